@@ -1,0 +1,135 @@
+"""Where the API key comes from, and how it is kept out of every message.
+
+The key is real money: whoever holds it can spend the account. It is therefore wrapped in `ApiKey`, whose
+str and repr never show it, and unwrapped (`reveal()`) only where the request header is built. Anything that
+may echo it back (service error messages, exception texts) goes through `redact` first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from connectors.errors import MissingApiKey
+
+__all__ = [
+    "DEFAULT_ENV_VAR",
+    "REDACTED",
+    "ApiKey",
+    "aload_api_key",
+    "key_from_env",
+    "key_from_prefect_secret",
+    "load_api_key",
+    "redact",
+]
+
+DEFAULT_ENV_VAR = "HARVEST_API_KEY"
+REDACTED = "***"
+
+
+class ApiKey:
+    """The API key, opaque to str/repr/format so it cannot leak through logging or tracebacks."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str, *, source: str = "the API key") -> None:
+        cleaned = value.strip()
+        if not cleaned:
+            raise MissingApiKey(f"{source} is empty; set it to the service's API key")
+        if not cleaned.isascii() or any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in cleaned):
+            # An illegal header value makes httpx raise an error that quotes the value: refuse it here.
+            raise MissingApiKey(
+                f"{source} contains spaces, control or non-ASCII characters; it cannot be a valid API key"
+            )
+        self._value = cleaned
+
+    def reveal(self) -> str:
+        """The key itself, for the request header only."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"ApiKey({REDACTED})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ApiKey) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(("ApiKey", self._value))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickling is needed to ship a client config to workers; the value travels, the repr still hides it.
+        return (ApiKey, (self._value,))
+
+
+def redact(text: str, key: str | ApiKey | None) -> str:
+    """`text` with every occurrence of the key (plain or URL-quoted) replaced by ***."""
+    if key is None:
+        return text
+    value = key.reveal() if isinstance(key, ApiKey) else key
+    if not value:
+        return text
+    for form in {value, quote(value, safe=""), quote(value)}:
+        text = text.replace(form, REDACTED)
+    return text
+
+
+def key_from_env(var: str = DEFAULT_ENV_VAR, environ: Mapping[str, str] | None = None) -> ApiKey:
+    """Read the key from an environment variable; a missing one names the variable to set."""
+    env = os.environ if environ is None else environ
+    value = env.get(var)
+    if value is None or not value.strip():
+        raise MissingApiKey(
+            f"no API key: the environment variable {var} is not set (or empty). "
+            f"Export {var}=<your key>, or configure a Prefect Secret block for the key"
+        )
+    return ApiKey(value, source=f"the environment variable {var}")
+
+
+def _secret_to_key(value: object, block_name: str) -> ApiKey:
+    if not isinstance(value, str):
+        raise MissingApiKey(f"the Prefect Secret block {block_name!r} does not hold a plain string key")
+    return ApiKey(value, source=f"the Prefect Secret block {block_name!r}")
+
+
+def key_from_prefect_secret(block_name: str) -> ApiKey:
+    """Read the key from a Prefect Secret block (sync; blocks while Prefect's API answers)."""
+    from prefect.blocks.system import Secret  # lazy: prefect is heavy and only needed for this source
+
+    try:
+        # _sync=True: without it Prefect returns a coroutine when an event loop is running in this thread.
+        block: Any = Secret.load(block_name, _sync=True)  # type: ignore[call-arg]
+    except ValueError as exc:
+        raise MissingApiKey(
+            f"no API key: the Prefect Secret block {block_name!r} could not be loaded ({exc})"
+        ) from None
+    return _secret_to_key(block.get(), block_name)
+
+
+async def _aload_secret(block_name: str) -> ApiKey:
+    from prefect.blocks.system import Secret
+
+    try:
+        block: Any = await Secret.aload(block_name)
+    except ValueError as exc:
+        raise MissingApiKey(
+            f"no API key: the Prefect Secret block {block_name!r} could not be loaded ({exc})"
+        ) from None
+    return _secret_to_key(block.get(), block_name)
+
+
+def load_api_key(*, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None) -> ApiKey:
+    """The key from the Secret block when one is named, else from the environment variable."""
+    if secret_block:
+        return key_from_prefect_secret(secret_block)
+    return key_from_env(env_var)
+
+
+async def aload_api_key(*, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None) -> ApiKey:
+    """Async twin of `load_api_key`, for flows that already run in an event loop."""
+    if secret_block:
+        return await _aload_secret(secret_block)
+    return key_from_env(env_var)

@@ -1,0 +1,295 @@
+"""Typed errors of the service client and the credit ledger.
+
+Every message is written for a person running a collection, not for a debugger: it says what happened and
+what to do. Messages never contain the API key: the client redacts anything it copies from the service (see
+`connectors.auth.redact`) before it builds an error, and these classes never format request headers.
+
+Errors that follow an answer of the service carry it as `response` (a `ServiceAnswer`: status, parsed
+body or None, raw bytes) and the credits the ledger counted for the call, because such answers are usually
+billed and the caller should keep the paid raw page. All errors survive pickling (Prefect and Dask move
+them between processes), which plain exceptions with keyword-only constructors do not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BadRequest",
+    "BudgetExhausted",
+    "Forbidden",
+    "HarvestError",
+    "MissingApiKey",
+    "NotFound",
+    "OutOfCredits",
+    "ServiceAnswer",
+    "ServiceUnavailable",
+    "Unauthorized",
+    "UnexpectedResponse",
+]
+
+
+@dataclass(frozen=True, repr=False)
+class ServiceAnswer:
+    """One HTTP answer of the service, kept whole because it may have been paid for.
+
+    `body` is the parsed JSON (object or array) or None when the bytes are not JSON (503 text/plain from the
+    edge, truncated pages). The repr leaves the bytes out: answers can be large.
+    """
+
+    status_code: int
+    body: Any
+    raw: bytes
+
+    def __repr__(self) -> str:
+        kind = "none" if self.body is None else type(self.body).__name__
+        return f"ServiceAnswer(status_code={self.status_code}, body=<{kind}>, raw=<{len(self.raw)} bytes>)"
+
+
+def _rebuild(cls: type[HarvestError], args: tuple[Any, ...], state: dict[str, Any]) -> HarvestError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
+class HarvestError(Exception):
+    """Base of every error harvest raises on purpose.
+
+    `credits` is what the ledger counted for the whole call that failed (all attempts), `response` the last
+    answer of the service when there was one (keep its `raw`: it was probably paid for).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.credits = credits
+        self.response = response
+        self.query_id = query_id
+        self.endpoint = endpoint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, credits={self.credits}, response={self.response!r})"
+
+
+def _where(endpoint: str | None, query_id: str | None) -> str:
+    parts = []
+    if endpoint:
+        parts.append(endpoint)
+    if query_id:
+        parts.append(f"query {query_id!r}")
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
+class MissingApiKey(HarvestError):
+    """No usable API key was found; raised before anything is sent."""
+
+
+class BudgetExhausted(HarvestError):
+    """The ledger refused the credits for the next attempt, so no request was sent for it."""
+
+    def __init__(
+        self,
+        *,
+        query_id: str,
+        endpoint: str,
+        page_index: int,
+        cost: int,
+        reason: str,
+        credits: int = 0,
+        attempts: int = 0,
+    ) -> None:
+        super().__init__(
+            f"credit budget exhausted: page {page_index} needs {cost} credit(s) but {reason}; "
+            f"no request was sent for it{_where(endpoint, query_id)}",
+            credits=credits,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+        self.page_index = page_index
+        self.cost = cost
+        self.reason = reason
+        self.attempts = attempts
+
+
+class BadRequest(HarvestError):
+    """400: the service rejected a parameter (also its answer for handles or URLs that do not exist)."""
+
+    def __init__(
+        self,
+        service_message: str | None,
+        parameter: str | None,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        text = "the service rejected the request as invalid (400)"
+        if parameter:
+            text += f"; parameter {parameter!r}"
+        if service_message:
+            text += f": {service_message}"
+        text += ". Check the query's parameters (a handle or URL that does not exist also answers 400)"
+        super().__init__(
+            text + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+        self.service_message = service_message
+        self.parameter = parameter
+
+
+class Unauthorized(HarvestError):
+    """401: the service saw no key (or refused it)."""
+
+    def __init__(
+        self,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            "the service refused the request: no API key was sent, or it was not accepted (401). "
+            "Set the API key (by default the environment variable HARVEST_API_KEY, or the configured Prefect "
+            "Secret block)"
+            + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+
+
+class OutOfCredits(HarvestError):
+    """402: the real service answers this both for an empty balance and for an unknown key."""
+
+    def __init__(
+        self,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            "out of credits, or the API key is not valid: the service answers 402 for both. "
+            "Check the account balance (GET /v1/credit-balance) and that the key is the right one"
+            + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+
+
+class Forbidden(HarvestError):
+    """403: the source platform blocks this content; retrying does not help."""
+
+    def __init__(
+        self,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            "the source platform blocks this content (403); it cannot be collected through the service"
+            + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+
+
+class NotFound(HarvestError):
+    """404. With `success: true` in the body it is a billed, legitimate "no such user" answer."""
+
+    def __init__(
+        self,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        body = response.body if response is not None else None
+        self.service_success = isinstance(body, dict) and body.get("success") is True
+        detail = " (the service answered success: true, and such answers are billed)" if (
+            self.service_success
+        ) else ""
+        super().__init__(
+            f"not found (404): the requested item does not exist at the source{detail}"
+            + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+
+
+class UnexpectedResponse(HarvestError):
+    """A status the client has no rule for (3xx, 405, 501, ...): not retried, reported as is."""
+
+    def __init__(
+        self,
+        status_code: int,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            f"the service answered with unexpected HTTP status {status_code}; not retried"
+            + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+        self.status_code = status_code
+
+
+class ServiceUnavailable(HarvestError):
+    """Retries ran out on transient failures (429, 5xx, timeouts, dropped connections, unparseable pages)."""
+
+    def __init__(
+        self,
+        *,
+        attempts: int,
+        last_cause: str,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            f"the service is unavailable: gave up after {attempts} attempt(s); last cause: {last_cause}. "
+            f"{credits} credit(s) were counted for these attempts; try again later"
+            + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+        self.attempts = attempts
+        self.last_cause = last_cause

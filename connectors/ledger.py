@@ -1,0 +1,423 @@
+"""The credit ledger: the one place that decides whether a request may be sent.
+
+The budget is a hard cap on real money. Every attempt (first tries and retries alike) must first reserve its
+cost here; a request is sent only with a granted `Reservation`, and the reservation is closed afterwards:
+
+- `settle(r, charged)` when the request may have reached the service. `charged` is the answer's
+  `credits_charged`; None (no answer, no field, unparseable body) counts the full reserved amount as spent,
+  because an unknown charge must be assumed to have happened.
+- `release(r)` only when the request provably never reached the service (connect error, pool timeout).
+
+Hence `spent + reserved <= budget` at every instant, under any interleaving, as long as the service charges
+what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
+warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
+
+Breadth-first policy: with a short budget, every running query should get page k before any query gets page
+k+1, so the budget is shared out fairly instead of being eaten by the fastest query. Queries register while
+they run (`async with ledger.query(qid):`) and report finished pages (`page_done`). A reserve for page k of
+query q waits while another registered query lags behind (its next page index is < k) *and* the credits still
+free after this reservation would not cover the pages those lagging queries need to reach page k-1 (costed at
+each one's last reservation). With ample credits nobody waits (no lock-step, no throughput loss); when credits
+run short the leaders wait, so final page counts differ by at most one. Reserving page k implies pages < k
+are done; that is what makes waiting cycles impossible (a waiter always waits on a query strictly behind it).
+Register a query only when it actually runs (inside any concurrency limiter): a registered query that cannot
+run would hold the others back until it finishes.
+
+Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
+other threads (progress display) are consistent. Only `reserve` awaits; `settle`, `release`,
+`observe_remaining`, `register`, `page_done` and `finish` are plain calls, so they complete even inside a
+cancelled task's cleanup (notifying an `asyncio.Condition` would need to re-acquire its lock there, which a
+cancelled task may not get). Waiters park on futures of their own event loop and are woken thread-safely.
+
+Design note (distribution): a run on several machines (Dask) needs one shared ledger. The interface is
+deliberately small (reserve / settle / release / observe_remaining / register / page_done / finish, plus
+read-only totals) so that a ledger actor or a small ledger service can replace this class without touching
+the client: each method maps to one message. Only `reserve` needs an answer before going on; the others are
+notifications that a remote ledger can send without waiting (the worker must then hold back its next
+reserve until they are acknowledged, which keeps the cap exact). Reservation ids would become globally
+unique strings; nothing else in the interface assumes one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = ["CreditLedger", "LedgerSnapshot", "Overcharge", "Policy", "Reservation"]
+
+log = logging.getLogger("harvest.ledger")
+
+Policy = Literal["breadth_first", "greedy"]
+_POLICIES: tuple[str, ...] = ("breadth_first", "greedy")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Credits held for one attempt at one page of one query."""
+
+    id: int
+    query_id: str
+    page_index: int
+    amount: int
+
+
+@dataclass(frozen=True)
+class Overcharge:
+    """The service charged more than the cost table said; kept so the excess is never silent."""
+
+    query_id: str
+    page_index: int
+    reserved: int
+    charged: int
+
+    @property
+    def excess(self) -> int:
+        return self.charged - self.reserved
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    """All totals read at one instant (one lock acquisition), for displays and reports."""
+
+    budget: int
+    spent: int
+    reserved: int
+    remaining: int
+    per_query_spent: Mapping[str, int]
+    overcharged: int
+    account_remaining: int | None
+    floor_reached: bool
+
+
+class _Refused:
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class CreditLedger:
+    """Hard-capped credit budget for one run; see the module docstring for the rules."""
+
+    def __init__(self, budget: int, min_balance: int | None = None, policy: Policy = "breadth_first") -> None:
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if policy not in _POLICIES:
+            raise ValueError(f"policy must be one of {_POLICIES}, got {policy!r}")
+        self._budget = budget
+        self._min_balance = min_balance
+        self._policy: Policy = policy
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._open: dict[int, Reservation] = {}
+        self._spent = 0
+        self._reserved = 0
+        self._q_spent: dict[str, int] = {}
+        self._q_reserved: dict[str, int] = {}
+        self._q_inflight: dict[str, Counter[int]] = {}
+        self._q_cost: dict[str, int] = {}
+        self._next_page: dict[str, int] = {}  # registered, unfinished queries -> next page index
+        self._overcharges: list[Overcharge] = []
+        self._account_remaining: int | None = None
+        self._floor_reached = False
+        self._refusals: dict[str, str] = {}
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def __repr__(self) -> str:
+        s = self.snapshot()
+        return (
+            f"CreditLedger(budget={s.budget}, spent={s.spent}, reserved={s.reserved}, "
+            f"policy={self._policy!r}, min_balance={self._min_balance})"
+        )
+
+    # ---- reading -------------------------------------------------------------------------------------
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @property
+    def min_balance(self) -> int | None:
+        return self._min_balance
+
+    @property
+    def spent(self) -> int:
+        with self._lock:
+            return self._spent
+
+    @property
+    def reserved(self) -> int:
+        with self._lock:
+            return self._reserved
+
+    @property
+    def remaining(self) -> int:
+        """Credits neither spent nor held; never negative (see `overcharges` when spent > budget)."""
+        with self._lock:
+            return max(0, self._budget - self._spent - self._reserved)
+
+    @property
+    def per_query_spent(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._q_spent)
+
+    @property
+    def overcharges(self) -> list[Overcharge]:
+        with self._lock:
+            return list(self._overcharges)
+
+    @property
+    def account_remaining(self) -> int | None:
+        """The last `credits_remaining` the service reported for the account."""
+        with self._lock:
+            return self._account_remaining
+
+    @property
+    def floor_reached(self) -> bool:
+        with self._lock:
+            return self._floor_reached
+
+    def refusal_reason(self, query_id: str) -> str | None:
+        """Why the last reserve() of this query returned None, in words for an error message."""
+        with self._lock:
+            return self._refusals.get(query_id)
+
+    def snapshot(self) -> LedgerSnapshot:
+        with self._lock:
+            return LedgerSnapshot(
+                budget=self._budget,
+                spent=self._spent,
+                reserved=self._reserved,
+                remaining=max(0, self._budget - self._spent - self._reserved),
+                per_query_spent=MappingProxyType(dict(self._q_spent)),
+                overcharged=sum(o.excess for o in self._overcharges),
+                account_remaining=self._account_remaining,
+                floor_reached=self._floor_reached,
+            )
+
+    # ---- reserving -----------------------------------------------------------------------------------
+
+    async def reserve(
+        self, query_id: str, page_index: int, amount: int, *, query_cap: int | None = None
+    ) -> Reservation | None:
+        """Hold `amount` credits for one attempt, waiting while others' outstanding holds might free it.
+
+        None means the credits cannot be granted (budget, balance floor or query cap): send nothing.
+        """
+        if amount < 0:
+            raise ValueError(f"amount must be >= 0, got {amount}")
+        if page_index < 0:
+            raise ValueError(f"page_index must be >= 0, got {page_index}")
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._lock:
+                advanced = self._note_page_started(query_id, page_index)
+                outcome = self._decide(query_id, page_index, amount, query_cap)
+                if isinstance(outcome, _Refused):
+                    self._refusals[query_id] = outcome.reason
+                    waiter = None
+                elif outcome is None:
+                    waiter = loop.create_future()
+                    self._waiters.add(waiter)
+                else:
+                    waiter = None
+            if advanced:
+                self._wake_all()
+            if isinstance(outcome, _Refused):
+                log.info("refused %s page %d (%d credits): %s", query_id, page_index, amount, outcome.reason)
+                return None
+            if waiter is None:
+                return outcome
+            try:
+                await waiter
+            finally:
+                with self._lock:
+                    self._waiters.discard(waiter)
+
+    def _note_page_started(self, query_id: str, page_index: int) -> bool:
+        # Asking for page k means pages < k are done: this is what rules out waiting cycles.
+        nxt = self._next_page.get(query_id)
+        if nxt is not None and page_index > nxt:
+            self._next_page[query_id] = page_index
+            return True
+        return False
+
+    def _decide(
+        self, query_id: str, page_index: int, amount: int, query_cap: int | None
+    ) -> Reservation | _Refused | None:
+        """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
+        if self._floor_reached:
+            return _Refused(
+                f"the account balance ({self._account_remaining}) fell below the floor of "
+                f"{self._min_balance} credits"
+            )
+        if self._spent + amount > self._budget:
+            return _Refused(
+                f"the run's budget of {self._budget} credits has {max(0, self._budget - self._spent)} left"
+            )
+        if query_cap is not None:
+            q_spent = self._q_spent.get(query_id, 0)
+            if q_spent + amount > query_cap:
+                return _Refused(f"the query's cap of {query_cap} credits is reached ({q_spent} spent)")
+            if q_spent + self._q_reserved.get(query_id, 0) + amount > query_cap:
+                return None
+        free = self._budget - self._spent - self._reserved
+        if free < amount:
+            return None
+        if self._policy == "breadth_first" and free - amount < self._lag_demand(query_id, page_index, amount):
+            return None
+        return self._grant(query_id, page_index, amount)
+
+    def _lag_demand(self, query_id: str, page_index: int, amount: int) -> int:
+        """Credits the queries behind `query_id` still need to complete page `page_index - 1`."""
+        demand = 0
+        for other, nxt in self._next_page.items():
+            if other == query_id or nxt >= page_index:
+                continue
+            inflight = self._q_inflight.get(other, Counter())
+            in_range = sum(1 for p, n in inflight.items() if n > 0 and nxt <= p < page_index)
+            demand += max(0, page_index - nxt - in_range) * self._q_cost.get(other, amount)
+        return demand
+
+    def _grant(self, query_id: str, page_index: int, amount: int) -> Reservation:
+        r = Reservation(next(self._ids), query_id, page_index, amount)
+        self._open[r.id] = r
+        self._reserved += amount
+        self._q_reserved[query_id] = self._q_reserved.get(query_id, 0) + amount
+        self._q_inflight.setdefault(query_id, Counter())[page_index] += 1
+        self._q_cost[query_id] = amount
+        self._refusals.pop(query_id, None)
+        return r
+
+    # ---- closing reservations (never await: safe in cleanup of cancelled tasks) ------------------------
+
+    def _close(self, r: Reservation) -> None:
+        if self._open.pop(r.id, None) is None:
+            raise ValueError(f"reservation {r.id} of {r.query_id!r} is already settled or released")
+        self._reserved -= r.amount
+        self._q_reserved[r.query_id] -= r.amount
+        inflight = self._q_inflight[r.query_id]
+        inflight[r.page_index] -= 1
+        if inflight[r.page_index] <= 0:
+            del inflight[r.page_index]
+
+    def settle(self, r: Reservation, charged: int | None) -> int:
+        """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
+
+        Returns the credits counted.
+        """
+        with self._lock:
+            self._close(r)
+            if charged is None or charged < 0:
+                if charged is not None:
+                    log.warning("ignoring negative credits_charged=%d for %s; counting %d", charged,
+                                r.query_id, r.amount)
+                counted = r.amount
+            else:
+                counted = charged
+            if counted > r.amount:
+                self._overcharges.append(Overcharge(r.query_id, r.page_index, r.amount, counted))
+            self._spent += counted
+            self._q_spent[r.query_id] = self._q_spent.get(r.query_id, 0) + counted
+            spent = self._spent
+        if counted > r.amount:
+            log.warning(
+                "the service charged %d credits for %s page %d but the cost table says %d; "
+                "spent is now %d of a budget of %d. Update the cost table.",
+                counted, r.query_id, r.page_index, r.amount, spent, self._budget,
+            )
+        self._wake_all()
+        return counted
+
+    def release(self, r: Reservation) -> None:
+        """Give `r` back: only for requests that provably never reached the service."""
+        with self._lock:
+            self._close(r)
+        self._wake_all()
+
+    def observe_remaining(self, credits_remaining: int) -> None:
+        """Record the account balance the service reported; below `min_balance` all reserves refuse."""
+        with self._lock:
+            self._account_remaining = credits_remaining
+            newly = (
+                self._min_balance is not None
+                and credits_remaining < self._min_balance
+                and not self._floor_reached
+            )
+            if newly:
+                self._floor_reached = True
+        if newly:
+            log.warning(
+                "account balance %d fell below the floor of %s credits: no further requests",
+                credits_remaining, self._min_balance,
+            )
+            self._wake_all()
+
+    # ---- breadth-first bookkeeping -------------------------------------------------------------------
+
+    def register(self, query_id: str) -> None:
+        with self._lock:
+            if query_id in self._next_page:
+                raise ValueError(f"query {query_id!r} is already registered")
+            self._next_page[query_id] = 0
+        self._wake_all()
+
+    def page_done(self, query_id: str, page_index: int) -> None:
+        """Page `page_index` of the query is complete (settled and kept); no-op for unregistered queries."""
+        with self._lock:
+            nxt = self._next_page.get(query_id)
+            if nxt is None or page_index + 1 <= nxt:
+                return
+            self._next_page[query_id] = page_index + 1
+        self._wake_all()
+
+    def finish(self, query_id: str) -> None:
+        """The query will reserve nothing more (done, failed or cancelled); others stop waiting for it."""
+        with self._lock:
+            removed = self._next_page.pop(query_id, None) is not None
+        if removed:
+            self._wake_all()
+
+    @contextlib.asynccontextmanager
+    async def query(self, query_id: str) -> AsyncIterator[None]:
+        """register() on entry, finish() on any exit, including errors and cancellation."""
+        self.register(query_id)
+        try:
+            yield
+        finally:
+            self.finish(query_id)
+
+    # ---- waking --------------------------------------------------------------------------------------
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+            self._waiters.clear()
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for fut in waiters:
+            loop = fut.get_loop()
+            if loop is running:
+                _resolve(fut)
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there any more
+                    loop.call_soon_threadsafe(_resolve, fut)
