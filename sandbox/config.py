@@ -1,0 +1,157 @@
+"""What one sandbox instance emulates: keys and balances, data scale, costs, quirks and faults.
+
+Everything a test may want to vary lives in one frozen `SandboxConfig`, so that `sandbox.expected` can compute
+what a full crawl holds from the same object the server answers from. Defaults emulate the real service as it
+is known (every quirk on, 1 credit a request, no faults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class FaultKind(StrEnum):
+    """Injected failures. See `sandbox.faults` for what each one looks like on the wire."""
+
+    RATE_LIMIT = "rate_limit"  # 429 with Retry-After
+    SERVER_ERROR = "server_error"  # 500 JSON
+    UNAVAILABLE = "unavailable"  # 503 text/plain
+    SLOW = "slow"  # the normal answer after `slow_seconds`
+    DROP = "drop"  # connection closed without any response
+    TRUNCATED = "truncated"  # 200, the JSON body cut in the middle
+    MALFORMED = "malformed"  # 200, a body that is not valid JSON
+
+
+ALL_FAULTS: tuple[FaultKind, ...] = tuple(FaultKind)
+
+BILLED_FAULTS_DEFAULT: frozenset[FaultKind] = frozenset(
+    {FaultKind.SLOW, FaultKind.TRUNCATED, FaultKind.MALFORMED}
+)
+"""Faults after which the service did the work and charged: a 200 whose body got damaged, or a slow answer
+(the client's timeout does not undo the charge). A client must count such calls as spent."""
+
+DEFAULT_KEY = "sandbox-key"
+
+
+@dataclass(frozen=True)
+class Quirks:
+    """The real service's surprising behaviours, each switchable; all on by default, as on the real one."""
+
+    ignore_unknown_params: bool = True
+    """On: an unknown (e.g. misspelled) parameter is silently ignored, so a wrong cursor name restarts at page
+    1. Off: 400 naming the unknown parameter."""
+
+    dangling_last_cursor: bool = True
+    """On: the last page still carries a cursor where the real one does (short-video profile `has_more: 0`
+    with a non-zero `max_cursor`; reels `more_available: false` with a `max_id`; shop `has_more: false` with a
+    `cursor`; page photos `cursor` without `next_page_id`). Requesting it answers an empty page, billed."""
+
+    repeat_items: bool = True
+    """On: on search endpoints (creative, forum, pinboard, video search) the last record of page k is also the
+    first record of page k+1."""
+
+    real_not_found: bool = True
+    """On: "not found" is answered the real ways (200 `success: true` with `account_deactivated` or empty
+    lists; 404 `{"success": true, "error": "not_found"}` on the microblog-b user feed). Off: one uniform 404
+    `{"success": false, "error": "not_found"}`. Billed either way."""
+
+    @classmethod
+    def none(cls) -> Quirks:
+        """An idealised service: every quirk off."""
+        return cls(
+            ignore_unknown_params=False, dangling_last_cursor=False, repeat_items=False, real_not_found=False
+        )
+
+
+def _default_keys() -> dict[str, int]:
+    return {DEFAULT_KEY: 1000}
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """One sandbox instance. Paths in the per-path maps are the documented ones, e.g. "/v1/pinboard/search" or
+    "/v1/creative/materials/{material_id}"."""
+
+    api_keys: Mapping[str, int] = field(default_factory=_default_keys)
+    """Accepted keys and their starting balances."""
+    seed: int = 0
+    """Seeds the synthetic data and the fault schedule."""
+
+    pages: tuple[int, int] = (1, 4)
+    """Inclusive bounds of the number of pages of a paged query (derived per query from a stable hash)."""
+    page_size: int = 10
+    """Records per full page (group posts are capped at 3)."""
+    pages_by_path: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    page_size_by_path: Mapping[str, int] = field(default_factory=dict)
+    creative_default_limit: int = 20
+    """Creative search page size when `limit` is omitted (the interface leaves it unstated)."""
+
+    default_cost: int = 1
+    costs: Mapping[str, int] = field(default_factory=dict)
+    """Credits per answer by path; paths not listed cost `default_cost`."""
+
+    quirks: Quirks = field(default_factory=Quirks)
+
+    fault_rate: float = 0.0
+    """Share of data requests answered with a random injected fault (0..1)."""
+    fault_kinds: Sequence[FaultKind | str] = ALL_FAULTS
+    """Kinds the random schedule picks from (a forced plan may use any kind)."""
+    fault_plan: Mapping[int, FaultKind | str] = field(default_factory=dict)
+    """Forced faults by request number (1-based, counting requests to the 18 data endpoints)."""
+    fault_plan_by_path: Mapping[str, Sequence[FaultKind | str | None]] = field(default_factory=dict)
+    """Forced faults by path: the i-th request (0-based) to that path gets entry i (None: no fault)."""
+    billed_faults: frozenset[FaultKind] = BILLED_FAULTS_DEFAULT
+    retry_after: str = "1"
+    """The 429 `Retry-After` header value, in seconds."""
+    slow_seconds: float = 2.0
+    """Delay of a `slow` fault."""
+
+    def __post_init__(self) -> None:
+        lo, hi = self.pages
+        if lo < 1 or hi < lo:
+            raise ValueError(f"pages must be (min, max) with 1 <= min <= max, got {self.pages}")
+        for path, (plo, phi) in self.pages_by_path.items():
+            if plo < 1 or phi < plo:
+                raise ValueError(f"pages_by_path[{path!r}] must be (min, max) with 1 <= min <= max")
+        if self.page_size < 1 or any(v < 1 for v in self.page_size_by_path.values()):
+            raise ValueError("page sizes must be >= 1")
+        if not 1 <= self.creative_default_limit <= 100:
+            raise ValueError("creative_default_limit must be in 1..100")
+        if self.default_cost < 0 or any(v < 0 for v in self.costs.values()):
+            raise ValueError("costs must be >= 0")
+        if not 0.0 <= self.fault_rate <= 1.0:
+            raise ValueError("fault_rate must be in 0..1")
+        # Accept plain strings for fault kinds (handy from a CLI or a test), store enums.
+        object.__setattr__(self, "fault_kinds", tuple(FaultKind(k) for k in self.fault_kinds))
+        object.__setattr__(self, "fault_plan", {int(n): FaultKind(k) for n, k in self.fault_plan.items()})
+        object.__setattr__(
+            self,
+            "fault_plan_by_path",
+            {
+                p: tuple(None if k is None else FaultKind(k) for k in ks)
+                for p, ks in self.fault_plan_by_path.items()
+            },
+        )
+        object.__setattr__(self, "billed_faults", frozenset(FaultKind(k) for k in self.billed_faults))
+        if self.fault_rate > 0 and not self.fault_kinds:
+            raise ValueError("fault_rate > 0 needs at least one fault kind")
+
+    def pages_for(self, path: str) -> tuple[int, int]:
+        return self.pages_by_path.get(path, self.pages)
+
+    def page_size_for(self, path: str) -> int:
+        return self.page_size_by_path.get(path, self.page_size)
+
+    def cost_for(self, path: str) -> int:
+        return self.costs.get(path, self.default_cost)
+
+    def replace(self, **overrides: Any) -> SandboxConfig:
+        """A copy with some fields changed; `quirks` may be given as a dict of quirk fields to change."""
+        quirks = overrides.get("quirks")
+        if isinstance(quirks, Mapping):
+            overrides["quirks"] = dataclasses.replace(self.quirks, **quirks)
+        return dataclasses.replace(self, **overrides)

@@ -1,0 +1,251 @@
+"""The catalogue of the 18 endpoints: paths, parameters, enums, record kinds and primary keys.
+
+Declarations only, taken from `shared/spec/service-interface.md` and `docs/service-shapes.md`; validation
+(`sandbox.validation`) and the page builders (`sandbox.pages`) read it, so an enum or a parameter is written
+once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Check = Literal["text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag"]
+
+CREATIVE_SEARCH = "/v1/creative/materials"
+CREATIVE_DETAIL = "/v1/creative/materials/{material_id}"
+PHOTOS = "/v1/network-a/profile/photos"
+GROUP_POSTS = "/v1/network-a/group/posts"
+FORUM_SEARCH = "/v1/forum/subreddit/search"
+CLIP = "/v1/streaming/clip"
+COMMUNITY_POST = "/v1/video-platform/community-post"
+MB_POST = "/v1/microblog-b/post"
+MB_FEED = "/v1/microblog-b/user/posts"
+TWEETS = "/v1/microblog-a/community/tweets"
+ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
+EMBED = "/v1/photo-app/user/embed"
+REELS = "/v1/photo-app/user/reels"
+PINS = "/v1/pinboard/search"
+VIDEO_SEARCH = "/v1/video-platform/search"
+REPLIES = "/v1/video-platform/video/comment/replies"
+SHOP = "/v1/short-video/shop/products"
+PROFILE_VIDEOS = "/v3/short-video/profile/videos"
+
+CREDIT_BALANCE = "/v1/credit-balance"
+
+SHOP_REGIONS = (
+    "US",
+    "GB",
+    "DE",
+    "FR",
+    "IT",
+    "ID",
+    "MY",
+    "MX",
+    "PH",
+    "SG",
+    "ES",
+    "TH",
+    "VN",
+    "BR",
+    "JP",
+    "IE",
+)
+GROUP_SORTS = ("TOP_POSTS", "RECENT_ACTIVITY", "CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")
+FORUM_SORTS = ("relevance", "hot", "top", "new", "comments")
+FORUM_COMMENT_SORTS = ("relevance", "top", "new")
+FORUM_TIMEFRAMES = ("all", "year", "month", "week", "day", "hour")
+CREATIVE_ORDERS = ("relevance", "latest", "oldest")
+UPLOAD_DATES = ("today", "this_week", "this_month", "this_year")
+VIDEO_SORTS = ("relevance", "popular")
+VIDEO_FILTERS = ("shorts",)
+PROFILE_SORTS = ("latest", "popular")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One query parameter.
+
+    `identity`: the value is part of what the query is about, so it decides which records exist (a handle, a
+    sort order); cursors and output switches such as `trim` are not. `subject`: the value names the thing
+    looked up, so the trigger words of `sandbox.triggers` apply to it."""
+
+    name: str
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    check: Check = "text"
+    identity: bool = False
+    subject: bool = False
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    path: str
+    params: tuple[Param, ...]
+    kinds: dict[str, str] = field(default_factory=dict)
+    """Record kind -> primary key field (see docs/service-shapes.md)."""
+    one_of: tuple[str, ...] = ()
+    """At least one of these must be given (the "one of two identifiers" endpoints)."""
+    search: bool = False
+    """A search endpoint: the repeat-items quirk applies."""
+    paged: bool = True
+    user_scoped: bool = False
+    """Looks up one account: "not found" is answered with `account_deactivated: true`."""
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(p.name for p in self.params)
+
+
+def _subject(name: str, required: bool = False) -> Param:
+    return Param(name, required=required, identity=True, subject=True)
+
+
+def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> Param:
+    return Param(name, enum=values, identity=True, default=default)
+
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        CREATIVE_SEARCH,
+        (
+            Param("query", identity=True, subject=True),
+            Param("cursor"),
+            Param("limit", check="limit"),
+            _enum("order", CREATIVE_ORDERS),
+            Param("language", identity=True),
+            Param("style_tags", check="multi", identity=True),
+            Param("cta_type_tags", check="multi", identity=True),
+        ),
+        kinds={"materials": "material_id"},
+        search=True,
+    ),
+    Endpoint(CREATIVE_DETAIL, (), kinds={"material_details": "material_id"}, paged=False),
+    Endpoint(
+        PHOTOS,
+        (_subject("url", required=True), Param("next_page_id"), Param("cursor")),
+        kinds={"photos": "photo_id"},
+        user_scoped=True,
+    ),
+    Endpoint(
+        GROUP_POSTS,
+        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), Param("cursor")),
+        kinds={"group_posts": "id"},
+        one_of=("url", "group_id"),
+    ),
+    Endpoint(
+        FORUM_SEARCH,
+        (
+            Param("subreddit", required=True, check="subreddit", identity=True, subject=True),
+            Param("query", identity=True, subject=True),
+            _enum("sort", FORUM_SORTS),
+            _enum("timeframe", FORUM_TIMEFRAMES),
+            Param("cursor"),
+        ),
+        kinds={"posts": "id", "comments": "id", "media": "id"},
+        search=True,
+    ),
+    Endpoint(
+        CLIP, (_subject("url", required=True),), kinds={"clips": "id", "broadcaster_clips": "id"}, paged=False
+    ),
+    Endpoint(COMMUNITY_POST, (_subject("url", required=True),), kinds={"community_posts": "id"}, paged=False),
+    Endpoint(
+        MB_POST, (_subject("url", required=True),), kinds={"posts": "uri", "replies": "uri"}, paged=False
+    ),
+    Endpoint(
+        MB_FEED,
+        (_subject("handle"), _subject("user_id"), Param("cursor")),
+        kinds={"posts": "uri"},
+        one_of=("handle", "user_id"),
+        user_scoped=True,
+    ),
+    Endpoint(TWEETS, (_subject("url", required=True),), kinds={"tweets": "id"}, paged=False),
+    Endpoint(
+        ADVERTISERS,
+        (_subject("query", required=True),),
+        kinds={"advertisers": "advertiser_id", "websites": "domain"},
+        paged=False,
+    ),
+    Endpoint(
+        EMBED, (_subject("handle", required=True),), kinds={"embeds": "handle"}, paged=False, user_scoped=True
+    ),
+    Endpoint(
+        REELS,
+        (_subject("user_id"), _subject("handle"), Param("max_id"), Param("trim", check="bool")),
+        kinds={"reels": "id"},
+        one_of=("user_id", "handle"),
+        user_scoped=True,
+    ),
+    Endpoint(
+        PINS,
+        (_subject("query", required=True), Param("cursor"), Param("trim", check="bool")),
+        kinds={"pins": "id"},
+        search=True,
+    ),
+    Endpoint(
+        VIDEO_SEARCH,
+        (
+            _subject("query", required=True),
+            _enum("uploadDate", UPLOAD_DATES),
+            _enum("sortBy", VIDEO_SORTS),
+            _enum("filter", VIDEO_FILTERS),
+            Param("region", check="region2", identity=True),
+            Param("continuationToken"),
+            Param("includeExtras", check="flag"),
+        ),
+        kinds={
+            "videos": "id",
+            "channels": "id",
+            "playlists": "id",
+            "shorts": "id",
+            "shelves": "type+title",
+            "lives": "id",
+        },
+        search=True,
+    ),
+    Endpoint(REPLIES, (Param("continuationToken", required=True),), kinds={"comments": "id"}),
+    Endpoint(
+        SHOP,
+        (
+            _subject("url", required=True),
+            Param("cursor"),
+            Param("region", enum=SHOP_REGIONS, identity=True, default="US"),
+        ),
+        kinds={"products": "id", "shops": "id"},
+    ),
+    Endpoint(
+        PROFILE_VIDEOS,
+        (
+            _subject("handle", required=True),
+            Param("user_id"),
+            _enum("sort_by", PROFILE_SORTS, default="latest"),
+            Param("max_cursor", check="nonneg_int"),
+            Param("region", check="region2", identity=True, default="US"),
+            Param("trim", check="bool"),
+        ),
+        kinds={"videos": "aweme_id"},
+        user_scoped=True,
+    ),
+)
+
+BY_PATH: dict[str, Endpoint] = {e.path: e for e in ENDPOINTS}
+
+_DETAIL_RE = re.compile(r"^/v1/creative/materials/([^/]+)$")
+
+
+def match(path: str) -> Endpoint | None:
+    """The endpoint a request path addresses (the detail path carries the material id), or None."""
+    found = BY_PATH.get(path)
+    if found is not None:
+        return found
+    if _DETAIL_RE.match(path):
+        return BY_PATH[CREATIVE_DETAIL]
+    return None

@@ -1,0 +1,98 @@
+"""What a full crawl of a query holds, computed by the very builders the server answers with.
+
+    full_crawl("/v1/pinboard/search", {"query": "cats"}, config)
+    -> {"pins": [...distinct records, in crawl order...]}
+
+Record kinds (the keys) are those of docs/service-shapes.md: materials, material_details, photos, group_posts,
+posts, comments, media, clips, broadcaster_clips, community_posts, replies, tweets, advertisers, websites,
+embeds, reels, pins, videos, channels, playlists, shorts, shelves, lives, products, shops. Every kind of the
+endpoint is present, possibly empty. Records are deduplicated by primary key (the repeat-items quirk does not
+change what a crawl holds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sandbox import endpoints as ep
+from sandbox.config import SandboxConfig
+from sandbox.generate import build, make_ctx
+from sandbox.page import Ctx, Page, Record
+
+ParamValue = str | int | bool | Sequence[str]
+
+MAX_PAGES = 1_000_000
+
+
+def _items(params: Mapping[str, ParamValue]) -> list[tuple[str, str]]:
+    items: list[tuple[str, str]] = []
+    for name, value in params.items():
+        if isinstance(value, bool):
+            items.append((name, "true" if value else "false"))
+        elif isinstance(value, int | str):
+            items.append((name, str(value)))
+        else:
+            items.extend((name, str(v)) for v in value)
+    return items
+
+
+def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | None = None) -> Ctx:
+    """The validated first request of a crawl. `path` is a documented path, or the detail path with a material
+    id in it. Raises `sandbox.validation.BadRequest` for parameters the server would refuse."""
+    endpoint = ep.match(path)
+    if endpoint is None:
+        raise ValueError(f"unknown path: {path}")
+    path_value = path.rsplit("/", 1)[1] if endpoint.path == ep.CREATIVE_DETAIL else None
+    return make_ctx(endpoint, _items(params), config or SandboxConfig(), path_value)
+
+
+def crawl(
+    path: str,
+    params: Mapping[str, ParamValue],
+    config: SandboxConfig | None = None,
+    follow_dangling: bool = False,
+) -> Iterator[Page]:
+    """Every page a client gets by following the documented end-of-pages signals; with `follow_dangling`, also
+    the empty page behind a cursor left on the last page."""
+    ctx = start(path, params, config)
+    for _ in range(MAX_PAGES):
+        page = build(ctx)
+        yield page
+        nxt = page.next or (page.dangling if follow_dangling else None)
+        if not nxt:
+            return
+        ctx = dataclasses.replace(ctx, params=ctx.params.with_values(**nxt))
+    raise RuntimeError("crawl did not end")  # pragma: no cover - plans are finite
+
+
+def primary_key(key_field: str, record: Record) -> Any:
+    if "+" in key_field:
+        return tuple(record.get(f) for f in key_field.split("+"))
+    return record.get(key_field)
+
+
+def full_crawl(
+    path: str, params: Mapping[str, ParamValue], config: SandboxConfig | None = None
+) -> dict[str, list[Record]]:
+    """Record kind -> the distinct records a full crawl returns, in the order first seen."""
+    ctx = start(path, params, config)
+    kinds = ctx.endpoint.kinds
+    seen: dict[str, dict[Any, Record]] = {kind: {} for kind in kinds}
+    for page in crawl(path, params, config):
+        for kind, recs in page.records.items():
+            bucket = seen[kind]
+            for rec in recs:
+                bucket.setdefault(primary_key(kinds[kind], rec), rec)
+    return {kind: list(bucket.values()) for kind, bucket in seen.items()}
+
+
+def expected_pages(
+    path: str,
+    params: Mapping[str, ParamValue],
+    config: SandboxConfig | None = None,
+    follow_dangling: bool = False,
+) -> int:
+    """How many requests a full crawl makes (1 for a single-page endpoint)."""
+    return sum(1 for _ in crawl(path, params, config, follow_dangling))

@@ -1,0 +1,111 @@
+"""Fault injection: which request gets which fault, and what each fault looks like on the wire.
+
+The schedule is a pure function of (seed, request number): a test with a given seed and rate sees the same
+faults on every run. Forced plans (`fault_plan` by request number, `fault_plan_by_path` by the i-th request to
+a path) take precedence over the random schedule, so a test of one fault kind is exact."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+
+import orjson
+from starlette.types import Send
+
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.stablehash import hnum, unit
+
+EDGE_FAULTS = frozenset({FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE, FaultKind.DROP})
+"""Faults answered before the request reaches the service proper (no authentication, no validation)."""
+BODY_FAULTS = frozenset({FaultKind.TRUNCATED, FaultKind.MALFORMED})
+"""Faults that damage the body of a 200 answer after it was produced (and billed)."""
+
+
+class FaultSchedule:
+    def __init__(self, config: SandboxConfig) -> None:
+        self._config = config
+        self._n = 0
+        self._per_path: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def next(self, path: str) -> tuple[int, FaultKind | None]:
+        """Number the next data request (1-based) and decide its fault."""
+        with self._lock:
+            self._n += 1
+            n = self._n
+            i = self._per_path[path]
+            self._per_path[path] += 1
+        return n, decide(self._config, n, path, i)
+
+
+def decide(config: SandboxConfig, n: int, path: str, i: int) -> FaultKind | None:
+    """The fault of request number `n`, the `i`-th (0-based) request to `path`."""
+    if n in config.fault_plan:
+        return FaultKind(config.fault_plan[n])
+    by_path = config.fault_plan_by_path.get(path)
+    if by_path is not None and i < len(by_path):
+        forced = by_path[i]
+        return None if forced is None else FaultKind(forced)
+    if config.fault_rate > 0 and unit(config.seed, "fault", n) < config.fault_rate:
+        kinds = [FaultKind(k) for k in config.fault_kinds]
+        return kinds[hnum(config.seed, "fault-kind", n) % len(kinds)]
+    return None
+
+
+def edge_response(kind: FaultKind, retry_after: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, headers and body of a 429, 500 or 503 fault (the 503 body is plain text, as at the edge)."""
+    if kind is FaultKind.RATE_LIMIT:
+        body = {
+            "success": False,
+            "error": "rate_limited",
+            "message": "Too many requests. Please retry later.",
+        }
+        return (
+            429,
+            [(b"content-type", b"application/json"), (b"retry-after", retry_after.encode())],
+            orjson.dumps(body),
+        )
+    if kind is FaultKind.SERVER_ERROR:
+        body = {
+            "success": False,
+            "error": "internal_error",
+            "message": "Internal server error. Please try again.",
+        }
+        return 500, [(b"content-type", b"application/json")], orjson.dumps(body)
+    if kind is FaultKind.UNAVAILABLE:
+        return 503, [(b"content-type", b"text/plain; charset=utf-8")], b"503 Service Temporarily Unavailable"
+    raise ValueError(f"not an edge response fault: {kind}")
+
+
+def damage(kind: FaultKind, body: bytes) -> bytes:
+    """A truncated body (cut in the middle) or a malformed one (NUL bytes in the middle: never valid JSON,
+    whatever the surrounding text)."""
+    mid = len(body) // 2
+    if kind is FaultKind.TRUNCATED:
+        return body[:mid]
+    if kind is FaultKind.MALFORMED:
+        return body[:mid] + b"\x00\x00" + body[mid:]
+    raise ValueError(f"not a body fault: {kind}")
+
+
+class DroppedConnection(Exception):
+    """Raised inside the app to make the server close the connection when the transport is not reachable."""
+
+
+async def drop_connection(send: Send) -> None:
+    """Close the connection without sending a byte of response.
+
+    uvicorn's HTTP/1.1 `send` is a bound method of the request cycle, which holds the transport: closing it
+    and yielding lets uvicorn see the disconnect, so it sends nothing (the client reads EOF: httpx raises
+    `RemoteProtocolError`). Elsewhere, fall back to starting a response and raising, which makes the server
+    close the connection mid-answer.
+    """
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is not None and hasattr(transport, "close"):
+        transport.close()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1000")]})
+    raise DroppedConnection("dropped connection (fault injection)")

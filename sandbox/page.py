@@ -1,0 +1,80 @@
+"""The two types every page builder shares: the request it answers (`Ctx`) and the answer it builds (`Page`).
+
+A builder is a pure function Ctx -> Page. The HTTP layer wraps the page in the billing envelope; the crawl
+helpers of `sandbox.expected` follow `Page.next` exactly as a client following the end-of-pages signals would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.config import SandboxConfig
+from sandbox.endpoints import Endpoint
+from sandbox.scope import Plan, Scope, make_plan, make_scope
+from sandbox.validation import Params
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """A validated request, ready to be answered."""
+
+    endpoint: Endpoint
+    params: Params
+    config: SandboxConfig
+    path_value: str | None = None
+    """The material id of the detail endpoint's path."""
+
+    @property
+    def size(self) -> int:
+        return self.config.page_size_for(self.endpoint.path)
+
+    @property
+    def repeat(self) -> bool:
+        """Whether the repeat-items quirk applies to this answer."""
+        return self.endpoint.search and self.config.quirks.repeat_items
+
+    @property
+    def dangling(self) -> bool:
+        return self.config.quirks.dangling_last_cursor
+
+    def scope(self, identity: str | None = None) -> Scope:
+        return make_scope(self.endpoint, self.params, self.config.seed, identity)
+
+    def plan(self, scope: Scope, per_page: Mapping[str, int], primary: str) -> Plan:
+        return make_plan(scope, self.config.pages_for(self.endpoint.path), per_page, primary)
+
+
+@dataclass
+class Page:
+    """One answer, before the envelope.
+
+    `next`: the parameters of the next request for a client that reads the documented end-of-pages signal
+    (None: no more pages). `dangling`: a cursor the page still carries although its signal says it is the last
+    one (following it costs a request and answers an empty page)."""
+
+    body: Any
+    records: dict[str, list[Record]] = field(default_factory=dict)
+    next: dict[str, str] | None = None
+    dangling: dict[str, str] | None = None
+    status: int = 200
+    success: bool = True
+    envelope: bool = True
+    """False for the bare JSON array of the streaming clip endpoint."""
+
+
+def window(start: int, size: int, total: int) -> tuple[int, int]:
+    """The positions [lo, hi) a page starting at `start` holds."""
+    lo = min(max(start, 0), total)
+    return lo, min(lo + size, total)
+
+
+def with_repeat(ctx: Ctx, lo: int, hi: int, total: int) -> range:
+    """Positions to render: [lo, hi), preceded by lo - 1 when the repeat-items quirk applies to a page past
+    the first that has records of its own."""
+    if ctx.repeat and 0 < lo < hi <= total:
+        return range(lo - 1, hi)
+    return range(lo, hi)

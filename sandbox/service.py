@@ -1,0 +1,174 @@
+"""The service proper, without HTTP: authentication, validation, billing, the envelope and the ledger.
+
+Order of checks, as a client sees it: missing key -> 401; unknown key -> 402 (the real service's "out of
+credits" message, the same body as an empty balance); bad parameters or cursor -> 400; then the answer is
+billed (balance below the cost -> 402, nothing billed) and sent.
+
+What is billed: every answer the service produced, including "not found" (200 with empty lists, 404) and
+403 blocked; not 400, 401, 402. Faults: see `SandboxConfig.billed_faults` (by default slow, truncated and
+malformed answers are billed; 429, 500, 503 and dropped connections are not).
+
+Every JSON object answer carries `success`, `credits_remaining` (the balance after) and `credits_charged`,
+except 401 (no key, no balance to report) and the injected 429/500/503 faults. The streaming clip endpoint's
+bare array carries none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from sandbox.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.endpoints import Endpoint
+from sandbox.faults import BODY_FAULTS, FaultSchedule, damage
+from sandbox.generate import build, make_ctx
+from sandbox.validation import BadRequest
+
+OUT_OF_CREDITS = "Out of credits. Please purchase more credits."
+JSON = b"application/json"
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=lambda: [(b"content-type", JSON)])
+
+
+def _json(status: int, obj: Any) -> Answer:
+    return Answer(status, orjson.dumps(obj))
+
+
+class SandboxState:
+    """Everything one running sandbox remembers: balances, the ledger and the fault clock."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.book = CreditBook(config.api_keys)
+        self.ledger = Ledger()
+        self.faults = FaultSchedule(config)
+
+    def record(
+        self,
+        n: int | None,
+        path: str,
+        items: list[tuple[str, str]],
+        status: int | None,
+        credits: int,
+        fault: FaultKind | None,
+        key: str | None,
+    ) -> None:
+        self.ledger.append(
+            LedgerEntry(
+                n=n,
+                time=time.time(),
+                path=path,
+                params=params_dict(items),
+                status=status,
+                credits=credits,
+                fault=None if fault is None else str(fault),
+                key_id=None if key is None else key_id(key),
+            )
+        )
+
+    def out_of_credits(self, key: str | None) -> Answer:
+        balance = 0 if key is None else self.book.balance(key)
+        body = {
+            "success": False,
+            "error": "payment_required",
+            "message": OUT_OF_CREDITS,
+            "credits_remaining": balance,
+            "credits_charged": 0,
+        }
+        return _json(402, body)
+
+    def charge_fault(
+        self, presented: str | None, endpoint: Endpoint, fault: FaultKind
+    ) -> tuple[int, str | None]:
+        """Bill an edge fault when the config says that kind is billed: (credits billed, resolved key)."""
+        key = None if presented is None else self.book.resolve(presented)
+        if key is None or fault not in self.config.billed_faults:
+            return 0, key
+        cost = self.config.cost_for(endpoint.path)
+        return (cost, key) if self.book.charge(key, cost) is not None else (0, key)
+
+    def answer(
+        self,
+        endpoint: Endpoint,
+        items: Sequence[tuple[str, str]],
+        presented: str | None,
+        path_value: str | None = None,
+        n: int | None = None,
+        fault: FaultKind | None = None,
+    ) -> Answer:
+        """Answer one data request (its fault, if any, is slow or a body fault: edge faults end earlier)."""
+        items = list(items)
+        answer, credits, key = self._answer(endpoint, items, presented, path_value, fault)
+        applied = fault
+        if fault is not None and fault in BODY_FAULTS:
+            if answer.status == 200:
+                answer.body = damage(fault, answer.body)
+            else:
+                applied = None
+        self.record(n, endpoint.path, items, answer.status, credits, applied, key)
+        return answer
+
+    def _answer(
+        self,
+        endpoint: Endpoint,
+        items: list[tuple[str, str]],
+        presented: str | None,
+        path_value: str | None,
+        fault: FaultKind | None,
+    ) -> tuple[Answer, int, str | None]:
+        if not presented:
+            body = {"success": False, "error": "unauthorized", "message": "missing x-api-key header"}
+            return _json(401, body), 0, None
+        key = self.book.resolve(presented)
+        if key is None:
+            return self.out_of_credits(None), 0, None
+        try:
+            ctx = make_ctx(endpoint, items, self.config, path_value)
+            page = build(ctx)
+        except BadRequest as exc:
+            body = {
+                "success": False,
+                "error": "bad_request",
+                "message": exc.message,
+                "parameter": exc.parameter,
+                "credits_remaining": self.book.balance(key),
+                "credits_charged": 0,
+            }
+            return _json(400, body), 0, key
+        cost = self.config.cost_for(endpoint.path)
+        if fault is not None and fault not in self.config.billed_faults:
+            cost = 0
+        remaining = self.book.charge(key, cost)
+        if remaining is None:
+            return self.out_of_credits(key), 0, key
+        if not page.envelope:
+            return Answer(page.status, orjson.dumps(page.body)), cost, key
+        body = {"success": page.success, **page.body, "credits_remaining": remaining, "credits_charged": cost}
+        return Answer(page.status, orjson.dumps(body)), cost, key
+
+    def credit_balance(self, presented: str | None) -> Answer:
+        """`GET /v1/credit-balance`: free, never faulted."""
+        if not presented:
+            answer = _json(
+                401, {"success": False, "error": "unauthorized", "message": "missing x-api-key header"}
+            )
+            key = None
+        else:
+            key = self.book.resolve(presented)
+            answer = (
+                self.out_of_credits(None)
+                if key is None
+                else _json(200, {"creditCount": self.book.balance(key)})
+            )
+        self.record(None, "/v1/credit-balance", [], answer.status, 0, None, key)
+        return answer

@@ -1,0 +1,85 @@
+"""Builders of the single-page endpoints (one answer per request, no cursor).
+
+Record counts (tweets of a community, replies of a thread, ...) come from the query's stable hash, bounded by
+the configured page size.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from sandbox import records
+from sandbox.page import Ctx, Page
+from sandbox.stablehash import span
+
+
+def clip_identity(url: str) -> str:
+    """A clip URL names the same clip whatever query string it carries (tracking parameters and the like)."""
+    return url.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+
+
+def clip(ctx: Ctx) -> Page:
+    """Streaming clip: a bare JSON array of three objects, no envelope (the one exception of the service)."""
+    url = clip_identity(ctx.params.get("url") or "")
+    s = ctx.scope(identity=f"url={url}")
+    owner = records.broadcaster(s)
+    main = records.clip(s, 0, owner)
+    slug = urlsplit(url).path.rsplit("/", 1)[-1]
+    if slug and slug != "clip":
+        # The clip the URL names: its slug, its URL (without the URL's query string).
+        main["slug"] = slug
+        main["url"] = url
+        main["embedURL"] = f"https://clips.streaming.example/embed?clip={slug}"
+    more = [records.clip(s, i, owner) for i in range(1, 1 + span(0, min(ctx.size, 20), s.key, "more_clips"))]
+    body = [
+        {"data": {"clip": main}},
+        {"data": {"user": {"id": owner["id"], "clips": more}}},
+        {"data": {"user": owner}},
+    ]
+    return Page(body, {"clips": [main], "broadcaster_clips": more}, envelope=False)
+
+
+def community_post(ctx: Ctx) -> Page:
+    s = ctx.scope()
+    post = records.community_post(s)
+    return Page(post, {"community_posts": [post]})
+
+
+def thread(ctx: Ctx) -> Page:
+    """Microblog-b single post with its threaded replies (each reply names its parent: the post or an earlier
+    reply)."""
+    url = ctx.params.get("url") or ""
+    s = ctx.scope()
+    parts = urlsplit(url).path.strip("/").split("/")
+    who = parts[1] if len(parts) >= 2 and parts[0] == "profile" else "author"
+    author = records.bsky_author(s, who)
+    post = records.bsky_post(s, "post", 0, author)
+    replies: list[records.Record] = []
+    for i in range(1, 1 + span(0, ctx.size, s.key, "replies")):
+        reply = records.bsky_post(s, "reply", i, records.bsky_author(s, f"replier{i % 7}"))
+        parent = post if i == 1 or i % 3 else replies[(i - 1) // 3 - 1]
+        reply["parent_uri"] = parent["uri"]
+        replies.append(reply)
+    return Page({"post": post, "replies": replies}, {"posts": [post], "replies": replies})
+
+
+def tweets(ctx: Ctx) -> Page:
+    s = ctx.scope()
+    items = [records.tweet(s, i) for i in range(span(1, ctx.size, s.key, "tweets"))]
+    return Page({"tweets": items}, {"tweets": items})
+
+
+def advertisers(ctx: Ctx) -> Page:
+    s = ctx.scope()
+    query = ctx.params.get("query") or ""
+    ads = [records.advertiser(s, i, query) for i in range(span(1, min(ctx.size, 20), s.key, "advertisers"))]
+    sites = [records.website(s, i, query) for i in range(span(0, min(ctx.size, 10), s.key, "websites"))]
+    return Page({"advertisers": ads, "websites": sites}, {"advertisers": ads, "websites": sites})
+
+
+def embed(ctx: Ctx) -> Page:
+    """Profile embed: one `html` string; harvest keys it by the request's handle."""
+    s = ctx.scope()
+    handle = ctx.params.get("handle") or ""
+    html = records.embed_html(s, handle)
+    return Page({"html": html}, {"embeds": [{"handle": handle, "html": html}]})
