@@ -1,12 +1,19 @@
 """The `harvest` command line.
 
-Commands that run no flow (validate, plan, endpoints, schema, runs) must not import Prefect, so that they answer
-in about a second: Prefect and the flow are imported inside the commands that need them.
+Commands that run no flow (validate, plan, endpoints, schema, runs) must not import Prefect, so that they
+answer in about a second: Prefect and the flow are imported inside the commands that need them.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
 import typer
+
+if TYPE_CHECKING:
+    from flows.spec import JobSpec
 
 app = typer.Typer(
     name="harvest",
@@ -30,6 +37,149 @@ def sandbox(
     from sandbox.server import serve
 
     serve(port=port, api_key=api_key, credits=credits, fault_rate=fault_rate, seed=seed)
+
+
+# ------------------------------------------------------------------------------------- spec commands
+SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(message, err=True)
+    raise typer.Exit(2)
+
+
+def _load(path: Path) -> JobSpec:
+    """The validated spec, or exit 2 with every problem on stderr (nothing is sent or spent)."""
+    from flows.spec import SpecError, load_spec
+
+    try:
+        return load_spec(path)
+    except SpecError as exc:
+        count = len(exc.problems)
+        _fail(f"{exc}\n{count} problem{'s' if count > 1 else ''} in {path}; nothing was sent.")
+
+
+@app.command(epilog="Example: harvest validate configs/examples/brand-watch.yaml")
+def validate(spec: Path = SPEC_ARG) -> None:
+    """Check a job spec completely (keys, endpoints, parameters, fan-out, parents); exit 2 when invalid."""
+    import os
+
+    from flows.plan import plan
+    from flows.spec import BASE_URL_ENV
+
+    job = _load(spec)
+    fanned = sum(1 for q in job.queries if q.static)
+    dependent = sum(1 for q in job.queries if q.dependent)
+    typer.echo(f"ok: {len(job.queries)} queries ({fanned} fanned out, {dependent} dependent)")
+    expanded = len(plan(job).queries)
+    more = ", plus the dependent ones per parent record" if dependent else ""
+    typer.echo(f"{expanded} queries to run after fan-out{more}")
+    if not job.service.base_url and not os.environ.get(BASE_URL_ENV):
+        typer.echo(
+            f"note: no service URL in the spec; `harvest run` needs {BASE_URL_ENV} or --base-url "
+            "(or `service.base_url: sandbox` for synthetic data)",
+            err=True,
+        )
+
+
+@app.command(
+    "plan",
+    epilog="Example: harvest plan configs/examples/creative-research.yaml --budget 200",
+)
+def plan_command(
+    spec: Path = SPEC_ARG,
+    budget: int | None = typer.Option(None, min=0, help="Price against this budget instead of the spec's."),
+) -> None:
+    """Show the queries a run would execute and their worst-case credits; sends no request."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from flows.plan import plan
+
+    result = plan(_load(spec), budget)
+    table = Table(title=f"{result.name}: worst-case credits", title_justify="left")
+    table.add_column("query", overflow="fold")
+    table.add_column("endpoint", overflow="fold")
+    table.add_column("worst case", justify="right")
+    table.add_column("why", overflow="fold")
+    for line in result.lines:
+        worst = "unbounded" if line.worst_case is None else str(line.worst_case)
+        table.add_row(Text(line.query_id), Text(line.endpoint), worst, Text(line.basis))
+    total = result.worst_case
+    table.add_section()
+    table.add_row("total", "", "unbounded" if total is None else str(total), "")
+    console = Console(highlight=False)
+    console.print(table)
+    console.print(f"budget: {result.budget} credits, policy {result.policy}")
+    console.print(result.verdict)
+
+
+def _endpoint_info(endpoint: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from flows.spec import describe_params
+
+    return {
+        "path": endpoint.path,
+        "summary": endpoint.summary,
+        "cost": endpoint.cost,
+        "paging": endpoint.paging.style,
+        "cursor_params": list(endpoint.paging.request_params),
+        "params": [asdict(p) for p in describe_params(endpoint.params)],
+        "one_of": list(endpoint.params.one_of),
+        "tables": [
+            {"table": k.table, "primary_key": list(k.primary_key), "columns": [f.name for f in k.fields]}
+            for k in endpoint.kinds
+        ],
+    }
+
+
+@app.command(epilog="Example: harvest endpoints --json | jq '.[].path'")
+def endpoints(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for machines instead of text."),
+) -> None:
+    """List the documented endpoints: cost, paging, parameters (allowed values) and the tables they fill."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from connectors import catalog
+
+    infos = [_endpoint_info(e) for e in catalog.endpoints().values()]
+    if as_json:
+        typer.echo(json.dumps(infos, indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    for info in infos:
+        paging = "single page" if info["paging"] == "single" else f"paging: {info['paging']}"
+        console.print(f"[bold]{escape(info['path'])}[/bold]  {info['cost']} credit/request, {paging}")
+        console.print(f"  {escape(info['summary'])}")
+        for p in info["params"]:
+            marks = {
+                "path": p["in_path"],
+                "required": p["required"],
+                "cursor": p["name"] in info["cursor_params"],
+            }
+            flags = ", ".join(name for name, on in marks.items() if on)
+            allowed = f": {', '.join(p['allowed'])}" if p["allowed"] else ""
+            extra = f" ({p['constraint']})" if p["constraint"] else ""
+            console.print(
+                f"    {p['name']}: {p['type']}{allowed}{extra}" + (f" [{flags}]" if flags else ""),
+                markup=False,
+            )
+        if info["one_of"]:
+            console.print(f"    at least one of: {', '.join(info['one_of'])}")
+        tables = ", ".join(f"{t['table']} (key {', '.join(t['primary_key'])})" for t in info["tables"])
+        console.print(f"  tables: {tables}", markup=False)
+        console.print()
+
+
+@app.command(epilog="Example: harvest schema > jobspec.schema.json")
+def schema() -> None:
+    """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""
+    from flows.spec import JobSpec
+
+    typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,143 @@
+"""The commands that send nothing: validate, plan, endpoints, schema (and that none of them loads Prefect)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from tests.test_spec import CASES, VALID
+
+ROOT = Path(__file__).parent.parent
+runner = CliRunner()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_validate_ok(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["validate", str(write(tmp_path, VALID))], env={"HARVEST_BASE_URL": "sandbox"}
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "ok: 3 queries (1 fanned out, 1 dependent)"
+    assert "4 queries" not in result.stdout and "3 queries to run after fan-out" in result.stdout
+
+
+def test_validate_notes_a_missing_service_url(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", str(write(tmp_path, VALID))], env={"HARVEST_BASE_URL": ""})
+    assert result.exit_code == 0
+    assert "no service URL" in result.stderr
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_validate_exits_2_on_each_invalid_spec(tmp_path: Path, case: str) -> None:
+    text, line, field, _, _ = CASES[case]
+    path = write(tmp_path, text)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:{line}: {field}: " in result.stderr
+    assert "nothing was sent" in result.stderr
+    assert result.stdout == ""
+
+
+def test_validate_and_plan_exit_2_on_a_missing_file(tmp_path: Path) -> None:
+    for command in ("validate", "plan"):
+        result = runner.invoke(app, [command, str(tmp_path / "nope.yaml")])
+        assert result.exit_code == 2
+        assert "no such file" in result.stderr
+
+
+def test_plan_prints_queries_worst_case_and_verdict(tmp_path: Path) -> None:
+    path = write(tmp_path, VALID)
+    result = runner.invoke(app, ["plan", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for fragment in (
+        "videos[handle=nasa]",
+        "videos[handle=esa]",
+        "creative_detail[material_id=*]",
+        "unbounded",
+    ):
+        assert fragment in out
+    assert "the budget caps this run: pages are spread breadth-first" in out
+    bounded = VALID.replace("style_tags: [ugc, testimonial]}", "style_tags: [ugc]}\n    max_pages: 1")
+    result = runner.invoke(
+        app, ["plan", str(write(tmp_path, bounded)), "--budget", "61"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "budget: 61 credits" in result.stdout
+    assert "budget covers the worst case" in result.stdout  # 5 + 5 + 1 + 50 details
+
+
+def test_plan_refuses_a_negative_budget(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(write(tmp_path, VALID)), "--budget", "-1"])
+    assert result.exit_code == 2
+
+
+def test_endpoints_lists_all_18() -> None:
+    result = runner.invoke(app, ["endpoints"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    paths = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("/v")]
+    assert len(paths) == 18 == len(set(paths))
+    assert "sort_by: string: latest, popular" in result.stdout
+    assert "at least one of: url, group_id" in result.stdout
+
+
+def test_endpoints_json() -> None:
+    result = runner.invoke(app, ["endpoints", "--json"])
+    assert result.exit_code == 0
+    infos = json.loads(result.stdout)
+    assert len(infos) == 18
+    videos = next(i for i in infos if i["path"] == "/v3/short-video/profile/videos")
+    assert videos["cost"] == 1 and videos["paging"] == "max_cursor"
+    handle = next(p for p in videos["params"] if p["name"] == "handle")
+    assert handle["required"] is True
+    sort_by = next(p for p in videos["params"] if p["name"] == "sort_by")
+    assert sort_by["allowed"] == ["latest", "popular"] and sort_by["required"] is False
+    assert videos["tables"][0]["table"] == "short_video_videos"
+    detail = next(i for i in infos if i["path"] == "/v1/creative/materials/{material_id}")
+    assert detail["params"][0]["in_path"] is True and detail["paging"] == "single"
+
+
+def test_schema_is_json_schema_of_the_spec() -> None:
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "JobSpec"
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {"name", "budget", "queries"}
+    assert "/v3/short-video/profile/videos" in schema["$defs"]["Query"]["properties"]["endpoint"]["enum"]
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "endpoints", "schema"])
+def test_help_shows_an_example(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert f"Example: harvest {command}" in result.stdout
+
+
+def test_validate_in_a_real_process_exits_2_without_importing_prefect(tmp_path: Path) -> None:
+    bad = write(tmp_path, VALID.replace("credits: 100", "credits: -1"))
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flows.cli", "validate", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert f"{bad}:3: budget.credits: " in proc.stderr
+    imported = {
+        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert not {m for m in imported if m.split(".")[0] in {"prefect", "duckdb", "fastapi", "uvicorn"}}
