@@ -182,5 +182,61 @@ def schema() -> None:
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
+OUTPUT_ARG = typer.Argument(..., help="The job's output directory (holds harvest.duckdb, parquet/ and raw/).")
+
+
+@app.command(
+    epilog="Example: HARVEST_API_KEY=... harvest run configs/examples/brand-watch.yaml "
+    "--base-url https://api.example --budget 200",
+)
+def run(
+    spec: Path = SPEC_ARG,
+    base_url: str | None = typer.Option(None, "--base-url", help="Service URL (or `sandbox`); beats the spec."),
+    budget: int | None = typer.Option(None, "--budget", min=0, help="Credit cap for this run; beats the spec."),
+    output: Path | None = typer.Option(None, "--output", help="Output directory; beats the spec."),
+) -> None:
+    """Run a job: collect every query within the budget, land Parquet, load DuckDB.
+
+    Exit codes: 0 every query ended normally or stopped at its budget; 1 a query failed; 2 invalid spec or usage.
+    """
+    from flows import commands
+
+    commands.run(spec, base_url, budget, output)
+
+
+@app.command(epilog="Example: harvest demo")
+def demo(
+    output: Path | None = typer.Option(None, "--output", help="Where to land the demo (default data/demo)."),
+) -> None:
+    """Run the demo job (every endpoint) against the embedded sandbox, then show what landed."""
+    from flows import commands
+
+    commands.demo(output)
+
+
+@app.command(epilog="Example: harvest load data/brand-watch")
+def load(output: Path = OUTPUT_ARG) -> None:
+    """Load runs that landed while DuckDB was busy (idempotent: loading twice changes nothing)."""
+    from flows import commands
+
+    commands.load(output)
+
+
+@app.command(epilog="Example: harvest runs data/demo")
+def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.")) -> None:
+    """History of the runs in an output directory: status, credits, records."""
+    from flows import commands
+
+    commands.runs(output)
+
+
+@app.command(epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"')
+def sql(output: Path = OUTPUT_ARG, query: str = typer.Argument(..., help="A DuckDB SQL query.")) -> None:
+    """Run a read-only SQL query on a job's DuckDB file."""
+    from flows import commands
+
+    commands.sql(output, query)
+
+
 if __name__ == "__main__":
     app()

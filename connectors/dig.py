@@ -1,0 +1,107 @@
+"""Reading values out of decoded JSON by a small path language.
+
+Endpoint descriptions say where records and cursors live as strings (`paging_info.max_id`, `[0].data.clip`,
+`items[].media`), so adding an endpoint is data, not code. Paths are compiled once; reading them is on the hot
+path (every field of every record), so compiled getters avoid re-parsing.
+
+Syntax: dot-separated keys; `[n]` indexes a list; `name[]` maps the rest of the path over a list; `a|b` tries
+alternatives in order. The empty path is the document itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, Final
+
+MISSING: Final = object()
+"""Returned when a path does not resolve; distinct from a JSON null."""
+
+_TOKEN = re.compile(r"([^.\[\]]+)?((?:\[\d*\])*)")
+
+Getter = Callable[[Any], Any]
+
+
+def _steps(path: str) -> list[tuple[str, Any]]:
+    steps: list[tuple[str, Any]] = []
+    if not path:
+        return steps
+    for part in path.split("."):
+        m = _TOKEN.fullmatch(part)
+        if m is None or (m.group(1) is None and not m.group(2)):
+            raise ValueError(f"bad path {path!r} at {part!r}")
+        if m.group(1) is not None:
+            steps.append(("key", m.group(1)))
+        for idx in re.findall(r"\[(\d*)\]", m.group(2) or ""):
+            steps.append(("map", None) if idx == "" else ("index", int(idx)))
+    return steps
+
+
+def _walk(value: Any, steps: list[tuple[str, Any]], start: int) -> Any:
+    for i in range(start, len(steps)):
+        kind, arg = steps[i]
+        if kind == "key":
+            if not isinstance(value, dict) or arg not in value:
+                return MISSING
+            value = value[arg]
+        elif kind == "index":
+            if not isinstance(value, list) or arg >= len(value):
+                return MISSING
+            value = value[arg]
+        else:  # map: every element must resolve, or the whole path is missing
+            if not isinstance(value, list):
+                return MISSING
+            out = []
+            for item in value:
+                got = _walk(item, steps, i + 1)
+                if got is MISSING:
+                    return MISSING
+                out.append(got)
+            return out
+    return value
+
+
+@lru_cache(maxsize=1024)
+def compile_path(path: str) -> Getter:
+    """A function reading `path` from a document, returning MISSING when it does not resolve.
+
+    `a|b` reads `a`, or `b` when `a` does not resolve (full and trimmed answers name a field differently).
+    """
+    if "|" in path:
+        getters = [compile_path(alt) for alt in path.split("|")]
+
+        def alternatives(doc: Any) -> Any:
+            for get in getters:
+                value = get(doc)
+                if value is not MISSING:
+                    return value
+            return MISSING
+
+        return alternatives
+    steps = _steps(path)
+    if len(steps) == 1 and steps[0][0] == "key":
+        key = steps[0][1]
+        return lambda doc: doc.get(key, MISSING) if isinstance(doc, dict) else MISSING
+    if len(steps) == 2 and steps[0][0] == "key" and steps[1][0] == "key":
+        k1, k2 = steps[0][1], steps[1][1]
+
+        def two(doc: Any) -> Any:
+            inner = doc.get(k1, MISSING) if isinstance(doc, dict) else MISSING
+            return inner.get(k2, MISSING) if isinstance(inner, dict) else MISSING
+
+        return two
+    return lambda doc: _walk(doc, steps, 0)
+
+
+def dig(doc: Any, path: str) -> Any:
+    return compile_path(path)(doc)
+
+
+def first(doc: Any, paths: tuple[str, ...]) -> Any:
+    """The value at the first of `paths` that resolves, else MISSING."""
+    for path in paths:
+        value = compile_path(path)(doc)
+        if value is not MISSING:
+            return value
+    return MISSING

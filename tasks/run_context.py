@@ -1,0 +1,72 @@
+"""What the connector tasks of one run share in this process: the client, the credit ledger, the output layout.
+
+Tasks receive plain data (a run id and a query) and look the shared parts up here, so their inputs stay
+serialisable and Prefect never hashes or pickles a connection pool. Running tasks on other machines later means
+giving each worker its own context, with a ledger that reserves credits from a central service.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from connectors.catalog import Endpoint
+from connectors.client import ServiceClient
+from connectors.ledger import CreditLedger
+from connectors.pager import Page, QueryOutcome, QuerySpec
+from tasks.layout import OutputLayout
+from tasks.rawstore import ATTEMPT_FIELDS, AttemptLogWriter
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    started: datetime
+    layout: OutputLayout
+    endpoints: dict[str, Endpoint]
+    client: ServiceClient
+    ledger: CreditLedger
+    fsync: bool = False
+    on_page: Callable[[QuerySpec, Page], None] = lambda spec, page: None
+    on_done: Callable[[QueryOutcome], None] = lambda outcome: None
+    attempt_logs: dict[str, AttemptLogWriter] = field(default_factory=dict)
+
+    def log_attempt(self, attempt: Any) -> None:
+        """The client's attempt hook: every HTTP attempt, paid or not, goes to its query's attempt log."""
+        writer = self.attempt_logs.get(attempt.query_id)
+        if writer is not None:
+            data = dataclasses.asdict(attempt)
+            data["params"] = pairs_to_dict(data.get("params") or ())
+            writer.append({name: data.get(name) for name in ATTEMPT_FIELDS})
+
+
+def pairs_to_dict(pairs: Any) -> dict[str, Any]:
+    """Query pairs as a JSON object; a repeated key (style_tags=a&style_tags=b) becomes a list."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            out[key] = [*out[key], value] if isinstance(out[key], list) else [out[key], value]
+        else:
+            out[key] = value
+    return out
+
+
+_RUNS: dict[str, RunContext] = {}
+
+
+def register(ctx: RunContext) -> None:
+    _RUNS[ctx.run_id] = ctx
+
+
+def unregister(run_id: str) -> None:
+    _RUNS.pop(run_id, None)
+
+
+def lookup(run_id: str) -> RunContext:
+    try:
+        return _RUNS[run_id]
+    except KeyError:
+        raise RuntimeError(f"run {run_id} has no context in this process") from None
