@@ -1,16 +1,30 @@
 """Session-wide test setup.
 
 Prefect must never phone home from tests, and every test session gets its own throw-away Prefect home.
-These variables are set before anything imports Prefect.
+These variables are set before anything imports Prefect. Prefect's test harness takes ~9 s to start, so one
+harness serves the whole session (`prefect_harness`).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from flows.settings import apply_prefect_defaults
 
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="harvest-prefect-"))
-os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-os.environ["DO_NOT_TRACK"] = "1"
+apply_prefect_defaults()
 
 pytest_plugins = ["tests.fixtures_sandbox"]
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """A temporary Prefect server and database for every flow run of the session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield
