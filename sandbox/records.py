@@ -522,7 +522,7 @@ def product(s: Scope, pos: int, currency: str) -> Record:
             f"https://p16-shop.short-video.example/{hexid(20, s.key, 'cover', pos, i)}.jpeg" for i in range(2)
         ],
         "url": f"https://shop.short-video.example/view/product/{pid}",
-        "price": {"currency": currency, "amount": f"{d.num(1, 300)}.{d.num(0, 99):02d}"},
+        "price": {"currency": currency, "amount": d.num(100, 30000) / 100},
         "sold_count": d.num(0, 200000),
         "review_count": d.num(0, 20000),
         "rating": round(3.0 + d.unit() * 2.0, 1),

@@ -67,10 +67,11 @@ class RunningSandbox:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
         self.app = SandboxApp(config)
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # TCP_NODELAY on every connection, or uvicorn's two writes (head, body) meet the client's delayed ACK
+        # and every answer waits ~40 ms. asyncio sets it only on sockets whose proto is IPPROTO_TCP, and
+        # accepted sockets inherit it from the listener: both are done here.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Accepted connections inherit TCP_NODELAY: without it, uvicorn's two writes (head, body) meet the
-        # client's delayed ACK and every answer waits ~40 ms.
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.bind((LOOPBACK, 0))
         self.port: int = self._sock.getsockname()[1]
@@ -115,14 +116,17 @@ class RunningSandbox:
             time.sleep(0.002)
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Ask the server to exit; with `wait`, until it has (uvicorn takes 0.1-0.3 s to wind down, so test
+        fixtures let it finish in the background: the thread is a daemon and uvicorn closes the socket)."""
         if self._stopped:
             return
         self._stopped = True
         self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        self._sock.close()
+        if wait:
+            if self._thread.is_alive():
+                self._thread.join(timeout=5)
+            self._sock.close()
 
     def __enter__(self) -> RunningSandbox:
         return self

@@ -1,1 +1,206 @@
-"""Fixtures that serve the sandbox over real HTTP on 127.0.0.1 (filled in by the sandbox work)."""
+"""Fixtures that serve the sandbox over real HTTP on 127.0.0.1, and a reference client for sandbox tests.
+
+Fixtures:
+- `sandbox`: one shared default sandbox for the session (every quirk on, no faults, a huge balance). For
+  read-only tests: do not change its balance or rely on its ledger's length.
+- `sandbox_factory`: `sandbox_factory(config=None, **overrides) -> RunningSandbox`, a fresh sandbox stopped at
+  the end of the test (also usable as `with sandbox_factory(...) as sb:`).
+- `sandbox_client`: an httpx client on the shared sandbox, with its key.
+
+The reference client below (`records_of`, `next_params`, `http_crawl`) reads answers the way
+docs/service-shapes.md says a client must; it is written independently of the sandbox code, so comparing
+its crawl with `sandbox.expected.full_crawl` checks the wire shapes against the generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.config import DEFAULT_KEY, SandboxConfig
+from sandbox.server import RunningSandbox, running, start
+
+SESSION_CREDITS = 10**9
+
+ENVELOPE = ("success", "credits_remaining", "credits_charged")
+
+# kind -> primary key field, per docs/service-shapes.md
+PRIMARY_KEYS: dict[str, str] = {
+    "materials": "material_id",
+    "material_details": "material_id",
+    "photos": "photo_id",
+    "group_posts": "id",
+    "posts": "id",
+    "comments": "id",
+    "media": "id",
+    "clips": "id",
+    "broadcaster_clips": "id",
+    "community_posts": "id",
+    "replies": "uri",
+    "tweets": "id",
+    "advertisers": "advertiser_id",
+    "websites": "domain",
+    "embeds": "handle",
+    "reels": "id",
+    "pins": "id",
+    "videos": "id",
+    "channels": "id",
+    "playlists": "id",
+    "shorts": "id",
+    "shelves": "type+title",
+    "lives": "id",
+    "products": "id",
+    "shops": "id",
+}
+URI_KEYED_PATHS = ("/v1/microblog-b/post", "/v1/microblog-b/user/posts")
+AWEME_PATH = "/v3/short-video/profile/videos"
+
+
+def primary_key(path: str, kind: str, record: Mapping[str, Any]) -> Any:
+    if path in URI_KEYED_PATHS:
+        return record["uri"]
+    if path == AWEME_PATH:
+        return record["aweme_id"]
+    key = PRIMARY_KEYS[kind]
+    if "+" in key:
+        return tuple(record[k] for k in key.split("+"))
+    return record[key]
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in ("true", "1")
+
+
+def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The records of one answer, by kind, read from the documented locations."""
+    if path == "/v1/creative/materials":
+        return {"materials": body["data"]}
+    if path.startswith("/v1/creative/materials/"):
+        return {"material_details": [body["data"]]}
+    if path == "/v1/network-a/profile/photos":
+        return {"photos": body["photos"]}
+    if path == "/v1/network-a/group/posts":
+        return {"group_posts": body["posts"]}
+    if path == "/v1/forum/subreddit/search":
+        return {k: body[k] for k in ("posts", "comments", "media")}
+    if path == "/v1/streaming/clip":
+        clip = body[0]["data"]["clip"]
+        user = body[1]["data"]["user"]
+        return {"clips": [clip] if clip else [], "broadcaster_clips": user["clips"] if user else []}
+    if path == "/v1/video-platform/community-post":
+        rec = {k: v for k, v in body.items() if k not in ENVELOPE}
+        return {"community_posts": [rec] if rec.get("id") else []}
+    if path == "/v1/microblog-b/post":
+        return {"posts": [body["post"]] if body["post"] else [], "replies": body["replies"]}
+    if path == "/v1/microblog-b/user/posts":
+        return {"posts": body["feed"]}
+    if path == "/v1/microblog-a/community/tweets":
+        return {"tweets": body["tweets"]}
+    if path == "/v1/search-engine/adLibrary/advertisers/search":
+        return {"advertisers": body["advertisers"], "websites": body["websites"]}
+    if path == "/v1/photo-app/user/embed":
+        return {"embeds": [{"handle": params["handle"], "html": body["html"]}] if body["html"] else []}
+    if path == "/v1/photo-app/user/reels":
+        items = body["items"]
+        return {"reels": items if _truthy(params.get("trim")) else [i["media"] for i in items]}
+    if path == "/v1/pinboard/search":
+        return {"pins": body["pins"]}
+    if path == "/v1/video-platform/search":
+        return {k: body[k] for k in ("videos", "channels", "playlists", "shorts", "shelves", "lives")}
+    if path == "/v1/video-platform/video/comment/replies":
+        return {"comments": body["comments"]}
+    if path == "/v1/short-video/shop/products":
+        return {"products": body["products"], "shops": [body["shopInfo"]] if body["shopInfo"] else []}
+    if path == AWEME_PATH:
+        return {"videos": body["aweme_list"]}
+    raise AssertionError(f"no record locations for {path}")
+
+
+def next_params(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, str] | None:
+    """The cursor parameters of the next request, read from the documented end-of-pages signals."""
+
+    def nonempty(value: Any) -> bool:
+        return value not in (None, "", 0, False)
+
+    if path == "/v1/creative/materials":
+        cur = body["metadata"].get("cursor")
+        return {"cursor": cur} if nonempty(cur) else None
+    if path == "/v1/network-a/profile/photos":
+        npid, cur = body.get("next_page_id"), body.get("cursor")
+        return {"next_page_id": npid, "cursor": cur} if nonempty(npid) and nonempty(cur) else None
+    if path in (
+        "/v1/network-a/group/posts",
+        "/v1/forum/subreddit/search",
+        "/v1/microblog-b/user/posts",
+        "/v1/pinboard/search",
+    ):
+        cur = body.get("cursor")
+        return {"cursor": cur} if nonempty(cur) else None
+    if path in ("/v1/video-platform/search", "/v1/video-platform/video/comment/replies"):
+        tok = body.get("continuationToken")
+        return {"continuationToken": tok} if nonempty(tok) else None
+    if path == "/v1/photo-app/user/reels":
+        if "paging_info" in body:
+            info = body["paging_info"]
+            ok = info.get("more_available") and nonempty(info.get("max_id"))
+            return {"max_id": info["max_id"]} if ok else None
+        return {"max_id": body["max_id"]} if nonempty(body.get("max_id")) else None
+    if path == "/v1/short-video/shop/products":
+        return {"cursor": body["cursor"]} if body.get("has_more") and nonempty(body.get("cursor")) else None
+    if path == AWEME_PATH:
+        if "has_more" in body and not body["has_more"]:
+            return None
+        return {"max_cursor": str(body["max_cursor"])} if nonempty(body.get("max_cursor")) else None
+    return None
+
+
+def http_crawl(
+    client: httpx.Client, path: str, params: Mapping[str, Any], max_pages: int = 10_000
+) -> tuple[list[Any], dict[str, list[dict[str, Any]]]]:
+    """Follow a query to its end over HTTP: (page bodies, distinct records by kind in first-seen order)."""
+    bodies: list[Any] = []
+    seen: dict[str, dict[Any, dict[str, Any]]] = {}
+    request = dict(params)
+    for _ in range(max_pages):
+        response = client.get(path, params=request)
+        assert response.status_code == 200, (response.status_code, response.text[:300])
+        body = response.json()
+        bodies.append(body)
+        for kind, recs in records_of(path, body, params).items():
+            bucket = seen.setdefault(kind, {})
+            for rec in recs:
+                bucket.setdefault(primary_key(path, kind, rec), rec)
+        nxt = next_params(path, body, params)
+        if nxt is None:
+            return bodies, {k: list(v.values()) for k, v in seen.items()}
+        request = {**params, **nxt}
+    raise AssertionError(f"{path} did not end within {max_pages} pages")
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[RunningSandbox]:
+    with running(SandboxConfig(api_keys={DEFAULT_KEY: SESSION_CREDITS})) as sb:
+        yield sb
+
+
+@pytest.fixture
+def sandbox_client(sandbox: RunningSandbox) -> Iterator[httpx.Client]:
+    with sandbox.client() as client:
+        yield client
+
+
+@pytest.fixture
+def sandbox_factory() -> Iterator[Callable[..., RunningSandbox]]:
+    started: list[RunningSandbox] = []
+
+    def make(config: SandboxConfig | None = None, **overrides: Any) -> RunningSandbox:
+        sb = start(config, **overrides)
+        started.append(sb)
+        return sb
+
+    yield make
+    for sb in started:
+        sb.stop(wait=False)

@@ -1,0 +1,149 @@
+"""Authentication, credits and the ledger, over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from sandbox.server import RunningSandbox
+
+PINS = "/v1/pinboard/search"
+OUT_OF_CREDITS = {
+    "success": False,
+    "error": "payment_required",
+    "message": "Out of credits. Please purchase more credits.",
+    "credits_remaining": 0,
+    "credits_charged": 0,
+}
+
+
+def test_missing_key_is_401_and_free(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"k": 10})
+    with sb.client(key="") as client:
+        response = client.get(PINS, params={"query": "q"})
+        balance = client.get("/v1/credit-balance")
+    assert response.status_code == 401
+    assert response.json() == {
+        "success": False,
+        "error": "unauthorized",
+        "message": "missing x-api-key header",
+    }
+    assert balance.status_code == 401
+    assert sb.balance("k") == 10 and sb.billed_total("k") == 0
+
+
+def test_unknown_key_looks_exactly_like_an_empty_balance(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    sb = sandbox_factory(api_keys={"rich": 10, "broke": 0})
+    with sb.client(key="wrong") as wrong, sb.client(key="broke") as broke:
+        unknown = wrong.get(PINS, params={"query": "q"})
+        empty = broke.get(PINS, params={"query": "q"})
+        unknown_balance = wrong.get("/v1/credit-balance")
+    assert unknown.status_code == empty.status_code == unknown_balance.status_code == 402
+    assert unknown.json() == empty.json() == OUT_OF_CREDITS
+    assert sb.balance("rich") == 10
+
+
+def test_balance_runs_out_mid_crawl(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"k": 3}, pages=(6, 6))
+    statuses, remaining = [], []
+    with sb.client() as client:
+        params = {"query": "rugs"}
+        for _ in range(5):
+            response = client.get(PINS, params=params)
+            statuses.append(response.status_code)
+            if response.status_code != 200:
+                break
+            body = response.json()
+            remaining.append(body["credits_remaining"])
+            params = {"query": "rugs", "cursor": body["cursor"]}
+        balance = client.get("/v1/credit-balance").json()
+    assert statuses == [200, 200, 200, 402]
+    assert remaining == [2, 1, 0]
+    assert balance == {"creditCount": 0}
+    assert sb.billed_total("k") == 3
+    assert [e.credits for e in sb.ledger if e.path == PINS] == [1, 1, 1, 0]
+
+
+def test_cost_table(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"k": 12}, costs={PINS: 5, "/v1/photo-app/user/embed": 0})
+    with sb.client() as client:
+        pins = client.get(PINS, params={"query": "q"}).json()
+        embed = client.get("/v1/photo-app/user/embed", params={"handle": "h"}).json()
+        tweets = client.get("/v1/microblog-a/community/tweets", params={"url": "u"}).json()
+        assert (pins["credits_charged"], pins["credits_remaining"]) == (5, 7)
+        assert (embed["credits_charged"], embed["credits_remaining"]) == (0, 7)
+        assert (tweets["credits_charged"], tweets["credits_remaining"]) == (1, 6)
+        client.get(PINS, params={"query": "q"})  # 6 -> 1
+        refused = client.get(PINS, params={"query": "q"})
+        still_free = client.get("/v1/photo-app/user/embed", params={"handle": "h"})
+    assert refused.status_code == 402
+    assert refused.json()["credits_remaining"] == 1  # nothing billed
+    assert still_free.status_code == 200
+    assert sb.balance("k") == 1 and sb.billed_total("k") == 11
+
+
+def test_credit_balance_is_free(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"k": 2})
+    with sb.client() as client:
+        answers = [client.get("/v1/credit-balance").json() for _ in range(5)]
+    assert answers == [{"creditCount": 2}] * 5
+    assert sb.balance("k") == 2
+
+
+def test_not_found_and_blocked_are_billed(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"k": 10})
+    with sb.client() as client:
+        deactivated = client.get("/v1/photo-app/user/reels", params={"handle": "missing_user"})
+        gone = client.get("/v1/microblog-b/user/posts", params={"handle": "missing.mb.example"})
+        blocked = client.get("/v1/pinboard/search", params={"query": "blocked content"})
+        no_material = client.get("/v1/creative/materials/video:0123456789abffff")
+    assert deactivated.status_code == 200 and deactivated.json()["credits_charged"] == 1
+    assert gone.status_code == 404 and gone.json()["credits_charged"] == 1
+    assert blocked.status_code == 403 and blocked.json()["credits_charged"] == 1
+    assert no_material.status_code == 404 and no_material.json()["credits_charged"] == 1
+    assert sb.balance("k") == 6 and sb.billed_total("k") == 4
+
+
+def test_concurrent_requests_never_overspend(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"k": 10})
+
+    def call(i: int) -> int:
+        with sb.client() as client:
+            return client.get(PINS, params={"query": f"q{i}"}).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = list(pool.map(call, range(30)))
+    assert sorted(statuses) == [200] * 10 + [402] * 20
+    assert sb.balance("k") == 0 and sb.billed_total("k") == 10
+
+
+def test_balances_are_per_key(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"a": 5, "b": 5})
+    with sb.client(key="a") as a, sb.client(key="b") as b:
+        a.get(PINS, params={"query": "q"})
+        a.get(PINS, params={"query": "q"})
+        b.get(PINS, params={"query": "q"})
+        assert a.get("/v1/credit-balance").json() == {"creditCount": 3}
+        assert b.get("/v1/credit-balance").json() == {"creditCount": 4}
+    assert (sb.billed_total("a"), sb.billed_total("b")) == (2, 1)
+
+
+def test_ledger_endpoint_lists_requests_without_keys(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(api_keys={"secret-key-123": 5})
+    with sb.client() as client:
+        client.get(PINS, params={"query": "tables", "trim": "true"})
+        client.get("/v1/credit-balance")
+        ledger = httpx.get(sb.base_url + "/_sandbox/ledger")
+    assert "secret-key-123" not in ledger.text
+    entries = ledger.json()
+    assert [(e["path"], e["status"], e["credits"]) for e in entries] == [
+        (PINS, 200, 1),
+        ("/v1/credit-balance", 200, 0),
+    ]
+    assert entries[0]["params"] == {"query": "tables", "trim": "true"}
+    assert entries[0]["n"] == 1 and entries[0]["fault"] is None
+    assert isinstance(entries[0]["time"], float)

@@ -1,0 +1,167 @@
+"""Paging every endpoint to its natural end over HTTP, with each cursor style, against `sandbox.expected`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from sandbox.config import Quirks, SandboxConfig
+from sandbox.expected import expected_pages, full_crawl
+from sandbox.server import RunningSandbox
+from tests.fixtures_sandbox import http_crawl, records_of
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("/v1/creative/materials", {"query": "running shoes"}),
+    ("/v1/creative/materials", {"query": "running shoes", "limit": "7", "order": "oldest"}),
+    ("/v1/network-a/profile/photos", {"url": "https://network-a.example/acme"}),
+    ("/v1/network-a/group/posts", {"group_id": "1234567", "sort_by": "CHRONOLOGICAL"}),
+    ("/v1/forum/subreddit/search", {"subreddit": "python", "query": "typing", "sort": "top"}),
+    ("/v1/streaming/clip", {"url": "https://clips.streaming.example/FastClip"}),
+    ("/v1/video-platform/community-post", {"url": "https://video-platform.example/post/Ugkx9"}),
+    ("/v1/microblog-b/post", {"url": "https://mb.example/profile/bob.mb.example/post/3kx"}),
+    ("/v1/microblog-b/user/posts", {"user_id": "did:plc:abc123"}),
+    ("/v1/microblog-a/community/tweets", {"url": "https://mba.example/i/communities/7"}),
+    ("/v1/search-engine/adLibrary/advertisers/search", {"query": "globex"}),
+    ("/v1/photo-app/user/embed", {"handle": "natgeo"}),
+    ("/v1/photo-app/user/reels", {"user_id": "173560420"}),
+    ("/v1/photo-app/user/reels", {"handle": "natgeo", "trim": "true"}),
+    ("/v1/pinboard/search", {"query": "garden ideas"}),
+    ("/v1/pinboard/search", {"query": "garden ideas", "trim": "true"}),
+    ("/v1/video-platform/search", {"query": "lofi", "uploadDate": "this_week"}),
+    ("/v1/video-platform/video/comment/replies", {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"}),
+    ("/v1/short-video/shop/products", {"url": "https://shop.example/acme", "region": "DE"}),
+    ("/v3/short-video/profile/videos", {"handle": "chef", "sort_by": "popular"}),
+    ("/v3/short-video/profile/videos", {"handle": "chef", "trim": "true"}),
+]
+
+SCALE: dict[str, Any] = {"pages": (2, 5), "page_size": 7, "creative_default_limit": 9}
+
+
+@pytest.fixture(scope="module", params=["real", "idealised"])
+def paging_sandbox(request: pytest.FixtureRequest) -> Any:
+    from sandbox.server import running
+
+    quirks = Quirks() if request.param == "real" else Quirks.none()
+    with running(SandboxConfig(api_keys={"k": 10**6}, quirks=quirks, **SCALE)) as sb:
+        yield sb
+
+
+@pytest.mark.parametrize(
+    ("path", "params"), CASES, ids=[f"{p}{'-trim' if 'trim' in q else ''}" for p, q in CASES]
+)
+def test_full_crawl_over_http_matches_expected(
+    paging_sandbox: RunningSandbox, path: str, params: dict[str, Any]
+) -> None:
+    config = paging_sandbox.config
+    with paging_sandbox.client() as client:
+        bodies, collected = http_crawl(client, path, params)
+    want = full_crawl(path, params, config)
+    assert {k: v for k, v in collected.items() if v} == {k: v for k, v in want.items() if v}
+    assert len(bodies) == expected_pages(path, params, config)
+    assert any(want.values())
+
+
+def test_paged_queries_really_page() -> None:
+    """The scale above makes most paged queries span several pages, so cursors are exercised."""
+    config = SandboxConfig(**SCALE)
+    multi = [(p, q) for p, q in CASES if expected_pages(p, q, config) > 1]
+    assert len(multi) >= 10
+
+
+def test_group_posts_at_most_three_a_page(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(page_size=50, pages=(3, 3))
+    params = {"url": "https://network-a.example/groups/big"}
+    with sb.client() as client:
+        bodies, collected = http_crawl(client, "/v1/network-a/group/posts", params)
+    assert len(bodies) == 3
+    assert all(len(b["posts"]) <= 3 for b in bodies)
+    assert [len(b["posts"]) for b in bodies[:2]] == [3, 3]
+    assert (
+        collected["group_posts"] == full_crawl("/v1/network-a/group/posts", params, sb.config)["group_posts"]
+    )
+
+
+def test_records_unique_across_pages_without_repeats(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(pages=(4, 4), page_size=5, quirks=Quirks(repeat_items=False))
+    params = {"query": "lamps"}
+    with sb.client() as client:
+        bodies, collected = http_crawl(client, "/v1/pinboard/search", params)
+    ids = [p["id"] for b in bodies for p in b["pins"]]
+    assert len(ids) == len(set(ids)) == len(collected["pins"])
+    assert len(bodies) == 4
+
+
+def test_benchmark_scale_pages_through(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    """200 pages of 100 records, as a benchmark asks: every page full but maybe the last, all distinct."""
+    sb = sandbox_factory(pages=(200, 200), page_size=100, quirks=Quirks.none(), api_keys={"k": 1000})
+    params = {"handle": "bigcreator"}
+    with sb.client() as client:
+        bodies, collected = http_crawl(client, "/v3/short-video/profile/videos", params)
+    assert len(bodies) == 200
+    assert all(len(b["aweme_list"]) == 100 for b in bodies[:-1])
+    assert len(collected["videos"]) == 199 * 100 + len(bodies[-1]["aweme_list"])
+    assert sb.balance("k") == 800
+
+
+def test_cursor_styles(sandbox_client: Any) -> None:
+    """Opaque strings, a timestamp string (microblog-b feed), an int of ms (short-video), a string max_id."""
+    feed = sandbox_client.get("/v1/microblog-b/user/posts", params={"handle": "many.mb.example"}).json()
+    if feed["cursor"] is not None:
+        assert datetime.fromisoformat(feed["cursor"].replace("Z", "+00:00"))
+        assert feed["cursor"] == feed["feed"][-1]["indexedAt"]
+    videos = sandbox_client.get("/v3/short-video/profile/videos", params={"handle": "chef"}).json()
+    assert isinstance(videos["max_cursor"], int)
+    if videos["max_cursor"]:
+        assert videos["max_cursor"] == videos["aweme_list"][-1]["create_time"] * 1000
+    reels = sandbox_client.get("/v1/photo-app/user/reels", params={"handle": "natgeo"}).json()
+    assert reels["paging_info"]["max_id"] is None or isinstance(reels["paging_info"]["max_id"], str)
+
+
+def test_feed_cursor_any_timestamp_returns_older_posts(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    sb = sandbox_factory(pages=(3, 3), page_size=4)
+    params = {"handle": "clock.mb.example"}
+    everything = full_crawl("/v1/microblog-b/user/posts", params, sb.config)["posts"]
+    # a moment strictly between posts 4 and 5 (newest first): the next page starts at post 5
+    t4 = datetime.fromisoformat(everything[4]["indexedAt"].replace("Z", "+00:00")).timestamp()
+    t5 = datetime.fromisoformat(everything[5]["indexedAt"].replace("Z", "+00:00")).timestamp()
+    between = datetime.fromtimestamp((t4 + t5) / 2).astimezone().isoformat()
+    with sb.client() as client:
+        page = client.get("/v1/microblog-b/user/posts", params={**params, "cursor": between}).json()
+    assert [p["uri"] for p in page["feed"]] == [p["uri"] for p in everything[5:9]]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "cursor_param"),
+    [
+        ("/v1/pinboard/search", {"query": "a"}, "cursor"),
+        ("/v1/short-video/shop/products", {"url": "https://shop.example/a"}, "cursor"),
+        ("/v1/video-platform/search", {"query": "a"}, "continuationToken"),
+    ],
+)
+def test_cursor_of_another_query_is_refused(
+    sandbox_factory: Callable[..., RunningSandbox], path: str, params: dict[str, str], cursor_param: str
+) -> None:
+    sb = sandbox_factory(pages=(3, 3))
+    with sb.client() as client:
+        first = client.get(path, params=params).json()
+        token = first[cursor_param]
+        other = {k: v + "-other" for k, v in params.items()}
+        response = client.get(path, params={**other, cursor_param: token})
+        garbage = client.get(path, params={**params, cursor_param: "not-a-cursor"})
+    assert response.status_code == 400 and response.json()["parameter"] == cursor_param
+    assert garbage.status_code == 400 and garbage.json()["parameter"] == cursor_param
+
+
+def test_single_page_endpoints_answer_one_page(sandbox_client: Any) -> None:
+    params = {"url": "https://mba.example/i/communities/1"}
+    body = sandbox_client.get("/v1/microblog-a/community/tweets", params=params).json()
+    assert set(body) == {"success", "tweets", "credits_remaining", "credits_charged"}
+    assert (
+        records_of("/v1/microblog-a/community/tweets", body, params)["tweets"]
+        == full_crawl("/v1/microblog-a/community/tweets", params, SandboxConfig())["tweets"]
+    )

@@ -1,0 +1,320 @@
+"""First-page shapes of every endpoint, over HTTP, against docs/service-shapes.md: the envelope, the record
+locations, every record's field names and their types."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.expected import crawl
+from tests.fixtures_sandbox import records_of
+
+FORUM = "/v1/forum/subreddit/search"
+
+ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+# kind -> exact top-level field names of its records
+FIELDS: dict[str, set[str]] = {
+    "materials": {
+        "material_id", "type", "title", "language", "style_tags", "cta_type_tags", "advertiser", "thumbnail_url",
+        "duration_seconds", "created_at", "relevance",
+    },
+    "material_details": {
+        "material_id", "type", "title", "structured_fields", "structured_tags", "labels", "related_context",
+        "script", "cta", "latest_ad_context",
+    },
+    "photos": {"photo_id", "accessibility_caption", "viewer_image", "thumbnail", "url"},
+    "group_posts": {"id", "text", "url", "reactionCount", "commentCount", "publishTime", "videoDetails", "topComments"},
+    "forum_posts": {"id", "title", "votes", "num_comments", "url", "created_at"},
+    "forum_comments": {"id", "author", "body", "votes", "created_at", "post"},
+    "media": {"id", "title", "media_type", "width", "height", "gallery_count", "url"},
+    "clips": {
+        "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
+        "broadcaster", "thumbnailURL", "videoQualities",
+    },
+    "community_posts": {"id", "channel", "content", "images", "likeCount", "publishedTime", "video"},
+    "mb_posts": {
+        "uri", "cid", "record", "author", "embed", "replyCount", "repostCount", "likeCount", "quoteCount", "indexedAt",
+    },
+    "tweets": {
+        "id", "full_text", "view_count", "favorite_count", "retweet_count", "reply_count", "bookmark_count",
+        "quote_count", "created_at", "source", "user",
+    },
+    "advertisers": {"name", "advertiser_id", "region", "number_of_ads_estimate"},
+    "websites": {"domain"},
+    "reels_full": {
+        "id", "code", "play_count", "like_count", "comment_count", "taken_at", "video_versions", "image_versions2",
+        "owner",
+    },
+    "reels_trim": {
+        "id", "code", "play_count", "like_count", "comment_count", "taken_at", "video_url", "thumbnail_url", "owner",
+    },
+    "pins": {"id", "url", "title", "description", "images", "link", "domain", "board", "pinner"},
+    "videos": {"id", "title", "url", "thumbnail", "views", "publishedTime", "lengthSeconds", "channel", "badges"},
+    "channels": {"id", "title", "url", "subscriberCount"},
+    "playlists": {"id", "title", "url", "videoCount"},
+    "lives": {"id", "title", "url", "watching"},
+    "shelves": {"type", "title", "items"},
+    "reply_comments": {"id", "content", "author", "likeCount", "publishedTime"},
+    "products": {"id", "title", "cover", "url", "price", "sold_count", "review_count", "rating"},
+    "shops": {"id", "name", "url", "followers", "region"},
+    "aweme": {"aweme_id", "desc", "create_time", "statistics", "video", "author"},
+}  # fmt: skip
+
+
+def get(client: httpx.Client, path: str, **params: Any) -> Any:
+    response = client.get(path, params=params)
+    assert response.status_code == 200, response.text[:300]
+    assert response.headers["content-type"].startswith("application/json")
+    return response.json()
+
+
+def check_envelope(body: dict[str, Any]) -> None:
+    assert body["success"] is True
+    assert isinstance(body["credits_remaining"], int)
+    assert body["credits_charged"] == 1
+
+
+def check_records(records: list[dict[str, Any]], fields: set[str], min_count: int = 1) -> None:
+    assert len(records) >= min_count
+    for rec in records:
+        assert set(rec) == fields, set(rec) ^ fields
+
+
+def test_creative_search_and_detail(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/creative/materials", query="sneakers")
+    assert set(body) == {"success", "data", "metadata", "credits_remaining", "credits_charged"}
+    check_envelope(body)
+    check_records(body["data"], FIELDS["materials"])
+    assert set(body["metadata"]) == {"cursor", "total"}
+    first = body["data"][0]
+    assert first["type"] in ("video", "image", "carousel")
+    assert first["material_id"].startswith(first["type"] + ":")
+    assert ISO.match(first["created_at"])
+    assert isinstance(first["relevance"], float)
+    detail = get(sandbox_client, f"/v1/creative/materials/{first['material_id']}")
+    check_envelope(detail)
+    assert set(detail) == {"success", "data", "metadata", "credits_remaining", "credits_charged"}
+    data = detail["data"]
+    check_records([data], FIELDS["material_details"])
+    assert (data["material_id"], data["type"], data["title"]) == (
+        first["material_id"],
+        first["type"],
+        first["title"],
+    )
+    assert set(data["cta"]) == {"type", "text", "url"}
+    assert set(data["latest_ad_context"]) == {"advertiser", "first_seen", "last_seen", "platforms"}
+    assert isinstance(data["script"], str) and isinstance(data["labels"], list)
+
+
+def test_photos(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/network-a/profile/photos", url="https://network-a.example/acme")
+    check_envelope(body)
+    check_records(body["photos"], FIELDS["photos"])
+    photo = body["photos"][0]
+    assert isinstance(photo["photo_id"], str)
+    assert set(photo["viewer_image"]) == {"uri", "height", "width"}
+    assert isinstance(photo["viewer_image"]["height"], int)
+    assert "next_page_id" in body and "cursor" in body
+
+
+def test_group_posts(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/network-a/group/posts", url="https://network-a.example/groups/hikers")
+    check_envelope(body)
+    check_records(body["posts"], FIELDS["group_posts"])
+    assert len(body["posts"]) <= 3
+    post = body["posts"][0]
+    assert isinstance(post["publishTime"], int) and isinstance(post["reactionCount"], int)
+    for comment in post["topComments"]:
+        assert set(comment) == {"id", "text", "author"}
+
+
+def test_forum_search(sandbox_client: httpx.Client) -> None:
+    # A single-page search may hold no comments or media: pick a query whose first page has all three.
+    query = next(
+        q
+        for q in (f"asyncio{i}" for i in range(50))
+        if all(
+            next(crawl(FORUM, {"subreddit": "python", "query": q})).records[k] for k in ("comments", "media")
+        )
+    )
+    body = get(sandbox_client, FORUM, subreddit="python", query=query)
+    check_envelope(body)
+    check_records(body["posts"], FIELDS["forum_posts"])
+    check_records(body["comments"], FIELDS["forum_comments"])
+    check_records(body["media"], FIELDS["media"])
+    assert set(body["comments"][0]["post"]) == {"id", "title", "url"}
+    assert ISO.match(body["posts"][0]["created_at"])
+
+
+def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/streaming/clip", url="https://clips.streaming.example/SillyClip?tt=1")
+    assert isinstance(body, list) and len(body) == 3
+    clip = body[0]["data"]["clip"]
+    check_records([clip], FIELDS["clips"])
+    check_records(body[1]["data"]["user"]["clips"], FIELDS["clips"], min_count=0)
+    assert set(body[2]["data"]["user"]) == {"id", "login", "displayName", "followers"}
+    assert clip["slug"] == "SillyClip" and clip["url"] == "https://clips.streaming.example/SillyClip"
+    for quality in clip["videoQualities"]:
+        assert set(quality) == {"quality", "frameRate", "videoURL"}
+        assert "sig=" in quality["videoURL"]
+
+
+def test_community_post_is_flat(sandbox_client: httpx.Client) -> None:
+    body = get(
+        sandbox_client, "/v1/video-platform/community-post", url="https://video-platform.example/post/Ugkx1"
+    )
+    check_envelope(body)
+    rec = {k: v for k, v in body.items() if k not in ("success", "credits_remaining", "credits_charged")}
+    check_records([rec], FIELDS["community_posts"])
+    assert set(rec["channel"]) == {"id", "title", "url"}
+
+
+def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
+    body = get(
+        sandbox_client, "/v1/microblog-b/post", url="https://mb.example/profile/alice.mb.example/post/3k2"
+    )
+    check_envelope(body)
+    check_records([body["post"]], FIELDS["mb_posts"])
+    check_records(body["replies"], FIELDS["mb_posts"] | {"parent_uri"}, min_count=0)
+    assert body["post"]["author"]["handle"] == "alice.mb.example"
+    assert set(body["post"]["record"]) == {"text", "createdAt"}
+    feed = get(sandbox_client, "/v1/microblog-b/user/posts", handle="alice.mb.example")
+    check_envelope(feed)
+    check_records(feed["feed"], FIELDS["mb_posts"])
+    assert set(feed["feed"][0]["author"]) == {"did", "handle", "displayName", "avatar"}
+    assert ISO.match(feed["feed"][0]["indexedAt"])
+
+
+def test_tweets(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/microblog-a/community/tweets", url="https://mba.example/i/communities/42")
+    check_envelope(body)
+    check_records(body["tweets"], FIELDS["tweets"])
+    assert set(body["tweets"][0]["user"]) == {
+        "name", "screen_name", "avatar", "followers_count", "is_blue_verified",
+    }  # fmt: skip
+
+
+def test_advertisers(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/search-engine/adLibrary/advertisers/search", query="acme")
+    check_envelope(body)
+    check_records(body["advertisers"], FIELDS["advertisers"])
+    check_records(body["websites"], FIELDS["websites"], min_count=0)
+    assert isinstance(body["advertisers"][0]["number_of_ads_estimate"], int)
+
+
+def test_embed(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/photo-app/user/embed", handle="natgeo")
+    check_envelope(body)
+    assert set(body) == {"success", "html", "credits_remaining", "credits_charged"}
+    assert "natgeo" in body["html"]
+
+
+def test_reels_full_and_trim(sandbox_client: httpx.Client) -> None:
+    full = get(sandbox_client, "/v1/photo-app/user/reels", handle="natgeo")
+    check_envelope(full)
+    check_records([i["media"] for i in full["items"]], FIELDS["reels_full"])
+    assert set(full["paging_info"]) == {"max_id", "more_available"}
+    trim = get(sandbox_client, "/v1/photo-app/user/reels", handle="natgeo", trim="true")
+    check_records(trim["items"], FIELDS["reels_trim"])
+    assert "max_id" in trim and "paging_info" not in trim
+    assert [r["id"] for r in trim["items"]] == [i["media"]["id"] for i in full["items"]]
+
+
+def test_pins_full_and_trim(sandbox_client: httpx.Client) -> None:
+    full = get(sandbox_client, "/v1/pinboard/search", query="kitchen")
+    check_envelope(full)
+    check_records(full["pins"], FIELDS["pins"])
+    assert set(full["pins"][0]["images"]["orig"]) == {"url", "width", "height"}
+    trim = get(sandbox_client, "/v1/pinboard/search", query="kitchen", trim="true")
+    check_records(trim["pins"], FIELDS["pins"] - {"images", "board"})
+
+
+def test_video_search(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/video-platform/search", query="guitar")
+    check_envelope(body)
+    check_records(body["videos"], FIELDS["videos"])
+    check_records(body["shorts"], FIELDS["videos"])
+    check_records(body["channels"], FIELDS["channels"])
+    check_records(body["playlists"], FIELDS["playlists"])
+    check_records(body["lives"], FIELDS["lives"])
+    check_records(body["shelves"], FIELDS["shelves"])
+    check_records(body["shelves"][0]["items"], FIELDS["videos"])
+    extras = get(sandbox_client, "/v1/video-platform/search", query="guitar", includeExtras="true")
+    check_records(extras["videos"], FIELDS["videos"] | {"likeCount", "commentCount", "description"})
+    assert [v["id"] for v in extras["videos"]] == [v["id"] for v in body["videos"]]
+
+
+def test_video_search_shorts_filter(sandbox_client: httpx.Client) -> None:
+    shorts = get(sandbox_client, "/v1/video-platform/search", query="guitar", filter="shorts")
+    assert shorts["shorts"] and not shorts["videos"]
+    ignored = get(
+        sandbox_client, "/v1/video-platform/search", query="guitar", filter="shorts", sortBy="popular"
+    )
+    plain = get(sandbox_client, "/v1/video-platform/search", query="guitar", sortBy="popular")
+    assert ignored["videos"] == plain["videos"] and ignored["videos"]
+
+
+def test_comment_replies(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/video-platform/video/comment/replies", continuationToken="Eg0SC2RRdzR3")
+    check_envelope(body)
+    check_records(body["comments"], FIELDS["reply_comments"])
+    assert set(body["comments"][0]["author"]) == {"name", "channelId", "avatar", "isVerified", "isCreator"}
+
+
+def test_shop_products(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/short-video/shop/products", url="https://shop.example/acme", region="GB")
+    check_envelope(body)
+    check_records(body["products"], FIELDS["products"])
+    check_records([body["shopInfo"]], FIELDS["shops"])
+    assert isinstance(body["has_more"], bool)
+    product = body["products"][0]
+    assert product["price"]["currency"] == "GBP" and isinstance(product["rating"], float)
+    assert body["shopInfo"]["region"] == "GB"
+
+
+def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
+    full = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef")
+    check_envelope(full)
+    check_records(full["aweme_list"], FIELDS["aweme"])
+    assert full["has_more"] in (0, 1) and isinstance(full["max_cursor"], int)
+    video = full["aweme_list"][0]
+    assert set(video["statistics"]) == {
+        "play_count",
+        "digg_count",
+        "comment_count",
+        "share_count",
+        "collect_count",
+    }
+    assert set(video["video"]) == {"duration", "cover", "play_addr"}
+    assert isinstance(video["create_time"], int)
+    trim = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef", trim="true")
+    assert "has_more" not in trim
+    check_records(trim["aweme_list"], FIELDS["aweme"] - {"author"})
+    assert set(trim["aweme_list"][0]["video"]) == {"duration", "cover"}
+
+
+def test_credit_balance(sandbox_client: httpx.Client) -> None:
+    body = get(sandbox_client, "/v1/credit-balance")
+    assert set(body) == {"creditCount"} and isinstance(body["creditCount"], int)
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/v1/pinboard/search", {"query": "tents"}),
+        ("/v1/streaming/clip", {"url": "https://clips.streaming.example/Clip1"}),
+        ("/v3/short-video/profile/videos", {"handle": "chef", "trim": "true"}),
+        ("/v1/creative/materials", {"query": "soda", "order": "latest"}),
+    ],
+)
+def test_same_request_same_body(sandbox_client: httpx.Client, path: str, params: dict[str, str]) -> None:
+    """Byte-identical answers to the same request, but for the balance."""
+    first = sandbox_client.get(path, params=params)
+    second = sandbox_client.get(path, params=params)
+    strip = re.compile(rb'"credits_remaining":\d+')
+    assert strip.sub(b"", first.content) == strip.sub(b"", second.content)
+    assert records_of(path, first.json(), params) == records_of(path, second.json(), params)

@@ -1,0 +1,135 @@
+"""The generator and the server without HTTP clients of their own: determinism across processes, paging
+invariants for any scale, config checks, and the foreground `serve` used by `harvest sandbox`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sandbox.config import Quirks, SandboxConfig
+from sandbox.expected import crawl, expected_pages, full_crawl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PROBE = """
+import orjson
+from sandbox.config import SandboxConfig
+from sandbox.expected import crawl
+pages = list(crawl("/v1/forum/subreddit/search", {"subreddit": "python", "query": "gil"}, SandboxConfig(seed=5)))
+print(orjson.dumps([p.body for p in pages]).decode())
+"""
+
+
+def test_same_answer_in_another_process_with_another_hash_seed() -> None:
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    here = [p.body for p in crawl("/v1/forum/subreddit/search", {"subreddit": "python", "query": "gil"},
+                                  SandboxConfig(seed=5))]  # fmt: skip
+    assert json.loads(out) == json.loads(orjson.dumps(here))
+
+
+def test_seed_changes_the_data() -> None:
+    params = {"query": "lamps"}
+    a = full_crawl("/v1/pinboard/search", params, SandboxConfig(seed=1))["pins"]
+    b = full_crawl("/v1/pinboard/search", params, SandboxConfig(seed=2))["pins"]
+    assert [p["id"] for p in a] != [p["id"] for p in b]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lo=st.integers(1, 6),
+    extra=st.integers(0, 6),
+    size=st.integers(1, 30),
+    handle=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.", min_size=1, max_size=20),
+    trim=st.booleans(),
+)
+def test_paging_invariants(lo: int, extra: int, size: int, handle: str, trim: bool) -> None:
+    """Any scale: the page count is within bounds, every page but the last is full, ids are distinct."""
+    config = SandboxConfig(pages=(lo, lo + extra), page_size=size, quirks=Quirks(dangling_last_cursor=False))
+    params = {"handle": handle, "trim": trim}
+    pages = list(crawl("/v3/short-video/profile/videos", params, config))
+    assert lo <= len(pages) <= lo + extra
+    counts = [len(p.records["videos"]) for p in pages]
+    assert all(c == size for c in counts[:-1]) and 1 <= counts[-1] <= size
+    ids = [v["aweme_id"] for p in pages for v in p.records["videos"]]
+    assert (
+        len(ids)
+        == len(set(ids))
+        == len(full_crawl("/v3/short-video/profile/videos", params, config)["videos"])
+    )
+    assert expected_pages("/v3/short-video/profile/videos", params, config) == len(pages)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"pages": (0, 3)},
+        {"pages": (4, 2)},
+        {"page_size": 0},
+        {"fault_rate": 1.5},
+        {"creative_default_limit": 101},
+        {"costs": {"/v1/pinboard/search": -1}},
+        {"fault_kinds": ["gremlins"]},
+    ],
+)
+def test_config_rejects_nonsense(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SandboxConfig(**bad)  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_in_the_foreground() -> None:
+    """What `harvest sandbox --port P --api-key K --credits C --fault-rate 0 --seed 7` runs."""
+    port = free_port()
+    code = f"from sandbox.server import serve; serve(port={port}, api_key='cli-key', credits=5, fault_rate=0.0, seed=7)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                response = httpx.get(
+                    f"http://127.0.0.1:{port}/v1/credit-balance", headers={"x-api-key": "cli-key"}
+                )
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "serve() did not come up"
+                time.sleep(0.05)
+        assert response.json() == {"creditCount": 5}
+        pins = httpx.get(
+            f"http://127.0.0.1:{port}/v1/pinboard/search",
+            params={"query": "q"},
+            headers={"x-api-key": "cli-key"},
+        )
+        assert pins.json()["credits_remaining"] == 4
+        assert (
+            pins.json()["pins"]
+            == full_crawl("/v1/pinboard/search", {"query": "q"}, SandboxConfig(seed=7))["pins"][
+                : len(pins.json()["pins"])
+            ]
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
