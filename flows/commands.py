@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,24 @@ from tasks.layout import OutputLayout
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 out = Console()
 err = Console(stderr=True)
+
+
+def harvest_command() -> str:
+    """How the user can call harvest again: `harvest` when it is on PATH, else the path they just used."""
+    if shutil.which("harvest"):
+        return "harvest"
+    exe = Path(sys.argv[0])
+    try:
+        return str(exe.resolve().relative_to(Path.cwd())) if exe.name == "harvest" else "harvest"
+    except ValueError:
+        return str(exe)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -84,7 +104,9 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
             rows.add_row(name, str(n))
         out.print(rows)
     else:
-        err.print(f"[yellow]not loaded into DuckDB yet[/yellow]: run `harvest load {output}` when it is free")
+        err.print(
+            f"[yellow]not loaded into DuckDB yet[/yellow]: run `{harvest_command()} load {output}` when it is free"
+        )
     out.print(
         f"credits spent: [bold]{summary['credits_spent']}[/bold] of a budget of {summary['budget']}; "
         f"records: {summary['records']}; status: {summary['status']}"
@@ -109,13 +131,13 @@ def demo(output: Path | None) -> None:
     db = target / "harvest.duckdb"
     out.print("\n[bold]Query it[/bold] (DuckDB SQL, read-only):")
     out.print(
-        f'  harvest sql {target} "SELECT caption, play_count, digg_count FROM short_video_videos '
+        f'  {harvest_command()} sql {target} "SELECT caption, play_count, digg_count FROM short_video_videos '
         f'ORDER BY play_count DESC LIMIT 5"',
         highlight=False,
         soft_wrap=True,
     )
     out.print(
-        f"  .venv/bin/python -c \"import duckdb; print(duckdb.connect('{db}', read_only=True)"
+        f"  {_relative(Path(sys.executable))} -c \"import duckdb; print(duckdb.connect('{db}', read_only=True)"
         f".sql('SELECT query_id, status, pages, credits FROM query_state'))\"",
         highlight=False,
         soft_wrap=True,
