@@ -36,6 +36,15 @@ from tasks.duckdb_load import DatabaseBusy  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
 
 
+def run_status(statuses: list[str]) -> str:
+    """`failed` if any query failed, `budget_exhausted` if any stopped at a cap, else `complete`."""
+    if any(s not in OK_STATUSES for s in statuses):
+        return "failed"
+    if "budget_exhausted" in statuses:
+        return "budget_exhausted"
+    return "complete"
+
+
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
@@ -163,7 +172,6 @@ async def collect_job(
             finally:
                 run_context.unregister(run_id)
     finished = datetime.now(UTC)
-    failed = [s for s in summaries if s["status"] not in OK_STATUSES]
     manifest = RunManifest(
         run_id=run_id,
         job=spec.name,
@@ -171,7 +179,7 @@ async def collect_job(
         service=service.label,
         started=started.isoformat(),
         finished=finished.isoformat(),
-        status="failed" if failed else "complete",
+        status=run_status([s["status"] for s in summaries]),
         budget=credits_cap,
         credits_spent=ledger.spent,
         queries=summaries,

@@ -80,6 +80,10 @@ def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: P
             output=str(output) if output else None,
         )
         summary: dict[str, Any] = asyncio.run(coro)
+    except (SpecError, UsageError, MissingApiKey) as exc:
+        raise fail(str(exc)) from None
+    except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
+        raise fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None
     finally:
         reporter.close()
     return summary
