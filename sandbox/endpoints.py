@@ -87,7 +87,9 @@ class Endpoint:
     kinds: dict[str, str] = field(default_factory=dict)
     """Record kind -> primary key field (see docs/service-shapes.md)."""
     one_of: tuple[str, ...] = ()
-    """At least one of these must be given (the "one of two identifiers" endpoints)."""
+    """At least one of these must be given (the "one of two identifiers" endpoints). When both are, the
+    first one of `one_of` that is given names the account and the other is ignored (ids before handles and
+    URLs: the interface says ids answer faster, so the service goes by them)."""
     search: bool = False
     """A search endpoint: the repeat-items quirk applies."""
     paged: bool = True
@@ -139,7 +141,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         GROUP_POSTS,
         (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), Param("cursor")),
         kinds={"group_posts": "id"},
-        one_of=("url", "group_id"),
+        one_of=("group_id", "url"),
     ),
     Endpoint(
         FORUM_SEARCH,
@@ -164,7 +166,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         MB_FEED,
         (_subject("handle"), _subject("user_id"), Param("cursor")),
         kinds={"posts": "uri"},
-        one_of=("handle", "user_id"),
+        one_of=("user_id", "handle"),
         user_scoped=True,
     ),
     Endpoint(TWEETS, (_subject("url", required=True),), kinds={"tweets": "id"}, paged=False),

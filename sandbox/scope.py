@@ -80,8 +80,10 @@ def make_scope(endpoint: Endpoint, params: Params, seed: int, identity: str | No
     about the root continuation token, whatever page the request asks for)."""
     if identity is None:
         parts = []
+        given = [name for name in endpoint.one_of if params.get(name) is not None]
+        ignored = set(given[1:])
         for p in endpoint.params:
-            if not p.identity:
+            if not p.identity or p.name in ignored:
                 continue
             if p.check == "multi":
                 vals = params.many(p.name)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import httpx
 import pytest
 
 from sandbox.config import Quirks, SandboxConfig
@@ -165,3 +166,36 @@ def test_single_page_endpoints_answer_one_page(sandbox_client: Any) -> None:
         records_of("/v1/microblog-a/community/tweets", body, params)["tweets"]
         == full_crawl("/v1/microblog-a/community/tweets", params, SandboxConfig())["tweets"]
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "preferred", "other"),
+    [
+        ("/v1/photo-app/user/reels", {"user_id": "787132"}, {"handle": "natgeo"}),
+        ("/v1/microblog-b/user/posts", {"user_id": "did:plc:abc"}, {"handle": "a.mb.example"}),
+        ("/v1/network-a/group/posts", {"group_id": "99"}, {"url": "https://network-a.example/groups/g"}),
+    ],
+)
+def test_either_identifier_and_ids_win_over_handles(
+    sandbox_client: Any, path: str, preferred: dict[str, str], other: dict[str, str]
+) -> None:
+    def page(params: dict[str, str]) -> Any:
+        response = sandbox_client.get(path, params=params)
+        assert response.status_code == 200
+        return records_of(path, response.json(), params)
+
+    both = page({**preferred, **other})
+    assert both == page(preferred)
+    assert both != page(other)
+
+
+def test_expected_over_http(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    sb = sandbox_factory(pages=(3, 3), page_size=4)
+    params = {"path": "/v1/photo-app/user/reels", "handle": "natgeo", "trim": "true"}
+    answer = httpx.get(sb.base_url + "/_sandbox/expected", params=params).json()
+    assert answer["pages"] == 4 and answer["pages_following_dangling"] == 4
+    assert answer["records"] == full_crawl(
+        "/v1/photo-app/user/reels", {"handle": "natgeo", "trim": "true"}, sb.config
+    )
+    bad = httpx.get(sb.base_url + "/_sandbox/expected", params={"path": "/v1/pinboard/search"})
+    assert bad.status_code == 400

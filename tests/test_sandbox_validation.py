@@ -19,9 +19,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("/v3/short-video/profile/videos", {"user_id": "123"}, "handle"),
     ("/v1/pinboard/search", {"query": ""}, "query"),
     # neither of the two identifiers
-    ("/v1/network-a/group/posts", {"sort_by": "TOP_POSTS"}, "url"),
+    ("/v1/network-a/group/posts", {"sort_by": "TOP_POSTS"}, "group_id"),
     ("/v1/photo-app/user/reels", {"trim": "true"}, "user_id"),
-    ("/v1/microblog-b/user/posts", {}, "handle"),
+    ("/v1/microblog-b/user/posts", {}, "user_id"),
     # enums
     ("/v1/network-a/group/posts", {"url": "u", "sort_by": "top_posts"}, "sort_by"),
     ("/v1/forum/subreddit/search", {"subreddit": "python", "sort": "best"}, "sort"),
