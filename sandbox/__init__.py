@@ -1,0 +1,9 @@
+"""A faithful local emulation of the credit-billed retrieval service, for `make demo`, tests and benchmarks.
+
+Start one with `sandbox.server.running(...)` (background thread) or `sandbox.server.serve(...)` (foreground);
+ask what a full crawl holds with `sandbox.expected.full_crawl(...)`.
+"""
+
+from sandbox.config import FaultKind, Quirks, SandboxConfig
+
+__all__ = ["FaultKind", "Quirks", "SandboxConfig"]

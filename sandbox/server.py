@@ -144,7 +144,7 @@ def running(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
     with running(SandboxConfig(pages=(3, 3))) as sb:
         httpx.get(sb.base_url + "/v1/credit-balance", headers={"x-api-key": sb.key})
     """
-    cfg = (config or SandboxConfig()).replace(**overrides) if overrides else (config or SandboxConfig())
+    cfg = (config or SandboxConfig()).replace(**overrides)
     sandbox = RunningSandbox(cfg).start()
     try:
         yield sandbox
@@ -154,5 +154,5 @@ def running(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
 
 def start(config: SandboxConfig | None = None, **overrides: Any) -> RunningSandbox:
     """A started sandbox the caller stops (`stop()` or a `with` block)."""
-    cfg = (config or SandboxConfig()).replace(**overrides) if overrides else (config or SandboxConfig())
+    cfg = (config or SandboxConfig()).replace(**overrides)
     return RunningSandbox(cfg).start()
