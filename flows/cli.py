@@ -24,7 +24,8 @@ app = typer.Typer(
 
 
 @app.command(
-    epilog="Example: harvest sandbox --port 8765 --api-key demo-key --credits 1000 --fault-rate 0.1 --seed 7"
+    epilog="Example: harvest sandbox --port 8765 --api-key demo-key --credits 1000 --fault-rate 0.1 --seed 7\n\n"
+    "Benchmark scale: harvest sandbox --pages 200 200 --page-size 100 --credits 1000000"
 )
 def sandbox(
     port: int = typer.Option(8765, help="Port on 127.0.0.1 to serve on."),
@@ -32,11 +33,37 @@ def sandbox(
     credits: int = typer.Option(1000, help="Starting credit balance of that key."),
     fault_rate: float = typer.Option(0.0, help="Share of requests answered with an injected fault (0..1)."),
     seed: int = typer.Option(0, help="Seed of the fault schedule and of the synthetic data."),
+    pages: tuple[int, int] = typer.Option((1, 4), help="Min and max pages of a paged query."),
+    page_size: int = typer.Option(10, help="Records per full page (group posts stay at 3)."),
+    quirks: bool = typer.Option(
+        True,
+        "--quirks/--no-quirks",
+        help="The real service's awkward behaviours (ignored unknown parameters, ...).",
+    ),
+    fault_kinds: str = typer.Option(
+        "rate_limit,server_error,unavailable,slow,drop,truncated,malformed",
+        help="Comma-separated fault kinds the random schedule picks from.",
+    ),
+    slow_seconds: float = typer.Option(2.0, help="Delay of a `slow` fault."),
+    retry_after: str = typer.Option("1", help="Retry-After header of a 429 fault, in seconds."),
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
+    from sandbox.config import Quirks
     from sandbox.server import serve
 
-    serve(port=port, api_key=api_key, credits=credits, fault_rate=fault_rate, seed=seed)
+    serve(
+        port=port,
+        api_key=api_key,
+        credits=credits,
+        fault_rate=fault_rate,
+        seed=seed,
+        pages=pages,
+        page_size=page_size,
+        quirks=Quirks() if quirks else Quirks.none(),
+        fault_kinds=[k.strip() for k in fault_kinds.split(",") if k.strip()],
+        slow_seconds=slow_seconds,
+        retry_after=retry_after,
+    )
 
 
 # ------------------------------------------------------------------------------------- spec commands
@@ -191,8 +218,12 @@ OUTPUT_ARG = typer.Argument(..., help="The job's output directory (holds harvest
 )
 def run(
     spec: Path = SPEC_ARG,
-    base_url: str | None = typer.Option(None, "--base-url", help="Service URL (or `sandbox`); beats the spec."),
-    budget: int | None = typer.Option(None, "--budget", min=0, help="Credit cap for this run; beats the spec."),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Service URL (or `sandbox`); beats the spec."
+    ),
+    budget: int | None = typer.Option(
+        None, "--budget", min=0, help="Credit cap for this run; beats the spec."
+    ),
     output: Path | None = typer.Option(None, "--output", help="Output directory; beats the spec."),
 ) -> None:
     """Run a job: collect every query within the budget, land Parquet, load DuckDB.
