@@ -1,0 +1,176 @@
+"""Shared helpers of the connector tests: run harvest's real pager, client and ledger against a sandbox over
+HTTP, and compare what came back with what the sandbox says a full crawl holds and what it billed.
+
+Harvest names its record kinds by table (`pinboard_pins`); the sandbox by kind (`pins`). A table is the
+platform segment of the path (`/v1/pinboard/...` -> `pinboard`) joined to the sandbox kind, which
+`sandbox_kind` undoes (and every test checks the mapping covers the sandbox's kinds exactly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import stamina
+
+from connectors.catalog import Endpoint
+from connectors.client import RetryPolicy, ServiceClient, Timeouts
+from connectors.ledger import CreditLedger
+from connectors.pager import Page, QueryOutcome, QueryPager, QuerySpec
+from connectors.records import PARAM_PREFIX, RecordKind, keys_of
+from sandbox.billing import LedgerEntry, params_dict
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+from sandbox.server import RunningSandbox
+
+FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
+"""Instant retries: a 429's Retry-After is capped by max_wait=0."""
+ENVELOPE = frozenset({"success", "credits_remaining", "credits_charged"})
+
+
+@pytest.fixture
+def real_retries() -> Iterator[None]:
+    """Whatever other tests did to stamina's global switches, these tests run the real retry loop."""
+    was_active = stamina.is_active()
+    stamina.set_active(True)
+    with stamina.set_testing(False):
+        yield
+    stamina.set_active(was_active)
+
+
+# ---------------------------------------------------------------------------------------------- kinds, keys
+def sandbox_kind(endpoint: Endpoint, kind: RecordKind) -> str:
+    platform = endpoint.path.split("/")[2].replace("-", "_")
+    prefix = platform + "_"
+    assert kind.table.startswith(prefix), (kind.table, endpoint.path)
+    return kind.table.removeprefix(prefix)
+
+
+def sandbox_path(endpoint: Endpoint, params: Mapping[str, Any]) -> str:
+    """The request path (the detail endpoint carries the material id), as `full_crawl` wants it."""
+    return endpoint.url_path(endpoint.params.model_validate(params))
+
+
+def _normalise(kind: RecordKind, record: Any) -> Any:
+    """A record without the envelope (kinds located at the body itself carry it) and without fields harvest
+    takes from the request rather than the record (the embed's handle, part of the key instead)."""
+    if not isinstance(record, dict):
+        return record
+    from_params = {f.name for f in kind.fields if f.path.startswith(PARAM_PREFIX)}
+    return {k: v for k, v in record.items() if k not in ENVELOPE and k not in from_params}
+
+
+def distinct_by_key(
+    endpoint: Endpoint, records_by_table: Sequence[Mapping[str, list[Any]]], params: Mapping[str, Any]
+) -> dict[str, dict[Any, Any]]:
+    """sandbox kind -> {primary key (as harvest extracts it): record, first seen}."""
+    out: dict[str, dict[Any, Any]] = {sandbox_kind(endpoint, k): {} for k in endpoint.kinds}
+    for records in records_by_table:
+        for kind in endpoint.kinds:
+            recs = records.get(kind.table, [])
+            bucket = out[sandbox_kind(endpoint, kind)]
+            for key, rec in zip(keys_of(kind, recs, params), recs, strict=True):
+                bucket.setdefault(key, _normalise(kind, rec))
+    return out
+
+
+def harvested(
+    endpoint: Endpoint, pages: Sequence[Page], params: Mapping[str, Any]
+) -> dict[str, dict[Any, Any]]:
+    return distinct_by_key(endpoint, [p.records for p in pages], params)
+
+
+def expected(
+    endpoint: Endpoint, params: Mapping[str, Any], config: SandboxConfig
+) -> dict[str, dict[Any, Any]]:
+    """The full crawl per the sandbox, keyed the way harvest keys records."""
+    want = full_crawl(sandbox_path(endpoint, params), params, config)
+    kinds = {sandbox_kind(endpoint, k) for k in endpoint.kinds}
+    assert set(want) == kinds, f"harvest's kinds {sorted(kinds)} != the sandbox's {sorted(want)}"
+    as_tables = {k.table: want[sandbox_kind(endpoint, k)] for k in endpoint.kinds}
+    return distinct_by_key(endpoint, [as_tables], params)
+
+
+# ---------------------------------------------------------------------------------------------- running
+@dataclass
+class Run:
+    pages: list[Page]
+    outcome: QueryOutcome
+
+
+async def collect(pager: QueryPager, after_page: Any = None) -> Run:
+    """Page a query to its end, as a caller would; `after_page(page)` runs after each page is received."""
+    pages: list[Page] = []
+    async with contextlib.aclosing(pager.pages()) as it:
+        async for page in it:
+            pages.append(page)
+            if after_page is not None:
+                after_page(page)
+    return Run(pages, pager.outcome)
+
+
+async def run_query(
+    sb: RunningSandbox,
+    endpoint: Endpoint,
+    params: Mapping[str, Any],
+    *,
+    ledger: CreditLedger | None = None,
+    query_id: str = "q",
+    max_pages: int | None = None,
+    max_credits: int | None = None,
+    timeouts: Timeouts = Timeouts(),
+    retry: RetryPolicy = FAST,
+    after_page: Any = None,
+) -> Run:
+    ledger = ledger if ledger is not None else CreditLedger(10**6)
+    spec = QuerySpec(query_id, endpoint.path, dict(params), max_pages=max_pages, max_credits=max_credits)
+    async with ServiceClient(sb.base_url, sb.key, ledger, timeouts=timeouts, retry=retry) as client:
+        return await collect(QueryPager(spec, endpoint, client, ledger), after_page)
+
+
+# ---------------------------------------------------------------------------------------------- the sandbox's side
+def cursor_params(endpoint: Endpoint) -> frozenset[str]:
+    return frozenset(endpoint.paging.request_params)
+
+
+def query_entries(sb: RunningSandbox, endpoint: Endpoint, params: Mapping[str, Any]) -> list[LedgerEntry]:
+    """The sandbox's ledger entries of one query: its path and its parameters, whatever the cursor."""
+    model = endpoint.params.model_validate(params)
+    cursors = cursor_params(endpoint)
+    want = {k: v for k, v in params_dict(model.query_pairs()).items() if k not in cursors}
+    return [
+        e
+        for e in sb.ledger
+        if e.path == endpoint.path and {k: v for k, v in e.params.items() if k not in cursors} == want
+    ]
+
+
+def entry_cursor(endpoint: Endpoint, entry: LedgerEntry) -> dict[str, Any] | None:
+    got = {k: v for k, v in entry.params.items() if k in cursor_params(endpoint)}
+    return got or None
+
+
+def data_entries(sb: RunningSandbox) -> list[LedgerEntry]:
+    """Requests to data endpoints in the order they arrived (a slow one is recorded when it is answered)."""
+    return sorted((e for e in sb.ledger if e.n is not None), key=lambda e: e.n or 0)
+
+
+def wait_for_entries(sb: RunningSandbox, count: int, timeout: float = 5.0) -> list[LedgerEntry]:
+    """The data requests the sandbox answered, once it has answered `count` (a slow answer the client gave
+    up on is still being billed after the client moved on)."""
+    deadline = time.monotonic() + timeout
+    while len(entries := data_entries(sb)) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return entries
+
+
+async def async_wait_for_entries(sb: RunningSandbox, count: int, timeout: float = 5.0) -> list[LedgerEntry]:
+    deadline = time.monotonic() + timeout
+    while len(entries := data_entries(sb)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return entries

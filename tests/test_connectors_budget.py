@@ -1,0 +1,272 @@
+"""The credit budget is a hard cap on real money: harvest's real pager, client and ledger against the sandbox's
+own billing, one query, several at once, per-query caps, the balance floor, and a property test over random
+faults, costs, concurrency and budgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from connectors import catalog
+from connectors.catalog import Endpoint
+from connectors.client import ServiceClient
+from connectors.ledger import CreditLedger, Policy
+from connectors.pager import QueryPager, QuerySpec
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.expected import crawl
+from sandbox.server import RunningSandbox, start
+from tests.crawl_helpers import (
+    FAST,
+    Run,
+    collect,
+    entry_cursor,
+    expected,
+    harvested,
+    query_entries,
+    real_retries,  # noqa: F401  (fixture)
+    run_query,
+)
+
+pytestmark = pytest.mark.usefixtures("real_retries")
+
+Factory = Callable[..., RunningSandbox]
+PINS = "/v1/pinboard/search"
+ENDPOINTS = catalog.endpoints()
+
+
+async def _concurrently(
+    sb: RunningSandbox,
+    queries: list[tuple[str, Endpoint, dict[str, Any]]],
+    ledger: CreditLedger,
+    in_flight: int = 16,
+) -> dict[str, Run]:
+    async with ServiceClient(sb.base_url, sb.key, ledger, retry=FAST, max_in_flight=in_flight) as client:
+        pagers = [QueryPager(QuerySpec(qid, e.path, p), e, client, ledger) for qid, e, p in queries]
+        runs = await asyncio.gather(*(collect(p) for p in pagers))
+    return {qid: run for (qid, _, _), run in zip(queries, runs, strict=True)}
+
+
+# ---------------------------------------------------------------------------------------------- (a) one query
+async def test_budget_smaller_than_one_query(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory(pages=(5, 5), page_size=4)
+    endpoint, params = ENDPOINTS[PINS], {"query": "desk lamps"}
+    ledger = CreditLedger(3)
+    run = await run_query(sb, endpoint, params, ledger=ledger)
+
+    assert sb.billed_total() == 3 == ledger.spent == run.outcome.credits
+    assert len(sb.ledger) == 3 and len(run.pages) == 3
+    assert run.outcome.status == "budget_exhausted"
+    assert "budget of 3 credits" in (run.outcome.error or "")
+    pages = list(crawl(PINS, params, sb.config))
+    assert run.outcome.next_cursor == pages[2].next, "the cursor of page 4, the first not fetched"
+
+    # resuming from it fetches exactly the rest: together, the full crawl, and no page twice
+    spec = QuerySpec("q", PINS, params, start_cursor=run.outcome.next_cursor, start_page=3)
+    rest_ledger = CreditLedger(100)
+    async with ServiceClient(sb.base_url, sb.key, rest_ledger, retry=FAST) as client:
+        rest = await collect(QueryPager(spec, endpoint, client, rest_ledger))
+    assert rest.outcome.status == "complete" and [p.index for p in rest.pages] == [3, 4]
+    assert harvested(endpoint, run.pages + rest.pages, params) == expected(endpoint, params, sb.config)
+    assert len(sb.ledger) == 5
+
+
+async def test_zero_budget_sends_nothing(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory()
+    run = await run_query(sb, ENDPOINTS[PINS], {"query": "x"}, ledger=CreditLedger(0))
+    assert run.outcome.status == "budget_exhausted" and run.pages == []
+    assert sb.ledger == [] and run.outcome.next_cursor is None
+
+
+# ---------------------------------------------------------------------------------------------- (b) shared budget
+@pytest.mark.parametrize(("budget", "cost"), [(7, 1), (8, 1), (11, 2)])
+async def test_breadth_first_shares_a_short_budget_fairly(
+    sandbox_factory: Factory, budget: int, cost: int
+) -> None:
+    sb = sandbox_factory(pages=(5, 5), page_size=4, costs={PINS: cost})
+    endpoint = catalog.get(PINS, {PINS: cost})
+    queries = [(f"q{i}", endpoint, {"query": f"topic {i}"}) for i in range(3)]
+    ledger = CreditLedger(budget, policy="breadth_first")
+    runs = await _concurrently(sb, queries, ledger)
+
+    counts = [len(query_entries(sb, endpoint, p)) for _, _, p in queries]
+    assert max(counts) - min(counts) <= 1, counts
+    assert counts == [len(runs[q].pages) for q, _, _ in queries]
+    assert sb.billed_total() == sum(counts) * cost == budget - budget % cost
+    assert ledger.spent == sb.billed_total()
+    assert {r.outcome.status for r in runs.values()} == {"budget_exhausted"}
+
+
+async def test_greedy_never_passes_the_shared_budget(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory(pages=(5, 5), page_size=4)
+    endpoint = ENDPOINTS[PINS]
+    queries = [(f"q{i}", endpoint, {"query": f"topic {i}"}) for i in range(3)]
+    ledger = CreditLedger(7, policy="greedy")
+    runs = await _concurrently(sb, queries, ledger)
+    assert sb.billed_total() == 7 == ledger.spent == sum(len(r.pages) for r in runs.values())
+
+
+# ---------------------------------------------------------------------------------------------- (c) per-query caps
+async def test_max_pages(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory(pages=(4, 4), page_size=4)
+    run = await run_query(sb, ENDPOINTS[PINS], {"query": "chairs"}, max_pages=2)
+    assert run.outcome.status == "max_pages" and len(run.pages) == 2 and len(sb.ledger) == 2
+    assert run.outcome.next_cursor == run.pages[1].cursor_out is not None
+    assert run.outcome.credits == sb.billed_total() == 2
+
+
+@pytest.mark.parametrize(("cost", "cap", "pages"), [(1, 3, 3), (2, 5, 2), (3, 2, 0)])
+async def test_max_credits_caps_one_query_only(
+    sandbox_factory: Factory, cost: int, cap: int, pages: int
+) -> None:
+    sb = sandbox_factory(pages=(5, 5), page_size=4, costs={PINS: cost})
+    endpoint = catalog.get(PINS, {PINS: cost})
+    ledger = CreditLedger(100)
+    capped = await run_query(
+        sb, endpoint, {"query": "tables"}, ledger=ledger, query_id="capped", max_credits=cap
+    )
+    other = await run_query(sb, endpoint, {"query": "sofas"}, ledger=ledger, query_id="free")
+
+    assert capped.outcome.status == "budget_exhausted"
+    assert "cap of" in (capped.outcome.error or "")
+    assert len(query_entries(sb, endpoint, {"query": "tables"})) == pages == len(capped.pages)
+    assert capped.outcome.credits == pages * cost <= cap
+    assert other.outcome.status == "complete" and len(other.pages) == 5, "the cap is per query"
+    assert ledger.spent == sb.billed_total() == (pages + 5) * cost
+
+
+# ---------------------------------------------------------------------------------------------- (d) balance floor
+async def test_min_balance_floor_stops_the_run(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory(api_keys={"floor-key": 12}, pages=(6, 6), page_size=4)
+    ledger = CreditLedger(100, min_balance=10)
+    run = await run_query(sb, ENDPOINTS[PINS], {"query": "rugs"}, ledger=ledger)
+
+    # balances after each page: 11, 10, 9 -> below the floor of 10 after the third page
+    assert [p.body["credits_remaining"] for p in run.pages] == [11, 10, 9]
+    assert run.outcome.status == "budget_exhausted" and "floor of 10" in (run.outcome.error or "")
+    assert len(sb.ledger) == 3 and sb.balance() == 9
+    assert run.outcome.next_cursor == run.pages[-1].cursor_out is not None
+    assert ledger.floor_reached
+
+
+# ---------------------------------------------------------------------------------------------- property
+QUICK_FAULTS = [
+    FaultKind.RATE_LIMIT,
+    FaultKind.SERVER_ERROR,
+    FaultKind.UNAVAILABLE,
+    FaultKind.DROP,
+    FaultKind.TRUNCATED,
+    FaultKind.MALFORMED,
+]
+SUBJECTS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "/v1/pinboard/search": lambda i: {"query": f"prop {i}"},
+    "/v1/forum/subreddit/search": lambda i: {"subreddit": f"sub{i}", "query": "q"},
+    "/v3/short-video/profile/videos": lambda i: {"handle": f"maker{i}"},
+    "/v1/short-video/shop/products": lambda i: {"url": f"https://shop.example/s{i}"},
+    "/v1/photo-app/user/reels": lambda i: {"handle": f"reeler{i}"},
+    "/v1/microblog-b/user/posts": lambda i: {"handle": f"u{i}.mb.example"},
+    "/v1/network-a/profile/photos": lambda i: {"url": f"https://network-a.example/p{i}"},
+    "/v1/streaming/clip": lambda i: {"url": f"https://clips.streaming.example/c{i}"},
+}
+PROPERTY_PATHS = list(SUBJECTS)
+
+
+async def _property_run(
+    sb: RunningSandbox,
+    endpoints: dict[str, Endpoint],
+    queries: list[tuple[str, str, dict[str, Any]]],
+    ledger: CreditLedger,
+    in_flight: int,
+    attempts: int,
+) -> dict[str, Run]:
+    retry = dataclasses.replace(FAST, attempts=attempts)
+    async with ServiceClient(sb.base_url, sb.key, ledger, retry=retry, max_in_flight=in_flight) as client:
+        pagers = [
+            QueryPager(QuerySpec(q, path, p), endpoints[path], client, ledger) for q, path, p in queries
+        ]
+        runs = await asyncio.gather(*(collect(p) for p in pagers))
+    return {q: r for (q, _, _), r in zip(queries, runs, strict=True)}
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    costs=st.fixed_dictionaries({p: st.integers(0, 3) for p in PROPERTY_PATHS}),
+    paths=st.lists(st.sampled_from(PROPERTY_PATHS), min_size=1, max_size=8),
+    faults=st.dictionaries(st.integers(1, 16), st.sampled_from(QUICK_FAULTS), max_size=8),
+    in_flight=st.integers(1, 32),
+    attempts=st.integers(2, 5),
+    budget=st.integers(0, 40),
+    policy=st.sampled_from(["breadth_first", "greedy"]),
+)
+def test_property_budget_delivery_and_counting(
+    costs: dict[str, int],
+    paths: list[str],
+    faults: dict[int, FaultKind],
+    in_flight: int,
+    attempts: int,
+    budget: int,
+    policy: Policy,
+) -> None:
+    config = SandboxConfig(
+        api_keys={"prop-key": 10**6}, pages=(1, 4), page_size=4, costs=costs, fault_plan=faults
+    )
+    endpoints = catalog.endpoints(costs)
+    queries = [(f"q{i}", path, SUBJECTS[path](i)) for i, path in enumerate(paths)]
+    ledger = CreditLedger(budget, policy=policy)
+    sb = start(config)
+    try:
+        runs = asyncio.run(_property_run(sb, endpoints, queries, ledger, in_flight, attempts))
+        entries = sb.ledger
+        billed = sb.billed_total()
+    finally:
+        sb.stop(wait=False)
+
+    # (i) the sandbox never billed past the budget; (iii) harvest counted at least what was billed
+    assert billed <= budget
+    assert billed <= ledger.spent <= budget
+    assert ledger.reserved == 0
+
+    # (ii) every undamaged 200 the sandbox answered reached the caller exactly once, by query and cursor
+    owner = {}
+    for qid, path, params in queries:
+        model = endpoints[path].params.model_validate(params)
+        owner[(path, frozenset(model.query_pairs()))] = qid
+    answered: Counter[tuple[str, frozenset[tuple[str, Any]]]] = Counter()
+    for e in entries:
+        if e.status != 200 or e.fault is not None:
+            continue
+        endpoint = next(ep for ep in endpoints.values() if ep.path == e.path)
+        cursor = entry_cursor(endpoint, e) or {}
+        identity = frozenset((k, v) for k, v in e.params.items() if k not in cursor)
+        answered[(owner[(e.path, identity)], frozenset(cursor.items()))] += 1
+    delivered: Counter[tuple[str, frozenset[tuple[str, Any]]]] = Counter(
+        (qid, frozenset((p.cursor_in or {}).items()))
+        for qid, run in runs.items()
+        for p in run.pages
+        if p.status_code == 200 and p.body is not None  # a failed call's paid attempts come without a body
+    )
+    assert answered == delivered
+    assert set(delivered.values()) <= {1}
+
+    event(f"requests: {'0' if not entries else '1-9' if len(entries) < 10 else '10+'}")
+    event(f"faults hit: {sum(e.fault is not None for e in entries)}")
+    for run in runs.values():
+        event(f"status: {run.outcome.status}")
+
+    # and each query ended in a way a user can act on
+    for qid, path, params in queries:
+        out, pages = runs[qid].outcome, runs[qid].pages
+        assert out.status in ("complete", "budget_exhausted", "failed"), out
+        if out.status == "complete":
+            assert harvested(endpoints[path], pages, params) == expected(endpoints[path], params, config)
+        elif out.status == "budget_exhausted":
+            assert out.next_cursor == (pages[-1].cursor_out if pages else None)
+        else:
+            assert "unavailable" in (out.error or ""), out

@@ -1,0 +1,326 @@
+"""The service's traps (shared/spec/service-notes.md), each sprung on harvest's real pager, client and ledger
+against the sandbox over HTTP: what a user would check is the records kept, the requests sent and the credits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from connectors import catalog
+from connectors.catalog import Endpoint
+from connectors.client import Timeouts
+from connectors.ledger import CreditLedger
+from connectors.pager import Page
+from connectors.paging import Paging
+from connectors.records import keys_of
+from sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind, Quirks
+from sandbox.expected import crawl, expected_pages
+from sandbox.server import RunningSandbox
+from tests.crawl_helpers import (
+    FAST,
+    entry_cursor,
+    expected,
+    harvested,
+    query_entries,
+    real_retries,  # noqa: F401  (fixture)
+    run_query,
+    sandbox_path,
+    wait_for_entries,
+)
+
+pytestmark = pytest.mark.usefixtures("real_retries")
+
+ENDPOINTS = catalog.endpoints()
+Factory = Callable[..., RunningSandbox]
+
+PAGED: dict[str, dict[str, Any]] = {
+    "/v1/creative/materials": {"query": "sneakers"},
+    "/v1/network-a/profile/photos": {"url": "https://network-a.example/acme"},
+    "/v1/network-a/group/posts": {"url": "https://network-a.example/groups/hikers"},
+    "/v1/forum/subreddit/search": {"subreddit": "python", "query": "asyncio"},
+    "/v1/microblog-b/user/posts": {"handle": "alice.mb.example"},
+    "/v1/photo-app/user/reels": {"handle": "natgeo"},
+    "/v1/pinboard/search": {"query": "garden ideas"},
+    "/v1/video-platform/search": {"query": "lofi"},
+    "/v1/video-platform/video/comment/replies": {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"},
+    "/v1/short-video/shop/products": {"url": "https://shop.example/acme"},
+    "/v3/short-video/profile/videos": {"handle": "chef"},
+}
+
+
+def test_every_paged_endpoint_is_covered() -> None:
+    assert set(PAGED) == {p for p, e in ENDPOINTS.items() if not e.paging.single}
+
+
+def _keys(endpoint: Endpoint, page: Page, params: dict[str, Any]) -> list[Any]:
+    kind = endpoint.kinds[0]
+    return keys_of(kind, page.records.get(kind.table, []), params)
+
+
+# ---------------------------------------------------------------------------------------------- (a) misspelled cursor
+def misspelled(paging: Paging) -> Paging:
+    """The same paging style with every cursor parameter misspelled (`cursor` -> `cursr`)."""
+    return dataclasses.replace(
+        paging, cursor={name[:-2] + name[-1]: src for name, src in paging.cursor.items()}
+    )
+
+
+@pytest.mark.parametrize("path", list(PAGED))
+async def test_misspelled_cursor_stops_as_a_loop_after_two_requests(
+    sandbox_factory: Factory, path: str
+) -> None:
+    sb = sandbox_factory(pages=(3, 3), page_size=5)
+    endpoint = dataclasses.replace(ENDPOINTS[path], paging=misspelled(ENDPOINTS[path].paging))
+    params = PAGED[path]
+    ledger = CreditLedger(100)
+    run = await run_query(sb, endpoint, params, ledger=ledger)
+
+    entries = query_entries(sb, endpoint, params)
+    assert run.outcome.status == "loop_detected"
+    assert "already used" in (run.outcome.error or "")
+    assert len(sb.ledger) == len(entries) == 2, "exactly two requests, not one more"
+    # the service ignored the misspelled name and answered page 1 twice; both were paid and both kept
+    assert all(e.status == 200 and e.credits == 1 for e in entries)
+    assert set(entries[1].params) - set(entries[0].params) == set(endpoint.paging.request_params)
+    assert len(run.pages) == 2 and run.pages[0].records == run.pages[1].records
+    assert ledger.spent == run.outcome.credits == sb.billed_total() == 2
+    assert run.outcome.next_cursor is None, "resuming from the looping cursor would loop again"
+
+
+async def test_misspelled_cursor_refused_when_the_service_is_strict(sandbox_factory: Factory) -> None:
+    """With unknown parameters refused (not the real service), the typo fails loudly after page 1, unbilled."""
+    sb = sandbox_factory(pages=(3, 3), quirks=Quirks(ignore_unknown_params=False))
+    path = "/v1/pinboard/search"
+    endpoint = dataclasses.replace(ENDPOINTS[path], paging=misspelled(ENDPOINTS[path].paging))
+    run = await run_query(sb, endpoint, PAGED[path])
+    assert run.outcome.status == "failed" and "'cursr'" in (run.outcome.error or "")
+    assert [e.status for e in sb.ledger] == [200, 400]
+    assert len(run.pages) == 1 and run.outcome.credits == sb.billed_total() == 1
+
+
+# ---------------------------------------------------------------------------------------------- (b) dangling cursor
+@pytest.mark.parametrize(
+    ("path", "flag"),
+    [
+        ("/v3/short-video/profile/videos", lambda b: b["has_more"] == 0 and b["max_cursor"]),
+        (
+            "/v1/photo-app/user/reels",
+            lambda b: b["paging_info"]["more_available"] is False and b["paging_info"]["max_id"],
+        ),
+        ("/v1/short-video/shop/products", lambda b: b["has_more"] is False and b["cursor"]),
+        ("/v1/network-a/profile/photos", lambda b: b["next_page_id"] is None and b["cursor"]),
+    ],
+)
+async def test_last_page_with_a_cursor_is_the_last_request(
+    sandbox_factory: Factory, path: str, flag: Callable[[Any], Any]
+) -> None:
+    sb = sandbox_factory(pages=(2, 2))
+    endpoint, params = ENDPOINTS[path], PAGED[path]
+    run = await run_query(sb, endpoint, params)
+
+    last = run.pages[-1]
+    assert flag(last.body), "the trap is set: the last page still carries a cursor"
+    assert run.outcome.status == "complete" and last.cursor_out is None
+    assert len(sb.ledger) == 2 == expected_pages(path, params, sb.config)
+    if path != "/v1/network-a/profile/photos":  # a lone photos `cursor` is refused (400): nothing to follow
+        assert expected_pages(path, params, sb.config, follow_dangling=True) == 3, "following it costs a page"
+    dangling = {str(v) for k, v in last.body.items() if k in ("max_cursor", "cursor")}
+    dangling |= {str(last.body.get("paging_info", {}).get("max_id"))}
+    sent = {str(v) for e in sb.ledger for v in (entry_cursor(endpoint, e) or {}).values()}
+    assert not sent & dangling, "the dangling cursor was never sent"
+    assert all(e.status == 200 for e in sb.ledger)
+    assert harvested(endpoint, run.pages, params) == expected(endpoint, params, sb.config)
+
+
+@pytest.mark.parametrize("path", ["/v3/short-video/profile/videos", "/v1/photo-app/user/reels"])
+async def test_trimmed_answer_without_a_more_flag_stops_at_the_empty_page(
+    sandbox_factory: Factory, path: str
+) -> None:
+    """Trimmed answers drop `has_more` / `more_available`: the dangling cursor cannot be told from a real one,
+    so it is followed once, answers an empty (billed) page, and paging stops there."""
+    sb = sandbox_factory(pages=(2, 2))
+    endpoint, params = ENDPOINTS[path], {**PAGED[path], "trim": True}
+    run = await run_query(sb, endpoint, params)
+
+    assert run.outcome.status == "complete"
+    assert [p.record_count > 0 for p in run.pages] == [True, True, False]
+    assert run.pages[2].cursor_in == run.pages[1].cursor_out
+    assert len(sb.ledger) == 3 == expected_pages(path, params, sb.config)
+    assert run.outcome.credits == sb.billed_total() == 3
+    assert harvested(endpoint, run.pages, params) == expected(endpoint, params, sb.config)
+
+
+# ---------------------------------------------------------------------------------------------- (c) repeated items
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/creative/materials",
+        "/v1/forum/subreddit/search",
+        "/v1/pinboard/search",
+        "/v1/video-platform/search",
+    ],
+)
+async def test_repeated_items_across_pages(sandbox_factory: Factory, path: str) -> None:
+    sb = sandbox_factory(pages=(3, 3), page_size=6, creative_default_limit=6)
+    endpoint, params = ENDPOINTS[path], PAGED[path]
+    run = await run_query(sb, endpoint, params)
+
+    assert run.outcome.status == "complete" and len(run.pages) == 3
+    keys = [_keys(endpoint, p, params) for p in run.pages]
+    for before, after in itertools.pairwise(keys):
+        assert before[-1] == after[0], "the trap is set: a page starts with the previous page's last record"
+    # every page kept whole (the duplicate is on two pages; DuckDB dedupes later) ...
+    flat = [k for page in keys for k in page]
+    assert len(flat) == len(set(flat)) + 2
+    # ... and the distinct records are exactly the full crawl's
+    assert harvested(endpoint, run.pages, params) == expected(endpoint, params, sb.config)
+
+
+# ---------------------------------------------------------------------------------------------- (d) not found, blocked
+async def test_feed_404_success_true_is_not_found_kept_and_billed(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory()
+    path = "/v1/microblog-b/user/posts"
+    run = await run_query(sb, ENDPOINTS[path], {"handle": "missing.mb.example"})
+
+    assert run.outcome.status == "not_found"
+    assert [e.status for e in sb.ledger] == [404]
+    (page,) = run.pages
+    assert page.status_code == 404 and page.body["success"] is True and page.body["error"] == "not_found"
+    assert page.record_count == 0 and page.raw
+    assert page.credits == run.outcome.credits == sb.billed_total() == 1
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["real-shapes", "uniform-404"])
+async def test_unknown_material_404_is_not_found_and_billed(sandbox_factory: Factory, real: bool) -> None:
+    sb = sandbox_factory(quirks=Quirks(real_not_found=real))
+    path = "/v1/creative/materials/{material_id}"
+    run = await run_query(sb, ENDPOINTS[path], {"material_id": "video:0123456789abffff"})
+
+    assert run.outcome.status == "not_found"
+    assert [e.status for e in sb.ledger] == [404]
+    (page,) = run.pages
+    assert page.status_code == 404 and page.record_count == 0
+    assert page.credits == run.outcome.credits == sb.billed_total() == 1
+
+
+async def test_uniform_404_not_found_on_a_paged_endpoint(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory(quirks=Quirks(real_not_found=False))
+    run = await run_query(sb, ENDPOINTS["/v1/photo-app/user/reels"], {"handle": "missing_user"})
+    assert run.outcome.status == "not_found" and [e.status for e in sb.ledger] == [404]
+    assert len(run.pages) == 1 and run.pages[0].body["success"] is False
+    assert run.outcome.credits == sb.billed_total() == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "records"),
+    [
+        ("/v1/photo-app/user/reels", {"handle": "missing_user"}, 0),
+        ("/v1/photo-app/user/reels", {"handle": "missing_user", "trim": True}, 0),
+        ("/v3/short-video/profile/videos", {"handle": "missing_user"}, 0),
+        ("/v3/short-video/profile/videos", {"handle": "missing_user", "trim": True}, 0),
+        ("/v1/network-a/profile/photos", {"url": "https://network-a.example/missing"}, 0),
+        ("/v1/pinboard/search", {"query": "missing"}, 0),
+        ("/v1/short-video/shop/products", {"url": "https://shop.example/missing"}, 0),
+        ("/v1/streaming/clip", {"url": "https://clips.streaming.example/missing"}, 0),
+        ("/v1/microblog-b/post", {"url": "https://mb.example/profile/missing/post/1"}, 0),
+        # kinds located at the body itself: the flagged body is the one record
+        ("/v1/photo-app/user/embed", {"handle": "missing_user"}, 1),
+        ("/v1/video-platform/community-post", {"url": "https://video-platform.example/post/missing"}, 1),
+    ],
+)
+async def test_200_not_found_completes_billed(
+    sandbox_factory: Factory, path: str, params: dict[str, Any], records: int
+) -> None:
+    sb = sandbox_factory()
+    run = await run_query(sb, ENDPOINTS[path], params)
+
+    assert run.outcome.status == "complete"
+    assert [e.status for e in sb.ledger] == [200], "one request, no paging on the empty answer"
+    (page,) = run.pages
+    assert page.record_count == records
+    if isinstance(page.body, dict) and "account_deactivated" in page.body:
+        assert page.body["account_deactivated"] is True
+    if records:
+        (flagged,) = [r for recs in page.records.values() for r in recs]
+        assert flagged is page.body
+    assert page.credits == run.outcome.credits == sb.billed_total() == 1
+
+
+async def test_403_blocked_fails_clearly_and_is_counted(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory()
+    run = await run_query(sb, ENDPOINTS["/v1/pinboard/search"], {"query": "blocked cats"})
+
+    assert run.outcome.status == "failed"
+    assert "the source platform blocks this content (403)" in (run.outcome.error or "")
+    assert [e.status for e in sb.ledger] == [403], "not retried"
+    assert run.outcome.credits == sb.billed_total() == 1
+    assert sum(p.record_count for p in run.pages) == 0
+
+
+# ---------------------------------------------------------------------------------------------- (e) faults
+SLOW_SECONDS = 1.0
+READ_TIMEOUT = 0.5
+RETRY_AFTER = 0.3
+
+
+@pytest.mark.parametrize("fault", list(FaultKind))
+async def test_fault_on_second_request_still_completes(sandbox_factory: Factory, fault: FaultKind) -> None:
+    sb = sandbox_factory(
+        pages=(3, 3),
+        page_size=5,
+        fault_plan={2: fault},
+        slow_seconds=SLOW_SECONDS,
+        retry_after=str(RETRY_AFTER),
+    )
+    path = "/v1/pinboard/search"
+    endpoint, params = ENDPOINTS[path], PAGED[path]
+    budget = 10
+    ledger = CreditLedger(budget)
+    timeouts = Timeouts(read=READ_TIMEOUT) if fault is FaultKind.SLOW else Timeouts()
+    retry = dataclasses.replace(
+        FAST, max_wait=5.0
+    )  # no computed waits (initial=0), but Retry-After is honoured
+    run = await run_query(sb, endpoint, params, ledger=ledger, timeouts=timeouts, retry=retry)
+
+    assert run.outcome.status == "complete", run.outcome
+    assert harvested(endpoint, run.pages, params) == expected(endpoint, params, sb.config)
+    want_cursors = [None, *[p.next for p in crawl(path, params, sb.config)][:-1]]
+    assert [p.cursor_in for p in run.pages] == want_cursors, "each page delivered once, in order"
+    entries = wait_for_entries(sb, 4)
+    assert len(entries) == 4, "three pages and one retry"
+    assert entries[1].fault == fault and entries[1].params == entries[2].params
+    if fault is FaultKind.RATE_LIMIT:
+        assert entries[2].time - entries[1].time >= RETRY_AFTER, "the retry waited as Retry-After asked"
+    billed = sb.billed_total()
+    assert billed == 3 + (fault in BILLED_FAULTS_DEFAULT)
+    # an unknown charge counts as spent: harvest counted every request, the budget held
+    assert billed <= ledger.spent == 4 <= budget
+    assert ledger.reserved == 0
+
+
+# ---------------------------------------------------------------------------------------------- (f) 402 mid-query
+async def test_402_in_the_middle_fails_keeps_earlier_pages_and_stops(sandbox_factory: Factory) -> None:
+    sb = sandbox_factory(api_keys={"small-key": 50}, pages=(4, 4), page_size=5)
+    path = "/v1/pinboard/search"
+    endpoint, params = ENDPOINTS[path], PAGED[path]
+
+    def drain(page: Page) -> None:
+        if page.index == 0:
+            sb.set_balance(0)
+
+    run = await run_query(sb, endpoint, params, after_page=drain)
+
+    assert run.outcome.status == "failed"
+    assert "out of credits, or the API key is not valid" in (run.outcome.error or "")
+    assert len(run.pages) == 1 and run.pages[0].record_count > 0, "the page before it is kept"
+    assert [e.status for e in sb.ledger] == [200, 402], "no further requests"
+    assert run.outcome.next_cursor == run.pages[0].cursor_out is not None, (
+        "resumable from the page not fetched"
+    )
+    assert run.outcome.credits == sb.billed_total() == 1
+    assert sandbox_path(endpoint, params) == path
