@@ -21,6 +21,11 @@ from tasks.parquet_sink import MultiTableSink
 from tasks.rawstore import AttemptLogWriter, RawPageWriter
 from tasks.run_context import lookup
 
+ROW_GROUP_ROWS = 10_000
+ROW_GROUP_BYTES = 4 * 1024 * 1024
+"""Every running query buffers at most one row group per table, so memory is bounded by these times the
+number of queries in flight, whatever the number of pages; 10k rows still read efficiently."""
+
 
 @dataclass
 class QuerySummary:
@@ -52,7 +57,14 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
     requests_path = ctx.layout.requests_file(run_id, spec.query_id)
     files: list[tuple[str, Path, int]] = []
     ctx.attempt_logs[spec.query_id] = AttemptLogWriter(requests_path, fsync=ctx.fsync)
-    sink = MultiTableSink(ctx.layout, run_id, ctx.started, ctx.layout.part_id(part, spec.query_id))
+    sink = MultiTableSink(
+        ctx.layout,
+        run_id,
+        ctx.started,
+        ctx.layout.part_id(part, spec.query_id),
+        row_group_rows=ROW_GROUP_ROWS,
+        row_group_bytes=ROW_GROUP_BYTES,
+    )
     try:
         with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
             async with aclosing(pager.pages()) as pages:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -117,6 +118,11 @@ _REQUESTS_ARROW = pa.schema(
 )
 
 
+LOAD_MEMORY_LIMIT = os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", "1GB")
+"""DuckDB's memory cap for the load step; beyond it DuckDB spills to disk, so loading a run's rows does not make
+the process grow with the size of the run. Raise it (HARVEST_DUCKDB_MEMORY_LIMIT) for faster loads of huge runs."""
+
+
 class DatabaseBusy(RuntimeError):
     """The database file is locked by another process; the landed data is safe and the load can be rerun."""
 
@@ -152,7 +158,9 @@ def write_connection(
     path = Path(db_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        con = duckdb.connect(str(path))
+        con = duckdb.connect(
+            str(path), config={"memory_limit": LOAD_MEMORY_LIMIT, "preserve_insertion_order": False}
+        )
     except duckdb.IOException as exc:
         if _is_lock_error(exc):
             raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun) from exc
