@@ -154,70 +154,51 @@ class BadRequest(HarvestError):
         self.parameter = parameter
 
 
-class Unauthorized(HarvestError):
+class _AnsweredError(HarvestError):
+    """An error status with a fixed explanation: the class says what happened, the call says where."""
+
+    explanation = ""
+
+    def __init__(
+        self,
+        *,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            self.explanation + _where(endpoint, query_id),
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+
+
+class Unauthorized(_AnsweredError):
     """401: the service saw no key (or refused it)."""
 
-    def __init__(
-        self,
-        *,
-        credits: int = 0,
-        response: ServiceAnswer | None = None,
-        query_id: str | None = None,
-        endpoint: str | None = None,
-    ) -> None:
-        super().__init__(
-            "the service refused the request: no API key was sent, or it was not accepted (401). "
-            "Set the API key (by default the environment variable HARVEST_API_KEY, or the configured Prefect "
-            "Secret block)"
-            + _where(endpoint, query_id),
-            credits=credits,
-            response=response,
-            query_id=query_id,
-            endpoint=endpoint,
-        )
+    explanation = (
+        "the service refused the request: no API key was sent, or it was not accepted (401). "
+        "Set the API key (by default the environment variable HARVEST_API_KEY, or the configured Prefect "
+        "Secret block)"
+    )
 
 
-class OutOfCredits(HarvestError):
+class OutOfCredits(_AnsweredError):
     """402: the real service answers this both for an empty balance and for an unknown key."""
 
-    def __init__(
-        self,
-        *,
-        credits: int = 0,
-        response: ServiceAnswer | None = None,
-        query_id: str | None = None,
-        endpoint: str | None = None,
-    ) -> None:
-        super().__init__(
-            "out of credits, or the API key is not valid: the service answers 402 for both. "
-            "Check the account balance (GET /v1/credit-balance) and that the key is the right one"
-            + _where(endpoint, query_id),
-            credits=credits,
-            response=response,
-            query_id=query_id,
-            endpoint=endpoint,
-        )
+    explanation = (
+        "out of credits, or the API key is not valid: the service answers 402 for both. "
+        "Check the account balance (GET /v1/credit-balance) and that the key is the right one"
+    )
 
 
-class Forbidden(HarvestError):
+class Forbidden(_AnsweredError):
     """403: the source platform blocks this content; retrying does not help."""
 
-    def __init__(
-        self,
-        *,
-        credits: int = 0,
-        response: ServiceAnswer | None = None,
-        query_id: str | None = None,
-        endpoint: str | None = None,
-    ) -> None:
-        super().__init__(
-            "the source platform blocks this content (403); it cannot be collected through the service"
-            + _where(endpoint, query_id),
-            credits=credits,
-            response=response,
-            query_id=query_id,
-            endpoint=endpoint,
-        )
+    explanation = "the source platform blocks this content (403); it cannot be collected through the service"
 
 
 class NotFound(HarvestError):
@@ -233,9 +214,11 @@ class NotFound(HarvestError):
     ) -> None:
         body = response.body if response is not None else None
         self.service_success = isinstance(body, dict) and body.get("success") is True
-        detail = " (the service answered success: true, and such answers are billed)" if (
-            self.service_success
-        ) else ""
+        detail = (
+            " (the service answered success: true, and such answers are billed)"
+            if (self.service_success)
+            else ""
+        )
         super().__init__(
             f"not found (404): the requested item does not exist at the source{detail}"
             + _where(endpoint, query_id),
