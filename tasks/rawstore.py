@@ -250,7 +250,32 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-class RawPageWriter:
+class _AppendOnlyFile:
+    """An O_APPEND file descriptor written with one unbuffered write per record (see `_append_record`)."""
+
+    def __init__(self, path: Path | str, fsync: bool) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _open(self) -> None:
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class RawPageWriter(_AppendOnlyFile):
     """Appends one frame per paid answer; a page is safe from a killed process as soon as `append` returns.
 
     ``fsync=True`` additionally forces each frame to the disk so it survives power loss, at the cost of one
@@ -262,12 +287,10 @@ class RawPageWriter:
     """
 
     def __init__(self, path: Path | str, fsync: bool = False, codec: int | None = None) -> None:
-        self.path = Path(path)
-        self.fsync = fsync
+        super().__init__(path, fsync)
         self.codec = _default_codec() if codec is None else codec
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair()
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._open()
         if fsync:
             _fsync_dir(self.path.parent)
 
@@ -317,19 +340,6 @@ class RawPageWriter:
             raise ValueError(f"raw page writer for {self.path} is closed")
         _append_record(self._fd, encode_frame(page, self.codec), self.fsync)
 
-    def close(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
 
 # --- attempt log -------------------------------------------------------------------------------------------
 
@@ -353,7 +363,7 @@ class Attempt:
 ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(Attempt))
 
 
-class AttemptLogWriter:
+class AttemptLogWriter(_AppendOnlyFile):
     """Appends one JSON line per attempt, flushed per line, so failed and retried calls stay auditable.
 
     Each line is written with one unbuffered write; a kill can leave at most one partial last line, which
@@ -361,10 +371,8 @@ class AttemptLogWriter:
     """
 
     def __init__(self, path: Path | str, fsync: bool = False) -> None:
-        self.path = Path(path)
-        self.fsync = fsync
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        super().__init__(path, fsync)
+        self._open()
         self._terminate_torn_line()
 
     def _terminate_torn_line(self) -> None:
@@ -388,19 +396,6 @@ class AttemptLogWriter:
         if isinstance(row["started_at"], dt.datetime):
             row["started_at"] = iso_utc(row["started_at"])
         _append_record(self._fd, orjson.dumps(row) + b"\n", self.fsync)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def iter_attempts(path: Path | str) -> Iterator[dict[str, Any]]:
