@@ -1,0 +1,153 @@
+"""Helpers of the end-to-end tests: specs written as YAML, the flow run in-process, DuckDB read back, and what
+the sandbox says a full crawl holds, keyed the way harvest's tables are."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow.parquet as pq
+import yaml
+
+from connectors import catalog
+from sandbox import endpoints as sandbox_endpoints
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+
+ROOT = Path(__file__).resolve().parent.parent
+HARVEST = ROOT / ".venv" / "bin" / "harvest"
+PYTHON = sys.executable
+
+SECRET_KEY = "hvK3y-e2e-7Qm9ZxW4pL2sN8vR5tY1uC6"
+"""A distinctive API key: any occurrence of it in an output is a leak."""
+
+BIG_BALANCE = 10**7
+
+
+def write_spec(tmp_path: Path, spec: Mapping[str, Any], name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(dict(spec), sort_keys=False))
+    return path
+
+
+def run_flow(spec_path: Path, *, budget: int | None = None, output: Path | None = None) -> dict[str, Any]:
+    """One real Prefect flow run in this process (needs the `prefect_harness` fixture)."""
+    from flows.collect import collect_job
+
+    coro = collect_job(spec_path=str(spec_path), budget=budget, output=str(output) if output else None)
+    summary: dict[str, Any] = asyncio.run(coro)
+    return summary
+
+
+def rows(db: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
+def scalar(db: Path, sql: str, params: Sequence[Any] | None = None) -> Any:
+    return rows(db, sql, params)[0][0]
+
+
+def table_counts(db: Path) -> dict[str, int]:
+    """Rows per record table (the bookkeeping tables left out)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        return {
+            n: con.execute(f'SELECT count(*) FROM "{n}"').fetchall()[0][0]
+            for n in names
+            if n not in ("runs", "requests", "query_state")
+        }
+    finally:
+        con.close()
+
+
+def key_set(db: Path, table: str) -> set[tuple[Any, ...]]:
+    pk = catalog.all_kinds()[table].primary_key
+    cols = ", ".join(f'"{c}"' for c in pk)
+    return set(rows(db, f'SELECT {cols} FROM "{table}"'))
+
+
+def table_of(path: str) -> dict[str, str]:
+    """Sandbox record kind -> harvest table, for one documented path (both list the kinds in the same order)."""
+    sandbox_kinds = list(sandbox_endpoints.match(path).kinds)
+    tables = [k.table for k in catalog.get(path).kinds]
+    assert len(sandbox_kinds) == len(tables), (path, sandbox_kinds, tables)
+    return dict(zip(sandbox_kinds, tables, strict=True))
+
+
+def expected_keys(
+    queries: Sequence[tuple[str, Mapping[str, Any]]], config: SandboxConfig, concrete: Sequence[str] = ()
+) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
+    """Table -> primary key -> record, over the full crawls of (documented path, params) queries, plus the
+    concrete (path-parameter filled in) paths of single-page queries such as a material's detail."""
+    out: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def add(documented: str, crawled: dict[str, list[dict[str, Any]]]) -> None:
+        for kind, table in table_of(documented).items():
+            pk = catalog.all_kinds()[table].primary_key
+            bucket = out.setdefault(table, {})
+            for record in crawled[kind]:
+                bucket.setdefault(tuple(record.get(c) for c in pk), record)
+
+    for path, params in queries:
+        add(path, full_crawl(path, dict(params), config))
+    for path in concrete:
+        add("/v1/creative/materials/{material_id}", full_crawl(path, {}, config))
+    return out
+
+
+def files_under(root: Path) -> Iterator[Path]:
+    return (p for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
+    """The key is in no file's bytes, no decompressed raw page (meta or body), no Parquet value, no DuckDB
+    value and no `requests.params` value."""
+    from tasks.rawstore import iter_raw_pages
+
+    needle = secret.encode()
+    files = list(files_under(output))
+    assert files, f"nothing landed under {output}"
+    for path in files:
+        assert needle not in path.read_bytes(), f"API key found in the bytes of {path}"
+        assert secret not in str(path)
+    for path in output.rglob("*.pages"):
+        for page in iter_raw_pages(path):
+            assert needle not in page.body, f"API key in a raw page body of {path}"
+            assert needle not in orjson.dumps(page.meta()), f"API key in a raw page envelope of {path}"
+    for path in output.rglob("*.parquet"):
+        text = orjson.dumps(pq.read_table(path).to_pylist(), default=str)
+        assert needle not in text, f"API key in the values of {path}"
+    db = output / "harvest.duckdb"
+    if db.exists():
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+                dump = orjson.dumps(con.execute(f'SELECT * FROM "{name}"').fetchall(), default=str)
+                assert needle not in dump, f"API key in DuckDB table {name}"
+            params = con.execute("SELECT params FROM requests").fetchall()
+            assert params and all(secret not in (p or "") for (p,) in params)
+        finally:
+            con.close()
+
+
+def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a real `harvest` process: its own Prefect home, no analytics, no inherited API URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HARVEST_"))}
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        COLUMNS="200",
+        **extra,
+    )
+    return env

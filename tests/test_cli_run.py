@@ -1,0 +1,203 @@
+"""`harvest run` and `harvest demo` as a user runs them: exit codes, what they print, what they land.
+
+One real `harvest run` subprocess (it starts its own temporary Prefect server); the other runs go through
+typer's CliRunner in this process, inside the session's Prefect harness.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+# Prefect binds its log handlers to sys.stderr on first import: import it now, not inside a CliRunner
+# invocation whose streams are closed afterwards (later Prefect logs would then fail to print).
+import flows.collect  # noqa: F401
+from connectors import catalog
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from sandbox.expected import expected_pages
+from sandbox.server import running
+from tasks.rawstore import last_page
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    SECRET_KEY,
+    assert_no_secret_in_outputs,
+    rows,
+    scalar,
+    subprocess_env,
+    table_counts,
+    write_spec,
+)
+
+PINS = "/v1/pinboard/search"
+runner = CliRunner()
+
+
+# ---------------------------------------------------------------------------------------- 4. a short budget
+BUDGET_CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 8)}, page_size=3)
+TOPICS = ["trail f", "trail c", "trail b", "trail e", "trail a"]
+BUDGET = 12
+
+
+def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demand = {t: expected_pages(PINS, {"query": t}, BUDGET_CONFIG) for t in TOPICS}
+    assert sum(demand.values()) > BUDGET and min(demand.values()) < BUDGET / len(TOPICS) + 1
+    output = tmp_path / "out"
+    with running(BUDGET_CONFIG) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "short-budget",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": 1000},
+                "concurrency": 3,
+                "output": str(output),
+                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+            },
+        )
+        result = runner.invoke(app, ["run", str(spec), "--budget", str(BUDGET)])
+        billed = sb.billed_total()
+    assert result.exit_code == 0, result.output
+    assert f"credits spent: {BUDGET} of a budget of {BUDGET}" in result.stdout
+    assert "status: budget_exhausted" in result.stdout
+    assert SECRET_KEY not in result.stdout + result.stderr
+    db = output / "harvest.duckdb"
+    assert billed == BUDGET
+    assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
+    assert scalar(db, "SELECT credits_spent FROM runs") == BUDGET
+    assert scalar(db, "SELECT sum(credits) FROM requests") == BUDGET
+    (run_id,) = rows(db, "SELECT run_id FROM runs")[0]
+    states = {
+        q: (status, pages, cursor)
+        for q, status, pages, cursor in rows(
+            db, "SELECT query_id, status, pages, next_cursor FROM query_state"
+        )
+    }
+    assert set(states) == {f"pins[query={t}]" for t in TOPICS}
+    assert sum(p for _, p, _ in states.values()) == BUDGET
+    cut = {}
+    for topic in TOPICS:
+        status, pages, cursor = states[f"pins[query={topic}]"]
+        if pages < demand[topic]:
+            assert status == "budget_exhausted", (topic, status)
+            raw = output / "raw" / run_id
+            (path,) = [p for p in raw.glob("*.pages") if last_page(p).query_id == f"pins[query={topic}]"]
+            assert cursor is not None and json.loads(cursor) == last_page(path).cursor_out
+            cut[topic] = pages
+        else:
+            assert (status, pages, cursor) == ("complete", demand[topic], None)
+    assert len(cut) >= 3
+    assert max(cut.values()) - min(cut.values()) <= 1, cut  # breadth-first: nobody ran ahead
+    assert "trail f" not in cut  # the 2-page query completed within the budget
+    assert_no_secret_in_outputs(output)
+
+
+# ------------------------------------------------------------------------------------------ 8. exit codes
+def test_an_invalid_spec_exits_2_before_any_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with running(BUDGET_CONFIG) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "bad",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": 10},
+                "output": str(tmp_path / "out"),
+                "queries": [
+                    {"id": "ok", "endpoint": PINS, "params": {"query": "cats"}},
+                    {"id": "typo", "endpoint": PINS, "params": {"qeury": "dogs"}},
+                ],
+            },
+        )
+        result = runner.invoke(app, ["run", str(spec)])
+        assert sb.ledger == [] and sb.billed_total() == 0
+    assert result.exit_code == 2
+    assert f"{spec}:" in result.stderr and "'qeury' is not a parameter" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_service_url_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    spec = write_spec(
+        tmp_path,
+        {
+            "name": "nowhere",
+            "budget": {"credits": 10},
+            "output": str(tmp_path / "out"),
+            "queries": [{"endpoint": PINS, "params": {"query": "cats"}}],
+        },
+    )
+    result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 2
+    assert "no service URL" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
+    """A real `harvest run` process; the source platform blocks one query (403, billed)."""
+    output = tmp_path / "out"
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)})
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "partly-blocked",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": 50},
+                "output": str(output),
+                "queries": [
+                    {"id": "fine", "endpoint": PINS, "params": {"query": "trail shoes"}},
+                    {"id": "walled", "endpoint": PINS, "params": {"query": "blocked boards"}},
+                ],
+            },
+        )
+        proc = subprocess.run(
+            [str(HARVEST), "run", str(spec)],
+            env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        billed = sb.billed_total()
+        statuses = [e.status for e in sb.ledger]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert sorted(statuses) == [200, 200, 200, 403]
+    assert SECRET_KEY not in proc.stdout and SECRET_KEY not in proc.stderr
+    assert "walled" in proc.stderr and "fine" in proc.stdout
+    db = output / "harvest.duckdb"
+    states = dict(rows(db, "SELECT query_id, status FROM query_state"))
+    assert states == {"fine": "complete", "walled": "failed"}
+    assert rows(db, "SELECT status FROM runs") == [("failed",)]
+    assert scalar(db, "SELECT credits_spent FROM runs") == billed == 4
+    assert scalar(db, "SELECT sum(credits) FROM requests") == billed
+    assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 403 AND credits = 1") == 1
+    assert scalar(db, "SELECT count(DISTINCT _query_id) FROM pinboard_pins") == 1
+    assert f"credits spent: {billed}" in proc.stdout
+    assert_no_secret_in_outputs(output)
+
+
+# ---------------------------------------------------------------------------------------------- 10. demo
+def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
+    output = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    counts = table_counts(output / "harvest.duckdb")
+    assert set(counts) == set(catalog.all_kinds()) and len(counts) == 28
+    empty = [t for t, n in counts.items() if n == 0]
+    assert not empty
+    assert "Query it" in result.stdout
+    assert f"harvest sql {output}" in result.stdout
+    assert "credits spent:" in result.stdout and "status: complete" in result.stdout
+    assert scalar(output / "harvest.duckdb", "SELECT service FROM runs") == "sandbox (embedded)"
+    # the hint's first command works as printed
+    sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
+    assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout
