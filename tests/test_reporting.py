@@ -1,0 +1,78 @@
+"""What a run tells people: the Prefect artifact of a run, progress lines in cron logs, examples in --help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.progress import LogLines
+from sandbox.server import running
+from tests.flow_helpers import SECRET_KEY, run_flow, write_spec
+
+COMMANDS = ("run", "validate", "plan", "endpoints", "schema", "runs", "load", "sql", "sandbox", "demo")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_shows_an_example(command: str) -> None:
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0
+    example = next(line for line in result.output.splitlines() if "Example:" in line)
+    assert f"harvest {command}" in example
+
+
+def test_log_lines_report_finished_queries_with_pages_records_and_credits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines = LogLines(every=3600)
+    lines.query_started("videos[handle=nasa]", "/v3/short-video/profile/videos")
+    lines.page_landed("videos[handle=nasa]", records=10, credits=1)
+    lines.page_landed("videos[handle=nasa]", records=7, credits=1)
+    assert capsys.readouterr().err == ""  # no heartbeat within the interval, no line per page
+    lines.query_finished("videos[handle=nasa]", "complete")
+    assert (
+        capsys.readouterr().err == "harvest: videos[handle=nasa]: complete, 2 pages, 17 records, 2 credits\n"
+    )
+
+
+def test_a_run_publishes_its_summary_as_prefect_artifacts(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with running(api_keys={SECRET_KEY: 1000}, pages=(2, 2)) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "artifact_job",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": 50},
+                "output": str(tmp_path / "out"),
+                "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "tea"}}],
+            },
+        )
+        summary = run_flow(spec)
+    assert summary["credits_spent"] == 2
+
+    with get_client(sync_client=True) as client:
+        table = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["harvest-artifact-job"]))
+        )
+        tables = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["harvest-artifact-job-tables"]))
+        )
+    assert table and tables
+    data = table[0].data if isinstance(table[0].data, list) else json.loads(str(table[0].data))
+    assert data == [
+        {"query_id": "pins", "endpoint": "/v1/pinboard/search", "status": "complete", "pages": 2,
+         "records": summary["records"], "credits": 2}
+    ]  # fmt: skip
+    assert "2/50 credits" in (table[0].description or "")
+    assert "| pinboard_pins |" in str(tables[0].data)
+    for artifact in (*table, *tables):
+        assert SECRET_KEY not in json.dumps(artifact.model_dump(mode="json"))
