@@ -23,15 +23,17 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact 
 
 from connectors import catalog  # noqa: E402
 from connectors.client import ServiceClient  # noqa: E402
+from connectors.dig import MISSING, compile_path  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
 from connectors.pager import OK_STATUSES, Page, QuerySpec  # noqa: E402
+from connectors.records import PARAM_PREFIX  # noqa: E402
 from flows import progress  # noqa: E402
 from flows.load import RunManifest, load_manifest_into_duckdb, write_manifest  # noqa: E402
 from flows.plan import DependentQuery, Plan, instantiate, plan  # noqa: E402
 from flows.service import open_service  # noqa: E402
 from flows.spec import JobSpec, load_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
-from tasks.collect import collect_query  # noqa: E402
+from tasks.collect import QuerySummary, collect_query  # noqa: E402
 from tasks.duckdb_load import DatabaseBusy  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
 
@@ -57,6 +59,7 @@ class Fanout:
         self.plan = the_plan
         self.tasks: set[asyncio.Task[dict[str, Any]]] = set()
         self.template_of: dict[str, str] = {}
+        self.endpoint_of: dict[str, str] = {}
         self.children: dict[str, list[DependentQuery]] = {}
         for dep in the_plan.dependents:
             self.children.setdefault(dep.parent, []).append(dep)
@@ -67,6 +70,7 @@ class Fanout:
 
     def start(self, query: QuerySpec, template_id: str) -> None:
         self.template_of[query.query_id] = template_id
+        self.endpoint_of[query.query_id] = query.endpoint
         self.parts += 1
         coro = collect_query(self.ctx.run_id, asdict(query), self.parts)
         task: asyncio.Task[dict[str, Any]] = asyncio.ensure_future(coro)
@@ -84,7 +88,7 @@ class Fanout:
                 if dep.field not in kind.schema.names:
                     continue
                 fld = next(x for x in kind.fields if x.name == dep.field)
-                for value in _values(kind, fld.path, page.records.get(kind.table, []), query.params):
+                for value in _values(fld.path, page.records.get(kind.table, []), query.params):
                     if value in self.seen[dep.template_id]:
                         continue
                     self.seen[dep.template_id].add(value)
@@ -105,22 +109,21 @@ class Fanout:
                 try:
                     summary = task.result()
                 except Exception as exc:  # a broken task must not take the other queries' landed data with it
-                    summary = {
-                        "query_id": task.get_name(), "endpoint": "", "status": "failed", "pages": 0,
-                        "records": 0, "credits": self.ctx.ledger.per_query_spent.get(task.get_name(), 0),
-                        "next_cursor": None, "error": f"{type(exc).__name__}: {exc}", "files": [],
-                        "raw_file": "", "requests_file": "",
-                    }  # fmt: skip
+                    query_id = task.get_name()
+                    summary = QuerySummary(
+                        query_id=query_id, endpoint=self.endpoint_of[query_id], status="failed", pages=0,
+                        records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
+                        error=f"{type(exc).__name__}: {exc}",
+                    ).as_dict()  # fmt: skip
                 progress.current().query_finished(summary["query_id"], summary["status"])
                 self.summaries.append(summary)
         return self.summaries
 
 
-def _values(kind: Any, path: str, records: list[Any], params: dict[str, Any]) -> list[Any]:
-    from connectors.dig import MISSING, compile_path
-
-    if path.startswith("$params."):
-        return [params.get(path[len("$params.") :])]
+def _values(path: str, records: list[Any], params: dict[str, Any]) -> list[Any]:
+    """The non-empty values at `path` in a page's records: what a dependent query fans out over."""
+    if path.startswith(PARAM_PREFIX):
+        return [params.get(path[len(PARAM_PREFIX) :])]
     get = compile_path(path)
     out = []
     for record in records:
@@ -147,30 +150,26 @@ async def collect_job(
     run_id = new_run_id(started)
     endpoints = catalog.endpoints(spec.costs or None)
     ledger = CreditLedger(credits_cap, min_balance=spec.budget.min_balance, policy=spec.budget.policy)
-    async with open_service(spec, base_url) as service:
-        ctx = run_context.RunContext(run_id, started, layout, endpoints, None, ledger)  # type: ignore[arg-type]
-        fsync = spec.durability == "fsync"
-        ctx.fsync = fsync
-        client = ServiceClient(
-            service.url, service.api_key, ledger, on_attempt=ctx.log_attempt, max_in_flight=spec.concurrency
-        )
-        async with client:
-            ctx.client = client
-            fan = Fanout(ctx, the_plan)
-            ctx.on_page = fan.on_page
-            run_context.register(ctx)
-            try:
-                logger.info(
-                    "run %s: %d planned queries, budget %d credits",
-                    run_id,
-                    len(the_plan.queries),
-                    credits_cap,
-                )
-                summaries = await fan.run()
-                for note in fan.skipped:
-                    logger.warning("dependent query not started: %s", note)
-            finally:
-                run_context.unregister(run_id)
+    attempts = run_context.AttemptLogs(fsync=spec.durability == "fsync")
+    async with (
+        open_service(spec, base_url) as service,
+        ServiceClient(
+            service.url, service.api_key, ledger, on_attempt=attempts.log, max_in_flight=spec.concurrency
+        ) as client,
+    ):
+        ctx = run_context.RunContext(run_id, started, layout, endpoints, client, ledger, attempts)
+        fan = Fanout(ctx, the_plan)
+        ctx.on_page = fan.on_page
+        run_context.register(ctx)
+        try:
+            logger.info(
+                "run %s: %d planned queries, budget %d credits", run_id, len(the_plan.queries), credits_cap
+            )
+            summaries = await fan.run()
+            for note in fan.skipped:
+                logger.warning("dependent query not started: %s", note)
+        finally:
+            run_context.unregister(run_id)
     finished = datetime.now(UTC)
     manifest = RunManifest(
         run_id=run_id,

@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from connectors.pager import QueryPager, QuerySpec
 from connectors.records import PageMeta, to_arrow
 from tasks.parquet_sink import MultiTableSink
-from tasks.rawstore import AttemptLogWriter, RawPageWriter
+from tasks.rawstore import RawPageWriter
 from tasks.run_context import lookup
 
 ROW_GROUP_ROWS = 10_000
@@ -56,7 +56,7 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
     raw_path = ctx.layout.raw_file(run_id, spec.query_id)
     requests_path = ctx.layout.requests_file(run_id, spec.query_id)
     files: list[tuple[str, Path, int]] = []
-    ctx.attempt_logs[spec.query_id] = AttemptLogWriter(requests_path, fsync=ctx.fsync)
+    ctx.attempts.open(spec.query_id, requests_path)
     sink = MultiTableSink(
         ctx.layout,
         run_id,
@@ -89,9 +89,8 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
                     ctx.on_page(spec, page)
     finally:
         files = sink.close()  # publish what landed even on failure: those rows came from paid, kept pages
-        ctx.attempt_logs.pop(spec.query_id).close()
+        ctx.attempts.close(spec.query_id)
     out = pager.outcome
-    ctx.on_done(out)
     return QuerySummary(
         query_id=out.query_id,
         endpoint=out.endpoint,

@@ -9,16 +9,40 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
 from connectors.ledger import CreditLedger
-from connectors.pager import Page, QueryOutcome, QuerySpec
+from connectors.pager import Page, QuerySpec
 from tasks.layout import OutputLayout
 from tasks.rawstore import ATTEMPT_FIELDS, AttemptLogWriter
+
+
+class AttemptLogs:
+    """The client's attempt hook: every HTTP attempt, paid or not, goes to its query's attempt log."""
+
+    def __init__(self, fsync: bool = False) -> None:
+        self.fsync = fsync
+        self.writers: dict[str, AttemptLogWriter] = {}
+
+    def open(self, query_id: str, path: Path) -> None:
+        self.writers[query_id] = AttemptLogWriter(path, fsync=self.fsync)
+
+    def close(self, query_id: str) -> None:
+        writer = self.writers.pop(query_id, None)
+        if writer is not None:
+            writer.close()
+
+    def log(self, attempt: Any) -> None:
+        writer = self.writers.get(attempt.query_id)
+        if writer is not None:
+            data = dataclasses.asdict(attempt)
+            data["params"] = pairs_to_dict(data.get("params") or ())
+            writer.append({name: data.get(name) for name in ATTEMPT_FIELDS})
 
 
 @dataclass
@@ -29,18 +53,12 @@ class RunContext:
     endpoints: dict[str, Endpoint]
     client: ServiceClient
     ledger: CreditLedger
-    fsync: bool = False
+    attempts: AttemptLogs
     on_page: Callable[[QuerySpec, Page], None] = lambda spec, page: None
-    on_done: Callable[[QueryOutcome], None] = lambda outcome: None
-    attempt_logs: dict[str, AttemptLogWriter] = field(default_factory=dict)
 
-    def log_attempt(self, attempt: Any) -> None:
-        """The client's attempt hook: every HTTP attempt, paid or not, goes to its query's attempt log."""
-        writer = self.attempt_logs.get(attempt.query_id)
-        if writer is not None:
-            data = dataclasses.asdict(attempt)
-            data["params"] = pairs_to_dict(data.get("params") or ())
-            writer.append({name: data.get(name) for name in ATTEMPT_FIELDS})
+    @property
+    def fsync(self) -> bool:
+        return self.attempts.fsync
 
 
 def pairs_to_dict(pairs: Any) -> dict[str, Any]:
