@@ -272,8 +272,16 @@ class ServiceClient:
         if not path.startswith("/") or path.startswith("//"):
             # An absolute URL would replace base_url and carry the key header to another host.
             raise ValueError(f"path must be a service path starting with one '/', got {self._text(path)!r}")
-        call = _Call(self, path, tuple((str(k), str(v)) for k, v in query), cost, query_id, page_index,
-                     endpoint, query_cap)
+        call = _Call(
+            self,
+            path,
+            tuple((str(k), str(v)) for k, v in query),
+            cost,
+            query_id,
+            page_index,
+            endpoint,
+            query_cap,
+        )
         policy = self.retry
         try:
             async for attempt in stamina.retry_context(
@@ -424,8 +432,9 @@ class _Call:
         text = str(exc).strip() or "no detail"
         return self.client._text(f"{type(exc).__name__}: {text}")[:300]
 
-    def _record(self, started_at: dt.datetime, t0: float, status: int | None, credits: int,
-                error: str | None) -> float:
+    def _record(
+        self, started_at: dt.datetime, t0: float, status: int | None, credits: int, error: str | None
+    ) -> float:
         duration_ms = (time.perf_counter() - t0) * 1000
         self.client._emit(
             Attempt(

@@ -327,8 +327,12 @@ class CreditLedger:
             self._close(r)
             if charged is None or charged < 0:
                 if charged is not None:
-                    log.warning("ignoring negative credits_charged=%d for %s; counting %d", charged,
-                                r.query_id, r.amount)
+                    log.warning(
+                        "ignoring negative credits_charged=%d for %s; counting %d",
+                        charged,
+                        r.query_id,
+                        r.amount,
+                    )
                 counted = r.amount
             else:
                 counted = charged
@@ -341,7 +345,12 @@ class CreditLedger:
             log.warning(
                 "the service charged %d credits for %s page %d but the cost table says %d; "
                 "spent is now %d of a budget of %d. Update the cost table.",
-                counted, r.query_id, r.page_index, r.amount, spent, self._budget,
+                counted,
+                r.query_id,
+                r.page_index,
+                r.amount,
+                spent,
+                self._budget,
             )
         self._wake_all()
         return counted
@@ -366,7 +375,8 @@ class CreditLedger:
         if newly:
             log.warning(
                 "account balance %d fell below the floor of %s credits: no further requests",
-                credits_remaining, self._min_balance,
+                credits_remaining,
+                self._min_balance,
             )
             self._wake_all()
 

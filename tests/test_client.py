@@ -86,8 +86,13 @@ class Harness:
         self.ledger = CreditLedger(budget, min_balance=kw.pop("min_balance", None))
         self.attempts: list[Attempt] = []
         self.client = ServiceClient(
-            BASE, KEY, self.ledger, retry=kw.pop("retry", FAST), on_attempt=self.attempts.append,
-            transport=httpx.MockTransport(script), **kw,
+            BASE,
+            KEY,
+            self.ledger,
+            retry=kw.pop("retry", FAST),
+            on_attempt=self.attempts.append,
+            transport=httpx.MockTransport(script),
+            **kw,
         )
 
     async def get(self, cost: int = 1, page: int = 0, **kw: Any) -> Any:
@@ -133,7 +138,13 @@ async def test_success_settles_to_credits_charged_and_sends_the_key_header(make:
     assert req.url.params.multi_items() == [("query", "a b&c=d"), ("tag", "x"), ("tag", "y")]
     [att] = h.attempts
     assert (att.query_id, att.endpoint, att.page, att.attempt, att.status_code, att.credits, att.error) == (
-        "q1", "/v1/pinboard/search", 0, 1, 200, 1, None
+        "q1",
+        "/v1/pinboard/search",
+        0,
+        1,
+        200,
+        1,
+        None,
     )
     assert att.params == (("query", "a b&c=d"), ("tag", "x"), ("tag", "y"))
     assert att.started_at.tzinfo is dt.UTC and att.duration_ms >= 0
@@ -157,8 +168,14 @@ async def test_path_with_colon_and_base_path_prefix() -> None:
     ledger = CreditLedger(5)
     transport = httpx.MockTransport(script)
     async with ServiceClient(BASE + "/api/", KEY, ledger, retry=FAST, transport=transport) as c:
-        await c.get("/v1/creative/materials/video:abc", [], cost=1, query_id="m", page_index=0,
-                    endpoint="/v1/creative/materials/{material_id}")
+        await c.get(
+            "/v1/creative/materials/video:abc",
+            [],
+            cost=1,
+            query_id="m",
+            page_index=0,
+            endpoint="/v1/creative/materials/{material_id}",
+        )
     assert script.requests[0].url.path == "/api/v1/creative/materials/video:abc"
 
 
@@ -180,8 +197,14 @@ async def test_success_marks_the_page_done_for_breadth_first(make: Any) -> None:
 
 
 async def test_400_carries_message_parameter_and_the_paid_answer(make: Any) -> None:
-    body = {"success": False, "error": "bad_request", "message": "unknown handle", "parameter": "handle",
-            "credits_charged": 1, "credits_remaining": 77}
+    body = {
+        "success": False,
+        "error": "bad_request",
+        "message": "unknown handle",
+        "parameter": "handle",
+        "credits_charged": 1,
+        "credits_remaining": 77,
+    }
     h = make(js(400, body))
     with pytest.raises(BadRequest) as info:
         await h.get()
@@ -205,11 +228,22 @@ async def test_400_without_json(make: Any) -> None:
 @pytest.mark.parametrize(
     ("status", "body", "error", "phrase"),
     [
-        (401, {"success": False, "error": "unauthorized", "message": "missing x-api-key header"},
-         Unauthorized, "no API key was sent"),
-        (402, {"success": False, "error": "payment_required",
-               "message": "Out of credits. Please purchase more credits."}, OutOfCredits,
-         "out of credits, or the API key is not valid"),
+        (
+            401,
+            {"success": False, "error": "unauthorized", "message": "missing x-api-key header"},
+            Unauthorized,
+            "no API key was sent",
+        ),
+        (
+            402,
+            {
+                "success": False,
+                "error": "payment_required",
+                "message": "Out of credits. Please purchase more credits.",
+            },
+            OutOfCredits,
+            "out of credits, or the API key is not valid",
+        ),
         (403, {"success": False, "error": "forbidden"}, Forbidden, "source platform blocks this content"),
         (404, {"success": False, "error": "not_found"}, NotFound, "not found (404)"),
     ],
@@ -249,8 +283,11 @@ async def test_redirects_are_not_followed(make: Any) -> None:
 
 async def test_429_with_retry_after_then_200(make: Any) -> None:
     h = make(
-        js(429, {"success": False, "error": "rate_limited", "credits_charged": 0, "credits_remaining": 50},
-           **{"retry-after": "0.05"}),
+        js(
+            429,
+            {"success": False, "error": "rate_limited", "credits_charged": 0, "credits_remaining": 50},
+            **{"retry-after": "0.05"},
+        ),
         ok(),
         retry=RetryPolicy(attempts=3, initial=0, max_wait=1, jitter=False),
     )
@@ -375,8 +412,12 @@ async def test_retries_exhausted_on_connect_errors_cost_nothing(make: Any) -> No
 
 
 async def test_backoff_grows_when_not_zeroed(make: Any) -> None:
-    h = make(text(503, "x"), text(503, "x"), ok(), retry=RetryPolicy(attempts=3, initial=0.02, max_wait=1,
-                                                                    jitter=False))
+    h = make(
+        text(503, "x"),
+        text(503, "x"),
+        ok(),
+        retry=RetryPolicy(attempts=3, initial=0.02, max_wait=1, jitter=False),
+    )
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     await h.get()
@@ -428,8 +469,9 @@ async def test_cancelled_mid_flight_keeps_the_reservation() -> None:
 
     ledger = CreditLedger(5)
     attempts: list[Attempt] = []
-    async with ServiceClient(BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(hang),
-                             on_attempt=attempts.append) as client:
+    async with ServiceClient(
+        BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(hang), on_attempt=attempts.append
+    ) as client:
         task = asyncio.create_task(client.get("/x", [], cost=1, query_id="q", page_index=0, endpoint="/x"))
         await started.wait()
         task.cancel()
@@ -451,10 +493,12 @@ async def test_max_in_flight_limits_concurrent_requests() -> None:
         return ok()
 
     ledger = CreditLedger(100, policy="greedy")
-    async with ServiceClient(BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(slow),
-                             max_in_flight=3) as client:
-        await asyncio.gather(*(client.get("/x", [], cost=1, query_id=f"q{i}", page_index=0, endpoint="/x")
-                               for i in range(12)))
+    async with ServiceClient(
+        BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(slow), max_in_flight=3
+    ) as client:
+        await asyncio.gather(
+            *(client.get("/x", [], cost=1, query_id=f"q{i}", page_index=0, endpoint="/x") for i in range(12))
+        )
     assert peak == 3 and ledger.spent == 12
 
 
@@ -463,8 +507,9 @@ async def test_a_failing_attempt_recorder_does_not_lose_the_page(caplog: pytest.
         raise RuntimeError("disk full")
 
     ledger = CreditLedger(5)
-    async with ServiceClient(BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(Script(ok())),
-                             on_attempt=boom) as client:
+    async with ServiceClient(
+        BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(Script(ok())), on_attempt=boom
+    ) as client:
         resp = await client.get("/x", [], cost=1, query_id="q", page_index=0, endpoint="/x")
     assert resp.status_code == 200 and "on_attempt callback failed" in caplog.text
 

@@ -54,8 +54,14 @@ async def _read_request(reader: asyncio.StreamReader) -> None:
 
 async def _get(base_url: str, ledger: CreditLedger, timeouts: Timeouts = Timeouts()) -> None:
     async with ServiceClient(base_url, KEY, ledger, timeouts=timeouts, retry=FAST) as client:
-        await client.get("/v1/pinboard/search", [("query", "x")], cost=1, query_id="q", page_index=0,
-                         endpoint="/v1/pinboard/search")
+        await client.get(
+            "/v1/pinboard/search",
+            [("query", "x")],
+            cost=1,
+            query_id="q",
+            page_index=0,
+            endpoint="/v1/pinboard/search",
+        )
 
 
 async def test_connection_refused_releases_every_reservation() -> None:
@@ -107,13 +113,15 @@ async def test_dropped_connection_then_success() -> None:
         await _read_request(reader)
         calls += 1
         if calls == 1:
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{\"success\": tr")
+            writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"success": tr')
             await writer.drain()
             writer.close()  # closes mid-body
             return
         body = b'{"success": true, "pins": [], "credits_charged": 1, "credits_remaining": 9}'
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                     % (len(body), body))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
         await writer.drain()
         writer.close()
 
