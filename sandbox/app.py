@@ -124,12 +124,13 @@ class SandboxApp:
         presented = request.headers.get(KEY_HEADER)
         credits, key = self.state.charge_fault(presented, endpoint, fault)
         items = request.query_params.multi_items()
+        path_value = scope["path"].rsplit("/", 1)[1] if endpoint.path == ep.CREATIVE_DETAIL else None
         if fault is FaultKind.DROP:
-            self.state.record(n, endpoint.path, items, None, credits, fault, key)
+            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value)
             await drop_connection(send)
             return
         status, headers, body = edge_response(fault, self.config.retry_after)
-        self.state.record(n, endpoint.path, items, status, credits, fault, key)
+        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_value)
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

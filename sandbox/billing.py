@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import threading
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -70,6 +70,8 @@ class LedgerEntry:
     credits: int
     fault: str | None
     key_id: str | None
+    path_params: dict[str, str] = field(default_factory=dict)
+    """Values of the path's parameters (the material id of a detail request): which item was asked for."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

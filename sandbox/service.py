@@ -62,6 +62,7 @@ class SandboxState:
         credits: int,
         fault: FaultKind | None,
         key: str | None,
+        path_value: str | None = None,
     ) -> None:
         self.ledger.append(
             LedgerEntry(
@@ -73,6 +74,7 @@ class SandboxState:
                 credits=credits,
                 fault=None if fault is None else str(fault),
                 key_id=None if key is None else key_id(key),
+                path_params={} if path_value is None else {"material_id": path_value},
             )
         )
 
@@ -115,7 +117,7 @@ class SandboxState:
                 answer.body = damage(fault, answer.body)
             else:
                 applied = None
-        self.record(n, endpoint.path, items, answer.status, credits, applied, key)
+        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_value)
         return answer
 
     def _answer(

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from sandbox.server import RunningSandbox
 
@@ -147,3 +148,24 @@ def test_ledger_endpoint_lists_requests_without_keys(sandbox_factory: Callable[.
     assert entries[0]["params"] == {"query": "tables", "trim": "true"}
     assert entries[0]["n"] == 1 and entries[0]["fault"] is None
     assert isinstance(entries[0]["time"], float)
+
+
+def test_ledger_names_the_material_a_detail_request_asked_for(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    sb = sandbox_factory(fault_plan={2: "drop"})
+    with sb.client() as client:
+        material = client.get("/v1/creative/materials", params={"query": "shoes"}).json()["data"][0][
+            "material_id"
+        ]
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.get(f"/v1/creative/materials/{material}")
+        client.get(f"/v1/creative/materials/{material}")
+        client.get("/v1/creative/materials/video:nonsense")
+    detail = [e for e in sb.ledger if e.path == "/v1/creative/materials/{material_id}"]
+    assert [(e.path_params, e.status, e.fault) for e in detail] == [
+        ({"material_id": material}, None, "drop"),
+        ({"material_id": material}, 200, None),
+        ({"material_id": "video:nonsense"}, 404, None),
+    ]
+    assert all(e.path_params == {} for e in sb.ledger if e not in detail)
