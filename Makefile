@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format bench soak clean
+.PHONY: install demo test lint format clean
 
 install: $(STAMP)
 
@@ -28,12 +28,6 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
-
-bench: install
-	$(BIN)/python -m pytest -q -m bench bench
-
-soak: install
-	$(BIN)/python -m pytest -q -m soak
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
