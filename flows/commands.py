@@ -7,6 +7,7 @@ refused in about a second, before anything is started or spent.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import sys
@@ -67,6 +68,8 @@ def preflight(spec_path: Path, base_url: str | None) -> None:
 def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: Path | None) -> dict[str, Any]:
     preflight(spec_path, base_url)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
+    # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
+    logging.getLogger("stamina").setLevel(logging.ERROR)
     from flows import progress
     from flows.collect import collect_job
 
