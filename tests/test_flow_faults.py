@@ -1,0 +1,67 @@
+"""A real run through an unreliable service: faults on ~30% of requests change nothing that lands.
+
+Retries are the client's; the flow must still deliver every record of a full crawl exactly once per key, spend
+within the budget, and never count less than the service billed (unknown outcomes count as spent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.server import running
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
+
+QUERIES = [
+    ("/v1/forum/subreddit/search", {"subreddit": "running", "query": "shoes"}),
+    ("/v1/pinboard/search", {"query": "trail"}),
+    ("/v3/short-video/profile/videos", {"handle": "nasa"}),
+    ("/v1/photo-app/user/reels", {"handle": "esa"}),
+    ("/v1/short-video/shop/products", {"url": "https://short-video.example/shop/acme"}),
+]
+QUICK_FAULTS = [k for k in FaultKind if k is not FaultKind.SLOW]
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_faults_do_not_change_what_lands(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 4), fault_rate=0.3, fault_kinds=QUICK_FAULTS,
+        retry_after="0", seed=seed,
+    )  # fmt: skip
+    budget = 200
+    with running(config) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "unreliable",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": budget},
+                "concurrency": 4,
+                "output": str(tmp_path / "out"),
+                "queries": [
+                    {"id": f"q{i}", "endpoint": path, "params": params}
+                    for i, (path, params) in enumerate(QUERIES)
+                ],
+            },
+        )
+        summary = run_flow(spec)
+        billed = sb.billed_total()
+        faults = sum(e.fault is not None for e in sb.ledger)
+
+    assert faults >= 3, "the schedule must really have injected faults"
+    assert {q["status"] for q in summary["queries"]} == {"complete"}
+    db = tmp_path / "out" / "harvest.duckdb"
+    expected = expected_keys(QUERIES, config)
+    for table, records in expected.items():
+        assert key_set(db, table) == set(records), table
+    assert billed <= summary["credits_spent"] <= budget
+    counted = rows(db, "SELECT sum(credits) FROM requests")[0][0]
+    assert counted == summary["credits_spent"]
+    # every attempt is on record, the failed ones included
+    attempts = rows(db, "SELECT count(*), count(*) FILTER (WHERE error IS NOT NULL) FROM requests")[0]
+    assert attempts[0] == len(sb.ledger) and attempts[1] >= 1
