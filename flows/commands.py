@@ -69,7 +69,9 @@ def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: P
     preflight(spec_path, base_url)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
-    logging.getLogger("stamina").setLevel(logging.ERROR)
+    stamina_log = logging.getLogger("stamina")
+    stamina_level = stamina_log.level
+    stamina_log.setLevel(logging.ERROR)
     from flows import progress
     from flows.collect import collect_job
 
@@ -89,6 +91,7 @@ def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: P
         raise fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None
     finally:
         reporter.close()
+        stamina_log.setLevel(stamina_level)
     return summary
 
 
