@@ -70,6 +70,7 @@ class HarvestError(Exception):
         query_id: str | None = None,
         endpoint: str | None = None,
     ) -> None:
+        message += _where(endpoint, query_id)  # every message says where it happened
         super().__init__(message)
         self.message = message
         self.credits = credits
@@ -113,7 +114,7 @@ class BudgetExhausted(HarvestError):
     ) -> None:
         super().__init__(
             f"credit budget exhausted: page {page_index} needs {cost} credit(s) but {reason}; "
-            f"no request was sent for it{_where(endpoint, query_id)}",
+            f"no request was sent for it",
             credits=credits,
             query_id=query_id,
             endpoint=endpoint,
@@ -144,7 +145,7 @@ class BadRequest(HarvestError):
             text += f": {service_message}"
         text += ". Check the query's parameters (a handle or URL that does not exist also answers 400)"
         super().__init__(
-            text + _where(endpoint, query_id),
+            text,
             credits=credits,
             response=response,
             query_id=query_id,
@@ -168,7 +169,7 @@ class _AnsweredError(HarvestError):
         endpoint: str | None = None,
     ) -> None:
         super().__init__(
-            self.explanation + _where(endpoint, query_id),
+            self.explanation,
             credits=credits,
             response=response,
             query_id=query_id,
@@ -220,8 +221,7 @@ class NotFound(HarvestError):
             else ""
         )
         super().__init__(
-            f"not found (404): the requested item does not exist at the source{detail}"
-            + _where(endpoint, query_id),
+            f"not found (404): the requested item does not exist at the source{detail}",
             credits=credits,
             response=response,
             query_id=query_id,
@@ -242,8 +242,7 @@ class UnexpectedResponse(HarvestError):
         endpoint: str | None = None,
     ) -> None:
         super().__init__(
-            f"the service answered with unexpected HTTP status {status_code}; not retried"
-            + _where(endpoint, query_id),
+            f"the service answered with unexpected HTTP status {status_code}; not retried",
             credits=credits,
             response=response,
             query_id=query_id,
@@ -267,8 +266,7 @@ class ServiceUnavailable(HarvestError):
     ) -> None:
         super().__init__(
             f"the service is unavailable: gave up after {attempts} attempt(s); last cause: {last_cause}. "
-            f"{credits} credit(s) were counted for these attempts; try again later"
-            + _where(endpoint, query_id),
+            f"{credits} credit(s) were counted for these attempts; try again later",
             credits=credits,
             response=response,
             query_id=query_id,
