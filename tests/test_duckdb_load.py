@@ -25,23 +25,9 @@ from tasks.duckdb_load import (
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink
 from tasks.rawstore import Attempt, AttemptLogWriter
+from tests.landing_helpers import META, Kind
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
-TS = pa.timestamp("us", tz="UTC")
-META = [
-    ("raw", pa.string()),
-    ("_endpoint", pa.string()),
-    ("_query_id", pa.string()),
-    ("_run_id", pa.string()),
-    ("_fetched_at", TS),
-]
-
-
-@dataclass(frozen=True)
-class Kind:
-    table: str
-    primary_key: tuple[str, ...]
-    schema: pa.Schema
 
 
 STATS = pa.struct([("play_count", pa.int64()), ("digg_count", pa.int64())])

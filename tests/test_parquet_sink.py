@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -18,24 +17,10 @@ import pytest
 
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink, TableWriter, run_date
+from tests.landing_helpers import META, TS, Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTED = dt.datetime(2026, 11, 1, 23, 59, tzinfo=dt.UTC)
-TS = pa.timestamp("us", tz="UTC")
-META = [
-    ("raw", pa.string()),
-    ("_endpoint", pa.string()),
-    ("_query_id", pa.string()),
-    ("_run_id", pa.string()),
-    ("_fetched_at", TS),
-]
-
-
-@dataclass(frozen=True)
-class Kind:
-    table: str
-    primary_key: tuple[str, ...]
-    schema: pa.Schema
 
 
 VIDEOS = Kind(
