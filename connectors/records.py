@@ -8,7 +8,7 @@ JSON stays in `raw`, so nothing the service sent is lost.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +41,19 @@ class Field:
     path: str
     type: pa.DataType
     json: bool = False
+
+    def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
+        """Reads this field from a record (None when absent), or from the request's parameters."""
+        if self.path.startswith(PARAM_PREFIX):
+            value = params.get(self.path[len(PARAM_PREFIX) :])
+            return lambda record: value
+        get = compile_path(self.path)
+
+        def read(record: Any) -> Any:
+            got = get(record)
+            return None if got is MISSING else got
+
+        return read
 
 
 def s(name: str, path: str | None = None) -> Field:
@@ -95,6 +108,9 @@ class RecordKind:
             )
         schema = pa.schema([pa.field(fld.name, fld.type) for fld in self.fields] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
+
+    def field(self, name: str) -> Field | None:
+        return next((fld for fld in self.fields if fld.name == name), None)
 
     def extract(self, body: Any) -> list[Any]:
         """The records of this kind in one page body (empty when the page has none)."""
@@ -210,15 +226,8 @@ def to_arrow(kind: RecordKind, records: Iterable[Any], params: Mapping[str, Any]
     columns: list[pa.Array] = []
     for fld in kind.fields:
         coerce = _as_json if fld.json else _COERCE[fld.type]
-        if fld.path.startswith(PARAM_PREFIX):
-            value = params.get(fld.path[len(PARAM_PREFIX) :])
-            values = [coerce(value)] * len(rows)
-        else:
-            get = compile_path(fld.path)
-            values = []
-            for row in rows:
-                got = get(row)
-                values.append(None if got is MISSING or got is None else coerce(got))
+        read = fld.reader(params)
+        values = [None if (got := read(row)) is None else coerce(got) for row in rows]
         columns.append(pa.array(values, type=fld.type))
     n = len(rows)
     columns.append(pa.array([orjson.dumps(r).decode() for r in rows], type=pa.string()))
@@ -230,19 +239,6 @@ def to_arrow(kind: RecordKind, records: Iterable[Any], params: Mapping[str, Any]
 
 
 def keys_of(kind: RecordKind, records: Iterable[Any], params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """Primary-key tuples of records, used by the loop guard and by dependent queries."""
-    getters = []
-    for name in kind.primary_key:
-        fld = next(x for x in kind.fields if x.name == name)
-        getters.append(fld)
-    out = []
-    for row in records:
-        key = []
-        for fld in getters:
-            if fld.path.startswith(PARAM_PREFIX):
-                key.append(params.get(fld.path[len(PARAM_PREFIX) :]))
-            else:
-                got = compile_path(fld.path)(row)
-                key.append(None if got is MISSING else got)
-        out.append(tuple(key))
-    return out
+    """Primary-key tuples of records."""
+    readers = [fld.reader(params) for name in kind.primary_key if (fld := kind.field(name)) is not None]
+    return [tuple(read(row) for read in readers) for row in records]

@@ -23,10 +23,8 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact 
 
 from connectors import catalog  # noqa: E402
 from connectors.client import ServiceClient  # noqa: E402
-from connectors.dig import MISSING, compile_path  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
 from connectors.pager import OK_STATUSES, Page, QuerySpec  # noqa: E402
-from connectors.records import PARAM_PREFIX  # noqa: E402
 from flows import progress  # noqa: E402
 from flows.load import RunManifest, load_manifest_into_duckdb, write_manifest  # noqa: E402
 from flows.plan import DependentQuery, Plan, instantiate, plan  # noqa: E402
@@ -80,16 +78,15 @@ class Fanout:
 
     def on_page(self, query: QuerySpec, page: Page) -> None:
         progress.current().page_landed(query.query_id, page.record_count, page.credits)
+        endpoint = self.ctx.endpoints[query.endpoint]
         for dep in self.children.get(self.template_of.get(query.query_id, ""), []):
-            endpoint = self.ctx.endpoints[query.endpoint]
             for kind in endpoint.kinds:
-                if dep.kind is not None and kind.table != dep.kind:
+                fld = kind.field(dep.field)
+                if fld is None or (dep.kind is not None and kind.table != dep.kind):
                     continue
-                if dep.field not in kind.schema.names:
-                    continue
-                fld = next(x for x in kind.fields if x.name == dep.field)
-                for value in _values(fld.path, page.records.get(kind.table, []), query.params):
-                    if value in self.seen[dep.template_id]:
+                read = fld.reader(query.params)
+                for value in (read(record) for record in page.records.get(kind.table, [])):
+                    if value in (None, "") or value in self.seen[dep.template_id]:
                         continue
                     self.seen[dep.template_id].add(value)
                     try:
@@ -118,19 +115,6 @@ class Fanout:
                 progress.current().query_finished(summary["query_id"], summary["status"])
                 self.summaries.append(summary)
         return self.summaries
-
-
-def _values(path: str, records: list[Any], params: dict[str, Any]) -> list[Any]:
-    """The non-empty values at `path` in a page's records: what a dependent query fans out over."""
-    if path.startswith(PARAM_PREFIX):
-        return [params.get(path[len(PARAM_PREFIX) :])]
-    get = compile_path(path)
-    out = []
-    for record in records:
-        value = get(record)
-        if value is not MISSING and value not in (None, ""):
-            out.append(value)
-    return out
 
 
 @flow(name="collect_job", log_prints=False, validate_parameters=True)
