@@ -156,7 +156,7 @@ class QueryPager:
                         return
                     except errors.HarvestError as exc:
                         out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
-                        paid = getattr(exc, "response", None)
+                        paid = exc.response
                         if paid is not None and exc.credits:
                             out.pages += 1
                             yield self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None)
@@ -168,8 +168,7 @@ class QueryPager:
                     page.cursor_out = nxt
                     out.pages += 1
                     out.records += page.record_count
-                    yield page
-                    self.ledger.page_done(spec.query_id, index)
+                    yield page  # the client already told the ledger this page is done
                     index += 1
                     if nxt is None or page.record_count == 0:
                         out.status = "complete"
