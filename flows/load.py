@@ -90,11 +90,6 @@ def load_manifest_into_duckdb(layout: OutputLayout, manifest: RunManifest) -> di
     """Merge the run's tables and bookkeeping in one transaction; raises DatabaseBusy when the file is held."""
     kinds = all_kinds()
     batches = [(kinds[table], files) for table, files in sorted(manifest.files_by_table().items())]
-    states = [
-        {**{k: q.get(k) for k in ("query_id", "endpoint", "status", "pages", "records", "credits", "error")},
-         "next_cursor": q.get("next_cursor")}
-        for q in manifest.queries
-    ]  # fmt: skip
     requests = [Path(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
     with write_connection(
         layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
@@ -102,21 +97,8 @@ def load_manifest_into_duckdb(layout: OutputLayout, manifest: RunManifest) -> di
         with transaction(con):
             result = merge_batches(con, batches)
             insert_requests(con, manifest.run_id, [p for p in requests if p.exists()])
-            upsert_query_states(con, manifest.run_id, states)
-            upsert_run(
-                con,
-                {
-                    "run_id": manifest.run_id,
-                    "job": manifest.job,
-                    "spec_hash": manifest.spec_hash,
-                    "service": manifest.service,
-                    "started": manifest.started,
-                    "finished": manifest.finished,
-                    "status": manifest.status,
-                    "credits_spent": manifest.credits_spent,
-                    "records": manifest.records,
-                },
-            )
+            upsert_query_states(con, manifest.run_id, manifest.queries)  # picks the query_state fields
+            upsert_run(con, {**asdict(manifest), "records": manifest.records})  # picks the runs fields
         tables = dict(result)  # rows per table after the merge
     manifest.loaded = True
     write_manifest(layout, manifest)
