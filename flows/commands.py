@@ -176,12 +176,9 @@ def load(output: Path) -> None:
 
 
 def runs(output: Path) -> None:
-    from flows.load import read_manifest
+    from flows.load import all_manifests
 
-    layout = OutputLayout(output)
-    manifests = sorted(
-        (read_manifest(p) for p in layout.raw_root.glob("*/manifest.json")), key=lambda m: m.started
-    )
+    manifests = all_manifests(OutputLayout(output))
     if not manifests:
         raise fail(f"no runs found under {output}", 1)
     table = Table(title=f"runs in {output}")

@@ -82,8 +82,13 @@ def read_manifest(path: Path) -> RunManifest:
 
 def pending_manifests(layout: OutputLayout) -> list[RunManifest]:
     """Runs whose load did not happen (DuckDB was busy), oldest first."""
-    found = [read_manifest(p) for p in sorted(layout.raw_root.glob("*/manifest.json"))]
-    return sorted((m for m in found if not m.loaded), key=lambda m: m.started)
+    return [m for m in all_manifests(layout) if not m.loaded]
+
+
+def all_manifests(layout: OutputLayout) -> list[RunManifest]:
+    """Every run under an output directory, oldest first."""
+    found = [read_manifest(p) for p in layout.raw_root.glob("*/manifest.json")]
+    return sorted(found, key=lambda m: m.started)
 
 
 def load_manifest_into_duckdb(layout: OutputLayout, manifest: RunManifest) -> dict[str, int]:
