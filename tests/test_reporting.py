@@ -58,6 +58,9 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
         )
         summary = run_flow(spec)
     assert summary["credits_spent"] == 2
+    history = CliRunner().invoke(app, ["runs", str(tmp_path / "out")], env={"COLUMNS": "300"})
+    assert history.exit_code == 0
+    assert summary["run_id"] in history.output and "2/50" in history.output and "complete" in history.output
 
     with get_client(sync_client=True) as client:
         table = client.read_artifacts(
