@@ -44,6 +44,7 @@ from connectors.errors import (
     HarvestError,
     NotFound,
     OutOfCredits,
+    RunStopped,
     ServiceAnswer,
     ServiceUnavailable,
     Unauthorized,
@@ -226,6 +227,12 @@ class ServiceClient:
         # Held only around sending, after the reservation: a request waiting for a slot must not block the
         # ledger (breadth-first waits need the lagging queries to send), and the pool never times out.
         self._slots = asyncio.Semaphore(max_in_flight)
+        # Until one answer shows the key is accepted, requests go one at a time: a wrong key then costs one
+        # request, not one per query (the real service answers 402 to an unknown key).
+        self.key_accepted = False
+        self._first_request = asyncio.Lock()
+        self._in_flight: set[asyncio.Task[Any]] = set()
+        self._aborting = False
         url = httpx.URL(self.base_url)
         if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
@@ -251,6 +258,44 @@ class ServiceClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    def abort(self) -> int:
+        """Cancel the requests in flight now (a second Ctrl-C, or the grace time ran out); returns how many.
+
+        Their reservations count as spent (the service may have answered), and their queries stop as
+        `interrupted` with the cursor of the aborted page, so a resume asks for it again.
+        """
+        self._aborting = True
+        tasks = [t for t in self._in_flight if not t.done()]
+        for task in tasks:
+            task.cancel("harvest: aborted at stop")
+        return len(tasks)
+
+    async def credit_balance(self) -> int | None:
+        """The account's balance from `GET /v1/credit-balance` (free): proves the key before anything is paid.
+
+        Raises `Unauthorized`/`OutOfCredits` when the service refuses the key; None when the endpoint gave no
+        usable answer (not offered, down): the run then proves the key with its first paid request instead.
+        """
+        try:
+            response = await self._http.get("/v1/credit-balance", headers={"x-api-key": self._key.reveal()})
+        except httpx.HTTPError as exc:
+            log.warning("could not read the credit balance: %s", redact(str(exc), self._key))
+            return None
+        body = _parse_body(self._redact_bytes(response.content))
+        if response.status_code in (401, 402):
+            answer = ServiceAnswer(response.status_code, body, b"")
+            error = Unauthorized if response.status_code == 401 else OutOfCredits
+            raise error(response=answer, endpoint="/v1/credit-balance")
+        count = _int_field(body, "creditCount")
+        if response.status_code != 200 or count is None:
+            log.warning(
+                "the credit balance endpoint answered HTTP %d without a balance", response.status_code
+            )
+            return None
+        self.key_accepted = True
+        self.ledger.observe_remaining(count)
+        return count
 
     # ---- the one public call -------------------------------------------------------------------------
 
@@ -359,20 +404,42 @@ class _Call:
         self.safe_params = tuple((k, client._text(v)) for k, v in params)
 
     async def attempt(self) -> Response:
-        ledger = self.client.ledger
-        reservation = await ledger.reserve(
-            self.query_id, self.page_index, self.cost, query_cap=self.query_cap
-        )
-        if reservation is None:
-            raise BudgetExhausted(
+        client = self.client
+        if not client.key_accepted:
+            async with client._first_request:  # one at a time until an answer proves the key
+                if not client.key_accepted:
+                    return await self._attempt()
+        return await self._attempt()
+
+    def _refused(self) -> HarvestError:
+        refusal = self.client.ledger.refusal(self.query_id)
+        reason = refusal.reason if refusal else "the ledger refused it"
+        if refusal is not None and refusal.kind != "budget":
+            return RunStopped(
+                status=refusal.kind,
+                reason=reason,
+                credits=self.credits,
                 query_id=self.query_id,
                 endpoint=self.endpoint,
                 page_index=self.page_index,
-                cost=self.cost,
-                reason=ledger.refusal_reason(self.query_id) or "the ledger refused it",
-                credits=self.credits,
-                attempts=self.attempts,
             )
+        return BudgetExhausted(
+            query_id=self.query_id,
+            endpoint=self.endpoint,
+            page_index=self.page_index,
+            cost=self.cost,
+            reason=reason,
+            credits=self.credits,
+            attempts=self.attempts,
+        )
+
+    async def _attempt(self) -> Response:
+        ledger = self.client.ledger
+        reservation = await ledger.reserve(
+            self.query_id, self.page_index, self.cost, query_cap=self.query_cap, price_key=self.endpoint
+        )
+        if reservation is None:
+            raise self._refused()
         try:
             await self.client._slots.acquire()
         except BaseException:
@@ -401,27 +468,50 @@ class _Call:
                 query_id=self.query_id,
                 endpoint=self.endpoint,
             ) from None
-        except BaseException:
+        except BaseException as exc:
             # Cancelled (or worse) mid-flight: the service may have billed it.
             counted = self._keep(reservation)
-            self._record(started_at, t0, None, counted, "cancelled")
+            aborted = isinstance(exc, asyncio.CancelledError) and self.client._aborting
+            self._record(started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled")
+            if aborted:
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                raise self._aborted() from None
             raise
         finally:
             self.client._slots.release()
         return self._answer(reservation, http_response, started_at, t0)
+
+    def _aborted(self) -> RunStopped:
+        stop = self.client.ledger.stopped
+        return RunStopped(
+            status=stop.kind if stop else "interrupted",
+            reason=(stop.reason if stop else "the run was stopped") + "; the request in flight was abandoned",
+            credits=self.credits,
+            query_id=self.query_id,
+            endpoint=self.endpoint,
+            page_index=self.page_index,
+        )
 
     async def _send(self) -> httpx.Response:
         request = self.client._http.get(
             self.path, params=list(self.params), headers={"x-api-key": self.client._key.reveal()}
         )
         total = self.client.timeouts.total
-        if total is None:
-            return await request
+        current = asyncio.current_task()
+        if current is not None:
+            self.client._in_flight.add(current)
         try:
+            if total is None:
+                return await request
             async with asyncio.timeout(total):
                 return await request
         except TimeoutError:
             raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
+        finally:
+            if current is not None:
+                self.client._in_flight.discard(current)
 
     def _keep(self, reservation: Reservation) -> int:
         counted = self.client.ledger.settle(reservation, None)
@@ -469,6 +559,7 @@ class _Call:
         else:
             counted = ledger.settle(reservation, charged)
         self.credits += counted
+        self._note_key(status)
         answer = ServiceAnswer(status, body, raw)
         error = self._classify(status, body, raw)
         duration_ms = self._record(started_at, t0, status, counted, error)
@@ -491,6 +582,20 @@ class _Call:
                 retry_after = parse_retry_after(http_response.headers.get("retry-after"))
             raise _Retryable(error, retry_after=retry_after, response=answer)
         raise self._typed_error(status, body, answer)
+
+    def _note_key(self, status: int) -> None:
+        """401 and 402 stop the whole run: every other request would get the same answer (and 402 is also
+        the real service's answer to an unknown key). Any other answer from past the key check proves it."""
+        client = self.client
+        if status in (401, 402):
+            what = (
+                "the API key was refused (401)"
+                if status == 401
+                else "out of credits, or the API key is not valid (402)"
+            )
+            client.ledger.stop("stopped", f"the service answered {what}")
+        elif status < 500 and status != 429:
+            client.key_accepted = True
 
     def _classify(self, status: int, body: JSON | None, raw: bytes) -> str | None:
         """None for a usable answer, else a short description for logs and the Attempt record."""

@@ -23,6 +23,7 @@ __all__ = [
     "MissingApiKey",
     "NotFound",
     "OutOfCredits",
+    "RunStopped",
     "ServiceAnswer",
     "ServiceUnavailable",
     "Unauthorized",
@@ -123,6 +124,35 @@ class BudgetExhausted(HarvestError):
         self.cost = cost
         self.reason = reason
         self.attempts = attempts
+
+
+class RunStopped(HarvestError):
+    """The whole run stopped sending (Ctrl-C, a refused key, an empty account); the query keeps its cursor.
+
+    `status` is the query status it leads to: `interrupted` (resumable) or `stopped` (the service refused).
+    """
+
+    def __init__(
+        self,
+        *,
+        status: str,
+        reason: str,
+        page_index: int,
+        query_id: str,
+        endpoint: str,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+    ) -> None:
+        super().__init__(
+            f"stopped before page {page_index}: {reason}",
+            credits=credits,
+            response=response,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+        self.status = status
+        self.reason = reason
+        self.page_index = page_index
 
 
 class BadRequest(HarvestError):

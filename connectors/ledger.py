@@ -29,13 +29,10 @@ other threads (progress display) are consistent. Only `reserve` awaits; `settle`
 cancelled task's cleanup (notifying an `asyncio.Condition` would need to re-acquire its lock there, which a
 cancelled task may not get). Waiters park on futures of their own event loop and are woken thread-safely.
 
-Design note (distribution): a run on several machines (Dask) needs one shared ledger. The interface is
-deliberately small (reserve / settle / release / observe_remaining / register / page_done / finish, plus
-read-only totals) so that a ledger actor or a small ledger service can replace this class without touching
-the client: each method maps to one message. Only `reserve` needs an answer before going on; the others are
-notifications that a remote ledger can send without waiting (the worker must then hold back its next
-reserve until they are acknowledged, which keeps the cap exact). Reservation ids would become globally
-unique strings; nothing else in the interface assumes one process.
+Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refused API key, an empty
+account); requests already sent still land and settle. Durability: an optional journal hears of every
+reservation before it is granted and of how it was closed, so a crashed run's spending can be recovered
+exactly (see `tasks.journal`), and `opening` seeds a resumed run with what it had spent before.
 """
 
 from __future__ import annotations
@@ -49,9 +46,17 @@ from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
-__all__ = ["CreditLedger", "LedgerSnapshot", "Overcharge", "Policy", "Reservation"]
+__all__ = [
+    "CreditLedger",
+    "LedgerJournal",
+    "LedgerSnapshot",
+    "Overcharge",
+    "Policy",
+    "Refusal",
+    "Reservation",
+]
 
 log = logging.getLogger("harvest.ledger")
 
@@ -97,11 +102,29 @@ class LedgerSnapshot:
     floor_reached: bool
 
 
-class _Refused:
-    __slots__ = ("reason",)
+class LedgerJournal(Protocol):
+    """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent)."""
 
-    def __init__(self, reason: str) -> None:
+    def reserved(self, rid: int, query_id: str, amount: int) -> None: ...
+    def closed(self, rid: int, counted: int | None) -> None: ...
+
+
+RefusalKind = Literal["budget", "stopped", "interrupted"]
+"""Why the ledger refuses: the budget (or a cap or floor), or the whole run was stopped or interrupted."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    kind: RefusalKind
+    reason: str
+
+
+class _Refused:
+    __slots__ = ("kind", "reason")
+
+    def __init__(self, reason: str, kind: RefusalKind = "budget") -> None:
         self.reason = reason
+        self.kind: RefusalKind = kind
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -112,7 +135,15 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 class CreditLedger:
     """Hard-capped credit budget for one run; see the module docstring for the rules."""
 
-    def __init__(self, budget: int, min_balance: int | None = None, policy: Policy = "breadth_first") -> None:
+    def __init__(
+        self,
+        budget: int,
+        min_balance: int | None = None,
+        policy: Policy = "breadth_first",
+        *,
+        opening: Mapping[str, int] | None = None,
+        journal: LedgerJournal | None = None,
+    ) -> None:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if policy not in _POLICIES:
@@ -123,9 +154,13 @@ class CreditLedger:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
-        self._spent = 0
+        self._q_spent: dict[str, int] = {q: c for q, c in (opening or {}).items() if c}
+        self._spent = sum(self._q_spent.values())
         self._reserved = 0
-        self._q_spent: dict[str, int] = {}
+        self._journal = journal
+        self._stopped: _Refused | None = None
+        self._learned_price: dict[str, int] = {}
+        self._price_key_of: dict[int, str] = {}
         self._q_reserved: dict[str, int] = {}
         self._q_inflight: dict[str, Counter[int]] = {}
         self._q_cost: dict[str, int] = {}
@@ -133,7 +168,7 @@ class CreditLedger:
         self._overcharges: list[Overcharge] = []
         self._account_remaining: int | None = None
         self._floor_reached = False
-        self._refusals: dict[str, str] = {}
+        self._refusals: dict[str, _Refused] = {}
         self._waiters: set[asyncio.Future[None]] = set()
 
     def __repr__(self) -> str:
@@ -194,10 +229,17 @@ class CreditLedger:
         with self._lock:
             return self._floor_reached
 
-    def refusal_reason(self, query_id: str) -> str | None:
-        """Why the last reserve() of this query returned None, in words for an error message."""
+    def refusal(self, query_id: str) -> Refusal | None:
+        """Why the last reserve() of this query returned None: its kind, and words for an error message."""
         with self._lock:
-            return self._refusals.get(query_id)
+            refused = self._refusals.get(query_id)
+        return None if refused is None else Refusal(refused.kind, refused.reason)
+
+    @property
+    def stopped(self) -> Refusal | None:
+        """Set once `stop` was called: every later reservation is refused for this reason."""
+        with self._lock:
+            return None if self._stopped is None else Refusal(self._stopped.kind, self._stopped.reason)
 
     def snapshot(self) -> LedgerSnapshot:
         with self._lock:
@@ -215,11 +257,19 @@ class CreditLedger:
     # ---- reserving -----------------------------------------------------------------------------------
 
     async def reserve(
-        self, query_id: str, page_index: int, amount: int, *, query_cap: int | None = None
+        self,
+        query_id: str,
+        page_index: int,
+        amount: int,
+        *,
+        query_cap: int | None = None,
+        price_key: str | None = None,
     ) -> Reservation | None:
         """Hold `amount` credits for one attempt, waiting while others' outstanding holds might free it.
 
-        None means the credits cannot be granted (budget, balance floor or query cap): send nothing.
+        None means the credits cannot be granted (budget, balance floor, query cap, or the run was stopped):
+        send nothing; `refusal(query_id)` says why. `price_key` (the endpoint) lets the ledger learn a price:
+        once the service charged more than `amount` under that key, later reservations hold what it charged.
         """
         if amount < 0:
             raise ValueError(f"amount must be >= 0, got {amount}")
@@ -228,28 +278,46 @@ class CreditLedger:
         loop = asyncio.get_running_loop()
         while True:
             with self._lock:
+                if price_key is not None:
+                    amount = max(amount, self._learned_price.get(price_key, 0))
                 advanced = self._note_page_started(query_id, page_index)
                 outcome = self._decide(query_id, page_index, amount, query_cap)
                 if isinstance(outcome, _Refused):
-                    self._refusals[query_id] = outcome.reason
+                    self._refusals[query_id] = outcome
                     waiter = None
                 elif outcome is None:
                     waiter = loop.create_future()
                     self._waiters.add(waiter)
                 else:
                     waiter = None
+                    if price_key is not None:
+                        self._price_key_of[outcome.id] = price_key
             if advanced:
                 self._wake_all()
             if isinstance(outcome, _Refused):
                 log.info("refused %s page %d (%d credits): %s", query_id, page_index, amount, outcome.reason)
                 return None
             if waiter is None:
+                if self._journal is not None and outcome is not None:
+                    self._journal_reservation(outcome)
                 return outcome
             try:
                 await waiter
             finally:
                 with self._lock:
                     self._waiters.discard(waiter)
+
+    def _journal_reservation(self, r: Reservation) -> None:
+        """Durable before the request can be sent; if it cannot be written, nothing is sent."""
+        assert self._journal is not None
+        try:
+            self._journal.reserved(r.id, r.query_id, r.amount)
+        except BaseException:
+            with self._lock:
+                self._close(r)
+                self._price_key_of.pop(r.id, None)
+            self._wake_all()
+            raise
 
     def _note_page_started(self, query_id: str, page_index: int) -> bool:
         # Asking for page k means pages < k are done: this is what rules out waiting cycles.
@@ -263,6 +331,8 @@ class CreditLedger:
         self, query_id: str, page_index: int, amount: int, query_cap: int | None
     ) -> Reservation | _Refused | None:
         """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
+        if self._stopped is not None:
+            return self._stopped
         if self._floor_reached:
             return _Refused(
                 f"the account balance ({self._account_remaining}) fell below the floor of "
@@ -336,15 +406,20 @@ class CreditLedger:
                 counted = r.amount
             else:
                 counted = charged
+            price_key = self._price_key_of.pop(r.id, None)
             if counted > r.amount:
                 self._overcharges.append(Overcharge(r.query_id, r.page_index, r.amount, counted))
+                if price_key is not None:
+                    self._learned_price[price_key] = max(counted, self._learned_price.get(price_key, 0))
             self._spent += counted
             self._q_spent[r.query_id] = self._q_spent.get(r.query_id, 0) + counted
             spent = self._spent
+        if self._journal is not None:
+            self._journal.closed(r.id, counted)
         if counted > r.amount:
             log.warning(
                 "the service charged %d credits for %s page %d but the cost table says %d; "
-                "spent is now %d of a budget of %d. Update the cost table.",
+                "spent is now %d of a budget of %d; later requests reserve the charged amount. Update the cost table.",
                 counted,
                 r.query_id,
                 r.page_index,
@@ -359,7 +434,21 @@ class CreditLedger:
         """Give `r` back: only for requests that provably never reached the service."""
         with self._lock:
             self._close(r)
+            self._price_key_of.pop(r.id, None)
+        if self._journal is not None:
+            self._journal.closed(r.id, None)
         self._wake_all()
+
+    def stop(self, kind: RefusalKind, reason: str) -> bool:
+        """Refuse every later reservation (the first stop's reason is kept); True if this call stopped it."""
+        with self._lock:
+            first = self._stopped is None
+            if first:
+                self._stopped = _Refused(reason, kind)
+        if first:
+            log.warning("no further requests: %s", reason)
+            self._wake_all()
+        return first
 
     def observe_remaining(self, credits_remaining: int) -> None:
         """Record the account balance the service reported; below `min_balance` all reserves refuse."""
@@ -382,11 +471,12 @@ class CreditLedger:
 
     # ---- breadth-first bookkeeping -------------------------------------------------------------------
 
-    def register(self, query_id: str) -> None:
+    def register(self, query_id: str, next_page: int = 0) -> None:
+        """A query starts running; `next_page` is its first page index (a resumed query starts further on)."""
         with self._lock:
             if query_id in self._next_page:
                 raise ValueError(f"query {query_id!r} is already registered")
-            self._next_page[query_id] = 0
+            self._next_page[query_id] = next_page
         self._wake_all()
 
     def page_done(self, query_id: str, page_index: int) -> None:
@@ -406,9 +496,9 @@ class CreditLedger:
             self._wake_all()
 
     @contextlib.asynccontextmanager
-    async def query(self, query_id: str) -> AsyncIterator[None]:
+    async def query(self, query_id: str, next_page: int = 0) -> AsyncIterator[None]:
         """register() on entry, finish() on any exit, including errors and cancellation."""
-        self.register(query_id)
+        self.register(query_id, next_page)
         try:
             yield
         finally:

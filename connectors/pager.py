@@ -23,11 +23,24 @@ import orjson
 from connectors import errors
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
+from connectors.known import KnownKeys
 from connectors.ledger import CreditLedger
 from connectors.paging import Cursor
 
-Status = Literal["complete", "max_pages", "budget_exhausted", "loop_detected", "not_found", "failed"]
-OK_STATUSES: frozenset[str] = frozenset({"complete", "max_pages", "budget_exhausted", "not_found"})
+Status = Literal[
+    "complete",
+    "caught_up",
+    "max_pages",
+    "budget_exhausted",
+    "not_found",
+    "interrupted",
+    "stopped",
+    "loop_detected",
+    "failed",
+]
+OK_STATUSES: frozenset[str] = frozenset(
+    {"complete", "caught_up", "max_pages", "budget_exhausted", "not_found"}
+)
 """Statuses of a query that ended normally or stopped at its budget (exit code 0)."""
 
 
@@ -41,7 +54,11 @@ class QuerySpec:
     max_pages: int | None = None
     max_credits: int | None = None
     start_cursor: Cursor | None = None
-    start_page: int = 0
+    """Where a continued query picks up (the cursor a budget stop kept); None: the first page."""
+    incremental: bool = False
+    """Stop after the first page whose records were all landed before (newest-first listings only)."""
+    resume: bool = False
+    """The run was interrupted while this query ran: land its raw pages again, then page on from the last."""
 
 
 @dataclass
@@ -77,18 +94,56 @@ class QueryOutcome:
     error: str | None = None
 
 
-def _signature(records: dict[str, list[Any]]) -> bytes:
+@dataclass
+class PagerStart:
+    """Where paging begins: the first page of a fresh query, or after the pages a resumed query replayed."""
+
+    cursor: Cursor | None = None
+    index: int = 0
+    pages: int = 0
+    records: int = 0
+    used: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
+    """Cursors already sent, for the loop guard."""
+    previous: bytes | None = None
+    """Signature of the last page's records, for the loop guard."""
+    ended: Status | None = None
+    """Set when the replayed pages show the query had already ended (its last page had no next cursor)."""
+
+
+def signature(records: dict[str, list[Any]]) -> bytes:
     return hashlib.blake2b(orjson.dumps(records, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
+def cursor_key(cursor: Cursor) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(cursor.items()))
+
+
+def extract_records(endpoint: Endpoint, body: Any) -> dict[str, list[Any]]:
+    return {k.table: k.extract(body) for k in endpoint.kinds} if body is not None else {}
+
+
 class QueryPager:
-    def __init__(self, spec: QuerySpec, endpoint: Endpoint, client: ServiceClient, ledger: CreditLedger):
+    def __init__(
+        self,
+        spec: QuerySpec,
+        endpoint: Endpoint,
+        client: ServiceClient,
+        ledger: CreditLedger,
+        start: PagerStart | None = None,
+        known: KnownKeys | None = None,
+    ):
         self.spec = spec
         self.endpoint = endpoint
         self.client = client
         self.ledger = ledger
         self.params = endpoint.params.model_validate(spec.params)
-        self.outcome = QueryOutcome(spec.query_id, endpoint.path)
+        self.start = start or PagerStart(cursor=spec.start_cursor)
+        if self.start.cursor and not self.start.used:
+            self.start.used.add(cursor_key(self.start.cursor))
+        self.known = known
+        self.outcome = QueryOutcome(
+            spec.query_id, endpoint.path, pages=self.start.pages, records=self.start.records
+        )
 
     def _request(self, cursor: Cursor | None) -> list[tuple[str, str]]:
         pairs = self.params.query_pairs()
@@ -99,7 +154,6 @@ class QueryPager:
     def _page(
         self, index: int, cursor: Cursor | None, status: int, credits: int, raw: bytes, body: Any
     ) -> Page:
-        records = {k.table: k.extract(body) for k in self.endpoint.kinds} if body is not None else {}
         return Page(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
@@ -112,77 +166,89 @@ class QueryPager:
             raw=raw,
             body=body,
             fetched_at=datetime.now(UTC),
-            records=records,
+            records=extract_records(self.endpoint, body),
         )
 
     async def pages(self) -> AsyncGenerator[Page, None]:
-        spec, out = self.spec, self.outcome
-        cursor = spec.start_cursor
-        index = spec.start_page
-        used: set[tuple[tuple[str, str], ...]] = set()
-        if cursor:
-            used.add(tuple(sorted(cursor.items())))
-        previous: bytes | None = None
-        path = self.endpoint.url_path(self.params)
-        async with self.ledger.query(spec.query_id):
+        """Every paid page of the query, in order; `outcome` says how and why paging ended."""
+        spec, out, state = self.spec, self.outcome, self.start
+        if state.ended is not None:
+            out.status = state.ended
+            return
+        async with self.ledger.query(spec.query_id, state.index):
             try:
                 while True:
                     if spec.max_pages is not None and out.pages >= spec.max_pages:
-                        out.status, out.next_cursor = "max_pages", cursor
+                        out.status, out.next_cursor = "max_pages", state.cursor
                         return
-                    try:
-                        response = await self.client.get(
-                            path,
-                            self._request(cursor),
-                            cost=self.endpoint.cost,
-                            query_id=spec.query_id,
-                            page_index=index,
-                            endpoint=self.endpoint.path,
-                            query_cap=spec.max_credits,
-                        )
-                    except errors.BudgetExhausted as exc:
-                        out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+                    page, ended = await self._fetch(state.index, state.cursor)
+                    if page is not None:
+                        out.pages += 1
+                        out.records += page.record_count
+                        yield page
+                    if ended or page is None or not self._advance(page, state):
                         return
-                    except errors.NotFound as exc:
-                        out.status, out.error = "not_found", str(exc)
-                        paid = exc.response
-                        if paid is not None:
-                            page = self._page(
-                                index, cursor, paid.status_code, exc.credits, paid.raw, paid.body
-                            )
-                            out.pages += 1
-                            out.records += page.record_count
-                            yield page
-                        return
-                    except errors.HarvestError as exc:
-                        out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
-                        paid = exc.response
-                        if paid is not None and exc.credits:
-                            out.pages += 1
-                            yield self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None)
-                        return
-                    page = self._page(
-                        index, cursor, response.status_code, response.credits, response.raw, response.body
-                    )
-                    nxt = self.endpoint.paging.next_cursor(response.body)
-                    page.cursor_out = nxt
-                    out.pages += 1
-                    out.records += page.record_count
-                    yield page  # the client already told the ledger this page is done
-                    index += 1
-                    if nxt is None or page.record_count == 0:
-                        out.status = "complete"
-                        return
-                    signature = _signature(page.records)
-                    key = tuple(sorted(nxt.items()))
-                    if key in used or signature == previous:
-                        out.status = "loop_detected"  # no next cursor: resuming from it would loop again
-                        out.error = (
-                            f"the service sent back a cursor already used ({nxt}) or the same page twice; "
-                            "stopped instead of paying for the same pages again"
-                        )
-                        return
-                    used.add(key)
-                    previous, cursor = signature, nxt
             finally:
                 out.credits = self.ledger.per_query_spent.get(spec.query_id, 0)
+
+    async def _fetch(self, index: int, cursor: Cursor | None) -> tuple[Page | None, bool]:
+        """One paid page (or None), and whether the query ends with it (its outcome then says why).
+
+        A billed error answer (a 404 "not found", a paid failure) comes as a page, so the caller keeps the
+        receipt; the outcome is already set and paging stops after it.
+        """
+        out = self.outcome
+        try:
+            response = await self.client.get(
+                self.endpoint.url_path(self.params),
+                self._request(cursor),
+                cost=self.endpoint.cost,
+                query_id=self.spec.query_id,
+                page_index=index,
+                endpoint=self.endpoint.path,
+                query_cap=self.spec.max_credits,
+            )
+        except errors.RunStopped as exc:
+            out.status, out.next_cursor, out.error = exc.status, cursor, exc.reason  # type: ignore[assignment]
+            return None, True
+        except errors.BudgetExhausted as exc:
+            out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+            return None, True
+        except errors.NotFound as exc:
+            out.status, out.error = "not_found", str(exc)
+            paid = exc.response
+            if paid is None:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, paid.body), True
+        except errors.HarvestError as exc:
+            out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
+            paid = exc.response
+            if paid is None or not exc.credits:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+        page = self._page(index, cursor, response.status_code, response.credits, response.raw, response.body)
+        page.cursor_out = self.endpoint.paging.next_cursor(response.body)
+        return page, False
+
+    def _advance(self, page: Page, state: PagerStart) -> bool:
+        """Move `state` past a landed page; False (with the outcome set) when paging ends here."""
+        out, nxt = self.outcome, page.cursor_out
+        if nxt is None or page.record_count == 0:
+            out.status = "complete"
+            return False
+        if self.known is not None and self.known.all_known(
+            self.endpoint.kinds, page.records, self.spec.params
+        ):
+            out.status = "caught_up"  # every record of this page was landed before: the rest is older
+            return False
+        sig, key = signature(page.records), cursor_key(nxt)
+        if key in state.used or sig == state.previous:
+            out.status = "loop_detected"  # no next cursor: resuming from it would loop again
+            out.error = (
+                f"the service sent back a cursor already used ({nxt}) or the same page twice; "
+                "stopped instead of paying for the same pages again"
+            )
+            return False
+        state.used.add(key)
+        state.previous, state.cursor, state.index = sig, nxt, state.index + 1
+        return True

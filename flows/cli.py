@@ -225,14 +225,29 @@ def run(
         None, "--budget", min=0, help="Credit cap for this run; beats the spec."
     ),
     output: Path | None = typer.Option(None, "--output", help="Output directory; beats the spec."),
+    fresh: bool = typer.Option(
+        False, "--fresh", help="Abandon an unfinished run of the job (its data stays loaded) and start anew."
+    ),
+    continue_: bool = typer.Option(
+        False,
+        "--continue",
+        help="A new run that picks up the queries earlier runs stopped (budget, refused key) at their cursors.",
+    ),
+    full: bool = typer.Option(False, "--full", help="Incremental queries page fully this once."),
 ) -> None:
     """Run a job: collect every query within the budget, land Parquet, load DuckDB.
 
-    Exit codes: 0 every query ended normally or stopped at its budget; 1 a query failed; 2 invalid spec or usage.
+    An unfinished run of the job in the output directory (killed, Ctrl-C) is resumed: queries that ended are
+    not repeated, the others go on from their last paid page. Exit codes: 0 every query ended normally or
+    stopped at its budget; 1 a query failed; 2 invalid spec or usage (or the job is already running);
+    130 interrupted (run it again to resume).
     """
     from flows import commands
 
-    commands.run(spec, base_url, budget, output)
+    if fresh and continue_:
+        raise typer.BadParameter("--fresh and --continue exclude each other")
+    mode = "fresh" if fresh else "continue" if continue_ else "auto"
+    commands.run(spec, base_url, budget, output, mode, full)
 
 
 @app.command(epilog="Example: harvest demo")

@@ -2,14 +2,15 @@
 
 One Prefect task per query (never per page: Prefect costs 3-6 ms and a server record per task). Queries run as
 concurrent tasks in the flow's event loop and share one connection pool and one ledger; `concurrency` bounds the
-HTTP requests in flight. Dependent queries start as their parents' pages land, not after the parent ends.
+HTTP requests in flight. A run holds its job's lock, starts new, resumes an unfinished run or continues a stopped
+one (`flows.resume`), and ends in the Prefect state that tells the truth: Completed (a budget stop says so in
+its message), Failed when a query failed, Cancelled when it was interrupted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from dataclasses import asdict
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,101 +21,209 @@ apply_prefect_defaults()
 
 from prefect import flow, get_run_logger  # noqa: E402
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact  # noqa: E402
+from prefect.context import FlowRunContext  # noqa: E402
+from prefect.states import Cancelled, Completed, Failed, State  # noqa: E402
 
-from connectors import catalog  # noqa: E402
 from connectors.client import ServiceClient  # noqa: E402
+from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
-from connectors.pager import OK_STATUSES, Page, QuerySpec  # noqa: E402
-from flows import progress  # noqa: E402
-from flows.load import RunManifest, load_manifest_into_duckdb, write_manifest  # noqa: E402
-from flows.plan import DependentQuery, Plan, instantiate, plan  # noqa: E402
-from flows.service import open_service  # noqa: E402
-from flows.spec import JobSpec, load_spec  # noqa: E402
+from flows import lock as job_lock  # noqa: E402
+from flows.abandon import abandon_run  # noqa: E402
+from flows.fanout import Fanout  # noqa: E402
+from flows.interrupt import StopOnSignal  # noqa: E402
+from flows.load import load_manifest_into_duckdb  # noqa: E402
+from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from flows.plan import Plan, plan  # noqa: E402
+from flows.resume import (  # noqa: E402
+    Mode,
+    RunStart,
+    continue_start,
+    plan_key,
+    resume_start,
+    retried_run,
+    unfinished_run,
+)
+from flows.service import Service, open_service  # noqa: E402
+from flows.spec import JobSpec, UsageError, load_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
-from tasks.collect import QuerySummary, collect_query  # noqa: E402
 from tasks.duckdb_load import DatabaseBusy  # noqa: E402
+from tasks.journal import RunJournal  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
 
 
-def run_status(statuses: list[str]) -> str:
-    """`failed` if any query failed, `budget_exhausted` if any stopped at a cap, else `complete`."""
-    if any(s not in OK_STATUSES for s in statuses):
-        return "failed"
-    if "budget_exhausted" in statuses:
-        return "budget_exhausted"
-    return "complete"
+class RunFailed(Exception):
+    """Raised instead of returning a Failed state when the flow has retries, so that Prefect retries it (and
+    the retry resumes the run). Carries the run summary."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        super().__init__(headline(summary))
+        self.summary = summary
 
 
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
 
-class Fanout:
-    """Starts the planned queries, and a dependent query for each new value its parent's records carry."""
+def headline(summary: dict[str, Any]) -> str:
+    """One line for the Prefect state message and logs."""
+    text = (
+        f"{summary['status']}: {len(summary['queries'])} queries, {summary['records']} records, "
+        f"{summary['credits_spent']}/{summary['budget']} credits (run {summary['run_id']})"
+    )
+    return text + (f"; {summary['error']}" if summary.get("error") else "")
 
-    def __init__(self, ctx: run_context.RunContext, the_plan: Plan) -> None:
-        self.ctx = ctx
-        self.plan = the_plan
-        self.tasks: set[asyncio.Task[dict[str, Any]]] = set()
-        self.template_of: dict[str, str] = {}
-        self.endpoint_of: dict[str, str] = {}
-        self.children: dict[str, list[DependentQuery]] = {}
-        for dep in the_plan.dependents:
-            self.children.setdefault(dep.parent, []).append(dep)
-        self.seen: dict[str, set[Any]] = {dep.template_id: set() for dep in the_plan.dependents}
-        self.parts = 0
-        self.summaries: list[dict[str, Any]] = []
-        self.skipped: list[str] = []
 
-    def start(self, query: QuerySpec, template_id: str) -> None:
-        self.template_of[query.query_id] = template_id
-        self.endpoint_of[query.query_id] = query.endpoint
-        self.parts += 1
-        coro = collect_query(self.ctx.run_id, asdict(query), self.parts)
-        task: asyncio.Task[dict[str, Any]] = asyncio.ensure_future(coro)
-        task.set_name(query.query_id)
-        self.tasks.add(task)
-        progress.current().query_started(query.query_id, query.endpoint)
+@dataclass
+class Begun:
+    start: RunStart
+    manifest: RunManifest
 
-    def on_page(self, query: QuerySpec, page: Page) -> None:
-        progress.current().page_landed(query.query_id, page.record_count, page.credits)
-        endpoint = self.ctx.endpoints[query.endpoint]
-        for dep in self.children.get(self.template_of.get(query.query_id, ""), []):
-            for kind in endpoint.kinds:
-                fld = kind.field(dep.field)
-                if fld is None or (dep.kind is not None and kind.table != dep.kind):
-                    continue
-                read = fld.reader(query.params)
-                for value in (read(record) for record in page.records.get(kind.table, [])):
-                    if value in (None, "") or value in self.seen[dep.template_id]:
-                        continue
-                    self.seen[dep.template_id].add(value)
-                    try:
-                        child = instantiate(dep, value)
-                    except ValueError as exc:  # one odd parent value must not stop the run
-                        self.skipped.append(f"{dep.template_id}: {exc}")
-                        continue
-                    self.start(child, dep.template_id)
 
-    async def run(self) -> list[dict[str, Any]]:
-        for query in self.plan.queries:
-            self.start(query, self.plan.template_of(query.query_id))
-        while self.tasks:
-            done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                self.tasks.discard(task)
-                try:
-                    summary = task.result()
-                except Exception as exc:  # a broken task must not take the other queries' landed data with it
-                    query_id = task.get_name()
-                    summary = QuerySummary(
-                        query_id=query_id, endpoint=self.endpoint_of[query_id], status="failed", pages=0,
-                        records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
-                        error=f"{type(exc).__name__}: {exc}",
-                    ).as_dict()  # fmt: skip
-                progress.current().query_finished(summary["query_id"], summary["status"])
-                self.summaries.append(summary)
-        return self.summaries
+def _flow_run() -> tuple[str | None, int, int]:
+    """(flow run id, run count, retries) of the current Prefect flow run."""
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return None, 1, 0
+    retries = ctx.flow_run.empirical_policy.retries or (ctx.flow.retries if ctx.flow else 0) or 0
+    return str(ctx.flow_run.id), ctx.flow_run.run_count, retries
+
+
+def _begin(
+    spec: JobSpec, the_plan: Plan, layout: OutputLayout, service: Service, mode: Mode, budget: int | None
+) -> Begun:
+    """Decide what this run is (new, resumed, continued) and write its `running` manifest."""
+    flow_run_id, run_count, _ = _flow_run()
+    key = plan_key(spec)
+    previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
+    previous = previous or unfinished_run(layout, spec.name)
+    if previous is not None and mode == "fresh":
+        abandon_run(layout, previous, spec.endpoints())
+        previous = None
+    if previous is not None:
+        start = resume_start(layout, previous, key, service.label)
+        manifest = replace(
+            previous,
+            status="running",
+            finished=None,
+            flow_run_id=flow_run_id,
+            resumes=previous.resumes + 1,
+            budget=previous.budget if budget is None else budget,
+            loaded=False,
+        )
+    else:
+        start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
+        now = datetime.now(UTC)
+        manifest = RunManifest(
+            run_id=new_run_id(now),
+            job=spec.name,
+            spec_hash=spec.spec_hash(),
+            service=service.label,
+            started=now.isoformat(),
+            finished=None,
+            status="running",
+            budget=spec.budget.credits if budget is None else budget,
+            credits_spent=0,
+            plan_key=key,
+            flow_run_id=flow_run_id,
+            continues=start.previous.run_id if start.previous else None,
+        )
+    return Begun(start, manifest)
+
+
+async def _probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | None:
+    """The account balance before anything is paid; a refused key stops the run here, at no cost."""
+    try:
+        return await client.credit_balance()
+    except HarvestError as exc:
+        ledger.stop("stopped", f"the service refused the API key before anything was paid: {exc}")
+        return None
+
+
+def _unstarted(the_plan: Plan, start: RunStart, summaries: list[dict[str, Any]], status: str) -> list[dict]:
+    """Planned queries a stopped run never started: listed, so `--continue` or a resume runs them."""
+    have = {s["query_id"] for s in summaries}
+    out = []
+    for query in the_plan.queries:
+        decided = start.decide(query)
+        if decided is not None and query.query_id not in have:
+            out.append(
+                {"query_id": query.query_id, "endpoint": query.endpoint, "status": status, "pages": 0,
+                 "records": 0, "credits": 0, "next_cursor": decided.start_cursor, "error": None, "files": []}
+            )  # fmt: skip
+    return out
+
+
+async def _collect(
+    spec: JobSpec, layout: OutputLayout, begun: Begun, the_plan: Plan, service: Service, full: bool
+) -> RunManifest:
+    manifest, start = begun.manifest, begun.start
+    started = datetime.fromisoformat(manifest.started)
+    fsync = spec.durability == "fsync"
+    journal = RunJournal(layout.journal_file(manifest.run_id), fsync=fsync)
+    ledger = CreditLedger(
+        manifest.budget,
+        min_balance=spec.budget.min_balance,
+        policy=spec.budget.policy,
+        opening=start.journal.spent,
+        journal=journal,
+    )
+    attempts = run_context.AttemptLogs(fsync=fsync)
+    try:
+        async with ServiceClient(
+            service.url, service.api_key, ledger, on_attempt=attempts.log, max_in_flight=spec.concurrency
+        ) as client:
+            ctx = run_context.RunContext(
+                manifest.run_id,
+                started,
+                layout,
+                spec.endpoints(),
+                client,
+                ledger,
+                attempts,
+                incremental=not full,
+            )
+            fan = Fanout(ctx, the_plan, start, journal, spec.name)
+            ctx.on_records = fan.on_records
+            run_context.register(ctx)
+            try:
+                manifest.balance_before = await _probe_balance(client, ledger)
+                with StopOnSignal(ledger, client).installed():
+                    summaries = await fan.run(layout)
+                if manifest.balance_before is not None:
+                    manifest.balance_after = await client.credit_balance()
+            finally:
+                run_context.unregister(manifest.run_id)
+    finally:
+        journal.close()
+    stopped = ledger.stopped
+    if stopped is not None:
+        summaries += _unstarted(the_plan, start, summaries, stopped.kind)
+        manifest.error = stopped.reason
+    for note in fan.skipped:
+        get_run_logger().warning("dependent query not started: %s", note)
+    manifest.status = run_status([s["status"] for s in summaries], stopped.kind if stopped else None)
+    manifest.finished = datetime.now(UTC).isoformat()
+    manifest.credits_spent = ledger.spent
+    manifest.queries = summaries
+    return manifest
+
+
+def _lock(layout: OutputLayout, job: str) -> job_lock.JobLock:
+    try:
+        return job_lock.acquire(layout.lock_file(job))
+    except job_lock.JobLocked as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _final_state(summary: dict[str, Any]) -> State[Any]:
+    message = headline(summary)
+    if summary["status"] == "interrupted":
+        return Cancelled(message=message, data=summary)
+    if summary["status"] == "failed":
+        if _flow_run()[2]:
+            raise RunFailed(summary)  # Prefect retries only a raised failure; the retry resumes this run
+        return Failed(message=message, data=summary)
+    return Completed(message=message, data=summary)
 
 
 @flow(name="collect_job", log_prints=False, validate_parameters=True)
@@ -123,59 +232,45 @@ async def collect_job(
     base_url: str | None = None,
     budget: int | None = None,
     output: str | None = None,
-) -> dict[str, Any]:
-    """Collect one job. Returns the run summary (also stored in DuckDB's `runs` and as a Prefect artifact)."""
-    logger = get_run_logger()
-    spec: JobSpec = load_spec(spec_path)
+    mode: Mode = "auto",
+    full: bool = False,
+) -> Any:
+    """Collect one job; the final state carries the run summary (also in DuckDB's `runs` and an artifact).
+
+    `mode`: `auto` resumes an unfinished run of the job or starts a new one; `fresh` abandons an unfinished
+    run first; `continue` picks up the queries earlier runs stopped. `full`: incremental queries page fully.
+    """
+    spec = load_spec(spec_path)
     the_plan = plan(spec)
-    credits_cap = spec.budget.credits if budget is None else budget
     layout = OutputLayout(Path(output or spec.output))
-    started = datetime.now(UTC)
-    run_id = new_run_id(started)
-    endpoints = catalog.endpoints(spec.costs or None)
-    ledger = CreditLedger(credits_cap, min_balance=spec.budget.min_balance, policy=spec.budget.policy)
-    attempts = run_context.AttemptLogs(fsync=spec.durability == "fsync")
-    async with (
-        open_service(spec, base_url) as service,
-        ServiceClient(
-            service.url, service.api_key, ledger, on_attempt=attempts.log, max_in_flight=spec.concurrency
-        ) as client,
-    ):
-        ctx = run_context.RunContext(run_id, started, layout, endpoints, client, ledger, attempts)
-        fan = Fanout(ctx, the_plan)
-        ctx.on_page = fan.on_page
-        run_context.register(ctx)
-        try:
-            logger.info(
-                "run %s: %d planned queries, budget %d credits", run_id, len(the_plan.queries), credits_cap
-            )
-            summaries = await fan.run()
-            for note in fan.skipped:
-                logger.warning("dependent query not started: %s", note)
-        finally:
-            run_context.unregister(run_id)
-    finished = datetime.now(UTC)
-    manifest = RunManifest(
-        run_id=run_id,
-        job=spec.name,
-        spec_hash=spec.spec_hash(),
-        service=service.label,
-        started=started.isoformat(),
-        finished=finished.isoformat(),
-        status=run_status([s["status"] for s in summaries]),
-        budget=credits_cap,
-        credits_spent=ledger.spent,
-        queries=summaries,
-    )
-    write_manifest(layout, manifest)
+    lock = _lock(layout, spec.name)
     try:
-        loaded: dict[str, int] | None = load_manifest_into_duckdb(layout, manifest)
-    except DatabaseBusy as exc:
-        logger.warning("%s", exc)
-        loaded = None
+        async with open_service(spec, base_url) as service:
+            begun = _begin(spec, the_plan, layout, service, mode, budget)
+            if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
+                return _nothing_to_continue(begun)
+            write_manifest(layout, begun.manifest)
+            lock.describe(run_id=begun.manifest.run_id, job=spec.name)
+            manifest = await _collect(spec, layout, begun, the_plan, service, full)
+        write_manifest(layout, manifest)
+        try:
+            loaded: dict[str, int] | None = load_manifest_into_duckdb(layout, manifest)
+        except DatabaseBusy as exc:
+            get_run_logger().warning("%s", exc)
+            loaded = None
+    finally:
+        lock.release()
     summary = manifest.summary(loaded)
     await _publish_artifact(spec.name, summary)
-    return summary
+    return _final_state(summary)
+
+
+def _nothing_to_continue(begun: Begun) -> State[Any]:
+    """`--continue` after a run that finished everything: no new run, nothing spent."""
+    previous = begun.start.previous
+    assert previous is not None
+    message = f"nothing to continue: run {previous.run_id} left no stopped query"
+    return Completed(message=message, data={"status": "nothing_to_continue", "message": message})
 
 
 async def _publish_artifact(job: str, summary: dict[str, Any]) -> None:
@@ -193,3 +288,18 @@ async def _publish_artifact(job: str, summary: dict[str, Any]) -> None:
     await acreate_markdown_artifact(
         markdown=f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n", key=f"{key}-tables"
     )
+
+
+async def run_collect(**parameters: Any) -> dict[str, Any]:
+    """Run the flow in this process and return the run summary whatever the final state."""
+    state = await collect_job(**parameters, return_state=True)
+    result = await state.aresult(raise_on_failure=False)
+    if isinstance(result, RunFailed):
+        return result.summary
+    if isinstance(result, BaseException):
+        raise result
+    if not isinstance(result, dict):
+        raise RuntimeError(
+            f"the flow ended in state {state.type.value} without a run summary: {state.message}"
+        )
+    return result

@@ -16,8 +16,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from connectors.errors import MissingApiKey
 from connectors.pager import OK_STATUSES
@@ -65,26 +65,52 @@ def preflight(spec_path: Path, base_url: str | None) -> None:
         raise fail(str(exc)) from None
 
 
-def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: Path | None) -> dict[str, Any]:
+def _hold_lock(spec_path: Path, output: Path | None) -> Any:
+    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
+    from flows.lock import JobLocked, acquire
+
+    spec = load_spec(spec_path)
+    layout = OutputLayout(output or spec.output)
+    try:
+        return acquire(layout.lock_file(spec.name))
+    except JobLocked as exc:
+        raise fail(str(exc)) from None
+
+
+def run_job(
+    spec_path: Path,
+    base_url: str | None,
+    budget: int | None,
+    output: Path | None,
+    mode: str = "auto",
+    full: bool = False,
+) -> dict[str, Any]:
     preflight(spec_path, base_url)
+    lock = _hold_lock(spec_path, output)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")
     stamina_level = stamina_log.level
     stamina_log.setLevel(logging.ERROR)
     from flows import progress
-    from flows.collect import collect_job
+    from flows.collect import run_collect
 
     reporter = progress.for_terminal()
     progress.install(reporter)
     try:
-        coro = collect_job(
+        coro = run_collect(
             spec_path=str(spec_path),
             base_url=base_url,
             budget=budget,
             output=str(output) if output else None,
+            mode=mode,
+            full=full,
         )
         summary: dict[str, Any] = asyncio.run(coro)
+    except KeyboardInterrupt:
+        raise fail(
+            "interrupted while Prefect was starting or stopping; a started run resumes next time", 130
+        ) from None
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
@@ -92,22 +118,38 @@ def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: P
     finally:
         reporter.close()
         stamina_log.setLevel(stamina_level)
+        lock.release()
     return summary
 
 
+def _error_lines(summary: dict[str, Any]) -> list[str]:
+    """Why queries did not end well, each distinct reason once (30 queries stopped by one refused key: one line)."""
+    by_reason: dict[str, list[str]] = {}
+    for q in summary["queries"]:
+        if q["status"] in OK_STATUSES or q["status"] in ("interrupted", "stopped"):
+            continue
+        by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
+    lines = []
+    for reason, ids in by_reason.items():
+        who = ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
+        lines.append(f"{who}: {reason}")
+    if summary.get("error"):
+        lines.append(f"the run stopped: {summary['error']}")
+    return lines
+
+
 def print_summary(summary: dict[str, Any], output: Path) -> None:
-    table = Table(title=f"run {summary['run_id']} ({summary['service']})")
+    table = Table(title=Text(f"run {summary['run_id']} ({summary['service']})"))
     for name in ("query", "status", "pages", "records", "credits"):
         table.add_column(name, justify="left" if name in ("query", "status") else "right")
     for q in sorted(summary["queries"], key=lambda q: q["query_id"]):
-        status = q["status"] if q["status"] in OK_STATUSES else f"[red]{q['status']}[/red]"
-        table.add_row(escape(q["query_id"]), status, str(q["pages"]), str(q["records"]), str(q["credits"]))
+        status = Text(q["status"], style="" if q["status"] in OK_STATUSES else "red")
+        table.add_row(Text(q["query_id"]), status, str(q["pages"]), str(q["records"]), str(q["credits"]))
     out.print(table)
-    for q in summary["queries"]:
-        if q["status"] not in OK_STATUSES and q.get("error"):
-            err.print(f"[red]{escape(q['query_id'])}[/red]: {escape(q['error'])}", highlight=False)
+    for line in _error_lines(summary):
+        err.print(Text(line, style="red"), soft_wrap=True)
     if summary["loaded"]:
-        rows = Table(title=f"rows per table in {output / 'harvest.duckdb'}")
+        rows = Table(title=Text(f"rows per table in {output / 'harvest.duckdb'}"))
         rows.add_column("table")
         rows.add_column("rows", justify="right")
         for name, n in sorted(summary["tables"].items()):
@@ -115,29 +157,72 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         out.print(rows)
     else:
         err.print(
-            f"[yellow]not loaded into DuckDB yet[/yellow]: run `{harvest_command()} load {output}` when it is free"
+            Text(f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"),
+            style="yellow",
         )
     out.print(
-        f"credits spent: [bold]{summary['credits_spent']}[/bold] of a budget of {summary['budget']}; "
-        f"records: {summary['records']}; status: {summary['status']}"
+        Text(
+            f"credits spent: {summary['credits_spent']} of a budget of {summary['budget']}; "
+            f"records: {summary['records']}; status: {summary['status']}"
+        )
     )
+    before, after = summary.get("balance_before"), summary.get("balance_after")
+    if before is not None and after is not None and before - after != summary["credits_spent"]:
+        out.print(
+            Text(
+                f"the account's balance fell by {before - after} credits during the run ({before} -> {after}); "
+                f"harvest counted {summary['credits_spent']} (another job on the same key, or charges harvest "
+                "could not see, make these differ)"
+            )
+        )
+
+
+def _next_step(summary: dict[str, Any], spec: Path) -> str | None:
+    """One line saying how to go on after a run that did not finish its work."""
+    cmd = f"{harvest_command()} run {spec}"
+    if summary["status"] == "interrupted":
+        pages = sum(int(q["pages"]) for q in summary["queries"])
+        return f"interrupted: run {summary['run_id']} stopped cleanly with {pages} pages landed; `{cmd}` resumes it"
+    stopped = [q for q in summary["queries"] if q["status"] in ("budget_exhausted", "stopped")]
+    if stopped:
+        return f"{len(stopped)} queries stopped with their cursors kept: `{cmd} --continue` picks them up"
+    return None
 
 
 def exit_code(summary: dict[str, Any]) -> int:
+    if summary["status"] == "interrupted":
+        return 130
     return 0 if all(q["status"] in OK_STATUSES for q in summary["queries"]) else 1
 
 
-def run(spec: Path, base_url: str | None, budget: int | None, output: Path | None) -> None:
-    summary = run_job(spec, base_url, budget, output)
+def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
+    if summary.get("status") == "nothing_to_continue":
+        out.print(Text(summary["message"]))
+        return 0
+    print_summary(summary, output)
+    step = _next_step(summary, spec)
+    if step:
+        err.print(Text(step), soft_wrap=True)
+    return exit_code(summary)
+
+
+def run(
+    spec: Path,
+    base_url: str | None,
+    budget: int | None,
+    output: Path | None,
+    mode: str = "auto",
+    full: bool = False,
+) -> None:
+    summary = run_job(spec, base_url, budget, output, mode, full)
     target = output or Path(load_spec(spec).output)
-    print_summary(summary, target)
-    raise typer.Exit(exit_code(summary))
+    raise typer.Exit(_report(summary, spec, target))
 
 
 def demo(output: Path | None) -> None:
     summary = run_job(DEMO_SPEC, "sandbox", None, output)
     target = output or Path(load_spec(DEMO_SPEC).output)
-    print_summary(summary, target)
+    code = _report(summary, DEMO_SPEC, target)
     db = target / "harvest.duckdb"
     out.print("\n[bold]Query it[/bold] (DuckDB SQL, read-only):")
     out.print(
@@ -145,51 +230,74 @@ def demo(output: Path | None) -> None:
         f'ORDER BY play_count DESC LIMIT 5"',
         highlight=False,
         soft_wrap=True,
+        markup=False,
     )
     out.print(
         f"  {_relative(Path(sys.executable))} -c \"import duckdb; print(duckdb.connect('{db}', read_only=True)"
         f".sql('SELECT query_id, status, pages, credits FROM query_state'))\"",
         highlight=False,
         soft_wrap=True,
+        markup=False,
     )
     out.print(
-        f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet", highlight=False
+        f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet",
+        highlight=False,
+        markup=False,
     )
-    raise typer.Exit(exit_code(summary))
+    raise typer.Exit(code)
+
+
+def _unfinished_note(row: Any) -> str:
+    m = row.manifest
+    if row.state == "running":
+        return f"run {m.run_id} is still running ({row.pages} pages, {row.credits} credits so far): not loaded yet"
+    return (
+        f"run {m.run_id} of job {m.job} is unfinished ({row.state}: {row.pages} pages, {row.credits} credits); "
+        f"not loaded: `{harvest_command()} run SPEC` resumes it, `--fresh` abandons it (its data is then loaded)"
+    )
 
 
 def load(output: Path) -> None:
-    from flows.load import load_manifest_into_duckdb, pending_manifests
+    from flows.load import load_manifest_into_duckdb
+    from flows.manifest import pending_manifests
+    from flows.run_list import run_rows
     from tasks.duckdb_load import DatabaseBusy
 
     layout = OutputLayout(output)
+    for row in run_rows(layout):
+        if row.unfinished and row.state != "interrupted":
+            err.print(Text(_unfinished_note(row)), soft_wrap=True)
     pending = pending_manifests(layout)
     if not pending:
-        out.print(f"nothing to load in {output}: every run is already in {layout.db}")
+        out.print(Text(f"nothing to load in {output}: every finished run is in {layout.db}"))
         return
     for manifest in pending:
         try:
             tables = load_manifest_into_duckdb(layout, manifest)
         except DatabaseBusy as exc:
             raise fail(str(exc), 1) from None
-        out.print(f"loaded run {manifest.run_id}: {sum(tables.values())} rows in {len(tables)} tables")
+        out.print(Text(f"loaded run {manifest.run_id}: {sum(tables.values())} rows in {len(tables)} tables"))
 
 
 def runs(output: Path) -> None:
-    from flows.load import all_manifests
+    from flows.run_list import run_rows
 
-    manifests = all_manifests(OutputLayout(output))
-    if not manifests:
+    rows = run_rows(OutputLayout(output))
+    if not rows:
         raise fail(f"no runs found under {output}", 1)
-    table = Table(title=f"runs in {output}")
-    for name in ("run id", "job", "started", "status", "credits", "records", "loaded", "service"):
-        table.add_column(name, justify="right" if name in ("credits", "records") else "left")
-    for m in manifests:
+    table = Table(title=Text(f"runs in {output}"))
+    for name in ("run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service"):
+        table.add_column(name, justify="right" if name in ("pages", "credits", "records") else "left")
+    for row in rows:
+        m = row.manifest
         table.add_row(
-            m.run_id, m.job, m.started[:19], m.status, f"{m.credits_spent}/{m.budget}", str(m.records),
-            "yes" if m.loaded else "no", m.service,
+            m.run_id, Text(m.job), m.started[:19], row.state, str(row.pages), f"{row.credits}/{m.budget}",
+            str(m.records) if not row.unfinished else "-", "yes" if m.loaded else "no", Text(m.service),
         )  # fmt: skip
     out.print(table)
+    for row in rows:
+        if row.unfinished and row.state != "running":
+            err.print(Text(_unfinished_note(row)), soft_wrap=True)
 
 
 def sql(output: Path, query: str) -> None:

@@ -1,30 +1,40 @@
 """The connector task: page through one query, making each paid page durable before asking for the next.
 
 Order per page: raw page (compressed, flushed: survives `kill -9`) -> Parquet row groups -> dependents and
-progress. Parquet is derived data and can be rebuilt from the raw pages; the raw page is the receipt.
-Page retries live in the client; the task itself is never retried by Prefect, which would pay for pages again.
+progress. Parquet is derived data and can be rebuilt from the raw pages; the raw page is the receipt. A resumed
+query first lands its raw pages again (its partial Parquet files from before the crash are replaced), then pages
+on from the last one. Page retries live in the client; the task itself is never retried by Prefect, which would
+pay for pages again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from connectors.pager import QueryPager, QuerySpec
+from connectors.catalog import Endpoint
+from connectors.pager import PagerStart, QueryPager, QuerySpec
 from connectors.records import PageMeta, to_arrow
-from tasks.parquet_sink import MultiTableSink
+from tasks.known_keys import load_known_keys
+from tasks.layout import OutputLayout
+from tasks.parquet_sink import MultiTableSink, run_date
 from tasks.rawstore import RawPageWriter
-from tasks.run_context import lookup
+from tasks.replay import ResumePoint, replay
+from tasks.run_context import RunContext, lookup
 
 ROW_GROUP_ROWS = 10_000
 ROW_GROUP_BYTES = 4 * 1024 * 1024
 """Every running query buffers at most one row group per table, so memory is bounded by these times the
 number of queries in flight, whatever the number of pages; 10k rows still read efficiently."""
+
+OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, bool], None]
+"""Called per landed page with its records, its credits and whether it was replayed from the raw store."""
 
 
 @dataclass
@@ -40,6 +50,7 @@ class QuerySummary:
     next_cursor: dict[str, str] | None
     error: str | None
     files: list[tuple[str, str, int]] = field(default_factory=list)
+    """(table, path relative to the output root, rows) of every Parquet file the query published."""
     raw_file: str = ""
     requests_file: str = ""
 
@@ -47,25 +58,85 @@ class QuerySummary:
         return asdict(self)
 
 
-@task(name="collect_query", retries=0, cache_policy=NO_CACHE, log_prints=False)
+def open_sink(
+    layout: OutputLayout, run_id: str, started: datetime, part: int, query_id: str
+) -> MultiTableSink:
+    return MultiTableSink(
+        layout,
+        run_id,
+        started,
+        layout.part_id(part, query_id),
+        row_group_rows=ROW_GROUP_ROWS,
+        row_group_bytes=ROW_GROUP_BYTES,
+    )
+
+
+def land_records(
+    sink: MultiTableSink,
+    endpoint: Endpoint,
+    spec: QuerySpec,
+    run_id: str,
+    records: Mapping[str, list[Any]],
+    fetched_at: datetime,
+) -> None:
+    meta = PageMeta(endpoint.path, spec.query_id, run_id, fetched_at)
+    sink.write_page(
+        (kind, to_arrow(kind, records.get(kind.table, []), spec.params, meta)) for kind in endpoint.kinds
+    )
+
+
+def land_raw_pages(
+    layout: OutputLayout,
+    run_id: str,
+    started: datetime,
+    spec: QuerySpec,
+    endpoint: Endpoint,
+    sink: MultiTableSink,
+    on_records: OnRecords | None = None,
+) -> PagerStart:
+    """Land a query's stored pages again and say where paging continues.
+
+    Parquet files the query wrote before a crash (published or `.tmp`) are removed first: the raw pages hold
+    every one of their rows, so landing them again replaces the parts and never duplicates a row.
+    """
+    for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
+        stale.unlink(missing_ok=True)
+    point = ResumePoint()
+    for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
+        land_records(sink, endpoint, spec, run_id, page.records, page.fetched_at)
+        if on_records is not None:
+            on_records(spec, page.records, page.raw.credits, True)
+        point.add(page)
+    return point.finish()
+
+
+def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
+    if not (spec.incremental and ctx.incremental):
+        return None
+    return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id)
+
+
+@task(
+    name="collect_query",
+    task_run_name="{query[query_id]}",
+    retries=0,
+    cache_policy=NO_CACHE,
+    log_prints=False,
+)
 async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[str, Any]:
     ctx = lookup(run_id)
     spec = QuerySpec(**query)
     endpoint = ctx.endpoints[spec.endpoint]
-    pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger)
-    raw_path = ctx.layout.raw_file(run_id, spec.query_id)
-    requests_path = ctx.layout.requests_file(run_id, spec.query_id)
-    files: list[tuple[str, Path, int]] = []
+    layout = ctx.layout
+    raw_path = layout.raw_file(run_id, spec.query_id)
+    requests_path = layout.requests_file(run_id, spec.query_id)
     ctx.attempts.open(spec.query_id, requests_path)
-    sink = MultiTableSink(
-        ctx.layout,
-        run_id,
-        ctx.started,
-        ctx.layout.part_id(part, spec.query_id),
-        row_group_rows=ROW_GROUP_ROWS,
-        row_group_bytes=ROW_GROUP_BYTES,
-    )
+    sink = open_sink(layout, run_id, ctx.started, part, spec.query_id)
     try:
+        start = None
+        if spec.resume:
+            start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
+        pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint))
         with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
             async with aclosing(pager.pages()) as pages:
                 async for page in pages:
@@ -81,12 +152,8 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
                         credits=page.credits,
                         body=page.raw,
                     )
-                    meta = PageMeta(endpoint.path, spec.query_id, run_id, page.fetched_at)
-                    sink.write_page(
-                        (kind, to_arrow(kind, page.records.get(kind.table, []), spec.params, meta))
-                        for kind in endpoint.kinds
-                    )
-                    ctx.on_page(spec, page)
+                    land_records(sink, endpoint, spec, run_id, page.records, page.fetched_at)
+                    ctx.on_records(spec, page.records, page.credits, False)
     finally:
         files = sink.close()  # publish what landed even on failure: those rows came from paid, kept pages
         ctx.attempts.close(spec.query_id)
@@ -100,7 +167,7 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
         credits=out.credits,
         next_cursor=out.next_cursor,
         error=out.error,
-        files=[(table, str(path), rows) for table, path, rows in files],
-        raw_file=str(raw_path),
-        requests_file=str(requests_path),
+        files=[(table, layout.relative(path), rows) for table, path, rows in files],
+        raw_file=layout.relative(raw_path),
+        requests_file=layout.relative(requests_path),
     ).as_dict()

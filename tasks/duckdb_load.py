@@ -29,8 +29,9 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from tasks.attemptlog import iter_attempts
 from tasks.layout import KindLike
-from tasks.rawstore import iter_attempts, redact_params
+from tasks.rawstore import redact_params
 
 log = logging.getLogger(__name__)
 

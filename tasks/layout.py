@@ -5,7 +5,9 @@ on where a run's data lives without passing paths around by hand::
 
     <root>/harvest.duckdb                                      the queryable database (written only by `load`)
     <root>/parquet/<table>/date=<YYYY-MM-DD>/<run_id>-<n>.parquet
+    <root>/.harvest-<job>.lock                                 held while a run of the job is going on
     <root>/raw/<run_id>/manifest.json                          run manifest
+    <root>/raw/<run_id>/journal.jsonl                          queries started/ended, credit reservations
     <root>/raw/<run_id>/<query-stem>.pages                     paid answers, one frame per page (rawstore)
     <root>/raw/<run_id>/<query-stem>.requests.jsonl            attempt log of that query
 
@@ -121,6 +123,38 @@ class OutputLayout:
 
     def manifest_file(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "manifest.json"
+
+    def journal_file(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "journal.jsonl"
+
+    def lock_file(self, job: str) -> Path:
+        return self.root / f".harvest-{_check_component(job, 'job')}.lock"
+
+    def query_parts(self, run_id: str, date: dt.date, query_id: str) -> list[Path]:
+        """Every Parquet file of one query in one run, published or still `.tmp`, in every table."""
+        _check_component(run_id, "run id")
+        tail = f"-{query_hash(query_id)}{PARQUET_SUFFIX}"
+        found = []
+        for part in self.parquet_root.glob(f"*/date={date.isoformat()}/*{PARQUET_SUFFIX}*"):
+            name = part.name
+            if (name.startswith(f".{run_id}-") and name.endswith(tail + TMP_SUFFIX)) or (
+                name.startswith(f"{run_id}-") and name.endswith(tail)
+            ):
+                found.append(part)
+        return sorted(found)
+
+    def relative(self, path: Path | str) -> str:
+        """A path as the manifest stores it: relative to the output root, so the directory can move."""
+        path = Path(path)
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+    def resolve(self, stored: str) -> Path:
+        """A path read from a manifest: relative ones are under the root (older manifests hold absolute paths)."""
+        path = Path(stored)
+        return path if path.is_absolute() else self.root / path
 
     def raw_files(self, run_id: str) -> list[Path]:
         """All raw page files of a run, in a stable order (for load/rebuild)."""

@@ -29,11 +29,12 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, BinaryIO, Self
+from typing import Any, BinaryIO
 
 import orjson
 import pyarrow as pa
+
+from tasks.appendfile import AppendOnlyFile, append_record, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,25 @@ def iter_raw_pages(path: Path | str) -> Iterator[RawPage]:
     yield from RawPageReader(path)
 
 
+def count_pages(path: Path | str) -> int:
+    """Complete frames in a raw file, reading only their headers (for listings of large runs)."""
+    count = 0
+    path = Path(path)
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(_HEADER.size)
+            if len(header) < _HEADER.size or header[:4] != MAGIC:
+                return count
+            length = _HEADER.unpack(header)[3]
+            if f.tell() + length > size:
+                return count
+            f.seek(length, os.SEEK_CUR)
+            count += 1
+
+
 def last_page(path: Path | str) -> RawPage | None:
     """The last complete page (its cursor_out is where a resumed query continues), or None if none."""
     tail = deque(RawPageReader(path), maxlen=1)
@@ -219,63 +239,7 @@ def _set_aside_tail(path: Path, valid: int, size: int) -> Path:
     return aside
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _append_record(fd: int, data: bytes, fsync: bool) -> None:
-    """Append all of ``data`` or nothing: a failed write (disk full, an interrupt between partial writes) is
-    cut back off, so the next record never lands behind a half-written one where readers would stop."""
-    before = os.fstat(fd).st_size
-    try:
-        _write_all(fd, data)
-    except BaseException:
-        os.ftruncate(fd, before)
-        raise
-    if fsync:  # a failed fsync leaves the complete record in place: it is still readable, just not synced
-        os.fsync(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # not supported on every platform; the file itself is still synced
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _AppendOnlyFile:
-    """An O_APPEND file descriptor written with one unbuffered write per record (see `_append_record`)."""
-
-    def __init__(self, path: Path | str, fsync: bool) -> None:
-        self.path = Path(path)
-        self.fsync = fsync
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def _open(self) -> None:
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class RawPageWriter(_AppendOnlyFile):
+class RawPageWriter(AppendOnlyFile):
     """Appends one frame per paid answer; a page is safe from a killed process as soon as `append` returns.
 
     ``fsync=True`` additionally forces each frame to the disk so it survives power loss, at the cost of one
@@ -292,7 +256,7 @@ class RawPageWriter(_AppendOnlyFile):
         self._repair()
         self._open()
         if fsync:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
 
     def _repair(self) -> None:
         if not self.path.exists():
@@ -338,76 +302,4 @@ class RawPageWriter(_AppendOnlyFile):
     def append_page(self, page: RawPage) -> None:
         if self._fd is None:
             raise ValueError(f"raw page writer for {self.path} is closed")
-        _append_record(self._fd, encode_frame(page, self.codec), self.fsync)
-
-
-# --- attempt log -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One HTTP attempt (paid or not); loads into the `requests` table."""
-
-    query_id: str
-    endpoint: str
-    params: dict[str, Any]
-    page: int | None
-    attempt: int
-    status_code: int | None
-    credits: int
-    duration_ms: float | None
-    error: str | None
-    started_at: str
-
-
-ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(Attempt))
-
-
-class AttemptLogWriter(_AppendOnlyFile):
-    """Appends one JSON line per attempt, flushed per line, so failed and retried calls stay auditable.
-
-    Each line is written with one unbuffered write; a kill can leave at most one partial last line, which
-    `iter_attempts` skips.
-    """
-
-    def __init__(self, path: Path | str, fsync: bool = False) -> None:
-        super().__init__(path, fsync)
-        self._open()
-        self._terminate_torn_line()
-
-    def _terminate_torn_line(self) -> None:
-        """A partial last line from a crash would glue onto the next record; end it so only it is lost."""
-        size = self.path.stat().st_size
-        if size:
-            with open(self.path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n" and self._fd is not None:
-                    _write_all(self._fd, b"\n")
-
-    def append(self, attempt: Attempt | Mapping[str, Any]) -> None:
-        if self._fd is None:
-            raise ValueError(f"attempt log {self.path} is closed")
-        data = dataclasses.asdict(attempt) if isinstance(attempt, Attempt) else dict(attempt)
-        unknown = set(data) - set(ATTEMPT_FIELDS)
-        if unknown:
-            raise ValueError(f"unknown attempt fields: {sorted(unknown)}")
-        row = {name: data.get(name) for name in ATTEMPT_FIELDS}
-        row["params"] = redact_params(row["params"])
-        if isinstance(row["started_at"], dt.datetime):
-            row["started_at"] = iso_utc(row["started_at"])
-        _append_record(self._fd, orjson.dumps(row) + b"\n", self.fsync)
-
-
-def iter_attempts(path: Path | str) -> Iterator[dict[str, Any]]:
-    """Yield attempt records in order, skipping lines that a crash left incomplete."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("attempt log %s: skipping unreadable line %d", path, number)
-                continue
-            if isinstance(row, dict):
-                yield row
+        append_record(self._fd, encode_frame(page, self.codec), self.fsync)

@@ -1,14 +1,13 @@
 """What the connector tasks of one run share in this process: the client, the credit ledger, the output layout.
 
 Tasks receive plain data (a run id and a query) and look the shared parts up here, so their inputs stay
-serialisable and Prefect never hashes or pickles a connection pool. Running tasks on other machines later means
-giving each worker its own context, with a ledger that reserves credits from a central service.
+serialisable and Prefect never hashes or pickles a connection pool.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
 from connectors.ledger import CreditLedger
-from connectors.pager import Page, QuerySpec
+from connectors.pager import QuerySpec
+from tasks.attemptlog import ATTEMPT_FIELDS, AttemptLogWriter
 from tasks.layout import OutputLayout
-from tasks.rawstore import ATTEMPT_FIELDS, AttemptLogWriter
 
 
 class AttemptLogs:
@@ -54,7 +53,12 @@ class RunContext:
     client: ServiceClient
     ledger: CreditLedger
     attempts: AttemptLogs
-    on_page: Callable[[QuerySpec, Page], None] = lambda spec, page: None
+    incremental: bool = True
+    """False under `--full`: incremental queries page fully this once."""
+    on_records: Callable[[QuerySpec, Mapping[str, list[Any]], int, bool], None] = (
+        lambda spec, records, credits, replayed: None
+    )
+    """Per landed page: its records, credits and whether it was replayed (dependents and progress)."""
 
     @property
     def fsync(self) -> bool:

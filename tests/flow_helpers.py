@@ -36,13 +36,22 @@ def write_spec(tmp_path: Path, spec: Mapping[str, Any], name: str = "job.yaml") 
     return path
 
 
-def run_flow(spec_path: Path, *, budget: int | None = None, output: Path | None = None) -> dict[str, Any]:
-    """One real Prefect flow run in this process (needs the `prefect_harness` fixture)."""
-    from flows.collect import collect_job
+def run_flow(
+    spec_path: Path, *, budget: int | None = None, output: Path | None = None, **options: Any
+) -> dict[str, Any]:
+    """One real Prefect flow run in this process (needs the `prefect_harness` fixture); the run summary."""
+    from flows.collect import run_collect
 
-    coro = collect_job(spec_path=str(spec_path), budget=budget, output=str(output) if output else None)
+    coro = run_collect(
+        spec_path=str(spec_path), budget=budget, output=str(output) if output else None, **options
+    )
     summary: dict[str, Any] = asyncio.run(coro)
     return summary
+
+
+def data_requests(sb: Any) -> list[Any]:
+    """The sandbox ledger's requests to data endpoints: the free balance reads before and after a run left out."""
+    return [e for e in sb.ledger if e.path != "/v1/credit-balance"]
 
 
 def rows(db: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:

@@ -27,6 +27,7 @@ from tests.flow_helpers import (
     HARVEST,
     SECRET_KEY,
     assert_no_secret_in_outputs,
+    data_requests,
     rows,
     scalar,
     subprocess_env,
@@ -168,7 +169,7 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
             timeout=120,
         )
         billed = sb.billed_total()
-        statuses = [e.status for e in sb.ledger]
+        statuses = [e.status for e in data_requests(sb)]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert sorted(statuses) == [200, 200, 200, 403]
     assert SECRET_KEY not in proc.stdout and SECRET_KEY not in proc.stderr

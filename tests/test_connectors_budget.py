@@ -69,11 +69,12 @@ async def test_budget_smaller_than_one_query(sandbox_factory: Factory) -> None:
     assert run.outcome.next_cursor == pages[2].next, "the cursor of page 4, the first not fetched"
 
     # resuming from it fetches exactly the rest: together, the full crawl, and no page twice
-    spec = QuerySpec("q", PINS, params, start_cursor=run.outcome.next_cursor, start_page=3)
+    spec = QuerySpec("q", PINS, params, start_cursor=run.outcome.next_cursor)
     rest_ledger = CreditLedger(100)
     async with ServiceClient(sb.base_url, sb.key, rest_ledger, retry=FAST) as client:
         rest = await collect(QueryPager(spec, endpoint, client, rest_ledger))
-    assert rest.outcome.status == "complete" and [p.index for p in rest.pages] == [3, 4]
+    # a continued query is a new run of it: its page indices start again at 0
+    assert rest.outcome.status == "complete" and [p.index for p in rest.pages] == [0, 1]
     assert harvested(endpoint, run.pages + rest.pages, params) == expected(endpoint, params, sb.config)
     assert len(sb.ledger) == 5
 

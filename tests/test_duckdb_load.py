@@ -13,6 +13,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from tasks.attemptlog import Attempt, AttemptLogWriter
 from tasks.duckdb_load import (
     DatabaseBusy,
     load_requests,
@@ -24,7 +25,6 @@ from tasks.duckdb_load import (
 )
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink
-from tasks.rawstore import Attempt, AttemptLogWriter
 from tests.landing_helpers import META, Kind
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)

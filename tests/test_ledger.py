@@ -11,6 +11,11 @@ import pytest
 from connectors.ledger import CreditLedger, Reservation
 
 
+def refusal_reason(ledger: CreditLedger, query_id: str) -> str:
+    refusal = ledger.refusal(query_id)
+    return refusal.reason if refusal else ""
+
+
 async def test_settle_counts_charged_unknown_and_release() -> None:
     ledger = CreditLedger(10)
     a = await ledger.reserve("q", 0, 3)
@@ -44,7 +49,7 @@ async def test_refuses_what_does_not_fit_and_says_why() -> None:
     assert r is not None
     ledger.settle(r, 3)
     assert await ledger.reserve("q", 1, 1) is None
-    assert "budget of 3 credits has 0 left" in (ledger.refusal_reason("q") or "")
+    assert "budget of 3 credits has 0 left" in refusal_reason(ledger, "q")
     assert await ledger.reserve("q", 1, 0) is not None  # a free (cached) request still fits
 
 
@@ -104,7 +109,7 @@ async def test_min_balance_floor() -> None:
     ledger.observe_remaining(49)
     assert ledger.floor_reached and ledger.account_remaining == 49
     assert await ledger.reserve("q", 1, 1) is None
-    assert "below the floor of 50" in (ledger.refusal_reason("q") or "")
+    assert "below the floor of 50" in refusal_reason(ledger, "q")
     ledger.observe_remaining(80)  # the floor is sticky: a late, stale answer must not reopen spending
     assert await ledger.reserve("q", 1, 1) is None
 
@@ -133,7 +138,7 @@ async def test_query_cap() -> None:
         assert r is not None
         ledger.settle(r, 1)
     assert await ledger.reserve("q", 3, 1, query_cap=3) is None
-    assert "cap of 3 credits" in (ledger.refusal_reason("q") or "")
+    assert "cap of 3 credits" in refusal_reason(ledger, "q")
     assert await ledger.reserve("other", 0, 1, query_cap=3) is not None  # the cap is per query
 
 

@@ -14,18 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tasks.attemptlog import Attempt, AttemptLogWriter, iter_attempts
 from tasks.layout import OutputLayout, query_stem
 from tasks.rawstore import (
     CODEC_NONE,
     CODEC_ZLIB,
     CODEC_ZSTD,
-    Attempt,
-    AttemptLogWriter,
     RawPage,
     RawPageReader,
     RawPageWriter,
     encode_frame,
-    iter_attempts,
     iter_raw_pages,
     last_page,
 )
@@ -263,7 +261,8 @@ def test_layout_names_are_safe_and_distinct(tmp_path: Path) -> None:
 
 DISK_FULL_SCRIPT = """
 import resource, signal, sys
-from tasks.rawstore import AttemptLogWriter, RawPageWriter, iter_attempts, iter_raw_pages
+from tasks.attemptlog import AttemptLogWriter, iter_attempts
+from tasks.rawstore import RawPageWriter, iter_raw_pages
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # exceeding the limit raises EFBIG instead of killing us
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 args = dict(endpoint="/e", params={}, cursor_in=None, cursor_out=None, fetched_at="2026-11-01T00:00:00Z",

@@ -1,0 +1,96 @@
+"""One run per job and output directory at a time.
+
+Two runs of one job on one output would both pay for every page. The lock is an `flock` on
+`<output>/.harvest-<job>.lock`: the kernel releases it when its process dies, however it dies, so a lock left by
+`kill -9` or a power cut is never mistaken for a running job (the file's text, which names the run, is then
+just stale). Local file systems only: on NFS `flock` may not lock across machines.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+_HELD: dict[Path, JobLock] = {}
+"""Locks this process holds: the CLI takes the lock before Prefect starts, the flow reuses it."""
+
+
+class JobLocked(Exception):
+    """Another process runs this job on this output; `holder` is what it wrote into the lock file."""
+
+    def __init__(self, path: Path, holder: dict[str, str]) -> None:
+        self.path = path
+        self.holder = holder
+        who = ", ".join(f"{k} {v}" for k, v in holder.items() if v) or "no details"
+        super().__init__(f"another harvest run of this job is running on this output ({who}; lock {path})")
+
+
+@dataclass
+class JobLock:
+    path: Path
+    fd: int
+
+    def describe(self, **facts: str) -> None:
+        """Write who holds the lock (pid, host, run id) for the message a second run prints."""
+        text = orjson.dumps(
+            {"pid": str(os.getpid()), "host": socket.gethostname(), "since": datetime.now(UTC).isoformat()}
+            | facts
+        )
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, text, 0)
+
+    def release(self) -> None:
+        if _HELD.get(self.path) is self:
+            del _HELD[self.path]
+            os.close(self.fd)  # closing the descriptor releases the flock
+
+
+def _holder(fd: int) -> dict[str, str]:
+    try:
+        data = orjson.loads(os.pread(fd, 4096, 0) or b"{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def acquire(path: Path) -> JobLock:
+    """Take the job's lock, or raise JobLocked naming the run that holds it. Reentrant within a process."""
+    path = path.resolve()
+    held = _HELD.get(path)
+    if held is not None:
+        return held
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise JobLocked(path, holder) from None
+    lock = JobLock(path, fd)
+    _HELD[path] = lock
+    lock.describe()
+    return lock
+
+
+def is_locked(path: Path) -> bool:
+    """Whether some process (this one included) holds the lock right now."""
+    path = path.resolve()
+    if path in _HELD:
+        return True
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

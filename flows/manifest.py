@@ -1,0 +1,126 @@
+"""The run manifest: one JSON file per run saying what the run is, how it ended and what it landed.
+
+Written when a run starts (status `running`), rewritten atomically when it ends, so a run killed on the way is
+still visible (`harvest runs`) and can be resumed. Paths inside are relative to the output directory, so an
+output directory can be moved or synced and still loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from connectors.pager import OK_STATUSES
+from tasks.layout import OutputLayout
+
+UNFINISHED = frozenset({"running", "interrupted"})
+"""Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
+
+CONTINUABLE = frozenset({"budget_exhausted", "stopped", "interrupted", "failed", "abandoned"})
+"""Query statuses `--continue` picks up at their saved cursor; the others ended for good."""
+
+
+@dataclass
+class RunManifest:
+    run_id: str
+    job: str
+    spec_hash: str
+    service: str
+    started: str
+    finished: str | None
+    status: str
+    budget: int
+    credits_spent: int
+    queries: list[dict[str, Any]] = field(default_factory=list)
+    loaded: bool = False
+    plan_key: str = ""
+    """Hash of what identifies the spec's queries: a resume needs the same plan."""
+    flow_run_id: str | None = None
+    """The Prefect flow run that ran it: a flow retry resumes this run instead of paying again."""
+    continues: str | None = None
+    """The run whose stopped queries this run continues (`--continue`)."""
+    resumes: int = 0
+    error: str | None = None
+    """Why the whole run stopped, when it did (Ctrl-C, a refused key, an empty account)."""
+    balance_before: int | None = None
+    balance_after: int | None = None
+    """The account balance the service reported before and after the run (`/v1/credit-balance`)."""
+
+    @property
+    def records(self) -> int:
+        return sum(int(q["records"]) for q in self.queries)
+
+    @property
+    def unfinished(self) -> bool:
+        return self.status in UNFINISHED
+
+    def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
+        out: dict[str, list[Path]] = defaultdict(list)
+        for q in self.queries:
+            for table, path, _rows in q.get("files", []):
+                out[table].append(layout.resolve(path))
+        return dict(out)
+
+    def summary(self, tables: dict[str, int] | None) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "job": self.job,
+            "status": self.status,
+            "service": self.service,
+            "budget": self.budget,
+            "credits_spent": self.credits_spent,
+            "records": self.records,
+            "queries": self.queries,
+            "tables": tables or {},
+            "loaded": tables is not None,
+            "error": self.error,
+            "continues": self.continues,
+            "resumes": self.resumes,
+            "balance_before": self.balance_before,
+            "balance_after": self.balance_after,
+        }
+
+
+_FIELDS = {f.name for f in dataclasses.fields(RunManifest)}
+
+
+def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
+    """`interrupted` after Ctrl-C; `failed` if any query failed; `budget_exhausted` if one stopped at a cap."""
+    if stopped_kind == "interrupted":
+        return "interrupted"
+    if any(s not in OK_STATUSES for s in statuses):
+        return "failed"
+    if "budget_exhausted" in statuses:
+        return "budget_exhausted"
+    return "complete"
+
+
+def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
+    path = layout.manifest_file(manifest.run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(orjson.dumps(asdict(manifest), option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(path: Path) -> RunManifest:
+    data = orjson.loads(path.read_bytes())
+    return RunManifest(**{k: v for k, v in data.items() if k in _FIELDS})
+
+
+def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
+    """Every run under an output directory (of one job, if given), oldest first."""
+    found = [read_manifest(p) for p in layout.raw_root.glob("*/manifest.json")]
+    return sorted((m for m in found if job is None or m.job == job), key=lambda m: (m.started, m.run_id))
+
+
+def pending_manifests(layout: OutputLayout) -> list[RunManifest]:
+    """Finished runs whose load did not happen (DuckDB was busy), oldest first."""
+    return [m for m in all_manifests(layout) if not m.loaded and not m.unfinished]

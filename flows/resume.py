@@ -1,0 +1,152 @@
+"""How a run starts, given the runs before it: new, resumed after a crash, or continuing a stopped one.
+
+- **Resume** (the default when the job's last run in this output is unfinished: killed, powered off, Ctrl-C,
+  or a Prefect flow retry of the same flow run): the run keeps its id and budget; queries that ended are kept,
+  the others land their raw pages again and page on from the last one. The ledger opens with what the journal
+  says was spent, in-flight reservations at the crash included.
+- **Continue** (`--continue`): a new run that picks up every query the earlier runs stopped (budget, a refused
+  key, failure) at its saved cursor, skips the ones that ended for good and runs queries never run before.
+- **Fresh** (`--fresh`, or no earlier run): a new run from page 1; an unfinished run is abandoned first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from connectors.pager import OK_STATUSES, QuerySpec
+from flows.manifest import CONTINUABLE, RunManifest, all_manifests
+from flows.plan import Plan
+from flows.spec import JobSpec, UsageError
+from tasks.journal import JournalState, read_journal
+from tasks.layout import OutputLayout
+
+Mode = Literal["auto", "fresh", "continue"]
+
+
+@dataclass
+class RunStart:
+    """What a run carries over from before: kept results, and how each earlier query starts again."""
+
+    kind: Literal["new", "resume", "continue"]
+    previous: RunManifest | None = None
+    """The run being resumed (same id) or continued (a new id)."""
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Summaries of this run's queries that ended before and are not run again (resume only)."""
+    resume: set[str] = field(default_factory=set)
+    """Queries that land their raw pages again and page on (resume only)."""
+    continue_at: dict[str, QuerySpec] = field(default_factory=dict)
+    """Queries of earlier runs to start at their saved cursor (continue only)."""
+    done: set[str] = field(default_factory=set)
+    """Queries that ended for good in the runs being continued: not run again (continue only)."""
+    journal: JournalState = field(default_factory=JournalState)
+    """The resumed run's journal: what it spent per query."""
+
+    def has_work(self, the_plan: Plan) -> bool:
+        """Whether anything would run: a planned query not done before, or a query to continue."""
+        return bool(self.continue_at) or any(self.decide(q) is not None for q in the_plan.queries)
+
+    def decide(self, query: QuerySpec) -> QuerySpec | None:
+        """The query as this run starts it, or None when it must not run again."""
+        qid = query.query_id
+        if qid in self.kept or qid in self.done:
+            return None
+        if qid in self.resume:
+            return QuerySpec(**{**_plain(query), "resume": True})
+        if qid in self.continue_at:
+            return self.continue_at[qid]
+        return query
+
+
+def _plain(query: QuerySpec) -> dict[str, Any]:
+    return asdict(query)
+
+
+def plan_key(spec: JobSpec) -> str:
+    """What identifies a spec's queries (ids, endpoints, parameters, fan-out): a resume needs the same.
+
+    Budget, concurrency, limits and costs may change between a crash and its resume; the queries may not.
+    """
+    queries = [
+        {"id": q.query_id, "endpoint": q.endpoint, "params": q.params, "for_each": _jsonable(q.for_each)}
+        for q in spec.queries
+    ]
+    text = json.dumps({"name": spec.name, "queries": queries}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def unfinished_run(layout: OutputLayout, job: str) -> RunManifest | None:
+    """The job's newest run if it never finished (killed) or was interrupted."""
+    runs = all_manifests(layout, job)
+    return runs[-1] if runs and runs[-1].unfinished else None
+
+
+def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunManifest | None:
+    """The run an earlier attempt of this Prefect flow run made, when Prefect retries the flow."""
+    if flow_run_id is None:
+        return None
+    runs = [m for m in all_manifests(layout, job) if m.flow_run_id == flow_run_id]
+    return runs[-1] if runs else None
+
+
+def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service: str) -> RunStart:
+    """Resume `run`: refuse when the spec's queries or the service changed (its cursors would not fit)."""
+    if run.plan_key and run.plan_key != plan_key:
+        raise UsageError(
+            f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since; "
+            "run with --fresh to abandon it (its data stays loaded) and start again, or restore the spec"
+        )
+    if run.service != service:
+        raise UsageError(
+            f"run {run.run_id} of job {run.job} is unfinished and ran against {run.service}, not {service}; "
+            "resume it against the same service, or run with --fresh to abandon it"
+        )
+    journal = read_journal(layout.journal_file(run.run_id))
+    retry = not run.unfinished  # a flow retry of a run that ended: re-run what did not end well
+    kept = {q: s for q, s in journal.ended.items() if not retry or s["status"] in OK_STATUSES}
+    resume = set(journal.started) - set(kept)
+    return RunStart("resume", run, kept=kept, resume=resume, journal=journal)
+
+
+def _chain(layout: OutputLayout, job: str) -> list[RunManifest]:
+    """The job's newest finished run and the runs it continues, oldest first."""
+    runs = {m.run_id: m for m in all_manifests(layout, job) if not m.unfinished}
+    if not runs:
+        return []
+    newest = max(runs.values(), key=lambda m: (m.started, m.run_id))
+    chain = [newest]
+    while chain[-1].continues in runs and len(chain) <= len(runs):
+        chain.append(runs[chain[-1].continues])
+    return chain[::-1]
+
+
+def continue_start(layout: OutputLayout, job: str) -> RunStart:
+    """Pick up what the job's earlier runs left: each query's newest status across the chain decides."""
+    chain = _chain(layout, job)
+    if not chain:
+        return RunStart("new")
+    status: dict[str, dict[str, Any]] = {}
+    specs: dict[str, dict[str, Any]] = {}
+    for run in chain:
+        specs.update(read_journal(layout.journal_file(run.run_id)).started)
+        status.update({q["query_id"]: q for q in run.queries})
+    start = RunStart("continue", chain[-1])
+    for qid, summary in status.items():
+        if summary["status"] not in CONTINUABLE:
+            start.done.add(qid)
+        elif qid in specs:
+            spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
+            start.continue_at[qid] = QuerySpec(**spec)
+    return start

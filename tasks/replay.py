@@ -1,0 +1,89 @@
+"""Pages read back from the raw store: how a resumed query lands what it paid for before a crash.
+
+The raw page file is the receipt of every paid answer, written before the next request. Replaying it gives the
+records those answers held (to land again, replacing any partial Parquet) and the point where paging continues:
+the `cursor_out` of the last durable page, or the page itself when it was a paid failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from connectors.catalog import Endpoint
+from connectors.pager import PagerStart, cursor_key, extract_records, signature
+from tasks.rawstore import RawPage, RawPageReader
+
+
+@dataclass(frozen=True)
+class ReplayedPage:
+    raw: RawPage
+    records: dict[str, list[Any]]
+    answered: bool
+    """The stored answer is one the run used (success, or billed "not found"), not a paid failure."""
+
+    @property
+    def fetched_at(self) -> datetime:
+        return datetime.fromisoformat(self.raw.fetched_at)
+
+    @property
+    def record_count(self) -> int:
+        return sum(len(r) for r in self.records.values())
+
+
+def _body(page: RawPage) -> Any:
+    """The stored answer as the live run used it: a JSON object or array of a success or a billed "not
+    found"; None for a paid failure (an error status, or a 2xx body that was cut or not JSON)."""
+    if not (200 <= page.status_code < 300 or page.status_code == 404):
+        return None
+    try:
+        body = orjson.loads(page.body)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict | list) else None
+
+
+def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
+    """Every complete page of a raw file with its records; a torn tail (a crash mid-write) is skipped."""
+    for page in RawPageReader(path):
+        body = _body(page)
+        yield ReplayedPage(page, extract_records(endpoint, body), body is not None)
+
+
+class ResumePoint:
+    """Folds replayed pages into the pager's starting state."""
+
+    def __init__(self) -> None:
+        self.start = PagerStart()
+        self._last: ReplayedPage | None = None
+
+    def add(self, page: ReplayedPage) -> None:
+        start, raw = self.start, page.raw
+        if raw.cursor_in:
+            start.used.add(cursor_key(raw.cursor_in))
+        start.pages += 1
+        start.records += page.record_count
+        start.index = raw.page + 1
+        self._last = page
+
+    def finish(self) -> PagerStart:
+        """Where the query goes on: after its last good page, or again at a failed one."""
+        start, last = self.start, self._last
+        if last is None:
+            return start
+        raw = last.raw
+        if raw.status_code == 404:
+            start.ended = "not_found"
+        elif not last.answered:
+            start.cursor, start.index = raw.cursor_in, raw.page  # a paid failure: ask for that page again
+        elif not raw.cursor_out or last.record_count == 0:
+            start.ended = "complete"
+        else:
+            start.cursor = dict(raw.cursor_out)
+            start.previous = signature(last.records)
+        return start
