@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 from pydantic import Field as P
@@ -21,6 +21,24 @@ from connectors.records import RecordKind, b, f, i, j, ls, s, ts
 
 
 @dataclass(frozen=True)
+class NewestFirst:
+    """When an endpoint lists newest items first: always, or when `param` has one of `values`.
+
+    Incremental queries need it: their paging stops at the first page of items seen before, which is only
+    right when everything after that page is older.
+    """
+
+    param: str | None = None
+    values: tuple[str, ...] = ()
+
+    def holds(self, params: Mapping[str, Any]) -> bool:
+        return self.param is None or params.get(self.param) in self.values
+
+    def describe(self) -> str:
+        return "" if self.param is None else f" with {self.param}: {' or '.join(self.values)}"
+
+
+@dataclass(frozen=True)
 class Endpoint:
     path: str
     """The documented path, with `{name}` for path parameters: also the endpoint's name everywhere in harvest."""
@@ -29,6 +47,8 @@ class Endpoint:
     paging: Paging
     kinds: tuple[RecordKind, ...]
     cost: int = 1
+    newest_first: NewestFirst | None = None
+    """Set where the service lists newest first (so `incremental: true` is allowed)."""
 
     def url_path(self, params: Params) -> str:
         return self.path.format(**{k: quote(v, safe=":") for k, v in params.path_values().items()})
@@ -190,6 +210,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         (kind("creative_materials", "data", "material_id",
               s("material_id"), s("type"), s("title"), s("language"), ls("style_tags"), ls("cta_type_tags"),
               s("advertiser"), s("thumbnail_url"), i("duration_seconds"), ts("created_at"), f("relevance")),),
+        newest_first=NewestFirst("order", ("latest",)),
     ),
     Endpoint(
         "/v1/creative/materials/{material_id}", "One creative material in detail.", MaterialDetail,
@@ -216,6 +237,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               s("id"), s("text"), s("url"), i("reaction_count", "reactionCount"),
               i("comment_count", "commentCount"), ts("publish_time", "publishTime"),
               j("video_details", "videoDetails"), j("top_comments", "topComments")),),
+        newest_first=NewestFirst("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
     ),
     Endpoint(
         "/v1/forum/subreddit/search", "Posts, comments and media of one subreddit matching a query.",
@@ -227,6 +249,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               s("post_title", "post.title"), s("post_url", "post.url")),
          kind("forum_media", "media", "id",
               s("id"), s("title"), s("media_type"), i("width"), i("height"), i("gallery_count"), s("url"))),
+        newest_first=NewestFirst("sort", ("new",)),
     ),
     Endpoint(
         "/v1/streaming/clip", "One clip and more clips of its broadcaster.", ByUrl, paging.single(),
@@ -248,6 +271,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "/v1/microblog-b/user/posts", "A user's feed of posts.", UserPosts, paging.cursor(), (MICROBLOG_B_POSTS,),
+        newest_first=NewestFirst(),
     ),
     Endpoint(
         "/v1/microblog-a/community/tweets", "Tweets of a community (one page).", ByUrl, paging.single(),
@@ -277,6 +301,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               s("thumbnail_url", "image_versions2.candidates[0].url|thumbnail_url"),
               s("owner_id", "owner.id"), s("owner_username", "owner.username"),
               j("video_versions")),),
+        newest_first=NewestFirst(),
     ),
     Endpoint(
         "/v1/pinboard/search", "Pins matching a query.", PinSearch, paging.cursor(),
@@ -315,6 +340,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               f("price_amount", "price.amount"), i("sold_count"), i("review_count"), f("rating")),
          kind("short_video_shops", "shopInfo", "id",
               s("id"), s("name"), s("url"), i("followers"), s("region"))),
+        newest_first=NewestFirst(),
     ),
     Endpoint(
         "/v3/short-video/profile/videos", "A user's videos, latest or most popular first.", ProfileVideos,
@@ -326,6 +352,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               i("collect_count", "statistics.collect_count"), i("duration_ms", "video.duration"),
               s("cover_url", "video.cover.url_list[0]"), s("play_url", "video.play_addr.url_list[0]"),
               s("author_uid", "author.uid"), s("author_unique_id", "author.unique_id")),),
+        newest_first=NewestFirst("sort_by", ("latest",)),
     ),
 )  # fmt: skip
 

@@ -50,6 +50,7 @@ class DependentQuery:
     max_pages: int | None = None
     max_credits: int | None = None
     """Caps for each instantiated query, not for all of them together."""
+    incremental: bool = False
 
 
 def base_id(query_id: str) -> str:
@@ -77,6 +78,7 @@ def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
         params=params.model_dump(mode="json", exclude_none=True),
         max_pages=dep.max_pages,
         max_credits=dep.max_credits,
+        incremental=dep.incremental,
     )
 
 
@@ -187,6 +189,7 @@ def _template(query: Query, parent: Endpoint) -> DependentQuery:
         kind=ref.kind or _table_of(parent, ref.field),
         max_pages=query.max_pages,
         max_credits=query.max_credits,
+        incremental=query.incremental,
     )
 
 
@@ -225,7 +228,16 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
         total: int | None = 0
         for query_id, raw in _expand(query):
             params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
-            queries.append(QuerySpec(query_id, query.endpoint, params, query.max_pages, query.max_credits))
+            queries.append(
+                QuerySpec(
+                    query_id,
+                    query.endpoint,
+                    params,
+                    query.max_pages,
+                    query.max_credits,
+                    incremental=query.incremental,
+                )
+            )
             worst = _credits(endpoint, pages, query.max_credits)
             basis = _basis(endpoint, pages, query.max_pages)
             lines.append(CostLine(query_id, query.endpoint, endpoint.cost, pages, worst, basis))

@@ -162,6 +162,12 @@ class Query(_Model):
         None, strict=True, ge=1, description="Default: all pages, within the budget."
     )
     max_credits: int | None = Field(None, strict=True, ge=1, description="Cap of credits for this query.")
+    incremental: bool = Field(
+        False,
+        strict=True,
+        description="Stop paging after the first page whose records were all landed before (newest-first "
+        "listings only; `harvest run --full` pages fully once).",
+    )
 
     @property
     def query_id(self) -> str:
@@ -524,6 +530,29 @@ def _query_problems(i: int, query: Query) -> Iterator[Found]:
     if bad:
         return
     yield from _combination_problems(at, query, params)
+    if query.incremental:
+        yield from _incremental_problems(at, query)
+
+
+def newest_first_listings() -> str:
+    """The endpoints (and parameter values) where `incremental: true` is allowed, for error messages."""
+    return ", ".join(
+        f"{e.path}{e.newest_first.describe()}" for e in catalog.ENDPOINTS if e.newest_first is not None
+    )
+
+
+def _incremental_problems(at: Loc, query: Query) -> Iterator[Found]:
+    order = catalog.get(query.endpoint).newest_first
+    combos = [query.params]
+    if order is not None and order.param in query.static:
+        combos = [{**query.params, order.param: v} for v in query.static[order.param]]
+    if order is None or not all(order.holds(c) for c in combos):
+        yield (
+            (*at, "incremental"),
+            f"{query.endpoint} with these parameters does not list newest first, so stopping at known "
+            "items could miss new ones",
+            newest_first_listings(),
+        )
 
 
 def _combination_problems(at: Loc, query: Query, params: type[Params]) -> Iterator[Found]:

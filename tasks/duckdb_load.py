@@ -50,6 +50,15 @@ CREATE TABLE IF NOT EXISTS runs (
     credits_spent BIGINT,
     records BIGINT
 )"""
+RUNS_ADDED_COLUMNS = (
+    ("budget", "BIGINT"),
+    ("resumes", "INTEGER"),
+    ("continues", "VARCHAR"),
+    ("error", "VARCHAR"),
+    ("balance_before", "BIGINT"),
+    ("balance_after", "BIGINT"),
+)
+"""Columns `runs` gained after its first release: added to existing databases when they are next loaded."""
 REQUESTS_DDL = """
 CREATE TABLE IF NOT EXISTS requests (
     run_id VARCHAR NOT NULL,
@@ -88,6 +97,7 @@ RUN_FIELDS = (
     "status",
     "credits_spent",
     "records",
+    *(name for name, _ in RUNS_ADDED_COLUMNS),
 )
 QUERY_STATE_FIELDS = ("query_id", "endpoint", "status", "pages", "records", "next_cursor", "credits", "error")
 REQUEST_FIELDS = (
@@ -344,6 +354,8 @@ def load_tables(
 def ensure_bookkeeping(con: duckdb.DuckDBPyConnection) -> None:
     for ddl in (RUNS_DDL, REQUESTS_DDL, QUERY_STATE_DDL):
         con.execute(ddl)
+    for name, sql_type in RUNS_ADDED_COLUMNS:
+        con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {name} {sql_type}")
 
 
 def as_fields(obj: Any, names: Sequence[str]) -> dict[str, Any]:

@@ -28,3 +28,13 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=60):
         yield
+
+
+@pytest.fixture(scope="session")
+def prefect_api_url(prefect_harness: None) -> str:
+    """The harness server's API URL: `harvest` subprocesses given it skip starting a temporary server."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url, "the Prefect test harness has no API URL"
+    return str(url)

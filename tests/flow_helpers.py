@@ -49,11 +49,6 @@ def run_flow(
     return summary
 
 
-def data_requests(sb: Any) -> list[Any]:
-    """The sandbox ledger's requests to data endpoints: the free balance reads before and after a run left out."""
-    return [e for e in sb.ledger if e.path != "/v1/credit-balance"]
-
-
 def rows(db: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
     con = duckdb.connect(str(db), read_only=True)
     try:

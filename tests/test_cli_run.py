@@ -22,12 +22,12 @@ from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
 from sandbox.server import running
 from tasks.rawstore import last_page
+from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
     SECRET_KEY,
     assert_no_secret_in_outputs,
-    data_requests,
     rows,
     scalar,
     subprocess_env,
@@ -169,7 +169,7 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
             timeout=120,
         )
         billed = sb.billed_total()
-        statuses = [e.status for e in data_requests(sb)]
+        statuses = [e.status for e in data_entries(sb)]
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert sorted(statuses) == [200, 200, 200, 403]
     assert SECRET_KEY not in proc.stdout and SECRET_KEY not in proc.stderr

@@ -29,13 +29,13 @@ from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
 from sandbox.server import running
 from tasks.rawstore import iter_raw_pages
+from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
     PYTHON,
     SECRET_KEY,
     assert_no_secret_in_outputs,
-    data_requests,
     expected_keys,
     key_set,
     rows,
@@ -121,7 +121,7 @@ def crawl(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> It
         mp.delenv("HARVEST_BASE_URL", raising=False)
         spec = write_spec(tmp, crawl_spec(sb.base_url, output))
         first = run_flow(spec)
-        ledger_first, billed_first = data_requests(sb), sb.billed_total()
+        ledger_first, billed_first = data_entries(sb), sb.billed_total()
         db = output / "harvest.duckdb"
         counts = table_counts(db)
         keys = {t: key_set(db, t) for t in counts}
@@ -132,7 +132,7 @@ def crawl(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> It
             first,
             second,
             ledger_first,
-            data_requests(sb),
+            data_entries(sb),
             billed_first,
             sb.billed_total(),
             counts,

@@ -12,10 +12,10 @@ import pytest
 
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.server import running
+from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
-    data_requests,
     expected_keys,
     key_set,
     rows,
@@ -73,4 +73,4 @@ def test_faults_do_not_change_what_lands(
     assert counted == summary["credits_spent"]
     # every attempt is on record, the failed ones included
     attempts = rows(db, "SELECT count(*), count(*) FILTER (WHERE error IS NOT NULL) FROM requests")[0]
-    assert attempts[0] == len(data_requests(sb)) and attempts[1] >= 1
+    assert attempts[0] == len(data_entries(sb)) and attempts[1] >= 1

@@ -1,0 +1,290 @@
+"""Recurring jobs, in-process: Prefect states, a wrong key, `--continue`, `--fresh`, incremental reruns and flow
+retries, each a real flow run against the sandbox over HTTP, checked against the sandbox's own ledger."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import flows.collect
+from connectors import catalog
+from flows.cli import app
+from flows.manifest import all_manifests
+from sandbox.config import SandboxConfig
+from sandbox.expected import expected_pages
+from sandbox.server import running
+from tasks.layout import OutputLayout
+from tests.crawl_helpers import data_entries, entry_cursor
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    rows,
+    run_flow,
+    scalar,
+    write_spec,
+)
+
+PINS = "/v1/pinboard/search"
+PROFILE = "/v3/short-video/profile/videos"
+FEED = "/v1/microblog-b/user/posts"
+runner = CliRunner()
+
+
+def spec_of(
+    base_url: str, output: Path, queries: list[dict[str, Any]], credits: int = 1000, **more: Any
+) -> dict:
+    return {
+        "name": "lifecycle",
+        "service": {"base_url": base_url},
+        "budget": {"credits": credits},
+        "concurrency": 3,
+        "output": str(output),
+        "queries": queries,
+        **more,
+    }
+
+
+def paid_twice(entries: list[Any]) -> int:
+    """Requests for the same page (path, parameters and cursor) beyond the first."""
+    seen = Counter((e.path, tuple(sorted((k, str(v)) for k, v in e.params.items()))) for e in entries)
+    return sum(n - 1 for n in seen.values())
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+    return SECRET_KEY
+
+
+# ----------------------------------------------------------------------------------------- Prefect states
+async def _flow_runs() -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs()
+        tasks = await client.read_task_runs()
+    return {"flows": runs, "tasks": tasks}
+
+
+def test_prefect_states_tell_failed_and_budget_stops_apart(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)})
+    with running(config) as sb:
+        failing = write_spec(
+            tmp_path,
+            spec_of(
+                sb.base_url,
+                tmp_path / "a",
+                [
+                    {"id": "fine", "endpoint": PINS, "params": {"query": "lamps"}},
+                    {"id": "walled", "endpoint": PINS, "params": {"query": "blocked boards"}},
+                ],
+            )
+            | {"name": "state-failed"},
+            "failed.yaml",
+        )
+        short = write_spec(
+            tmp_path,
+            spec_of(
+                sb.base_url, tmp_path / "b", [{"id": "pins", "endpoint": PINS, "params": {"query": "rugs"}}]
+            )
+            | {"name": "state-budget"},
+            "budget.yaml",
+        )
+        failed = run_flow(failing)
+        stopped = run_flow(short, budget=2)
+    found = asyncio.run(_flow_runs())
+    jobs = {str(failing): "state-failed", str(short): "state-budget"}
+    by_job = {
+        jobs[r.parameters["spec_path"]]: r for r in found["flows"] if r.parameters.get("spec_path") in jobs
+    }
+    assert failed["status"] == "failed" and stopped["status"] == "budget_exhausted"
+    assert by_job["state-failed"].state.type.value == "FAILED"
+    assert failed["run_id"] in by_job["state-failed"].state.message
+    assert "failed:" in by_job["state-failed"].state.message
+    assert by_job["state-budget"].state.type.value == "COMPLETED"
+    assert by_job["state-budget"].state.message.startswith("budget_exhausted: ")
+    names = {t.name: t for t in found["tasks"] if t.flow_run_id == by_job["state-failed"].id}
+    assert set(names) == {"fine", "walled"}
+    assert all({"harvest", "job:state-failed"} <= set(t.tags) for t in names.values())
+
+
+# ---------------------------------------------------------------------------------------------- wrong key
+def test_a_wrong_key_sends_one_request_and_says_so_once(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handles = [f"maker{i}" for i in range(30)]
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", "not-the-key-0000")
+        spec = write_spec(
+            tmp_path,
+            spec_of(
+                sb.base_url,
+                tmp_path / "out",
+                [{"id": "v", "endpoint": PROFILE, "for_each": {"handle": handles}}],
+            ),
+        )
+        result = runner.invoke(app, ["run", str(spec)])
+        requests = sb.ledger
+    assert result.exit_code == 1, result.output
+    assert len(requests) == 1 and requests[0].status == 402  # the free balance read, refused
+    assert sb.billed_total() == 0
+    assert result.stderr.count("out of credits, or the API key is not valid") == 1
+    assert "not-the-key" not in result.output
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert rows(db, "SELECT status FROM runs") == [("failed",)]
+    assert scalar(db, "SELECT count(*) FROM query_state WHERE status = 'stopped'") == 30
+
+
+async def _gated_requests(base_url: str) -> None:
+    from connectors.client import RetryPolicy, ServiceClient
+    from connectors.ledger import CreditLedger
+
+    ledger = CreditLedger(100)
+    async with ServiceClient(base_url, "not-the-key-0000", ledger, retry=RetryPolicy(attempts=1)) as client:
+        calls = [
+            client.get(PINS, [("query", f"q{i}")], cost=1, query_id=f"q{i}", page_index=0, endpoint=PINS)
+            for i in range(12)
+        ]
+        await asyncio.gather(*calls, return_exceptions=True)
+    assert ledger.stopped is not None and "402" in ledger.stopped.reason
+
+
+def test_without_a_balance_read_the_first_paid_request_still_goes_alone() -> None:
+    """When the balance cannot prove the key, the first paid request does: twelve queries, one request."""
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})) as sb:
+        asyncio.run(_gated_requests(sb.base_url))
+        assert len(data_entries(sb)) == 1 and data_entries(sb)[0].status == 402
+
+
+# ---------------------------------------------------------------------------------------------- --continue
+def test_continue_spends_nothing_on_pages_already_paid(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    topics = ["oak", "elm", "ash"]
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (5, 5)}, page_size=3)
+    demand = sum(expected_pages(PINS, {"query": t}, config) for t in topics)
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path,
+            spec_of(sb.base_url, output, [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}]),
+        )
+        first = run_flow(spec, budget=7)
+        second = run_flow(spec, budget=5, mode="continue")
+        third = run_flow(spec, budget=100, mode="continue")
+        nothing = run_flow(spec, mode="continue")
+        entries = data_entries(sb)
+    assert first["status"] == second["status"] == "budget_exhausted"
+    assert third["status"] == "complete"
+    assert nothing["status"] == "nothing_to_continue"
+    assert len(entries) == demand == 7 + 5 + (demand - 12)  # every page paid once across three nights
+    assert paid_twice(entries) == 0
+    runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
+    assert runs[second["run_id"]].continues == first["run_id"]
+    assert runs[third["run_id"]].continues == second["run_id"]
+    want = expected_keys([(PINS, {"query": t}) for t in topics], config)
+    assert key_set(output / "harvest.duckdb", "pinboard_pins") == set(want["pinboard_pins"])
+
+
+# ---------------------------------------------------------------------------------------------- incremental
+def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (4, 4), FEED: (3, 3)})
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": {"sort_by": "latest"}, "for_each": {"handle": ["nasa", "esa"]},
+         "incremental": True},
+        {"id": "feed", "endpoint": FEED, "params": {"handle": "nasa.example"}, "incremental": True},
+        {"id": "pins", "endpoint": PINS, "params": {"query": "lamps"}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, queries))
+        run_flow(spec)
+        full_pass = len(data_entries(sb))
+        rerun = run_flow(spec)
+        rerun_entries = data_entries(sb)[full_pass:]
+        forced = run_flow(spec, full=True)
+    per_path = Counter(e.path for e in rerun_entries)
+    assert per_path[PROFILE] == 2 and per_path[FEED] == 1  # one page per incremental query
+    assert per_path[PINS] == expected_pages(PINS, {"query": "lamps"}, config)  # not incremental: all pages
+    statuses = {q["query_id"]: q["status"] for q in rerun["queries"]}
+    assert statuses == {"videos[handle=nasa]": "caught_up", "videos[handle=esa]": "caught_up",
+                        "feed": "caught_up", "pins": "complete"}  # fmt: skip
+    assert all(q["status"] == "complete" for q in forced["queries"])
+    assert forced["credits_spent"] == full_pass
+
+
+def test_incremental_is_refused_where_the_order_is_unknown(tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path,
+        spec_of(
+            "sandbox", tmp_path / "out", [{"endpoint": PINS, "params": {"query": "x"}, "incremental": True}]
+        ),
+    )
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 2
+    assert "queries[0].incremental" in result.stderr and "does not list newest first" in result.stderr
+    for path in (PROFILE, FEED, "/v1/photo-app/user/reels"):
+        assert path in result.stderr
+    assert [e.path for e in catalog.ENDPOINTS if e.newest_first] != []
+
+
+# --------------------------------------------------------------------------------------------- flow retries
+def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """The first attempt fails one query (503 until retries run out); Prefect retries the flow; the retry
+    resumes the same run: the query that completed is not paid again, the failed one goes on where it was."""
+    from flows.collect import collect_job, run_collect
+
+    unavailable = ["unavailable"] * 5
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE},
+        pages_by_path={PINS: (3, 3), PROFILE: (3, 3)},
+        fault_plan_by_path={PROFILE: [None, *unavailable]},
+    )
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path,
+            spec_of(
+                sb.base_url,
+                output,
+                [
+                    {"id": "pins", "endpoint": PINS, "params": {"query": "lamps"}},
+                    {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}},
+                ],
+            ),
+        )
+        retrying = collect_job.with_options(retries=1, retry_delay_seconds=0)
+        original = flows.collect.collect_job
+        flows.collect.collect_job = retrying  # type: ignore[assignment]
+        try:
+            summary = asyncio.run(run_collect(spec_path=str(spec)))
+        finally:
+            flows.collect.collect_job = original  # type: ignore[assignment]
+        entries = [e for e in data_entries(sb) if e.fault is None]
+    assert summary["status"] == "complete", summary
+    assert summary["resumes"] == 1
+    assert len(all_manifests(OutputLayout(output))) == 1
+    assert paid_twice(entries) == 0  # no page was answered twice
+    pages = Counter(e.path for e in entries)
+    assert pages == {PINS: 3, PROFILE: 3}
+    assert scalar(output / "harvest.duckdb", "SELECT count(DISTINCT run_id) FROM query_state") == 1
+    states = dict(rows(output / "harvest.duckdb", "SELECT query_id, status FROM query_state"))
+    assert states == {"pins": "complete", "videos": "complete"}
+    assert {entry_cursor(catalog.get(PROFILE), e) is None for e in entries if e.path == PROFILE} == {
+        True,
+        False,
+    }
