@@ -58,6 +58,9 @@ log = logging.getLogger("harvest.client")
 
 JSON = dict[str, Any] | list[Any]
 
+MIN_REDACTED_KEY = 16
+"""Keys at least this long are cut out of answers (messages are always redacted)."""
+
 # Failures where the request bytes never left this machine: the reservation goes back.
 _NEVER_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # Failures after the request may have reached the service: retried, the reservation is kept.
@@ -362,7 +365,12 @@ class ServiceClient:
     # ---- helpers used by _Call -----------------------------------------------------------------------
 
     def _redact_bytes(self, raw: bytes) -> bytes:
-        return raw.replace(self._key_bytes, REDACTED.encode()) if self._key_bytes in raw else raw
+        """An answer with the key cut out, should the service echo it. A key shorter than
+        `MIN_REDACTED_KEY` is left alone in answers: it would match ordinary data (a cursor, an id) and
+        corrupt it; real keys are long random strings."""
+        if len(self._key_bytes) < MIN_REDACTED_KEY or self._key_bytes not in raw:
+            return raw
+        return raw.replace(self._key_bytes, REDACTED.encode())
 
     def _text(self, text: str) -> str:
         return redact(text, self._key)
@@ -444,6 +452,11 @@ class _Call:
             await self.client._slots.acquire()
         except BaseException:
             ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
+            raise
+        try:
+            ledger.sending(reservation)  # durable from here: a crash counts this request as spent
+        except BaseException:
+            self.client._slots.release()
             raise
         self.attempts += 1
         started_at = dt.datetime.now(dt.UTC)

@@ -161,6 +161,7 @@ class CreditLedger:
         self._stopped: _Refused | None = None
         self._learned_price: dict[str, int] = {}
         self._price_key_of: dict[int, str] = {}
+        self._journaled: set[int] = set()
         self._q_reserved: dict[str, int] = {}
         self._q_inflight: dict[str, Counter[int]] = {}
         self._q_cost: dict[str, int] = {}
@@ -298,8 +299,6 @@ class CreditLedger:
                 log.info("refused %s page %d (%d credits): %s", query_id, page_index, amount, outcome.reason)
                 return None
             if waiter is None:
-                if self._journal is not None and outcome is not None:
-                    self._journal_reservation(outcome)
                 return outcome
             try:
                 await waiter
@@ -307,17 +306,21 @@ class CreditLedger:
                 with self._lock:
                     self._waiters.discard(waiter)
 
-    def _journal_reservation(self, r: Reservation) -> None:
-        """Durable before the request can be sent; if it cannot be written, nothing is sent."""
-        assert self._journal is not None
+    def sending(self, r: Reservation) -> None:
+        """The request of `r` is about to leave: journal it first, so a crash from now on counts it as spent.
+
+        Reservations still waiting for a connection slot at a crash were never sent and are not counted. If
+        the journal cannot be written, the reservation is released and the error raised: nothing is sent.
+        """
+        if self._journal is None:
+            return
         try:
             self._journal.reserved(r.id, r.query_id, r.amount)
         except BaseException:
-            with self._lock:
-                self._close(r)
-                self._price_key_of.pop(r.id, None)
-            self._wake_all()
+            self.release(r)
             raise
+        with self._lock:
+            self._journaled.add(r.id)
 
     def _note_page_started(self, query_id: str, page_index: int) -> bool:
         # Asking for page k means pages < k are done: this is what rules out waiting cycles.
@@ -407,6 +410,8 @@ class CreditLedger:
             else:
                 counted = charged
             price_key = self._price_key_of.pop(r.id, None)
+            journaled = r.id in self._journaled
+            self._journaled.discard(r.id)
             if counted > r.amount:
                 self._overcharges.append(Overcharge(r.query_id, r.page_index, r.amount, counted))
                 if price_key is not None:
@@ -414,8 +419,8 @@ class CreditLedger:
             self._spent += counted
             self._q_spent[r.query_id] = self._q_spent.get(r.query_id, 0) + counted
             spent = self._spent
-        if self._journal is not None:
-            self._journal.closed(r.id, counted)
+        if journaled:
+            self._journal.closed(r.id, counted)  # type: ignore[union-attr]
         if counted > r.amount:
             log.warning(
                 "the service charged %d credits for %s page %d but the cost table says %d; "
@@ -435,8 +440,10 @@ class CreditLedger:
         with self._lock:
             self._close(r)
             self._price_key_of.pop(r.id, None)
-        if self._journal is not None:
-            self._journal.closed(r.id, None)
+            journaled = r.id in self._journaled
+            self._journaled.discard(r.id)
+        if journaled:
+            self._journal.closed(r.id, None)  # type: ignore[union-attr]
         self._wake_all()
 
     def stop(self, kind: RefusalKind, reason: str) -> bool:
@@ -446,7 +453,7 @@ class CreditLedger:
             if first:
                 self._stopped = _Refused(reason, kind)
         if first:
-            log.warning("no further requests: %s", reason)
+            log.info("no further requests: %s", reason)
             self._wake_all()
         return first
 

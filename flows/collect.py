@@ -109,6 +109,7 @@ def _begin(
             resumes=previous.resumes + 1,
             budget=previous.budget if budget is None else budget,
             loaded=False,
+            error=None,
         )
     else:
         start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
@@ -126,6 +127,7 @@ def _begin(
             plan_key=key,
             flow_run_id=flow_run_id,
             continues=start.previous.run_id if start.previous else None,
+            service_billed=0,
         )
     return Begun(start, manifest)
 
@@ -137,6 +139,15 @@ async def _probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | N
     except HarvestError as exc:
         ledger.stop("stopped", f"the service refused the API key before anything was paid: {exc}")
         return None
+
+
+def _note_bill(manifest: RunManifest, before: int | None, after: int | None) -> None:
+    """Add this session's fall in the account balance to what the service billed the run."""
+    manifest.balance_before, manifest.balance_after = before, after
+    if before is None or after is None or manifest.service_billed is None:
+        manifest.service_billed = None
+    else:
+        manifest.service_billed += before - after
 
 
 def _unstarted(the_plan: Plan, start: RunStart, summaries: list[dict[str, Any]], status: str) -> list[dict]:
@@ -186,11 +197,11 @@ async def _collect(
             ctx.on_records = fan.on_records
             run_context.register(ctx)
             try:
-                manifest.balance_before = await _probe_balance(client, ledger)
+                before = await _probe_balance(client, ledger)
                 with StopOnSignal(ledger, client).installed():
                     summaries = await fan.run(layout)
-                if manifest.balance_before is not None:
-                    manifest.balance_after = await client.credit_balance()
+                after = await client.credit_balance() if before is not None else None
+                _note_bill(manifest, before, after)
             finally:
                 run_context.unregister(manifest.run_id)
     finally:

@@ -25,8 +25,18 @@ from flows.spec import SpecError, UsageError, load_spec, resolve_base_url
 from tasks.layout import OutputLayout
 
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
-out = Console()
-err = Console(stderr=True)
+
+
+def _console(stderr: bool = False) -> Console:
+    """Tables keep their shape in cron logs and pipes: without a terminal (and without COLUMNS) rich would
+    squeeze them into 80 columns."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=200 if wide else None)
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 def harvest_command() -> str:
@@ -166,13 +176,13 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
             f"records: {summary['records']}; status: {summary['status']}"
         )
     )
-    before, after = summary.get("balance_before"), summary.get("balance_after")
-    if before is not None and after is not None and before - after != summary["credits_spent"]:
+    billed = summary.get("service_billed")
+    if billed is not None and billed != summary["credits_spent"]:
         out.print(
             Text(
-                f"the account's balance fell by {before - after} credits during the run ({before} -> {after}); "
-                f"harvest counted {summary['credits_spent']} (another job on the same key, or charges harvest "
-                "could not see, make these differ)"
+                f"the service's bill: the account's balance fell by {billed} credits during the run; harvest "
+                f"counted {summary['credits_spent']} (harvest counts a request whose answer was lost as spent; "
+                "another job on the same key also makes these differ)"
             )
         )
 
@@ -287,7 +297,8 @@ def runs(output: Path) -> None:
         raise fail(f"no runs found under {output}", 1)
     table = Table(title=Text(f"runs in {output}"))
     for name in ("run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service"):
-        table.add_column(name, justify="right" if name in ("pages", "credits", "records") else "left")
+        right = name in ("pages", "credits", "records")
+        table.add_column(name, justify="right" if right else "left", no_wrap=name != "service")
     for row in rows:
         m = row.manifest
         table.add_row(

@@ -50,7 +50,10 @@ class RunManifest:
     """Why the whole run stopped, when it did (Ctrl-C, a refused key, an empty account)."""
     balance_before: int | None = None
     balance_after: int | None = None
-    """The account balance the service reported before and after the run (`/v1/credit-balance`)."""
+    """The account balance the service reported before and after the run's last session (`/v1/credit-balance`)."""
+    service_billed: int | None = None
+    """What the balance fell by over all the run's sessions: the service's own count, beside `credits_spent`.
+    None when a reading was missing."""
 
     @property
     def records(self) -> int:
@@ -84,6 +87,7 @@ class RunManifest:
             "resumes": self.resumes,
             "balance_before": self.balance_before,
             "balance_after": self.balance_after,
+            "service_billed": self.service_billed,
         }
 
 

@@ -27,6 +27,9 @@ from tasks.layout import OutputLayout
 
 Mode = Literal["auto", "fresh", "continue"]
 
+RUN_STOPPED = frozenset({"interrupted", "stopped"})
+"""Query statuses that say the run stopped, not the query: a resume runs such queries on."""
+
 
 @dataclass
 class RunStart:
@@ -115,7 +118,11 @@ def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service:
         )
     journal = read_journal(layout.journal_file(run.run_id))
     retry = not run.unfinished  # a flow retry of a run that ended: re-run what did not end well
-    kept = {q: s for q, s in journal.ended.items() if not retry or s["status"] in OK_STATUSES}
+    kept = {
+        q: s
+        for q, s in journal.ended.items()
+        if s["status"] not in RUN_STOPPED and (not retry or s["status"] in OK_STATUSES)
+    }
     resume = set(journal.started) - set(kept)
     return RunStart("resume", run, kept=kept, resume=resume, journal=journal)
 

@@ -115,6 +115,8 @@ class SandboxApp:
             return
         if fault is FaultKind.SLOW:
             await asyncio.sleep(self.config.slow_seconds)
+        if self.config.latency:
+            await asyncio.sleep(self.config.latency)
         await self.inner(scope, receive, send)
 
     async def _edge_fault(

@@ -109,6 +109,8 @@ class SandboxConfig:
     """The 429 `Retry-After` header value, in seconds."""
     slow_seconds: float = 2.0
     """Delay of a `slow` fault."""
+    latency: float = 0.0
+    """Seconds added to every data answer (not the balance): a crawl that takes long enough to be killed."""
 
     def __post_init__(self) -> None:
         lo, hi = self.pages

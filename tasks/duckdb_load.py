@@ -57,6 +57,7 @@ RUNS_ADDED_COLUMNS = (
     ("error", "VARCHAR"),
     ("balance_before", "BIGINT"),
     ("balance_after", "BIGINT"),
+    ("service_billed", "BIGINT"),
 )
 """Columns `runs` gained after its first release: added to existing databases when they are next loaded."""
 REQUESTS_DDL = """

@@ -591,3 +591,13 @@ def test_constructor_validates() -> None:
         ServiceClient(BASE, KEY, CreditLedger(1), max_in_flight=0)
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)
+
+
+async def test_a_short_key_is_not_cut_out_of_answers() -> None:
+    """A two-letter key would match inside ordinary data: the cursor must come back whole, or paging breaks."""
+    body = {"success": True, "items": [{"id": "p1"}], "cursor": "cG4uMTk1LmRhOTAwYg", "credits_charged": 1}
+    script = Script(js(200, body))
+    ledger = CreditLedger(10)
+    async with ServiceClient(BASE, "k1", ledger, retry=FAST, transport=httpx.MockTransport(script)) as client:
+        resp = await client.get("/v1/pinboard/search", [], cost=1, query_id="q", page_index=0, endpoint="/e")
+    assert resp.body["cursor"] == "cG4uMTk1LmRhOTAwYg" and b"cG4uMTk1LmRhOTAwYg" in resp.raw

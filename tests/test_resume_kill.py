@@ -1,0 +1,240 @@
+"""Crash, Ctrl-C and a second run, as a scheduled job meets them: real `harvest run` processes against the sandbox
+over HTTP, killed mid-crawl, then run again. The sandbox's own ledger says what was paid twice; DuckDB, Parquet
+and the raw pages say that nothing was lost or landed twice.
+
+The processes talk to the session's Prefect test server (PREFECT_API_URL), so none starts a temporary one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from connectors import catalog
+from flows.cli import app
+from flows.manifest import all_manifests
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+from sandbox.server import RunningSandbox, running
+from tasks.layout import OutputLayout
+from tasks.rawstore import RawPageReader
+from tasks.replay import replay
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    rows,
+    scalar,
+    subprocess_env,
+    write_spec,
+)
+
+PINS = "/v1/pinboard/search"
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
+CREATIVE_PARAMS = {"query": "standing desks", "limit": 5}
+CONCURRENCY = 4
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE},
+    pages_by_path={PINS: (20, 20), CREATIVE: (2, 2)},
+    page_size=4,
+    latency=0.03,
+)
+runner = CliRunner()
+
+
+def job(base_url: str, output: Path, credits: int = 10_000) -> dict[str, Any]:
+    return {
+        "name": "nightly",
+        "service": {"base_url": base_url},
+        "budget": {"credits": credits},
+        "concurrency": CONCURRENCY,
+        "output": str(output),
+        "queries": [
+            {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+            {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        ],
+    }  # fmt: skip
+
+
+def start_run(spec: Path, tmp_path: Path, api_url: str, *args: str) -> subprocess.Popen[str]:
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=api_url)
+    return subprocess.Popen(
+        [str(HARVEST), "run", str(spec), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, killed whole like a cron job's
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def wait_for_requests(sb: RunningSandbox, count: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 90
+    while len(data_entries(sb)) < count:
+        assert proc.poll() is None, f"the run ended before it was killed: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.005)
+
+
+def paid_twice(entries: list[Any]) -> int:
+    seen = Counter(
+        (e.path, e.path_params.get("material_id"), tuple(sorted(e.params.items()))) for e in entries
+    )
+    return sum(n - 1 for n in seen.values())
+
+
+def material_ids() -> list[str]:
+    return [m["material_id"] for m in full_crawl(CREATIVE, CREATIVE_PARAMS, CONFIG)["materials"]]
+
+
+def expected_tables() -> dict[str, set[tuple[Any, ...]]]:
+    queries = [(PINS, {"query": t}) for t in TOPICS] + [(CREATIVE, CREATIVE_PARAMS)]
+    want = expected_keys(queries, CONFIG, [f"/v1/creative/materials/{m}" for m in material_ids()])
+    return {table: set(keys) for table, keys in want.items()}
+
+
+def assert_landed_once(output: Path, run_id: str) -> None:
+    """DuckDB holds the full crawl; the run's Parquet holds each stored page's records exactly once."""
+    db = output / "harvest.duckdb"
+    for table, keys in expected_tables().items():
+        assert key_set(db, table) == keys, table
+    assert not list(output.rglob("*.tmp")), "a partial Parquet file was left behind"
+    stored = Counter[str]()
+    for path in OutputLayout(output).raw_files(run_id):
+        endpoint = catalog.get(next(iter(RawPageReader(path))).endpoint)
+        for page in replay(path, endpoint):
+            stored[page.raw.query_id] += page.record_count
+    parquet = str(output / "parquet" / "*" / "*" / f"{run_id}-*.parquet")
+    con = duckdb.connect()
+    landed = dict(
+        con.execute(
+            f"SELECT _query_id, count(*) FROM read_parquet('{parquet}', union_by_name=true) GROUP BY 1"
+        ).fetchall()
+    )
+    assert landed == {q: n for q, n in stored.items() if n}
+
+
+def test_kill_9_mid_crawl_then_the_same_command_resumes(
+    prefect_api_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 40, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        at_kill = len(data_entries(sb))
+
+        listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        loading = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "200"})
+        (killed,) = all_manifests(OutputLayout(output))
+
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        entries = data_entries(sb)
+        billed = sb.billed_total()
+    assert killed.status == "running"
+    assert "killed" in listing.stdout and killed.run_id in listing.stdout
+    assert "unfinished" in listing.stderr
+    assert "not loaded" in loading.stderr and "every finished run" in loading.stdout
+    assert code == 0, out + err
+    assert "Traceback" not in err
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.status == "complete" and run.resumes == 1
+    assert len(entries) > at_kill
+    assert paid_twice(entries) <= CONCURRENCY, "only the pages in flight at the kill may be paid twice"
+    assert billed <= run.credits_spent <= billed + CONCURRENCY
+    db = output / "harvest.duckdb"
+    assert rows(db, "SELECT run_id, status FROM runs") == [(killed.run_id, "complete")]
+    details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
+    assert set(details) == set(material_ids()) and sum(details.values()) - len(details) <= CONCURRENCY
+    assert_landed_once(output, run.run_id)
+
+
+def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
+    prefect_api_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 40, proc)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code, out, err = finish(proc, timeout=60)
+        took = time.monotonic() - sent
+        at_stop = len(data_entries(sb))
+        (stopped,) = all_manifests(OutputLayout(output))
+        db = output / "harvest.duckdb"
+        interrupted_rows = scalar(db, "SELECT count(*) FROM pinboard_pins")
+
+        code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
+        entries = data_entries(sb)
+    assert code == 130, out + err
+    assert "Traceback" not in err and "Error" not in err
+    assert "resumes it" in err and stopped.run_id in err
+    assert took < 20, f"Ctrl-C took {took:.1f} s"
+    assert stopped.status == "interrupted" and stopped.loaded
+    assert rows(db, "SELECT status FROM runs") == [("complete",)], out2 + err2
+    assert interrupted_rows > 0  # what landed before Ctrl-C was loaded at once
+    assert code2 == 0, out2 + err2
+    assert len(entries) > at_stop
+    assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
+    assert_landed_once(output, stopped.run_id)
+
+
+def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: Path) -> None:
+    budget = 60
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, credits=budget))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 30, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        billed = sb.billed_total()
+    assert code == 0, out + err
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.status == "budget_exhausted"
+    assert billed <= run.credits_spent <= budget
+    assert budget - CONCURRENCY <= billed  # the resumed run used what the crash left of the budget
+
+
+def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        first = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 5, first)
+        (running_run,) = all_manifests(OutputLayout(output))
+        t0 = time.monotonic()
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url), timeout=60)
+        took = time.monotonic() - t0
+        first_code, first_out, first_err = finish(first)
+    assert code == 2, out + err
+    assert "another harvest run of this job is running" in err and running_run.run_id in err
+    assert str(first.pid) in err
+    assert took < 10
+    assert first_code == 0, first_out + first_err
+    assert paid_twice(data_entries(sb)) == 0
