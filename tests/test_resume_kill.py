@@ -238,3 +238,49 @@ def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_pa
     assert took < 10
     assert first_code == 0, first_out + first_err
     assert paid_twice(data_entries(sb)) == 0
+
+
+def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 30, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        (killed,) = all_manifests(OutputLayout(output))
+        paid_before = len(data_entries(sb))
+
+        edited = job(sb.base_url, output)
+        edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
+        write_spec(tmp_path, edited)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 2 and "--fresh" in err and killed.run_id in err, out + err
+        assert len(data_entries(sb)) == paid_before  # refused before anything was sent
+
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--fresh"))
+    assert code == 0, out + err
+    runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
+    assert set(runs) > {killed.run_id} and len(runs) == 2
+    abandoned = runs[killed.run_id]
+    assert abandoned.status == "abandoned" and abandoned.loaded
+    assert {q["status"] for q in abandoned.queries} >= {"abandoned"}
+    db = output / "harvest.duckdb"
+    assert dict(rows(db, "SELECT run_id, status FROM runs"))[killed.run_id] == "abandoned"
+    new_topic = scalar(
+        db, "SELECT count(DISTINCT _query_id) FROM pinboard_pins WHERE _query_id LIKE '%teak%'"
+    )
+    assert new_topic == 1
+    assert not list(output.rglob("*.tmp"))  # the abandoned run's pages were landed from its raw store:
+    stored = sum(
+        page.record_count
+        for path in OutputLayout(output).raw_files(killed.run_id)
+        if "pins" in path.name
+        for page in replay(path, catalog.get(PINS))
+    )
+    parquet = str(output / "parquet" / "pinboard_pins" / "*" / f"{killed.run_id}-*.parquet")
+    assert (
+        duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{parquet}')").fetchall()[0][0] == stored
+    )
