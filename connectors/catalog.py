@@ -15,9 +15,10 @@ from urllib.parse import quote
 from pydantic import Field as P
 
 from connectors import paging
+from connectors.fields import Field, boolean, integer, json_text, number, text, text_list, timestamp
 from connectors.paging import Paging
 from connectors.params import Params
-from connectors.records import RecordKind, b, f, i, j, ls, s, ts
+from connectors.records import RecordKind, Unwrap
 
 
 @dataclass(frozen=True)
@@ -169,38 +170,47 @@ class ProfileVideos(Params):
 
 # ---------------------------------------------------------------------------------------------- record kinds
 def kind(
-    table: str, location: str | tuple[str, ...], key: str | tuple[str, ...], *fields: object
+    table: str,
+    location: str | tuple[str, ...],
+    key: str | tuple[str, ...],
+    *fields: Field,
+    unwrap: Unwrap | None = None,
 ) -> RecordKind:
     locations = (location,) if isinstance(location, str) else location
     primary_key = (key,) if isinstance(key, str) else key
-    return RecordKind(table, locations, primary_key, tuple(fields))  # type: ignore[arg-type]
+    return RecordKind(table, locations, primary_key, tuple(fields), unwrap)
 
 
 CLIP_FIELDS = (
-    s("id"), s("slug"), s("url"), s("embed_url", "embedURL"), s("title"), i("view_count", "viewCount"),
-    s("language"), i("duration_seconds", "durationSeconds"), ts("created_at", "createdAt"),
-    s("game_id", "game.id"), s("game_name", "game.name"), s("broadcaster_id", "broadcaster.id"),
-    s("broadcaster_login", "broadcaster.login"), s("broadcaster_display_name", "broadcaster.displayName"),
-    i("broadcaster_followers", "broadcaster.followers"), s("thumbnail_url", "thumbnailURL"),
-    j("video_qualities", "videoQualities"),
+    text("id"), text("slug"), text("url"), text("embed_url", "embedURL"), text("title"), integer("view_count", "viewCount"),
+    text("language"), integer("duration_seconds", "durationSeconds"), timestamp("created_at", "createdAt"),
+    text("game_id", "game.id"), text("game_name", "game.name"), text("broadcaster_id", "broadcaster.id"),
+    text("broadcaster_login", "broadcaster.login"), text("broadcaster_display_name", "broadcaster.displayName"),
+    integer("broadcaster_followers", "broadcaster.followers"), text("thumbnail_url", "thumbnailURL"),
+    json_text("video_qualities", "videoQualities"),
 )  # fmt: skip
 
 MICROBLOG_B_POST_FIELDS = (
-    s("uri"), s("cid"), s("text", "record.text"), ts("created_at", "record.createdAt"),
-    s("author_did", "author.did"), s("author_handle", "author.handle"),
-    s("author_display_name", "author.displayName"), j("embed"), i("reply_count", "replyCount"),
-    i("repost_count", "repostCount"), i("like_count", "likeCount"), i("quote_count", "quoteCount"),
-    ts("indexed_at", "indexedAt"),
+    text("uri"), text("cid"), text("text", "record.text"), timestamp("created_at", "record.createdAt"),
+    text("author_did", "author.did"), text("author_handle", "author.handle"),
+    text("author_display_name", "author.displayName"), json_text("embed"), integer("reply_count", "replyCount"),
+    integer("repost_count", "repostCount"), integer("like_count", "likeCount"), integer("quote_count", "quoteCount"),
+    timestamp("indexed_at", "indexedAt"),
 )  # fmt: skip
 
 VIDEO_FIELDS = (
-    s("id"), s("title"), s("url"), s("thumbnail"), i("views"), s("published_time", "publishedTime"),
-    i("length_seconds", "lengthSeconds"), s("channel_id", "channel.id"), s("channel_title", "channel.title"),
-    s("channel_url", "channel.url"), ls("badges"), i("like_count", "likeCount"),
-    i("comment_count", "commentCount"), s("description"),
+    text("id"), text("title"), text("url"), text("thumbnail"), integer("views"), text("published_time", "publishedTime"),
+    integer("length_seconds", "lengthSeconds"), text("channel_id", "channel.id"), text("channel_title", "channel.title"),
+    text("channel_url", "channel.url"), text_list("badges"), integer("like_count", "likeCount"),
+    integer("comment_count", "commentCount"), text("description"),
 )  # fmt: skip
 
-MICROBLOG_B_POSTS = kind("microblog_b_posts", ("feed", "post"), "uri", *MICROBLOG_B_POST_FIELDS)
+FEED_ITEM = Unwrap("post", extras=(json_text("feed_reason", "reason"), json_text("feed_reply", "reply")))
+"""The feed's items may come as the native upstream shape, each post wrapped with why it is in the feed."""
+
+MICROBLOG_B_POSTS = kind(
+    "microblog_b_posts", ("feed", "post"), "uri", *MICROBLOG_B_POST_FIELDS, unwrap=FEED_ITEM
+)
 
 # ---------------------------------------------------------------------------------------------- endpoints
 ENDPOINTS: tuple[Endpoint, ...] = (
@@ -208,47 +218,47 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/v1/creative/materials", "Search creative materials by keyword and filters.", CreativeSearch,
         paging.envelope_cursor(),
         (kind("creative_materials", "data", "material_id",
-              s("material_id"), s("type"), s("title"), s("language"), ls("style_tags"), ls("cta_type_tags"),
-              s("advertiser"), s("thumbnail_url"), i("duration_seconds"), ts("created_at"), f("relevance")),),
+              text("material_id"), text("type"), text("title"), text("language"), text_list("style_tags"), text_list("cta_type_tags"),
+              text("advertiser"), text("thumbnail_url"), integer("duration_seconds"), timestamp("created_at"), number("relevance")),),
         newest_first=NewestFirst("order", ("latest",)),
     ),
     Endpoint(
         "/v1/creative/materials/{material_id}", "One creative material in detail.", MaterialDetail,
         paging.single(),
         (kind("creative_material_details", "data", "material_id",
-              s("material_id"), s("type"), s("title"), j("structured_fields"), ls("structured_tags"),
-              ls("labels"), j("related_context"), s("script"), s("cta_type", "cta.type"),
-              s("cta_text", "cta.text"), s("cta_url", "cta.url"),
-              s("latest_ad_advertiser", "latest_ad_context.advertiser"),
-              ts("latest_ad_first_seen", "latest_ad_context.first_seen"),
-              ts("latest_ad_last_seen", "latest_ad_context.last_seen"),
-              ls("latest_ad_platforms", "latest_ad_context.platforms")),),
+              text("material_id"), text("type"), text("title"), json_text("structured_fields"), text_list("structured_tags"),
+              text_list("labels"), json_text("related_context"), text("script"), text("cta_type", "cta.type"),
+              text("cta_text", "cta.text"), text("cta_url", "cta.url"),
+              text("latest_ad_advertiser", "latest_ad_context.advertiser"),
+              timestamp("latest_ad_first_seen", "latest_ad_context.first_seen"),
+              timestamp("latest_ad_last_seen", "latest_ad_context.last_seen"),
+              text_list("latest_ad_platforms", "latest_ad_context.platforms")),),
     ),
     Endpoint(
         "/v1/network-a/profile/photos", "Photos of a public page.", PagePhotos, paging.page_id_and_cursor(),
         (kind("network_a_photos", "photos", "photo_id",
-              s("photo_id"), s("accessibility_caption"), s("viewer_image_uri", "viewer_image.uri"),
-              i("viewer_image_height", "viewer_image.height"), i("viewer_image_width", "viewer_image.width"),
-              s("thumbnail"), s("url")),),
+              text("photo_id"), text("accessibility_caption"), text("viewer_image_uri", "viewer_image.uri"),
+              integer("viewer_image_height", "viewer_image.height"), integer("viewer_image_width", "viewer_image.width"),
+              text("thumbnail"), text("url")),),
     ),
     Endpoint(
         "/v1/network-a/group/posts", "Posts of a public group (at most 3 a page).", GroupPosts, paging.cursor(),
         (kind("network_a_group_posts", "posts", "id",
-              s("id"), s("text"), s("url"), i("reaction_count", "reactionCount"),
-              i("comment_count", "commentCount"), ts("publish_time", "publishTime"),
-              j("video_details", "videoDetails"), j("top_comments", "topComments")),),
+              text("id"), text("text"), text("url"), integer("reaction_count", "reactionCount"),
+              integer("comment_count", "commentCount"), timestamp("publish_time", "publishTime"),
+              json_text("video_details", "videoDetails"), json_text("top_comments", "topComments")),),
         newest_first=NewestFirst("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
     ),
     Endpoint(
         "/v1/forum/subreddit/search", "Posts, comments and media of one subreddit matching a query.",
         SubredditSearch, paging.cursor(),
         (kind("forum_posts", "posts", "id",
-              s("id"), s("title"), i("votes"), i("num_comments"), s("url"), ts("created_at")),
+              text("id"), text("title"), integer("votes"), integer("num_comments"), text("url"), timestamp("created_at")),
          kind("forum_comments", "comments", "id",
-              s("id"), s("author"), s("body"), i("votes"), ts("created_at"), s("post_id", "post.id"),
-              s("post_title", "post.title"), s("post_url", "post.url")),
+              text("id"), text("author"), text("body"), integer("votes"), timestamp("created_at"), text("post_id", "post.id"),
+              text("post_title", "post.title"), text("post_url", "post.url")),
          kind("forum_media", "media", "id",
-              s("id"), s("title"), s("media_type"), i("width"), i("height"), i("gallery_count"), s("url"))),
+              text("id"), text("title"), text("media_type"), integer("width"), integer("height"), integer("gallery_count"), text("url"))),
         newest_first=NewestFirst("sort", ("new",)),
     ),
     Endpoint(
@@ -259,15 +269,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/video-platform/community-post", "One community post.", ByUrl, paging.single(),
         (kind("video_platform_community_posts", "", "id",
-              s("id"), s("channel_id", "channel.id"), s("channel_title", "channel.title"),
-              s("channel_url", "channel.url"), s("content"), ls("images"), i("like_count", "likeCount"),
-              s("published_time", "publishedTime"), s("video_id", "video.id"),
-              s("video_title", "video.title"), s("video_url", "video.url")),),
+              text("id"), text("channel_id", "channel.id"), text("channel_title", "channel.title"),
+              text("channel_url", "channel.url"), text("content"), text_list("images"), integer("like_count", "likeCount"),
+              text("published_time", "publishedTime"), text("video_id", "video.id"),
+              text("video_title", "video.title"), text("video_url", "video.url")),),
     ),
     Endpoint(
         "/v1/microblog-b/post", "One post and its threaded replies.", ByUrl, paging.single(),
         (MICROBLOG_B_POSTS,
-         kind("microblog_b_replies", "replies", "uri", *MICROBLOG_B_POST_FIELDS, s("parent_uri"))),
+         kind("microblog_b_replies", "replies", "uri", *MICROBLOG_B_POST_FIELDS, text("parent_uri"))),
     ),
     Endpoint(
         "/v1/microblog-b/user/posts", "A user's feed of posts.", UserPosts, paging.cursor(), (MICROBLOG_B_POSTS,),
@@ -276,82 +286,82 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/microblog-a/community/tweets", "Tweets of a community (one page).", ByUrl, paging.single(),
         (kind("microblog_a_tweets", "tweets", "id",
-              s("id"), s("full_text"), i("view_count"), i("favorite_count"), i("retweet_count"),
-              i("reply_count"), i("bookmark_count"), i("quote_count"), ts("created_at"), s("source"),
-              s("user_name", "user.name"), s("user_screen_name", "user.screen_name"),
-              s("user_avatar", "user.avatar"), i("user_followers_count", "user.followers_count"),
-              b("user_is_blue_verified", "user.is_blue_verified")),),
+              text("id"), text("full_text"), integer("view_count"), integer("favorite_count"), integer("retweet_count"),
+              integer("reply_count"), integer("bookmark_count"), integer("quote_count"), timestamp("created_at"), text("source"),
+              text("user_name", "user.name"), text("user_screen_name", "user.screen_name"),
+              text("user_avatar", "user.avatar"), integer("user_followers_count", "user.followers_count"),
+              boolean("user_is_blue_verified", "user.is_blue_verified")),),
     ),
     Endpoint(
         "/v1/search-engine/adLibrary/advertisers/search", "Advertisers of the ad library by name.", ByQuery,
         paging.single(),
         (kind("search_engine_advertisers", "advertisers", "advertiser_id",
-              s("advertiser_id"), s("name"), s("region"), i("number_of_ads_estimate")),
-         kind("search_engine_websites", "websites", "domain", s("domain"))),
+              text("advertiser_id"), text("name"), text("region"), integer("number_of_ads_estimate")),
+         kind("search_engine_websites", "websites", "domain", text("domain"))),
     ),
     Endpoint(
         "/v1/photo-app/user/embed", "A user's embeddable profile card.", ByHandle, paging.single(),
-        (kind("photo_app_embeds", "", "handle", s("handle", "$params.handle"), s("html")),),
+        (kind("photo_app_embeds", "", "handle", text("handle", "$params.handle"), text("html")),),
     ),
     Endpoint(
         "/v1/photo-app/user/reels", "A user's public reels.", Reels, paging.max_id(),
         (kind("photo_app_reels", ("items[].media", "items"), "id",
-              s("id"), s("code"), i("play_count"), i("like_count"), i("comment_count"), ts("taken_at"),
-              s("video_url", "video_versions[0].url|video_url"),
-              s("thumbnail_url", "image_versions2.candidates[0].url|thumbnail_url"),
-              s("owner_id", "owner.id"), s("owner_username", "owner.username"),
-              j("video_versions")),),
+              text("id"), text("code"), integer("play_count"), integer("like_count"), integer("comment_count"), timestamp("taken_at"),
+              text("video_url", "video_versions[0].url|video_url"),
+              text("thumbnail_url", "image_versions2.candidates[0].url|thumbnail_url"),
+              text("owner_id", "owner.id"), text("owner_username", "owner.username"),
+              json_text("video_versions")),),
         newest_first=NewestFirst(),
     ),
     Endpoint(
         "/v1/pinboard/search", "Pins matching a query.", PinSearch, paging.cursor(),
         (kind("pinboard_pins", "pins", "id",
-              s("id"), s("url"), s("title"), s("description"), s("image_url", "images.orig.url"), s("link"),
-              s("domain"), s("board_id", "board.id"), s("board_name", "board.name"),
-              s("board_url", "board.url"), s("pinner_id", "pinner.id"),
-              s("pinner_username", "pinner.username"), s("pinner_full_name", "pinner.full_name")),),
+              text("id"), text("url"), text("title"), text("description"), text("image_url", "images.orig.url"), text("link"),
+              text("domain"), text("board_id", "board.id"), text("board_name", "board.name"),
+              text("board_url", "board.url"), text("pinner_id", "pinner.id"),
+              text("pinner_username", "pinner.username"), text("pinner_full_name", "pinner.full_name")),),
     ),
     Endpoint(
         "/v1/video-platform/search", "Videos, channels, playlists, shorts, shelves and lives for a query.",
         VideoSearch, paging.continuation_token(),
         (kind("video_platform_videos", "videos", "id", *VIDEO_FIELDS),
          kind("video_platform_channels", "channels", "id",
-              s("id"), s("title"), s("url"), i("subscriber_count", "subscriberCount")),
+              text("id"), text("title"), text("url"), integer("subscriber_count", "subscriberCount")),
          kind("video_platform_playlists", "playlists", "id",
-              s("id"), s("title"), s("url"), i("video_count", "videoCount")),
+              text("id"), text("title"), text("url"), integer("video_count", "videoCount")),
          kind("video_platform_shorts", "shorts", "id", *VIDEO_FIELDS),
-         kind("video_platform_shelves", "shelves", ("type", "title"), s("type"), s("title"), j("items")),
-         kind("video_platform_lives", "lives", "id", s("id"), s("title"), s("url"), i("watching"))),
+         kind("video_platform_shelves", "shelves", ("type", "title"), text("type"), text("title"), json_text("items")),
+         kind("video_platform_lives", "lives", "id", text("id"), text("title"), text("url"), integer("watching"))),
     ),
     Endpoint(
         "/v1/video-platform/video/comment/replies", "Replies to a comment.", CommentReplies,
         paging.continuation_token(),
         (kind("video_platform_comments", "comments", "id",
-              s("id"), s("content"), s("author_name", "author.name"),
-              s("author_channel_id", "author.channelId"), s("author_avatar", "author.avatar"),
-              b("author_is_verified", "author.isVerified"), b("author_is_creator", "author.isCreator"),
-              i("like_count", "likeCount"), s("published_time", "publishedTime")),),
+              text("id"), text("content"), text("author_name", "author.name"),
+              text("author_channel_id", "author.channelId"), text("author_avatar", "author.avatar"),
+              boolean("author_is_verified", "author.isVerified"), boolean("author_is_creator", "author.isCreator"),
+              integer("like_count", "likeCount"), text("published_time", "publishedTime")),),
     ),
     Endpoint(
         "/v1/short-video/shop/products", "All products of one shop.", ShopProducts,
         paging.cursor(more="has_more"),
         (kind("short_video_products", "products", "id",
-              s("id"), s("title"), ls("cover"), s("url"), s("price_currency", "price.currency"),
-              f("price_amount", "price.amount"), i("sold_count"), i("review_count"), f("rating")),
+              text("id"), text("title"), text_list("cover"), text("url"), text("price_currency", "price.currency"),
+              number("price_amount", "price.amount"), integer("sold_count"), integer("review_count"), number("rating")),
          kind("short_video_shops", "shopInfo", "id",
-              s("id"), s("name"), s("url"), i("followers"), s("region"))),
+              text("id"), text("name"), text("url"), integer("followers"), text("region"))),
         newest_first=NewestFirst(),
     ),
     Endpoint(
         "/v3/short-video/profile/videos", "A user's videos, latest or most popular first.", ProfileVideos,
         paging.max_cursor(),
         (kind("short_video_videos", "aweme_list", "aweme_id",
-              s("aweme_id"), s("caption", "desc"), ts("create_time"),
-              i("play_count", "statistics.play_count"), i("digg_count", "statistics.digg_count"),
-              i("comment_count", "statistics.comment_count"), i("share_count", "statistics.share_count"),
-              i("collect_count", "statistics.collect_count"), i("duration_ms", "video.duration"),
-              s("cover_url", "video.cover.url_list[0]"), s("play_url", "video.play_addr.url_list[0]"),
-              s("author_uid", "author.uid"), s("author_unique_id", "author.unique_id")),),
+              text("aweme_id"), text("caption", "desc"), timestamp("create_time"),
+              integer("play_count", "statistics.play_count"), integer("digg_count", "statistics.digg_count"),
+              integer("comment_count", "statistics.comment_count"), integer("share_count", "statistics.share_count"),
+              integer("collect_count", "statistics.collect_count"), integer("duration_ms", "video.duration"),
+              text("cover_url", "video.cover.url_list[0]"), text("play_url", "video.play_addr.url_list[0]"),
+              text("author_uid", "author.uid"), text("author_unique_id", "author.unique_id")),),
         newest_first=NewestFirst("sort_by", ("latest",)),
     ),
 )  # fmt: skip

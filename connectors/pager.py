@@ -19,10 +19,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
+import pyarrow as pa
 
 from connectors import errors
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
+from connectors.extraction import ExtractionReport, convert_page
 from connectors.known import KnownKeys
 from connectors.ledger import CreditLedger
 from connectors.paging import Cursor
@@ -36,6 +38,7 @@ Status = Literal[
     "interrupted",
     "stopped",
     "loop_detected",
+    "drift",
     "failed",
 ]
 OK_STATUSES: frozenset[str] = frozenset(
@@ -76,9 +79,14 @@ class Page:
     body: Any
     fetched_at: datetime
     records: dict[str, list[Any]] = field(default_factory=dict)
+    """Table -> the items as the service sent them."""
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    """Table -> the items as Arrow columns (without the run's columns)."""
+    report: ExtractionReport = field(default_factory=ExtractionReport)
 
     @property
     def record_count(self) -> int:
+        """Items the page held (kept or not)."""
         return sum(len(r) for r in self.records.values())
 
 
@@ -92,6 +100,7 @@ class QueryOutcome:
     credits: int = 0
     next_cursor: Cursor | None = None
     error: str | None = None
+    extraction: ExtractionReport = field(default_factory=ExtractionReport)
 
 
 @dataclass
@@ -108,6 +117,7 @@ class PagerStart:
     """Signature of the last page's records, for the loop guard."""
     ended: Status | None = None
     """Set when the replayed pages show the query had already ended (its last page had no next cursor)."""
+    extraction: ExtractionReport = field(default_factory=ExtractionReport)
 
 
 def signature(records: dict[str, list[Any]]) -> bytes:
@@ -118,8 +128,32 @@ def cursor_key(cursor: Cursor) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(cursor.items()))
 
 
-def extract_records(endpoint: Endpoint, body: Any) -> dict[str, list[Any]]:
-    return {k.table: k.extract(body) for k in endpoint.kinds} if body is not None else {}
+def _deactivated(page: Page) -> bool:
+    """The real service's "no such account": 200 with `account_deactivated: true` (billed)."""
+    body = page.body
+    return isinstance(body, dict) and body.get("account_deactivated") is True
+
+
+def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
+    """One message for records a page could not keep: where, what, an example, and that nothing is lost."""
+    parts = []
+    for name, table in sorted(report.tables.items()):
+        if table.no_key:
+            pk = ", ".join(endpoint.kind(name).primary_key)
+            parts.append(
+                f"{name}: {table.no_key} record(s) without their primary key ({pk}), e.g. {table.no_key_example}"
+            )
+    for where in report.missing_lists:
+        sent = ", ".join(report.top_keys) or "no keys"
+        parts.append(
+            f"{where}: the list is missing although the page had content (the answer's keys: {sent})"
+        )
+    return (
+        f"the answers of {endpoint.path} changed shape: "
+        + "; ".join(parts)
+        + ". Stopped; the paid pages are "
+        "kept in the raw store, and `harvest rebuild` lands them once the catalog reads the new shape"
+    )
 
 
 class QueryPager:
@@ -142,7 +176,11 @@ class QueryPager:
             self.start.used.add(cursor_key(self.start.cursor))
         self.known = known
         self.outcome = QueryOutcome(
-            spec.query_id, endpoint.path, pages=self.start.pages, records=self.start.records
+            spec.query_id,
+            endpoint.path,
+            pages=self.start.pages,
+            records=self.start.records,
+            extraction=self.start.extraction,
         )
 
     def _request(self, cursor: Cursor | None) -> list[tuple[str, str]]:
@@ -154,6 +192,7 @@ class QueryPager:
     def _page(
         self, index: int, cursor: Cursor | None, status: int, credits: int, raw: bytes, body: Any
     ) -> Page:
+        converted = convert_page(self.endpoint.kinds, body, self.spec.params)
         return Page(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
@@ -166,7 +205,9 @@ class QueryPager:
             raw=raw,
             body=body,
             fetched_at=datetime.now(UTC),
-            records=extract_records(self.endpoint, body),
+            records=converted.records,
+            tables=converted.tables,
+            report=converted.report,
         )
 
     async def pages(self) -> AsyncGenerator[Page, None]:
@@ -184,7 +225,8 @@ class QueryPager:
                     page, ended = await self._fetch(state.index, state.cursor)
                     if page is not None:
                         out.pages += 1
-                        out.records += page.record_count
+                        out.records += page.report.kept
+                        out.extraction.add(page.report)
                         yield page
                     if ended or page is None or not self._advance(page, state):
                         return
@@ -233,6 +275,13 @@ class QueryPager:
     def _advance(self, page: Page, state: PagerStart) -> bool:
         """Move `state` past a landed page; False (with the outcome set) when paging ends here."""
         out, nxt = self.outcome, page.cursor_out
+        if page.report.lost:
+            out.status, out.next_cursor = "drift", nxt  # a fixed catalog can go on from here
+            out.error = drift_message(self.endpoint, page.report)
+            return False
+        if page.report.not_found or _deactivated(page):
+            out.status = "not_found"
+            return False
         if nxt is None or page.record_count == 0:
             out.status = "complete"
             return False

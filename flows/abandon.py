@@ -47,6 +47,7 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
                 next_cursor=None if start.ended else start.cursor,
                 error="the run was abandoned (--fresh) while this query was running",
                 files=[(table, layout.relative(path), rows) for table, path, rows in files],
+                extraction=start.extraction.as_dict(),
                 raw_file=layout.relative(layout.raw_file(run.run_id, query_id)),
                 requests_file=layout.relative(layout.requests_file(run.run_id, query_id)),
             ).as_dict()

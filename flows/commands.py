@@ -148,6 +148,33 @@ def _error_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _extraction_lines(summary: dict[str, Any]) -> list[str]:
+    """What the pages held that did not land as typed values: said once per run, never silently."""
+    from connectors.extraction import ExtractionReport
+
+    total = ExtractionReport()
+    for q in summary["queries"]:
+        total.add(ExtractionReport.from_dict(q.get("extraction")))
+    lines = []
+    if total.seen != total.kept:
+        lines.append(f"extraction: {total.seen} items seen, {total.kept} kept")
+    misfits = [
+        f"{name}.{col}: {n} ({table.misfit_examples.get(col, '')})"
+        for name, table in sorted(total.tables.items())
+        for col, n in sorted(table.misfits.items())
+    ]
+    if misfits:
+        lines.append(
+            f"{total.misfits} values did not fit their column and are NULL there (the value stays in `raw`): "
+            + "; ".join(misfits[:10])
+            + ("; ..." if len(misfits) > 10 else "")
+        )
+    if total.new_fields:
+        shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")
+        lines.append(f"new fields the catalog does not read yet (kept in `raw`): {shown}")
+    return lines
+
+
 def print_summary(summary: dict[str, Any], output: Path) -> None:
     table = Table(title=Text(f"run {summary['run_id']} ({summary['service']})"))
     for name in ("query", "status", "pages", "records", "credits"):
@@ -158,6 +185,8 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
     out.print(table)
     for line in _error_lines(summary):
         err.print(Text(line, style="red"), soft_wrap=True)
+    for line in _extraction_lines(summary):
+        err.print(Text(line, style="yellow"), soft_wrap=True)
     if summary["loaded"]:
         rows = Table(title=Text(f"rows per table in {output / 'harvest.duckdb'}"))
         rows.add_column("table")

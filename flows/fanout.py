@@ -81,10 +81,9 @@ class Fanout:
         self, dep: DependentQuery, endpoint: Endpoint, query: QuerySpec, records: Mapping[str, list[Any]]
     ) -> None:
         for kind in endpoint.kinds:
-            fld = kind.field(dep.field)
-            if fld is None or (dep.kind is not None and kind.table != dep.kind):
+            read = kind.reader(dep.field, query.params)
+            if read is None or (dep.kind is not None and kind.table != dep.kind):
                 continue
-            read = fld.reader(query.params)
             for value in (read(record) for record in records.get(kind.table, [])):
                 if value in (None, "") or value in self.seen[dep.template_id]:
                     continue

@@ -7,8 +7,6 @@ data stays safe in Parquet, and `harvest load OUTPUT` finishes the job later.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from connectors.catalog import all_kinds
 from flows.manifest import RunManifest, write_manifest
 from tasks.duckdb_load import (
@@ -34,7 +32,7 @@ def load_manifest_into_duckdb(layout: OutputLayout, manifest: RunManifest) -> di
             result = merge_batches(con, batches)
             insert_requests(con, manifest.run_id, [p for p in requests if p.exists()])
             upsert_query_states(con, manifest.run_id, manifest.queries)  # picks the query_state fields
-            upsert_run(con, {**asdict(manifest), "records": manifest.records})  # picks the runs fields
+            upsert_run(con, manifest.bookkeeping_row())  # picks the runs fields
         tables = dict(result)  # rows per table after the merge
     manifest.loaded = True
     write_manifest(layout, manifest)

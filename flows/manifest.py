@@ -16,13 +16,14 @@ from typing import Any
 
 import orjson
 
+from connectors.extraction import ExtractionReport
 from connectors.pager import OK_STATUSES
 from tasks.layout import OutputLayout
 
 UNFINISHED = frozenset({"running", "interrupted"})
 """Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
 
-CONTINUABLE = frozenset({"budget_exhausted", "stopped", "interrupted", "failed", "abandoned"})
+CONTINUABLE = frozenset({"budget_exhausted", "stopped", "interrupted", "failed", "abandoned", "drift"})
 """Query statuses `--continue` picks up at their saved cursor; the others ended for good."""
 
 
@@ -60,6 +61,18 @@ class RunManifest:
         return sum(int(q["records"]) for q in self.queries)
 
     @property
+    def extraction(self) -> ExtractionReport:
+        """What all the run's pages held vs what was kept."""
+        total = ExtractionReport()
+        for q in self.queries:
+            total.add(ExtractionReport.from_dict(q.get("extraction")))
+        return total
+
+    def bookkeeping_row(self) -> dict[str, Any]:
+        """The run's row of the `runs` table."""
+        return {**asdict(self), "records": self.records, **self.extraction.totals()}
+
+    @property
     def unfinished(self) -> bool:
         return self.status in UNFINISHED
 
@@ -88,6 +101,7 @@ class RunManifest:
             "balance_before": self.balance_before,
             "balance_after": self.balance_after,
             "service_billed": self.service_billed,
+            "extraction": self.extraction.totals(),
         }
 
 

@@ -1,7 +1,8 @@
 """Prefect defaults harvest applies before Prefect is imported.
 
 harvest calls nothing but the configured service: Prefect's anonymous analytics, orchestration telemetry and
-resource metrics are switched off. Each is a default only: a user who sets the variable keeps their value.
+resource metrics are switched off, and the temporary server gets time to create its database on a first run.
+Each is a default only: a user who sets the variable keeps their value.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ PREFECT_DEFAULTS: dict[str, str] = {
     "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
     "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS": "false",
     "DO_NOT_TRACK": "1",
+    # A first run creates Prefect's database (migrations): 10-30 s on a small machine with a slow disk, past
+    # Prefect's default of 20 s for its temporary server, which would fail a first `make demo`.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 
 

@@ -67,6 +67,29 @@ class Quirks:
         )
 
 
+@dataclass(frozen=True)
+class Drift:
+    """Answers that drifted from the documented shapes, as a service change would send them (all off by
+    default). Shares pick records deterministically from the seed."""
+
+    wrapped_feed: float = 0.0
+    """Share of microblog-b feed items wrapped the native upstream way: `{"post": {...}, "reason", "reply"}`."""
+    renamed_lists: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Path -> (documented list key, the key it is sent under), e.g. feed -> items."""
+    bad_values: float = 0.0
+    """Share of records whose counters and timestamps come as text: "1.2K", "1,234", "42", "twelve", "yesterday"."""
+    new_fields: bool = False
+    """Every record carries fields the interface does not name."""
+    missing_keys: float = 0.0
+    """Share of list records sent without their primary key field."""
+
+    @property
+    def active(self) -> bool:
+        return bool(
+            self.wrapped_feed or self.renamed_lists or self.bad_values or self.new_fields or self.missing_keys
+        )
+
+
 def _default_keys() -> dict[str, int]:
     return {DEFAULT_KEY: 1000}
 
@@ -111,6 +134,12 @@ class SandboxConfig:
     """Delay of a `slow` fault."""
     latency: float = 0.0
     """Seconds added to every data answer (not the balance): a crawl that takes long enough to be killed."""
+    new_items: int = 0
+    """Newest-first listings (`endpoints.NEW_ITEMS_LISTINGS`) show this many newer items at their front, as if
+    published since: existing items keep their ids and move back."""
+    observation: int = 0
+    """Which night it is: engagement counters (plays, likes, views, ...) grow with it, ids and texts stay."""
+    drift: Drift = field(default_factory=Drift)
 
     def __post_init__(self) -> None:
         lo, hi = self.pages

@@ -62,15 +62,16 @@ def feed_cursor(scope: Scope, pos: int) -> str:
     return iso(scope.time(pos))
 
 
-def parse_feed_cursor(scope: Scope, value: str, param: str) -> int:
-    """The position of the first record strictly older than the timestamp `value`."""
+def parse_feed_cursor(scope: Scope, value: str, param: str, floor: int = 0) -> int:
+    """The position of the first record strictly older than the timestamp `value` (at least `floor`: newer
+    items published since sit at negative positions)."""
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise BadRequest(param, f"'{param}' must be a timestamp") from None
     if moment.tzinfo is None:
         raise BadRequest(param, f"'{param}' must be a timestamp with a time zone")
-    return _first_older(scope, moment.timestamp())
+    return _first_older(scope, moment.timestamp(), floor)
 
 
 def ms_cursor(scope: Scope, pos: int) -> int:
@@ -78,17 +79,15 @@ def ms_cursor(scope: Scope, pos: int) -> int:
     return scope.time(pos) * 1000
 
 
-def parse_ms_cursor(scope: Scope, value: str) -> int:
+def parse_ms_cursor(scope: Scope, value: str, floor: int = 0) -> int:
     """The position of the first record older than `value` ms; 0 means the first page."""
     ms = int(value)
     if ms == 0:
-        return 0
-    return _first_older(scope, ms / 1000.0)
+        return floor
+    return _first_older(scope, ms / 1000.0, floor)
 
 
-def _first_older(scope: Scope, moment: float) -> int:
-    """Smallest pos with time(pos) < moment, where time(pos) = anchor - pos * step."""
+def _first_older(scope: Scope, moment: float, floor: int = 0) -> int:
+    """Smallest pos >= floor with time(pos) < moment, where time(pos) = anchor - pos * step."""
     ahead = scope.anchor - moment
-    if ahead < 0:
-        return 0
-    return int(ahead // scope.step) + 1
+    return max(floor, int(ahead // scope.step) + 1)

@@ -34,6 +34,17 @@ PROFILE_VIDEOS = "/v3/short-video/profile/videos"
 
 CREDIT_BALANCE = "/v1/credit-balance"
 
+NEW_ITEMS_LISTINGS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    MB_FEED: (None, ()),
+    REELS: (None, ()),
+    SHOP: (None, ()),
+    PROFILE_VIDEOS: ("sort_by", ("latest",)),
+    GROUP_POSTS: ("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
+}
+"""Newest-first listings that show `SandboxConfig.new_items` newer items at their front: always, or when the
+parameter has one of the values. (Creative search by `latest` and forum search by `new` are newest-first on the
+service too; the sandbox does not add items to them.)"""
+
 SHOP_REGIONS = (
     "US",
     "GB",

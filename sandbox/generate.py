@@ -14,6 +14,7 @@ from sandbox.config import SandboxConfig
 from sandbox.page import Ctx, Page
 from sandbox.triggers import triggered
 from sandbox.validation import validate
+from sandbox.variation import vary
 
 BUILDERS: dict[str, Callable[[Ctx], Page]] = {
     ep.CREATIVE_SEARCH: creative.search,
@@ -57,4 +58,4 @@ def build(ctx: Ctx) -> Page:
     forced = triggered(ctx)
     if forced is not None:
         return forced
-    return BUILDERS[ctx.endpoint.path](ctx)
+    return vary(ctx, BUILDERS[ctx.endpoint.path](ctx))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.config import SandboxConfig
-from sandbox.endpoints import Endpoint
+from sandbox.endpoints import NEW_ITEMS_LISTINGS, Endpoint
 from sandbox.scope import Plan, Scope, make_plan, make_scope
 from sandbox.validation import Params
 
@@ -40,6 +40,15 @@ class Ctx:
     @property
     def dangling(self) -> bool:
         return self.config.quirks.dangling_last_cursor
+
+    @property
+    def new_items(self) -> int:
+        """Newer items at the front of this listing (0 unless it is a newest-first one)."""
+        rule = NEW_ITEMS_LISTINGS.get(self.endpoint.path)
+        if rule is None or not self.config.new_items:
+            return 0
+        param, values = rule
+        return self.config.new_items if param is None or self.params.get(param) in values else 0
 
     def scope(self, identity: str | None = None) -> Scope:
         return make_scope(self.endpoint, self.params, self.config.seed, identity)

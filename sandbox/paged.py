@@ -61,9 +61,10 @@ def group_posts(ctx: Ctx) -> Page:
     """Group posts: at most 3 a page, whatever the configured page size."""
     s = ctx.scope()
     size = min(ctx.size, 3)
-    total = _single_total(ctx, s, "group_posts", size)
+    new = ctx.new_items
+    total = _single_total(ctx, s, "group_posts", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "gp"), size, total)
-    items = [records.group_post(s, i) for i in range(lo, hi)]
+    items = [records.group_post(s, i - new) for i in range(lo, hi)]
     page = Page({"posts": items, "cursor": None}, {"group_posts": items})
     if hi < total:
         page.next = {"cursor": cursors.encode("gp", hi, s)}
@@ -110,15 +111,16 @@ def feed(ctx: Ctx) -> Page:
     """Microblog-b user posts: the cursor is the `indexedAt` timestamp of the page's last post."""
     s = ctx.scope()
     size = ctx.size
-    total = _single_total(ctx, s, "posts", size)
+    new = ctx.new_items
+    total = _single_total(ctx, s, "posts", size) + new
     token = ctx.params.get("cursor")
-    start = 0 if token is None else cursors.parse_feed_cursor(s, token, "cursor")
+    start = 0 if token is None else cursors.parse_feed_cursor(s, token, "cursor", floor=-new) + new
     author = records.bsky_author(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
     lo, hi = window(start, size, total)
-    items = [records.bsky_post(s, "feed", i, author) for i in range(lo, hi)]
+    items = [records.bsky_post(s, "feed", i - new, author) for i in range(lo, hi)]
     page = Page({"feed": items, "cursor": None}, {"posts": items})
     if hi < total:
-        page.next = {"cursor": cursors.feed_cursor(s, hi - 1)}
+        page.next = {"cursor": cursors.feed_cursor(s, hi - 1 - new)}
         page.body["cursor"] = page.next["cursor"]
     return page
 
@@ -129,10 +131,11 @@ def reels(ctx: Ctx) -> Page:
     s = ctx.scope()
     size = ctx.size
     trim = ctx.params.flag("trim")
-    total = _single_total(ctx, s, "reels", size)
+    new = ctx.new_items
+    total = _single_total(ctx, s, "reels", size) + new
     owner = records.reel_owner(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
     lo, hi = window(_opaque_start(ctx, s, "max_id", "ri"), size, total)
-    items = [records.reel(s, i, owner, trim) for i in range(lo, hi)]
+    items = [records.reel(s, i - new, owner, trim) for i in range(lo, hi)]
     more = hi < total
     token = cursors.encode("ri", hi, s) if more or (ctx.dangling and lo < hi) else None
     body: dict[str, Any]
@@ -238,9 +241,10 @@ def shop_products(ctx: Ctx) -> Page:
     size = ctx.size
     region = ctx.params.get("region") or "US"
     url = ctx.params.get("url") or ""
-    total = _single_total(ctx, s, "products", size)
+    new = ctx.new_items
+    total = _single_total(ctx, s, "products", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "sp"), size, total)
-    items = [records.product(s, i, CURRENCIES[region]) for i in range(lo, hi)]
+    items = [records.product(s, i - new, CURRENCIES[region]) for i in range(lo, hi)]
     shop = records.shop_info(s, url, region)
     more = hi < total
     token = cursors.encode("sp", hi, s) if more or (ctx.dangling and lo < hi) else None
@@ -264,14 +268,15 @@ def profile_videos(ctx: Ctx) -> Page:
     size = ctx.size
     trim = ctx.params.flag("trim")
     handle = ctx.params.get("handle") or ""
-    total = _single_total(ctx, s, "videos", size)
+    new = ctx.new_items
+    total = _single_total(ctx, s, "videos", size) + new
     token = ctx.params.get("max_cursor")
-    start = 0 if token is None else cursors.parse_ms_cursor(s, token)
+    start = 0 if token is None else cursors.parse_ms_cursor(s, token, floor=-new) + new
     author = {"uid": ctx.params.get("user_id") or s.numid("uid", 0, 19), "unique_id": handle}
     lo, hi = window(start, size, total)
-    items = [records.aweme(s, i, author, trim) for i in range(lo, hi)]
+    items = [records.aweme(s, i - new, author, trim) for i in range(lo, hi)]
     more = hi < total
-    cursor = cursors.ms_cursor(s, hi - 1) if more or (ctx.dangling and lo < hi) else 0
+    cursor = cursors.ms_cursor(s, hi - 1 - new) if more or (ctx.dangling and lo < hi) else 0
     body: dict[str, object] = {"aweme_list": items}
     if not trim:
         body["has_more"] = 1 if more else 0

@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from connectors.catalog import Endpoint
+from connectors.extraction import PageMeta, with_meta
 from connectors.pager import PagerStart, QueryPager, QuerySpec
-from connectors.records import PageMeta, to_arrow
 from tasks.known_keys import load_known_keys
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink, run_date
@@ -51,6 +52,8 @@ class QuerySummary:
     error: str | None
     files: list[tuple[str, str, int]] = field(default_factory=list)
     """(table, path relative to the output root, rows) of every Parquet file the query published."""
+    extraction: dict[str, Any] = field(default_factory=dict)
+    """What the pages held vs what was kept (`connectors.extraction.ExtractionReport.as_dict`)."""
     raw_file: str = ""
     requests_file: str = ""
 
@@ -71,18 +74,16 @@ def open_sink(
     )
 
 
-def land_records(
+def land_tables(
     sink: MultiTableSink,
     endpoint: Endpoint,
     spec: QuerySpec,
     run_id: str,
-    records: Mapping[str, list[Any]],
+    tables: Mapping[str, pa.Table],
     fetched_at: datetime,
 ) -> None:
     meta = PageMeta(endpoint.path, spec.query_id, run_id, fetched_at)
-    sink.write_page(
-        (kind, to_arrow(kind, records.get(kind.table, []), spec.params, meta)) for kind in endpoint.kinds
-    )
+    sink.write_page((kind, with_meta(kind, tables[kind.table], meta)) for kind in endpoint.kinds)
 
 
 def land_raw_pages(
@@ -103,7 +104,7 @@ def land_raw_pages(
         stale.unlink(missing_ok=True)
     point = ResumePoint()
     for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
-        land_records(sink, endpoint, spec, run_id, page.records, page.fetched_at)
+        land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:
             on_records(spec, page.records, page.raw.credits, True)
         point.add(page)
@@ -152,7 +153,7 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
                         credits=page.credits,
                         body=page.raw,
                     )
-                    land_records(sink, endpoint, spec, run_id, page.records, page.fetched_at)
+                    land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
                     ctx.on_records(spec, page.records, page.credits, False)
     finally:
         files = sink.close()  # publish what landed even on failure: those rows came from paid, kept pages
@@ -168,6 +169,7 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
         next_cursor=out.next_cursor,
         error=out.error,
         files=[(table, layout.relative(path), rows) for table, path, rows in files],
+        extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path),
         requests_file=layout.relative(requests_path),
     ).as_dict()

@@ -29,6 +29,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from connectors.extraction import ExtractionReport
 from tasks.attemptlog import iter_attempts
 from tasks.layout import KindLike
 from tasks.rawstore import redact_params
@@ -50,6 +51,14 @@ CREATE TABLE IF NOT EXISTS runs (
     credits_spent BIGINT,
     records BIGINT
 )"""
+EXTRACTION_COLUMNS = (
+    ("items_seen", "BIGINT"),
+    ("records_without_key", "BIGINT"),
+    ("values_misfit", "BIGINT"),
+    ("lists_missing", "BIGINT"),
+    ("new_fields", "VARCHAR"),
+)
+"""What the pages held vs what was kept (`connectors.extraction`), in `query_state` and `runs`."""
 RUNS_ADDED_COLUMNS = (
     ("budget", "BIGINT"),
     ("resumes", "INTEGER"),
@@ -58,6 +67,7 @@ RUNS_ADDED_COLUMNS = (
     ("balance_before", "BIGINT"),
     ("balance_after", "BIGINT"),
     ("service_billed", "BIGINT"),
+    *EXTRACTION_COLUMNS,
 )
 """Columns `runs` gained after its first release: added to existing databases when they are next loaded."""
 REQUESTS_DDL = """
@@ -100,7 +110,18 @@ RUN_FIELDS = (
     "records",
     *(name for name, _ in RUNS_ADDED_COLUMNS),
 )
-QUERY_STATE_FIELDS = ("query_id", "endpoint", "status", "pages", "records", "next_cursor", "credits", "error")
+QUERY_STATE_ADDED_COLUMNS = (*EXTRACTION_COLUMNS, ("extraction", "VARCHAR"))
+QUERY_STATE_FIELDS = (
+    "query_id",
+    "endpoint",
+    "status",
+    "pages",
+    "records",
+    "next_cursor",
+    "credits",
+    "error",
+    *(name for name, _ in QUERY_STATE_ADDED_COLUMNS),
+)
 REQUEST_FIELDS = (
     "query_id",
     "endpoint",
@@ -355,8 +376,9 @@ def load_tables(
 def ensure_bookkeeping(con: duckdb.DuckDBPyConnection) -> None:
     for ddl in (RUNS_DDL, REQUESTS_DDL, QUERY_STATE_DDL):
         con.execute(ddl)
-    for name, sql_type in RUNS_ADDED_COLUMNS:
-        con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    for table, added in (("runs", RUNS_ADDED_COLUMNS), ("query_state", QUERY_STATE_ADDED_COLUMNS)):
+        for name, sql_type in added:
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
 
 
 def as_fields(obj: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -409,6 +431,8 @@ def _run_row(run: Any, run_id: str | None) -> dict[str, Any]:
         raise ValueError("run_id is required")
     if row.get("service"):
         row["service"] = public_service_url(str(row["service"]))
+    if isinstance(row.get("new_fields"), list):
+        row["new_fields"] = _json_text(row["new_fields"])
     return row
 
 
@@ -504,6 +528,9 @@ def upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Ite
         if not fields.get("query_id"):
             raise ValueError("every query state needs a query_id")
         fields["next_cursor"] = _json_text(fields.get("next_cursor"))
+        extraction = ExtractionReport.from_dict(fields.get("extraction"))
+        fields.update(extraction.totals(), extraction=_json_text(extraction.as_dict()))
+        fields["new_fields"] = _json_text(fields["new_fields"])
         rows.append([run_id, *(fields.get(n) for n in QUERY_STATE_FIELDS)])
     if rows:
         cols = ("run_id", *QUERY_STATE_FIELDS)

@@ -16,16 +16,21 @@ from typing import Any
 import orjson
 
 from connectors.catalog import Endpoint
-from connectors.pager import PagerStart, cursor_key, extract_records, signature
+from connectors.extraction import ConvertedPage, convert_page
+from connectors.pager import PagerStart, cursor_key, signature
 from tasks.rawstore import RawPage, RawPageReader
 
 
 @dataclass(frozen=True)
 class ReplayedPage:
     raw: RawPage
-    records: dict[str, list[Any]]
+    converted: ConvertedPage
     answered: bool
     """The stored answer is one the run used (success, or billed "not found"), not a paid failure."""
+
+    @property
+    def records(self) -> dict[str, list[Any]]:
+        return self.converted.records
 
     @property
     def fetched_at(self) -> datetime:
@@ -34,6 +39,10 @@ class ReplayedPage:
     @property
     def record_count(self) -> int:
         return sum(len(r) for r in self.records.values())
+
+    @property
+    def kept(self) -> int:
+        return self.converted.report.kept
 
 
 def _body(page: RawPage) -> Any:
@@ -52,7 +61,8 @@ def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
     """Every complete page of a raw file with its records; a torn tail (a crash mid-write) is skipped."""
     for page in RawPageReader(path):
         body = _body(page)
-        yield ReplayedPage(page, extract_records(endpoint, body), body is not None)
+        converted = convert_page(endpoint.kinds, body, page.params)
+        yield ReplayedPage(page, converted, body is not None)
 
 
 class ResumePoint:
@@ -67,7 +77,8 @@ class ResumePoint:
         if raw.cursor_in:
             start.used.add(cursor_key(raw.cursor_in))
         start.pages += 1
-        start.records += page.record_count
+        start.records += page.kept
+        start.extraction.add(page.converted.report)
         start.index = raw.page + 1
         self._last = page
 

@@ -20,9 +20,10 @@ import stamina
 
 from connectors.catalog import Endpoint
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
+from connectors.fields import PARAM_PREFIX
 from connectors.ledger import CreditLedger
 from connectors.pager import Page, QueryOutcome, QueryPager, QuerySpec
-from connectors.records import PARAM_PREFIX, RecordKind, keys_of
+from connectors.records import RecordKind, keys_of
 from sandbox.billing import LedgerEntry, params_dict
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,11 +146,16 @@ def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
             con.close()
 
 
+_SUBPROCESS_PREFECT_HOME = tempfile.mkdtemp(prefix="harvest-subprocess-prefect-")
+"""One Prefect home for the session's `harvest` processes: its database is migrated once (10-30 s here)."""
+
+
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The environment of a real `harvest` process: its own Prefect home, no analytics, no inherited API URL."""
+    """The environment of a real `harvest` process: the session's subprocess Prefect home, no analytics, no
+    inherited API URL (pass PREFECT_API_URL to use the test harness's server instead of a temporary one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HARVEST_"))}
     env.update(
-        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_HOME=_SUBPROCESS_PREFECT_HOME,
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         COLUMNS="200",
         **extra,

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from connectors.records import META_COLUMNS, TIMESTAMP
+from connectors.fields import TIMESTAMP
+from connectors.records import META_COLUMNS
 
 TS = TIMESTAMP
 META = list(META_COLUMNS)

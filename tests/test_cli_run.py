@@ -171,7 +171,7 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
         billed = sb.billed_total()
         statuses = [e.status for e in data_entries(sb)]
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert sorted(statuses) == [200, 200, 200, 403]
+    assert sorted(statuses) == [200, 200, 200, 403], proc.stdout + proc.stderr
     assert SECRET_KEY not in proc.stdout and SECRET_KEY not in proc.stderr
     assert "walled" in proc.stderr and "fine" in proc.stdout
     db = output / "harvest.duckdb"

@@ -233,18 +233,21 @@ async def test_uniform_404_not_found_on_a_paged_endpoint(sandbox_factory: Factor
         ("/v1/video-platform/community-post", {"url": "https://video-platform.example/post/missing"}, 1),
     ],
 )
-async def test_200_not_found_completes_billed(
+async def test_200_not_found_is_billed_and_says_not_found_where_it_can(
     sandbox_factory: Factory, path: str, params: dict[str, Any], records: int
 ) -> None:
+    """An account flagged deactivated, or a single answer without its key, is `not_found`; an empty search is
+    simply `complete`."""
     sb = sandbox_factory()
     run = await run_query(sb, ENDPOINTS[path], params)
 
-    assert run.outcome.status == "complete"
     assert [e.status for e in sb.ledger] == [200], "one request, no paging on the empty answer"
     (page,) = run.pages
     assert page.record_count == records
-    if isinstance(page.body, dict) and "account_deactivated" in page.body:
-        assert page.body["account_deactivated"] is True
+    deactivated = isinstance(page.body, dict) and page.body.get("account_deactivated") is True
+    keyless = records and page.report.kept == 0
+    assert run.outcome.status == ("not_found" if deactivated or keyless else "complete"), page.body
+    assert page.report.lost == 0, "a not-found answer is not drift"
     if records:
         (flagged,) = [r for recs in page.records.values() for r in recs]
         assert flagged is page.body

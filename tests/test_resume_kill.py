@@ -257,15 +257,15 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
         edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
         write_spec(tmp_path, edited)
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
-        assert code == 2 and "--fresh" in err and killed.run_id in err, out + err
+        assert code == 2 and "--fresh" in err and killed.run_id in err, (code, out, err)
         assert len(data_entries(sb)) == paid_before  # refused before anything was sent
 
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--fresh"))
     assert code == 0, out + err
     runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
-    assert set(runs) > {killed.run_id} and len(runs) == 2
+    assert set(runs) > {killed.run_id} and len(runs) == 2, runs
     abandoned = runs[killed.run_id]
-    assert abandoned.status == "abandoned" and abandoned.loaded
+    assert abandoned.status == "abandoned" and abandoned.loaded, (abandoned, out, err)
     assert {q["status"] for q in abandoned.queries} >= {"abandoned"}
     db = output / "harvest.duckdb"
     assert dict(rows(db, "SELECT run_id, status FROM runs"))[killed.run_id] == "abandoned"

@@ -1,0 +1,197 @@
+"""Typed columns of a record kind, and how a wire value becomes a column value.
+
+A value that does not fit its column becomes null and is counted (see `connectors.extraction`); the record's own
+JSON is always kept in `raw`. Numbers sent as text convert where the text is unambiguous: "42", "1,234",
+"1.2K"/"3.4M"/"1B" (K = thousand, M = million, B = billion; an integer column takes them only when the result is
+a whole number). "twelve", "1.2.3", "1,23" and "yesterday" do not fit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from connectors.dig import MISSING, compile_path
+
+PARAM_PREFIX = "$params."
+"""A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+STRINGS = pa.list_(pa.string())
+JSON_TEXT = pa.string()
+"""Nested values kept as JSON text: DuckDB's json functions read them, and Parquet stays portable."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    path: str
+    type: pa.DataType
+    json: bool = False
+
+    def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
+        """Reads this field from a record (None when absent), or from the request's parameters."""
+        if self.path.startswith(PARAM_PREFIX):
+            value = params.get(self.path[len(PARAM_PREFIX) :])
+            return lambda record: value
+        get = compile_path(self.path)
+
+        def read(record: Any) -> Any:
+            got = get(record)
+            return None if got is MISSING else got
+
+        return read
+
+    @property
+    def heads(self) -> frozenset[str]:
+        """The top-level record keys this field reads (for spotting fields no column reads)."""
+        if self.path.startswith(PARAM_PREFIX):
+            return frozenset()
+        return frozenset(re.split(r"[.\[]", alt, maxsplit=1)[0] for alt in self.path.split("|"))
+
+
+def text(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.string())
+
+
+def integer(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.int64())
+
+
+def number(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.float64())
+
+
+def boolean(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.bool_())
+
+
+def timestamp(name: str, path: str | None = None) -> Field:
+    """A timestamp sent as ISO-8601 text, epoch seconds or epoch milliseconds."""
+    return Field(name, path or name, TIMESTAMP)
+
+
+def json_text(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, JSON_TEXT, json=True)
+
+
+def text_list(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, STRINGS)
+
+
+# ---------------------------------------------------------------------------------------------- coercion
+_SCALED = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMB])$", re.IGNORECASE)
+_GROUPED = re.compile(r"^[0-9]{1,3}(?:,[0-9]{3})+$")
+_SCALE = {"K": 1_000, "M": 1_000_000, "B": 1_000_000_000}
+
+
+def parse_number(value: str) -> float | None:
+    """The number a text means, when it means one unambiguously (see the module docstring)."""
+    v = value.strip()
+    if _GROUPED.match(v):
+        return float(v.replace(",", ""))
+    m = _SCALED.match(v)
+    if m:
+        return float(m.group(1)) * _SCALE[m.group(2).upper()]
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else None
+    if isinstance(v, str):
+        n = parse_number(v)
+        return int(n) if n is not None and n.is_integer() else None
+    return None
+
+
+def _as_float(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        return parse_number(v)
+    return None
+
+
+def _as_bool(v: Any) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    return None
+
+
+def _as_str(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    if isinstance(v, dict | list):
+        return orjson.dumps(v).decode()
+    return None
+
+
+def _as_timestamp(v: Any) -> datetime | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        seconds = v / 1000 if v > 10**11 else v  # milliseconds are sent by some sources
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(v, str):
+        try:
+            parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            if v.isdigit():
+                return _as_timestamp(int(v))
+            try:  # the microblog-a style: "Wed Oct 10 20:19:24 +0000 2018"
+                return datetime.strptime(v, "%a %b %d %H:%M:%S %z %Y")
+            except ValueError:
+                return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def _as_strings(v: Any) -> list[str] | None:
+    if isinstance(v, list):
+        return [x if isinstance(x, str) else orjson.dumps(x).decode() for x in v]
+    return None
+
+
+def _as_json(v: Any) -> str | None:
+    return None if v is None else orjson.dumps(v).decode()
+
+
+COERCE: dict[pa.DataType, Callable[[Any], Any]] = {
+    pa.int64(): _as_int,
+    pa.float64(): _as_float,
+    pa.bool_(): _as_bool,
+    pa.string(): _as_str,
+    TIMESTAMP: _as_timestamp,
+    STRINGS: _as_strings,
+}
+
+
+def coercer(fld: Field) -> Callable[[Any], Any]:
+    return _as_json if fld.json else COERCE[fld.type]

@@ -1,0 +1,113 @@
+"""What changes between nights and what a service change looks like, applied to a built page.
+
+`observation`: engagement counters grow with the night, ids and texts stay, so a job run twice sees two
+observations of the same items. `drift`: the answer drifts from the documented shapes (wrapped feed items, a
+renamed list, counters as text, unknown fields, records without their key), deterministically from the seed.
+Both act on the records of `Page.records` in place, so `sandbox.expected` describes what was served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from sandbox import endpoints as ep
+from sandbox.config import Drift
+from sandbox.page import Ctx, Page, Record
+from sandbox.stablehash import unit
+
+COUNTERS = frozenset(
+    {
+        "play_count", "digg_count", "comment_count", "share_count", "collect_count", "like_count", "likeCount",
+        "viewCount", "view_count", "views", "votes", "num_comments", "reactionCount", "commentCount",
+        "replyCount", "repostCount", "quoteCount", "favorite_count", "retweet_count", "reply_count",
+        "bookmark_count", "quote_count", "sold_count", "review_count", "subscriberCount", "watching",
+    }
+)  # fmt: skip
+TIMESTAMPS = frozenset({"create_time", "taken_at", "publishTime", "created_at", "indexedAt"})
+BAD_COUNTS = ("1.2K", "1,234", "42", "twelve")
+NEW_FIELDS = {"sponsored": False, "experiment_bucket": "b7"}
+
+
+def _dicts(value: Any) -> Iterator[dict[str, Any]]:
+    """Every dict inside a record (the record itself, `statistics`, `media`, ...)."""
+    if isinstance(value, dict):
+        yield value
+        for inner in value.values():
+            yield from _dicts(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _dicts(inner)
+
+
+def _grow_counters(record: Record, night: int) -> None:
+    for d in _dicts(record):
+        for key in COUNTERS & d.keys():
+            value = d[key]
+            if isinstance(value, int) and not isinstance(value, bool):
+                d[key] = value + night * (1 + value % 13)
+
+
+def _record_id(kind: str, record: Record, pk: str) -> str:
+    return f"{kind}|{record.get(pk) or record.get('uri') or id(record)}"
+
+
+def _spoil_values(record: Record, n: int) -> None:
+    for d in _dicts(record):
+        for key in sorted(COUNTERS & d.keys()):
+            d[key] = BAD_COUNTS[n % len(BAD_COUNTS)]
+            n += 1
+        for key in TIMESTAMPS & d.keys():
+            d[key] = "yesterday"
+
+
+def _drift_records(ctx: Ctx, page: Page, drift: Drift) -> None:
+    seed = ctx.config.seed
+    for kind, records in page.records.items():
+        pk = ctx.endpoint.kinds.get(kind, "id")
+        for n, record in enumerate(records):
+            if not isinstance(record, dict):
+                continue
+            rid = _record_id(kind, record, pk)
+            if drift.bad_values and unit(seed, "bad", rid) < drift.bad_values:
+                _spoil_values(record, n)
+            if drift.new_fields:
+                record.update(NEW_FIELDS)
+            if drift.missing_keys and ctx.endpoint.paged and unit(seed, "nokey", rid) < drift.missing_keys:
+                record.pop(pk, None)
+
+
+def _wrap_feed(page: Page, share: float, seed: int) -> None:
+    items = page.body.get("feed")
+    if not isinstance(items, list):
+        return
+    wrapped = []
+    for n, post in enumerate(items):
+        if unit(seed, "wrap", post.get("uri", n)) >= share:
+            wrapped.append(post)
+            continue
+        reason = (
+            {"$type": "app.bsky.feed.defs#reasonRepost", "by": post.get("author")} if n % 3 == 0 else None
+        )
+        reply = {"parent": {"uri": f"{post.get('uri', '')}-parent"}} if n % 4 == 1 else None
+        wrapped.append({"post": post, "reason": reason, "reply": reply})
+    page.body["feed"] = wrapped
+
+
+def vary(ctx: Ctx, page: Page) -> Page:
+    config = ctx.config
+    if config.observation:
+        for records in page.records.values():
+            for record in records:
+                if isinstance(record, dict):
+                    _grow_counters(record, config.observation)
+    drift = config.drift
+    if not drift.active or not isinstance(page.body, dict):
+        return page
+    _drift_records(ctx, page, drift)
+    if drift.wrapped_feed and ctx.endpoint.path == ep.MB_FEED:
+        _wrap_feed(page, drift.wrapped_feed, config.seed)
+    renamed = drift.renamed_lists.get(ctx.endpoint.path)
+    if renamed is not None and renamed[0] in page.body:
+        page.body[renamed[1]] = page.body.pop(renamed[0])
+    return page
