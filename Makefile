@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test soak lint format clean
 
 install: $(STAMP)
 
@@ -19,6 +19,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+soak: install
+	$(BIN)/python -m pytest -q -s -m soak tests/test_soak.py
 
 lint: install
 	$(BIN)/ruff check .

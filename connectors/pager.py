@@ -256,6 +256,9 @@ class QueryPager:
         except errors.BudgetExhausted as exc:
             out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
             return None, True
+        except (errors.Unauthorized, errors.OutOfCredits) as exc:  # the whole run stops on these
+            out.status, out.next_cursor, out.error = "stopped", cursor, str(exc)
+            return None, True
         except errors.NotFound as exc:
             out.status, out.error = "not_found", str(exc)
             paid = exc.response

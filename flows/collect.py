@@ -24,7 +24,7 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact 
 from prefect.context import FlowRunContext  # noqa: E402
 from prefect.states import Cancelled, Completed, Failed, State  # noqa: E402
 
-from connectors.client import ServiceClient  # noqa: E402
+from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
 from flows import lock as job_lock  # noqa: E402
@@ -181,7 +181,13 @@ async def _collect(
     attempts = run_context.AttemptLogs(fsync=fsync)
     try:
         async with ServiceClient(
-            service.url, service.api_key, ledger, on_attempt=attempts.log, max_in_flight=spec.concurrency
+            service.url,
+            service.api_key,
+            ledger,
+            timeouts=Timeouts(read=spec.service.timeout_seconds, total=2 * spec.service.timeout_seconds),
+            retry=RetryPolicy(attempts=spec.service.attempts),
+            on_attempt=attempts.log,
+            max_in_flight=spec.concurrency,
         ) as client:
             ctx = run_context.RunContext(
                 manifest.run_id,

@@ -102,6 +102,12 @@ class Service(_Model):
     api_key_secret: str | None = Field(
         None, pattern=BLOCK_PATTERN, description="Prefect Secret block holding the key (wins over the env)."
     )
+    timeout_seconds: float = Field(
+        60.0, gt=0, le=600, description="Read timeout of one request (the official client's is 60 s)."
+    )
+    attempts: int = Field(
+        5, strict=True, ge=1, le=20, description="Attempts per page on 429, 5xx, timeouts and dropped connections."
+    )
 
     @field_validator("base_url")
     @classmethod

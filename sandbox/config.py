@@ -82,11 +82,19 @@ class Drift:
     """Every record carries fields the interface does not name."""
     missing_keys: float = 0.0
     """Share of list records sent without their primary key field."""
+    stuck_cursor: frozenset[str] = frozenset()
+    """Paths (with a `cursor` parameter) whose pages after the first hand back the cursor they were asked
+    with: a client that does not notice pays for the same page forever."""
 
     @property
     def active(self) -> bool:
         return bool(
-            self.wrapped_feed or self.renamed_lists or self.bad_values or self.new_fields or self.missing_keys
+            self.wrapped_feed
+            or self.renamed_lists
+            or self.bad_values
+            or self.new_fields
+            or self.missing_keys
+            or self.stuck_cursor
         )
 
 

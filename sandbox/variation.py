@@ -107,6 +107,9 @@ def vary(ctx: Ctx, page: Page) -> Page:
     _drift_records(ctx, page, drift)
     if drift.wrapped_feed and ctx.endpoint.path == ep.MB_FEED:
         _wrap_feed(page, drift.wrapped_feed, config.seed)
+    asked = ctx.params.get("cursor")
+    if ctx.endpoint.path in drift.stuck_cursor and asked is not None and "cursor" in page.body:
+        page.body["cursor"] = asked
     renamed = drift.renamed_lists.get(ctx.endpoint.path)
     if renamed is not None and renamed[0] in page.body:
         page.body[renamed[1]] = page.body.pop(renamed[0])

@@ -1,0 +1,164 @@
+"""The fault matrix at scale: real flow runs of hundreds of pages at concurrency 8 against a sandbox that misbehaves
+one way at a time. For each fault: the records equal the fault-free crawl, no row lands twice, spending stays
+within the budget (and never below what the service billed), and every attempt is in `requests`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.config import Drift, FaultKind, SandboxConfig
+from sandbox.expected import full_crawl
+from sandbox.server import RunningSandbox, running
+from tests.crawl_helpers import data_entries, wait_for_entries
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    rows,
+    run_flow,
+    scalar,
+    write_spec,
+)
+
+PINS = "/v1/pinboard/search"
+FEED = "/v1/microblog-b/user/posts"
+TOPICS = [f"topic {c}" for c in "abcdefgh"]
+BUDGET = 1000
+BASE = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30), FEED: (40, 40)}, page_size=10,
+    retry_after="0.05", slow_seconds=1.0,
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+
+
+def spec(tmp_path: Path, sb: RunningSandbox, topics: list[str] = TOPICS, **service: Any) -> Path:
+    return write_spec(
+        tmp_path,
+        {
+            "name": "matrix",
+            "service": {"base_url": sb.base_url, "timeout_seconds": 0.5, "attempts": 10, **service},
+            "budget": {"credits": BUDGET},
+            "concurrency": 8,
+            "output": str(tmp_path / "out"),
+            "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}],
+        },
+    )
+
+
+def expected_pins(config: SandboxConfig, topics: list[str] = TOPICS) -> set[tuple[Any, ...]]:
+    return set(expected_keys([(PINS, {"query": t}) for t in topics], config)["pinboard_pins"])
+
+
+def answered_twice(sb: RunningSandbox) -> int:
+    """Pages the service answered in full more than once (a good answer paid twice)."""
+    seen = Counter(
+        (e.path, tuple(sorted(e.params.items())))
+        for e in data_entries(sb)
+        if e.status == 200 and e.fault is None
+    )
+    return sum(n - 1 for n in seen.values())
+
+
+@pytest.mark.parametrize("fault", list(FaultKind), ids=[f.value for f in FaultKind])
+def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: FaultKind) -> None:
+    config = BASE.replace(fault_rate=0.1, fault_kinds=[fault], seed=11)
+    db = tmp_path / "out" / "harvest.duckdb"
+    with running(config) as sb:
+        summary = run_flow(spec(tmp_path, sb))
+        attempts = scalar(db, "SELECT count(*) FROM requests")
+        entries = wait_for_entries(sb, attempts, timeout=10)  # slow answers are recorded when they end
+        billed = sb.billed_total()
+        faults = sum(e.fault is not None for e in entries)
+    assert summary["status"] == "complete", summary
+    assert faults >= 20, "the fault was really injected, many times"
+    assert key_set(db, "pinboard_pins") == expected_pins(config)
+    assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
+    assert answered_twice(sb) == 0
+    assert billed <= summary["credits_spent"] <= BUDGET
+    assert attempts == len(entries), "every attempt, faulted or not, is a row of `requests`"
+    assert scalar(db, "SELECT sum(credits) FROM requests") == summary["credits_spent"]
+
+
+def test_out_of_credits_mid_run_stops_cleanly_and_continues(prefect_harness: None, tmp_path: Path) -> None:
+    config = BASE.replace(api_keys={SECRET_KEY: 150})
+    with running(config) as sb:
+        path = spec(tmp_path, sb)
+        stopped = run_flow(path)
+        assert len(data_entries(sb)) <= 150 + 8  # the 402s that stopped it, at most one per request in flight
+        sb.set_balance(10_000)
+        resumed = run_flow(path, mode="continue")
+        twice = answered_twice(sb)
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert stopped["status"] == "failed" and "402" in (stopped["error"] or "")
+    assert {q["status"] for q in stopped["queries"]} <= {"stopped", "complete"}
+    assert resumed["status"] == "complete" and twice == 0
+    assert key_set(db, "pinboard_pins") == expected_pins(config)
+
+
+def test_an_invalid_key_costs_one_request_at_scale(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", "wrong-key-0123456789")
+    with running(BASE) as sb:
+        summary = run_flow(spec(tmp_path, sb))
+        assert len(sb.ledger) == 1 and sb.billed_total() == 0
+    assert summary["status"] == "failed" and {q["status"] for q in summary["queries"]} == {"stopped"}
+
+
+def test_not_found_answers_among_normal_ones(prefect_harness: None, tmp_path: Path) -> None:
+    topics = [*TOPICS[:6], "missing one", "missing two"]
+    with running(BASE) as sb:
+        summary = run_flow(spec(tmp_path, sb, topics))
+        billed = sb.billed_total()
+    statuses = {q["query_id"]: q["status"] for q in summary["queries"]}
+    assert summary["status"] == "complete"
+    assert [s for q, s in statuses.items() if "missing" in q] == ["complete", "complete"]  # an empty search
+    assert key_set(tmp_path / "out" / "harvest.duckdb", "pinboard_pins") == expected_pins(BASE, topics)
+    assert billed == summary["credits_spent"]
+
+
+def test_a_cursor_handed_back_stops_the_query_instead_of_paying_forever(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    config = BASE.replace(drift=Drift(stuck_cursor=frozenset({PINS})))
+    with running(config) as sb:
+        summary = run_flow(spec(tmp_path, sb))
+        paid = Counter(e.params["query"] for e in data_entries(sb))
+    assert summary["status"] == "failed"
+    assert {q["status"] for q in summary["queries"]} == {"loop_detected"}
+    assert set(paid.values()) == {2}, "page 1 repeats page 1's cursor: two pages a query, never a third"
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert rows(db, "SELECT DISTINCT status FROM query_state") == [("loop_detected",)]
+
+
+def test_drifted_feed_items_at_scale(prefect_harness: None, tmp_path: Path) -> None:
+    config = BASE.replace(drift=Drift(wrapped_feed=0.5), fault_rate=0.05, seed=3)
+    handles = [f"u{i}.example" for i in range(4)]
+    with running(config) as sb:
+        path = write_spec(
+            tmp_path,
+            {
+                "name": "matrix-feed",
+                "service": {"base_url": sb.base_url, "timeout_seconds": 0.5, "attempts": 10},
+                "budget": {"credits": BUDGET},
+                "concurrency": 8,
+                "output": str(tmp_path / "out"),
+                "queries": [{"id": "feed", "endpoint": FEED, "for_each": {"handle": handles}}],
+            },
+        )
+        summary = run_flow(path)
+    want = {p["uri"] for h in handles for p in full_crawl(FEED, {"handle": h}, config)["posts"]}
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert summary["status"] == "complete" and len(want) > 1000
+    assert {r[0] for r in rows(db, "SELECT uri FROM microblog_b_posts")} == want
+    assert scalar(db, "SELECT sum(records_without_key) + sum(lists_missing) FROM query_state") == 0
