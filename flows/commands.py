@@ -21,6 +21,7 @@ from rich.table import Table
 
 from connectors.errors import MissingApiKey
 from connectors.pager import OK_STATUSES
+from flows import console
 from flows.spec import SpecError, UsageError, load_spec, resolve_base_url
 from tasks.layout import OutputLayout
 
@@ -48,7 +49,8 @@ def _relative(path: Path) -> str:
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """Print `error: <message>` literally (messages quote specs and answers) and return the exit to raise."""
+    console.error(message)
     return typer.Exit(code)
 
 
