@@ -265,12 +265,22 @@ def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output
     commands.runs(output)
 
 
-@app.command(epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"')
-def sql(output: Path = OUTPUT_ARG, query: str = typer.Argument(..., help="A DuckDB SQL query.")) -> None:
-    """Run a read-only SQL query on a job's DuckDB file."""
+@app.command(
+    epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"\n\n'
+    'For scripts: harvest sql data/demo "FROM runs" --format csv --limit 0 > runs.csv'
+)
+def sql(
+    output: Path = OUTPUT_ARG,
+    query: str = typer.Argument(..., help="One read-only DuckDB statement (SELECT, DESCRIBE, SHOW, ...)."),
+    limit: int = typer.Option(200, "--limit", min=0, help="Rows to show; 0 shows all. Cut rows are counted."),
+    fmt: str = typer.Option(
+        "table", "--format", help="table (for people), csv or json (for scripts: data only on stdout)."
+    ),
+) -> None:
+    """Run one read-only SQL statement on a job's DuckDB file; statements that write are refused (exit 2)."""
     from flows import commands
 
-    commands.sql(output, query)
+    commands.sql(output, query, limit, fmt)
 
 
 if __name__ == "__main__":

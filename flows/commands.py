@@ -194,27 +194,13 @@ def runs(output: Path) -> None:
     out.print(table)
 
 
-def sql(output: Path, query: str) -> None:
-    import duckdb
+def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:
+    """One read statement; refused statements exit 2, queries DuckDB cannot run exit 1."""
+    from flows.sql_command import QueryFailed, sql_command
 
-    db = OutputLayout(output).db
-    if not db.exists():
-        raise fail(f"{db} does not exist: run a job first", 1)
     try:
-        con = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error as exc:
-        raise fail(f"cannot open {db} read-only: {exc}", 1) from None
-    try:
-        result = con.execute(query)
-        names = [d[0] for d in result.description or []]
-        rows = result.fetchmany(200)
-    except duckdb.Error as exc:
-        raise fail(f"{exc}", 1) from None
-    finally:
-        con.close()
-    table = Table()
-    for name in names:
-        table.add_column(name)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    out.print(table)
+        sql_command(output, query, limit, fmt)
+    except UsageError as exc:
+        raise fail(str(exc)) from None
+    except QueryFailed as exc:
+        raise fail(str(exc), exc.exit_code) from None
