@@ -21,7 +21,6 @@ from pathlib import Path
 from types import NoneType, UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -38,8 +37,7 @@ from pydantic.fields import FieldInfo
 from connectors import catalog
 from connectors.catalog import Endpoint
 from connectors.params import Params
-
-Loc = tuple[int | str, ...]
+from flows.spec_yaml import PRINTABLE, Loc, UnreadableSpec, load_yaml, read_spec_text
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -649,59 +647,22 @@ def _semantic_problems(spec: JobSpec) -> list[Found]:
 
 
 # ---------------------------------------------------------------------------------------------- loading
-def _line_map(node: yaml.Node) -> tuple[dict[Loc, int], list[tuple[Loc, int]]]:
-    """Line of every mapping key and sequence item by location, and the (location, line) of duplicate keys."""
-    lines: dict[Loc, int] = {(): node.start_mark.line + 1}
-    duplicates: list[tuple[Loc, int]] = []
-
-    def walk(node: yaml.Node, loc: Loc) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = (*loc, str(key_node.value))
-                if key in lines:
-                    duplicates.append((key, key_node.start_mark.line + 1))
-                    continue
-                lines[key] = key_node.start_mark.line + 1
-                walk(value_node, key)
-        elif isinstance(node, yaml.SequenceNode):
-            for n, item in enumerate(node.value):
-                lines[(*loc, n)] = item.start_mark.line + 1
-                walk(item, (*loc, n))
-
-    walk(node, ())
-    return lines, duplicates
-
-
-def _line(lines: Mapping[Loc, int], loc: Loc) -> int | None:
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
-
-
 def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
     """Validate the YAML text of a spec; raises SpecError naming file, line, field and what is allowed."""
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        what = " ".join(p for p in (exc.context, exc.problem) if p)
-        raise SpecError([Problem(file, line, "", f"YAML syntax: {what}", "valid YAML")]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError([Problem(file, None, "", f"YAML: {exc}", "valid YAML")]) from None
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
+        data, lines = load_yaml(text)
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
+    if not isinstance(data, dict) or lines is None:
         shape = "a mapping with keys: " + ", ".join(_keys(JobSpec))
         raise SpecError([Problem(file, 1, "", "the spec must be a YAML mapping", shape)])
-    assert node is not None  # data is a dict, so there was a document
-    lines, duplicates = _line_map(node)
     problems = [
         Problem(file, line, _dotted(loc), f"duplicate key {loc[-1]!r} (YAML keeps the last)", "each key once")
-        for loc, line in duplicates
+        for loc, line in lines.duplicates
+    ]
+    problems += [
+        Problem(file, line, _dotted(loc), f"control character {char} in the value", PRINTABLE)
+        for loc, line, char in lines.controls
     ]
     found: list[Found] = []
     spec: JobSpec | None = None
@@ -717,7 +678,7 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         found.extend(_partial_problems(data))
     if spec is not None:
         found.extend(_semantic_problems(spec))
-    problems += [Problem(file, _line(lines, loc), _dotted(loc), text, ok) for loc, text, ok in found]
+    problems += [Problem(file, lines.line(loc), _dotted(loc), text, ok) for loc, text, ok in found]
     if problems:
         raise SpecError(problems)
     assert spec is not None
@@ -748,9 +709,11 @@ def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a spec file; every problem raises SpecError, and nothing is spent."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_spec_text(Path(path))
     except FileNotFoundError:
         raise SpecError([Problem(file, None, "", "no such file", "the path of a YAML job spec")]) from None
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
     except (OSError, UnicodeDecodeError) as exc:
         problem = Problem(file, None, "", f"cannot read the spec: {exc}", "a UTF-8 YAML file")
         raise SpecError([problem]) from None

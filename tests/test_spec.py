@@ -283,6 +283,13 @@ CASES = {
         ["duplicate key 'name'"],
         ["each key once"],
     ),
+    "escaped control character in a value": (
+        VALID.replace("{query: shoes,", '{query: "sho\\ees",'),
+        12,
+        "queries[1].params.query",
+        ["control character U+001B (ESC) in the value"],
+        ["printable text"],
+    ),
     "missing budget": (
         VALID.replace("budget:\n  credits: 100\n", ""),
         1,
