@@ -283,6 +283,20 @@ CASES = {
         ["duplicate key 'name'"],
         ["each key once"],
     ),
+    "credential before the host in base_url": (
+        VALID.replace("budget:", "service: {base_url: 'http://user:s3cr3t-pass@api.example'}\nbudget:"),
+        2,
+        "service.base_url",
+        ["carries a credential before the host", "not shown"],
+        ["without credentials"],
+    ),
+    "key in the query string of base_url": (
+        VALID.replace("budget:", "service: {base_url: 'https://api.example/?api_key=s3cr3t-key'}\nbudget:"),
+        2,
+        "service.base_url",
+        ["credential in its query string (api_key, not shown)"],
+        ["without credentials or query string"],
+    ),
     "escaped control character in a value": (
         VALID.replace("{query: shoes,", '{query: "sho\\ees",'),
         12,

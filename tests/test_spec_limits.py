@@ -1,6 +1,6 @@
 """Specs that used to crash or hang are refused at once, with file, line and what is allowed (exit 2).
 
-Alias bombs, deep nesting, oversized files and control characters. Anything that could hang runs in a subprocess with a timeout.
+Alias bombs, deep nesting, oversized files, control characters and credentials in service URLs. Anything that could hang runs in a subprocess with a timeout.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ from flows import spec_yaml
 from flows.cli import app
 from flows.spec import (
     SpecError,
+    UsageError,
+    check_base_url,
     load_spec,
     parse_spec,
+    resolve_base_url,
 )
 from tests.test_spec import HEAD, VALID
 
@@ -154,3 +157,58 @@ def test_many_control_characters_are_summed_up() -> None:
 
 def test_tabs_and_windows_line_breaks_are_fine() -> None:
     assert parse_spec(VALID.replace("\n", "\r\n") + "#\ta comment\r\n").name == "brand-watch"
+
+
+# ----------------------------------------------------------------------------------- service URLs
+SECRET = "s3cr3t-K3Y-9xQ"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (f"http://{SECRET}@api.example", "carries a credential before the host"),
+        (f"https://user:{SECRET}@api.example:8443/v1", "carries a credential before the host"),
+        (f"user:{SECRET}@api.example", "carries a credential before the host"),
+        (f"https://api.example/?api_key={SECRET}", "credential in its query string (api_key, not shown)"),
+        (
+            f"https://api.example/v1?x=1&access_token={SECRET}",
+            "credential in its query string (access_token,",
+        ),
+        (f"https://api.example/v1?apikey={SECRET}#top", "credential in its query string (apikey,"),
+        (f"https://api.example/v1?region={SECRET}", "'https://api.example/v1?...' has a query string"),
+    ],
+)
+def test_credentials_in_a_service_url_are_refused_without_repeating_them(url: str, problem: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        check_base_url(url)
+    assert problem in str(caught.value) and SECRET not in str(caught.value)
+    spec = parse_spec(VALID)
+    for source, cli, env in (("--base-url", url, {}), ("HARVEST_BASE_URL", None, {"HARVEST_BASE_URL": url})):
+        with pytest.raises(UsageError) as refused:
+            resolve_base_url(spec, cli, env)
+        assert str(refused.value).startswith(f"{source}: ") and SECRET not in str(refused.value)
+    text = VALID.replace("budget:", f"service: {{base_url: '{url}'}}\nbudget:")
+    (found,) = problems_of(text)
+    assert found.startswith("job.yaml:2: service.base_url: ") and SECRET not in found
+
+
+@pytest.mark.parametrize(
+    "url", ["https://api.example", "http://127.0.0.1:8765/", "https://api.example/v1/@me"]
+)
+def test_plain_service_urls_are_accepted(url: str) -> None:
+    assert check_base_url(url) == url.rstrip("/")
+
+
+def test_run_with_a_key_in_the_url_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(VALID)
+    url = f"http://{SECRET}@127.0.0.1:9"
+    result = runner.invoke(
+        app,
+        ["run", str(path), "--base-url", url, "--output", str(tmp_path / "out")],
+        env={"HARVEST_API_KEY": "k"},
+    )
+    assert result.exit_code == 2
+    assert "error: --base-url: the URL carries a credential before the host" in result.stderr
+    assert SECRET not in result.output + result.stderr
+    assert not (tmp_path / "out").exists()
