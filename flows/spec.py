@@ -190,7 +190,15 @@ class JobSpec(_Model):
         description="Holds harvest.duckdb and parquet/; relative to the working dir. Default: data/<name>.",
     )
     costs: dict[str, Annotated[int, Field(strict=True, ge=0)]] = Field(
-        default_factory=dict, description="Credits per request by endpoint path, overriding the catalog."
+        default_factory=dict,
+        description="Credits per request by endpoint path, overriding the catalog; at least the catalog's price "
+        "unless allow_lower_costs.",
+    )
+    allow_lower_costs: bool = Field(
+        False,
+        strict=True,
+        description="Accept `costs` below the catalog's price (a negotiated contract). The budget then holds "
+        "only as long as the service charges no more than those prices.",
     )
     durability: Literal["flush", "fsync"] = Field(
         "flush", description="flush: a page survives kill -9; fsync: it also survives power loss (slower)."
@@ -228,7 +236,7 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (Query, "endpoint"): "a documented path; `harvest endpoints` lists them",
     (FromQuery, "from"): "the id of another query of this spec",
     (FromQuery, "field"): "a column of the parent's record tables (`harvest endpoints` lists them)",
-    (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer >= 0>}",
+    (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer, at least the catalog's price>}",
     (JobSpec, "queries"): "a non-empty list of queries with keys: " + ", ".join(Query.model_fields),
 }
 
@@ -661,14 +669,25 @@ def _cycle_problems(queries: list[Query], parents: dict[str, str]) -> Iterator[F
         )
 
 
-def _cost_problems(costs: Mapping[str, int]) -> Iterator[Found]:
-    for path in costs:
+def _cost_problems(costs: Mapping[str, int], allow_lower: bool) -> Iterator[Found]:
+    """Unknown endpoints, and prices below the catalog's: the ledger reserves the price before each request,
+    so a price below what the service charges lets a run spend past its budget (`costs: {path: 0}` spent 6
+    credits of a budget of 5)."""
+    for path, cost in costs.items():
         if path not in catalog.DEFAULT_COSTS:
             yield ("costs", path), f"unknown endpoint {path!r}", _paths_hint(path)
+        elif cost < catalog.DEFAULT_COSTS[path] and not allow_lower:
+            price = catalog.DEFAULT_COSTS[path]
+            yield (
+                ("costs", path),
+                f"{cost} is below the catalog's price of {price} credit{'s' if price > 1 else ''} a request: the "
+                "budget would reserve too little and a run could spend past it",
+                f"an integer >= {price}; or `allow_lower_costs: true` if a contract guarantees the lower price",
+            )
 
 
 def _semantic_problems(spec: JobSpec) -> list[Found]:
-    found = list(_cost_problems(spec.costs))
+    found = list(_cost_problems(spec.costs, spec.allow_lower_costs))
     for i, query in enumerate(spec.queries):
         found.extend(_query_problems(i, query))
     found.extend(_cross_problems(spec.queries))

@@ -283,6 +283,13 @@ CASES = {
         ["duplicate key 'name'"],
         ["each key once"],
     ),
+    "cost below the catalog's price": (
+        VALID + "costs:\n  /v1/pinboard/search: 0\n",
+        17,
+        'costs["/v1/pinboard/search"]',
+        ["0 is below the catalog's price of 1 credit", "spend past it"],
+        [">= 1", "allow_lower_costs: true"],
+    ),
     "credential before the host in base_url": (
         VALID.replace("budget:", "service: {base_url: 'http://user:s3cr3t-pass@api.example'}\nbudget:"),
         2,

@@ -1,6 +1,7 @@
 """Specs that used to crash or hang are refused at once, with file, line and what is allowed (exit 2).
 
-Alias bombs, deep nesting, oversized files, control characters and credentials in service URLs. Anything that could hang runs in a subprocess with a timeout.
+Alias bombs, deep nesting, oversized files, control characters, credentials in service URLs and prices below
+the catalog's. Anything that could hang runs in a subprocess with a timeout.
 """
 
 from __future__ import annotations
@@ -212,3 +213,15 @@ def test_run_with_a_key_in_the_url_is_refused_before_anything_starts(tmp_path: P
     assert "error: --base-url: the URL carries a credential before the host" in result.stderr
     assert SECRET not in result.output + result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------------ costs
+def test_costs_at_or_above_the_catalog_are_fine_and_below_needs_an_opt_in() -> None:
+    raised = parse_spec(VALID + "costs:\n  /v1/creative/materials: 3\n  /v1/pinboard/search: 1\n")
+    assert raised.endpoints()["/v1/creative/materials"].cost == 3
+    (problem,) = problems_of(VALID + "costs:\n  /v1/creative/materials: 0\n")
+    assert "0 is below the catalog's price of 1 credit" in problem
+    negotiated = parse_spec(VALID + "costs:\n  /v1/creative/materials: 0\nallow_lower_costs: true\n")
+    assert negotiated.endpoints()["/v1/creative/materials"].cost == 0
+    with pytest.raises(ValueError, match="below the catalog's price"):
+        type(raised).model_validate({**raised.model_dump(by_alias=True), "costs": {"/v1/pinboard/search": 0}})
