@@ -1,7 +1,7 @@
 """Specs that used to crash or hang are refused at once, with file, line and what is allowed (exit 2).
 
-Alias bombs, deep nesting, oversized files, control characters, credentials in service URLs and prices below
-the catalog's. Anything that could hang runs in a subprocess with a timeout.
+Alias bombs, control characters, oversized files, credentials in service URLs, prices below the catalog's and
+fan-outs into millions of queries. Anything that could hang runs in a subprocess with a timeout.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from flows import spec_yaml
 from flows.cli import app
 from flows.spec import (
+    MAX_FANOUT,
     SpecError,
     UsageError,
     check_base_url,
@@ -225,3 +226,28 @@ def test_costs_at_or_above_the_catalog_are_fine_and_below_needs_an_opt_in() -> N
     assert negotiated.endpoints()["/v1/creative/materials"].cost == 0
     with pytest.raises(ValueError, match="below the catalog's price"):
         type(raised).model_validate({**raised.model_dump(by_alias=True), "costs": {"/v1/pinboard/search": 0}})
+
+
+# ------------------------------------------------------------------------------------------------ fan-out
+def test_fanning_out_into_millions_of_queries_is_refused_at_once(tmp_path: Path) -> None:
+    values = ", ".join(f"v{i}" for i in range(1000))
+    path = tmp_path / "fan.yaml"
+    path.write_text(
+        HEAD
+        + f"  - endpoint: /v1/pinboard/search\n    for_each:\n      query: &v [{values}]\n      cursor: *v\n"
+    )
+    proc = harvest("validate", str(path))
+    assert proc.returncode == 2
+    assert f"{path}:6: queries[0].for_each: the spec fans out to more than 10,000 queries" in proc.stderr
+    assert "(this one alone to 1,000,000)" in proc.stderr
+
+
+def test_a_fan_out_at_the_limit_is_valid() -> None:
+    def query(prefix: str, n: int) -> str:
+        values = ", ".join(f"{prefix}{i}" for i in range(n))
+        return f"  - endpoint: /v1/pinboard/search\n    for_each:\n      query: [{values}]\n"
+
+    half = MAX_FANOUT // 2
+    assert len(parse_spec(HEAD + query("a", half) + query("b", half)).queries) == 2
+    (problem,) = problems_of(HEAD + query("a", half) + query("b", half + 1))
+    assert problem.startswith("job.yaml:9: queries[1].for_each: the spec fans out to more than 10,000")
