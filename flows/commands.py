@@ -54,11 +54,14 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def preflight(spec_path: Path, base_url: str | None) -> None:
+def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> None:
     """Everything that can be refused without starting Prefect or sending a request (exit 2)."""
+    from flows.preflight import check_output_dir
+
     try:
         spec = load_spec(spec_path)
         resolved = resolve_base_url(spec, base_url)
+        check_output_dir(output or spec.output)
         if resolved != "sandbox":
             from connectors.auth import load_api_key
 
@@ -68,7 +71,7 @@ def preflight(spec_path: Path, base_url: str | None) -> None:
 
 
 def run_job(spec_path: Path, base_url: str | None, budget: int | None, output: Path | None) -> dict[str, Any]:
-    preflight(spec_path, base_url)
+    preflight(spec_path, base_url, output)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")
