@@ -71,7 +71,10 @@ SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=F
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(message, err=True)
+    """The message on stderr exactly as written (it quotes the user's spec), then exit 2."""
+    from flows.console import note
+
+    note(message)
     raise typer.Exit(2)
 
 
@@ -91,21 +94,21 @@ def validate(spec: Path = SPEC_ARG) -> None:
     """Check a job spec completely (keys, endpoints, parameters, fan-out, parents); exit 2 when invalid."""
     import os
 
+    from flows.console import note, say
     from flows.plan import plan
     from flows.spec import BASE_URL_ENV
 
     job = _load(spec)
     fanned = sum(1 for q in job.queries if q.static)
     dependent = sum(1 for q in job.queries if q.dependent)
-    typer.echo(f"ok: {len(job.queries)} queries ({fanned} fanned out, {dependent} dependent)")
+    say(f"ok: {len(job.queries)} queries ({fanned} fanned out, {dependent} dependent)")
     expanded = len(plan(job).queries)
     more = ", plus the dependent ones per parent record" if dependent else ""
-    typer.echo(f"{expanded} queries to run after fan-out{more}")
+    say(f"{expanded} queries to run after fan-out{more}")
     if not job.service.base_url and not os.environ.get(BASE_URL_ENV):
-        typer.echo(
+        note(
             f"note: no service URL in the spec; `harvest run` needs {BASE_URL_ENV} or --base-url "
-            "(or `service.base_url: sandbox` for synthetic data)",
-            err=True,
+            "(or `service.base_url: sandbox` for synthetic data)"
         )
 
 
@@ -118,28 +121,27 @@ def plan_command(
     budget: int | None = typer.Option(None, min=0, help="Price against this budget instead of the spec's."),
 ) -> None:
     """Show the queries a run would execute and their worst-case credits; sends no request."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+    from flows.console import add_row, out, say, table
     from flows.plan import plan
 
     result = plan(_load(spec), budget)
-    table = Table(title=f"{result.name}: worst-case credits", title_justify="left")
-    table.add_column("query", overflow="fold")
-    table.add_column("endpoint", overflow="fold")
-    table.add_column("worst case", justify="right")
-    table.add_column("why", overflow="fold")
+    rows = table(
+        "query",
+        "endpoint",
+        "worst case",
+        "why",
+        title=f"{result.name}: worst-case credits",
+        right=["worst case"],
+    )
     for line in result.lines:
         worst = "unbounded" if line.worst_case is None else str(line.worst_case)
-        table.add_row(Text(line.query_id), Text(line.endpoint), worst, Text(line.basis))
+        add_row(rows, line.query_id, line.endpoint, worst, line.basis)
     total = result.worst_case
-    table.add_section()
-    table.add_row("total", "", "unbounded" if total is None else str(total), "")
-    console = Console(highlight=False)
-    console.print(table)
-    console.print(f"budget: {result.budget} credits, policy {result.policy}")
-    console.print(result.verdict)
+    rows.add_section()
+    add_row(rows, "total", "", "unbounded" if total is None else str(total), "")
+    out.print(rows)
+    say(f"budget: {result.budget} credits, policy {result.policy}")
+    say(result.verdict)
 
 
 def _endpoint_info(endpoint: Any) -> dict[str, Any]:
@@ -162,43 +164,45 @@ def _endpoint_info(endpoint: Any) -> dict[str, Any]:
     }
 
 
+def _describe_endpoint(info: dict[str, Any]) -> list[str]:
+    """The lines `harvest endpoints` prints under an endpoint's path."""
+    lines = [f"  {info['summary']}"]
+    for p in info["params"]:
+        marks = {
+            "path": p["in_path"],
+            "required": p["required"],
+            "cursor": p["name"] in info["cursor_params"],
+        }
+        flags = ", ".join(name for name, on in marks.items() if on)
+        allowed = f": {', '.join(p['allowed'])}" if p["allowed"] else ""
+        extra = f" ({p['constraint']})" if p["constraint"] else ""
+        lines.append(f"    {p['name']}: {p['type']}{allowed}{extra}" + (f" [{flags}]" if flags else ""))
+    if info["one_of"]:
+        lines.append(f"    at least one of: {', '.join(info['one_of'])}")
+    tables = ", ".join(f"{t['table']} (key {', '.join(t['primary_key'])})" for t in info["tables"])
+    lines.append(f"  tables: {tables}")
+    return lines
+
+
 @app.command(epilog="Example: harvest endpoints --json | jq '.[].path'")
 def endpoints(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines instead of text."),
 ) -> None:
     """List the documented endpoints: cost, paging, parameters (allowed values) and the tables they fill."""
-    from rich.console import Console
-    from rich.markup import escape
-
     from connectors import catalog
+    from flows.console import literal, out, say
 
     infos = [_endpoint_info(e) for e in catalog.endpoints().values()]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return
-    console = Console(highlight=False, soft_wrap=True)
     for info in infos:
         paging = "single page" if info["paging"] == "single" else f"paging: {info['paging']}"
-        console.print(f"[bold]{escape(info['path'])}[/bold]  {info['cost']} credit/request, {paging}")
-        console.print(f"  {escape(info['summary'])}")
-        for p in info["params"]:
-            marks = {
-                "path": p["in_path"],
-                "required": p["required"],
-                "cursor": p["name"] in info["cursor_params"],
-            }
-            flags = ", ".join(name for name, on in marks.items() if on)
-            allowed = f": {', '.join(p['allowed'])}" if p["allowed"] else ""
-            extra = f" ({p['constraint']})" if p["constraint"] else ""
-            console.print(
-                f"    {p['name']}: {p['type']}{allowed}{extra}" + (f" [{flags}]" if flags else ""),
-                markup=False,
-            )
-        if info["one_of"]:
-            console.print(f"    at least one of: {', '.join(info['one_of'])}")
-        tables = ", ".join(f"{t['table']} (key {', '.join(t['primary_key'])})" for t in info["tables"])
-        console.print(f"  tables: {tables}", markup=False)
-        console.print()
+        head = literal(info["path"], style="bold") + literal(f"  {info['cost']} credit/request, {paging}")
+        out.print(head, soft_wrap=True)
+        for line in _describe_endpoint(info):
+            say(line)
+        out.print()
 
 
 @app.command(epilog="Example: harvest schema > jobspec.schema.json")
@@ -276,12 +280,22 @@ def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output
     commands.runs(output)
 
 
-@app.command(epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"')
-def sql(output: Path = OUTPUT_ARG, query: str = typer.Argument(..., help="A DuckDB SQL query.")) -> None:
-    """Run a read-only SQL query on a job's DuckDB file."""
+@app.command(
+    epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"\n\n'
+    'For scripts: harvest sql data/demo "FROM runs" --format csv --limit 0 > runs.csv'
+)
+def sql(
+    output: Path = OUTPUT_ARG,
+    query: str = typer.Argument(..., help="One read-only DuckDB statement (SELECT, DESCRIBE, SHOW, ...)."),
+    limit: int = typer.Option(200, "--limit", min=0, help="Rows to show; 0 shows all. Cut rows are counted."),
+    fmt: str = typer.Option(
+        "table", "--format", help="table (for people), csv or json (for scripts: data only on stdout)."
+    ),
+) -> None:
+    """Run one read-only SQL statement on a job's DuckDB file; statements that write are refused (exit 2)."""
     from flows import commands
 
-    commands.sql(output, query)
+    commands.sql(output, query, limit, fmt)
 
 
 if __name__ == "__main__":

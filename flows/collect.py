@@ -34,6 +34,7 @@ from flows.interrupt import StopOnSignal  # noqa: E402
 from flows.load import load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 from flows.plan import Plan, plan  # noqa: E402
+from flows.preflight import check_output_dir  # noqa: E402
 from flows.resume import (  # noqa: E402
     Mode,
     RunStart,
@@ -260,6 +261,7 @@ async def collect_job(
     spec = load_spec(spec_path)
     the_plan = plan(spec)
     layout = OutputLayout(Path(output or spec.output))
+    check_output_dir(layout.root)  # the CLI checked already; a deployment's run has not
     lock = _lock(layout, spec.name)
     try:
         async with open_service(spec, base_url) as service:

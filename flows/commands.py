@@ -15,28 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from connectors.errors import MissingApiKey
 from connectors.pager import OK_STATUSES
+from flows import console
 from flows.spec import SpecError, UsageError, load_spec, resolve_base_url
 from tasks.layout import OutputLayout
 
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
 
-def _console(stderr: bool = False) -> Console:
-    """Tables keep their shape in cron logs and pipes: without a terminal (and without COLUMNS) rich would
-    squeeze them into 80 columns."""
-    stream = sys.stderr if stderr else sys.stdout
-    wide = not stream.isatty() and "COLUMNS" not in os.environ
-    return Console(stderr=stderr, width=200 if wide else None)
-
-
-out = _console()
-err = _console(stderr=True)
+out, err = console.out, console.err
 
 
 def harvest_command() -> str:
@@ -58,15 +48,19 @@ def _relative(path: Path) -> str:
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """Print `error: <message>` literally (messages quote specs and answers) and return the exit to raise."""
+    console.error(message)
     return typer.Exit(code)
 
 
-def preflight(spec_path: Path, base_url: str | None) -> None:
+def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> None:
     """Everything that can be refused without starting Prefect or sending a request (exit 2)."""
+    from flows.preflight import check_output_dir
+
     try:
         spec = load_spec(spec_path)
         resolved = resolve_base_url(spec, base_url)
+        check_output_dir(output or spec.output)
         if resolved != "sandbox":
             from connectors.auth import load_api_key
 
@@ -95,7 +89,7 @@ def run_job(
     mode: str = "auto",
     full: bool = False,
 ) -> dict[str, Any]:
-    preflight(spec_path, base_url)
+    preflight(spec_path, base_url, output)
     lock = _hold_lock(spec_path, output)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
@@ -176,43 +170,39 @@ def _extraction_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def print_summary(summary: dict[str, Any], output: Path) -> None:
-    table = Table(title=Text(f"run {summary['run_id']} ({summary['service']})"))
-    for name in ("query", "status", "pages", "records", "credits"):
-        table.add_column(name, justify="left" if name in ("query", "status") else "right")
+    queries = console.table(
+        "query", "status", "pages", "records", "credits",
+        title=f"run {summary['run_id']} ({summary['service']})", right=("pages", "records", "credits"),
+    )  # fmt: skip
     for q in sorted(summary["queries"], key=lambda q: q["query_id"]):
-        status = Text(q["status"], style="" if q["status"] in OK_STATUSES else "red")
-        table.add_row(Text(q["query_id"]), status, str(q["pages"]), str(q["records"]), str(q["credits"]))
-    out.print(table)
+        status = console.literal(q["status"], "" if q["status"] in OK_STATUSES else "red")
+        console.add_row(queries, q["query_id"], status, q["pages"], q["records"], q["credits"])
+    out.print(queries)
     for line in _error_lines(summary):
-        err.print(Text(line, style="red"), soft_wrap=True)
+        err.print(console.literal(line, "red"), soft_wrap=True)
     for line in _extraction_lines(summary):
-        err.print(Text(line, style="yellow"), soft_wrap=True)
+        err.print(console.literal(line, "yellow"), soft_wrap=True)
     if summary["loaded"]:
-        rows = Table(title=Text(f"rows per table in {output / 'harvest.duckdb'}"))
-        rows.add_column("table")
-        rows.add_column("rows", justify="right")
+        rows = console.table(
+            "table", "rows", title=f"rows per table in {output / 'harvest.duckdb'}", right=("rows",)
+        )
         for name, n in sorted(summary["tables"].items()):
-            rows.add_row(name, str(n))
+            console.add_row(rows, name, n)
         out.print(rows)
     else:
-        err.print(
-            Text(f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"),
-            style="yellow",
+        console.warning(
+            f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"
         )
-    out.print(
-        Text(
-            f"credits spent: {summary['credits_spent']} of a budget of {summary['budget']}; "
-            f"records: {summary['records']}; status: {summary['status']}"
-        )
+    console.say(
+        f"credits spent: {summary['credits_spent']} of a budget of {summary['budget']}; "
+        f"records: {summary['records']}; status: {summary['status']}"
     )
     billed = summary.get("service_billed")
     if billed is not None and billed != summary["credits_spent"]:
-        out.print(
-            Text(
-                f"the service's bill: the account's balance fell by {billed} credits during the run; harvest "
-                f"counted {summary['credits_spent']} (harvest counts a request whose answer was lost as spent; "
-                "another job on the same key also makes these differ)"
-            )
+        console.say(
+            f"the service's bill: the account's balance fell by {billed} credits during the run; harvest "
+            f"counted {summary['credits_spent']} (harvest counts a request whose answer was lost as spent; "
+            "another job on the same key also makes these differ)"
         )
 
 
@@ -236,12 +226,12 @@ def exit_code(summary: dict[str, Any]) -> int:
 
 def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
     if summary.get("status") == "nothing_to_continue":
-        out.print(Text(summary["message"]))
+        console.say(summary["message"])
         return 0
     print_summary(summary, output)
     step = _next_step(summary, spec)
     if step:
-        err.print(Text(step), soft_wrap=True)
+        console.note(step)
     return exit_code(summary)
 
 
@@ -263,26 +253,17 @@ def demo(output: Path | None) -> None:
     target = output or Path(load_spec(DEMO_SPEC).output)
     code = _report(summary, DEMO_SPEC, target)
     db = target / "harvest.duckdb"
-    out.print("\n[bold]Query it[/bold] (DuckDB SQL, read-only):")
-    out.print(
+    out.print()
+    out.print(Text("Query it", style="bold") + Text(" (DuckDB SQL, read-only):"))
+    console.say(
         f'  {harvest_command()} sql {target} "SELECT caption, play_count, digg_count FROM short_video_videos '
-        f'ORDER BY play_count DESC LIMIT 5"',
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
+        f'ORDER BY play_count DESC LIMIT 5"'
     )
-    out.print(
+    console.say(
         f"  {_relative(Path(sys.executable))} -c \"import duckdb; print(duckdb.connect('{db}', read_only=True)"
-        f".sql('SELECT query_id, status, pages, credits FROM query_state'))\"",
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
+        f".sql('SELECT query_id, status, pages, credits FROM query_state'))\""
     )
-    out.print(
-        f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet",
-        highlight=False,
-        markup=False,
-    )
+    console.say(f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
     raise typer.Exit(code)
 
 
@@ -305,17 +286,17 @@ def load(output: Path) -> None:
     layout = OutputLayout(output)
     for row in run_rows(layout):
         if row.unfinished and row.state != "interrupted":
-            err.print(Text(_unfinished_note(row)), soft_wrap=True)
+            console.note(_unfinished_note(row))
     pending = pending_manifests(layout)
     if not pending:
-        out.print(Text(f"nothing to load in {output}: every finished run is in {layout.db}"))
+        console.say(f"nothing to load in {output}: every finished run is in {layout.db}")
         return
     for manifest in pending:
         try:
             tables = load_manifest_into_duckdb(layout, manifest)
         except DatabaseBusy as exc:
             raise fail(str(exc), 1) from None
-        out.print(Text(f"loaded run {manifest.run_id}: {sum(tables.values())} rows in {len(tables)} tables"))
+        console.say(f"loaded run {manifest.run_id}: {sum(tables.values())} rows in {len(tables)} tables")
 
 
 def runs(output: Path) -> None:
@@ -324,43 +305,29 @@ def runs(output: Path) -> None:
     rows = run_rows(OutputLayout(output))
     if not rows:
         raise fail(f"no runs found under {output}", 1)
-    table = Table(title=Text(f"runs in {output}"))
-    for name in ("run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service"):
-        right = name in ("pages", "credits", "records")
-        table.add_column(name, justify="right" if right else "left", no_wrap=name != "service")
+    table = console.table(
+        "run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service",
+        title=f"runs in {output}", right=("pages", "credits", "records"),
+    )  # fmt: skip
     for row in rows:
         m = row.manifest
-        table.add_row(
-            m.run_id, Text(m.job), m.started[:19], row.state, str(row.pages), f"{row.credits}/{m.budget}",
-            str(m.records) if not row.unfinished else "-", "yes" if m.loaded else "no", Text(m.service),
+        console.add_row(
+            table, m.run_id, m.job, m.started[:19], row.state, row.pages, f"{row.credits}/{m.budget}",
+            m.records if not row.unfinished else "-", "yes" if m.loaded else "no", m.service,
         )  # fmt: skip
     out.print(table)
     for row in rows:
         if row.unfinished and row.state != "running":
-            err.print(Text(_unfinished_note(row)), soft_wrap=True)
+            console.note(_unfinished_note(row))
 
 
-def sql(output: Path, query: str) -> None:
-    import duckdb
+def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:
+    """One read statement; refused statements exit 2, queries DuckDB cannot run exit 1."""
+    from flows.sql_command import QueryFailed, sql_command
 
-    db = OutputLayout(output).db
-    if not db.exists():
-        raise fail(f"{db} does not exist: run a job first", 1)
     try:
-        con = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error as exc:
-        raise fail(f"cannot open {db} read-only: {exc}", 1) from None
-    try:
-        result = con.execute(query)
-        names = [d[0] for d in result.description or []]
-        rows = result.fetchmany(200)
-    except duckdb.Error as exc:
-        raise fail(f"{exc}", 1) from None
-    finally:
-        con.close()
-    table = Table()
-    for name in names:
-        table.add_column(name)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    out.print(table)
+        sql_command(output, query, limit, fmt)
+    except UsageError as exc:
+        raise fail(str(exc)) from None
+    except QueryFailed as exc:
+        raise fail(str(exc), exc.exit_code) from None

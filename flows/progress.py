@@ -13,8 +13,9 @@ from typing import Protocol
 
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
+
+from flows.console import LiteralConsole, add_row, table, visible
 
 
 class Reporter(Protocol):
@@ -87,14 +88,15 @@ class LogLines(Counting):
         row = self.rows[query_id]
         now = time.monotonic()
         if row.status != "running":
-            print(f"harvest: {query_id}: {row.status}, {row.pages} pages, {row.records} records, "
+            print(f"harvest: {visible(query_id)}: {row.status}, {row.pages} pages, {row.records} records, "
                   f"{row.credits} credits", file=sys.stderr, flush=True)  # fmt: skip
-        elif now - self.last >= self.every:
+            return
+        pages = sum(r.pages for r in self.rows.values())
+        if pages and now - self.last >= self.every:
             self.last = now
-            pages = sum(r.pages for r in self.rows.values())
             credits = sum(r.credits for r in self.rows.values())
             running = sum(r.status == "running" for r in self.rows.values())
-            print(f"harvest: {running} queries running, {pages} pages, {credits} credits so far",
+            print(f"harvest: {running} running, {pages} pages, {credits} credits so far",
                   file=sys.stderr, flush=True)  # fmt: skip
 
 
@@ -103,16 +105,22 @@ class LiveTable(Counting):
 
     def __init__(self, console: Console | None = None) -> None:
         super().__init__()
-        self.live = Live(self.render(), console=console or Console(stderr=True), refresh_per_second=4)
+        self.live = Live(self.render(), console=console or LiteralConsole(stderr=True), refresh_per_second=4)
         self.live.start()
 
     def render(self) -> Table:
-        table = Table(title="harvest", expand=False)
-        for name in ("query", "pages", "records", "credits", "status"):
-            table.add_column(name, justify="right" if name in ("pages", "records", "credits") else "left")
+        shown = table(
+            "query",
+            "pages",
+            "records",
+            "credits",
+            "status",
+            title="harvest",
+            right=("pages", "records", "credits"),
+        )
         for query_id, row in list(self.rows.items())[-30:]:
-            table.add_row(escape(query_id), str(row.pages), str(row.records), str(row.credits), row.status)
-        return table
+            add_row(shown, query_id, row.pages, row.records, row.credits, row.status)
+        return shown
 
     def changed(self, query_id: str) -> None:
         self.live.update(self.render())

@@ -13,15 +13,15 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -38,8 +38,7 @@ from pydantic.fields import FieldInfo
 from connectors import catalog
 from connectors.catalog import Endpoint
 from connectors.params import Params
-
-Loc = tuple[int | str, ...]
+from flows.spec_yaml import PRINTABLE, Loc, UnreadableSpec, load_yaml, read_spec_text
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -53,6 +52,9 @@ PATTERN_WORDS = {
 }
 BASE_URL_ENV = "HARVEST_BASE_URL"
 SANDBOX = "sandbox"
+URL_ALLOWED = "an http(s) URL without credentials or query string (scheme://host[:port][/path]), or `sandbox`"
+_SECRET_WORDS = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential|session|bearer", re.IGNORECASE)
+"""Query parameter names that carry a credential (api_key, access_token, apikey, signature, ...)."""
 _DEFER = "harvest_defer_semantic_checks"
 """Validation context flag: `load_spec` runs the semantic checks itself, to place them on lines."""
 
@@ -106,7 +108,11 @@ class Service(_Model):
         60.0, gt=0, le=600, description="Read timeout of one request (the official client's is 60 s)."
     )
     attempts: int = Field(
-        5, strict=True, ge=1, le=20, description="Attempts per page on 429, 5xx, timeouts and dropped connections."
+        5,
+        strict=True,
+        ge=1,
+        le=20,
+        description="Attempts per page on 429, 5xx, timeouts and dropped connections.",
     )
 
     @field_validator("base_url")
@@ -201,7 +207,15 @@ class JobSpec(_Model):
         description="Holds harvest.duckdb and parquet/; relative to the working dir. Default: data/<name>.",
     )
     costs: dict[str, Annotated[int, Field(strict=True, ge=0)]] = Field(
-        default_factory=dict, description="Credits per request by endpoint path, overriding the catalog."
+        default_factory=dict,
+        description="Credits per request by endpoint path, overriding the catalog; at least the catalog's price "
+        "unless allow_lower_costs.",
+    )
+    allow_lower_costs: bool = Field(
+        False,
+        strict=True,
+        description="Accept `costs` below the catalog's price (a negotiated contract). The budget then holds "
+        "only as long as the service charges no more than those prices.",
     )
     durability: Literal["flush", "fsync"] = Field(
         "flush", description="flush: a page survives kill -9; fsync: it also survives power loss (slower)."
@@ -234,21 +248,47 @@ class JobSpec(_Model):
 
 _MODELS: dict[str, type[_Model]] = {"service": Service, "budget": Budget}
 _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
-    (Service, "base_url"): "an http(s) URL, or `sandbox` for the embedded sandbox",
+    (Service, "base_url"): URL_ALLOWED,
     (Query, "for_each"): "{<parameter>: [values...]} or {<parameter>: {from: <query id>, field: <column>}}",
     (Query, "endpoint"): "a documented path; `harvest endpoints` lists them",
     (FromQuery, "from"): "the id of another query of this spec",
     (FromQuery, "field"): "a column of the parent's record tables (`harvest endpoints` lists them)",
-    (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer >= 0>}",
+    (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer, at least the catalog's price>}",
     (JobSpec, "queries"): "a non-empty list of queries with keys: " + ", ".join(Query.model_fields),
 }
 
 
 def check_base_url(value: str) -> str:
-    """An http(s) URL with a host, or the word `sandbox` (the embedded sandbox must be asked for by name)."""
+    """An http(s) URL with a host, or the word `sandbox` (the embedded sandbox must be asked for by name).
+
+    A key written into the URL (`http://KEY@host`, `?api_key=...`) would be stored wherever the URL is: the
+    manifest, the `runs` table, Prefect. So credentials are refused, and the message never repeats the URL.
+    A query string is refused too: the client appends paths to the base URL, which a query string would break.
+    """
     value = value.strip()
     if value == SANDBOX:
         return value
+    key_hint = (
+        "the key belongs in the environment variable named by service.api_key_env (or a Prefect Secret)"
+    )
+    authority = re.split(r"[/?#]", value.partition("://")[2] if "://" in value else value, maxsplit=1)[0]
+    if "@" in authority:
+        raise ValueError(
+            f"the URL carries a credential before the host (user@ or user:password@, not shown); {key_hint}"
+        )
+    query = value.partition("?")[2].partition("#")[0]
+    secret = [
+        name for name, _, _ in (p.partition("=") for p in query.split("&")) if _SECRET_WORDS.search(name)
+    ]
+    if secret:
+        raise ValueError(
+            f"the URL carries a credential in its query string ({', '.join(secret)}, not shown); {key_hint}"
+        )
+    if "?" in value or "#" in value:
+        shown = value.partition("?")[0].partition("#")[0]
+        raise ValueError(
+            f"{shown + '?...'!r} has a query string or fragment; harvest sends its own parameters"
+        )
     if not re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", value):
         raise ValueError(f"{value!r} is not an http(s) URL")
     return value.rstrip("/")
@@ -303,7 +343,7 @@ def resolve_base_url(spec: JobSpec, cli_value: str | None, env: Mapping[str, str
             try:
                 return check_base_url(value)
             except ValueError as exc:
-                raise UsageError(f"{source}: {exc}; allowed: an http(s) URL, or `sandbox`") from None
+                raise UsageError(f"{source}: {exc}; allowed: {URL_ALLOWED}") from None
     raise UsageError(
         "no service URL: set `service.base_url` in the spec, export HARVEST_BASE_URL, or pass --base-url. "
         "The embedded sandbox is used only when asked for by name (`sandbox`), so that synthetic rows never "
@@ -669,14 +709,52 @@ def _cycle_problems(queries: list[Query], parents: dict[str, str]) -> Iterator[F
         )
 
 
-def _cost_problems(costs: Mapping[str, int]) -> Iterator[Found]:
-    for path in costs:
+def _cost_problems(costs: Mapping[str, int], allow_lower: bool) -> Iterator[Found]:
+    """Unknown endpoints, and prices below the catalog's: the ledger reserves the price before each request,
+    so a price below what the service charges lets a run spend past its budget (`costs: {path: 0}` spent 6
+    credits of a budget of 5)."""
+    for path, cost in costs.items():
         if path not in catalog.DEFAULT_COSTS:
             yield ("costs", path), f"unknown endpoint {path!r}", _paths_hint(path)
+        elif cost < catalog.DEFAULT_COSTS[path] and not allow_lower:
+            price = catalog.DEFAULT_COSTS[path]
+            yield (
+                ("costs", path),
+                f"{cost} is below the catalog's price of {price} credit{'s' if price > 1 else ''} a request: the "
+                "budget would reserve too little and a run could spend past it",
+                f"an integer >= {price}; or `allow_lower_costs: true` if a contract guarantees the lower price",
+            )
+
+
+MAX_FANOUT = 10_000
+"""Queries after fan-out (without dependents) in one spec. Every combination of fanned-out values is checked
+(and later planned) one by one, ~70 microseconds each: 10,000 take a second. Two aliased lists of 1,000 values
+would otherwise be a million checks."""
+
+
+def fanout_size(query: Query) -> int:
+    return math.prod(len(values) for values in query.static.values())
+
+
+def _fanout_problem(queries: Sequence[tuple[int, Query]]) -> Found | None:
+    total = 0
+    for i, query in queries:
+        total += fanout_size(query)
+        if total > MAX_FANOUT:
+            return (
+                ("queries", i, "for_each"),
+                f"the spec fans out to more than {MAX_FANOUT:,} queries (this one alone to {fanout_size(query):,})",
+                f"at most {MAX_FANOUT:,} queries after fan-out in one spec; fan out over a parent query's "
+                "records (`from:`), or split the job into several specs",
+            )
+    return None
 
 
 def _semantic_problems(spec: JobSpec) -> list[Found]:
-    found = list(_cost_problems(spec.costs))
+    found = list(_cost_problems(spec.costs, spec.allow_lower_costs))
+    too_many = _fanout_problem(list(enumerate(spec.queries)))
+    if too_many:  # the other checks go through every combination
+        return [*found, too_many]
     for i, query in enumerate(spec.queries):
         found.extend(_query_problems(i, query))
     found.extend(_cross_problems(spec.queries))
@@ -684,59 +762,22 @@ def _semantic_problems(spec: JobSpec) -> list[Found]:
 
 
 # ---------------------------------------------------------------------------------------------- loading
-def _line_map(node: yaml.Node) -> tuple[dict[Loc, int], list[tuple[Loc, int]]]:
-    """Line of every mapping key and sequence item by location, and the (location, line) of duplicate keys."""
-    lines: dict[Loc, int] = {(): node.start_mark.line + 1}
-    duplicates: list[tuple[Loc, int]] = []
-
-    def walk(node: yaml.Node, loc: Loc) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = (*loc, str(key_node.value))
-                if key in lines:
-                    duplicates.append((key, key_node.start_mark.line + 1))
-                    continue
-                lines[key] = key_node.start_mark.line + 1
-                walk(value_node, key)
-        elif isinstance(node, yaml.SequenceNode):
-            for n, item in enumerate(node.value):
-                lines[(*loc, n)] = item.start_mark.line + 1
-                walk(item, (*loc, n))
-
-    walk(node, ())
-    return lines, duplicates
-
-
-def _line(lines: Mapping[Loc, int], loc: Loc) -> int | None:
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
-
-
 def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
     """Validate the YAML text of a spec; raises SpecError naming file, line, field and what is allowed."""
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        what = " ".join(p for p in (exc.context, exc.problem) if p)
-        raise SpecError([Problem(file, line, "", f"YAML syntax: {what}", "valid YAML")]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError([Problem(file, None, "", f"YAML: {exc}", "valid YAML")]) from None
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
+        data, lines = load_yaml(text)
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
+    if not isinstance(data, dict) or lines is None:
         shape = "a mapping with keys: " + ", ".join(_keys(JobSpec))
         raise SpecError([Problem(file, 1, "", "the spec must be a YAML mapping", shape)])
-    assert node is not None  # data is a dict, so there was a document
-    lines, duplicates = _line_map(node)
     problems = [
         Problem(file, line, _dotted(loc), f"duplicate key {loc[-1]!r} (YAML keeps the last)", "each key once")
-        for loc, line in duplicates
+        for loc, line in lines.duplicates
+    ]
+    problems += [
+        Problem(file, line, _dotted(loc), f"control character {char} in the value", PRINTABLE)
+        for loc, line, char in lines.controls
     ]
     found: list[Found] = []
     spec: JobSpec | None = None
@@ -752,7 +793,7 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         found.extend(_partial_problems(data))
     if spec is not None:
         found.extend(_semantic_problems(spec))
-    problems += [Problem(file, _line(lines, loc), _dotted(loc), text, ok) for loc, text, ok in found]
+    problems += [Problem(file, lines.line(loc), _dotted(loc), text, ok) for loc, text, ok in found]
     if problems:
         raise SpecError(problems)
     assert spec is not None
@@ -767,15 +808,19 @@ def _partial_problems(data: dict[str, Any]) -> list[Found]:
     found: list[Found] = []
     if not isinstance(raw, list):
         return found
-    parsed: list[Query] = []
+    parsed: list[tuple[int, Query]] = []
     for i, item in enumerate(raw):
         try:
-            parsed.append(Query.model_validate(item))
+            parsed.append((i, Query.model_validate(item)))
         except ValidationError:
             continue
-        found.extend(_query_problems(i, parsed[-1]))
+    too_many = _fanout_problem(parsed)
+    if too_many:
+        return [too_many]
+    for i, query in parsed:
+        found.extend(_query_problems(i, query))
     if parsed and len(parsed) == len(raw):
-        found.extend(_cross_problems(parsed))
+        found.extend(_cross_problems([q for _, q in parsed]))
     return found
 
 
@@ -783,9 +828,11 @@ def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a spec file; every problem raises SpecError, and nothing is spent."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_spec_text(Path(path))
     except FileNotFoundError:
         raise SpecError([Problem(file, None, "", "no such file", "the path of a YAML job spec")]) from None
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
     except (OSError, UnicodeDecodeError) as exc:
         problem = Problem(file, None, "", f"cannot read the spec: {exc}", "a UTF-8 YAML file")
         raise SpecError([problem]) from None

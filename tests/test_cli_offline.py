@@ -141,3 +141,36 @@ def test_validate_in_a_real_process_exits_2_without_importing_prefect(tmp_path: 
         line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
     }
     assert not {m for m in imported if m.split(".")[0] in {"prefect", "duckdb", "fastapi", "uvicorn"}}
+
+
+# ------------------------------------------------------------------------- text is printed literally
+BRACKETS = ["[b]nasa[/b]", "[/i]", "[red]new", ":smile:"]
+
+
+def test_plan_prints_values_with_brackets_as_they_are(tmp_path: Path) -> None:
+    spec = VALID.replace("for_each: {handle: [nasa, esa]}", f"for_each: {{handle: {json.dumps(BRACKETS)}}}")
+    result = runner.invoke(app, ["plan", str(write(tmp_path, spec))], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for value in BRACKETS:
+        assert f"videos[handle={value}]" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_problems_quoting_markup_are_printed_as_written(tmp_path: Path, command: str) -> None:
+    spec = VALID.replace("name: brand-watch", "name: '[/bold]'").replace(
+        "sort_by: latest", "sort_by: '[red]new'"
+    )
+    path = write(tmp_path, spec)
+    result = runner.invoke(app, [command, str(path)], env={"HARVEST_BASE_URL": "sandbox"})
+    assert result.exit_code == 2
+    assert f"{path}:1: name: string should match pattern" in result.stderr
+    assert "got '[/bold]'" in result.stderr
+    assert f"{path}:7: queries[0].params.sort_by: '[red]new' is not allowed" in result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_endpoints_prints_paths_and_flags_as_they_are() -> None:
+    result = runner.invoke(app, ["endpoints"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "/v1/creative/materials/{material_id}  1 credit/request, single page" in result.stdout
+    assert "material_id: string" in result.stdout and "[path, required]" in result.stdout

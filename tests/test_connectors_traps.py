@@ -307,7 +307,7 @@ async def test_fault_on_second_request_still_completes(sandbox_factory: Factory,
 
 
 # ---------------------------------------------------------------------------------------------- (f) 402 mid-query
-async def test_402_in_the_middle_fails_keeps_earlier_pages_and_stops(sandbox_factory: Factory) -> None:
+async def test_402_in_the_middle_stops_keeps_earlier_pages_and_the_cursor(sandbox_factory: Factory) -> None:
     sb = sandbox_factory(api_keys={"small-key": 50}, pages=(4, 4), page_size=5)
     path = "/v1/pinboard/search"
     endpoint, params = ENDPOINTS[path], PAGED[path]
@@ -316,10 +316,12 @@ async def test_402_in_the_middle_fails_keeps_earlier_pages_and_stops(sandbox_fac
         if page.index == 0:
             sb.set_balance(0)
 
-    run = await run_query(sb, endpoint, params, after_page=drain)
+    ledger = CreditLedger(100)
+    run = await run_query(sb, endpoint, params, after_page=drain, ledger=ledger)
 
-    assert run.outcome.status == "failed"
+    assert run.outcome.status == "stopped", "a 402 stops the whole run, not just this query"
     assert "out of credits, or the API key is not valid" in (run.outcome.error or "")
+    assert ledger.stopped is not None and "402" in ledger.stopped.reason
     assert len(run.pages) == 1 and run.pages[0].record_count > 0, "the page before it is kept"
     assert [e.status for e in sb.ledger] == [200, 402], "no further requests"
     assert run.outcome.next_cursor == run.pages[0].cursor_out is not None, (

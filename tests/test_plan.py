@@ -149,7 +149,7 @@ def test_worst_case_per_paging_rule() -> None:
 def test_cost_overrides_scale_the_worst_case_and_zero_cost_is_free() -> None:
     head = (
         "name: job\nbudget: {credits: 12}\n"
-        "costs:\n  /v1/pinboard/search: 3\n  /v1/streaming/clip: 0\nqueries:\n"
+        "costs:\n  /v1/pinboard/search: 3\n  /v1/streaming/clip: 0\nallow_lower_costs: true\nqueries:\n"
     )
     text = (
         "  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n    max_pages: 4\n"

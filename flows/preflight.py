@@ -1,0 +1,103 @@
+"""The output directory, checked before Prefect starts and before any request is paid for.
+
+A run that cannot land its data should fail in a second, not after Prefect started (10 s and two tracebacks
+for an `output` under a regular file) or after the credits were spent (a corrupt `harvest.duckdb` was found
+only at the load step). Everything here only looks: it creates nothing, so a refused run leaves no trace.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flows.spec import UsageError
+from tasks.layout import OutputLayout
+
+DATA_DIRS = ("raw", "parquet")
+"""Subdirectories an output directory owns; another job's output inside them would mix into its data."""
+
+
+def check_output_dir(path: Path) -> None:
+    """Raise UsageError (exit 2) unless a run can create, write and load into `path`."""
+    path = Path(path).expanduser()
+    _check_creatable(path)
+    _check_writable(path)
+    _check_not_inside_another_job(path)
+    _check_database(OutputLayout(path).db)
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.absolute().parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _check_creatable(path: Path) -> None:
+    existing = _nearest_existing(path)
+    if existing.is_dir():
+        return
+    where = "is a file" if existing == path else f"is under {existing}, which is a file"
+    raise UsageError(
+        f"output: {path} {where}, not a directory; allowed: a directory harvest can create "
+        "(--output or `output:` in the spec)"
+    )
+
+
+def _check_writable(path: Path) -> None:
+    existing = _nearest_existing(path)
+    statvfs = getattr(os, "statvfs", None)  # POSIX only
+    read_only_fs = bool(statvfs and statvfs(existing).f_flag & os.ST_RDONLY)
+    if read_only_fs or not os.access(existing, os.W_OK | os.X_OK):
+        what = "cannot be written" if existing == path else f"cannot be created: {existing} is not writable"
+        if read_only_fs:
+            what += " (read-only file system)"
+        raise UsageError(f"output: {path} {what}; allowed: a directory you can write to")
+
+
+def _is_output_root(directory: Path) -> bool:
+    """A directory holding a job's data: its DuckDB file, or a run manifest under raw/."""
+    layout = OutputLayout(directory)
+    if layout.db.is_file():
+        return True
+    return layout.raw_root.is_dir() and next(layout.raw_root.glob("*/manifest.json"), None) is not None
+
+
+def _check_not_inside_another_job(path: Path) -> None:
+    resolved = path.resolve()
+    for inside in (resolved, *resolved.parents):
+        if inside.name in DATA_DIRS and _is_output_root(inside.parent):
+            raise UsageError(
+                f"output: {path} is inside the {inside.name}/ directory of another job's output "
+                f"({inside.parent}); allowed: a directory of its own, e.g. a sibling of {inside.parent}"
+            )
+
+
+def _check_database(db: Path) -> None:
+    """An existing harvest.duckdb must open read-only as a DuckDB database; busy (locked) is fine."""
+    if not db.exists() and not db.is_symlink():
+        return
+    import duckdb
+
+    try:
+        if not db.is_file():
+            raise OSError("not a regular file")
+        duckdb.connect(str(db), read_only=True).close()
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            return  # another process holds it: the run lands Parquet and says to run `harvest load`
+        raise UsageError(unreadable_database(db, exc)) from None
+    except (duckdb.Error, OSError) as exc:
+        raise UsageError(unreadable_database(db, exc)) from None
+
+
+def unreadable_database(db: Path, exc: BaseException) -> str:
+    """What to do about a database file DuckDB cannot open: move it aside; the runs' data is elsewhere too."""
+    layout = OutputLayout(db.parent)
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (
+        f"output: {db} is not a readable DuckDB database ({reason}); nothing was sent. "
+        f"Move it aside (mv {db} {db}.broken) and run again: the run starts a new database. "
+        f"The rows of earlier runs stay in {layout.parquet_root} and their raw pages in {layout.raw_root}; "
+        "the new database holds only runs from then on"
+    )

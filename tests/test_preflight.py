@@ -1,0 +1,212 @@
+"""The output directory is checked before Prefect starts and before any request: a run that could not land its
+data is refused in a second (exit 2), naming the path and what to do, and leaves everything as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.preflight import check_output_dir
+from flows.spec import UsageError
+from tests.test_spec import VALID
+
+ROOT = Path(__file__).parent.parent
+runner = CliRunner()
+
+
+def make_job_output(root: Path, rows: int = 3) -> Path:
+    """An output directory as a run leaves it: a DuckDB file with rows, and a run manifest under raw/."""
+    (root / "raw" / "20260101T000000Z-abc123").mkdir(parents=True)
+    (root / "raw" / "20260101T000000Z-abc123" / "manifest.json").write_text("{}")
+    con = duckdb.connect(str(root / "harvest.duckdb"))
+    con.execute("CREATE TABLE forum_posts AS SELECT range AS id FROM range(?)", [rows])
+    con.close()
+    return root
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(UsageError) as caught:
+        check_output_dir(path)
+    assert caught.value.exit_code == 2
+    return str(caught.value)
+
+
+# ------------------------------------------------------------------------------------------- accepted
+def test_new_empty_and_existing_outputs_are_fine_and_left_as_they_were(tmp_path: Path) -> None:
+    check_output_dir(tmp_path / "data" / "new-job")
+    assert not (tmp_path / "data").exists()  # checking creates nothing
+    (tmp_path / "empty").mkdir()
+    check_output_dir(tmp_path / "empty")
+    job = make_job_output(tmp_path / "job")
+    before = sha(job / "harvest.duckdb")
+    check_output_dir(job)
+    assert sha(job / "harvest.duckdb") == before
+    check_output_dir(tmp_path / "job-2")  # a sibling of another job's output is its own
+
+
+def test_a_database_busy_in_another_process_is_no_reason_to_refuse(tmp_path: Path) -> None:
+    """The run lands Parquet and says to run `harvest load`; refusing it would lose a scheduled run."""
+    job = make_job_output(tmp_path / "job")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time\n"
+         f"con = duckdb.connect({str(job / 'harvest.duckdb')!r})\nprint('held', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(duckdb.IOException, match="lock"):
+            duckdb.connect(str(job / "harvest.duckdb"), read_only=True)
+        check_output_dir(job)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------------------------------------------------------------- refused
+def test_an_output_that_is_a_file_or_under_one_is_refused(tmp_path: Path) -> None:
+    afile = tmp_path / "notes.txt"
+    afile.write_text("keep me")
+    assert refusal(afile) == (
+        f"output: {afile} is a file, not a directory; allowed: a directory harvest can create "
+        "(--output or `output:` in the spec)"
+    )
+    assert f"output: {afile / 'x' / 'y'} is under {afile}, which is a file, not a directory" in refusal(
+        afile / "x" / "y"
+    )
+    assert afile.read_text() == "keep me"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_output_in_a_directory_without_write_permission_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        assert "is not writable; allowed: a directory you can write to" in refusal(locked / "job")
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("inside", ["raw", "raw/20260101T000000Z-abc123/mine", "parquet/forum_posts"])
+def test_an_output_inside_another_jobs_data_is_refused(tmp_path: Path, inside: str) -> None:
+    other = make_job_output(tmp_path / "other")
+    message = refusal(other / inside)
+    top = inside.split("/")[0]
+    assert message.startswith(
+        f"output: {other / inside} is inside the {top}/ directory of another job's output"
+    )
+    assert f"({other})" in message and "allowed: a directory of its own" in message
+
+
+def corrupt(db: Path, how: str) -> None:
+    if how == "text":
+        db.write_text("id,body\n1,hello\n")  # what `COPY ... TO 'harvest.duckdb'` used to leave
+    elif how == "truncated":
+        con = duckdb.connect(str(db))
+        con.execute("CREATE TABLE t AS SELECT range AS id FROM range(100000)")
+        con.close()
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 3])
+    elif how == "overwritten":
+        con = duckdb.connect(str(db))
+        con.execute("CREATE TABLE t AS SELECT range AS id FROM range(100000)")
+        con.close()
+        with db.open("r+b") as f:
+            f.seek(3 * 4096)
+            f.write(b"\xff" * 8192)
+    else:
+        db.mkdir()
+
+
+@pytest.mark.parametrize("how", ["text", "truncated", "overwritten", "directory"])
+def test_a_database_duckdb_cannot_open_is_refused_with_how_to_recover(tmp_path: Path, how: str) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    db = job / "harvest.duckdb"
+    corrupt(db, how)
+    message = refusal(job)
+    assert message.startswith(f"output: {db} is not a readable DuckDB database (")
+    assert f"Move it aside (mv {db} {db}.broken)" in message
+    assert f"earlier runs stay in {job / 'parquet'}" in message
+
+
+# -------------------------------------------------------------------------------------- from the CLI
+def harvest_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`harvest run` in its own process, recording imports: a refused run must not even import Prefect."""
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flows.cli", "run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HARVEST_API_KEY": "k"},
+    )
+
+
+def imported(stderr: str) -> set[str]:
+    return {line.split("|")[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def messages(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if not line.startswith("import time:")]
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "job.yaml"
+    path.write_text(VALID)
+    yield path
+
+
+def test_run_into_a_path_under_a_file_is_refused_before_prefect_starts(tmp_path: Path, spec: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    proc = harvest_run(str(spec), "--base-url", "sandbox", "--output", "afile/out", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert messages(proc.stderr) == [
+        f"error: output: afile/out is under {tmp_path / 'afile'}, which is a file, not a directory; allowed: a "
+        "directory harvest can create (--output or `output:` in the spec)"
+    ]
+    assert not {m for m in imported(proc.stderr) if m.split(".")[0] == "prefect"}
+
+
+def test_run_onto_a_corrupt_database_is_refused_and_leaves_it_as_it_was(tmp_path: Path, spec: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    db = job / "harvest.duckdb"
+    corrupt(db, "text")
+    before = sha(db)
+    proc = harvest_run(str(spec), "--base-url", "http://127.0.0.1:9", "--output", str(job), cwd=tmp_path)
+    assert proc.returncode == 2
+    (line,) = messages(proc.stderr)
+    assert line.startswith(f"error: output: {db} is not a readable DuckDB database") and "mv " in line
+    assert not {m for m in imported(proc.stderr) if m.split(".")[0] == "prefect"}
+    assert sha(db) == before and sorted(p.name for p in job.iterdir()) == ["harvest.duckdb"]
+
+
+def test_the_specs_output_is_checked_when_there_is_no_output_option(tmp_path: Path) -> None:
+    other = make_job_output(tmp_path / "other")
+    path = tmp_path / "job.yaml"
+    path.write_text(VALID + f"output: {other / 'raw' / 'mine'}\n")
+    result = runner.invoke(app, ["run", str(path), "--base-url", "sandbox"])
+    assert result.exit_code == 2
+    assert f"error: output: {other / 'raw' / 'mine'} is inside the raw/ directory" in result.stderr
+    assert not (other / "raw" / "mine").exists()
+
+
+def test_demo_into_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    result = runner.invoke(app, ["demo", "--output", str(tmp_path / "afile")])
+    assert result.exit_code == 2
+    assert f"error: output: {tmp_path / 'afile'} is a file, not a directory" in result.stderr

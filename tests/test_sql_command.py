@@ -1,0 +1,259 @@
+"""`harvest sql`: one read statement, nothing written anywhere, text printed as it is, cut rows said out loud."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows import sql_command
+from flows.cli import app
+
+ROOT = Path(__file__).parent.parent
+runner = CliRunner()
+ROWS = 1234
+MARKUP = "[quote]nice[/quote] I [b]really[/b] [/i] :smile:"
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """An output directory whose harvest.duckdb holds 1,234 forum posts; row 0 carries markup and an ESC."""
+    output = tmp_path / "job"
+    output.mkdir()
+    con = duckdb.connect(str(output / "harvest.duckdb"))
+    con.execute(
+        "CREATE TABLE forum_posts AS SELECT range AS id, "
+        "CASE WHEN range = 0 THEN ? || chr(27) || '[31mred' ELSE 'post ' || range END AS body, "
+        "CASE WHEN range % 2 = 0 THEN NULL ELSE range * 10 END AS score, "
+        "json_object('id', range, 'tags', ['a', 'b']) AS raw FROM range(?)",
+        [MARKUP, ROWS],
+    )
+    con.close()
+    return output
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def sql(output: Path, query: str, *options: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["sql", str(output), query, *options], env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def post_count(db: Path) -> int:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM forum_posts").fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    return int(row[0])
+
+
+# ------------------------------------------------------------------------------------------ read-only
+def test_copy_onto_the_jobs_own_database_is_refused_and_the_database_is_untouched(job: Path) -> None:
+    db = job / "harvest.duckdb"
+    before = sha(db)
+    code, stdout, stderr = sql(job, f"COPY forum_posts TO '{db}' (FORMAT csv)")
+    assert code == 2
+    assert stdout == ""
+    assert "refused COPY (reads and writes files)" in stderr
+    assert "allowed: one read-only statement: SELECT" in stderr
+    assert len(stderr.strip().splitlines()) == 1
+    assert sha(db) == before
+    assert post_count(db) == ROWS
+
+
+@pytest.mark.parametrize(
+    ("statement", "refused"),
+    [
+        ("COPY forum_posts TO '{dir}/out.csv'", "COPY"),
+        ("COPY forum_posts FROM '{dir}/in.csv'", "COPY"),
+        ("EXPORT DATABASE '{dir}/export'", "EXPORT"),
+        ("ATTACH '{dir}/other.duckdb' (READ_WRITE)", "ATTACH"),
+        ("DETACH other", "DETACH"),
+        ("INSTALL httpfs", "LOAD"),
+        ("LOAD httpfs", "LOAD"),
+        ("SET threads = 1", "SET"),
+        ("RESET threads", "SET"),
+        ("SET enable_external_access = true", "SET"),
+        ("PRAGMA version", "PRAGMA"),
+        ("CALL checkpoint()", "CALL"),
+        ("CHECKPOINT", "CALL"),
+        ("CREATE TABLE t AS SELECT 1", "CREATE"),
+        ("INSERT INTO forum_posts (id) VALUES (-1)", "INSERT"),
+        ("DELETE FROM forum_posts", "DELETE"),
+        ("DROP TABLE forum_posts", "DROP"),
+        ("PIVOT forum_posts ON score USING count(*)", "MULTI"),
+        (
+            "EXPLAIN ANALYZE COPY forum_posts TO '{dir}/explained.csv'",
+            "EXPLAIN of a statement that is not a SELECT",
+        ),
+        ("SELECT 1; SELECT 2", "2 statements"),
+        ("SELECT 1; COPY forum_posts TO '{dir}/second.csv'", "2 statements"),
+        ("  -- nothing\n", "an empty query"),
+    ],
+)
+def test_every_statement_but_a_read_is_refused(
+    job: Path, tmp_path: Path, statement: str, refused: str
+) -> None:
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).execute("CREATE TABLE o AS SELECT 1 AS a").close()
+    before = {p.name: sha(p) for p in (job / "harvest.duckdb", other)}
+    code, stdout, stderr = sql(job, statement.format(dir=tmp_path))
+    assert code == 2, stderr
+    assert f"harvest sql refused {refused}" in stderr
+    assert "allowed: one read-only statement" in stderr and stdout == ""
+    assert {p.name: sha(p) for p in (job / "harvest.duckdb", other)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "other.duckdb"]  # nothing written
+    assert post_count(job / "harvest.duckdb") == ROWS
+
+
+def test_the_connection_itself_cannot_write_files_or_unlock_its_settings(job: Path, tmp_path: Path) -> None:
+    """The second fence, for a statement the parser check would let through: no file system, locked config."""
+    con = sql_command.open_read_only(job / "harvest.duckdb")
+    try:
+        with pytest.raises(duckdb.PermissionException):
+            con.execute(f"COPY forum_posts TO '{tmp_path}/leak.csv'")
+        with pytest.raises(duckdb.PermissionException):
+            con.execute(f"ATTACH '{tmp_path}/new.duckdb'")
+        with pytest.raises(duckdb.Error, match="locked"):
+            con.execute("SET enable_external_access = true")
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("CREATE TABLE t (a INTEGER)")
+    finally:
+        con.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job"]
+
+
+def test_reading_a_file_from_sql_is_refused_without_showing_it(job: Path) -> None:
+    code, stdout, stderr = sql(job, "SELECT * FROM read_csv('/etc/passwd')")
+    assert code == 1
+    assert "reads only the tables in" in stderr and "root:" not in stdout + stderr
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("SELECT count(*) AS n FROM forum_posts", "1234"),
+        ("WITH s AS (SELECT score FROM forum_posts) SELECT max(score) FROM s", "12330"),
+        ("FROM forum_posts SELECT id WHERE id = 7", "7"),
+        ("SELECT raw->>'$.tags[1]' AS tag FROM forum_posts WHERE id = 3", "b"),
+        ("DESCRIBE forum_posts", "VARCHAR"),
+        ("SHOW TABLES", "forum_posts"),
+        ("SUMMARIZE forum_posts", "score"),
+        ("VALUES (42)", "42"),
+        ("EXPLAIN SELECT * FROM forum_posts", "physical_plan"),
+        ("EXPLAIN ANALYZE SELECT count(*) FROM forum_posts", "analyzed_plan"),
+    ],
+)
+def test_reads_of_the_jobs_tables_work(job: Path, query: str, expected: str) -> None:
+    code, stdout, stderr = sql(job, query)
+    assert code == 0, stderr
+    assert expected in stdout
+
+
+def test_a_query_duckdb_cannot_run_exits_1_with_its_message(job: Path) -> None:
+    code, _, stderr = sql(job, "SELEC 1")
+    assert code == 1 and 'syntax error at or near "SELEC"' in stderr
+    code, _, stderr = sql(job, "SELECT * FROM nope")
+    assert code == 1 and "nope does not exist" in stderr
+
+
+def test_a_missing_database_exits_1(tmp_path: Path) -> None:
+    code, _, stderr = sql(tmp_path, "SELECT 1")
+    assert code == 1 and "does not exist: run a job first" in stderr
+
+
+# -------------------------------------------------------------------------------------- what is shown
+def test_text_is_printed_literally(job: Path) -> None:
+    code, stdout, stderr = sql(job, "SELECT body FROM forum_posts WHERE id = 0")
+    assert code == 0, stderr
+    assert MARKUP in stdout  # brackets and emoji codes as they are; `[/i]` does not crash
+    assert "\\x1b[31mred" in stdout and "\x1b" not in stdout  # the ESC is shown, never sent to the terminal
+
+
+def test_rows_past_the_limit_are_counted_and_said(job: Path) -> None:
+    code, stdout, stderr = sql(job, "SELECT id FROM forum_posts ORDER BY id")
+    assert code == 0
+    assert "│ 199 " in stdout and "│ 200 " not in stdout
+    assert stderr == "showing 200 of 1,234 rows; --limit N shows more, --limit 0 all\n"
+    code, stdout, stderr = sql(job, "SELECT id FROM forum_posts ORDER BY id", "--limit", "0")
+    assert code == 0 and "│ 1233 " in stdout and stderr == ""
+    code, _, stderr = sql(job, "SELECT id FROM forum_posts LIMIT 200")
+    assert code == 0 and stderr == ""  # exactly the limit: nothing was cut
+
+
+def test_a_huge_result_is_counted_up_to_a_cap(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sql_command, "COUNT_CAP", 500)
+    code, _, stderr = sql(job, "SELECT id FROM forum_posts", "--limit", "10")
+    assert code == 0
+    assert stderr == "showing 10 of more than 510 rows; --limit N shows more, --limit 0 all\n"
+
+
+def test_csv_for_scripts(job: Path) -> None:
+    code, stdout, stderr = sql(job, "SELECT id, body, score FROM forum_posts ORDER BY id", "--format", "csv")
+    assert code == 0
+    rows = list(csv.reader(io.StringIO(stdout)))
+    assert rows[0] == ["id", "body", "score"]
+    assert len(rows) == 201
+    assert rows[1] == ["0", MARKUP + "\x1b[31mred", ""]  # the data exactly; NULL is empty
+    assert rows[2] == ["1", "post 1", "10"]
+    assert "showing 200 of 1,234 rows" in stderr  # the note is on stderr, the data alone on stdout
+
+
+def test_json_for_scripts(job: Path) -> None:
+    code, stdout, stderr = sql(
+        job,
+        "SELECT id, score, raw, [1, 2] AS list, {'a': 1} AS struct, DATE '2026-01-02' AS day, 1.50::DECIMAL(4, 2) "
+        "AS price, id AS id FROM forum_posts ORDER BY id",
+        "--format",
+        "json",
+        "--limit",
+        "0",
+    )
+    assert code == 0 and stderr == ""
+    rows = json.loads(stdout)
+    assert len(rows) == ROWS
+    assert rows[1] == {
+        "id": 1,
+        "score": 10,
+        "raw": '{"id":1,"tags":["a","b"]}',
+        "list": [1, 2],
+        "struct": {"a": 1},
+        "day": "2026-01-02",
+        "price": 1.5,
+        "id_1": 1,
+    }
+    assert rows[0]["score"] is None
+    code, stdout, _ = sql(job, "SELECT * FROM forum_posts WHERE id < 0", "--format", "json")
+    assert code == 0 and json.loads(stdout) == []
+
+
+def test_an_unknown_format_or_a_negative_limit_is_refused(job: Path) -> None:
+    code, _, stderr = sql(job, "SELECT 1", "--format", "xml")
+    assert code == 2 and "allowed: table, csv, json" in stderr
+    code, _, _ = sql(job, "SELECT 1", "--limit", "-1")
+    assert code == 2
+
+
+def test_a_refused_copy_in_a_real_process(job: Path) -> None:
+    db = job / "harvest.duckdb"
+    before = sha(db)
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "harvest"), "sql", str(job), f"COPY forum_posts TO '{db}'"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: harvest sql refused COPY") and "Traceback" not in proc.stderr
+    assert sha(db) == before and post_count(db) == ROWS
