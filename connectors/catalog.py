@@ -193,7 +193,7 @@ CLIP_FIELDS = (
 MICROBLOG_B_POST_FIELDS = (
     text("uri"), text("cid"), text("text", "record.text"), timestamp("created_at", "record.createdAt"),
     text("author_did", "author.did"), text("author_handle", "author.handle"),
-    text("author_display_name", "author.displayName"), json_text("embed"), integer("reply_count", "replyCount"),
+    text("author_display_name", "author.displayName"), text("author_avatar", "author.avatar"), json_text("embed"), integer("reply_count", "replyCount"),
     integer("repost_count", "repostCount"), integer("like_count", "likeCount"), integer("quote_count", "quoteCount"),
     timestamp("indexed_at", "indexedAt"),
 )  # fmt: skip
@@ -205,8 +205,17 @@ VIDEO_FIELDS = (
     integer("comment_count", "commentCount"), text("description"),
 )  # fmt: skip
 
-FEED_ITEM = Unwrap("post", extras=(json_text("feed_reason", "reason"), json_text("feed_reply", "reply")))
-"""The feed's items may come as the native upstream shape, each post wrapped with why it is in the feed."""
+FEED_ITEM = Unwrap(
+    "post",
+    extras=(
+        json_text("feed_reason", "reason"),
+        text("reply_root_uri", "reply.root.uri"),
+        text("reply_parent_uri", "reply.parent.uri"),
+    ),
+    ignore=("reply", "feedContext"),
+)
+"""The feed's items may come as the native upstream shape: the post, why it is in the feed (a repost: `reason`)
+and the thread it replies to (`reply.root`, `reply.parent`: full post views, kept in `raw`)."""
 
 MICROBLOG_B_POSTS = kind(
     "microblog_b_posts", ("feed", "post"), "uri", *MICROBLOG_B_POST_FIELDS, unwrap=FEED_ITEM
@@ -316,7 +325,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/pinboard/search", "Pins matching a query.", PinSearch, paging.cursor(),
         (kind("pinboard_pins", "pins", "id",
-              text("id"), text("url"), text("title"), text("description"), text("image_url", "images.orig.url"), text("link"),
+              text("id"), text("url"), text("title"), text("description"), text("image_url", "images.orig.url"),
+              integer("image_width", "images.orig.width"), integer("image_height", "images.orig.height"), text("link"),
               text("domain"), text("board_id", "board.id"), text("board_name", "board.name"),
               text("board_url", "board.url"), text("pinner_id", "pinner.id"),
               text("pinner_username", "pinner.username"), text("pinner_full_name", "pinner.full_name")),),

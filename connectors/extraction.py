@@ -18,9 +18,8 @@ import orjson
 import pyarrow as pa
 
 from connectors.fields import TIMESTAMP, coercer
-from connectors.records import RecordKind
+from connectors.records import ENVELOPE_KEYS, RecordKind
 
-ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached"})
 EXAMPLE_CHARS = 80
 NEW_FIELDS_CAP = 50
 
@@ -200,13 +199,11 @@ def _count_keys(report: TableReport, items: list[Any], key_nulls: list[bool], si
 def _new_fields(kind: RecordKind, items: list[Any], report: TableReport) -> None:
     if len(report.new_fields) >= NEW_FIELDS_CAP:
         return
-    seen: set[str] = set()
-    unwrap = kind.unwrap
+    found: set[str] = set()
     for item in items:
-        if isinstance(item, dict):
-            seen.update((unwrap.inner(item) if unwrap else item).keys())
-    known = kind.heads | ENVELOPE_KEYS | (frozenset({unwrap.key}) if unwrap else frozenset())
-    report.new_fields |= set(sorted(seen - known)[: NEW_FIELDS_CAP - len(report.new_fields)])
+        kind.unknown_fields(item, found)
+    if found:
+        report.new_fields |= set(sorted(found - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)])
 
 
 @dataclass

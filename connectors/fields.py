@@ -1,13 +1,15 @@
 """Typed columns of a record kind, and how a wire value becomes a column value.
 
 A value that does not fit its column becomes null and is counted (see `connectors.extraction`); the record's own
-JSON is always kept in `raw`. Numbers sent as text convert where the text is unambiguous: "42", "1,234",
-"1.2K"/"3.4M"/"1B" (K = thousand, M = million, B = billion; an integer column takes them only when the result is
-a whole number). "twelve", "1.2.3", "1,23" and "yesterday" do not fit.
+JSON is always kept in `raw`. Numbers sent as text convert where the text is unambiguous, computed exactly:
+"42", "-7", "1,234" (thousands in groups of three), "1.2K"/"3.4m"/"1B" (K = 10^3, M = 10^6, B = 10^9, any case;
+an integer column takes them only when the result is whole and within 64 bits). "1.000" (a decimal point or a
+European thousands separator?), "1,23", "1e3", "nan", "twelve" and "yesterday" do not fit.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,13 +50,6 @@ class Field:
 
         return read
 
-    @property
-    def heads(self) -> frozenset[str]:
-        """The top-level record keys this field reads (for spotting fields no column reads)."""
-        if self.path.startswith(PARAM_PREFIX):
-            return frozenset()
-        return frozenset(re.split(r"[.\[]", alt, maxsplit=1)[0] for alt in self.path.split("|"))
-
 
 def text(name: str, path: str | None = None) -> Field:
     return Field(name, path or name, pa.string())
@@ -86,35 +81,52 @@ def text_list(name: str, path: str | None = None) -> Field:
 
 
 # ---------------------------------------------------------------------------------------------- coercion
-_SCALED = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([KMB])$", re.IGNORECASE)
-_GROUPED = re.compile(r"^[0-9]{1,3}(?:,[0-9]{3})+$")
-_SCALE = {"K": 1_000, "M": 1_000_000, "B": 1_000_000_000}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9}
+_COUNT = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*([kmb])?", re.IGNORECASE | re.ASCII)
 
 
-def parse_number(value: str) -> float | None:
-    """The number a text means, when it means one unambiguously (see the module docstring)."""
-    v = value.strip()
-    if _GROUPED.match(v):
-        return float(v.replace(",", ""))
-    m = _SCALED.match(v)
-    if m:
-        return float(m.group(1)) * _SCALE[m.group(2).upper()]
-    try:
-        return float(v)
-    except ValueError:
+def _exact(text: str, allow_fraction: bool) -> tuple[int, int] | None:
+    """(numerator, denominator) of a number written as text, computed exactly (4.1M is 4100000, not
+    4099999.9999999995); None when the text is not one of the accepted forms."""
+    m = _COUNT.fullmatch(text.strip())
+    if m is None:
         return None
+    sign, whole, fraction, suffix = m.groups()
+    fraction = fraction or ""
+    if fraction and suffix is None and not allow_fraction:
+        return None  # "1.000": a decimal point, or a European thousands separator? Refused, not guessed.
+    numerator = int(whole.replace(",", "") + fraction) * (_SUFFIXES[suffix.lower()] if suffix else 1)
+    return (-numerator if sign == "-" else numerator), 10 ** len(fraction)
+
+
+def parse_count(text: str) -> int | None:
+    """A whole count written as text (see the module docstring), within 64 bits; None otherwise."""
+    exact = _exact(text, allow_fraction=False)
+    if exact is None or exact[0] % exact[1]:
+        return None
+    value = exact[0] // exact[1]
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+def parse_number(text: str) -> float | None:
+    """A finite number written as text: a plain decimal, or a count form that may have a decimal part."""
+    exact = _exact(text, allow_fraction=True)
+    if exact is None:
+        return None
+    value = exact[0] / exact[1]
+    return value if math.isfinite(value) else None
 
 
 def _as_int(v: Any) -> int | None:
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
-        return v
+        return v if INT64_MIN <= v <= INT64_MAX else None
     if isinstance(v, float):
-        return int(v) if v.is_integer() else None
+        return _as_int(int(v)) if math.isfinite(v) and v.is_integer() else None
     if isinstance(v, str):
-        n = parse_number(v)
-        return int(n) if n is not None and n.is_integer() else None
+        return parse_count(v)
     return None
 
 
@@ -122,7 +134,8 @@ def _as_float(v: Any) -> float | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, int | float):
-        return float(v)
+        value = float(v)
+        return value if math.isfinite(value) else None
     if isinstance(v, str):
         return parse_number(v)
     return None

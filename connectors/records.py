@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.dig import MISSING, first
-from connectors.fields import TIMESTAMP, Field
+from connectors.fields import PARAM_PREFIX, TIMESTAMP, Field
 
 META_COLUMNS: tuple[pa.Field, ...] = (
     pa.field("raw", pa.string()),
@@ -25,16 +25,65 @@ META_COLUMNS: tuple[pa.Field, ...] = (
 )
 
 
+ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached"})
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """The fields a kind reads, as a tree: `keys` at this level and the objects only partly read below it;
+    `prefix` is this level's path, to name an unknown key."""
+
+    keys: frozenset[str]
+    partial: tuple[tuple[str, Known], ...]
+    prefix: str = ""
+
+
+def known_tree(paths: Iterable[str], extra: Iterable[str] = (), prefix: str = "") -> Known:
+    """The tree of field paths. An object read whole (a JSON column, a list, an ignored path) is a leaf:
+    nothing under it is unknown. `extra`: more known top-level keys."""
+    tree: dict[str, Any] = dict.fromkeys(extra)
+    for path in paths:
+        for alternative in path.split("|"):
+            node: dict[str, Any] = tree
+            parts = alternative.split(".")
+            for n, part in enumerate(parts):
+                name, bracket, _ = part.partition("[")
+                if bracket or n == len(parts) - 1:
+                    node[name] = None  # read whole: a leaf wins over anything under it
+                    break
+                if name in node and node[name] is None:
+                    break
+                node = node.setdefault(name, {})
+
+    def freeze(node: dict[str, Any], at: str) -> Known:
+        partial = tuple((k, freeze(v, f"{at}{k}.")) for k, v in node.items() if v is not None)
+        return Known(frozenset(node), partial, at)
+
+    return freeze(tree, prefix)
+
+
+def unknown_paths(known: Known, doc: dict[str, Any], out: set[str]) -> None:
+    """Add the paths in `doc` that `known` does not know (hot path: one subset test per object)."""
+    if not known.keys.issuperset(doc):
+        out.update(known.prefix + k for k in doc.keys() - known.keys)
+    for key, sub in known.partial:
+        child = doc.get(key)
+        if type(child) is dict:
+            unknown_paths(sub, child, out)
+
+
 @dataclass(frozen=True)
 class Unwrap:
     """An alternative shape: an item may come wrapped as `{key: <record>, ...}`.
 
-    Columns read the record inside; `extras` are columns read from the wrapper (null for unwrapped items). The
-    microblog-b feed's native upstream shape is `{"post": {...}, "reason": ..., "reply": ...}`.
+    Columns read the record inside; `extras` are columns read from the wrapper (null for unwrapped items);
+    `ignore` names wrapper paths known to come and left in `raw`. The microblog-b feed's native upstream shape
+    is `{"post": {...}, "reason": ..., "reply": {"root": ..., "parent": ...}}`.
     """
 
     key: str
     extras: tuple[Field, ...] = ()
+    ignore: tuple[str, ...] = ()
 
     def inner(self, item: Any) -> Any:
         if isinstance(item, dict):
@@ -70,9 +119,13 @@ class RecordKind:
     primary_key: tuple[str, ...]
     fields: tuple[Field, ...]
     unwrap: Unwrap | None = None
+    ignore: tuple[str, ...] = ()
+    """Record paths known to come and deliberately left in `raw` (not reported as new fields)."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
-    heads: frozenset[str] = field(init=False, compare=False, repr=False)
-    """Top-level record keys some column reads: any other key is a field the catalog does not know yet."""
+    known: Known = field(init=False, compare=False, repr=False)
+    """The fields some column reads: any other is a field the catalog does not know yet."""
+    wrapped_known: tuple[Known, Known] | None = field(init=False, compare=False, repr=False)
+    """(the wrapper's tree, the record's tree inside it)."""
 
     def __post_init__(self) -> None:
         names = [fld.name for fld in self.columns]
@@ -83,7 +136,14 @@ class RecordKind:
             )
         schema = pa.schema([pa.field(fld.name, fld.type) for fld in self.columns] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
-        object.__setattr__(self, "heads", frozenset().union(*(fld.heads for fld in self.fields)))
+        own = [fld.path for fld in self.fields if not fld.path.startswith(PARAM_PREFIX)] + list(self.ignore)
+        body_keys = ENVELOPE_KEYS if "" in self.locations else ()
+        object.__setattr__(self, "known", known_tree(own, body_keys))
+        wrapped = None
+        if self.unwrap is not None:
+            outer = [fld.path for fld in self.unwrap.extras] + list(self.unwrap.ignore)
+            wrapped = (known_tree(outer, (self.unwrap.key,)), known_tree(own, prefix=f"{self.unwrap.key}."))
+        object.__setattr__(self, "wrapped_known", wrapped)
 
     @property
     def columns(self) -> tuple[Field, ...]:
@@ -118,6 +178,16 @@ class RecordKind:
     def extract(self, body: Any) -> list[Any]:
         """The items of this kind in one page body (empty when the page has none)."""
         return self.locate(body).items
+
+    def unknown_fields(self, item: Any, out: set[str]) -> None:
+        """Add the paths of `item` that no column reads and `ignore` does not list."""
+        if type(item) is not dict:
+            return
+        if self.unwrap is not None and self.wrapped_known is not None and self.unwrap.is_wrapped(item):
+            unknown_paths(self.wrapped_known[0], item, out)
+            unknown_paths(self.wrapped_known[1], item[self.unwrap.key], out)
+        else:
+            unknown_paths(self.known, item, out)
 
 
 def keys_of(kind: RecordKind, records: Iterable[Any], params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -89,7 +89,8 @@ def _wrap_feed(page: Page, share: float, seed: int) -> None:
         reason = (
             {"$type": "app.bsky.feed.defs#reasonRepost", "by": post.get("author")} if n % 3 == 0 else None
         )
-        reply = {"parent": {"uri": f"{post.get('uri', '')}-parent"}} if n % 4 == 1 else None
+        parent = {"uri": f"{post.get('uri', '')}-parent", "cid": "bafyparent"}
+        reply = {"root": {"uri": f"{post.get('uri', '')}-root"}, "parent": parent} if n % 4 == 1 else None
         wrapped.append({"post": post, "reason": reason, "reply": reply})
     page.body["feed"] = wrapped
 

@@ -199,6 +199,11 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     assert f"harvest sql {output}" in result.stdout
     assert "credits spent:" in result.stdout and "status: complete" in result.stdout
     assert scalar(output / "harvest.duckdb", "SELECT service FROM runs") == "sandbox (embedded)"
+    # the catalog reads every field the (undrifted) service sends: nothing to report, nothing lost
+    assert rows(
+        output / "harvest.duckdb", "SELECT new_fields, values_misfit, records_without_key FROM runs"
+    ) == [("[]", 0, 0)]
+    assert "new fields" not in result.stderr and "did not fit" not in result.stderr
     # the hint's first command works as printed
     sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
     assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout

@@ -65,6 +65,8 @@ def test_wrapped_feed_items_land_whole(prefect_harness: None, tmp_path: Path, sh
     assert summary["records"] == len(posts) == scalar(db, "SELECT count(*) FROM microblog_b_posts")
     assert scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE text IS NULL OR author_did IS NULL") == 0
     reasons = scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE feed_reason IS NOT NULL")
+    replies = scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE reply_parent_uri LIKE '%-parent'")
+    assert replies > 0 and scalar(db, "SELECT new_fields FROM runs") == "[]"
     wrapped = scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE raw LIKE '{\"post\":%'")
     assert 0 < reasons <= wrapped and (wrapped == len(posts)) == (share == 1.0)
     assert scalar(db, "SELECT items_seen, records_without_key FROM query_state")
