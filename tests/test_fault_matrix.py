@@ -85,6 +85,8 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
     assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
     assert answered_twice(sb) == 0
     assert billed <= summary["credits_spent"] <= BUDGET
+    assert summary["service_billed"] == billed, "the balance read before and after tells the service's bill"
+    assert scalar(db, "SELECT service_billed FROM runs") == billed
     assert attempts == len(entries), "every attempt, faulted or not, is a row of `requests`"
     assert scalar(db, "SELECT sum(credits) FROM requests") == summary["credits_spent"]
 

@@ -79,3 +79,22 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
     assert "| pinboard_pins |" in str(tables[0].data)
     for artifact in (*table, *tables):
         assert SECRET_KEY not in json.dumps(artifact.model_dump(mode="json"))
+
+
+def test_the_summary_shows_the_services_bill_beside_harvests_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from flows.commands import print_summary
+
+    summary = {
+        "run_id": "r1", "service": "http://127.0.0.1:1", "status": "complete", "budget": 100,
+        "credits_spent": 12, "records": 5, "loaded": False, "tables": {}, "service_billed": 9,
+        "queries": [{"query_id": "[b]q[/b]", "status": "complete", "pages": 12, "records": 5, "credits": 12}],
+    }  # fmt: skip
+    print_summary(summary, Path("out"))
+    printed = capsys.readouterr()
+    assert "balance fell by 9 credits" in printed.out and "harvest counted 12" in printed.out
+    assert "[b]q[/b]" in printed.out, "query ids print literally"
+    summary["service_billed"] = 12
+    print_summary(summary, Path("out"))
+    assert "balance fell" not in capsys.readouterr().out

@@ -146,6 +146,7 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
         proc.wait(timeout=30)
         at_kill = len(data_entries(sb))
 
+        assert (output / ".harvest-nightly.lock").exists(), "kill -9 left the lock file behind"
         listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
         loading = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "200"})
         (killed,) = all_manifests(OutputLayout(output))

@@ -225,6 +225,32 @@ def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
     assert forced["credits_spent"] == full_pass
 
 
+def test_an_incremental_rerun_after_new_items_pays_the_pages_that_hold_them(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Night 1 pages fully; by night 2 the service has 7 newer videos (page size 5): pages 0 and 1 hold them,
+    page 2 holds only known ones and proves nothing newer is left. Three pages, not the whole profile."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (6, 6)}, page_size=5)
+    query = {
+        "id": "videos",
+        "endpoint": PROFILE,
+        "params": {"handle": "nasa", "sort_by": "latest"},
+        "incremental": True,
+    }
+    output = tmp_path / "out"
+    with running(config) as night1:
+        spec = write_spec(tmp_path, spec_of(night1.base_url, output, [query]))
+        first = run_flow(spec)
+    with running(config.replace(new_items=7)) as night2:
+        spec = write_spec(tmp_path, spec_of(night2.base_url, output, [query]))
+        second = run_flow(spec)
+        paid = data_entries(night2)
+    assert first["queries"][0]["pages"] == 6 and first["queries"][0]["status"] == "complete"
+    assert len(paid) == 3 and second["queries"][0]["status"] == "caught_up"
+    db = output / "harvest.duckdb"
+    assert scalar(db, "SELECT count(*) FROM short_video_videos") == first["records"] + 7
+
+
 def test_incremental_is_refused_where_the_order_is_unknown(tmp_path: Path) -> None:
     spec = write_spec(
         tmp_path,
