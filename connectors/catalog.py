@@ -9,12 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
-from pydantic import Field as P
-
 from connectors import paging
+from connectors.endpoint_params import (
+    ByHandle,
+    ByQuery,
+    ByUrl,
+    CommentReplies,
+    CreativeSearch,
+    GroupPosts,
+    MaterialDetail,
+    PagePhotos,
+    PinSearch,
+    ProfileVideos,
+    Reels,
+    ShopProducts,
+    SubredditSearch,
+    UserPosts,
+    VideoSearch,
+)
 from connectors.fields import Field, boolean, integer, json_text, number, text, text_list, timestamp
 from connectors.paging import Paging
 from connectors.params import Params
@@ -50,122 +65,15 @@ class Endpoint:
     cost: int = 1
     newest_first: NewestFirst | None = None
     """Set where the service lists newest first (so `incremental: true` is allowed)."""
+    records_per_page: int | str | None = None
+    """The most records one page holds, where the interface says so: a number, or the parameter that sets it.
+    `harvest plan` prices the dependent queries of a parent with it; None: not documented (unbounded)."""
 
     def url_path(self, params: Params) -> str:
         return self.path.format(**{k: quote(v, safe=":") for k, v in params.path_values().items()})
 
     def kind(self, table: str) -> RecordKind:
         return next(k for k in self.kinds if k.table == table)
-
-
-# ---------------------------------------------------------------------------------------------- parameters
-Trim = bool | None
-
-
-class CreativeSearch(Params):
-    query: str | None = None
-    cursor: str | None = None
-    limit: int | None = P(None, ge=1, le=100)
-    order: Literal["relevance", "latest", "oldest"] | None = None
-    language: str | None = P(None, min_length=2, max_length=8)
-    style_tags: list[str] | None = None
-    cta_type_tags: list[str] | None = None
-
-
-class MaterialDetail(Params):
-    path_params = ("material_id",)
-    material_id: str = P(min_length=3, pattern=r"^[A-Za-z0-9_-]+:.+$")
-
-
-class PagePhotos(Params):
-    url: str
-    next_page_id: str | None = None
-    cursor: str | None = None
-
-
-class GroupPosts(Params):
-    one_of = ("url", "group_id")
-    url: str | None = None
-    group_id: str | None = None
-    sort_by: Literal["TOP_POSTS", "RECENT_ACTIVITY", "CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS"] | None = None
-    cursor: str | None = None
-
-
-class SubredditSearch(Params):
-    subreddit: str = P(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_]{1,30}$", description="bare name: no r/ prefix, no URL"
-    )
-    query: str | None = None
-    sort: Literal["relevance", "hot", "top", "new", "comments"] | None = None
-    timeframe: Literal["all", "year", "month", "week", "day", "hour"] | None = None
-    cursor: str | None = None
-
-
-class ByUrl(Params):
-    url: str
-
-
-class UserPosts(Params):
-    one_of = ("handle", "user_id")
-    handle: str | None = None
-    user_id: str | None = None
-    cursor: str | None = None
-
-
-class ByQuery(Params):
-    query: str
-
-
-class ByHandle(Params):
-    handle: str
-
-
-class Reels(Params):
-    one_of = ("user_id", "handle")
-    user_id: str | None = None
-    handle: str | None = None
-    max_id: str | None = None
-    trim: Trim = None
-
-
-class PinSearch(Params):
-    query: str
-    cursor: str | None = None
-    trim: Trim = None
-
-
-class VideoSearch(Params):
-    query: str
-    uploadDate: Literal["today", "this_week", "this_month", "this_year"] | None = None
-    sortBy: Literal["relevance", "popular"] | None = None
-    filter: Literal["shorts"] | None = None
-    region: str | None = P(None, pattern=r"^[A-Z]{2}$")
-    continuationToken: str | None = None
-    includeExtras: bool | None = None
-
-
-class CommentReplies(Params):
-    continuationToken: str
-
-
-ShopRegion = Literal[
-    "US", "GB", "DE", "FR", "IT", "ID", "MY", "MX", "PH", "SG", "ES", "TH", "VN", "BR", "JP", "IE"
-]
-
-
-class ShopProducts(Params):
-    url: str
-    cursor: str | None = None
-    region: ShopRegion | None = None
-
-
-class ProfileVideos(Params):
-    handle: str
-    user_id: str | None = None
-    sort_by: Literal["latest", "popular"] | None = None
-    max_cursor: str | None = None
-    region: str | None = P(None, pattern=r"^[A-Z]{2}$")
-    trim: Trim = None
 
 
 # ---------------------------------------------------------------------------------------------- record kinds
@@ -230,6 +138,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               text("material_id"), text("type"), text("title"), text("language"), text_list("style_tags"), text_list("cta_type_tags"),
               text("advertiser"), text("thumbnail_url"), integer("duration_seconds"), timestamp("created_at"), number("relevance")),),
         newest_first=NewestFirst("order", ("latest",)),
+        records_per_page="limit",
     ),
     Endpoint(
         "/v1/creative/materials/{material_id}", "One creative material in detail.", MaterialDetail,
@@ -242,6 +151,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               timestamp("latest_ad_first_seen", "latest_ad_context.first_seen"),
               timestamp("latest_ad_last_seen", "latest_ad_context.last_seen"),
               text_list("latest_ad_platforms", "latest_ad_context.platforms")),),
+        records_per_page=1,
     ),
     Endpoint(
         "/v1/network-a/profile/photos", "Photos of a public page.", PagePhotos, paging.page_id_and_cursor(),
@@ -257,6 +167,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               integer("comment_count", "commentCount"), timestamp("publish_time", "publishTime"),
               json_text("video_details", "videoDetails"), json_text("top_comments", "topComments")),),
         newest_first=NewestFirst("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
+        records_per_page=3,
     ),
     Endpoint(
         "/v1/forum/subreddit/search", "Posts, comments and media of one subreddit matching a query.",
@@ -282,6 +193,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               text("channel_url", "channel.url"), text("content"), text_list("images"), integer("like_count", "likeCount"),
               text("published_time", "publishedTime"), text("video_id", "video.id"),
               text("video_title", "video.title"), text("video_url", "video.url")),),
+        records_per_page=1,
     ),
     Endpoint(
         "/v1/microblog-b/post", "One post and its threaded replies.", ByUrl, paging.single(),
@@ -311,6 +223,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/photo-app/user/embed", "A user's embeddable profile card.", ByHandle, paging.single(),
         (kind("photo_app_embeds", "", "handle", text("handle", "$params.handle"), text("html")),),
+        records_per_page=1,
     ),
     Endpoint(
         "/v1/photo-app/user/reels", "A user's public reels.", Reels, paging.max_id(),

@@ -23,180 +23,47 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import email.utils
 import logging
-import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import httpx
-import orjson
 import stamina
 
+from connectors.answers import JSON, Response, int_field, parse_body, problem, typed_error
 from connectors.auth import REDACTED, ApiKey, redact
 from connectors.errors import (
-    BadRequest,
     BudgetExhausted,
-    Forbidden,
     HarvestError,
-    NotFound,
     OutOfCredits,
     RunStopped,
     ServiceAnswer,
     ServiceUnavailable,
     Unauthorized,
-    UnexpectedResponse,
 )
 from connectors.ledger import CreditLedger, Reservation
+from connectors.page_request import Attempt, PageRequest, pairs_to_dict
+from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
 
-__all__ = ["Attempt", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
+__all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
 
 log = logging.getLogger("harvest.client")
-
-JSON = dict[str, Any] | list[Any]
 
 MIN_REDACTED_KEY = 16
 """Keys at least this long are cut out of answers (messages are always redacted)."""
 
-# Failures where the request bytes never left this machine: the reservation goes back.
-_NEVER_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# Failures after the request may have reached the service: retried, the reservation is kept.
-_MAYBE_SENT: tuple[type[Exception], ...] = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-)
 
+@dataclass
+class _Call:
+    """One get(): the page asked for, and what its attempts so far counted."""
 
-@dataclass(frozen=True)
-class Timeouts:
-    """Seconds. `read` follows the official client (60 s); `total` caps one attempt (a trickling body)."""
-
-    connect: float = 10.0
-    read: float = 60.0
-    write: float = 10.0
-    pool: float = 60.0
-    total: float | None = 120.0
-
-    def to_httpx(self) -> httpx.Timeout:
-        return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How many attempts per request and how long to wait between them.
-
-    Waits grow as initial * 2**n (+ up to `jitter` seconds, True = 1 s), capped at `max_wait`; a 429's
-    Retry-After replaces the computed wait, also capped at `max_wait`. `deadline` bounds the whole call
-    (None: attempts alone decide). Tests set initial=0, max_wait=0, jitter=False for instant retries.
-    """
-
-    attempts: int = 5
-    initial: float = 0.5
-    max_wait: float = 30.0
-    jitter: bool | float = True
-    deadline: float | None = None
-    retry_statuses: frozenset[int] = frozenset({429, 500, 502, 503, 504})
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
-
-    @property
-    def jitter_seconds(self) -> float:
-        if self.jitter is True:
-            return 1.0
-        if self.jitter is False:
-            return 0.0
-        return float(self.jitter)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One HTTP attempt, paid or not: the row of the run's `requests` table."""
-
-    query_id: str
-    endpoint: str
-    path: str
-    params: tuple[tuple[str, str], ...]
-    page: int
-    attempt: int
-    status_code: int | None
-    credits: int  # what the ledger counted: settled amount, reservation kept, 0 when released
-    duration_ms: float
-    error: str | None
-    started_at: dt.datetime
-
-
-@dataclass(frozen=True)
-class Response:
-    """A successful answer. `credits` is what the ledger counted over all attempts of the call."""
-
-    status_code: int
-    body: JSON
-    raw: bytes = field(repr=False)
-    credits_charged: int | None
-    credits_remaining: int | None
-    duration_ms: float
-    attempts: int
-    credits: int
-
-
-class _Retryable(Exception):
-    """Internal: this attempt failed in a way worth another try."""
-
-    def __init__(
-        self, cause: str, *, retry_after: float | None = None, response: ServiceAnswer | None = None
-    ) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.retry_after = retry_after
-        self.response = response
-
-
-def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
-    """Seconds to wait per a Retry-After header (delta-seconds or HTTP date); None if absent or unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        seconds = (when - (now or dt.datetime.now(dt.UTC))).total_seconds()
-    if math.isnan(seconds) or math.isinf(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def _parse_body(raw: bytes) -> JSON | None:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return body if isinstance(body, dict | list) else None
-
-
-def _int_field(body: JSON | None, name: str) -> int | None:
-    if not isinstance(body, dict):
-        return None
-    value = body.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str_field(body: JSON | None, name: str) -> str | None:
-    if not isinstance(body, dict):
-        return None
-    value = body.get(name)
-    return value if isinstance(value, str) and value else None
+    request: PageRequest
+    safe_params: dict[str, Any]
+    attempts: int = 0
+    credits: int = 0
 
 
 class ServiceClient:
@@ -285,12 +152,12 @@ class ServiceClient:
         except httpx.HTTPError as exc:
             log.warning("could not read the credit balance: %s", redact(str(exc), self._key))
             return None
-        body = _parse_body(self._redact_bytes(response.content))
+        body = parse_body(self._redact_bytes(response.content))
         if response.status_code in (401, 402):
             answer = ServiceAnswer(response.status_code, body, b"")
             error = Unauthorized if response.status_code == 401 else OutOfCredits
             raise error(response=answer, endpoint="/v1/credit-balance")
-        count = _int_field(body, "creditCount")
+        count = int_field(body, "creditCount")
         if response.status_code != 200 or count is None:
             log.warning(
                 "the credit balance endpoint answered HTTP %d without a balance", response.status_code
@@ -302,34 +169,20 @@ class ServiceClient:
 
     # ---- the one public call -------------------------------------------------------------------------
 
-    async def get(
-        self,
-        path: str,
-        query: Sequence[tuple[str, str]],
-        *,
-        cost: int,
-        query_id: str,
-        page_index: int,
-        endpoint: str,
-        query_cap: int | None = None,
-    ) -> Response:
+    async def get(self, request: PageRequest) -> Response:
         """GET one page, paying through the ledger, retrying transient failures; see the module docstring.
 
         On success the page counts as done for the breadth-first policy (`ledger.page_done`).
         """
-        if not path.startswith("/") or path.startswith("//"):
+        if not request.path.startswith("/") or request.path.startswith("//"):
             # An absolute URL would replace base_url and carry the key header to another host.
-            raise ValueError(f"path must be a service path starting with one '/', got {self._text(path)!r}")
-        call = _Call(
-            self,
-            path,
-            tuple((str(k), str(v)) for k, v in query),
-            cost,
-            query_id,
-            page_index,
-            endpoint,
-            query_cap,
-        )
+            raise ValueError(
+                f"path must be a service path starting with one '/', got {self._text(request.path)!r}"
+            )
+        safe = {
+            k: self._text(v) if isinstance(v, str) else v for k, v in pairs_to_dict(request.params).items()
+        }
+        call = _Call(request, safe)
         policy = self.retry
         try:
             async for attempt in stamina.retry_context(
@@ -341,28 +194,224 @@ class ServiceClient:
                 wait_jitter=policy.jitter_seconds,
             ):
                 with attempt:
-                    response = await call.attempt()
-                    self.ledger.page_done(query_id, page_index)
+                    response = await self._attempt_in_turn(call)
+                    self.ledger.page_done(request.query_id, request.page)
                     return response
-        except _Retryable as exc:
+        except Retryable as exc:
             raise ServiceUnavailable(
-                attempts=call.attempts,
-                last_cause=exc.cause,
-                credits=call.credits,
-                response=exc.response,
-                query_id=query_id,
-                endpoint=endpoint,
-            ) from None
+                attempts=call.attempts, last_cause=exc.cause, credits=call.credits, response=exc.response,
+                query_id=request.query_id, endpoint=request.endpoint,
+            ) from None  # fmt: skip
         raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
 
     def _backoff(self, exc: Exception) -> bool | float:
-        if not isinstance(exc, _Retryable):
+        if not isinstance(exc, Retryable):
             return False
         if exc.retry_after is not None:
             return min(exc.retry_after, self.retry.max_wait)
         return True
 
-    # ---- helpers used by _Call -----------------------------------------------------------------------
+    async def _attempt_in_turn(self, call: _Call) -> Response:
+        if not self.key_accepted:
+            async with self._first_request:  # one at a time until an answer proves the key
+                if not self.key_accepted:
+                    return await self._attempt(call)
+        return await self._attempt(call)
+
+    async def _attempt(self, call: _Call) -> Response:
+        """Reserve, take a connection slot, send, and settle: one attempt of a call."""
+        request, ledger = call.request, self.ledger
+        reservation = await ledger.reserve(
+            request.query_id,
+            request.page,
+            request.cost,
+            query_cap=request.query_cap,
+            price_key=request.endpoint,
+        )
+        if reservation is None:
+            raise self._refused(call)
+        try:
+            await self._slots.acquire()
+        except BaseException:
+            ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
+            raise
+        try:
+            ledger.sending(reservation)  # durable from here: a crash counts this request as spent
+            call.attempts += 1
+            started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
+            http_response = await self._sent(call, reservation, started_at, t0)
+        finally:
+            self._slots.release()
+        return self._answer(call, reservation, http_response, started_at, t0)
+
+    async def _sent(
+        self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float
+    ) -> httpx.Response:
+        """The HTTP answer, or the error that says what became of the reservation."""
+        ledger = self.ledger
+        try:
+            return await self._send(call.request)
+        except NEVER_SENT as exc:
+            ledger.release(reservation)
+            self._record(call, started_at, t0, None, 0, self._describe(exc))
+            raise Retryable(f"could not connect: {self._describe(exc)}") from None
+        except MAYBE_SENT as exc:
+            counted = self._keep(call, reservation)
+            self._record(call, started_at, t0, None, counted, self._describe(exc))
+            raise Retryable(f"{self._describe(exc)} (reservation kept: it may have been billed)") from None
+        except httpx.HTTPError as exc:
+            # Unsendable request (bad URL, local protocol error): it never left, and retrying cannot help.
+            ledger.release(reservation)
+            self._record(call, started_at, t0, None, 0, self._describe(exc))
+            raise HarvestError(
+                f"the request could not be sent: {self._describe(exc)}",
+                credits=call.credits,
+                query_id=call.request.query_id,
+                endpoint=call.request.endpoint,
+            ) from None
+        except BaseException as exc:
+            # Cancelled (or worse) mid-flight: the service may have billed it.
+            counted = self._keep(call, reservation)
+            aborted = isinstance(exc, asyncio.CancelledError) and self._aborting
+            self._record(call, started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled")
+            if aborted:
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                raise self._aborted(call) from None
+            raise
+
+    async def _send(self, request: PageRequest) -> httpx.Response:
+        sending = self._http.get(
+            request.path, params=list(request.params), headers={"x-api-key": self._key.reveal()}
+        )
+        total = self.timeouts.total
+        current = asyncio.current_task()
+        if current is not None:
+            self._in_flight.add(current)
+        try:
+            if total is None:
+                return await sending
+            async with asyncio.timeout(total):
+                return await sending
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
+        finally:
+            if current is not None:
+                self._in_flight.discard(current)
+
+    def _answer(
+        self,
+        call: _Call,
+        reservation: Reservation,
+        http_response: httpx.Response,
+        started_at: dt.datetime,
+        t0: float,
+    ) -> Response:
+        """Settle what the answer says it cost, record the attempt, and say what the answer means."""
+        ledger, status = self.ledger, http_response.status_code
+        raw = self._redact_bytes(http_response.content)
+        body = parse_body(raw)
+        charged, remaining = int_field(body, "credits_charged"), int_field(body, "credits_remaining")
+        if remaining is not None:
+            ledger.observe_remaining(remaining)
+        unbilled = charged is None and status in self.unbilled_statuses
+        counted = ledger.settle(reservation, 0 if unbilled else charged)
+        call.credits += counted
+        self._note_key(status)
+        answer = ServiceAnswer(status, body, raw)
+        error = problem(status, body, raw)
+        error = self._text(error)[:300] if error else None
+        duration_ms = self._record(call, started_at, t0, status, counted, error)
+        if error is None:
+            assert body is not None
+            return Response(status, body, raw, charged, remaining, duration_ms, call.attempts, call.credits)
+        if 200 <= status < 300 or status in self.retry.retry_statuses:
+            retry_after = (
+                parse_retry_after(http_response.headers.get("retry-after")) if status == 429 else None
+            )
+            raise Retryable(error, retry_after=retry_after, response=answer)
+        raise typed_error(
+            answer,
+            self._text,
+            credits=call.credits,
+            query_id=call.request.query_id,
+            endpoint=call.request.endpoint,
+        )
+
+    def _note_key(self, status: int) -> None:
+        """401 and 402 stop the whole run: every other request would get the same answer (and 402 is also
+        the real service's answer to an unknown key). Any other answer from past the key check proves it."""
+        if status in (401, 402):
+            what = (
+                "the API key was refused (401)"
+                if status == 401
+                else "out of credits, or the API key is not valid (402)"
+            )
+            self.ledger.stop("stopped", f"the service answered {what}")
+        elif status < 500 and status != 429:
+            self.key_accepted = True
+
+    def _refused(self, call: _Call) -> HarvestError:
+        request = call.request
+        refusal = self.ledger.refusal(request.query_id)
+        reason = refusal.reason if refusal else "the ledger refused it"
+        if refusal is not None and refusal.kind != "budget":
+            return RunStopped(
+                status=refusal.kind,
+                reason=reason,
+                credits=call.credits,
+                page_index=request.page,
+                query_id=request.query_id,
+                endpoint=request.endpoint,
+            )
+        return BudgetExhausted(
+            page_index=request.page, cost=request.cost, reason=reason, credits=call.credits,
+            attempts=call.attempts, query_id=request.query_id, endpoint=request.endpoint,
+        )  # fmt: skip
+
+    def _aborted(self, call: _Call) -> RunStopped:
+        stop = self.ledger.stopped
+        return RunStopped(
+            status=stop.kind if stop else "interrupted",
+            reason=(stop.reason if stop else "the run was stopped") + "; the request in flight was abandoned",
+            credits=call.credits,
+            page_index=call.request.page,
+            query_id=call.request.query_id,
+            endpoint=call.request.endpoint,
+        )
+
+    def _keep(self, call: _Call, reservation: Reservation) -> int:
+        counted = self.ledger.settle(reservation, None)
+        call.credits += counted
+        return counted
+
+    def _describe(self, exc: BaseException) -> str:
+        text = str(exc).strip() or "no detail"
+        return self._text(f"{type(exc).__name__}: {text}")[:300]
+
+    def _record(
+        self,
+        call: _Call,
+        started_at: dt.datetime,
+        t0: float,
+        status: int | None,
+        credits: int,
+        error: str | None,
+    ) -> float:
+        duration_ms = (time.perf_counter() - t0) * 1000
+        request = call.request
+        if self.on_attempt is not None:
+            attempt = Attempt(
+                request.query_id, request.endpoint, call.safe_params, request.page, call.attempts, status,
+                credits, duration_ms, error, started_at,
+            )  # fmt: skip
+            try:
+                self.on_attempt(attempt)
+            except Exception:
+                # The ledger is consistent; a failing recorder must not turn a paid page into a failure.
+                log.exception("on_attempt callback failed for %s attempt %d", request.query_id, call.attempts)
+        return duration_ms
 
     def _redact_bytes(self, raw: bytes) -> bytes:
         """An answer with the key cut out, should the service echo it. A key shorter than
@@ -374,274 +423,3 @@ class ServiceClient:
 
     def _text(self, text: str) -> str:
         return redact(text, self._key)
-
-    def _emit(self, record: Attempt) -> None:
-        if self.on_attempt is None:
-            return
-        try:
-            self.on_attempt(record)
-        except Exception:
-            # The ledger is already consistent; a failing recorder must not turn a paid page into a failure.
-            log.exception("on_attempt callback failed for %s attempt %d", record.query_id, record.attempt)
-
-
-class _Call:
-    """State of one get(): attempt count and credits counted across attempts."""
-
-    def __init__(
-        self,
-        client: ServiceClient,
-        path: str,
-        params: tuple[tuple[str, str], ...],
-        cost: int,
-        query_id: str,
-        page_index: int,
-        endpoint: str,
-        query_cap: int | None,
-    ) -> None:
-        self.client = client
-        self.path = path
-        self.params = params
-        self.cost = cost
-        self.query_id = query_id
-        self.page_index = page_index
-        self.endpoint = endpoint
-        self.query_cap = query_cap
-        self.attempts = 0
-        self.credits = 0
-        self.safe_params = tuple((k, client._text(v)) for k, v in params)
-
-    async def attempt(self) -> Response:
-        client = self.client
-        if not client.key_accepted:
-            async with client._first_request:  # one at a time until an answer proves the key
-                if not client.key_accepted:
-                    return await self._attempt()
-        return await self._attempt()
-
-    def _refused(self) -> HarvestError:
-        refusal = self.client.ledger.refusal(self.query_id)
-        reason = refusal.reason if refusal else "the ledger refused it"
-        if refusal is not None and refusal.kind != "budget":
-            return RunStopped(
-                status=refusal.kind,
-                reason=reason,
-                credits=self.credits,
-                query_id=self.query_id,
-                endpoint=self.endpoint,
-                page_index=self.page_index,
-            )
-        return BudgetExhausted(
-            query_id=self.query_id,
-            endpoint=self.endpoint,
-            page_index=self.page_index,
-            cost=self.cost,
-            reason=reason,
-            credits=self.credits,
-            attempts=self.attempts,
-        )
-
-    async def _attempt(self) -> Response:
-        ledger = self.client.ledger
-        reservation = await ledger.reserve(
-            self.query_id, self.page_index, self.cost, query_cap=self.query_cap, price_key=self.endpoint
-        )
-        if reservation is None:
-            raise self._refused()
-        try:
-            await self.client._slots.acquire()
-        except BaseException:
-            ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
-            raise
-        try:
-            ledger.sending(reservation)  # durable from here: a crash counts this request as spent
-        except BaseException:
-            self.client._slots.release()
-            raise
-        self.attempts += 1
-        started_at = dt.datetime.now(dt.UTC)
-        t0 = time.perf_counter()
-        try:
-            http_response = await self._send()
-        except _NEVER_SENT as exc:
-            ledger.release(reservation)
-            self._record(started_at, t0, None, 0, self._describe(exc))
-            raise _Retryable(f"could not connect: {self._describe(exc)}") from None
-        except _MAYBE_SENT as exc:
-            counted = self._keep(reservation)
-            self._record(started_at, t0, None, counted, self._describe(exc))
-            raise _Retryable(f"{self._describe(exc)} (reservation kept: it may have been billed)") from None
-        except httpx.HTTPError as exc:
-            # Unsendable request (bad URL, local protocol error): it never left, and retrying cannot help.
-            ledger.release(reservation)
-            self._record(started_at, t0, None, 0, self._describe(exc))
-            raise HarvestError(
-                f"the request could not be sent: {self._describe(exc)}",
-                credits=self.credits,
-                query_id=self.query_id,
-                endpoint=self.endpoint,
-            ) from None
-        except BaseException as exc:
-            # Cancelled (or worse) mid-flight: the service may have billed it.
-            counted = self._keep(reservation)
-            aborted = isinstance(exc, asyncio.CancelledError) and self.client._aborting
-            self._record(started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled")
-            if aborted:
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-                raise self._aborted() from None
-            raise
-        finally:
-            self.client._slots.release()
-        return self._answer(reservation, http_response, started_at, t0)
-
-    def _aborted(self) -> RunStopped:
-        stop = self.client.ledger.stopped
-        return RunStopped(
-            status=stop.kind if stop else "interrupted",
-            reason=(stop.reason if stop else "the run was stopped") + "; the request in flight was abandoned",
-            credits=self.credits,
-            query_id=self.query_id,
-            endpoint=self.endpoint,
-            page_index=self.page_index,
-        )
-
-    async def _send(self) -> httpx.Response:
-        request = self.client._http.get(
-            self.path, params=list(self.params), headers={"x-api-key": self.client._key.reveal()}
-        )
-        total = self.client.timeouts.total
-        current = asyncio.current_task()
-        if current is not None:
-            self.client._in_flight.add(current)
-        try:
-            if total is None:
-                return await request
-            async with asyncio.timeout(total):
-                return await request
-        except TimeoutError:
-            raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
-        finally:
-            if current is not None:
-                self.client._in_flight.discard(current)
-
-    def _keep(self, reservation: Reservation) -> int:
-        counted = self.client.ledger.settle(reservation, None)
-        self.credits += counted
-        return counted
-
-    def _describe(self, exc: BaseException) -> str:
-        text = str(exc).strip() or "no detail"
-        return self.client._text(f"{type(exc).__name__}: {text}")[:300]
-
-    def _record(
-        self, started_at: dt.datetime, t0: float, status: int | None, credits: int, error: str | None
-    ) -> float:
-        duration_ms = (time.perf_counter() - t0) * 1000
-        self.client._emit(
-            Attempt(
-                query_id=self.query_id,
-                endpoint=self.endpoint,
-                path=self.client._text(self.path),
-                params=self.safe_params,
-                page=self.page_index,
-                attempt=self.attempts,
-                status_code=status,
-                credits=credits,
-                duration_ms=duration_ms,
-                error=error,
-                started_at=started_at,
-            )
-        )
-        return duration_ms
-
-    def _answer(
-        self, reservation: Reservation, http_response: httpx.Response, started_at: dt.datetime, t0: float
-    ) -> Response:
-        ledger = self.client.ledger
-        status = http_response.status_code
-        raw = self.client._redact_bytes(http_response.content)
-        body = _parse_body(raw)
-        charged = _int_field(body, "credits_charged")
-        remaining = _int_field(body, "credits_remaining")
-        if remaining is not None:
-            ledger.observe_remaining(remaining)
-        if charged is None and status in self.client.unbilled_statuses:
-            counted = ledger.settle(reservation, 0)
-        else:
-            counted = ledger.settle(reservation, charged)
-        self.credits += counted
-        self._note_key(status)
-        answer = ServiceAnswer(status, body, raw)
-        error = self._classify(status, body, raw)
-        duration_ms = self._record(started_at, t0, status, counted, error)
-        if error is None:
-            assert body is not None
-            return Response(
-                status_code=status,
-                body=body,
-                raw=raw,
-                credits_charged=charged,
-                credits_remaining=remaining,
-                duration_ms=duration_ms,
-                attempts=self.attempts,
-                credits=self.credits,
-            )
-        retry_statuses = self.client.retry.retry_statuses
-        if 200 <= status < 300 or status in retry_statuses:
-            retry_after = None
-            if status == 429:
-                retry_after = parse_retry_after(http_response.headers.get("retry-after"))
-            raise _Retryable(error, retry_after=retry_after, response=answer)
-        raise self._typed_error(status, body, answer)
-
-    def _note_key(self, status: int) -> None:
-        """401 and 402 stop the whole run: every other request would get the same answer (and 402 is also
-        the real service's answer to an unknown key). Any other answer from past the key check proves it."""
-        client = self.client
-        if status in (401, 402):
-            what = (
-                "the API key was refused (401)"
-                if status == 401
-                else "out of credits, or the API key is not valid (402)"
-            )
-            client.ledger.stop("stopped", f"the service answered {what}")
-        elif status < 500 and status != 429:
-            client.key_accepted = True
-
-    def _classify(self, status: int, body: JSON | None, raw: bytes) -> str | None:
-        """None for a usable answer, else a short description for logs and the Attempt record."""
-        if 200 <= status < 300:
-            if body is None:
-                return f"HTTP {status} with a body that is not a JSON object or array ({len(raw)} bytes)"
-            return None
-        message = _str_field(body, "message") or _str_field(body, "error")
-        if message is None and body is None and raw:
-            message = raw[:120].decode("utf-8", "replace").strip()
-        return self.client._text(f"HTTP {status}" + (f": {message}" if message else ""))[:300]
-
-    def _typed_error(self, status: int, body: JSON | None, answer: ServiceAnswer) -> HarvestError:
-        common: dict[str, Any] = {
-            "credits": self.credits,
-            "response": answer,
-            "query_id": self.query_id,
-            "endpoint": self.endpoint,
-        }
-        if status == 400:
-            message = _str_field(body, "message") or _str_field(body, "error")
-            parameter = _str_field(body, "parameter")
-            return BadRequest(
-                self.client._text(message) if message else None,
-                self.client._text(parameter) if parameter else None,
-                **common,
-            )
-        if status == 401:
-            return Unauthorized(**common)
-        if status == 402:
-            return OutOfCredits(**common)
-        if status == 403:
-            return Forbidden(**common)
-        if status == 404:
-            return NotFound(**common)
-        return UnexpectedResponse(status, **common)

@@ -12,16 +12,10 @@ Hence `spent + reserved <= budget` at every instant, under any interleaving, as 
 what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
 warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
 
-Breadth-first policy: with a short budget, every running query should get page k before any query gets page
-k+1, so the budget is shared out fairly instead of being eaten by the fastest query. Queries register while
-they run (`async with ledger.query(qid):`) and report finished pages (`page_done`). A reserve for page k of
-query q waits while another registered query lags behind (its next page index is < k) *and* the credits still
-free after this reservation would not cover the pages those lagging queries need to reach page k-1 (costed at
-each one's last reservation). With ample credits nobody waits (no lock-step, no throughput loss); when credits
-run short the leaders wait, so final page counts differ by at most one. Reserving page k implies pages < k
-are done; that is what makes waiting cycles impossible (a waiter always waits on a query strictly behind it).
-Register a query only when it actually runs (inside any concurrency limiter): a registered query that cannot
-run would hold the others back until it finishes.
+Breadth-first policy (`connectors.fair_share`): with a short budget, every running query gets page k before any
+gets page k+1. Queries register while they run (`async with ledger.query(qid):`) and report finished pages
+(`page_done`). Register a query only when it actually runs (inside any concurrency limiter): a registered query
+that cannot run would hold the others back until it finishes.
 
 Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
 other threads (progress display) are consistent. Only `reserve` awaits; `settle`, `release`,
@@ -42,11 +36,20 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, Protocol
+
+from connectors.credits import (
+    POLICIES,
+    LedgerJournal,
+    LedgerSnapshot,
+    Overcharge,
+    Policy,
+    Refusal,
+    RefusalKind,
+    Reservation,
+)
+from connectors.fair_share import FairShare
 
 __all__ = [
     "CreditLedger",
@@ -59,64 +62,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("harvest.ledger")
-
-Policy = Literal["breadth_first", "greedy"]
-_POLICIES: tuple[str, ...] = ("breadth_first", "greedy")
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """Credits held for one attempt at one page of one query."""
-
-    id: int
-    query_id: str
-    page_index: int
-    amount: int
-
-
-@dataclass(frozen=True)
-class Overcharge:
-    """The service charged more than the cost table said; kept so the excess is never silent."""
-
-    query_id: str
-    page_index: int
-    reserved: int
-    charged: int
-
-    @property
-    def excess(self) -> int:
-        return self.charged - self.reserved
-
-
-@dataclass(frozen=True)
-class LedgerSnapshot:
-    """All totals read at one instant (one lock acquisition), for displays and reports."""
-
-    budget: int
-    spent: int
-    reserved: int
-    remaining: int
-    per_query_spent: Mapping[str, int]
-    overcharged: int
-    account_remaining: int | None
-    floor_reached: bool
-
-
-class LedgerJournal(Protocol):
-    """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent)."""
-
-    def reserved(self, rid: int, query_id: str, amount: int) -> None: ...
-    def closed(self, rid: int, counted: int | None) -> None: ...
-
-
-RefusalKind = Literal["budget", "stopped", "interrupted"]
-"""Why the ledger refuses: the budget (or a cap or floor), or the whole run was stopped or interrupted."""
-
-
-@dataclass(frozen=True)
-class Refusal:
-    kind: RefusalKind
-    reason: str
 
 
 class _Refused:
@@ -146,8 +91,8 @@ class CreditLedger:
     ) -> None:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
-        if policy not in _POLICIES:
-            raise ValueError(f"policy must be one of {_POLICIES}, got {policy!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self._budget = budget
         self._min_balance = min_balance
         self._policy: Policy = policy
@@ -163,9 +108,7 @@ class CreditLedger:
         self._price_key_of: dict[int, str] = {}
         self._journaled: set[int] = set()
         self._q_reserved: dict[str, int] = {}
-        self._q_inflight: dict[str, Counter[int]] = {}
-        self._q_cost: dict[str, int] = {}
-        self._next_page: dict[str, int] = {}  # registered, unfinished queries -> next page index
+        self._share = FairShare()
         self._overcharges: list[Overcharge] = []
         self._account_remaining: int | None = None
         self._floor_reached = False
@@ -281,7 +224,7 @@ class CreditLedger:
             with self._lock:
                 if price_key is not None:
                     amount = max(amount, self._learned_price.get(price_key, 0))
-                advanced = self._note_page_started(query_id, page_index)
+                advanced = self._share.started(query_id, page_index)
                 outcome = self._decide(query_id, page_index, amount, query_cap)
                 if isinstance(outcome, _Refused):
                     self._refusals[query_id] = outcome
@@ -322,14 +265,6 @@ class CreditLedger:
         with self._lock:
             self._journaled.add(r.id)
 
-    def _note_page_started(self, query_id: str, page_index: int) -> bool:
-        # Asking for page k means pages < k are done: this is what rules out waiting cycles.
-        nxt = self._next_page.get(query_id)
-        if nxt is not None and page_index > nxt:
-            self._next_page[query_id] = page_index
-            return True
-        return False
-
     def _decide(
         self, query_id: str, page_index: int, amount: int, query_cap: int | None
     ) -> Reservation | _Refused | None:
@@ -354,28 +289,18 @@ class CreditLedger:
         free = self._budget - self._spent - self._reserved
         if free < amount:
             return None
-        if self._policy == "breadth_first" and free - amount < self._lag_demand(query_id, page_index, amount):
+        if self._policy == "breadth_first" and free - amount < self._share.lag_demand(
+            query_id, page_index, amount
+        ):
             return None
         return self._grant(query_id, page_index, amount)
-
-    def _lag_demand(self, query_id: str, page_index: int, amount: int) -> int:
-        """Credits the queries behind `query_id` still need to complete page `page_index - 1`."""
-        demand = 0
-        for other, nxt in self._next_page.items():
-            if other == query_id or nxt >= page_index:
-                continue
-            inflight = self._q_inflight.get(other, Counter())
-            in_range = sum(1 for p, n in inflight.items() if n > 0 and nxt <= p < page_index)
-            demand += max(0, page_index - nxt - in_range) * self._q_cost.get(other, amount)
-        return demand
 
     def _grant(self, query_id: str, page_index: int, amount: int) -> Reservation:
         r = Reservation(next(self._ids), query_id, page_index, amount)
         self._open[r.id] = r
         self._reserved += amount
         self._q_reserved[query_id] = self._q_reserved.get(query_id, 0) + amount
-        self._q_inflight.setdefault(query_id, Counter())[page_index] += 1
-        self._q_cost[query_id] = amount
+        self._share.granted(query_id, page_index, amount)
         self._refusals.pop(query_id, None)
         return r
 
@@ -386,10 +311,7 @@ class CreditLedger:
             raise ValueError(f"reservation {r.id} of {r.query_id!r} is already settled or released")
         self._reserved -= r.amount
         self._q_reserved[r.query_id] -= r.amount
-        inflight = self._q_inflight[r.query_id]
-        inflight[r.page_index] -= 1
-        if inflight[r.page_index] <= 0:
-            del inflight[r.page_index]
+        self._share.closed(r.query_id, r.page_index)
 
     def settle(self, r: Reservation, charged: int | None) -> int:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
@@ -481,24 +403,20 @@ class CreditLedger:
     def register(self, query_id: str, next_page: int = 0) -> None:
         """A query starts running; `next_page` is its first page index (a resumed query starts further on)."""
         with self._lock:
-            if query_id in self._next_page:
-                raise ValueError(f"query {query_id!r} is already registered")
-            self._next_page[query_id] = next_page
+            self._share.register(query_id, next_page)
         self._wake_all()
 
     def page_done(self, query_id: str, page_index: int) -> None:
         """Page `page_index` of the query is complete (settled and kept); no-op for unregistered queries."""
         with self._lock:
-            nxt = self._next_page.get(query_id)
-            if nxt is None or page_index + 1 <= nxt:
-                return
-            self._next_page[query_id] = page_index + 1
-        self._wake_all()
+            moved = self._share.done(query_id, page_index)
+        if moved:
+            self._wake_all()
 
     def finish(self, query_id: str) -> None:
         """The query will reserve nothing more (done, failed or cancelled); others stop waiting for it."""
         with self._lock:
-            removed = self._next_page.pop(query_id, None) is not None
+            removed = self._share.finish(query_id)
         if removed:
             self._wake_all()
 

@@ -27,6 +27,7 @@ from connectors.client import ServiceClient
 from connectors.extraction import ExtractionReport, convert_page
 from connectors.known import KnownKeys
 from connectors.ledger import CreditLedger
+from connectors.page_request import PageRequest
 from connectors.paging import Cursor
 
 Status = Literal[
@@ -183,11 +184,19 @@ class QueryPager:
             extraction=self.start.extraction,
         )
 
-    def _request(self, cursor: Cursor | None) -> list[tuple[str, str]]:
+    def _request(self, index: int, cursor: Cursor | None) -> PageRequest:
         pairs = self.params.query_pairs()
-        if not cursor:
-            return pairs
-        return [(k, v) for k, v in pairs if k not in cursor] + list(cursor.items())
+        if cursor:
+            pairs = [(k, v) for k, v in pairs if k not in cursor] + list(cursor.items())
+        return PageRequest(
+            query_id=self.spec.query_id,
+            endpoint=self.endpoint.path,
+            path=self.endpoint.url_path(self.params),
+            params=tuple(pairs),
+            page=index,
+            cost=self.endpoint.cost,
+            query_cap=self.spec.max_credits,
+        )
 
     def _page(
         self, index: int, cursor: Cursor | None, status: int, credits: int, raw: bytes, body: Any
@@ -241,15 +250,7 @@ class QueryPager:
         """
         out = self.outcome
         try:
-            response = await self.client.get(
-                self.endpoint.url_path(self.params),
-                self._request(cursor),
-                cost=self.endpoint.cost,
-                query_id=self.spec.query_id,
-                page_index=index,
-                endpoint=self.endpoint.path,
-                query_cap=self.spec.max_credits,
-            )
+            response = await self.client.get(self._request(index, cursor))
         except errors.RunStopped as exc:
             out.status, out.next_cursor, out.error = exc.status, cursor, exc.reason  # type: ignore[assignment]
             return None, True

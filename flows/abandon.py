@@ -15,7 +15,7 @@ from connectors.pager import QuerySpec
 from flows.load import load_manifest_into_duckdb
 from flows.manifest import RunManifest, write_manifest
 from tasks.collect import QuerySummary, land_raw_pages, open_sink
-from tasks.duckdb_load import DatabaseBusy
+from tasks.database import DatabaseBusy
 from tasks.journal import read_journal
 from tasks.layout import OutputLayout
 

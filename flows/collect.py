@@ -47,7 +47,7 @@ from flows.resume import (  # noqa: E402
 from flows.service import Service, open_service  # noqa: E402
 from flows.spec import JobSpec, UsageError, load_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
-from tasks.duckdb_load import DatabaseBusy  # noqa: E402
+from tasks.database import DatabaseBusy  # noqa: E402
 from tasks.journal import RunJournal  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
 
@@ -165,31 +165,51 @@ def _unstarted(the_plan: Plan, start: RunStart, summaries: list[dict[str, Any]],
     return out
 
 
+def _client(
+    spec: JobSpec, service: Service, ledger: CreditLedger, attempts: run_context.AttemptLogs
+) -> ServiceClient:
+    timeout = spec.service.timeout_seconds
+    return ServiceClient(
+        service.url,
+        service.api_key,
+        ledger,
+        timeouts=Timeouts(read=timeout, total=2 * timeout),
+        retry=RetryPolicy(attempts=spec.service.attempts),
+        on_attempt=attempts.log,
+        max_in_flight=spec.concurrency,
+    )
+
+
+async def _pay_and_land(
+    ctx: run_context.RunContext, fan: Fanout, manifest: RunManifest
+) -> list[dict[str, Any]]:
+    """The paid part of a run: the key check, every query, and the bill read after."""
+    run_context.register(ctx)
+    try:
+        before = await _probe_balance(ctx.client, ctx.ledger)
+        with StopOnSignal(ctx.ledger, ctx.client).installed():
+            summaries = await fan.run(ctx.layout)
+        after = await ctx.client.credit_balance() if before is not None else None
+        _note_bill(manifest, before, after)
+        return summaries
+    finally:
+        run_context.unregister(ctx.run_id)
+
+
 async def _collect(
     spec: JobSpec, layout: OutputLayout, begun: Begun, the_plan: Plan, service: Service, full: bool
 ) -> RunManifest:
     manifest, start = begun.manifest, begun.start
-    started = datetime.fromisoformat(manifest.started)
     fsync = spec.durability == "fsync"
     journal = RunJournal(layout.journal_file(manifest.run_id), fsync=fsync)
+    policy = spec.budget
     ledger = CreditLedger(
-        manifest.budget,
-        min_balance=spec.budget.min_balance,
-        policy=spec.budget.policy,
-        opening=start.journal.spent,
-        journal=journal,
+        manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal
     )
     attempts = run_context.AttemptLogs(fsync=fsync)
+    started = datetime.fromisoformat(manifest.started)
     try:
-        async with ServiceClient(
-            service.url,
-            service.api_key,
-            ledger,
-            timeouts=Timeouts(read=spec.service.timeout_seconds, total=2 * spec.service.timeout_seconds),
-            retry=RetryPolicy(attempts=spec.service.attempts),
-            on_attempt=attempts.log,
-            max_in_flight=spec.concurrency,
-        ) as client:
+        async with _client(spec, service, ledger, attempts) as client:
             ctx = run_context.RunContext(
                 manifest.run_id,
                 started,
@@ -202,15 +222,7 @@ async def _collect(
             )
             fan = Fanout(ctx, the_plan, start, journal, spec.name)
             ctx.on_records = fan.on_records
-            run_context.register(ctx)
-            try:
-                before = await _probe_balance(client, ledger)
-                with StopOnSignal(ledger, client).installed():
-                    summaries = await fan.run(layout)
-                after = await client.credit_balance() if before is not None else None
-                _note_bill(manifest, before, after)
-            finally:
-                run_context.unregister(manifest.run_id)
+            summaries = await _pay_and_land(ctx, fan, manifest)
     finally:
         journal.close()
     stopped = ledger.stopped

@@ -281,7 +281,7 @@ def load(output: Path) -> None:
     from flows.load import load_manifest_into_duckdb
     from flows.manifest import pending_manifests
     from flows.run_list import run_rows
-    from tasks.duckdb_load import DatabaseBusy
+    from tasks.database import DatabaseBusy
 
     layout = OutputLayout(output)
     for row in run_rows(layout):

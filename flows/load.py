@@ -9,15 +9,10 @@ from __future__ import annotations
 
 from connectors.catalog import all_kinds
 from flows.manifest import RunManifest, write_manifest
-from tasks.duckdb_load import (
-    insert_requests,
-    merge_batches,
-    transaction,
-    upsert_query_states,
-    upsert_run,
-    write_connection,
-)
+from tasks.database import transaction, write_connection
 from tasks.layout import OutputLayout
+from tasks.record_tables import merge_batches
+from tasks.run_history import insert_requests, upsert_query_states, upsert_run
 
 
 def load_manifest_into_duckdb(layout: OutputLayout, manifest: RunManifest) -> dict[str, int]:

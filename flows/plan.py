@@ -22,16 +22,6 @@ from flows.spec import JobSpec, Query, render_value
 
 _PARAMS = {e.path: e.params for e in catalog.ENDPOINTS}
 
-RECORDS_PER_PAGE: dict[str, int | str] = {
-    "/v1/creative/materials": "limit",
-    "/v1/network-a/group/posts": 3,
-    "/v1/creative/materials/{material_id}": 1,
-    "/v1/video-platform/community-post": 1,
-    "/v1/photo-app/user/embed": 1,
-}
-"""The most records one page can hold, where the interface says so (an int, or the parameter that sets it).
-Elsewhere the count is not documented, and the children of a query there are unbounded in the worst case."""
-
 
 @dataclass(frozen=True)
 class DependentQuery:
@@ -151,7 +141,7 @@ def _credits(endpoint: Endpoint, pages: int | None, max_credits: int | None) -> 
 
 
 def _records(endpoint: Endpoint, params: Mapping[str, Any], pages: int | None) -> int | None:
-    size = RECORDS_PER_PAGE.get(endpoint.path)
+    size = endpoint.records_per_page
     if isinstance(size, str):
         size = params.get(size)
     return pages * size if isinstance(size, int) and pages is not None else None
@@ -213,13 +203,12 @@ def _topological(queries: list[Query]) -> list[Query]:
     return ordered
 
 
-def plan(spec: JobSpec, budget: int | None = None) -> Plan:
-    """Expand the spec and price its worst case; `budget` overrides the spec's (`harvest plan --budget`)."""
-    endpoints = spec.endpoints()
+def _planned(
+    spec: JobSpec, endpoints: dict[str, Endpoint], records: dict[str, int | None]
+) -> tuple[list[QuerySpec], list[CostLine]]:
+    """The queries known before the run, priced; `records` learns how many records each can give."""
     queries: list[QuerySpec] = []
     lines: list[CostLine] = []
-    records: dict[str, int | None] = {}
-    """Most records each spec query can produce in all its expansions (None: unknown)."""
     for query in spec.queries:
         if query.dependent:
             continue
@@ -230,47 +219,55 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
             params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
             queries.append(
                 QuerySpec(
-                    query_id,
-                    query.endpoint,
-                    params,
-                    query.max_pages,
-                    query.max_credits,
+                    query_id, query.endpoint, params, query.max_pages, query.max_credits,
                     incremental=query.incremental,
                 )
-            )
+            )  # fmt: skip
             worst = _credits(endpoint, pages, query.max_credits)
             basis = _basis(endpoint, pages, query.max_pages)
             lines.append(CostLine(query_id, query.endpoint, endpoint.cost, pages, worst, basis))
             count = _records(endpoint, params, pages)
             total = None if total is None or count is None else total + count
         records[query.query_id] = total
+    return queries, lines
+
+
+def _dependent_line(dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None) -> CostLine:
+    """The worst case of all instances of a dependent query: one per parent record, each capped alike."""
+    pages = _pages(endpoint, query.max_pages, query.max_credits)
+    each = _credits(endpoint, pages, query.max_credits)
+    total_worst: int | None = 0
+    if each != 0:
+        total_worst = None if children is None or each is None else children * each
+    per = f"one per {dep.parent} record" + (f" (at most {children})" if children is not None else "")
+    each_text = "unbounded" if each is None else f"{each} each"
+    return CostLine(
+        f"{dep.template_id}[{dep.param}=*]",
+        dep.endpoint,
+        endpoint.cost,
+        pages,
+        total_worst,
+        f"{per}; {_basis(endpoint, pages, query.max_pages)}, {each_text}",
+        dependent=True,
+    )
+
+
+def plan(spec: JobSpec, budget: int | None = None) -> Plan:
+    """Expand the spec and price its worst case; `budget` overrides the spec's (`harvest plan --budget`)."""
+    endpoints = spec.endpoints()
+    records: dict[str, int | None] = {}
+    """Most records each spec query can produce in all its expansions (None: unknown)."""
+    queries, lines = _planned(spec, endpoints, records)
     dependents: list[DependentQuery] = []
     for query in _topological(spec.queries):
         endpoint = endpoints[query.endpoint]
         parent = next(iter(query.dependent.values())).from_
         dep = _template(query, endpoints[next(q.endpoint for q in spec.queries if q.query_id == parent)])
         dependents.append(dep)
-        pages = _pages(endpoint, query.max_pages, query.max_credits)
-        each = _credits(endpoint, pages, query.max_credits)
         children = records.get(dep.parent)
-        count = _records(endpoint, dep.params, pages)
+        count = _records(endpoint, dep.params, _pages(endpoint, query.max_pages, query.max_credits))
         records[dep.template_id] = None if children is None or count is None else children * count
-        total_worst: int | None = 0
-        if each != 0:
-            total_worst = None if children is None or each is None else children * each
-        per = f"one per {dep.parent} record" + (f" (at most {children})" if children is not None else "")
-        each_text = "unbounded" if each is None else f"{each} each"
-        lines.append(
-            CostLine(
-                f"{dep.template_id}[{dep.param}=*]",
-                dep.endpoint,
-                endpoint.cost,
-                pages,
-                total_worst,
-                f"{per}; {_basis(endpoint, pages, query.max_pages)}, {each_text}",
-                dependent=True,
-            )
-        )
+        lines.append(_dependent_line(dep, query, endpoint, children))
     return Plan(
         name=spec.name,
         budget=spec.budget.credits if budget is None else budget,

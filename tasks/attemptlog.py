@@ -1,46 +1,33 @@
-"""The attempt log: one JSON line per HTTP attempt of a query, paid or not; it loads into `requests`."""
+"""The attempt log: one JSON line per HTTP attempt of a query, paid or not; it loads into `requests`.
+
+A line holds `connectors.page_request.Attempt`'s fields, by name: that dataclass is the one description of the
+row. Lines are written per attempt (a crash loses at most a torn last line) without building a dict of the
+whole dataclass (`dataclasses.asdict` was 9% of a large run's CPU).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connectors.page_request import ATTEMPT_FIELDS, Attempt
 from tasks.appendfile import JsonLinesWriter, iter_json_lines
 from tasks.rawstore import iso_utc, redact_params
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One HTTP attempt (paid or not); loads into the `requests` table."""
-
-    query_id: str
-    endpoint: str
-    params: dict[str, Any]
-    page: int | None
-    attempt: int
-    status_code: int | None
-    credits: int
-    duration_ms: float | None
-    error: str | None
-    started_at: str
-
-
-ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(Attempt))
 
 
 class AttemptLogWriter(JsonLinesWriter):
     """Appends one JSON line per attempt, flushed per line, so failed and retried calls stay auditable."""
 
     def append(self, attempt: Attempt | Mapping[str, Any]) -> None:
-        data = dataclasses.asdict(attempt) if isinstance(attempt, Attempt) else dict(attempt)
-        unknown = set(data) - set(ATTEMPT_FIELDS)
-        if unknown:
-            raise ValueError(f"unknown attempt fields: {sorted(unknown)}")
-        row = {name: data.get(name) for name in ATTEMPT_FIELDS}
+        if isinstance(attempt, Attempt):
+            row = {name: getattr(attempt, name) for name in ATTEMPT_FIELDS}
+        else:
+            unknown = set(attempt) - set(ATTEMPT_FIELDS)
+            if unknown:
+                raise ValueError(f"unknown attempt fields: {sorted(unknown)}")
+            row = {name: attempt.get(name) for name in ATTEMPT_FIELDS}
         row["params"] = redact_params(row["params"])
         if isinstance(row["started_at"], dt.datetime):
             row["started_at"] = iso_utc(row["started_at"])

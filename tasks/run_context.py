@@ -6,7 +6,6 @@ serialisable and Prefect never hashes or pickles a connection pool.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,8 +15,9 @@ from typing import Any
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
 from connectors.ledger import CreditLedger
+from connectors.page_request import Attempt
 from connectors.pager import QuerySpec
-from tasks.attemptlog import ATTEMPT_FIELDS, AttemptLogWriter
+from tasks.attemptlog import AttemptLogWriter
 from tasks.layout import OutputLayout
 
 
@@ -36,12 +36,10 @@ class AttemptLogs:
         if writer is not None:
             writer.close()
 
-    def log(self, attempt: Any) -> None:
+    def log(self, attempt: Attempt) -> None:
         writer = self.writers.get(attempt.query_id)
         if writer is not None:
-            data = dataclasses.asdict(attempt)
-            data["params"] = pairs_to_dict(data.get("params") or ())
-            writer.append({name: data.get(name) for name in ATTEMPT_FIELDS})
+            writer.append(attempt)
 
 
 @dataclass
@@ -63,17 +61,6 @@ class RunContext:
     @property
     def fsync(self) -> bool:
         return self.attempts.fsync
-
-
-def pairs_to_dict(pairs: Any) -> dict[str, Any]:
-    """Query pairs as a JSON object; a repeated key (style_tags=a&style_tags=b) becomes a list."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            out[key] = [*out[key], value] if isinstance(out[key], list) else [out[key], value]
-        else:
-            out[key] = value
-    return out
 
 
 _RUNS: dict[str, RunContext] = {}

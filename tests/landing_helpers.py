@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,3 +21,50 @@ class Kind:
     table: str
     primary_key: tuple[str, ...]
     schema: pa.Schema
+
+
+# --- one-transaction wrappers the load step composes itself (flows/load.py); tests call them one at a time --
+def load_tables(
+    db: Path | str, batches: Any, *, data_dir: Path | None = None, rerun: str = "harvest load ..."
+) -> Any:
+    from tasks.database import transaction, write_connection
+    from tasks.record_tables import merge_batches
+
+    with write_connection(db, data_dir=data_dir, rerun=rerun) as con, transaction(con):
+        return merge_batches(con, batches)
+
+
+def record_run_start(db: Path | str, run: Any = None, **fields: Any) -> None:
+    from tasks.database import transaction, write_connection
+    from tasks.run_history import RUN_FIELDS, as_fields, upsert_run
+
+    row = {**(as_fields(run, RUN_FIELDS) if run is not None else {}), **fields}
+    row.setdefault("status", "running")
+    row.setdefault("finished", None)
+    with write_connection(db) as con, transaction(con):
+        upsert_run(con, row)
+
+
+def record_run_end(db: Path | str, run: Any = None, **fields: Any) -> None:
+    from tasks.database import transaction, write_connection
+    from tasks.run_history import RUN_FIELDS, as_fields, upsert_run
+
+    row = {**(as_fields(run, RUN_FIELDS) if run is not None else {}), **fields}
+    with write_connection(db) as con, transaction(con):
+        upsert_run(con, row)
+
+
+def load_requests(db: Path | str, run_id: str, paths: Any) -> int:
+    from tasks.database import transaction, write_connection
+    from tasks.run_history import insert_requests
+
+    with write_connection(db) as con, transaction(con):
+        return insert_requests(con, run_id, paths)
+
+
+def save_query_states(db: Path | str, run_id: str, states: Any) -> int:
+    from tasks.database import transaction, write_connection
+    from tasks.run_history import upsert_query_states
+
+    with write_connection(db) as con, transaction(con):
+        return upsert_query_states(con, run_id, states)

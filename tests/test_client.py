@@ -14,7 +14,7 @@ import orjson
 import pytest
 import stamina
 
-from connectors.client import Attempt, RetryPolicy, ServiceClient, _Retryable, parse_retry_after
+from connectors.client import Attempt, PageRequest, RetryPolicy, ServiceClient
 from connectors.errors import (
     BadRequest,
     BudgetExhausted,
@@ -27,6 +27,7 @@ from connectors.errors import (
     UnexpectedResponse,
 )
 from connectors.ledger import CreditLedger
+from connectors.retry import Retryable, parse_retry_after
 
 KEY = "sk-live-7f3a9c1e5b2d"
 BASE = "https://service.test"
@@ -97,14 +98,29 @@ class Harness:
 
     async def get(self, cost: int = 1, page: int = 0, **kw: Any) -> Any:
         return await self.client.get(
-            "/v1/pinboard/search",
-            kw.pop("query", [("query", "cats")]),
-            cost=cost,
-            query_id="q1",
-            page_index=page,
-            endpoint="/v1/pinboard/search",
-            **kw,
+            page_request(
+                "/v1/pinboard/search",
+                kw.pop("query", [("query", "cats")]),
+                cost=cost,
+                query_id="q1",
+                page=page,
+                endpoint="/v1/pinboard/search",
+                **kw,
+            )
         )
+
+
+def page_request(
+    path: str,
+    query: Any,
+    *,
+    cost: int = 1,
+    query_id: str = "q",
+    page: int = 0,
+    endpoint: str = "/x",
+    query_cap: int | None = None,
+) -> PageRequest:
+    return PageRequest(query_id, endpoint, path, tuple(query), page, cost, query_cap)
 
 
 @pytest.fixture
@@ -146,7 +162,7 @@ async def test_success_settles_to_credits_charged_and_sends_the_key_header(make:
         1,
         None,
     )
-    assert att.params == (("query", "a b&c=d"), ("tag", "x"), ("tag", "y"))
+    assert att.params == {"query": "a b&c=d", "tag": ["x", "y"]}
     assert att.started_at.tzinfo is dt.UTC and att.duration_ms >= 0
 
 
@@ -169,12 +185,12 @@ async def test_path_with_colon_and_base_path_prefix() -> None:
     transport = httpx.MockTransport(script)
     async with ServiceClient(BASE + "/api/", KEY, ledger, retry=FAST, transport=transport) as c:
         await c.get(
-            "/v1/creative/materials/video:abc",
-            [],
-            cost=1,
-            query_id="m",
-            page_index=0,
-            endpoint="/v1/creative/materials/{material_id}",
+            page_request(
+                "/v1/creative/materials/video:abc",
+                [],
+                query_id="m",
+                endpoint="/v1/creative/materials/{material_id}",
+            )
         )
     assert script.requests[0].url.path == "/api/v1/creative/materials/video:abc"
 
@@ -190,7 +206,7 @@ async def test_success_marks_the_page_done_for_breadth_first(make: Any) -> None:
     h = make(ok())
     h.ledger.register("q1")
     await h.get(page=0)
-    assert h.ledger._next_page["q1"] == 1
+    assert h.ledger._share._next_page["q1"] == 1
 
 
 # ---- answers that are errors: not retried --------------------------------------------------------
@@ -302,9 +318,9 @@ async def test_429_with_retry_after_then_200(make: Any) -> None:
 
 def test_retry_after_is_honoured_but_capped() -> None:
     client = ServiceClient(BASE, KEY, CreditLedger(1), retry=RetryPolicy(max_wait=30))
-    assert client._backoff(_Retryable("429", retry_after=7)) == 7
-    assert client._backoff(_Retryable("429", retry_after=600)) == 30
-    assert client._backoff(_Retryable("503")) is True
+    assert client._backoff(Retryable("429", retry_after=7)) == 7
+    assert client._backoff(Retryable("429", retry_after=600)) == 30
+    assert client._backoff(Retryable("503")) is True
     assert client._backoff(BadRequest("x", None)) is False
 
 
@@ -472,7 +488,9 @@ async def test_cancelled_mid_flight_keeps_the_reservation() -> None:
     async with ServiceClient(
         BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(hang), on_attempt=attempts.append
     ) as client:
-        task = asyncio.create_task(client.get("/x", [], cost=1, query_id="q", page_index=0, endpoint="/x"))
+        task = asyncio.create_task(
+            client.get(page_request("/x", [], cost=1, query_id="q", page=0, endpoint="/x"))
+        )
         await started.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -497,7 +515,10 @@ async def test_max_in_flight_limits_concurrent_requests() -> None:
         BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(slow), max_in_flight=3
     ) as client:
         await asyncio.gather(
-            *(client.get("/x", [], cost=1, query_id=f"q{i}", page_index=0, endpoint="/x") for i in range(12))
+            *(
+                client.get(page_request("/x", [], cost=1, query_id=f"q{i}", page=0, endpoint="/x"))
+                for i in range(12)
+            )
         )
     assert peak == 3 and ledger.spent == 12
 
@@ -510,7 +531,7 @@ async def test_a_failing_attempt_recorder_does_not_lose_the_page(caplog: pytest.
     async with ServiceClient(
         BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(Script(ok())), on_attempt=boom
     ) as client:
-        resp = await client.get("/x", [], cost=1, query_id="q", page_index=0, endpoint="/x")
+        resp = await client.get(page_request("/x", [], cost=1, query_id="q", page=0, endpoint="/x"))
     assert resp.status_code == 200 and "on_attempt callback failed" in caplog.text
 
 
@@ -580,7 +601,7 @@ async def test_absolute_urls_are_refused_as_paths(make: Any) -> None:
     h = make()
     for path in ("https://elsewhere.test/x", "//elsewhere.test/x", "v1/x"):
         with pytest.raises(ValueError, match="path must be"):
-            await h.client.get(path, [], cost=1, query_id="q", page_index=0, endpoint="/x")
+            await h.client.get(page_request(path, [], cost=1, query_id="q", page=0, endpoint="/x"))
     assert h.script.requests == [] and h.ledger.reserved == 0
 
 
@@ -599,5 +620,7 @@ async def test_a_short_key_is_not_cut_out_of_answers() -> None:
     script = Script(js(200, body))
     ledger = CreditLedger(10)
     async with ServiceClient(BASE, "k1", ledger, retry=FAST, transport=httpx.MockTransport(script)) as client:
-        resp = await client.get("/v1/pinboard/search", [], cost=1, query_id="q", page_index=0, endpoint="/e")
+        resp = await client.get(
+            page_request("/v1/pinboard/search", [], cost=1, query_id="q", page=0, endpoint="/e")
+        )
     assert resp.body["cursor"] == "cG4uMTk1LmRhOTAwYg" and b"cG4uMTk1LmRhOTAwYg" in resp.raw

@@ -16,6 +16,7 @@ import stamina
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.errors import ServiceUnavailable
 from connectors.ledger import CreditLedger
+from connectors.page_request import PageRequest
 
 KEY = "sk-live-net-0123456789"
 FAST = RetryPolicy(attempts=2, initial=0, max_wait=0, jitter=False)
@@ -55,12 +56,7 @@ async def _read_request(reader: asyncio.StreamReader) -> None:
 async def _get(base_url: str, ledger: CreditLedger, timeouts: Timeouts = Timeouts()) -> None:
     async with ServiceClient(base_url, KEY, ledger, timeouts=timeouts, retry=FAST) as client:
         await client.get(
-            "/v1/pinboard/search",
-            [("query", "x")],
-            cost=1,
-            query_id="q",
-            page_index=0,
-            endpoint="/v1/pinboard/search",
+            PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), page=0, cost=1)
         )
 
 

@@ -13,19 +13,21 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from tasks.attemptlog import Attempt, AttemptLogWriter
-from tasks.duckdb_load import (
-    DatabaseBusy,
+from connectors.page_request import Attempt
+from tasks.attemptlog import AttemptLogWriter
+from tasks.database import DatabaseBusy
+from tasks.layout import OutputLayout
+from tasks.parquet_sink import MultiTableSink
+from tasks.run_history import public_service_url
+from tests.landing_helpers import (
+    META,
+    Kind,
     load_requests,
     load_tables,
-    public_service_url,
     record_run_end,
     record_run_start,
     save_query_states,
 )
-from tasks.layout import OutputLayout
-from tasks.parquet_sink import MultiTableSink
-from tests.landing_helpers import META, Kind
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 

@@ -146,13 +146,13 @@ def test_a_wrong_key_sends_one_request_and_says_so_once(
 
 
 async def _gated_requests(base_url: str) -> None:
-    from connectors.client import RetryPolicy, ServiceClient
+    from connectors.client import PageRequest, RetryPolicy, ServiceClient
     from connectors.ledger import CreditLedger
 
     ledger = CreditLedger(100)
     async with ServiceClient(base_url, "not-the-key-0000", ledger, retry=RetryPolicy(attempts=1)) as client:
         calls = [
-            client.get(PINS, [("query", f"q{i}")], cost=1, query_id=f"q{i}", page_index=0, endpoint=PINS)
+            client.get(PageRequest(f"q{i}", PINS, PINS, (("query", f"q{i}"),), page=0, cost=1))
             for i in range(12)
         ]
         await asyncio.gather(*calls, return_exceptions=True)

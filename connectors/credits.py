@@ -1,0 +1,65 @@
+"""What the credit ledger hands out and reports: reservations, refusals, overcharges, snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Policy = Literal["breadth_first", "greedy"]
+POLICIES: tuple[str, ...] = ("breadth_first", "greedy")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Credits held for one attempt at one page of one query."""
+
+    id: int
+    query_id: str
+    page_index: int
+    amount: int
+
+
+@dataclass(frozen=True)
+class Overcharge:
+    """The service charged more than the cost table said; kept so the excess is never silent."""
+
+    query_id: str
+    page_index: int
+    reserved: int
+    charged: int
+
+    @property
+    def excess(self) -> int:
+        return self.charged - self.reserved
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    """All totals read at one instant (one lock acquisition), for displays and reports."""
+
+    budget: int
+    spent: int
+    reserved: int
+    remaining: int
+    per_query_spent: Mapping[str, int]
+    overcharged: int
+    account_remaining: int | None
+    floor_reached: bool
+
+
+class LedgerJournal(Protocol):
+    """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent)."""
+
+    def reserved(self, rid: int, query_id: str, amount: int) -> None: ...
+    def closed(self, rid: int, counted: int | None) -> None: ...
+
+
+RefusalKind = Literal["budget", "stopped", "interrupted"]
+"""Why the ledger refuses: the budget (or a cap or floor), or the whole run was stopped or interrupted."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    kind: RefusalKind
+    reason: str

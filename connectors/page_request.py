@@ -1,0 +1,74 @@
+"""One page request and one HTTP attempt at it: the value objects the pager, the client, the ledger and the
+errors pass around, and the single description of the `requests` row.
+
+`Attempt`'s fields, in order and with the Arrow type in their metadata, are that description: the attempt log's
+keys, the Arrow schema the load step registers and the DuckDB DDL of `requests` are all derived from them
+(`ATTEMPT_SCHEMA`), so a new column is one new field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    """A page a query asks for: what to send, what it may cost, and where it belongs (for messages)."""
+
+    query_id: str
+    endpoint: str
+    """The documented path: the endpoint's name everywhere in harvest."""
+    path: str
+    """The path sent, path parameters filled in."""
+    params: tuple[tuple[str, str], ...]
+    page: int
+    cost: int
+    query_cap: int | None = None
+    """The query's credit cap (`max_credits`), checked by the ledger."""
+
+
+def _column(arrow: pa.DataType, *, nullable: bool = True) -> dict[str, Any]:
+    return {"arrow": arrow, "nullable": nullable}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One HTTP attempt, paid or not: a row of the run's `requests` table."""
+
+    query_id: str = field(metadata=_column(pa.string(), nullable=False))
+    endpoint: str = field(metadata=_column(pa.string()))
+    params: dict[str, Any] = field(metadata=_column(pa.string()))
+    """The query string as a JSON object (a repeated key becomes a list), credentials removed."""
+    page: int = field(metadata=_column(pa.int32()))
+    attempt: int = field(metadata=_column(pa.int32()))
+    status_code: int | None = field(metadata=_column(pa.int32()))
+    credits: int = field(metadata=_column(pa.int64()))
+    """What the ledger counted: the settled amount, the whole reservation when unknown, 0 when released."""
+    duration_ms: float = field(metadata=_column(pa.float64()))
+    error: str | None = field(metadata=_column(pa.string()))
+    started_at: dt.datetime = field(metadata=_column(pa.timestamp("us", tz="UTC")))
+
+
+ATTEMPT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Attempt))
+ATTEMPT_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, f.metadata["arrow"], nullable=f.metadata["nullable"])
+        for f in dataclasses.fields(Attempt)
+    ]
+)
+
+
+def pairs_to_dict(pairs: Any) -> dict[str, Any]:
+    """Query pairs as a JSON object; a repeated key (style_tags=a&style_tags=b) becomes a list."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            out[key] = [*out[key], value] if isinstance(out[key], list) else [out[key], value]
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,90 @@
+"""The job's DuckDB file, opened only for a short write (open, load, close).
+
+DuckDB allows one writing process per file, and users keep the database open in a notebook or the CLI. A lock
+conflict becomes `DatabaseBusy` with instructions: nothing is lost, because a run's data is already durable in
+raw pages and Parquet, and loading is idempotent, so rerunning the load later gives the same tables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+LOAD_MEMORY_LIMIT = os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", "1GB")
+"""DuckDB's memory cap for the load step; beyond it DuckDB spills to disk, so loading a run's rows does not make
+the process grow with the size of the run. Raise it (HARVEST_DUCKDB_MEMORY_LIMIT) for faster loads of huge runs."""
+
+
+class DatabaseBusy(RuntimeError):
+    """The database file is locked by another process; the landed data is safe and the load can be rerun."""
+
+    def __init__(self, db_path: Path, data_dir: Path, rerun: str = "harvest load ...") -> None:
+        self.db_path = db_path
+        self.data_dir = data_dir
+        super().__init__(
+            f"{db_path} is open in another process (close your DuckDB session); "
+            f"the data is safe in Parquet at {data_dir}; rerun `{rerun}`"
+        )
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()
+
+
+@contextmanager
+def write_connection(
+    db_path: Path | str, *, data_dir: Path | None = None, rerun: str = "harvest load ..."
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the database for a short write and always close it, turning a lock conflict into DatabaseBusy.
+
+    DuckDB 2.0 reports a conflict as ``duckdb.IOException`` ("Could not set lock on file ...").
+    """
+    path = Path(db_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(
+            str(path), config={"memory_limit": LOAD_MEMORY_LIMIT, "preserve_insertion_order": False}
+        )
+    except duckdb.IOException as exc:
+        if _is_lock_error(exc):
+            raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun) from exc
+        raise
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """All-or-nothing: a load that fails half-way leaves the database as it was, so it can be rerun."""
+    con.begin()
+    try:
+        yield
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+
+
+def count_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:
+    """Scalar count via fetchall: DuckDB 2.0 treats a result read with fetchone() as unfinished and refuses
+    further work (register, ...) on the connection until it is drained."""
+    rows = con.execute(sql, params).fetchall()
+    return int(rows[0][0]) if rows else 0
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def json_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

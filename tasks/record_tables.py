@@ -1,0 +1,156 @@
+"""Record tables: a run's Parquet files merged into DuckDB on each kind's primary key.
+
+Merge rule: the newest fetch of a key wins. Within a batch only the row with the latest ``_fetched_at`` per
+primary key is kept; against the table, a row is replaced only by a fetch at least as new, so a rerun never
+duplicates rows and reloading an old run never overwrites newer data. Rows whose primary key is NULL cannot be
+merged and are skipped; their count is reported in `LoadResult.skipped_null_pk` and logged.
+
+The functions take an open connection and leave transactions to the caller, so the load step (and a rebuild)
+compose them in one transaction with the bookkeeping tables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from tasks.database import count_rows, quote_ident
+from tasks.layout import KindLike
+
+log = logging.getLogger(__name__)
+
+FETCHED_AT = "_fetched_at"
+
+
+class LoadResult(dict[str, int]):
+    """Rows per table after the load; `skipped_null_pk` counts rows left out because their key was NULL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped_null_pk: dict[str, int] = {}
+
+
+def duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[tuple[str, str]]:
+    """DuckDB column types for an Arrow schema, as DuckDB itself maps them (nested types included)."""
+    con.register("_harvest_empty", schema.empty_table())
+    try:
+        rows = con.execute("DESCRIBE SELECT * FROM _harvest_empty").fetchall()
+    finally:
+        con.unregister("_harvest_empty")
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    rows = con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
+        [table],
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _table_primary_key(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, ...]:
+    rows = con.execute(
+        "SELECT constraint_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
+        [table],
+    ).fetchall()
+    return tuple(rows[0][0]) if rows else ()
+
+
+def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
+    """Create the kind's table, or add the columns its schema gained; returns the table's columns.
+
+    Columns are never dropped or retyped here: old rows keep them, and a changed key needs a rebuild.
+    """
+    if not kind.primary_key:
+        raise ValueError(f"table {kind.table}: a record kind needs a primary key")
+    missing_key = [c for c in kind.primary_key if c not in kind.schema.names]
+    if missing_key or FETCHED_AT not in kind.schema.names:
+        raise ValueError(f"table {kind.table}: schema lacks {missing_key or [FETCHED_AT]}")
+    types = duckdb_types(con, kind.schema)
+    existing = _table_columns(con, kind.table)
+    table = quote_ident(kind.table)
+    if not existing:
+        cols = ", ".join(f"{quote_ident(n)} {t}" for n, t in types)
+        key = ", ".join(quote_ident(c) for c in kind.primary_key)
+        con.execute(f"CREATE TABLE {table} ({cols}, PRIMARY KEY ({key}))")
+        return [n for n, _ in types]
+    current_key = _table_primary_key(con, kind.table)
+    if tuple(c.lower() for c in current_key) != tuple(c.lower() for c in kind.primary_key):
+        raise ValueError(
+            f"table {kind.table}: primary key changed from {current_key} to {kind.primary_key}; "
+            "rebuild the table"
+        )
+    known = {c.lower() for c in existing}
+    for name, typ in types:
+        if name.lower() not in known:
+            log.info("table %s: adding column %s %s", kind.table, name, typ)
+            con.execute(f"ALTER TABLE {table} ADD COLUMN {quote_ident(name)} {typ}")
+            existing.append(name)
+    return existing
+
+
+def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[Path]) -> tuple[int, int]:
+    """Merge Parquet files into the kind's table with one MERGE; returns (rows after, rows skipped: null key).
+
+    Ties on ``_fetched_at`` inside a batch go to the later file name / later row, so the choice is stable.
+    Columns the table has but this schema lacks are set NULL on replace: a replaced row is the newer fetch.
+    """
+    columns = ensure_table(con, kind)
+    table = quote_ident(kind.table)
+    fetched = quote_ident(FETCHED_AT)
+    skipped = 0
+    if files:
+        paths = [str(p) for p in files]
+        source = (
+            "read_parquet(?, hive_partitioning = false, union_by_name = true, "
+            "filename = '_harvest_file', file_row_number = true)"
+        )
+        key = [quote_ident(c) for c in kind.primary_key]
+        null_key = " OR ".join(f"{k} IS NULL" for k in key)
+        skipped = count_rows(con, f"SELECT count(*) FROM {source} WHERE {null_key}", [paths])
+        if skipped:
+            log.warning(
+                "table %s: skipped %d rows with a NULL primary key %s", kind.table, skipped, kind.primary_key
+            )
+        names = [quote_ident(n) for n in kind.schema.names]
+        in_schema = {n.lower() for n in kind.schema.names}
+        extra = [quote_ident(c) for c in columns if c.lower() not in in_schema]
+        key_set = set(key)
+        updates = [f"{n} = s.{n}" for n in names if n not in key_set] + [f"{c} = NULL" for c in extra]
+        con.execute(
+            f"""
+            MERGE INTO {table} AS t
+            USING (
+                SELECT {", ".join(names)} FROM {source}
+                WHERE NOT ({null_key})
+                QUALIFY row_number() OVER (
+                    PARTITION BY {", ".join(key)}
+                    ORDER BY {fetched} DESC NULLS LAST, _harvest_file DESC, file_row_number DESC
+                ) = 1
+            ) AS s
+            ON {" AND ".join(f"t.{k} = s.{k}" for k in key)}
+            WHEN MATCHED AND (t.{fetched} IS NULL OR s.{fetched} >= t.{fetched})
+                THEN UPDATE SET {", ".join(updates)}
+            WHEN NOT MATCHED THEN INSERT ({", ".join(names)}) VALUES ({", ".join(f"s.{n}" for n in names)})
+            """,
+            [paths],
+        )
+    return count_rows(con, f"SELECT count(*) FROM {table}"), skipped
+
+
+def merge_batches(
+    con: duckdb.DuckDBPyConnection, batches: Iterable[tuple[KindLike, Sequence[Path]]]
+) -> LoadResult:
+    """Merge several kinds' files on an open connection (no transaction handling; see module docstring)."""
+    result = LoadResult()
+    for kind, files in batches:
+        rows, skipped = merge_files(con, kind, files)
+        result[kind.table] = rows
+        result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
+    return result
