@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test soak lint format clean
+.PHONY: install demo test soak bench lint format clean
 
 install: $(STAMP)
 
@@ -22,6 +22,10 @@ test: install
 
 soak: install
 	$(BIN)/python -m pytest -q -s -m soak tests/test_soak.py
+
+bench: install
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/run.py
 
 lint: install
 	$(BIN)/ruff check .

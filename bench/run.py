@@ -1,0 +1,342 @@
+"""`make bench`: harvest against a plain script and dlt on the same job, measured in one invocation.
+
+The sandbox serves the job from its own process (no faults, no quirks): 10 short-video profiles x 200 pages x
+100 records (200,000 records, ~106 MB of JSON). Each contender runs three times; the median counts:
+- harvest end to end against a running Prefect server (`prefect server start`, started here), and against
+  Prefect's temporary server;
+- `bench/plain_script.py`, the fast script a careful engineer writes in an afternoon;
+- dlt's `rest_api` source into DuckDB with parquet loader files (`bench/dlt_pipeline.py`).
+Then a scale series (harvest at 1x, 4x and 16x the pages of a smaller job, for memory), the fixed cost of a
+one-page job, and the sandbox's own capacity. Prints a table and writes `bench/results/latest.json`.
+
+    python bench/run.py [--quick]      # --quick: a small job, one repetition (checks the harness itself)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import Measured, run_measured
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+HARVEST = str(BIN / "harvest")
+PYTHON = sys.executable
+KEY = "bench-key-0123456789abcdef"
+PATH = "/v3/short-video/profile/videos"
+RESULTS = ROOT / "bench" / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+@contextmanager
+def sandbox(pages: int, page_size: int = 100):  # type: ignore[no-untyped-def]
+    port = free_port()
+    cmd = [HARVEST, "sandbox", "--port", str(port), "--api-key", KEY, "--credits", str(10**12)]
+    cmd += ["--pages", str(pages), str(pages), "--page-size", str(page_size), "--no-quirks"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/v1/credit-balance")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextmanager
+def prefect_server(home: Path):  # type: ignore[no-untyped-def]
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/api/health")
+        yield f"http://127.0.0.1:{port}/api"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def handles(n: int) -> list[str]:
+    return [f"maker{i:02d}" for i in range(n)]
+
+
+def harvest_spec(work: Path, base_url: str, names: list[str], output: Path) -> Path:
+    spec = {
+        "name": "bench",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 10**9},
+        "concurrency": len(names),
+        "output": str(output),
+        "queries": [
+            {"id": "videos", "endpoint": PATH, "params": {"sort_by": "latest"}, "for_each": {"handle": names}}
+        ],
+    }
+    path = work / f"bench-{len(names)}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def one_page_spec(work: Path, base_url: str, output: Path) -> Path:
+    spec = {
+        "name": "one-page",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 10},
+        "output": str(output),
+        "queries": [{"id": "embed", "endpoint": "/v1/photo-app/user/embed", "params": {"handle": "nasa"}}],
+    }
+    path = work / "one-page.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def env_for(home: Path, api_url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HARVEST_"))}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", HARVEST_API_KEY=KEY)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return env
+
+
+def repeat(times: int, once: Callable[[int], Measured]) -> list[Measured]:
+    runs = []
+    for n in range(times):
+        m = once(n)
+        if m.returncode != 0:
+            raise RuntimeError(
+                f"a benchmark run failed ({m.returncode}):\n{m.stdout[-2000:]}\n{m.stderr[-2000:]}"
+            )
+        runs.append(m)
+    return runs
+
+
+def summary(runs: list[Measured], records: int) -> dict[str, float]:
+    wall = statistics.median(m.wall_s for m in runs)
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(statistics.median(m.cpu_s for m in runs), 2),
+        "rss_mb": round(max(m.peak_rss_mb for m in runs), 1),
+        "rps": round(records / wall) if records else 0,
+    }
+
+
+def records_in(db: Path, table: str = "short_video_videos") -> int:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return int(con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0])
+    finally:
+        con.close()
+
+
+async def _fetch_all(base_url: str, names: list[str]) -> int:
+    pages = 0
+    limits = httpx.Limits(max_connections=len(names))
+    async with httpx.AsyncClient(base_url=base_url, headers={"x-api-key": KEY}, limits=limits) as client:
+
+        async def crawl(handle: str) -> None:
+            nonlocal pages
+            params = {"handle": handle, "sort_by": "latest"}
+            while True:
+                body = orjson.loads((await client.get(PATH, params=params)).content)
+                pages += 1
+                if not body.get("has_more"):
+                    return
+                params = {**params, "max_cursor": str(body["max_cursor"])}
+
+        await asyncio.gather(*(crawl(h) for h in names))
+    return pages
+
+
+def sandbox_capacity(base_url: str, names: list[str]) -> float:
+    """Pages per second the sandbox serves to a client that only fetches (the client shares the cores)."""
+    t0 = time.perf_counter()
+    pages = asyncio.run(_fetch_all(base_url, names))
+    return pages / (time.perf_counter() - t0)
+
+
+class Bench:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.times = 1 if quick else 3
+        self.pages = 10 if quick else 200
+        self.names = handles(10)
+        self.work = Path(tempfile.mkdtemp(prefix="harvest-bench-"))
+        self.server_home = self.work / "prefect-server-home"
+        self.temp_home = self.work / "prefect-temporary-home"
+        """Two Prefect homes: the running server and the temporary servers must not share one SQLite file."""
+        self.results: dict[str, Any] = {}
+
+    def harvest(self, spec: Path, output: Path, env: dict[str, str]) -> Callable[[int], Measured]:
+        def once(n: int) -> Measured:
+            shutil.rmtree(output, ignore_errors=True)
+            return run_measured([HARVEST, "run", str(spec)], env)
+
+        return once
+
+    def main_job(self, api_url: str) -> None:
+        with sandbox(self.pages) as base:
+            self.results["sandbox_pps"] = round(sandbox_capacity(base, self.names))
+            out = self.work / "harvest"
+            spec = harvest_spec(self.work, base, self.names, out)
+            server_runs = repeat(self.times, self.harvest(spec, out, env_for(self.server_home, api_url)))
+            records = records_in(out / "harvest.duckdb")
+            warm = one_page_spec(
+                self.work, base, self.work / "warm"
+            )  # the temporary server's database exists
+            repeat(1, self.harvest(warm, self.work / "warm", env_for(self.temp_home, None)))
+            temp_runs = repeat(self.times, self.harvest(spec, out, env_for(self.temp_home, None)))
+            plain_out = self.work / "plain"
+            plain = [PYTHON, str(ROOT / "bench" / "plain_script.py"), base, KEY, str(plain_out), *self.names]
+            plain_runs = repeat(self.times, lambda n: self._fresh(plain_out, plain))
+            assert records_in(plain_out / "plain.duckdb") == records, "the script and harvest landed the same"
+            dlt_out = self.work / "dlt"
+            dlt = [PYTHON, str(ROOT / "bench" / "dlt_pipeline.py"), base, KEY, str(dlt_out), *self.names]
+            dlt_runs = repeat(self.times, lambda n: self._fresh(dlt_out, dlt))
+        self.results["records"] = records
+        self.results["harvest_server"] = summary(server_runs, records)
+        self.results["harvest_temporary"] = summary(temp_runs, records)
+        self.results["script"] = summary(plain_runs, records)
+        self.results["dlt"] = summary(dlt_runs, records)
+
+    def _fresh(self, out: Path, cmd: list[str]) -> Measured:
+        shutil.rmtree(out, ignore_errors=True)
+        return run_measured(cmd, {**os.environ, "RUNTIME__DLTHUB_TELEMETRY": "false"})
+
+    def scale(self, api_url: str) -> None:
+        base_pages = 2 if self.quick else 20
+        for factor in (1, 4, 16):
+            with sandbox(base_pages * factor) as base:
+                out = self.work / f"scale-{factor}"
+                spec = harvest_spec(self.work, base, self.names, out)
+                (m,) = repeat(1, self.harvest(spec, out, env_for(self.server_home, api_url)))
+            self.results[f"scale_{factor}x"] = summary([m], records_in(out / "harvest.duckdb"))
+
+    def fixed_cost(self, api_url: str) -> None:
+        imports = repeat(self.times, lambda n: run_measured([PYTHON, "-c", "import flows.collect"]))
+        self.results["import_s"] = round(statistics.median(m.wall_s for m in imports), 2)
+        with sandbox(1, 10) as base:
+            out = self.work / "one-page"
+            spec = one_page_spec(self.work, base, out)
+            for label, url, home in (
+                ("server", api_url, self.server_home),
+                ("temporary", None, self.temp_home),
+            ):
+                runs = repeat(self.times, self.harvest(spec, out, env_for(home, url)))
+                self.results[f"fixed_s_{label}"] = round(statistics.median(m.wall_s for m in runs), 2)
+
+    def run(self) -> dict[str, Any]:
+        with prefect_server(self.server_home) as api_url:
+            self.main_job(api_url)
+            self.scale(api_url)
+            self.fixed_cost(api_url)
+        return self.report()
+
+    def report(self) -> dict[str, Any]:
+        r = self.results
+        harvest_rps = r["harvest_server"]["rps"]
+        out = {
+            "harvest_rps": harvest_rps,
+            "harvest_temporary_rps": r["harvest_temporary"]["rps"],
+            "script_rps": r["script"]["rps"],
+            "dlt_rps": r["dlt"]["rps"],
+            "ratio_script": round(harvest_rps / r["script"]["rps"], 2),
+            "ratio_dlt": round(harvest_rps / r["dlt"]["rps"], 2),
+            "rss_mb_1x": r["scale_1x"]["rss_mb"],
+            "rss_mb_16x": r["scale_16x"]["rss_mb"],
+            "rss_mb_200k": r["harvest_server"]["rss_mb"],
+            "fixed_s_server": r["fixed_s_server"],
+            "fixed_s_temporary": r["fixed_s_temporary"],
+            "import_s": r["import_s"],
+            "sandbox_pps": r["sandbox_pps"],
+            "harvest_pps": round(harvest_rps / 100),
+            "details": r,
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "system": platform.platform(),
+            },
+            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "quick": self.quick,
+        }
+        return out
+
+
+def print_table(res: dict[str, Any]) -> None:
+    d = res["details"]
+    rows = [("contender", "wall s", "cpu s", "peak RSS MB", "records/s")]
+    for name in ("harvest_server", "harvest_temporary", "script", "dlt", "scale_1x", "scale_4x", "scale_16x"):
+        m = d[name]
+        rows.append((name, f"{m['wall_s']}", f"{m['cpu_s']}", f"{m['rss_mb']}", f"{m['rps']}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    print(
+        f"\nharvest / script: {res['ratio_script']}x   harvest / dlt: {res['ratio_dlt']}x   "
+        f"RSS 16x / 1x: {res['rss_mb_16x'] / res['rss_mb_1x']:.2f}\n"
+        f"one-page job: {res['fixed_s_server']} s with a running server, {res['fixed_s_temporary']} s with the "
+        f"temporary one; `import flows.collect`: {res['import_s']} s\n"
+        f"sandbox alone: {res['sandbox_pps']} pages/s; harvest consumed {res['harvest_pps']} pages/s "
+        f"({res['sandbox_pps'] / max(1, res['harvest_pps']):.1f}x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="a small job, one repetition")
+    args = parser.parse_args()
+    bench = Bench(args.quick)
+    try:
+        res = bench.run()
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)
+    print_table(res)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    target = RESULTS / ("quick.json" if args.quick else "latest.json")
+    target.write_text(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode() + "\n")
+    print(f"\nwritten: {target.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
