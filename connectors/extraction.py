@@ -16,8 +16,10 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from connectors.fields import TIMESTAMP, coercer
+from connectors.column_readers import columns_reader
+from connectors.fields import TIMESTAMP, Field, coercer
 from connectors.records import ENVELOPE_KEYS, RecordKind
 
 EXAMPLE_CHARS = 80
@@ -154,33 +156,75 @@ def _has_content(body: Any) -> bool:
     return any(isinstance(v, list | dict) and v for k, v in body.items() if k not in ENVELOPE_KEYS)
 
 
+_EXACT: dict[pa.DataType, frozenset[type]] = {
+    pa.int64(): frozenset({int, type(None)}),
+    pa.float64(): frozenset({int, float, type(None)}),
+    pa.bool_(): frozenset({bool, type(None)}),
+    pa.string(): frozenset({str, type(None)}),
+}
+"""Python types Arrow converts to a column type exactly as `connectors.fields` would: such a column is built in
+one call; any other value sends the column through the per-value conversion that counts what does not fit."""
+_EPOCH_SECONDS = 10**11
+
+
+def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
+    """The column in one Arrow call when every value is of a type that needs no conversion, else None."""
+    if fld.json:
+        return None
+    kinds = set(map(type, values))
+    if fld.type == TIMESTAMP:
+        if not kinds <= _EXACT[pa.int64()]:
+            return None
+        seconds = pa.array(values, type=pa.int64())
+        low, high = pc.min(seconds).as_py(), pc.max(seconds).as_py()
+        if low is not None and (low < 0 or high >= _EPOCH_SECONDS):
+            return None  # milliseconds, or something odd: the per-value rules decide
+        return pc.multiply(seconds, 1_000_000).cast(pa.timestamp("us")).cast(TIMESTAMP)
+    allowed = _EXACT.get(fld.type)
+    if allowed is None or not kinds <= allowed:
+        return None
+    try:
+        return pa.array(values, type=fld.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return None
+
+
+def _converted(fld: Field, values: list[Any], report: TableReport) -> pa.Array:
+    """The column value by value: what does not fit is NULL, counted, with its first example."""
+    coerce = coercer(fld)
+    out = []
+    for got in values:
+        value = None if got is None else coerce(got)
+        if value is None and got is not None:
+            report.misfits[fld.name] = report.misfits.get(fld.name, 0) + 1
+            report.misfit_examples.setdefault(fld.name, f"{fld.path} = {_example(got)}")
+        out.append(value)
+    return pa.array(out, type=fld.type)
+
+
 def to_arrow(
     kind: RecordKind, items: list[Any], params: Mapping[str, Any], report: TableReport, single: bool = False
 ) -> pa.Table:
     """One page's items of one kind as Arrow data columns plus `raw`, counting what did not fit."""
     report.seen += len(items)
     columns: list[pa.Array] = []
+    unknown: set[str] | None = set() if len(report.new_fields) < NEW_FIELDS_CAP else None
+    for fld, values in zip(kind.columns, columns_reader(kind)(items, params, unknown), strict=True):
+        array = _fast_array(fld, values)
+        columns.append(array if array is not None else _converted(fld, values, report))
+    columns.append(pa.array([orjson.dumps(r) for r in items], type=pa.string()))
+    names = [f.name for f in kind.columns]
     key_nulls = [False] * len(items)
-    keys = set(kind.primary_key)
-    for fld in kind.columns:
-        coerce, read = coercer(fld), kind.reader(fld.name, params)
-        assert read is not None
-        values = []
-        for n, item in enumerate(items):
-            got = read(item)
-            value = None if got is None else coerce(got)
-            if value is None and got is not None:
-                report.misfits[fld.name] = report.misfits.get(fld.name, 0) + 1
-                report.misfit_examples.setdefault(fld.name, f"{fld.path} = {_example(got)}")
-            if value is None and fld.name in keys:
-                key_nulls[n] = True
-            values.append(value)
-        columns.append(pa.array(values, type=fld.type))
-    columns.append(pa.array([orjson.dumps(r).decode() for r in items], type=pa.string()))
+    for name in kind.primary_key:
+        nulls = columns[names.index(name)].is_null()
+        if pc.any(nulls).as_py():
+            key_nulls = [a or b for a, b in zip(key_nulls, nulls.to_pylist(), strict=True)]
     _count_keys(report, items, key_nulls, single)
-    _new_fields(kind, items, report)
-    names = [f.name for f in kind.columns] + ["raw"]
-    return pa.Table.from_arrays(columns, names=names)
+    if unknown:
+        report.new_fields |= set(
+            sorted(unknown - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)]
+        )
+    return pa.Table.from_arrays(columns, names=[*names, "raw"])
 
 
 def _count_keys(report: TableReport, items: list[Any], key_nulls: list[bool], single: bool) -> None:
@@ -194,16 +238,6 @@ def _count_keys(report: TableReport, items: list[Any], key_nulls: list[bool], si
     report.no_key += missing
     if report.no_key_example is None:
         report.no_key_example = _example(items[key_nulls.index(True)])
-
-
-def _new_fields(kind: RecordKind, items: list[Any], report: TableReport) -> None:
-    if len(report.new_fields) >= NEW_FIELDS_CAP:
-        return
-    found: set[str] = set()
-    for item in items:
-        kind.unknown_fields(item, found)
-    if found:
-        report.new_fields |= set(sorted(found - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)])
 
 
 @dataclass
@@ -247,9 +281,10 @@ class PageMeta:
 def with_meta(kind: RecordKind, data: pa.Table, meta: PageMeta) -> pa.Table:
     """The page's table with the run's columns, in the kind's schema."""
     n = data.num_rows
-    columns = [*data.columns]
-    columns.append(pa.array([meta.endpoint] * n, type=pa.string()))
-    columns.append(pa.array([meta.query_id] * n, type=pa.string()))
-    columns.append(pa.array([meta.run_id] * n, type=pa.string()))
-    columns.append(pa.array([meta.fetched_at] * n, type=TIMESTAMP))
-    return pa.Table.from_arrays(columns, schema=kind.schema)
+    constants = (
+        pa.scalar(meta.endpoint, pa.string()),
+        pa.scalar(meta.query_id, pa.string()),
+        pa.scalar(meta.run_id, pa.string()),
+        pa.scalar(meta.fetched_at, TIMESTAMP),
+    )
+    return pa.Table.from_arrays([*data.columns, *(pa.repeat(c, n) for c in constants)], schema=kind.schema)

@@ -89,6 +89,11 @@ def run_job(
     mode: str = "auto",
     full: bool = False,
 ) -> dict[str, Any]:
+    from flows.settings import apply_prefect_defaults
+    from flows.temporary_server import start_if_needed
+
+    apply_prefect_defaults()
+    server = start_if_needed()  # boots while the spec is checked and Prefect imported; killed on any exit
     preflight(spec_path, base_url, output)
     lock = _hold_lock(spec_path, output)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
@@ -102,6 +107,8 @@ def run_job(
     reporter = progress.for_terminal()
     progress.install(reporter)
     try:
+        if server is not None:
+            server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
         coro = run_collect(
             spec_path=str(spec_path),
             base_url=base_url,

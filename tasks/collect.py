@@ -102,7 +102,7 @@ def land_raw_pages(
     """
     for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
         stale.unlink(missing_ok=True)
-    point = ResumePoint()
+    point = ResumePoint(endpoint.kinds)
     for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import orjson
 
-LOAD_MEMORY_LIMIT = os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", "1GB")
+LOAD_MEMORY_LIMIT = os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", "256MB")
 """DuckDB's memory cap for the load step; beyond it DuckDB spills to disk, so loading a run's rows does not make
 the process grow with the size of the run. Raise it (HARVEST_DUCKDB_MEMORY_LIMIT) for faster loads of huge runs."""
 
@@ -49,13 +49,18 @@ def write_connection(
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         con = duckdb.connect(
-            str(path), config={"memory_limit": LOAD_MEMORY_LIMIT, "preserve_insertion_order": False}
+            str(path),
+            config={
+                "memory_limit": LOAD_MEMORY_LIMIT,
+                "preserve_insertion_order": False,
+            },
         )
     except duckdb.IOException as exc:
         if _is_lock_error(exc):
             raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun) from exc
         raise
     try:
+        con.execute("SET enable_progress_bar = false")  # no bar drawn on the user's terminal mid-run
         yield con
     finally:
         con.close()

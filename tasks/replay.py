@@ -18,6 +18,7 @@ import orjson
 from connectors.catalog import Endpoint
 from connectors.extraction import ConvertedPage, convert_page
 from connectors.pager import PagerStart, cursor_key, signature
+from connectors.records import RecordKind
 from tasks.rawstore import RawPage, RawPageReader
 
 
@@ -68,7 +69,8 @@ def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
 class ResumePoint:
     """Folds replayed pages into the pager's starting state."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: tuple[RecordKind, ...]) -> None:
+        self.kinds = kinds
         self.start = PagerStart()
         self._last: ReplayedPage | None = None
 
@@ -96,5 +98,5 @@ class ResumePoint:
             start.ended = "complete"
         else:
             start.cursor = dict(raw.cursor_out)
-            start.previous = signature(last.records)
+            start.previous = signature(self.kinds, last.converted.tables)
         return start
