@@ -30,7 +30,7 @@ from tasks.replay import ResumePoint, replay
 from tasks.run_context import RunContext, lookup
 
 ROW_GROUP_ROWS = 10_000
-ROW_GROUP_BYTES = 4 * 1024 * 1024
+ROW_GROUP_BYTES = 2 * 1024 * 1024
 """Every running query buffers at most one row group per table, so memory is bounded by these times the
 number of queries in flight, whatever the number of pages; 10k rows still read efficiently."""
 

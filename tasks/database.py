@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import orjson
 
-LOAD_MEMORY_LIMIT = os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", "256MB")
+LOAD_MEMORY_LIMIT = os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", "64MB")
 """DuckDB's memory cap for the load step; beyond it DuckDB spills to disk, so loading a run's rows does not make
 the process grow with the size of the run. Raise it (HARVEST_DUCKDB_MEMORY_LIMIT) for faster loads of huge runs."""
 

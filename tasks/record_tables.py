@@ -12,11 +12,12 @@ compose them in one transaction with the bookkeeping tables.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tasks.database import count_rows, quote_ident
 from tasks.layout import KindLike
@@ -148,13 +149,37 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     return count_rows(con, f"SELECT count(*) FROM {table}"), skipped
 
 
+CHUNK_ROWS = 50_000
+"""Rows merged in one step: the staging sort and its memory stay the size of a chunk, not of the run."""
+
+
+def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]]:
+    """Files in name order, grouped into steps of about `rows` rows (a file is never split).
+
+    Merging step by step gives the same table as one merge: each step replaces only rows at least as old,
+    and files are taken in the order one merge breaks ties by (the later file name wins)."""
+    chunk: list[Path] = []
+    counted = 0
+    for path in sorted(files, key=str):
+        n = pq.read_metadata(path).num_rows
+        if chunk and counted + n > rows:
+            yield chunk
+            chunk, counted = [], 0
+        chunk.append(path)
+        counted += n
+    if chunk:
+        yield chunk
+
+
 def merge_batches(
     con: duckdb.DuckDBPyConnection, batches: Iterable[tuple[KindLike, Sequence[Path]]]
 ) -> LoadResult:
     """Merge several kinds' files on an open connection (no transaction handling; see module docstring)."""
     result = LoadResult()
     for kind, files in batches:
-        rows, skipped = merge_files(con, kind, files)
-        result[kind.table] = rows
+        result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
+        for chunk in chunks(files):
+            result[kind.table], more = merge_files(con, kind, chunk)
+            skipped += more
         result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
     return result
