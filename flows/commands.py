@@ -17,13 +17,14 @@ from typing import Any
 import typer
 from rich.text import Text
 
+from configs import spec_path
 from connectors.errors import MissingApiKey
 from connectors.pager import OK_STATUSES
 from flows import console
 from flows.spec import SpecError, UsageError, load_spec, resolve_base_url
 from tasks.layout import OutputLayout
 
-DEMO_SPEC = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+DEMO_SPEC = spec_path("demo.yaml")
 
 
 out, err = console.out, console.err
