@@ -25,13 +25,13 @@ from sandbox import endpoints as ep
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.faults import EDGE_FAULTS, drop_connection, edge_response
-from sandbox.service import Answer, SandboxState
+from sandbox.service import SandboxState, WireAnswer
 from sandbox.validation import BadRequest
 
 KEY_HEADER = "x-api-key"
 
 
-def _response(answer: Answer) -> Response:
+def _response(answer: WireAnswer) -> Response:
     response = Response(answer.body, status_code=answer.status)
     for name, value in answer.headers:
         response.headers[name.decode()] = value.decode()
@@ -120,7 +120,7 @@ class SandboxApp:
         await self.inner(scope, receive, send)
 
     async def _edge_fault(
-        self, scope: Scope, send: Send, endpoint: ep.Endpoint, n: int, fault: FaultKind
+        self, scope: Scope, send: Send, endpoint: ep.EmulatedEndpoint, n: int, fault: FaultKind
     ) -> None:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)

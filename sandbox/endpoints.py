@@ -75,7 +75,7 @@ PROFILE_SORTS = ("latest", "popular")
 
 
 @dataclass(frozen=True)
-class Param:
+class QueryParam:
     """One query parameter.
 
     `identity`: the value is part of what the query is about, so it decides which records exist (a handle, a
@@ -92,9 +92,9 @@ class Param:
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class EmulatedEndpoint:
     path: str
-    params: tuple[Param, ...]
+    params: tuple[QueryParam, ...]
     kinds: dict[str, str] = field(default_factory=dict)
     """Record kind -> primary key field (see docs/service-shapes.md)."""
     one_of: tuple[str, ...] = ()
@@ -107,7 +107,7 @@ class Endpoint:
     user_scoped: bool = False
     """Looks up one account: "not found" is answered with `account_deactivated: true`."""
 
-    def param(self, name: str) -> Param | None:
+    def param(self, name: str) -> QueryParam | None:
         for p in self.params:
             if p.name == name:
                 return p
@@ -118,101 +118,103 @@ class Endpoint:
         return frozenset(p.name for p in self.params)
 
 
-def _subject(name: str, required: bool = False) -> Param:
-    return Param(name, required=required, identity=True, subject=True)
+def _subject(name: str, required: bool = False) -> QueryParam:
+    return QueryParam(name, required=required, identity=True, subject=True)
 
 
-def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> Param:
-    return Param(name, enum=values, identity=True, default=default)
+def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> QueryParam:
+    return QueryParam(name, enum=values, identity=True, default=default)
 
 
-ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint(
+ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
+    EmulatedEndpoint(
         CREATIVE_SEARCH,
         (
-            Param("query", identity=True, subject=True),
-            Param("cursor"),
-            Param("limit", check="limit"),
+            QueryParam("query", identity=True, subject=True),
+            QueryParam("cursor"),
+            QueryParam("limit", check="limit"),
             _enum("order", CREATIVE_ORDERS),
-            Param("language", identity=True),
-            Param("style_tags", check="multi", identity=True),
-            Param("cta_type_tags", check="multi", identity=True),
+            QueryParam("language", identity=True),
+            QueryParam("style_tags", check="multi", identity=True),
+            QueryParam("cta_type_tags", check="multi", identity=True),
         ),
         kinds={"materials": "material_id"},
         search=True,
     ),
-    Endpoint(CREATIVE_DETAIL, (), kinds={"material_details": "material_id"}, paged=False),
-    Endpoint(
+    EmulatedEndpoint(CREATIVE_DETAIL, (), kinds={"material_details": "material_id"}, paged=False),
+    EmulatedEndpoint(
         PHOTOS,
-        (_subject("url", required=True), Param("next_page_id"), Param("cursor")),
+        (_subject("url", required=True), QueryParam("next_page_id"), QueryParam("cursor")),
         kinds={"photos": "photo_id"},
         user_scoped=True,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         GROUP_POSTS,
-        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), Param("cursor")),
+        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), QueryParam("cursor")),
         kinds={"group_posts": "id"},
         one_of=("group_id", "url"),
     ),
-    Endpoint(
+    EmulatedEndpoint(
         FORUM_SEARCH,
         (
-            Param("subreddit", required=True, check="subreddit", identity=True, subject=True),
-            Param("query", identity=True, subject=True),
+            QueryParam("subreddit", required=True, check="subreddit", identity=True, subject=True),
+            QueryParam("query", identity=True, subject=True),
             _enum("sort", FORUM_SORTS),
             _enum("timeframe", FORUM_TIMEFRAMES),
-            Param("cursor"),
+            QueryParam("cursor"),
         ),
         kinds={"posts": "id", "comments": "id", "media": "id"},
         search=True,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         CLIP, (_subject("url", required=True),), kinds={"clips": "id", "broadcaster_clips": "id"}, paged=False
     ),
-    Endpoint(COMMUNITY_POST, (_subject("url", required=True),), kinds={"community_posts": "id"}, paged=False),
-    Endpoint(
+    EmulatedEndpoint(
+        COMMUNITY_POST, (_subject("url", required=True),), kinds={"community_posts": "id"}, paged=False
+    ),
+    EmulatedEndpoint(
         MB_POST, (_subject("url", required=True),), kinds={"posts": "uri", "replies": "uri"}, paged=False
     ),
-    Endpoint(
+    EmulatedEndpoint(
         MB_FEED,
-        (_subject("handle"), _subject("user_id"), Param("cursor")),
+        (_subject("handle"), _subject("user_id"), QueryParam("cursor")),
         kinds={"posts": "uri"},
         one_of=("user_id", "handle"),
         user_scoped=True,
     ),
-    Endpoint(TWEETS, (_subject("url", required=True),), kinds={"tweets": "id"}, paged=False),
-    Endpoint(
+    EmulatedEndpoint(TWEETS, (_subject("url", required=True),), kinds={"tweets": "id"}, paged=False),
+    EmulatedEndpoint(
         ADVERTISERS,
         (_subject("query", required=True),),
         kinds={"advertisers": "advertiser_id", "websites": "domain"},
         paged=False,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         EMBED, (_subject("handle", required=True),), kinds={"embeds": "handle"}, paged=False, user_scoped=True
     ),
-    Endpoint(
+    EmulatedEndpoint(
         REELS,
-        (_subject("user_id"), _subject("handle"), Param("max_id"), Param("trim", check="bool")),
+        (_subject("user_id"), _subject("handle"), QueryParam("max_id"), QueryParam("trim", check="bool")),
         kinds={"reels": "id"},
         one_of=("user_id", "handle"),
         user_scoped=True,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         PINS,
-        (_subject("query", required=True), Param("cursor"), Param("trim", check="bool")),
+        (_subject("query", required=True), QueryParam("cursor"), QueryParam("trim", check="bool")),
         kinds={"pins": "id"},
         search=True,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         VIDEO_SEARCH,
         (
             _subject("query", required=True),
             _enum("uploadDate", UPLOAD_DATES),
             _enum("sortBy", VIDEO_SORTS),
             _enum("filter", VIDEO_FILTERS),
-            Param("region", check="region2", identity=True),
-            Param("continuationToken"),
-            Param("includeExtras", check="flag"),
+            QueryParam("region", check="region2", identity=True),
+            QueryParam("continuationToken"),
+            QueryParam("includeExtras", check="flag"),
         ),
         kinds={
             "videos": "id",
@@ -224,37 +226,37 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         },
         search=True,
     ),
-    Endpoint(REPLIES, (Param("continuationToken", required=True),), kinds={"comments": "id"}),
-    Endpoint(
+    EmulatedEndpoint(REPLIES, (QueryParam("continuationToken", required=True),), kinds={"comments": "id"}),
+    EmulatedEndpoint(
         SHOP,
         (
             _subject("url", required=True),
-            Param("cursor"),
-            Param("region", enum=SHOP_REGIONS, identity=True, default="US"),
+            QueryParam("cursor"),
+            QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
         ),
         kinds={"products": "id", "shops": "id"},
     ),
-    Endpoint(
+    EmulatedEndpoint(
         PROFILE_VIDEOS,
         (
             _subject("handle", required=True),
-            Param("user_id"),
+            QueryParam("user_id"),
             _enum("sort_by", PROFILE_SORTS, default="latest"),
-            Param("max_cursor", check="nonneg_int"),
-            Param("region", check="region2", identity=True, default="US"),
-            Param("trim", check="bool"),
+            QueryParam("max_cursor", check="nonneg_int"),
+            QueryParam("region", check="region2", identity=True, default="US"),
+            QueryParam("trim", check="bool"),
         ),
         kinds={"videos": "aweme_id"},
         user_scoped=True,
     ),
 )
 
-BY_PATH: dict[str, Endpoint] = {e.path: e for e in ENDPOINTS}
+BY_PATH: dict[str, EmulatedEndpoint] = {e.path: e for e in ENDPOINTS}
 
 _DETAIL_RE = re.compile(r"^/v1/creative/materials/([^/]+)$")
 
 
-def match(path: str) -> Endpoint | None:
+def match(path: str) -> EmulatedEndpoint | None:
     """The endpoint a request path addresses (the detail path carries the material id), or None."""
     found = BY_PATH.get(path)
     if found is not None:

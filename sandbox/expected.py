@@ -19,7 +19,7 @@ from typing import Any
 from sandbox import endpoints as ep
 from sandbox.config import SandboxConfig
 from sandbox.generate import build, make_ctx
-from sandbox.page import Ctx, Page, Record
+from sandbox.page import Ctx, Record, ServedPage
 
 ParamValue = str | int | bool | Sequence[str]
 
@@ -53,7 +53,7 @@ def crawl(
     params: Mapping[str, ParamValue],
     config: SandboxConfig | None = None,
     follow_dangling: bool = False,
-) -> Iterator[Page]:
+) -> Iterator[ServedPage]:
     """Every page a client gets by following the documented end-of-pages signals; with `follow_dangling`, also
     the empty page behind a cursor left on the last page."""
     ctx = start(path, params, config)

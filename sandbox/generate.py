@@ -11,12 +11,12 @@ from collections.abc import Callable, Sequence
 from sandbox import creative, paged, single
 from sandbox import endpoints as ep
 from sandbox.config import SandboxConfig
-from sandbox.page import Ctx, Page
+from sandbox.page import Ctx, ServedPage
 from sandbox.triggers import triggered
 from sandbox.validation import validate
 from sandbox.variation import vary
 
-BUILDERS: dict[str, Callable[[Ctx], Page]] = {
+BUILDERS: dict[str, Callable[[Ctx], ServedPage]] = {
     ep.CREATIVE_SEARCH: creative.search,
     ep.CREATIVE_DETAIL: creative.detail,
     ep.PHOTOS: paged.photos,
@@ -40,7 +40,7 @@ assert set(BUILDERS) == set(ep.BY_PATH), "every endpoint needs a builder"
 
 
 def make_ctx(
-    endpoint: ep.Endpoint,
+    endpoint: ep.EmulatedEndpoint,
     items: Sequence[tuple[str, str]],
     config: SandboxConfig,
     path_value: str | None = None,
@@ -52,7 +52,7 @@ def make_ctx(
     return Ctx(endpoint, params, config, path_value)
 
 
-def build(ctx: Ctx) -> Page:
+def build(ctx: Ctx) -> ServedPage:
     """The page answering a validated request (raises `BadRequest` for a bad cursor or a `nonexistent`
     subject)."""
     forced = triggered(ctx)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox import endpoints as ep
-from sandbox.page import Ctx, Page
+from sandbox.page import Ctx, ServedPage
 from sandbox.paged import replies_root
 from sandbox.validation import BadRequest
 
@@ -38,7 +38,7 @@ def subjects(ctx: Ctx) -> list[tuple[str, str]]:
     return out
 
 
-def triggered(ctx: Ctx) -> Page | None:
+def triggered(ctx: Ctx) -> ServedPage | None:
     """The answer a trigger word forces, or None. Raises `BadRequest` for `nonexistent`."""
     found: dict[str, str] = {}
     for name, value in subjects(ctx):
@@ -50,7 +50,7 @@ def triggered(ctx: Ctx) -> Page | None:
         name = found[NONEXISTENT]
         raise BadRequest(name, f"'{name}' does not exist")
     if BLOCKED in found:
-        return Page(
+        return ServedPage(
             {"error": "forbidden", "message": "The source platform blocked access to this content."},
             status=403,
             success=False,
@@ -58,11 +58,11 @@ def triggered(ctx: Ctx) -> Page | None:
     if MISSING in found:
         if ctx.config.quirks.real_not_found:
             return not_found_page(ctx)
-        return Page({"error": "not_found", "message": "Not found."}, status=404, success=False)
+        return ServedPage({"error": "not_found", "message": "Not found."}, status=404, success=False)
     return None
 
 
-def not_found_page(ctx: Ctx) -> Page:
+def not_found_page(ctx: Ctx) -> ServedPage:
     """The real service's "not found" shapes: mostly 200 with `success: true`, empty lists, null cursors and,
     for account lookups, `account_deactivated: true`; 404 `{"success": true, "error": "not_found"}` on the
     microblog-b user feed."""
@@ -70,10 +70,10 @@ def not_found_page(ctx: Ctx) -> Page:
     trim = ctx.params.flag("trim")
     body: Any
     if path == ep.MB_FEED:
-        return Page({"error": "not_found"}, status=404)
+        return ServedPage({"error": "not_found"}, status=404)
     if path == ep.CLIP:
         body = [{"data": {"clip": None}}, {"data": {"user": None}}, {"data": {"user": None}}]
-        return Page(body, envelope=False)
+        return ServedPage(body, envelope=False)
     if path == ep.CREATIVE_SEARCH:
         body = {"data": [], "metadata": {"cursor": None, "total": 0}}
     elif path == ep.PHOTOS:
@@ -117,4 +117,4 @@ def not_found_page(ctx: Ctx) -> Page:
         body = {}
     if ctx.endpoint.user_scoped:
         body["account_deactivated"] = True
-    return Page(body)
+    return ServedPage(body)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandbox.config import Quirks
-from sandbox.endpoints import Endpoint
+from sandbox.endpoints import EmulatedEndpoint
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -31,7 +31,7 @@ class BadRequest(Exception):
 
 
 @dataclass(frozen=True)
-class Params:
+class RequestParams:
     """Validated parameters: single values (last one wins when repeated) and repeatable lists."""
 
     values: Mapping[str, str] = field(default_factory=dict)
@@ -48,7 +48,7 @@ class Params:
     def many(self, name: str) -> tuple[str, ...]:
         return self.lists.get(name, ())
 
-    def with_values(self, **changes: str | None) -> Params:
+    def with_values(self, **changes: str | None) -> RequestParams:
         """A copy with single values set (None removes one): how a crawl asks for the next page."""
         values = dict(self.values)
         for name, value in changes.items():
@@ -56,7 +56,7 @@ class Params:
                 values.pop(name, None)
             else:
                 values[name] = value
-        return Params(values, self.lists)
+        return RequestParams(values, self.lists)
 
     def as_items(self) -> list[tuple[str, str]]:
         items = list(self.values.items())
@@ -65,7 +65,7 @@ class Params:
         return items
 
 
-def validate(endpoint: Endpoint, items: Sequence[tuple[str, str]], quirks: Quirks) -> Params:
+def validate(endpoint: EmulatedEndpoint, items: Sequence[tuple[str, str]], quirks: Quirks) -> RequestParams:
     """Check a request's query parameters against the endpoint's declaration; raise `BadRequest` on the first
     problem found, in declaration order (so the answer is deterministic)."""
     known = endpoint.names
@@ -96,7 +96,7 @@ def validate(endpoint: Endpoint, items: Sequence[tuple[str, str]], quirks: Quirk
     if endpoint.one_of and not any(name in values for name in endpoint.one_of):
         names = " or ".join(endpoint.one_of)
         raise BadRequest(endpoint.one_of[0], f"one of {names} is required")
-    return Params(values, lists)
+    return RequestParams(values, lists)
 
 
 def _check_one(name: str, check: str, enum: tuple[str, ...], value: str) -> str:

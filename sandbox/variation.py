@@ -3,7 +3,7 @@
 `observation`: engagement counters grow with the night, ids and texts stay, so a job run twice sees two
 observations of the same items. `drift`: the answer drifts from the documented shapes (wrapped feed items, a
 renamed list, counters as text, unknown fields, records without their key), deterministically from the seed.
-Both act on the records of `Page.records` in place, so `sandbox.expected` describes what was served.
+Both act on the records of `ServedPage.records` in place, so `sandbox.expected` describes what was served.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from sandbox import endpoints as ep
 from sandbox.config import Drift
-from sandbox.page import Ctx, Page, Record
+from sandbox.page import Ctx, Record, ServedPage
 from sandbox.stablehash import unit
 
 COUNTERS = frozenset(
@@ -61,7 +61,7 @@ def _spoil_values(record: Record, n: int) -> None:
             d[key] = "yesterday"
 
 
-def _drift_records(ctx: Ctx, page: Page, drift: Drift) -> None:
+def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
     seed = ctx.config.seed
     for kind, records in page.records.items():
         pk = ctx.endpoint.kinds.get(kind, "id")
@@ -77,7 +77,7 @@ def _drift_records(ctx: Ctx, page: Page, drift: Drift) -> None:
                 record.pop(pk, None)
 
 
-def _wrap_feed(page: Page, share: float, seed: int) -> None:
+def _wrap_feed(page: ServedPage, share: float, seed: int) -> None:
     items = page.body.get("feed")
     if not isinstance(items, list):
         return
@@ -95,7 +95,7 @@ def _wrap_feed(page: Page, share: float, seed: int) -> None:
     page.body["feed"] = wrapped
 
 
-def vary(ctx: Ctx, page: Page) -> Page:
+def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
     config = ctx.config
     if config.observation:
         for records in page.records.values():
