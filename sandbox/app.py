@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from sandbox import endpoints as ep
 from sandbox.config import FaultKind, SandboxConfig
+from sandbox.emulated import EmulatedEndpoint
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.faults import EDGE_FAULTS, drop_connection, edge_response
 from sandbox.service import SandboxState, WireAnswer
@@ -46,7 +47,7 @@ async def _data(request: Request) -> Response:
         endpoint,
         request.query_params.multi_items(),
         request.headers.get(KEY_HEADER),
-        request.path_params.get("material_id"),
+        endpoint.path_value(request.scope["path"]),
         request.scope.get("sandbox.n"),
         request.scope.get("sandbox.fault"),
     )
@@ -120,13 +121,13 @@ class SandboxApp:
         await self.inner(scope, receive, send)
 
     async def _edge_fault(
-        self, scope: Scope, send: Send, endpoint: ep.EmulatedEndpoint, n: int, fault: FaultKind
+        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int, fault: FaultKind
     ) -> None:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)
         credits, key = self.state.charge_fault(presented, endpoint, fault)
         items = request.query_params.multi_items()
-        path_value = scope["path"].rsplit("/", 1)[1] if endpoint.path == ep.CREATIVE_DETAIL else None
+        path_value = endpoint.path_value(scope["path"])
         if fault is FaultKind.DROP:
             self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value)
             await drop_connection(send)

@@ -1,17 +1,22 @@
-"""The catalogue of the 18 endpoints: paths, parameters, enums, record kinds and primary keys.
+"""The table of the 18 emulated endpoints: one entry per path holds all that is particular to it.
 
-Declarations only, taken from `shared/spec/service-interface.md` and `docs/service-shapes.md`; validation
-(`sandbox.validation`) and the page builders (`sandbox.pages`) read it, so an enum or a parameter is written
-once.
+Parameters, enums, record kinds and primary keys are taken from `shared/spec/service-interface.md` and
+`docs/service-shapes.md`; each entry also names the builder of its pages and its "not found" answer, so the
+serving code (`sandbox.generate`, `sandbox.triggers`, `sandbox.variation`, `sandbox.app`) is the same for every
+path. `tests/test_sandbox_matches_catalog.py` holds this table to harvest's catalog (`connectors.catalog`).
+
+Adding an endpoint: write its record generators (`sandbox.records.<platform>`) and its builder (`sandbox.paged`
+for paged answers, `sandbox.single` for one-page ones, or reuse one), then add its entry here.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
-Check = Literal["text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag"]
+from sandbox import creative, cursors, paged, single
+from sandbox.emulated import EmulatedEndpoint, NewItems, NotFound, QueryParam
+from sandbox.validation import RequestParams
 
 CREATIVE_SEARCH = "/v1/creative/materials"
 CREATIVE_DETAIL = "/v1/creative/materials/{material_id}"
@@ -33,17 +38,6 @@ SHOP = "/v1/short-video/shop/products"
 PROFILE_VIDEOS = "/v3/short-video/profile/videos"
 
 CREDIT_BALANCE = "/v1/credit-balance"
-
-NEW_ITEMS_LISTINGS: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    MB_FEED: (None, ()),
-    REELS: (None, ()),
-    SHOP: (None, ()),
-    PROFILE_VIDEOS: ("sort_by", ("latest",)),
-    GROUP_POSTS: ("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
-}
-"""Newest-first listings that show `SandboxConfig.new_items` newer items at their front: always, or when the
-parameter has one of the values. (Creative search by `latest` and forum search by `new` are newest-first on the
-service too; the sandbox does not add items to them.)"""
 
 SHOP_REGIONS = (
     "US",
@@ -74,56 +68,31 @@ VIDEO_FILTERS = ("shorts",)
 PROFILE_SORTS = ("latest", "popular")
 
 
-@dataclass(frozen=True)
-class QueryParam:
-    """One query parameter.
-
-    `identity`: the value is part of what the query is about, so it decides which records exist (a handle, a
-    sort order); cursors and output switches such as `trim` are not. `subject`: the value names the thing
-    looked up, so the trigger words of `sandbox.triggers` apply to it."""
-
-    name: str
-    required: bool = False
-    enum: tuple[str, ...] = ()
-    check: Check = "text"
-    identity: bool = False
-    subject: bool = False
-    default: str | None = None
-
-
-@dataclass(frozen=True)
-class EmulatedEndpoint:
-    path: str
-    params: tuple[QueryParam, ...]
-    kinds: dict[str, str] = field(default_factory=dict)
-    """Record kind -> primary key field (see docs/service-shapes.md)."""
-    one_of: tuple[str, ...] = ()
-    """At least one of these must be given (the "one of two identifiers" endpoints). When both are, the
-    first one of `one_of` that is given names the account and the other is ignored (ids before handles and
-    URLs: the interface says ids answer faster, so the service goes by them)."""
-    search: bool = False
-    """A search endpoint: the repeat-items quirk applies."""
-    paged: bool = True
-    user_scoped: bool = False
-    """Looks up one account: "not found" is answered with `account_deactivated: true`."""
-
-    def param(self, name: str) -> QueryParam | None:
-        for p in self.params:
-            if p.name == name:
-                return p
-        return None
-
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(p.name for p in self.params)
-
-
 def _subject(name: str, required: bool = False) -> QueryParam:
     return QueryParam(name, required=required, identity=True, subject=True)
 
 
 def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> QueryParam:
     return QueryParam(name, enum=values, identity=True, default=default)
+
+
+def _account(body: dict[str, Any]) -> dict[str, Any]:
+    """An account lookup's "not found": the empty answer, saying the account is deactivated."""
+    return {**body, "account_deactivated": True}
+
+
+def _video_search_effective(params: RequestParams) -> RequestParams:
+    """`filter=shorts` has no effect when `uploadDate` or `sortBy` is used: drop it so that it changes
+    nothing."""
+    if params.get("filter") and (params.get("uploadDate") or params.get("sortBy") in VIDEO_SORTS):
+        return params.with_values(filter=None)
+    return params
+
+
+def _replies_subjects(params: RequestParams) -> list[tuple[str, str]]:
+    """Comment replies look up the thread of the root continuation token, whatever page is asked for."""
+    root, _ = cursors.decode_replies(params.get("continuationToken") or "")
+    return [("continuationToken", root)]
 
 
 ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
@@ -139,20 +108,32 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             QueryParam("cta_type_tags", check="multi", identity=True),
         ),
         kinds={"materials": "material_id"},
+        builder=creative.search,
+        not_found=NotFound({"data": [], "metadata": {"cursor": None, "total": 0}}),
         search=True,
     ),
-    EmulatedEndpoint(CREATIVE_DETAIL, (), kinds={"material_details": "material_id"}, paged=False),
+    EmulatedEndpoint(
+        CREATIVE_DETAIL,
+        (),
+        kinds={"material_details": "material_id"},
+        builder=creative.detail,  # answers an id that was never issued with its own 404
+        paged=False,
+    ),
     EmulatedEndpoint(
         PHOTOS,
         (_subject("url", required=True), QueryParam("next_page_id"), QueryParam("cursor")),
         kinds={"photos": "photo_id"},
-        user_scoped=True,
+        builder=paged.photos,
+        not_found=NotFound(_account({"photos": [], "next_page_id": None, "cursor": None})),
     ),
     EmulatedEndpoint(
         GROUP_POSTS,
         (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), QueryParam("cursor")),
         kinds={"group_posts": "id"},
+        builder=paged.group_posts,
+        not_found=NotFound({"posts": [], "cursor": None}),
         one_of=("group_id", "url"),
+        new_items=NewItems("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
     ),
     EmulatedEndpoint(
         FORUM_SEARCH,
@@ -164,45 +145,98 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             QueryParam("cursor"),
         ),
         kinds={"posts": "id", "comments": "id", "media": "id"},
+        builder=paged.forum_search,
+        not_found=NotFound({"posts": [], "comments": [], "media": [], "cursor": None}),
         search=True,
     ),
     EmulatedEndpoint(
-        CLIP, (_subject("url", required=True),), kinds={"clips": "id", "broadcaster_clips": "id"}, paged=False
+        CLIP,
+        (_subject("url", required=True),),
+        kinds={"clips": "id", "broadcaster_clips": "id"},
+        builder=single.clip,
+        not_found=NotFound(
+            [{"data": {"clip": None}}, {"data": {"user": None}}, {"data": {"user": None}}], envelope=False
+        ),
+        paged=False,
     ),
     EmulatedEndpoint(
-        COMMUNITY_POST, (_subject("url", required=True),), kinds={"community_posts": "id"}, paged=False
+        COMMUNITY_POST,
+        (_subject("url", required=True),),
+        kinds={"community_posts": "id"},
+        builder=single.community_post,
+        not_found=NotFound(
+            {
+                "id": None,
+                "channel": None,
+                "content": "",
+                "images": [],
+                "likeCount": 0,
+                "publishedTime": None,
+                "video": None,
+            }
+        ),
+        paged=False,
     ),
     EmulatedEndpoint(
-        MB_POST, (_subject("url", required=True),), kinds={"posts": "uri", "replies": "uri"}, paged=False
+        MB_POST,
+        (_subject("url", required=True),),
+        kinds={"posts": "uri", "replies": "uri"},
+        builder=single.thread,
+        not_found=NotFound({"post": None, "replies": []}),
+        paged=False,
     ),
     EmulatedEndpoint(
         MB_FEED,
         (_subject("handle"), _subject("user_id"), QueryParam("cursor")),
         kinds={"posts": "uri"},
+        builder=paged.feed,
+        not_found=NotFound({"error": "not_found"}, status=404),  # with `success: true`, as the service does
         one_of=("user_id", "handle"),
-        user_scoped=True,
+        new_items=NewItems(),
+        feed_list="feed",
     ),
-    EmulatedEndpoint(TWEETS, (_subject("url", required=True),), kinds={"tweets": "id"}, paged=False),
+    EmulatedEndpoint(
+        TWEETS,
+        (_subject("url", required=True),),
+        kinds={"tweets": "id"},
+        builder=single.tweets,
+        not_found=NotFound({"tweets": []}),
+        paged=False,
+    ),
     EmulatedEndpoint(
         ADVERTISERS,
         (_subject("query", required=True),),
         kinds={"advertisers": "advertiser_id", "websites": "domain"},
+        builder=single.advertisers,
+        not_found=NotFound({"advertisers": [], "websites": []}),
         paged=False,
     ),
     EmulatedEndpoint(
-        EMBED, (_subject("handle", required=True),), kinds={"embeds": "handle"}, paged=False, user_scoped=True
+        EMBED,
+        (_subject("handle", required=True),),
+        kinds={"embeds": "handle"},
+        builder=single.embed,
+        not_found=NotFound(_account({"html": ""})),
+        paged=False,
     ),
     EmulatedEndpoint(
         REELS,
         (_subject("user_id"), _subject("handle"), QueryParam("max_id"), QueryParam("trim", check="bool")),
         kinds={"reels": "id"},
+        builder=paged.reels,
+        not_found=NotFound(
+            _account({"items": [], "paging_info": {"max_id": None, "more_available": False}}),
+            trimmed=_account({"items": [], "max_id": None}),
+        ),
         one_of=("user_id", "handle"),
-        user_scoped=True,
+        new_items=NewItems(),
     ),
     EmulatedEndpoint(
         PINS,
         (_subject("query", required=True), QueryParam("cursor"), QueryParam("trim", check="bool")),
         kinds={"pins": "id"},
+        builder=paged.pins,
+        not_found=NotFound({"pins": [], "cursor": None}),
         search=True,
     ),
     EmulatedEndpoint(
@@ -224,9 +258,29 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             "shelves": "type+title",
             "lives": "id",
         },
+        builder=paged.video_search,
+        not_found=NotFound(
+            {
+                "videos": [],
+                "channels": [],
+                "playlists": [],
+                "shorts": [],
+                "shelves": [],
+                "lives": [],
+                "continuationToken": None,
+            }
+        ),
         search=True,
+        effective=_video_search_effective,
     ),
-    EmulatedEndpoint(REPLIES, (QueryParam("continuationToken", required=True),), kinds={"comments": "id"}),
+    EmulatedEndpoint(
+        REPLIES,
+        (QueryParam("continuationToken", required=True),),
+        kinds={"comments": "id"},
+        builder=paged.comment_replies,
+        not_found=NotFound({"comments": [], "continuationToken": None}),
+        subjects_of=_replies_subjects,
+    ),
     EmulatedEndpoint(
         SHOP,
         (
@@ -235,6 +289,9 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
         ),
         kinds={"products": "id", "shops": "id"},
+        builder=paged.shop_products,
+        not_found=NotFound({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
+        new_items=NewItems(),
     ),
     EmulatedEndpoint(
         PROFILE_VIDEOS,
@@ -247,20 +304,29 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             QueryParam("trim", check="bool"),
         ),
         kinds={"videos": "aweme_id"},
-        user_scoped=True,
+        builder=paged.profile_videos,
+        not_found=NotFound(
+            _account({"aweme_list": [], "has_more": 0, "max_cursor": 0}),
+            trimmed=_account({"aweme_list": [], "max_cursor": 0}),
+        ),
+        new_items=NewItems("sort_by", ("latest",)),
     ),
 )
 
 BY_PATH: dict[str, EmulatedEndpoint] = {e.path: e for e in ENDPOINTS}
 
-_DETAIL_RE = re.compile(r"^/v1/creative/materials/([^/]+)$")
+_WITH_PATH_PARAMS: tuple[tuple[re.Pattern[str], EmulatedEndpoint], ...] = tuple(
+    (e.path_pattern, e) for e in ENDPOINTS if e.path_pattern is not None
+)
 
 
 def match(path: str) -> EmulatedEndpoint | None:
-    """The endpoint a request path addresses (the detail path carries the material id), or None."""
+    """The endpoint a request path addresses (a path parameter filled in, or its documented `{name}`), or
+    None."""
     found = BY_PATH.get(path)
     if found is not None:
         return found
-    if _DETAIL_RE.match(path):
-        return BY_PATH[CREATIVE_DETAIL]
+    for pattern, endpoint in _WITH_PATH_PARAMS:
+        if pattern.match(path):
+            return endpoint
     return None

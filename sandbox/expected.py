@@ -44,7 +44,7 @@ def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | N
     endpoint = ep.match(path)
     if endpoint is None:
         raise ValueError(f"unknown path: {path}")
-    path_value = path.rsplit("/", 1)[1] if endpoint.path == ep.CREATIVE_DETAIL else None
+    path_value = endpoint.path_value(path)
     return make_ctx(endpoint, _items(params), config or SandboxConfig(), path_value)
 
 

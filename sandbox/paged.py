@@ -10,10 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox import cursors, records
-from sandbox.endpoints import VIDEO_SORTS
 from sandbox.page import Ctx, Record, ServedPage, window, with_repeat
 from sandbox.scope import PagePlan, Scope
-from sandbox.validation import BadRequest, RequestParams
+from sandbox.validation import BadRequest
 
 CURRENCIES = {
     "US": "USD", "GB": "GBP", "DE": "EUR", "FR": "EUR", "IT": "EUR", "ID": "IDR", "MY": "MYR", "MX": "MXN",
@@ -170,14 +169,6 @@ def pins(ctx: Ctx) -> ServedPage:
     return page
 
 
-def effective_video_params(params: RequestParams) -> RequestParams:
-    """`filter=shorts` has no effect when `uploadDate` or `sortBy` is used: drop it so that it changes
-    nothing."""
-    if params.get("filter") and (params.get("uploadDate") or params.get("sortBy") in VIDEO_SORTS):
-        return params.with_values(filter=None)
-    return params
-
-
 def video_search(ctx: Ctx) -> ServedPage:
     """Video search: six result lists a page; `filter=shorts` (alone with a query) returns shorts only;
     `includeExtras` adds like count, comment count and description to videos and shorts."""
@@ -213,10 +204,6 @@ def video_search(ctx: Ctx) -> ServedPage:
         page.next = {"continuationToken": cursors.encode("vs", page_no + 1, s)}
         page.body["continuationToken"] = page.next["continuationToken"]
     return page
-
-
-def replies_root(params: RequestParams) -> str:
-    return cursors.decode_replies(params.get("continuationToken") or "")[0]
 
 
 def comment_replies(ctx: Ctx) -> ServedPage:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from sandbox.endpoints import EmulatedEndpoint
+from sandbox.emulated import EmulatedEndpoint
 from sandbox.stablehash import hexid, hnum, span
 from sandbox.validation import RequestParams
 

@@ -24,7 +24,7 @@ import orjson
 
 from sandbox.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
 from sandbox.config import FaultKind, SandboxConfig
-from sandbox.endpoints import EmulatedEndpoint
+from sandbox.emulated import EmulatedEndpoint
 from sandbox.faults import BODY_FAULTS, FaultSchedule, damage
 from sandbox.generate import build, make_ctx
 from sandbox.validation import BadRequest

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandbox.config import Quirks
-from sandbox.endpoints import EmulatedEndpoint
+from sandbox.emulated import EmulatedEndpoint
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})

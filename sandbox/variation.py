@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sandbox import endpoints as ep
 from sandbox.config import Drift
 from sandbox.page import Ctx, Record, ServedPage
 from sandbox.stablehash import unit
@@ -77,8 +76,8 @@ def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
                 record.pop(pk, None)
 
 
-def _wrap_feed(page: ServedPage, share: float, seed: int) -> None:
-    items = page.body.get("feed")
+def _wrap_feed(page: ServedPage, feed_list: str, share: float, seed: int) -> None:
+    items = page.body.get(feed_list)
     if not isinstance(items, list):
         return
     wrapped = []
@@ -92,7 +91,7 @@ def _wrap_feed(page: ServedPage, share: float, seed: int) -> None:
         parent = {"uri": f"{post.get('uri', '')}-parent", "cid": "bafyparent"}
         reply = {"root": {"uri": f"{post.get('uri', '')}-root"}, "parent": parent} if n % 4 == 1 else None
         wrapped.append({"post": post, "reason": reason, "reply": reply})
-    page.body["feed"] = wrapped
+    page.body[feed_list] = wrapped
 
 
 def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
@@ -106,8 +105,8 @@ def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
     if not drift.active or not isinstance(page.body, dict):
         return page
     _drift_records(ctx, page, drift)
-    if drift.wrapped_feed and ctx.endpoint.path == ep.MB_FEED:
-        _wrap_feed(page, drift.wrapped_feed, config.seed)
+    if drift.wrapped_feed and ctx.endpoint.feed_list is not None:
+        _wrap_feed(page, ctx.endpoint.feed_list, drift.wrapped_feed, config.seed)
     asked = ctx.params.get("cursor")
     if ctx.endpoint.path in drift.stuck_cursor and asked is not None and "cursor" in page.body:
         page.body["cursor"] = asked
