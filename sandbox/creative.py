@@ -18,8 +18,9 @@ from functools import lru_cache
 from typing import Any
 
 from sandbox import cursors
-from sandbox.page import Ctx, Record, ServedPage, window, with_repeat
-from sandbox.records import NAMES, WORDS
+from sandbox.page import Ctx, ServedPage, window, with_repeat
+from sandbox.records import Record
+from sandbox.records.wording import NAMES, WORDS
 from sandbox.scope import ANCHOR, iso
 from sandbox.stablehash import Draw, hexid, hnum, span
 

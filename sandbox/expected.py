@@ -19,7 +19,8 @@ from typing import Any
 from sandbox import endpoints as ep
 from sandbox.config import SandboxConfig
 from sandbox.generate import build, make_ctx
-from sandbox.page import Ctx, Record, ServedPage
+from sandbox.page import Ctx, ServedPage
+from sandbox.records import Record
 
 ParamValue = str | int | bool | Sequence[str]
 

@@ -14,10 +14,9 @@ from typing import Any
 
 from sandbox.config import SandboxConfig
 from sandbox.emulated import EmulatedEndpoint
+from sandbox.records import Record
 from sandbox.scope import PagePlan, Scope, make_page_plan, make_scope
 from sandbox.validation import RequestParams
-
-Record = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sandbox import cursors, records
-from sandbox.page import Ctx, Record, ServedPage, window, with_repeat
+from sandbox import cursors
+from sandbox.page import Ctx, ServedPage, window, with_repeat
+from sandbox.records import (
+    Record,
+    forum,
+    microblog_b,
+    network_a,
+    photo_app,
+    pinboard,
+    short_video,
+    video_platform,
+)
 from sandbox.scope import PagePlan, Scope
 from sandbox.validation import BadRequest
 
@@ -45,7 +55,7 @@ def photos(ctx: Ctx) -> ServedPage:
         if cursors.decode(cur, "pc", s, "cursor") != start:
             raise BadRequest("cursor", "'cursor' does not belong with 'next_page_id'")
     lo, hi = window(start, size, total)
-    items = [records.photo(s, i) for i in range(lo, hi)]
+    items = [network_a.photo(s, i) for i in range(lo, hi)]
     page = ServedPage({"photos": items, "next_page_id": None, "cursor": None}, {"photos": items})
     if hi < total:
         page.next = {"next_page_id": cursors.encode("np", hi, s), "cursor": cursors.encode("pc", hi, s)}
@@ -63,7 +73,7 @@ def group_posts(ctx: Ctx) -> ServedPage:
     new = ctx.new_items
     total = _single_total(ctx, s, "group_posts", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "gp"), size, total)
-    items = [records.group_post(s, i - new) for i in range(lo, hi)]
+    items = [network_a.group_post(s, i - new) for i in range(lo, hi)]
     page = ServedPage({"posts": items, "cursor": None}, {"group_posts": items})
     if hi < total:
         page.next = {"cursor": cursors.encode("gp", hi, s)}
@@ -95,9 +105,9 @@ def forum_search(ctx: Ctx) -> ServedPage:
     plan = ctx.page_plan(s, per_page, "posts")
     page_no = _opaque_start(ctx, s, "cursor", "fs")
     lists = {
-        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: records.forum_post(s, i)),
-        "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: records.forum_comment(s, i)),
-        "media": _multi_page(ctx, plan, page_no, "media", lambda i: records.forum_media(s, i)),
+        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: forum.post(s, i)),
+        "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: forum.comment(s, i)),
+        "media": _multi_page(ctx, plan, page_no, "media", lambda i: forum.media(s, i)),
     }
     page = ServedPage({**lists, "cursor": None}, lists)
     if page_no + 1 < plan.n_pages:
@@ -114,9 +124,9 @@ def feed(ctx: Ctx) -> ServedPage:
     total = _single_total(ctx, s, "posts", size) + new
     token = ctx.params.get("cursor")
     start = 0 if token is None else cursors.parse_feed_cursor(s, token, "cursor", floor=-new) + new
-    author = records.bsky_author(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
+    author = microblog_b.author(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
     lo, hi = window(start, size, total)
-    items = [records.bsky_post(s, "feed", i - new, author) for i in range(lo, hi)]
+    items = [microblog_b.post(s, "feed", i - new, author) for i in range(lo, hi)]
     page = ServedPage({"feed": items, "cursor": None}, {"posts": items})
     if hi < total:
         page.next = {"cursor": cursors.feed_cursor(s, hi - 1 - new)}
@@ -132,9 +142,9 @@ def reels(ctx: Ctx) -> ServedPage:
     trim = ctx.params.flag("trim")
     new = ctx.new_items
     total = _single_total(ctx, s, "reels", size) + new
-    owner = records.reel_owner(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
+    owner = photo_app.reel_owner(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
     lo, hi = window(_opaque_start(ctx, s, "max_id", "ri"), size, total)
-    items = [records.reel(s, i - new, owner, trim) for i in range(lo, hi)]
+    items = [photo_app.reel(s, i - new, owner, trim) for i in range(lo, hi)]
     more = hi < total
     token = cursors.encode("ri", hi, s) if more or (ctx.dangling and lo < hi) else None
     body: dict[str, Any]
@@ -161,7 +171,7 @@ def pins(ctx: Ctx) -> ServedPage:
     trim = ctx.params.flag("trim")
     total = _single_total(ctx, s, "pins", size)
     lo, hi = window(_opaque_start(ctx, s, "cursor", "pn"), size, total)
-    items = [records.pin(s, i, trim) for i in with_repeat(ctx, lo, hi, total)]
+    items = [pinboard.pin(s, i, trim) for i in with_repeat(ctx, lo, hi, total)]
     page = ServedPage({"pins": items, "cursor": None}, {"pins": items})
     if hi < total:
         page.next = {"cursor": cursors.encode("pn", hi, s)}
@@ -192,12 +202,12 @@ def video_search(ctx: Ctx) -> ServedPage:
     plan = ctx.page_plan(s, per_page, primary)
     page_no = _opaque_start(ctx, s, "continuationToken", "vs")
     lists = {
-        "videos": _multi_page(ctx, plan, page_no, "videos", lambda i: records.video(s, i, extras)),
-        "channels": _multi_page(ctx, plan, page_no, "channels", lambda i: records.channel(s, i)),
-        "playlists": _multi_page(ctx, plan, page_no, "playlists", lambda i: records.playlist(s, i)),
-        "shorts": _multi_page(ctx, plan, page_no, "shorts", lambda i: records.short(s, i, extras)),
-        "shelves": _multi_page(ctx, plan, page_no, "shelves", lambda i: records.shelf(s, i, extras)),
-        "lives": _multi_page(ctx, plan, page_no, "lives", lambda i: records.live(s, i)),
+        "videos": _multi_page(ctx, plan, page_no, "videos", lambda i: video_platform.video(s, i, extras)),
+        "channels": _multi_page(ctx, plan, page_no, "channels", lambda i: video_platform.channel(s, i)),
+        "playlists": _multi_page(ctx, plan, page_no, "playlists", lambda i: video_platform.playlist(s, i)),
+        "shorts": _multi_page(ctx, plan, page_no, "shorts", lambda i: video_platform.short(s, i, extras)),
+        "shelves": _multi_page(ctx, plan, page_no, "shelves", lambda i: video_platform.shelf(s, i, extras)),
+        "lives": _multi_page(ctx, plan, page_no, "lives", lambda i: video_platform.live(s, i)),
     }
     page = ServedPage({**lists, "continuationToken": None}, lists)
     if page_no + 1 < plan.n_pages:
@@ -214,7 +224,7 @@ def comment_replies(ctx: Ctx) -> ServedPage:
     size = ctx.size
     total = _single_total(ctx, s, "comments", size)
     lo, hi = window(start, size, total)
-    items = [records.comment_reply(s, i) for i in range(lo, hi)]
+    items = [video_platform.comment_reply(s, i) for i in range(lo, hi)]
     page = ServedPage({"comments": items, "continuationToken": None}, {"comments": items})
     if hi < total:
         page.next = {"continuationToken": cursors.encode_replies(root, hi)}
@@ -231,8 +241,8 @@ def shop_products(ctx: Ctx) -> ServedPage:
     new = ctx.new_items
     total = _single_total(ctx, s, "products", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "sp"), size, total)
-    items = [records.product(s, i - new, CURRENCIES[region]) for i in range(lo, hi)]
-    shop = records.shop_info(s, url, region)
+    items = [short_video.product(s, i - new, CURRENCIES[region]) for i in range(lo, hi)]
+    shop = short_video.shop_info(s, url, region)
     more = hi < total
     token = cursors.encode("sp", hi, s) if more or (ctx.dangling and lo < hi) else None
     page = ServedPage(
@@ -261,7 +271,7 @@ def profile_videos(ctx: Ctx) -> ServedPage:
     start = 0 if token is None else cursors.parse_ms_cursor(s, token, floor=-new) + new
     author = {"uid": ctx.params.get("user_id") or s.numid("uid", 0, 19), "unique_id": handle}
     lo, hi = window(start, size, total)
-    items = [records.aweme(s, i - new, author, trim) for i in range(lo, hi)]
+    items = [short_video.aweme(s, i - new, author, trim) for i in range(lo, hi)]
     more = hi < total
     cursor = cursors.ms_cursor(s, hi - 1 - new) if more or (ctx.dangling and lo < hi) else 0
     body: dict[str, object] = {"aweme_list": items}

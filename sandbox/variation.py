@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from sandbox.config import Drift
-from sandbox.page import Ctx, Record, ServedPage
+from sandbox.page import Ctx, ServedPage
+from sandbox.records import Record
 from sandbox.stablehash import unit
 
 COUNTERS = frozenset(
