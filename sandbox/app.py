@@ -27,7 +27,7 @@ from sandbox.emulated import EmulatedEndpoint
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.faults import EDGE_FAULTS, drop_connection, edge_response
 from sandbox.service import SandboxState, WireAnswer
-from sandbox.validation import BadRequest
+from sandbox.validation import InvalidRequest
 
 KEY_HEADER = "x-api-key"
 
@@ -80,7 +80,7 @@ async def _expected(request: Request) -> Response:
             "pages_following_dangling": expected_pages(path, flat, state.config, follow_dangling=True),
             "records": full_crawl(path, flat, state.config),
         }
-    except (BadRequest, ValueError) as exc:
+    except (InvalidRequest, ValueError) as exc:
         return Response(orjson.dumps({"error": str(exc)}), status_code=400, media_type="application/json")
     return Response(orjson.dumps(body), media_type="application/json")
 

@@ -41,7 +41,7 @@ class QueryParam:
 
 
 @dataclass(frozen=True)
-class NotFound:
+class NotFoundAnswer:
     """The real service's "not found" answer of one endpoint (the `missing` trigger word, while the
     `real_not_found` quirk is on): mostly 200 with `success: true`, empty lists, null cursors and, for
     account lookups, `account_deactivated: true`."""
@@ -82,7 +82,7 @@ class EmulatedEndpoint:
     """Record kind -> primary key field (see docs/service-shapes.md; `a+b` for a composite key)."""
     builder: Callable[[Ctx], ServedPage]
     """Builds the page answering a validated request (the endpoint's records, cursors and paging shape)."""
-    not_found: NotFound | None = None
+    not_found: NotFoundAnswer | None = None
     """How "not found" is answered; required when the endpoint has something to look up (a subject)."""
     one_of: tuple[str, ...] = ()
     """At least one of these must be given (the "one of two identifiers" endpoints). When both are, the

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from sandbox import creative, cursors, paged, single
-from sandbox.emulated import EmulatedEndpoint, NewItems, NotFound, QueryParam
+from sandbox.emulated import EmulatedEndpoint, NewItems, NotFoundAnswer, QueryParam
 from sandbox.validation import RequestParams
 
 CREATIVE_SEARCH = "/v1/creative/materials"
@@ -109,7 +109,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         ),
         kinds={"materials": "material_id"},
         builder=creative.search,
-        not_found=NotFound({"data": [], "metadata": {"cursor": None, "total": 0}}),
+        not_found=NotFoundAnswer({"data": [], "metadata": {"cursor": None, "total": 0}}),
         search=True,
     ),
     EmulatedEndpoint(
@@ -124,14 +124,14 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("url", required=True), QueryParam("next_page_id"), QueryParam("cursor")),
         kinds={"photos": "photo_id"},
         builder=paged.photos,
-        not_found=NotFound(_account({"photos": [], "next_page_id": None, "cursor": None})),
+        not_found=NotFoundAnswer(_account({"photos": [], "next_page_id": None, "cursor": None})),
     ),
     EmulatedEndpoint(
         GROUP_POSTS,
         (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), QueryParam("cursor")),
         kinds={"group_posts": "id"},
         builder=paged.group_posts,
-        not_found=NotFound({"posts": [], "cursor": None}),
+        not_found=NotFoundAnswer({"posts": [], "cursor": None}),
         one_of=("group_id", "url"),
         new_items=NewItems("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
     ),
@@ -146,7 +146,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         ),
         kinds={"posts": "id", "comments": "id", "media": "id"},
         builder=paged.forum_search,
-        not_found=NotFound({"posts": [], "comments": [], "media": [], "cursor": None}),
+        not_found=NotFoundAnswer({"posts": [], "comments": [], "media": [], "cursor": None}),
         search=True,
     ),
     EmulatedEndpoint(
@@ -154,7 +154,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("url", required=True),),
         kinds={"clips": "id", "broadcaster_clips": "id"},
         builder=single.clip,
-        not_found=NotFound(
+        not_found=NotFoundAnswer(
             [{"data": {"clip": None}}, {"data": {"user": None}}, {"data": {"user": None}}], envelope=False
         ),
         paged=False,
@@ -164,7 +164,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("url", required=True),),
         kinds={"community_posts": "id"},
         builder=single.community_post,
-        not_found=NotFound(
+        not_found=NotFoundAnswer(
             {
                 "id": None,
                 "channel": None,
@@ -182,7 +182,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("url", required=True),),
         kinds={"posts": "uri", "replies": "uri"},
         builder=single.thread,
-        not_found=NotFound({"post": None, "replies": []}),
+        not_found=NotFoundAnswer({"post": None, "replies": []}),
         paged=False,
     ),
     EmulatedEndpoint(
@@ -190,7 +190,9 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("handle"), _subject("user_id"), QueryParam("cursor")),
         kinds={"posts": "uri"},
         builder=paged.feed,
-        not_found=NotFound({"error": "not_found"}, status=404),  # with `success: true`, as the service does
+        not_found=NotFoundAnswer(
+            {"error": "not_found"}, status=404
+        ),  # with `success: true`, as the service does
         one_of=("user_id", "handle"),
         new_items=NewItems(),
         feed_list="feed",
@@ -200,7 +202,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("url", required=True),),
         kinds={"tweets": "id"},
         builder=single.tweets,
-        not_found=NotFound({"tweets": []}),
+        not_found=NotFoundAnswer({"tweets": []}),
         paged=False,
     ),
     EmulatedEndpoint(
@@ -208,7 +210,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("query", required=True),),
         kinds={"advertisers": "advertiser_id", "websites": "domain"},
         builder=single.advertisers,
-        not_found=NotFound({"advertisers": [], "websites": []}),
+        not_found=NotFoundAnswer({"advertisers": [], "websites": []}),
         paged=False,
     ),
     EmulatedEndpoint(
@@ -216,7 +218,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("handle", required=True),),
         kinds={"embeds": "handle"},
         builder=single.embed,
-        not_found=NotFound(_account({"html": ""})),
+        not_found=NotFoundAnswer(_account({"html": ""})),
         paged=False,
     ),
     EmulatedEndpoint(
@@ -224,7 +226,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("user_id"), _subject("handle"), QueryParam("max_id"), QueryParam("trim", check="bool")),
         kinds={"reels": "id"},
         builder=paged.reels,
-        not_found=NotFound(
+        not_found=NotFoundAnswer(
             _account({"items": [], "paging_info": {"max_id": None, "more_available": False}}),
             trimmed=_account({"items": [], "max_id": None}),
         ),
@@ -236,7 +238,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (_subject("query", required=True), QueryParam("cursor"), QueryParam("trim", check="bool")),
         kinds={"pins": "id"},
         builder=paged.pins,
-        not_found=NotFound({"pins": [], "cursor": None}),
+        not_found=NotFoundAnswer({"pins": [], "cursor": None}),
         search=True,
     ),
     EmulatedEndpoint(
@@ -259,7 +261,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             "lives": "id",
         },
         builder=paged.video_search,
-        not_found=NotFound(
+        not_found=NotFoundAnswer(
             {
                 "videos": [],
                 "channels": [],
@@ -278,7 +280,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         (QueryParam("continuationToken", required=True),),
         kinds={"comments": "id"},
         builder=paged.comment_replies,
-        not_found=NotFound({"comments": [], "continuationToken": None}),
+        not_found=NotFoundAnswer({"comments": [], "continuationToken": None}),
         subjects_of=_replies_subjects,
     ),
     EmulatedEndpoint(
@@ -290,7 +292,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         ),
         kinds={"products": "id", "shops": "id"},
         builder=paged.shop_products,
-        not_found=NotFound({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
+        not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
         new_items=NewItems(),
     ),
     EmulatedEndpoint(
@@ -305,7 +307,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         ),
         kinds={"videos": "aweme_id"},
         builder=paged.profile_videos,
-        not_found=NotFound(
+        not_found=NotFoundAnswer(
             _account({"aweme_list": [], "has_more": 0, "max_cursor": 0}),
             trimmed=_account({"aweme_list": [], "max_cursor": 0}),
         ),

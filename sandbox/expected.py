@@ -41,7 +41,7 @@ def _items(params: Mapping[str, ParamValue]) -> list[tuple[str, str]]:
 
 def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | None = None) -> Ctx:
     """The validated first request of a crawl. `path` is a documented path, or the detail path with a material
-    id in it. Raises `sandbox.validation.BadRequest` for parameters the server would refuse."""
+    id in it. Raises `sandbox.validation.InvalidRequest` for parameters the server would refuse."""
     endpoint = ep.match(path)
     if endpoint is None:
         raise ValueError(f"unknown path: {path}")

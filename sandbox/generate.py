@@ -22,7 +22,7 @@ def make_ctx(
     config: SandboxConfig,
     path_value: str | None = None,
 ) -> Ctx:
-    """Validate a request's query parameters (raises `BadRequest`)."""
+    """Validate a request's query parameters (raises `InvalidRequest`)."""
     params = validate(endpoint, items, config.quirks)
     if endpoint.effective is not None:
         params = endpoint.effective(params)
@@ -30,7 +30,7 @@ def make_ctx(
 
 
 def build(ctx: Ctx) -> ServedPage:
-    """The page answering a validated request (raises `BadRequest` for a bad cursor or a `nonexistent`
+    """The page answering a validated request (raises `InvalidRequest` for a bad cursor or a `nonexistent`
     subject)."""
     forced = triggered(ctx)
     if forced is not None:

@@ -22,7 +22,7 @@ from sandbox.records import (
     video_platform,
 )
 from sandbox.scope import PagePlan, Scope
-from sandbox.validation import BadRequest
+from sandbox.validation import InvalidRequest
 
 CURRENCIES = {
     "US": "USD", "GB": "GBP", "DE": "EUR", "FR": "EUR", "IT": "EUR", "ID": "IDR", "MY": "MYR", "MX": "MXN",
@@ -49,11 +49,11 @@ def photos(ctx: Ctx) -> ServedPage:
         start = 0
     elif npid is None or cur is None:
         missing = "next_page_id" if npid is None else "cursor"
-        raise BadRequest(missing, "'next_page_id' and 'cursor' must be passed together")
+        raise InvalidRequest(missing, "'next_page_id' and 'cursor' must be passed together")
     else:
         start = cursors.decode(npid, "np", s, "next_page_id")
         if cursors.decode(cur, "pc", s, "cursor") != start:
-            raise BadRequest("cursor", "'cursor' does not belong with 'next_page_id'")
+            raise InvalidRequest("cursor", "'cursor' does not belong with 'next_page_id'")
     lo, hi = window(start, size, total)
     items = [network_a.photo(s, i) for i in range(lo, hi)]
     page = ServedPage({"photos": items, "next_page_id": None, "cursor": None}, {"photos": items})

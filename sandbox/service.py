@@ -27,7 +27,7 @@ from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulated import EmulatedEndpoint
 from sandbox.faults import BODY_FAULTS, FaultSchedule, damage
 from sandbox.generate import build, make_ctx
-from sandbox.validation import BadRequest
+from sandbox.validation import InvalidRequest
 
 OUT_OF_CREDITS = "Out of credits. Please purchase more credits."
 JSON = b"application/json"
@@ -137,7 +137,7 @@ class SandboxState:
         try:
             ctx = make_ctx(endpoint, items, self.config, path_value)
             page = build(ctx)
-        except BadRequest as exc:
+        except InvalidRequest as exc:
             body = {
                 "success": False,
                 "error": "bad_request",

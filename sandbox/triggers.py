@@ -16,7 +16,7 @@ insensitively:
 from __future__ import annotations
 
 from sandbox.page import Ctx, ServedPage
-from sandbox.validation import BadRequest
+from sandbox.validation import InvalidRequest
 
 NONEXISTENT = "nonexistent"
 BLOCKED = "blocked"
@@ -24,7 +24,7 @@ MISSING = "missing"
 
 
 def triggered(ctx: Ctx) -> ServedPage | None:
-    """The answer a trigger word forces, or None. Raises `BadRequest` for `nonexistent`."""
+    """The answer a trigger word forces, or None. Raises `InvalidRequest` for `nonexistent`."""
     found: dict[str, str] = {}
     for name, value in ctx.endpoint.subjects(ctx.params):
         lowered = value.lower()
@@ -33,7 +33,7 @@ def triggered(ctx: Ctx) -> ServedPage | None:
                 found.setdefault(word, name)
     if NONEXISTENT in found:
         name = found[NONEXISTENT]
-        raise BadRequest(name, f"'{name}' does not exist")
+        raise InvalidRequest(name, f"'{name}' does not exist")
     if BLOCKED in found:
         return ServedPage(
             {"error": "forbidden", "message": "The source platform blocked access to this content."},
