@@ -23,15 +23,16 @@ from starlette.types import Receive, Scope, Send
 
 from sandbox import endpoints as ep
 from sandbox.config import FaultKind, SandboxConfig
+from sandbox.emulated import EmulatedEndpoint
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.faults import EDGE_FAULTS, drop_connection, edge_response
-from sandbox.service import Answer, SandboxState
-from sandbox.validation import BadRequest
+from sandbox.service import SandboxState, WireAnswer
+from sandbox.validation import InvalidRequest
 
 KEY_HEADER = "x-api-key"
 
 
-def _response(answer: Answer) -> Response:
+def _response(answer: WireAnswer) -> Response:
     response = Response(answer.body, status_code=answer.status)
     for name, value in answer.headers:
         response.headers[name.decode()] = value.decode()
@@ -46,7 +47,7 @@ async def _data(request: Request) -> Response:
         endpoint,
         request.query_params.multi_items(),
         request.headers.get(KEY_HEADER),
-        request.path_params.get("material_id"),
+        endpoint.path_value(request.scope["path"]),
         request.scope.get("sandbox.n"),
         request.scope.get("sandbox.fault"),
     )
@@ -79,7 +80,7 @@ async def _expected(request: Request) -> Response:
             "pages_following_dangling": expected_pages(path, flat, state.config, follow_dangling=True),
             "records": full_crawl(path, flat, state.config),
         }
-    except (BadRequest, ValueError) as exc:
+    except (InvalidRequest, ValueError) as exc:
         return Response(orjson.dumps({"error": str(exc)}), status_code=400, media_type="application/json")
     return Response(orjson.dumps(body), media_type="application/json")
 
@@ -120,13 +121,13 @@ class SandboxApp:
         await self.inner(scope, receive, send)
 
     async def _edge_fault(
-        self, scope: Scope, send: Send, endpoint: ep.Endpoint, n: int, fault: FaultKind
+        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int, fault: FaultKind
     ) -> None:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)
         credits, key = self.state.charge_fault(presented, endpoint, fault)
         items = request.query_params.multi_items()
-        path_value = scope["path"].rsplit("/", 1)[1] if endpoint.path == ep.CREATIVE_DETAIL else None
+        path_value = endpoint.path_value(scope["path"])
         if fault is FaultKind.DROP:
             self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value)
             await drop_connection(send)

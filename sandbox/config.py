@@ -143,7 +143,7 @@ class SandboxConfig:
     latency: float = 0.0
     """Seconds added to every data answer (not the balance): a crawl that takes long enough to be killed."""
     new_items: int = 0
-    """Newest-first listings (`endpoints.NEW_ITEMS_LISTINGS`) show this many newer items at their front, as if
+    """Newest-first listings (`EmulatedEndpoint.new_items`) show this many newer items at their front, as if
     published since: existing items keep their ids and move back."""
     observation: int = 0
     """Which night it is: engagement counters (plays, likes, views, ...) grow with it, ids and texts stay."""

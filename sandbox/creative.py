@@ -18,8 +18,9 @@ from functools import lru_cache
 from typing import Any
 
 from sandbox import cursors
-from sandbox.page import Ctx, Page, Record, window, with_repeat
-from sandbox.records import NAMES, WORDS
+from sandbox.page import Ctx, ServedPage, window, with_repeat
+from sandbox.records import Record
+from sandbox.records.wording import NAMES, WORDS
 from sandbox.scope import ANCHOR, iso
 from sandbox.stablehash import Draw, hexid, hnum, span
 
@@ -113,7 +114,7 @@ def candidate_count(ctx: Ctx, query: str) -> int:
     return (span(lo, hi, key, "pages") - 1) * limit + span(1, limit, key, "last")
 
 
-def search(ctx: Ctx) -> Page:
+def search(ctx: Ctx) -> ServedPage:
     p = ctx.params
     query = p.get("query") or ""
     s = ctx.scope()
@@ -132,17 +133,17 @@ def search(ctx: Ctx) -> Page:
     total = len(matching)
     lo, hi = window(start, limit, total)
     items = [_search_record(*matching[i]) for i in with_repeat(ctx, lo, hi, total)]
-    page = Page({"data": items, "metadata": {"cursor": None, "total": total}}, {"materials": items})
+    page = ServedPage({"data": items, "metadata": {"cursor": None, "total": total}}, {"materials": items})
     if hi < total:
         page.next = {"cursor": cursors.encode("cm", hi, s)}
         page.body["metadata"]["cursor"] = page.next["cursor"]
     return page
 
 
-def detail(ctx: Ctx) -> Page:
+def detail(ctx: Ctx) -> ServedPage:
     mid = ctx.path_value or ""
     if not is_issued(mid):
-        return Page(
+        return ServedPage(
             {"error": "not_found", "message": f"material not found: {mid}"}, status=404, success=False
         )
     attrs = attributes(mid)
@@ -187,4 +188,4 @@ def detail(ctx: Ctx) -> Page:
             "platforms": d.sample(PLATFORMS, d.num(1, 3)),
         },
     }
-    return Page({"data": data, "metadata": {}}, {"material_details": [data]})
+    return ServedPage({"data": data, "metadata": {}}, {"material_details": [data]})

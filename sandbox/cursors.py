@@ -14,7 +14,7 @@ import binascii
 from datetime import datetime
 
 from sandbox.scope import Scope, iso
-from sandbox.validation import BadRequest
+from sandbox.validation import InvalidRequest
 
 
 def _b64(text: str) -> str:
@@ -33,12 +33,12 @@ def encode(tag: str, offset: int, scope: Scope) -> str:
 
 
 def decode(token: str, tag: str, scope: Scope, param: str) -> int:
-    """The offset (or page index) an opaque cursor points at; `BadRequest` when it is not one of ours for this
+    """The offset (or page index) an opaque cursor points at; `InvalidRequest` when it is not one of ours for this
     query."""
     raw = _unb64(token)
     parts = raw.split(".") if raw is not None else []
     if len(parts) != 3 or parts[0] != tag or not parts[1].isdigit() or parts[2] != scope.tag():
-        raise BadRequest(param, f"invalid '{param}' value")
+        raise InvalidRequest(param, f"invalid '{param}' value")
     return int(parts[1])
 
 
@@ -68,9 +68,9 @@ def parse_feed_cursor(scope: Scope, value: str, param: str, floor: int = 0) -> i
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise BadRequest(param, f"'{param}' must be a timestamp") from None
+        raise InvalidRequest(param, f"'{param}' must be a timestamp") from None
     if moment.tzinfo is None:
-        raise BadRequest(param, f"'{param}' must be a timestamp with a time zone")
+        raise InvalidRequest(param, f"'{param}' must be a timestamp with a time zone")
     return _first_older(scope, moment.timestamp(), floor)
 
 

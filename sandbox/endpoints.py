@@ -1,17 +1,22 @@
-"""The catalogue of the 18 endpoints: paths, parameters, enums, record kinds and primary keys.
+"""The table of the 18 emulated endpoints: one entry per path holds all that is particular to it.
 
-Declarations only, taken from `shared/spec/service-interface.md` and `docs/service-shapes.md`; validation
-(`sandbox.validation`) and the page builders (`sandbox.pages`) read it, so an enum or a parameter is written
-once.
+Parameters, enums, record kinds and primary keys are taken from `shared/spec/service-interface.md` and
+`docs/service-shapes.md`; each entry also names the builder of its pages and its "not found" answer, so the
+serving code (`sandbox.generate`, `sandbox.triggers`, `sandbox.variation`, `sandbox.app`) is the same for every
+path. `tests/test_sandbox_matches_catalog.py` holds this table to harvest's catalog (`connectors.catalog`).
+
+Adding an endpoint: write its record generators (`sandbox.records.<platform>`) and its builder (`sandbox.paged`
+for paged answers, `sandbox.single` for one-page ones, or reuse one), then add its entry here.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
-Check = Literal["text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag"]
+from sandbox import creative, cursors, paged, single
+from sandbox.emulated import EmulatedEndpoint, NewItems, NotFoundAnswer, QueryParam
+from sandbox.validation import RequestParams
 
 CREATIVE_SEARCH = "/v1/creative/materials"
 CREATIVE_DETAIL = "/v1/creative/materials/{material_id}"
@@ -33,17 +38,6 @@ SHOP = "/v1/short-video/shop/products"
 PROFILE_VIDEOS = "/v3/short-video/profile/videos"
 
 CREDIT_BALANCE = "/v1/credit-balance"
-
-NEW_ITEMS_LISTINGS: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    MB_FEED: (None, ()),
-    REELS: (None, ()),
-    SHOP: (None, ()),
-    PROFILE_VIDEOS: ("sort_by", ("latest",)),
-    GROUP_POSTS: ("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
-}
-"""Newest-first listings that show `SandboxConfig.new_items` newer items at their front: always, or when the
-parameter has one of the values. (Creative search by `latest` and forum search by `new` are newest-first on the
-service too; the sandbox does not add items to them.)"""
 
 SHOP_REGIONS = (
     "US",
@@ -74,145 +68,189 @@ VIDEO_FILTERS = ("shorts",)
 PROFILE_SORTS = ("latest", "popular")
 
 
-@dataclass(frozen=True)
-class Param:
-    """One query parameter.
-
-    `identity`: the value is part of what the query is about, so it decides which records exist (a handle, a
-    sort order); cursors and output switches such as `trim` are not. `subject`: the value names the thing
-    looked up, so the trigger words of `sandbox.triggers` apply to it."""
-
-    name: str
-    required: bool = False
-    enum: tuple[str, ...] = ()
-    check: Check = "text"
-    identity: bool = False
-    subject: bool = False
-    default: str | None = None
+def _subject(name: str, required: bool = False) -> QueryParam:
+    return QueryParam(name, required=required, identity=True, subject=True)
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    path: str
-    params: tuple[Param, ...]
-    kinds: dict[str, str] = field(default_factory=dict)
-    """Record kind -> primary key field (see docs/service-shapes.md)."""
-    one_of: tuple[str, ...] = ()
-    """At least one of these must be given (the "one of two identifiers" endpoints). When both are, the
-    first one of `one_of` that is given names the account and the other is ignored (ids before handles and
-    URLs: the interface says ids answer faster, so the service goes by them)."""
-    search: bool = False
-    """A search endpoint: the repeat-items quirk applies."""
-    paged: bool = True
-    user_scoped: bool = False
-    """Looks up one account: "not found" is answered with `account_deactivated: true`."""
-
-    def param(self, name: str) -> Param | None:
-        for p in self.params:
-            if p.name == name:
-                return p
-        return None
-
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(p.name for p in self.params)
+def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> QueryParam:
+    return QueryParam(name, enum=values, identity=True, default=default)
 
 
-def _subject(name: str, required: bool = False) -> Param:
-    return Param(name, required=required, identity=True, subject=True)
+def _account(body: dict[str, Any]) -> dict[str, Any]:
+    """An account lookup's "not found": the empty answer, saying the account is deactivated."""
+    return {**body, "account_deactivated": True}
 
 
-def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> Param:
-    return Param(name, enum=values, identity=True, default=default)
+def _video_search_effective(params: RequestParams) -> RequestParams:
+    """`filter=shorts` has no effect when `uploadDate` or `sortBy` is used: drop it so that it changes
+    nothing."""
+    if params.get("filter") and (params.get("uploadDate") or params.get("sortBy") in VIDEO_SORTS):
+        return params.with_values(filter=None)
+    return params
 
 
-ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint(
+def _replies_subjects(params: RequestParams) -> list[tuple[str, str]]:
+    """Comment replies look up the thread of the root continuation token, whatever page is asked for."""
+    root, _ = cursors.decode_replies(params.get("continuationToken") or "")
+    return [("continuationToken", root)]
+
+
+ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
+    EmulatedEndpoint(
         CREATIVE_SEARCH,
         (
-            Param("query", identity=True, subject=True),
-            Param("cursor"),
-            Param("limit", check="limit"),
+            QueryParam("query", identity=True, subject=True),
+            QueryParam("cursor"),
+            QueryParam("limit", check="limit"),
             _enum("order", CREATIVE_ORDERS),
-            Param("language", identity=True),
-            Param("style_tags", check="multi", identity=True),
-            Param("cta_type_tags", check="multi", identity=True),
+            QueryParam("language", identity=True),
+            QueryParam("style_tags", check="multi", identity=True),
+            QueryParam("cta_type_tags", check="multi", identity=True),
         ),
         kinds={"materials": "material_id"},
+        builder=creative.search,
+        not_found=NotFoundAnswer({"data": [], "metadata": {"cursor": None, "total": 0}}),
         search=True,
     ),
-    Endpoint(CREATIVE_DETAIL, (), kinds={"material_details": "material_id"}, paged=False),
-    Endpoint(
+    EmulatedEndpoint(
+        CREATIVE_DETAIL,
+        (),
+        kinds={"material_details": "material_id"},
+        builder=creative.detail,  # answers an id that was never issued with its own 404
+        paged=False,
+    ),
+    EmulatedEndpoint(
         PHOTOS,
-        (_subject("url", required=True), Param("next_page_id"), Param("cursor")),
+        (_subject("url", required=True), QueryParam("next_page_id"), QueryParam("cursor")),
         kinds={"photos": "photo_id"},
-        user_scoped=True,
+        builder=paged.photos,
+        not_found=NotFoundAnswer(_account({"photos": [], "next_page_id": None, "cursor": None})),
     ),
-    Endpoint(
+    EmulatedEndpoint(
         GROUP_POSTS,
-        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), Param("cursor")),
+        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), QueryParam("cursor")),
         kinds={"group_posts": "id"},
+        builder=paged.group_posts,
+        not_found=NotFoundAnswer({"posts": [], "cursor": None}),
         one_of=("group_id", "url"),
+        new_items=NewItems("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
     ),
-    Endpoint(
+    EmulatedEndpoint(
         FORUM_SEARCH,
         (
-            Param("subreddit", required=True, check="subreddit", identity=True, subject=True),
-            Param("query", identity=True, subject=True),
+            QueryParam("subreddit", required=True, check="subreddit", identity=True, subject=True),
+            QueryParam("query", identity=True, subject=True),
             _enum("sort", FORUM_SORTS),
             _enum("timeframe", FORUM_TIMEFRAMES),
-            Param("cursor"),
+            QueryParam("cursor"),
         ),
         kinds={"posts": "id", "comments": "id", "media": "id"},
+        builder=paged.forum_search,
+        not_found=NotFoundAnswer({"posts": [], "comments": [], "media": [], "cursor": None}),
         search=True,
     ),
-    Endpoint(
-        CLIP, (_subject("url", required=True),), kinds={"clips": "id", "broadcaster_clips": "id"}, paged=False
+    EmulatedEndpoint(
+        CLIP,
+        (_subject("url", required=True),),
+        kinds={"clips": "id", "broadcaster_clips": "id"},
+        builder=single.clip,
+        not_found=NotFoundAnswer(
+            [{"data": {"clip": None}}, {"data": {"user": None}}, {"data": {"user": None}}], envelope=False
+        ),
+        paged=False,
     ),
-    Endpoint(COMMUNITY_POST, (_subject("url", required=True),), kinds={"community_posts": "id"}, paged=False),
-    Endpoint(
-        MB_POST, (_subject("url", required=True),), kinds={"posts": "uri", "replies": "uri"}, paged=False
+    EmulatedEndpoint(
+        COMMUNITY_POST,
+        (_subject("url", required=True),),
+        kinds={"community_posts": "id"},
+        builder=single.community_post,
+        not_found=NotFoundAnswer(
+            {
+                "id": None,
+                "channel": None,
+                "content": "",
+                "images": [],
+                "likeCount": 0,
+                "publishedTime": None,
+                "video": None,
+            }
+        ),
+        paged=False,
     ),
-    Endpoint(
+    EmulatedEndpoint(
+        MB_POST,
+        (_subject("url", required=True),),
+        kinds={"posts": "uri", "replies": "uri"},
+        builder=single.thread,
+        not_found=NotFoundAnswer({"post": None, "replies": []}),
+        paged=False,
+    ),
+    EmulatedEndpoint(
         MB_FEED,
-        (_subject("handle"), _subject("user_id"), Param("cursor")),
+        (_subject("handle"), _subject("user_id"), QueryParam("cursor")),
         kinds={"posts": "uri"},
+        builder=paged.feed,
+        not_found=NotFoundAnswer(
+            {"error": "not_found"}, status=404
+        ),  # with `success: true`, as the service does
         one_of=("user_id", "handle"),
-        user_scoped=True,
+        new_items=NewItems(),
+        feed_list="feed",
     ),
-    Endpoint(TWEETS, (_subject("url", required=True),), kinds={"tweets": "id"}, paged=False),
-    Endpoint(
+    EmulatedEndpoint(
+        TWEETS,
+        (_subject("url", required=True),),
+        kinds={"tweets": "id"},
+        builder=single.tweets,
+        not_found=NotFoundAnswer({"tweets": []}),
+        paged=False,
+    ),
+    EmulatedEndpoint(
         ADVERTISERS,
         (_subject("query", required=True),),
         kinds={"advertisers": "advertiser_id", "websites": "domain"},
+        builder=single.advertisers,
+        not_found=NotFoundAnswer({"advertisers": [], "websites": []}),
         paged=False,
     ),
-    Endpoint(
-        EMBED, (_subject("handle", required=True),), kinds={"embeds": "handle"}, paged=False, user_scoped=True
+    EmulatedEndpoint(
+        EMBED,
+        (_subject("handle", required=True),),
+        kinds={"embeds": "handle"},
+        builder=single.embed,
+        not_found=NotFoundAnswer(_account({"html": ""})),
+        paged=False,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         REELS,
-        (_subject("user_id"), _subject("handle"), Param("max_id"), Param("trim", check="bool")),
+        (_subject("user_id"), _subject("handle"), QueryParam("max_id"), QueryParam("trim", check="bool")),
         kinds={"reels": "id"},
+        builder=paged.reels,
+        not_found=NotFoundAnswer(
+            _account({"items": [], "paging_info": {"max_id": None, "more_available": False}}),
+            trimmed=_account({"items": [], "max_id": None}),
+        ),
         one_of=("user_id", "handle"),
-        user_scoped=True,
+        new_items=NewItems(),
     ),
-    Endpoint(
+    EmulatedEndpoint(
         PINS,
-        (_subject("query", required=True), Param("cursor"), Param("trim", check="bool")),
+        (_subject("query", required=True), QueryParam("cursor"), QueryParam("trim", check="bool")),
         kinds={"pins": "id"},
+        builder=paged.pins,
+        not_found=NotFoundAnswer({"pins": [], "cursor": None}),
         search=True,
     ),
-    Endpoint(
+    EmulatedEndpoint(
         VIDEO_SEARCH,
         (
             _subject("query", required=True),
             _enum("uploadDate", UPLOAD_DATES),
             _enum("sortBy", VIDEO_SORTS),
             _enum("filter", VIDEO_FILTERS),
-            Param("region", check="region2", identity=True),
-            Param("continuationToken"),
-            Param("includeExtras", check="flag"),
+            QueryParam("region", check="region2", identity=True),
+            QueryParam("continuationToken"),
+            QueryParam("includeExtras", check="flag"),
         ),
         kinds={
             "videos": "id",
@@ -222,43 +260,75 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             "shelves": "type+title",
             "lives": "id",
         },
+        builder=paged.video_search,
+        not_found=NotFoundAnswer(
+            {
+                "videos": [],
+                "channels": [],
+                "playlists": [],
+                "shorts": [],
+                "shelves": [],
+                "lives": [],
+                "continuationToken": None,
+            }
+        ),
         search=True,
+        effective=_video_search_effective,
     ),
-    Endpoint(REPLIES, (Param("continuationToken", required=True),), kinds={"comments": "id"}),
-    Endpoint(
+    EmulatedEndpoint(
+        REPLIES,
+        (QueryParam("continuationToken", required=True),),
+        kinds={"comments": "id"},
+        builder=paged.comment_replies,
+        not_found=NotFoundAnswer({"comments": [], "continuationToken": None}),
+        subjects_of=_replies_subjects,
+    ),
+    EmulatedEndpoint(
         SHOP,
         (
             _subject("url", required=True),
-            Param("cursor"),
-            Param("region", enum=SHOP_REGIONS, identity=True, default="US"),
+            QueryParam("cursor"),
+            QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
         ),
         kinds={"products": "id", "shops": "id"},
+        builder=paged.shop_products,
+        not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
+        new_items=NewItems(),
     ),
-    Endpoint(
+    EmulatedEndpoint(
         PROFILE_VIDEOS,
         (
             _subject("handle", required=True),
-            Param("user_id"),
+            QueryParam("user_id"),
             _enum("sort_by", PROFILE_SORTS, default="latest"),
-            Param("max_cursor", check="nonneg_int"),
-            Param("region", check="region2", identity=True, default="US"),
-            Param("trim", check="bool"),
+            QueryParam("max_cursor", check="nonneg_int"),
+            QueryParam("region", check="region2", identity=True, default="US"),
+            QueryParam("trim", check="bool"),
         ),
         kinds={"videos": "aweme_id"},
-        user_scoped=True,
+        builder=paged.profile_videos,
+        not_found=NotFoundAnswer(
+            _account({"aweme_list": [], "has_more": 0, "max_cursor": 0}),
+            trimmed=_account({"aweme_list": [], "max_cursor": 0}),
+        ),
+        new_items=NewItems("sort_by", ("latest",)),
     ),
 )
 
-BY_PATH: dict[str, Endpoint] = {e.path: e for e in ENDPOINTS}
+BY_PATH: dict[str, EmulatedEndpoint] = {e.path: e for e in ENDPOINTS}
 
-_DETAIL_RE = re.compile(r"^/v1/creative/materials/([^/]+)$")
+_WITH_PATH_PARAMS: tuple[tuple[re.Pattern[str], EmulatedEndpoint], ...] = tuple(
+    (e.path_pattern, e) for e in ENDPOINTS if e.path_pattern is not None
+)
 
 
-def match(path: str) -> Endpoint | None:
-    """The endpoint a request path addresses (the detail path carries the material id), or None."""
+def match(path: str) -> EmulatedEndpoint | None:
+    """The endpoint a request path addresses (a path parameter filled in, or its documented `{name}`), or
+    None."""
     found = BY_PATH.get(path)
     if found is not None:
         return found
-    if _DETAIL_RE.match(path):
-        return BY_PATH[CREATIVE_DETAIL]
+    for pattern, endpoint in _WITH_PATH_PARAMS:
+        if pattern.match(path):
+            return endpoint
     return None

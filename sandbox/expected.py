@@ -19,7 +19,8 @@ from typing import Any
 from sandbox import endpoints as ep
 from sandbox.config import SandboxConfig
 from sandbox.generate import build, make_ctx
-from sandbox.page import Ctx, Page, Record
+from sandbox.page import Ctx, ServedPage
+from sandbox.records import Record
 
 ParamValue = str | int | bool | Sequence[str]
 
@@ -40,11 +41,11 @@ def _items(params: Mapping[str, ParamValue]) -> list[tuple[str, str]]:
 
 def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | None = None) -> Ctx:
     """The validated first request of a crawl. `path` is a documented path, or the detail path with a material
-    id in it. Raises `sandbox.validation.BadRequest` for parameters the server would refuse."""
+    id in it. Raises `sandbox.validation.InvalidRequest` for parameters the server would refuse."""
     endpoint = ep.match(path)
     if endpoint is None:
         raise ValueError(f"unknown path: {path}")
-    path_value = path.rsplit("/", 1)[1] if endpoint.path == ep.CREATIVE_DETAIL else None
+    path_value = endpoint.path_value(path)
     return make_ctx(endpoint, _items(params), config or SandboxConfig(), path_value)
 
 
@@ -53,7 +54,7 @@ def crawl(
     params: Mapping[str, ParamValue],
     config: SandboxConfig | None = None,
     follow_dangling: bool = False,
-) -> Iterator[Page]:
+) -> Iterator[ServedPage]:
     """Every page a client gets by following the documented end-of-pages signals; with `follow_dangling`, also
     the empty page behind a cursor left on the last page."""
     ctx = start(path, params, config)

@@ -1,7 +1,9 @@
-"""The two types every page builder shares: the request it answers (`Ctx`) and the answer it builds (`Page`).
+"""The two types every page builder shares: the request it answers (`Ctx`) and the answer it builds
+(`ServedPage`).
 
-A builder is a pure function Ctx -> Page. The HTTP layer wraps the page in the billing envelope; the crawl
-helpers of `sandbox.expected` follow `Page.next` exactly as a client following the end-of-pages signals would.
+A builder is a pure function Ctx -> ServedPage. The HTTP layer wraps the page in the billing envelope; the
+crawl helpers of `sandbox.expected` follow `ServedPage.next` exactly as a client following the end-of-pages
+signals would.
 """
 
 from __future__ import annotations
@@ -11,19 +13,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.config import SandboxConfig
-from sandbox.endpoints import NEW_ITEMS_LISTINGS, Endpoint
-from sandbox.scope import Plan, Scope, make_plan, make_scope
-from sandbox.validation import Params
-
-Record = dict[str, Any]
+from sandbox.emulated import EmulatedEndpoint
+from sandbox.records import Record
+from sandbox.scope import PagePlan, Scope, make_page_plan, make_scope
+from sandbox.validation import RequestParams
 
 
 @dataclass(frozen=True)
 class Ctx:
     """A validated request, ready to be answered."""
 
-    endpoint: Endpoint
-    params: Params
+    endpoint: EmulatedEndpoint
+    params: RequestParams
     config: SandboxConfig
     path_value: str | None = None
     """The material id of the detail endpoint's path."""
@@ -44,21 +45,20 @@ class Ctx:
     @property
     def new_items(self) -> int:
         """Newer items at the front of this listing (0 unless it is a newest-first one)."""
-        rule = NEW_ITEMS_LISTINGS.get(self.endpoint.path)
+        rule = self.endpoint.new_items
         if rule is None or not self.config.new_items:
             return 0
-        param, values = rule
-        return self.config.new_items if param is None or self.params.get(param) in values else 0
+        return self.config.new_items if rule.apply(self.params) else 0
 
     def scope(self, identity: str | None = None) -> Scope:
         return make_scope(self.endpoint, self.params, self.config.seed, identity)
 
-    def plan(self, scope: Scope, per_page: Mapping[str, int], primary: str) -> Plan:
-        return make_plan(scope, self.config.pages_for(self.endpoint.path), per_page, primary)
+    def page_plan(self, scope: Scope, per_page: Mapping[str, int], primary: str) -> PagePlan:
+        return make_page_plan(scope, self.config.pages_for(self.endpoint.path), per_page, primary)
 
 
 @dataclass
-class Page:
+class ServedPage:
     """One answer, before the envelope.
 
     `next`: the parameters of the next request for a client that reads the documented end-of-pages signal

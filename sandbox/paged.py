@@ -9,11 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sandbox import cursors, records
-from sandbox.endpoints import VIDEO_SORTS
-from sandbox.page import Ctx, Page, Record, window, with_repeat
-from sandbox.scope import Plan, Scope
-from sandbox.validation import BadRequest, Params
+from sandbox import cursors
+from sandbox.page import Ctx, ServedPage, window, with_repeat
+from sandbox.records import (
+    Record,
+    forum,
+    microblog_b,
+    network_a,
+    photo_app,
+    pinboard,
+    short_video,
+    video_platform,
+)
+from sandbox.scope import PagePlan, Scope
+from sandbox.validation import InvalidRequest
 
 CURRENCIES = {
     "US": "USD", "GB": "GBP", "DE": "EUR", "FR": "EUR", "IT": "EUR", "ID": "IDR", "MY": "MYR", "MX": "MXN",
@@ -22,7 +31,7 @@ CURRENCIES = {
 
 
 def _single_total(ctx: Ctx, scope: Scope, kind: str, size: int) -> int:
-    return ctx.plan(scope, {kind: size}, kind).total(kind)
+    return ctx.page_plan(scope, {kind: size}, kind).total(kind)
 
 
 def _opaque_start(ctx: Ctx, scope: Scope, param: str, tag: str) -> int:
@@ -30,7 +39,7 @@ def _opaque_start(ctx: Ctx, scope: Scope, param: str, tag: str) -> int:
     return 0 if token is None else cursors.decode(token, tag, scope, param)
 
 
-def photos(ctx: Ctx) -> Page:
+def photos(ctx: Ctx) -> ServedPage:
     """Page photos: `next_page_id` and `cursor` travel together; the end is either one missing."""
     s = ctx.scope()
     size = ctx.size
@@ -40,14 +49,14 @@ def photos(ctx: Ctx) -> Page:
         start = 0
     elif npid is None or cur is None:
         missing = "next_page_id" if npid is None else "cursor"
-        raise BadRequest(missing, "'next_page_id' and 'cursor' must be passed together")
+        raise InvalidRequest(missing, "'next_page_id' and 'cursor' must be passed together")
     else:
         start = cursors.decode(npid, "np", s, "next_page_id")
         if cursors.decode(cur, "pc", s, "cursor") != start:
-            raise BadRequest("cursor", "'cursor' does not belong with 'next_page_id'")
+            raise InvalidRequest("cursor", "'cursor' does not belong with 'next_page_id'")
     lo, hi = window(start, size, total)
-    items = [records.photo(s, i) for i in range(lo, hi)]
-    page = Page({"photos": items, "next_page_id": None, "cursor": None}, {"photos": items})
+    items = [network_a.photo(s, i) for i in range(lo, hi)]
+    page = ServedPage({"photos": items, "next_page_id": None, "cursor": None}, {"photos": items})
     if hi < total:
         page.next = {"next_page_id": cursors.encode("np", hi, s), "cursor": cursors.encode("pc", hi, s)}
         page.body.update(page.next)
@@ -57,15 +66,15 @@ def photos(ctx: Ctx) -> Page:
     return page
 
 
-def group_posts(ctx: Ctx) -> Page:
+def group_posts(ctx: Ctx) -> ServedPage:
     """Group posts: at most 3 a page, whatever the configured page size."""
     s = ctx.scope()
     size = min(ctx.size, 3)
     new = ctx.new_items
     total = _single_total(ctx, s, "group_posts", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "gp"), size, total)
-    items = [records.group_post(s, i - new) for i in range(lo, hi)]
-    page = Page({"posts": items, "cursor": None}, {"group_posts": items})
+    items = [network_a.group_post(s, i - new) for i in range(lo, hi)]
+    page = ServedPage({"posts": items, "cursor": None}, {"group_posts": items})
     if hi < total:
         page.next = {"cursor": cursors.encode("gp", hi, s)}
         page.body["cursor"] = page.next["cursor"]
@@ -73,7 +82,7 @@ def group_posts(ctx: Ctx) -> Page:
 
 
 def _multi_page(
-    ctx: Ctx, plan: Plan, page_no: int, kind: str, render: Callable[[int], Record]
+    ctx: Ctx, plan: PagePlan, page_no: int, kind: str, render: Callable[[int], Record]
 ) -> list[Record]:
     """The records of one kind on page `page_no`, with the repeat-items quirk applied."""
     count = plan.count(kind, page_no)
@@ -82,7 +91,7 @@ def _multi_page(
     return [render(i) for i in range(first, lo + count)]
 
 
-def forum_search(ctx: Ctx) -> Page:
+def forum_search(ctx: Ctx) -> ServedPage:
     """Subreddit search: posts, comments and media on each page. Comments only sort by relevance, top or new,
     so a `hot` or `comments` sort returns no comments."""
     s = ctx.scope()
@@ -93,21 +102,21 @@ def forum_search(ctx: Ctx) -> Page:
         "comments": 0 if sort in ("hot", "comments") else max(1, size // 2),
         "media": max(1, size // 4),
     }
-    plan = ctx.plan(s, per_page, "posts")
+    plan = ctx.page_plan(s, per_page, "posts")
     page_no = _opaque_start(ctx, s, "cursor", "fs")
     lists = {
-        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: records.forum_post(s, i)),
-        "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: records.forum_comment(s, i)),
-        "media": _multi_page(ctx, plan, page_no, "media", lambda i: records.forum_media(s, i)),
+        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: forum.post(s, i)),
+        "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: forum.comment(s, i)),
+        "media": _multi_page(ctx, plan, page_no, "media", lambda i: forum.media(s, i)),
     }
-    page = Page({**lists, "cursor": None}, lists)
+    page = ServedPage({**lists, "cursor": None}, lists)
     if page_no + 1 < plan.n_pages:
         page.next = {"cursor": cursors.encode("fs", page_no + 1, s)}
         page.body["cursor"] = page.next["cursor"]
     return page
 
 
-def feed(ctx: Ctx) -> Page:
+def feed(ctx: Ctx) -> ServedPage:
     """Microblog-b user posts: the cursor is the `indexedAt` timestamp of the page's last post."""
     s = ctx.scope()
     size = ctx.size
@@ -115,17 +124,17 @@ def feed(ctx: Ctx) -> Page:
     total = _single_total(ctx, s, "posts", size) + new
     token = ctx.params.get("cursor")
     start = 0 if token is None else cursors.parse_feed_cursor(s, token, "cursor", floor=-new) + new
-    author = records.bsky_author(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
+    author = microblog_b.author(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
     lo, hi = window(start, size, total)
-    items = [records.bsky_post(s, "feed", i - new, author) for i in range(lo, hi)]
-    page = Page({"feed": items, "cursor": None}, {"posts": items})
+    items = [microblog_b.post(s, "feed", i - new, author) for i in range(lo, hi)]
+    page = ServedPage({"feed": items, "cursor": None}, {"posts": items})
     if hi < total:
         page.next = {"cursor": cursors.feed_cursor(s, hi - 1 - new)}
         page.body["cursor"] = page.next["cursor"]
     return page
 
 
-def reels(ctx: Ctx) -> Page:
+def reels(ctx: Ctx) -> ServedPage:
     """Reels: full answers nest each reel in `items[].media` with `paging_info`; trimmed ones are flat with a
     top-level `max_id` and no `more_available`, so a trimmed client can only stop on a missing `max_id`."""
     s = ctx.scope()
@@ -133,9 +142,9 @@ def reels(ctx: Ctx) -> Page:
     trim = ctx.params.flag("trim")
     new = ctx.new_items
     total = _single_total(ctx, s, "reels", size) + new
-    owner = records.reel_owner(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
+    owner = photo_app.reel_owner(s, ctx.params.get("user_id") or ctx.params.get("handle") or "")
     lo, hi = window(_opaque_start(ctx, s, "max_id", "ri"), size, total)
-    items = [records.reel(s, i - new, owner, trim) for i in range(lo, hi)]
+    items = [photo_app.reel(s, i - new, owner, trim) for i in range(lo, hi)]
     more = hi < total
     token = cursors.encode("ri", hi, s) if more or (ctx.dangling and lo < hi) else None
     body: dict[str, Any]
@@ -146,7 +155,7 @@ def reels(ctx: Ctx) -> Page:
             "items": [{"media": r} for r in items],
             "paging_info": {"max_id": token, "more_available": more},
         }
-    page = Page(body, {"reels": items})
+    page = ServedPage(body, {"reels": items})
     if token is not None:
         if more or trim:
             page.next = {"max_id": token}
@@ -155,30 +164,22 @@ def reels(ctx: Ctx) -> Page:
     return page
 
 
-def pins(ctx: Ctx) -> Page:
+def pins(ctx: Ctx) -> ServedPage:
     """Pin search; `trim` drops `images` and `board`."""
     s = ctx.scope()
     size = ctx.size
     trim = ctx.params.flag("trim")
     total = _single_total(ctx, s, "pins", size)
     lo, hi = window(_opaque_start(ctx, s, "cursor", "pn"), size, total)
-    items = [records.pin(s, i, trim) for i in with_repeat(ctx, lo, hi, total)]
-    page = Page({"pins": items, "cursor": None}, {"pins": items})
+    items = [pinboard.pin(s, i, trim) for i in with_repeat(ctx, lo, hi, total)]
+    page = ServedPage({"pins": items, "cursor": None}, {"pins": items})
     if hi < total:
         page.next = {"cursor": cursors.encode("pn", hi, s)}
         page.body["cursor"] = page.next["cursor"]
     return page
 
 
-def effective_video_params(params: Params) -> Params:
-    """`filter=shorts` has no effect when `uploadDate` or `sortBy` is used: drop it so that it changes
-    nothing."""
-    if params.get("filter") and (params.get("uploadDate") or params.get("sortBy") in VIDEO_SORTS):
-        return params.with_values(filter=None)
-    return params
-
-
-def video_search(ctx: Ctx) -> Page:
+def video_search(ctx: Ctx) -> ServedPage:
     """Video search: six result lists a page; `filter=shorts` (alone with a query) returns shorts only;
     `includeExtras` adds like count, comment count and description to videos and shorts."""
     s = ctx.scope()
@@ -198,28 +199,24 @@ def video_search(ctx: Ctx) -> Page:
             "lives": max(1, size // 20),
         }
         primary = "videos"
-    plan = ctx.plan(s, per_page, primary)
+    plan = ctx.page_plan(s, per_page, primary)
     page_no = _opaque_start(ctx, s, "continuationToken", "vs")
     lists = {
-        "videos": _multi_page(ctx, plan, page_no, "videos", lambda i: records.video(s, i, extras)),
-        "channels": _multi_page(ctx, plan, page_no, "channels", lambda i: records.channel(s, i)),
-        "playlists": _multi_page(ctx, plan, page_no, "playlists", lambda i: records.playlist(s, i)),
-        "shorts": _multi_page(ctx, plan, page_no, "shorts", lambda i: records.short(s, i, extras)),
-        "shelves": _multi_page(ctx, plan, page_no, "shelves", lambda i: records.shelf(s, i, extras)),
-        "lives": _multi_page(ctx, plan, page_no, "lives", lambda i: records.live(s, i)),
+        "videos": _multi_page(ctx, plan, page_no, "videos", lambda i: video_platform.video(s, i, extras)),
+        "channels": _multi_page(ctx, plan, page_no, "channels", lambda i: video_platform.channel(s, i)),
+        "playlists": _multi_page(ctx, plan, page_no, "playlists", lambda i: video_platform.playlist(s, i)),
+        "shorts": _multi_page(ctx, plan, page_no, "shorts", lambda i: video_platform.short(s, i, extras)),
+        "shelves": _multi_page(ctx, plan, page_no, "shelves", lambda i: video_platform.shelf(s, i, extras)),
+        "lives": _multi_page(ctx, plan, page_no, "lives", lambda i: video_platform.live(s, i)),
     }
-    page = Page({**lists, "continuationToken": None}, lists)
+    page = ServedPage({**lists, "continuationToken": None}, lists)
     if page_no + 1 < plan.n_pages:
         page.next = {"continuationToken": cursors.encode("vs", page_no + 1, s)}
         page.body["continuationToken"] = page.next["continuationToken"]
     return page
 
 
-def replies_root(params: Params) -> str:
-    return cursors.decode_replies(params.get("continuationToken") or "")[0]
-
-
-def comment_replies(ctx: Ctx) -> Page:
+def comment_replies(ctx: Ctx) -> ServedPage:
     """Comment replies: the token is the identity (first call: the comment's `repliesContinuationToken`) and
     later tokens carry that root plus the offset."""
     root, start = cursors.decode_replies(ctx.params.get("continuationToken") or "")
@@ -227,15 +224,15 @@ def comment_replies(ctx: Ctx) -> Page:
     size = ctx.size
     total = _single_total(ctx, s, "comments", size)
     lo, hi = window(start, size, total)
-    items = [records.comment_reply(s, i) for i in range(lo, hi)]
-    page = Page({"comments": items, "continuationToken": None}, {"comments": items})
+    items = [video_platform.comment_reply(s, i) for i in range(lo, hi)]
+    page = ServedPage({"comments": items, "continuationToken": None}, {"comments": items})
     if hi < total:
         page.next = {"continuationToken": cursors.encode_replies(root, hi)}
         page.body["continuationToken"] = page.next["continuationToken"]
     return page
 
 
-def shop_products(ctx: Ctx) -> Page:
+def shop_products(ctx: Ctx) -> ServedPage:
     """Shop products: `has_more` ends paging; the last page keeps a `cursor` while the quirk is on."""
     s = ctx.scope()
     size = ctx.size
@@ -244,11 +241,11 @@ def shop_products(ctx: Ctx) -> Page:
     new = ctx.new_items
     total = _single_total(ctx, s, "products", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "sp"), size, total)
-    items = [records.product(s, i - new, CURRENCIES[region]) for i in range(lo, hi)]
-    shop = records.shop_info(s, url, region)
+    items = [short_video.product(s, i - new, CURRENCIES[region]) for i in range(lo, hi)]
+    shop = short_video.shop_info(s, url, region)
     more = hi < total
     token = cursors.encode("sp", hi, s) if more or (ctx.dangling and lo < hi) else None
-    page = Page(
+    page = ServedPage(
         {"products": items, "shopInfo": shop, "has_more": more, "cursor": token},
         {"products": items, "shops": [shop]},
     )
@@ -260,7 +257,7 @@ def shop_products(ctx: Ctx) -> Page:
     return page
 
 
-def profile_videos(ctx: Ctx) -> Page:
+def profile_videos(ctx: Ctx) -> ServedPage:
     """Short-video profile: `max_cursor` is the last video's `create_time` in ms. The last page says
     `has_more: 0` but keeps a non-zero `max_cursor` while the dangling quirk is on; trimmed answers have no
     `has_more`, so a trimmed client can only stop on a zero `max_cursor`."""
@@ -274,14 +271,14 @@ def profile_videos(ctx: Ctx) -> Page:
     start = 0 if token is None else cursors.parse_ms_cursor(s, token, floor=-new) + new
     author = {"uid": ctx.params.get("user_id") or s.numid("uid", 0, 19), "unique_id": handle}
     lo, hi = window(start, size, total)
-    items = [records.aweme(s, i - new, author, trim) for i in range(lo, hi)]
+    items = [short_video.aweme(s, i - new, author, trim) for i in range(lo, hi)]
     more = hi < total
     cursor = cursors.ms_cursor(s, hi - 1 - new) if more or (ctx.dangling and lo < hi) else 0
     body: dict[str, object] = {"aweme_list": items}
     if not trim:
         body["has_more"] = 1 if more else 0
     body["max_cursor"] = cursor
-    page = Page(body, {"videos": items})
+    page = ServedPage(body, {"videos": items})
     if cursor:
         if more or trim:
             page.next = {"max_cursor": str(cursor)}

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from sandbox.endpoints import Endpoint
+from sandbox.emulated import EmulatedEndpoint
 from sandbox.stablehash import hexid, hnum, span
-from sandbox.validation import Params
+from sandbox.validation import RequestParams
 
 ANCHOR = calendar.timegm((2026, 11, 1, 12, 0, 0))
 """Epoch seconds of the newest synthetic record (2026-11-01T12:00:00Z); older records count back from it."""
@@ -75,7 +75,9 @@ class Scope:
         return hexid(6, self.key)
 
 
-def make_scope(endpoint: Endpoint, params: Params, seed: int, identity: str | None = None) -> Scope:
+def make_scope(
+    endpoint: EmulatedEndpoint, params: RequestParams, seed: int, identity: str | None = None
+) -> Scope:
     """The scope of a validated request. `identity` overrides the parameter-derived one (comment replies are
     about the root continuation token, whatever page the request asks for)."""
     if identity is None:
@@ -101,7 +103,7 @@ def make_scope(endpoint: Endpoint, params: Params, seed: int, identity: str | No
 
 
 @dataclass(frozen=True)
-class Plan:
+class PagePlan:
     """How many pages a query has and how many records of each kind each page holds.
 
     Every page but the last holds `per_page[kind]` records of a kind; the last holds `last[kind]` (at least
@@ -123,10 +125,12 @@ class Plan:
         return (self.n_pages - 1) * self.per_page[kind] + self.last[kind]
 
 
-def make_plan(scope: Scope, pages: tuple[int, int], per_page: Mapping[str, int], primary: str) -> Plan:
+def make_page_plan(
+    scope: Scope, pages: tuple[int, int], per_page: Mapping[str, int], primary: str
+) -> PagePlan:
     n_pages = span(pages[0], pages[1], scope.key, "pages")
     last = {}
     for kind, size in per_page.items():
         lo = 1 if kind == primary and size > 0 else 0
         last[kind] = span(lo, size, scope.key, "last", kind)
-    return Plan(n_pages, dict(per_page), last)
+    return PagePlan(n_pages, dict(per_page), last)

@@ -24,24 +24,24 @@ import orjson
 
 from sandbox.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
 from sandbox.config import FaultKind, SandboxConfig
-from sandbox.endpoints import Endpoint
+from sandbox.emulated import EmulatedEndpoint
 from sandbox.faults import BODY_FAULTS, FaultSchedule, damage
 from sandbox.generate import build, make_ctx
-from sandbox.validation import BadRequest
+from sandbox.validation import InvalidRequest
 
 OUT_OF_CREDITS = "Out of credits. Please purchase more credits."
 JSON = b"application/json"
 
 
 @dataclass
-class Answer:
+class WireAnswer:
     status: int
     body: bytes
     headers: list[tuple[bytes, bytes]] = field(default_factory=lambda: [(b"content-type", JSON)])
 
 
-def _json(status: int, obj: Any) -> Answer:
-    return Answer(status, orjson.dumps(obj))
+def _json(status: int, obj: Any) -> WireAnswer:
+    return WireAnswer(status, orjson.dumps(obj))
 
 
 class SandboxState:
@@ -78,7 +78,7 @@ class SandboxState:
             )
         )
 
-    def out_of_credits(self, key: str | None) -> Answer:
+    def out_of_credits(self, key: str | None) -> WireAnswer:
         balance = 0 if key is None else self.book.balance(key)
         body = {
             "success": False,
@@ -90,7 +90,7 @@ class SandboxState:
         return _json(402, body)
 
     def charge_fault(
-        self, presented: str | None, endpoint: Endpoint, fault: FaultKind
+        self, presented: str | None, endpoint: EmulatedEndpoint, fault: FaultKind
     ) -> tuple[int, str | None]:
         """Bill an edge fault when the config says that kind is billed: (credits billed, resolved key)."""
         key = None if presented is None else self.book.resolve(presented)
@@ -101,13 +101,13 @@ class SandboxState:
 
     def answer(
         self,
-        endpoint: Endpoint,
+        endpoint: EmulatedEndpoint,
         items: Sequence[tuple[str, str]],
         presented: str | None,
         path_value: str | None = None,
         n: int | None = None,
         fault: FaultKind | None = None,
-    ) -> Answer:
+    ) -> WireAnswer:
         """Answer one data request (its fault, if any, is slow or a body fault: edge faults end earlier)."""
         items = list(items)
         answer, credits, key = self._answer(endpoint, items, presented, path_value, fault)
@@ -122,12 +122,12 @@ class SandboxState:
 
     def _answer(
         self,
-        endpoint: Endpoint,
+        endpoint: EmulatedEndpoint,
         items: list[tuple[str, str]],
         presented: str | None,
         path_value: str | None,
         fault: FaultKind | None,
-    ) -> tuple[Answer, int, str | None]:
+    ) -> tuple[WireAnswer, int, str | None]:
         if not presented:
             body = {"success": False, "error": "unauthorized", "message": "missing x-api-key header"}
             return _json(401, body), 0, None
@@ -137,7 +137,7 @@ class SandboxState:
         try:
             ctx = make_ctx(endpoint, items, self.config, path_value)
             page = build(ctx)
-        except BadRequest as exc:
+        except InvalidRequest as exc:
             body = {
                 "success": False,
                 "error": "bad_request",
@@ -154,11 +154,11 @@ class SandboxState:
         if remaining is None:
             return self.out_of_credits(key), 0, key
         if not page.envelope:
-            return Answer(page.status, orjson.dumps(page.body)), cost, key
+            return WireAnswer(page.status, orjson.dumps(page.body)), cost, key
         body = {"success": page.success, **page.body, "credits_remaining": remaining, "credits_charged": cost}
-        return Answer(page.status, orjson.dumps(body)), cost, key
+        return WireAnswer(page.status, orjson.dumps(body)), cost, key
 
-    def credit_balance(self, presented: str | None) -> Answer:
+    def credit_balance(self, presented: str | None) -> WireAnswer:
         """`GET /v1/credit-balance`: free, never faulted."""
         if not presented:
             answer = _json(

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandbox.config import Quirks
-from sandbox.endpoints import Endpoint
+from sandbox.emulated import EmulatedEndpoint
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -21,7 +21,7 @@ _REGION2_RE = re.compile(r"^[A-Za-z]{2}$")
 _NONNEG_RE = re.compile(r"^[0-9]{1,19}$")
 
 
-class BadRequest(Exception):
+class InvalidRequest(Exception):
     """A 400 answer: `parameter` names what is wrong."""
 
     def __init__(self, parameter: str, message: str) -> None:
@@ -31,7 +31,7 @@ class BadRequest(Exception):
 
 
 @dataclass(frozen=True)
-class Params:
+class RequestParams:
     """Validated parameters: single values (last one wins when repeated) and repeatable lists."""
 
     values: Mapping[str, str] = field(default_factory=dict)
@@ -48,7 +48,7 @@ class Params:
     def many(self, name: str) -> tuple[str, ...]:
         return self.lists.get(name, ())
 
-    def with_values(self, **changes: str | None) -> Params:
+    def with_values(self, **changes: str | None) -> RequestParams:
         """A copy with single values set (None removes one): how a crawl asks for the next page."""
         values = dict(self.values)
         for name, value in changes.items():
@@ -56,7 +56,7 @@ class Params:
                 values.pop(name, None)
             else:
                 values[name] = value
-        return Params(values, self.lists)
+        return RequestParams(values, self.lists)
 
     def as_items(self) -> list[tuple[str, str]]:
         items = list(self.values.items())
@@ -65,8 +65,8 @@ class Params:
         return items
 
 
-def validate(endpoint: Endpoint, items: Sequence[tuple[str, str]], quirks: Quirks) -> Params:
-    """Check a request's query parameters against the endpoint's declaration; raise `BadRequest` on the first
+def validate(endpoint: EmulatedEndpoint, items: Sequence[tuple[str, str]], quirks: Quirks) -> RequestParams:
+    """Check a request's query parameters against the endpoint's declaration; raise `InvalidRequest` on the first
     problem found, in declaration order (so the answer is deterministic)."""
     known = endpoint.names
     raw: dict[str, list[str]] = {}
@@ -74,7 +74,7 @@ def validate(endpoint: Endpoint, items: Sequence[tuple[str, str]], quirks: Quirk
         if name not in known:
             if quirks.ignore_unknown_params:
                 continue
-            raise BadRequest(name, f"unknown parameter '{name}'")
+            raise InvalidRequest(name, f"unknown parameter '{name}'")
         raw.setdefault(name, []).append(value)
 
     values: dict[str, str] = {}
@@ -87,7 +87,7 @@ def validate(endpoint: Endpoint, items: Sequence[tuple[str, str]], quirks: Quirk
             continue
         if not given:
             if param.required:
-                raise BadRequest(param.name, f"missing required parameter '{param.name}'")
+                raise InvalidRequest(param.name, f"missing required parameter '{param.name}'")
             if param.default is not None:
                 values[param.name] = param.default
             continue
@@ -95,20 +95,20 @@ def validate(endpoint: Endpoint, items: Sequence[tuple[str, str]], quirks: Quirk
 
     if endpoint.one_of and not any(name in values for name in endpoint.one_of):
         names = " or ".join(endpoint.one_of)
-        raise BadRequest(endpoint.one_of[0], f"one of {names} is required")
-    return Params(values, lists)
+        raise InvalidRequest(endpoint.one_of[0], f"one of {names} is required")
+    return RequestParams(values, lists)
 
 
 def _check_one(name: str, check: str, enum: tuple[str, ...], value: str) -> str:
     if enum and value not in enum:
-        raise BadRequest(name, f"invalid value for '{name}': {value!r}; allowed: {', '.join(enum)}")
+        raise InvalidRequest(name, f"invalid value for '{name}': {value!r}; allowed: {', '.join(enum)}")
     if check == "limit":
         try:
             number = int(value)
         except ValueError:
-            raise BadRequest(name, f"'{name}' must be an integer from 1 to 100") from None
+            raise InvalidRequest(name, f"'{name}' must be an integer from 1 to 100") from None
         if not 1 <= number <= 100:
-            raise BadRequest(name, f"'{name}' must be an integer from 1 to 100")
+            raise InvalidRequest(name, f"'{name}' must be an integer from 1 to 100")
         return str(number)
     if check == "bool":
         lowered = value.lower()
@@ -116,21 +116,21 @@ def _check_one(name: str, check: str, enum: tuple[str, ...], value: str) -> str:
             return "true"
         if lowered in _FALSE:
             return "false"
-        raise BadRequest(name, f"'{name}' must be a boolean (true or false)")
+        raise InvalidRequest(name, f"'{name}' must be a boolean (true or false)")
     if check == "subreddit":
         if "://" in value or "reddit." in value.lower():
-            raise BadRequest(name, "'subreddit' must be a bare subreddit name, not a URL")
+            raise InvalidRequest(name, "'subreddit' must be a bare subreddit name, not a URL")
         if value.lower().startswith(("r/", "/r/")):
-            raise BadRequest(name, "'subreddit' must be a bare subreddit name, without the 'r/' prefix")
+            raise InvalidRequest(name, "'subreddit' must be a bare subreddit name, without the 'r/' prefix")
         if not _SUBREDDIT_RE.match(value):
-            raise BadRequest(name, f"'subreddit' is not a valid subreddit name: {value!r}")
+            raise InvalidRequest(name, f"'subreddit' is not a valid subreddit name: {value!r}")
         return value
     if check == "region2":
         if not _REGION2_RE.match(value):
-            raise BadRequest(name, f"'{name}' must be a 2-letter country code")
+            raise InvalidRequest(name, f"'{name}' must be a 2-letter country code")
         return value.upper()
     if check == "nonneg_int":
         if not _NONNEG_RE.match(value):
-            raise BadRequest(name, f"'{name}' must be a non-negative integer")
+            raise InvalidRequest(name, f"'{name}' must be a non-negative integer")
         return value
     return value

@@ -3,7 +3,7 @@
 `observation`: engagement counters grow with the night, ids and texts stay, so a job run twice sees two
 observations of the same items. `drift`: the answer drifts from the documented shapes (wrapped feed items, a
 renamed list, counters as text, unknown fields, records without their key), deterministically from the seed.
-Both act on the records of `Page.records` in place, so `sandbox.expected` describes what was served.
+Both act on the records of `ServedPage.records` in place, so `sandbox.expected` describes what was served.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sandbox import endpoints as ep
 from sandbox.config import Drift
-from sandbox.page import Ctx, Page, Record
+from sandbox.page import Ctx, ServedPage
+from sandbox.records import Record
 from sandbox.stablehash import unit
 
 COUNTERS = frozenset(
@@ -61,7 +61,7 @@ def _spoil_values(record: Record, n: int) -> None:
             d[key] = "yesterday"
 
 
-def _drift_records(ctx: Ctx, page: Page, drift: Drift) -> None:
+def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
     seed = ctx.config.seed
     for kind, records in page.records.items():
         pk = ctx.endpoint.kinds.get(kind, "id")
@@ -77,8 +77,8 @@ def _drift_records(ctx: Ctx, page: Page, drift: Drift) -> None:
                 record.pop(pk, None)
 
 
-def _wrap_feed(page: Page, share: float, seed: int) -> None:
-    items = page.body.get("feed")
+def _wrap_feed(page: ServedPage, feed_list: str, share: float, seed: int) -> None:
+    items = page.body.get(feed_list)
     if not isinstance(items, list):
         return
     wrapped = []
@@ -92,10 +92,10 @@ def _wrap_feed(page: Page, share: float, seed: int) -> None:
         parent = {"uri": f"{post.get('uri', '')}-parent", "cid": "bafyparent"}
         reply = {"root": {"uri": f"{post.get('uri', '')}-root"}, "parent": parent} if n % 4 == 1 else None
         wrapped.append({"post": post, "reason": reason, "reply": reply})
-    page.body["feed"] = wrapped
+    page.body[feed_list] = wrapped
 
 
-def vary(ctx: Ctx, page: Page) -> Page:
+def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
     config = ctx.config
     if config.observation:
         for records in page.records.values():
@@ -106,8 +106,8 @@ def vary(ctx: Ctx, page: Page) -> Page:
     if not drift.active or not isinstance(page.body, dict):
         return page
     _drift_records(ctx, page, drift)
-    if drift.wrapped_feed and ctx.endpoint.path == ep.MB_FEED:
-        _wrap_feed(page, drift.wrapped_feed, config.seed)
+    if drift.wrapped_feed and ctx.endpoint.feed_list is not None:
+        _wrap_feed(page, ctx.endpoint.feed_list, drift.wrapped_feed, config.seed)
     asked = ctx.params.get("cursor")
     if ctx.endpoint.path in drift.stuck_cursor and asked is not None and "cursor" in page.body:
         page.body["cursor"] = asked
