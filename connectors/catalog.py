@@ -1,8 +1,20 @@
 """Every endpoint of the service, described once.
 
-Adding or fixing an endpoint is one edit here: its documented path, a parameter model, a paging style and the
-record kinds its answers hold. Field names on the wire follow `docs/service-shapes.md`; column names are
-snake_case so that analysts can write SQL without quoting (and `desc`, an SQL keyword, becomes `caption`).
+Field names on the wire follow `docs/service-shapes.md`; column names are snake_case so that analysts can write
+SQL without quoting (and `desc`, an SQL keyword, becomes `caption`). Everything else harvest knows about an
+endpoint (plans, `harvest endpoints`, table docs, tests) is derived from this catalog.
+
+Adding an endpoint:
+1. Its parameter model in `connectors/endpoint_params.py`: the documented parameters, enums as `Literal`,
+   `one_of` where the interface does not say which identifier is required, `path_params` for `{name}` in the path.
+2. One `Endpoint(...)` entry in `ENDPOINTS` below: the documented path, a summary, the model, a paging style
+   (`connectors/paging.py`), one `kind(...)` per list of records (table `<platform>_<kind>`, where they live,
+   the primary key, typed columns), and where the interface says so: `records_per_page`, `newest_first`,
+   `cost` (the price list; a job may override it).
+3. Emulate it in the sandbox (the checklist is `sandbox/endpoints.py`'s): record generators in
+   `sandbox/records/<platform>.py`, a page builder, one `EmulatedEndpoint(...)` entry in `sandbox/endpoints.py`.
+4. `pytest tests/test_sandbox_matches_catalog.py` fails until the catalog and the sandbox agree; the demo spec
+   (`configs/demo.yaml`) should call it once.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ def sandbox(
     ),
     slow_seconds: float = typer.Option(2.0, help="Delay of a `slow` fault."),
     retry_after: str = typer.Option("1", help="Retry-After header of a 429 fault, in seconds."),
+    cache_pages: bool = typer.Option(False, "--cache-pages", help="Serve repeated pages from memory."),
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
     from sandbox.config import Quirks
@@ -63,6 +64,7 @@ def sandbox(
         fault_kinds=[k.strip() for k in fault_kinds.split(",") if k.strip()],
         slow_seconds=slow_seconds,
         retry_after=retry_after,
+        cache_pages=cache_pages,
     )
 
 

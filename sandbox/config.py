@@ -148,6 +148,9 @@ class SandboxConfig:
     observation: int = 0
     """Which night it is: engagement counters (plays, likes, views, ...) grow with it, ids and texts stay."""
     drift: Drift = field(default_factory=Drift)
+    cache_pages: bool = False
+    """Build each distinct page once and serve it again from memory (benchmarks: the sandbox must not be the
+    bottleneck of what it measures). Answers are the same bytes either way."""
 
     def __post_init__(self) -> None:
         lo, hi = self.pages

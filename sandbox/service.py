@@ -40,6 +40,23 @@ class WireAnswer:
     headers: list[tuple[bytes, bytes]] = field(default_factory=lambda: [(b"content-type", JSON)])
 
 
+@dataclass(frozen=True)
+class BuiltPage:
+    """A built page, serialised without its billing envelope (which changes with every answer)."""
+
+    status: int
+    success: bool
+    envelope: bool
+    body: bytes
+
+    def enveloped(self, remaining: int, charged: int) -> bytes:
+        """The same bytes as serialising {"success", **body, "credits_remaining", "credits_charged"}."""
+        inner = self.body[1:-1]
+        head = b'{"success":' + (b"true" if self.success else b"false")
+        tail = b'"credits_remaining":%d,"credits_charged":%d}' % (remaining, charged)
+        return head + b"," + (inner + b"," if inner else b"") + tail
+
+
 def _json(status: int, obj: Any) -> WireAnswer:
     return WireAnswer(status, orjson.dumps(obj))
 
@@ -51,6 +68,7 @@ class SandboxState:
         self.config = config
         self.book = CreditBook(config.api_keys)
         self.ledger = Ledger()
+        self._pages: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], BuiltPage] = {}
         self.faults = FaultSchedule(config)
 
     def record(
@@ -135,8 +153,7 @@ class SandboxState:
         if key is None:
             return self.out_of_credits(None), 0, None
         try:
-            ctx = make_ctx(endpoint, items, self.config, path_value)
-            page = build(ctx)
+            page = self._built(endpoint, items, path_value)
         except InvalidRequest as exc:
             body = {
                 "success": False,
@@ -154,9 +171,21 @@ class SandboxState:
         if remaining is None:
             return self.out_of_credits(key), 0, key
         if not page.envelope:
-            return WireAnswer(page.status, orjson.dumps(page.body)), cost, key
-        body = {"success": page.success, **page.body, "credits_remaining": remaining, "credits_charged": cost}
-        return WireAnswer(page.status, orjson.dumps(body)), cost, key
+            return WireAnswer(page.status, page.body), cost, key
+        return WireAnswer(page.status, page.enveloped(remaining, cost)), cost, key
+
+    def _built(
+        self, endpoint: EmulatedEndpoint, items: list[tuple[str, str]], path_value: str | None
+    ) -> BuiltPage:
+        """The page for a request, serialised; with `cache_pages`, built once per distinct request."""
+        cache_key = (endpoint.path, path_value, tuple(items))
+        if self.config.cache_pages and (hit := self._pages.get(cache_key)) is not None:
+            return hit
+        page = build(make_ctx(endpoint, items, self.config, path_value))
+        built = BuiltPage(page.status, page.success, page.envelope, orjson.dumps(page.body))
+        if self.config.cache_pages:
+            self._pages[cache_key] = built
+        return built
 
     def credit_balance(self, presented: str | None) -> WireAnswer:
         """`GET /v1/credit-balance`: free, never faulted."""

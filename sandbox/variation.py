@@ -49,7 +49,9 @@ def _grow_counters(record: Record, night: int) -> None:
 
 
 def _record_id(kind: str, record: Record, pk: str) -> str:
-    return f"{kind}|{record.get(pk) or record.get('uri') or id(record)}"
+    """A record's identity for the drift draws: its key (a composite one, `type+title`, in full)."""
+    parts = [str(record.get(part)) for part in pk.split("+")]
+    return f"{kind}|{'|'.join(parts)}"
 
 
 def _spoil_values(record: Record, n: int) -> None:
@@ -74,7 +76,8 @@ def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
             if drift.new_fields:
                 record.update(NEW_FIELDS)
             if drift.missing_keys and ctx.endpoint.paged and unit(seed, "nokey", rid) < drift.missing_keys:
-                record.pop(pk, None)
+                for part in pk.split("+"):
+                    record.pop(part, None)
 
 
 def _wrap_feed(page: ServedPage, feed_list: str, share: float, seed: int) -> None:

@@ -100,3 +100,20 @@ def test_drift_drops_primary_keys() -> None:
         pins = client.get(PINS, params={"query": "lamps"}).json()["pins"]
     without = [p for p in pins if "id" not in p]
     assert 0 < len(without) < len(pins)
+
+
+def test_cached_pages_are_the_same_bytes() -> None:
+    """`cache_pages` (benchmarks) serves what building the page serves, byte for byte but the balance."""
+    base = SandboxConfig(api_keys={KEY: 10**6}, pages=(2, 2), page_size=4)
+    requests = [
+        (PROFILE, {"handle": "nasa", "sort_by": "latest"}),
+        (FEED, {"handle": "nasa.example"}),
+        (PINS, {}),
+    ]
+    answers = []
+    for config in (base, base.replace(cache_pages=True)):
+        with running(config) as sb, sb.client() as client:
+            got = [client.get(path, params=params).content for path, params in requests for _ in range(2)]
+        answers.append([body.split(b',"credits_remaining"')[0] for body in got])
+    assert answers[0] == answers[1] and answers[1][0] == answers[1][1]
+    assert answers[0][4].startswith(b'{"success":false')  # a refused request (no query) is never cached
