@@ -19,7 +19,7 @@ from tests.flow_helpers import ROOT, subprocess_env
 def test_a_wheel_install_runs_the_demo(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr

@@ -96,6 +96,23 @@ def wait_for_requests(sb: RunningSandbox, count: int, proc: subprocess.Popen[str
         time.sleep(0.005)
 
 
+def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
+    """SIGKILL the run's process group; return how many data requests the sandbox answered, once it is quiet.
+
+    A request the run sent just before the kill is still answered (and billed) by the sandbox after the run
+    died, so the count is read only after it stops changing.
+    """
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    seen, quiet_since = len(data_entries(sb)), time.monotonic()
+    while time.monotonic() - quiet_since < 0.5:
+        time.sleep(0.05)
+        now = len(data_entries(sb))
+        if now != seen:
+            seen, quiet_since = now, time.monotonic()
+    return seen
+
+
 def paid_twice(entries: list[Any]) -> int:
     seen = Counter(
         (e.path, e.path_params.get("material_id"), tuple(sorted(e.params.items()))) for e in entries
@@ -142,9 +159,7 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
         spec = write_spec(tmp_path, job(sb.base_url, output))
         proc = start_run(spec, tmp_path, prefect_api_url)
         wait_for_requests(sb, 40, proc)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        at_kill = len(data_entries(sb))
+        at_kill = kill_hard(proc, sb)
 
         assert (output / ".harvest-nightly.lock").exists(), "kill -9 left the lock file behind"
         listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
@@ -211,8 +226,7 @@ def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: 
         spec = write_spec(tmp_path, job(sb.base_url, output, credits=budget))
         proc = start_run(spec, tmp_path, prefect_api_url)
         wait_for_requests(sb, 30, proc)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill_hard(proc, sb)
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         billed = sb.billed_total()
     assert code == 0, out + err
@@ -249,10 +263,8 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
         spec = write_spec(tmp_path, job(sb.base_url, output))
         proc = start_run(spec, tmp_path, prefect_api_url)
         wait_for_requests(sb, 30, proc)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        paid_before = kill_hard(proc, sb)
         (killed,) = all_manifests(OutputLayout(output))
-        paid_before = len(data_entries(sb))
 
         edited = job(sb.base_url, output)
         edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
