@@ -51,6 +51,7 @@ from flows.resume import (  # noqa: E402
     retried_run,
     unfinished_run,
 )
+from flows.rounds import Rounds, run_info  # noqa: E402
 from flows.service import Service, open_service  # noqa: E402
 from flows.spec import JobSpec, UsageError, load_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
@@ -214,19 +215,40 @@ def _client(
 
 
 async def _pay_and_land(
-    ctx: run_context.RunContext, fan: Fanout, manifest: RunManifest
-) -> list[dict[str, Any]]:
-    """The paid part of a run: the key check, every query, and the bill read after."""
-    run_context.register(ctx)
-    try:
-        before = await _probe_balance(ctx.client, ctx.ledger)
-        with StopOnSignal(ctx.ledger, ctx.client).installed():
-            summaries = await fan.run(ctx.layout)
-        after = await ctx.client.credit_balance() if before is not None else None
-        _note_bill(manifest, before, after)
-        return summaries
-    finally:
-        run_context.unregister(ctx.run_id)
+    spec: JobSpec,
+    begun: Begun,
+    the_plan: Plan,
+    layout: OutputLayout,
+    client: ServiceClient,
+    ledger: CreditLedger,
+    journal: RunJournal,
+    attempts: run_context.AttemptLogs,
+    full: bool,
+    service: Service,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
+    manifest, start = begun.manifest, begun.start
+    before = await _probe_balance(client, ledger)
+    with StopOnSignal(ledger, client).installed():
+        if spec.runner.kind == "dask":
+            info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
+            rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info)
+            summaries, skipped = await rounds.run(), rounds.skipped
+        else:
+            ctx = run_context.RunContext(
+                manifest.run_id, datetime.fromisoformat(manifest.started), layout, spec.endpoints(), client,
+                ledger, attempts, incremental=not full,
+            )  # fmt: skip
+            fan = Fanout(ctx, the_plan, start, journal, spec.name)
+            ctx.on_records = fan.on_records
+            run_context.register(ctx)
+            try:
+                summaries, skipped = await fan.run(layout), fan.skipped
+            finally:
+                run_context.unregister(ctx.run_id)
+    after = await client.credit_balance() if before is not None else None
+    _note_bill(manifest, before, after)
+    return summaries, skipped
 
 
 async def _collect(
@@ -240,29 +262,18 @@ async def _collect(
         manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal
     )
     attempts = run_context.AttemptLogs(fsync=fsync)
-    started = datetime.fromisoformat(manifest.started)
     try:
         async with _client(spec, service, ledger, attempts) as client:
-            ctx = run_context.RunContext(
-                manifest.run_id,
-                started,
-                layout,
-                spec.endpoints(),
-                client,
-                ledger,
-                attempts,
-                incremental=not full,
+            summaries, skipped = await _pay_and_land(
+                spec, begun, the_plan, layout, client, ledger, journal, attempts, full, service
             )
-            fan = Fanout(ctx, the_plan, start, journal, spec.name)
-            ctx.on_records = fan.on_records
-            summaries = await _pay_and_land(ctx, fan, manifest)
     finally:
         journal.close()
     stopped = ledger.stopped
     if stopped is not None:
         summaries += _unstarted(the_plan, start, summaries, stopped.kind)
         manifest.error = stopped.reason
-    for note in fan.skipped:
+    for note in skipped:
         get_run_logger().warning("dependent query not started: %s", note)
     manifest.status = run_status([s["status"] for s in summaries], stopped.kind if stopped else None)
     manifest.finished = datetime.now(UTC).isoformat()

@@ -117,24 +117,26 @@ def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
     return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id)
 
 
-@task(
-    name="collect_query",
-    task_run_name="{query[query_id]}",
-    retries=0,
-    cache_policy=NO_CACHE,
-    log_prints=False,
-)
-async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[str, Any]:
-    ctx = lookup(run_id)
-    spec = QuerySpec(**query)
+@dataclass
+class Paged:
+    """What paging a query (or one Dask round of it) left: its outcome and where it stands."""
+
+    summary: QuerySummary
+    state: PagerStart
+
+
+async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerStart | None = None) -> Paged:
+    """Page through a query: each paid page raw first, then Parquet, then dependents and progress.
+
+    `start` goes on from an earlier round (Dask); a resumed query (`spec.resume`) lands its raw pages first.
+    """
     endpoint = ctx.endpoints[spec.endpoint]
-    layout = ctx.layout
+    layout, run_id = ctx.layout, ctx.run_id
     raw_path = layout.raw_file(run_id, spec.query_id)
     requests_path = layout.requests_file(run_id, spec.query_id)
     ctx.attempts.open(spec.query_id, requests_path)
     sink = open_sink(layout, run_id, ctx.started, part, spec.query_id)
     try:
-        start = None
         if spec.resume:
             start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
         pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint))
@@ -159,7 +161,7 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
         files = sink.close()  # publish what landed even on failure: those rows came from paid, kept pages
         ctx.attempts.close(spec.query_id)
     out = pager.outcome
-    return QuerySummary(
+    summary = QuerySummary(
         query_id=out.query_id,
         endpoint=out.endpoint,
         status=out.status,
@@ -172,4 +174,16 @@ async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[s
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path),
         requests_file=layout.relative(requests_path),
-    ).as_dict()
+    )
+    return Paged(summary, pager.start)
+
+
+@task(
+    name="collect_query",
+    task_run_name="{query[query_id]}",
+    retries=0,
+    cache_policy=NO_CACHE,
+    log_prints=False,
+)
+async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[str, Any]:
+    return (await page_query(lookup(run_id), QuerySpec(**query), part)).summary.as_dict()

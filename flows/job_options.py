@@ -1,0 +1,76 @@
+"""How a job runs, beside what it collects: its schedule and where its queries execute.
+
+Kept apart from the query models: these change how Prefect deploys and runs a job, never which pages are paid.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_CRON_FIELD = r"[\d*/,\-A-Za-z?LW#]+"
+_CRON = re.compile(rf"^\s*{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}\s*$")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Schedule(_Options):
+    """When `harvest serve` runs the job: a cron expression in a time zone, or an interval."""
+
+    cron: str | None = Field(None, description='Five-field cron expression, e.g. "0 3 * * *" (03:00 daily).')
+    interval: int | None = Field(None, strict=True, ge=60, description="Seconds between runs (at least 60).")
+    timezone: str = Field("UTC", description="IANA time zone of the cron expression, e.g. Europe/Berlin.")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not _CRON.match(value):
+            raise ValueError(f"{value!r} is not a five-field cron expression (minute hour day month weekday)")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Berlin)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> Schedule:
+        if (self.cron is None) == (self.interval is None):
+            raise ValueError("give exactly one of cron or interval")
+        return self
+
+
+class Runner(_Options):
+    """Where the connector tasks run: in the flow's process (`local`), or on a Dask cluster."""
+
+    kind: Literal["local", "dask"] = Field("local", description="local (default) or dask.")
+    address: str | None = Field(
+        None,
+        description="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786; none: a local one.",
+    )
+    workers: int = Field(2, strict=True, ge=1, le=64, description="Worker processes of a local Dask cluster.")
+    round_pages: int = Field(
+        20, strict=True, ge=1, le=10_000, description="Pages a query may pay for per round on Dask."
+    )
+
+    @model_validator(mode="after")
+    def _address(self) -> Runner:
+        if self.kind == "dask" and importlib.util.find_spec("prefect_dask") is None:
+            raise ValueError(
+                "kind: dask needs the dask extra, which is not installed: pip install 'harvest[dask]'"
+            )
+        if self.address is not None and self.kind != "dask":
+            raise ValueError("an address needs kind: dask")
+        if self.address is not None and not re.match(r"^(tcp|tls|inproc|ucx)://\S+$", self.address):
+            raise ValueError(f"{self.address!r} is not a Dask scheduler address (tcp://host:port)")
+        return self

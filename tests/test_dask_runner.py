@@ -1,0 +1,104 @@
+"""`runner: {kind: dask}`: the connector tasks run on a local Dask cluster of processes, in rounds of grants.
+
+The same job run locally and on Dask lands the same tables for the same credits; under a short budget the
+spending never passes it, page counts end within one of each other, and no page is paid twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.config import SandboxConfig
+from sandbox.expected import expected_pages
+from sandbox.server import running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
+
+PINS = "/v1/pinboard/search"
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+TOPICS = ["oak", "elm", "ash", "fir"]
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 9), CREATIVE: (2, 2)}, page_size=4
+)
+RECORD_TABLES = ("pinboard_pins", "creative_materials", "creative_material_details")
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+
+
+def job(base_url: str, output: Path, runner: dict[str, Any], credits: int = 1000) -> dict[str, Any]:
+    return {
+        "name": "dask-job",
+        "service": {"base_url": base_url},
+        "budget": {"credits": credits},
+        "concurrency": 4,
+        "output": str(output),
+        "runner": runner,
+        "queries": [
+            {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks", "limit": 5}},
+            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        ],
+    }  # fmt: skip
+
+
+def table(db: Path, name: str) -> list[tuple[Any, ...]]:
+    cols = [r[0] for r in rows(db, "SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [name])]
+    data = [c for c in cols if not c.startswith("_")]
+    return sorted(rows(db, f'SELECT {", ".join(data)} FROM "{name}"'), key=repr)
+
+
+def paid(entries: list[Any]) -> Counter[tuple[Any, ...]]:
+    return Counter(
+        (e.path, e.path_params.get("material_id"), tuple(sorted(e.params.items()))) for e in entries
+    )
+
+
+def test_local_and_dask_land_the_same_tables_for_the_same_credits(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    results = {}
+    for name, runner in (
+        ("local", {"kind": "local"}),
+        ("dask", {"kind": "dask", "workers": 2, "round_pages": 2}),
+    ):
+        with running(CONFIG) as sb:
+            output = tmp_path / name
+            summary = run_flow(write_spec(tmp_path, job(sb.base_url, output, runner), f"{name}.yaml"))
+            results[name] = (summary, paid(data_entries(sb)), sb.billed_total(), output / "harvest.duckdb")
+    (local, local_paid, local_billed, local_db), (dask, dask_paid, dask_billed, dask_db) = results.values()
+    assert local["status"] == dask["status"] == "complete", dask
+    assert local_paid == dask_paid and set(dask_paid.values()) == {1}, "the same pages, each paid once"
+    assert local_billed == dask_billed == local["credits_spent"] == dask["credits_spent"]
+    for name in RECORD_TABLES:
+        assert table(local_db, name) == table(dask_db, name), name
+    assert scalar(dask_db, "SELECT count(*) FROM query_state WHERE status = 'complete'") == len(
+        dask["queries"]
+    )
+
+
+def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    budget = 13
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
+    spec = job("", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": 3}, credits=budget)
+    spec["queries"] = spec["queries"][:1]
+    with running(config) as sb:
+        spec["service"]["base_url"] = sb.base_url
+        summary = run_flow(write_spec(tmp_path, spec))
+        billed, entries = sb.billed_total(), data_entries(sb)
+    assert sum(expected_pages(PINS, {"query": t}, config) for t in TOPICS) > budget
+    assert billed == summary["credits_spent"] == budget
+    assert set(paid(entries).values()) == {1}
+    pages = [q["pages"] for q in summary["queries"]]
+    assert max(pages) - min(pages) <= 1, pages
+    assert {q["status"] for q in summary["queries"]} == {"budget_exhausted"}
