@@ -256,6 +256,26 @@ def run(
     commands.run(spec, base_url, budget, output, mode, full)
 
 
+@app.command(
+    epilog="Example: PREFECT_API_URL=http://127.0.0.1:4200/api harvest serve configs/\n\n"
+    "Needs a running `prefect server start`; stop with Ctrl-C (the schedules pause until served again)."
+)
+def serve(
+    specs: list[Path] = typer.Argument(..., help="Job spec files, or directories of them (*.yaml)."),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="Service URL for every job (or `sandbox`); beats the specs."
+    ),
+) -> None:
+    """Deploy each job to Prefect with its spec's schedule, and run the deployments' runs until stopped.
+
+    One deployment per job (collect_job/<name>), carrying the spec's content and its absolute output
+    directory; runs of one job never overlap (concurrency limit 1, queued).
+    """
+    from flows import commands
+
+    commands.serve(specs, base_url)
+
+
 @app.command(epilog="Example: harvest demo")
 def demo(
     output: Path | None = typer.Option(None, "--output", help="Where to land the demo (default data/demo)."),

@@ -53,7 +53,7 @@ from flows.resume import (  # noqa: E402
 )
 from flows.rounds import Rounds, run_info  # noqa: E402
 from flows.service import Service, open_service  # noqa: E402
-from flows.spec import JobSpec, UsageError, load_spec  # noqa: E402
+from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
 from tasks.database import DatabaseBusy  # noqa: E402
 from tasks.journal import RunJournal  # noqa: E402
@@ -302,26 +302,37 @@ def _final_state(summary: dict[str, Any]) -> State[Any]:
 
 @flow(name="collect_job", log_prints=False, validate_parameters=True)
 async def collect_job(
-    spec_path: str,
+    spec_path: str | None = None,
     base_url: str | None = None,
     budget: int | None = None,
     output: str | None = None,
     mode: Mode = "auto",
     full: bool = False,
+    spec_text: str | None = None,
 ) -> Any:
     """Collect one job; the final state carries the run summary (also in DuckDB's `runs` and an artifact).
 
-    `mode`: `auto` resumes an unfinished run of the job or starts a new one; `fresh` abandons an unfinished
-    run first; `continue` picks up the queries earlier runs stopped. `full`: incremental queries page fully.
+    `spec_text`: the spec's YAML itself (a deployment's runs then need no file where the worker runs;
+    `spec_path` only names it in messages). Without it the spec is read from `spec_path`, which a deployment
+    should give as an absolute path. `mode`: `auto` resumes an unfinished run of the job or starts a new one;
+    `fresh` abandons an unfinished run first; `continue` picks up the queries earlier runs stopped. `full`:
+    incremental queries page fully.
     """
     with quiet_gc():
-        return await _collect_job(spec_path, base_url, budget, output, mode, full)
+        return await _collect_job(_spec(spec_path, spec_text), base_url, budget, output, mode, full)
+
+
+def _spec(spec_path: str | None, spec_text: str | None) -> JobSpec:
+    if spec_text is not None:
+        return parse_spec(spec_text, file=spec_path or "<spec_text>")
+    if spec_path is None:
+        raise UsageError("collect_job needs spec_text (the spec's YAML) or spec_path (an absolute path)")
+    return load_spec(spec_path)
 
 
 async def _collect_job(
-    spec_path: str, base_url: str | None, budget: int | None, output: str | None, mode: Mode, full: bool
+    spec: JobSpec, base_url: str | None, budget: int | None, output: str | None, mode: Mode, full: bool
 ) -> Any:
-    spec = load_spec(spec_path)
     the_plan = plan(spec)
     layout = OutputLayout(Path(output or spec.output))
     check_output_dir(layout.root)  # the CLI checked already; a deployment's run has not

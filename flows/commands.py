@@ -1,4 +1,4 @@
-"""`harvest run`, `demo`, `load`, `runs` and `sql`: the commands that collect, load or read landed data.
+"""`harvest run`, `demo`, `serve`, `load`, `runs` and `sql`: the commands that collect, load or read landed data.
 
 Only `run` and `demo` start Prefect; they import it after the spec has been validated, so that a bad spec is
 refused in about a second, before anything is started or spent.
@@ -327,6 +327,19 @@ def runs(output: Path) -> None:
     for row in rows:
         if row.unfinished and row.state != "running":
             console.note(_unfinished_note(row))
+
+
+def serve(paths: list[Path], base_url: str | None) -> None:
+    from flows.serve import serve as serve_jobs
+    from flows.settings import apply_prefect_defaults
+
+    apply_prefect_defaults()
+    try:
+        serve_jobs(paths, base_url)
+    except (SpecError, UsageError, MissingApiKey) as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
 
 
 def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:

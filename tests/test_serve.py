@@ -1,0 +1,165 @@
+"""`harvest serve` as a Prefect user meets it: a directory of specs becomes one deployment per job with its
+schedule, its parameters (the spec's content, an absolute output) and a concurrency limit of one; a triggered
+run executes in the serving process against the sandbox over HTTP and lands its tables where the spec said,
+whatever the working directory of the run.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.serve import job_deployments
+from flows.spec import SpecError, UsageError
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+from sandbox.server import running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, rows, scalar, subprocess_env
+
+PINS = "/v1/pinboard/search"
+CREATIVE = "/v1/creative/materials"
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3), CREATIVE: (2, 2)}, page_size=4
+)
+
+
+def specs(folder: Path, base_url: str) -> Path:
+    folder.mkdir()
+    nightly = {
+        "name": "nightly-pins",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 100},
+        "output": "out/nightly-pins",  # relative: resolved where `harvest serve` starts
+        "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
+        "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
+    }
+    hourly = {
+        "name": "hourly-forum",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 100},
+        "output": "out/hourly-forum",
+        "schedule": {"interval": 3600},
+        "queries": [{"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks"}}],
+    }
+    (folder / "nightly.yaml").write_text(yaml.safe_dump(nightly))
+    (folder / "hourly.yml").write_text(yaml.safe_dump(hourly))
+    (folder / "notes.txt").write_text("not a spec")
+    return folder
+
+
+def test_serve_describes_one_deployment_per_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
+    jobs = {job.name: job for job in job_deployments([folder])}
+    assert set(jobs) == {"nightly-pins", "hourly-forum"}
+    nightly = jobs["nightly-pins"]
+    assert nightly.parameters["output"] == str(tmp_path / "out" / "nightly-pins")
+    assert nightly.parameters["spec_text"] == (folder / "nightly.yaml").read_text()
+    assert (
+        nightly.when() == "cron 0 3 * * * (Europe/Berlin)" and jobs["hourly-forum"].when() == "every 3600 s"
+    )
+
+    (folder / "copy.yaml").write_text((folder / "nightly.yaml").read_text())
+    with pytest.raises(UsageError, match=r"unique.*nightly-pins"):
+        job_deployments([folder])
+    (folder / "copy.yaml").write_text("name: broken\nbudget: {credits: 10}\nqueries: []\n")
+    with pytest.raises(SpecError) as bad:
+        job_deployments([folder])
+    assert "copy.yaml" in str(bad.value) and "queries" in str(bad.value)
+
+
+def test_serve_refuses_without_a_prefect_server(tmp_path: Path) -> None:
+    folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
+    env = subprocess_env(
+        tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_PROFILES_PATH=str(tmp_path / "none.toml")
+    )
+    result = subprocess.run([str(HARVEST), "serve", str(folder)], env=env, capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "prefect server start" in result.stderr and "PREFECT_API_URL" in result.stderr
+    bad = CliRunner().invoke(app, ["serve", str(tmp_path / "nowhere")])
+    assert bad.exit_code == 2 and "no such spec file or directory" in bad.output
+
+
+def _deployment(name: str, deadline: float, serving: subprocess.Popen[str]) -> Any:
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        while True:
+            try:
+                return client.read_deployment_by_name(f"collect_job/{name}")
+            except ObjectNotFound:
+                assert serving.poll() is None, serving.communicate()
+                assert time.monotonic() < deadline, "harvest serve never created its deployments"
+                time.sleep(0.2)
+
+
+def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    from prefect.deployments import run_deployment
+
+    with running(CONFIG) as sb:
+        folder = specs(tmp_path / "jobs", sb.base_url)
+        env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
+        serving = subprocess.Popen(
+            [str(HARVEST), "serve", str(folder)], cwd=tmp_path, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            nightly = _deployment("nightly-pins", deadline, serving)
+            hourly = _deployment("hourly-forum", deadline, serving)
+            (cron,) = nightly.schedules
+            assert (cron.schedule.cron, cron.schedule.timezone) == ("0 3 * * *", "Europe/Berlin")
+            (every,) = hourly.schedules
+            assert every.schedule.interval.total_seconds() == 3600
+            assert nightly.parameters["output"] == str(tmp_path / "out" / "nightly-pins")
+            assert "queries" in nightly.parameters["spec_text"] and "job:nightly-pins" in nightly.tags
+            assert (
+                nightly.global_concurrency_limit is not None and nightly.global_concurrency_limit.limit == 1
+            )
+            assert nightly.concurrency_options.collision_strategy == "ENQUEUE"
+
+            flow_run = run_deployment("collect_job/nightly-pins", timeout=240)
+            assert flow_run.state is not None and flow_run.state.is_completed(), flow_run.state
+        finally:
+            serving.send_signal(signal.SIGINT)
+            out, err = serving.communicate(timeout=60)
+        pins_paid = [e for e in data_entries(sb) if e.path == PINS]
+    db = tmp_path / "out" / "nightly-pins" / "harvest.duckdb"
+    assert len(pins_paid) == 3, (out, err)
+    assert rows(db, "SELECT count(*) FROM runs WHERE status = 'complete'") == [(1,)]
+    assert scalar(db, "SELECT sum(credits_spent) FROM runs") == sum(e.credits for e in pins_paid)
+    expected = {pin["id"] for pin in full_crawl(PINS, {"query": "oak desk"}, CONFIG)["pins"]}
+    assert {r[0] for r in rows(db, "SELECT id FROM pinboard_pins")} == expected
+    assert SECRET_KEY not in out + err
+
+
+def test_the_prefect_yaml_example_deploys_a_real_spec_with_valid_parameters() -> None:
+    from flows.collect import collect_job
+    from flows.spec import load_spec
+    from tests.flow_helpers import ROOT
+
+    doc = yaml.safe_load((ROOT / "configs" / "prefect.yaml").read_text())
+    (deployment,) = doc["deployments"]
+    assert (
+        deployment["entrypoint"] == "flows/collect.py:collect_job"
+        and (ROOT / "flows" / "collect.py").exists()
+    )
+    collect_job.validate_parameters(deployment["parameters"])  # raises on a parameter the flow does not take
+    spec = load_spec(deployment["parameters"]["spec_path"].replace("/srv/harvest/", f"{ROOT}/"))
+    (schedule,) = deployment["schedules"]
+    assert spec.schedule is not None and (spec.schedule.cron, spec.schedule.timezone) == (
+        schedule["cron"], schedule["timezone"],
+    )  # fmt: skip
+    assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
