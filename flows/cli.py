@@ -302,6 +302,23 @@ def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output
     commands.runs(output)
 
 
+@app.command(epilog="Example: harvest rebuild data/brand-watch")
+def rebuild(
+    output: Path = OUTPUT_ARG,
+    run: str | None = typer.Option(
+        None, "--run", help="Land only this run's raw pages again (default: every run)."
+    ),
+) -> None:
+    """Derive Parquet and DuckDB again from the stored raw pages, without a single request.
+
+    How a catalog fix (a new column, a changed type, a shape the service changed to) reaches old data, and how a
+    lost harvest.duckdb or parquet/ comes back. The database is always rebuilt from every finished run.
+    """
+    from flows import handoff_commands
+
+    handoff_commands.rebuild(output, run)
+
+
 @app.command(
     epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"\n\n'
     'For scripts: harvest sql data/demo "FROM runs" --format csv --limit 0 > runs.csv'

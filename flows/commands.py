@@ -286,7 +286,7 @@ def _unfinished_note(row: Any) -> str:
 
 
 def load(output: Path) -> None:
-    from flows.load import load_manifest_into_duckdb
+    from flows.load import load_manifest_into_duckdb, refresh_views
     from flows.manifest import pending_manifests
     from flows.run_list import run_rows
     from tasks.database import DatabaseBusy
@@ -297,6 +297,11 @@ def load(output: Path) -> None:
             console.note(_unfinished_note(row))
     pending = pending_manifests(layout)
     if not pending:
+        if layout.db.exists():
+            try:
+                refresh_views(layout)  # an output directory moved: the history views follow it
+            except DatabaseBusy as exc:
+                raise fail(str(exc), 1) from None
         console.say(f"nothing to load in {output}: every finished run is in {layout.db}")
         return
     for manifest in pending:

@@ -7,28 +7,44 @@ data stays safe in Parquet, and `harvest load OUTPUT` finishes the job later.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from connectors.catalog import all_kinds
 from flows.manifest import RunManifest, write_manifest
 from tasks.database import transaction, write_connection
+from tasks.history_views import refresh_history_views
 from tasks.layout import OutputLayout
 from tasks.record_tables import merge_batches
 from tasks.run_history import insert_requests, upsert_query_states, upsert_run
 
 
-def load_manifest_into_duckdb(layout: OutputLayout, manifest: RunManifest) -> dict[str, int]:
-    """Merge the run's tables and bookkeeping in one transaction; raises DatabaseBusy when the file is held."""
+def load_manifest_into_duckdb(
+    layout: OutputLayout, manifest: RunManifest, db: Path | None = None
+) -> dict[str, int]:
+    """Merge the run's tables and bookkeeping in one transaction; raises DatabaseBusy when the file is held.
+
+    `db`: another database file than the output's (`harvest rebuild` builds a new one beside it)."""
     kinds = all_kinds()
     batches = [(kinds[table], files) for table, files in sorted(manifest.files_by_table(layout).items())]
     requests = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
     with write_connection(
-        layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
+        db or layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
     ) as con:
         with transaction(con):
             result = merge_batches(con, batches)
             insert_requests(con, manifest.run_id, [p for p in requests if p.exists()])
             upsert_query_states(con, manifest.run_id, manifest.queries)  # picks the query_state fields
             upsert_run(con, manifest.bookkeeping_row())  # picks the runs fields
+            refresh_history_views(con, layout.parquet_root)
         tables = dict(result)  # rows per table after the merge
     manifest.loaded = True
     write_manifest(layout, manifest)
     return tables
+
+
+def refresh_views(layout: OutputLayout) -> list[str]:
+    """Point the history views at this output directory's Parquet (after a move, or files added by hand)."""
+    with write_connection(
+        layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
+    ) as con:
+        return refresh_history_views(con, layout.parquet_root)

@@ -5,7 +5,8 @@ job's own `harvest.duckdb` replaced it with a CSV), and `ATTACH ... (READ_WRITE)
 So three fences: DuckDB's parser must find exactly one SELECT (or EXPLAIN of one) before anything runs; the
 connection is read-only; and it has no file system or extensions (`enable_external_access=false`, no
 extension autoloading), with its configuration locked so a statement cannot switch them back on.
-The job's own tables stay readable, JSON functions included; files (Parquet, CSV) are not.
+The job's own tables stay readable, JSON functions included, and so do its history views over its own Parquet
+tree (the one allowed directory); other files are not.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ COUNT_CAP = 1_000_000
 """Rows counted past `--limit` to say how many were cut; beyond this the note says "more than"."""
 
 READ_ONLY_CONFIG: dict[str, str | bool] = {
-    "enable_external_access": False,
     "autoload_known_extensions": False,
     "autoinstall_known_extensions": False,
-    "lock_configuration": True,
 }
+"""Set when connecting; the file fence follows (`_fence`): DuckDB takes allowed directories only once open."""
 ALLOWED = (
     "one read-only statement: SELECT (also WITH ..., FROM ..., VALUES, DESCRIBE, SHOW, SUMMARIZE) "
     "or EXPLAIN [ANALYZE] of a SELECT; to save a result, use --format csv or json and redirect it"
@@ -117,9 +117,23 @@ def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
     if not db.is_file():
         raise QueryFailed(f"{db} does not exist: run a job first")
     try:
-        return duckdb.connect(str(db), read_only=True, config=dict(READ_ONLY_CONFIG))
+        con = duckdb.connect(str(db), read_only=True, config=dict(READ_ONLY_CONFIG))
     except duckdb.Error as exc:
         raise QueryFailed(f"cannot open {db} read-only: {exc}") from None
+    _fence(con, OutputLayout(db.parent).parquet_root)
+    return con
+
+
+def _fence(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> None:
+    """No file system but the job's own Parquet tree (which the `<table>_history` views read), and a locked
+    configuration, so no statement can widen it again."""
+    con.execute(f"SET allowed_directories = [{_literal(str(parquet_root.resolve()) + '/')}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> Answer:

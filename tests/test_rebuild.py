@@ -1,0 +1,157 @@
+"""`harvest rebuild`, history views and a moved output directory, as a warehouse user meets them: two nightly
+runs against the sandbox over HTTP (the second night the counters grew), the sandbox gone, then the database and
+the Parquet tree deleted and derived again from the raw pages alone.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.manifest import all_manifests
+from sandbox.config import SandboxConfig
+from sandbox.server import running
+from tasks.layout import OutputLayout
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
+
+VIDEOS = "/v3/short-video/profile/videos"
+PINS = "/v1/pinboard/search"
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE},
+    pages_by_path={VIDEOS: (2, 2), PINS: (2, 2), CREATIVE: (1, 1)},
+    page_size=4,
+)
+HANDLES = ["nasa", "esa"]
+runner = CliRunner()
+
+
+def job(output: Path) -> dict[str, Any]:
+    return {
+        "name": "nightly",
+        "service": {"base_url": "http://127.0.0.1:9"},  # each night's sandbox comes with --base-url
+        "budget": {"credits": 1000},
+        "output": str(output),
+        "queries": [
+            {"id": "videos", "endpoint": VIDEOS, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
+            {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
+            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
+            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        ],
+    }  # fmt: skip
+
+
+def two_nights(tmp_path: Path, output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    spec = write_spec(tmp_path, job(output))
+    for night in (0, 1):
+        with running(replace(CONFIG, observation=night)) as sb:
+            summary = run_flow(spec, base_url=sb.base_url)
+        assert summary["status"] == "complete", summary
+
+
+def database(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table and view, all columns, rows sorted: what an analyst could see."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+        names += [
+            r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+        ]
+        return {n: sorted(con.execute(f'FROM "{n}"').fetchall(), key=repr) for n in names}
+    finally:
+        con.close()
+
+
+def parquet_rows(root: Path) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
+    return {str(p.relative_to(root)): pq.read_metadata(p).num_rows for p in sorted(root.rglob("*.parquet"))}
+
+
+def test_rebuild_derives_identical_tables_from_raw_pages_alone(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    two_nights(tmp_path, output, monkeypatch)
+    db = output / "harvest.duckdb"
+    before, files_before = database(db), parquet_rows(output / "parquet")
+    assert len(before["runs"]) == 2 and before["short_video_videos"] and before["creative_materials"]
+
+    shutil.rmtree(output / "parquet")
+    db.unlink()
+    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "no request sent" in result.output
+    assert database(db) == before
+    assert sum(parquet_rows(output / "parquet").values()) == sum(files_before.values())
+
+    again = runner.invoke(app, ["rebuild", str(output)])
+    assert again.exit_code == 0, again.output
+    assert database(db) == before, "rebuilding twice gives identical tables"
+    listed = {
+        path for m in all_manifests(OutputLayout(output)) for q in m.queries for _, path, _ in q["files"]
+    }
+    assert {str(Path("parquet") / p) for p in parquet_rows(output / "parquet")} == listed
+
+
+def test_rebuild_one_run_and_unknown_runs(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    two_nights(tmp_path, output, monkeypatch)
+    first, second = all_manifests(OutputLayout(output))
+    others = {p: p.stat().st_mtime_ns for p in (output / "parquet").rglob(f"{second.run_id}-*.parquet")}
+    before = database(output / "harvest.duckdb")
+
+    result = runner.invoke(app, ["rebuild", str(output), "--run", first.run_id])
+    assert result.exit_code == 0, result.output
+    assert {p: p.stat().st_mtime_ns for p in others} == others, "the other run's Parquet is left alone"
+    assert database(output / "harvest.duckdb") == before
+
+    unknown = runner.invoke(app, ["rebuild", str(output), "--run", "20990101T000000Z-nope"])
+    assert unknown.exit_code == 2 and first.run_id in unknown.output and second.run_id in unknown.output
+
+
+def test_history_views_keep_every_night_and_follow_a_moved_directory(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    two_nights(tmp_path, output, monkeypatch)
+    db = output / "harvest.duckdb"
+    (first, second) = [m.run_id for m in all_manifests(OutputLayout(output))]
+    video_id, plays_now = rows(
+        db, "SELECT aweme_id, play_count FROM short_video_videos ORDER BY aweme_id LIMIT 1"
+    )[0]
+    history = rows(
+        db,
+        "SELECT _run_id, play_count FROM short_video_videos_history WHERE aweme_id = ? ORDER BY _fetched_at",
+        [video_id],
+    )
+    assert [run for run, _ in history] == [first, second]
+    assert history[0][1] < history[1][1] == plays_now, "the merged table keeps the newest night"
+    per_run = rows(
+        db, "SELECT _run_id, count(*), count(DISTINCT aweme_id) FROM short_video_videos_history GROUP BY 1"
+    )
+    assert all(n == distinct for _, n, distinct in per_run), "one row per key per run"
+
+    moved = tmp_path / "elsewhere" / "nightly"
+    moved.parent.mkdir()
+    shutil.move(output, moved)
+    loaded = runner.invoke(app, ["load", str(moved)])
+    assert loaded.exit_code == 0, loaded.output
+    videos = rows(moved / "harvest.duckdb", "SELECT count(*) FROM short_video_videos")[0][0]
+    query = "SELECT count(*) AS n FROM short_video_videos_history"
+    sql = runner.invoke(app, ["sql", str(moved), query, "--format", "csv"])
+    assert sql.exit_code == 0 and sql.output.splitlines()[1] == str(2 * videos), sql.output
+    rebuilt = runner.invoke(app, ["rebuild", str(moved)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert rows(moved / "harvest.duckdb", "SELECT count(*) FROM runs") == [(2,)]
