@@ -320,6 +320,28 @@ def rebuild(
 
 
 @app.command(
+    epilog="Example: AWS_ENDPOINT_URL=http://127.0.0.1:9000 harvest export data/brand-watch --to s3://lake/brand-watch"
+)
+def export(
+    output: Path = OUTPUT_ARG,
+    to: str = typer.Option(
+        ..., "--to", help="Destination: a directory, s3://bucket/prefix, gs://bucket/prefix."
+    ),
+    snapshot: bool = typer.Option(
+        False, "--snapshot", help="Export the merged tables as they are now instead of the new runs' files."
+    ),
+) -> None:
+    """Copy landed Parquet to a warehouse's storage: the runs not exported there yet, then a commit marker.
+
+    Each export writes _exports/<id>/_manifest.json (keys, rows, schemas, run ids, primary keys) and last
+    _SUCCESS. Credentials come from the standard variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
+    """
+    from flows import handoff_commands
+
+    handoff_commands.export(output, to, snapshot)
+
+
+@app.command(
     epilog='Example: harvest sql data/demo "SELECT count(*) FROM forum_posts"\n\n'
     'For scripts: harvest sql data/demo "FROM runs" --format csv --limit 0 > runs.csv'
 )

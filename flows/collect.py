@@ -36,6 +36,7 @@ from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
 from flows import lock as job_lock  # noqa: E402
 from flows.abandon import abandon_run  # noqa: E402
+from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import StopOnSignal  # noqa: E402
 from flows.load import load_manifest_into_duckdb  # noqa: E402
@@ -293,7 +294,7 @@ def _final_state(summary: dict[str, Any]) -> State[Any]:
     message = headline(summary)
     if summary["status"] == "interrupted":
         return Cancelled(message=message, data=summary)
-    if summary["status"] == "failed":
+    if summary["status"] == "failed" or summary.get("export", {}).get("error"):
         if _flow_run()[2]:
             raise RunFailed(summary)  # Prefect retries only a raised failure; the retry resumes this run
         return Failed(message=message, data=summary)
@@ -352,9 +353,12 @@ async def _collect_job(
         except DatabaseBusy as exc:
             get_run_logger().warning("%s", exc)
             loaded = None
+        exported = export_step(spec, layout, loaded is not None)
     finally:
         lock.release()
     summary = manifest.summary(loaded)
+    if exported is not None:
+        summary["export"] = exported
     await _publish_artifact(spec.name, summary)
     return _final_state(summary)
 

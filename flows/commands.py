@@ -190,6 +190,13 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         err.print(console.literal(line, "red"), soft_wrap=True)
     for line in _extraction_lines(summary):
         err.print(console.literal(line, "yellow"), soft_wrap=True)
+    exported = summary.get("export")
+    if exported and exported.get("error"):
+        err.print(console.literal(f"export to {exported['to']}: {exported['error']}", "red"), soft_wrap=True)
+    elif exported:
+        out.print(console.literal(
+            f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), {exported['files']} files"
+        ), soft_wrap=True)  # fmt: skip
     if summary["loaded"]:
         rows = console.table(
             "table", "rows", title=f"rows per table in {output / 'harvest.duckdb'}", right=("rows",)
@@ -229,6 +236,8 @@ def _next_step(summary: dict[str, Any], spec: Path) -> str | None:
 def exit_code(summary: dict[str, Any]) -> int:
     if summary["status"] == "interrupted":
         return 130
+    if summary.get("export", {}).get("error"):
+        return 1
     return 0 if all(q["status"] in OK_STATUSES for q in summary["queries"]) else 1
 
 

@@ -41,3 +41,27 @@ def rebuild(output: Path, run_id: str | None) -> None:
     for name, n in sorted(report.tables.items()):
         console.add_row(rows, name, n)
     console.out.print(rows)
+
+
+def export(output: Path, to: str, snapshot: bool) -> None:
+    from flows.export import export_increment, export_snapshot
+
+    layout = OutputLayout(output)
+    if not layout.raw_root.is_dir():
+        raise _fail(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+    try:
+        report = (export_snapshot if snapshot else export_increment)(layout, to)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    except DatabaseBusy as exc:
+        raise _fail(f"the files are exported, but not recorded: {exc}", 1) from None
+    except OSError as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
+        raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+    if report.kind == "increment" and not report.runs:
+        console.say(f"nothing new to export to {report.destination}: every loaded run is there")
+        return
+    marker = "_SUCCESS" if report.kind == "snapshot" else f"_exports/{report.export_id}/_SUCCESS"
+    console.say(
+        f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
+        f"({report.kind}); committed: {marker}"
+    )

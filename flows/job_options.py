@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -74,3 +76,42 @@ class Runner(_Options):
         if self.address is not None and not re.match(r"^(tcp|tls|inproc|ucx)://\S+$", self.address):
             raise ValueError(f"{self.address!r} is not a Dask scheduler address (tcp://host:port)")
         return self
+
+
+EXPORT_SCHEMES = ("", "file", "s3", "gs", "gcs")
+EXPORT_ALLOWED = (
+    "a local directory, file://, s3://bucket/prefix or gs://bucket/prefix (no credentials in the URL)"
+)
+
+
+class BadDestination(ValueError):
+    pass
+
+
+def check_destination(url: str) -> str:
+    """The destination as stored and compared; refused when pyarrow could not write there or it holds a secret."""
+    parts = urlsplit(url)
+    if parts.scheme not in EXPORT_SCHEMES:
+        raise BadDestination(f"{url!r} is not a destination; allowed: {EXPORT_ALLOWED}")
+    if parts.username or parts.password or parts.query:
+        raise BadDestination(f"credentials or a query string in the URL; allowed: {EXPORT_ALLOWED}")
+    if parts.scheme in ("", "file"):
+        return str(Path(parts.path if parts.scheme else url).expanduser().resolve())
+    if not parts.netloc:
+        raise BadDestination(f"{url!r} names no bucket; allowed: {EXPORT_ALLOWED}")
+    return url.rstrip("/")
+
+
+class Export(_Options):
+    """An export after every run (`harvest export OUTPUT --to URL` as a step of the run)."""
+
+    to: str = Field(description="Destination: a directory, s3://bucket/prefix or gs://bucket/prefix.")
+    snapshot: bool = Field(
+        False, strict=True, description="Export the merged tables instead of the new runs."
+    )
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, value: str) -> str:
+        check_destination(value)
+        return value

@@ -38,7 +38,7 @@ from pydantic.fields import FieldInfo
 from connectors import catalog
 from connectors.catalog import Endpoint
 from connectors.params import Params
-from flows.job_options import Runner, Schedule
+from flows.job_options import Export, Runner, Schedule
 from flows.spec_yaml import PRINTABLE, Loc, UnreadableSpec, load_yaml, read_spec_text
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
@@ -223,6 +223,9 @@ class JobSpec(_Model):
     )
     schedule: Schedule | None = Field(None, description="When `harvest serve` runs the job.")
     runner: Runner = Field(default_factory=Runner, description="Where the connector tasks run.")  # type: ignore[arg-type]
+    export: Export | None = Field(
+        None, description="Export the landed Parquet after every run (harvest export)."
+    )
     queries: list[Query] = Field(min_length=1)
 
     @field_validator("output", mode="before")

@@ -1,0 +1,196 @@
+"""`harvest export` to a real S3 API on 127.0.0.1 (moto in server mode), read back as a warehouse loader would:
+through `_exports/<id>/_SUCCESS` and the `_manifest.json` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.manifest import all_manifests
+from sandbox.server import running
+from tasks.layout import OutputLayout
+from tests.flow_helpers import SECRET_KEY, rows, run_flow, write_spec
+from tests.test_rebuild import CONFIG, job
+
+BUCKET = "lake"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> pafs.FileSystem:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_endpoint, "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    fs = pafs.S3FileSystem(
+        endpoint_override=s3_endpoint, access_key="testing", secret_key="testing", allow_bucket_creation=True
+    )
+    fs.create_dir(BUCKET)
+    return fs
+
+
+def night(tmp_path: Path, output: Path, observation: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    from dataclasses import replace
+
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    spec = write_spec(tmp_path, job(output))
+    with running(replace(CONFIG, observation=observation)) as sb:
+        summary = run_flow(spec, base_url=sb.base_url)
+    assert summary["status"] == "complete", summary
+    return str(summary["run_id"])
+
+
+def committed(fs: pafs.FileSystem, prefix: str) -> list[dict[str, Any]]:
+    """The exports a loader would take: those whose _SUCCESS exists, oldest first."""
+    found = fs.get_file_info(pafs.FileSelector(f"{prefix}/_exports", allow_not_found=True))
+    out = []
+    for folder in sorted(f.path for f in found if f.type == pafs.FileType.Directory):
+        if fs.get_file_info(f"{folder}/_SUCCESS").is_file:
+            with fs.open_input_stream(f"{folder}/_manifest.json") as f:
+                out.append(json.loads(f.read()))
+    return out
+
+
+def table_rows(tables: list[pa.Table]) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r.values()) for t in tables for r in t.to_pylist()), key=repr)
+
+
+def test_export_to_s3_sends_each_run_once_and_reads_back(
+    prefect_harness: None, s3: pafs.FileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output, prefix = tmp_path / "out", f"{BUCKET}/nightly"
+    first = night(tmp_path, output, 0, monkeypatch)
+    result = runner.invoke(app, ["export", str(output), "--to", f"s3://{prefix}"])
+    assert result.exit_code == 0, result.output
+    (one,) = committed(s3, prefix)
+    assert one["runs"] == [first] and one["kind"] == "increment"
+
+    layout = OutputLayout(output)
+    for table, entry in one["tables"].items():
+        assert entry["primary_key"] and all(not f["key"].startswith("/") for f in entry["files"])
+        exported = [pq.read_table(f"{prefix}/{f['key']}", filesystem=s3) for f in entry["files"]]
+        local = [pq.read_table(layout.parquet_root / f["key"]) for f in entry["files"]]
+        assert table_rows(exported) == table_rows(local) and entry["rows"] == sum(
+            t.num_rows for t in exported
+        )
+        names = [c["name"] for c in entry["schema"]]
+        assert names == exported[0].column_names
+        merged = rows(output / "harvest.duckdb", f'SELECT count(*) FROM "{table}"')[0][0]
+        keys = {tuple(r[k] for k in entry["primary_key"]) for t in exported for r in t.to_pylist()}
+        assert len(keys) == merged, table
+
+    second = night(tmp_path, output, 1, monkeypatch)
+    again = runner.invoke(app, ["export", str(output), "--to", f"s3://{prefix}/"])
+    assert again.exit_code == 0, again.output
+    one_again, two = committed(s3, prefix)
+    assert one_again == one and two["runs"] == [second], "the second export sends only the new run"
+    assert {f["run_id"] for e in two["tables"].values() for f in e["files"]} == {second}
+
+    nothing = runner.invoke(app, ["export", str(output), "--to", f"s3://{prefix}"])
+    assert nothing.exit_code == 0 and "nothing new" in nothing.output
+    assert len(committed(s3, prefix)) == 2
+    exported_runs = rows(output / "harvest.duckdb", "SELECT DISTINCT run_id FROM exports ORDER BY 1")
+    assert exported_runs == sorted([(first,), (second,)])
+
+    everything = s3.get_file_info(pafs.FileSelector(prefix, recursive=True))
+    for info in everything:
+        if info.is_file:
+            with s3.open_input_stream(info.path) as f:
+                assert SECRET_KEY.encode() not in f.read(), info.path
+
+
+def test_snapshot_exports_the_merged_tables(
+    prefect_harness: None, s3: pafs.FileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output, prefix = tmp_path / "out", f"{BUCKET}/snapshot"
+    night(tmp_path, output, 0, monkeypatch)
+    night(tmp_path, output, 1, monkeypatch)
+    result = runner.invoke(app, ["export", str(output), "--to", f"s3://{prefix}", "--snapshot"])
+    assert result.exit_code == 0, result.output
+    assert s3.get_file_info(f"{prefix}/_SUCCESS").is_file
+    with s3.open_input_stream(f"{prefix}/_manifest.json") as f:
+        manifest = json.loads(f.read())
+    assert manifest["runs"] == [m.run_id for m in all_manifests(OutputLayout(output))]
+    db = output / "harvest.duckdb"
+    for table, entry in manifest["tables"].items():
+        (only,) = entry["files"]
+        snapshot = pq.read_table(f"{prefix}/{only['key']}", filesystem=s3)
+        assert snapshot.num_rows == rows(db, f'SELECT count(*) FROM "{table}"')[0][0] == entry["rows"]
+    plays = rows(db, "SELECT aweme_id, play_count FROM short_video_videos")
+    exported = pq.read_table(f"{prefix}/short_video_videos/snapshot.parquet", filesystem=s3)
+    assert sorted(
+        zip(*exported.select(["aweme_id", "play_count"]).to_pydict().values(), strict=True)
+    ) == sorted(plays)
+
+
+def test_export_refuses_bad_destinations(tmp_path: Path) -> None:
+    (tmp_path / "out" / "raw").mkdir(parents=True)
+    for bad, why in [
+        ("ftp://host/x", "not a destination"),
+        ("s3://key:secret@bucket/x", "credentials"),
+        ("s3:///nobucket", "names no bucket"),
+    ]:
+        result = runner.invoke(app, ["export", str(tmp_path / "out"), "--to", bad])
+        assert result.exit_code == 2 and why in result.output, (bad, result.output)
+    result = runner.invoke(app, ["export", str(tmp_path / "nowhere"), "--to", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "not a harvest output directory" in result.output
+
+
+def test_export_as_a_step_of_the_run_and_its_failure_is_loud(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    from dataclasses import replace
+
+    from flows.collect import collect_job
+
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    with running(replace(CONFIG, observation=0)) as sb:
+        spec = write_spec(tmp_path, {**job(output), "export": {"to": str(lake)}})
+        summary = run_flow(spec, base_url=sb.base_url)
+        assert summary["status"] == "complete" and summary["export"]["runs"] == 1, summary
+        (folder,) = (lake / "_exports").iterdir()
+        assert (folder / "_SUCCESS").exists() and (folder / "_manifest.json").exists()
+
+        blocked = tmp_path / "a-file"
+        blocked.write_text("not a directory")
+        write_spec(tmp_path, {**job(output), "export": {"to": str(blocked / "lake")}})
+        state = asyncio.run(collect_job(spec_path=str(spec), base_url=sb.base_url, return_state=True))
+    assert state.is_failed(), state
+    failed = asyncio.run(state.aresult(raise_on_failure=False))
+    assert "export failed" in failed["export"]["error"] and "harvest export" in failed["export"]["error"]
+    runs = rows(output / "harvest.duckdb", "SELECT status FROM runs ORDER BY started")
+    assert runs == [("complete",), ("complete",)], "the run's data landed and loaded all the same"
+
+
+def test_a_bad_export_destination_in_a_spec_is_refused(tmp_path: Path) -> None:
+    from flows.spec import SpecError, parse_spec
+
+    text = "name: j\nbudget: {credits: 5}\nexport: {to: 's3://k:s@lake/x'}\n"
+    text += "queries: [{endpoint: /v1/pinboard/search, params: {query: a}}]\n"
+    with pytest.raises(SpecError) as bad:
+        parse_spec(text, file="job.yaml")
+    assert "job.yaml" in str(bad.value) and "export.to" in str(bad.value) and "credentials" in str(bad.value)
