@@ -1,4 +1,5 @@
-"""The load step: a run's manifest -> DuckDB, in one short write transaction.
+"""The load step: a run's manifest -> DuckDB, in short write transactions (one per merge step, then the run's
+bookkeeping: the run is loaded when that last one commits).
 
 The manifest (written atomically before the load) lists what a run landed: its Parquet files, query states and
 totals. Loading from it is idempotent, so when DuckDB is held by another process the run still succeeds, its
@@ -21,7 +22,8 @@ from tasks.run_history import insert_requests, upsert_query_states, upsert_run
 def load_manifest_into_duckdb(
     layout: OutputLayout, manifest: RunManifest, db: Path | None = None
 ) -> dict[str, int]:
-    """Merge the run's tables and bookkeeping in one transaction; raises DatabaseBusy when the file is held.
+    """Merge the run's tables step by step, then its bookkeeping in one transaction; raises DatabaseBusy when the
+    file is held (or LoadOutOfMemory, its kind, when DuckDB's memory limit was too small): rerun the load.
 
     `db`: another database file than the output's (`harvest rebuild` builds a new one beside it)."""
     kinds = all_kinds()
@@ -30,8 +32,8 @@ def load_manifest_into_duckdb(
     with write_connection(
         db or layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
     ) as con:
-        with transaction(con):
-            result = merge_batches(con, batches)
+        result = merge_batches(con, batches)  # a transaction per step: memory stays bounded, steps idempotent
+        with transaction(con):  # the run is loaded when this commits
             insert_requests(con, manifest.run_id, [p for p in requests if p.exists()])
             upsert_query_states(con, manifest.run_id, manifest.queries)  # picks the query_state fields
             upsert_run(con, manifest.bookkeeping_row())  # picks the runs fields

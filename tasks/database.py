@@ -33,6 +33,19 @@ class DatabaseBusy(RuntimeError):
         )
 
 
+class LoadOutOfMemory(DatabaseBusy):
+    """The load needed more than DuckDB's memory limit: like a busy file, the data is safe and the load can be
+    rerun (with a higher limit); the run is not lost for it."""
+
+    def __init__(self, db_path: Path, data_dir: Path, rerun: str, detail: str) -> None:
+        RuntimeError.__init__(
+            self,
+            f"loading {db_path} needed more memory than DuckDB's limit of {LOAD_MEMORY_LIMIT} ({detail}); "
+            f"the data is safe in Parquet at {data_dir}; rerun `HARVEST_DUCKDB_MEMORY_LIMIT=512MB {rerun}`",
+        )
+        self.db_path, self.data_dir = db_path, data_dir
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
@@ -62,6 +75,9 @@ def write_connection(
     try:
         con.execute("SET enable_progress_bar = false")  # no bar drawn on the user's terminal mid-run
         yield con
+    except duckdb.OutOfMemoryException as exc:
+        detail = str(exc).splitlines()[0]
+        raise LoadOutOfMemory(path, data_dir or path.parent / "parquet", rerun, detail) from exc
     finally:
         con.close()
 

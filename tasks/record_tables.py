@@ -5,8 +5,10 @@ primary key is kept; against the table, a row is replaced only by a fetch at lea
 duplicates rows and reloading an old run never overwrites newer data. Rows whose primary key is NULL cannot be
 merged and are skipped; their count is reported in `LoadResult.skipped_null_pk` and logged.
 
-The functions take an open connection and leave transactions to the caller, so the load step (and a rebuild)
-compose them in one transaction with the bookkeeping tables.
+Each step (a chunk of about 50k rows of one table) is its own transaction: DuckDB keeps a transaction's deleted
+and inserted rows in memory until it commits, so one transaction for a whole run grew with the run and failed a
+64 MB limit at 200k rows. A load that fails half-way is still safe: the merge rule makes every step idempotent,
+and the run counts as loaded only when its bookkeeping rows are written, in the final transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.database import count_rows, quote_ident
+from tasks.database import count_rows, quote_ident, transaction
 from tasks.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -54,13 +56,27 @@ def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+KEY_COMMENT = "primary key: "
+"""Record tables state their key in their comment (`duckdb_tables().comment`), not as a constraint: DuckDB keeps
+a key constraint's index in memory, which grows with the table until a fixed memory limit fails the load (200k
+rows did at 64 MB), and the merge enforces uniqueness itself. Tables made before this keep their constraint."""
+
+
 def _table_primary_key(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, ...]:
     rows = con.execute(
         "SELECT constraint_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
         "AND schema_name = 'main' AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
         [table],
     ).fetchall()
-    return tuple(rows[0][0]) if rows else ()
+    if rows:
+        return tuple(rows[0][0])
+    comment = con.execute(
+        "SELECT comment FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ?",
+        [table],
+    ).fetchone()
+    text = str(comment[0] or "") if comment else ""
+    return tuple(text.removeprefix(KEY_COMMENT).split(", ")) if text.startswith(KEY_COMMENT) else ()
 
 
 def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
@@ -78,8 +94,9 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
     table = quote_ident(kind.table)
     if not existing:
         cols = ", ".join(f"{quote_ident(n)} {t}" for n, t in types)
-        key = ", ".join(quote_ident(c) for c in kind.primary_key)
-        con.execute(f"CREATE TABLE {table} ({cols}, PRIMARY KEY ({key}))")
+        con.execute(f"CREATE TABLE {table} ({cols})")
+        comment = KEY_COMMENT + ", ".join(kind.primary_key)
+        con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")  # column names: [A-Za-z0-9_] only
         return [n for n, _ in types]
     current_key = _table_primary_key(con, kind.table)
     if tuple(c.lower() for c in current_key) != tuple(c.lower() for c in kind.primary_key):
@@ -123,10 +140,12 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     names = ", ".join(quote_ident(n) for n in kind.schema.names)
     fetched = quote_ident(FETCHED_AT)
     same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
+    # The newest row per key, chosen on narrow rows (key, time, file, row) and then read in full: a window
+    # sort over whole rows (the `raw` JSON included) ran out of a 64 MB limit at 50k rows.
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE _harvest_stage AS
-        SELECT {names} FROM {source}
+        CREATE OR REPLACE TEMP TABLE _harvest_newest AS
+        SELECT _harvest_file, file_row_number FROM {source}
         WHERE NOT ({null_key})
         QUALIFY row_number() OVER (
             PARTITION BY {", ".join(key)}
@@ -135,17 +154,21 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
         """,
         [paths],
     )
-    try:
-        con.execute(
-            f"DELETE FROM {table} AS t USING _harvest_stage AS s "
-            f"WHERE {same_key} AND (t.{fetched} IS NULL OR s.{fetched} >= t.{fetched})"
-        )
-        con.execute(
-            f"INSERT INTO {table} ({names}) SELECT {names} FROM _harvest_stage AS s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
-        )
-    finally:
-        con.execute("DROP TABLE IF EXISTS _harvest_stage")
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE _harvest_stage AS SELECT {names} FROM {source} "
+        "SEMI JOIN _harvest_newest USING (_harvest_file, file_row_number)",
+        [paths],
+    )
+    con.execute(
+        f"DELETE FROM {table} AS t USING _harvest_stage AS s "
+        f"WHERE {same_key} AND (t.{fetched} IS NULL OR s.{fetched} >= t.{fetched})"
+    )
+    con.execute(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM _harvest_stage AS s "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
+    )
+    con.execute("DROP TABLE _harvest_stage")  # on failure they go with the rolled-back transaction
+    con.execute("DROP TABLE _harvest_newest")
     return count_rows(con, f"SELECT count(*) FROM {table}"), skipped
 
 
@@ -174,12 +197,14 @@ def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]
 def merge_batches(
     con: duckdb.DuckDBPyConnection, batches: Iterable[tuple[KindLike, Sequence[Path]]]
 ) -> LoadResult:
-    """Merge several kinds' files on an open connection (no transaction handling; see module docstring)."""
+    """Merge several kinds' files on an open connection, one transaction per step (see module docstring)."""
     result = LoadResult()
     for kind, files in batches:
-        result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
+        with transaction(con):
+            result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
         for chunk in chunks(files):
-            result[kind.table], more = merge_files(con, kind, chunk)
+            with transaction(con):
+                result[kind.table], more = merge_files(con, kind, chunk)
             skipped += more
         result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
     return result

@@ -27,10 +27,10 @@ class Kind:
 def load_tables(
     db: Path | str, batches: Any, *, data_dir: Path | None = None, rerun: str = "harvest load ..."
 ) -> Any:
-    from tasks.database import transaction, write_connection
+    from tasks.database import write_connection
     from tasks.record_tables import merge_batches
 
-    with write_connection(db, data_dir=data_dir, rerun=rerun) as con, transaction(con):
+    with write_connection(db, data_dir=data_dir, rerun=rerun) as con:
         return merge_batches(con, batches)
 
 
