@@ -23,9 +23,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from connectors.catalog import all_kinds
-from flows.job_options import BadDestination, check_destination
 from flows.manifest import RunManifest, all_manifests
 from flows.spec import UsageError
+from flows.spec.job_options import BadDestination, check_destination
 from tasks.database import quote_ident, transaction, write_connection
 from tasks.layout import OutputLayout
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.job_options import Schedule
 from flows.spec import UsageError, parse_spec, resolve_base_url
+from flows.spec.job_options import Schedule
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 

@@ -12,9 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from connectors.auth import ApiKey, aload_api_key
-from flows.spec import JobSpec, resolve_base_url
+from flows.spec import SANDBOX, JobSpec, resolve_base_url
 
-SANDBOX = "sandbox"
 SANDBOX_CREDITS = 10_000_000
 """The embedded sandbox's own balance: large, so that the job's budget is what stops a demo run."""
 

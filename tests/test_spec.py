@@ -16,7 +16,6 @@ from flows.spec import (
     load_spec,
     parse_spec,
     resolve_base_url,
-    spec_hash,
 )
 
 HEAD = """\
@@ -95,9 +94,9 @@ def test_programmatic_validation_runs_the_semantic_checks_too() -> None:
 def test_spec_hash_is_stable_and_changes_with_the_spec(tmp_path: Path) -> None:
     one = load_spec(write(tmp_path, VALID))
     two = parse_spec(VALID.replace("name: brand-watch", "name: brand-watch  # same"))
-    assert spec_hash(one) == spec_hash(two) == one.spec_hash()
-    assert len(spec_hash(one)) == 64
-    assert spec_hash(parse_spec(VALID.replace("credits: 100", "credits: 101"))) != spec_hash(one)
+    assert one.spec_hash() == two.spec_hash()
+    assert len(one.spec_hash()) == 64
+    assert parse_spec(VALID.replace("credits: 100", "credits: 101")).spec_hash() != one.spec_hash()
 
 
 def test_derived_ids_are_readable_stable_and_ignore_limits() -> None:

@@ -14,7 +14,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows import spec_yaml
 from flows.cli import app
 from flows.spec import (
     MAX_FANOUT,
@@ -25,6 +24,7 @@ from flows.spec import (
     parse_spec,
     resolve_base_url,
 )
+from flows.spec import yaml_reader as spec_yaml
 from tests.test_spec import HEAD, VALID
 
 ROOT = Path(__file__).parent.parent

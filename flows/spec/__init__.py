@@ -1,0 +1,47 @@
+"""The job spec: what a user writes in YAML, checked completely before a single credit is spent.
+
+Every problem is reported at once, each as `<file>:<line>: <field>: <problem>; allowed: <...>`, because a spec
+that fails one problem at a time costs a round trip per typo. Where each part lives:
+
+- `model`: the pydantic models (shape, types, ranges, descriptions for `harvest schema`)
+- `job_options`: schedule, runner and export, which change how a job runs, never what it pays for
+- `yaml_reader`: reading YAML within limits, with a line for every key
+- `checks`: what needs the endpoint catalog or the other queries
+- `explain`, `describe`: errors and fields in a user's words
+- `identity`: stable query ids and the spec's hash
+- `service_url`: the service URL, never with a key in it
+- `load`: file -> checked `JobSpec`
+"""
+
+from flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
+from flows.spec.describe import ParamInfo, describe_params
+from flows.spec.identity import derive_id, render_value
+from flows.spec.load import load_spec, parse_spec
+from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
+from flows.spec.problems import Problem, SpecError, UsageError
+from flows.spec.service_url import BASE_URL_ENV, SANDBOX, URL_ALLOWED, check_base_url, resolve_base_url
+
+__all__ = [
+    "BASE_URL_ENV",
+    "MAX_FANOUT",
+    "SANDBOX",
+    "URL_ALLOWED",
+    "Budget",
+    "FromQuery",
+    "JobSpec",
+    "ParamInfo",
+    "Problem",
+    "Query",
+    "Service",
+    "SpecError",
+    "UsageError",
+    "check_base_url",
+    "derive_id",
+    "describe_params",
+    "fanout_size",
+    "load_spec",
+    "newest_first_listings",
+    "parse_spec",
+    "render_value",
+    "resolve_base_url",
+]

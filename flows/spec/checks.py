@@ -1,0 +1,257 @@
+"""What a spec can get wrong beyond its shape: what needs the endpoint catalog or the other queries.
+
+Parameters against each endpoint's model (every fanned-out combination), fan-out keys, parents that exist and
+fields they have, cycles, unique ids, cost overrides, the fan-out limit. Each check yields `Found` problems
+(location, problem, allowed); `flows.spec.load` places them on lines.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+from pydantic import ValidationError
+
+from connectors import catalog
+from connectors.params import Params
+from flows.spec.explain import params_problem
+from flows.spec.identity import render_value
+from flows.spec.model import FromQuery, JobSpec, Query
+from flows.spec.problems import Found
+from flows.spec.yaml_reader import Loc
+
+_PLACEHOLDER = "placeholder:value"
+"""Stands for a dependent parameter's future value, so that the other parameters can be checked now."""
+
+
+def _close(word: str, choices: list[str]) -> list[str]:
+    return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+
+
+def _paths_hint(path: str) -> str:
+    close = _close(path, list(catalog.DEFAULT_COSTS))
+    listed = "`harvest endpoints` lists all of them"
+    if not close:
+        return f"a documented path ({listed})"
+    return f"a documented path; the closest: {', '.join(close)} ({listed})"
+
+
+def query_problems(i: int, query: Query) -> Iterator[Found]:
+    """What one query alone can get wrong: endpoint, parameters, fan-out keys, each fanned-out combination."""
+    at: Loc = ("queries", i)
+    paths = list(catalog.DEFAULT_COSTS)
+    if query.endpoint not in paths:
+        yield (*at, "endpoint"), f"unknown endpoint {query.endpoint!r}", _paths_hint(query.endpoint)
+        return
+    params = catalog.get(query.endpoint).params
+    names = list(params.model_fields)
+    bad = False
+    for key, value in query.for_each.items():
+        if key not in names:
+            bad = True
+            yield (*at, "for_each", key), f"{key!r} is not a parameter of {query.endpoint}", ", ".join(names)
+        elif key in query.params:
+            bad = True
+            yield (*at, "for_each", key), f"{key!r} is set both in params and in for_each", "one of the two"
+        if isinstance(value, list):
+            seen: set[str] = set()
+            for n, item in enumerate(value):
+                if render_value(item) in seen:
+                    yield (*at, "for_each", key, n), f"{item!r} repeats an earlier value", "distinct values"
+                seen.add(render_value(item))
+    dependent = query.dependent
+    if dependent and len(query.for_each) > 1:
+        bad = True
+        yield (
+            (*at, "for_each"),
+            "a dependent query fans out over one parent field only",
+            ("one `from` entry; put fixed values in params"),
+        )
+    if bad:
+        return
+    yield from _combination_problems(at, query, params)
+    if query.incremental:
+        yield from _incremental_problems(at, query)
+
+
+def newest_first_listings() -> str:
+    """The endpoints (and parameter values) where `incremental: true` is allowed, for error messages."""
+    return ", ".join(
+        f"{e.path}{e.newest_first.describe()}" for e in catalog.ENDPOINTS if e.newest_first is not None
+    )
+
+
+def _incremental_problems(at: Loc, query: Query) -> Iterator[Found]:
+    order = catalog.get(query.endpoint).newest_first
+    combos = [query.params]
+    if order is not None and order.param in query.static:
+        combos = [{**query.params, order.param: v} for v in query.static[order.param]]
+    if order is None or not all(order.holds(c) for c in combos):
+        yield (
+            (*at, "incremental"),
+            f"{query.endpoint} with these parameters does not list newest first, so stopping at known "
+            "items could miss new ones",
+            newest_first_listings(),
+        )
+
+
+def _combination_problems(at: Loc, query: Query, params: type[Params]) -> Iterator[Found]:
+    static, dependent = query.static, query.dependent
+    keys = sorted(static)
+    reported: set[tuple[Loc, str]] = set()
+    for combo in itertools.product(*(list(enumerate(static[k])) for k in keys)):
+        values = {k: v for k, (_, v) in zip(keys, combo, strict=True)}
+        index = {k: n for k, (n, _) in zip(keys, combo, strict=True)}
+        try:
+            params.model_validate({**query.params, **values, **dict.fromkeys(dependent, _PLACEHOLDER)})
+        except ValidationError as exc:
+            for error in exc.errors():
+                key = error["loc"][0] if error["loc"] else None
+                if key in dependent:
+                    continue
+                if key in static:
+                    loc = (*at, "for_each", key, index[str(key)])
+                elif key is None:
+                    loc = (*at, "params")
+                else:
+                    loc = (*at, "params", *error["loc"])
+                problem, allowed = params_problem(error, params)
+                if (loc, problem) not in reported:
+                    reported.add((loc, problem))
+                    yield loc, problem, allowed
+
+
+def cross_problems(queries: list[Query]) -> Iterator[Found]:
+    """What needs all queries: unique ids, parents that exist, fields the parent has, no cycles."""
+    ids: dict[str, int] = {}
+    for i, query in enumerate(queries):
+        qid = query.query_id
+        if qid in ids:
+            where = ("queries", i, "id") if query.id else ("queries", i)
+            derived = "" if query.id else " (derived from endpoint and params)"
+            yield where, f"duplicate id {qid!r}{derived}, also used by queries[{ids[qid]}]", "a unique `id`"
+        else:
+            ids[qid] = i
+    parents: dict[str, str] = {}
+    for i, query in enumerate(queries):
+        for key, ref in query.dependent.items():
+            at: Loc = ("queries", i, "for_each", key)
+            if ref.from_ not in ids:
+                close = _close(ref.from_, list(ids))
+                yield (*at, "from"), f"no query has id {ref.from_!r}", ", ".join(close or ids)
+                continue
+            parents[query.query_id] = ref.from_
+            yield from _field_problems(at, ref, queries[ids[ref.from_]])
+    yield from _cycle_problems(queries, parents)
+
+
+def _field_problems(at: Loc, ref: FromQuery, parent: Query) -> Iterator[Found]:
+    if parent.endpoint not in catalog.DEFAULT_COSTS:
+        return  # reported on the parent
+    kinds = catalog.get(parent.endpoint).kinds
+    tables = [k.table for k in kinds]
+    if ref.kind is not None and ref.kind not in tables:
+        yield (*at, "kind"), f"{parent.endpoint} has no record table {ref.kind!r}", ", ".join(tables)
+        return
+    chosen = [k for k in kinds if ref.kind in (None, k.table)]
+    having = [k for k in chosen if any(f.name == ref.field for f in k.fields)]
+    columns = sorted({f.name for k in chosen for f in k.fields})
+    if not having:
+        yield (
+            (*at, "field"),
+            f"{ref.field!r} is not a column of {', '.join(k.table for k in chosen)}",
+            (", ".join(columns)),
+        )
+    elif len(having) > 1:
+        yield (
+            (*at, "field"),
+            f"{ref.field!r} is a column of several tables; say which with `kind`",
+            (", ".join(k.table for k in having)),
+        )
+    else:
+        column = next(f for f in having[0].fields if f.name == ref.field)
+        if str(column.type) not in ("string", "int64"):
+            scalar = [f.name for f in having[0].fields if str(f.type) in ("string", "int64")]
+            yield (
+                (*at, "field"),
+                f"{ref.field!r} is a {column.type} column, not one value a row",
+                (", ".join(scalar)),
+            )
+
+
+def _cycle_problems(queries: list[Query], parents: dict[str, str]) -> Iterator[Found]:
+    index = {q.query_id: i for i, q in enumerate(queries)}
+    reported: set[frozenset[str]] = set()
+    for start in parents:
+        path, node = [start], parents.get(start)
+        while node is not None and node not in path:
+            path.append(node)
+            node = parents.get(node)
+        if node is None:
+            continue
+        cycle = path[path.index(node) :]
+        if frozenset(cycle) in reported:
+            continue
+        reported.add(frozenset(cycle))
+        first = min(cycle, key=lambda q: index[q])
+        ring = cycle[cycle.index(first) :] + cycle[: cycle.index(first)] + [first]
+        key = next(iter(queries[index[first]].dependent))
+        yield (
+            ("queries", index[first], "for_each", key, "from"),
+            ("dependent queries form a cycle: " + " -> ".join(ring)),
+            "a parent query that does not depend on this one",
+        )
+
+
+def _cost_problems(costs: Mapping[str, int], allow_lower: bool) -> Iterator[Found]:
+    """Unknown endpoints, and prices below the catalog's: the ledger reserves the price before each request,
+    so a price below what the service charges lets a run spend past its budget (`costs: {path: 0}` spent 6
+    credits of a budget of 5)."""
+    for path, cost in costs.items():
+        if path not in catalog.DEFAULT_COSTS:
+            yield ("costs", path), f"unknown endpoint {path!r}", _paths_hint(path)
+        elif cost < catalog.DEFAULT_COSTS[path] and not allow_lower:
+            price = catalog.DEFAULT_COSTS[path]
+            yield (
+                ("costs", path),
+                f"{cost} is below the catalog's price of {price} credit{'s' if price > 1 else ''} a request: the "
+                "budget would reserve too little and a run could spend past it",
+                f"an integer >= {price}; or `allow_lower_costs: true` if a contract guarantees the lower price",
+            )
+
+
+MAX_FANOUT = 10_000
+"""Queries after fan-out (without dependents) in one spec. Every combination of fanned-out values is checked
+(and later planned) one by one, ~70 microseconds each: 10,000 take a second. Two aliased lists of 1,000 values
+would otherwise be a million checks."""
+
+
+def fanout_size(query: Query) -> int:
+    return math.prod(len(values) for values in query.static.values())
+
+
+def fanout_problem(queries: Sequence[tuple[int, Query]]) -> Found | None:
+    total = 0
+    for i, query in queries:
+        total += fanout_size(query)
+        if total > MAX_FANOUT:
+            return (
+                ("queries", i, "for_each"),
+                f"the spec fans out to more than {MAX_FANOUT:,} queries (this one alone to {fanout_size(query):,})",
+                f"at most {MAX_FANOUT:,} queries after fan-out in one spec; fan out over a parent query's "
+                "records (`from:`), or split the job into several specs",
+            )
+    return None
+
+
+def semantic_problems(spec: JobSpec) -> list[Found]:
+    found = list(_cost_problems(spec.costs, spec.allow_lower_costs))
+    too_many = fanout_problem(list(enumerate(spec.queries)))
+    if too_many:  # the other checks go through every combination
+        return [*found, too_many]
+    for i, query in enumerate(spec.queries):
+        found.extend(query_problems(i, query))
+    found.extend(cross_problems(spec.queries))
+    return found

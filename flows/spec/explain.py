@@ -1,0 +1,121 @@
+"""A pydantic error in a user's words: which field (dotted, as written in the YAML), what is wrong, what is
+allowed."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from connectors.params import Params
+from flows.spec.describe import field_info, keys
+from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
+from flows.spec.service_url import URL_ALLOWED
+from flows.spec.yaml_reader import Loc
+
+_GROUPS: dict[str, type[BaseModel]] = {"service": Service, "budget": Budget}
+_ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
+    (Service, "base_url"): URL_ALLOWED,
+    (Query, "for_each"): "{<parameter>: [values...]} or {<parameter>: {from: <query id>, field: <column>}}",
+    (Query, "endpoint"): "a documented path; `harvest endpoints` lists them",
+    (FromQuery, "from"): "the id of another query of this spec",
+    (FromQuery, "field"): "a column of the parent's record tables (`harvest endpoints` lists them)",
+    (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer, at least the catalog's price>}",
+    (JobSpec, "queries"): "a non-empty list of queries with keys: " + ", ".join(Query.model_fields),
+}
+
+
+def dotted(loc: Loc) -> str:
+    """A location as a user would point at it: `queries[0].params.limit`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.match(r"^[A-Za-z_][\w-]*$", part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+def normalise(loc: Loc) -> Loc:
+    """Drop the union tag pydantic puts after `for_each.<param>`: it names no key of the YAML."""
+    if len(loc) > 4 and loc[0] == "queries" and loc[2] == "for_each" and loc[4] in ("values", "ref"):
+        return loc[:4] + loc[5:]
+    return loc
+
+
+def _field(model: type[BaseModel], key: str) -> tuple[str, FieldInfo] | None:
+    for name, info in model.model_fields.items():
+        if key in (name, info.alias):
+            return name, info
+    return None
+
+
+def _allowed(model: type[BaseModel], key: str) -> str:
+    found = _field(model, key)
+    if found is None:
+        return ", ".join(keys(model))
+    name, info = found
+    if (model, name) in _ALLOWED_OVERRIDES:
+        return _ALLOWED_OVERRIDES[(model, name)]
+    return field_info(name, info).describe()
+
+
+def owner(loc: Loc) -> tuple[type[BaseModel], str] | None:
+    """The model and key a (normalised) error location names, for the `allowed` part of a message."""
+    match loc:
+        case (str(key),):
+            return JobSpec, key
+        case ("service" | "budget" as group, str(key)):
+            return _GROUPS[group], key
+        case ("costs", *_):
+            return JobSpec, "costs"
+        case ("queries", int()):
+            return JobSpec, "queries"
+        case ("queries", int(), "for_each", _, str(key), *_):
+            return FromQuery, key
+        case ("queries", int(), str(key), *_):
+            return Query, key
+    return None
+
+
+def explain(error: Mapping[str, Any], owner: tuple[type[BaseModel], str] | None) -> tuple[str, str | None]:
+    """(problem, allowed) of one pydantic error."""
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    model, key = owner if owner else (None, None)
+    allowed = _allowed(model, key) if model and key else None
+    if kind == "extra_forbidden":
+        return f"unknown key {key!r}", allowed
+    if kind == "missing":
+        return "required, but missing", allowed
+    if kind == "literal_error":
+        return f"{value!r} is not allowed", ctx.get("expected", allowed)
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"])), allowed
+    message = error["msg"][:1].lower() + error["msg"][1:]
+    if kind == "for_each_value":
+        return f"{message}, got {value!r}", allowed
+    hint = ""
+    if isinstance(value, bool) and kind in ("string_type", "string_pattern_mismatch"):
+        hint = " (YAML reads unquoted yes/no/on/off/true/false as booleans: quote the value)"
+    return f"{message}, got {value!r}{hint}", allowed
+
+
+def params_problem(error: Mapping[str, Any], params: type[Params]) -> tuple[str, str | None]:
+    """(problem, allowed) of an error from an endpoint's parameter model."""
+    loc = error["loc"]
+    if not loc:
+        return str((error.get("ctx") or {}).get("error", error["msg"])), ", ".join(params.one_of) or None
+    name = str(loc[0])
+    info = params.model_fields.get(name)
+    if error["type"] == "extra_forbidden":
+        return f"{name!r} is not a parameter of this endpoint", ", ".join(params.model_fields)
+    allowed = field_info(name, info, params.path_params).describe() if info else None
+    if error["type"] == "missing":
+        return f"required parameter {name!r} is missing (set it in params, or fan out over it)", allowed
+    return explain(error, None)[0], allowed

@@ -1,0 +1,44 @@
+"""Stable names for what a spec asks: query ids and the spec's hash survive reruns, so state keyed on them
+(resume, continue, incremental) finds itself again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from flows.spec.model import Query
+
+
+def derive_id(query: Query) -> str:
+    """`<last two path segments>-<8 hex of the query's hash>`: readable, and the same on every run.
+
+    The hash covers the endpoint, params and for_each but not max_pages or max_credits, so raising a limit
+    keeps the id (and with it the incremental state keyed on it).
+    """
+    segments = [s.strip("{}") for s in query.endpoint.strip("/").split("/")[-2:]]
+    content = {"endpoint": query.endpoint, "params": query.params, "for_each": _jsonable(query.for_each)}
+    return "_".join(segments) + "-" + digest(content)[:8]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def digest(value: Any) -> str:
+    """sha256 of a value as canonical JSON."""
+    canonical = _jsonable(value)
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def render_value(value: Any) -> str:
+    """A parameter value as it appears in a query id: strings as they are, anything else as compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)

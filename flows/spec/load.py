@@ -1,0 +1,97 @@
+"""Reading a spec file into a checked `JobSpec`: every problem at once, each placed on its line.
+
+Validation is in two passes: pydantic checks the shape (unknown keys, types, ranges), then
+`flows.spec.checks` checks what needs the endpoint catalog or the other queries. Line numbers come from the
+YAML node tree, matched to each problem's location by its longest known prefix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
+from flows.spec.describe import keys
+from flows.spec.explain import dotted, explain, normalise, owner
+from flows.spec.model import DEFER_CHECKS, JobSpec, Query
+from flows.spec.problems import Found, Problem, SpecError
+from flows.spec.yaml_reader import PRINTABLE, UnreadableSpec, load_yaml, read_spec_text
+
+
+def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
+    """Validate the YAML text of a spec; raises SpecError naming file, line, field and what is allowed."""
+    try:
+        data, lines = load_yaml(text)
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
+    if not isinstance(data, dict) or lines is None:
+        shape = "a mapping with keys: " + ", ".join(keys(JobSpec))
+        raise SpecError([Problem(file, 1, "", "the spec must be a YAML mapping", shape)])
+    problems = [
+        Problem(file, line, dotted(loc), f"duplicate key {loc[-1]!r} (YAML keeps the last)", "each key once")
+        for loc, line in lines.duplicates
+    ]
+    problems += [
+        Problem(file, line, dotted(loc), f"control character {char} in the value", PRINTABLE)
+        for loc, line, char in lines.controls
+    ]
+    found: list[Found] = []
+    spec: JobSpec | None = None
+    try:
+        spec = JobSpec.model_validate(data, context={DEFER_CHECKS: True})
+    except ValidationError as exc:
+        for error in exc.errors():
+            if error["type"] == "default_factory_not_called":
+                continue  # a consequence of another error (the default output directory needs a valid name)
+            loc = normalise(tuple(error["loc"]))
+            problem, allowed = explain(error, owner(loc))
+            found.append((loc, problem, allowed))
+        found.extend(_partial_problems(data))
+    if spec is not None:
+        found.extend(semantic_problems(spec))
+    problems += [Problem(file, lines.line(loc), dotted(loc), text, ok) for loc, text, ok in found]
+    if problems:
+        raise SpecError(problems)
+    assert spec is not None
+    return spec
+
+
+def _partial_problems(data: dict[str, Any]) -> list[Found]:
+    """The checks still possible when the spec as a whole is invalid: per query for each query of a valid
+    shape, and across queries when all are valid (an invalid query would look like a missing parent).
+    """
+    raw = data.get("queries")
+    found: list[Found] = []
+    if not isinstance(raw, list):
+        return found
+    parsed: list[tuple[int, Query]] = []
+    for i, item in enumerate(raw):
+        try:
+            parsed.append((i, Query.model_validate(item)))
+        except ValidationError:
+            continue
+    too_many = fanout_problem(parsed)
+    if too_many:
+        return [too_many]
+    for i, query in parsed:
+        found.extend(query_problems(i, query))
+    if parsed and len(parsed) == len(raw):
+        found.extend(cross_problems([q for _, q in parsed]))
+    return found
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a spec file; every problem raises SpecError, and nothing is spent."""
+    file = str(path)
+    try:
+        text = read_spec_text(Path(path))
+    except FileNotFoundError:
+        raise SpecError([Problem(file, None, "", "no such file", "the path of a YAML job spec")]) from None
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        problem = Problem(file, None, "", f"cannot read the spec: {exc}", "a UTF-8 YAML file")
+        raise SpecError([problem]) from None
+    return parse_spec(text, file)

@@ -1,0 +1,207 @@
+"""What a user may write in a job spec: the pydantic models, with a description on every field.
+
+The models check shape (unknown keys, types, ranges). What needs the endpoint catalog or the other queries is
+checked in `flows.spec.checks`; `JobSpec` runs those checks too when it is built directly, so that no code
+path holds an unchecked spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from connectors import catalog
+from connectors.catalog import Endpoint
+from flows.spec.identity import derive_id, digest
+from flows.spec.job_options import Export, Runner, Schedule
+from flows.spec.service_url import check_base_url
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+BLOCK_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+PATTERN_WORDS = {
+    NAME_PATTERN: "lower-case letters, digits, '_' and '-', starting with a letter or digit",
+    ID_PATTERN: "letters, digits, '_', '.' and '-', starting with a letter or digit",
+    ENV_PATTERN: "an environment variable name (letters, digits and '_')",
+    BLOCK_PATTERN: "a Prefect block name (lower-case letters, digits and '-')",
+}
+DEFER_CHECKS = "harvest_defer_semantic_checks"
+"""Validation context flag: `parse_spec` runs the semantic checks itself, to place them on lines."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Service(_Model):
+    """Where requests go and where the API key comes from (never the key itself: specs get committed)."""
+
+    base_url: str | None = Field(
+        None, description="Service URL, or `sandbox`. Absent: HARVEST_BASE_URL or --base-url."
+    )
+    api_key_env: str = Field(
+        "HARVEST_API_KEY", pattern=ENV_PATTERN, description="Environment variable holding the key."
+    )
+    api_key_secret: str | None = Field(
+        None, pattern=BLOCK_PATTERN, description="Prefect Secret block holding the key (wins over the env)."
+    )
+    timeout_seconds: float = Field(
+        60.0, gt=0, le=600, description="Read timeout of one request (the official client's is 60 s)."
+    )
+    attempts: int = Field(
+        5,
+        strict=True,
+        ge=1,
+        le=20,
+        description="Attempts per page on 429, 5xx, timeouts and dropped connections.",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else check_base_url(value)
+
+
+class Budget(_Model):
+    credits: int = Field(strict=True, ge=0, description="Hard cap of credits for one run.")
+    min_balance: int | None = Field(
+        None, strict=True, ge=0, description="Stop when the account's credits_remaining falls below this."
+    )
+    policy: Literal["breadth_first", "greedy"] = Field(
+        "breadth_first",
+        description="breadth_first: a short budget gives every query pages in turn; greedy: in spec order.",
+    )
+
+
+class FromQuery(_Model):
+    """One dependent query per value of a parent query's record field."""
+
+    from_: str = Field(alias="from", description="id of the parent query.")
+    field: str = Field(description="Column of one of the parent endpoint's record tables.")
+    kind: str | None = Field(None, description="Record table of the parent, when the field is ambiguous.")
+
+
+def _for_each_tag(value: Any) -> str | None:
+    if isinstance(value, dict | FromQuery):
+        return "ref"
+    if isinstance(value, list | tuple):
+        return "values"
+    return None
+
+
+ForEach = Annotated[
+    Annotated[list[Any], Field(min_length=1), Tag("values")] | Annotated[FromQuery, Tag("ref")],
+    Discriminator(
+        _for_each_tag,
+        custom_error_type="for_each_value",
+        custom_error_message="expected a list of values or {from: <query id>, field: <column>}",
+    ),
+]
+
+
+class Query(_Model):
+    id: str | None = Field(
+        None, pattern=ID_PATTERN, description="Unique id; derived from endpoint and params when absent."
+    )
+    endpoint: str = Field(
+        description="A documented path (`harvest endpoints`).",
+        json_schema_extra={"enum": [e.path for e in catalog.ENDPOINTS]},
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="Query parameters of the endpoint.")
+    for_each: dict[str, ForEach] = Field(
+        default_factory=dict, description="Fan out: one query per value (lists) or per parent record (from)."
+    )
+    max_pages: int | None = Field(
+        None, strict=True, ge=1, description="Default: all pages, within the budget."
+    )
+    max_credits: int | None = Field(None, strict=True, ge=1, description="Cap of credits for this query.")
+    incremental: bool = Field(
+        False,
+        strict=True,
+        description="Stop paging after the first page whose records were all landed before (newest-first "
+        "listings only; `harvest run --full` pages fully once).",
+    )
+
+    @property
+    def query_id(self) -> str:
+        """The given id, or one derived from what the query asks, so that re-runs find the same id again."""
+        return self.id or derive_id(self)
+
+    @property
+    def static(self) -> dict[str, list[Any]]:
+        return {k: v for k, v in self.for_each.items() if isinstance(v, list)}
+
+    @property
+    def dependent(self) -> dict[str, FromQuery]:
+        return {k: v for k, v in self.for_each.items() if isinstance(v, FromQuery)}
+
+
+class JobSpec(_Model):
+    """One collection job: which queries to run, against which service, under which credit budget."""
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=64, description="Job name; names the output dir.")
+    service: Service = Field(default_factory=Service)  # type: ignore[arg-type]
+    budget: Budget
+    concurrency: int = Field(4, strict=True, ge=1, le=64, description="HTTP requests in flight at once.")
+    output: Path = Field(
+        default_factory=lambda data: Path("data", str(data.get("name", "job"))),
+        description="Holds harvest.duckdb and parquet/; relative to the working dir. Default: data/<name>.",
+    )
+    costs: dict[str, Annotated[int, Field(strict=True, ge=0)]] = Field(
+        default_factory=dict,
+        description="Credits per request by endpoint path, overriding the catalog; at least the catalog's price "
+        "unless allow_lower_costs.",
+    )
+    allow_lower_costs: bool = Field(
+        False,
+        strict=True,
+        description="Accept `costs` below the catalog's price (a negotiated contract). The budget then holds "
+        "only as long as the service charges no more than those prices.",
+    )
+    durability: Literal["flush", "fsync"] = Field(
+        "flush", description="flush: a page survives kill -9; fsync: it also survives power loss (slower)."
+    )
+    schedule: Schedule | None = Field(None, description="When `harvest serve` runs the job.")
+    runner: Runner = Field(default_factory=Runner, description="Where the connector tasks run.")  # type: ignore[arg-type]
+    export: Export | None = Field(
+        None, description="Export the landed Parquet after every run (harvest export)."
+    )
+    queries: list[Query] = Field(min_length=1)
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _output(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("the output directory must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _semantics(self, info: ValidationInfo) -> JobSpec:
+        if not (info.context or {}).get(DEFER_CHECKS):
+            from flows.spec.checks import semantic_problems
+            from flows.spec.explain import dotted
+
+            problems = semantic_problems(self)
+            if problems:
+                raise ValueError("; ".join(f"{dotted(loc)}: {text}" for loc, text, _ in problems))
+        return self
+
+    def endpoints(self) -> dict[str, Endpoint]:
+        """The catalog with this spec's cost overrides."""
+        return catalog.endpoints(self.costs)
+
+    def spec_hash(self) -> str:
+        """sha256 of the validated spec as canonical JSON (defaults included): tells edited specs apart."""
+        return digest(self.model_dump(mode="json", by_alias=True))
