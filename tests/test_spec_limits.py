@@ -178,6 +178,21 @@ SECRET = "s3cr3t-K3Y-9xQ"
         ),
         (f"https://api.example/v1?apikey={SECRET}#top", "credential in its query string (apikey,"),
         (f"https://api.example/v1?region={SECRET}", "'https://api.example/v1?...' has a query string"),
+        (f"http:/{SECRET}@127.0.0.1:18800", "the URL does not start with http:// or https://"),
+        (f"http//{SECRET}@127.0.0.1:18800", "the URL does not start with http:// or https://"),
+        (f"http:/{SECRET}@127.0.0.1:18800?region=x", "the URL does not start with http:// or https://"),
+        (f"http://127.0.0.1:{SECRET}/", "the URL has a port that is not a number"),
+        (f"http://h/v1;apikey={SECRET}", "credential in its path parameters (apikey, not shown)"),
+        (f"http://h/v1;region={SECRET}/x", "the URL carries path parameters (;name=value, not shown)"),
+        (
+            f"http://{SECRET}%40api.example",
+            "credential before the host (user@ or user:password@, percent-encoded",
+        ),
+        (
+            f"https://api.example/v1%3Fapi_key%3D{SECRET}",
+            "credential in its query string (api_key, percent-encoded",
+        ),
+        (f"https://api.example/?token{SECRET}", "credential in its query string (unnamed, not shown)"),
     ],
 )
 def test_credentials_in_a_service_url_are_refused_without_repeating_them(url: str, problem: str) -> None:
@@ -213,6 +228,20 @@ def test_run_with_a_key_in_the_url_is_refused_before_anything_starts(tmp_path: P
     assert result.exit_code == 2
     assert "error: --base-url: the URL carries a credential before the host" in result.stderr
     assert SECRET not in result.output + result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "url", [f"http:/{SECRET}@127.0.0.1:9", f"http//{SECRET}@127.0.0.1:9", f"http://h/v1;apikey={SECRET}"]
+)
+def test_a_malformed_url_with_a_key_is_refused_without_showing_it(tmp_path: Path, url: str) -> None:
+    """A real `harvest run` process: nothing it prints (usage boxes, tracebacks, the error) holds the key."""
+    path = tmp_path / "job.yaml"
+    path.write_text(VALID)
+    proc = harvest("run", str(path), "--base-url", url, "--output", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --base-url: the URL ")
+    assert SECRET not in proc.stdout + proc.stderr
     assert not (tmp_path / "out").exists()
 
 
