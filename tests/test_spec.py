@@ -307,7 +307,7 @@ CASES = {
         VALID.replace("{query: shoes,", '{query: "sho\\ees",'),
         12,
         "queries[1].params.query",
-        ["control character U+001B (ESC) in the value"],
+        ["control character U+001B (ESC) at column 25, written as \\e"],
         ["printable text"],
     ),
     "missing budget": (
