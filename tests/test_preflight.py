@@ -14,9 +14,14 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from connectors.catalog import all_kinds
+from flows import temporary_server
 from flows.cli import app
+from flows.lock import is_locked
 from flows.preflight import check_output_dir
 from flows.spec import UsageError
+from tasks.layout import OutputLayout
+from tasks.record_tables import ensure_table
 from tests.test_spec import VALID
 
 ROOT = Path(__file__).parent.parent
@@ -28,7 +33,8 @@ def make_job_output(root: Path, rows: int = 3) -> Path:
     (root / "raw" / "20260101T000000Z-abc123").mkdir(parents=True)
     (root / "raw" / "20260101T000000Z-abc123" / "manifest.json").write_text("{}")
     con = duckdb.connect(str(root / "harvest.duckdb"))
-    con.execute("CREATE TABLE forum_posts AS SELECT range AS id FROM range(?)", [rows])
+    ensure_table(con, all_kinds()["forum_posts"])  # the table as the load step makes it
+    con.execute("INSERT INTO forum_posts (id) SELECT range::VARCHAR FROM range(?)", [rows])
     con.close()
     return root
 
