@@ -24,6 +24,7 @@ def check_output_dir(path: Path) -> None:
     path = Path(path).expanduser()
     _check_creatable(path)
     _check_writable(path)
+    _check_makes_directories(path)
     _check_not_inside_another_job(path)
     _check_database(OutputLayout(path).db)
 
@@ -38,12 +39,26 @@ def _nearest_existing(path: Path) -> Path:
 def _check_creatable(path: Path) -> None:
     existing = _nearest_existing(path)
     if existing.is_dir():
+        _check_no_broken_link(path, existing)
         return
     where = "is a file" if existing == path else f"is under {existing}, which is a file"
     raise UsageError(
         f"output: {path} {where}, not a directory; allowed: a directory harvest can create "
         "(--output or `output:` in the spec)"
     )
+
+
+def _check_no_broken_link(path: Path, existing: Path) -> None:
+    """A component that is a symbolic link to nothing does not `exist()`, and no mkdir can make it."""
+    for candidate in (path, *path.absolute().parents):
+        if candidate == existing:
+            return
+        if candidate.is_symlink():
+            raise UsageError(
+                f"output: {path} cannot be created: {candidate} is a symbolic link that leads nowhere "
+                f"(to {os.readlink(candidate)}); allowed: a directory harvest can create (--output or "
+                "`output:` in the spec)"
+            )
 
 
 def _check_writable(path: Path) -> None:
@@ -55,6 +70,28 @@ def _check_writable(path: Path) -> None:
         if read_only_fs:
             what += " (read-only file system)"
         raise UsageError(f"output: {path} {what}; allowed: a directory you can write to")
+
+
+def _check_makes_directories(path: Path) -> None:
+    """Make and remove an empty directory where the run will make its own.
+
+    Permission bits and `os.access` do not tell everything: /sys refuses root (EPERM), and so do immutable
+    directories, ACLs, quotas and full disks. Without this the run failed at its first mkdir, with a traceback.
+    """
+    existing = _nearest_existing(path)
+    try:
+        probe = tempfile.mkdtemp(prefix=".harvest-check-", dir=existing)
+    except OSError as exc:
+        what = (
+            "cannot be written"
+            if existing == path
+            else f"cannot be created: making a directory in {existing}"
+        )
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(
+            f"output: {path} {what} failed ({reason}); allowed: a directory you can write to"
+        ) from None
+    os.rmdir(probe)
 
 
 def _is_output_root(directory: Path) -> bool:
