@@ -19,7 +19,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.database import count_rows, quote_ident, transaction
 from tasks.layout import KindLike
@@ -201,6 +200,8 @@ def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]
 
     Merging step by step gives the same table as one merge: each step replaces only rows at least as old,
     and files are taken in the order one merge breaks ties by (the later file name wins)."""
+    import pyarrow.parquet as pq  # here: `harvest run` checks tables (tasks.table_check) before Prefect starts
+
     chunk: list[Path] = []
     counted = 0
     for path in sorted(files, key=str):
