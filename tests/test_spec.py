@@ -410,5 +410,7 @@ def test_no_base_url_is_refused_not_sandboxed() -> None:
 
 
 def test_bad_base_url_from_the_environment_is_refused() -> None:
-    with pytest.raises(UsageError, match=r"HARVEST_BASE_URL: the URL does not start with http:// or https://"):
+    with pytest.raises(
+        UsageError, match=r"HARVEST_BASE_URL: the URL does not start with http:// or https://"
+    ):
         resolve_base_url(parse_spec(VALID), None, {"HARVEST_BASE_URL": "api.example"})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
