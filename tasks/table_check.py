@@ -137,7 +137,7 @@ def table_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
 
     A record table whose comment states its key was made by harvest's load (only it writes that comment), with
     the catalog's types of its day: only its key is checked, so a database from another version is not refused
-    over a column type the load casts anyway, and the check stays a few catalog queries (~25 ms) for harvest's
+    over a column type the load casts anyway, and the check stays a few catalog queries for harvest's
     own databases. That matters: it runs before Prefect's temporary server is started."""
     objects = _objects(con)
     expected = Expected()
