@@ -93,6 +93,9 @@ def _start_prefect_server(lock: Any) -> Any:
 
     try:
         return start_if_needed()
+    except Exception as exc:  # e.g. the interpreter could not be spawned: one line, not a traceback
+        lock.release()
+        raise fail(f"Prefect's temporary server did not start: {type(exc).__name__}: {exc}", 1) from None
     except BaseException:
         lock.release()
         raise

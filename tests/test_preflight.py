@@ -257,8 +257,9 @@ def test_run_into_a_directory_that_cannot_be_made_is_refused_without_a_traceback
 
 
 # ----------------------------------------------------------------- nothing starts before every check passed
-class ServerStarted(Exception):
-    """Raised where Prefect's temporary server process would have been spawned."""
+class ServerStarted(BaseException):
+    """Raised where Prefect's temporary server process would have been spawned (not an Exception: harvest turns
+    those into an error line)."""
 
 
 @pytest.fixture
@@ -345,9 +346,24 @@ def test_a_valid_run_starts_prefects_server_right_after_the_checks(
     tmp_path: Path, spec: Path, server_starts: list[bool]
 ) -> None:
     """The control: the same run with good input does start it, holding the job's lock, before importing Prefect."""
+    with pytest.raises(ServerStarted):
+        runner.invoke(app, ["run", str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")])
+    assert server_starts == [True]
+    assert not is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch"))  # released on the way out
+
+
+def test_a_server_that_cannot_start_is_one_line_and_frees_the_lock(
+    tmp_path: Path, spec: Path, server_starts: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def start(self: temporary_server.TemporaryServer) -> None:
+        raise OSError("[Errno 12] Cannot allocate memory")
+
+    monkeypatch.setattr(temporary_server.TemporaryServer, "__init__", start)
     result = runner.invoke(
         app, ["run", str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")]
     )
-    assert isinstance(result.exception, ServerStarted)
-    assert server_starts == [True]
-    assert not is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch"))  # released on the way out
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.stderr.splitlines() == [
+        "error: Prefect's temporary server did not start: OSError: [Errno 12] Cannot allocate memory"
+    ]
+    assert not is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch"))
