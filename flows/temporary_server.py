@@ -3,8 +3,9 @@
 Without a configured Prefect API, Prefect starts a temporary server the first time a client is needed: after
 harvest has imported Prefect (~1.5 s) and then itself importing the server's code into harvest's process; the
 server then boots (~3.5 s) while harvest waits, and at exit Prefect stops it gracefully (~1 s). harvest starts
-the same server process (same command, same environment) as its very first step, so it boots while harvest
-imports, and points Prefect at it. It is stopped last, after Prefect's own exit handlers have sent their logs
+the same server process (same command, same environment) right after its checks of the spec, the service URL,
+the output directory and the key (`flows.commands.run_job`: milliseconds, so refused input starts nothing) and
+before importing Prefect, so it boots while harvest imports, and points Prefect at it. It is stopped last, after Prefect's own exit handlers have sent their logs
 and events, without waiting for a graceful shutdown: its SQLite database is crash-safe.
 
 A configured API (PREFECT_API_URL, or the active profile's) is always used as is.

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.database import count_rows, quote_ident, transaction
 from tasks.layout import KindLike
@@ -62,21 +61,41 @@ a key constraint's index in memory, which grows with the table until a fixed mem
 rows did at 64 MB), and the merge enforces uniqueness itself. Tables made before this keep their constraint."""
 
 
-def _table_primary_key(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, ...]:
-    rows = con.execute(
-        "SELECT constraint_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = ? AND constraint_type = 'PRIMARY KEY'",
-        [table],
-    ).fetchall()
-    if rows:
-        return tuple(rows[0][0])
-    comment = con.execute(
-        "SELECT comment FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = ?",
-        [table],
-    ).fetchone()
-    text = str(comment[0] or "") if comment else ""
-    return tuple(text.removeprefix(KEY_COMMENT).split(", ")) if text.startswith(KEY_COMMENT) else ()
+def primary_keys(
+    con: duckdb.DuckDBPyConnection, table: str | None = None, *, comments: bool = True
+) -> dict[str, tuple[str, ...]]:
+    """The keys of the main schema's tables (or of one), by table name: a PRIMARY KEY constraint (bookkeeping
+    tables, and record tables made before KEY_COMMENT), else, with `comments`, the key a record table's comment
+    states. Tables without either are left out."""
+    where = "database_name = current_database() AND schema_name = 'main'" + (
+        " AND table_name = ?" if table else ""
+    )
+    args = [table] if table else []
+    keys: dict[str, tuple[str, ...]] = {}
+    if comments:
+        for name, comment in con.execute(
+            f"SELECT table_name, comment FROM duckdb_tables() WHERE {where}", args
+        ).fetchall():
+            text = str(comment or "")
+            if text.startswith(KEY_COMMENT):
+                keys[str(name)] = tuple(text.removeprefix(KEY_COMMENT).split(", "))
+    for name, columns in con.execute(
+        f"SELECT table_name, constraint_column_names FROM duckdb_constraints() WHERE {where} "
+        "AND constraint_type = 'PRIMARY KEY'",
+        args,
+    ).fetchall():
+        keys[str(name)] = tuple(columns)
+    return keys
+
+
+def table_primary_key(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, ...]:
+    """A record table's key: its constraint (tables made before KEY_COMMENT), else its comment, else ()."""
+    return primary_keys(con, table).get(table, ())
+
+
+def same_columns(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Column lists compared as DuckDB compares identifiers: case-insensitively, in order."""
+    return [c.lower() for c in a] == [c.lower() for c in b]
 
 
 def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
@@ -98,8 +117,8 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
         comment = KEY_COMMENT + ", ".join(kind.primary_key)
         con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")  # column names: [A-Za-z0-9_] only
         return [n for n, _ in types]
-    current_key = _table_primary_key(con, kind.table)
-    if tuple(c.lower() for c in current_key) != tuple(c.lower() for c in kind.primary_key):
+    current_key = table_primary_key(con, kind.table)
+    if not same_columns(current_key, kind.primary_key):
         raise ValueError(
             f"table {kind.table}: primary key changed from {current_key} to {kind.primary_key}; "
             "rebuild the table"
@@ -181,6 +200,8 @@ def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]
 
     Merging step by step gives the same table as one merge: each step replaces only rows at least as old,
     and files are taken in the order one merge breaks ties by (the later file name wins)."""
+    import pyarrow.parquet as pq  # here: `harvest run` checks tables (tasks.table_check) before Prefect starts
+
     chunk: list[Path] = []
     counted = 0
     for path in sorted(files, key=str):

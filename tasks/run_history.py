@@ -122,16 +122,20 @@ _SELECT_LOG = ", ".join(
 )
 
 
+BOOKKEEPING_DDL = {"runs": RUNS_DDL, "requests": REQUESTS_DDL, "query_state": QUERY_STATE_DDL}
+ADDED_COLUMNS = {
+    "runs": RUNS_ADDED_COLUMNS,
+    "query_state": QUERY_STATE_ADDED_COLUMNS,
+    "requests": tuple((f.name, _SQL_TYPES[f.type]) for f in ATTEMPT_SCHEMA if f.nullable),
+}
+"""Columns each bookkeeping table may lack in an older database: the next load adds them. Any other column of
+its DDL must be there (`tasks.table_check` refuses a database without them before a run pays)."""
+
+
 def ensure_bookkeeping(con: duckdb.DuckDBPyConnection) -> None:
-    for ddl in (RUNS_DDL, REQUESTS_DDL, QUERY_STATE_DDL):
+    for ddl in BOOKKEEPING_DDL.values():
         con.execute(ddl)
-    attempt_columns = tuple((f.name, _SQL_TYPES[f.type]) for f in ATTEMPT_SCHEMA if f.nullable)
-    added_by_table = (
-        ("runs", RUNS_ADDED_COLUMNS),
-        ("query_state", QUERY_STATE_ADDED_COLUMNS),
-        ("requests", attempt_columns),
-    )
-    for table, added in added_by_table:
+    for table, added in ADDED_COLUMNS.items():
         for name, sql_type in added:
             con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
 

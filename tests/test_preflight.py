@@ -1,5 +1,6 @@
 """The output directory is checked before Prefect starts and before any request: a run that could not land its
-data is refused in a second (exit 2), naming the path and what to do, and leaves everything as it was."""
+data is refused in a second (exit 2), naming the path and what to do, and leaves everything as it was. Every
+check of `harvest run` comes before Prefect's temporary server is started (the last tests)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,14 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from connectors.catalog import all_kinds
+from flows import temporary_server
 from flows.cli import app
+from flows.lock import is_locked
 from flows.preflight import check_output_dir
 from flows.spec import UsageError
+from tasks.layout import OutputLayout
+from tasks.record_tables import ensure_table
 from tests.test_spec import VALID
 
 ROOT = Path(__file__).parent.parent
@@ -28,7 +34,8 @@ def make_job_output(root: Path, rows: int = 3) -> Path:
     (root / "raw" / "20260101T000000Z-abc123").mkdir(parents=True)
     (root / "raw" / "20260101T000000Z-abc123" / "manifest.json").write_text("{}")
     con = duckdb.connect(str(root / "harvest.duckdb"))
-    con.execute("CREATE TABLE forum_posts AS SELECT range AS id FROM range(?)", [rows])
+    ensure_table(con, all_kinds()["forum_posts"])  # the table as the load step makes it
+    con.execute("INSERT INTO forum_posts (id) SELECT range::VARCHAR FROM range(?)", [rows])
     con.close()
     return root
 
@@ -97,6 +104,31 @@ def test_an_output_in_a_directory_without_write_permission_is_refused(tmp_path: 
         assert "is not writable; allowed: a directory you can write to" in refusal(locked / "job")
     finally:
         locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("how", ["the output", "a directory above it"])
+def test_an_output_through_a_link_to_nothing_is_refused(tmp_path: Path, how: str) -> None:
+    """`exists()` says no and the nearest existing directory is writable, but no mkdir can make it (root neither)."""
+    link = tmp_path / "data"
+    link.symlink_to(tmp_path / "gone" / "data")
+    output = link if how == "the output" else link / "job"
+    assert refusal(output) == (
+        f"output: {output} cannot be created: {link} is a symbolic link that leads nowhere (to "
+        f"{tmp_path / 'gone' / 'data'}); allowed: a directory harvest can create (--output or `output:` in the spec)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"] and not (tmp_path / "gone").exists()
+
+
+CANNOT_MKDIR = Path("/sys")
+"""sysfs: writable by its permission bits, yet no directory can be made in it, not even by root."""
+
+
+@pytest.mark.skipif(not (CANNOT_MKDIR / "kernel").is_dir(), reason="no sysfs here")
+def test_an_output_where_no_directory_can_be_made_is_refused(tmp_path: Path) -> None:
+    output = CANNOT_MKDIR / "harvest-out" / "job"
+    assert refusal(output).startswith(f"output: {output} cannot be created")
+    assert "; allowed: a directory you can write to" in refusal(output)
+    assert not list(CANNOT_MKDIR.glob(".harvest-check-*"))
 
 
 @pytest.mark.parametrize("inside", ["raw", "raw/20260101T000000Z-abc123/mine", "parquet/forum_posts"])
@@ -210,3 +242,128 @@ def test_demo_into_a_file_is_refused(tmp_path: Path) -> None:
     result = runner.invoke(app, ["demo", "--output", str(tmp_path / "afile")])
     assert result.exit_code == 2
     assert f"error: output: {tmp_path / 'afile'} is a file, not a directory" in result.stderr
+
+
+@pytest.mark.skipif(not (CANNOT_MKDIR / "kernel").is_dir(), reason="no sysfs here")
+def test_run_into_a_directory_that_cannot_be_made_is_refused_without_a_traceback(spec: Path) -> None:
+    output = CANNOT_MKDIR / "harvest-out"
+    result = runner.invoke(app, ["run", str(spec), "--base-url", "sandbox", "--output", str(output)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"error: output: {output} cannot be created: making a directory in {CANNOT_MKDIR} "
+    )
+    assert "Traceback" not in result.output + result.stderr
+
+
+# ----------------------------------------------------------------- nothing starts before every check passed
+class ServerStarted(BaseException):
+    """Raised where Prefect's temporary server process would have been spawned (not an Exception: harvest turns
+    those into an error line)."""
+
+
+@pytest.fixture
+def server_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every start of Prefect's temporary server, observed in the module that starts it.
+
+    No Prefect API is configured (the environment's and the profile's are hidden), so a run starts one. The start
+    records whether the job's lock was held, and stops the run there: nothing is spawned."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(tmp_path / "no-profiles.toml"))
+    assert temporary_server.configured_api_url() is None
+    started: list[bool] = []
+
+    def start(self: temporary_server.TemporaryServer) -> None:
+        started.append(is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch")))
+        raise ServerStarted
+
+    monkeypatch.setattr(temporary_server.TemporaryServer, "__init__", start)
+    return started
+
+
+REFUSED = {
+    "invalid spec": "budget.credits: ",
+    "output under a file": "which is a file, not a directory",
+    "output through a broken link": "is a symbolic link that leads nowhere",
+    "database of another program": "has tables harvest cannot load into (runs: primary key none",
+    "key in the service URL": "--base-url: the URL carries a credential before the host",
+    "no API key": "HARVEST_API_KEY",
+}
+
+
+def refused_input(tmp_path: Path, spec: Path, what: str) -> tuple[list[str], dict[str, str]]:
+    """`harvest run` arguments and environment for one kind of bad input."""
+    args, env = (
+        [str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")],
+        {"HARVEST_API_KEY": "k"},
+    )
+    if what == "invalid spec":
+        spec.write_text(VALID.replace("credits: 100", 'credits: "100"'))
+    elif what == "output under a file":
+        (tmp_path / "afile").write_text("x")
+        args[-1] = str(tmp_path / "afile" / "out")
+    elif what == "output through a broken link":
+        (tmp_path / "out").symlink_to(tmp_path / "gone")
+    elif what == "database of another program":
+        (tmp_path / "out").mkdir()
+        duckdb.connect(str(tmp_path / "out" / "harvest.duckdb")).execute("CREATE TABLE runs (id INT)").close()
+    elif what == "key in the service URL":
+        args[2] = "http://SECRET@127.0.0.1:9"
+    elif what == "no API key":
+        args[2], env = "http://127.0.0.1:9", {"HARVEST_API_KEY": ""}
+    return args, env
+
+
+@pytest.mark.parametrize("what", list(REFUSED))
+def test_bad_input_is_refused_before_prefects_server_starts(
+    tmp_path: Path, spec: Path, server_starts: list[bool], what: str
+) -> None:
+    args, env = refused_input(tmp_path, spec, what)
+    result = runner.invoke(app, ["run", *args], env=env)
+    assert result.exit_code == 2, result.output + result.stderr
+    assert isinstance(result.exception, SystemExit) and result.stderr.startswith("error: ")
+    assert REFUSED[what] in result.stderr
+    assert server_starts == []
+
+
+def test_a_job_already_running_is_refused_before_prefects_server_starts(
+    tmp_path: Path, spec: Path, server_starts: list[bool]
+) -> None:
+    import fcntl
+
+    lock_file = OutputLayout(tmp_path / "out").lock_file("brand-watch")
+    lock_file.parent.mkdir(parents=True)
+    with lock_file.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another harvest process holds it
+        result = runner.invoke(
+            app, ["run", str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")]
+        )
+    assert result.exit_code == 2 and "another harvest run of this job is running" in result.stderr
+    assert server_starts == []
+
+
+def test_a_valid_run_starts_prefects_server_right_after_the_checks(
+    tmp_path: Path, spec: Path, server_starts: list[bool]
+) -> None:
+    """The control: the same run with good input does start it, holding the job's lock, before importing Prefect."""
+    with pytest.raises(ServerStarted):
+        runner.invoke(app, ["run", str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")])
+    assert server_starts == [True]
+    assert not is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch"))  # released on the way out
+
+
+def test_a_server_that_cannot_start_is_one_line_and_frees_the_lock(
+    tmp_path: Path, spec: Path, server_starts: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def start(self: temporary_server.TemporaryServer) -> None:
+        raise OSError("[Errno 12] Cannot allocate memory")
+
+    monkeypatch.setattr(temporary_server.TemporaryServer, "__init__", start)
+    result = runner.invoke(
+        app, ["run", str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.stderr.splitlines() == [
+        "error: Prefect's temporary server did not start: OSError: [Errno 12] Cannot allocate memory"
+    ]
+    assert not is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch"))

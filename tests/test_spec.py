@@ -272,7 +272,7 @@ CASES = {
         VALID.replace("budget:", "service: {base_url: localhost}\nbudget:"),
         2,
         "service.base_url",
-        ["'localhost' is not an http(s) URL"],
+        ["the URL does not start with http:// or https:// (the URL is not shown"],
         ["`sandbox`"],
     ),
     "duplicate YAML key": (
@@ -307,7 +307,7 @@ CASES = {
         VALID.replace("{query: shoes,", '{query: "sho\\ees",'),
         12,
         "queries[1].params.query",
-        ["control character U+001B (ESC) in the value"],
+        ["control character U+001B (ESC) at column 25, written as \\e"],
         ["printable text"],
     ),
     "missing budget": (
@@ -410,5 +410,7 @@ def test_no_base_url_is_refused_not_sandboxed() -> None:
 
 
 def test_bad_base_url_from_the_environment_is_refused() -> None:
-    with pytest.raises(UsageError, match=r"HARVEST_BASE_URL: 'api\.example' is not an http"):
+    with pytest.raises(
+        UsageError, match=r"HARVEST_BASE_URL: the URL does not start with http:// or https://"
+    ):
         resolve_base_url(parse_spec(VALID), None, {"HARVEST_BASE_URL": "api.example"})

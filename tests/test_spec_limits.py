@@ -2,13 +2,21 @@
 
 Alias bombs, control characters, oversized files, credentials in service URLs, prices below the catalog's and
 fan-outs into millions of queries. Anything that could hang runs in a subprocess with a timeout.
+
+"At once" is asserted as bounded work, not wall time: the nodes the composer builds, the memory a refusal
+takes. Both are exact, and break when a limit stops bounding the work (an alias expanded by walking it, a file
+read whole), while a timed assertion on a shared machine either flakes or is too generous to catch that. The
+subprocess timeouts only turn a hang into a failure.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -52,6 +60,66 @@ def alias_bomb(levels: int = 10) -> str:
     lines = ['      l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     lines += [f"      l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
     return HEAD + QUERY + "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def composed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many nodes the spec reader's composer built."""
+    built: list[int] = [0]
+    compose = spec_yaml.BoundedComposer.compose_node
+
+    def counting(self: spec_yaml.BoundedComposer, parent: Any, index: Any) -> Any:
+        built[0] += 1
+        return compose(self, parent, index)
+
+    monkeypatch.setattr(spec_yaml.BoundedComposer, "compose_node", counting)
+    return built
+
+
+def refusal_cost(refuse: Callable[[], object]) -> tuple[int, int]:
+    """(Python function calls, bytes allocated at most) while `refuse` runs; it must raise SpecError."""
+    calls = [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        calls[0] += event == "call"
+
+    tracemalloc.start()
+    sys.setprofile(count)
+    try:
+        with pytest.raises(SpecError):
+            refuse()
+    finally:
+        sys.setprofile(None)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return calls[0], peak
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_an_alias_bomb_costs_what_its_text_costs(monkeypatch: pytest.MonkeyPatch, libyaml: bool) -> None:
+    """9^10 strings written in 10 lines: refusing them takes ~700 Python calls (~8,000 without libyaml) and
+    kilobytes; walking the expansion even up to the limit would take 100,000s of calls."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml and yaml.__with_libyaml__)
+    calls, memory = refusal_cost(lambda: parse_spec(alias_bomb()))
+    assert calls < 20_000 and memory < 1_000_000
+
+
+def test_a_spec_of_plain_nodes_past_the_limit_is_refused_without_building_one(composed: list[int]) -> None:
+    """libyaml's events are counted before the (Python, ~15 us a node) composer builds anything."""
+    if not yaml.__with_libyaml__:
+        pytest.skip("PyYAML without libyaml: the composer counts")
+    values = ", ".join(["x"] * (spec_yaml.MAX_NODES * 3))
+    (problem,) = problems_of(HEAD + QUERY + f"      many: [{values}]\n")
+    assert problem.startswith("job.yaml:8: more than 100,000 YAML nodes")
+    assert composed[0] == 0
+
+
+def test_a_spec_of_any_size_is_refused_after_reading_a_megabyte(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as f:
+        f.truncate(200 * spec_yaml.MAX_SPEC_BYTES)  # sparse: 200 MB to read, none on disk
+    calls, memory = refusal_cost(lambda: load_spec(path))
+    assert calls < 1_000 and memory < 3 * spec_yaml.MAX_SPEC_BYTES
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
@@ -157,6 +225,35 @@ def test_many_control_characters_are_summed_up() -> None:
     assert found[-1].startswith("job.yaml:16: 35 more control characters, the first at column 7;")
 
 
+@pytest.mark.parametrize(
+    ("value", "line", "column", "char", "written"),
+    [
+        ('"sh\\eoes"', 12, 24, "U+001B (ESC)", "\\e"),
+        ('"ü\\x1b"', 12, 23, "U+001B (ESC)", "\\x1b"),
+        ('"a \\\\e \\0"', 12, 28, "U+0000 (NUL)", "\\0"),  # an escaped backslash, then NUL
+        ('"first line\n      then \\u0007"', 13, 12, "U+0007 (BEL)", "\\u0007"),
+        ('"x\\N"', 12, 23, "U+0085", "\\N"),
+    ],
+)
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_control_characters_written_as_escapes_are_refused_with_line_and_column(
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
+    line: int,
+    column: int,
+    char: str,
+    written: str,
+    libyaml: bool,
+) -> None:
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml and yaml.__with_libyaml__)
+    text = VALID.replace("{query: shoes,", f"{{query: {value},")
+    assert problems_of(text) == [
+        f"job.yaml:{line}: queries[1].params.query: control character {char} at column {column}, written as "
+        f"{written}; allowed: printable text; tabs and line breaks"
+    ]
+    assert text.splitlines()[line - 1][column - 1 :].startswith(written)
+
+
 def test_tabs_and_windows_line_breaks_are_fine() -> None:
     assert parse_spec(VALID.replace("\n", "\r\n") + "#\ta comment\r\n").name == "brand-watch"
 
@@ -178,6 +275,21 @@ SECRET = "s3cr3t-K3Y-9xQ"
         ),
         (f"https://api.example/v1?apikey={SECRET}#top", "credential in its query string (apikey,"),
         (f"https://api.example/v1?region={SECRET}", "'https://api.example/v1?...' has a query string"),
+        (f"http:/{SECRET}@127.0.0.1:18800", "the URL does not start with http:// or https://"),
+        (f"http//{SECRET}@127.0.0.1:18800", "the URL does not start with http:// or https://"),
+        (f"http:/{SECRET}@127.0.0.1:18800?region=x", "the URL does not start with http:// or https://"),
+        (f"http://127.0.0.1:{SECRET}/", "the URL has a port that is not a number"),
+        (f"http://h/v1;apikey={SECRET}", "credential in its path parameters (apikey, not shown)"),
+        (f"http://h/v1;region={SECRET}/x", "the URL carries path parameters (;name=value, not shown)"),
+        (
+            f"http://{SECRET}%40api.example",
+            "credential before the host (user@ or user:password@, percent-encoded",
+        ),
+        (
+            f"https://api.example/v1%3Fapi_key%3D{SECRET}",
+            "credential in its query string (api_key, percent-encoded",
+        ),
+        (f"https://api.example/?token{SECRET}", "credential in its query string (unnamed, not shown)"),
     ],
 )
 def test_credentials_in_a_service_url_are_refused_without_repeating_them(url: str, problem: str) -> None:
@@ -213,6 +325,20 @@ def test_run_with_a_key_in_the_url_is_refused_before_anything_starts(tmp_path: P
     assert result.exit_code == 2
     assert "error: --base-url: the URL carries a credential before the host" in result.stderr
     assert SECRET not in result.output + result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "url", [f"http:/{SECRET}@127.0.0.1:9", f"http//{SECRET}@127.0.0.1:9", f"http://h/v1;apikey={SECRET}"]
+)
+def test_a_malformed_url_with_a_key_is_refused_without_showing_it(tmp_path: Path, url: str) -> None:
+    """A real `harvest run` process: nothing it prints (usage boxes, tracebacks, the error) holds the key."""
+    path = tmp_path / "job.yaml"
+    path.write_text(VALID)
+    proc = harvest("run", str(path), "--base-url", url, "--output", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --base-url: the URL ")
+    assert SECRET not in proc.stdout + proc.stderr
     assert not (tmp_path / "out").exists()
 
 

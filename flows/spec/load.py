@@ -34,8 +34,8 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         for loc, line in lines.duplicates
     ]
     problems += [
-        Problem(file, line, dotted(loc), f"control character {char} in the value", PRINTABLE)
-        for loc, line, char in lines.controls
+        Problem(file, c.line, dotted(c.loc), _escaped(c.char, c.column, c.written), PRINTABLE)
+        for c in lines.controls
     ]
     found: list[Found] = []
     spec: JobSpec | None = None
@@ -56,6 +56,12 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         raise SpecError(problems)
     assert spec is not None
     return spec
+
+
+def _escaped(char: str, column: int | None, written: str) -> str:
+    if column is None:  # the value's line and the field: the escape was not found in the value's text
+        return f"control character {char} in the value (the line where the value starts)"
+    return f"control character {char} at column {column}, written as {written}"
 
 
 def _partial_problems(data: dict[str, Any]) -> list[Found]:

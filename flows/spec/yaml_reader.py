@@ -112,6 +112,41 @@ class _Limited(yaml.YAMLError):
         self.mark, self.problem, self.allowed = mark, problem, allowed
 
 
+def _too_many(mark: Any) -> _Limited:
+    return _Limited(
+        mark,
+        f"more than {MAX_NODES:,} YAML nodes with aliases expanded (an alias repeats its anchor's node)",
+        f"up to {MAX_NODES:,} nodes; repeat a value with fewer nested aliases",
+    )
+
+
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
+
+
+def count_written_nodes(text: str) -> int:
+    """The nodes as written (aliases not expanded), read from libyaml's events; stops past MAX_NODES.
+
+    A quick first refusal: the composer counts too (aliases expanded), but in Python, ~15 us a node, so a
+    spec of 100,000 plain nodes took 1.5-4 s to refuse; libyaml's events take ~2.5 us a node, and a real spec of
+    a few hundred nodes pays well under a millisecond. Without libyaml the events would cost as much as
+    composing: not counted here (0).
+    """
+    if not yaml.__with_libyaml__:
+        return 0
+    parser = CParser(text)
+    count = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, _NODE_EVENTS):
+                count += 1
+                if count > MAX_NODES:
+                    raise _too_many(event.start_mark)
+    finally:
+        parser.dispose()
+    return count
+
+
 class BoundedComposer(Composer):
     """A composer that counts nodes as aliases expand them, and refuses deep nesting and recursive aliases.
 
@@ -127,11 +162,7 @@ class BoundedComposer(Composer):
     def _grow(self, count: int, mark: Any) -> None:
         self.expanded += count
         if self.expanded > MAX_NODES:
-            raise _Limited(
-                mark,
-                f"more than {MAX_NODES:,} YAML nodes with aliases expanded (an alias repeats its anchor's node)",
-                f"up to {MAX_NODES:,} nodes; repeat a value with fewer nested aliases",
-            )
+            raise _too_many(mark)
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()
@@ -189,11 +220,12 @@ def load_yaml(text: str) -> tuple[Any, LineMap | None]:
     check_text(text)
     loader: _LibyamlLoader | _PythonLoader | None = None
     try:
+        count_written_nodes(text)
         loader = _LibyamlLoader(text) if yaml.__with_libyaml__ else _PythonLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None, None
-        lines = line_map(node)  # before constructing: merge keys (`<<`) rewrite the mapping nodes
+        lines = line_map(node, text)  # before constructing: merge keys (`<<`) rewrite the mapping nodes
         return loader.construct_document(node), lines
     except _Limited as exc:
         raise UnreadableSpec([Flaw(_line_of(exc.mark), exc.problem, exc.allowed)]) from None
@@ -212,13 +244,27 @@ def _line_of(mark: yaml.Mark | None) -> int | None:
     return mark.line + 1 if mark else None
 
 
+@dataclass(frozen=True)
+class EscapedControl:
+    """A control character a double-quoted value carries as an escape (`"\\e"`): where the escape is written."""
+
+    loc: Loc
+    line: int
+    column: int | None
+    """None when the escape is not found in the value's text (the value's line is still right)."""
+    char: str
+    written: str = ""
+    """The escape as written (`\\e`, `\\x1b`), printable."""
+
+
 @dataclass
 class LineMap:
     """Line of every mapping key and sequence item by location, duplicate keys, and escaped control chars."""
 
+    text: str = ""
     lines: dict[Loc, int] = field(default_factory=dict)
     duplicates: list[tuple[Loc, int]] = field(default_factory=list)
-    controls: list[tuple[Loc, int, str]] = field(default_factory=list)
+    controls: list[EscapedControl] = field(default_factory=list)
 
     def line(self, loc: Loc) -> int | None:
         """The line of `loc`, or of its longest prefix that has one (inside an alias: where the alias is)."""
@@ -228,9 +274,9 @@ class LineMap:
         return None
 
 
-def line_map(root: yaml.Node) -> LineMap:
+def line_map(root: yaml.Node, text: str = "") -> LineMap:
     """Walk the node tree once per node, in document order: an alias's node is not walked again."""
-    found = LineMap(lines={(): root.start_mark.line + 1})
+    found = LineMap(text, lines={(): root.start_mark.line + 1})
     seen: set[int] = set()
     stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
     while stack:
@@ -247,7 +293,7 @@ def _children(node: yaml.Node, loc: Loc, found: LineMap) -> Iterator[tuple[yaml.
     if isinstance(node, yaml.ScalarNode):
         match = _CONTROL_IN_VALUE.search(str(node.value))
         if match:
-            found.controls.append((loc, node.start_mark.line + 1, describe_char(match.group())))
+            found.controls.append(_escaped_control(node, loc, match.group(), found.text))
     elif isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = (*loc, str(key_node.value))
@@ -261,3 +307,37 @@ def _children(node: yaml.Node, loc: Loc, found: LineMap) -> Iterator[tuple[yaml.
         for n, item in enumerate(node.value):
             found.lines[(*loc, n)] = item.start_mark.line + 1
             yield item, (*loc, n)
+
+
+def _escaped_control(node: yaml.ScalarNode, loc: Loc, char: str, text: str) -> EscapedControl:
+    """Where the first escape giving a control character is written in a double-quoted scalar's text.
+
+    The node's marks hold its first and last character (line and column count characters, with libyaml too);
+    the escapes between them are read as PyYAML reads them. Other styles cannot write a control character: raw
+    ones are refused by `check_text` before parsing.
+    """
+    line = node.start_mark.line + 1
+    if node.style != '"' or not text:
+        return EscapedControl(loc, line, None, describe_char(char))
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    start, end = (starts[m.line] + m.column for m in (node.start_mark, node.end_mark))
+    i = start + 1
+    while i < end - 1:
+        if text[i] != "\\":
+            i += 1
+            continue
+        code = text[i + 1]
+        size = Scanner.ESCAPE_CODES.get(code, 0)
+        try:
+            value = (
+                chr(int(text[i + 2 : i + 2 + size], 16))
+                if size
+                else Scanner.ESCAPE_REPLACEMENTS.get(code, "")
+            )
+        except ValueError:
+            value = ""
+        if _CONTROL_IN_VALUE.fullmatch(value):
+            at, column = _position(text, i)
+            return EscapedControl(loc, at, column, describe_char(value), text[i : i + 2 + size])
+        i += 2 + size
+    return EscapedControl(loc, line, None, describe_char(char))
