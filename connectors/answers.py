@@ -50,6 +50,16 @@ def parse_body(raw: bytes) -> JSON | None:
     return body if isinstance(body, dict | list) else None
 
 
+PRICED_STATUSES = frozenset({403, 404})
+"""Refusals the service bills like a page (besides 2xx): what they cost is the endpoint's price."""
+
+
+def shows_price(status: int, body: JSON | None) -> bool:
+    """Whether an answer shows what its endpoint costs: one the service bills as a page, with a readable body.
+    A damaged body leaves the charge unknown; 429, 5xx and 400-402 are not the price of a page."""
+    return body is not None and (200 <= status < 300 or status in PRICED_STATUSES)
+
+
 def int_field(body: JSON | None, name: str) -> int | None:
     if not isinstance(body, dict):
         return None

@@ -3,6 +3,9 @@
 Money rules, in the order they apply to each attempt:
 
 1. Reserve the endpoint's cost in the ledger first. No reservation -> `BudgetExhausted`, nothing is sent.
+   The ledger holds at least what the service was seen charging for the endpoint, grants an endpoint whose
+   price no answer has shown yet one request at a time, and checks the reservation once more when the
+   connection slot is taken (`sending`): topped up, or reserved again when the price rose meanwhile.
 2. Send. If the request provably never reached the service (connect error/timeout, no pooled connection),
    release the reservation. Otherwise settle it: to the body's `credits_charged` when an answer carries it,
    else keep it whole (an unknown charge counts as spent: timeouts, dropped connections, 503 text/plain,
@@ -34,7 +37,7 @@ from typing import Any, Self
 import httpx
 import stamina
 
-from connectors.answers import JSON, Response, int_field, parse_body, problem, typed_error
+from connectors.answers import JSON, Response, int_field, parse_body, problem, shows_price, typed_error
 from connectors.auth import REDACTED, ApiKey, redact
 from connectors.errors import (
     BudgetExhausted,
@@ -239,28 +242,33 @@ class ServiceClient:
     async def _attempt(self, call: _Call) -> Response:
         """Reserve, take a connection slot, send, and settle: one attempt of a call."""
         request, ledger = call.request, self.ledger
-        reservation = await ledger.reserve(
-            request.query_id,
-            request.page,
-            request.cost,
-            query_cap=request.query_cap,
-            price_key=request.endpoint,
-        )
-        if reservation is None:
-            raise self._refused(call)
-        try:
-            await self._slots.acquire()
-        except BaseException:
-            ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
-            raise
-        try:
-            ledger.sending(reservation)  # durable from here: a crash counts this request as spent
-            call.attempts += 1
-            started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
-            http_response = await self._sent(call, reservation, started_at, t0)
-        finally:
-            self._slots.release()
-        return self._answer(call, reservation, http_response, started_at, t0)
+        while True:
+            reservation = await ledger.reserve(
+                request.query_id,
+                request.page,
+                request.cost,
+                query_cap=request.query_cap,
+                price_key=request.endpoint,
+            )
+            if reservation is None:
+                raise self._refused(call)
+            try:
+                await self._slots.acquire()
+            except BaseException:
+                ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
+                raise
+            try:
+                # The last price check (topped up if the endpoint was seen costing more since it was granted),
+                # and durable from here: a crash counts this request as spent.
+                sent = ledger.sending(reservation)
+                if sent is None:
+                    continue  # the price rose past what is left while it waited: reserve again at it
+                call.attempts += 1
+                started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
+                http_response = await self._sent(call, sent, started_at, t0)
+            finally:
+                self._slots.release()
+            return self._answer(call, sent, http_response, started_at, t0)
 
     async def _sent(
         self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float
@@ -334,7 +342,7 @@ class ServiceClient:
         if remaining is not None:
             ledger.observe_remaining(remaining)
         unbilled = charged is None and status in self.unbilled_statuses
-        counted = ledger.settle(reservation, 0 if unbilled else charged)
+        counted = ledger.settle(reservation, 0 if unbilled else charged, priced=shows_price(status, body))
         call.credits += counted
         self._note_key(status)
         answer = ServiceAnswer(status, body, raw)

@@ -64,6 +64,10 @@ class FairShare:
         self._inflight.setdefault(query_id, Counter())[page_index] += 1
         self._cost[query_id] = amount
 
+    def repriced(self, query_id: str, amount: int) -> None:
+        """The query's reservation was topped up to a price learned since: its next pages cost that."""
+        self._cost[query_id] = amount
+
     def closed(self, query_id: str, page_index: int) -> None:
         inflight = self._inflight[query_id]
         inflight[page_index] -= 1

@@ -12,16 +12,23 @@ Hence `spent + reserved <= budget` at every instant, under any interleaving, as 
 what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
 warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
 
+Prices (`connectors.prices`, by `price_key`, the endpoint): what the service charged above a reservation is
+learned, and later reservations hold it. Until a billed answer has shown an endpoint's price, its reservations
+are granted one at a time, so an unseen price rise costs one request's excess, not one per query. `sending(r)`
+is the last check before a request leaves: a reservation granted below a price learned since is topped up, or
+given back (None) to be reserved again at the new price. So the budget can be passed only by the excess of the
+first request that shows an endpoint's higher price, plus, when a price rises mid-run, of the requests already
+on the wire (at most `concurrency`).
+
 Breadth-first policy (`connectors.fair_share`): with a short budget, every running query gets page k before any
 gets page k+1. Queries register while they run (`async with ledger.query(qid):`) and report finished pages
 (`page_done`). Register a query only when it actually runs (inside any concurrency limiter): a registered query
 that cannot run would hold the others back until it finishes.
 
 Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
-other threads (progress display) are consistent. Only `reserve` awaits; `settle`, `release`,
+other threads (progress display) are consistent. Only `reserve` awaits; `sending`, `settle`, `release`,
 `observe_remaining`, `register`, `page_done` and `finish` are plain calls, so they complete even inside a
-cancelled task's cleanup (notifying an `asyncio.Condition` would need to re-acquire its lock there, which a
-cancelled task may not get). Waiters park on futures of their own event loop and are woken thread-safely.
+cancelled task's cleanup (`connectors.waiters`).
 
 Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refused API key, an empty
 account); requests already sent still land and settle. Durability: an optional journal hears of every
@@ -37,6 +44,7 @@ import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from connectors.credits import (
@@ -50,6 +58,8 @@ from connectors.credits import (
     Reservation,
 )
 from connectors.fair_share import FairShare
+from connectors.prices import Prices
+from connectors.waiters import Waiters
 
 __all__ = [
     "CreditLedger",
@@ -70,11 +80,6 @@ class _Refused:
     def __init__(self, reason: str, kind: RefusalKind = "budget") -> None:
         self.reason = reason
         self.kind: RefusalKind = kind
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class CreditLedger:
@@ -104,8 +109,9 @@ class CreditLedger:
         self._reserved = 0
         self._journal = journal
         self._stopped: _Refused | None = None
-        self._learned_price: dict[str, int] = {}
-        self._price_key_of: dict[int, str] = {}
+        self._prices = Prices()
+        self._caps: dict[int, int] = {}
+        """Open reservation id -> its query's cap, for top-ups at `sending`."""
         self._journaled: set[int] = set()
         self._q_reserved: dict[str, int] = {}
         self._share = FairShare()
@@ -113,7 +119,8 @@ class CreditLedger:
         self._account_remaining: int | None = None
         self._floor_reached = False
         self._refusals: dict[str, _Refused] = {}
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters = Waiters()
+        self._wake_all = self._waiters.wake_all
 
     def __repr__(self) -> str:
         s = self.snapshot()
@@ -148,14 +155,24 @@ class CreditLedger:
 
     @property
     def remaining(self) -> int:
-        """Credits neither spent nor held; never negative (see `overcharges` when spent > budget)."""
+        """Credits a new reservation could get: neither spent, nor held, nor owed to reservations granted below
+        a price learned since; never negative (see `overcharges` when spent > budget)."""
         with self._lock:
-            return max(0, self._budget - self._spent - self._reserved)
+            return self._free()
 
     @property
     def per_query_spent(self) -> dict[str, int]:
         with self._lock:
             return dict(self._q_spent)
+
+    @property
+    def learned_prices(self) -> dict[str, int]:
+        """Price key -> what the service charged above the cost table (what reservations now hold)."""
+        with self._lock:
+            return self._prices.learned()
+
+    def _free(self) -> int:
+        return max(0, self._budget - self._spent - self._reserved - self._prices.shortfall)
 
     @property
     def overcharges(self) -> list[Overcharge]:
@@ -191,7 +208,7 @@ class CreditLedger:
                 budget=self._budget,
                 spent=self._spent,
                 reserved=self._reserved,
-                remaining=max(0, self._budget - self._spent - self._reserved),
+                remaining=self._free(),
                 per_query_spent=MappingProxyType(dict(self._q_spent)),
                 overcharged=sum(o.excess for o in self._overcharges),
                 account_remaining=self._account_remaining,
@@ -213,7 +230,8 @@ class CreditLedger:
 
         None means the credits cannot be granted (budget, balance floor, query cap, or the run was stopped):
         send nothing; `refusal(query_id)` says why. `price_key` (the endpoint) lets the ledger learn a price:
-        once the service charged more than `amount` under that key, later reservations hold what it charged.
+        once the service charged more than `amount` under that key, later reservations hold what it charged;
+        until an answer has priced the key, its reservations are granted one at a time.
         """
         if amount < 0:
             raise ValueError(f"amount must be >= 0, got {amount}")
@@ -222,41 +240,60 @@ class CreditLedger:
         loop = asyncio.get_running_loop()
         while True:
             with self._lock:
-                if price_key is not None:
-                    amount = max(amount, self._learned_price.get(price_key, 0))
+                held = self._prices.price(price_key, amount)
                 advanced = self._share.started(query_id, page_index)
-                outcome = self._decide(query_id, page_index, amount, query_cap)
+                outcome = self._decide(query_id, page_index, held, query_cap, price_key)
                 if isinstance(outcome, _Refused):
                     self._refusals[query_id] = outcome
                     waiter = None
                 elif outcome is None:
-                    waiter = loop.create_future()
-                    self._waiters.add(waiter)
+                    waiter = self._waiters.add(loop)
                 else:
                     waiter = None
-                    if price_key is not None:
-                        self._price_key_of[outcome.id] = price_key
             if advanced:
                 self._wake_all()
             if isinstance(outcome, _Refused):
-                log.info("refused %s page %d (%d credits): %s", query_id, page_index, amount, outcome.reason)
+                log.info("refused %s page %d (%d credits): %s", query_id, page_index, held, outcome.reason)
                 return None
             if waiter is None:
                 return outcome
             try:
                 await waiter
             finally:
-                with self._lock:
-                    self._waiters.discard(waiter)
+                self._waiters.discard(waiter)
 
-    def sending(self, r: Reservation) -> None:
-        """The request of `r` is about to leave: journal it first, so a crash from now on counts it as spent.
+    def sending(self, r: Reservation) -> Reservation | None:
+        """The request of `r` is about to leave: the last price check, then the journal.
 
-        Reservations still waiting for a connection slot at a crash were never sent and are not counted. If
+        Returns the reservation to settle: `r`, topped up if its endpoint was seen costing more since it was
+        granted. None: no room for that (budget or query cap), so `r` was released: send nothing, reserve again.
+        Journaled from here, a crash counts it as spent (still waiting for a slot at a crash: not counted). If
         the journal cannot be written, the reservation is released and the error raised: nothing is sent.
         """
+        with self._lock:
+            r = self._open.get(r.id, r)
+            short = self._prices.sending(r.id)
+            cap = self._caps.get(r.id)
+            fits = self._budget - self._spent - self._reserved >= short and (
+                cap is None
+                or self._q_spent.get(r.query_id, 0) + self._q_reserved.get(r.query_id, 0) + short <= cap
+            )
+            if short and fits:
+                r = replace(r, amount=r.amount + short)
+                self._open[r.id] = r
+                self._reserved += short
+                self._q_reserved[r.query_id] += short
+                self._share.repriced(r.query_id, r.amount)
+        if short and not fits:
+            log.info(
+                "%s page %d: its endpoint's price rose to more than the credits left",
+                r.query_id,
+                r.page_index,
+            )
+            self.release(r)
+            return None
         if self._journal is None:
-            return
+            return r
         try:
             self._journal.reserved(r.id, r.query_id, r.amount)
         except BaseException:
@@ -264,9 +301,10 @@ class CreditLedger:
             raise
         with self._lock:
             self._journaled.add(r.id)
+        return r
 
     def _decide(
-        self, query_id: str, page_index: int, amount: int, query_cap: int | None
+        self, query_id: str, page_index: int, amount: int, query_cap: int | None, price_key: str | None
     ) -> Reservation | _Refused | None:
         """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
         if self._stopped is not None:
@@ -286,71 +324,78 @@ class CreditLedger:
                 return _Refused(f"the query's cap of {query_cap} credits is reached ({q_spent} spent)")
             if q_spent + self._q_reserved.get(query_id, 0) + amount > query_cap:
                 return None
-        free = self._budget - self._spent - self._reserved
+        if self._prices.must_wait(price_key):
+            return None  # the endpoint's price is unseen: one request at a time until an answer shows it
+        free = self._free()
         if free < amount:
             return None
         if self._policy == "breadth_first" and free - amount < self._share.lag_demand(
             query_id, page_index, amount
         ):
             return None
-        return self._grant(query_id, page_index, amount)
-
-    def _grant(self, query_id: str, page_index: int, amount: int) -> Reservation:
         r = Reservation(next(self._ids), query_id, page_index, amount)
         self._open[r.id] = r
         self._reserved += amount
         self._q_reserved[query_id] = self._q_reserved.get(query_id, 0) + amount
         self._share.granted(query_id, page_index, amount)
+        self._prices.granted(r.id, price_key, amount)
+        if query_cap is not None:
+            self._caps[r.id] = query_cap
         self._refusals.pop(query_id, None)
         return r
 
     # ---- closing reservations (never await: safe in cleanup of cancelled tasks) ------------------------
 
-    def _close(self, r: Reservation) -> None:
-        if self._open.pop(r.id, None) is None:
+    def _close(self, r: Reservation, counted: int | None, priced: bool) -> tuple[Reservation, bool]:
+        """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
+        been topped up) and whether the journal heard of it."""
+        held = self._open.pop(r.id, None)
+        if held is None:
             raise ValueError(f"reservation {r.id} of {r.query_id!r} is already settled or released")
-        self._reserved -= r.amount
-        self._q_reserved[r.query_id] -= r.amount
-        self._share.closed(r.query_id, r.page_index)
+        self._reserved -= held.amount
+        self._q_reserved[held.query_id] -= held.amount
+        self._share.closed(held.query_id, held.page_index)
+        self._caps.pop(r.id, None)
+        self._prices.closed(r.id, held.amount, counted, priced)
+        journaled = r.id in self._journaled
+        self._journaled.discard(r.id)
+        return held, journaled
 
-    def settle(self, r: Reservation, charged: int | None) -> int:
+    def settle(self, r: Reservation, charged: int | None, *, priced: bool = False) -> int:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
 
-        Returns the credits counted.
+        `priced`: the answer was one the service bills as a page (a readable 2xx, 403 or 404), so its endpoint's
+        price is now seen and its requests need no longer go one at a time. Returns the credits counted.
         """
         with self._lock:
-            self._close(r)
+            held = self._open.get(r.id, r)
             if charged is None or charged < 0:
                 if charged is not None:
                     log.warning(
                         "ignoring negative credits_charged=%d for %s; counting %d",
                         charged,
                         r.query_id,
-                        r.amount,
+                        held.amount,
                     )
-                counted = r.amount
+                counted = held.amount
             else:
                 counted = charged
-            price_key = self._price_key_of.pop(r.id, None)
-            journaled = r.id in self._journaled
-            self._journaled.discard(r.id)
-            if counted > r.amount:
-                self._overcharges.append(Overcharge(r.query_id, r.page_index, r.amount, counted))
-                if price_key is not None:
-                    self._learned_price[price_key] = max(counted, self._learned_price.get(price_key, 0))
+            held, journaled = self._close(r, counted, priced)
+            if counted > held.amount:
+                self._overcharges.append(Overcharge(held.query_id, held.page_index, held.amount, counted))
             self._spent += counted
-            self._q_spent[r.query_id] = self._q_spent.get(r.query_id, 0) + counted
+            self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
             spent = self._spent
         if journaled:
             self._journal.closed(r.id, counted)  # type: ignore[union-attr]
-        if counted > r.amount:
+        if counted > held.amount:
             log.warning(
                 "the service charged %d credits for %s page %d but the cost table says %d; "
                 "spent is now %d of a budget of %d; later requests reserve the charged amount. Update the cost table.",
                 counted,
-                r.query_id,
-                r.page_index,
-                r.amount,
+                held.query_id,
+                held.page_index,
+                held.amount,
                 spent,
                 self._budget,
             )
@@ -360,10 +405,7 @@ class CreditLedger:
     def release(self, r: Reservation) -> None:
         """Give `r` back: only for requests that provably never reached the service."""
         with self._lock:
-            self._close(r)
-            self._price_key_of.pop(r.id, None)
-            journaled = r.id in self._journaled
-            self._journaled.discard(r.id)
+            _, journaled = self._close(r, None, False)
         if journaled:
             self._journal.closed(r.id, None)  # type: ignore[union-attr]
         self._wake_all()
@@ -428,21 +470,3 @@ class CreditLedger:
             yield
         finally:
             self.finish(query_id)
-
-    # ---- waking --------------------------------------------------------------------------------------
-
-    def _wake_all(self) -> None:
-        with self._lock:
-            waiters = list(self._waiters)
-            self._waiters.clear()
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        for fut in waiters:
-            loop = fut.get_loop()
-            if loop is running:
-                _resolve(fut)
-            else:
-                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there any more
-                    loop.call_soon_threadsafe(_resolve, fut)

@@ -143,9 +143,8 @@ class Rounds:
             reservation = await self.ledger.reserve(
                 r.spec.query_id, r.pages, amount, query_cap=r.spec.max_credits
             )
-            if reservation is None:
+            if reservation is None or self.ledger.sending(reservation) is None:
                 continue
-            self.ledger.sending(reservation)
             self.parts += 1
             r.rounds += 1
             query = asdict(r.spec)

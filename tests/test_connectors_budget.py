@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from connectors import catalog
@@ -271,3 +271,85 @@ def test_property_budget_delivery_and_counting(
             assert out.next_cursor == (pages[-1].cursor_out if pages else None)
         else:
             assert "unavailable" in (out.error or ""), out
+
+
+# ---------------------------------------------------------------------------------------------- prices above the table
+PRICE_PATHS = [
+    "/v1/pinboard/search",
+    "/v1/forum/subreddit/search",
+    "/v1/microblog-b/user/posts",
+    "/v3/short-video/profile/videos",
+]
+"""Endpoints whose answers carry `credits_charged` (the clip's bare array carries none: its price can only be
+the table's, see docs/decisions.md)."""
+UNREADABLE = {FaultKind.TRUNCATED.value, FaultKind.MALFORMED.value}
+"""Billed faults whose charge harvest cannot read: counted at the reservation."""
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    table=st.fixed_dictionaries({p: st.integers(0, 3) for p in PRICE_PATHS}),
+    prices=st.fixed_dictionaries({p: st.integers(0, 6) for p in PRICE_PATHS}),
+    paths=st.lists(st.sampled_from(PRICE_PATHS), min_size=1, max_size=60),
+    faults=st.dictionaries(st.integers(1, 40), st.sampled_from(QUICK_FAULTS), max_size=8),
+    in_flight=st.integers(1, 32),
+    budget=st.integers(0, 60),
+    policy=st.sampled_from(["breadth_first", "greedy"]),
+)
+@example(  # bug 5: `costs: {path: 0}` with allow_lower_costs, 60 fanned-out queries: 62 spent of 5
+    table={p: 0 for p in PRICE_PATHS},
+    prices={p: 1 for p in PRICE_PATHS},
+    paths=[PRICE_PATHS[0]] * 60,
+    faults={},
+    in_flight=8,
+    budget=5,
+    policy="breadth_first",
+)
+@example(  # bug 6: the service charges 5 where the catalog says 1: 60 spent of 30
+    table={p: 1 for p in PRICE_PATHS}, prices={p: 5 for p in PRICE_PATHS}, paths=[PRICE_PATHS[2]] * 60,
+    faults={}, in_flight=8, budget=30, policy="greedy",
+)  # fmt: skip
+@example(  # a damaged first answer (billed, its charge unreadable) does not show the price
+    table={p: 1 for p in PRICE_PATHS}, prices={p: 5 for p in PRICE_PATHS}, paths=[PRICE_PATHS[0]] * 20,
+    faults={1: FaultKind.TRUNCATED}, in_flight=8, budget=20, policy="greedy",
+)  # fmt: skip
+def test_property_a_service_charging_more_than_the_table(
+    table: dict[str, int],
+    prices: dict[str, int],
+    paths: list[str],
+    faults: dict[int, FaultKind],
+    in_flight: int,
+    budget: int,
+    policy: Policy,
+) -> None:
+    """The sandbox bills `prices`, harvest's cost table (overrides below the catalog's included) says `table`:
+    past the budget by at most one request's excess per endpoint, and not at all when nothing costs more than
+    the table. Checked against the sandbox's own bill."""
+    config = SandboxConfig(
+        api_keys={"prop-key": 10**6}, pages=(1, 3), page_size=2, costs=prices, fault_plan=faults
+    )
+    endpoints = catalog.endpoints(table)
+    queries = [(f"q{i}", path, SUBJECTS[path](i)) for i, path in enumerate(paths)]
+    ledger = CreditLedger(budget, policy=policy)
+    sb = start(config)
+    try:
+        runs = asyncio.run(_property_run(sb, endpoints, queries, ledger, in_flight, 3))
+        entries = sb.ledger
+        billed = sb.billed_total()
+    finally:
+        sb.stop(wait=False)
+
+    excess = {p: max(0, prices[p] - table[p]) for p in set(paths)}
+    unreadable = Counter(e.path for e in entries if e.fault in UNREADABLE and e.credits)
+    event(f"excess: {'none' if not any(excess.values()) else 'some'}")
+    event(f"unreadable billed answers: {sum(unreadable.values())}")
+    assert ledger.reserved == 0
+    # harvest's count: the budget, plus the one request per endpoint that showed its higher price
+    assert ledger.spent <= budget + sum(excess.values())
+    assert sum(o.excess for o in ledger.overcharges) <= sum(excess.values())
+    # the bill: also what damaged answers cost beyond their reservation before the price was shown
+    assert billed <= ledger.spent + sum(excess[p] * unreadable[p] for p in excess)
+    if not any(excess.values()):
+        assert billed <= ledger.spent <= budget
+    for qid, _, _ in queries:
+        assert runs[qid].outcome.status in ("complete", "budget_exhausted", "failed"), runs[qid].outcome

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections import defaultdict
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from connectors.ledger import CreditLedger, LedgerSnapshot
@@ -103,3 +103,137 @@ def test_overspend_is_only_ever_the_services_overcharge(
     budget: int, tasks: list[list[tuple[int, str, int]]], policy: str, every: int
 ) -> None:
     asyncio.run(_run(budget, tasks, policy, True, every))
+
+
+# ---------------------------------------------------------------------------------------------- service prices
+# A service whose prices differ from the cost table, one price key (endpoint) per query. Each request is charged
+# the price at the moment it is sent; optionally one key's price rises mid-run. What an attempt becomes:
+# "answer" (a billed page: charged the price, priced), "unknown" (a timeout: charge unknown), "unbilled" (a 429:
+# charged 0, not a price) or "release" (never sent).
+ATTEMPTS = ("answer", "answer", "unknown", "unbilled", "release")
+KEYS = ("/e0", "/e1", "/e2")
+
+
+async def _priced_run(
+    budget: int,
+    table: dict[str, int],
+    prices: dict[str, int],
+    queries: list[tuple[str, list[tuple[str, int]]]],
+    slots: int,
+    policy: str,
+    rise: tuple[str, int, int] | None,
+) -> None:
+    ledger = CreditLedger(budget, policy=policy)  # type: ignore[arg-type]
+    price = dict(prices)
+    sem = asyncio.Semaphore(slots)
+    settled = 0
+    violations: list[LedgerSnapshot] = []
+
+    def check() -> None:
+        s = ledger.snapshot()
+        if s.spent + s.reserved > s.budget + s.overcharged:
+            violations.append(s)
+
+    async def attempt(qid: str, key: str, page: int, outcome: str, yields: int) -> bool:
+        """One attempt; False when the ledger refused it."""
+        nonlocal settled
+        while True:
+            r = await ledger.reserve(qid, page, table[key], price_key=key)
+            check()
+            if r is None:
+                return False
+            async with sem:
+                sent = ledger.sending(r)
+                check()
+                if sent is None:
+                    continue  # the price rose while it waited: reserve again
+                if outcome == "release":
+                    ledger.release(sent)
+                    return True
+                charge = price[key]  # billed on arrival, at the price of that moment
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                if outcome == "answer":
+                    ledger.settle(sent, charge, priced=True)
+                else:
+                    ledger.settle(sent, None if outcome == "unknown" else 0)
+                check()
+                settled += 1
+                if rise is not None and settled == rise[1]:
+                    price[rise[0]] = rise[2]
+                return True
+
+    async def query(qid: str, key: str, ops: list[tuple[str, int]]) -> None:
+        async with ledger.query(qid):
+            page = 0
+            for outcome, yields in ops:
+                if not await attempt(qid, key, page, outcome, yields):
+                    return
+                if outcome == "answer":
+                    ledger.page_done(qid, page)
+                    page += 1
+
+    async with asyncio.timeout(20):  # a deadlock fails the example instead of hanging the suite
+        await asyncio.gather(*(query(f"q{i}", key, ops) for i, (key, ops) in enumerate(queries)))
+
+    assert not violations, violations[0]
+    final = ledger.snapshot()
+    assert final.reserved == 0 and final.remaining == max(0, budget - final.spent)
+    highest = {k: max(prices[k], rise[2] if rise and rise[0] == k else 0) for k in KEYS}
+    by_key = {k: [o for o in ledger.overcharges if queries[int(o.query_id[1:])][0] == k] for k in KEYS}
+    bound = 0
+    for k in KEYS:
+        # the one request that shows an unseen higher price; after a rise, the requests already on the wire
+        most = 1 + (slots if rise and rise[0] == k else 0)
+        assert len(by_key[k]) <= most, (k, by_key[k])
+        assert all(o.charged <= highest[k] for o in by_key[k])
+        bound += most * max(0, highest[k] - table[k])
+    assert final.spent <= budget + bound
+    if all(highest[k] <= table[k] for k in KEYS):
+        assert final.spent <= budget and final.overcharged == 0
+
+
+prices = st.fixed_dictionaries({k: st.integers(0, 6) for k in KEYS})
+table = st.fixed_dictionaries({k: st.integers(0, 3) for k in KEYS})
+priced_query = st.tuples(
+    st.sampled_from(KEYS),
+    st.lists(st.tuples(st.sampled_from(ATTEMPTS), st.integers(0, 3)), min_size=1, max_size=6),
+)
+
+
+MID_RUN_RISE = {
+    "budget": 60,
+    "table": dict.fromkeys(KEYS, 1),
+    "prices": dict.fromkeys(KEYS, 1),
+    "queries": [("/e0", [("answer", 2)] * 3)] * 40,
+    "slots": 4,
+    "policy": "greedy",
+    "rise": ("/e0", 5, 3),
+}
+"""40 queries granted at 1 and waiting for 4 connections when the price becomes 3: the waiting ones must be
+topped up before they are sent, not each pay the rise."""
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    budget=st.integers(0, 60),
+    table=table,
+    prices=prices,
+    queries=st.lists(priced_query, min_size=1, max_size=60),
+    slots=st.integers(1, 32),
+    policy=st.sampled_from(["breadth_first", "greedy"]),
+    rise=st.none() | st.tuples(st.sampled_from(KEYS), st.integers(1, 30), st.integers(1, 9)),
+)
+@example(**MID_RUN_RISE)  # type: ignore[arg-type]
+def test_a_price_above_the_table_passes_the_budget_by_one_request_per_endpoint(
+    budget: int,
+    table: dict[str, int],
+    prices: dict[str, int],
+    queries: list[tuple[str, list[tuple[str, int]]]],
+    slots: int,
+    policy: str,
+    rise: tuple[str, int, int] | None,
+) -> None:
+    """Unseen prices: one request's excess per endpoint; a mid-run rise: the requests in flight; a service
+    charging no more than the table: never past the budget."""
+    asyncio.run(_priced_run(budget, table, prices, queries, slots, policy, rise))

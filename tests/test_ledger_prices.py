@@ -1,0 +1,163 @@
+"""The ledger against a service that charges more than the cost table: an unseen price goes one request at a
+time, a learned price is held by later reservations, and a reservation granted below a price learned since is
+topped up or given back before its request leaves."""
+
+from __future__ import annotations
+
+import asyncio
+
+from connectors.ledger import CreditLedger, Reservation
+
+E, F = "/v1/e", "/v1/f"
+
+
+async def _granted(ledger: CreditLedger, qid: str, amount: int, key: str = E) -> Reservation:
+    r = await ledger.reserve(qid, 0, amount, price_key=key)
+    assert r is not None
+    return r
+
+
+async def _pending(coro: object) -> asyncio.Task[Reservation | None]:
+    task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    return task
+
+
+async def test_an_unseen_price_is_reserved_one_request_at_a_time() -> None:
+    ledger = CreditLedger(100)
+    first = await _granted(ledger, "a", 1)
+    second = await _pending(ledger.reserve("b", 0, 1, price_key=E))
+    other = await _granted(ledger, "c", 1, key=F)  # another endpoint has its own first request
+    unkeyed = await ledger.reserve("d", 0, 1)  # no price key: nothing to learn, nothing to wait for
+    assert not second.done() and unkeyed is not None
+    ledger.settle(first, 1, priced=True)
+    async with asyncio.timeout(1):
+        assert await second is not None
+    # seen: from now on the endpoint's requests are granted together
+    assert await ledger.reserve("e", 0, 1, price_key=E) is not None
+    assert other and ledger.reserved == 4
+
+
+async def test_an_answer_without_a_price_keeps_the_endpoint_one_at_a_time() -> None:
+    ledger = CreditLedger(100)
+    first = await _granted(ledger, "a", 1)
+    ledger.settle(first, None)  # a timeout, a truncated page: the charge is unknown
+    second = await _granted(ledger, "b", 1)
+    third = await _pending(ledger.reserve("c", 0, 1, price_key=E))
+    assert not third.done()
+    ledger.release(second)  # never sent: the next one may go
+    async with asyncio.timeout(1):
+        assert await third is not None
+
+
+async def _serve(ledger: CreditLedger, queries: int, cost: int, price: int) -> list[int]:
+    """`queries` first pages reserved at `cost` and sent as they are granted, each charged `price`: the amounts
+    the granted ones held, in grant order."""
+    waiting = [asyncio.ensure_future(ledger.reserve(f"q{i}", 0, cost, price_key=E)) for i in range(queries)]
+    held = []
+    async with asyncio.timeout(2):
+        while waiting:
+            done, pending = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            waiting = list(pending)
+            for r in (task.result() for task in done):
+                if r is not None:
+                    sent = ledger.sending(r)
+                    assert sent is not None
+                    held.append(sent.amount)
+                    ledger.settle(sent, price, priced=True)
+    return held
+
+
+async def test_the_first_overcharge_is_the_only_one() -> None:
+    """Bug 6 in small: catalog 1, service 5, budget 30, 60 queries: 30 spent, not 60."""
+    ledger = CreditLedger(30)
+    assert await _serve(ledger, 60, 1, 5) == [1, 5, 5, 5, 5, 5]
+    assert ledger.spent == 30
+    assert len(ledger.overcharges) == 1 and ledger.learned_prices == {E: 5}
+
+
+async def test_a_zero_price_override_cannot_fan_out_past_the_budget() -> None:
+    """Bug 5 in small: `costs: {path: 0}`, a service charging 1, 60 queries: the first answer teaches the
+    price before any other request is granted."""
+    ledger = CreditLedger(5)
+    assert await _serve(ledger, 60, 0, 1) == [0, 1, 1, 1, 1]
+    assert ledger.spent == 5
+
+
+async def test_past_the_budget_by_one_requests_excess_at_most() -> None:
+    ledger = CreditLedger(3)
+    assert await _serve(ledger, 60, 1, 7) == [1]
+    assert ledger.spent == 7 <= 3 + (7 - 1), "the budget, plus the excess of the one request that showed it"
+
+
+async def test_a_reservation_granted_below_a_price_learned_since_is_topped_up_when_sent() -> None:
+    ledger = CreditLedger(20)
+    first = await _granted(ledger, "a", 1)
+    ledger.settle(first, 1, priced=True)
+    waiting = await _granted(ledger, "b", 1)  # granted at 1, not sent yet
+    in_flight = ledger.sending(await _granted(ledger, "c", 1))
+    assert in_flight is not None
+    ledger.settle(in_flight, 4, priced=True)  # the price rose mid-run: this one paid 4
+    # the 3 credits "b" now lacks are kept off the budget: 20 - 5 spent - 1 held - 3 owed
+    assert ledger.remaining == 11
+    sent = ledger.sending(waiting)
+    assert sent is not None and sent.id == waiting.id and sent.amount == 4
+    assert (ledger.reserved, ledger.remaining) == (4, 11)
+    assert ledger.settle(sent, 4) == 4 and len(ledger.overcharges) == 1
+    assert (await _granted(ledger, "d", 1)).amount == 4
+
+
+async def test_a_reservation_that_cannot_be_topped_up_is_given_back_and_reserved_again() -> None:
+    ledger = CreditLedger(6)
+    seen = await _granted(ledger, "a", 1)
+    ledger.settle(seen, 1, priced=True)
+    waiting = await _granted(ledger, "b", 1)
+    in_flight = ledger.sending(await _granted(ledger, "c", 1))
+    assert in_flight is not None
+    ledger.settle(in_flight, 4)  # 5 spent of 6: "b" cannot hold 4
+    assert ledger.sending(waiting) is None
+    assert ledger.reserved == 0 and ledger.spent == 5
+    assert await ledger.reserve("b", 0, 1, price_key=E) is None  # reserved again at 4: refused
+    assert ledger.spent <= 6 + 3
+
+
+async def test_a_top_up_respects_the_query_cap() -> None:
+    ledger = CreditLedger(100)
+    seen = await _granted(ledger, "a", 1)
+    ledger.settle(seen, 1, priced=True)
+    capped = await ledger.reserve("b", 0, 1, query_cap=2, price_key=E)
+    assert capped is not None
+    in_flight = ledger.sending(await _granted(ledger, "c", 1))
+    assert in_flight is not None
+    ledger.settle(in_flight, 3)
+    assert ledger.sending(capped) is None  # 3 would pass its cap of 2
+    assert await ledger.reserve("b", 0, 1, query_cap=2, price_key=E) is None
+    assert ledger.refusal("b") is not None and "cap of 2" in ledger.refusal("b").reason  # type: ignore[union-attr]
+
+
+class _Journal:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int | None]] = []
+
+    def reserved(self, rid: int, query_id: str, amount: int) -> None:
+        self.events.append(("reserve", rid, amount))
+
+    def closed(self, rid: int, counted: int | None) -> None:
+        self.events.append(("close", rid, counted))
+
+
+async def test_the_journal_hears_the_topped_up_amount() -> None:
+    journal = _Journal()
+    ledger = CreditLedger(20, journal=journal)
+    ledger.settle(await _granted(ledger, "a", 1), 1, priced=True)  # never sent: not journaled
+    waiting = await _granted(ledger, "b", 1)
+    in_flight = ledger.sending(await _granted(ledger, "c", 1))
+    assert in_flight is not None
+    ledger.settle(in_flight, 3, priced=True)
+    sent = ledger.sending(waiting)
+    assert sent is not None
+    assert journal.events == [
+        ("reserve", in_flight.id, 1),
+        ("close", in_flight.id, 3),
+        ("reserve", sent.id, 3),
+    ]

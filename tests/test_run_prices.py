@@ -1,0 +1,104 @@
+"""`harvest run` when the service charges more than the job's cost table, checked against the sandbox's own bill.
+
+Two jobs the audit found passing their budget by far more than one page (60 fanned-out queries, concurrency 8):
+a cost lowered to 0 under `allow_lower_costs` spent 62 credits of a budget of 5, and a service charging 5 where
+the catalog says 1 spent 60 of 30. The sandbox adds latency to every answer so that every query has asked for
+its first page before the first answer arrives, as on a real service.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+# Prefect binds its log handlers to sys.stderr on first import: import it now, not inside a CliRunner
+# invocation whose streams are closed afterwards.
+import flows.collect  # noqa: F401
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from sandbox.server import running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+
+PINS = "/v1/pinboard/search"
+FEED = "/v1/microblog-b/user/posts"
+runner = CliRunner()
+
+BUG_5 = {  # a negotiated price the service does not honour: 0 in the spec, 1 at the service
+    "endpoint": PINS,
+    "param": "query",
+    "spec": {"costs": {PINS: 0}, "allow_lower_costs": True},
+    "service_costs": {},
+    "budget": 5,
+    "price": 1,
+}
+BUG_6 = {  # a price rise the catalog does not know: 1 in the catalog, 5 at the service
+    "endpoint": FEED,
+    "param": "handle",
+    "spec": {},
+    "service_costs": {FEED: 5},
+    "budget": 30,
+    "price": 5,
+}
+
+
+@pytest.mark.parametrize("case", [BUG_5, BUG_6], ids=["lowered-cost", "price-rise"])
+def test_sixty_fanned_out_queries_pass_the_budget_by_one_page_at_most(
+    prefect_harness: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    case: dict[str, Any],
+) -> None:
+    budget, price = case["budget"], case["price"]
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), costs=case["service_costs"], latency=0.2
+    )
+    output = tmp_path / "out"
+    with running(config) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "prices",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": budget},
+                "concurrency": 8,
+                "output": str(output),
+                **case["spec"],
+                "queries": [
+                    {
+                        "id": "q",
+                        "endpoint": case["endpoint"],
+                        "for_each": {case["param"]: [f"v{i}" for i in range(60)]},
+                    }
+                ],
+            },
+        )
+        with caplog.at_level(logging.WARNING, "harvest.ledger"):
+            result = runner.invoke(app, ["run", str(spec)])
+        billed = sb.billed_total()
+        answered = len(data_entries(sb))
+
+    assert result.exit_code == 0, result.output
+    # The first answer shows the price before any other request is granted; with the budget not yet touched,
+    # the one request's excess still fits: the bill is exactly the budget.
+    assert billed == budget, f"the sandbox billed {billed} for a budget of {budget}"
+    assert answered == budget // price
+    assert f"credits spent: {budget} of a budget of {budget}" in result.stdout
+    assert "status: budget_exhausted" in result.stdout
+    db = output / "harvest.duckdb"
+    assert scalar(db, "SELECT credits_spent FROM runs") == budget
+    assert scalar(db, "SELECT service_billed FROM runs") == billed
+    assert scalar(db, "SELECT sum(credits) FROM requests") == billed
+    assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 200") == answered
+    # every other query stopped where it was, for `--continue`
+    statuses = rows(db, "SELECT status, count(*) FROM query_state GROUP BY status")
+    assert statuses == [("budget_exhausted", 60)], statuses
+    warned = [r.getMessage() for r in caplog.records if "the service charged" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert f"charged {price} credits" in warned[0]
