@@ -95,10 +95,13 @@ def kind(
     key: str | tuple[str, ...],
     *fields: Field,
     unwrap: Unwrap | None = None,
+    one: str | tuple[str, ...] = (),
 ) -> RecordKind:
+    """`one`: the locations holding one object rather than a list (a detail answer)."""
     locations = (location,) if isinstance(location, str) else location
     primary_key = (key,) if isinstance(key, str) else key
-    return RecordKind(table, locations, primary_key, tuple(fields), unwrap)
+    objects = (one,) if isinstance(one, str) else one
+    return RecordKind(table, locations, primary_key, tuple(fields), unwrap, objects=objects)
 
 
 CLIP_FIELDS = (
@@ -138,7 +141,7 @@ FEED_ITEM = Unwrap(
 and the thread it replies to (`reply.root`, `reply.parent`: full post views, kept in `raw`)."""
 
 MICROBLOG_B_POSTS = kind(
-    "microblog_b_posts", ("feed", "post"), "uri", *MICROBLOG_B_POST_FIELDS, unwrap=FEED_ITEM
+    "microblog_b_posts", ("feed", "post"), "uri", *MICROBLOG_B_POST_FIELDS, unwrap=FEED_ITEM, one="post"
 )
 
 # ---------------------------------------------------------------------------------------------- endpoints
@@ -162,7 +165,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               text("latest_ad_advertiser", "latest_ad_context.advertiser"),
               timestamp("latest_ad_first_seen", "latest_ad_context.first_seen"),
               timestamp("latest_ad_last_seen", "latest_ad_context.last_seen"),
-              text_list("latest_ad_platforms", "latest_ad_context.platforms")),),
+              text_list("latest_ad_platforms", "latest_ad_context.platforms"), one="data"),),
         records_per_page=1,
     ),
     Endpoint(
@@ -195,7 +198,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "/v1/streaming/clip", "One clip and more clips of its broadcaster.", ByUrl, paging.single(),
-        (kind("streaming_clips", "[0].data.clip", "id", *CLIP_FIELDS),
+        (kind("streaming_clips", "[0].data.clip", "id", *CLIP_FIELDS, one="[0].data.clip"),
          kind("streaming_broadcaster_clips", "[1].data.user.clips", "id", *CLIP_FIELDS)),
     ),
     Endpoint(
@@ -284,7 +287,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
               text("id"), text("title"), text_list("cover"), text("url"), text("price_currency", "price.currency"),
               number("price_amount", "price.amount"), integer("sold_count"), integer("review_count"), number("rating")),
          kind("short_video_shops", "shopInfo", "id",
-              text("id"), text("name"), text("url"), integer("followers"), text("region"))),
+              text("id"), text("name"), text("url"), integer("followers"), text("region"), one="shopInfo")),
         newest_first=NewestFirst(),
     ),
     Endpoint(

@@ -1,10 +1,12 @@
 """From one page body to Arrow tables, and an account of what did not make it.
 
 Nothing silent: after each page, what the service sent is compared with what was extracted. Per table: items
-seen at the kind's location vs records kept (with a primary key), values that did not fit their column (null in
-the column, still in `raw`), fields no column reads. Per page: a list that was expected but missing while the
-page had content (a renamed list key). Records that could not be kept, and missing lists, are *lost*: the pager
-ends such a query with status `drift`, and the raw page stays for a rebuild once the catalog is fixed.
+seen at the kind's location vs records kept (with a primary key that is not empty), values that did not fit their
+column (null in the column, still in `raw`), fields no column reads. Per page: a list that was expected but not
+there while the page had content (`connectors.missing_lists` says which). Records that could not be kept, lists
+that went missing and kinds whose conversion broke are *lost*: the pager ends such a query with status `drift`,
+and the raw page stays for a rebuild once the catalog is fixed.
+`convert_page` never raises on what the service sent.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import pyarrow.compute as pc
 
 from connectors.column_readers import columns_reader
 from connectors.fields import TIMESTAMP, Field, coercer
-from connectors.records import ENVELOPE_KEYS, RecordKind
+from connectors.missing_lists import lost_lists
+from connectors.records import Located, RecordKind
 
 EXAMPLE_CHARS = 80
 NEW_FIELDS_CAP = 50
@@ -47,6 +50,10 @@ class TableReport:
     """Record fields no column reads (capped): the service added something the catalog does not know."""
     not_found: int = 0
     """Single-object answers without a key: the service's "not found" (a mostly empty object)."""
+    failed: int = 0
+    """Items lost because converting them broke (at least 1 when it did): a case no rule foresaw."""
+    failure: str | None = None
+    """The first such error, as `<type>: <message>`."""
 
     def add(self, other: TableReport) -> None:
         self.seen += other.seen
@@ -59,12 +66,15 @@ class TableReport:
             self.misfit_examples.setdefault(col, ex)
         self.new_fields |= set(sorted(other.new_fields)[: max(0, NEW_FIELDS_CAP - len(self.new_fields))])
         self.not_found += other.not_found
+        self.failed += other.failed
+        self.failure = self.failure or other.failure
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "seen": self.seen, "kept": self.kept, "no_key": self.no_key, "no_key_example": self.no_key_example,
             "misfits": self.misfits, "misfit_examples": self.misfit_examples,
-            "new_fields": sorted(self.new_fields), "not_found": self.not_found,
+            "new_fields": sorted(self.new_fields), "not_found": self.not_found, "failed": self.failed,
+            "failure": self.failure,
         }  # fmt: skip
 
     @classmethod
@@ -73,7 +83,7 @@ class TableReport:
             seen=data.get("seen", 0), kept=data.get("kept", 0), no_key=data.get("no_key", 0),
             no_key_example=data.get("no_key_example"), misfits=dict(data.get("misfits", {})),
             misfit_examples=dict(data.get("misfit_examples", {})), new_fields=set(data.get("new_fields", [])),
-            not_found=data.get("not_found", 0),
+            not_found=data.get("not_found", 0), failed=data.get("failed", 0), failure=data.get("failure"),
         )  # fmt: skip
 
 
@@ -82,6 +92,9 @@ class ExtractionReport:
     tables: dict[str, TableReport] = field(default_factory=dict)
     missing_lists: dict[str, int] = field(default_factory=dict)
     """`table: location` -> pages where the list was missing although the page had content."""
+    missing_why: dict[str, str] = field(default_factory=dict)
+    """`table: location` -> how it was missing on the first such page (absent, null, an object, not a list)
+    and the unread list of objects its records may have moved to, with an example."""
     top_keys: list[str] = field(default_factory=list)
     """The top-level keys of the first page that missed its lists (what the service sent instead)."""
 
@@ -93,12 +106,15 @@ class ExtractionReport:
             self.table(name).add(rep)
         for where, n in other.missing_lists.items():
             self.missing_lists[where] = self.missing_lists.get(where, 0) + n
+        for where, why in other.missing_why.items():
+            self.missing_why.setdefault(where, why)
         self.top_keys = self.top_keys or other.top_keys
 
     @property
     def lost(self) -> int:
-        """Records that could not be kept plus pages whose list was missing: each ends the query as drift."""
-        return sum(t.no_key for t in self.tables.values()) + sum(self.missing_lists.values())
+        """Records that could not be kept (no key, or their conversion broke) plus pages whose list was
+        missing: each ends the query as drift."""
+        return sum(t.no_key + t.failed for t in self.tables.values()) + sum(self.missing_lists.values())
 
     @property
     def kept(self) -> int:
@@ -134,6 +150,7 @@ class ExtractionReport:
         return {
             "tables": {n: t.as_dict() for n, t in sorted(self.tables.items())},
             "missing_lists": self.missing_lists,
+            "missing_why": self.missing_why,
             "top_keys": self.top_keys,
         }
 
@@ -143,17 +160,9 @@ class ExtractionReport:
         return cls(
             {n: TableReport.from_dict(t) for n, t in data.get("tables", {}).items()},
             dict(data.get("missing_lists", {})),
+            dict(data.get("missing_why", {})),
             list(data.get("top_keys", [])),
         )
-
-
-def _has_content(body: Any) -> bool:
-    """Whether a page carries something beyond the envelope, cursors and flags: a non-empty list or object."""
-    if isinstance(body, list):
-        return bool(body)
-    if not isinstance(body, dict):
-        return False
-    return any(isinstance(v, list | dict) and v for k, v in body.items() if k not in ENVELOPE_KEYS)
 
 
 _EXACT: dict[pa.DataType, frozenset[type]] = {
@@ -175,7 +184,10 @@ def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
     if fld.type == TIMESTAMP:
         if not kinds <= _EXACT[pa.int64()]:
             return None
-        seconds = pa.array(values, type=pa.int64())
+        try:
+            seconds = pa.array(values, type=pa.int64())
+        except (pa.ArrowInvalid, OverflowError):
+            return None  # beyond 64 bits: the per-value rules say it does not fit
         low, high = pc.min(seconds).as_py(), pc.max(seconds).as_py()
         if low is not None and (low < 0 or high >= _EPOCH_SECONDS):
             return None  # milliseconds, or something odd: the per-value rules decide
@@ -216,7 +228,9 @@ def to_arrow(
     names = [f.name for f in kind.columns]
     key_nulls = [False] * len(items)
     for name in kind.primary_key:
-        nulls = columns[names.index(name)].is_null()
+        at = names.index(name)
+        columns[at] = _blank_as_null(columns[at])
+        nulls = columns[at].is_null()
         if pc.any(nulls).as_py():
             key_nulls = [a or b for a, b in zip(key_nulls, nulls.to_pylist(), strict=True)]
     _count_keys(report, items, key_nulls, single)
@@ -225,6 +239,17 @@ def to_arrow(
             sorted(unknown - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)]
         )
     return pa.Table.from_arrays(columns, names=[*names, "raw"])
+
+
+def _blank_as_null(column: pa.Array) -> pa.Array:
+    """A key column with empty (or blank) text as null: such records have no key, like a missing one, instead
+    of merging into one row keyed `""`."""
+    if not pa.types.is_string(column.type) or len(column) == 0:
+        return column
+    blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(column), ""), False)
+    if not pc.any(blank).as_py():
+        return column
+    return pc.if_else(blank, pa.scalar(None, column.type), column)
 
 
 def _count_keys(report: TableReport, items: list[Any], key_nulls: list[bool], single: bool) -> None:
@@ -250,24 +275,57 @@ class ConvertedPage:
 
 
 def convert_page(kinds: Iterable[RecordKind], body: Any, params: Mapping[str, Any]) -> ConvertedPage:
+    """One page's records per kind, and the account of what did not make it. Never raises on a body: a kind
+    whose conversion breaks gets no rows and counts its items as lost (drift), the other kinds still land."""
     kinds = tuple(kinds)
     report = ExtractionReport()
     records: dict[str, list[Any]] = {}
     tables: dict[str, pa.Table] = {}
-    located = {kind.table: kind.locate(body) for kind in kinds} if body is not None else {}
+    located: dict[str, Located] = {}
     for kind in kinds:
-        place = located.get(kind.table)
-        items = place.items if place else []
-        records[kind.table] = items
-        tables[kind.table] = to_arrow(
-            kind, items, params, report.table(kind.table), bool(place and place.single)
-        )
-    missing = [k for k in kinds if k.table in located and not located[k.table].found]
-    if missing and (missing[0] is kinds[0] or len(missing) == len(kinds)) and _has_content(body):
-        for kind in missing:  # the endpoint's main list (its first kind) is gone, or every list is
-            report.missing_lists[f"{kind.table}: {' or '.join(kind.locations) or '(the answer)'}"] = 1
-        report.top_keys = sorted(body)[:20] if isinstance(body, dict) else []
+        items: list[Any] = []
+        try:
+            if body is not None:
+                located[kind.table] = kind.locate(body)
+                items = located[kind.table].items
+            single = kind.table in located and located[kind.table].single
+            tables[kind.table] = to_arrow(kind, items, params, report.table(kind.table), single)
+            records[kind.table] = items
+        except Exception as exc:  # a shape no rule foresaw: lost, said, and the raw page is kept
+            report.tables[kind.table] = TableReport(
+                seen=len(items), failed=max(1, len(items)), failure=_example(f"{type(exc).__name__}: {exc}")
+            )
+            tables[kind.table] = _empty(kind)
+            records[kind.table] = []
+    if body is not None:
+        _account_lists(kinds, located, body, report)
     return ConvertedPage(records, tables, report)
+
+
+def _empty(kind: RecordKind) -> pa.Table:
+    fields = [pa.field(fld.name, fld.type) for fld in kind.columns]
+    return pa.schema([*fields, pa.field("raw", pa.string())]).empty_table()
+
+
+def _account_lists(
+    kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any, report: ExtractionReport
+) -> None:
+    """Lists that went missing although the page had content (`connectors.missing_lists`), with an example."""
+    try:
+        lost = lost_lists(kinds, located, body)
+    except Exception as exc:  # e.g. a body nested deeper than Python recurses: say so, keep the page
+        report.missing_lists["(the page)"] = 1
+        report.missing_why["(the page)"] = _example(f"{type(exc).__name__}: {exc}")
+        return
+    for gone in lost:
+        why = gone.how if gone.instead is None else f"{gone.how}: {_example(gone.instead)}"
+        if gone.moved is not None:
+            key, items = gone.moved
+            why += f"; `{key}` holds {len(items)} unread items, e.g. {_example(items[0])}"
+        report.missing_lists[gone.where] = 1
+        report.missing_why[gone.where] = why
+    if lost:
+        report.top_keys = sorted(body)[:20] if isinstance(body, dict) else []
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,11 @@ A value that does not fit its column becomes null and is counted (see `connector
 JSON is always kept in `raw`. Numbers sent as text convert where the text is unambiguous, computed exactly:
 "42", "-7", "1,234" (thousands in groups of three), "1.2K"/"3.4m"/"1B" (K = 10^3, M = 10^6, B = 10^9, any case;
 an integer column takes them only when the result is whole and within 64 bits). "1.000" (a decimal point or a
-European thousands separator?), "1,23", "1e3", "nan", "twelve" and "yesterday" do not fit.
+European thousands separator?), "1,23", "1e3", "nan", "twelve" and "yesterday" do not fit, and neither does a
+number written in more than 100 characters (Python refuses to convert over 4300 digits; no count needs 100), nor
+a timestamp in more than 64.
+
+A conversion never raises: whatever a value makes a converter do, the value is a misfit (`coercer`).
 """
 
 from __future__ import annotations
@@ -83,12 +87,16 @@ def text_list(name: str, path: str | None = None) -> Field:
 # ---------------------------------------------------------------------------------------------- coercion
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9}
+MAX_NUMBER_CHARS = 100
+MAX_TIMESTAMP_CHARS = 64
 _COUNT = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*([kmb])?", re.IGNORECASE | re.ASCII)
 
 
 def _exact(text: str, allow_fraction: bool) -> tuple[int, int] | None:
     """(numerator, denominator) of a number written as text, computed exactly (4.1M is 4100000, not
     4099999.9999999995); None when the text is not one of the accepted forms."""
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
     m = _COUNT.fullmatch(text.strip())
     if m is None:
         return None
@@ -173,10 +181,12 @@ def _as_timestamp(v: Any) -> datetime | None:
         except (OverflowError, OSError, ValueError):
             return None
     if isinstance(v, str):
+        if len(v) > MAX_TIMESTAMP_CHARS:
+            return None  # Python's ISO parser reads odd things ("1" * 5000 is a date in 1111)
         try:
             parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
         except ValueError:
-            if v.isdigit():
+            if v.isascii() and v.isdigit() and len(v) <= MAX_NUMBER_CHARS:  # not "²": a digit to isdigit()
                 return _as_timestamp(int(v))
             try:  # the microblog-a style: "Wed Oct 10 20:19:24 +0000 2018"
                 return datetime.strptime(v, "%a %b %d %H:%M:%S %z %Y")
@@ -207,4 +217,14 @@ COERCE: dict[pa.DataType, Callable[[Any], Any]] = {
 
 
 def coercer(fld: Field) -> Callable[[Any], Any]:
-    return _as_json if fld.json else COERCE[fld.type]
+    """The field's converter: a value, or None when the value does not fit. A value that makes a converter
+    raise (an input nobody foresaw) does not fit either: the service's data must never fail a query."""
+    convert = _as_json if fld.json else COERCE[fld.type]
+
+    def safe(value: Any) -> Any:
+        try:
+            return convert(value)
+        except Exception:  # any failure to convert is a misfit, counted by the caller
+            return None
+
+    return safe

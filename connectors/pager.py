@@ -1,19 +1,21 @@
 """Paging through one query: every page it asks for, exactly once, and never one more.
 
-The pager yields each paid page before asking for the next, so the caller can make it durable first (a crash
-then loses nothing that was paid for, and a resume starts from the page's `cursor_out`). It stops:
+Each paid answer goes to the caller's `keep` (the raw store) before anything parses it, so nothing in reading a
+page can lose what was paid for; the pager then yields the page, read, before asking for the next (a crash then
+loses nothing that was paid for, and a resume starts from the page's `cursor_out`). It stops:
 - at the end of pages as the endpoint's paging style defines it, or at a page with no records (a last page that
   still carries a cursor answers an empty, billed page forever otherwise);
 - when a cursor comes back that was already used, or a page repeats the previous one (the service ignores a
   misspelled cursor parameter and returns page 1 again): status `loop_detected`;
 - at `max_pages`, when the credit ledger refuses a reservation (`budget_exhausted`, cursor kept), or on an
-  error that retrying cannot fix (`failed`). A "not found" answer is billed and kept (`not_found`).
+  error that retrying cannot fix (`failed`). A "not found" answer is billed and kept (`not_found`);
+- at a page that lost records (`drift`, see `connectors.extraction`), keeping its next cursor.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -145,6 +147,12 @@ def _deactivated(page: Page) -> bool:
     return isinstance(body, dict) and body.get("account_deactivated") is True
 
 
+KEPT = (
+    "the paid pages are kept in the raw store: once the catalog reads the new shape, `harvest rebuild` lands "
+    "them and `harvest run --continue` goes on from the next page"
+)
+
+
 def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
     """One message for records a page could not keep: where, what, an example, and that nothing is lost."""
     parts = []
@@ -152,19 +160,18 @@ def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
         if table.no_key:
             pk = ", ".join(endpoint.kind(name).primary_key)
             parts.append(
-                f"{name}: {table.no_key} record(s) without their primary key ({pk}), e.g. {table.no_key_example}"
+                f"{name}: {table.no_key} record(s) without their primary key ({pk}) or with an empty one, "
+                f"e.g. {table.no_key_example}"
             )
+        if table.failed:
+            parts.append(f"{name}: {table.failed} record(s) could not be read ({table.failure})")
     for where in report.missing_lists:
         sent = ", ".join(report.top_keys) or "no keys"
+        why = report.missing_why.get(where, "absent")
         parts.append(
-            f"{where}: the list is missing although the page had content (the answer's keys: {sent})"
+            f"{where}: the list is missing although the page had content ({why}; the answer's keys: {sent})"
         )
-    return (
-        f"the answers of {endpoint.path} changed shape: "
-        + "; ".join(parts)
-        + ". Stopped; the paid pages are "
-        "kept in the raw store, and `harvest rebuild` lands them once the catalog reads the new shape"
-    )
+    return f"the answers of {endpoint.path} changed shape: " + "; ".join(parts) + f". Stopped; {KEPT}"
 
 
 class QueryPager:
@@ -176,7 +183,9 @@ class QueryPager:
         ledger: CreditLedger,
         start: PagerStart | None = None,
         known: KnownKeys | None = None,
+        keep: Callable[[Page], None] | None = None,
     ):
+        """`keep(page)` makes each paid answer durable (the raw store) before the page is read."""
         self.spec = spec
         self.endpoint = endpoint
         self.client = client
@@ -186,6 +195,9 @@ class QueryPager:
         if self.start.cursor and not self.start.used:
             self.start.used.add(cursor_key(self.start.cursor))
         self.known = known
+        self.keep = keep
+        self.reading: Page | None = None
+        """The kept page being read, landed or followed; None while asking for the next one."""
         self.outcome = QueryOutcome(
             spec.query_id,
             endpoint.path,
@@ -209,31 +221,44 @@ class QueryPager:
         )
 
     def _page(
-        self, index: int, cursor: Cursor | None, status: int, credits: int, raw: bytes, body: Any
+        self,
+        index: int,
+        cursor: Cursor | None,
+        status: int,
+        credits: int,
+        raw: bytes,
+        body: Any,
+        cursor_out: Cursor | None = None,
     ) -> Page:
-        converted = convert_page(self.endpoint.kinds, body, self.spec.params)
-        return Page(
+        """The paid answer, kept first (`keep`), then read."""
+        page = Page(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
             index=index,
             params=self.spec.params,
             cursor_in=cursor,
-            cursor_out=None,
+            cursor_out=cursor_out,
             status_code=status,
             credits=credits,
             raw=raw,
             body=body,
             fetched_at=datetime.now(UTC),
-            records=converted.records,
-            tables=converted.tables,
-            report=converted.report,
         )
+        if self.keep is not None:
+            self.keep(page)
+        self.reading = page
+        self.outcome.pages += 1  # paid and kept, whatever reading it does
+        converted = convert_page(self.endpoint.kinds, body, self.spec.params)
+        page.records, page.tables, page.report = converted.records, converted.tables, converted.report
+        return page
 
     async def pages(self) -> AsyncGenerator[Page, None]:
         """Every paid page of the query, in order; `outcome` says how and why paging ended."""
         spec, out, state = self.spec, self.outcome, self.start
         if state.ended is not None:
             out.status = state.ended
+            if state.ended == "drift":
+                out.next_cursor, out.error = state.cursor, drift_message(self.endpoint, state.extraction)
             return
         async with self.ledger.query(spec.query_id, state.index):
             try:
@@ -241,9 +266,9 @@ class QueryPager:
                     if spec.max_pages is not None and out.pages >= spec.max_pages:
                         out.status, out.next_cursor = "max_pages", state.cursor
                         return
+                    self.reading = None
                     page, ended = await self._fetch(state.index, state.cursor)
                     if page is not None:
-                        out.pages += 1
                         out.records += page.report.kept
                         out.extraction.add(page.report)
                         yield page
@@ -282,9 +307,26 @@ class QueryPager:
             if paid is None or not exc.credits:
                 return None, True
             return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
-        page = self._page(index, cursor, response.status_code, response.credits, response.raw, response.body)
-        page.cursor_out = self.endpoint.paging.next_cursor(response.body)
+        nxt = self.endpoint.paging.next_cursor(response.body)
+        page = self._page(
+            index, cursor, response.status_code, response.credits, response.raw, response.body, nxt
+        )
         return page, False
+
+    def broke(self, exc: Exception) -> None:
+        """Something no rule foresaw raised while paging. While a kept page was being read or landed, the query
+        stops after that page as `drift`: `harvest rebuild` lands it, `--continue` goes on from its next cursor,
+        nothing is paid twice. Otherwise (asking for a page) it failed, and goes on from that page's cursor."""
+        out, page = self.outcome, self.reading
+        what = f"{type(exc).__name__}: {exc}"
+        if page is None:
+            out.status, out.next_cursor, out.error = "failed", self.start.cursor, what
+            return
+        out.status, out.next_cursor = "drift", page.cursor_out
+        out.error = (
+            f"page {page.index + 1} of {self.endpoint.path} could not be read or landed ({what}). "
+            f"Stopped; {KEPT}"
+        )
 
     def _advance(self, page: Page, state: PagerStart) -> bool:
         """Move `state` past a landed page; False (with the outcome set) when paging ends here."""

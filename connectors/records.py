@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.dig import MISSING, first
+from connectors.dig import MISSING, compile_path
 from connectors.fields import PARAM_PREFIX, TIMESTAMP, Field
 
 META_COLUMNS: tuple[pa.Field, ...] = (
@@ -98,12 +98,17 @@ class Unwrap:
 
 @dataclass(frozen=True)
 class Located:
-    """What a page holds at a kind's locations: the items, and whether the location was there at all."""
+    """What a page holds at a kind's locations: the items, and whether the list (or object) was there."""
 
     items: list[Any]
     found: bool
     single: bool
-    """The location held one object, not a list (a detail answer): a keyless one means "not found"."""
+    """The location held one object where the kind expects one (a detail answer): a keyless one means
+    "not found"."""
+    missing: str = ""
+    """Why nothing was found: "absent", "null", or "an object, not a list" (a list turned into a keyed map)."""
+    instead: Any = None
+    """What was there instead of a list (an object, a string, ...), for an example."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,10 @@ class RecordKind:
     unwrap: Unwrap | None = None
     ignore: tuple[str, ...] = ()
     """Record paths known to come and deliberately left in `raw` (not reported as new fields)."""
+    objects: tuple[str, ...] = ()
+    """Locations that hold one object (a detail answer, the shop beside its products); every other location
+    holds a list, and an object found there is drift, not a record. The empty location (the answer itself) is
+    always one object."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
     known: Known = field(init=False, compare=False, repr=False)
     """The fields some column reads: any other is a field the catalog does not know yet."""
@@ -130,9 +139,10 @@ class RecordKind:
     def __post_init__(self) -> None:
         names = [fld.name for fld in self.columns]
         missing = [k for k in self.primary_key if k not in names]
-        if missing or len(set(names)) != len(names):
+        if missing or len(set(names)) != len(names) or not set(self.objects) <= set(self.locations):
             raise ValueError(
-                f"{self.table}: primary key {missing} not among fields, or duplicate field names"
+                f"{self.table}: primary key {missing} not among fields, duplicate field names, or `objects` "
+                "not among the locations"
             )
         schema = pa.schema([pa.field(fld.name, fld.type) for fld in self.columns] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
@@ -168,12 +178,20 @@ class RecordKind:
         return lambda item: read(inner(item))
 
     def locate(self, body: Any) -> Located:
-        found = first(body, self.locations)
-        if found is MISSING or found is None:
-            return Located([], found is not MISSING, False)
-        if isinstance(found, list):
-            return Located([r for r in found if r is not None], True, False)
-        return Located([found], True, True)
+        """The items at the first location that resolves. A null there, or an object where a list belongs,
+        is not found: whether that loses records depends on the rest of the page (`connectors.extraction`)."""
+        for path in self.locations:
+            found = compile_path(path)(body)
+            if found is MISSING:
+                continue
+            if found is None:
+                return Located([], False, False, "null")
+            if isinstance(found, list):
+                return Located([r for r in found if r is not None], True, False)
+            if path == "" or path in self.objects:
+                return Located([found], True, True)
+            return Located([], False, False, f"{_kind_of(found)}, not a list", found)
+        return Located([], False, False, "absent")
 
     def extract(self, body: Any) -> list[Any]:
         """The items of this kind in one page body (empty when the page has none)."""
@@ -188,6 +206,10 @@ class RecordKind:
             unknown_paths(self.wrapped_known[1], item[self.unwrap.key], out)
         else:
             unknown_paths(self.known, item, out)
+
+
+def _kind_of(value: Any) -> str:
+    return {dict: "an object", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
 def keys_of(kind: RecordKind, records: Iterable[Any], params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -7,10 +7,13 @@ answer in about a second: Prefect and the flow are imported inside the commands 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
+
+from sandbox import drift_shapes
 
 if TYPE_CHECKING:
     from flows.spec import JobSpec
@@ -25,7 +28,9 @@ app = typer.Typer(
 
 @app.command(
     epilog="Example: harvest sandbox --port 8765 --api-key demo-key --credits 1000 --fault-rate 0.1 --seed 7\n\n"
-    "Benchmark scale: harvest sandbox --pages 200 200 --page-size 100 --credits 1000000"
+    "Benchmark scale: harvest sandbox --pages 200 200 --page-size 100 --credits 1000000\n\n"
+    "A service change: harvest sandbox --drift renamed-list. Shapes (--drift NAME, repeat to combine):\n\n"
+    + drift_shapes.described().replace("\n", "\n\n")
 )
 def sandbox(
     port: int = typer.Option(8765, help="Port on 127.0.0.1 to serve on."),
@@ -47,10 +52,22 @@ def sandbox(
     slow_seconds: float = typer.Option(2.0, help="Delay of a `slow` fault."),
     retry_after: str = typer.Option("1", help="Retry-After header of a 429 fault, in seconds."),
     cache_pages: bool = typer.Option(False, "--cache-pages", help="Serve repeated pages from memory."),
+    drift: list[str] = typer.Option(
+        [],
+        "--drift",
+        metavar="NAME",
+        help="Serve answers changed in shape (listed below); repeat to combine.",
+    ),
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
     from sandbox.config import Quirks
     from sandbox.server import serve
+
+    unknown = [name for name in drift if name not in drift_shapes.SHAPES]
+    if unknown:
+        _fail(f"--drift: no shape {unknown[0]!r}; allowed: {', '.join(drift_shapes.SHAPES)}")
+    for name in drift:
+        print(f"drift {name}: {drift_shapes.SHAPES[name].what}", file=sys.stderr)
 
     serve(
         port=port,
@@ -65,6 +82,7 @@ def sandbox(
         slow_seconds=slow_seconds,
         retry_after=retry_after,
         cache_pages=cache_pages,
+        drift=drift_shapes.combine(drift),
     )
 
 

@@ -69,10 +69,10 @@ class Fanout:
         progress.current().query_started(decided.query_id, decided.endpoint)
 
     def on_records(
-        self, query: QuerySpec, records: Mapping[str, list[Any]], credits: int, replayed: bool
+        self, query: QuerySpec, records: Mapping[str, list[Any]], kept: int, credits: int, replayed: bool
     ) -> None:
         if not replayed:
-            progress.current().page_landed(query.query_id, sum(map(len, records.values())), credits)
+            progress.current().page_landed(query.query_id, kept, credits)
         endpoint = self.ctx.endpoints[query.endpoint]
         for dep in self.children.get(base_id(query.query_id), []):
             self._discover(dep, endpoint, query, records)
@@ -103,7 +103,7 @@ class Fanout:
             endpoint = self.ctx.endpoints[summary["endpoint"]]
             spec = QuerySpec(**self.start_info.journal.started[query_id])
             for page in replay(layout.raw_file(self.ctx.run_id, query_id), endpoint):
-                self.on_records(spec, page.records, page.raw.credits, True)
+                self.on_records(spec, page.records, page.kept, page.raw.credits, True)
 
     async def run(self, layout: OutputLayout) -> list[dict[str, Any]]:
         for query in self.plan.queries:
@@ -125,9 +125,11 @@ class Fanout:
         try:
             return task.result()
         except Exception as exc:  # a broken task must not take the other queries' landed data with it
-            query_id = task.get_name()
+            query_id, layout, run_id = task.get_name(), self.ctx.layout, self.ctx.run_id
             return QuerySummary(
                 query_id=query_id, endpoint=self.endpoint_of[query_id], status="failed", pages=0,
                 records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
                 error=f"{type(exc).__name__}: {exc}",
+                raw_file=layout.relative(layout.raw_file(run_id, query_id)),
+                requests_file=layout.relative(layout.requests_file(run_id, query_id)),
             ).as_dict()  # fmt: skip

@@ -139,6 +139,12 @@ def _chain(layout: OutputLayout, job: str) -> list[RunManifest]:
     return chain[::-1]
 
 
+def _paid_through(summary: dict[str, Any]) -> bool:
+    """A query that drifted on its last page: every page is paid and kept (`harvest rebuild` lands them), so
+    continuing it would only pay for the same pages again."""
+    return summary["status"] == "drift" and not summary.get("next_cursor")
+
+
 def continue_start(layout: OutputLayout, job: str) -> RunStart:
     """Pick up what the job's earlier runs left: each query's newest status across the chain decides."""
     chain = _chain(layout, job)
@@ -151,7 +157,7 @@ def continue_start(layout: OutputLayout, job: str) -> RunStart:
         status.update({q["query_id"]: q for q in run.queries})
     start = RunStart("continue", chain[-1])
     for qid, summary in status.items():
-        if summary["status"] not in CONTINUABLE:
+        if summary["status"] not in CONTINUABLE or _paid_through(summary):
             start.done.add(qid)
         elif qid in specs:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}

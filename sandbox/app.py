@@ -26,6 +26,7 @@ from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulated import EmulatedEndpoint
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.faults import EDGE_FAULTS, drop_connection, edge_response
+from sandbox.paths import CREDIT_BALANCE
 from sandbox.service import SandboxState, WireAnswer
 from sandbox.validation import InvalidRequest
 
@@ -87,7 +88,7 @@ async def _expected(request: Request) -> Response:
 
 def _routes() -> list[Route]:
     routes = [Route(e.path, _data, methods=["GET"]) for e in ep.ENDPOINTS]
-    routes.append(Route(ep.CREDIT_BALANCE, _balance, methods=["GET"]))
+    routes.append(Route(CREDIT_BALANCE, _balance, methods=["GET"]))
     routes.append(Route("/_sandbox/ledger", _ledger, methods=["GET"]))
     routes.append(Route("/_sandbox/expected", _expected, methods=["GET"]))
     return routes

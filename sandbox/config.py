@@ -85,17 +85,23 @@ class Drift:
     stuck_cursor: frozenset[str] = frozenset()
     """Paths (with a `cursor` parameter) whose pages after the first hand back the cursor they were asked
     with: a client that does not notice pays for the same page forever."""
+    nulled_lists: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Path -> (documented list key, new key): the documented key is sent as null, the records under the new
+    one, e.g. `{"feed": null, "items": [...]}`."""
+    keyed_lists: Mapping[str, str] = field(default_factory=dict)
+    """Path -> documented list key sent as an object keyed by position (`{"item0": {...}, "item1": ...}`)."""
+    omit_empty_lists: bool = False
+    """Lists with no records on a page are left out of the answer, as the real service may (a search with no
+    lives): nothing is lost."""
+    empty_keys: float = 0.0
+    """Share of list records whose primary key is sent as an empty string."""
+    odd_values: float = 0.0
+    """Share of records whose timestamps are "²" (a digit to `str.isdigit`, not to `int`) or an integer beyond
+    64 bits, and whose counters are 5000 digits long (beyond what Python converts)."""
 
     @property
     def active(self) -> bool:
-        return bool(
-            self.wrapped_feed
-            or self.renamed_lists
-            or self.bad_values
-            or self.new_fields
-            or self.missing_keys
-            or self.stuck_cursor
-        )
+        return any(getattr(self, f.name) for f in dataclasses.fields(self))
 
 
 def _default_keys() -> dict[str, int]:

@@ -16,28 +16,27 @@ from typing import Any
 
 from sandbox import creative, cursors, paged, single
 from sandbox.emulated import EmulatedEndpoint, NewItems, NotFoundAnswer, QueryParam
+from sandbox.paths import (
+    ADVERTISERS,
+    CLIP,
+    COMMUNITY_POST,
+    CREATIVE_DETAIL,
+    CREATIVE_SEARCH,
+    EMBED,
+    FORUM_SEARCH,
+    GROUP_POSTS,
+    MB_FEED,
+    MB_POST,
+    PHOTOS,
+    PINS,
+    PROFILE_VIDEOS,
+    REELS,
+    REPLIES,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
 from sandbox.validation import RequestParams
-
-CREATIVE_SEARCH = "/v1/creative/materials"
-CREATIVE_DETAIL = "/v1/creative/materials/{material_id}"
-PHOTOS = "/v1/network-a/profile/photos"
-GROUP_POSTS = "/v1/network-a/group/posts"
-FORUM_SEARCH = "/v1/forum/subreddit/search"
-CLIP = "/v1/streaming/clip"
-COMMUNITY_POST = "/v1/video-platform/community-post"
-MB_POST = "/v1/microblog-b/post"
-MB_FEED = "/v1/microblog-b/user/posts"
-TWEETS = "/v1/microblog-a/community/tweets"
-ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
-EMBED = "/v1/photo-app/user/embed"
-REELS = "/v1/photo-app/user/reels"
-PINS = "/v1/pinboard/search"
-VIDEO_SEARCH = "/v1/video-platform/search"
-REPLIES = "/v1/video-platform/video/comment/replies"
-SHOP = "/v1/short-video/shop/products"
-PROFILE_VIDEOS = "/v3/short-video/profile/videos"
-
-CREDIT_BALANCE = "/v1/credit-balance"
 
 SHOP_REGIONS = (
     "US",

@@ -2,7 +2,8 @@
 
 `observation`: engagement counters grow with the night, ids and texts stay, so a job run twice sees two
 observations of the same items. `drift`: the answer drifts from the documented shapes (wrapped feed items, a
-renamed list, counters as text, unknown fields, records without their key), deterministically from the seed.
+renamed, nulled, keyed or omitted list, counters as text, values no naive conversion survives, unknown fields,
+records without their key or with an empty one), deterministically from the seed.
 Both act on the records of `ServedPage.records` in place, so `sandbox.expected` describes what was served.
 """
 
@@ -26,6 +27,8 @@ COUNTERS = frozenset(
 )  # fmt: skip
 TIMESTAMPS = frozenset({"create_time", "taken_at", "publishTime", "created_at", "indexedAt"})
 BAD_COUNTS = ("1.2K", "1,234", "42", "twelve")
+ODD_TIMESTAMPS: tuple[str | int, ...] = ("\u00b2", 2**64 - 1)
+ODD_COUNT = "1" * 5000
 NEW_FIELDS = {"sponsored": False, "experiment_bucket": "b7"}
 
 
@@ -63,6 +66,14 @@ def _spoil_values(record: Record, n: int) -> None:
             d[key] = "yesterday"
 
 
+def _odd_values(record: Record, n: int) -> None:
+    for d in _dicts(record):
+        for key in COUNTERS & d.keys():
+            d[key] = ODD_COUNT
+        for key in TIMESTAMPS & d.keys():
+            d[key] = ODD_TIMESTAMPS[n % len(ODD_TIMESTAMPS)]
+
+
 def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
     seed = ctx.config.seed
     for kind, records in page.records.items():
@@ -73,11 +84,16 @@ def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
             rid = _record_id(kind, record, pk)
             if drift.bad_values and unit(seed, "bad", rid) < drift.bad_values:
                 _spoil_values(record, n)
+            if drift.odd_values and unit(seed, "odd", rid) < drift.odd_values:
+                _odd_values(record, n)
             if drift.new_fields:
                 record.update(NEW_FIELDS)
             if drift.missing_keys and ctx.endpoint.paged and unit(seed, "nokey", rid) < drift.missing_keys:
                 for part in pk.split("+"):
                     record.pop(part, None)
+            if drift.empty_keys and ctx.endpoint.paged and unit(seed, "emptykey", rid) < drift.empty_keys:
+                for part in pk.split("+"):
+                    record[part] = ""
 
 
 def _wrap_feed(page: ServedPage, feed_list: str, share: float, seed: int) -> None:
@@ -114,7 +130,20 @@ def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
     asked = ctx.params.get("cursor")
     if ctx.endpoint.path in drift.stuck_cursor and asked is not None and "cursor" in page.body:
         page.body["cursor"] = asked
-    renamed = drift.renamed_lists.get(ctx.endpoint.path)
-    if renamed is not None and renamed[0] in page.body:
-        page.body[renamed[1]] = page.body.pop(renamed[0])
+    _reshape_lists(page.body, ctx.endpoint.path, drift)
     return page
+
+
+def _reshape_lists(body: dict[str, Any], path: str, drift: Drift) -> None:
+    renamed = drift.renamed_lists.get(path)
+    if renamed is not None and renamed[0] in body:
+        body[renamed[1]] = body.pop(renamed[0])
+    nulled = drift.nulled_lists.get(path)
+    if nulled is not None and nulled[0] in body:
+        body[nulled[1]], body[nulled[0]] = body[nulled[0]], None
+    keyed = drift.keyed_lists.get(path)
+    if keyed is not None and isinstance(body.get(keyed), list):
+        body[keyed] = {f"item{n}": item for n, item in enumerate(body[keyed])}
+    if drift.omit_empty_lists:
+        for key in [k for k, v in body.items() if isinstance(v, list) and not v]:
+            del body[key]

@@ -1,7 +1,9 @@
 """The connector task: page through one query, making each paid page durable before asking for the next.
 
-Order per page: raw page (compressed, flushed: survives `kill -9`) -> Parquet row groups -> dependents and
-progress. Parquet is derived data and can be rebuilt from the raw pages; the raw page is the receipt. A resumed
+Order per page: raw page (compressed, flushed: survives `kill -9`, written before the page is even parsed) ->
+Parquet row groups -> dependents and progress. Parquet is derived data and can be rebuilt from the raw pages; the
+raw page is the receipt. Whatever raises after a page was kept ends the query with that page kept, its attempts
+in `requests` and its next cursor saved (`QueryPager.broke`): a query never loses a page it paid for. A resumed
 query first lands its raw pages again (its partial Parquet files from before the crash are replaced), then pages
 on from the last one. Page retries live in the client; the task itself is never retried by Prefect, which would
 pay for pages again.
@@ -9,10 +11,12 @@ pay for pages again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.catalog import Endpoint
 from connectors.extraction import PageMeta, with_meta
-from connectors.pager import PagerStart, QueryPager, QuerySpec
+from connectors.pager import Page, PagerStart, QueryPager, QuerySpec
 from tasks.known_keys import load_known_keys
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink, run_date
@@ -29,13 +33,16 @@ from tasks.rawstore import RawPageWriter
 from tasks.replay import ResumePoint, replay
 from tasks.run_context import RunContext, lookup
 
+log = logging.getLogger(__name__)
+
 ROW_GROUP_ROWS = 10_000
 ROW_GROUP_BYTES = 2 * 1024 * 1024
 """Every running query buffers at most one row group per table, so memory is bounded by these times the
 number of queries in flight, whatever the number of pages; 10k rows still read efficiently."""
 
-OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, bool], None]
-"""Called per landed page with its records, its credits and whether it was replayed from the raw store."""
+OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None]
+"""Called per landed page with its records (as sent), how many were kept, its credits and whether it was
+replayed from the raw store."""
 
 
 @dataclass
@@ -106,9 +113,25 @@ def land_raw_pages(
     for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:
-            on_records(spec, page.records, page.raw.credits, True)
+            on_records(spec, page.records, page.kept, page.raw.credits, True)
         point.add(page)
     return point.finish()
+
+
+def _keep(raw: RawPageWriter, page: Page) -> None:
+    """The paid answer into the raw store, as received, before anything parses it."""
+    raw.append(
+        query_id=page.query_id,
+        page=page.index,
+        endpoint=page.endpoint,
+        params=page.params,
+        cursor_in=page.cursor_in,
+        cursor_out=page.cursor_out,
+        fetched_at=page.fetched_at,
+        status_code=page.status_code,
+        credits=page.credits,
+        body=page.raw,
+    )
 
 
 def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
@@ -140,23 +163,16 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
         if spec.resume:
             start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
         pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint))
-        with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
-            async with aclosing(pager.pages()) as pages:
-                async for page in pages:
-                    raw.append(
-                        query_id=spec.query_id,
-                        page=page.index,
-                        endpoint=page.endpoint,
-                        params=page.params,
-                        cursor_in=page.cursor_in,
-                        cursor_out=page.cursor_out,
-                        fetched_at=page.fetched_at,
-                        status_code=page.status_code,
-                        credits=page.credits,
-                        body=page.raw,
-                    )
-                    land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
-                    ctx.on_records(spec, page.records, page.credits, False)
+        try:
+            with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
+                pager.keep = partial(_keep, raw)
+                async with aclosing(pager.pages()) as pages:
+                    async for page in pages:
+                        land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
+                        ctx.on_records(spec, page.records, page.report.kept, page.credits, False)
+        except Exception as exc:  # no rule foresaw it: end this query, keep what it paid for, go on
+            log.debug("query %s broke", spec.query_id, exc_info=True)
+            pager.broke(exc)
     finally:
         files = sink.close()  # publish what landed even on failure: those rows came from paid, kept pages
         ctx.attempts.close(spec.query_id)

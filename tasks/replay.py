@@ -92,6 +92,9 @@ class ResumePoint:
         raw = last.raw
         if raw.status_code == 404:
             start.ended = "not_found"
+        elif last.converted.report.lost:
+            start.ended = "drift"  # the catalog still cannot read it: stop here again, as the live run did
+            start.cursor = dict(raw.cursor_out) if raw.cursor_out else None
         elif not last.answered:
             start.cursor, start.index = raw.cursor_in, raw.page  # a paid failure: ask for that page again
         elif not raw.cursor_out or last.record_count == 0:

@@ -64,7 +64,7 @@ def _values(wanted: list[list[str]], params: dict[str, Any], endpoint_path: str)
         if read is not None:
             readers.append((table, f"{table}.{fld}", read))
 
-    def hook(spec: QuerySpec, records: Any, credits: int, replayed: bool) -> None:
+    def hook(spec: QuerySpec, records: Any, kept: int, credits: int, replayed: bool) -> None:
         for table, key, read in readers:
             found[key].extend(v for v in map(read, records.get(table, [])) if v not in (None, ""))
 

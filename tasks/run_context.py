@@ -53,10 +53,11 @@ class RunContext:
     attempts: AttemptLogs
     incremental: bool = True
     """False under `--full`: incremental queries page fully this once."""
-    on_records: Callable[[QuerySpec, Mapping[str, list[Any]], int, bool], None] = (
-        lambda spec, records, credits, replayed: None
+    on_records: Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None] = (
+        lambda spec, records, kept, credits, replayed: None
     )
-    """Per landed page: its records, credits and whether it was replayed (dependents and progress)."""
+    """Per landed page: its records (as sent), how many were kept, its credits and whether it was replayed
+    (dependents and progress)."""
 
     @property
     def fsync(self) -> bool:

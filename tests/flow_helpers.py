@@ -37,6 +37,23 @@ def write_spec(tmp_path: Path, spec: Mapping[str, Any], name: str = "job.yaml") 
     return path
 
 
+def one_query(
+    tmp_path: Path, base_url: str, endpoint: str, params: Mapping[str, Any], *more: dict[str, Any]
+) -> Path:
+    """A spec of query `q` (plus `more` query entries) against `base_url`, output in `tmp_path / "out"`."""
+    queries = [{"id": "q", "endpoint": endpoint, "params": dict(params)}, *more]
+    return write_spec(
+        tmp_path,
+        {
+            "name": "drift",
+            "service": {"base_url": base_url},
+            "budget": {"credits": 100},
+            "output": str(tmp_path / "out"),
+            "queries": queries,
+        },
+    )
+
+
 def run_flow(
     spec_path: Path, *, budget: int | None = None, output: Path | None = None, **options: Any
 ) -> dict[str, Any]:

@@ -6,9 +6,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
+from sandbox.drift_shapes import SHAPES
 
 
 def _free_port() -> int:
@@ -17,26 +21,47 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_harvest_sandbox_serves_with_the_given_key_credits_and_scale() -> None:
+@contextmanager
+def harvest_sandbox(*options: str) -> Iterator[str]:
+    """`harvest sandbox` in its own process with `options`, up and answering; yields its base URL."""
     port = _free_port()
     harvest = Path(sys.executable).with_name("harvest")
     proc = subprocess.Popen(
-        [str(harvest), "sandbox", "--port", str(port), "--api-key", "cli-key", "--credits", "3",
-         "--pages", "2", "2", "--page-size", "7", "--no-quirks"],
+        [str(harvest), "sandbox", "--port", str(port), *options],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-    )  # fmt: skip
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 15
         while True:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
             try:
-                httpx.get(f"{base}/v1/credit-balance", headers={"x-api-key": "cli-key"}, timeout=1)
+                httpx.get(f"{base}/v1/credit-balance", timeout=1)
                 break
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "harvest sandbox did not come up"
                 time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_harvest_sandbox_serves_with_the_given_key_credits_and_scale() -> None:
+    options = [
+        "--api-key",
+        "cli-key",
+        "--credits",
+        "3",
+        "--pages",
+        "2",
+        "2",
+        "--page-size",
+        "7",
+        "--no-quirks",
+    ]
+    with harvest_sandbox(*options) as base:
         with httpx.Client(base_url=base, headers={"x-api-key": "cli-key"}) as client:
             first = client.get("/v1/pinboard/search", params={"query": "trail"}).json()
             assert len(first["pins"]) == 7 and first["cursor"]
@@ -48,6 +73,30 @@ def test_harvest_sandbox_serves_with_the_given_key_credits_and_scale() -> None:
             assert client.get("/v1/pinboard/search", params={"query": "x"}).status_code == 200
             assert client.get("/v1/pinboard/search", params={"query": "y"}).status_code == 402  # balance 0
         assert httpx.get(f"{base}/v1/pinboard/search", params={"query": "x"}).status_code == 401
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+
+
+def test_harvest_sandbox_serves_the_drift_shapes_it_names() -> None:
+    with (
+        harvest_sandbox("--drift", "renamed-secondary", "--drift", "keyed-list") as base,
+        httpx.Client(base_url=base, headers={"x-api-key": "sandbox-key"}) as client,
+    ):
+        forum = client.get(
+            "/v1/forum/subreddit/search", params={"subreddit": "running", "sort": "top"}
+        ).json()
+        assert forum["replies"] and "comments" not in forum and forum["posts"]
+        feed = client.get("/v1/microblog-b/user/posts", params={"handle": "nasa.example"}).json()
+        assert isinstance(feed["feed"], dict) and all("uri" in post for post in feed["feed"].values())
+        pins = client.get("/v1/pinboard/search", params={"query": "trail"}).json()
+        assert isinstance(pins["pins"], list)  # shapes not asked for stay as documented
+
+
+def test_harvest_sandbox_refuses_an_unknown_drift_and_lists_the_shapes() -> None:
+    harvest = Path(sys.executable).with_name("harvest")
+    listed = subprocess.run([str(harvest), "sandbox", "--help"], capture_output=True, text=True, timeout=30)
+    refused = subprocess.run(
+        [str(harvest), "sandbox", "--drift", "renamed-lists"], capture_output=True, text=True, timeout=30
+    )
+    assert refused.returncode == 2
+    assert "--drift: no shape 'renamed-lists'" in refused.stderr
+    for name in SHAPES:
+        assert name in refused.stderr and f"{name}: " in listed.stdout, name

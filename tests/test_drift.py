@@ -7,7 +7,6 @@ codes and the one message that says what happened.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -23,7 +22,7 @@ from sandbox.expected import full_crawl
 from sandbox.server import running
 from tasks.rawstore import RawPageReader
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, run_flow, scalar
 
 FEED = "/v1/microblog-b/user/posts"
 PROFILE = "/v3/short-video/profile/videos"
@@ -36,19 +35,6 @@ runner = CliRunner()
 def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
-
-
-def one_query(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]) -> Path:
-    return write_spec(
-        tmp_path,
-        {
-            "name": "drift",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "q", "endpoint": endpoint, "params": params}],
-        },
-    )
 
 
 @pytest.mark.parametrize("share", [1.0, 0.4])

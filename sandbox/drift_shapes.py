@@ -1,0 +1,102 @@
+"""Named service changes the sandbox can serve (`harvest sandbox --drift NAME`), to watch what harvest does when
+the service changes shape: which changes it reads, which it counts, and which stop a query as `drift`.
+
+Each name is one `Drift` (`sandbox.config`); several names combine. Tests use the same shapes by name or build a
+`Drift` of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.config import Drift
+from sandbox.paths import FORUM_SEARCH, MB_FEED, PINS, VIDEO_SEARCH
+
+
+@dataclass(frozen=True)
+class Shape:
+    what: str
+    """What the answers look like, and what harvest does about it."""
+    drift: Drift
+
+
+SHAPES: dict[str, Shape] = {
+    "wrapped-feed": Shape(
+        "microblog-b feed items come wrapped the native upstream way, {post, reason, reply}: read (an "
+        "alternative shape of the kind)",
+        Drift(wrapped_feed=1.0),
+    ),
+    "renamed-list": Shape(
+        "the microblog-b feed's list `feed` is sent as `items`: drift",
+        Drift(renamed_lists={MB_FEED: ("feed", "items")}),
+    ),
+    "null-list": Shape(
+        "the microblog-b feed's `feed` is null, its posts under `items`: drift",
+        Drift(nulled_lists={MB_FEED: ("feed", "items")}),
+    ),
+    "keyed-list": Shape(
+        "the microblog-b feed's `feed` is an object keyed item0, item1, ... instead of a list: drift",
+        Drift(keyed_lists={MB_FEED: "feed"}),
+    ),
+    "renamed-secondary": Shape(
+        "forum search's `comments` is sent as `replies`, video search's `channels` as `channel_results`: drift",
+        Drift(
+            renamed_lists={
+                FORUM_SEARCH: ("comments", "replies"),
+                VIDEO_SEARCH: ("channels", "channel_results"),
+            }
+        ),
+    ),
+    "omitted-lists": Shape(
+        "lists with nothing in them are left out of answers, as the real service may: nothing is lost, no message",
+        Drift(omit_empty_lists=True),
+    ),
+    "missing-keys": Shape(
+        "3 in 10 list records come without their primary key: drift", Drift(missing_keys=0.3)
+    ),
+    "empty-keys": Shape("3 in 10 list records have an empty primary key: drift", Drift(empty_keys=0.3)),
+    "text-numbers": Shape(
+        'counters come as text ("1.2K", "1,234", "42", "twelve"), timestamps as "yesterday": converted where '
+        "unambiguous, else NULL and counted",
+        Drift(bad_values=1.0),
+    ),
+    "odd-values": Shape(
+        'timestamps come as "²" or beyond 64 bits, counters 5000 digits long: NULL and counted',
+        Drift(odd_values=1.0),
+    ),
+    "new-fields": Shape(
+        "every record carries fields the interface does not name: named once", Drift(new_fields=True)
+    ),
+    "stuck-cursor": Shape(
+        "the microblog-b feed and pin search hand back the cursor they were asked with: loop_detected",
+        Drift(stuck_cursor=frozenset({MB_FEED, PINS})),
+    ),
+}
+
+
+def combine(names: Iterable[str]) -> Drift:
+    """The drift of several named shapes at once; raises KeyError naming an unknown one."""
+    merged: dict[str, Any] = {}
+    for name in names:
+        if name not in SHAPES:
+            raise KeyError(name)
+        for fld in dataclasses.fields(Drift):
+            value = getattr(SHAPES[name].drift, fld.name)
+            if not value:
+                continue
+            have = merged.get(fld.name)
+            if isinstance(value, Mapping):
+                merged[fld.name] = {**(have or {}), **value}
+            elif isinstance(value, frozenset):
+                merged[fld.name] = (have or frozenset()) | value
+            else:
+                merged[fld.name] = max(have or value, value)
+    return Drift(**merged)
+
+
+def described() -> str:
+    """One line per shape: its name and what it does."""
+    return "\n".join(f"{name}: {shape.what}" for name, shape in SHAPES.items())

@@ -1,0 +1,23 @@
+"""The documented paths the sandbox serves: names for them, importable without the sandbox's builders (the
+`harvest sandbox --drift` shapes name paths and load with the command line)."""
+
+CREATIVE_SEARCH = "/v1/creative/materials"
+CREATIVE_DETAIL = "/v1/creative/materials/{material_id}"
+PHOTOS = "/v1/network-a/profile/photos"
+GROUP_POSTS = "/v1/network-a/group/posts"
+FORUM_SEARCH = "/v1/forum/subreddit/search"
+CLIP = "/v1/streaming/clip"
+COMMUNITY_POST = "/v1/video-platform/community-post"
+MB_POST = "/v1/microblog-b/post"
+MB_FEED = "/v1/microblog-b/user/posts"
+TWEETS = "/v1/microblog-a/community/tweets"
+ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
+EMBED = "/v1/photo-app/user/embed"
+REELS = "/v1/photo-app/user/reels"
+PINS = "/v1/pinboard/search"
+VIDEO_SEARCH = "/v1/video-platform/search"
+REPLIES = "/v1/video-platform/video/comment/replies"
+SHOP = "/v1/short-video/shop/products"
+PROFILE_VIDEOS = "/v3/short-video/profile/videos"
+
+CREDIT_BALANCE = "/v1/credit-balance"

@@ -1,0 +1,77 @@
+"""The recovery the README documents after a shape change, as a user goes through it: a run stops as `drift`,
+the catalog learns the new shape, `harvest rebuild` lands the stored pages without a request, and
+`harvest run --continue` picks the query up at its saved cursor. In the end the rows are the full crawl and the
+sandbox's ledger shows no page paid twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from connectors import catalog
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from sandbox.drift_shapes import SHAPES
+from sandbox.expected import full_crawl
+from sandbox.server import running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
+
+FEED = "/v1/microblog-b/user/posts"
+PARAMS = {"handle": "nasa.example"}
+runner = CliRunner()
+
+
+def read_items_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix a user makes in `connectors/catalog.py`: the posts may also come under `items`."""
+    posts = catalog.MICROBLOG_B_POSTS
+    fixed = dataclasses.replace(posts, locations=(*posts.locations, "items"))
+    endpoints = tuple(
+        dataclasses.replace(e, kinds=tuple(fixed if k is posts else k for k in e.kinds))
+        for e in catalog.ENDPOINTS
+    )
+    monkeypatch.setattr(catalog, "ENDPOINTS", endpoints)
+
+
+def test_rebuild_then_continue_recovers_a_drifted_query_paying_no_page_twice(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), page_size=5, drift=SHAPES["renamed-list"].drift
+    )
+    output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
+    with running(config) as sb:
+        spec = str(one_query(tmp_path, sb.base_url, FEED, PARAMS))
+        drifted = runner.invoke(app, ["run", spec])
+        assert drifted.exit_code == 1, drifted.output
+        assert "harvest rebuild" in drifted.stderr and "--continue" in drifted.stderr
+        assert rows(db, "SELECT status, records FROM query_state") == [("drift", 0)]
+
+        read_items_too(monkeypatch)
+        paid = len(sb.ledger)
+        rebuilt = runner.invoke(app, ["rebuild", str(output)])
+        assert rebuilt.exit_code == 0, rebuilt.output
+        assert len(sb.ledger) == paid, "rebuild sent a request"
+        assert scalar(db, "SELECT count(*) FROM microblog_b_posts") == 5  # the drifted page, landed
+        assert rows(db, "SELECT status, records, lists_missing FROM query_state") == [("drift", 5, 0)]
+
+        continued = runner.invoke(app, ["run", spec, "--continue"])
+        assert continued.exit_code == 0, continued.output
+        pages = data_entries(sb)
+        credits = sb.billed_total()
+
+    posts = full_crawl(FEED, PARAMS, config)["posts"]
+    assert sorted(r[0] for r in rows(db, "SELECT uri FROM microblog_b_posts")) == sorted(
+        p["uri"] for p in posts
+    )
+    asked = [orjson.dumps(e.params) for e in pages]
+    assert len(asked) == 3 == len(set(asked)), "a page was asked for twice"
+    assert credits == 3 == scalar(db, "SELECT sum(credits_spent) FROM runs")
+    assert rows(db, "SELECT status FROM runs ORDER BY started") == [("failed",), ("complete",)]
