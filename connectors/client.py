@@ -2,7 +2,9 @@
 
 Money rules, in the order they apply to each attempt:
 
-1. Reserve the endpoint's cost in the ledger first. No reservation -> `BudgetExhausted`, nothing is sent.
+1. Reserve the endpoint's cost in the ledger first. No reservation -> `BudgetExhausted`, nothing is sent. Then
+   wait for a connection slot; when the run stopped meanwhile (Ctrl-C, a refused key), release the reservation
+   and send nothing (`RunStopped`).
 2. Send. If the request provably never reached the service (connect error/timeout, no pooled connection),
    release the reservation. Otherwise settle it: to the body's `credits_charged` when an answer carries it,
    else keep it whole (an unknown charge counts as spent: timeouts, dropped connections, 503 text/plain,
@@ -253,6 +255,10 @@ class ServiceClient:
         except BaseException:
             ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
             raise
+        if ledger.stopped is not None:  # the run stopped while this request waited for a slot: never send it
+            self._slots.release()
+            ledger.release(reservation)
+            raise self._aborted(call, sent=False)
         try:
             ledger.sending(reservation)  # durable from here: a crash counts this request as spent
             call.attempts += 1
@@ -388,11 +394,12 @@ class ServiceClient:
             attempts=call.attempts, query_id=request.query_id, endpoint=request.endpoint,
         )  # fmt: skip
 
-    def _aborted(self, call: _Call) -> RunStopped:
+    def _aborted(self, call: _Call, sent: bool = True) -> RunStopped:
         stop = self.ledger.stopped
+        reason = stop.reason if stop else "the run was stopped"
         return RunStopped(
             status=stop.kind if stop else "interrupted",
-            reason=(stop.reason if stop else "the run was stopped") + "; the request in flight was abandoned",
+            reason=reason + ("; the request in flight was abandoned" if sent else ""),
             credits=call.credits,
             page_index=call.request.page,
             query_id=call.request.query_id,
