@@ -5,7 +5,9 @@ Money rules, in the order they apply to each attempt:
 1. Reserve the endpoint's cost in the ledger first. No reservation -> `BudgetExhausted`, nothing is sent.
    The ledger holds at least what the service was seen charging for the endpoint, grants an endpoint whose
    price no answer has shown yet one request at a time, and checks the reservation once more when the
-   connection slot is taken (`sending`): topped up, or reserved again when the price rose meanwhile.
+   connection slot is taken (`sending`): topped up, or reserved again when the price rose meanwhile. When the
+   run stopped while the request waited for its slot (Ctrl-C, a refused key), the reservation is released and
+   nothing is sent (`RunStopped`).
 2. Send. If the request provably never reached the service (connect error/timeout, no pooled connection),
    release the reservation. Otherwise settle it: to the body's `credits_charged` when an answer carries it,
    else keep it whole (an unknown charge counts as spent: timeouts, dropped connections, 503 text/plain,
@@ -257,6 +259,10 @@ class ServiceClient:
             except BaseException:
                 ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
                 raise
+            if ledger.stopped is not None:  # the run stopped while it waited for a slot: never send it
+                self._slots.release()
+                ledger.release(reservation)
+                raise self._aborted(call, sent=False)
             try:
                 # The last price check (topped up if the endpoint was seen costing more since it was granted),
                 # and durable from here: a crash counts this request as spent.
@@ -396,11 +402,12 @@ class ServiceClient:
             attempts=call.attempts, query_id=request.query_id, endpoint=request.endpoint,
         )  # fmt: skip
 
-    def _aborted(self, call: _Call) -> RunStopped:
+    def _aborted(self, call: _Call, sent: bool = True) -> RunStopped:
         stop = self.ledger.stopped
+        reason = stop.reason if stop else "the run was stopped"
         return RunStopped(
             status=stop.kind if stop else "interrupted",
-            reason=(stop.reason if stop else "the run was stopped") + "; the request in flight was abandoned",
+            reason=reason + ("; the request in flight was abandoned" if sent else ""),
             credits=call.credits,
             page_index=call.request.page,
             query_id=call.request.query_id,

@@ -9,18 +9,11 @@ its message), Failed when a query failed, Cancelled when it was interrupted.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from flows.settings import apply_prefect_defaults
 
@@ -38,9 +31,10 @@ from flows import lock as job_lock  # noqa: E402
 from flows.abandon import abandon_run  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
-from flows.interrupt import StopOnSignal  # noqa: E402
+from flows.interrupt import LoadInterrupted, StopOnSignal  # noqa: E402
 from flows.load import load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from flows.memory import quiet_gc, release_memory  # noqa: E402
 from flows.plan import Plan, plan  # noqa: E402
 from flows.preflight import check_output_dir  # noqa: E402
 from flows.resume import (  # noqa: E402
@@ -70,32 +64,6 @@ class RunFailed(Exception):
         self.summary = summary
 
 
-@contextmanager
-def quiet_gc() -> Iterator[None]:
-    """Keep CPython's cyclic collector off the hot path: every page allocates thousands of short-lived,
-    acyclic objects (freed by reference counting), and each collection walked every object Prefect and the
-    imports keep alive; it cost more CPU than decoding the pages. Objects alive now are moved out of its
-    reach, and it runs a tenth as often."""
-    gc.collect()
-    gc.freeze()
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], 10_000), *threshold[1:])
-    try:
-        yield
-    finally:  # what the run leaves is collectable again (native objects must be freed before exit)
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
-
-
-def release_memory() -> None:
-    """Hand what collecting used back to the system before DuckDB takes its share: the peak of a run is
-    then the larger of the two steps, not their sum."""
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc only; elsewhere the allocator keeps its pages
-
-
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
@@ -106,7 +74,8 @@ def headline(summary: dict[str, Any]) -> str:
         f"{summary['status']}: {len(summary['queries'])} queries, {summary['records']} records, "
         f"{summary['credits_spent']}/{summary['budget']} credits (run {summary['run_id']})"
     )
-    return text + (f"; {summary['error']}" if summary.get("error") else "")
+    text += f"; {summary['error']}" if summary.get("error") else ""
+    return text + ("; the load into DuckDB was interrupted" if summary.get("load_interrupted") else "")
 
 
 @dataclass
@@ -226,11 +195,12 @@ async def _pay_and_land(
     attempts: run_context.AttemptLogs,
     full: bool,
     service: Service,
+    stop: StopOnSignal,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
-    before = await _probe_balance(client, ledger)
-    with StopOnSignal(ledger, client).installed():
+    with stop.collecting(ledger, client):
+        before = await _probe_balance(client, ledger)
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
             rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info)
@@ -253,7 +223,13 @@ async def _pay_and_land(
 
 
 async def _collect(
-    spec: JobSpec, layout: OutputLayout, begun: Begun, the_plan: Plan, service: Service, full: bool
+    spec: JobSpec,
+    layout: OutputLayout,
+    begun: Begun,
+    the_plan: Plan,
+    service: Service,
+    full: bool,
+    stop: StopOnSignal,
 ) -> RunManifest:
     manifest, start = begun.manifest, begun.start
     fsync = spec.durability == "fsync"
@@ -266,7 +242,7 @@ async def _collect(
     try:
         async with _client(spec, service, ledger, attempts) as client:
             summaries, skipped = await _pay_and_land(
-                spec, begun, the_plan, layout, client, ledger, journal, attempts, full, service
+                spec, begun, the_plan, layout, client, ledger, journal, attempts, full, service, stop
             )
     finally:
         journal.close()
@@ -292,7 +268,7 @@ def _lock(layout: OutputLayout, job: str) -> job_lock.JobLock:
 
 def _final_state(summary: dict[str, Any]) -> State[Any]:
     message = headline(summary)
-    if summary["status"] == "interrupted":
+    if summary["status"] == "interrupted" or summary.get("load_interrupted"):
         return Cancelled(message=message, data=summary)
     if summary["status"] == "failed" or summary.get("export", {}).get("error"):
         if _flow_run()[2]:
@@ -337,30 +313,43 @@ async def _collect_job(
     the_plan = plan(spec)
     layout = OutputLayout(Path(output or spec.output))
     check_output_dir(layout.root)  # the CLI checked already; a deployment's run has not
-    lock = _lock(layout, spec.name)
-    try:
-        async with open_service(spec, base_url) as service:
-            begun = _begin(spec, the_plan, layout, service, mode, budget)
-            if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
-                return _nothing_to_continue(begun)
-            write_manifest(layout, begun.manifest)
-            lock.describe(run_id=begun.manifest.run_id, job=spec.name)
-            manifest = await _collect(spec, layout, begun, the_plan, service, full)
-        write_manifest(layout, manifest)
-        release_memory()
+    stop = StopOnSignal()
+    with stop.installed():
+        lock = _lock(layout, spec.name)
         try:
-            loaded: dict[str, int] | None = load_manifest_into_duckdb(layout, manifest)
-        except DatabaseBusy as exc:
-            get_run_logger().warning("%s", exc)
-            loaded = None
-        exported = export_step(spec, layout, loaded is not None)
-    finally:
-        lock.release()
-    summary = manifest.summary(loaded)
-    if exported is not None:
-        summary["export"] = exported
-    await _publish_artifact(spec.name, summary)
+            async with open_service(spec, base_url) as service:
+                begun = _begin(spec, the_plan, layout, service, mode, budget)
+                if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
+                    return _nothing_to_continue(begun)
+                write_manifest(layout, begun.manifest)
+                lock.describe(run_id=begun.manifest.run_id, job=spec.name)
+                manifest = await _collect(spec, layout, begun, the_plan, service, full, stop)
+            write_manifest(layout, manifest)
+            loaded = _load(layout, manifest, stop)
+            exported = export_step(spec, layout, loaded is not None)
+        finally:
+            lock.release()
+        summary = manifest.summary(loaded)
+        if stop.abandoned_load:
+            summary["load_interrupted"] = True
+        if exported is not None:
+            summary["export"] = exported
+        await _publish_artifact(spec.name, summary)
     return _final_state(summary)
+
+
+def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> dict[str, int] | None:
+    """Rows per table after loading the run into DuckDB; None when DuckDB is busy or a second Ctrl-C
+    abandoned the load (the run is then loaded by `harvest load`, or by the resume of an interrupted run)."""
+    release_memory()
+    try:
+        with stop.load():
+            return load_manifest_into_duckdb(layout, manifest)
+    except DatabaseBusy as exc:
+        get_run_logger().warning("%s", exc)
+    except LoadInterrupted:
+        pass
+    return None
 
 
 def _nothing_to_continue(begun: Begun) -> State[Any]:

@@ -71,18 +71,16 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
         raise fail(str(exc)) from None
 
 
-def _hold_lock(spec_path: Path, output: Path | None) -> Any:
+def _hold_lock(layout: OutputLayout, job: str) -> Any:
     """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
     from flows.lock import JobLocked, acquire
 
-    spec = load_spec(spec_path)
-    layout = OutputLayout(output or spec.output)
     try:
-        return acquire(layout.lock_file(spec.name))
+        return acquire(layout.lock_file(job))
     except JobLocked as exc:
         raise fail(str(exc)) from None
     except OSError as exc:  # preflight found the directory creatable; it changed since
-        raise fail(f"output: cannot create {layout.lock_file(spec.name)}: {exc.strerror or exc}") from None
+        raise fail(f"output: cannot create {layout.lock_file(job)}: {exc.strerror or exc}") from None
 
 
 def _start_prefect_server(lock: Any) -> Any:
@@ -109,11 +107,15 @@ def run_job(
     mode: str = "auto",
     full: bool = False,
 ) -> dict[str, Any]:
-    from flows.settings import apply_prefect_defaults
+    from flows.interrupt import interrupted_outside_the_flow, run_marks
+    from flows.settings import apply_prefect_defaults, quiet_final_state_line
 
     apply_prefect_defaults()
     preflight(spec_path, base_url, output)
-    lock = _hold_lock(spec_path, output)
+    checked = load_spec(spec_path)
+    job, layout = checked.name, OutputLayout(output or checked.output)
+    lock = _hold_lock(layout, job)
+    before = run_marks(layout, job)
     server = _start_prefect_server(lock)  # boots while Prefect is imported; killed on any exit
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
@@ -121,11 +123,13 @@ def run_job(
     stamina_level = stamina_log.level
     stamina_log.setLevel(logging.ERROR)
     from flows import progress
-    from flows.collect import run_collect
 
     reporter = progress.for_terminal()
     progress.install(reporter)
     try:
+        from flows.collect import run_collect  # imports Prefect (a second or two)
+
+        quiet_final_state_line()
         if server is not None:
             server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
         coro = run_collect(
@@ -138,9 +142,9 @@ def run_job(
         )
         summary: dict[str, Any] = asyncio.run(coro)
     except KeyboardInterrupt:
-        raise fail(
-            "interrupted while Prefect was starting or stopping; a started run resumes next time", 130
-        ) from None
+        resume = f"{harvest_command()} run {spec_path}"
+        load = f"{harvest_command()} load {layout.root}"
+        raise fail(interrupted_outside_the_flow(layout, job, before, resume, load), 130) from None
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
@@ -163,7 +167,7 @@ def _error_lines(summary: dict[str, Any]) -> list[str]:
     for reason, ids in by_reason.items():
         who = ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
         lines.append(f"{who}: {reason}")
-    if summary.get("error"):
+    if summary.get("error") and summary["status"] != "interrupted":  # the resume line says it
         lines.append(f"the run stopped: {summary['error']}")
     return lines
 
@@ -215,7 +219,9 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         out.print(console.literal(
             f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), {exported['files']} files"
         ), soft_wrap=True)  # fmt: skip
-    if summary["loaded"]:
+    if summary.get("load_interrupted"):
+        pass  # the next step says how it gets loaded
+    elif summary["loaded"]:
         rows = console.table(
             "table", "rows", title=f"rows per table in {output / 'harvest.duckdb'}", right=("rows",)
         )
@@ -239,12 +245,17 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         )
 
 
-def _next_step(summary: dict[str, Any], spec: Path) -> str | None:
-    """One line saying how to go on after a run that did not finish its work."""
+def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
+    """One line saying how to go on after a run that did not finish its work (or its load)."""
     cmd = f"{harvest_command()} run {spec}"
     if summary["status"] == "interrupted":
         pages = sum(int(q["pages"]) for q in summary["queries"])
         return f"interrupted: run {summary['run_id']} stopped cleanly with {pages} pages landed; `{cmd}` resumes it"
+    if summary.get("load_interrupted"):
+        return (
+            f"interrupted during the load: run {summary['run_id']} ended ({summary['status']}) and its data is in "
+            f"Parquet; `{harvest_command()} load {output}` loads it into DuckDB"
+        )
     stopped = [q for q in summary["queries"] if q["status"] in ("budget_exhausted", "stopped")]
     if stopped:
         return f"{len(stopped)} queries stopped with their cursors kept: `{cmd} --continue` picks them up"
@@ -252,7 +263,7 @@ def _next_step(summary: dict[str, Any], spec: Path) -> str | None:
 
 
 def exit_code(summary: dict[str, Any]) -> int:
-    if summary["status"] == "interrupted":
+    if summary["status"] == "interrupted" or summary.get("load_interrupted"):
         return 130
     if summary.get("export", {}).get("error"):
         return 1
@@ -264,7 +275,7 @@ def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
         console.say(summary["message"])
         return 0
     print_summary(summary, output)
-    step = _next_step(summary, spec)
+    step = _next_step(summary, spec, output)
     if step:
         console.note(step)
     return exit_code(summary)

@@ -1,13 +1,21 @@
 """Starting queries: the planned ones, and a dependent query for each new value its parent's records carry.
 
-Dependent queries start as their parents' pages land, not after the parent ends. Every start and end is written
-to the run journal first, so a resumed run knows which queries existed and which ended. Once the run is
-stopping (Ctrl-C, a refused key), no new query starts: a resume finds them again in the parents' raw pages.
+Dependent queries are found as their parents' pages land, not after the parent ends. Every start and end is
+written to the run journal first, so a resumed run knows which queries existed and which ended.
+
+The planned queries start at once (a short budget is shared breadth-first among them). Dependent queries wait in
+line and start in the order they were found, at most `DEPENDENTS_PER_SLOT` per connection slot at a time: a
+parent with thousands of records would otherwise start thousands of Prefect tasks, each costing the event loop
+its Prefect bookkeeping, and after a Ctrl-C each would have to end through Prefect (half a minute for a few
+hundred). Once the run is stopping (Ctrl-C, a refused key), nothing more starts: the queries still in line are
+journaled and listed as stopped at their start cursor without a Prefect task, so a resume or `--continue` runs
+them; one found after the stop is listed the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -24,6 +32,10 @@ from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
 from tasks.replay import replay
 from tasks.run_context import RunContext
+
+DEPENDENTS_PER_SLOT = 2
+"""Dependent queries running at once per connection slot (`concurrency`): one sending, one ready to send as soon
+as the slot frees, so the slots never wait on a task's Prefect bookkeeping."""
 
 
 class Fanout:
@@ -45,19 +57,59 @@ class Fanout:
         self.parts = 0
         self.summaries: list[dict[str, Any]] = list(start.kept.values())
         self.skipped: list[str] = []
+        self.waiting: deque[QuerySpec] = deque()
+        """Dependent queries found and not started yet, in the order they were found."""
+        self.from_line: set[str] = set()
+        """Queries started from `waiting` that are still running."""
+        self.window = DEPENDENTS_PER_SLOT * ctx.client.max_in_flight
 
     @property
     def stopping(self) -> bool:
         return self.ctx.ledger.stopped is not None
 
-    def start(self, query: QuerySpec) -> None:
-        """Start a query unless it ran already; the run start decides how (fresh, resumed, continued)."""
+    def start(self, query: QuerySpec, wait: bool = False) -> None:
+        """Start a query unless it ran already; the run start decides how (fresh, resumed, continued).
+
+        `wait`: a dependent (or continued) query, started in turn. One with raw pages from before a crash starts
+        at once: it lands them without sending anything, and the run's manifest needs them."""
         if query.query_id in self.started:
             return
         self.started.add(query.query_id)
         decided = self.start_info.decide(query)
-        if decided is None or self.stopping:
+        if decided is None:
             return
+        has_pages = decided.resume and self.ctx.layout.raw_file(self.ctx.run_id, decided.query_id).exists()
+        if wait and not has_pages:
+            self.waiting.append(decided)
+            self._fill()
+        elif not self.stopping:
+            self._launch(decided)
+
+    def _fill(self) -> None:
+        """Start waiting queries while the window has room; once stopping, list them as never started."""
+        if self.stopping:
+            while self.waiting:
+                self._not_started(self.waiting.popleft())
+            return
+        while self.waiting and len(self.from_line) < self.window:
+            query = self.waiting.popleft()
+            self.from_line.add(query.query_id)
+            self._launch(query)
+
+    def _not_started(self, query: QuerySpec) -> None:
+        """What the query's task would have said had it started after the stop, without a Prefect task."""
+        stopped = self.ctx.ledger.stopped
+        assert stopped is not None
+        self.journal.query_started(asdict(query))
+        summary = QuerySummary(
+            query_id=query.query_id, endpoint=query.endpoint, status=stopped.kind, pages=0, records=0,
+            credits=self.ctx.ledger.per_query_spent.get(query.query_id, 0), next_cursor=query.start_cursor,
+            error=None,
+        ).as_dict()  # fmt: skip
+        self.journal.query_ended(summary)
+        self.summaries.append(summary)
+
+    def _launch(self, decided: QuerySpec) -> None:
         self.journal.query_started(asdict(decided))
         self.endpoint_of[decided.query_id] = decided.endpoint
         self.parts += 1
@@ -93,7 +145,7 @@ class Fanout:
                 except ValueError as exc:  # one odd parent value must not stop the run
                     self.skipped.append(f"{dep.template_id}: {exc}")
                     continue
-                self.start(child)
+                self.start(child, wait=True)
 
     def rediscover(self, layout: OutputLayout) -> None:
         """Children of queries kept from before the crash: found again in their parents' raw pages."""
@@ -109,16 +161,19 @@ class Fanout:
         for query in self.plan.queries:
             self.start(query)
         for query in self.start_info.continue_at.values():
-            self.start(query)  # continued children whose parents ended for good
+            self.start(query, wait=True)  # continued children whose parents ended for good
         self.rediscover(layout)
+        self._fill()
         while self.tasks:
             done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 self.tasks.discard(task)
+                self.from_line.discard(task.get_name())
                 summary = self._summary(task)
                 self.journal.query_ended(summary)
                 progress.current().query_finished(summary["query_id"], summary["status"])
                 self.summaries.append(summary)
+            self._fill()
         return self.summaries
 
     def _summary(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:

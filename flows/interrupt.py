@@ -1,18 +1,29 @@
 """Ctrl-C and SIGTERM as a clean stop: send nothing more, let what is in flight land, then finish the run.
 
-The first signal stops the ledger (every later reservation is refused, so no query sends again) and gives the
-requests in flight `grace` seconds to land; after that they are abandoned (their credits still count). A second
-signal abandons them at once. Either way the flow goes on normally: queries end `interrupted` with their
-cursors, the manifest says `interrupted`, DuckDB is loaded, and the next `harvest run` resumes the run.
+The handlers cover the whole flow body, in three phases:
 
-Handlers are installed inside the flow (after Prefect installed its own SIGTERM bridge) and the previous
-handlers are put back when the flow body ends.
+- **Before paying** (lock, run start, key check): a signal is remembered and stops the ledger as soon as it
+  exists, so no query sends; the run ends `interrupted` like any other.
+- **Collecting**: the first signal stops the ledger (every later reservation is refused, and a request still
+  waiting for a connection slot is never sent) and gives the requests in flight `grace` seconds to land; after
+  that they are abandoned (their credits still count). A second signal abandons them at once. Either way the
+  flow goes on normally: queries end `interrupted` with their cursors, the manifest says `interrupted`,
+  DuckDB is loaded, and the next `harvest run` resumes the run.
+- **Finishing** (manifest, load, export, report): every page is landed, so there is nothing left to stop. The
+  first signal says the load is being finished; a later one during the load abandons it (`LoadInterrupted`),
+  and the run says how it gets loaded (`harvest load`, or the resume of an interrupted run).
+
+The load runs synchronously in the event loop's thread, so in that phase the handler acts at once (it cannot
+wait for the loop) and writes its note so that a nested write to stderr cannot fail. Handlers are
+installed inside the flow (after Prefect installed its own SIGTERM bridge) and the previous handlers are put
+back when the flow body ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -21,24 +32,53 @@ from types import FrameType
 
 from connectors.client import ServiceClient
 from connectors.ledger import CreditLedger
+from flows.manifest import RunManifest, all_manifests
+from tasks.layout import OutputLayout
 
 GRACE_SECONDS = 10.0
 """How long requests in flight may take to land after the first Ctrl-C."""
 
 
+def _note(line: str) -> None:
+    """A line on stderr from inside a signal handler: the main thread may have been writing to stderr when
+    the signal came, and a buffered stream refuses that nested write (RuntimeError); the raw fd never does."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except RuntimeError:
+        os.write(2, f"{line}\n".encode())
+
+
+class LoadInterrupted(BaseException):
+    """A signal abandoned the load into DuckDB (a second Ctrl-C while it ran). A BaseException, like the
+    KeyboardInterrupt it replaces, so that no `except Exception` on the way swallows it."""
+
+
 class StopOnSignal:
-    def __init__(self, ledger: CreditLedger, client: ServiceClient, grace: float = GRACE_SECONDS) -> None:
-        self.ledger = ledger
-        self.client = client
+    def __init__(self, grace: float = GRACE_SECONDS) -> None:
         self.grace = grace
         self.signals = 0
+        self.first: str | None = None
+        """The name of the first signal (SIGINT, SIGTERM)."""
         self.loop = asyncio.get_running_loop()
+        self.ledger: CreditLedger | None = None
+        self.client: ServiceClient | None = None
+        self.finishing = False
+        self.loading = False
+        self.abandoned_load = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.loop.call_soon_threadsafe(self.stop, signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if self.finishing:
+            self._finishing(name)
+        else:
+            self.loop.call_soon_threadsafe(self.stop, name)
 
     def stop(self, name: str) -> None:
         self.signals += 1
+        if self.signals == 1:
+            self.first = name
+        if self.ledger is None or self.client is None:
+            return  # before paying: `collecting` stops the ledger as soon as it exists
         if self.signals == 1:
             self.ledger.stop("interrupted", f"interrupted by {name}")
             print(
@@ -50,6 +90,40 @@ class StopOnSignal:
             self.loop.call_later(self.grace, self.client.abort)
         else:
             self.client.abort()
+
+    def _finishing(self, name: str) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            self.first = name
+            _note(
+                f"harvest: {name}: every page is landed; finishing the load into DuckDB "
+                "(press Ctrl-C again to leave the load for later)"
+            )
+        elif self.loading:
+            self.loading, self.abandoned_load = False, True
+            raise LoadInterrupted(name)
+
+    @contextmanager
+    def collecting(self, ledger: CreditLedger, client: ServiceClient) -> Iterator[None]:
+        """The paid part of the run; a signal that came before it stops the ledger at once."""
+        self.ledger, self.client = ledger, client
+        if self.signals:
+            ledger.stop("interrupted", f"interrupted by {self.first}")
+            print(f"harvest: {self.first}: stopping before anything is paid", file=sys.stderr, flush=True)
+        try:
+            yield
+        finally:
+            self.ledger = self.client = None
+            self.finishing = True
+
+    @contextmanager
+    def load(self) -> Iterator[None]:
+        """The load into DuckDB: a signal after the first abandons it (`LoadInterrupted`)."""
+        self.finishing = self.loading = True
+        try:
+            yield
+        finally:
+            self.loading = False
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -63,3 +137,32 @@ class StopOnSignal:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+RunMarks = dict[str, tuple[str, int, bool]]
+
+
+def _marks(m: RunManifest) -> tuple[str, int, bool]:
+    return (m.status, m.resumes, m.loaded)
+
+
+def run_marks(layout: OutputLayout, job: str) -> RunMarks:
+    """Each run's (status, resumes, loaded): compared after a Ctrl-C to tell which run this process touched."""
+    return {m.run_id: _marks(m) for m in all_manifests(layout, job)}
+
+
+def interrupted_outside_the_flow(
+    layout: OutputLayout, job: str, before: RunMarks, resume: str, load: str
+) -> str:
+    """One true line after a Ctrl-C that came while Prefect was starting or reporting (outside the flow body,
+    where harvest's handlers are not installed): what the run left, and the command (`resume`, `load`) that
+    goes on from there."""
+    touched = [m for m in all_manifests(layout, job) if before.get(m.run_id) != _marks(m)]
+    if not touched:
+        return "interrupted before the run started: nothing was sent"
+    run = touched[-1]
+    if run.unfinished:
+        return f"interrupted: run {run.run_id} stopped; `{resume}` resumes it"
+    if not run.loaded:
+        return f"interrupted after run {run.run_id} ended ({run.status}), before its load: `{load}` loads it"
+    return f"interrupted after run {run.run_id} ended ({run.status}) and was loaded: nothing to resume"

@@ -1,4 +1,4 @@
-"""Prefect defaults harvest applies before Prefect is imported.
+"""Prefect defaults harvest applies before Prefect is imported, and what Prefect prints on harvest's terminal.
 
 harvest calls nothing but the configured service: Prefect's anonymous analytics, orchestration telemetry and
 resource metrics are switched off, and the temporary server gets time to create its database on a first run.
@@ -7,6 +7,7 @@ Each is a default only: a user who sets the variable keeps their value.
 
 from __future__ import annotations
 
+import logging
 import os
 
 PREFECT_DEFAULTS: dict[str, str] = {
@@ -23,3 +24,23 @@ PREFECT_DEFAULTS: dict[str, str] = {
 def apply_prefect_defaults() -> None:
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
+
+
+class _NoFinalStateLine(logging.Filter):
+    """Drops Prefect's `Finished in state Failed(...)` console line: `harvest run` prints the run's outcome
+    itself, once, and Prefect logs that line as ERROR for any run that is not Completed (a Ctrl-C, a refused
+    key), which repeated harvest's message on stderr. The line still reaches the Prefect API, with the state."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "prefect.flow_runs" and str(record.msg).startswith("Finished in state"))
+
+
+def quiet_final_state_line() -> None:
+    """Filter Prefect's console handler (Prefect configured its logging on import): for the CLI's runs only."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, _NoFinalStateLine) for f in handler.filters
+        ):
+            handler.addFilter(_NoFinalStateLine())

@@ -8,30 +8,51 @@ the output directory and the key (`flows.commands.run_job`: milliseconds, so ref
 before importing Prefect, so it boots while harvest imports, and points Prefect at it. It is stopped last, after Prefect's own exit handlers have sent their logs
 and events, without waiting for a graceful shutdown: its SQLite database is crash-safe.
 
+The server belongs to harvest's run, not to the terminal or service manager around it:
+
+- Ctrl-C in a terminal, `kill -INT -<pgid>`, `docker stop` and systemd (which sends SIGTERM to every process of
+  the unit) must stop harvest cleanly, and harvest still needs the server to report the run's final state. So
+  the server runs in its own session (no group signal reaches it) with SIGINT and SIGTERM blocked (a signal
+  sent to its pid stays pending); harvest kills it at exit.
+- When harvest itself dies without exiting (kill -9, the OOM killer) the kernel kills the server too (Linux
+  `PR_SET_PDEATHSIG`, tied to the thread that started it: harvest starts it from the main thread). Elsewhere
+  it would outlive harvest; there, run against a configured Prefect API.
+- Its output goes to `temporary-server.log` in Prefect's home, not to harvest's stdout and stderr: a process
+  reading harvest's output (cron's mail, a pipe) sees the end when harvest ends.
+
 A configured API (PREFECT_API_URL, or the active profile's) is always used as is.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 ENV = "PREFECT_API_URL"
+LOG_NAME = "temporary-server.log"
+_PR_SET_PDEATHSIG = 1
+
+
+def _prefect_home() -> Path:
+    return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
 
 
 def _profiles_path() -> Path:
     if os.environ.get("PREFECT_PROFILES_PATH"):
         return Path(os.environ["PREFECT_PROFILES_PATH"])
-    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect")
-    return home / "profiles.toml"
+    return _prefect_home() / "profiles.toml"
 
 
 def configured_api_url() -> str | None:
@@ -51,6 +72,33 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _detach_signals(parent: int, libc: ctypes.CDLL | None) -> None:
+    """Runs in the server's process between fork and exec (harvest has no other thread yet): die with the
+    parent, and keep SIGINT/SIGTERM pending for good (a blocked mask survives exec and uvicorn's handlers)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    if libc is not None and hasattr(libc, "prctl"):
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+
+
+def _log_file() -> IO[bytes] | int:
+    """Where the server's output goes: a log in Prefect's home, or nowhere when that cannot be written."""
+    try:
+        home = _prefect_home()
+        home.mkdir(parents=True, exist_ok=True)
+        return (home / LOG_NAME).open("ab")
+    except OSError:
+        return subprocess.DEVNULL
 
 
 class TemporaryServer:
@@ -76,7 +124,21 @@ class TemporaryServer:
             "--lifespan",
             "on",
         ]
-        self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        parent, libc, log = os.getpid(), _libc(), _log_file()
+        self.log = Path(log.name) if not isinstance(log, int) else None
+        try:
+            self.process = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=lambda: _detach_signals(parent, libc),  # harvest has no other thread yet
+            )
+        finally:
+            if not isinstance(log, int):
+                log.close()
         atexit.register(self.stop)  # registered before Prefect's handlers, so it runs after them
 
     def wait_ready(self, timeout: float) -> None:
@@ -86,6 +148,7 @@ class TemporaryServer:
                 if self.process.poll() is not None:
                     raise RuntimeError(
                         f"Prefect's temporary server exited with code {self.process.returncode}"
+                        + (f"; its output is in {self.log}" if self.log else "")
                     )
                 try:
                     if client.get(f"{self.url}/health", timeout=2).status_code == 200:
@@ -98,7 +161,8 @@ class TemporaryServer:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-            self.process.wait(timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
 
 
 def start_if_needed() -> TemporaryServer | None:

@@ -1,0 +1,93 @@
+"""Helpers of the tests that run `harvest run` as a real process, in its own process group like a cron job's, and
+signal or kill it the way a terminal, a service manager or the OOM killer would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sandbox.server import RunningSandbox
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import HARVEST, SECRET_KEY, subprocess_env
+
+
+def start_run(spec: Path, tmp_path: Path, api_url: str | None, *args: str) -> subprocess.Popen[str]:
+    """`harvest run SPEC` in a new session (its own process group). `api_url`: the Prefect API to report to;
+    None starts Prefect's temporary server, as a user without a configured Prefect does."""
+    extra = {"PREFECT_API_URL": api_url} if api_url else {}
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, **extra)
+    return subprocess.Popen(
+        [str(HARVEST), "run", str(spec), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, signalled or killed whole like a cron job's
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr, once both pipes are closed (every process holding them ended)."""
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def wait_for_requests(
+    sb: RunningSandbox, count: int, proc: subprocess.Popen[str], path: str | None = None
+) -> None:
+    """Until the sandbox answered `count` data requests (to the documented `path` only, when given); a first
+    start of Prefect's temporary server (its database created) takes a minute on a busy machine."""
+    deadline = time.monotonic() + 180
+    while sum(path in (None, e.path) for e in data_entries(sb)) < count:
+        assert proc.poll() is None, f"the run ended before it was signalled: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.005)
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running: neither gone nor a zombie waiting to be reaped."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def paid_twice(entries: list[Any]) -> int:
+    """Requests for the same page (path, path parameter, parameters) beyond the first."""
+    seen = Counter(
+        (e.path, tuple(sorted(e.path_params.items())), tuple(sorted(e.params.items()))) for e in entries
+    )
+    return sum(n - 1 for n in seen.values())
+
+
+def signal_group(proc: subprocess.Popen[str], sig: int) -> float:
+    """Send `sig` to the run's whole process group, as a terminal's Ctrl-C does; the monotonic time sent."""
+    os.killpg(proc.pid, sig)
+    return time.monotonic()

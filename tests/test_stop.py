@@ -1,0 +1,248 @@
+"""Stopping a run the way the world does it: a terminal's Ctrl-C or `docker stop` signals the whole process group,
+systemd signals every process of the unit, the OOM killer SIGKILLs the biggest process alone.
+
+The promise (README, "Scheduled jobs"): the first SIGINT/SIGTERM stops sending, lets the pages in flight land,
+writes the manifest `interrupted`, loads DuckDB and exits 130 with one line saying how to resume, with no
+traceback and no Prefect error on stderr. The key cases run `harvest run` as a real process with the default
+Prefect setup (no PREFECT_API_URL: harvest starts Prefect's temporary server, which has to outlive the signal
+and die with harvest), against the sandbox over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+import flows.collect
+from connectors.client import ServiceClient
+from connectors.errors import RunStopped
+from connectors.ledger import CreditLedger
+from connectors.page_request import PageRequest
+from flows.cli import app
+from flows.manifest import all_manifests
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+from sandbox.server import running
+from tasks.layout import OutputLayout
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
+from tests.process_helpers import (
+    alive,
+    children,
+    finish,
+    paid_twice,
+    signal_group,
+    start_run,
+    wait_for_requests,
+    wait_gone,
+)
+
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+PINS = "/v1/pinboard/search"
+CREATIVE_PARAMS = {"query": "standing desks", "limit": 20}
+CONCURRENCY = 4
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE},
+    pages_by_path={CREATIVE: (15, 15), PINS: (30, 30)},
+    page_size=20,
+    latency=0.03,
+)
+"""15 creative pages of 20 materials: 300 dependent detail queries, found far faster than 4 connections fetch
+them, so a stop finds a long line of them waiting."""
+runner = CliRunner()
+
+
+def job(base_url: str, output: Path) -> dict[str, Any]:
+    return {
+        "name": "nightly",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 100_000},
+        "concurrency": CONCURRENCY,
+        "output": str(output),
+        "queries": [
+            {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        ],
+    }  # fmt: skip
+
+
+def material_ids() -> set[str]:
+    return {m["material_id"] for m in full_crawl(CREATIVE, CREATIVE_PARAMS, CONFIG)["materials"]}
+
+
+def test_ctrl_c_to_the_process_group_stops_within_seconds_with_hundreds_of_dependents_queued(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """SIGINT to the whole process group of a run on Prefect's temporary server, while hundreds of dependent
+    queries wait: exit 130 within 10 s, one resume line, nothing on stderr that looks like an error; the resume
+    then fetches every detail exactly once.
+
+    The 10 s bound is behavioural, not a performance figure: it is the issue's "within a few seconds" with room
+    for a loaded machine (here it takes 2-4 s). Before the fix the temporary server died with the group's signal
+    and the run exited 1 after ~140 s; and each dependent waiting in line was already a Prefect task that had to
+    end through Prefect after the stop, 16-39 s for a few hundred, longer than a 10 s `docker stop` grace."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, None)  # no PREFECT_API_URL: the temporary server
+        wait_for_requests(sb, 9, proc, path=CREATIVE)  # ~180 details found, a few dozen fetched
+        (server,) = children(proc.pid)
+        sent = signal_group(proc, signal.SIGINT)
+        code, out, err = finish(proc, timeout=180)
+        took = time.monotonic() - sent
+        server_gone = wait_gone(server, 5)
+        (stopped,) = all_manifests(OutputLayout(output))
+        db = output / "harvest.duckdb"
+        loaded_rows = rows(db, "SELECT run_id, status FROM runs")
+        code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
+        entries = data_entries(sb)
+    assert code == 130, out + err
+    assert took < 10, f"the stop took {took:.1f} s"
+    assert "Traceback" not in err and "error" not in err.lower(), err
+    assert "Finished in state" not in err
+    assert err.count("resumes it") == 1 and stopped.run_id in err, err
+    assert server_gone, "Prefect's temporary server outlived harvest"
+    assert stopped.status == "interrupted" and stopped.loaded
+    assert loaded_rows == [(stopped.run_id, "interrupted")]
+    waiting = [q for q in stopped.queries if q["status"] == "interrupted" and not q["raw_file"]]
+    assert len(waiting) >= 50, "the stop should have found dependents waiting in line"
+    assert all(q["pages"] == 0 and q["query_id"].startswith("details[") for q in waiting)
+    assert code2 == 0, out2 + err2
+    details = [e for e in entries if e.path == DETAIL]
+    assert {e.path_params["material_id"] for e in details} == material_ids()
+    assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == stopped.run_id and run.status == "complete"
+    assert {k[0] for k in key_set(db, "creative_material_details")} == material_ids()
+
+
+def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it(tmp_path: Path) -> None:
+    """systemd sends SIGTERM to every process of the unit: the temporary Prefect server keeps serving, since
+    harvest still has to report the run's state. kill -9 of harvest alone (the OOM killer): the server dies with
+    it, and a reader of harvest's output (cron's mail, a pipe) sees the end at once."""
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, tmp_path / "out"))
+        proc = start_run(spec, tmp_path, None)
+        wait_for_requests(sb, 3, proc)
+        (server,) = children(proc.pid)
+        port = _listening_port(server)
+        os.kill(server, signal.SIGTERM)
+        os.kill(server, signal.SIGINT)
+        time.sleep(0.5)
+        answered = httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).status_code
+        os.kill(proc.pid, signal.SIGKILL)
+        code, _, _ = finish(proc, timeout=10)  # returns only once no process holds harvest's stdout/stderr
+        server_gone = wait_gone(server, 5)
+    assert answered == 200 and code == -signal.SIGKILL
+    assert server_gone, "the temporary server outlived a kill -9 of harvest"
+    assert not alive(server)
+
+
+def _listening_port(pid: int) -> int:
+    """The port of the temporary server: the `--port` of its command line."""
+    argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    return int(argv[argv.index(b"--port") + 1])
+
+
+async def _stop_while_waiting_for_a_slot(base_url: str) -> tuple[list[Any], CreditLedger]:
+    ledger = CreditLedger(100)
+    async with ServiceClient(base_url, SECRET_KEY, ledger, max_in_flight=1) as client:
+        await client.credit_balance()  # proves the key: requests no longer go one at a time
+        calls = [
+            asyncio.ensure_future(
+                client.get(PageRequest(f"q{i}", PINS, PINS, (("query", f"q{i}"),), page=0, cost=1))
+            )
+            for i in range(6)
+        ]
+        while ledger.reserved < 6:  # one sending, five reserved and waiting for the one connection
+            await asyncio.sleep(0.001)
+        ledger.stop("interrupted", "interrupted by SIGINT")
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    return results, ledger
+
+
+def test_a_request_still_waiting_for_a_connection_is_not_sent_after_a_stop() -> None:
+    """Stopping means sending nothing more: a request that had its credits reserved but was still waiting for
+    a connection slot is dropped, its reservation released (before the fix every such request was sent, one
+    slot at a time, long after the Ctrl-C)."""
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, latency=0.3)) as sb:
+        results, ledger = asyncio.run(_stop_while_waiting_for_a_slot(sb.base_url))
+        sent = data_entries(sb)
+    stopped = [r for r in results if isinstance(r, RunStopped)]
+    assert len(sent) == 1 and len(stopped) == 5, results
+    assert all(r.status == "interrupted" for r in stopped)
+    assert ledger.spent == 1 and ledger.reserved == 0
+
+
+# ------------------------------------------------------------------------------ a signal during the load
+def _signals_during_load(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """Deliver `count` SIGINTs to this process at the start of the load into DuckDB, then load for real: the
+    one moment a test cannot hit from outside (a load takes a fraction of a second)."""
+    real_load = flows.collect.load_manifest_into_duckdb
+
+    def load(*args: Any, **kwargs: Any) -> dict[str, int]:
+        for _ in range(count):
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(flows.collect, "load_manifest_into_duckdb", load)
+
+
+def _pins_job(base_url: str, output: Path) -> dict[str, Any]:
+    return {
+        "name": "loading",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 1000},
+        "output": str(output),
+        "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
+    }
+
+
+async def _state_of(run_id: str) -> Any:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs()
+    (found,) = [r for r in runs if run_id in (r.state.message or "")]
+    return found.state
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_ctrl_c_during_the_load_says_what_became_of_the_run(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signals: int
+) -> None:
+    """All pages landed, only the load is left: one Ctrl-C lets the load finish (the run is complete, exit 0,
+    Prefect Completed); a second one abandons it (exit 130, Prefect Cancelled, and the line says `harvest load`
+    loads it, which it then does). Never "resumes next time": there is nothing to resume."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output = tmp_path / "out"
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})
+    with running(config) as sb:
+        spec = write_spec(tmp_path, _pins_job(sb.base_url, output))
+        _signals_during_load(monkeypatch, signals)
+        result = runner.invoke(app, ["run", str(spec)])
+    (run,) = all_manifests(OutputLayout(output))
+    state = asyncio.run(_state_of(run.run_id))
+    assert run.status == "complete"
+    assert "resume" not in result.output and "Traceback" not in result.output
+    if signals == 1:
+        assert result.exit_code == 0, result.output
+        assert "finishing the load" in result.stderr
+        assert run.loaded and state.type.value == "COMPLETED"
+        return
+    assert result.exit_code == 130, result.output
+    assert not run.loaded and state.type.value == "CANCELLED"
+    assert "the load into DuckDB was interrupted" in (state.message or "")
+    assert result.stderr.count(f"harvest load {output}") == 1, result.stderr
+    loading = runner.invoke(app, ["load", str(output)])
+    assert loading.exit_code == 0 and f"loaded run {run.run_id}" in loading.stdout
+    assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",)]
