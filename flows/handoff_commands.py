@@ -44,7 +44,10 @@ def rebuild(output: Path, run_id: str | None) -> None:
 
 
 def export(output: Path, to: str, snapshot: bool) -> None:
+    import duckdb
+
     from flows.export import export_increment, export_snapshot
+    from flows.export_record import NotRecorded
 
     layout = OutputLayout(output)
     if not layout.raw_root.is_dir():
@@ -53,10 +56,17 @@ def export(output: Path, to: str, snapshot: bool) -> None:
         report = (export_snapshot if snapshot else export_increment)(layout, to)
     except UsageError as exc:
         raise _fail(str(exc)) from None
-    except DatabaseBusy as exc:
-        raise _fail(f"the files are exported, but not recorded: {exc}", 1) from None
-    except OSError as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
+    except NotRecorded as exc:
+        raise _fail(f"exported to {to} and committed, but {exc}", 1) from None
+    except (
+        OSError,
+        duckdb.Error,
+    ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
         raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+    if report.recovered:
+        console.say(
+            f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
+        )
     if report.kind == "increment" and not report.runs:
         console.say(f"nothing new to export to {report.destination}: every loaded run is there")
         return
