@@ -160,7 +160,7 @@ def _endpoint_info(endpoint: Any) -> dict[str, Any]:
         "params": [asdict(p) for p in describe_params(endpoint.params)],
         "one_of": list(endpoint.params.one_of),
         "tables": [
-            {"table": k.table, "primary_key": list(k.primary_key), "columns": [f.name for f in k.fields]}
+            {"table": k.table, "primary_key": list(k.primary_key), "columns": [f.name for f in k.columns]}
             for k in endpoint.kinds
         ],
     }

@@ -108,6 +108,10 @@ def test_endpoints_json() -> None:
     assert videos["tables"][0]["table"] == "short_video_videos"
     detail = next(i for i in infos if i["path"] == "/v1/creative/materials/{material_id}")
     assert detail["params"][0]["in_path"] is True and detail["paging"] == "single"
+    posts = [t for i in infos for t in i["tables"] if t["table"] == "microblog_b_posts"]
+    assert posts and all(
+        {"feed_reason", "reply_root_uri", "reply_parent_uri"} <= set(t["columns"]) for t in posts
+    ), "columns read from a wrapper are columns too"
 
 
 def test_schema_is_json_schema_of_the_spec() -> None:
