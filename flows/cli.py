@@ -319,6 +319,18 @@ def rebuild(
     handoff_commands.rebuild(output, run)
 
 
+@app.command(epilog="Example: harvest raw data/brand-watch --query videos | head -1")
+def raw(
+    output: Path = OUTPUT_ARG,
+    run: str | None = typer.Option(None, "--run", help="Only this run's pages (default: every run)."),
+    query: str | None = typer.Option(None, "--query", help="Only this query id's pages."),
+) -> None:
+    """Print the stored raw pages as JSON lines: query, page, cursors, status, credits and body. No request."""
+    from flows import handoff_commands
+
+    handoff_commands.raw(output, run, query)
+
+
 @app.command(
     epilog="Example: AWS_ENDPOINT_URL=http://127.0.0.1:9000 harvest export data/brand-watch --to s3://lake/brand-watch"
 )

@@ -1,6 +1,6 @@
-"""`harvest rebuild` and `harvest export`: what an output directory hands to others, printed for people.
+"""`harvest rebuild`, `export` and `raw`: what an output directory hands to others, printed for people.
 
-Neither starts Prefect nor sends a request to the service.
+None starts Prefect nor sends a request to the service.
 """
 
 from __future__ import annotations
@@ -75,3 +75,13 @@ def export(output: Path, to: str, snapshot: bool) -> None:
         f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
         f"({report.kind}); committed: {marker}"
     )
+
+
+def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
+    from flows.raw_command import raw_lines
+
+    try:
+        for line in raw_lines(OutputLayout(output), run_id, query_id):
+            print(line)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
