@@ -208,8 +208,17 @@ def endpoints(
 
 
 @app.command(epilog="Example: harvest schema > jobspec.schema.json")
-def schema() -> None:
+def schema(
+    tables: bool = typer.Option(
+        False, "--tables", help="Print the record tables as Markdown instead (docs/tables.md)."
+    ),
+) -> None:
     """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""
+    if tables:
+        from flows.tables_doc import render_tables
+
+        typer.echo(render_tables(), nl=False)
+        return
     from flows.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
