@@ -178,7 +178,7 @@ def _endpoint_info(endpoint: Any) -> dict[str, Any]:
         "params": [asdict(p) for p in describe_params(endpoint.params)],
         "one_of": list(endpoint.params.one_of),
         "tables": [
-            {"table": k.table, "primary_key": list(k.primary_key), "columns": [f.name for f in k.fields]}
+            {"table": k.table, "primary_key": list(k.primary_key), "columns": [f.name for f in k.columns]}
             for k in endpoint.kinds
         ],
     }
@@ -226,8 +226,17 @@ def endpoints(
 
 
 @app.command(epilog="Example: harvest schema > jobspec.schema.json")
-def schema() -> None:
+def schema(
+    tables: bool = typer.Option(
+        False, "--tables", help="Print the record tables as Markdown instead (docs/tables.md)."
+    ),
+) -> None:
     """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""
+    if tables:
+        from flows.tables_doc import render_tables
+
+        typer.echo(render_tables(), nl=False)
+        return
     from flows.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
@@ -335,6 +344,18 @@ def rebuild(
     from flows import handoff_commands
 
     handoff_commands.rebuild(output, run)
+
+
+@app.command(epilog="Example: harvest raw data/brand-watch --query videos | head -1")
+def raw(
+    output: Path = OUTPUT_ARG,
+    run: str | None = typer.Option(None, "--run", help="Only this run's pages (default: every run)."),
+    query: str | None = typer.Option(None, "--query", help="Only this query id's pages."),
+) -> None:
+    """Print the stored raw pages as JSON lines: query, page, cursors, status, credits and body. No request."""
+    from flows import handoff_commands
+
+    handoff_commands.raw(output, run, query)
 
 
 @app.command(

@@ -286,6 +286,7 @@ async def collect_job(
     mode: Mode = "auto",
     full: bool = False,
     spec_text: str | None = None,
+    export_to: str | None = None,
 ) -> Any:
     """Collect one job; the final state carries the run summary (also in DuckDB's `runs` and an artifact).
 
@@ -293,10 +294,14 @@ async def collect_job(
     `spec_path` only names it in messages). Without it the spec is read from `spec_path`, which a deployment
     should give as an absolute path. `mode`: `auto` resumes an unfinished run of the job or starts a new one;
     `fresh` abandons an unfinished run first; `continue` picks up the queries earlier runs stopped. `full`:
-    incremental queries page fully.
+    incremental queries page fully. `export_to`: the spec's `export.to` made absolute where the deployment was
+    made (`harvest serve`), as `output` is: a relative one would land wherever the worker happens to run.
     """
+    spec = _spec(spec_path, spec_text)
+    if export_to is not None and spec.export is not None:
+        spec = spec.model_copy(update={"export": spec.export.model_copy(update={"to": export_to})})
     with quiet_gc():
-        return await _collect_job(_spec(spec_path, spec_text), base_url, budget, output, mode, full)
+        return await _collect_job(spec, base_url, budget, output, mode, full)
 
 
 def _spec(spec_path: str | None, spec_text: str | None) -> JobSpec:

@@ -1,6 +1,6 @@
-"""`harvest rebuild` and `harvest export`: what an output directory hands to others, printed for people.
+"""`harvest rebuild`, `export` and `raw`: what an output directory hands to others, printed for people.
 
-Neither starts Prefect nor sends a request to the service.
+None starts Prefect nor sends a request to the service.
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ def rebuild(output: Path, run_id: str | None) -> None:
 
 
 def export(output: Path, to: str, snapshot: bool) -> None:
+    import duckdb
+
     from flows.export import export_increment, export_snapshot
+    from flows.export_record import NotRecorded
 
     layout = OutputLayout(output)
     if not layout.raw_root.is_dir():
@@ -53,10 +56,17 @@ def export(output: Path, to: str, snapshot: bool) -> None:
         report = (export_snapshot if snapshot else export_increment)(layout, to)
     except UsageError as exc:
         raise _fail(str(exc)) from None
-    except DatabaseBusy as exc:
-        raise _fail(f"the files are exported, but not recorded: {exc}", 1) from None
-    except OSError as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
+    except NotRecorded as exc:
+        raise _fail(f"exported to {to} and committed, but {exc}", 1) from None
+    except (
+        OSError,
+        duckdb.Error,
+    ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
         raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+    if report.recovered:
+        console.say(
+            f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
+        )
     if report.kind == "increment" and not report.runs:
         console.say(f"nothing new to export to {report.destination}: every loaded run is there")
         return
@@ -65,3 +75,13 @@ def export(output: Path, to: str, snapshot: bool) -> None:
         f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
         f"({report.kind}); committed: {marker}"
     )
+
+
+def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
+    from flows.raw_command import raw_lines
+
+    try:
+        for line in raw_lines(OutputLayout(output), run_id, query_id):
+            print(line)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None

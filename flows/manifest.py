@@ -55,6 +55,12 @@ class RunManifest:
     service_billed: int | None = None
     """What the balance fell by over all the run's sessions: the service's own count, beside `credits_spent`.
     None when a reading was missing."""
+    rebuilt: str | None = None
+    """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
+    again, to the same keys, to every destination that had it before then."""
+    retired_files: list[str] = field(default_factory=list)
+    """Parquet files (relative paths) a rebuild removed and did not write again: the parts of Dask rounds become
+    one part per query. An export deletes them at a destination that has them, so no row is there twice."""
 
     @property
     def records(self) -> int:

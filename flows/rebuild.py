@@ -8,21 +8,28 @@ may be gone).
 Order keeps what was landed safe at every step: a run's queries are landed again one by one (a query's old
 Parquet parts are replaced by its new one); the database is built in a new file beside the old one and moved
 over it only when complete. An interrupted rebuild is finished by running it again.
+
+Rebuilt files keep their names (a query's part id is taken from the files its manifest lists), so what an
+export sent before is replaced key for key. A run whose Parquet bytes changed (a catalog fix) is marked
+`rebuilt` in its manifest: the next increment export sends it again to every destination.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from connectors import catalog
 from connectors.pager import QuerySpec
+from flows.export_record import EXPORTS_DDL
 from flows.load import load_manifest_into_duckdb
 from flows.manifest import RunManifest, all_manifests, write_manifest
 from flows.spec import UsageError
@@ -30,9 +37,9 @@ from tasks.collect import land_raw_pages, open_sink
 from tasks.database import quote_ident
 from tasks.layout import OutputLayout
 
-KEPT_TABLES = ("exports",)
-"""Tables that record what happened outside the output directory (where runs were exported): carried over from
-the old database when it is readable, since raw pages cannot say it."""
+KEPT_TABLES = {"exports": EXPORTS_DDL}
+"""Tables that record what happened outside the output directory (where runs were exported), with their
+definition: carried over from the old database when it is readable, since raw pages cannot say it."""
 
 
 @dataclass
@@ -92,9 +99,11 @@ def _job_lock(layout: OutputLayout, job: str) -> Iterator[None]:
 
 
 def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
-    """Land every query's raw pages again with today's catalog; the manifest then lists the new files."""
+    """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
+    then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone."""
     started = datetime.fromisoformat(run.started)
     endpoints = catalog.endpoints()
+    before = _fingerprints(layout, run)
     queries = []
     for n, q in enumerate(run.queries):
         raw = (
@@ -105,7 +114,7 @@ def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) ->
             queries.append(q)  # no page was paid (or the endpoint left the catalog): nothing to land
             continue
         spec = QuerySpec(query_id=q["query_id"], endpoint=q["endpoint"], params={})
-        sink = open_sink(layout, run.run_id, started, n, spec.query_id)
+        sink = open_sink(layout, run.run_id, started, _part(run, q, n), spec.query_id)
         try:
             point = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink)
         finally:
@@ -121,8 +130,38 @@ def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) ->
             }
         )
     relanded = replace(run, queries=queries)
+    after = _fingerprints(layout, relanded)
+    if after != before:
+        retired = (set(run.retired_files) | set(before)) - set(after)
+        relanded = replace(relanded, rebuilt=datetime.now(UTC).isoformat(), retired_files=sorted(retired))
     write_manifest(layout, relanded)
     return relanded
+
+
+def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
+    """The part id the query's files carry, so rebuilt files keep their names; the first when Dask rounds wrote
+    several (the others are retired). A query without files gets a new one (stable: the manifest's order)."""
+    parts = sorted(
+        p
+        for _, path, _ in query.get("files", [])
+        if (p := OutputLayout.part_of(path, run.run_id)) is not None
+    )
+    return parts[0] if parts else n
+
+
+def _fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
+    """SHA-256 of each of the run's Parquet files by relative path (a missing file: empty), to tell whether a
+    rebuild changed what an export sent."""
+    out = {}
+    for q in run.queries:
+        for _, path, _ in q.get("files", []):
+            file, digest = layout.resolve(path), hashlib.sha256()
+            if file.exists():
+                with open(file, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        digest.update(chunk)
+            out[layout.relative(file)] = digest.hexdigest() if file.exists() else ""
+    return out
 
 
 def rebuild_database(layout: OutputLayout, runs: list[RunManifest]) -> dict[str, int]:
@@ -156,9 +195,12 @@ def _carry_over(old: Path, fresh: Path) -> None:
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = 'old'"
             ).fetchall()
         }
-        for table in KEPT_TABLES:
-            if table in have:
-                con.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS FROM old.{quote_ident(table)}")
+        for table, ddl in KEPT_TABLES.items():
+            if table in have:  # its definition (the key `INSERT OR REPLACE` needs), then its rows
+                con.execute(ddl)
+                con.execute(
+                    f"INSERT OR REPLACE INTO {quote_ident(table)} SELECT DISTINCT * FROM old.{quote_ident(table)}"
+                )
     except duckdb.Error:
         pass  # the old database is unreadable (that may be why we rebuild): nothing to carry over
     finally:

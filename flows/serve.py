@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.spec import UsageError, parse_spec, resolve_base_url
-from flows.spec.job_options import Schedule
+from flows.spec.job_options import Schedule, check_destination
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -67,6 +67,8 @@ def job_deployments(paths: list[Path], base_url: str | None = None) -> list[JobD
             "spec_path": str(file.resolve()),
             "output": str(output),
         }
+        if spec.export is not None:  # a relative directory: where `harvest serve` starts, as `output`
+            parameters["export_to"] = check_destination(spec.export.to)
         if base_url is not None:
             parameters["base_url"] = base_url
         key = None if resolved == "sandbox" else (spec.service.api_key_env, spec.service.api_key_secret)

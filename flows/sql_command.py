@@ -120,8 +120,22 @@ def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(str(db), read_only=True, config=dict(READ_ONLY_CONFIG))
     except duckdb.Error as exc:
         raise QueryFailed(f"cannot open {db} read-only: {exc}") from None
-    _fence(con, OutputLayout(db.parent).parquet_root)
+    layout = OutputLayout(db.parent)
+    _fence(con, layout.parquet_root)
+    _follow_move(con, layout)
     return con
+
+
+def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
+    """The history views read Parquet by absolute path: after a move they would read the old place (which the
+    fence refuses). Read-only, the stored views cannot change, so temporary ones over this place shadow them."""
+    from tasks.history_views import follow_moved_views
+
+    if follow_moved_views(con, layout.parquet_root):
+        note(
+            f"note: the history views in {layout.db} still point at the directory's old place; answered from "
+            f"the Parquet here. `harvest load {layout.root}` points them here for other readers too"
+        )
 
 
 def _fence(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> None:
@@ -155,9 +169,16 @@ def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> Answer:
             rest, capped = _count_rest(result)
             return Answer(columns, rows, len(rows) + rest, capped)
         except duckdb.PermissionException:
+            from tasks.history_views import HISTORY_SUFFIX
+
+            hint = (
+                f"; a `_history` view reading another place: `harvest load {db.parent}` points it here"
+                if HISTORY_SUFFIX in sql
+                else ""
+            )
             raise QueryFailed(
                 f"harvest sql reads only the tables in {db}; files, URLs and other databases are off limits "
-                "(read Parquet files with duckdb itself)"
+                f"(read Parquet files with duckdb itself){hint}"
             ) from None
         except duckdb.Error as exc:
             raise QueryFailed(str(exc)) from None

@@ -69,13 +69,15 @@ class QuerySummary:
 
 
 def open_sink(
-    layout: OutputLayout, run_id: str, started: datetime, part: int, query_id: str
+    layout: OutputLayout, run_id: str, started: datetime, part: int | str, query_id: str
 ) -> MultiTableSink:
+    """A query's Parquet writer; `part` is a counter (a new part id) or a part id the query's files carry
+    already (`harvest rebuild` keeps file names, so an export sends a rebuilt run to the same keys)."""
     return MultiTableSink(
         layout,
         run_id,
         started,
-        layout.part_id(part, query_id),
+        part if isinstance(part, str) else layout.part_id(part, query_id),
         row_group_rows=ROW_GROUP_ROWS,
         row_group_bytes=ROW_GROUP_BYTES,
     )

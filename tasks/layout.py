@@ -112,6 +112,15 @@ class OutputLayout:
             raise ValueError("seq must be >= 0")
         return f"{seq:04d}" if query_id is None else f"{seq:04d}-{query_hash(query_id)}"
 
+    @staticmethod
+    def part_of(path: Path | str, run_id: str) -> str | None:
+        """The part id in a Parquet file's name (`<run_id>-<part>.parquet`), or None when it is not the run's."""
+        name = Path(path).name
+        prefix = f"{run_id}-"
+        if not (name.startswith(prefix) and name.endswith(PARQUET_SUFFIX)):
+            return None
+        return name[len(prefix) : -len(PARQUET_SUFFIX)] or None
+
     def run_dir(self, run_id: str) -> Path:
         return self.raw_root / _check_component(run_id, "run id")
 

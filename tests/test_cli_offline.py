@@ -108,6 +108,10 @@ def test_endpoints_json() -> None:
     assert videos["tables"][0]["table"] == "short_video_videos"
     detail = next(i for i in infos if i["path"] == "/v1/creative/materials/{material_id}")
     assert detail["params"][0]["in_path"] is True and detail["paging"] == "single"
+    posts = [t for i in infos for t in i["tables"] if t["table"] == "microblog_b_posts"]
+    assert posts and all(
+        {"feed_reason", "reply_root_uri", "reply_parent_uri"} <= set(t["columns"]) for t in posts
+    ), "columns read from a wrapper are columns too"
 
 
 def test_schema_is_json_schema_of_the_spec() -> None:
@@ -175,3 +179,16 @@ def test_endpoints_prints_paths_and_flags_as_they_are() -> None:
     assert result.exit_code == 0
     assert "/v1/creative/materials/{material_id}  1 credit/request, single page" in result.stdout
     assert "material_id: string" in result.stdout and "[path, required]" in result.stdout
+
+
+def test_docs_tables_md_is_the_catalog_rendered() -> None:
+    """docs/tables.md is generated (`harvest schema --tables > docs/tables.md`): stale, this fails."""
+    result = runner.invoke(app, ["schema", "--tables"])
+    assert result.exit_code == 0, result.output
+    committed = (Path(__file__).resolve().parents[1] / "docs" / "tables.md").read_text(encoding="utf-8")
+    assert result.stdout == committed, (
+        "docs/tables.md is stale: run `harvest schema --tables > docs/tables.md`"
+    )
+    for table, kind in catalog.all_kinds().items():
+        assert f"## {table}\n" in committed and f"Primary key: `{', '.join(kind.primary_key)}`" in committed
+    assert "| `feed_reason` |" in committed and "| `_fetched_at` | TIMESTAMP WITH TIME ZONE |" in committed

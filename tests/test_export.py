@@ -194,3 +194,30 @@ def test_a_bad_export_destination_in_a_spec_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as bad:
         parse_spec(text, file="job.yaml")
     assert "job.yaml" in str(bad.value) and "export.to" in str(bad.value) and "credentials" in str(bad.value)
+
+
+def test_a_relative_export_in_a_served_spec_lands_where_serve_started(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`export.to: lake` is resolved where `harvest serve` starts, as `output` is, not where the run happens."""
+    import asyncio
+    from dataclasses import replace
+
+    from flows.collect import collect_job
+    from flows.serve import job_deployments
+
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    served, worker = tmp_path / "served", tmp_path / "worker"
+    served.mkdir()
+    worker.mkdir()
+    monkeypatch.chdir(served)
+    spec = write_spec(tmp_path, {**job(Path("out")), "export": {"to": "lake"}})
+    (deployment,) = job_deployments([spec])
+    assert deployment.parameters["export_to"] == str(served / "lake")
+
+    monkeypatch.chdir(worker)  # a worker started elsewhere runs the deployment's parameters
+    with running(replace(CONFIG, observation=0)) as sb:
+        summary = asyncio.run(collect_job(**deployment.parameters, base_url=sb.base_url))
+    assert summary["status"] == "complete" and summary["export"]["runs"] == 1, summary
+    (folder,) = (served / "lake" / "_exports").iterdir()
+    assert (folder / "_SUCCESS").exists() and not (worker / "lake").exists()

@@ -146,10 +146,23 @@ def test_history_views_keep_every_night_and_follow_a_moved_directory(
     moved = tmp_path / "elsewhere" / "nightly"
     moved.parent.mkdir()
     shutil.move(output, moved)
-    loaded = runner.invoke(app, ["load", str(moved)])
-    assert loaded.exit_code == 0, loaded.output
     videos = rows(moved / "harvest.duckdb", "SELECT count(*) FROM short_video_videos")[0][0]
     query = "SELECT count(*) AS n FROM short_video_videos_history"
+    before_load = runner.invoke(app, ["sql", str(moved), query, "--format", "csv"])
+    assert before_load.exit_code == 0, before_load.output
+    assert before_load.stdout.splitlines()[1] == str(2 * videos), (
+        "history read from the Parquet where it is now"
+    )
+    assert f"harvest load {moved}" in before_load.output
+
+    pins = moved / "parquet" / "pinboard_pins"
+    shutil.move(pins, tmp_path / "pins-aside")  # this view's Parquet is not here: no view can answer
+    lost = runner.invoke(app, ["sql", str(moved), "SELECT count(*) FROM pinboard_pins_history"])
+    assert lost.exit_code == 1 and f"harvest load {moved}" in lost.output, lost.output
+    shutil.move(tmp_path / "pins-aside", pins)
+
+    loaded = runner.invoke(app, ["load", str(moved)])
+    assert loaded.exit_code == 0, loaded.output
     sql = runner.invoke(app, ["sql", str(moved), query, "--format", "csv"])
     assert sql.exit_code == 0 and sql.output.splitlines()[1] == str(2 * videos), sql.output
     rebuilt = runner.invoke(app, ["rebuild", str(moved)])
