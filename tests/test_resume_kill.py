@@ -28,7 +28,7 @@ from sandbox.server import RunningSandbox, running
 from tasks.layout import OutputLayout
 from tasks.rawstore import RawPageReader
 from tasks.replay import replay
-from tests.crawl_helpers import data_entries
+from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -111,13 +111,6 @@ def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
         if now != seen:
             seen, quiet_since = now, time.monotonic()
     return seen
-
-
-def paid_twice(entries: list[Any]) -> int:
-    seen = Counter(
-        (e.path, e.path_params.get("material_id"), tuple(sorted(e.params.items()))) for e in entries
-    )
-    return sum(n - 1 for n in seen.values())
 
 
 def material_ids() -> list[str]:
