@@ -51,7 +51,7 @@ class RunStart:
     journal: JournalState = field(default_factory=JournalState)
     """The resumed run's journal: what it spent per query."""
     coverage: Coverage = field(default_factory=Coverage)
-    """What the job's earlier runs collected: incremental histories."""
+    """What the job's earlier runs collected: incremental histories, collected queries."""
 
     def has_work(self, the_plan: Plan) -> bool:
         """Whether anything would run: a planned query not done before, or a query to continue."""
@@ -80,6 +80,17 @@ class RunStart:
         if continuing:
             found = replace(found, start_cursor=had.backfill if had.history == "partial" else None)
         return found
+
+    def skips_child(self, parent: QuerySpec, child: QuerySpec, incremental_run: bool) -> bool:
+        """In an incremental run, a dependent query of an incremental parent that earlier runs collected is not
+        paid for again: only new parent records start dependents (`--full` fetches them all again). A child
+        that is incremental itself still runs, for its own new items."""
+        return (
+            incremental_run
+            and parent.incremental
+            and not child.incremental
+            and child.query_id in self.coverage.collected
+        )
 
     def unstarted(
         self, queries: Iterable[QuerySpec], summaries: list[dict[str, Any]], status: str

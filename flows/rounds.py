@@ -23,6 +23,7 @@ from typing import Any
 from connectors.ledger import CreditLedger, Reservation
 from connectors.pager import PagerStart, QuerySpec
 from flows import progress
+from flows.coverage import dependents_left
 from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
 from flows.service import Service
@@ -108,6 +109,13 @@ class Rounds:
         if query.query_id in self.seen:
             return
         self.seen.add(query.query_id)
+        deps = self.children.get(base_id(query.query_id))
+        if deps and query.incremental and self.run_info["incremental"]:
+            collected = self.start.coverage.collected
+            children, notes = dependents_left(self.layout.db, query, deps, collected)
+            self.skipped += notes
+            for child in children:
+                self.add(child)
         decided = self.start.decide(query)
         if decided is None:
             return
@@ -190,7 +198,8 @@ class Rounds:
                 except ValueError as exc:
                     self.skipped.append(f"{dep.template_id}: {exc}")
                     continue
-                self.add(child)
+                if not self.start.skips_child(parent, child, self.run_info["incremental"]):
+                    self.add(child)
 
     def last_summary(self, r: Running, status: str, error: str) -> dict[str, Any]:
         state = r.state or {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -63,5 +64,24 @@ def load_known_keys(
                 if trusting and run_id not in trusted_runs:
                     late.add(tuple(key))
         return KnownKeys(by_table, untrusted if trusting else None)
+    finally:
+        con.close()
+
+
+def parent_values(db: Path, table: str, column: str, query_id: str) -> list[Any]:
+    """The distinct values of `column` in the rows query `query_id` landed: what its dependent queries start
+    from. Empty when the database, the table or the column is not there or cannot be read."""
+    if not db.exists():
+        return []
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as exc:
+        log.warning("dependents of %s: cannot read %s (%s)", query_id, db, exc)
+        return []
+    try:
+        sql = f"SELECT DISTINCT {_quote(column)} FROM {_quote(table)} WHERE _query_id = ?"
+        return [row[0] for row in con.execute(sql, [query_id]).fetchall() if row[0] not in (None, "")]
+    except duckdb.Error:
+        return []  # no such table or column yet
     finally:
         con.close()

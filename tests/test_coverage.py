@@ -1,5 +1,5 @@
-"""What earlier runs collected, folded from run manifests: incremental histories, including manifests written
-before histories were recorded."""
+"""What earlier runs collected, folded from run manifests: incremental histories (including manifests written
+before histories were recorded) and the queries whose data was collected."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ def test_old_manifests_a_rerun_that_caught_up_on_an_unfinished_pass_leaves_it_pa
     """The audit's case, as runs before this change recorded it: the history is partial where night 1 stopped."""
     got = coverage_of([run("1", q("budget_exhausted", 2, {"c": "2"})), run("2", q("caught_up"))])
     assert got.histories["v"] == QueryHistory("partial", {"c": "2"}, None)
+    assert "v" in got.collected  # its newest status says so; the history decides how it pages
 
 
 def test_old_manifests_a_complete_pass_then_caught_up_reruns_stay_complete() -> None:
     got = coverage_of([run("1", q("complete", 7)), run("2", q("caught_up")), run("3", q("stopped", 0))])
     assert got.histories["v"] == QueryHistory("complete", None, "2")
+    assert "v" not in got.collected  # the newest status (a stop before any page) decides
 
 
 def test_recorded_histories_keep_the_run_they_were_last_complete_in() -> None:

@@ -22,6 +22,10 @@ from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, 
 
 PROFILE = "/v3/short-video/profile/videos"
 REELS = "/v1/photo-app/user/reels"
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+FEED = "/v1/microblog-b/user/posts"
+THREAD = "/v1/microblog-b/post"
 NASA = {"handle": "nasa", "sort_by": "latest"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (7, 7)}, page_size=5)
 """33 videos on 7 pages, as in the audit's reproduction."""
@@ -178,3 +182,67 @@ def test_the_state_survives_a_rebuild_and_a_lost_database_means_a_full_pass(
     assert without_db["credits_spent"] == pages  # nothing is trusted without the database: a full pass
     assert without_db["queries"][0]["status"] == "complete"
     assert videos_in(output) == all_videos(CONFIG)
+
+
+def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Audit bug 13: details of materials already collected are not fetched again by an incremental run;
+    those a budget stop left out are; `--full` fetches them all again."""
+    params = {"query": "standing desks", "limit": 4, "order": "latest"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
+    )
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
+        {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, queries))
+        first = run_flow(spec, budget=6)
+        second = run_flow(spec)
+        collected = data_entries(sb)
+        unchanged = run_flow(spec)
+        full = run_flow(spec, full=True)
+    materials = set(expected_keys([(CREATIVE, params)], config)["creative_materials"])
+    details = Counter(e.path_params.get("material_id") for e in collected if e.path_params)
+    assert first["status"] == "budget_exhausted" and 0 < first["records"] < 2 * len(materials)
+    assert second["status"] == "complete"
+    assert set(details) == {m for (m,) in materials} and set(details.values()) == {1}  # each paid once
+    assert unchanged["credits_spent"] == 1 and unchanged["queries"][0]["status"] == "caught_up"
+    assert full["credits_spent"] == expected_pages(CREATIVE, params, config) + len(materials)
+    assert key_set(output / "harvest.duckdb", "creative_material_details") == materials
+
+
+def test_only_new_parent_items_start_their_dependents(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Audit bug 13 at the head: a feed's unchanged rerun pays its head page and no thread; when 4 posts are
+    new, their 4 threads are fetched, once each, and no thread of an older post is paid for again."""
+    feed = {"handle": "nasa"}
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (3, 3)}, page_size=5)
+    queries = [
+        {"id": "feed", "endpoint": FEED, "params": feed, "incremental": True},
+        {"id": "threads", "endpoint": THREAD, "for_each": {"url": {"from": "feed", "field": "uri"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as night1:
+        spec = write_spec(tmp_path, job(night1.base_url, output, queries))
+        first = run_flow(spec)
+        unchanged = run_flow(spec)
+        old_threads = Counter(e.params["url"] for e in data_entries(night1) if e.path == THREAD)
+    later = config.replace(new_items=4)
+    with running(later) as night2:
+        spec = write_spec(tmp_path, job(night2.base_url, output, queries))
+        second = run_flow(spec)
+        new_threads = Counter(e.params["url"] for e in data_entries(night2) if e.path == THREAD)
+    old_posts = set(expected_keys([(FEED, feed)], config)["microblog_b_posts"])
+    all_posts = set(expected_keys([(FEED, feed)], later)["microblog_b_posts"])
+    assert first["status"] == "complete" and {(u,) for u in old_threads} == old_posts
+    assert set(old_threads.values()) == {1}
+    assert unchanged["credits_spent"] == 1  # the head page only: no thread paid again
+    assert {(u,) for u in new_threads} == all_posts - old_posts and len(new_threads) == 4
+    assert set(new_threads.values()) == {1}
+    assert second["credits_spent"] == 2 + 4  # the page of new posts, one of known ones, 4 threads
+    assert all_posts <= key_set(output / "harvest.duckdb", "microblog_b_posts")
