@@ -184,11 +184,14 @@ def test_the_state_survives_a_rebuild_and_a_lost_database_means_a_full_pass(
     assert videos_in(output) == all_videos(CONFIG)
 
 
+@pytest.mark.parametrize(
+    "runner", [{"kind": "local"}, {"kind": "dask", "workers": 2, "round_pages": 2}], ids=["local", "dask"]
+)
 def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
-    prefect_harness: None, tmp_path: Path, api_key: str
+    prefect_harness: None, tmp_path: Path, api_key: str, runner: dict[str, Any]
 ) -> None:
     """Audit bug 13: details of materials already collected are not fetched again by an incremental run;
-    those a budget stop left out are; `--full` fetches them all again."""
+    those a budget stop left out are; `--full` fetches them all again. In-process and in Dask rounds."""
     params = {"query": "standing desks", "limit": 4, "order": "latest"}
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
@@ -199,7 +202,7 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     ]  # fmt: skip
     output = tmp_path / "out"
     with running(config) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output, queries))
+        spec = write_spec(tmp_path, {**job(sb.base_url, output, queries), "runner": runner})
         first = run_flow(spec, budget=6)
         second = run_flow(spec)
         collected = data_entries(sb)
