@@ -10,6 +10,9 @@ loses nothing that was paid for, and a resume starts from the page's `cursor_out
 - at `max_pages`, when the credit ledger refuses a reservation (`budget_exhausted`, cursor kept), or on an
   error that retrying cannot fix (`failed`). A "not found" answer is billed and kept (`not_found`);
 - at a page that lost records (`drift`, see `connectors.extraction`), keeping its next cursor.
+- incremental queries: after a page whose records were all landed before (`caught_up`), where "before" is
+  decided by `connectors.known`; a query whose earlier pass did not reach the end first catches up at the
+  head, then goes on at the cursor where that pass stopped (`PagerStart.backfilling`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from connectors import errors
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
 from connectors.extraction import ExtractionReport, convert_page
-from connectors.known import KnownKeys
+from connectors.known import History, KnownKeys, backfill_after_head
 from connectors.ledger import CreditLedger
 from connectors.page_request import PageRequest
 from connectors.paging import Cursor
@@ -64,6 +67,13 @@ class QuerySpec:
     """Where a continued query picks up (the cursor a budget stop kept); None: the first page."""
     incremental: bool = False
     """Stop after the first page whose records were all landed before (newest-first listings only)."""
+    history: History | None = None
+    """Incremental: what earlier runs left (`flows.coverage`): `complete`, `partial` (older items not collected
+    yet, from `backfill` on) or None (never ran, or unknown: page fully)."""
+    backfill: Cursor | None = None
+    """Incremental, partial history: where the unfinished pass stopped; paged after the head catches up."""
+    trusted_until: str | None = None
+    """Incremental: the run in which the history last became complete; keys landed up to it may end paging."""
     resume: bool = False
     """The run was interrupted while this query ran: land its raw pages again, then page on from the last."""
 
@@ -121,6 +131,8 @@ class PagerStart:
     """Signature of the last page's records, for the loop guard."""
     ended: Status | None = None
     """Set when the replayed pages show the query had already ended (its last page had no next cursor)."""
+    backfilling: bool = False
+    """Incremental: the head has caught up and paging continues the unfinished backfill."""
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
 
 
@@ -198,6 +210,7 @@ class QueryPager:
         self.keep = keep
         self.reading: Page | None = None
         """The kept page being read, landed or followed; None while asking for the next one."""
+        self.backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
         self.outcome = QueryOutcome(
             spec.query_id,
             endpoint.path,
@@ -341,11 +354,12 @@ class QueryPager:
         if nxt is None or page.record_count == 0:
             out.status = "complete"
             return False
-        if self.known is not None and self.known.all_known(
-            self.endpoint.kinds, page.records, self.spec.params
-        ):
-            out.status = "caught_up"  # every record of this page was landed before: the rest is older
-            return False
+        if self._caught_up(page, state):
+            if self.backfill is None or state.backfilling:
+                out.status = "caught_up"  # every record of this page was landed before: the rest is older
+                return False
+            if self._to_backfill(state):
+                return True
         sig, key = signature(self.endpoint.kinds, page.tables), cursor_key(nxt)
         if key in state.used or sig == state.previous:
             out.status = "loop_detected"  # no next cursor: resuming from it would loop again
@@ -356,4 +370,27 @@ class QueryPager:
             return False
         state.used.add(key)
         state.previous, state.cursor, state.index = sig, nxt, state.index + 1
+        return True
+
+    def _caught_up(self, page: Page, state: PagerStart) -> bool:
+        """Every record of the page is known: any key while the head catches up on an unfinished pass (it has
+        reached what that pass covered), else only keys whose older items were all collected (trusted)."""
+        if self.known is None:
+            return False
+        head = self.backfill is not None and not state.backfilling
+        return self.known.all_known(self.endpoint.kinds, page.records, self.spec.params, trusted=not head)
+
+    def _to_backfill(self, state: PagerStart) -> bool:
+        """The head caught up: go on where the unfinished pass stopped (its older items were never paid).
+
+        When the head itself already asked for that cursor (an offset cursor shifted by new items), it has
+        paged past it: the backfill goes on from here instead."""
+        assert self.backfill is not None
+        state.backfilling = True
+        key = cursor_key(self.backfill)
+        if key in state.used:
+            return False
+        state.used.add(key)
+        state.previous = None  # an offset cursor may show the page the head just read again
+        state.cursor, state.index = dict(self.backfill), state.index + 1
         return True

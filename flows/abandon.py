@@ -14,7 +14,7 @@ from connectors.catalog import Endpoint
 from connectors.pager import QuerySpec
 from flows.load import load_manifest_into_duckdb
 from flows.manifest import RunManifest, write_manifest
-from tasks.collect import QuerySummary, land_raw_pages, open_sink
+from tasks.collect import QuerySummary, history_fields, land_raw_pages, open_sink
 from tasks.database import DatabaseBusy
 from tasks.journal import read_journal
 from tasks.layout import OutputLayout
@@ -50,6 +50,9 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
                 extraction=start.extraction.as_dict(),
                 raw_file=layout.relative(layout.raw_file(run.run_id, query_id)),
                 requests_file=layout.relative(layout.requests_file(run.run_id, query_id)),
+                **history_fields(
+                    spec, start, start.ended or "abandoned", None if start.ended else start.cursor
+                ),
             ).as_dict()
         )
     done = replace(

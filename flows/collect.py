@@ -41,6 +41,7 @@ from flows.resume import (  # noqa: E402
     Mode,
     RunStart,
     continue_start,
+    job_coverage,
     plan_key,
     resume_start,
     retried_run,
@@ -134,6 +135,7 @@ def _begin(
             continues=start.previous.run_id if start.previous else None,
             service_billed=0,
         )
+    start.coverage = job_coverage(layout, spec.name, manifest.run_id)
     return Begun(start, manifest)
 
 
@@ -153,20 +155,6 @@ def _note_bill(manifest: RunManifest, before: int | None, after: int | None) -> 
         manifest.service_billed = None
     else:
         manifest.service_billed += before - after
-
-
-def _unstarted(the_plan: Plan, start: RunStart, summaries: list[dict[str, Any]], status: str) -> list[dict]:
-    """Planned queries a stopped run never started: listed, so `--continue` or a resume runs them."""
-    have = {s["query_id"] for s in summaries}
-    out = []
-    for query in the_plan.queries:
-        decided = start.decide(query)
-        if decided is not None and query.query_id not in have:
-            out.append(
-                {"query_id": query.query_id, "endpoint": query.endpoint, "status": status, "pages": 0,
-                 "records": 0, "credits": 0, "next_cursor": decided.start_cursor, "error": None, "files": []}
-            )  # fmt: skip
-    return out
 
 
 def _client(
@@ -248,7 +236,7 @@ async def _collect(
         journal.close()
     stopped = ledger.stopped
     if stopped is not None:
-        summaries += _unstarted(the_plan, start, summaries, stopped.kind)
+        summaries += start.unstarted(the_plan.queries, summaries, stopped.kind)
         manifest.error = stopped.reason
     for note in skipped:
         get_run_logger().warning("dependent query not started: %s", note)

@@ -25,6 +25,7 @@ from prefect import tags
 from connectors.catalog import Endpoint
 from connectors.pager import QuerySpec
 from flows import progress
+from flows.coverage import dependents_left
 from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
 from tasks.collect import QuerySummary, collect_query
@@ -75,6 +76,7 @@ class Fanout:
         if query.query_id in self.started:
             return
         self.started.add(query.query_id)
+        self._dependents_left(query)
         decided = self.start_info.decide(query)
         if decided is None:
             return
@@ -120,6 +122,17 @@ class Fanout:
         self.tasks.add(task)
         progress.current().query_started(decided.query_id, decided.endpoint)
 
+    def _dependents_left(self, query: QuerySpec) -> None:
+        """An incremental parent's earlier records whose dependents were never collected start them now."""
+        deps = self.children.get(base_id(query.query_id))
+        if not (deps and query.incremental and self.ctx.incremental):
+            return
+        collected = self.start_info.coverage.collected
+        children, notes = dependents_left(self.ctx.layout.db, query, deps, collected)
+        self.skipped += notes
+        for child in children:
+            self.start(child, wait=True)
+
     def on_records(
         self, query: QuerySpec, records: Mapping[str, list[Any]], kept: int, credits: int, replayed: bool
     ) -> None:
@@ -145,7 +158,8 @@ class Fanout:
                 except ValueError as exc:  # one odd parent value must not stop the run
                     self.skipped.append(f"{dep.template_id}: {exc}")
                     continue
-                self.start(child, wait=True)
+                if not self.start_info.skips_child(query, child, self.ctx.incremental):
+                    self.start(child, wait=True)
 
     def rediscover(self, layout: OutputLayout) -> None:
         """Children of queries kept from before the crash: found again in their parents' raw pages."""

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from connectors.pager import OK_STATUSES, QuerySpec
+from flows.coverage import Coverage, coverage_of
 from flows.manifest import CONTINUABLE, RunManifest, all_manifests
 from flows.plan import Plan
 from flows.spec import JobSpec, UsageError
@@ -48,6 +50,8 @@ class RunStart:
     """Queries that ended for good in the runs being continued: not run again (continue only)."""
     journal: JournalState = field(default_factory=JournalState)
     """The resumed run's journal: what it spent per query."""
+    coverage: Coverage = field(default_factory=Coverage)
+    """What the job's earlier runs collected: incremental histories, collected queries."""
 
     def has_work(self, the_plan: Plan) -> bool:
         """Whether anything would run: a planned query not done before, or a query to continue."""
@@ -59,10 +63,51 @@ class RunStart:
         if qid in self.kept or qid in self.done:
             return None
         if qid in self.resume:
-            return QuerySpec(**{**_plain(query), "resume": True})
+            return self._with_history(QuerySpec(**{**_plain(query), "resume": True}))
         if qid in self.continue_at:
-            return self.continue_at[qid]
-        return query
+            return self._with_history(self.continue_at[qid], continuing=True)
+        return self._with_history(query)
+
+    def _with_history(self, query: QuerySpec, continuing: bool = False) -> QuerySpec:
+        """An incremental query with what earlier runs left of its history; a continued one starts where its
+        older items begin (the head is left to the next plain run)."""
+        if not query.incremental:
+            return query
+        had = self.coverage.histories.get(query.query_id)
+        if had is None:
+            return replace(query, history=None, backfill=None, trusted_until=None)
+        found = replace(query, history=had.history, backfill=had.backfill, trusted_until=had.trusted_until)
+        if continuing:
+            found = replace(found, start_cursor=had.backfill if had.history == "partial" else None)
+        return found
+
+    def skips_child(self, parent: QuerySpec, child: QuerySpec, incremental_run: bool) -> bool:
+        """In an incremental run, a dependent query of an incremental parent that earlier runs collected is not
+        paid for again: only new parent records start dependents (`--full` fetches them all again). A child
+        that is incremental itself still runs, for its own new items."""
+        return (
+            incremental_run
+            and parent.incremental
+            and not child.incremental
+            and child.query_id in self.coverage.collected
+        )
+
+    def unstarted(
+        self, queries: Iterable[QuerySpec], summaries: list[dict[str, Any]], status: str
+    ) -> list[dict]:
+        """Planned queries a stopped run never started: listed, so `--continue` or a resume runs them; an
+        incremental one keeps the history it had."""
+        have = {s["query_id"] for s in summaries}
+        out = []
+        for query in queries:
+            decided = self.decide(query)
+            if decided is not None and query.query_id not in have:
+                out.append(
+                    {"query_id": query.query_id, "endpoint": query.endpoint, "status": status, "pages": 0,
+                     "records": 0, "credits": 0, "next_cursor": decided.start_cursor, "error": None, "files": [],
+                     "history": decided.history, "backfill_cursor": decided.backfill}
+                )  # fmt: skip
+        return out
 
 
 def _plain(query: QuerySpec) -> dict[str, Any]:
@@ -88,6 +133,13 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     return value
+
+
+def job_coverage(layout: OutputLayout, job: str, run_id: str) -> Coverage:
+    """What the job's finished runs in this output directory collected before run `run_id` (`flows.coverage`).
+
+    A resumed run (a Prefect flow retry resumes a run that ended) reads the same runs as its first start."""
+    return coverage_of(m for m in all_manifests(layout, job) if m.run_id != run_id)
 
 
 def unfinished_run(layout: OutputLayout, job: str) -> RunManifest | None:

@@ -21,15 +21,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from connectors.ledger import CreditLedger, Reservation
-from connectors.pager import QuerySpec
+from connectors.pager import PagerStart, QuerySpec
 from flows import progress
+from flows.coverage import dependents_left
 from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
 from flows.service import Service
 from flows.spec import JobSpec
+from tasks.collect import history_fields
 from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
-from tasks.rounds import collect_round
+from tasks.rounds import collect_round, state_from_plain
 
 SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
 """How local Dask workers get the embedded sandbox's throw-away key (they inherit the flow's environment)."""
@@ -107,6 +109,13 @@ class Rounds:
         if query.query_id in self.seen:
             return
         self.seen.add(query.query_id)
+        deps = self.children.get(base_id(query.query_id))
+        if deps and query.incremental and self.run_info["incremental"]:
+            collected = self.start.coverage.collected
+            children, notes = dependents_left(self.layout.db, query, deps, collected)
+            self.skipped += notes
+            for child in children:
+                self.add(child)
         decided = self.start.decide(query)
         if decided is None:
             return
@@ -188,14 +197,18 @@ class Rounds:
                 except ValueError as exc:
                     self.skipped.append(f"{dep.template_id}: {exc}")
                     continue
-                self.add(child)
+                if not self.start.skips_child(parent, child, self.run_info["incremental"]):
+                    self.add(child)
 
     def last_summary(self, r: Running, status: str, error: str) -> dict[str, Any]:
         state = r.state or {}
+        cursor = state.get("cursor", r.spec.start_cursor)
+        paged = state_from_plain(state) or PagerStart(cursor=cursor)
         return {
+            **history_fields(r.spec, paged, status, cursor),
             "query_id": r.spec.query_id, "endpoint": r.spec.endpoint, "status": status, "pages": r.pages,
             "records": state.get("records", 0), "credits": r.credits,
-            "next_cursor": state.get("cursor", r.spec.start_cursor), "error": error, "files": r.files,
+            "next_cursor": cursor, "error": error, "files": r.files,
             "extraction": state.get("extraction", {}),
             "raw_file": self.layout.relative(self.layout.raw_file(self.run_info["run_id"], r.spec.query_id)),
             "requests_file": self.layout.relative(

@@ -25,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.catalog import Endpoint
 from connectors.extraction import PageMeta, with_meta
+from connectors.known import backfill_after_head, history_after
 from connectors.pager import Page, PagerStart, QueryPager, QuerySpec
 from tasks.known_keys import load_known_keys
 from tasks.layout import OutputLayout
@@ -63,6 +64,10 @@ class QuerySummary:
     """What the pages held vs what was kept (`connectors.extraction.ExtractionReport.as_dict`)."""
     raw_file: str = ""
     requests_file: str = ""
+    history: str | None = None
+    """Incremental queries: `complete` or `partial` once this run's pass ended (`connectors.known`)."""
+    backfill_cursor: dict[str, str] | None = None
+    """Incremental queries with a partial history: where their older, uncollected items begin."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,7 +116,7 @@ def land_raw_pages(
     """
     for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
         stale.unlink(missing_ok=True)
-    point = ResumePoint(endpoint.kinds)
+    point = ResumePoint(endpoint.kinds, backfill_after_head(spec.history, spec.backfill, spec.start_cursor))
     for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:
@@ -139,7 +144,18 @@ def _keep(raw: RawPageWriter, page: Page) -> None:
 def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
     if not (spec.incremental and ctx.incremental):
         return None
-    return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id)
+    return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id, spec.trusted_until)
+
+
+def history_fields(
+    spec: QuerySpec, state: PagerStart, status: str, next_cursor: dict[str, str] | None
+) -> dict[str, Any]:
+    """An incremental query's history after this run (`history`, `backfill_cursor`) for its summary."""
+    if not spec.incremental:
+        return {}
+    before = (spec.history, spec.backfill)
+    history, backfill = history_after(status, state.backfilling, next_cursor, spec.start_cursor, before)
+    return {"history": history, "backfill_cursor": backfill}
 
 
 @dataclass
@@ -192,6 +208,7 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path),
         requests_file=layout.relative(requests_path),
+        **history_fields(spec, pager.start, out.status, out.next_cursor),
     )
     return Paged(summary, pager.start)
 

@@ -18,6 +18,7 @@ import orjson
 from connectors.catalog import Endpoint
 from connectors.extraction import ConvertedPage, convert_page
 from connectors.pager import PagerStart, cursor_key, signature
+from connectors.paging import Cursor
 from connectors.records import RecordKind
 from tasks.rawstore import RawPage, RawPageReader
 
@@ -69,8 +70,10 @@ def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
 class ResumePoint:
     """Folds replayed pages into the pager's starting state."""
 
-    def __init__(self, kinds: tuple[RecordKind, ...]) -> None:
+    def __init__(self, kinds: tuple[RecordKind, ...], backfill: Cursor | None = None) -> None:
         self.kinds = kinds
+        self.backfill = backfill
+        """An incremental query's backfill cursor: a page asked for with it shows the head had caught up."""
         self.start = PagerStart()
         self._last: ReplayedPage | None = None
 
@@ -78,6 +81,8 @@ class ResumePoint:
         start, raw = self.start, page.raw
         if raw.cursor_in:
             start.used.add(cursor_key(raw.cursor_in))
+            if self.backfill is not None and dict(raw.cursor_in) == self.backfill:
+                start.backfilling = True
         start.pages += 1
         start.records += page.kept
         start.extraction.add(page.converted.report)

@@ -36,6 +36,7 @@ def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict
         "used": [list(map(list, key)) for key in sorted(state.used)],
         "previous": state.previous.hex() if state.previous else None,
         "extraction": extraction,
+        "backfilling": state.backfilling,
     }
 
 
@@ -50,6 +51,7 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
         used={tuple(tuple(pair) for pair in key) for key in plain["used"]},
         previous=bytes.fromhex(plain["previous"]) if plain["previous"] else None,
         extraction=ExtractionReport.from_dict(plain["extraction"]),
+        backfilling=bool(plain.get("backfilling")),
     )
 
 

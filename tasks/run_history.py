@@ -84,7 +84,13 @@ RUN_FIELDS = (
     "records",
     *(name for name, _ in RUNS_ADDED_COLUMNS),
 )
-QUERY_STATE_ADDED_COLUMNS = (*EXTRACTION_COLUMNS, ("extraction", "VARCHAR"))
+QUERY_STATE_ADDED_COLUMNS = (
+    *EXTRACTION_COLUMNS,
+    ("extraction", "VARCHAR"),
+    ("history", "VARCHAR"),
+    ("backfill_cursor", "VARCHAR"),
+)
+"""`history` and `backfill_cursor`: an incremental query's history after the run (`flows.coverage`)."""
 QUERY_STATE_FIELDS = (
     "query_id",
     "endpoint",
@@ -257,6 +263,7 @@ def upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Ite
         if not fields.get("query_id"):
             raise ValueError("every query state needs a query_id")
         fields["next_cursor"] = json_text(fields.get("next_cursor"))
+        fields["backfill_cursor"] = json_text(fields.get("backfill_cursor"))
         extraction = ExtractionReport.from_dict(fields.get("extraction"))
         fields.update(extraction.totals(), extraction=json_text(extraction.as_dict()))
         fields["new_fields"] = json_text(fields["new_fields"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +160,19 @@ def entry_cursor(endpoint: Endpoint, entry: LedgerEntry) -> dict[str, Any] | Non
 def data_entries(sb: RunningSandbox) -> list[LedgerEntry]:
     """Requests to data endpoints in the order they arrived (a slow one is recorded when it is answered)."""
     return sorted((e for e in sb.ledger if e.n is not None), key=lambda e: e.n or 0)
+
+
+def paid_twice(entries: Sequence[LedgerEntry]) -> int:
+    """Requests for the same page (path, path parameters, parameters and cursor) beyond the first."""
+    seen = Counter(
+        (
+            e.path,
+            tuple(sorted(e.path_params.items())),
+            tuple(sorted((k, str(v)) for k, v in e.params.items())),
+        )
+        for e in entries
+    )
+    return sum(n - 1 for n in seen.values())
 
 
 def wait_for_entries(sb: RunningSandbox, count: int, timeout: float = 5.0) -> list[LedgerEntry]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from sandbox.server import RunningSandbox
 from tests.crawl_helpers import data_entries
@@ -77,14 +75,6 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def paid_twice(entries: list[Any]) -> int:
-    """Requests for the same page (path, path parameter, parameters) beyond the first."""
-    seen = Counter(
-        (e.path, tuple(sorted(e.path_params.items())), tuple(sorted(e.params.items()))) for e in entries
-    )
-    return sum(n - 1 for n in seen.values())
 
 
 def signal_group(proc: subprocess.Popen[str], sig: int) -> float:

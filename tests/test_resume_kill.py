@@ -28,9 +28,9 @@ from sandbox.server import RunningSandbox, running
 from tasks.layout import OutputLayout
 from tasks.rawstore import RawPageReader
 from tasks.replay import replay
-from tests.crawl_helpers import data_entries
+from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, scalar, write_spec
-from tests.process_helpers import finish, paid_twice, signal_group, start_run, wait_for_requests
+from tests.process_helpers import finish, signal_group, start_run, wait_for_requests
 
 PINS = "/v1/pinboard/search"
 CREATIVE = "/v1/creative/materials"
@@ -255,3 +255,32 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     assert (
         duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{parquet}')").fetchall()[0][0] == stored
     )
+
+
+def test_fresh_after_a_kill_lets_an_incremental_query_finish_its_first_pass(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """kill -9 after 3 of 7 pages of an incremental query's first pass, then `--fresh`: the abandoned run's
+    pages are landed and the new run pays one head page, then goes on where the killed run stopped (before, it
+    stopped at the head page as `caught_up`, with 15 of 33 videos)."""
+    profile, params = "/v3/short-video/profile/videos", {"handle": "nasa", "sort_by": "latest"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={profile: (7, 7)}, page_size=5, latency=0.3
+    )
+    output = tmp_path / "out"
+    query = {"id": "videos", "endpoint": profile, "params": params, "incremental": True}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, {**job(sb.base_url, output), "queries": [query]})
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 3, proc)
+        at_kill = kill_hard(proc, sb)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--fresh"))
+        entries = data_entries(sb)
+    assert code == 0, out + err
+    runs = all_manifests(OutputLayout(output))
+    assert [r.status for r in runs] == ["abandoned", "complete"]
+    assert runs[1].queries[0]["status"] == "complete"
+    want = expected_keys([(profile, params)], config)["short_video_videos"]
+    assert key_set(output / "harvest.duckdb", "short_video_videos") == set(want)
+    # one head page, plus at most the page that was in flight at the kill
+    assert len(entries) - at_kill <= 7 - at_kill + 2 and paid_twice(entries) <= 2

@@ -19,7 +19,7 @@ from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
 from sandbox.server import running
 from tasks.layout import OutputLayout
-from tests.crawl_helpers import data_entries, entry_cursor
+from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -49,12 +49,6 @@ def spec_of(
         "queries": queries,
         **more,
     }
-
-
-def paid_twice(entries: list[Any]) -> int:
-    """Requests for the same page (path, parameters and cursor) beyond the first."""
-    seen = Counter((e.path, tuple(sorted((k, str(v)) for k, v in e.params.items()))) for e in entries)
-    return sum(n - 1 for n in seen.values())
 
 
 @pytest.fixture

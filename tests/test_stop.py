@@ -32,13 +32,12 @@ from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
 from sandbox.server import running
 from tasks.layout import OutputLayout
-from tests.crawl_helpers import data_entries
+from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
 from tests.process_helpers import (
     alive,
     children,
     finish,
-    paid_twice,
     signal_group,
     start_run,
     wait_for_requests,

@@ -1,0 +1,251 @@
+"""Incremental queries never lose data: a pass that did not reach the end of its listing (budget, `max_pages`,
+a killed run abandoned with `--fresh`) is finished by later runs, new items at the head are collected meanwhile,
+and the state survives `harvest rebuild` (a lost database means a full pass, not a silent stop). Each scenario
+is a chain of real flow runs against the sandbox over HTTP, counted from the sandbox's own ledger and checked
+against what the sandbox says a full crawl holds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from sandbox.expected import expected_pages
+from sandbox.server import running
+from tests.crawl_helpers import data_entries, paid_twice
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
+
+PROFILE = "/v3/short-video/profile/videos"
+REELS = "/v1/photo-app/user/reels"
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+FEED = "/v1/microblog-b/user/posts"
+THREAD = "/v1/microblog-b/post"
+NASA = {"handle": "nasa", "sort_by": "latest"}
+CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (7, 7)}, page_size=5)
+"""33 videos on 7 pages, as in the audit's reproduction."""
+runner = CliRunner()
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+    return SECRET_KEY
+
+
+def job(base_url: str, output: Path, queries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    videos = {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True}
+    return {
+        "name": "incremental",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 1000},
+        "concurrency": 3,
+        "output": str(output),
+        "queries": queries or [videos],
+    }
+
+
+def videos_in(output: Path) -> set[tuple[Any, ...]]:
+    return key_set(output / "harvest.duckdb", "short_video_videos")
+
+
+def all_videos(config: SandboxConfig, params: dict[str, Any] = NASA) -> set[tuple[Any, ...]]:
+    return set(expected_keys([(PROFILE, params)], config)["short_video_videos"])
+
+
+def history(output: Path, run_id: str, query_id: str = "videos") -> tuple[Any, ...]:
+    (row,) = rows(
+        output / "harvest.duckdb",
+        "SELECT status, history FROM query_state WHERE run_id = ? AND query_id = ?",
+        [run_id, query_id],
+    )
+    return row
+
+
+def test_a_budget_stopped_first_pass_is_finished_by_the_next_runs(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Night 1 pays 2 of 7 pages; nights 2 and 3 each pay one head page (it shows nothing newer) and go on
+    where the backfill stopped; night 4, with the history complete, pays one page."""
+    output = tmp_path / "out"
+    pages = expected_pages(PROFILE, NASA, CONFIG)
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        nights = [run_flow(spec, budget=2), run_flow(spec, budget=3), run_flow(spec)]
+        before_last = data_entries(sb)
+        unchanged = run_flow(spec)
+        last = data_entries(sb)[len(before_last) :]
+    assert [n["credits_spent"] for n in nights] == [2, 3, 1 + pages - 2 - 2]
+    assert [history(output, n["run_id"]) for n in nights] == [
+        ("budget_exhausted", "partial"),
+        ("budget_exhausted", "partial"),
+        ("complete", "complete"),
+    ]
+    assert videos_in(output) == all_videos(CONFIG)  # all 33, not the 10 of the first night
+    assert len(before_last) == pages + 2 and paid_twice(before_last) == 2  # only page 0, once per rerun
+    assert len(last) == 1 and unchanged["queries"][0]["status"] == "caught_up"
+
+
+def test_continue_picks_up_an_incremental_backfill(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """The audit's reproduction: `--budget 2`, then `--continue` goes on at the saved cursor (no head page)."""
+    output = tmp_path / "out"
+    pages = expected_pages(PROFILE, NASA, CONFIG)
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        first = run_flow(spec, budget=2)
+        continued = run_flow(spec, mode="continue")
+        nothing = run_flow(spec, mode="continue")
+        paid = data_entries(sb)
+        rerun = run_flow(spec)
+        rerun_paid = data_entries(sb)[len(paid) :]
+    assert first["records"] == 10 and first["status"] == "budget_exhausted"
+    assert continued["status"] == "complete" and continued["credits_spent"] == pages - 2
+    assert nothing["status"] == "nothing_to_continue"
+    assert len(paid) == pages and paid_twice(paid) == 0
+    assert videos_in(output) == all_videos(CONFIG)
+    assert len(rerun_paid) == 1 and rerun["queries"][0]["status"] == "caught_up"
+
+
+def test_max_pages_then_reruns_collect_the_whole_listing(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """`max_pages: 2` over 4 pages: each rerun pays its head page and one more old page until the end."""
+    config = CONFIG.replace(pages_by_path={PROFILE: (4, 4)})
+    output = tmp_path / "out"
+    with running(config) as sb:
+        capped = {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True, "max_pages": 2}
+        spec = write_spec(tmp_path, job(sb.base_url, output, [capped]))
+        nights = [run_flow(spec) for _ in range(4)]
+        paid = data_entries(sb)
+    statuses = [n["queries"][0]["status"] for n in nights]
+    assert statuses == ["max_pages", "max_pages", "complete", "caught_up"]
+    assert [n["credits_spent"] for n in nights] == [2, 2, 2, 1]
+    assert videos_in(output) == all_videos(config)
+    assert paid_twice(paid) == 3  # page 0 on each of the three reruns, nothing else
+
+
+def test_new_items_at_the_head_while_a_backfill_is_unfinished_are_all_collected(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Night 1 stops after 2 pages of a profile and of a reels listing. By night 2 each shows 5 new items (a
+    page's worth). Night 2 collects them at the head, then the rest of the old items. The reels cursor is an
+    offset, so the new items move every old one back a page: where night 1 stopped, night 2 finds items night 1
+    already had; paging must go on past them, not stop as if caught up."""
+    config = CONFIG.replace(pages_by_path={PROFILE: (6, 6), REELS: (6, 6)})
+    reels = {"handle": "nasa"}
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True},
+        {"id": "reels", "endpoint": REELS, "params": reels, "incremental": True},
+    ]
+    output = tmp_path / "out"
+    with running(config) as night1:
+        spec = write_spec(tmp_path, job(night1.base_url, output, queries))
+        first = run_flow(spec, budget=4)
+    later = config.replace(new_items=5)
+    with running(later) as night2:
+        spec = write_spec(tmp_path, job(night2.base_url, output, queries))
+        second = run_flow(spec)
+        paid = Counter(e.path for e in data_entries(night2))
+    assert {q["query_id"]: q["pages"] for q in first["queries"]} == {"videos": 2, "reels": 2}
+    assert {q["status"] for q in second["queries"]} == {"complete"}
+    assert videos_in(output) == all_videos(later)  # the old ones and the 5 new
+    want_reels = set(expected_keys([(REELS, reels)], later)["photo_app_reels"])
+    assert key_set(output / "harvest.duckdb", "photo_app_reels") == want_reels
+    # the profile's cursor is a timestamp: 2 head pages (the new items, then known ones), then the 4 old pages
+    assert paid[PROFILE] == 2 + 4
+    assert paid[REELS] == 2 + 5  # the offset cursor shows one page of known items again
+
+
+def test_the_state_survives_a_rebuild_and_a_lost_database_means_a_full_pass(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    output = tmp_path / "out"
+    pages = expected_pages(PROFILE, NASA, CONFIG)
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        run_flow(spec, budget=2)
+        rebuilt = runner.invoke(app, ["rebuild", str(output)])
+        assert rebuilt.exit_code == 0, rebuilt.output
+        after_rebuild = run_flow(spec)
+        (output / "harvest.duckdb").unlink()
+        without_db = run_flow(spec)
+    assert after_rebuild["credits_spent"] == 1 + pages - 2  # the head page, then the backfill
+    assert after_rebuild["queries"][0]["status"] == "complete"
+    assert without_db["credits_spent"] == pages  # nothing is trusted without the database: a full pass
+    assert without_db["queries"][0]["status"] == "complete"
+    assert videos_in(output) == all_videos(CONFIG)
+
+
+@pytest.mark.parametrize(
+    "runner", [{"kind": "local"}, {"kind": "dask", "workers": 2, "round_pages": 2}], ids=["local", "dask"]
+)
+def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
+    prefect_harness: None, tmp_path: Path, api_key: str, runner: dict[str, Any]
+) -> None:
+    """Audit bug 13: details of materials already collected are not fetched again by an incremental run;
+    those a budget stop left out are; `--full` fetches them all again. In-process and in Dask rounds."""
+    params = {"query": "standing desks", "limit": 4, "order": "latest"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
+    )
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
+        {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, {**job(sb.base_url, output, queries), "runner": runner})
+        first = run_flow(spec, budget=6)
+        second = run_flow(spec)
+        collected = data_entries(sb)
+        unchanged = run_flow(spec)
+        full = run_flow(spec, full=True)
+    materials = set(expected_keys([(CREATIVE, params)], config)["creative_materials"])
+    details = Counter(e.path_params.get("material_id") for e in collected if e.path_params)
+    assert first["status"] == "budget_exhausted" and 0 < first["records"] < 2 * len(materials)
+    assert second["status"] == "complete"
+    assert set(details) == {m for (m,) in materials} and set(details.values()) == {1}  # each paid once
+    assert unchanged["credits_spent"] == 1 and unchanged["queries"][0]["status"] == "caught_up"
+    assert full["credits_spent"] == expected_pages(CREATIVE, params, config) + len(materials)
+    assert key_set(output / "harvest.duckdb", "creative_material_details") == materials
+
+
+def test_only_new_parent_items_start_their_dependents(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Audit bug 13 at the head: a feed's unchanged rerun pays its head page and no thread; when 4 posts are
+    new, their 4 threads are fetched, once each, and no thread of an older post is paid for again."""
+    feed = {"handle": "nasa"}
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (3, 3)}, page_size=5)
+    queries = [
+        {"id": "feed", "endpoint": FEED, "params": feed, "incremental": True},
+        {"id": "threads", "endpoint": THREAD, "for_each": {"url": {"from": "feed", "field": "uri"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as night1:
+        spec = write_spec(tmp_path, job(night1.base_url, output, queries))
+        first = run_flow(spec)
+        unchanged = run_flow(spec)
+        old_threads = Counter(e.params["url"] for e in data_entries(night1) if e.path == THREAD)
+    later = config.replace(new_items=4)
+    with running(later) as night2:
+        spec = write_spec(tmp_path, job(night2.base_url, output, queries))
+        second = run_flow(spec)
+        new_threads = Counter(e.params["url"] for e in data_entries(night2) if e.path == THREAD)
+    old_posts = set(expected_keys([(FEED, feed)], config)["microblog_b_posts"])
+    all_posts = set(expected_keys([(FEED, feed)], later)["microblog_b_posts"])
+    assert first["status"] == "complete" and {(u,) for u in old_threads} == old_posts
+    assert set(old_threads.values()) == {1}
+    assert unchanged["credits_spent"] == 1  # the head page only: no thread paid again
+    assert {(u,) for u in new_threads} == all_posts - old_posts and len(new_threads) == 4
+    assert set(new_threads.values()) == {1}
+    assert second["credits_spent"] == 2 + 4  # the page of new posts, one of known ones, 4 threads
+    assert all_posts <= key_set(output / "harvest.duckdb", "microblog_b_posts")
