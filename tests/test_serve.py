@@ -77,6 +77,19 @@ def test_serve_describes_one_deployment_per_job(tmp_path: Path, monkeypatch: pyt
     assert "copy.yaml" in str(bad.value) and "queries" in str(bad.value)
 
 
+def test_an_invalid_schedule_is_refused_before_prefect(tmp_path: Path) -> None:
+    folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
+    nightly = folder / "nightly.yaml"
+    nightly.write_text(nightly.read_text().replace("0 3 * * *", "99 99 * * *"))
+    for command in ("validate", "serve"):
+        result = CliRunner().invoke(app, [command, str(nightly)], env={"COLUMNS": "200"})
+        assert result.exit_code == 2, (command, result.output)
+        assert f"{nightly}:" in result.output and "schedule.cron: '99 99 * * *' is not a valid cron" in (
+            result.output
+        ), result.output
+        assert "allowed: minute 0-59" in result.output and "Traceback" not in result.output
+
+
 def test_serve_refuses_without_a_prefect_server(tmp_path: Path) -> None:
     folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
     env = subprocess_env(
