@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.serve import job_deployments
+from flows.serve import job_deployments, spec_files
 from flows.spec import SpecError, UsageError
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
@@ -53,6 +53,7 @@ def specs(folder: Path, base_url: str) -> Path:
     (folder / "nightly.yaml").write_text(yaml.safe_dump(nightly))
     (folder / "hourly.yml").write_text(yaml.safe_dump(hourly))
     (folder / "notes.txt").write_text("not a spec")
+    (folder / "prefect.yaml").write_text("name: harvest\ndeployments: []\n")  # Prefect's, beside the specs
     return folder
 
 
@@ -75,6 +76,22 @@ def test_serve_describes_one_deployment_per_job(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(SpecError) as bad:
         job_deployments([folder])
     assert "copy.yaml" in str(bad.value) and "queries" in str(bad.value)
+
+
+def test_a_directory_gives_its_job_specs_and_skips_other_yaml(tmp_path: Path) -> None:
+    from tests.flow_helpers import ROOT
+
+    configs = ROOT / "configs"
+    found, skipped = spec_files([configs])
+    assert found == [configs / "demo.yaml"] and skipped == [configs / "prefect.yaml"]
+    assert [job.name for job in job_deployments([configs])] == ["demo"]
+    (tmp_path / "prefect.yaml").write_text((configs / "prefect.yaml").read_text())
+    (tmp_path / "broken.yaml").write_text("queries: [\n")  # not even YAML: shown as a spec error, not skipped
+    with pytest.raises(SpecError, match=r"broken\.yaml"):
+        job_deployments([tmp_path])
+    (tmp_path / "broken.yaml").unlink()
+    with pytest.raises(UsageError, match=r"no job specs in this directory.*top level has `queries`"):
+        job_deployments([tmp_path])
 
 
 def test_an_invalid_schedule_is_refused_before_prefect(tmp_path: Path) -> None:
