@@ -102,3 +102,19 @@ def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     pages = [q["pages"] for q in summary["queries"]]
     assert max(pages) - min(pages) <= 1, pages
     assert {q["status"] for q in summary["queries"]} == {"budget_exhausted"}
+
+
+def test_the_balance_floor_holds_on_dask(prefect_harness: None, tmp_path: Path) -> None:
+    """`budget.min_balance` on Dask: the grants never take the account below the floor, the run stops there."""
+    config = SandboxConfig(api_keys={SECRET_KEY: 60}, pages_by_path={PINS: (30, 30)}, page_size=3)
+    spec = job("", tmp_path / "out", {"kind": "dask", "workers": 1, "round_pages": 5}, credits=100)
+    spec["budget"]["min_balance"] = 40
+    spec["queries"] = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
+    with running(config) as sb:
+        spec["service"]["base_url"] = sb.base_url
+        summary = run_flow(write_spec(tmp_path, spec))
+        balance, billed = sb.balance(), sb.billed_total()
+    (query,) = summary["queries"]
+    assert query["status"] == summary["status"] == "budget_exhausted", summary
+    assert balance == 40 and billed == summary["credits_spent"] == 20, (balance, billed)
+    assert "floor of 40 credits" in query["error"], query
