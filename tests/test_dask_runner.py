@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
@@ -118,3 +119,24 @@ def test_the_balance_floor_holds_on_dask(prefect_harness: None, tmp_path: Path) 
     assert query["status"] == summary["status"] == "budget_exhausted", summary
     assert balance == 40 and billed == summary["credits_spent"] == 20, (balance, billed)
     assert "floor of 40 credits" in query["error"], query
+
+
+def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
+    """Nothing of a run's local cluster listens on :8787 (the dashboard's port), and no dashboard is served."""
+    import urllib.error
+    import urllib.request
+    import warnings
+
+    from flows.rounds import _runner
+    from flows.spec import parse_spec
+
+    spec = parse_spec(yaml.safe_dump(job("http://127.0.0.1:9", Path("out"), {"kind": "dask", "workers": 1})))
+    with warnings.catch_warnings(record=True) as caught, _runner(spec) as runner:
+        warnings.simplefilter("always")
+        scheduler = runner.client.cluster.scheduler  # the client starts the cluster
+        bound = [sock.getsockname() for sock in scheduler.http_server._sockets.values()]
+        assert bound and all(host == "127.0.0.1" and port != 8787 for host, port, *_ in bound), bound
+        with pytest.raises(urllib.error.HTTPError) as status:
+            urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/status", timeout=10)
+        assert status.value.code == 404
+    assert not [w for w in caught if "8787" in str(w.message)], [str(w.message) for w in caught]
