@@ -89,19 +89,24 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     prefect_harness: None, tmp_path: Path
 ) -> None:
-    budget = 13
+    budget, round_pages = 13, 5
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
-    spec = job("", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": 3}, credits=budget)
+    spec = job(
+        "", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": round_pages}, credits=budget
+    )
     spec["queries"] = spec["queries"][:1]
     with running(config) as sb:
         spec["service"]["base_url"] = sb.base_url
         summary = run_flow(write_spec(tmp_path, spec))
         billed, entries = sb.billed_total(), data_entries(sb)
     assert sum(expected_pages(PINS, {"query": t}, config) for t in TOPICS) > budget
+    assert round_pages * len(TOPICS) > budget, "one round must make the queries compete for the budget"
     assert billed == summary["credits_spent"] == budget
     assert set(paid(entries).values()) == {1}
     pages = [q["pages"] for q in summary["queries"]]
-    assert max(pages) - min(pages) <= 1, pages
+    assert sorted(pages) == [3, 3, 3, 4], pages  # 13 credits, 4 queries at 1 credit a page: a fair share each
+    per_topic = Counter(e.params["query"] for e in entries)
+    assert sorted(per_topic.values()) == [3, 3, 3, 4] and set(per_topic) == set(TOPICS), per_topic
     assert {q["status"] for q in summary["queries"]} == {"budget_exhausted"}
 
 
