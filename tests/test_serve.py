@@ -128,7 +128,7 @@ def _deployment(name: str, deadline: float, serving: subprocess.Popen[str]) -> A
             try:
                 return client.read_deployment_by_name(f"collect_job/{name}")
             except ObjectNotFound:
-                assert serving.poll() is None, serving.communicate()
+                assert serving.returncode is not None or serving.poll() is None, serving.communicate()
                 assert time.monotonic() < deadline, "harvest serve never created its deployments"
                 time.sleep(0.2)
 
@@ -160,12 +160,17 @@ def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
             )
             assert nightly.concurrency_options.collision_strategy == "ENQUEUE"
 
+            assert not nightly.paused and not hourly.paused
+
             flow_run = run_deployment("collect_job/nightly-pins", timeout=240)
             assert flow_run.state is not None and flow_run.state.is_completed(), flow_run.state
         finally:
             serving.send_signal(signal.SIGINT)
             out, err = serving.communicate(timeout=60)
         pins_paid = [e for e in data_entries(sb) if e.path == PINS]
+    assert serving.returncode == 0 and "schedules are paused until `harvest serve` runs again" in err, err
+    for name in ("nightly-pins", "hourly-forum"):  # Ctrl-C paused the schedules: no run comes due unserved
+        assert _deployment(name, time.monotonic() + 10, serving).paused, name
     db = tmp_path / "out" / "nightly-pins" / "harvest.duckdb"
     assert len(pins_paid) == 3, (out, err)
     assert rows(db, "SELECT count(*) FROM runs WHERE status = 'complete'") == [(1,)]
