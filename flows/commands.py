@@ -378,11 +378,12 @@ def serve(paths: list[Path], base_url: str | None) -> None:
 
     apply_prefect_defaults()
     try:
-        serve_jobs(paths, base_url)
+        serve_jobs(paths, base_url)  # returns when stopped: prefect.serve handles Ctrl-C itself
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
-        err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
+        pass
+    err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
 
 
 def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:

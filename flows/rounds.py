@@ -73,12 +73,20 @@ def _runner(spec: JobSpec) -> Any:
 
     if spec.runner.address:
         return DaskTaskRunner(address=spec.runner.address)
-    workers = spec.runner.workers
-    return DaskTaskRunner(
-        cluster_kwargs={
-            "n_workers": workers, "processes": True, "threads_per_worker": 1, "dashboard_address": None,
-        }
-    )  # fmt: skip
+    return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(spec.runner.workers))
+
+
+def local_cluster_kwargs(workers: int) -> dict[str, Any]:
+    """A LocalCluster of worker processes with no dashboard and no fixed port.
+
+    `dashboard_address=None` does not do what distributed documents (dask/distributed#8136): the scheduler's
+    HTTP server (health and metrics routes) still binds :8787, or warns and moves when another cluster has it.
+    Any free port on 127.0.0.1 instead, and `dashboard=False` so no Bokeh dashboard is served there either.
+    """
+    return {
+        "n_workers": workers, "processes": True, "threads_per_worker": 1,
+        "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False},
+    }  # fmt: skip
 
 
 class Rounds:
@@ -133,17 +141,34 @@ class Rounds:
             self.add(query)
         with _runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
-                grants = allocate(self.running, self.ledger.remaining, self.spec.runner.round_pages)
+                grants = allocate(self.running, self.free(), self.spec.runner.round_pages)
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
                 if not granted:
                     break
                 await self.one_round(runner, granted, grants)
         stopped = self.ledger.stopped
         status = stopped.kind if stopped else "budget_exhausted"
-        reason = stopped.reason if stopped else "the run's budget has no credits left"
+        reason = stopped.reason if stopped else self.why_no_credits()
         for r in list(self.running):
             self.end(r, self.last_summary(r, status, reason))
         return self.summaries
+
+    def free(self) -> int:
+        """What a round may grant: the budget left, and never more than keeps the account at `min_balance`.
+
+        Workers pay concurrently and see the balance only after paying, so the floor is held here, in the
+        grants, from the last balance the service reported (before the run, then after every round).
+        """
+        floor, balance = self.ledger.min_balance, self.ledger.account_remaining
+        if floor is None or balance is None:
+            return self.ledger.remaining
+        return min(self.ledger.remaining, max(0, balance - floor))
+
+    def why_no_credits(self) -> str:
+        floor, balance = self.ledger.min_balance, self.ledger.account_remaining
+        if floor is not None and balance is not None and self.free() < self.ledger.remaining:
+            return f"the account balance ({balance}) is at the floor of {floor} credits (budget.min_balance)"
+        return "the run's budget has no credits left"
 
     async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
         submitted: list[tuple[Running, Reservation, Any]] = []
@@ -161,18 +186,25 @@ class Rounds:
                       "part": self.parts, "round_no": r.rounds, "wanted": self.wanted(r.spec)}  # fmt: skip
             submitted.append((r, reservation, runner.submit(collect_round, parameters=params)))
             r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
+        balances: list[int] = []
         for r, reservation, future in submitted:
             await asyncio.to_thread(future.wait)
-            await self.settle(r, reservation, future.state)
+            balance = await self.settle(r, reservation, future.state)
+            if balance is not None:
+                balances.append(balance)
+        if balances:  # the lowest is the latest: the balance only falls while the run pays
+            self.ledger.observe_remaining(min(balances))
 
-    async def settle(self, r: Running, reservation: Reservation, state: Any) -> None:
+    async def settle(self, r: Running, reservation: Reservation, state: Any) -> int | None:
+        """Settle one query's grant to what its task spent; returns the account balance the task last saw."""
         try:
             result = await state.aresult(raise_on_failure=True)
         except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
             self.ledger.settle(reservation, None)
             r.credits += reservation.amount
             self.end(r, self.last_summary(r, "failed", f"{type(exc).__name__}: {exc}"))
-            return
+            return None
+        balance: int | None = result.get("balance")
         self.ledger.settle(reservation, result["spent"])
         summary = result["summary"]
         r.credits += result["spent"]
@@ -182,8 +214,9 @@ class Rounds:
         progress.current().page_landed(r.spec.query_id, landed, result["spent"])
         self.discover(r.spec, result["found"])
         if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r, result):
-            return  # its grant ran out: it goes on next round
+            return balance  # its grant ran out: it goes on next round
         self.end(r, {**summary, "credits": r.credits, "files": r.files})
+        return balance
 
     def grant_was_the_limit(self, r: Running, result: dict[str, Any]) -> bool:
         cap = r.spec.max_credits
@@ -236,5 +269,5 @@ def run_info(
         "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
         "api_key_env": key_env, "api_key_secret": secret, "timeout_seconds": spec.service.timeout_seconds,
         "attempts": spec.service.attempts, "concurrency": spec.concurrency, "fsync": spec.durability == "fsync",
-        "costs": dict(spec.costs), "incremental": not full,
+        "costs": dict(spec.costs), "incremental": not full, "min_balance": spec.budget.min_balance,
     }  # fmt: skip

@@ -38,26 +38,47 @@ class JobDeployment:
         return f"every {self.schedule.interval} s"
 
 
-def spec_files(paths: list[Path]) -> list[Path]:
-    """The spec files named, a directory standing for the YAML files directly in it."""
+def is_job_spec(file: Path) -> bool:
+    """Whether a YAML file found in a directory is a job spec: its top level is a mapping with `queries`.
+
+    Other YAML beside the specs (Prefect's prefect.yaml, CI or tool configs) is skipped, not refused; a file
+    that is not even YAML counts as a spec, so that its error is shown rather than the file silently dropped.
+    """
+    import yaml
+
+    try:
+        top = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return True
+    return isinstance(top, dict) and "queries" in top
+
+
+def spec_files(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(spec files, skipped files): a file named is a spec; a directory stands for the job specs directly in it."""
     found: list[Path] = []
+    skipped: list[Path] = []
     for path in paths:
         if path.is_dir():
             in_dir = sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
-            if not in_dir:
-                raise UsageError(f"{path}: no job specs (*.yaml, *.yml) in this directory")
-            found.extend(in_dir)
+            specs = [p for p in in_dir if is_job_spec(p)]
+            if not specs:
+                raise UsageError(
+                    f"{path}: no job specs in this directory; allowed: *.yaml or *.yml files whose top level "
+                    "has `queries` (a job spec)"
+                )
+            found.extend(specs)
+            skipped.extend(p for p in in_dir if p not in specs)
         elif path.is_file():
             found.append(path)
         else:
             raise UsageError(f"{path}: no such spec file or directory")
-    return found
+    return found, skipped
 
 
 def job_deployments(paths: list[Path], base_url: str | None = None) -> list[JobDeployment]:
     """Validate every spec (all problems of all files before anything is served) and describe its deployment."""
     jobs: list[JobDeployment] = []
-    for file in spec_files(paths):
+    for file in spec_files(paths)[0]:
         text = file.read_text(encoding="utf-8")
         spec = parse_spec(text, file=str(file))
         output = Path(spec.output).expanduser().resolve()  # relative to where `harvest serve` was started
@@ -134,6 +155,8 @@ def serve(paths: list[Path], base_url: str | None) -> None:
 
     jobs = job_deployments(paths, base_url)
     check_ready(jobs)
+    for file in spec_files(paths)[1]:
+        console.note(f"skipped {file}: not a job spec (no top-level `queries`)")
     table = console.table("deployment", "schedule", "output", title="harvest serve")
     for job in jobs:
         console.add_row(table, f"collect_job/{job.name}", job.when(), str(job.output))

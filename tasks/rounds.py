@@ -91,7 +91,7 @@ async def collect_round(
 ) -> dict[str, Any]:
     spec = QuerySpec(**query)
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
-    ledger = CreditLedger(grant, policy="greedy")
+    ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
     attempts = AttemptLogs(fsync=run["fsync"])
     timeout = run["timeout_seconds"]
     client = ServiceClient(
@@ -112,6 +112,7 @@ async def collect_round(
         "summary": summary.as_dict(),
         "state": state_to_plain(paged.state, summary.pages, summary.records, summary.extraction),
         "spent": ledger.spent,
+        "balance": ledger.account_remaining,  # the last balance the service reported, for the flow's floor
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
     }

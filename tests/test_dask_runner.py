@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
@@ -88,17 +89,59 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     prefect_harness: None, tmp_path: Path
 ) -> None:
-    budget = 13
+    budget, round_pages = 13, 5
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
-    spec = job("", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": 3}, credits=budget)
+    spec = job(
+        "", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": round_pages}, credits=budget
+    )
     spec["queries"] = spec["queries"][:1]
     with running(config) as sb:
         spec["service"]["base_url"] = sb.base_url
         summary = run_flow(write_spec(tmp_path, spec))
         billed, entries = sb.billed_total(), data_entries(sb)
     assert sum(expected_pages(PINS, {"query": t}, config) for t in TOPICS) > budget
+    assert round_pages * len(TOPICS) > budget, "one round must make the queries compete for the budget"
     assert billed == summary["credits_spent"] == budget
     assert set(paid(entries).values()) == {1}
     pages = [q["pages"] for q in summary["queries"]]
-    assert max(pages) - min(pages) <= 1, pages
+    assert sorted(pages) == [3, 3, 3, 4], pages  # 13 credits, 4 queries at 1 credit a page: a fair share each
+    per_topic = Counter(e.params["query"] for e in entries)
+    assert sorted(per_topic.values()) == [3, 3, 3, 4] and set(per_topic) == set(TOPICS), per_topic
     assert {q["status"] for q in summary["queries"]} == {"budget_exhausted"}
+
+
+def test_the_balance_floor_holds_on_dask(prefect_harness: None, tmp_path: Path) -> None:
+    """`budget.min_balance` on Dask: the grants never take the account below the floor, the run stops there."""
+    config = SandboxConfig(api_keys={SECRET_KEY: 60}, pages_by_path={PINS: (30, 30)}, page_size=3)
+    spec = job("", tmp_path / "out", {"kind": "dask", "workers": 1, "round_pages": 5}, credits=100)
+    spec["budget"]["min_balance"] = 40
+    spec["queries"] = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
+    with running(config) as sb:
+        spec["service"]["base_url"] = sb.base_url
+        summary = run_flow(write_spec(tmp_path, spec))
+        balance, billed = sb.balance(), sb.billed_total()
+    (query,) = summary["queries"]
+    assert query["status"] == summary["status"] == "budget_exhausted", summary
+    assert balance == 40 and billed == summary["credits_spent"] == 20, (balance, billed)
+    assert "floor of 40 credits" in query["error"], query
+
+
+def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
+    """Nothing of a run's local cluster listens on :8787 (the dashboard's port), and no dashboard is served."""
+    import urllib.error
+    import urllib.request
+    import warnings
+
+    from flows.rounds import _runner
+    from flows.spec import parse_spec
+
+    spec = parse_spec(yaml.safe_dump(job("http://127.0.0.1:9", Path("out"), {"kind": "dask", "workers": 1})))
+    with warnings.catch_warnings(record=True) as caught, _runner(spec) as runner:
+        warnings.simplefilter("always")
+        scheduler = runner.client.cluster.scheduler  # the client starts the cluster
+        bound = [sock.getsockname() for sock in scheduler.http_server._sockets.values()]
+        assert bound and all(host == "127.0.0.1" and port != 8787 for host, port, *_ in bound), bound
+        with pytest.raises(urllib.error.HTTPError) as status:
+            urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/status", timeout=10)
+        assert status.value.code == 404
+    assert not [w for w in caught if "8787" in str(w.message)], [str(w.message) for w in caught]

@@ -2,28 +2,49 @@
 
 The wheel is built and installed without dependencies into a fresh virtual environment that borrows the
 project environment's site-packages for them (a .pth line): what is tested is the wheel's own content, in a
-few seconds instead of a full download of Prefect and its dependencies.
+few seconds instead of a full download of Prefect and its dependencies. It is built from a copy of the files git
+would commit, never in the checkout: setuptools' build/ there would carry stale modules into the wheel.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 from tests.flow_helpers import ROOT, subprocess_env
 
 
+def source_copy(target: Path) -> set[str]:
+    """The files git would commit (tracked, or new and not ignored), copied to `target`; their paths."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")  # fmt: skip
+    files = {name for name in listed if name and (ROOT / name).is_file()}
+    for name in files:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target / name)
+    return files
+
+
 def test_a_wheel_install_runs_the_demo(tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
+    wheels, source = tmp_path / "wheels", tmp_path / "source"
+    files = source_copy(source)
+    checkout_before = sorted(p.name for p in ROOT.iterdir())
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr
+    assert sorted(p.name for p in ROOT.iterdir()) == checkout_before, "the build wrote into the checkout"
     (wheel,) = wheels.glob("harvest-*.whl")
+    modules = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".py")]
+    assert modules and set(modules) <= files, sorted(set(modules) - files)  # nothing but the sources
     env_dir = tmp_path / "fresh"
     venv.create(env_dir, with_pip=False)
     (site,) = (env_dir / "lib").glob("python*/site-packages")

@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.serve import job_deployments
+from flows.serve import job_deployments, spec_files
 from flows.spec import SpecError, UsageError
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
@@ -53,6 +53,7 @@ def specs(folder: Path, base_url: str) -> Path:
     (folder / "nightly.yaml").write_text(yaml.safe_dump(nightly))
     (folder / "hourly.yml").write_text(yaml.safe_dump(hourly))
     (folder / "notes.txt").write_text("not a spec")
+    (folder / "prefect.yaml").write_text("name: harvest\ndeployments: []\n")  # Prefect's, beside the specs
     return folder
 
 
@@ -77,6 +78,35 @@ def test_serve_describes_one_deployment_per_job(tmp_path: Path, monkeypatch: pyt
     assert "copy.yaml" in str(bad.value) and "queries" in str(bad.value)
 
 
+def test_a_directory_gives_its_job_specs_and_skips_other_yaml(tmp_path: Path) -> None:
+    from tests.flow_helpers import ROOT
+
+    configs = ROOT / "configs"
+    found, skipped = spec_files([configs])
+    assert found == [configs / "demo.yaml"] and skipped == [configs / "prefect.yaml"]
+    assert [job.name for job in job_deployments([configs])] == ["demo"]
+    (tmp_path / "prefect.yaml").write_text((configs / "prefect.yaml").read_text())
+    (tmp_path / "broken.yaml").write_text("queries: [\n")  # not even YAML: shown as a spec error, not skipped
+    with pytest.raises(SpecError, match=r"broken\.yaml"):
+        job_deployments([tmp_path])
+    (tmp_path / "broken.yaml").unlink()
+    with pytest.raises(UsageError, match=r"no job specs in this directory.*top level has `queries`"):
+        job_deployments([tmp_path])
+
+
+def test_an_invalid_schedule_is_refused_before_prefect(tmp_path: Path) -> None:
+    folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
+    nightly = folder / "nightly.yaml"
+    nightly.write_text(nightly.read_text().replace("0 3 * * *", "99 99 * * *"))
+    for command in ("validate", "serve"):
+        result = CliRunner().invoke(app, [command, str(nightly)], env={"COLUMNS": "200"})
+        assert result.exit_code == 2, (command, result.output)
+        assert f"{nightly}:" in result.output and "schedule.cron: '99 99 * * *' is not a valid cron" in (
+            result.output
+        ), result.output
+        assert "allowed: minute 0-59" in result.output and "Traceback" not in result.output
+
+
 def test_serve_refuses_without_a_prefect_server(tmp_path: Path) -> None:
     folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
     env = subprocess_env(
@@ -98,7 +128,7 @@ def _deployment(name: str, deadline: float, serving: subprocess.Popen[str]) -> A
             try:
                 return client.read_deployment_by_name(f"collect_job/{name}")
             except ObjectNotFound:
-                assert serving.poll() is None, serving.communicate()
+                assert serving.returncode is not None or serving.poll() is None, serving.communicate()
                 assert time.monotonic() < deadline, "harvest serve never created its deployments"
                 time.sleep(0.2)
 
@@ -130,12 +160,17 @@ def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
             )
             assert nightly.concurrency_options.collision_strategy == "ENQUEUE"
 
+            assert not nightly.paused and not hourly.paused
+
             flow_run = run_deployment("collect_job/nightly-pins", timeout=240)
             assert flow_run.state is not None and flow_run.state.is_completed(), flow_run.state
         finally:
             serving.send_signal(signal.SIGINT)
             out, err = serving.communicate(timeout=60)
         pins_paid = [e for e in data_entries(sb) if e.path == PINS]
+    assert serving.returncode == 0 and "schedules are paused until `harvest serve` runs again" in err, err
+    for name in ("nightly-pins", "hourly-forum"):  # Ctrl-C paused the schedules: no run comes due unserved
+        assert _deployment(name, time.monotonic() + 10, serving).paused, name
     db = tmp_path / "out" / "nightly-pins" / "harvest.duckdb"
     assert len(pins_paid) == 3, (out, err)
     assert rows(db, "SELECT count(*) FROM runs WHERE status = 'complete'") == [(1,)]

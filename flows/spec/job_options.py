@@ -18,6 +18,27 @@ _CRON_FIELD = r"[\d*/,\-A-Za-z?LW#]+"
 _CRON = re.compile(rf"^\s*{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}\s*$")
 
 
+CRON_ALLOWED = (
+    "minute 0-59, hour 0-23, day 1-31, month 1-12 or jan-dec, weekday 0-6 or sun-sat; "
+    "each as *, a value, a range a-b, a list a,b or a step */n"
+)
+
+
+def cron_problem(expression: str) -> str | None:
+    """Why Prefect would refuse the expression when `harvest serve` registers it, or None.
+
+    The check is Prefect's own (its vendored croniter, as its CronSchedule validates), so what passes
+    `harvest validate` is what a deployment accepts; random and hashed fields (H, R) Prefect refuses too.
+    """
+    from prefect._vendor.croniter import croniter  # Prefect's copy: harvest depends on Prefect already
+
+    if any(f.casefold() in ("h", "r") for f in expression.split()):
+        return "random and hashed fields (H, R) are not supported"
+    if not croniter.is_valid(expression):
+        return "a field is out of range or malformed"
+    return None
+
+
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -32,8 +53,13 @@ class Schedule(_Options):
     @field_validator("cron")
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
-        if value is not None and not _CRON.match(value):
+        if value is None:
+            return value
+        if not _CRON.match(value):
             raise ValueError(f"{value!r} is not a five-field cron expression (minute hour day month weekday)")
+        problem = cron_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} is not a valid cron expression: {problem}")
         return value
 
     @field_validator("timezone")
