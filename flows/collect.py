@@ -9,27 +9,19 @@ its message), Failed when a query failed, Cancelled when it was interrupted.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from flows.settings import apply_prefect_defaults
 
 apply_prefect_defaults()
 
 from prefect import flow, get_run_logger  # noqa: E402
-from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact  # noqa: E402
 from prefect.context import FlowRunContext  # noqa: E402
-from prefect.states import Cancelled, Completed, Failed, State  # noqa: E402
+from prefect.states import Completed, State  # noqa: E402
 
 from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
@@ -41,6 +33,8 @@ from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import StopOnSignal  # noqa: E402
 from flows.load import load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from flows.memory import quiet_gc, release_memory  # noqa: E402
+from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
 from flows.plan import Plan, plan  # noqa: E402
 from flows.preflight import check_output_dir  # noqa: E402
 from flows.resume import (  # noqa: E402
@@ -61,52 +55,8 @@ from tasks.journal import RunJournal  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
 
 
-class RunFailed(Exception):
-    """Raised instead of returning a Failed state when the flow has retries, so that Prefect retries it (and
-    the retry resumes the run). Carries the run summary."""
-
-    def __init__(self, summary: dict[str, Any]) -> None:
-        super().__init__(headline(summary))
-        self.summary = summary
-
-
-@contextmanager
-def quiet_gc() -> Iterator[None]:
-    """Keep CPython's cyclic collector off the hot path: every page allocates thousands of short-lived,
-    acyclic objects (freed by reference counting), and each collection walked every object Prefect and the
-    imports keep alive; it cost more CPU than decoding the pages. Objects alive now are moved out of its
-    reach, and it runs a tenth as often."""
-    gc.collect()
-    gc.freeze()
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], 10_000), *threshold[1:])
-    try:
-        yield
-    finally:  # what the run leaves is collectable again (native objects must be freed before exit)
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
-
-
-def release_memory() -> None:
-    """Hand what collecting used back to the system before DuckDB takes its share: the peak of a run is
-    then the larger of the two steps, not their sum."""
-    gc.collect()
-    pa.default_memory_pool().release_unused()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc only; elsewhere the allocator keeps its pages
-
-
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-
-
-def headline(summary: dict[str, Any]) -> str:
-    """One line for the Prefect state message and logs."""
-    text = (
-        f"{summary['status']}: {len(summary['queries'])} queries, {summary['records']} records, "
-        f"{summary['credits_spent']}/{summary['budget']} credits (run {summary['run_id']})"
-    )
-    return text + (f"; {summary['error']}" if summary.get("error") else "")
 
 
 @dataclass
@@ -290,17 +240,6 @@ def _lock(layout: OutputLayout, job: str) -> job_lock.JobLock:
         raise UsageError(str(exc)) from None
 
 
-def _final_state(summary: dict[str, Any]) -> State[Any]:
-    message = headline(summary)
-    if summary["status"] == "interrupted":
-        return Cancelled(message=message, data=summary)
-    if summary["status"] == "failed" or summary.get("export", {}).get("error"):
-        if _flow_run()[2]:
-            raise RunFailed(summary)  # Prefect retries only a raised failure; the retry resumes this run
-        return Failed(message=message, data=summary)
-    return Completed(message=message, data=summary)
-
-
 @flow(name="collect_job", log_prints=False, validate_parameters=True)
 async def collect_job(
     spec_path: str | None = None,
@@ -346,6 +285,7 @@ async def _collect_job(
             write_manifest(layout, begun.manifest)
             lock.describe(run_id=begun.manifest.run_id, job=spec.name)
             manifest = await _collect(spec, layout, begun, the_plan, service, full)
+            key = service.api_key
         write_manifest(layout, manifest)
         release_memory()
         try:
@@ -359,8 +299,8 @@ async def _collect_job(
     summary = manifest.summary(loaded)
     if exported is not None:
         summary["export"] = exported
-    await _publish_artifact(spec.name, summary)
-    return _final_state(summary)
+    await publish_artifact(spec.name, summary)
+    return final_state(summary, _flow_run()[2], key)
 
 
 def _nothing_to_continue(begun: Begun) -> State[Any]:
@@ -369,23 +309,6 @@ def _nothing_to_continue(begun: Begun) -> State[Any]:
     assert previous is not None
     message = f"nothing to continue: run {previous.run_id} left no stopped query"
     return Completed(message=message, data={"status": "nothing_to_continue", "message": message})
-
-
-async def _publish_artifact(job: str, summary: dict[str, Any]) -> None:
-    key = "".join(c if c.isalnum() else "-" for c in f"harvest-{job}".lower())
-    await acreate_table_artifact(
-        table=[
-            {k: q[k] for k in ("query_id", "endpoint", "status", "pages", "records", "credits")}
-            for q in summary["queries"]
-        ],
-        key=key,
-        description=f"harvest run {summary['run_id']}: {summary['status']}, "
-        f"{summary['credits_spent']}/{summary['budget']} credits",
-    )
-    rows = "\n".join(f"| {t} | {n} |" for t, n in sorted(summary["tables"].items()))
-    await acreate_markdown_artifact(
-        markdown=f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n", key=f"{key}-tables"
-    )
 
 
 async def run_collect(**parameters: Any) -> dict[str, Any]:

@@ -105,6 +105,8 @@ def run_job(
     from flows import progress
     from flows.collect import run_collect
 
+    console.hide_prefect_task_failures()  # harvest prints each failed query's reason itself
+
     reporter = progress.for_terminal()
     progress.install(reporter)
     try:
@@ -136,15 +138,9 @@ def run_job(
 
 def _error_lines(summary: dict[str, Any]) -> list[str]:
     """Why queries did not end well, each distinct reason once (30 queries stopped by one refused key: one line)."""
-    by_reason: dict[str, list[str]] = {}
-    for q in summary["queries"]:
-        if q["status"] in OK_STATUSES or q["status"] in ("interrupted", "stopped"):
-            continue
-        by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
-    lines = []
-    for reason, ids in by_reason.items():
-        who = ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
-        lines.append(f"{who}: {reason}")
+    from flows.manifest import failure_groups, who
+
+    lines = [f"{who(ids)}: {reason}" for ids, reason in failure_groups(summary["queries"])]
     if summary.get("error"):
         lines.append(f"the run stopped: {summary['error']}")
     return lines

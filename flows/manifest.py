@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from connectors.extraction import ExtractionReport
-from connectors.pager import OK_STATUSES
+from connectors.pager import OK_STATUSES, query_failed
 from tasks.layout import OutputLayout
 
 UNFINISHED = frozenset({"running", "interrupted"})
@@ -117,6 +117,21 @@ def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
     if "budget_exhausted" in statuses:
         return "budget_exhausted"
     return "complete"
+
+
+def failure_groups(queries: list[dict[str, Any]]) -> list[tuple[list[str], str]]:
+    """(query ids, reason) per distinct reason of the failed queries, in the order met: 30 queries stopped by
+    one cause are one group."""
+    by_reason: dict[str, list[str]] = {}
+    for q in queries:
+        if query_failed(q["status"]):
+            by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
+    return [(ids, reason) for reason, ids in by_reason.items()]
+
+
+def who(ids: list[str]) -> str:
+    """`q1`, or `3 queries (q1, ...)`."""
+    return ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
 
 
 def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:

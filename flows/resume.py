@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from connectors.pager import OK_STATUSES, QuerySpec
+from connectors.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
 from flows.manifest import CONTINUABLE, RunManifest, all_manifests
 from flows.plan import Plan
 from flows.spec import JobSpec, UsageError
@@ -26,9 +26,6 @@ from tasks.journal import JournalState, read_journal
 from tasks.layout import OutputLayout
 
 Mode = Literal["auto", "fresh", "continue"]
-
-RUN_STOPPED = frozenset({"interrupted", "stopped"})
-"""Query statuses that say the run stopped, not the query: a resume runs such queries on."""
 
 
 @dataclass

@@ -27,6 +27,7 @@ from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
 from flows.service import Service
 from flows.spec import JobSpec
+from tasks.collect import task_result
 from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
 from tasks.rounds import collect_round
@@ -159,7 +160,7 @@ class Rounds:
 
     async def settle(self, r: Running, reservation: Reservation, state: Any) -> None:
         try:
-            result = await state.aresult(raise_on_failure=True)
+            result = await task_result(state)  # a failed query's round ends Failed and still reports
         except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
             self.ledger.settle(reservation, None)
             r.credits += reservation.amount
