@@ -28,6 +28,7 @@ from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
 from flows import lock as job_lock  # noqa: E402
 from flows.abandon import abandon_run  # noqa: E402
+from flows.bill import first_reading, run_bill  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import StopOnSignal  # noqa: E402
@@ -113,7 +114,6 @@ def _begin(
             plan_key=key,
             flow_run_id=flow_run_id,
             continues=start.previous.run_id if start.previous else None,
-            service_billed=0,
         )
     return Begun(start, manifest)
 
@@ -127,13 +127,20 @@ async def _probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | N
         return None
 
 
-def _note_bill(manifest: RunManifest, before: int | None, after: int | None) -> None:
-    """Add this session's fall in the account balance to what the service billed the run."""
-    manifest.balance_before, manifest.balance_after = before, after
-    if before is None or after is None or manifest.service_billed is None:
-        manifest.service_billed = None
-    else:
-        manifest.service_billed += before - after
+async def _read_after(client: ServiceClient) -> int | None:
+    """The balance after the run; a refusal now (an emptied account) only makes the bill unknown."""
+    try:
+        return await client.credit_balance()
+    except HarvestError:
+        return None
+
+
+def _note_bill(begun: Begun, before: int | None, after: int | None) -> None:
+    """What the service billed the run over all its sessions, from the balance readings (`flows.bill`)."""
+    manifest, earlier = begun.manifest, begun.start.journal.balances
+    bill = run_bill(earlier, before, after)
+    manifest.service_billed, manifest.bill_unknown = bill.credits, bill.unknown_because
+    manifest.balance_before, manifest.balance_after = first_reading(earlier, before), after
 
 
 def _unstarted(the_plan: Plan, start: RunStart, summaries: list[dict[str, Any]], status: str) -> list[dict]:
@@ -180,6 +187,8 @@ async def _pay_and_land(
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
     before = await _probe_balance(client, ledger)
+    if before is not None:
+        journal.balance("before", before)  # durable: a resume after a kill still knows where the run began
     with StopOnSignal(ledger, client).installed():
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
@@ -197,8 +206,10 @@ async def _pay_and_land(
                 summaries, skipped = await fan.run(layout), fan.skipped
             finally:
                 run_context.unregister(ctx.run_id)
-    after = await client.credit_balance() if before is not None else None
-    _note_bill(manifest, before, after)
+    after = await _read_after(client) if before is not None else None
+    if after is not None:
+        journal.balance("after", after)
+    _note_bill(begun, before, after)
     return summaries, skipped
 
 

@@ -215,6 +215,10 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
             f"counted {summary['credits_spent']} (harvest counts a request whose answer was lost as spent; "
             "another job on the same key also makes these differ)"
         )
+    elif billed is None and summary.get("bill_unknown") and summary["credits_spent"]:
+        console.say(
+            f"the service's bill: unknown ({summary['bill_unknown']}); harvest counted {summary['credits_spent']}"
+        )
 
 
 def _next_step(summary: dict[str, Any], spec: Path) -> str | None:

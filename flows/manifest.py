@@ -54,7 +54,8 @@ class RunManifest:
     """The account balance the service reported before and after the run's last session (`/v1/credit-balance`)."""
     service_billed: int | None = None
     """What the balance fell by over all the run's sessions: the service's own count, beside `credits_spent`.
-    None when a reading was missing."""
+    None when it cannot be known (`flows.bill`), and then `bill_unknown` says why."""
+    bill_unknown: str | None = None
 
     @property
     def records(self) -> int:
@@ -101,6 +102,7 @@ class RunManifest:
             "balance_before": self.balance_before,
             "balance_after": self.balance_after,
             "service_billed": self.service_billed,
+            "bill_unknown": self.bill_unknown,
             "extraction": self.extraction.totals(),
         }
 

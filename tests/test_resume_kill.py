@@ -182,6 +182,10 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
     assert billed <= run.credits_spent <= billed + CONCURRENCY
     db = output / "harvest.duckdb"
     assert rows(db, "SELECT run_id, status FROM runs") == [(killed.run_id, "complete")]
+    # the service's bill covers both processes: the balance read before the first request was kept
+    assert run.service_billed == billed and scalar(db, "SELECT service_billed FROM runs") == billed
+    if billed != run.credits_spent:
+        assert f"the account's balance fell by {billed} credits" in out
     details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
     assert set(details) == set(material_ids()) and sum(details.values()) - len(details) <= CONCURRENCY
     assert_landed_once(output, run.run_id)
