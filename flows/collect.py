@@ -37,6 +37,7 @@ from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 from flows.memory import quiet_gc, release_memory  # noqa: E402
 from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
 from flows.plan import Plan, plan  # noqa: E402
+from flows.prefect_runs import crash_stale_flow_runs  # noqa: E402
 from flows.preflight import check_output_dir  # noqa: E402
 from flows.resume import (  # noqa: E402
     Mode,
@@ -64,6 +65,8 @@ def new_run_id(now: datetime) -> str:
 class Begun:
     start: RunStart
     manifest: RunManifest
+    abandoned: RunManifest | None = None
+    """The unfinished run `--fresh` abandoned first."""
 
 
 def _flow_run() -> tuple[str | None, int, int]:
@@ -83,8 +86,9 @@ def _begin(
     key = plan_key(spec)
     previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
     previous = previous or unfinished_run(layout, spec.name)
+    abandoned = None
     if previous is not None and mode == "fresh":
-        abandon_run(layout, previous, spec.endpoints())
+        abandoned = abandon_run(layout, previous, spec.endpoints())
         previous = None
     if previous is not None:
         start = resume_start(layout, previous, key, service.label)
@@ -93,6 +97,7 @@ def _begin(
             status="running",
             finished=None,
             flow_run_id=flow_run_id,
+            flow_run_ids=previous.flow_runs(flow_run_id),
             resumes=previous.resumes + 1,
             budget=previous.budget if budget is None else budget,
             loaded=False,
@@ -113,9 +118,24 @@ def _begin(
             credits_spent=0,
             plan_key=key,
             flow_run_id=flow_run_id,
+            flow_run_ids=[flow_run_id] if flow_run_id else [],
             continues=start.previous.run_id if start.previous else None,
         )
-    return Begun(start, manifest)
+    return Begun(start, manifest, abandoned)
+
+
+async def _crash_stale_flow_runs(begun: Begun) -> None:
+    """Earlier flow runs of the resumed or abandoned run that a killed process left Running: Crashed."""
+    current = begun.manifest.flow_run_id
+    if begun.abandoned is not None:
+        why = f"harvest abandoned run {begun.abandoned.run_id} (--fresh) in flow run {current}"
+        await crash_stale_flow_runs(begun.abandoned.flow_runs(), current, why)
+    if begun.start.kind == "resume":
+        why = (
+            f"harvest resumed run {begun.manifest.run_id} in flow run {current}: the process that ran this flow "
+            "run stopped without ending it (killed)"
+        )
+        await crash_stale_flow_runs(begun.manifest.flow_run_ids, current, why)
 
 
 async def _probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | None:
@@ -291,6 +311,7 @@ async def _collect_job(
     try:
         async with open_service(spec, base_url) as service:
             begun = _begin(spec, the_plan, layout, service, mode, budget)
+            await _crash_stale_flow_runs(begun)
             if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
                 return _nothing_to_continue(begun)
             write_manifest(layout, begun.manifest)

@@ -44,6 +44,9 @@ class RunManifest:
     """Hash of what identifies the spec's queries: a resume needs the same plan."""
     flow_run_id: str | None = None
     """The Prefect flow run that ran it: a flow retry resumes this run instead of paying again."""
+    flow_run_ids: list[str] = field(default_factory=list)
+    """Every flow run that ran it, oldest first (the first, then each resume): a resume or an abandon sets the
+    earlier ones Crashed in Prefect if a killed process left them Running (`flows.prefect_runs`)."""
     continues: str | None = None
     """The run whose stopped queries this run continues (`--continue`)."""
     resumes: int = 0
@@ -76,6 +79,11 @@ class RunManifest:
     @property
     def unfinished(self) -> bool:
         return self.status in UNFINISHED
+
+    def flow_runs(self, current: str | None = None) -> list[str]:
+        """Its flow runs so far (manifests before `flow_run_ids` named only the last), then `current`."""
+        earlier = self.flow_run_ids or ([self.flow_run_id] if self.flow_run_id else [])
+        return list(dict.fromkeys([*earlier, *([current] if current else [])]))
 
     def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = defaultdict(list)

@@ -7,6 +7,7 @@ The processes talk to the session's Prefect test server (PREFECT_API_URL), so no
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -113,6 +114,20 @@ def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
     return seen
 
 
+def flow_run_states(ids: list[str]) -> dict[str, tuple[str, str]]:
+    """Flow run id -> (state type, message), read back from the Prefect API."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    async def read() -> dict[str, tuple[str, str]]:
+        async with get_client() as client:
+            found = [await client.read_flow_run(UUID(i)) for i in ids]
+        return {str(r.id): (r.state.type.value, r.state.message or "") for r in found if r.state}
+
+    return asyncio.run(read())
+
+
 def paid_twice(entries: list[Any]) -> int:
     seen = Counter(
         (e.path, e.path_params.get("material_id"), tuple(sorted(e.params.items()))) for e in entries
@@ -186,6 +201,12 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
     assert run.service_billed == billed and scalar(db, "SELECT service_billed FROM runs") == billed
     if billed != run.credits_spent:
         assert f"the account's balance fell by {billed} credits" in out
+    # the killed process's flow run is Crashed in Prefect, naming the run; the resume's ran to its end
+    assert run.flow_run_ids == [killed.flow_run_id, run.flow_run_id] and killed.flow_run_id
+    states = flow_run_states(run.flow_run_ids)
+    assert states[killed.flow_run_id][0] == "CRASHED", states
+    assert f"harvest resumed run {run.run_id} in flow run {run.flow_run_id}" in states[killed.flow_run_id][1]
+    assert states[run.flow_run_id][0] == "COMPLETED"
     details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
     assert set(details) == set(material_ids()) and sum(details.values()) - len(details) <= CONCURRENCY
     assert_landed_once(output, run.run_id)
@@ -283,6 +304,9 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     assert set(runs) > {killed.run_id} and len(runs) == 2, runs
     abandoned = runs[killed.run_id]
     assert abandoned.status == "abandoned" and abandoned.loaded, (abandoned, out, err)
+    assert killed.flow_run_id is not None
+    state, message = flow_run_states([killed.flow_run_id])[killed.flow_run_id]
+    assert state == "CRASHED" and f"harvest abandoned run {killed.run_id} (--fresh)" in message
     assert {q["status"] for q in abandoned.queries} >= {"abandoned"}
     db = output / "harvest.duckdb"
     assert dict(rows(db, "SELECT run_id, status FROM runs"))[killed.run_id] == "abandoned"
