@@ -2,9 +2,9 @@
 
 One Prefect task per query (never per page: Prefect costs 3-6 ms and a server record per task). Queries run as
 concurrent tasks in the flow's event loop and share one connection pool and one ledger; `concurrency` bounds the
-HTTP requests in flight. A run holds its job's lock, starts new, resumes an unfinished run or continues a stopped
-one (`flows.resume`), and ends in the Prefect state that tells the truth: Completed (a budget stop says so in
-its message), Failed when a query failed, Cancelled when it was interrupted.
+HTTP requests in flight. A run holds its job's lock, loads the job's earlier runs that never reached DuckDB,
+starts new, resumes an unfinished run or continues a stopped one (`flows.resume`), and ends in the Prefect state
+that tells the truth (`flows.outcome`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from flows.bill import first_reading, run_bill  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import StopOnSignal  # noqa: E402
-from flows.load import load_manifest_into_duckdb  # noqa: E402
+from flows.load import load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 from flows.memory import quiet_gc, release_memory  # noqa: E402
 from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
@@ -312,8 +312,9 @@ async def _collect_job(
         async with open_service(spec, base_url) as service:
             begun = _begin(spec, the_plan, layout, service, mode, budget)
             await _crash_stale_flow_runs(begun)
+            loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id)
             if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
-                return _nothing_to_continue(begun)
+                return _nothing_to_continue(begun, loaded_first)
             write_manifest(layout, begun.manifest)
             lock.describe(run_id=begun.manifest.run_id, job=spec.name)
             manifest = await _collect(spec, layout, begun, the_plan, service, full)
@@ -329,18 +330,34 @@ async def _collect_job(
     finally:
         lock.release()
     summary = manifest.summary(loaded)
+    summary["loaded_first"] = loaded_first
     if exported is not None:
         summary["export"] = exported
     await publish_artifact(spec.name, summary)
     return final_state(summary, _flow_run()[2], key)
 
 
-def _nothing_to_continue(begun: Begun) -> State[Any]:
+def _load_earlier(layout: OutputLayout, job: str, current: str) -> list[dict[str, Any]]:
+    """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
+    before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
+    loaded, busy = load_earlier_runs(layout, job, current)
+    logger = get_run_logger()
+    for run in loaded:
+        logger.info(
+            "loaded earlier run %s (%s) into DuckDB first: %s rows", run["run_id"], run["status"], run["rows"]
+        )
+    if busy is not None:
+        logger.warning("earlier runs not loaded yet: %s", busy)
+    return loaded
+
+
+def _nothing_to_continue(begun: Begun, loaded_first: list[dict[str, Any]]) -> State[Any]:
     """`--continue` after a run that finished everything: no new run, nothing spent."""
     previous = begun.start.previous
     assert previous is not None
     message = f"nothing to continue: run {previous.run_id} left no stopped query"
-    return Completed(message=message, data={"status": "nothing_to_continue", "message": message})
+    data = {"status": "nothing_to_continue", "message": message, "loaded_first": loaded_first}
+    return Completed(message=message, data=data)
 
 
 async def run_collect(**parameters: Any) -> dict[str, Any]:

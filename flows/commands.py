@@ -1,4 +1,5 @@
-"""`harvest run`, `demo`, `serve`, `load`, `runs` and `sql`: the commands that collect, load or read landed data.
+"""`harvest run`, `demo`, `serve` and `sql`: the commands that collect or read landed data (`load` and `runs`:
+`flows.run_commands`).
 
 Only `run` and `demo` start Prefect; they import it after the spec has been validated, so that a bad spec is
 refused in about a second, before anything is started or spent.
@@ -221,6 +222,16 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         )
 
 
+def _loaded_first(summary: dict[str, Any]) -> None:
+    """One line for the earlier runs the run loaded into DuckDB before it started paying."""
+    runs = summary.get("loaded_first") or []
+    if runs:
+        named = ", ".join(f"{r['run_id']} ({r['status']}, {r['rows']} rows)" for r in runs)
+        console.note(
+            f"loaded {len(runs)} earlier run(s) into DuckDB first, which had landed but were not loaded: {named}"
+        )
+
+
 def _next_step(summary: dict[str, Any], spec: Path) -> str | None:
     """One line saying how to go on after a run that did not finish its work."""
     cmd = f"{harvest_command()} run {spec}"
@@ -242,6 +253,7 @@ def exit_code(summary: dict[str, Any]) -> int:
 
 
 def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
+    _loaded_first(summary)
     if summary.get("status") == "nothing_to_continue":
         console.say(summary["message"])
         return 0
@@ -282,65 +294,6 @@ def demo(output: Path | None) -> None:
     )
     console.say(f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
     raise typer.Exit(code)
-
-
-def _unfinished_note(row: Any) -> str:
-    m = row.manifest
-    if row.state == "running":
-        return f"run {m.run_id} is still running ({row.pages} pages, {row.credits} credits so far): not loaded yet"
-    return (
-        f"run {m.run_id} of job {m.job} is unfinished ({row.state}: {row.pages} pages, {row.credits} credits); "
-        f"not loaded: `{harvest_command()} run SPEC` resumes it, `--fresh` abandons it (its data is then loaded)"
-    )
-
-
-def load(output: Path) -> None:
-    from flows.load import load_manifest_into_duckdb, refresh_views
-    from flows.manifest import pending_manifests
-    from flows.run_list import run_rows
-    from tasks.database import DatabaseBusy
-
-    layout = OutputLayout(output)
-    for row in run_rows(layout):
-        if row.unfinished and row.state != "interrupted":
-            console.note(_unfinished_note(row))
-    pending = pending_manifests(layout)
-    if not pending:
-        if layout.db.exists():
-            try:
-                refresh_views(layout)  # an output directory moved: the history views follow it
-            except DatabaseBusy as exc:
-                raise fail(str(exc), 1) from None
-        console.say(f"nothing to load in {output}: every finished run is in {layout.db}")
-        return
-    for manifest in pending:
-        try:
-            tables = load_manifest_into_duckdb(layout, manifest)
-        except DatabaseBusy as exc:
-            raise fail(str(exc), 1) from None
-        console.say(f"loaded run {manifest.run_id}: {sum(tables.values())} rows in {len(tables)} tables")
-
-
-def runs(output: Path) -> None:
-    from flows.run_list import run_rows
-
-    rows = run_rows(OutputLayout(output))
-    if not rows:
-        raise fail(f"no runs found under {output}", 1)
-    table = console.table(
-        "run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service",
-        title=f"runs in {output}", right=("pages", "credits", "records"),
-    )  # fmt: skip
-    for row in rows:
-        m = row.manifest
-        console.add_row(
-            table, m.run_id, m.job, m.started[:19], row.state, row.pages, f"{row.credits}/{m.budget}",
-            m.records if not row.unfinished else "-", "yes" if m.loaded else "no", m.service,
-        )  # fmt: skip
-    out.print(table)
-    for row in rows:
-        if row.unfinished and row.state != "running":
-            console.note(_unfinished_note(row))
 
 
 def serve(paths: list[Path], base_url: str | None) -> None:

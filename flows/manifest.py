@@ -23,6 +23,7 @@ from tasks.layout import OutputLayout
 UNFINISHED = frozenset({"running", "interrupted"})
 """Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
 
+
 CONTINUABLE = frozenset({"budget_exhausted", "stopped", "interrupted", "failed", "abandoned", "drift"})
 """Query statuses `--continue` picks up at their saved cursor; the others ended for good."""
 
@@ -164,6 +165,8 @@ def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManif
     return sorted((m for m in found if job is None or m.job == job), key=lambda m: (m.started, m.run_id))
 
 
-def pending_manifests(layout: OutputLayout) -> list[RunManifest]:
-    """Finished runs whose load did not happen (DuckDB was busy), oldest first."""
-    return [m for m in all_manifests(layout) if not m.loaded and not m.unfinished]
+def pending_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
+    """Runs whose data landed but is not in DuckDB, oldest first: finished ones (complete, budget-stopped,
+    failed, abandoned) whose load found DuckDB busy or was cut off, and interrupted ones (Ctrl-C lands what
+    was paid before it stops). Not a killed run (still `running` on disk): its resume lands it."""
+    return [m for m in all_manifests(layout, job) if not m.loaded and m.status != "running"]

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from connectors import catalog
 from flows.cli import app
-from flows.manifest import all_manifests
+from flows.manifest import RunManifest, all_manifests, read_manifest
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
 from sandbox.server import RunningSandbox, running
@@ -35,6 +35,7 @@ from tests.flow_helpers import (
     HARVEST,
     SECRET_KEY,
     expected_keys,
+    held_duckdb,
     key_set,
     rows,
     scalar,
@@ -186,8 +187,12 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
         billed = sb.billed_total()
     assert killed.status == "running"
     assert "killed" in listing.stdout and killed.run_id in listing.stdout
-    assert "unfinished" in listing.stderr
-    assert "not loaded" in loading.stderr and "every finished run" in loading.stdout
+    assert (
+        f"run {killed.run_id} of job nightly was killed" in listing.stderr and "not loaded" in listing.stderr
+    )
+    assert "not loaded" in loading.stderr and loading.exit_code == 0
+    assert "no run there has finished or been interrupted yet" in loading.stdout
+    assert "harvest.duckdb" not in loading.stdout  # it does not exist: never named as holding anything
     assert code == 0, out + err
     assert "Traceback" not in err
     (run,) = all_manifests(OutputLayout(output))
@@ -325,3 +330,101 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     assert (
         duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{parquet}')").fetchall()[0][0] == stored
     )
+
+
+# ------------------------------------------------------------------------------- loading what a stop left behind
+def parquet_keys(output: Path, table: str, run_id: str) -> set[tuple[Any, ...]]:
+    """The primary keys of one run's Parquet files of `table`."""
+    cols = ", ".join(f'"{c}"' for c in catalog.all_kinds()[table].primary_key)
+    parquet = str(output / "parquet" / table / "*" / f"{run_id}-*.parquet")
+    return set(
+        duckdb.connect()
+        .execute(f"SELECT {cols} FROM read_parquet('{parquet}', union_by_name=true)")
+        .fetchall()
+    )
+
+
+def test_ctrl_c_while_duckdb_is_held_then_harvest_load_loads_what_landed(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The run says `harvest load` will load what landed; it does, and `harvest runs` says so truly."""
+    output = tmp_path / "out"
+    output.mkdir()
+    db = output / "harvest.duckdb"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        with held_duckdb(db):
+            proc = start_run(spec, tmp_path, prefect_api_url)
+            wait_for_requests(sb, 40, proc)
+            proc.send_signal(signal.SIGINT)
+            code, out, err = finish(proc, timeout=60)
+        (stopped,) = all_manifests(OutputLayout(output))
+        before = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        loading = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "200"})
+        (loaded,) = all_manifests(OutputLayout(output))
+        after = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        in_db = rows(db, "SELECT run_id, status FROM runs")
+        pins, landed_pins = (
+            key_set(db, "pinboard_pins"),
+            parquet_keys(output, "pinboard_pins", stopped.run_id),
+        )
+        code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert code == 130 and "not loaded into DuckDB yet" in err, out + err
+    assert stopped.status == "interrupted" and not stopped.loaded
+    assert f"run {stopped.run_id} of job nightly was interrupted" in before.stderr
+    assert f"not loaded yet: `harvest load {output}` loads what it landed" in before.stderr
+    assert loading.exit_code == 0, loading.output
+    assert (
+        f"loaded run {stopped.run_id} (interrupted): " in loading.stdout
+        and "nothing to load" not in loading.stdout
+    )
+    assert loaded.loaded and in_db == [(stopped.run_id, "interrupted")]
+    assert pins == landed_pins and pins  # every record the interrupted run landed is in DuckDB
+    assert "what it landed is loaded" in after.stderr and "not loaded" not in after.stderr
+    assert code2 == 0, out2 + err2  # the loaded interrupted run still resumes, and lands everything once
+    assert_landed_once(output, stopped.run_id)
+    assert scalar(db, "SELECT count(*) FROM held_by_a_notebook") == 0
+
+
+def kill_in_load_step(proc: subprocess.Popen[str], output: Path) -> RunManifest:
+    """SIGKILL the run's process group between its final manifest (written before the load) and the end of its
+    load into DuckDB; return the manifest as the kill left it."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for path in (output / "raw").glob("*/manifest.json"):
+            if read_manifest(path).status != "running" and not read_manifest(path).loaded:
+                os.killpg(proc.pid, signal.SIGSTOP)  # frozen at once, wherever it is in the load
+                frozen = read_manifest(path)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+                assert not frozen.loaded, "the load ended before the run could be stopped in it"
+                return frozen
+        assert proc.poll() is None, f"the run ended before its load step: {proc.communicate()}"
+        time.sleep(0.002)
+    raise AssertionError("the run never reached its load step")
+
+
+def test_a_run_killed_in_its_load_step_is_loaded_first_by_the_next_run(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        first = kill_in_load_step(start_run(spec, tmp_path, prefect_api_url), output)
+        listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert first.status == "complete" and not first.loaded
+    assert "complete" in listing.stdout and " no " in listing.stdout
+    assert code == 0, out + err
+    notes = [line for line in err.splitlines() if "earlier run" in line]
+    assert notes == [
+        f"loaded 1 earlier run(s) into DuckDB first, which had landed but were not loaded: {first.run_id} "
+        f"(complete, {notes[0].rsplit('complete, ', 1)[-1]}"
+    ], err
+    runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
+    assert len(runs) == 2 and all(m.loaded and m.status == "complete" for m in runs.values())
+    db = output / "harvest.duckdb"
+    assert dict(rows(db, "SELECT run_id, status FROM runs")) == {r: "complete" for r in runs}
+    assert scalar(db, "SELECT count(DISTINCT run_id) FROM query_state") == 2
+    for table, keys in expected_tables().items():
+        assert key_set(db, table) == keys, table
