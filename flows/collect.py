@@ -42,6 +42,7 @@ from flows.preflight import check_output_dir  # noqa: E402
 from flows.resume import (  # noqa: E402
     Mode,
     RunStart,
+    continue_refused,
     continue_start,
     plan_key,
     resume_start,
@@ -85,7 +86,10 @@ def _begin(
     flow_run_id, run_count, _ = _flow_run()
     key = plan_key(spec)
     previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
-    previous = previous or unfinished_run(layout, spec.name)
+    if previous is None:
+        previous = unfinished_run(layout, spec.name)
+        if previous is not None and mode == "continue":
+            raise continue_refused(previous)
     abandoned = None
     if previous is not None and mode == "fresh":
         abandoned = abandon_run(layout, previous, spec.endpoints())

@@ -71,16 +71,24 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
         raise fail(str(exc)) from None
 
 
-def _hold_lock(spec_path: Path, output: Path | None) -> Any:
-    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
+def _hold_lock(spec_path: Path, output: Path | None, mode: str) -> Any:
+    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2); so is
+    `--continue` while the job has an unfinished run."""
     from flows.lock import JobLocked, acquire
+    from flows.resume import continue_refused, unfinished_run
 
     spec = load_spec(spec_path)
     layout = OutputLayout(output or spec.output)
     try:
-        return acquire(layout.lock_file(spec.name))
+        lock = acquire(layout.lock_file(spec.name))
     except JobLocked as exc:
         raise fail(str(exc)) from None
+    unfinished = unfinished_run(layout, spec.name) if mode == "continue" else None
+    if unfinished is not None:
+        lock.release()
+        command = f"{harvest_command()} run {spec_path}" + (f" --output {output}" if output else "")
+        raise fail(str(continue_refused(unfinished, command)))
+    return lock
 
 
 def run_job(
@@ -97,7 +105,7 @@ def run_job(
     apply_prefect_defaults()
     server = start_if_needed()  # boots while the spec is checked and Prefect imported; killed on any exit
     preflight(spec_path, base_url, output)
-    lock = _hold_lock(spec_path, output)
+    lock = _hold_lock(spec_path, output, mode)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")

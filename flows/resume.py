@@ -93,6 +93,21 @@ def unfinished_run(layout: OutputLayout, job: str) -> RunManifest | None:
     return runs[-1] if runs and runs[-1].unfinished else None
 
 
+def continue_refused(run: RunManifest, command: str = "harvest run SPEC") -> UsageError:
+    """`--continue` while the job has an unfinished run: refused, never silently turned into a resume.
+
+    The two differ in what the budget caps (a resume's covers the whole run, its killed part included; a
+    continued run's is new spending), so doing either in place of the other spends what the user did not ask for.
+    """
+    how = "interrupted" if run.status == "interrupted" else "killed"
+    return UsageError(
+        f"--continue starts a new run from the queries earlier runs stopped, but run {run.run_id} of job "
+        f"{run.job} is unfinished ({how}): resume it first with `{command}` (without --continue), then "
+        f"--continue goes on from where it stops; or `{command} --fresh` abandons it (its data is kept) and "
+        "starts a new run"
+    )
+
+
 def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunManifest | None:
     """The run an earlier attempt of this Prefect flow run made, when Prefect retries the flow."""
     if flow_run_id is None:

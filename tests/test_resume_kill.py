@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from connectors import catalog
 from flows.cli import app
 from flows.manifest import RunManifest, all_manifests, read_manifest
+from flows.spec import UsageError
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
 from sandbox.server import RunningSandbox, running
@@ -38,6 +39,7 @@ from tests.flow_helpers import (
     held_duckdb,
     key_set,
     rows,
+    run_flow,
     scalar,
     subprocess_env,
     write_spec,
@@ -428,3 +430,43 @@ def test_a_run_killed_in_its_load_step_is_loaded_first_by_the_next_run(
     assert scalar(db, "SELECT count(DISTINCT run_id) FROM query_state") == 2
     for table, keys in expected_tables().items():
         assert key_set(db, table) == keys, table
+
+
+def test_continue_after_a_kill_is_refused_and_a_charge_before_the_resume_leaves_the_bill_unknown(
+    prefect_api_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 30, proc)
+        at_kill = kill_hard(proc, sb)
+        (killed,) = all_manifests(OutputLayout(output))
+
+        t0 = time.monotonic()
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--continue", "--budget", "90"))
+        took = time.monotonic() - t0
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        with pytest.raises(
+            UsageError
+        ) as in_flow:  # a deployment's run (mode=continue) is refused the same way
+            run_flow(spec, budget=90, mode="continue")
+        assert len(data_entries(sb)) == at_kill  # refused before anything was sent
+
+        with sb.client() as other_job:  # another job on the same key, between the kill and the resume
+            for n in range(3 * CONCURRENCY):
+                assert other_job.get(PINS, params={"query": f"other job {n}"}).status_code == 200
+        code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert code == 2, out + err
+    assert f"run {killed.run_id} of job nightly is unfinished (killed)" in err and "--fresh" in err
+    assert "resume it first with `" in err and f" run {spec}` (without --continue)" in err
+    assert took < 15
+    assert killed.run_id in str(in_flow.value) and "--continue" in str(in_flow.value)
+    assert code2 == 0, out2 + err2
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.status == "complete" and run.budget == 10_000
+    assert run.service_billed is None and "something else used or topped up the account" in (
+        run.bill_unknown or ""
+    )
+    assert "the service's bill: unknown (the run was killed" in out2
+    assert scalar(output / "harvest.duckdb", "SELECT service_billed FROM runs") is None
