@@ -52,6 +52,13 @@ OK_STATUSES: frozenset[str] = frozenset(
     {"complete", "caught_up", "max_pages", "budget_exhausted", "not_found"}
 )
 """Statuses of a query that ended normally or stopped at its budget (exit code 0)."""
+RUN_STOPPED: frozenset[str] = frozenset({"interrupted", "stopped"})
+"""Statuses that say the run stopped, not the query (Ctrl-C, a refused key): not a failure of the query."""
+
+
+def query_failed(status: str) -> bool:
+    """Whether a query's own status is a failure (drift, a loop, an error): its Prefect task run ends Failed."""
+    return status not in OK_STATUSES and status not in RUN_STOPPED
 
 
 @dataclass(frozen=True)

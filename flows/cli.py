@@ -315,18 +315,19 @@ def demo(
 
 @app.command(epilog="Example: harvest load data/brand-watch")
 def load(output: Path = OUTPUT_ARG) -> None:
-    """Load runs that landed while DuckDB was busy (idempotent: loading twice changes nothing)."""
-    from flows import commands
+    """Load every run whose data landed but is not in DuckDB (DuckDB was busy, the load was cut off, Ctrl-C);
+    idempotent: loading twice changes nothing."""
+    from flows import run_commands
 
-    commands.load(output)
+    run_commands.load(output)
 
 
 @app.command(epilog="Example: harvest runs data/demo")
 def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.")) -> None:
     """History of the runs in an output directory: status, credits, records."""
-    from flows import commands
+    from flows import run_commands
 
-    commands.runs(output)
+    run_commands.runs(output)
 
 
 @app.command(epilog="Example: harvest rebuild data/brand-watch")

@@ -2,9 +2,9 @@
 
 One Prefect task per query (never per page: Prefect costs 3-6 ms and a server record per task). Queries run as
 concurrent tasks in the flow's event loop and share one connection pool and one ledger; `concurrency` bounds the
-HTTP requests in flight. A run holds its job's lock, starts new, resumes an unfinished run or continues a stopped
-one (`flows.resume`), and ends in the Prefect state that tells the truth: Completed (a budget stop says so in
-its message), Failed when a query failed, Cancelled when it was interrupted.
+HTTP requests in flight. A run holds its job's lock, loads the job's earlier runs that never reached DuckDB,
+starts new, resumes an unfinished run or continues a stopped one (`flows.resume`), and ends in the Prefect state
+that tells the truth (`flows.outcome`).
 """
 
 from __future__ import annotations
@@ -20,26 +20,29 @@ from flows.settings import apply_prefect_defaults
 apply_prefect_defaults()
 
 from prefect import flow, get_run_logger  # noqa: E402
-from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact  # noqa: E402
 from prefect.context import FlowRunContext  # noqa: E402
-from prefect.states import Cancelled, Completed, Failed, State  # noqa: E402
+from prefect.states import Completed, State  # noqa: E402
 
 from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
 from flows import lock as job_lock  # noqa: E402
 from flows.abandon import abandon_run  # noqa: E402
+from flows.bill import first_reading, run_bill  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import LoadInterrupted, StopOnSignal  # noqa: E402
-from flows.load import load_manifest_into_duckdb  # noqa: E402
+from flows.load import load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 from flows.memory import quiet_gc, release_memory  # noqa: E402
+from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
 from flows.plan import Plan, plan  # noqa: E402
+from flows.prefect_runs import crash_stale_flow_runs  # noqa: E402
 from flows.preflight import check_output_dir  # noqa: E402
 from flows.resume import (  # noqa: E402
     Mode,
     RunStart,
+    continue_refused,
     continue_start,
     job_coverage,
     plan_key,
@@ -56,33 +59,16 @@ from tasks.journal import RunJournal  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
 
 
-class RunFailed(Exception):
-    """Raised instead of returning a Failed state when the flow has retries, so that Prefect retries it (and
-    the retry resumes the run). Carries the run summary."""
-
-    def __init__(self, summary: dict[str, Any]) -> None:
-        super().__init__(headline(summary))
-        self.summary = summary
-
-
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-
-
-def headline(summary: dict[str, Any]) -> str:
-    """One line for the Prefect state message and logs."""
-    text = (
-        f"{summary['status']}: {len(summary['queries'])} queries, {summary['records']} records, "
-        f"{summary['credits_spent']}/{summary['budget']} credits (run {summary['run_id']})"
-    )
-    text += f"; {summary['error']}" if summary.get("error") else ""
-    return text + ("; the load into DuckDB was interrupted" if summary.get("load_interrupted") else "")
 
 
 @dataclass
 class Begun:
     start: RunStart
     manifest: RunManifest
+    abandoned: RunManifest | None = None
+    """The unfinished run `--fresh` abandoned first."""
 
 
 def _flow_run() -> tuple[str | None, int, int]:
@@ -101,9 +87,13 @@ def _begin(
     flow_run_id, run_count, _ = _flow_run()
     key = plan_key(spec)
     previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
-    previous = previous or unfinished_run(layout, spec.name)
+    if previous is None:
+        previous = unfinished_run(layout, spec.name)
+        if previous is not None and mode == "continue":
+            raise continue_refused(previous)
+    abandoned = None
     if previous is not None and mode == "fresh":
-        abandon_run(layout, previous, spec.endpoints())
+        abandoned = abandon_run(layout, previous, spec.endpoints())
         previous = None
     if previous is not None:
         start = resume_start(layout, previous, key, service.label)
@@ -112,6 +102,7 @@ def _begin(
             status="running",
             finished=None,
             flow_run_id=flow_run_id,
+            flow_run_ids=previous.flow_runs(flow_run_id),
             resumes=previous.resumes + 1,
             budget=previous.budget if budget is None else budget,
             loaded=False,
@@ -132,11 +123,25 @@ def _begin(
             credits_spent=0,
             plan_key=key,
             flow_run_id=flow_run_id,
+            flow_run_ids=[flow_run_id] if flow_run_id else [],
             continues=start.previous.run_id if start.previous else None,
-            service_billed=0,
         )
     start.coverage = job_coverage(layout, spec.name, manifest.run_id)
-    return Begun(start, manifest)
+    return Begun(start, manifest, abandoned)
+
+
+async def _crash_stale_flow_runs(begun: Begun) -> None:
+    """Earlier flow runs of the resumed or abandoned run that a killed process left Running: Crashed."""
+    current = begun.manifest.flow_run_id
+    if begun.abandoned is not None:
+        why = f"harvest abandoned run {begun.abandoned.run_id} (--fresh) in flow run {current}"
+        await crash_stale_flow_runs(begun.abandoned.flow_runs(), current, why)
+    if begun.start.kind == "resume":
+        why = (
+            f"harvest resumed run {begun.manifest.run_id} in flow run {current}: the process that ran this flow "
+            "run stopped without ending it (killed)"
+        )
+        await crash_stale_flow_runs(begun.manifest.flow_run_ids, current, why)
 
 
 async def _probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | None:
@@ -148,13 +153,20 @@ async def _probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | N
         return None
 
 
-def _note_bill(manifest: RunManifest, before: int | None, after: int | None) -> None:
-    """Add this session's fall in the account balance to what the service billed the run."""
-    manifest.balance_before, manifest.balance_after = before, after
-    if before is None or after is None or manifest.service_billed is None:
-        manifest.service_billed = None
-    else:
-        manifest.service_billed += before - after
+async def _read_after(client: ServiceClient) -> int | None:
+    """The balance after the run; a refusal now (an emptied account) only makes the bill unknown."""
+    try:
+        return await client.credit_balance()
+    except HarvestError:
+        return None
+
+
+def _note_bill(begun: Begun, before: int | None, after: int | None) -> None:
+    """What the service billed the run over all its sessions, from the balance readings (`flows.bill`)."""
+    manifest, earlier = begun.manifest, begun.start.journal.balances
+    bill = run_bill(earlier, before, after)
+    manifest.service_billed, manifest.bill_unknown = bill.credits, bill.unknown_because
+    manifest.balance_before, manifest.balance_after = first_reading(earlier, before), after
 
 
 def _client(
@@ -189,6 +201,10 @@ async def _pay_and_land(
     manifest, start = begun.manifest, begun.start
     with stop.collecting(ledger, client):
         before = await _probe_balance(client, ledger)
+        if before is not None:
+            journal.balance(
+                "before", before
+            )  # durable: a resume after a kill still knows where the run began
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
             rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info)
@@ -205,8 +221,10 @@ async def _pay_and_land(
                 summaries, skipped = await fan.run(layout), fan.skipped
             finally:
                 run_context.unregister(ctx.run_id)
-    after = await client.credit_balance() if before is not None else None
-    _note_bill(manifest, before, after)
+    after = await _read_after(client) if before is not None else None
+    if after is not None:
+        journal.balance("after", after)
+    _note_bill(begun, before, after)
     return summaries, skipped
 
 
@@ -252,17 +270,6 @@ def _lock(layout: OutputLayout, job: str) -> job_lock.JobLock:
         return job_lock.acquire(layout.lock_file(job))
     except job_lock.JobLocked as exc:
         raise UsageError(str(exc)) from None
-
-
-def _final_state(summary: dict[str, Any]) -> State[Any]:
-    message = headline(summary)
-    if summary["status"] == "interrupted" or summary.get("load_interrupted"):
-        return Cancelled(message=message, data=summary)
-    if summary["status"] == "failed" or summary.get("export", {}).get("error"):
-        if _flow_run()[2]:
-            raise RunFailed(summary)  # Prefect retries only a raised failure; the retry resumes this run
-        return Failed(message=message, data=summary)
-    return Completed(message=message, data=summary)
 
 
 @flow(name="collect_job", log_prints=False, validate_parameters=True)
@@ -312,23 +319,27 @@ async def _collect_job(
         try:
             async with open_service(spec, base_url) as service:
                 begun = _begin(spec, the_plan, layout, service, mode, budget)
+                await _crash_stale_flow_runs(begun)
+                loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id)
                 if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
-                    return _nothing_to_continue(begun)
+                    return _nothing_to_continue(begun, loaded_first)
                 write_manifest(layout, begun.manifest)
                 lock.describe(run_id=begun.manifest.run_id, job=spec.name)
                 manifest = await _collect(spec, layout, begun, the_plan, service, full, stop)
+                key = service.api_key
             write_manifest(layout, manifest)
             loaded = _load(layout, manifest, stop)
             exported = export_step(spec, layout, loaded is not None)
         finally:
             lock.release()
         summary = manifest.summary(loaded)
+        summary["loaded_first"] = loaded_first
         if stop.abandoned_load:
             summary["load_interrupted"] = True
         if exported is not None:
             summary["export"] = exported
-        await _publish_artifact(spec.name, summary)
-    return _final_state(summary)
+        await publish_artifact(spec.name, summary)
+    return final_state(summary, _flow_run()[2], key)
 
 
 def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> dict[str, int] | None:
@@ -345,29 +356,27 @@ def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> di
     return None
 
 
-def _nothing_to_continue(begun: Begun) -> State[Any]:
+def _load_earlier(layout: OutputLayout, job: str, current: str) -> list[dict[str, Any]]:
+    """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
+    before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
+    loaded, busy = load_earlier_runs(layout, job, current)
+    logger = get_run_logger()
+    for run in loaded:
+        logger.info(
+            "loaded earlier run %s (%s) into DuckDB first: %s rows", run["run_id"], run["status"], run["rows"]
+        )
+    if busy is not None:
+        logger.warning("earlier runs not loaded yet: %s", busy)
+    return loaded
+
+
+def _nothing_to_continue(begun: Begun, loaded_first: list[dict[str, Any]]) -> State[Any]:
     """`--continue` after a run that finished everything: no new run, nothing spent."""
     previous = begun.start.previous
     assert previous is not None
     message = f"nothing to continue: run {previous.run_id} left no stopped query"
-    return Completed(message=message, data={"status": "nothing_to_continue", "message": message})
-
-
-async def _publish_artifact(job: str, summary: dict[str, Any]) -> None:
-    key = "".join(c if c.isalnum() else "-" for c in f"harvest-{job}".lower())
-    await acreate_table_artifact(
-        table=[
-            {k: q[k] for k in ("query_id", "endpoint", "status", "pages", "records", "credits")}
-            for q in summary["queries"]
-        ],
-        key=key,
-        description=f"harvest run {summary['run_id']}: {summary['status']}, "
-        f"{summary['credits_spent']}/{summary['budget']} credits",
-    )
-    rows = "\n".join(f"| {t} | {n} |" for t, n in sorted(summary["tables"].items()))
-    await acreate_markdown_artifact(
-        markdown=f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n", key=f"{key}-tables"
-    )
+    data = {"status": "nothing_to_continue", "message": message, "loaded_first": loaded_first}
+    return Completed(message=message, data=data)
 
 
 async def run_collect(**parameters: Any) -> dict[str, Any]:

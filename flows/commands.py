@@ -1,4 +1,5 @@
-"""`harvest run`, `demo`, `serve`, `load`, `runs` and `sql`: the commands that collect, load or read landed data.
+"""`harvest run`, `demo`, `serve` and `sql`: the commands that collect or read landed data (`load` and `runs`:
+`flows.run_commands`).
 
 Only `run` and `demo` start Prefect; they start its temporary server and import it only after the spec, the
 service URL, the output directory and the key have been checked, so that bad input is refused in about a
@@ -71,16 +72,24 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
         raise fail(str(exc)) from None
 
 
-def _hold_lock(layout: OutputLayout, job: str) -> Any:
-    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
+def _hold_lock(layout: OutputLayout, job: str, spec_path: Path, output: Path | None, mode: str) -> Any:
+    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2); so is
+    `--continue` while the job has an unfinished run."""
     from flows.lock import JobLocked, acquire
+    from flows.resume import continue_refused, unfinished_run
 
     try:
-        return acquire(layout.lock_file(job))
+        lock = acquire(layout.lock_file(job))
     except JobLocked as exc:
         raise fail(str(exc)) from None
     except OSError as exc:  # preflight found the directory creatable; it changed since
         raise fail(f"output: cannot create {layout.lock_file(job)}: {exc.strerror or exc}") from None
+    unfinished = unfinished_run(layout, job) if mode == "continue" else None
+    if unfinished is not None:
+        lock.release()
+        command = f"{harvest_command()} run {spec_path}" + (f" --output {output}" if output else "")
+        raise fail(str(continue_refused(unfinished, command)))
+    return lock
 
 
 def _start_prefect_server(lock: Any) -> Any:
@@ -114,7 +123,7 @@ def run_job(
     preflight(spec_path, base_url, output)
     checked = load_spec(spec_path)
     job, layout = checked.name, OutputLayout(output or checked.output)
-    lock = _hold_lock(layout, job)
+    lock = _hold_lock(layout, job, spec_path, output, mode)
     before = run_marks(layout, job)
     server = _start_prefect_server(lock)  # boots while Prefect is imported; killed on any exit
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
@@ -123,6 +132,8 @@ def run_job(
     stamina_level = stamina_log.level
     stamina_log.setLevel(logging.ERROR)
     from flows import progress
+
+    console.hide_prefect_task_failures()  # harvest prints each failed query's reason itself
 
     reporter = progress.for_terminal()
     progress.install(reporter)
@@ -158,15 +169,9 @@ def run_job(
 
 def _error_lines(summary: dict[str, Any]) -> list[str]:
     """Why queries did not end well, each distinct reason once (30 queries stopped by one refused key: one line)."""
-    by_reason: dict[str, list[str]] = {}
-    for q in summary["queries"]:
-        if q["status"] in OK_STATUSES or q["status"] in ("interrupted", "stopped"):
-            continue
-        by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
-    lines = []
-    for reason, ids in by_reason.items():
-        who = ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
-        lines.append(f"{who}: {reason}")
+    from flows.manifest import failure_groups, who
+
+    lines = [f"{who(ids)}: {reason}" for ids, reason in failure_groups(summary["queries"])]
     if summary.get("error") and summary["status"] != "interrupted":  # the resume line says it
         lines.append(f"the run stopped: {summary['error']}")
     return lines
@@ -243,6 +248,20 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
             f"counted {summary['credits_spent']} (harvest counts a request whose answer was lost as spent; "
             "another job on the same key also makes these differ)"
         )
+    elif billed is None and summary.get("bill_unknown") and summary["credits_spent"]:
+        console.say(
+            f"the service's bill: unknown ({summary['bill_unknown']}); harvest counted {summary['credits_spent']}"
+        )
+
+
+def _loaded_first(summary: dict[str, Any]) -> None:
+    """One line for the earlier runs the run loaded into DuckDB before it started paying."""
+    runs = summary.get("loaded_first") or []
+    if runs:
+        named = ", ".join(f"{r['run_id']} ({r['status']}, {r['rows']} rows)" for r in runs)
+        console.note(
+            f"loaded {len(runs)} earlier run(s) into DuckDB first, which had landed but were not loaded: {named}"
+        )
 
 
 def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
@@ -271,6 +290,7 @@ def exit_code(summary: dict[str, Any]) -> int:
 
 
 def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
+    _loaded_first(summary)
     if summary.get("status") == "nothing_to_continue":
         console.say(summary["message"])
         return 0
@@ -311,65 +331,6 @@ def demo(output: Path | None) -> None:
     )
     console.say(f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
     raise typer.Exit(code)
-
-
-def _unfinished_note(row: Any) -> str:
-    m = row.manifest
-    if row.state == "running":
-        return f"run {m.run_id} is still running ({row.pages} pages, {row.credits} credits so far): not loaded yet"
-    return (
-        f"run {m.run_id} of job {m.job} is unfinished ({row.state}: {row.pages} pages, {row.credits} credits); "
-        f"not loaded: `{harvest_command()} run SPEC` resumes it, `--fresh` abandons it (its data is then loaded)"
-    )
-
-
-def load(output: Path) -> None:
-    from flows.load import load_manifest_into_duckdb, refresh_views
-    from flows.manifest import pending_manifests
-    from flows.run_list import run_rows
-    from tasks.database import DatabaseBusy
-
-    layout = OutputLayout(output)
-    for row in run_rows(layout):
-        if row.unfinished and row.state != "interrupted":
-            console.note(_unfinished_note(row))
-    pending = pending_manifests(layout)
-    if not pending:
-        if layout.db.exists():
-            try:
-                refresh_views(layout)  # an output directory moved: the history views follow it
-            except DatabaseBusy as exc:
-                raise fail(str(exc), 1) from None
-        console.say(f"nothing to load in {output}: every finished run is in {layout.db}")
-        return
-    for manifest in pending:
-        try:
-            tables = load_manifest_into_duckdb(layout, manifest)
-        except DatabaseBusy as exc:
-            raise fail(str(exc), 1) from None
-        console.say(f"loaded run {manifest.run_id}: {sum(tables.values())} rows in {len(tables)} tables")
-
-
-def runs(output: Path) -> None:
-    from flows.run_list import run_rows
-
-    rows = run_rows(OutputLayout(output))
-    if not rows:
-        raise fail(f"no runs found under {output}", 1)
-    table = console.table(
-        "run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service",
-        title=f"runs in {output}", right=("pages", "credits", "records"),
-    )  # fmt: skip
-    for row in rows:
-        m = row.manifest
-        console.add_row(
-            table, m.run_id, m.job, m.started[:19], row.state, row.pages, f"{row.credits}/{m.budget}",
-            m.records if not row.unfinished else "-", "yes" if m.loaded else "no", m.service,
-        )  # fmt: skip
-    out.print(table)
-    for row in rows:
-        if row.unfinished and row.state != "running":
-            console.note(_unfinished_note(row))
 
 
 def serve(paths: list[Path], base_url: str | None) -> None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 from prefect import tags
+from prefect.states import State
 
 from connectors.catalog import Endpoint
 from connectors.pager import QuerySpec
@@ -28,7 +29,7 @@ from flows import progress
 from flows.coverage import dependents_left
 from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
-from tasks.collect import QuerySummary, collect_query
+from tasks.collect import QuerySummary, collect_query, task_result
 from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
 from tasks.replay import replay
@@ -116,7 +117,7 @@ class Fanout:
         self.endpoint_of[decided.query_id] = decided.endpoint
         self.parts += 1
         with tags(*self.tags):  # the asyncio task copies this context: its task run gets the tags
-            coro = collect_query(self.ctx.run_id, asdict(decided), self.parts)
+            coro = self._collect(asdict(decided), self.parts)
             task: asyncio.Task[dict[str, Any]] = asyncio.ensure_future(coro)
         task.set_name(decided.query_id)
         self.tasks.add(task)
@@ -132,6 +133,13 @@ class Fanout:
         self.skipped += notes
         for child in children:
             self.start(child, wait=True)
+
+    async def _collect(self, query: dict[str, Any], part: int) -> dict[str, Any]:
+        """One query's task run; its summary whether the task run ended Completed or Failed."""
+        call = collect_query(self.ctx.run_id, query, part, return_state=True)
+        state = await cast(Awaitable[State[Any]], call)  # an async task called with return_state
+        summary: dict[str, Any] = await task_result(state)
+        return summary
 
     def on_records(
         self, query: QuerySpec, records: Mapping[str, list[Any]], kept: int, credits: int, replayed: bool

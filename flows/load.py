@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from connectors.catalog import all_kinds
-from flows.manifest import RunManifest, write_manifest
-from tasks.database import transaction, write_connection
+from flows.manifest import RunManifest, pending_manifests, write_manifest
+from tasks.database import DatabaseBusy, transaction, write_connection
 from tasks.history_views import refresh_history_views
 from tasks.layout import OutputLayout
 from tasks.record_tables import merge_batches
@@ -50,3 +50,21 @@ def refresh_views(layout: OutputLayout) -> list[str]:
         layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
     ) as con:
         return refresh_history_views(con, layout.parquet_root)
+
+
+def load_earlier_runs(
+    layout: OutputLayout, job: str, skip: str
+) -> tuple[list[dict[str, object]], str | None]:
+    """Load the job's runs that landed but never reached DuckDB (but run `skip`, about to be resumed), oldest
+    first, before a new run starts: incremental queries then see their keys. Returns what was loaded (run id,
+    status, rows) and, when DuckDB was busy, why the rest was not."""
+    loaded: list[dict[str, object]] = []
+    for manifest in pending_manifests(layout, job):
+        if manifest.run_id == skip:
+            continue
+        try:
+            tables = load_manifest_into_duckdb(layout, manifest)
+        except DatabaseBusy as exc:
+            return loaded, str(exc)
+        loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": sum(tables.values())})
+    return loaded, None

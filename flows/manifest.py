@@ -17,11 +17,12 @@ from typing import Any
 import orjson
 
 from connectors.extraction import ExtractionReport
-from connectors.pager import OK_STATUSES
+from connectors.pager import OK_STATUSES, query_failed
 from tasks.layout import OutputLayout
 
 UNFINISHED = frozenset({"running", "interrupted"})
 """Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
+
 
 CONTINUABLE = frozenset({"budget_exhausted", "stopped", "interrupted", "failed", "abandoned", "drift"})
 """Query statuses `--continue` picks up at their saved cursor; the others ended for good."""
@@ -44,6 +45,9 @@ class RunManifest:
     """Hash of what identifies the spec's queries: a resume needs the same plan."""
     flow_run_id: str | None = None
     """The Prefect flow run that ran it: a flow retry resumes this run instead of paying again."""
+    flow_run_ids: list[str] = field(default_factory=list)
+    """Every flow run that ran it, oldest first (the first, then each resume): a resume or an abandon sets the
+    earlier ones Crashed in Prefect if a killed process left them Running (`flows.prefect_runs`)."""
     continues: str | None = None
     """The run whose stopped queries this run continues (`--continue`)."""
     resumes: int = 0
@@ -54,7 +58,8 @@ class RunManifest:
     """The account balance the service reported before and after the run's last session (`/v1/credit-balance`)."""
     service_billed: int | None = None
     """What the balance fell by over all the run's sessions: the service's own count, beside `credits_spent`.
-    None when a reading was missing."""
+    None when it cannot be known (`flows.bill`), and then `bill_unknown` says why."""
+    bill_unknown: str | None = None
     rebuilt: str | None = None
     """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
     again, to the same keys, to every destination that had it before then."""
@@ -82,6 +87,11 @@ class RunManifest:
     def unfinished(self) -> bool:
         return self.status in UNFINISHED
 
+    def flow_runs(self, current: str | None = None) -> list[str]:
+        """Its flow runs so far (manifests before `flow_run_ids` named only the last), then `current`."""
+        earlier = self.flow_run_ids or ([self.flow_run_id] if self.flow_run_id else [])
+        return list(dict.fromkeys([*earlier, *([current] if current else [])]))
+
     def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = defaultdict(list)
         for q in self.queries:
@@ -107,6 +117,7 @@ class RunManifest:
             "balance_before": self.balance_before,
             "balance_after": self.balance_after,
             "service_billed": self.service_billed,
+            "bill_unknown": self.bill_unknown,
             "extraction": self.extraction.totals(),
         }
 
@@ -123,6 +134,21 @@ def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
     if "budget_exhausted" in statuses:
         return "budget_exhausted"
     return "complete"
+
+
+def failure_groups(queries: list[dict[str, Any]]) -> list[tuple[list[str], str]]:
+    """(query ids, reason) per distinct reason of the failed queries, in the order met: 30 queries stopped by
+    one cause are one group."""
+    by_reason: dict[str, list[str]] = {}
+    for q in queries:
+        if query_failed(q["status"]):
+            by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
+    return [(ids, reason) for reason, ids in by_reason.items()]
+
+
+def who(ids: list[str]) -> str:
+    """`q1`, or `3 queries (q1, ...)`."""
+    return ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
 
 
 def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
@@ -145,6 +171,8 @@ def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManif
     return sorted((m for m in found if job is None or m.job == job), key=lambda m: (m.started, m.run_id))
 
 
-def pending_manifests(layout: OutputLayout) -> list[RunManifest]:
-    """Finished runs whose load did not happen (DuckDB was busy), oldest first."""
-    return [m for m in all_manifests(layout) if not m.loaded and not m.unfinished]
+def pending_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
+    """Runs whose data landed but is not in DuckDB, oldest first: finished ones (complete, budget-stopped,
+    failed, abandoned) whose load found DuckDB busy or was cut off, and interrupted ones (Ctrl-C lands what
+    was paid before it stops). Not a killed run (still `running` on disk): its resume lands it."""
+    return [m for m in all_manifests(layout, job) if not m.loaded and m.status != "running"]

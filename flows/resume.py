@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from connectors.pager import OK_STATUSES, QuerySpec
+from connectors.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
 from flows.coverage import Coverage, coverage_of
 from flows.manifest import CONTINUABLE, RunManifest, all_manifests
 from flows.plan import Plan
@@ -28,9 +28,6 @@ from tasks.journal import JournalState, read_journal
 from tasks.layout import OutputLayout
 
 Mode = Literal["auto", "fresh", "continue"]
-
-RUN_STOPPED = frozenset({"interrupted", "stopped"})
-"""Query statuses that say the run stopped, not the query: a resume runs such queries on."""
 
 
 @dataclass
@@ -146,6 +143,21 @@ def unfinished_run(layout: OutputLayout, job: str) -> RunManifest | None:
     """The job's newest run if it never finished (killed) or was interrupted."""
     runs = all_manifests(layout, job)
     return runs[-1] if runs and runs[-1].unfinished else None
+
+
+def continue_refused(run: RunManifest, command: str = "harvest run SPEC") -> UsageError:
+    """`--continue` while the job has an unfinished run: refused, never silently turned into a resume.
+
+    The two differ in what the budget caps (a resume's covers the whole run, its killed part included; a
+    continued run's is new spending), so doing either in place of the other spends what the user did not ask for.
+    """
+    how = "interrupted" if run.status == "interrupted" else "killed"
+    return UsageError(
+        f"--continue starts a new run from the queries earlier runs stopped, but run {run.run_id} of job "
+        f"{run.job} is unfinished ({how}): resume it first with `{command}` (without --continue), then "
+        f"--continue goes on from where it stops; or `{command} --fresh` abandons it (its data is kept) and "
+        "starts a new run"
+    )
 
 
 def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunManifest | None:

@@ -28,7 +28,7 @@ from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
 from flows.service import Service
 from flows.spec import JobSpec
-from tasks.collect import history_fields
+from tasks.collect import history_fields, task_result
 from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
 from tasks.rounds import collect_round, state_from_plain
@@ -198,7 +198,7 @@ class Rounds:
     async def settle(self, r: Running, reservation: Reservation, state: Any) -> int | None:
         """Settle one query's grant to what its task spent; returns the account balance the task last saw."""
         try:
-            result = await state.aresult(raise_on_failure=True)
+            result = await task_result(state)  # a failed query's round ends Failed and still reports
         except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
             self.ledger.settle(reservation, None)
             r.credits += reservation.amount

@@ -149,14 +149,43 @@ def check_ready(jobs: list[JobDeployment]) -> None:
             load_api_key(env_var=job.needs_key[0], secret_block=job.needs_key[1])
 
 
+async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:
+    """For each job whose newest run was killed (manifest `running`, nobody holding the job's lock), set its
+    flow runs still Running in Prefect to Crashed: a killed `harvest serve` left them so, and they hold the
+    deployment's concurrency slot until Prefect's lease on it expires. Returns (run id, flow run id) pairs."""
+    from flows.lock import is_locked
+    from flows.prefect_runs import crash_stale_flow_runs
+    from flows.resume import unfinished_run
+    from tasks.layout import OutputLayout
+
+    crashed: list[tuple[str, str]] = []
+    for job in jobs:
+        layout = OutputLayout(job.output)
+        run = unfinished_run(layout, job.name)
+        if run is None or run.status != "running" or is_locked(layout.lock_file(job.name)):
+            continue
+        why = (
+            f"harvest serve found run {run.run_id} of job {job.name} killed (its process is gone, its job lock "
+            "free); the job's next run resumes it"
+        )
+        crashed += [(run.run_id, fid) for fid in await crash_stale_flow_runs(run.flow_runs(), None, why)]
+    return crashed
+
+
 def serve(paths: list[Path], base_url: str | None) -> None:
     """Register the jobs' deployments and run their scheduled (and triggered) runs until stopped."""
+    import asyncio
+
     from flows import console
 
     jobs = job_deployments(paths, base_url)
     check_ready(jobs)
     for file in spec_files(paths)[1]:
         console.note(f"skipped {file}: not a job spec (no top-level `queries`)")
+    for run_id, flow_run_id in asyncio.run(crash_killed_runs(jobs)):
+        console.note(
+            f"flow run {flow_run_id} of killed run {run_id} set Crashed in Prefect; the next run resumes it"
+        )
     table = console.table("deployment", "schedule", "output", title="harvest serve")
     for job in jobs:
         console.add_row(table, f"collect_job/{job.name}", job.when(), str(job.output))

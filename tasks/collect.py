@@ -22,11 +22,12 @@ from typing import Any
 import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed, State
 
 from connectors.catalog import Endpoint
 from connectors.extraction import PageMeta, with_meta
 from connectors.known import backfill_after_head, history_after
-from connectors.pager import Page, PagerStart, QueryPager, QuerySpec
+from connectors.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
 from tasks.known_keys import load_known_keys
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink, run_date
@@ -213,6 +214,23 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
     return Paged(summary, pager.start)
 
 
+def task_end(summary: dict[str, Any], data: Any) -> Any:
+    """What a connector task returns: `data`, as a Failed state when the query failed (drift, a loop, an
+    error), so the task run tells the truth in Prefect (retries stay 0: a retry would pay again). The data
+    reaches the flow either way (`task_result`)."""
+    if not query_failed(summary["status"]):
+        return data
+    return Failed(message=f"{summary['status']}: {summary.get('error') or 'no error text'}", data=data)
+
+
+async def task_result(state: State[Any]) -> Any:
+    """A finished connector task's data, from its state whether Completed or Failed; raises what it raised."""
+    result = await state.aresult(raise_on_failure=False)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
 @task(
     name="collect_query",
     task_run_name="{query[query_id]}",
@@ -220,5 +238,6 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
     cache_policy=NO_CACHE,
     log_prints=False,
 )
-async def collect_query(run_id: str, query: dict[str, Any], part: int) -> dict[str, Any]:
-    return (await page_query(lookup(run_id), QuerySpec(**query), part)).summary.as_dict()
+async def collect_query(run_id: str, query: dict[str, Any], part: int) -> Any:
+    summary = (await page_query(lookup(run_id), QuerySpec(**query), part)).summary.as_dict()
+    return task_end(summary, summary)

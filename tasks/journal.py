@@ -8,6 +8,8 @@ pages hold every paid answer; the journal holds the rest of what a resume needs:
 - ``reserve`` / ``settle`` / ``release``: the credit ledger's reservations. A reservation never closed was in
   flight at the crash: the service may have billed it, so a resumed run counts it as spent and the budget stays
   a hard cap across the crash.
+- ``balance``: the account's balance read before the session's first request (``before``) and after its last
+  (``after``), so the service's bill of a run survives a crash (`flows.bill`).
 
 Each process that writes a run's journal first appends a ``session`` line; reservation ids restart in every
 session, so they are only compared within one. One file per run (``raw/<run_id>/journal.jsonl``), written by
@@ -26,6 +28,18 @@ from tasks.appendfile import JsonLinesWriter, iter_json_lines
 
 
 @dataclass
+class SessionBalance:
+    """One session's balance readings and what it counted as spent: the service's bill, session by session."""
+
+    before: int | None = None
+    after: int | None = None
+    settled: int = 0
+    """Credits of the reservations the session settled."""
+    open: int = 0
+    """Credits of the reservations still open when the session ended (a crash): billed or not, unknown."""
+
+
+@dataclass
 class JournalState:
     """What a run's journal says, folded: the state a resume starts from."""
 
@@ -38,6 +52,8 @@ class JournalState:
     in_flight_at_crash: int = 0
     """Reservations no session closed: requests that may or may not have been billed."""
     sessions: int = 0
+    balances: list[SessionBalance] = field(default_factory=list)
+    """Per session, in order: the balance readings and the credits counted (`flows.bill`)."""
 
     @property
     def total_spent(self) -> int:
@@ -60,6 +76,10 @@ class RunJournal(JsonLinesWriter):
     def reserved(self, rid: int, query_id: str, amount: int) -> None:
         self.append_json({"e": "reserve", "id": rid, "q": query_id, "c": amount})
 
+    def balance(self, when: str, credits: int) -> None:
+        """The account's balance `before` the session's first request or `after` its last."""
+        self.append_json({"e": "balance", when: credits})
+
     def closed(self, rid: int, counted: int | None) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent."""
         if counted is None:
@@ -76,10 +96,13 @@ def read_journal(path: Path | str) -> JournalState:
     state = JournalState()
     open_: dict[int, tuple[str, int]] = {}
 
+    session = SessionBalance()
+
     def close_session() -> None:
         for query_id, amount in open_.values():
             state.spent[query_id] += amount
             state.in_flight_at_crash += 1
+            session.open += amount
         open_.clear()
 
     for event in _events(Path(path)):
@@ -87,6 +110,11 @@ def read_journal(path: Path | str) -> JournalState:
         if kind == "session":
             close_session()
             state.sessions += 1
+            session = SessionBalance()
+            state.balances.append(session)
+        elif kind == "balance":
+            session.before = event.get("before", session.before)
+            session.after = event.get("after", session.after)
         elif kind == "start":
             query = event["query"]
             state.started.setdefault(query["query_id"], query)
@@ -99,5 +127,6 @@ def read_journal(path: Path | str) -> JournalState:
             held = open_.pop(event["id"], None)
             if held is not None and kind == "settle":
                 state.spent[held[0]] += int(event["c"])
+                session.settled += int(event["c"])
     close_session()
     return state

@@ -22,7 +22,7 @@ from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.extraction import ExtractionReport
 from connectors.ledger import CreditLedger
 from connectors.pager import PagerStart, QuerySpec
-from tasks.collect import page_query
+from tasks.collect import page_query, task_end
 from tasks.layout import OutputLayout
 from tasks.run_context import AttemptLogs, RunContext
 
@@ -88,7 +88,7 @@ async def collect_round(
     part: int,
     round_no: int,
     wanted: list[list[str]],
-) -> dict[str, Any]:
+) -> Any:
     spec = QuerySpec(**query)
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
@@ -108,7 +108,7 @@ async def collect_round(
         found, ctx.on_records = _values(wanted, spec.params, spec.endpoint)
         paged = await page_query(ctx, spec, part, state_from_plain(state))
     summary = paged.summary
-    return {
+    result = {
         "summary": summary.as_dict(),
         "state": state_to_plain(paged.state, summary.pages, summary.records, summary.extraction),
         "spent": ledger.spent,
@@ -116,3 +116,4 @@ async def collect_round(
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
     }
+    return task_end(result["summary"], result)

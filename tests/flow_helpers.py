@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +180,30 @@ def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
+
+
+HOLDER = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])
+con.execute("CREATE TABLE IF NOT EXISTS held_by_a_notebook (x INTEGER)")
+print("holding", flush=True)
+sys.stdin.read()
+con.close()
+"""
+
+
+@contextmanager
+def held_duckdb(db: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process (a notebook, say) holds `db` open for writing until the block ends; it creates the
+    table `held_by_a_notebook`, whose survival shows its work was not lost."""
+    holder = subprocess.Popen(
+        [PYTHON, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        yield holder
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert holder.returncode == 0

@@ -174,6 +174,7 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
     assert sorted(statuses) == [200, 200, 200, 403], proc.stdout + proc.stderr
     assert SECRET_KEY not in proc.stdout and SECRET_KEY not in proc.stderr
     assert "walled" in proc.stderr and "fine" in proc.stdout
+    assert "Task run" not in proc.stderr, proc.stderr  # the failed task run is not echoed: harvest says why
     db = output / "harvest.duckdb"
     states = dict(rows(db, "SELECT query_id, status FROM query_state"))
     assert states == {"fine": "complete", "walled": "failed"}

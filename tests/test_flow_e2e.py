@@ -33,10 +33,10 @@ from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
-    PYTHON,
     SECRET_KEY,
     assert_no_secret_in_outputs,
     expected_keys,
+    held_duckdb,
     key_set,
     rows,
     run_flow,
@@ -362,16 +362,6 @@ def test_the_api_key_is_in_no_landed_file_nor_table(crawl: Crawl) -> None:
 
 
 # ----------------------------------------------------------------------------------- 7. DuckDB held by another process
-HOLDER = """
-import sys, duckdb
-con = duckdb.connect(sys.argv[1])
-con.execute("CREATE TABLE IF NOT EXISTS held_by_a_notebook (x INTEGER)")
-print("holding", flush=True)
-sys.stdin.read()
-con.close()
-"""
-
-
 def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -394,19 +384,10 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
                 ],
             },
         )
-        holder = subprocess.Popen(
-            [PYTHON, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with held_duckdb(db):
             summary = run_flow(spec)
             busy = CliRunner().invoke(app, ["load", str(output)])  # still held: refused, nothing changes
-        finally:
-            assert holder.stdin is not None
-            holder.stdin.close()
-            holder.wait(timeout=30)
         billed = sb.billed_total()
-    assert holder.returncode == 0
     assert summary["loaded"] is False and summary["tables"] == {}
     assert busy.exit_code == 1 and "open in another process" in busy.stderr, busy.output
     assert summary["status"] == "complete" and summary["credits_spent"] == billed > 0

@@ -7,6 +7,7 @@ The processes talk to the session's Prefect test server (PREFECT_API_URL), so no
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -21,7 +22,8 @@ from typer.testing import CliRunner
 
 from connectors import catalog
 from flows.cli import app
-from flows.manifest import all_manifests
+from flows.manifest import RunManifest, all_manifests, read_manifest
+from flows.spec import UsageError
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
 from sandbox.server import RunningSandbox, running
@@ -29,7 +31,17 @@ from tasks.layout import OutputLayout
 from tasks.rawstore import RawPageReader
 from tasks.replay import replay
 from tests.crawl_helpers import data_entries, paid_twice
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, scalar, write_spec
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    held_duckdb,
+    key_set,
+    rows,
+    run_flow,
+    scalar,
+    write_spec,
+)
 from tests.process_helpers import finish, signal_group, start_run, wait_for_requests
 
 PINS = "/v1/pinboard/search"
@@ -77,6 +89,20 @@ def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
         if now != seen:
             seen, quiet_since = now, time.monotonic()
     return seen
+
+
+def flow_run_states(ids: list[str]) -> dict[str, tuple[str, str]]:
+    """Flow run id -> (state type, message), read back from the Prefect API."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    async def read() -> dict[str, tuple[str, str]]:
+        async with get_client() as client:
+            found = [await client.read_flow_run(UUID(i)) for i in ids]
+        return {str(r.id): (r.state.type.value, r.state.message or "") for r in found if r.state}
+
+    return asyncio.run(read())
 
 
 def material_ids() -> list[str]:
@@ -130,8 +156,12 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
         billed = sb.billed_total()
     assert killed.status == "running"
     assert "killed" in listing.stdout and killed.run_id in listing.stdout
-    assert "unfinished" in listing.stderr
-    assert "not loaded" in loading.stderr and "every finished run" in loading.stdout
+    assert (
+        f"run {killed.run_id} of job nightly was killed" in listing.stderr and "not loaded" in listing.stderr
+    )
+    assert "not loaded" in loading.stderr and loading.exit_code == 0
+    assert "no run there has finished or been interrupted yet" in loading.stdout
+    assert "harvest.duckdb" not in loading.stdout  # it does not exist: never named as holding anything
     assert code == 0, out + err
     assert "Traceback" not in err
     (run,) = all_manifests(OutputLayout(output))
@@ -141,6 +171,16 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
     assert billed <= run.credits_spent <= billed + CONCURRENCY
     db = output / "harvest.duckdb"
     assert rows(db, "SELECT run_id, status FROM runs") == [(killed.run_id, "complete")]
+    # the service's bill covers both processes: the balance read before the first request was kept
+    assert run.service_billed == billed and scalar(db, "SELECT service_billed FROM runs") == billed
+    if billed != run.credits_spent:
+        assert f"the account's balance fell by {billed} credits" in out
+    # the killed process's flow run is Crashed in Prefect, naming the run; the resume's ran to its end
+    assert run.flow_run_ids == [killed.flow_run_id, run.flow_run_id] and killed.flow_run_id
+    states = flow_run_states(run.flow_run_ids)
+    assert states[killed.flow_run_id][0] == "CRASHED", states
+    assert f"harvest resumed run {run.run_id} in flow run {run.flow_run_id}" in states[killed.flow_run_id][1]
+    assert states[run.flow_run_id][0] == "COMPLETED"
     details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
     assert set(details) == set(material_ids()) and sum(details.values()) - len(details) <= CONCURRENCY
     assert_landed_once(output, run.run_id)
@@ -237,6 +277,9 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     assert set(runs) > {killed.run_id} and len(runs) == 2, runs
     abandoned = runs[killed.run_id]
     assert abandoned.status == "abandoned" and abandoned.loaded, (abandoned, out, err)
+    assert killed.flow_run_id is not None
+    state, message = flow_run_states([killed.flow_run_id])[killed.flow_run_id]
+    assert state == "CRASHED" and f"harvest abandoned run {killed.run_id} (--fresh)" in message
     assert {q["status"] for q in abandoned.queries} >= {"abandoned"}
     db = output / "harvest.duckdb"
     assert dict(rows(db, "SELECT run_id, status FROM runs"))[killed.run_id] == "abandoned"
@@ -284,3 +327,141 @@ def test_fresh_after_a_kill_lets_an_incremental_query_finish_its_first_pass(
     assert key_set(output / "harvest.duckdb", "short_video_videos") == set(want)
     # one head page, plus at most the page that was in flight at the kill
     assert len(entries) - at_kill <= 7 - at_kill + 2 and paid_twice(entries) <= 2
+
+
+# ------------------------------------------------------------------------------- loading what a stop left behind
+def parquet_keys(output: Path, table: str, run_id: str) -> set[tuple[Any, ...]]:
+    """The primary keys of one run's Parquet files of `table`."""
+    cols = ", ".join(f'"{c}"' for c in catalog.all_kinds()[table].primary_key)
+    parquet = str(output / "parquet" / table / "*" / f"{run_id}-*.parquet")
+    return set(
+        duckdb.connect()
+        .execute(f"SELECT {cols} FROM read_parquet('{parquet}', union_by_name=true)")
+        .fetchall()
+    )
+
+
+def test_ctrl_c_while_duckdb_is_held_then_harvest_load_loads_what_landed(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The run says `harvest load` will load what landed; it does, and `harvest runs` says so truly."""
+    output = tmp_path / "out"
+    output.mkdir()
+    db = output / "harvest.duckdb"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        with held_duckdb(db):
+            proc = start_run(spec, tmp_path, prefect_api_url)
+            wait_for_requests(sb, 40, proc)
+            proc.send_signal(signal.SIGINT)
+            code, out, err = finish(proc, timeout=60)
+        (stopped,) = all_manifests(OutputLayout(output))
+        before = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        loading = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "200"})
+        (loaded,) = all_manifests(OutputLayout(output))
+        after = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        in_db = rows(db, "SELECT run_id, status FROM runs")
+        pins, landed_pins = (
+            key_set(db, "pinboard_pins"),
+            parquet_keys(output, "pinboard_pins", stopped.run_id),
+        )
+        code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert code == 130 and "not loaded into DuckDB yet" in err, out + err
+    assert stopped.status == "interrupted" and not stopped.loaded
+    assert f"run {stopped.run_id} of job nightly was interrupted" in before.stderr
+    assert f"not loaded yet: `harvest load {output}` loads what it landed" in before.stderr
+    assert loading.exit_code == 0, loading.output
+    assert (
+        f"loaded run {stopped.run_id} (interrupted): " in loading.stdout
+        and "nothing to load" not in loading.stdout
+    )
+    assert loaded.loaded and in_db == [(stopped.run_id, "interrupted")]
+    assert pins == landed_pins and pins  # every record the interrupted run landed is in DuckDB
+    assert "what it landed is loaded" in after.stderr and "not loaded" not in after.stderr
+    assert code2 == 0, out2 + err2  # the loaded interrupted run still resumes, and lands everything once
+    assert_landed_once(output, stopped.run_id)
+    assert scalar(db, "SELECT count(*) FROM held_by_a_notebook") == 0
+
+
+def kill_in_load_step(proc: subprocess.Popen[str], output: Path) -> RunManifest:
+    """SIGKILL the run's process group between its final manifest (written before the load) and the end of its
+    load into DuckDB; return the manifest as the kill left it."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for path in (output / "raw").glob("*/manifest.json"):
+            if read_manifest(path).status != "running" and not read_manifest(path).loaded:
+                os.killpg(proc.pid, signal.SIGSTOP)  # frozen at once, wherever it is in the load
+                frozen = read_manifest(path)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+                assert not frozen.loaded, "the load ended before the run could be stopped in it"
+                return frozen
+        assert proc.poll() is None, f"the run ended before its load step: {proc.communicate()}"
+        time.sleep(0.002)
+    raise AssertionError("the run never reached its load step")
+
+
+def test_a_run_killed_in_its_load_step_is_loaded_first_by_the_next_run(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        first = kill_in_load_step(start_run(spec, tmp_path, prefect_api_url), output)
+        listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert first.status == "complete" and not first.loaded
+    assert "complete" in listing.stdout and " no " in listing.stdout
+    assert code == 0, out + err
+    notes = [line for line in err.splitlines() if "earlier run" in line]
+    assert notes == [
+        f"loaded 1 earlier run(s) into DuckDB first, which had landed but were not loaded: {first.run_id} "
+        f"(complete, {notes[0].rsplit('complete, ', 1)[-1]}"
+    ], err
+    runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
+    assert len(runs) == 2 and all(m.loaded and m.status == "complete" for m in runs.values())
+    db = output / "harvest.duckdb"
+    assert dict(rows(db, "SELECT run_id, status FROM runs")) == {r: "complete" for r in runs}
+    assert scalar(db, "SELECT count(DISTINCT run_id) FROM query_state") == 2
+    for table, keys in expected_tables().items():
+        assert key_set(db, table) == keys, table
+
+
+def test_continue_after_a_kill_is_refused_and_a_charge_before_the_resume_leaves_the_bill_unknown(
+    prefect_api_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 30, proc)
+        at_kill = kill_hard(proc, sb)
+        (killed,) = all_manifests(OutputLayout(output))
+
+        t0 = time.monotonic()
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--continue", "--budget", "90"))
+        took = time.monotonic() - t0
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        with pytest.raises(
+            UsageError
+        ) as in_flow:  # a deployment's run (mode=continue) is refused the same way
+            run_flow(spec, budget=90, mode="continue")
+        assert len(data_entries(sb)) == at_kill  # refused before anything was sent
+
+        with sb.client() as other_job:  # another job on the same key, between the kill and the resume
+            for n in range(3 * CONCURRENCY):
+                assert other_job.get(PINS, params={"query": f"other job {n}"}).status_code == 200
+        code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert code == 2, out + err
+    assert f"run {killed.run_id} of job nightly is unfinished (killed)" in err and "--fresh" in err
+    assert "resume it first with `" in err and f" run {spec}` (without --continue)" in err
+    assert took < 15
+    assert killed.run_id in str(in_flow.value) and "--continue" in str(in_flow.value)
+    assert code2 == 0, out2 + err2
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.status == "complete" and run.budget == 10_000
+    assert run.service_billed is None and "something else used or topped up the account" in (
+        run.bill_unknown or ""
+    )
+    assert "the service's bill: unknown (the run was killed" in out2
+    assert scalar(output / "harvest.duckdb", "SELECT service_billed FROM runs") is None

@@ -110,6 +110,16 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
     names = {t.name: t for t in found["tasks"] if t.flow_run_id == by_job["state-failed"].id}
     assert set(names) == {"fine", "walled"}
     assert all({"harvest", "job:state-failed"} <= set(t.tags) for t in names.values())
+    # the failed query's task run is Failed, once (no Prefect retry), and its summary still reached the flow
+    assert names["walled"].state.type.value == "FAILED" and names["walled"].run_count == 1
+    assert names["fine"].state.type.value == "COMPLETED"
+    walled = next(q for q in failed["queries"] if q["query_id"] == "walled")
+    assert walled["status"] == "failed" and walled["credits"] == 1 and "(403)" in walled["error"]
+    assert walled["error"] in names["walled"].state.message
+    # the flow's Failed message names the failed query and the service's reason, never the key
+    message = by_job["state-failed"].state.message
+    assert f"failed: walled: {walled['error']}" in message and "fine" not in message
+    assert SECRET_KEY not in message and all(SECRET_KEY not in t.state.message for t in names.values())
 
 
 # ---------------------------------------------------------------------------------------------- wrong key

@@ -6,6 +6,8 @@ whatever the working directory of the run.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -198,3 +200,85 @@ def test_the_prefect_yaml_example_deploys_a_real_spec_with_valid_parameters() ->
         schedule["cron"], schedule["timezone"],
     )  # fmt: skip
     assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+
+
+def _wait_for(check: Any, what: str, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+    return found
+
+
+def test_a_run_killed_under_serve_is_crashed_when_serve_restarts_and_the_next_run_does_not_wait(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """kill -9 of `harvest serve` and its run leaves the flow run Running, holding the deployment's concurrency
+    slot for Prefect's 300 s lease; the next `harvest serve` sets it Crashed, so a triggered run gets the slot
+    at once and resumes the killed run."""
+    import orjson
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from flows.manifest import all_manifests
+    from tasks.layout import OutputLayout
+
+    config = CONFIG.replace(pages_by_path={PINS: (30, 30)}, latency=0.1)
+    output = tmp_path / "out" / "nightly-pins"
+    with running(config) as sb:
+        folder = specs(tmp_path / "jobs", sb.base_url)
+        env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
+
+        def serve() -> subprocess.Popen[str]:
+            proc = subprocess.Popen(
+                [str(HARVEST), "serve", str(folder)], cwd=tmp_path, env=env, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+            started.append(proc)
+            return proc
+
+        started: list[subprocess.Popen[str]] = []
+        try:
+            first = serve()
+            _deployment("nightly-pins", time.monotonic() + 120, first)
+            zombie = run_deployment("collect_job/nightly-pins", timeout=0)
+            # a served run starts in a new process that imports Prefect: slow on a loaded machine
+            _wait_for(lambda: len(data_entries(sb)) >= 5, "the served run never got going", timeout=240)
+            holder = orjson.loads((output / ".harvest-nightly-pins.lock").read_bytes())
+            os.killpg(first.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the flow run's process, whatever its group
+                os.kill(int(holder["pid"]), signal.SIGKILL)
+            first.communicate(timeout=30)
+            with get_client(sync_client=True) as client:
+                assert client.read_flow_run(zombie.id).state.type.value == "RUNNING"
+
+            second = serve()
+            with get_client(sync_client=True) as client:
+                crashed = _wait_for(
+                    lambda: (s := client.read_flow_run(zombie.id).state).type.value == "CRASHED" and s,
+                    "harvest serve did not set the killed run's flow run Crashed",
+                    timeout=180,
+                )
+                t0 = time.monotonic()
+                resumed = run_deployment("collect_job/nightly-pins", timeout=240)
+                took = time.monotonic() - t0
+                states = [s.name for s in client.read_flow_run_states(resumed.id)]
+            second.send_signal(signal.SIGINT)
+            out, err = second.communicate(timeout=60)
+        finally:
+            for proc in started:  # a failed check never leaves a `harvest serve` behind
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate(timeout=30)
+        pins_paid = [e for e in data_entries(sb) if e.path == PINS]
+    (run,) = all_manifests(OutputLayout(output))
+    assert f"harvest serve found run {run.run_id} of job nightly-pins killed" in crashed.message
+    assert f"flow run {zombie.id} of killed run {run.run_id} set Crashed" in err, err
+    assert resumed.state is not None and resumed.state.is_completed(), (resumed.state, took, out, err)
+    # the slot was free at once: the run never waited for the killed run's lease (~300 s) to expire
+    assert "AwaitingConcurrencySlot" not in states, (states, took)
+    assert run.status == "complete" and run.resumes == 1 and run.flow_run_ids[0] == str(zombie.id)
+    assert len(pins_paid) - 30 <= 1  # the resume went on where the kill stopped it
+    db = output / "harvest.duckdb"
+    expected = {pin["id"] for pin in full_crawl(PINS, {"query": "oak desk"}, config)["pins"]}
+    assert {r[0] for r in rows(db, "SELECT id FROM pinboard_pins")} == expected
