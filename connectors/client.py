@@ -39,13 +39,12 @@ from typing import Any, Self
 import httpx
 import stamina
 
+from connectors import errors
 from connectors.answers import JSON, Response, int_field, parse_body, problem, shows_price, typed_error
 from connectors.auth import REDACTED, ApiKey, redact
 from connectors.errors import (
-    BudgetExhausted,
     HarvestError,
     OutOfCredits,
-    RunStopped,
     ServiceAnswer,
     ServiceUnavailable,
     Unauthorized,
@@ -253,7 +252,7 @@ class ServiceClient:
                 price_key=request.endpoint,
             )
             if reservation is None:
-                raise self._refused(call)
+                raise errors.refused(ledger.refusal(request.query_id), request, call.credits, call.attempts)
             try:
                 await self._slots.acquire()
             except BaseException:
@@ -262,7 +261,7 @@ class ServiceClient:
             if ledger.stopped is not None:  # the run stopped while it waited for a slot: never send it
                 self._slots.release()
                 ledger.release(reservation)
-                raise self._aborted(call, sent=False)
+                raise errors.stopped(ledger.stopped, request, call.credits, sent=False)
             try:
                 # The last price check (topped up if the endpoint was seen costing more since it was granted),
                 # and durable from here: a crash counts this request as spent.
@@ -310,7 +309,7 @@ class ServiceClient:
                 current = asyncio.current_task()
                 if current is not None:
                     current.uncancel()
-                raise self._aborted(call) from None
+                raise errors.stopped(self.ledger.stopped, call.request, call.credits, sent=True) from None
             raise
 
     async def _send(self, request: PageRequest) -> httpx.Response:
@@ -383,36 +382,6 @@ class ServiceClient:
             self.ledger.stop("stopped", f"the service answered {what}")
         elif status < 500 and status != 429:
             self.key_accepted = True
-
-    def _refused(self, call: _Call) -> HarvestError:
-        request = call.request
-        refusal = self.ledger.refusal(request.query_id)
-        reason = refusal.reason if refusal else "the ledger refused it"
-        if refusal is not None and refusal.kind != "budget":
-            return RunStopped(
-                status=refusal.kind,
-                reason=reason,
-                credits=call.credits,
-                page_index=request.page,
-                query_id=request.query_id,
-                endpoint=request.endpoint,
-            )
-        return BudgetExhausted(
-            page_index=request.page, cost=request.cost, reason=reason, credits=call.credits,
-            attempts=call.attempts, query_id=request.query_id, endpoint=request.endpoint,
-        )  # fmt: skip
-
-    def _aborted(self, call: _Call, sent: bool = True) -> RunStopped:
-        stop = self.ledger.stopped
-        reason = stop.reason if stop else "the run was stopped"
-        return RunStopped(
-            status=stop.kind if stop else "interrupted",
-            reason=reason + ("; the request in flight was abandoned" if sent else ""),
-            credits=call.credits,
-            page_index=call.request.page,
-            query_id=call.request.query_id,
-            endpoint=call.request.endpoint,
-        )
 
     def _keep(self, call: _Call, reservation: Reservation) -> int:
         counted = self.ledger.settle(reservation, None)

@@ -12,13 +12,11 @@ Hence `spent + reserved <= budget` at every instant, under any interleaving, as 
 what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
 warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
 
-Prices (`connectors.prices`, by `price_key`, the endpoint): what the service charged above a reservation is
-learned, and later reservations hold it. Until a billed answer has shown an endpoint's price, its reservations
-are granted one at a time, so an unseen price rise costs one request's excess, not one per query. `sending(r)`
-is the last check before a request leaves: a reservation granted below a price learned since is topped up, or
-given back (None) to be reserved again at the new price. So the budget can be passed only by the excess of the
-first request that shows an endpoint's higher price, plus, when a price rises mid-run, of the requests already
-on the wire (at most `concurrency`).
+Prices (`connectors.prices`, by `price_key`, the endpoint): later reservations hold what the service was seen
+charging, an endpoint whose price no answer has shown is granted one request at a time, and `sending(r)`, the
+last check before a request leaves, tops up (or gives back, None) a reservation granted below a price learned
+since. So the budget can be passed only by the excess of the first request that shows an endpoint's higher
+price, plus, when a price rises mid-run, of the requests already on the wire (at most `concurrency`).
 
 Breadth-first policy (`connectors.fair_share`): with a short budget, every running query gets page k before any
 gets page k+1. Queries register while they run (`async with ledger.query(qid):`) and report finished pages
@@ -47,6 +45,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from connectors.balance_floor import BalanceFloor
 from connectors.credits import (
     POLICIES,
     LedgerJournal,
@@ -74,14 +73,6 @@ __all__ = [
 log = logging.getLogger("harvest.ledger")
 
 
-class _Refused:
-    __slots__ = ("kind", "reason")
-
-    def __init__(self, reason: str, kind: RefusalKind = "budget") -> None:
-        self.reason = reason
-        self.kind: RefusalKind = kind
-
-
 class CreditLedger:
     """Hard-capped credit budget for one run; see the module docstring for the rules."""
 
@@ -99,7 +90,7 @@ class CreditLedger:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self._budget = budget
-        self._min_balance = min_balance
+        self._floor = BalanceFloor(min_balance)
         self._policy: Policy = policy
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -108,7 +99,7 @@ class CreditLedger:
         self._spent = sum(self._q_spent.values())
         self._reserved = 0
         self._journal = journal
-        self._stopped: _Refused | None = None
+        self._stopped: Refusal | None = None
         self._prices = Prices()
         self._caps: dict[int, int] = {}
         """Open reservation id -> its query's cap, for top-ups at `sending`."""
@@ -116,9 +107,7 @@ class CreditLedger:
         self._q_reserved: dict[str, int] = {}
         self._share = FairShare()
         self._overcharges: list[Overcharge] = []
-        self._account_remaining: int | None = None
-        self._floor_reached = False
-        self._refusals: dict[str, _Refused] = {}
+        self._refusals: dict[str, Refusal] = {}
         self._waiters = Waiters()
         self._wake_all = self._waiters.wake_all
 
@@ -126,7 +115,7 @@ class CreditLedger:
         s = self.snapshot()
         return (
             f"CreditLedger(budget={s.budget}, spent={s.spent}, reserved={s.reserved}, "
-            f"policy={self._policy!r}, min_balance={self._min_balance})"
+            f"policy={self._policy!r}, min_balance={self._floor.min_balance})"
         )
 
     # ---- reading -------------------------------------------------------------------------------------
@@ -141,7 +130,7 @@ class CreditLedger:
 
     @property
     def min_balance(self) -> int | None:
-        return self._min_balance
+        return self._floor.min_balance
 
     @property
     def spent(self) -> int:
@@ -183,24 +172,23 @@ class CreditLedger:
     def account_remaining(self) -> int | None:
         """The last `credits_remaining` the service reported for the account."""
         with self._lock:
-            return self._account_remaining
+            return self._floor.account_remaining
 
     @property
     def floor_reached(self) -> bool:
         with self._lock:
-            return self._floor_reached
+            return self._floor.reached
 
     def refusal(self, query_id: str) -> Refusal | None:
         """Why the last reserve() of this query returned None: its kind, and words for an error message."""
         with self._lock:
-            refused = self._refusals.get(query_id)
-        return None if refused is None else Refusal(refused.kind, refused.reason)
+            return self._refusals.get(query_id)
 
     @property
     def stopped(self) -> Refusal | None:
         """Set once `stop` was called: every later reservation is refused for this reason."""
         with self._lock:
-            return None if self._stopped is None else Refusal(self._stopped.kind, self._stopped.reason)
+            return self._stopped
 
     def snapshot(self) -> LedgerSnapshot:
         with self._lock:
@@ -211,8 +199,8 @@ class CreditLedger:
                 remaining=self._free(),
                 per_query_spent=MappingProxyType(dict(self._q_spent)),
                 overcharged=sum(o.excess for o in self._overcharges),
-                account_remaining=self._account_remaining,
-                floor_reached=self._floor_reached,
+                account_remaining=self._floor.account_remaining,
+                floor_reached=self._floor.reached,
             )
 
     # ---- reserving -----------------------------------------------------------------------------------
@@ -243,7 +231,7 @@ class CreditLedger:
                 held = self._prices.price(price_key, amount)
                 advanced = self._share.started(query_id, page_index)
                 outcome = self._decide(query_id, page_index, held, query_cap, price_key)
-                if isinstance(outcome, _Refused):
+                if isinstance(outcome, Refusal):
                     self._refusals[query_id] = outcome
                     waiter = None
                 elif outcome is None:
@@ -252,7 +240,7 @@ class CreditLedger:
                     waiter = None
             if advanced:
                 self._wake_all()
-            if isinstance(outcome, _Refused):
+            if isinstance(outcome, Refusal):
                 log.info("refused %s page %d (%d credits): %s", query_id, page_index, held, outcome.reason)
                 return None
             if waiter is None:
@@ -305,23 +293,23 @@ class CreditLedger:
 
     def _decide(
         self, query_id: str, page_index: int, amount: int, query_cap: int | None, price_key: str | None
-    ) -> Reservation | _Refused | None:
+    ) -> Reservation | Refusal | None:
         """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
         if self._stopped is not None:
             return self._stopped
-        if self._floor_reached:
-            return _Refused(
-                f"the account balance ({self._account_remaining}) fell below the floor of "
-                f"{self._min_balance} credits"
-            )
+        if floor := self._floor.refusal():
+            return floor
         if self._spent + amount > self._budget:
-            return _Refused(
-                f"the run's budget of {self._budget} credits has {max(0, self._budget - self._spent)} left"
+            return Refusal(
+                "budget",
+                f"the run's budget of {self._budget} credits has {max(0, self._budget - self._spent)} left",
             )
         if query_cap is not None:
             q_spent = self._q_spent.get(query_id, 0)
             if q_spent + amount > query_cap:
-                return _Refused(f"the query's cap of {query_cap} credits is reached ({q_spent} spent)")
+                return Refusal(
+                    "budget", f"the query's cap of {query_cap} credits is reached ({q_spent} spent)"
+                )
             if q_spent + self._q_reserved.get(query_id, 0) + amount > query_cap:
                 return None
         if self._prices.must_wait(price_key):
@@ -415,7 +403,7 @@ class CreditLedger:
         with self._lock:
             first = self._stopped is None
             if first:
-                self._stopped = _Refused(reason, kind)
+                self._stopped = Refusal(kind, reason)
         if first:
             log.info("no further requests: %s", reason)
             self._wake_all()
@@ -424,19 +412,12 @@ class CreditLedger:
     def observe_remaining(self, credits_remaining: int) -> None:
         """Record the account balance the service reported; below `min_balance` all reserves refuse."""
         with self._lock:
-            self._account_remaining = credits_remaining
-            newly = (
-                self._min_balance is not None
-                and credits_remaining < self._min_balance
-                and not self._floor_reached
-            )
-            if newly:
-                self._floor_reached = True
+            newly = self._floor.observe(credits_remaining)
         if newly:
             log.warning(
                 "account balance %d fell below the floor of %s credits: no further requests",
                 credits_remaining,
-                self._min_balance,
+                self._floor.min_balance,
             )
             self._wake_all()
 
