@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 from types import MappingProxyType
 
 from connectors.balance_floor import BalanceFloor
@@ -57,6 +55,7 @@ from connectors.credits import (
     Reservation,
 )
 from connectors.fair_share import FairShare
+from connectors.holds import Holds
 from connectors.prices import Prices
 from connectors.waiters import Waiters
 
@@ -93,18 +92,12 @@ class CreditLedger:
         self._floor = BalanceFloor(min_balance)
         self._policy: Policy = policy
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._open: dict[int, Reservation] = {}
+        self._holds = Holds()
         self._q_spent: dict[str, int] = {q: c for q, c in (opening or {}).items() if c}
         self._spent = sum(self._q_spent.values())
-        self._reserved = 0
         self._journal = journal
         self._stopped: Refusal | None = None
         self._prices = Prices()
-        self._caps: dict[int, int] = {}
-        """Open reservation id -> its query's cap, for top-ups at `sending`."""
-        self._journaled: set[int] = set()
-        self._q_reserved: dict[str, int] = {}
         self._share = FairShare()
         self._overcharges: list[Overcharge] = []
         self._refusals: dict[str, Refusal] = {}
@@ -140,7 +133,7 @@ class CreditLedger:
     @property
     def reserved(self) -> int:
         with self._lock:
-            return self._reserved
+            return self._holds.total
 
     @property
     def remaining(self) -> int:
@@ -161,7 +154,7 @@ class CreditLedger:
             return self._prices.learned()
 
     def _free(self) -> int:
-        return max(0, self._budget - self._spent - self._reserved - self._prices.shortfall)
+        return max(0, self._budget - self._spent - self._holds.total - self._prices.shortfall)
 
     @property
     def overcharges(self) -> list[Overcharge]:
@@ -195,7 +188,7 @@ class CreditLedger:
             return LedgerSnapshot(
                 budget=self._budget,
                 spent=self._spent,
-                reserved=self._reserved,
+                reserved=self._holds.total,
                 remaining=self._free(),
                 per_query_spent=MappingProxyType(dict(self._q_spent)),
                 overcharged=sum(o.excess for o in self._overcharges),
@@ -259,18 +252,15 @@ class CreditLedger:
         the journal cannot be written, the reservation is released and the error raised: nothing is sent.
         """
         with self._lock:
-            r = self._open.get(r.id, r)
+            r = self._holds.current(r)
             short = self._prices.sending(r.id)
-            cap = self._caps.get(r.id)
-            fits = self._budget - self._spent - self._reserved >= short and (
+            cap = self._holds.cap(r)
+            fits = self._budget - self._spent - self._holds.total >= short and (
                 cap is None
-                or self._q_spent.get(r.query_id, 0) + self._q_reserved.get(r.query_id, 0) + short <= cap
+                or self._q_spent.get(r.query_id, 0) + self._holds.of_query(r.query_id) + short <= cap
             )
             if short and fits:
-                r = replace(r, amount=r.amount + short)
-                self._open[r.id] = r
-                self._reserved += short
-                self._q_reserved[r.query_id] += short
+                r = self._holds.top_up(r, short)
                 self._share.repriced(r.query_id, r.amount)
         if short and not fits:
             log.info(
@@ -288,7 +278,7 @@ class CreditLedger:
             self.release(r)
             raise
         with self._lock:
-            self._journaled.add(r.id)
+            self._holds.journaled(r)
         return r
 
     def _decide(
@@ -310,7 +300,7 @@ class CreditLedger:
                 return Refusal(
                     "budget", f"the query's cap of {query_cap} credits is reached ({q_spent} spent)"
                 )
-            if q_spent + self._q_reserved.get(query_id, 0) + amount > query_cap:
+            if q_spent + self._holds.of_query(query_id) + amount > query_cap:
                 return None
         if self._prices.must_wait(price_key):
             return None  # the endpoint's price is unseen: one request at a time until an answer shows it
@@ -321,14 +311,9 @@ class CreditLedger:
             query_id, page_index, amount
         ):
             return None
-        r = Reservation(next(self._ids), query_id, page_index, amount)
-        self._open[r.id] = r
-        self._reserved += amount
-        self._q_reserved[query_id] = self._q_reserved.get(query_id, 0) + amount
+        r = self._holds.grant(query_id, page_index, amount, query_cap)
         self._share.granted(query_id, page_index, amount)
         self._prices.granted(r.id, price_key, amount)
-        if query_cap is not None:
-            self._caps[r.id] = query_cap
         self._refusals.pop(query_id, None)
         return r
 
@@ -337,16 +322,9 @@ class CreditLedger:
     def _close(self, r: Reservation, counted: int | None, priced: bool) -> tuple[Reservation, bool]:
         """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
         been topped up) and whether the journal heard of it."""
-        held = self._open.pop(r.id, None)
-        if held is None:
-            raise ValueError(f"reservation {r.id} of {r.query_id!r} is already settled or released")
-        self._reserved -= held.amount
-        self._q_reserved[held.query_id] -= held.amount
+        held, journaled = self._holds.close(r)
         self._share.closed(held.query_id, held.page_index)
-        self._caps.pop(r.id, None)
         self._prices.closed(r.id, held.amount, counted, priced)
-        journaled = r.id in self._journaled
-        self._journaled.discard(r.id)
         return held, journaled
 
     def settle(self, r: Reservation, charged: int | None, *, priced: bool = False) -> int:
@@ -356,7 +334,7 @@ class CreditLedger:
         price is now seen and its requests need no longer go one at a time. Returns the credits counted.
         """
         with self._lock:
-            held = self._open.get(r.id, r)
+            held = self._holds.current(r)
             if charged is None or charged < 0:
                 if charged is not None:
                     log.warning(
