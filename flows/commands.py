@@ -117,7 +117,7 @@ def run_job(
     full: bool = False,
 ) -> dict[str, Any]:
     from flows.interrupt import interrupted_outside_the_flow, run_marks
-    from flows.settings import apply_prefect_defaults, quiet_final_state_line
+    from flows.settings import apply_prefect_defaults, quiet_prefect_echoes
 
     apply_prefect_defaults()
     preflight(spec_path, base_url, output)
@@ -133,14 +133,12 @@ def run_job(
     stamina_log.setLevel(logging.ERROR)
     from flows import progress
 
-    console.hide_prefect_task_failures()  # harvest prints each failed query's reason itself
-
     reporter = progress.for_terminal()
     progress.install(reporter)
     try:
         from flows.collect import run_collect  # imports Prefect (a second or two)
 
-        quiet_final_state_line()
+        quiet_prefect_echoes()  # harvest prints the outcome and each failed query's reason itself
         if server is not None:
             server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
         coro = run_collect(

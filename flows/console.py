@@ -12,7 +12,6 @@ and wrap any text that is not a fixed string of harvest's in `literal()`.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Iterable
@@ -91,22 +90,3 @@ def table(*columns: str, title: object | None = None, right: Iterable[str] = ())
 def add_row(target: Table, *cells: object) -> None:
     """Add a row whose cells print literally: a `Text` is kept (its style too), None is empty."""
     target.add_row(*(c if isinstance(c, Text) else literal("" if c is None else c) for c in cells))
-
-
-class _TaskFailureEcho(logging.Filter):
-    """Prefect's terminal lines for a failed query's task run ("Task run failed with state ...", with the whole
-    query summary in it, then "Finished in state Failed(...)") repeat what harvest prints itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.name != "prefect.task_runs" or record.levelno < logging.ERROR:
-            return True
-        return not str(record.msg).startswith(("Task run failed with state", "Finished in state Failed"))
-
-
-def hide_prefect_task_failures() -> None:
-    """Keep those lines off the terminal (Prefect's own console handler only: its API still records them)."""
-    for handler in logging.getLogger().handlers:
-        if type(handler).__name__ == "PrefectConsoleHandler" and not any(
-            isinstance(f, _TaskFailureEcho) for f in handler.filters
-        ):
-            handler.addFilter(_TaskFailureEcho())

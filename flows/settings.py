@@ -26,21 +26,26 @@ def apply_prefect_defaults() -> None:
         os.environ.setdefault(name, value)
 
 
-class _NoFinalStateLine(logging.Filter):
-    """Drops Prefect's `Finished in state Failed(...)` console line: `harvest run` prints the run's outcome
-    itself, once, and Prefect logs that line as ERROR for any run that is not Completed (a Ctrl-C, a refused
-    key), which repeated harvest's message on stderr. The line still reaches the Prefect API, with the state."""
+class _PrefectEchoes(logging.Filter):
+    """Drops Prefect's console lines that repeat what `harvest run` prints itself, once: the flow's `Finished in
+    state ...` (logged as ERROR for any run that is not Completed: a Ctrl-C, a refused key) and a failed query's
+    task-run lines ("Task run failed with state ..." with the whole query summary, then "Finished in state
+    Failed(...)"). The lines still reach the Prefect API, with the states."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name == "prefect.flow_runs" and str(record.msg).startswith("Finished in state"))
+        if record.name == "prefect.flow_runs":
+            return not str(record.msg).startswith("Finished in state")
+        if record.name == "prefect.task_runs" and record.levelno >= logging.ERROR:
+            return not str(record.msg).startswith(("Task run failed with state", "Finished in state Failed"))
+        return True
 
 
-def quiet_final_state_line() -> None:
-    """Filter Prefect's console handler (Prefect configured its logging on import): for the CLI's runs only."""
+def quiet_prefect_echoes() -> None:
+    """Filter Prefect's console handler, once Prefect configured its logging (on import): for the CLI's runs."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     for handler in logging.getLogger().handlers:
         if isinstance(handler, PrefectConsoleHandler) and not any(
-            isinstance(f, _NoFinalStateLine) for f in handler.filters
+            isinstance(f, _PrefectEchoes) for f in handler.filters
         ):
-            handler.addFilter(_NoFinalStateLine())
+            handler.addFilter(_PrefectEchoes())
