@@ -155,14 +155,17 @@ def _listening_port(pid: int) -> int:
 async def _stop_while_waiting_for_a_slot(base_url: str) -> tuple[list[Any], CreditLedger]:
     ledger = CreditLedger(100)
     async with ServiceClient(base_url, SECRET_KEY, ledger, max_in_flight=1) as client:
-        await client.credit_balance()  # proves the key: requests no longer go one at a time
+        # one page proves the key and shows the endpoint's price: requests no longer go one at a time
+        await client.get(PageRequest("first", PINS, PINS, (("query", "first"),), page=0, cost=1))
         calls = [
             asyncio.ensure_future(
                 client.get(PageRequest(f"q{i}", PINS, PINS, (("query", f"q{i}"),), page=0, cost=1))
             )
             for i in range(6)
         ]
+        deadline = time.monotonic() + 30
         while ledger.reserved < 6:  # one sending, five reserved and waiting for the one connection
+            assert time.monotonic() < deadline, f"only {ledger.reserved} of 6 requests were granted credits"
             await asyncio.sleep(0.001)
         ledger.stop("interrupted", "interrupted by SIGINT")
         results = await asyncio.gather(*calls, return_exceptions=True)
@@ -177,9 +180,9 @@ def test_a_request_still_waiting_for_a_connection_is_not_sent_after_a_stop() -> 
         results, ledger = asyncio.run(_stop_while_waiting_for_a_slot(sb.base_url))
         sent = data_entries(sb)
     stopped = [r for r in results if isinstance(r, RunStopped)]
-    assert len(sent) == 1 and len(stopped) == 5, results
+    assert len(sent) == 2 and len(stopped) == 5, results  # the pricing page, and the one that was sending
     assert all(r.status == "interrupted" for r in stopped)
-    assert ledger.spent == 1 and ledger.reserved == 0
+    assert ledger.spent == 2 and ledger.reserved == 0
 
 
 # ------------------------------------------------------------------------------ a signal during the load
