@@ -121,18 +121,26 @@ def test_serve_refuses_without_a_prefect_server(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "no such spec file or directory" in bad.output
 
 
-def _deployment(name: str, deadline: float, serving: subprocess.Popen[str]) -> Any:
+def _deployment(
+    name: str, deadline: float, serving: subprocess.Popen[str], output: Path | None = None
+) -> Any:
+    """The deployment `serving` created; with `output`, only once it writes there: the session's Prefect keeps
+    deployments of earlier tests under the same name (a run triggered before `harvest serve` updated it would
+    take the earlier test's parameters: its sandbox, gone)."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
         while True:
             try:
-                return client.read_deployment_by_name(f"collect_job/{name}")
+                found = client.read_deployment_by_name(f"collect_job/{name}")
+                if output is None or found.parameters.get("output") == str(output):
+                    return found
             except ObjectNotFound:
-                assert serving.returncode is not None or serving.poll() is None, serving.communicate()
-                assert time.monotonic() < deadline, "harvest serve never created its deployments"
-                time.sleep(0.2)
+                pass
+            assert serving.returncode is not None or serving.poll() is None, serving.communicate()
+            assert time.monotonic() < deadline, "harvest serve never created its deployments"
+            time.sleep(0.2)
 
 
 def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
@@ -149,8 +157,8 @@ def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 120
-            nightly = _deployment("nightly-pins", deadline, serving)
-            hourly = _deployment("hourly-forum", deadline, serving)
+            nightly = _deployment("nightly-pins", deadline, serving, tmp_path / "out" / "nightly-pins")
+            hourly = _deployment("hourly-forum", deadline, serving, tmp_path / "out" / "hourly-forum")
             (cron,) = nightly.schedules
             assert (cron.schedule.cron, cron.schedule.timezone) == ("0 3 * * *", "Europe/Berlin")
             (every,) = hourly.schedules
@@ -240,7 +248,7 @@ def test_a_run_killed_under_serve_is_crashed_when_serve_restarts_and_the_next_ru
         started: list[subprocess.Popen[str]] = []
         try:
             first = serve()
-            _deployment("nightly-pins", time.monotonic() + 120, first)
+            _deployment("nightly-pins", time.monotonic() + 120, first, output)
             zombie = run_deployment("collect_job/nightly-pins", timeout=0)
             # a served run starts in a new process that imports Prefect: slow on a loaded machine
             _wait_for(lambda: len(data_entries(sb)) >= 5, "the served run never got going", timeout=240)
