@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/harvest demo
 
+# Two workers by default (pytest-xdist): most of a test waits on sandboxes and harvest subprocesses.
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 soak: install
 	$(BIN)/python -m pytest -q -s -m soak tests/test_soak.py

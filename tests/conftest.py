@@ -2,7 +2,7 @@
 
 Prefect must never phone home from tests, and every test session gets its own throw-away Prefect home.
 These variables are set before anything imports Prefect. Prefect's test harness takes ~9 s to start, so one
-harness serves the whole session (`prefect_harness`).
+harness serves the whole session of each pytest worker (`prefect_harness`; `make test` runs two).
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ import pytest
 from flows.settings import apply_prefect_defaults
 
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="harvest-prefect-"))
+if os.environ.get(
+    "PYTEST_XDIST_WORKER"
+):  # xdist gives its workers an 80x24 terminal size; tests read wide tables
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 apply_prefect_defaults()
 
 pytest_plugins = ["tests.fixtures_sandbox"]
