@@ -512,3 +512,19 @@ def test_bad_base_url_from_the_environment_is_refused() -> None:
         UsageError, match=r"HARVEST_BASE_URL: the URL does not start with http:// or https://"
     ):
         resolve_base_url(parse_spec(VALID), None, {"HARVEST_BASE_URL": "api.example"})
+
+
+def test_checking_a_schedule_does_not_import_prefect(tmp_path: Path) -> None:
+    """`harvest validate` answers at once and starts nothing of Prefect's (its telemetry included): checking a
+    cron must not import Prefect (its vendored croniter would, ~1.5 s)."""
+    import subprocess
+    import sys
+
+    spec = tmp_path / "nightly.yaml"
+    spec.write_text(VALID + 'schedule: {cron: "0 3 * * *", timezone: Europe/Berlin}\n')
+    code = (
+        "import sys; from flows.spec import load_spec; "
+        f"load_spec({str(spec)!r}); print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

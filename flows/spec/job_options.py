@@ -27,10 +27,12 @@ CRON_ALLOWED = (
 def cron_problem(expression: str) -> str | None:
     """Why Prefect would refuse the expression when `harvest serve` registers it, or None.
 
-    The check is Prefect's own (its vendored croniter, as its CronSchedule validates), so what passes
-    `harvest validate` is what a deployment accepts; random and hashed fields (H, R) Prefect refuses too.
+    The check is croniter's, the library Prefect's CronSchedule validates with (Prefect vendors a copy), so
+    what passes `harvest validate` is what a deployment accepts; random and hashed fields (H, R) Prefect refuses
+    too. Not Prefect's copy: importing it imports Prefect (1.5 s, and Prefect's telemetry would start before
+    harvest switched it off), and `validate` must answer at once.
     """
-    from prefect._vendor.croniter import croniter  # Prefect's copy: harvest depends on Prefect already
+    from croniter import croniter
 
     if any(f.casefold() in ("h", "r") for f in expression.split()):
         return "random and hashed fields (H, R) are not supported"
