@@ -244,30 +244,34 @@ class CreditLedger:
                 self._waiters.discard(waiter)
 
     def sending(self, r: Reservation) -> Reservation | None:
-        """The request of `r` is about to leave: the last price check, then the journal.
+        """The request of `r` is about to leave: the last check of the balance floor and the price, then the
+        journal.
 
         Returns the reservation to settle: `r`, topped up if its endpoint was seen costing more since it was
-        granted. None: no room for that (budget or query cap), so `r` was released: send nothing, reserve again.
-        Journaled from here, a crash counts it as spent (still waiting for a slot at a crash: not counted). If
-        the journal cannot be written, the reservation is released and the error raised: nothing is sent.
+        granted. None: the account fell below `min_balance` while `r` waited for a connection slot, or there is
+        no room for the higher price (budget or query cap); `r` was released: send nothing, reserve again (which
+        says why). Journaled from here, a crash counts it as spent (still waiting for a slot at a crash: not
+        counted). If the journal cannot be written, the reservation is released and the error raised.
         """
         with self._lock:
             r = self._holds.current(r)
             short = self._prices.sending(r.id)
             cap = self._holds.cap(r)
+            floor = self._floor.reached
             fits = self._budget - self._spent - self._holds.total >= short and (
                 cap is None
                 or self._q_spent.get(r.query_id, 0) + self._holds.of_query(r.query_id) + short <= cap
             )
-            if short and fits:
+            if short and fits and not floor:
                 r = self._holds.top_up(r, short)
                 self._share.repriced(r.query_id, r.amount)
-        if short and not fits:
-            log.info(
-                "%s page %d: its endpoint's price rose to more than the credits left",
-                r.query_id,
-                r.page_index,
+        if floor or not fits:
+            why = (
+                "the account fell below its floor"
+                if floor
+                else "its endpoint's price rose past the credits left"
             )
+            log.info("%s page %d: not sent, %s", r.query_id, r.page_index, why)
             self.release(r)
             return None
         if self._journal is None:

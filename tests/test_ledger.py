@@ -114,6 +114,19 @@ async def test_min_balance_floor() -> None:
     assert await ledger.reserve("q", 1, 1) is None
 
 
+async def test_a_granted_request_is_not_sent_once_the_account_fell_below_its_floor() -> None:
+    """Requests granted before the floor was passed and still waiting for a connection slot are not sent:
+    their reservations go back, and reserving again says why."""
+    ledger = CreditLedger(100, min_balance=50)
+    waiting = [await ledger.reserve(f"q{i}", 0, 1) for i in range(3)]
+    ledger.observe_remaining(49)  # an answer that arrived meanwhile
+    assert all(r is not None and ledger.sending(r) is None for r in waiting)
+    assert ledger.reserved == 0 and ledger.spent == 0
+    assert await ledger.reserve("q0", 0, 1) is None
+    refusal = ledger.refusal("q0")
+    assert refusal is not None and "floor of 50" in refusal.reason
+
+
 async def test_floor_wakes_waiters_with_a_refusal() -> None:
     ledger = CreditLedger(1, min_balance=10)
     held = await ledger.reserve("a", 0, 1)
