@@ -85,7 +85,7 @@ class Fanout:
         if wait and not has_pages:
             self.waiting.append(decided)
             self._fill()
-        elif not self.stopping:
+        elif has_pages or not self.stopping:  # paid pages land even after a stop: replaying sends nothing
             self._launch(decided)
 
     def _fill(self) -> None:
