@@ -125,8 +125,12 @@ def test_not_found_answers_among_normal_ones(prefect_harness: None, tmp_path: Pa
     statuses = {q["query_id"]: q["status"] for q in summary["queries"]}
     assert summary["status"] == "complete"
     assert [s for q, s in statuses.items() if "missing" in q] == ["complete", "complete"]  # an empty search
-    assert key_set(tmp_path / "out" / "harvest.duckdb", "pinboard_pins") == expected_pins(BASE, topics)
-    assert billed == summary["credits_spent"]
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == expected_pins(BASE, topics)
+    # harvest counts what the service billed, plus, as spent, any attempt whose answer never came (a 0.5 s
+    # timeout on a busy machine): never less than the bill, and more only by those
+    unanswered = scalar(db, "SELECT coalesce(sum(credits), 0) FROM requests WHERE status_code IS NULL")
+    assert billed <= summary["credits_spent"] <= billed + unanswered
 
 
 def test_a_cursor_handed_back_stops_the_query_instead_of_paying_forever(
