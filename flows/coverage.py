@@ -89,14 +89,18 @@ def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
 
 
 def dependents_left(
-    db: Path, parent: QuerySpec, deps: Sequence[DependentQuery], collected: set[str]
+    db: Path, parent: QuerySpec, deps: Sequence[DependentQuery], collected: set[str], incremental_run: bool
 ) -> tuple[list[QuerySpec], list[str]]:
     """Dependent queries of an incremental parent's earlier records that were never collected (a budget
     stop, a failure, a dependent added to the spec since), and notes on values that cannot be parameters.
+    None unless the parent is incremental and the run is too (`--full` pages every record again).
 
     An incremental run does not page those records again, so their dependents start from what the database
-    holds; those collected before are not paid for again."""
-    children, notes = [], []
+    holds; those collected before are not paid for again. Both runners (in process and Dask) call this."""
+    children: list[QuerySpec] = []
+    notes: list[str] = []
+    if not (deps and parent.incremental and incremental_run):
+        return children, notes
     for dep in deps:
         for value in parent_values(db, dep.kind, dep.field, parent.query_id):
             try:

@@ -125,11 +125,9 @@ class Fanout:
 
     def _dependents_left(self, query: QuerySpec) -> None:
         """An incremental parent's earlier records whose dependents were never collected start them now."""
-        deps = self.children.get(base_id(query.query_id))
-        if not (deps and query.incremental and self.ctx.incremental):
-            return
+        deps = self.children.get(base_id(query.query_id), [])
         collected = self.start_info.coverage.collected
-        children, notes = dependents_left(self.ctx.layout.db, query, deps, collected)
+        children, notes = dependents_left(self.ctx.layout.db, query, deps, collected, self.ctx.incremental)
         self.skipped += notes
         for child in children:
             self.start(child, wait=True)

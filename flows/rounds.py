@@ -117,13 +117,14 @@ class Rounds:
         if query.query_id in self.seen:
             return
         self.seen.add(query.query_id)
-        deps = self.children.get(base_id(query.query_id))
-        if deps and query.incremental and self.run_info["incremental"]:
-            collected = self.start.coverage.collected
-            children, notes = dependents_left(self.layout.db, query, deps, collected)
-            self.skipped += notes
-            for child in children:
-                self.add(child)
+        deps = self.children.get(base_id(query.query_id), [])
+        collected = self.start.coverage.collected
+        children, notes = dependents_left(
+            self.layout.db, query, deps, collected, self.run_info["incremental"]
+        )
+        self.skipped += notes
+        for child in children:
+            self.add(child)
         decided = self.start.decide(query)
         if decided is None:
             return
