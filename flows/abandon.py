@@ -14,10 +14,11 @@ from connectors.catalog import Endpoint
 from connectors.pager import QuerySpec
 from flows.load import load_manifest_into_duckdb
 from flows.manifest import RunManifest, write_manifest
-from tasks.collect import QuerySummary, history_fields, land_raw_pages, open_sink
+from tasks.collect import land_raw_pages, open_sink
 from tasks.database import DatabaseBusy
 from tasks.journal import read_journal
 from tasks.layout import OutputLayout
+from tasks.query_summary import QuerySummary, history_fields
 
 log = logging.getLogger(__name__)
 

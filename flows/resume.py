@@ -11,21 +11,18 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
-
-from pydantic import BaseModel
 
 from connectors.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
 from flows.coverage import Coverage, coverage_of
 from flows.manifest import CONTINUABLE, RunManifest, all_manifests
 from flows.plan import Plan
-from flows.spec import JobSpec, UsageError
+from flows.spec import UsageError
 from tasks.journal import JournalState, read_journal
 from tasks.layout import OutputLayout
+from tasks.query_summary import QuerySummary
 
 Mode = Literal["auto", "fresh", "continue"]
 
@@ -92,44 +89,14 @@ class RunStart:
     def unstarted(
         self, queries: Iterable[QuerySpec], summaries: list[dict[str, Any]], status: str
     ) -> list[dict]:
-        """Planned queries a stopped run never started: listed, so `--continue` or a resume runs them; an
-        incremental one keeps the history it had."""
+        """Planned queries a stopped run never started (`QuerySummary.not_started`)."""
         have = {s["query_id"] for s in summaries}
-        out = []
-        for query in queries:
-            decided = self.decide(query)
-            if decided is not None and query.query_id not in have:
-                out.append(
-                    {"query_id": query.query_id, "endpoint": query.endpoint, "status": status, "pages": 0,
-                     "records": 0, "credits": 0, "next_cursor": decided.start_cursor, "error": None, "files": [],
-                     "history": decided.history, "backfill_cursor": decided.backfill}
-                )  # fmt: skip
-        return out
+        decided = [self.decide(q) for q in queries if q.query_id not in have]
+        return [QuerySummary.not_started(d, status).as_dict() for d in decided if d is not None]
 
 
 def _plain(query: QuerySpec) -> dict[str, Any]:
     return asdict(query)
-
-
-def plan_key(spec: JobSpec) -> str:
-    """What identifies a spec's queries (ids, endpoints, parameters, fan-out): a resume needs the same.
-
-    Budget, concurrency, limits and costs may change between a crash and its resume; the queries may not.
-    """
-    queries = [
-        {"id": q.query_id, "endpoint": q.endpoint, "params": q.params, "for_each": _jsonable(q.for_each)}
-        for q in spec.queries
-    ]
-    text = json.dumps({"name": spec.name, "queries": queries}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    return value
 
 
 def job_coverage(layout: OutputLayout, job: str, run_id: str) -> Coverage:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -26,11 +26,12 @@ from prefect.states import Failed, State
 
 from connectors.catalog import Endpoint
 from connectors.extraction import PageMeta, with_meta
-from connectors.known import backfill_after_head, history_after
+from connectors.known import backfill_after_head
 from connectors.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
 from tasks.known_keys import load_known_keys
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink, run_date
+from tasks.query_summary import QuerySummary, history_fields
 from tasks.rawstore import RawPageWriter
 from tasks.replay import ResumePoint, replay
 from tasks.run_context import RunContext, lookup
@@ -45,33 +46,6 @@ number of queries in flight, whatever the number of pages; 10k rows still read e
 OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None]
 """Called per landed page with its records (as sent), how many were kept, its credits and whether it was
 replayed from the raw store."""
-
-
-@dataclass
-class QuerySummary:
-    """What a connector task returns: small, plain, and enough to load and report the run."""
-
-    query_id: str
-    endpoint: str
-    status: str
-    pages: int
-    records: int
-    credits: int
-    next_cursor: dict[str, str] | None
-    error: str | None
-    files: list[tuple[str, str, int]] = field(default_factory=list)
-    """(table, path relative to the output root, rows) of every Parquet file the query published."""
-    extraction: dict[str, Any] = field(default_factory=dict)
-    """What the pages held vs what was kept (`connectors.extraction.ExtractionReport.as_dict`)."""
-    raw_file: str = ""
-    requests_file: str = ""
-    history: str | None = None
-    """Incremental queries: `complete` or `partial` once this run's pass ended (`connectors.known`)."""
-    backfill_cursor: dict[str, str] | None = None
-    """Incremental queries with a partial history: where their older, uncollected items begin."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def open_sink(
@@ -146,17 +120,6 @@ def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
     if not (spec.incremental and ctx.incremental):
         return None
     return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id, spec.trusted_until)
-
-
-def history_fields(
-    spec: QuerySpec, state: PagerStart, status: str, next_cursor: dict[str, str] | None
-) -> dict[str, Any]:
-    """An incremental query's history after this run (`history`, `backfill_cursor`) for its summary."""
-    if not spec.incremental:
-        return {}
-    before = (spec.history, spec.backfill)
-    history, backfill = history_after(status, state.backfilling, next_cursor, spec.start_cursor, before)
-    return {"history": history, "backfill_cursor": backfill}
 
 
 @dataclass

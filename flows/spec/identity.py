@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from flows.spec.model import Query
+    from flows.spec.model import JobSpec, Query
 
 
 def derive_id(query: Query) -> str:
@@ -22,6 +22,19 @@ def derive_id(query: Query) -> str:
     segments = [s.strip("{}") for s in query.endpoint.strip("/").split("/")[-2:]]
     content = {"endpoint": query.endpoint, "params": query.params, "for_each": _jsonable(query.for_each)}
     return "_".join(segments) + "-" + digest(content)[:8]
+
+
+def plan_key(spec: JobSpec) -> str:
+    """What identifies a spec's queries (ids, endpoints, parameters, fan-out): a resume needs the same.
+
+    Budget, concurrency, limits and costs may change between a crash and its resume; the queries may not.
+    """
+    queries = [
+        {"id": q.query_id, "endpoint": q.endpoint, "params": q.params, "for_each": _jsonable(q.for_each)}
+        for q in spec.queries
+    ]
+    text = json.dumps({"name": spec.name, "queries": queries}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _jsonable(value: Any) -> Any:
