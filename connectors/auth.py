@@ -16,6 +16,7 @@ from connectors.errors import MissingApiKey
 
 __all__ = [
     "DEFAULT_ENV_VAR",
+    "MIN_REDACTED_KEY",
     "REDACTED",
     "ApiKey",
     "aload_api_key",
@@ -27,12 +28,14 @@ __all__ = [
 
 DEFAULT_ENV_VAR = "HARVEST_API_KEY"
 REDACTED = "***"
+MIN_REDACTED_KEY = 16
+"""Keys at least this long are cut out of answers (messages are always redacted)."""
 
 
 class ApiKey:
     """The API key, opaque to str/repr/format so it cannot leak through logging or tracebacks."""
 
-    __slots__ = ("_value",)
+    __slots__ = ("_bytes", "_value")
 
     def __init__(self, value: str, *, source: str = "the API key") -> None:
         cleaned = value.strip()
@@ -44,10 +47,28 @@ class ApiKey:
                 f"{source} contains spaces, control or non-ASCII characters; it cannot be a valid API key"
             )
         self._value = cleaned
+        self._bytes = cleaned.encode()
 
     def reveal(self) -> str:
         """The key itself, for the request header only."""
         return self._value
+
+    def scrub(self, text: str) -> str:
+        """`text` with the key cut out (`redact`): for anything copied out of an answer or an exception."""
+        return redact(text, self)
+
+    def scrub_answer(self, raw: bytes) -> bytes:
+        """An answer body with the key cut out, should the service echo it. A key shorter than
+        `MIN_REDACTED_KEY` is left alone in answers: it would match ordinary data (a cursor, an id) and
+        corrupt it; real keys are long random strings."""
+        if len(self._bytes) < MIN_REDACTED_KEY or self._bytes not in raw:
+            return raw
+        return raw.replace(self._bytes, REDACTED.encode())
+
+    def describe(self, exc: BaseException) -> str:
+        """An exception as one short line for logs and the attempt log, the key cut out."""
+        text = str(exc).strip() or "no detail"
+        return self.scrub(f"{type(exc).__name__}: {text}")[:300]
 
     def __repr__(self) -> str:
         return f"ApiKey({REDACTED})"

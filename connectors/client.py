@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,24 +43,17 @@ import stamina
 
 from connectors import errors
 from connectors.answers import JSON, Response, int_field, parse_body, problem, shows_price, typed_error
-from connectors.auth import REDACTED, ApiKey, redact
-from connectors.errors import (
-    HarvestError,
-    OutOfCredits,
-    ServiceAnswer,
-    ServiceUnavailable,
-    Unauthorized,
-)
-from connectors.ledger import CreditLedger, Reservation
+from connectors.auth import REDACTED, ApiKey
+from connectors.credits import Reservation
+from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
+from connectors.in_flight import InFlight
+from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
 from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
 
 __all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
 
 log = logging.getLogger("harvest.client")
-
-MIN_REDACTED_KEY = 16
-"""Keys at least this long are cut out of answers (messages are always redacted)."""
 
 
 @dataclass
@@ -69,6 +64,13 @@ class _Call:
     safe_params: dict[str, Any]
     attempts: int = 0
     credits: int = 0
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context per process (httpx builds one per client, ~40 ms of loading CA certificates; a Dask
+    worker opens a client per round). Built as httpx would (certifi, `SSL_CERT_FILE`/`SSL_CERT_DIR`)."""
+    return httpx.create_ssl_context()
 
 
 class ServiceClient:
@@ -89,7 +91,6 @@ class ServiceClient:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
-        self._key_bytes = self._key.reveal().encode()
         self.base_url = base_url.rstrip("/")
         self.ledger = ledger
         self.timeouts = timeouts
@@ -106,8 +107,7 @@ class ServiceClient:
         # request, not one per query (the real service answers 402 to an unknown key).
         self.key_accepted = False
         self._first_request = asyncio.Lock()
-        self._in_flight: set[asyncio.Task[Any]] = set()
-        self._aborting = False
+        self._in_flight = InFlight()
         url = httpx.URL(self.base_url)
         if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
@@ -117,6 +117,7 @@ class ServiceClient:
             limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
             transport=transport,
             follow_redirects=False,
+            verify=_tls(),
             headers={"user-agent": "harvest/0.1", "accept": "application/json"},
         )
 
@@ -140,11 +141,11 @@ class ServiceClient:
         Their reservations count as spent (the service may have answered), and their queries stop as
         `interrupted` with the cursor of the aborted page, so a resume asks for it again.
         """
-        self._aborting = True
-        tasks = [t for t in self._in_flight if not t.done()]
-        for task in tasks:
-            task.cancel("harvest: aborted at stop")
-        return len(tasks)
+        return self._in_flight.abort()
+
+    def scrub(self, text: str) -> str:
+        """`text` with the key cut out: for messages made from exceptions the client did not raise."""
+        return self._key.scrub(text)
 
     async def credit_balance(self) -> int | None:
         """The account's balance from `GET /v1/credit-balance` (free): proves the key before anything is paid.
@@ -155,9 +156,9 @@ class ServiceClient:
         try:
             response = await self._http.get("/v1/credit-balance", headers={"x-api-key": self._key.reveal()})
         except httpx.HTTPError as exc:
-            log.warning("could not read the credit balance: %s", redact(str(exc), self._key))
+            log.warning("could not read the credit balance: %s", self._key.scrub(str(exc)))
             return None
-        body = parse_body(self._redact_bytes(response.content))
+        body = parse_body(self._key.scrub_answer(response.content))
         if response.status_code in (401, 402):
             answer = ServiceAnswer(response.status_code, body, b"")
             error = Unauthorized if response.status_code == 401 else OutOfCredits
@@ -182,10 +183,11 @@ class ServiceClient:
         if not request.path.startswith("/") or request.path.startswith("//"):
             # An absolute URL would replace base_url and carry the key header to another host.
             raise ValueError(
-                f"path must be a service path starting with one '/', got {self._text(request.path)!r}"
+                f"path must be a service path starting with one '/', got {self._key.scrub(request.path)!r}"
             )
         safe = {
-            k: self._text(v) if isinstance(v, str) else v for k, v in pairs_to_dict(request.params).items()
+            k: self._key.scrub(v) if isinstance(v, str) else v
+            for k, v in pairs_to_dict(request.params).items()
         }
         call = _Call(request, safe)
         try:
@@ -284,18 +286,20 @@ class ServiceClient:
             return await self._send(call.request)
         except NEVER_SENT as exc:
             ledger.release(reservation)
-            self._record(call, started_at, t0, None, 0, self._describe(exc))
-            raise Retryable(f"could not connect: {self._describe(exc)}") from None
+            self._record(call, started_at, t0, None, 0, self._key.describe(exc))
+            raise Retryable(f"could not connect: {self._key.describe(exc)}") from None
         except MAYBE_SENT as exc:
             counted = self._keep(call, reservation)
-            self._record(call, started_at, t0, None, counted, self._describe(exc))
-            raise Retryable(f"{self._describe(exc)} (reservation kept: it may have been billed)") from None
+            self._record(call, started_at, t0, None, counted, self._key.describe(exc))
+            raise Retryable(
+                f"{self._key.describe(exc)} (reservation kept: it may have been billed)"
+            ) from None
         except httpx.HTTPError as exc:
             # Unsendable request (bad URL, local protocol error): it never left, and retrying cannot help.
             ledger.release(reservation)
-            self._record(call, started_at, t0, None, 0, self._describe(exc))
+            self._record(call, started_at, t0, None, 0, self._key.describe(exc))
             raise HarvestError(
-                f"the request could not be sent: {self._describe(exc)}",
+                f"the request could not be sent: {self._key.describe(exc)}",
                 credits=call.credits,
                 query_id=call.request.query_id,
                 endpoint=call.request.endpoint,
@@ -303,7 +307,7 @@ class ServiceClient:
         except BaseException as exc:
             # Cancelled (or worse) mid-flight: the service may have billed it.
             counted = self._keep(call, reservation)
-            aborted = isinstance(exc, asyncio.CancelledError) and self._aborting
+            aborted = isinstance(exc, asyncio.CancelledError) and self._in_flight.aborting
             self._record(call, started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled")
             if aborted:
                 current = asyncio.current_task()
@@ -317,19 +321,14 @@ class ServiceClient:
             request.path, params=list(request.params), headers={"x-api-key": self._key.reveal()}
         )
         total = self.timeouts.total
-        current = asyncio.current_task()
-        if current is not None:
-            self._in_flight.add(current)
         try:
-            if total is None:
-                return await sending
-            async with asyncio.timeout(total):
-                return await sending
+            with self._in_flight.sending():
+                if total is None:
+                    return await sending
+                async with asyncio.timeout(total):
+                    return await sending
         except TimeoutError:
             raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
-        finally:
-            if current is not None:
-                self._in_flight.discard(current)
 
     def _answer(
         self,
@@ -341,7 +340,7 @@ class ServiceClient:
     ) -> Response:
         """Settle what the answer says it cost, record the attempt, and say what the answer means."""
         ledger, status = self.ledger, http_response.status_code
-        raw = self._redact_bytes(http_response.content)
+        raw = self._key.scrub_answer(http_response.content)
         body = parse_body(raw)
         charged, remaining = int_field(body, "credits_charged"), int_field(body, "credits_remaining")
         if remaining is not None:
@@ -352,7 +351,7 @@ class ServiceClient:
         self._note_key(status)
         answer = ServiceAnswer(status, body, raw)
         error = problem(status, body, raw)
-        error = self._text(error)[:300] if error else None
+        error = self._key.scrub(error)[:300] if error else None
         duration_ms = self._record(call, started_at, t0, status, counted, error)
         if error is None:
             assert body is not None
@@ -364,7 +363,7 @@ class ServiceClient:
             raise Retryable(error, retry_after=retry_after, response=answer)
         raise typed_error(
             answer,
-            self._text,
+            self._key.scrub,
             credits=call.credits,
             query_id=call.request.query_id,
             endpoint=call.request.endpoint,
@@ -388,10 +387,6 @@ class ServiceClient:
         call.credits += counted
         return counted
 
-    def _describe(self, exc: BaseException) -> str:
-        text = str(exc).strip() or "no detail"
-        return self._text(f"{type(exc).__name__}: {text}")[:300]
-
     def _record(
         self,
         call: _Call,
@@ -414,14 +409,3 @@ class ServiceClient:
                 # The ledger is consistent; a failing recorder must not turn a paid page into a failure.
                 log.exception("on_attempt callback failed for %s attempt %d", request.query_id, call.attempts)
         return duration_ms
-
-    def _redact_bytes(self, raw: bytes) -> bytes:
-        """An answer with the key cut out, should the service echo it. A key shorter than
-        `MIN_REDACTED_KEY` is left alone in answers: it would match ordinary data (a cursor, an id) and
-        corrupt it; real keys are long random strings."""
-        if len(self._key_bytes) < MIN_REDACTED_KEY or self._key_bytes not in raw:
-            return raw
-        return raw.replace(self._key_bytes, REDACTED.encode())
-
-    def _text(self, text: str) -> str:
-        return redact(text, self._key)

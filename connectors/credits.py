@@ -33,6 +33,13 @@ class Overcharge:
     def excess(self) -> int:
         return self.charged - self.reserved
 
+    def warning(self, spent: int, budget: int) -> str:
+        return (
+            f"the service charged {self.charged} credits for {self.query_id} page {self.page_index} but the cost "
+            f"table says {self.reserved}; spent is now {spent} of a budget of {budget}; later requests reserve "
+            "the charged amount. Update the cost table."
+        )
+
 
 @dataclass(frozen=True)
 class LedgerSnapshot:
@@ -63,3 +70,11 @@ RefusalKind = Literal["budget", "stopped", "interrupted"]
 class Refusal:
     kind: RefusalKind
     reason: str
+
+    @classmethod
+    def budget_left(cls, budget: int, spent: int) -> Refusal:
+        return cls("budget", f"the run's budget of {budget} credits has {max(0, budget - spent)} left")
+
+    @classmethod
+    def query_cap(cls, cap: int, spent: int) -> Refusal:
+        return cls("budget", f"the query's cap of {cap} credits is reached ({spent} spent)")

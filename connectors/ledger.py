@@ -12,16 +12,12 @@ Hence `spent + reserved <= budget` at every instant, under any interleaving, as 
 what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
 warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
 
-Prices (`connectors.prices`, by `price_key`, the endpoint): later reservations hold what the service was seen
-charging, an endpoint whose price no answer has shown is granted one request at a time, and `sending(r)`, the
-last check before a request leaves, tops up (or gives back, None) a reservation granted below a price learned
-since. So the budget can be passed only by the excess of the first request that shows an endpoint's higher
-price, plus, when a price rises mid-run, of the requests already on the wire (at most `concurrency`).
-
-Breadth-first policy (`connectors.fair_share`): with a short budget, every running query gets page k before any
-gets page k+1. Queries register while they run (`async with ledger.query(qid):`) and report finished pages
-(`page_done`). Register a query only when it actually runs (inside any concurrency limiter): a registered query
-that cannot run would hold the others back until it finishes.
+Prices (`connectors.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
+tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
+first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`).
+Breadth-first policy (`connectors.fair_share`): queries register while they run (`async with ledger.query(qid)`,
+only inside any concurrency limiter: a registered query that cannot run holds the others back) and report
+finished pages (`page_done`).
 
 Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
 other threads (progress display) are consistent. Only `reserve` awaits; `sending`, `settle`, `release`,
@@ -58,16 +54,6 @@ from connectors.fair_share import FairShare
 from connectors.holds import Holds
 from connectors.prices import Prices
 from connectors.waiters import Waiters
-
-__all__ = [
-    "CreditLedger",
-    "LedgerJournal",
-    "LedgerSnapshot",
-    "Overcharge",
-    "Policy",
-    "Refusal",
-    "Reservation",
-]
 
 log = logging.getLogger("harvest.ledger")
 
@@ -294,16 +280,11 @@ class CreditLedger:
         if floor := self._floor.refusal():
             return floor
         if self._spent + amount > self._budget:
-            return Refusal(
-                "budget",
-                f"the run's budget of {self._budget} credits has {max(0, self._budget - self._spent)} left",
-            )
+            return Refusal.budget_left(self._budget, self._spent)
         if query_cap is not None:
             q_spent = self._q_spent.get(query_id, 0)
             if q_spent + amount > query_cap:
-                return Refusal(
-                    "budget", f"the query's cap of {query_cap} credits is reached ({q_spent} spent)"
-                )
+                return Refusal.query_cap(query_cap, q_spent)
             if q_spent + self._holds.of_query(query_id) + amount > query_cap:
                 return None
         if self._prices.must_wait(price_key):
@@ -351,24 +332,16 @@ class CreditLedger:
             else:
                 counted = charged
             held, journaled = self._close(r, counted, priced)
-            if counted > held.amount:
-                self._overcharges.append(Overcharge(held.query_id, held.page_index, held.amount, counted))
+            over = Overcharge(held.query_id, held.page_index, held.amount, counted)
+            if over.excess > 0:
+                self._overcharges.append(over)
             self._spent += counted
             self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
             spent = self._spent
         if journaled:
             self._journal.closed(r.id, counted)  # type: ignore[union-attr]
-        if counted > held.amount:
-            log.warning(
-                "the service charged %d credits for %s page %d but the cost table says %d; "
-                "spent is now %d of a budget of %d; later requests reserve the charged amount. Update the cost table.",
-                counted,
-                held.query_id,
-                held.page_index,
-                held.amount,
-                spent,
-                self._budget,
-            )
+        if over.excess > 0:
+            log.warning("%s", over.warning(spent, self._budget))
         self._wake_all()
         return counted
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 from connectors import errors
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
+from connectors.drift_report import KEPT, drift_message
 from connectors.extraction import ExtractionReport, convert_page
 from connectors.known import History, KnownKeys, backfill_after_head
 from connectors.ledger import CreditLedger
@@ -166,33 +167,6 @@ def _deactivated(page: Page) -> bool:
     return isinstance(body, dict) and body.get("account_deactivated") is True
 
 
-KEPT = (
-    "the paid pages are kept in the raw store: once the catalog reads the new shape, `harvest rebuild` lands "
-    "them and `harvest run --continue` goes on from the next page"
-)
-
-
-def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
-    """One message for records a page could not keep: where, what, an example, and that nothing is lost."""
-    parts = []
-    for name, table in sorted(report.tables.items()):
-        if table.no_key:
-            pk = ", ".join(endpoint.kind(name).primary_key)
-            parts.append(
-                f"{name}: {table.no_key} record(s) without their primary key ({pk}) or with an empty one, "
-                f"e.g. {table.no_key_example}"
-            )
-        if table.failed:
-            parts.append(f"{name}: {table.failed} record(s) could not be read ({table.failure})")
-    for where in report.missing_lists:
-        sent = ", ".join(report.top_keys) or "no keys"
-        why = report.missing_why.get(where, "absent")
-        parts.append(
-            f"{where}: the list is missing although the page had content ({why}; the answer's keys: {sent})"
-        )
-    return f"the answers of {endpoint.path} changed shape: " + "; ".join(parts) + f". Stopped; {KEPT}"
-
-
 class QueryPager:
     def __init__(
         self,
@@ -202,9 +176,7 @@ class QueryPager:
         ledger: CreditLedger,
         start: PagerStart | None = None,
         known: KnownKeys | None = None,
-        keep: Callable[[Page], None] | None = None,
     ):
-        """`keep(page)` makes each paid answer durable (the raw store) before the page is read."""
         self.spec = spec
         self.endpoint = endpoint
         self.client = client
@@ -214,7 +186,8 @@ class QueryPager:
         if self.start.cursor and not self.start.used:
             self.start.used.add(cursor_key(self.start.cursor))
         self.known = known
-        self.keep = keep
+        self.keep: Callable[[Page], None] | None = None
+        """Set by the caller once its raw store is open: makes each paid answer durable before it is read."""
         self.reading: Page | None = None
         """The kept page being read, landed or followed; None while asking for the next one."""
         self.backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
@@ -338,7 +311,7 @@ class QueryPager:
         stops after that page as `drift`: `harvest rebuild` lands it, `--continue` goes on from its next cursor,
         nothing is paid twice. Otherwise (asking for a page) it failed, and goes on from that page's cursor."""
         out, page = self.outcome, self.reading
-        what = f"{type(exc).__name__}: {exc}"
+        what = self.client.scrub(f"{type(exc).__name__}: {exc}")  # an exception may quote anything
         if page is None:
             out.status, out.next_cursor, out.error = "failed", self.start.cursor, what
             return

@@ -55,9 +55,6 @@ class Prices:
         self._key_of[rid] = key
         self._unsent[rid] = amount
 
-    def key_of(self, rid: int) -> str | None:
-        return self._key_of.get(rid)
-
     def _short(self, rid: int) -> int:
         held = self._unsent.get(rid)
         key = self._key_of.get(rid)

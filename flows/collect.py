@@ -45,7 +45,6 @@ from flows.resume import (  # noqa: E402
     continue_refused,
     continue_start,
     job_coverage,
-    plan_key,
     resume_start,
     retried_run,
     unfinished_run,
@@ -53,6 +52,7 @@ from flows.resume import (  # noqa: E402
 from flows.rounds import Rounds, run_info  # noqa: E402
 from flows.service import Service, open_service  # noqa: E402
 from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
+from flows.spec.identity import plan_key  # noqa: E402
 from tasks import run_context  # noqa: E402
 from tasks.database import DatabaseBusy  # noqa: E402
 from tasks.journal import RunJournal  # noqa: E402
@@ -202,12 +202,10 @@ async def _pay_and_land(
     with stop.collecting(ledger, client):
         before = await _probe_balance(client, ledger)
         if before is not None:
-            journal.balance(
-                "before", before
-            )  # durable: a resume after a kill still knows where the run began
+            journal.balance("before", before)  # durable: a resume after a kill knows where the run began
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
-            rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info)
+            rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info, scrub=client.scrub)
             summaries, skipped = await rounds.run(), rounds.skipped
         else:
             ctx = run_context.RunContext(

@@ -29,9 +29,10 @@ from flows import progress
 from flows.coverage import dependents_left
 from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
-from tasks.collect import QuerySummary, collect_query, task_result
+from tasks.collect import collect_query, task_result
 from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
+from tasks.query_summary import QuerySummary
 from tasks.replay import replay
 from tasks.run_context import RunContext
 
@@ -104,11 +105,8 @@ class Fanout:
         stopped = self.ctx.ledger.stopped
         assert stopped is not None
         self.journal.query_started(asdict(query))
-        summary = QuerySummary(
-            query_id=query.query_id, endpoint=query.endpoint, status=stopped.kind, pages=0, records=0,
-            credits=self.ctx.ledger.per_query_spent.get(query.query_id, 0), next_cursor=query.start_cursor,
-            error=None,
-        ).as_dict()  # fmt: skip
+        credits = self.ctx.ledger.per_query_spent.get(query.query_id, 0)
+        summary = QuerySummary.not_started(query, stopped.kind, credits).as_dict()
         self.journal.query_ended(summary)
         self.summaries.append(summary)
 
@@ -204,7 +202,7 @@ class Fanout:
             return QuerySummary(
                 query_id=query_id, endpoint=self.endpoint_of[query_id], status="failed", pages=0,
                 records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
-                error=f"{type(exc).__name__}: {exc}",
+                error=self.ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
                 raw_file=layout.relative(layout.raw_file(run_id, query_id)),
                 requests_file=layout.relative(layout.requests_file(run_id, query_id)),
             ).as_dict()  # fmt: skip

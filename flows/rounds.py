@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from connectors.ledger import CreditLedger, Reservation
+from connectors.credits import Reservation
+from connectors.ledger import CreditLedger
 from connectors.pager import PagerStart, QuerySpec
 from flows import progress
 from flows.coverage import dependents_left
@@ -28,9 +30,10 @@ from flows.plan import DependentQuery, Plan, base_id, instantiate
 from flows.resume import RunStart
 from flows.service import Service
 from flows.spec import JobSpec
-from tasks.collect import history_fields, task_result
+from tasks.collect import task_result
 from tasks.journal import RunJournal
 from tasks.layout import OutputLayout
+from tasks.query_summary import history_fields
 from tasks.rounds import collect_round, state_from_plain
 
 SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
@@ -99,7 +102,10 @@ class Rounds:
         ledger: CreditLedger,
         layout: OutputLayout,
         run: dict[str, Any],
+        scrub: Callable[[str], str] = str,
     ) -> None:
+        """`scrub` cuts the key out of a broken task's error text (workers read the key themselves)."""
+        self.scrub = scrub
         self.spec, self.plan, self.start, self.journal, self.ledger = spec, the_plan, start, journal, ledger
         self.layout = layout
         self.run_info = run
@@ -203,7 +209,7 @@ class Rounds:
         except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
             self.ledger.settle(reservation, None)
             r.credits += reservation.amount
-            self.end(r, self.last_summary(r, "failed", f"{type(exc).__name__}: {exc}"))
+            self.end(r, self.last_summary(r, "failed", self.scrub(f"{type(exc).__name__}: {exc}")))
             return None
         balance: int | None = result.get("balance")
         self.ledger.settle(reservation, result["spent"])

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from connectors import catalog
 from connectors.catalog import Endpoint
 from connectors.client import ServiceClient
-from connectors.ledger import CreditLedger, Policy
+from connectors.credits import Policy
+from connectors.ledger import CreditLedger
 from connectors.pager import QueryPager, QuerySpec
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.expected import crawl

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from connectors.ledger import CreditLedger, Reservation
+from connectors.credits import Reservation
+from connectors.ledger import CreditLedger
 
 
 def refusal_reason(ledger: CreditLedger, query_id: str) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from connectors.ledger import CreditLedger, Reservation
+from connectors.credits import Reservation
+from connectors.ledger import CreditLedger
 
 E, F = "/v1/e", "/v1/f"
 

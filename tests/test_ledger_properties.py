@@ -9,7 +9,8 @@ from collections import defaultdict
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from connectors.ledger import CreditLedger, LedgerSnapshot
+from connectors.credits import LedgerSnapshot
+from connectors.ledger import CreditLedger
 
 # (cost from the table, what the service did, how many times the task yields while "in flight")
 OUTCOMES = ("none", "less", "equal", "release")
