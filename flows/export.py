@@ -30,7 +30,7 @@ from flows.export_record import EXPORTS_DDL, ExportRow, find_committed, record, 
 from flows.manifest import RunManifest, all_manifests
 from flows.spec import UsageError
 from flows.spec.job_options import BadDestination, check_destination
-from tasks.database import quote_ident
+from tasks.database import has_table, quote_ident
 from tasks.layout import OutputLayout
 
 __all__ = ["EXPORTS_DDL", "ExportReport", "export_increment", "export_snapshot"]
@@ -205,7 +205,7 @@ def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
         fs.delete_file(f"{base}/_SUCCESS")  # the old snapshot is being replaced: no longer vouched for
     con = duckdb.connect(str(layout.db), read_only=True)
     try:
-        tables = [t for t in sorted(all_kinds()) if _has_table(con, t)]
+        tables = [t for t in sorted(all_kinds()) if has_table(con, t)]
         for table in tables:
             _snapshot_table(con, table, fs, base, report)
         report.runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started").fetchall()]
@@ -214,11 +214,6 @@ def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
     at = _commit(fs, base, report, sorted({m.job for m in all_manifests(layout)}))
     record(layout, destination, [ExportRow(r, report.export_id, "snapshot", at) for r in report.runs])
     return report
-
-
-def _has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall()
-    return bool(found[0][0])
 
 
 def _snapshot_table(

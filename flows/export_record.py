@@ -18,7 +18,7 @@ import duckdb
 import pyarrow.fs as pafs
 
 from flows.manifest import RunManifest
-from tasks.database import DatabaseBusy, transaction, write_connection
+from tasks.database import DatabaseBusy, has_table, transaction, write_connection
 from tasks.layout import OutputLayout
 
 EXPORTS_DDL = """
@@ -76,8 +76,7 @@ def recorded(layout: OutputLayout, destination: str) -> Sent:
         return sent
     con = duckdb.connect(str(layout.db), read_only=True)
     try:
-        have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'exports'").fetchall()
-        if not have[0][0]:
+        if not has_table(con, "exports"):
             return sent
         found = con.execute(
             "SELECT run_id, export_id, kind, exported_at FROM exports WHERE destination = ?", [destination]

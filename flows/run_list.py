@@ -28,12 +28,15 @@ class RunRow:
         return self.state in ("running", "killed", "interrupted")
 
 
+def killed(layout: OutputLayout, m: RunManifest) -> bool:
+    """A run whose manifest still says `running` while nobody holds its job's lock: its process is gone."""
+    return m.status == "running" and not is_locked(layout.lock_file(m.job))
+
+
 def _row(layout: OutputLayout, m: RunManifest) -> RunRow:
     if not m.unfinished:
         return RunRow(m, m.status, sum(int(q["pages"]) for q in m.queries), m.credits_spent)
-    state = m.status
-    if m.status == "running":
-        state = "running" if is_locked(layout.lock_file(m.job)) else "killed"
+    state = "killed" if killed(layout, m) else m.status
     pages = sum(count_pages(p) for p in layout.raw_files(m.run_id))
     credits = read_journal(layout.journal_file(m.run_id)).total_spent
     return RunRow(m, state, pages, max(credits, m.credits_spent))

@@ -153,16 +153,16 @@ async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:
     """For each job whose newest run was killed (manifest `running`, nobody holding the job's lock), set its
     flow runs still Running in Prefect to Crashed: a killed `harvest serve` left them so, and they hold the
     deployment's concurrency slot until Prefect's lease on it expires. Returns (run id, flow run id) pairs."""
-    from flows.lock import is_locked
     from flows.prefect_runs import crash_stale_flow_runs
     from flows.resume import unfinished_run
+    from flows.run_list import killed
     from tasks.layout import OutputLayout
 
     crashed: list[tuple[str, str]] = []
     for job in jobs:
         layout = OutputLayout(job.output)
         run = unfinished_run(layout, job.name)
-        if run is None or run.status != "running" or is_locked(layout.lock_file(job.name)):
+        if run is None or not killed(layout, run):
             continue
         why = (
             f"harvest serve found run {run.run_id} of job {job.name} killed (its process is gone, its job lock "

@@ -109,3 +109,9 @@ def json_text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether the database holds `table`: an optional table (e.g. `exports`) may not exist yet."""
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall()
+    return bool(found[0][0])

@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 
 from connectors.known import Key, KnownKeys
+from tasks.database import quote_ident
 from tasks.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,6 @@ log = logging.getLogger(__name__)
 _TRUSTED_RUNS = """
 SELECT run_id FROM runs WHERE started <= (SELECT started FROM runs WHERE run_id = ?)
 """
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def load_known_keys(
@@ -56,8 +53,8 @@ def load_known_keys(
         for kind in kinds:
             if kind.table not in tables:
                 continue
-            cols = ", ".join(f"CAST({_quote(c)} AS VARCHAR)" for c in kind.primary_key)
-            sql = f"SELECT _run_id, {cols} FROM {_quote(kind.table)} WHERE _query_id = ?"
+            cols = ", ".join(f"CAST({quote_ident(c)} AS VARCHAR)" for c in kind.primary_key)
+            sql = f"SELECT _run_id, {cols} FROM {quote_ident(kind.table)} WHERE _query_id = ?"
             keys, late = by_table.setdefault(kind.table, set()), untrusted.setdefault(kind.table, set())
             for run_id, *key in con.execute(sql, [query_id]).fetchall():
                 keys.add(tuple(key))
@@ -79,7 +76,7 @@ def parent_values(db: Path, table: str, column: str, query_id: str) -> list[Any]
         log.warning("dependents of %s: cannot read %s (%s)", query_id, db, exc)
         return []
     try:
-        sql = f"SELECT DISTINCT {_quote(column)} FROM {_quote(table)} WHERE _query_id = ?"
+        sql = f"SELECT DISTINCT {quote_ident(column)} FROM {quote_ident(table)} WHERE _query_id = ?"
         return [row[0] for row in con.execute(sql, [query_id]).fetchall() if row[0] not in (None, "")]
     except duckdb.Error:
         return []  # no such table or column yet
