@@ -90,3 +90,20 @@ async def test_aload_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (await aload_api_key(env_var="ALT")).reveal() == "abc"
     with pytest.raises(MissingApiKey, match="'nope'"):
         await aload_api_key(secret_block="nope")
+
+
+async def test_a_query_that_breaks_unexpectedly_never_quotes_the_key() -> None:
+    """Whatever raises while paging (a bug, a library's message) may quote anything; the query's error,
+    which reaches the summary, the manifest and Prefect, has the key cut out. Nothing is sent here."""
+    from connectors import catalog
+    from connectors.client import ServiceClient
+    from connectors.ledger import CreditLedger
+    from connectors.pager import QueryPager, QuerySpec
+
+    endpoint = catalog.endpoints()["/v1/creative/materials"]
+    ledger = CreditLedger(10)
+    async with ServiceClient("http://127.0.0.1:9", KEY, ledger) as client:
+        pager = QueryPager(QuerySpec("q", endpoint.path, {"query": "x"}), endpoint, client, ledger)
+        pager.broke(RuntimeError(f"header x-api-key: {KEY} rejected"))
+    assert pager.outcome.status == "failed"
+    assert pager.outcome.error == "RuntimeError: header x-api-key: *** rejected"
