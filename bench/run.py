@@ -276,7 +276,7 @@ class Bench:
             for label in ("server", "temporary"):
                 repeat(1, contenders[label])
             walls: dict[str, list[float]] = {label: [] for label in contenders}
-            for n in range(self.fixed_times):
+            for _ in range(self.fixed_times):
                 for label, once in contenders.items():
                     walls[label] += [m.wall_s for m in repeat(1, once)]
         self.results["import_s"] = round(statistics.median(walls.pop("import")), 2)
@@ -368,7 +368,9 @@ def variant(text: str) -> tuple[str, dict[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a small job, one repetition")
-    parser.add_argument("--fixed-only", action="store_true", help="only the one-page job and its import baseline")
+    parser.add_argument(
+        "--fixed-only", action="store_true", help="only the one-page job and its import baseline"
+    )
     parser.add_argument("--times", type=int, help="repetitions of the one-page job (default: 3, --quick 1)")
     parser.add_argument(
         "--variant",

@@ -6,10 +6,9 @@ Each event is one line `<unix time> <pid> <label>` appended to $HARVEST_TIMELINE
 from __future__ import annotations
 
 import atexit
-import functools
 import importlib.abc
-import inspect
 import importlib.machinery
+import inspect
 import os
 import sys
 import threading
@@ -84,8 +83,16 @@ def _patch(module: Any) -> None:
             setattr(cls, meth, wrapped)
     elif name == "flows.collect":
         for fname in (
-            "run_collect", "_collect_job", "_begin", "_crash_stale_flow_runs", "_load_earlier", "_collect",
-            "_load", "export_step", "publish_artifact", "final_state",
+            "run_collect",
+            "_collect_job",
+            "_begin",
+            "_crash_stale_flow_runs",
+            "_load_earlier",
+            "_collect",
+            "_load",
+            "export_step",
+            "publish_artifact",
+            "final_state",
         ):
             setattr(module, fname, _timed(getattr(module, fname), f"harvest: {fname}"))
     elif name == "prefect.server.api.server":
@@ -214,6 +221,7 @@ if _FILE:
     mark(f"interpreter up: {' '.join(sys.argv)[:80]}")
     sys.meta_path.insert(0, _Finder())
     _wrap_atexit()
+
     def _last() -> None:
         mark("atexit: last handler (registered first)")
         if os.environ.get("HARVEST_TIMELINE_FAST_EXIT") and "uvicorn" not in sys.modules:
