@@ -271,8 +271,10 @@ class Bench:
                 "server": self.harvest(spec, out, env_for(self.server_home, api_url)),
                 "temporary": self.harvest(spec, out, env_for(self.temp_home, None)),
             }
-            for label, extra in self.variants.items():
-                contenders[label] = self.harvest(spec, out, {**env_for(self.temp_home, None), **extra})
+            for label, extra in self.variants.items():  # "{api_url}" in a value: the running server's
+                extra = {name: value.replace("{api_url}", api_url) for name, value in extra.items()}
+                home = self.server_home if "PREFECT_API_URL" in extra else self.temp_home
+                contenders[label] = self.harvest(spec, out, {**env_for(home, None), **extra})
             for label in ("server", "temporary"):
                 repeat(1, contenders[label])
             walls: dict[str, list[float]] = {label: [] for label in contenders}
@@ -378,7 +380,8 @@ def main() -> None:
         type=variant,
         default=[],
         metavar="LABEL:NAME=VALUE,...",
-        help="with --fixed-only: one more temporary-server contender with these environment variables",
+        help="with --fixed-only: one more contender with these environment variables (temporary server unless "
+        "PREFECT_API_URL={api_url}: the running one)",
     )
     args = parser.parse_args()
     bench = Bench(args.quick)
