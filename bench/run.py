@@ -10,6 +10,8 @@ Then a scale series (harvest at 1x, 4x and 16x the pages of a smaller job, for m
 one-page job, and the sandbox's own capacity. Prints a table and writes `bench/results/latest.json`.
 
     python bench/run.py [--quick]      # --quick: a small job, one repetition (checks the harness itself)
+    python bench/run.py --fixed-only [--times N] [--variant LABEL:NAME=VALUE,...]
+                                       # the one-page job alone, each repetition interleaved across contenders
 """
 
 from __future__ import annotations
@@ -207,6 +209,8 @@ class Bench:
         self.temp_home = self.work / "prefect-temporary-home"
         """Two Prefect homes: the running server and the temporary servers must not share one SQLite file."""
         self.results: dict[str, Any] = {}
+        self.fixed_times = self.times
+        self.variants: dict[str, dict[str, str]] = {}
 
     def harvest(self, spec: Path, output: Path, env: dict[str, str]) -> Callable[[int], Measured]:
         def once(n: int) -> Measured:
@@ -254,17 +258,33 @@ class Bench:
             self.results[f"scale_{factor}x"] = summary([m], records_in(out / "harvest.duckdb"))
 
     def fixed_cost(self, api_url: str) -> None:
-        imports = repeat(self.times, lambda n: run_measured([PYTHON, "-c", "import flows.collect"]))
-        self.results["import_s"] = round(statistics.median(m.wall_s for m in imports), 2)
+        """A one-page job against the running server and against the temporary one, and the import baseline.
+
+        Each repetition runs every contender once, in turn, so a load that comes and goes on a shared machine
+        weighs on all of them alike; a first run of each creates its Prefect database and is not counted.
+        `self.variants`: more temporary-server contenders, each with its own environment (`--variant`)."""
         with sandbox(1, 10) as base:
             out = self.work / "one-page"
             spec = one_page_spec(self.work, base, out)
-            for label, url, home in (
-                ("server", api_url, self.server_home),
-                ("temporary", None, self.temp_home),
-            ):
-                runs = repeat(self.times, self.harvest(spec, out, env_for(home, url)))
-                self.results[f"fixed_s_{label}"] = round(statistics.median(m.wall_s for m in runs), 2)
+            contenders: dict[str, Callable[[int], Measured]] = {
+                "import": lambda n: run_measured([PYTHON, "-c", "import flows.collect"]),
+                "server": self.harvest(spec, out, env_for(self.server_home, api_url)),
+                "temporary": self.harvest(spec, out, env_for(self.temp_home, None)),
+            }
+            for label, extra in self.variants.items():  # "{api_url}" in a value: the running server's
+                extra = {name: value.replace("{api_url}", api_url) for name, value in extra.items()}
+                home = self.server_home if "PREFECT_API_URL" in extra else self.temp_home
+                contenders[label] = self.harvest(spec, out, {**env_for(home, None), **extra})
+            for label in ("server", "temporary"):
+                repeat(1, contenders[label])
+            walls: dict[str, list[float]] = {label: [] for label in contenders}
+            for _ in range(self.fixed_times):
+                for label, once in contenders.items():
+                    walls[label] += [m.wall_s for m in repeat(1, once)]
+        self.results["import_s"] = round(statistics.median(walls["import"]), 2)
+        for label in ("server", "temporary"):
+            self.results[f"fixed_s_{label}"] = round(statistics.median(walls[label]), 2)
+        self.results["fixed_walls"] = {label: [round(w, 2) for w in ws] for label, ws in walls.items()}
 
     def run(self) -> dict[str, Any]:
         with prefect_server(self.server_home) as api_url:
@@ -272,6 +292,11 @@ class Bench:
             self.scale(api_url)
             self.fixed_cost(api_url)
         return self.report()
+
+    def run_fixed_only(self) -> dict[str, Any]:
+        with prefect_server(self.server_home) as api_url:
+            self.fixed_cost(api_url)
+        return self.results
 
     def report(self) -> dict[str, Any]:
         r = self.results
@@ -326,11 +351,49 @@ def print_table(res: dict[str, Any]) -> None:
     )
 
 
+def print_fixed(res: dict[str, Any]) -> None:
+    base = res["import_s"]
+    print(f"`import flows.collect`: {base} s (median)")
+    for label, walls in res["fixed_walls"].items():
+        if label == "import":
+            continue
+        med = statistics.median(walls)
+        spread = f"  (runs: {', '.join(f'{w:.2f}' for w in walls)})" if len(walls) > 1 else ""
+        print(f"one-page job, {label}: {med:.2f} s, {med / base:.2f}x the import{spread}")
+
+
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    label, _, assignments = text.partition(":")
+    return label, dict(a.split("=", 1) for a in assignments.split(",") if a)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a small job, one repetition")
+    parser.add_argument(
+        "--fixed-only", action="store_true", help="only the one-page job and its import baseline"
+    )
+    parser.add_argument("--times", type=int, help="repetitions of the one-page job (default: 3, --quick 1)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        type=variant,
+        default=[],
+        metavar="LABEL:NAME=VALUE,...",
+        help="with --fixed-only: one more contender with these environment variables (temporary server unless "
+        "PREFECT_API_URL={api_url}: the running one)",
+    )
     args = parser.parse_args()
     bench = Bench(args.quick)
+    bench.fixed_times = args.times or bench.times
+    bench.variants = dict(args.variant)
+    if args.fixed_only:
+        try:
+            fixed = bench.run_fixed_only()
+        finally:
+            shutil.rmtree(bench.work, ignore_errors=True)
+        print_fixed(fixed)
+        return
     try:
         res = bench.run()
     finally:

@@ -1,0 +1,88 @@
+"""Prefect's temporary server skips its database upkeep (migrations, block registration) once a start of the
+same Prefect did it for the same database (`flows.temporary_server.KnownDatabase`), and does it again whenever
+that may no longer hold: a new database, a Prefect upgrade, a database or upkeep the user configured."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from flows import temporary_server
+from flows.temporary_server import LEAN_START, KnownDatabase
+from sandbox.config import SandboxConfig
+from sandbox.server import running
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, one_query, subprocess_env
+from tests.process_helpers import children, finish
+
+ENDPOINT = "/v1/pinboard/search"
+
+
+def _database(home: Path, revision: str) -> None:
+    with sqlite3.connect(home / "prefect.db") as db:
+        db.execute("CREATE TABLE IF NOT EXISTS alembic_version (version_num TEXT NOT NULL)")
+        db.execute("DELETE FROM alembic_version")
+        db.execute("INSERT INTO alembic_version VALUES (?)", (revision,))
+
+
+def test_the_upkeep_is_skipped_only_while_the_database_and_prefect_are_the_ones_it_was_done_for(
+    tmp_path: Path,
+) -> None:
+    known = KnownDatabase(tmp_path, migrations="scripts-a")
+    assert not known.current(), "no database yet"
+    _database(tmp_path, "rev1")
+    assert not known.current(), "a database no start of harvest's noted"
+    known.remember()
+    assert known.current()
+    assert not KnownDatabase(tmp_path, migrations="scripts-b").current(), "Prefect brought new migrations"
+    _database(tmp_path, "rev2")
+    assert not known.current(), "the database moved on (another Prefect migrated it)"
+    (tmp_path / "prefect.db").unlink()
+    assert not known.current(), "the database is gone"
+
+
+@pytest.mark.parametrize(
+    "name", ["PREFECT_API_DATABASE_CONNECTION_URL", "PREFECT_SERVER_DATABASE_MIGRATE_ON_START"]
+)
+def test_a_database_or_upkeep_the_user_configured_is_left_to_prefect(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, "true")
+    assert KnownDatabase.unless_configured() is None
+
+
+def _server_environment(proc_pid: int) -> dict[str, str]:
+    """The environment of the temporary server harvest started (read from /proc while it runs)."""
+    deadline = time.monotonic() + 60
+    while not (found := children(proc_pid)):
+        assert time.monotonic() < deadline, "harvest started no server"
+        time.sleep(0.01)
+    raw = (Path("/proc") / str(found[0]) / "environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def test_a_second_run_on_the_same_prefect_home_starts_the_server_without_the_upkeep(tmp_path: Path) -> None:
+    home = tmp_path / "prefect-home"
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={ENDPOINT: (1, 1)})
+    lean = dict(LEAN_START)
+    env = {
+        **subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
+        "PREFECT_HOME": str(home),
+    }  # no Prefect API
+    seen = []
+    with running(config) as sb:
+        spec = one_query(tmp_path, sb.base_url, ENDPOINT, {"query": "desks"})
+        for _ in range(2):
+            proc = subprocess.Popen([str(HARVEST), "run", str(spec)], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
+            server = _server_environment(proc.pid)
+            code, out, err = finish(proc, timeout=300)
+            assert code == 0, (out, err)
+            seen.append({name: server.get(name) for name in lean})
+    assert seen[0] == dict.fromkeys(lean), "the first start migrates the new database and registers blocks"
+    assert seen[1] == lean
+    assert (home / temporary_server.MEMO_NAME).is_file()
+    assert key_set(tmp_path / "out" / "harvest.duckdb", "pinboard_pins")
