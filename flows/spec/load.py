@@ -7,6 +7,7 @@ YAML node tree, matched to each problem's location by its longest known prefix.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,12 @@ from flows.spec.problems import Found, Problem, SpecError
 from flows.spec.yaml_reader import PRINTABLE, UnreadableSpec, load_yaml, read_spec_text
 
 
+@functools.lru_cache(maxsize=8)
 def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
-    """Validate the YAML text of a spec; raises SpecError naming file, line, field and what is allowed."""
+    """Validate the YAML text of a spec; raises SpecError naming file, line, field and what is allowed.
+
+    Memoised on (text, file): `harvest run` checks the spec before anything starts and the flow reads it again
+    (~0.2 s each); a `JobSpec` is frozen, so the two may share it. A changed file is new text: parsed again."""
     try:
         data, lines = load_yaml(text)
     except UnreadableSpec as exc:
