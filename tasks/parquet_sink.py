@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ROW_GROUP_ROWS = 65_536
 DEFAULT_ROW_GROUP_BYTES = 32 * 1024 * 1024
 DEFAULT_COMPRESSION = "zstd"
+"""Without dictionary encoding: Arrow hashed every value (the `raw` JSON included) to try a dictionary and gave
+it up for wide text anyway; plain pages under zstd wrote a 20k-row group in ~60% of the time, and smaller."""
 
 
 def run_date(run_started: dt.datetime) -> dt.date:
@@ -120,7 +122,9 @@ class TableWriter:
     def _open(self) -> pq.ParquetWriter:
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.tmp_path, self.schema, compression=self.compression)
+            self._writer = pq.ParquetWriter(
+                self.tmp_path, self.schema, compression=self.compression, use_dictionary=False
+            )
         return self._writer
 
     def _flush_group(self) -> None:
