@@ -189,8 +189,7 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     )
     # What is still in the table after the delete is newer than this batch's row: that key is not inserted.
     con.execute(
-        "DELETE FROM _harvest_newest AS s "
-        f"WHERE EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
+        f"DELETE FROM _harvest_newest AS s WHERE EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
     )
     con.execute(
         f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} "
