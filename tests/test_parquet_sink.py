@@ -215,3 +215,23 @@ def test_context_manager_publishes_rows_written_before_a_failure(tmp_path: Path)
     assert [p.name for p in tmp_path.rglob("*.parquet")] == ["r1-0000.parquet"]
     assert not list(tmp_path.rglob("*.tmp"))
     assert os.path.getsize(next(tmp_path.rglob("*.parquet"))) > 0
+
+
+def test_a_row_group_that_fails_to_write_is_never_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row groups are written by a background thread: its failure must reach the caller, and the file must
+    not be published as if complete (the raw pages still hold the rows)."""
+
+    def disk_full(self: pq.ParquetWriter, table: pa.Table, row_group_size: int | None = None) -> None:
+        raise OSError("No space left on device")
+
+    w = TableWriter(
+        OutputLayout(tmp_path), VIDEOS.table, VIDEOS.schema, "r1", STARTED, "0000", row_group_rows=10
+    )
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        w.write(page(VIDEOS, 0, 25, STARTED))
+        w.close()
+    w.abort()
+    assert not list(tmp_path.rglob("*.parquet"))
