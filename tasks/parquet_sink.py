@@ -55,6 +55,16 @@ def _writer_thread() -> ThreadPoolExecutor:
         return _background[1]
 
 
+def stop_writer_thread() -> None:
+    """End the writer thread once no writer is open (the next writer starts a new one): its allocator caches
+    go with it, before the load step needs the memory."""
+    global _background
+    with _background_lock:
+        background, _background = _background, None
+    if background is not None and background[0] == os.getpid():
+        background[1].shutdown(wait=True)
+
+
 def run_date(run_started: dt.datetime) -> dt.date:
     """Partition date of a run: its start in UTC (naive datetimes are refused rather than guessed)."""
     if run_started.tzinfo is None:

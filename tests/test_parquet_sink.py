@@ -235,3 +235,22 @@ def test_a_row_group_that_fails_to_write_is_never_published(
         w.close()
     w.abort()
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_the_writer_thread_ends_before_the_load_and_comes_back_for_the_next_writer(tmp_path: Path) -> None:
+    import threading
+
+    from tasks.parquet_sink import stop_writer_thread
+
+    def writers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("harvest-parquet")]
+
+    layout = OutputLayout(tmp_path)
+    for part in ("0000", "0001"):
+        w = TableWriter(layout, VIDEOS.table, VIDEOS.schema, "r1", STARTED, part, row_group_rows=10)
+        w.write(page(VIDEOS, 0, 25, STARTED))
+        path = w.close()
+        assert path is not None and pq.read_table(path).num_rows == 25
+        assert writers()
+        stop_writer_thread()
+        assert not writers()  # its allocator caches went with it
