@@ -174,6 +174,7 @@ _EXACT: dict[pa.DataType, frozenset[type]] = {
 """Python types Arrow converts to a column type exactly as `connectors.fields` would: such a column is built in
 one call; any other value sends the column through the per-value conversion that counts what does not fit."""
 _EPOCH_SECONDS = 10**11
+_SECONDS = pa.timestamp("s", tz="UTC")
 
 
 def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
@@ -188,10 +189,11 @@ def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
             seconds = pa.array(values, type=pa.int64())
         except (pa.ArrowInvalid, OverflowError):
             return None  # beyond 64 bits: the per-value rules say it does not fit
-        low, high = pc.min(seconds).as_py(), pc.max(seconds).as_py()
+        bounds = pc.min_max(seconds)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if low is not None and (low < 0 or high >= _EPOCH_SECONDS):
             return None  # milliseconds, or something odd: the per-value rules decide
-        return pc.multiply(seconds, 1_000_000).cast(pa.timestamp("us")).cast(TIMESTAMP)
+        return seconds.cast(_SECONDS).cast(TIMESTAMP)  # the first cast only relabels the integers
     allowed = _EXACT.get(fld.type)
     if allowed is None or not kinds <= allowed:
         return None

@@ -215,3 +215,42 @@ def test_context_manager_publishes_rows_written_before_a_failure(tmp_path: Path)
     assert [p.name for p in tmp_path.rglob("*.parquet")] == ["r1-0000.parquet"]
     assert not list(tmp_path.rglob("*.tmp"))
     assert os.path.getsize(next(tmp_path.rglob("*.parquet"))) > 0
+
+
+def test_a_row_group_that_fails_to_write_is_never_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row groups are written by a background thread: its failure must reach the caller, and the file must
+    not be published as if complete (the raw pages still hold the rows)."""
+
+    def disk_full(self: pq.ParquetWriter, table: pa.Table, row_group_size: int | None = None) -> None:
+        raise OSError("No space left on device")
+
+    w = TableWriter(
+        OutputLayout(tmp_path), VIDEOS.table, VIDEOS.schema, "r1", STARTED, "0000", row_group_rows=10
+    )
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        w.write(page(VIDEOS, 0, 25, STARTED))
+        w.close()
+    w.abort()
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_the_writer_thread_ends_before_the_load_and_comes_back_for_the_next_writer(tmp_path: Path) -> None:
+    import threading
+
+    from tasks.parquet_sink import stop_writer_thread
+
+    def writers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("harvest-parquet")]
+
+    layout = OutputLayout(tmp_path)
+    for part in ("0000", "0001"):
+        w = TableWriter(layout, VIDEOS.table, VIDEOS.schema, "r1", STARTED, part, row_group_rows=10)
+        w.write(page(VIDEOS, 0, 25, STARTED))
+        path = w.close()
+        assert path is not None and pq.read_table(path).num_rows == 25
+        assert writers()
+        stop_writer_thread()
+        assert not writers()  # its allocator caches went with it
