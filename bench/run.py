@@ -221,7 +221,7 @@ class Bench:
 
     def main_job(self, api_url: str) -> None:
         with sandbox(self.pages) as base:
-            self.results["sandbox_pps"] = round(sandbox_capacity(base, self.names))
+            first = sandbox_capacity(base, self.names)  # the running Prefect server may still be starting up
             out = self.work / "harvest"
             spec = harvest_spec(self.work, base, self.names, out)
             server_runs = repeat(self.times, self.harvest(spec, out, env_for(self.server_home, api_url)))
@@ -238,6 +238,11 @@ class Bench:
             dlt_out = self.work / "dlt"
             dlt = [PYTHON, str(ROOT / "bench" / "dlt_pipeline.py"), base, KEY, str(dlt_out), *self.names]
             dlt_runs = repeat(self.times, lambda n: self._fresh(dlt_out, dlt))
+            last = sandbox_capacity(base, self.names)
+        # The sandbox's capacity is what it serves when nothing else competes for the cores: the better of a
+        # crawl before the contenders (the Prefect server's start-up services may still run) and one after.
+        self.results["sandbox_pps_measured"] = [round(first), round(last)]
+        self.results["sandbox_pps"] = round(max(first, last))
         self.results["records"] = records
         self.results["harvest_server"] = summary(server_runs, records)
         self.results["harvest_temporary"] = summary(temp_runs, records)
