@@ -182,21 +182,25 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _timed(fn: Any, label: str) -> Any:
+    """`fn`, marking on the timeline when it begins and ends."""
+
+    def timed(*a: Any, **k: Any) -> Any:
+        mark(f"{label} begin")
+        try:
+            return fn(*a, **k)
+        finally:
+            mark(f"{label} end")
+
+    return timed
+
+
 def _wrap_atexit() -> None:
     register = atexit.register
 
     def timed_register(fn: Any, *a: Any, **k: Any) -> Any:
         label = getattr(fn, "__qualname__", None) or repr(fn)[:80]
-        mod = getattr(fn, "__module__", "")
-
-        def timed(*aa: Any, **kk: Any) -> Any:
-            mark(f"atexit {mod}.{label} begin")
-            try:
-                return fn(*aa, **kk)
-            finally:
-                mark(f"atexit {mod}.{label} end")
-
-        register(timed, *a, **k)
+        register(_timed(fn, f"atexit {getattr(fn, '__module__', '')}.{label}"), *a, **k)
         return fn
 
     atexit.register = timed_register
@@ -204,15 +208,7 @@ def _wrap_atexit() -> None:
 
     def timed_thread_register(fn: Any, *a: Any, **k: Any) -> None:
         label = getattr(fn, "__qualname__", repr(fn))
-
-        def timed(*aa: Any, **kk: Any) -> Any:
-            mark(f"threading-atexit {label} begin")
-            try:
-                return fn(*aa, **kk)
-            finally:
-                mark(f"threading-atexit {label} end")
-
-        thread_register(timed, *a, **k)
+        thread_register(_timed(fn, f"threading-atexit {label}"), *a, **k)
 
     threading._register_atexit = timed_thread_register  # type: ignore[attr-defined]
 
