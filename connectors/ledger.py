@@ -251,7 +251,7 @@ class CreditLedger:
             if short and fits and not floor:
                 r = self._holds.top_up(r, short)
                 self._share.repriced(r.query_id, r.amount)
-        if floor or not fits:
+        if floor or (short and not fits):  # short == 0: it holds its price, whatever an overcharge took
             why = (
                 "the account fell below its floor"
                 if floor

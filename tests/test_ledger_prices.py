@@ -162,3 +162,18 @@ async def test_the_journal_hears_the_topped_up_amount() -> None:
         ("close", in_flight.id, 3),
         ("reserve", sent.id, 3),
     ]
+
+
+async def test_a_free_request_is_sent_after_an_overcharge_took_the_room_left() -> None:
+    """A 0-credit request (a `costs: {path: 0}` override) granted while an overcharge left spent + held above
+    the budget must still be sent: giving it back made the client reserve it again at once, in a loop that
+    never yielded (found by the property test of the price rules, which hung)."""
+    ledger = CreditLedger(10, policy="greedy")
+    first, second = await _granted(ledger, "a", 5, key=F), await _granted(ledger, "b", 5, key="/v1/g")
+    assert ledger.sending(first) is not None and ledger.sending(second) is not None
+    ledger.settle(first, 8, priced=True)  # 3 over the table: spent 8 + held 5 > 10
+    free = await ledger.reserve("c", 0, 0, price_key=E)
+    assert free is not None
+    assert ledger.sending(free) is free
+    ledger.settle(free, 0, priced=True)
+    assert ledger.spent == 8 and ledger.reserved == 5
