@@ -8,6 +8,7 @@ harness serves the whole session of each pytest worker (`prefect_harness`; `make
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 
@@ -22,6 +23,11 @@ if os.environ.get(
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
 apply_prefect_defaults()
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and every process the tests
+    # start would inherit it: the tests that press Ctrl-C on `harvest serve` would wait for an exit that never
+    # comes. Python's own handler is reset to the default in the processes it starts; SIG_IGN is not.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ["tests.fixtures_sandbox"]
 
