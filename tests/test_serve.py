@@ -176,7 +176,7 @@ def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
             assert flow_run.state is not None and flow_run.state.is_completed(), flow_run.state
         finally:
             serving.send_signal(signal.SIGINT)
-            out, err = serving.communicate(timeout=180)  # Prefect's runner stops slowly in a busy suite
+            out, err = serving.communicate(timeout=60)
         pins_paid = [e for e in data_entries(sb) if e.path == PINS]
     assert serving.returncode == 0 and "schedules are paused until `harvest serve` runs again" in err, err
     for name in ("nightly-pins", "hourly-forum"):  # Ctrl-C paused the schedules: no run comes due unserved
@@ -272,7 +272,7 @@ def test_a_run_killed_under_serve_is_crashed_when_serve_restarts_and_the_next_ru
                 took = time.monotonic() - t0
                 states = [s.name for s in client.read_flow_run_states(resumed.id)]
             second.send_signal(signal.SIGINT)
-            out, err = second.communicate(timeout=180)
+            out, err = second.communicate(timeout=60)
         finally:
             for proc in started:  # a failed check never leaves a `harvest serve` behind
                 if proc.poll() is None:
