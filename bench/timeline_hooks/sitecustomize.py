@@ -182,19 +182,6 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _timed(fn: Any, label: str) -> Any:
-    """`fn`, marking on the timeline when it begins and ends."""
-
-    def timed(*a: Any, **k: Any) -> Any:
-        mark(f"{label} begin")
-        try:
-            return fn(*a, **k)
-        finally:
-            mark(f"{label} end")
-
-    return timed
-
-
 def _wrap_atexit() -> None:
     register = atexit.register
 
