@@ -1,6 +1,8 @@
 """Breadth-first sharing of a short budget: every running query gets page k before any gets page k+1.
 
-Queries register while they run and report finished pages. A reservation for page k of query q must wait while
+Queries register while they run and report finished pages. A query can be expected before it registers (the
+flow launched its task, which has not reached its first request yet): it counts as lagging at its first page, so a
+query whose task started sooner cannot take the short budget meanwhile. A reservation for page k of query q must wait while
 another registered query lags behind (its next page index is < k) *and* the credits still free after this
 reservation would not cover the pages those lagging queries need to reach page k-1 (costed at each one's last
 reservation). With ample credits nobody waits (no lock-step, no throughput loss); when credits run short the
@@ -23,11 +25,19 @@ class FairShare:
         """Query -> page index -> reservations held for it."""
         self._cost: dict[str, int] = {}
         """Query -> the amount of its last reservation (what its next pages are expected to cost)."""
+        self._expected: set[str] = set()
+        """Queries expected and not registered yet."""
+
+    def expect(self, query_id: str, next_page: int) -> None:
+        if query_id not in self._next_page:
+            self._next_page[query_id] = next_page
+            self._expected.add(query_id)
 
     def register(self, query_id: str, next_page: int) -> None:
-        if query_id in self._next_page:
+        if query_id in self._next_page and query_id not in self._expected:
             raise ValueError(f"query {query_id!r} is already registered")
-        self._next_page[query_id] = next_page
+        self._expected.discard(query_id)
+        self._next_page[query_id] = max(next_page, self._next_page.get(query_id, next_page))
 
     def started(self, query_id: str, page_index: int) -> bool:
         """The query asks for `page_index`, so the pages before it are done; True when that moved it on."""
@@ -47,6 +57,7 @@ class FairShare:
 
     def finish(self, query_id: str) -> bool:
         """The query reserves nothing more; True if it was registered (others may stop waiting)."""
+        self._expected.discard(query_id)
         return self._next_page.pop(query_id, None) is not None
 
     def lag_demand(self, query_id: str, page_index: int, amount: int) -> int:

@@ -15,9 +15,9 @@ warning is logged and the excess is visible in `overcharges`; that is the only w
 Prices (`connectors.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
 tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
 first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`).
-Breadth-first policy (`connectors.fair_share`): queries register while they run (`async with ledger.query(qid)`,
-only inside any concurrency limiter: a registered query that cannot run holds the others back) and report
-finished pages (`page_done`).
+Breadth-first policy (`connectors.fair_share`): queries are expected when launched (`expect`), register while they
+run (`async with ledger.query(qid)`), both only inside any concurrency limiter: a registered query that cannot run
+holds the others back, and report finished pages (`page_done`).
 
 Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
 other threads (progress display) are consistent. Only `reserve` awaits; `sending`, `settle`, `release`,
@@ -377,6 +377,14 @@ class CreditLedger:
             self._wake_all()
 
     # ---- breadth-first bookkeeping -------------------------------------------------------------------
+
+    def expect(self, query_id: str, next_page: int = 0) -> None:
+        """A query whose task was launched will register soon: until then it counts as lagging at `next_page`.
+
+        Without it, a query whose Prefect task starts late (a loaded machine) finds the short budget taken by
+        one that started sooner. The caller must `finish` it if the task ends without registering."""
+        with self._lock:
+            self._share.expect(query_id, next_page)
 
     def register(self, query_id: str, next_page: int = 0) -> None:
         """A query starts running; `next_page` is its first page index (a resumed query starts further on)."""

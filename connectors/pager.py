@@ -249,6 +249,7 @@ class QueryPager:
         """Every paid page of the query, in order; `outcome` says how and why paging ended."""
         spec, out, state = self.spec, self.outcome, self.start
         if state.ended is not None:
+            self.ledger.finish(spec.query_id)  # it was expected, and will send nothing
             out.status = state.ended
             if state.ended == "drift":
                 out.next_cursor, out.error = state.cursor, drift_message(self.endpoint, state.extraction)

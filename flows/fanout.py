@@ -112,6 +112,7 @@ class Fanout:
 
     def _launch(self, decided: QuerySpec) -> None:
         self.journal.query_started(asdict(decided))
+        self.ctx.ledger.expect(decided.query_id)  # its task may start late: the budget's share waits for it
         self.endpoint_of[decided.query_id] = decided.endpoint
         self.parts += 1
         with tags(*self.tags):  # the asyncio task copies this context: its task run gets the tags
@@ -186,6 +187,7 @@ class Fanout:
             done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 self.tasks.discard(task)
+                self.ctx.ledger.finish(task.get_name())  # a task that broke before paging was still expected
                 self.from_line.discard(task.get_name())
                 summary = self._summary(task)
                 self.journal.query_ended(summary)

@@ -275,6 +275,36 @@ async def test_breadth_first_leader_waits_while_a_laggard_needs_the_credits() ->
         assert await lead is None  # the laggard got the last credit
 
 
+async def test_an_expected_query_keeps_its_share_before_its_task_starts() -> None:
+    """The flow launches two queries under a budget of 4; one task starts late. The early one takes 2 pages,
+    then waits: the late one still gets its 2 (run-to-run, Prefect task start-up differs by 100s of ms)."""
+    ledger = CreditLedger(4)
+    ledger.expect("early")
+    ledger.expect("late")
+    early: list[int] = []
+    late: list[int] = []
+    async with asyncio.timeout(5):
+        first = asyncio.create_task(_crawl(ledger, "early", 0.0, early))
+        await asyncio.sleep(0.05)
+        assert early == [0, 1]  # page 2 waits for "late", whose task has not started
+        await _crawl(ledger, "late", 0.0, late)
+        await first
+    assert (early, late) == ([0, 1], [0, 1])
+
+
+async def test_an_expected_query_that_never_registers_is_finished_by_its_launcher() -> None:
+    ledger = CreditLedger(3)
+    ledger.expect("broken")  # its task failed before its first request
+    pages: list[int] = []
+    crawl = asyncio.create_task(_crawl(ledger, "lead", 0.0, pages))
+    await asyncio.sleep(0.05)
+    assert pages == [0, 1]
+    ledger.finish("broken")
+    async with asyncio.timeout(1):
+        await crawl
+    assert pages == [0, 1, 2]
+
+
 async def test_finishing_or_cancelling_a_laggard_releases_the_waiters() -> None:
     ledger = CreditLedger(3)
     stuck_started = asyncio.Event()
