@@ -18,7 +18,8 @@ The server belongs to harvest's run, not to the terminal or service manager arou
   `PR_SET_PDEATHSIG`, tied to the thread that started it: harvest starts it from the main thread). Elsewhere
   it would outlive harvest; there, run against a configured Prefect API.
 - Its output goes to `temporary-server.log` in Prefect's home, not to harvest's stdout and stderr: a process
-  reading harvest's output (cron's mail, a pipe) sees the end when harvest ends.
+  reading harvest's output (cron's mail, a pipe) sees the end when harvest ends. Past 5 MB a start moves it
+  to `temporary-server.log.1` (replacing the one before), so years of nightly runs keep at most ~10 MB.
 
 Its start does less once an earlier one did the database's upkeep (`KnownDatabase`: migrations and block
 registration, ~1 s), and harvest imports what the flow will need while it waits for the server.
@@ -49,6 +50,8 @@ import httpx
 
 ENV = "PREFECT_API_URL"
 LOG_NAME = "temporary-server.log"
+LOG_KEEP_BYTES = 5_000_000
+"""The server log's size at which a start moves it to `temporary-server.log.1`: at most two such logs stay."""
 MEMO_NAME = "harvest-temporary-server.toml"
 _PR_SET_PDEATHSIG = 1
 
@@ -121,9 +124,19 @@ def _log_file() -> IO[bytes] | int:
     try:
         home = _prefect_home()
         home.mkdir(parents=True, exist_ok=True)
-        return (home / LOG_NAME).open("ab")
+        log = home / LOG_NAME
+        rotate_log(log)
+        return log.open("ab")
     except OSError:
         return subprocess.DEVNULL
+
+
+def rotate_log(log: Path, keep: int = LOG_KEEP_BYTES) -> None:
+    """Past `keep` bytes the log becomes `<name>.1`, replacing the one before: every run appends to it, and a
+    nightly job must not fill Prefect's home over the years. Two runs starting at once may both try; one wins."""
+    with contextlib.suppress(OSError):
+        if log.stat().st_size > keep:
+            log.replace(log.with_name(log.name + ".1"))
 
 
 LEAN_START = {

@@ -86,3 +86,23 @@ def test_a_second_run_on_the_same_prefect_home_starts_the_server_without_the_upk
     assert seen[1] == lean
     assert (home / temporary_server.MEMO_NAME).is_file()
     assert key_set(tmp_path / "out" / "harvest.duckdb", "pinboard_pins")
+
+
+def test_the_server_log_is_rotated_past_its_cap_so_nightly_runs_do_not_fill_the_prefect_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    log = home / temporary_server.LOG_NAME
+    older = home / (temporary_server.LOG_NAME + ".1")
+    older.write_bytes(b"the oldest runs\n")
+    log.write_bytes(b"x" * temporary_server.LOG_KEEP_BYTES)  # at the cap: kept
+    for _ in range(2):
+        out = temporary_server._log_file()
+        assert not isinstance(out, int)
+        out.write(b"one more start\n")
+        out.close()
+    assert older.read_bytes() == b"x" * temporary_server.LOG_KEEP_BYTES + b"one more start\n"
+    assert log.read_bytes() == b"one more start\n"  # the second start found it past the cap
+    assert sorted(p.name for p in home.iterdir()) == [log.name, older.name]  # nothing else piles up
