@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
+import re
 import shutil
 import socket
 import statistics
@@ -148,14 +150,34 @@ def repeat(times: int, once: Callable[[int], Measured]) -> list[Measured]:
     return runs
 
 
-def summary(runs: list[Measured], records: int) -> dict[str, float]:
+def summary(runs: list[Measured], records: int) -> dict[str, Any]:
     wall = statistics.median(m.wall_s for m in runs)
-    return {
+    out: dict[str, Any] = {
         "wall_s": round(wall, 2),
         "cpu_s": round(statistics.median(m.cpu_s for m in runs), 2),
         "rss_mb": round(max(m.peak_rss_mb for m in runs), 1),
         "rps": round(records / wall) if records else 0,
     }
+    split = [p for p in (phases(m) for m in runs) if p is not None]
+    if split:
+        out["phases_s"] = {k: round(statistics.median(p[k] for p in split), 2) for k in split[0]}
+    return out
+
+
+TOOK = re.compile(r"took [\d.]+ s: ([\d.]+) s paging, ([\d.]+) s loading into DuckDB")
+
+
+def phases(m: Measured) -> dict[str, float] | None:
+    """Where one run's wall time went (paging, loading, the rest), from what harvest or the script printed."""
+    if found := TOOK.search(m.stdout):
+        paging, loading = map(float, found.groups())
+    else:
+        try:
+            said = json.loads(m.stdout.strip().splitlines()[-1])
+            paging, loading = said["paging_s"], said["loading_s"]
+        except (ValueError, KeyError, IndexError):
+            return None
+    return {"paging": paging, "loading": loading, "start_and_end": max(0.0, m.wall_s - paging - loading)}
 
 
 def records_in(db: Path, table: str = "short_video_videos") -> int:
@@ -354,6 +376,10 @@ def print_table(res: dict[str, Any]) -> None:
         f"sandbox alone: {res['sandbox_pps']} pages/s; harvest consumed {res['harvest_pps']} pages/s "
         f"({res['sandbox_pps'] / max(1, res['harvest_pps']):.1f}x)"
     )
+    print("\nwhere the wall time goes (s, median): start and end / paging / loading")
+    for name in ("harvest_server", "harvest_temporary", "script"):
+        if split := d[name].get("phases_s"):
+            print(f"  {name}: {split['start_and_end']} / {split['paging']} / {split['loading']}")
 
 
 def print_fixed(res: dict[str, Any]) -> None:

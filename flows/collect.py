@@ -9,6 +9,7 @@ that tells the truth (`flows.outcome`).
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -323,14 +324,18 @@ async def _collect_job(
                     return _nothing_to_continue(begun, loaded_first)
                 write_manifest(layout, begun.manifest)
                 lock.describe(run_id=begun.manifest.run_id, job=spec.name)
+                paying = time.monotonic()
                 manifest = await _collect(spec, layout, begun, the_plan, service, full, stop)
                 key = service.api_key
             write_manifest(layout, manifest)
+            loading = time.monotonic()
             loaded = _load(layout, manifest, stop)
+            loaded_at = time.monotonic()
             exported = export_step(spec, layout, loaded is not None)
         finally:
             lock.release()
         summary = manifest.summary(loaded)
+        summary["seconds"] = {"paging": round(loading - paying, 2), "loading": round(loaded_at - loading, 2)}
         summary["loaded_first"] = loaded_first
         if stop.abandoned_load:
             summary["load_interrupted"] = True

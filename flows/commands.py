@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,7 @@ def run_job(
 ) -> dict[str, Any]:
     from flows.settings import apply_prefect_defaults, quiet_prefect_echoes
 
+    started = time.monotonic()
     apply_prefect_defaults()
     preflight(spec_path, base_url, output)
     checked = load_spec(spec_path)
@@ -153,6 +155,7 @@ def run_job(
             full=full,
         )
         summary: dict[str, Any] = asyncio.run(coro)
+        summary.setdefault("seconds", {})["total"] = round(time.monotonic() - started, 2)
     except KeyboardInterrupt:
         resume = f"{harvest_command()} run {spec_path}"
         load = f"{harvest_command()} load {layout.root}"
@@ -244,6 +247,8 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         f"credits spent: {summary['credits_spent']} of a budget of {summary['budget']}; "
         f"records: {summary['records']}; status: {summary['status']}"
     )
+    if timing := took(summary.get("seconds", {})):
+        console.say(timing)
     billed = summary.get("service_billed")
     if billed is not None and billed != summary["credits_spent"]:
         console.say(
@@ -255,6 +260,19 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         console.say(
             f"the service's bill: unknown ({summary['bill_unknown']}); harvest counted {summary['credits_spent']}"
         )
+
+
+def took(seconds: dict[str, float]) -> str | None:
+    """Where a run's time went: a nightly job that got slower shows whether the service, the load or the
+    start-up (imports, Prefect, the run's setup and end) did."""
+    if "total" not in seconds or "paging" not in seconds:
+        return None
+    total, paging, loading = seconds["total"], seconds["paging"], seconds.get("loading", 0.0)
+    rest = max(0.0, total - paging - loading)
+    return (
+        f"took {total:.1f} s: {paging:.1f} s paging, {loading:.1f} s loading into DuckDB, "
+        f"{rest:.1f} s starting and ending (imports, Prefect, the run's bookkeeping)"
+    )
 
 
 def _loaded_first(summary: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ typer's CliRunner in this process, inside the session's Prefect harness.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -70,6 +71,13 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
     assert f"credits spent: {BUDGET} of a budget of {BUDGET}" in result.stdout
     assert "status: budget_exhausted" in result.stdout
     assert SECRET_KEY not in result.stdout + result.stderr
+    took = re.search(
+        r"took ([\d.]+) s: ([\d.]+) s paging, ([\d.]+) s loading into DuckDB, ([\d.]+) s starting",
+        result.stdout,
+    )
+    assert took, result.stdout
+    total, paging, loading, rest = map(float, took.groups())
+    assert paging > 0 and loading > 0 and abs(total - (paging + loading + rest)) < 0.2
     db = output / "harvest.duckdb"
     assert billed == BUDGET
     assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
