@@ -30,7 +30,10 @@ NEW_FIELDS_CAP = 50
 
 
 def _example(value: Any) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    try:
+        text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    except TypeError:  # an integer beyond 64 bits (orjson parses none, but a caller may hand one over)
+        text = repr(value)
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 1] + "…"
 
 
@@ -185,15 +188,10 @@ def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
     if fld.type == TIMESTAMP:
         if not kinds <= _EXACT[pa.int64()]:
             return None
-        try:
-            seconds = pa.array(values, type=pa.int64())
-        except (pa.ArrowInvalid, OverflowError):
-            return None  # beyond 64 bits: the per-value rules say it does not fit
-        bounds = pc.min_max(seconds)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if low is not None and (low < 0 or high >= _EPOCH_SECONDS):
-            return None  # milliseconds, or something odd: the per-value rules decide
-        return seconds.cast(_SECONDS).cast(TIMESTAMP)  # the first cast only relabels the integers
+        ints = [v for v in values if v is not None]
+        if ints and (min(ints) < 0 or max(ints) >= _EPOCH_SECONDS):
+            return None  # milliseconds, beyond 64 bits, or something odd: the per-value rules decide
+        return pa.array(values, type=_SECONDS).cast(TIMESTAMP)
     allowed = _EXACT.get(fld.type)
     if allowed is None or not kinds <= allowed:
         return None
@@ -223,7 +221,8 @@ def to_arrow(
     report.seen += len(items)
     columns: list[pa.Array] = []
     unknown: set[str] | None = set() if len(report.new_fields) < NEW_FIELDS_CAP else None
-    for fld, values in zip(kind.columns, columns_reader(kind)(items, params, unknown), strict=True):
+    read = columns_reader(kind)(items, params, unknown)
+    for fld, values in zip(kind.columns, read, strict=True):
         array = _fast_array(fld, values)
         columns.append(array if array is not None else _converted(fld, values, report))
     columns.append(pa.array([orjson.dumps(r) for r in items], type=pa.string()))
@@ -231,16 +230,23 @@ def to_arrow(
     key_nulls = [False] * len(items)
     for name in kind.primary_key:
         at = names.index(name)
-        columns[at] = _blank_as_null(columns[at])
-        nulls = columns[at].is_null()
-        if pc.any(nulls).as_py():
-            key_nulls = [a or b for a, b in zip(key_nulls, nulls.to_pylist(), strict=True)]
+        if not _never_blank(read[at]):
+            columns[at] = _blank_as_null(columns[at])
+        if columns[at].null_count:
+            nulls = columns[at].is_null().to_pylist()
+            key_nulls = [a or b for a, b in zip(key_nulls, nulls, strict=True)]
     _count_keys(report, items, key_nulls, single)
     if unknown:
         report.new_fields |= set(
             sorted(unknown - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)]
         )
     return pa.Table.from_arrays(columns, names=[*names, "raw"])
+
+
+def _never_blank(values: list[Any]) -> bool:
+    """True when no value can be blank text: each is not text, or starts with a letter or digit (a blank one
+    is all whitespace, whatever a Unicode table counts as such). Spares the Arrow kernels on typical keys."""
+    return all(type(v) is not str or v[:1].isalnum() for v in values)
 
 
 def _blank_as_null(column: pa.Array) -> pa.Array:
