@@ -54,10 +54,20 @@ def test_a_database_or_upkeep_the_user_configured_is_left_to_prefect(
     assert KnownDatabase.unless_configured() is None
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _server_environment(proc_pid: int) -> dict[str, str]:
-    """The environment of the temporary server harvest started (read from /proc while it runs)."""
+    """The environment of the temporary server harvest started (read from /proc while it runs).
+
+    Only once the child runs uvicorn: between fork and exec it still has harvest's environment (a loaded machine
+    made that window wide enough to be read once)."""
     deadline = time.monotonic() + 60
-    while not (found := children(proc_pid)):
+    while not (found := [pid for pid in children(proc_pid) if b"uvicorn" in _cmdline(pid)]):
         assert time.monotonic() < deadline, "harvest started no server"
         time.sleep(0.01)
     raw = (Path("/proc") / str(found[0]) / "environ").read_bytes()
