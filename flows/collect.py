@@ -319,7 +319,8 @@ async def _collect_job(
             async with open_service(spec, base_url) as service:
                 begun = _begin(spec, the_plan, layout, service, mode, budget)
                 await _crash_stale_flow_runs(begun)
-                loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id)
+                with stop.loading_earlier():
+                    loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id)
                 if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
                     return _nothing_to_continue(begun, loaded_first)
                 write_manifest(layout, begun.manifest)

@@ -3,7 +3,9 @@
 The handlers cover the whole flow body, in three phases:
 
 - **Before paying** (lock, run start, key check): a signal is remembered and stops the ledger as soon as it
-  exists, so no query sends; the run ends `interrupted` like any other.
+  exists, so no query sends; the run ends `interrupted` like any other. Loading the job's earlier runs into
+  DuckDB (runs whose load was cut off) is answered at once, as the load at the end is: a second signal leaves
+  them for later.
 - **Collecting**: the first signal stops the ledger (every later reservation is refused, and a request still
   waiting for a connection slot is never sent) and gives the requests in flight `grace` seconds to land; after
   that they are abandoned (their credits still count). A second signal abandons them at once. Either way the
@@ -65,10 +67,12 @@ class StopOnSignal:
         self.finishing = False
         self.loading = False
         self.abandoned_load = False
+        self.earlier = False
+        """Loading the job's earlier runs before this one pays (`loading_earlier`)."""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.finishing:
+        if self.finishing or self.earlier:
             self._finishing(name)
         else:
             self.loop.call_soon_threadsafe(self.stop, name)
@@ -95,12 +99,19 @@ class StopOnSignal:
         self.signals += 1
         if self.signals == 1:
             self.first = name
-            _note(
-                f"harvest: {name}: every page is landed; finishing the load into DuckDB "
-                "(press Ctrl-C again to leave the load for later)"
-            )
+            if self.earlier:
+                _note(
+                    f"harvest: {name}: nothing will be paid; finishing the load of earlier runs into DuckDB "
+                    "(press Ctrl-C again to leave it for later)"
+                )
+            else:
+                _note(
+                    f"harvest: {name}: every page is landed; finishing the load into DuckDB "
+                    "(press Ctrl-C again to leave the load for later)"
+                )
         elif self.loading:
-            self.loading, self.abandoned_load = False, True
+            self.loading = False
+            self.abandoned_load = not self.earlier  # this run's own load, not an earlier run's
             raise LoadInterrupted(name)
 
     @contextmanager
@@ -124,6 +135,17 @@ class StopOnSignal:
             yield
         finally:
             self.loading = False
+
+    @contextmanager
+    def loading_earlier(self) -> Iterator[None]:
+        """Loading earlier runs before this one pays. That load also runs in the loop's thread, so the handler
+        acts at once: the first signal says nothing will be paid (`collecting` then stops the ledger), a second
+        abandons that load (`LoadInterrupted`): those runs stay for `harvest load` or the next run."""
+        self.earlier = self.loading = True
+        try:
+            yield
+        finally:
+            self.earlier = self.loading = False
 
     @contextmanager
     def installed(self) -> Iterator[None]:

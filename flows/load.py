@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from connectors.catalog import all_kinds
+from flows.interrupt import LoadInterrupted
 from flows.manifest import RunManifest, pending_manifests, write_manifest
 from tasks.database import DatabaseBusy, transaction, write_connection
 from tasks.history_views import refresh_history_views
@@ -66,5 +67,10 @@ def load_earlier_runs(
             tables = load_manifest_into_duckdb(layout, manifest)
         except DatabaseBusy as exc:
             return loaded, str(exc)
+        except LoadInterrupted as exc:
+            return (
+                loaded,
+                f"a second {exc} left them for later (`harvest load {layout.root}`, or the next run)",
+            )
         loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": sum(tables.values())})
     return loaded, None

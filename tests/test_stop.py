@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.collect
+import flows.load
 from connectors.client import ServiceClient
 from connectors.errors import RunStopped
 from connectors.ledger import CreditLedger
@@ -248,3 +249,51 @@ def test_ctrl_c_during_the_load_says_what_became_of_the_run(
     loading = runner.invoke(app, ["load", str(output)])
     assert loading.exit_code == 0 and f"loaded run {run.run_id}" in loading.stdout
     assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",)]
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothing(
+    prefect_harness: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    signals: int,
+) -> None:
+    """Night 1 landed but its load was cut off. Night 2 starts by loading it, and gets Ctrl-C meanwhile: the
+    first says at once that nothing will be paid and lets that load finish; a second leaves night 1 unloaded
+    for later. Either way night 2 sends nothing and ends interrupted (exit 130), and a later run loads it all."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output = tmp_path / "out"
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})
+    with running(config) as sb:
+        spec = write_spec(tmp_path, _pins_job(sb.base_url, output))
+        with monkeypatch.context() as night1:
+            _signals_during_load(night1, 2)
+            assert runner.invoke(app, ["run", str(spec)]).exit_code == 130
+        (first,) = all_manifests(OutputLayout(output))
+        assert first.status == "complete" and not first.loaded
+        paid_before = len(data_entries(sb))
+        real_load = flows.load.load_manifest_into_duckdb
+
+        def load(*args: Any, **kwargs: Any) -> dict[str, int]:
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGINT)
+            return real_load(*args, **kwargs)
+
+        with monkeypatch.context() as night2:
+            night2.setattr(flows.load, "load_manifest_into_duckdb", load)
+            second = runner.invoke(app, ["run", str(spec)])
+        paid_by_night2 = len(data_entries(sb)) - paid_before
+        assert second.exit_code == 130, second.output
+        assert "nothing will be paid; finishing the load of earlier runs" in second.stderr
+        assert paid_by_night2 == 0
+        runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
+        assert runs[first.run_id].loaded == (signals == 1)
+        night2_id = next(r for r in runs if r != first.run_id)
+        assert runs[night2_id].status == "interrupted"
+        if signals == 2:  # the run's log says so (a warning, on the terminal too)
+            assert "earlier runs not loaded yet: a second SIGINT left them for later" in caplog.text
+        third = runner.invoke(app, ["run", str(spec)])  # resumes night 2, loading night 1 first
+        assert third.exit_code == 0, third.output
+    assert all(m.loaded for m in all_manifests(OutputLayout(output)))
+    assert {r[0] for r in rows(output / "harvest.duckdb", "SELECT status FROM runs")} == {"complete"}
