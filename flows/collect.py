@@ -332,7 +332,8 @@ async def _collect_job(
             loading = time.monotonic()
             loaded = _load(layout, manifest, stop)
             loaded_at = time.monotonic()
-            exported = export_step(spec, layout, loaded is not None)
+            with stop.exporting():
+                exported = export_step(spec, layout, loaded is not None)
         finally:
             lock.release()
         summary = manifest.summary(loaded)

@@ -307,6 +307,8 @@ def exit_code(summary: dict[str, Any]) -> int:
 
     if summary["status"] == "interrupted" or summary.get("load_interrupted"):
         return 130
+    if summary.get("export", {}).get("interrupted"):
+        return 130
     if summary.get("export", {}).get("error"):
         return 1
     return 0 if all(q["status"] in OK_STATUSES for q in summary["queries"]) else 1

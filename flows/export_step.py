@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flows.interrupt import ExportInterrupted
 from flows.spec import JobSpec
 from tasks.layout import OutputLayout
 
@@ -23,6 +24,8 @@ def export_step(spec: JobSpec, layout: OutputLayout, loaded: bool) -> dict[str, 
 
     try:
         report = (export_snapshot if spec.export.snapshot else export_increment)(layout, to)
+    except ExportInterrupted as exc:  # nothing is committed without `_SUCCESS`: the retry sends it all
+        return {"to": to, "interrupted": True, "error": f"export interrupted by {exc}; retry: `{retry}`"}
     except Exception as exc:  # landed data stays; the summary says what failed and how to send it later
         return {"to": to, "error": f"export failed ({type(exc).__name__}: {exc}); retry: `{retry}`"}
     return {"to": report.destination, "kind": report.kind, "runs": len(report.runs), "files": report.files,

@@ -13,7 +13,8 @@ The handlers cover the whole flow body, in three phases:
   DuckDB is loaded, and the next `harvest run` resumes the run.
 - **Finishing** (manifest, load, export, report): every page is landed, so there is nothing left to stop. The
   first signal says the load is being finished; a later one during the load abandons it (`LoadInterrupted`),
-  and the run says how it gets loaded (`harvest load`, or the resume of an interrupted run).
+  and the run says how it gets loaded (`harvest load`, or the resume of an interrupted run). The same goes for
+  the export after it (`ExportInterrupted`: `harvest export` sends it later).
 
 The load runs synchronously in the event loop's thread, so in that phase the handler acts at once (it cannot
 wait for the loop) and writes its note so that a nested write to stderr cannot fail. Handlers are
@@ -55,6 +56,11 @@ class LoadInterrupted(BaseException):
     KeyboardInterrupt it replaces, so that no `except Exception` on the way swallows it."""
 
 
+class ExportInterrupted(BaseException):
+    """A second signal abandoned the export at the end of a run: nothing copied so far is committed (no
+    `_SUCCESS`), and `harvest export` sends it later."""
+
+
 class StopOnSignal:
     def __init__(self, grace: float = GRACE_SECONDS) -> None:
         self.grace = grace
@@ -69,6 +75,8 @@ class StopOnSignal:
         self.abandoned_load = False
         self.earlier = False
         """Loading the job's earlier runs before this one pays (`loading_earlier`)."""
+        self.in_export = False
+        """Sending the run to the spec's `export.to` (`exporting`)."""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -104,6 +112,11 @@ class StopOnSignal:
                     f"harvest: {name}: nothing will be paid; finishing the load of earlier runs into DuckDB "
                     "(press Ctrl-C again to leave it for later)"
                 )
+            elif self.in_export:
+                _note(
+                    f"harvest: {name}: the run is landed and loaded; finishing the export "
+                    "(press Ctrl-C again to leave the export for later)"
+                )
             else:
                 _note(
                     f"harvest: {name}: every page is landed; finishing the load into DuckDB "
@@ -113,6 +126,9 @@ class StopOnSignal:
             self.loading = False
             self.abandoned_load = not self.earlier  # this run's own load, not an earlier run's
             raise LoadInterrupted(name)
+        elif self.in_export:
+            self.in_export = False
+            raise ExportInterrupted(name)
 
     @contextmanager
     def collecting(self, ledger: CreditLedger, client: ServiceClient) -> Iterator[None]:
@@ -135,6 +151,16 @@ class StopOnSignal:
             yield
         finally:
             self.loading = False
+
+    @contextmanager
+    def exporting(self) -> Iterator[None]:
+        """The export after the load: a signal after the first abandons it (`ExportInterrupted`); a destination
+        that stopped answering must not hold the run forever."""
+        self.finishing = self.in_export = True
+        try:
+            yield
+        finally:
+            self.in_export = False
 
     @contextmanager
     def loading_earlier(self) -> Iterator[None]:

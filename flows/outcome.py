@@ -53,12 +53,17 @@ def headline(summary: dict[str, Any], key: ApiKey | None = None) -> str:
     if failures:
         text += f"; failed: {failures}"
     text += f"; {summary['error']}" if summary.get("error") else ""
-    return text + ("; the load into DuckDB was interrupted" if summary.get("load_interrupted") else "")
+    text += "; the load into DuckDB was interrupted" if summary.get("load_interrupted") else ""
+    return text + ("; the export was interrupted" if interrupted_export(summary) else "")
+
+
+def interrupted_export(summary: dict[str, Any]) -> bool:
+    return bool((summary.get("export") or {}).get("interrupted"))
 
 
 def final_state(summary: dict[str, Any], retries: int, key: ApiKey | None = None) -> State[Any]:
     message = headline(summary, key)
-    if summary["status"] == "interrupted" or summary.get("load_interrupted"):
+    if summary["status"] == "interrupted" or summary.get("load_interrupted") or interrupted_export(summary):
         return Cancelled(message=message, data=summary)
     if summary["status"] == "failed" or summary.get("export", {}).get("error"):
         if retries:  # Prefect retries only a raised failure; the retry resumes this run

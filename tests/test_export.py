@@ -221,3 +221,45 @@ def test_a_relative_export_in_a_served_spec_lands_where_serve_started(
     assert summary["status"] == "complete" and summary["export"]["runs"] == 1, summary
     (folder,) = (served / "lake" / "_exports").iterdir()
     assert (folder / "_SUCCESS").exists() and not (worker / "lake").exists()
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signals: int
+) -> None:
+    """A destination that stops answering must not hold a run forever: one Ctrl-C during the export lets it
+    finish (exit 0); a second one abandons it (exit 130, nothing committed), and `harvest export` sends it."""
+    import os
+    import signal
+    from dataclasses import replace
+
+    import flows.export
+
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    real_copy = flows.export._copy_run
+
+    def copy(*args: Any, **kwargs: Any) -> Any:
+        for _ in range(signals):
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_copy(*args, **kwargs)
+
+    monkeypatch.setattr(flows.export, "_copy_run", copy)
+    with running(replace(CONFIG, observation=0)) as sb:
+        spec = write_spec(tmp_path, {**job(output), "export": {"to": str(lake)}})
+        result = CliRunner().invoke(app, ["run", str(spec), "--base-url", sb.base_url])
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.status == "complete" and run.loaded, "landed and loaded either way"
+    assert "finishing the export" in result.stderr
+    committed_exports = list(lake.glob("_exports/*/_SUCCESS"))
+    if signals == 1:
+        assert result.exit_code == 0, result.output
+        assert len(committed_exports) == 1
+        return
+    assert result.exit_code == 130, result.output
+    assert "export interrupted by SIGINT" in result.stderr and f"harvest export {output}" in result.stderr
+    assert committed_exports == []
+    monkeypatch.setattr(flows.export, "_copy_run", real_copy)
+    later = CliRunner().invoke(app, ["export", str(output), "--to", str(lake)])
+    assert later.exit_code == 0, later.output
+    assert len(list(lake.glob("_exports/*/_SUCCESS"))) == 1
