@@ -1,4 +1,5 @@
-"""The HTTP client of the retrieval service: one connection pool per run, every attempt paid via the ledger.
+"""The HTTP client of the retrieval service: one connection per slot (`connectors.lanes`), every attempt paid via
+the ledger.
 
 Money rules, in the order they apply to each attempt:
 
@@ -47,6 +48,7 @@ from connectors.auth import REDACTED, ApiKey
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
 from connectors.in_flight import InFlight
+from connectors.lanes import Lanes
 from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
 from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
@@ -111,10 +113,18 @@ class ServiceClient:
         url = httpx.URL(self.base_url)
         if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
-        self._http = httpx.AsyncClient(
+        self._http = self._new_http(
+            1, transport
+        )  # the balance probe; an injected transport serves every lane
+        self._lanes = Lanes(functools.partial(self._new_http, 1) if transport is None else lambda: self._http)
+
+    def _new_http(
+        self, connections: int, transport: httpx.AsyncBaseTransport | None = None
+    ) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             base_url=self.base_url,
-            timeout=timeouts.to_httpx(),
-            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
+            timeout=self.timeouts.to_httpx(),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
             transport=transport,
             follow_redirects=False,
             verify=_tls(),
@@ -133,6 +143,7 @@ class ServiceClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        await self._lanes.aclose()
         await self._http.aclose()
 
     def abort(self) -> int:
@@ -317,18 +328,19 @@ class ServiceClient:
             raise
 
     async def _send(self, request: PageRequest) -> httpx.Response:
-        sending = self._http.get(
-            request.path, params=list(request.params), headers={"x-api-key": self._key.reveal()}
-        )
         total = self.timeouts.total
-        try:
-            with self._in_flight.sending():
-                if total is None:
-                    return await sending
-                async with asyncio.timeout(total):
-                    return await sending
-        except TimeoutError:
-            raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
+        with self._lanes.lane() as http:
+            sending = http.get(
+                request.path, params=list(request.params), headers={"x-api-key": self._key.reveal()}
+            )
+            try:
+                with self._in_flight.sending():
+                    if total is None:
+                        return await sending
+                    async with asyncio.timeout(total):
+                        return await sending
+            except TimeoutError:
+                raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
 
     def _answer(
         self,

@@ -1,0 +1,45 @@
+"""One single-connection httpx client per request in flight, instead of one shared pool.
+
+httpx's shared pool rescans every connection and waiting request on each request (httpcore's
+`_assign_requests_to_connections`). With 10 requests in flight that came to ~0.3 ms of CPU per page, about a tenth
+of what harvest spends on a page; a client that owns one connection has nothing to scan. A request takes a lane
+only after its connection slot (the service client's semaphore), so there are never more lanes than slots, and
+each lane keeps its connection alive for the next request that takes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import httpx
+
+
+class Lanes:
+    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+        self._make = make
+        self._idle: list[httpx.AsyncClient] = []
+        self._all: list[httpx.AsyncClient] = []
+
+    @contextlib.contextmanager
+    def lane(self) -> Iterator[httpx.AsyncClient]:
+        """A client for one request; back to the idle ones afterwards, whatever became of the request (a
+        connection broken by a cancellation is replaced by httpx on the lane's next request)."""
+        client = self._idle.pop() if self._idle else self._new()
+        try:
+            yield client
+        finally:
+            self._idle.append(client)
+
+    def _new(self) -> httpx.AsyncClient:
+        client = self._make()
+        if all(client is not known for known in self._all):
+            self._all.append(client)
+        return client
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    async def aclose(self) -> None:
+        for client in self._all:
+            await client.aclose()

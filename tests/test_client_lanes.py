@@ -1,0 +1,47 @@
+"""Requests in flight each take a single-connection lane (`connectors.lanes`): never more lanes than connection
+slots, every answer back to the query that asked, over real HTTP against the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from connectors.client import PageRequest, ServiceClient
+from connectors.ledger import CreditLedger
+from sandbox.config import SandboxConfig
+from sandbox.server import running
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY
+
+PINS = "/v1/pinboard/search"
+
+
+def _ids(body: Any) -> list[str]:
+    return [pin["id"] for pin in body["pins"]]
+
+
+def _pins(base_url: str, topic: str) -> list[str]:
+    answer = httpx.get(f"{base_url}{PINS}", params={"query": topic}, headers={"x-api-key": SECRET_KEY})
+    return _ids(answer.json())
+
+
+async def test_requests_share_at_most_one_lane_per_slot_and_each_gets_its_own_answer() -> None:
+    topics = [f"topic {n}" for n in range(12)]
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (1, 1)})
+    with running(config) as sb:
+        ledger = CreditLedger(100)
+        async with ServiceClient(sb.base_url, SECRET_KEY, ledger, max_in_flight=3) as client:
+            requests = [PageRequest(t, PINS, PINS, (("query", t),), 0, 1) for t in topics]
+            answers = await asyncio.gather(*(client.get(r) for r in requests))
+            lanes = len(client._lanes)
+            again = await client.get(requests[0])  # a lane is reused, not added
+            assert len(client._lanes) == lanes
+        expected = {t: _pins(sb.base_url, t) for t in topics}
+        assert 1 <= lanes <= 3
+        assert all(lane.is_closed for lane in client._lanes._all)
+    assert [a.status_code for a in answers] == [200] * len(topics)
+    # each answer is its own query's: the sandbox serves each search term its own pins
+    assert [_ids(a.body) for a in answers] == [expected[t] for t in topics]
+    assert len(set(map(tuple, expected.values()))) == len(topics)
+    assert again.status_code == 200 and ledger.spent == len(topics) + 1
