@@ -32,7 +32,6 @@ import datetime as dt
 import functools
 import logging
 import random
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from connectors.auth import REDACTED, ApiKey
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
 from connectors.in_flight import InFlight
-from connectors.lanes import Lanes
+from connectors.lanes import Lanes, http_client
 from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
 from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
@@ -66,13 +65,6 @@ class _Call:
     safe_params: dict[str, Any]
     attempts: int = 0
     credits: int = 0
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context per process (httpx builds one per client, ~40 ms of loading CA certificates; a Dask
-    worker opens a client per round). Built as httpx would (certifi, `SSL_CERT_FILE`/`SSL_CERT_DIR`)."""
-    return httpx.create_ssl_context()
 
 
 class ServiceClient:
@@ -113,22 +105,12 @@ class ServiceClient:
         url = httpx.URL(self.base_url)
         if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
-        self._http = self._new_http(
-            1, transport
-        )  # the balance probe; an injected transport serves every lane
-        self._lanes = Lanes(functools.partial(self._new_http, 1) if transport is None else lambda: self._http)
-
-    def _new_http(
-        self, connections: int, transport: httpx.AsyncBaseTransport | None = None
-    ) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=self.timeouts.to_httpx(),
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            transport=transport,
-            follow_redirects=False,
-            verify=_tls(),
-            headers={"user-agent": "harvest/0.1", "accept": "application/json"},
+        self._http = http_client(self.base_url, timeouts, transport)  # the balance probe
+        # an injected transport (the client's unit tests) serves every request through that one client
+        self._lanes = Lanes(
+            functools.partial(http_client, self.base_url, timeouts)
+            if transport is None
+            else lambda: self._http
         )
 
     def __repr__(self) -> str:

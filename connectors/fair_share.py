@@ -1,9 +1,9 @@
 """Breadth-first sharing of a short budget: every running query gets page k before any gets page k+1.
 
-Queries register while they run and report finished pages. A query can be expected before it registers (the
-flow launched its task, which has not reached its first request yet): it counts as lagging at its first page, so a
-query whose task started sooner cannot take the short budget meanwhile. A reservation for page k of query q must wait while
-another registered query lags behind (its next page index is < k) *and* the credits still free after this
+Queries register while they run and report finished pages. A query can be expected before it registers (the flow
+launched its task, which has not reached its first request yet): it counts as lagging at its first page, so a query
+whose task started sooner cannot take the short budget meanwhile. A reservation for page k of query q must wait
+while another registered query lags behind (its next page index is < k) *and* the credits still free after this
 reservation would not cover the pages those lagging queries need to reach page k-1 (costed at each one's last
 reservation). With ample credits nobody waits (no lock-step, no throughput loss); when credits run short the
 leaders wait, so final page counts differ by at most one. Asking for page k implies pages < k are done: that is

@@ -304,10 +304,9 @@ def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
 
 def exit_code(summary: dict[str, Any]) -> int:
     from connectors.pager import OK_STATUSES
+    from flows.outcome import cut_short
 
-    if summary["status"] == "interrupted" or summary.get("load_interrupted"):
-        return 130
-    if summary.get("export", {}).get("interrupted"):
+    if cut_short(summary):
         return 130
     if summary.get("export", {}).get("error"):
         return 1

@@ -61,9 +61,18 @@ def interrupted_export(summary: dict[str, Any]) -> bool:
     return bool((summary.get("export") or {}).get("interrupted"))
 
 
+def cut_short(summary: dict[str, Any]) -> bool:
+    """A signal stopped the run, its load or its export: Prefect's Cancelled, exit code 130."""
+    return (
+        summary["status"] == "interrupted"
+        or bool(summary.get("load_interrupted"))
+        or interrupted_export(summary)
+    )
+
+
 def final_state(summary: dict[str, Any], retries: int, key: ApiKey | None = None) -> State[Any]:
     message = headline(summary, key)
-    if summary["status"] == "interrupted" or summary.get("load_interrupted") or interrupted_export(summary):
+    if cut_short(summary):
         return Cancelled(message=message, data=summary)
     if summary["status"] == "failed" or summary.get("export", {}).get("error"):
         if retries:  # Prefect retries only a raised failure; the retry resumes this run
