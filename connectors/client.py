@@ -28,6 +28,7 @@ answer or an exception, and never appears in reprs or `Attempt` records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -185,7 +186,7 @@ class ServiceClient:
         call = _Call(request, safe)
         try:
             try:  # the first attempt without the retry machinery: it costs ~5% of a run's CPU per page
-                response = await self._attempt_in_turn(call)
+                response = await self._attempt(call)
             except Retryable as first:
                 if self.retry.attempts == 1 or not stamina.is_active():
                     raise
@@ -218,7 +219,7 @@ class ServiceClient:
             wait_jitter=policy.jitter_seconds,
         ):
             with attempt:
-                return await self._attempt_in_turn(call)
+                return await self._attempt(call)
         raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
 
     def _backoff(self, exc: Exception) -> bool | float:
@@ -227,13 +228,6 @@ class ServiceClient:
         if exc.retry_after is not None:
             return min(exc.retry_after, self.retry.max_wait)
         return True
-
-    async def _attempt_in_turn(self, call: _Call) -> Response:
-        if not self.key_accepted:
-            async with self._first_request:  # one at a time until an answer proves the key
-                if not self.key_accepted:
-                    return await self._attempt(call)
-        return await self._attempt(call)
 
     async def _attempt(self, call: _Call) -> Response:
         """Reserve, take a connection slot, send, and settle: one attempt of a call."""
@@ -248,27 +242,32 @@ class ServiceClient:
             )
             if reservation is None:
                 raise errors.refused(ledger.refusal(request.query_id), request, call.credits, call.attempts)
-            try:
-                await self._slots.acquire()
-            except BaseException:
-                ledger.release(reservation)  # cancelled while waiting for a slot: nothing was sent
-                raise
-            if ledger.stopped is not None:  # the run stopped while it waited for a slot: never send it
-                self._slots.release()
-                ledger.release(reservation)
-                raise errors.stopped(ledger.stopped, request, call.credits, sent=False)
-            try:
-                # The last price check (topped up if the endpoint was seen costing more since it was granted),
-                # and durable from here: a crash counts this request as spent.
-                sent = ledger.sending(reservation)
-                if sent is None:
-                    continue  # the price rose past what is left while it waited: reserve again at it
-                call.attempts += 1
-                started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
-                http_response = await self._sent(call, sent, started_at, t0)
-            finally:
-                self._slots.release()
-            return self._answer(call, sent, http_response, started_at, t0)
+            async with contextlib.AsyncExitStack() as turn:
+                try:
+                    if not self.key_accepted:
+                        # One at a time until an answer proves the key, taken after the reservation: a request
+                        # waiting for credits (breadth-first) must not keep the lagging queries from sending.
+                        await turn.enter_async_context(self._first_request)
+                    await self._slots.acquire()
+                except BaseException:
+                    ledger.release(reservation)  # cancelled while waiting for its turn: nothing was sent
+                    raise
+                if ledger.stopped is not None:  # the run stopped while it waited for a slot: never send it
+                    self._slots.release()
+                    ledger.release(reservation)
+                    raise errors.stopped(ledger.stopped, request, call.credits, sent=False)
+                try:
+                    # The last price check (topped up if the endpoint was seen costing more since it was
+                    # granted), and durable from here: a crash counts this request as spent.
+                    sent = ledger.sending(reservation)
+                    if sent is None:
+                        continue  # the price rose past what is left while it waited: reserve again at it
+                    call.attempts += 1
+                    started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
+                    http_response = await self._sent(call, sent, started_at, t0)
+                finally:
+                    self._slots.release()
+                return self._answer(call, sent, http_response, started_at, t0)
 
     async def _sent(
         self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float

@@ -624,3 +624,26 @@ async def test_a_short_key_is_not_cut_out_of_answers() -> None:
             page_request("/v1/pinboard/search", [], cost=1, query_id="q", page=0, endpoint="/e")
         )
     assert resp.body["cursor"] == "cG4uMTk1LmRhOTAwYg" and b"cG4uMTk1LmRhOTAwYg" in resp.raw
+
+
+async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(make: Any) -> None:
+    """A resumed run, key not proven yet (no balance endpoint), a short budget: query A asks for its page 5 and
+    must wait while B lags at page 0. B's first request must still go out: before, A waited for credits while
+    holding the one-request-at-a-time gate, and B waited for the gate: the run hung."""
+    h = make(ok(), ok())
+    h.ledger = ledger = CreditLedger(3)
+    h.client.ledger = ledger
+    ledger.register("A", 5)
+    ledger.register("B", 0)
+    lead = asyncio.create_task(
+        h.client.get(page_request("/v1/pinboard/search", [("query", "a")], query_id="A", page=5))
+    )
+    await asyncio.sleep(0.05)
+    assert not lead.done()  # B needs the credits for pages 0-4 first
+    async with asyncio.timeout(5):
+        lag = await h.client.get(page_request("/v1/pinboard/search", [("query", "b")], query_id="B", page=0))
+    assert lag.status_code == 200
+    ledger.finish("B")  # B is done: A may have what is left
+    async with asyncio.timeout(5):
+        assert (await lead).status_code == 200
+    assert ledger.spent == 2
