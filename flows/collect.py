@@ -33,7 +33,7 @@ from flows.bill import first_reading, run_bill  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import LoadInterrupted, StopOnSignal  # noqa: E402
-from flows.load import load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
+from flows.load import left_for_later, load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 from flows.memory import quiet_gc, release_memory  # noqa: E402
 from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
@@ -319,8 +319,7 @@ async def _collect_job(
             async with open_service(spec, base_url) as service:
                 begun = _begin(spec, the_plan, layout, service, mode, budget)
                 await _crash_stale_flow_runs(begun)
-                with stop.loading_earlier():
-                    loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id)
+                loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id, stop)
                 if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
                     return _nothing_to_continue(begun, loaded_first)
                 write_manifest(layout, begun.manifest)
@@ -332,8 +331,7 @@ async def _collect_job(
             loading = time.monotonic()
             loaded = _load(layout, manifest, stop)
             loaded_at = time.monotonic()
-            with stop.exporting():
-                exported = export_step(spec, layout, loaded is not None)
+            exported = export_step(spec, layout, loaded is not None, stop)
         finally:
             lock.release()
         summary = manifest.summary(loaded)
@@ -361,10 +359,14 @@ def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> di
     return None
 
 
-def _load_earlier(layout: OutputLayout, job: str, current: str) -> list[dict[str, Any]]:
+def _load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:
     """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
     before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
-    loaded, busy = load_earlier_runs(layout, job, current)
+    try:
+        with stop.loading_earlier():
+            loaded, busy = load_earlier_runs(layout, job, current)
+    except LoadInterrupted as exc:  # came while the manifests were read, between two runs' loads
+        loaded, busy = [], left_for_later(layout, exc)
     logger = get_run_logger()
     for run in loaded:
         logger.info(

@@ -6,24 +6,29 @@ scheduled job must say so), but the run's data stays landed and loaded; `harvest
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from flows.interrupt import ExportInterrupted
+from flows.interrupt import ExportInterrupted, StopOnSignal
 from flows.spec import JobSpec
 from tasks.layout import OutputLayout
 
 
-def export_step(spec: JobSpec, layout: OutputLayout, loaded: bool) -> dict[str, Any] | None:
+def export_step(
+    spec: JobSpec, layout: OutputLayout, loaded: bool, stop: StopOnSignal | None = None
+) -> dict[str, Any] | None:
+    """The export's report for the run's summary; `stop`: a second Ctrl-C meanwhile abandons it."""
     if spec.export is None:
         return None
     to = spec.export.to
     retry = f"harvest export {layout.root} --to {to}" + (" --snapshot" if spec.export.snapshot else "")
     if not loaded:
         return {"to": to, "error": f"not exported: the run is not loaded yet; `harvest load`, then `{retry}`"}
-    from flows.export import export_increment, export_snapshot
-
     try:
-        report = (export_snapshot if spec.export.snapshot else export_increment)(layout, to)
+        with stop.exporting() if stop is not None else contextlib.nullcontext():
+            from flows.export import export_increment, export_snapshot
+
+            report = (export_snapshot if spec.export.snapshot else export_increment)(layout, to)
     except ExportInterrupted as exc:  # nothing is committed without `_SUCCESS`: the retry sends it all
         return {"to": to, "interrupted": True, "error": f"export interrupted by {exc}; retry: `{retry}`"}
     except Exception as exc:  # landed data stays; the summary says what failed and how to send it later

@@ -68,9 +68,11 @@ def load_earlier_runs(
         except DatabaseBusy as exc:
             return loaded, str(exc)
         except LoadInterrupted as exc:
-            return (
-                loaded,
-                f"a second {exc} left them for later (`harvest load {layout.root}`, or the next run)",
-            )
+            return loaded, left_for_later(layout, exc)
         loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": sum(tables.values())})
     return loaded, None
+
+
+def left_for_later(layout: OutputLayout, signal: LoadInterrupted) -> str:
+    """Why earlier runs were not loaded before this one: a second signal (the runs stay pending)."""
+    return f"a second {signal} left them for later (`harvest load {layout.root}`, or the next run)"

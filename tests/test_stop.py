@@ -251,13 +251,18 @@ def test_ctrl_c_during_the_load_says_what_became_of_the_run(
     assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",)]
 
 
-@pytest.mark.parametrize("signals", [1, 2])
+@pytest.mark.parametrize(
+    ("signals", "during"),
+    [(1, "load_manifest_into_duckdb"), (2, "load_manifest_into_duckdb"), (2, "pending_manifests")],
+    ids=["one", "two", "two-while-reading-manifests"],
+)
 def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothing(
     prefect_harness: None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     signals: int,
+    during: str,
 ) -> None:
     """Night 1 landed but its load was cut off. Night 2 starts by loading it, and gets Ctrl-C meanwhile: the
     first says at once that nothing will be paid and lets that load finish; a second leaves night 1 unloaded
@@ -273,18 +278,19 @@ def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothi
         (first,) = all_manifests(OutputLayout(output))
         assert first.status == "complete" and not first.loaded
         paid_before = len(data_entries(sb))
-        real_load = flows.load.load_manifest_into_duckdb
+        real = getattr(flows.load, during)
 
-        def load(*args: Any, **kwargs: Any) -> dict[str, int]:
+        def signalled(*args: Any, **kwargs: Any) -> Any:
             for _ in range(signals):
                 os.kill(os.getpid(), signal.SIGINT)
-            return real_load(*args, **kwargs)
+            return real(*args, **kwargs)
 
         with monkeypatch.context() as night2:
-            night2.setattr(flows.load, "load_manifest_into_duckdb", load)
+            night2.setattr(flows.load, during, signalled)
             second = runner.invoke(app, ["run", str(spec)])
         paid_by_night2 = len(data_entries(sb)) - paid_before
         assert second.exit_code == 130, second.output
+        assert "Traceback" not in second.output and "the run failed" not in second.output
         assert "nothing will be paid; finishing the load of earlier runs" in second.stderr
         assert paid_by_night2 == 0
         runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
