@@ -108,11 +108,10 @@ class ServiceClient:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
         self._http = http_client(self.base_url, timeouts, transport)  # the balance probe
         # an injected transport (the client's unit tests) serves every request through that one client
-        self._lanes = Lanes(
-            functools.partial(http_client, self.base_url, timeouts)
-            if transport is None
-            else lambda: self._http
-        )
+        if transport is None:
+            self._lanes = Lanes(functools.partial(http_client, self.base_url, timeouts))
+        else:
+            self._lanes = Lanes(lambda: self._http, own=False)
 
     def __repr__(self) -> str:
         return f"ServiceClient(base_url={self.base_url!r}, api_key={REDACTED}, ledger={self.ledger!r})"

@@ -3,12 +3,13 @@
 httpx's shared pool rescans every connection and waiting request on each request (httpcore's
 `_assign_requests_to_connections`). With 10 requests in flight that came to ~0.3 ms of CPU per page, about a tenth
 of what harvest spends on a page; a client that owns one connection has nothing to scan. A request takes a lane
-only after its connection slot (the service client's semaphore), so there are never more lanes than slots, and
-each lane keeps its connection alive for the next request that takes it.
+only after its connection slot (the service client's semaphore), so there are never more lanes in use than slots,
+and each lane keeps its connection alive for the next request that takes it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import ssl
@@ -42,20 +43,28 @@ def http_client(
 
 
 class Lanes:
-    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+    def __init__(self, make: Callable[[], httpx.AsyncClient], own: bool = True) -> None:
+        """`make` builds a lane; `own`: the lanes are this object's to close (False: `make` hands out a client
+        someone else closes, as with an injected transport)."""
         self._make = make
+        self._own = own
         self._idle: list[httpx.AsyncClient] = []
         self._all: list[httpx.AsyncClient] = []
+        self._closing: set[asyncio.Task[None]] = set()
 
     @contextlib.contextmanager
     def lane(self) -> Iterator[httpx.AsyncClient]:
-        """A client for one request; back to the idle ones afterwards, whatever became of the request (a
-        connection broken by a cancellation is replaced by httpx on the lane's next request)."""
+        """A client for one request, back to the idle ones after an answer. A request that raised (timeout,
+        dropped connection, cancellation) may have left the lane's one connection half-used (a second
+        cancellation while httpx was cleaning it up kept it checked out for good), so that lane is closed and
+        the next request gets a new one."""
         client = self._idle.pop() if self._idle else self._new()
         try:
             yield client
-        finally:
-            self._idle.append(client)
+        except BaseException:
+            self._retire(client)
+            raise
+        self._idle.append(client)
 
     def _new(self) -> httpx.AsyncClient:
         client = self._make()
@@ -63,9 +72,20 @@ class Lanes:
             self._all.append(client)
         return client
 
+    def _retire(self, client: httpx.AsyncClient) -> None:
+        if not self._own:
+            self._idle.append(client)
+            return
+        self._all.remove(client)
+        closing = asyncio.get_running_loop().create_task(client.aclose())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
     def __len__(self) -> int:
         return len(self._all)
 
     async def aclose(self) -> None:
-        for client in self._all:
+        for client in self._all if self._own else ():
             await client.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

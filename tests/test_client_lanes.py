@@ -7,8 +7,10 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from connectors.client import PageRequest, ServiceClient
+from connectors.lanes import Lanes
 from connectors.ledger import CreditLedger
 from sandbox.config import SandboxConfig
 from sandbox.server import running
@@ -45,3 +47,19 @@ async def test_requests_share_at_most_one_lane_per_slot_and_each_gets_its_own_an
     assert [_ids(a.body) for a in answers] == [expected[t] for t in topics]
     assert len(set(map(tuple, expected.values()))) == len(topics)
     assert again.status_code == 200 and ledger.spent == len(topics) + 1
+
+
+async def test_a_lane_whose_request_raised_is_closed_and_replaced() -> None:
+    """A cancellation caught while httpx cleaned up can leave a lane's one connection checked out for good:
+    every later request on it would wait for the pool timeout. Such a lane is closed; the next request gets a
+    new one, and an answered request's lane is kept."""
+    lanes = Lanes(httpx.AsyncClient)
+    with pytest.raises(asyncio.CancelledError), lanes.lane() as broken:
+        raise asyncio.CancelledError
+    with lanes.lane() as fresh:
+        pass
+    with lanes.lane() as again:
+        pass
+    assert fresh is not broken and again is fresh and len(lanes) == 1
+    await lanes.aclose()
+    assert broken.is_closed and fresh.is_closed
