@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,9 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
                 "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
             },
         )
+        invoked = time.monotonic()
         result = runner.invoke(app, ["run", str(spec), "--budget", str(BUDGET)])
+        wall = time.monotonic() - invoked
         billed = sb.billed_total()
     assert result.exit_code == 0, result.output
     assert f"credits spent: {BUDGET} of a budget of {BUDGET}" in result.stdout
@@ -77,7 +80,10 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
     )
     assert took, result.stdout
     total, paging, loading, rest = map(float, took.groups())
-    assert paging > 0 and loading > 0 and abs(total - (paging + loading + rest)) < 0.2
+    # the parts are measured inside the run and the total around it, bounded by what the test saw (0.1 s: the
+    # line rounds each figure to a tenth)
+    assert paging > 0 and loading > 0 and paging + loading <= total + 0.1 and total <= wall + 0.1
+    assert abs(rest - (total - paging - loading)) <= 0.15
     db = output / "harvest.duckdb"
     assert billed == BUDGET
     assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
