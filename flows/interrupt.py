@@ -35,7 +35,7 @@ from types import FrameType
 
 from connectors.client import ServiceClient
 from connectors.ledger import CreditLedger
-from flows.manifest import RunManifest, all_manifests
+from flows.manifest import RunHead, run_heads
 from tasks.layout import OutputLayout
 
 GRACE_SECONDS = 10.0
@@ -190,13 +190,13 @@ class StopOnSignal:
 RunMarks = dict[str, tuple[str, int, bool]]
 
 
-def _marks(m: RunManifest) -> tuple[str, int, bool]:
-    return (m.status, m.resumes, m.loaded)
+def _marks(h: RunHead) -> tuple[str, int, bool]:
+    return (h.status, h.resumes, h.loaded)
 
 
 def run_marks(layout: OutputLayout, job: str) -> RunMarks:
     """Each run's (status, resumes, loaded): compared after a Ctrl-C to tell which run this process touched."""
-    return {m.run_id: _marks(m) for m in all_manifests(layout, job)}
+    return {h.run_id: _marks(h) for h in run_heads(layout, job)}
 
 
 def interrupted_outside_the_flow(
@@ -205,7 +205,7 @@ def interrupted_outside_the_flow(
     """One true line after a Ctrl-C that came while Prefect was starting or reporting (outside the flow body,
     where harvest's handlers are not installed): what the run left, and the command (`resume`, `load`) that
     goes on from there."""
-    touched = [m for m in all_manifests(layout, job) if before.get(m.run_id) != _marks(m)]
+    touched = [h for h in run_heads(layout, job) if before.get(h.run_id) != _marks(h)]
     if not touched:
         return "interrupted before the run started: nothing was sent"
     run = touched[-1]

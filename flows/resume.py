@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from connectors.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
 from flows.coverage import Coverage, coverage_of
-from flows.manifest import CONTINUABLE, RunManifest, all_manifests
+from flows.manifest import CONTINUABLE, RunManifest, run_heads
 from flows.plan import Plan
 from flows.spec import UsageError
 from tasks.journal import JournalState, read_journal
@@ -103,13 +103,15 @@ def job_coverage(layout: OutputLayout, job: str, run_id: str) -> Coverage:
     """What the job's finished runs in this output directory collected before run `run_id` (`flows.coverage`).
 
     A resumed run (a Prefect flow retry resumes a run that ended) reads the same runs as its first start."""
-    return coverage_of(m for m in all_manifests(layout, job) if m.run_id != run_id)
+    return coverage_of(
+        h.manifest() for h in run_heads(layout, job) if h.run_id != run_id and not h.unfinished
+    )
 
 
 def unfinished_run(layout: OutputLayout, job: str) -> RunManifest | None:
     """The job's newest run if it never finished (killed) or was interrupted."""
-    runs = all_manifests(layout, job)
-    return runs[-1] if runs and runs[-1].unfinished else None
+    heads = run_heads(layout, job)
+    return heads[-1].manifest() if heads and heads[-1].unfinished else None
 
 
 def continue_refused(run: RunManifest, command: str = "harvest run SPEC") -> UsageError:
@@ -131,8 +133,8 @@ def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunM
     """The run an earlier attempt of this Prefect flow run made, when Prefect retries the flow."""
     if flow_run_id is None:
         return None
-    runs = [m for m in all_manifests(layout, job) if m.flow_run_id == flow_run_id]
-    return runs[-1] if runs else None
+    runs = [h for h in run_heads(layout, job) if h.flow_run_id == flow_run_id]
+    return runs[-1].manifest() if runs else None
 
 
 def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service: str) -> RunStart:
@@ -160,14 +162,14 @@ def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service:
 
 def _chain(layout: OutputLayout, job: str) -> list[RunManifest]:
     """The job's newest finished run and the runs it continues, oldest first."""
-    runs = {m.run_id: m for m in all_manifests(layout, job) if not m.unfinished}
+    runs = {h.run_id: h for h in run_heads(layout, job) if not h.unfinished}
     if not runs:
         return []
-    newest = max(runs.values(), key=lambda m: (m.started, m.run_id))
+    newest = max(runs.values(), key=lambda h: (h.started, h.run_id))
     chain = [newest]
     while chain[-1].continues in runs and len(chain) <= len(runs):
         chain.append(runs[chain[-1].continues])
-    return chain[::-1]
+    return [h.manifest() for h in chain[::-1]]
 
 
 def _paid_through(summary: dict[str, Any]) -> bool:
