@@ -332,10 +332,13 @@ async def _collect_job(
             loaded = _load(layout, manifest, stop)
             loaded_at = time.monotonic()
             exported = export_step(spec, layout, loaded is not None, stop)
+            exported_at = time.monotonic()
         finally:
             lock.release()
         summary = manifest.summary(loaded)
         summary["seconds"] = {"paging": round(loading - paying, 2), "loading": round(loaded_at - loading, 2)}
+        if exported is not None:
+            summary["seconds"]["exporting"] = round(exported_at - loaded_at, 2)
         summary["loaded_first"] = loaded_first
         if stop.abandoned_load:
             summary["load_interrupted"] = True

@@ -263,15 +263,17 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
 
 
 def took(seconds: dict[str, float]) -> str | None:
-    """Where a run's time went: a nightly job that got slower shows whether the service, the load or the
-    start-up (imports, Prefect, the run's setup and end) did."""
+    """Where a run's time went: a nightly job that got slower shows whether the service, the load, the export
+    or the start-up (imports, Prefect, the run's setup and end) did."""
     if "total" not in seconds or "paging" not in seconds:
         return None
     total, paging, loading = seconds["total"], seconds["paging"], seconds.get("loading", 0.0)
-    rest = max(0.0, total - paging - loading)
+    exporting = seconds.get("exporting")
+    rest = max(0.0, total - paging - loading - (exporting or 0.0))
     return (
         f"took {total:.1f} s: {paging:.1f} s paging, {loading:.1f} s loading into DuckDB, "
-        f"{rest:.1f} s starting and ending (imports, Prefect, the run's bookkeeping)"
+        + (f"{exporting:.1f} s exporting, " if exporting is not None else "")
+        + f"{rest:.1f} s starting and ending (imports, Prefect, the run's bookkeeping)"
     )
 
 

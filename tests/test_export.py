@@ -5,6 +5,7 @@ through `_exports/<id>/_SUCCESS` and the `_manifest.json` beside it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,7 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     if signals == 1:
         assert result.exit_code == 0, result.output
         assert len(committed_exports) == 1
+        assert re.search(r"loading into DuckDB, [\d.]+ s exporting, [\d.]+ s starting", result.stdout)
         return
     assert result.exit_code == 130, result.output
     assert "export interrupted by SIGINT" in result.stderr and f"harvest export {output}" in result.stderr
