@@ -33,7 +33,7 @@ from flows.bill import first_reading, run_bill  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
 from flows.fanout import Fanout  # noqa: E402
 from flows.interrupt import LoadInterrupted, StopOnSignal  # noqa: E402
-from flows.load import left_for_later, load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
+from flows.load import load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
 from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 from flows.memory import quiet_gc, release_memory  # noqa: E402
 from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
@@ -365,11 +365,7 @@ def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> di
 def _load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:
     """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
     before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
-    try:
-        with stop.loading_earlier():
-            loaded, busy = load_earlier_runs(layout, job, current)
-    except LoadInterrupted as exc:  # came while the manifests were read, between two runs' loads
-        loaded, busy = [], left_for_later(layout, exc)
+    loaded, busy = load_earlier_runs(layout, job, current, stop)
     logger = get_run_logger()
     for run in loaded:
         logger.info(

@@ -8,10 +8,11 @@ data stays safe in Parquet, and `harvest load OUTPUT` finishes the job later.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from connectors.catalog import all_kinds
-from flows.interrupt import LoadInterrupted
+from flows.interrupt import LoadInterrupted, StopOnSignal
 from flows.manifest import RunManifest, pending_manifests, write_manifest
 from tasks.database import DatabaseBusy, transaction, write_connection
 from tasks.history_views import refresh_history_views
@@ -54,25 +55,23 @@ def refresh_views(layout: OutputLayout) -> list[str]:
 
 
 def load_earlier_runs(
-    layout: OutputLayout, job: str, skip: str
+    layout: OutputLayout, job: str, skip: str, stop: StopOnSignal | None = None
 ) -> tuple[list[dict[str, object]], str | None]:
     """Load the job's runs that landed but never reached DuckDB (but run `skip`, about to be resumed), oldest
     first, before a new run starts: incremental queries then see their keys. Returns what was loaded (run id,
-    status, rows) and, when DuckDB was busy, why the rest was not."""
+    status, rows) and, when DuckDB was busy or a second signal (`stop`) came meanwhile, why the rest was not."""
     loaded: list[dict[str, object]] = []
-    for manifest in pending_manifests(layout, job):
-        if manifest.run_id == skip:
-            continue
-        try:
-            tables = load_manifest_into_duckdb(layout, manifest)
-        except DatabaseBusy as exc:
-            return loaded, str(exc)
-        except LoadInterrupted as exc:
-            return loaded, left_for_later(layout, exc)
-        loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": sum(tables.values())})
+    try:
+        with stop.loading_earlier() if stop is not None else contextlib.nullcontext():
+            for manifest in pending_manifests(layout, job):
+                if manifest.run_id == skip:
+                    continue
+                try:
+                    tables = load_manifest_into_duckdb(layout, manifest)
+                except DatabaseBusy as exc:
+                    return loaded, str(exc)
+                rows = sum(tables.values())
+                loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": rows})
+    except LoadInterrupted as exc:  # the runs stay pending
+        return loaded, f"a second {exc} left them for later (`harvest load {layout.root}`, or the next run)"
     return loaded, None
-
-
-def left_for_later(layout: OutputLayout, signal: LoadInterrupted) -> str:
-    """Why earlier runs were not loaded before this one: a second signal (the runs stay pending)."""
-    return f"a second {signal} left them for later (`harvest load {layout.root}`, or the next run)"
