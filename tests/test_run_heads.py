@@ -1,5 +1,5 @@
-"""Run heads stand in for whole manifests where a run only needs to know what each earlier run is: same runs,
-same order as `all_manifests`, and never stale after a manifest is rewritten."""
+"""Run heads stand in for whole manifests where a run only needs to know what each earlier run is: every run of
+the job, oldest first by start (not by run id), and never stale after a manifest is rewritten."""
 
 from __future__ import annotations
 
@@ -27,8 +27,11 @@ def test_heads_list_the_runs_of_all_manifests_in_the_same_order_and_follow_rewri
     ]
     for run in runs:
         write_manifest(layout, run)
-    for job in (None, "nightly", "other"):
-        assert [h.run_id for h in run_heads(layout, job)] == [m.run_id for m in all_manifests(layout, job)]
+    oldest_first = [runs[2].run_id, runs[0].run_id, runs[1].run_id]  # by start, not by run id
+    assert [h.run_id for h in run_heads(layout, "nightly")] == oldest_first
+    assert [h.run_id for h in run_heads(layout, "other")] == [runs[3].run_id]
+    assert [h.run_id for h in run_heads(layout)] == [*oldest_first, runs[3].run_id]
+    assert [m.run_id for m in all_manifests(layout, "nightly")] == oldest_first
     first = run_heads(layout, "nightly")[0]
     assert (first.run_id, first.unfinished) == ("20261123T235959Z-abcdef", True)
     assert first.manifest().queries == runs[2].queries
