@@ -50,6 +50,7 @@ class Lanes:
         self._own = own
         self._idle: list[httpx.AsyncClient] = []
         self._all: list[httpx.AsyncClient] = []
+        """The lanes this object owns (none when `own` is False)."""
         self._closing: set[asyncio.Task[None]] = set()
 
     @contextlib.contextmanager
@@ -68,7 +69,7 @@ class Lanes:
 
     def _new(self) -> httpx.AsyncClient:
         client = self._make()
-        if all(client is not known for known in self._all):
+        if self._own:
             self._all.append(client)
         return client
 
@@ -85,7 +86,7 @@ class Lanes:
         return len(self._all)
 
     async def aclose(self) -> None:
-        for client in self._all if self._own else ():
+        for client in self._all:
             await client.aclose()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
