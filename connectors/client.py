@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import functools
 import logging
 import random
 import time
@@ -38,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import urlencode
 
 import httpx
 import stamina
@@ -48,7 +48,7 @@ from connectors.auth import REDACTED, ApiKey
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
 from connectors.in_flight import InFlight
-from connectors.lanes import Lanes, http_client
+from connectors.lanes import DEFAULT_HEADERS, Answer, HttpxLane, Lanes, http_client, lane_maker
 from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
 from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
@@ -106,12 +106,14 @@ class ServiceClient:
         url = httpx.URL(self.base_url)
         if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
+        self._root = str(url)  # the base URL as httpx writes it (IDNA host, percent-encoded path)
         self._http = http_client(self.base_url, timeouts, transport)  # the balance probe
         # an injected transport (the client's unit tests) serves every request through that one client
         if transport is None:
-            self._lanes = Lanes(functools.partial(http_client, self.base_url, timeouts))
+            self._lanes = Lanes(lane_maker(self.base_url, timeouts))
         else:
-            self._lanes = Lanes(lambda: self._http, own=False)
+            shared = HttpxLane(self._http)
+            self._lanes = Lanes(lambda: shared, own=False)
 
     def __repr__(self) -> str:
         return f"ServiceClient(base_url={self.base_url!r}, api_key={REDACTED}, ledger={self.ledger!r})"
@@ -270,7 +272,7 @@ class ServiceClient:
 
     async def _sent(
         self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float
-    ) -> httpx.Response:
+    ) -> Answer:
         """The HTTP answer, or the error that says what became of the reservation."""
         ledger = self.ledger
         try:
@@ -307,12 +309,13 @@ class ServiceClient:
                 raise errors.stopped(self.ledger.stopped, call.request, call.credits, sent=True) from None
             raise
 
-    async def _send(self, request: PageRequest) -> httpx.Response:
+    async def _send(self, request: PageRequest) -> Answer:
         total = self.timeouts.total
-        with self._lanes.lane() as http:
-            sending = http.get(
-                request.path, params=list(request.params), headers={"x-api-key": self._key.reveal()}
-            )
+        url = self._root.rstrip("/") + request.path
+        if request.params:
+            url += "?" + urlencode(request.params)  # as httpx encodes params
+        with self._lanes.lane() as lane:
+            sending = lane.get(url, {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()})
             try:
                 with self._in_flight.sending():
                     if total is None:
@@ -326,7 +329,7 @@ class ServiceClient:
         self,
         call: _Call,
         reservation: Reservation,
-        http_response: httpx.Response,
+        http_response: Answer,
         started_at: dt.datetime,
         t0: float,
     ) -> Response:
@@ -349,9 +352,7 @@ class ServiceClient:
             assert body is not None
             return Response(status, body, raw, charged, remaining, duration_ms, call.attempts, call.credits)
         if 200 <= status < 300 or status in self.retry.retry_statuses:
-            retry_after = (
-                parse_retry_after(http_response.headers.get("retry-after")) if status == 429 else None
-            )
+            retry_after = parse_retry_after(http_response.header("retry-after")) if status == 429 else None
             raise Retryable(error, retry_after=retry_after, response=answer)
         raise typed_error(
             answer,

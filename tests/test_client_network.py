@@ -6,15 +6,19 @@ The scripted-transport tests assume how httpx classifies these failures; these c
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 import stamina
 
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.errors import ServiceUnavailable
+from connectors.lanes import behind_proxy, decoded
 from connectors.ledger import CreditLedger
 from connectors.page_request import PageRequest
 
@@ -126,3 +130,125 @@ async def test_dropped_connection_then_success() -> None:
         await _get(url, ledger)
     assert calls == 2
     assert ledger.spent == 2  # the dropped answer may have been billed: kept; the good one charged 1
+
+
+def _json_answer(body: bytes, *headers: bytes) -> bytes:
+    head = b"".join(h + b"\r\n" for h in headers)
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (
+        head,
+        len(body),
+        body,
+    )
+
+
+PINS = b'{"success": true, "pins": [{"id": "p1"}], "credits_charged": 1, "credits_remaining": 9}'
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_a_compressed_answer_is_decoded(coding: str) -> None:
+    """Lanes ask for gzip/deflate as httpx did (it saves the service's bandwidth) and decode what comes."""
+    seen: list[bytes] = []
+
+    async def compressing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        packed = gzip.compress(PINS) if coding == "gzip" else zlib.compress(PINS)
+        writer.write(_json_answer(packed, b"content-encoding: " + coding.encode()))
+        await writer.drain()
+        writer.close()
+
+    ledger = CreditLedger(10)
+    async with _serve(compressing) as url, ServiceClient(url, KEY, ledger, retry=FAST) as client:
+        response = await client.get(
+            PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), 0, 1)
+        )
+    assert response.body["pins"] == [{"id": "p1"}] and ledger.spent == 1
+    assert b"accept-encoding: gzip, deflate" in seen[0].lower()
+
+
+async def test_the_request_line_is_what_httpx_would_send() -> None:
+    """Params with spaces, `&`, `#` and non-ASCII text are encoded as httpx encodes them, under the base URL's
+    path, with a Host header and the key only in its own header."""
+    seen: list[bytes] = []
+
+    async def recording(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(_json_answer(PINS))
+        await writer.drain()
+        writer.close()
+
+    params = (("query", "cats & dogs #1 été"), ("query", "a+b/c"), ("page", "2"))
+    ledger = CreditLedger(10)
+    async with _serve(recording) as url, ServiceClient(url + "/api/", KEY, ledger, retry=FAST) as client:
+        await client.get(PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", params, 0, 1))
+    expected = httpx.URL(url + "/api/v1/pinboard/search", params=list(params))
+    request_line, *header_lines = seen[0].decode("latin-1").split("\r\n")
+    assert request_line == f"GET {expected.raw_path.decode('ascii')} HTTP/1.1"
+    headers = {h.split(":", 1)[0].lower(): h.split(":", 1)[1].strip() for h in header_lines if h}
+    assert headers["host"] == expected.netloc.decode("ascii") and headers["x-api-key"] == KEY
+    assert KEY not in request_line
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced_without_a_failed_attempt() -> None:
+    """Servers close idle kept-alive connections; the next request on that lane opens a new one instead of
+    failing (a failed attempt would count as possibly billed)."""
+    connections = 0
+
+    async def one_answer_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await _read_request(reader)
+        writer.write(_json_answer(PINS))  # kept alive as far as the client knows, then closed
+        await writer.drain()
+        writer.close()
+
+    ledger = CreditLedger(10)
+    attempts: list[object] = []
+    request = PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), 0, 1)
+    async with (
+        _serve(one_answer_per_connection) as url,
+        ServiceClient(url, KEY, ledger, retry=FAST, on_attempt=attempts.append) as client,
+    ):
+        await client.get(request)
+        await asyncio.sleep(0.2)
+        await client.get(request)
+    assert connections == 2 and len(attempts) == 2 and ledger.spent == 2
+
+
+async def test_behind_a_proxy_from_the_environment_requests_go_through_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`HTTP_PROXY` etc. are honoured as httpx honours them: the request goes to the proxy, in absolute form."""
+    seen: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(_json_answer(PINS))
+        await writer.drain()
+        writer.close()
+
+    ledger = CreditLedger(10)
+    async with _serve(proxy) as proxy_url:
+        for name in ("ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.setenv("http_proxy", proxy_url)
+        assert behind_proxy("http://service.invalid") and not behind_proxy("https://service.invalid")
+        async with ServiceClient("http://service.invalid", KEY, ledger, retry=FAST) as client:
+            await client.get(
+                PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), 0, 1)
+            )
+        monkeypatch.setenv("NO_PROXY", "service.invalid")
+        monkeypatch.setenv("no_proxy", "service.invalid")
+        assert not behind_proxy("http://service.invalid")
+    assert seen[0].startswith(b"GET http://service.invalid/v1/pinboard/search?query=x HTTP/1.1")
+    assert ledger.spent == 1
+
+
+def test_decoding_keeps_a_body_that_does_not_decode() -> None:
+    """A corrupt compressed body passes on as it came: it then reads as a body that is not JSON, retried with its
+    reservation kept, instead of an error that would release a paid reservation."""
+    assert decoded(gzip.compress(PINS), "gzip") == PINS
+    assert decoded(zlib.compress(PINS)[2:-4], "deflate") == PINS  # raw deflate
+    assert decoded(gzip.compress(gzip.compress(PINS)), "gzip, gzip") == PINS
+    assert decoded(b"not gzip", "gzip") == b"not gzip"
+    assert decoded(PINS, "identity") == PINS and decoded(PINS, None) == PINS
