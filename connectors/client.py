@@ -37,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlencode
 
 import httpx
 import stamina
@@ -48,7 +47,7 @@ from connectors.auth import REDACTED, ApiKey
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
 from connectors.in_flight import InFlight
-from connectors.lanes import DEFAULT_HEADERS, Answer, HttpxLane, Lanes, http_client, lane_maker
+from connectors.lanes import DEFAULT_HEADERS, Answer, HttpxLane, Lanes, Origin, http_client, lane_maker
 from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
 from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
@@ -106,7 +105,9 @@ class ServiceClient:
         url = httpx.URL(self.base_url)
         if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
-        self._root = str(url)  # the base URL as httpx writes it (IDNA host, percent-encoded path)
+        if url.userinfo:
+            raise ValueError("base_url must not carry a user name or password")
+        self._origin = Origin.of(self.base_url)
         self._http = http_client(self.base_url, timeouts, transport)  # the balance probe
         # an injected transport (the client's unit tests) serves every request through that one client
         if transport is None:
@@ -311,11 +312,9 @@ class ServiceClient:
 
     async def _send(self, request: PageRequest) -> Answer:
         total = self.timeouts.total
-        url = self._root.rstrip("/") + request.path
-        if request.params:
-            url += "?" + urlencode(request.params)  # as httpx encodes params
+        target = self._origin.target(request.path, request.params)
         with self._lanes.lane() as lane:
-            sending = lane.get(url, {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()})
+            sending = lane.get(self._origin, target, {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()})
             try:
                 with self._in_flight.sending():
                     if total is None:

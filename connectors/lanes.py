@@ -9,7 +9,8 @@ response stream wrapper) cost about as much again as the HTTP exchange itself: 2
 
 So a lane is an httpcore pool of one connection (httpcore is httpx's own engine, and already installed with it),
 its errors mapped to httpx's classes so the retry rules (`connectors.retry`) stay written once. It asks for and
-decodes gzip/deflate bodies, as httpx would. Behind a proxy from the environment (``HTTPS_PROXY``, ``ALL_PROXY``
+decodes gzip/deflate bodies, encodes paths and params, and sends the Host header as httpx would. It keeps no
+cookies and sends no credentials from the URL (the spec refuses those; the service uses neither). Behind a proxy from the environment (``HTTPS_PROXY``, ``ALL_PROXY``
 ...) and with an injected transport (the client's unit tests), a lane is an httpx client instead, which honours
 both. A request takes a lane only after its connection slot (the service client's semaphore), so there are never
 more lanes in use than slots, and each lane keeps its connection alive for the next request that takes it.
@@ -26,6 +27,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import quote, urlencode
 
 import httpcore
 import httpx
@@ -65,10 +67,42 @@ class Answer:
         return None
 
 
-class Lane(Protocol):
-    """One connection's worth of HTTP: GET a full URL."""
+PATH_SAFE = "".join(chr(i) for i in range(0x21, 0x7F) if chr(i) not in '"#<>?`{}')
+"""What a path keeps unencoded: httpx's path set (RFC 3986 path characters, `%` escapes kept as they are)."""
 
-    async def get(self, url: str, headers: Mapping[str, str]) -> Answer: ...
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """The service's address, parsed once from the base URL as httpx parses it (IDNA host, default port)."""
+
+    scheme: bytes
+    host: bytes
+    port: int
+    netloc: bytes
+    """The Host header: an IPv6 address in brackets, the port only when it is not the scheme's default."""
+    path: bytes
+    """The base URL's own path, percent-encoded, without a trailing slash: request paths go under it."""
+
+    @classmethod
+    def of(cls, base_url: str) -> Origin:
+        url = httpx.URL(base_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return cls(url.raw_scheme, url.raw_host, port, url.netloc, url.raw_path.rstrip(b"/"))
+
+    def target(self, path: str, params: Sequence[tuple[str, str]]) -> bytes:
+        """The request target: the path percent-encoded as httpx would, then the params as httpx encodes
+        them. Nothing parses it again, so a `;` in a path is sent, not cut off as URL parameters."""
+        target = self.path + quote(path, safe=PATH_SAFE).encode("ascii")
+        return target + b"?" + urlencode(params).encode("ascii") if params else target
+
+    def url(self, target: bytes) -> str:
+        return (self.scheme + b"://" + self.netloc + target).decode("ascii")
+
+
+class Lane(Protocol):
+    """One connection's worth of HTTP: GET a target at the service's origin."""
+
+    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer: ...
 
     async def aclose(self) -> None: ...
 
@@ -96,8 +130,8 @@ class HttpxLane:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def get(self, url: str, headers: Mapping[str, str]) -> Answer:
-        response = await self.client.get(url, headers=headers)
+    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer:
+        response = await self.client.get(origin.url(target), headers=headers)
         return Answer(response.status_code, response.content, response.headers.raw)
 
     async def aclose(self) -> None:
@@ -166,9 +200,10 @@ class CoreLane:
         self._extensions = {"timeout": timeouts.to_httpx().as_dict()}
         self.is_closed = False
 
-    async def get(self, url: str, headers: Mapping[str, str]) -> Answer:
+    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer:
+        url = httpcore.URL(scheme=origin.scheme, host=origin.host, port=origin.port, target=target)
+        sent: list[tuple[bytes | str, bytes | str]] = [(b"host", origin.netloc), *headers.items()]
         try:
-            sent: list[tuple[bytes | str, bytes | str]] = list(headers.items())
             response = await self._pool.request("GET", url, headers=sent, extensions=self._extensions)
         except Exception as exc:
             mapped = as_httpx_error(exc)
@@ -187,12 +222,11 @@ class CoreLane:
 
 
 def behind_proxy(base_url: str) -> bool:
-    """Whether the environment routes `base_url` through a proxy (httpx's client handles those)."""
-    url = httpx.URL(base_url)
-    proxies = urllib.request.getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass(url.host)
+    """Whether the environment names a proxy for `base_url`'s scheme (``HTTP(S)_PROXY``, ``ALL_PROXY``, either
+    case). httpx's client then decides, `NO_PROXY` included: its matching differs from urllib's (`.example.com`
+    does not exempt `example.com`), so the exemptions are left to it."""
+    proxies = urllib.request.getproxies_environment()
+    return bool(proxies.get(httpx.URL(base_url).scheme) or proxies.get("all"))
 
 
 def lane_maker(base_url: str, timeouts: Timeouts) -> Callable[[], Lane]:

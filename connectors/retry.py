@@ -22,8 +22,10 @@ MAYBE_SENT: tuple[type[Exception], ...] = (
     httpx.TimeoutException,
     httpx.NetworkError,
     httpx.RemoteProtocolError,
+    httpx.DecodingError,
 )
-"""Failures after the request may have reached the service: retried, the reservation is kept."""
+"""Failures after the request may have reached the service: retried, the reservation is kept. A body that does
+not decode (corrupt gzip) came from the service: it was answered, so it may have been billed."""
 
 
 @dataclass(frozen=True)

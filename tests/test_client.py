@@ -379,6 +379,18 @@ async def test_maybe_sent_failures_are_retried_and_kept(make: Any, failure: Exce
     assert first.status_code is None and first.credits == 1 and type(failure).__name__ in (first.error or "")
 
 
+async def test_a_body_that_does_not_decode_is_retried_and_kept_as_spent(make: Any) -> None:
+    """A corrupt gzip body came from the service: it may have been billed, so the reservation is kept."""
+    h = make(
+        lambda _: httpx.Response(
+            200, headers={"content-encoding": "gzip"}, stream=httpx.ByteStream(b"not gzip at all")
+        ),
+        ok(),
+    )
+    resp = await h.get()
+    assert resp.attempts == 2 and h.ledger.spent == 2
+
+
 async def test_truncated_json_then_200(make: Any) -> None:
     h = make(httpx.Response(200, content=b'{"success": true, "items": [{"id": "p1"'), ok())
     resp = await h.get()

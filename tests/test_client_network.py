@@ -18,7 +18,7 @@ import stamina
 
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.errors import ServiceUnavailable
-from connectors.lanes import behind_proxy, decoded
+from connectors.lanes import Origin, behind_proxy, decoded
 from connectors.ledger import CreditLedger
 from connectors.page_request import PageRequest
 
@@ -166,8 +166,8 @@ async def test_a_compressed_answer_is_decoded(coding: str) -> None:
 
 
 async def test_the_request_line_is_what_httpx_would_send() -> None:
-    """Params with spaces, `&`, `#` and non-ASCII text are encoded as httpx encodes them, under the base URL's
-    path, with a Host header and the key only in its own header."""
+    """Paths and params with spaces, `;`, `&`, `#` and non-ASCII text are encoded as httpx encodes them (a `;`
+    is sent, not cut off), under the base URL's path, with a Host header and the key only in its own header."""
     seen: list[bytes] = []
 
     async def recording(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -177,10 +177,11 @@ async def test_the_request_line_is_what_httpx_would_send() -> None:
         writer.close()
 
     params = (("query", "cats & dogs #1 été"), ("query", "a+b/c"), ("page", "2"))
+    path = "/v1/pins/été;v=2 x"  # the catalog quotes path values; a direct caller may not
     ledger = CreditLedger(10)
     async with _serve(recording) as url, ServiceClient(url + "/api/", KEY, ledger, retry=FAST) as client:
-        await client.get(PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", params, 0, 1))
-    expected = httpx.URL(url + "/api/v1/pinboard/search", params=list(params))
+        await client.get(PageRequest("q", "/v1/pins", path, params, 0, 1))
+    expected = httpx.URL(url + "/api" + path, params=list(params))
     request_line, *header_lines = seen[0].decode("latin-1").split("\r\n")
     assert request_line == f"GET {expected.raw_path.decode('ascii')} HTTP/1.1"
     headers = {h.split(":", 1)[0].lower(): h.split(":", 1)[1].strip() for h in header_lines if h}
@@ -237,11 +238,20 @@ async def test_behind_a_proxy_from_the_environment_requests_go_through_it(
             await client.get(
                 PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), 0, 1)
             )
-        monkeypatch.setenv("NO_PROXY", "service.invalid")
-        monkeypatch.setenv("no_proxy", "service.invalid")
-        assert not behind_proxy("http://service.invalid")
-    assert seen[0].startswith(b"GET http://service.invalid/v1/pinboard/search?query=x HTTP/1.1")
-    assert ledger.spent == 1
+        # NO_PROXY is httpx's to apply (its matching differs from urllib's): the lanes stay httpx clients
+        monkeypatch.setenv("NO_PROXY", ".service.invalid")
+        monkeypatch.setenv("no_proxy", ".service.invalid")
+        assert behind_proxy("http://service.invalid")
+        async with ServiceClient("http://service.invalid", KEY, ledger, retry=FAST) as client:
+            await client.get(
+                PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "y"),), 0, 1)
+            )
+    # httpx does not exempt the bare host for `.service.invalid`: both requests went through the proxy
+    assert [line.split(b"\r\n")[0] for line in seen] == [
+        b"GET http://service.invalid/v1/pinboard/search?query=x HTTP/1.1",
+        b"GET http://service.invalid/v1/pinboard/search?query=y HTTP/1.1",
+    ]
+    assert ledger.spent == 2
 
 
 def test_decoding_keeps_a_body_that_does_not_decode() -> None:
@@ -252,3 +262,22 @@ def test_decoding_keeps_a_body_that_does_not_decode() -> None:
     assert decoded(gzip.compress(gzip.compress(PINS)), "gzip, gzip") == PINS
     assert decoded(b"not gzip", "gzip") == b"not gzip"
     assert decoded(PINS, "identity") == PINS and decoded(PINS, None) == PINS
+
+
+def test_the_origin_is_parsed_as_httpx_parses_it() -> None:
+    """The Host header carries an IPv6 address in brackets and drops the scheme's default port."""
+    v6 = Origin.of("http://[::1]:8080")
+    assert (v6.host, v6.port, v6.netloc) == (b"::1", 8080, b"[::1]:8080")
+    api = Origin.of("https://API.Example.com:443/base/")
+    assert (api.host, api.port, api.netloc, api.path) == (
+        b"api.example.com",
+        443,
+        b"api.example.com",
+        b"/base",
+    )
+    assert api.url(api.target("/v1/x", [("q", "a b")])) == "https://api.example.com/base/v1/x?q=a+b"
+
+
+def test_a_base_url_with_credentials_is_refused() -> None:
+    with pytest.raises(ValueError, match="user name or password"):
+        ServiceClient("https://user:pw@api.example.com", KEY, CreditLedger(10))
