@@ -5,9 +5,9 @@ primary key is kept; against the table, a row is replaced only by a fetch at lea
 duplicates rows and reloading an old run never overwrites newer data. Rows whose primary key is NULL cannot be
 merged and are skipped; their count is reported in `LoadResult.skipped_null_pk` and logged.
 
-Each step (a chunk of about 50k rows of one table) is its own transaction: DuckDB keeps a transaction's deleted
-and inserted rows in memory until it commits, so one transaction for a whole run grew with the run and failed a
-64 MB limit at 200k rows. A load that fails half-way is still safe: the merge rule makes every step idempotent,
+Each step (up to 250k rows of one table, see `CHUNK_ROWS`) is its own transaction: the newest-row sort and the
+insert's join grow with the rows of a step, so one step for a whole run would grow with the run (1M-row steps
+ran out of a 64 MB limit). A load that fails half-way is still safe: the merge rule makes every step idempotent,
 and the run counts as loaded only when its bookkeeping rows are written, in the final transaction.
 """
 
@@ -148,16 +148,16 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a first load (an
     empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch go to the later file name / later row, so the choice is
     stable. Columns the table has but this schema lacks stay NULL in replaced rows: they are the newer fetch.
+
+    Rows are named by (`file_index`, `file_row_number`), two integers: with each row's file name instead, the
+    narrow rows were wide enough that the newest-row sort of a 250k-row step ran out of a 64 MB limit.
     """
     ensure_table(con, kind)
     table = quote_ident(kind.table)
     if not files:
         return count_rows(con, f"SELECT count(*) FROM {table}"), 0
-    paths = [str(p) for p in files]
-    source = (
-        "read_parquet(?, hive_partitioning = false, union_by_name = true, "
-        "filename = '_harvest_file', file_row_number = true)"
-    )
+    paths = sorted(str(p) for p in files)  # `file_index` is a file's place here: ties go to the later name
+    source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
     key = [quote_ident(c) for c in kind.primary_key]
     null_key = " OR ".join(f"{k} IS NULL" for k in key)
     skipped = count_rows(con, f"SELECT count(*) FROM {source} WHERE {null_key}", [paths])
@@ -174,11 +174,11 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _harvest_newest AS
-        SELECT {", ".join(key)}, {fetched}, _harvest_file, file_row_number FROM {source}
+        SELECT {", ".join(key)}, {fetched}, file_index, file_row_number FROM {source}
         WHERE NOT ({null_key})
         QUALIFY row_number() OVER (
             PARTITION BY {", ".join(key)}
-            ORDER BY {fetched} DESC NULLS LAST, _harvest_file DESC, file_row_number DESC
+            ORDER BY {fetched} DESC NULLS LAST, file_index DESC, file_row_number DESC
         ) = 1
         """,
         [paths],
@@ -193,19 +193,27 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     )
     con.execute(
         f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} "
-        "SEMI JOIN _harvest_newest USING (_harvest_file, file_row_number)",
+        "SEMI JOIN _harvest_newest USING (file_index, file_row_number)",
         [paths],
     )
     con.execute("DROP TABLE _harvest_newest")  # on failure it goes with the rolled-back transaction
     return count_rows(con, f"SELECT count(*) FROM {table}"), skipped
 
 
-CHUNK_ROWS = 50_000
-"""Rows merged in one step: the staging sort and its memory stay the size of a chunk, not of the run."""
+CHUNK_ROWS = 250_000
+"""Rows merged in one step: the sort, the join and DuckDB's memory stay the size of a step, not of the run.
+
+Why this many: DuckDB writes an insert of at least a row group (122,880 rows) straight to the database file, and
+keeps a smaller one in memory until the commit, which under the 64 MB limit then spills and reads back. On the
+bench job's 200k rows (0.93 KB each), steps of 50k took 2.45 s to load and 3.35 s to load again over the same
+keys; one 200k step took 1.66 and 1.65 s. 3.2M distinct rows took 65 s in 50k steps and 29 s in 250k steps, and
+ran out of 64 MB in 1M steps (the insert's join, which grows with rows, not with width). Records five times as
+wide (5 KB of `raw`) loaded in one 200k step in 3.8 s; in steps capped at 256 MB of data (40k rows) they took
+8.7 s, so steps are not capped by bytes."""
 
 
 def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]]:
-    """Files in name order, grouped into steps of about `rows` rows (a file is never split).
+    """Files in name order, grouped into steps of at most `rows` rows (a file is never split).
 
     Merging step by step gives the same table as one merge: each step replaces only rows at least as old,
     and files are taken in the order one merge breaks ties by (the later file name wins)."""
@@ -225,14 +233,17 @@ def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]
 
 
 def merge_batches(
-    con: duckdb.DuckDBPyConnection, batches: Iterable[tuple[KindLike, Sequence[Path]]]
+    con: duckdb.DuckDBPyConnection,
+    batches: Iterable[tuple[KindLike, Sequence[Path]]],
+    rows: int = CHUNK_ROWS,
 ) -> LoadResult:
-    """Merge several kinds' files on an open connection, one transaction per step (see module docstring)."""
+    """Merge several kinds' files on an open connection, one transaction per step of at most `rows` rows (see
+    module docstring)."""
     result = LoadResult()
     for kind, files in batches:
         with transaction(con):
             result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
-        for chunk in chunks(files):
+        for chunk in chunks(files, rows):
             with transaction(con):
                 result[kind.table], more = merge_files(con, kind, chunk)
             skipped += more

@@ -1,0 +1,94 @@
+"""The merge rule holds however a load is cut into steps and batches: per key, the row with the newest
+`_fetched_at` wins, ties going to the later file name, then the later row in the file.
+
+Rows are named inside a step by (`file_index`, `file_row_number`), so the order the files are given in must not
+matter; steps of a few rows stand for the 250k-row steps of a real load (`tasks.record_tables.CHUNK_ROWS`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import tempfile
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tasks.database import write_connection
+from tasks.record_tables import merge_batches, merge_files
+from tests.landing_helpers import META, Kind
+
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+PINS = Kind("pins", ("k",), pa.schema([("k", pa.string()), ("label", pa.string()), *META]))
+
+# A file: its rows as (key, minutes after T0). Few keys and few distinct times, so ties are common.
+files_strategy = st.lists(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=6), min_size=1, max_size=6
+)
+
+
+def _write(directory: Path, name: str, rows: list[tuple[int, int]]) -> Path:
+    records = [
+        {
+            "k": f"k{key}",
+            "label": f"{name}#{n}",
+            "raw": "{}",
+            "_endpoint": "/e",
+            "_query_id": "q",
+            "_run_id": "r",
+            "_fetched_at": T0 + dt.timedelta(minutes=minute),
+        }
+        for n, (key, minute) in enumerate(rows)
+    ]
+    path = directory / f"{name}.parquet"
+    pq.write_table(pa.Table.from_pylist(records, schema=PINS.schema), path)
+    return path
+
+
+def _expected(files: list[list[tuple[int, int]]]) -> dict[str, str]:
+    """Per key, the label of the winning row: the newest minute, then the later file name, then the later row."""
+    best: dict[str, tuple[int, str, int]] = {}
+    for i, rows in enumerate(files):
+        name = f"f{i:02d}"
+        for n, (key, minute) in enumerate(rows):
+            rank = (minute, name, n)
+            best[f"k{key}"] = max(best.get(f"k{key}", rank), rank)
+    return {key: f"{name}#{n}" for key, (_, name, n) in best.items()}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files=files_strategy, step=st.integers(1, 12), batches=st.integers(1, 3), seed=st.integers(0, 99))
+def test_any_steps_and_batches_give_the_table_one_merge_would(
+    files: list[list[tuple[int, int]]], step: int, batches: int, seed: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        paths = [_write(root, f"f{i:02d}", rows) for i, rows in enumerate(files)]
+        shuffled = paths[:]
+        random.Random(seed).shuffle(shuffled)  # the order files are handed over in must not matter
+        # consecutive batches in name order, as runs are loaded oldest first; each batch in shuffled order
+        cut = sorted(random.Random(seed).sample(range(1, len(paths)), min(batches - 1, len(paths) - 1)))
+        groups = [paths[a:b] for a, b in zip([0, *cut], [*cut, len(paths)], strict=True)]
+        db = root / "h.duckdb"
+        for group in groups:
+            in_order = [p for p in shuffled if p in group]
+            with write_connection(db) as con:
+                merge_batches(con, [(PINS, in_order)], rows=step)
+        # one step straight through merge_files, the files as shuffled
+        whole = root / "whole.duckdb"
+        with write_connection(whole) as con:
+            merge_files(con, PINS, shuffled)
+        got, got_whole = _labels(db), _labels(whole)
+    assert got == got_whole == _expected(files)
+
+
+def _labels(db: Path) -> dict[str, str]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return dict(con.execute("SELECT k, label FROM pins").fetchall())
+    finally:
+        con.close()
