@@ -144,18 +144,25 @@ def _json_answer(body: bytes, *headers: bytes) -> bytes:
 PINS = b'{"success": true, "pins": [{"id": "p1"}], "credits_charged": 1, "credits_remaining": 9}'
 
 
+def _recorder(seen: list[bytes], answer: bytes) -> Handler:
+    """A server that keeps each request's head and answers `answer`."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    return handler
+
+
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])
 async def test_a_compressed_answer_is_decoded(coding: str) -> None:
     """Lanes ask for gzip/deflate as httpx did (it saves the service's bandwidth) and decode what comes."""
     seen: list[bytes] = []
 
-    async def compressing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await reader.readuntil(b"\r\n\r\n"))
-        packed = gzip.compress(PINS) if coding == "gzip" else zlib.compress(PINS)
-        writer.write(_json_answer(packed, b"content-encoding: " + coding.encode()))
-        await writer.drain()
-        writer.close()
-
+    packed = gzip.compress(PINS) if coding == "gzip" else zlib.compress(PINS)
+    compressing = _recorder(seen, _json_answer(packed, b"content-encoding: " + coding.encode()))
     ledger = CreditLedger(10)
     async with _serve(compressing) as url, ServiceClient(url, KEY, ledger, retry=FAST) as client:
         response = await client.get(
@@ -170,16 +177,13 @@ async def test_the_request_line_is_what_httpx_would_send() -> None:
     is sent, not cut off), under the base URL's path, with a Host header and the key only in its own header."""
     seen: list[bytes] = []
 
-    async def recording(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(_json_answer(PINS))
-        await writer.drain()
-        writer.close()
-
     params = (("query", "cats & dogs #1 été"), ("query", "a+b/c"), ("page", "2"))
     path = "/v1/pins/été;v=2 x"  # the catalog quotes path values; a direct caller may not
     ledger = CreditLedger(10)
-    async with _serve(recording) as url, ServiceClient(url + "/api/", KEY, ledger, retry=FAST) as client:
+    async with (
+        _serve(_recorder(seen, _json_answer(PINS))) as url,
+        ServiceClient(url + "/api/", KEY, ledger, retry=FAST) as client,
+    ):
         await client.get(PageRequest("q", "/v1/pins", path, params, 0, 1))
     expected = httpx.URL(url + "/api" + path, params=list(params))
     request_line, *header_lines = seen[0].decode("latin-1").split("\r\n")
@@ -221,14 +225,8 @@ async def test_behind_a_proxy_from_the_environment_requests_go_through_it(
     """`HTTP_PROXY` etc. are honoured as httpx honours them: the request goes to the proxy, in absolute form."""
     seen: list[bytes] = []
 
-    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(_json_answer(PINS))
-        await writer.drain()
-        writer.close()
-
     ledger = CreditLedger(10)
-    async with _serve(proxy) as proxy_url:
+    async with _serve(_recorder(seen, _json_answer(PINS))) as proxy_url:
         for name in ("ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HTTP_PROXY", proxy_url)
