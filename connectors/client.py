@@ -46,8 +46,9 @@ from connectors.answers import JSON, Response, int_field, parse_body, problem, s
 from connectors.auth import REDACTED, ApiKey
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
+from connectors.http_lane import DEFAULT_HEADERS, Answer, HttpxLane, Origin, http_client
 from connectors.in_flight import InFlight
-from connectors.lanes import DEFAULT_HEADERS, Answer, HttpxLane, Lanes, Origin, http_client, lane_maker
+from connectors.lanes import Lanes, lane_maker
 from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
 from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after

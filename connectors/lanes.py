@@ -1,19 +1,11 @@
-"""One single-connection lane per request in flight, and httpcore underneath instead of httpx's client layer.
+"""One single-connection lane per request in flight, instead of one shared pool.
 
-Two measurements decided this. httpx's shared pool rescans every connection and waiting request on each request
-(httpcore's `_assign_requests_to_connections`): with 10 requests in flight that came to ~0.3 ms of CPU per page,
-about a tenth of what harvest spends on a page; a lane that owns one connection has nothing to scan. And httpx's
-client layer (merging base URL, params, headers and cookies into a `Request`, the auth and redirect loops, the
-response stream wrapper) cost about as much again as the HTTP exchange itself: 2,000 pages from the sandbox took
-1.97 s of CPU through `AsyncClient.get`, 1.55 s through httpx's transport and 1.05 s through httpcore's pool.
-
-So a lane is an httpcore pool of one connection (httpcore is httpx's own engine, and already installed with it),
-its errors mapped to httpx's classes so the retry rules (`connectors.retry`) stay written once. It asks for and
-decodes gzip/deflate bodies, encodes paths and params, and sends the Host header as httpx would. It keeps no
-cookies and sends no credentials from the URL (the spec refuses those; the service uses neither). Behind a proxy from the environment (``HTTPS_PROXY``, ``ALL_PROXY``
-...) and with an injected transport (the client's unit tests), a lane is an httpx client instead, which honours
-both. A request takes a lane only after its connection slot (the service client's semaphore), so there are never
-more lanes in use than slots, and each lane keeps its connection alive for the next request that takes it.
+httpx's shared pool rescans every connection and waiting request on each request (httpcore's
+`_assign_requests_to_connections`): with 10 requests in flight that came to ~0.3 ms of CPU per page, about a tenth
+of what harvest spends on a page; a lane that owns one connection has nothing to scan. A lane is an httpcore
+connection (`connectors.http_lane.CoreLane`), or an httpx client when the environment names a proxy. A request
+takes a lane only after its connection slot (the service client's semaphore), so there are never more lanes in
+use than slots, and each lane keeps its connection alive for the next request that takes it.
 """
 
 from __future__ import annotations
@@ -21,204 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ssl
 import urllib.request
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
-from urllib.parse import quote, urlencode
+from collections.abc import Callable, Iterator
 
-import httpcore
 import httpx
 
+from connectors.http_lane import CoreLane, HttpxLane, Lane, http_client
 from connectors.retry import Timeouts
-
-DEFAULT_HEADERS = {
-    "user-agent": "harvest/0.1",
-    "accept": "application/json",
-    "accept-encoding": "gzip, deflate",
-}
-KEEPALIVE_SECONDS = 5.0
-"""How long an idle connection is kept (httpx's default): the service may close it first, and then the lane
-opens a new one without failing the request."""
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context per process (httpx builds one per client, ~40 ms of loading CA certificates; a Dask
-    worker opens a client per round). Built as httpx would (certifi, `SSL_CERT_FILE`/`SSL_CERT_DIR`)."""
-    return httpx.create_ssl_context()
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What harvest reads of an HTTP answer: the status, the (decoded) body and the headers."""
-
-    status_code: int
-    content: bytes
-    headers: Sequence[tuple[bytes, bytes]]
-
-    def header(self, name: str) -> str | None:
-        wanted = name.lower().encode("ascii")
-        for key, value in self.headers:
-            if key.lower() == wanted:
-                return value.decode("latin-1")
-        return None
-
-
-PATH_SAFE = "".join(chr(i) for i in range(0x21, 0x7F) if chr(i) not in '"#<>?`{}')
-"""What a path keeps unencoded: httpx's path set (RFC 3986 path characters, `%` escapes kept as they are)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """The service's address, parsed once from the base URL as httpx parses it (IDNA host, default port)."""
-
-    scheme: bytes
-    host: bytes
-    port: int
-    netloc: bytes
-    """The Host header: an IPv6 address in brackets, the port only when it is not the scheme's default."""
-    path: bytes
-    """The base URL's own path, percent-encoded, without a trailing slash: request paths go under it."""
-
-    @classmethod
-    def of(cls, base_url: str) -> Origin:
-        url = httpx.URL(base_url)
-        port = url.port or (443 if url.scheme == "https" else 80)
-        return cls(url.raw_scheme, url.raw_host, port, url.netloc, url.raw_path.rstrip(b"/"))
-
-    def target(self, path: str, params: Sequence[tuple[str, str]]) -> bytes:
-        """The request target: the path percent-encoded as httpx would, then the params as httpx encodes
-        them. Nothing parses it again, so a `;` in a path is sent, not cut off as URL parameters."""
-        target = self.path + quote(path, safe=PATH_SAFE).encode("ascii")
-        return target + b"?" + urlencode(params).encode("ascii") if params else target
-
-    def url(self, target: bytes) -> str:
-        return (self.scheme + b"://" + self.netloc + target).decode("ascii")
-
-
-class Lane(Protocol):
-    """One connection's worth of HTTP: GET a target at the service's origin."""
-
-    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer: ...
-
-    async def aclose(self) -> None: ...
-
-
-def http_client(
-    base_url: str, timeouts: Timeouts, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
-    """A client with one kept-alive connection that never follows a redirect (the key header would follow it)."""
-    return httpx.AsyncClient(
-        base_url=base_url,
-        timeout=timeouts.to_httpx(),
-        limits=httpx.Limits(
-            max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_SECONDS
-        ),
-        transport=transport,
-        follow_redirects=False,
-        verify=_tls(),
-        headers=DEFAULT_HEADERS,
-    )
-
-
-class HttpxLane:
-    """A lane through httpx's client: where a proxy or an injected transport needs what that layer does."""
-
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-
-    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer:
-        response = await self.client.get(origin.url(target), headers=headers)
-        return Answer(response.status_code, response.content, response.headers.raw)
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-    @property
-    def is_closed(self) -> bool:
-        return self.client.is_closed
-
-
-_ERRORS: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError),
-    (httpcore.ProxyError, httpx.ProxyError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-)
-"""httpcore's errors as the httpx errors they stand for, most specific first (httpx maps them the same way)."""
-
-
-def as_httpx_error(exc: Exception) -> Exception:
-    for core, mapped in _ERRORS:
-        if isinstance(exc, core):
-            return mapped(str(exc))
-    return exc
-
-
-def decoded(body: bytes, encoding: str | None) -> bytes:
-    """The body without its content codings (gzip, deflate). One that does not decode is passed on as it came:
-    it then reads as a body that is not JSON, which the client retries with its reservation kept (it was paid)."""
-    if not encoding:
-        return body
-    for coding in reversed([c.strip().lower() for c in encoding.split(",")]):
-        try:
-            if coding in ("gzip", "x-gzip"):
-                body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
-            elif coding == "deflate":
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)  # raw deflate, as some servers send it
-        except zlib.error:
-            return body
-    return body
-
-
-class CoreLane:
-    """A lane through httpcore: one pool of one connection, kept alive between requests."""
-
-    def __init__(self, timeouts: Timeouts) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=_tls(),
-            max_connections=1,
-            max_keepalive_connections=1,
-            keepalive_expiry=KEEPALIVE_SECONDS,
-        )
-        self._extensions = {"timeout": timeouts.to_httpx().as_dict()}
-        self.is_closed = False
-
-    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer:
-        url = httpcore.URL(scheme=origin.scheme, host=origin.host, port=origin.port, target=target)
-        sent: list[tuple[bytes | str, bytes | str]] = [(b"host", origin.netloc), *headers.items()]
-        try:
-            response = await self._pool.request("GET", url, headers=sent, extensions=self._extensions)
-        except Exception as exc:
-            mapped = as_httpx_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-        body = response.content
-        encoding = next((v for k, v in response.headers if k.lower() == b"content-encoding"), None)
-        if encoding is not None:
-            body = decoded(body, encoding.decode("latin-1"))
-        return Answer(response.status, body, response.headers)
-
-    async def aclose(self) -> None:
-        self.is_closed = True
-        await self._pool.aclose()
 
 
 def behind_proxy(base_url: str) -> bool:

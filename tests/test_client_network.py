@@ -18,7 +18,8 @@ import stamina
 
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.errors import ServiceUnavailable
-from connectors.lanes import Origin, behind_proxy, decoded
+from connectors.http_lane import Origin, decoded
+from connectors.lanes import behind_proxy
 from connectors.ledger import CreditLedger
 from connectors.page_request import PageRequest
 
