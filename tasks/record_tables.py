@@ -26,6 +26,8 @@ from tasks.layout import KindLike
 log = logging.getLogger(__name__)
 
 FETCHED_AT = "_fetched_at"
+ROW_NAMES = frozenset({"file_index", "file_row_number"})
+"""The columns DuckDB's Parquet reader adds to name a row within a merge step (see `merge_files`)."""
 
 
 class LoadResult(dict[str, int]):
@@ -114,6 +116,9 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
     """
     if not kind.primary_key:
         raise ValueError(f"table {kind.table}: a record kind needs a primary key")
+    shadowing = sorted(ROW_NAMES & set(kind.schema.names))
+    if shadowing:  # a record column of that name would hide the reader's own and mix up which row wins
+        raise ValueError(f"table {kind.table}: columns {shadowing} are reserved for the load step")
     missing_key = [c for c in kind.primary_key if c not in kind.schema.names]
     if missing_key or FETCHED_AT not in kind.schema.names:
         raise ValueError(f"table {kind.table}: schema lacks {missing_key or [FETCHED_AT]}")

@@ -15,11 +15,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from connectors.catalog import all_kinds
 from tasks.database import write_connection
-from tasks.record_tables import merge_batches, merge_files
+from tasks.record_tables import ROW_NAMES, merge_batches, merge_files
 from tests.landing_helpers import META, Kind
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -92,3 +94,14 @@ def _labels(db: Path) -> dict[str, str]:
         return dict(con.execute("SELECT k, label FROM pins").fetchall())
     finally:
         con.close()
+
+
+def test_a_record_column_named_like_the_readers_row_names_is_refused(tmp_path: Path) -> None:
+    """Such a column would hide DuckDB's `file_index` and mix up which row wins: refused before anything loads."""
+    clash = Kind("clash", ("k",), pa.schema([("k", pa.string()), ("file_index", pa.int64()), *META]))
+    with write_connection(tmp_path / "h.duckdb") as con, pytest.raises(ValueError, match="reserved"):
+        merge_files(con, clash, [])
+
+
+def test_no_catalog_table_has_a_column_named_like_the_readers_row_names() -> None:
+    assert not any(ROW_NAMES & set(kind.schema.names) for kind in all_kinds().values())
