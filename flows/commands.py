@@ -306,11 +306,11 @@ def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
 
 def exit_code(summary: dict[str, Any]) -> int:
     from connectors.pager import OK_STATUSES
-    from flows.outcome import cut_short
+    from flows.outcome import cut_short, failed_export
 
     if cut_short(summary):
         return 130
-    if summary.get("export", {}).get("error"):
+    if failed_export(summary):
         return 1
     return 0 if all(q["status"] in OK_STATUSES for q in summary["queries"]) else 1
 

@@ -61,6 +61,11 @@ def interrupted_export(summary: dict[str, Any]) -> bool:
     return bool((summary.get("export") or {}).get("interrupted"))
 
 
+def failed_export(summary: dict[str, Any]) -> bool:
+    """The spec's export did not happen (failed, interrupted, or the run was not loaded): the run says so."""
+    return bool((summary.get("export") or {}).get("error"))
+
+
 def cut_short(summary: dict[str, Any]) -> bool:
     """A signal stopped the run, its load or its export: Prefect's Cancelled, exit code 130."""
     return (
@@ -74,7 +79,7 @@ def final_state(summary: dict[str, Any], retries: int, key: ApiKey | None = None
     message = headline(summary, key)
     if cut_short(summary):
         return Cancelled(message=message, data=summary)
-    if summary["status"] == "failed" or summary.get("export", {}).get("error"):
+    if summary["status"] == "failed" or failed_export(summary):
         if retries:  # Prefect retries only a raised failure; the retry resumes this run
             raise RunFailed(summary, message)
         return Failed(message=message, data=summary)
