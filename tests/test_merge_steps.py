@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.catalog import all_kinds
-from tasks.database import write_connection
+from tasks.database import ROW_GROUP_ROWS, write_connection
 from tasks.record_tables import ROW_NAMES, merge_batches, merge_files
 from tests.landing_helpers import META, Kind
 
@@ -105,3 +105,29 @@ def test_a_record_column_named_like_the_readers_row_names_is_refused(tmp_path: P
 
 def test_no_catalog_table_has_a_column_named_like_the_readers_row_names() -> None:
     assert not any(ROW_NAMES & set(kind.schema.names) for kind in all_kinds().values())
+
+
+def test_a_load_writes_small_row_groups_and_spills_beside_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row groups of `ROW_GROUP_ROWS` (a 122,880-row group of wide rows spilled under the 64 MB cap), in a file
+    any DuckDB opens as usual; what DuckDB spills goes beside the database, not into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    rows = [(n, n % 3) for n in range(40_000)]
+    source = _write(tmp_path, "f00", rows)
+    db = tmp_path / "out" / "h.duckdb"
+    with write_connection(db) as con:
+        merge_batches(con, [(PINS, [source])])
+        spill = con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0]
+    assert Path(spill) == Path(f"{db}.tmp")
+    assert not (tmp_path / ".tmp").exists()
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        groups = con.execute(
+            "SELECT row_group_id, max(start + count) - min(start) FROM pragma_storage_info('pins') "
+            "WHERE column_name = 'k' GROUP BY row_group_id"
+        ).fetchall()
+        assert con.execute("SELECT count(*), count(DISTINCT k) FROM pins").fetchall() == [(40_000, 40_000)]
+    finally:
+        con.close()
+    assert len(groups) >= 3 and max(n for _, n in groups) <= ROW_GROUP_ROWS
