@@ -27,6 +27,16 @@ def check_output_dir(path: Path) -> None:
     _check_makes_directories(path)
     _check_not_inside_another_job(path)
     _check_database(OutputLayout(path).db)
+    _check_load_settings()
+
+
+def _check_load_settings() -> None:
+    from tasks.database import LoadSettingError, check_load_settings
+
+    try:
+        check_load_settings()
+    except LoadSettingError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -68,8 +68,12 @@ def load(output: Path) -> None:
     from flows.load import load_manifest_into_duckdb
     from flows.manifest import all_manifests, pending_manifests
     from flows.run_list import run_rows
-    from tasks.database import DatabaseBusy
+    from tasks.database import DatabaseBusy, LoadSettingError, check_load_settings
 
+    try:
+        check_load_settings()
+    except LoadSettingError as exc:
+        raise fail(str(exc)) from None
     layout = OutputLayout(output)
     for row in run_rows(layout):
         if row.state in ("running", "killed"):

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.catalog import all_kinds
-from tasks.database import ROW_GROUP_ROWS, write_connection
+from tasks.database import DEFAULT_ROW_GROUP_ROWS, write_connection
 from tasks.record_tables import ROW_NAMES, merge_batches, merge_files
 from tests.landing_helpers import META, Kind
 
@@ -110,7 +110,7 @@ def test_no_catalog_table_has_a_column_named_like_the_readers_row_names() -> Non
 def test_a_load_writes_small_row_groups_and_spills_beside_the_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Row groups of `ROW_GROUP_ROWS` (a 122,880-row group of wide rows spilled under the 64 MB cap), in a file
+    """Row groups of `DEFAULT_ROW_GROUP_ROWS` (a 122,880-row group of wide rows spilled under the 64 MB cap), in a file
     any DuckDB opens as usual; what DuckDB spills goes beside the database, not into the current directory."""
     monkeypatch.chdir(tmp_path)
     rows = [(n, n % 3) for n in range(40_000)]
@@ -130,4 +130,4 @@ def test_a_load_writes_small_row_groups_and_spills_beside_the_database(
         assert con.execute("SELECT count(*), count(DISTINCT k) FROM pins").fetchall() == [(40_000, 40_000)]
     finally:
         con.close()
-    assert len(groups) >= 3 and max(n for _, n in groups) <= ROW_GROUP_ROWS
+    assert len(groups) >= 3 and max(n for _, n in groups) <= DEFAULT_ROW_GROUP_ROWS

@@ -367,3 +367,26 @@ def test_a_server_that_cannot_start_is_one_line_and_frees_the_lock(
         "error: Prefect's temporary server did not start: OSError: [Errno 12] Cannot allocate memory"
     ]
     assert not is_locked(OutputLayout(tmp_path / "out").lock_file("brand-watch"))
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("HARVEST_DUCKDB_ROW_GROUP_ROWS", "1000", "a positive multiple of 2048"),
+        ("HARVEST_DUCKDB_ROW_GROUP_ROWS", "lots", "a positive multiple of 2048"),
+        ("HARVEST_DUCKDB_MEMORY_LIMIT", "plenty", "a size such as 64MB"),
+    ],
+)
+def test_an_unusable_load_setting_is_refused_before_anything_is_paid(
+    spec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, allowed: str
+) -> None:
+    """Found at the load step, the value would fail the run after its pages were paid for."""
+    monkeypatch.setenv(name, value)
+    output = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(spec), "--base-url", "sandbox", "--output", str(output)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {name}={value!r}: ") and allowed in line
+    assert not output.exists()
+    loaded = runner.invoke(app, ["load", str(tmp_path)])
+    assert loaded.exit_code == 2 and loaded.stderr.splitlines() == [line]
