@@ -31,7 +31,7 @@ def check_output_dir(path: Path) -> None:
 
 
 def _check_load_settings() -> None:
-    from tasks.database import LoadSettingError, check_load_settings
+    from tasks.load_settings import LoadSettingError, check_load_settings
 
     try:
         check_load_settings()

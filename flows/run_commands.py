@@ -68,7 +68,8 @@ def load(output: Path) -> None:
     from flows.load import load_manifest_into_duckdb
     from flows.manifest import all_manifests, pending_manifests
     from flows.run_list import run_rows
-    from tasks.database import DatabaseBusy, LoadSettingError, check_load_settings
+    from tasks.database import DatabaseBusy
+    from tasks.load_settings import LoadSettingError, check_load_settings
 
     try:
         check_load_settings()

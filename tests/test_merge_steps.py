@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.catalog import all_kinds
-from tasks.database import DEFAULT_ROW_GROUP_ROWS, write_connection
+from tasks.database import write_connection
+from tasks.load_settings import DEFAULT_ROW_GROUP_ROWS
 from tasks.record_tables import ROW_NAMES, merge_batches, merge_files
 from tests.landing_helpers import META, Kind
 

@@ -390,3 +390,30 @@ def test_an_unusable_load_setting_is_refused_before_anything_is_paid(
     assert not output.exists()
     loaded = runner.invoke(app, ["load", str(tmp_path)])
     assert loaded.exit_code == 2 and loaded.stderr.splitlines() == [line]
+
+
+def test_the_checks_before_the_temporary_server_starts_import_neither_duckdb_nor_httpx(
+    tmp_path: Path,
+) -> None:
+    """Everything before Prefect's temporary server is spawned delays the one-page job (the server boots ~3.5 s
+    while harvest imports): DuckDB (~50 ms) and httpx (~45 ms) are imported once it is on its way."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from flows import commands, temporary_server\n"
+        "from flows.preflight import check_output_dir\n"
+        "from flows.spec import load_spec\n"
+        "load_spec(Path(sys.argv[1]))\n"
+        "check_output_dir(Path(sys.argv[2]))\n"
+        "print(sorted(m for m in ('duckdb', 'httpx', 'prefect') if m in sys.modules))\n"
+    )
+    spec = tmp_path / "job.yaml"
+    spec.write_text(VALID)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("HARVEST_DUCKDB_MEMORY_LIMIT", None)  # set, it is checked by DuckDB itself (and imports it)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(spec), str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
