@@ -34,7 +34,7 @@ from flows.load import load_manifest_into_duckdb
 from flows.manifest import RunManifest, all_manifests, write_manifest
 from flows.spec import UsageError
 from tasks.collect import land_raw_pages, open_sink
-from tasks.database import quote_ident
+from tasks.database import quote_ident, quote_literal
 from tasks.layout import OutputLayout
 
 KEPT_TABLES = {"exports": EXPORTS_DDL}
@@ -188,7 +188,7 @@ def _carry_over(old: Path, fresh: Path) -> None:
     except duckdb.Error:
         return
     try:
-        con.execute(f"ATTACH {_literal(str(old))} AS old (READ_ONLY)")
+        con.execute(f"ATTACH {quote_literal(str(old))} AS old (READ_ONLY)")
         have = {
             r[0]
             for r in con.execute(
@@ -205,7 +205,3 @@ def _carry_over(old: Path, fresh: Path) -> None:
         pass  # the old database is unreadable (that may be why we rebuild): nothing to carry over
     finally:
         con.close()
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from flows.console import add_row, literal, note, out, table
 from flows.spec import UsageError
+from tasks.database import quote_literal
 from tasks.layout import OutputLayout
 
 if TYPE_CHECKING:
@@ -141,13 +142,9 @@ def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
 def _fence(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> None:
     """No file system but the job's own Parquet tree (which the `<table>_history` views read), and a locked
     configuration, so no statement can widen it again."""
-    con.execute(f"SET allowed_directories = [{_literal(str(parquet_root.resolve()) + '/')}]")
+    con.execute(f"SET allowed_directories = [{quote_literal(str(parquet_root.resolve()) + '/')}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> Answer:

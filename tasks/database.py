@@ -47,10 +47,6 @@ ALIAS = "harvest"
 """The name the database file is attached under in a write connection (`current_database()` there)."""
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
@@ -76,7 +72,7 @@ def write_connection(
     try:
         # Attached, not opened: the row-group size is an ATTACH option (see tasks.load_settings). The file stays an
         # ordinary DuckDB file: any DuckDB opens it, and writes made elsewhere use their own row-group size.
-        con.execute(f"ATTACH {_literal(str(path))} AS {ALIAS} (ROW_GROUP_SIZE {rows})")
+        con.execute(f"ATTACH {quote_literal(str(path))} AS {ALIAS} (ROW_GROUP_SIZE {rows})")
         con.execute(f"USE {ALIAS}")
     except duckdb.IOException as exc:
         con.close()
@@ -117,6 +113,11 @@ def count_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | Non
 
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """A SQL string literal (for statements that take no parameters: ATTACH, SET, CREATE VIEW)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def json_text(value: Any) -> str | None:

@@ -16,17 +16,13 @@ from pathlib import Path
 import duckdb
 
 from connectors.catalog import all_kinds
-from tasks.database import quote_ident
+from tasks.database import quote_ident, quote_literal
 
 HISTORY_SUFFIX = "_history"
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _files(table_dir: Path) -> str:
-    return _literal(str(table_dir / "*" / "*.parquet"))
+    return quote_literal(str(table_dir / "*" / "*.parquet"))
 
 
 def history_view_sql(
