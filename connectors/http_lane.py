@@ -201,11 +201,11 @@ class CoreLane:
             if mapped is exc:
                 raise
             raise mapped from exc
-        body = response.content
-        encoding = next((v for k, v in response.headers if k.lower() == b"content-encoding"), None)
-        if encoding is not None:
-            body = decoded(body, encoding.decode("latin-1"))
-        return Answer(response.status, body, response.headers)
+        answer = Answer(response.status, response.content, response.headers)
+        encoding = answer.header("content-encoding")
+        if encoding is None:
+            return answer
+        return Answer(answer.status_code, decoded(answer.content, encoding), answer.headers)
 
     async def aclose(self) -> None:
         self.is_closed = True
