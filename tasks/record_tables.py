@@ -208,13 +208,13 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
 CHUNK_ROWS = 250_000
 """Rows merged in one step: the sort, the join and DuckDB's memory stay the size of a step, not of the run.
 
-Why this many: DuckDB writes an insert of at least a row group (122,880 rows) straight to the database file, and
-keeps a smaller one in memory until the commit, which under the 64 MB limit then spills and reads back. On the
-bench job's 200k rows (0.93 KB each), steps of 50k took 2.45 s to load and 3.35 s to load again over the same
-keys; one 200k step took 1.66 and 1.65 s. 3.2M distinct rows took 65 s in 50k steps and 29 s in 250k steps, and
-ran out of 64 MB in 1M steps (the insert's join, which grows with rows, not with width). Records five times as
-wide (5 KB of `raw`) loaded in one 200k step in 3.8 s; in steps capped at 256 MB of data (40k rows) they took
-8.7 s, so steps are not capped by bytes."""
+Why this many, measured on the bench job's 200k rows (0.93 KB each) under the 64 MB limit: with DuckDB's default
+122,880-row groups, steps of 50k took 2.45 s (3.35 s over the same keys again) and one 200k step 1.66 s; with the
+load's 16,384-row groups (`tasks.load_settings`), 50k steps still take 1.65 s and one step 0.95 s. 3.2M distinct
+rows took 65 s in 50k steps and 29 s in 250k steps with default groups, 21-31 s and 15-16 s with 16,384-row
+groups, and ran out of 64 MB in 1M steps (the insert's join, which grows with rows, not with width). Records five
+times as wide (5 KB of `raw`) loaded in one 200k step in 3.8 s; in steps capped at 256 MB of data (40k rows)
+they took 8.7 s, so steps are not capped by bytes."""
 
 
 def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]]:
