@@ -39,6 +39,7 @@ from urllib.parse import urlencode
 import httpcore
 import httpx
 import orjson
+import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -221,9 +222,9 @@ async def _fetch_all(base_url: str, names: list[str]) -> int:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux `/proc`)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process so far (psutil, as `bench/measure.py` reads the contenders)."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def sandbox_capacity(base_url: str, names: list[str]) -> tuple[float, float]:
