@@ -174,9 +174,45 @@ def test_a_recursive_alias_is_refused() -> None:
     assert problem == "job.yaml:6: alias *p is inside its own anchor; allowed: aliases of complete nodes"
 
 
-def test_deep_nesting_is_refused() -> None:
-    (problem,) = problems_of(HEAD + QUERY + "      deep: " + "[" * 2000 + "]" * 2000 + "\n")
+DEEP_FLOW = HEAD + QUERY + "      deep: " + "[" * 2000 + "]" * 2000 + "\n"
+"""Past libyaml's own limit (1,000 levels, PyYAML 6.0.4) as well as harvest's (64): line 8 opens level 65."""
+DEEP_BLOCK = HEAD + QUERY + "      deep:\n        " + "- " * 1_200 + "x\n"
+"""Block sequences nested on one line (`- - - x`), 1,200 deep: past libyaml's block limit too."""
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+@pytest.mark.parametrize(("text", "line"), [(DEEP_FLOW, 8), (DEEP_BLOCK, 9)], ids=["flow", "block"])
+def test_deep_nesting_is_refused_as_harvests_limit_with_either_parser(
+    monkeypatch: pytest.MonkeyPatch, libyaml: bool, text: str, line: int
+) -> None:
+    """The limit and its line are harvest's whatever PyYAML's own limits are (libyaml refuses at 1,000 itself)."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml and yaml.__with_libyaml__)
+    (problem,) = problems_of(text)
+    assert problem == f"job.yaml:{line}: nested deeper than 64 levels; allowed: up to 64 levels"
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_nesting_up_to_the_limit_is_read(monkeypatch: pytest.MonkeyPatch, libyaml: bool) -> None:
+    """64 levels are read (the document, queries, a query and params are the first four): the spec goes on to
+    its field checks; one level more is refused."""
+    monkeypatch.setattr(yaml, "__with_libyaml__", libyaml and yaml.__with_libyaml__)
+    deep = HEAD + QUERY + "      deep: " + "[" * 60 + "]" * 60 + "\n"
+    assert problems_of(deep) == [
+        "job.yaml:8: queries[0].params.deep: 'deep' is not a parameter of this endpoint; "
+        "allowed: query, cursor, trim"
+    ]
+    (problem,) = problems_of(deep.replace("[", "[[", 1).replace("]", "]]", 1))
     assert problem == "job.yaml:8: nested deeper than 64 levels; allowed: up to 64 levels"
+
+
+def test_deep_nesting_is_refused_by_validate_and_run_before_prefect(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(DEEP_FLOW)
+    for args in (("validate", str(path)), ("run", str(path), "--base-url", "sandbox")):
+        proc = harvest(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert f"{path}:8: nested deeper than 64 levels; allowed: up to 64 levels" in proc.stderr
+        assert "Traceback" not in proc.stderr and "maximum nesting depth" not in proc.stderr
 
 
 def test_too_many_plain_nodes_are_refused() -> None:

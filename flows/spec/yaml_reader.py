@@ -216,12 +216,35 @@ class _PythonLoader(BoundedComposer, Reader, Scanner, Parser, SafeConstructor, R
 
 
 def load_yaml(text: str) -> tuple[Any, LineMap | None]:
-    """(data, line map) of a spec's text; UnreadableSpec names the line of a syntax error or a limit."""
+    """(data, line map) of a spec's text; UnreadableSpec names the line of a syntax error or a limit.
+
+    The limits are harvest's own, whichever YAML library reads the text. libyaml (bundled with PyYAML since
+    6.0.4) refuses nesting past its own depth itself, and its scanner reads ahead of the events, so it refuses a
+    deep document before the composer sees level 65: such a text is read again by the pure-Python loader, whose
+    scanner keeps no depth of its own, and the composer's limit is the one reported, with its line.
+    """
     check_text(text)
+    libyaml = bool(yaml.__with_libyaml__)
+    try:
+        return _compose(text, libyaml)
+    except _LibraryDepthLimit:
+        return _compose(text, libyaml=False)
+
+
+class _LibraryDepthLimit(Exception):
+    """The YAML library refused nesting deeper than its own limit (above MAX_DEPTH)."""
+
+
+def _refuses_depth(exc: yaml.MarkedYAMLError) -> bool:
+    return "nesting depth" in (exc.problem or "")
+
+
+def _compose(text: str, libyaml: bool) -> tuple[Any, LineMap | None]:
     loader: _LibyamlLoader | _PythonLoader | None = None
     try:
-        count_written_nodes(text)
-        loader = _LibyamlLoader(text) if yaml.__with_libyaml__ else _PythonLoader(text)
+        if libyaml:
+            count_written_nodes(text)
+        loader = _LibyamlLoader(text) if libyaml else _PythonLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None, None
@@ -230,6 +253,8 @@ def load_yaml(text: str) -> tuple[Any, LineMap | None]:
     except _Limited as exc:
         raise UnreadableSpec([Flaw(_line_of(exc.mark), exc.problem, exc.allowed)]) from None
     except yaml.MarkedYAMLError as exc:
+        if libyaml and _refuses_depth(exc):
+            raise _LibraryDepthLimit from None
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(p for p in (exc.context, exc.problem) if p)
         raise UnreadableSpec([Flaw(_line_of(mark), f"YAML syntax: {what}", "valid YAML")]) from None
