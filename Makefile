@@ -4,15 +4,37 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test soak bench lint format clean
+.PHONY: install lock upgrade demo test soak bench lint format clean
+
+# `make install` installs exactly what uv.lock pins (every package, transitive ones included, with hashes),
+# nothing newer: pip installs the locked uv (its hashes read from uv.lock), then uv installs the rest.
+# `--locked` refuses a lock that no longer matches pyproject.toml instead of resolving anew.
+UV := $(BIN)/uv
+UV_SYNC := UV_PYTHON_DOWNLOADS=never $(UV) sync --locked --quiet
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(UV): uv.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(PYTHON) tools/lockfile.py uv-requirement uv.lock > $(VENV)/uv-requirement.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
+	$(BIN)/python -m pip uninstall -q -y setuptools  # the venv's seed; the lock's own comes with what needs it
+	touch $(UV)
+
+$(STAMP): pyproject.toml uv.lock $(UV)
+	$(UV_SYNC) --extra dev
 	touch $(STAMP)
+
+# After editing dependencies in pyproject.toml: pin what is new, keep every other pin.
+lock: $(UV)
+	$(UV) lock
+
+# Every package to the newest version pyproject.toml allows, what moved into CHANGELOG.md, then the suite.
+upgrade: $(UV)
+	cp uv.lock $(VENV)/uv.lock.before
+	$(UV) lock --upgrade
+	$(BIN)/python tools/lockfile.py changes $(VENV)/uv.lock.before uv.lock --changelog CHANGELOG.md
+	$(MAKE) test
 
 demo: install
 	$(BIN)/harvest demo
@@ -27,7 +49,7 @@ soak: install
 	$(BIN)/python -m pytest -q -s -m soak tests/test_soak.py
 
 bench: install
-	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(UV_SYNC) --extra dev --extra bench
 	$(BIN)/python bench/run.py
 
 lint: install
