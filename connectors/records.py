@@ -188,6 +188,9 @@ class RecordKind:
                 return Located([], False, False, "null")
             if isinstance(found, list):
                 return Located([r for r in found if r is not None], True, False)
+            nodes = connection_nodes(found)
+            if nodes is not None:
+                return Located([r for r in nodes if r is not None], True, False)
             if path == "" or path in self.objects:
                 return Located([found], True, True)
             return Located([], False, False, f"{_kind_of(found)}, not a list", found)
@@ -206,6 +209,25 @@ class RecordKind:
             unknown_paths(self.wrapped_known[1], item[self.unwrap.key], out)
         else:
             unknown_paths(self.known, item, out)
+
+
+def connection_nodes(value: Any) -> list[Any] | None:
+    """The records of a GraphQL connection where a list belongs, else None.
+
+    Platforms whose own API is GraphQL page lists as Relay connections, `{"edges": [{"node": {...}, "cursor":
+    ...}], "pageInfo": {...}}`, or give the records directly as `{"nodes": [...]}`; the service passes such
+    answers through. Each node is a record; the edge's cursor and `pageInfo` stay in the raw page."""
+    if not isinstance(value, dict):
+        return None
+    edges = value.get("edges")
+    if isinstance(edges, list) and all(
+        edge is None or (isinstance(edge, dict) and "node" in edge) for edge in edges
+    ):
+        return [edge["node"] for edge in edges if edge is not None]
+    nodes = value.get("nodes")
+    if isinstance(nodes, list) and "edges" not in value:
+        return nodes
+    return None
 
 
 def _kind_of(value: Any) -> str:

@@ -25,7 +25,7 @@ from sandbox import endpoints as ep
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulated import EmulatedEndpoint
 from sandbox.expected import expected_pages, full_crawl
-from sandbox.faults import EDGE_FAULTS, drop_connection, edge_response
+from sandbox.faults import EDGE_FAULTS, cut_send, drop_connection, edge_response
 from sandbox.paths import CREDIT_BALANCE
 from sandbox.service import SandboxState, WireAnswer
 from sandbox.validation import InvalidRequest
@@ -119,7 +119,7 @@ class SandboxApp:
             await asyncio.sleep(self.config.slow_seconds)
         if self.config.latency:
             await asyncio.sleep(self.config.latency)
-        await self.inner(scope, receive, send)
+        await self.inner(scope, receive, cut_send(send) if fault is FaultKind.CUT else send)
 
     async def _edge_fault(
         self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int, fault: FaultKind

@@ -24,12 +24,13 @@ class FaultKind(StrEnum):
     DROP = "drop"  # connection closed without any response
     TRUNCATED = "truncated"  # 200, the JSON body cut in the middle
     MALFORMED = "malformed"  # 200, a body that is not valid JSON
+    CUT = "cut"  # 200 with the whole answer's Content-Length, the connection closed half-way through the body
 
 
 ALL_FAULTS: tuple[FaultKind, ...] = tuple(FaultKind)
 
 BILLED_FAULTS_DEFAULT: frozenset[FaultKind] = frozenset(
-    {FaultKind.SLOW, FaultKind.TRUNCATED, FaultKind.MALFORMED}
+    {FaultKind.SLOW, FaultKind.TRUNCATED, FaultKind.MALFORMED, FaultKind.CUT}
 )
 """Faults after which the service did the work and charged: a 200 whose body got damaged, or a slow answer
 (the client's timeout does not undo the charge). A client must count such calls as spent."""
@@ -98,6 +99,21 @@ class Drift:
     odd_values: float = 0.0
     """Share of records whose timestamps are "²" (a digit to `str.isdigit`, not to `int`) or an integer beyond
     64 bits, and whose counters are 5000 digits long (beyond what Python converts)."""
+    cut_emoji: frozenset[str] = frozenset()
+    """Paths whose first record's text ends cut in the middle of an emoji, as platforms truncate text: a lone
+    high surrogate, which only an answer written ASCII-only can carry (as the escape `\\ud83d`)."""
+    nan_counts: frozenset[str] = frozenset()
+    """Paths whose first record's counters are sent as `NaN`, a token strict JSON does not have."""
+    latin1: frozenset[str] = frozenset()
+    """Paths whose answers are encoded in Latin-1 instead of UTF-8: accented text comes as bytes that are not
+    UTF-8 (characters Latin-1 lacks as `?`)."""
+    byte_order_mark: frozenset[str] = frozenset()
+    """Paths whose answers start with a UTF-8 byte order mark."""
+    relay_lists: Mapping[str, str] = field(default_factory=dict)
+    """Path -> location of a list sent as a GraphQL Relay connection, `{"edges": [{"node": ..., "cursor": ...}],
+    "pageInfo": ...}` (`[1].data.user.clips`: the clip's other clips, as the platform's own API pages them)."""
+    unreadable: frozenset[str] = frozenset()
+    """Paths answered 200 (and billed) with an HTML maintenance page: the same bytes every time, no JSON."""
 
     @property
     def active(self) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.config import Drift
-from sandbox.paths import FORUM_SEARCH, MB_FEED, PINS, VIDEO_SEARCH
+from sandbox.paths import CLIP, FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,31 @@ SHAPES: dict[str, Shape] = {
     ),
     "new-fields": Shape(
         "every record carries fields the interface does not name: named once", Drift(new_fields=True)
+    ),
+    "cut-emoji": Shape(
+        "a community tweet's text is cut in the middle of an emoji (a lone `\\ud83d`): read, the half emoji "
+        "as U+FFFD, counted as repaired",
+        Drift(cut_emoji=frozenset({TWEETS})),
+    ),
+    "nan-counts": Shape(
+        "a community tweet's counters come as `NaN`: read as NULL, counted as repaired",
+        Drift(nan_counts=frozenset({TWEETS})),
+    ),
+    "latin1": Shape(
+        "community tweets come encoded in Latin-1, not UTF-8: read, each such byte as U+FFFD, counted",
+        Drift(latin1=frozenset({TWEETS})),
+    ),
+    "byte-order-mark": Shape(
+        "community tweets start with a UTF-8 byte order mark: read, counted", Drift(byte_order_mark=frozenset({TWEETS}))
+    ),
+    "relay-clips": Shape(
+        "the clip's other clips come as a GraphQL Relay connection, {edges: [{node}]}: read",
+        Drift(relay_lists={CLIP: "[1].data.user.clips"}),
+    ),
+    "unreadable-tweets": Shape(
+        "community tweets are answered 200 (billed) with an HTML maintenance page: paid once, kept in the raw "
+        "store, drift",
+        Drift(unreadable=frozenset({TWEETS})),
     ),
     "stuck-cursor": Shape(
         "the microblog-b feed and pin search hand back the cursor they were asked with: loop_detected",

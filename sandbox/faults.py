@@ -11,7 +11,7 @@ import threading
 from collections import Counter
 
 import orjson
-from starlette.types import Send
+from starlette.types import Message, Send
 
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.stablehash import hnum, unit
@@ -101,11 +101,33 @@ async def drop_connection(send: Send) -> None:
     `RemoteProtocolError`). Elsewhere, fall back to starting a response and raising, which makes the server
     close the connection mid-answer.
     """
-    transport = getattr(getattr(send, "__self__", None), "transport", None)
-    if transport is not None and hasattr(transport, "close"):
-        transport.close()
-        for _ in range(3):
-            await asyncio.sleep(0)
+    if await _close_transport(send):
         return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1000")]})
     raise DroppedConnection("dropped connection (fault injection)")
+
+
+async def _close_transport(send: Send) -> bool:
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is None or not hasattr(transport, "close"):
+        return False
+    transport.close()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return True
+
+
+def cut_send(send: Send) -> Send:
+    """A `send` that announces the whole answer (its Content-Length) and then closes the connection half-way
+    through the body, as a network that drops a connection does: the client reads fewer bytes than announced."""
+
+    async def cutting(message: Message) -> None:
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        body = message.get("body", b"")
+        await send({"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True})
+        if not await _close_transport(send):
+            raise DroppedConnection("connection cut half-way through the body (fault injection)")
+
+    return cutting

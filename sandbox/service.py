@@ -15,6 +15,7 @@ bare array carries none.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,30 @@ class BuiltPage:
 
 def _json(status: int, obj: Any) -> WireAnswer:
     return WireAnswer(status, orjson.dumps(obj))
+
+
+def _ascii_json(obj: Any) -> bytes:
+    """JSON as many platforms write it: every non-ASCII character escaped (an emoji as a surrogate pair, a lone
+    surrogate as itself) and `NaN` for a number that is none. orjson writes neither."""
+    return json.dumps(obj, ensure_ascii=True, allow_nan=True, separators=(",", ":")).encode("ascii")
+
+
+MAINTENANCE_PAGE = (
+    b"<!DOCTYPE html><html><head><title>Maintenance</title></head>"
+    b"<body><h1>We'll be right back</h1><p>Scheduled maintenance.</p></body></html>"
+)
+
+
+def _wire_bytes(body: bytes, path: str, config: SandboxConfig) -> bytes:
+    """A 200 answer's bytes as a platform sends them: another encoding, a byte order mark, or no JSON at all."""
+    drift = config.drift
+    if path in drift.unreadable:
+        return MAINTENANCE_PAGE
+    if path in drift.latin1:
+        body = body.decode("utf-8").encode("latin-1", "replace")
+    if path in drift.byte_order_mark:
+        body = b"\xef\xbb\xbf" + body
+    return body
 
 
 class SandboxState:
@@ -130,6 +155,8 @@ class SandboxState:
         items = list(items)
         answer, credits, key = self._answer(endpoint, items, presented, path_value, fault)
         applied = fault
+        if answer.status == 200 and self.config.drift.active:
+            answer.body = _wire_bytes(answer.body, endpoint.path, self.config)
         if fault is not None and fault in BODY_FAULTS:
             if answer.status == 200:
                 answer.body = damage(fault, answer.body)
@@ -182,7 +209,10 @@ class SandboxState:
         if self.config.cache_pages and (hit := self._pages.get(cache_key)) is not None:
             return hit
         page = build(make_ctx(endpoint, items, self.config, path_value))
-        built = BuiltPage(page.status, page.success, page.envelope, orjson.dumps(page.body))
+        drift = self.config.drift
+        written_by_python = endpoint.path in drift.cut_emoji or endpoint.path in drift.nan_counts
+        body = _ascii_json(page.body) if written_by_python else orjson.dumps(page.body)
+        built = BuiltPage(page.status, page.success, page.envelope, body)
         if self.config.cache_pages:
             self._pages[cache_key] = built
         return built

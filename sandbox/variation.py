@@ -9,6 +9,7 @@ Both act on the records of `ServedPage.records` in place, so `sandbox.expected` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,11 @@ BAD_COUNTS = ("1.2K", "1,234", "42", "twelve")
 ODD_TIMESTAMPS: tuple[str | int, ...] = ("\u00b2", 2**64 - 1)
 ODD_COUNT = "1" * 5000
 NEW_FIELDS = {"sponsored": False, "experiment_bucket": "b7"}
+TEXTS = ("full_text", "text", "title", "desc", "content", "body", "caption")
+"""A record's text field, the first of these it has: where a platform truncates text."""
+HALF_EMOJI = "\ud83d"
+"""The high half of a surrogate pair (most emoji start with it), alone: text cut in the middle of an emoji."""
+_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
 
 
 def _dicts(value: Any) -> Iterator[dict[str, Any]]:
@@ -122,7 +128,10 @@ def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
                 if isinstance(record, dict):
                     _grow_counters(record, config.observation)
     drift = config.drift
-    if not drift.active or not isinstance(page.body, dict):
+    if not drift.active:
+        return page
+    _platform_quirks(ctx, page, drift)
+    if not isinstance(page.body, dict):
         return page
     _drift_records(ctx, page, drift)
     if drift.wrapped_feed and ctx.endpoint.feed_list is not None:
@@ -147,3 +156,46 @@ def _reshape_lists(body: dict[str, Any], path: str, drift: Drift) -> None:
     if drift.omit_empty_lists:
         for key in [k for k, v in body.items() if isinstance(v, list) and not v]:
             del body[key]
+
+
+def _platform_quirks(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
+    """What platforms send that strict JSON refuses or the catalog's shape does not foresee (`sandbox.service`
+    writes such answers with Python's json, which can carry a lone surrogate and `NaN`)."""
+    path = ctx.endpoint.path
+    first = next((r for records in page.records.values() for r in records if isinstance(r, dict)), None)
+    if first is not None and path in drift.cut_emoji:
+        name = next((t for t in TEXTS if isinstance(first.get(t), str)), None)
+        if name is not None:
+            first[name] = first[name][: max(1, len(first[name]) // 2)] + HALF_EMOJI
+    if first is not None and path in drift.latin1:
+        name = next((t for t in TEXTS if isinstance(first.get(t), str)), None)
+        if name is not None:
+            first[name] += " café crème, naïve"  # Latin-1 writes these as bytes that are not UTF-8
+    if first is not None and path in drift.nan_counts:
+        for d in _dicts(first):
+            for key in COUNTERS & d.keys():
+                d[key] = float("nan")
+    location = drift.relay_lists.get(path)
+    if location is not None:
+        _as_connection(page.body, location)
+
+
+def _as_connection(body: Any, location: str) -> None:
+    """The list at `location` (`[1].data.user.clips`) as a Relay connection of its items."""
+    steps: list[int | str] = [int(i) if i else name for i, name in _STEP.findall(location)]
+    holder = body
+    for step in steps[:-1]:
+        try:
+            holder = holder[step]
+        except (IndexError, KeyError, TypeError):
+            return
+    last = steps[-1]
+    try:
+        items = holder[last]
+    except (IndexError, KeyError, TypeError):
+        return
+    if not isinstance(items, list):
+        return
+    edges = [{"node": item, "cursor": f"cursor:{n}"} for n, item in enumerate(items)]
+    end = edges[-1]["cursor"] if edges else None
+    holder[last] = {"edges": edges, "pageInfo": {"hasNextPage": False, "endCursor": end}}
