@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from connectors import catalog
 from flows.cli import app
-from tests.test_spec import CASES, VALID
+from tests.spec_texts import CASES, VALID
 
 ROOT = Path(__file__).parent.parent
 runner = CliRunner()

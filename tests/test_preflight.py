@@ -23,7 +23,7 @@ from flows.preflight import check_output_dir
 from flows.spec import UsageError
 from tasks.layout import OutputLayout
 from tasks.record_tables import ensure_table
-from tests.test_spec import VALID
+from tests.spec_texts import VALID
 
 ROOT = Path(__file__).parent.parent
 runner = CliRunner()

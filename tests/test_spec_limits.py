@@ -33,7 +33,7 @@ from flows.spec import (
     resolve_base_url,
 )
 from flows.spec import yaml_reader as spec_yaml
-from tests.test_spec import HEAD, VALID
+from tests.spec_texts import HEAD, VALID
 
 ROOT = Path(__file__).parent.parent
 runner = CliRunner()
