@@ -21,7 +21,7 @@ from flows.manifest import all_manifests
 from sandbox.server import running
 from tasks.layout import OutputLayout
 from tests.flow_helpers import SECRET_KEY, rows, run_flow, write_spec
-from tests.test_rebuild import CONFIG, job
+from tests.nightly_helpers import CONFIG, job, night
 
 BUCKET = "lake"
 runner = CliRunner()
@@ -50,17 +50,6 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> pafs.FileSystem:
     )
     fs.create_dir(BUCKET)
     return fs
-
-
-def night(tmp_path: Path, output: Path, observation: int, monkeypatch: pytest.MonkeyPatch) -> str:
-    from dataclasses import replace
-
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    spec = write_spec(tmp_path, job(output))
-    with running(replace(CONFIG, observation=observation)) as sb:
-        summary = run_flow(spec, base_url=sb.base_url)
-    assert summary["status"] == "complete", summary
-    return str(summary["run_id"])
 
 
 def committed(fs: pafs.FileSystem, prefix: str) -> list[dict[str, Any]]:

@@ -18,8 +18,7 @@ from flows.cli import app
 from flows.manifest import all_manifests
 from tasks.layout import OutputLayout
 from tests.flow_helpers import rows
-from tests.test_export import night
-from tests.test_rebuild import parquet_rows
+from tests.nightly_helpers import night, parquet_rows
 
 runner = CliRunner()
 

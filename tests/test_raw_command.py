@@ -12,7 +12,7 @@ from flows.cli import app
 from flows.manifest import all_manifests
 from tasks.layout import OutputLayout
 from tests.flow_helpers import SECRET_KEY
-from tests.test_export import night
+from tests.nightly_helpers import night
 
 runner = CliRunner()
 

@@ -6,7 +6,6 @@ the Parquet tree deleted and derived again from the raw pages alone.
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,46 +15,16 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.manifest import all_manifests
-from sandbox.config import SandboxConfig
-from sandbox.server import running
 from tasks.layout import OutputLayout
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
+from tests.flow_helpers import rows
+from tests.nightly_helpers import night, parquet_rows
 
-VIDEOS = "/v3/short-video/profile/videos"
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-CONFIG = SandboxConfig(
-    api_keys={SECRET_KEY: BIG_BALANCE},
-    pages_by_path={VIDEOS: (2, 2), PINS: (2, 2), CREATIVE: (1, 1)},
-    page_size=4,
-)
-HANDLES = ["nasa", "esa"]
 runner = CliRunner()
 
 
-def job(output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "service": {"base_url": "http://127.0.0.1:9"},  # each night's sandbox comes with --base-url
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [
-            {"id": "videos", "endpoint": VIDEOS, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
-            {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
-
-
 def two_nights(tmp_path: Path, output: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    spec = write_spec(tmp_path, job(output))
-    for night in (0, 1):
-        with running(replace(CONFIG, observation=night)) as sb:
-            summary = run_flow(spec, base_url=sb.base_url)
-        assert summary["status"] == "complete", summary
+    for observation in (0, 1):
+        night(tmp_path, output, observation, monkeypatch)
 
 
 def database(db: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -69,12 +38,6 @@ def database(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {n: sorted(con.execute(f'FROM "{n}"').fetchall(), key=repr) for n in names}
     finally:
         con.close()
-
-
-def parquet_rows(root: Path) -> dict[str, int]:
-    import pyarrow.parquet as pq
-
-    return {str(p.relative_to(root)): pq.read_metadata(p).num_rows for p in sorted(root.rglob("*.parquet"))}
 
 
 def test_rebuild_derives_identical_tables_from_raw_pages_alone(

@@ -1,0 +1,58 @@
+"""A nightly job against the sandbox, as the rebuild, export and `harvest raw` tests run it: two profile
+listings, a search and a creative search with its details, each night with the engagement counters grown
+(`observation`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.config import SandboxConfig
+from sandbox.server import running
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
+
+VIDEOS = "/v3/short-video/profile/videos"
+PINS = "/v1/pinboard/search"
+CREATIVE = "/v1/creative/materials"
+DETAIL = "/v1/creative/materials/{material_id}"
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE},
+    pages_by_path={VIDEOS: (2, 2), PINS: (2, 2), CREATIVE: (1, 1)},
+    page_size=4,
+)
+HANDLES = ["nasa", "esa"]
+
+
+def job(output: Path) -> dict[str, Any]:
+    return {
+        "name": "nightly",
+        "service": {"base_url": "http://127.0.0.1:9"},  # each night's sandbox comes with --base-url
+        "budget": {"credits": 1000},
+        "output": str(output),
+        "queries": [
+            {"id": "videos", "endpoint": VIDEOS, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
+            {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
+            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
+            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        ],
+    }  # fmt: skip
+
+
+def night(tmp_path: Path, output: Path, observation: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    """One night's run of the job (a real flow run: needs `prefect_harness`), complete; its run id."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    spec = write_spec(tmp_path, job(output))
+    with running(replace(CONFIG, observation=observation)) as sb:
+        summary = run_flow(spec, base_url=sb.base_url)
+    assert summary["status"] == "complete", summary
+    return str(summary["run_id"])
+
+
+def parquet_rows(root: Path) -> dict[str, int]:
+    """Rows per Parquet file under `root`, by path relative to it."""
+    import pyarrow.parquet as pq
+
+    return {str(p.relative_to(root)): pq.read_metadata(p).num_rows for p in sorted(root.rglob("*.parquet"))}
