@@ -46,6 +46,7 @@ from connectors.fields import Field, boolean, integer, json_text, number, text, 
 from connectors.paging import Paging
 from connectors.params import Params
 from connectors.records import RecordKind, Unwrap
+from connectors.shape_overrides import Shapes
 
 
 @dataclass(frozen=True)
@@ -314,13 +315,19 @@ class UnknownEndpoint(KeyError):
         return f"unknown endpoint {self.args[0]!r}; `harvest endpoints` lists the documented paths"
 
 
-def endpoints(costs: Mapping[str, int] | None = None) -> dict[str, Endpoint]:
-    """The catalog by documented path, with cost overrides applied."""
-    costs = costs or {}
-    unknown = set(costs) - set(DEFAULT_COSTS)
+def endpoints(costs: Mapping[str, int] | None = None, shapes: Shapes | None = None) -> dict[str, Endpoint]:
+    """The catalog by documented path, with a job's cost and shape overrides applied."""
+    costs, shapes = costs or {}, shapes or {}
+    unknown = (set(costs) | set(shapes)) - set(DEFAULT_COSTS)
     if unknown:
         raise UnknownEndpoint(sorted(unknown)[0])
-    return {e.path: replace(e, cost=costs.get(e.path, e.cost)) for e in ENDPOINTS}
+    return {e.path: _overridden(e, costs, shapes) for e in ENDPOINTS}
+
+
+def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) -> Endpoint:
+    tables = shapes.get(endpoint.path, {})
+    kinds = tuple(tables[k.table].apply(k) if k.table in tables else k for k in endpoint.kinds)
+    return replace(endpoint, cost=costs.get(endpoint.path, endpoint.cost), kinds=kinds)
 
 
 def get(path: str, costs: Mapping[str, int] | None = None) -> Endpoint:

@@ -94,6 +94,24 @@ def compile_path(path: str) -> Getter:
     return lambda doc: _walk(doc, steps, 0)
 
 
+PATH_WORDS = (
+    "a record path: keys joined by dots, `[n]` for the n-th item of a list, `name[]` for every item "
+    "(e.g. `data.user.clips`, `[1].data.user.clips.edges[].node`)"
+)
+"""What a path a user writes (a spec's `shapes`) may be, in words for an error message."""
+
+
+def path_problem(path: str) -> str | None:
+    """What is wrong with a path a user wrote, or None. Alternatives (`a|b`) are a list in a spec, not `|`."""
+    if not path.strip() or "|" in path or path != path.strip():
+        return f"{path!r} is not a record path"
+    try:
+        _steps(path)
+    except ValueError:
+        return f"{path!r} is not a record path"
+    return None
+
+
 def dig(doc: Any, path: str) -> Any:
     return compile_path(path)(doc)
 

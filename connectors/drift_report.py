@@ -3,6 +3,8 @@ paid pages are kept (`connectors.extraction` counts; this says it)."""
 
 from __future__ import annotations
 
+import json
+
 from connectors.catalog import Endpoint
 from connectors.extraction import ExtractionReport
 
@@ -30,4 +32,18 @@ def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
         parts.append(
             f"{where}: the list is missing although the page had content ({why}; the answer's keys: {sent})"
         )
-    return f"the answers of {endpoint.path} changed shape: " + "; ".join(parts) + f". Stopped; {KEPT}"
+    message = f"the answers of {endpoint.path} changed shape: " + "; ".join(parts) + f". Stopped; {KEPT}"
+    if report.read_at:
+        message += ". " + override_hint(endpoint.path, report.read_at)
+    return message
+
+
+def override_hint(path: str, read_at: dict[str, str]) -> str:
+    """The spec lines that would read the records where the answer holds them (JSON is valid YAML)."""
+    shapes = {path: {table: {"records": where} for table, where in sorted(read_at.items())}}
+    places = ", ".join(f"`{where}`" for where in read_at.values())
+    return (
+        f"The answer holds one unread list of objects, at {places}: to read it there without waiting for a "
+        f"release, add to the job spec `shapes: {json.dumps(shapes)}`, then `harvest rebuild OUTPUT --spec SPEC` "
+        "lands the pages already paid"
+    )

@@ -100,6 +100,9 @@ class ExtractionReport:
     and the unread list of objects its records may have moved to, with an example."""
     top_keys: list[str] = field(default_factory=list)
     """The top-level keys of the first page that missed its lists (what the service sent instead)."""
+    read_at: dict[str, str] = field(default_factory=dict)
+    """Table -> the one record path where the answer holds a list of objects nothing reads, when its own list
+    went missing: the spec's `shapes` override that would read it."""
 
     def table(self, name: str) -> TableReport:
         return self.tables.setdefault(name, TableReport())
@@ -111,6 +114,8 @@ class ExtractionReport:
             self.missing_lists[where] = self.missing_lists.get(where, 0) + n
         for where, why in other.missing_why.items():
             self.missing_why.setdefault(where, why)
+        for table, path in other.read_at.items():
+            self.read_at.setdefault(table, path)
         self.top_keys = self.top_keys or other.top_keys
 
     @property
@@ -155,6 +160,7 @@ class ExtractionReport:
             "missing_lists": self.missing_lists,
             "missing_why": self.missing_why,
             "top_keys": self.top_keys,
+            "read_at": self.read_at,
         }
 
     @classmethod
@@ -165,6 +171,7 @@ class ExtractionReport:
             dict(data.get("missing_lists", {})),
             dict(data.get("missing_why", {})),
             list(data.get("top_keys", [])),
+            dict(data.get("read_at", {})),
         )
 
 
@@ -332,6 +339,8 @@ def _account_lists(
             why += f"; `{key}` holds {len(items)} unread items, e.g. {_example(items[0])}"
         report.missing_lists[gone.where] = 1
         report.missing_why[gone.where] = why
+        if gone.read_at is not None:
+            report.read_at[gone.table] = gone.read_at
     if lost:
         report.top_keys = sorted(body)[:20] if isinstance(body, dict) else []
 

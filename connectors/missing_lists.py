@@ -10,16 +10,22 @@ list). `connectors.extraction` turns each into a `drift` count and one line of t
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from connectors.dig import dig
-from connectors.records import ENVELOPE_KEYS, Located, RecordKind
+from connectors.records import ENVELOPE_KEYS, Located, RecordKind, connection_nodes
+
+MAX_NODES_SEARCHED = 20_000
+"""Objects and lists visited when looking for where a lost list went: an answer is searched to this many (a
+page of records has a few hundred), so a huge answer's drift costs milliseconds, not a walk of all of it."""
 
 
 @dataclass(frozen=True)
 class LostList:
+    table: str
     where: str
     """`table: location or location`."""
     how: str
@@ -28,6 +34,9 @@ class LostList:
     """What was there instead of the list, if anything."""
     moved: tuple[str, list[Any]] | None
     """The unread key the records may have moved to, and its items."""
+    read_at: str | None = None
+    """The one record path in the whole answer holding a list of objects no kind reads, when there is one: the
+    `shapes` override that would read this list there."""
 
 
 def lost_lists(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any) -> list[LostList]:
@@ -37,6 +46,7 @@ def lost_lists(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], bo
         return []
     main_gone = missing[0] is kinds[0] or len(missing) == len(kinds)
     out = []
+    elsewhere: list[str] | None = None
     for kind in missing:
         place = located[kind.table]
         unread = _unread_lists(kinds, kind, body)
@@ -44,8 +54,41 @@ def lost_lists(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], bo
         if main_gone or unread or reshaped:
             where = f"{kind.table}: {' or '.join(kind.locations) or '(the answer)'}"
             moved = next(iter(unread.items())) if unread else None
-            out.append(LostList(where, place.missing, place.instead, moved))
+            if elsewhere is None:
+                elsewhere = unread_list_paths(kinds, located, body)
+            only = elsewhere[0] if len(elsewhere) == 1 else None
+            out.append(LostList(kind.table, where, place.missing, place.instead, moved, only))
     return out
+
+
+def unread_list_paths(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any) -> list[str]:
+    """Record paths (`connectors.dig`) of the lists of objects in the answer that no kind read: a list, or a
+    GraphQL connection (`...edges[].node`). Neither what a kind reads nor what is inside such a list (records'
+    own lists) is searched; a body that is a list is searched item by item (the clip answer's three parts)."""
+    read = {loc for k in kinds if k.table in located and located[k.table].found for loc in k.locations}
+    found: list[str] = []
+    queue: deque[tuple[str, Any]] = deque([("", body)])
+    visited = 0
+    while queue and visited < MAX_NODES_SEARCHED:
+        path, value = queue.popleft()
+        visited += 1
+        if path in read:
+            continue
+        if isinstance(value, dict):
+            if path and connection_nodes(value) is not None:
+                found.append(f"{path}.edges[].node" if "edges" in value else f"{path}.nodes")
+                continue
+            queue.extend(
+                (f"{path}.{key}" if path else key, v)
+                for key, v in value.items()
+                if path or key not in ENVELOPE_KEYS
+            )
+        elif isinstance(value, list):
+            if path and any(isinstance(item, dict) for item in value):
+                found.append(path)
+            elif not path:
+                queue.extend((f"[{n}]", item) for n, item in enumerate(value))
+    return found
 
 
 def has_content(body: Any) -> bool:

@@ -279,21 +279,27 @@ def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output
     run_commands.runs(output)
 
 
-@app.command(epilog="Example: harvest rebuild data/brand-watch")
+@app.command(epilog="Example: harvest rebuild data/brand-watch --spec configs/examples/brand-watch.yaml")
 def rebuild(
     output: Path = OUTPUT_ARG,
     run: str | None = typer.Option(
         None, "--run", help="Land only this run's raw pages again (default: every run)."
     ),
+    spec: Path | None = typer.Option(
+        None,
+        "--spec",
+        help="Read the pages with this job spec's `shapes` (default: each run's own, as it was read).",
+    ),
 ) -> None:
     """Derive Parquet and DuckDB again from the stored raw pages, without a single request.
 
-    How a catalog fix (a new column, a changed type, a shape the service changed to) reaches old data, and how a
-    lost harvest.duckdb or parquet/ comes back. The database is always rebuilt from every finished run.
+    How a catalog fix or a spec's `shapes` (a new column, a changed type, a shape the service changed to)
+    reaches old data, and how a lost harvest.duckdb or parquet/ comes back. The database is always rebuilt from
+    every finished run.
     """
     from flows import handoff_commands
 
-    handoff_commands.rebuild(output, run)
+    handoff_commands.rebuild(output, run, None if spec is None else _load(spec))
 
 
 @app.command(epilog="Example: harvest raw data/brand-watch --query videos | head -1")

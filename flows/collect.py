@@ -27,6 +27,7 @@ from prefect.states import Completed, State  # noqa: E402
 from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
+from connectors.shape_overrides import shapes_data  # noqa: E402
 from flows import lock as job_lock  # noqa: E402
 from flows.abandon import abandon_run  # noqa: E402
 from flows.bill import first_reading, run_bill  # noqa: E402
@@ -108,6 +109,7 @@ def _begin(
             budget=previous.budget if budget is None else budget,
             loaded=False,
             error=None,
+            shapes=shapes_data(spec.shape_overrides()),
         )
     else:
         start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
@@ -126,6 +128,7 @@ def _begin(
             flow_run_id=flow_run_id,
             flow_run_ids=[flow_run_id] if flow_run_id else [],
             continues=start.previous.run_id if start.previous else None,
+            shapes=shapes_data(spec.shape_overrides()),
         )
     start.coverage = job_coverage(layout, spec.name, manifest.run_id)
     return Begun(start, manifest, abandoned)

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from flows import console
-from flows.spec import UsageError
+from flows.spec import JobSpec, UsageError
 from tasks.database import DatabaseBusy
 from tasks.layout import OutputLayout
 
@@ -20,11 +20,11 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def rebuild(output: Path, run_id: str | None) -> None:
+def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> None:
     from flows.rebuild import rebuild as rebuild_output
 
     try:
-        report = rebuild_output(OutputLayout(output), run_id)
+        report = rebuild_output(OutputLayout(output), run_id, spec)
     except UsageError as exc:
         raise _fail(str(exc)) from None
     except DatabaseBusy as exc:

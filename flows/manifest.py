@@ -63,6 +63,9 @@ class RunManifest:
     rebuilt: str | None = None
     """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
     again, to the same keys, to every destination that had it before then."""
+    shapes: dict[str, Any] = field(default_factory=dict)
+    """The spec's `shapes` the run read its pages with (`connectors.shape_overrides`): a rebuild reads them the
+    same way unless given a spec's."""
     retired_files: list[str] = field(default_factory=list)
     """Parquet files (relative paths) a rebuild removed and did not write again: the parts of Dask rounds become
     one part per query. An export deletes them at a destination that has them, so no row is there twice."""

@@ -29,10 +29,11 @@ import duckdb
 
 from connectors import catalog
 from connectors.pager import QuerySpec
+from connectors.shape_overrides import shapes_data, shapes_of
 from flows.export_record import EXPORTS_DDL
 from flows.load import load_manifest_into_duckdb
 from flows.manifest import RunManifest, all_manifests, write_manifest
-from flows.spec import UsageError
+from flows.spec import JobSpec, UsageError
 from tasks.collect import land_raw_pages, open_sink
 from tasks.database import quote_ident, quote_literal
 from tasks.layout import OutputLayout
@@ -55,8 +56,11 @@ class RebuildReport:
     tables: dict[str, int] = field(default_factory=dict)
 
 
-def rebuild(layout: OutputLayout, run_id: str | None = None) -> RebuildReport:
-    """Land the stored raw pages of one run (or all) again, then build DuckDB anew from every finished run."""
+def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | None = None) -> RebuildReport:
+    """Land the stored raw pages of one run (or all) again, then build DuckDB anew from every finished run.
+
+    With `spec`, its `shapes` read the pages of the job's runs (and are recorded in their manifests, so a later
+    rebuild reads them the same way); without, each run's own."""
     if not layout.raw_root.is_dir():
         raise UsageError(
             f"{layout.root}: no raw pages here (raw/ is missing); allowed: a harvest output directory"
@@ -65,6 +69,9 @@ def rebuild(layout: OutputLayout, run_id: str | None = None) -> RebuildReport:
     if run_id is not None and run_id not in {m.run_id for m in manifests}:
         known = ", ".join(m.run_id for m in manifests) or "none"
         raise UsageError(f"--run: no run {run_id!r} in {layout.root}; runs there: {known}")
+    if spec is not None and spec.name not in {m.job for m in manifests}:
+        jobs = ", ".join(sorted({m.job for m in manifests})) or "none"
+        raise UsageError(f"--spec: the spec is job {spec.name!r}; jobs in {layout.root}: {jobs}")
     report = RebuildReport()
     with ExitStack() as locks:
         for job in sorted({m.job for m in manifests}):
@@ -75,6 +82,8 @@ def rebuild(layout: OutputLayout, run_id: str | None = None) -> RebuildReport:
                 report.skipped.append(f"{m.run_id}: unfinished ({m.status}); `harvest run SPEC` resumes it")
                 continue
             if run_id is None or m.run_id == run_id:
+                if spec is not None and m.job == spec.name:
+                    m = replace(m, shapes=shapes_data(spec.shape_overrides()))
                 m = reland_run(layout, m, report)
                 report.runs.append(m.run_id)
             done.append(m)
@@ -102,7 +111,7 @@ def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) ->
     """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
     then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone."""
     started = datetime.fromisoformat(run.started)
-    endpoints = catalog.endpoints()
+    endpoints = catalog.endpoints(None, shapes_of(run.shapes))
     before = _fingerprints(layout, run)
     queries = []
     for n, q in enumerate(run.queries):

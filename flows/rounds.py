@@ -24,6 +24,7 @@ from typing import Any
 from connectors.credits import Reservation
 from connectors.ledger import CreditLedger
 from connectors.pager import PagerStart, QuerySpec
+from connectors.shape_overrides import shapes_data
 from flows import progress
 from flows.coverage import dependents_left
 from flows.plan import DependentQuery, Plan, base_id, instantiate
@@ -276,5 +277,6 @@ def run_info(
         "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
         "api_key_env": key_env, "api_key_secret": secret, "timeout_seconds": spec.service.timeout_seconds,
         "attempts": spec.service.attempts, "concurrency": spec.concurrency, "fsync": spec.durability == "fsync",
-        "costs": dict(spec.costs), "incremental": not full, "min_balance": spec.budget.min_balance,
+        "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
+        "min_balance": spec.budget.min_balance,
     }  # fmt: skip

@@ -22,6 +22,7 @@ from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.extraction import ExtractionReport
 from connectors.ledger import CreditLedger
 from connectors.pager import PagerStart, QuerySpec
+from connectors.shape_overrides import shapes_of
 from tasks.collect import page_query, task_end
 from tasks.layout import OutputLayout
 from tasks.run_context import AttemptLogs, RunContext
@@ -103,7 +104,8 @@ async def collect_round(
     async with client:
         ctx = RunContext(
             run["run_id"], datetime.fromisoformat(run["started"]), OutputLayout(Path(run["output"])),
-            catalog.endpoints(run["costs"]), client, ledger, attempts, incremental=run["incremental"],
+            catalog.endpoints(run["costs"], shapes_of(run.get("shapes"))), client, ledger, attempts,
+            incremental=run["incremental"],
         )  # fmt: skip
         found, ctx.on_records = _values(wanted, spec.params, spec.endpoint)
         paged = await page_query(ctx, spec, part, state_from_plain(state))

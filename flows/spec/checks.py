@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from connectors import catalog
 from connectors.params import Params
+from connectors.shape_overrides import shape_problems
 from flows.spec.explain import params_problem
 from flows.spec.identity import render_value
 from flows.spec.model import FromQuery, JobSpec, Query
@@ -246,8 +247,23 @@ def fanout_problem(queries: Sequence[tuple[int, Query]]) -> Found | None:
     return None
 
 
+def _shapes_problems(spec: JobSpec) -> Iterator[Found]:
+    """Overrides for endpoints that exist, of their record tables and columns, with paths that read."""
+    for path, tables in spec.shapes.items():
+        if path not in catalog.DEFAULT_COSTS:
+            yield ("shapes", path), f"unknown endpoint {path!r}", _paths_hint(path)
+            continue
+        overrides = {table: shape.overrides() for table, shape in tables.items()}
+        for loc, problem, allowed in shape_problems(path, catalog.get(path).kinds, overrides):
+            at: Loc = ("shapes", path, loc[0])
+            if len(loc) > 1:
+                at = (*at, loc[1], *(int(p) if p.isdigit() else p for p in loc[2:]))
+            yield at, problem, allowed
+
+
 def semantic_problems(spec: JobSpec) -> list[Found]:
     found = list(_cost_problems(spec.costs, spec.allow_lower_costs))
+    found.extend(_shapes_problems(spec))
     too_many = fanout_problem(list(enumerate(spec.queries)))
     if too_many:  # the other checks go through every combination
         return [*found, too_many]

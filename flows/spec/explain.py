@@ -14,7 +14,7 @@ from pydantic.fields import FieldInfo
 from connectors.params import Params
 from flows.spec.describe import field_info, keys
 from flows.spec.job_options import CRON_ALLOWED, Export, Runner, Schedule
-from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
+from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, Shape
 from flows.spec.service_url import URL_ALLOWED
 from flows.spec.yaml_reader import Loc
 
@@ -30,6 +30,13 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (FromQuery, "from"): "the id of another query of this spec",
     (FromQuery, "field"): "a column of the parent's record tables (`harvest endpoints` lists them)",
     (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer, at least the catalog's price>}",
+    (
+        JobSpec,
+        "shapes",
+    ): "{<endpoint path>: {<record table>: {records: <record path or list>, fields: {<column>: "
+    "<record path or list>}}}}",
+    (Shape, "records"): "a record path, or a list of them (e.g. `[1].data.user.clips.edges[].node`)",
+    (Shape, "fields"): "{<column>: <record path, or a list of them>}",
     (JobSpec, "queries"): "a non-empty list of queries with keys: " + ", ".join(Query.model_fields),
 }
 
@@ -80,6 +87,10 @@ def owner(loc: Loc) -> tuple[type[BaseModel], str] | None:
             return _GROUPS[group], key
         case ("costs", *_):
             return JobSpec, "costs"
+        case ("shapes", str(), str(), str(key), *_):
+            return Shape, key
+        case ("shapes", *_):
+            return JobSpec, "shapes"
         case ("queries", int()):
             return JobSpec, "queries"
         case ("queries", int(), "for_each", _, str(key), *_):

@@ -12,17 +12,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from connectors import catalog
 from connectors.catalog import Endpoint
+from connectors.shape_overrides import KindShape
 from flows.spec.identity import derive_id, digest
 from flows.spec.job_options import Export, Runner, Schedule
 from flows.spec.service_url import check_base_url
@@ -31,6 +34,22 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 BLOCK_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+RECORD_PATH_PATTERN = r"^(?:[^.\[\]|\s](?:[^.\[\]|]*[^.\[\]|\s])?(?:\[\d*\])*|(?:\[\d*\])+)(?:\.(?:[^.\[\]|\s](?:[^.\[\]|]*[^.\[\]|\s])?(?:\[\d*\])*|(?:\[\d*\])+))*$"
+"""A record path (`connectors.dig`), for editors (JSON Schema); specs are checked by `path_problem`, whose
+messages say what a path may be."""
+_PATH_SCHEMA = {"type": "string", "pattern": RECORD_PATH_PATTERN}
+
+
+def _listed(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+RecordPaths = Annotated[
+    list[str],
+    BeforeValidator(_listed),
+    WithJsonSchema({"anyOf": [_PATH_SCHEMA, {"type": "array", "items": _PATH_SCHEMA}]}),
+]
+"""One record path, or several tried in order."""
 PATTERN_WORDS = {
     NAME_PATTERN: "lower-case letters, digits, '_' and '-', starting with a letter or digit",
     ID_PATTERN: "letters, digits, '_', '.' and '-', starting with a letter or digit",
@@ -148,6 +167,24 @@ class Query(_Model):
         return {k: v for k, v in self.for_each.items() if isinstance(v, FromQuery)}
 
 
+class Shape(_Model):
+    """Where one record kind's records are, and where its columns are read, before the catalog's own places:
+    how a job reads a changed answer without a new release of harvest (`harvest rebuild --spec` applies it to
+    pages already paid)."""
+
+    records: RecordPaths = Field(
+        default_factory=list,
+        description="Where the records are: a record path (e.g. `data.items`, `[1].data.user.clips.edges[].node`), "
+        "or several tried in order.",
+    )
+    fields: dict[str, RecordPaths] = Field(
+        default_factory=dict, description="Column -> the path (or paths) inside a record to read it from."
+    )
+
+    def overrides(self) -> KindShape:
+        return KindShape.of(self.model_dump())
+
+
 class JobSpec(_Model):
     """One collection job: which queries to run, against which service, under which credit budget."""
 
@@ -178,6 +215,11 @@ class JobSpec(_Model):
     export: Export | None = Field(
         None, description="Export the landed Parquet after every run (harvest export)."
     )
+    shapes: dict[str, dict[str, Shape]] = Field(
+        default_factory=dict,
+        description="Per endpoint path and record table: where records and columns are read, before the "
+        "catalog's places (a changed answer read without waiting for a release).",
+    )
     queries: list[Query] = Field(min_length=1)
 
     @field_validator("output", mode="before")
@@ -199,8 +241,11 @@ class JobSpec(_Model):
         return self
 
     def endpoints(self) -> dict[str, Endpoint]:
-        """The catalog with this spec's cost overrides."""
-        return catalog.endpoints(self.costs)
+        """The catalog with this spec's cost and shape overrides."""
+        return catalog.endpoints(self.costs, self.shape_overrides())
+
+    def shape_overrides(self) -> dict[str, dict[str, KindShape]]:
+        return {path: {t: s.overrides() for t, s in tables.items()} for path, tables in self.shapes.items()}
 
     def spec_hash(self) -> str:
         """sha256 of the validated spec as canonical JSON (defaults included): tells edited specs apart."""
