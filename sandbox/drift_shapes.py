@@ -84,7 +84,8 @@ SHAPES: dict[str, Shape] = {
         Drift(latin1=frozenset({TWEETS})),
     ),
     "byte-order-mark": Shape(
-        "community tweets start with a UTF-8 byte order mark: read, counted", Drift(byte_order_mark=frozenset({TWEETS}))
+        "community tweets start with a UTF-8 byte order mark: read, counted",
+        Drift(byte_order_mark=frozenset({TWEETS})),
     ),
     "relay-clips": Shape(
         "the clip's other clips come as a GraphQL Relay connection, {edges: [{node}]}: read",
