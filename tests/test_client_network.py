@@ -1,16 +1,14 @@
-"""The client against real sockets on 127.0.0.1: refused connections, silent servers, dropped answers.
+"""The client against real sockets on 127.0.0.1: refused connections, silent servers, dropped answers, what goes
+on the wire (`tests.scripted_server` plays the server).
 
-The scripted-transport tests assume how httpx classifies these failures; these check it.
+`tests/test_client.py` runs the client's money rules the same way; these are about the connections themselves.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gzip
-import socket
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -22,10 +20,10 @@ from connectors.http_lane import Origin, decoded
 from connectors.lanes import behind_proxy
 from connectors.ledger import CreditLedger
 from connectors.page_request import PageRequest
+from tests.scripted_server import Drop, Hang, Reply, ScriptedServer
 
 KEY = "sk-live-net-0123456789"
 FAST = RetryPolicy(attempts=2, initial=0, max_wait=0, jitter=False)
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @pytest.fixture(autouse=True)
@@ -37,27 +35,6 @@ def real_retries() -> Iterator[None]:
     stamina.set_active(was_active)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def _serve(handler: Handler) -> AsyncIterator[str]:
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
-async def _read_request(reader: asyncio.StreamReader) -> None:
-    await reader.readuntil(b"\r\n\r\n")
-
-
 async def _get(base_url: str, ledger: CreditLedger, timeouts: Timeouts = Timeouts()) -> None:
     async with ServiceClient(base_url, KEY, ledger, timeouts=timeouts, retry=FAST) as client:
         await client.get(
@@ -65,173 +42,121 @@ async def _get(base_url: str, ledger: CreditLedger, timeouts: Timeouts = Timeout
         )
 
 
+PINS = b'{"success": true, "pins": [{"id": "p1"}], "credits_charged": 1, "credits_remaining": 9}'
+ANSWER = Reply(200, PINS, (("content-type", "application/json"),))
+
+
 async def test_connection_refused_releases_every_reservation() -> None:
     ledger = CreditLedger(10)
-    with pytest.raises(ServiceUnavailable) as info:
-        await _get(f"http://127.0.0.1:{_free_port()}", ledger)
+    async with ScriptedServer(accepting="refuse") as server:
+        with pytest.raises(ServiceUnavailable) as info:
+            await _get(server.url, ledger)
     assert info.value.attempts == 2 and info.value.credits == 0
     assert "could not connect" in info.value.last_cause
     assert (ledger.spent, ledger.reserved) == (0, 0)
 
 
 async def test_silent_server_times_out_and_keeps_the_reservations() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        await asyncio.sleep(5)
-        writer.close()
-
     ledger = CreditLedger(10)
-    async with _serve(silent) as url:
+    async with ScriptedServer(Hang(), Hang()) as server:
         with pytest.raises(ServiceUnavailable) as info:
-            await _get(url, ledger, Timeouts(connect=1, read=0.2))
+            await _get(server.url, ledger, Timeouts(connect=1, read=0.2))
     assert "ReadTimeout" in info.value.last_cause and info.value.credits == 2
     assert (ledger.spent, ledger.reserved) == (2, 0)
+    assert len(server.requests) == 2
+    server.check()
 
 
 async def test_trickling_server_hits_the_total_timeout() -> None:
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
-        for _ in range(50):
-            writer.write(b"{")
-            await writer.drain()
-            await asyncio.sleep(0.05)
-        writer.close()
-
+    trickle = Drop((b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n", *[b"{"] * 50), every=0.05)
     ledger = CreditLedger(10)
-    async with _serve(trickle) as url:
+    async with ScriptedServer(trickle, trickle) as server:
         with pytest.raises(ServiceUnavailable) as info:
-            await _get(url, ledger, Timeouts(connect=1, read=1, total=0.3))
+            await _get(server.url, ledger, Timeouts(connect=1, read=1, total=0.3))
     assert "no complete answer within 0.3 s" in info.value.last_cause
     assert ledger.spent == 2
+    server.check()
 
 
 async def test_dropped_connection_then_success() -> None:
-    calls = 0
-
-    async def flaky(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal calls
-        await _read_request(reader)
-        calls += 1
-        if calls == 1:
-            writer.write(b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"success": tr')
-            await writer.drain()
-            writer.close()  # closes mid-body
-            return
-        body = b'{"success": true, "pins": [], "credits_charged": 1, "credits_remaining": 9}'
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (len(body), body)
-        )
-        await writer.drain()
-        writer.close()
-
+    body = b'{"success": true, "pins": [], "credits_charged": 1, "credits_remaining": 9}'
     ledger = CreditLedger(10)
-    async with _serve(flaky) as url:
-        await _get(url, ledger)
-    assert calls == 2
+    async with ScriptedServer(
+        Drop((b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"success": tr',)),  # closes mid-body
+        Reply(200, body, (("content-type", "application/json"),)),
+    ) as server:
+        await _get(server.url, ledger)
+    assert len(server.requests) == 2
     assert ledger.spent == 2  # the dropped answer may have been billed: kept; the good one charged 1
-
-
-def _json_answer(body: bytes, *headers: bytes) -> bytes:
-    head = b"".join(h + b"\r\n" for h in headers)
-    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (
-        head,
-        len(body),
-        body,
-    )
-
-
-PINS = b'{"success": true, "pins": [{"id": "p1"}], "credits_charged": 1, "credits_remaining": 9}'
-
-
-def _recorder(seen: list[bytes], answer: bytes) -> Handler:
-    """A server that keeps each request's head and answers `answer`."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(answer)
-        await writer.drain()
-        writer.close()
-
-    return handler
+    server.check()
 
 
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])
 async def test_a_compressed_answer_is_decoded(coding: str) -> None:
     """Lanes ask for gzip/deflate as httpx did (it saves the service's bandwidth) and decode what comes."""
-    seen: list[bytes] = []
-
-    packed = gzip.compress(PINS) if coding == "gzip" else zlib.compress(PINS)
-    compressing = _recorder(seen, _json_answer(packed, b"content-encoding: " + coding.encode()))
+    packed = ANSWER.encoded("gzip") if coding == "gzip" else ANSWER.encoded("deflate")
     ledger = CreditLedger(10)
-    async with _serve(compressing) as url, ServiceClient(url, KEY, ledger, retry=FAST) as client:
+    async with (
+        ScriptedServer(packed) as server,
+        ServiceClient(server.url, KEY, ledger, retry=FAST) as client,
+    ):
         response = await client.get(
             PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), 0, 1)
         )
+    assert isinstance(response.body, dict)
     assert response.body["pins"] == [{"id": "p1"}] and ledger.spent == 1
-    assert b"accept-encoding: gzip, deflate" in seen[0].lower()
+    assert b"accept-encoding: gzip, deflate" in server.requests[0].head.lower()
 
 
 async def test_the_request_line_is_what_httpx_would_send() -> None:
     """Paths and params with spaces, `;`, `&`, `#` and non-ASCII text are encoded as httpx encodes them (a `;`
     is sent, not cut off), under the base URL's path, with a Host header and the key only in its own header."""
-    seen: list[bytes] = []
-
     params = (("query", "cats & dogs #1 été"), ("query", "a+b/c"), ("page", "2"))
     path = "/v1/pins/été;v=2 x"  # the catalog quotes path values; a direct caller may not
     ledger = CreditLedger(10)
     async with (
-        _serve(_recorder(seen, _json_answer(PINS))) as url,
-        ServiceClient(url + "/api/", KEY, ledger, retry=FAST) as client,
+        ScriptedServer(ANSWER) as server,
+        ServiceClient(server.url + "/api/", KEY, ledger, retry=FAST) as client,
     ):
         await client.get(PageRequest("q", "/v1/pins", path, params, 0, 1))
-    expected = httpx.URL(url + "/api" + path, params=list(params))
-    request_line, *header_lines = seen[0].decode("latin-1").split("\r\n")
+    expected = httpx.URL(server.url + "/api" + path, params=list(params))
+    [received] = server.requests
+    request_line, *header_lines = received.head.decode("latin-1").split("\r\n")
     assert request_line == f"GET {expected.raw_path.decode('ascii')} HTTP/1.1"
     headers = {h.split(":", 1)[0].lower(): h.split(":", 1)[1].strip() for h in header_lines if h}
     assert headers["host"] == expected.netloc.decode("ascii") and headers["x-api-key"] == KEY
     assert KEY not in request_line
+    assert received.query == list(params)
 
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced_without_a_failed_attempt() -> None:
     """Servers close idle kept-alive connections; the next request on that lane opens a new one instead of
     failing (a failed attempt would count as possibly billed)."""
-    connections = 0
-
-    async def one_answer_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        await _read_request(reader)
-        writer.write(_json_answer(PINS))  # kept alive as far as the client knows, then closed
-        await writer.drain()
-        writer.close()
-
+    closing = Reply(200, PINS, (("content-type", "application/json"),), close=True)  # kept alive, then closed
     ledger = CreditLedger(10)
     attempts: list[object] = []
     request = PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "x"),), 0, 1)
     async with (
-        _serve(one_answer_per_connection) as url,
-        ServiceClient(url, KEY, ledger, retry=FAST, on_attempt=attempts.append) as client,
+        ScriptedServer(closing, closing) as server,
+        ServiceClient(server.url, KEY, ledger, retry=FAST, on_attempt=attempts.append) as client,
     ):
         await client.get(request)
-        await asyncio.sleep(0.2)
+        await server.requests[0].closed.wait()  # the server has closed the connection the lane keeps
         await client.get(request)
-    assert connections == 2 and len(attempts) == 2 and ledger.spent == 2
+    assert server.connections == 2 and len(attempts) == 2 and ledger.spent == 2
+    server.check()
 
 
 async def test_behind_a_proxy_from_the_environment_requests_go_through_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`HTTP_PROXY` etc. are honoured as httpx honours them: the request goes to the proxy, in absolute form."""
-    seen: list[bytes] = []
-
     ledger = CreditLedger(10)
-    async with _serve(_recorder(seen, _json_answer(PINS))) as proxy_url:
+    async with ScriptedServer(ANSWER, ANSWER) as proxy:
         for name in ("ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("HTTP_PROXY", proxy_url)
-        monkeypatch.setenv("http_proxy", proxy_url)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("http_proxy", proxy.url)
         assert behind_proxy("http://service.invalid") and not behind_proxy("https://service.invalid")
         async with ServiceClient("http://service.invalid", KEY, ledger, retry=FAST) as client:
             await client.get(
@@ -246,11 +171,13 @@ async def test_behind_a_proxy_from_the_environment_requests_go_through_it(
                 PageRequest("q", "/v1/pinboard/search", "/v1/pinboard/search", (("query", "y"),), 0, 1)
             )
     # httpx does not exempt the bare host for `.service.invalid`: both requests went through the proxy
-    assert [line.split(b"\r\n")[0] for line in seen] == [
+    assert [r.head.split(b"\r\n")[0] for r in proxy.requests] == [
         b"GET http://service.invalid/v1/pinboard/search?query=x HTTP/1.1",
         b"GET http://service.invalid/v1/pinboard/search?query=y HTTP/1.1",
     ]
+    assert all(r.headers["x-api-key"] == KEY for r in proxy.requests)
     assert ledger.spent == 2
+    proxy.check()
 
 
 def test_decoding_keeps_a_body_that_does_not_decode() -> None:
