@@ -1,8 +1,14 @@
-"""Session-wide test setup.
+"""Session-wide test setup, and the fixtures many test modules share.
 
 Prefect must never phone home from tests, and every test session gets its own throw-away Prefect home.
-These variables are set before anything imports Prefect. Prefect's test harness takes ~9 s to start, so one
-harness serves the whole session of each pytest worker (`prefect_harness`; `make test` runs two).
+These variables are set before anything imports Prefect, by the tests themselves: harvest switches Prefect's
+analytics and telemetry off on its own (`flows.settings`), and `test_prefect_defaults` proves it in processes
+started without them. Prefect's test harness takes ~9 s to start, so one harness serves the whole session of
+each pytest worker (`prefect_harness`; `make test` runs two).
+
+Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
+`free_port`, `duckdb_holder` (another process holding a DuckDB file), and the sandbox's
+(`tests.fixtures_sandbox`).
 """
 
 from __future__ import annotations
@@ -11,10 +17,19 @@ import os
 import signal
 import tempfile
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from flows.settings import apply_prefect_defaults
+if TYPE_CHECKING:  # imported by the fixtures, after the environment above is set
+    from tests.flow_helpers import HoldDuckDB
+
+TESTS_NEVER_PHONE_HOME = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
+    "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS": "false",
+    "DO_NOT_TRACK": "1",
+}
 
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="harvest-prefect-"))
 if os.environ.get(
@@ -22,7 +37,8 @@ if os.environ.get(
 ):  # xdist gives its workers an 80x24 terminal size; tests read wide tables
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
-apply_prefect_defaults()
+for _name, _value in TESTS_NEVER_PHONE_HOME.items():
+    os.environ.setdefault(_name, _value)
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and every process the tests
     # start would inherit it: the tests that press Ctrl-C on `harvest serve` would wait for an exit that never
@@ -49,3 +65,31 @@ def prefect_api_url(prefect_harness: None) -> str:
     url = PREFECT_API_URL.value()
     assert url, "the Prefect test harness has no API URL"
     return str(url)
+
+
+@pytest.fixture
+def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """harvest's key (`tests.flow_helpers.SECRET_KEY`) in HARVEST_API_KEY, and no HARVEST_BASE_URL from the
+    environment: runs in this process take their service from the spec."""
+    from tests.flow_helpers import SECRET_KEY
+
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+    return SECRET_KEY
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on, for a server the test starts in another process."""
+    from tests.net_helpers import free_port as pick
+
+    return pick()
+
+
+@pytest.fixture
+def duckdb_holder() -> HoldDuckDB:
+    """`with duckdb_holder(db, mark=True):` another process holds `db` open for writing (see
+    `tests.flow_helpers.held_duckdb`)."""
+    from tests.flow_helpers import held_duckdb
+
+    return held_duckdb

@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -185,25 +185,31 @@ def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 HOLDER = """
 import sys, duckdb
 con = duckdb.connect(sys.argv[1])
-con.execute("CREATE TABLE IF NOT EXISTS held_by_a_notebook (x INTEGER)")
+if sys.argv[2:] == ["mark"]:
+    con.execute("CREATE TABLE IF NOT EXISTS held_by_a_notebook (x INTEGER)")
 print("holding", flush=True)
 sys.stdin.read()
 con.close()
 """
 
 
+HoldDuckDB = Callable[..., AbstractContextManager[subprocess.Popen[str]]]
+"""`held_duckdb`, as the `duckdb_holder` fixture gives it."""
+
+
 @contextmanager
-def held_duckdb(db: Path) -> Iterator[subprocess.Popen[str]]:
-    """Another process (a notebook, say) holds `db` open for writing until the block ends; it creates the
-    table `held_by_a_notebook`, whose survival shows its work was not lost."""
-    holder = subprocess.Popen(
-        [PYTHON, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+def held_duckdb(db: Path, mark: bool = True) -> Iterator[subprocess.Popen[str]]:
+    """Another process (a notebook, say) holds `db` open for writing until the block ends. With `mark`, it
+    creates the table `held_by_a_notebook`, whose survival shows its work was not lost; without, the file is
+    left as it was (an output directory's check must find harvest's tables only). Also the `duckdb_holder`
+    fixture."""
+    args = [PYTHON, "-c", HOLDER, str(db), *(["mark"] if mark else [])]
+    holder = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         yield holder
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
-        holder.wait(timeout=30)
+        holder.wait(timeout=60)
     assert holder.returncode == 0

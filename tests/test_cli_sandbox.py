@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,18 +11,13 @@ from pathlib import Path
 import httpx
 
 from sandbox.drift_shapes import SHAPES
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.net_helpers import free_port, wait_until_serving
 
 
 @contextmanager
 def harvest_sandbox(*options: str) -> Iterator[str]:
     """`harvest sandbox` in its own process with `options`, up and answering; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     harvest = Path(sys.executable).with_name("harvest")
     proc = subprocess.Popen(
         [str(harvest), "sandbox", "--port", str(port), *options],
@@ -33,15 +26,7 @@ def harvest_sandbox(*options: str) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
-            try:
-                httpx.get(f"{base}/v1/credit-balance", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "harvest sandbox did not come up"
-                time.sleep(0.1)
+        wait_until_serving(f"{base}/v1/credit-balance", proc)
         yield base
     finally:
         proc.terminate()

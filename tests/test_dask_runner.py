@@ -29,10 +29,7 @@ CONFIG = SandboxConfig(
 RECORD_TABLES = ("pinboard_pins", "creative_materials", "creative_material_details")
 
 
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("api_key")  # harvest's key in the environment (conftest)
 
 
 def job(base_url: str, output: Path, runner: dict[str, Any], credits: int = 1000) -> dict[str, Any]:

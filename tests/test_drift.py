@@ -31,10 +31,7 @@ FEED_PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("api_key")  # harvest's key in the environment (conftest)
 
 
 @pytest.mark.parametrize("share", [1.0, 0.4])

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from tasks.database import DatabaseBusy
 from tasks.layout import OutputLayout
 from tasks.parquet_sink import MultiTableSink
 from tasks.run_history import public_service_url
+from tests.flow_helpers import HoldDuckDB
 from tests.landing_helpers import (
     META,
     Kind,
@@ -195,26 +194,11 @@ def test_a_failed_load_is_finished_by_loading_again(tmp_path: Path) -> None:
     ]
 
 
-HOLD_SCRIPT = """
-import sys, time, duckdb
-con = duckdb.connect(sys.argv[1])
-print("holding", flush=True)
-sys.stdin.readline()
-"""
-
-
-def test_lock_held_by_another_process_raises_database_busy(tmp_path: Path) -> None:
+def test_lock_held_by_another_process_raises_database_busy(tmp_path: Path, duckdb_holder: HoldDuckDB) -> None:
     layout = OutputLayout(tmp_path)
     files = land(tmp_path, "r1", [(VIDEOS, rows(VIDEOS, [video(1, "a")], T0, "r1"))])[VIDEOS.table]
     load_tables(layout.db, [(VIDEOS, files)])
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_SCRIPT, str(layout.db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    with duckdb_holder(layout.db, mark=False):
         with pytest.raises(DatabaseBusy) as err:
             load_tables(layout.db, [(VIDEOS, files)], rerun="harvest load r1")
         assert str(err.value) == (
@@ -224,10 +208,6 @@ def test_lock_held_by_another_process_raises_database_busy(tmp_path: Path) -> No
         assert isinstance(err.value.__cause__, duckdb.IOException)
         with pytest.raises(DatabaseBusy):
             record_run_start(layout.db, run_id="r9", job="j")
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=10)
     assert load_tables(layout.db, [(VIDEOS, files)]) == {VIDEOS.table: 1}  # rerun after the lock is gone
 
 

@@ -35,10 +35,7 @@ BASE = SandboxConfig(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("api_key")  # harvest's key in the environment (conftest)
 
 
 def spec(tmp_path: Path, sb: RunningSandbox, topics: list[str] = TOPICS, **service: Any) -> Path:

@@ -32,13 +32,6 @@ CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFIL
 runner = CliRunner()
 
 
-@pytest.fixture
-def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
-    return SECRET_KEY
-
-
 def job(base_url: str, output: Path, queries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     videos = {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True}
     return {

@@ -23,6 +23,7 @@ from flows.preflight import check_output_dir
 from flows.spec import UsageError
 from tasks.layout import OutputLayout
 from tasks.record_tables import ensure_table
+from tests.flow_helpers import HoldDuckDB
 from tests.spec_texts import VALID
 
 ROOT = Path(__file__).parent.parent
@@ -64,22 +65,15 @@ def test_new_empty_and_existing_outputs_are_fine_and_left_as_they_were(tmp_path:
     check_output_dir(tmp_path / "job-2")  # a sibling of another job's output is its own
 
 
-def test_a_database_busy_in_another_process_is_no_reason_to_refuse(tmp_path: Path) -> None:
+def test_a_database_busy_in_another_process_is_no_reason_to_refuse(
+    tmp_path: Path, duckdb_holder: HoldDuckDB
+) -> None:
     """The run lands Parquet and says to run `harvest load`; refusing it would lose a scheduled run."""
     job = make_job_output(tmp_path / "job")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time\n"
-         f"con = duckdb.connect({str(job / 'harvest.duckdb')!r})\nprint('held', flush=True)\ntime.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with duckdb_holder(job / "harvest.duckdb", mark=False):
         with pytest.raises(duckdb.IOException, match="lock"):
             duckdb.connect(str(job / "harvest.duckdb"), read_only=True)
         check_output_dir(job)
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 # ------------------------------------------------------------------------------------------- refused

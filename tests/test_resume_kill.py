@@ -7,7 +7,6 @@ The processes talk to the session's Prefect test server (PREFECT_API_URL), so no
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -42,6 +41,7 @@ from tests.flow_helpers import (
     scalar,
     write_spec,
 )
+from tests.prefect_helpers import flow_run_states
 from tests.process_helpers import finish, signal_group, start_run, wait_for_requests
 
 PINS = "/v1/pinboard/search"
@@ -89,20 +89,6 @@ def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
         if now != seen:
             seen, quiet_since = now, time.monotonic()
     return seen
-
-
-def flow_run_states(ids: list[str]) -> dict[str, tuple[str, str]]:
-    """Flow run id -> (state type, message), read back from the Prefect API."""
-    from uuid import UUID
-
-    from prefect.client.orchestration import get_client
-
-    async def read() -> dict[str, tuple[str, str]]:
-        async with get_client() as client:
-            found = [await client.read_flow_run(UUID(i)) for i in ids]
-        return {str(r.id): (r.state.type.value, r.state.message or "") for r in found if r.state}
-
-    return asyncio.run(read())
 
 
 def material_ids() -> list[str]:

@@ -30,6 +30,7 @@ from tests.flow_helpers import (
     scalar,
     write_spec,
 )
+from tests.prefect_helpers import flow_runs, task_runs
 
 PINS = "/v1/pinboard/search"
 PROFILE = "/v3/short-video/profile/videos"
@@ -51,21 +52,9 @@ def spec_of(
     }
 
 
-@pytest.fixture
-def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    monkeypatch.delenv("HARVEST_BASE_URL", raising=False)
-    return SECRET_KEY
-
-
 # ----------------------------------------------------------------------------------------- Prefect states
-async def _flow_runs() -> dict[str, Any]:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        runs = await client.read_flow_runs()
-        tasks = await client.read_task_runs()
-    return {"flows": runs, "tasks": tasks}
+JOBS = {"state-failed": "a", "state-budget": "b"}
+"""Job -> its output directory under tmp_path."""
 
 
 def test_prefect_states_tell_failed_and_budget_stops_apart(
@@ -96,18 +85,19 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
         )
         failed = run_flow(failing)
         stopped = run_flow(short, budget=2)
-    found = asyncio.run(_flow_runs())
-    jobs = {str(failing): "state-failed", str(short): "state-budget"}
-    by_job = {
-        jobs[r.parameters["spec_path"]]: r for r in found["flows"] if r.parameters.get("spec_path") in jobs
-    }
+    # each run's own flow run, by the id its manifest keeps (the session's server holds hundreds of others)
+    ids = {job: str(all_manifests(OutputLayout(tmp_path / out))[0].flow_run_id) for job, out in JOBS.items()}
+    found = flow_runs(list(ids.values()))
+    by_job = {job: found[i] for job, i in ids.items()}
+    assert by_job["state-failed"].parameters["spec_path"] == str(failing)
+    assert by_job["state-budget"].parameters["spec_path"] == str(short)
     assert failed["status"] == "failed" and stopped["status"] == "budget_exhausted"
     assert by_job["state-failed"].state.type.value == "FAILED"
     assert failed["run_id"] in by_job["state-failed"].state.message
     assert "failed:" in by_job["state-failed"].state.message
     assert by_job["state-budget"].state.type.value == "COMPLETED"
     assert by_job["state-budget"].state.message.startswith("budget_exhausted: ")
-    names = {t.name: t for t in found["tasks"] if t.flow_run_id == by_job["state-failed"].id}
+    names = {t.name: t for t in task_runs(ids["state-failed"])}
     assert set(names) == {"fine", "walled"}
     assert all({"harvest", "job:state-failed"} <= set(t.tags) for t in names.values())
     # the failed query's task run is Failed, once (no Prefect retry), and its summary still reached the flow

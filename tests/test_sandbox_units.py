@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import orjson
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 
 from sandbox.config import Quirks, SandboxConfig
 from sandbox.expected import crawl, expected_pages, full_crawl
+from tests.net_helpers import wait_until_serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,28 +94,15 @@ def test_config_rejects_nonsense(bad: dict[str, object]) -> None:
         SandboxConfig(**bad)  # type: ignore[arg-type]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_serve_in_the_foreground() -> None:
+def test_serve_in_the_foreground(free_port: int) -> None:
     """What `harvest sandbox --port P --api-key K --credits C --fault-rate 0 --seed 7` runs."""
-    port = free_port()
+    port = free_port
     code = f"from sandbox.server import serve; serve(port={port}, api_key='cli-key', credits=5, fault_rate=0.0, seed=7)"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                response = httpx.get(
-                    f"http://127.0.0.1:{port}/v1/credit-balance", headers={"x-api-key": "cli-key"}
-                )
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "serve() did not come up"
-                time.sleep(0.05)
+        response = wait_until_serving(
+            f"http://127.0.0.1:{port}/v1/credit-balance", proc, headers={"x-api-key": "cli-key"}
+        )
         assert response.json() == {"creditCount": 5}
         pins = httpx.get(
             f"http://127.0.0.1:{port}/v1/pinboard/search",
