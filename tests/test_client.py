@@ -1,4 +1,10 @@
-"""The client's own error handling and money rules, against a scripted transport (no network)."""
+"""The client's own error handling and money rules, against a scripted server on 127.0.0.1.
+
+Every request goes through the lanes a run uses (`connectors.lanes`: an httpcore connection per lane), so the
+failures are the real ones: a refused or unanswered connect, a server that never answers, a connection dropped
+or reset, a body cut short or that does not decompress. The server (`tests.scripted_server`) records what it was
+sent, so the tests also check the key header, the params, and what was never sent.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import asyncio
 import datetime as dt
 import logging
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +20,7 @@ import orjson
 import pytest
 import stamina
 
-from connectors.client import Attempt, PageRequest, RetryPolicy, ServiceClient
+from connectors.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
 from connectors.errors import (
     BadRequest,
     BudgetExhausted,
@@ -26,14 +32,26 @@ from connectors.errors import (
     Unauthorized,
     UnexpectedResponse,
 )
+from connectors.http_lane import CoreLane
 from connectors.ledger import CreditLedger
 from connectors.retry import Retryable, parse_retry_after
+from tests.scripted_server import (
+    Drop,
+    Hang,
+    Received,
+    Reply,
+    ScriptedServer,
+    Stall,
+    Step,
+    json_reply,
+    text_reply,
+)
 
 KEY = "sk-live-7f3a9c1e5b2d"
 BASE = "https://service.test"
+"""For the tests that never send anything (nothing listens there)."""
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
-
-Step = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
+SEARCH = "/v1/pinboard/search"
 
 
 @pytest.fixture(autouse=True)
@@ -46,65 +64,59 @@ def real_retries() -> Iterator[None]:
     stamina.set_active(was_active)
 
 
-class Script:
-    """A fake service: answers the scripted steps in order and remembers every request it saw."""
-
-    def __init__(self, *steps: Step) -> None:
-        self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        if not self.steps:
-            raise AssertionError(f"unexpected extra request {request.url}")
-        step = self.steps.pop(0)
-        if isinstance(step, Exception):
-            raise step
-        if callable(step) and not isinstance(step, httpx.Response):
-            return step(request)
-        return step
+def js(status: int, body: Any, **headers: str) -> Reply:
+    return json_reply(status, body, **headers)
 
 
-def js(status: int, body: Any, **headers: str) -> httpx.Response:
-    headers = {"content-type": "application/json", **headers}
-    return httpx.Response(status, content=orjson.dumps(body), headers=headers)
-
-
-def ok(records: list[Any] | None = None, charged: int | None = 1, remaining: int = 900) -> httpx.Response:
+def ok(records: list[Any] | None = None, charged: int | None = 1, remaining: int = 900) -> Reply:
     body: dict[str, Any] = {"success": True, "items": records or [], "credits_remaining": remaining}
     if charged is not None:
         body["credits_charged"] = charged
     return js(200, body)
 
 
-def text(status: int, content: str) -> httpx.Response:
-    return httpx.Response(status, content=content.encode(), headers={"content-type": "text/plain"})
+def text(status: int, content: str) -> Reply:
+    return text_reply(status, content)
 
 
 class Harness:
-    def __init__(self, script: Script, budget: int = 100, **kw: Any) -> None:
-        self.script = script
+    """A scripted server and a client pointed at it, with every attempt recorded. `then` is called with each
+    attempt as it is recorded (between two attempts of one request: the server can change what it does)."""
+
+    def __init__(
+        self,
+        server: ScriptedServer,
+        budget: int = 100,
+        then: Callable[[Attempt], None] | None = None,
+        **kw: Any,
+    ) -> None:
+        self.server = server
         self.ledger = CreditLedger(budget, min_balance=kw.pop("min_balance", None))
         self.attempts: list[Attempt] = []
+        self.then = then
         self.client = ServiceClient(
-            BASE,
+            kw.pop("base_url", server.url),
             KEY,
             self.ledger,
             retry=kw.pop("retry", FAST),
-            on_attempt=self.attempts.append,
-            transport=httpx.MockTransport(script),
+            on_attempt=self._attempted,
             **kw,
         )
+
+    def _attempted(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+        if self.then is not None:
+            self.then(attempt)
 
     async def get(self, cost: int = 1, page: int = 0, **kw: Any) -> Any:
         return await self.client.get(
             page_request(
-                "/v1/pinboard/search",
+                SEARCH,
                 kw.pop("query", [("query", "cats")]),
                 cost=cost,
                 query_id="q1",
                 page=page,
-                endpoint="/v1/pinboard/search",
+                endpoint=SEARCH,
                 **kw,
             )
         )
@@ -123,35 +135,66 @@ def page_request(
     return PageRequest(query_id, endpoint, path, tuple(query), page, cost, query_cap)
 
 
+Make = Callable[..., Awaitable[Harness]]
+
+
 @pytest.fixture
-async def make() -> Any:
+async def make() -> AsyncIterator[Make]:
+    """`await make(*steps, accepting=..., **harness_kw)`: a harness on a new scripted server."""
     made: list[Harness] = []
 
-    def _make(*steps: Step, **kw: Any) -> Harness:
-        h = Harness(Script(*steps), **kw)
+    async def _make(*steps: Step, accepting: Any = "yes", **kw: Any) -> Harness:
+        server = await ScriptedServer(*steps, accepting=accepting).start()
+        h = Harness(server, **kw)
         made.append(h)
         return h
 
     yield _make
     for h in made:
         await h.client.aclose()
+        await h.server.aclose()
+    for h in made:
+        h.server.check()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[..., Awaitable[ScriptedServer]]]:
+    """`await serve(*steps)`: a scripted server, for tests that build their own client."""
+    servers: list[ScriptedServer] = []
+
+    async def _serve(*steps: Step) -> ScriptedServer:
+        server = await ScriptedServer(*steps).start()
+        servers.append(server)
+        return server
+
+    yield _serve
+    for server in servers:
+        await server.aclose()
+    for server in servers:
+        server.check()
 
 
 # ---- success -------------------------------------------------------------------------------------
 
 
-async def test_success_settles_to_credits_charged_and_sends_the_key_header(make: Any) -> None:
-    h = make(ok([{"id": "p1"}], charged=1, remaining=41))
+async def test_success_settles_to_credits_charged_and_sends_the_key_header(make: Make) -> None:
+    h = await make(ok([{"id": "p1"}], charged=1, remaining=41))
     resp = await h.get(cost=2, query=[("query", "a b&c=d"), ("tag", "x"), ("tag", "y")])
     assert resp.status_code == 200 and resp.body["items"] == [{"id": "p1"}]
     assert (resp.credits_charged, resp.credits_remaining, resp.attempts, resp.credits) == (1, 41, 1, 1)
     assert orjson.loads(resp.raw) == resp.body
+    assert resp.raw == ok([{"id": "p1"}], charged=1, remaining=41).body  # the body as the server sent it
     assert h.ledger.spent == 1 and h.ledger.reserved == 0  # reserved 2 by the table, settled to the 1 charged
     assert h.ledger.account_remaining == 41
-    [req] = h.script.requests
+    [req] = h.server.requests
     assert req.headers["x-api-key"] == KEY
-    assert req.url.path == "/v1/pinboard/search"
-    assert req.url.params.multi_items() == [("query", "a b&c=d"), ("tag", "x"), ("tag", "y")]
+    assert req.path == "/v1/pinboard/search"
+    assert req.query == [("query", "a b&c=d"), ("tag", "x"), ("tag", "y")]
+    # what went over the wire besides: a GET with the default headers, the key only in its header
+    assert req.method == "GET" and KEY not in req.target
+    assert req.headers["host"] == f"127.0.0.1:{h.server.port}"
+    assert (req.headers["accept"], req.headers["accept-encoding"]) == ("application/json", "gzip, deflate")
+    assert req.headers["user-agent"].startswith("harvest/")
     [att] = h.attempts
     assert (att.query_id, att.endpoint, att.page, att.attempt, att.status_code, att.credits, att.error) == (
         "q1",
@@ -166,24 +209,23 @@ async def test_success_settles_to_credits_charged_and_sends_the_key_header(make:
     assert att.started_at.tzinfo is dt.UTC and att.duration_ms >= 0
 
 
-async def test_bare_array_without_credits_keeps_the_reservation(make: Any) -> None:
-    h = make(js(200, [{"data": {"clip": {"id": "c1"}}}, {}, {}]))
+async def test_bare_array_without_credits_keeps_the_reservation(make: Make) -> None:
+    h = await make(js(200, [{"data": {"clip": {"id": "c1"}}}, {}, {}]))
     resp = await h.get(cost=1)
     assert isinstance(resp.body, list) and resp.credits_charged is None
     assert h.ledger.spent == 1  # unknown charge counts as spent
 
 
-async def test_cached_answer_charged_zero(make: Any) -> None:
-    h = make(js(200, {"success": True, "cached": True, "credits_charged": 0, "credits_remaining": 5}))
+async def test_cached_answer_charged_zero(make: Make) -> None:
+    h = await make(js(200, {"success": True, "cached": True, "credits_charged": 0, "credits_remaining": 5}))
     resp = await h.get(cost=1)
     assert resp.credits == 0 and h.ledger.spent == 0
 
 
-async def test_path_with_colon_and_base_path_prefix() -> None:
-    script = Script(ok())
+async def test_path_with_colon_and_base_path_prefix(serve: Any) -> None:
+    server = await serve(ok())
     ledger = CreditLedger(5)
-    transport = httpx.MockTransport(script)
-    async with ServiceClient(BASE + "/api/", KEY, ledger, retry=FAST, transport=transport) as c:
+    async with ServiceClient(server.url + "/api/", KEY, ledger, retry=FAST) as c:
         await c.get(
             page_request(
                 "/v1/creative/materials/video:abc",
@@ -192,18 +234,19 @@ async def test_path_with_colon_and_base_path_prefix() -> None:
                 endpoint="/v1/creative/materials/{material_id}",
             )
         )
-    assert script.requests[0].url.path == "/api/v1/creative/materials/video:abc"
+    assert server.requests[0].path == "/api/v1/creative/materials/video:abc"
+    assert server.requests[0].target == "/api/v1/creative/materials/video:abc"  # no params: no '?'
 
 
-async def test_a_200_with_flags_is_an_answer_not_a_failure(make: Any) -> None:
+async def test_a_200_with_flags_is_an_answer_not_a_failure(make: Make) -> None:
     body = {"success": True, "account_deactivated": True, "credits_charged": 1, "credits_remaining": 3}
-    h = make(js(200, body))
+    h = await make(js(200, body))
     resp = await h.get()
     assert resp.body["account_deactivated"] is True and resp.attempts == 1
 
 
-async def test_success_marks_the_page_done_for_breadth_first(make: Any) -> None:
-    h = make(ok())
+async def test_success_marks_the_page_done_for_breadth_first(make: Make) -> None:
+    h = await make(ok())
     h.ledger.register("q1")
     await h.get(page=0)
     assert h.ledger._share._next_page["q1"] == 1
@@ -212,7 +255,7 @@ async def test_success_marks_the_page_done_for_breadth_first(make: Any) -> None:
 # ---- answers that are errors: not retried --------------------------------------------------------
 
 
-async def test_400_carries_message_parameter_and_the_paid_answer(make: Any) -> None:
+async def test_400_carries_message_parameter_and_the_paid_answer(make: Make) -> None:
     body = {
         "success": False,
         "error": "bad_request",
@@ -221,19 +264,19 @@ async def test_400_carries_message_parameter_and_the_paid_answer(make: Any) -> N
         "credits_charged": 1,
         "credits_remaining": 77,
     }
-    h = make(js(400, body))
+    h = await make(js(400, body))
     with pytest.raises(BadRequest) as info:
         await h.get()
     err = info.value
     assert (err.parameter, err.service_message, err.credits) == ("handle", "unknown handle", 1)
     assert "'handle'" in str(err) and "unknown handle" in str(err) and "400" in str(err)
     assert err.response is not None and err.response.status_code == 400 and err.response.body == body
-    assert len(h.script.requests) == 1 and h.ledger.spent == 1 and h.ledger.account_remaining == 77
+    assert len(h.server.requests) == 1 and h.ledger.spent == 1 and h.ledger.account_remaining == 77
     assert h.attempts[0].error is not None and "400" in h.attempts[0].error
 
 
-async def test_400_without_json(make: Any) -> None:
-    h = make(text(400, "Bad Request"))
+async def test_400_without_json(make: Make) -> None:
+    h = await make(text(400, "Bad Request"))
     with pytest.raises(BadRequest) as info:
         await h.get()
     assert info.value.parameter is None and info.value.response is not None
@@ -265,20 +308,20 @@ async def test_400_without_json(make: Any) -> None:
     ],
 )
 async def test_typed_errors_are_not_retried(
-    make: Any, status: int, body: dict[str, Any], error: type[HarvestError], phrase: str
+    make: Make, status: int, body: dict[str, Any], error: type[HarvestError], phrase: str
 ) -> None:
-    h = make(js(status, body))
+    h = await make(js(status, body))
     with pytest.raises(error) as info:
         await h.get()
     assert phrase in str(info.value)
-    assert len(h.script.requests) == 1
+    assert len(h.server.requests) == 1
     assert info.value.response is not None and info.value.response.status_code == status
     assert h.ledger.spent == 1  # no credits_charged in the body: unknown counts as spent
 
 
-async def test_404_success_true_is_a_billed_not_found(make: Any) -> None:
+async def test_404_success_true_is_a_billed_not_found(make: Make) -> None:
     body = {"success": True, "error": "not_found", "credits_charged": 1, "credits_remaining": 12}
-    h = make(js(404, body))
+    h = await make(js(404, body))
     with pytest.raises(NotFound) as info:
         await h.get()
     err = info.value
@@ -287,18 +330,22 @@ async def test_404_success_true_is_a_billed_not_found(make: Any) -> None:
     assert h.ledger.spent == 1 and h.ledger.account_remaining == 12
 
 
-async def test_redirects_are_not_followed(make: Any) -> None:
-    h = make(httpx.Response(302, headers={"location": "https://elsewhere.test/steal"}))
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_redirects_are_not_followed(make: Make, status: int) -> None:
+    """The redirect points back at the same server, so a followed one would show in what it received."""
+    h = await make()
+    h.server.add(Reply(status, headers=(("location", f"{h.server.url}/steal?k=1"),)))
     with pytest.raises(UnexpectedResponse) as info:
         await h.get()
-    assert info.value.status_code == 302 and len(h.script.requests) == 1
+    assert info.value.status_code == status and len(h.server.requests) == 1
+    assert [r.path for r in h.server.requests] == [SEARCH]  # the redirect target was never asked for
 
 
 # ---- transient failures: retried -----------------------------------------------------------------
 
 
-async def test_429_with_retry_after_then_200(make: Any) -> None:
-    h = make(
+async def test_429_with_retry_after_then_200(make: Make) -> None:
+    h = await make(
         js(
             429,
             {"success": False, "error": "rate_limited", "credits_charged": 0, "credits_remaining": 50},
@@ -314,6 +361,7 @@ async def test_429_with_retry_after_then_200(make: Any) -> None:
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1
     assert [a.status_code for a in h.attempts] == [429, 200]
     assert [a.credits for a in h.attempts] == [0, 1]
+    assert len(h.server.requests) == 2 and h.server.connections == 1  # an answered 429 keeps its connection
 
 
 def test_retry_after_is_honoured_but_capped() -> None:
@@ -336,111 +384,179 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after(None) is None
 
 
-async def test_500_then_200(make: Any) -> None:
-    h = make(js(500, {"success": False, "error": "internal", "credits_charged": 0}), ok())
+async def test_500_then_200(make: Make) -> None:
+    h = await make(js(500, {"success": False, "error": "internal", "credits_charged": 0}), ok())
     resp = await h.get()
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1
+    assert len(h.server.requests) == 2
 
 
-async def test_500_without_credits_keeps_its_reservation(make: Any) -> None:
-    h = make(js(500, {"success": False, "error": "internal"}), ok())
+async def test_500_without_credits_keeps_its_reservation(make: Make) -> None:
+    h = await make(js(500, {"success": False, "error": "internal"}), ok())
     resp = await h.get()
     assert resp.credits == 2 and h.ledger.spent == 2
 
 
-async def test_unbilled_statuses_settle_to_zero_when_configured(make: Any) -> None:
-    h = make(text(503, "x"), js(500, {"success": False}), ok(), unbilled_statuses=frozenset({503}))
+async def test_unbilled_statuses_settle_to_zero_when_configured(make: Make) -> None:
+    h = await make(text(503, "x"), js(500, {"success": False}), ok(), unbilled_statuses=frozenset({503}))
     resp = await h.get()
     assert resp.attempts == 3 and [a.credits for a in h.attempts] == [0, 1, 1] and h.ledger.spent == 2
 
 
-async def test_503_text_plain_then_200(make: Any) -> None:
-    h = make(text(503, "upstream connect error or disconnect/reset before headers"), ok())
+async def test_503_text_plain_then_200(make: Make) -> None:
+    h = await make(text(503, "upstream connect error or disconnect/reset before headers"), ok())
     resp = await h.get()
     assert resp.attempts == 2 and h.ledger.spent == 2  # the 503's charge is unknown: kept
     assert h.attempts[0].status_code == 503 and "upstream connect error" in (h.attempts[0].error or "")
 
 
+HUGE = "x" * (16 * 1024 * 1024)
+"""A param longer than the socket buffers hold: a server that does not read it makes the client's write block."""
+
+
 @pytest.mark.parametrize(
-    "failure",
+    ("failure", "step", "timeouts", "query"),
     [
-        httpx.ReadTimeout("timed out"),
-        httpx.RemoteProtocolError("Server disconnected without sending a response."),
-        httpx.ReadError("connection reset"),
-        httpx.WriteTimeout("write timed out"),
+        (httpx.ReadTimeout, Hang(), Timeouts(read=0.5), None),
+        (httpx.RemoteProtocolError, Drop(), Timeouts(), None),  # closed without a byte of answer
+        (httpx.ReadError, Drop(reset=True), Timeouts(), None),  # connection reset
+        (httpx.WriteTimeout, Stall(), Timeouts(write=0.5), [("query", HUGE)]),
+        (httpx.RemoteProtocolError, Drop((b"HTTP/1.1 200 OK\r\ncontent-",)), Timeouts(), None),
+        (
+            httpx.RemoteProtocolError,
+            Drop((b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"success": tr',)),
+            Timeouts(),
+            None,
+        ),
+        (httpx.RemoteProtocolError, Reply(200, b'{"success": true}', content_length=400), Timeouts(), None),
     ],
-    ids=lambda e: type(e).__name__,
+    ids=[
+        "ReadTimeout",
+        "RemoteProtocolError",
+        "ReadError",
+        "WriteTimeout",
+        "dropped-mid-headers",
+        "dropped-mid-body",
+        "shorter-than-content-length",
+    ],
 )
-async def test_maybe_sent_failures_are_retried_and_kept(make: Any, failure: Exception) -> None:
-    h = make(failure, ok())
-    resp = await h.get()
+async def test_maybe_sent_failures_are_retried_and_kept(
+    make: Make,
+    failure: type[httpx.HTTPError],
+    step: Step,
+    timeouts: Timeouts,
+    query: list[tuple[str, str]] | None,
+) -> None:
+    h = await make(step, ok(), timeouts=timeouts)
+    resp = await (h.get(query=query) if query else h.get())
     assert resp.attempts == 2 and h.ledger.spent == 2 and h.ledger.reserved == 0
     first = h.attempts[0]
-    assert first.status_code is None and first.credits == 1 and type(failure).__name__ in (first.error or "")
+    assert first.status_code is None and first.credits == 1 and failure.__name__ in (first.error or "")
+    # the failed request reached the server, and its connection was not used again
+    assert h.server.connections == 2
+    if isinstance(step, Stall):
+        assert h.server.stalled == 1 and len(h.server.requests) == 1
+        assert h.server.requests[0].query == [("query", HUGE)]
+    else:
+        assert len(h.server.requests) == 2
 
 
-async def test_a_body_that_does_not_decode_is_retried_and_kept_as_spent(make: Any) -> None:
-    """A corrupt gzip body came from the service: it may have been billed, so the reservation is kept."""
-    h = make(
-        lambda _: httpx.Response(
-            200, headers={"content-encoding": "gzip"}, stream=httpx.ByteStream(b"not gzip at all")
-        ),
-        ok(),
-    )
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_a_body_that_does_not_decode_is_retried_and_kept_as_spent(make: Make, coding: str) -> None:
+    """A corrupt gzip body came from the service: it may have been billed, so the reservation is kept.
+
+    Through the mock transport httpx raised `DecodingError` for it (an attempt with no status); a lane passes
+    the body on as it came, so the attempt is the 200 with a body that is not JSON. Both keep the reservation
+    and retry."""
+    h = await make(Reply(200, b"not gzip at all", (("content-encoding", coding),)), ok())
     resp = await h.get()
     assert resp.attempts == 2 and h.ledger.spent == 2
+    assert h.attempts[0].status_code == 200 and "not a JSON" in (h.attempts[0].error or "")
+    assert h.attempts[0].credits == 1 and len(h.server.requests) == 2
 
 
-async def test_truncated_json_then_200(make: Any) -> None:
-    h = make(httpx.Response(200, content=b'{"success": true, "items": [{"id": "p1"'), ok())
+async def test_truncated_json_then_200(make: Make) -> None:
+    h = await make(Reply(200, b'{"success": true, "items": [{"id": "p1"'), ok())
     resp = await h.get()
     assert resp.attempts == 2 and h.ledger.spent == 2  # the truncated page was probably billed
     assert "not a JSON" in (h.attempts[0].error or "")
 
 
-async def test_json_scalar_200_is_malformed(make: Any) -> None:
-    h = make(httpx.Response(200, content=b'"ok"'), ok())
+async def test_json_scalar_200_is_malformed(make: Make) -> None:
+    h = await make(Reply(200, b'"ok"'), ok())
     assert (await h.get()).attempts == 2
 
 
 @pytest.mark.parametrize(
-    "failure",
+    ("failure", "accepting", "timeouts"),
     [
-        httpx.ConnectError("[Errno 111] Connection refused"),
-        httpx.ConnectTimeout("connect timed out"),
-        httpx.PoolTimeout("no connection"),
+        (httpx.ConnectError, "refuse", Timeouts()),  # the port is not listening
+        (httpx.ConnectTimeout, "unresponsive", Timeouts(connect=0.3)),  # its accept queue is full
     ],
-    ids=lambda e: type(e).__name__,
+    ids=["ConnectError", "ConnectTimeout"],
 )
-async def test_never_sent_failures_are_released(make: Any, failure: Exception) -> None:
-    h = make(failure, ok())
+async def test_never_sent_failures_are_released(
+    make: Make, failure: type[httpx.HTTPError], accepting: str, timeouts: Timeouts
+) -> None:
+    """The first connect fails; the server listens from the moment that attempt is recorded."""
+    h = await make(ok(), accepting=accepting, timeouts=timeouts)
+    h.then = lambda _: h.server.accept()
     resp = await h.get()
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
     assert h.attempts[0].credits == 0
+    assert failure.__name__ in (h.attempts[0].error or "") and h.attempts[0].status_code is None
+    assert len(h.server.requests) == 1 and h.server.connections == 1  # only the second attempt was sent
 
 
-async def test_retries_exhausted(make: Any) -> None:
-    h = make(*[text(503, "Service Unavailable")] * 5)
+async def test_a_pool_timeout_is_released(make: Make) -> None:
+    """`PoolTimeout`: the mock raised it out of thin air. On the production path a lane is a pool of one
+    connection that serves one request at a time, so a request waits for a pool only on a lane whose connection
+    was left checked out (the case `Lanes` retires lanes for). That lane is built here: a request hangs on it,
+    and it is put back among the idle lanes. The client's next request takes it, times out waiting for its
+    connection without sending anything, and is released; the retry gets a new lane."""
+    timeouts = Timeouts(pool=0.2)
+    h = await make(Hang(), ok(), timeouts=timeouts)
+    stuck = CoreLane(timeouts)
+    origin = h.client._origin
+    holding = asyncio.create_task(stuck.get(origin, origin.target("/held", []), {"x-api-key": "other"}))
+    await h.server.wait_for(1)  # its one connection is checked out, waiting for an answer that never comes
+    h.client._lanes._all.append(stuck)
+    h.client._lanes._idle.append(stuck)
+    resp = await h.get()
+    assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
+    assert h.attempts[0].credits == 0
+    assert "PoolTimeout" in (h.attempts[0].error or "") and h.attempts[0].status_code is None
+    assert [r.path for r in h.server.requests] == ["/held", SEARCH]  # the timed-out attempt sent nothing
+    assert stuck.is_closed and stuck not in h.client._lanes._all  # the broken lane was retired
+    holding.cancel()
+    with pytest.raises((asyncio.CancelledError, httpx.HTTPError)):
+        await holding
+
+
+async def test_retries_exhausted(make: Make) -> None:
+    h = await make(*[text(503, "Service Unavailable")] * 5)
     with pytest.raises(ServiceUnavailable) as info:
         await h.get()
     err = info.value
     assert err.attempts == 5 and err.credits == 5 and "503" in err.last_cause
     assert "5 attempt(s)" in str(err) and "503" in str(err)
     assert err.response is not None and err.response.raw == b"Service Unavailable"
-    assert len(h.script.requests) == 5 and h.ledger.spent == 5
+    assert len(h.server.requests) == 5 and h.ledger.spent == 5
     assert [a.attempt for a in h.attempts] == [1, 2, 3, 4, 5]
+    assert h.server.connections == 1  # answers, not failures: the lane kept its connection
 
 
-async def test_retries_exhausted_on_connect_errors_cost_nothing(make: Any) -> None:
-    h = make(*[httpx.ConnectError("refused")] * 5)
+async def test_retries_exhausted_on_connect_errors_cost_nothing(make: Make) -> None:
+    h = await make(accepting="refuse")
     with pytest.raises(ServiceUnavailable) as info:
         await h.get()
     assert info.value.attempts == 5 and info.value.credits == 0 and h.ledger.spent == 0
     assert "could not connect" in info.value.last_cause
+    assert len(h.attempts) == 5 and h.server.connections == 0
 
 
-async def test_backoff_grows_when_not_zeroed(make: Any) -> None:
-    h = make(
+async def test_backoff_grows_when_not_zeroed(make: Make) -> None:
+    h = await make(
         text(503, "x"),
         text(503, "x"),
         ok(),
@@ -450,99 +566,95 @@ async def test_backoff_grows_when_not_zeroed(make: Any) -> None:
     t0 = loop.time()
     await h.get()
     assert loop.time() - t0 >= 0.02 + 0.04 - 0.005
+    assert len(h.server.requests) == 3
 
 
 # ---- the budget ----------------------------------------------------------------------------------
 
 
-async def test_no_request_when_the_budget_is_exhausted(make: Any) -> None:
-    h = make(budget=0)
+async def test_no_request_when_the_budget_is_exhausted(make: Make) -> None:
+    h = await make(budget=0)
     with pytest.raises(BudgetExhausted) as info:
         await h.get()
-    assert h.script.requests == [] and h.attempts == []
+    assert h.server.requests == [] and h.attempts == []
+    assert h.server.connections == 0  # not even a connection was opened
     assert "no request was sent" in str(info.value) and info.value.credits == 0
 
 
-async def test_retries_stop_at_the_budget(make: Any) -> None:
-    h = make(text(503, "x"), text(503, "x"), budget=2)
+async def test_retries_stop_at_the_budget(make: Make) -> None:
+    h = await make(text(503, "x"), text(503, "x"), budget=2)
     with pytest.raises(BudgetExhausted) as info:
         await h.get()
-    assert len(h.script.requests) == 2 and h.ledger.spent == 2
+    assert len(h.server.requests) == 2 and h.ledger.spent == 2
     assert info.value.credits == 2 and info.value.attempts == 2
 
 
-async def test_query_cap_is_passed_to_the_ledger(make: Any) -> None:
-    h = make(ok(), budget=10)
+async def test_query_cap_is_passed_to_the_ledger(make: Make) -> None:
+    h = await make(ok(), budget=10)
     await h.get(query_cap=1)
     with pytest.raises(BudgetExhausted, match="cap of 1"):
         await h.get(page=1, query_cap=1)
-    assert len(h.script.requests) == 1
+    assert len(h.server.requests) == 1
 
 
-async def test_min_balance_floor_stops_requests(make: Any) -> None:
-    h = make(ok(remaining=3), budget=10, min_balance=5)
+async def test_min_balance_floor_stops_requests(make: Make) -> None:
+    h = await make(ok(remaining=3), budget=10, min_balance=5)
     await h.get()
     with pytest.raises(BudgetExhausted, match="floor"):
         await h.get(page=1)
-    assert len(h.script.requests) == 1
+    assert len(h.server.requests) == 1
 
 
-async def test_cancelled_mid_flight_keeps_the_reservation() -> None:
-    started = asyncio.Event()
-
-    async def hang(request: httpx.Request) -> httpx.Response:
-        started.set()
-        await asyncio.sleep(3600)
-        raise AssertionError
-
-    ledger = CreditLedger(5)
-    attempts: list[Attempt] = []
-    async with ServiceClient(
-        BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(hang), on_attempt=attempts.append
-    ) as client:
-        task = asyncio.create_task(
-            client.get(page_request("/x", [], cost=1, query_id="q", page=0, endpoint="/x"))
-        )
-        await started.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    assert ledger.spent == 1 and ledger.reserved == 0
-    assert attempts[0].error == "cancelled" and attempts[0].credits == 1
+async def test_cancelled_mid_flight_keeps_the_reservation(make: Make) -> None:
+    h = await make(Hang(), budget=5)
+    task = asyncio.create_task(
+        h.client.get(page_request("/x", [], cost=1, query_id="q", page=0, endpoint="/x"))
+    )
+    [received] = await h.server.wait_for(1)  # the request is on the server: it may be billed
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await h.client.aclose()
+    assert h.ledger.spent == 1 and h.ledger.reserved == 0
+    assert h.attempts[0].error == "cancelled" and h.attempts[0].credits == 1
+    await received.closed.wait()  # its connection was closed, not left half-used for the next request
+    assert len(h.client._lanes) == 0
 
 
-async def test_max_in_flight_limits_concurrent_requests() -> None:
-    running = peak = 0
+async def test_max_in_flight_limits_concurrent_requests(serve: Any) -> None:
+    """The server holds requests until three are in flight at once, then answers them all: three in flight is
+    reached, and (counted on the server) never passed. The first request goes alone (the key is not proven)."""
+    gate = asyncio.Event()
 
-    async def slow(request: httpx.Request) -> httpx.Response:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.01)
-        running -= 1
+    async def held(_: Received) -> Step:
+        if server.in_flight >= 3:
+            gate.set()
+        await gate.wait()
         return ok()
 
+    server = await serve(ok(), *[held] * 11)
     ledger = CreditLedger(100, policy="greedy")
-    async with ServiceClient(
-        BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(slow), max_in_flight=3
-    ) as client:
+    async with ServiceClient(server.url, KEY, ledger, retry=FAST, max_in_flight=3) as client:
         await asyncio.gather(
             *(
                 client.get(page_request("/x", [], cost=1, query_id=f"q{i}", page=0, endpoint="/x"))
                 for i in range(12)
             )
         )
-    assert peak == 3 and ledger.spent == 12
+        assert len(client._lanes) <= 3
+    assert server.peak_in_flight == 3 and ledger.spent == 12
+    assert len(server.requests) == 12 and server.connections <= 3
 
 
-async def test_a_failing_attempt_recorder_does_not_lose_the_page(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_failing_attempt_recorder_does_not_lose_the_page(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     def boom(attempt: Attempt) -> None:
         raise RuntimeError("disk full")
 
+    server = await serve(ok())
     ledger = CreditLedger(5)
-    async with ServiceClient(
-        BASE, KEY, ledger, retry=FAST, transport=httpx.MockTransport(Script(ok())), on_attempt=boom
-    ) as client:
+    async with ServiceClient(server.url, KEY, ledger, retry=FAST, on_attempt=boom) as client:
         resp = await client.get(page_request("/x", [], cost=1, query_id="q", page=0, endpoint="/x"))
     assert resp.status_code == 200 and "on_attempt callback failed" in caplog.text
 
@@ -551,25 +663,29 @@ async def test_a_failing_attempt_recorder_does_not_lose_the_page(caplog: pytest.
 
 
 async def test_the_key_never_appears_in_errors_attempts_or_reprs(
-    make: Any, caplog: pytest.LogCaptureFixture
+    make: Make, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Through the mock transport, the read timeout, the refused connection and the unsupported protocol were
+    exceptions made up to quote the key. On a real connection their texts are httpcore's and fixed (no key in
+    them); they stay here for everything else they leave behind. The real way for the key to reach an
+    exception's text is a malformed answer quoted by h11: see the tests after this one."""
     caplog.set_level(logging.DEBUG)
     echo = f"invalid key {KEY}"
-    cases: list[tuple[list[Step], type[HarvestError]]] = [
-        ([js(400, {"success": False, "message": echo, "parameter": f"x{KEY}"})], BadRequest),
-        ([js(401, {"success": False, "message": echo})], Unauthorized),
-        ([js(402, {"success": False, "message": echo})], OutOfCredits),
-        ([js(403, {"success": False, "message": echo})], Forbidden),
-        ([js(404, {"success": True, "error": echo})], NotFound),
-        ([js(418, {"message": echo})], UnexpectedResponse),
-        ([text(503, echo)] * 5, ServiceUnavailable),
-        ([httpx.ReadTimeout(echo)] * 5, ServiceUnavailable),
-        ([httpx.ConnectError(echo)] * 5, ServiceUnavailable),
-        ([httpx.UnsupportedProtocol(echo)], HarvestError),
+    cases: list[tuple[list[Step], dict[str, Any], type[HarvestError]]] = [
+        ([js(400, {"success": False, "message": echo, "parameter": f"x{KEY}"})], {}, BadRequest),
+        ([js(401, {"success": False, "message": echo})], {}, Unauthorized),
+        ([js(402, {"success": False, "message": echo})], {}, OutOfCredits),
+        ([js(403, {"success": False, "message": echo})], {}, Forbidden),
+        ([js(404, {"success": True, "error": echo})], {}, NotFound),
+        ([js(418, {"message": echo})], {}, UnexpectedResponse),
+        ([text(503, echo)] * 5, {}, ServiceUnavailable),
+        ([Hang()] * 5, {"timeouts": Timeouts(read=0.1)}, ServiceUnavailable),
+        ([], {"accepting": "refuse"}, ServiceUnavailable),
+        ([], {"base_url": "ftp://127.0.0.1:9"}, HarvestError),  # unsupported: never sent
     ]
     seen: list[str] = []
-    for steps, expected in cases:
-        h = make(*steps)
+    for steps, kw, expected in cases:
+        h = await make(*steps, **kw)
         with pytest.raises(expected) as info:
             await h.get()
         err = info.value
@@ -578,7 +694,7 @@ async def test_the_key_never_appears_in_errors_attempts_or_reprs(
             seen += [err.response.raw.decode(errors="replace"), repr(err.response.body)]
         seen += [repr(a) for a in h.attempts]
         seen += [repr(h.client), repr(h.ledger)]
-    h = make(budget=0)
+    h = await make(budget=0)
     with pytest.raises(BudgetExhausted) as info:
         await h.get()
     seen += [str(info.value), repr(info.value), caplog.text]
@@ -588,10 +704,54 @@ async def test_the_key_never_appears_in_errors_attempts_or_reprs(
     assert any("***" in s for s in seen)
 
 
-async def test_the_key_is_not_sent_in_params_records(make: Any) -> None:
-    h = make(ok())
+ECHOED = f"invalid key {KEY}"
+MALFORMED = [
+    pytest.param(f"HTTP/1.1 5xx {ECHOED}\r\ncontent-length: 0\r\n\r\n".encode(), id="status-line"),
+    pytest.param(f"HTTP/1.1 200 OK\r\n{ECHOED}\r\ncontent-length: 0\r\n\r\n".encode(), id="header-line"),
+]
+
+
+@pytest.mark.parametrize("answer", MALFORMED)
+async def test_a_key_quoted_by_the_http_parser_is_cut_out_of_what_harvest_says(
+    make: Make, caplog: pytest.LogCaptureFixture, answer: bytes
+) -> None:
+    """h11 quotes a status line or a header line that is not HTTP whole in its error, so an answer that echoes
+    the key puts it in the exception's text: the attempts, the error and harvest's own log have it cut out."""
+    caplog.set_level(logging.DEBUG)
+    h = await make(*[Drop((answer,))] * 5)
+    with pytest.raises(ServiceUnavailable) as info:
+        await h.get()
+    err = info.value
+    assert all("***" in (a.error or "") and a.status_code is None for a in h.attempts)  # the key was there
+    assert all(a.credits == 1 for a in h.attempts) and h.ledger.spent == 5  # RemoteProtocolError: maybe sent
+    said = [str(err), repr(err), repr(pickle.loads(pickle.dumps(err))), *map(repr, h.attempts)]
+    said += [r.getMessage() for r in caplog.records if not r.name.startswith("httpcore")]
+    assert not [s for s in said if KEY in s]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="httpcore's DEBUG trace logs the exception as h11 raised it, key included: not harvest's text",
+)
+@pytest.mark.parametrize("answer", MALFORMED)
+async def test_httpcore_debug_logs_quote_a_key_echoed_in_a_malformed_answer(
+    make: Make, caplog: pytest.LogCaptureFixture, answer: bytes
+) -> None:
+    """Found when these tests moved off the mock transport (which never ran httpcore): with DEBUG logging on
+    for `httpcore`, its trace (`receive_response_headers.failed exception=...`) repeats the unscrubbed text.
+    Off by default (harvest never enables DEBUG for it); strict, so whoever filters it learns this passes."""
+    caplog.set_level(logging.DEBUG)
+    h = await make(*[Drop((answer,))] * 5)
+    with pytest.raises(ServiceUnavailable):
+        await h.get()
+    assert KEY not in caplog.text
+
+
+async def test_the_key_is_not_sent_in_params_records(make: Make) -> None:
+    h = await make(ok())
     await h.get(query=[("q", f"token {KEY}")])
     assert KEY not in repr(h.attempts)
+    assert h.server.requests[0].query == [("q", f"token {KEY}")]  # sent as asked: it is the caller's param
 
 
 def test_errors_survive_pickling() -> None:
@@ -609,12 +769,13 @@ def test_errors_survive_pickling() -> None:
         assert type(back) is type(err) and str(back) == str(err) and back.__dict__ == err.__dict__
 
 
-async def test_absolute_urls_are_refused_as_paths(make: Any) -> None:
-    h = make()
+async def test_absolute_urls_are_refused_as_paths(make: Make) -> None:
+    h = await make()
     for path in ("https://elsewhere.test/x", "//elsewhere.test/x", "v1/x"):
         with pytest.raises(ValueError, match="path must be"):
             await h.client.get(page_request(path, [], cost=1, query_id="q", page=0, endpoint="/x"))
-    assert h.script.requests == [] and h.ledger.reserved == 0
+    assert h.server.requests == [] and h.ledger.reserved == 0
+    assert h.server.connections == 0
 
 
 def test_constructor_validates() -> None:
@@ -626,36 +787,50 @@ def test_constructor_validates() -> None:
         RetryPolicy(attempts=0)
 
 
-async def test_a_short_key_is_not_cut_out_of_answers() -> None:
+async def test_a_short_key_is_not_cut_out_of_answers(serve: Any) -> None:
     """A two-letter key would match inside ordinary data: the cursor must come back whole, or paging breaks."""
     body = {"success": True, "items": [{"id": "p1"}], "cursor": "cG4uMTk1LmRhOTAwYg", "credits_charged": 1}
-    script = Script(js(200, body))
+    server = await serve(js(200, body))
     ledger = CreditLedger(10)
-    async with ServiceClient(BASE, "k1", ledger, retry=FAST, transport=httpx.MockTransport(script)) as client:
+    async with ServiceClient(server.url, "k1", ledger, retry=FAST) as client:
         resp = await client.get(
             page_request("/v1/pinboard/search", [], cost=1, query_id="q", page=0, endpoint="/e")
         )
+    assert isinstance(resp.body, dict)
     assert resp.body["cursor"] == "cG4uMTk1LmRhOTAwYg" and b"cG4uMTk1LmRhOTAwYg" in resp.raw
+    assert server.requests[0].headers["x-api-key"] == "k1"
 
 
-async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(make: Any) -> None:
+async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A resumed run, key not proven yet (no balance endpoint), a short budget: query A asks for its page 5 and
     must wait while B lags at page 0. B's first request must still go out: before, A waited for credits while
     holding the one-request-at-a-time gate, and B waited for the gate: the run hung."""
-    h = make(ok(), ok())
+    h = await make(ok(), ok())
     h.ledger = ledger = CreditLedger(3)
     h.client.ledger = ledger
     ledger.register("A", 5)
     ledger.register("B", 0)
+    parked = asyncio.Event()
+    park = ledger._waiters.add
+
+    def park_and_tell(loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        parked.set()
+        return park(loop)
+
+    monkeypatch.setattr(ledger._waiters, "add", park_and_tell)
     lead = asyncio.create_task(
         h.client.get(page_request("/v1/pinboard/search", [("query", "a")], query_id="A", page=5))
     )
-    await asyncio.sleep(0.05)
-    assert not lead.done()  # B needs the credits for pages 0-4 first
+    await parked.wait()  # A waits for credits: B needs them for pages 0-4 first
     async with asyncio.timeout(5):
         lag = await h.client.get(page_request("/v1/pinboard/search", [("query", "b")], query_id="B", page=0))
     assert lag.status_code == 200
+    assert not lead.done()  # B needs the credits for pages 0-4 first
+    assert [r.query for r in h.server.requests] == [[("query", "b")]]  # A has sent nothing
     ledger.finish("B")  # B is done: A may have what is left
     async with asyncio.timeout(5):
         assert (await lead).status_code == 200
     assert ledger.spent == 2
+    assert [r.query for r in h.server.requests] == [[("query", "b")], [("query", "a")]]
