@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from sandbox.server import RunningSandbox
 from tests.crawl_helpers import data_entries
@@ -28,10 +30,63 @@ def start_run(spec: Path, tmp_path: Path, api_url: str | None, *args: str) -> su
     )
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+FINISH_TIMEOUT = 300.0
+"""How long a run may take to end before the test calls it hung: a hang guard, not a bound on the run's time (a
+run on a machine busy with a second test session takes several times as long as on a quiet one)."""
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = FINISH_TIMEOUT) -> tuple[int, str, str]:
     """Exit code, stdout and stderr, once both pipes are closed (every process holding them ended)."""
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
+
+
+class Watched:
+    """A started run whose stdout and stderr are read as they come (two threads), so that a test can wait for a
+    line on stderr (an event the run reports) and still have all of both at the end (`finish`)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self._lines: dict[str, list[str]] = {"out": [], "err": []}
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(stream, name), daemon=True)
+            for stream, name in ((proc.stdout, "out"), (proc.stderr, "err"))
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: IO[str] | None, name: str) -> None:
+        assert stream is not None, "start the process with stdout and stderr piped"
+        for line in stream:
+            with self._changed:
+                self._lines[name].append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._lines[name].append("")  # EOF
+            self._changed.notify_all()
+
+    def wait_for_stderr(self, text: str, timeout: float = FINISH_TIMEOUT) -> str:
+        """Until a line of stderr holds `text`; that line. Fails when stderr ends without it."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = [line for line in self._lines["err"] if text in line]
+                if found:
+                    return found[0]
+                assert self._lines["err"][-1:] != [""], (
+                    f"stderr ended without {text!r}: {''.join(self._lines['err'])}"
+                )
+                assert time.monotonic() < deadline, f"no {text!r} on stderr: {''.join(self._lines['err'])}"
+                self._changed.wait(timeout=0.1)
+
+    def finish(self, timeout: float = FINISH_TIMEOUT) -> tuple[int, str, str]:
+        """Exit code, stdout and stderr, once the process ended and both pipes are closed."""
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=timeout)
+            assert not reader.is_alive(), "a process still holds the run's output open"
+        return self.proc.returncode, "".join(self._lines["out"]), "".join(self._lines["err"])
 
 
 def wait_for_requests(
