@@ -46,7 +46,7 @@ from connectors.answers import JSON, Response, int_field, parse_body, problem, s
 from connectors.auth import REDACTED, ApiKey
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
-from connectors.http_lane import DEFAULT_HEADERS, Answer, HttpxLane, Origin, http_client
+from connectors.http_lane import DEFAULT_HEADERS, Answer, Origin, http_client
 from connectors.in_flight import InFlight
 from connectors.lanes import Lanes, lane_maker
 from connectors.ledger import CreditLedger
@@ -79,7 +79,6 @@ class ServiceClient:
         timeouts: Timeouts = Timeouts(),
         retry: RetryPolicy = RetryPolicy(),
         on_attempt: Callable[[Attempt], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         max_in_flight: int = 16,
         unbilled_statuses: frozenset[int] = frozenset(),
     ) -> None:
@@ -109,13 +108,8 @@ class ServiceClient:
         if url.userinfo:
             raise ValueError("base_url must not carry a user name or password")
         self._origin = Origin.of(self.base_url)
-        self._http = http_client(self.base_url, timeouts, transport)  # the balance probe
-        # an injected transport (the client's unit tests) serves every request through that one client
-        if transport is None:
-            self._lanes = Lanes(lane_maker(self.base_url, timeouts))
-        else:
-            shared = HttpxLane(self._http)
-            self._lanes = Lanes(lambda: shared, own=False)
+        self._http = http_client(self.base_url, timeouts)  # the balance probe
+        self._lanes = Lanes(lane_maker(self.base_url, timeouts))
 
     def __repr__(self) -> str:
         return f"ServiceClient(base_url={self.base_url!r}, api_key={REDACTED}, ledger={self.ledger!r})"

@@ -7,7 +7,7 @@ httpcore's pool. So a `CoreLane` is an httpcore pool of one connection (httpcore
 with it), its errors mapped to httpx's classes so the retry rules (`connectors.retry`) stay written once. It asks
 for and decodes gzip/deflate bodies, encodes paths and params, and writes the Host header as httpx would. It
 keeps no cookies and sends no credentials from the URL (the spec refuses those; the service uses neither). An
-`HttpxLane` goes through httpx's client instead: behind a proxy, and with an injected transport (unit tests).
+`HttpxLane` goes through httpx's client instead, behind a proxy (`connectors.lanes.behind_proxy`).
 """
 
 from __future__ import annotations
@@ -98,17 +98,15 @@ class Lane(Protocol):
     async def aclose(self) -> None: ...
 
 
-def http_client(
-    base_url: str, timeouts: Timeouts, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
-    """A client with one kept-alive connection that never follows a redirect (the key header would follow it)."""
+def http_client(base_url: str, timeouts: Timeouts) -> httpx.AsyncClient:
+    """A client with one kept-alive connection that never follows a redirect (the key header would follow it):
+    the balance probe's, and a lane's behind a proxy."""
     return httpx.AsyncClient(
         base_url=base_url,
         timeout=timeouts.to_httpx(),
         limits=httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_SECONDS
         ),
-        transport=transport,
         follow_redirects=False,
         verify=_tls(),
         headers=DEFAULT_HEADERS,
@@ -116,7 +114,7 @@ def http_client(
 
 
 class HttpxLane:
-    """A lane through httpx's client: where a proxy or an injected transport needs what that layer does."""
+    """A lane through httpx's client: behind a proxy, which needs what that layer does."""
 
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client

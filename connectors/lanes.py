@@ -38,14 +38,12 @@ def lane_maker(base_url: str, timeouts: Timeouts) -> Callable[[], Lane]:
 
 
 class Lanes:
-    def __init__(self, make: Callable[[], Lane], own: bool = True) -> None:
-        """`make` builds a lane; `own`: the lanes are this object's to close (False: `make` hands out a lane
-        someone else closes, as with an injected transport)."""
+    def __init__(self, make: Callable[[], Lane]) -> None:
+        """`make` builds a lane; the lanes are this object's to close."""
         self._make = make
-        self._own = own
         self._idle: list[Lane] = []
         self._all: list[Lane] = []
-        """The lanes this object owns (none when `own` is False)."""
+        """Every lane open now: idle or serving a request."""
         self._closing: set[asyncio.Task[None]] = set()
 
     @contextlib.contextmanager
@@ -64,14 +62,10 @@ class Lanes:
 
     def _new(self) -> Lane:
         lane = self._make()
-        if self._own:
-            self._all.append(lane)
+        self._all.append(lane)
         return lane
 
     def _retire(self, lane: Lane) -> None:
-        if not self._own:
-            self._idle.append(lane)
-            return
         self._all.remove(lane)
         closing = asyncio.get_running_loop().create_task(lane.aclose())
         self._closing.add(closing)

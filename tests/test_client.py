@@ -465,9 +465,9 @@ async def test_maybe_sent_failures_are_retried_and_kept(
 async def test_a_body_that_does_not_decode_is_retried_and_kept_as_spent(make: Make, coding: str) -> None:
     """A corrupt gzip body came from the service: it may have been billed, so the reservation is kept.
 
-    Through the mock transport httpx raised `DecodingError` for it (an attempt with no status); a lane passes
-    the body on as it came, so the attempt is the 200 with a body that is not JSON. Both keep the reservation
-    and retry."""
+    When these tests ran through an httpx `MockTransport`, httpx raised `DecodingError` for it (an attempt with
+    no status); a lane passes the body on as it came, so the attempt is the 200 with a body that is not JSON.
+    Both keep the reservation and retry."""
     h = await make(Reply(200, b"not gzip at all", (("content-encoding", coding),)), ok())
     resp = await h.get()
     assert resp.attempts == 2 and h.ledger.spent == 2
@@ -509,11 +509,11 @@ async def test_never_sent_failures_are_released(
 
 
 async def test_a_pool_timeout_is_released(make: Make) -> None:
-    """`PoolTimeout`: the mock raised it out of thin air. On the production path a lane is a pool of one
-    connection that serves one request at a time, so a request waits for a pool only on a lane whose connection
-    was left checked out (the case `Lanes` retires lanes for). That lane is built here: a request hangs on it,
-    and it is put back among the idle lanes. The client's next request takes it, times out waiting for its
-    connection without sending anything, and is released; the retry gets a new lane."""
+    """`PoolTimeout`: an httpx `MockTransport` raised it out of thin air. On the production path a lane is a
+    pool of one connection that serves one request at a time, so a request waits for a pool only on a lane whose
+    connection was left checked out (the case `Lanes` retires lanes for). That lane is built here: a request
+    hangs on it, and it is put back among the idle lanes. The client's next request takes it, times out waiting
+    for its connection without sending anything, and is released; the retry gets a new lane."""
     timeouts = Timeouts(pool=0.2)
     h = await make(Hang(), ok(), timeouts=timeouts)
     stuck = CoreLane(timeouts)
@@ -665,8 +665,8 @@ async def test_a_failing_attempt_recorder_does_not_lose_the_page(
 async def test_the_key_never_appears_in_errors_attempts_or_reprs(
     make: Make, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Through the mock transport, the read timeout, the refused connection and the unsupported protocol were
-    exceptions made up to quote the key. On a real connection their texts are httpcore's and fixed (no key in
+    """When these tests ran through an httpx `MockTransport`, the read timeout, the refused connection and the
+    unsupported protocol were exceptions made up to quote the key. On a real connection their texts are httpcore's and fixed (no key in
     them); they stay here for everything else they leave behind. The real way for the key to reach an
     exception's text is a malformed answer quoted by h11: see the tests after this one."""
     caplog.set_level(logging.DEBUG)
@@ -737,7 +737,7 @@ async def test_a_key_quoted_by_the_http_parser_is_cut_out_of_what_harvest_says(
 async def test_httpcore_debug_logs_quote_a_key_echoed_in_a_malformed_answer(
     make: Make, caplog: pytest.LogCaptureFixture, answer: bytes
 ) -> None:
-    """Found when these tests moved off the mock transport (which never ran httpcore): with DEBUG logging on
+    """Found when these tests moved off httpx's `MockTransport` (which never ran httpcore): with DEBUG logging on
     for `httpcore`, its trace (`receive_response_headers.failed exception=...`) repeats the unscrubbed text.
     Off by default (harvest never enables DEBUG for it); strict, so whoever filters it learns this passes."""
     caplog.set_level(logging.DEBUG)
