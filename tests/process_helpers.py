@@ -12,22 +12,45 @@ from typing import IO
 
 from sandbox.server import RunningSandbox
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import HARVEST, SECRET_KEY, subprocess_env
+from tests.flow_helpers import HARVEST, PYTHON, ROOT, SECRET_KEY, subprocess_env
 
 
-def start_run(spec: Path, tmp_path: Path, api_url: str | None, *args: str) -> subprocess.Popen[str]:
+def start_run(
+    spec: Path, tmp_path: Path, api_url: str | None, *args: str, trace_imports: bool = False
+) -> subprocess.Popen[str]:
     """`harvest run SPEC` in a new session (its own process group). `api_url`: the Prefect API to report to;
-    None starts Prefect's temporary server, as a user without a configured Prefect does."""
+    None starts Prefect's temporary server, as a user without a configured Prefect does. `trace_imports`: the
+    same entry point (`flows.cli`) under `python -X importtime`, so `imported(stderr)` tells what it imported
+    (`messages(stderr)` is the rest of stderr)."""
     extra = {"PREFECT_API_URL": api_url} if api_url else {}
     env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, **extra)
+    command = [str(HARVEST)]
+    if trace_imports:
+        command = [PYTHON, "-X", "importtime", "-m", "flows.cli"]
+        env["PYTHONPATH"] = str(ROOT)
     return subprocess.Popen(
-        [str(HARVEST), "run", str(spec), *args],
+        [*command, "run", str(spec), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, signalled or killed whole like a cron job's
     )
+
+
+def imported(stderr: str) -> set[str]:
+    """The modules a process run with `-X importtime` imported."""
+    return {line.split("|")[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+def imported_packages(stderr: str) -> set[str]:
+    """The top-level packages of `imported`."""
+    return {module.split(".")[0] for module in imported(stderr)}
+
+
+def messages(stderr: str) -> list[str]:
+    """The lines of stderr that are not `-X importtime`'s."""
+    return [line for line in stderr.splitlines() if not line.startswith("import time:")]
 
 
 FINISH_TIMEOUT = 300.0

@@ -24,6 +24,7 @@ from flows.spec import UsageError
 from tasks.layout import OutputLayout
 from tasks.record_tables import ensure_table
 from tests.flow_helpers import HoldDuckDB
+from tests.process_helpers import imported, messages
 from tests.spec_texts import VALID
 
 ROOT = Path(__file__).parent.parent
@@ -179,14 +180,6 @@ def harvest_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HARVEST_API_KEY": "k"},
     )
-
-
-def imported(stderr: str) -> set[str]:
-    return {line.split("|")[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
-
-
-def messages(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if not line.startswith("import time:")]
 
 
 @pytest.fixture
