@@ -98,6 +98,7 @@ class Page:
     credits: int
     """What the ledger counted for this page's call, all attempts included."""
     raw: bytes
+    """The answer's bytes as received, until they are kept (then empty)."""
     body: Any
     fetched_at: datetime
     records: dict[str, list[Any]] = field(default_factory=dict)
@@ -223,7 +224,8 @@ class QueryPager:
         body: Any,
         cursor_out: Cursor | None = None,
     ) -> Page:
-        """The paid answer, kept first (`keep`), then read."""
+        """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
+        memory beside the records read from it (`_read` reads them, after the call that fetched it returned)."""
         page = Page(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
@@ -239,11 +241,15 @@ class QueryPager:
         )
         if self.keep is not None:
             self.keep(page)
+        page.raw = b""
         self.reading = page
         self.outcome.pages += 1  # paid and kept, whatever reading it does
-        converted = convert_page(self.endpoint.kinds, body, self.spec.params)
-        page.records, page.tables, page.report = converted.records, converted.tables, converted.report
         return page
+
+    def _read(self, page: Page) -> None:
+        """The page's records, per kind, and the account of what did not make it."""
+        converted = convert_page(self.endpoint.kinds, page.body, self.spec.params)
+        page.records, page.tables, page.report = converted.records, converted.tables, converted.report
 
     async def pages(self) -> AsyncGenerator[Page, None]:
         """Every paid page of the query, in order; `outcome` says how and why paging ended."""
@@ -263,6 +269,7 @@ class QueryPager:
                     self.reading = None
                     page, ended = await self._fetch(state.index, state.cursor)
                     if page is not None:
+                        self._read(page)
                         out.records += page.report.kept
                         out.extraction.add(page.report)
                         yield page

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from connectors.catalog import Endpoint
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.fields import PARAM_PREFIX
 from connectors.ledger import CreditLedger
+from connectors.page_request import Attempt
 from connectors.pager import Page, QueryOutcome, QueryPager, QuerySpec
 from connectors.records import RecordKind, keys_of
 from sandbox.billing import LedgerEntry, params_dict
@@ -103,17 +104,21 @@ def expected(
 class Run:
     pages: list[Page]
     outcome: QueryOutcome
+    kept: list[bytes]
+    """Each paid answer's bytes as the pager handed them to its raw store (`keep`), in order."""
 
 
 async def collect(pager: QueryPager, after_page: Any = None) -> Run:
     """Page a query to its end, as a caller would; `after_page(page)` runs after each page is received."""
     pages: list[Page] = []
+    kept: list[bytes] = []
+    pager.keep = lambda page: kept.append(page.raw)
     async with contextlib.aclosing(pager.pages()) as it:
         async for page in it:
             pages.append(page)
             if after_page is not None:
                 after_page(page)
-    return Run(pages, pager.outcome)
+    return Run(pages, pager.outcome, kept)
 
 
 async def run_query(
@@ -128,10 +133,15 @@ async def run_query(
     timeouts: Timeouts = Timeouts(),
     retry: RetryPolicy = FAST,
     after_page: Any = None,
+    on_attempt: Callable[[Attempt], None] | None = None,
 ) -> Run:
+    """Page one query to its end through harvest's pager, client and ledger; `on_attempt` sees every HTTP
+    attempt as the client records it (status None: no answer came, e.g. a read timeout)."""
     ledger = ledger if ledger is not None else CreditLedger(10**6)
     spec = QuerySpec(query_id, endpoint.path, dict(params), max_pages=max_pages, max_credits=max_credits)
-    async with ServiceClient(sb.base_url, sb.key, ledger, timeouts=timeouts, retry=retry) as client:
+    async with ServiceClient(
+        sb.base_url, sb.key, ledger, timeouts=timeouts, retry=retry, on_attempt=on_attempt
+    ) as client:
         return await collect(QueryPager(spec, endpoint, client, ledger), after_page)
 
 
@@ -175,16 +185,23 @@ def paid_twice(entries: Sequence[LedgerEntry]) -> int:
     return sum(n - 1 for n in seen.values())
 
 
-def wait_for_entries(sb: RunningSandbox, count: int, timeout: float = 5.0) -> list[LedgerEntry]:
+ENTRIES_TIMEOUT = 120.0
+"""How long to wait for the sandbox to have answered what a test knows was sent: a hang guard (the wait ends
+as soon as the count is reached), long enough for a machine busy with a second test session."""
+
+
+def wait_for_entries(sb: RunningSandbox, count: int, timeout: float = ENTRIES_TIMEOUT) -> list[LedgerEntry]:
     """The data requests the sandbox answered, once it has answered `count` (a slow answer the client gave
-    up on is still being billed after the client moved on)."""
+    up on is still being billed after the client moved on); fewer only after `timeout`."""
     deadline = time.monotonic() + timeout
     while len(entries := data_entries(sb)) < count and time.monotonic() < deadline:
         time.sleep(0.01)
     return entries
 
 
-async def async_wait_for_entries(sb: RunningSandbox, count: int, timeout: float = 5.0) -> list[LedgerEntry]:
+async def async_wait_for_entries(
+    sb: RunningSandbox, count: int, timeout: float = ENTRIES_TIMEOUT
+) -> list[LedgerEntry]:
     deadline = time.monotonic() + timeout
     while len(entries := data_entries(sb)) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
