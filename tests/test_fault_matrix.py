@@ -4,7 +4,9 @@ within the budget (and never below what the service billed), and every attempt i
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +58,24 @@ def expected_pins(config: SandboxConfig, topics: list[str] = TOPICS) -> set[tupl
     return set(expected_keys([(PINS, {"query": t}) for t in topics], config)["pinboard_pins"])
 
 
-def answered_twice(sb: RunningSandbox) -> int:
-    """Pages the service answered in full more than once (a good answer paid twice)."""
-    seen = Counter(
-        (e.path, tuple(sorted(e.params.items())))
-        for e in data_entries(sb)
-        if e.status == 200 and e.fault is None
+def _page(path: str, params: Mapping[str, Any]) -> tuple[str, str]:
+    return path, json.dumps(params, sort_keys=True)
+
+
+def answered_twice(sb: RunningSandbox, db: Path) -> int:
+    """Pages the service answered in full more than once although harvest had read the answer (a good answer
+    paid twice).
+
+    The runs use a 0.5 s read timeout, which a slow answer must outlast; on a busy machine a normal answer can
+    outlast it too. The service then answered a page whose answer harvest never saw, and harvest rightly asked
+    again. Such attempts are in harvest's `requests` table with no status: each one explains one answer more,
+    and nothing else does."""
+    seen = Counter(_page(e.path, e.params) for e in data_entries(sb) if e.status == 200 and e.fault is None)
+    unseen = Counter(
+        _page(endpoint, json.loads(params))
+        for endpoint, params in rows(db, "SELECT endpoint, params FROM requests WHERE status_code IS NULL")
     )
-    return sum(n - 1 for n in seen.values())
+    return sum(max(0, n - 1 - unseen[page]) for page, n in seen.items())
 
 
 @pytest.mark.parametrize("fault", list(FaultKind), ids=[f.value for f in FaultKind])
@@ -73,14 +85,14 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
     with running(config) as sb:
         summary = run_flow(spec(tmp_path, sb))
         attempts = scalar(db, "SELECT count(*) FROM requests")
-        entries = wait_for_entries(sb, attempts, timeout=10)  # slow answers are recorded when they end
+        entries = wait_for_entries(sb, attempts)  # slow answers are recorded when they end
         billed = sb.billed_total()
         faults = sum(e.fault is not None for e in entries)
     assert summary["status"] == "complete", summary
     assert faults >= 20, "the fault was really injected, many times"
     assert key_set(db, "pinboard_pins") == expected_pins(config)
     assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
-    assert answered_twice(sb) == 0
+    assert answered_twice(sb, db) == 0
     assert billed <= summary["credits_spent"] <= BUDGET
     assert summary["service_billed"] == billed, "the balance read before and after tells the service's bill"
     assert scalar(db, "SELECT service_billed FROM runs") == billed
@@ -90,14 +102,14 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
 
 def test_out_of_credits_mid_run_stops_cleanly_and_continues(prefect_harness: None, tmp_path: Path) -> None:
     config = BASE.replace(api_keys={SECRET_KEY: 150})
+    db = tmp_path / "out" / "harvest.duckdb"
     with running(config) as sb:
         path = spec(tmp_path, sb)
         stopped = run_flow(path)
         assert len(data_entries(sb)) <= 150 + 8  # the 402s that stopped it, at most one per request in flight
         sb.set_balance(10_000)
         resumed = run_flow(path, mode="continue")
-        twice = answered_twice(sb)
-    db = tmp_path / "out" / "harvest.duckdb"
+        twice = answered_twice(sb, db)
     assert stopped["status"] == "failed" and "402" in (stopped["error"] or "")
     assert {q["status"] for q in stopped["queries"]} <= {"stopped", "complete"}
     assert resumed["status"] == "complete" and twice == 0
