@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import pickle
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -410,7 +411,17 @@ async def test_503_text_plain_then_200(make: Make) -> None:
     assert h.attempts[0].status_code == 503 and "upstream connect error" in (h.attempts[0].error or "")
 
 
-HUGE = "x" * (16 * 1024 * 1024)
+def _longer_than_socket_buffers() -> int:
+    """Bytes that cannot all wait in the socket buffers: the server's receive buffer is small and fixed
+    (`tests.scripted_server.RECEIVE_BUFFER`), the client's send buffer grows up to Linux's `tcp_wmem` maximum."""
+    try:
+        send_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        send_max = 4 * 1024 * 1024
+    return max(16 * 1024 * 1024, 3 * send_max)
+
+
+HUGE = "x" * _longer_than_socket_buffers()
 """A param longer than the socket buffers hold: a server that does not read it makes the client's write block."""
 
 
