@@ -138,6 +138,12 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def server_port(pid: int) -> int:
+    """The port of Prefect's temporary server, process `pid`: the `--port` of its command line."""
+    argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    return int(argv[argv.index(b"--port") + 1])
+
+
 def alive(pid: int) -> bool:
     """Running: neither gone nor a zombie waiting to be reaped."""
     try:

@@ -38,7 +38,16 @@ from tasks.layout import OutputLayout
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
 from tests.prefect_helpers import flow_run
-from tests.process_helpers import Watched, alive, children, finish, signal_group, start_run, wait_gone
+from tests.process_helpers import (
+    Watched,
+    alive,
+    children,
+    finish,
+    server_port,
+    signal_group,
+    start_run,
+    wait_gone,
+)
 from tests.sandbox_gate import WAIT, GatedSandbox, gated
 
 CREATIVE = "/v1/creative/materials"
@@ -183,7 +192,7 @@ def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it
         proc = start_run(spec, tmp_path, None)
         sb.gate.wait_frozen(proc)  # the run is paging: its server is up and serving it
         (server,) = children(proc.pid)
-        port = _listening_port(server)
+        port = server_port(server)
         os.kill(server, signal.SIGTERM)
         os.kill(server, signal.SIGINT)
         sent = _bits(signal.SIGTERM, signal.SIGINT)
@@ -200,12 +209,6 @@ def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it
     assert answered == 200 and code == -signal.SIGKILL
     assert server_gone, "the temporary server outlived a kill -9 of harvest"
     assert not alive(server)
-
-
-def _listening_port(pid: int) -> int:
-    """The port of the temporary server: the `--port` of its command line."""
-    argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-    return int(argv[argv.index(b"--port") + 1])
 
 
 async def _stop_while_waiting_for_a_slot(sb: GatedSandbox) -> tuple[list[Any], CreditLedger]:

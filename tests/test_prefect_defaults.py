@@ -1,0 +1,114 @@
+"""README: "harvest switches off Prefect's analytics and telemetry by default."
+
+The test session sets those variables for itself (conftest), so a check inside it would prove nothing. These
+checks start harvest in processes whose environment has none of them and read what Prefect resolved there:
+the flow module a Prefect worker or deployment imports, and a real `harvest run` whose temporary Prefect
+server is asked for its settings while the run pays its first page.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from sandbox.config import SandboxConfig
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, HARVEST, PYTHON, ROOT, SECRET_KEY, one_query, subprocess_env
+from tests.process_helpers import children, finish, server_port
+from tests.sandbox_gate import gated
+
+SWITCHES = (
+    "PREFECT_SERVER_ANALYTICS_ENABLED",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY",
+    "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS",
+    "DO_NOT_TRACK",
+)
+"""What harvest sets (flows.settings) and a clean environment lacks."""
+
+OFF = {"analytics": False, "orchestration_telemetry": False, "resource_metrics": False}
+
+RESOLVED = """
+import json, sys
+import flows.collect  # the flow module: what `prefect deploy` and a worker import
+from prefect.settings import get_current_settings
+
+s = get_current_settings()
+print(json.dumps({
+    "analytics": s.server.analytics_enabled,
+    "orchestration_telemetry": s.cloud.enable_orchestration_telemetry,
+    "resource_metrics": s.telemetry.enable_resource_metrics,
+}))
+"""
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A harvest process's environment (`subprocess_env`) without any of the switches, plus `extra`."""
+    env = {k: v for k, v in subprocess_env(tmp_path).items() if k not in SWITCHES}
+    assert not set(SWITCHES) & set(env)
+    return {**env, **extra}
+
+
+def resolved(env: dict[str, str]) -> dict[str, bool]:
+    proc = subprocess.run(
+        [PYTHON, "-c", RESOLVED],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found: dict[str, bool] = json.loads(proc.stdout.splitlines()[-1])
+    return found
+
+
+def test_the_flow_module_switches_prefects_analytics_and_telemetry_off(tmp_path: Path) -> None:
+    assert resolved(clean_env(tmp_path)) == OFF
+
+
+def test_a_users_own_setting_is_kept(tmp_path: Path) -> None:
+    """Each is a default only (flows.settings): the control that the check above reads what harvest set."""
+    env = clean_env(tmp_path, PREFECT_SERVER_ANALYTICS_ENABLED="true")
+    assert resolved(env) == {**OFF, "analytics": True}
+
+
+def test_a_harvest_run_and_its_temporary_server_run_with_analytics_and_telemetry_off(tmp_path: Path) -> None:
+    """`harvest run` as a user without a Prefect server starts it: no PREFECT_API_URL, a clean environment.
+    While the run's first page waits at the sandbox's door, the temporary server (started by harvest, with
+    harvest's environment) answers what its Prefect resolved: analytics, orchestration telemetry and resource
+    metrics off."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(1, 1))
+    with gated(config) as sb:
+        spec = one_query(tmp_path, sb.base_url, "/v1/pinboard/search", {"query": "desks"})
+        env = clean_env(tmp_path, HARVEST_API_KEY=SECRET_KEY)
+        assert "PREFECT_API_URL" not in env and not any("ANALYTICS" in k or "TELEMETRY" in k for k in env)
+        sb.gate.close_after(0)
+        proc = subprocess.Popen(
+            [str(HARVEST), "run", str(spec)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            sb.gate.wait_frozen(proc)  # the run is paying: its server is up and serving it
+            (server,) = children(proc.pid)
+            settings = httpx.get(
+                f"http://127.0.0.1:{server_port(server)}/api/admin/settings", timeout=60
+            ).json()
+            server_env = (Path("/proc") / str(server) / "environ").read_bytes().split(b"\0")
+        finally:
+            sb.gate.open()
+        code, out, err = finish(proc)
+        paid = len(data_entries(sb))
+    assert code == 0 and paid == 1, out + err
+    assert {
+        "analytics": settings["server"]["analytics_enabled"],
+        "orchestration_telemetry": settings["cloud"]["enable_orchestration_telemetry"],
+        "resource_metrics": settings["telemetry"]["enable_resource_metrics"],
+    } == OFF
+    # harvest put them there: the environment it gave its server holds every switch
+    assert {v.split(b"=", 1)[0].decode() for v in server_env if b"=" in v} >= set(SWITCHES)
