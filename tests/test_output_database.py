@@ -207,3 +207,43 @@ def test_an_older_harvest_database_is_accepted_and_the_load_adds_what_it_lacks(
         r[0] for r in rows(db, "SELECT column_name FROM duckdb_columns() WHERE table_name = 'query_state'")
     }
     assert {name for name, _ in ADDED_COLUMNS["query_state"]} <= columns
+
+
+# ----------------------------------------------------------------------------------------- the load's defaults
+def test_a_run_loads_duckdb_capped_at_64_mb_by_default(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api_key: str
+) -> None:
+    """README: DuckDB is opened for writing only during the load step, capped at 64 MB of memory
+    (HARVEST_DUCKDB_MEMORY_LIMIT unset). Read from the connection the run's own load step merges on."""
+    import flows.load
+
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    seen: list[str] = []
+    merge = flows.load.merge_batches
+
+    def spy(con: duckdb.DuckDBPyConnection, *args: object, **kwargs: object) -> object:
+        seen.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+        return merge(con, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(flows.load, "merge_batches", spy)
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})) as sb:
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "pins",
+                "budget": {"credits": 10},
+                "output": str(tmp_path / "out"),
+                "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "x"}}],
+            },
+        )
+        result = runner.invoke(app, ["run", str(spec), "--base-url", sb.base_url])
+    assert result.exit_code == 0, result.output + result.stderr
+    reference = duckdb.connect(config={"memory_limit": "64MB"})
+    try:
+        cap = reference.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    finally:
+        reference.close()
+    number, unit = cap.split()
+    assert unit == "MiB" and abs(float(number) * 2**20 - 64 * 10**6) < 0.1 * 2**20, cap  # 64 MB = 61.0 MiB
+    assert seen == [cap], "the run's load step merged once, on a connection capped at 64 MB"
+    assert scalar(tmp_path / "out" / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins") > 0
