@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pickle
-from typing import Any
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -50,46 +53,75 @@ def test_redact() -> None:
     assert redact("text", None) == "text" and redact("text", "") == "text"
 
 
-class _FakeBlock:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def get(self) -> Any:
-        return self.value
-
-
-def _fake_secret(monkeypatch: pytest.MonkeyPatch, blocks: dict[str, Any]) -> None:
+# ------------------------------------------------------------------------------------ Prefect Secret blocks
+@pytest.fixture
+def secret_blocks(prefect_harness: None) -> Iterator[dict[str, str]]:
+    """Real Secret blocks saved on the session's Prefect server: `key` holds KEY, `json` a JSON object;
+    `missing` names none. Names are unique per test (the server is shared) and deleted afterwards."""
     from prefect.blocks.system import Secret
 
-    def load(name: str, _sync: bool | None = None) -> _FakeBlock:
-        if name not in blocks:
-            raise ValueError(f"Unable to find block document named {name}")
-        return _FakeBlock(blocks[name])
-
-    async def aload(name: str) -> _FakeBlock:
-        return load(name)
-
-    monkeypatch.setattr(Secret, "load", staticmethod(load))
-    monkeypatch.setattr(Secret, "aload", staticmethod(aload))
+    tag = uuid.uuid4().hex[:12]
+    names = {"key": f"harvest-key-{tag}", "json": f"json-secret-{tag}", "missing": f"missing-{tag}"}
+    Secret(value=KEY).save(names["key"])
+    Secret(value={"a": 1}).save(names["json"])
+    yield names
+    for which in ("key", "json"):
+        Secret.delete(names[which])
 
 
-def test_key_from_prefect_secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_secret(monkeypatch, {"harvest-key": KEY, "json-secret": {"a": 1}})
+def test_key_from_prefect_secret(secret_blocks: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HARVEST_API_KEY", raising=False)
-    assert load_api_key(secret_block="harvest-key").reveal() == KEY
-    with pytest.raises(MissingApiKey, match="'missing'"):
-        auth.key_from_prefect_secret("missing")
+    key = load_api_key(secret_block=secret_blocks["key"])
+    assert key.reveal() == KEY
+    with pytest.raises(MissingApiKey, match=f"'{secret_blocks['missing']}'"):
+        auth.key_from_prefect_secret(secret_blocks["missing"])
     with pytest.raises(MissingApiKey, match="plain string"):
-        auth.key_from_prefect_secret("json-secret")
+        auth.key_from_prefect_secret(secret_blocks["json"])
 
 
-async def test_aload_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_secret(monkeypatch, {"harvest-key": KEY})
-    assert (await aload_api_key(secret_block="harvest-key")).reveal() == KEY
+async def test_aload_api_key(secret_blocks: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (await aload_api_key(secret_block=secret_blocks["key"])).reveal() == KEY
     monkeypatch.setenv("ALT", "abc")
     assert (await aload_api_key(env_var="ALT")).reveal() == "abc"
-    with pytest.raises(MissingApiKey, match="'nope'"):
-        await aload_api_key(secret_block="nope")
+    with pytest.raises(MissingApiKey, match=f"'{secret_blocks['missing']}'"):
+        await aload_api_key(secret_block=secret_blocks["missing"])
+
+
+def test_a_run_pays_with_the_key_of_its_secret_block(
+    prefect_api_url: str, secret_blocks: dict[str, str], tmp_path: Path
+) -> None:
+    """README: `api_key_secret` names a Prefect Secret block holding the key. A real `harvest run` against the
+    sandbox, reporting to the session's Prefect server where the block is saved: every request carries the
+    block's key, not the one in the environment variable (the block wins), and the key is in nothing it
+    wrote or printed."""
+    from sandbox.billing import key_id
+    from sandbox.config import SandboxConfig
+    from sandbox.server import running
+    from tests.flow_helpers import HARVEST, assert_no_secret_in_outputs, subprocess_env, write_spec
+
+    env_key = "env-key-that-must-not-be-used"
+    output = tmp_path / "out"
+    with running(SandboxConfig(api_keys={KEY: 1000, env_key: 1000}, pages=(2, 2))) as sb:
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "secret-key",
+                "service": {"base_url": sb.base_url, "api_key_secret": secret_blocks["key"]},
+                "budget": {"credits": 10},
+                "output": str(output),
+                "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "oak"}}],
+            },
+        )
+        env = subprocess_env(tmp_path, PREFECT_API_URL=prefect_api_url, HARVEST_API_KEY=env_key)
+        proc = subprocess.run(
+            [str(HARVEST), "run", str(spec)], env=env, capture_output=True, text=True, timeout=300
+        )
+        ledger = sb.ledger
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ledger and {e.key_id for e in ledger} == {key_id(KEY)}, "every request used the block's key"
+    assert sum(e.path == "/v1/pinboard/search" for e in ledger) == 2
+    assert KEY not in proc.stdout + proc.stderr
+    assert_no_secret_in_outputs(output, KEY)
 
 
 async def test_a_query_that_breaks_unexpectedly_never_quotes_the_key() -> None:
