@@ -313,6 +313,58 @@ def test_bad_input_is_refused_before_prefects_server_starts(
     assert server_starts == []
 
 
+UNWRITABLE = {
+    "under a file": "which is a file, not a directory",
+    "no write permission": "is not writable; allowed: a directory you can write to",
+    "where no directory can be made": "cannot be created",
+}
+
+
+def unwritable_output(tmp_path: Path, how: str) -> Path:
+    """An output directory that cannot be written, made the `how` way. Under a file refuses root too (no
+    mkdir makes a directory inside a regular file), and so does sysfs; a mode-0555 parent only refuses a user."""
+    if how == "under a file":
+        (tmp_path / "afile").write_text("x")
+        return tmp_path / "afile" / "out"
+    if how == "no write permission":
+        if os.geteuid() == 0:
+            pytest.skip("root writes anywhere")
+        (tmp_path / "locked").mkdir(mode=0o555)
+        return tmp_path / "locked" / "out"
+    if not (CANNOT_MKDIR / "kernel").is_dir():
+        pytest.skip("no sysfs here")
+    return CANNOT_MKDIR / "harvest-out" / "out"
+
+
+@pytest.mark.parametrize("how", list(UNWRITABLE))
+def test_an_output_that_cannot_be_written_is_refused_before_anything_is_paid(
+    tmp_path: Path, server_starts: list[bool], how: str
+) -> None:
+    """README: before Prefect starts or anything is sent, `harvest run` checks that the output directory can be
+    made and written. The spec's own `output:` against a real sandbox: exit 2 naming the path, not one request
+    (not even the free balance), no Prefect server, nothing made."""
+    from sandbox.config import SandboxConfig
+    from sandbox.server import running
+
+    output = unwritable_output(tmp_path, how)
+    try:
+        with running(SandboxConfig(api_keys={"k": 100})) as sb:
+            path = tmp_path / "job.yaml"
+            path.write_text(VALID + f"service: {{base_url: '{sb.base_url}'}}\noutput: {output}\n")
+            before = sorted(p.name for p in tmp_path.iterdir())
+            result = runner.invoke(app, ["run", str(path)], env={"HARVEST_API_KEY": "k"})
+            sent = sb.ledger
+            billed = sb.billed_total()
+    finally:
+        if (tmp_path / "locked").exists():
+            (tmp_path / "locked").chmod(0o755)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output + result.stderr
+    assert result.stderr.startswith(f"error: output: {output}") and UNWRITABLE[how] in result.stderr
+    assert sent == [] and billed == 0, "nothing is sent before the output is known to be writable"
+    assert server_starts == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not output.exists()
+
+
 def test_a_job_already_running_is_refused_before_prefects_server_starts(
     tmp_path: Path, spec: Path, server_starts: list[bool]
 ) -> None:
