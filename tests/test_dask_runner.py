@@ -139,6 +139,6 @@ def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
         bound = [sock.getsockname() for sock in scheduler.http_server._sockets.values()]
         assert bound and all(host == "127.0.0.1" and port != 8787 for host, port, *_ in bound), bound
         with pytest.raises(urllib.error.HTTPError) as status:
-            urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/status", timeout=10)
+            urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/status", timeout=60)
         assert status.value.code == 404
     assert not [w for w in caught if "8787" in str(w.message)], [str(w.message) for w in caught]

@@ -357,7 +357,7 @@ def test_ctrl_c_while_duckdb_is_held_then_harvest_load_loads_what_landed(
             proc = start_run(spec, tmp_path, prefect_api_url)
             wait_for_requests(sb, 40, proc)
             proc.send_signal(signal.SIGINT)
-            code, out, err = finish(proc, timeout=60)
+            code, out, err = finish(proc)
         (stopped,) = all_manifests(OutputLayout(output))
         before = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
         loading = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "200"})
@@ -396,7 +396,7 @@ def kill_in_load_step(proc: subprocess.Popen[str], output: Path) -> RunManifest:
                 os.killpg(proc.pid, signal.SIGSTOP)  # frozen at once, wherever it is in the load
                 frozen = read_manifest(path)
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+                proc.wait(timeout=WAIT)
                 assert not frozen.loaded, "the load ended before the run could be stopped in it"
                 return frozen
         assert proc.poll() is None, f"the run ended before its load step: {proc.communicate()}"

@@ -94,7 +94,7 @@ def test_slow_answer_is_billed_even_if_the_client_gave_up(
         assert response.status_code == 200 and time.monotonic() - start >= 0.4
         with pytest.raises(httpx.ReadTimeout):
             client.get(PINS, params=Q, timeout=0.1)
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 120  # a hang guard: the slow answer is billed 0.4 s after it was asked
     while sb.billed_total("k") < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sb.billed_total("k") == 2

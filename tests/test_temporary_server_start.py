@@ -66,7 +66,7 @@ def _server_environment(proc_pid: int) -> dict[str, str]:
 
     Only once the child runs uvicorn: between fork and exec it still has harvest's environment (a loaded machine
     made that window wide enough to be read once)."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a hang guard: a busy machine starts processes slowly
     while not (found := [pid for pid in children(proc_pid) if b"uvicorn" in _cmdline(pid)]):
         assert time.monotonic() < deadline, "harvest started no server"
         time.sleep(0.01)
