@@ -40,6 +40,8 @@ class Response:
     duration_ms: float
     attempts: int
     credits: int
+    repairs: dict[str, int] = field(default_factory=dict)
+    """What reading the body repaired (`connectors.json_body`), by kind."""
 
 
 def parse_body(raw: bytes) -> JSON | None:

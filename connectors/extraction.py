@@ -100,6 +100,9 @@ class ExtractionReport:
     and the unread list of objects its records may have moved to, with an example."""
     top_keys: list[str] = field(default_factory=list)
     """The top-level keys of the first page that missed its lists (what the service sent instead)."""
+    repairs: dict[str, int] = field(default_factory=dict)
+    """Kind of repair -> values the pages' bodies needed repaired to be read (`connectors.json_body`): a lone
+    surrogate, NaN, bytes that are not UTF-8, ..."""
     read_at: dict[str, str] = field(default_factory=dict)
     """Table -> the one record path where the answer holds a list of objects nothing reads, when its own list
     went missing: the spec's `shapes` override that would read it."""
@@ -114,6 +117,8 @@ class ExtractionReport:
             self.missing_lists[where] = self.missing_lists.get(where, 0) + n
         for where, why in other.missing_why.items():
             self.missing_why.setdefault(where, why)
+        for kind, n in other.repairs.items():
+            self.repairs[kind] = self.repairs.get(kind, 0) + n
         for table, path in other.read_at.items():
             self.read_at.setdefault(table, path)
         self.top_keys = self.top_keys or other.top_keys
@@ -150,6 +155,7 @@ class ExtractionReport:
             "items_seen": self.seen,
             "records_without_key": sum(t.no_key for t in self.tables.values()),
             "values_misfit": self.misfits,
+            "values_repaired": sum(self.repairs.values()),
             "lists_missing": sum(self.missing_lists.values()),
             "new_fields": self.new_fields,
         }
@@ -160,6 +166,7 @@ class ExtractionReport:
             "missing_lists": self.missing_lists,
             "missing_why": self.missing_why,
             "top_keys": self.top_keys,
+            "repairs": self.repairs,
             "read_at": self.read_at,
         }
 
@@ -171,6 +178,7 @@ class ExtractionReport:
             dict(data.get("missing_lists", {})),
             dict(data.get("missing_why", {})),
             list(data.get("top_keys", [])),
+            dict(data.get("repairs", {})),
             dict(data.get("read_at", {})),
         )
 
@@ -308,11 +316,17 @@ class ConvertedPage:
     report: ExtractionReport
 
 
-def convert_page(kinds: Iterable[RecordKind], body: Any, params: Mapping[str, Any]) -> ConvertedPage:
-    """One page's records per kind, and the account of what did not make it. Never raises on a body: a kind
-    whose conversion breaks gets no rows and counts its items as lost (drift), the other kinds still land."""
+def convert_page(
+    kinds: Iterable[RecordKind],
+    body: Any,
+    params: Mapping[str, Any],
+    repairs: Mapping[str, int] | None = None,
+) -> ConvertedPage:
+    """One page's records per kind, and the account of what did not make it (with what reading the body
+    `repairs`). Never raises on a body: a kind whose conversion breaks gets no rows and counts its items as
+    lost (drift), the other kinds still land."""
     kinds = tuple(kinds)
-    report = ExtractionReport()
+    report = ExtractionReport(repairs=dict(repairs or {}))
     records: dict[str, list[Any]] = {}
     tables: dict[str, pa.Table] = {}
     located: dict[str, Located] = {}

@@ -101,6 +101,8 @@ class Page:
     """The answer's bytes as received, until they are kept (then empty)."""
     body: Any
     fetched_at: datetime
+    repairs: dict[str, int] = field(default_factory=dict)
+    """What reading the body repaired (`connectors.json_body`)."""
     records: dict[str, list[Any]] = field(default_factory=dict)
     """Table -> the items as the service sent them."""
     tables: dict[str, pa.Table] = field(default_factory=dict)
@@ -223,6 +225,7 @@ class QueryPager:
         raw: bytes,
         body: Any,
         cursor_out: Cursor | None = None,
+        repairs: dict[str, int] | None = None,
     ) -> Page:
         """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
         memory beside the records read from it (`_read` reads them, after the call that fetched it returned)."""
@@ -238,6 +241,7 @@ class QueryPager:
             raw=raw,
             body=body,
             fetched_at=datetime.now(UTC),
+            repairs=repairs or {},
         )
         if self.keep is not None:
             self.keep(page)
@@ -248,7 +252,7 @@ class QueryPager:
 
     def _read(self, page: Page) -> None:
         """The page's records, per kind, and the account of what did not make it."""
-        converted = convert_page(self.endpoint.kinds, page.body, self.spec.params)
+        converted = convert_page(self.endpoint.kinds, page.body, self.spec.params, page.repairs)
         page.records, page.tables, page.report = converted.records, converted.tables, converted.report
 
     async def pages(self) -> AsyncGenerator[Page, None]:
@@ -310,8 +314,9 @@ class QueryPager:
             return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
         nxt = self.endpoint.paging.next_cursor(response.body)
         page = self._page(
-            index, cursor, response.status_code, response.credits, response.raw, response.body, nxt
-        )
+            index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,
+            response.repairs,
+        )  # fmt: skip
         return page, False
 
     def broke(self, exc: Exception) -> None:

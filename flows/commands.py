@@ -184,6 +184,7 @@ def _error_lines(summary: dict[str, Any]) -> list[str]:
 def _extraction_lines(summary: dict[str, Any]) -> list[str]:
     """What the pages held that did not land as typed values: said once per run, never silently."""
     from connectors.extraction import ExtractionReport
+    from connectors.json_body import describe_repairs
 
     total = ExtractionReport()
     for q in summary["queries"]:
@@ -201,6 +202,11 @@ def _extraction_lines(summary: dict[str, Any]) -> list[str]:
             f"{total.misfits} values did not fit their column and are NULL there (the value stays in `raw`): "
             + "; ".join(misfits[:10])
             + ("; ..." if len(misfits) > 10 else "")
+        )
+    if total.repairs:
+        lines.append(
+            f"{sum(total.repairs.values())} values were repaired to read answers strict JSON refuses "
+            f"({describe_repairs(total.repairs)}); the answers are kept as sent in the raw store"
         )
     if total.new_fields:
         shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")

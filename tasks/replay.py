@@ -13,10 +13,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from connectors.catalog import Endpoint
 from connectors.extraction import ConvertedPage, convert_page
+from connectors.json_body import Body, read_body
 from connectors.pager import PagerStart, cursor_key, signature
 from connectors.paging import Cursor
 from connectors.records import RecordKind
@@ -47,24 +46,21 @@ class ReplayedPage:
         return self.converted.report.kept
 
 
-def _body(page: RawPage) -> Any:
-    """The stored answer as the live run used it: a JSON object or array of a success or a billed "not
-    found"; None for a paid failure (an error status, or a 2xx body that was cut or not JSON)."""
+def _body(page: RawPage) -> Body:
+    """The stored answer read as the client reads a live one (`connectors.json_body`): a JSON object or array
+    of a success or a billed "not found"; no value for a paid failure (an error status, or a 2xx body that
+    was cut or that no reading takes, which a rebuild lands once harvest can read it)."""
     if not (200 <= page.status_code < 300 or page.status_code == 404):
-        return None
-    try:
-        body = orjson.loads(page.body)
-    except orjson.JSONDecodeError:
-        return None
-    return body if isinstance(body, dict | list) else None
+        return Body(None)
+    return read_body(page.body)
 
 
 def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
     """Every complete page of a raw file with its records; a torn tail (a crash mid-write) is skipped."""
     for page in RawPageReader(path):
         body = _body(page)
-        converted = convert_page(endpoint.kinds, body, page.params)
-        yield ReplayedPage(page, converted, body is not None)
+        converted = convert_page(endpoint.kinds, body.value, page.params, body.repairs)
+        yield ReplayedPage(page, converted, body.value is not None)
 
 
 class ResumePoint:

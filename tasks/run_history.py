@@ -43,6 +43,7 @@ EXTRACTION_COLUMNS = (
     ("items_seen", "BIGINT"),
     ("records_without_key", "BIGINT"),
     ("values_misfit", "BIGINT"),
+    ("values_repaired", "BIGINT"),
     ("lists_missing", "BIGINT"),
     ("new_fields", "VARCHAR"),
 )
