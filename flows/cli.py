@@ -46,8 +46,11 @@ def sandbox(
         help="The real service's awkward behaviours (ignored unknown parameters, ...).",
     ),
     fault_kinds: str = typer.Option(
-        "rate_limit,server_error,unavailable,slow,drop,truncated,malformed",
+        "rate_limit,server_error,unavailable,slow,drop,truncated,malformed,cut",
         help="Comma-separated fault kinds the random schedule picks from.",
+    ),
+    rate: float = typer.Option(
+        0.0, help="Data requests a second the sandbox accepts; past it, 429 with Retry-After (0: no limit)."
     ),
     slow_seconds: float = typer.Option(2.0, help="Delay of a `slow` fault."),
     retry_after: str = typer.Option("1", help="Retry-After header of a 429 fault, in seconds."),
@@ -81,6 +84,7 @@ def sandbox(
         fault_kinds=[k.strip() for k in fault_kinds.split(",") if k.strip()],
         slow_seconds=slow_seconds,
         retry_after=retry_after,
+        rate=rate,
         cache_pages=cache_pages,
         drift=drift_shapes.combine(drift),
     )

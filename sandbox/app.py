@@ -25,7 +25,7 @@ from sandbox import endpoints as ep
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulated import EmulatedEndpoint
 from sandbox.expected import expected_pages, full_crawl
-from sandbox.faults import EDGE_FAULTS, cut_send, drop_connection, edge_response
+from sandbox.faults import EDGE_FAULTS, RateGate, cut_send, drop_connection, edge_response
 from sandbox.paths import CREDIT_BALANCE
 from sandbox.service import SandboxState, WireAnswer
 from sandbox.validation import InvalidRequest
@@ -100,6 +100,7 @@ class SandboxApp:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         self.state = SandboxState(self.config)
+        self.rate_gate = RateGate(self.config.rate, self.config.rate_burst)
         self.inner = Starlette(routes=_routes())
         self.inner.state.sandbox = self.state
 
@@ -107,6 +108,9 @@ class SandboxApp:
         endpoint = ep.match(scope["path"]) if scope["type"] == "http" else None
         if endpoint is None:
             await self.inner(scope, receive, send)
+            return
+        if not self.rate_gate.admit():
+            await self._edge_fault(scope, send, endpoint, None, FaultKind.RATE_LIMIT)
             return
         n, fault = self.state.faults.next(endpoint.path)
         scope["sandbox.n"] = n
@@ -122,7 +126,7 @@ class SandboxApp:
         await self.inner(scope, receive, cut_send(send) if fault is FaultKind.CUT else send)
 
     async def _edge_fault(
-        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int, fault: FaultKind
+        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int | None, fault: FaultKind
     ) -> None:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)

@@ -164,6 +164,12 @@ class SandboxConfig:
     """Delay of a `slow` fault."""
     latency: float = 0.0
     """Seconds added to every data answer (not the balance): a crawl that takes long enough to be killed."""
+    rate: float = 0.0
+    """Data requests a second the service accepts (0: no limit), as a token bucket of `rate_burst` tokens:
+    past it, 429 with `Retry-After: <retry_after>`, not billed (the real service's limits are undocumented;
+    its notes say a 429 may come)."""
+    rate_burst: int = 0
+    """Requests the bucket holds when full (0: one second's worth, at least 1)."""
     new_items: int = 0
     """Newest-first listings (`EmulatedEndpoint.new_items`) show this many newer items at their front, as if
     published since: existing items keep their ids and move back."""
@@ -201,6 +207,8 @@ class SandboxConfig:
             },
         )
         object.__setattr__(self, "billed_faults", frozenset(FaultKind(k) for k in self.billed_faults))
+        if self.rate < 0 or self.rate_burst < 0:
+            raise ValueError("rate and rate_burst must be >= 0")
         if self.fault_rate > 0 and not self.fault_kinds:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
 

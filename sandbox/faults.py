@@ -7,8 +7,11 @@ a path) take precedence over the random schedule, so a test of one fault kind is
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 import orjson
 from starlette.types import Message, Send
@@ -131,3 +134,28 @@ def cut_send(send: Send) -> Send:
             raise DroppedConnection("connection cut half-way through the body (fault injection)")
 
     return cutting
+
+
+class RateGate:
+    """The service's rate limit: a token bucket of `burst` requests refilled at `rate` a second."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = float(burst or max(1, math.ceil(rate)))
+        self._tokens = self.burst
+        self._clock = clock
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def admit(self) -> bool:
+        """Whether a request may go through now (it takes a token); False: answer 429."""
+        if self.rate <= 0:
+            return True
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
