@@ -7,7 +7,9 @@ may echo it back (service error messages, exception texts) goes through `redact`
 
 from __future__ import annotations
 
+import logging
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -35,7 +37,7 @@ MIN_REDACTED_KEY = 16
 class ApiKey:
     """The API key, opaque to str/repr/format so it cannot leak through logging or tracebacks."""
 
-    __slots__ = ("_bytes", "_value")
+    __slots__ = ("__weakref__", "_bytes", "_value")
 
     def __init__(self, value: str, *, source: str = "the API key") -> None:
         cleaned = value.strip()
@@ -84,6 +86,43 @@ class ApiKey:
     def __reduce__(self) -> tuple[object, ...]:
         # Pickling is needed to ship a client config to workers; the value travels, the repr still hides it.
         return (ApiKey, (self._value,))
+
+
+HTTP_LOGGERS = ("httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy", "httpx")
+"""The loggers of the HTTP stack: at DEBUG, httpcore's trace repeats an exception as its parser raised it, so a
+key the service echoed in a malformed status or header line would be printed as sent."""
+
+
+class KeyRedactingFilter(logging.Filter):
+    """Cuts the keys of the clients alive in this process out of the HTTP stack's log records (harvest never
+    turns their DEBUG on; a user debugging a connection might)."""
+
+    def __init__(self) -> None:
+        super().__init__("harvest-redact-keys")
+        self.keys: weakref.WeakSet[ApiKey] = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.keys:
+            return True
+        text = record.getMessage()
+        scrubbed = text
+        for key in list(self.keys):
+            scrubbed = key.scrub(scrubbed)
+        if scrubbed != text:
+            record.msg, record.args = scrubbed, None
+        return True
+
+
+_FILTER = KeyRedactingFilter()
+
+
+def redact_in_http_logs(key: ApiKey) -> None:
+    """Keep `key` out of the HTTP stack's logs for as long as it lives."""
+    _FILTER.keys.add(key)
+    for name in HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
 
 
 def redact(text: str, key: str | ApiKey | None) -> str:

@@ -43,7 +43,7 @@ import stamina
 
 from connectors import errors
 from connectors.answers import JSON, Response, int_field, parse_body, problem, shows_price, typed_error
-from connectors.auth import REDACTED, ApiKey
+from connectors.auth import REDACTED, ApiKey, redact_in_http_logs
 from connectors.credits import Reservation
 from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
 from connectors.http_lane import DEFAULT_HEADERS, Answer, Origin, http_client
@@ -85,6 +85,7 @@ class ServiceClient:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
+        redact_in_http_logs(self._key)
         self.base_url = base_url.rstrip("/")
         self.ledger = ledger
         self.timeouts = timeouts
