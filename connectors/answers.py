@@ -1,8 +1,8 @@
 """What an answer of the service means: a usable page, something to try again, or a typed error.
 
-The service's errors are not documented: statuses follow the notes in shared/spec/service-notes.md, bodies may
-be JSON or not (a 503 from the edge is text/plain), and a 2xx whose body is not a JSON object or array is a
-damaged answer worth another try. 400/401/402/403/404 are answers, not failures: they raise typed errors at
+The service's errors are not documented: statuses follow docs/service-shapes.md, bodies may be JSON or not (a
+503 from the edge is text/plain), and a 2xx whose body cannot be read is damaged (`connectors.client` decides
+whether it is worth one more try). 400/401/402/403/404 are answers, not failures: they raise typed errors at
 once, carrying the (paid) answer.
 """
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from connectors.errors import (
     BadRequest,
@@ -24,6 +22,7 @@ from connectors.errors import (
     Unauthorized,
     UnexpectedResponse,
 )
+from connectors.json_body import read_body
 
 JSON = dict[str, Any] | list[Any]
 
@@ -45,11 +44,8 @@ class Response:
 
 
 def parse_body(raw: bytes) -> JSON | None:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return body if isinstance(body, dict | list) else None
+    """The JSON object or array of an answer (read as `connectors.json_body` reads any), or None."""
+    return read_body(raw).value
 
 
 PRICED_STATUSES = frozenset({403, 404})
@@ -76,11 +72,12 @@ def str_field(body: JSON | None, name: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def problem(status: int, body: JSON | None, raw: bytes) -> str | None:
+def problem(status: int, body: JSON | None, raw: bytes, unreadable: str | None = None) -> str | None:
     """None for a usable answer, else a short description for logs and the attempt record (not redacted)."""
     if 200 <= status < 300:
         if body is None:
-            return f"HTTP {status} with a body that is not a JSON object or array ({len(raw)} bytes)"
+            why = unreadable or "not a JSON object or array"
+            return f"HTTP {status} with a body that cannot be read: {why} ({len(raw):,} bytes)"
         return None
     message = str_field(body, "message") or str_field(body, "error")
     if message is None and body is None and raw:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -37,7 +36,7 @@ MIN_REDACTED_KEY = 16
 class ApiKey:
     """The API key, opaque to str/repr/format so it cannot leak through logging or tracebacks."""
 
-    __slots__ = ("__weakref__", "_bytes", "_value")
+    __slots__ = ("_bytes", "_value")
 
     def __init__(self, value: str, *, source: str = "the API key") -> None:
         cleaned = value.strip()
@@ -99,7 +98,8 @@ class KeyRedactingFilter(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__("harvest-redact-keys")
-        self.keys: weakref.WeakSet[ApiKey] = weakref.WeakSet()
+        self.keys: set[ApiKey] = set()
+        """Every key a client used in this process (a handful): equal keys are one entry."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.keys:
@@ -117,7 +117,7 @@ _FILTER = KeyRedactingFilter()
 
 
 def redact_in_http_logs(key: ApiKey) -> None:
-    """Keep `key` out of the HTTP stack's logs for as long as it lives."""
+    """Keep `key` out of the HTTP stack's logs from now on."""
     _FILTER.keys.add(key)
     for name in HTTP_LOGGERS:
         logger = logging.getLogger(name)

@@ -16,10 +16,16 @@ Money rules, in the order they apply to each attempt:
 3. Every JSON object answer (errors too) updates the account balance seen by the ledger.
 
 Retries (stamina, exponential backoff with jitter) cover 429 (honouring `Retry-After`, capped by
-`max_wait`), 500/502/503/504, timeouts, dropped connections and 2xx bodies that are not JSON. Each retry is a
-new attempt and reserves again, so retries can never spend past the budget. 400/401/402/403/404 are answers,
-not failures: they raise typed errors at once, carrying the (paid) answer. Redirects are not followed: the
-key header would follow them to any host.
+`max_wait`), 500/502/503/504, timeouts and dropped connections. Each retry is a new attempt and reserves again,
+so retries can never spend past the budget. 400/401/402/403/404 are answers, not failures: they raise typed
+errors at once, carrying the (paid) answer. Redirects are not followed: the key header would follow them to any
+host.
+
+A 2xx is paid for once. Its body is read tolerantly (`connectors.json_body`: what real services send that strict
+JSON refuses is repaired and counted). One that still cannot be read is asked for again only when it was
+plausibly damaged on the wire (cut short against its Content-Length, or JSON that ends early), once, and not
+when the same bytes come back; otherwise it is the service's answer: `UnreadableAnswer`, kept by the pager in
+the raw store. An answer past `max_answer_bytes` is not read (`AnswerTooLarge`), counted as spent.
 
 The key is sent only in the `x-api-key` header. It is redacted from everything the client copies out of an
 answer or an exception, and never appears in reprs or `Attempt` records.
@@ -30,11 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -45,9 +52,17 @@ from connectors import errors
 from connectors.answers import JSON, Response, int_field, parse_body, problem, shows_price, typed_error
 from connectors.auth import REDACTED, ApiKey, redact_in_http_logs
 from connectors.credits import Reservation
-from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, ServiceUnavailable, Unauthorized
-from connectors.http_lane import DEFAULT_HEADERS, Answer, Origin, http_client
+from connectors.errors import (
+    HarvestError,
+    OutOfCredits,
+    ServiceAnswer,
+    ServiceUnavailable,
+    Unauthorized,
+    UnreadableAnswer,
+)
+from connectors.http_lane import DEFAULT_HEADERS, Answer, AnswerTooLarge, BodyCut, Origin, http_client
 from connectors.in_flight import InFlight
+from connectors.json_body import read_body
 from connectors.lanes import Lanes, lane_maker
 from connectors.ledger import CreditLedger
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
@@ -56,6 +71,10 @@ from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Tim
 __all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
 
 log = logging.getLogger("harvest.client")
+
+DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
+"""The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
+an answer takes about seven times its size in memory (`bench/answer_memory.py`)."""
 
 
 @dataclass
@@ -66,6 +85,23 @@ class _Call:
     safe_params: dict[str, Any]
     attempts: int = 0
     credits: int = 0
+    damaged: list[tuple[bytes, bool]] = field(default_factory=list)
+    """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
+
+    def one_more_try(self, raw: bytes, on_the_wire: bool) -> bool:
+        """Whether a 2xx that came damaged may be asked for again: only the first time."""
+        self.damaged.append((hashlib.blake2b(raw, digest_size=16).digest(), on_the_wire))
+        return len(self.damaged) == 1
+
+    @property
+    def damaged_by_the_network(self) -> bool:
+        """Damaged on both tries, and not the service's doing: both cut short on the wire (the protocol says the
+        answer was incomplete), or different bytes. JSON that ends early twice in the same bytes is the
+        service's own answer."""
+        if len(self.damaged) < 2:
+            return False
+        (first, wire1), (last, wire2) = self.damaged[0], self.damaged[-1]
+        return (wire1 and wire2) or first != last
 
 
 class ServiceClient:
@@ -81,6 +117,7 @@ class ServiceClient:
         on_attempt: Callable[[Attempt], None] | None = None,
         max_in_flight: int = 16,
         unbilled_statuses: frozenset[int] = frozenset(),
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -92,6 +129,7 @@ class ServiceClient:
         self.retry = retry
         self.on_attempt = on_attempt
         self.max_in_flight = max_in_flight
+        self.max_answer_bytes = max_answer_bytes
         # Statuses known not to be billed (settled to 0 when the body names no charge). Empty by default:
         # whether the real service bills 429/5xx is unknown, and an unknown charge counts as spent.
         self.unbilled_statuses = unbilled_statuses
@@ -274,6 +312,22 @@ class ServiceClient:
         ledger = self.ledger
         try:
             return await self._send(call.request)
+        except BodyCut as cut:
+            counted = self._keep(call, reservation)
+            self._record(
+                call, started_at, t0, cut.status, counted, self._key.scrub(f"cut short: {cut}")[:300]
+            )
+            received = self._key.scrub_answer(cut.received)
+            raise self._damaged(
+                call, cut.status, received, f"was cut short ({cut})", on_the_wire=True
+            ) from None
+        except AnswerTooLarge as big:
+            counted = self._keep(call, reservation)
+            self._record(call, started_at, t0, big.status, counted, f"answer too large: {big}")
+            raise errors.AnswerTooLarge(
+                str(big), self.max_answer_bytes / 2**20, credits=call.credits,
+                query_id=call.request.query_id, endpoint=call.request.endpoint,
+            ) from None  # fmt: skip
         except NEVER_SENT as exc:
             ledger.release(reservation)
             self._record(call, started_at, t0, None, 0, self._key.describe(exc))
@@ -310,7 +364,8 @@ class ServiceClient:
         total = self.timeouts.total
         target = self._origin.target(request.path, request.params)
         with self._lanes.lane() as lane:
-            sending = lane.get(self._origin, target, {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()})
+            headers = {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()}
+            sending = lane.get(self._origin, target, headers, self.max_answer_bytes)
             try:
                 with self._in_flight.sending():
                     if total is None:
@@ -331,7 +386,8 @@ class ServiceClient:
         """Settle what the answer says it cost, record the attempt, and say what the answer means."""
         ledger, status = self.ledger, http_response.status_code
         raw = self._key.scrub_answer(http_response.content)
-        body = parse_body(raw)
+        read = read_body(raw)
+        body = read.value
         charged, remaining = int_field(body, "credits_charged"), int_field(body, "credits_remaining")
         if remaining is not None:
             ledger.observe_remaining(remaining)
@@ -340,13 +396,18 @@ class ServiceClient:
         call.credits += counted
         self._note_key(status)
         answer = ServiceAnswer(status, body, raw)
-        error = problem(status, body, raw)
+        error = problem(status, body, raw, read.problem)
         error = self._key.scrub(error)[:300] if error else None
         duration_ms = self._record(call, started_at, t0, status, counted, error)
         if error is None:
             assert body is not None
-            return Response(status, body, raw, charged, remaining, duration_ms, call.attempts, call.credits)
-        if 200 <= status < 300 or status in self.retry.retry_statuses:
+            return Response(
+                status, body, raw, charged, remaining, duration_ms, call.attempts, call.credits, read.repairs
+            )
+        if 200 <= status < 300:
+            assert read.problem is not None
+            raise self._damaged(call, status, raw, read.problem if read.ends_early else None)
+        if status in self.retry.retry_statuses:
             retry_after = parse_retry_after(http_response.header("retry-after")) if status == 429 else None
             raise Retryable(error, retry_after=retry_after, response=answer)
         raise typed_error(
@@ -356,6 +417,24 @@ class ServiceClient:
             query_id=call.request.query_id,
             endpoint=call.request.endpoint,
         )
+
+    def _damaged(
+        self, call: _Call, status: int, raw: bytes, cut: str | None, on_the_wire: bool = False
+    ) -> Exception:
+        """What a 2xx that cannot be read means. Cut short (`cut`: against its Content-Length, or its JSON ends
+        early) it may have been damaged on the wire: one more try, once, and not when the same bytes came back.
+        Otherwise the answer is the service's: it is not asked for again (`UnreadableAnswer`, kept, paid once)."""
+        answer = ServiceAnswer(status, None, raw)
+        if cut is not None and call.one_more_try(raw, on_the_wire):
+            return Retryable(f"HTTP {status}, the body {cut} (asked once more)", response=answer)
+        problem = read_body(raw).problem or "not JSON"
+        damaged = call.damaged_by_the_network
+        if len(call.damaged) > 1:
+            problem += "; cut short twice" if damaged else "; the same answer came twice"
+        return UnreadableAnswer(
+            self._key.scrub(problem)[:300], damaged=damaged, credits=call.credits, response=answer,
+            query_id=call.request.query_id, endpoint=call.request.endpoint,
+        )  # fmt: skip
 
     def _note_key(self, status: int) -> None:
         """401 and 402 stop the whole run: every other request would get the same answer (and 402 is also

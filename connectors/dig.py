@@ -103,7 +103,7 @@ PATH_WORDS = (
 
 def path_problem(path: str) -> str | None:
     """What is wrong with a path a user wrote, or None. Alternatives (`a|b`) are a list in a spec, not `|`."""
-    if not path.strip() or "|" in path or path != path.strip():
+    if not path.strip() or "|" in path or any(part != part.strip() for part in path.split(".")):
         return f"{path!r} is not a record path"
     try:
         _steps(path)

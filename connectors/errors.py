@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from connectors.page_request import PageRequest
 
 __all__ = [
+    "AnswerTooLarge",
     "BadRequest",
     "BudgetExhausted",
     "Forbidden",
@@ -32,6 +33,7 @@ __all__ = [
     "ServiceUnavailable",
     "Unauthorized",
     "UnexpectedResponse",
+    "UnreadableAnswer",
 ]
 
 
@@ -308,6 +310,60 @@ class ServiceUnavailable(HarvestError):
         )
         self.attempts = attempts
         self.last_cause = last_cause
+
+
+class UnreadableAnswer(HarvestError):
+    """A 2xx answer no reading takes (`connectors.json_body`), kept by the pager in the raw store.
+
+    The service's own (`damaged` False: whole but not readable, or the same bytes twice): paid once and not asked
+    for again; its query stops as `drift`, and `harvest rebuild` lands it once harvest can read it. Cut on the
+    wire on both tries (`damaged`): the page is asked for again only by a later run (`--continue`)."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        damaged: bool = False,
+        credits: int = 0,
+        response: ServiceAnswer | None = None,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        if damaged:
+            text = (
+                f"the service's answer came damaged on both tries ({problem}); stopped here, `harvest run SPEC "
+                "--continue` asks for this page again"
+            )
+        else:
+            text = (
+                f"the service's answer could not be read ({problem}); it was paid once and is kept in the raw "
+                "store (`harvest raw`): not asked for again, `harvest rebuild` lands it once harvest can read it"
+            )
+        super().__init__(text, credits=credits, response=response, query_id=query_id, endpoint=endpoint)
+        self.problem = problem
+        self.damaged = damaged
+
+
+class AnswerTooLarge(HarvestError):
+    """An answer larger than the job reads (`service.max_answer_mb`): not read, counted as spent."""
+
+    def __init__(
+        self,
+        what: str,
+        max_mb: float,
+        *,
+        credits: int = 0,
+        query_id: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(
+            f"the answer is larger than the job reads ({what}; `service.max_answer_mb` is {max_mb:g}): not read, "
+            f"counted as spent. Raise `service.max_answer_mb` in the spec to read such answers (memory grows with "
+            f"them), then `harvest run SPEC --continue` asks for this page again",
+            credits=credits,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
 
 
 def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import ssl
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote, urlencode
@@ -93,7 +93,9 @@ class Origin:
 class Lane(Protocol):
     """One connection's worth of HTTP: GET a target at the service's origin."""
 
-    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer: ...
+    async def get(
+        self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
+    ) -> Answer: ...
 
     async def aclose(self) -> None: ...
 
@@ -119,9 +121,13 @@ class HttpxLane:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer:
-        response = await self.client.get(origin.url(target), headers=headers)
-        return Answer(response.status_code, response.content, response.headers.raw)
+    async def get(
+        self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
+    ) -> Answer:
+        async with self.client.stream("GET", origin.url(target), headers=headers) as response:
+            raw = response.headers.raw
+            body = await read_capped(response.status_code, raw, response.aiter_raw(), max_bytes)
+        return Answer(response.status_code, body, raw)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -157,23 +163,88 @@ def as_httpx_error(exc: Exception) -> Exception:
     return exc
 
 
-def decoded(body: bytes, encoding: str | None) -> bytes:
-    """The body without its content codings (gzip, deflate). One that does not decode is passed on as it came:
-    it then reads as a body that is not JSON, which the client retries with its reservation kept (it was paid)."""
+class AnswerTooLarge(Exception):
+    """The answer is larger than the client reads (`max_bytes`): its body was not read whole, and its connection
+    is closed. `size` is what the answer announced (Content-Length) or what had arrived when it passed the cap."""
+
+    def __init__(self, status: int, size: int, max_bytes: int, announced: bool) -> None:
+        super().__init__(f"{'announced' if announced else 'more than'} {size:,} bytes, over {max_bytes:,}")
+        self.status, self.size, self.max_bytes, self.announced = status, size, max_bytes, announced
+
+
+class BodyCut(Exception):
+    """The service answered (status and headers came) but the body did not arrive whole: the connection broke
+    or closed before its Content-Length, or its compressed stream ends early. Damaged on the wire, not the
+    service's answer: worth one more try (`connectors.client`), and it may have been billed."""
+
+    def __init__(self, status: int, received: bytes, cause: str) -> None:
+        super().__init__(cause)
+        self.status, self.received, self.cause = status, received, cause
+
+
+def decoded(body: bytes, encoding: str | None, status: int = 200, max_bytes: int | None = None) -> bytes:
+    """The body without its content codings (gzip, deflate), at most `max_bytes` decoded (a small compressed
+    answer can hold a huge one). A stream that ends early was cut on the wire (`BodyCut`); one that does not
+    decode is passed on as it came: it then reads as a body that is not JSON, the service's own (kept, paid)."""
     if not encoding:
         return body
     for coding in reversed([c.strip().lower() for c in encoding.split(",")]):
-        try:
-            if coding in ("gzip", "x-gzip"):
-                body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
-            elif coding == "deflate":
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)  # raw deflate, as some servers send it
-        except zlib.error:
-            return body
+        if coding in ("gzip", "x-gzip"):
+            wbits = [16 + zlib.MAX_WBITS]
+        elif coding == "deflate":
+            wbits = [zlib.MAX_WBITS, -zlib.MAX_WBITS]  # zlib-wrapped, or raw deflate as some servers send it
+        else:
+            continue
+        for n, bits in enumerate(wbits):
+            inflater = zlib.decompressobj(bits)
+            try:
+                out = inflater.decompress(body, max_bytes + 1 if max_bytes is not None else 0)
+            except zlib.error:
+                if n + 1 < len(wbits):
+                    continue
+                return body
+            if max_bytes is not None and (len(out) > max_bytes or inflater.unconsumed_tail):
+                raise AnswerTooLarge(status, len(out), max_bytes, announced=False)
+            if not inflater.eof:
+                raise BodyCut(status, body, f"its {coding} stream ends early ({len(body):,} bytes came)")
+            body = out
+            break
     return body
+
+
+async def read_capped(
+    status: int, headers: Sequence[tuple[bytes, bytes]], chunks: AsyncIterator[bytes], max_bytes: int | None
+) -> bytes:
+    """An answer's body, refused past `max_bytes` (announced or arriving) before more of it is held."""
+    announced = _header(headers, "content-length")
+    if max_bytes is not None and announced is not None and announced.isdigit() and int(announced) > max_bytes:
+        raise AnswerTooLarge(status, int(announced), max_bytes, announced=True)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in chunks:
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise AnswerTooLarge(status, size, max_bytes, announced=False)
+            parts.append(chunk)
+    except (
+        httpcore.ReadError,
+        httpcore.RemoteProtocolError,
+        httpx.ReadError,
+        httpx.RemoteProtocolError,
+    ) as exc:
+        raise BodyCut(status, b"".join(parts), f"{type(exc).__name__}: {exc}") from None
+    body = b"".join(parts)
+    encoding = _header(headers, "content-encoding")
+    return decoded(body, encoding, status, max_bytes) if encoding else body
+
+
+def _header(headers: Sequence[tuple[bytes, bytes]], name: str) -> str | None:
+    wanted = name.encode("ascii")
+    for key, value in headers:
+        if key.lower() == wanted:
+            return value.decode("latin-1")
+    return None
 
 
 class CoreLane:
@@ -189,21 +260,24 @@ class CoreLane:
         self._extensions = {"timeout": timeouts.to_httpx().as_dict()}
         self.is_closed = False
 
-    async def get(self, origin: Origin, target: bytes, headers: Mapping[str, str]) -> Answer:
+    async def get(
+        self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
+    ) -> Answer:
         url = httpcore.URL(scheme=origin.scheme, host=origin.host, port=origin.port, target=target)
         sent: list[tuple[bytes | str, bytes | str]] = [(b"host", origin.netloc), *headers.items()]
         try:
-            response = await self._pool.request("GET", url, headers=sent, extensions=self._extensions)
+            async with self._pool.stream("GET", url, headers=sent, extensions=self._extensions) as response:
+                chunks = response.aiter_stream()
+                assert isinstance(chunks, AsyncIterator)
+                body = await read_capped(response.status, response.headers, chunks, max_bytes)
+        except (AnswerTooLarge, BodyCut):
+            raise
         except Exception as exc:
             mapped = as_httpx_error(exc)
             if mapped is exc:
                 raise
             raise mapped from exc
-        answer = Answer(response.status, response.content, response.headers)
-        encoding = answer.header("content-encoding")
-        if encoding is None:
-            return answer
-        return Answer(answer.status_code, decoded(answer.content, encoding), answer.headers)
+        return Answer(response.status, body, response.headers)
 
     async def aclose(self) -> None:
         self.is_closed = True

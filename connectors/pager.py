@@ -306,6 +306,17 @@ class QueryPager:
             if paid is None:
                 return None, True
             return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, paid.body), True
+        except errors.UnreadableAnswer as exc:
+            # Kept either way. The service's own answer is not asked for again (a rebuild lands it once harvest
+            # can read it); one the network damaged twice is asked for again by a later run.
+            if exc.damaged:
+                out.status, out.next_cursor, out.error = "failed", cursor, f"page {index + 1}: {exc}"
+            else:
+                out.status, out.next_cursor, out.error = "drift", None, f"page {index + 1}: {exc}"
+            paid = exc.response
+            if paid is None:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
         except errors.HarvestError as exc:
             out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
             paid = exc.response

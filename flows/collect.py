@@ -184,6 +184,7 @@ def _client(
         timeouts=Timeouts(read=timeout, total=2 * timeout),
         retry=RetryPolicy(attempts=spec.service.attempts),
         on_attempt=attempts.log,
+        max_answer_bytes=int(spec.service.max_answer_mb * 2**20),
         max_in_flight=spec.concurrency,
     )
 

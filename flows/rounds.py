@@ -277,6 +277,7 @@ def run_info(
         "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
         "api_key_env": key_env, "api_key_secret": secret, "timeout_seconds": spec.service.timeout_seconds,
         "attempts": spec.service.attempts, "concurrency": spec.concurrency, "fsync": spec.durability == "fsync",
+        "max_answer_bytes": int(spec.service.max_answer_mb * 2**20),
         "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
         "min_balance": spec.budget.min_balance,
     }  # fmt: skip

@@ -22,8 +22,8 @@ class FaultKind(StrEnum):
     UNAVAILABLE = "unavailable"  # 503 text/plain
     SLOW = "slow"  # the normal answer after `slow_seconds`
     DROP = "drop"  # connection closed without any response
-    TRUNCATED = "truncated"  # 200, the JSON body cut in the middle
-    MALFORMED = "malformed"  # 200, a body that is not valid JSON
+    TRUNCATED = "truncated"  # 200, the JSON body cut in the middle (whole against its Content-Length)
+    MALFORMED = "malformed"  # 200, the JSON followed by a proxy's HTML error page: no reading takes it
     CUT = "cut"  # 200 with the whole answer's Content-Length, the connection closed half-way through the body
 
 

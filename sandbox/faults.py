@@ -81,14 +81,17 @@ def edge_response(kind: FaultKind, retry_after: str) -> tuple[int, list[tuple[by
     raise ValueError(f"not an edge response fault: {kind}")
 
 
-def damage(kind: FaultKind, body: bytes) -> bytes:
-    """A truncated body (cut in the middle) or a malformed one (NUL bytes in the middle: never valid JSON,
-    whatever the surrounding text)."""
-    mid = len(body) // 2
+PROXY_PAGE = b"\n<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>\n"
+
+
+def damage(kind: FaultKind, body: bytes, n: int = 0) -> bytes:
+    """A truncated body (its JSON ends part-way, though whole against its length: where depends on the request
+    number `n`, as a flaky proxy's cut would) or a malformed one (an error page a proxy wrote after the
+    document: whole, and no reading takes it)."""
     if kind is FaultKind.TRUNCATED:
-        return body[:mid]
+        return body[: len(body) * (3 + n % 5) // 10]
     if kind is FaultKind.MALFORMED:
-        return body[:mid] + b"\x00\x00" + body[mid:]
+        return body + PROXY_PAGE
     raise ValueError(f"not a body fault: {kind}")
 
 

@@ -159,7 +159,7 @@ class SandboxState:
             answer.body = _wire_bytes(answer.body, endpoint.path, self.config)
         if fault is not None and fault in BODY_FAULTS:
             if answer.status == 200:
-                answer.body = damage(fault, answer.body)
+                answer.body = damage(fault, answer.body, n or 0)
             else:
                 applied = None
         self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_value)

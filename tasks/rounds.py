@@ -98,7 +98,7 @@ async def collect_round(
     client = ServiceClient(
         run["base_url"], key, ledger, timeouts=Timeouts(read=timeout, total=2 * timeout),
         retry=RetryPolicy(attempts=run["attempts"]), on_attempt=attempts.log,
-        max_in_flight=run["concurrency"],
+        max_in_flight=run["concurrency"], max_answer_bytes=run["max_answer_bytes"],
     )  # fmt: skip
     client.key_accepted = True  # the flow proved the key before granting anything
     async with client:

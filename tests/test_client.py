@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gzip
 import logging
 import pickle
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -23,6 +24,7 @@ import stamina
 
 from connectors.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
 from connectors.errors import (
+    AnswerTooLarge,
     BadRequest,
     BudgetExhausted,
     Forbidden,
@@ -32,6 +34,7 @@ from connectors.errors import (
     ServiceUnavailable,
     Unauthorized,
     UnexpectedResponse,
+    UnreadableAnswer,
 )
 from connectors.http_lane import CoreLane
 from connectors.ledger import CreditLedger
@@ -433,23 +436,8 @@ HUGE = "x" * _longer_than_socket_buffers()
         (httpx.ReadError, Drop(reset=True), Timeouts(), None),  # connection reset
         (httpx.WriteTimeout, Stall(), Timeouts(write=0.5), [("query", HUGE)]),
         (httpx.RemoteProtocolError, Drop((b"HTTP/1.1 200 OK\r\ncontent-",)), Timeouts(), None),
-        (
-            httpx.RemoteProtocolError,
-            Drop((b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"success": tr',)),
-            Timeouts(),
-            None,
-        ),
-        (httpx.RemoteProtocolError, Reply(200, b'{"success": true}', content_length=400), Timeouts(), None),
     ],
-    ids=[
-        "ReadTimeout",
-        "RemoteProtocolError",
-        "ReadError",
-        "WriteTimeout",
-        "dropped-mid-headers",
-        "dropped-mid-body",
-        "shorter-than-content-length",
-    ],
+    ids=["ReadTimeout", "RemoteProtocolError", "ReadError", "WriteTimeout", "dropped-mid-headers"],
 )
 async def test_maybe_sent_failures_are_retried_and_kept(
     make: Make,
@@ -472,30 +460,103 @@ async def test_maybe_sent_failures_are_retried_and_kept(
         assert len(h.server.requests) == 2
 
 
-@pytest.mark.parametrize("coding", ["gzip", "deflate"])
-async def test_a_body_that_does_not_decode_is_retried_and_kept_as_spent(make: Make, coding: str) -> None:
-    """A corrupt gzip body came from the service: it may have been billed, so the reservation is kept.
+CUT_SHORT = [
+    Drop(
+        (b'HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{"success": tr',)
+    ),  # the connection closed mid-body
+    Reply(200, b'{"success": true}', content_length=400),  # fewer bytes than its Content-Length, then closed
+    Reply(200, b'{"success": true, "items": [{"id": "p1"'),  # whole against its length: JSON that ends early
+    Reply(200, gzip.compress(b'{"success": true, "items": []}')[:-12], (("content-encoding", "gzip"),)),
+]
+CUT_IDS = ["dropped-mid-body", "shorter-than-content-length", "json-ends-early", "gzip-stream-ends-early"]
 
-    When these tests ran through an httpx `MockTransport`, httpx raised `DecodingError` for it (an attempt with
-    no status); a lane passes the body on as it came, so the attempt is the 200 with a body that is not JSON.
-    Both keep the reservation and retry."""
-    h = await make(Reply(200, b"not gzip at all", (("content-encoding", coding),)), ok())
+
+@pytest.mark.parametrize("cut", CUT_SHORT, ids=CUT_IDS)
+async def test_a_2xx_cut_short_is_asked_for_once_more_and_kept_as_spent(make: Make, cut: Step) -> None:
+    """Damaged on the wire, plausibly: the service answered (it may have billed), the network lost part of it."""
+    h = await make(cut, ok())
     resp = await h.get()
-    assert resp.attempts == 2 and h.ledger.spent == 2
-    assert h.attempts[0].status_code == 200 and "not a JSON" in (h.attempts[0].error or "")
-    assert h.attempts[0].credits == 1 and len(h.server.requests) == 2
+    assert resp.attempts == 2 and h.ledger.spent == 2 and h.ledger.reserved == 0
+    first = h.attempts[0]
+    assert first.status_code == 200 and first.credits == 1
+    assert "cut short" in (first.error or "") or "ends early" in (first.error or "")
+    assert len(h.server.requests) == 2
 
 
-async def test_truncated_json_then_200(make: Make) -> None:
-    h = await make(Reply(200, b'{"success": true, "items": [{"id": "p1"'), ok())
+@pytest.mark.parametrize("cut", CUT_SHORT, ids=CUT_IDS)
+async def test_a_2xx_cut_short_twice_is_not_asked_for_a_third_time(make: Make, cut: Step) -> None:
+    """At most one more try: a second damaged answer is kept (`UnreadableAnswer` carries its bytes) and the
+    page is not paid a third time."""
+    h = await make(cut, cut, ok())
+    with pytest.raises(UnreadableAnswer) as caught:
+        await h.get()
+    assert len(h.server.requests) == 2 and h.ledger.spent == 2 and caught.value.credits == 2
+    assert caught.value.response is not None and caught.value.response.status_code == 200
+    assert "twice" in str(caught.value)
+
+
+async def test_the_same_damaged_bytes_twice_are_the_services_answer(make: Make) -> None:
+    ends_early = Reply(200, b'{"success": true, "items": [{"id": "p1"')
+    h = await make(ends_early, ends_early, ok())
+    with pytest.raises(UnreadableAnswer) as caught:
+        await h.get()
+    assert "the same answer came twice" in str(caught.value) and len(h.server.requests) == 2
+    assert caught.value.response is not None and caught.value.response.raw == ends_early.body
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (Reply(200, b"not gzip at all", (("content-encoding", "gzip"),)), "not JSON"),
+        (Reply(200, b"not deflate at all", (("content-encoding", "deflate"),)), "not JSON"),
+        (Reply(200, b"<html><body>Maintenance</body></html>"), "not JSON"),
+        (Reply(200, b'{"items": []} {"items": []}'), "more than one JSON document"),
+        (Reply(200, b'"ok"'), "a JSON str, not an object or array"),
+    ],
+    ids=["corrupt-gzip", "corrupt-deflate", "html", "two-documents", "json-scalar"],
+)
+async def test_a_2xx_no_reading_takes_is_paid_once_and_not_asked_for_again(
+    make: Make, answer: Reply, why: str
+) -> None:
+    """Whole, but unreadable: the service's own answer. Asking again would pay again for the same bytes."""
+    h = await make(answer, ok())
+    with pytest.raises(UnreadableAnswer) as caught:
+        await h.get()
+    assert len(h.server.requests) == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
+    assert why in str(caught.value) and "kept in the raw store" in str(caught.value)
+    assert caught.value.response is not None and caught.value.response.raw == answer.body
+    assert h.attempts[0].status_code == 200 and h.attempts[0].credits == 1
+
+
+async def test_a_2xx_strict_json_refuses_is_read_repaired_and_paid_once(make: Make) -> None:
+    body = (
+        b'{"success": true, "items": [{"id": "p1", "text": "cut \\ud83d", "n": NaN}], "credits_charged": 1}'
+    )
+    h = await make(Reply(200, body))
     resp = await h.get()
-    assert resp.attempts == 2 and h.ledger.spent == 2  # the truncated page was probably billed
-    assert "not a JSON" in (h.attempts[0].error or "")
+    assert resp.body["items"] == [{"id": "p1", "text": "cut \ufffd", "n": None}]
+    assert (
+        resp.repairs == {"lone_surrogate": 1, "non_finite": 1} and resp.attempts == 1 and h.ledger.spent == 1
+    )
 
 
-async def test_json_scalar_200_is_malformed(make: Make) -> None:
-    h = await make(Reply(200, b'"ok"'), ok())
-    assert (await h.get()).attempts == 2
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Reply(200, b"[]", content_length=5_000),  # announced
+        Reply(200, gzip.compress(b'{"items": "' + b"x" * 9_000 + b'"}'), (("content-encoding", "gzip"),)),
+    ],
+    ids=["announced", "decompressed"],
+)
+async def test_an_answer_past_the_cap_is_not_read_and_counted_as_spent(make: Make, answer: Reply) -> None:
+    h = await make(answer, ok(), max_answer_bytes=4_096)
+    with pytest.raises(AnswerTooLarge) as caught:
+        await h.get()
+    assert len(h.server.requests) == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
+    message = str(caught.value)
+    assert "`service.max_answer_mb`" in message and "query 'q1'" in message
+    assert h.attempts[0].status_code == 200 and "too large" in (h.attempts[0].error or "")
+    assert (await h.get()).attempts == 1  # the next page reads normally: a new lane
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,15 @@ slots, every answer back to the query that asked, over real HTTP against the san
 from __future__ import annotations
 
 import asyncio
+import gzip
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
 from connectors.client import PageRequest, ServiceClient
+from connectors.http_lane import AnswerTooLarge, read_capped
 from connectors.lanes import Lanes
 from connectors.ledger import CreditLedger
 from sandbox.config import SandboxConfig
@@ -63,3 +66,38 @@ async def test_a_lane_whose_request_raised_is_closed_and_replaced() -> None:
     assert fresh is not broken and again is fresh and len(lanes) == 1
     await lanes.aclose()
     assert broken.is_closed and fresh.is_closed
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def test_an_answer_is_refused_as_soon_as_it_passes_the_cap_while_it_arrives() -> None:
+    """No Content-Length (chunked): the body is counted as it comes, and refused before more of it is held."""
+    got: list[bytes] = []
+
+    async def arriving() -> AsyncIterator[bytes]:
+        for _ in range(1_000):
+            got.append(b"x" * 1_000)
+            yield got[-1]
+
+    with pytest.raises(AnswerTooLarge) as caught:
+        await read_capped(200, [], arriving(), max_bytes=4_096)
+    assert len(got) == 5 and not caught.value.announced and caught.value.size == 5_000
+
+
+async def test_a_body_within_the_cap_is_read_whole_and_decoded() -> None:
+    body = b'{"pins": []}'
+    gz = gzip.compress(body)
+    headers = [(b"Content-Encoding", b"gzip"), (b"content-length", str(len(gz)).encode())]
+    assert await read_capped(200, headers, _chunks(gz[:5], gz[5:]), max_bytes=len(gz)) == body
+    assert await read_capped(200, [], _chunks(body), max_bytes=None) == body
+
+
+async def test_a_compressed_body_is_capped_by_what_it_decodes_to() -> None:
+    """A few KB of gzip can hold gigabytes: the cap counts decoded bytes too."""
+    bomb = gzip.compress(b"0" * 10_000_000)
+    assert len(bomb) < 20_000
+    with pytest.raises(AnswerTooLarge):
+        await read_capped(200, [(b"content-encoding", b"gzip")], _chunks(bomb), max_bytes=1_000_000)

@@ -273,7 +273,7 @@ READ_TIMEOUT = 0.5
 RETRY_AFTER = 0.3
 
 
-@pytest.mark.parametrize("fault", list(FaultKind))
+@pytest.mark.parametrize("fault", [f for f in FaultKind if f is not FaultKind.MALFORMED])
 async def test_fault_on_second_request_still_completes(sandbox_factory: Factory, fault: FaultKind) -> None:
     """Three pages, a fault on the second request: the query completes, each page delivered once and in order,
     the faulted request retried once, and every credit counted.

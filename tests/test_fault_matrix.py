@@ -78,7 +78,13 @@ def answered_twice(sb: RunningSandbox, db: Path) -> int:
     return sum(max(0, n - 1 - unseen[page]) for page, n in seen.items())
 
 
-@pytest.mark.parametrize("fault", list(FaultKind), ids=[f.value for f in FaultKind])
+BODY_DAMAGE = [FaultKind.TRUNCATED, FaultKind.CUT]
+"""A 2xx damaged on the wire: asked for once more, not twice."""
+RETRIED = [f for f in FaultKind if f not in BODY_DAMAGE and f is not FaultKind.MALFORMED]
+"""Faults retried until an answer comes (within `attempts`): the edge's refusals, slow answers, drops."""
+
+
+@pytest.mark.parametrize("fault", RETRIED, ids=[f.value for f in RETRIED])
 def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: FaultKind) -> None:
     config = BASE.replace(fault_rate=0.1, fault_kinds=[fault], seed=11)
     db = tmp_path / "out" / "harvest.duckdb"
@@ -98,6 +104,62 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
     assert scalar(db, "SELECT service_billed FROM runs") == billed
     assert attempts == len(entries), "every attempt, faulted or not, is a row of `requests`"
     assert scalar(db, "SELECT sum(credits) FROM requests") == summary["credits_spent"]
+
+
+@pytest.mark.parametrize("fault", BODY_DAMAGE, ids=[f.value for f in BODY_DAMAGE])
+def test_answers_damaged_on_the_wire_at_scale_are_asked_for_once_more(
+    prefect_harness: None, tmp_path: Path, fault: FaultKind
+) -> None:
+    """Each damaged answer is asked for once more. A page damaged on both tries stops its query (`failed`,
+    its cursor kept); `--continue` asks for it again, and in the end the records are the fault-free crawl. No
+    page is paid more than twice in one run, and no answer harvest read is paid again."""
+    config = BASE.replace(fault_rate=0.1, fault_kinds=[fault], seed=11)
+    db = tmp_path / "out" / "harvest.duckdb"
+    with running(config) as sb:
+        path = spec(tmp_path, sb)
+        summaries = [run_flow(path)]
+        while summaries[-1]["status"] != "complete" and len(summaries) < 6:
+            summaries.append(run_flow(path, mode="continue"))
+        entries = data_entries(sb)
+        billed = sb.billed_total()
+    for summary in summaries:
+        for q in summary["queries"]:
+            assert q["status"] == "complete" or (q["status"] == "failed" and "cut" in q["error"]), q
+    assert summaries[-1]["status"] == "complete", [s["status"] for s in summaries]
+    assert sum(e.fault is not None for e in entries) >= 20, "the fault was really injected, many times"
+    assert key_set(db, "pinboard_pins") == expected_pins(config)
+    assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
+    assert answered_twice(sb, db) == 0
+    per_run = Counter(_page(e.path, e.params) for e in entries)
+    assert max(per_run.values()) <= 2 * len(summaries)
+    assert billed <= sum(s["credits_spent"] for s in summaries) <= BUDGET * len(summaries)
+
+
+def test_answers_no_reading_takes_at_scale_are_paid_once_and_kept(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """A 200 whose JSON is followed by a proxy's error page is the service's answer: its query stops there as
+    `drift` with the page kept (paid once, never asked for again), the other queries complete."""
+    config = BASE.replace(fault_rate=0.05, fault_kinds=[FaultKind.MALFORMED], seed=5)
+    db = tmp_path / "out" / "harvest.duckdb"
+    with running(config) as sb:
+        summary = run_flow(spec(tmp_path, sb))
+        entries = data_entries(sb)
+    statuses = {q["query_id"]: q["status"] for q in summary["queries"]}
+    assert set(statuses.values()) <= {"complete", "drift"} and "drift" in statuses.values()
+    asked = Counter(_page(e.path, e.params) for e in entries)
+    assert set(asked.values()) == {1}, "a page was asked for twice"
+    for q in summary["queries"]:
+        topic = q["query_id"].split("query=", 1)[1].rstrip("]")  # pins[query=topic a]
+        theirs = [e for e in entries if e.params["query"] == topic]
+        assert theirs, q["query_id"]
+        assert q["pages"] == len(theirs), "every paid page of the query is kept"
+        if q["status"] == "drift":
+            assert theirs[-1].fault == "malformed" and "could not be read" in q["error"]
+            assert q["next_cursor"] is None
+    assert key_set(db, "pinboard_pins") <= expected_pins(config)
+    kept = rows(db, "SELECT count(*) FROM requests WHERE status_code = 200")
+    assert kept == [(len(entries),)]
 
 
 def test_out_of_credits_mid_run_stops_cleanly_and_continues(prefect_harness: None, tmp_path: Path) -> None:

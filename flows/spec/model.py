@@ -84,7 +84,14 @@ class Service(_Model):
         strict=True,
         ge=1,
         le=20,
-        description="Attempts per page on 429, 5xx, timeouts and dropped connections.",
+        description="Attempts per page on 5xx, timeouts and dropped connections.",
+    )
+    max_answer_mb: float = Field(
+        32,
+        gt=0,
+        le=4096,
+        description="The largest answer read, in MB: a larger one is refused (counted as spent). Reading an answer "
+        "takes about seven times its size in memory.",
     )
 
     @field_validator("base_url")
