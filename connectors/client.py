@@ -49,15 +49,14 @@ import httpx
 import stamina
 
 from connectors import errors
-from connectors.answers import JSON, Response, int_field, parse_body, problem, shows_price, typed_error
+from connectors.answers import JSON, Response, int_field, problem, shows_price, typed_error
 from connectors.auth import REDACTED, ApiKey, redact_in_http_logs
+from connectors.balance import AccountBalance
 from connectors.credits import Reservation
 from connectors.errors import (
     HarvestError,
-    OutOfCredits,
     ServiceAnswer,
     ServiceUnavailable,
-    Unauthorized,
     UnreadableAnswer,
 )
 from connectors.http_lane import DEFAULT_HEADERS, Answer, AnswerTooLarge, BodyCut, Origin, http_client
@@ -65,13 +64,25 @@ from connectors.in_flight import InFlight
 from connectors.json_body import read_body
 from connectors.lanes import Lanes, lane_maker
 from connectors.ledger import CreditLedger
+from connectors.pace import Pace, RateLimitedTooLong
 from connectors.page_request import Attempt, PageRequest, pairs_to_dict
-from connectors.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
+from connectors.retry import (
+    MAYBE_SENT,
+    NEVER_SENT,
+    Retryable,
+    RetryPolicy,
+    SlowDown,
+    Timeouts,
+    parse_retry_after,
+)
 
 __all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
 
 log = logging.getLogger("harvest.client")
 
+REFUSALS = frozenset({429, 500, 502, 503, 504})
+"""Answers that refuse a request rather than answer it: their charge is unknown (counted at the reservation),
+and what the account's balance shows the service did not bill goes back to the budget (`CreditLedger.reconcile`)."""
 DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
 """The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
 an answer takes about seven times its size in memory (`bench/answer_memory.py`)."""
@@ -85,6 +96,8 @@ class _Call:
     safe_params: dict[str, Any]
     attempts: int = 0
     credits: int = 0
+    refusals: int = 0
+    """429s this call met: its waits grow with them when the service names none."""
     damaged: list[tuple[bytes, bool]] = field(default_factory=list)
     """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
 
@@ -118,6 +131,7 @@ class ServiceClient:
         max_in_flight: int = 16,
         unbilled_statuses: frozenset[int] = frozenset(),
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        pace: Pace | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -130,6 +144,8 @@ class ServiceClient:
         self.on_attempt = on_attempt
         self.max_in_flight = max_in_flight
         self.max_answer_bytes = max_answer_bytes
+        self.pace = pace or Pace()
+        """How fast requests leave: as fast as the service allows (`connectors.pace`), shared by the run."""
         # Statuses known not to be billed (settled to 0 when the body names no charge). Empty by default:
         # whether the real service bills 429/5xx is unknown, and an unknown charge counts as spent.
         self.unbilled_statuses = unbilled_statuses
@@ -148,6 +164,7 @@ class ServiceClient:
             raise ValueError("base_url must not carry a user name or password")
         self._origin = Origin.of(self.base_url)
         self._http = http_client(self.base_url, timeouts)  # the balance probe
+        self.balance = AccountBalance(self._http, self._key, ledger)
         self._lanes = Lanes(lane_maker(self.base_url, timeouts))
 
     def __repr__(self) -> str:
@@ -183,24 +200,9 @@ class ServiceClient:
         Raises `Unauthorized`/`OutOfCredits` when the service refuses the key; None when the endpoint gave no
         usable answer (not offered, down): the run then proves the key with its first paid request instead.
         """
-        try:
-            response = await self._http.get("/v1/credit-balance", headers={"x-api-key": self._key.reveal()})
-        except httpx.HTTPError as exc:
-            log.warning("could not read the credit balance: %s", self._key.scrub(str(exc)))
-            return None
-        body = parse_body(self._key.scrub_answer(response.content))
-        if response.status_code in (401, 402):
-            answer = ServiceAnswer(response.status_code, body, b"")
-            error = Unauthorized if response.status_code == 401 else OutOfCredits
-            raise error(response=answer, endpoint="/v1/credit-balance")
-        count = int_field(body, "creditCount")
-        if response.status_code != 200 or count is None:
-            log.warning(
-                "the credit balance endpoint answered HTTP %d without a balance", response.status_code
-            )
-            return None
-        self.key_accepted = True
-        self.ledger.observe_remaining(count)
+        count = await self.balance.read()
+        if count is not None:
+            self.key_accepted = True
         return count
 
     # ---- the one public call -------------------------------------------------------------------------
@@ -222,7 +224,7 @@ class ServiceClient:
         call = _Call(request, safe)
         try:
             try:  # the first attempt without the retry machinery: it costs ~5% of a run's CPU per page
-                response = await self._attempt(call)
+                response = await self._paced(call)
             except Retryable as first:
                 if self.retry.attempts == 1 or not stamina.is_active():
                     raise
@@ -255,7 +257,7 @@ class ServiceClient:
             wait_jitter=policy.jitter_seconds,
         ):
             with attempt:
-                return await self._attempt(call)
+                return await self._paced(call)
         raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
 
     def _backoff(self, exc: Exception) -> bool | float:
@@ -265,8 +267,28 @@ class ServiceClient:
             return min(exc.retry_after, self.retry.max_wait)
         return True
 
+    async def _paced(self, call: _Call) -> Response:
+        """One attempt, however often the service asks it to slow down (429): each refusal waits what the
+        service asked (or a backoff) and takes its turn again; past the run's `max_wait` without any accepted
+        answer, the call stops as `RateLimited` (resumable, like a budget stop)."""
+        while True:
+            try:
+                return await self._attempt(call)
+            except SlowDown as refused:
+                try:
+                    wait = self.pace.wait_after_refusal(
+                        refused.retry_after, call.refusals, self.retry.max_wait
+                    )
+                except RateLimitedTooLong as exc:
+                    raise errors.RateLimited(
+                        exc.waited, credits=call.credits, query_id=call.request.query_id,
+                        endpoint=call.request.endpoint,
+                    ) from None  # fmt: skip
+                call.refusals += 1
+                await asyncio.sleep(wait)
+
     async def _attempt(self, call: _Call) -> Response:
-        """Reserve, take a connection slot, send, and settle: one attempt of a call."""
+        """Reserve, wait for the pace, take a connection slot, send, and settle: one attempt of a call."""
         request, ledger = call.request, self.ledger
         while True:
             reservation = await ledger.reserve(
@@ -277,9 +299,13 @@ class ServiceClient:
                 price_key=request.endpoint,
             )
             if reservation is None:
-                raise errors.refused(ledger.refusal(request.query_id), request, call.credits, call.attempts)
+                refusal = ledger.refusal(request.query_id)
+                if refusal is not None and refusal.kind == "budget" and await self.balance.settle_refusals():
+                    continue  # refusals the service did not bill went back to the budget: ask again
+                raise errors.refused(refusal, request, call.credits, call.attempts)
             async with contextlib.AsyncExitStack() as turn:
                 try:
+                    await self.pace.turn()
                     if not self.key_accepted:
                         # One at a time until an answer proves the key, taken after the reservation: a request
                         # waiting for credits (breadth-first) must not keep the lagging queries from sending.
@@ -392,7 +418,16 @@ class ServiceClient:
         if remaining is not None:
             ledger.observe_remaining(remaining)
         unbilled = charged is None and status in self.unbilled_statuses
-        counted = ledger.settle(reservation, 0 if unbilled else charged, priced=shows_price(status, body))
+        counted = ledger.settle(
+            reservation,
+            0 if unbilled else charged,
+            priced=shows_price(status, body),
+            refusal=status in REFUSALS,
+        )
+        if status == 429:
+            self.pace.refused_one()
+        else:
+            self.pace.accepted()
         call.credits += counted
         self._note_key(status)
         answer = ServiceAnswer(status, body, raw)
@@ -407,9 +442,10 @@ class ServiceClient:
         if 200 <= status < 300:
             assert read.problem is not None
             raise self._damaged(call, status, raw, read.problem if read.ends_early else None)
+        if status == 429:
+            raise SlowDown(parse_retry_after(http_response.header("retry-after")))
         if status in self.retry.retry_statuses:
-            retry_after = parse_retry_after(http_response.header("retry-after")) if status == 429 else None
-            raise Retryable(error, retry_after=retry_after, response=answer)
+            raise Retryable(error, response=answer)
         raise typed_error(
             answer,
             self._key.scrub,

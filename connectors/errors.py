@@ -366,6 +366,23 @@ class AnswerTooLarge(HarvestError):
         )
 
 
+class RateLimited(HarvestError):
+    """The service refused every request (429) for the run's whole `rate_limit.max_wait_seconds`: the query stops
+    with its cursor, like a budget stop, and the next run (or `--continue`) goes on from there."""
+
+    def __init__(
+        self, waited: float, *, credits: int = 0, query_id: str | None = None, endpoint: str | None = None
+    ) -> None:
+        super().__init__(
+            f"the service kept asking harvest to slow down (429) and accepted no request for {waited:.0f} s; "
+            "stopped waiting (`rate_limit.max_wait_seconds`), the query keeps its cursor: the next run or "
+            "`harvest run SPEC --continue` goes on from there",
+            credits=credits,
+            query_id=query_id,
+            endpoint=endpoint,
+        )
+
+
 def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:
     """The error for a reservation the ledger refused: the budget (the query may go on in a later run), or a
     stop of the whole run (a refused key, an emptied account, Ctrl-C), which no later page can undo."""

@@ -53,6 +53,7 @@ from connectors.credits import (
 from connectors.fair_share import FairShare
 from connectors.holds import Holds
 from connectors.prices import Prices
+from connectors.refused_charges import RefusedCharges
 from connectors.waiters import Waiters
 
 log = logging.getLogger("harvest.ledger")
@@ -81,6 +82,11 @@ class CreditLedger:
         self._holds = Holds()
         self._q_spent: dict[str, int] = {q: c for q, c in (opening or {}).items() if c}
         self._spent = sum(self._q_spent.values())
+        self._session_spent = 0
+        """Credits this ledger (this process) settled; `opening` is what earlier sessions spent."""
+        self._session_lost = 0
+        """Of those, credits of requests whose answer was lost (no charge known, not a refusal)."""
+        self._refused = RefusedCharges()
         self._journal = journal
         self._stopped: Refusal | None = None
         self._prices = Prices()
@@ -312,11 +318,15 @@ class CreditLedger:
         self._prices.closed(r.id, held.amount, counted, priced)
         return held, journaled
 
-    def settle(self, r: Reservation, charged: int | None, *, priced: bool = False) -> int:
+    def settle(
+        self, r: Reservation, charged: int | None, *, priced: bool = False, refusal: bool = False
+    ) -> int:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
 
         `priced`: the answer was one the service bills as a page (a readable 2xx, 403 or 404), so its endpoint's
-        price is now seen and its requests need no longer go one at a time. Returns the credits counted.
+        price is now seen and its requests need no longer go one at a time. `refusal`: the service refused the
+        request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
+        (`reconcile`). Returns the credits counted.
         """
         with self._lock:
             held = self._holds.current(r)
@@ -336,7 +346,13 @@ class CreditLedger:
             if over.excess > 0:
                 self._overcharges.append(over)
             self._spent += counted
+            self._session_spent += counted
             self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
+            if charged is None or charged < 0:
+                if refusal:
+                    self._refused.add(held.query_id, counted)
+                else:
+                    self._session_lost += counted
             spent = self._spent
         if journaled:
             self._journal.closed(r.id, counted)  # type: ignore[union-attr]
@@ -352,6 +368,41 @@ class CreditLedger:
         if journaled:
             self._journal.closed(r.id, None)  # type: ignore[union-attr]
         self._wake_all()
+
+    @property
+    def refused_unknown(self) -> int:
+        """Credits counted for refusals whose charge the service did not say (429, 5xx), still unsettled."""
+        with self._lock:
+            return self._refused.total
+
+    def reconcile(self, billed: int) -> int:
+        """Settle the refusals' unknown charges against the service's own bill for this session (`billed`: how
+        far the account's balance fell since the session's first reading, free to read). What the bill leaves no
+        room for was not billed: it goes back to the budget and the queries. Returns the credits given back.
+
+        Never counts less than the service billed this session: the refusals kept are as many as the bill leaves
+        room for beside the charges the answers named, as if lost answers (a timeout) had been free, and those
+        stay counted; the bill may also hold charges of requests still in flight (then less goes back now, the
+        rest at the next reading). A bill below the charges the answers named (a top-up during the run) settles
+        nothing."""
+        with self._lock:
+            named = self._session_spent - self._refused.total - self._session_lost
+            room = billed - named
+            if room < 0:
+                return 0
+            back = self._refused.give_back(self._refused.total - min(room, self._refused.total))
+            for query_id, credits in back.items():
+                self._q_spent[query_id] -= credits
+            given = sum(back.values())
+            self._spent -= given
+            self._session_spent -= given
+        if self._journal is not None:
+            for query_id, credits in back.items():
+                self._journal.adjusted(query_id, -credits)
+        if given:
+            log.info("the account's balance shows %d refused request(s) were not billed: counted back", given)
+            self._wake_all()
+        return given
 
     def stop(self, kind: RefusalKind, reason: str) -> bool:
         """Refuse every later reservation (the first stop's reason is kept); True if this call stopped it."""

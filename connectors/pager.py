@@ -42,6 +42,7 @@ Status = Literal[
     "caught_up",
     "max_pages",
     "budget_exhausted",
+    "rate_limited",
     "not_found",
     "interrupted",
     "stopped",
@@ -50,9 +51,10 @@ Status = Literal[
     "failed",
 ]
 OK_STATUSES: frozenset[str] = frozenset(
-    {"complete", "caught_up", "max_pages", "budget_exhausted", "not_found"}
+    {"complete", "caught_up", "max_pages", "budget_exhausted", "rate_limited", "not_found"}
 )
-"""Statuses of a query that ended normally or stopped at its budget (exit code 0)."""
+"""Statuses of a query that ended normally or stopped at its budget or the service's rate limit (exit code 0):
+a stopped one keeps its cursor for the next run."""
 RUN_STOPPED: frozenset[str] = frozenset({"interrupted", "stopped"})
 """Statuses that say the run stopped, not the query (Ctrl-C, a refused key): not a failure of the query."""
 
@@ -296,6 +298,9 @@ class QueryPager:
             return None, True
         except errors.BudgetExhausted as exc:
             out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+            return None, True
+        except errors.RateLimited as exc:
+            out.status, out.next_cursor, out.error = "rate_limited", cursor, str(exc)
             return None, True
         except (errors.Unauthorized, errors.OutOfCredits) as exc:  # the whole run stops on these
             out.status, out.next_cursor, out.error = "stopped", cursor, str(exc)

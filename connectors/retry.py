@@ -1,8 +1,8 @@
 """How long one attempt may take and how a failed one is tried again.
 
-Retries (stamina: exponential backoff with jitter) cover 429 (honouring `Retry-After`, capped by `max_wait`),
-500/502/503/504, timeouts, dropped connections and 2xx bodies that are not JSON. Each retry is a new attempt
-and reserves its credits again, so retries can never spend past the budget.
+Retries (stamina: exponential backoff with jitter) cover 500/502/503/504, timeouts and dropped connections.
+Each retry is a new attempt and reserves its credits again, so retries can never spend past the budget. A 429
+is not an attempt: the request waits and takes its turn again (`connectors.pace`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class RetryPolicy:
     max_wait: float = 30.0
     jitter: bool | float = True
     deadline: float | None = None
-    retry_statuses: frozenset[int] = frozenset({429, 500, 502, 503, 504})
+    retry_statuses: frozenset[int] = frozenset({500, 502, 503, 504})
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -81,6 +81,14 @@ class Retryable(Exception):
         self.cause = cause
         self.retry_after = retry_after
         self.response = response
+
+
+class SlowDown(Exception):
+    """The service answered 429: wait and take a turn again, not an attempt (internal to the client)."""
+
+    def __init__(self, retry_after: float | None) -> None:
+        super().__init__("HTTP 429")
+        self.retry_after = retry_after
 
 
 def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:

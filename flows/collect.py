@@ -27,8 +27,10 @@ from prefect.states import Completed, State  # noqa: E402
 from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
 from connectors.ledger import CreditLedger  # noqa: E402
+from connectors.pace import Pace  # noqa: E402
 from connectors.shape_overrides import shapes_data  # noqa: E402
 from flows import lock as job_lock  # noqa: E402
+from flows import progress  # noqa: E402
 from flows.abandon import abandon_run  # noqa: E402
 from flows.bill import first_reading, run_bill  # noqa: E402
 from flows.export_step import export_step  # noqa: E402
@@ -186,6 +188,7 @@ def _client(
         on_attempt=attempts.log,
         max_answer_bytes=int(spec.service.max_answer_mb * 2**20),
         max_in_flight=spec.concurrency,
+        pace=Pace(spec.rate_limit.per_second, spec.rate_limit.max_wait_seconds),
     )
 
 
@@ -204,6 +207,7 @@ async def _pay_and_land(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
+    progress.current().watch_pace(client.pace.report)
     with stop.collecting(ledger, client):
         before = await _probe_balance(client, ledger)
         if before is not None:
@@ -227,8 +231,21 @@ async def _pay_and_land(
     after = await _read_after(client) if before is not None else None
     if after is not None:
         journal.balance("after", after)
+        if spec.runner.kind == "local":
+            _settle_refusals(ledger, summaries, before - after if before is not None else None)
     _note_bill(begun, before, after)
+    manifest.rate_limit = client.pace.report().as_dict()
     return summaries, skipped
+
+
+def _settle_refusals(ledger: CreditLedger, summaries: list[dict[str, Any]], billed: int | None) -> None:
+    """The refusals counted at their reservation, settled against the session's bill (the balance read before
+    and after): what it was not billed goes back, and each query's credits say what the service charged it."""
+    if billed is None or not ledger.reconcile(billed):
+        return
+    spent = ledger.per_query_spent
+    for summary in summaries:
+        summary["credits"] = spent.get(summary["query_id"], 0)
 
 
 async def _collect(

@@ -255,6 +255,8 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
     )
     if timing := took(summary.get("seconds", {})):
         console.say(timing)
+    if rate := rate_line(summary.get("rate_limit")):
+        console.say(rate)
     billed = summary.get("service_billed")
     if billed is not None and billed != summary["credits_spent"]:
         console.say(
@@ -266,6 +268,18 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         console.say(
             f"the service's bill: unknown ({summary['bill_unknown']}); harvest counted {summary['credits_spent']}"
         )
+
+
+def rate_line(met: dict[str, Any] | None) -> str | None:
+    """What the run met of the service's rate limit, when it met one (or paced to a known one)."""
+    if not met or (not met.get("refused") and not met.get("limit")):
+        return None
+    requests, refused, pace = met["requests"], met["refused"], met.get("per_second")
+    share = f" ({100 * refused / requests:.1f}%)" if requests else ""
+    line = f"rate limit: the service answered {refused} of {requests} requests with 429{share}"
+    if pace is not None:
+        line += f"; harvest paced to {pace:.1f} requests a second"
+    return line + (f" (the spec's limit: {met['limit']:g})" if met.get("limit") else "")
 
 
 def took(seconds: dict[str, float]) -> str | None:
@@ -304,7 +318,9 @@ def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
             f"interrupted during the load: run {summary['run_id']} ended ({summary['status']}) and its data is in "
             f"Parquet; `{harvest_command()} load {output}` loads it into DuckDB"
         )
-    stopped = [q for q in summary["queries"] if q["status"] in ("budget_exhausted", "stopped")]
+    stopped = [
+        q for q in summary["queries"] if q["status"] in ("budget_exhausted", "rate_limited", "stopped")
+    ]
     if stopped:
         return f"{len(stopped)} queries stopped with their cursors kept: `{cmd} --continue` picks them up"
     return None

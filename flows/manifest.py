@@ -24,7 +24,9 @@ UNFINISHED = frozenset({"running", "interrupted"})
 """Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
 
 
-CONTINUABLE = frozenset({"budget_exhausted", "stopped", "interrupted", "failed", "abandoned", "drift"})
+CONTINUABLE = frozenset(
+    {"budget_exhausted", "rate_limited", "stopped", "interrupted", "failed", "abandoned", "drift"}
+)
 """Query statuses `--continue` picks up at their saved cursor; the others ended for good."""
 
 
@@ -63,6 +65,8 @@ class RunManifest:
     rebuilt: str | None = None
     """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
     again, to the same keys, to every destination that had it before then."""
+    rate_limit: dict[str, Any] | None = None
+    """What the run met of the service's rate limit (`connectors.pace.PaceReport`): requests, 429s, the pace."""
     shapes: dict[str, Any] = field(default_factory=dict)
     """The spec's `shapes` the run read its pages with (`connectors.shape_overrides`): a rebuild reads them the
     same way unless given a spec's."""
@@ -121,6 +125,7 @@ class RunManifest:
             "balance_after": self.balance_after,
             "service_billed": self.service_billed,
             "bill_unknown": self.bill_unknown,
+            "rate_limit": self.rate_limit,
             "extraction": self.extraction.totals(),
         }
 
@@ -129,13 +134,15 @@ _FIELDS = {f.name for f in dataclasses.fields(RunManifest)}
 
 
 def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
-    """`interrupted` after Ctrl-C; `failed` if any query failed; `budget_exhausted` if one stopped at a cap."""
+    """`interrupted` after Ctrl-C; `failed` if any query failed; `budget_exhausted` if one stopped at a cap;
+    `rate_limited` if one stopped waiting for the service's rate limit."""
     if stopped_kind == "interrupted":
         return "interrupted"
     if any(s not in OK_STATUSES for s in statuses):
         return "failed"
-    if "budget_exhausted" in statuses:
-        return "budget_exhausted"
+    for stopped in ("budget_exhausted", "rate_limited"):
+        if stopped in statuses:
+            return stopped
     return "complete"
 
 

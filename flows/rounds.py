@@ -180,6 +180,8 @@ class Rounds:
 
     async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
         submitted: list[tuple[Running, Reservation, Any]] = []
+        known = self.run_info.get("per_second")  # a known limit is shared by the round's tasks
+        run = {**self.run_info, "per_second": known / len(granted) if known and granted else None}
         for r in granted:
             amount = grants[r.spec.query_id] * r.cost
             reservation = await self.ledger.reserve(
@@ -190,7 +192,7 @@ class Rounds:
             self.parts += 1
             r.rounds += 1
             query = asdict(r.spec)
-            params = {"run": self.run_info, "query": query, "state": r.state, "grant": amount,
+            params = {"run": run, "query": query, "state": r.state, "grant": amount,
                       "part": self.parts, "round_no": r.rounds, "wanted": self.wanted(r.spec)}  # fmt: skip
             submitted.append((r, reservation, runner.submit(collect_round, parameters=params)))
             r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
@@ -278,6 +280,7 @@ def run_info(
         "api_key_env": key_env, "api_key_secret": secret, "timeout_seconds": spec.service.timeout_seconds,
         "attempts": spec.service.attempts, "concurrency": spec.concurrency, "fsync": spec.durability == "fsync",
         "max_answer_bytes": int(spec.service.max_answer_mb * 2**20),
+        "per_second": spec.rate_limit.per_second, "max_wait_seconds": spec.rate_limit.max_wait_seconds,
         "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
         "min_balance": spec.budget.min_balance,
     }  # fmt: skip

@@ -109,10 +109,10 @@ class SandboxApp:
         if endpoint is None:
             await self.inner(scope, receive, send)
             return
-        if not self.rate_gate.admit():
-            await self._edge_fault(scope, send, endpoint, None, FaultKind.RATE_LIMIT)
-            return
         n, fault = self.state.faults.next(endpoint.path)
+        if not self.rate_gate.admit():  # the service's rate limit comes first; a fault it decided is moot
+            await self._edge_fault(scope, send, endpoint, n, FaultKind.RATE_LIMIT)
+            return
         scope["sandbox.n"] = n
         scope["sandbox.fault"] = fault
         if fault in EDGE_FAULTS:
@@ -126,7 +126,7 @@ class SandboxApp:
         await self.inner(scope, receive, cut_send(send) if fault is FaultKind.CUT else send)
 
     async def _edge_fault(
-        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int | None, fault: FaultKind
+        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int, fault: FaultKind
     ) -> None:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)

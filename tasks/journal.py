@@ -7,7 +7,8 @@ pages hold every paid answer; the journal holds the rest of what a resume needs:
 - ``end``: a query ended, with its summary, so a resumed run does not repeat it;
 - ``reserve`` / ``settle`` / ``release``: the credit ledger's reservations. A reservation never closed was in
   flight at the crash: the service may have billed it, so a resumed run counts it as spent and the budget stays
-  a hard cap across the crash.
+  a hard cap across the crash. ``adjust``: credits counted for refusals that the account's balance showed were
+  not billed, given back (`CreditLedger.reconcile`).
 - ``balance``: the account's balance read before the session's first request (``before``) and after its last
   (``after``), so the service's bill of a run survives a crash (`flows.bill`).
 
@@ -80,6 +81,10 @@ class RunJournal(JsonLinesWriter):
         """The account's balance `before` the session's first request or `after` its last."""
         self.append_json({"e": "balance", when: credits})
 
+    def adjusted(self, query_id: str, credits: int) -> None:
+        """What a query counted as spent changed by `credits` (refusals the account's balance shows unbilled)."""
+        self.append_json({"e": "adjust", "q": query_id, "c": credits})
+
     def closed(self, rid: int, counted: int | None) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent."""
         if counted is None:
@@ -123,6 +128,9 @@ def read_journal(path: Path | str) -> JournalState:
             state.ended[summary["query_id"]] = summary
         elif kind == "reserve":
             open_[event["id"]] = (event["q"], int(event["c"]))
+        elif kind == "adjust":
+            state.spent[event["q"]] += int(event["c"])
+            session.settled += int(event["c"])
         elif kind in ("settle", "release"):
             held = open_.pop(event["id"], None)
             if held is not None and kind == "settle":

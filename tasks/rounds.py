@@ -21,6 +21,7 @@ from connectors.auth import aload_api_key
 from connectors.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.extraction import ExtractionReport
 from connectors.ledger import CreditLedger
+from connectors.pace import DEFAULT_MAX_WAIT, Pace
 from connectors.pager import PagerStart, QuerySpec
 from connectors.shape_overrides import shapes_of
 from tasks.collect import page_query, task_end
@@ -99,6 +100,7 @@ async def collect_round(
         run["base_url"], key, ledger, timeouts=Timeouts(read=timeout, total=2 * timeout),
         retry=RetryPolicy(attempts=run["attempts"]), on_attempt=attempts.log,
         max_in_flight=run["concurrency"], max_answer_bytes=run["max_answer_bytes"],
+        pace=Pace(run.get("per_second"), run.get("max_wait_seconds", DEFAULT_MAX_WAIT)),
     )  # fmt: skip
     client.key_accepted = True  # the flow proved the key before granting anything
     async with client:

@@ -31,6 +31,7 @@ from connectors.errors import (
     HarvestError,
     NotFound,
     OutOfCredits,
+    RateLimited,
     ServiceUnavailable,
     Unauthorized,
     UnexpectedResponse,
@@ -38,6 +39,7 @@ from connectors.errors import (
 )
 from connectors.http_lane import CoreLane
 from connectors.ledger import CreditLedger
+from connectors.pace import Pace
 from connectors.retry import Retryable, parse_retry_after
 from tests.scripted_server import (
     Drop,
@@ -56,6 +58,7 @@ BASE = "https://service.test"
 """For the tests that never send anything (nothing listens there)."""
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
 SEARCH = "/v1/pinboard/search"
+BALANCE = "/v1/credit-balance"
 
 
 @pytest.fixture(autouse=True)
@@ -366,6 +369,50 @@ async def test_429_with_retry_after_then_200(make: Make) -> None:
     assert [a.status_code for a in h.attempts] == [429, 200]
     assert [a.credits for a in h.attempts] == [0, 1]
     assert len(h.server.requests) == 2 and h.server.connections == 1  # an answered 429 keeps its connection
+
+
+def refused(retry_after: str | None = "0") -> Reply:
+    """A 429 as the sandbox's edge answers it: no credits in the body."""
+    headers = {} if retry_after is None else {"retry-after": retry_after}
+    return js(429, {"success": False, "error": "rate_limited"}, **headers)
+
+
+async def test_429s_are_waited_out_without_using_up_the_attempts(make: Make) -> None:
+    """Two attempts allowed: six refusals in a row still end in the page, each refusal waited out."""
+    h = await make(*[refused()] * 6, ok(), retry=RetryPolicy(attempts=2, initial=0, max_wait=0, jitter=False))
+    resp = await h.get()
+    assert resp.body["items"] == [] and len(h.server.requests) == 7
+    assert [a.status_code for a in h.attempts] == [429] * 6 + [200]
+    assert h.client.pace.report().refused == 6 and h.client.pace.report().requests == 7
+    assert h.ledger.refused_unknown == 6 and h.ledger.spent == 7  # counted until the bill says otherwise
+
+
+async def test_a_service_that_accepts_nothing_for_max_wait_stops_the_query_resumably(make: Make) -> None:
+    slow = RetryPolicy(attempts=2, initial=0, max_wait=1, jitter=False)
+    h = await make(*[refused("0.1")] * 50, pace=Pace(max_wait=0.35), retry=slow)
+    with pytest.raises(RateLimited) as caught:
+        await h.get()
+    assert 3 <= len(h.server.requests) <= 5  # waits of 0.1 s until 0.35 s passed without an answer
+    assert "accepted no request" in str(caught.value) and "--continue" in str(caught.value)
+    assert h.ledger.reserved == 0
+
+
+async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_low(make: Make) -> None:
+    """Budget 3: two 429s and a page take it all, as counted; the balance (free) shows the 429s were not billed,
+    so they go back and the fourth request (a second page) is sent. The count ends equal to the bill."""
+    balance = lambda n: js(200, {"creditCount": n})  # noqa: E731
+    h = await make(
+        balance(100), refused(), refused(), ok(remaining=99), balance(99), ok(remaining=98), budget=3
+    )
+    assert await h.client.credit_balance() == 100
+    await h.get(page=0)
+    assert (h.ledger.spent, h.ledger.refused_unknown) == (3, 2)
+    await h.get(page=1)
+    assert [r.path for r in h.server.requests] == [BALANCE, SEARCH, SEARCH, SEARCH, BALANCE, SEARCH]
+    assert (h.ledger.spent, h.ledger.refused_unknown) == (2, 0)
+    with pytest.raises(BudgetExhausted):  # one credit left but nothing more to settle: no further reading
+        await h.get(page=2, cost=2)
+    assert len(h.server.requests) == 6
 
 
 def test_retry_after_is_honoured_but_capped() -> None:

@@ -13,13 +13,14 @@ from pydantic.fields import FieldInfo
 
 from connectors.params import Params
 from flows.spec.describe import field_info, keys
-from flows.spec.job_options import CRON_ALLOWED, Export, Runner, Schedule
+from flows.spec.job_options import CRON_ALLOWED, Export, RateLimit, Runner, Schedule
 from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, Shape
 from flows.spec.service_url import URL_ALLOWED
 from flows.spec.yaml_reader import Loc
 
 _GROUPS: dict[str, type[BaseModel]] = {
     "service": Service, "budget": Budget, "schedule": Schedule, "runner": Runner, "export": Export,
+    "rate_limit": RateLimit,
 }  # fmt: skip
 _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (Service, "base_url"): URL_ALLOWED,
@@ -83,7 +84,7 @@ def owner(loc: Loc) -> tuple[type[BaseModel], str] | None:
     match loc:
         case (str(key),):
             return JobSpec, key
-        case ("service" | "budget" | "schedule" | "runner" | "export" as group, str(key)):
+        case ("service" | "budget" | "schedule" | "runner" | "export" | "rate_limit" as group, str(key)):
             return _GROUPS[group], key
         case ("costs", *_):
             return JobSpec, "costs"

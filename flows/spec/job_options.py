@@ -143,3 +143,23 @@ class Export(_Options):
     def _to(cls, value: str) -> str:
         check_destination(value)
         return value
+
+
+class RateLimit(_Options):
+    """How harvest meets the service's rate limit (undocumented; the notes say a 429 may come). It always slows
+    down when the service answers 429 and climbs again when it allows more; these say what is known beforehand
+    and how long to keep waiting."""
+
+    per_second: float | None = Field(
+        None,
+        gt=0,
+        le=10_000,
+        description="A known limit, in requests a second, shared by every query of the run: never sent faster.",
+    )
+    max_wait_seconds: float = Field(
+        900,
+        gt=0,
+        le=86_400,
+        description="How long the run keeps asking while the service accepts nothing (every answer a 429): then "
+        "the queries stop with their cursors, like a budget stop.",
+    )

@@ -27,7 +27,7 @@ from connectors import catalog
 from connectors.catalog import Endpoint
 from connectors.shape_overrides import KindShape
 from flows.spec.identity import derive_id, digest
-from flows.spec.job_options import Export, Runner, Schedule
+from flows.spec.job_options import Export, RateLimit, Runner, Schedule
 from flows.spec.service_url import check_base_url
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
@@ -198,7 +198,13 @@ class JobSpec(_Model):
     name: str = Field(pattern=NAME_PATTERN, max_length=64, description="Job name; names the output dir.")
     service: Service = Field(default_factory=Service)  # type: ignore[arg-type]
     budget: Budget
-    concurrency: int = Field(4, strict=True, ge=1, le=64, description="HTTP requests in flight at once.")
+    concurrency: int = Field(
+        4, strict=True, ge=1, le=64, description="HTTP requests in flight at once, at most (a ceiling)."
+    )
+    rate_limit: RateLimit = Field(
+        default_factory=RateLimit,  # type: ignore[arg-type]
+        description="The service's rate limit: a known one, and how long to wait while it refuses everything.",
+    )
     output: Path = Field(
         default_factory=lambda data: Path("data", str(data.get("name", "job"))),
         description="Holds harvest.duckdb and parquet/; relative to the working dir. Default: data/<name>.",

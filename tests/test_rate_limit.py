@@ -1,0 +1,128 @@
+"""A service with a rate limit, over real HTTP, through real flow runs: a busy service slows harvest down; it never
+fails the night or inflates the count.
+
+The sandbox accepts `rate` requests a second (a token bucket) and answers 429 with `Retry-After: 1` past it, not
+billed. How close the paging time comes to `pages / rate` is measured by `bench/rate_limit.py`, not here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.config import Quirks, SandboxConfig
+from sandbox.server import running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    rows,
+    run_flow,
+    scalar,
+    write_spec,
+)
+
+PINS = "/v1/pinboard/search"
+TOPICS = [f"topic {c}" for c in "abcdefgh"]
+PAGES = 10
+
+
+def config(**overrides: Any) -> SandboxConfig:
+    base = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (PAGES, PAGES)}, page_size=5, rate=20,
+        retry_after="1", quirks=Quirks(dangling_last_cursor=False, repeat_items=False),
+    )  # fmt: skip
+    return base.replace(**overrides)
+
+
+def spec(tmp_path: Path, base_url: str, budget: int = 1000, **rate_limit: Any) -> Path:
+    return write_spec(
+        tmp_path,
+        {
+            "name": "busy",
+            "service": {"base_url": base_url},
+            "budget": {"credits": budget},
+            "concurrency": 16,
+            "rate_limit": rate_limit,
+            "output": str(tmp_path / "out"),
+            "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+        },
+    )
+
+
+def expected(cfg: SandboxConfig) -> set[tuple[Any, ...]]:
+    return set(expected_keys([(PINS, {"query": t}) for t in TOPICS], cfg)["pinboard_pins"])
+
+
+pytestmark = pytest.mark.usefixtures("api_key")
+
+
+def test_a_rate_limit_far_below_the_concurrency_completes_every_query_and_counts_what_was_billed(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    cfg = config()
+    with running(cfg) as sb:
+        summary = run_flow(spec(tmp_path, sb.base_url))
+        entries = data_entries(sb)
+        billed = sb.billed_total()
+    refused = sum(e.status == 429 for e in entries)
+    assert summary["status"] == "complete" and {q["status"] for q in summary["queries"]} == {"complete"}
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == expected(cfg)  # 0 records lost
+    assert billed == len(TOPICS) * PAGES == summary["credits_spent"] == summary["service_billed"]
+    assert scalar(db, "SELECT credits_spent FROM runs") == billed
+    assert sum(q["credits"] for q in summary["queries"]) == billed
+    assert refused <= 0.2 * len(entries), f"{refused} of {len(entries)} requests refused"
+    met = summary["rate_limit"]
+    assert met["refused"] == refused and met["requests"] == len(entries) and met["per_second"] is not None
+    # each 429 is in `requests`, counted at the time; the run's count is settled against the bill
+    assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 429") == refused
+
+
+def test_a_tight_budget_is_spent_whole_however_often_the_service_refused(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    cfg = config()
+    with running(cfg) as sb:
+        summary = run_flow(spec(tmp_path, sb.base_url, budget=40))
+        entries = data_entries(sb)
+        billed = sb.billed_total()
+    assert sum(e.status == 429 for e in entries) > 0, "the limit was really met"
+    assert billed == 40 == summary["credits_spent"], "refusals counted as spent left credits unused"
+    assert summary["status"] == "budget_exhausted"
+    assert sum(e.status == 200 for e in entries) == 40
+
+
+def test_a_known_limit_in_the_spec_meets_almost_no_refusal(prefect_harness: None, tmp_path: Path) -> None:
+    cfg = config()
+    with running(cfg) as sb:
+        summary = run_flow(spec(tmp_path, sb.base_url, per_second=18))
+        entries = data_entries(sb)
+    assert summary["status"] == "complete"
+    assert sum(e.status == 429 for e in entries) <= 2
+    assert summary["rate_limit"]["limit"] == 18
+
+
+def test_a_service_that_refuses_everything_stops_the_night_resumably_and_the_next_run_finishes(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    cfg = config(rate=0.01, rate_burst=3)  # three requests, then one every 100 s
+    db = tmp_path / "out" / "harvest.duckdb"
+    with running(cfg) as sb:
+        path = spec(tmp_path, sb.base_url, max_wait_seconds=2)
+        stopped = run_flow(path)
+        statuses = {q["status"] for q in stopped["queries"]}
+        assert statuses == {"rate_limited"} or statuses == {"rate_limited", "complete"}, statuses
+        assert stopped["status"] == "rate_limited" and stopped["credits_spent"] == sb.billed_total() == 3
+        sb.app.rate_gate.rate = 0  # the service lifts its limit: tomorrow's run
+        resumed = run_flow(path, mode="continue")
+        entries = data_entries(sb)
+    assert resumed["status"] == "complete"
+    assert key_set(db, "pinboard_pins") == expected(cfg)
+    ok = [(e.params["query"], e.params.get("cursor")) for e in entries if e.status == 200]
+    assert len(ok) == len(set(ok)) == len(TOPICS) * PAGES, "a page was paid twice"
+    assert rows(db, "SELECT status FROM runs ORDER BY started") == [("rate_limited",), ("complete",)]
