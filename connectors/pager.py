@@ -350,6 +350,15 @@ class QueryPager:
             f"Stopped; {KEPT}"
         )
 
+    def stopped(self, reason: str) -> None:
+        """The run stopped under this query (the machine could not write what it paid for): `interrupted`, so the
+        next run resumes it from its last stored page; a page being read was kept or is asked for again."""
+        out, page = self.outcome, self.reading
+        if out.status == "interrupted":
+            return
+        out.status, out.error = "interrupted", reason
+        out.next_cursor = page.cursor_in if page is not None else self.start.cursor
+
     def _advance(self, page: Page, state: PagerStart) -> bool:
         """Move `state` past a landed page; False (with the outcome set) when paging ends here."""
         out, nxt = self.outcome, page.cursor_out

@@ -22,7 +22,7 @@ apply_prefect_defaults()
 
 from prefect import flow, get_run_logger  # noqa: E402
 from prefect.context import FlowRunContext  # noqa: E402
-from prefect.states import Completed, State  # noqa: E402
+from prefect.states import Completed, Crashed, State  # noqa: E402
 
 from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
@@ -61,6 +61,7 @@ from tasks import run_context  # noqa: E402
 from tasks.database import DatabaseBusy  # noqa: E402
 from tasks.journal import RunJournal  # noqa: E402
 from tasks.layout import OutputLayout  # noqa: E402
+from tasks.machine_fault import FaultStop, MachineFault, as_machine_fault  # noqa: E402
 
 
 def new_run_id(now: datetime) -> str:
@@ -219,7 +220,7 @@ async def _pay_and_land(
         else:
             ctx = run_context.RunContext(
                 manifest.run_id, datetime.fromisoformat(manifest.started), layout, spec.endpoints(), client,
-                ledger, attempts, incremental=not full,
+                ledger, attempts, incremental=not full, faults=attempts.faults or FaultStop(ledger),
             )  # fmt: skip
             fan = Fanout(ctx, the_plan, start, journal, spec.name)
             ctx.on_records = fan.on_records
@@ -259,12 +260,14 @@ async def _collect(
 ) -> RunManifest:
     manifest, start = begun.manifest, begun.start
     fsync = spec.durability == "fsync"
-    journal = RunJournal(layout.journal_file(manifest.run_id), fsync=fsync)
+    faults = FaultStop()
+    journal = RunJournal(layout.journal_file(manifest.run_id), fsync=fsync, faults=faults)
     policy = spec.budget
     ledger = CreditLedger(
         manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal
     )
-    attempts = run_context.AttemptLogs(fsync=fsync)
+    faults.ledger = ledger
+    attempts = run_context.AttemptLogs(fsync=fsync, faults=faults)
     try:
         async with _client(spec, service, ledger, attempts) as client:
             summaries, skipped = await _pay_and_land(
@@ -282,6 +285,8 @@ async def _collect(
     manifest.finished = datetime.now(UTC).isoformat()
     manifest.credits_spent = ledger.spent
     manifest.queries = summaries
+    if faults.fault is not None:
+        manifest.machine_fault = str(faults.fault)
     return manifest
 
 
@@ -332,7 +337,7 @@ async def _collect_job(
 ) -> Any:
     the_plan = plan(spec)
     layout = OutputLayout(Path(output or spec.output))
-    check_output_dir(layout.root)  # the CLI checked already; a deployment's run has not
+    check_output_dir(layout.root, spec.min_free_mb)  # the CLI checked already; a deployment's run has not
     stop = StopOnSignal()
     with stop.installed():
         lock = _lock(layout, spec.name)
@@ -340,7 +345,10 @@ async def _collect_job(
             async with open_service(spec, base_url) as service:
                 begun = _begin(spec, the_plan, layout, service, mode, budget)
                 await _crash_stale_flow_runs(begun)
-                loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id, stop)
+                try:
+                    loaded_first = _load_earlier(layout, spec.name, begun.manifest.run_id, stop)
+                except MachineFault as fault:
+                    return _not_started(fault, layout)
                 if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
                     return _nothing_to_continue(begun, loaded_first)
                 write_manifest(layout, begun.manifest)
@@ -348,9 +356,9 @@ async def _collect_job(
                 paying = time.monotonic()
                 manifest = await _collect(spec, layout, begun, the_plan, service, full, stop)
                 key = service.api_key
-            write_manifest(layout, manifest)
+            written = _write_manifest(layout, manifest)
             loading = time.monotonic()
-            loaded = _load(layout, manifest, stop)
+            loaded = _load(layout, manifest, stop) if written else None
             loaded_at = time.monotonic()
             exported = export_step(spec, layout, loaded is not None, stop)
             exported_at = time.monotonic()
@@ -369,9 +377,24 @@ async def _collect_job(
     return final_state(summary, _flow_run()[2], key)
 
 
+def _write_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
+    """The run's end, on disk; False when this machine could not write it (the manifest on disk still says the
+    run is going, so the next `harvest run` resumes it, and nothing is loaded now)."""
+    try:
+        write_manifest(layout, manifest)
+    except OSError as exc:
+        fault = as_machine_fault(exc, layout.manifest_file(manifest.run_id))
+        if fault is None:
+            raise
+        manifest.machine_fault = manifest.machine_fault or str(fault)
+        return False
+    return True
+
+
 def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> dict[str, int] | None:
-    """Rows per table after loading the run into DuckDB; None when DuckDB is busy or a second Ctrl-C
-    abandoned the load (the run is then loaded by `harvest load`, or by the resume of an interrupted run)."""
+    """Rows per table after loading the run into DuckDB; None when DuckDB is busy, a second Ctrl-C abandoned the
+    load, or this machine could not write it (a full disk): the run is then loaded by `harvest load`, or by the
+    job's next run before it pays."""
     release_memory()
     try:
         with stop.load():
@@ -380,6 +403,13 @@ def _load(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> di
         get_run_logger().warning("%s", exc)
     except LoadInterrupted:
         pass
+    except Exception as exc:
+        fault = as_machine_fault(exc, layout.db)
+        if fault is None:
+            raise
+        manifest.machine_fault = (
+            manifest.machine_fault or f"{fault}; the run is landed, not loaded into DuckDB"
+        )
     return None
 
 
@@ -395,6 +425,14 @@ def _load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSign
     if busy is not None:
         logger.warning("earlier runs not loaded yet: %s", busy)
     return loaded
+
+
+def _not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:
+    """This machine could not finish loading the job's earlier runs (a full disk): no run starts, nothing is
+    paid; the next `harvest run` loads them first."""
+    message = f"not started: {fault}; the job's earlier runs wait to be loaded into {layout.db}"
+    data = {"status": "not_started", "message": message, "machine_fault": str(fault)}
+    return Crashed(message=message, data=data)
 
 
 def _nothing_to_continue(begun: Begun, loaded_first: list[dict[str, Any]]) -> State[Any]:

@@ -63,13 +63,13 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     try:
         spec = load_spec(spec_path)
         resolved = resolve_base_url(spec, base_url)
-        check_output_dir(output or spec.output)
+        check_output_dir(output or spec.output, spec.min_free_mb)
         if resolved != "sandbox":
             from connectors.auth import load_api_key
 
             load_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
     except (SpecError, UsageError, MissingApiKey) as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), getattr(exc, "exit_code", 2)) from None
 
 
 def _hold_lock(layout: OutputLayout, job: str, spec_path: Path, output: Path | None, mode: str) -> Any:
@@ -245,7 +245,7 @@ def print_summary(summary: dict[str, Any], output: Path) -> None:
         for name, n in sorted(summary["tables"].items()):
             console.add_row(rows, name, n)
         out.print(rows)
-    else:
+    elif not summary.get("machine_fault"):  # then the next step says why and how it gets loaded
         console.warning(
             f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"
         )
@@ -310,6 +310,12 @@ def _loaded_first(summary: dict[str, Any]) -> None:
 def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
     """One line saying how to go on after a run that did not finish its work (or its load)."""
     cmd = f"{harvest_command()} run {spec}"
+    if fault := summary.get("machine_fault"):
+        pages = sum(int(q["pages"]) for q in summary["queries"])
+        kept = f"the {pages} pages paid are kept"
+        if summary["status"] == "interrupted":
+            return f"stopped: {fault}. Nothing more was paid; {kept}. Fix it, then `{cmd}` resumes the run"
+        return f"not loaded: {fault}. {kept.capitalize()}; fix it, then `{cmd}` loads the run before it pays"
     if summary["status"] == "interrupted":
         pages = sum(int(q["pages"]) for q in summary["queries"])
         return f"interrupted: run {summary['run_id']} stopped cleanly with {pages} pages landed; `{cmd}` resumes it"
@@ -329,7 +335,10 @@ def _next_step(summary: dict[str, Any], spec: Path, output: Path) -> str | None:
 def exit_code(summary: dict[str, Any]) -> int:
     from connectors.pager import OK_STATUSES
     from flows.outcome import cut_short, failed_export
+    from tasks.machine_fault import EXIT_CODE
 
+    if summary.get("machine_fault"):
+        return EXIT_CODE  # stopped by this machine (a full disk): try again once it is fixed
     if cut_short(summary):
         return 130
     if failed_export(summary):
@@ -342,6 +351,9 @@ def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
     if summary.get("status") == "nothing_to_continue":
         console.say(summary["message"])
         return 0
+    if summary.get("status") == "not_started":
+        console.error(f"{summary['message']}; once fixed, `{harvest_command()} run {spec}` loads them and runs")
+        return exit_code(summary)
     print_summary(summary, output)
     step = _next_step(summary, spec, output)
     if step:

@@ -201,8 +201,10 @@ class Fanout:
             return task.result()
         except Exception as exc:  # a broken task must not take the other queries' landed data with it
             query_id, layout, run_id = task.get_name(), self.ctx.layout, self.ctx.run_id
+            stopped = self.ctx.faults.caught(exc)  # the machine's (a full disk): resumable, not a failure
             return QuerySummary(
-                query_id=query_id, endpoint=self.endpoint_of[query_id], status="failed", pages=0,
+                query_id=query_id, endpoint=self.endpoint_of[query_id],
+                status="interrupted" if stopped else "failed", pages=0,
                 records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
                 error=self.ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
                 raw_file=layout.relative(layout.raw_file(run_id, query_id)),

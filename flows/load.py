@@ -17,6 +17,7 @@ from flows.manifest import RunManifest, pending_manifests, write_manifest
 from tasks.database import DatabaseBusy, transaction, write_connection
 from tasks.history_views import refresh_history_views
 from tasks.layout import OutputLayout
+from tasks.machine_fault import as_machine_fault
 from tasks.record_tables import merge_batches
 from tasks.run_history import insert_requests, upsert_query_states, upsert_run
 
@@ -59,7 +60,8 @@ def load_earlier_runs(
 ) -> tuple[list[dict[str, object]], str | None]:
     """Load the job's runs that landed but never reached DuckDB (but run `skip`, about to be resumed), oldest
     first, before a new run starts: incremental queries then see their keys. Returns what was loaded (run id,
-    status, rows) and, when DuckDB was busy or a second signal (`stop`) came meanwhile, why the rest was not."""
+    status, rows) and, when DuckDB was busy or a second signal (`stop`) came meanwhile, why the rest was not.
+    Raises `MachineFault` when this machine cannot write DuckDB (a full disk): nothing may be paid then."""
     loaded: list[dict[str, object]] = []
     try:
         with stop.loading_earlier() if stop is not None else contextlib.nullcontext():
@@ -70,6 +72,11 @@ def load_earlier_runs(
                     tables = load_manifest_into_duckdb(layout, manifest)
                 except DatabaseBusy as exc:
                     return loaded, str(exc)
+                except Exception as exc:  # this machine could not write DuckDB: nothing may be paid now
+                    fault = as_machine_fault(exc, layout.db)
+                    if fault is None:
+                        raise
+                    raise fault from None
                 rows = sum(tables.values())
                 loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": rows})
     except LoadInterrupted as exc:  # the runs stay pending

@@ -65,6 +65,8 @@ class RunManifest:
     rebuilt: str | None = None
     """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
     again, to the same keys, to every destination that had it before then."""
+    machine_fault: str | None = None
+    """What this machine could not write when it stopped the run (a full disk): the run is resumable."""
     rate_limit: dict[str, Any] | None = None
     """What the run met of the service's rate limit (`connectors.pace.PaceReport`): requests, 429s, the pace."""
     shapes: dict[str, Any] = field(default_factory=dict)
@@ -126,6 +128,7 @@ class RunManifest:
             "service_billed": self.service_billed,
             "bill_unknown": self.bill_unknown,
             "rate_limit": self.rate_limit,
+            "machine_fault": self.machine_fault,
             "extraction": self.extraction.totals(),
         }
 

@@ -2,7 +2,8 @@
 
 The state tells the truth a scheduler acts on: Completed (a budget stop says so in its message), Failed when a
 query failed (the message names the failed queries and the first error of each kind, so an alert says what
-broke without opening the logs), Cancelled when the run or its load into DuckDB was interrupted.
+broke without opening the logs), Cancelled when the run or its load into DuckDB was interrupted, Crashed when
+this machine could not write the run (a full disk: resumable once space is freed).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
-from prefect.states import Cancelled, Completed, Failed, State
+from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from connectors.auth import ApiKey, redact
 from flows.manifest import failure_groups, who
@@ -53,6 +54,8 @@ def headline(summary: dict[str, Any], key: ApiKey | None = None) -> str:
     if failures:
         text += f"; failed: {failures}"
     text += f"; {summary['error']}" if summary.get("error") else ""
+    if summary.get("machine_fault") and summary["machine_fault"] not in (summary.get("error") or ""):
+        text += f"; {summary['machine_fault']}"
     text += "; the load into DuckDB was interrupted" if summary.get("load_interrupted") else ""
     return text + ("; the export was interrupted" if interrupted_export(summary) else "")
 
@@ -77,6 +80,10 @@ def cut_short(summary: dict[str, Any]) -> bool:
 
 def final_state(summary: dict[str, Any], retries: int, key: ApiKey | None = None) -> State[Any]:
     message = headline(summary, key)
+    if summary.get(
+        "machine_fault"
+    ):  # the machine could not write (a full disk): resumable, not the code's fault
+        return Crashed(message=message, data=summary)
     if cut_short(summary):
         return Cancelled(message=message, data=summary)
     if summary["status"] == "failed" or failed_export(summary):

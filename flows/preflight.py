@@ -9,18 +9,28 @@ directory made and removed at once to learn whether directories can be made ther
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 from flows.spec import UsageError
 from tasks.layout import OutputLayout
+from tasks.machine_fault import EXIT_CODE
 
 DATA_DIRS = ("raw", "parquet")
 """Subdirectories an output directory owns; another job's output inside them would mix into its data."""
 
 
-def check_output_dir(path: Path) -> None:
-    """Raise UsageError (exit 2) unless a run can create, write and load into `path`."""
+class LowDiskSpace(UsageError):
+    """Less free space where the run writes than `min_free_mb`: refused before anything is paid; once space is
+    freed, the same command runs (exit 75, EX_TEMPFAIL, as a run a full disk stopped)."""
+
+    exit_code = EXIT_CODE
+
+
+def check_output_dir(path: Path, min_free_mb: float = 0) -> None:
+    """Raise UsageError (exit 2) unless a run can create, write and load into `path`; LowDiskSpace (exit 75)
+    when its filesystem has less than `min_free_mb` free."""
     path = Path(path).expanduser()
     _check_creatable(path)
     _check_writable(path)
@@ -28,6 +38,17 @@ def check_output_dir(path: Path) -> None:
     _check_not_inside_another_job(path)
     _check_database(OutputLayout(path).db)
     _check_load_settings()
+    _check_free_space(path, min_free_mb)
+
+
+def _check_free_space(path: Path, min_free_mb: float) -> None:
+    where = _nearest_existing(path)
+    free = shutil.disk_usage(where).free
+    if free < min_free_mb * 2**20:
+        raise LowDiskSpace(
+            f"output: {where} has {free / 2**20:,.0f} MB free, below the floor of {min_free_mb:,g} MB a run needs "
+            "(`min_free_mb` in the spec): nothing was sent; free space there, then run again"
+        )
 
 
 def _check_load_settings() -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -139,11 +140,20 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
     layout, run_id = ctx.layout, ctx.run_id
     raw_path = layout.raw_file(run_id, spec.query_id)
     requests_path = layout.requests_file(run_id, spec.query_id)
-    ctx.attempts.open(spec.query_id, requests_path)
     sink = open_sink(layout, run_id, ctx.started, part, spec.query_id)
     try:
-        if spec.resume:
-            start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
+        try:
+            ctx.attempts.open(spec.query_id, requests_path)
+            if spec.resume:
+                start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
+        except OSError as exc:  # the machine could not write before anything was paid: stop, resumable
+            if not ctx.faults.caught(exc, requests_path):
+                raise
+            sink.abort()
+            summary = QuerySummary.not_started(
+                spec, "interrupted", ctx.ledger.per_query_spent.get(spec.query_id, 0)
+            )
+            return Paged(replace(summary, error=str(ctx.faults.fault)), start or PagerStart())
         pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint))
         try:
             with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
@@ -152,12 +162,18 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
                     async for page in pages:
                         land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
                         ctx.on_records(spec, page.records, page.report.kept, page.credits, False)
-        except Exception as exc:  # no rule foresaw it: end this query, keep what it paid for, go on
-            log.debug("query %s broke", spec.query_id, exc_info=True)
-            pager.broke(exc)
+        except Exception as exc:
+            if ctx.faults.caught(exc, raw_path):  # the machine's: stop the run, resumable
+                pager.stopped(str(ctx.faults.fault))
+            else:  # no rule foresaw it: end this query, keep what it paid for, go on
+                log.debug("query %s broke", spec.query_id, exc_info=True)
+                pager.broke(exc)
     finally:
-        files = sink.close()  # publish what landed even on failure: those rows came from paid, kept pages
+        published = _publish(ctx, sink)  # what landed, even on failure: those rows came from paid, kept pages
         ctx.attempts.close(spec.query_id)
+    if published is None:  # its pages are kept but not landed: the resume lands them again
+        pager.stopped(str(ctx.faults.fault))
+    files = published or []
     out = pager.outcome
     summary = QuerySummary(
         query_id=out.query_id,
@@ -175,6 +191,17 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
         **history_fields(spec, pager.start, out.status, out.next_cursor),
     )
     return Paged(summary, pager.start)
+
+
+def _publish(ctx: RunContext, sink: MultiTableSink) -> list[tuple[str, Path, int]] | None:
+    """The query's Parquet parts, published; None when the machine could not write them (the run stops, and
+    its resume lands the raw pages again)."""
+    try:
+        return sink.close()
+    except Exception as exc:
+        if not ctx.faults.caught(exc, ctx.layout.parquet_root):
+            raise
+        return None
 
 
 def task_end(summary: dict[str, Any], data: Any) -> Any:

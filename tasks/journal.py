@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.appendfile import JsonLinesWriter, iter_json_lines
+from tasks.machine_fault import FaultStop
 
 
 @dataclass
@@ -62,24 +63,36 @@ class JournalState:
 
 
 class RunJournal(JsonLinesWriter):
-    """Appends journal events; also the credit ledger's journal hook (`reserved`, `closed`)."""
+    """Appends journal events; also the credit ledger's journal hook (`reserved`, `closed`).
 
-    def __init__(self, path: Path | str, fsync: bool = False) -> None:
+    When this machine cannot write it (a full disk), a reservation's line raises (the ledger then sends
+    nothing), and a query's start or end is not written but stops the run (`faults`): a resume finds such a
+    query by its raw pages, or runs it anew if it paid for none."""
+
+    def __init__(self, path: Path | str, fsync: bool = False, faults: FaultStop | None = None) -> None:
         super().__init__(path, fsync)
+        self.faults = faults
         self.append_json({"e": "session"})
 
+    def _noted(self, event: dict[str, Any]) -> None:
+        try:
+            self.append_json(event)
+        except OSError as exc:
+            if self.faults is None or not self.faults.caught(exc, self.path):
+                raise
+
     def query_started(self, query: dict[str, Any]) -> None:
-        self.append_json({"e": "start", "query": query})
+        self._noted({"e": "start", "query": query})
 
     def query_ended(self, summary: dict[str, Any]) -> None:
-        self.append_json({"e": "end", "summary": summary})
+        self._noted({"e": "end", "summary": summary})
 
     def reserved(self, rid: int, query_id: str, amount: int) -> None:
         self.append_json({"e": "reserve", "id": rid, "q": query_id, "c": amount})
 
     def balance(self, when: str, credits: int) -> None:
         """The account's balance `before` the session's first request or `after` its last."""
-        self.append_json({"e": "balance", when: credits})
+        self._noted({"e": "balance", when: credits})
 
     def adjusted(self, query_id: str, credits: int) -> None:
         """What a query counted as spent changed by `credits` (refusals the account's balance shows unbilled)."""

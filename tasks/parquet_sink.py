@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.layout import KindLike, OutputLayout
+from tasks.machine_fault import as_machine_fault
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,13 @@ class TableWriter:
         self._buffered_bytes = rest.nbytes if rest.num_rows else 0
 
     def _write_group(self, group: pa.Table) -> None:
-        self._open().write_table(group, row_group_size=group.num_rows)
+        try:
+            self._open().write_table(group, row_group_size=group.num_rows)
+        except OSError as exc:  # pyarrow's errors do not name the file: say which one
+            fault = as_machine_fault(exc, self.tmp_path)
+            if fault is None:
+                raise
+            raise fault from None
 
     def _wait(self) -> None:
         pending, self._pending = self._pending, None
@@ -275,7 +282,8 @@ class MultiTableSink:
             try:
                 path = w.close()
             except Exception as exc:
-                log.error("closing Parquet writer for %s failed: %s", table, exc)
+                if as_machine_fault(exc, w.tmp_path) is None:  # a full disk is said once, by the run
+                    log.error("closing Parquet writer for %s failed: %s", table, exc)
                 errors.append(exc)
                 continue
             if path is not None:

@@ -7,7 +7,7 @@ serialisable and Prefect never hashes or pickles a connection pool.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,14 +19,19 @@ from connectors.page_request import Attempt
 from connectors.pager import QuerySpec
 from tasks.attemptlog import AttemptLogWriter
 from tasks.layout import OutputLayout
+from tasks.machine_fault import FaultStop
 
 
 class AttemptLogs:
-    """The client's attempt hook: every HTTP attempt, paid or not, goes to its query's attempt log."""
+    """The client's attempt hook: every HTTP attempt, paid or not, goes to its query's attempt log.
 
-    def __init__(self, fsync: bool = False) -> None:
+    A log that cannot be written for a reason of this machine (a full disk) stops the run (`faults`) without
+    costing the page the attempt brought: the raw store, not the log, is the receipt."""
+
+    def __init__(self, fsync: bool = False, faults: FaultStop | None = None) -> None:
         self.fsync = fsync
         self.writers: dict[str, AttemptLogWriter] = {}
+        self.faults = faults
 
     def open(self, query_id: str, path: Path) -> None:
         self.writers[query_id] = AttemptLogWriter(path, fsync=self.fsync)
@@ -38,8 +43,13 @@ class AttemptLogs:
 
     def log(self, attempt: Attempt) -> None:
         writer = self.writers.get(attempt.query_id)
-        if writer is not None:
+        if writer is None:
+            return
+        try:
             writer.append(attempt)
+        except OSError as exc:
+            if self.faults is None or not self.faults.caught(exc, writer.path):
+                raise
 
 
 @dataclass
@@ -53,6 +63,8 @@ class RunContext:
     attempts: AttemptLogs
     incremental: bool = True
     """False under `--full`: incremental queries page fully this once."""
+    faults: FaultStop = field(default_factory=FaultStop)
+    """The run's machine fault, if one stopped it (a full disk)."""
     on_records: Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None] = (
         lambda spec, records, kept, credits, replayed: None
     )

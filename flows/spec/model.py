@@ -209,6 +209,12 @@ class JobSpec(_Model):
         default_factory=lambda data: Path("data", str(data.get("name", "job"))),
         description="Holds harvest.duckdb and parquet/; relative to the working dir. Default: data/<name>.",
     )
+    min_free_mb: float = Field(
+        512,
+        ge=0,
+        description="Free space (MB) the output's filesystem must have before a run pays; below it the run is "
+        "refused (exit 75), naming the directory and the space left. 0: no floor.",
+    )
     costs: dict[str, Annotated[int, Field(strict=True, ge=0)]] = Field(
         default_factory=dict,
         description="Credits per request by endpoint path, overriding the catalog; at least the catalog's price "

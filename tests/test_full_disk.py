@@ -1,0 +1,176 @@
+"""The machine's own faults: a disk that fills during a run stops it cleanly, and the next run finishes it.
+
+A real filesystem fills: a tmpfs of a few MB is mounted for the job's output, and a filler file leaves just
+enough room for the run to fill it while writing its raw pages, its Parquet, or DuckDB (sizes measured by a
+reference run of the same job). Then the filler goes, as a user frees space, and the same command runs again.
+Each time: one clear line, no traceback, exit 75 (EX_TEMPFAIL); the rerun lands every record once and pays again
+for at most `concurrency` pages (those paid but not stored when the disk filled).
+
+Mounting needs privileges the tests have on the machines CI runs on (root); where they do not, the tests are
+skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sandbox.config import Quirks, SandboxConfig
+from sandbox.server import RunningSandbox, running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, expected_keys, key_set, rows, subprocess_env
+
+PINS = "/v1/pinboard/search"
+TOPICS = [f"topic {c}" for c in "abcdef"]
+CONCURRENCY = 4
+DISK_MB = 24
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30)}, page_size=50,
+    quirks=Quirks(dangling_last_cursor=False, repeat_items=False),
+)  # fmt: skip
+
+
+def _mount(where: Path) -> str | None:
+    """Mount a small tmpfs at `where`; why not, when it cannot be done here."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(where)], capture_output=True, text=True
+    )
+    return None if done.returncode == 0 else (done.stderr.strip() or "mount failed")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    why = _mount(disk)
+    if why is not None:
+        pytest.skip(f"cannot mount a small filesystem here ({why}): run as root to fill a real disk")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def spec(path: Path, base_url: str, output: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "filling",
+                "service": {"base_url": base_url},
+                "budget": {"credits": 10_000},
+                "concurrency": CONCURRENCY,
+                "min_free_mb": 0,
+                "output": str(output),
+                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+            }
+        )
+    )
+    return path
+
+
+def harvest_run(spec_path: Path, tmp_path: Path, api_url: str) -> subprocess.CompletedProcess[str]:
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=api_url)
+    return subprocess.run(
+        [str(HARVEST), "run", str(spec_path)], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def size_of(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, prefect_api_url: str) -> dict[str, int]:
+    """What the job writes on a disk with room: bytes of raw/ (pages, journal, attempt logs), parquet/, DuckDB."""
+    tmp = tmp_path_factory.mktemp("reference")
+    with running(CONFIG) as sb:
+        done = harvest_run(spec(tmp / "job.yaml", sb.base_url, tmp / "out"), tmp, prefect_api_url)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = tmp / "out"
+    return {"raw": size_of(out / "raw"), "parquet": size_of(out / "parquet"), "db": size_of(out / "harvest.duckdb")}
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """A filler file leaving `leave` bytes free on `disk`."""
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    filler = disk / "filler"
+    with filler.open("wb") as f:
+        f.truncate(0)
+        f.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+@pytest.mark.parametrize("where", ["raw", "parquet", "duckdb"])
+def test_a_disk_that_fills_stops_the_run_in_one_line_and_the_next_run_finishes_it(
+    prefect_harness: None,
+    prefect_api_url: str,
+    reference: dict[str, int],
+    small_disk: Path,
+    tmp_path: Path,
+    where: str,
+) -> None:
+    room = {
+        "raw": reference["raw"] // 2,  # the raw pages fill it half-way through the crawl
+        "parquet": reference["raw"] + reference["parquet"] // 3,  # the pages fit, their Parquet does not
+        "duckdb": reference["raw"] + reference["parquet"] + reference["db"] // 4,  # all but the load
+    }[where]
+    output = small_disk / "out"
+    with running(CONFIG) as sb:
+        job = spec(tmp_path / "job.yaml", sb.base_url, output)
+        filler = fill(small_disk, room)
+        stopped = harvest_run(job, tmp_path, prefect_api_url)
+        said = stopped.stdout + stopped.stderr
+        assert stopped.returncode == 75, said[-3000:]
+        assert "Traceback" not in said and "ERROR" not in said, said[-3000:]
+        lines = [line for line in said.splitlines() if "no space left on the device" in line]
+        assert len(lines) == 1 and str(output) in lines[0], said[-3000:]  # one line, naming the path
+        assert ("stopped: " if where != "duckdb" else "not loaded: ") in lines[0]
+        assert "resumes the run" in lines[0] or "loads the run" in lines[0]
+        paid_before = len(data_entries(sb))
+
+        filler.unlink()  # the user frees space
+        finished = harvest_run(job, tmp_path, prefect_api_url)
+        assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
+        entries = data_entries(sb)
+
+    db = output / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == set(
+        expected_keys([(PINS, {"query": t}) for t in TOPICS], CONFIG)["pinboard_pins"]
+    )
+    assert rows(db, "SELECT count(*) = count(DISTINCT id) FROM pinboard_pins") == [(True,)]
+    statuses = rows(db, "SELECT status FROM runs ORDER BY started")
+    if where == "duckdb":
+        # the run had paid for everything: the next night's run loads it first, then collects its own night
+        assert "loaded 1 earlier run(s) into DuckDB first" in finished.stderr, finished.stderr[-2000:]
+        assert statuses == [("complete",), ("complete",)]
+        first_night = Counter((e.params["query"], e.params.get("cursor")) for e in entries[:paid_before])
+        assert set(first_night.values()) == {1}
+        return
+    assert statuses == [("complete",)]  # the one run, resumed
+    asked = Counter((e.params["query"], e.params.get("cursor")) for e in entries)
+    twice = sum(n - 1 for n in asked.values())
+    assert twice <= CONCURRENCY, f"{twice} pages paid twice"
+
+
+def test_a_run_is_refused_before_paying_when_the_disk_is_below_its_floor(
+    small_disk: Path, tmp_path: Path, sandbox: RunningSandbox
+) -> None:
+    job = spec(tmp_path / "job.yaml", sandbox.base_url, small_disk / "out")
+    text: dict[str, Any] = yaml.safe_load(job.read_text())
+    job.write_text(yaml.safe_dump({**text, "min_free_mb": 64}))
+    paid = len(sandbox.ledger)
+    refused = subprocess.run(
+        [str(HARVEST), "run", str(job)], env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 75, refused.stderr
+    assert f"{small_disk} has " in refused.stderr and "MB free, below the floor of 64 MB" in refused.stderr
+    assert "min_free_mb" in refused.stderr and "Traceback" not in refused.stderr
+    assert len(sandbox.ledger) == paid, "a refused run sent a request"
