@@ -352,7 +352,9 @@ def _report(summary: dict[str, Any], spec: Path, output: Path) -> int:
         console.say(summary["message"])
         return 0
     if summary.get("status") == "not_started":
-        console.error(f"{summary['message']}; once fixed, `{harvest_command()} run {spec}` loads them and runs")
+        console.error(
+            f"{summary['message']}; once fixed, `{harvest_command()} run {spec}` loads them and runs"
+        )
         return exit_code(summary)
     print_summary(summary, output)
     step = _next_step(summary, spec, output)

@@ -41,7 +41,9 @@ def _mount(where: Path) -> str | None:
     """Mount a small tmpfs at `where`; why not, when it cannot be done here."""
     where.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(where)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
     )
     return None if done.returncode == 0 else (done.stderr.strip() or "mount failed")
 
@@ -83,7 +85,11 @@ def harvest_run(spec_path: Path, tmp_path: Path, api_url: str) -> subprocess.Com
 
 
 def size_of(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+    return (
+        sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +100,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory, prefect_api_url: str) ->
         done = harvest_run(spec(tmp / "job.yaml", sb.base_url, tmp / "out"), tmp, prefect_api_url)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = tmp / "out"
-    return {"raw": size_of(out / "raw"), "parquet": size_of(out / "parquet"), "db": size_of(out / "harvest.duckdb")}
+    return {
+        "raw": size_of(out / "raw"),
+        "parquet": size_of(out / "parquet"),
+        "db": size_of(out / "harvest.duckdb"),
+    }
 
 
 def fill(disk: Path, leave: int) -> Path:
