@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.layout import OutputLayout
+from tasks.machine_fault import MachineFault
 from tasks.parquet_sink import MultiTableSink, TableWriter, run_date
 from tests.landing_helpers import META, TS, Kind
 
@@ -230,9 +231,10 @@ def test_a_row_group_that_fails_to_write_is_never_published(
         OutputLayout(tmp_path), VIDEOS.table, VIDEOS.schema, "r1", STARTED, "0000", row_group_rows=10
     )
     monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(MachineFault) as caught:  # the machine's fault, naming the file it could not write
         w.write(page(VIDEOS, 0, 25, STARTED))
         w.close()
+    assert caught.value.path == str(w.tmp_path) and caught.value.full
     w.abort()
     assert not list(tmp_path.rglob("*.parquet"))
 
