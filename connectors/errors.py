@@ -2,7 +2,7 @@
 
 Every message is written for a person running a collection, not for a debugger: it says what happened and
 what to do. Messages never contain the API key: the client redacts anything it copies from the service (see
-`connectors.auth.redact`) before it builds an error, and these classes never format request headers.
+`connectors.http.auth.redact`) before it builds an error, and these classes never format request headers.
 
 Errors that follow an answer of the service carry it as `response` (a `ServiceAnswer`: status, parsed
 body or None, raw bytes) and the credits the ledger counted for the call, because such answers are usually
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from connectors.credits import Refusal
-    from connectors.page_request import PageRequest
+    from connectors.credits.reservations import Refusal
+    from connectors.paging.page_request import PageRequest
 
 __all__ = [
     "AnswerTooLarge",
@@ -313,7 +313,7 @@ class ServiceUnavailable(HarvestError):
 
 
 class UnreadableAnswer(HarvestError):
-    """A 2xx answer no reading takes (`connectors.json_body`), kept by the pager in the raw store.
+    """A 2xx answer no reading takes (`connectors.reading.json_body`), kept by the pager in the raw store.
 
     The service's own (`damaged` False: whole but not readable, or the same bytes twice): paid once and not asked
     for again; its query stops as `drift`, and `harvest rebuild` lands it once harvest can read it. Cut on the

@@ -64,7 +64,7 @@ def sandbox(
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
     from sandbox.config import Quirks
-    from sandbox.server import serve
+    from sandbox.wire.serving import serve
 
     unknown = [name for name in drift if name not in drift_shapes.SHAPES]
     if unknown:
@@ -119,7 +119,7 @@ def validate(spec: Path = SPEC_ARG) -> None:
     import os
 
     from flows.console import note, say
-    from flows.plan import plan
+    from flows.run.plan import plan
     from flows.spec import BASE_URL_ENV
 
     job = _load(spec)
@@ -146,7 +146,7 @@ def plan_command(
 ) -> None:
     """Show the queries a run would execute and their worst-case credits; sends no request."""
     from flows.console import add_row, out, say, table
-    from flows.plan import plan
+    from flows.run.plan import plan
 
     result = plan(_load(spec), budget)
     rows = table(
@@ -173,7 +173,7 @@ def endpoints(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines instead of text."),
 ) -> None:
     """List the documented endpoints: cost, paging, parameters (allowed values) and the tables they fill."""
-    from flows.endpoints_command import show_endpoints
+    from flows.commands.endpoint_list import show_endpoints
 
     show_endpoints(as_json)
 
@@ -186,7 +186,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""
     if tables:
-        from flows.tables_doc import render_tables
+        from flows.commands.tables_doc import render_tables
 
         typer.echo(render_tables(), nl=False)
         return
@@ -228,7 +228,7 @@ def run(
     stopped at its budget; 1 a query failed; 2 invalid spec or usage (or the job is already running);
     130 interrupted (run it again to resume).
     """
-    from flows import commands
+    from flows.commands import run_job as commands
 
     if fresh and continue_:
         raise typer.BadParameter("--fresh and --continue exclude each other")
@@ -251,7 +251,7 @@ def serve(
     One deployment per job (collect_job/<name>), carrying the spec's content and its absolute output
     directory; runs of one job never overlap (concurrency limit 1, queued).
     """
-    from flows import commands
+    from flows.commands import run_job as commands
 
     commands.serve(specs, base_url)
 
@@ -261,7 +261,7 @@ def demo(
     output: Path | None = typer.Option(None, "--output", help="Where to land the demo (default data/demo)."),
 ) -> None:
     """Run the demo job (every endpoint) against the embedded sandbox, then show what landed."""
-    from flows import commands
+    from flows.commands import run_job as commands
 
     commands.demo(output)
 
@@ -270,7 +270,7 @@ def demo(
 def load(output: Path = OUTPUT_ARG) -> None:
     """Load every run whose data landed but is not in DuckDB (DuckDB was busy, the load was cut off, Ctrl-C);
     idempotent: loading twice changes nothing."""
-    from flows import run_commands
+    from flows.commands import runs as run_commands
 
     run_commands.load(output)
 
@@ -278,7 +278,7 @@ def load(output: Path = OUTPUT_ARG) -> None:
 @app.command(epilog="Example: harvest runs data/demo")
 def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.")) -> None:
     """History of the runs in an output directory: status, credits, records."""
-    from flows import run_commands
+    from flows.commands import runs as run_commands
 
     run_commands.runs(output)
 
@@ -301,7 +301,7 @@ def rebuild(
     reaches old data, and how a lost harvest.duckdb or parquet/ comes back. The database is always rebuilt from
     every finished run.
     """
-    from flows import handoff_commands
+    from flows.commands import handoff as handoff_commands
 
     handoff_commands.rebuild(output, run, None if spec is None else _load(spec))
 
@@ -313,7 +313,7 @@ def raw(
     query: str | None = typer.Option(None, "--query", help="Only this query id's pages."),
 ) -> None:
     """Print the stored raw pages as JSON lines: query, page, cursors, status, credits and body. No request."""
-    from flows import handoff_commands
+    from flows.commands import handoff as handoff_commands
 
     handoff_commands.raw(output, run, query)
 
@@ -335,7 +335,7 @@ def export(
     Each export writes _exports/<id>/_manifest.json (keys, rows, schemas, run ids, primary keys) and last
     _SUCCESS. Credentials come from the standard variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
     """
-    from flows import handoff_commands
+    from flows.commands import handoff as handoff_commands
 
     handoff_commands.export(output, to, snapshot)
 
@@ -353,7 +353,7 @@ def sql(
     ),
 ) -> None:
     """Run one read-only SQL statement on a job's DuckDB file; statements that write are refused (exit 2)."""
-    from flows import commands
+    from flows.commands import run_job as commands
 
     commands.sql(output, query, limit, fmt)
 

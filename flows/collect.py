@@ -3,8 +3,8 @@
 One Prefect task per query (never per page: Prefect costs 3-6 ms and a server record per task). Queries run as
 concurrent tasks in the flow's event loop and share one connection pool and one ledger; `concurrency` bounds the
 HTTP requests in flight. A run holds its job's lock, loads the job's earlier runs that never reached DuckDB,
-starts new, resumes an unfinished run or continues a stopped one (`flows.resume`), and ends in the Prefect state
-that tells the truth (`flows.outcome`).
+starts new, resumes an unfinished run or continues a stopped one (`flows.run.start`), and ends in the Prefect state
+that tells the truth (`flows.orchestrator.final_state`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flows.settings import apply_prefect_defaults
+from flows.orchestrator.prefect_settings import apply_prefect_defaults
 
 apply_prefect_defaults()
 
@@ -24,26 +24,26 @@ from prefect import flow, get_run_logger  # noqa: E402
 from prefect.context import FlowRunContext  # noqa: E402
 from prefect.states import Completed, Crashed, State  # noqa: E402
 
-from connectors.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
+from connectors.catalog.shape_overrides import shapes_data  # noqa: E402
+from connectors.credits.ledger import CreditLedger  # noqa: E402
 from connectors.errors import HarvestError  # noqa: E402
-from connectors.ledger import CreditLedger  # noqa: E402
-from connectors.pace import Pace  # noqa: E402
-from connectors.shape_overrides import shapes_data  # noqa: E402
-from flows import lock as job_lock  # noqa: E402
-from flows import progress  # noqa: E402
-from flows.abandon import abandon_run  # noqa: E402
-from flows.bill import first_reading, run_bill  # noqa: E402
-from flows.export_step import export_step  # noqa: E402
-from flows.fanout import Fanout  # noqa: E402
-from flows.interrupt import LoadInterrupted, StopOnSignal  # noqa: E402
-from flows.load import load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
-from flows.manifest import RunManifest, run_status, write_manifest  # noqa: E402
-from flows.memory import quiet_gc, release_memory  # noqa: E402
-from flows.outcome import RunFailed, final_state, publish_artifact  # noqa: E402
-from flows.plan import Plan, plan  # noqa: E402
-from flows.prefect_runs import crash_stale_flow_runs  # noqa: E402
-from flows.preflight import check_output_dir  # noqa: E402
-from flows.resume import (  # noqa: E402
+from connectors.http.client import RetryPolicy, ServiceClient, Timeouts  # noqa: E402
+from connectors.http.pace import Pace  # noqa: E402
+from flows.handoff.export_after_run import export_step  # noqa: E402
+from flows.orchestrator.final_state import RunFailed, final_state, publish_artifact  # noqa: E402
+from flows.orchestrator.prefect_runs import crash_stale_flow_runs  # noqa: E402
+from flows.run import progress  # noqa: E402
+from flows.run.abandon import abandon_run  # noqa: E402
+from flows.run.bill import first_reading, run_bill  # noqa: E402
+from flows.run.dask_rounds import Rounds, run_info  # noqa: E402
+from flows.run.fanout import Fanout  # noqa: E402
+from flows.run.interrupt import LoadInterrupted, StopOnSignal  # noqa: E402
+from flows.run.load_step import load_earlier_runs, load_manifest_into_duckdb  # noqa: E402
+from flows.run.memory import quiet_gc, release_memory  # noqa: E402
+from flows.run.plan import Plan, plan  # noqa: E402
+from flows.run.preflight import check_output_dir  # noqa: E402
+from flows.run.service_access import Service, open_service  # noqa: E402
+from flows.run.start import (  # noqa: E402
     Mode,
     RunStart,
     continue_refused,
@@ -53,15 +53,15 @@ from flows.resume import (  # noqa: E402
     retried_run,
     unfinished_run,
 )
-from flows.rounds import Rounds, run_info  # noqa: E402
-from flows.service import Service, open_service  # noqa: E402
 from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
 from flows.spec.identity import plan_key  # noqa: E402
 from tasks import run_context  # noqa: E402
-from tasks.database import DatabaseBusy  # noqa: E402
-from tasks.journal import RunJournal  # noqa: E402
-from tasks.layout import OutputLayout  # noqa: E402
-from tasks.machine_fault import FaultStop, MachineFault, as_machine_fault  # noqa: E402
+from tasks.database.connection import DatabaseBusy  # noqa: E402
+from tasks.output import job_lock  # noqa: E402
+from tasks.output.journal import RunJournal  # noqa: E402
+from tasks.output.layout import OutputLayout  # noqa: E402
+from tasks.output.machine_fault import FaultStop, MachineFault, as_machine_fault  # noqa: E402
+from tasks.output.manifest import RunManifest, run_status, write_manifest  # noqa: E402
 
 
 def new_run_id(now: datetime) -> str:
@@ -169,7 +169,7 @@ async def _read_after(client: ServiceClient) -> int | None:
 
 
 def _note_bill(begun: Begun, before: int | None, after: int | None) -> None:
-    """What the service billed the run over all its sessions, from the balance readings (`flows.bill`)."""
+    """What the service billed the run over all its sessions, from the balance readings (`flows.run.bill`)."""
     manifest, earlier = begun.manifest, begun.start.journal.balances
     bill = run_bill(earlier, before, after)
     manifest.service_billed, manifest.bill_unknown = bill.credits, bill.unknown_because

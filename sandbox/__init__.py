@@ -1,6 +1,6 @@
 """A faithful local emulation of the credit-billed retrieval service, for `make demo`, tests and benchmarks.
 
-Start one with `sandbox.server.running(...)` (background thread) or `sandbox.server.serve(...)` (foreground);
+Start one with `sandbox.wire.serving.running(...)` (background thread) or `sandbox.wire.serving.serve(...)` (foreground);
 ask what a full crawl holds with `sandbox.expected.full_crawl(...)`.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 
 
 class FaultKind(StrEnum):
-    """Injected failures. See `sandbox.faults` for what each one looks like on the wire."""
+    """Injected failures. See `sandbox.wire.faults` for what each one looks like on the wire."""
 
     RATE_LIMIT = "rate_limit"  # 429 with Retry-After
     SERVER_ERROR = "server_error"  # 500 JSON

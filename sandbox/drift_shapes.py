@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.config import Drift
-from sandbox.paths import CLIP, FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
+from sandbox.served_paths import CLIP, FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sandbox import endpoints as ep
 from sandbox.config import SandboxConfig
-from sandbox.generate import build, make_ctx
-from sandbox.page import Ctx, ServedPage
-from sandbox.records import Record
+from sandbox.emulation import endpoint_table as ep
+from sandbox.emulation.generate import build, make_ctx
+from sandbox.emulation.page import Ctx, ServedPage
+from sandbox.emulation.platforms import Record
 
 ParamValue = str | int | bool | Sequence[str]
 
@@ -41,7 +41,7 @@ def _items(params: Mapping[str, ParamValue]) -> list[tuple[str, str]]:
 
 def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | None = None) -> Ctx:
     """The validated first request of a crawl. `path` is a documented path, or the detail path with a material
-    id in it. Raises `sandbox.validation.InvalidRequest` for parameters the server would refuse."""
+    id in it. Raises `sandbox.wire.validation.InvalidRequest` for parameters the server would refuse."""
     endpoint = ep.match(path)
     if endpoint is None:
         raise ValueError(f"unknown path: {path}")

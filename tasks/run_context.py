@@ -12,14 +12,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from connectors.catalog import Endpoint
-from connectors.client import ServiceClient
-from connectors.ledger import CreditLedger
-from connectors.page_request import Attempt
-from connectors.pager import QuerySpec
-from tasks.attemptlog import AttemptLogWriter
-from tasks.layout import OutputLayout
-from tasks.machine_fault import FaultStop
+from connectors.catalog.endpoints import Endpoint
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import ServiceClient
+from connectors.paging.page_request import Attempt
+from connectors.paging.pager import QuerySpec
+from tasks.output.attempt_log import AttemptLogWriter
+from tasks.output.layout import OutputLayout
+from tasks.output.machine_fault import FaultStop
 
 
 class AttemptLogs:

@@ -2,7 +2,7 @@
 
 Prefect must never phone home from tests, and every test session gets its own throw-away Prefect home.
 These variables are set before anything imports Prefect, by the tests themselves: harvest switches Prefect's
-analytics and telemetry off on its own (`flows.settings`), and `test_prefect_defaults` proves it in processes
+analytics and telemetry off on its own (`flows.orchestrator.prefect_settings`), and `test_prefect_defaults` proves it in processes
 started without them. Prefect's test harness takes ~9 s to start, so one harness serves the whole session of
 each pytest worker (`prefect_harness`; `make test` runs two).
 

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 import stamina
 
-from connectors.catalog import Endpoint
-from connectors.client import RetryPolicy, ServiceClient, Timeouts
-from connectors.fields import PARAM_PREFIX
-from connectors.ledger import CreditLedger
-from connectors.page_request import Attempt
-from connectors.pager import Page, QueryOutcome, QueryPager, QuerySpec
-from connectors.records import RecordKind, keys_of
-from sandbox.billing import LedgerEntry, params_dict
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.fields import PARAM_PREFIX
+from connectors.catalog.records import RecordKind, keys_of
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
+from connectors.paging.page_request import Attempt
+from connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.server import RunningSandbox
+from sandbox.wire.billing import LedgerEntry, params_dict
+from sandbox.wire.serving import RunningSandbox
 
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
 """Instant retries: a 429's Retry-After is capped by max_wait=0."""

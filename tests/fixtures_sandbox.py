@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from sandbox.config import DEFAULT_KEY, SandboxConfig
-from sandbox.server import RunningSandbox, running, start
+from sandbox.wire.serving import RunningSandbox, running, start
 
 SESSION_CREDITS = 10**9
 

@@ -18,9 +18,9 @@ import orjson
 import pyarrow.parquet as pq
 import yaml
 
-from connectors import catalog
-from sandbox import endpoints as sandbox_endpoints
+from connectors.catalog import endpoints as catalog
 from sandbox.config import SandboxConfig
+from sandbox.emulation import endpoint_table as sandbox_endpoints
 from sandbox.expected import full_crawl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +137,7 @@ def files_under(root: Path) -> Iterator[Path]:
 def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
     """The key is in no file's bytes, no decompressed raw page (meta or body), no Parquet value, no DuckDB
     value and no `requests.params` value."""
-    from tasks.rawstore import iter_raw_pages
+    from tasks.output.raw_store import iter_raw_pages
 
     needle = secret.encode()
     files = list(files_under(output))

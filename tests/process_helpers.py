@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from sandbox.server import RunningSandbox
+from sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import HARVEST, PYTHON, ROOT, SECRET_KEY, subprocess_env
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sandbox import endpoints as sandbox_endpoints
 from sandbox.config import SandboxConfig
-from sandbox.server import RunningSandbox
+from sandbox.emulation import endpoint_table as sandbox_endpoints
+from sandbox.wire.serving import RunningSandbox
 
 WAIT = 300.0
 """How long a test waits for the run to reach a point it waits for: only a run that never gets there (a bug, a
@@ -166,7 +166,7 @@ class GatedSandbox(RunningSandbox):
 
 @contextmanager
 def gated(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[GatedSandbox]:
-    """`sandbox.server.running`, with a gate."""
+    """`sandbox.wire.serving.running`, with a gate."""
     sandbox = GatedSandbox((config or SandboxConfig()).replace(**overrides))
     sandbox.start()
     try:

@@ -1,5 +1,5 @@
 """A scripted HTTP/1.1 server on 127.0.0.1 for the client's tests: real sockets, so every request goes through the
-lanes a run uses (`connectors.lanes`, httpcore underneath), not through a transport swapped in for tests.
+lanes a run uses (`connectors.http.lane_pool`, httpcore underneath), not through a transport swapped in for tests.
 
 The server plays one step per request, in the order the requests arrive, and records each request it read:
 

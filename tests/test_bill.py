@@ -1,12 +1,12 @@
-"""The service's bill of a run across its sessions, from the balance readings its journal keeps (`flows.bill`):
+"""The service's bill of a run across its sessions, from the balance readings its journal keeps (`flows.run.bill`):
 journals written by the real `RunJournal`, read back by the real `read_journal`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from flows.bill import first_reading, run_bill
-from tasks.journal import RunJournal, read_journal
+from flows.run.bill import first_reading, run_bill
+from tasks.output.journal import RunJournal, read_journal
 
 
 def session(path: Path, before: int | None, settled: list[int], open_: list[int], after: int | None) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from connectors import catalog
+from connectors.catalog import endpoints as catalog
 from flows.cli import app
 from tests.spec_texts import CASES, VALID
 

@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 # Prefect binds its log handlers to sys.stderr on first import: import it now, not inside a CliRunner
 # invocation whose streams are closed afterwards (later Prefect logs would then fail to print).
 import flows.collect  # noqa: F401
-from connectors import catalog
+from connectors.catalog import endpoints as catalog
 from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
-from sandbox.server import running
-from tasks.rawstore import last_page
+from sandbox.wire.serving import running
+from tasks.output.raw_store import last_page
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

@@ -1,6 +1,6 @@
 """The client's own error handling and money rules, against a scripted server on 127.0.0.1.
 
-Every request goes through the lanes a run uses (`connectors.lanes`: an httpcore connection per lane), so the
+Every request goes through the lanes a run uses (`connectors.http.lane_pool`: an httpcore connection per lane), so the
 failures are the real ones: a refused or unanswered connect, a server that never answers, a connection dropped
 or reset, a body cut short or that does not decompress. The server (`tests.scripted_server`) records what it was
 sent, so the tests also check the key header, the params, and what was never sent.
@@ -22,7 +22,7 @@ import orjson
 import pytest
 import stamina
 
-from connectors.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
+from connectors.credits.ledger import CreditLedger
 from connectors.errors import (
     AnswerTooLarge,
     BadRequest,
@@ -37,10 +37,10 @@ from connectors.errors import (
     UnexpectedResponse,
     UnreadableAnswer,
 )
-from connectors.http_lane import CoreLane
-from connectors.ledger import CreditLedger
-from connectors.pace import Pace
-from connectors.retry import Retryable, parse_retry_after
+from connectors.http.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
+from connectors.http.lane import CoreLane
+from connectors.http.pace import Pace
+from connectors.http.retry import Retryable, parse_retry_after
 from tests.scripted_server import (
     Drop,
     Hang,

@@ -1,4 +1,4 @@
-"""Requests in flight each take a single-connection lane (`connectors.lanes`): never more lanes than connection
+"""Requests in flight each take a single-connection lane (`connectors.http.lane_pool`): never more lanes than connection
 slots, every answer back to the query that asked, over real HTTP against the sandbox."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors.client import PageRequest, ServiceClient
-from connectors.http_lane import AnswerTooLarge, read_capped
-from connectors.lanes import Lanes
-from connectors.ledger import CreditLedger
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import PageRequest, ServiceClient
+from connectors.http.lane import AnswerTooLarge, read_capped
+from connectors.http.lane_pool import Lanes
 from sandbox.config import SandboxConfig
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY
 
 PINS = "/v1/pinboard/search"

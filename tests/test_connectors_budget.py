@@ -15,16 +15,16 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from connectors import catalog
-from connectors.catalog import Endpoint
-from connectors.client import ServiceClient
-from connectors.credits import Policy
-from connectors.ledger import CreditLedger
-from connectors.pager import QueryPager, QuerySpec
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.endpoints import Endpoint
+from connectors.credits.ledger import CreditLedger
+from connectors.credits.reservations import Policy
+from connectors.http.client import ServiceClient
+from connectors.paging.pager import QueryPager, QuerySpec
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.expected import crawl
-from sandbox.faults import PROXY_PAGE
-from sandbox.server import RunningSandbox, start
+from sandbox.wire.faults import PROXY_PAGE
+from sandbox.wire.serving import RunningSandbox, start
 from tests.crawl_helpers import (
     FAST,
     Run,

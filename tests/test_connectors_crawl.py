@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from connectors import catalog
-from connectors.ledger import CreditLedger
+from connectors.catalog import endpoints as catalog
+from connectors.credits.ledger import CreditLedger
 from sandbox.config import Quirks, SandboxConfig
-from sandbox.creative import material_id
+from sandbox.emulation.creative import material_id
 from sandbox.expected import expected_pages
-from sandbox.server import RunningSandbox, running
+from sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import (
     expected,
     harvested,

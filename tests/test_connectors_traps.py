@@ -12,17 +12,17 @@ from typing import Any
 import orjson
 import pytest
 
-from connectors import catalog
-from connectors.catalog import Endpoint
-from connectors.client import Timeouts
-from connectors.ledger import CreditLedger
-from connectors.page_request import Attempt
-from connectors.pager import Page
-from connectors.paging import Paging
-from connectors.records import keys_of
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.paging_styles import Paging
+from connectors.catalog.records import keys_of
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import Timeouts
+from connectors.paging.page_request import Attempt
+from connectors.paging.pager import Page
 from sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind, Quirks
 from sandbox.expected import crawl, expected_pages
-from sandbox.server import RunningSandbox
+from sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import (
     FAST,
     entry_cursor,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.coverage import QueryHistory, coverage_of
-from flows.manifest import RunManifest
+from flows.run.coverage import QueryHistory, coverage_of
+from tasks.output.manifest import RunManifest
 
 
 def run(run_id: str, *queries: dict[str, Any], status: str = "complete") -> RunManifest:

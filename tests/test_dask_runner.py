@@ -15,7 +15,7 @@ import yaml
 
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
 
@@ -129,7 +129,7 @@ def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
     import urllib.request
     import warnings
 
-    from flows.rounds import _runner
+    from flows.run.dask_rounds import _runner
     from flows.spec import parse_spec
 
     spec = parse_spec(yaml.safe_dump(job("http://127.0.0.1:9", Path("out"), {"kind": "dask", "workers": 1})))

@@ -17,16 +17,18 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors import catalog, extraction, pager
-from connectors.fields import coercer, integer, number, text, timestamp
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.fields import coercer, integer, number, text, timestamp
+from connectors.paging import pager
+from connectors.reading import extraction
 from flows.cli import app
 from sandbox.config import Drift, SandboxConfig
 from sandbox.drift_shapes import SHAPES
+from sandbox.emulation.variation import ODD_COUNT, ODD_TIMESTAMPS
 from sandbox.expected import crawl, full_crawl
-from sandbox.server import running
-from sandbox.variation import ODD_COUNT, ODD_TIMESTAMPS
-from tasks import collect
-from tasks.rawstore import RawPageReader
+from sandbox.wire.serving import running
+from tasks import landing as collect
+from tasks.output.raw_store import RawPageReader
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, run_flow, scalar, table_counts
 

@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors import catalog
+from connectors.catalog import endpoints as catalog
 from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.drift_shapes import SHAPES
 from sandbox.expected import full_crawl
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
 
@@ -29,7 +29,7 @@ runner = CliRunner()
 
 
 def read_items_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fix a user makes in `connectors/catalog.py`: the posts may also come under `items`."""
+    """The fix a user makes in `connectors/catalog/endpoints.py`: the posts may also come under `items`."""
     posts = catalog.MICROBLOG_B_POSTS
     fixed = dataclasses.replace(posts, locations=(*posts.locations, "items"))
     endpoints = tuple(

@@ -11,12 +11,12 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from connectors.page_request import Attempt
-from tasks.attemptlog import AttemptLogWriter
-from tasks.database import DatabaseBusy
-from tasks.layout import OutputLayout
-from tasks.parquet_sink import MultiTableSink
-from tasks.run_history import public_service_url
+from connectors.paging.page_request import Attempt
+from tasks.database.bookkeeping import public_service_url
+from tasks.database.connection import DatabaseBusy
+from tasks.output.attempt_log import AttemptLogWriter
+from tasks.output.layout import OutputLayout
+from tasks.output.parquet_sink import MultiTableSink
 from tests.flow_helpers import HoldDuckDB
 from tests.landing_helpers import (
     META,

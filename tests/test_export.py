@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.manifest import all_manifests
-from sandbox.server import running
-from tasks.layout import OutputLayout
+from sandbox.wire.serving import running
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
 from tests.flow_helpers import SECRET_KEY, rows, run_flow, write_spec
 from tests.nightly_helpers import CONFIG, job, night
 
@@ -194,7 +194,7 @@ def test_a_relative_export_in_a_served_spec_lands_where_serve_started(
     from dataclasses import replace
 
     from flows.collect import collect_job
-    from flows.serve import job_deployments
+    from flows.orchestrator.deployments import job_deployments
 
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     served, worker = tmp_path / "served", tmp_path / "worker"
@@ -223,18 +223,18 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     import signal
     from dataclasses import replace
 
-    import flows.export
+    import flows.handoff.export
 
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     output, lake = tmp_path / "out", tmp_path / "lake"
-    real_copy = flows.export._copy_run
+    real_copy = flows.handoff.export._copy_run
 
     def copy(*args: Any, **kwargs: Any) -> Any:
         for _ in range(signals):
             os.kill(os.getpid(), signal.SIGINT)
         return real_copy(*args, **kwargs)
 
-    monkeypatch.setattr(flows.export, "_copy_run", copy)
+    monkeypatch.setattr(flows.handoff.export, "_copy_run", copy)
     with running(replace(CONFIG, observation=0)) as sb:
         spec = write_spec(tmp_path, {**job(output), "export": {"to": str(lake)}})
         result = CliRunner().invoke(app, ["run", str(spec), "--base-url", sb.base_url])
@@ -250,7 +250,7 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     assert result.exit_code == 130, result.output
     assert "export interrupted by SIGINT" in result.stderr and f"harvest export {output}" in result.stderr
     assert committed_exports == []
-    monkeypatch.setattr(flows.export, "_copy_run", real_copy)
+    monkeypatch.setattr(flows.handoff.export, "_copy_run", real_copy)
     later = CliRunner().invoke(app, ["export", str(output), "--to", str(lake)])
     assert later.exit_code == 0, later.output
     assert len(list(lake.glob("_exports/*/_SUCCESS"))) == 1

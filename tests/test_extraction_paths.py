@@ -9,12 +9,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors import catalog
-from connectors.column_readers import columns_reader
-from connectors.extraction import TableReport, _converted, to_arrow
-from connectors.records import RecordKind
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.records import RecordKind
+from connectors.reading.column_readers import columns_reader
+from connectors.reading.extraction import TableReport, _converted, to_arrow
 from sandbox.config import Drift, SandboxConfig
-from sandbox.server import running
+from sandbox.wire.serving import running
 
 KEY = "paths-key-0123456789abcdef"
 DRIFTS = {

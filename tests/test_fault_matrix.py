@@ -14,7 +14,7 @@ import pytest
 
 from sandbox.config import Drift, FaultKind, SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.server import RunningSandbox, running
+from sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries, wait_for_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

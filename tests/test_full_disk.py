@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from sandbox.config import Quirks, SandboxConfig
-from sandbox.server import RunningSandbox, running
+from sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, expected_keys, key_set, rows, subprocess_env
 

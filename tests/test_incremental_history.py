@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
 

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from connectors.credits import Reservation
-from connectors.ledger import CreditLedger
+from connectors.credits.ledger import CreditLedger
+from connectors.credits.reservations import Reservation
 
 
 def refusal_reason(ledger: CreditLedger, query_id: str) -> str:

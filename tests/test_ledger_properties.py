@@ -9,8 +9,8 @@ from collections import defaultdict
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from connectors.credits import LedgerSnapshot
-from connectors.ledger import CreditLedger
+from connectors.credits.ledger import CreditLedger
+from connectors.credits.reservations import LedgerSnapshot
 
 # (cost from the table, what the service did, how many times the task yields while "in flight")
 OUTCOMES = ("none", "less", "equal", "release")

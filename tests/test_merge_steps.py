@@ -2,7 +2,7 @@
 `_fetched_at` wins, ties going to the later file name, then the later row in the file.
 
 Rows are named inside a step by (`file_index`, `file_row_number`), so the order the files are given in must not
-matter; steps of a few rows stand for the 250k-row steps of a real load (`tasks.record_tables.CHUNK_ROWS`).
+matter; steps of a few rows stand for the 250k-row steps of a real load (`tasks.database.record_tables.CHUNK_ROWS`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.catalog import all_kinds
-from tasks.database import write_connection
-from tasks.load_settings import DEFAULT_ROW_GROUP_ROWS
-from tasks.record_tables import ROW_NAMES, merge_batches, merge_files
+from connectors.catalog.endpoints import all_kinds
+from tasks.database.connection import write_connection
+from tasks.database.load_settings import DEFAULT_ROW_GROUP_ROWS
+from tasks.database.record_tables import ROW_NAMES, merge_batches, merge_files
 from tests.landing_helpers import META, Kind
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

@@ -1,4 +1,4 @@
-"""The run's pace (`connectors.pace`) on a clock the test moves, and the ledger settling refusals against the
+"""The run's pace (`connectors.http.pace`) on a clock the test moves, and the ledger settling refusals against the
 account's bill: a 429 slows harvest down, it never fails a query early or inflates the count."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.ledger import CreditLedger
-from connectors.pace import CUT_GAP, DECREASE, MIN_RATE, Pace, RateLimitedTooLong
-from tasks.journal import RunJournal, read_journal
+from connectors.credits.ledger import CreditLedger
+from connectors.http.pace import CUT_GAP, DECREASE, MIN_RATE, Pace, RateLimitedTooLong
+from tasks.output.journal import RunJournal, read_journal
 
 
 class Clock:

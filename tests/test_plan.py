@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.pager import QuerySpec
-from flows.plan import CostLine, Plan, base_id, instantiate, plan
+from connectors.paging.pager import QuerySpec
+from flows.run.plan import CostLine, Plan, base_id, instantiate, plan
 from flows.spec import JobSpec, parse_spec
 
 HEAD = "name: job\nbudget: {credits: 100}\nqueries:\n"

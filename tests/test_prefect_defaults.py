@@ -26,7 +26,7 @@ SWITCHES = (
     "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS",
     "DO_NOT_TRACK",
 )
-"""What harvest sets (flows.settings) and a clean environment lacks."""
+"""What harvest sets (flows.orchestrator.prefect_settings) and a clean environment lacks."""
 
 OFF = {"analytics": False, "orchestration_telemetry": False, "resource_metrics": False}
 
@@ -70,7 +70,7 @@ def test_the_flow_module_switches_prefects_analytics_and_telemetry_off(tmp_path:
 
 
 def test_a_users_own_setting_is_kept(tmp_path: Path) -> None:
-    """Each is a default only (flows.settings): the control that the check above reads what harvest set."""
+    """Each is a default only (flows.orchestrator.prefect_settings): the control that the check above reads what harvest set."""
     env = clean_env(tmp_path, PREFECT_SERVER_ANALYTICS_ENABLED="true")
     assert resolved(env) == {**OFF, "analytics": True}
 

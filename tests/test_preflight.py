@@ -15,14 +15,14 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from connectors.catalog import all_kinds
-from flows import temporary_server
+from connectors.catalog.endpoints import all_kinds
 from flows.cli import app
-from flows.lock import is_locked
-from flows.preflight import check_output_dir
+from flows.orchestrator import temporary_server
+from flows.run.preflight import check_output_dir
 from flows.spec import UsageError
-from tasks.layout import OutputLayout
-from tasks.record_tables import ensure_table
+from tasks.database.record_tables import ensure_table
+from tasks.output.job_lock import is_locked
+from tasks.output.layout import OutputLayout
 from tests.flow_helpers import HoldDuckDB
 from tests.process_helpers import imported, messages
 from tests.spec_texts import VALID
@@ -344,7 +344,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_paid(
     made and written. The spec's own `output:` against a real sandbox: exit 2 naming the path, not one request
     (not even the free balance), no Prefect server, nothing made."""
     from sandbox.config import SandboxConfig
-    from sandbox.server import running
+    from sandbox.wire.serving import running
 
     output = unwritable_output(tmp_path, how)
     try:
@@ -439,8 +439,9 @@ def test_the_checks_before_the_temporary_server_starts_import_neither_duckdb_nor
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from flows import commands, temporary_server\n"
-        "from flows.preflight import check_output_dir\n"
+        "from flows.commands import run_job\n"
+        "from flows.orchestrator import temporary_server\n"
+        "from flows.run.preflight import check_output_dir\n"
         "from flows.spec import load_spec\n"
         "load_spec(Path(sys.argv[1]))\n"
         "check_output_dir(Path(sys.argv[2]))\n"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sandbox.config import Quirks, SandboxConfig
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

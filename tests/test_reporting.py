@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.progress import LogLines
-from sandbox.server import running
+from flows.run.progress import LogLines
+from sandbox.wire.serving import running
 from tests.flow_helpers import SECRET_KEY, run_flow, write_spec
 
 COMMANDS = ("run", "validate", "plan", "endpoints", "schema", "runs", "load", "sql", "sandbox", "demo")
@@ -84,7 +84,7 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
 def test_the_summary_shows_the_services_bill_beside_harvests_count(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from flows.commands import print_summary
+    from flows.commands.run_job import print_summary
 
     summary = {
         "run_id": "r1", "service": "http://127.0.0.1:1", "status": "complete", "budget": 100,

@@ -19,16 +19,16 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from connectors import catalog
+from connectors.catalog import endpoints as catalog
 from flows.cli import app
-from flows.manifest import RunManifest, all_manifests, read_manifest
 from flows.spec import UsageError
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.server import RunningSandbox, running
-from tasks.layout import OutputLayout
-from tasks.rawstore import RawPageReader
-from tasks.replay import replay
+from sandbox.wire.serving import RunningSandbox, running
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest, all_manifests, read_manifest
+from tasks.output.raw_store import RawPageReader
+from tasks.output.replay import replay
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,

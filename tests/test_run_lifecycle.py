@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.collect
-from connectors import catalog
+from connectors.catalog import endpoints as catalog
 from flows.cli import app
-from flows.manifest import all_manifests
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
-from sandbox.server import running
-from tasks.layout import OutputLayout
+from sandbox.wire.serving import running
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -140,8 +140,8 @@ def test_a_wrong_key_sends_one_request_and_says_so_once(
 
 
 async def _gated_requests(base_url: str) -> None:
-    from connectors.client import PageRequest, RetryPolicy, ServiceClient
-    from connectors.ledger import CreditLedger
+    from connectors.credits.ledger import CreditLedger
+    from connectors.http.client import PageRequest, RetryPolicy, ServiceClient
 
     ledger = CreditLedger(100)
     async with ServiceClient(base_url, "not-the-key-0000", ledger, retry=RetryPolicy(attempts=1)) as client:

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import flows.collect  # noqa: F401
 from flows.cli import app
 from sandbox.config import SandboxConfig
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 

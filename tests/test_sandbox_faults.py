@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from sandbox.config import FaultKind, SandboxConfig
-from sandbox.faults import decide
-from sandbox.server import RunningSandbox
+from sandbox.wire.faults import decide
+from sandbox.wire.serving import RunningSandbox
 
 PINS = "/v1/pinboard/search"
 Q = {"query": "chairs"}

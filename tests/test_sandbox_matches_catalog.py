@@ -1,7 +1,7 @@
 """The sandbox emulates exactly the endpoints harvest's catalog describes: the same documented paths, the same
 record kinds in the same order with corresponding primary keys, the same parameters.
 
-The catalog (`connectors.catalog`, what harvest reads) and the sandbox's table (`sandbox.endpoints`, what the
+The catalog (`connectors.catalog.endpoints`, what harvest reads) and the sandbox's table (`sandbox.emulation.endpoint_table`, what the
 service answers) are written apart; an endpoint added or changed on one side only fails here, by name, instead
 of somewhere deep in an end-to-end test.
 """
@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import pytest
 
-from connectors import catalog
-from connectors.catalog import Endpoint
-from connectors.fields import PARAM_PREFIX
-from sandbox import endpoints as sandbox_table
-from sandbox.emulated import EmulatedEndpoint
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.fields import PARAM_PREFIX
+from sandbox.emulation import endpoint_table as sandbox_table
+from sandbox.emulation.emulated import EmulatedEndpoint
 
 CATALOG: dict[str, Endpoint] = {e.path: e for e in catalog.ENDPOINTS}
 SANDBOX: dict[str, EmulatedEndpoint] = {e.path: e for e in sandbox_table.ENDPOINTS}
@@ -44,8 +44,12 @@ def literal_values(annotation: Any) -> set[str]:
 
 def test_the_same_documented_paths() -> None:
     assert len(CATALOG) == len(catalog.ENDPOINTS) and len(SANDBOX) == len(sandbox_table.ENDPOINTS)
-    assert sorted(set(CATALOG) - set(SANDBOX)) == [], "in connectors.catalog, not emulated by the sandbox"
-    assert sorted(set(SANDBOX) - set(CATALOG)) == [], "emulated by the sandbox, not in connectors.catalog"
+    assert sorted(set(CATALOG) - set(SANDBOX)) == [], (
+        "in connectors.catalog.endpoints, not emulated by the sandbox"
+    )
+    assert sorted(set(SANDBOX) - set(CATALOG)) == [], (
+        "emulated by the sandbox, not in connectors.catalog.endpoints"
+    )
     assert len(BOTH) == 18
 
 

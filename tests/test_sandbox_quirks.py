@@ -9,7 +9,7 @@ import pytest
 
 from sandbox.config import Quirks
 from sandbox.expected import expected_pages, full_crawl
-from sandbox.server import RunningSandbox
+from sandbox.wire.serving import RunningSandbox
 from tests.fixtures_sandbox import http_crawl, next_params, records_of
 
 

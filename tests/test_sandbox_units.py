@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.config import Quirks, SandboxConfig
+from sandbox.emulation.triggers import BLOCKED, MISSING, NONEXISTENT
 from sandbox.expected import crawl, expected_pages, full_crawl
-from sandbox.triggers import BLOCKED, MISSING, NONEXISTENT
 from tests.net_helpers import wait_until_serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +54,7 @@ def test_seed_changes_the_data() -> None:
 
 
 TRIGGER_WORDS = (NONEXISTENT, BLOCKED, MISSING)
-"""Subjects holding these get the service's error answers (`sandbox.triggers`), not pages. Hypothesis draws
+"""Subjects holding these get the service's error answers (`sandbox.emulation.triggers`), not pages. Hypothesis draws
 string constants it finds in the code under test, these words among them, so they are left out here."""
 
 
@@ -105,7 +105,7 @@ def test_config_rejects_nonsense(bad: dict[str, object]) -> None:
 def test_serve_in_the_foreground(free_port: int) -> None:
     """What `harvest sandbox --port P --api-key K --credits C --fault-rate 0 --seed 7` runs."""
     port = free_port
-    code = f"from sandbox.server import serve; serve(port={port}, api_key='cli-key', credits=5, fault_rate=0.0, seed=7)"
+    code = f"from sandbox.wire.serving import serve; serve(port={port}, api_key='cli-key', credits=5, fault_rate=0.0, seed=7)"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         response = wait_until_serving(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sandbox.config import Quirks
-from sandbox.server import RunningSandbox
+from sandbox.wire.serving import RunningSandbox
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
     # missing required parameter

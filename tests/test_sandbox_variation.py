@@ -9,7 +9,7 @@ import pytest
 
 from sandbox.config import Drift, SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.fixtures_sandbox import http_crawl
 
 FEED = "/v1/microblog-b/user/posts"

@@ -19,11 +19,11 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.serve import job_deployments, spec_files
+from flows.orchestrator.deployments import job_deployments, spec_files
 from flows.spec import SpecError, UsageError
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, rows, scalar, subprocess_env
 
@@ -228,8 +228,8 @@ def test_a_run_killed_under_serve_is_crashed_when_serve_restarts_and_the_next_ru
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    from flows.manifest import all_manifests
-    from tasks.layout import OutputLayout
+    from tasks.output.layout import OutputLayout
+    from tasks.output.manifest import all_manifests
 
     config = CONFIG.replace(pages_by_path={PINS: (30, 30)}, latency=0.1)
     output = tmp_path / "out" / "nightly-pins"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.config import SandboxConfig
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.crawl_helpers import wait_for_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, run_flow, scalar, write_spec
 

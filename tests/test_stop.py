@@ -23,18 +23,18 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.collect
-import flows.load
-from connectors.client import ServiceClient
+import flows.run.load_step
+from connectors.credits.ledger import CreditLedger
 from connectors.errors import RunStopped
-from connectors.ledger import CreditLedger
-from connectors.page_request import PageRequest
+from connectors.http.client import ServiceClient
+from connectors.paging.page_request import PageRequest
 from flows.cli import app
-from flows.fanout import DEPENDENTS_PER_SLOT
-from flows.manifest import all_manifests
+from flows.run.fanout import DEPENDENTS_PER_SLOT
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.server import running
-from tasks.layout import OutputLayout
+from sandbox.wire.serving import running
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
 from tests.prefect_helpers import flow_run
@@ -330,7 +330,7 @@ def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothi
         (first,) = all_manifests(OutputLayout(output))
         assert first.status == "complete" and not first.loaded
         paid_before = len(data_entries(sb))
-        real = getattr(flows.load, during)
+        real = getattr(flows.run.load_step, during)
 
         def signalled(*args: Any, **kwargs: Any) -> Any:
             for _ in range(signals):
@@ -338,7 +338,7 @@ def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothi
             return real(*args, **kwargs)
 
         with monkeypatch.context() as night2:
-            night2.setattr(flows.load, during, signalled)
+            night2.setattr(flows.run.load_step, during, signalled)
             second = runner.invoke(app, ["run", str(spec)])
         paid_by_night2 = len(data_entries(sb)) - paid_before
         assert second.exit_code == 130, second.output

@@ -1,5 +1,5 @@
 """Prefect's temporary server skips its database upkeep (migrations, block registration) once a start of the
-same Prefect did it for the same database (`flows.temporary_server.KnownDatabase`), and does it again whenever
+same Prefect did it for the same database (`flows.orchestrator.temporary_server.KnownDatabase`), and does it again whenever
 that may no longer hold: a new database, a Prefect upgrade, a database or upkeep the user configured."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from flows import temporary_server
-from flows.temporary_server import LEAN_START, KnownDatabase
+from flows.orchestrator import temporary_server
+from flows.orchestrator.temporary_server import LEAN_START, KnownDatabase
 from sandbox.config import SandboxConfig
-from sandbox.server import running
+from sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, one_query, subprocess_env
 from tests.process_helpers import children, finish
 

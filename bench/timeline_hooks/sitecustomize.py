@@ -20,8 +20,8 @@ _WATCHED = {
     "prefect",
     "prefect.flows",
     "flows.collect",
-    "flows.temporary_server",
-    "flows.commands",
+    "flows.orchestrator.temporary_server",
+    "flows.commands.run_job",
     "prefect.client.base",
     "prefect.flow_engine",
     "prefect.server.api.server",
@@ -68,7 +68,7 @@ def _timed(fn: Any, label: str) -> Any:
 
 def _patch(module: Any) -> None:
     name = module.__name__
-    if name == "flows.temporary_server":
+    if name == "flows.orchestrator.temporary_server":
         cls = module.TemporaryServer
         for meth in ("__init__", "wait_ready", "stop"):
             cls_fn = getattr(cls, meth)
@@ -136,7 +136,7 @@ def _patch(module: Any) -> None:
         for meth in ("begin_run", "create_flow_run", "call_flow_fn", "handle_success"):
             if hasattr(cls, meth):
                 setattr(cls, meth, _timed(getattr(cls, meth), f"harvest: engine.{meth}"))
-    elif name == "flows.commands":
+    elif name == "flows.commands.run_job":
         for fname in ("run_job", "_report"):
             fn = getattr(module, fname)
 

@@ -16,8 +16,8 @@ that fails one problem at a time costs a round trip per typo. Where each part li
 from flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
 from flows.spec.describe import ParamInfo, describe_params
 from flows.spec.identity import derive_id, render_value
-from flows.spec.load import load_spec, parse_spec
 from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
+from flows.spec.parse import load_spec, parse_spec
 from flows.spec.problems import Problem, SpecError, UsageError
 from flows.spec.service_url import BASE_URL_ENV, SANDBOX, URL_ALLOWED, check_base_url, resolve_base_url
 

@@ -2,7 +2,7 @@
 
 Parameters against each endpoint's model (every fanned-out combination), fan-out keys, parents that exist and
 fields they have, cycles, unique ids, cost overrides, the fan-out limit. Each check yields `Found` problems
-(location, problem, allowed); `flows.spec.load` places them on lines.
+(location, problem, allowed); `flows.spec.parse` places them on lines.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from connectors import catalog
-from connectors.params import Params
-from connectors.shape_overrides import shape_problems
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.params import Params
+from connectors.catalog.shape_overrides import shape_problems
 from flows.spec.explain import params_problem
 from flows.spec.identity import render_value
 from flows.spec.model import FromQuery, JobSpec, Query

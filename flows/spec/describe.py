@@ -10,7 +10,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from connectors.params import Params
+from connectors.catalog.params import Params
 from flows.spec.model import PATTERN_WORDS
 
 

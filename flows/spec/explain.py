@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from connectors.params import Params
+from connectors.catalog.params import Params
 from flows.spec.describe import field_info, keys
 from flows.spec.job_options import CRON_ALLOWED, Export, RateLimit, Runner, Schedule
 from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, Shape

@@ -23,9 +23,9 @@ from pydantic import (
     model_validator,
 )
 
-from connectors import catalog
-from connectors.catalog import Endpoint
-from connectors.shape_overrides import KindShape
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.shape_overrides import KindShape
 from flows.spec.identity import derive_id, digest
 from flows.spec.job_options import Export, RateLimit, Runner, Schedule
 from flows.spec.service_url import check_base_url
@@ -35,7 +35,7 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 BLOCK_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 RECORD_PATH_PATTERN = r"^(?:[^.\[\]|\s](?:[^.\[\]|]*[^.\[\]|\s])?(?:\[\d*\])*|(?:\[\d*\])+)(?:\.(?:[^.\[\]|\s](?:[^.\[\]|]*[^.\[\]|\s])?(?:\[\d*\])*|(?:\[\d*\])+))*$"
-"""A record path (`connectors.dig`), for editors (JSON Schema); specs are checked by `path_problem`, whose
+"""A record path (`connectors.catalog.record_paths`), for editors (JSON Schema); specs are checked by `path_problem`, whose
 messages say what a path may be."""
 _PATH_SCHEMA = {"type": "string", "pattern": RECORD_PATH_PATTERN}
 

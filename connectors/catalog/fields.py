@@ -1,0 +1,230 @@
+"""Typed columns of a record kind, and how a wire value becomes a column value.
+
+A value that does not fit its column becomes null and is counted (see `connectors.reading.extraction`); the record's own
+JSON is always kept in `raw`. Numbers sent as text convert where the text is unambiguous, computed exactly:
+"42", "-7", "1,234" (thousands in groups of three), "1.2K"/"3.4m"/"1B" (K = 10^3, M = 10^6, B = 10^9, any case;
+an integer column takes them only when the result is whole and within 64 bits). "1.000" (a decimal point or a
+European thousands separator?), "1,23", "1e3", "nan", "twelve" and "yesterday" do not fit, and neither does a
+number written in more than 100 characters (Python refuses to convert over 4300 digits; no count needs 100), nor
+a timestamp in more than 64.
+
+A conversion never raises: whatever a value makes a converter do, the value is a misfit (`coercer`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from connectors.catalog.record_paths import MISSING, compile_path
+
+PARAM_PREFIX = "$params."
+"""A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+STRINGS = pa.list_(pa.string())
+JSON_TEXT = pa.string()
+"""Nested values kept as JSON text: DuckDB's json functions read them, and Parquet stays portable."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    path: str
+    type: pa.DataType
+    json: bool = False
+
+    def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
+        """Reads this field from a record (None when absent), or from the request's parameters."""
+        if self.path.startswith(PARAM_PREFIX):
+            value = params.get(self.path[len(PARAM_PREFIX) :])
+            return lambda record: value
+        get = compile_path(self.path)
+
+        def read(record: Any) -> Any:
+            got = get(record)
+            return None if got is MISSING else got
+
+        return read
+
+
+def text(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.string())
+
+
+def integer(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.int64())
+
+
+def number(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.float64())
+
+
+def boolean(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, pa.bool_())
+
+
+def timestamp(name: str, path: str | None = None) -> Field:
+    """A timestamp sent as ISO-8601 text, epoch seconds or epoch milliseconds."""
+    return Field(name, path or name, TIMESTAMP)
+
+
+def json_text(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, JSON_TEXT, json=True)
+
+
+def text_list(name: str, path: str | None = None) -> Field:
+    return Field(name, path or name, STRINGS)
+
+
+# ---------------------------------------------------------------------------------------------- coercion
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9}
+MAX_NUMBER_CHARS = 100
+MAX_TIMESTAMP_CHARS = 64
+_COUNT = re.compile(r"([+-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s*([kmb])?", re.IGNORECASE | re.ASCII)
+
+
+def _exact(text: str, allow_fraction: bool) -> tuple[int, int] | None:
+    """(numerator, denominator) of a number written as text, computed exactly (4.1M is 4100000, not
+    4099999.9999999995); None when the text is not one of the accepted forms."""
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
+    m = _COUNT.fullmatch(text.strip())
+    if m is None:
+        return None
+    sign, whole, fraction, suffix = m.groups()
+    fraction = fraction or ""
+    if fraction and suffix is None and not allow_fraction:
+        return None  # "1.000": a decimal point, or a European thousands separator? Refused, not guessed.
+    numerator = int(whole.replace(",", "") + fraction) * (_SUFFIXES[suffix.lower()] if suffix else 1)
+    return (-numerator if sign == "-" else numerator), 10 ** len(fraction)
+
+
+def parse_count(text: str) -> int | None:
+    """A whole count written as text (see the module docstring), within 64 bits; None otherwise."""
+    exact = _exact(text, allow_fraction=False)
+    if exact is None or exact[0] % exact[1]:
+        return None
+    value = exact[0] // exact[1]
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+def parse_number(text: str) -> float | None:
+    """A finite number written as text: a plain decimal, or a count form that may have a decimal part."""
+    exact = _exact(text, allow_fraction=True)
+    if exact is None:
+        return None
+    value = exact[0] / exact[1]
+    return value if math.isfinite(value) else None
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if INT64_MIN <= v <= INT64_MAX else None
+    if isinstance(v, float):
+        return _as_int(int(v)) if math.isfinite(v) and v.is_integer() else None
+    if isinstance(v, str):
+        return parse_count(v)
+    return None
+
+
+def _as_float(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        value = float(v)
+        return value if math.isfinite(value) else None
+    if isinstance(v, str):
+        return parse_number(v)
+    return None
+
+
+def _as_bool(v: Any) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    return None
+
+
+def _as_str(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    if isinstance(v, dict | list):
+        return orjson.dumps(v).decode()
+    return None
+
+
+def _as_timestamp(v: Any) -> datetime | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        seconds = v / 1000 if v > 10**11 else v  # milliseconds are sent by some sources
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(v, str):
+        if len(v) > MAX_TIMESTAMP_CHARS:
+            return None  # Python's ISO parser reads odd things ("1" * 5000 is a date in 1111)
+        try:
+            parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            if v.isascii() and v.isdigit() and len(v) <= MAX_NUMBER_CHARS:  # not "²": a digit to isdigit()
+                return _as_timestamp(int(v))
+            try:  # the microblog-a style: "Wed Oct 10 20:19:24 +0000 2018"
+                return datetime.strptime(v, "%a %b %d %H:%M:%S %z %Y")
+            except ValueError:
+                return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def _as_strings(v: Any) -> list[str] | None:
+    if isinstance(v, list):
+        return [x if isinstance(x, str) else orjson.dumps(x).decode() for x in v]
+    return None
+
+
+def _as_json(v: Any) -> str | None:
+    return None if v is None else orjson.dumps(v).decode()
+
+
+COERCE: dict[pa.DataType, Callable[[Any], Any]] = {
+    pa.int64(): _as_int,
+    pa.float64(): _as_float,
+    pa.bool_(): _as_bool,
+    pa.string(): _as_str,
+    TIMESTAMP: _as_timestamp,
+    STRINGS: _as_strings,
+}
+
+
+def coercer(fld: Field) -> Callable[[Any], Any]:
+    """The field's converter: a value, or None when the value does not fit. A value that makes a converter
+    raise (an input nobody foresaw) does not fit either: the service's data must never fail a query."""
+    convert = _as_json if fld.json else COERCE[fld.type]
+
+    def safe(value: Any) -> Any:
+        try:
+            return convert(value)
+        except Exception:  # any failure to convert is a misfit, counted by the caller
+            return None
+
+    return safe

@@ -1,0 +1,240 @@
+"""Record kinds: where a page's records live, what shapes they may come in, how they are keyed, their columns.
+
+A page is decoded once and turned straight into one Arrow table per record kind with an explicit schema
+(`connectors.reading.extraction`), so every Parquet file of a table has the same schema and no long-lived Python objects
+pile up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.catalog.fields import PARAM_PREFIX, TIMESTAMP, Field
+from connectors.catalog.record_paths import MISSING, compile_path
+
+META_COLUMNS: tuple[pa.Field, ...] = (
+    pa.field("raw", pa.string()),
+    pa.field("_endpoint", pa.string()),
+    pa.field("_query_id", pa.string()),
+    pa.field("_run_id", pa.string()),
+    pa.field("_fetched_at", TIMESTAMP),
+)
+
+
+ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached"})
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """The fields a kind reads, as a tree: `keys` at this level and the objects only partly read below it;
+    `prefix` is this level's path, to name an unknown key."""
+
+    keys: frozenset[str]
+    partial: tuple[tuple[str, Known], ...]
+    prefix: str = ""
+
+
+def known_tree(paths: Iterable[str], extra: Iterable[str] = (), prefix: str = "") -> Known:
+    """The tree of field paths. An object read whole (a JSON column, a list, an ignored path) is a leaf:
+    nothing under it is unknown. `extra`: more known top-level keys."""
+    tree: dict[str, Any] = dict.fromkeys(extra)
+    for path in paths:
+        for alternative in path.split("|"):
+            node: dict[str, Any] = tree
+            parts = alternative.split(".")
+            for n, part in enumerate(parts):
+                name, bracket, _ = part.partition("[")
+                if bracket or n == len(parts) - 1:
+                    node[name] = None  # read whole: a leaf wins over anything under it
+                    break
+                if name in node and node[name] is None:
+                    break
+                node = node.setdefault(name, {})
+
+    def freeze(node: dict[str, Any], at: str) -> Known:
+        partial = tuple((k, freeze(v, f"{at}{k}.")) for k, v in node.items() if v is not None)
+        return Known(frozenset(node), partial, at)
+
+    return freeze(tree, prefix)
+
+
+def unknown_paths(known: Known, doc: dict[str, Any], out: set[str]) -> None:
+    """Add the paths in `doc` that `known` does not know (hot path: one subset test per object)."""
+    if not known.keys.issuperset(doc):
+        out.update(known.prefix + k for k in doc.keys() - known.keys)
+    for key, sub in known.partial:
+        child = doc.get(key)
+        if type(child) is dict:
+            unknown_paths(sub, child, out)
+
+
+@dataclass(frozen=True)
+class Unwrap:
+    """An alternative shape: an item may come wrapped as `{key: <record>, ...}`.
+
+    Columns read the record inside; `extras` are columns read from the wrapper (null for unwrapped items);
+    `ignore` names wrapper paths known to come and left in `raw`. The microblog-b feed's native upstream shape
+    is `{"post": {...}, "reason": ..., "reply": {"root": ..., "parent": ...}}`.
+    """
+
+    key: str
+    extras: tuple[Field, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    def inner(self, item: Any) -> Any:
+        if isinstance(item, dict):
+            got = item.get(self.key)
+            if isinstance(got, dict):
+                return got
+        return item
+
+    def is_wrapped(self, item: Any) -> bool:
+        return isinstance(item, dict) and isinstance(item.get(self.key), dict)
+
+
+@dataclass(frozen=True)
+class Located:
+    """What a page holds at a kind's locations: the items, and whether the list (or object) was there."""
+
+    items: list[Any]
+    found: bool
+    single: bool
+    """The location held one object where the kind expects one (a detail answer): a keyless one means
+    "not found"."""
+    missing: str = ""
+    """Why nothing was found: "absent", "null", or "an object, not a list" (a list turned into a keyed map)."""
+    instead: Any = None
+    """What was there instead of a list (an object, a string, ...), for an example."""
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One kind of record, landing in one table.
+
+    `locations` are tried in order; the first that resolves holds the records (a list, or one object). Several
+    endpoints may share a kind (the microblog-b single post and the user feed both yield posts): one table.
+    """
+
+    table: str
+    locations: tuple[str, ...]
+    primary_key: tuple[str, ...]
+    fields: tuple[Field, ...]
+    unwrap: Unwrap | None = None
+    ignore: tuple[str, ...] = ()
+    """Record paths known to come and deliberately left in `raw` (not reported as new fields)."""
+    objects: tuple[str, ...] = ()
+    """Locations that hold one object (a detail answer, the shop beside its products); every other location
+    holds a list, and an object found there is drift, not a record. The empty location (the answer itself) is
+    always one object."""
+    schema: pa.Schema = field(init=False, compare=False, repr=False)
+    known: Known = field(init=False, compare=False, repr=False)
+    """The fields some column reads: any other is a field the catalog does not know yet."""
+    wrapped_known: tuple[Known, Known] | None = field(init=False, compare=False, repr=False)
+    """(the wrapper's tree, the record's tree inside it)."""
+
+    def __post_init__(self) -> None:
+        names = [fld.name for fld in self.columns]
+        missing = [k for k in self.primary_key if k not in names]
+        if missing or len(set(names)) != len(names) or not set(self.objects) <= set(self.locations):
+            raise ValueError(
+                f"{self.table}: primary key {missing} not among fields, duplicate field names, or `objects` "
+                "not among the locations"
+            )
+        schema = pa.schema([pa.field(fld.name, fld.type) for fld in self.columns] + list(META_COLUMNS))
+        object.__setattr__(self, "schema", schema)
+        own = [fld.path for fld in self.fields if not fld.path.startswith(PARAM_PREFIX)] + list(self.ignore)
+        body_keys = ENVELOPE_KEYS if "" in self.locations else ()
+        object.__setattr__(self, "known", known_tree(own, body_keys))
+        wrapped = None
+        if self.unwrap is not None:
+            outer = [fld.path for fld in self.unwrap.extras] + list(self.unwrap.ignore)
+            wrapped = (known_tree(outer, (self.unwrap.key,)), known_tree(own, prefix=f"{self.unwrap.key}."))
+        object.__setattr__(self, "wrapped_known", wrapped)
+
+    @property
+    def columns(self) -> tuple[Field, ...]:
+        """Every typed column: the record's fields, then those read from a wrapper."""
+        return self.fields + (self.unwrap.extras if self.unwrap else ())
+
+    def field(self, name: str) -> Field | None:
+        return next((fld for fld in self.columns if fld.name == name), None)
+
+    def reader(self, name: str, params: Mapping[str, Any]) -> Callable[[Any], Any] | None:
+        """Reads column `name` from an item as the page holds it (wrapped or not); None if no such column."""
+        fld = self.field(name)
+        if fld is None:
+            return None
+        read = fld.reader(params)
+        if self.unwrap is None or fld in self.unwrap.extras:
+            if self.unwrap is not None:
+                unwrap = self.unwrap
+                return lambda item: read(item) if unwrap.is_wrapped(item) else None
+            return read
+        inner = self.unwrap.inner
+        return lambda item: read(inner(item))
+
+    def locate(self, body: Any) -> Located:
+        """The items at the first location that resolves. A null there, or an object where a list belongs,
+        is not found: whether that loses records depends on the rest of the page (`connectors.reading.extraction`)."""
+        for path in self.locations:
+            found = compile_path(path)(body)
+            if found is MISSING:
+                continue
+            if found is None:
+                return Located([], False, False, "null")
+            if isinstance(found, list):
+                return Located([r for r in found if r is not None], True, False)
+            nodes = connection_nodes(found)
+            if nodes is not None:
+                return Located([r for r in nodes if r is not None], True, False)
+            if path == "" or path in self.objects:
+                return Located([found], True, True)
+            return Located([], False, False, f"{_kind_of(found)}, not a list", found)
+        return Located([], False, False, "absent")
+
+    def extract(self, body: Any) -> list[Any]:
+        """The items of this kind in one page body (empty when the page has none)."""
+        return self.locate(body).items
+
+    def unknown_fields(self, item: Any, out: set[str]) -> None:
+        """Add the paths of `item` that no column reads and `ignore` does not list."""
+        if type(item) is not dict:
+            return
+        if self.unwrap is not None and self.wrapped_known is not None and self.unwrap.is_wrapped(item):
+            unknown_paths(self.wrapped_known[0], item, out)
+            unknown_paths(self.wrapped_known[1], item[self.unwrap.key], out)
+        else:
+            unknown_paths(self.known, item, out)
+
+
+def connection_nodes(value: Any) -> list[Any] | None:
+    """The records of a GraphQL connection where a list belongs, else None.
+
+    Platforms whose own API is GraphQL page lists as Relay connections, `{"edges": [{"node": {...}, "cursor":
+    ...}], "pageInfo": {...}}`, or give the records directly as `{"nodes": [...]}`; the service passes such
+    answers through. Each node is a record; the edge's cursor and `pageInfo` stay in the raw page."""
+    if not isinstance(value, dict):
+        return None
+    edges = value.get("edges")
+    if isinstance(edges, list) and all(
+        edge is None or (isinstance(edge, dict) and "node" in edge) for edge in edges
+    ):
+        return [edge["node"] for edge in edges if edge is not None]
+    nodes = value.get("nodes")
+    if isinstance(nodes, list) and "edges" not in value:
+        return nodes
+    return None
+
+
+def _kind_of(value: Any) -> str:
+    return {dict: "an object", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def keys_of(kind: RecordKind, records: Iterable[Any], params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Primary-key tuples of items (wrapped or not)."""
+    readers = [r for name in kind.primary_key if (r := kind.reader(name, params)) is not None]
+    return [tuple(read(row) for read in readers) for row in records]

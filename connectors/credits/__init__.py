@@ -1,0 +1,1 @@
+"""The credit ledger: the one place that decides whether a request may be sent."""

@@ -1,0 +1,467 @@
+"""The credit ledger: the one place that decides whether a request may be sent.
+
+The budget is a hard cap on real money. Every attempt (first tries and retries alike) must first reserve its
+cost here; a request is sent only with a granted `Reservation`, and the reservation is closed afterwards:
+
+- `settle(r, charged)` when the request may have reached the service. `charged` is the answer's
+  `credits_charged`; None (no answer, no field, unparseable body) counts the full reserved amount as spent,
+  because an unknown charge must be assumed to have happened.
+- `release(r)` only when the request provably never reached the service (connect error, pool timeout).
+
+Hence `spent + reserved <= budget` at every instant, under any interleaving, as long as the service charges
+what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
+warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
+
+Prices (`connectors.credits.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
+tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
+first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`).
+Breadth-first policy (`connectors.credits.fair_share`): queries are expected when launched (`expect`), register while they
+run (`async with ledger.query(qid)`), both only inside any concurrency limiter: a registered query that cannot run
+holds the others back, and report finished pages (`page_done`).
+
+Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
+other threads (progress display) are consistent. Only `reserve` awaits; `sending`, `settle`, `release`,
+`observe_remaining`, `register`, `page_done` and `finish` are plain calls, so they complete even inside a
+cancelled task's cleanup (`connectors.credits.waiters`).
+
+Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refused API key, an empty
+account); requests already sent still land and settle. Durability: an optional journal hears of every
+reservation before it is granted and of how it was closed, so a crashed run's spending can be recovered
+exactly (see `tasks.output.journal`), and `opening` seeds a resumed run with what it had spent before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
+
+from connectors.credits.balance_floor import BalanceFloor
+from connectors.credits.fair_share import FairShare
+from connectors.credits.holds import Holds
+from connectors.credits.prices import Prices
+from connectors.credits.refused_charges import RefusedCharges
+from connectors.credits.reservations import (
+    POLICIES,
+    LedgerJournal,
+    LedgerSnapshot,
+    Overcharge,
+    Policy,
+    Refusal,
+    RefusalKind,
+    Reservation,
+)
+from connectors.credits.waiters import Waiters
+
+log = logging.getLogger("harvest.ledger")
+
+
+class CreditLedger:
+    """Hard-capped credit budget for one run; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        budget: int,
+        min_balance: int | None = None,
+        policy: Policy = "breadth_first",
+        *,
+        opening: Mapping[str, int] | None = None,
+        journal: LedgerJournal | None = None,
+    ) -> None:
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        self._budget = budget
+        self._floor = BalanceFloor(min_balance)
+        self._policy: Policy = policy
+        self._lock = threading.Lock()
+        self._holds = Holds()
+        self._q_spent: dict[str, int] = {q: c for q, c in (opening or {}).items() if c}
+        self._spent = sum(self._q_spent.values())
+        self._session_spent = 0
+        """Credits this ledger (this process) settled; `opening` is what earlier sessions spent."""
+        self._session_lost = 0
+        """Of those, credits of requests whose answer was lost (no charge known, not a refusal)."""
+        self._refused = RefusedCharges()
+        self._journal = journal
+        self._stopped: Refusal | None = None
+        self._prices = Prices()
+        self._share = FairShare()
+        self._overcharges: list[Overcharge] = []
+        self._refusals: dict[str, Refusal] = {}
+        self._waiters = Waiters()
+        self._wake_all = self._waiters.wake_all
+
+    def __repr__(self) -> str:
+        s = self.snapshot()
+        return (
+            f"CreditLedger(budget={s.budget}, spent={s.spent}, reserved={s.reserved}, "
+            f"policy={self._policy!r}, min_balance={self._floor.min_balance})"
+        )
+
+    # ---- reading -------------------------------------------------------------------------------------
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @property
+    def min_balance(self) -> int | None:
+        return self._floor.min_balance
+
+    @property
+    def spent(self) -> int:
+        with self._lock:
+            return self._spent
+
+    @property
+    def reserved(self) -> int:
+        with self._lock:
+            return self._holds.total
+
+    @property
+    def remaining(self) -> int:
+        """Credits a new reservation could get: neither spent, nor held, nor owed to reservations granted below
+        a price learned since; never negative (see `overcharges` when spent > budget)."""
+        with self._lock:
+            return self._free()
+
+    @property
+    def per_query_spent(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._q_spent)
+
+    @property
+    def learned_prices(self) -> dict[str, int]:
+        """Price key -> what the service charged above the cost table (what reservations now hold)."""
+        with self._lock:
+            return self._prices.learned()
+
+    def _free(self) -> int:
+        return max(0, self._budget - self._spent - self._holds.total - self._prices.shortfall)
+
+    @property
+    def overcharges(self) -> list[Overcharge]:
+        with self._lock:
+            return list(self._overcharges)
+
+    @property
+    def account_remaining(self) -> int | None:
+        """The last `credits_remaining` the service reported for the account."""
+        with self._lock:
+            return self._floor.account_remaining
+
+    @property
+    def floor_reached(self) -> bool:
+        with self._lock:
+            return self._floor.reached
+
+    def refusal(self, query_id: str) -> Refusal | None:
+        """Why the last reserve() of this query returned None: its kind, and words for an error message."""
+        with self._lock:
+            return self._refusals.get(query_id)
+
+    @property
+    def stopped(self) -> Refusal | None:
+        """Set once `stop` was called: every later reservation is refused for this reason."""
+        with self._lock:
+            return self._stopped
+
+    def snapshot(self) -> LedgerSnapshot:
+        with self._lock:
+            return LedgerSnapshot(
+                budget=self._budget,
+                spent=self._spent,
+                reserved=self._holds.total,
+                remaining=self._free(),
+                per_query_spent=MappingProxyType(dict(self._q_spent)),
+                overcharged=sum(o.excess for o in self._overcharges),
+                account_remaining=self._floor.account_remaining,
+                floor_reached=self._floor.reached,
+            )
+
+    # ---- reserving -----------------------------------------------------------------------------------
+
+    async def reserve(
+        self,
+        query_id: str,
+        page_index: int,
+        amount: int,
+        *,
+        query_cap: int | None = None,
+        price_key: str | None = None,
+    ) -> Reservation | None:
+        """Hold `amount` credits for one attempt, waiting while others' outstanding holds might free it.
+
+        None means the credits cannot be granted (budget, balance floor, query cap, or the run was stopped):
+        send nothing; `refusal(query_id)` says why. `price_key` (the endpoint) lets the ledger learn a price:
+        once the service charged more than `amount` under that key, later reservations hold what it charged;
+        until an answer has priced the key, its reservations are granted one at a time.
+        """
+        if amount < 0:
+            raise ValueError(f"amount must be >= 0, got {amount}")
+        if page_index < 0:
+            raise ValueError(f"page_index must be >= 0, got {page_index}")
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._lock:
+                held = self._prices.price(price_key, amount)
+                advanced = self._share.started(query_id, page_index)
+                outcome = self._decide(query_id, page_index, held, query_cap, price_key)
+                if isinstance(outcome, Refusal):
+                    self._refusals[query_id] = outcome
+                    waiter = None
+                elif outcome is None:
+                    waiter = self._waiters.add(loop)
+                else:
+                    waiter = None
+            if advanced:
+                self._wake_all()
+            if isinstance(outcome, Refusal):
+                log.info("refused %s page %d (%d credits): %s", query_id, page_index, held, outcome.reason)
+                return None
+            if waiter is None:
+                return outcome
+            try:
+                await waiter
+            finally:
+                self._waiters.discard(waiter)
+
+    def sending(self, r: Reservation) -> Reservation | None:
+        """The request of `r` is about to leave: the last check of the balance floor and the price, then the
+        journal.
+
+        Returns the reservation to settle: `r`, topped up if its endpoint was seen costing more since it was
+        granted. None: the account fell below `min_balance` while `r` waited for a connection slot, or there is
+        no room for the higher price (budget or query cap); `r` was released: send nothing, reserve again (which
+        says why). Journaled from here, a crash counts it as spent (still waiting for a slot at a crash: not
+        counted). If the journal cannot be written, the reservation is released and the error raised.
+        """
+        with self._lock:
+            r = self._holds.current(r)
+            short = self._prices.sending(r.id)
+            cap = self._holds.cap(r)
+            floor = self._floor.reached
+            fits = self._budget - self._spent - self._holds.total >= short and (
+                cap is None
+                or self._q_spent.get(r.query_id, 0) + self._holds.of_query(r.query_id) + short <= cap
+            )
+            if short and fits and not floor:
+                r = self._holds.top_up(r, short)
+                self._share.repriced(r.query_id, r.amount)
+        if floor or (short and not fits):  # short == 0: it holds its price, whatever an overcharge took
+            why = (
+                "the account fell below its floor"
+                if floor
+                else "its endpoint's price rose past the credits left"
+            )
+            log.info("%s page %d: not sent, %s", r.query_id, r.page_index, why)
+            self.release(r)
+            return None
+        if self._journal is None:
+            return r
+        try:
+            self._journal.reserved(r.id, r.query_id, r.amount)
+        except BaseException:
+            self.release(r)
+            raise
+        with self._lock:
+            self._holds.journaled(r)
+        return r
+
+    def _decide(
+        self, query_id: str, page_index: int, amount: int, query_cap: int | None, price_key: str | None
+    ) -> Reservation | Refusal | None:
+        """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
+        if self._stopped is not None:
+            return self._stopped
+        if floor := self._floor.refusal():
+            return floor
+        if self._spent + amount > self._budget:
+            return Refusal.budget_left(self._budget, self._spent)
+        if query_cap is not None:
+            q_spent = self._q_spent.get(query_id, 0)
+            if q_spent + amount > query_cap:
+                return Refusal.query_cap(query_cap, q_spent)
+            if q_spent + self._holds.of_query(query_id) + amount > query_cap:
+                return None
+        if self._prices.must_wait(price_key):
+            return None  # the endpoint's price is unseen: one request at a time until an answer shows it
+        free = self._free()
+        if free < amount:
+            return None
+        if self._policy == "breadth_first" and free - amount < self._share.lag_demand(
+            query_id, page_index, amount
+        ):
+            return None
+        r = self._holds.grant(query_id, page_index, amount, query_cap)
+        self._share.granted(query_id, page_index, amount)
+        self._prices.granted(r.id, price_key, amount)
+        self._refusals.pop(query_id, None)
+        return r
+
+    # ---- closing reservations (never await: safe in cleanup of cancelled tasks) ------------------------
+
+    def _close(self, r: Reservation, counted: int | None, priced: bool) -> tuple[Reservation, bool]:
+        """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
+        been topped up) and whether the journal heard of it."""
+        held, journaled = self._holds.close(r)
+        self._share.closed(held.query_id, held.page_index)
+        self._prices.closed(r.id, held.amount, counted, priced)
+        return held, journaled
+
+    def settle(
+        self, r: Reservation, charged: int | None, *, priced: bool = False, refusal: bool = False
+    ) -> int:
+        """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
+
+        `priced`: the answer was one the service bills as a page (a readable 2xx, 403 or 404), so its endpoint's
+        price is now seen and its requests need no longer go one at a time. `refusal`: the service refused the
+        request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
+        (`reconcile`). Returns the credits counted.
+        """
+        with self._lock:
+            held = self._holds.current(r)
+            if charged is None or charged < 0:
+                if charged is not None:
+                    log.warning(
+                        "ignoring negative credits_charged=%d for %s; counting %d",
+                        charged,
+                        r.query_id,
+                        held.amount,
+                    )
+                counted = held.amount
+            else:
+                counted = charged
+            held, journaled = self._close(r, counted, priced)
+            over = Overcharge(held.query_id, held.page_index, held.amount, counted)
+            if over.excess > 0:
+                self._overcharges.append(over)
+            self._spent += counted
+            self._session_spent += counted
+            self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
+            if charged is None or charged < 0:
+                if refusal:
+                    self._refused.add(held.query_id, counted)
+                else:
+                    self._session_lost += counted
+            spent = self._spent
+        if journaled:
+            self._journal.closed(r.id, counted)  # type: ignore[union-attr]
+        if over.excess > 0:
+            log.warning("%s", over.warning(spent, self._budget))
+        self._wake_all()
+        return counted
+
+    def release(self, r: Reservation) -> None:
+        """Give `r` back: only for requests that provably never reached the service."""
+        with self._lock:
+            _, journaled = self._close(r, None, False)
+        if journaled:
+            self._journal.closed(r.id, None)  # type: ignore[union-attr]
+        self._wake_all()
+
+    @property
+    def refused_unknown(self) -> int:
+        """Credits counted for refusals whose charge the service did not say (429, 5xx), still unsettled."""
+        with self._lock:
+            return self._refused.total
+
+    def reconcile(self, billed: int) -> int:
+        """Settle the refusals' unknown charges against the service's own bill for this session (`billed`: how
+        far the account's balance fell since the session's first reading, free to read). What the bill leaves no
+        room for was not billed: it goes back to the budget and the queries. Returns the credits given back.
+
+        Never counts less than the service billed this session: the refusals kept are as many as the bill leaves
+        room for beside the charges the answers named, as if lost answers (a timeout) had been free, and those
+        stay counted; the bill may also hold charges of requests still in flight (then less goes back now, the
+        rest at the next reading). A bill below the charges the answers named (a top-up during the run) settles
+        nothing."""
+        with self._lock:
+            named = self._session_spent - self._refused.total - self._session_lost
+            room = billed - named
+            if room < 0:
+                return 0
+            back = self._refused.give_back(self._refused.total - min(room, self._refused.total))
+            for query_id, credits in back.items():
+                self._q_spent[query_id] -= credits
+            given = sum(back.values())
+            self._spent -= given
+            self._session_spent -= given
+        if self._journal is not None:
+            for query_id, credits in back.items():
+                self._journal.adjusted(query_id, -credits)
+        if given:
+            log.info("the account's balance shows %d refused request(s) were not billed: counted back", given)
+            self._wake_all()
+        return given
+
+    def stop(self, kind: RefusalKind, reason: str) -> bool:
+        """Refuse every later reservation (the first stop's reason is kept); True if this call stopped it."""
+        with self._lock:
+            first = self._stopped is None
+            if first:
+                self._stopped = Refusal(kind, reason)
+        if first:
+            log.info("no further requests: %s", reason)
+            self._wake_all()
+        return first
+
+    def observe_remaining(self, credits_remaining: int) -> None:
+        """Record the account balance the service reported; below `min_balance` all reserves refuse."""
+        with self._lock:
+            newly = self._floor.observe(credits_remaining)
+        if newly:
+            log.warning(
+                "account balance %d fell below the floor of %s credits: no further requests",
+                credits_remaining,
+                self._floor.min_balance,
+            )
+            self._wake_all()
+
+    # ---- breadth-first bookkeeping -------------------------------------------------------------------
+
+    def expect(self, query_id: str, next_page: int = 0) -> None:
+        """A query whose task was launched will register soon: until then it counts as lagging at `next_page`.
+
+        Without it, a query whose Prefect task starts late (a loaded machine) finds the short budget taken by
+        one that started sooner. The caller must `finish` it if the task ends without registering."""
+        with self._lock:
+            self._share.expect(query_id, next_page)
+
+    def register(self, query_id: str, next_page: int = 0) -> None:
+        """A query starts running; `next_page` is its first page index (a resumed query starts further on)."""
+        with self._lock:
+            self._share.register(query_id, next_page)
+        self._wake_all()
+
+    def page_done(self, query_id: str, page_index: int) -> None:
+        """Page `page_index` of the query is complete (settled and kept); no-op for unregistered queries."""
+        with self._lock:
+            moved = self._share.done(query_id, page_index)
+        if moved:
+            self._wake_all()
+
+    def finish(self, query_id: str) -> None:
+        """The query will reserve nothing more (done, failed or cancelled); others stop waiting for it."""
+        with self._lock:
+            removed = self._share.finish(query_id)
+        if removed:
+            self._wake_all()
+
+    @contextlib.asynccontextmanager
+    async def query(self, query_id: str, next_page: int = 0) -> AsyncIterator[None]:
+        """register() on entry, finish() on any exit, including errors and cancellation."""
+        self.register(query_id, next_page)
+        try:
+            yield
+        finally:
+            self.finish(query_id)

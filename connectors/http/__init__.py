@@ -1,0 +1,1 @@
+"""Talking to the service: one request on one connection, retries, the pace, the key."""

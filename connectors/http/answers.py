@@ -1,0 +1,103 @@
+"""What an answer of the service means: a usable page, something to try again, or a typed error.
+
+The service's errors are not documented: statuses follow docs/service-shapes.md, bodies may be JSON or not (a
+503 from the edge is text/plain), and a 2xx whose body cannot be read is damaged (`connectors.http.client` decides
+whether it is worth one more try). 400/401/402/403/404 are answers, not failures: they raise typed errors at
+once, carrying the (paid) answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.errors import (
+    BadRequest,
+    Forbidden,
+    HarvestError,
+    NotFound,
+    OutOfCredits,
+    ServiceAnswer,
+    Unauthorized,
+    UnexpectedResponse,
+)
+from connectors.reading.json_body import read_body
+
+JSON = dict[str, Any] | list[Any]
+
+
+@dataclass(frozen=True)
+class Response:
+    """A successful answer. `credits` is what the ledger counted over all attempts of the call."""
+
+    status_code: int
+    body: JSON
+    raw: bytes = field(repr=False)
+    credits_charged: int | None
+    credits_remaining: int | None
+    duration_ms: float
+    attempts: int
+    credits: int
+    repairs: dict[str, int] = field(default_factory=dict)
+    """What reading the body repaired (`connectors.reading.json_body`), by kind."""
+
+
+def parse_body(raw: bytes) -> JSON | None:
+    """The JSON object or array of an answer (read as `connectors.reading.json_body` reads any), or None."""
+    return read_body(raw).value
+
+
+PRICED_STATUSES = frozenset({403, 404})
+"""Refusals the service bills like a page (besides 2xx): what they cost is the endpoint's price."""
+
+
+def shows_price(status: int, body: JSON | None) -> bool:
+    """Whether an answer shows what its endpoint costs: one the service bills as a page, with a readable body.
+    A damaged body leaves the charge unknown; 429, 5xx and 400-402 are not the price of a page."""
+    return body is not None and (200 <= status < 300 or status in PRICED_STATUSES)
+
+
+def int_field(body: JSON | None, name: str) -> int | None:
+    if not isinstance(body, dict):
+        return None
+    value = body.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def str_field(body: JSON | None, name: str) -> str | None:
+    if not isinstance(body, dict):
+        return None
+    value = body.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def problem(status: int, body: JSON | None, raw: bytes, unreadable: str | None = None) -> str | None:
+    """None for a usable answer, else a short description for logs and the attempt record (not redacted)."""
+    if 200 <= status < 300:
+        if body is None:
+            why = unreadable or "not a JSON object or array"
+            return f"HTTP {status} with a body that cannot be read: {why} ({len(raw):,} bytes)"
+        return None
+    message = str_field(body, "message") or str_field(body, "error")
+    if message is None and body is None and raw:
+        message = raw[:120].decode("utf-8", "replace").strip()
+    return f"HTTP {status}" + (f": {message}" if message else "")
+
+
+def typed_error(answer: ServiceAnswer, redact: Callable[[str], str], **common: Any) -> HarvestError:
+    """The error a final (not retried) status means; `common` says where and what it cost."""
+    status, body = answer.status_code, answer.body
+    common["response"] = answer
+    if status == 400:
+        message = str_field(body, "message") or str_field(body, "error")
+        parameter = str_field(body, "parameter")
+        return BadRequest(
+            redact(message) if message else None, redact(parameter) if parameter else None, **common
+        )
+    known: dict[int, type[Unauthorized | OutOfCredits | Forbidden | NotFound]] = {
+        401: Unauthorized, 402: OutOfCredits, 403: Forbidden, 404: NotFound,
+    }  # fmt: skip
+    if status in known:
+        return known[status](**common)
+    return UnexpectedResponse(status, **common)

@@ -1,0 +1,514 @@
+"""The HTTP client of the retrieval service: one connection per slot (`connectors.http.lane_pool`), every attempt paid via
+the ledger.
+
+Money rules, in the order they apply to each attempt:
+
+1. Reserve the endpoint's cost in the ledger first. No reservation -> `BudgetExhausted`, nothing is sent.
+   The ledger holds at least what the service was seen charging for the endpoint, grants an endpoint whose
+   price no answer has shown yet one request at a time, and checks the reservation once more when the
+   connection slot is taken (`sending`): topped up, or reserved again when the price rose meanwhile. When the
+   run stopped while the request waited for its slot (Ctrl-C, a refused key), the reservation is released and
+   nothing is sent (`RunStopped`).
+2. Send. If the request provably never reached the service (connect error/timeout, no pooled connection),
+   release the reservation. Otherwise settle it: to the body's `credits_charged` when an answer carries it,
+   else keep it whole (an unknown charge counts as spent: timeouts, dropped connections, 503 text/plain,
+   truncated pages, cancellation mid-flight).
+3. Every JSON object answer (errors too) updates the account balance seen by the ledger.
+
+Retries (stamina, exponential backoff with jitter) cover 429 (honouring `Retry-After`, capped by
+`max_wait`), 500/502/503/504, timeouts and dropped connections. Each retry is a new attempt and reserves again,
+so retries can never spend past the budget. 400/401/402/403/404 are answers, not failures: they raise typed
+errors at once, carrying the (paid) answer. Redirects are not followed: the key header would follow them to any
+host.
+
+A 2xx is paid for once. Its body is read tolerantly (`connectors.reading.json_body`: what real services send that strict
+JSON refuses is repaired and counted). One that still cannot be read is asked for again only when it was
+plausibly damaged on the wire (cut short against its Content-Length, or JSON that ends early), once, and not
+when the same bytes come back; otherwise it is the service's answer: `UnreadableAnswer`, kept by the pager in
+the raw store. An answer past `max_answer_bytes` is not read (`AnswerTooLarge`), counted as spent.
+
+The key is sent only in the `x-api-key` header. It is redacted from everything the client copies out of an
+answer or an exception, and never appears in reprs or `Attempt` records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+import stamina
+
+from connectors import errors
+from connectors.credits.ledger import CreditLedger
+from connectors.credits.reservations import Reservation
+from connectors.errors import (
+    HarvestError,
+    ServiceAnswer,
+    ServiceUnavailable,
+    UnreadableAnswer,
+)
+from connectors.http.answers import JSON, Response, int_field, problem, shows_price, typed_error
+from connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
+from connectors.http.balance import AccountBalance
+from connectors.http.in_flight import InFlight
+from connectors.http.lane import DEFAULT_HEADERS, Answer, AnswerTooLarge, BodyCut, Origin, http_client
+from connectors.http.lane_pool import Lanes, lane_maker
+from connectors.http.pace import Pace, RateLimitedTooLong
+from connectors.http.retry import (
+    MAYBE_SENT,
+    NEVER_SENT,
+    Retryable,
+    RetryPolicy,
+    SlowDown,
+    Timeouts,
+    parse_retry_after,
+)
+from connectors.paging.page_request import Attempt, PageRequest, pairs_to_dict
+from connectors.reading.json_body import read_body
+
+__all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
+
+log = logging.getLogger("harvest.client")
+
+REFUSALS = frozenset({429, 500, 502, 503, 504})
+"""Answers that refuse a request rather than answer it: their charge is unknown (counted at the reservation),
+and what the account's balance shows the service did not bill goes back to the budget (`CreditLedger.reconcile`)."""
+DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
+"""The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
+an answer takes about seven times its size in memory (`bench/answer_memory.py`)."""
+
+
+@dataclass
+class _Call:
+    """One get(): the page asked for, and what its attempts so far counted."""
+
+    request: PageRequest
+    safe_params: dict[str, Any]
+    attempts: int = 0
+    credits: int = 0
+    refusals: int = 0
+    """429s this call met: its waits grow with them when the service names none."""
+    damaged: list[tuple[bytes, bool]] = field(default_factory=list)
+    """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
+
+    def one_more_try(self, raw: bytes, on_the_wire: bool) -> bool:
+        """Whether a 2xx that came damaged may be asked for again: only the first time."""
+        self.damaged.append((hashlib.blake2b(raw, digest_size=16).digest(), on_the_wire))
+        return len(self.damaged) == 1
+
+    @property
+    def damaged_by_the_network(self) -> bool:
+        """Damaged on both tries, and not the service's doing: both cut short on the wire (the protocol says the
+        answer was incomplete), or different bytes. JSON that ends early twice in the same bytes is the
+        service's own answer."""
+        if len(self.damaged) < 2:
+            return False
+        (first, wire1), (last, wire2) = self.damaged[0], self.damaged[-1]
+        return (wire1 and wire2) or first != last
+
+
+class ServiceClient:
+    """Async client of the retrieval service; `async with ServiceClient(...) as client:` for one run."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | ApiKey,
+        ledger: CreditLedger,
+        timeouts: Timeouts = Timeouts(),
+        retry: RetryPolicy = RetryPolicy(),
+        on_attempt: Callable[[Attempt], None] | None = None,
+        max_in_flight: int = 16,
+        unbilled_statuses: frozenset[int] = frozenset(),
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        pace: Pace | None = None,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
+        redact_in_http_logs(self._key)
+        self.base_url = base_url.rstrip("/")
+        self.ledger = ledger
+        self.timeouts = timeouts
+        self.retry = retry
+        self.on_attempt = on_attempt
+        self.max_in_flight = max_in_flight
+        self.max_answer_bytes = max_answer_bytes
+        self.pace = pace or Pace()
+        """How fast requests leave: as fast as the service allows (`connectors.http.pace`), shared by the run."""
+        # Statuses known not to be billed (settled to 0 when the body names no charge). Empty by default:
+        # whether the real service bills 429/5xx is unknown, and an unknown charge counts as spent.
+        self.unbilled_statuses = unbilled_statuses
+        # Held only around sending, after the reservation: a request waiting for a slot must not block the
+        # ledger (breadth-first waits need the lagging queries to send), and the pool never times out.
+        self._slots = asyncio.Semaphore(max_in_flight)
+        # Until one answer shows the key is accepted, requests go one at a time: a wrong key then costs one
+        # request, not one per query (the real service answers 402 to an unknown key).
+        self.key_accepted = False
+        self._first_request = asyncio.Lock()
+        self._in_flight = InFlight()
+        url = httpx.URL(self.base_url)
+        if url.scheme == "http" and url.host not in {"localhost", "127.0.0.1", "::1"}:
+            log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
+        if url.userinfo:
+            raise ValueError("base_url must not carry a user name or password")
+        self._origin = Origin.of(self.base_url)
+        self._http = http_client(self.base_url, timeouts)  # the balance probe
+        self.balance = AccountBalance(self._http, self._key, ledger)
+        self._lanes = Lanes(lane_maker(self.base_url, timeouts))
+
+    def __repr__(self) -> str:
+        return f"ServiceClient(base_url={self.base_url!r}, api_key={REDACTED}, ledger={self.ledger!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._lanes.aclose()
+        await self._http.aclose()
+
+    def abort(self) -> int:
+        """Cancel the requests in flight now (a second Ctrl-C, or the grace time ran out); returns how many.
+
+        Their reservations count as spent (the service may have answered), and their queries stop as
+        `interrupted` with the cursor of the aborted page, so a resume asks for it again.
+        """
+        return self._in_flight.abort()
+
+    def scrub(self, text: str) -> str:
+        """`text` with the key cut out: for messages made from exceptions the client did not raise."""
+        return self._key.scrub(text)
+
+    async def credit_balance(self) -> int | None:
+        """The account's balance from `GET /v1/credit-balance` (free): proves the key before anything is paid.
+
+        Raises `Unauthorized`/`OutOfCredits` when the service refuses the key; None when the endpoint gave no
+        usable answer (not offered, down): the run then proves the key with its first paid request instead.
+        """
+        count = await self.balance.read()
+        if count is not None:
+            self.key_accepted = True
+        return count
+
+    # ---- the one public call -------------------------------------------------------------------------
+
+    async def get(self, request: PageRequest) -> Response:
+        """GET one page, paying through the ledger, retrying transient failures; see the module docstring.
+
+        On success the page counts as done for the breadth-first policy (`ledger.page_done`).
+        """
+        if not request.path.startswith("/") or request.path.startswith("//"):
+            # An absolute URL would replace base_url and carry the key header to another host.
+            raise ValueError(
+                f"path must be a service path starting with one '/', got {self._key.scrub(request.path)!r}"
+            )
+        safe = {
+            k: self._key.scrub(v) if isinstance(v, str) else v
+            for k, v in pairs_to_dict(request.params).items()
+        }
+        call = _Call(request, safe)
+        try:
+            try:  # the first attempt without the retry machinery: it costs ~5% of a run's CPU per page
+                response = await self._paced(call)
+            except Retryable as first:
+                if self.retry.attempts == 1 or not stamina.is_active():
+                    raise
+                await asyncio.sleep(self._first_wait(first))
+                response = await self._retried(call)
+        except Retryable as exc:
+            raise ServiceUnavailable(
+                attempts=call.attempts, last_cause=exc.cause, credits=call.credits, response=exc.response,
+                query_id=request.query_id, endpoint=request.endpoint,
+            ) from None  # fmt: skip
+        self.ledger.page_done(request.query_id, request.page)
+        return response
+
+    def _first_wait(self, exc: Retryable) -> float:
+        """The wait before the second attempt, as stamina would compute it for the first retry."""
+        policy = self.retry
+        if exc.retry_after is not None:
+            return min(exc.retry_after, policy.max_wait)
+        return min(policy.max_wait, policy.initial + random.uniform(0, policy.jitter_seconds))
+
+    async def _retried(self, call: _Call) -> Response:
+        """Attempts 2..n under stamina: exponential backoff with jitter, Retry-After honoured."""
+        policy = self.retry
+        async for attempt in stamina.retry_context(
+            on=self._backoff,
+            attempts=policy.attempts - 1,
+            timeout=policy.deadline,
+            wait_initial=policy.initial * 2,
+            wait_max=policy.max_wait,
+            wait_jitter=policy.jitter_seconds,
+        ):
+            with attempt:
+                return await self._paced(call)
+        raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
+
+    def _backoff(self, exc: Exception) -> bool | float:
+        if not isinstance(exc, Retryable):
+            return False
+        if exc.retry_after is not None:
+            return min(exc.retry_after, self.retry.max_wait)
+        return True
+
+    async def _paced(self, call: _Call) -> Response:
+        """One attempt, however often the service asks it to slow down (429): each refusal waits what the
+        service asked (or a backoff) and takes its turn again; past the run's `max_wait` without any accepted
+        answer, the call stops as `RateLimited` (resumable, like a budget stop)."""
+        while True:
+            try:
+                return await self._attempt(call)
+            except SlowDown as refused:
+                try:
+                    wait = self.pace.wait_after_refusal(
+                        refused.retry_after, call.refusals, self.retry.max_wait
+                    )
+                except RateLimitedTooLong as exc:
+                    raise errors.RateLimited(
+                        exc.waited, credits=call.credits, query_id=call.request.query_id,
+                        endpoint=call.request.endpoint,
+                    ) from None  # fmt: skip
+                call.refusals += 1
+                await asyncio.sleep(wait)
+
+    async def _attempt(self, call: _Call) -> Response:
+        """Reserve, wait for the pace, take a connection slot, send, and settle: one attempt of a call."""
+        request, ledger = call.request, self.ledger
+        while True:
+            reservation = await ledger.reserve(
+                request.query_id,
+                request.page,
+                request.cost,
+                query_cap=request.query_cap,
+                price_key=request.endpoint,
+            )
+            if reservation is None:
+                refusal = ledger.refusal(request.query_id)
+                if refusal is not None and refusal.kind == "budget" and await self.balance.settle_refusals():
+                    continue  # refusals the service did not bill went back to the budget: ask again
+                raise errors.refused(refusal, request, call.credits, call.attempts)
+            async with contextlib.AsyncExitStack() as turn:
+                try:
+                    await self.pace.turn()
+                    if not self.key_accepted:
+                        # One at a time until an answer proves the key, taken after the reservation: a request
+                        # waiting for credits (breadth-first) must not keep the lagging queries from sending.
+                        await turn.enter_async_context(self._first_request)
+                    await self._slots.acquire()
+                except BaseException:
+                    ledger.release(reservation)  # cancelled while waiting for its turn: nothing was sent
+                    raise
+                if ledger.stopped is not None:  # the run stopped while it waited for a slot: never send it
+                    self._slots.release()
+                    ledger.release(reservation)
+                    raise errors.stopped(ledger.stopped, request, call.credits, sent=False)
+                try:
+                    # The last price check (topped up if the endpoint was seen costing more since it was
+                    # granted), and durable from here: a crash counts this request as spent.
+                    sent = ledger.sending(reservation)
+                    if sent is None:
+                        continue  # the price rose past what is left while it waited: reserve again at it
+                    call.attempts += 1
+                    started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
+                    http_response = await self._sent(call, sent, started_at, t0)
+                finally:
+                    self._slots.release()
+                return self._answer(call, sent, http_response, started_at, t0)
+
+    async def _sent(
+        self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float
+    ) -> Answer:
+        """The HTTP answer, or the error that says what became of the reservation."""
+        ledger = self.ledger
+        try:
+            return await self._send(call.request)
+        except BodyCut as cut:
+            counted = self._keep(call, reservation)
+            self._record(
+                call, started_at, t0, cut.status, counted, self._key.scrub(f"cut short: {cut}")[:300]
+            )
+            received = self._key.scrub_answer(cut.received)
+            raise self._damaged(
+                call, cut.status, received, f"was cut short ({cut})", on_the_wire=True
+            ) from None
+        except AnswerTooLarge as big:
+            counted = self._keep(call, reservation)
+            self._record(call, started_at, t0, big.status, counted, f"answer too large: {big}")
+            raise errors.AnswerTooLarge(
+                str(big), self.max_answer_bytes / 2**20, credits=call.credits,
+                query_id=call.request.query_id, endpoint=call.request.endpoint,
+            ) from None  # fmt: skip
+        except NEVER_SENT as exc:
+            ledger.release(reservation)
+            self._record(call, started_at, t0, None, 0, self._key.describe(exc))
+            raise Retryable(f"could not connect: {self._key.describe(exc)}") from None
+        except MAYBE_SENT as exc:
+            counted = self._keep(call, reservation)
+            self._record(call, started_at, t0, None, counted, self._key.describe(exc))
+            raise Retryable(
+                f"{self._key.describe(exc)} (reservation kept: it may have been billed)"
+            ) from None
+        except httpx.HTTPError as exc:
+            # Unsendable request (bad URL, local protocol error): it never left, and retrying cannot help.
+            ledger.release(reservation)
+            self._record(call, started_at, t0, None, 0, self._key.describe(exc))
+            raise HarvestError(
+                f"the request could not be sent: {self._key.describe(exc)}",
+                credits=call.credits,
+                query_id=call.request.query_id,
+                endpoint=call.request.endpoint,
+            ) from None
+        except BaseException as exc:
+            # Cancelled (or worse) mid-flight: the service may have billed it.
+            counted = self._keep(call, reservation)
+            aborted = isinstance(exc, asyncio.CancelledError) and self._in_flight.aborting
+            self._record(call, started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled")
+            if aborted:
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                raise errors.stopped(self.ledger.stopped, call.request, call.credits, sent=True) from None
+            raise
+
+    async def _send(self, request: PageRequest) -> Answer:
+        total = self.timeouts.total
+        target = self._origin.target(request.path, request.params)
+        with self._lanes.lane() as lane:
+            headers = {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()}
+            sending = lane.get(self._origin, target, headers, self.max_answer_bytes)
+            try:
+                with self._in_flight.sending():
+                    if total is None:
+                        return await sending
+                    async with asyncio.timeout(total):
+                        return await sending
+            except TimeoutError:
+                raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
+
+    def _answer(
+        self,
+        call: _Call,
+        reservation: Reservation,
+        http_response: Answer,
+        started_at: dt.datetime,
+        t0: float,
+    ) -> Response:
+        """Settle what the answer says it cost, record the attempt, and say what the answer means."""
+        ledger, status = self.ledger, http_response.status_code
+        raw = self._key.scrub_answer(http_response.content)
+        read = read_body(raw)
+        body = read.value
+        charged, remaining = int_field(body, "credits_charged"), int_field(body, "credits_remaining")
+        if remaining is not None:
+            ledger.observe_remaining(remaining)
+        unbilled = charged is None and status in self.unbilled_statuses
+        counted = ledger.settle(
+            reservation,
+            0 if unbilled else charged,
+            priced=shows_price(status, body),
+            refusal=status in REFUSALS,
+        )
+        if status == 429:
+            self.pace.refused_one()
+        else:
+            self.pace.accepted()
+        call.credits += counted
+        self._note_key(status)
+        answer = ServiceAnswer(status, body, raw)
+        error = problem(status, body, raw, read.problem)
+        error = self._key.scrub(error)[:300] if error else None
+        duration_ms = self._record(call, started_at, t0, status, counted, error)
+        if error is None:
+            assert body is not None
+            return Response(
+                status, body, raw, charged, remaining, duration_ms, call.attempts, call.credits, read.repairs
+            )
+        if 200 <= status < 300:
+            assert read.problem is not None
+            raise self._damaged(call, status, raw, read.problem if read.ends_early else None)
+        if status == 429:
+            raise SlowDown(parse_retry_after(http_response.header("retry-after")))
+        if status in self.retry.retry_statuses:
+            raise Retryable(error, response=answer)
+        raise typed_error(
+            answer,
+            self._key.scrub,
+            credits=call.credits,
+            query_id=call.request.query_id,
+            endpoint=call.request.endpoint,
+        )
+
+    def _damaged(
+        self, call: _Call, status: int, raw: bytes, cut: str | None, on_the_wire: bool = False
+    ) -> Exception:
+        """What a 2xx that cannot be read means. Cut short (`cut`: against its Content-Length, or its JSON ends
+        early) it may have been damaged on the wire: one more try, once, and not when the same bytes came back.
+        Otherwise the answer is the service's: it is not asked for again (`UnreadableAnswer`, kept, paid once)."""
+        answer = ServiceAnswer(status, None, raw)
+        if cut is not None and call.one_more_try(raw, on_the_wire):
+            return Retryable(f"HTTP {status}, the body {cut} (asked once more)", response=answer)
+        problem = read_body(raw).problem or "not JSON"
+        damaged = call.damaged_by_the_network
+        if len(call.damaged) > 1:
+            problem += "; cut short twice" if damaged else "; the same answer came twice"
+        return UnreadableAnswer(
+            self._key.scrub(problem)[:300], damaged=damaged, credits=call.credits, response=answer,
+            query_id=call.request.query_id, endpoint=call.request.endpoint,
+        )  # fmt: skip
+
+    def _note_key(self, status: int) -> None:
+        """401 and 402 stop the whole run: every other request would get the same answer (and 402 is also
+        the real service's answer to an unknown key). Any other answer from past the key check proves it."""
+        if status in (401, 402):
+            what = (
+                "the API key was refused (401)"
+                if status == 401
+                else "out of credits, or the API key is not valid (402)"
+            )
+            self.ledger.stop("stopped", f"the service answered {what}")
+        elif status < 500 and status != 429:
+            self.key_accepted = True
+
+    def _keep(self, call: _Call, reservation: Reservation) -> int:
+        counted = self.ledger.settle(reservation, None)
+        call.credits += counted
+        return counted
+
+    def _record(
+        self,
+        call: _Call,
+        started_at: dt.datetime,
+        t0: float,
+        status: int | None,
+        credits: int,
+        error: str | None,
+    ) -> float:
+        duration_ms = (time.perf_counter() - t0) * 1000
+        request = call.request
+        if self.on_attempt is not None:
+            attempt = Attempt(
+                request.query_id, request.endpoint, call.safe_params, request.page, call.attempts, status,
+                credits, duration_ms, error, started_at,
+            )  # fmt: skip
+            try:
+                self.on_attempt(attempt)
+            except Exception:
+                # The ledger is consistent; a failing recorder must not turn a paid page into a failure.
+                log.exception("on_attempt callback failed for %s attempt %d", request.query_id, call.attempts)
+        return duration_ms

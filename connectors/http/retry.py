@@ -1,0 +1,111 @@
+"""How long one attempt may take and how a failed one is tried again.
+
+Retries (stamina: exponential backoff with jitter) cover 500/502/503/504, timeouts and dropped connections.
+Each retry is a new attempt and reserves its credits again, so retries can never spend past the budget. A 429
+is not an attempt: the request waits and takes its turn again (`connectors.http.pace`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import math
+from dataclasses import dataclass
+
+import httpx
+
+from connectors.errors import ServiceAnswer
+
+NEVER_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+"""Failures where the request bytes never left this machine: the reservation goes back."""
+MAYBE_SENT: tuple[type[Exception], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+    httpx.DecodingError,
+)
+"""Failures after the request may have reached the service: retried, the reservation is kept. A body that does
+not decode (corrupt gzip) came from the service: it was answered, so it may have been billed."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. `read` follows the official client (60 s); `total` caps one attempt (a trickling body)."""
+
+    connect: float = 10.0
+    read: float = 60.0
+    write: float = 10.0
+    pool: float = 60.0
+    total: float | None = 120.0
+
+    def to_httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.write, pool=self.pool)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many attempts per request and how long to wait between them.
+
+    Waits grow as initial * 2**n (+ up to `jitter` seconds, True = 1 s), capped at `max_wait`; a 429's
+    Retry-After replaces the computed wait, also capped at `max_wait`. `deadline` bounds the whole call
+    (None: attempts alone decide). Tests set initial=0, max_wait=0, jitter=False for instant retries.
+    """
+
+    attempts: int = 5
+    initial: float = 0.5
+    max_wait: float = 30.0
+    jitter: bool | float = True
+    deadline: float | None = None
+    retry_statuses: frozenset[int] = frozenset({500, 502, 503, 504})
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+
+    @property
+    def jitter_seconds(self) -> float:
+        if self.jitter is True:
+            return 1.0
+        if self.jitter is False:
+            return 0.0
+        return float(self.jitter)
+
+
+class Retryable(Exception):
+    """This attempt failed in a way worth another try (internal to the client)."""
+
+    def __init__(
+        self, cause: str, *, retry_after: float | None = None, response: ServiceAnswer | None = None
+    ) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.retry_after = retry_after
+        self.response = response
+
+
+class SlowDown(Exception):
+    """The service answered 429: wait and take a turn again, not an attempt (internal to the client)."""
+
+    def __init__(self, retry_after: float | None) -> None:
+        super().__init__("HTTP 429")
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
+    """Seconds to wait per a Retry-After header (delta-seconds or HTTP date); None if absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - (now or dt.datetime.now(dt.UTC))).total_seconds()
+    if math.isnan(seconds) or math.isinf(seconds):
+        return None
+    return max(0.0, seconds)

@@ -1,0 +1,414 @@
+"""Paging through one query: every page it asks for, exactly once, and never one more.
+
+Each paid answer goes to the caller's `keep` (the raw store) before anything parses it, so nothing in reading a
+page can lose what was paid for; the pager then yields the page, read, before asking for the next (a crash then
+loses nothing that was paid for, and a resume starts from the page's `cursor_out`). It stops:
+- at the end of pages as the endpoint's paging style defines it, or at a page with no records (a last page that
+  still carries a cursor answers an empty, billed page forever otherwise);
+- when a cursor comes back that was already used, or a page repeats the previous one (the service ignores a
+  misspelled cursor parameter and returns page 1 again): status `loop_detected`;
+- at `max_pages`, when the credit ledger refuses a reservation (`budget_exhausted`, cursor kept), or on an
+  error that retrying cannot fix (`failed`). A "not found" answer is billed and kept (`not_found`);
+- at a page that lost records (`drift`, see `connectors.reading.extraction`), keeping its next cursor.
+- incremental queries: after a page whose records were all landed before (`caught_up`), where "before" is
+  decided by `connectors.paging.known_items`; a query whose earlier pass did not reach the end first catches up at the
+  head, then goes on at the cursor where that pass stopped (`PagerStart.backfilling`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+import pyarrow as pa
+
+from connectors import errors
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.paging_styles import Cursor
+from connectors.catalog.records import RecordKind
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import ServiceClient
+from connectors.paging.known_items import History, KnownKeys, backfill_after_head
+from connectors.paging.page_request import PageRequest
+from connectors.reading.drift_message import KEPT, drift_message
+from connectors.reading.extraction import ExtractionReport, convert_page
+
+Status = Literal[
+    "complete",
+    "caught_up",
+    "max_pages",
+    "budget_exhausted",
+    "rate_limited",
+    "not_found",
+    "interrupted",
+    "stopped",
+    "loop_detected",
+    "drift",
+    "failed",
+]
+OK_STATUSES: frozenset[str] = frozenset(
+    {"complete", "caught_up", "max_pages", "budget_exhausted", "rate_limited", "not_found"}
+)
+"""Statuses of a query that ended normally or stopped at its budget or the service's rate limit (exit code 0):
+a stopped one keeps its cursor for the next run."""
+RUN_STOPPED: frozenset[str] = frozenset({"interrupted", "stopped"})
+"""Statuses that say the run stopped, not the query (Ctrl-C, a refused key): not a failure of the query."""
+
+
+def query_failed(status: str) -> bool:
+    """Whether a query's own status is a failure (drift, a loop, an error): its Prefect task run ends Failed."""
+    return status not in OK_STATUSES and status not in RUN_STOPPED
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """One planned query as plain data, so it can travel to a task on another machine."""
+
+    query_id: str
+    endpoint: str
+    params: dict[str, Any]
+    max_pages: int | None = None
+    max_credits: int | None = None
+    start_cursor: Cursor | None = None
+    """Where a continued query picks up (the cursor a budget stop kept); None: the first page."""
+    incremental: bool = False
+    """Stop after the first page whose records were all landed before (newest-first listings only)."""
+    history: History | None = None
+    """Incremental: what earlier runs left (`flows.run.coverage`): `complete`, `partial` (older items not collected
+    yet, from `backfill` on) or None (never ran, or unknown: page fully)."""
+    backfill: Cursor | None = None
+    """Incremental, partial history: where the unfinished pass stopped; paged after the head catches up."""
+    trusted_until: str | None = None
+    """Incremental: the run in which the history last became complete; keys landed up to it may end paging."""
+    resume: bool = False
+    """The run was interrupted while this query ran: land its raw pages again, then page on from the last."""
+
+
+@dataclass
+class Page:
+    query_id: str
+    endpoint: str
+    index: int
+    params: dict[str, Any]
+    cursor_in: Cursor | None
+    cursor_out: Cursor | None
+    status_code: int
+    credits: int
+    """What the ledger counted for this page's call, all attempts included."""
+    raw: bytes
+    """The answer's bytes as received, until they are kept (then empty)."""
+    body: Any
+    fetched_at: datetime
+    repairs: dict[str, int] = field(default_factory=dict)
+    """What reading the body repaired (`connectors.reading.json_body`)."""
+    records: dict[str, list[Any]] = field(default_factory=dict)
+    """Table -> the items as the service sent them."""
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    """Table -> the items as Arrow columns (without the run's columns)."""
+    report: ExtractionReport = field(default_factory=ExtractionReport)
+
+    @property
+    def record_count(self) -> int:
+        """Items the page held (kept or not)."""
+        return sum(len(r) for r in self.records.values())
+
+
+@dataclass
+class QueryOutcome:
+    query_id: str
+    endpoint: str
+    status: Status = "complete"
+    pages: int = 0
+    records: int = 0
+    credits: int = 0
+    next_cursor: Cursor | None = None
+    error: str | None = None
+    extraction: ExtractionReport = field(default_factory=ExtractionReport)
+
+
+@dataclass
+class PagerStart:
+    """Where paging begins: the first page of a fresh query, or after the pages a resumed query replayed."""
+
+    cursor: Cursor | None = None
+    index: int = 0
+    pages: int = 0
+    records: int = 0
+    used: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
+    """Cursors already sent, for the loop guard."""
+    previous: bytes | None = None
+    """Signature of the last page's records, for the loop guard."""
+    ended: Status | None = None
+    """Set when the replayed pages show the query had already ended (its last page had no next cursor)."""
+    backfilling: bool = False
+    """Incremental: the head has caught up and paging continues the unfinished backfill."""
+    extraction: ExtractionReport = field(default_factory=ExtractionReport)
+
+
+def signature(kinds: tuple[RecordKind, ...], tables: Mapping[str, pa.Table]) -> bytes:
+    """What a page holds, for the loop guard: its records' primary keys, in order (a page that repeats the
+    previous one repeats its keys). Cheaper than hashing the records: the keys are already Arrow columns."""
+    digest = hashlib.blake2b(digest_size=16)
+    for kind in kinds:
+        table = tables.get(kind.table)
+        if table is None:
+            continue
+        for name in kind.primary_key:
+            digest.update(orjson.dumps(table.column(name).to_pylist(), default=str))
+    return digest.digest()
+
+
+def cursor_key(cursor: Cursor) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(cursor.items()))
+
+
+def _deactivated(page: Page) -> bool:
+    """The real service's "no such account": 200 with `account_deactivated: true` (billed)."""
+    body = page.body
+    return isinstance(body, dict) and body.get("account_deactivated") is True
+
+
+class QueryPager:
+    def __init__(
+        self,
+        spec: QuerySpec,
+        endpoint: Endpoint,
+        client: ServiceClient,
+        ledger: CreditLedger,
+        start: PagerStart | None = None,
+        known: KnownKeys | None = None,
+    ):
+        self.spec = spec
+        self.endpoint = endpoint
+        self.client = client
+        self.ledger = ledger
+        self.params = endpoint.params.model_validate(spec.params)
+        self.start = start or PagerStart(cursor=spec.start_cursor)
+        if self.start.cursor and not self.start.used:
+            self.start.used.add(cursor_key(self.start.cursor))
+        self.known = known
+        self.keep: Callable[[Page], None] | None = None
+        """Set by the caller once its raw store is open: makes each paid answer durable before it is read."""
+        self.reading: Page | None = None
+        """The kept page being read, landed or followed; None while asking for the next one."""
+        self.backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
+        self.outcome = QueryOutcome(
+            spec.query_id,
+            endpoint.path,
+            pages=self.start.pages,
+            records=self.start.records,
+            extraction=self.start.extraction,
+        )
+
+    def _request(self, index: int, cursor: Cursor | None) -> PageRequest:
+        pairs = self.params.query_pairs()
+        if cursor:
+            pairs = [(k, v) for k, v in pairs if k not in cursor] + list(cursor.items())
+        return PageRequest(
+            query_id=self.spec.query_id,
+            endpoint=self.endpoint.path,
+            path=self.endpoint.url_path(self.params),
+            params=tuple(pairs),
+            page=index,
+            cost=self.endpoint.cost,
+            query_cap=self.spec.max_credits,
+        )
+
+    def _page(
+        self,
+        index: int,
+        cursor: Cursor | None,
+        status: int,
+        credits: int,
+        raw: bytes,
+        body: Any,
+        cursor_out: Cursor | None = None,
+        repairs: dict[str, int] | None = None,
+    ) -> Page:
+        """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
+        memory beside the records read from it (`_read` reads them, after the call that fetched it returned)."""
+        page = Page(
+            query_id=self.spec.query_id,
+            endpoint=self.endpoint.path,
+            index=index,
+            params=self.spec.params,
+            cursor_in=cursor,
+            cursor_out=cursor_out,
+            status_code=status,
+            credits=credits,
+            raw=raw,
+            body=body,
+            fetched_at=datetime.now(UTC),
+            repairs=repairs or {},
+        )
+        if self.keep is not None:
+            self.keep(page)
+        page.raw = b""
+        self.reading = page
+        self.outcome.pages += 1  # paid and kept, whatever reading it does
+        return page
+
+    def _read(self, page: Page) -> None:
+        """The page's records, per kind, and the account of what did not make it."""
+        converted = convert_page(self.endpoint.kinds, page.body, self.spec.params, page.repairs)
+        page.records, page.tables, page.report = converted.records, converted.tables, converted.report
+
+    async def pages(self) -> AsyncGenerator[Page, None]:
+        """Every paid page of the query, in order; `outcome` says how and why paging ended."""
+        spec, out, state = self.spec, self.outcome, self.start
+        if state.ended is not None:
+            self.ledger.finish(spec.query_id)  # it was expected, and will send nothing
+            out.status = state.ended
+            if state.ended == "drift":
+                out.next_cursor, out.error = state.cursor, drift_message(self.endpoint, state.extraction)
+            return
+        async with self.ledger.query(spec.query_id, state.index):
+            try:
+                while True:
+                    if spec.max_pages is not None and out.pages >= spec.max_pages:
+                        out.status, out.next_cursor = "max_pages", state.cursor
+                        return
+                    self.reading = None
+                    page, ended = await self._fetch(state.index, state.cursor)
+                    if page is not None:
+                        self._read(page)
+                        out.records += page.report.kept
+                        out.extraction.add(page.report)
+                        yield page
+                    if ended or page is None or not self._advance(page, state):
+                        return
+            finally:
+                out.credits = self.ledger.per_query_spent.get(spec.query_id, 0)
+
+    async def _fetch(self, index: int, cursor: Cursor | None) -> tuple[Page | None, bool]:
+        """One paid page (or None), and whether the query ends with it (its outcome then says why).
+
+        A billed error answer (a 404 "not found", a paid failure) comes as a page, so the caller keeps the
+        receipt; the outcome is already set and paging stops after it.
+        """
+        out = self.outcome
+        try:
+            response = await self.client.get(self._request(index, cursor))
+        except errors.RunStopped as exc:
+            out.status, out.next_cursor, out.error = exc.status, cursor, exc.reason  # type: ignore[assignment]
+            return None, True
+        except errors.BudgetExhausted as exc:
+            out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+            return None, True
+        except errors.RateLimited as exc:
+            out.status, out.next_cursor, out.error = "rate_limited", cursor, str(exc)
+            return None, True
+        except (errors.Unauthorized, errors.OutOfCredits) as exc:  # the whole run stops on these
+            out.status, out.next_cursor, out.error = "stopped", cursor, str(exc)
+            return None, True
+        except errors.NotFound as exc:
+            out.status, out.error = "not_found", str(exc)
+            paid = exc.response
+            if paid is None:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, paid.body), True
+        except errors.UnreadableAnswer as exc:
+            # Kept either way. The service's own answer is not asked for again (a rebuild lands it once harvest
+            # can read it); one the network damaged twice is asked for again by a later run.
+            if exc.damaged:
+                out.status, out.next_cursor, out.error = "failed", cursor, f"page {index + 1}: {exc}"
+            else:
+                out.status, out.next_cursor, out.error = "drift", None, f"page {index + 1}: {exc}"
+            paid = exc.response
+            if paid is None:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+        except errors.HarvestError as exc:
+            out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
+            paid = exc.response
+            if paid is None or not exc.credits:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+        nxt = self.endpoint.paging.next_cursor(response.body)
+        page = self._page(
+            index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,
+            response.repairs,
+        )  # fmt: skip
+        return page, False
+
+    def broke(self, exc: Exception) -> None:
+        """Something no rule foresaw raised while paging. While a kept page was being read or landed, the query
+        stops after that page as `drift`: `harvest rebuild` lands it, `--continue` goes on from its next cursor,
+        nothing is paid twice. Otherwise (asking for a page) it failed, and goes on from that page's cursor."""
+        out, page = self.outcome, self.reading
+        what = self.client.scrub(f"{type(exc).__name__}: {exc}")  # an exception may quote anything
+        if page is None:
+            out.status, out.next_cursor, out.error = "failed", self.start.cursor, what
+            return
+        out.status, out.next_cursor = "drift", page.cursor_out
+        out.error = (
+            f"page {page.index + 1} of {self.endpoint.path} could not be read or landed ({what}). "
+            f"Stopped; {KEPT}"
+        )
+
+    def stopped(self, reason: str) -> None:
+        """The run stopped under this query (the machine could not write what it paid for): `interrupted`, so the
+        next run resumes it from its last stored page; a page being read was kept or is asked for again."""
+        out, page = self.outcome, self.reading
+        if out.status == "interrupted":
+            return
+        out.status, out.error = "interrupted", reason
+        out.next_cursor = page.cursor_in if page is not None else self.start.cursor
+
+    def _advance(self, page: Page, state: PagerStart) -> bool:
+        """Move `state` past a landed page; False (with the outcome set) when paging ends here."""
+        out, nxt = self.outcome, page.cursor_out
+        if page.report.lost:
+            out.status, out.next_cursor = "drift", nxt  # a fixed catalog can go on from here
+            out.error = drift_message(self.endpoint, page.report)
+            return False
+        if page.report.not_found or _deactivated(page):
+            out.status = "not_found"
+            return False
+        if nxt is None or page.record_count == 0:
+            out.status = "complete"
+            return False
+        if self._caught_up(page, state):
+            if self.backfill is None or state.backfilling:
+                out.status = "caught_up"  # every record of this page was landed before: the rest is older
+                return False
+            if self._to_backfill(state):
+                return True
+        sig, key = signature(self.endpoint.kinds, page.tables), cursor_key(nxt)
+        if key in state.used or sig == state.previous:
+            out.status = "loop_detected"  # no next cursor: resuming from it would loop again
+            out.error = (
+                f"the service sent back a cursor already used ({nxt}) or the same page twice; "
+                "stopped instead of paying for the same pages again"
+            )
+            return False
+        state.used.add(key)
+        state.previous, state.cursor, state.index = sig, nxt, state.index + 1
+        return True
+
+    def _caught_up(self, page: Page, state: PagerStart) -> bool:
+        """Every record of the page is known: any key while the head catches up on an unfinished pass (it has
+        reached what that pass covered), else only keys whose older items were all collected (trusted)."""
+        if self.known is None:
+            return False
+        head = self.backfill is not None and not state.backfilling
+        return self.known.all_known(self.endpoint.kinds, page.records, self.spec.params, trusted=not head)
+
+    def _to_backfill(self, state: PagerStart) -> bool:
+        """The head caught up: go on where the unfinished pass stopped (its older items were never paid).
+
+        When the head itself already asked for that cursor (an offset cursor shifted by new items), it has
+        paged past it: the backfill goes on from here instead."""
+        assert self.backfill is not None
+        state.backfilling = True
+        key = cursor_key(self.backfill)
+        if key in state.used:
+            return False
+        state.used.add(key)
+        state.previous = None  # an offset cursor may show the page the head just read again
+        state.cursor, state.index = dict(self.backfill), state.index + 1
+        return True

@@ -1,0 +1,131 @@
+"""A record kind's columns read from a page's items in one pass, by a function compiled for the kind.
+
+Reading columns is the hot path of a collection (every field of every record). One closure call per field and
+record, plus a recursive walk for fields no column reads, cost more than parsing the page; a function generated
+once per kind reads the field paths (`a`, `a.b`, `a.b[0].c`) with inline dict and list lookups and checks each
+record's keys against the catalog's, all in a single loop. Paths with alternatives (`a|b`) or maps (`a[]`) go
+through the compiled getter of `connectors.catalog.record_paths`. What it returns is exactly what `RecordKind.reader` and
+`RecordKind.unknown_fields` give (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from itertools import count
+from typing import Any
+
+from connectors.catalog.fields import PARAM_PREFIX, Field
+from connectors.catalog.record_paths import MISSING, compile_path
+from connectors.catalog.records import Known, RecordKind
+
+ColumnsReader = Callable[[list[Any], Mapping[str, Any], set[str] | None], list[list[Any]]]
+"""(items, request parameters, a set to add unknown field paths to, or None) -> one value list per column."""
+
+_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
+
+
+def _getter(path: str) -> Callable[[Any], Any]:
+    get = compile_path(path)
+
+    def read(doc: Any) -> Any:
+        got = get(doc)
+        return None if got is MISSING else got
+
+    return read
+
+
+def _steps(path: str) -> list[tuple[str, Any]] | None:
+    """(kind, key or index) steps of a plain path, or None for one with alternatives or maps."""
+    if "|" in path or "[]" in path:
+        return None
+    steps: list[tuple[str, Any]] = []
+    for part in path.split("."):
+        m = _STEP.fullmatch(part)
+        if m is None:
+            return None
+        steps.append(("key", m.group(1)))
+        steps += [("index", int(n)) for n in re.findall(r"\[(\d+)\]", m.group(2))]
+    return steps
+
+
+class _Source:
+    """Builds the Python source of the generated function."""
+
+    def __init__(self) -> None:
+        self.env: dict[str, Any] = {"_EMPTY": {}}
+        self.names = count()
+
+    def constant(self, value: Any) -> str:
+        name = f"_k{next(self.names)}"
+        self.env[name] = value
+        return name
+
+    def read(self, fld: Field, source: str) -> str:
+        """An expression reading `fld` from the dict named `source` (None when absent)."""
+        if fld.path.startswith(PARAM_PREFIX):
+            return f"params.get({self.constant(fld.path[len(PARAM_PREFIX) :])})"
+        steps = _steps(fld.path)
+        if steps is None:
+            return f"{self.constant(_getter(fld.path))}({source})"
+        expr = source
+        for n, (kind, arg) in enumerate(steps):
+            t = f"_t{next(self.names)}"
+            if kind == "key":
+                step = f"{t}.get({arg!r})" if n else f"{source}.get({arg!r})"
+                expr = step if n == 0 else f"({step} if type({t} := {expr}) is dict else None)"
+            else:
+                expr = f"({t}[{arg}] if type({t} := {expr}) is list and len({t}) > {arg} else None)"
+        return expr
+
+    def unknown_check(self, known: Known, source: str, indent: str) -> list[str]:
+        """Statements adding to `unknown` the keys of `source` (a dict) that `known` does not know."""
+        keys = self.constant(known.keys)
+        lines = [f"{indent}if not {keys}.issuperset({source}):"]
+        prefix = self.constant(known.prefix)
+        lines.append(f"{indent}    unknown.update({prefix} + k for k in {source}.keys() - {keys})")
+        for key, sub in known.partial:
+            child = f"_u{next(self.names)}"
+            lines.append(f"{indent}if type({child} := {source}.get({key!r})) is dict:")
+            lines += self.unknown_check(sub, child, indent + "    ")
+        return lines
+
+
+def _unknown_lines(kind: RecordKind, src: _Source) -> list[str]:
+    if kind.unwrap is None or kind.wrapped_known is None:
+        return src.unknown_check(kind.known, "r", "            ")
+    outer, inner = kind.wrapped_known
+    lines = ["            if wrapped:"]
+    lines += src.unknown_check(outer, "r", "                ")
+    lines += src.unknown_check(inner, "i", "                ")
+    lines.append("            else:")
+    lines += src.unknown_check(kind.known, "r", "                ")
+    return lines
+
+
+@lru_cache(maxsize=256)
+def columns_reader(kind: RecordKind) -> ColumnsReader:
+    """The function reading every column of `kind` (in `kind.columns` order) from a page's items."""
+    src = _Source()
+    own = [src.read(f, "i") for f in kind.fields]
+    extras = [src.read(f, "r") for f in (kind.unwrap.extras if kind.unwrap else ())]
+    names = [f"c{n}" for n in range(len(own) + len(extras))]
+    lines = ["def read(items, params, unknown):", *(f"    {name} = []" for name in names)]
+    lines += ["    for r in items:", "        if type(r) is not dict:", "            r = _EMPTY"]
+    if kind.unwrap is not None:
+        lines.append(f"        i = r.get({kind.unwrap.key!r})")
+        lines += ["        wrapped = type(i) is dict", "        if not wrapped:", "            i = r"]
+    else:
+        lines.append("        i = r")
+    lines += [f"        {name}.append({expr})" for name, expr in zip(names, own, strict=False)]
+    lines += [
+        f"        {name}.append({e} if wrapped else None)"
+        for name, e in zip(names[len(own) :], extras, strict=True)
+    ]
+    lines.append("        if unknown is not None and r is not _EMPTY:")
+    lines += _unknown_lines(kind, src)
+    lines.append(f"    return [{', '.join(names)}]")
+    exec("\n".join(lines), src.env)
+    reader: ColumnsReader = src.env["read"]
+    return reader

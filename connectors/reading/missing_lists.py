@@ -1,0 +1,137 @@
+"""Which lists a page lost: a list (or object) of records that is not where the catalog expects it, while the
+page had content.
+
+The endpoint's main list (its first kind), or every list at once: lost when absent, null or an object. Any other
+list may be left out by the service (a search with no lives, a page with no comments), so it is lost only on a
+signal that its records went elsewhere: it came as an object (a keyed map where a list belongs), or the object
+that should hold it carries a non-empty list of objects under a key no kind of the endpoint reads (a renamed
+list). `connectors.reading.extraction` turns each into a `drift` count and one line of the drift message.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.catalog.record_paths import dig
+from connectors.catalog.records import ENVELOPE_KEYS, Located, RecordKind, connection_nodes
+
+MAX_NODES_SEARCHED = 20_000
+"""Objects and lists visited when looking for where a lost list went: an answer is searched to this many (a
+page of records has a few hundred), so a huge answer's drift costs milliseconds, not a walk of all of it."""
+
+
+@dataclass(frozen=True)
+class LostList:
+    table: str
+    where: str
+    """`table: location or location`."""
+    how: str
+    """absent, null, "an object, not a list", ..."""
+    instead: Any
+    """What was there instead of the list, if anything."""
+    moved: tuple[str, list[Any]] | None
+    """The unread key the records may have moved to, and its items."""
+    read_at: str | None = None
+    """The one record path in the whole answer holding a list of objects no kind reads, when there is one: the
+    `shapes` override that would read this list there."""
+
+
+def lost_lists(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any) -> list[LostList]:
+    """The kinds whose list this page lost (see the module docstring); empty when nothing was lost."""
+    missing = [k for k in kinds if k.table in located and not located[k.table].found]
+    if not missing or not has_content(body):
+        return []
+    main_gone = missing[0] is kinds[0] or len(missing) == len(kinds)
+    out = []
+    elsewhere: list[str] | None = None
+    for kind in missing:
+        place = located[kind.table]
+        unread = _unread_lists(kinds, kind, body)
+        reshaped = isinstance(place.instead, dict) and bool(place.instead)
+        if main_gone or unread or reshaped:
+            where = f"{kind.table}: {' or '.join(kind.locations) or '(the answer)'}"
+            moved = next(iter(unread.items())) if unread else None
+            if elsewhere is None:
+                elsewhere = unread_list_paths(kinds, located, body)
+            only = elsewhere[0] if len(elsewhere) == 1 else None
+            out.append(LostList(kind.table, where, place.missing, place.instead, moved, only))
+    return out
+
+
+def unread_list_paths(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any) -> list[str]:
+    """Record paths (`connectors.catalog.record_paths`) of the lists of objects in the answer that no kind read: a list, or a
+    GraphQL connection (`...edges[].node`). Neither what a kind reads nor what is inside such a list (records'
+    own lists) is searched; a body that is a list is searched item by item (the clip answer's three parts)."""
+    read = {loc for k in kinds if k.table in located and located[k.table].found for loc in k.locations}
+    found: list[str] = []
+    queue: deque[tuple[str, Any]] = deque([("", body)])
+    visited = 0
+    while queue and visited < MAX_NODES_SEARCHED:
+        path, value = queue.popleft()
+        visited += 1
+        if path in read:
+            continue
+        if isinstance(value, dict):
+            if path and connection_nodes(value) is not None:
+                found.append(f"{path}.edges[].node" if "edges" in value else f"{path}.nodes")
+                continue
+            queue.extend(
+                (f"{path}.{key}" if path else key, v)
+                for key, v in value.items()
+                if path or key not in ENVELOPE_KEYS
+            )
+        elif isinstance(value, list):
+            if path and any(isinstance(item, dict) for item in value):
+                found.append(path)
+            elif not path:
+                queue.extend((f"[{n}]", item) for n, item in enumerate(value))
+    return found
+
+
+def has_content(body: Any) -> bool:
+    """Whether a page carries something beyond the envelope, cursors and flags: a list or object holding some
+    value other than null (`[{"data": {"clip": null}}, ...]`, a "not found" answer, holds none)."""
+    if isinstance(body, list):
+        return _holds_value(body)
+    if not isinstance(body, dict):
+        return False
+    return any(
+        isinstance(v, list | dict) and _holds_value(v) for k, v in body.items() if k not in ENVELOPE_KEYS
+    )
+
+
+def _holds_value(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_holds_value(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_value(v) for v in value)
+    return value is not None
+
+
+def _parent(location: str) -> str:
+    return location.rsplit(".", 1)[0] if "." in location else ""
+
+
+def _unread_lists(kinds: tuple[RecordKind, ...], kind: RecordKind, body: Any) -> dict[str, list[Any]]:
+    """Non-empty lists of objects beside where `kind` should be (in the object holding its location) under
+    keys that no kind of the endpoint, nor the envelope, names. Lists of plain values are not records."""
+    out: dict[str, list[Any]] = {}
+    for location in kind.locations:
+        if not location or "[]" in location:
+            continue
+        parent = _parent(location)
+        holder = dig(body, parent)
+        if not isinstance(holder, dict):
+            continue
+        named = {
+            loc.rsplit(".", 1)[-1] for k in kinds for loc in k.locations if loc and _parent(loc) == parent
+        }
+        for key, value in holder.items():
+            if key in named or key in ENVELOPE_KEYS or key in out or not isinstance(value, list):
+                continue
+            if any(isinstance(item, dict) for item in value):
+                out[key] = value
+    return out

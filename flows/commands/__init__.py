@@ -1,0 +1,1 @@
+"""One module per group of `harvest` commands: what each prints and its exit code."""

@@ -1,0 +1,87 @@
+"""`harvest rebuild`, `export` and `raw`: what an output directory hands to others, printed for people.
+
+None starts Prefect nor sends a request to the service.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from flows import console
+from flows.spec import JobSpec, UsageError
+from tasks.database.connection import DatabaseBusy
+from tasks.output.layout import OutputLayout
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    console.error(message)
+    return typer.Exit(code)
+
+
+def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> None:
+    from flows.handoff.rebuild import rebuild as rebuild_output
+
+    try:
+        report = rebuild_output(OutputLayout(output), run_id, spec)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    except DatabaseBusy as exc:
+        raise _fail(str(exc), 1) from None
+    for line in report.skipped:
+        console.note(line)
+    console.say(
+        f"landed {report.pages} stored pages of {len(report.runs)} run(s) again: {report.records} records; "
+        f"no request sent"
+    )
+    rows = console.table(
+        "table", "rows", title=f"rows per table in {OutputLayout(output).db}", right=("rows",)
+    )
+    for name, n in sorted(report.tables.items()):
+        console.add_row(rows, name, n)
+    console.out.print(rows)
+
+
+def export(output: Path, to: str, snapshot: bool) -> None:
+    import duckdb
+
+    from flows.handoff.export import export_increment, export_snapshot
+    from flows.handoff.export_ledger import NotRecorded
+
+    layout = OutputLayout(output)
+    if not layout.raw_root.is_dir():
+        raise _fail(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+    try:
+        report = (export_snapshot if snapshot else export_increment)(layout, to)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    except NotRecorded as exc:
+        raise _fail(f"exported to {to} and committed, but {exc}", 1) from None
+    except (
+        OSError,
+        duckdb.Error,
+    ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
+        raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+    if report.recovered:
+        console.say(
+            f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
+        )
+    if report.kind == "increment" and not report.runs:
+        console.say(f"nothing new to export to {report.destination}: every loaded run is there")
+        return
+    marker = "_SUCCESS" if report.kind == "snapshot" else f"_exports/{report.export_id}/_SUCCESS"
+    console.say(
+        f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
+        f"({report.kind}); committed: {marker}"
+    )
+
+
+def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
+    from flows.handoff.raw_pages import raw_lines
+
+    try:
+        for line in raw_lines(OutputLayout(output), run_id, query_id):
+            print(line)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None

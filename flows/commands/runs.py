@@ -1,0 +1,128 @@
+"""`harvest runs` and `harvest load`: the runs of an output directory, and loading those DuckDB lacks.
+
+What these print must be true of the files: a run is called loaded only when its manifest says so, a killed run
+is never called loaded, and `harvest load` names the database only when it exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flows import console
+from flows.commands.run_job import fail, harvest_command
+from tasks.output.layout import OutputLayout
+
+
+def _unfinished_note(row: Any, output: Path) -> str:
+    """How an unfinished run stands and how to go on, in words that match its manifest."""
+    m, cmd = row.manifest, harvest_command()
+    so_far = f"{row.pages} pages, {row.credits} credits"
+    if row.state == "running":
+        return f"run {m.run_id} is still running ({so_far} so far): not loaded yet"
+    ways = f"`{cmd} run SPEC` resumes it, `--fresh` abandons it"
+    if row.state == "killed":
+        return f"run {m.run_id} of job {m.job} was killed ({so_far}); not loaded: {ways} (its data is then loaded)"
+    if m.loaded:
+        return f"run {m.run_id} of job {m.job} was interrupted ({so_far}); what it landed is loaded: {ways}"
+    return (
+        f"run {m.run_id} of job {m.job} was interrupted ({so_far}); not loaded yet: `{cmd} load {output}` "
+        f"loads what it landed, {ways}"
+    )
+
+
+def _job_lock(layout: OutputLayout, job: str) -> Any:
+    """The job's lock, or None while a run of the job holds it (its manifests may be rewritten meanwhile)."""
+    from tasks.output.job_lock import JobLocked, acquire
+
+    try:
+        return acquire(layout.lock_file(job))
+    except JobLocked:
+        return None
+
+
+def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -> None:
+    """Say why nothing was loaded, naming the database only if it exists."""
+    from flows.run.load_step import refresh_views
+    from tasks.database.connection import DatabaseBusy
+
+    landed = [m for m in manifests if m.status != "running"]
+    if not landed:
+        console.say(f"nothing to load in {output}: no run there has finished or been interrupted yet")
+        return
+    if not layout.db.exists():
+        console.warning(
+            f"nothing to load in {output}, but {layout.db} does not exist although its runs were loaded into it: "
+            f"`{harvest_command()} rebuild {output}` builds it again from the raw pages"
+        )
+        return
+    try:
+        refresh_views(layout)  # an output directory moved: the history views follow it
+    except DatabaseBusy as exc:
+        raise fail(str(exc), 1) from None
+    console.say(f"nothing to load in {output}: every finished or interrupted run is in {layout.db}")
+
+
+def load(output: Path) -> None:
+    """Load every run whose data landed and is not in DuckDB; say what each is."""
+    from flows.run.load_step import load_manifest_into_duckdb
+    from tasks.database.connection import DatabaseBusy
+    from tasks.database.load_settings import LoadSettingError, check_load_settings
+    from tasks.output.manifest import all_manifests, pending_manifests
+    from tasks.output.run_list import run_rows
+
+    try:
+        check_load_settings()
+    except LoadSettingError as exc:
+        raise fail(str(exc)) from None
+    layout = OutputLayout(output)
+    for row in run_rows(layout):
+        if row.state in ("running", "killed"):
+            console.note(_unfinished_note(row, output))
+    pending = pending_manifests(layout)
+    if not pending:
+        _nothing_to_load(layout, output, all_manifests(layout))
+        return
+    for manifest in pending:
+        lock = _job_lock(layout, manifest.job)
+        if lock is None:
+            console.note(
+                f"run {manifest.run_id} of job {manifest.job} is not loaded: a run of that job is running now; "
+                f"run `{harvest_command()} load {output}` again when it has ended"
+            )
+            continue
+        try:
+            tables = load_manifest_into_duckdb(layout, manifest)
+        except DatabaseBusy as exc:
+            raise fail(str(exc), 1) from None
+        finally:
+            lock.release()
+        console.say(
+            f"loaded run {manifest.run_id} ({manifest.status}): {sum(tables.values())} rows in {len(tables)} tables"
+        )
+        if manifest.status == "interrupted":
+            console.note(
+                f"run {manifest.run_id} is still unfinished: `{harvest_command()} run SPEC` resumes it"
+            )
+
+
+def runs(output: Path) -> None:
+    from tasks.output.run_list import run_rows
+
+    rows = run_rows(OutputLayout(output))
+    if not rows:
+        raise fail(f"no runs found under {output}", 1)
+    table = console.table(
+        "run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service",
+        title=f"runs in {output}", right=("pages", "credits", "records"),
+    )  # fmt: skip
+    for row in rows:
+        m = row.manifest
+        console.add_row(
+            table, m.run_id, m.job, m.started[:19], row.state, row.pages, f"{row.credits}/{m.budget}",
+            m.records if not row.unfinished else "-", "yes" if m.loaded else "no", m.service,
+        )  # fmt: skip
+    console.out.print(table)
+    for row in rows:
+        if row.unfinished and row.state != "running":
+            console.note(_unfinished_note(row, output))

@@ -1,0 +1,274 @@
+"""`harvest sql`: one read statement on a job's DuckDB file, printed literally, or as CSV or JSON for scripts.
+
+Opening the file read-only is not enough: `COPY ... TO` and `EXPORT DATABASE` write anywhere (a COPY onto the
+job's own `harvest.duckdb` replaced it with a CSV), and `ATTACH ... (READ_WRITE)` writes another database.
+So three fences: DuckDB's parser must find exactly one SELECT (or EXPLAIN of one) before anything runs; the
+connection is read-only; and it has no file system or extensions (`enable_external_access=false`, no
+extension autoloading), with its configuration locked so a statement cannot switch them back on.
+The job's own tables stay readable, JSON functions included, and so do its history views over its own Parquet
+tree (the one allowed directory); other files are not.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flows.console import add_row, literal, note, out, table
+from flows.spec import UsageError
+from tasks.database.connection import quote_literal
+from tasks.output.layout import OutputLayout
+
+if TYPE_CHECKING:
+    import duckdb
+
+FORMATS = ("table", "csv", "json")
+DEFAULT_LIMIT = 200
+COUNT_CAP = 1_000_000
+"""Rows counted past `--limit` to say how many were cut; beyond this the note says "more than"."""
+
+READ_ONLY_CONFIG: dict[str, str | bool] = {
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+}
+"""Set when connecting; the file fence follows (`_fence`): DuckDB takes allowed directories only once open."""
+ALLOWED = (
+    "one read-only statement: SELECT (also WITH ..., FROM ..., VALUES, DESCRIBE, SHOW, SUMMARIZE) "
+    "or EXPLAIN [ANALYZE] of a SELECT; to save a result, use --format csv or json and redirect it"
+)
+_WHY = {
+    "COPY": "reads and writes files",
+    "COPY_DATABASE": "writes a database",
+    "EXPORT": "EXPORT DATABASE writes files",
+    "ATTACH": "opens another database",
+    "DETACH": "closes a database",
+    "LOAD": "INSTALL and LOAD add extensions",
+    "EXTENSION": "changes extensions",
+    "SET": "SET, RESET and USE change the session",
+    "VARIABLE_SET": "changes the session",
+    "PRAGMA": "runs commands",
+    "CALL": "runs procedures, CHECKPOINT among them",
+    "MULTI": "PIVOT runs as several statements",
+    "TRANSACTION": "transactions are for writing",
+    "PREPARE": "prepared statements run later",
+    "EXECUTE": "runs a prepared statement",
+}
+"""Why a statement type is refused; any other type is a write (CREATE, INSERT, UPDATE, DELETE, DROP, ...)."""
+_EXPLAIN = re.compile(r"\s*explain\s+(?:analy[sz]e\s+)?(?P<inner>.*)\Z", re.IGNORECASE | re.DOTALL)
+
+
+class QueryFailed(Exception):
+    """DuckDB could not run the query (syntax, unknown table, busy file): exit 1, the message as DuckDB says it."""
+
+    exit_code = 1
+
+
+def refused(what: str) -> UsageError:
+    return UsageError(f"harvest sql refused {what}; allowed: {ALLOWED}")
+
+
+def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise UsageError unless `sql` is exactly one read statement, as DuckDB's own parser sees it."""
+    import duckdb
+
+    statements = con.extract_statements(sql)
+    if not statements:
+        raise refused("an empty query")
+    if len(statements) > 1:
+        raise refused(f"{len(statements)} statements")
+    statement = statements[0]
+    kind = statement.type
+    if kind == duckdb.StatementType.SELECT:
+        return
+    if kind == duckdb.StatementType.EXPLAIN:
+        match = _EXPLAIN.match(statement.query)
+        inner = con.extract_statements(match.group("inner")) if match else []
+        if len(inner) == 1 and inner[0].type == duckdb.StatementType.SELECT:
+            return
+        raise refused("EXPLAIN of a statement that is not a SELECT")
+    name = kind.name
+    raise refused(f"{name} ({_WHY.get(name, 'writes to the database')})")
+
+
+@dataclass(frozen=True)
+class Answer:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    total: int
+    """Rows of the whole result, or COUNT_CAP + shown rows when `capped`."""
+    capped: bool = False
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.rows)
+
+
+def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
+    if not db.is_file():
+        raise QueryFailed(f"{db} does not exist: run a job first")
+    try:
+        con = duckdb.connect(str(db), read_only=True, config=dict(READ_ONLY_CONFIG))
+    except duckdb.Error as exc:
+        raise QueryFailed(f"cannot open {db} read-only: {exc}") from None
+    layout = OutputLayout(db.parent)
+    _fence(con, layout.parquet_root)
+    _follow_move(con, layout)
+    return con
+
+
+def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
+    """The history views read Parquet by absolute path: after a move they would read the old place (which the
+    fence refuses). Read-only, the stored views cannot change, so temporary ones over this place shadow them."""
+    from tasks.database.history_views import follow_moved_views
+
+    if follow_moved_views(con, layout.parquet_root):
+        note(
+            f"note: the history views in {layout.db} still point at the directory's old place; answered from "
+            f"the Parquet here. `harvest load {layout.root}` points them here for other readers too"
+        )
+
+
+def _fence(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> None:
+    """No file system but the job's own Parquet tree (which the `<table>_history` views read), and a locked
+    configuration, so no statement can widen it again."""
+    con.execute(f"SET allowed_directories = [{quote_literal(str(parquet_root.resolve()) + '/')}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> Answer:
+    """At most `limit` rows of the one read statement `sql` (0: all), and how many rows it had."""
+    import duckdb
+
+    con = open_read_only(db)
+    try:
+        try:
+            check_statement(con, sql)
+            result = con.execute(sql)
+            columns = [d[0] for d in result.description or []]
+            if limit == 0:
+                rows = result.fetchall()
+                return Answer(columns, rows, len(rows))
+            rows = result.fetchmany(limit)
+            if len(rows) < limit:
+                return Answer(columns, rows, len(rows))
+            rest, capped = _count_rest(result)
+            return Answer(columns, rows, len(rows) + rest, capped)
+        except duckdb.PermissionException:
+            from tasks.database.history_views import HISTORY_SUFFIX
+
+            hint = (
+                f"; a `_history` view reading another place: `harvest load {db.parent}` points it here"
+                if HISTORY_SUFFIX in sql
+                else ""
+            )
+            raise QueryFailed(
+                f"harvest sql reads only the tables in {db}; files, URLs and other databases are off limits "
+                f"(read Parquet files with duckdb itself){hint}"
+            ) from None
+        except duckdb.Error as exc:
+            raise QueryFailed(str(exc)) from None
+    finally:
+        con.close()
+
+
+def _count_rest(result: duckdb.DuckDBPyConnection) -> tuple[int, bool]:
+    """Rows left after the ones fetched, counted in Arrow batches (no Python objects), up to COUNT_CAP."""
+    counted = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "extra copy of the rows": only counts are kept
+        reader = result.to_arrow_reader(65_536)
+        for batch in reader or ():
+            counted += batch.num_rows
+            if counted > COUNT_CAP:
+                return COUNT_CAP, True
+    return counted, False
+
+
+# ---------------------------------------------------------------------------------------------- printing
+def _text(value: Any) -> str:
+    """A value as one line of text, the way DuckDB shows it: lists and structs as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(_jsonable(value), ensure_ascii=False, default=_json_default)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or Infinity
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
+
+
+def unique_names(columns: list[str]) -> list[str]:
+    """Column names as JSON keys: a repeated name gets `_1`, `_2`, ... (as DuckDB names them in a subquery)."""
+    seen: dict[str, int] = {}
+    names = []
+    for name in columns:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        names.append(name if n == 0 else f"{name}_{n}")
+    return names
+
+
+def print_answer(answer: Answer, fmt: str) -> None:
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(answer.columns)
+        writer.writerows(["" if v is None else _text(v) for v in row] for row in answer.rows)
+    elif fmt == "json":
+        names = unique_names(answer.columns)
+        lines = [
+            json.dumps(
+                dict(zip(names, _jsonable(list(row)), strict=True)), default=_json_default, ensure_ascii=False
+            )
+            for row in answer.rows
+        ]
+        sys.stdout.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
+    else:
+        result = table(*answer.columns)
+        for row in answer.rows:
+            add_row(result, *(literal("NULL", style="dim") if v is None else _text(v) for v in row))
+        out.print(result)
+    if answer.cut:
+        of = f"more than {answer.total:,}" if answer.capped else f"{answer.total:,}"
+        note(f"showing {len(answer.rows):,} of {of} rows; --limit N shows more, --limit 0 all")
+
+
+def sql_command(output: Path, sql: str, limit: int = DEFAULT_LIMIT, fmt: str = "table") -> None:
+    """Raises UsageError (refused, exit 2) or QueryFailed (exit 1)."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: {fmt!r} is not a format; allowed: {', '.join(FORMATS)}")
+    if limit < 0:
+        raise UsageError(f"--limit: {limit} is negative; allowed: 0 (all rows) or a number of rows")
+    print_answer(query(OutputLayout(output).db, sql, limit), fmt)

@@ -1,0 +1,1 @@
+"""What an output directory hands to others: rebuild, export, the raw pages."""

@@ -1,0 +1,239 @@
+"""`harvest export`: landed Parquet handed to a warehouse's storage, with a commit marker a loader can trust.
+
+Any filesystem pyarrow knows: a local path, `s3://bucket/prefix` (the standard AWS variables, `AWS_ENDPOINT_URL`
+included, so MinIO, R2 and moto work), `gs://...`. Files keep their Hive layout (`<table>/date=.../<file>`).
+An export is incremental: it copies the runs not yet at that destination, and runs `harvest rebuild` changed
+since (to the same keys: rebuilt files keep their names), then writes `_exports/<export_id>/_manifest.json`
+(relative keys, rows, the schema, run ids and primary key per table, so a warehouse can merge) and last
+`_SUCCESS`: a loader takes an export only once its `_SUCCESS` exists. Which runs a destination has is recorded
+in DuckDB's `exports` table after the commit, and checked against the destination's committed exports
+(`flows/handoff/export_ledger.py`). A failed export leaves no `_SUCCESS` and records nothing; running it again sends the
+same runs to the same keys. `snapshot` exports the merged tables instead (`<table>/snapshot.parquet`, replaced
+each time, streamed), with `_manifest.json` and `_SUCCESS` at the destination's root.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from connectors.catalog.endpoints import all_kinds
+from flows.handoff.export_ledger import EXPORTS_DDL, ExportRow, find_committed, record, recorded
+from flows.spec import UsageError
+from flows.spec.job_options import BadDestination, check_destination
+from tasks.database.connection import has_table, quote_ident
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest, all_manifests
+
+__all__ = ["EXPORTS_DDL", "ExportReport", "export_increment", "export_snapshot"]
+SNAPSHOT_BATCH = 65_536
+"""Rows per Arrow batch a snapshot streams from DuckDB to the destination: memory stays at a few batches."""
+PARTITIONING = [{"name": "date", "type": "date32", "source": "hive"}]
+"""The Hive partition column of increment keys (`<table>/date=YYYY-MM-DD/...`), not stored in the files."""
+
+
+@dataclass
+class ExportReport:
+    destination: str
+    export_id: str
+    kind: str
+    runs: list[str] = field(default_factory=list)
+    files: int = 0
+    rows: int = 0
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recovered: int = 0
+    """Runs the destination had (committed exports) that the `exports` table did not know: recorded now."""
+
+
+def _destination(url: str) -> str:
+    try:
+        return check_destination(url)
+    except BadDestination as exc:
+        raise UsageError(f"--to: {exc}") from None
+
+
+def open_destination(destination: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in destination:
+        Path(destination).mkdir(parents=True, exist_ok=True)
+        return pafs.LocalFileSystem(), destination
+    return pafs.FileSystem.from_uri(destination)
+
+
+def _export_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def _schema(schema: pa.Schema) -> list[dict[str, str]]:
+    return [{"name": f.name, "type": str(f.type)} for f in schema]
+
+
+def _table_schema(schemas: list[pa.Schema], table: str) -> pa.Schema:
+    """A table's schema is the catalog's (what `harvest rebuild` would write today), not whichever file came
+    first; a table the catalog no longer has is described by the union of its files'."""
+    kinds = all_kinds()
+    if table in kinds:
+        return kinds[table].schema
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return schemas[-1]
+
+
+def _table_entry(report: ExportReport, table: str) -> dict[str, Any]:
+    kinds = all_kinds()
+    key = list(kinds[table].primary_key) if table in kinds else []
+    return report.tables.setdefault(
+        table, {"primary_key": key, "newest_by": "_fetched_at", "rows": 0, "schema": [], "files": []}
+    )
+
+
+def _describe_schemas(report: ExportReport, schemas: dict[str, list[pa.Schema]]) -> None:
+    """Each table's schema from the catalog; a file whose own schema differs (landed under an older catalog and
+    not rebuilt since) carries its own too."""
+    for table, found in schemas.items():
+        entry = report.tables[table]
+        unified = _table_schema(found, table)
+        entry["schema"] = _schema(unified)
+        for file, own in zip(entry["files"], found, strict=True):
+            if not own.equals(unified):
+                file["schema"] = _schema(own)
+
+
+def _copy_run(
+    layout: OutputLayout,
+    run: RunManifest,
+    fs: pafs.FileSystem,
+    base: str,
+    report: ExportReport,
+    schemas: dict[str, list[pa.Schema]],
+) -> None:
+    local = pafs.LocalFileSystem()
+    for table, paths in sorted(run.files_by_table(layout).items()):
+        for path in paths:
+            key = path.relative_to(layout.parquet_root).as_posix()
+            meta = pq.read_metadata(path)
+            fs.create_dir(f"{base}/{Path(key).parent.as_posix()}", recursive=True)
+            pafs.copy_files(str(path), f"{base}/{key}", source_filesystem=local, destination_filesystem=fs)
+            entry = _table_entry(report, table)
+            entry["files"].append({"key": key, "rows": meta.num_rows, "run_id": run.run_id})
+            entry["rows"] += meta.num_rows
+            schemas.setdefault(table, []).append(meta.schema.to_arrow_schema())
+            report.files += 1
+            report.rows += meta.num_rows
+
+
+def _retire(
+    layout: OutputLayout, run: RunManifest, fs: pafs.FileSystem, base: str, report: ExportReport
+) -> None:
+    """Parts a rebuild merged away (Dask rounds): deleted at the destination and named in the manifest, so
+    neither a lake read as files nor a loader keeping files holds their rows twice."""
+    for stored in run.retired_files:
+        key = layout.resolve(stored).relative_to(layout.parquet_root).as_posix()
+        if fs.get_file_info(f"{base}/{key}").is_file:
+            fs.delete_file(f"{base}/{key}")
+        entry = _table_entry(report, key.split("/", 1)[0])
+        entry.setdefault("retired", []).append({"key": key, "run_id": run.run_id})
+
+
+def _commit(fs: pafs.FileSystem, folder: str, report: ExportReport, jobs: list[str]) -> datetime:
+    """`_manifest.json`, then `_SUCCESS`: the marker exists only once everything it vouches for does."""
+    created = datetime.now(UTC)
+    manifest = {
+        "format": "harvest-export/1",
+        "export_id": report.export_id,
+        "kind": report.kind,
+        "created_at": created.isoformat(),
+        "jobs": jobs,
+        "runs": report.runs,
+        "partitioning": PARTITIONING if report.kind == "increment" else [],
+        "tables": report.tables,
+    }
+    fs.create_dir(folder, recursive=True)
+    with fs.open_output_stream(f"{folder}/_manifest.json") as out:
+        out.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
+    with fs.open_output_stream(f"{folder}/_SUCCESS") as out:
+        out.write(b"")
+    return created
+
+
+def export_increment(layout: OutputLayout, url: str) -> ExportReport:
+    """Copy the loaded runs not yet at `url` (or rebuilt since), then commit the export and record it.
+
+    Nothing new: nothing written (committed exports the table did not know are recorded)."""
+    destination = _destination(url)
+    report = ExportReport(destination, _export_id(), "increment")
+    manifests = [m for m in all_manifests(layout) if m.loaded]
+    fs, base = open_destination(destination)
+    sent = recorded(layout, destination)
+    find_committed(fs, base, sent, (m.run_id for m in manifests))
+    runs = [m for m in manifests if sent.due(m)]
+    report.recovered = len({r.run_id for r in sent.found})
+    if not runs:
+        record(layout, destination, sent.found)
+        return report
+    per_run: dict[str, tuple[int, int]] = {}
+    schemas: dict[str, list[pa.Schema]] = {}
+    for run in runs:
+        files, rows = report.files, report.rows
+        _copy_run(layout, run, fs, base, report, schemas)
+        _retire(layout, run, fs, base, report)
+        report.runs.append(run.run_id)
+        per_run[run.run_id] = (report.files - files, report.rows - rows)
+    _describe_schemas(report, schemas)
+    at = _commit(fs, f"{base}/_exports/{report.export_id}", report, sorted({m.job for m in runs}))
+    rows_ = [ExportRow(r, report.export_id, "increment", at, *counts) for r, counts in per_run.items()]
+    record(layout, destination, sent.found + rows_)
+    return report
+
+
+def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
+    """The merged tables as they are now, one Parquet file each, replacing the destination's last snapshot."""
+    destination = _destination(url)
+    report = ExportReport(destination, _export_id(), "snapshot")
+    if not layout.db.exists():
+        raise UsageError(f"{layout.db} does not exist: nothing to export (run a job, or `harvest rebuild`)")
+    fs, base = open_destination(destination)
+    if fs.get_file_info(f"{base}/_SUCCESS").is_file:
+        fs.delete_file(f"{base}/_SUCCESS")  # the old snapshot is being replaced: no longer vouched for
+    con = duckdb.connect(str(layout.db), read_only=True)
+    try:
+        tables = [t for t in sorted(all_kinds()) if has_table(con, t)]
+        for table in tables:
+            _snapshot_table(con, table, fs, base, report)
+        report.runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started").fetchall()]
+    finally:
+        con.close()
+    at = _commit(fs, base, report, sorted({m.job for m in all_manifests(layout)}))
+    record(layout, destination, [ExportRow(r, report.export_id, "snapshot", at) for r in report.runs])
+    return report
+
+
+def _snapshot_table(
+    con: duckdb.DuckDBPyConnection, table: str, fs: pafs.FileSystem, base: str, report: ExportReport
+) -> None:
+    """One table streamed batch by batch (a relation's reader: DuckDB does not materialise the result)."""
+    key = f"{table}/snapshot.parquet"
+    reader = con.sql(f"FROM {quote_ident(table)}").to_arrow_reader(SNAPSHOT_BATCH)
+    fs.create_dir(f"{base}/{table}", recursive=True)
+    rows = 0
+    with (
+        fs.open_output_stream(f"{base}/{key}") as out,
+        pq.ParquetWriter(out, reader.schema, compression="zstd") as w,
+    ):
+        for batch in reader:
+            w.write_batch(batch)
+            rows += batch.num_rows
+    entry = _table_entry(report, table)
+    entry["schema"] = _schema(reader.schema)
+    entry["files"].append({"key": key, "rows": rows})
+    entry["rows"] = rows
+    report.files += 1
+    report.rows += rows

@@ -1,0 +1,37 @@
+"""A spec's `export: {to: URL}`: the run's export, after its load, never at the cost of what landed.
+
+A failed export fails the run's Prefect state and exit code (the warehouse did not get the night's data, and a
+scheduled job must say so), but the run's data stays landed and loaded; `harvest export` sends it later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from flows.run.interrupt import ExportInterrupted, StopOnSignal
+from flows.spec import JobSpec
+from tasks.output.layout import OutputLayout
+
+
+def export_step(
+    spec: JobSpec, layout: OutputLayout, loaded: bool, stop: StopOnSignal | None = None
+) -> dict[str, Any] | None:
+    """The export's report for the run's summary; `stop`: a second Ctrl-C meanwhile abandons it."""
+    if spec.export is None:
+        return None
+    to = spec.export.to
+    retry = f"harvest export {layout.root} --to {to}" + (" --snapshot" if spec.export.snapshot else "")
+    if not loaded:
+        return {"to": to, "error": f"not exported: the run is not loaded yet; `harvest load`, then `{retry}`"}
+    try:
+        with stop.exporting() if stop is not None else contextlib.nullcontext():
+            from flows.handoff.export import export_increment, export_snapshot
+
+            report = (export_snapshot if spec.export.snapshot else export_increment)(layout, to)
+    except ExportInterrupted as exc:  # nothing is committed without `_SUCCESS`: the retry sends it all
+        return {"to": to, "interrupted": True, "error": f"export interrupted by {exc}; retry: `{retry}`"}
+    except Exception as exc:  # landed data stays; the summary says what failed and how to send it later
+        return {"to": to, "error": f"export failed ({type(exc).__name__}: {exc}); retry: `{retry}`"}
+    return {"to": report.destination, "kind": report.kind, "runs": len(report.runs), "files": report.files,
+            "rows": report.rows}  # fmt: skip

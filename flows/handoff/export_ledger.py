@@ -1,0 +1,137 @@
+"""Which runs went to which destination: DuckDB's `exports` table, kept true to what the destinations hold.
+
+The destination is the truth: an export counts once its `_exports/<id>/_SUCCESS` exists there. The table is a
+local record of it, written after the commit; when writing it fails (the database is busy, or was lost and
+rebuilt), the next export finds the committed folders the table does not know, reads their manifests and
+records them, instead of sending those runs again. So a committed `_SUCCESS` never stays unrecorded, and a
+lost `exports` table costs a listing of `_exports/`, not a second copy of every run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import duckdb
+import pyarrow.fs as pafs
+
+from tasks.database.connection import DatabaseBusy, has_table, transaction, write_connection
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest
+
+EXPORTS_DDL = """
+CREATE TABLE IF NOT EXISTS exports (
+    destination VARCHAR NOT NULL,
+    run_id VARCHAR NOT NULL,
+    export_id VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,
+    exported_at TIMESTAMP WITH TIME ZONE NOT NULL,
+    files BIGINT NOT NULL,
+    rows BIGINT NOT NULL,
+    PRIMARY KEY (destination, run_id, export_id)
+)"""
+
+
+class NotRecorded(RuntimeError):
+    """The export is committed at the destination, but the `exports` table could not say so (yet)."""
+
+
+@dataclass(frozen=True)
+class ExportRow:
+    run_id: str
+    export_id: str
+    kind: str
+    exported_at: datetime
+    files: int = 0
+    rows: int = 0
+
+
+@dataclass
+class Sent:
+    """What a destination has: the latest increment export of each run, and the export ids already recorded."""
+
+    latest: dict[str, datetime] = field(default_factory=dict)
+    recorded: set[str] = field(default_factory=set)
+    found: list[ExportRow] = field(default_factory=list)
+    """Committed exports of this output's runs found at the destination but not in the table: to record."""
+
+    def add(self, row: ExportRow) -> None:
+        if row.kind == "increment" and (
+            row.run_id not in self.latest or self.latest[row.run_id] < row.exported_at
+        ):
+            self.latest[row.run_id] = row.exported_at
+
+    def due(self, run: RunManifest) -> bool:
+        """Not at the destination yet, or rebuilt (its Parquet changed) after it was sent."""
+        sent = self.latest.get(run.run_id)
+        return sent is None or (run.rebuilt is not None and sent < datetime.fromisoformat(run.rebuilt))
+
+
+def recorded(layout: OutputLayout, destination: str) -> Sent:
+    """What the `exports` table says the destination has (nothing when there is no database or table)."""
+    sent = Sent()
+    if not layout.db.exists():
+        return sent
+    con = duckdb.connect(str(layout.db), read_only=True)
+    try:
+        if not has_table(con, "exports"):
+            return sent
+        found = con.execute(
+            "SELECT run_id, export_id, kind, exported_at FROM exports WHERE destination = ?", [destination]
+        ).fetchall()
+    finally:
+        con.close()
+    for run_id, export_id, kind, exported_at in found:
+        sent.recorded.add(export_id)
+        sent.add(ExportRow(run_id, export_id, kind, exported_at))
+    return sent
+
+
+def find_committed(fs: pafs.FileSystem, base: str, sent: Sent, runs: Iterable[str]) -> None:
+    """Add the committed exports at the destination that the table does not know (for runs of this output)."""
+    ours = set(runs)
+    listing = fs.get_file_info(pafs.FileSelector(f"{base}/_exports", allow_not_found=True))
+    for folder in sorted(f.path for f in listing if f.type == pafs.FileType.Directory):
+        export_id = folder.rstrip("/").rsplit("/", 1)[-1]
+        if export_id in sent.recorded or not fs.get_file_info(f"{folder}/_SUCCESS").is_file:
+            continue
+        with fs.open_input_stream(f"{folder}/_manifest.json") as f:
+            manifest = json.loads(f.read())
+        at = datetime.fromisoformat(manifest["created_at"])
+        files: dict[str, list[int]] = {}
+        for entry in manifest.get("tables", {}).values():
+            for file in entry.get("files", []):
+                counts = files.setdefault(file.get("run_id", ""), [0, 0])
+                counts[0], counts[1] = counts[0] + 1, counts[1] + int(file.get("rows", 0))
+        for run_id in manifest.get("runs", []):
+            if run_id in ours:
+                n, rows = files.get(run_id, [0, 0])
+                row = ExportRow(run_id, export_id, manifest.get("kind", "increment"), at, n, rows)
+                sent.found.append(row)
+                sent.add(row)
+
+
+def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> None:
+    """Write export rows (idempotent: a row already there is replaced); NotRecorded when that fails."""
+    if not rows:
+        return
+    rerun = "harvest export ... (it records what the destination has, and sends nothing twice)"
+    try:
+        with write_connection(layout.db, data_dir=layout.parquet_root, rerun=rerun) as con, transaction(con):
+            con.execute(EXPORTS_DDL)
+            for r in rows:  # delete, then insert: right even in a table that lost its key (an older rebuild)
+                con.execute(
+                    "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",
+                    [destination, r.run_id, r.export_id],
+                )
+                con.execute(
+                    "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [destination, r.run_id, r.export_id, r.kind, r.exported_at, r.files, r.rows],
+                )
+    except (DatabaseBusy, duckdb.Error) as exc:
+        raise NotRecorded(
+            f"not recorded in {layout.db} ({exc}); the next `harvest export` finds it at the destination "
+            "and records it, sending nothing twice"
+        ) from exc

@@ -1,0 +1,216 @@
+"""`harvest rebuild`: the Parquet files and DuckDB tables derived again from the stored raw pages, no request sent.
+
+The raw pages are the receipt of every paid answer; everything else in an output directory is derived from them
+and the run manifests. So a catalog fix after a shape change, a new column or a type change reaches old data by
+rebuilding, and a lost or corrupted `harvest.duckdb` or `parquet/` comes back without paying again (the service
+may be gone).
+
+Order keeps what was landed safe at every step: a run's queries are landed again one by one (a query's old
+Parquet parts are replaced by its new one); the database is built in a new file beside the old one and moved
+over it only when complete. An interrupted rebuild is finished by running it again.
+
+Rebuilt files keep their names (a query's part id is taken from the files its manifest lists), so what an
+export sent before is replaced key for key. A run whose Parquet bytes changed (a catalog fix) is marked
+`rebuilt` in its manifest: the next increment export sends it again to every destination.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.shape_overrides import shapes_data, shapes_of
+from connectors.paging.pager import QuerySpec
+from flows.handoff.export_ledger import EXPORTS_DDL
+from flows.run.load_step import load_manifest_into_duckdb
+from flows.spec import JobSpec, UsageError
+from tasks.database.connection import quote_ident, quote_literal
+from tasks.landing import land_raw_pages, open_sink
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest, all_manifests, write_manifest
+
+KEPT_TABLES = {"exports": EXPORTS_DDL}
+"""Tables that record what happened outside the output directory (where runs were exported), with their
+definition: carried over from the old database when it is readable, since raw pages cannot say it."""
+
+
+@dataclass
+class RebuildReport:
+    runs: list[str] = field(default_factory=list)
+    """Runs whose Parquet was landed again from raw pages."""
+    loaded: list[str] = field(default_factory=list)
+    """Runs loaded into the new database (every finished run)."""
+    skipped: list[str] = field(default_factory=list)
+    """Runs left alone, with why (a killed run still to resume)."""
+    pages: int = 0
+    records: int = 0
+    tables: dict[str, int] = field(default_factory=dict)
+
+
+def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | None = None) -> RebuildReport:
+    """Land the stored raw pages of one run (or all) again, then build DuckDB anew from every finished run.
+
+    With `spec`, its `shapes` read the pages of the job's runs (and are recorded in their manifests, so a later
+    rebuild reads them the same way); without, each run's own."""
+    if not layout.raw_root.is_dir():
+        raise UsageError(
+            f"{layout.root}: no raw pages here (raw/ is missing); allowed: a harvest output directory"
+        )
+    manifests = all_manifests(layout)
+    if run_id is not None and run_id not in {m.run_id for m in manifests}:
+        known = ", ".join(m.run_id for m in manifests) or "none"
+        raise UsageError(f"--run: no run {run_id!r} in {layout.root}; runs there: {known}")
+    if spec is not None and spec.name not in {m.job for m in manifests}:
+        jobs = ", ".join(sorted({m.job for m in manifests})) or "none"
+        raise UsageError(f"--spec: the spec is job {spec.name!r}; jobs in {layout.root}: {jobs}")
+    report = RebuildReport()
+    with ExitStack() as locks:
+        for job in sorted({m.job for m in manifests}):
+            locks.enter_context(_job_lock(layout, job))
+        done = []
+        for m in manifests:
+            if m.unfinished and not m.loaded:
+                report.skipped.append(f"{m.run_id}: unfinished ({m.status}); `harvest run SPEC` resumes it")
+                continue
+            if run_id is None or m.run_id == run_id:
+                if spec is not None and m.job == spec.name:
+                    m = replace(m, shapes=shapes_data(spec.shape_overrides()))
+                m = reland_run(layout, m, report)
+                report.runs.append(m.run_id)
+            done.append(m)
+        report.tables = rebuild_database(layout, done)
+        report.loaded = [m.run_id for m in done]
+    return report
+
+
+@contextmanager
+def _job_lock(layout: OutputLayout, job: str) -> Iterator[None]:
+    from tasks.output.job_lock import JobLocked, acquire
+
+    try:
+        lock = acquire(layout.lock_file(job))
+    except JobLocked as exc:
+        raise UsageError(f"cannot rebuild while a run is going: {exc}") from None
+    try:
+        lock.describe(job=job, run_id="harvest rebuild")
+        yield
+    finally:
+        lock.release()
+
+
+def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
+    """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
+    then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone."""
+    started = datetime.fromisoformat(run.started)
+    endpoints = catalog.endpoints(None, shapes_of(run.shapes))
+    before = _fingerprints(layout, run)
+    queries = []
+    for n, q in enumerate(run.queries):
+        raw = (
+            layout.resolve(q["raw_file"]) if q.get("raw_file") else layout.raw_file(run.run_id, q["query_id"])
+        )
+        endpoint = endpoints.get(q["endpoint"])
+        if endpoint is None or not raw.exists():
+            queries.append(q)  # no page was paid (or the endpoint left the catalog): nothing to land
+            continue
+        spec = QuerySpec(query_id=q["query_id"], endpoint=q["endpoint"], params={})
+        sink = open_sink(layout, run.run_id, started, _part(run, q, n), spec.query_id)
+        try:
+            point = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink)
+        finally:
+            files = sink.close()
+        report.pages += point.pages
+        report.records += point.records
+        queries.append(
+            {
+                **q,
+                "records": point.records,
+                "extraction": point.extraction.as_dict(),
+                "files": [(table, layout.relative(path), rows) for table, path, rows in files],
+            }
+        )
+    relanded = replace(run, queries=queries)
+    after = _fingerprints(layout, relanded)
+    if after != before:
+        retired = (set(run.retired_files) | set(before)) - set(after)
+        relanded = replace(relanded, rebuilt=datetime.now(UTC).isoformat(), retired_files=sorted(retired))
+    write_manifest(layout, relanded)
+    return relanded
+
+
+def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
+    """The part id the query's files carry, so rebuilt files keep their names; the first when Dask rounds wrote
+    several (the others are retired). A query without files gets a new one (stable: the manifest's order)."""
+    parts = sorted(
+        p
+        for _, path, _ in query.get("files", [])
+        if (p := OutputLayout.part_of(path, run.run_id)) is not None
+    )
+    return parts[0] if parts else n
+
+
+def _fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
+    """SHA-256 of each of the run's Parquet files by relative path (a missing file: empty), to tell whether a
+    rebuild changed what an export sent."""
+    out = {}
+    for q in run.queries:
+        for _, path, _ in q.get("files", []):
+            file, digest = layout.resolve(path), hashlib.sha256()
+            if file.exists():
+                with open(file, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        digest.update(chunk)
+            out[layout.relative(file)] = digest.hexdigest() if file.exists() else ""
+    return out
+
+
+def rebuild_database(layout: OutputLayout, runs: list[RunManifest]) -> dict[str, int]:
+    """A new `harvest.duckdb` from the runs' Parquet and bookkeeping, moved over the old one when complete."""
+    fresh = layout.root / ".harvest.duckdb.rebuild"
+    for leftover in (fresh, Path(f"{fresh}.wal")):
+        leftover.unlink(missing_ok=True)
+    tables: dict[str, int] = {}
+    for run in runs:
+        tables.update(load_manifest_into_duckdb(layout, run, db=fresh))
+    _carry_over(layout.db, fresh)
+    if not runs:
+        duckdb.connect(str(fresh)).close()
+    Path(f"{layout.db}.wal").unlink(missing_ok=True)  # the old file's log would be replayed onto the new file
+    os.replace(fresh, layout.db)
+    return tables
+
+
+def _carry_over(old: Path, fresh: Path) -> None:
+    if not old.exists():
+        return
+    try:
+        con = duckdb.connect(str(fresh))
+    except duckdb.Error:
+        return
+    try:
+        con.execute(f"ATTACH {quote_literal(str(old))} AS old (READ_ONLY)")
+        have = {
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'old'"
+            ).fetchall()
+        }
+        for table, ddl in KEPT_TABLES.items():
+            if table in have:  # its definition (the key `INSERT OR REPLACE` needs), then its rows
+                con.execute(ddl)
+                con.execute(
+                    f"INSERT OR REPLACE INTO {quote_ident(table)} SELECT DISTINCT * FROM old.{quote_ident(table)}"
+                )
+    except duckdb.Error:
+        pass  # the old database is unreadable (that may be why we rebuild): nothing to carry over
+    finally:
+        con.close()

@@ -1,0 +1,1 @@
+"""Prefect: its settings, the temporary server, flow run states, deployments."""

@@ -1,0 +1,110 @@
+"""How a run's end is told to Prefect: the final state and its message, and the run's artifacts.
+
+The state tells the truth a scheduler acts on: Completed (a budget stop says so in its message), Failed when a
+query failed (the message names the failed queries and the first error of each kind, so an alert says what
+broke without opening the logs), Cancelled when the run or its load into DuckDB was interrupted, Crashed when
+this machine could not write the run (a full disk: resumable once space is freed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.states import Cancelled, Completed, Crashed, Failed, State
+
+from connectors.http.auth import ApiKey, redact
+from tasks.output.manifest import failure_groups, who
+
+REASONS_SHOWN = 3
+"""Distinct failure reasons named in a Failed state's message; the rest are counted."""
+REASON_CHARS = 300
+"""A reason (the service's own text, quoted as is) is cut to this length in the message."""
+
+
+class RunFailed(Exception):
+    """Raised instead of returning a Failed state when the flow has retries, so that Prefect retries it (and
+    the retry resumes the run). Carries the run summary."""
+
+    def __init__(self, summary: dict[str, Any], message: str) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+def _failures(summary: dict[str, Any], key: ApiKey | None) -> str:
+    groups = failure_groups(summary["queries"])
+    parts = []
+    for ids, reason in groups[:REASONS_SHOWN]:
+        text = redact(reason, key)
+        if len(text) > REASON_CHARS:
+            text = text[: REASON_CHARS - 3] + "..."
+        parts.append(f"{who(ids)}: {text}")
+    if len(groups) > REASONS_SHOWN:
+        parts.append(f"and {len(groups) - REASONS_SHOWN} more reasons")
+    return "; ".join(parts)
+
+
+def headline(summary: dict[str, Any], key: ApiKey | None = None) -> str:
+    """One line for the Prefect state message and logs; a failed run's names its failed queries and why."""
+    text = (
+        f"{summary['status']}: {len(summary['queries'])} queries, {summary['records']} records, "
+        f"{summary['credits_spent']}/{summary['budget']} credits (run {summary['run_id']})"
+    )
+    failures = _failures(summary, key)
+    if failures:
+        text += f"; failed: {failures}"
+    text += f"; {summary['error']}" if summary.get("error") else ""
+    if summary.get("machine_fault") and summary["machine_fault"] not in (summary.get("error") or ""):
+        text += f"; {summary['machine_fault']}"
+    text += "; the load into DuckDB was interrupted" if summary.get("load_interrupted") else ""
+    return text + ("; the export was interrupted" if interrupted_export(summary) else "")
+
+
+def interrupted_export(summary: dict[str, Any]) -> bool:
+    return bool((summary.get("export") or {}).get("interrupted"))
+
+
+def failed_export(summary: dict[str, Any]) -> bool:
+    """The spec's export did not happen (failed, interrupted, or the run was not loaded): the run says so."""
+    return bool((summary.get("export") or {}).get("error"))
+
+
+def cut_short(summary: dict[str, Any]) -> bool:
+    """A signal stopped the run, its load or its export: Prefect's Cancelled, exit code 130."""
+    return (
+        summary["status"] == "interrupted"
+        or bool(summary.get("load_interrupted"))
+        or interrupted_export(summary)
+    )
+
+
+def final_state(summary: dict[str, Any], retries: int, key: ApiKey | None = None) -> State[Any]:
+    message = headline(summary, key)
+    if summary.get(
+        "machine_fault"
+    ):  # the machine could not write (a full disk): resumable, not the code's fault
+        return Crashed(message=message, data=summary)
+    if cut_short(summary):
+        return Cancelled(message=message, data=summary)
+    if summary["status"] == "failed" or failed_export(summary):
+        if retries:  # Prefect retries only a raised failure; the retry resumes this run
+            raise RunFailed(summary, message)
+        return Failed(message=message, data=summary)
+    return Completed(message=message, data=summary)
+
+
+async def publish_artifact(job: str, summary: dict[str, Any]) -> None:
+    key = "".join(c if c.isalnum() else "-" for c in f"harvest-{job}".lower())
+    await acreate_table_artifact(
+        table=[
+            {k: q[k] for k in ("query_id", "endpoint", "status", "pages", "records", "credits")}
+            for q in summary["queries"]
+        ],
+        key=key,
+        description=f"harvest run {summary['run_id']}: {summary['status']}, "
+        f"{summary['credits_spent']}/{summary['budget']} credits",
+    )
+    rows = "\n".join(f"| {t} | {n} |" for t, n in sorted(summary["tables"].items()))
+    await acreate_markdown_artifact(
+        markdown=f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n", key=f"{key}-tables"
+    )

@@ -1,0 +1,78 @@
+"""What the service billed a run, beside what harvest counted: the account's balance, read around each session.
+
+A run reads the free `/v1/credit-balance` before its first request and after its last; each reading is written
+to the run's journal at once (`RunJournal.balance`), so a process killed mid-run leaves its `before` behind.
+A run's bill is the sum over its sessions (the first process, then each resume) of how far the balance fell
+while the session ran:
+
+- a session that ended normally (also by Ctrl-C) fell by `before - after`;
+- a session killed before its `after` reading fell by `before - the next session's before`, if that fall is what
+  the session itself can have been billed: at least the credits it settled, at most those plus the reservations
+  it left open (requests in flight at the kill, billed or not). Anything else means another charge on the
+  account between the kill and the resume (another job on the same key, a top-up), and the bill is unknown;
+- a session with requests but no reading (the balance endpoint gave no usable answer) makes the bill unknown.
+
+Unknown is said as such ("unknown") rather than as a number that is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks.output.journal import SessionBalance
+
+
+@dataclass(frozen=True)
+class Bill:
+    credits: int | None
+    """What the balance fell by over the run's sessions; None when that cannot be known."""
+    unknown_because: str | None = None
+
+
+def _session_fall(session: SessionBalance, next_before: int | None) -> tuple[int | None, str | None]:
+    """(credits the session was billed, or None and why) from its readings and the next session's `before`."""
+    counted = session.settled + session.open
+    if session.before is None:
+        if counted == 0:
+            return 0, None  # killed before its first request: nothing was sent
+        return None, "the balance could not be read when an earlier part of the run started"
+    if session.after is not None:
+        return session.before - session.after, None
+    if next_before is None:
+        return None, "the run was killed and the balance could not be read when it resumed"
+    fall = session.before - next_before
+    if session.settled <= fall <= counted:
+        return fall, None
+    return None, (
+        f"the run was killed, and between its start and the resume the balance fell by {fall} credits where "
+        f"the killed part counted {session.settled} to {counted}: something else used or topped up the account"
+    )
+
+
+def _next_reading(later: list[SessionBalance], before: int | None) -> int | None:
+    """The next `before` reading, passing over sessions killed before they read it (they sent nothing)."""
+    for session in later:
+        if session.before is not None or session.settled + session.open:
+            return session.before
+    return before
+
+
+def run_bill(earlier: list[SessionBalance], before: int | None, after: int | None) -> Bill:
+    """The run's bill: the earlier sessions' (from the journal) and this session's `before` and `after`."""
+    total = 0
+    for n, session in enumerate(earlier):
+        fall, why = _session_fall(session, _next_reading(earlier[n + 1 :], before))
+        if fall is None:
+            return Bill(None, why)
+        total += fall
+    if before is None or after is None:
+        return Bill(None, "the balance could not be read before and after the run")
+    return Bill(total + before - after)
+
+
+def first_reading(earlier: list[SessionBalance], before: int | None) -> int | None:
+    """The balance before the run's first request: `balance_before` of the run, across resumes."""
+    for session in earlier:
+        if session.before is not None:
+            return session.before
+    return before

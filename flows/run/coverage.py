@@ -1,0 +1,113 @@
+"""What earlier runs of a job collected, per query id, derived from the run manifests.
+
+The manifests are the receipts every run writes (and `harvest rebuild` keeps), so this survives a lost or
+rebuilt database. Two things are derived:
+
+- **histories**: for each query, whether its history is complete (a pass went from the top of its newest-first
+  listing to the end, or down to items that were already complete), or partial and where its older,
+  uncollected items begin (`backfill`), and the run in which it last became complete (`trusted_until`: keys
+  landed up to that run may end paging). An incremental query's next run pages from these.
+- **collected**: query ids whose newest status says their data was collected (complete, caught up, not found,
+  capped by `max_pages`): dependent queries of an incremental parent that an incremental run need not pay
+  for again; the parent's other earlier records start theirs from the database (`dependents_left`).
+
+Runs written before histories were recorded (no `history` in a query's summary) are read from statuses:
+`complete` closes a history, `caught_up` keeps it as it was (that rerun may have stopped on items of an
+unfinished pass), any other stop leaves it partial at its next cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from connectors.catalog.paging_styles import Cursor
+from connectors.paging.known_items import History
+from connectors.paging.pager import QuerySpec
+from flows.run.plan import DependentQuery, instantiate
+from tasks.database.known_keys import parent_values
+from tasks.output.manifest import RunManifest
+
+COLLECTED = frozenset({"complete", "caught_up", "not_found", "max_pages"})
+"""Statuses of a query whose data was collected (the others stopped early: budget, failure, a killed run)."""
+
+
+@dataclass(frozen=True)
+class QueryHistory:
+    history: History
+    backfill: Cursor | None = None
+    """Partial: where the older items not collected yet begin; None: unknown, page from the top."""
+    trusted_until: str | None = None
+    """The run in which the history last became complete; None: never."""
+
+
+@dataclass
+class Coverage:
+    histories: dict[str, QueryHistory] = field(default_factory=dict)
+    collected: set[str] = field(default_factory=set)
+
+
+def _step(before: QueryHistory | None, run_id: str, query: Mapping[str, Any]) -> QueryHistory | None:
+    """The history after one run's summary of the query."""
+    trusted = before.trusted_until if before else None
+    recorded = query.get("history")
+    if recorded == "complete":
+        return QueryHistory("complete", None, run_id)
+    if recorded == "partial":
+        return QueryHistory("partial", query.get("backfill_cursor"), trusted)
+    status = query.get("status")
+    if status == "complete":
+        return QueryHistory("complete", None, run_id)
+    if status == "caught_up":
+        closed = before is not None and before.history == "complete"
+        return QueryHistory("complete", None, run_id) if closed else before
+    if status == "not_found" or not query.get("pages"):
+        return before  # nothing was paged: nothing changed
+    return QueryHistory("partial", query.get("next_cursor"), trusted)
+
+
+def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
+    """Fold the finished runs, oldest first (`tasks.output.manifest.all_manifests` order)."""
+    out = Coverage()
+    for run in manifests:
+        if run.unfinished:
+            continue  # a run being resumed: its start saw the runs before it
+        for query in run.queries:
+            qid = query["query_id"]
+            history = _step(out.histories.get(qid), run.run_id, query)
+            if history is None:
+                out.histories.pop(qid, None)
+            else:
+                out.histories[qid] = history
+            if query.get("status") in COLLECTED:
+                out.collected.add(qid)
+            else:
+                out.collected.discard(qid)
+    return out
+
+
+def dependents_left(
+    db: Path, parent: QuerySpec, deps: Sequence[DependentQuery], collected: set[str], incremental_run: bool
+) -> tuple[list[QuerySpec], list[str]]:
+    """Dependent queries of an incremental parent's earlier records that were never collected (a budget
+    stop, a failure, a dependent added to the spec since), and notes on values that cannot be parameters.
+    None unless the parent is incremental and the run is too (`--full` pages every record again).
+
+    An incremental run does not page those records again, so their dependents start from what the database
+    holds; those collected before are not paid for again. Both runners (in process and Dask) call this."""
+    children: list[QuerySpec] = []
+    notes: list[str] = []
+    if not (deps and parent.incremental and incremental_run):
+        return children, notes
+    for dep in deps:
+        for value in parent_values(db, dep.kind, dep.field, parent.query_id):
+            try:
+                child = instantiate(dep, value)
+            except ValueError as exc:
+                notes.append(f"{dep.template_id}: {exc}")
+                continue
+            if child.query_id not in collected:
+                children.append(child)
+    return children, notes

@@ -1,0 +1,286 @@
+"""Queries on a Dask cluster, in rounds: the budget stays a hard cap and breadth-first across machines.
+
+The flow keeps the one credit ledger. Each round it grants every running query some pages' worth of credits,
+breadth-first (the queries with the fewest pages first, one page at a time, at most `round_pages` each), and
+reserves the grants in its ledger before submitting. A query's task runs on any worker with a ledger capped at
+its grant, so the sum of what tasks can spend never passes what the flow had left; what a task did not spend
+goes back when the round settles. Unfinished queries are submitted again with their cursors; dependent queries
+start from the values their parents' records carried in the round before. When the budget runs short, pages
+are granted one at a time to the queries furthest behind: page counts end within one of each other.
+
+Why rounds and not a ledger served to the workers: a served ledger is one more service to run, secure and keep
+alive next to the cluster, and every attempt would wait on a network round trip to it; grants need nothing but
+the flow, cost one Prefect task per query and round, and keep "never over budget" true by construction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from connectors.catalog.shape_overrides import shapes_data
+from connectors.credits.ledger import CreditLedger
+from connectors.credits.reservations import Reservation
+from connectors.paging.pager import PagerStart, QuerySpec
+from flows.run import progress
+from flows.run.coverage import dependents_left
+from flows.run.plan import DependentQuery, Plan, base_id, instantiate
+from flows.run.service_access import Service
+from flows.run.start import RunStart
+from flows.spec import JobSpec
+from tasks.landing import task_result
+from tasks.output.journal import RunJournal
+from tasks.output.layout import OutputLayout
+from tasks.output.query_summary import history_fields
+from tasks.round_task import collect_round, state_from_plain
+
+SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
+"""How local Dask workers get the embedded sandbox's throw-away key (they inherit the flow's environment)."""
+
+
+@dataclass
+class Running:
+    spec: QuerySpec
+    cost: int
+    state: dict[str, Any] | None = None
+    pages: int = 0
+    credits: int = 0
+    records: int = 0
+    files: list[Any] = field(default_factory=list)
+    rounds: int = 0
+
+
+def allocate(running: list[Running], free: int, round_pages: int) -> dict[str, int]:
+    """Pages granted per query this round: one at a time to the query with the fewest pages so far."""
+    grants = {r.spec.query_id: 0 for r in running}
+    left = free
+    while True:
+        moved = False
+        for r in sorted(running, key=lambda r: (r.pages + grants[r.spec.query_id], r.spec.query_id)):
+            qid = r.spec.query_id
+            cap = r.spec.max_credits
+            within_cap = cap is None or r.credits + (grants[qid] + 1) * r.cost <= cap
+            if grants[qid] < round_pages and r.cost <= left and within_cap:
+                grants[qid] += 1
+                left -= r.cost
+                moved = True
+                break  # re-sort: breadth-first, page by page
+        if not moved:
+            return grants
+
+
+def _runner(spec: JobSpec) -> Any:
+    from prefect_dask import DaskTaskRunner
+
+    if spec.runner.address:
+        return DaskTaskRunner(address=spec.runner.address)
+    return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(spec.runner.workers))
+
+
+def local_cluster_kwargs(workers: int) -> dict[str, Any]:
+    """A LocalCluster of worker processes with no dashboard and no fixed port.
+
+    `dashboard_address=None` does not do what distributed documents (dask/distributed#8136): the scheduler's
+    HTTP server (health and metrics routes) still binds :8787, or warns and moves when another cluster has it.
+    Any free port on 127.0.0.1 instead, and `dashboard=False` so no Bokeh dashboard is served there either.
+    """
+    return {
+        "n_workers": workers, "processes": True, "threads_per_worker": 1,
+        "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False},
+    }  # fmt: skip
+
+
+class Rounds:
+    def __init__(
+        self,
+        spec: JobSpec,
+        the_plan: Plan,
+        start: RunStart,
+        journal: RunJournal,
+        ledger: CreditLedger,
+        layout: OutputLayout,
+        run: dict[str, Any],
+        scrub: Callable[[str], str] = str,
+    ) -> None:
+        """`scrub` cuts the key out of a broken task's error text (workers read the key themselves)."""
+        self.scrub = scrub
+        self.spec, self.plan, self.start, self.journal, self.ledger = spec, the_plan, start, journal, ledger
+        self.layout = layout
+        self.run_info = run
+        self.endpoints = spec.endpoints()
+        self.children: dict[str, list[DependentQuery]] = {}
+        for dep in the_plan.dependents:
+            self.children.setdefault(dep.parent, []).append(dep)
+        self.seen: set[str] = set()
+        self.running: list[Running] = []
+        self.summaries: list[dict[str, Any]] = list(start.kept.values())
+        self.parts = 0
+        self.skipped: list[str] = []
+
+    def add(self, query: QuerySpec) -> None:
+        if query.query_id in self.seen:
+            return
+        self.seen.add(query.query_id)
+        deps = self.children.get(base_id(query.query_id), [])
+        collected = self.start.coverage.collected
+        children, notes = dependents_left(
+            self.layout.db, query, deps, collected, self.run_info["incremental"]
+        )
+        self.skipped += notes
+        for child in children:
+            self.add(child)
+        decided = self.start.decide(query)
+        if decided is None:
+            return
+        self.journal.query_started(asdict(decided))
+        self.running.append(Running(decided, self.endpoints[decided.endpoint].cost))
+        progress.current().query_started(decided.query_id, decided.endpoint)
+
+    def wanted(self, query: QuerySpec) -> list[list[str]]:
+        return [[dep.kind, dep.field] for dep in self.children.get(base_id(query.query_id), [])]
+
+    async def run(self) -> list[dict[str, Any]]:
+        for query in self.plan.queries:
+            self.add(query)
+        for query in self.start.continue_at.values():
+            self.add(query)
+        with _runner(self.spec) as runner:
+            while self.running and self.ledger.stopped is None:
+                grants = allocate(self.running, self.free(), self.spec.runner.round_pages)
+                granted = [r for r in self.running if grants[r.spec.query_id] > 0]
+                if not granted:
+                    break
+                await self.one_round(runner, granted, grants)
+        stopped = self.ledger.stopped
+        status = stopped.kind if stopped else "budget_exhausted"
+        reason = stopped.reason if stopped else self.why_no_credits()
+        for r in list(self.running):
+            self.end(r, self.last_summary(r, status, reason))
+        return self.summaries
+
+    def free(self) -> int:
+        """What a round may grant: the budget left, and never more than keeps the account at `min_balance`.
+
+        Workers pay concurrently and see the balance only after paying, so the floor is held here, in the
+        grants, from the last balance the service reported (before the run, then after every round).
+        """
+        floor, balance = self.ledger.min_balance, self.ledger.account_remaining
+        if floor is None or balance is None:
+            return self.ledger.remaining
+        return min(self.ledger.remaining, max(0, balance - floor))
+
+    def why_no_credits(self) -> str:
+        floor, balance = self.ledger.min_balance, self.ledger.account_remaining
+        if floor is not None and balance is not None and self.free() < self.ledger.remaining:
+            return f"the account balance ({balance}) is at the floor of {floor} credits (budget.min_balance)"
+        return "the run's budget has no credits left"
+
+    async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
+        submitted: list[tuple[Running, Reservation, Any]] = []
+        known = self.run_info.get("per_second")  # a known limit is shared by the round's tasks
+        run = {**self.run_info, "per_second": known / len(granted) if known and granted else None}
+        for r in granted:
+            amount = grants[r.spec.query_id] * r.cost
+            reservation = await self.ledger.reserve(
+                r.spec.query_id, r.pages, amount, query_cap=r.spec.max_credits
+            )
+            if reservation is None or self.ledger.sending(reservation) is None:
+                continue
+            self.parts += 1
+            r.rounds += 1
+            query = asdict(r.spec)
+            params = {"run": run, "query": query, "state": r.state, "grant": amount,
+                      "part": self.parts, "round_no": r.rounds, "wanted": self.wanted(r.spec)}  # fmt: skip
+            submitted.append((r, reservation, runner.submit(collect_round, parameters=params)))
+            r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
+        balances: list[int] = []
+        for r, reservation, future in submitted:
+            await asyncio.to_thread(future.wait)
+            balance = await self.settle(r, reservation, future.state)
+            if balance is not None:
+                balances.append(balance)
+        if balances:  # the lowest is the latest: the balance only falls while the run pays
+            self.ledger.observe_remaining(min(balances))
+
+    async def settle(self, r: Running, reservation: Reservation, state: Any) -> int | None:
+        """Settle one query's grant to what its task spent; returns the account balance the task last saw."""
+        try:
+            result = await task_result(state)  # a failed query's round ends Failed and still reports
+        except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
+            self.ledger.settle(reservation, None)
+            r.credits += reservation.amount
+            self.end(r, self.last_summary(r, "failed", self.scrub(f"{type(exc).__name__}: {exc}")))
+            return None
+        balance: int | None = result.get("balance")
+        self.ledger.settle(reservation, result["spent"])
+        summary = result["summary"]
+        r.credits += result["spent"]
+        r.files += summary["files"]
+        landed = summary["records"] - r.records
+        r.state, r.pages, r.records = result["state"], summary["pages"], summary["records"]
+        progress.current().page_landed(r.spec.query_id, landed, result["spent"])
+        self.discover(r.spec, result["found"])
+        if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r, result):
+            return balance  # its grant ran out: it goes on next round
+        self.end(r, {**summary, "credits": r.credits, "files": r.files})
+        return balance
+
+    def grant_was_the_limit(self, r: Running, result: dict[str, Any]) -> bool:
+        cap = r.spec.max_credits
+        return self.ledger.stopped is None and (cap is None or r.credits + r.cost <= cap)
+
+    def discover(self, parent: QuerySpec, found: dict[str, list[Any]]) -> None:
+        for dep in self.children.get(base_id(parent.query_id), []):
+            for value in found.get(f"{dep.kind}.{dep.field}", []):
+                try:
+                    child = instantiate(dep, value)
+                except ValueError as exc:
+                    self.skipped.append(f"{dep.template_id}: {exc}")
+                    continue
+                if not self.start.skips_child(parent, child, self.run_info["incremental"]):
+                    self.add(child)
+
+    def last_summary(self, r: Running, status: str, error: str) -> dict[str, Any]:
+        state = r.state or {}
+        cursor = state.get("cursor", r.spec.start_cursor)
+        paged = state_from_plain(state) or PagerStart(cursor=cursor)
+        return {
+            **history_fields(r.spec, paged, status, cursor),
+            "query_id": r.spec.query_id, "endpoint": r.spec.endpoint, "status": status, "pages": r.pages,
+            "records": state.get("records", 0), "credits": r.credits,
+            "next_cursor": cursor, "error": error, "files": r.files,
+            "extraction": state.get("extraction", {}),
+            "raw_file": self.layout.relative(self.layout.raw_file(self.run_info["run_id"], r.spec.query_id)),
+            "requests_file": self.layout.relative(
+                self.layout.requests_file(self.run_info["run_id"], r.spec.query_id)
+            ),
+        }  # fmt: skip
+
+    def end(self, r: Running, summary: dict[str, Any]) -> None:
+        if r in self.running:
+            self.running.remove(r)
+        self.journal.query_ended(summary)
+        progress.current().query_finished(summary["query_id"], summary["status"])
+        self.summaries.append(summary)
+
+
+def run_info(
+    spec: JobSpec, service: Service, layout: OutputLayout, run_id: str, started: str, full: bool
+) -> dict:
+    """What a worker needs to know of the run, as plain data (no key: workers read it themselves)."""
+    key_env, secret = spec.service.api_key_env, spec.service.api_key_secret
+    if service.label == "sandbox (embedded)":
+        os.environ[SANDBOX_KEY_ENV] = service.api_key.reveal()  # local workers inherit it
+        key_env, secret = SANDBOX_KEY_ENV, None
+    return {
+        "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
+        "api_key_env": key_env, "api_key_secret": secret, "timeout_seconds": spec.service.timeout_seconds,
+        "attempts": spec.service.attempts, "concurrency": spec.concurrency, "fsync": spec.durability == "fsync",
+        "max_answer_bytes": int(spec.service.max_answer_mb * 2**20),
+        "per_second": spec.rate_limit.per_second, "max_wait_seconds": spec.rate_limit.max_wait_seconds,
+        "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
+        "min_balance": spec.budget.min_balance,
+    }  # fmt: skip

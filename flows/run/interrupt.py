@@ -1,0 +1,216 @@
+"""Ctrl-C and SIGTERM as a clean stop: send nothing more, let what is in flight land, then finish the run.
+
+The handlers cover the whole flow body, in three phases:
+
+- **Before paying** (lock, run start, key check): a signal is remembered and stops the ledger as soon as it
+  exists, so no query sends; the run ends `interrupted` like any other. Loading the job's earlier runs into
+  DuckDB (runs whose load was cut off) is answered at once, as the load at the end is: a second signal leaves
+  them for later.
+- **Collecting**: the first signal stops the ledger (every later reservation is refused, and a request still
+  waiting for a connection slot is never sent) and gives the requests in flight `grace` seconds to land; after
+  that they are abandoned (their credits still count). A second signal abandons them at once. Either way the
+  flow goes on normally: queries end `interrupted` with their cursors, the manifest says `interrupted`,
+  DuckDB is loaded, and the next `harvest run` resumes the run.
+- **Finishing** (manifest, load, export, report): every page is landed, so there is nothing left to stop. The
+  first signal says the load is being finished; a later one during the load abandons it (`LoadInterrupted`),
+  and the run says how it gets loaded (`harvest load`, or the resume of an interrupted run). The same goes for
+  the export after it (`ExportInterrupted`: `harvest export` sends it later).
+
+The load runs synchronously in the event loop's thread, so in that phase the handler acts at once (it cannot
+wait for the loop) and writes its note so that a nested write to stderr cannot fail. Handlers are
+installed inside the flow (after Prefect installed its own SIGTERM bridge) and the previous handlers are put
+back when the flow body ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import ServiceClient
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunHead, run_heads
+
+GRACE_SECONDS = 10.0
+"""How long requests in flight may take to land after the first Ctrl-C."""
+
+
+def _note(line: str) -> None:
+    """A line on stderr from inside a signal handler: the main thread may have been writing to stderr when
+    the signal came, and a buffered stream refuses that nested write (RuntimeError); the raw fd never does."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except RuntimeError:
+        os.write(2, f"{line}\n".encode())
+
+
+class LoadInterrupted(BaseException):
+    """A signal abandoned the load into DuckDB (a second Ctrl-C while it ran). A BaseException, like the
+    KeyboardInterrupt it replaces, so that no `except Exception` on the way swallows it."""
+
+
+class ExportInterrupted(BaseException):
+    """A second signal abandoned the export at the end of a run: nothing copied so far is committed (no
+    `_SUCCESS`), and `harvest export` sends it later."""
+
+
+class StopOnSignal:
+    def __init__(self, grace: float = GRACE_SECONDS) -> None:
+        self.grace = grace
+        self.signals = 0
+        self.first: str | None = None
+        """The name of the first signal (SIGINT, SIGTERM)."""
+        self.loop = asyncio.get_running_loop()
+        self.ledger: CreditLedger | None = None
+        self.client: ServiceClient | None = None
+        self.finishing = False
+        self.loading = False
+        self.abandoned_load = False
+        self.earlier = False
+        """Loading the job's earlier runs before this one pays (`loading_earlier`)."""
+        self.in_export = False
+        """Sending the run to the spec's `export.to` (`exporting`)."""
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.finishing or self.earlier:
+            self._finishing(name)
+        else:
+            self.loop.call_soon_threadsafe(self.stop, name)
+
+    def stop(self, name: str) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            self.first = name
+        if self.ledger is None or self.client is None:
+            return  # before paying: `collecting` stops the ledger as soon as it exists
+        if self.signals == 1:
+            self.ledger.stop("interrupted", f"interrupted by {name}")
+            print(
+                f"harvest: {name}: stopping; letting the requests in flight land "
+                f"(up to {self.grace:g} s; press Ctrl-C again to abandon them)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.loop.call_later(self.grace, self.client.abort)
+        else:
+            self.client.abort()
+
+    def _finishing(self, name: str) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            self.first = name
+            if self.earlier:
+                _note(
+                    f"harvest: {name}: nothing will be paid; finishing the load of earlier runs into DuckDB "
+                    "(press Ctrl-C again to leave it for later)"
+                )
+            elif self.in_export:
+                _note(
+                    f"harvest: {name}: the run is landed and loaded; finishing the export "
+                    "(press Ctrl-C again to leave the export for later)"
+                )
+            else:
+                _note(
+                    f"harvest: {name}: every page is landed; finishing the load into DuckDB "
+                    "(press Ctrl-C again to leave the load for later)"
+                )
+        elif self.loading:
+            self.loading = False
+            self.abandoned_load = not self.earlier  # this run's own load, not an earlier run's
+            raise LoadInterrupted(name)
+        elif self.in_export:
+            self.in_export = False
+            raise ExportInterrupted(name)
+
+    @contextmanager
+    def collecting(self, ledger: CreditLedger, client: ServiceClient) -> Iterator[None]:
+        """The paid part of the run; a signal that came before it stops the ledger at once."""
+        self.ledger, self.client = ledger, client
+        if self.signals:
+            ledger.stop("interrupted", f"interrupted by {self.first}")
+            print(f"harvest: {self.first}: stopping before anything is paid", file=sys.stderr, flush=True)
+        try:
+            yield
+        finally:
+            self.ledger = self.client = None
+            self.finishing = True
+
+    @contextmanager
+    def load(self) -> Iterator[None]:
+        """The load into DuckDB: a signal after the first abandons it (`LoadInterrupted`)."""
+        self.finishing = self.loading = True
+        try:
+            yield
+        finally:
+            self.loading = False
+
+    @contextmanager
+    def exporting(self) -> Iterator[None]:
+        """The export after the load: a signal after the first abandons it (`ExportInterrupted`); a destination
+        that stopped answering must not hold the run forever."""
+        self.finishing = self.in_export = True
+        try:
+            yield
+        finally:
+            self.in_export = False
+
+    @contextmanager
+    def loading_earlier(self) -> Iterator[None]:
+        """Loading earlier runs before this one pays. That load also runs in the loop's thread, so the handler
+        acts at once: the first signal says nothing will be paid (`collecting` then stops the ledger), a second
+        abandons that load (`LoadInterrupted`): those runs stay for `harvest load` or the next run."""
+        self.earlier = self.loading = True
+        try:
+            yield
+        finally:
+            self.earlier = self.loading = False
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # not the main thread (a worker running the flow elsewhere): no handlers
+            with contextlib.suppress(ValueError):
+                previous[sig] = signal.signal(sig, self._handle)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+RunMarks = dict[str, tuple[str, int, bool]]
+
+
+def _marks(h: RunHead) -> tuple[str, int, bool]:
+    return (h.status, h.resumes, h.loaded)
+
+
+def run_marks(layout: OutputLayout, job: str) -> RunMarks:
+    """Each run's (status, resumes, loaded): compared after a Ctrl-C to tell which run this process touched."""
+    return {h.run_id: _marks(h) for h in run_heads(layout, job)}
+
+
+def interrupted_outside_the_flow(
+    layout: OutputLayout, job: str, before: RunMarks, resume: str, load: str
+) -> str:
+    """One true line after a Ctrl-C that came while Prefect was starting or reporting (outside the flow body,
+    where harvest's handlers are not installed): what the run left, and the command (`resume`, `load`) that
+    goes on from there."""
+    touched = [h for h in run_heads(layout, job) if before.get(h.run_id) != _marks(h)]
+    if not touched:
+        return "interrupted before the run started: nothing was sent"
+    run = touched[-1]
+    if run.unfinished:
+        return f"interrupted: run {run.run_id} stopped; `{resume}` resumes it"
+    if not run.loaded:
+        return f"interrupted after run {run.run_id} ended ({run.status}), before its load: `{load}` loads it"
+    return f"interrupted after run {run.run_id} ended ({run.status}) and was loaded: nothing to resume"

@@ -1,0 +1,278 @@
+"""From a validated spec to the queries a run executes, and the most credits they could cost.
+
+Static `for_each` lists are expanded here, once, into plain `QuerySpec`s whose ids name the fanned-out values
+(`videos[handle=nasa]`): incremental runs and resumes key on these ids, so they depend only on what the spec
+asks, never on order or time. Dependent queries cannot be expanded before their parent has run; they stay
+templates (`DependentQuery`) and the flow calls `instantiate` once per distinct parent value.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.endpoints import Endpoint
+from connectors.paging.pager import QuerySpec
+from flows.spec import JobSpec, Query, render_value
+
+_PARAMS = {e.path: e.params for e in catalog.ENDPOINTS}
+
+
+@dataclass(frozen=True)
+class DependentQuery:
+    """A query that runs once per distinct value of `field` in the parent's `kind` records."""
+
+    template_id: str
+    endpoint: str
+    params: dict[str, Any]
+    """The fixed parameters; `param` is added per parent value."""
+    param: str
+    parent: str
+    """The parent's query id as written in the spec (no fan-out suffix): all its expansions feed this one."""
+    field: str
+    kind: str
+    """The parent's record table holding `field` (resolved even when the spec did not name it)."""
+    max_pages: int | None = None
+    max_credits: int | None = None
+    """Caps for each instantiated query, not for all of them together."""
+    incremental: bool = False
+
+
+def base_id(query_id: str) -> str:
+    """The spec's query id of an expanded or instantiated id: `videos[handle=nasa]` -> `videos`."""
+    return query_id.split("[", 1)[0]
+
+
+def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
+    """The query for one parent value; ValueError when the value cannot be that parameter (e.g. empty)."""
+    if value is None or value == "":
+        raise ValueError(f"{dep.template_id}: the parent {dep.parent} gave an empty {dep.field}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    try:
+        params = _PARAMS[dep.endpoint].model_validate({**dep.params, dep.param: value})
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"]
+        source = f"{dep.parent}.{dep.field}"
+        raise ValueError(
+            f"{dep.template_id}: {dep.param}={value!r} from {source} is not allowed: {reason}"
+        ) from None
+    return QuerySpec(
+        query_id=f"{dep.template_id}[{dep.param}={render_value(value)}]",
+        endpoint=dep.endpoint,
+        params=params.model_dump(mode="json", exclude_none=True),
+        max_pages=dep.max_pages,
+        max_credits=dep.max_credits,
+        incremental=dep.incremental,
+    )
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """The worst case of one query (or of all instances of a dependent one): None means unbounded."""
+
+    query_id: str
+    endpoint: str
+    cost: int
+    pages: int | None
+    worst_case: int | None
+    basis: str
+    dependent: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    budget: int
+    policy: str
+    queries: tuple[QuerySpec, ...]
+    """Queries known before the run: every static fan-out expanded, in spec order."""
+    dependents: tuple[DependentQuery, ...]
+    """Templates in topological order: a template's parent comes before it (in `queries` or here)."""
+    lines: tuple[CostLine, ...]
+
+    @property
+    def worst_case(self) -> int | None:
+        costs = [line.worst_case for line in self.lines]
+        return None if None in costs else sum(c for c in costs if c is not None)
+
+    @property
+    def covered(self) -> bool:
+        return self.worst_case is not None and self.worst_case <= self.budget
+
+    @property
+    def verdict(self) -> str:
+        if self.covered:
+            return "budget covers the worst case"
+        if self.policy == "greedy":
+            return "the budget caps this run: queries take pages in spec order until it is spent (greedy)"
+        return "the budget caps this run: pages are spread breadth-first"
+
+    def template_of(self, query_id: str) -> str:
+        """The spec query an expanded or instantiated query comes from."""
+        return base_id(query_id)
+
+    def children(self, parent: str) -> tuple[DependentQuery, ...]:
+        """Templates fed by a parent, given its spec id or any of its expanded ids."""
+        return tuple(d for d in self.dependents if d.parent == base_id(parent))
+
+
+def _pages(endpoint: Endpoint, max_pages: int | None, max_credits: int | None) -> int | None:
+    if endpoint.paging.single:
+        return 1
+    bounds = [max_pages] if max_pages is not None else []
+    if max_credits is not None and endpoint.cost > 0:
+        bounds.append(max_credits // endpoint.cost)
+    return min(bounds) if bounds else None
+
+
+def _credits(endpoint: Endpoint, pages: int | None, max_credits: int | None) -> int | None:
+    if endpoint.cost == 0:
+        return 0
+    if pages is None:
+        return max_credits
+    worst = pages * endpoint.cost
+    return worst if max_credits is None else min(worst, max_credits)
+
+
+def _records(endpoint: Endpoint, params: Mapping[str, Any], pages: int | None) -> int | None:
+    size = endpoint.records_per_page
+    if isinstance(size, str):
+        size = params.get(size)
+    return pages * size if isinstance(size, int) and pages is not None else None
+
+
+def _basis(endpoint: Endpoint, pages: int | None, max_pages: int | None) -> str:
+    if endpoint.paging.single:
+        return "single page"
+    if pages is None:
+        return "all pages: unbounded"
+    return f"{pages} pages" if pages == max_pages else f"{pages} pages (max_credits)"
+
+
+def _expand(query: Query) -> list[tuple[str, dict[str, Any]]]:
+    """(id, params) of each combination of the static fan-out values; keys sorted, for stable ids."""
+    keys = sorted(query.static)
+    if not keys:
+        return [(query.query_id, dict(query.params))]
+    out = []
+    for values in itertools.product(*(query.static[k] for k in keys)):
+        suffix = ",".join(f"{k}={render_value(v)}" for k, v in zip(keys, values, strict=True))
+        out.append((f"{query.query_id}[{suffix}]", {**query.params, **dict(zip(keys, values, strict=True))}))
+    return out
+
+
+def _template(query: Query, parent: Endpoint) -> DependentQuery:
+    param, ref = next(iter(query.dependent.items()))
+    return DependentQuery(
+        template_id=query.query_id,
+        endpoint=query.endpoint,
+        params=dict(query.params),
+        param=param,
+        parent=ref.from_,
+        field=ref.field,
+        kind=ref.kind or _table_of(parent, ref.field),
+        max_pages=query.max_pages,
+        max_credits=query.max_credits,
+        incremental=query.incremental,
+    )
+
+
+def _table_of(endpoint: Endpoint, field: str) -> str:
+    """The one table of the endpoint with this column (the spec check made sure there is exactly one)."""
+    return next(k.table for k in endpoint.kinds if any(f.name == field for f in k.fields))
+
+
+def _topological(queries: list[Query]) -> list[Query]:
+    """Dependent queries after their parents, otherwise in spec order (the spec check rules out cycles)."""
+    done = {q.query_id for q in queries if not q.dependent}
+    pending = [q for q in queries if q.dependent]
+    ordered: list[Query] = []
+    while pending:
+        ready = [q for q in pending if next(iter(q.dependent.values())).from_ in done]
+        if not ready:
+            raise ValueError("dependent queries form a cycle")  # unreachable for a validated spec
+        ordered.extend(ready)
+        done.update(q.query_id for q in ready)
+        pending = [q for q in pending if q not in ready]
+    return ordered
+
+
+def _planned(
+    spec: JobSpec, endpoints: dict[str, Endpoint], records: dict[str, int | None]
+) -> tuple[list[QuerySpec], list[CostLine]]:
+    """The queries known before the run, priced; `records` learns how many records each can give."""
+    queries: list[QuerySpec] = []
+    lines: list[CostLine] = []
+    for query in spec.queries:
+        if query.dependent:
+            continue
+        endpoint = endpoints[query.endpoint]
+        pages = _pages(endpoint, query.max_pages, query.max_credits)
+        total: int | None = 0
+        for query_id, raw in _expand(query):
+            params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
+            queries.append(
+                QuerySpec(
+                    query_id, query.endpoint, params, query.max_pages, query.max_credits,
+                    incremental=query.incremental,
+                )
+            )  # fmt: skip
+            worst = _credits(endpoint, pages, query.max_credits)
+            basis = _basis(endpoint, pages, query.max_pages)
+            lines.append(CostLine(query_id, query.endpoint, endpoint.cost, pages, worst, basis))
+            count = _records(endpoint, params, pages)
+            total = None if total is None or count is None else total + count
+        records[query.query_id] = total
+    return queries, lines
+
+
+def _dependent_line(dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None) -> CostLine:
+    """The worst case of all instances of a dependent query: one per parent record, each capped alike."""
+    pages = _pages(endpoint, query.max_pages, query.max_credits)
+    each = _credits(endpoint, pages, query.max_credits)
+    total_worst: int | None = 0
+    if each != 0:
+        total_worst = None if children is None or each is None else children * each
+    per = f"one per {dep.parent} record" + (f" (at most {children})" if children is not None else "")
+    each_text = "unbounded" if each is None else f"{each} each"
+    return CostLine(
+        f"{dep.template_id}[{dep.param}=*]",
+        dep.endpoint,
+        endpoint.cost,
+        pages,
+        total_worst,
+        f"{per}; {_basis(endpoint, pages, query.max_pages)}, {each_text}",
+        dependent=True,
+    )
+
+
+def plan(spec: JobSpec, budget: int | None = None) -> Plan:
+    """Expand the spec and price its worst case; `budget` overrides the spec's (`harvest plan --budget`)."""
+    endpoints = spec.endpoints()
+    records: dict[str, int | None] = {}
+    """Most records each spec query can produce in all its expansions (None: unknown)."""
+    queries, lines = _planned(spec, endpoints, records)
+    dependents: list[DependentQuery] = []
+    for query in _topological(spec.queries):
+        endpoint = endpoints[query.endpoint]
+        parent = next(iter(query.dependent.values())).from_
+        dep = _template(query, endpoints[next(q.endpoint for q in spec.queries if q.query_id == parent)])
+        dependents.append(dep)
+        children = records.get(dep.parent)
+        count = _records(endpoint, dep.params, _pages(endpoint, query.max_pages, query.max_credits))
+        records[dep.template_id] = None if children is None or count is None else children * count
+        lines.append(_dependent_line(dep, query, endpoint, children))
+    return Plan(
+        name=spec.name,
+        budget=spec.budget.credits if budget is None else budget,
+        policy=spec.budget.policy,
+        queries=tuple(queries),
+        dependents=tuple(dependents),
+        lines=tuple(lines),
+    )

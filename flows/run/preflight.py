@@ -1,0 +1,205 @@
+"""The output directory, checked before Prefect starts and before any request is paid for.
+
+A run that cannot land its data should fail in a second, not after Prefect started (10 s and two tracebacks
+for an `output` under a regular file) or after the credits were spent (a corrupt `harvest.duckdb`, or one with
+tables harvest did not make, was found only at the load step). Everything here only looks, but for one empty
+directory made and removed at once to learn whether directories can be made there: a refused run leaves no trace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from flows.spec import UsageError
+from tasks.output.layout import OutputLayout
+from tasks.output.machine_fault import EXIT_CODE
+
+DATA_DIRS = ("raw", "parquet")
+"""Subdirectories an output directory owns; another job's output inside them would mix into its data."""
+
+
+class LowDiskSpace(UsageError):
+    """Less free space where the run writes than `min_free_mb`: refused before anything is paid; once space is
+    freed, the same command runs (exit 75, EX_TEMPFAIL, as a run a full disk stopped)."""
+
+    exit_code = EXIT_CODE
+
+
+def check_output_dir(path: Path, min_free_mb: float = 0) -> None:
+    """Raise UsageError (exit 2) unless a run can create, write and load into `path`; LowDiskSpace (exit 75)
+    when its filesystem has less than `min_free_mb` free."""
+    path = Path(path).expanduser()
+    _check_creatable(path)
+    _check_writable(path)
+    _check_makes_directories(path)
+    _check_not_inside_another_job(path)
+    _check_database(OutputLayout(path).db)
+    _check_load_settings()
+    _check_free_space(path, min_free_mb)
+
+
+def _check_free_space(path: Path, min_free_mb: float) -> None:
+    where = _nearest_existing(path)
+    free = shutil.disk_usage(where).free
+    if free < min_free_mb * 2**20:
+        raise LowDiskSpace(
+            f"output: {where} has {free / 2**20:,.0f} MB free, below the floor of {min_free_mb:,g} MB a run needs "
+            "(`min_free_mb` in the spec): nothing was sent; free space there, then run again"
+        )
+
+
+def _check_load_settings() -> None:
+    from tasks.database.load_settings import LoadSettingError, check_load_settings
+
+    try:
+        check_load_settings()
+    except LoadSettingError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.absolute().parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _check_creatable(path: Path) -> None:
+    existing = _nearest_existing(path)
+    if existing.is_dir():
+        _check_no_broken_link(path, existing)
+        return
+    where = "is a file" if existing == path else f"is under {existing}, which is a file"
+    raise UsageError(
+        f"output: {path} {where}, not a directory; allowed: a directory harvest can create "
+        "(--output or `output:` in the spec)"
+    )
+
+
+def _check_no_broken_link(path: Path, existing: Path) -> None:
+    """A component that is a symbolic link to nothing does not `exist()`, and no mkdir can make it."""
+    for candidate in (path, *path.absolute().parents):
+        if candidate == existing:
+            return
+        if candidate.is_symlink():
+            raise UsageError(
+                f"output: {path} cannot be created: {candidate} is a symbolic link that leads nowhere "
+                f"(to {os.readlink(candidate)}); allowed: a directory harvest can create (--output or "
+                "`output:` in the spec)"
+            )
+
+
+def _check_writable(path: Path) -> None:
+    existing = _nearest_existing(path)
+    statvfs = getattr(os, "statvfs", None)  # POSIX only
+    read_only_fs = bool(statvfs and statvfs(existing).f_flag & os.ST_RDONLY)
+    if read_only_fs or not os.access(existing, os.W_OK | os.X_OK):
+        what = "cannot be written" if existing == path else f"cannot be created: {existing} is not writable"
+        if read_only_fs:
+            what += " (read-only file system)"
+        raise UsageError(f"output: {path} {what}; allowed: a directory you can write to")
+
+
+def _check_makes_directories(path: Path) -> None:
+    """Make and remove an empty directory where the run will make its own.
+
+    Permission bits and `os.access` do not tell everything: /sys refuses root (EPERM), and so do immutable
+    directories, ACLs, quotas and full disks. Without this the run failed at its first mkdir, with a traceback.
+    """
+    existing = _nearest_existing(path)
+    try:
+        probe = tempfile.mkdtemp(prefix=".harvest-check-", dir=existing)
+    except OSError as exc:
+        what = (
+            "cannot be written"
+            if existing == path
+            else f"cannot be created: making a directory in {existing}"
+        )
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(
+            f"output: {path} {what} failed ({reason}); allowed: a directory you can write to"
+        ) from None
+    os.rmdir(probe)
+
+
+def _is_output_root(directory: Path) -> bool:
+    """A directory holding a job's data: its DuckDB file, or a run manifest under raw/."""
+    layout = OutputLayout(directory)
+    if layout.db.is_file():
+        return True
+    return layout.raw_root.is_dir() and next(layout.raw_root.glob("*/manifest.json"), None) is not None
+
+
+def _check_not_inside_another_job(path: Path) -> None:
+    resolved = path.resolve()
+    for inside in (resolved, *resolved.parents):
+        if inside.name in DATA_DIRS and _is_output_root(inside.parent):
+            raise UsageError(
+                f"output: {path} is inside the {inside.name}/ directory of another job's output "
+                f"({inside.parent}); allowed: a directory of its own, e.g. a sibling of {inside.parent}"
+            )
+
+
+def _check_database(db: Path) -> None:
+    """An existing harvest.duckdb must open read-only as a DuckDB database, and its tables must be ones the load
+    step can write into (`tasks.database.table_check`); busy (locked) is fine."""
+    if not db.exists() and not db.is_symlink():
+        return
+    import duckdb
+
+    try:
+        if not db.is_file():
+            raise OSError("not a regular file")
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            return  # another process holds it: the run lands Parquet and says to run `harvest load`
+        raise UsageError(unreadable_database(db, exc)) from None
+    except (duckdb.Error, OSError) as exc:
+        raise UsageError(unreadable_database(db, exc)) from None
+    from tasks.database.table_check import table_problems
+
+    try:
+        problems = table_problems(con)
+    except duckdb.Error as exc:
+        raise UsageError(unreadable_database(db, exc)) from None
+    finally:
+        con.close()
+    if problems:
+        raise UsageError(foreign_tables(db, problems))
+
+
+def unreadable_database(db: Path, exc: BaseException) -> str:
+    """What to do about a database file DuckDB cannot open: move it aside; the runs' data is elsewhere too."""
+    layout = OutputLayout(db.parent)
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (
+        f"output: {db} is not a readable DuckDB database ({reason}); nothing was sent. "
+        f"Move it aside (mv {db} {db}.broken) and run again: the run starts a new database. "
+        f"The rows of earlier runs stay in {layout.parquet_root} and their raw pages in {layout.raw_root}; "
+        "the new database holds only runs from then on"
+    )
+
+
+SHOWN_PROBLEMS = 5
+
+
+def foreign_tables(db: Path, problems: list[str]) -> str:
+    """A database whose tables the load cannot write into: most likely not harvest's, so it goes elsewhere."""
+    shown = "; ".join(problems[:SHOWN_PROBLEMS])
+    if len(problems) > SHOWN_PROBLEMS:
+        shown += f"; and {len(problems) - SHOWN_PROBLEMS} more"
+    text = (
+        f"output: {db} has tables harvest cannot load into ({shown}); nothing was sent. "
+        "Give this job an output directory of its own (--output or `output:` in the spec)"
+    )
+    root = db.parent
+    if next(OutputLayout(root).raw_root.glob("*/manifest.json"), None) is not None:
+        text += (
+            f", or, if it is harvest's database from another version, build it anew from the raw pages: "
+            f"`harvest rebuild {root}`"
+        )
+    return text

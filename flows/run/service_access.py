@@ -1,0 +1,40 @@
+"""Which service a run talks to, and with which key.
+
+`sandbox` must be asked for explicitly (spec, `--base-url sandbox` or HARVEST_BASE_URL=sandbox): synthetic rows
+must never mix into tables meant to hold real data, so a run without any service URL is refused instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from connectors.http.auth import ApiKey, aload_api_key
+from flows.spec import SANDBOX, JobSpec, resolve_base_url
+
+SANDBOX_CREDITS = 10_000_000
+"""The embedded sandbox's own balance: large, so that the job's budget is what stops a demo run."""
+
+
+@dataclass(frozen=True)
+class Service:
+    url: str
+    api_key: ApiKey
+    label: str
+    """Recorded in the `runs` table: the base URL (never the key), or `sandbox (embedded)`."""
+
+
+@asynccontextmanager
+async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator[Service]:
+    base_url = resolve_base_url(spec, cli_base_url)
+    if base_url != SANDBOX:
+        key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
+        yield Service(base_url.rstrip("/"), key, base_url.rstrip("/"))
+        return
+    from sandbox.wire.serving import running
+
+    sandbox_key = secrets.token_hex(16)
+    with running(api_keys={sandbox_key: SANDBOX_CREDITS}) as sb:
+        yield Service(sb.base_url, ApiKey(sandbox_key), "sandbox (embedded)")

@@ -1,0 +1,1 @@
+"""What the emulated service answers: the endpoint table, page builders, synthetic records."""

@@ -1,0 +1,140 @@
+"""The shape of one emulated endpoint: what `sandbox.emulation.endpoint_table` declares for each path.
+
+An entry holds everything that differs between endpoints (parameters, record kinds, the builder of its pages,
+its "not found" answer and its few special cases), so the code that serves requests never asks which path it is
+serving. The entry types live apart from the table because the builders' own modules need them while the
+table needs the builders.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sandbox.emulation.page import Ctx, ServedPage
+    from sandbox.wire.validation import RequestParams
+
+Check = Literal["text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag"]
+
+_PATH_PARAM_RE = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class QueryParam:
+    """One query parameter an endpoint accepts.
+
+    `identity`: the value is part of what the query is about, so it decides which records exist (a handle, a
+    sort order); cursors and output switches such as `trim` are not. `subject`: the value names the thing
+    looked up, so the trigger words of `sandbox.emulation.triggers` apply to it."""
+
+    name: str
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    check: Check = "text"
+    identity: bool = False
+    subject: bool = False
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class NotFoundAnswer:
+    """The real service's "not found" answer of one endpoint (the `missing` trigger word, while the
+    `real_not_found` quirk is on): mostly 200 with `success: true`, empty lists, null cursors and, for
+    account lookups, `account_deactivated: true`."""
+
+    body: Any
+    trimmed: Any = None
+    """The body when `trim` is on, for endpoints whose trimmed answers are shaped differently."""
+    status: int = 200
+    envelope: bool = True
+    """False for a bare body without `success` and credits (the streaming clip's JSON array)."""
+
+    def body_for(self, params: RequestParams) -> Any:
+        """A fresh copy of the body answering these parameters."""
+        body = self.trimmed if self.trimmed is not None and params.flag("trim") else self.body
+        return copy.deepcopy(body)
+
+
+@dataclass(frozen=True)
+class NewItems:
+    """A newest-first listing that shows `SandboxConfig.new_items` newer items at its front: always, or when
+    `param` has one of `values`."""
+
+    param: str | None = None
+    values: tuple[str, ...] = ()
+
+    def apply(self, params: RequestParams) -> bool:
+        return self.param is None or params.get(self.param) in self.values
+
+
+@dataclass(frozen=True)
+class EmulatedEndpoint:
+    """One endpoint of the service as the sandbox answers it."""
+
+    path: str
+    """The documented path; `{name}` marks a path parameter (the creative detail's material id)."""
+    params: tuple[QueryParam, ...]
+    kinds: dict[str, str]
+    """Record kind -> primary key field (see docs/service-shapes.md; `a+b` for a composite key)."""
+    builder: Callable[[Ctx], ServedPage]
+    """Builds the page answering a validated request (the endpoint's records, cursors and paging shape)."""
+    not_found: NotFoundAnswer | None = None
+    """How "not found" is answered; required when the endpoint has something to look up (a subject)."""
+    one_of: tuple[str, ...] = ()
+    """At least one of these must be given (the "one of two identifiers" endpoints). When both are, the
+    first one of `one_of` that is given names the account and the other is ignored (ids before handles and
+    URLs: the interface says ids answer faster, so the service goes by them)."""
+    search: bool = False
+    """A search endpoint: the repeat-items quirk applies."""
+    paged: bool = True
+    """False for the endpoints that answer one page per request, without a cursor."""
+    new_items: NewItems | None = None
+    """Set on the newest-first listings that show `SandboxConfig.new_items` (creative search by `latest` and
+    forum search by `new` are newest-first on the service too; the sandbox does not add items to them)."""
+    effective: Callable[[RequestParams], RequestParams] | None = None
+    """Rewrites validated parameters into the ones that take effect, where the service ignores some
+    combinations."""
+    subjects_of: Callable[[RequestParams], list[tuple[str, str]]] | None = None
+    """(parameter, value) pairs the trigger words look at, when these are not the `subject` parameters'
+    values."""
+    feed_list: str | None = None
+    """The body list whose items the `wrapped_feed` drift wraps the native upstream way."""
+    path_param: str | None = field(init=False, default=None)
+    """The name of the path's parameter, if it has one."""
+    path_pattern: re.Pattern[str] | None = field(init=False, default=None, repr=False, compare=False)
+    """What a request path to this endpoint looks like, when its path has a parameter."""
+
+    def __post_init__(self) -> None:
+        found = _PATH_PARAM_RE.search(self.path)
+        if found is not None:
+            head, tail = self.path.split(found.group(0))
+            pattern = re.compile(f"^{re.escape(head)}([^/]+){re.escape(tail)}$")
+            object.__setattr__(self, "path_param", found.group(1))
+            object.__setattr__(self, "path_pattern", pattern)
+        has_subject = self.subjects_of is not None or any(p.subject for p in self.params)
+        if has_subject and self.not_found is None:
+            raise ValueError(f"{self.path}: an endpoint that looks something up needs its `not_found` answer")
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(p.name for p in self.params)
+
+    def path_value(self, request_path: str) -> str | None:
+        """The path parameter's value in a request path to this endpoint (None when it has none)."""
+        found = self.path_pattern.match(request_path) if self.path_pattern is not None else None
+        return found.group(1) if found is not None else None
+
+    def subjects(self, params: RequestParams) -> list[tuple[str, str]]:
+        """(parameter, value) pairs the trigger words apply to."""
+        if self.subjects_of is not None:
+            return self.subjects_of(params)
+        out = []
+        for p in self.params:
+            value = params.get(p.name)
+            if p.subject and value is not None:
+                out.append((p.name, value))
+        return out

@@ -1,0 +1,334 @@
+"""The table of the 18 emulated endpoints: one entry per path holds all that is particular to it.
+
+Parameters, enums, record kinds and primary keys are taken from `shared/spec/service-interface.md` and
+`docs/service-shapes.md`; each entry also names the builder of its pages and its "not found" answer, so the
+serving code (`sandbox.emulation.generate`, `sandbox.emulation.triggers`, `sandbox.emulation.variation`, `sandbox.wire.asgi_app`) is the same for every
+path. `tests/test_sandbox_matches_catalog.py` holds this table to harvest's catalog (`connectors.catalog.endpoints`).
+
+Adding an endpoint: write its record generators (`sandbox.emulation.platforms.<platform>`) and its builder (`sandbox.emulation.paged`
+for paged answers, `sandbox.emulation.single` for one-page ones, or reuse one), then add its entry here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sandbox.emulation import creative, paged, single
+from sandbox.emulation import cursor_values as cursors
+from sandbox.emulation.emulated import EmulatedEndpoint, NewItems, NotFoundAnswer, QueryParam
+from sandbox.served_paths import (
+    ADVERTISERS,
+    CLIP,
+    COMMUNITY_POST,
+    CREATIVE_DETAIL,
+    CREATIVE_SEARCH,
+    EMBED,
+    FORUM_SEARCH,
+    GROUP_POSTS,
+    MB_FEED,
+    MB_POST,
+    PHOTOS,
+    PINS,
+    PROFILE_VIDEOS,
+    REELS,
+    REPLIES,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
+from sandbox.wire.validation import RequestParams
+
+SHOP_REGIONS = (
+    "US",
+    "GB",
+    "DE",
+    "FR",
+    "IT",
+    "ID",
+    "MY",
+    "MX",
+    "PH",
+    "SG",
+    "ES",
+    "TH",
+    "VN",
+    "BR",
+    "JP",
+    "IE",
+)
+GROUP_SORTS = ("TOP_POSTS", "RECENT_ACTIVITY", "CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")
+FORUM_SORTS = ("relevance", "hot", "top", "new", "comments")
+FORUM_COMMENT_SORTS = ("relevance", "top", "new")
+FORUM_TIMEFRAMES = ("all", "year", "month", "week", "day", "hour")
+CREATIVE_ORDERS = ("relevance", "latest", "oldest")
+UPLOAD_DATES = ("today", "this_week", "this_month", "this_year")
+VIDEO_SORTS = ("relevance", "popular")
+VIDEO_FILTERS = ("shorts",)
+PROFILE_SORTS = ("latest", "popular")
+
+
+def _subject(name: str, required: bool = False) -> QueryParam:
+    return QueryParam(name, required=required, identity=True, subject=True)
+
+
+def _enum(name: str, values: tuple[str, ...], default: str | None = None) -> QueryParam:
+    return QueryParam(name, enum=values, identity=True, default=default)
+
+
+def _account(body: dict[str, Any]) -> dict[str, Any]:
+    """An account lookup's "not found": the empty answer, saying the account is deactivated."""
+    return {**body, "account_deactivated": True}
+
+
+def _video_search_effective(params: RequestParams) -> RequestParams:
+    """`filter=shorts` has no effect when `uploadDate` or `sortBy` is used: drop it so that it changes
+    nothing."""
+    if params.get("filter") and (params.get("uploadDate") or params.get("sortBy") in VIDEO_SORTS):
+        return params.with_values(filter=None)
+    return params
+
+
+def _replies_subjects(params: RequestParams) -> list[tuple[str, str]]:
+    """Comment replies look up the thread of the root continuation token, whatever page is asked for."""
+    root, _ = cursors.decode_replies(params.get("continuationToken") or "")
+    return [("continuationToken", root)]
+
+
+ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
+    EmulatedEndpoint(
+        CREATIVE_SEARCH,
+        (
+            QueryParam("query", identity=True, subject=True),
+            QueryParam("cursor"),
+            QueryParam("limit", check="limit"),
+            _enum("order", CREATIVE_ORDERS),
+            QueryParam("language", identity=True),
+            QueryParam("style_tags", check="multi", identity=True),
+            QueryParam("cta_type_tags", check="multi", identity=True),
+        ),
+        kinds={"materials": "material_id"},
+        builder=creative.search,
+        not_found=NotFoundAnswer({"data": [], "metadata": {"cursor": None, "total": 0}}),
+        search=True,
+    ),
+    EmulatedEndpoint(
+        CREATIVE_DETAIL,
+        (),
+        kinds={"material_details": "material_id"},
+        builder=creative.detail,  # answers an id that was never issued with its own 404
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        PHOTOS,
+        (_subject("url", required=True), QueryParam("next_page_id"), QueryParam("cursor")),
+        kinds={"photos": "photo_id"},
+        builder=paged.photos,
+        not_found=NotFoundAnswer(_account({"photos": [], "next_page_id": None, "cursor": None})),
+    ),
+    EmulatedEndpoint(
+        GROUP_POSTS,
+        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), QueryParam("cursor")),
+        kinds={"group_posts": "id"},
+        builder=paged.group_posts,
+        not_found=NotFoundAnswer({"posts": [], "cursor": None}),
+        one_of=("group_id", "url"),
+        new_items=NewItems("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
+    ),
+    EmulatedEndpoint(
+        FORUM_SEARCH,
+        (
+            QueryParam("subreddit", required=True, check="subreddit", identity=True, subject=True),
+            QueryParam("query", identity=True, subject=True),
+            _enum("sort", FORUM_SORTS),
+            _enum("timeframe", FORUM_TIMEFRAMES),
+            QueryParam("cursor"),
+        ),
+        kinds={"posts": "id", "comments": "id", "media": "id"},
+        builder=paged.forum_search,
+        not_found=NotFoundAnswer({"posts": [], "comments": [], "media": [], "cursor": None}),
+        search=True,
+    ),
+    EmulatedEndpoint(
+        CLIP,
+        (_subject("url", required=True),),
+        kinds={"clips": "id", "broadcaster_clips": "id"},
+        builder=single.clip,
+        not_found=NotFoundAnswer(
+            [{"data": {"clip": None}}, {"data": {"user": None}}, {"data": {"user": None}}], envelope=False
+        ),
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        COMMUNITY_POST,
+        (_subject("url", required=True),),
+        kinds={"community_posts": "id"},
+        builder=single.community_post,
+        not_found=NotFoundAnswer(
+            {
+                "id": None,
+                "channel": None,
+                "content": "",
+                "images": [],
+                "likeCount": 0,
+                "publishedTime": None,
+                "video": None,
+            }
+        ),
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        MB_POST,
+        (_subject("url", required=True),),
+        kinds={"posts": "uri", "replies": "uri"},
+        builder=single.thread,
+        not_found=NotFoundAnswer({"post": None, "replies": []}),
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        MB_FEED,
+        (_subject("handle"), _subject("user_id"), QueryParam("cursor")),
+        kinds={"posts": "uri"},
+        builder=paged.feed,
+        not_found=NotFoundAnswer(
+            {"error": "not_found"}, status=404
+        ),  # with `success: true`, as the service does
+        one_of=("user_id", "handle"),
+        new_items=NewItems(),
+        feed_list="feed",
+    ),
+    EmulatedEndpoint(
+        TWEETS,
+        (_subject("url", required=True),),
+        kinds={"tweets": "id"},
+        builder=single.tweets,
+        not_found=NotFoundAnswer({"tweets": []}),
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        ADVERTISERS,
+        (_subject("query", required=True),),
+        kinds={"advertisers": "advertiser_id", "websites": "domain"},
+        builder=single.advertisers,
+        not_found=NotFoundAnswer({"advertisers": [], "websites": []}),
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        EMBED,
+        (_subject("handle", required=True),),
+        kinds={"embeds": "handle"},
+        builder=single.embed,
+        not_found=NotFoundAnswer(_account({"html": ""})),
+        paged=False,
+    ),
+    EmulatedEndpoint(
+        REELS,
+        (_subject("user_id"), _subject("handle"), QueryParam("max_id"), QueryParam("trim", check="bool")),
+        kinds={"reels": "id"},
+        builder=paged.reels,
+        not_found=NotFoundAnswer(
+            _account({"items": [], "paging_info": {"max_id": None, "more_available": False}}),
+            trimmed=_account({"items": [], "max_id": None}),
+        ),
+        one_of=("user_id", "handle"),
+        new_items=NewItems(),
+    ),
+    EmulatedEndpoint(
+        PINS,
+        (_subject("query", required=True), QueryParam("cursor"), QueryParam("trim", check="bool")),
+        kinds={"pins": "id"},
+        builder=paged.pins,
+        not_found=NotFoundAnswer({"pins": [], "cursor": None}),
+        search=True,
+    ),
+    EmulatedEndpoint(
+        VIDEO_SEARCH,
+        (
+            _subject("query", required=True),
+            _enum("uploadDate", UPLOAD_DATES),
+            _enum("sortBy", VIDEO_SORTS),
+            _enum("filter", VIDEO_FILTERS),
+            QueryParam("region", check="region2", identity=True),
+            QueryParam("continuationToken"),
+            QueryParam("includeExtras", check="flag"),
+        ),
+        kinds={
+            "videos": "id",
+            "channels": "id",
+            "playlists": "id",
+            "shorts": "id",
+            "shelves": "type+title",
+            "lives": "id",
+        },
+        builder=paged.video_search,
+        not_found=NotFoundAnswer(
+            {
+                "videos": [],
+                "channels": [],
+                "playlists": [],
+                "shorts": [],
+                "shelves": [],
+                "lives": [],
+                "continuationToken": None,
+            }
+        ),
+        search=True,
+        effective=_video_search_effective,
+    ),
+    EmulatedEndpoint(
+        REPLIES,
+        (QueryParam("continuationToken", required=True),),
+        kinds={"comments": "id"},
+        builder=paged.comment_replies,
+        not_found=NotFoundAnswer({"comments": [], "continuationToken": None}),
+        subjects_of=_replies_subjects,
+    ),
+    EmulatedEndpoint(
+        SHOP,
+        (
+            _subject("url", required=True),
+            QueryParam("cursor"),
+            QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
+        ),
+        kinds={"products": "id", "shops": "id"},
+        builder=paged.shop_products,
+        not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
+        new_items=NewItems(),
+    ),
+    EmulatedEndpoint(
+        PROFILE_VIDEOS,
+        (
+            _subject("handle", required=True),
+            QueryParam("user_id"),
+            _enum("sort_by", PROFILE_SORTS, default="latest"),
+            QueryParam("max_cursor", check="nonneg_int"),
+            QueryParam("region", check="region2", identity=True, default="US"),
+            QueryParam("trim", check="bool"),
+        ),
+        kinds={"videos": "aweme_id"},
+        builder=paged.profile_videos,
+        not_found=NotFoundAnswer(
+            _account({"aweme_list": [], "has_more": 0, "max_cursor": 0}),
+            trimmed=_account({"aweme_list": [], "max_cursor": 0}),
+        ),
+        new_items=NewItems("sort_by", ("latest",)),
+    ),
+)
+
+BY_PATH: dict[str, EmulatedEndpoint] = {e.path: e for e in ENDPOINTS}
+
+_WITH_PATH_PARAMS: tuple[tuple[re.Pattern[str], EmulatedEndpoint], ...] = tuple(
+    (e.path_pattern, e) for e in ENDPOINTS if e.path_pattern is not None
+)
+
+
+def match(path: str) -> EmulatedEndpoint | None:
+    """The endpoint a request path addresses (a path parameter filled in, or its documented `{name}`), or
+    None."""
+    found = BY_PATH.get(path)
+    if found is not None:
+        return found
+    for pattern, endpoint in _WITH_PATH_PARAMS:
+        if pattern.match(path):
+            return endpoint
+    return None

@@ -1,0 +1,38 @@
+"""The single entry point from a request to its page: validate, apply trigger words, run the endpoint's
+builder.
+
+The HTTP handler and `sandbox.expected` both go through here, so what a test expects is computed by the very
+code that answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sandbox.config import SandboxConfig
+from sandbox.emulation.emulated import EmulatedEndpoint
+from sandbox.emulation.page import Ctx, ServedPage
+from sandbox.emulation.triggers import triggered
+from sandbox.emulation.variation import vary
+from sandbox.wire.validation import validate
+
+
+def make_ctx(
+    endpoint: EmulatedEndpoint,
+    items: Sequence[tuple[str, str]],
+    config: SandboxConfig,
+    path_value: str | None = None,
+) -> Ctx:
+    """Validate a request's query parameters (raises `InvalidRequest`)."""
+    params = validate(endpoint, items, config.quirks)
+    if endpoint.effective is not None:
+        params = endpoint.effective(params)
+    return Ctx(endpoint, params, config, path_value)
+
+
+def build(ctx: Ctx) -> ServedPage:
+    """The page answering a validated request (raises `InvalidRequest` for a bad cursor or a `nonexistent`
+    subject)."""
+    forced = triggered(ctx)
+    if forced is not None:
+        return forced
+    return vary(ctx, ctx.endpoint.builder(ctx))

@@ -1,0 +1,55 @@
+"""Records of the photo app (`/v1/photo-app/...`): the profile embed and reels."""
+
+from __future__ import annotations
+
+from sandbox.emulation.platforms import Record
+from sandbox.emulation.platforms.wording import user_handle
+from sandbox.emulation.scope import Scope, b64int
+from sandbox.emulation.stablehash import Draw, hexid, hnum
+
+_PA = "https://www.photo-app.example"
+
+
+def embed_html(s: Scope, handle: str) -> str:
+    d = Draw(s.key, "embed")
+    return (
+        f'<blockquote class="photo-app-media" data-instgrm-permalink="{_PA}/{handle}/" '
+        f'data-instgrm-version="14"><a href="{_PA}/{handle}/">{handle}</a> '
+        f"<p>{d.num(10, 900)} posts, {d.num(100, 5_000_000)} followers</p></blockquote>"
+        '<script async src="//www.photo-app.example/embed.js"></script>'
+    )
+
+
+def reel_owner(s: Scope, who: str) -> Record:
+    d = Draw(s.key, "owner", who)
+    return {
+        "id": who if who.isdigit() else s.numid("owner", 0, 11),
+        "username": who if not who.isdigit() else user_handle(d),
+    }
+
+
+def reel(s: Scope, pos: int, owner: Record, trim: bool) -> Record:
+    d = Draw(s.key, "reel", pos)
+    media = s.numid("reel", pos, 19)
+    code = b64int(hnum(s.key, "reel_code", pos), 11)
+    video_url = f"https://scontent.photo-app.example/v/t50/{media}_n.mp4?efg={hexid(24, s.key, 'v', pos)}"
+    thumb = f"https://scontent.photo-app.example/v/t51/{media}_n.jpg"
+    base: Record = {
+        "id": f"{media}_{owner['id']}",
+        "code": code,
+        "play_count": d.num(0, 20_000_000),
+        "like_count": d.num(0, 2_000_000),
+        "comment_count": d.num(0, 50000),
+        "taken_at": s.time(pos),
+    }
+    if trim:
+        base["video_url"] = video_url
+        base["thumbnail_url"] = thumb
+    else:
+        base["video_versions"] = [
+            {"url": video_url, "width": 720, "height": 1280},
+            {"url": video_url.replace("_n.mp4", "_l.mp4"), "width": 480, "height": 854},
+        ]
+        base["image_versions2"] = {"candidates": [{"url": thumb, "width": 640, "height": 1136}]}
+    base["owner"] = dict(owner)
+    return base

@@ -1,0 +1,43 @@
+"""Records of the pinboard search (`/v1/pinboard/search`)."""
+
+from __future__ import annotations
+
+from sandbox.emulation.platforms import Record
+from sandbox.emulation.platforms.wording import NAMES, TLDS, WORDS, phrase, title, user_handle
+from sandbox.emulation.scope import Scope
+from sandbox.emulation.stablehash import Draw, hexid
+
+
+def pin(s: Scope, pos: int, trim: bool) -> Record:
+    d = Draw(s.key, "pin", pos)
+    pid = s.numid("pin", pos, 18)
+    domain = f"{d.pick(WORDS)}{d.pick(WORDS)}.{d.pick(TLDS)}"
+    rec: Record = {
+        "id": pid,
+        "url": f"https://www.pinboard.example/pin/{pid}/",
+        "title": title(d),
+        "description": phrase(d, 0, 25),
+        "images": {
+            "orig": {
+                "url": f"https://i.pinboard.example/originals/{hexid(32, s.key, 'pin', pos)}.jpg",
+                "width": 736,
+                "height": d.pick((736, 1104, 1308)),
+            }
+        },
+        "link": f"https://{domain}/{d.pick(WORDS)}",
+        "domain": domain,
+        "board": {
+            "id": s.numid("board", pos % 7, 18),
+            "name": title(d, 1, 3),
+            "url": f"https://www.pinboard.example/board/{s.numid('board', pos % 7, 18)}/",
+        },
+        "pinner": {
+            "id": s.numid("pinner", pos, 18),
+            "username": user_handle(d),
+            "full_name": f"{d.pick(NAMES)}",
+        },
+    }
+    if trim:
+        del rec["images"]
+        del rec["board"]
+    return rec

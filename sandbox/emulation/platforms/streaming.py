@@ -1,0 +1,52 @@
+"""Records of the streaming platform's clip endpoint (`/v1/streaming/clip`)."""
+
+from __future__ import annotations
+
+from sandbox.emulation.platforms import Record
+from sandbox.emulation.platforms.wording import phrase, title, user_handle
+from sandbox.emulation.scope import Scope, iso
+from sandbox.emulation.stablehash import Draw, hexid
+
+GAMES = ("Just Chatting", "Minecraft", "Chess", "Valorant", "Fortnite", "Art", "Music", "Retro")
+LANGS = ("en", "en", "en", "de", "fr", "es", "pt", "ja")
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def broadcaster(s: Scope) -> Record:
+    d = Draw(s.key, "broadcaster")
+    login = user_handle(d)
+    return {
+        "id": s.numid("broadcaster", 0, 9),
+        "login": login,
+        "displayName": login.replace("_", " ").title().replace(" ", ""),
+        "followers": d.num(10, 5_000_000),
+    }
+
+
+def clip(s: Scope, pos: int, owner: Record) -> Record:
+    d = Draw(s.key, "clip", pos)
+    slug = "".join(w.capitalize() for w in phrase(d, 4, 4).split()) + "-" + d.token(16, _ALNUM)
+    url = f"https://clips.streaming.example/{slug}"
+    return {
+        "id": s.numid("clip", pos, 10),
+        "slug": slug,
+        "url": url,
+        "embedURL": f"https://clips.streaming.example/embed?clip={slug}",
+        "title": title(d, 2, 8),
+        "viewCount": d.num(0, 2_000_000),
+        "language": d.pick(LANGS),
+        "durationSeconds": d.num(5, 60),
+        "createdAt": iso(s.time(pos)),
+        "game": {"id": str(d.num(1000, 999999)), "name": d.pick(GAMES)},
+        "broadcaster": dict(owner),
+        "thumbnailURL": f"https://clips-media.streaming.example/{slug}-preview-480x272.jpg",
+        "videoQualities": [
+            {
+                "quality": q,
+                "frameRate": 60 if q == "1080" else 30,
+                "videoURL": f"https://clips-media.streaming.example/{slug}/{q}.mp4"
+                f"?sig={hexid(40, s.key, pos, q)}&token=exp{s.time(pos) + 86400}",
+            }
+            for q in ("1080", "720", "480")
+        ],
+    }

@@ -1,0 +1,97 @@
+"""Builders of the single-page endpoints (one answer per request, no cursor).
+
+Record counts (tweets of a community, replies of a thread, ...) come from the query's stable hash, bounded by
+the configured page size.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from sandbox.emulation.page import Ctx, ServedPage
+from sandbox.emulation.platforms import (
+    Record,
+    microblog_a,
+    microblog_b,
+    photo_app,
+    search_engine,
+    streaming,
+    video_platform,
+)
+from sandbox.emulation.stablehash import span
+
+
+def clip_identity(url: str) -> str:
+    """A clip URL names the same clip whatever query string it carries (tracking parameters and the like)."""
+    return url.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+
+
+def clip(ctx: Ctx) -> ServedPage:
+    """Streaming clip: a bare JSON array of three objects, no envelope (the one exception of the service)."""
+    url = clip_identity(ctx.params.get("url") or "")
+    s = ctx.scope(identity=f"url={url}")
+    owner = streaming.broadcaster(s)
+    main = streaming.clip(s, 0, owner)
+    slug = urlsplit(url).path.rsplit("/", 1)[-1]
+    if slug and slug != "clip":
+        # The clip the URL names: its slug, its URL (without the URL's query string).
+        main["slug"] = slug
+        main["url"] = url
+        main["embedURL"] = f"https://clips.streaming.example/embed?clip={slug}"
+    more = [
+        streaming.clip(s, i, owner) for i in range(1, 1 + span(0, min(ctx.size, 20), s.key, "more_clips"))
+    ]
+    body = [
+        {"data": {"clip": main}},
+        {"data": {"user": {"id": owner["id"], "clips": more}}},
+        {"data": {"user": owner}},
+    ]
+    return ServedPage(body, {"clips": [main], "broadcaster_clips": more}, envelope=False)
+
+
+def community_post(ctx: Ctx) -> ServedPage:
+    s = ctx.scope()
+    post = video_platform.community_post(s)
+    return ServedPage(post, {"community_posts": [post]})
+
+
+def thread(ctx: Ctx) -> ServedPage:
+    """Microblog-b single post with its threaded replies (each reply names its parent: the post or an earlier
+    reply)."""
+    url = ctx.params.get("url") or ""
+    s = ctx.scope()
+    parts = urlsplit(url).path.strip("/").split("/")
+    who = parts[1] if len(parts) >= 2 and parts[0] == "profile" else "author"
+    author = microblog_b.author(s, who)
+    post = microblog_b.post(s, "post", 0, author)
+    replies: list[Record] = []
+    for i in range(1, 1 + span(0, ctx.size, s.key, "replies")):
+        reply = microblog_b.post(s, "reply", i, microblog_b.author(s, f"replier{i % 7}"))
+        parent = post if i == 1 or i % 3 else replies[(i - 1) // 3 - 1]
+        reply["parent_uri"] = parent["uri"]
+        replies.append(reply)
+    return ServedPage({"post": post, "replies": replies}, {"posts": [post], "replies": replies})
+
+
+def tweets(ctx: Ctx) -> ServedPage:
+    s = ctx.scope()
+    items = [microblog_a.tweet(s, i) for i in range(span(1, ctx.size, s.key, "tweets"))]
+    return ServedPage({"tweets": items}, {"tweets": items})
+
+
+def advertisers(ctx: Ctx) -> ServedPage:
+    s = ctx.scope()
+    query = ctx.params.get("query") or ""
+    ads = [
+        search_engine.advertiser(s, i, query) for i in range(span(1, min(ctx.size, 20), s.key, "advertisers"))
+    ]
+    sites = [search_engine.website(s, i, query) for i in range(span(0, min(ctx.size, 10), s.key, "websites"))]
+    return ServedPage({"advertisers": ads, "websites": sites}, {"advertisers": ads, "websites": sites})
+
+
+def embed(ctx: Ctx) -> ServedPage:
+    """Profile embed: one `html` string; harvest keys it by the request's handle."""
+    s = ctx.scope()
+    handle = ctx.params.get("handle") or ""
+    html = photo_app.embed_html(s, handle)
+    return ServedPage({"html": html}, {"embeds": [{"handle": handle, "html": html}]})

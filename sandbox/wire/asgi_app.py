@@ -1,0 +1,148 @@
+"""The ASGI application: a raw ASGI fault gate in front of a Starlette app.
+
+The gate numbers each request to a data endpoint, decides its fault, and answers the edge faults itself
+(429, 500, 503, dropped connection) before anything else, as a real edge would; a slow fault waits and then
+lets the request through. It must be the outermost layer so that it gets the server's own `send` (needed to
+drop a connection without a response).
+
+Test-only routes: `GET /_sandbox/ledger` (every answered request) and
+`GET /_sandbox/expected?path=<documented path>&<params>` (pages and records of a full crawl).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.emulation import endpoint_table as ep
+from sandbox.emulation.emulated import EmulatedEndpoint
+from sandbox.expected import expected_pages, full_crawl
+from sandbox.served_paths import CREDIT_BALANCE
+from sandbox.wire.answering import SandboxState, WireAnswer
+from sandbox.wire.faults import EDGE_FAULTS, RateGate, cut_send, drop_connection, edge_response
+from sandbox.wire.validation import InvalidRequest
+
+KEY_HEADER = "x-api-key"
+
+
+def _response(answer: WireAnswer) -> Response:
+    response = Response(answer.body, status_code=answer.status)
+    for name, value in answer.headers:
+        response.headers[name.decode()] = value.decode()
+    return response
+
+
+async def _data(request: Request) -> Response:
+    state: SandboxState = request.app.state.sandbox
+    endpoint = ep.match(request.url.path)
+    assert endpoint is not None  # routes exist only for catalogue paths
+    answer = state.answer(
+        endpoint,
+        request.query_params.multi_items(),
+        request.headers.get(KEY_HEADER),
+        endpoint.path_value(request.scope["path"]),
+        request.scope.get("sandbox.n"),
+        request.scope.get("sandbox.fault"),
+    )
+    return _response(answer)
+
+
+async def _balance(request: Request) -> Response:
+    state: SandboxState = request.app.state.sandbox
+    return _response(state.credit_balance(request.headers.get(KEY_HEADER)))
+
+
+async def _ledger(request: Request) -> Response:
+    state: SandboxState = request.app.state.sandbox
+    return Response(
+        orjson.dumps([e.as_dict() for e in state.ledger.entries()]), media_type="application/json"
+    )
+
+
+async def _expected(request: Request) -> Response:
+    state: SandboxState = request.app.state.sandbox
+    items = [(k, v) for k, v in request.query_params.multi_items() if k != "path"]
+    path = request.query_params.get("path", "")
+    params: dict[str, Any] = {}
+    for name, value in items:
+        params.setdefault(name, []).append(value)
+    flat = {k: v[0] if len(v) == 1 else v for k, v in params.items()}
+    try:
+        body = {
+            "pages": expected_pages(path, flat, state.config),
+            "pages_following_dangling": expected_pages(path, flat, state.config, follow_dangling=True),
+            "records": full_crawl(path, flat, state.config),
+        }
+    except (InvalidRequest, ValueError) as exc:
+        return Response(orjson.dumps({"error": str(exc)}), status_code=400, media_type="application/json")
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _routes() -> list[Route]:
+    routes = [Route(e.path, _data, methods=["GET"]) for e in ep.ENDPOINTS]
+    routes.append(Route(CREDIT_BALANCE, _balance, methods=["GET"]))
+    routes.append(Route("/_sandbox/ledger", _ledger, methods=["GET"]))
+    routes.append(Route("/_sandbox/expected", _expected, methods=["GET"]))
+    return routes
+
+
+class SandboxApp:
+    """The ASGI callable: `state` is the sandbox's memory, `config` what it emulates."""
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.state = SandboxState(self.config)
+        self.rate_gate = RateGate(self.config.rate, self.config.rate_burst)
+        self.inner = Starlette(routes=_routes())
+        self.inner.state.sandbox = self.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = ep.match(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.inner(scope, receive, send)
+            return
+        n, fault = self.state.faults.next(endpoint.path)
+        if not self.rate_gate.admit():  # the service's rate limit comes first; a fault it decided is moot
+            await self._edge_fault(scope, send, endpoint, n, FaultKind.RATE_LIMIT)
+            return
+        scope["sandbox.n"] = n
+        scope["sandbox.fault"] = fault
+        if fault in EDGE_FAULTS:
+            assert fault is not None
+            await self._edge_fault(scope, send, endpoint, n, fault)
+            return
+        if fault is FaultKind.SLOW:
+            await asyncio.sleep(self.config.slow_seconds)
+        if self.config.latency:
+            await asyncio.sleep(self.config.latency)
+        await self.inner(scope, receive, cut_send(send) if fault is FaultKind.CUT else send)
+
+    async def _edge_fault(
+        self, scope: Scope, send: Send, endpoint: EmulatedEndpoint, n: int, fault: FaultKind
+    ) -> None:
+        request = Request(scope)
+        presented = request.headers.get(KEY_HEADER)
+        credits, key = self.state.charge_fault(presented, endpoint, fault)
+        items = request.query_params.multi_items()
+        path_value = endpoint.path_value(scope["path"])
+        if fault is FaultKind.DROP:
+            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value)
+            await drop_connection(send)
+            return
+        status, headers, body = edge_response(fault, self.config.retry_after)
+        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_value)
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(config: SandboxConfig | None = None) -> SandboxApp:
+    return SandboxApp(config)

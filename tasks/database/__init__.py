@@ -1,0 +1,1 @@
+"""Everything DuckDB: the connection, the merge of record tables, the bookkeeping tables."""

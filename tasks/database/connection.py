@@ -1,0 +1,132 @@
+"""The job's DuckDB file, opened only for a short write (open, load, close).
+
+DuckDB allows one writing process per file, and users keep the database open in a notebook or the CLI. A lock
+conflict becomes `DatabaseBusy` with instructions: nothing is lost, because a run's data is already durable in
+raw pages and Parquet, and loading is idempotent, so rerunning the load later gives the same tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from tasks.database.load_settings import memory_limit, row_group_rows
+
+
+class DatabaseBusy(RuntimeError):
+    """The database file is locked by another process; the landed data is safe and the load can be rerun."""
+
+    def __init__(self, db_path: Path, data_dir: Path, rerun: str = "harvest load ...") -> None:
+        self.db_path = db_path
+        self.data_dir = data_dir
+        super().__init__(
+            f"{db_path} is open in another process (close your DuckDB session); "
+            f"the data is safe in Parquet at {data_dir}; rerun `{rerun}`"
+        )
+
+
+class LoadOutOfMemory(DatabaseBusy):
+    """The load needed more than DuckDB's memory limit: like a busy file, the data is safe and the load can be
+    rerun (with a higher limit); the run is not lost for it."""
+
+    def __init__(self, db_path: Path, data_dir: Path, rerun: str, detail: str) -> None:
+        RuntimeError.__init__(
+            self,
+            f"loading {db_path} needed more memory than DuckDB's limit of {memory_limit()} ({detail}); "
+            f"the data is safe in Parquet at {data_dir}; rerun `HARVEST_DUCKDB_MEMORY_LIMIT=512MB {rerun}`",
+        )
+        self.db_path, self.data_dir = db_path, data_dir
+
+
+ALIAS = "harvest"
+"""The name the database file is attached under in a write connection (`current_database()` there)."""
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()
+
+
+@contextmanager
+def write_connection(
+    db_path: Path | str, *, data_dir: Path | None = None, rerun: str = "harvest load ..."
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the database for a short write and always close it, turning a lock conflict into DatabaseBusy.
+
+    DuckDB 2.0 reports a conflict as ``duckdb.IOException`` ("Could not set lock on file ...").
+    """
+    path = Path(db_path)
+    rows = row_group_rows()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(
+        config={
+            "memory_limit": memory_limit(),
+            "preserve_insertion_order": False,
+            "temp_directory": f"{path}.tmp",  # where DuckDB spills for a database file (the in-memory default: ./.tmp)
+        },
+    )
+    try:
+        # Attached, not opened: the row-group size is an ATTACH option (see tasks.database.load_settings). The file stays an
+        # ordinary DuckDB file: any DuckDB opens it, and writes made elsewhere use their own row-group size.
+        con.execute(f"ATTACH {quote_literal(str(path))} AS {ALIAS} (ROW_GROUP_SIZE {rows})")
+        con.execute(f"USE {ALIAS}")
+    except duckdb.IOException as exc:
+        con.close()
+        if _is_lock_error(exc):
+            raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun) from exc
+        raise
+    except BaseException:
+        con.close()
+        raise
+    try:
+        con.execute("SET enable_progress_bar = false")  # no bar drawn on the user's terminal mid-run
+        yield con
+    except duckdb.OutOfMemoryException as exc:
+        detail = str(exc).splitlines()[0]
+        raise LoadOutOfMemory(path, data_dir or path.parent / "parquet", rerun, detail) from exc
+    finally:
+        con.close()
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """All-or-nothing: a load that fails half-way leaves the database as it was, so it can be rerun."""
+    con.begin()
+    try:
+        yield
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+
+
+def count_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:
+    """Scalar count via fetchall: DuckDB 2.0 treats a result read with fetchone() as unfinished and refuses
+    further work (register, ...) on the connection until it is drained."""
+    rows = con.execute(sql, params).fetchall()
+    return int(rows[0][0]) if rows else 0
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """A SQL string literal (for statements that take no parameters: ATTACH, SET, CREATE VIEW)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def json_text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether the database holds `table`: an optional table (e.g. `exports`) may not exist yet."""
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall()
+    return bool(found[0][0])

@@ -1,0 +1,84 @@
+"""Reads, from the job's DuckDB file, the keys an incremental query landed in earlier runs, and which of them
+are trusted to end paging (landed up to the run where the query's history last became complete).
+
+Only the query's own rows are read (`_query_id`), so memory grows with what one query collected, not with the
+table. A row's `_run_id` is its newest fetch, so a trusted item fetched again by an unfinished pass counts as
+untrusted: that can cost a page, never an item. Trust follows the `runs` table's start times, so a lost or
+rebuilt-without-that-run database trusts nothing and the query pages until the end. When the database cannot
+be read (held for writing by another process, not created yet) the query simply pages fully: an incremental
+run may pay more than needed, never miss an item.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from connectors.paging.known_items import Key, KnownKeys
+from tasks.database.connection import quote_ident
+from tasks.output.layout import KindLike
+
+log = logging.getLogger(__name__)
+
+_TRUSTED_RUNS = """
+SELECT run_id FROM runs WHERE started <= (SELECT started FROM runs WHERE run_id = ?)
+"""
+
+
+def load_known_keys(
+    db: Path, kinds: Iterable[KindLike], query_id: str, trusted_until: str | None = None
+) -> KnownKeys | None:
+    """Keys per table, or None when nothing can be known (no database yet, or it could not be read).
+
+    `trusted_until`: the run in which the query's history last became complete; None trusts no key."""
+    if not db.exists():
+        return None
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as exc:
+        log.warning("incremental query %s pages fully: cannot read %s (%s)", query_id, db, exc)
+        return None
+    try:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        trusting = trusted_until is not None and "runs" in tables
+        trusted_runs: set[str] = set()
+        if trusting:
+            trusted_runs = {r[0] for r in con.execute(_TRUSTED_RUNS, [trusted_until]).fetchall()}
+        by_table: dict[str, set[Key]] = {}
+        untrusted: dict[str, set[Key]] = {}
+        for kind in kinds:
+            if kind.table not in tables:
+                continue
+            cols = ", ".join(f"CAST({quote_ident(c)} AS VARCHAR)" for c in kind.primary_key)
+            sql = f"SELECT _run_id, {cols} FROM {quote_ident(kind.table)} WHERE _query_id = ?"
+            keys, late = by_table.setdefault(kind.table, set()), untrusted.setdefault(kind.table, set())
+            for run_id, *key in con.execute(sql, [query_id]).fetchall():
+                keys.add(tuple(key))
+                if trusting and run_id not in trusted_runs:
+                    late.add(tuple(key))
+        return KnownKeys(by_table, untrusted if trusting else None)
+    finally:
+        con.close()
+
+
+def parent_values(db: Path, table: str, column: str, query_id: str) -> list[Any]:
+    """The distinct values of `column` in the rows query `query_id` landed: what its dependent queries start
+    from. Empty when the database, the table or the column is not there or cannot be read."""
+    if not db.exists():
+        return []
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as exc:
+        log.warning("dependents of %s: cannot read %s (%s)", query_id, db, exc)
+        return []
+    try:
+        sql = f"SELECT DISTINCT {quote_ident(column)} FROM {quote_ident(table)} WHERE _query_id = ?"
+        return [row[0] for row in con.execute(sql, [query_id]).fetchall() if row[0] not in (None, "")]
+    except duckdb.Error:
+        return []  # no such table or column yet
+    finally:
+        con.close()

@@ -1,0 +1,62 @@
+"""The load step's DuckDB settings, from the environment, and their check before a run pays.
+
+Apart from `tasks.database.connection` so that `harvest run`'s preflight checks them without importing DuckDB (~50 ms that
+would delay Prefect's temporary server).
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_MEMORY_LIMIT = "64MB"
+"""DuckDB's memory cap for the load step; beyond it DuckDB spills to disk, so loading a run's rows does not make
+the process grow with the size of the run. Raise it (HARVEST_DUCKDB_MEMORY_LIMIT) for faster loads of huge runs."""
+
+DEFAULT_ROW_GROUP_ROWS = 16_384
+"""Rows per row group of what the load writes (DuckDB's default: 122,880). DuckDB builds a row group in memory
+before compressing it, and 122,880 rows of ~1 KB of `raw` JSON each are ~115 MB: under the 64 MB cap every group
+spilled to disk and was read back. The bench job's 200k rows inserted in 1.47 s with the default and in 0.65 s
+with 16,384-row groups, in less memory; records five times as wide in 3.3 s and 1.9 s. The file grew ~15%
+(smaller groups compress a little less); 8,192 and 4,096 were no faster. Raise it with the memory cap
+(HARVEST_DUCKDB_ROW_GROUP_ROWS)."""
+
+VECTOR_ROWS = 2048
+"""DuckDB's vector size: a row-group size must be a multiple of it."""
+
+
+class LoadSettingError(ValueError):
+    """An environment variable for the load has a value DuckDB cannot use: said before a run pays."""
+
+
+def row_group_rows() -> int:
+    text = os.environ.get("HARVEST_DUCKDB_ROW_GROUP_ROWS", str(DEFAULT_ROW_GROUP_ROWS))
+    rows = int(text) if text.strip().isdigit() else 0
+    if rows <= 0 or rows % VECTOR_ROWS:
+        raise LoadSettingError(
+            f"HARVEST_DUCKDB_ROW_GROUP_ROWS={text!r}: allowed: a whole number of rows that is a positive multiple "
+            f"of {VECTOR_ROWS} (DuckDB's vector size), e.g. {DEFAULT_ROW_GROUP_ROWS} (the default) or 122880"
+        )
+    return rows
+
+
+def memory_limit() -> str:
+    return os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
+
+
+def check_load_settings() -> None:
+    """Raise LoadSettingError if the load's DuckDB settings from the environment are unusable: found at the
+    load step, that would be after the run paid for its pages."""
+    row_group_rows()
+    if "HARVEST_DUCKDB_MEMORY_LIMIT" not in os.environ:
+        return  # the default is good, and DuckDB's import (~50 ms) would delay Prefect's temporary server
+    limit = memory_limit()
+    import duckdb
+
+    try:
+        duckdb.connect(config={"memory_limit": limit}).close()
+    except duckdb.Error as exc:
+        detail = str(exc).splitlines()[0]
+        raise LoadSettingError(
+            f"HARVEST_DUCKDB_MEMORY_LIMIT={limit!r}: {detail}; allowed: a size such as 64MB (the "
+            "default), 512MB or 2GB"
+        ) from None

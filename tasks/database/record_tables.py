@@ -1,0 +1,256 @@
+"""Record tables: a run's Parquet files merged into DuckDB on each kind's primary key.
+
+Merge rule: the newest fetch of a key wins. Within a batch only the row with the latest ``_fetched_at`` per
+primary key is kept; against the table, a row is replaced only by a fetch at least as new, so a rerun never
+duplicates rows and reloading an old run never overwrites newer data. Rows whose primary key is NULL cannot be
+merged and are skipped; their count is reported in `LoadResult.skipped_null_pk` and logged.
+
+Each step (up to 250k rows of one table, see `CHUNK_ROWS`) is its own transaction: the newest-row sort and the
+insert's join grow with the rows of a step, so one step for a whole run would grow with the run (1M-row steps
+ran out of a 64 MB limit). A load that fails half-way is still safe: the merge rule makes every step idempotent,
+and the run counts as loaded only when its bookkeeping rows are written, in the final transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from tasks.database.connection import count_rows, quote_ident, transaction
+from tasks.output.layout import KindLike
+
+log = logging.getLogger(__name__)
+
+FETCHED_AT = "_fetched_at"
+ROW_NAMES = frozenset({"file_index", "file_row_number"})
+"""The columns DuckDB's Parquet reader adds to name a row within a merge step (see `merge_files`)."""
+
+
+class LoadResult(dict[str, int]):
+    """Rows per table after the load; `skipped_null_pk` counts rows left out because their key was NULL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped_null_pk: dict[str, int] = {}
+
+
+def duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[tuple[str, str]]:
+    """DuckDB column types for an Arrow schema, as DuckDB itself maps them (nested types included)."""
+    con.register("_harvest_empty", schema.empty_table())
+    try:
+        rows = con.execute("DESCRIBE SELECT * FROM _harvest_empty").fetchall()
+    finally:
+        con.unregister("_harvest_empty")
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    rows = con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
+        [table],
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+KEY_COMMENT = "primary key: "
+"""Record tables state their key in their comment (`duckdb_tables().comment`), not as a constraint: DuckDB keeps
+a key constraint's index in memory, which grows with the table until a fixed memory limit fails the load (200k
+rows did at 64 MB), and the merge enforces uniqueness itself. Tables made before this keep their constraint."""
+
+
+def primary_keys(
+    con: duckdb.DuckDBPyConnection, table: str | None = None, *, comments: bool = True
+) -> dict[str, tuple[str, ...]]:
+    """The keys of the main schema's tables (or of one), by table name: a PRIMARY KEY constraint (bookkeeping
+    tables, and record tables made before KEY_COMMENT), else, with `comments`, the key a record table's comment
+    states. Tables without either are left out."""
+    where = "database_name = current_database() AND schema_name = 'main'" + (
+        " AND table_name = ?" if table else ""
+    )
+    args = [table] if table else []
+    keys: dict[str, tuple[str, ...]] = {}
+    if comments:
+        for name, comment in con.execute(
+            f"SELECT table_name, comment FROM duckdb_tables() WHERE {where}", args
+        ).fetchall():
+            text = str(comment or "")
+            if text.startswith(KEY_COMMENT):
+                keys[str(name)] = tuple(text.removeprefix(KEY_COMMENT).split(", "))
+    for name, columns in con.execute(
+        f"SELECT table_name, constraint_column_names FROM duckdb_constraints() WHERE {where} "
+        "AND constraint_type = 'PRIMARY KEY'",
+        args,
+    ).fetchall():
+        keys[str(name)] = tuple(columns)
+    return keys
+
+
+def table_primary_key(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, ...]:
+    """A record table's key: its constraint (tables made before KEY_COMMENT), else its comment, else ()."""
+    return primary_keys(con, table).get(table, ())
+
+
+def same_columns(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Column lists compared as DuckDB compares identifiers: case-insensitively, in order."""
+    return [c.lower() for c in a] == [c.lower() for c in b]
+
+
+RAW = "raw"
+"""The record's own JSON: the widest column by far. DuckDB's default choice for text (FSST or dictionary, analysed
+per segment) took ~1.8 s of a 200k-row load for it; zstd took ~1 s and stored it in less than half the space."""
+
+
+def _compression(column: str) -> str:
+    return " USING COMPRESSION zstd" if column == RAW else ""
+
+
+def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
+    """Create the kind's table, or add the columns its schema gained; returns the table's columns.
+
+    Columns are never dropped or retyped here: old rows keep them, and a changed key needs a rebuild.
+    """
+    if not kind.primary_key:
+        raise ValueError(f"table {kind.table}: a record kind needs a primary key")
+    shadowing = sorted(ROW_NAMES & set(kind.schema.names))
+    if shadowing:  # a record column of that name would hide the reader's own and mix up which row wins
+        raise ValueError(f"table {kind.table}: columns {shadowing} are reserved for the load step")
+    missing_key = [c for c in kind.primary_key if c not in kind.schema.names]
+    if missing_key or FETCHED_AT not in kind.schema.names:
+        raise ValueError(f"table {kind.table}: schema lacks {missing_key or [FETCHED_AT]}")
+    types = duckdb_types(con, kind.schema)
+    existing = _table_columns(con, kind.table)
+    table = quote_ident(kind.table)
+    if not existing:
+        cols = ", ".join(f"{quote_ident(n)} {t}{_compression(n)}" for n, t in types)
+        con.execute(f"CREATE TABLE {table} ({cols})")
+        comment = KEY_COMMENT + ", ".join(kind.primary_key)
+        con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")  # column names: [A-Za-z0-9_] only
+        return [n for n, _ in types]
+    current_key = table_primary_key(con, kind.table)
+    if not same_columns(current_key, kind.primary_key):
+        raise ValueError(
+            f"table {kind.table}: primary key changed from {current_key} to {kind.primary_key}; "
+            "rebuild the table"
+        )
+    known = {c.lower() for c in existing}
+    for name, typ in types:
+        if name.lower() not in known:
+            log.info("table %s: adding column %s %s", kind.table, name, typ)
+            con.execute(f"ALTER TABLE {table} ADD COLUMN {quote_ident(name)} {typ}")
+            existing.append(name)
+    return existing
+
+
+def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[Path]) -> tuple[int, int]:
+    """Merge Parquet files into the kind's table; returns (rows after, rows skipped: null key).
+
+    The newest row per key is chosen on narrow rows, then rows it replaces are deleted and the rest inserted
+    from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a first load (an
+    empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch go to the later file name / later row, so the choice is
+    stable. Columns the table has but this schema lacks stay NULL in replaced rows: they are the newer fetch.
+
+    Rows are named by (`file_index`, `file_row_number`), two integers: with each row's file name instead, the
+    narrow rows were wide enough that the newest-row sort of a 250k-row step ran out of a 64 MB limit.
+    """
+    ensure_table(con, kind)
+    table = quote_ident(kind.table)
+    if not files:
+        return count_rows(con, f"SELECT count(*) FROM {table}"), 0
+    paths = sorted(str(p) for p in files)  # `file_index` is a file's place here: ties go to the later name
+    source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
+    key = [quote_ident(c) for c in kind.primary_key]
+    null_key = " OR ".join(f"{k} IS NULL" for k in key)
+    skipped = count_rows(con, f"SELECT count(*) FROM {source} WHERE {null_key}", [paths])
+    if skipped:
+        log.warning(
+            "table %s: skipped %d rows with a NULL primary key %s", kind.table, skipped, kind.primary_key
+        )
+    names = ", ".join(quote_ident(n) for n in kind.schema.names)
+    fetched = quote_ident(FETCHED_AT)
+    same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
+    # The newest row per key, chosen on narrow rows (key, time, file, row); whole rows (the `raw` JSON
+    # included) are read only once, straight into the table: a window sort over whole rows ran out of a 64 MB
+    # limit at 50k rows, and staging them in a temporary table cost as much as inserting them.
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _harvest_newest AS
+        SELECT {", ".join(key)}, {fetched}, file_index, file_row_number FROM {source}
+        WHERE NOT ({null_key})
+        QUALIFY row_number() OVER (
+            PARTITION BY {", ".join(key)}
+            ORDER BY {fetched} DESC NULLS LAST, file_index DESC, file_row_number DESC
+        ) = 1
+        """,
+        [paths],
+    )
+    con.execute(
+        f"DELETE FROM {table} AS t USING _harvest_newest AS s "
+        f"WHERE {same_key} AND (t.{fetched} IS NULL OR s.{fetched} >= t.{fetched})"
+    )
+    # What is still in the table after the delete is newer than this batch's row: that key is not inserted.
+    con.execute(
+        f"DELETE FROM _harvest_newest AS s WHERE EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
+    )
+    con.execute(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} "
+        "SEMI JOIN _harvest_newest USING (file_index, file_row_number)",
+        [paths],
+    )
+    con.execute("DROP TABLE _harvest_newest")  # on failure it goes with the rolled-back transaction
+    return count_rows(con, f"SELECT count(*) FROM {table}"), skipped
+
+
+CHUNK_ROWS = 250_000
+"""Rows merged in one step: the sort, the join and DuckDB's memory stay the size of a step, not of the run.
+
+Why this many, measured on the bench job's 200k rows (0.93 KB each) under the 64 MB limit: with DuckDB's default
+122,880-row groups, steps of 50k took 2.45 s (3.35 s over the same keys again) and one 200k step 1.66 s; with the
+load's 16,384-row groups (`tasks.database.load_settings`), 50k steps still take 1.65 s and one step 0.95 s. 3.2M distinct
+rows took 65 s in 50k steps and 29 s in 250k steps with default groups, 21-31 s and 15-16 s with 16,384-row
+groups, and ran out of 64 MB in 1M steps (the insert's join, which grows with rows, not with width). Records five
+times as wide (5 KB of `raw`) loaded in one 200k step in 3.8 s; in steps capped at 256 MB of data (40k rows)
+they took 8.7 s, so steps are not capped by bytes."""
+
+
+def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]]:
+    """Files in name order, grouped into steps of at most `rows` rows (a file is never split).
+
+    Merging step by step gives the same table as one merge: each step replaces only rows at least as old,
+    and files are taken in the order one merge breaks ties by (the later file name wins)."""
+    import pyarrow.parquet as pq  # here: `harvest run` checks tables (tasks.database.table_check) before Prefect starts
+
+    chunk: list[Path] = []
+    counted = 0
+    for path in sorted(files, key=str):
+        n = pq.read_metadata(path).num_rows
+        if chunk and counted + n > rows:
+            yield chunk
+            chunk, counted = [], 0
+        chunk.append(path)
+        counted += n
+    if chunk:
+        yield chunk
+
+
+def merge_batches(
+    con: duckdb.DuckDBPyConnection,
+    batches: Iterable[tuple[KindLike, Sequence[Path]]],
+    rows: int = CHUNK_ROWS,
+) -> LoadResult:
+    """Merge several kinds' files on an open connection, one transaction per step of at most `rows` rows (see
+    module docstring)."""
+    result = LoadResult()
+    for kind, files in batches:
+        with transaction(con):
+            result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
+        for chunk in chunks(files, rows):
+            with transaction(con):
+                result[kind.table], more = merge_files(con, kind, chunk)
+            skipped += more
+        result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
+    return result

@@ -1,0 +1,233 @@
+"""The connector task: page through one query, making each paid page durable before asking for the next.
+
+Order per page: raw page (compressed, flushed: survives `kill -9`, written before the page is even parsed) ->
+Parquet row groups -> dependents and progress. Parquet is derived data and can be rebuilt from the raw pages; the
+raw page is the receipt. Whatever raises after a page was kept ends the query with that page kept, its attempts
+in `requests` and its next cursor saved (`QueryPager.broke`): a query never loses a page it paid for. A resumed
+query first lands its raw pages again (its partial Parquet files from before the crash are replaced), then pages
+on from the last one. Page retries live in the client; the task itself is never retried by Prefect, which would
+pay for pages again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed, State
+
+from connectors.catalog.endpoints import Endpoint
+from connectors.paging.known_items import backfill_after_head
+from connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
+from connectors.reading.extraction import PageMeta, with_meta
+from tasks.database.known_keys import load_known_keys
+from tasks.output.layout import OutputLayout
+from tasks.output.parquet_sink import MultiTableSink, run_date
+from tasks.output.query_summary import QuerySummary, history_fields
+from tasks.output.raw_store import RawPageWriter
+from tasks.output.replay import ResumePoint, replay
+from tasks.run_context import RunContext, lookup
+
+log = logging.getLogger(__name__)
+
+ROW_GROUP_ROWS = 10_000
+ROW_GROUP_BYTES = 2 * 1024 * 1024
+"""Every running query buffers at most one row group per table, so memory is bounded by these times the
+number of queries in flight, whatever the number of pages; 10k rows still read efficiently."""
+
+OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None]
+"""Called per landed page with its records (as sent), how many were kept, its credits and whether it was
+replayed from the raw store."""
+
+
+def open_sink(
+    layout: OutputLayout, run_id: str, started: datetime, part: int | str, query_id: str
+) -> MultiTableSink:
+    """A query's Parquet writer; `part` is a counter (a new part id) or a part id the query's files carry
+    already (`harvest rebuild` keeps file names, so an export sends a rebuilt run to the same keys)."""
+    return MultiTableSink(
+        layout,
+        run_id,
+        started,
+        part if isinstance(part, str) else layout.part_id(part, query_id),
+        row_group_rows=ROW_GROUP_ROWS,
+        row_group_bytes=ROW_GROUP_BYTES,
+    )
+
+
+def land_tables(
+    sink: MultiTableSink,
+    endpoint: Endpoint,
+    spec: QuerySpec,
+    run_id: str,
+    tables: Mapping[str, pa.Table],
+    fetched_at: datetime,
+) -> None:
+    meta = PageMeta(endpoint.path, spec.query_id, run_id, fetched_at)
+    sink.write_page((kind, with_meta(kind, tables[kind.table], meta)) for kind in endpoint.kinds)
+
+
+def land_raw_pages(
+    layout: OutputLayout,
+    run_id: str,
+    started: datetime,
+    spec: QuerySpec,
+    endpoint: Endpoint,
+    sink: MultiTableSink,
+    on_records: OnRecords | None = None,
+) -> PagerStart:
+    """Land a query's stored pages again and say where paging continues.
+
+    Parquet files the query wrote before a crash (published or `.tmp`) are removed first: the raw pages hold
+    every one of their rows, so landing them again replaces the parts and never duplicates a row.
+    """
+    for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
+        stale.unlink(missing_ok=True)
+    point = ResumePoint(endpoint.kinds, backfill_after_head(spec.history, spec.backfill, spec.start_cursor))
+    for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
+        land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
+        if on_records is not None:
+            on_records(spec, page.records, page.kept, page.raw.credits, True)
+        point.add(page)
+    return point.finish()
+
+
+def _keep(raw: RawPageWriter, page: Page) -> None:
+    """The paid answer into the raw store, as received, before anything parses it."""
+    raw.append(
+        query_id=page.query_id,
+        page=page.index,
+        endpoint=page.endpoint,
+        params=page.params,
+        cursor_in=page.cursor_in,
+        cursor_out=page.cursor_out,
+        fetched_at=page.fetched_at,
+        status_code=page.status_code,
+        credits=page.credits,
+        body=page.raw,
+    )
+
+
+def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
+    if not (spec.incremental and ctx.incremental):
+        return None
+    return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id, spec.trusted_until)
+
+
+@dataclass
+class Paged:
+    """What paging a query (or one Dask round of it) left: its outcome and where it stands."""
+
+    summary: QuerySummary
+    state: PagerStart
+
+
+async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerStart | None = None) -> Paged:
+    """Page through a query: each paid page raw first, then Parquet, then dependents and progress.
+
+    `start` goes on from an earlier round (Dask); a resumed query (`spec.resume`) lands its raw pages first.
+    """
+    endpoint = ctx.endpoints[spec.endpoint]
+    layout, run_id = ctx.layout, ctx.run_id
+    raw_path = layout.raw_file(run_id, spec.query_id)
+    requests_path = layout.requests_file(run_id, spec.query_id)
+    sink = open_sink(layout, run_id, ctx.started, part, spec.query_id)
+    try:
+        try:
+            ctx.attempts.open(spec.query_id, requests_path)
+            if spec.resume:
+                start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
+        except OSError as exc:  # the machine could not write before anything was paid: stop, resumable
+            if not ctx.faults.caught(exc, requests_path):
+                raise
+            sink.abort()
+            summary = QuerySummary.not_started(
+                spec, "interrupted", ctx.ledger.per_query_spent.get(spec.query_id, 0)
+            )
+            return Paged(replace(summary, error=str(ctx.faults.fault)), start or PagerStart())
+        pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint))
+        try:
+            with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
+                pager.keep = partial(_keep, raw)
+                async with aclosing(pager.pages()) as pages:
+                    async for page in pages:
+                        land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
+                        ctx.on_records(spec, page.records, page.report.kept, page.credits, False)
+        except Exception as exc:
+            if ctx.faults.caught(exc, raw_path):  # the machine's: stop the run, resumable
+                pager.stopped(str(ctx.faults.fault))
+            else:  # no rule foresaw it: end this query, keep what it paid for, go on
+                log.debug("query %s broke", spec.query_id, exc_info=True)
+                pager.broke(exc)
+    finally:
+        published = _publish(ctx, sink)  # what landed, even on failure: those rows came from paid, kept pages
+        ctx.attempts.close(spec.query_id)
+    if published is None:  # its pages are kept but not landed: the resume lands them again
+        pager.stopped(str(ctx.faults.fault))
+    files = published or []
+    out = pager.outcome
+    summary = QuerySummary(
+        query_id=out.query_id,
+        endpoint=out.endpoint,
+        status=out.status,
+        pages=out.pages,
+        records=out.records,
+        credits=out.credits,
+        next_cursor=out.next_cursor,
+        error=out.error,
+        files=[(table, layout.relative(path), rows) for table, path, rows in files],
+        extraction=out.extraction.as_dict(),
+        raw_file=layout.relative(raw_path),
+        requests_file=layout.relative(requests_path),
+        **history_fields(spec, pager.start, out.status, out.next_cursor),
+    )
+    return Paged(summary, pager.start)
+
+
+def _publish(ctx: RunContext, sink: MultiTableSink) -> list[tuple[str, Path, int]] | None:
+    """The query's Parquet parts, published; None when the machine could not write them (the run stops, and
+    its resume lands the raw pages again)."""
+    try:
+        return sink.close()
+    except Exception as exc:
+        if not ctx.faults.caught(exc, ctx.layout.parquet_root):
+            raise
+        return None
+
+
+def task_end(summary: dict[str, Any], data: Any) -> Any:
+    """What a connector task returns: `data`, as a Failed state when the query failed (drift, a loop, an
+    error), so the task run tells the truth in Prefect (retries stay 0: a retry would pay again). The data
+    reaches the flow either way (`task_result`)."""
+    if not query_failed(summary["status"]):
+        return data
+    return Failed(message=f"{summary['status']}: {summary.get('error') or 'no error text'}", data=data)
+
+
+async def task_result(state: State[Any]) -> Any:
+    """A finished connector task's data, from its state whether Completed or Failed; raises what it raised."""
+    result = await state.aresult(raise_on_failure=False)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+@task(
+    name="collect_query",
+    task_run_name="{query[query_id]}",
+    retries=0,
+    cache_policy=NO_CACHE,
+    log_prints=False,
+)
+async def collect_query(run_id: str, query: dict[str, Any], part: int) -> Any:
+    summary = (await page_query(lookup(run_id), QuerySpec(**query), part)).summary.as_dict()
+    return task_end(summary, summary)

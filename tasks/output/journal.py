@@ -1,0 +1,153 @@
+"""The run journal: which queries a run started and ended, and every credit it reserved, durable as it happens.
+
+A crash (kill -9, power loss, Ctrl-C at the wrong moment) must not make harvest forget what it paid for. The raw
+pages hold every paid answer; the journal holds the rest of what a resume needs:
+
+- ``start``: a query began (its plain `QuerySpec`), so a resumed run knows it existed even if it never paid;
+- ``end``: a query ended, with its summary, so a resumed run does not repeat it;
+- ``reserve`` / ``settle`` / ``release``: the credit ledger's reservations. A reservation never closed was in
+  flight at the crash: the service may have billed it, so a resumed run counts it as spent and the budget stays
+  a hard cap across the crash. ``adjust``: credits counted for refusals that the account's balance showed were
+  not billed, given back (`CreditLedger.reconcile`).
+- ``balance``: the account's balance read before the session's first request (``before``) and after its last
+  (``after``), so the service's bill of a run survives a crash (`flows.run.bill`).
+
+Each process that writes a run's journal first appends a ``session`` line; reservation ids restart in every
+session, so they are only compared within one. One file per run (``raw/<run_id>/journal.jsonl``), written by
+the flow's process only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.output.append_file import JsonLinesWriter, iter_json_lines
+from tasks.output.machine_fault import FaultStop
+
+
+@dataclass
+class SessionBalance:
+    """One session's balance readings and what it counted as spent: the service's bill, session by session."""
+
+    before: int | None = None
+    after: int | None = None
+    settled: int = 0
+    """Credits of the reservations the session settled."""
+    open: int = 0
+    """Credits of the reservations still open when the session ended (a crash): billed or not, unknown."""
+
+
+@dataclass
+class JournalState:
+    """What a run's journal says, folded: the state a resume starts from."""
+
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Query id -> the query as started (plain data), in start order."""
+    ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Query id -> its summary, for the queries that ended."""
+    spent: Counter[str] = field(default_factory=Counter)
+    """Credits per query: settled amounts plus reservations left open by a crash."""
+    in_flight_at_crash: int = 0
+    """Reservations no session closed: requests that may or may not have been billed."""
+    sessions: int = 0
+    balances: list[SessionBalance] = field(default_factory=list)
+    """Per session, in order: the balance readings and the credits counted (`flows.run.bill`)."""
+
+    @property
+    def total_spent(self) -> int:
+        return sum(self.spent.values())
+
+
+class RunJournal(JsonLinesWriter):
+    """Appends journal events; also the credit ledger's journal hook (`reserved`, `closed`).
+
+    When this machine cannot write it (a full disk), a reservation's line raises (the ledger then sends
+    nothing), and a query's start or end is not written but stops the run (`faults`): a resume finds such a
+    query by its raw pages, or runs it anew if it paid for none."""
+
+    def __init__(self, path: Path | str, fsync: bool = False, faults: FaultStop | None = None) -> None:
+        super().__init__(path, fsync)
+        self.faults = faults
+        self.append_json({"e": "session"})
+
+    def _noted(self, event: dict[str, Any]) -> None:
+        try:
+            self.append_json(event)
+        except OSError as exc:
+            if self.faults is None or not self.faults.caught(exc, self.path):
+                raise
+
+    def query_started(self, query: dict[str, Any]) -> None:
+        self._noted({"e": "start", "query": query})
+
+    def query_ended(self, summary: dict[str, Any]) -> None:
+        self._noted({"e": "end", "summary": summary})
+
+    def reserved(self, rid: int, query_id: str, amount: int) -> None:
+        self.append_json({"e": "reserve", "id": rid, "q": query_id, "c": amount})
+
+    def balance(self, when: str, credits: int) -> None:
+        """The account's balance `before` the session's first request or `after` its last."""
+        self._noted({"e": "balance", when: credits})
+
+    def adjusted(self, query_id: str, credits: int) -> None:
+        """What a query counted as spent changed by `credits` (refusals the account's balance shows unbilled)."""
+        self.append_json({"e": "adjust", "q": query_id, "c": credits})
+
+    def closed(self, rid: int, counted: int | None) -> None:
+        """`counted` credits were spent on reservation `rid`; None: released, nothing spent."""
+        if counted is None:
+            self.append_json({"e": "release", "id": rid})
+        else:
+            self.append_json({"e": "settle", "id": rid, "c": counted})
+
+
+def _events(path: Path) -> Iterator[dict[str, Any]]:
+    return iter_json_lines(path) if path.exists() else iter(())
+
+
+def read_journal(path: Path | str) -> JournalState:
+    state = JournalState()
+    open_: dict[int, tuple[str, int]] = {}
+
+    session = SessionBalance()
+
+    def close_session() -> None:
+        for query_id, amount in open_.values():
+            state.spent[query_id] += amount
+            state.in_flight_at_crash += 1
+            session.open += amount
+        open_.clear()
+
+    for event in _events(Path(path)):
+        kind = event.get("e")
+        if kind == "session":
+            close_session()
+            state.sessions += 1
+            session = SessionBalance()
+            state.balances.append(session)
+        elif kind == "balance":
+            session.before = event.get("before", session.before)
+            session.after = event.get("after", session.after)
+        elif kind == "start":
+            query = event["query"]
+            state.started.setdefault(query["query_id"], query)
+        elif kind == "end":
+            summary = event["summary"]
+            state.ended[summary["query_id"]] = summary
+        elif kind == "reserve":
+            open_[event["id"]] = (event["q"], int(event["c"]))
+        elif kind == "adjust":
+            state.spent[event["q"]] += int(event["c"])
+            session.settled += int(event["c"])
+        elif kind in ("settle", "release"):
+            held = open_.pop(event["id"], None)
+            if held is not None and kind == "settle":
+                state.spent[held[0]] += int(event["c"])
+                session.settled += int(event["c"])
+    close_session()
+    return state

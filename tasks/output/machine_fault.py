@@ -1,0 +1,119 @@
+"""The machine's own faults: a write of the run that failed for a local reason (no space, a quota, a read-only
+filesystem, a permission).
+
+Such a fault is not the service's and not the query's, and it is over once space is freed. So it stops the run
+like an interrupt (`RunContext.machine_fault`: nothing more is paid, what is in flight lands if it can), says so
+in one line, and the next `harvest run` resumes the run: each query from its last stored page, a load the fault
+cut off is finished before anything is paid. The exit code is 75 (`EX_TEMPFAIL`: try again later) and the Prefect
+state Crashed (the infrastructure failed, not the code).
+
+Writers raise what their library raises: `OSError` with an errno from Python's own files, `OSError` with only a
+message from pyarrow, `duckdb.IOException` with a message. `as_machine_fault` tells them apart from real errors.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import re
+from pathlib import Path
+
+from connectors.credits.ledger import CreditLedger
+
+log = logging.getLogger("harvest.machine")
+
+EXIT_CODE = 75
+"""sysexits' EX_TEMPFAIL: a temporary failure, the user is invited to retry."""
+
+_ERRNOS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the filesystem is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EFBIG: "the file is larger than this machine allows",
+}
+_TEXTS = (
+    (re.compile(r"no space left on device", re.IGNORECASE), errno.ENOSPC),
+    (re.compile(r"disk quota exceeded", re.IGNORECASE), errno.EDQUOT),
+    (re.compile(r"read-only file ?system", re.IGNORECASE), errno.EROFS),
+    (re.compile(r"permission denied", re.IGNORECASE), errno.EACCES),
+)
+_PATH_IN_TEXT = re.compile(r"""(?:file|path)\s+["']([^"']+)["']""", re.IGNORECASE)
+"""Where DuckDB's and pyarrow's messages name the file they could not write."""
+
+
+class MachineFault(Exception):
+    """A write of the run failed for a reason of this machine; `path` is what could not be written."""
+
+    def __init__(self, path: str, cause: str, code: int) -> None:
+        super().__init__(f"cannot write {path}: {cause}")
+        self.path, self.cause, self.code = path, cause, code
+
+    @property
+    def full(self) -> bool:
+        return self.code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+    def advice(self) -> str:
+        return "free space there" if self.full else "make it writable"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (MachineFault, (self.path, self.cause, self.code))
+
+
+def as_machine_fault(exc: BaseException, path: Path | str | None = None) -> MachineFault | None:
+    """The machine fault `exc` is (or was raised from), or None for any other error. `path`: what was being
+    written, when the exception does not name it."""
+    seen = exc
+    for _ in range(4):  # the fault itself, or what a wrapper raised it from
+        if isinstance(seen, MachineFault):
+            return seen
+        code = _code(seen)
+        if code is not None:
+            named = getattr(seen, "filename", None) or _named(str(seen))
+            return MachineFault(str(named or path or "a file of the run"), _ERRNOS[code], code)
+        if seen.__cause__ is None and seen.__context__ is None:
+            return None
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    return None
+
+
+def _code(exc: BaseException) -> int | None:
+    if isinstance(exc, OSError) and exc.errno in _ERRNOS:
+        return exc.errno
+    if isinstance(exc, OSError) or type(exc).__module__.startswith(("duckdb", "_duckdb", "pyarrow")):
+        text = str(exc)
+        for pattern, code in _TEXTS:
+            if pattern.search(text):
+                return code
+    return None
+
+
+def _named(text: str) -> str | None:
+    found = _PATH_IN_TEXT.search(text)
+    return found.group(1) if found else None
+
+
+class FaultStop:
+    """The run's first machine fault, and the stop it makes: the ledger refuses every later reservation (as at
+    a Ctrl-C), so nothing more is paid, and the queries end `interrupted`, which the next `harvest run`
+    resumes."""
+
+    def __init__(self, ledger: CreditLedger | None = None) -> None:
+        self.ledger = ledger
+        self.fault: MachineFault | None = None
+
+    def stop(self, fault: MachineFault) -> None:
+        if self.fault is None:
+            self.fault = fault
+            log.info("stopping: %s", fault)  # said once, at the end of the run
+        if self.ledger is not None:
+            self.ledger.stop("interrupted", f"{fault}; nothing more is paid")
+
+    def caught(self, exc: BaseException, path: Path | str | None = None) -> bool:
+        """Stop the run if `exc` is a machine fault; whether it was."""
+        fault = as_machine_fault(exc, path)
+        if fault is None:
+            return False
+        self.stop(fault)
+        return True

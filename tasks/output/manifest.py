@@ -1,0 +1,240 @@
+"""The run manifest: one JSON file per run saying what the run is, how it ended and what it landed.
+
+Written when a run starts (status `running`), rewritten atomically when it ends, so a run killed on the way is
+still visible (`harvest runs`) and can be resumed. Paths inside are relative to the output directory, so an
+output directory can be moved or synced and still loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from connectors.paging.pager import OK_STATUSES, query_failed
+from connectors.reading.extraction import ExtractionReport
+from tasks.output.layout import OutputLayout
+
+UNFINISHED = frozenset({"running", "interrupted"})
+"""Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
+
+
+CONTINUABLE = frozenset(
+    {"budget_exhausted", "rate_limited", "stopped", "interrupted", "failed", "abandoned", "drift"}
+)
+"""Query statuses `--continue` picks up at their saved cursor; the others ended for good."""
+
+
+@dataclass
+class RunManifest:
+    run_id: str
+    job: str
+    spec_hash: str
+    service: str
+    started: str
+    finished: str | None
+    status: str
+    budget: int
+    credits_spent: int
+    queries: list[dict[str, Any]] = field(default_factory=list)
+    loaded: bool = False
+    plan_key: str = ""
+    """Hash of what identifies the spec's queries: a resume needs the same plan."""
+    flow_run_id: str | None = None
+    """The Prefect flow run that ran it: a flow retry resumes this run instead of paying again."""
+    flow_run_ids: list[str] = field(default_factory=list)
+    """Every flow run that ran it, oldest first (the first, then each resume): a resume or an abandon sets the
+    earlier ones Crashed in Prefect if a killed process left them Running (`flows.orchestrator.prefect_runs`)."""
+    continues: str | None = None
+    """The run whose stopped queries this run continues (`--continue`)."""
+    resumes: int = 0
+    error: str | None = None
+    """Why the whole run stopped, when it did (Ctrl-C, a refused key, an empty account)."""
+    balance_before: int | None = None
+    balance_after: int | None = None
+    """The account balance the service reported before and after the run's last session (`/v1/credit-balance`)."""
+    service_billed: int | None = None
+    """What the balance fell by over all the run's sessions: the service's own count, beside `credits_spent`.
+    None when it cannot be known (`flows.run.bill`), and then `bill_unknown` says why."""
+    bill_unknown: str | None = None
+    rebuilt: str | None = None
+    """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
+    again, to the same keys, to every destination that had it before then."""
+    machine_fault: str | None = None
+    """What this machine could not write when it stopped the run (a full disk): the run is resumable."""
+    rate_limit: dict[str, Any] | None = None
+    """What the run met of the service's rate limit (`connectors.http.pace.PaceReport`): requests, 429s, the pace."""
+    shapes: dict[str, Any] = field(default_factory=dict)
+    """The spec's `shapes` the run read its pages with (`connectors.catalog.shape_overrides`): a rebuild reads them the
+    same way unless given a spec's."""
+    retired_files: list[str] = field(default_factory=list)
+    """Parquet files (relative paths) a rebuild removed and did not write again: the parts of Dask rounds become
+    one part per query. An export deletes them at a destination that has them, so no row is there twice."""
+
+    @property
+    def records(self) -> int:
+        return sum(int(q["records"]) for q in self.queries)
+
+    @property
+    def extraction(self) -> ExtractionReport:
+        """What all the run's pages held vs what was kept."""
+        total = ExtractionReport()
+        for q in self.queries:
+            total.add(ExtractionReport.from_dict(q.get("extraction")))
+        return total
+
+    def bookkeeping_row(self) -> dict[str, Any]:
+        """The run's row of the `runs` table."""
+        return {**asdict(self), "records": self.records, **self.extraction.totals()}
+
+    @property
+    def unfinished(self) -> bool:
+        return self.status in UNFINISHED
+
+    def flow_runs(self, current: str | None = None) -> list[str]:
+        """Its flow runs so far (manifests before `flow_run_ids` named only the last), then `current`."""
+        earlier = self.flow_run_ids or ([self.flow_run_id] if self.flow_run_id else [])
+        return list(dict.fromkeys([*earlier, *([current] if current else [])]))
+
+    def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
+        out: dict[str, list[Path]] = defaultdict(list)
+        for q in self.queries:
+            for table, path, _rows in q.get("files", []):
+                out[table].append(layout.resolve(path))
+        return dict(out)
+
+    def summary(self, tables: dict[str, int] | None) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "job": self.job,
+            "status": self.status,
+            "service": self.service,
+            "budget": self.budget,
+            "credits_spent": self.credits_spent,
+            "records": self.records,
+            "queries": self.queries,
+            "tables": tables or {},
+            "loaded": tables is not None,
+            "error": self.error,
+            "continues": self.continues,
+            "resumes": self.resumes,
+            "balance_before": self.balance_before,
+            "balance_after": self.balance_after,
+            "service_billed": self.service_billed,
+            "bill_unknown": self.bill_unknown,
+            "rate_limit": self.rate_limit,
+            "machine_fault": self.machine_fault,
+            "extraction": self.extraction.totals(),
+        }
+
+
+_FIELDS = {f.name for f in dataclasses.fields(RunManifest)}
+
+
+def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
+    """`interrupted` after Ctrl-C; `failed` if any query failed; `budget_exhausted` if one stopped at a cap;
+    `rate_limited` if one stopped waiting for the service's rate limit."""
+    if stopped_kind == "interrupted":
+        return "interrupted"
+    if any(s not in OK_STATUSES for s in statuses):
+        return "failed"
+    for stopped in ("budget_exhausted", "rate_limited"):
+        if stopped in statuses:
+            return stopped
+    return "complete"
+
+
+def failure_groups(queries: list[dict[str, Any]]) -> list[tuple[list[str], str]]:
+    """(query ids, reason) per distinct reason of the failed queries, in the order met: 30 queries stopped by
+    one cause are one group."""
+    by_reason: dict[str, list[str]] = {}
+    for q in queries:
+        if query_failed(q["status"]):
+            by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
+    return [(ids, reason) for reason, ids in by_reason.items()]
+
+
+def who(ids: list[str]) -> str:
+    """`q1`, or `3 queries (q1, ...)`."""
+    return ids[0] if len(ids) == 1 else f"{len(ids)} queries ({ids[0]}, ...)"
+
+
+def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
+    path = layout.manifest_file(manifest.run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(orjson.dumps(asdict(manifest), option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(path: Path) -> RunManifest:
+    data = orjson.loads(path.read_bytes())
+    return RunManifest(**{k: v for k, v in data.items() if k in _FIELDS})
+
+
+def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
+    """Every run under an output directory (of one job, if given), oldest first (`run_heads` orders them)."""
+    return [h.manifest() for h in run_heads(layout, job)]
+
+
+@dataclass(frozen=True)
+class RunHead:
+    """What a manifest says about its run, without the queries: small enough to hold for every run."""
+
+    path: Path
+    run_id: str
+    job: str
+    started: str
+    status: str
+    loaded: bool
+    resumes: int
+    flow_run_id: str | None
+    continues: str | None
+
+    @property
+    def unfinished(self) -> bool:
+        return self.status in UNFINISHED
+
+    def manifest(self) -> RunManifest:
+        return read_manifest(self.path)
+
+
+_HEADS: dict[Path, tuple[tuple[int, int, int], RunHead]] = {}
+"""Manifest path -> (inode, size, mtime) when read, and its head."""
+
+
+def run_heads(layout: OutputLayout, job: str | None = None) -> list[RunHead]:
+    """Every run's head (of one job, if given), oldest first: by start, then run id.
+
+    A run reads what earlier runs did several times (its start, resume, coverage, runs to load first). Whole
+    manifests would each time be parsed and held together: at 1,000 runs of a 10-query job 170 ms and 28 MB a
+    pass, ~1 GB for a nightly 1,000-query job after a year. Heads are parsed once per process and file version
+    (a manifest is replaced, never edited in place, so inode, size and mtime change with it); a whole manifest
+    is read when it is needed, one at a time."""
+    heads: list[RunHead] = []
+    for path in layout.raw_root.glob("*/manifest.json"):
+        st = path.stat()
+        version = (st.st_ino, st.st_size, st.st_mtime_ns)
+        known = _HEADS.get(path)
+        if known is None or known[0] != version:
+            m = read_manifest(path)
+            head = RunHead(
+                path, m.run_id, m.job, m.started, m.status, m.loaded, m.resumes, m.flow_run_id, m.continues
+            )
+            known = _HEADS[path] = (version, head)
+        if job is None or known[1].job == job:
+            heads.append(known[1])
+    return sorted(heads, key=lambda h: (h.started, h.run_id))
+
+
+def pending_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
+    """Runs whose data landed but is not in DuckDB, oldest first: finished ones (complete, budget-stopped,
+    failed, abandoned) whose load found DuckDB busy or was cut off, and interrupted ones (Ctrl-C lands what
+    was paid before it stops). Not a killed run (still `running` on disk): its resume lands it."""
+    return [h.manifest() for h in run_heads(layout, job) if not h.loaded and h.status != "running"]

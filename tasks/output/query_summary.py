@@ -1,0 +1,61 @@
+"""What a query's run ended with, as the flow, the journal, the manifest and the load read it.
+
+Kept free of Prefect so that the flow's start (resume decisions) and the Dask rounds can build summaries without
+importing the task module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from connectors.paging.known_items import history_after
+from connectors.paging.pager import PagerStart, QuerySpec
+
+
+@dataclass
+class QuerySummary:
+    """What a connector task returns: small, plain, and enough to load and report the run."""
+
+    query_id: str
+    endpoint: str
+    status: str
+    pages: int
+    records: int
+    credits: int
+    next_cursor: dict[str, str] | None
+    error: str | None
+    files: list[tuple[str, str, int]] = field(default_factory=list)
+    """(table, path relative to the output root, rows) of every Parquet file the query published."""
+    extraction: dict[str, Any] = field(default_factory=dict)
+    """What the pages held vs what was kept (`connectors.reading.extraction.ExtractionReport.as_dict`)."""
+    raw_file: str = ""
+    requests_file: str = ""
+    history: str | None = None
+    """Incremental queries: `complete` or `partial` once this run's pass ended (`connectors.paging.known_items`)."""
+    backfill_cursor: dict[str, str] | None = None
+    """Incremental queries with a partial history: where their older, uncollected items begin."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def not_started(cls, spec: QuerySpec, status: str, credits: int = 0) -> QuerySummary:
+        """A query a stopped run never started: listed, so `--continue` or a resume runs it; an incremental one
+        keeps the history it had (`history_after` with no page paged)."""
+        start = spec.start_cursor
+        return cls(
+            query_id=spec.query_id, endpoint=spec.endpoint, status=status, pages=0, records=0, credits=credits,
+            next_cursor=start, error=None, **history_fields(spec, PagerStart(cursor=start), status, start),
+        )  # fmt: skip
+
+
+def history_fields(
+    spec: QuerySpec, state: PagerStart, status: str, next_cursor: dict[str, str] | None
+) -> dict[str, Any]:
+    """An incremental query's history after this run (`history`, `backfill_cursor`) for its summary."""
+    if not spec.incremental:
+        return {}
+    before = (spec.history, spec.backfill)
+    history, backfill = history_after(status, state.backfilling, next_cursor, spec.start_cursor, before)
+    return {"history": history, "backfill_cursor": backfill}

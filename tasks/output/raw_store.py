@@ -1,0 +1,305 @@
+"""Append-only store of every paid answer, exactly as received.
+
+The raw page files are harvest's source of truth: credits are spent once, so each answer is written here
+before anything parses it, and Parquet/DuckDB can always be rebuilt from these files.
+
+File format (one file per query, see `OutputLayout.raw_file`), a sequence of self-delimiting frames::
+
+    magic  b"HVR1"   4 bytes
+    codec  u8        0 = none, 1 = zstd, 2 = zlib
+    rawlen u32       length of the uncompressed payload
+    length u32       length of the stored payload
+    crc32  u32       CRC-32 of codec, rawlen, length and the stored payload
+    payload          compressed( u32 meta_len | meta JSON | body bytes )
+
+All integers are big-endian. A frame is built in memory and written with one unbuffered write, so a process
+killed mid-append leaves at most one torn frame at the end of the file; readers stop there without raising.
+`RawPageWriter` repairs such a tail before appending again (the torn bytes are moved aside, never discarded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import struct
+import zlib
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+import pyarrow as pa
+
+from tasks.output.append_file import AppendOnlyFile, append_record, fsync_dir
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"HVR1"
+_HEADER = struct.Struct(">4sBIII")
+_META_LEN = struct.Struct(">I")
+CODEC_NONE, CODEC_ZSTD, CODEC_ZLIB = 0, 1, 2
+_MAX_FRAME = 0xFFFF_FFFF
+_COPY_CHUNK = 1 << 20
+
+# Parameter names that would carry a credential; they are never written, even if a caller passes them.
+SECRET_PARAMS = frozenset(
+    {"x-api-key", "api_key", "apikey", "api-key", "authorization", "password", "secret"}
+)
+
+
+def redact_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Drop credential-like parameters so a raw file or the requests table can be shared safely."""
+    return {k: v for k, v in (params or {}).items() if k.lower() not in SECRET_PARAMS}
+
+
+def iso_utc(value: dt.datetime | str) -> str:
+    """Timestamps are stored as ISO text in UTC; naive datetimes are refused because their zone is a guess."""
+    if isinstance(value, str):
+        return value
+    if value.tzinfo is None:
+        raise ValueError("fetched_at must be timezone-aware")
+    return value.astimezone(dt.UTC).isoformat()
+
+
+@dataclass(frozen=True)
+class RawPage:
+    """One paid answer and what is needed to interpret or resume from it."""
+
+    query_id: str
+    page: int
+    endpoint: str
+    params: dict[str, Any]
+    cursor_in: dict[str, Any] | None
+    cursor_out: dict[str, Any] | None
+    fetched_at: str
+    status_code: int
+    credits: int
+    body: bytes
+
+    def meta(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "body"}
+
+
+_PAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(RawPage)) - {"body"}
+
+
+def _default_codec() -> int:
+    return CODEC_ZSTD if pa.Codec.is_available("zstd") else CODEC_ZLIB
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_ZSTD:
+        return bytes(pa.compress(data, codec="zstd", asbytes=True))
+    if codec == CODEC_ZLIB:
+        return zlib.compress(data, 6)
+    return data
+
+
+def _decompress(codec: int, data: bytes, raw_len: int) -> bytes:
+    if codec == CODEC_ZSTD:
+        return bytes(pa.decompress(data, decompressed_size=raw_len, codec="zstd", asbytes=True))
+    if codec == CODEC_ZLIB:
+        return zlib.decompress(data)
+    return data
+
+
+def encode_frame(page: RawPage, codec: int | None = None) -> bytes:
+    """Serialise one page to a complete frame (exposed so tests and tools can build files byte by byte)."""
+    codec = _default_codec() if codec is None else codec
+    meta = orjson.dumps(page.meta())
+    raw = _META_LEN.pack(len(meta)) + meta + page.body
+    stored = _compress(codec, raw)
+    if len(raw) > _MAX_FRAME or len(stored) > _MAX_FRAME:
+        raise ValueError("page too large for one frame (4 GiB)")
+    fields = _HEADER.pack(MAGIC, codec, len(raw), len(stored), 0)[4:-4]
+    crc = zlib.crc32(stored, zlib.crc32(fields))
+    return _HEADER.pack(MAGIC, codec, len(raw), len(stored), crc) + stored
+
+
+def _decode_payload(codec: int, stored: bytes, raw_len: int) -> RawPage:
+    raw = _decompress(codec, stored, raw_len)
+    if len(raw) != raw_len:
+        raise ValueError("payload length mismatch")
+    (meta_len,) = _META_LEN.unpack_from(raw)
+    meta = orjson.loads(raw[_META_LEN.size : _META_LEN.size + meta_len])
+    known = {k: v for k, v in meta.items() if k in _PAGE_FIELDS}  # newer writers may add fields
+    return RawPage(**known, body=raw[_META_LEN.size + meta_len :])
+
+
+class RawPageReader:
+    """Iterates the complete pages of a raw file and records where (and why) reading stopped early.
+
+    Reading streams frame by frame, so memory is bounded by the largest page, not the file. After iteration,
+    `valid_bytes` is the offset just past the last good frame and `damage` says why reading stopped before
+    end of file (None when the whole file was read).
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.valid_bytes = 0
+        self.pages = 0
+        self.damage: str | None = None
+
+    @property
+    def damaged(self) -> bool:
+        return self.damage is not None
+
+    def __iter__(self) -> Iterator[RawPage]:
+        self.valid_bytes, self.pages, self.damage = 0, 0, None
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            while True:
+                header = f.read(_HEADER.size)
+                if not header:
+                    return
+                page = self._read_frame(f, header)
+                if page is None:
+                    log.warning(
+                        "raw file %s: %s at byte %d; kept %d complete pages",
+                        self.path,
+                        self.damage,
+                        self.valid_bytes,
+                        self.pages,
+                    )
+                    return
+                self.valid_bytes = f.tell()
+                self.pages += 1
+                yield page
+
+    def _read_frame(self, f: BinaryIO, header: bytes) -> RawPage | None:
+        if len(header) < _HEADER.size:
+            self.damage = "torn frame header"
+            return None
+        magic, codec, raw_len, length, crc = _HEADER.unpack(header)
+        if magic != MAGIC or codec not in (CODEC_NONE, CODEC_ZSTD, CODEC_ZLIB):
+            self.damage = "bad frame header"
+            return None
+        stored = f.read(length)
+        if len(stored) < length:
+            self.damage = "torn frame payload"
+            return None
+        if zlib.crc32(stored, zlib.crc32(header[4:-4])) != crc:
+            self.damage = "frame checksum mismatch"
+            return None
+        try:
+            return _decode_payload(codec, stored, raw_len)
+        except Exception as exc:  # a frame whose CRC matches but cannot be decoded was written by a bug
+            self.damage = f"undecodable frame ({exc})"
+            return None
+
+
+def iter_raw_pages(path: Path | str) -> Iterator[RawPage]:
+    """Yield complete pages in append order; a torn or corrupt tail ends iteration with a logged warning.
+
+    Use `RawPageReader` directly when the caller needs to know whether the tail was damaged.
+    """
+    yield from RawPageReader(path)
+
+
+def count_pages(path: Path | str) -> int:
+    """Complete frames in a raw file, reading only their headers (for listings of large runs)."""
+    count = 0
+    path = Path(path)
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        while True:
+            header = f.read(_HEADER.size)
+            if len(header) < _HEADER.size or header[:4] != MAGIC:
+                return count
+            length = _HEADER.unpack(header)[3]
+            if f.tell() + length > size:
+                return count
+            f.seek(length, os.SEEK_CUR)
+            count += 1
+
+
+def last_page(path: Path | str) -> RawPage | None:
+    """The last complete page (its cursor_out is where a resumed query continues), or None if none."""
+    tail = deque(RawPageReader(path), maxlen=1)
+    return tail[0] if tail else None
+
+
+def _set_aside_tail(path: Path, valid: int, size: int) -> Path:
+    """Copy bytes past the last good frame to a side file before the tail is cut, so nothing is destroyed."""
+    aside = path.with_name(f"{path.name}.damaged-{valid}")
+    with open(path, "rb") as src, open(aside, "wb") as dst:
+        src.seek(valid)
+        while chunk := src.read(_COPY_CHUNK):
+            dst.write(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
+    log.warning("raw file %s: moved %d damaged tail bytes to %s before appending", path, size - valid, aside)
+    return aside
+
+
+class RawPageWriter(AppendOnlyFile):
+    """Appends one frame per paid answer; a page is safe from a killed process as soon as `append` returns.
+
+    ``fsync=True`` additionally forces each frame to the disk so it survives power loss, at the cost of one
+    disk flush per page (a user setting; off by default because pages already cost seconds over the network
+    and the OS writes dirty pages out within seconds anyway).
+
+    Opening an existing file first validates it; a torn tail left by a crash is copied to a ``.damaged-<n>``
+    side file and cut off so that new frames are not hidden behind it.
+    """
+
+    def __init__(self, path: Path | str, fsync: bool = False, codec: int | None = None) -> None:
+        super().__init__(path, fsync)
+        self.codec = _default_codec() if codec is None else codec
+        self._repair()
+        self._open()
+        if fsync:
+            fsync_dir(self.path.parent)
+
+    def _repair(self) -> None:
+        if not self.path.exists():
+            return
+        size = self.path.stat().st_size
+        reader = RawPageReader(self.path)
+        for _ in reader:
+            pass
+        if reader.valid_bytes < size:
+            _set_aside_tail(self.path, reader.valid_bytes, size)
+            os.truncate(self.path, reader.valid_bytes)
+
+    def append(
+        self,
+        *,
+        query_id: str,
+        page: int,
+        endpoint: str,
+        params: Mapping[str, Any] | None,
+        cursor_in: Mapping[str, Any] | None,
+        cursor_out: Mapping[str, Any] | None,
+        fetched_at: dt.datetime | str,
+        status_code: int,
+        credits: int,
+        body: bytes,
+    ) -> RawPage:
+        """Write one paid answer; returns the envelope as stored (credential-like params removed)."""
+        record = RawPage(
+            query_id=query_id,
+            page=page,
+            endpoint=endpoint,
+            params=redact_params(params),
+            cursor_in=dict(cursor_in) if cursor_in is not None else None,
+            cursor_out=dict(cursor_out) if cursor_out is not None else None,
+            fetched_at=iso_utc(fetched_at),
+            status_code=status_code,
+            credits=credits,
+            body=bytes(body),
+        )
+        self.append_page(record)
+        return record
+
+    def append_page(self, page: RawPage) -> None:
+        if self._fd is None:
+            raise ValueError(f"raw page writer for {self.path} is closed")
+        append_record(self._fd, encode_frame(page, self.codec), self.fsync)

@@ -1,0 +1,47 @@
+"""The runs of an output directory as a user needs to see them, unfinished ones included.
+
+A killed run's manifest still says `running`; whether it really runs is asked of its job's lock. Its pages and
+credits so far come from the raw store and the run journal, since it never wrote its totals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks.output.job_lock import is_locked
+from tasks.output.journal import read_journal
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest, all_manifests
+from tasks.output.raw_store import count_pages
+
+
+@dataclass(frozen=True)
+class RunRow:
+    manifest: RunManifest
+    state: str
+    """The manifest's status, except `running` (its lock is held) or `killed` (nobody holds it)."""
+    pages: int
+    credits: int
+
+    @property
+    def unfinished(self) -> bool:
+        return self.state in ("running", "killed", "interrupted")
+
+
+def killed(layout: OutputLayout, m: RunManifest) -> bool:
+    """A run whose manifest still says `running` while nobody holds its job's lock: its process is gone."""
+    return m.status == "running" and not is_locked(layout.lock_file(m.job))
+
+
+def _row(layout: OutputLayout, m: RunManifest) -> RunRow:
+    if not m.unfinished:
+        return RunRow(m, m.status, sum(int(q["pages"]) for q in m.queries), m.credits_spent)
+    state = "killed" if killed(layout, m) else m.status
+    pages = sum(count_pages(p) for p in layout.raw_files(m.run_id))
+    credits = read_journal(layout.journal_file(m.run_id)).total_spent
+    return RunRow(m, state, pages, max(credits, m.credits_spent))
+
+
+def run_rows(layout: OutputLayout) -> list[RunRow]:
+    """Every run, oldest first."""
+    return [_row(layout, m) for m in all_manifests(layout)]
