@@ -301,9 +301,9 @@ def rebuild(
     reaches old data, and how a lost harvest.duckdb or parquet/ comes back. The database is always rebuilt from
     every finished run.
     """
-    from flows.commands import handoff as handoff_commands
+    from flows.commands import warehouse
 
-    handoff_commands.rebuild(output, run, None if spec is None else _load(spec))
+    warehouse.rebuild(output, run, None if spec is None else _load(spec))
 
 
 @app.command(epilog="Example: harvest raw data/brand-watch --query videos | head -1")
@@ -313,9 +313,9 @@ def raw(
     query: str | None = typer.Option(None, "--query", help="Only this query id's pages."),
 ) -> None:
     """Print the stored raw pages as JSON lines: query, page, cursors, status, credits and body. No request."""
-    from flows.commands import handoff as handoff_commands
+    from flows.commands import warehouse
 
-    handoff_commands.raw(output, run, query)
+    warehouse.raw(output, run, query)
 
 
 @app.command(
@@ -335,9 +335,9 @@ def export(
     Each export writes _exports/<id>/_manifest.json (keys, rows, schemas, run ids, primary keys) and last
     _SUCCESS. Credentials come from the standard variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
     """
-    from flows.commands import handoff as handoff_commands
+    from flows.commands import warehouse
 
-    handoff_commands.export(output, to, snapshot)
+    warehouse.export(output, to, snapshot)
 
 
 @app.command(

@@ -42,7 +42,7 @@ from flows.run.load_step import load_earlier_runs, load_manifest_into_duckdb  # 
 from flows.run.memory import quiet_gc, release_memory  # noqa: E402
 from flows.run.plan import Plan, plan  # noqa: E402
 from flows.run.preflight import check_output_dir  # noqa: E402
-from flows.run.service_access import Service, open_service  # noqa: E402
+from flows.run.service_access import ServiceAccess, open_service  # noqa: E402
 from flows.run.start import (  # noqa: E402
     Mode,
     RunStart,
@@ -86,7 +86,12 @@ def _flow_run() -> tuple[str | None, int, int]:
 
 
 def _begin(
-    spec: JobSpec, the_plan: Plan, layout: OutputLayout, service: Service, mode: Mode, budget: int | None
+    spec: JobSpec,
+    the_plan: Plan,
+    layout: OutputLayout,
+    service: ServiceAccess,
+    mode: Mode,
+    budget: int | None,
 ) -> Begun:
     """Decide what this run is (new, resumed, continued) and write its `running` manifest."""
     flow_run_id, run_count, _ = _flow_run()
@@ -177,7 +182,7 @@ def _note_bill(begun: Begun, before: int | None, after: int | None) -> None:
 
 
 def _client(
-    spec: JobSpec, service: Service, ledger: CreditLedger, attempts: run_context.AttemptLogs
+    spec: JobSpec, service: ServiceAccess, ledger: CreditLedger, attempts: run_context.AttemptLogs
 ) -> ServiceClient:
     timeout = spec.service.timeout_seconds
     return ServiceClient(
@@ -203,7 +208,7 @@ async def _pay_and_land(
     journal: RunJournal,
     attempts: run_context.AttemptLogs,
     full: bool,
-    service: Service,
+    service: ServiceAccess,
     stop: StopOnSignal,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
@@ -254,7 +259,7 @@ async def _collect(
     layout: OutputLayout,
     begun: Begun,
     the_plan: Plan,
-    service: Service,
+    service: ServiceAccess,
     full: bool,
     stop: StopOnSignal,
 ) -> RunManifest:

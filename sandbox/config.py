@@ -126,8 +126,8 @@ def _default_keys() -> dict[str, int]:
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """One sandbox instance. Paths in the per-path maps are the documented ones, e.g. "/v1/pinboard/search" or
-    "/v1/creative/materials/{material_id}"."""
+    """One sandbox instance. Paths in the per-path maps are the documented ones, as `sandbox/served_paths.py`
+    names them."""
 
     api_keys: Mapping[str, int] = field(default_factory=_default_keys)
     """Accepted keys and their starting balances."""

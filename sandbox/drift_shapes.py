@@ -17,31 +17,31 @@ from sandbox.served_paths import CLIP, FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDE
 
 
 @dataclass(frozen=True)
-class Shape:
+class DriftShape:
     what: str
     """What the answers look like, and what harvest does about it."""
     drift: Drift
 
 
-SHAPES: dict[str, Shape] = {
-    "wrapped-feed": Shape(
+SHAPES: dict[str, DriftShape] = {
+    "wrapped-feed": DriftShape(
         "microblog-b feed items come wrapped the native upstream way, {post, reason, reply}: read (an "
         "alternative shape of the kind)",
         Drift(wrapped_feed=1.0),
     ),
-    "renamed-list": Shape(
+    "renamed-list": DriftShape(
         "the microblog-b feed's list `feed` is sent as `items`: drift",
         Drift(renamed_lists={MB_FEED: ("feed", "items")}),
     ),
-    "null-list": Shape(
+    "null-list": DriftShape(
         "the microblog-b feed's `feed` is null, its posts under `items`: drift",
         Drift(nulled_lists={MB_FEED: ("feed", "items")}),
     ),
-    "keyed-list": Shape(
+    "keyed-list": DriftShape(
         "the microblog-b feed's `feed` is an object keyed item0, item1, ... instead of a list: drift",
         Drift(keyed_lists={MB_FEED: "feed"}),
     ),
-    "renamed-secondary": Shape(
+    "renamed-secondary": DriftShape(
         "forum search's `comments` is sent as `replies`, video search's `channels` as `channel_results`: drift",
         Drift(
             renamed_lists={
@@ -50,53 +50,53 @@ SHAPES: dict[str, Shape] = {
             }
         ),
     ),
-    "omitted-lists": Shape(
+    "omitted-lists": DriftShape(
         "lists with nothing in them are left out of answers, as the real service may: nothing is lost, no message",
         Drift(omit_empty_lists=True),
     ),
-    "missing-keys": Shape(
+    "missing-keys": DriftShape(
         "3 in 10 list records come without their primary key: drift", Drift(missing_keys=0.3)
     ),
-    "empty-keys": Shape("3 in 10 list records have an empty primary key: drift", Drift(empty_keys=0.3)),
-    "text-numbers": Shape(
+    "empty-keys": DriftShape("3 in 10 list records have an empty primary key: drift", Drift(empty_keys=0.3)),
+    "text-numbers": DriftShape(
         'counters come as text ("1.2K", "1,234", "42", "twelve"), timestamps as "yesterday": converted where '
         "unambiguous, else NULL and counted",
         Drift(bad_values=1.0),
     ),
-    "odd-values": Shape(
+    "odd-values": DriftShape(
         'timestamps come as "²" or beyond 64 bits, counters 5000 digits long: NULL and counted',
         Drift(odd_values=1.0),
     ),
-    "new-fields": Shape(
+    "new-fields": DriftShape(
         "every record carries fields the interface does not name: named once", Drift(new_fields=True)
     ),
-    "cut-emoji": Shape(
+    "cut-emoji": DriftShape(
         "a community tweet's text is cut in the middle of an emoji (a lone `\\ud83d`): read, the half emoji "
         "as U+FFFD, counted as repaired",
         Drift(cut_emoji=frozenset({TWEETS})),
     ),
-    "nan-counts": Shape(
+    "nan-counts": DriftShape(
         "a community tweet's counters come as `NaN`: read as NULL, counted as repaired",
         Drift(nan_counts=frozenset({TWEETS})),
     ),
-    "latin1": Shape(
+    "latin1": DriftShape(
         "community tweets come encoded in Latin-1, not UTF-8: read, each such byte as U+FFFD, counted",
         Drift(latin1=frozenset({TWEETS})),
     ),
-    "byte-order-mark": Shape(
+    "byte-order-mark": DriftShape(
         "community tweets start with a UTF-8 byte order mark: read, counted",
         Drift(byte_order_mark=frozenset({TWEETS})),
     ),
-    "relay-clips": Shape(
+    "relay-clips": DriftShape(
         "the clip's other clips come as a GraphQL Relay connection, {edges: [{node}]}: read",
         Drift(relay_lists={CLIP: "[1].data.user.clips"}),
     ),
-    "unreadable-tweets": Shape(
+    "unreadable-tweets": DriftShape(
         "community tweets are answered 200 (billed) with an HTML maintenance page: paid once, kept in the raw "
         "store, drift",
         Drift(unreadable=frozenset({TWEETS})),
     ),
-    "stuck-cursor": Shape(
+    "stuck-cursor": DriftShape(
         "the microblog-b feed and pin search hand back the cursor they were asked with: loop_detected",
         Drift(stuck_cursor=frozenset({MB_FEED, PINS})),
     ),

@@ -1,6 +1,6 @@
 """What a full crawl of a query holds, computed by the very builders the server answers with.
 
-    full_crawl("/v1/pinboard/search", {"query": "cats"}, config)
+    full_crawl(served_paths.PINS, {"query": "cats"}, config)
     -> {"pins": [...distinct records, in crawl order...]}
 
 Record kinds (the keys) are those of docs/service-shapes.md: materials, material_details, photos, group_posts,

@@ -13,7 +13,7 @@ import pytest
 
 from connectors.credits.ledger import CreditLedger
 from connectors.http.client import PageRequest, ServiceClient
-from connectors.http.lane import AnswerTooLarge, read_capped
+from connectors.http.lane import BodyOverCap, read_capped
 from connectors.http.lane_pool import Lanes
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import running
@@ -82,7 +82,7 @@ async def test_an_answer_is_refused_as_soon_as_it_passes_the_cap_while_it_arrive
             got.append(b"x" * 1_000)
             yield got[-1]
 
-    with pytest.raises(AnswerTooLarge) as caught:
+    with pytest.raises(BodyOverCap) as caught:
         await read_capped(200, [], arriving(), max_bytes=4_096)
     assert len(got) == 5 and not caught.value.announced and caught.value.size == 5_000
 
@@ -99,5 +99,5 @@ async def test_a_compressed_body_is_capped_by_what_it_decodes_to() -> None:
     """A few KB of gzip can hold gigabytes: the cap counts decoded bytes too."""
     bomb = gzip.compress(b"0" * 10_000_000)
     assert len(bomb) < 20_000
-    with pytest.raises(AnswerTooLarge):
+    with pytest.raises(BodyOverCap):
         await read_capped(200, [(b"content-encoding", b"gzip")], _chunks(bomb), max_bytes=1_000_000)

@@ -1,4 +1,4 @@
-"""The service's traps (shared/spec/service-notes.md), each sprung on harvest's real pager, client and ledger
+"""The service's traps (`docs/service-shapes.md`), each sprung on harvest's real pager, client and ledger
 against the sandbox over HTTP: what a user would check is the records kept, the requests sent and the credits.
 """
 

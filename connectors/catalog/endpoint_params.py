@@ -1,4 +1,4 @@
-"""The parameter model of each endpoint, as the interface documents it (shared/spec/service-interface.md part 4).
+"""The parameter model of each endpoint, as the service's interface documents it (`docs/service-shapes.md`).
 
 Unknown parameters are refused (`Params` forbids extras): the real service ignores them silently, which turns a
 typo in a cursor or a filter into wrong, billed pages. Where the interface leaves open which of two

@@ -29,16 +29,16 @@ ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "c
 
 
 @dataclass(frozen=True, slots=True)
-class Known:
+class KnownFields:
     """The fields a kind reads, as a tree: `keys` at this level and the objects only partly read below it;
     `prefix` is this level's path, to name an unknown key."""
 
     keys: frozenset[str]
-    partial: tuple[tuple[str, Known], ...]
+    partial: tuple[tuple[str, KnownFields], ...]
     prefix: str = ""
 
 
-def known_tree(paths: Iterable[str], extra: Iterable[str] = (), prefix: str = "") -> Known:
+def known_tree(paths: Iterable[str], extra: Iterable[str] = (), prefix: str = "") -> KnownFields:
     """The tree of field paths. An object read whole (a JSON column, a list, an ignored path) is a leaf:
     nothing under it is unknown. `extra`: more known top-level keys."""
     tree: dict[str, Any] = dict.fromkeys(extra)
@@ -55,14 +55,14 @@ def known_tree(paths: Iterable[str], extra: Iterable[str] = (), prefix: str = ""
                     break
                 node = node.setdefault(name, {})
 
-    def freeze(node: dict[str, Any], at: str) -> Known:
+    def freeze(node: dict[str, Any], at: str) -> KnownFields:
         partial = tuple((k, freeze(v, f"{at}{k}.")) for k, v in node.items() if v is not None)
-        return Known(frozenset(node), partial, at)
+        return KnownFields(frozenset(node), partial, at)
 
     return freeze(tree, prefix)
 
 
-def unknown_paths(known: Known, doc: dict[str, Any], out: set[str]) -> None:
+def unknown_paths(known: KnownFields, doc: dict[str, Any], out: set[str]) -> None:
     """Add the paths in `doc` that `known` does not know (hot path: one subset test per object)."""
     if not known.keys.issuperset(doc):
         out.update(known.prefix + k for k in doc.keys() - known.keys)
@@ -131,9 +131,9 @@ class RecordKind:
     holds a list, and an object found there is drift, not a record. The empty location (the answer itself) is
     always one object."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
-    known: Known = field(init=False, compare=False, repr=False)
+    known: KnownFields = field(init=False, compare=False, repr=False)
     """The fields some column reads: any other is a field the catalog does not know yet."""
-    wrapped_known: tuple[Known, Known] | None = field(init=False, compare=False, repr=False)
+    wrapped_known: tuple[KnownFields, KnownFields] | None = field(init=False, compare=False, repr=False)
     """(the wrapper's tree, the record's tree inside it)."""
 
     def __post_init__(self) -> None:

@@ -61,7 +61,7 @@ from connectors.http.answers import JSON, Response, int_field, problem, shows_pr
 from connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
 from connectors.http.balance import AccountBalance
 from connectors.http.in_flight import InFlight
-from connectors.http.lane import DEFAULT_HEADERS, Answer, AnswerTooLarge, BodyCut, Origin, http_client
+from connectors.http.lane import DEFAULT_HEADERS, BodyCut, BodyOverCap, Origin, ReceivedAnswer, http_client
 from connectors.http.lane_pool import Lanes, lane_maker
 from connectors.http.pace import Pace, RateLimitedTooLong
 from connectors.http.retry import (
@@ -333,7 +333,7 @@ class ServiceClient:
 
     async def _sent(
         self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float
-    ) -> Answer:
+    ) -> ReceivedAnswer:
         """The HTTP answer, or the error that says what became of the reservation."""
         ledger = self.ledger
         try:
@@ -347,7 +347,7 @@ class ServiceClient:
             raise self._damaged(
                 call, cut.status, received, f"was cut short ({cut})", on_the_wire=True
             ) from None
-        except AnswerTooLarge as big:
+        except BodyOverCap as big:
             counted = self._keep(call, reservation)
             self._record(call, started_at, t0, big.status, counted, f"answer too large: {big}")
             raise errors.AnswerTooLarge(
@@ -386,7 +386,7 @@ class ServiceClient:
                 raise errors.stopped(self.ledger.stopped, call.request, call.credits, sent=True) from None
             raise
 
-    async def _send(self, request: PageRequest) -> Answer:
+    async def _send(self, request: PageRequest) -> ReceivedAnswer:
         total = self.timeouts.total
         target = self._origin.target(request.path, request.params)
         with self._lanes.lane() as lane:
@@ -405,7 +405,7 @@ class ServiceClient:
         self,
         call: _Call,
         reservation: Reservation,
-        http_response: Answer,
+        http_response: ReceivedAnswer,
         started_at: dt.datetime,
         t0: float,
     ) -> Response:

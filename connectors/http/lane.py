@@ -43,7 +43,7 @@ def _tls() -> ssl.SSLContext:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class ReceivedAnswer:
     """What harvest reads of an HTTP answer: the status, the (decoded) body and the headers."""
 
     status_code: int
@@ -95,7 +95,7 @@ class Lane(Protocol):
 
     async def get(
         self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
-    ) -> Answer: ...
+    ) -> ReceivedAnswer: ...
 
     async def aclose(self) -> None: ...
 
@@ -123,11 +123,11 @@ class HttpxLane:
 
     async def get(
         self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
-    ) -> Answer:
+    ) -> ReceivedAnswer:
         async with self.client.stream("GET", origin.url(target), headers=headers) as response:
             raw = response.headers.raw
             body = await read_capped(response.status_code, raw, response.aiter_raw(), max_bytes)
-        return Answer(response.status_code, body, raw)
+        return ReceivedAnswer(response.status_code, body, raw)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -163,7 +163,7 @@ def as_httpx_error(exc: Exception) -> Exception:
     return exc
 
 
-class AnswerTooLarge(Exception):
+class BodyOverCap(Exception):
     """The answer is larger than the client reads (`max_bytes`): its body was not read whole, and its connection
     is closed. `size` is what the answer announced (Content-Length) or what had arrived when it passed the cap."""
 
@@ -204,7 +204,7 @@ def decoded(body: bytes, encoding: str | None, status: int = 200, max_bytes: int
                     continue
                 return body
             if max_bytes is not None and (len(out) > max_bytes or inflater.unconsumed_tail):
-                raise AnswerTooLarge(status, len(out), max_bytes, announced=False)
+                raise BodyOverCap(status, len(out), max_bytes, announced=False)
             if not inflater.eof:
                 raise BodyCut(status, body, f"its {coding} stream ends early ({len(body):,} bytes came)")
             body = out
@@ -218,14 +218,14 @@ async def read_capped(
     """An answer's body, refused past `max_bytes` (announced or arriving) before more of it is held."""
     announced = _header(headers, "content-length")
     if max_bytes is not None and announced is not None and announced.isdigit() and int(announced) > max_bytes:
-        raise AnswerTooLarge(status, int(announced), max_bytes, announced=True)
+        raise BodyOverCap(status, int(announced), max_bytes, announced=True)
     parts: list[bytes] = []
     size = 0
     try:
         async for chunk in chunks:
             size += len(chunk)
             if max_bytes is not None and size > max_bytes:
-                raise AnswerTooLarge(status, size, max_bytes, announced=False)
+                raise BodyOverCap(status, size, max_bytes, announced=False)
             parts.append(chunk)
     except (
         httpcore.ReadError,
@@ -262,7 +262,7 @@ class CoreLane:
 
     async def get(
         self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
-    ) -> Answer:
+    ) -> ReceivedAnswer:
         url = httpcore.URL(scheme=origin.scheme, host=origin.host, port=origin.port, target=target)
         sent: list[tuple[bytes | str, bytes | str]] = [(b"host", origin.netloc), *headers.items()]
         try:
@@ -270,14 +270,14 @@ class CoreLane:
                 chunks = response.aiter_stream()
                 assert isinstance(chunks, AsyncIterator)
                 body = await read_capped(response.status, response.headers, chunks, max_bytes)
-        except (AnswerTooLarge, BodyCut):
+        except (BodyOverCap, BodyCut):
             raise
         except Exception as exc:
             mapped = as_httpx_error(exc)
             if mapped is exc:
                 raise
             raise mapped from exc
-        return Answer(response.status, body, response.headers)
+        return ReceivedAnswer(response.status, body, response.headers)
 
     async def aclose(self) -> None:
         self.is_closed = True

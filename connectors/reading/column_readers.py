@@ -18,7 +18,7 @@ from typing import Any
 
 from connectors.catalog.fields import PARAM_PREFIX, Field
 from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import Known, RecordKind
+from connectors.catalog.records import KnownFields, RecordKind
 
 ColumnsReader = Callable[[list[Any], Mapping[str, Any], set[str] | None], list[list[Any]]]
 """(items, request parameters, a set to add unknown field paths to, or None) -> one value list per column."""
@@ -79,7 +79,7 @@ class _Source:
                 expr = f"({t}[{arg}] if type({t} := {expr}) is list and len({t}) > {arg} else None)"
         return expr
 
-    def unknown_check(self, known: Known, source: str, indent: str) -> list[str]:
+    def unknown_check(self, known: KnownFields, source: str, indent: str) -> list[str]:
         """Statements adding to `unknown` the keys of `source` (a dict) that `known` does not know."""
         keys = self.constant(known.keys)
         lines = [f"{indent}if not {keys}.issuperset({source}):"]

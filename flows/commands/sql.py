@@ -100,7 +100,7 @@ def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 
 @dataclass(frozen=True)
-class Answer:
+class QueryResult:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     total: int
@@ -147,7 +147,7 @@ def _fence(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> None:
     con.execute("SET lock_configuration = true")
 
 
-def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> Answer:
+def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> QueryResult:
     """At most `limit` rows of the one read statement `sql` (0: all), and how many rows it had."""
     import duckdb
 
@@ -159,12 +159,12 @@ def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> Answer:
             columns = [d[0] for d in result.description or []]
             if limit == 0:
                 rows = result.fetchall()
-                return Answer(columns, rows, len(rows))
+                return QueryResult(columns, rows, len(rows))
             rows = result.fetchmany(limit)
             if len(rows) < limit:
-                return Answer(columns, rows, len(rows))
+                return QueryResult(columns, rows, len(rows))
             rest, capped = _count_rest(result)
-            return Answer(columns, rows, len(rows) + rest, capped)
+            return QueryResult(columns, rows, len(rows) + rest, capped)
         except duckdb.PermissionException:
             from tasks.database.history_views import HISTORY_SUFFIX
 
@@ -241,7 +241,7 @@ def unique_names(columns: list[str]) -> list[str]:
     return names
 
 
-def print_answer(answer: Answer, fmt: str) -> None:
+def print_answer(answer: QueryResult, fmt: str) -> None:
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(answer.columns)

@@ -28,7 +28,7 @@ from connectors.paging.pager import PagerStart, QuerySpec
 from flows.run import progress
 from flows.run.coverage import dependents_left
 from flows.run.plan import DependentQuery, Plan, base_id, instantiate
-from flows.run.service_access import Service
+from flows.run.service_access import ServiceAccess
 from flows.run.start import RunStart
 from flows.spec import JobSpec
 from tasks.landing import task_result
@@ -268,7 +268,7 @@ class Rounds:
 
 
 def run_info(
-    spec: JobSpec, service: Service, layout: OutputLayout, run_id: str, started: str, full: bool
+    spec: JobSpec, service: ServiceAccess, layout: OutputLayout, run_id: str, started: str, full: bool
 ) -> dict:
     """What a worker needs to know of the run, as plain data (no key: workers read it themselves)."""
     key_env, secret = spec.service.api_key_env, spec.service.api_key_secret

@@ -19,7 +19,7 @@ SANDBOX_CREDITS = 10_000_000
 
 
 @dataclass(frozen=True)
-class Service:
+class ServiceAccess:
     url: str
     api_key: ApiKey
     label: str
@@ -27,14 +27,14 @@ class Service:
 
 
 @asynccontextmanager
-async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator[Service]:
+async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator[ServiceAccess]:
     base_url = resolve_base_url(spec, cli_base_url)
     if base_url != SANDBOX:
         key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
-        yield Service(base_url.rstrip("/"), key, base_url.rstrip("/"))
+        yield ServiceAccess(base_url.rstrip("/"), key, base_url.rstrip("/"))
         return
     from sandbox.wire.serving import running
 
     sandbox_key = secrets.token_hex(16)
     with running(api_keys={sandbox_key: SANDBOX_CREDITS}) as sb:
-        yield Service(sb.base_url, ApiKey(sandbox_key), "sandbox (embedded)")
+        yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), "sandbox (embedded)")

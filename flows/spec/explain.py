@@ -14,7 +14,7 @@ from pydantic.fields import FieldInfo
 from connectors.catalog.params import Params
 from flows.spec.describe import field_info, keys
 from flows.spec.job_options import CRON_ALLOWED, Export, RateLimit, Runner, Schedule
-from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, Shape
+from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, ShapeOverride
 from flows.spec.service_url import URL_ALLOWED
 from flows.spec.yaml_reader import Loc
 
@@ -36,8 +36,8 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
         "shapes",
     ): "{<endpoint path>: {<record table>: {records: <record path or list>, fields: {<column>: "
     "<record path or list>}}}}",
-    (Shape, "records"): "a record path, or a list of them (e.g. `[1].data.user.clips.edges[].node`)",
-    (Shape, "fields"): "{<column>: <record path, or a list of them>}",
+    (ShapeOverride, "records"): "a record path, or a list of them (e.g. `[1].data.user.clips.edges[].node`)",
+    (ShapeOverride, "fields"): "{<column>: <record path, or a list of them>}",
     (JobSpec, "queries"): "a non-empty list of queries with keys: " + ", ".join(Query.model_fields),
 }
 
@@ -89,7 +89,7 @@ def owner(loc: Loc) -> tuple[type[BaseModel], str] | None:
         case ("costs", *_):
             return JobSpec, "costs"
         case ("shapes", str(), str(), str(key), *_):
-            return Shape, key
+            return ShapeOverride, key
         case ("shapes", *_):
             return JobSpec, "shapes"
         case ("queries", int()):

@@ -174,7 +174,7 @@ class Query(_Model):
         return {k: v for k, v in self.for_each.items() if isinstance(v, FromQuery)}
 
 
-class Shape(_Model):
+class ShapeOverride(_Model):
     """Where one record kind's records are, and where its columns are read, before the catalog's own places:
     how a job reads a changed answer without a new release of harvest (`harvest rebuild --spec` applies it to
     pages already paid)."""
@@ -234,7 +234,7 @@ class JobSpec(_Model):
     export: Export | None = Field(
         None, description="Export the landed Parquet after every run (harvest export)."
     )
-    shapes: dict[str, dict[str, Shape]] = Field(
+    shapes: dict[str, dict[str, ShapeOverride]] = Field(
         default_factory=dict,
         description="Per endpoint path and record table: where records and columns are read, before the "
         "catalog's places (a changed answer read without waiting for a release).",

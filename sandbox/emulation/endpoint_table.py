@@ -1,7 +1,7 @@
 """The table of the 18 emulated endpoints: one entry per path holds all that is particular to it.
 
-Parameters, enums, record kinds and primary keys are taken from `shared/spec/service-interface.md` and
-`docs/service-shapes.md`; each entry also names the builder of its pages and its "not found" answer, so the
+Parameters, enums, record kinds and primary keys are taken from the service's interface as
+`docs/service-shapes.md` records it; each entry also names the builder of its pages and its "not found" answer, so the
 serving code (`sandbox.emulation.generate`, `sandbox.emulation.triggers`, `sandbox.emulation.variation`, `sandbox.wire.asgi_app`) is the same for every
 path. `tests/test_sandbox_matches_catalog.py` holds this table to harvest's catalog (`connectors.catalog.endpoints`).
 

@@ -30,7 +30,7 @@ from tasks.database.record_tables import duckdb_types, primary_keys, same_column
 
 
 @dataclass(frozen=True)
-class Shape:
+class TableShape:
     """What the load writes into one table: its columns (lower-case name -> DuckDB type), the columns it does not
     add to an existing table, and the key it merges or upserts on."""
 
@@ -83,17 +83,17 @@ class Expected:
             added = {name.lower(): sql_type for name, sql_type in ADDED_COLUMNS[table]}
             required = tuple(c.name.lower() for c in cols if c.name.lower() not in added)
             types = added | {c.name.lower(): c.type for c in cols}
-            self.bookkeeping[table] = Shape(types, required, keys.get(table, ()))
+            self.bookkeeping[table] = TableShape(types, required, keys.get(table, ()))
 
     def names(self) -> set[str]:
         return set(self.kinds) | set(self.bookkeeping)
 
-    def shape(self, table: str) -> Shape:
+    def shape(self, table: str) -> TableShape:
         kind = self.kinds.get(table)
         if kind is None:
             return self.bookkeeping[table]
         types = {n.lower(): t for n, t in duckdb_types(self.con, kind.schema)}
-        return Shape(types, kind.primary_key, kind.primary_key)
+        return TableShape(types, kind.primary_key, kind.primary_key)
 
     def close(self) -> None:
         self.con.close()
@@ -117,7 +117,7 @@ def _key_problem(name: str, key: tuple[str, ...], wanted: tuple[str, ...]) -> li
 
 
 def _table_problems(
-    con: duckdb.DuckDBPyConnection, name: str, key: tuple[str, ...], shape: Shape, columns: list[Column]
+    con: duckdb.DuckDBPyConnection, name: str, key: tuple[str, ...], shape: TableShape, columns: list[Column]
 ) -> Iterator[str]:
     yield from _key_problem(name, key, shape.key)
     have = {c.name.lower(): c for c in columns}

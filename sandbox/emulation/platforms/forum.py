@@ -1,4 +1,4 @@
-"""Records of the subreddit search (`/v1/forum/subreddit/search`): posts, comments and media."""
+"""Records of the subreddit search (`served_paths.FORUM_SEARCH`): posts, comments and media."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Records of microblog-a's community tweets (`/v1/microblog-a/community/tweets`)."""
+"""Records of microblog-a's community tweets (`served_paths.TWEETS`)."""
 
 from __future__ import annotations
 

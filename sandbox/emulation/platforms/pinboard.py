@@ -1,4 +1,4 @@
-"""Records of the pinboard search (`/v1/pinboard/search`)."""
+"""Records of the pinboard search (`served_paths.PINS`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Records of the search engine's ad library (`/v1/search-engine/adLibrary/advertisers/search`)."""
+"""Records of the search engine's ad library (`served_paths.ADVERTISERS`)."""
 
 from __future__ import annotations
 

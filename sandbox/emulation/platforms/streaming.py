@@ -1,4 +1,4 @@
-"""Records of the streaming platform's clip endpoint (`/v1/streaming/clip`)."""
+"""Records of the streaming platform's clip endpoint (`served_paths.CLIP`)."""
 
 from __future__ import annotations
 

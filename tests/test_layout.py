@@ -1,0 +1,134 @@
+"""The layout's promises, read from the source: imports run one way, one name for each thing, rooms stay small.
+
+An AST walk, so a lazy import inside a function counts as much as one at the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION = ("connectors", "tasks", "flows", "sandbox")
+
+# What each top-level package may import from the others: data flows spec -> plan -> requests -> pages ->
+# records -> files -> tables, so the service's description knows nothing of Prefect tasks, the tasks nothing of
+# flows, and the sandbox (a stand-in for the real service) nothing of harvest at all.
+ALLOWED: dict[str, set[str]] = {
+    "connectors": set(),
+    "tasks": {"connectors"},
+    "flows": {"connectors", "tasks", "sandbox"},
+    "sandbox": set(),
+}
+
+MAX_MODULES_PER_FOLDER = 15
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> list[Path]:
+    return sorted(p for top in PRODUCTION for p in (ROOT / top).rglob("*.py"))
+
+
+def _imported_tops(tree: ast.AST) -> set[tuple[str, int]]:
+    found: set[tuple[str, int]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {(alias.name.split(".")[0], node.lineno) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add((node.module.split(".")[0], node.lineno))
+    return found
+
+
+def layer_breaches(modules: list[Path]) -> list[str]:
+    out = []
+    for path in modules:
+        top = path.relative_to(ROOT).parts[0]
+        for imported, line in _imported_tops(ast.parse(path.read_text(encoding="utf-8"))):
+            if imported in ALLOWED and imported != top and imported not in ALLOWED[top]:
+                out.append(
+                    f"{path.relative_to(ROOT)}:{line} imports {imported} ({top} may use {sorted(ALLOWED[top])})"
+                )
+    return out
+
+
+def test_imports_run_one_way() -> None:
+    assert layer_breaches(_modules()) == []
+
+
+def test_the_layer_check_sees_a_breach(tmp_path: Path) -> None:
+    """The check itself must be able to fail: a connector that imports a flow, even lazily, is named."""
+    bad = ROOT / "connectors" / "_layer_probe_tmp.py"
+    bad.write_text("def f():\n    from flows.cli import app\n    return app\n", encoding="utf-8")
+    try:
+        assert layer_breaches([bad]) == [
+            "connectors/_layer_probe_tmp.py:2 imports flows (connectors may use [])"
+        ]
+    finally:
+        bad.unlink()
+
+
+def test_no_two_modules_or_classes_share_a_name() -> None:
+    names: dict[str, list[str]] = defaultdict(list)
+    classes: dict[str, list[str]] = defaultdict(list)
+    for path in _modules():
+        rel = str(path.relative_to(ROOT))
+        if path.name == "__init__.py":
+            if path.parent.name not in PRODUCTION:
+                names[path.parent.name].append(rel)
+        else:
+            names[path.stem].append(rel)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name].append(rel)
+    assert {k: v for k, v in names.items() if len(v) > 1} == {}
+    assert {k: v for k, v in classes.items() if len(v) > 1} == {}
+
+
+def test_rooms_stay_small() -> None:
+    crowded = {}
+    for folder in {p.parent for p in _modules()}:
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        if count > MAX_MODULES_PER_FOLDER:
+            crowded[str(folder.relative_to(ROOT))] = count
+    long_modules, long_functions = {}, {}
+    for path in _modules():
+        text = path.read_text(encoding="utf-8")
+        rel = str(path.relative_to(ROOT))
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules[rel] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions[f"{rel}:{node.name}"] = length
+    assert crowded == {}
+    assert long_modules == {}
+    assert long_functions == {}
+
+
+@pytest.mark.parametrize("top", PRODUCTION)
+def test_docs_point_inside_the_repository(top: str) -> None:
+    """A docstring that cites a file outside the repository sends a reader nowhere."""
+    outside = [
+        f"{p.relative_to(ROOT)}"
+        for p in (ROOT / top).rglob("*.py")
+        if "shared/spec" in p.read_text(encoding="utf-8") or "DEVELOPERS.md" in p.read_text(encoding="utf-8")
+    ]
+    assert outside == []
+
+
+def test_each_endpoint_path_is_written_in_the_catalog_and_the_sandbox_only() -> None:
+    """A path changes in two places, never a third: the catalog (what harvest asks) and the sandbox (what it serves)."""
+    from connectors.catalog.endpoints import ENDPOINTS
+
+    texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in _modules()}
+    spread = {}
+    for endpoint in ENDPOINTS:
+        holders = sorted(rel for rel, text in texts.items() if endpoint.path in text)
+        if len(holders) > 2 or "connectors/catalog/endpoints.py" not in holders:
+            spread[endpoint.path] = holders
+    assert spread == {}
