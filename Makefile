@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock upgrade demo test soak bench lint format clean
+.PHONY: install lock upgrade demo test soak bench docs lint format clean
 
 # `make install` installs exactly what uv.lock pins (every package, transitive ones included, with hashes),
 # nothing newer: pip installs the locked uv (its hashes read from uv.lock), then uv installs the rest.
@@ -52,6 +52,11 @@ bench: install
 	$(UV_SYNC) --extra dev --extra bench
 	$(BIN)/python bench/run.py
 
+# The pages under docs/ as a browsable site in site/ (mkdocs.yml); --strict fails on a dead link or a page left out.
+docs: install
+	$(UV_SYNC) --extra dev --extra docs
+	$(BIN)/mkdocs build --strict --site-dir site
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -62,4 +67,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data site .pytest_cache .mypy_cache .ruff_cache

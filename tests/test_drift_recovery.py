@@ -1,5 +1,5 @@
-"""The recovery the README documents after a shape change, as a user goes through it: a run stops as `drift`,
-the catalog learns the new shape, `harvest rebuild` lands the stored pages without a request, and
+"""The recovery docs/shape-changes.md documents after a shape change, as a user goes through it: a run stops
+as `drift`, the catalog learns the new shape, `harvest rebuild` lands the stored pages without a request, and
 `harvest run --continue` picks the query up at its saved cursor. In the end the rows are the full crawl and the
 sandbox's ledger shows no page paid twice.
 """

@@ -64,12 +64,12 @@ def test_every_dependency_is_pinned_with_hashes() -> None:
 
 
 def test_the_extras_are_locked() -> None:
-    """dev, dask and bench (and any extra added later) resolve in the lock, not on the day of install."""
+    """dev, dask, bench and docs (and any extra added later) resolve in the lock, not on the day of install."""
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     (harvest,) = [p for p in tomllib.loads(LOCK.read_text())["package"] if p["name"] == "harvest"]
     assert set(harvest["optional-dependencies"]) == set(declared)
     locked = lockfile.locked_versions(LOCK)
-    for extra in ("dask", "bench"):
+    for extra in ("dask", "bench", "docs"):
         for dependency in harvest["optional-dependencies"][extra]:
             assert dependency["name"] in locked, (extra, dependency["name"])
 

@@ -213,7 +213,7 @@ def test_an_older_harvest_database_is_accepted_and_the_load_adds_what_it_lacks(
 def test_a_run_loads_duckdb_capped_at_64_mb_by_default(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api_key: str
 ) -> None:
-    """README: DuckDB is opened for writing only during the load step, capped at 64 MB of memory
+    """docs/output.md: DuckDB is opened for writing only during the load step, capped at 64 MB of memory
     (HARVEST_DUCKDB_MEMORY_LIMIT unset). Read from the connection the run's own load step merges on."""
     import flows.run.load_step
 

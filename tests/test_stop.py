@@ -1,11 +1,11 @@
 """Stopping a run the way the world does it: a terminal's Ctrl-C or `docker stop` signals the whole process group,
 systemd signals every process of the unit, the OOM killer SIGKILLs the biggest process alone.
 
-The promise (README, "Scheduled jobs"): the first SIGINT/SIGTERM stops sending, lets the pages in flight land,
-writes the manifest `interrupted`, loads DuckDB and exits 130 with one line saying how to resume, with no
-traceback and no Prefect error on stderr. The key cases run `harvest run` as a real process with the default
-Prefect setup (no PREFECT_API_URL: harvest starts Prefect's temporary server, which has to outlive the signal
-and die with harvest), against the sandbox over HTTP.
+The promise (docs/scheduled-jobs.md, "Ctrl-C is a clean stop"): the first SIGINT/SIGTERM stops sending, lets
+the pages in flight land, writes the manifest `interrupted`, loads DuckDB and exits 130 with one line saying
+how to resume, with no traceback and no Prefect error on stderr. The key cases run `harvest run` as a real
+process with the default Prefect setup (no PREFECT_API_URL: harvest starts Prefect's temporary server, which
+has to outlive the signal and die with harvest), against the sandbox over HTTP.
 """
 
 from __future__ import annotations
