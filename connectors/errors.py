@@ -13,11 +13,7 @@ them between processes), which plain exceptions with keyword-only constructors d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from connectors.credits.reservations import Refusal
-    from connectors.paging.page_request import PageRequest
+from typing import Any
 
 __all__ = [
     "AnswerTooLarge",
@@ -381,28 +377,3 @@ class RateLimited(HarvestError):
             query_id=query_id,
             endpoint=endpoint,
         )
-
-
-def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:
-    """The error for a reservation the ledger refused: the budget (the query may go on in a later run), or a
-    stop of the whole run (a refused key, an emptied account, Ctrl-C), which no later page can undo."""
-    reason = refusal.reason if refusal else "the ledger refused it"
-    if refusal is not None and refusal.kind != "budget":
-        return RunStopped(
-            status=refusal.kind, reason=reason, credits=credits, page_index=request.page,
-            query_id=request.query_id, endpoint=request.endpoint,
-        )  # fmt: skip
-    return BudgetExhausted(
-        page_index=request.page, cost=request.cost, reason=reason, credits=credits,
-        attempts=attempts, query_id=request.query_id, endpoint=request.endpoint,
-    )  # fmt: skip
-
-
-def stopped(stop: Refusal | None, request: PageRequest, credits: int, sent: bool) -> RunStopped:
-    """The error for a request the run's stop overtook: in flight (abandoned) or still waiting (never sent)."""
-    reason = stop.reason if stop else "the run was stopped"
-    return RunStopped(
-        status=stop.kind if stop else "interrupted",
-        reason=reason + ("; the request in flight was abandoned" if sent else ""),
-        credits=credits, page_index=request.page, query_id=request.query_id, endpoint=request.endpoint,
-    )  # fmt: skip

@@ -48,7 +48,7 @@ from typing import Any, Self
 import httpx
 import stamina
 
-from connectors import errors
+from connectors import errors, refusal_errors
 from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
 from connectors.errors import (
@@ -302,7 +302,7 @@ class ServiceClient:
                 refusal = ledger.refusal(request.query_id)
                 if refusal is not None and refusal.kind == "budget" and await self.balance.settle_refusals():
                     continue  # refusals the service did not bill went back to the budget: ask again
-                raise errors.refused(refusal, request, call.credits, call.attempts)
+                raise refusal_errors.refused(refusal, request, call.credits, call.attempts)
             async with contextlib.AsyncExitStack() as turn:
                 try:
                     await self.pace.turn()
@@ -317,7 +317,7 @@ class ServiceClient:
                 if ledger.stopped is not None:  # the run stopped while it waited for a slot: never send it
                     self._slots.release()
                     ledger.release(reservation)
-                    raise errors.stopped(ledger.stopped, request, call.credits, sent=False)
+                    raise refusal_errors.stopped(ledger.stopped, request, call.credits, sent=False)
                 try:
                     # The last price check (topped up if the endpoint was seen costing more since it was
                     # granted), and durable from here: a crash counts this request as spent.
@@ -383,7 +383,9 @@ class ServiceClient:
                 current = asyncio.current_task()
                 if current is not None:
                     current.uncancel()
-                raise errors.stopped(self.ledger.stopped, call.request, call.credits, sent=True) from None
+                raise refusal_errors.stopped(
+                    self.ledger.stopped, call.request, call.credits, sent=True
+                ) from None
             raise
 
     async def _send(self, request: PageRequest) -> ReceivedAnswer:

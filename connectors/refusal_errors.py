@@ -1,0 +1,44 @@
+"""What a refusal of the ledger means to the query that met it, decided in one place.
+
+The ledger says why it refused (`Refusal`): the query's budget, which a later run may go on from, or a stop of the
+whole run (a refused key, an emptied account, Ctrl-C), which no later page can undo. The client meets a refusal
+when it reserves, and the run's stop while a request waits for its slot or is already in flight; building the
+errors here keeps the status each leads to, and its words, the same wherever the client raises one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from connectors.errors import BudgetExhausted, HarvestError, RunStopped
+
+if TYPE_CHECKING:
+    from connectors.credits.reservations import Refusal
+    from connectors.paging.page_request import PageRequest
+
+__all__ = ["refused", "stopped"]
+
+
+def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:
+    """The error for a reservation the ledger refused: the budget (the query may go on in a later run), or a
+    stop of the whole run (a refused key, an emptied account, Ctrl-C), which no later page can undo."""
+    reason = refusal.reason if refusal else "the ledger refused it"
+    if refusal is not None and refusal.kind != "budget":
+        return RunStopped(
+            status=refusal.kind, reason=reason, credits=credits, page_index=request.page,
+            query_id=request.query_id, endpoint=request.endpoint,
+        )  # fmt: skip
+    return BudgetExhausted(
+        page_index=request.page, cost=request.cost, reason=reason, credits=credits,
+        attempts=attempts, query_id=request.query_id, endpoint=request.endpoint,
+    )  # fmt: skip
+
+
+def stopped(stop: Refusal | None, request: PageRequest, credits: int, sent: bool) -> RunStopped:
+    """The error for a request the run's stop overtook: in flight (abandoned) or still waiting (never sent)."""
+    reason = stop.reason if stop else "the run was stopped"
+    return RunStopped(
+        status=stop.kind if stop else "interrupted",
+        reason=reason + ("; the request in flight was abandoned" if sent else ""),
+        credits=credits, page_index=request.page, query_id=request.query_id, endpoint=request.endpoint,
+    )  # fmt: skip
