@@ -40,6 +40,7 @@ from connectors.errors import (
 from connectors.http.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
 from connectors.http.lane import CoreLane
 from connectors.http.pace import Pace
+from connectors.http.page_call import backoff
 from connectors.http.retry import Retryable, parse_retry_after
 from tests.scripted_server import (
     Drop,
@@ -416,11 +417,11 @@ async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_
 
 
 def test_retry_after_is_honoured_but_capped() -> None:
-    client = ServiceClient(BASE, KEY, CreditLedger(1), retry=RetryPolicy(max_wait=30))
-    assert client._backoff(Retryable("429", retry_after=7)) == 7
-    assert client._backoff(Retryable("429", retry_after=600)) == 30
-    assert client._backoff(Retryable("503")) is True
-    assert client._backoff(BadRequest("x", None)) is False
+    policy = RetryPolicy(max_wait=30)
+    assert backoff(policy, Retryable("429", retry_after=7)) == 7
+    assert backoff(policy, Retryable("429", retry_after=600)) == 30
+    assert backoff(policy, Retryable("503")) is True
+    assert backoff(policy, BadRequest("x", None)) is False
 
 
 def test_parse_retry_after() -> None:

@@ -36,27 +36,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import hashlib
 import logging
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import httpx
-import stamina
 
 from connectors import errors, refusal_errors
 from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
-from connectors.errors import (
-    HarvestError,
-    ServiceAnswer,
-    ServiceUnavailable,
-    UnreadableAnswer,
-)
+from connectors.errors import HarvestError, ServiceAnswer
 from connectors.http.answers import JSON, Response, int_field, problem, shows_price, typed_error
 from connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
 from connectors.http.balance import AccountBalance
@@ -64,6 +55,7 @@ from connectors.http.in_flight import InFlight
 from connectors.http.lane import DEFAULT_HEADERS, BodyCut, BodyOverCap, Origin, ReceivedAnswer, http_client
 from connectors.http.lane_pool import Lanes, lane_maker
 from connectors.http.pace import Pace, RateLimitedTooLong
+from connectors.http.page_call import PageCall, with_retries
 from connectors.http.retry import (
     MAYBE_SENT,
     NEVER_SENT,
@@ -86,35 +78,6 @@ and what the account's balance shows the service did not bill goes back to the b
 DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
 """The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
 an answer takes about seven times its size in memory (`bench/answer_memory.py`)."""
-
-
-@dataclass
-class _Call:
-    """One get(): the page asked for, and what its attempts so far counted."""
-
-    request: PageRequest
-    safe_params: dict[str, Any]
-    attempts: int = 0
-    credits: int = 0
-    refusals: int = 0
-    """429s this call met: its waits grow with them when the service names none."""
-    damaged: list[tuple[bytes, bool]] = field(default_factory=list)
-    """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
-
-    def one_more_try(self, raw: bytes, on_the_wire: bool) -> bool:
-        """Whether a 2xx that came damaged may be asked for again: only the first time."""
-        self.damaged.append((hashlib.blake2b(raw, digest_size=16).digest(), on_the_wire))
-        return len(self.damaged) == 1
-
-    @property
-    def damaged_by_the_network(self) -> bool:
-        """Damaged on both tries, and not the service's doing: both cut short on the wire (the protocol says the
-        answer was incomplete), or different bytes. JSON that ends early twice in the same bytes is the
-        service's own answer."""
-        if len(self.damaged) < 2:
-            return False
-        (first, wire1), (last, wire2) = self.damaged[0], self.damaged[-1]
-        return (wire1 and wire2) or first != last
 
 
 class ServiceClient:
@@ -221,53 +184,12 @@ class ServiceClient:
             k: self._key.scrub(v) if isinstance(v, str) else v
             for k, v in pairs_to_dict(request.params).items()
         }
-        call = _Call(request, safe)
-        try:
-            try:  # the first attempt without the retry machinery: it costs ~5% of a run's CPU per page
-                response = await self._paced(call)
-            except Retryable as first:
-                if self.retry.attempts == 1 or not stamina.is_active():
-                    raise
-                await asyncio.sleep(self._first_wait(first))
-                response = await self._retried(call)
-        except Retryable as exc:
-            raise ServiceUnavailable(
-                attempts=call.attempts, last_cause=exc.cause, credits=call.credits, response=exc.response,
-                query_id=request.query_id, endpoint=request.endpoint,
-            ) from None  # fmt: skip
+        call = PageCall(request, safe)
+        response = await with_retries(call, self._paced, self.retry)
         self.ledger.page_done(request.query_id, request.page)
         return response
 
-    def _first_wait(self, exc: Retryable) -> float:
-        """The wait before the second attempt, as stamina would compute it for the first retry."""
-        policy = self.retry
-        if exc.retry_after is not None:
-            return min(exc.retry_after, policy.max_wait)
-        return min(policy.max_wait, policy.initial + random.uniform(0, policy.jitter_seconds))
-
-    async def _retried(self, call: _Call) -> Response:
-        """Attempts 2..n under stamina: exponential backoff with jitter, Retry-After honoured."""
-        policy = self.retry
-        async for attempt in stamina.retry_context(
-            on=self._backoff,
-            attempts=policy.attempts - 1,
-            timeout=policy.deadline,
-            wait_initial=policy.initial * 2,
-            wait_max=policy.max_wait,
-            wait_jitter=policy.jitter_seconds,
-        ):
-            with attempt:
-                return await self._paced(call)
-        raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
-
-    def _backoff(self, exc: Exception) -> bool | float:
-        if not isinstance(exc, Retryable):
-            return False
-        if exc.retry_after is not None:
-            return min(exc.retry_after, self.retry.max_wait)
-        return True
-
-    async def _paced(self, call: _Call) -> Response:
+    async def _paced(self, call: PageCall) -> Response:
         """One attempt, however often the service asks it to slow down (429): each refusal waits what the
         service asked (or a backoff) and takes its turn again; past the run's `max_wait` without any accepted
         answer, the call stops as `RateLimited` (resumable, like a budget stop)."""
@@ -287,7 +209,7 @@ class ServiceClient:
                 call.refusals += 1
                 await asyncio.sleep(wait)
 
-    async def _attempt(self, call: _Call) -> Response:
+    async def _attempt(self, call: PageCall) -> Response:
         """Reserve, wait for the pace, take a connection slot, send, and settle: one attempt of a call."""
         request, ledger = call.request, self.ledger
         while True:
@@ -332,42 +254,41 @@ class ServiceClient:
                 return self._answer(call, sent, http_response, started_at, t0)
 
     async def _sent(
-        self, call: _Call, reservation: Reservation, started_at: dt.datetime, t0: float
+        self, call: PageCall, reservation: Reservation, started_at: dt.datetime, t0: float
     ) -> ReceivedAnswer:
         """The HTTP answer, or the error that says what became of the reservation."""
         ledger = self.ledger
         try:
             return await self._send(call.request)
         except BodyCut as cut:
-            counted = self._keep(call, reservation)
-            self._record(
-                call, started_at, t0, cut.status, counted, self._key.scrub(f"cut short: {cut}")[:300]
-            )
+            counted = call.keep(ledger, reservation)
+            why = self._key.scrub(f"cut short: {cut}")[:300]
+            call.record(self.on_attempt, started_at, t0, cut.status, counted, why)
             received = self._key.scrub_answer(cut.received)
-            raise self._damaged(
-                call, cut.status, received, f"was cut short ({cut})", on_the_wire=True
+            raise call.unreadable(
+                cut.status, received, f"was cut short ({cut})", self._key.scrub, on_the_wire=True
             ) from None
         except BodyOverCap as big:
-            counted = self._keep(call, reservation)
-            self._record(call, started_at, t0, big.status, counted, f"answer too large: {big}")
+            counted = call.keep(ledger, reservation)
+            call.record(self.on_attempt, started_at, t0, big.status, counted, f"answer too large: {big}")
             raise errors.AnswerTooLarge(
                 str(big), self.max_answer_bytes / 2**20, credits=call.credits,
                 query_id=call.request.query_id, endpoint=call.request.endpoint,
             ) from None  # fmt: skip
         except NEVER_SENT as exc:
             ledger.release(reservation)
-            self._record(call, started_at, t0, None, 0, self._key.describe(exc))
+            call.record(self.on_attempt, started_at, t0, None, 0, self._key.describe(exc))
             raise Retryable(f"could not connect: {self._key.describe(exc)}") from None
         except MAYBE_SENT as exc:
-            counted = self._keep(call, reservation)
-            self._record(call, started_at, t0, None, counted, self._key.describe(exc))
+            counted = call.keep(ledger, reservation)
+            call.record(self.on_attempt, started_at, t0, None, counted, self._key.describe(exc))
             raise Retryable(
                 f"{self._key.describe(exc)} (reservation kept: it may have been billed)"
             ) from None
         except httpx.HTTPError as exc:
             # Unsendable request (bad URL, local protocol error): it never left, and retrying cannot help.
             ledger.release(reservation)
-            self._record(call, started_at, t0, None, 0, self._key.describe(exc))
+            call.record(self.on_attempt, started_at, t0, None, 0, self._key.describe(exc))
             raise HarvestError(
                 f"the request could not be sent: {self._key.describe(exc)}",
                 credits=call.credits,
@@ -376,9 +297,11 @@ class ServiceClient:
             ) from None
         except BaseException as exc:
             # Cancelled (or worse) mid-flight: the service may have billed it.
-            counted = self._keep(call, reservation)
+            counted = call.keep(ledger, reservation)
             aborted = isinstance(exc, asyncio.CancelledError) and self._in_flight.aborting
-            self._record(call, started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled")
+            call.record(
+                self.on_attempt, started_at, t0, None, counted, "aborted at stop" if aborted else "cancelled"
+            )
             if aborted:
                 current = asyncio.current_task()
                 if current is not None:
@@ -405,7 +328,7 @@ class ServiceClient:
 
     def _answer(
         self,
-        call: _Call,
+        call: PageCall,
         reservation: Reservation,
         http_response: ReceivedAnswer,
         started_at: dt.datetime,
@@ -435,7 +358,7 @@ class ServiceClient:
         answer = ServiceAnswer(status, body, raw)
         error = problem(status, body, raw, read.problem)
         error = self._key.scrub(error)[:300] if error else None
-        duration_ms = self._record(call, started_at, t0, status, counted, error)
+        duration_ms = call.record(self.on_attempt, started_at, t0, status, counted, error)
         if error is None:
             assert body is not None
             return Response(
@@ -443,7 +366,7 @@ class ServiceClient:
             )
         if 200 <= status < 300:
             assert read.problem is not None
-            raise self._damaged(call, status, raw, read.problem if read.ends_early else None)
+            raise call.unreadable(status, raw, read.problem if read.ends_early else None, self._key.scrub)
         if status == 429:
             raise SlowDown(parse_retry_after(http_response.header("retry-after")))
         if status in self.retry.retry_statuses:
@@ -455,24 +378,6 @@ class ServiceClient:
             query_id=call.request.query_id,
             endpoint=call.request.endpoint,
         )
-
-    def _damaged(
-        self, call: _Call, status: int, raw: bytes, cut: str | None, on_the_wire: bool = False
-    ) -> Exception:
-        """What a 2xx that cannot be read means. Cut short (`cut`: against its Content-Length, or its JSON ends
-        early) it may have been damaged on the wire: one more try, once, and not when the same bytes came back.
-        Otherwise the answer is the service's: it is not asked for again (`UnreadableAnswer`, kept, paid once)."""
-        answer = ServiceAnswer(status, None, raw)
-        if cut is not None and call.one_more_try(raw, on_the_wire):
-            return Retryable(f"HTTP {status}, the body {cut} (asked once more)", response=answer)
-        problem = read_body(raw).problem or "not JSON"
-        damaged = call.damaged_by_the_network
-        if len(call.damaged) > 1:
-            problem += "; cut short twice" if damaged else "; the same answer came twice"
-        return UnreadableAnswer(
-            self._key.scrub(problem)[:300], damaged=damaged, credits=call.credits, response=answer,
-            query_id=call.request.query_id, endpoint=call.request.endpoint,
-        )  # fmt: skip
 
     def _note_key(self, status: int) -> None:
         """401 and 402 stop the whole run: every other request would get the same answer (and 402 is also
@@ -486,31 +391,3 @@ class ServiceClient:
             self.ledger.stop("stopped", f"the service answered {what}")
         elif status < 500 and status != 429:
             self.key_accepted = True
-
-    def _keep(self, call: _Call, reservation: Reservation) -> int:
-        counted = self.ledger.settle(reservation, None)
-        call.credits += counted
-        return counted
-
-    def _record(
-        self,
-        call: _Call,
-        started_at: dt.datetime,
-        t0: float,
-        status: int | None,
-        credits: int,
-        error: str | None,
-    ) -> float:
-        duration_ms = (time.perf_counter() - t0) * 1000
-        request = call.request
-        if self.on_attempt is not None:
-            attempt = Attempt(
-                request.query_id, request.endpoint, call.safe_params, request.page, call.attempts, status,
-                credits, duration_ms, error, started_at,
-            )  # fmt: skip
-            try:
-                self.on_attempt(attempt)
-            except Exception:
-                # The ledger is consistent; a failing recorder must not turn a paid page into a failure.
-                log.exception("on_attempt callback failed for %s attempt %d", request.query_id, call.attempts)
-        return duration_ms

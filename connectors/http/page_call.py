@@ -1,0 +1,162 @@
+"""A page is one call to the client, however many attempts it takes, and the money is counted per call.
+
+Retries, 429 waits and a damaged answer asked for once more are all attempts of the same call: what they counted
+together is what the page cost (`Response.credits`) and what an error that ends the call reports, and whether an
+answer may be asked for again depends on the call's earlier answers. So that bookkeeping, and the loop that
+repeats a call's attempts, live with the call; the client decides what each single attempt does with the money.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import stamina
+
+from connectors.credits.ledger import CreditLedger
+from connectors.credits.reservations import Reservation
+from connectors.errors import ServiceAnswer, ServiceUnavailable, UnreadableAnswer
+from connectors.http.answers import Response
+from connectors.http.retry import Retryable, RetryPolicy
+from connectors.paging.page_request import Attempt, PageRequest
+from connectors.reading.json_body import read_body
+
+__all__ = ["PageCall", "backoff", "first_wait", "with_retries"]
+
+log = logging.getLogger("harvest.client")
+
+
+@dataclass
+class PageCall:
+    """One get(): the page asked for, and what its attempts so far counted."""
+
+    request: PageRequest
+    safe_params: dict[str, Any]
+    attempts: int = 0
+    credits: int = 0
+    refusals: int = 0
+    """429s this call met: its waits grow with them when the service names none."""
+    damaged: list[tuple[bytes, bool]] = field(default_factory=list)
+    """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
+
+    def one_more_try(self, raw: bytes, on_the_wire: bool) -> bool:
+        """Whether a 2xx that came damaged may be asked for again: only the first time."""
+        self.damaged.append((hashlib.blake2b(raw, digest_size=16).digest(), on_the_wire))
+        return len(self.damaged) == 1
+
+    @property
+    def damaged_by_the_network(self) -> bool:
+        """Damaged on both tries, and not the service's doing: both cut short on the wire (the protocol says the
+        answer was incomplete), or different bytes. JSON that ends early twice in the same bytes is the
+        service's own answer."""
+        if len(self.damaged) < 2:
+            return False
+        (first, wire1), (last, wire2) = self.damaged[0], self.damaged[-1]
+        return (wire1 and wire2) or first != last
+
+    def unreadable(
+        self, status: int, raw: bytes, cut: str | None, scrub: Callable[[str], str], on_the_wire: bool = False
+    ) -> Exception:
+        """What a 2xx that cannot be read means. Cut short (`cut`: against its Content-Length, or its JSON ends
+        early) it may have been damaged on the wire: one more try, once, and not when the same bytes came back.
+        Otherwise the answer is the service's: it is not asked for again (`UnreadableAnswer`, kept, paid once)."""
+        answer = ServiceAnswer(status, None, raw)
+        if cut is not None and self.one_more_try(raw, on_the_wire):
+            return Retryable(f"HTTP {status}, the body {cut} (asked once more)", response=answer)
+        problem = read_body(raw).problem or "not JSON"
+        damaged = self.damaged_by_the_network
+        if len(self.damaged) > 1:
+            problem += "; cut short twice" if damaged else "; the same answer came twice"
+        return UnreadableAnswer(
+            scrub(problem)[:300], damaged=damaged, credits=self.credits, response=answer,
+            query_id=self.request.query_id, endpoint=self.request.endpoint,
+        )  # fmt: skip
+
+    def keep(self, ledger: CreditLedger, reservation: Reservation) -> int:
+        counted = ledger.settle(reservation, None)
+        self.credits += counted
+        return counted
+
+    def record(
+        self,
+        on_attempt: Callable[[Attempt], None] | None,
+        started_at: dt.datetime,
+        t0: float,
+        status: int | None,
+        credits: int,
+        error: str | None,
+    ) -> float:
+        duration_ms = (time.perf_counter() - t0) * 1000
+        request = self.request
+        if on_attempt is not None:
+            attempt = Attempt(
+                request.query_id, request.endpoint, self.safe_params, request.page, self.attempts, status,
+                credits, duration_ms, error, started_at,
+            )  # fmt: skip
+            try:
+                on_attempt(attempt)
+            except Exception:
+                # The ledger is consistent; a failing recorder must not turn a paid page into a failure.
+                log.exception("on_attempt callback failed for %s attempt %d", request.query_id, self.attempts)
+        return duration_ms
+
+
+async def with_retries(
+    call: PageCall, attempt: Callable[[PageCall], Awaitable[Response]], policy: RetryPolicy
+) -> Response:
+    """The call's answer: `attempt` once, then again under `policy` while it fails in a way a retry may fix;
+    `ServiceUnavailable` when the retries ran out."""
+    request = call.request
+    try:
+        try:  # the first attempt without the retry machinery: it costs ~5% of a run's CPU per page
+            return await attempt(call)
+        except Retryable as first:
+            if policy.attempts == 1 or not stamina.is_active():
+                raise
+            await asyncio.sleep(first_wait(policy, first))
+            return await _retried(call, attempt, policy)
+    except Retryable as exc:
+        raise ServiceUnavailable(
+            attempts=call.attempts, last_cause=exc.cause, credits=call.credits, response=exc.response,
+            query_id=request.query_id, endpoint=request.endpoint,
+        ) from None  # fmt: skip
+
+
+def first_wait(policy: RetryPolicy, exc: Retryable) -> float:
+    """The wait before the second attempt, as stamina would compute it for the first retry."""
+    if exc.retry_after is not None:
+        return min(exc.retry_after, policy.max_wait)
+    return min(policy.max_wait, policy.initial + random.uniform(0, policy.jitter_seconds))
+
+
+async def _retried(
+    call: PageCall, attempt: Callable[[PageCall], Awaitable[Response]], policy: RetryPolicy
+) -> Response:
+    """Attempts 2..n under stamina: exponential backoff with jitter, Retry-After honoured."""
+    async for retry in stamina.retry_context(
+        on=partial(backoff, policy),
+        attempts=policy.attempts - 1,
+        timeout=policy.deadline,
+        wait_initial=policy.initial * 2,
+        wait_max=policy.max_wait,
+        wait_jitter=policy.jitter_seconds,
+    ):
+        with retry:
+            return await attempt(call)
+    raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
+
+
+def backoff(policy: RetryPolicy, exc: Exception) -> bool | float:
+    if not isinstance(exc, Retryable):
+        return False
+    if exc.retry_after is not None:
+        return min(exc.retry_after, policy.max_wait)
+    return True
