@@ -1,0 +1,140 @@
+"""How a reservation is closed is where the ledger meets what the service billed, so it is kept apart from how
+one is granted.
+
+Granting (`CreditLedger.reserve`, `sending`) decides before a request leaves; closing decides after it, from what
+came back: the charge the answer named, or the whole reservation when no charge is known, and later the account's
+own bill for the refusals whose charge no answer said (`reconcile`). The journal hears of every close, so a
+crashed run's spending is recovered exactly. Nothing here awaits: a close must complete even in the cleanup of a
+cancelled task (`connectors.credits.waiters`). The books it writes (what each query spent, the overcharges, the
+refusals still to settle) are the ledger's own, under its one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from connectors.credits.fair_share import FairShare
+from connectors.credits.holds import Holds
+from connectors.credits.prices import Prices
+from connectors.credits.refused_charges import RefusedCharges
+from connectors.credits.reservations import LedgerJournal, Overcharge, Reservation
+
+__all__ = ["Settlement"]
+
+log = logging.getLogger("harvest.ledger")
+
+
+class Settlement:
+    """The closing half of `CreditLedger`: settling, releasing and reconciling reservations on its books."""
+
+    _lock: threading.Lock
+    _budget: int
+    _holds: Holds
+    _share: FairShare
+    _prices: Prices
+    _spent: int
+    _session_spent: int
+    _session_lost: int
+    _q_spent: dict[str, int]
+    _refused: RefusedCharges
+    _overcharges: list[Overcharge]
+    _journal: LedgerJournal | None
+    _wake_all: Callable[[], None]
+
+    # ---- closing reservations (never await: safe in cleanup of cancelled tasks) ------------------------
+
+    def _close(self, r: Reservation, counted: int | None, priced: bool) -> tuple[Reservation, bool]:
+        """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
+        been topped up) and whether the journal heard of it."""
+        held, journaled = self._holds.close(r)
+        self._share.closed(held.query_id, held.page_index)
+        self._prices.closed(r.id, held.amount, counted, priced)
+        return held, journaled
+
+    def settle(
+        self, r: Reservation, charged: int | None, *, priced: bool = False, refusal: bool = False
+    ) -> int:
+        """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
+
+        `priced`: the answer was one the service bills as a page (a readable 2xx, 403 or 404), so its endpoint's
+        price is now seen and its requests need no longer go one at a time. `refusal`: the service refused the
+        request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
+        (`reconcile`). Returns the credits counted.
+        """
+        with self._lock:
+            held = self._holds.current(r)
+            if charged is None or charged < 0:
+                if charged is not None:
+                    log.warning(
+                        "ignoring negative credits_charged=%d for %s; counting %d",
+                        charged,
+                        r.query_id,
+                        held.amount,
+                    )
+                counted = held.amount
+            else:
+                counted = charged
+            held, journaled = self._close(r, counted, priced)
+            over = Overcharge(held.query_id, held.page_index, held.amount, counted)
+            if over.excess > 0:
+                self._overcharges.append(over)
+            self._spent += counted
+            self._session_spent += counted
+            self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
+            if charged is None or charged < 0:
+                if refusal:
+                    self._refused.add(held.query_id, counted)
+                else:
+                    self._session_lost += counted
+            spent = self._spent
+        if journaled:
+            self._journal.closed(r.id, counted)  # type: ignore[union-attr]
+        if over.excess > 0:
+            log.warning("%s", over.warning(spent, self._budget))
+        self._wake_all()
+        return counted
+
+    def release(self, r: Reservation) -> None:
+        """Give `r` back: only for requests that provably never reached the service."""
+        with self._lock:
+            _, journaled = self._close(r, None, False)
+        if journaled:
+            self._journal.closed(r.id, None)  # type: ignore[union-attr]
+        self._wake_all()
+
+    @property
+    def refused_unknown(self) -> int:
+        """Credits counted for refusals whose charge the service did not say (429, 5xx), still unsettled."""
+        with self._lock:
+            return self._refused.total
+
+    def reconcile(self, billed: int) -> int:
+        """Settle the refusals' unknown charges against the service's own bill for this session (`billed`: how
+        far the account's balance fell since the session's first reading, free to read). What the bill leaves no
+        room for was not billed: it goes back to the budget and the queries. Returns the credits given back.
+
+        Never counts less than the service billed this session: the refusals kept are as many as the bill leaves
+        room for beside the charges the answers named, as if lost answers (a timeout) had been free, and those
+        stay counted; the bill may also hold charges of requests still in flight (then less goes back now, the
+        rest at the next reading). A bill below the charges the answers named (a top-up during the run) settles
+        nothing."""
+        with self._lock:
+            named = self._session_spent - self._refused.total - self._session_lost
+            room = billed - named
+            if room < 0:
+                return 0
+            back = self._refused.give_back(self._refused.total - min(room, self._refused.total))
+            for query_id, credits in back.items():
+                self._q_spent[query_id] -= credits
+            given = sum(back.values())
+            self._spent -= given
+            self._session_spent -= given
+        if self._journal is not None:
+            for query_id, credits in back.items():
+                self._journal.adjusted(query_id, -credits)
+        if given:
+            log.info("the account's balance shows %d refused request(s) were not billed: counted back", given)
+            self._wake_all()
+        return given
