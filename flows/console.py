@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
@@ -90,3 +93,14 @@ def table(*columns: str, title: object | None = None, right: Iterable[str] = ())
 def add_row(target: Table, *cells: object) -> None:
     """Add a row whose cells print literally: a `Text` is kept (its style too), None is empty."""
     target.add_row(*(c if isinstance(c, Text) else literal("" if c is None else c) for c in cells))
+
+
+def harvest_command() -> str:
+    """How the user can call harvest again: `harvest` when it is on PATH, else the path they just used."""
+    if shutil.which("harvest"):
+        return "harvest"
+    exe = Path(sys.argv[0])
+    try:
+        return str(exe.resolve().relative_to(Path.cwd())) if exe.name == "harvest" else "harvest"
+    except ValueError:
+        return str(exe)

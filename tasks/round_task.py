@@ -20,13 +20,11 @@ from connectors.catalog import endpoints as catalog
 from connectors.catalog.shape_overrides import shapes_of
 from connectors.credits.ledger import CreditLedger
 from connectors.http.auth import aload_api_key
-from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
-from connectors.http.pace import DEFAULT_MAX_WAIT, Pace
 from connectors.paging.pager import PagerStart, QuerySpec
 from connectors.reading.extraction import ExtractionReport
 from tasks.landing import page_query, task_end
 from tasks.output.layout import OutputLayout
-from tasks.run_context import AttemptLogs, RunContext
+from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
 
 
 def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict[str, Any]) -> dict[str, Any]:
@@ -95,13 +93,7 @@ async def collect_round(
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
     attempts = AttemptLogs(fsync=run["fsync"])
-    timeout = run["timeout_seconds"]
-    client = ServiceClient(
-        run["base_url"], key, ledger, timeouts=Timeouts(read=timeout, total=2 * timeout),
-        retry=RetryPolicy(attempts=run["attempts"]), on_attempt=attempts.log,
-        max_in_flight=run["concurrency"], max_answer_bytes=run["max_answer_bytes"],
-        pace=Pace(run.get("per_second"), run.get("max_wait_seconds", DEFAULT_MAX_WAIT)),
-    )  # fmt: skip
+    client = service_client(run["base_url"], key, ledger, attempts, ClientSettings(**run["client"]))
     client.key_accepted = True  # the flow proved the key before granting anything
     async with client:
         ctx = RunContext(

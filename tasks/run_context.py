@@ -14,12 +14,45 @@ from typing import Any
 
 from connectors.catalog.endpoints import Endpoint
 from connectors.credits.ledger import CreditLedger
-from connectors.http.client import ServiceClient
+from connectors.http.auth import ApiKey
+from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
+from connectors.http.pace import DEFAULT_MAX_WAIT, Pace
 from connectors.paging.page_request import Attempt
 from connectors.paging.pager import QuerySpec
 from tasks.output.attempt_log import AttemptLogWriter
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import FaultStop
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How a run talks to the service, as plain data: the flow reads it from the spec once, and a Dask worker
+    gets it with its round, so both build their client the same way (`service_client`)."""
+
+    timeout_seconds: float
+    attempts: int
+    concurrency: int
+    max_answer_bytes: int
+    per_second: float | None = None
+    """The service's known rate limit; a Dask round divides it among its tasks."""
+    max_wait_seconds: float = DEFAULT_MAX_WAIT
+
+
+def service_client(
+    url: str, key: ApiKey, ledger: CreditLedger, attempts: AttemptLogs, settings: ClientSettings
+) -> ServiceClient:
+    timeout = settings.timeout_seconds
+    return ServiceClient(
+        url,
+        key,
+        ledger,
+        timeouts=Timeouts(read=timeout, total=2 * timeout),
+        retry=RetryPolicy(attempts=settings.attempts),
+        on_attempt=attempts.log,
+        max_answer_bytes=settings.max_answer_bytes,
+        max_in_flight=settings.concurrency,
+        pace=Pace(settings.per_second, settings.max_wait_seconds),
+    )
 
 
 class AttemptLogs:

@@ -58,15 +58,15 @@ def one_query(
 
 def run_flow(
     spec_path: Path, *, budget: int | None = None, output: Path | None = None, **options: Any
-) -> dict[str, Any]:
-    """One real Prefect flow run in this process (needs the `prefect_harness` fixture); the run summary."""
+) -> Any:
+    """One real Prefect flow run in this process (needs the `prefect_harness` fixture); the run summary
+    (`RunSummary`, or `NoRun` when the flow made no run)."""
     from flows.collect import run_collect
 
     coro = run_collect(
         spec_path=str(spec_path), budget=budget, output=str(output) if output else None, **options
     )
-    summary: dict[str, Any] = asyncio.run(coro)
-    return summary
+    return asyncio.run(coro)
 
 
 def rows(db: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:

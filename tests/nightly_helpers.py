@@ -47,8 +47,8 @@ def night(tmp_path: Path, output: Path, observation: int, monkeypatch: pytest.Mo
     spec = write_spec(tmp_path, job(output))
     with running(replace(CONFIG, observation=observation)) as sb:
         summary = run_flow(spec, base_url=sb.base_url)
-    assert summary["status"] == "complete", summary
-    return str(summary["run_id"])
+    assert summary.status == "complete", summary
+    return str(summary.run_id)
 
 
 def parquet_rows(root: Path) -> dict[str, int]:

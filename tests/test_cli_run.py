@@ -11,6 +11,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -222,3 +223,52 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     # the hint's first command works as printed
     sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
     assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout
+
+
+# ------------------------------------------------------------------------------- once each per run
+def test_a_run_parses_its_spec_checks_its_output_and_takes_its_lock_once(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line parses, checks and locks before Prefect starts; the flow gets all three with the prepared
+    run instead of doing them again. A second run of the job is still refused while the lock is held."""
+    import flows.run.preflight
+    import flows.spec.parse
+    import tasks.output.job_lock
+
+    calls: dict[str, int] = {"parse": 0, "check": 0, "lock": 0}
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(flows.spec.parse, "parse_spec", counted("parse", flows.spec.parse.parse_spec))
+    check = counted("check", flows.run.preflight.check_output_dir)
+    monkeypatch.setattr(flows.run.preflight, "check_output_dir", check)  # the command line's
+    monkeypatch.setattr(flows.collect, "check_output_dir", check)  # the flow's, for a deployment's run
+    monkeypatch.setattr(tasks.output.job_lock, "acquire", counted("lock", tasks.output.job_lock.acquire))
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output = tmp_path / "out"
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})) as sb:
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "once",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": 20},
+                "output": str(output),
+                "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+            },
+        )
+        result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert calls == {"parse": 1, "check": 1, "lock": 1}
+    assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",)]
+    held = tasks.output.job_lock.acquire(output / ".harvest-once.lock")
+    try:
+        with pytest.raises(tasks.output.job_lock.JobLocked):
+            tasks.output.job_lock.acquire(output / ".harvest-once.lock")  # in this process too: no reentry
+    finally:
+        held.release()

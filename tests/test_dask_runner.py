@@ -73,14 +73,12 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
             summary = run_flow(write_spec(tmp_path, job(sb.base_url, output, runner), f"{name}.yaml"))
             results[name] = (summary, paid(data_entries(sb)), sb.billed_total(), output / "harvest.duckdb")
     (local, local_paid, local_billed, local_db), (dask, dask_paid, dask_billed, dask_db) = results.values()
-    assert local["status"] == dask["status"] == "complete", dask
+    assert local.status == dask.status == "complete", dask
     assert local_paid == dask_paid and set(dask_paid.values()) == {1}, "the same pages, each paid once"
-    assert local_billed == dask_billed == local["credits_spent"] == dask["credits_spent"]
+    assert local_billed == dask_billed == local.credits_spent == dask.credits_spent
     for name in RECORD_TABLES:
         assert table(local_db, name) == table(dask_db, name), name
-    assert scalar(dask_db, "SELECT count(*) FROM query_state WHERE status = 'complete'") == len(
-        dask["queries"]
-    )
+    assert scalar(dask_db, "SELECT count(*) FROM query_state WHERE status = 'complete'") == len(dask.queries)
 
 
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
@@ -98,13 +96,13 @@ def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
         billed, entries = sb.billed_total(), data_entries(sb)
     assert sum(expected_pages(PINS, {"query": t}, config) for t in TOPICS) > budget
     assert round_pages * len(TOPICS) > budget, "one round must make the queries compete for the budget"
-    assert billed == summary["credits_spent"] == budget
+    assert billed == summary.credits_spent == budget
     assert set(paid(entries).values()) == {1}
-    pages = [q["pages"] for q in summary["queries"]]
+    pages = [q["pages"] for q in summary.queries]
     assert sorted(pages) == [3, 3, 3, 4], pages  # 13 credits, 4 queries at 1 credit a page: a fair share each
     per_topic = Counter(e.params["query"] for e in entries)
     assert sorted(per_topic.values()) == [3, 3, 3, 4] and set(per_topic) == set(TOPICS), per_topic
-    assert {q["status"] for q in summary["queries"]} == {"budget_exhausted"}
+    assert {q["status"] for q in summary.queries} == {"budget_exhausted"}
 
 
 def test_the_balance_floor_holds_on_dask(prefect_harness: None, tmp_path: Path) -> None:
@@ -117,9 +115,9 @@ def test_the_balance_floor_holds_on_dask(prefect_harness: None, tmp_path: Path) 
         spec["service"]["base_url"] = sb.base_url
         summary = run_flow(write_spec(tmp_path, spec))
         balance, billed = sb.balance(), sb.billed_total()
-    (query,) = summary["queries"]
-    assert query["status"] == summary["status"] == "budget_exhausted", summary
-    assert balance == 40 and billed == summary["credits_spent"] == 20, (balance, billed)
+    (query,) = summary.queries
+    assert query["status"] == summary.status == "budget_exhausted", summary
+    assert balance == 40 and billed == summary.credits_spent == 20, (balance, billed)
     assert "floor of 40 credits" in query["error"], query
 
 

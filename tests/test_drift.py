@@ -43,9 +43,9 @@ def test_wrapped_feed_items_land_whole(prefect_harness: None, tmp_path: Path, sh
         summary = run_flow(one_query(tmp_path, sb.base_url, FEED, FEED_PARAMS))
     db = tmp_path / "out" / "harvest.duckdb"
     posts = full_crawl(FEED, FEED_PARAMS, config)["posts"]
-    assert summary["status"] == "complete"
+    assert summary.status == "complete"
     assert set(r[0] for r in rows(db, "SELECT uri FROM microblog_b_posts")) == {p["uri"] for p in posts}
-    assert summary["records"] == len(posts) == scalar(db, "SELECT count(*) FROM microblog_b_posts")
+    assert summary.records == len(posts) == scalar(db, "SELECT count(*) FROM microblog_b_posts")
     assert scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE text IS NULL OR author_did IS NULL") == 0
     reasons = scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE feed_reason IS NOT NULL")
     replies = scalar(db, "SELECT count(*) FROM microblog_b_posts WHERE reply_parent_uri LIKE '%-parent'")

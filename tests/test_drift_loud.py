@@ -161,12 +161,12 @@ def test_an_unforeseen_error_keeps_the_paid_page_and_nothing_is_paid_twice(
         with pytest.MonkeyPatch.context() as patch:
             _break_second_call(patch, module, name)
             first = run_flow(spec, base_url=sb.base_url)
-        (query,) = first["queries"]
-        assert (query["status"], query["pages"], first["status"]) == ("drift", 2, "failed")
+        (query,) = first.queries
+        assert (query["status"], query["pages"], first.status) == ("drift", 2, "failed")
         assert "a case nobody foresaw" in query["error"] and "raw store" in query["error"]
         assert len(raw_pages(tmp_path)) == 2 == scalar(db, "SELECT count(*) FROM requests")
         second = run_flow(spec, base_url=sb.base_url, mode="continue")
-        assert second["status"] == "complete" and second["credits_spent"] == 1
+        assert second.status == "complete" and second.credits_spent == 1
         cursors = [orjson.dumps(e.params) for e in data_entries(sb)]
         assert len(cursors) == 3 == len(set(cursors)) == sb.billed_total(), "a page was paid twice"
     assert runner.invoke(app, ["rebuild", str(tmp_path / "out")]).exit_code == 0

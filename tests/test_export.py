@@ -161,7 +161,7 @@ def test_export_as_a_step_of_the_run_and_its_failure_is_loud(
     with running(replace(CONFIG, observation=0)) as sb:
         spec = write_spec(tmp_path, {**job(output), "export": {"to": str(lake)}})
         summary = run_flow(spec, base_url=sb.base_url)
-        assert summary["status"] == "complete" and summary["export"]["runs"] == 1, summary
+        assert summary.status == "complete" and summary.export["runs"] == 1, summary
         (folder,) = (lake / "_exports").iterdir()
         assert (folder / "_SUCCESS").exists() and (folder / "_manifest.json").exists()
 
@@ -171,7 +171,7 @@ def test_export_as_a_step_of_the_run_and_its_failure_is_loud(
         state = asyncio.run(collect_job(spec_path=str(spec), base_url=sb.base_url, return_state=True))
     assert state.is_failed(), state
     failed = asyncio.run(state.aresult(raise_on_failure=False))
-    assert "export failed" in failed["export"]["error"] and "harvest export" in failed["export"]["error"]
+    assert "export failed" in failed.export["error"] and "harvest export" in failed.export["error"]
     runs = rows(output / "harvest.duckdb", "SELECT status FROM runs ORDER BY started")
     assert runs == [("complete",), ("complete",)], "the run's data landed and loaded all the same"
 
@@ -208,7 +208,7 @@ def test_a_relative_export_in_a_served_spec_lands_where_serve_started(
     monkeypatch.chdir(worker)  # a worker started elsewhere runs the deployment's parameters
     with running(replace(CONFIG, observation=0)) as sb:
         summary = asyncio.run(collect_job(**deployment.parameters, base_url=sb.base_url))
-    assert summary["status"] == "complete" and summary["export"]["runs"] == 1, summary
+    assert summary.status == "complete" and summary.export["runs"] == 1, summary
     (folder,) = (served / "lake" / "_exports").iterdir()
     assert (folder / "_SUCCESS").exists() and not (worker / "lake").exists()
 

@@ -94,20 +94,20 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
         entries = wait_for_entries(sb, attempts)  # slow answers are recorded when they end
         billed = sb.billed_total()
         faults = sum(e.fault is not None for e in entries)
-    assert summary["status"] == "complete", summary
+    assert summary.status == "complete", summary
     assert faults >= 20, "the fault was really injected, many times"
     assert key_set(db, "pinboard_pins") == expected_pins(config)
     assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
     assert answered_twice(sb, db) == 0
-    assert billed <= summary["credits_spent"] <= BUDGET
-    assert summary["service_billed"] == billed, "the balance read before and after tells the service's bill"
+    assert billed <= summary.credits_spent <= BUDGET
+    assert summary.service_billed == billed, "the balance read before and after tells the service's bill"
     assert scalar(db, "SELECT service_billed FROM runs") == billed
     assert attempts == len(entries), "every attempt, faulted or not, is a row of `requests`"
     # each attempt's credits as counted when it ended; the refusals the account's balance shows were not billed
     # (429, 5xx) went back after the run, everything else stays counted (a lost answer may have been paid)
     refusals = "status_code IN (429, 500, 502, 503, 504)"
     kept = scalar(db, f"SELECT coalesce(sum(credits), 0) FROM requests WHERE NOT coalesce({refusals}, false)")
-    assert kept == summary["credits_spent"]
+    assert kept == summary.credits_spent
 
 
 @pytest.mark.parametrize("fault", BODY_DAMAGE, ids=[f.value for f in BODY_DAMAGE])
@@ -122,21 +122,21 @@ def test_answers_damaged_on_the_wire_at_scale_are_asked_for_once_more(
     with running(config) as sb:
         path = spec(tmp_path, sb)
         summaries = [run_flow(path)]
-        while summaries[-1]["status"] != "complete" and len(summaries) < 6:
+        while summaries[-1].status != "complete" and len(summaries) < 6:
             summaries.append(run_flow(path, mode="continue"))
         entries = data_entries(sb)
         billed = sb.billed_total()
     for summary in summaries:
-        for q in summary["queries"]:
+        for q in summary.queries:
             assert q["status"] == "complete" or (q["status"] == "failed" and "cut" in q["error"]), q
-    assert summaries[-1]["status"] == "complete", [s["status"] for s in summaries]
+    assert summaries[-1].status == "complete", [s["status"] for s in summaries]
     assert sum(e.fault is not None for e in entries) >= 20, "the fault was really injected, many times"
     assert key_set(db, "pinboard_pins") == expected_pins(config)
     assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
     assert answered_twice(sb, db) == 0
     per_run = Counter(_page(e.path, e.params) for e in entries)
     assert max(per_run.values()) <= 2 * len(summaries)
-    assert billed <= sum(s["credits_spent"] for s in summaries) <= BUDGET * len(summaries)
+    assert billed <= sum(s.credits_spent for s in summaries) <= BUDGET * len(summaries)
 
 
 def test_answers_no_reading_takes_at_scale_are_paid_once_and_kept(
@@ -149,11 +149,11 @@ def test_answers_no_reading_takes_at_scale_are_paid_once_and_kept(
     with running(config) as sb:
         summary = run_flow(spec(tmp_path, sb))
         entries = data_entries(sb)
-    statuses = {q["query_id"]: q["status"] for q in summary["queries"]}
+    statuses = {q["query_id"]: q["status"] for q in summary.queries}
     assert set(statuses.values()) <= {"complete", "drift"} and "drift" in statuses.values()
     asked = Counter(_page(e.path, e.params) for e in entries)
     assert set(asked.values()) == {1}, "a page was asked for twice"
-    for q in summary["queries"]:
+    for q in summary.queries:
         topic = q["query_id"].split("query=", 1)[1].rstrip("]")  # pins[query=topic a]
         theirs = [e for e in entries if e.params["query"] == topic]
         assert theirs, q["query_id"]
@@ -176,9 +176,9 @@ def test_out_of_credits_mid_run_stops_cleanly_and_continues(prefect_harness: Non
         sb.set_balance(10_000)
         resumed = run_flow(path, mode="continue")
         twice = answered_twice(sb, db)
-    assert stopped["status"] == "failed" and "402" in (stopped["error"] or "")
-    assert {q["status"] for q in stopped["queries"]} <= {"stopped", "complete"}
-    assert resumed["status"] == "complete" and twice == 0
+    assert stopped.status == "failed" and "402" in (stopped.error or "")
+    assert {q["status"] for q in stopped.queries} <= {"stopped", "complete"}
+    assert resumed.status == "complete" and twice == 0
     assert key_set(db, "pinboard_pins") == expected_pins(config)
 
 
@@ -189,7 +189,7 @@ def test_an_invalid_key_costs_one_request_at_scale(
     with running(BASE) as sb:
         summary = run_flow(spec(tmp_path, sb))
         assert len(sb.ledger) == 1 and sb.billed_total() == 0
-    assert summary["status"] == "failed" and {q["status"] for q in summary["queries"]} == {"stopped"}
+    assert summary.status == "failed" and {q["status"] for q in summary.queries} == {"stopped"}
 
 
 def test_not_found_answers_among_normal_ones(prefect_harness: None, tmp_path: Path) -> None:
@@ -197,15 +197,15 @@ def test_not_found_answers_among_normal_ones(prefect_harness: None, tmp_path: Pa
     with running(BASE) as sb:
         summary = run_flow(spec(tmp_path, sb, topics))
         billed = sb.billed_total()
-    statuses = {q["query_id"]: q["status"] for q in summary["queries"]}
-    assert summary["status"] == "complete"
+    statuses = {q["query_id"]: q["status"] for q in summary.queries}
+    assert summary.status == "complete"
     assert [s for q, s in statuses.items() if "missing" in q] == ["complete", "complete"]  # an empty search
     db = tmp_path / "out" / "harvest.duckdb"
     assert key_set(db, "pinboard_pins") == expected_pins(BASE, topics)
     # harvest counts what the service billed, plus, as spent, any attempt whose answer never came (a 0.5 s
     # timeout on a busy machine): never less than the bill, and more only by those
     unanswered = scalar(db, "SELECT coalesce(sum(credits), 0) FROM requests WHERE status_code IS NULL")
-    assert billed <= summary["credits_spent"] <= billed + unanswered
+    assert billed <= summary.credits_spent <= billed + unanswered
 
 
 def test_a_cursor_handed_back_stops_the_query_instead_of_paying_forever(
@@ -215,8 +215,8 @@ def test_a_cursor_handed_back_stops_the_query_instead_of_paying_forever(
     with running(config) as sb:
         summary = run_flow(spec(tmp_path, sb))
         paid = Counter(e.params["query"] for e in data_entries(sb))
-    assert summary["status"] == "failed"
-    assert {q["status"] for q in summary["queries"]} == {"loop_detected"}
+    assert summary.status == "failed"
+    assert {q["status"] for q in summary.queries} == {"loop_detected"}
     assert set(paid.values()) == {2}, "page 1 repeats page 1's cursor: two pages a query, never a third"
     db = tmp_path / "out" / "harvest.duckdb"
     assert rows(db, "SELECT DISTINCT status FROM query_state") == [("loop_detected",)]
@@ -240,6 +240,6 @@ def test_drifted_feed_items_at_scale(prefect_harness: None, tmp_path: Path) -> N
         summary = run_flow(path)
     want = {p["uri"] for h in handles for p in full_crawl(FEED, {"handle": h}, config)["posts"]}
     db = tmp_path / "out" / "harvest.duckdb"
-    assert summary["status"] == "complete" and len(want) > 1000
+    assert summary.status == "complete" and len(want) > 1000
     assert {r[0] for r in rows(db, "SELECT uri FROM microblog_b_posts")} == want
     assert scalar(db, "SELECT sum(records_without_key) + sum(lists_missing) FROM query_state") == 0

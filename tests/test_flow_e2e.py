@@ -142,8 +142,8 @@ def crawl(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> It
 
 # ------------------------------------------------------------------------------------------- 1. records
 def test_every_table_holds_exactly_what_a_full_crawl_holds(crawl: Crawl) -> None:
-    assert crawl.first["status"] == "complete" and crawl.first["loaded"] is True
-    assert all(q["status"] == "complete" for q in crawl.first["queries"]), crawl.first["queries"]
+    assert crawl.first.status == "complete" and crawl.first.loaded is True
+    assert all(q["status"] == "complete" for q in crawl.first.queries), crawl.first.queries
     expected = expected_tables()
     for path in (FORUM, VIDEO_SEARCH, PROFILE, CREATIVE, DETAIL):
         for kind in catalog.get(path).kinds:
@@ -157,7 +157,7 @@ def test_every_table_holds_exactly_what_a_full_crawl_holds(crawl: Crawl) -> None
     for table, records in expected.items():
         assert crawl.counts_first.get(table, 0) == len(records), table
         assert crawl.keys_first.get(table, set()) == set(records), table
-    assert crawl.first["tables"] == {t: n for t, n in crawl.counts_first.items()}
+    assert crawl.first.tables == {t: n for t, n in crawl.counts_first.items()}
     # the fan-out ran one query per handle, and each landed its own videos
     by_query = dict(rows(crawl.db, "SELECT _query_id, count(*) FROM short_video_videos GROUP BY ALL"))
     for handle in HANDLES:
@@ -168,7 +168,7 @@ def test_every_table_holds_exactly_what_a_full_crawl_holds(crawl: Crawl) -> None
 def test_the_dependent_query_ran_once_per_distinct_parent_material(crawl: Crawl) -> None:
     ids = material_ids()
     assert len(ids) == len(set(ids)) > 3
-    run_id = crawl.first["run_id"]
+    run_id = crawl.first.run_id
     states = rows(
         crawl.db,
         "SELECT query_id, status, pages FROM query_state WHERE run_id = ? AND query_id LIKE 'creative_detail[%'",
@@ -197,7 +197,7 @@ def test_the_dependent_query_ran_once_per_distinct_parent_material(crawl: Crawl)
 
 # --------------------------------------------------------------------------------------------- 2. credits
 def test_credits_in_duckdb_equal_the_sandbox_ledger(crawl: Crawl) -> None:
-    run_id = crawl.first["run_id"]
+    run_id = crawl.first.run_id
     assert crawl.billed_first > 0 and all(e.status == 200 for e in crawl.ledger_first)
     assert (
         scalar(crawl.db, "SELECT sum(credits) FROM requests WHERE run_id = ?", [run_id]) == crawl.billed_first
@@ -206,15 +206,15 @@ def test_credits_in_duckdb_equal_the_sandbox_ledger(crawl: Crawl) -> None:
         crawl.ledger_first
     )
     assert scalar(crawl.db, "SELECT credits_spent FROM runs WHERE run_id = ?", [run_id]) == crawl.billed_first
-    assert crawl.first["credits_spent"] == crawl.billed_first
+    assert crawl.first.credits_spent == crawl.billed_first
     assert scalar(crawl.db, "SELECT sum(credits) FROM requests") == crawl.billed_all
     assert scalar(crawl.db, "SELECT sum(credits_spent) FROM runs") == crawl.billed_all
 
     states = rows(
         crawl.db, "SELECT query_id, status, pages, credits FROM query_state WHERE run_id = ?", [run_id]
     )
-    assert len(states) == len({s[0] for s in states}) == len(crawl.first["queries"])
-    summary = {q["query_id"]: (q["status"], q["pages"], q["credits"]) for q in crawl.first["queries"]}
+    assert len(states) == len({s[0] for s in states}) == len(crawl.first.queries)
+    summary = {q["query_id"]: (q["status"], q["pages"], q["credits"]) for q in crawl.first.queries}
     assert {q: (st, p, c) for q, st, p, c in states} == summary
     planned = {"forum", "video_search", "creatives", "videos[handle=nasa]", "videos[handle=esa]"}
     assert planned <= set(summary)
@@ -224,8 +224,8 @@ def test_credits_in_duckdb_equal_the_sandbox_ledger(crawl: Crawl) -> None:
 
 # ----------------------------------------------------------------------------------------------- 3. rerun
 def test_a_rerun_adds_no_duplicate_rows(crawl: Crawl) -> None:
-    assert crawl.second["status"] == "complete" and crawl.second["loaded"] is True
-    assert crawl.second["run_id"] != crawl.first["run_id"]
+    assert crawl.second.status == "complete" and crawl.second.loaded is True
+    assert crawl.second.run_id != crawl.first.run_id
     assert table_counts(crawl.db) == crawl.counts_first
     for table in crawl.counts_first:
         assert key_set(crawl.db, table) == crawl.keys_first[table]
@@ -233,14 +233,14 @@ def test_a_rerun_adds_no_duplicate_rows(crawl: Crawl) -> None:
         total, distinct = rows(crawl.db, f"SELECT count(*), count(DISTINCT ({pk})) FROM {table}")[0]
         assert total == distinct, table
     runs = rows(crawl.db, "SELECT run_id, status, credits_spent, job FROM runs ORDER BY started")
-    assert [r[0] for r in runs] == [crawl.first["run_id"], crawl.second["run_id"]]
+    assert [r[0] for r in runs] == [crawl.first.run_id, crawl.second.run_id]
     assert [r[2] for r in runs] == [crawl.billed_first, crawl.billed_all - crawl.billed_first]
     assert {(r[1], r[3]) for r in runs} == {("complete", "e2e")}
     # the newest fetch wins: every row now comes from the second run
     newest = rows(crawl.db, "SELECT DISTINCT _run_id FROM short_video_videos")
-    assert newest == [(crawl.second["run_id"],)]
-    assert scalar(crawl.db, "SELECT count(*) FROM query_state") == len(crawl.first["queries"]) + len(
-        crawl.second["queries"]
+    assert newest == [(crawl.second.run_id,)]
+    assert scalar(crawl.db, "SELECT count(*) FROM query_state") == len(crawl.first.queries) + len(
+        crawl.second.queries
     )
 
 
@@ -251,7 +251,7 @@ PARQUET_NAME = re.compile(
 
 
 def test_parquet_layout_and_raw_pages(crawl: Crawl) -> None:
-    run_ids = {crawl.first["run_id"], crawl.second["run_id"]}
+    run_ids = {crawl.first.run_id, crawl.second.run_id}
     started = {r: d for r, d in rows(crawl.db, "SELECT run_id, started FROM runs")}
     files = sorted(crawl.output.glob("parquet/**/*.parquet"))
     assert files
@@ -292,7 +292,7 @@ def test_parquet_layout_and_raw_pages(crawl: Crawl) -> None:
     )
 
     # raw pages: one per billed request, chained by their cursors
-    run_id = crawl.first["run_id"]
+    run_id = crawl.first.run_id
     run_dir = crawl.output / "raw" / run_id
     assert (run_dir / "manifest.json").is_file()
     pages = [p for f in sorted(run_dir.glob("*.pages")) for p in iter_raw_pages(f)]
@@ -303,7 +303,7 @@ def test_parquet_layout_and_raw_pages(crawl: Crawl) -> None:
         by_query.setdefault(page.query_id, []).append(page)
         assert page.status_code == 200
         json.loads(page.body)
-    assert set(by_query) == {q["query_id"] for q in crawl.first["queries"]}
+    assert set(by_query) == {q["query_id"] for q in crawl.first.queries}
     for query_id, chain in by_query.items():
         assert [p.page for p in chain] == list(range(len(chain))), query_id
         assert chain[0].cursor_in is None
@@ -328,7 +328,7 @@ def test_columns_are_typed_and_carry_their_provenance(crawl: Crawl) -> None:
     )
     expected = expected_tables()["short_video_videos"]
     assert len(got) == len(expected)
-    run_ids = {crawl.first["run_id"], crawl.second["run_id"]}
+    run_ids = {crawl.first.run_id, crawl.second.run_id}
     for aweme_id, plays, created, caption, raw, endpoint, query_id, run_id, fetched in got:
         want = expected[(aweme_id,)]
         assert plays == want["statistics"]["play_count"]
@@ -388,15 +388,15 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
             summary = run_flow(spec)
             busy = CliRunner().invoke(app, ["load", str(output)])  # still held: refused, nothing changes
         billed = sb.billed_total()
-    assert summary["loaded"] is False and summary["tables"] == {}
+    assert summary.loaded is False and summary.tables == {}
     assert busy.exit_code == 1 and "open in another process" in busy.stderr, busy.output
-    assert summary["status"] == "complete" and summary["credits_spent"] == billed > 0
-    landed = {table: rows_ for q in summary["queries"] for table, _path, rows_ in q["files"]}
+    assert summary.status == "complete" and summary.credits_spent == billed > 0
+    landed = {table: rows_ for q in summary.queries for table, _path, rows_ in q["files"]}
     assert set(landed) == {"pinboard_pins", "short_video_videos"}
-    for q in summary["queries"]:
+    for q in summary.queries:
         for _table, path, _n in q["files"]:
             assert not Path(path).is_absolute() and (output / path).is_file()  # relative: the output can move
-    manifest = orjson.loads((output / "raw" / summary["run_id"] / "manifest.json").read_bytes())
+    manifest = orjson.loads((output / "raw" / summary.run_id / "manifest.json").read_bytes())
     assert manifest["loaded"] is False
 
     loaded = subprocess.run(
@@ -404,17 +404,17 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
         timeout=60,
     )  # fmt: skip
     assert loaded.returncode == 0, loaded.stderr
-    assert f"loaded run {summary['run_id']}" in loaded.stdout
+    assert f"loaded run {summary.run_id}" in loaded.stdout
     expected = expected_keys(
         [(PINS, {"query": "trail shoes"})] + [(PROFILE, {"handle": h}) for h in handles], CONFIG
     )
     for table, records in expected.items():
         assert key_set(db, table) == set(records), table
     assert scalar(db, "SELECT count(*) FROM held_by_a_notebook") == 0  # the holder's own work survived
-    assert rows(db, "SELECT run_id, credits_spent FROM runs") == [(summary["run_id"], billed)]
+    assert rows(db, "SELECT run_id, credits_spent FROM runs") == [(summary.run_id, billed)]
     assert scalar(db, "SELECT sum(credits) FROM requests") == billed
     assert scalar(db, "SELECT count(*) FROM query_state") == 3
-    manifest = orjson.loads((output / "raw" / summary["run_id"] / "manifest.json").read_bytes())
+    manifest = orjson.loads((output / "raw" / summary.run_id / "manifest.json").read_bytes())
     assert manifest["loaded"] is True
 
     again = subprocess.run(

@@ -68,18 +68,18 @@ def test_faults_do_not_change_what_lands(
         faults = sum(e.fault is not None for e in sb.ledger)
 
     assert faults >= 3, "the schedule must really have injected faults"
-    assert {q["status"] for q in summary["queries"]} == {"complete"}
+    assert {q["status"] for q in summary.queries} == {"complete"}
     db = tmp_path / "out" / "harvest.duckdb"
     expected = expected_keys(QUERIES, config)
     for table, records in expected.items():
         assert key_set(db, table) == set(records), table
-    assert billed <= summary["credits_spent"] <= budget
+    assert billed <= summary.credits_spent <= budget
     # every attempt's credits as counted when it ended; the refusals (429, 5xx: not billed by the sandbox) then
     # went back, as the account's balance showed, and everything else stays counted (a dropped answer may be paid)
     counted, refusals = rows(
         db, f"SELECT sum(credits), sum(credits) FILTER (WHERE status_code IN {REFUSALS}) FROM requests"
     )[0]
-    assert summary["credits_spent"] == counted - (refusals or 0)
+    assert summary.credits_spent == counted - (refusals or 0)
     # every attempt is on record, the failed ones included
     attempts = rows(db, "SELECT count(*), count(*) FILTER (WHERE error IS NOT NULL) FROM requests")[0]
     assert attempts[0] == len(data_entries(sb)) and attempts[1] >= 1

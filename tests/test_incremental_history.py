@@ -74,15 +74,15 @@ def test_a_budget_stopped_first_pass_is_finished_by_the_next_runs(
         before_last = data_entries(sb)
         unchanged = run_flow(spec)
         last = data_entries(sb)[len(before_last) :]
-    assert [n["credits_spent"] for n in nights] == [2, 3, 1 + pages - 2 - 2]
-    assert [history(output, n["run_id"]) for n in nights] == [
+    assert [n.credits_spent for n in nights] == [2, 3, 1 + pages - 2 - 2]
+    assert [history(output, n.run_id) for n in nights] == [
         ("budget_exhausted", "partial"),
         ("budget_exhausted", "partial"),
         ("complete", "complete"),
     ]
     assert videos_in(output) == all_videos(CONFIG)  # all 33, not the 10 of the first night
     assert len(before_last) == pages + 2 and paid_twice(before_last) == 2  # only page 0, once per rerun
-    assert len(last) == 1 and unchanged["queries"][0]["status"] == "caught_up"
+    assert len(last) == 1 and unchanged.queries[0]["status"] == "caught_up"
 
 
 def test_continue_picks_up_an_incremental_backfill(
@@ -99,12 +99,12 @@ def test_continue_picks_up_an_incremental_backfill(
         paid = data_entries(sb)
         rerun = run_flow(spec)
         rerun_paid = data_entries(sb)[len(paid) :]
-    assert first["records"] == 10 and first["status"] == "budget_exhausted"
-    assert continued["status"] == "complete" and continued["credits_spent"] == pages - 2
-    assert nothing["status"] == "nothing_to_continue"
+    assert first.records == 10 and first.status == "budget_exhausted"
+    assert continued.status == "complete" and continued.credits_spent == pages - 2
+    assert nothing.status == "nothing_to_continue"
     assert len(paid) == pages and paid_twice(paid) == 0
     assert videos_in(output) == all_videos(CONFIG)
-    assert len(rerun_paid) == 1 and rerun["queries"][0]["status"] == "caught_up"
+    assert len(rerun_paid) == 1 and rerun.queries[0]["status"] == "caught_up"
 
 
 def test_max_pages_then_reruns_collect_the_whole_listing(
@@ -118,9 +118,9 @@ def test_max_pages_then_reruns_collect_the_whole_listing(
         spec = write_spec(tmp_path, job(sb.base_url, output, [capped]))
         nights = [run_flow(spec) for _ in range(4)]
         paid = data_entries(sb)
-    statuses = [n["queries"][0]["status"] for n in nights]
+    statuses = [n.queries[0]["status"] for n in nights]
     assert statuses == ["max_pages", "max_pages", "complete", "caught_up"]
-    assert [n["credits_spent"] for n in nights] == [2, 2, 2, 1]
+    assert [n.credits_spent for n in nights] == [2, 2, 2, 1]
     assert videos_in(output) == all_videos(config)
     assert paid_twice(paid) == 3  # page 0 on each of the three reruns, nothing else
 
@@ -147,8 +147,8 @@ def test_new_items_at_the_head_while_a_backfill_is_unfinished_are_all_collected(
         spec = write_spec(tmp_path, job(night2.base_url, output, queries))
         second = run_flow(spec)
         paid = Counter(e.path for e in data_entries(night2))
-    assert {q["query_id"]: q["pages"] for q in first["queries"]} == {"videos": 2, "reels": 2}
-    assert {q["status"] for q in second["queries"]} == {"complete"}
+    assert {q["query_id"]: q["pages"] for q in first.queries} == {"videos": 2, "reels": 2}
+    assert {q["status"] for q in second.queries} == {"complete"}
     assert videos_in(output) == all_videos(later)  # the old ones and the 5 new
     want_reels = set(expected_keys([(REELS, reels)], later)["photo_app_reels"])
     assert key_set(output / "harvest.duckdb", "photo_app_reels") == want_reels
@@ -170,10 +170,10 @@ def test_the_state_survives_a_rebuild_and_a_lost_database_means_a_full_pass(
         after_rebuild = run_flow(spec)
         (output / "harvest.duckdb").unlink()
         without_db = run_flow(spec)
-    assert after_rebuild["credits_spent"] == 1 + pages - 2  # the head page, then the backfill
-    assert after_rebuild["queries"][0]["status"] == "complete"
-    assert without_db["credits_spent"] == pages  # nothing is trusted without the database: a full pass
-    assert without_db["queries"][0]["status"] == "complete"
+    assert after_rebuild.credits_spent == 1 + pages - 2  # the head page, then the backfill
+    assert after_rebuild.queries[0]["status"] == "complete"
+    assert without_db.credits_spent == pages  # nothing is trusted without the database: a full pass
+    assert without_db.queries[0]["status"] == "complete"
     assert videos_in(output) == all_videos(CONFIG)
 
 
@@ -203,11 +203,11 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
         full = run_flow(spec, full=True)
     materials = set(expected_keys([(CREATIVE, params)], config)["creative_materials"])
     details = Counter(e.path_params.get("material_id") for e in collected if e.path_params)
-    assert first["status"] == "budget_exhausted" and 0 < first["records"] < 2 * len(materials)
-    assert second["status"] == "complete"
+    assert first.status == "budget_exhausted" and 0 < first.records < 2 * len(materials)
+    assert second.status == "complete"
     assert set(details) == {m for (m,) in materials} and set(details.values()) == {1}  # each paid once
-    assert unchanged["credits_spent"] == 1 and unchanged["queries"][0]["status"] == "caught_up"
-    assert full["credits_spent"] == expected_pages(CREATIVE, params, config) + len(materials)
+    assert unchanged.credits_spent == 1 and unchanged.queries[0]["status"] == "caught_up"
+    assert full.credits_spent == expected_pages(CREATIVE, params, config) + len(materials)
     assert key_set(output / "harvest.duckdb", "creative_material_details") == materials
 
 
@@ -235,10 +235,10 @@ def test_only_new_parent_items_start_their_dependents(
         new_threads = Counter(e.params["url"] for e in data_entries(night2) if e.path == THREAD)
     old_posts = set(expected_keys([(FEED, feed)], config)["microblog_b_posts"])
     all_posts = set(expected_keys([(FEED, feed)], later)["microblog_b_posts"])
-    assert first["status"] == "complete" and {(u,) for u in old_threads} == old_posts
+    assert first.status == "complete" and {(u,) for u in old_threads} == old_posts
     assert set(old_threads.values()) == {1}
-    assert unchanged["credits_spent"] == 1  # the head page only: no thread paid again
+    assert unchanged.credits_spent == 1  # the head page only: no thread paid again
     assert {(u,) for u in new_threads} == all_posts - old_posts and len(new_threads) == 4
     assert set(new_threads.values()) == {1}
-    assert second["credits_spent"] == 2 + 4  # the page of new posts, one of known ones, 4 threads
+    assert second.credits_spent == 2 + 4  # the page of new posts, one of known ones, 4 threads
     assert all_posts <= key_set(output / "harvest.duckdb", "microblog_b_posts")

@@ -70,14 +70,14 @@ def test_a_rate_limit_far_below_the_concurrency_completes_every_query_and_counts
         entries = data_entries(sb)
         billed = sb.billed_total()
     refused = sum(e.status == 429 for e in entries)
-    assert summary["status"] == "complete" and {q["status"] for q in summary["queries"]} == {"complete"}
+    assert summary.status == "complete" and {q["status"] for q in summary.queries} == {"complete"}
     db = tmp_path / "out" / "harvest.duckdb"
     assert key_set(db, "pinboard_pins") == expected(cfg)  # 0 records lost
-    assert billed == len(TOPICS) * PAGES == summary["credits_spent"] == summary["service_billed"]
+    assert billed == len(TOPICS) * PAGES == summary.credits_spent == summary.service_billed
     assert scalar(db, "SELECT credits_spent FROM runs") == billed
-    assert sum(q["credits"] for q in summary["queries"]) == billed
+    assert sum(q["credits"] for q in summary.queries) == billed
     assert refused <= 0.2 * len(entries), f"{refused} of {len(entries)} requests refused"
-    met = summary["rate_limit"]
+    met = summary.rate_limit
     assert met["refused"] == refused and met["requests"] == len(entries) and met["per_second"] is not None
     # each 429 is in `requests`, counted at the time; the run's count is settled against the bill
     assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 429") == refused
@@ -92,8 +92,8 @@ def test_a_tight_budget_is_spent_whole_however_often_the_service_refused(
         entries = data_entries(sb)
         billed = sb.billed_total()
     assert sum(e.status == 429 for e in entries) > 0, "the limit was really met"
-    assert billed == 40 == summary["credits_spent"], "refusals counted as spent left credits unused"
-    assert summary["status"] == "budget_exhausted"
+    assert billed == 40 == summary.credits_spent, "refusals counted as spent left credits unused"
+    assert summary.status == "budget_exhausted"
     assert sum(e.status == 200 for e in entries) == 40
 
 
@@ -102,9 +102,9 @@ def test_a_known_limit_in_the_spec_meets_almost_no_refusal(prefect_harness: None
     with running(cfg) as sb:
         summary = run_flow(spec(tmp_path, sb.base_url, per_second=18))
         entries = data_entries(sb)
-    assert summary["status"] == "complete"
+    assert summary.status == "complete"
     assert sum(e.status == 429 for e in entries) <= 2
-    assert summary["rate_limit"]["limit"] == 18
+    assert summary.rate_limit["limit"] == 18
 
 
 def test_a_service_that_refuses_everything_stops_the_night_resumably_and_the_next_run_finishes(
@@ -115,13 +115,13 @@ def test_a_service_that_refuses_everything_stops_the_night_resumably_and_the_nex
     with running(cfg) as sb:
         path = spec(tmp_path, sb.base_url, max_wait_seconds=2)
         stopped = run_flow(path)
-        statuses = {q["status"] for q in stopped["queries"]}
+        statuses = {q["status"] for q in stopped.queries}
         assert statuses == {"rate_limited"} or statuses == {"rate_limited", "complete"}, statuses
-        assert stopped["status"] == "rate_limited" and stopped["credits_spent"] == sb.billed_total() == 3
+        assert stopped.status == "rate_limited" and stopped.credits_spent == sb.billed_total() == 3
         sb.app.rate_gate.rate = 0  # the service lifts its limit: tomorrow's run
         resumed = run_flow(path, mode="continue")
         entries = data_entries(sb)
-    assert resumed["status"] == "complete"
+    assert resumed.status == "complete"
     assert key_set(db, "pinboard_pins") == expected(cfg)
     ok = [(e.params["query"], e.params.get("cursor")) for e in entries if e.status == 200]
     assert len(ok) == len(set(ok)) == len(TOPICS) * PAGES, "a page was paid twice"

@@ -57,10 +57,10 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
             },
         )
         summary = run_flow(spec)
-    assert summary["credits_spent"] == 2
+    assert summary.credits_spent == 2
     history = CliRunner().invoke(app, ["runs", str(tmp_path / "out")], env={"COLUMNS": "300"})
     assert history.exit_code == 0
-    assert summary["run_id"] in history.output and "2/50" in history.output and "complete" in history.output
+    assert summary.run_id in history.output and "2/50" in history.output and "complete" in history.output
 
     with get_client(sync_client=True) as client:
         table = client.read_artifacts(
@@ -73,7 +73,7 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
     data = table[0].data if isinstance(table[0].data, list) else json.loads(str(table[0].data))
     assert data == [
         {"query_id": "pins", "endpoint": "/v1/pinboard/search", "status": "complete", "pages": 2,
-         "records": summary["records"], "credits": 2}
+         "records": summary.records, "credits": 2}
     ]  # fmt: skip
     assert "2/50 credits" in (table[0].description or "")
     assert "| pinboard_pins |" in str(tables[0].data)
@@ -84,17 +84,18 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
 def test_the_summary_shows_the_services_bill_beside_harvests_count(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from flows.commands.run_job import print_summary
+    from flows.commands.run_report import print_summary
+    from tasks.output.run_summary import RunSummary
 
-    summary = {
-        "run_id": "r1", "service": "http://127.0.0.1:1", "status": "complete", "budget": 100,
-        "credits_spent": 12, "records": 5, "loaded": False, "tables": {}, "service_billed": 9,
-        "queries": [{"query_id": "[b]q[/b]", "status": "complete", "pages": 12, "records": 5, "credits": 12}],
-    }  # fmt: skip
+    summary = RunSummary(
+        run_id="r1", job="j", service="http://127.0.0.1:1", status="complete", budget=100,
+        credits_spent=12, records=5, loaded=False, tables={}, service_billed=9,
+        queries=[{"query_id": "[b]q[/b]", "status": "complete", "pages": 12, "records": 5, "credits": 12}],
+    )  # fmt: skip
     print_summary(summary, Path("out"))
     printed = capsys.readouterr()
     assert "balance fell by 9 credits" in printed.out and "harvest counted 12" in printed.out
     assert "[b]q[/b]" in printed.out, "query ids print literally"
-    summary["service_billed"] = 12
+    summary.service_billed = 12
     print_summary(summary, Path("out"))
     assert "balance fell" not in capsys.readouterr().out

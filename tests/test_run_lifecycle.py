@@ -91,9 +91,9 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
     by_job = {job: found[i] for job, i in ids.items()}
     assert by_job["state-failed"].parameters["spec_path"] == str(failing)
     assert by_job["state-budget"].parameters["spec_path"] == str(short)
-    assert failed["status"] == "failed" and stopped["status"] == "budget_exhausted"
+    assert failed.status == "failed" and stopped.status == "budget_exhausted"
     assert by_job["state-failed"].state.type.value == "FAILED"
-    assert failed["run_id"] in by_job["state-failed"].state.message
+    assert failed.run_id in by_job["state-failed"].state.message
     assert "failed:" in by_job["state-failed"].state.message
     assert by_job["state-budget"].state.type.value == "COMPLETED"
     assert by_job["state-budget"].state.message.startswith("budget_exhausted: ")
@@ -103,7 +103,7 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
     # the failed query's task run is Failed, once (no Prefect retry), and its summary still reached the flow
     assert names["walled"].state.type.value == "FAILED" and names["walled"].run_count == 1
     assert names["fine"].state.type.value == "COMPLETED"
-    walled = next(q for q in failed["queries"] if q["query_id"] == "walled")
+    walled = next(q for q in failed.queries if q["query_id"] == "walled")
     assert walled["status"] == "failed" and walled["credits"] == 1 and "(403)" in walled["error"]
     assert walled["error"] in names["walled"].state.message
     # the flow's Failed message names the failed query and the service's reason, never the key
@@ -178,14 +178,14 @@ def test_continue_spends_nothing_on_pages_already_paid(
         third = run_flow(spec, budget=100, mode="continue")
         nothing = run_flow(spec, mode="continue")
         entries = data_entries(sb)
-    assert first["status"] == second["status"] == "budget_exhausted"
-    assert third["status"] == "complete"
-    assert nothing["status"] == "nothing_to_continue"
+    assert first.status == second.status == "budget_exhausted"
+    assert third.status == "complete"
+    assert nothing.status == "nothing_to_continue"
     assert len(entries) == demand == 7 + 5 + (demand - 12)  # every page paid once across three nights
     assert paid_twice(entries) == 0
     runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}
-    assert runs[second["run_id"]].continues == first["run_id"]
-    assert runs[third["run_id"]].continues == second["run_id"]
+    assert runs[second.run_id].continues == first.run_id
+    assert runs[third.run_id].continues == second.run_id
     want = expected_keys([(PINS, {"query": t}) for t in topics], config)
     assert key_set(output / "harvest.duckdb", "pinboard_pins") == set(want["pinboard_pins"])
 
@@ -212,11 +212,11 @@ def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
     per_path = Counter(e.path for e in rerun_entries)
     assert per_path[PROFILE] == 2 and per_path[FEED] == 1  # one page per incremental query
     assert per_path[PINS] == expected_pages(PINS, {"query": "lamps"}, config)  # not incremental: all pages
-    statuses = {q["query_id"]: q["status"] for q in rerun["queries"]}
+    statuses = {q["query_id"]: q["status"] for q in rerun.queries}
     assert statuses == {"videos[handle=nasa]": "caught_up", "videos[handle=esa]": "caught_up",
                         "feed": "caught_up", "pins": "complete"}  # fmt: skip
-    assert all(q["status"] == "complete" for q in forced["queries"])
-    assert forced["credits_spent"] == full_pass
+    assert all(q["status"] == "complete" for q in forced.queries)
+    assert forced.credits_spent == full_pass
 
 
 def test_an_incremental_rerun_after_new_items_pays_the_pages_that_hold_them(
@@ -239,10 +239,10 @@ def test_an_incremental_rerun_after_new_items_pays_the_pages_that_hold_them(
         spec = write_spec(tmp_path, spec_of(night2.base_url, output, [query]))
         second = run_flow(spec)
         paid = data_entries(night2)
-    assert first["queries"][0]["pages"] == 6 and first["queries"][0]["status"] == "complete"
-    assert len(paid) == 3 and second["queries"][0]["status"] == "caught_up"
+    assert first.queries[0]["pages"] == 6 and first.queries[0]["status"] == "complete"
+    assert len(paid) == 3 and second.queries[0]["status"] == "caught_up"
     db = output / "harvest.duckdb"
-    assert scalar(db, "SELECT count(*) FROM short_video_videos") == first["records"] + 7
+    assert scalar(db, "SELECT count(*) FROM short_video_videos") == first.records + 7
 
 
 def test_incremental_is_refused_where_the_order_is_unknown(tmp_path: Path) -> None:
@@ -295,8 +295,8 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
         finally:
             flows.collect.collect_job = original  # type: ignore[assignment]
         entries = [e for e in data_entries(sb) if e.fault is None]
-    assert summary["status"] == "complete", summary
-    assert summary["resumes"] == 1
+    assert summary.status == "complete", summary
+    assert summary.resumes == 1
     assert len(all_manifests(OutputLayout(output))) == 1
     assert paid_twice(entries) == 0  # no page was answered twice
     pages = Counter(e.path for e in entries)

@@ -56,14 +56,14 @@ def test_soak_thousands_of_pages_through_every_fault(
     rows_ = scalar(db, "SELECT count(*) FROM pinboard_pins")
     lost = len(want - got)
     duplicates = rows_ - len(got)
-    over_budget = max(0, summary["credits_spent"] - BUDGET) + max(0, billed - summary["credits_spent"])
+    over_budget = max(0, summary.credits_spent - BUDGET) + max(0, billed - summary.credits_spent)
     faults = sum(e.fault is not None for e in entries)
     print(
         f"\nsoak: {len(TOPICS) * PAGES} pages, {attempts} attempts ({faults} faults injected) in {took:.0f} s; "
-        f"status {summary['status']}; lost records: {lost}; duplicate rows: {duplicates}; "
+        f"status {summary.status}; lost records: {lost}; duplicate rows: {duplicates}; "
         f"credits over budget (or below the service's bill): {over_budget}; "
-        f"credits counted {summary['credits_spent']}, billed {billed}"
+        f"credits counted {summary.credits_spent}, billed {billed}"
     )
     assert (lost, duplicates, over_budget) == (0, 0, 0)
-    assert summary["status"] == "complete"
+    assert summary.status == "complete"
     assert attempts == len(entries)

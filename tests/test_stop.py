@@ -250,14 +250,14 @@ def test_a_request_still_waiting_for_a_connection_is_not_sent_after_a_stop() -> 
 def _signals_during_load(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     """Deliver `count` SIGINTs to this process at the start of the load into DuckDB, then load for real: the
     one moment a test cannot hit from outside (a load takes a fraction of a second)."""
-    real_load = flows.collect.load_manifest_into_duckdb
+    real_load = flows.run.load_step.load_manifest_into_duckdb
 
     def load(*args: Any, **kwargs: Any) -> dict[str, int]:
         for _ in range(count):
             os.kill(os.getpid(), signal.SIGINT)
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(flows.collect, "load_manifest_into_duckdb", load)
+    monkeypatch.setattr(flows.run.load_step, "load_manifest_into_duckdb", load)
 
 
 def _pins_job(base_url: str, output: Path) -> dict[str, Any]:
@@ -282,8 +282,11 @@ def test_ctrl_c_during_the_load_says_what_became_of_the_run(
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})
     with running(config) as sb:
         spec = write_spec(tmp_path, _pins_job(sb.base_url, output))
-        _signals_during_load(monkeypatch, signals)
-        result = runner.invoke(app, ["run", str(spec)])
+        with (
+            monkeypatch.context() as loading_run
+        ):  # only the run's own load: `harvest load` below loads for real
+            _signals_during_load(loading_run, signals)
+            result = runner.invoke(app, ["run", str(spec)])
     (run,) = all_manifests(OutputLayout(output))
     assert run.flow_run_id is not None
     state = flow_run(run.flow_run_id).state  # its own flow run, by id: the server holds hundreds

@@ -22,6 +22,7 @@ _WATCHED = {
     "flows.collect",
     "flows.orchestrator.temporary_server",
     "flows.commands.run_job",
+    "flows.commands.run_report",
     "prefect.client.base",
     "prefect.flow_engine",
     "prefect.server.api.server",
@@ -136,8 +137,8 @@ def _patch(module: Any) -> None:
         for meth in ("begin_run", "create_flow_run", "call_flow_fn", "handle_success"):
             if hasattr(cls, meth):
                 setattr(cls, meth, _timed(getattr(cls, meth), f"harvest: engine.{meth}"))
-    elif name == "flows.commands.run_job":
-        for fname in ("run_job", "_report"):
+    elif name in ("flows.commands.run_job", "flows.commands.run_report"):
+        for fname in {"flows.commands.run_job": ("run_job",), "flows.commands.run_report": ("report",)}[name]:
             fn = getattr(module, fname)
 
             def wrapped_fn(*a: Any, _f: Any = fn, _n: str = fname, **k: Any) -> Any:

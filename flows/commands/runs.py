@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from flows import console
-from flows.commands.run_job import fail, harvest_command
+from flows.commands.run_job import fail
+from flows.console import harvest_command
 from tasks.output.layout import OutputLayout
 
 

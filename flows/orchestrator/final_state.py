@@ -14,7 +14,10 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from connectors.http.auth import ApiKey, redact
-from tasks.output.manifest import failure_groups, who
+from tasks.output.layout import OutputLayout
+from tasks.output.machine_fault import MachineFault
+from tasks.output.manifest import RunManifest, failure_groups, who
+from tasks.output.run_summary import NoRun, RunSummary
 
 REASONS_SHOWN = 3
 """Distinct failure reasons named in a Failed state's message; the rest are counted."""
@@ -26,13 +29,13 @@ class RunFailed(Exception):
     """Raised instead of returning a Failed state when the flow has retries, so that Prefect retries it (and
     the retry resumes the run). Carries the run summary."""
 
-    def __init__(self, summary: dict[str, Any], message: str) -> None:
+    def __init__(self, summary: RunSummary, message: str) -> None:
         super().__init__(message)
         self.summary = summary
 
 
-def _failures(summary: dict[str, Any], key: ApiKey | None) -> str:
-    groups = failure_groups(summary["queries"])
+def _failures(summary: RunSummary, key: ApiKey | None) -> str:
+    groups = failure_groups(summary.queries)
     parts = []
     for ids, reason in groups[:REASONS_SHOWN]:
         text = redact(reason, key)
@@ -44,67 +47,74 @@ def _failures(summary: dict[str, Any], key: ApiKey | None) -> str:
     return "; ".join(parts)
 
 
-def headline(summary: dict[str, Any], key: ApiKey | None = None) -> str:
+def headline(summary: RunSummary, key: ApiKey | None = None) -> str:
     """One line for the Prefect state message and logs; a failed run's names its failed queries and why."""
     text = (
-        f"{summary['status']}: {len(summary['queries'])} queries, {summary['records']} records, "
-        f"{summary['credits_spent']}/{summary['budget']} credits (run {summary['run_id']})"
+        f"{summary.status}: {len(summary.queries)} queries, {summary.records} records, "
+        f"{summary.credits_spent}/{summary.budget} credits (run {summary.run_id})"
     )
     failures = _failures(summary, key)
     if failures:
         text += f"; failed: {failures}"
-    text += f"; {summary['error']}" if summary.get("error") else ""
-    if summary.get("machine_fault") and summary["machine_fault"] not in (summary.get("error") or ""):
-        text += f"; {summary['machine_fault']}"
-    text += "; the load into DuckDB was interrupted" if summary.get("load_interrupted") else ""
+    text += f"; {summary.error}" if summary.error else ""
+    if summary.machine_fault and summary.machine_fault not in (summary.error or ""):
+        text += f"; {summary.machine_fault}"
+    text += "; the load into DuckDB was interrupted" if summary.load_interrupted else ""
     return text + ("; the export was interrupted" if interrupted_export(summary) else "")
 
 
-def interrupted_export(summary: dict[str, Any]) -> bool:
-    return bool((summary.get("export") or {}).get("interrupted"))
+def interrupted_export(summary: RunSummary) -> bool:
+    return bool((summary.export or {}).get("interrupted"))
 
 
-def failed_export(summary: dict[str, Any]) -> bool:
+def failed_export(summary: RunSummary) -> bool:
     """The spec's export did not happen (failed, interrupted, or the run was not loaded): the run says so."""
-    return bool((summary.get("export") or {}).get("error"))
+    return bool((summary.export or {}).get("error"))
 
 
-def cut_short(summary: dict[str, Any]) -> bool:
+def cut_short(summary: RunSummary) -> bool:
     """A signal stopped the run, its load or its export: Prefect's Cancelled, exit code 130."""
-    return (
-        summary["status"] == "interrupted"
-        or bool(summary.get("load_interrupted"))
-        or interrupted_export(summary)
-    )
+    return summary.status == "interrupted" or summary.load_interrupted or interrupted_export(summary)
 
 
-def final_state(summary: dict[str, Any], retries: int, key: ApiKey | None = None) -> State[Any]:
+def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) -> State[Any]:
     message = headline(summary, key)
-    if summary.get(
-        "machine_fault"
-    ):  # the machine could not write (a full disk): resumable, not the code's fault
+    if summary.machine_fault:  # the machine could not write (a full disk): resumable, not the code's fault
         return Crashed(message=message, data=summary)
     if cut_short(summary):
         return Cancelled(message=message, data=summary)
-    if summary["status"] == "failed" or failed_export(summary):
+    if summary.status == "failed" or failed_export(summary):
         if retries:  # Prefect retries only a raised failure; the retry resumes this run
             raise RunFailed(summary, message)
         return Failed(message=message, data=summary)
     return Completed(message=message, data=summary)
 
 
-async def publish_artifact(job: str, summary: dict[str, Any]) -> None:
+async def publish_artifact(job: str, summary: RunSummary) -> None:
     key = "".join(c if c.isalnum() else "-" for c in f"harvest-{job}".lower())
     await acreate_table_artifact(
         table=[
             {k: q[k] for k in ("query_id", "endpoint", "status", "pages", "records", "credits")}
-            for q in summary["queries"]
+            for q in summary.queries
         ],
         key=key,
-        description=f"harvest run {summary['run_id']}: {summary['status']}, "
-        f"{summary['credits_spent']}/{summary['budget']} credits",
+        description=f"harvest run {summary.run_id}: {summary.status}, "
+        f"{summary.credits_spent}/{summary.budget} credits",
     )
-    rows = "\n".join(f"| {t} | {n} |" for t, n in sorted(summary["tables"].items()))
+    rows = "\n".join(f"| {t} | {n} |" for t, n in sorted(summary.tables.items()))
     await acreate_markdown_artifact(
         markdown=f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n", key=f"{key}-tables"
     )
+
+
+def not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:
+    """This machine could not finish loading the job's earlier runs (a full disk): no run starts, nothing is
+    paid; the next `harvest run` loads them first."""
+    message = f"not started: {fault}; the job's earlier runs wait to be loaded into {layout.db}"
+    return Crashed(message=message, data=NoRun("not_started", message, machine_fault=str(fault)))
+
+
+def nothing_to_continue(previous: RunManifest, loaded_first: list[dict[str, Any]]) -> State[Any]:
+    """`--continue` after a run that finished everything: no new run, nothing spent."""
+    message = f"nothing to continue: run {previous.run_id} left no stopped query"
+    return Completed(message=message, data=NoRun("nothing_to_continue", message, loaded_first))

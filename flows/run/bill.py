@@ -18,8 +18,13 @@ Unknown is said as such ("unknown") rather than as a number that is wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from connectors.credits.ledger import CreditLedger
+from connectors.errors import HarvestError
+from connectors.http.client import ServiceClient
 from tasks.output.journal import SessionBalance
+from tasks.output.manifest import RunManifest
 
 
 @dataclass(frozen=True)
@@ -76,3 +81,39 @@ def first_reading(earlier: list[SessionBalance], before: int | None) -> int | No
         if session.before is not None:
             return session.before
     return before
+
+
+async def probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | None:
+    """The account balance before anything is paid; a refused key stops the run here, at no cost."""
+    try:
+        return await client.credit_balance()
+    except HarvestError as exc:
+        ledger.stop("stopped", f"the service refused the API key before anything was paid: {exc}")
+        return None
+
+
+async def read_after(client: ServiceClient) -> int | None:
+    """The balance after the run; a refusal now (an emptied account) only makes the bill unknown."""
+    try:
+        return await client.credit_balance()
+    except HarvestError:
+        return None
+
+
+def note_bill(
+    manifest: RunManifest, earlier: list[SessionBalance], before: int | None, after: int | None
+) -> None:
+    """What the service billed the run over all its sessions, from the balance readings."""
+    bill = run_bill(earlier, before, after)
+    manifest.service_billed, manifest.bill_unknown = bill.credits, bill.unknown_because
+    manifest.balance_before, manifest.balance_after = first_reading(earlier, before), after
+
+
+def settle_refusals(ledger: CreditLedger, summaries: list[dict[str, Any]], billed: int | None) -> None:
+    """The refusals counted at their reservation, settled against the session's bill (the balance read before
+    and after): what it was not billed goes back, and each query's credits say what the service charged it."""
+    if billed is None or not ledger.reconcile(billed):
+        return
+    spent = ledger.per_query_spent
+    for summary in summaries:
+        summary["credits"] = spent.get(summary["query_id"], 0)

@@ -26,9 +26,9 @@ from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
 from connectors.paging.pager import PagerStart, QuerySpec
 from flows.run import progress
-from flows.run.coverage import dependents_left
-from flows.run.plan import DependentQuery, Plan, base_id, instantiate
-from flows.run.service_access import ServiceAccess
+from flows.run.discovery import Discovery
+from flows.run.plan import Plan
+from flows.run.service_access import ServiceAccess, client_settings
 from flows.run.start import RunStart
 from flows.spec import JobSpec
 from tasks.landing import task_result
@@ -111,26 +111,17 @@ class Rounds:
         self.layout = layout
         self.run_info = run
         self.endpoints = spec.endpoints()
-        self.children: dict[str, list[DependentQuery]] = {}
-        for dep in the_plan.dependents:
-            self.children.setdefault(dep.parent, []).append(dep)
+        self.discovery = Discovery(the_plan, start, run["incremental"])
         self.seen: set[str] = set()
         self.running: list[Running] = []
         self.summaries: list[dict[str, Any]] = list(start.kept.values())
         self.parts = 0
-        self.skipped: list[str] = []
 
     def add(self, query: QuerySpec) -> None:
         if query.query_id in self.seen:
             return
         self.seen.add(query.query_id)
-        deps = self.children.get(base_id(query.query_id), [])
-        collected = self.start.coverage.collected
-        children, notes = dependents_left(
-            self.layout.db, query, deps, collected, self.run_info["incremental"]
-        )
-        self.skipped += notes
-        for child in children:
+        for child in self.discovery.left_over(self.layout.db, query):
             self.add(child)
         decided = self.start.decide(query)
         if decided is None:
@@ -140,7 +131,7 @@ class Rounds:
         progress.current().query_started(decided.query_id, decided.endpoint)
 
     def wanted(self, query: QuerySpec) -> list[list[str]]:
-        return [[dep.kind, dep.field] for dep in self.children.get(base_id(query.query_id), [])]
+        return [[dep.kind, dep.field] for dep in self.discovery.dependents_of(query.query_id)]
 
     async def run(self) -> list[dict[str, Any]]:
         for query in self.plan.queries:
@@ -180,8 +171,10 @@ class Rounds:
 
     async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
         submitted: list[tuple[Running, Reservation, Any]] = []
-        known = self.run_info.get("per_second")  # a known limit is shared by the round's tasks
-        run = {**self.run_info, "per_second": known / len(granted) if known and granted else None}
+        client = self.run_info["client"]  # a known rate limit is shared by the round's tasks
+        known = client["per_second"]
+        shared = known / len(granted) if known and granted else None
+        run = {**self.run_info, "client": {**client, "per_second": shared}}
         for r in granted:
             amount = grants[r.spec.query_id] * r.cost
             reservation = await self.ledger.reserve(
@@ -233,15 +226,9 @@ class Rounds:
         return self.ledger.stopped is None and (cap is None or r.credits + r.cost <= cap)
 
     def discover(self, parent: QuerySpec, found: dict[str, list[Any]]) -> None:
-        for dep in self.children.get(base_id(parent.query_id), []):
-            for value in found.get(f"{dep.kind}.{dep.field}", []):
-                try:
-                    child = instantiate(dep, value)
-                except ValueError as exc:
-                    self.skipped.append(f"{dep.template_id}: {exc}")
-                    continue
-                if not self.start.skips_child(parent, child, self.run_info["incremental"]):
-                    self.add(child)
+        for dep in self.discovery.dependents_of(parent.query_id):
+            for child in self.discovery.children(parent, dep, found.get(f"{dep.kind}.{dep.field}", [])):
+                self.add(child)
 
     def last_summary(self, r: Running, status: str, error: str) -> dict[str, Any]:
         state = r.state or {}
@@ -277,10 +264,8 @@ def run_info(
         key_env, secret = SANDBOX_KEY_ENV, None
     return {
         "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
-        "api_key_env": key_env, "api_key_secret": secret, "timeout_seconds": spec.service.timeout_seconds,
-        "attempts": spec.service.attempts, "concurrency": spec.concurrency, "fsync": spec.durability == "fsync",
-        "max_answer_bytes": int(spec.service.max_answer_mb * 2**20),
-        "per_second": spec.rate_limit.per_second, "max_wait_seconds": spec.rate_limit.max_wait_seconds,
+        "api_key_env": key_env, "api_key_secret": secret, "client": asdict(client_settings(spec)),
+        "fsync": spec.durability == "fsync",
         "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
         "min_balance": spec.budget.min_balance,
     }  # fmt: skip

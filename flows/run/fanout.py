@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any, cast
 
@@ -26,8 +26,8 @@ from prefect.states import State
 from connectors.catalog.endpoints import Endpoint
 from connectors.paging.pager import QuerySpec
 from flows.run import progress
-from flows.run.coverage import dependents_left
-from flows.run.plan import DependentQuery, Plan, base_id, instantiate
+from flows.run.discovery import Discovery
+from flows.run.plan import DependentQuery, Plan
 from flows.run.start import RunStart
 from tasks.landing import collect_query, task_result
 from tasks.output.journal import RunJournal
@@ -52,14 +52,10 @@ class Fanout:
         self.tags = ("harvest", f"job:{job}")
         self.tasks: set[asyncio.Task[dict[str, Any]]] = set()
         self.endpoint_of: dict[str, str] = {}
-        self.children: dict[str, list[DependentQuery]] = {}
-        for dep in the_plan.dependents:
-            self.children.setdefault(dep.parent, []).append(dep)
-        self.seen: dict[str, set[Any]] = {dep.template_id: set() for dep in the_plan.dependents}
+        self.discovery = Discovery(the_plan, start, ctx.incremental)
         self.started: set[str] = set()
         self.parts = 0
         self.summaries: list[dict[str, Any]] = list(start.kept.values())
-        self.skipped: list[str] = []
         self.waiting: deque[QuerySpec] = deque()
         """Dependent queries found and not started yet, in the order they were found."""
         self.from_line: set[str] = set()
@@ -78,7 +74,8 @@ class Fanout:
         if query.query_id in self.started:
             return
         self.started.add(query.query_id)
-        self._dependents_left(query)
+        for child in self.discovery.left_over(self.ctx.layout.db, query):
+            self.start(child, wait=True)
         decided = self.start_info.decide(query)
         if decided is None:
             return
@@ -122,15 +119,6 @@ class Fanout:
         self.tasks.add(task)
         progress.current().query_started(decided.query_id, decided.endpoint)
 
-    def _dependents_left(self, query: QuerySpec) -> None:
-        """An incremental parent's earlier records whose dependents were never collected start them now."""
-        deps = self.children.get(base_id(query.query_id), [])
-        collected = self.start_info.coverage.collected
-        children, notes = dependents_left(self.ctx.layout.db, query, deps, collected, self.ctx.incremental)
-        self.skipped += notes
-        for child in children:
-            self.start(child, wait=True)
-
     async def _collect(self, query: dict[str, Any], part: int) -> dict[str, Any]:
         """One query's task run; its summary whether the task run ended Completed or Failed."""
         call = collect_query(self.ctx.run_id, query, part, return_state=True)
@@ -144,32 +132,14 @@ class Fanout:
         if not replayed:
             progress.current().page_landed(query.query_id, kept, credits)
         endpoint = self.ctx.endpoints[query.endpoint]
-        for dep in self.children.get(base_id(query.query_id), []):
-            self._discover(dep, endpoint, query, records)
-
-    def _discover(
-        self, dep: DependentQuery, endpoint: Endpoint, query: QuerySpec, records: Mapping[str, list[Any]]
-    ) -> None:
-        for kind in endpoint.kinds:
-            read = kind.reader(dep.field, query.params)
-            if read is None or (dep.kind is not None and kind.table != dep.kind):
-                continue
-            for value in (read(record) for record in records.get(kind.table, [])):
-                if value in (None, "") or value in self.seen[dep.template_id]:
-                    continue
-                self.seen[dep.template_id].add(value)
-                try:
-                    child = instantiate(dep, value)
-                except ValueError as exc:  # one odd parent value must not stop the run
-                    self.skipped.append(f"{dep.template_id}: {exc}")
-                    continue
-                if not self.start_info.skips_child(query, child, self.ctx.incremental):
-                    self.start(child, wait=True)
+        for dep in self.discovery.dependents_of(query.query_id):
+            for child in self.discovery.children(query, dep, _values(dep, endpoint, query, records)):
+                self.start(child, wait=True)
 
     def rediscover(self, layout: OutputLayout) -> None:
         """Children of queries kept from before the crash: found again in their parents' raw pages."""
         for query_id, summary in self.start_info.kept.items():
-            if not self.children.get(base_id(query_id)):
+            if not self.discovery.dependents_of(query_id):
                 continue
             endpoint = self.ctx.endpoints[summary["endpoint"]]
             spec = QuerySpec(**self.start_info.journal.started[query_id])
@@ -210,3 +180,13 @@ class Fanout:
                 raw_file=layout.relative(layout.raw_file(run_id, query_id)),
                 requests_file=layout.relative(layout.requests_file(run_id, query_id)),
             ).as_dict()  # fmt: skip
+
+
+def _values(
+    dep: DependentQuery, endpoint: Endpoint, query: QuerySpec, records: Mapping[str, list[Any]]
+) -> Iterator[Any]:
+    """The values of the field a dependent query starts from, in the parent's records of its kind."""
+    for kind in endpoint.kinds:
+        read = kind.reader(dep.field, query.params)
+        if read is not None and (dep.kind is None or kind.table == dep.kind):
+            yield from (read(record) for record in records.get(kind.table, []))

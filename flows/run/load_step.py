@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger
 
 from connectors.catalog.endpoints import all_kinds
 from flows.run.interrupt import LoadInterrupted, StopOnSignal
+from flows.run.memory import release_memory
 from tasks.database.bookkeeping import insert_requests, upsert_query_states, upsert_run
 from tasks.database.connection import DatabaseBusy, transaction, write_connection
 from tasks.database.history_views import refresh_history_views
@@ -82,3 +86,53 @@ def load_earlier_runs(
     except LoadInterrupted as exc:  # the runs stay pending
         return loaded, f"a second {exc} left them for later (`harvest load {layout.root}`, or the next run)"
     return loaded, None
+
+
+def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
+    """The run's end, on disk; False when this machine could not write it (the manifest on disk still says the
+    run is going, so the next `harvest run` resumes it, and nothing is loaded now)."""
+    try:
+        write_manifest(layout, manifest)
+    except OSError as exc:
+        fault = as_machine_fault(exc, layout.manifest_file(manifest.run_id))
+        if fault is None:
+            raise
+        manifest.machine_fault = manifest.machine_fault or str(fault)
+        return False
+    return True
+
+
+def load_run(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> dict[str, int] | None:
+    """Rows per table after loading the run into DuckDB; None when DuckDB is busy, a second Ctrl-C abandoned the
+    load, or this machine could not write it (a full disk): the run is then loaded by `harvest load`, or by the
+    job's next run before it pays."""
+    release_memory()
+    try:
+        with stop.load():
+            return load_manifest_into_duckdb(layout, manifest)
+    except DatabaseBusy as exc:
+        get_run_logger().warning("%s", exc)
+    except LoadInterrupted:
+        pass
+    except Exception as exc:
+        fault = as_machine_fault(exc, layout.db)
+        if fault is None:
+            raise
+        manifest.machine_fault = (
+            manifest.machine_fault or f"{fault}; the run is landed, not loaded into DuckDB"
+        )
+    return None
+
+
+def load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:
+    """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
+    before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
+    loaded, busy = load_earlier_runs(layout, job, current, stop)
+    logger = get_run_logger()
+    for run in loaded:
+        logger.info(
+            "loaded earlier run %s (%s) into DuckDB first: %s rows", run["run_id"], run["status"], run["rows"]
+        )
+    if busy is not None:
+        logger.warning("earlier runs not loaded yet: %s", busy)
+    return loaded

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from connectors.http.auth import ApiKey, aload_api_key
 from flows.spec import SANDBOX, JobSpec, resolve_base_url
+from tasks.run_context import ClientSettings
 
 SANDBOX_CREDITS = 10_000_000
 """The embedded sandbox's own balance: large, so that the job's budget is what stops a demo run."""
@@ -38,3 +39,15 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
     sandbox_key = secrets.token_hex(16)
     with running(api_keys={sandbox_key: SANDBOX_CREDITS}) as sb:
         yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), "sandbox (embedded)")
+
+
+def client_settings(spec: JobSpec) -> ClientSettings:
+    """The spec's word on how to talk to the service (`tasks.run_context.service_client` builds the client)."""
+    return ClientSettings(
+        timeout_seconds=spec.service.timeout_seconds,
+        attempts=spec.service.attempts,
+        concurrency=spec.concurrency,
+        max_answer_bytes=int(spec.service.max_answer_mb * 2**20),
+        per_second=spec.rate_limit.per_second,
+        max_wait_seconds=spec.rate_limit.max_wait_seconds,
+    )

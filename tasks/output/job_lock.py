@@ -17,9 +17,6 @@ from pathlib import Path
 
 import orjson
 
-_HELD: dict[Path, JobLock] = {}
-"""Locks this process holds: the CLI takes the lock before Prefect starts, the flow reuses it."""
-
 
 class JobLocked(Exception):
     """Another process runs this job on this output; `holder` is what it wrote into the lock file."""
@@ -33,8 +30,13 @@ class JobLocked(Exception):
 
 @dataclass
 class JobLock:
+    """Taken once per run: by `harvest run` before Prefect starts (the flow gets it with the prepared run,
+    `flows.run.prepared`), or by the flow itself in a deployment's run. A second `acquire` of the same job,
+    in this process or another, is refused."""
+
     path: Path
     fd: int
+    released: bool = False
 
     def describe(self, **facts: str) -> None:
         """Write who holds the lock (pid, host, run id) for the message a second run prints."""
@@ -46,8 +48,8 @@ class JobLock:
         os.pwrite(self.fd, text, 0)
 
     def release(self) -> None:
-        if _HELD.get(self.path) is self:
-            del _HELD[self.path]
+        if not self.released:
+            self.released = True
             os.close(self.fd)  # closing the descriptor releases the flock
 
 
@@ -60,11 +62,8 @@ def _holder(fd: int) -> dict[str, str]:
 
 
 def acquire(path: Path) -> JobLock:
-    """Take the job's lock, or raise JobLocked naming the run that holds it. Reentrant within a process."""
+    """Take the job's lock, or raise JobLocked naming the run that holds it."""
     path = path.resolve()
-    held = _HELD.get(path)
-    if held is not None:
-        return held
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -74,16 +73,14 @@ def acquire(path: Path) -> JobLock:
         os.close(fd)
         raise JobLocked(path, holder) from None
     lock = JobLock(path, fd)
-    _HELD[path] = lock
     lock.describe()
     return lock
 
 
 def is_locked(path: Path) -> bool:
-    """Whether some process (this one included) holds the lock right now."""
+    """Whether some process (this one included: flock refuses a second open file of the same process too) holds
+    the lock right now."""
     path = path.resolve()
-    if path in _HELD:
-        return True
     if not path.exists():
         return False
     fd = os.open(path, os.O_RDONLY)

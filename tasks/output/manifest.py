@@ -108,30 +108,6 @@ class RunManifest:
                 out[table].append(layout.resolve(path))
         return dict(out)
 
-    def summary(self, tables: dict[str, int] | None) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "job": self.job,
-            "status": self.status,
-            "service": self.service,
-            "budget": self.budget,
-            "credits_spent": self.credits_spent,
-            "records": self.records,
-            "queries": self.queries,
-            "tables": tables or {},
-            "loaded": tables is not None,
-            "error": self.error,
-            "continues": self.continues,
-            "resumes": self.resumes,
-            "balance_before": self.balance_before,
-            "balance_after": self.balance_after,
-            "service_billed": self.service_billed,
-            "bill_unknown": self.bill_unknown,
-            "rate_limit": self.rate_limit,
-            "machine_fault": self.machine_fault,
-            "extraction": self.extraction.totals(),
-        }
-
 
 _FIELDS = {f.name for f in dataclasses.fields(RunManifest)}
 

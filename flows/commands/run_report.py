@@ -1,0 +1,212 @@
+"""What `harvest run` and `demo` print when a run ends, and the exit code that tells its outcome.
+
+Every line quotes the service or the spec literally (`flows.console`): a reason with brackets in it is text,
+never markup. Each distinct reason is said once, and a run that did not finish says how to go on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flows import console
+from flows.console import harvest_command
+from tasks.output.run_summary import NoRun, RunSummary
+
+out, err = console.out, console.err
+
+
+def _error_lines(summary: RunSummary) -> list[str]:
+    """Why queries did not end well, each distinct reason once (30 queries stopped by one refused key: one line)."""
+    from tasks.output.manifest import failure_groups, who
+
+    lines = [f"{who(ids)}: {reason}" for ids, reason in failure_groups(summary.queries)]
+    if summary.error and summary.status != "interrupted":  # the resume line says it
+        lines.append(f"the run stopped: {summary.error}")
+    return lines
+
+
+def _extraction_lines(summary: RunSummary) -> list[str]:
+    """What the pages held that did not land as typed values: said once per run, never silently."""
+    from connectors.reading.extraction import ExtractionReport
+    from connectors.reading.json_body import describe_repairs
+
+    total = ExtractionReport()
+    for q in summary.queries:
+        total.add(ExtractionReport.from_dict(q.get("extraction")))
+    lines = []
+    if total.seen != total.kept:
+        lines.append(f"extraction: {total.seen} items seen, {total.kept} kept")
+    misfits = [
+        f"{name}.{col}: {n} ({table.misfit_examples.get(col, '')})"
+        for name, table in sorted(total.tables.items())
+        for col, n in sorted(table.misfits.items())
+    ]
+    if misfits:
+        lines.append(
+            f"{total.misfits} values did not fit their column and are NULL there (the value stays in `raw`): "
+            + "; ".join(misfits[:10])
+            + ("; ..." if len(misfits) > 10 else "")
+        )
+    if total.repairs:
+        lines.append(
+            f"{sum(total.repairs.values())} values were repaired to read answers strict JSON refuses "
+            f"({describe_repairs(total.repairs)}); the answers are kept as sent in the raw store"
+        )
+    if total.new_fields:
+        shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")
+        lines.append(f"new fields the catalog does not read yet (kept in `raw`): {shown}")
+    return lines
+
+
+def print_summary(summary: RunSummary, output: Path) -> None:
+    from connectors.paging.pager import OK_STATUSES
+
+    queries = console.table(
+        "query", "status", "pages", "records", "credits",
+        title=f"run {summary.run_id} ({summary.service})", right=("pages", "records", "credits"),
+    )  # fmt: skip
+    for q in sorted(summary.queries, key=lambda q: q["query_id"]):
+        status = console.literal(q["status"], "" if q["status"] in OK_STATUSES else "red")
+        console.add_row(queries, q["query_id"], status, q["pages"], q["records"], q["credits"])
+    out.print(queries)
+    for line in _error_lines(summary):
+        err.print(console.literal(line, "red"), soft_wrap=True)
+    for line in _extraction_lines(summary):
+        err.print(console.literal(line, "yellow"), soft_wrap=True)
+    exported = summary.export
+    if exported and exported.get("error"):
+        err.print(console.literal(f"export to {exported['to']}: {exported['error']}", "red"), soft_wrap=True)
+    elif exported:
+        out.print(console.literal(
+            f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), {exported['files']} files"
+        ), soft_wrap=True)  # fmt: skip
+    if summary.load_interrupted:
+        pass  # the next step says how it gets loaded
+    elif summary.loaded:
+        rows = console.table(
+            "table", "rows", title=f"rows per table in {output / 'harvest.duckdb'}", right=("rows",)
+        )
+        for name, n in sorted(summary.tables.items()):
+            console.add_row(rows, name, n)
+        out.print(rows)
+    elif not summary.machine_fault:  # then the next step says why and how it gets loaded
+        console.warning(
+            f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"
+        )
+    console.say(
+        f"credits spent: {summary.credits_spent} of a budget of {summary.budget}; "
+        f"records: {summary.records}; status: {summary.status}"
+    )
+    if timing := took(summary.seconds):
+        console.say(timing)
+    if rate := rate_line(summary.rate_limit):
+        console.say(rate)
+    billed = summary.service_billed
+    if billed is not None and billed != summary.credits_spent:
+        console.say(
+            f"the service's bill: the account's balance fell by {billed} credits during the run; harvest "
+            f"counted {summary.credits_spent} (harvest counts a request whose answer was lost as spent; "
+            "another job on the same key also makes these differ)"
+        )
+    elif billed is None and summary.bill_unknown and summary.credits_spent:
+        console.say(
+            f"the service's bill: unknown ({summary.bill_unknown}); harvest counted {summary.credits_spent}"
+        )
+
+
+def rate_line(met: dict[str, Any] | None) -> str | None:
+    """What the run met of the service's rate limit, when it met one (or paced to a known one)."""
+    if not met or (not met.get("refused") and not met.get("limit")):
+        return None
+    requests, refused, pace = met["requests"], met["refused"], met.get("per_second")
+    share = f" ({100 * refused / requests:.1f}%)" if requests else ""
+    line = f"rate limit: the service answered {refused} of {requests} requests with 429{share}"
+    if pace is not None:
+        line += f"; harvest paced to {pace:.1f} requests a second"
+    return line + (f" (the spec's limit: {met['limit']:g})" if met.get("limit") else "")
+
+
+def took(seconds: dict[str, float]) -> str | None:
+    """Where a run's time went: a nightly job that got slower shows whether the service, the load, the export
+    or the start-up (imports, Prefect, the run's setup and end) did."""
+    if "total" not in seconds or "paging" not in seconds:
+        return None
+    total, paging, loading = seconds["total"], seconds["paging"], seconds.get("loading", 0.0)
+    exporting = seconds.get("exporting")
+    rest = max(0.0, total - paging - loading - (exporting or 0.0))
+    return (
+        f"took {total:.1f} s: {paging:.1f} s paging, {loading:.1f} s loading into DuckDB, "
+        + (f"{exporting:.1f} s exporting, " if exporting is not None else "")
+        + f"{rest:.1f} s starting and ending (imports, Prefect, the run's bookkeeping)"
+    )
+
+
+def loaded_first_line(summary: RunSummary | NoRun) -> None:
+    """One line for the earlier runs the run loaded into DuckDB before it started paying."""
+    runs = summary.loaded_first or []
+    if runs:
+        named = ", ".join(f"{r['run_id']} ({r['status']}, {r['rows']} rows)" for r in runs)
+        console.note(
+            f"loaded {len(runs)} earlier run(s) into DuckDB first, which had landed but were not loaded: {named}"
+        )
+
+
+def _next_step(summary: RunSummary, spec: Path, output: Path) -> str | None:
+    """One line saying how to go on after a run that did not finish its work (or its load)."""
+    cmd = f"{harvest_command()} run {spec}"
+    if fault := summary.machine_fault:
+        pages = sum(int(q["pages"]) for q in summary.queries)
+        kept = f"the {pages} pages paid are kept"
+        if summary.status == "interrupted":
+            return f"stopped: {fault}. Nothing more was paid; {kept}. Fix it, then `{cmd}` resumes the run"
+        return f"not loaded: {fault}. {kept.capitalize()}; fix it, then `{cmd}` loads the run before it pays"
+    if summary.status == "interrupted":
+        pages = sum(int(q["pages"]) for q in summary.queries)
+        return (
+            f"interrupted: run {summary.run_id} stopped cleanly with {pages} pages landed; `{cmd}` resumes it"
+        )
+    if summary.load_interrupted:
+        return (
+            f"interrupted during the load: run {summary.run_id} ended ({summary.status}) and its data is in "
+            f"Parquet; `{harvest_command()} load {output}` loads it into DuckDB"
+        )
+    stopped = [q for q in summary.queries if q["status"] in ("budget_exhausted", "rate_limited", "stopped")]
+    if stopped:
+        return f"{len(stopped)} queries stopped with their cursors kept: `{cmd} --continue` picks them up"
+    return None
+
+
+def exit_code(summary: RunSummary) -> int:
+    from connectors.paging.pager import OK_STATUSES
+    from flows.orchestrator.final_state import cut_short, failed_export
+    from tasks.output.machine_fault import EXIT_CODE
+
+    if summary.machine_fault:
+        return EXIT_CODE  # stopped by this machine (a full disk): try again once it is fixed
+    if cut_short(summary):
+        return 130
+    if failed_export(summary):
+        return 1
+    return 0 if all(q["status"] in OK_STATUSES for q in summary.queries) else 1
+
+
+def report(summary: RunSummary | NoRun, spec: Path, output: Path) -> int:
+    loaded_first_line(summary)
+    if isinstance(summary, NoRun):
+        return _no_run(summary, spec)
+    print_summary(summary, output)
+    step = _next_step(summary, spec, output)
+    if step:
+        console.note(step)
+    return exit_code(summary)
+
+
+def _no_run(summary: NoRun, spec: Path) -> int:
+    from tasks.output.machine_fault import EXIT_CODE
+
+    if summary.status == "nothing_to_continue":
+        console.say(summary.message)
+        return 0
+    console.error(f"{summary.message}; once fixed, `{harvest_command()} run {spec}` loads them and runs")
+    return EXIT_CODE  # this machine could not load the earlier runs: try again once it is fixed

@@ -1,0 +1,186 @@
+"""What this run is, decided before anything is paid: new, the resume of an unfinished run (killed, Ctrl-C, a
+Prefect retry), or the continuation of the queries an earlier run stopped; and its `running` manifest.
+
+A resume or a `--fresh` abandon also ends, as Crashed, the Prefect flow runs a killed process left Running.
+
+`harvest run --fresh` with an unfinished run lands what that run paid for, marks it abandoned and loads it.
+Abandoning never throws paid data away: the queries that were still running land their raw pages (no request
+is sent), their partial Parquet files are replaced, and the run is loaded into DuckDB like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from prefect.context import FlowRunContext
+
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.shape_overrides import shapes_data
+from connectors.paging.pager import QuerySpec
+from flows.orchestrator.prefect_runs import crash_stale_flow_runs
+from flows.run.load_step import load_manifest_into_duckdb
+from flows.run.plan import Plan
+from flows.run.service_access import ServiceAccess
+from flows.run.start import (
+    Mode,
+    RunStart,
+    continue_refused,
+    continue_start,
+    job_coverage,
+    resume_start,
+    retried_run,
+    unfinished_run,
+)
+from flows.spec import JobSpec
+from flows.spec.identity import plan_key
+from tasks.database.connection import DatabaseBusy
+from tasks.landing import land_raw_pages, open_sink
+from tasks.output.journal import read_journal
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest, write_manifest
+from tasks.output.query_summary import QuerySummary, history_fields
+
+log = logging.getLogger(__name__)
+
+
+def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, Endpoint]) -> RunManifest:
+    journal = read_journal(layout.journal_file(run.run_id))
+    started = datetime.fromisoformat(run.started)
+    summaries = list(journal.ended.values())
+    for n, (query_id, query) in enumerate(journal.started.items(), 1):
+        if query_id in journal.ended:
+            continue
+        spec = QuerySpec(**{**query, "resume": True})
+        endpoint = endpoints[spec.endpoint]
+        sink = open_sink(layout, run.run_id, started, 9000 + n, query_id)
+        try:
+            start = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink)
+        finally:
+            files = sink.close()
+        summaries.append(
+            QuerySummary(
+                query_id=query_id,
+                endpoint=spec.endpoint,
+                status="abandoned",
+                pages=start.pages,
+                records=start.records,
+                credits=journal.spent.get(query_id, 0),
+                next_cursor=None if start.ended else start.cursor,
+                error="the run was abandoned (--fresh) while this query was running",
+                files=[(table, layout.relative(path), rows) for table, path, rows in files],
+                extraction=start.extraction.as_dict(),
+                raw_file=layout.relative(layout.raw_file(run.run_id, query_id)),
+                requests_file=layout.relative(layout.requests_file(run.run_id, query_id)),
+                **history_fields(
+                    spec, start, start.ended or "abandoned", None if start.ended else start.cursor
+                ),
+            ).as_dict()
+        )
+    done = replace(
+        run,
+        status="abandoned",
+        finished=datetime.now(UTC).isoformat(),
+        credits_spent=journal.total_spent,
+        queries=summaries,
+    )
+    write_manifest(layout, done)
+    try:
+        load_manifest_into_duckdb(layout, done)
+    except DatabaseBusy as exc:
+        log.warning("%s", exc)
+    return done
+
+
+def new_run_id(now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class Begun:
+    start: RunStart
+    manifest: RunManifest
+    abandoned: RunManifest | None = None
+    """The unfinished run `--fresh` abandoned first."""
+
+
+def flow_run_facts() -> tuple[str | None, int, int]:
+    """(flow run id, run count, retries) of the current Prefect flow run."""
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return None, 1, 0
+    retries = ctx.flow_run.empirical_policy.retries or (ctx.flow.retries if ctx.flow else 0) or 0
+    return str(ctx.flow_run.id), ctx.flow_run.run_count, retries
+
+
+def begin(
+    spec: JobSpec,
+    the_plan: Plan,
+    layout: OutputLayout,
+    service: ServiceAccess,
+    mode: Mode,
+    budget: int | None,
+) -> Begun:
+    """Decide what this run is (new, resumed, continued) and write its `running` manifest."""
+    flow_run_id, run_count, _ = flow_run_facts()
+    key = plan_key(spec)
+    previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
+    if previous is None:
+        previous = unfinished_run(layout, spec.name)
+        if previous is not None and mode == "continue":
+            raise continue_refused(previous)
+    abandoned = None
+    if previous is not None and mode == "fresh":
+        abandoned = abandon_run(layout, previous, spec.endpoints())
+        previous = None
+    if previous is not None:
+        start = resume_start(layout, previous, key, service.label)
+        manifest = replace(
+            previous,
+            status="running",
+            finished=None,
+            flow_run_id=flow_run_id,
+            flow_run_ids=previous.flow_runs(flow_run_id),
+            resumes=previous.resumes + 1,
+            budget=previous.budget if budget is None else budget,
+            loaded=False,
+            error=None,
+            shapes=shapes_data(spec.shape_overrides()),
+        )
+    else:
+        start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
+        now = datetime.now(UTC)
+        manifest = RunManifest(
+            run_id=new_run_id(now),
+            job=spec.name,
+            spec_hash=spec.spec_hash(),
+            service=service.label,
+            started=now.isoformat(),
+            finished=None,
+            status="running",
+            budget=spec.budget.credits if budget is None else budget,
+            credits_spent=0,
+            plan_key=key,
+            flow_run_id=flow_run_id,
+            flow_run_ids=[flow_run_id] if flow_run_id else [],
+            continues=start.previous.run_id if start.previous else None,
+            shapes=shapes_data(spec.shape_overrides()),
+        )
+    start.coverage = job_coverage(layout, spec.name, manifest.run_id)
+    return Begun(start, manifest, abandoned)
+
+
+async def crash_stale(begun: Begun) -> None:
+    """Earlier flow runs of the resumed or abandoned run that a killed process left Running: Crashed."""
+    current = begun.manifest.flow_run_id
+    if begun.abandoned is not None:
+        why = f"harvest abandoned run {begun.abandoned.run_id} (--fresh) in flow run {current}"
+        await crash_stale_flow_runs(begun.abandoned.flow_runs(), current, why)
+    if begun.start.kind == "resume":
+        why = (
+            f"harvest resumed run {begun.manifest.run_id} in flow run {current}: the process that ran this flow "
+            "run stopped without ending it (killed)"
+        )
+        await crash_stale_flow_runs(begun.manifest.flow_run_ids, current, why)
