@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +153,14 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
                 spec, "interrupted", ctx.ledger.per_query_spent.get(spec.query_id, 0)
             )
             return Paged(replace(summary, error=str(ctx.faults.fault)), start or PagerStart())
-        pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint))
+        # Paid pages go to `raw`, the raw store: it opens below, in the `try` that makes a failure to open it
+        # this query's outcome (the pager's), so the pager exists first and reaches it when a page comes.
+        pager = QueryPager(
+            spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint),
+            keep=lambda page: _keep(raw, page),
+        )  # fmt: skip
         try:
             with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
-                pager.keep = partial(_keep, raw)
                 async with aclosing(pager.pages()) as pages:
                     async for page in pages:
                         land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)

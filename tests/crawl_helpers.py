@@ -108,11 +108,14 @@ class Run:
     """Each paid answer's bytes as the pager handed them to its raw store (`keep`), in order."""
 
 
-async def collect(pager: QueryPager, after_page: Any = None) -> Run:
-    """Page a query to its end, as a caller would; `after_page(page)` runs after each page is received."""
+async def collect(
+    spec: QuerySpec, endpoint: Endpoint, client: ServiceClient, ledger: CreditLedger, after_page: Any = None
+) -> Run:
+    """Page a query to its end, as a caller would, keeping each paid answer's bytes; `after_page(page)` runs
+    after each page is received."""
     pages: list[Page] = []
     kept: list[bytes] = []
-    pager.keep = lambda page: kept.append(page.raw)
+    pager = QueryPager(spec, endpoint, client, ledger, keep=lambda page: kept.append(page.raw))
     async with contextlib.aclosing(pager.pages()) as it:
         async for page in it:
             pages.append(page)
@@ -142,7 +145,7 @@ async def run_query(
     async with ServiceClient(
         sb.base_url, sb.key, ledger, timeouts=timeouts, retry=retry, on_attempt=on_attempt
     ) as client:
-        return await collect(QueryPager(spec, endpoint, client, ledger), after_page)
+        return await collect(spec, endpoint, client, ledger, after_page)
 
 
 # ---------------------------------------------------------------------------------------------- the sandbox's side

@@ -134,8 +134,11 @@ async def test_a_query_that_breaks_unexpectedly_never_quotes_the_key() -> None:
 
     endpoint = catalog.endpoints()["/v1/creative/materials"]
     ledger = CreditLedger(10)
+    kept: list[object] = []
     async with ServiceClient("http://127.0.0.1:9", KEY, ledger) as client:
-        pager = QueryPager(QuerySpec("q", endpoint.path, {"query": "x"}), endpoint, client, ledger)
+        pager = QueryPager(
+            QuerySpec("q", endpoint.path, {"query": "x"}), endpoint, client, ledger, keep=kept.append
+        )
         pager.broke(RuntimeError(f"header x-api-key: {KEY} rejected"))
     assert pager.outcome.status == "failed"
     assert pager.outcome.error == "RuntimeError: header x-api-key: *** rejected"

@@ -20,7 +20,7 @@ from connectors.catalog.endpoints import Endpoint
 from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Policy
 from connectors.http.client import ServiceClient
-from connectors.paging.pager import QueryPager, QuerySpec
+from connectors.paging.pager import QuerySpec
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.expected import crawl
 from sandbox.wire.faults import PROXY_PAGE
@@ -51,8 +51,9 @@ async def _concurrently(
     in_flight: int = 16,
 ) -> dict[str, Run]:
     async with ServiceClient(sb.base_url, sb.key, ledger, retry=FAST, max_in_flight=in_flight) as client:
-        pagers = [QueryPager(QuerySpec(qid, e.path, p), e, client, ledger) for qid, e, p in queries]
-        runs = await asyncio.gather(*(collect(p) for p in pagers))
+        runs = await asyncio.gather(
+            *(collect(QuerySpec(qid, e.path, p), e, client, ledger) for qid, e, p in queries)
+        )
     return {qid: run for (qid, _, _), run in zip(queries, runs, strict=True)}
 
 
@@ -74,7 +75,7 @@ async def test_budget_smaller_than_one_query(sandbox_factory: Factory) -> None:
     spec = QuerySpec("q", PINS, params, start_cursor=run.outcome.next_cursor)
     rest_ledger = CreditLedger(100)
     async with ServiceClient(sb.base_url, sb.key, rest_ledger, retry=FAST) as client:
-        rest = await collect(QueryPager(spec, endpoint, client, rest_ledger))
+        rest = await collect(spec, endpoint, client, rest_ledger)
     # a continued query is a new run of it: its page indices start again at 0
     assert rest.outcome.status == "complete" and [p.index for p in rest.pages] == [0, 1]
     assert harvested(endpoint, run.pages + rest.pages, params) == expected(endpoint, params, sb.config)
@@ -191,10 +192,9 @@ async def _property_run(
 ) -> dict[str, Run]:
     retry = dataclasses.replace(FAST, attempts=attempts)
     async with ServiceClient(sb.base_url, sb.key, ledger, retry=retry, max_in_flight=in_flight) as client:
-        pagers = [
-            QueryPager(QuerySpec(q, path, p), endpoints[path], client, ledger) for q, path, p in queries
-        ]
-        runs = await asyncio.gather(*(collect(p) for p in pagers))
+        runs = await asyncio.gather(
+            *(collect(QuerySpec(q, path, p), endpoints[path], client, ledger) for q, path, p in queries)
+        )
     return {q: r for (q, _, _), r in zip(queries, runs, strict=True)}
 
 

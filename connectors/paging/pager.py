@@ -181,6 +181,8 @@ class QueryPager:
         ledger: CreditLedger,
         start: PagerStart | None = None,
         known: KnownKeys | None = None,
+        *,
+        keep: Callable[[Page], None],
     ):
         self.spec = spec
         self.endpoint = endpoint
@@ -191,8 +193,8 @@ class QueryPager:
         if self.start.cursor and not self.start.used:
             self.start.used.add(cursor_key(self.start.cursor))
         self.known = known
-        self.keep: Callable[[Page], None] | None = None
-        """Set by the caller once its raw store is open: makes each paid answer durable before it is read."""
+        self.keep = keep
+        """The caller's raw store: makes each paid answer durable before it is read."""
         self.reading: Page | None = None
         """The kept page being read, landed or followed; None while asking for the next one."""
         self.backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
@@ -245,8 +247,7 @@ class QueryPager:
             fetched_at=datetime.now(UTC),
             repairs=repairs or {},
         )
-        if self.keep is not None:
-            self.keep(page)
+        self.keep(page)
         page.raw = b""
         self.reading = page
         self.outcome.pages += 1  # paid and kept, whatever reading it does
