@@ -38,11 +38,6 @@ from tasks.run_context import RunContext, lookup
 
 log = logging.getLogger(__name__)
 
-ROW_GROUP_ROWS = 10_000
-ROW_GROUP_BYTES = 2 * 1024 * 1024
-"""Every running query buffers at most one row group per table, so memory is bounded by these times the
-number of queries in flight, whatever the number of pages; 10k rows still read efficiently."""
-
 OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None]
 """Called per landed page with its records (as sent), how many were kept, its credits and whether it was
 replayed from the raw store."""
@@ -58,8 +53,6 @@ def open_sink(
         run_id,
         started,
         part if isinstance(part, str) else layout.part_id(part, query_id),
-        row_group_rows=ROW_GROUP_ROWS,
-        row_group_bytes=ROW_GROUP_BYTES,
     )
 
 

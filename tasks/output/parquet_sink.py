@@ -32,8 +32,11 @@ from tasks.output.machine_fault import as_machine_fault
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ROW_GROUP_ROWS = 65_536
-DEFAULT_ROW_GROUP_BYTES = 32 * 1024 * 1024
+ROW_GROUP_ROWS = 10_000
+ROW_GROUP_BYTES = 2 * 1024 * 1024
+"""The Parquet row group every landed file is written in. Every running query buffers at most one row group per
+table, so memory is bounded by these times the number of queries in flight, whatever the number of pages; 10k
+rows still read efficiently. (DuckDB's own row groups are a setting of the load: `tasks.database.load_settings`.)"""
 DEFAULT_COMPRESSION = "zstd"
 """Without dictionary encoding: Arrow hashed every value (the `raw` JSON included) to try a dictionary and gave
 it up for wide text anyway; plain pages under zstd wrote a 20k-row group in ~60% of the time, and smaller."""
@@ -101,8 +104,8 @@ class TableWriter:
         run_started: dt.datetime,
         part: str,
         *,
-        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
-        row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        row_group_bytes: int = ROW_GROUP_BYTES,
         compression: str = DEFAULT_COMPRESSION,
     ) -> None:
         if row_group_rows < 1 or row_group_bytes < 1:
@@ -232,8 +235,8 @@ class MultiTableSink:
         run_started: dt.datetime,
         part: str,
         *,
-        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
-        row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        row_group_bytes: int = ROW_GROUP_BYTES,
         compression: str = DEFAULT_COMPRESSION,
     ) -> None:
         run_date(run_started)  # validate early, not at the first page
