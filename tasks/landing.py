@@ -146,12 +146,8 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
                 spec, "interrupted", ctx.ledger.per_query_spent.get(spec.query_id, 0)
             )
             return Paged(replace(summary, error=str(ctx.faults.fault)), start or PagerStart())
-        # Paid pages go to `raw`, the raw store: it opens below, in the `try` that makes a failure to open it
-        # this query's outcome (the pager's), so the pager exists first and reaches it when a page comes.
-        pager = QueryPager(
-            spec, endpoint, ctx.client, ctx.ledger, start, _known(ctx, spec, endpoint),
-            keep=lambda page: _keep(raw, page),
-        )  # fmt: skip
+        known = _known(ctx, spec, endpoint)  # keep: into `raw`, opened in the `try` that reports its failure
+        pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, known, keep=lambda p: _keep(raw, p))
         try:
             with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
                 async with aclosing(pager.pages()) as pages:
