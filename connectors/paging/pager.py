@@ -20,20 +20,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 import pyarrow as pa
 
-from connectors import errors
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.paging_styles import Cursor
 from connectors.catalog.records import RecordKind
 from connectors.credits.ledger import CreditLedger
 from connectors.http.client import ServiceClient
 from connectors.paging.known_items import History, KnownKeys, backfill_after_head
-from connectors.paging.page_request import PageRequest
+from connectors.paging.page_fetching import Page, PageFetching
 from connectors.reading.drift_message import KEPT, drift_message
 from connectors.reading.extraction import ExtractionReport, convert_page
 
@@ -86,35 +84,6 @@ class QuerySpec:
     """Incremental: the run in which the history last became complete; keys landed up to it may end paging."""
     resume: bool = False
     """The run was interrupted while this query ran: land its raw pages again, then page on from the last."""
-
-
-@dataclass
-class Page:
-    query_id: str
-    endpoint: str
-    index: int
-    params: dict[str, Any]
-    cursor_in: Cursor | None
-    cursor_out: Cursor | None
-    status_code: int
-    credits: int
-    """What the ledger counted for this page's call, all attempts included."""
-    raw: bytes
-    """The answer's bytes as received, until they are kept (then empty)."""
-    body: Any
-    fetched_at: datetime
-    repairs: dict[str, int] = field(default_factory=dict)
-    """What reading the body repaired (`connectors.reading.json_body`)."""
-    records: dict[str, list[Any]] = field(default_factory=dict)
-    """Table -> the items as the service sent them."""
-    tables: dict[str, pa.Table] = field(default_factory=dict)
-    """Table -> the items as Arrow columns (without the run's columns)."""
-    report: ExtractionReport = field(default_factory=ExtractionReport)
-
-    @property
-    def record_count(self) -> int:
-        """Items the page held (kept or not)."""
-        return sum(len(r) for r in self.records.values())
 
 
 @dataclass
@@ -172,7 +141,7 @@ def _deactivated(page: Page) -> bool:
     return isinstance(body, dict) and body.get("account_deactivated") is True
 
 
-class QueryPager:
+class QueryPager(PageFetching):
     def __init__(
         self,
         spec: QuerySpec,
@@ -206,53 +175,6 @@ class QueryPager:
             extraction=self.start.extraction,
         )
 
-    def _request(self, index: int, cursor: Cursor | None) -> PageRequest:
-        pairs = self.params.query_pairs()
-        if cursor:
-            pairs = [(k, v) for k, v in pairs if k not in cursor] + list(cursor.items())
-        return PageRequest(
-            query_id=self.spec.query_id,
-            endpoint=self.endpoint.path,
-            path=self.endpoint.url_path(self.params),
-            params=tuple(pairs),
-            page=index,
-            cost=self.endpoint.cost,
-            query_cap=self.spec.max_credits,
-        )
-
-    def _page(
-        self,
-        index: int,
-        cursor: Cursor | None,
-        status: int,
-        credits: int,
-        raw: bytes,
-        body: Any,
-        cursor_out: Cursor | None = None,
-        repairs: dict[str, int] | None = None,
-    ) -> Page:
-        """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
-        memory beside the records read from it (`_read` reads them, after the call that fetched it returned)."""
-        page = Page(
-            query_id=self.spec.query_id,
-            endpoint=self.endpoint.path,
-            index=index,
-            params=self.spec.params,
-            cursor_in=cursor,
-            cursor_out=cursor_out,
-            status_code=status,
-            credits=credits,
-            raw=raw,
-            body=body,
-            fetched_at=datetime.now(UTC),
-            repairs=repairs or {},
-        )
-        self.keep(page)
-        page.raw = b""
-        self.reading = page
-        self.outcome.pages += 1  # paid and kept, whatever reading it does
-        return page
-
     def _read(self, page: Page) -> None:
         """The page's records, per kind, and the account of what did not make it."""
         converted = convert_page(self.endpoint.kinds, page.body, self.spec.params, page.repairs)
@@ -284,57 +206,6 @@ class QueryPager:
                         return
             finally:
                 out.credits = self.ledger.per_query_spent.get(spec.query_id, 0)
-
-    async def _fetch(self, index: int, cursor: Cursor | None) -> tuple[Page | None, bool]:
-        """One paid page (or None), and whether the query ends with it (its outcome then says why).
-
-        A billed error answer (a 404 "not found", a paid failure) comes as a page, so the caller keeps the
-        receipt; the outcome is already set and paging stops after it.
-        """
-        out = self.outcome
-        try:
-            response = await self.client.get(self._request(index, cursor))
-        except errors.RunStopped as exc:
-            out.status, out.next_cursor, out.error = exc.status, cursor, exc.reason  # type: ignore[assignment]
-            return None, True
-        except errors.BudgetExhausted as exc:
-            out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
-            return None, True
-        except errors.RateLimited as exc:
-            out.status, out.next_cursor, out.error = "rate_limited", cursor, str(exc)
-            return None, True
-        except (errors.Unauthorized, errors.OutOfCredits) as exc:  # the whole run stops on these
-            out.status, out.next_cursor, out.error = "stopped", cursor, str(exc)
-            return None, True
-        except errors.NotFound as exc:
-            out.status, out.error = "not_found", str(exc)
-            paid = exc.response
-            if paid is None:
-                return None, True
-            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, paid.body), True
-        except errors.UnreadableAnswer as exc:
-            # Kept either way. The service's own answer is not asked for again (a rebuild lands it once harvest
-            # can read it); one the network damaged twice is asked for again by a later run.
-            if exc.damaged:
-                out.status, out.next_cursor, out.error = "failed", cursor, f"page {index + 1}: {exc}"
-            else:
-                out.status, out.next_cursor, out.error = "drift", None, f"page {index + 1}: {exc}"
-            paid = exc.response
-            if paid is None:
-                return None, True
-            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
-        except errors.HarvestError as exc:
-            out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
-            paid = exc.response
-            if paid is None or not exc.credits:
-                return None, True
-            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
-        nxt = self.endpoint.paging.next_cursor(response.body)
-        page = self._page(
-            index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,
-            response.repairs,
-        )  # fmt: skip
-        return page, False
 
     def broke(self, exc: Exception) -> None:
         """Something no rule foresaw raised while paging. While a kept page was being read or landed, the query

@@ -1,0 +1,168 @@
+"""Asking for a page is the one part of paging that spends money, so it is kept where it can be read on its own.
+
+Every answer that was paid for becomes a kept page (`keep`, the raw store) before anything reads it: a page, a
+billed "not found", an answer no reading takes, a failure the service still charged for. The client's typed error
+says how the query ends; the outcome records it, with the cursor a later run goes on from. What comes next, and
+when paging stops, is `connectors.paging.pager`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from connectors import errors
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.paging_styles import Cursor
+from connectors.catalog.params import Params
+from connectors.http.client import ServiceClient
+from connectors.paging.page_request import PageRequest
+from connectors.reading.extraction import ExtractionReport
+
+if TYPE_CHECKING:
+    from connectors.paging.pager import QueryOutcome, QuerySpec
+
+__all__ = ["Page", "PageFetching"]
+
+
+@dataclass
+class Page:
+    query_id: str
+    endpoint: str
+    index: int
+    params: dict[str, Any]
+    cursor_in: Cursor | None
+    cursor_out: Cursor | None
+    status_code: int
+    credits: int
+    """What the ledger counted for this page's call, all attempts included."""
+    raw: bytes
+    """The answer's bytes as received, until they are kept (then empty)."""
+    body: Any
+    fetched_at: datetime
+    repairs: dict[str, int] = field(default_factory=dict)
+    """What reading the body repaired (`connectors.reading.json_body`)."""
+    records: dict[str, list[Any]] = field(default_factory=dict)
+    """Table -> the items as the service sent them."""
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    """Table -> the items as Arrow columns (without the run's columns)."""
+    report: ExtractionReport = field(default_factory=ExtractionReport)
+
+    @property
+    def record_count(self) -> int:
+        """Items the page held (kept or not)."""
+        return sum(len(r) for r in self.records.values())
+
+
+class PageFetching:
+    """The asking half of `QueryPager`: one page's request, its paid answer kept, and what an error ends."""
+
+    spec: QuerySpec
+    endpoint: Endpoint
+    client: ServiceClient
+    params: Params
+    keep: Callable[[Page], None]
+    reading: Page | None
+    outcome: QueryOutcome
+
+    def _request(self, index: int, cursor: Cursor | None) -> PageRequest:
+        pairs = self.params.query_pairs()
+        if cursor:
+            pairs = [(k, v) for k, v in pairs if k not in cursor] + list(cursor.items())
+        return PageRequest(
+            query_id=self.spec.query_id,
+            endpoint=self.endpoint.path,
+            path=self.endpoint.url_path(self.params),
+            params=tuple(pairs),
+            page=index,
+            cost=self.endpoint.cost,
+            query_cap=self.spec.max_credits,
+        )
+
+    def _page(
+        self,
+        index: int,
+        cursor: Cursor | None,
+        status: int,
+        credits: int,
+        raw: bytes,
+        body: Any,
+        cursor_out: Cursor | None = None,
+        repairs: dict[str, int] | None = None,
+    ) -> Page:
+        """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
+        memory beside the records read from it (`_read` reads them, after the call that fetched it returned)."""
+        page = Page(
+            query_id=self.spec.query_id,
+            endpoint=self.endpoint.path,
+            index=index,
+            params=self.spec.params,
+            cursor_in=cursor,
+            cursor_out=cursor_out,
+            status_code=status,
+            credits=credits,
+            raw=raw,
+            body=body,
+            fetched_at=datetime.now(UTC),
+            repairs=repairs or {},
+        )
+        self.keep(page)
+        page.raw = b""
+        self.reading = page
+        self.outcome.pages += 1  # paid and kept, whatever reading it does
+        return page
+
+    async def _fetch(self, index: int, cursor: Cursor | None) -> tuple[Page | None, bool]:
+        """One paid page (or None), and whether the query ends with it (its outcome then says why).
+
+        A billed error answer (a 404 "not found", a paid failure) comes as a page, so the caller keeps the
+        receipt; the outcome is already set and paging stops after it.
+        """
+        out = self.outcome
+        try:
+            response = await self.client.get(self._request(index, cursor))
+        except errors.RunStopped as exc:
+            out.status, out.next_cursor, out.error = exc.status, cursor, exc.reason  # type: ignore[assignment]
+            return None, True
+        except errors.BudgetExhausted as exc:
+            out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+            return None, True
+        except errors.RateLimited as exc:
+            out.status, out.next_cursor, out.error = "rate_limited", cursor, str(exc)
+            return None, True
+        except (errors.Unauthorized, errors.OutOfCredits) as exc:  # the whole run stops on these
+            out.status, out.next_cursor, out.error = "stopped", cursor, str(exc)
+            return None, True
+        except errors.NotFound as exc:
+            out.status, out.error = "not_found", str(exc)
+            paid = exc.response
+            if paid is None:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, paid.body), True
+        except errors.UnreadableAnswer as exc:
+            # Kept either way. The service's own answer is not asked for again (a rebuild lands it once harvest
+            # can read it); one the network damaged twice is asked for again by a later run.
+            if exc.damaged:
+                out.status, out.next_cursor, out.error = "failed", cursor, f"page {index + 1}: {exc}"
+            else:
+                out.status, out.next_cursor, out.error = "drift", None, f"page {index + 1}: {exc}"
+            paid = exc.response
+            if paid is None:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+        except errors.HarvestError as exc:
+            out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
+            paid = exc.response
+            if paid is None or not exc.credits:
+                return None, True
+            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+        nxt = self.endpoint.paging.next_cursor(response.body)
+        page = self._page(
+            index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,
+            response.repairs,
+        )  # fmt: skip
+        return page, False
