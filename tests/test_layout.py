@@ -132,3 +132,22 @@ def test_each_endpoint_path_is_written_in_the_catalog_and_the_sandbox_only() -> 
         if len(holders) > 2 or "connectors/catalog/endpoints.py" not in holders:
             spread[endpoint.path] = holders
     assert spread == {}
+
+
+def test_where_things_live_names_every_module_and_no_other() -> None:
+    """docs/decisions.md "Where things live": one table per folder. A module added, moved or renamed without its
+    row fails here, so the table a newcomer reads stays the tree."""
+    import re
+
+    text = (ROOT / "docs" / "decisions.md").read_text(encoding="utf-8")
+    section = text[text.index("## Where things live") :]
+    section = section[: section.index("\n## ", 1)]
+    named, folder = set(), None
+    for line in section.splitlines():
+        if heading := re.match(r"### `(.+)/`", line):
+            folder = heading.group(1)
+        elif (row := re.match(r"\| `([\w.]+\.py)` \|", line)) and folder:
+            named.add(f"{folder}/{row.group(1)}")
+    actual = {str(p.relative_to(ROOT)) for p in _modules() if p.name != "__init__.py"}
+    assert sorted(actual - named) == [], "modules without a row"
+    assert sorted(named - actual) == [], "rows without a module"
