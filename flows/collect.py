@@ -119,9 +119,10 @@ async def _collect(
     )
     faults.ledger = ledger
     attempts = run_context.AttemptLogs(fsync=fsync, faults=faults)
-    client = service_client(service.url, service.api_key, ledger, attempts, client_settings(spec))
     try:
-        async with client:
+        async with service_client(
+            service.url, service.api_key, ledger, attempts, client_settings(spec)
+        ) as client:
             summaries, skipped = await _pay_and_land(
                 spec, begun, the_plan, layout, client, ledger, journal, attempts, full, service, stop
             )
