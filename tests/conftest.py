@@ -53,7 +53,9 @@ def prefect_harness() -> Iterator[None]:
     """A temporary Prefect server and database for every flow run of the session."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=60):
+    # A hang guard, not a bound: Prefect's server migrates a fresh SQLite database at start, which took over 60 s
+    # with two suites and a benchmark side by side on 2 cores (every flow test then errored at setup).
+    with prefect_test_harness(server_startup_timeout=180):
         yield
 
 
