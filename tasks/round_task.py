@@ -61,8 +61,7 @@ def _values(wanted: list[list[str]], params: dict[str, Any], endpoint_path: str)
     found: dict[str, list[Any]] = {f"{t}.{f}": [] for t, f in wanted}
     readers = []
     for table, fld in wanted:
-        kind = next((k for k in endpoint.kinds if k.table == table), None)
-        read = kind.reader(fld, params) if kind else None
+        read = endpoint.field_reader(table, fld, params)
         if read is not None:
             readers.append((table, f"{table}.{fld}", read))
 

@@ -19,7 +19,7 @@ Adding an endpoint:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
@@ -87,6 +87,12 @@ class Endpoint:
 
     def kind(self, table: str) -> RecordKind:
         return next(k for k in self.kinds if k.table == table)
+
+    def field_reader(self, table: str, name: str, params: Mapping[str, Any]) -> Callable[[Any], Any] | None:
+        """Reads column `name` of the `table` records this endpoint's pages hold (the values dependent queries
+        start from); None when the endpoint has no such kind or the kind no such column."""
+        kind = next((k for k in self.kinds if k.table == table), None)
+        return kind.reader(name, params) if kind is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- record kinds

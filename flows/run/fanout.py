@@ -186,7 +186,6 @@ def _values(
     dep: DependentQuery, endpoint: Endpoint, query: QuerySpec, records: Mapping[str, list[Any]]
 ) -> Iterator[Any]:
     """The values of the field a dependent query starts from, in the parent's records of its kind."""
-    for kind in endpoint.kinds:
-        read = kind.reader(dep.field, query.params)
-        if read is not None and (dep.kind is None or kind.table == dep.kind):
-            yield from (read(record) for record in records.get(kind.table, []))
+    read = endpoint.field_reader(dep.kind, dep.field, query.params)
+    if read is not None:
+        yield from map(read, records.get(dep.kind, []))
