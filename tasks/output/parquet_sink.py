@@ -235,8 +235,6 @@ class MultiTableSink:
         run_started: dt.datetime,
         part: str,
         *,
-        row_group_rows: int = ROW_GROUP_ROWS,
-        row_group_bytes: int = ROW_GROUP_BYTES,
         compression: str = DEFAULT_COMPRESSION,
     ) -> None:
         run_date(run_started)  # validate early, not at the first page
@@ -244,7 +242,6 @@ class MultiTableSink:
         self.run_id = run_id
         self.run_started = run_started
         self.part = part
-        self._options = {"row_group_rows": row_group_rows, "row_group_bytes": row_group_bytes}
         self.compression = compression
         self.writers: dict[str, TableWriter] = {}
 
@@ -259,7 +256,6 @@ class MultiTableSink:
                 self.run_started,
                 self.part,
                 compression=self.compression,
-                **self._options,
             )
             self.writers[kind.table] = w
         elif not w.schema.equals(kind.schema, check_metadata=False):
