@@ -7,6 +7,7 @@ which is exact.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import subprocess
@@ -28,13 +29,16 @@ class Measured:
     stderr: str
 
 
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def _tree_rss(proc: psutil.Process) -> int:
     total = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
+    for p in _tree(proc):
         try:
             total += p.memory_info().rss
         except psutil.Error:
@@ -65,6 +69,11 @@ def run_measured(cmd: Sequence[str], env: Mapping[str, str] | None = None, timeo
     finally:
         stop.set()
         sampler.join()
+        if proc.poll() is None:  # timed out (or interrupted): leave no contender running behind the bench
+            for p in _tree(watched)[::-1]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            proc.communicate()
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
