@@ -7,11 +7,15 @@ The sandbox serves the job from its own process (no faults, no quirks): 10 short
 - `bench/plain_script.py`, the fast script a careful engineer writes in an afternoon;
 - dlt's `rest_api` source into DuckDB with parquet loader files (`bench/dlt_pipeline.py`).
 Then a scale series (harvest at 1x, 4x and 16x the pages of a smaller job, for memory), the fixed cost of a
-one-page job, and the sandbox's own capacity. Prints a table and writes `bench/results/latest.json`.
+one-page job, the sandbox's own capacity, and a wide fan-out (one query over thousands of one-page handles
+against a plain script's 10 workers, `bench/wide_fanout.py`). Prints tables and writes
+`bench/results/latest.json`.
 
     python bench/run.py [--quick]      # --quick: a small job, one repetition (checks the harness itself)
     python bench/run.py --fixed-only [--times N] [--variant LABEL:NAME=VALUE,...]
                                        # the one-page job alone, each repetition interleaved across contenders
+    python bench/run.py --fanout-only [--sizes 2000,10000]
+                                       # the wide fan-out alone: bench/results/fanout.json
 """
 
 from __future__ import annotations
@@ -341,7 +345,22 @@ class Bench:
             self.main_job(api_url)
             self.scale(api_url)
             self.fixed_cost(api_url)
+            self.results["wide_fanout"] = self.fanout(api_url)
         return self.report()
+
+    def fanout(self, api_url: str, sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
+        from wide_fanout import QUICK_SIZES, SIZES, wide_fanout  # it imports this module's helpers
+
+        return wide_fanout(
+            self.work, self.server_home, api_url, sizes or (QUICK_SIZES if self.quick else SIZES)
+        )
+
+    def run_fanout_only(self, sizes: tuple[int, ...] | None) -> dict[str, Any]:
+        from wide_fanout import headline
+
+        with prefect_server(self.server_home) as api_url:
+            wide = self.fanout(api_url, sizes)
+        return {**headline(wide), "details": {"wide_fanout": wide}, **machine()}
 
     def run_fixed_only(self) -> dict[str, Any]:
         with prefect_server(self.server_home) as api_url:
@@ -349,6 +368,8 @@ class Bench:
         return self.results
 
     def report(self) -> dict[str, Any]:
+        from wide_fanout import headline
+
         r = self.results
         harvest_rps = r["harvest_server"]["rps"]
         out = {
@@ -366,16 +387,23 @@ class Bench:
             "import_s": r["import_s"],
             "sandbox_pps": r["sandbox_pps"],
             "harvest_pps": round(harvest_rps / 100),
+            **headline(r["wide_fanout"]),
             "details": r,
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "system": platform.platform(),
-            },
-            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            **machine(),
             "quick": self.quick,
         }
         return out
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "system": platform.platform(),
+        },
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 def print_table(res: dict[str, Any]) -> None:
@@ -405,6 +433,10 @@ def print_table(res: dict[str, Any]) -> None:
     for name in ("harvest_server", "harvest_temporary", "script"):
         if split := d[name].get("phases_s"):
             print(f"  {name}: {split['start_and_end']} / {split['paging']} / {split['loading']}")
+    if "wide_fanout" in d:
+        from wide_fanout import print_fanout
+
+        print_fanout(d["wide_fanout"])
 
 
 def print_fixed(res: dict[str, Any]) -> None:
@@ -439,6 +471,14 @@ def main() -> None:
         help="with --fixed-only: one more contender with these environment variables (temporary server unless "
         "PREFECT_API_URL={api_url}: the running one)",
     )
+    parser.add_argument(
+        "--fanout-only", action="store_true", help="only the wide fan-out (bench/wide_fanout.py)"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        help="with --fanout-only: the numbers of handles (default: 2000,10000; --quick 200,500)",
+    )
     args = parser.parse_args()
     bench = Bench(args.quick)
     bench.fixed_times = args.times or bench.times
@@ -450,13 +490,27 @@ def main() -> None:
             shutil.rmtree(bench.work, ignore_errors=True)
         print_fixed(fixed)
         return
+    if args.fanout_only:
+        try:
+            res = bench.run_fanout_only(args.sizes)
+        finally:
+            shutil.rmtree(bench.work, ignore_errors=True)
+        from wide_fanout import print_fanout
+
+        print_fanout(res["details"]["wide_fanout"])
+        write(res, "fanout.json")
+        return
     try:
         res = bench.run()
     finally:
         shutil.rmtree(bench.work, ignore_errors=True)
     print_table(res)
+    write(res, "quick.json" if args.quick else "latest.json")
+
+
+def write(res: dict[str, Any], name: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    target = RESULTS / ("quick.json" if args.quick else "latest.json")
+    target = RESULTS / name
     target.write_text(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode() + "\n")
     print(f"\nwritten: {target.relative_to(ROOT)}")
 
