@@ -104,10 +104,13 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
     assert scalar(db, "SELECT service_billed FROM runs") == billed
     assert attempts == len(entries), "every attempt, faulted or not, is a row of `requests`"
     # each attempt's credits as counted when it ended; the refusals the account's balance shows were not billed
-    # (429, 5xx) went back after the run, everything else stays counted (a lost answer may have been paid)
+    # (429, 5xx) went back after the run, everything else stays counted (a lost answer may have been paid).
+    # A lost answer (a read timeout on a busy machine) the service did bill leaves the bill unable to say which
+    # of it and a refusal was billed: one refusal per such credit stays counted (never count less than billed).
     refusals = "status_code IN (429, 500, 502, 503, 504)"
     kept = scalar(db, f"SELECT coalesce(sum(credits), 0) FROM requests WHERE NOT coalesce({refusals}, false)")
-    assert kept == summary.credits_spent
+    lost = scalar(db, "SELECT coalesce(sum(credits), 0) FROM requests WHERE status_code IS NULL")
+    assert kept <= summary.credits_spent <= kept + lost
 
 
 @pytest.mark.parametrize("fault", BODY_DAMAGE, ids=[f.value for f in BODY_DAMAGE])
