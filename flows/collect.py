@@ -1,8 +1,9 @@
 """The `collect_job` flow: spec -> plan -> connector tasks under one credit ledger -> files -> tables.
 
-One Prefect task per query (never per page: Prefect costs 3-6 ms and a server record per task). Queries run as
-concurrent tasks in the flow's event loop and share one connection pool and one ledger; `concurrency` bounds the
-HTTP requests in flight. A run holds its job's lock, loads the job's earlier runs that never reached DuckDB,
+One Prefect task run per spec query (`tasks.query_line`; never per page or per fanned-out value: a task run
+costs the event loop ~20 ms and the server a record and a slot call). Queries run as concurrent asyncio tasks
+in the flow's event loop and share one connection pool and one ledger; `concurrency` bounds the HTTP requests
+in flight. A run holds its job's lock, loads the job's earlier runs that never reached DuckDB,
 starts new, resumes an unfinished run or continues a stopped one (`flows.run.start`), and ends in the Prefect state
 that tells the truth (`flows.orchestrator.final_state`).
 """

@@ -1,12 +1,12 @@
-"""The connector task: page through one query, making each paid page durable before asking for the next.
+"""Paging one query (in its spec query's task run), making each paid page durable before asking for the next.
 
 Order per page: raw page (compressed, flushed: survives `kill -9`, written before the page is even parsed) ->
 Parquet row groups -> dependents and progress. Parquet is derived data and can be rebuilt from the raw pages; the
 raw page is the receipt. Whatever raises after a page was kept ends the query with that page kept, its attempts
 in `requests` and its next cursor saved (`QueryPager.broke`): a query never loses a page it paid for. A resumed
 query first lands its raw pages again (its partial Parquet files from before the crash are replaced), then pages
-on from the last one. Page retries live in the client; the task itself is never retried by Prefect, which would
-pay for pages again.
+on from the last one. Page retries live in the client; Prefect never retries a query, which would pay for pages
+again.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed, State
 
 from connectors.catalog.endpoints import Endpoint
@@ -34,7 +32,7 @@ from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
 from tasks.output.raw_store import RawPageWriter
 from tasks.output.replay import ResumePoint, replay
-from tasks.run_context import RunContext, lookup
+from tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -211,15 +209,3 @@ async def task_result(state: State[Any]) -> Any:
     if isinstance(result, BaseException):
         raise result
     return result
-
-
-@task(
-    name="collect_query",
-    task_run_name="{query[query_id]}",
-    retries=0,
-    cache_policy=NO_CACHE,
-    log_prints=False,
-)
-async def collect_query(run_id: str, query: dict[str, Any], part: int) -> Any:
-    summary = (await page_query(lookup(run_id), QuerySpec(**query), part)).summary.as_dict()
-    return task_end(summary, summary)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.catalog.endpoints import Endpoint
 from connectors.credits.ledger import CreditLedger
@@ -22,6 +22,9 @@ from connectors.paging.pager import QuerySpec
 from tasks.output.attempt_log import AttemptLogWriter
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import FaultStop
+
+if TYPE_CHECKING:
+    from tasks.query_line import QueryLine
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class RunContext:
     )
     """Per landed page: its records (as sent), how many were kept, its credits and whether it was replayed
     (dependents and progress)."""
+
+    lines: dict[str, QueryLine] = field(default_factory=dict)
+    """The run's query lines by name, one per task run (`tasks.query_line`)."""
 
     @property
     def fsync(self) -> bool:

@@ -3,19 +3,20 @@
 Dependent queries are found as their parents' pages land, not after the parent ends. Every start and end is
 written to the run journal first, so a resumed run knows which queries existed and which ended.
 
-The planned queries start at once (a short budget is shared breadth-first among them). Dependent queries wait in
-line and start in the order they were found, at most `DEPENDENTS_PER_SLOT` per connection slot at a time: a
-parent with thousands of records would otherwise start thousands of Prefect tasks, each costing the event loop
-its Prefect bookkeeping, and after a Ctrl-C each would have to end through Prefect (half a minute for a few
-hundred). Once the run is stopping (Ctrl-C, a refused key), nothing more starts: the queries still in line are
-journaled and listed as stopped at their start cursor without a Prefect task, so a resume or `--continue` runs
-them; one found after the stop is listed the same way.
+Each spec query is one Prefect task run (`tasks.query_line`): the queries it expands to run inside it, handed
+over as they start, and its line closes once nothing can start another of them (no query of it or of its
+parents is running or waiting). The planned queries start at once (a short budget is shared breadth-first among
+them). Dependent queries wait in line and start in the order they were found, at most `DEPENDENTS_PER_SLOT` per
+connection slot at a time. Once the run is stopping (Ctrl-C, a refused key), nothing more starts: the queries
+still in line are journaled and listed as stopped at their start cursor, so a resume or `--continue` runs them;
+one found after the stop is listed the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import logging
+from collections import Counter, deque
 from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any, cast
@@ -27,14 +28,17 @@ from connectors.catalog.endpoints import Endpoint
 from connectors.paging.pager import QuerySpec
 from flows.run import progress
 from flows.run.discovery import Discovery
-from flows.run.plan import DependentQuery, Plan
+from flows.run.plan import DependentQuery, Plan, base_id
 from flows.run.start import RunStart
-from tasks.landing import collect_query, task_result
+from tasks.landing import page_query
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
 from tasks.output.query_summary import QuerySummary
 from tasks.output.replay import replay
+from tasks.query_line import QueryLine, collect_queries
 from tasks.run_context import RunContext
+
+log = logging.getLogger(__name__)
 
 DEPENDENTS_PER_SLOT = 2
 """Dependent queries running at once per connection slot (`concurrency`): one sending, one ready to send as soon
@@ -50,8 +54,17 @@ class Fanout:
         self.start_info = start
         self.journal = journal
         self.tags = ("harvest", f"job:{job}")
-        self.tasks: set[asyncio.Task[dict[str, Any]]] = set()
+        self.runners: set[asyncio.Task[None]] = set()
+        """One per line: its Prefect task run, then the line drained here if Prefect could not run it."""
+        self.line_of: dict[str, str] = {}
+        """The open line of each spec query, by the spec query's id."""
+        self.pending: Counter[str] = Counter()
+        """Queries of each spec query started or waiting and not ended yet."""
+        self.parent_of = {dep.template_id: dep.parent for dep in the_plan.dependents}
+        self.opening = True
+        """The run's first starts (planned, continued, rediscovered) are still being handed over."""
         self.endpoint_of: dict[str, str] = {}
+        self.part_of: dict[str, int] = {}
         self.discovery = Discovery(the_plan, start, ctx.incremental)
         self.started: set[str] = set()
         self.parts = 0
@@ -80,11 +93,14 @@ class Fanout:
         if decided is None:
             return
         has_pages = decided.resume and self.ctx.layout.raw_file(self.ctx.run_id, decided.query_id).exists()
+        self.pending[base_id(decided.query_id)] += 1
         if wait and not has_pages:
             self.waiting.append(decided)
             self._fill()
         elif has_pages or not self.stopping:  # paid pages land even after a stop: replaying sends nothing
             self._launch(decided)
+        else:
+            self.pending[base_id(decided.query_id)] -= 1
 
     def _fill(self) -> None:
         """Start waiting queries while the window has room; once stopping, list them as never started."""
@@ -106,25 +122,80 @@ class Fanout:
         summary = QuerySummary.not_started(query, stopped.kind, credits).as_dict()
         self.journal.query_ended(summary)
         self.summaries.append(summary)
+        self.pending[base_id(query.query_id)] -= 1
 
     def _launch(self, decided: QuerySpec) -> None:
         self.journal.query_started(asdict(decided))
-        self.ctx.ledger.expect(decided.query_id)  # its task may start late: the budget's share waits for it
+        self.ctx.ledger.expect(decided.query_id)  # it may start late: the budget's share waits for it
         self.endpoint_of[decided.query_id] = decided.endpoint
         self.parts += 1
-        with tags(*self.tags):  # the asyncio task copies this context: its task run gets the tags
-            coro = self._collect(asdict(decided), self.parts)
-            task: asyncio.Task[dict[str, Any]] = asyncio.ensure_future(coro)
-        task.set_name(decided.query_id)
-        self.tasks.add(task)
+        self.part_of[decided.query_id] = self.parts
+        self._line(base_id(decided.query_id)).put(decided)
         progress.current().query_started(decided.query_id, decided.endpoint)
 
-    async def _collect(self, query: dict[str, Any], part: int) -> dict[str, Any]:
-        """One query's task run; its summary whether the task run ended Completed or Failed."""
-        call = collect_query(self.ctx.run_id, query, part, return_state=True)
-        state = await cast(Awaitable[State[Any]], call)  # an async task called with return_state
-        summary: dict[str, Any] = await task_result(state)
+    def _line(self, spec_query: str) -> QueryLine:
+        """The spec query's open line, opened with its Prefect task run on first use."""
+        key = self.line_of.get(spec_query)
+        if key is not None:
+            return self.ctx.lines[key]
+        key = spec_query if spec_query not in self.ctx.lines else f"{spec_query} ({len(self.ctx.lines)})"
+        line = self.ctx.lines[key] = QueryLine(key, self._run_query)
+        self.line_of[spec_query] = key
+        with tags(*self.tags):  # the asyncio task copies this context: its task run gets the tags
+            runner = asyncio.ensure_future(self._drive(line))
+        self.runners.add(runner)
+        return line
+
+    async def _drive(self, line: QueryLine) -> None:
+        """The line's task run; when Prefect could not run it (no slot, the server gone), the line is drained
+        here: Prefect's trouble never fails a query."""
+        try:
+            call = collect_queries(self.ctx.run_id, line.name, return_state=True)
+            state = await cast(Awaitable[State[Any]], call)  # an async task called with return_state
+            trouble = None if line.drained else f"its task run ended {state.type.value}: {state.message}"
+        except Exception as exc:
+            trouble = f"{type(exc).__name__}: {exc}"
+        if not line.drained:
+            log.warning("Prefect could not run the task run of %s (%s): its queries run without one",
+                        line.name, self.ctx.client.scrub(str(trouble)))  # fmt: skip
+            await line.drain()
+
+    async def _run_query(self, query: QuerySpec) -> dict[str, Any]:
+        """One query to its end, inside its line's task run; its summary, whatever broke."""
+        try:
+            paged = await page_query(self.ctx, query, self.part_of[query.query_id])
+            summary = paged.summary.as_dict()
+        except Exception as exc:  # a broken query must not take the other queries' landed data with it
+            summary = self._broken(query.query_id, exc)
+        self._ended(summary)
         return summary
+
+    def _ended(self, summary: dict[str, Any]) -> None:
+        query_id = summary["query_id"]
+        self.ctx.ledger.finish(query_id)  # a query that broke before paging was still expected
+        self.from_line.discard(query_id)
+        self.journal.query_ended(summary)
+        progress.current().query_finished(query_id, summary["status"])
+        self.summaries.append(summary)
+        self.pending[base_id(query_id)] -= 1
+        self._fill()
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        """Close every line nothing can hand another query to: none of its own or its parents' queries is
+        running or waiting (dependents are found only in their parents' pages)."""
+        if self.opening:
+            return
+        for spec_query, key in list(self.line_of.items()):
+            if not any(self.pending[q] for q in self._lineage(spec_query)):
+                self.ctx.lines[key].close()
+                del self.line_of[spec_query]
+
+    def _lineage(self, spec_query: str) -> Iterator[str]:
+        current: str | None = spec_query
+        while current is not None:
+            yield current
+            current = self.parent_of.get(current)
 
     def on_records(
         self, query: QuerySpec, records: Mapping[str, list[Any]], kept: int, credits: int, replayed: bool
@@ -153,33 +224,26 @@ class Fanout:
             self.start(query, wait=True)  # continued children whose parents ended for good
         self.rediscover(layout)
         self._fill()
-        while self.tasks:
-            done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                self.tasks.discard(task)
-                self.ctx.ledger.finish(task.get_name())  # a task that broke before paging was still expected
-                self.from_line.discard(task.get_name())
-                summary = self._summary(task)
-                self.journal.query_ended(summary)
-                progress.current().query_finished(summary["query_id"], summary["status"])
-                self.summaries.append(summary)
-            self._fill()
+        self.opening = False
+        self._close_idle()
+        while self.runners:
+            done, _ = await asyncio.wait(self.runners, return_when=asyncio.FIRST_COMPLETED)
+            self.runners -= done
+            for runner in done:
+                runner.result()
         return self.summaries
 
-    def _summary(self, task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
-        try:
-            return task.result()
-        except Exception as exc:  # a broken task must not take the other queries' landed data with it
-            query_id, layout, run_id = task.get_name(), self.ctx.layout, self.ctx.run_id
-            stopped = self.ctx.faults.caught(exc)  # the machine's (a full disk): resumable, not a failure
-            return QuerySummary(
-                query_id=query_id, endpoint=self.endpoint_of[query_id],
-                status="interrupted" if stopped else "failed", pages=0,
-                records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
-                error=self.ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
-                raw_file=layout.relative(layout.raw_file(run_id, query_id)),
-                requests_file=layout.relative(layout.requests_file(run_id, query_id)),
-            ).as_dict()  # fmt: skip
+    def _broken(self, query_id: str, exc: Exception) -> dict[str, Any]:
+        layout, run_id = self.ctx.layout, self.ctx.run_id
+        stopped = self.ctx.faults.caught(exc)  # the machine's (a full disk): resumable, not a failure
+        return QuerySummary(
+            query_id=query_id, endpoint=self.endpoint_of[query_id],
+            status="interrupted" if stopped else "failed", pages=0,
+            records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
+            error=self.ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
+            raw_file=layout.relative(layout.raw_file(run_id, query_id)),
+            requests_file=layout.relative(layout.requests_file(run_id, query_id)),
+        ).as_dict()  # fmt: skip
 
 
 def _values(

@@ -235,8 +235,8 @@ def insert_requests(con: duckdb.DuckDBPyConnection, run_id: str, attempt_log_pat
         finally:
             con.unregister("_harvest_requests")
 
+    rows: list[dict[str, Any]] = []  # across files: a run of 2,000 one-page queries is one insert, not 2,000
     for path in attempt_log_paths:
-        rows: list[dict[str, Any]] = []
         for row in _request_rows(run_id, Path(path)):
             if row["query_id"] is None:
                 log.warning("attempt log %s: skipping a line without query_id", path)
@@ -246,9 +246,9 @@ def insert_requests(con: duckdb.DuckDBPyConnection, run_id: str, attempt_log_pat
                 flush(rows)
                 total += len(rows)
                 rows = []
-        if rows:
-            flush(rows)
-            total += len(rows)
+    if rows:
+        flush(rows)
+        total += len(rows)
     return total
 
 

@@ -1,0 +1,122 @@
+"""One Prefect task run per spec query: it runs every query the spec entry expands to, as the flow hands them over.
+
+A Prefect task run per query cost ~20 ms of the event loop each (its task run, its events, a call to the server
+for its tags' concurrency slots), so a fan-out over 2,000 accounts spent more time on Prefect than on the
+service, and at 10,000 the server refused slots (503) and failed queries. A person reading the Prefect UI wants
+one line per spec query (`videos`, `video_details`) with its state, not ten thousand; the per-value status is in
+DuckDB's `query_state`, as before.
+
+The flow owns the order and the window (`flows.run.fanout`); a `QueryLine` only runs what it is given, each query
+as an asyncio task created inside the task run (so its logs and context belong to it), until the flow closes the
+line and every query ended. A task run that Prefect could not start (no slot, the server down) never fails a
+query: the flow drains the line itself (`drain` may be called again; it picks up where the line stands).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
+
+from connectors.paging.pager import QuerySpec, query_failed
+from tasks.run_context import lookup
+
+log = logging.getLogger(__name__)
+
+RunQuery = Callable[[QuerySpec], Awaitable[dict[str, Any]]]
+"""Runs one query to its end, reports it, and returns its summary; never raises for the query's own failure."""
+
+
+class QueryLine:
+    """The queries of one spec entry: handed over by the flow, run by the task run that drains the line."""
+
+    def __init__(self, name: str, run: RunQuery) -> None:
+        self.name = name
+        self._run = run
+        self._ready: deque[QuerySpec] = deque()
+        self._running: set[asyncio.Task[dict[str, Any]]] = set()
+        self._wake = asyncio.Event()
+        self.closed = False
+        self.statuses: Counter[str] = Counter()
+        self.failure: str | None = None
+        """The first failed query's id and error, for the task run's message."""
+        self.drained = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing handed over is waiting or running."""
+        return not self._ready and not self._running
+
+    def put(self, query: QuerySpec) -> None:
+        if self.closed:
+            raise RuntimeError(f"line {self.name} is closed")
+        self._ready.append(query)
+        self._wake.set()
+
+    def close(self) -> None:
+        """Nothing more will be handed over: the task run ends once the queries it has ended."""
+        self.closed = True
+        self._wake.set()
+
+    async def drain(self) -> Counter[str]:
+        """Run every query handed over until the line is closed and all have ended; their statuses by count."""
+        while True:
+            while self._ready:
+                query = self._ready.popleft()
+                job = asyncio.ensure_future(self._run(query))
+                job.set_name(query.query_id)
+                self._running.add(job)
+                job.add_done_callback(self._ended)
+            if self.closed and not self._running:
+                self.drained = True
+                return self.statuses
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _ended(self, job: asyncio.Task[dict[str, Any]]) -> None:
+        self._running.discard(job)
+        if job.cancelled():
+            status, error = "cancelled", "cancelled"
+        elif (exc := job.exception()) is not None:  # the flow's own bookkeeping broke: say so, go on
+            log.error("query %s: %s: %s", job.get_name(), type(exc).__name__, exc)
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            summary = job.result()
+            status, error = summary["status"], summary.get("error") or "no error text"
+        self.statuses[status] += 1
+        if self.failure is None and (query_failed(status) or status == "cancelled"):
+            self.failure = f"{job.get_name()}: {status}: {error}"
+        self._wake.set()
+
+    def outcome(self) -> dict[str, Any]:
+        return {"line": self.name, "queries": sum(self.statuses.values()), "statuses": dict(self.statuses)}
+
+
+def line_end(line: QueryLine) -> Any:
+    """The task run's result: Failed (with the counts) when any of its queries failed, so Prefect tells the
+    truth; its retries stay 0 (a retry would pay again)."""
+    outcome = line.outcome()
+    failed = {s: n for s, n in line.statuses.items() if query_failed(s) or s == "cancelled"}
+    if not failed:
+        return outcome
+    said = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
+    return Failed(message=f"{said} of {outcome['queries']} queries; first {line.failure}", data=outcome)
+
+
+@task(
+    name="collect_queries",
+    task_run_name="{line}",
+    retries=0,
+    cache_policy=NO_CACHE,
+    log_prints=False,
+)
+async def collect_queries(run_id: str, line: str) -> Any:
+    the_line = lookup(run_id).lines[line]
+    await the_line.drain()
+    return line_end(the_line)
