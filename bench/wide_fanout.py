@@ -179,8 +179,9 @@ def one_size(work: Path, home: Path, api_url: str, n: int) -> dict[str, Any]:
             **drove,
             **outcome,
         }
-        if m.returncode != 0 or not outcome["all_complete"]:
-            harvest["stderr_tail"] = (m.stderr or m.stdout)[-3000:]
+        if m.returncode != 0 or not outcome["all_complete"]:  # what it said but its N lines of `: complete, `
+            said = [line for line in (m.stderr + m.stdout).splitlines() if ": complete, " not in line]
+            harvest["output_tail"] = "\n".join(said)[-3000:]
 
         plain_out = work / f"fanout-plain-{n}"
         shutil.rmtree(plain_out, ignore_errors=True)
