@@ -116,3 +116,26 @@ def test_the_server_log_is_rotated_past_its_cap_so_nightly_runs_do_not_fill_the_
     assert older.read_bytes() == b"x" * temporary_server.LOG_KEEP_BYTES + b"one more start\n"
     assert log.read_bytes() == b"one more start\n"  # the second start found it past the cap
     assert sorted(p.name for p in home.iterdir()) == [log.name, older.name]  # nothing else piles up
+
+
+def test_two_runs_starting_at_once_on_a_new_prefect_home_both_succeed(tmp_path: Path) -> None:
+    """Two nightly jobs on one machine, the first night (or the first after a Prefect upgrade): both servers
+    would migrate the one database at once, and the second died on a column the first had added (exit 3)."""
+    home = tmp_path / "prefect-home"
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={ENDPOINT: (1, 1)})
+    env = {**subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY), "PREFECT_HOME": str(home)}
+    with running(config) as sb:
+        specs = []
+        for job in ("a", "b"):
+            (tmp_path / job).mkdir()
+            specs.append(one_query(tmp_path / job, sb.base_url, ENDPOINT, {"query": f"desks {job}"}))
+        procs = [
+            subprocess.Popen([str(HARVEST), "run", str(spec)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+            for spec in specs
+        ]
+        ended = [finish(proc, timeout=300) for proc in procs]
+    for code, out, err in ended:
+        assert code == 0, (out, err)
+    for job in ("a", "b"):
+        assert key_set(tmp_path / job / "out" / "harvest.duckdb", "pinboard_pins")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import importlib
 import importlib.util
@@ -51,6 +52,7 @@ LOG_NAME = "temporary-server.log"
 LOG_KEEP_BYTES = 5_000_000
 """The server log's size at which a start moves it to `temporary-server.log.1`: at most two such logs stay."""
 MEMO_NAME = "harvest-temporary-server.toml"
+UPKEEP_LOCK = "harvest-temporary-server.lock"
 _PR_SET_PDEATHSIG = 1
 
 IMPORTED_WHILE_BOOTING = (
@@ -200,6 +202,22 @@ class KnownDatabase:
             and memo.get("revision") == revision
         )
 
+    def upkeep_lock(self) -> int:
+        """Wait for, and hold, the right to migrate the database: two harvest runs starting at once on a new
+        database (two nightly jobs, the first night after an upgrade) each ran the migrations, and the second
+        failed on a column the first had added (seen: `duplicate column name: state_timestamp`, exit 3).
+        Released once the server answers (`release`); a process that dies releases it with its descriptor."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(UPKEEP_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    @staticmethod
+    def release(fd: int | None) -> None:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def remember(self) -> None:
         """After a start that migrated the database and registered the block types (best effort)."""
         revision = self.revision()
@@ -233,6 +251,9 @@ class TemporaryServer:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         self.database = KnownDatabase.unless_configured()
+        self.upkeep: int | None = None
+        if self.database is not None and not self.database.current():
+            self.upkeep = self.database.upkeep_lock()  # then look again: another start may have done it
         lean = self.database is not None and self.database.current()
         env = {
             **os.environ,
@@ -276,6 +297,13 @@ class TemporaryServer:
         for name in IMPORTED_WHILE_BOOTING:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
+        try:
+            self._wait_ready(deadline, timeout)
+        finally:
+            KnownDatabase.release(self.upkeep)
+            self.upkeep = None
+
+    def _wait_ready(self, deadline: float, timeout: float) -> None:
         import httpx  # here, not at the top: the server starts ~45 ms sooner
 
         with httpx.Client() as client:
@@ -296,6 +324,8 @@ class TemporaryServer:
         raise RuntimeError(f"Prefect's temporary server did not answer within {timeout:g} s")
 
     def stop(self) -> None:
+        KnownDatabase.release(self.upkeep)
+        self.upkeep = None
         if self.process.poll() is None:
             self.process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
