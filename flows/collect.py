@@ -46,6 +46,7 @@ from flows.run.service_access import ServiceAccess, client_settings, open_servic
 from flows.run.start import Mode  # noqa: E402
 from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
+from tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E402
 from tasks.output import job_lock  # noqa: E402
 from tasks.output.journal import RunJournal  # noqa: E402
 from tasks.output.layout import OutputLayout  # noqa: E402
@@ -84,13 +85,7 @@ async def _pay_and_land(
                 manifest.run_id, datetime.fromisoformat(manifest.started), layout, spec.endpoints(), client,
                 ledger, attempts, incremental=not full, faults=attempts.faults or FaultStop(ledger),
             )  # fmt: skip
-            fan = Fanout(ctx, the_plan, start, journal, spec.name)
-            ctx.on_records = fan.on_records
-            run_context.register(ctx)
-            try:
-                summaries, skipped = await fan.run(layout), fan.discovery.skipped
-            finally:
-                run_context.unregister(ctx.run_id)
+            summaries, skipped = await _fan_out(ctx, the_plan, begun, journal, spec.name)
     after = await read_after(client) if before is not None else None
     if after is not None:
         journal.balance("after", after)
@@ -99,6 +94,25 @@ async def _pay_and_land(
     note_bill(begun.manifest, begun.start.journal.balances, before, after)
     manifest.rate_limit = client.pace.report().as_dict()
     return summaries, skipped
+
+
+async def _fan_out(
+    ctx: run_context.RunContext, the_plan: Plan, begun: Begun, journal: RunJournal, job: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every query in this process, into the run's one Parquet writer; its files go into the manifest (none when
+    the machine could not write them: the run stops, and its resume lands the raw pages again)."""
+    fresh_parts(ctx.layout, ctx.run_id, ctx.started)  # a resumed run's files: its raw pages land again
+    ctx.sink = open_run_sink(ctx.layout, ctx.run_id, ctx.started)
+    fan = Fanout(ctx, the_plan, begun.start, journal, job)
+    ctx.on_records = fan.on_records
+    run_context.register(ctx)
+    try:
+        summaries = await fan.run(ctx.layout)
+    finally:
+        run_context.unregister(ctx.run_id)
+        files = publish(ctx, ctx.sink)
+    begun.manifest.files = [(table, ctx.layout.relative(path), rows) for table, path, rows in files or []]
+    return summaries, fan.discovery.skipped
 
 
 async def _collect(

@@ -27,7 +27,7 @@ from connectors.paging.known_items import backfill_after_head
 from connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
 from connectors.reading.extraction import PageMeta, with_meta
 from tasks.database.known_keys import load_known_keys
-from tasks.output.layout import OutputLayout
+from tasks.output.layout import RUN_PART, OutputLayout
 from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
 from tasks.output.raw_store import RawPageWriter
@@ -74,14 +74,17 @@ def land_raw_pages(
     endpoint: Endpoint,
     sink: MultiTableSink,
     on_records: OnRecords | None = None,
+    replace_parts: bool = True,
 ) -> PagerStart:
     """Land a query's stored pages again and say where paging continues.
 
     Parquet files the query wrote before a crash (published or `.tmp`) are removed first: the raw pages hold
-    every one of their rows, so landing them again replaces the parts and never duplicates a row.
+    every one of their rows, so landing them again replaces the parts and never duplicates a row. Into a run's
+    own writer (`replace_parts=False`) the run's files were all removed before anything landed (`fresh_parts`).
     """
-    for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
-        stale.unlink(missing_ok=True)
+    if replace_parts:
+        for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
+            stale.unlink(missing_ok=True)
     point = ResumePoint(endpoint.kinds, backfill_after_head(spec.history, spec.backfill, spec.start_cursor))
     for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
@@ -89,6 +92,21 @@ def land_raw_pages(
             on_records(spec, page.records, page.kept, page.raw.credits, True)
         point.add(page)
     return point.finish()
+
+
+def open_run_sink(layout: OutputLayout, run_id: str, started: datetime) -> MultiTableSink:
+    """The run's one Parquet writer in the flow's process: its queries' rows go to a few files per table."""
+    return MultiTableSink(layout, run_id, started, RUN_PART)
+
+
+def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> int:
+    """Remove every Parquet file a run wrote before (a crash, a stop, a full disk), before its raw pages land
+    again into one writer: those pages hold every row the files held, so nothing is lost and no row is there
+    twice. Returns how many files went."""
+    stale = layout.run_parts(run_id, run_date(started))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
 
 
 def _keep(raw: RawPageWriter, page: Page) -> None:
@@ -130,16 +148,27 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
     layout, run_id = ctx.layout, ctx.run_id
     raw_path = layout.raw_file(run_id, spec.query_id)
     requests_path = layout.requests_file(run_id, spec.query_id)
-    sink = open_sink(layout, run_id, ctx.started, part, spec.query_id)
+    shared = ctx.sink is not None
+    sink = ctx.sink or open_sink(layout, run_id, ctx.started, part, spec.query_id)
     try:
         try:
             ctx.attempts.open(spec.query_id, requests_path)
             if spec.resume:
-                start = land_raw_pages(layout, run_id, ctx.started, spec, endpoint, sink, ctx.on_records)
+                start = land_raw_pages(
+                    layout,
+                    run_id,
+                    ctx.started,
+                    spec,
+                    endpoint,
+                    sink,
+                    ctx.on_records,
+                    replace_parts=not shared,
+                )
         except OSError as exc:  # the machine could not write before anything was paid: stop, resumable
             if not ctx.faults.caught(exc, requests_path):
                 raise
-            sink.abort()
+            if not shared:
+                sink.abort()
             summary = QuerySummary.not_started(
                 spec, "interrupted", ctx.ledger.per_query_spent.get(spec.query_id, 0)
             )
@@ -158,34 +187,37 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
             else:  # no rule foresaw it: end this query, keep what it paid for, go on
                 log.debug("query %s broke", spec.query_id, exc_info=True)
                 pager.broke(exc)
-    finally:
-        published = _publish(ctx, sink)  # what landed, even on failure: those rows came from paid, kept pages
+    finally:  # a query's own files: what landed, even on failure (those rows came from paid, kept pages)
+        published = [] if shared else publish(ctx, sink)
         ctx.attempts.close(spec.query_id)
     if published is None:  # its pages are kept but not landed: the resume lands them again
         pager.stopped(str(ctx.faults.fault))
-    files = published or []
-    out = pager.outcome
-    summary = QuerySummary(
-        query_id=out.query_id,
-        endpoint=out.endpoint,
-        status=out.status,
-        pages=out.pages,
-        records=out.records,
-        credits=out.credits,
-        next_cursor=out.next_cursor,
-        error=out.error,
-        files=[(table, layout.relative(path), rows) for table, path, rows in files],
-        extraction=out.extraction.as_dict(),
-        raw_file=layout.relative(raw_path),
-        requests_file=layout.relative(requests_path),
-        **history_fields(spec, pager.start, out.status, out.next_cursor),
-    )
+    summary = _summary(layout, spec, pager, published or [], raw_path, requests_path)
     return Paged(summary, pager.start)
 
 
-def _publish(ctx: RunContext, sink: MultiTableSink) -> list[tuple[str, Path, int]] | None:
-    """The query's Parquet parts, published; None when the machine could not write them (the run stops, and
-    its resume lands the raw pages again)."""
+def _summary(
+    layout: OutputLayout,
+    spec: QuerySpec,
+    pager: QueryPager,
+    files: list[tuple[str, Path, int]],
+    raw_path: Path,
+    requests_path: Path,
+) -> QuerySummary:
+    out = pager.outcome
+    return QuerySummary(
+        query_id=out.query_id, endpoint=out.endpoint, status=out.status, pages=out.pages, records=out.records,
+        credits=out.credits, next_cursor=out.next_cursor, error=out.error,
+        files=[(table, layout.relative(path), rows) for table, path, rows in files],
+        extraction=out.extraction.as_dict(),
+        raw_file=layout.relative(raw_path), requests_file=layout.relative(requests_path),
+        **history_fields(spec, pager.start, out.status, out.next_cursor),
+    )  # fmt: skip
+
+
+def publish(ctx: RunContext, sink: MultiTableSink) -> list[tuple[str, Path, int]] | None:
+    """A writer's Parquet parts (a query's or the run's), published; None when the machine could not write them
+    (the run stops, and its resume lands the raw pages again)."""
     try:
         return sink.close()
     except Exception as exc:

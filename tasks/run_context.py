@@ -22,6 +22,7 @@ from connectors.paging.pager import QuerySpec
 from tasks.output.attempt_log import AttemptLogWriter
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import FaultStop
+from tasks.output.parquet_sink import MultiTableSink
 
 if TYPE_CHECKING:
     from tasks.query_line import QueryLine
@@ -107,6 +108,8 @@ class RunContext:
     """Per landed page: its records (as sent), how many were kept, its credits and whether it was replayed
     (dependents and progress)."""
 
+    sink: MultiTableSink | None = None
+    """The run's one Parquet writer (the flow's process); None: each query writes its own files (Dask rounds)."""
     lines: dict[str, QueryLine] = field(default_factory=dict)
     """The run's query lines by name, one per task run (`tasks.query_line`)."""
 

@@ -391,13 +391,14 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
     assert summary.loaded is False and summary.tables == {}
     assert busy.exit_code == 1 and "open in another process" in busy.stderr, busy.output
     assert summary.status == "complete" and summary.credits_spent == billed > 0
-    landed = {table: rows_ for q in summary.queries for table, _path, rows_ in q["files"]}
-    assert set(landed) == {"pinboard_pins", "short_video_videos"}
-    for q in summary.queries:
-        for _table, path, _n in q["files"]:
-            assert not Path(path).is_absolute() and (output / path).is_file()  # relative: the output can move
     manifest = orjson.loads((output / "raw" / summary.run_id / "manifest.json").read_bytes())
     assert manifest["loaded"] is False
+    landed = {table: rows_ for table, _path, rows_ in manifest["files"]}
+    assert set(landed) == {"pinboard_pins", "short_video_videos"}
+    assert len(manifest["files"]) == 2, "one file per table, not per query"
+    assert all(not q["files"] for q in summary.queries)
+    for _table, path, _n in manifest["files"]:
+        assert not Path(path).is_absolute() and (output / path).is_file()  # relative: the output can move
 
     loaded = subprocess.run(
         [str(HARVEST), "load", str(output)], env=subprocess_env(tmp_path), capture_output=True, text=True,

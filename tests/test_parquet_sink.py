@@ -256,3 +256,24 @@ def test_the_writer_thread_ends_before_the_load_and_comes_back_for_the_next_writ
         assert writers()
         stop_writer_thread()
         assert not writers()  # its allocator caches went with it
+
+
+def test_a_runs_file_rolls_over_past_its_size_and_every_row_is_in_one_part(tmp_path: Path) -> None:
+    """A run's one writer takes every query's rows; past `roll_bytes` on disk a table's file is published and a
+    new part begun, so a long run leaves files a warehouse can load, never one file per query."""
+    layout = OutputLayout(tmp_path)
+    sink = MultiTableSink(layout, "r1", STARTED, "run", roll_bytes=1)
+    for i in range(6):  # each page is more than a row group: written out at once
+        sink.write(VIDEOS, page(VIDEOS, i * 12_000, 12_000, STARTED))
+    sink.write(AUTHORS, page(AUTHORS, 0, 3, STARTED))
+    out = sink.close()
+    videos = [(path, rows) for table, path, rows in out if table == VIDEOS.table]
+    assert len(videos) >= 2, "the file rolled over"
+    names = [path.name for path, _ in videos]
+    assert names[0] == "r1-run.parquet" and len(set(names)) == len(names)
+    assert all(name.startswith("r1-run") for name in names)
+    assert sum(rows for _, rows in videos) == 72_000
+    keys = pa.concat_tables(pq.read_table(path) for path, _ in videos).column("aweme_id").to_pylist()
+    assert sorted(keys) == sorted(f"id{i}" for i in range(72_000)), "every row once, none lost at a roll"
+    assert [rows for t, _, rows in out if t == AUTHORS.table] == [3]
+    assert not list(tmp_path.rglob("*.tmp"))

@@ -60,9 +60,7 @@ def test_rebuild_derives_identical_tables_from_raw_pages_alone(
     again = runner.invoke(app, ["rebuild", str(output)])
     assert again.exit_code == 0, again.output
     assert database(db) == before, "rebuilding twice gives identical tables"
-    listed = {
-        path for m in all_manifests(OutputLayout(output)) for q in m.queries for _, path, _ in q["files"]
-    }
+    listed = {path for m in all_manifests(OutputLayout(output)) for _, path, _ in m.all_files()}
     assert {str(Path("parquet") / p) for p in parquet_rows(output / "parquet")} == listed
 
 

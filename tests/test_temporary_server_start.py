@@ -130,8 +130,13 @@ def test_two_runs_starting_at_once_on_a_new_prefect_home_both_succeed(tmp_path: 
             (tmp_path / job).mkdir()
             specs.append(one_query(tmp_path / job, sb.base_url, ENDPOINT, {"query": f"desks {job}"}))
         procs = [
-            subprocess.Popen([str(HARVEST), "run", str(spec)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+            subprocess.Popen(
+                [str(HARVEST), "run", str(spec)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for spec in specs
         ]
         ended = [finish(proc, timeout=300) for proc in procs]

@@ -5,12 +5,12 @@ and the run manifests. So a catalog fix after a shape change, a new column or a 
 rebuilding, and a lost or corrupted `harvest.duckdb` or `parquet/` comes back without paying again (the service
 may be gone).
 
-Order keeps what was landed safe at every step: a run's queries are landed again one by one (a query's old
-Parquet parts are replaced by its new one); the database is built in a new file beside the old one and moved
+Order keeps what was landed safe at every step: a run's queries are landed again one by one (a run's own files,
+or each query's, are replaced by new ones); the database is built in a new file beside the old one and moved
 over it only when complete. An interrupted rebuild is finished by running it again.
 
-Rebuilt files keep their names (a query's part id is taken from the files its manifest lists), so what an
-export sent before is replaced key for key. A run whose Parquet bytes changed (a catalog fix) is marked
+Rebuilt files keep their names (a run's own files roll over at the same size; a query's part id is taken from the
+files its manifest lists), so what an export sent before is replaced key for key. A run whose Parquet bytes changed (a catalog fix) is marked
 `rebuilt` in its manifest: the next increment export sends it again to every destination.
 """
 
@@ -34,7 +34,7 @@ from flows.handoff.export_ledger import EXPORTS_DDL
 from flows.run.load_step import load_manifest_into_duckdb
 from flows.spec import JobSpec, UsageError
 from tasks.database.connection import quote_ident, quote_literal
-from tasks.landing import land_raw_pages, open_sink
+from tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, all_manifests, write_manifest
 
@@ -110,16 +110,54 @@ def _job_lock(layout: OutputLayout, job: str) -> Iterator[None]:
 def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
     """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
     then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone."""
+    before = _fingerprints(layout, run)
+    relanded = _reland_own(layout, run, report) if run.files else _reland_queries(layout, run, report)
+    after = _fingerprints(layout, relanded)
+    if after != before:
+        retired = (set(run.retired_files) | set(before)) - set(after)
+        relanded = replace(relanded, rebuilt=datetime.now(UTC).isoformat(), retired_files=sorted(retired))
+    write_manifest(layout, relanded)
+    return relanded
+
+
+def _raw_of(layout: OutputLayout, run: RunManifest, q: dict[str, Any]) -> Path:
+    return layout.resolve(q["raw_file"]) if q.get("raw_file") else layout.raw_file(run.run_id, q["query_id"])
+
+
+def _reland_own(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
+    """A run that wrote its own files: every query's pages into one writer again, its files replaced."""
     started = datetime.fromisoformat(run.started)
     endpoints = catalog.endpoints(None, shapes_of(run.shapes))
-    before = _fingerprints(layout, run)
+    fresh_parts(layout, run.run_id, started)
+    sink = open_run_sink(layout, run.run_id, started)
+    queries = []
+    try:
+        for q in run.queries:
+            endpoint = endpoints.get(q["endpoint"])
+            if endpoint is None or not _raw_of(layout, run, q).exists():
+                queries.append(q)  # no page was paid (or the endpoint left the catalog): nothing to land
+                continue
+            spec = QuerySpec(query_id=q["query_id"], endpoint=q["endpoint"], params={})
+            point = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink, replace_parts=False)
+            report.pages += point.pages
+            report.records += point.records
+            queries.append(
+                {**q, "records": point.records, "extraction": point.extraction.as_dict(), "files": []}
+            )
+    finally:
+        files = sink.close()
+    own = [(table, layout.relative(path), rows) for table, path, rows in files]
+    return replace(run, queries=queries, files=own)
+
+
+def _reland_queries(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
+    """A run whose queries wrote their own files (Dask rounds, older runs): query by query, names kept."""
+    started = datetime.fromisoformat(run.started)
+    endpoints = catalog.endpoints(None, shapes_of(run.shapes))
     queries = []
     for n, q in enumerate(run.queries):
-        raw = (
-            layout.resolve(q["raw_file"]) if q.get("raw_file") else layout.raw_file(run.run_id, q["query_id"])
-        )
         endpoint = endpoints.get(q["endpoint"])
-        if endpoint is None or not raw.exists():
+        if endpoint is None or not _raw_of(layout, run, q).exists():
             queries.append(q)  # no page was paid (or the endpoint left the catalog): nothing to land
             continue
         spec = QuerySpec(query_id=q["query_id"], endpoint=q["endpoint"], params={})
@@ -138,13 +176,7 @@ def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) ->
                 "files": [(table, layout.relative(path), rows) for table, path, rows in files],
             }
         )
-    relanded = replace(run, queries=queries)
-    after = _fingerprints(layout, relanded)
-    if after != before:
-        retired = (set(run.retired_files) | set(before)) - set(after)
-        relanded = replace(relanded, rebuilt=datetime.now(UTC).isoformat(), retired_files=sorted(retired))
-    write_manifest(layout, relanded)
-    return relanded
+    return replace(run, queries=queries)
 
 
 def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
@@ -162,14 +194,13 @@ def _fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
     """SHA-256 of each of the run's Parquet files by relative path (a missing file: empty), to tell whether a
     rebuild changed what an export sent."""
     out = {}
-    for q in run.queries:
-        for _, path, _ in q.get("files", []):
-            file, digest = layout.resolve(path), hashlib.sha256()
-            if file.exists():
-                with open(file, "rb") as f:
-                    while chunk := f.read(1 << 20):
-                        digest.update(chunk)
-            out[layout.relative(file)] = digest.hexdigest() if file.exists() else ""
+    for _, path, _ in run.all_files():
+        file, digest = layout.resolve(path), hashlib.sha256()
+        if file.exists():
+            with open(file, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+        out[layout.relative(file)] = digest.hexdigest() if file.exists() else ""
     return out
 
 

@@ -5,7 +5,8 @@ A resume or a `--fresh` abandon also ends, as Crashed, the Prefect flow runs a k
 
 `harvest run --fresh` with an unfinished run lands what that run paid for, marks it abandoned and loads it.
 Abandoning never throws paid data away: the queries that were still running land their raw pages (no request
-is sent), their partial Parquet files are replaced, and the run is loaded into DuckDB like any other.
+is sent), the run's Parquet files are written again from its raw pages, and the run is loaded into DuckDB like any
+other.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from prefect.context import FlowRunContext
 
@@ -37,54 +39,42 @@ from flows.run.start import (
 from flows.spec import JobSpec
 from flows.spec.identity import plan_key
 from tasks.database.connection import DatabaseBusy
-from tasks.landing import land_raw_pages, open_sink
-from tasks.output.journal import read_journal
+from tasks.landing import fresh_parts, land_raw_pages, open_run_sink
+from tasks.output.journal import JournalState, read_journal
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, write_manifest
+from tasks.output.parquet_sink import MultiTableSink
 from tasks.output.query_summary import QuerySummary, history_fields
 
 log = logging.getLogger(__name__)
 
 
 def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, Endpoint]) -> RunManifest:
+    """Every raw page the run paid lands again into one writer (its earlier files go first: a crash left the
+    run's own file unfinished), the queries still running as `abandoned`."""
     journal = read_journal(layout.journal_file(run.run_id))
     started = datetime.fromisoformat(run.started)
-    summaries = list(journal.ended.values())
-    for n, (query_id, query) in enumerate(journal.started.items(), 1):
-        if query_id in journal.ended:
-            continue
-        spec = QuerySpec(**{**query, "resume": True})
-        endpoint = endpoints[spec.endpoint]
-        sink = open_sink(layout, run.run_id, started, 9000 + n, query_id)
-        try:
-            start = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink)
-        finally:
-            files = sink.close()
-        summaries.append(
-            QuerySummary(
-                query_id=query_id,
-                endpoint=spec.endpoint,
-                status="abandoned",
-                pages=start.pages,
-                records=start.records,
-                credits=journal.spent.get(query_id, 0),
-                next_cursor=None if start.ended else start.cursor,
-                error="the run was abandoned (--fresh) while this query was running",
-                files=[(table, layout.relative(path), rows) for table, path, rows in files],
-                extraction=start.extraction.as_dict(),
-                raw_file=layout.relative(layout.raw_file(run.run_id, query_id)),
-                requests_file=layout.relative(layout.requests_file(run.run_id, query_id)),
-                **history_fields(
-                    spec, start, start.ended or "abandoned", None if start.ended else start.cursor
-                ),
-            ).as_dict()
-        )
+    summaries = [{**s, "files": []} for s in journal.ended.values()]
+    fresh_parts(layout, run.run_id, started)
+    sink = open_run_sink(layout, run.run_id, started)
+    try:
+        for s in summaries:
+            spec = QuerySpec(**journal.started[s["query_id"]])
+            land_raw_pages(
+                layout, run.run_id, started, spec, endpoints[spec.endpoint], sink, replace_parts=False
+            )
+        for query_id, query in journal.started.items():
+            if query_id not in journal.ended:
+                summaries.append(_abandoned(layout, run.run_id, started, journal, query, endpoints, sink))
+    finally:
+        files = sink.close()
     done = replace(
         run,
         status="abandoned",
         finished=datetime.now(UTC).isoformat(),
         credits_spent=journal.total_spent,
         queries=summaries,
+        files=[(table, layout.relative(path), rows) for table, path, rows in files],
     )
     write_manifest(layout, done)
     try:
@@ -92,6 +82,30 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
     except DatabaseBusy as exc:
         log.warning("%s", exc)
     return done
+
+
+def _abandoned(
+    layout: OutputLayout,
+    run_id: str,
+    started: datetime,
+    journal: JournalState,
+    query: dict[str, Any],
+    endpoints: dict[str, Endpoint],
+    sink: MultiTableSink,
+) -> dict[str, Any]:
+    """A query the run was still paging: its raw pages land, and it ends `abandoned` where they stop."""
+    spec = QuerySpec(**{**query, "resume": True})
+    start = land_raw_pages(layout, run_id, started, spec, endpoints[spec.endpoint], sink, replace_parts=False)
+    return QuerySummary(
+        query_id=spec.query_id, endpoint=spec.endpoint, status="abandoned", pages=start.pages,
+        records=start.records, credits=journal.spent.get(spec.query_id, 0),
+        next_cursor=None if start.ended else start.cursor,
+        error="the run was abandoned (--fresh) while this query was running",
+        extraction=start.extraction.as_dict(),
+        raw_file=layout.relative(layout.raw_file(run_id, spec.query_id)),
+        requests_file=layout.relative(layout.requests_file(run_id, spec.query_id)),
+        **history_fields(spec, start, start.ended or "abandoned", None if start.ended else start.cursor),
+    ).as_dict()  # fmt: skip
 
 
 def new_run_id(now: datetime) -> str:

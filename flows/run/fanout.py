@@ -30,7 +30,7 @@ from flows.run import progress
 from flows.run.discovery import Discovery
 from flows.run.plan import DependentQuery, Plan, base_id
 from flows.run.start import RunStart
-from tasks.landing import page_query
+from tasks.landing import land_tables, page_query
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
 from tasks.output.query_summary import QuerySummary
@@ -208,14 +208,18 @@ class Fanout:
                 self.start(child, wait=True)
 
     def rediscover(self, layout: OutputLayout) -> None:
-        """Children of queries kept from before the crash: found again in their parents' raw pages."""
+        """Queries kept from before the crash: their raw pages land again into the run's writer (its earlier
+        files are gone, `tasks.landing.fresh_parts`), and their children are found again in them."""
         for query_id, summary in self.start_info.kept.items():
-            if not self.discovery.dependents_of(query_id):
-                continue
             endpoint = self.ctx.endpoints[summary["endpoint"]]
             spec = QuerySpec(**self.start_info.journal.started[query_id])
+            summary["files"] = []
             for page in replay(layout.raw_file(self.ctx.run_id, query_id), endpoint):
-                self.on_records(spec, page.records, page.kept, page.raw.credits, True)
+                if self.ctx.sink is not None:
+                    land_tables(self.ctx.sink, endpoint, spec, self.ctx.run_id, page.converted.tables,
+                                page.fetched_at)  # fmt: skip
+                if self.discovery.dependents_of(query_id):
+                    self.on_records(spec, page.records, page.kept, page.raw.credits, True)
 
     async def run(self, layout: OutputLayout) -> list[dict[str, Any]]:
         for query in self.plan.queries:

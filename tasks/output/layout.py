@@ -4,7 +4,8 @@ Keeping the naming here means the raw store, the Parquet sink, the DuckDB loader
 on where a run's data lives without passing paths around by hand::
 
     <root>/harvest.duckdb                                      the queryable database (written only by `load`)
-    <root>/parquet/<table>/date=<YYYY-MM-DD>/<run_id>-<n>.parquet
+    <root>/parquet/<table>/date=<YYYY-MM-DD>/<run_id>-run[-<k>].parquet   a run's parts, rolled by size
+    <root>/parquet/<table>/date=<YYYY-MM-DD>/<run_id>-<n>-<hash>.parquet  a query's (Dask rounds, older runs)
     <root>/.harvest-<job>.lock                                 held while a run of the job is going on
     <root>/raw/<run_id>/manifest.json                          run manifest
     <root>/raw/<run_id>/journal.jsonl                          queries started/ended, credit reservations
@@ -33,6 +34,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SLUG_MAX = 60
 _HASH_LEN = 16
 
+RUN_PART = "run"
+"""The part id of a run's own Parquet files (one writer per run in the flow's process; rolled parts add `-<k>`)."""
 RAW_SUFFIX = ".pages"
 REQUESTS_SUFFIX = ".requests.jsonl"
 PARQUET_SUFFIX = ".parquet"
@@ -148,6 +151,18 @@ class OutputLayout:
             name = part.name
             if (name.startswith(f".{run_id}-") and name.endswith(tail + TMP_SUFFIX)) or (
                 name.startswith(f"{run_id}-") and name.endswith(tail)
+            ):
+                found.append(part)
+        return sorted(found)
+
+    def run_parts(self, run_id: str, date: dt.date) -> list[Path]:
+        """Every Parquet file of one run, published or still `.tmp`, in every table (its queries' and its own)."""
+        _check_component(run_id, "run id")
+        found = []
+        for part in self.parquet_root.glob(f"*/date={date.isoformat()}/*{PARQUET_SUFFIX}*"):
+            name = part.name
+            if (name.startswith(f".{run_id}-") and name.endswith(TMP_SUFFIX)) or (
+                name.startswith(f"{run_id}-") and name.endswith(PARQUET_SUFFIX)
             ):
                 found.append(part)
         return sorted(found)

@@ -72,6 +72,9 @@ class RunManifest:
     shapes: dict[str, Any] = field(default_factory=dict)
     """The spec's `shapes` the run read its pages with (`connectors.catalog.shape_overrides`): a rebuild reads them the
     same way unless given a spec's."""
+    files: list[tuple[str, str, int]] = field(default_factory=list)
+    """(table, path relative to the output root, rows) of the run's own Parquet files (`tasks.landing.open_run_sink`);
+    Dask rounds and runs before them list files per query instead."""
     retired_files: list[str] = field(default_factory=list)
     """Parquet files (relative paths) a rebuild removed and did not write again: the parts of Dask rounds become
     one part per query. An export deletes them at a destination that has them, so no row is there twice."""
@@ -101,11 +104,15 @@ class RunManifest:
         earlier = self.flow_run_ids or ([self.flow_run_id] if self.flow_run_id else [])
         return list(dict.fromkeys([*earlier, *([current] if current else [])]))
 
+    def all_files(self) -> list[tuple[str, str, int]]:
+        """Every Parquet file the run landed: its own, then its queries'."""
+        own = [(str(t), str(p), int(n)) for t, p, n in self.files]
+        return own + [(str(t), str(p), int(n)) for q in self.queries for t, p, n in q.get("files", [])]
+
     def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = defaultdict(list)
-        for q in self.queries:
-            for table, path, _rows in q.get("files", []):
-                out[table].append(layout.resolve(path))
+        for table, path, _rows in self.all_files():
+            out[table].append(layout.resolve(path))
         return dict(out)
 
 

@@ -37,6 +37,9 @@ ROW_GROUP_BYTES = 2 * 1024 * 1024
 """The Parquet row group every landed file is written in. Every running query buffers at most one row group per
 table, so memory is bounded by these times the number of queries in flight, whatever the number of pages; 10k
 rows still read efficiently. (DuckDB's own row groups are a setting of the load: `tasks.database.load_settings`.)"""
+ROLL_BYTES = 256 * 1024 * 1024
+"""A run's part of a table is closed and a new one begun past this size on disk: files large enough that a
+warehouse reads them well, small enough to copy, and a run of 10,000 queries leaves a few files per table."""
 DEFAULT_COMPRESSION = "zstd"
 """Without dictionary encoding: Arrow hashed every value (the `raw` JSON included) to try a dictionary and gave
 it up for wide text anyway; plain pages under zstd wrote a 20k-row group in ~60% of the time, and smaller."""
@@ -192,6 +195,13 @@ class TableWriter:
         if pending is not None:
             pending.result()
 
+    def on_disk(self) -> int:
+        """Bytes of the unfinished file so far (the row groups already written out)."""
+        try:
+            return self.tmp_path.stat().st_size if self._writer is not None else 0
+        except FileNotFoundError:
+            return 0
+
     def close(self) -> Path | None:
         """Finish the file and publish it under its final name; returns it, or None if no row was written."""
         if self._closed:
@@ -226,7 +236,10 @@ class TableWriter:
 
 
 class MultiTableSink:
-    """One `TableWriter` per table, created on first use, for one writer (a query or a worker) of a run."""
+    """One `TableWriter` per table, created on first use, for one writer (a run, a query or a Dask round) of a run.
+
+    A table's file past `roll_bytes` on disk is published and a new one begun (`<part>-<k>`): a run's one
+    writer leaves a few files per table however many queries wrote into it."""
 
     def __init__(
         self,
@@ -236,6 +249,7 @@ class MultiTableSink:
         part: str,
         *,
         compression: str = DEFAULT_COMPRESSION,
+        roll_bytes: int = ROLL_BYTES,
     ) -> None:
         run_date(run_started)  # validate early, not at the first page
         self.layout = layout
@@ -243,18 +257,23 @@ class MultiTableSink:
         self.run_started = run_started
         self.part = part
         self.compression = compression
+        self.roll_bytes = roll_bytes
         self.writers: dict[str, TableWriter] = {}
+        self.rolled: list[tuple[str, Path, int]] = []
+        """Files published when their table rolled over to a new part."""
+        self._parts: dict[str, int] = {}
 
     def writer(self, kind: KindLike) -> TableWriter:
         w = self.writers.get(kind.table)
         if w is None:
+            n = self._parts.get(kind.table, 0)
             w = TableWriter(
                 self.layout,
                 kind.table,
                 kind.schema,
                 self.run_id,
                 self.run_started,
-                self.part,
+                self.part if n == 0 else f"{self.part}-{n}",
                 compression=self.compression,
             )
             self.writers[kind.table] = w
@@ -262,8 +281,18 @@ class MultiTableSink:
             raise ValueError(f"table {kind.table}: two different schemas in one run")
         return w
 
+    def _roll(self, table: str) -> None:
+        w = self.writers.pop(table)
+        path = w.close()
+        self._parts[table] = self._parts.get(table, 0) + 1
+        if path is not None:
+            self.rolled.append((table, path, w.rows))
+
     def write(self, kind: KindLike, data: pa.Table) -> None:
-        self.writer(kind).write(data)
+        w = self.writer(kind)
+        w.write(data)
+        if w.row_groups and w.on_disk() >= self.roll_bytes:
+            self._roll(kind.table)
 
     def write_page(self, tables: Iterable[tuple[KindLike, pa.Table]]) -> None:
         """Write all tables converted from one page."""
@@ -275,7 +304,7 @@ class MultiTableSink:
 
         Every writer is closed even if one fails, so one bad table does not cost the others their files.
         """
-        out: list[tuple[str, Path, int]] = []
+        out: list[tuple[str, Path, int]] = list(self.rolled)
         errors: list[BaseException] = []
         for table, w in self.writers.items():
             try:
