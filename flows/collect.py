@@ -52,6 +52,7 @@ from tasks.output.journal import RunJournal  # noqa: E402
 from tasks.output.layout import OutputLayout  # noqa: E402
 from tasks.output.machine_fault import FaultStop, MachineFault  # noqa: E402
 from tasks.output.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
 from tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
 from tasks.run_context import service_client  # noqa: E402
 
@@ -101,15 +102,21 @@ async def _fan_out(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every query in this process, into the run's one Parquet writer; its files go into the manifest (none when
     the machine could not write them: the run stops, and its resume lands the raw pages again)."""
-    fresh_parts(ctx.layout, ctx.run_id, ctx.started)  # a resumed run's files: its raw pages land again
-    ctx.sink = open_run_sink(ctx.layout, ctx.run_id, ctx.started)
+    layout, run_id = ctx.layout, ctx.run_id
+    fresh_parts(layout, run_id, ctx.started)  # a resumed run's files: its raw pages land again
+    ctx.raw_index = RawIndex(layout.raw_files(run_id)) if begun.start.kind == "resume" else None
+    session = layout.next_session(run_id)
+    ctx.sink = open_run_sink(layout, run_id, ctx.started)
     fan = Fanout(ctx, the_plan, begun.start, journal, job)
     ctx.on_records = fan.on_records
     run_context.register(ctx)
     try:
-        summaries = await fan.run(ctx.layout)
+        with RawPageWriter(layout.session_raw_file(run_id, session), fsync=ctx.fsync) as ctx.raw:
+            ctx.attempts.share(layout.session_requests_file(run_id, session))
+            summaries = await fan.run(layout)
     finally:
-        run_context.unregister(ctx.run_id)
+        run_context.unregister(run_id)
+        ctx.attempts.end_sharing()
         files = publish(ctx, ctx.sink)
     begun.manifest.files = [(table, ctx.layout.relative(path), rows) for table, path, rows in files or []]
     return summaries, fan.discovery.skipped

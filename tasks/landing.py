@@ -12,8 +12,8 @@ again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from contextlib import aclosing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -30,8 +30,8 @@ from tasks.database.known_keys import load_known_keys
 from tasks.output.layout import RUN_PART, OutputLayout
 from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
-from tasks.output.raw_store import RawPageWriter
-from tasks.output.replay import ResumePoint, replay
+from tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
+from tasks.output.replay import ResumePoint, replay_pages
 from tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ def land_raw_pages(
     sink: MultiTableSink,
     on_records: OnRecords | None = None,
     replace_parts: bool = True,
+    index: RawIndex | None = None,
 ) -> PagerStart:
     """Land a query's stored pages again and say where paging continues.
 
@@ -86,12 +87,21 @@ def land_raw_pages(
         for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
             stale.unlink(missing_ok=True)
     point = ResumePoint(endpoint.kinds, backfill_after_head(spec.history, spec.backfill, spec.start_cursor))
-    for page in replay(layout.raw_file(run_id, spec.query_id), endpoint):
+    for page in replay_pages(query_pages(layout, run_id, spec.query_id, index), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:
             on_records(spec, page.records, page.kept, page.raw.credits, True)
         point.add(page)
     return point.finish()
+
+
+def query_pages(
+    layout: OutputLayout, run_id: str, query_id: str, index: RawIndex | None
+) -> Iterator[RawPage]:
+    """A query's stored pages: found by the run's index, or in the query's own file (a Dask round's)."""
+    return (
+        index.pages(query_id) if index is not None else iter(RawPageReader(layout.raw_file(run_id, query_id)))
+    )
 
 
 def open_run_sink(layout: OutputLayout, run_id: str, started: datetime) -> MultiTableSink:
@@ -146,24 +156,16 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
     """
     endpoint = ctx.endpoints[spec.endpoint]
     layout, run_id = ctx.layout, ctx.run_id
-    raw_path = layout.raw_file(run_id, spec.query_id)
-    requests_path = layout.requests_file(run_id, spec.query_id)
+    raw_path = ctx.raw.path if ctx.raw is not None else layout.raw_file(run_id, spec.query_id)
+    shared_log = ctx.attempts.shared
+    requests_path = shared_log.path if shared_log else layout.requests_file(run_id, spec.query_id)
     shared = ctx.sink is not None
     sink = ctx.sink or open_sink(layout, run_id, ctx.started, part, spec.query_id)
     try:
         try:
             ctx.attempts.open(spec.query_id, requests_path)
             if spec.resume:
-                start = land_raw_pages(
-                    layout,
-                    run_id,
-                    ctx.started,
-                    spec,
-                    endpoint,
-                    sink,
-                    ctx.on_records,
-                    replace_parts=not shared,
-                )
+                start = _land_paid(ctx, spec, endpoint, sink)
         except OSError as exc:  # the machine could not write before anything was paid: stop, resumable
             if not ctx.faults.caught(exc, requests_path):
                 raise
@@ -176,7 +178,7 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
         known = _known(ctx, spec, endpoint)  # keep: into `raw`, opened in the `try` that reports its failure
         pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, known, keep=lambda p: _keep(raw, p))
         try:
-            with RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
+            with nullcontext(ctx.raw) if ctx.raw else RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
                 async with aclosing(pager.pages()) as pages:
                     async for page in pages:
                         land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
@@ -194,6 +196,14 @@ async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerSt
         pager.stopped(str(ctx.faults.fault))
     summary = _summary(layout, spec, pager, published or [], raw_path, requests_path)
     return Paged(summary, pager.start)
+
+
+def _land_paid(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint, sink: MultiTableSink) -> PagerStart:
+    """A resumed query's pages paid before the crash, landed again; into the run's writer, found by its index."""
+    own = ctx.sink is None
+    return land_raw_pages(
+        ctx.layout, ctx.run_id, ctx.started, spec, endpoint, sink, ctx.on_records, own, ctx.raw_index
+    )
 
 
 def _summary(

@@ -23,6 +23,7 @@ from tasks.output.attempt_log import AttemptLogWriter
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import FaultStop
 from tasks.output.parquet_sink import MultiTableSink
+from tasks.output.raw_store import RawIndex, RawPageWriter
 
 if TYPE_CHECKING:
     from tasks.query_line import QueryLine
@@ -69,13 +70,22 @@ class AttemptLogs:
         self.fsync = fsync
         self.writers: dict[str, AttemptLogWriter] = {}
         self.faults = faults
+        self.shared: AttemptLogWriter | None = None
+        """The session's one log (the flow's process): every query's attempts, each line naming its query."""
+
+    def share(self, path: Path) -> None:
+        self.shared = AttemptLogWriter(path, fsync=self.fsync)
+
+    def end_sharing(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
 
     def open(self, query_id: str, path: Path) -> None:
-        self.writers[query_id] = AttemptLogWriter(path, fsync=self.fsync)
+        self.writers[query_id] = self.shared or AttemptLogWriter(path, fsync=self.fsync)
 
     def close(self, query_id: str) -> None:
         writer = self.writers.pop(query_id, None)
-        if writer is not None:
+        if writer is not None and writer is not self.shared:
             writer.close()
 
     def log(self, attempt: Attempt) -> None:
@@ -108,6 +118,10 @@ class RunContext:
     """Per landed page: its records (as sent), how many were kept, its credits and whether it was replayed
     (dependents and progress)."""
 
+    raw: RawPageWriter | None = None
+    """The session's one raw file (the flow's process); None: each query writes its own (Dask rounds)."""
+    raw_index: RawIndex | None = None
+    """Where the pages of a resumed run are, found once (`tasks.output.raw_store.RawIndex`)."""
     sink: MultiTableSink | None = None
     """The run's one Parquet writer (the flow's process); None: each query writes its own files (Dask rounds)."""
     lines: dict[str, QueryLine] = field(default_factory=dict)

@@ -28,7 +28,7 @@ from sandbox.wire.serving import RunningSandbox, running
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, all_manifests, read_manifest
 from tasks.output.raw_store import RawPageReader
-from tasks.output.replay import replay
+from tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -113,10 +113,10 @@ def assert_landed_once(output: Path, run_id: str) -> None:
         assert key_set(db, table) == keys, table
     assert not list(output.rglob("*.tmp")), "a partial Parquet file was left behind"
     stored = Counter[str]()
-    for path in OutputLayout(output).raw_files(run_id):
-        endpoint = catalog.get(next(iter(RawPageReader(path))).endpoint)
-        for page in replay(path, endpoint):
-            stored[page.raw.query_id] += page.record_count
+    for path in OutputLayout(output).raw_files(run_id):  # a session's file holds every query's pages
+        for raw in RawPageReader(path):
+            for page in replay_pages([raw], catalog.get(raw.endpoint)):
+                stored[page.raw.query_id] += page.record_count
     parquet = str(output / "parquet" / "*" / "*" / f"{run_id}-*.parquet")
     con = duckdb.connect()
     landed = dict(
@@ -294,8 +294,9 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     stored = sum(
         page.record_count
         for path in OutputLayout(output).raw_files(killed.run_id)
-        if "pins" in path.name
-        for page in replay(path, catalog.get(PINS))
+        for raw in RawPageReader(path)
+        if raw.query_id.startswith("pins")
+        for page in replay_pages([raw], catalog.get(PINS))
     )
     parquet = str(output / "parquet" / "pinboard_pins" / "*" / f"{killed.run_id}-*.parquet")
     assert (

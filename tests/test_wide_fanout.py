@@ -1,8 +1,8 @@
 """Wide fan-outs (#29): what a run costs and leaves grows with its tables, not with its queries.
 
 A fan-out over many accounts, and the dependent queries its parent's records start, run as one Prefect task run
-per spec query, and land in one Parquet file per table (rolled only by size); every query still has its own row
-in `query_state`, and every record lands once."""
+per spec query, and land in one Parquet file per table (rolled only by size), one raw file and one attempt log
+per session; every query still has its own row in `query_state`, and every record lands once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,16 @@ from sandbox.expected import full_crawl
 from sandbox.wire.serving import running
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import all_manifests
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    rows,
+    run_flow,
+    scalar,
+    write_spec,
+)
 from tests.prefect_helpers import task_runs
 
 PROFILE = "/v3/short-video/profile/videos"
@@ -74,6 +83,12 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
     files = sorted(p.relative_to(output).as_posix() for p in (output / "parquet").rglob("*.parquet"))
     assert files == sorted(path for _, path, _ in manifest.all_files())
     assert len(files) == len({table for table, _, _ in manifest.files}) == len(expected)
+    # the raw store and the attempt log: one file each for the session, every query's pages in it
+    run_dir = output / "raw" / manifest.run_id
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "journal.jsonl", "manifest.json", "session-0001.pages", "session-0001.requests.jsonl"
+    ]  # fmt: skip
+    assert scalar(db, "SELECT count(DISTINCT query_id) FROM requests") == len(summary.queries)
     # Prefect: one task run per spec query, each Completed; the dependents' line closed after its parent ended
     runs = {t.name: t for t in task_runs(str(manifest.flow_run_id))}
     assert sorted(runs) == ["creatives", "details", "videos"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from flows.spec import UsageError
 from tasks.output.layout import OutputLayout
-from tasks.output.raw_store import RawPage, RawPageReader
+from tasks.output.raw_store import RawIndex, RawPage, RawPageReader
 
 
 def _body(page: RawPage) -> dict[str, Any]:
@@ -47,12 +47,19 @@ def raw_lines(layout: OutputLayout, run_id: str | None = None, query_id: str | N
     if not layout.raw_root.is_dir():
         raise UsageError(f"{layout.root}: not a harvest output directory (no raw/); allowed: a job's output")
     runs = _runs(layout, run_id)
-    if query_id is not None and not any(layout.raw_file(r, query_id).exists() for r in runs):
+    if query_id is None:
+        for run in runs:
+            for path in layout.raw_files(run):
+                for page in RawPageReader(path):
+                    yield _line(run, page)
+        return
+    indexes = {run: RawIndex(layout.raw_files(run)) for run in runs}
+    if not any(index.has(query_id) for index in indexes.values()):
         raise UsageError(f"no raw pages of query {query_id!r} in {', '.join(runs) or layout.raw_root}")
-    for run in runs:
-        files = [layout.raw_file(run, query_id)] if query_id is not None else layout.raw_files(run)
-        for path in files:
-            if not path.exists():
-                continue
-            for page in RawPageReader(path):
-                yield json.dumps({"run_id": run, **page.meta(), **_body(page)}, ensure_ascii=True)
+    for run, index in indexes.items():
+        for page in index.pages(query_id):
+            yield _line(run, page)
+
+
+def _line(run: str, page: RawPage) -> str:
+    return json.dumps({"run_id": run, **page.meta(), **_body(page)}, ensure_ascii=True)

@@ -37,6 +37,7 @@ from tasks.database.connection import quote_ident, quote_literal
 from tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, all_manifests, write_manifest
+from tasks.output.raw_store import RawIndex
 
 KEPT_TABLES = {"exports": EXPORTS_DDL}
 """Tables that record what happened outside the output directory (where runs were exported), with their
@@ -129,16 +130,17 @@ def _reland_own(layout: OutputLayout, run: RunManifest, report: RebuildReport) -
     started = datetime.fromisoformat(run.started)
     endpoints = catalog.endpoints(None, shapes_of(run.shapes))
     fresh_parts(layout, run.run_id, started)
+    index = RawIndex(layout.raw_files(run.run_id))
     sink = open_run_sink(layout, run.run_id, started)
     queries = []
     try:
         for q in run.queries:
             endpoint = endpoints.get(q["endpoint"])
-            if endpoint is None or not _raw_of(layout, run, q).exists():
+            if endpoint is None or not index.has(q["query_id"]):
                 queries.append(q)  # no page was paid (or the endpoint left the catalog): nothing to land
                 continue
             spec = QuerySpec(query_id=q["query_id"], endpoint=q["endpoint"], params={})
-            point = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink, replace_parts=False)
+            point = land_raw_pages(layout, run.run_id, started, spec, endpoint, sink, None, False, index)
             report.pages += point.pages
             report.records += point.records
             queries.append(

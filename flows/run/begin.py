@@ -45,6 +45,7 @@ from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, write_manifest
 from tasks.output.parquet_sink import MultiTableSink
 from tasks.output.query_summary import QuerySummary, history_fields
+from tasks.output.raw_store import RawIndex
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +57,16 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
     started = datetime.fromisoformat(run.started)
     summaries = [{**s, "files": []} for s in journal.ended.values()]
     fresh_parts(layout, run.run_id, started)
+    index = RawIndex(layout.raw_files(run.run_id))
     sink = open_run_sink(layout, run.run_id, started)
     try:
         for s in summaries:
             spec = QuerySpec(**journal.started[s["query_id"]])
-            land_raw_pages(
-                layout, run.run_id, started, spec, endpoints[spec.endpoint], sink, replace_parts=False
-            )
+            endpoint = endpoints[spec.endpoint]
+            land_raw_pages(layout, run.run_id, started, spec, endpoint, sink, None, False, index)
         for query_id, query in journal.started.items():
             if query_id not in journal.ended:
-                summaries.append(_abandoned(layout, run.run_id, started, journal, query, endpoints, sink))
+                summaries.append(_abandoned(layout, run, journal, query, endpoints, sink, index))
     finally:
         files = sink.close()
     done = replace(
@@ -86,24 +87,25 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
 
 def _abandoned(
     layout: OutputLayout,
-    run_id: str,
-    started: datetime,
+    run: RunManifest,
     journal: JournalState,
     query: dict[str, Any],
     endpoints: dict[str, Endpoint],
     sink: MultiTableSink,
+    index: RawIndex,
 ) -> dict[str, Any]:
     """A query the run was still paging: its raw pages land, and it ends `abandoned` where they stop."""
     spec = QuerySpec(**{**query, "resume": True})
-    start = land_raw_pages(layout, run_id, started, spec, endpoints[spec.endpoint], sink, replace_parts=False)
+    run_id, started = run.run_id, datetime.fromisoformat(run.started)
+    start = land_raw_pages(layout, run_id, started, spec, endpoints[spec.endpoint], sink, None, False, index)
+    where = index.at.get(spec.query_id)
     return QuerySummary(
         query_id=spec.query_id, endpoint=spec.endpoint, status="abandoned", pages=start.pages,
         records=start.records, credits=journal.spent.get(spec.query_id, 0),
         next_cursor=None if start.ended else start.cursor,
         error="the run was abandoned (--fresh) while this query was running",
         extraction=start.extraction.as_dict(),
-        raw_file=layout.relative(layout.raw_file(run_id, spec.query_id)),
-        requests_file=layout.relative(layout.requests_file(run_id, spec.query_id)),
+        raw_file=layout.relative(where[-1][0] if where else layout.raw_file(run_id, spec.query_id)),
         **history_fields(spec, start, start.ended or "abandoned", None if start.ended else start.cursor),
     ).as_dict()  # fmt: skip
 

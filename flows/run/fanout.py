@@ -30,11 +30,11 @@ from flows.run import progress
 from flows.run.discovery import Discovery
 from flows.run.plan import DependentQuery, Plan, base_id
 from flows.run.start import RunStart
-from tasks.landing import land_tables, page_query
+from tasks.landing import land_tables, page_query, query_pages
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
 from tasks.output.query_summary import QuerySummary
-from tasks.output.replay import replay
+from tasks.output.replay import replay_pages
 from tasks.query_line import QueryLine, collect_queries
 from tasks.run_context import RunContext
 
@@ -92,7 +92,8 @@ class Fanout:
         decided = self.start_info.decide(query)
         if decided is None:
             return
-        has_pages = decided.resume and self.ctx.layout.raw_file(self.ctx.run_id, decided.query_id).exists()
+        index = self.ctx.raw_index
+        has_pages = decided.resume and index is not None and index.has(decided.query_id)
         self.pending[base_id(decided.query_id)] += 1
         if wait and not has_pages:
             self.waiting.append(decided)
@@ -214,7 +215,8 @@ class Fanout:
             endpoint = self.ctx.endpoints[summary["endpoint"]]
             spec = QuerySpec(**self.start_info.journal.started[query_id])
             summary["files"] = []
-            for page in replay(layout.raw_file(self.ctx.run_id, query_id), endpoint):
+            pages = query_pages(layout, self.ctx.run_id, query_id, self.ctx.raw_index)
+            for page in replay_pages(pages, endpoint):
                 if self.ctx.sink is not None:
                     land_tables(self.ctx.sink, endpoint, spec, self.ctx.run_id, page.converted.tables,
                                 page.fetched_at)  # fmt: skip
@@ -245,8 +247,9 @@ class Fanout:
             status="interrupted" if stopped else "failed", pages=0,
             records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
             error=self.ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
-            raw_file=layout.relative(layout.raw_file(run_id, query_id)),
-            requests_file=layout.relative(layout.requests_file(run_id, query_id)),
+            raw_file=layout.relative(self.ctx.raw.path if self.ctx.raw else layout.raw_file(run_id, query_id)),
+            requests_file=layout.relative(shared.path if (shared := self.ctx.attempts.shared) else
+                                          layout.requests_file(run_id, query_id)),
         ).as_dict()  # fmt: skip
 
 

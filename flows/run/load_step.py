@@ -35,7 +35,8 @@ def load_manifest_into_duckdb(
     `db`: another database file than the output's (`harvest rebuild` builds a new one beside it)."""
     kinds = all_kinds()
     batches = [(kinds[table], files) for table, files in sorted(manifest.files_by_table(layout).items())]
-    requests = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
+    listed = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
+    requests = list(dict.fromkeys([*layout.requests_files(manifest.run_id), *listed]))  # a session's: once
     with write_connection(
         db or layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
     ) as con:

@@ -9,8 +9,9 @@ on where a run's data lives without passing paths around by hand::
     <root>/.harvest-<job>.lock                                 held while a run of the job is going on
     <root>/raw/<run_id>/manifest.json                          run manifest
     <root>/raw/<run_id>/journal.jsonl                          queries started/ended, credit reservations
-    <root>/raw/<run_id>/<query-stem>.pages                     paid answers, one frame per page (rawstore)
-    <root>/raw/<run_id>/<query-stem>.requests.jsonl            attempt log of that query
+    <root>/raw/<run_id>/session-<n>.pages                      paid answers of every query, one frame per page
+    <root>/raw/<run_id>/session-<n>.requests.jsonl             attempt log of every query of that session
+    <root>/raw/<run_id>/<query-stem>.pages, .requests.jsonl    a query's own (Dask rounds, runs written before)
 
 Query ids are free text (they may hold ``/``, ``:``, spaces or non-ASCII), so a query's file stem is a
 readable, sanitised prefix plus a hash of the exact id (see `query_stem`). The mapping is one-way by
@@ -36,6 +37,8 @@ _HASH_LEN = 16
 
 RUN_PART = "run"
 """The part id of a run's own Parquet files (one writer per run in the flow's process; rolled parts add `-<k>`)."""
+SESSION_PREFIX = "session-"
+"""Query stems are `<slug>-<16 hex>`: a session's `session-0001` never is one."""
 RAW_SUFFIX = ".pages"
 REQUESTS_SUFFIX = ".requests.jsonl"
 PARQUET_SUFFIX = ".parquet"
@@ -127,6 +130,23 @@ class OutputLayout:
     def run_dir(self, run_id: str) -> Path:
         return self.raw_root / _check_component(run_id, "run id")
 
+    def session_raw_file(self, run_id: str, session: int) -> Path:
+        """The raw pages one process of a run paid for, every query's in one file (the flow's process; each
+        resume is a session of its own, so a crashed session's file is only read, never appended to)."""
+        return self.run_dir(run_id) / f"{SESSION_PREFIX}{session:04d}{RAW_SUFFIX}"
+
+    def session_requests_file(self, run_id: str, session: int) -> Path:
+        return self.run_dir(run_id) / f"{SESSION_PREFIX}{session:04d}{REQUESTS_SUFFIX}"
+
+    def next_session(self, run_id: str) -> int:
+        """1 for a new run, one past the last session's number for a resume."""
+        used = [
+            int(m[1])
+            for p in self.run_dir(run_id).glob(f"{SESSION_PREFIX}*")
+            if (m := _SESSION_FILE.match(p.name))
+        ]
+        return max(used, default=0) + 1
+
     def raw_file(self, run_id: str, query_id: str) -> Path:
         return self.run_dir(run_id) / f"{query_stem(query_id)}{RAW_SUFFIX}"
 
@@ -181,11 +201,19 @@ class OutputLayout:
         return path if path.is_absolute() else self.root / path
 
     def raw_files(self, run_id: str) -> list[Path]:
-        """All raw page files of a run, in a stable order (for load/rebuild)."""
-        return sorted(self.run_dir(run_id).glob(f"*{RAW_SUFFIX}"))
+        """All raw page files of a run in the order they were written: a query's own files (Dask rounds, runs
+        before sessions) first, then the sessions' in order."""
+        return sorted(self.run_dir(run_id).glob(f"*{RAW_SUFFIX}"), key=_written_order)
 
     def requests_files(self, run_id: str) -> list[Path]:
-        return sorted(self.run_dir(run_id).glob(f"*{REQUESTS_SUFFIX}"))
+        return sorted(self.run_dir(run_id).glob(f"*{REQUESTS_SUFFIX}"), key=_written_order)
+
+
+_SESSION_FILE = re.compile(rf"{SESSION_PREFIX}(\d+)\.")
+
+
+def _written_order(path: Path) -> tuple[bool, str]:
+    return _SESSION_FILE.match(path.name) is not None, path.name
 
 
 class KindLike(Protocol):

@@ -26,7 +26,7 @@ import os
 import struct
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -218,6 +218,41 @@ def count_pages(path: Path | str) -> int:
                 return count
             f.seek(length, os.SEEK_CUR)
             count += 1
+
+
+class RawIndex:
+    """Where each query's pages are among a run's raw files (its sessions' and older per-query files), found
+    in one pass: a resume, an abandon or a rebuild then reads a query's pages without reading the run again
+    for each of its thousands of queries."""
+
+    def __init__(self, files: Iterable[Path]) -> None:
+        self.at: dict[str, list[tuple[Path, int]]] = {}
+        for path in files:
+            reader, start = RawPageReader(path), 0
+            for page in reader:
+                self.at.setdefault(page.query_id, []).append((path, start))
+                start = reader.valid_bytes
+
+    def has(self, query_id: str) -> bool:
+        return query_id in self.at
+
+    def pages(self, query_id: str) -> Iterator[RawPage]:
+        """The query's complete pages in the order they were paid."""
+        handle: tuple[Path, BinaryIO] | None = None
+        try:
+            for path, offset in self.at.get(query_id, []):
+                if handle is None or handle[0] != path:
+                    if handle is not None:
+                        handle[1].close()
+                    handle = (path, open(path, "rb"))  # noqa: SIM115 (closed here, across pages)
+                f = handle[1]
+                f.seek(offset)
+                page = RawPageReader(path)._read_frame(f, f.read(_HEADER.size))
+                if page is not None:  # it was read whole when indexed
+                    yield page
+        finally:
+            if handle is not None:
+                handle[1].close()
 
 
 def last_page(path: Path | str) -> RawPage | None:

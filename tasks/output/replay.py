@@ -7,7 +7,7 @@ the `cursor_out` of the last durable page, or the page itself when it was a paid
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,7 +57,12 @@ def _body(page: RawPage) -> Body:
 
 def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
     """Every complete page of a raw file with its records; a torn tail (a crash mid-write) is skipped."""
-    for page in RawPageReader(path):
+    return replay_pages(RawPageReader(path), endpoint)
+
+
+def replay_pages(pages: Iterable[RawPage], endpoint: Endpoint) -> Iterator[ReplayedPage]:
+    """Stored pages (a query's, from a `RawIndex`) with their records."""
+    for page in pages:
         body = _body(page)
         converted = convert_page(endpoint.kinds, body.value, page.params, body.repairs)
         yield ReplayedPage(page, converted, body.value is not None)
