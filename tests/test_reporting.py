@@ -99,3 +99,22 @@ def test_the_summary_shows_the_services_bill_beside_harvests_count(
     summary.service_billed = 12
     print_summary(summary, Path("out"))
     assert "balance fell" not in capsys.readouterr().out
+
+
+def test_a_wide_fan_out_is_one_row_of_the_run_table_plus_its_queries_that_did_not_end_well() -> None:
+    from connectors.paging.pager import OK_STATUSES
+    from flows.commands.run_report import WIDE, query_rows
+
+    def q(qid: str, status: str = "complete") -> dict[str, object]:
+        return {"query_id": qid, "status": status, "pages": 2, "records": 5, "credits": 2}
+
+    wide = [q(f"videos[handle=h{i:03d}]") for i in range(WIDE + 5)]
+    wide[3]["status"] = wide[7]["status"] = "failed"
+    got = list(query_rows([*wide, q("pins[query=a]"), q("pins[query=b]", "drift")], OK_STATUSES))
+    assert got == [
+        ("pins[query=a]", "complete", True, 2, 5, 2),
+        ("pins[query=b]", "drift", False, 2, 5, 2),
+        (f"videos ({WIDE + 5} queries)", f"{WIDE + 3} complete, 2 failed", False, 50, 125, 50),
+        ("videos[handle=h003]", "failed", False, 2, 5, 2),
+        ("videos[handle=h007]", "failed", False, 2, 5, 2),
+    ]
