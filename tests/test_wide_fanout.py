@@ -6,7 +6,11 @@ per session; every query still has its own row in `query_state`, and every recor
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +97,47 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
     runs = {t.name: t for t in task_runs(str(manifest.flow_run_id))}
     assert sorted(runs) == ["creatives", "details", "videos"]
     assert all(t.state.type.value == "COMPLETED" for t in runs.values())
+
+
+def test_a_task_run_prefect_cannot_start_never_fails_its_queries(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 10,000 accounts Prefect's server refused a task run its tags' concurrency slots (`503 Service
+    Unavailable`) and the query failed. Here Prefect refuses every slot, as it raised then: the spec queries'
+    lines run without a task run, every query completes, and the run says why once per line."""
+    import prefect.task_engine
+    from prefect.concurrency._asyncio import ConcurrencySlotAcquisitionError
+
+    @contextlib.asynccontextmanager
+    async def refused(names: list[str], **_: Any) -> AsyncIterator[None]:
+        raise ConcurrencySlotAcquisitionError(
+            f"Unable to acquire concurrency slots on {names!r}: Server error '503 Service Unavailable'"
+        )
+        yield  # an async generator, as Prefect's is
+
+    monkeypatch.setattr(prefect.task_engine, "_aconcurrency", refused)
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output = tmp_path / "out"
+    handles = HANDLES[:30]
+    spec = write_spec(
+        tmp_path,
+        {"name": "refused", "service": {"base_url": "{base}"}, "budget": {"credits": 1000}, "concurrency": 4,
+         "output": str(output), "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
+    )  # fmt: skip
+    heard: list[logging.LogRecord] = []
+    listener = logging.Handler(logging.WARNING)
+    listener.emit = heard.append  # type: ignore[method-assign]
+    logging.getLogger("flows.run.fanout").addHandler(listener)
+    try:
+        with running(CONFIG) as sb:
+            spec.write_text(spec.read_text().replace("{base}", sb.base_url))
+            summary = run_flow(spec)
+            billed = sb.billed_total()
+    finally:
+        logging.getLogger("flows.run.fanout").removeHandler(listener)
+    assert summary.status == "complete" and summary.credits_spent == billed == len(handles)
+    assert {q["status"] for q in summary.queries} == {"complete"} and len(summary.queries) == len(handles)
+    expected = expected_keys([(PROFILE, {"handle": h}) for h in handles], CONFIG)
+    assert key_set(output / "harvest.duckdb", "short_video_videos") == set(expected["short_video_videos"])
+    said = [r.getMessage() for r in heard if "could not run the task run of" in r.getMessage()]
+    assert len(said) == 1 and "of videos" in said[0] and "503 Service Unavailable" in said[0], said
