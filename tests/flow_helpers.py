@@ -213,3 +213,16 @@ def held_duckdb(db: Path, mark: bool = True) -> Iterator[subprocess.Popen[str]]:
         holder.stdin.close()
         holder.wait(timeout=60)
     assert holder.returncode == 0
+
+
+def query_pages(output: Path, query: Callable[[str], bool] | str, run_id: str | None = None) -> list[Any]:
+    """The raw pages of the queries `query` accepts (or of the one query id it is), from the run's (or every
+    run's) raw files in the order they were written (a session's file holds every query's pages)."""
+    from tasks.output.layout import OutputLayout
+    from tasks.output.raw_store import RawPageReader
+
+    layout = OutputLayout(output)
+    accept = (lambda q: q == query) if isinstance(query, str) else query
+    runs = sorted(p.name for p in layout.raw_root.iterdir() if p.is_dir()) if layout.raw_root.is_dir() else []
+    runs = [r for r in runs if run_id is None or r == run_id]
+    return [p for run in runs for f in layout.raw_files(run) for p in RawPageReader(f) if accept(p.query_id)]

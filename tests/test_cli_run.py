@@ -24,13 +24,13 @@ from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
 from sandbox.wire.serving import running
-from tasks.output.raw_store import last_page
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
     SECRET_KEY,
     assert_no_secret_in_outputs,
+    query_pages,
     rows,
     scalar,
     subprocess_env,
@@ -90,7 +90,7 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
     assert rows(db, "SELECT status FROM runs") == [("budget_exhausted",)]
     assert scalar(db, "SELECT credits_spent FROM runs") == BUDGET
     assert scalar(db, "SELECT sum(credits) FROM requests") == BUDGET
-    (run_id,) = rows(db, "SELECT run_id FROM runs")[0]
+    assert len(rows(db, "SELECT run_id FROM runs")) == 1
     states = {
         q: (status, pages, cursor)
         for q, status, pages, cursor in rows(
@@ -104,9 +104,8 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
         status, pages, cursor = states[f"pins[query={topic}]"]
         if pages < demand[topic]:
             assert status == "budget_exhausted", (topic, status)
-            raw = output / "raw" / run_id
-            (path,) = [p for p in raw.glob("*.pages") if last_page(p).query_id == f"pins[query={topic}]"]
-            assert cursor is not None and json.loads(cursor) == last_page(path).cursor_out
+            last = query_pages(output, f"pins[query={topic}]")[-1]
+            assert cursor is not None and json.loads(cursor) == last.cursor_out
             cut[topic] = pages
         else:
             assert (status, pages, cursor) == ("complete", demand[topic], None)

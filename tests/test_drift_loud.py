@@ -28,9 +28,17 @@ from sandbox.emulation.variation import ODD_COUNT, ODD_TIMESTAMPS
 from sandbox.expected import crawl, full_crawl
 from sandbox.wire.serving import running
 from tasks import landing as collect
-from tasks.output.raw_store import RawPageReader
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, run_flow, scalar, table_counts
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    one_query,
+    query_pages,
+    rows,
+    run_flow,
+    scalar,
+    table_counts,
+)
 
 FEED = "/v1/microblog-b/user/posts"
 FORUM = "/v1/forum/subreddit/search"
@@ -50,8 +58,7 @@ def sandbox(drift: Drift, pages: int = 3, size: int = 5) -> SandboxConfig:
 
 
 def raw_pages(tmp_path: Path, query: str = "q") -> list[Any]:
-    (path,) = (tmp_path / "out" / "raw").glob(f"*/{query}-*.pages")
-    return list(RawPageReader(path))
+    return query_pages(tmp_path / "out", query)
 
 
 def changed_shape(stderr: str) -> list[str]:

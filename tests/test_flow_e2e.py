@@ -38,6 +38,7 @@ from tests.flow_helpers import (
     expected_keys,
     held_duckdb,
     key_set,
+    query_pages,
     rows,
     run_flow,
     scalar,
@@ -188,8 +189,7 @@ def test_the_dependent_query_ran_once_per_distinct_parent_material(crawl: Crawl)
     assert dict(calls) == {f"creative_detail[material_id={m}]": 1 for m in ids}
     bodies = [
         orjson.loads(p.body)["data"]["material_id"]
-        for f in sorted((crawl.output / "raw" / run_id).glob("creative_detail*.pages"))
-        for p in iter_raw_pages(f)
+        for p in query_pages(crawl.output, lambda q: q.startswith("creative_detail"), run_id)
     ]
     assert Counter(bodies) == Counter(ids)
     assert key_set(crawl.db, "creative_material_details") == {(m,) for m in ids}

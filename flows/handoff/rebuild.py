@@ -112,7 +112,8 @@ def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) ->
     """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
     then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone."""
     before = _fingerprints(layout, run)
-    relanded = _reland_own(layout, run, report) if run.files else _reland_queries(layout, run, report)
+    own = not any(q.get("files") for q in run.queries)  # a run with no file yet (all drift) is relanded whole
+    relanded = _reland_own(layout, run, report) if own else _reland_queries(layout, run, report)
     after = _fingerprints(layout, relanded)
     if after != before:
         retired = (set(run.retired_files) | set(before)) - set(after)
