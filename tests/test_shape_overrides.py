@@ -158,3 +158,10 @@ def test_a_bad_override_is_refused_with_its_line_before_anything_is_paid(
 def test_the_json_schema_pattern_and_the_spec_check_agree(path: str) -> None:
     """Editors (the JSON Schema) and `harvest validate` accept the same record paths."""
     assert (re.fullmatch(RECORD_PATH_PATTERN, path) is not None) == (path_problem(path) is None), path
+
+
+@pytest.mark.parametrize("path", ["0 []", "a .b", "items []", "a.b [0]"])
+def test_a_key_with_a_space_before_its_brackets_is_refused_by_both(path: str) -> None:
+    """Found by the property above on a loaded machine (hypothesis tried `0 []`): the check took it, the
+    schema did not."""
+    assert path_problem(path) is not None and re.fullmatch(RECORD_PATH_PATTERN, path) is None

@@ -106,8 +106,10 @@ def path_problem(path: str) -> str | None:
     if not path.strip() or "|" in path or any(part != part.strip() for part in path.split(".")):
         return f"{path!r} is not a record path"
     try:
-        _steps(path)
+        steps = _steps(path)
     except ValueError:
+        return f"{path!r} is not a record path"
+    if any(kind == "key" and value != value.strip() for kind, value in steps):  # `a []`: a key ending in a space
         return f"{path!r} is not a record path"
     return None
 
