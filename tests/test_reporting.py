@@ -103,7 +103,7 @@ def test_the_summary_shows_the_services_bill_beside_harvests_count(
 
 def test_a_wide_fan_out_is_one_row_of_the_run_table_plus_its_queries_that_did_not_end_well() -> None:
     from connectors.paging.pager import OK_STATUSES
-    from flows.commands.run_report import WIDE, query_rows
+    from tasks.output.run_summary import WIDE, query_rows
 
     def q(qid: str, status: str = "complete") -> dict[str, object]:
         return {"query_id": qid, "status": status, "pages": 2, "records": 5, "credits": 2}

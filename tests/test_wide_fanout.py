@@ -7,6 +7,7 @@ per session; every query still has its own row in `query_state`, and every recor
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -97,6 +98,18 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
     runs = {t.name: t for t in task_runs(str(manifest.flow_run_id))}
     assert sorted(runs) == ["creatives", "details", "videos"]
     assert all(t.state.type.value == "COMPLETED" for t in runs.values())
+    # and the run's table artifact is a row per spec query, not one per account
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        (artifact,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["harvest-wide"])), limit=1
+        )
+    table = artifact.data if isinstance(artifact.data, list) else json.loads(str(artifact.data))
+    assert [row["query_id"] for row in table] == [
+        "creatives", f"details ({len(materials)} queries)", f"videos ({len(HANDLES)} queries)"
+    ]  # fmt: skip
 
 
 def test_a_task_run_prefect_cannot_start_never_fails_its_queries(

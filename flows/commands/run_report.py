@@ -6,14 +6,12 @@ never markup. Each distinct reason is said once, and a run that did not finish s
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 from flows import console
 from flows.console import harvest_command
-from tasks.output.run_summary import NoRun, RunSummary
+from tasks.output.run_summary import NoRun, RunSummary, query_rows
 
 out, err = console.out, console.err
 
@@ -59,30 +57,6 @@ def _extraction_lines(summary: RunSummary) -> list[str]:
         shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")
         lines.append(f"new fields the catalog does not read yet (kept in `raw`): {shown}")
     return lines
-
-
-WIDE = 20
-"""A spec query that expanded to more queries than this is one row of the table (its statuses counted), then a
-row for each of its queries that did not end well, up to `WIDE`: 10,000 accounts are not 10,000 lines."""
-
-
-def query_rows(
-    queries: list[dict[str, Any]], ok_statuses: Collection[str]
-) -> Iterator[tuple[str, str, bool, int, int, int]]:
-    """(query, status, ended well, pages, records, credits) per row of the run's table."""
-    by_spec: dict[str, list[dict[str, Any]]] = {}
-    for q in sorted(queries, key=lambda q: q["query_id"]):
-        by_spec.setdefault(q["query_id"].split("[", 1)[0], []).append(q)
-    for spec_query, qs in sorted(by_spec.items()):
-        if len(qs) > WIDE:
-            counted = Counter(q["status"] for q in qs)
-            said = ", ".join(f"{n} {status}" for status, n in counted.most_common())
-            yield (f"{spec_query} ({len(qs)} queries)", said, set(counted) <= set(ok_statuses),
-                   *(sum(q[f] for q in qs) for f in ("pages", "records", "credits")))  # fmt: skip
-            qs = [q for q in qs if q["status"] not in ok_statuses][:WIDE]
-        for q in qs:
-            ok = q["status"] in ok_statuses
-            yield q["query_id"], q["status"], ok, q["pages"], q["records"], q["credits"]
 
 
 def print_summary(summary: RunSummary, output: Path) -> None:

@@ -14,10 +14,11 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from connectors.http.auth import ApiKey, redact
+from connectors.paging.pager import OK_STATUSES
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import MachineFault
 from tasks.output.manifest import RunManifest, failure_groups, who
-from tasks.output.run_summary import NoRun, RunSummary
+from tasks.output.run_summary import NoRun, RunSummary, query_rows
 
 REASONS_SHOWN = 3
 """Distinct failure reasons named in a Failed state's message; the rest are counted."""
@@ -90,13 +91,20 @@ def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) ->
     return Completed(message=message, data=summary)
 
 
+def _artifact_rows(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A wide fan-out is one row and its queries that did not end well, as on the terminal."""
+    endpoints = {q["query_id"].split("[", 1)[0]: q["endpoint"] for q in queries}
+    return [
+        {"query_id": name, "endpoint": endpoints.get(name.split("[", 1)[0].split(" (", 1)[0], ""),
+         "status": status, "pages": pages, "records": records, "credits": credits}
+        for name, status, _ok, pages, records, credits in query_rows(queries, OK_STATUSES)
+    ]  # fmt: skip
+
+
 async def publish_artifact(job: str, summary: RunSummary) -> None:
     key = "".join(c if c.isalnum() else "-" for c in f"harvest-{job}".lower())
     await acreate_table_artifact(
-        table=[
-            {k: q[k] for k in ("query_id", "endpoint", "status", "pages", "records", "credits")}
-            for q in summary.queries
-        ],
+        table=_artifact_rows(summary.queries),
         key=key,
         description=f"harvest run {summary.run_id}: {summary.status}, "
         f"{summary.credits_spent}/{summary.budget} credits",

@@ -7,6 +7,8 @@ manifest and the journal hold (`tasks.output.query_summary`).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -85,3 +87,27 @@ class NoRun:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+WIDE = 20
+"""A spec query that expanded to more queries than this is one row of the table (its statuses counted), then a
+row for each of its queries that did not end well, up to `WIDE`: 10,000 accounts are not 10,000 lines."""
+
+
+def query_rows(
+    queries: list[dict[str, Any]], ok_statuses: Collection[str]
+) -> Iterator[tuple[str, str, bool, int, int, int]]:
+    """(query, status, ended well, pages, records, credits) per row of the run's table."""
+    by_spec: dict[str, list[dict[str, Any]]] = {}
+    for q in sorted(queries, key=lambda q: q["query_id"]):
+        by_spec.setdefault(q["query_id"].split("[", 1)[0], []).append(q)
+    for spec_query, qs in sorted(by_spec.items()):
+        if len(qs) > WIDE:
+            counted = Counter(q["status"] for q in qs)
+            said = ", ".join(f"{n} {status}" for status, n in counted.most_common())
+            yield (f"{spec_query} ({len(qs)} queries)", said, set(counted) <= set(ok_statuses),
+                   *(sum(q[f] for q in qs) for f in ("pages", "records", "credits")))  # fmt: skip
+            qs = [q for q in qs if q["status"] not in ok_statuses][:WIDE]
+        for q in qs:
+            ok = q["status"] in ok_statuses
+            yield q["query_id"], q["status"], ok, q["pages"], q["records"], q["credits"]
