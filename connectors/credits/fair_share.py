@@ -62,6 +62,8 @@ class FairShare:
 
     def lag_demand(self, query_id: str, page_index: int, amount: int) -> int:
         """Credits the queries behind `query_id` still need to complete page `page_index - 1`."""
+        if page_index == 0:  # nothing is behind a first page (a fan-out's 10,000 first pages skip the walk)
+            return 0
         demand = 0
         for other, nxt in self._next_page.items():
             if other == query_id or nxt >= page_index:

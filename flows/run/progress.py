@@ -115,8 +115,10 @@ class LogLines(Counting):
             print(f"harvest: {visible(query_id)}: {row.status}, {row.pages} pages, {row.records} records, "
                   f"{row.credits} credits", file=sys.stderr, flush=True)  # fmt: skip
             return
+        if now - self.last < self.every:  # totals only when a heartbeat is due: 10,000 rows are summed per page
+            return
         pages = sum(r.pages for r in self.rows.values())
-        if pages and now - self.last >= self.every:
+        if pages:
             self.last = now
             credits = sum(r.credits for r in self.rows.values())
             running = sum(r.status == "running" for r in self.rows.values())
