@@ -109,7 +109,7 @@ def path_problem(path: str) -> str | None:
         steps = _steps(path)
     except ValueError:
         return f"{path!r} is not a record path"
-    if any(kind == "key" and value != value.strip() for kind, value in steps):  # `a []`: a key ending in a space
+    if any(kind == "key" and value != value.strip() for kind, value in steps):  # `a []`: a key ends in a space
         return f"{path!r} is not a record path"
     return None
 
