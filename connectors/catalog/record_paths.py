@@ -109,7 +109,8 @@ def path_problem(path: str) -> str | None:
         steps = _steps(path)
     except ValueError:
         return f"{path!r} is not a record path"
-    if any(kind == "key" and value != value.strip() for kind, value in steps):  # `a []`: a key ends in a space
+    # `a []`: a key that ends in a space before its brackets
+    if any(kind == "key" and value != value.strip() for kind, value in steps):
         return f"{path!r} is not a record path"
     return None
 

@@ -115,7 +115,7 @@ class LogLines(Counting):
             print(f"harvest: {visible(query_id)}: {row.status}, {row.pages} pages, {row.records} records, "
                   f"{row.credits} credits", file=sys.stderr, flush=True)  # fmt: skip
             return
-        if now - self.last < self.every:  # totals only when a heartbeat is due: 10,000 rows are summed per page
+        if now - self.last < self.every:  # totals only when a heartbeat is due, not 10,000 rows a page
             return
         pages = sum(r.pages for r in self.rows.values())
         if pages:
