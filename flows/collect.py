@@ -103,7 +103,7 @@ async def _fan_out(
     """Every query in this process, into the run's one Parquet writer; its files go into the manifest (none when
     the machine could not write them: the run stops, and its resume lands the raw pages again)."""
     layout, run_id = ctx.layout, ctx.run_id
-    fresh_parts(layout, run_id, ctx.started)  # a resumed run's files: its raw pages land again
+    removed = fresh_parts(layout, run_id, ctx.started)  # a resumed run's files: its raw pages land again
     ctx.raw_index = RawIndex(layout.raw_files(run_id)) if begun.start.kind == "resume" else None
     session = layout.next_session(run_id)
     ctx.sink = open_run_sink(layout, run_id, ctx.started)
@@ -119,6 +119,7 @@ async def _fan_out(
         ctx.attempts.end_sharing()
         files = publish(ctx, ctx.sink)
     begun.manifest.files = [(table, ctx.layout.relative(path), rows) for table, path, rows in files or []]
+    begun.manifest.files_rewritten([layout.relative(p) for p in removed if p.suffix == ".parquet"])
     return summaries, fan.discovery.skipped
 
 

@@ -109,14 +109,14 @@ def open_run_sink(layout: OutputLayout, run_id: str, started: datetime) -> Multi
     return MultiTableSink(layout, run_id, started, RUN_PART)
 
 
-def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> int:
+def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> list[Path]:
     """Remove every Parquet file a run wrote before (a crash, a stop, a full disk), before its raw pages land
     again into one writer: those pages hold every row the files held, so nothing is lost and no row is there
-    twice. Returns how many files went."""
+    twice. Returns the files that went."""
     stale = layout.run_parts(run_id, run_date(started))
     for path in stale:
         path.unlink(missing_ok=True)
-    return len(stale)
+    return stale
 
 
 def _keep(raw: RawPageWriter, page: Page) -> None:

@@ -198,9 +198,23 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
         (stopped,) = all_manifests(OutputLayout(output))
         db = output / "harvest.duckdb"
         interrupted_rows = scalar(db, "SELECT count(*) FROM pinboard_pins")
+        dest = tmp_path / "warehouse"  # a nightly export after the stopped run sends what it had
+        sent_first = CliRunner().invoke(app, ["export", str(output), "--to", str(dest)])
 
         code2, out2, err2 = finish(start_run(spec, tmp_path, prefect_api_url))
         entries = data_entries(sb)
+    # the resume wrote the run's files again: the next export sends the run again, so the warehouse has it all
+    sent_again = CliRunner().invoke(app, ["export", str(output), "--to", str(dest)])
+    assert sent_first.exit_code == 0 and sent_again.exit_code == 0, sent_first.output + sent_again.output
+    exported = [p for p in dest.rglob("*.parquet") if "pinboard_pins" in p.parts]
+    keys = (
+        duckdb.connect()
+        .execute(f"SELECT DISTINCT id FROM read_parquet({[str(p) for p in exported]!r})")
+        .fetchall()
+    )
+    assert {tuple(k) for k in keys} == expected_tables()["pinboard_pins"], (
+        "the resumed rows reached the export"
+    )
     assert code == 130, out + err
     assert "Traceback" not in err and "error" not in err.lower(), err
     assert err.count("resumes it") == 1 and stopped.run_id in err

@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,15 @@ class RunManifest:
         """Every Parquet file the run landed: its own, then its queries'."""
         own = [(str(t), str(p), int(n)) for t, p, n in self.files]
         return own + [(str(t), str(p), int(n)) for q in self.queries for t, p, n in q.get("files", [])]
+
+    def files_rewritten(self, removed: list[str]) -> None:
+        """The run's files were written again from its raw pages (a resume, `--fresh`): an increment export that
+        sent it before sends it again and deletes the names it no longer has, as after `harvest rebuild`."""
+        if not removed:
+            return
+        self.rebuilt = datetime.now(UTC).isoformat()
+        kept = {path for _, path, _ in self.all_files()}
+        self.retired_files = sorted(set(self.retired_files) | (set(removed) - kept))
 
     def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = defaultdict(list)
