@@ -118,8 +118,8 @@ async def _fan_out(
         run_context.unregister(run_id)
         ctx.attempts.end_sharing()
         files = publish(ctx, ctx.sink)
-    begun.manifest.files = [(table, ctx.layout.relative(path), rows) for table, path, rows in files or []]
-    begun.manifest.files_rewritten([layout.relative(p) for p in removed if p.suffix == ".parquet"])
+    begun.manifest.files = layout.listed(files or [])
+    begun.manifest.files_rewritten(removed)
     return summaries, fan.discovery.skipped
 
 

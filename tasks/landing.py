@@ -27,7 +27,7 @@ from connectors.paging.known_items import backfill_after_head
 from connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
 from connectors.reading.extraction import PageMeta, with_meta
 from tasks.database.known_keys import load_known_keys
-from tasks.output.layout import RUN_PART, OutputLayout
+from tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
 from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
 from tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
@@ -109,14 +109,14 @@ def open_run_sink(layout: OutputLayout, run_id: str, started: datetime) -> Multi
     return MultiTableSink(layout, run_id, started, RUN_PART)
 
 
-def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> list[Path]:
+def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> list[str]:
     """Remove every Parquet file a run wrote before (a crash, a stop, a full disk), before its raw pages land
     again into one writer: those pages hold every row the files held, so nothing is lost and no row is there
-    twice. Returns the files that went."""
+    twice. Returns the published ones that went, as a manifest names them (`RunManifest.files_rewritten`)."""
     stale = layout.run_parts(run_id, run_date(started))
     for path in stale:
         path.unlink(missing_ok=True)
-    return stale
+    return [layout.relative(path) for path in stale if path.suffix == PARQUET_SUFFIX]
 
 
 def _keep(raw: RawPageWriter, page: Page) -> None:
@@ -149,16 +149,17 @@ class Paged:
     state: PagerStart
 
 
-async def page_query(ctx: RunContext, spec: QuerySpec, part: int, start: PagerStart | None = None) -> Paged:
+async def page_query(
+    ctx: RunContext, spec: QuerySpec, part: int = 0, start: PagerStart | None = None
+) -> Paged:
     """Page through a query: each paid page raw first, then Parquet, then dependents and progress.
 
     `start` goes on from an earlier round (Dask); a resumed query (`spec.resume`) lands its raw pages first.
+    `part`: the part id of the query's own Parquet files, when it writes its own (a Dask round).
     """
     endpoint = ctx.endpoints[spec.endpoint]
     layout, run_id = ctx.layout, ctx.run_id
-    raw_path = ctx.raw.path if ctx.raw is not None else layout.raw_file(run_id, spec.query_id)
-    shared_log = ctx.attempts.shared
-    requests_path = shared_log.path if shared_log else layout.requests_file(run_id, spec.query_id)
+    raw_path, requests_path = ctx.raw_path(spec.query_id), ctx.requests_path(spec.query_id)
     shared = ctx.sink is not None
     sink = ctx.sink or open_sink(layout, run_id, ctx.started, part, spec.query_id)
     try:
@@ -218,7 +219,7 @@ def _summary(
     return QuerySummary(
         query_id=out.query_id, endpoint=out.endpoint, status=out.status, pages=out.pages, records=out.records,
         credits=out.credits, next_cursor=out.next_cursor, error=out.error,
-        files=[(table, layout.relative(path), rows) for table, path, rows in files],
+        files=layout.listed(files),
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path), requests_file=layout.relative(requests_path),
         **history_fields(spec, pager.start, out.status, out.next_cursor),

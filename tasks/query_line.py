@@ -90,7 +90,7 @@ class QueryLine:
             summary = job.result()
             status, error = summary["status"], summary.get("error") or "no error text"
         self.statuses[status] += 1
-        if self.failure is None and (query_failed(status) or status == "cancelled"):
+        if self.failure is None and _ended_badly(status):
             self.failure = f"{job.get_name()}: {status}: {error}"
         self._wake.set()
 
@@ -98,11 +98,15 @@ class QueryLine:
         return {"line": self.name, "queries": sum(self.statuses.values()), "statuses": dict(self.statuses)}
 
 
+def _ended_badly(status: str) -> bool:
+    return query_failed(status) or status == "cancelled"
+
+
 def line_end(line: QueryLine) -> Any:
     """The task run's result: Failed (with the counts) when any of its queries failed, so Prefect tells the
     truth; its retries stay 0 (a retry would pay again)."""
     outcome = line.outcome()
-    failed = {s: n for s, n in line.statuses.items() if query_failed(s) or s == "cancelled"}
+    failed = {s: n for s, n in line.statuses.items() if _ended_badly(s)}
     if not failed:
         return outcome
     said = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))

@@ -127,6 +127,14 @@ class RunContext:
     lines: dict[str, QueryLine] = field(default_factory=dict)
     """The run's query lines by name, one per task run (`tasks.query_line`)."""
 
+    def raw_path(self, query_id: str) -> Path:
+        """Where the query's paid pages go: the session's file, or its own (a Dask round)."""
+        return self.raw.path if self.raw is not None else self.layout.raw_file(self.run_id, query_id)
+
+    def requests_path(self, query_id: str) -> Path:
+        shared = self.attempts.shared
+        return shared.path if shared is not None else self.layout.requests_file(self.run_id, query_id)
+
     @property
     def fsync(self) -> bool:
         return self.attempts.fsync

@@ -93,6 +93,11 @@ class QuerySpec:
 _QUERY_FIELDS = tuple(f.name for f in fields(QuerySpec))
 
 
+def base_id(query_id: str) -> str:
+    """The spec's query id of an expanded or instantiated id: `videos[handle=nasa]` -> `videos`."""
+    return query_id.split("[", 1)[0]
+
+
 @dataclass
 class QueryOutcome:
     query_id: str

@@ -149,7 +149,7 @@ def _reland_own(layout: OutputLayout, run: RunManifest, report: RebuildReport) -
             )
     finally:
         files = sink.close()
-    own = [(table, layout.relative(path), rows) for table, path, rows in files]
+    own = layout.listed(files)
     return replace(run, queries=queries, files=own)
 
 
@@ -176,7 +176,7 @@ def _reland_queries(layout: OutputLayout, run: RunManifest, report: RebuildRepor
                 **q,
                 "records": point.records,
                 "extraction": point.extraction.as_dict(),
-                "files": [(table, layout.relative(path), rows) for table, path, rows in files],
+                "files": layout.listed(files),
             }
         )
     return replace(run, queries=queries)

@@ -14,7 +14,7 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from connectors.http.auth import ApiKey, redact
-from connectors.paging.pager import OK_STATUSES
+from connectors.paging.pager import OK_STATUSES, base_id
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import MachineFault
 from tasks.output.manifest import RunManifest, failure_groups, who
@@ -93,9 +93,9 @@ def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) ->
 
 def _artifact_rows(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A wide fan-out is one row and its queries that did not end well, as on the terminal."""
-    endpoints = {q["query_id"].split("[", 1)[0]: q["endpoint"] for q in queries}
-    return [
-        {"query_id": name, "endpoint": endpoints.get(name.split("[", 1)[0].split(" (", 1)[0], ""),
+    endpoints = {base_id(q["query_id"]): q["endpoint"] for q in queries}
+    return [  # a row's name is a query id or `<spec query> (<n> queries)`
+        {"query_id": name, "endpoint": endpoints.get(base_id(name).split(" (", 1)[0], ""),
          "status": status, "pages": pages, "records": records, "credits": credits}
         for name, status, _ok, pages, records, credits in query_rows(queries, OK_STATUSES)
     ]  # fmt: skip

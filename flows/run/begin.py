@@ -56,7 +56,7 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
     journal = read_journal(layout.journal_file(run.run_id))
     started = datetime.fromisoformat(run.started)
     summaries = [{**s, "files": []} for s in journal.ended.values()]
-    removed = [layout.relative(p) for p in fresh_parts(layout, run.run_id, started) if p.suffix == ".parquet"]
+    removed = fresh_parts(layout, run.run_id, started)
     index = RawIndex(layout.raw_files(run.run_id))
     sink = open_run_sink(layout, run.run_id, started)
     try:
@@ -75,7 +75,7 @@ def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, End
         finished=datetime.now(UTC).isoformat(),
         credits_spent=journal.total_spent,
         queries=summaries,
-        files=[(table, layout.relative(path), rows) for table, path, rows in files],
+        files=layout.listed(files),
     )
     done.files_rewritten(removed)
     write_manifest(layout, done)

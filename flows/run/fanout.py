@@ -29,11 +29,10 @@ from flows.run import progress
 from flows.run.discovery import Discovery
 from flows.run.plan import DependentQuery, Plan, base_id
 from flows.run.start import RunStart
-from tasks.landing import land_tables, page_query, query_pages
+from tasks.landing import land_raw_pages, page_query
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
 from tasks.output.query_summary import QuerySummary
-from tasks.output.replay import replay_pages
 from tasks.query_line import QueryLine, collect_queries
 from tasks.run_context import RunContext
 
@@ -62,11 +61,8 @@ class Fanout:
         self.parent_of = {dep.template_id: dep.parent for dep in the_plan.dependents}
         self.opening = True
         """The run's first starts (planned, continued, rediscovered) are still being handed over."""
-        self.endpoint_of: dict[str, str] = {}
-        self.part_of: dict[str, int] = {}
         self.discovery = Discovery(the_plan, start, ctx.incremental)
         self.started: set[str] = set()
-        self.parts = 0
         self.summaries: list[dict[str, Any]] = list(start.kept.values())
         self.waiting: deque[QuerySpec] = deque()
         """Dependent queries found and not started yet, in the order they were found."""
@@ -127,9 +123,6 @@ class Fanout:
     def _launch(self, decided: QuerySpec) -> None:
         self.journal.query_started(decided.as_dict())
         self.ctx.ledger.expect(decided.query_id)  # it may start late: the budget's share waits for it
-        self.endpoint_of[decided.query_id] = decided.endpoint
-        self.parts += 1
-        self.part_of[decided.query_id] = self.parts
         self._line(base_id(decided.query_id)).put(decided)
         progress.current().query_started(decided.query_id, decided.endpoint)
 
@@ -163,10 +156,9 @@ class Fanout:
     async def _run_query(self, query: QuerySpec) -> dict[str, Any]:
         """One query to its end, inside its line's task run; its summary, whatever broke."""
         try:
-            paged = await page_query(self.ctx, query, self.part_of[query.query_id])
-            summary = paged.summary.as_dict()
+            summary = (await page_query(self.ctx, query)).summary.as_dict()
         except Exception as exc:  # a broken query must not take the other queries' landed data with it
-            summary = self._broken(query.query_id, exc)
+            summary = self._broken(query, exc)
         self._ended(summary)
         return summary
 
@@ -210,17 +202,23 @@ class Fanout:
     def rediscover(self, layout: OutputLayout) -> None:
         """Queries kept from before the crash: their raw pages land again into the run's writer (its earlier
         files are gone, `tasks.landing.fresh_parts`), and their children are found again in them."""
+        ctx = self.ctx
+        assert ctx.sink is not None  # the run's writer (`flows.collect`)
         for query_id, summary in self.start_info.kept.items():
-            endpoint = self.ctx.endpoints[summary["endpoint"]]
             spec = QuerySpec(**self.start_info.journal.started[query_id])
             summary["files"] = []
-            pages = query_pages(layout, self.ctx.run_id, query_id, self.ctx.raw_index)
-            for page in replay_pages(pages, endpoint):
-                if self.ctx.sink is not None:
-                    land_tables(self.ctx.sink, endpoint, spec, self.ctx.run_id, page.converted.tables,
-                                page.fetched_at)  # fmt: skip
-                if self.discovery.dependents_of(query_id):
-                    self.on_records(spec, page.records, page.kept, page.raw.credits, True)
+            endpoint = ctx.endpoints[summary["endpoint"]]
+            land_raw_pages(
+                layout,
+                ctx.run_id,
+                ctx.started,
+                spec,
+                endpoint,
+                ctx.sink,
+                self.on_records,
+                False,
+                ctx.raw_index,
+            )
 
     async def run(self, layout: OutputLayout) -> list[dict[str, Any]]:
         for query in self.plan.queries:
@@ -238,17 +236,15 @@ class Fanout:
                 runner.result()
         return self.summaries
 
-    def _broken(self, query_id: str, exc: Exception) -> dict[str, Any]:
-        layout, run_id = self.ctx.layout, self.ctx.run_id
-        stopped = self.ctx.faults.caught(exc)  # the machine's (a full disk): resumable, not a failure
+    def _broken(self, query: QuerySpec, exc: Exception) -> dict[str, Any]:
+        ctx, query_id = self.ctx, query.query_id
+        stopped = ctx.faults.caught(exc)  # the machine's (a full disk): resumable, not a failure
         return QuerySummary(
-            query_id=query_id, endpoint=self.endpoint_of[query_id],
-            status="interrupted" if stopped else "failed", pages=0,
-            records=0, credits=self.ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
-            error=self.ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
-            raw_file=layout.relative(self.ctx.raw.path if self.ctx.raw else layout.raw_file(run_id, query_id)),
-            requests_file=layout.relative(shared.path if (shared := self.ctx.attempts.shared) else
-                                          layout.requests_file(run_id, query_id)),
+            query_id=query_id, endpoint=query.endpoint, status="interrupted" if stopped else "failed", pages=0,
+            records=0, credits=ctx.ledger.per_query_spent.get(query_id, 0), next_cursor=None,
+            error=ctx.client.scrub(f"{type(exc).__name__}: {exc}"),
+            raw_file=ctx.layout.relative(ctx.raw_path(query_id)),
+            requests_file=ctx.layout.relative(ctx.requests_path(query_id)),
         ).as_dict()  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from connectors.catalog import endpoints as catalog
 from connectors.catalog.endpoints import Endpoint
-from connectors.paging.pager import QuerySpec
+from connectors.paging.pager import QuerySpec, base_id
 from flows.spec import JobSpec, Query, render_value
 
 _PARAMS = {e.path: e.params for e in catalog.ENDPOINTS}
@@ -41,11 +41,6 @@ class DependentQuery:
     max_credits: int | None = None
     """Caps for each instantiated query, not for all of them together."""
     incremental: bool = False
-
-
-def base_id(query_id: str) -> str:
-    """The spec's query id of an expanded or instantiated id: `videos[handle=nasa]` -> `videos`."""
-    return query_id.split("[", 1)[0]
 
 
 def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:

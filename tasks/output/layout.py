@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -162,19 +163,6 @@ class OutputLayout:
     def lock_file(self, job: str) -> Path:
         return self.root / f".harvest-{_check_component(job, 'job')}.lock"
 
-    def query_parts(self, run_id: str, date: dt.date, query_id: str) -> list[Path]:
-        """Every Parquet file of one query in one run, published or still `.tmp`, in every table."""
-        _check_component(run_id, "run id")
-        tail = f"-{query_hash(query_id)}{PARQUET_SUFFIX}"
-        found = []
-        for part in self.parquet_root.glob(f"*/date={date.isoformat()}/*{PARQUET_SUFFIX}*"):
-            name = part.name
-            if (name.startswith(f".{run_id}-") and name.endswith(tail + TMP_SUFFIX)) or (
-                name.startswith(f"{run_id}-") and name.endswith(tail)
-            ):
-                found.append(part)
-        return sorted(found)
-
     def run_parts(self, run_id: str, date: dt.date) -> list[Path]:
         """Every Parquet file of one run, published or still `.tmp`, in every table (its queries' and its own)."""
         _check_component(run_id, "run id")
@@ -187,6 +175,11 @@ class OutputLayout:
                 found.append(part)
         return sorted(found)
 
+    def query_parts(self, run_id: str, date: dt.date, query_id: str) -> list[Path]:
+        """Every Parquet file of one query in one run, published or still `.tmp`, in every table."""
+        tail = f"-{query_hash(query_id)}{PARQUET_SUFFIX}"
+        return [p for p in self.run_parts(run_id, date) if p.name.removesuffix(TMP_SUFFIX).endswith(tail)]
+
     def relative(self, path: Path | str) -> str:
         """A path as the manifest stores it: relative to the output root, so the directory can move."""
         path = Path(path)
@@ -194,6 +187,10 @@ class OutputLayout:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+    def listed(self, files: Iterable[tuple[str, Path, int]]) -> list[tuple[str, str, int]]:
+        """Published files as a manifest lists them: (table, path relative to the root, rows)."""
+        return [(table, self.relative(path), rows) for table, path, rows in files]
 
     def resolve(self, stored: str) -> Path:
         """A path read from a manifest: relative ones are under the root (older manifests hold absolute paths)."""

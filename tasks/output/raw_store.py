@@ -238,21 +238,17 @@ class RawIndex:
 
     def pages(self, query_id: str) -> Iterator[RawPage]:
         """The query's complete pages in the order they were paid."""
-        handle: tuple[Path, BinaryIO] | None = None
-        try:
-            for path, offset in self.at.get(query_id, []):
-                if handle is None or handle[0] != path:
-                    if handle is not None:
-                        handle[1].close()
-                    handle = (path, open(path, "rb"))  # noqa: SIM115 (closed here, across pages)
-                f = handle[1]
-                f.seek(offset)
-                page = RawPageReader(path)._read_frame(f, f.read(_HEADER.size))
-                if page is not None:  # it was read whole when indexed
-                    yield page
-        finally:
-            if handle is not None:
-                handle[1].close()
+        by_file: dict[Path, list[int]] = {}
+        for path, offset in self.at.get(query_id, []):  # a query's pages are in file order, sessions in turn
+            by_file.setdefault(path, []).append(offset)
+        for path, offsets in by_file.items():
+            reader = RawPageReader(path)
+            with open(path, "rb") as f:
+                for offset in offsets:
+                    f.seek(offset)
+                    page = reader._read_frame(f, f.read(_HEADER.size))
+                    if page is not None:  # it was read whole when indexed
+                        yield page
 
 
 def last_page(path: Path | str) -> RawPage | None:

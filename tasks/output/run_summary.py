@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from connectors.paging.pager import base_id
 from tasks.output.manifest import RunManifest
 
 
@@ -100,7 +101,7 @@ def query_rows(
     """(query, status, ended well, pages, records, credits) per row of the run's table."""
     by_spec: dict[str, list[dict[str, Any]]] = {}
     for q in sorted(queries, key=lambda q: q["query_id"]):
-        by_spec.setdefault(q["query_id"].split("[", 1)[0], []).append(q)
+        by_spec.setdefault(base_id(q["query_id"]), []).append(q)
     for spec_query, qs in sorted(by_spec.items()):
         if len(qs) > WIDE:
             counted = Counter(q["status"] for q in qs)
