@@ -18,12 +18,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import httpx
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from plain_script import GROUP_ROWS, PATH, SCHEMA, to_table
+from plain_script import GROUP_ROWS, SCHEMA, load_duckdb, page_tables
 
 PHASES: dict[str, float] = {}
 
@@ -38,21 +37,13 @@ async def worker(n: int, client: httpx.AsyncClient, queue: asyncio.Queue[str], o
                 handle = queue.get_nowait()
             except asyncio.QueueEmpty:
                 break
-            params: dict[str, str] = {"handle": handle, "sort_by": "latest"}
-            while True:
-                response = await client.get(PATH, params=params)
-                response.raise_for_status()
-                body = orjson.loads(response.content)
-                table = to_table(body["aweme_list"])
+            async for table in page_tables(client, handle):
                 buffered.append(table)
                 held += table.num_rows
                 rows += table.num_rows
                 if held >= GROUP_ROWS:
                     writer.write_table(pa.concat_tables(buffered))
                     buffered, held = [], 0
-                if not body.get("has_more") or not body.get("max_cursor"):
-                    break
-                params = {**params, "max_cursor": str(body["max_cursor"])}
         if buffered:
             writer.write_table(pa.concat_tables(buffered))
     finally:
@@ -73,12 +64,7 @@ async def main(base_url: str, key: str, out: Path, handles: list[str], workers: 
         counts = await asyncio.gather(*(worker(n, c, queue, out) for n in range(workers)))
     loading = time.monotonic()
     PHASES["paging_s"] = loading - paging
-    con = duckdb.connect(str(out / "plain.duckdb"))
-    con.execute(
-        f"CREATE OR REPLACE TABLE short_video_videos AS SELECT * FROM read_parquet('{out}/*.parquet') "
-        "QUALIFY row_number() OVER (PARTITION BY aweme_id) = 1"
-    )
-    con.close()
+    load_duckdb(out)
     PHASES["loading_s"] = time.monotonic() - loading
     return sum(counts)
 

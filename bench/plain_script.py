@@ -13,6 +13,7 @@ import asyncio
 import gc
 import sys
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -67,25 +68,40 @@ def to_table(items: list[dict[str, Any]]) -> pa.Table:
     )
 
 
+async def page_tables(client: httpx.AsyncClient, handle: str) -> AsyncIterator[pa.Table]:
+    """Every page of one handle, as Arrow."""
+    params: dict[str, str] = {"handle": handle, "sort_by": "latest"}
+    while True:
+        response = await client.get(PATH, params=params)
+        response.raise_for_status()
+        body = orjson.loads(response.content)
+        yield to_table(body["aweme_list"])
+        if not body.get("has_more") or not body.get("max_cursor"):
+            return
+        params = {**params, "max_cursor": str(body["max_cursor"])}
+
+
+def load_duckdb(out: Path) -> None:
+    """One DuckDB table from every Parquet file under `out`, deduplicated on the key."""
+    con = duckdb.connect(str(out / "plain.duckdb"))
+    con.execute(
+        f"CREATE OR REPLACE TABLE short_video_videos AS SELECT * FROM read_parquet('{out}/*.parquet') "
+        "QUALIFY row_number() OVER (PARTITION BY aweme_id) = 1"
+    )
+    con.close()
+
+
 async def crawl(client: httpx.AsyncClient, handle: str, out: Path) -> int:
     writer = pq.ParquetWriter(out / f"{handle}.parquet", SCHEMA, compression="zstd")
     buffered: list[pa.Table] = []
     rows = 0
-    params: dict[str, str] = {"handle": handle, "sort_by": "latest"}
     try:
-        while True:
-            response = await client.get(PATH, params=params)
-            response.raise_for_status()
-            body = orjson.loads(response.content)
-            table = to_table(body["aweme_list"])
+        async for table in page_tables(client, handle):
             buffered.append(table)
             rows += table.num_rows
             if sum(t.num_rows for t in buffered) >= GROUP_ROWS:
                 writer.write_table(pa.concat_tables(buffered))
                 buffered = []
-            if not body.get("has_more") or not body.get("max_cursor"):
-                break
-            params = {**params, "max_cursor": str(body["max_cursor"])}
         if buffered:
             writer.write_table(pa.concat_tables(buffered))
     finally:
@@ -107,12 +123,7 @@ async def main(base_url: str, key: str, out: Path, handles: list[str]) -> int:
         counts = await asyncio.gather(*(crawl(c, h, out) for h in handles))
     loading = time.monotonic()
     PHASES["paging_s"] = loading - paging
-    con = duckdb.connect(str(out / "plain.duckdb"))
-    con.execute(
-        f"CREATE OR REPLACE TABLE short_video_videos AS SELECT * FROM read_parquet('{out}/*.parquet') "
-        "QUALIFY row_number() OVER (PARTITION BY aweme_id) = 1"
-    )
-    con.close()
+    load_duckdb(out)
     PHASES["loading_s"] = time.monotonic() - loading
     return sum(counts)
 

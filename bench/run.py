@@ -115,18 +115,26 @@ def handles(n: int) -> list[str]:
     return [f"maker{i:02d}" for i in range(n)]
 
 
-def harvest_spec(work: Path, base_url: str, names: list[str], output: Path) -> Path:
+def harvest_spec(
+    work: Path,
+    base_url: str,
+    names: list[str],
+    output: Path,
+    job: str = "bench",
+    concurrency: int | None = None,
+) -> Path:
+    """One query fanned out over `names` (`concurrency`: one connection per name unless given)."""
     spec = {
-        "name": "bench",
+        "name": job,
         "service": {"base_url": base_url},
         "budget": {"credits": 10**9},
-        "concurrency": len(names),
+        "concurrency": concurrency or len(names),
         "output": str(output),
         "queries": [
             {"id": "videos", "endpoint": PATH, "params": {"sort_by": "latest"}, "for_each": {"handle": names}}
         ],
     }
-    path = work / f"bench-{len(names)}.yaml"
+    path = work / f"{job}-{len(names)}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
@@ -225,7 +233,7 @@ async def _fetch_all(base_url: str, names: list[str]) -> int:
     return pages
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (psutil, as `bench/measure.py` reads the contenders)."""
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
@@ -240,9 +248,9 @@ def sandbox_capacity(base_url: str, names: list[str]) -> tuple[float, float]:
     The first crawl builds every page (the sandbox caches them, like the runs after it will find them)."""
     asyncio.run(_fetch_all(base_url, names))
     pid = SANDBOX_PIDS[base_url]
-    cpu, t0 = _cpu_seconds(pid), time.perf_counter()
+    cpu, t0 = cpu_seconds(pid), time.perf_counter()
     pages = asyncio.run(_fetch_all(base_url, names))
-    wall, cpu = time.perf_counter() - t0, _cpu_seconds(pid) - cpu
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu
     return pages / max(cpu, 0.01), pages / wall
 
 

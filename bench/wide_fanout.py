@@ -28,9 +28,21 @@ from typing import Any
 import httpx
 import orjson
 import psutil
-import yaml
 from measure import Measured, run_measured
-from run import HARVEST, KEY, PATH, PYTHON, ROOT, SANDBOX_PIDS, env_for, records_in, sandbox, summary
+from run import (
+    HARVEST,
+    KEY,
+    PATH,
+    PYTHON,
+    ROOT,
+    SANDBOX_PIDS,
+    cpu_seconds,
+    env_for,
+    harvest_spec,
+    records_in,
+    sandbox,
+    summary,
+)
 
 SIZES = (2_000, 10_000)
 QUICK_SIZES = (200, 500)
@@ -48,19 +60,7 @@ def fanout_handles(n: int) -> list[str]:
 
 
 def fanout_spec(work: Path, base_url: str, names: list[str], output: Path) -> Path:
-    spec = {
-        "name": "fanout",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 10**9},
-        "concurrency": WORKERS,
-        "output": str(output),
-        "queries": [
-            {"id": "videos", "endpoint": PATH, "params": {"sort_by": "latest"}, "for_each": {"handle": names}}
-        ],
-    }
-    path = work / f"fanout-{len(names)}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    return harvest_spec(work, base_url, names, output, job="fanout", concurrency=WORKERS)
 
 
 async def _warm(base_url: str, names: list[str]) -> None:
@@ -84,13 +84,13 @@ def _files(root: Path) -> int:
 
 
 def _cpu(pid: int | None) -> float:
+    """`run.cpu_seconds`, 0 for a process that is not there (any more)."""
     if pid is None:
         return 0.0
     try:
-        times = psutil.Process(pid).cpu_times()
+        return cpu_seconds(pid)
     except psutil.Error:
         return 0.0
-    return float(times.user + times.system)
 
 
 def _prefect_server_pid() -> int | None:
