@@ -81,6 +81,17 @@ def group_posts(ctx: Ctx) -> ServedPage:
     return page
 
 
+def _opaque_page(
+    lists: dict[str, list[Record]], param: str, tag: str, scope: Scope, plan: PagePlan, page_no: int
+) -> ServedPage:
+    """A page of several lists whose opaque token (`_opaque_start` reads it back) is in the body, null on the last."""
+    page = ServedPage({**lists, param: None}, lists)
+    if page_no + 1 < plan.n_pages:
+        page.next = {param: cursors.encode(tag, page_no + 1, scope)}
+        page.body[param] = page.next[param]
+    return page
+
+
 def _multi_page(
     ctx: Ctx, plan: PagePlan, page_no: int, kind: str, render: Callable[[int], Record]
 ) -> list[Record]:
@@ -109,11 +120,7 @@ def forum_search(ctx: Ctx) -> ServedPage:
         "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: forum.comment(s, i)),
         "media": _multi_page(ctx, plan, page_no, "media", lambda i: forum.media(s, i)),
     }
-    page = ServedPage({**lists, "cursor": None}, lists)
-    if page_no + 1 < plan.n_pages:
-        page.next = {"cursor": cursors.encode("fs", page_no + 1, s)}
-        page.body["cursor"] = page.next["cursor"]
-    return page
+    return _opaque_page(lists, "cursor", "fs", s, plan, page_no)
 
 
 def feed(ctx: Ctx) -> ServedPage:
@@ -209,11 +216,7 @@ def video_search(ctx: Ctx) -> ServedPage:
         "shelves": _multi_page(ctx, plan, page_no, "shelves", lambda i: video_platform.shelf(s, i, extras)),
         "lives": _multi_page(ctx, plan, page_no, "lives", lambda i: video_platform.live(s, i)),
     }
-    page = ServedPage({**lists, "continuationToken": None}, lists)
-    if page_no + 1 < plan.n_pages:
-        page.next = {"continuationToken": cursors.encode("vs", page_no + 1, s)}
-        page.body["continuationToken"] = page.next["continuationToken"]
-    return page
+    return _opaque_page(lists, "continuationToken", "vs", s, plan, page_no)
 
 
 def comment_replies(ctx: Ctx) -> ServedPage:
