@@ -103,8 +103,9 @@ async def _fan_out(
     """Every query in this process, into the run's one Parquet writer; its files go into the manifest (none when
     the machine could not write them: the run stops, and its resume lands the raw pages again)."""
     layout, run_id = ctx.layout, ctx.run_id
-    removed = fresh_parts(layout, run_id, ctx.started)  # a resumed run's files: its raw pages land again
-    ctx.raw_index = RawIndex(layout.raw_files(run_id)) if begun.start.kind == "resume" else None
+    resuming = begun.start.kind == "resume"  # a new run id has no files yet: no glob, no index
+    removed = fresh_parts(layout, run_id, ctx.started) if resuming else []  # its raw pages land again
+    ctx.raw_index = RawIndex(layout.raw_files(run_id)) if resuming else None
     session = layout.next_session(run_id)
     ctx.sink = open_run_sink(layout, run_id, ctx.started)
     fan = Fanout(ctx, the_plan, begun.start, journal, job)
