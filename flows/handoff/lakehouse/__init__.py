@@ -1,0 +1,1 @@
+"""`harvest export --format iceberg|delta`: landed runs merged into open table formats on the primary key."""

@@ -1,0 +1,55 @@
+"""The seam between what harvest hands over (`TableLoad`) and a table format that merges it (`TableFormat`).
+
+A format sees one table at a time: its name, key, the catalog's schema and a stream of rows already reduced to
+the newest fetch per key. It owns nothing else (which runs are due, the `exports` ledger, the CLI), so Iceberg
+and Delta differ only in how they merge and commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class TableLoad:
+    """One table's rows to merge: one row per primary key, in `schema`, streamed (memory stays at a few batches).
+
+    `newest_by`: the column that decides between the incoming row and the table's row for a key (the incoming
+    row wins when its value is at least the table's: a rerun of the same run changes nothing); None: the incoming
+    row always wins (bookkeeping tables, whose newest state is harvest's own)."""
+
+    name: str
+    primary_key: tuple[str, ...]
+    schema: pa.Schema
+    open: Callable[[], pa.RecordBatchReader]
+    """A new reader over the rows each call (a format may read them more than once, e.g. keys first)."""
+    newest_by: str | None = "_fetched_at"
+    runs: tuple[str, ...] = ()
+
+
+@dataclass
+class MergeResult:
+    """What one table's commit did, for the export report."""
+
+    table: str
+    rows_in: int = 0
+    inserted: int = 0
+    updated: int = 0
+    columns_added: list[str] = field(default_factory=list)
+    version: str = ""
+    """The table's snapshot id (Iceberg) or version (Delta) after the commit."""
+
+
+class TableFormat(Protocol):
+    """Iceberg or Delta at one destination. `merge` is one atomic commit of one table (created when missing,
+    its schema grown to `load.schema`); running it again with the same rows leaves the table as it was."""
+
+    name: str
+
+    def merge(self, load: TableLoad) -> MergeResult: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,125 @@
+"""What a lakehouse export hands a table format: the due runs' Parquet, one row per key, streamed.
+
+DuckDB reads the runs' files (union by name: files landed under an older catalog lack its newer columns) and
+keeps the newest fetch of each key, the same rule the DuckDB load applies; it spills to disk past its memory
+limit, so a table of any size streams through a few Arrow batches. Rows are cast to the catalog's schema (what
+`harvest rebuild` would write today), so the exported table grows with the catalog, not with whichever file
+came first. Rows without a full primary key cannot be merged and are left out (counted, as the load does).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connectors.catalog.endpoints import all_kinds
+from flows.handoff.lakehouse.table_format import TableLoad
+from tasks.database.connection import has_table, quote_ident, quote_literal
+from tasks.database.load_settings import memory_limit
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest
+
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch handed to a format: memory stays at a few batches whatever the table's size."""
+NEWEST_BY = "_fetched_at"
+BOOKKEEPING_KEYS: dict[str, tuple[str, ...]] = {"runs": ("run_id",), "query_state": ("run_id", "query_id")}
+"""Harvest's own tables that travel with the records: merged on their key, harvest's latest state wins."""
+
+
+def _connect() -> duckdb.DuckDBPyConnection:
+    spill = tempfile.mkdtemp(prefix="harvest-export-")
+    return duckdb.connect(
+        config={"memory_limit": memory_limit(), "temp_directory": spill, "preserve_insertion_order": False}
+    )
+
+
+def _file_columns(paths: Sequence[Path]) -> set[str]:
+    names: set[str] = set()
+    for path in paths:
+        names.update(pq.read_schema(path).names)
+    return names
+
+
+def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
+    """The newest row per key of `paths`, in `schema` (a column no file has is null)."""
+    con = _connect()
+    present = _file_columns(paths)
+    files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
+    columns = ", ".join(
+        quote_ident(f.name) if f.name in present else f"NULL AS {quote_ident(f.name)}" for f in schema
+    )
+    keys = ", ".join(quote_ident(k) for k in key)
+    not_null = " AND ".join(f"{quote_ident(k)} IS NOT NULL" for k in key)
+    sql = (
+        f"SELECT {columns} FROM read_parquet({files}, union_by_name = true) WHERE {not_null} "
+        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
+    )
+    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), schema)
+
+
+def _cast(
+    con: duckdb.DuckDBPyConnection, reader: pa.RecordBatchReader, schema: pa.Schema
+) -> pa.RecordBatchReader:
+    """DuckDB's Arrow types cast to the catalog's (e.g. its timestamps and strings), the connection closed at the
+    end of the stream."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            for batch in reader:
+                yield batch.cast(schema)
+        finally:
+            con.close()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[TableLoad]:
+    """One load per record table the runs landed rows in, in table order."""
+    kinds = all_kinds()
+    paths: dict[str, list[Path]] = {}
+    for run in runs:
+        for table, found in run.files_by_table(layout).items():
+            paths.setdefault(table, []).extend(p for p in found if p.exists())
+    loads = []
+    for table in sorted(t for t, found in paths.items() if found and t in kinds):
+        kind = kinds[table]
+        files = tuple(paths[table])
+
+        def open_(files: tuple[Path, ...] = files, kind_schema: pa.Schema = kind.schema,
+                  key: tuple[str, ...] = kind.primary_key) -> pa.RecordBatchReader:  # fmt: skip
+            return _record_reader(files, kind_schema, key)
+
+        loads.append(
+            TableLoad(table, kind.primary_key, kind.schema, open_, NEWEST_BY, tuple(r.run_id for r in runs))
+        )
+    return loads
+
+
+def bookkeeping_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[TableLoad]:
+    """`runs` and `query_state` rows of the due runs, from the job's DuckDB file (read-only)."""
+    if not layout.db.exists() or not runs:
+        return []
+    ids = [r.run_id for r in runs]
+    loads = []
+    con = duckdb.connect(str(layout.db), read_only=True)
+    try:
+        for table, key in BOOKKEEPING_KEYS.items():
+            if not has_table(con, table):
+                continue
+            schema = con.sql(f"FROM {quote_ident(table)} LIMIT 0").arrow().schema
+
+            def open_(table: str = table, schema: pa.Schema = schema) -> pa.RecordBatchReader:
+                reader_con = duckdb.connect(str(layout.db), read_only=True)
+                wanted = ", ".join(quote_literal(i) for i in ids)
+                rel = reader_con.sql(f"FROM {quote_ident(table)} WHERE run_id IN ({wanted})")
+                return _cast(reader_con, rel.to_arrow_reader(BATCH_ROWS), schema)
+
+            loads.append(TableLoad(table, key, schema, open_, None, tuple(ids)))
+    finally:
+        con.close()
+    return loads
