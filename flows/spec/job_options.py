@@ -12,7 +12,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 _CRON_FIELD = r"[\d*/,\-A-Za-z?LW#]+"
 _CRON = re.compile(rf"^\s*{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}\s*$")
@@ -130,18 +130,56 @@ def check_destination(url: str) -> str:
     return url.rstrip("/")
 
 
+EXPORT_FORMATS = ("parquet", "iceberg", "delta")
+FORMAT_LIBRARIES = {"iceberg": "pyiceberg", "delta": "deltalake"}
+"""The library each table format needs, installed by the extra of the same name (`harvest[iceberg]`)."""
+
+
+def format_problem(fmt: str, snapshot: bool = False) -> str | None:
+    """Why an export in `fmt` cannot run here, or None: checked before a run pays, and by `harvest export`."""
+    if fmt not in EXPORT_FORMATS:
+        return f"{fmt!r} is not an export format; allowed: {', '.join(EXPORT_FORMATS)}"
+    if snapshot and fmt != "parquet":
+        return f"a snapshot needs format parquet (a {fmt} table is merged on its key already)"
+    library = FORMAT_LIBRARIES.get(fmt)
+    if library is not None and importlib.util.find_spec(library) is None:
+        return f"format {fmt} needs the {fmt} extra, which is not installed: pip install 'harvest[{fmt}]'"
+    return None
+
+
 class Export(_Options):
     """An export after every run (`harvest export OUTPUT --to URL` as a step of the run)."""
 
     to: str = Field(description="Destination: a directory, s3://bucket/prefix or gs://bucket/prefix.")
+    format: Literal["parquet", "iceberg", "delta"] = Field(
+        "parquet",
+        description="parquet: the new runs' files and a manifest (default); iceberg or delta: one table per "
+        "record kind, merged on the primary key.",
+    )
     snapshot: bool = Field(
-        False, strict=True, description="Export the merged tables instead of the new runs."
+        False, strict=True, description="Export the merged tables instead of the new runs (format parquet)."
     )
 
     @field_validator("to")
     @classmethod
     def _to(cls, value: str) -> str:
         check_destination(value)
+        return value
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        problem = format_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("snapshot")
+    @classmethod
+    def _snapshot(cls, value: bool, info: ValidationInfo) -> bool:
+        fmt = info.data.get("format", "parquet")
+        if value and fmt != "parquet":
+            raise ValueError(format_problem(fmt, value))
         return value
 
 

@@ -232,7 +232,8 @@ class JobSpec(_Model):
     schedule: Schedule | None = Field(None, description="When `harvest serve` runs the job.")
     runner: Runner = Field(default_factory=Runner, description="Where the connector tasks run.")  # type: ignore[arg-type]
     export: Export | None = Field(
-        None, description="Export the landed Parquet after every run (harvest export)."
+        None,
+        description="Export after every run (harvest export): the new runs' Parquet, or Iceberg or Delta tables.",
     )
     shapes: dict[str, dict[str, ShapeOverride]] = Field(
         default_factory=dict,
