@@ -2,13 +2,17 @@
 
 Nothing here relies on the flow's process: the task gets plain data (the run, the query, where paging stands, the
 grant), opens its own client with a ledger capped at the grant, writes raw pages, attempt logs and Parquet under
-the run's output directory (a path every worker reaches), and returns its summary, where paging stands now, and
-the values its records hold for dependent queries. The API key is read on the worker (its environment or the
+the run's output directory (a path every worker reaches) or, with `runner.staging`, to the staging store (each
+page before it is read; the files when the round ends: `RoundStage`), and returns its summary, where paging
+stands now, and the values its records hold for dependent queries. The API key is read on the worker (its environment or the
 Prefect Secret block the spec names), never passed: task parameters are stored by Prefect.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,8 @@ from connectors.paging.pager import PagerStart, QuerySpec
 from connectors.reading.extraction import ExtractionReport
 from tasks.landing import page_query, task_end
 from tasks.output.layout import OutputLayout
+from tasks.output.machine_fault import FaultStop, MachineFault
+from tasks.output.staging import FILES, STARTED, StagedPages, open_staging, plain_frames
 from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
 
 
@@ -55,7 +61,7 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
     )
 
 
-def _values(wanted: list[list[str]], params: dict[str, Any], endpoint_path: str) -> Any:
+def values_hook(wanted: list[list[str]], params: dict[str, Any], endpoint_path: str) -> Any:
     """A page hook collecting the values of the (table, field) pairs dependent queries start from."""
     endpoint = catalog.get(endpoint_path)
     found: dict[str, list[Any]] = {f"{t}.{f}": [] for t, f in wanted}
@@ -70,6 +76,43 @@ def _values(wanted: list[list[str]], params: dict[str, Any], endpoint_path: str)
             found[key].extend(v for v in map(read, records.get(table, [])) if v not in (None, ""))
 
     return found, hook
+
+
+class RoundStage:
+    """A round on a worker that cannot reach the output directory: pages go to the staging store one by one,
+    Parquet and the attempt log to a scratch directory, shipped to the store when the round ends with their
+    checksums (the flow verifies them before they enter the output directory)."""
+
+    def __init__(self, run: dict[str, Any], stage: str, query_id: str) -> None:
+        self.store = open_staging(run["staging"])
+        self.key = f"{self.store.run_prefix(run['job'], run['run_id'])}/{stage}"
+        self.scratch = Path(tempfile.mkdtemp(prefix="harvest-round-"))
+        self.layout = OutputLayout(self.scratch)
+        self.pages = StagedPages(self.store, self.key, self.layout.raw_file(run["run_id"], query_id))
+
+    def claim(self) -> bool:
+        """False when an attempt of this round started before (Dask runs a task again when its worker died):
+        that attempt may have paid anything up to the grant, so this one pays nothing; the flow commits what it
+        staged and grants the query again."""
+        marker = f"{self.key}/{STARTED}"
+        if self.store.exists(marker):
+            return False
+        self.store.put(marker, b"")
+        return True
+
+    def ship(self, files: list[Any], requests: Path) -> list[dict[str, Any]]:
+        shipped = [{**self._upload(rel), "table": table, "rows": rows} for table, rel, rows in files]
+        if requests.exists():
+            shipped.append(self._upload(self.layout.relative(requests)))
+        return shipped
+
+    def _upload(self, rel: str) -> dict[str, Any]:
+        data = (self.scratch / rel).read_bytes()
+        self.store.put(f"{self.key}/{FILES}/{rel}", data)
+        return {"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 @task(
@@ -87,20 +130,48 @@ async def collect_round(
     part: int,
     round_no: int,
     wanted: list[list[str]],
+    stage: str | None = None,
 ) -> Any:
+    """`stage`: the round's name in the staging store (`runner.staging`); None: the output is a shared path."""
     spec = QuerySpec(**query)
+    staged = RoundStage(run, stage, spec.query_id) if stage else None
+    try:
+        if staged is not None:
+            try:
+                if not staged.claim():
+                    return {"rerun": True}
+            except MachineFault as fault:  # nothing was paid: the flow stops the run, resumable
+                return {"stop": fault_plain(fault), "spent": 0, "unstaged": []}
+        result = await _pay(run, spec, state, grant, part, wanted, staged)
+    finally:
+        if staged is not None:
+            staged.close()
+    return task_end(result["summary"], result)
+
+
+async def _pay(
+    run: dict[str, Any],
+    spec: QuerySpec,
+    state: dict[str, Any] | None,
+    grant: int,
+    part: int,
+    wanted: list[list[str]],
+    staged: RoundStage | None,
+) -> dict[str, Any]:
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
     attempts = AttemptLogs(fsync=run["fsync"])
     client = service_client(run["base_url"], key, ledger, attempts, ClientSettings(**run["client"]))
     client.key_accepted = True  # the flow proved the key before granting anything
+    layout = staged.layout if staged is not None else OutputLayout(Path(run["output"]))
     async with client:
         ctx = RunContext(
-            run["run_id"], datetime.fromisoformat(run["started"]), OutputLayout(Path(run["output"])),
+            run["run_id"], datetime.fromisoformat(run["started"]), layout,
             catalog.endpoints(run["costs"], shapes_of(run.get("shapes"))), client, ledger, attempts,
-            incremental=run["incremental"],
+            incremental=run["incremental"], faults=FaultStop(ledger),
+            raw=staged.pages if staged is not None else None,  # type: ignore[arg-type]
         )  # fmt: skip
-        found, ctx.on_records = _values(wanted, spec.params, spec.endpoint)
+        found, ctx.on_records = values_hook(wanted, spec.params, spec.endpoint)
         paged = await page_query(ctx, spec, part, state_from_plain(state))
     summary = paged.summary
     result = {
@@ -111,4 +182,25 @@ async def collect_round(
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
     }
-    return task_end(result["summary"], result)
+    if staged is not None:
+        _shipped(result, staged, ctx)
+    return result
+
+
+def _shipped(result: dict[str, Any], staged: RoundStage, ctx: RunContext) -> None:
+    """The round's files in the store, and what the flow needs to verify and commit them."""
+    stop = ctx.faults.fault
+    files: list[dict[str, Any]] | None = None
+    if stop is None:
+        try:
+            files = staged.ship(result["summary"]["files"], ctx.requests_path(result["summary"]["query_id"]))
+        except MachineFault as fault:  # the pages are staged: the flow lands them again from there
+            stop = fault
+    result["staged"] = {"pages": staged.pages.staged, "files": files}
+    result["unstaged"] = plain_frames(staged.pages.unstaged)
+    result["stop"] = fault_plain(stop) if stop is not None else None
+
+
+def fault_plain(fault: MachineFault) -> list[Any]:
+    """A stop as plain data: the flow raises the same fault (`MachineFault(*plain)`), exit 75, resumable."""
+    return [fault.path, fault.cause, fault.code]

@@ -19,6 +19,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from connectors.catalog.shape_overrides import shapes_data
@@ -34,8 +35,11 @@ from flows.spec import JobSpec
 from tasks.landing import task_result
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
+from tasks.output.machine_fault import FaultStop, MachineFault
 from tasks.output.query_summary import history_fields
-from tasks.round_task import collect_round, state_from_plain
+from tasks.output.staging import frames_of, open_staging
+from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
+from tasks.staged_commit import StagedRun
 
 SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
 """How local Dask workers get the embedded sandbox's throw-away key (they inherit the flow's environment)."""
@@ -116,6 +120,9 @@ class Rounds:
         self.running: list[Running] = []
         self.summaries: list[dict[str, Any]] = list(start.kept.values())
         self.parts = 0
+        self.faults = journal.faults or FaultStop(ledger)
+        self.staged: StagedRun | None = None
+        """With `runner.staging`: the run's stages in the store (workers share no disk with the flow)."""
 
     def add(self, query: QuerySpec) -> None:
         if query.query_id in self.seen:
@@ -127,13 +134,45 @@ class Rounds:
         if decided is None:
             return
         self.journal.query_started(asdict(decided))
-        self.running.append(Running(decided, self.endpoints[decided.endpoint].cost))
+        r = Running(decided, self.endpoints[decided.endpoint].cost)
+        self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
+        if self.staged is not None and decided.resume:  # workers cannot read its raw pages: land them here
+            self.reland(r)
+
+    def reland(self, r: Running) -> None:
+        """Land the query's raw pages in the output directory again and go on from the last one (a resumed
+        query, or a round whose worker died or whose files failed their check), finding its dependents."""
+        assert self.staged is not None
+        self.parts += 1
+        found, hook = values_hook(self.wanted(r.spec), r.spec.params, r.spec.endpoint)
+        point, r.files = self.staged.reland(r.spec, self.endpoints[r.spec.endpoint], self.parts, hook)
+        r.state = state_to_plain(point, point.pages, point.records, point.extraction.as_dict())
+        r.pages, r.records = point.pages, point.records
+        r.spec = QuerySpec(**{**asdict(r.spec), "resume": False})
+        self.discover(r.spec, found)
+
+    def open_staging(self) -> None:
+        """The staging store, proved writable before a credit is spent; what earlier sessions left in it is
+        committed first. A store that fails stops the run like a full disk (exit 75, resumable)."""
+        url = self.spec.runner.staging
+        if url is None:
+            return
+        try:
+            store = open_staging(url)
+            store.probe()
+            staged = StagedRun(store, self.layout, self.spec.name, self.run_info["run_id"], self.started)
+            staged.sweep()
+        except MachineFault as fault:
+            self.faults.stop(fault)
+            return
+        self.staged = staged
 
     def wanted(self, query: QuerySpec) -> list[list[str]]:
         return [[dep.kind, dep.field] for dep in self.discovery.dependents_of(query.query_id)]
 
     async def run(self) -> list[dict[str, Any]]:
+        self.open_staging()
         for query in self.plan.queries:
             self.add(query)
         for query in self.start.continue_at.values():
@@ -145,12 +184,26 @@ class Rounds:
                 if not granted:
                     break
                 await self.one_round(runner, granted, grants)
+        self.close_staging()
         stopped = self.ledger.stopped
         status = stopped.kind if stopped else "budget_exhausted"
         reason = stopped.reason if stopped else self.why_no_credits()
         for r in list(self.running):
             self.end(r, self.last_summary(r, status, reason))
         return self.summaries
+
+    def close_staging(self) -> None:
+        """Pages a round left in the store after its commit (a task Dask ran again) into the raw files."""
+        if self.staged is None:
+            return
+        try:
+            self.staged.sweep()
+        except MachineFault as fault:  # they stay in the store; the next run of the job commits them
+            self.faults.stop(fault)
+
+    @property
+    def started(self) -> datetime:
+        return datetime.fromisoformat(self.run_info["started"])
 
     def free(self) -> int:
         """What a round may grant: the budget left, and never more than keeps the account at `min_balance`.
@@ -170,7 +223,7 @@ class Rounds:
         return "the run's budget has no credits left"
 
     async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
-        submitted: list[tuple[Running, Reservation, Any]] = []
+        submitted: list[tuple[Running, Reservation, str | None, Any]] = []
         client = self.run_info["client"]  # a known rate limit is shared by the round's tasks
         known = client["per_second"]
         shared = known / len(granted) if known and granted else None
@@ -185,33 +238,48 @@ class Rounds:
             self.parts += 1
             r.rounds += 1
             query = asdict(r.spec)
-            params = {"run": run, "query": query, "state": r.state, "grant": amount,
-                      "part": self.parts, "round_no": r.rounds, "wanted": self.wanted(r.spec)}  # fmt: skip
-            submitted.append((r, reservation, runner.submit(collect_round, parameters=params)))
+            stage = self.staged.stage(self.parts, r.spec.query_id) if self.staged is not None else None
+            params = {"run": run, "query": query, "state": r.state, "grant": amount, "part": self.parts,
+                      "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage}  # fmt: skip
+            submitted.append((r, reservation, stage, runner.submit(collect_round, parameters=params)))
             r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
         balances: list[int] = []
-        for r, reservation, future in submitted:
+        for r, reservation, stage, future in submitted:
             await asyncio.to_thread(future.wait)
-            balance = await self.settle(r, reservation, future.state)
+            if stage is not None:
+                balance = await self.settle_staged(r, reservation, future.state, stage)
+            else:
+                balance = await self.settle(r, reservation, future.state)
             if balance is not None:
                 balances.append(balance)
         if balances:  # the lowest is the latest: the balance only falls while the run pays
             self.ledger.observe_remaining(min(balances))
 
-    async def settle(self, r: Running, reservation: Reservation, state: Any) -> int | None:
-        """Settle one query's grant to what its task spent; returns the account balance the task last saw."""
-        try:
-            result = await task_result(state)  # a failed query's round ends Failed and still reports
-        except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
-            self.ledger.settle(reservation, None)
-            r.credits += reservation.amount
-            self.end(r, self.last_summary(r, "failed", self.scrub(f"{type(exc).__name__}: {exc}")))
-            return None
+    async def settle(
+        self,
+        r: Running,
+        reservation: Reservation,
+        state: Any,
+        settled: dict[str, Any] | None = None,
+        files: list[Any] | None = None,
+    ) -> int | None:
+        """Settle one query's grant to what its task spent; returns the account balance the task last saw.
+        `settled`: a staged round's result, its grant settled and its `files` committed (`settle_staged`)."""
+        if settled is None:
+            try:
+                result = await task_result(state)  # a failed query's round ends Failed and still reports
+            except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
+                self.ledger.settle(reservation, None)
+                r.credits += reservation.amount
+                self.end(r, self.last_summary(r, "failed", self.scrub(f"{type(exc).__name__}: {exc}")))
+                return None
+            self.ledger.settle(reservation, result["spent"])
+            r.credits += result["spent"]
+        else:
+            result = settled
         balance: int | None = result.get("balance")
-        self.ledger.settle(reservation, result["spent"])
         summary = result["summary"]
-        r.credits += result["spent"]
-        r.files += summary["files"]
+        r.files += summary["files"] if files is None else files
         landed = summary["records"] - r.records
         r.state, r.pages, r.records = result["state"], summary["pages"], summary["records"]
         progress.current().page_landed(r.spec.query_id, landed, result["spent"])
@@ -220,6 +288,35 @@ class Rounds:
             return balance  # its grant ran out: it goes on next round
         self.end(r, {**summary, "credits": r.credits, "files": r.files})
         return balance
+
+    async def settle_staged(self, r: Running, reservation: Reservation, state: Any, stage: str) -> int | None:
+        """Settle a staged round: commit what it staged, then go on as `settle` does.
+
+        A round whose worker died (Dask's error, or the attempt Dask ran again, which pays nothing) may have
+        spent its whole grant, so the grant counts; its staged pages are committed and the query goes on from
+        the last one in a later round. Only a round that broke without staging a page ends its query `failed`."""
+        assert self.staged is not None
+        try:
+            result = await task_result(state)
+        except Exception as exc:
+            result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
+        lost = "rerun" in result or "broke" in result
+        self.ledger.settle(reservation, None if lost else result["spent"])
+        r.credits += reservation.amount if lost else result["spent"]
+        unstaged = frames_of(result.get("unstaged") or [])
+        before = r.pages
+        files = self.staged.commit_round(r.spec.query_id, stage, result.get("staged"), unstaged)
+        if result.get("stop"):
+            self.faults.stop(MachineFault(*result["stop"]))
+        if lost or files is None:
+            self.reland(r)
+            progress.current().page_landed(r.spec.query_id, 0, 0 if lost else result["spent"])
+            if "broke" in result and r.pages == before:
+                self.end(r, self.last_summary(r, "failed", result["broke"]))
+            elif self.ledger.stopped is not None:
+                self.end(r, self.last_summary(r, self.ledger.stopped.kind, self.ledger.stopped.reason))
+            return None if lost else result.get("balance")
+        return await self.settle(r, reservation, state, settled=result, files=files)
 
     def grant_was_the_limit(self, r: Running, result: dict[str, Any]) -> bool:
         cap = r.spec.max_credits
@@ -267,5 +364,5 @@ def run_info(
         "api_key_env": key_env, "api_key_secret": secret, "client": asdict(client_settings(spec)),
         "fsync": spec.durability == "fsync",
         "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
-        "min_balance": spec.budget.min_balance,
+        "min_balance": spec.budget.min_balance, "staging": spec.runner.staging, "job": spec.name,
     }  # fmt: skip

@@ -92,6 +92,11 @@ class Runner(_Options):
     round_pages: int = Field(
         20, strict=True, ge=1, le=10_000, description="Pages a query may pay for per round on Dask."
     )
+    staging: str | None = Field(
+        None,
+        description="Where Dask workers that share no disk with the flow put what they paid: "
+        "s3://bucket/prefix, gs://bucket/prefix or a directory; none: the output is a path every worker reaches.",
+    )
 
     @model_validator(mode="after")
     def _address(self) -> Runner:
@@ -103,7 +108,32 @@ class Runner(_Options):
             raise ValueError("an address needs kind: dask")
         if self.address is not None and not re.match(r"^(tcp|tls|inproc|ucx)://\S+$", self.address):
             raise ValueError(f"{self.address!r} is not a Dask scheduler address (tcp://host:port)")
+        if self.staging is not None and self.kind != "dask":
+            raise ValueError("staging needs kind: dask")
         return self
+
+    @field_validator("staging")
+    @classmethod
+    def _staging(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_staging(value)
+        return value
+
+
+STAGING_SCHEMES = ("", "file", "s3", "gs", "gcs")
+STAGING_ALLOWED = "s3://bucket/prefix, gs://bucket/prefix, file:// or a directory (no credentials in the URL)"
+
+
+def check_staging(url: str) -> None:
+    """Refuse a staging URL pyarrow cannot open as a filesystem or that carries a secret, before a credit is
+    spent (a store that does not answer is found by the run's probe, still before paying)."""
+    parts = urlsplit(url)
+    if parts.scheme not in STAGING_SCHEMES or not url.strip():
+        raise ValueError(f"{url!r} is not a staging store; allowed: {STAGING_ALLOWED}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError(f"credentials or a query string in the staging URL; allowed: {STAGING_ALLOWED}")
+    if parts.scheme not in ("", "file") and not parts.netloc:
+        raise ValueError(f"{url!r} names no bucket; allowed: {STAGING_ALLOWED}")
 
 
 EXPORT_SCHEMES = ("", "file", "s3", "gs", "gcs")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import logging
 import os
 import struct
@@ -193,6 +194,14 @@ class RawPageReader:
             return None
 
 
+def decode_frame(data: bytes) -> RawPage | None:
+    """The page in one whole frame held in memory (a staged page), or None when it is torn or corrupt."""
+    reader = RawPageReader("<frame>")
+    stream = io.BytesIO(data)
+    page = reader._read_frame(stream, stream.read(_HEADER.size))
+    return page if page is not None and stream.tell() == len(data) else None
+
+
 def iter_raw_pages(path: Path | str) -> Iterator[RawPage]:
     """Yield complete pages in append order; a torn or corrupt tail ends iteration with a logged warning.
 
@@ -270,6 +279,34 @@ def _set_aside_tail(path: Path, valid: int, size: int) -> Path:
     return aside
 
 
+def paid_page(
+    *,
+    query_id: str,
+    page: int,
+    endpoint: str,
+    params: Mapping[str, Any] | None,
+    cursor_in: Mapping[str, Any] | None,
+    cursor_out: Mapping[str, Any] | None,
+    fetched_at: dt.datetime | str,
+    status_code: int,
+    credits: int,
+    body: bytes,
+) -> RawPage:
+    """A paid answer as the raw store keeps it (credential-like params removed), whichever store keeps it."""
+    return RawPage(
+        query_id=query_id,
+        page=page,
+        endpoint=endpoint,
+        params=redact_params(params),
+        cursor_in=dict(cursor_in) if cursor_in is not None else None,
+        cursor_out=dict(cursor_out) if cursor_out is not None else None,
+        fetched_at=iso_utc(fetched_at),
+        status_code=status_code,
+        credits=credits,
+        body=bytes(body),
+    )
+
+
 class RawPageWriter(AppendOnlyFile):
     """Appends one frame per paid answer; a page is safe from a killed process as soon as `append` returns.
 
@@ -315,18 +352,10 @@ class RawPageWriter(AppendOnlyFile):
         body: bytes,
     ) -> RawPage:
         """Write one paid answer; returns the envelope as stored (credential-like params removed)."""
-        record = RawPage(
-            query_id=query_id,
-            page=page,
-            endpoint=endpoint,
-            params=redact_params(params),
-            cursor_in=dict(cursor_in) if cursor_in is not None else None,
-            cursor_out=dict(cursor_out) if cursor_out is not None else None,
-            fetched_at=iso_utc(fetched_at),
-            status_code=status_code,
-            credits=credits,
-            body=bytes(body),
-        )
+        record = paid_page(
+            query_id=query_id, page=page, endpoint=endpoint, params=params, cursor_in=cursor_in,
+            cursor_out=cursor_out, fetched_at=fetched_at, status_code=status_code, credits=credits, body=body,
+        )  # fmt: skip
         self.append_page(record)
         return record
 
