@@ -13,20 +13,58 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.io.fileformat import FileFormatFactory, FileFormatWriter
-from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema, schema_to_pyarrow
+from pyiceberg.io.pyarrow import (
+    ArrowScan,
+    _read_all_delete_files,
+    _to_requested_schema,
+    pyarrow_to_schema,
+    schema_to_pyarrow,
+)
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.schema import Schema, sanitize_column_names
+from pyiceberg.schema import Schema, prune_columns, sanitize_column_names
+from pyiceberg.table import FileScanTask
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
+from pyiceberg.types import ListType, MapType
 
 ROLL_BYTES = 256 * 1024 * 1024
 """Arrow bytes per data file (~30-80 MB of Parquet): files small enough that a merge replacing a few rows
 rewrites little, large enough that readers do not open thousands."""
+READ_ROWS = 65_536
+"""Rows per batch read back from a data file (a row group at a time)."""
+
+
+def read_batches(
+    metadata: TableMetadata, io: FileIO, task: FileScanTask, schema: Schema
+) -> Iterator[pa.RecordBatch]:
+    """One data file's rows in `schema` (older files lack newer columns: null), a row group at a time.
+
+    pyiceberg's scan reads sixteen batches ahead with whole row groups pre-buffered: rewriting one 1M-row file
+    took 740 MB. A file another engine gave delete files is read through pyiceberg's scan (it applies them)."""
+    if task.delete_files:
+        scan = ArrowScan(metadata, io, schema, AlwaysTrue())
+        yield from scan._record_batches_from_scan_tasks_and_deletes(
+            [task], _read_all_delete_files(io, [task])
+        )
+        return
+    with io.new_input(task.file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        file_schema = pyarrow_to_schema(
+            parquet.schema_arrow, metadata.schema().name_mapping, format_version=metadata.format_version
+        )
+        ids = {i for i in schema.field_ids if not isinstance(schema.find_type(i), (ListType, MapType))}
+        present = prune_columns(file_schema, ids, select_full_types=False)
+        names = [column.name for column in present.columns]
+        for batch in parquet.iter_batches(batch_size=READ_ROWS, columns=names):
+            yield _to_requested_schema(schema, present, batch, allow_timestamp_tz_mismatch=True)
 
 
 class DataFileWriter:

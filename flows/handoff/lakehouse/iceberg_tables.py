@@ -22,7 +22,6 @@ keep a rerun's rows together; files are rolled small instead (`iceberg_files.ROL
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -35,9 +34,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
-from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import ArrowScan, _read_all_delete_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import DataScan, FileScanTask, Table, Transaction
@@ -46,7 +43,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
-from flows.handoff.lakehouse.iceberg_files import DataFileWriter
+from flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
 from flows.handoff.lakehouse.table_format import MergeResult, TableLoad
 from tasks.output.layout import OutputLayout
 
@@ -85,7 +82,11 @@ def _keyed_schema(load: TableLoad) -> Schema:
 def key_strings(batch: pa.RecordBatch, key: tuple[str, ...]) -> pa.Array:
     """One string per row naming its key, comparable between incoming rows and the table's."""
     parts = [pc.cast(batch.column(k), pa.large_string()) for k in key]
-    joined = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, KEY_SEPARATOR)
+    joined = (
+        parts[0]
+        if len(parts) == 1
+        else pc.binary_join_element_wise(*parts, pa.scalar(KEY_SEPARATOR, pa.large_string()))
+    )
     return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
@@ -115,15 +116,6 @@ def _incoming(load: TableLoad) -> Incoming:
     return Incoming(all_keys, stamps)
 
 
-def _task_batches(
-    metadata: TableMetadata, io: FileIO, task: FileScanTask, schema: Schema
-) -> Iterator[pa.RecordBatch]:
-    """One data file's rows in `schema`, batch by batch (its delete files applied). `ArrowScan.to_record_batches`
-    would hold the whole file's batches in a list first."""
-    scan = ArrowScan(metadata, io, schema, AlwaysTrue())
-    return scan._record_batches_from_scan_tasks_and_deletes([task], _read_all_delete_files(io, [task]))
-
-
 def _incoming_wins(incoming: pa.Array, table: pa.Array) -> pa.Array:
     """Newest wins, a tie to the incoming row (the same fetch again, perhaps read by a newer catalog); a table's
     row without a time loses, an incoming row without one loses to a timed row."""
@@ -139,7 +131,7 @@ def _match(
     columns = [*load.primary_key, *([load.newest_by] if load.newest_by else [])]
     projection = metadata.schema().select(*columns)
     for task in tasks:
-        for batch in _task_batches(metadata, io, task, projection):
+        for batch in read_batches(metadata, io, task, projection):
             table_keys = key_strings(batch, load.primary_key)
             where = pc.index_in(table_keys, value_set=inc.keys)
             hit = pc.is_valid(where)
@@ -180,7 +172,7 @@ def _write(
         if task.file.file_path not in inc.replaced:
             continue
         gone = pa.concat_arrays(inc.replaced[task.file.file_path])
-        for batch in _task_batches(metadata, io, task, metadata.schema()):
+        for batch in read_batches(metadata, io, task, metadata.schema()):
             writer.write(_without(batch, load.primary_key, gone))
         deleted.append(task.file)
     skip = pa.concat_arrays(inc.beaten) if inc.beaten else pa.array([], pa.large_string())
