@@ -294,3 +294,25 @@ def test_s3_tables_read_back_and_only_data_and_metadata_objects(
         if o["Size"] == 0 or not o["Key"].endswith((".parquet", ".avro", ".metadata.json"))
     ]
     assert odd == [], "only data and metadata objects: no directory markers"
+
+
+def test_harvest_export_format_iceberg_end_to_end(nights: Nights, tmp_path: Path) -> None:
+    """The command a user types: every loaded run merged once, then nothing new to send."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    lake = tmp_path / "lake"
+    output = str(nights.layout.root)
+    result = CliRunner().invoke(app, ["export", output, "--to", str(lake), "--format", "iceberg"])
+    assert result.exit_code == 0, result.output
+    catalog = reader(lake / SQLITE_FILE, lake.as_uri())
+    for load in record_loads(nights.layout, [nights.second]):
+        exported = keyed(load, scanned(catalog, load.name), "_fetched_at", "_run_id")
+        assert exported == harvest_rows(nights, load, "_fetched_at", "_run_id"), load.name
+        assert snapshots(catalog.load_table(("harvest", load.name))) == 1, "both runs in one commit per table"
+    assert sorted(r["run_id"] for r in scanned(catalog, "runs").to_pylist()) == sorted(
+        [nights.first.run_id, nights.second.run_id]
+    )
+    again = CliRunner().invoke(app, ["export", output, "--to", str(lake), "--format", "iceberg"])
+    assert again.exit_code == 0 and "nothing new" in again.output, again.output
