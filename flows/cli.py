@@ -329,15 +329,23 @@ def export(
     snapshot: bool = typer.Option(
         False, "--snapshot", help="Export the merged tables as they are now instead of the new runs' files."
     ),
+    format: str = typer.Option(
+        "parquet",
+        "--format",
+        help="parquet: the new runs' files and a manifest; iceberg or delta: one table per record kind, "
+        "merged on the primary key.",
+    ),
 ) -> None:
-    """Copy landed Parquet to a warehouse's storage: the runs not exported there yet, then a commit marker.
+    """Hand the runs not exported to a destination yet to a warehouse's storage, as files or as tables.
 
-    Each export writes _exports/<id>/_manifest.json (keys, rows, schemas, run ids, primary keys) and last
-    _SUCCESS. Credentials come from the standard variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
+    parquet (default) copies the landed files, then writes _exports/<id>/_manifest.json (keys, rows, schemas,
+    run ids, primary keys) and last _SUCCESS. iceberg and delta merge them into one table per record kind (and
+    runs, query_state), newest fetch per key, one commit per table. Credentials come from the standard
+    variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
     """
     from flows.commands import warehouse
 
-    warehouse.export(output, to, snapshot)
+    warehouse.export(output, to, snapshot, format)
 
 
 @app.command(

@@ -79,7 +79,8 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         err.print(console.literal(f"export to {exported['to']}: {exported['error']}", "red"), soft_wrap=True)
     elif exported:
         out.print(console.literal(
-            f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), {exported['files']} files"
+            f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), "
+            + (f"{exported['tables']} tables" if "tables" in exported else f"{exported['files']} files")
         ), soft_wrap=True)  # fmt: skip
     if summary.load_interrupted:
         pass  # the next step says how it gets loaded

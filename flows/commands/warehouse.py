@@ -43,15 +43,22 @@ def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> No
     console.out.print(rows)
 
 
-def export(output: Path, to: str, snapshot: bool) -> None:
+def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
     import duckdb
 
     from flows.handoff.export import export_increment, export_snapshot
     from flows.handoff.export_ledger import NotRecorded
+    from flows.spec.job_options import format_problem
 
     layout = OutputLayout(output)
     if not layout.raw_root.is_dir():
         raise _fail(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+    problem = format_problem(fmt, snapshot)
+    if problem:
+        raise _fail(f"--format {fmt}: {problem}")
+    if fmt != "parquet":
+        export_tables(layout, to, fmt)
+        return
     try:
         report = (export_snapshot if snapshot else export_increment)(layout, to)
     except UsageError as exc:
@@ -74,6 +81,37 @@ def export(output: Path, to: str, snapshot: bool) -> None:
     console.say(
         f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
         f"({report.kind}); committed: {marker}"
+    )
+
+
+def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
+    """`--format iceberg|delta`: a failed table is named with those committed before it (exit 1)."""
+    import duckdb
+
+    from flows.handoff.export_ledger import NotRecorded
+    from flows.handoff.lakehouse.lakehouse_export import ExportFailed
+    from flows.handoff.lakehouse.lakehouse_export import export_tables as merge_tables
+
+    try:
+        report = merge_tables(layout, to, fmt)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    except NotRecorded as exc:
+        raise _fail(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
+    except (ExportFailed, OSError, duckdb.Error) as exc:
+        raise _fail(f"{fmt} export to {to} failed: {exc}", 1) from None
+    if not report.runs:
+        console.say(f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables")
+        return
+    rows = console.table("table", "rows in", "inserted", "updated", "new columns", "version",
+                         title=f"{fmt} tables at {report.destination}", right=("rows in", "inserted", "updated"))  # fmt: skip
+    for name, merged in report.tables.items():
+        added = ", ".join(merged.columns_added)
+        console.add_row(rows, name, merged.rows_in, merged.inserted, merged.updated, added, merged.version)
+    console.out.print(rows)
+    console.say(
+        f"merged {len(report.runs)} run(s), {report.rows} rows into {len(report.tables)} {fmt} table(s) at "
+        f"{report.destination}; one commit per table"
     )
 
 

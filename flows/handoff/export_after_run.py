@@ -20,18 +20,30 @@ def export_step(
     """The export's report for the run's summary; `stop`: a second Ctrl-C meanwhile abandons it."""
     if spec.export is None:
         return None
-    to = spec.export.to
+    to, fmt = spec.export.to, spec.export.format
     retry = f"harvest export {layout.root} --to {to}" + (" --snapshot" if spec.export.snapshot else "")
+    retry += f" --format {fmt}" if fmt != "parquet" else ""
     if not loaded:
         return {"to": to, "error": f"not exported: the run is not loaded yet; `harvest load`, then `{retry}`"}
     try:
         with stop.exporting() if stop is not None else contextlib.nullcontext():
+            if fmt != "parquet":
+                return _tables(layout, to, fmt)
             from flows.handoff.export import export_increment, export_snapshot
 
             report = (export_snapshot if spec.export.snapshot else export_increment)(layout, to)
-    except ExportInterrupted as exc:  # nothing is committed without `_SUCCESS`: the retry sends it all
+    except ExportInterrupted as exc:  # nothing is recorded: the retry sends (or merges) it all again
         return {"to": to, "interrupted": True, "error": f"export interrupted by {exc}; retry: `{retry}`"}
     except Exception as exc:  # landed data stays; the summary says what failed and how to send it later
         return {"to": to, "error": f"export failed ({type(exc).__name__}: {exc}); retry: `{retry}`"}
     return {"to": report.destination, "kind": report.kind, "runs": len(report.runs), "files": report.files,
             "rows": report.rows}  # fmt: skip
+
+
+def _tables(layout: OutputLayout, to: str, fmt: str) -> dict[str, Any]:
+    """An Iceberg or Delta export's report: the tables stand for files (one commit each)."""
+    from flows.handoff.lakehouse.lakehouse_export import export_tables
+
+    report = export_tables(layout, to, fmt)
+    return {"to": report.destination, "kind": fmt, "runs": len(report.runs), "files": len(report.tables),
+            "tables": len(report.tables), "rows": report.rows}  # fmt: skip

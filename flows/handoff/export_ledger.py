@@ -48,20 +48,46 @@ class ExportRow:
     rows: int = 0
 
 
+PARQUET_KINDS = ("increment", "snapshot")
+"""The `kind`s of a Parquet export; a table format records its own name (`delta`, `iceberg`)."""
+
+
+def family(kind: str) -> str:
+    """What a destination holds after an export of `kind`: `parquet` files, or tables of a format."""
+    return "parquet" if kind in PARQUET_KINDS else kind
+
+
 @dataclass
 class Sent:
-    """What a destination has: the latest increment export of each run, and the export ids already recorded."""
+    """What a destination has: the latest export of each run in `kind` (an increment, or a table format's merge),
+    the export ids already recorded, and which other kinds of export went there."""
 
+    kind: str = "increment"
     latest: dict[str, datetime] = field(default_factory=dict)
     recorded: set[str] = field(default_factory=set)
     found: list[ExportRow] = field(default_factory=list)
     """Committed exports of this output's runs found at the destination but not in the table: to record."""
+    families: set[str] = field(default_factory=set)
+    """`parquet`, `delta`, `iceberg`: what the destination was given; one destination holds one of them."""
 
     def add(self, row: ExportRow) -> None:
-        if row.kind == "increment" and (
+        self.families.add(family(row.kind))
+        if row.kind == self.kind and (
             row.run_id not in self.latest or self.latest[row.run_id] < row.exported_at
         ):
             self.latest[row.run_id] = row.exported_at
+
+    def mixed(self, destination: str) -> str | None:
+        """Why an export of `kind` must not go to this destination (another format's files are there), or None:
+        a Delta table's directory holding Parquet it does not list would lose them to `vacuum`, and a Parquet
+        loader would read a table's files as loose rows."""
+        others = sorted(self.families - {family(self.kind)})
+        if not others:
+            return None
+        return (
+            f"{destination} holds a {' and '.join(others)} export of this output; a {family(self.kind)} export "
+            "needs a destination of its own (another --to)"
+        )
 
     def due(self, run: RunManifest) -> bool:
         """Not at the destination yet, or rebuilt (its Parquet changed) after it was sent."""
@@ -69,9 +95,9 @@ class Sent:
         return sent is None or (run.rebuilt is not None and sent < datetime.fromisoformat(run.rebuilt))
 
 
-def recorded(layout: OutputLayout, destination: str) -> Sent:
-    """What the `exports` table says the destination has (nothing when there is no database or table)."""
-    sent = Sent()
+def recorded(layout: OutputLayout, destination: str, kind: str = "increment") -> Sent:
+    """What the `exports` table says the destination has of `kind` (nothing when there is no database or table)."""
+    sent = Sent(kind)
     if not layout.db.exists():
         return sent
     con = duckdb.connect(str(layout.db), read_only=True)

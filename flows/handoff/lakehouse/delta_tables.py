@@ -1,0 +1,185 @@
+"""Delta Lake tables through delta-rs (`deltalake`): one table per record kind at `<destination>/<table>`, and
+harvest's `runs` and `query_state` beside them under the names they have in DuckDB.
+
+A table is created by its first export (a streamed write) and merged into afterwards: one MERGE per table, on
+the primary key, one commit. The merge streams its source (`streamed_exec`: DataFusion pulls the rows batch by
+batch instead of holding the load in memory, the complaint of dlt #2030), adds the columns the catalog gained
+(`merge_schema`), and rewrites only the files holding a key it changes: delta-rs keeps a file whose rows were
+all left alone, so new keys are a new file and an unchanged re-merge writes nothing. A matched row is replaced
+only when it is newer, or as new but different (a rebuild read it again): re-merging what the table has is no
+rewrite and no new version.
+
+Commits are conditional writes of the next log entry (S3's `If-None-Match`, a rename elsewhere): two writers at
+once never both win. The loser's merge is run again on the new version (newest-wins makes that right), a few
+times, then it fails with a clear error; the table is never left half-written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from flows.handoff.lakehouse.table_format import MergeResult, TableLoad
+from tasks.output.layout import OutputLayout
+
+COMMIT_ATTEMPTS = 4
+"""A merge that lost its commit to another writer is run again on the new version, at most this often."""
+TARGET_FILE_BYTES = 32 * 1024 * 1024
+"""Data files of about 32 MB: a merge that updates a key rewrites the file holding it, so smaller files make
+updates cheaper and larger ones make scans cheaper (measured in `bench/lakehouse_export.py`)."""
+WRITER = WriterProperties(compression="ZSTD")
+
+
+class ConcurrentWriters(RuntimeError):
+    """Another writer kept committing to the table first: nothing of this merge is in it."""
+
+
+def storage_options(destination: str) -> dict[str, str] | None:
+    """What delta-rs needs beyond the standard variables it reads itself (AWS_*, GOOGLE_*): a plain-HTTP
+    endpoint (MinIO, moto) is allowed when the user named one in AWS_ENDPOINT_URL, as pyarrow allows it for the
+    Parquet export."""
+    import os
+
+    if urlsplit(destination).scheme != "s3":
+        return None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    return {"allow_http": "true"} if endpoint.startswith("http://") else None
+
+
+def _peek(reader: pa.RecordBatchReader) -> pa.RecordBatchReader | None:
+    """The same rows, or None when there are none (no commit for an empty load)."""
+    for batch in reader:
+        if batch.num_rows:
+
+            def rest(first: pa.RecordBatch = batch) -> Iterator[pa.RecordBatch]:
+                yield first
+                yield from reader
+
+            return pa.RecordBatchReader.from_batches(reader.schema, rest())
+    return None
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _matched_predicate(load: TableLoad, table_columns: set[str]) -> str | None:
+    """When a table's row for a key is replaced: the incoming row is newer, or as new and different. A column
+    the table lacks makes every as-new row different (it fills the new column)."""
+    common = [f.name for f in load.schema if f.name in table_columns]
+    differs = " OR ".join(f"(s.{_ident(c)} IS DISTINCT FROM t.{_ident(c)})" for c in common)
+    grown = any(f.name not in table_columns for f in load.schema)
+    if load.newest_by is None:
+        return None if grown else differs
+    newest = _ident(load.newest_by)
+    if grown:
+        return f"s.{newest} >= t.{newest}"
+    return f"s.{newest} > t.{newest} OR (s.{newest} = t.{newest} AND ({differs}))"
+
+
+class DeltaFormat:
+    """Delta tables under one destination (a directory, `s3://`, `gs://`)."""
+
+    name = "delta"
+
+    def __init__(self, destination: str, layout: OutputLayout | None = None) -> None:
+        self.destination = destination.rstrip("/")
+        self.options = storage_options(destination)
+
+    def uri(self, table: str) -> str:
+        return f"{self.destination}/{table}"
+
+    def merge(self, load: TableLoad) -> MergeResult:
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                return self._merge_once(load)
+            except CommitFailedError as exc:
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise ConcurrentWriters(
+                        f"{self.uri(load.name)}: another writer committed first {COMMIT_ATTEMPTS} times ({exc}); "
+                        "this merge is not in the table: run the export again"
+                    ) from exc
+                time.sleep(0.2 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Nothing held open: every merge opens its table at the newest version."""
+
+    def _commit(self, load: TableLoad, operation: str) -> CommitProperties:
+        """Which harvest runs a version holds, readable in the table's history (`DeltaTable.history()`)."""
+        meta = {
+            "harvest.table": load.name,
+            "harvest.operation": operation,
+            "harvest.runs": ",".join(load.runs),
+        }
+        return CommitProperties(custom_metadata=meta)
+
+    def _open(self, uri: str) -> DeltaTable | None:
+        """The table at its newest version, or None when there is none yet. (Not `is_deltatable`: it holds the
+        GIL while it waits for the store, which starves a store served from the same process.)"""
+        try:
+            return DeltaTable(uri, storage_options=self.options)
+        except TableNotFoundError:
+            return None
+
+    def _merge_once(self, load: TableLoad) -> MergeResult:
+        uri = self.uri(load.name)
+        source = _peek(load.open())
+        result = MergeResult(load.name)
+        table = self._open(uri)
+        if table is None:
+            return self._create(uri, load, source, result)
+        result.version = str(table.version())
+        if source is None:
+            return result
+        before = set(table.schema().to_arrow().names)
+        merger = table.merge(
+            source, " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in load.primary_key),
+            source_alias="s", target_alias="t", merge_schema=True, streamed_exec=True,
+            writer_properties=WRITER, commit_properties=self._commit(load, "merge"),
+        )  # fmt: skip
+        metrics = (
+            merger.when_matched_update_all(predicate=_matched_predicate(load, before))
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        result.rows_in = int(metrics["num_source_rows"])
+        result.inserted = int(metrics["num_target_rows_inserted"])
+        result.updated = int(metrics["num_target_rows_updated"])
+        result.columns_added = [f.name for f in load.schema if f.name not in before]
+        result.version = str(table.version())
+        return result
+
+    def _create(
+        self, uri: str, load: TableLoad, source: pa.RecordBatchReader | None, result: MergeResult
+    ) -> MergeResult:
+        """The table's first version: the rows streamed into new files (an empty load makes an empty table, so
+        a reader finds every table the export named). Another writer creating it first fails this commit, and
+        the retry merges instead."""
+        counted = 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            nonlocal counted
+            for batch in source if source is not None else ():
+                counted += batch.num_rows
+                yield batch
+
+        try:
+            write_deltalake(
+                uri, pa.RecordBatchReader.from_batches(load.schema, batches()), mode="error",
+                storage_options=self.options, writer_properties=WRITER, target_file_size=TARGET_FILE_BYTES,
+                commit_properties=self._commit(load, "create"),
+                configuration={"delta.targetFileSize": str(TARGET_FILE_BYTES)},
+            )  # fmt: skip
+        except Exception as exc:
+            if self._open(uri) is not None:  # created meanwhile by another writer: merge into it
+                raise CommitFailedError(f"{uri} was created by another writer meanwhile") from exc
+            raise
+        result.rows_in = result.inserted = counted
+        result.version = str(DeltaTable(uri, storage_options=self.options).version())
+        return result
