@@ -67,6 +67,19 @@ def open_destination(destination: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(destination)
 
 
+def make_dir(fs: pafs.FileSystem, path: str) -> None:
+    """A directory where directories exist. On object storage a key needs no parent, and pyarrow's `create_dir`
+    writes a zero-byte `<dir>/` marker object, which loaders listing a prefix take for a file."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path, recursive=True)
+
+
+def _refuse_mixed(layout: OutputLayout, destination: str, kind: str) -> None:
+    problem = recorded(layout, destination, kind).mixed(destination)
+    if problem:
+        raise UsageError(problem)
+
+
 def _export_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
@@ -120,7 +133,7 @@ def _copy_run(
         for path in paths:
             key = path.relative_to(layout.parquet_root).as_posix()
             meta = pq.read_metadata(path)
-            fs.create_dir(f"{base}/{Path(key).parent.as_posix()}", recursive=True)
+            make_dir(fs, f"{base}/{Path(key).parent.as_posix()}")
             pafs.copy_files(str(path), f"{base}/{key}", source_filesystem=local, destination_filesystem=fs)
             entry = _table_entry(report, table)
             entry["files"].append({"key": key, "rows": meta.num_rows, "run_id": run.run_id})
@@ -156,7 +169,7 @@ def _commit(fs: pafs.FileSystem, folder: str, report: ExportReport, jobs: list[s
         "partitioning": PARTITIONING if report.kind == "increment" else [],
         "tables": report.tables,
     }
-    fs.create_dir(folder, recursive=True)
+    make_dir(fs, folder)
     with fs.open_output_stream(f"{folder}/_manifest.json") as out:
         out.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
     with fs.open_output_stream(f"{folder}/_SUCCESS") as out:
@@ -173,6 +186,9 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     manifests = [m for m in all_manifests(layout) if m.loaded]
     fs, base = open_destination(destination)
     sent = recorded(layout, destination)
+    problem = sent.mixed(destination)
+    if problem:
+        raise UsageError(problem)
     find_committed(fs, base, sent, (m.run_id for m in manifests))
     runs = [m for m in manifests if sent.due(m)]
     report.recovered = len({r.run_id for r in sent.found})
@@ -200,6 +216,7 @@ def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
     report = ExportReport(destination, _export_id(), "snapshot")
     if not layout.db.exists():
         raise UsageError(f"{layout.db} does not exist: nothing to export (run a job, or `harvest rebuild`)")
+    _refuse_mixed(layout, destination, "snapshot")
     fs, base = open_destination(destination)
     if fs.get_file_info(f"{base}/_SUCCESS").is_file:
         fs.delete_file(f"{base}/_SUCCESS")  # the old snapshot is being replaced: no longer vouched for
@@ -222,7 +239,7 @@ def _snapshot_table(
     """One table streamed batch by batch (a relation's reader: DuckDB does not materialise the result)."""
     key = f"{table}/snapshot.parquet"
     reader = con.sql(f"FROM {quote_ident(table)}").to_arrow_reader(SNAPSHOT_BATCH)
-    fs.create_dir(f"{base}/{table}", recursive=True)
+    make_dir(fs, f"{base}/{table}")
     rows = 0
     with (
         fs.open_output_stream(f"{base}/{key}") as out,
