@@ -24,8 +24,13 @@ from tasks.database.load_settings import memory_limit
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest
 
-BATCH_ROWS = 65_536
-"""Rows per Arrow batch handed to a format: memory stays at a few batches whatever the table's size."""
+BATCH_ROWS = 16_384
+"""Rows per Arrow batch handed to a format: memory stays at a few batches whatever the table's size (a record
+carries its `raw` JSON: 16k rows of 1 KB are 16 MB)."""
+BUCKET_ROWS = 500_000
+"""Rows per newest-per-key step: past it, the files are read once per bucket of keys (a hash of the key), so
+DuckDB's window never holds much more than this many rows. One window over 3M rows of harvest's Parquet ran out
+of the load's default 64 MB memory limit ("failed to pin block"); over 1M it did not (221 MB RSS)."""
 NEWEST_BY = "_fetched_at"
 BOOKKEEPING_KEYS: dict[str, tuple[str, ...]] = {"runs": ("run_id",), "query_state": ("run_id", "query_id")}
 """Harvest's own tables that travel with the records: merged on their key, harvest's latest state wins."""
@@ -38,28 +43,41 @@ def _connect() -> duckdb.DuckDBPyConnection:
     )
 
 
-def _file_columns(paths: Sequence[Path]) -> set[str]:
+def _file_facts(paths: Sequence[Path]) -> tuple[set[str], int]:
+    """The columns any of the files has, and their rows (from the footers: no data is read)."""
     names: set[str] = set()
+    rows = 0
     for path in paths:
-        names.update(pq.read_schema(path).names)
-    return names
+        meta = pq.read_metadata(path)
+        names.update(meta.schema.to_arrow_schema().names)
+        rows += meta.num_rows
+    return names, rows
 
 
 def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
-    """The newest row per key of `paths`, in `schema` (a column no file has is null)."""
+    """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time."""
     con = _connect()
-    present = _file_columns(paths)
+    present, rows = _file_facts(paths)
+    buckets = max(1, -(-rows // BUCKET_ROWS))
     files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
     columns = ", ".join(
         quote_ident(f.name) if f.name in present else f"NULL AS {quote_ident(f.name)}" for f in schema
     )
     keys = ", ".join(quote_ident(k) for k in key)
     not_null = " AND ".join(f"{quote_ident(k)} IS NOT NULL" for k in key)
+    in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""
     sql = (
-        f"SELECT {columns} FROM read_parquet({files}, union_by_name = true) WHERE {not_null} "
+        f"SELECT {columns} FROM read_parquet({files}, union_by_name = true) WHERE {not_null}{in_bucket} "
         f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
     )
-    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), schema)
+    first = con.sql(sql.format(bucket=0)).to_arrow_reader(BATCH_ROWS)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield from first
+        for bucket in range(1, buckets):
+            yield from con.sql(sql.format(bucket=bucket)).to_arrow_reader(BATCH_ROWS)
+
+    return _cast(con, pa.RecordBatchReader.from_batches(first.schema, batches()), schema)
 
 
 def _cast(

@@ -1,0 +1,52 @@
+"""What a lakehouse export hands Iceberg or Delta: one row per key, the newest fetch, in the catalog's schema,
+whether the table is read in one window or in buckets of keys (a table too large for one)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.catalog.endpoints import all_kinds
+from flows.handoff.lakehouse import table_rows
+
+KIND = all_kinds()["short_video_videos"]
+
+
+def _night(path: Path, day: int, ids: range, *, drop: str | None = None) -> Path:
+    """A run's Parquet file: `caption` says which night fetched the row; `drop`: a column it did not have yet."""
+    schema = KIND.schema if drop is None else pa.schema([f for f in KIND.schema if f.name != drop])
+    n = len(ids)
+    columns = {
+        f.name: pa.array([f"v{i}" for i in ids])
+        if f.name == "aweme_id"
+        else pa.array([f"night {day}"] * n)
+        if f.name == "caption"
+        else pa.array([datetime(2026, 11, day, tzinfo=UTC)] * n, f.type)
+        if f.name == "_fetched_at"
+        else pa.nulls(n, f.type)
+        for f in schema
+    }
+    pq.write_table(pa.table(columns, schema=schema), path)
+    return path
+
+
+@pytest.mark.parametrize("bucket_rows", [500_000, 7], ids=["one window", "buckets of keys"])
+def test_each_key_once_with_its_newest_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bucket_rows: int
+) -> None:
+    monkeypatch.setattr(table_rows, "BUCKET_ROWS", bucket_rows)
+    files = [
+        _night(tmp_path / "a.parquet", 1, range(0, 60), drop="share_count"),  # an older catalog's file
+        _night(tmp_path / "b.parquet", 3, range(40, 100)),
+        _night(tmp_path / "c.parquet", 2, range(50, 70)),  # older than b for the keys they share
+    ]
+    got = pa.Table.from_batches(list(table_rows._record_reader(files, KIND.schema, KIND.primary_key)))
+    assert got.schema == KIND.schema
+    rows = {r["aweme_id"]: r["caption"] for r in got.to_pylist()}
+    assert got.num_rows == len(rows) == 100, "each key once"
+    assert {rows[f"v{i}"] for i in range(40)} == {"night 1"}
+    assert {rows[f"v{i}"] for i in range(40, 100)} == {"night 3"}, "the newest fetch wins"
