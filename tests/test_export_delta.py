@@ -259,3 +259,62 @@ def test_export_format_is_checked_before_anything_is_sent(tmp_path: Path) -> Non
         result = runner.invoke(app, ["export", str(tmp_path / "out"), "--to", str(tmp_path / "x"), *args])
         assert result.exit_code == 2 and why in result.output, (args, result.output)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_spec_merges_its_runs_into_delta_tables_after_each_load(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from sandbox.wire.serving import running
+    from tests.flow_helpers import run_flow, write_spec
+    from tests.nightly_helpers import CONFIG, job
+
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    with running(replace(CONFIG, observation=0)) as sb:
+        spec = write_spec(tmp_path, {**job(output), "export": {"to": str(lake), "format": "delta"}})
+        summary = run_flow(spec, base_url=sb.base_url)
+    assert summary.status == "complete", summary
+    tables = [*merged_tables(output), "runs", "query_state"]
+    assert summary.export["kind"] == "delta" and summary.export["tables"] == len(tables), summary.export
+    assert_same_as_duckdb(output, str(lake))
+    assert rows(output / "harvest.duckdb", "SELECT kind FROM exports") == [("delta",)]
+
+
+def test_a_spec_names_the_export_format_it_may_use(tmp_path: Path) -> None:
+    from flows.spec import SpecError, parse_spec
+
+    base = "name: j\nbudget: {credits: 5}\nqueries: [{endpoint: /v1/pinboard/search, params: {query: a}}]\n"
+    for export_, field, why in [
+        ("{to: lake, format: orc}", "export.format", "'parquet', 'iceberg' or 'delta'"),
+        ("{to: lake, format: delta, snapshot: true}", "export.snapshot", "snapshot needs format parquet"),
+    ]:
+        with pytest.raises(SpecError) as bad:
+            parse_spec(f"{base}export: {export_}\n", file="job.yaml")
+        assert "job.yaml:4" in str(bad.value) and field in str(bad.value) and why in str(bad.value), str(
+            bad.value
+        )
+    assert (
+        parse_spec(f"{base}export: {{to: lake, format: delta}}\n", file="job.yaml").export.format == "delta"
+    )
+
+
+def test_a_format_whose_library_is_missing_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from flows.handoff.lakehouse.lakehouse_export import open_format
+    from flows.spec import UsageError
+    from flows.spec.job_options import format_problem
+    from tasks.output.layout import OutputLayout
+
+    monkeypatch.setitem(sys.modules, "deltalake", None)  # as if `harvest[delta]` were not installed
+    monkeypatch.delitem(sys.modules, "flows.handoff.lakehouse.delta_tables")
+    assert "pip install 'harvest[delta]'" in str(format_problem("delta"))
+    with pytest.raises(UsageError, match=r"pip install 'harvest\[delta\]'"):
+        open_format("delta", str(tmp_path / "lake"), OutputLayout(tmp_path / "out"))
+    (tmp_path / "out" / "raw").mkdir(parents=True)
+    result = export(tmp_path / "out", str(tmp_path / "lake"))
+    assert result.exit_code == 2 and "harvest[delta]" in result.output, result.output
