@@ -16,6 +16,8 @@ against a plain script's 10 workers, `bench/wide_fanout.py`). Prints tables and 
                                        # the one-page job alone, each repetition interleaved across contenders
     python bench/run.py --fanout-only [--sizes 2000,10000]
                                        # the wide fan-out alone: bench/results/fanout.json
+    python bench/run.py --lakehouse-only [--rows 1000000]
+                                       # the Delta/Iceberg export against the Parquet one (bench/lakehouse_export.py)
 """
 
 from __future__ import annotations
@@ -354,7 +356,13 @@ class Bench:
             self.scale(api_url)
             self.fixed_cost(api_url)
             self.results["wide_fanout"] = self.fanout(api_url)
+        self.results["lakehouse_export"] = self.lakehouse(None)
         return self.report()
+
+    def lakehouse(self, rows: int | None) -> dict[str, Any]:
+        from lakehouse_export import lakehouse_export
+
+        return lakehouse_export(self.work, rows or (50_000 if self.quick else 1_000_000), dict(os.environ))
 
     def fanout(self, api_url: str, sizes: tuple[int, ...] | None = None) -> dict[str, Any]:
         from wide_fanout import QUICK_SIZES, SIZES, wide_fanout  # it imports this module's helpers
@@ -445,6 +453,10 @@ def print_table(res: dict[str, Any]) -> None:
         from wide_fanout import print_fanout
 
         print_fanout(d["wide_fanout"])
+    if "lakehouse_export" in d:
+        from lakehouse_export import print_lakehouse
+
+        print_lakehouse(d["lakehouse_export"])
 
 
 def print_fixed(res: dict[str, Any]) -> None:
@@ -487,8 +499,24 @@ def main() -> None:
         type=lambda text: tuple(int(n) for n in text.split(",")),
         help="with --fanout-only: the numbers of handles (default: 2000,10000; --quick 200,500)",
     )
+    parser.add_argument(
+        "--lakehouse-only",
+        action="store_true",
+        help="only the table-format export (bench/lakehouse_export.py)",
+    )
+    parser.add_argument("--rows", type=int, help="with --lakehouse-only: rows of the first export (1000000)")
     args = parser.parse_args()
     bench = Bench(args.quick)
+    if args.lakehouse_only:
+        from lakehouse_export import print_lakehouse
+
+        try:
+            lake = {**bench.lakehouse(args.rows), **machine()}
+        finally:
+            shutil.rmtree(bench.work, ignore_errors=True)
+        print_lakehouse(lake)
+        write(lake, "lakehouse.json")
+        return
     bench.fixed_times = args.times or bench.times
     bench.variants = dict(args.variant)
     if args.fixed_only:
