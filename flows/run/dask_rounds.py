@@ -16,6 +16,7 @@ the flow, cost one Prefect task per query and round, and keep "never over budget
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,8 @@ from tasks.output.query_summary import history_fields
 from tasks.output.staging import frames_of, open_staging
 from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
 from tasks.staged_commit import StagedRun
+
+log = logging.getLogger(__name__)
 
 SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
 """How local Dask workers get the embedded sandbox's throw-away key (they inherit the flow's environment)."""
@@ -309,6 +312,10 @@ class Rounds:
         if result.get("stop"):
             self.faults.stop(MachineFault(*result["stop"]))
         if lost or files is None:
+            why = result.get("broke") or ("its worker died" if lost else "its files did not arrive whole")
+            log.warning(
+                "query %s: round %s lost (%s); its staged pages are committed", r.spec.query_id, stage, why
+            )
             self.reland(r)
             progress.current().page_landed(r.spec.query_id, 0, 0 if lost else result["spent"])
             if "broke" in result and r.pages == before:

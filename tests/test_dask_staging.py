@@ -1,0 +1,335 @@
+"""`runner: {kind: dask, staging: s3://...}`: Dask workers that share no disk with the flow.
+
+The scheduler and the workers are separate processes of another user (`nobody`), each in a working directory of
+its own, and the job's output directory is root's, mode 0700: they cannot read or write it (checked). S3 is moto
+on 127.0.0.1. The same job lands the same tables for the same credits as the local runner; a worker SIGKILLed
+mid-run, or the flow SIGKILLed mid-run and run again, pays no staged page twice and never passes the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pytest
+
+from sandbox.config import SandboxConfig
+from sandbox.wire.serving import RunningSandbox, running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, run_flow, scalar, write_spec
+from tests.net_helpers import free_port
+from tests.process_helpers import finish, start_run, wait_for_requests
+from tests.sandbox_gate import settle
+from tests.test_dask_runner import CONFIG, RECORD_TABLES, job, paid, table
+
+BUCKET = "stage"
+NOBODY = 65534
+VENV_BIN = ROOT / ".venv" / "bin"
+SLOW = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE},
+    pages_by_path={"/v1/pinboard/search": (8, 8), "/v1/creative/materials": (2, 2)},
+    page_size=4,
+    latency=0.08,
+)
+"""Pages slow enough that a kill lands while workers are paying."""
+
+pytestmark = [
+    pytest.mark.usefixtures("api_key"),
+    pytest.mark.filterwarnings("ignore::distributed.versions.VersionMismatchWarning"),
+    pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"),
+]
+
+
+@pytest.fixture(scope="module")
+def s3_env() -> Iterator[dict[str, str]]:
+    """moto's S3 on 127.0.0.1, its bucket made, and the standard variables that point pyarrow at it."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_EC2_METADATA_DISABLED": "true",
+    }  # fmt: skip
+    fs = pafs.S3FileSystem(
+        endpoint_override=env["AWS_ENDPOINT_URL"],
+        access_key="testing",
+        secret_key="testing",
+        allow_bucket_creation=True,
+    )
+    fs.create_dir(BUCKET)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        yield env
+    server.stop()
+
+
+def staged_objects(prefix: str = BUCKET) -> list[str]:
+    fs, base = pafs.FileSystem.from_uri(f"s3://{prefix}")
+    found = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    return [f.path for f in found if f.type == pafs.FileType.File]
+
+
+class NobodyCluster:
+    """A Dask scheduler and workers run as `nobody` (setpriv), each in a directory of its own under a 0755 root."""
+
+    def __init__(self, api_url: str, s3: dict[str, str]) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="harvest-nobody-"))
+        self.root.chmod(0o755)
+        self.port = free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.api_url, self.s3 = api_url, s3
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def home(self, name: str) -> Path:
+        path = self.root / name
+        (path / "tmp").mkdir(parents=True, exist_ok=True)
+        for p in (path, path / "tmp"):
+            os.chown(p, NOBODY, NOBODY)
+        return path
+
+    def env(self, home: Path) -> dict[str, str]:
+        return {
+            "PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home / "tmp"),
+            "PREFECT_HOME": str(home / ".prefect"), "PREFECT_API_URL": self.api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HARVEST_API_KEY": SECRET_KEY,
+            "PYTHONDONTWRITEBYTECODE": "1", **self.s3,
+        }  # fmt: skip
+
+    def as_nobody(self, name: str, *command: str) -> subprocess.Popen[bytes]:
+        home = self.home(name)
+        with open(home / "log", "wb") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen(
+                ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command],
+                cwd=home, env=self.env(home), start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.procs[name] = proc
+        return proc
+
+    def can(self, *command: str) -> bool:
+        """Whether `nobody` succeeds at `command`."""
+        done = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command],
+            env=self.env(self.home("probe")), cwd=self.root, capture_output=True, timeout=60,
+        )  # fmt: skip
+        return done.returncode == 0
+
+    def start(self, workers: int) -> None:
+        self.as_nobody("scheduler", str(VENV_BIN / "dask"), "scheduler", "--host", "127.0.0.1",
+                       "--port", str(self.port), "--no-dashboard")  # fmt: skip
+        for n in range(workers):
+            self.add_worker(f"worker-{n}")
+        self.wait_for(workers)
+
+    def add_worker(self, name: str) -> None:
+        self.as_nobody(name, str(VENV_BIN / "dask"), "worker", self.address, "--name", name, "--nthreads", "1",
+                       "--no-nanny", "--no-dashboard", "--local-directory", str(self.root / name))  # fmt: skip
+
+    def log(self, name: str) -> str:
+        return (self.root / name / "log").read_text(errors="replace")[-3000:]
+
+    def wait_for(self, workers: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=60) as client:
+            client.wait_for_workers(workers, timeout=60)
+
+    def kill(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(timeout=30)
+
+    def kill_while_busy(self, name: str, sb: RunningSandbox, answered: int) -> threading.Thread:
+        """SIGKILL worker `name` once the sandbox answered `answered` pages and the worker is in a round."""
+        from distributed import Client
+
+        def watch() -> None:
+            with Client(self.address, timeout=60) as client:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    workers = client.scheduler_info(n_workers=-1)["workers"]
+                    mine = str(self.root / name)
+                    address = [a for a, w in workers.items() if w["local_directory"].startswith(mine)]
+                    assert address, f"{name} is not in the cluster: {workers}"
+                    if len(data_entries(sb)) >= answered and client.processing(address)[address[0]]:
+                        break
+                    time.sleep(0.01)
+            self.kill(name)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(prefect_api_url: str, s3_env: dict[str, str]) -> Iterator[NobodyCluster]:
+    nobody = NobodyCluster(prefect_api_url, s3_env)
+    try:
+        nobody.start(workers=2)
+        yield nobody
+    finally:
+        nobody.stop()
+
+
+def private_output(tmp_path: Path, cluster: NobodyCluster) -> Path:
+    """An output directory the workers can neither read nor write (and proof that they could read the code)."""
+    output = tmp_path / "out"
+    output.mkdir(mode=0o700)
+    assert cluster.can("test", "-r", str(ROOT / "tasks" / "round_task.py"))
+    assert not cluster.can("ls", str(output)), "a worker can read the output directory"
+    assert not cluster.can("touch", str(output / "probe")), "a worker can write the output directory"
+    return output
+
+
+def staged_run(base_url: str, output: Path, cluster: NobodyCluster, credits: int = 1000) -> dict[str, Any]:
+    runner = {"kind": "dask", "address": cluster.address, "round_pages": 2, "staging": f"s3://{BUCKET}/runs"}
+    return job(base_url, output, runner, credits)
+
+
+def test_workers_without_the_output_directory_land_what_the_local_runner_lands(
+    prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
+) -> None:
+    results = {}
+    for name in ("local", "staged"):
+        with running(CONFIG) as sb:
+            if name == "local":
+                spec = job(sb.base_url, tmp_path / "local", {"kind": "local"})
+            else:
+                spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster)
+            summary = run_flow(write_spec(tmp_path, spec, f"{name}.yaml"))
+            results[name] = (summary, paid(data_entries(sb)), sb.billed_total(), Path(spec["output"]))
+    (local, local_paid, local_billed, local_out), (staged, staged_paid, staged_billed, out) = results.values()
+    assert local.status == staged.status == "complete", staged
+    assert local_paid == staged_paid and set(staged_paid.values()) == {1}, "the same pages, each paid once"
+    assert local_billed == staged_billed == local.credits_spent == staged.credits_spent
+    for name in RECORD_TABLES:
+        assert table(local_out / "harvest.duckdb", name) == table(out / "harvest.duckdb", name), name
+    assert staged_objects() == [], "the store keeps nothing after the commit"
+    files = {f for q in staged.queries for _, f, _ in q["files"]}
+    assert files and all((out / f).is_file() for f in files), (
+        "the manifest names files in the output directory"
+    )
+    assert (out / "raw").is_dir() and not list(out.rglob("*.tmp"))
+
+
+@contextmanager
+def said(logger: str) -> Iterator[list[str]]:
+    """What `logger` says meanwhile (Prefect's logging setup keeps it from pytest's caplog)."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger(logger).addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logging.getLogger(logger).removeHandler(handler)
+
+
+def expected_tables(tmp_path: Path) -> dict[str, list[Any]]:
+    """The tables a local run of the same job lands."""
+    with running(SLOW) as sb:
+        spec = job(sb.base_url, tmp_path / "local", {"kind": "local"})
+        assert run_flow(write_spec(tmp_path, spec, "local.yaml")).status == "complete"
+    return {name: table(tmp_path / "local" / "harvest.duckdb", name) for name in RECORD_TABLES}
+
+
+def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
+    prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
+) -> None:
+    want = expected_tables(tmp_path)
+    budget = 200
+    with running(SLOW) as sb:
+        spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster, credits=budget)
+        killer = cluster.kill_while_busy("worker-0", sb, 12)
+        try:
+            with said("flows.run.dask_rounds") as warnings:
+                summary = run_flow(write_spec(tmp_path, spec))
+        finally:
+            killer.join()
+            cluster.add_worker("worker-0")  # the next test has two workers again
+        billed, pages = sb.billed_total(), paid(data_entries(sb))
+    out = Path(spec["output"])
+    assert any("lost (its worker died)" in w for w in warnings), "the kill hit no round"
+    assert summary.status == "complete", summary
+    assert {q["status"] for q in summary.queries} == {"complete"}
+    db = out / "harvest.duckdb"
+    assert (
+        scalar(db, "SELECT count(*) FROM query_state")
+        == len(summary.queries)
+        == len({q["query_id"] for q in summary.queries})
+    )
+    for name in RECORD_TABLES:
+        assert table(db, name) == want[name], name
+    twice = [page for page, n in pages.items() if n > 1]
+    assert len(twice) <= 1 and max(pages.values()) <= 2, twice  # one worker thread: one page in flight
+    assert billed <= summary.credits_spent <= budget, (billed, summary.credits_spent)
+    assert staged_objects() == []
+    cluster.wait_for(2)
+
+
+def test_a_flow_killed_mid_run_resumes_from_what_was_staged(
+    prefect_harness: None, prefect_api_url: str, tmp_path: Path, cluster: NobodyCluster
+) -> None:
+    want = expected_tables(tmp_path)
+    with running(SLOW) as sb:
+        spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster)
+        path = write_spec(tmp_path, spec)
+        proc = start_run(path, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 14, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        finish(proc)
+        quiet(sb)  # the workers end the rounds they had: they pay within their grants and stage it
+        at_kill = len(data_entries(sb))
+        left = [o for o in staged_objects() if o.endswith(".frame")]
+        assert left, "the killed flow left staged pages to resume from"
+        summary = run_flow(path)
+        pages = paid(data_entries(sb))
+    assert summary.status == "complete", summary
+    for name in RECORD_TABLES:
+        assert table(Path(spec["output"]) / "harvest.duckdb", name) == want[name], name
+    assert set(pages.values()) == {1}, [p for p, n in pages.items() if n > 1]
+    assert len(pages) > at_kill and staged_objects() == []
+
+
+def quiet(sb: RunningSandbox, seconds: float = 1.5) -> None:
+    """Until the sandbox answered nothing new for `seconds` (workers of a killed flow finish their rounds)."""
+    count, since = -1, time.monotonic()
+    while time.monotonic() - since < seconds:
+        now = len(data_entries(sb))
+        if now != count:
+            count, since = now, time.monotonic()
+        time.sleep(0.05)
+    settle(sb)
+
+
+def test_a_staging_store_that_fails_stops_the_run_before_a_credit_is_spent(
+    prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
+) -> None:
+    with running(CONFIG) as sb:
+        spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster)
+        spec["runner"]["staging"] = "s3://no-such-bucket/runs"
+        summary = run_flow(write_spec(tmp_path, spec))
+        billed, entries = sb.billed_total(), data_entries(sb)
+    assert billed == 0 and entries == [], "nothing is paid while the store cannot take pages"
+    assert summary.status == "interrupted", summary
+    assert "s3://no-such-bucket/runs" in (summary.machine_fault or ""), summary.machine_fault
+    assert SECRET_KEY not in str(summary.machine_fault) and "testing" not in str(summary.machine_fault)
