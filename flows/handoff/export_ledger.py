@@ -85,7 +85,7 @@ class Sent:
         if not others:
             return None
         return (
-            f"{destination} holds a {' and '.join(others)} export of this output; a {family(self.kind)} export "
+            f"{destination} holds this output's {' and '.join(others)} export; its {family(self.kind)} export "
             "needs a destination of its own (another --to)"
         )
 
