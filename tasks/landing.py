@@ -138,6 +138,8 @@ def _keep(raw: RawPageWriter, page: Page) -> None:
 def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
     if not (spec.incremental and ctx.incremental):
         return None
+    if ctx.known is not None:
+        return ctx.known
     return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id, spec.trusted_until)
 
 

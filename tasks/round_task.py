@@ -24,6 +24,7 @@ from connectors.catalog import endpoints as catalog
 from connectors.catalog.shape_overrides import shapes_of
 from connectors.credits.ledger import CreditLedger
 from connectors.http.auth import aload_api_key
+from connectors.paging.known_items import KnownKeys
 from connectors.paging.pager import PagerStart, QuerySpec
 from connectors.reading.extraction import ExtractionReport
 from tasks.landing import page_query, task_end
@@ -31,6 +32,7 @@ from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import FaultStop, MachineFault
 from tasks.output.staging import FILES, STARTED, StagedPages, open_staging, plain_frames
 from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
+from tasks.staged_known import read_known
 
 
 def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +87,8 @@ class RoundStage:
 
     def __init__(self, run: dict[str, Any], stage: str, query_id: str) -> None:
         self.store = open_staging(run["staging"])
-        self.key = f"{self.store.run_prefix(run['job'], run['run_id'])}/{stage}"
+        self.run_key = self.store.run_prefix(run["job"], run["run_id"])
+        self.key = f"{self.run_key}/{stage}"
         self.scratch = Path(tempfile.mkdtemp(prefix="harvest-round-"))
         self.layout = OutputLayout(self.scratch)
         self.pages = StagedPages(self.store, self.key, self.layout.raw_file(run["run_id"], query_id))
@@ -131,18 +134,22 @@ async def collect_round(
     round_no: int,
     wanted: list[list[str]],
     stage: str | None = None,
+    known: dict[str, Any] | None = None,
 ) -> Any:
-    """`stage`: the round's name in the staging store (`runner.staging`); None: the output is a shared path."""
+    """`stage`: the round's name in the staging store (`runner.staging`); None: the output is a shared path.
+    `known`: where the flow staged the query's known keys (`tasks.staged_known`), read before anything is paid."""
     spec = QuerySpec(**query)
     staged = RoundStage(run, stage, spec.query_id) if stage else None
+    keys = None
     try:
         if staged is not None:
             try:
                 if not staged.claim():
                     return {"rerun": True}
+                keys = read_known(staged.store, staged.run_key, known) if known else None
             except MachineFault as fault:  # nothing was paid: the flow stops the run, resumable
                 return {"stop": fault_plain(fault), "spent": 0, "unstaged": []}
-        result = await _pay(run, spec, state, grant, part, wanted, staged)
+        result = await _pay(run, spec, state, grant, part, wanted, staged, keys)
     finally:
         if staged is not None:
             staged.close()
@@ -157,6 +164,7 @@ async def _pay(
     part: int,
     wanted: list[list[str]],
     staged: RoundStage | None,
+    known: KnownKeys | None = None,
 ) -> dict[str, Any]:
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
@@ -170,6 +178,7 @@ async def _pay(
             catalog.endpoints(run["costs"], shapes_of(run.get("shapes"))), client, ledger, attempts,
             incremental=run["incremental"], faults=FaultStop(ledger),
             raw=staged.pages if staged is not None else None,  # type: ignore[arg-type]
+            known=known,
         )  # fmt: skip
         found, ctx.on_records = values_hook(wanted, spec.params, spec.endpoint)
         paged = await page_query(ctx, spec, part, state_from_plain(state))

@@ -17,6 +17,7 @@ from connectors.credits.ledger import CreditLedger
 from connectors.http.auth import ApiKey
 from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
 from connectors.http.pace import DEFAULT_MAX_WAIT, Pace
+from connectors.paging.known_items import KnownKeys
 from connectors.paging.page_request import Attempt
 from connectors.paging.pager import QuerySpec
 from tasks.output.attempt_log import AttemptLogWriter
@@ -126,6 +127,9 @@ class RunContext:
     """The run's one Parquet writer (the flow's process); None: each query writes its own files (Dask rounds)."""
     lines: dict[str, QueryLine] = field(default_factory=dict)
     """The run's query lines by name, one per task run (`tasks.query_line`)."""
+    known: KnownKeys | None = None
+    """A staged round's query's known keys, read by the flow (the worker has no DuckDB: `tasks.staged_known`);
+    None: an incremental query reads them from the layout's database."""
 
     def raw_path(self, query_id: str) -> Path:
         """Where the query's paid pages go: the session's file, or its own (a Dask round)."""

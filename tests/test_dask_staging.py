@@ -333,3 +333,56 @@ def test_a_staging_store_that_fails_stops_the_run_before_a_credit_is_spent(
     assert summary.status == "interrupted", summary
     assert "s3://no-such-bucket/runs" in (summary.machine_fault or ""), summary.machine_fault
     assert SECRET_KEY not in str(summary.machine_fault) and "testing" not in str(summary.machine_fault)
+
+
+PROFILE = "/v3/short-video/profile/videos"
+REELS = "/v1/photo-app/user/reels"
+NEWEST_FIRST = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (6, 6), REELS: (6, 6)}, page_size=5
+)
+INCREMENTAL_TABLES = ("short_video_videos", "photo_app_reels")
+
+
+def incremental_job(base_url: str, output: Path, runner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "nightly", "service": {"base_url": base_url}, "budget": {"credits": 1000}, "concurrency": 4,
+        "output": str(output), "runner": runner,
+        "queries": [
+            {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa", "sort_by": "latest"}, "incremental": True},
+            {"id": "reels", "endpoint": REELS, "params": {"handle": "nasa"}, "incremental": True},
+        ],
+    }  # fmt: skip
+
+
+def nights_of(tmp_path: Path, output: Path, runner: dict[str, Any]) -> list[tuple[int, int, list[str]]]:
+    """Night 1 of the incremental job, then night 2 with 4 new items at the head of each listing: per night what
+    the sandbox billed, what the run says it spent, and how its queries ended."""
+    nights = []
+    for config in (NEWEST_FIRST, NEWEST_FIRST.replace(new_items=4)):
+        with running(config) as sb:
+            spec = incremental_job(sb.base_url, output, runner)
+            summary = run_flow(write_spec(tmp_path, spec, f"{output.parent.name}.yaml"))
+            nights.append(
+                (sb.billed_total(), summary.credits_spent, sorted(q["status"] for q in summary.queries))
+            )
+    return nights
+
+
+def test_an_incremental_rerun_on_staging_workers_stops_at_the_known_keys_as_locally(
+    prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
+) -> None:
+    """Locally night 2 pays each listing's head pages down to the first page of items night 1 landed, and
+    stops. Workers that cannot read the job's DuckDB must stop there too (the flow stages each query's known
+    keys for them), not page to the end again."""
+    local, staged = tmp_path / "local" / "out", tmp_path / "staged"
+    staged.mkdir()
+    staged = private_output(staged, cluster)
+    runner = {"kind": "dask", "address": cluster.address, "round_pages": 2, "staging": f"s3://{BUCKET}/runs"}
+    local_nights = nights_of(tmp_path, local, {"kind": "local"})
+    staged_nights = nights_of(tmp_path, staged, runner)
+    assert local_nights[1] == (4, 4, ["caught_up", "caught_up"]), local_nights  # 2 head pages a listing
+    assert staged_nights == local_nights
+    assert staged_objects() == [], "the store keeps nothing after the runs, known keys included"
+    for name in INCREMENTAL_TABLES:
+        assert table(staged / "harvest.duckdb", name) == table(local / "harvest.duckdb", name), name
+        assert table(staged / "harvest.duckdb", name), name

@@ -53,6 +53,25 @@ class KnownKeys:
     def size(self) -> int:
         return sum(len(keys) for keys in self.by_table.values())
 
+    def as_plain(self) -> dict[str, Any]:
+        """As JSON-able data, for a worker that cannot read the job's database (`tasks.staged_known`)."""
+
+        def lists(keys: Mapping[str, set[Key]]) -> dict[str, list[list[str | None]]]:
+            return {table: [list(key) for key in table_keys] for table, table_keys in keys.items()}
+
+        return {
+            "by_table": lists(self.by_table),
+            "untrusted": None if self.untrusted is None else lists(self.untrusted),
+        }
+
+    @classmethod
+    def from_plain(cls, plain: Mapping[str, Any]) -> KnownKeys:
+        def sets(keys: Mapping[str, list[list[str | None]]]) -> dict[str, set[Key]]:
+            return {table: {tuple(key) for key in table_keys} for table, table_keys in keys.items()}
+
+        untrusted = plain["untrusted"]
+        return cls(sets(plain["by_table"]), None if untrusted is None else sets(untrusted))
+
     def _is_known(self, table: str, key: Key, trusted: bool) -> bool:
         if key not in self.by_table.get(table, ()):
             return False

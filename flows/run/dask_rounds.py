@@ -41,6 +41,7 @@ from tasks.output.query_summary import history_fields
 from tasks.output.staging import frames_of, open_staging
 from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
 from tasks.staged_commit import StagedRun
+from tasks.staged_known import stage_known
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class Running:
     records: int = 0
     files: list[Any] = field(default_factory=list)
     rounds: int = 0
+    known: dict[str, Any] | None = None
+    """Where its known keys are staged (an incremental query on staging workers: `tasks.staged_known`)."""
 
 
 def allocate(running: list[Running], free: int, round_pages: int) -> dict[str, int]:
@@ -140,7 +143,14 @@ class Rounds:
         r = Running(decided, self.endpoints[decided.endpoint].cost)
         self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
-        if self.staged is not None and decided.resume:  # workers cannot read its raw pages: land them here
+        if self.staged is not None:  # workers cannot read the job's DuckDB: its known keys go to the store
+            try:
+                r.known = stage_known(
+                    self.staged, decided, self.endpoints[decided.endpoint], self.run_info["incremental"]
+                )
+            except MachineFault as fault:  # nothing is granted once the run stops
+                self.faults.stop(fault)
+        if self.staged is not None and decided.resume:  # nor its raw pages: land them here
             self.reland(r)
 
     def reland(self, r: Running) -> None:
@@ -243,7 +253,8 @@ class Rounds:
             query = asdict(r.spec)
             stage = self.staged.stage(self.parts, r.spec.query_id) if self.staged is not None else None
             params = {"run": run, "query": query, "state": r.state, "grant": amount, "part": self.parts,
-                      "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage}  # fmt: skip
+                      "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage,
+                      "known": r.known}  # fmt: skip
             submitted.append((r, reservation, stage, runner.submit(collect_round, parameters=params)))
             r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
         balances: list[int] = []

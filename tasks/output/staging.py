@@ -8,6 +8,7 @@ output directory (`tasks.staged_commit`)::
     <staging>/<job>/<run_id>/<stage>/started               written before the round pays anything
     <staging>/<job>/<run_id>/<stage>/pages/<page>.frame    one paid answer, a raw-store frame, before it is read
     <staging>/<job>/<run_id>/<stage>/files/<path>          its Parquet parts and attempt log, at their output path
+    <staging>/<job>/<run_id>/known/<session>-<query hash>.json.z   an incremental query's known keys, by the flow
 
 `<stage>` is `<session>-<part>-<query hash>`: a random token of the flow's session (a resumed flow counts its
 parts from 1 again), the flow's part counter, and the query. One object per page: object stores have no append,
