@@ -159,3 +159,31 @@ def test_a_wide_fan_out_is_one_row_of_the_run_table_plus_its_queries_that_did_no
         ("videos[handle=h003]", "failed", False, 2, 5, 2),
         ("videos[handle=h007]", "failed", False, 2, 5, 2),
     ]
+
+
+def test_prefect_does_not_walk_the_queries_of_the_summary_a_flow_returns() -> None:
+    """Prefect visits a flow's returned state, item by item, for futures to resolve (`resolve_futures_to_states`):
+    a wide fan-out's 10,000 query summaries must not be 10,000 dicts walked key by key at the run's end. The
+    summary still iterates, indexes, compares and pickles as the list it holds."""
+    import pickle
+
+    from prefect.states import Completed
+    from prefect.utilities.collections import visit_collection
+
+    from tasks.output.run_summary import RunSummary
+
+    queries = [
+        {"query_id": f"v[h={i}]", "status": "complete", "pages": 1, "records": 2, "credits": 1}
+        for i in range(500)
+    ]
+    summary = RunSummary(
+        run_id="r1", job="j", service="http://127.0.0.1:1", status="complete", budget=500,
+        credits_spent=500, records=1000, loaded=True, tables={"t": 1000}, queries=queries,
+    )  # fmt: skip
+    visited: list[object] = []
+    visit_collection(Completed(data=summary), visit_fn=lambda x: visited.append(x) or x, return_data=False)
+    assert not any(v is queries[0] or v == "v[h=0]" for v in visited), "a query summary was walked"
+    assert len(visited) < 200, len(visited)
+    assert summary.queries == queries and summary.queries[3] == queries[3] and len(summary.queries) == 500
+    assert pickle.loads(pickle.dumps(summary)).queries == queries
+    assert summary.as_dict()["queries"] == queries

@@ -8,6 +8,7 @@ this machine could not write the run (a full disk: resumable once space is freed
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
@@ -91,7 +92,7 @@ def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) ->
     return Completed(message=message, data=summary)
 
 
-def _artifact_rows(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _artifact_rows(queries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """A wide fan-out is one row and its queries that did not end well, as on the terminal."""
     endpoints = {base_id(q["query_id"]): q["endpoint"] for q in queries}
     return [  # a row's name is a query id or `<spec query> (<n> queries)`

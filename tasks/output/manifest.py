@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,8 @@ class RunManifest:
 
     def bookkeeping_row(self) -> dict[str, Any]:
         """The run's row of the `runs` table."""
-        return {**asdict(self), "records": self.records, **self.extraction.totals()}
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # not asdict: no deep copy
+        return {**own, "records": self.records, **self.extraction.totals()}
 
     @property
     def unfinished(self) -> bool:
@@ -142,7 +144,7 @@ def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
     return "complete"
 
 
-def failure_groups(queries: list[dict[str, Any]]) -> list[tuple[list[str], str]]:
+def failure_groups(queries: Iterable[dict[str, Any]]) -> list[tuple[list[str], str]]:
     """(query ids, reason) per distinct reason of the failed queries, in the order met: 30 queries stopped by
     one cause are one group."""
     by_reason: dict[str, list[str]] = {}
@@ -161,7 +163,7 @@ def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
     path = layout.manifest_file(manifest.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_bytes(orjson.dumps(asdict(manifest), option=orjson.OPT_INDENT_2))
+    tmp.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))  # orjson reads the dataclass itself
     os.replace(tmp, path)
     return path
 
