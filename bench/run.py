@@ -79,10 +79,11 @@ def wait_http(url: str, timeout: float = 120) -> None:
 
 
 @contextmanager
-def sandbox(pages: int, page_size: int = 100):  # type: ignore[no-untyped-def]
+def sandbox(pages: int, page_size: int = 100, latency: float = 0.0):  # type: ignore[no-untyped-def]
     port = free_port()
     cmd = [HARVEST, "sandbox", "--port", str(port), "--api-key", KEY, "--credits", str(10**12)]
     cmd += ["--pages", str(pages), str(pages), "--page-size", str(page_size), "--no-quirks", "--cache-pages"]
+    cmd += ["--latency", str(latency)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     SANDBOX_PIDS[base] = proc.pid

@@ -55,6 +55,9 @@ def sandbox(
     slow_seconds: float = typer.Option(2.0, help="Delay of a `slow` fault."),
     retry_after: str = typer.Option("1", help="Retry-After header of a 429 fault, in seconds."),
     cache_pages: bool = typer.Option(False, "--cache-pages", help="Serve repeated pages from memory."),
+    latency: float = typer.Option(
+        0.0, help="Seconds added to every data answer, as a real service takes its time (not the balance)."
+    ),
     drift: list[str] = typer.Option(
         [],
         "--drift",
@@ -86,6 +89,7 @@ def sandbox(
         retry_after=retry_after,
         rate=rate,
         cache_pages=cache_pages,
+        latency=latency,
         drift=drift_shapes.combine(drift),
     )
 
