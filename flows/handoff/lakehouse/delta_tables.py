@@ -23,7 +23,18 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.schema import Schema as DeltaSchema
 
+from flows.handoff.lakehouse.delta_merge import (
+    DataFiles,
+    commit,
+    copy_on_write_fits,
+    incoming,
+    match,
+    merged_rows,
+    settle_ties,
+    write_files,
+)
 from flows.handoff.lakehouse.table_format import MergeResult, TableLoad
 from tasks.output.layout import OutputLayout
 
@@ -131,12 +142,50 @@ class DeltaFormat:
 
     def _merge_once(self, load: TableLoad) -> MergeResult:
         uri = self.uri(load.name)
-        source = _peek(load.open())
-        result = MergeResult(load.name)
         table = self._open(uri)
         if table is None:
-            return self._create(uri, load, source, result)
+            return self._create(uri, load, _peek(load.open()), MergeResult(load.name))
+        if copy_on_write_fits(table):
+            return self._copy_on_write(uri, table, load)
+        return self._delta_rs_merge(table, load)
+
+    def _copy_on_write(self, uri: str, table: DeltaTable, load: TableLoad) -> MergeResult:
+        """Only the files holding replaced rows rewritten, in one commit (`delta_merge.py`)."""
+        result = MergeResult(load.name, version=str(table.version()))
+        found = incoming(load)
+        if len(found.keys) == 0:
+            return result
+        have = set(pa.schema(table.schema().to_arrow()).names)
+        grown = [f for f in load.schema if f.name not in have]
+        if grown:  # a schema-only version first: delta-rs commits a schema change only with its own writes
+            fields = DeltaSchema.from_arrow(pa.schema(grown)).fields
+            table.alter.add_columns(fields, commit_properties=self._commit(load, "add columns"))
+            table = DeltaTable(uri, storage_options=self.options)
+        files = DataFiles(table, uri)
+        schema = pa.schema(table.schema().to_arrow())
+        match(files, load, found, grown=bool(grown))
+        settle_ties(files, load, found, schema)
+        result.rows_in = len(found.keys)
+        result.inserted = len(found.keys) - found.matched
+        result.updated = found.matched - sum(len(k) for k in found.kept)
+        result.columns_added = [f.name for f in grown]
         result.version = str(table.version())
+        if result.inserted + result.updated == 0:
+            return result
+        rows = merged_rows(files, load, found, schema)
+        added = write_files(rows, files, WRITER, TARGET_FILE_BYTES)
+        meta = self._commit(load, "merge").custom_metadata or {}
+        meta |= {"harvest.files_added": str(len(added)), "harvest.files_removed": str(len(found.replaced)),
+                 "harvest.rows_copied": str(found.copied)}  # fmt: skip
+        commit(files, added, list(found.replaced), meta)
+        result.version = str(table.version() + 1)
+        return result
+
+    def _delta_rs_merge(self, table: DeltaTable, load: TableLoad) -> MergeResult:
+        """delta-rs's MERGE, for a table another engine gave features the copy-on-write merge cannot read:
+        it reads the whole table (its memory grows with it)."""
+        source = _peek(load.open())
+        result = MergeResult(load.name, version=str(table.version()))
         if source is None:
             return result
         before = set(table.schema().to_arrow().names)

@@ -44,14 +44,11 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
 from flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
-from flows.handoff.lakehouse.table_format import MergeResult, TableLoad
+from flows.handoff.lakehouse.table_format import UTC_MICROS, MergeResult, TableLoad, key_strings
 from tasks.output.layout import OutputLayout
 
 ATTEMPTS = 3
 """Whole merges tried against a table another export keeps changing (pyiceberg retries each commit too)."""
-KEY_SEPARATOR = "\x1f"
-"""Joins a composite key's parts into one string to match on (a unit separator: no id holds one)."""
-UTC_MICROS = pa.timestamp("us", tz="UTC")
 
 
 class IcebergCommitConflict(RuntimeError):
@@ -77,17 +74,6 @@ def _keyed_schema(load: TableLoad) -> Schema:
     )
     ids = [schema.find_field(k).field_id for k in load.primary_key]
     return Schema(*schema.fields, identifier_field_ids=ids)
-
-
-def key_strings(batch: pa.RecordBatch, key: tuple[str, ...]) -> pa.Array:
-    """One string per row naming its key, comparable between incoming rows and the table's."""
-    parts = [pc.cast(batch.column(k), pa.large_string()) for k in key]
-    joined = (
-        parts[0]
-        if len(parts) == 1
-        else pc.binary_join_element_wise(*parts, pa.scalar(KEY_SEPARATOR, pa.large_string()))
-    )
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 @dataclass

@@ -12,6 +12,22 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+KEY_SEPARATOR = "\x1f"
+"""Joins a composite key's parts into one string to match on (a unit separator: no id holds one)."""
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+
+
+def key_strings(batch: pa.RecordBatch, key: tuple[str, ...]) -> pa.Array:
+    """One string per row naming its key, comparable between incoming rows and a table's."""
+    parts = [pc.cast(batch.column(k), pa.large_string()) for k in key]
+    joined = (
+        parts[0]
+        if len(parts) == 1
+        else pc.binary_join_element_wise(*parts, pa.scalar(KEY_SEPARATOR, pa.large_string()))
+    )
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 @dataclass(frozen=True)
