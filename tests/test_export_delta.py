@@ -13,7 +13,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from typer.testing import CliRunner
 
 from connectors.catalog.endpoints import all_kinds
@@ -318,3 +318,46 @@ def test_a_format_whose_library_is_missing_names_the_extra(
     (tmp_path / "out" / "raw").mkdir(parents=True)
     result = export(tmp_path / "out", str(tmp_path / "lake"))
     assert result.exit_code == 2 and "harvest[delta]" in result.output, result.output
+
+
+def small_load(ids: list[int], value: int, at: int) -> TableLoad:
+    schema = pa.schema(
+        [("id", pa.string()), ("v", pa.int64()), ("_fetched_at", pa.timestamp("us", tz="UTC"))]
+    )
+    batch = pa.record_batch([[str(i) for i in ids], [value] * len(ids), [at] * len(ids)], schema)
+    return TableLoad("t", ("id",), schema, lambda: pa.RecordBatchReader.from_batches(schema, [batch]))
+
+
+def test_a_merge_rewrites_only_the_files_holding_keys_it_replaces(tmp_path: Path) -> None:
+    """Three nights of new keys make three files; a night fetching two keys of the second again rewrites
+    that file alone and adds its new key; the same rows again, or an older fetch, write nothing."""
+    fmt, uri = DeltaFormat(str(tmp_path)), str(tmp_path / "t")
+    for night_ids in (range(0, 100), range(100, 200), range(200, 300)):
+        fmt.merge(small_load(list(night_ids), 1, 1_000))
+    before = set(DeltaTable(uri).file_uris())
+    holding = {f for f in before if "151" in duckdb.execute(f"SELECT list(id) FROM '{f}'").fetchone()[0]}
+
+    result = fmt.merge(small_load([150, 151, 400], 2, 2_000))
+    table = DeltaTable(uri)
+    after = set(table.file_uris())
+    assert len(holding) == 1 and before - after == holding, "only the file holding the updated keys is replaced"
+    assert result.updated == 2 and result.inserted == 1 and result.version == str(table.version()) == "3"
+    got = key_values(table.to_pyarrow_table(), "id", "v")
+    assert len(got) == table.to_pyarrow_table().num_rows == 301
+    assert {k for k, v in got.items() if v == 2} == {"150", "151", "400"}
+
+    for again in (small_load([150, 151, 400], 2, 2_000), small_load([150], 9, 1_500)):
+        unchanged = fmt.merge(again)
+        assert unchanged.updated == unchanged.inserted == 0 and DeltaTable(uri).version() == 3
+    assert key_values(DeltaTable(uri).to_pyarrow_table(), "id", "v")["150"] == 2, "an older fetch loses"
+
+
+def test_a_table_another_engine_gave_deletion_vectors_is_merged_by_delta_rs(tmp_path: Path) -> None:
+    """Its data files are not its rows alone (deletion vectors): merged by delta-rs's MERGE, which reads them."""
+    uri = str(tmp_path / "t")
+    first = small_load(list(range(10)), 1, 1_000)
+    write_deltalake(uri, first.open(), configuration={"delta.enableDeletionVectors": "true"})
+    result = DeltaFormat(str(tmp_path)).merge(small_load([5, 10], 2, 2_000))
+    rows_read = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT id, v FROM t").read_all()
+    got = key_values(pa.table(rows_read), "id", "v")
+    assert result.updated == 1 and result.inserted == 1 and len(got) == 11 and got["5"] == got["10"] == 2
