@@ -8,7 +8,8 @@ a job pages again hold the items it found most recently). Then, per format, each
 process (`measure.run_measured`: wall, CPU, peak RSS of the process tree):
 - `first`: run A into an empty destination (Delta/Iceberg: the tables created; Parquet: the files copied);
 - `merge`: run B merged into it (Delta/Iceberg: one MERGE commit; Parquet: one more file and a manifest).
-Recorded beside: what the merge wrote (files added and removed by the Delta commit, bytes at the destination).
+Recorded beside: what the merge wrote (files added and removed by the Delta commit, rows of rewritten files
+copied, bytes at the destination).
 
     python bench/run.py --lakehouse-only [--rows 1000000]    # writes bench/results/lakehouse.json
 """
@@ -77,17 +78,19 @@ def _bytes(root: Path) -> int:
 
 
 def _delta_commit(dest: Path) -> dict[str, Any]:
+    """What the last commit did: harvest's copy-on-write merge writes its counts in the commit info
+    (`harvest.files_added`, ...), delta-rs's MERGE in its operation metrics."""
     from deltalake import DeltaTable
 
     table = DeltaTable(str(dest / TABLE))
-    metrics = table.history(1)[0].get("operationMetrics", {})
-    keep = (
-        "num_target_files_added",
-        "num_target_files_removed",
-        "num_target_files_scanned",
-        "num_target_rows_copied",
-    )
-    return {"version": table.version(), "files": len(table.file_uris()), **{k: metrics.get(k) for k in keep}}
+    last = table.history(1)[0]
+    metrics = last.get("operationMetrics", {})
+    keep = ("files_added", "files_removed", "rows_copied")
+    return {
+        "version": table.version(),
+        "files": len(table.file_uris()),
+        **{k: last.get(f"harvest.{k}", metrics.get(f"num_target_{k}")) for k in keep},
+    }
 
 
 def _step(out: Path, dest: Path, fmt: str, env: dict[str, str]) -> dict[str, Any]:

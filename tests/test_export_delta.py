@@ -340,7 +340,9 @@ def test_a_merge_rewrites_only_the_files_holding_keys_it_replaces(tmp_path: Path
     result = fmt.merge(small_load([150, 151, 400], 2, 2_000))
     table = DeltaTable(uri)
     after = set(table.file_uris())
-    assert len(holding) == 1 and before - after == holding, "only the file holding the updated keys is replaced"
+    assert len(holding) == 1 and before - after == holding, (
+        "only the file holding the updated keys is replaced"
+    )
     assert result.updated == 2 and result.inserted == 1 and result.version == str(table.version()) == "3"
     got = key_values(table.to_pyarrow_table(), "id", "v")
     assert len(got) == table.to_pyarrow_table().num_rows == 301

@@ -1,16 +1,19 @@
 """Delta Lake tables through delta-rs (`deltalake`): one table per record kind at `<destination>/<table>`, and
 harvest's `runs` and `query_state` beside them under the names they have in DuckDB.
 
-A table is created by its first export (a streamed write) and merged into afterwards: one MERGE per table, on
-the primary key, one commit. The merge streams its source (`streamed_exec`: DataFusion pulls the rows batch by
-batch instead of holding the load in memory, the complaint of dlt #2030), adds the columns the catalog gained
-(`merge_schema`), and rewrites only the files holding a key it changes: delta-rs keeps a file whose rows were
-all left alone, so new keys are a new file and an unchanged re-merge writes nothing. A matched row is replaced
-only when it is newer, or as new but different (a rebuild read it again): re-merging what the table has is no
-rewrite and no new version.
+A table is created by its first export (a streamed write) and merged into afterwards, on the primary key, in
+one commit: by copy-on-write of only the files holding keys it replaces (`delta_merge.py`: the table's key and
+`_fetched_at` columns are matched file by file, so memory is the incoming keys and a row group, however large
+the table; delta-rs's own MERGE held the whole table, ~1 GB for 1M rows). New keys are new files, and an
+unchanged re-merge writes nothing. A matched row is replaced only when the incoming one is newer, or as new but
+different (a rebuild read it again): re-merging what the table has is no rewrite and no new version. Columns the
+catalog gained are added first (a schema-only version). A table another engine gave features the copy-on-write
+merge cannot read (deletion vectors, column mapping, partitions) is merged by delta-rs's MERGE (`streamed_exec`,
+`merge_schema`).
 
 Commits are conditional writes of the next log entry (S3's `If-None-Match`, a rename elsewhere): two writers at
-once never both win. The loser's merge is run again on the new version (newest-wins makes that right), a few
+once never both win, and a copy-on-write merge fails on any version committed since it read the table. The
+loser's merge is run again on the new version (newest-wins makes that right), a few
 times, then it fails with a clear error; the table is never left half-written.
 """
 
@@ -42,7 +45,7 @@ COMMIT_ATTEMPTS = 4
 """A merge that lost its commit to another writer is run again on the new version, at most this often."""
 TARGET_FILE_BYTES = 8 * 1024 * 1024
 """Data files of about 8 MB (the table's `delta.targetFileSize`): a merge that updates a key rewrites the whole file holding
-it. 1M bench rows with 1,000 recent keys fetched again: in one 36 MB file the merge copied 999,000 rows; in
+it (measured with delta-rs's MERGE; the copy-on-write merge rewrites the same files). 1M bench rows with 1,000 recent keys fetched again: in one 36 MB file the merge copied 999,000 rows; in
 4 MB files it rewrote one file of 22 (31,320 rows), with the same time and memory (docs/performance.md)."""
 WRITER = WriterProperties(compression="ZSTD", max_row_group_size=16_384)
 """Row groups of the load's size (`tasks.database.load_settings`): a reader decodes a group at a time."""
