@@ -335,7 +335,7 @@ def test_a_merge_rewrites_only_the_files_holding_keys_it_replaces(tmp_path: Path
     for night_ids in (range(0, 100), range(100, 200), range(200, 300)):
         fmt.merge(small_load(list(night_ids), 1, 1_000))
     before = set(DeltaTable(uri).file_uris())
-    holding = {f for f in before if "151" in duckdb.execute(f"SELECT list(id) FROM '{f}'").fetchone()[0]}
+    holding = {f for f in before if "151" in duckdb.execute(f"SELECT list(id) FROM '{f}'").fetchall()[0][0]}
 
     result = fmt.merge(small_load([150, 151, 400], 2, 2_000))
     table = DeltaTable(uri)
