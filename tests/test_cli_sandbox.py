@@ -91,9 +91,11 @@ def test_harvest_sandbox_latency_delays_every_data_answer() -> None:
     """`--latency`: a service that takes its time per page, as the fan-out bench's second row serves it."""
     import time
 
-    with harvest_sandbox("--api-key", "cli-key", "--latency", "0.5") as base:
-        with httpx.Client(base_url=base, headers={"x-api-key": "cli-key"}) as client:
-            for query in ("trail", "lake"):
-                began = time.monotonic()
-                assert client.get("/v1/pinboard/search", params={"query": query}).status_code == 200
-                assert time.monotonic() - began >= 0.5
+    with (
+        harvest_sandbox("--api-key", "cli-key", "--latency", "0.5") as base,
+        httpx.Client(base_url=base, headers={"x-api-key": "cli-key"}) as client,
+    ):
+        for query in ("trail", "lake"):
+            began = time.monotonic()
+            assert client.get("/v1/pinboard/search", params={"query": query}).status_code == 200
+            assert time.monotonic() - began >= 0.5
