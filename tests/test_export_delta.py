@@ -353,6 +353,11 @@ def test_a_merge_rewrites_only_the_files_holding_keys_it_replaces(tmp_path: Path
         assert unchanged.updated == unchanged.inserted == 0 and DeltaTable(uri).version() == 3
     assert key_values(DeltaTable(uri).to_pyarrow_table(), "id", "v")["150"] == 2, "an older fetch loses"
 
+    rebuilt = fmt.merge(small_load([151, 400], 3, 2_000))  # as new, but a rebuild read other values
+    assert rebuilt.updated == 2 and rebuilt.inserted == 0 and DeltaTable(uri).version() == 4
+    got = key_values(DeltaTable(uri).to_pyarrow_table(), "id", "v")
+    assert (got["150"], got["151"], got["400"], len(got)) == (2, 3, 3, 301)
+
 
 def test_a_table_another_engine_gave_deletion_vectors_is_merged_by_delta_rs(tmp_path: Path) -> None:
     """Its data files are not its rows alone (deletion vectors): merged by delta-rs's MERGE, which reads them."""
