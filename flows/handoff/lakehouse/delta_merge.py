@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from flows.handoff.lakehouse.table_format import UTC_MICROS, TableLoad, key_strings
+from flows.handoff.lakehouse.table_format import UTC_MICROS, TableLoad, incoming_keys, key_strings
 
 READ_ROWS = 16_384
 """Rows per batch read from a data file (delta-rs writes 16k-row groups: a row group at a time)."""
@@ -133,14 +133,7 @@ def batch_mask(num_rows: int, rows: pa.Array) -> pa.Array:
 
 
 def incoming(load: TableLoad) -> Matches:
-    keys, newest = [], []
-    for batch in load.open():
-        keys.append(key_strings(batch, load.primary_key))
-        if load.newest_by:
-            newest.append(pc.cast(batch.column(load.newest_by), UTC_MICROS))
-    all_keys = pa.concat_arrays(keys) if keys else pa.array([], pa.large_string())
-    stamps = (pa.concat_arrays(newest) if newest else pa.array([], UTC_MICROS)) if load.newest_by else None
-    return Matches(all_keys, stamps)
+    return Matches(*incoming_keys(load))
 
 
 def _verdicts(m: Matches, load: TableLoad, theirs: pa.Array | None, rows: pa.Array) -> tuple[Any, Any]:

@@ -44,7 +44,13 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
 from flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
-from flows.handoff.lakehouse.table_format import UTC_MICROS, MergeResult, TableLoad, key_strings
+from flows.handoff.lakehouse.table_format import (
+    UTC_MICROS,
+    MergeResult,
+    TableLoad,
+    incoming_keys,
+    key_strings,
+)
 from tasks.output.layout import OutputLayout
 
 ATTEMPTS = 3
@@ -91,15 +97,7 @@ class Incoming:
 
 
 def _incoming(load: TableLoad) -> Incoming:
-    keys, newest = [], []
-    reader = load.open()
-    for batch in reader:
-        keys.append(key_strings(batch, load.primary_key))
-        if load.newest_by:
-            newest.append(pc.cast(batch.column(load.newest_by), UTC_MICROS))
-    all_keys = pa.concat_arrays(keys) if keys else pa.array([], pa.large_string())
-    stamps = (pa.concat_arrays(newest) if newest else pa.array([], UTC_MICROS)) if load.newest_by else None
-    return Incoming(all_keys, stamps)
+    return Incoming(*incoming_keys(load))
 
 
 def _incoming_wins(incoming: pa.Array, table: pa.Array) -> pa.Array:

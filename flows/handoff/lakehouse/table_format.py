@@ -30,6 +30,24 @@ def key_strings(batch: pa.RecordBatch, key: tuple[str, ...]) -> pa.Array:
     return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
+def incoming_keys(load: TableLoad) -> tuple[pa.Array, pa.Array | None]:
+    """The load's keys (`key_strings`) and, when it has a time to decide by, its `newest_by` times in UTC
+    microseconds, in stream order: what a copy-on-write merge holds in memory (not the rows).
+
+    Each batch's keys are copied out of it: a batch DuckDB exported stays in memory, every column of it, while
+    any of its buffers is referenced, and a key column cast without a copy is such a buffer. Holding them held
+    the rows: a first Iceberg export of 3M records peaked at 1.9 GB reading its keys; copied, 320 MB."""
+    keys, newest = [], []
+    for batch in load.open():
+        keys.append(pa.concat_arrays([key_strings(batch, load.primary_key)]))
+        if load.newest_by:
+            newest.append(pa.concat_arrays([pc.cast(batch.column(load.newest_by), UTC_MICROS)]))
+    all_keys = pa.concat_arrays(keys) if keys else pa.array([], pa.large_string())
+    if not load.newest_by:
+        return all_keys, None
+    return all_keys, pa.concat_arrays(newest) if newest else pa.array([], UTC_MICROS)
+
+
 @dataclass(frozen=True)
 class TableLoad:
     """One table's rows to merge: one row per primary key, in `schema`, streamed (memory stays at a few batches).
