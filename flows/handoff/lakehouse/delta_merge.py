@@ -31,7 +31,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -44,7 +43,15 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from flows.handoff.lakehouse.table_format import UTC_MICROS, TableLoad, incoming_keys, key_strings
+from flows.handoff.lakehouse.table_format import (
+    UTC_MICROS,
+    KeyMatches,
+    TableLoad,
+    batch_mask,
+    key_strings,
+    rows_of_keys,
+    without_keys,
+)
 
 READ_ROWS = 16_384
 """Rows per batch read from a data file (delta-rs writes 16k-row groups: a row group at a time)."""
@@ -63,24 +70,6 @@ def copy_on_write_fits(table: DeltaTable) -> bool:
         return protocol.min_reader_version == 1 and protocol.min_writer_version <= 2
     features = {*(protocol.reader_features or ()), *(protocol.writer_features or ())}
     return features <= PLAIN_FEATURES
-
-
-@dataclass
-class Matches:
-    """The incoming rows' keys (not their other columns) and what matching them with the table found."""
-
-    keys: pa.Array
-    newest: pa.Array | None
-    matched: int = 0
-    """Incoming rows whose key the table has (a table holds each key once)."""
-    kept: list[pa.Array] = field(default_factory=list)
-    """Keys whose table row stays (newer, or the same): their incoming rows are not written."""
-    replaced: dict[str, list[pa.Array]] = field(default_factory=dict)
-    """Data file -> keys of its rows an incoming row replaces (the file is rewritten without them)."""
-    ties: dict[str, list[pa.Array]] = field(default_factory=dict)
-    """Data file -> keys whose incoming row is as new: replaced only when some column differs."""
-    copied: int = 0
-    """Rows of rewritten files written again."""
 
 
 class DataFiles:
@@ -118,25 +107,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def rows_of_keys(batch_keys: pa.Array, keys: pa.Array) -> pa.Array:
-    """For each of `keys`, its row in the batch (null where the batch lacks it); a batch names a key once.
-
-    The lookup set is built from the batch, not from `keys`: `keys` are the incoming rows' (a million when a
-    rebuilt run is exported again), and building a set of them for every 16k-row batch took ~0.3 s a batch (a
-    1M-row re-merge: 42 s); probing them against the batch's set is ~20 ms."""
-    return pc.index_in(keys, value_set=batch_keys)
-
-
-def batch_mask(num_rows: int, rows: pa.Array) -> pa.Array:
-    """True at `rows` (positions in a batch)."""
-    return pc.is_in(pa.array(range(num_rows), pa.int32()), value_set=pc.cast(rows, pa.int32()))
-
-
-def incoming(load: TableLoad) -> Matches:
-    return Matches(*incoming_keys(load))
-
-
-def _verdicts(m: Matches, load: TableLoad, theirs: pa.Array | None, rows: pa.Array) -> tuple[Any, Any]:
+def _verdicts(m: KeyMatches, load: TableLoad, theirs: pa.Array | None, rows: pa.Array) -> tuple[Any, Any]:
     """(newer, as new) per matched row: the incoming row (`rows`: its positions) is newer than the table's
     (`theirs`: the table's times, aligned; a table row without a time loses to a timed one), or as new (both
     times equal or both missing; every row of a table without a time)."""
@@ -151,7 +122,7 @@ def _verdicts(m: Matches, load: TableLoad, theirs: pa.Array | None, rows: pa.Arr
     return newer, tie
 
 
-def match(files: DataFiles, load: TableLoad, m: Matches, grown: bool) -> None:
+def match(files: DataFiles, load: TableLoad, m: KeyMatches, grown: bool) -> None:
     """Which incoming keys the table has, and per data file which of its rows are replaced or tied. With columns
     the table lacks (`grown`), an as-new row replaces the table's: it fills them."""
     wanted = [*load.primary_key, *([load.newest_by] if load.newest_by else [])]
@@ -199,7 +170,7 @@ def _row_hashes(batches: Iterator[pa.RecordBatch], load: TableLoad, keys: pa.Arr
     return pa.concat_tables(found)
 
 
-def settle_ties(files: DataFiles, load: TableLoad, m: Matches, schema: pa.Schema) -> None:
+def settle_ties(files: DataFiles, load: TableLoad, m: KeyMatches, schema: pa.Schema) -> None:
     """As-new incoming rows replace the table's only when some column the two share differs; the others are
     kept. Both sides' tied rows are compared by a 64-bit hash of their columns in one schema (DuckDB's `hash`:
     lists, structs and timestamps hash as values, NULL as itself), streamed: a re-export of 1M rows the table
@@ -221,26 +192,19 @@ def settle_ties(files: DataFiles, load: TableLoad, m: Matches, schema: pa.Schema
     m.ties.clear()
 
 
-def _without(batch: pa.RecordBatch, load: TableLoad, drop: pa.Array) -> pa.RecordBatch:
-    if len(drop) == 0:
-        return batch
-    gone = rows_of_keys(key_strings(batch, load.primary_key), drop).drop_null()
-    return batch.filter(pc.invert(batch_mask(batch.num_rows, gone))) if len(gone) else batch
-
-
-def merged_rows(files: DataFiles, load: TableLoad, m: Matches, schema: pa.Schema) -> pa.RecordBatchReader:
+def merged_rows(files: DataFiles, load: TableLoad, m: KeyMatches, schema: pa.Schema) -> pa.RecordBatchReader:
     """The kept rows of every rewritten file, then the incoming rows that won, streamed in `schema`."""
 
     def batches() -> Iterator[pa.RecordBatch]:
         for path, arrays in m.replaced.items():
             gone = pa.concat_arrays(arrays)
             for batch in files.batches(path, schema):
-                kept = _without(batch, load, gone)
+                kept = without_keys(batch, load.primary_key, gone)
                 m.copied += kept.num_rows
                 yield kept
         skip = pa.concat_arrays(m.kept) if m.kept else pa.array([], pa.large_string())
         for batch in load.open():
-            yield conform(_without(batch, load, skip), schema)
+            yield conform(without_keys(batch, load.primary_key, skip), schema)
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 

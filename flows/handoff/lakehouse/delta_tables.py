@@ -32,13 +32,12 @@ from flows.handoff.lakehouse.delta_merge import (
     DataFiles,
     commit,
     copy_on_write_fits,
-    incoming,
     match,
     merged_rows,
     settle_ties,
     write_files,
 )
-from flows.handoff.lakehouse.table_format import MergeResult, TableLoad
+from flows.handoff.lakehouse.table_format import KeyMatches, MergeResult, TableLoad
 from tasks.output.layout import OutputLayout
 
 COMMIT_ATTEMPTS = 4
@@ -155,7 +154,7 @@ class DeltaFormat:
     def _copy_on_write(self, uri: str, table: DeltaTable, load: TableLoad) -> MergeResult:
         """Only the files holding replaced rows rewritten, in one commit (`delta_merge.py`)."""
         result = MergeResult(load.name, version=str(table.version()))
-        found = incoming(load)
+        found = KeyMatches.of(load)
         if len(found.keys) == 0:
             return result
         have = set(pa.schema(table.schema().to_arrow()).names)
@@ -170,7 +169,7 @@ class DeltaFormat:
         settle_ties(files, load, found, schema)
         result.rows_in = len(found.keys)
         result.inserted = len(found.keys) - found.matched
-        result.updated = found.matched - sum(len(k) for k in found.kept)
+        result.updated = found.updated
         result.columns_added = [f.name for f in grown]
         result.version = str(table.version())
         if result.inserted + result.updated == 0:

@@ -8,7 +8,7 @@ A merge is one snapshot in one catalog commit, with the schema change it needs i
 2. the table's key and `_fetched_at` columns are read file by file (a projection: the other columns are not
    read) and matched: an incoming row beats the table's when its `_fetched_at` is at least the table's
    (bookkeeping tables: always), so an older export never overwrites newer rows;
-3. only the data files holding beaten rows are rewritten without them (copy-on-write: pyiceberg writes no
+3. only the data files holding replaced rows are rewritten without them (copy-on-write: pyiceberg writes no
    delete files), streamed with the incoming rows that won into new files (`iceberg_files.py`);
 4. one overwrite snapshot deletes the old files and adds the new ones (an append snapshot when nothing was
    replaced), validated by pyiceberg against commits that landed meanwhile (serializable: another writer's
@@ -22,7 +22,7 @@ keep a rerun's rows together; files are rolled small instead (`iceberg_files.ROL
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,10 +46,12 @@ from flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_ca
 from flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
 from flows.handoff.lakehouse.table_format import (
     UTC_MICROS,
+    KeyMatches,
     MergeResult,
     TableLoad,
-    incoming_keys,
     key_strings,
+    rows_of_keys,
+    without_keys,
 )
 from tasks.output.layout import OutputLayout
 
@@ -82,24 +84,6 @@ def _keyed_schema(load: TableLoad) -> Schema:
     return Schema(*schema.fields, identifier_field_ids=ids)
 
 
-@dataclass
-class Incoming:
-    """The incoming rows' keys and `_fetched_at` (not their other columns), and what matching found."""
-
-    keys: pa.Array
-    newest: pa.Array | None
-    matched: int = 0
-    """Incoming rows whose key the table has (a table holds each key once)."""
-    beaten: list[pa.Array] = field(default_factory=list)
-    """Keys of incoming rows the table's newer rows beat: not written."""
-    replaced: dict[str, list[pa.Array]] = field(default_factory=dict)
-    """Data file path -> keys of its rows the incoming ones beat (the file is rewritten without them)."""
-
-
-def _incoming(load: TableLoad) -> Incoming:
-    return Incoming(*incoming_keys(load))
-
-
 def _incoming_wins(incoming: pa.Array, table: pa.Array) -> pa.Array:
     """Newest wins, a tie to the incoming row (the same fetch again, perhaps read by a newer catalog); a table's
     row without a time loses, an incoming row without one loses to a timed row."""
@@ -108,7 +92,7 @@ def _incoming_wins(incoming: pa.Array, table: pa.Array) -> pa.Array:
 
 
 def _match(
-    metadata: TableMetadata, io: FileIO, tasks: list[FileScanTask], load: TableLoad, inc: Incoming
+    metadata: TableMetadata, io: FileIO, tasks: list[FileScanTask], load: TableLoad, inc: KeyMatches
 ) -> None:
     """Which incoming rows the table has, which of them the table's newer rows beat, and which of the table's
     rows are replaced (by file)."""
@@ -116,27 +100,20 @@ def _match(
     projection = metadata.schema().select(*columns)
     for task in tasks:
         for batch in read_batches(metadata, io, task, projection):
-            table_keys = key_strings(batch, load.primary_key)
-            where = pc.index_in(table_keys, value_set=inc.keys)
-            hit = pc.is_valid(where)
+            at = rows_of_keys(key_strings(batch, load.primary_key), inc.keys)
+            hit = pc.is_valid(at)
             if not pc.any(hit).as_py():
                 continue
-            rows = where.filter(hit)
+            rows, in_batch = pc.indices_nonzero(hit), at.filter(hit)
             if inc.newest is not None and load.newest_by:
-                table_stamps = pc.cast(batch.column(load.newest_by).filter(hit), UTC_MICROS)
+                table_stamps = pc.cast(batch.column(load.newest_by).take(in_batch), UTC_MICROS)
                 wins = _incoming_wins(inc.newest.take(rows), table_stamps)
             else:
                 wins = pa.array([True] * len(rows))
             inc.matched += len(rows)
-            inc.beaten.append(inc.keys.take(rows.filter(pc.invert(wins))))
+            inc.kept.append(inc.keys.take(rows.filter(pc.invert(wins))))
             if pc.any(wins).as_py():
-                inc.replaced.setdefault(task.file.file_path, []).append(table_keys.filter(hit).filter(wins))
-
-
-def _without(batch: pa.RecordBatch, key: tuple[str, ...], drop: pa.Array) -> pa.RecordBatch:
-    if len(drop) == 0:
-        return batch
-    return batch.filter(pc.invert(pc.is_in(key_strings(batch, key), value_set=drop)))
+                inc.replaced.setdefault(task.file.file_path, []).append(inc.keys.take(rows.filter(wins)))
 
 
 @dataclass
@@ -146,7 +123,7 @@ class Written:
 
 
 def _write(
-    metadata: TableMetadata, io: FileIO, tasks: list[FileScanTask], load: TableLoad, inc: Incoming
+    metadata: TableMetadata, io: FileIO, tasks: list[FileScanTask], load: TableLoad, inc: KeyMatches
 ) -> Written:
     """The kept rows of each file with replaced rows, then the incoming rows that won, into new files."""
     writer = DataFileWriter(metadata, io)
@@ -157,12 +134,12 @@ def _write(
             continue
         gone = pa.concat_arrays(inc.replaced[task.file.file_path])
         for batch in read_batches(metadata, io, task, metadata.schema()):
-            writer.write(_without(batch, load.primary_key, gone))
+            writer.write(without_keys(batch, load.primary_key, gone))
         deleted.append(task.file)
-    skip = pa.concat_arrays(inc.beaten) if inc.beaten else pa.array([], pa.large_string())
+    skip = pa.concat_arrays(inc.kept) if inc.kept else pa.array([], pa.large_string())
     reader = load.open()
     for batch in reader:
-        writer.write(_without(batch.cast(target), load.primary_key, skip))
+        writer.write(without_keys(batch.cast(target), load.primary_key, skip))
     return Written(deleted, writer.close())
 
 
@@ -223,14 +200,14 @@ class IcebergFormat:
         result = MergeResult(load.name, columns_added=_evolve(tx, load))
         metadata = tx.table_metadata
         tasks = list(DataScan(table_metadata=metadata, io=table.io).plan_files())
-        inc = _incoming(load)
+        inc = KeyMatches.of(load)
         _match(metadata, table.io, tasks, load, inc)
         written = _write(metadata, table.io, tasks, load, inc)
         _commit_files(tx, table.io, written, load)
         committed = tx.commit_transaction()
         result.rows_in = len(inc.keys)
         result.inserted = len(inc.keys) - inc.matched
-        result.updated = inc.matched - sum(len(b) for b in inc.beaten)
+        result.updated = inc.updated
         snapshot = committed.current_snapshot()
         result.version = str(snapshot.snapshot_id) if snapshot else ""
         return result
