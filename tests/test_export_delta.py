@@ -368,3 +368,35 @@ def test_a_table_another_engine_gave_deletion_vectors_is_merged_by_delta_rs(tmp_
     rows_read = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT id, v FROM t").read_all()
     got = key_values(pa.table(rows_read), "id", "v")
     assert result.updated == 1 and result.inserted == 1 and len(got) == 11 and got["5"] == got["10"] == 2
+
+
+def test_maintenance_compacts_and_vacuums_a_merged_table_without_losing_a_row(tmp_path: Path) -> None:
+    """What docs/warehouse-tables.md tells a user to run: compaction, then vacuum. The files a merge wrote under
+    `harvest-<id>/` and later replaced are deleted like any other; the table reads the same after both."""
+    fmt, uri = DeltaFormat(str(tmp_path)), str(tmp_path / "t")
+    for night_ids, value, at in (
+        (range(0, 100), 1, 1_000),
+        (range(100, 200), 1, 1_000),
+        ([150, 400], 2, 2_000),
+    ):
+        fmt.merge(small_load(list(night_ids), value, at))
+    fmt.merge(
+        small_load([151, 400], 3, 3_000)
+    )  # replaces a file the previous merge wrote under harvest-<id>/
+    before = key_values(DeltaTable(uri).to_pyarrow_table(), "id", "v")
+    merged = {
+        p.resolve() for p in (tmp_path / "t").rglob("*.parquet") if p.parent.name.startswith("harvest-")
+    }
+    assert merged, "merges write under harvest-<id>/"
+
+    table = DeltaTable(uri)
+    table.optimize.compact()
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    table = DeltaTable(uri)
+    on_disk = {p.resolve() for p in (tmp_path / "t").rglob("*.parquet")}
+    assert on_disk == {Path(u).resolve() for u in table.file_uris()}, (
+        "vacuum left only the files the table reads"
+    )
+    assert not merged & on_disk, "the merges' replaced files are gone"
+    assert key_values(table.to_pyarrow_table(), "id", "v") == before and len(before) == 201
+    assert (before["150"], before["151"], before["400"]) == (2, 3, 3)
