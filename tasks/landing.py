@@ -26,7 +26,7 @@ from connectors.catalog.endpoints import Endpoint
 from connectors.paging.known_items import backfill_after_head
 from connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
 from connectors.reading.extraction import PageMeta, with_meta
-from tasks.database.known_keys import load_known_keys
+from tasks.database.known_keys import query_known_keys
 from tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
 from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
@@ -136,11 +136,10 @@ def _keep(raw: RawPageWriter, page: Page) -> None:
 
 
 def _known(ctx: RunContext, spec: QuerySpec, endpoint: Endpoint) -> Any:
-    if not (spec.incremental and ctx.incremental):
-        return None
+    """What the flow staged for a round that cannot read the job's DuckDB, else the query's keys in it."""
     if ctx.known is not None:
         return ctx.known
-    return load_known_keys(ctx.layout.db, endpoint.kinds, spec.query_id, spec.trusted_until)
+    return query_known_keys(ctx.layout.db, spec, endpoint.kinds, ctx.incremental)
 
 
 @dataclass

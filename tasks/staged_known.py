@@ -29,7 +29,7 @@ from typing import Any
 from connectors.catalog.endpoints import Endpoint
 from connectors.paging.known_items import KnownKeys
 from connectors.paging.pager import QuerySpec
-from tasks.database.known_keys import load_known_keys
+from tasks.database.known_keys import query_known_keys
 from tasks.output.layout import query_hash
 from tasks.output.machine_fault import MachineFault
 from tasks.output.staging import StagingStore
@@ -43,9 +43,7 @@ def stage_known(
 ) -> dict[str, Any] | None:
     """The query's known keys put in the store; what a round needs to find and check them. None when the query
     would page fully locally too (not incremental, `--full`, no database yet or one that cannot be read)."""
-    if not (spec.incremental and incremental):
-        return None
-    known = load_known_keys(staged.layout.db, endpoint.kinds, spec.query_id, spec.trusted_until)
+    known = query_known_keys(staged.layout.db, spec, endpoint.kinds, incremental)
     if known is None:
         return None
     data = zlib.compress(json.dumps(known.as_plain(), separators=(",", ":")).encode())

@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 
 from connectors.paging.known_items import Key, KnownKeys
+from connectors.paging.pager import QuerySpec
 from tasks.database.connection import quote_ident
 from tasks.output.layout import KindLike
 
@@ -27,6 +28,16 @@ log = logging.getLogger(__name__)
 _TRUSTED_RUNS = """
 SELECT run_id FROM runs WHERE started <= (SELECT started FROM runs WHERE run_id = ?)
 """
+
+
+def query_known_keys(
+    db: Path, spec: QuerySpec, kinds: Iterable[KindLike], incremental: bool
+) -> KnownKeys | None:
+    """The keys an incremental query stops at, as both runners decide them; None when it pages fully (not
+    incremental, the run's `--full`, or nothing can be known)."""
+    if not (spec.incremental and incremental):
+        return None
+    return load_known_keys(db, kinds, spec.query_id, spec.trusted_until)
 
 
 def load_known_keys(
