@@ -43,9 +43,10 @@ from tasks.output.layout import OutputLayout
 COMMIT_ATTEMPTS = 4
 """A merge that lost its commit to another writer is run again on the new version, at most this often."""
 TARGET_FILE_BYTES = 8 * 1024 * 1024
-"""Data files of about 8 MB (the table's `delta.targetFileSize`): a merge that updates a key rewrites the whole file holding
-it (measured with delta-rs's MERGE; the copy-on-write merge rewrites the same files). 1M bench rows with 1,000 recent keys fetched again: in one 36 MB file the merge copied 999,000 rows; in
-4 MB files it rewrote one file of 22 (31,320 rows), with the same time and memory (docs/performance.md)."""
+"""Data files of about 8 MB (the table's `delta.targetFileSize`): a merge that updates a key rewrites the whole
+file holding it (measured with delta-rs's MERGE; the copy-on-write merge rewrites the same files). 1M bench rows
+with 1,000 recent keys fetched again: in one 36 MB file the merge copied 999,000 rows; in 4 MB files it rewrote
+one file of 22 (31,320 rows), with the same time and memory (docs/performance.md)."""
 WRITER = WriterProperties(compression="ZSTD", max_row_group_size=16_384)
 """Row groups of the load's size (`tasks.database.load_settings`): a reader decodes a group at a time."""
 
