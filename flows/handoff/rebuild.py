@@ -10,13 +10,12 @@ or each query's, are replaced by new ones); the database is built in a new file 
 over it only when complete. An interrupted rebuild is finished by running it again.
 
 Rebuilt files keep their names (a run's own files roll over at the same size; a query's part id is taken from the
-files its manifest lists), so what an export sent before is replaced key for key. A run whose Parquet bytes changed (a catalog fix) is marked
+files its manifest lists), so what an export sent before is replaced key for key. A run whose Parquet rows changed (a catalog fix) is marked
 `rebuilt` in its manifest: the next increment export sends it again to every destination.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -194,17 +193,28 @@ def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
 
 
 def _fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
-    """SHA-256 of each of the run's Parquet files by relative path (a missing file: empty), to tell whether a
-    rebuild changed what an export sent."""
+    """What each of the run's Parquet files holds, by relative path (a missing file: empty), to tell whether a
+    rebuild changed what an export sent: its schema, row count and the sum of its rows' hashes. Not its bytes:
+    a live run lands concurrent queries' pages as they arrive and a rebuild lands them query by query, so the
+    same rows come back in another order; sending such a run again changes nothing a loader reads."""
     out = {}
-    for _, path, _ in run.all_files():
-        file, digest = layout.resolve(path), hashlib.sha256()
-        if file.exists():
-            with open(file, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
-        out[layout.relative(file)] = digest.hexdigest() if file.exists() else ""
+    con = duckdb.connect()
+    try:
+        for _, path, _ in run.all_files():
+            file = layout.resolve(path)
+            out[layout.relative(file)] = _content(con, file) if file.exists() else ""
+    finally:
+        con.close()
     return out
+
+
+def _content(con: duckdb.DuckDBPyConnection, file: Path) -> str:
+    import pyarrow.parquet as pq
+
+    rows, hashes = con.execute(
+        "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
+    ).fetchone() or (0, 0)
+    return f"{pq.read_schema(file)}|{rows}|{hashes}"
 
 
 def rebuild_database(layout: OutputLayout, runs: list[RunManifest]) -> dict[str, int]:
