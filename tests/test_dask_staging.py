@@ -4,6 +4,7 @@ The scheduler and the workers are separate processes of another user (`nobody`),
 its own, and the job's output directory is root's, mode 0700: they cannot read or write it (checked). S3 is moto
 on 127.0.0.1. The same job lands the same tables for the same credits as the local runner; a worker SIGKILLed
 mid-run, or the flow SIGKILLed mid-run and run again, pays no staged page twice and never passes the budget.
+A checkout `nobody` may not enter (cloned into `mktemp -d`, mode 0700) is run through hard links to it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from tests.test_dask_runner import CONFIG, RECORD_TABLES, job, paid, table
 
 BUCKET = "stage"
 NOBODY = 65534
-VENV_BIN = ROOT / ".venv" / "bin"
 SLOW = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE},
     pages_by_path={"/v1/pinboard/search": (8, 8), "/v1/creative/materials": (2, 2)},
@@ -93,6 +93,12 @@ class NobodyCluster:
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.api_url, self.s3 = api_url, s3
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.checkout = ROOT
+        """The checkout (its `.venv` and code) the processes run: this one, or links to it (`linked_checkout`)."""
+
+    @property
+    def python(self) -> str:
+        return str(self.checkout / ".venv" / "bin" / "python")
 
     def home(self, name: str) -> Path:
         path = self.root / name
@@ -103,7 +109,7 @@ class NobodyCluster:
 
     def env(self, home: Path) -> dict[str, str]:
         return {
-            "PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home / "tmp"),
+            "PATH": f"{self.checkout / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home / "tmp"),
             "PREFECT_HOME": str(home / ".prefect"), "PREFECT_API_URL": self.api_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HARVEST_API_KEY": SECRET_KEY,
             "PYTHONDONTWRITEBYTECODE": "1", **self.s3,
@@ -127,15 +133,36 @@ class NobodyCluster:
         )  # fmt: skip
         return done.returncode == 0
 
+    def linked_checkout(self) -> Path:
+        """Hard links to the checkout (no bytes copied) under the 0755 root, for a checkout in a directory
+        `nobody` may not enter (`mktemp -d` makes it 0700); the editable install's finder is pointed at them."""
+        view = self.root / "checkout"
+        try:
+            view.mkdir()
+            for entry in (e for e in ROOT.iterdir() if e.name != ".git"):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, view / entry.name, symlinks=True, copy_function=os.link)
+                else:
+                    os.link(entry, view / entry.name, follow_symlinks=False)
+        except OSError as exc:
+            pytest.skip(f"nobody cannot enter {ROOT}, and it cannot be linked under {self.root}: {exc}")
+        for finder in view.glob(".venv/lib/python*/site-packages/__editable__*finder.py"):
+            text = finder.read_text().replace(str(ROOT), str(view))
+            finder.unlink()  # a link: writing through it would change the checkout's own file
+            finder.write_text(text)
+        return view
+
     def start(self, workers: int) -> None:
-        self.as_nobody("scheduler", str(VENV_BIN / "dask"), "scheduler", "--host", "127.0.0.1",
+        if not self.can(self.python, "-c", "import distributed, tasks.round_task"):
+            self.checkout = self.linked_checkout()
+        self.as_nobody("scheduler", self.python, "-m", "dask", "scheduler", "--host", "127.0.0.1",
                        "--port", str(self.port), "--no-dashboard")  # fmt: skip
         for n in range(workers):
             self.add_worker(f"worker-{n}")
         self.wait_for(workers)
 
     def add_worker(self, name: str) -> None:
-        self.as_nobody(name, str(VENV_BIN / "dask"), "worker", self.address, "--name", name, "--nthreads", "1",
+        self.as_nobody(name, self.python, "-m", "dask", "worker", self.address, "--name", name, "--nthreads", "1",
                        "--no-nanny", "--no-dashboard", "--local-directory", str(self.root / name))  # fmt: skip
 
     def log(self, name: str) -> str:
@@ -144,8 +171,12 @@ class NobodyCluster:
     def wait_for(self, workers: int) -> None:
         from distributed import Client
 
-        with Client(self.address, timeout=60) as client:
-            client.wait_for_workers(workers, timeout=60)
+        try:
+            with Client(self.address, timeout=60) as client:
+                client.wait_for_workers(workers, timeout=60)
+        except (OSError, TimeoutError) as exc:
+            logs = "\n".join(f"--- {name}:\n{self.log(name)}" for name in self.procs)
+            raise AssertionError(f"the cluster did not come up ({exc}); its processes said:\n{logs}") from exc
 
     def kill(self, name: str) -> None:
         os.killpg(self.procs[name].pid, signal.SIGKILL)
@@ -194,7 +225,7 @@ def private_output(tmp_path: Path, cluster: NobodyCluster) -> Path:
     """An output directory the workers can neither read nor write (and proof that they could read the code)."""
     output = tmp_path / "out"
     output.mkdir(mode=0o700)
-    assert cluster.can("test", "-r", str(ROOT / "tasks" / "round_task.py"))
+    assert cluster.can("test", "-r", str(cluster.checkout / "tasks" / "round_task.py"))
     assert not cluster.can("ls", str(output)), "a worker can read the output directory"
     assert not cluster.can("touch", str(output / "probe")), "a worker can write the output directory"
     return output
