@@ -19,7 +19,7 @@ from flows.orchestrator.prefect_settings import apply_prefect_defaults
 
 apply_prefect_defaults()
 
-from prefect import flow, get_run_logger  # noqa: E402
+from prefect import get_run_logger  # noqa: E402
 
 from connectors.credits.ledger import CreditLedger  # noqa: E402
 from connectors.http.client import ServiceClient  # noqa: E402
@@ -31,6 +31,7 @@ from flows.orchestrator.final_state import (  # noqa: E402
     nothing_to_continue,
     publish_artifact,
 )
+from flows.orchestrator.plain_flow import plain_flow  # noqa: E402
 from flows.run import progress  # noqa: E402
 from flows.run.begin import Begun, begin, crash_stale, flow_run_facts  # noqa: E402
 from flows.run.bill import note_bill, probe_balance, read_after, settle_refusals  # noqa: E402
@@ -174,7 +175,7 @@ def _lock(layout: OutputLayout, job: str) -> job_lock.JobLock:
         raise UsageError(str(exc)) from None
 
 
-@flow(name="collect_job", log_prints=False, validate_parameters=True)
+@plain_flow(name="collect_job", log_prints=False, validate_parameters=True)
 async def collect_job(
     spec_path: str | None = None,
     base_url: str | None = None,

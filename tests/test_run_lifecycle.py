@@ -91,6 +91,7 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
     by_job = {job: found[i] for job, i in ids.items()}
     assert by_job["state-failed"].parameters["spec_path"] == str(failing)
     assert by_job["state-budget"].parameters["spec_path"] == str(short)
+    assert by_job["state-budget"].parameters["budget"] == 2  # a number stays a number (plain parameters)
     assert failed.status == "failed" and stopped.status == "budget_exhausted"
     assert by_job["state-failed"].state.type.value == "FAILED"
     assert failed.run_id in by_job["state-failed"].state.message
