@@ -196,9 +196,12 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     con.execute(
         f"DELETE FROM _harvest_newest AS s WHERE EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
     )
+    every_row = count_rows(con, "SELECT count(*) FROM _harvest_newest") == count_rows(
+        con, f"SELECT count(*) FROM {source}", [paths]
+    )  # no key twice, none NULL, none newer in the table: the usual night of new items, inserted as read
     con.execute(
-        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} "
-        "SEMI JOIN _harvest_newest USING (file_index, file_row_number)",
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source}"
+        + ("" if every_row else " SEMI JOIN _harvest_newest USING (file_index, file_row_number)"),
         [paths],
     )
     con.execute("DROP TABLE _harvest_newest")  # on failure it goes with the rolled-back transaction

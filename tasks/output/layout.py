@@ -183,7 +183,7 @@ class OutputLayout:
 
     def relative(self, path: Path | str) -> str:
         """A path as the manifest stores it: relative to the output root, so the directory can move."""
-        return _relative(self.root, Path(path))
+        return _relative(str(self.root), str(path))
 
     def listed(self, files: Iterable[tuple[str, Path, int]]) -> list[tuple[str, str, int]]:
         """Published files as a manifest lists them: (table, path relative to the root, rows)."""
@@ -224,10 +224,11 @@ class KindLike(Protocol):
 
 
 @functools.lru_cache(maxsize=4096)
-def _relative(root: Path, path: Path) -> str:
+def _relative(root: str, path: str) -> str:
     """`OutputLayout.relative`, remembered: every query of a session names the session's raw file and attempt
-    log, and `relative_to` cost ~25 us a call (2% of a wide fan-out's paging)."""
+    log, and `relative_to` cost ~25 us a call (2% of a wide fan-out's paging). Keyed by text: hashing a Path
+    for the cache cost about as much again (1.3% of the paging, py-spy)."""
     try:
-        return path.relative_to(root).as_posix()
+        return Path(path).relative_to(root).as_posix()
     except ValueError:
-        return str(path)
+        return path
