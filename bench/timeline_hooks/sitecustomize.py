@@ -99,7 +99,8 @@ def _patch(module: Any) -> None:
             "publish_artifact",
             "final_state",
         ):
-            if hasattr(module, fname):  # a step renamed since is named in the timeline, not a crash in harvest
+            # a step renamed since is named in the timeline, not a crash in harvest
+            if hasattr(module, fname):
                 setattr(module, fname, _timed(getattr(module, fname), f"harvest: {fname}"))
             else:
                 mark(f"harvest: {fname} not found in flows.collect (renamed?)")
