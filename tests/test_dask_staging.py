@@ -162,6 +162,7 @@ class NobodyCluster:
         self.wait_for(workers)
 
     def add_worker(self, name: str) -> None:
+        shutil.rmtree(self.root / name / "tmp", ignore_errors=True)  # a killed worker's rounds left theirs
         self.as_nobody(name, self.python, "-m", "dask", "worker", self.address, "--name", name, "--nthreads", "1",
                        "--no-nanny", "--no-dashboard", "--local-directory", str(self.root / name))  # fmt: skip
 
@@ -182,6 +183,13 @@ class NobodyCluster:
         os.killpg(self.procs[name].pid, signal.SIGKILL)
         self.procs[name].wait(timeout=30)
 
+    def paying(self, name: str) -> bool:
+        """Whether worker `name` is inside a round that claimed its stage and sent a request: the round's scratch
+        directory (in the worker's TMPDIR) holds a written file. A round Dask handed the worker but that had not
+        started yet (still importing, on a slow machine) is run elsewhere as if new: killing it hits no round."""
+        scratch = (self.root / name / "tmp").glob("harvest-round-*/**/*")
+        return any(p.is_file() and p.stat().st_size > 0 for p in scratch)
+
     def kill_while_busy(self, name: str, sb: RunningSandbox, answered: int) -> threading.Thread:
         """SIGKILL worker `name` once the sandbox answered `answered` pages and the worker is in a round."""
         from distributed import Client
@@ -194,7 +202,8 @@ class NobodyCluster:
                     mine = str(self.root / name)
                     address = [a for a, w in workers.items() if w["local_directory"].startswith(mine)]
                     assert address, f"{name} is not in the cluster: {workers}"
-                    if len(data_entries(sb)) >= answered and client.processing(address)[address[0]]:
+                    busy = client.processing(address)[address[0]] and self.paying(name)
+                    if len(data_entries(sb)) >= answered and busy:
                         break
                     time.sleep(0.01)
             self.kill(name)
