@@ -231,4 +231,4 @@ def _relative(root: str, path: str) -> str:
     try:
         return Path(path).relative_to(root).as_posix()
     except ValueError:
-        return path
+        return str(Path(path))
