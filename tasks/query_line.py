@@ -1,4 +1,4 @@
-"""One Prefect task run per spec query: it runs every query the spec entry expands to, as the flow hands them over.
+"""One Prefect task run per spec query: the record, in Prefect, of every query the spec entry expands to.
 
 A Prefect task run per query cost ~20 ms of the event loop each (its task run, its events, a call to the server
 for its tags' concurrency slots), so a fan-out over 2,000 accounts spent more time on Prefect than on the
@@ -6,10 +6,13 @@ service, and at 10,000 the server refused slots (503) and failed queries. A pers
 one line per spec query (`videos`, `video_details`) with its state, not ten thousand; the per-value status is in
 DuckDB's `query_state`, as before.
 
-The flow owns the order and the window (`flows.run.fanout`); a `QueryLine` only runs what it is given, each query
-as an asyncio task created inside the task run (so its logs and context belong to it), until the flow closes the
-line and every query ended. A task run that Prefect could not start (no slot, the server down) never fails a
-query: the flow drains the line itself (`drain` may be called again; it picks up where the line stands).
+The flow owns the order and the window (`flows.run.fanout`); a `QueryLine` runs what it is given, each query as
+an asyncio task, from the moment the flow opens it, until the flow closes the line and every query ended. The
+line's task run waits for that end and reports it (its state, the statuses by count). The queries do not wait
+for the task run: its start is several calls to Prefect's server (create the run, set its state, take its tags'
+concurrency slots), and a busy server answered one of them in 2.1 s where it usually takes 50 ms (a one-page
+fan-out at 50 ms a page waited those seconds before its first request, one run in four); a task run Prefect
+could not start at all (no slot, the server gone) never failed a query either.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class QueryLine:
         self.failure: str | None = None
         """The first failed query's id and error, for the task run's message."""
         self.drained = False
+        self._ended_event = asyncio.Event()
+        self.reported = False
+        """Its task run saw it end: Prefect holds its state and counts."""
 
     @property
     def idle(self) -> bool:
@@ -66,18 +72,26 @@ class QueryLine:
 
     async def drain(self) -> Counter[str]:
         """Run every query handed over until the line is closed and all have ended; their statuses by count."""
-        while True:
-            while self._ready:
-                query = self._ready.popleft()
-                job = asyncio.ensure_future(self._run(query))
-                job.set_name(query.query_id)
-                self._running.add(job)
-                job.add_done_callback(self._ended)
-            if self.closed and not self._running:
-                self.drained = True
-                return self.statuses
-            self._wake.clear()
-            await self._wake.wait()
+        try:
+            while True:
+                while self._ready:
+                    query = self._ready.popleft()
+                    job = asyncio.ensure_future(self._run(query))
+                    job.set_name(query.query_id)
+                    self._running.add(job)
+                    job.add_done_callback(self._ended)
+                if self.closed and not self._running:
+                    self.drained = True
+                    return self.statuses
+                self._wake.clear()
+                await self._wake.wait()
+        finally:
+            self._ended_event.set()
+
+    async def ended(self) -> Counter[str]:
+        """Wait for the drain to end (however it ended); the statuses by count."""
+        await self._ended_event.wait()
+        return self.statuses
 
     def _ended(self, job: asyncio.Task[dict[str, Any]]) -> None:
         self._running.discard(job)
@@ -122,5 +136,6 @@ def line_end(line: QueryLine) -> Any:
 )
 async def collect_queries(run_id: str, line: str) -> Any:
     the_line = lookup(run_id).lines[line]
-    await the_line.drain()
+    await the_line.ended()
+    the_line.reported = True
     return line_end(the_line)

@@ -1,7 +1,7 @@
 """Wide fan-outs (#29): what a run costs and leaves grows with its tables, not with its queries.
 
-A fan-out over many accounts, and the dependent queries its parent's records start, run as one Prefect task run
-per spec query, and land in one Parquet file per table (rolled only by size), one raw file and one attempt log
+A fan-out over many accounts, and the dependent queries its parent's records start, are reported by one Prefect
+task run per spec query (and do not wait for it), and land in one Parquet file per table (rolled only by size), one raw file and one attempt log
 per session; every query still has its own row in `query_state`, and every record lands once."""
 
 from __future__ import annotations
@@ -154,3 +154,54 @@ def test_a_task_run_prefect_cannot_start_never_fails_its_queries(
     assert key_set(output / "harvest.duckdb", "short_video_videos") == set(expected["short_video_videos"])
     said = [r.getMessage() for r in heard if "could not run the task run of" in r.getMessage()]
     assert len(said) == 1 and "of videos" in said[0] and "503 Service Unavailable" in said[0], said
+
+
+def test_the_queries_do_not_wait_for_their_task_run_to_start(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy Prefect server answered a task run's slot call in 2.1 s (it takes 50 ms), and a fan-out waited
+    those seconds before its first request. Here Prefect holds every task run back (its slot call does not
+    answer) until the service has been paid for every account, or 20 s: the accounts are all paid first, the
+    task run then reports the line, and nothing is said of Prefect's trouble (there was none, only slowness)."""
+    import asyncio
+    import time
+
+    import prefect.task_engine
+
+    handles = HANDLES[:40]
+    held: list[float] = []
+
+    @contextlib.asynccontextmanager
+    async def slow_server(names: list[str], **_: Any) -> AsyncIterator[None]:
+        deadline = time.monotonic() + 20
+        while sb.billed_total() < len(handles) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        held.append(deadline - time.monotonic())
+        yield
+
+    monkeypatch.setattr(prefect.task_engine, "_aconcurrency", slow_server)
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output = tmp_path / "out"
+    spec = write_spec(
+        tmp_path,
+        {"name": "slow-prefect", "service": {"base_url": "{base}"}, "budget": {"credits": 1000},
+         "concurrency": 4, "output": str(output),
+         "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
+    )  # fmt: skip
+    heard: list[logging.LogRecord] = []
+    listener = logging.Handler(logging.WARNING)
+    listener.emit = heard.append  # type: ignore[method-assign]
+    logging.getLogger("flows.run.fanout").addHandler(listener)
+    try:
+        with running(CONFIG) as sb:
+            spec.write_text(spec.read_text().replace("{base}", sb.base_url))
+            summary = run_flow(spec)
+    finally:
+        logging.getLogger("flows.run.fanout").removeHandler(listener)
+    assert len(held) == 1 and held[0] > 0, "the accounts waited for the task run's slot"
+    assert summary.status == "complete" and summary.credits_spent == len(handles)
+    assert {q["status"] for q in summary.queries} == {"complete"}
+    (manifest,) = all_manifests(OutputLayout(output))
+    runs = task_runs(str(manifest.flow_run_id))
+    assert [(t.name, t.state.type.value) for t in runs] == [("videos", "COMPLETED")]
+    assert not [r for r in heard if "could not run the task run" in r.getMessage()]

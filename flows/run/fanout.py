@@ -3,8 +3,8 @@
 Dependent queries are found as their parents' pages land, not after the parent ends. Every start and end is
 written to the run journal first, so a resumed run knows which queries existed and which ended.
 
-Each spec query is one Prefect task run (`tasks.query_line`): the queries it expands to run inside it, handed
-over as they start, and its line closes once nothing can start another of them (no query of it or of its
+Each spec query is one line (`tasks.query_line`), reported by one Prefect task run: the queries it expands to are
+handed over to it as they start and run at once, and its line closes once nothing can start another of them (no query of it or of its
 parents is running or waiting). The planned queries start at once (a short budget is shared breadth-first among
 them). Dependent queries wait in line and start in the order they were found, at most `DEPENDENTS_PER_SLOT` per
 connection slot at a time. Once the run is stopping (Ctrl-C, a refused key), nothing more starts: the queries
@@ -140,21 +140,23 @@ class Fanout:
         return line
 
     async def _drive(self, line: QueryLine) -> None:
-        """The line's task run; when Prefect could not run it (no slot, the server gone), the line is drained
-        here: Prefect's trouble never fails a query."""
+        """The line runs at once; its task run reports it. When Prefect could not run that task run (no slot,
+        the server gone), the queries ran all the same and the run says once that Prefect has no record of the
+        line: Prefect's trouble never delays or fails a query."""
+        draining = asyncio.ensure_future(line.drain())
         try:
             call = collect_queries(self.ctx.run_id, line.name, return_state=True)
             state = await cast(Awaitable[State[Any]], call)  # an async task called with return_state
-            trouble = None if line.drained else f"its task run ended {state.type.value}: {state.message}"
+            trouble = f"its task run ended {state.type.value}: {state.message}"
         except Exception as exc:
             trouble = f"{type(exc).__name__}: {exc}"
-        if not line.drained:
+        if not line.reported:
             log.warning("Prefect could not run the task run of %s (%s): its queries run without one",
                         line.name, self.ctx.client.scrub(str(trouble)))  # fmt: skip
-            await line.drain()
+        await draining
 
     async def _run_query(self, query: QuerySpec) -> dict[str, Any]:
-        """One query to its end, inside its line's task run; its summary, whatever broke."""
+        """One query to its end, in its line; its summary, whatever broke."""
         try:
             summary = (await page_query(self.ctx, query)).summary.as_dict()
         except Exception as exc:  # a broken query must not take the other queries' landed data with it
