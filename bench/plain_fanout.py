@@ -6,7 +6,11 @@ through the same parsing and Arrow columns as `plain_script.py`. Each worker str
 thousands of tiny files), then one DuckDB table deduplicated on the key. Prints the same last line as
 `plain_script.py`.
 
-    python bench/plain_fanout.py [--workers 10] BASE_URL API_KEY OUTPUT HANDLE [HANDLE ...]
+`--prefect-flow`: the same script run as one Prefect flow (Prefect imported, a flow run created and ended on
+the configured server, nothing else of Prefect used): what any tool that runs its work as a Prefect flow pays
+before doing anything of its own, so that harvest's own cost can be told from Prefect's.
+
+    python bench/plain_fanout.py [--workers 10] [--prefect-flow] BASE_URL API_KEY OUTPUT HANDLE [HANDLE ...]
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ async def main(base_url: str, key: str, out: Path, handles: list[str], workers: 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--prefect-flow", action="store_true")
     parser.add_argument("base_url")
     parser.add_argument("key")
     parser.add_argument("output", type=Path)
@@ -79,6 +84,16 @@ if __name__ == "__main__":
     args = parser.parse_args()
     gc.freeze()  # parsed pages are short-lived: the cyclic GC would only walk them
     started = datetime.now(UTC)
-    total = asyncio.run(main(args.base_url, args.key, args.output, args.handles, args.workers))
+    fanout = main(args.base_url, args.key, args.output, args.handles, args.workers)
+    if args.prefect_flow:
+        from prefect import flow
+
+        @flow(name="plain-fanout", persist_result=False)
+        async def in_a_flow() -> int:
+            return await fanout
+
+        total = asyncio.run(in_a_flow())
+    else:
+        total = asyncio.run(fanout)
     seconds = (datetime.now(UTC) - started).total_seconds()
     print(orjson.dumps({"records": total, "seconds": seconds, **PHASES}).decode())
