@@ -25,6 +25,13 @@ from connectors.reading.json_body import (
     read_body,
 )
 
+pytestmark = pytest.mark.filterwarnings(
+    # Hypothesis warns when the global `random` state moves while it generates; these strategies use only
+    # Hypothesis, and what moves it is another thread of the test session (jitter in a retry or a polling
+    # loop left running by an earlier test), which Hypothesis's own check calls a race it cannot tell apart
+    "ignore:Do not use the `random` module inside strategies"
+)
+
 TWEETS = (
     b'{"success": true, "tweets": [{"id": "1", "full_text": "sunrise \\ud83d"}, '
     b'{"id": "2", "full_text": "ok \\ud83d\\ude00"}], "credits_remaining": 9}'
