@@ -49,15 +49,9 @@ class QueryLine:
         self.statuses: Counter[str] = Counter()
         self.failure: str | None = None
         """The first failed query's id and error, for the task run's message."""
-        self.drained = False
         self._ended_event = asyncio.Event()
         self.reported = False
         """Its task run saw it end: Prefect holds its state and counts."""
-
-    @property
-    def idle(self) -> bool:
-        """Nothing handed over is waiting or running."""
-        return not self._ready and not self._running
 
     def put(self, query: QuerySpec) -> None:
         if self.closed:
@@ -81,7 +75,6 @@ class QueryLine:
                     self._running.add(job)
                     job.add_done_callback(self._ended)
                 if self.closed and not self._running:
-                    self.drained = True
                     return self.statuses
                 self._wake.clear()
                 await self._wake.wait()

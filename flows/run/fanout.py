@@ -3,13 +3,13 @@
 Dependent queries are found as their parents' pages land, not after the parent ends. Every start and end is
 written to the run journal first, so a resumed run knows which queries existed and which ended.
 
-Each spec query is one line (`tasks.query_line`), reported by one Prefect task run: the queries it expands to are
-handed over to it as they start and run at once, and its line closes once nothing can start another of them (no query of it or of its
-parents is running or waiting). The planned queries start at once (a short budget is shared breadth-first among
-them). Dependent queries wait in line and start in the order they were found, at most `DEPENDENTS_PER_SLOT` per
-connection slot at a time. Once the run is stopping (Ctrl-C, a refused key), nothing more starts: the queries
-still in line are journaled and listed as stopped at their start cursor, so a resume or `--continue` runs them;
-one found after the stop is listed the same way.
+Each spec query is one line (`tasks.query_line`), reported by one Prefect task run: the queries it expands to
+are handed over to it as they start and run at once, and the line closes once nothing can start another of them
+(no query of it or of its parents is running or waiting). The planned queries start at once (a short budget is
+shared breadth-first among them). Dependent queries wait in line and start in the order they were found, at most
+`DEPENDENTS_PER_SLOT` per connection slot at a time. Once the run is stopping (Ctrl-C, a refused key), nothing
+more starts: the queries still in line are journaled and listed as stopped at their start cursor, so a resume
+or `--continue` runs them; one found after the stop is listed the same way.
 """
 
 from __future__ import annotations
