@@ -17,7 +17,7 @@ import pytest
 
 from sandbox.config import SandboxConfig
 from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+from sandbox.wire.serving import RunningSandbox, running
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import all_manifests
 from tests.flow_helpers import (
@@ -129,30 +129,13 @@ def test_a_task_run_prefect_cannot_start_never_fails_its_queries(
         yield  # an async generator, as Prefect's is
 
     monkeypatch.setattr(prefect.task_engine, "_aconcurrency", refused)
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    output = tmp_path / "out"
-    handles = HANDLES[:30]
-    spec = write_spec(
-        tmp_path,
-        {"name": "refused", "service": {"base_url": "{base}"}, "budget": {"credits": 1000}, "concurrency": 4,
-         "output": str(output), "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
-    )  # fmt: skip
-    heard: list[logging.LogRecord] = []
-    listener = logging.Handler(logging.WARNING)
-    listener.emit = heard.append  # type: ignore[method-assign]
-    logging.getLogger("flows.run.fanout").addHandler(listener)
-    try:
-        with running(CONFIG) as sb:
-            spec.write_text(spec.read_text().replace("{base}", sb.base_url))
-            summary = run_flow(spec)
-            billed = sb.billed_total()
-    finally:
-        logging.getLogger("flows.run.fanout").removeHandler(listener)
+    output, handles = tmp_path / "out", HANDLES[:30]
+    summary, heard, billed = _fan_out_heard(tmp_path, output, handles, monkeypatch)
     assert summary.status == "complete" and summary.credits_spent == billed == len(handles)
     assert {q["status"] for q in summary.queries} == {"complete"} and len(summary.queries) == len(handles)
     expected = expected_keys([(PROFILE, {"handle": h}) for h in handles], CONFIG)
     assert key_set(output / "harvest.duckdb", "short_video_videos") == set(expected["short_video_videos"])
-    said = [r.getMessage() for r in heard if "could not run the task run of" in r.getMessage()]
+    said = [m for m in heard if "could not run the task run of" in m]
     assert len(said) == 1 and "of videos" in said[0] and "503 Service Unavailable" in said[0], said
 
 
@@ -168,25 +151,43 @@ def test_the_queries_do_not_wait_for_their_task_run_to_start(
 
     import prefect.task_engine
 
-    handles = HANDLES[:40]
+    output, handles = tmp_path / "out", HANDLES[:40]
     held: list[float] = []
+    sandboxes: list[RunningSandbox] = []
 
     @contextlib.asynccontextmanager
     async def slow_server(names: list[str], **_: Any) -> AsyncIterator[None]:
         deadline = time.monotonic() + 20
-        while sb.billed_total() < len(handles) and time.monotonic() < deadline:
+        while sandboxes[0].billed_total() < len(handles) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         held.append(deadline - time.monotonic())
         yield
 
     monkeypatch.setattr(prefect.task_engine, "_aconcurrency", slow_server)
+    summary, heard, billed = _fan_out_heard(tmp_path, output, handles, monkeypatch, sandboxes)
+    assert len(held) == 1 and held[0] > 0, "the accounts waited for the task run's slot"
+    assert summary.status == "complete" and summary.credits_spent == billed == len(handles)
+    assert {q["status"] for q in summary.queries} == {"complete"}
+    (manifest,) = all_manifests(OutputLayout(output))
+    runs = task_runs(str(manifest.flow_run_id))
+    assert [(t.name, t.state.type.value) for t in runs] == [("videos", "COMPLETED")]
+    assert not [m for m in heard if "could not run the task run" in m]
+
+
+def _fan_out_heard(
+    tmp_path: Path,
+    output: Path,
+    handles: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    sandboxes: list[RunningSandbox] | None = None,
+) -> tuple[Any, list[str], int]:
+    """One query over `handles` on 4 connections: the run's summary, the warnings the fan-out logged, the
+    credits the sandbox billed. `sandboxes` gets the running sandbox before the run starts."""
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    output = tmp_path / "out"
     spec = write_spec(
         tmp_path,
-        {"name": "slow-prefect", "service": {"base_url": "{base}"}, "budget": {"credits": 1000},
-         "concurrency": 4, "output": str(output),
-         "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
+        {"name": "fan-out", "service": {"base_url": "{base}"}, "budget": {"credits": 1000}, "concurrency": 4,
+         "output": str(output), "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
     )  # fmt: skip
     heard: list[logging.LogRecord] = []
     listener = logging.Handler(logging.WARNING)
@@ -194,14 +195,10 @@ def test_the_queries_do_not_wait_for_their_task_run_to_start(
     logging.getLogger("flows.run.fanout").addHandler(listener)
     try:
         with running(CONFIG) as sb:
+            (sandboxes if sandboxes is not None else []).append(sb)
             spec.write_text(spec.read_text().replace("{base}", sb.base_url))
             summary = run_flow(spec)
+            billed = sb.billed_total()
     finally:
         logging.getLogger("flows.run.fanout").removeHandler(listener)
-    assert len(held) == 1 and held[0] > 0, "the accounts waited for the task run's slot"
-    assert summary.status == "complete" and summary.credits_spent == len(handles)
-    assert {q["status"] for q in summary.queries} == {"complete"}
-    (manifest,) = all_manifests(OutputLayout(output))
-    runs = task_runs(str(manifest.flow_run_id))
-    assert [(t.name, t.state.type.value) for t in runs] == [("videos", "COMPLETED")]
-    assert not [r for r in heard if "could not run the task run" in r.getMessage()]
+    return summary, [r.getMessage() for r in heard], billed
