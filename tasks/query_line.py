@@ -81,10 +81,9 @@ class QueryLine:
         finally:
             self._ended_event.set()
 
-    async def ended(self) -> Counter[str]:
-        """Wait for the drain to end (however it ended); the statuses by count."""
+    async def ended(self) -> None:
+        """Wait for the drain to end (however it ended)."""
         await self._ended_event.wait()
-        return self.statuses
 
     def _ended(self, job: asyncio.Task[dict[str, Any]]) -> None:
         self._running.discard(job)

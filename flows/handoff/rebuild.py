@@ -211,9 +211,9 @@ def _fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
 def _content(con: duckdb.DuckDBPyConnection, file: Path) -> str:
     import pyarrow.parquet as pq
 
-    rows, hashes = con.execute(
+    ((rows, hashes),) = con.execute(
         "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
-    ).fetchone() or (0, 0)
+    ).fetchall()  # not fetchone: DuckDB leaves such a result unfinished (`count_rows`)
     return f"{pq.read_schema(file)}|{rows}|{hashes}"
 
 

@@ -165,7 +165,9 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
     key = [quote_ident(c) for c in kind.primary_key]
     null_key = " OR ".join(f"{k} IS NULL" for k in key)
-    skipped = count_rows(con, f"SELECT count(*) FROM {source} WHERE {null_key}", [paths])
+    ((total, skipped),) = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE {null_key}) FROM {source}", [paths]
+    ).fetchall()
     if skipped:
         log.warning(
             "table %s: skipped %d rows with a NULL primary key %s", kind.table, skipped, kind.primary_key
@@ -196,9 +198,8 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     con.execute(
         f"DELETE FROM _harvest_newest AS s WHERE EXISTS (SELECT 1 FROM {table} AS t WHERE {same_key})"
     )
-    every_row = count_rows(con, "SELECT count(*) FROM _harvest_newest") == count_rows(
-        con, f"SELECT count(*) FROM {source}", [paths]
-    )  # no key twice, none NULL, none newer in the table: the usual night of new items, inserted as read
+    every_row = count_rows(con, "SELECT count(*) FROM _harvest_newest") == total
+    # no key twice, none NULL, none newer in the table: the usual night of new items, inserted as read
     con.execute(
         f"INSERT INTO {table} ({names}) SELECT {names} FROM {source}"
         + ("" if every_row else " SEMI JOIN _harvest_newest USING (file_index, file_row_number)"),
