@@ -165,9 +165,8 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
     key = [quote_ident(c) for c in kind.primary_key]
     null_key = " OR ".join(f"{k} IS NULL" for k in key)
-    ((total, skipped),) = con.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE {null_key}) FROM {source}", [paths]
-    ).fetchall()
+    counts = f"SELECT count(*), count(*) FILTER (WHERE {null_key}) FROM {source}"
+    ((total, skipped),) = con.execute(counts, [paths]).fetchall()
     if skipped:
         log.warning(
             "table %s: skipped %d rows with a NULL primary key %s", kind.table, skipped, kind.primary_key
