@@ -456,10 +456,27 @@ async def test_unbilled_statuses_settle_to_zero_when_configured(make: Make) -> N
 
 
 async def test_503_text_plain_then_200(make: Make) -> None:
+    """The edge's 503 never reached the service, which does not bill it (docs/credits.md): not counted, so the
+    count equals the bill without waiting for a balance reading (#37)."""
     h = await make(text(503, "upstream connect error or disconnect/reset before headers"), ok())
     resp = await h.get()
-    assert resp.attempts == 2 and h.ledger.spent == 2  # the 503's charge is unknown: kept
+    assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1
+    assert (h.ledger.refused_unknown, h.ledger.reserved) == (0, 0)
+    assert [a.credits for a in h.attempts] == [0, 1]
     assert h.attempts[0].status_code == 503 and "upstream connect error" in (h.attempts[0].error or "")
+
+
+async def test_a_gateway_page_is_not_spent_but_the_services_own_5xx_is(make: Make) -> None:
+    """A 502 HTML page and a 504 in some other server's JSON are not the service's answers: nothing counted. A
+    503 in the service's envelope without a charge came from the service: its charge is unknown, kept (#37)."""
+    html = Reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", (("content-type", "text/html"),))
+    h = await make(
+        html, js(504, {"message": "gateway timeout"}), js(503, {"success": False, "error": "busy"}), ok()
+    )
+    resp = await h.get()
+    assert [a.status_code for a in h.attempts] == [502, 504, 503, 200]
+    assert [a.credits for a in h.attempts] == [0, 0, 1, 1]
+    assert resp.credits == h.ledger.spent == 2 and h.ledger.refused_unknown == 1
 
 
 def _longer_than_socket_buffers() -> int:
@@ -660,10 +677,10 @@ async def test_retries_exhausted(make: Make) -> None:
     with pytest.raises(ServiceUnavailable) as info:
         await h.get()
     err = info.value
-    assert err.attempts == 5 and err.credits == 5 and "503" in err.last_cause
+    assert err.attempts == 5 and err.credits == 0 and "503" in err.last_cause  # the edge's: not billed
     assert "5 attempt(s)" in str(err) and "503" in str(err)
     assert err.response is not None and err.response.raw == b"Service Unavailable"
-    assert len(h.server.requests) == 5 and h.ledger.spent == 5
+    assert len(h.server.requests) == 5 and h.ledger.spent == 0
     assert [a.attempt for a in h.attempts] == [1, 2, 3, 4, 5]
     assert h.server.connections == 1  # answers, not failures: the lane kept its connection
 
@@ -704,7 +721,7 @@ async def test_no_request_when_the_budget_is_exhausted(make: Make) -> None:
 
 
 async def test_retries_stop_at_the_budget(make: Make) -> None:
-    h = await make(text(503, "x"), text(503, "x"), budget=2)
+    h = await make(*[js(503, {"success": False, "error": "unavailable"})] * 2, budget=2)
     with pytest.raises(BudgetExhausted) as info:
         await h.get()
     assert len(h.server.requests) == 2 and h.ledger.spent == 2

@@ -48,6 +48,7 @@ def test_unavailable_is_plain_text(sandbox_factory: Callable[..., RunningSandbox
     sb, faulted, _ = one_faulted_call(sandbox_factory, "unavailable")
     assert faulted.status_code == 503
     assert faulted.headers["content-type"].startswith("text/plain")
+    assert faulted.text.startswith("upstream connect error"), "the real service's edge answers so"
     with pytest.raises(json.JSONDecodeError):
         faulted.json()
     assert sb.billed_total("k") == 1

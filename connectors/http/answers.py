@@ -58,6 +58,22 @@ def shows_price(status: int, body: JSON | None) -> bool:
     return body is not None and (200 <= status < 300 or status in PRICED_STATUSES)
 
 
+EDGE_STATUSES = frozenset({502, 503, 504})
+"""Statuses a gateway in front of the service answers when it could not reach it."""
+
+
+def envelope(body: JSON | None) -> bool:
+    """Whether a body is the service's own: a JSON object with its `success` flag (every answer of the service
+    carries it, errors included); a proxy's page, an edge's plain text or another server's JSON does not."""
+    return isinstance(body, dict) and isinstance(body.get("success"), bool)
+
+
+def from_the_edge(status: int, body: JSON | None) -> bool:
+    """A gateway's 502/503/504 that is not the service's answer (text/plain "upstream connect error", an HTML
+    page): the request never reached the service, which bills nothing for it (docs/credits.md)."""
+    return status in EDGE_STATUSES and not envelope(body)
+
+
 def int_field(body: JSON | None, name: str) -> int | None:
     if not isinstance(body, dict):
         return None

@@ -11,8 +11,8 @@ Money rules, in the order they apply to each attempt:
    nothing is sent (`RunStopped`).
 2. Send. If the request provably never reached the service (connect error/timeout, no pooled connection),
    release the reservation. Otherwise settle it: to the body's `credits_charged` when an answer carries it,
-   else keep it whole (an unknown charge counts as spent: timeouts, dropped connections, 503 text/plain,
-   truncated pages, cancellation mid-flight).
+   to 0 for a gateway's 502/503/504 that is not the service's JSON (it never reached the service), else keep
+   it whole (an unknown charge counts as spent: timeouts, dropped connections, truncated pages, cancellation).
 3. Every JSON object answer (errors too) updates the account balance seen by the ledger.
 
 Retries (stamina, exponential backoff with jitter) cover 429 (honouring `Retry-After`, capped by
@@ -48,6 +48,7 @@ from connectors import errors, refusal_errors
 from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
 from connectors.errors import HarvestError, ServiceAnswer
+from connectors.http import answers
 from connectors.http.answers import JSON, Response, int_field, problem, shows_price, typed_error
 from connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
 from connectors.http.balance import AccountBalance
@@ -342,7 +343,9 @@ class ServiceClient:
         charged, remaining = int_field(body, "credits_charged"), int_field(body, "credits_remaining")
         if remaining is not None:
             ledger.observe_remaining(remaining)
-        unbilled = charged is None and status in self.unbilled_statuses
+        unbilled = charged is None and (
+            status in self.unbilled_statuses or answers.from_the_edge(status, body)
+        )
         counted = ledger.settle(
             reservation,
             0 if unbilled else charged,

@@ -57,7 +57,7 @@ def decide(config: SandboxConfig, n: int, path: str, i: int) -> FaultKind | None
 
 
 def edge_response(kind: FaultKind, retry_after: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """Status, headers and body of a 429, 500 or 503 fault (the 503 body is plain text, as at the edge)."""
+    """Status, headers and body of a 429, 500 or 503 fault (the 503 body is the edge's plain text)."""
     if kind is FaultKind.RATE_LIMIT:
         body = {
             "success": False,
@@ -77,10 +77,12 @@ def edge_response(kind: FaultKind, retry_after: str) -> tuple[int, list[tuple[by
         }
         return 500, [(b"content-type", b"application/json")], orjson.dumps(body)
     if kind is FaultKind.UNAVAILABLE:
-        return 503, [(b"content-type", b"text/plain; charset=utf-8")], b"503 Service Temporarily Unavailable"
+        return 503, [(b"content-type", b"text/plain")], EDGE_503
     raise ValueError(f"not an edge response fault: {kind}")
 
 
+EDGE_503 = b"upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+"""The real service's edge 503 (its notes): plain text, and not billed."""
 PROXY_PAGE = b"\n<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>\n"
 
 
