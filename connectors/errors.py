@@ -23,6 +23,7 @@ __all__ = [
     "HarvestError",
     "MissingApiKey",
     "NotFound",
+    "NotTheService",
     "OutOfCredits",
     "RunStopped",
     "ServiceAnswer",
@@ -259,6 +260,19 @@ class NotFound(HarvestError):
             query_id=query_id,
             endpoint=endpoint,
         )
+
+
+class NotTheService(HarvestError):
+    """Something answered that is not the service: no envelope (`success`) where every answer of the service has
+    one. A wrong `base_url` (`/v1` appended, another host) answers 404 pages: never the service's "not found"."""
+
+    def __init__(self, where: str, answered: str, **common: Any) -> None:
+        super().__init__(
+            f"{where} does not answer as the service does: {answered}. Check `service.base_url` (the "
+            "service's address without /v1, as in the spec's example) or --base-url",
+            **common,
+        )
+        self.where, self.answered = where, answered
 
 
 class UnexpectedResponse(HarvestError):

@@ -212,7 +212,7 @@ def run(
         None, "--base-url", help="Service URL (or `sandbox`); beats the spec."
     ),
     budget: int | None = typer.Option(
-        None, "--budget", min=0, help="Credit cap for this run; beats the spec."
+        None, "--budget", min=1, help="Credit cap for this run; beats the spec."
     ),
     output: Path | None = typer.Option(None, "--output", help="Output directory; beats the spec."),
     fresh: bool = typer.Option(

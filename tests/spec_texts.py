@@ -142,8 +142,15 @@ CASES = {
         VALID.replace("credits: 100", "credits: -5"),
         3,
         "budget.credits",
-        ["greater than or equal to 0", "-5"],
-        ["an integer", ">= 0"],
+        ["greater than or equal to 1", "-5"],
+        ["an integer", ">= 1"],
+    ),
+    "budget of 0": (  # a run that may pay nothing collects nothing, and used to say so with a green night (#36)
+        VALID.replace("credits: 100", "credits: 0"),
+        3,
+        "budget.credits",
+        ["greater than or equal to 1", "0"],
+        ["an integer", ">= 1"],
     ),
     "concurrency out of range": (
         VALID + "concurrency: 65\n",

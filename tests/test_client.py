@@ -30,6 +30,7 @@ from connectors.errors import (
     Forbidden,
     HarvestError,
     NotFound,
+    NotTheService,
     OutOfCredits,
     RateLimited,
     ServiceUnavailable,
@@ -336,6 +337,32 @@ async def test_404_success_true_is_a_billed_not_found(make: Make) -> None:
     assert err.service_success and err.credits == 1 and "billed" in str(err)
     assert err.response is not None and err.response.body == body
     assert h.ledger.spent == 1 and h.ledger.account_remaining == 12
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        (
+            Reply(404, b"<!DOCTYPE html><title>Not Found</title>", (("content-type", "text/html"),)),
+            "Not Found",
+        ),
+        (js(404, {"detail": "Not Found"}), "detail"),
+        (text(404, ""), "no body"),
+    ],
+    ids=["html", "other-json", "empty"],
+)
+async def test_a_404_without_the_services_envelope_is_not_its_not_found(
+    make: Make, reply: Reply, shown: str
+) -> None:
+    """A wrong base URL (`/v1` appended) answers 404 pages: that is not the service's "not found" (#36). The
+    query fails naming what answered, and the balance may give its credit back like a refusal's."""
+    h = await make(reply)
+    with pytest.raises(NotTheService) as info:
+        await h.get()
+    assert not isinstance(info.value, NotFound)
+    assert "does not answer as the service does: HTTP 404" in str(info.value) and shown in str(info.value)
+    assert "base_url" in str(info.value) and len(h.server.requests) == 1
+    assert h.ledger.refused_unknown == h.ledger.spent == 1  # unknown charge: the balance settles it
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])

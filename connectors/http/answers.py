@@ -17,6 +17,7 @@ from connectors.errors import (
     Forbidden,
     HarvestError,
     NotFound,
+    NotTheService,
     OutOfCredits,
     ServiceAnswer,
     Unauthorized,
@@ -54,8 +55,26 @@ PRICED_STATUSES = frozenset({403, 404})
 
 def shows_price(status: int, body: JSON | None) -> bool:
     """Whether an answer shows what its endpoint costs: one the service bills as a page, with a readable body.
-    A damaged body leaves the charge unknown; 429, 5xx and 400-402 are not the price of a page."""
-    return body is not None and (200 <= status < 300 or status in PRICED_STATUSES)
+    A damaged body leaves the charge unknown; 429, 5xx and 400-402 are not the price of a page, nor is a 403 or
+    404 that is not the service's (no envelope)."""
+    if status in PRICED_STATUSES:
+        return envelope(body)
+    return body is not None and 200 <= status < 300
+
+
+def foreign(status: int, body: JSON | None) -> bool:
+    """An error answer that is not the service's (no envelope): its charge is unknown, and the account's balance
+    settles it like a refusal's (`CreditLedger.reconcile`): something else answered."""
+    return status >= 400 and not envelope(body)
+
+
+def what_answered(status: int, raw: bytes, content_type: str | None = None) -> str:
+    """An answer in one line for a person: its status, its type and the start of its body, literally."""
+    kind = f" ({content_type.split(';')[0].strip()})" if content_type else ""
+    text = " ".join(raw[:200].decode("utf-8", "replace").split())
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"HTTP {status}{kind}" + (f": {text!r}" if text else ", no body")
 
 
 EDGE_STATUSES = frozenset({502, 503, 504})
@@ -114,6 +133,10 @@ def typed_error(answer: ServiceAnswer, redact: Callable[[str], str], **common: A
     known: dict[int, type[Unauthorized | OutOfCredits | Forbidden | NotFound]] = {
         401: Unauthorized, 402: OutOfCredits, 403: Forbidden, 404: NotFound,
     }  # fmt: skip
+    if status == 404 and not envelope(body):  # a wrong base_url's 404 page: never the service's "not found"
+        return NotTheService(
+            common.get("endpoint") or "the service", what_answered(404, answer.raw), **common
+        )
     if status in known:
         return known[status](**common)
     return UnexpectedResponse(status, **common)

@@ -350,7 +350,7 @@ class ServiceClient:
             reservation,
             0 if unbilled else charged,
             priced=shows_price(status, body),
-            refusal=status in REFUSALS,
+            refusal=status in REFUSALS or answers.foreign(status, body),
         )
         if status == 429:
             self.pace.refused_one()
