@@ -92,7 +92,7 @@ async def _pay_and_land(
     if after is not None:
         journal.balance("after", after)
         if spec.runner.kind == "local":
-            settle_refusals(ledger, summaries, before - after if before is not None else None)
+            settle_refusals(ledger, summaries, client.balance.billed(after))
     note_bill(begun.manifest, begun.start.journal.balances, before, after)
     manifest.rate_limit = client.pace.report().as_dict()
     return summaries, skipped

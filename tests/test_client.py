@@ -443,6 +443,43 @@ async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_
     assert len(h.server.requests) == 6
 
 
+async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back(make: Make) -> None:
+    """The balance reading that settles refusals met a 429 and then the edge's 503: it is free, so it is tried
+    again as a page would be (the 429's Retry-After honoured); without it the refusals stayed counted and the run
+    stopped `budget_exhausted` with the bill below its budget (#36)."""
+    balance = lambda n: js(200, {"creditCount": n})  # noqa: E731
+    h = await make(
+        balance(100), refused(), refused(), ok(remaining=99),
+        refused(retry_after="0"), text(503, "upstream connect error"), balance(99), ok(remaining=98), budget=3,
+    )  # fmt: skip
+    assert await h.client.credit_balance() == 100
+    await h.get(page=0)
+    assert (h.ledger.spent, h.ledger.refused_unknown) == (3, 2)
+    await h.get(page=1)
+    assert [r.path for r in h.server.requests] == [BALANCE, *[SEARCH] * 3, *[BALANCE] * 3, SEARCH]
+    assert (h.ledger.spent, h.ledger.refused_unknown) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        (Reply(404, b"<html>Not Found</html>", (("content-type", "text/html"),)), "HTTP 404 (text/html)"),
+        (js(200, {"balance": 5}), "HTTP 200 (application/json)"),
+        (js(402, {"detail": "payment required"}), "HTTP 402"),
+    ],
+    ids=["404-html", "other-json", "402-not-the-service"],
+)
+async def test_a_balance_endpoint_that_is_not_the_services_is_said_so(
+    make: Make, reply: Reply, shown: str
+) -> None:
+    """Something else answering the balance is no longer a warning and a run that goes on (#36)."""
+    h = await make(reply)
+    with pytest.raises(NotTheService) as info:
+        await h.client.credit_balance()
+    assert f"{h.server.url}/v1/credit-balance does not answer as the service does: {shown}" in str(info.value)
+    assert len(h.server.requests) == 1 and KEY not in str(info.value)
+
+
 def test_retry_after_is_honoured_but_capped() -> None:
     policy = RetryPolicy(max_wait=30)
     assert backoff(policy, Retryable("429", retry_after=7)) == 7

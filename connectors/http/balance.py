@@ -1,64 +1,177 @@
-"""The account's balance, free to read: it proves the key before anything is paid, and settles what refusals cost.
+"""The account's balance, free to read: it proves the URL and the key before anything is paid, and settles what
+refusals cost.
 
-`GET /v1/credit-balance` costs nothing. A run reads it before its first request (a refused key then stops the
-run at no cost) and after its last (the service's own bill, `flows.run.bill`). When the budget runs low while the
-ledger holds refusals it counted at their reservation (429s, 5xx: their charge unknown), it is read once more:
-what the balance did not fall by was not billed and goes back to the budget (`CreditLedger.reconcile`), so a run
-can spend its whole budget however often the service asked it to slow down.
+`GET /v1/credit-balance` costs nothing and answers `{"creditCount": N}`. `harvest run` reads it before Prefect
+starts (`check_service`): a URL where something else answers (a 404 page, HTML, other JSON, nothing listening, a
+name that does not resolve, TLS refused) or a refused key stops there, in about a second. A run reads it before
+its first request and after its last (the service's own bill, `flows.run.bill`), and when the budget runs low
+while the ledger holds refusals it counted at their reservation (429s, 5xx: their charge unknown): what the
+balance did not fall by was not billed and goes back to the budget (`CreditLedger.reconcile`), so a run can spend
+its whole budget however often the service asked it to slow down. Every reading is retried as a page request is
+(429 with its `Retry-After`, 5xx, dropped connections): it is free, and without it the refusals stay counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
+import ssl
+from functools import partial
 
 import httpx
+import stamina
 
 from connectors.credits.ledger import CreditLedger
-from connectors.errors import HarvestError, OutOfCredits, ServiceAnswer, Unauthorized
-from connectors.http.answers import int_field, parse_body
+from connectors.errors import (
+    HarvestError,
+    NotTheService,
+    OutOfCredits,
+    ServiceAnswer,
+    ServiceUnavailable,
+    Unauthorized,
+)
+from connectors.http.answers import envelope, int_field, parse_body, what_answered
 from connectors.http.auth import ApiKey
+from connectors.http.lane import http_client
+from connectors.http.page_call import backoff, first_wait
+from connectors.http.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
 
 log = logging.getLogger("harvest.client")
 
 PATH = "/v1/credit-balance"
+CHECK_TIMEOUTS = Timeouts(connect=5.0, read=10.0, write=5.0, pool=5.0, total=15.0)
+"""The connection check's: a service that answers at all answers its balance in milliseconds."""
+CHECK_RETRY = RetryPolicy(attempts=3, initial=0.25, max_wait=2.0, jitter=0.1)
+"""A 429/5xx or a dropped connection at the check is tried again briefly; still failing, the run goes on and
+its own requests follow the full retry rules (the edge's transient 503 must not fail a nightly run)."""
+
+
+async def read_balance(
+    http: httpx.AsyncClient, key: ApiKey, policy: RetryPolicy, *, connect_is_final: bool = False
+) -> int:
+    """The account's balance, retried under `policy` on 429 (its Retry-After), 5xx and dropped connections.
+
+    Raises `Unauthorized`/`OutOfCredits` when the service refuses the key, `NotTheService` when something else
+    answers (or nothing can: with `connect_is_final`, a refused connection, a name that does not resolve or a
+    failed TLS handshake end it at once), `ServiceUnavailable` when the retries ran out."""
+    attempts = 0
+
+    async def once() -> int:
+        nonlocal attempts
+        attempts += 1
+        return await _read_once(http, key, connect_is_final)
+
+    try:
+        try:
+            return await once()
+        except Retryable as first:
+            if policy.attempts == 1 or not stamina.is_active():
+                raise
+            await asyncio.sleep(first_wait(policy, first))
+        async for retry in stamina.retry_context(
+            on=partial(backoff, policy), attempts=policy.attempts - 1, timeout=policy.deadline,
+            wait_initial=policy.initial * 2, wait_max=policy.max_wait, wait_jitter=policy.jitter_seconds,
+        ):  # fmt: skip
+            with retry:
+                return await once()
+    except Retryable as exc:
+        raise ServiceUnavailable(attempts=attempts, last_cause=exc.cause, endpoint=PATH) from None
+    raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
+
+
+async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: bool) -> int:
+    where = f"{http.base_url}".rstrip("/") + PATH
+    try:
+        response = await http.get(PATH, headers={"x-api-key": key.reveal()})
+    except NEVER_SENT as exc:
+        reason = unreachable(exc)
+        if connect_is_final and reason is not None:
+            raise NotTheService(where, key.scrub(reason)) from None
+        raise Retryable(f"could not connect: {key.describe(exc)}") from None
+    except MAYBE_SENT as exc:
+        raise Retryable(key.describe(exc)) from None
+    except httpx.HTTPError as exc:  # unsendable (a local protocol error): no retry can help
+        raise NotTheService(where, key.describe(exc)) from None
+    raw = key.scrub_answer(response.content)
+    body, status = parse_body(raw), response.status_code
+    count = int_field(body, "creditCount")
+    if status == 200 and count is not None:
+        return count
+    if status in (401, 402) and envelope(body):
+        error = Unauthorized if status == 401 else OutOfCredits
+        raise error(response=ServiceAnswer(status, body, raw), endpoint=PATH)
+    answered = key.scrub(what_answered(status, raw, response.headers.get("content-type")))
+    if status == 429 or status >= 500:
+        raise Retryable(answered, retry_after=parse_retry_after(response.headers.get("retry-after")))
+    raise NotTheService(where, answered)
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why nothing at the URL can answer, when no retry within a second would change it: nothing listening, a
+    name that does not resolve, a TLS handshake refused. None for what may pass (a timeout, a resolver that
+    failed for now)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            if seen.errno in (socket.EAI_AGAIN, getattr(socket, "EAI_SYSTEM", None)):
+                return None
+            return f"the host name does not resolve ({seen.strerror or seen})"
+        if isinstance(seen, ssl.SSLError):
+            return f"the TLS handshake failed ({seen.reason or seen}; an https:// URL to a plain-HTTP port?)"
+        if isinstance(seen, ConnectionRefusedError) or getattr(seen, "errno", None) == errno.ECONNREFUSED:
+            return "nothing is listening there (connection refused)"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+async def check_service(base_url: str, key: ApiKey, timeouts: Timeouts = CHECK_TIMEOUTS) -> int | None:
+    """The balance read once before anything starts: the URL answers as the service does and the key is
+    accepted (else `NotTheService`, `Unauthorized`, `OutOfCredits`). None when the service was there but busy
+    (429/5xx, dropped connections, timeouts, past a few brief tries): the run's own rules take it from there."""
+    async with http_client(base_url, timeouts) as http:
+        try:
+            return await read_balance(http, key, CHECK_RETRY, connect_is_final=True)
+        except ServiceUnavailable as exc:
+            log.warning("the service's balance could not be read before the run: %s", exc)
+            return None
 
 
 class AccountBalance:
-    def __init__(self, http: httpx.AsyncClient, key: ApiKey, ledger: CreditLedger) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, key: ApiKey, ledger: CreditLedger, retry: RetryPolicy = RetryPolicy()
+    ) -> None:
         self._http = http
         self._key = key
         self._ledger = ledger
+        self._retry = retry
         self.first: int | None = None
         """The session's first reading: where its bill starts."""
+        self.earlier_bill = 0
+        """What the run's earlier sessions (before a kill) were billed, as their readings tell (`flows.run.bill`):
+        the refusals and requests in flight they counted are settled with this session's (`settle_refusals`)."""
         self._settling = asyncio.Lock()
         self._settled_with: tuple[int, int] | None = None
         """(refusal credits, credits spent) when the balance was last read to settle: read again only once either
         changed (more refusals counted, or answers in flight then have settled since)."""
 
     async def read(self) -> int | None:
-        """The account's balance; raises `Unauthorized`/`OutOfCredits` when the service refuses the key, None
-        when the endpoint gave no usable answer (not offered, down)."""
+        """The account's balance, retried like a page; raises `Unauthorized`/`OutOfCredits` when the service
+        refuses the key and `NotTheService` when something else answers; None when the retries ran out."""
         try:
-            response = await self._http.get(PATH, headers={"x-api-key": self._key.reveal()})
-        except httpx.HTTPError as exc:
-            log.warning("could not read the credit balance: %s", self._key.scrub(str(exc)))
-            return None
-        body = parse_body(self._key.scrub_answer(response.content))
-        if response.status_code in (401, 402):
-            answer = ServiceAnswer(response.status_code, body, b"")
-            error = Unauthorized if response.status_code == 401 else OutOfCredits
-            raise error(response=answer, endpoint=PATH)
-        count = int_field(body, "creditCount")
-        if response.status_code != 200 or count is None:
-            log.warning(
-                "the credit balance endpoint answered HTTP %d without a balance", response.status_code
-            )
+            count = await read_balance(self._http, self._key, self._retry)
+        except ServiceUnavailable as exc:
+            log.warning("could not read the credit balance: %s", exc)
             return None
         if self.first is None:
             self.first = count
         self._ledger.observe_remaining(count)
         return count
+
+    def billed(self, now: int) -> int | None:
+        """The run's bill so far, from this session's first reading and `now`."""
+        return None if self.first is None else self.earlier_bill + self.first - now
 
     async def settle_refusals(self) -> bool:
         """Read the balance and give back what refusals were counted and not billed; whether any came back.
@@ -72,6 +185,7 @@ class AccountBalance:
                     now = await self.read()
                 except HarvestError:
                     now = None
-                if now is not None:
-                    self._ledger.reconcile(self.first - now)
+                billed = None if now is None else self.billed(now)
+                if billed is not None:
+                    self._ledger.reconcile(billed)
         return self._ledger.spent < spent  # this reading, or one another query made while this one waited

@@ -128,7 +128,7 @@ class ServiceClient:
             raise ValueError("base_url must not carry a user name or password")
         self._origin = Origin.of(self.base_url)
         self._http = http_client(self.base_url, timeouts)  # the balance probe
-        self.balance = AccountBalance(self._http, self._key, ledger)
+        self.balance = AccountBalance(self._http, self._key, ledger, retry)
         self._lanes = Lanes(lane_maker(self.base_url, timeouts))
 
     def __repr__(self) -> str:
@@ -161,8 +161,8 @@ class ServiceClient:
     async def credit_balance(self) -> int | None:
         """The account's balance from `GET /v1/credit-balance` (free): proves the key before anything is paid.
 
-        Raises `Unauthorized`/`OutOfCredits` when the service refuses the key; None when the endpoint gave no
-        usable answer (not offered, down): the run then proves the key with its first paid request instead.
+        Raises `Unauthorized`/`OutOfCredits` when the service refuses the key, `NotTheService` when something
+        else answers; None when retries ran out (down): the run then proves the key with its first paid request.
         """
         count = await self.balance.read()
         if count is not None:

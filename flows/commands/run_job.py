@@ -49,22 +49,43 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> JobSpec:
+def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> tuple[JobSpec, Any]:
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
-    once for the whole run (the flow gets it with the lock, `flows.run.prepared`)."""
+    once for the whole run (the flow gets it with the lock, `flows.run.prepared`), and what `check_service`
+    needs of the service (None for the embedded sandbox)."""
     from flows.run.preflight import check_output_dir
 
     try:
         spec = load_spec(spec_path)
         resolved = resolve_base_url(spec, base_url)
         check_output_dir(output or spec.output, spec.min_free_mb)
-        if resolved != "sandbox":
-            from connectors.http.auth import load_api_key
+        if resolved == "sandbox":
+            return spec, None
+        from connectors.http.auth import load_api_key
 
-            load_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
+        service = spec.service
+        key = load_api_key(env_var=service.api_key_env, secret_block=service.api_key_secret)
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc), getattr(exc, "exit_code", 2)) from None
-    return spec
+    source = f"the Prefect Secret block {service.api_key_secret!r}" if service.api_key_secret else None
+    return spec, (resolved, key, source or f"the environment variable {service.api_key_env}")
+
+
+def check_service(service: Any, lock: Any) -> None:
+    """The service answers as the service does and accepts the key (`flows.run.preflight.check_service`):
+    after the lock (a second run of the job is refused without a request), before Prefect starts."""
+    if service is None:
+        return
+    from flows.run.preflight import check_service as check
+
+    try:
+        check(*service)
+    except UsageError as exc:
+        lock.release()
+        raise fail(str(exc)) from None
+    except BaseException:
+        lock.release()
+        raise
 
 
 def _hold_lock(layout: OutputLayout, job: str, spec_path: Path, output: Path | None, mode: str) -> Any:
@@ -120,9 +141,10 @@ def run_job(
 
     started = time.monotonic()
     apply_prefect_defaults()
-    spec = preflight(spec_path, base_url, output)
+    spec, service = preflight(spec_path, base_url, output)
     job, layout = spec.name, OutputLayout(output or spec.output)
     lock = _hold_lock(layout, job, spec_path, output, mode)
+    check_service(service, lock)
     token = hand_over(PreparedRun(spec, layout, lock))
     server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
     from flows.run.interrupt import interrupted_outside_the_flow, run_marks  # the connectors: after the start

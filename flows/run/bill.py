@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.credits.ledger import CreditLedger
-from connectors.errors import HarvestError
+from connectors.errors import HarvestError, NotTheService
 from connectors.http.client import ServiceClient
 from tasks.output.journal import SessionBalance
 from tasks.output.manifest import RunManifest
@@ -84,12 +84,15 @@ def first_reading(earlier: list[SessionBalance], before: int | None) -> int | No
 
 
 async def probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | None:
-    """The account balance before anything is paid; a refused key stops the run here, at no cost."""
+    """The account balance before anything is paid; a refused key, or an address where something else answers
+    (a deployment's run: `harvest run` refused it before Prefect started), stops the run here, at no cost."""
     try:
         return await client.credit_balance()
+    except NotTheService as exc:
+        ledger.stop("stopped", f"nothing was paid: {exc}")
     except HarvestError as exc:
         ledger.stop("stopped", f"the service refused the API key before anything was paid: {exc}")
-        return None
+    return None
 
 
 async def read_after(client: ServiceClient) -> int | None:

@@ -1,9 +1,14 @@
-"""The output directory, checked before Prefect starts and before any request is paid for.
+"""The output directory and the service, checked before Prefect starts and before any request is paid for.
 
 A run that cannot land its data should fail in a second, not after Prefect started (10 s and two tracebacks
 for an `output` under a regular file) or after the credits were spent (a corrupt `harvest.duckdb`, or one with
 tables harvest did not make, was found only at the load step). Everything here only looks, but for one empty
 directory made and removed at once to learn whether directories can be made there: a refused run leaves no trace.
+
+So should a run that talks to the wrong address, or with a key the service refuses: `check_service` reads the
+free balance once (`connectors.http.balance.check_service`), and a URL where something else answers (the
+service's address with `/v1` appended: 404s that became "not found" and a green night) or nothing can (nothing
+listening, a name that does not resolve, TLS refused) is refused with one line naming the URL and what answered.
 """
 
 from __future__ import annotations
@@ -12,8 +17,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flows.spec import UsageError
+
+if TYPE_CHECKING:
+    from connectors.http.auth import ApiKey
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import EXIT_CODE
 
@@ -39,6 +48,28 @@ def check_output_dir(path: Path, min_free_mb: float = 0) -> None:
     _check_database(OutputLayout(path).db)
     _check_load_settings()
     _check_free_space(path, min_free_mb)
+
+
+def check_service(url: str, key: ApiKey, key_source: str) -> None:
+    """Raise UsageError (exit 2) unless `url` answers its balance as the service does and accepts the key
+    (`key_source` says where the key came from). A busy service (429, 5xx past a few brief tries) is no reason to
+    refuse: the run's own retries take it from there."""
+    import asyncio
+
+    from connectors.errors import NotTheService, OutOfCredits, Unauthorized
+    from connectors.http.balance import check_service as read_balance
+
+    try:
+        asyncio.run(read_balance(url, key))
+    except NotTheService as exc:
+        raise UsageError(f"service: {exc}; nothing was sent") from None
+    except (Unauthorized, OutOfCredits) as exc:
+        status = 401 if isinstance(exc, Unauthorized) else 402
+        raise UsageError(
+            f"service: {url} refused the API key (HTTP {status}; the service answers 402 to a key it does not "
+            f"know as to an empty account): fix the key in {key_source}, or top up the account, then run "
+            "again. Nothing was paid"
+        ) from None
 
 
 def _check_free_space(path: Path, min_free_mb: float) -> None:

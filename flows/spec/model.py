@@ -102,7 +102,9 @@ class Service(_Model):
 
 class Budget(_Model):
     credits: int = Field(
-        strict=True, ge=1, description="Hard cap of credits for one run (at least 1: a run of 0 pays nothing)."
+        strict=True,
+        ge=1,
+        description="Hard cap of credits for one run (at least 1: a run of 0 pays nothing).",
     )
     min_balance: int | None = Field(
         None, strict=True, ge=0, description="Stop when the account's credits_remaining falls below this."

@@ -1,0 +1,166 @@
+"""`harvest run` against an address that is not the service, or with a key it refuses: refused before Prefect
+starts or a credit is spent, exit 2, one line naming the URL and what answered (#36).
+
+Real `harvest run` processes against real servers on 127.0.0.1: the sandbox with `/v1` appended (its 404s were
+taken for "not found": a green night with nothing collected), a server answering HTML or other JSON, a port
+nothing listens on, an https:// URL to the sandbox's plain-HTTP port, and the sandbox with another key.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from connectors.http.balance import unreachable
+from sandbox.config import SandboxConfig
+from sandbox.wire.serving import RunningSandbox
+from tests.flow_helpers import SECRET_KEY, write_spec
+from tests.net_helpers import LOOPBACK, free_port
+from tests.process_helpers import finish, imported_packages, messages, start_run
+
+PINS = "/v1/pinboard/search"
+
+
+class _Fixed(BaseHTTPRequestHandler):
+    """Answers every GET with the server's one answer, as a web server or another API at a wrong address does."""
+
+    def do_GET(self) -> None:
+        status, kind, body = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.server.seen.append(self.path)  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_server() -> Iterator[Callable[[int, str, bytes], tuple[str, list[str]]]]:
+    """`other_server(status, content_type, body)`: its URL and the paths it was asked for."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def make(status: int, kind: str, body: bytes) -> tuple[str, list[str]]:
+        server = ThreadingHTTPServer((LOOPBACK, 0), _Fixed)
+        server.answer, server.seen = (status, kind, body), []  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://{LOOPBACK}:{server.server_port}", server.seen  # type: ignore[attr-defined]
+
+    yield make
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def spec_for(tmp_path: Path, base_url: str) -> Path:
+    return write_spec(
+        tmp_path,
+        {
+            "name": "wrong-address",
+            "service": {"base_url": base_url},
+            "budget": {"credits": 50},
+            "output": str(tmp_path / "out"),
+            "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+        },
+    )
+
+
+def refused(tmp_path: Path, base_url: str) -> str:
+    """Run `harvest run` (no Prefect API configured: it would start its temporary server) and return its one
+    line of error, after checking it exited 2 without importing Prefect, printing the key or landing a file."""
+    code, out, err = finish(start_run(spec_for(tmp_path, base_url), tmp_path, None, trace_imports=True))
+    said = messages(err)
+    assert code == 2, out + "\n".join(said)
+    assert "prefect" not in imported_packages(err), "refused before Prefect was even imported"
+    assert len(said) == 1 and said[0].startswith("error: service: "), said
+    assert SECRET_KEY not in out + err
+    landed = [p.name for p in (tmp_path / "out").glob("*")] if (tmp_path / "out").exists() else []
+    assert landed in ([], [".harvest-wrong-address.lock"]), "nothing but the job's lock file"
+    return said[0]
+
+
+def test_the_sandbox_with_v1_appended_is_refused_naming_the_url_and_its_404(
+    sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path
+) -> None:
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
+    line = refused(tmp_path, sb.base_url + "/v1")
+    assert f"{sb.base_url}/v1/v1/credit-balance does not answer as the service does: HTTP 404" in line
+    assert "service.base_url" in line and "nothing was sent" in line
+    assert sb.billed_total() == 0 and not [e for e in sb.ledger if e.path == PINS]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "body", "shown"),
+    [
+        (
+            404,
+            "text/html",
+            b"<!DOCTYPE html><h1>Not Found</h1>",
+            "HTTP 404 (text/html): '<!DOCTYPE html><h1>Not",
+        ),
+        (
+            200,
+            "text/html",
+            b"<html><title>Sign in</title></html>",
+            "HTTP 200 (text/html): '<html><title>Sign",
+        ),
+        (200, "application/json", b'{"status": "ok"}', 'HTTP 200 (application/json): \'{"status": "ok"}\''),
+    ],
+    ids=["404-page", "html", "other-json"],
+)
+def test_a_server_that_is_not_the_service_is_refused(
+    other_server: Callable[[int, str, bytes], tuple[str, list[str]]],
+    tmp_path: Path,
+    status: int,
+    kind: str,
+    body: bytes,
+    shown: str,
+) -> None:
+    url, seen = other_server(status, kind, body)
+    line = refused(tmp_path, url)
+    assert f"{url}/v1/credit-balance does not answer as the service does: {shown}" in line
+    assert seen == ["/v1/credit-balance"], "the free balance, and no data request"
+
+
+def test_nothing_listening_is_refused_at_once(tmp_path: Path) -> None:
+    """A refused connection is final at the check: no ~10 s of retries before a failed run."""
+    url = f"http://{LOOPBACK}:{free_port()}"
+    line = refused(tmp_path, url)
+    assert f"{url}/v1/credit-balance does not answer as the service does: nothing is listening there" in line
+
+
+def test_tls_refused_is_refused(sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path) -> None:
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
+    url = sb.base_url.replace("http://", "https://")
+    line = refused(tmp_path, url)
+    assert f"{url}/v1/credit-balance does not answer as the service does: the TLS handshake failed" in line
+    assert sb.billed_total() == 0 and not [e for e in sb.ledger if e.path == PINS]
+
+
+def test_a_refused_key_says_to_fix_the_key(
+    sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path
+) -> None:
+    sb = sandbox_factory(SandboxConfig(api_keys={"another-accounts-key-0123456789": 100}))
+    line = refused(tmp_path, sb.base_url)
+    assert f"{sb.base_url} refused the API key (HTTP 402" in line
+    assert "fix the key in the environment variable HARVEST_API_KEY" in line and "--continue" not in line
+    assert [e.path for e in sb.ledger] == ["/v1/credit-balance"] and sb.billed_total() == 0
+
+
+def test_a_name_that_does_not_resolve_is_final() -> None:
+    """A real resolver failure, made without a DNS query (this machine's resolver is not on 127.0.0.1, and tests
+    send nothing elsewhere): "no such name" is final at the check; "try again" (EAI_AGAIN) is not."""
+    with pytest.raises(socket.gaierror) as no_name:
+        socket.getaddrinfo("harvest-test.invalid", 443, flags=socket.AI_NUMERICHOST)
+    wrapped = OSError("connect failed")
+    wrapped.__cause__ = no_name.value
+    assert (unreachable(wrapped) or "").startswith("the host name does not resolve")
+    assert unreachable(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")) is None
