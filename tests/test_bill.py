@@ -5,20 +5,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flows.run.bill import first_reading, run_bill
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import ServiceClient
+from flows.run.bill import Bill, carry_over, first_reading, run_bill
 from tasks.output.journal import RunJournal, read_journal
 
 
-def session(path: Path, before: int | None, settled: list[int], open_: list[int], after: int | None) -> None:
-    """One process's part of a run: its readings, settled reservations and reservations a kill left open."""
+def session(
+    path: Path,
+    before: int | None,
+    settled: list[int],
+    open_: list[int],
+    after: int | None,
+    refusals: list[int] = [],  # noqa: B006
+) -> None:
+    """One process's part of a run: its readings, settled reservations (answers that named their charge, then
+    refusals counted at their reservation) and reservations a kill left open."""
     journal = RunJournal(path)
     if before is not None:
         journal.balance("before", before)
     rid = 0
-    for amount in settled:
+    for amount, unknown in [*((a, None) for a in settled), *((a, "refusal") for a in refusals)]:
         rid += 1
         journal.reserved(rid, "q", amount)
-        journal.closed(rid, amount)
+        journal.closed(rid, amount, unknown)
     for amount in open_:
         rid += 1
         journal.reserved(rid, "q", amount)
@@ -58,7 +68,7 @@ def test_another_charge_between_the_kill_and_the_resume_makes_the_bill_unknown(t
         assert bill.credits is None and "something else used or topped up the account" in (
             bill.unknown_because or ""
         )
-    assert "fell by 52 credits where the killed part counted 40 to 44" in (
+    assert "fell by 52 credits where the killed part was billed 40 to 44" in (
         spent_elsewhere.unknown_because or ""
     )
 
@@ -68,3 +78,28 @@ def test_a_missing_reading_makes_the_bill_unknown(tmp_path: Path) -> None:
     session(path, None, [1] * 3, [], None)  # the balance endpoint gave no usable answer, requests were sent
     assert run_bill(read_journal(path).balances, 500, 490).credits is None
     assert run_bill([], 500, None).credits is None and run_bill([], 500, 497).credits == 3
+
+
+def test_refusals_a_killed_session_counted_are_not_blamed_on_another_user(tmp_path: Path) -> None:
+    """The killed part counted 40 pages, 12 refusals and 4 requests in flight; the balance fell by 42 (two of the
+    four in flight were answered). That is what the run itself can have been billed (#36)."""
+    path = tmp_path / "journal.jsonl"
+    session(path, 1000, [1] * 40, [1] * 4, None, refusals=[1] * 12)
+    earlier = read_journal(path)
+    assert (earlier.named, earlier.unknown["q"], earlier.spent["q"]) == (40, 16, 56)
+    assert run_bill(earlier.balances, 958, 950) == Bill(42 + 8)
+
+
+async def test_a_resume_gives_back_what_the_killed_sessions_counted_and_were_not_billed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    session(path, 1000, [1] * 40, [1] * 4, None, refusals=[1] * 12)
+    session(path, 958, [1] * 5, [1] * 2, None, refusals=[1] * 3)  # billed 5 and one of the two in flight
+    earlier = read_journal(path)
+    ledger = CreditLedger(60, opening=earlier.spent)
+    assert ledger.spent == 66 and ledger.remaining == 0
+    async with ServiceClient("http://127.0.0.1:9", "k", ledger) as client:  # nothing is sent
+        carry_over(ledger, client, earlier, 952)
+        assert client.balance.earlier_bill == 48  # later readings add this session's fall to it
+    assert ledger.spent == ledger.per_query_spent["q"] == 48 and ledger.remaining == 12

@@ -143,7 +143,7 @@ class _Journal:
     def reserved(self, rid: int, query_id: str, amount: int) -> None:
         self.events.append(("reserve", rid, amount))
 
-    def closed(self, rid: int, counted: int | None) -> None:
+    def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
         self.events.append(("close", rid, counted))
 
 

@@ -163,4 +163,4 @@ async def test_what_goes_back_is_journaled_so_a_resume_counts_the_same(tmp_path:
     journal.close()
     state = read_journal(path)
     assert state.spent == {"a": 2} and state.total_spent == ledger.spent == 2
-    assert state.balances[0].settled == 2
+    assert (state.balances[0].settled, state.balances[0].named, state.unknown["a"]) == (5, 2, 0)

@@ -85,8 +85,9 @@ class CreditLedger(Settlement):
         self._spent = sum(self._q_spent.values())
         self._session_spent = 0
         """Credits this ledger (this process) settled; `opening` is what earlier sessions spent."""
-        self._session_lost = 0
-        """Of those, credits of requests whose answer was lost (no charge known, not a refusal)."""
+        self._named = 0
+        """Credits whose charge an answer named (this session's, and earlier sessions' once `carry_over`)."""
+        self._given_back = 0
         self._refused = RefusedCharges()
         self._journal = journal
         self._stopped: Refusal | None = None

@@ -56,12 +56,16 @@ class LedgerSnapshot:
 
 
 class LedgerJournal(Protocol):
-    """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent)."""
+    """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent). `unknown`
+    says why a charge no answer named was counted: "refusal" (429, 5xx) or "lost" (no answer read)."""
 
     def reserved(self, rid: int, query_id: str, amount: int) -> None: ...
-    def closed(self, rid: int, counted: int | None) -> None: ...
+    def closed(self, rid: int, counted: int | None, unknown: Unknown = None) -> None: ...
     def adjusted(self, query_id: str, credits: int) -> None: ...
 
+
+Unknown = Literal["refusal", "lost"] | None
+"""Why a settled charge is not one an answer named (None: it is)."""
 
 RefusalKind = Literal["budget", "stopped", "interrupted"]
 """Why the ledger refuses: the budget (or a cap or floor), or the whole run was stopped or interrupted."""

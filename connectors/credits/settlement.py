@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from connectors.credits.fair_share import FairShare
 from connectors.credits.holds import Holds
 from connectors.credits.prices import Prices
 from connectors.credits.refused_charges import RefusedCharges
-from connectors.credits.reservations import LedgerJournal, Overcharge, Reservation
+from connectors.credits.reservations import LedgerJournal, Overcharge, Reservation, Unknown
 
 __all__ = ["Settlement"]
 
@@ -36,7 +36,8 @@ class Settlement:
     _prices: Prices
     _spent: int
     _session_spent: int
-    _session_lost: int
+    _named: int
+    _given_back: int
     _q_spent: dict[str, int]
     _refused: RefusedCharges
     _overcharges: list[Overcharge]
@@ -83,14 +84,16 @@ class Settlement:
             self._spent += counted
             self._session_spent += counted
             self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
+            unknown: Unknown = None
             if charged is None or charged < 0:
+                unknown = "refusal" if refusal else "lost"
                 if refusal:
                     self._refused.add(held.query_id, counted)
-                else:
-                    self._session_lost += counted
+            else:
+                self._named += counted
             spent = self._spent
         if journaled:
-            self._journal.closed(r.id, counted)  # type: ignore[union-attr]
+            self._journal.closed(r.id, counted, unknown)  # type: ignore[union-attr]
         if over.excess > 0:
             log.warning("%s", over.warning(spent, self._budget))
         self._wake_all()
@@ -110,19 +113,34 @@ class Settlement:
         with self._lock:
             return self._refused.total
 
-    def reconcile(self, billed: int) -> int:
-        """Settle the refusals' unknown charges against the service's own bill for this session (`billed`: how
-        far the account's balance fell since the session's first reading, free to read). What the bill leaves no
-        room for was not billed: it goes back to the budget and the queries. Returns the credits given back.
+    @property
+    def given_back(self) -> int:
+        """Credits this ledger gave back after the account's balance showed they were not billed."""
+        with self._lock:
+            return self._given_back
 
-        Never counts less than the service billed this session: the refusals kept are as many as the bill leaves
-        room for beside the charges the answers named, as if lost answers (a timeout) had been free, and those
-        stay counted; the bill may also hold charges of requests still in flight (then less goes back now, the
-        rest at the next reading). A bill below the charges the answers named (a top-up during the run) settles
+    def carry_over(self, named: int, unknown: Mapping[str, int]) -> None:
+        """Earlier sessions of the run (a killed process) are settled with this one's readings: the charges their
+        answers named, and per query the credits they counted without knowing the charge (refusals, requests in
+        flight at the kill). `reconcile` then takes a bill that starts at the run's first reading."""
+        with self._lock:
+            self._named += named
+            for query_id, credits in unknown.items():
+                self._refused.add(query_id, min(credits, self._q_spent.get(query_id, 0)))
+
+    def reconcile(self, billed: int) -> int:
+        """Settle the refusals' unknown charges against the service's own bill (`billed`: how far the account's
+        balance fell since the first reading of the sessions whose charges the ledger holds, free to read). What
+        the bill leaves no room for was not billed: it goes back to the budget and the queries. Returns the
+        credits given back.
+
+        Never counts less than the service billed: the refusals kept are as many as the bill leaves room for
+        beside the charges the answers named, as if lost answers (a timeout) had been free, and those stay
+        counted; the bill may also hold charges of requests still in flight (then less goes back now, the rest at
+        the next reading). A bill below the charges the answers named (a top-up during the run) settles
         nothing."""
         with self._lock:
-            named = self._session_spent - self._refused.total - self._session_lost
-            room = billed - named
+            room = billed - self._named
             if room < 0:
                 return 0
             back = self._refused.give_back(self._refused.total - min(room, self._refused.total))
@@ -131,6 +149,7 @@ class Settlement:
             given = sum(back.values())
             self._spent -= given
             self._session_spent -= given
+            self._given_back += given
         if self._journal is not None:
             for query_id, credits in back.items():
                 self._journal.adjusted(query_id, -credits)

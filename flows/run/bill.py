@@ -7,12 +7,16 @@ while the session ran:
 
 - a session that ended normally (also by Ctrl-C) fell by `before - after`;
 - a session killed before its `after` reading fell by `before - the next session's before`, if that fall is what
-  the session itself can have been billed: at least the credits it settled, at most those plus the reservations
-  it left open (requests in flight at the kill, billed or not). Anything else means another charge on the
-  account between the kill and the resume (another job on the same key, a top-up), and the bill is unknown;
+  the session itself can have been billed: at least the charges its answers named, at most every credit it
+  counted (refusals whose charge is unknown, requests in flight at the kill, billed or not). Anything else means
+  another charge on the account between the kill and the resume (another job on the same key, a top-up), and
+  the bill is unknown;
 - a session with requests but no reading (the balance endpoint gave no usable answer) makes the bill unknown.
 
 Unknown is said as such ("unknown") rather than as a number that is wrong.
+
+A resumed run settles what its killed sessions counted without knowing the charge against that bill at once
+(`carry_over`): a kill no longer leaves the refusals and the requests in flight counted as spent for good.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 from connectors.credits.ledger import CreditLedger
 from connectors.errors import HarvestError, NotTheService
 from connectors.http.client import ServiceClient
-from tasks.output.journal import SessionBalance
+from tasks.output.journal import JournalState, SessionBalance
 from tasks.output.manifest import RunManifest
 
 
@@ -46,11 +50,11 @@ def _session_fall(session: SessionBalance, next_before: int | None) -> tuple[int
     if next_before is None:
         return None, "the run was killed and the balance could not be read when it resumed"
     fall = session.before - next_before
-    if session.settled <= fall <= counted:
+    if session.named <= fall <= counted:
         return fall, None
     return None, (
         f"the run was killed, and between its start and the resume the balance fell by {fall} credits where "
-        f"the killed part counted {session.settled} to {counted}: something else used or topped up the account"
+        f"the killed part was billed {session.named} to {counted}: something else used or topped up the account"
     )
 
 
@@ -95,6 +99,23 @@ async def probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | No
     return None
 
 
+def carry_over(
+    ledger: CreditLedger, client: ServiceClient, earlier: JournalState, before: int | None
+) -> None:
+    """The earlier sessions' unknown charges (refusals, requests in flight at a kill) settled against what they
+    were billed, before this session pays: what the balance shows was not billed goes back to the budget, and
+    later readings settle the run as a whole (`AccountBalance.earlier_bill`). Nothing when that bill is unknown
+    (a reading missing, or another charge on the account between a kill and the resume)."""
+    if before is None or not earlier.balances:
+        return
+    bill = run_bill(earlier.balances, before, before)
+    if bill.credits is None:
+        return
+    client.balance.earlier_bill = bill.credits
+    ledger.carry_over(earlier.named, earlier.unknown)
+    ledger.reconcile(bill.credits)
+
+
 async def read_after(client: ServiceClient) -> int | None:
     """The balance after the run; a refusal now (an emptied account) only makes the bill unknown."""
     try:
@@ -115,7 +136,9 @@ def note_bill(
 def settle_refusals(ledger: CreditLedger, summaries: list[dict[str, Any]], billed: int | None) -> None:
     """The refusals counted at their reservation, settled against the session's bill (the balance read before
     and after): what it was not billed goes back, and each query's credits say what the service charged it."""
-    if billed is None or not ledger.reconcile(billed):
+    if billed is not None:
+        ledger.reconcile(billed)
+    if not ledger.given_back:  # here, or before the session paid (`carry_over`), or while it paid
         return
     spent = ledger.per_query_spent
     for summary in summaries:

@@ -36,9 +36,11 @@ class SessionBalance:
     before: int | None = None
     after: int | None = None
     settled: int = 0
-    """Credits of the reservations the session settled."""
+    """Credits of the reservations the session settled (as counted when each ended)."""
     open: int = 0
     """Credits of the reservations still open when the session ended (a crash): billed or not, unknown."""
+    named: int = 0
+    """Of `settled`, the charges an answer named: what the session was billed at least."""
 
 
 @dataclass
@@ -51,6 +53,9 @@ class JournalState:
     """Query id -> its summary, for the queries that ended."""
     spent: Counter[str] = field(default_factory=Counter)
     """Credits per query: settled amounts plus reservations left open by a crash."""
+    unknown: Counter[str] = field(default_factory=Counter)
+    """Credits per query counted without a named charge and still counted: refusals (429, 5xx) and requests in
+    flight at a crash, which the account's balance may show were not billed (`CreditLedger.carry_over`)."""
     in_flight_at_crash: int = 0
     """Reservations no session closed: requests that may or may not have been billed."""
     sessions: int = 0
@@ -60,6 +65,11 @@ class JournalState:
     @property
     def total_spent(self) -> int:
         return sum(self.spent.values())
+
+    @property
+    def named(self) -> int:
+        """The charges answers named, over every session."""
+        return sum(session.named for session in self.balances)
 
 
 class RunJournal(JsonLinesWriter):
@@ -98,12 +108,15 @@ class RunJournal(JsonLinesWriter):
         """What a query counted as spent changed by `credits` (refusals the account's balance shows unbilled)."""
         self.append_json({"e": "adjust", "q": query_id, "c": credits})
 
-    def closed(self, rid: int, counted: int | None) -> None:
-        """`counted` credits were spent on reservation `rid`; None: released, nothing spent."""
+    def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
+        """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
+        answer named the charge ("refusal", "lost"), so a resume can settle it with the balance."""
         if counted is None:
             self.append_json({"e": "release", "id": rid})
-        else:
+        elif unknown is None:
             self.append_json({"e": "settle", "id": rid, "c": counted})
+        else:
+            self.append_json({"e": "settle", "id": rid, "c": counted, "u": unknown})
 
 
 def _events(path: Path) -> Iterator[dict[str, Any]]:
@@ -119,6 +132,7 @@ def read_journal(path: Path | str) -> JournalState:
     def close_session() -> None:
         for query_id, amount in open_.values():
             state.spent[query_id] += amount
+            state.unknown[query_id] += amount
             state.in_flight_at_crash += 1
             session.open += amount
         open_.clear()
@@ -141,13 +155,18 @@ def read_journal(path: Path | str) -> JournalState:
             state.ended[summary["query_id"]] = summary
         elif kind == "reserve":
             open_[event["id"]] = (event["q"], int(event["c"]))
-        elif kind == "adjust":
+        elif kind == "adjust":  # given back: a refusal's or an in-flight request's credits, of any session
             state.spent[event["q"]] += int(event["c"])
-            session.settled += int(event["c"])
+            state.unknown[event["q"]] = max(0, state.unknown[event["q"]] + int(event["c"]))
         elif kind in ("settle", "release"):
             held = open_.pop(event["id"], None)
             if held is not None and kind == "settle":
-                state.spent[held[0]] += int(event["c"])
-                session.settled += int(event["c"])
+                credits = int(event["c"])
+                state.spent[held[0]] += credits
+                session.settled += credits
+                if event.get("u") == "refusal":
+                    state.unknown[held[0]] += credits
+                elif event.get("u") is None:
+                    session.named += credits
     close_session()
     return state

@@ -1,0 +1,77 @@
+"""The count stays the bill across kills (#36): real `harvest run` processes killed with SIGKILL again and again
+against a sandbox that refuses a share of requests (429 and 500 in its JSON, without a charge; the edge's 503),
+then resumed to the end. The refusals a killed process counted, and its requests in flight at the kill, are
+settled against the account's balance when the run resumes: the run does not stop `budget_exhausted` while the
+service billed less than its budget, its count ends equal to the sandbox's bill, and its summary does not blame
+another user of the key.
+
+The processes talk to the session's Prefect test server (PREFECT_API_URL), so none starts a temporary one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.expected import expected_pages
+from sandbox.wire.serving import running
+from tasks.output.journal import read_journal
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, scalar, write_spec
+from tests.process_helpers import finish, start_run, wait_for_requests
+from tests.test_resume_kill import kill_hard
+
+PINS = "/v1/pinboard/search"
+TOPICS = ["oak", "elm", "ash", "fir"]
+FAULTS = [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE]
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (15, 15)}, page_size=3, latency=0.02,
+    fault_rate=0.22, fault_kinds=FAULTS, retry_after="0.05", seed=5,
+)  # fmt: skip
+KILLS_AT = (12, 24, 36, 48)
+"""Data requests the sandbox has answered (in all) when each process is killed."""
+
+
+def job(base_url: str, output: Path, credits: int) -> dict[str, Any]:
+    return {
+        "name": "refused-and-killed",
+        "service": {"base_url": base_url, "attempts": 10},
+        "budget": {"credits": credits},
+        "concurrency": 4,
+        "output": str(output),
+        "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+    }
+
+
+def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, tmp_path: Path) -> None:
+    pages = sum(expected_pages(PINS, {"query": t}, CONFIG) for t in TOPICS)
+    budget = pages + 8  # room for the pages a kill makes the run ask for again, not for counted refusals
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, budget))
+        for answered in KILLS_AT:
+            proc = start_run(spec, tmp_path, prefect_api_url)
+            wait_for_requests(sb, answered, proc)
+            kill_hard(proc, sb)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        billed = sb.billed_total()
+        entries = data_entries(sb)
+    (run,) = all_manifests(OutputLayout(output))
+    journal = read_journal(OutputLayout(output).journal_file(run.run_id))
+    refused = sum(e.status in (429, 500) for e in entries)
+    assert code == 0, out + err
+    assert journal.sessions == len(KILLS_AT) + 1 and journal.in_flight_at_crash > 0, "killed mid-request"
+    assert refused >= 10 and sum(e.status == 503 for e in entries) >= 1, "refusals, many times"
+    assert billed < budget
+    assert run.status == "complete", (run.status, run.queries)
+    assert scalar(output / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins") == len(
+        key_set(output / "harvest.duckdb", "pinboard_pins")
+    )
+    assert run.credits_spent == billed == run.service_billed, "the count is the bill, and the bill is known"
+    assert run.bill_unknown is None and "something else used" not in out + err
+    db_credits = scalar(output / "harvest.duckdb", "SELECT credits_spent FROM runs")
+    query_credits = scalar(output / "harvest.duckdb", "SELECT sum(credits) FROM query_state")
+    assert db_credits == query_credits == billed
