@@ -139,11 +139,12 @@ async def collect_round(
     """`stage`: the round's name in the staging store (`runner.staging`); None: the output is a shared path.
     `known`: where the flow staged the query's known keys (`tasks.staged_known`), read before anything is paid."""
     spec = QuerySpec(**query)
-    staged = RoundStage(run, stage, spec.query_id) if stage else None
+    staged: RoundStage | None = None
     keys = None
     try:
-        if staged is not None:
-            try:
+        if stage is not None:
+            try:  # a worker that cannot reach the store (no credentials) pays nothing either
+                staged = RoundStage(run, stage, spec.query_id)
                 if not staged.claim():
                     return {"rerun": True}
                 keys = read_known(staged.store, staged.run_key, known) if known else None
@@ -166,6 +167,7 @@ async def _pay(
     staged: RoundStage | None,
     known: KnownKeys | None = None,
 ) -> dict[str, Any]:
+    # No key here raises `MissingApiKey` before anything is sent: the flow gives the grant back and stops the run.
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
     attempts = AttemptLogs(fsync=run["fsync"])

@@ -6,7 +6,11 @@ spending never passes it, page counts end within one of each other, and no page 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from sandbox.expected import expected_pages
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
+from tests.net_helpers import free_port
 
 PINS = "/v1/pinboard/search"
 CREATIVE = "/v1/creative/materials"
@@ -140,3 +145,49 @@ def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/status", timeout=60)
         assert status.value.code == 404
     assert not [w for w in caught if "8787" in str(w.message)], [str(w.message) for w in caught]
+
+
+@pytest.fixture
+def keyless_cluster(prefect_api_url: str, tmp_path: Path) -> Iterator[str]:
+    """A Dask scheduler and one worker in processes of their own whose environment has no HARVEST_API_KEY, as
+    workers on other machines that were not given it: the scheduler's address."""
+    env = {k: v for k, v in os.environ.items() if k != "HARVEST_API_KEY"}
+    env["PREFECT_API_URL"] = prefect_api_url
+    address = f"tcp://127.0.0.1:{free_port()}"
+    dask = [sys.executable, "-m", "dask"]
+    procs = [
+        subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                          "--no-dashboard"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard"],
+                         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]  # fmt: skip
+    from distributed import Client
+
+    try:
+        with Client(address, timeout=120) as client:
+            client.wait_for_workers(1, timeout=120)
+        yield address
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=60)
+
+
+def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothing(
+    keyless_cluster: str, tmp_path: Path
+) -> None:
+    """The flow has the key, its workers do not (#36): every round of the first grant fails before sending
+    anything. The run stops there with one message naming what is missing, and nothing is counted as spent."""
+    spec = job("", tmp_path / "out", {"kind": "dask", "address": keyless_cluster, "round_pages": 2})
+    spec["queries"] = spec["queries"][:1]
+    with running(CONFIG) as sb:
+        spec["service"]["base_url"] = sb.base_url
+        summary = run_flow(write_spec(tmp_path, spec))
+        entries = data_entries(sb)
+    assert entries == [] and summary.credits_spent == 0, (entries, summary.credits_spent)
+    assert summary.status == "failed", summary  # exit 1: the run could not collect, and says why once
+    assert "a Dask worker could not read the API key" in (summary.error or "")
+    assert "HARVEST_API_KEY" in (summary.error or "") and SECRET_KEY not in str(summary)
+    assert {q["status"] for q in summary.queries} == {"stopped"} and len(summary.queries) == len(TOPICS)
+    assert {q["credits"] for q in summary.queries} == {0}
+    assert scalar(tmp_path / "out" / "harvest.duckdb", "SELECT credits_spent FROM runs") == 0

@@ -26,6 +26,7 @@ from typing import Any
 from connectors.catalog.shape_overrides import shapes_data
 from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
+from connectors.errors import MissingApiKey
 from connectors.paging.pager import PagerStart, QuerySpec
 from flows.run import progress
 from flows.run.discovery import Discovery
@@ -282,6 +283,8 @@ class Rounds:
         if settled is None:
             try:
                 result = await task_result(state)  # a failed query's round ends Failed and still reports
+            except MissingApiKey as exc:
+                return self.unsent(reservation, exc)
             except Exception as exc:  # the task broke: what it spent is unknown, so the grant counts
                 self.ledger.settle(reservation, None)
                 r.credits += reservation.amount
@@ -312,6 +315,8 @@ class Rounds:
         assert self.staged is not None
         try:
             result = await task_result(state)
+        except MissingApiKey as exc:
+            return self.unsent(reservation, exc)
         except Exception as exc:
             result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
         lost = "rerun" in result or "broke" in result
@@ -335,6 +340,14 @@ class Rounds:
                 self.end(r, self.last_summary(r, self.ledger.stopped.kind, self.ledger.stopped.reason))
             return None if lost else result.get("balance")
         return await self.settle(r, reservation, state, settled=result, files=files)
+
+    def unsent(self, reservation: Reservation, missing: MissingApiKey) -> int | None:
+        """A worker without the API key sent nothing: the grant goes back whole and the run stops here, with
+        one message (each query used to fail on its own, its grant counted: 60 credits for 0 requests)."""
+        self.ledger.release(reservation)
+        why = f"a Dask worker could not read the API key, so nothing was sent: {self.scrub(str(missing))}"
+        self.ledger.stop("stopped", why + " (on every worker, as the spec's `service` names it)")
+        return None
 
     def grant_was_the_limit(self, r: Running, result: dict[str, Any]) -> bool:
         cap = r.spec.max_credits
