@@ -117,6 +117,8 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
 def test_a_wrong_key_sends_one_request_and_says_so_once(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`harvest run` refuses it before Prefect starts (#36: fix the key, exit 2); a deployment's run (the flow
+    itself) stops at the same free reading, its 30 queries `stopped`."""
     handles = [f"maker{i}" for i in range(30)]
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})) as sb:
         monkeypatch.setenv("HARVEST_API_KEY", "not-the-key-0000")
@@ -129,12 +131,18 @@ def test_a_wrong_key_sends_one_request_and_says_so_once(
             ),
         )
         result = runner.invoke(app, ["run", str(spec)])
+        refused_at_once = list(sb.ledger)
+        summary = run_flow(spec)
         requests = sb.ledger
-    assert result.exit_code == 1, result.output
-    assert len(requests) == 1 and requests[0].status == 402  # the free balance read, refused
-    assert sb.billed_total() == 0
-    assert result.stderr.count("out of credits, or the API key is not valid") == 1
+    assert result.exit_code == 2, result.output
+    assert [(e.path, e.status) for e in refused_at_once] == [("/v1/credit-balance", 402)]
+    assert result.stderr.count("refused the API key") == 1 and "fix the key" in result.stderr
     assert "not-the-key" not in result.output
+    assert len(requests) == 2 and requests[1].status == 402  # the flow's free balance read, refused
+    assert sb.billed_total() == 0
+    assert summary.status == "failed" and "out of credits, or the API key is not valid" in (
+        summary.error or ""
+    )
     db = tmp_path / "out" / "harvest.duckdb"
     assert rows(db, "SELECT status FROM runs") == [("failed",)]
     assert scalar(db, "SELECT count(*) FROM query_state WHERE status = 'stopped'") == 30
