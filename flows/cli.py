@@ -8,17 +8,34 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import typer
+from typer.models import CommandFunctionType
 
+from flows import stop_signals
 from sandbox import drift_shapes
 
 if TYPE_CHECKING:
     from flows.spec import JobSpec
 
-app = typer.Typer(
+
+class _Harvest(typer.Typer):
+    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        register = super().command(*args, **kwargs)
+
+        def registered(function: CommandFunctionType) -> CommandFunctionType:
+            register(cast(CommandFunctionType, stop_signals.as_ctrl_c(function)))
+            return function  # called directly (tests), a command is the plain function
+
+        return registered
+
+
+app = _Harvest(
     name="harvest",
     help="Collect data from the retrieval service into Parquet and DuckDB, under a hard credit budget.",
     no_args_is_help=True,

@@ -161,6 +161,20 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
+def signal_mask(pid: int, field: str) -> int:
+    """A signal set of /proc/<pid>/status (`ShdPnd`: pending for the process, `SigCgt`: caught by a handler,
+    `SigIgn`: ignored) as a bit mask."""
+    for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no {field} in the status of process {pid}")
+
+
+def signal_bits(*signals: int) -> int:
+    """The bit mask of `signal_mask` holding `signals`."""
+    return sum(1 << (s - 1) for s in signals)
+
+
 def signal_group(proc: subprocess.Popen[str], sig: int) -> float:
     """Send `sig` to the run's whole process group, as a terminal's Ctrl-C does; the monotonic time sent."""
     os.killpg(proc.pid, sig)

@@ -44,7 +44,9 @@ from tests.process_helpers import (
     children,
     finish,
     server_port,
+    signal_bits,
     signal_group,
+    signal_mask,
     start_run,
     wait_gone,
 )
@@ -151,14 +153,6 @@ def test_ctrl_c_to_the_process_group_stops_at_once_with_hundreds_of_dependents_q
     assert {k[0] for k in key_set(db, "creative_material_details")} == material_ids()
 
 
-def _signal_mask(pid: int, field: str) -> int:
-    """A signal set of /proc/<pid>/status (`ShdPnd`: pending for the process) as a bit mask."""
-    for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1], 16)
-    raise AssertionError(f"no {field} in the status of process {pid}")
-
-
 def _blocked_in_every_thread(pid: int) -> int:
     """The signals every thread of `pid` blocks: a signal pending for the process stays pending while so."""
     masks = [
@@ -172,10 +166,6 @@ def _blocked_in_every_thread(pid: int) -> int:
     for mask in masks:
         blocked &= mask
     return blocked
-
-
-def _bits(*signals: int) -> int:
-    return sum(1 << (s - 1) for s in signals)
 
 
 def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it(tmp_path: Path) -> None:
@@ -195,11 +185,12 @@ def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it
         port = server_port(server)
         os.kill(server, signal.SIGTERM)
         os.kill(server, signal.SIGINT)
-        sent = _bits(signal.SIGTERM, signal.SIGINT)
-        pending = _signal_mask(server, "ShdPnd") & sent
+        os.kill(server, signal.SIGHUP)  # systemd's SendSIGHUP=yes; harvest stops on it as on SIGTERM
+        sent = signal_bits(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        pending = signal_mask(server, "ShdPnd") & sent
         blocked = _blocked_in_every_thread(server) & sent
         answered = httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=60).status_code
-        still_pending = _signal_mask(server, "ShdPnd") & sent
+        still_pending = signal_mask(server, "ShdPnd") & sent
         os.kill(proc.pid, signal.SIGKILL)
         code, _, _ = finish(proc)  # returns only once no process holds harvest's stdout/stderr
         server_gone = wait_gone(server, WAIT)

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +26,11 @@ from flows import console
 from flows.commands import quick_exit
 from flows.console import harvest_command
 from flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
+from flows.stop_signals import INTERRUPTED, interrupts, signal_name
 from tasks.output.layout import OutputLayout
 
 if TYPE_CHECKING:
+    from flows.run.interrupt import RunMarks
     from tasks.output.run_summary import NoRun, RunSummary
 
 DEMO_SPEC = spec_path("demo.yaml")
@@ -127,6 +130,43 @@ def _start_prefect_server(lock: Any) -> Any:
         raise
 
 
+@dataclass
+class _Begun:
+    """What `harvest run` holds once its checks passed and Prefect's server is starting."""
+
+    job: str
+    layout: OutputLayout
+    lock: Any
+    token: str
+    server: Any
+    before: RunMarks
+    """Each run's marks before this one started: which run a later interrupt touched."""
+
+
+def _begin(spec_path: Path, base_url: str | None, output: Path | None, mode: str) -> _Begun:
+    """The checks, the job's lock and Prefect's start. A signal meanwhile (Ctrl-C, or SIGTERM and SIGHUP as
+    Ctrl-C: `flows.stop_signals`) comes before the run exists: one line, exit 130, the lock let go."""
+    from flows.run.prepared import PreparedRun, hand_over, withdraw
+
+    lock, token = None, ""
+    try:
+        spec, service = preflight(spec_path, base_url, output)
+        job, layout = spec.name, OutputLayout(output or spec.output)
+        lock = _hold_lock(layout, job, spec_path, output, mode)
+        check_service(service, lock)
+        token = hand_over(PreparedRun(spec, layout, lock))
+        server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
+        from flows.run.interrupt import run_marks  # the connectors: after the start
+
+        return _Begun(job, layout, lock, token, server, run_marks(layout, job))
+    except KeyboardInterrupt:
+        withdraw(token)
+        if lock is not None:
+            lock.release()
+        nothing = f"interrupted by {signal_name()} before the run started: nothing was sent"
+        raise fail(nothing, INTERRUPTED) from None
+
+
 def run_job(
     spec_path: Path,
     base_url: str | None,
@@ -137,19 +177,14 @@ def run_job(
 ) -> tuple[RunSummary | NoRun, OutputLayout]:
     """The run's summary, and where it landed."""
     from flows.orchestrator.prefect_settings import apply_prefect_defaults, quiet_prefect_echoes
-    from flows.run.prepared import PreparedRun, hand_over, withdraw
+    from flows.run.prepared import withdraw
 
     started = time.monotonic()
     apply_prefect_defaults()
-    spec, service = preflight(spec_path, base_url, output)
-    job, layout = spec.name, OutputLayout(output or spec.output)
-    lock = _hold_lock(layout, job, spec_path, output, mode)
-    check_service(service, lock)
-    token = hand_over(PreparedRun(spec, layout, lock))
-    server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
-    from flows.run.interrupt import interrupted_outside_the_flow, run_marks  # the connectors: after the start
+    begun = _begin(spec_path, base_url, output, mode)
+    layout = begun.layout
+    from flows.run.interrupt import interrupted_outside_the_flow
 
-    before = run_marks(layout, job)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")
@@ -164,18 +199,24 @@ def run_job(
         from tasks.output.run_summary import NoRun
 
         quiet_prefect_echoes()  # harvest prints the outcome and each failed query's reason itself
-        if server is not None:
-            server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
+        if begun.server is not None:
+            begun.server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
         coro = run_collect(
-            spec_path=str(spec_path), base_url=base_url, budget=budget, mode=mode, full=full, prepared=token
+            spec_path=str(spec_path),
+            base_url=base_url,
+            budget=budget,
+            mode=mode,
+            full=full,
+            prepared=begun.token,
         )
         summary = asyncio.run(coro)
         if not isinstance(summary, NoRun):
             summary.seconds["total"] = round(time.monotonic() - started, 2)
-    except KeyboardInterrupt:
+    except interrupts():  # Ctrl-C, SIGTERM or SIGHUP outside the flow body (Prefect's start or report)
         resume = f"{harvest_command()} run {spec_path}"
         load = f"{harvest_command()} load {layout.root}"
-        raise fail(interrupted_outside_the_flow(layout, job, before, resume, load), 130) from None
+        said = interrupted_outside_the_flow(layout, begun.job, begun.before, resume, load)
+        raise fail(said, INTERRUPTED) from None
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
@@ -183,8 +224,8 @@ def run_job(
     finally:
         reporter.close()
         stamina_log.setLevel(stamina_level)
-        withdraw(token)
-        lock.release()
+        withdraw(begun.token)
+        begun.lock.release()
     return summary, layout
 
 
@@ -235,10 +276,10 @@ def serve(paths: list[Path], base_url: str | None) -> None:
 
     apply_prefect_defaults()
     try:
-        serve_jobs(paths, base_url)  # returns when stopped: prefect.serve handles Ctrl-C itself
+        serve_jobs(paths, base_url)  # until stopped: Ctrl-C, SIGTERM or SIGHUP (`flows.stop_signals`)
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
-    except KeyboardInterrupt:
+    except interrupts():
         pass
     err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
 

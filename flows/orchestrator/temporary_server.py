@@ -11,9 +11,9 @@ and events, without waiting for a graceful shutdown: its SQLite database is cras
 The server belongs to harvest's run, not to the terminal or service manager around it:
 
 - Ctrl-C in a terminal, `kill -INT -<pgid>`, `docker stop` and systemd (which sends SIGTERM to every process of
-  the unit) must stop harvest cleanly, and harvest still needs the server to report the run's final state. So
-  the server runs in its own session (no group signal reaches it) with SIGINT and SIGTERM blocked (a signal
-  sent to its pid stays pending); harvest kills it at exit.
+  the unit; SIGHUP too with `SendSIGHUP=yes`) must stop harvest cleanly, and harvest still needs the server to
+  report the run's final state. So the server runs in its own session (no group signal reaches it) with SIGINT,
+  SIGTERM and SIGHUP blocked (a signal sent to its pid stays pending); harvest kills it at exit.
 - When harvest itself dies without exiting (kill -9, the OOM killer) the kernel kills the server too (Linux
   `PR_SET_PDEATHSIG`, tied to the thread that started it: harvest starts it from the main thread). Elsewhere
   it would outlive harvest; there, run against a configured Prefect API.
@@ -111,8 +111,9 @@ def _libc() -> ctypes.CDLL | None:
 
 def _detach_signals(parent: int, libc: ctypes.CDLL | None) -> None:
     """Runs in the server's process between fork and exec (harvest has no other thread yet): die with the
-    parent, and keep SIGINT/SIGTERM pending for good (a blocked mask survives exec and uvicorn's handlers)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    parent, and keep SIGINT/SIGTERM/SIGHUP pending for good (a blocked mask survives exec and uvicorn's
+    handlers)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     if libc is not None and hasattr(libc, "prctl"):
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the death signal was armed

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM as a clean stop: send nothing more, let what is in flight land, then finish the run.
+"""Ctrl-C, SIGTERM and SIGHUP as a clean stop: send nothing more, let what is in flight land, then finish the run.
 
 The handlers cover the whole flow body, in three phases:
 
@@ -66,7 +66,7 @@ class StopOnSignal:
         self.grace = grace
         self.signals = 0
         self.first: str | None = None
-        """The name of the first signal (SIGINT, SIGTERM)."""
+        """The name of the first signal (SIGINT, SIGTERM, SIGHUP)."""
         self.loop = asyncio.get_running_loop()
         self.ledger: CreditLedger | None = None
         self.client: ServiceClient | None = None
@@ -176,9 +176,11 @@ class StopOnSignal:
     @contextmanager
     def installed(self) -> Iterator[None]:
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             # not the main thread (a worker running the flow elsewhere): no handlers
             with contextlib.suppress(ValueError):
+                if sig != signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # ignored by whoever started harvest (`nohup`): stays ignored
                 previous[sig] = signal.signal(sig, self._handle)
         try:
             yield

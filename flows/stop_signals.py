@@ -1,0 +1,154 @@
+"""SIGTERM and SIGHUP as Ctrl-C in the `harvest` process, from its first line of harvest code to its exit.
+
+Service managers stop a job with SIGTERM (systemd, Kubernetes, ECS, `docker stop`, a Prefect worker's cancel), a
+closed terminal or SSH session sends SIGHUP. Python's defaults end the process at once on both, silently and
+with nothing finished (exit 143 or 129), and a Ctrl-C while modules load prints a traceback. In the `harvest`
+command-line process, installed by `flows/__init__.py` before anything else is imported, the three signals
+mean the same thing in each phase:
+
+- **Starting** (imports, reading the command line): nothing is started, locked or sent yet; the process leaves
+  at once with one line and exit 130.
+- **The command**: SIGTERM and SIGHUP do whatever Ctrl-C does at that moment, through SIGINT's handler of the
+  moment: Python's KeyboardInterrupt, asyncio's cancel of the main task, a run's clean stop
+  (`flows.run.interrupt`), uvicorn's shutdown. A KeyboardInterrupt no command answered becomes one line and exit
+  130 (`as_ctrl_c`).
+- **After the command** (its outcome printed, its files closed, its lock released; Prefect's exit handlers still
+  sending logs): the process leaves at once with the command's own exit code.
+
+Exit 130 for all three signals: one code for "interrupted cleanly, run it again" whoever sent the signal; the
+line names the signal (docs/decisions.md, "Exit codes"). A signal the parent ignored (`nohup`'s SIGHUP, a
+background job's SIGINT) stays ignored. Only the command-line process does any of this: a test runner, a
+notebook or a Prefect worker's flow run importing harvest keep their own handlers.
+
+The interpreter's own start before `flows/__init__.py` (~60-80 ms on a busy 2-core machine: `site`, the
+console script) cannot be covered from Python: a signal there still ends the process with the default action.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+# Only modules the interpreter's start has already loaded, and `signal`: `typing` alone would cost ~10 ms more
+# in which a signal still ends the process silently.
+
+INTERRUPTED = 130
+"""The exit code of every signal-caused stop (128 + SIGINT, as a shell reports Ctrl-C)."""
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_taken: set[int] = set()
+"""The signals harvest answers in this process (those not ignored when it started); empty outside the CLI."""
+received: str | None = None
+"""The name of the last of these signals the process got, for the line that says what stopped it."""
+
+
+def in_the_cli() -> bool:
+    """The `harvest` console script or `python -m flows.cli` (while the package is being found, `argv[0]` is
+    `-m`): only that process takes these signals over."""
+    return Path(sys.argv[0]).name == "harvest" or sys.argv[0] == "-m"
+
+
+def _note(line: str) -> None:
+    """A line on stderr from a signal handler: straight to the descriptor (a buffered stream may be mid-write)."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"{line}\n".encode())
+
+
+def _install(handler: Callable[[int, FrameType | None], object]) -> None:
+    for sig in _taken:
+        signal.signal(sig, handler)
+
+
+def _leave_at_start(signum: int, frame: FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    _note(f"harvest: {name}: interrupted while starting; nothing was started or sent")
+    os._exit(INTERRUPTED)
+
+
+def at_start() -> None:
+    """From the first line of harvest code in the CLI process: a signal leaves at once (nothing began)."""
+    if _taken or not in_the_cli():
+        return
+    _taken.update(sig for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN)
+    _install(_leave_at_start)
+
+
+def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM or SIGHUP handled as SIGINT is handled right now; Python's KeyboardInterrupt when SIGINT has no
+    handler of its own (ignored or default)."""
+    global received
+    received = signal.Signals(signum).name
+    current = signal.getsignal(signal.SIGINT)
+    if callable(current) and current is not like_ctrl_c:
+        current(signum, frame)
+        return
+    raise KeyboardInterrupt
+
+
+def _command_starts() -> None:
+    if signal.SIGINT in _taken:
+        # Python's own handler, so that asyncio.run still installs its own over it (it checks for this one)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in _taken - {signal.SIGINT}:
+        signal.signal(sig, like_ctrl_c)
+
+
+def _command_ended(code: int) -> None:
+    def leave(signum: int, frame: FrameType | None) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                stream.flush()
+        _note(
+            f"harvest: {signal.Signals(signum).name}: the command had ended; leaving with its exit code {code}"
+        )
+        os._exit(code)
+
+    _install(leave)
+
+
+def interrupts() -> tuple[type[BaseException], ...]:
+    """What a signal becomes on its way out of a command: KeyboardInterrupt, and Prefect's TerminationSignal
+    (its flow engine turns a SIGTERM into one around the flow body) once Prefect is imported."""
+    exceptions = sys.modules.get("prefect.exceptions")
+    return (KeyboardInterrupt,) + ((exceptions.TerminationSignal,) if exceptions is not None else ())
+
+
+def signal_name() -> str:
+    """The signal that stopped the command, as the user's line names it."""
+    return received or "SIGINT"
+
+
+def as_ctrl_c(command: Callable[..., object]) -> Callable[..., object]:
+    """A command whose body runs with SIGTERM and SIGHUP as Ctrl-C; an interrupt it did not answer itself
+    becomes one line and exit 130 instead of a traceback or a silent exit."""
+
+    @functools.wraps(command)
+    def run(*args: object, **kwargs: object) -> object:
+        import typer
+
+        code = 1
+        if _taken:
+            _command_starts()
+        try:
+            result = command(*args, **kwargs)
+            code = 0
+            return result
+        except interrupts():
+            code = INTERRUPTED
+            _note(f"harvest: {signal_name()}: interrupted")
+            raise typer.Exit(INTERRUPTED) from None
+        except Exception as exc:  # typer.Exit, click's usage errors: the code they leave with
+            code = getattr(exc, "exit_code", 1)
+            raise
+        finally:
+            if _taken:
+                _command_ended(code)
+
+    return run

@@ -1,0 +1,128 @@
+"""SIGTERM and SIGHUP act as Ctrl-C at any moment of `harvest run`, start-up included: what Kubernetes, ECS,
+systemd and a Prefect worker's cancel send (SIGTERM), and a closed terminal or SSH session (SIGHUP).
+
+One job, one output directory, signalled at three moments as a real process on Prefect's temporary server
+(the default setup) against the sandbox over HTTP: the first moment harvest's own code runs (read from the
+kernel: the process catches SIGTERM), while Prefect's temporary server starts, and mid-paging. Each time: one
+line, no traceback, exit 130, nothing paid twice; then the same command resumes and completes the job. Before
+the fix a SIGTERM in the first seconds ended the process silently with 143 (SIGHUP: 129).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
+from tests.crawl_helpers import data_entries, paid_twice
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, subprocess_env, write_spec
+from tests.process_helpers import (
+    Watched,
+    children,
+    finish,
+    signal_bits,
+    signal_group,
+    signal_mask,
+    start_run,
+    wait_gone,
+)
+from tests.sandbox_gate import WAIT, gated
+
+PINS = "/v1/pinboard/search"
+PARAMS = {"query": "oak desk"}
+CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (12, 12)}, page_size=5)
+STOPPING = "stopping; letting the requests in flight land"
+
+
+def job(base_url: str, output: Path) -> dict[str, Any]:
+    return {
+        "name": "signalled",
+        "service": {"base_url": base_url},
+        "budget": {"credits": 1000},
+        "concurrency": 2,
+        "output": str(output),
+        "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}],
+    }
+
+
+def start_like_nohup(spec: Path, tmp_path: Path) -> subprocess.Popen[str]:
+    """`nohup harvest run SPEC`: SIGHUP ignored from the start (and its own process group, as `start_run`)."""
+    return subprocess.Popen(
+        [str(HARVEST), "run", str(spec)],
+        env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )  # fmt: skip
+
+
+def wait_until(check: Any, proc: subprocess.Popen[str], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while not (found := check()):
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.001)
+    return found
+
+
+def interrupt_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "interrupted" in line]
+
+
+def test_sigterm_and_sighup_at_any_moment_stop_a_run_like_ctrl_c_and_the_same_command_resumes(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "out"
+    caught = signal_bits(signal.SIGTERM)
+    with gated(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+
+        # 1. the first moment harvest's code runs: the process catches SIGTERM (a nohup'd SIGHUP stays ignored)
+        first = start_like_nohup(spec, tmp_path)
+        wait_until(lambda: signal_mask(first.pid, "SigCgt") & caught, first, "caught SIGTERM")
+        hangup_ignored = signal_mask(first.pid, "SigIgn") & signal_bits(signal.SIGHUP)
+        signal_group(first, signal.SIGTERM)
+        code1, _, err1 = finish(first)
+
+        # 2. while Prefect's temporary server starts (the process that answers the run's flow is up)
+        second = start_run(spec, tmp_path, None)
+        (server,) = wait_until(lambda: children(second.pid), second, "started Prefect's temporary server")
+        signal_group(second, signal.SIGHUP)
+        code2, _, err2 = finish(second)
+        server_gone = wait_gone(server, WAIT)
+        paid_before_paging = len(data_entries(sb))
+
+        # 3. mid-paging: frozen at the sandbox's door, so what it sends after its stop line is what was in flight
+        sb.gate.close_after(4, path=PINS)
+        third = Watched(start_run(spec, tmp_path, None))
+        sb.gate.wait_frozen(third.proc)
+        signal_group(third.proc, signal.SIGTERM)
+        third.wait_for_stderr(STOPPING)
+        sb.gate.open()
+        code3, _, err3 = third.finish()
+        (stopped,) = all_manifests(OutputLayout(output))
+
+        # 4. the same command resumes
+        code4, out4, err4 = finish(start_run(spec, tmp_path, None))
+        entries = data_entries(sb)
+    assert code1 == 130 and len(interrupt_lines(err1)) == 1 and "Traceback" not in err1, err1
+    assert len(err1.strip().splitlines()) == 1, err1
+    assert hangup_ignored, "harvest took over a SIGHUP its parent ignored (nohup)"
+    assert code2 == 130 and "Traceback" not in err2, err2
+    assert interrupt_lines(err2) == err2.strip().splitlines() and len(interrupt_lines(err2)) == 1, err2
+    assert server_gone, "Prefect's temporary server outlived harvest"
+    assert paid_before_paging == 0, "nothing is sent before the run starts"
+    assert code3 == 130 and "Traceback" not in err3, err3
+    assert f"SIGTERM: {STOPPING}" in err3 and err3.count("resumes it") == 1 and stopped.run_id in err3, err3
+    assert stopped.status == "interrupted" and stopped.loaded
+    assert code4 == 0, out4 + err4
+    (done,) = all_manifests(OutputLayout(output))
+    assert done.run_id == stopped.run_id and done.status == "complete" and done.resumes == 1
+    assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
+    expected = {(pin["id"],) for pin in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
+    assert key_set(output / "harvest.duckdb", "pinboard_pins") == expected
