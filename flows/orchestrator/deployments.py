@@ -190,6 +190,28 @@ def serve(paths: list[Path], base_url: str | None) -> None:
     for job in jobs:
         console.add_row(table, f"collect_job/{job.name}", job.when(), str(job.output))
     console.out.print(table)
-    from prefect import serve as prefect_serve
+    serve_until_stopped([runner_deployment(job) for job in jobs])
 
-    prefect_serve(*[runner_deployment(job) for job in jobs], print_starting_message=False)
+
+def serve_until_stopped(deployments: list[Any]) -> None:
+    """`prefect.serve`, but stopped by SIGTERM as by Ctrl-C. Prefect's runner answers SIGTERM with `sys.exit(0)`
+    from its signal handler: harvest's closing line never came and the runner's own stop was left unawaited
+    (`RuntimeWarning: coroutine 'Runner.astop' was never awaited`). Here SIGTERM takes Ctrl-C's way
+    (`flows.stop_signals.like_ctrl_c`): the runner's loop is cancelled, it pauses the schedules and
+    KeyboardInterrupt ends the call."""
+    import asyncio
+    import signal
+    from types import FrameType
+
+    from prefect.runner import Runner
+
+    from flows.stop_signals import like_ctrl_c
+
+    class StoppedLikeCtrlC(Runner):
+        def handle_sigterm(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:
+            like_ctrl_c(signum, frame)
+
+    runner = StoppedLikeCtrlC(pause_on_shutdown=True, limit=None)  # what prefect.serve passes
+    for deployment in deployments:
+        runner.add_deployment(deployment)
+    asyncio.run(runner.start())
