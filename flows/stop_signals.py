@@ -16,9 +16,9 @@ mean the same thing in each phase:
   sending logs): the process leaves at once with the command's own exit code.
 
 Exit 130 for all three signals: one code for "interrupted cleanly, run it again" whoever sent the signal; the
-line names the signal (docs/decisions.md, "Exit codes"). A signal the parent ignored (`nohup`'s SIGHUP, a
-background job's SIGINT) stays ignored. Only the command-line process does any of this: a test runner, a
-notebook or a Prefect worker's flow run importing harvest keep their own handlers.
+line names the signal (docs/decisions.md, "Recurring runs"). A SIGTERM or SIGHUP the parent ignored (`nohup`)
+stays ignored. Only the command-line process does any of this: a test runner, a notebook or a Prefect worker's
+flow run importing harvest keep their own handlers.
 
 The interpreter's own start before `flows/__init__.py` (~60-80 ms on a busy 2-core machine: `site`, the
 console script) cannot be covered from Python: a signal there still ends the process with the default action.
