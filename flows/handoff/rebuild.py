@@ -32,7 +32,7 @@ from connectors.paging.pager import QuerySpec
 from flows.handoff.export_ledger import EXPORTS_DDL
 from flows.run.load_step import load_manifest_into_duckdb
 from flows.spec import JobSpec, UsageError
-from tasks.database.connection import quote_ident, quote_literal
+from tasks.database.connection import quote_ident, quote_literal, write_connection
 from tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, all_manifests, write_manifest
@@ -225,9 +225,10 @@ def rebuild_database(layout: OutputLayout, runs: list[RunManifest]) -> dict[str,
     tables: dict[str, int] = {}
     for run in runs:
         tables.update(load_manifest_into_duckdb(layout, run, db=fresh))
+    if not runs:  # an empty file, in the configured storage format (`tasks.database.storage_format`)
+        with write_connection(fresh):
+            pass
     _carry_over(layout.db, fresh)
-    if not runs:
-        duckdb.connect(str(fresh)).close()
     Path(f"{layout.db}.wal").unlink(missing_ok=True)  # the old file's log would be replayed onto the new file
     os.replace(fresh, layout.db)
     return tables

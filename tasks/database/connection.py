@@ -15,7 +15,8 @@ from typing import Any
 import duckdb
 import orjson
 
-from tasks.database.load_settings import memory_limit, row_group_rows
+from tasks.database.load_settings import memory_limit, row_group_rows, storage_version
+from tasks.database.storage_format import attach
 
 
 class DatabaseBusy(RuntimeError):
@@ -70,9 +71,10 @@ def write_connection(
         },
     )
     try:
-        # Attached, not opened: the row-group size is an ATTACH option (see tasks.database.load_settings). The file stays an
-        # ordinary DuckDB file: any DuckDB opens it, and writes made elsewhere use their own row-group size.
-        con.execute(f"ATTACH {quote_literal(str(path))} AS {ALIAS} (ROW_GROUP_SIZE {rows})")
+        # Attached, not opened: the row-group size and the storage format are ATTACH options (see
+        # tasks.database.load_settings). The file stays an ordinary DuckDB file that DuckDB 1.2 and later open
+        # (`tasks.database.storage_format`); writes made elsewhere use their own row-group size.
+        attach(con, path, ALIAS, rows, storage_version())
         con.execute(f"USE {ALIAS}")
     except duckdb.IOException as exc:
         con.close()

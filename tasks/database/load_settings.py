@@ -24,6 +24,15 @@ VECTOR_ROWS = 2048
 """DuckDB's vector size: a row-group size must be a multiple of it."""
 
 
+DEFAULT_STORAGE_VERSION = "v1.2.0"
+"""The DuckDB release whose storage format `harvest.duckdb` is written in (HARVEST_DUCKDB_STORAGE_VERSION). DuckDB 2.0
+writes storage version 69 by default, which no DuckDB 1.x opens ("can only read versions between 64 and 68"), and
+analysts' CLIs and DBeaver drivers are often 1.x. v1.2.0's format (65) opens in DuckDB 1.2.0 and every later 1.x and
+2.x, and it is the oldest that stores the `raw` column with zstd: in v1.0.0's (64, every 1.x) the same 200k-row load
+took 1.7x the space and needed more than the 64 MB memory cap. `v1.0.0` reaches DuckDB 1.0 and 1.1 at that cost;
+`latest` writes the newest format of the DuckDB harvest runs."""
+
+
 class LoadSettingError(ValueError):
     """An environment variable for the load has a value DuckDB cannot use: said before a run pays."""
 
@@ -43,10 +52,17 @@ def memory_limit() -> str:
     return os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT)
 
 
+def storage_version() -> str:
+    """The storage version `harvest.duckdb` is written in: a DuckDB release (`v1.2.0`) or `latest`."""
+    return os.environ.get("HARVEST_DUCKDB_STORAGE_VERSION", DEFAULT_STORAGE_VERSION).strip()
+
+
 def check_load_settings() -> None:
     """Raise LoadSettingError if the load's DuckDB settings from the environment are unusable: found at the
     load step, that would be after the run paid for its pages."""
     row_group_rows()
+    if "HARVEST_DUCKDB_STORAGE_VERSION" in os.environ:
+        check_storage_version(storage_version())
     if "HARVEST_DUCKDB_MEMORY_LIMIT" not in os.environ:
         return  # the default is good, and DuckDB's import (~50 ms) would delay Prefect's temporary server
     limit = memory_limit()
@@ -60,3 +76,21 @@ def check_load_settings() -> None:
             f"HARVEST_DUCKDB_MEMORY_LIMIT={limit!r}: {detail}; allowed: a size such as 64MB (the "
             "default), 512MB or 2GB"
         ) from None
+
+
+def check_storage_version(version: str) -> None:
+    """A storage version this DuckDB can write, or LoadSettingError naming what is allowed."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH ':memory:' AS probe (STORAGE_VERSION '{version.replace(chr(39), '')}')")
+    except duckdb.Error:
+        raise LoadSettingError(
+            f"HARVEST_DUCKDB_STORAGE_VERSION={version!r}: not a DuckDB release this DuckDB "
+            f"({duckdb.__version__}) can write the storage format of; allowed: a release such as "
+            f"{DEFAULT_STORAGE_VERSION} (the default: DuckDB 1.2 and later open the file), v1.0.0 (every DuckDB "
+            "1.x), or latest"
+        ) from None
+    finally:
+        con.close()

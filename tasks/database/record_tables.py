@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from tasks.database.connection import count_rows, quote_ident, transaction
+from tasks.database.storage_format import zstd_allowed
 from tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,9 @@ RAW = "raw"
 per segment) took ~1.8 s of a 200k-row load for it; zstd took ~1 s and stored it in less than half the space."""
 
 
-def _compression(column: str) -> str:
-    return " USING COMPRESSION zstd" if column == RAW else ""
+def _compression(column: str, zstd: bool) -> str:
+    """zstd for `raw` where the file's storage format has it (v1.2.0's and later: `tasks.database.storage_format`)."""
+    return " USING COMPRESSION zstd" if column == RAW and zstd else ""
 
 
 def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
@@ -126,7 +128,8 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
     existing = _table_columns(con, kind.table)
     table = quote_ident(kind.table)
     if not existing:
-        cols = ", ".join(f"{quote_ident(n)} {t}{_compression(n)}" for n, t in types)
+        zstd = zstd_allowed(con)
+        cols = ", ".join(f"{quote_ident(n)} {t}{_compression(n, zstd)}" for n, t in types)
         con.execute(f"CREATE TABLE {table} ({cols})")
         comment = KEY_COMMENT + ", ".join(kind.primary_key)
         con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")  # column names: [A-Za-z0-9_] only

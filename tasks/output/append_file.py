@@ -49,6 +49,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fsync_path(path: Path) -> None:
+    """Force a file written through another handle (DuckDB's, a closed writer's) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class AppendOnlyFile:
     """An O_APPEND file descriptor written with one unbuffered write per record (see `append_record`)."""
 
