@@ -108,7 +108,7 @@ async def _fan_out(
     layout, run_id = ctx.layout, ctx.run_id
     resuming = begun.start.kind == "resume"  # a new run id has no files yet: no glob, no index
     removed = fresh_parts(layout, run_id, ctx.started) if resuming else []  # its raw pages land again
-    ctx.raw_index = RawIndex(layout.raw_files(run_id)) if resuming else None
+    ctx.raw_index = (begun.start.raw_index or RawIndex(layout.raw_files(run_id))) if resuming else None
     session = layout.next_session(run_id)
     ctx.sink = open_run_sink(layout, run_id, ctx.started)
     fan = Fanout(ctx, the_plan, begun.start, journal, job)
@@ -121,7 +121,7 @@ async def _fan_out(
     finally:
         run_context.unregister(run_id)
         ctx.attempts.end_sharing()
-        files = publish(ctx, ctx.sink)
+        files = publish(ctx, ctx.sink, layout.raw_files(run_id))
     begun.manifest.files = layout.listed(files or [])
     begun.manifest.files_rewritten(removed)
     return summaries, fan.discovery.skipped
@@ -139,7 +139,9 @@ async def _collect(
     manifest, start = begun.manifest, begun.start
     fsync = spec.durability == "fsync"
     faults = FaultStop()
-    journal = RunJournal(layout.journal_file(manifest.run_id), fsync=fsync, faults=faults)
+    journal = RunJournal(
+        layout.journal_file(manifest.run_id), fsync=fsync, faults=faults, run=manifest.identity()
+    )
     policy = spec.budget
     ledger = CreditLedger(
         manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal
@@ -161,6 +163,11 @@ async def _collect(
         manifest.error = stopped.reason
     for note in skipped:
         get_run_logger().warning("dependent query not started: %s", note)
+    if start.lost:
+        get_run_logger().warning(
+            "paid again for %d pages of %d queries whose raw pages the disk had lost (they were paid before)",
+            start.paid_again(summaries), len(start.lost),
+        )  # fmt: skip
     manifest.status = run_status([s["status"] for s in summaries], stopped.kind if stopped else None)
     manifest.finished = datetime.now(UTC).isoformat()
     manifest.credits_spent = ledger.spent

@@ -27,6 +27,7 @@ from connectors.paging.known_items import backfill_after_head
 from connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
 from connectors.reading.extraction import PageMeta, with_meta
 from tasks.database.known_keys import query_known_keys
+from tasks.output.append_file import fsync_path
 from tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
 from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
@@ -192,7 +193,7 @@ async def page_query(
                 log.debug("query %s broke", spec.query_id, exc_info=True)
                 pager.broke(exc)
     finally:  # a query's own files: what landed, even on failure (those rows came from paid, kept pages)
-        published = [] if shared else publish(ctx, sink)
+        published = [] if shared else publish(ctx, sink, [raw_path])
         ctx.attempts.close(spec.query_id)
     if published is None:  # its pages are kept but not landed: the resume lands them again
         pager.stopped(str(ctx.faults.fault))
@@ -227,10 +228,18 @@ def _summary(
     )  # fmt: skip
 
 
-def publish(ctx: RunContext, sink: MultiTableSink) -> list[tuple[str, Path, int]] | None:
+def publish(ctx: RunContext, sink: MultiTableSink, raws: list[Path]) -> list[tuple[str, Path, int]] | None:
     """A writer's Parquet parts (a query's or the run's), published; None when the machine could not write them
-    (the run stops, and its resume lands the raw pages again)."""
+    (the run stops, and its resume lands the raw pages again).
+
+    The raw files the rows came from (`raws`, a resume's earlier sessions' too) are synced first: a published
+    file's rows are then always in raw pages on the disk, so a resume that removes the run's files to land its
+    pages again (`fresh_parts`) loses nothing, even after a power cut (Parquet itself is synced when published).
+    A file synced before costs next to nothing."""
     try:
+        for raw in raws:
+            if raw.exists():
+                fsync_path(raw)
         return sink.close()
     except Exception as exc:
         if not ctx.faults.caught(exc, ctx.layout.parquet_root):

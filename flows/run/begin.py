@@ -154,6 +154,7 @@ def begin(
         previous = None
     if previous is not None:
         start = resume_start(layout, previous, key, service.label)
+        _say_lost(previous, start)
         manifest = replace(
             previous,
             status="running",
@@ -187,6 +188,16 @@ def begin(
         )
     start.coverage = job_coverage(layout, spec.name, manifest.run_id)
     return Begun(start, manifest, abandoned)
+
+
+def _say_lost(run: RunManifest, start: RunStart) -> None:
+    """One line when the resume found ended queries whose raw pages the disk lost (`resume_start`)."""
+    if start.lost:
+        log.warning(
+            "run %s: %d queries journaled as ended lack %d of their raw pages (the disk lost them: a power cut "
+            "before they were written); fetching the missing pages again, paid a second time",
+            run.run_id, len(start.lost), start.lost_pages(),
+        )  # fmt: skip
 
 
 async def crash_stale(begun: Begun) -> None:

@@ -23,6 +23,7 @@ from tasks.output.journal import JournalState, read_journal
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
 from tasks.output.query_summary import QuerySummary
+from tasks.output.raw_store import RawIndex
 
 Mode = Literal["auto", "fresh", "continue"]
 
@@ -44,6 +45,11 @@ class RunStart:
     """Queries that ended for good in the runs being continued: not run again (continue only)."""
     journal: JournalState = field(default_factory=JournalState)
     """The resumed run's journal: what it spent per query."""
+    raw_index: RawIndex | None = None
+    """Where the resumed run's raw pages are (resume only): read once, for the check and for the landing."""
+    lost: dict[str, int] = field(default_factory=dict)
+    """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found. They
+    are resumed instead of kept: the pages found land, the missing ones are fetched (and paid) again."""
     coverage: Coverage = field(default_factory=Coverage)
     """What the job's earlier runs collected: incremental histories, collected queries."""
 
@@ -84,6 +90,18 @@ class RunStart:
             and parent.incremental
             and not child.incremental
             and child.query_id in self.coverage.collected
+        )
+
+    def lost_pages(self) -> int:
+        """Pages the journal's ended queries had that their raw files no longer hold."""
+        return sum(int(self.journal.ended[q]["pages"]) - found for q, found in self.lost.items())
+
+    def paid_again(self, summaries: Iterable[dict[str, Any]]) -> int:
+        """Pages this session fetched for the queries whose pages were lost: paid a second time."""
+        return sum(
+            max(0, int(s["pages"]) - self.lost[s["query_id"]])
+            for s in summaries
+            if s["query_id"] in self.lost
         )
 
     def unstarted(
@@ -151,13 +169,19 @@ def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service:
         )
     journal = read_journal(layout.journal_file(run.run_id))
     retry = not run.unfinished  # a flow retry of a run that ended: re-run what did not end well
-    kept = {
+    ended = {
         q: s
         for q, s in journal.ended.items()
         if s["status"] not in RUN_STOPPED and (not retry or s["status"] in OK_STATUSES)
     }
+    index = RawIndex(layout.raw_files(run.run_id))
+    found = {q: len(index.at.get(q, ())) for q in ended}
+    lost = {
+        q: n for q, n in found.items() if n < int(ended[q]["pages"])
+    }  # a power cut took pages, not the line
+    kept = {q: s for q, s in ended.items() if q not in lost}
     resume = set(journal.started) - set(kept)
-    return RunStart("resume", run, kept=kept, resume=resume, journal=journal)
+    return RunStart("resume", run, kept=kept, resume=resume, journal=journal, raw_index=index, lost=lost)
 
 
 def _chain(layout: OutputLayout, job: str) -> list[RunManifest]:

@@ -12,9 +12,19 @@ pages hold every paid answer; the journal holds the rest of what a resume needs:
 - ``balance``: the account's balance read before the session's first request (``before``) and after its last
   (``after``), so the service's bill of a run survives a crash (`flows.run.bill`).
 
-Each process that writes a run's journal first appends a ``session`` line; reservation ids restart in every
-session, so they are only compared within one. One file per run (``raw/<run_id>/journal.jsonl``), written by
+Each process that writes a run's journal first appends a ``session`` line, carrying what the run is (its
+manifest without the queries and files: job, spec hash, plan key, budget, start), so a manifest a disk lost can be
+made again from the journal (`tasks.output.manifest.run_heads`); reservation ids restart in every session, so
+they are only compared within one. One file per run (``raw/<run_id>/journal.jsonl``), written by
 the flow's process only.
+
+Durability: every line survives a killed process (one unbuffered write each). A power cut loses what the
+operating system had not written yet, unless the line was synced: under ``durability: fsync`` every line is; by
+default the ``session`` and ``end`` lines are (`sync_ends`), and a sync writes every line before it too, so what
+a resume trusts (which queries ended, the credits reserved up to then) survives; only the lines of the last
+moments before the cut may not. The `end` lines are synced from a thread (`SyncBehind`): written at once, on
+the disk within one sync's time, never a wait for the flow's event loop (synced in line, a 2,000-query fan-out
+spent 41% of its wall in them on a busy disk). Measured cost in docs/scheduled-jobs.md.
 """
 
 from __future__ import annotations
@@ -59,6 +69,8 @@ class JournalState:
     in_flight_at_crash: int = 0
     """Reservations no session closed: requests that may or may not have been billed."""
     sessions: int = 0
+    run: dict[str, Any] | None = None
+    """What the run is, as its newest session line says (None in journals written before it did)."""
     balances: list[SessionBalance] = field(default_factory=list)
     """Per session, in order: the balance readings and the credits counted (`flows.run.bill`)."""
 
@@ -79,14 +91,31 @@ class RunJournal(JsonLinesWriter):
     nothing), and a query's start or end is not written but stops the run (`faults`): a resume finds such a
     query by its raw pages, or runs it anew if it paid for none."""
 
-    def __init__(self, path: Path | str, fsync: bool = False, faults: FaultStop | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        fsync: bool = False,
+        faults: FaultStop | None = None,
+        sync_ends: bool = True,
+        run: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(path, fsync)
         self.faults = faults
-        self.append_json({"e": "session"})
+        self.sync_ends = sync_ends
+        """Sync the `session` and `end` lines (and so every line before them) even when `fsync` is off."""
+        self.append_json({"e": "session", **({"run": run} if run else {})}, sync=sync_ends)
 
-    def _noted(self, event: dict[str, Any]) -> None:
+    def close(self) -> None:
+        """Close, with a last sync; the machine's failure to sync stops the run like a failed write."""
         try:
-            self.append_json(event)
+            super().close()
+        except OSError as exc:
+            if self.faults is None or not self.faults.caught(exc, self.path):
+                raise
+
+    def _noted(self, event: dict[str, Any], sync: bool | str = False) -> None:
+        try:
+            self.append_json(event, sync=sync)
         except OSError as exc:
             if self.faults is None or not self.faults.caught(exc, self.path):
                 raise
@@ -95,7 +124,7 @@ class RunJournal(JsonLinesWriter):
         self._noted({"e": "start", "query": query})
 
     def query_ended(self, summary: dict[str, Any]) -> None:
-        self._noted({"e": "end", "summary": summary})
+        self._noted({"e": "end", "summary": summary}, sync="behind" if self.sync_ends else False)
 
     def reserved(self, rid: int, query_id: str, amount: int) -> None:
         self.append_json({"e": "reserve", "id": rid, "q": query_id, "c": amount})
@@ -142,6 +171,7 @@ def read_journal(path: Path | str) -> JournalState:
         if kind == "session":
             close_session()
             state.sessions += 1
+            state.run = event.get("run", state.run)
             session = SessionBalance()
             state.balances.append(session)
         elif kind == "balance":

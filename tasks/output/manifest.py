@@ -8,6 +8,7 @@ output directory can be moved or synced and still loads.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterable
@@ -20,7 +21,10 @@ import orjson
 
 from connectors.paging.pager import OK_STATUSES, query_failed
 from connectors.reading.extraction import ExtractionReport
+from tasks.output.append_file import fsync_dir
 from tasks.output.layout import OutputLayout
+
+log = logging.getLogger(__name__)
 
 UNFINISHED = frozenset({"running", "interrupted"})
 """Run statuses a later `harvest run` resumes: killed (still `running` on disk) or stopped by Ctrl-C."""
@@ -102,6 +106,10 @@ class RunManifest:
     def unfinished(self) -> bool:
         return self.status in UNFINISHED
 
+    def identity(self) -> dict[str, Any]:
+        """What the run is, without what it did (queries, files): the head its journal's session lines carry."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _DONE}
+
     def flow_runs(self, current: str | None = None) -> list[str]:
         """Its flow runs so far (manifests before `flow_run_ids` named only the last), then `current`."""
         earlier = self.flow_run_ids or ([self.flow_run_id] if self.flow_run_id else [])
@@ -129,6 +137,7 @@ class RunManifest:
 
 
 _FIELDS = {f.name for f in dataclasses.fields(RunManifest)}
+_DONE = frozenset({"queries", "files", "retired_files"})
 
 
 def run_status(statuses: list[str], stopped_kind: str | None = None) -> str:
@@ -160,11 +169,20 @@ def who(ids: list[str]) -> str:
 
 
 def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
+    """Replace the run's manifest atomically and durably, under every `durability`: the file is synced before it
+    is renamed over the old one and its directory after, so a power cut leaves the old manifest or the new one,
+    never an empty file or none (a resume trusts it). A few syncs per run: ~1 ms here."""
     path = layout.manifest_file(manifest.run_id)
+    made = [d for d in (path.parent, path.parent.parent, path.parent.parent.parent) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))  # orjson reads the dataclass itself
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))  # orjson reads the dataclass itself
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    for directory in [path.parent, *(d.parent for d in made)]:  # and the new run's directory, raw/, ...
+        fsync_dir(directory)
     return path
 
 
@@ -213,7 +231,21 @@ def run_heads(layout: OutputLayout, job: str | None = None) -> list[RunHead]:
     (a manifest is replaced, never edited in place, so inode, size and mtime change with it); a whole manifest
     is read when it is needed, one at a time."""
     heads: list[RunHead] = []
-    for path in layout.raw_root.glob("*/manifest.json"):
+    journaled = {j.with_name(MANIFEST) for j in layout.raw_root.glob(f"*/{JOURNAL}")}
+    for path in sorted(set(layout.raw_root.glob(f"*/{MANIFEST}")) | journaled):
+        head = _head(layout, path)
+        if head is not None and (job is None or head.job == job):
+            heads.append(head)
+    return sorted(heads, key=lambda h: (h.started, h.run_id))
+
+
+MANIFEST, JOURNAL = "manifest.json", "journal.jsonl"
+
+
+def _head(layout: OutputLayout, path: Path) -> RunHead | None:
+    """The head of the run whose manifest is `path`, from the cache while the file is the same; a manifest that
+    is gone or unreadable is made again from the run's journal first (`recover_manifest`)."""
+    try:
         st = path.stat()
         version = (st.st_ino, st.st_size, st.st_mtime_ns)
         known = _HEADS.get(path)
@@ -223,9 +255,42 @@ def run_heads(layout: OutputLayout, job: str | None = None) -> list[RunHead]:
                 path, m.run_id, m.job, m.started, m.status, m.loaded, m.resumes, m.flow_run_id, m.continues
             )
             known = _HEADS[path] = (version, head)
-        if job is None or known[1].job == job:
-            heads.append(known[1])
-    return sorted(heads, key=lambda h: (h.started, h.run_id))
+        return known[1]
+    except (OSError, ValueError, TypeError) as exc:  # gone, cut, not a manifest
+        return _head(layout, path) if recover_manifest(layout, path.parent.name, exc) else None
+
+
+_UNRECOVERABLE: set[str] = set()
+"""Run directories already said to have no readable manifest and no journal to make one from."""
+
+
+def recover_manifest(layout: OutputLayout, run_id: str, why: BaseException) -> bool:
+    """A run whose manifest a disk lost or cut (or a hand removed) is made again from what its journal's session
+    lines say it is, as `running`: the next `harvest run` of the job resumes it from the journal and the raw pages,
+    so nothing it paid for is lost or paid again. Says so once; False when the journal cannot say (written by a
+    harvest before it did): the run is then left out, its files as they are."""
+    from tasks.output.journal import read_journal
+
+    path, journal = layout.manifest_file(run_id), layout.journal_file(run_id)
+    head = read_journal(journal).run if journal.exists() else None
+    if head is None:
+        if run_id not in _UNRECOVERABLE:
+            _UNRECOVERABLE.add(run_id)
+            log.warning("run %s has no readable manifest (%s) and its journal does not say what the run was: left "
+                        "out of every listing and resume; its raw pages are kept under %s", run_id,
+                        _short(why), path.parent)  # fmt: skip
+        return False
+    if path.exists():  # kept beside, never destroyed
+        os.replace(path, path.with_name(f"{MANIFEST}.damaged"))
+    fields = {k: v for k, v in head.items() if k in _FIELDS and k not in _DONE}
+    write_manifest(layout, RunManifest(**{**fields, "status": "running", "finished": None, "loaded": False}))
+    log.warning("run %s had no readable manifest (%s): made again from its journal as unfinished; the next "
+                "`harvest run` of job %s resumes it", run_id, _short(why), head.get("job"))  # fmt: skip
+    return True
+
+
+def _short(exc: BaseException) -> str:
+    return "missing" if isinstance(exc, FileNotFoundError) else f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def pending_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:

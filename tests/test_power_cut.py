@@ -1,0 +1,217 @@
+"""A power cut, as the disk is left by one: what the operating system had not written yet is gone. Files are cut
+back the way a lost page cache leaves them (a raw pages file shorter than the journal says, a journal's ended line
+whose query's pages are not there), then the same `harvest run SPEC` resumes against the sandbox over HTTP: the
+user is told, the missing pages are fetched again (the sandbox's ledger), and the tables hold every record once.
+
+The state is made from a real run's files, as a cut just before the run published its Parquet would leave them:
+the manifest still `running` (it is synced when written), the journal whole (its ended lines are synced), the raw
+pages' tail lost (not synced under `durability: flush`), no Parquet published and nothing loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pytest
+
+from connectors.catalog import endpoints as catalog
+from sandbox.config import SandboxConfig
+from sandbox.wire.serving import RunningSandbox, running
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests, read_manifest
+from tasks.output.raw_store import RawPageReader
+from tasks.output.replay import replay_pages
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, write_spec
+from tests.process_helpers import finish, start_run
+
+PINS = "/v1/pinboard/search"
+TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
+SYNC_THREAD = "sync journal.jsonl"
+CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (5, 5)}, page_size=4)
+
+
+def job(sb: RunningSandbox, output: Path) -> dict[str, Any]:
+    return {
+        "name": "nightly",
+        "service": {"base_url": sb.base_url},
+        "budget": {"credits": 10_000},
+        "concurrency": 2,
+        "output": str(output),
+        "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+    }
+
+
+def frame_ends(path: Path) -> list[int]:
+    """The byte offset just past each complete page of a raw file."""
+    reader, ends = RawPageReader(path), []
+    for _ in reader:
+        ends.append(reader.valid_bytes)
+    return ends
+
+
+def cut_power_before_publishing(output: Path, keep_pages: int) -> tuple[str, int]:
+    """Leave the output as a power cut would have just before the run published its Parquet: the manifest as
+    written at the start, no Parquet and no DuckDB, the raw pages file cut after `keep_pages` pages. Returns the
+    run id and how many pages were lost."""
+    layout = OutputLayout(output)
+    (run,) = all_manifests(layout)
+    started = orjson.loads(layout.manifest_file(run.run_id).read_bytes())
+    started.update(status="running", finished=None, queries=[], files=[], credits_spent=0, loaded=False)
+    layout.manifest_file(run.run_id).write_bytes(orjson.dumps(started))
+    for path in [*output.glob("harvest.duckdb*"), *output.rglob("*.parquet")]:
+        path.unlink()
+    (raw,) = layout.raw_files(run.run_id)
+    ends = frame_ends(raw)
+    os.truncate(raw, ends[keep_pages - 1])
+    return run.run_id, len(ends) - keep_pages
+
+
+def landed_once(output: Path, run_id: str) -> None:
+    """DuckDB holds the full crawl, each key once; the run's Parquet holds each stored page's records once."""
+    db = output / "harvest.duckdb"
+    want = expected_keys([(PINS, {"query": t}) for t in TOPICS], CONFIG)
+    for table, keys in want.items():
+        assert key_set(db, table) == set(keys), table
+        assert rows(db, f'SELECT count(*) FROM "{table}"') == [(len(keys),)], table
+    stored = Counter[str]()
+    for path in OutputLayout(output).raw_files(run_id):
+        for raw in RawPageReader(path):
+            for page in replay_pages([raw], catalog.get(raw.endpoint)):
+                stored[page.raw.query_id] += page.record_count
+    parquet = str(output / "parquet" / "*" / "*" / f"{run_id}-*.parquet")
+    con = duckdb.connect()
+    try:
+        landed = dict(
+            con.execute(f"SELECT _query_id, count(*) FROM read_parquet('{parquet}') GROUP BY 1").fetchall()
+        )
+    finally:
+        con.close()
+    assert landed == {q: n for q, n in stored.items() if n}
+
+
+def test_ended_queries_whose_raw_pages_a_power_cut_lost_fetch_them_again_and_say_so(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb, output))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 0, out + err
+        paid = data_entries(sb)
+        run_id, lost = cut_power_before_publishing(output, keep_pages=9)
+
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        again = data_entries(sb)[len(paid) :]
+    assert code == 0, out + err
+    assert len(paid) == 20 and lost == 11
+    said = re.search(r"(\d+) queries journaled as ended lack (\d+) of their raw pages", err)
+    assert said is not None, err
+    assert int(said.group(2)) == lost
+    assert f"paid again for {lost} pages of {said.group(1)} queries whose raw pages the disk had lost" in err
+    assert len(again) == lost  # exactly the lost pages, each once
+    assert {(e.path, str(sorted(e.params.items()))) for e in again} <= {
+        (e.path, str(sorted(e.params.items()))) for e in paid
+    }
+    run = read_manifest(OutputLayout(output).manifest_file(run_id))
+    assert run.status == "complete" and run.resumes == 1 and run.loaded
+    assert sum(q["pages"] for q in run.queries) == 20
+    landed_once(output, run_id)
+
+
+@pytest.mark.parametrize("keep_pages", [1])
+def test_a_raw_file_cut_to_almost_nothing_still_resumes_every_query(
+    prefect_api_url: str, tmp_path: Path, keep_pages: int
+) -> None:
+    """Every query but the first lost all its pages: each starts again from its first page."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb, output))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 0, out + err
+        paid = len(data_entries(sb))
+        run_id, lost = cut_power_before_publishing(output, keep_pages)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        again = len(data_entries(sb)) - paid
+    assert code == 0, out + err
+    assert again == lost == 19 and f"lack {lost} of their raw pages" in err
+    landed_once(output, run_id)
+
+
+def test_what_a_resume_trusts_is_synced_by_default(
+    prefect_harness: None, tmp_path: Path, api_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the default `durability: flush`: the journal's ended lines (from its sync thread as they come, and
+    at its close), the manifest (file, then its directories) and, before the run's Parquet is published, its raw
+    pages reach the disk (`os.fsync` observed, the run itself untouched)."""
+    from tests.flow_helpers import run_flow
+
+    synced: list[str] = []
+    threads: list[str] = []
+    real_fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        threads.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb, output))
+        monkeypatch.setattr(os, "fsync", observed)
+        summary = run_flow(spec)
+    (run,) = all_manifests(OutputLayout(output))
+    assert summary.status == "complete"
+    run_dir = OutputLayout(output).run_dir(run.run_id)
+    journal = str(run_dir / "journal.jsonl")
+    by = [t for t, p in zip(threads, synced, strict=True) if p == journal]
+    assert (
+        by[0] != SYNC_THREAD and by[-1] != SYNC_THREAD
+    )  # the session line, before a request; the last at close
+    assert SYNC_THREAD in by  # the ended queries' lines, from the journal's sync thread (nothing waits on it)
+    manifest_syncs = synced.count(str(run_dir / "manifest.json.tmp"))
+    assert manifest_syncs >= 3  # written at the start, at the end, once loaded
+    assert synced.count(str(run_dir)) >= manifest_syncs and str(output / "raw") in synced
+    raw = str(run_dir / "session-0001.pages")
+    published = [i for i, p in enumerate(synced) if p.endswith(".parquet.tmp")]
+    assert raw in synced and published and synced.index(raw) < published[0]
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty"])
+def test_a_manifest_the_disk_lost_is_made_again_from_the_journal_and_the_run_resumed(
+    prefect_api_url: str, tmp_path: Path, damage: str
+) -> None:
+    """A manifest gone, or left empty (a rename the disk kept without the file's bytes): the run is not forgotten
+    (its paid pages would never land) nor does every command fail on it; nothing is paid again."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb, output))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 0, out + err
+        paid = len(data_entries(sb))
+        run_id, lost = cut_power_before_publishing(output, keep_pages=20)
+        manifest = OutputLayout(output).manifest_file(run_id)
+        if damage == "missing":
+            manifest.unlink()
+        else:
+            manifest.write_bytes(b"")
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        again = len(data_entries(sb)) - paid
+    assert code == 0, out + err
+    assert lost == 0 and again == 0
+    reason = "missing" if damage == "missing" else "JSONDecodeError"
+    assert f"run {run_id} had no readable manifest ({reason}" in err
+    assert (
+        "made again from its journal as unfinished; the next `harvest run` of job nightly resumes it" in err
+    )
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == run_id and run.status == "complete" and run.resumes == 1 and run.loaded
+    assert (manifest.with_name("manifest.json.damaged").exists()) == (damage == "empty")
+    landed_once(output, run_id)
