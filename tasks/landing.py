@@ -87,7 +87,8 @@ def land_raw_pages(
     if replace_parts:
         for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
             stale.unlink(missing_ok=True)
-    point = ResumePoint(endpoint.kinds, backfill_after_head(spec.history, spec.backfill, spec.start_cursor))
+    backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
+    point = ResumePoint(endpoint.kinds, backfill, spec.start_cursor)
     for page in replay_pages(query_pages(layout, run_id, spec.query_id, index), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:

@@ -57,21 +57,29 @@ def frame_ends(path: Path) -> list[int]:
     return ends
 
 
-def cut_power_before_publishing(output: Path, keep_pages: int) -> tuple[str, int]:
-    """Leave the output as a power cut would have just before the run published its Parquet: the manifest as
-    written at the start, no Parquet and no DuckDB, the raw pages file cut after `keep_pages` pages. Returns the
-    run id and how many pages were lost."""
+def cut_power_before_publishing(output: Path, keep_pages: int, run: str | None = None) -> tuple[str, int]:
+    """Leave the output as a power cut would have just before the run (the only one, or `run`) published its
+    Parquet: the manifest as written at the start, none of its Parquet, nothing of it in DuckDB (an earlier run's
+    DuckDB is kept), the raw pages file cut after `keep_pages` pages. Returns the run id and the pages lost."""
     layout = OutputLayout(output)
-    (run,) = all_manifests(layout)
-    started = orjson.loads(layout.manifest_file(run.run_id).read_bytes())
+    (manifest,) = [m for m in all_manifests(layout) if run in (None, m.run_id)]
+    started = orjson.loads(layout.manifest_file(manifest.run_id).read_bytes())
     started.update(status="running", finished=None, queries=[], files=[], credits_spent=0, loaded=False)
-    layout.manifest_file(run.run_id).write_bytes(orjson.dumps(started))
-    for path in [*output.glob("harvest.duckdb*"), *output.rglob("*.parquet")]:
-        path.unlink()
-    (raw,) = layout.raw_files(run.run_id)
+    layout.manifest_file(manifest.run_id).write_bytes(orjson.dumps(started))
+    if run is None:
+        for path in [*output.glob("harvest.duckdb*"), *output.rglob("*.parquet")]:
+            path.unlink()
+    else:
+        for path in output.rglob(f"{run}-*.parquet"):
+            path.unlink()
+        con = duckdb.connect(str(output / "harvest.duckdb"))
+        for table in ("runs", "query_state", "requests"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run])
+        con.close()
+    (raw,) = layout.raw_files(manifest.run_id)
     ends = frame_ends(raw)
     os.truncate(raw, ends[keep_pages - 1])
-    return run.run_id, len(ends) - keep_pages
+    return manifest.run_id, len(ends) - keep_pages
 
 
 def landed_once(output: Path, run_id: str) -> None:
@@ -215,3 +223,36 @@ def test_a_manifest_the_disk_lost_is_made_again_from_the_journal_and_the_run_res
     assert run.run_id == run_id and run.status == "complete" and run.resumes == 1 and run.loaded
     assert (manifest.with_name("manifest.json.damaged").exists()) == (damage == "empty")
     landed_once(output, run_id)
+
+
+def test_a_continued_query_that_lost_every_page_starts_again_at_its_cursor_not_page_1(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`--continue` started each query where the run before stopped (its budget); a power cut then took every
+    raw page of the continued run: its resume fetches those pages again from the same cursor, and never the
+    pages the run before had (page 1 on)."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb, output))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--budget", "8"))
+        assert code == 0, out + err
+        first = len(data_entries(sb))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--continue"))
+        assert code == 0, out + err
+        second = data_entries(sb)[first:]
+        layout = OutputLayout(output)
+        continued = all_manifests(layout)[-1]
+        (raw,) = layout.raw_files(continued.run_id)
+        cut_power_before_publishing(output, keep_pages=1, run=continued.run_id)
+        raw.write_bytes(b"")  # not one page of the continued run reached the disk
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        again = data_entries(sb)[first + len(second) :]
+    assert code == 0, out + err
+    assert first == 8 and len(second) == 12
+    assert f"lack {len(second)} of their raw pages" in err
+    key = lambda e: (e.path, str(sorted(e.params.items())))  # noqa: E731
+    assert sorted(map(key, again)) == sorted(map(key, second))  # the same pages, none of the first run's
+    db = output / "harvest.duckdb"
+    want = expected_keys([(PINS, {"query": t}) for t in TOPICS], CONFIG)
+    for table, keys in want.items():
+        assert key_set(db, table) == set(keys), table

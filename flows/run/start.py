@@ -63,7 +63,10 @@ class RunStart:
         if qid in self.kept or qid in self.done:
             return None
         if qid in self.resume:
-            return self._with_history(QuerySpec(**{**_plain(query), "resume": True}))
+            # where it started: a continued query's cursor is in its start line, not in the plan
+            started = self.journal.started.get(qid)
+            at = {"start_cursor": started.get("start_cursor")} if started is not None else {}
+            return self._with_history(QuerySpec(**{**_plain(query), "resume": True, **at}))
         if qid in self.continue_at:
             return self._with_history(self.continue_at[qid], continuing=True)
         return self._with_history(query)

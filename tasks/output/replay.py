@@ -71,11 +71,17 @@ def replay_pages(pages: Iterable[RawPage], endpoint: Endpoint) -> Iterator[Repla
 class ResumePoint:
     """Folds replayed pages into the pager's starting state."""
 
-    def __init__(self, kinds: tuple[RecordKind, ...], backfill: Cursor | None = None) -> None:
+    def __init__(
+        self,
+        kinds: tuple[RecordKind, ...],
+        backfill: Cursor | None = None,
+        start_cursor: Cursor | None = None,
+    ) -> None:
         self.kinds = kinds
         self.backfill = backfill
         """An incremental query's backfill cursor: a page asked for with it shows the head had caught up."""
-        self.start = PagerStart()
+        self.start = PagerStart(cursor=start_cursor)
+        """With no page stored, the query starts where it was to start (a continued query at its cursor)."""
         self._last: ReplayedPage | None = None
 
     def add(self, page: ReplayedPage) -> None:
