@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,24 @@ def test_a_continued_query_that_lost_every_page_starts_again_at_its_cursor_not_p
     want = expected_keys([(PINS, {"query": t}) for t in TOPICS], CONFIG)
     for table, keys in want.items():
         assert key_set(db, table) == set(keys), table
+
+
+def test_a_sync_that_fails_in_the_journals_thread_is_raised_not_lost(tmp_path: Path) -> None:
+    """A disk that cannot sync (here: a pipe, which has nothing to sync) fails the next line or the close, where
+    the journal turns it into the run's clean stop; it never passes for a synced line."""
+    from tasks.output.append_file import SyncBehind
+
+    read_end, write_end = os.pipe()
+    try:
+        behind = SyncBehind(write_end, "pipe")
+        behind.request()
+        deadline = time.monotonic() + 60  # a hang guard: the thread syncs at once
+        while behind.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert isinstance(behind.error, OSError)
+        with pytest.raises(OSError) as raised:
+            behind.close()
+        assert raised.value is behind.error
+    finally:
+        os.close(read_end)
+        os.close(write_end)
