@@ -16,7 +16,7 @@ DUCKDB1 := $(VENV)/duckdb-1x/.downloaded
 UV := $(BIN)/uv
 UV_SYNC := UV_PYTHON_DOWNLOADS=never $(UV) sync --locked --quiet --compile-bytecode
 
-install: $(STAMP) $(DUCKDB1)
+install: $(STAMP)
 
 $(UV): uv.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,12 +31,13 @@ $(STAMP): pyproject.toml uv.lock $(UV)
 	touch $(STAMP)
 
 # The newest DuckDB 1.x's wheel (tests/duckdb-1x-requirements.txt, hashes checked), for the test that opens a landed
-# harvest.duckdb with it in a venv of its own: the tests send nothing but to 127.0.0.1, so it is fetched here. Without
-# the package index it is left out (that test then says so and skips); the next `make install` tries again.
+# harvest.duckdb with it in a venv of its own: the tests send nothing but to 127.0.0.1, so `make test` fetches it
+# first (`make demo` does not need it). Without the package index it is left out (that test then says so and
+# skips); the next `make test` tries again.
 $(DUCKDB1): tests/duckdb-1x-requirements.txt $(UV)
 	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: --require-hashes \
 		-d $(VENV)/duckdb-1x -r tests/duckdb-1x-requirements.txt && touch $(DUCKDB1) \
-		|| echo "make install: the DuckDB 1.x wheel could not be fetched; tests/test_duckdb_storage.py will skip"
+		|| echo "make test: the DuckDB 1.x wheel could not be fetched; tests/test_duckdb_storage.py will skip"
 
 # After editing dependencies in pyproject.toml: pin what is new, keep every other pin.
 lock: $(UV)
@@ -55,7 +56,7 @@ demo: install
 # Two workers by default (pytest-xdist): most of a test waits on sandboxes and harvest subprocesses.
 TEST_WORKERS ?= 2
 
-test: install
+test: install $(DUCKDB1)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 soak: install

@@ -1,5 +1,5 @@
 """The job's DuckDB file opens in the DuckDB analysts have: the newest 1.x (1.5.6, installed in a venv of its own from
-the wheel `make install` fetched) reads a file landed by real runs, after the first run and after a merge; a file an
+the wheel `make test` fetched) reads a file landed by real runs, after the first run and after a merge; a file an
 earlier harvest wrote in DuckDB 2.0's format is converted at its next load, and the user is told.
 
 The same read-only script runs under this DuckDB (2.x) and under 1.5.6 over the same file: both must print the same
@@ -58,11 +58,9 @@ print(json.dumps({
 
 @pytest.fixture(scope="session")
 def duckdb1(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of a venv holding DuckDB 1.5.6 alone, installed offline from the wheel `make install` fetched."""
+    """The python of a venv holding DuckDB 1.5.6 alone, installed offline from the wheel `make test` fetched."""
     if not any(WHEELS.glob("duckdb-*.whl")):
-        pytest.skip(
-            f"no DuckDB 1.x wheel in {WHEELS}: `make install` fetches it (it needs the package index)"
-        )
+        pytest.skip(f"no DuckDB 1.x wheel in {WHEELS}: `make test` fetches it (it needs the package index)")
     venv = tmp_path_factory.mktemp("duckdb1") / "venv"
     subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
