@@ -31,7 +31,7 @@ from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 from tests.process_helpers import finish, start_run, wait_for_requests
-from tests.sandbox_gate import settle
+from tests.sandbox_gate import WAIT, GatedSandbox, gated, settle
 from tests.test_dask_runner import CONFIG, RECORD_TABLES, job, paid, table
 
 BUCKET = "stage"
@@ -190,23 +190,37 @@ class NobodyCluster:
         scratch = (self.root / name / "tmp").glob("harvest-round-*/**/*")
         return any(p.is_file() and p.stat().st_size > 0 for p in scratch)
 
-    def kill_while_busy(self, name: str, sb: RunningSandbox, answered: int) -> threading.Thread:
-        """SIGKILL worker `name` once the sandbox answered `answered` pages and the worker is in a round."""
+    def kill_while_busy(self, name: str, sb: GatedSandbox, answered: int) -> threading.Thread:
+        """SIGKILL worker `name` inside a round, once the sandbox answered `answered` pages.
+
+        The gate then holds every request, so no round can end while the test looks at the worker: on a loaded
+        machine a round that was paying when it was seen had often ended before the kill landed ("the kill hit
+        no round"). A worker that is not inside a round gets the gate opened for a few more pages, then is looked
+        at again."""
         from distributed import Client
 
+        def busy(client: Any) -> bool:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+            mine = str(self.root / name)
+            address = [a for a, w in workers.items() if w["local_directory"].startswith(mine)]
+            assert address, f"{name} is not in the cluster: {workers}"
+            return bool(client.processing(address)[address[0]]) and self.paying(name)
+
         def watch() -> None:
-            with Client(self.address, timeout=60) as client:
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline:
-                    workers = client.scheduler_info(n_workers=-1)["workers"]
-                    mine = str(self.root / name)
-                    address = [a for a, w in workers.items() if w["local_directory"].startswith(mine)]
-                    assert address, f"{name} is not in the cluster: {workers}"
-                    busy = client.processing(address)[address[0]] and self.paying(name)
-                    if len(data_entries(sb)) >= answered and busy:
-                        break
-                    time.sleep(0.01)
-            self.kill(name)
+            try:
+                with Client(self.address, timeout=60) as client:
+                    deadline = time.monotonic() + WAIT
+                    sb.gate.close_after(answered)
+                    while True:
+                        sb.gate.wait_held(1)  # every round in flight now waits on the gate
+                        if busy(client):
+                            self.kill(name)
+                            return
+                        assert time.monotonic() < deadline, f"{name} was never inside a round"
+                        sb.gate.open()
+                        sb.gate.close_after(2)
+            finally:
+                sb.gate.open()
 
         thread = threading.Thread(target=watch, daemon=True)
         thread.start()
@@ -297,7 +311,7 @@ def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
 ) -> None:
     want = expected_tables(tmp_path)
     budget = 200
-    with running(SLOW) as sb:
+    with gated(SLOW) as sb:
         spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster, credits=budget)
         killer = cluster.kill_while_busy("worker-0", sb, 12)
         try:
