@@ -74,6 +74,7 @@ async def _pay_and_land(
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
     progress.current().watch_pace(client.pace.report)
+    progress.current().run_began(progress.run_facts(begun, the_plan, spec.endpoints(), lambda: ledger.spent))
     with stop.collecting(ledger, client):
         before = await probe_balance(client, ledger)
         if before is not None:

@@ -38,47 +38,6 @@ def test_log_lines_report_finished_queries_with_pages_records_and_credits(
     )
 
 
-def test_log_lines_of_a_wide_fan_out_list_what_did_not_end_well_and_count_the_rest(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """A nightly log of 2,000 accounts is a few dozen lines, and the one that failed is among them."""
-    from flows.run.progress import LISTED_WELL
-
-    lines = LogLines(every=3600)
-    for i in range(2_000):
-        query = f"videos[handle=h{i:05d}]"
-        lines.query_started(query, "/v3/short-video/profile/videos")
-        lines.page_landed(query, records=3, credits=1)
-        lines.query_finished(query, "failed" if i == 1_500 else "complete")
-    lines.close()
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == LISTED_WELL + 3, err[-5:]  # the listed, the note, the failure, the totals
-    assert "harvest: videos[handle=h01500]: failed, 1 pages, 3 records, 1 credits" in err
-    assert err[-1] == (
-        "harvest: 2000 queries ended (1 not well), 0 running; 2000 pages, 6000 records, 2000 credits so far"
-    )
-
-
-def test_the_live_table_of_a_wide_fan_out_shows_the_latest_queries_and_the_totals() -> None:
-    import io
-
-    from rich.console import Console
-
-    from flows.run.progress import LiveTable
-
-    out = io.StringIO()
-    live = LiveTable(Console(file=out, width=200, force_terminal=False))
-    for i in range(500):
-        live.query_started(f"q{i}", "/e")
-        live.page_landed(f"q{i}", records=2, credits=1)
-        live.query_finished(f"q{i}", "complete")
-    shown = live.render()
-    live.close()
-    assert shown.row_count == LiveTable.SHOWN
-    assert shown.caption == "500 queries ended, 0 running; 500 pages, 1000 records, 500 credits so far"
-    assert "q499" in out.getvalue() and "q0 " not in out.getvalue()
-
-
 def test_a_run_publishes_its_summary_as_prefect_artifacts(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

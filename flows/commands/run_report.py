@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flows import console
+from flows.commands.history_note import say_history
 from flows.console import harvest_command
 from tasks.output.run_summary import NoRun, RunSummary, query_rows
 
@@ -91,6 +92,7 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         for name, n in sorted(summary.tables.items()):
             console.add_row(rows, name, n)
         out.print(rows)
+        say_history(summary.tables, output)
     elif not summary.machine_fault:  # then the next step says why and how it gets loaded
         console.warning(
             f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"

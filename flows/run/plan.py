@@ -117,7 +117,8 @@ class Plan:
         return tuple(d for d in self.dependents if d.parent == base_id(parent))
 
 
-def _pages(endpoint: Endpoint, max_pages: int | None, max_credits: int | None) -> int | None:
+def pages_at_most(endpoint: Endpoint, max_pages: int | None, max_credits: int | None) -> int | None:
+    """The most pages one query can take, None when unbounded (the plan's worst case; the time left a run shows)."""
     if endpoint.paging.single:
         return 1
     bounds = [max_pages] if max_pages is not None else []
@@ -208,7 +209,7 @@ def _planned(
         if query.dependent:
             continue
         endpoint = endpoints[query.endpoint]
-        pages = _pages(endpoint, query.max_pages, query.max_credits)
+        pages = pages_at_most(endpoint, query.max_pages, query.max_credits)
         total: int | None = 0
         for query_id, raw in _expand(query):
             params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
@@ -229,7 +230,7 @@ def _planned(
 
 def _dependent_line(dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None) -> CostLine:
     """The worst case of all instances of a dependent query: one per parent record, each capped alike."""
-    pages = _pages(endpoint, query.max_pages, query.max_credits)
+    pages = pages_at_most(endpoint, query.max_pages, query.max_credits)
     each = _credits(endpoint, pages, query.max_credits)
     total_worst: int | None = 0
     if each != 0:
@@ -260,7 +261,7 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
         dep = _template(query, endpoints[next(q.endpoint for q in spec.queries if q.query_id == parent)])
         dependents.append(dep)
         children = records.get(dep.parent)
-        count = _records(endpoint, dep.params, _pages(endpoint, query.max_pages, query.max_credits))
+        count = _records(endpoint, dep.params, pages_at_most(endpoint, query.max_pages, query.max_credits))
         records[dep.template_id] = None if children is None or count is None else children * count
         lines.append(_dependent_line(dep, query, endpoint, children))
     return Plan(

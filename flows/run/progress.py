@@ -1,29 +1,111 @@
-"""Progress of a run, per query: pages, records, credits.
+"""Progress of a run: what it is, what it has spent of its budget, how fast it goes, per query.
 
-The flow reports to whatever reporter the caller installed (the CLI installs a rich display on a terminal and
-plain log lines elsewhere); by default nothing is shown, so flows run by a Prefect worker stay quiet.
+The flow reports to whatever reporter the caller installed (the CLI installs a live view on a terminal,
+`flows.live_view`, and plain sentences elsewhere, `LogLines`); by default nothing is shown, so flows run by
+a Prefect worker stay quiet.
 """
 
 from __future__ import annotations
 
-import itertools
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-
-from flows.console import LiteralConsole, add_row, table, visible
+from flows.console import visible
 
 if TYPE_CHECKING:
+    from connectors.catalog.endpoints import Endpoint
     from connectors.http.pace import PaceReport
+    from flows.run.begin import Begun
+    from flows.run.plan import Plan
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run is, known once it began: said at the top of the live view and in the first plain line."""
+
+    run_id: str
+    job: str
+    budget: int
+    spent: Callable[[], int]
+    """The ledger's count, read when drawn: a resumed run's earlier sessions included."""
+    kind: str = "new"
+    """`new`, `resume` or `continue` (`flows.run.start`)."""
+    previous: str | None = None
+    """The run resumed (the same id) or continued."""
+    previous_status: str | None = None
+    ended_before: int = 0
+    pages_before: int = 0
+    records_before: int = 0
+    spent_before: int = 0
+    going_on: int = 0
+    """Queries a resume pages on from their last landed page, or a continue picks up at their saved cursor."""
+    planned: int | None = None
+    """Queries this run starts, when the plan knows them all (None: dependent queries are found as it runs)."""
+    page_bounds: Mapping[str, int] | None = None
+    """The most pages each query can take; None when one of them is unbounded or not known yet."""
+    exact: bool = False
+    """Every query is one page: the bounds are the pages, not a ceiling."""
+
+    def title(self) -> str:
+        return f"run {self.run_id} of job {self.job}"
+
+    def carried(self) -> str:
+        """What a resumed or continued run starts from (empty for a new run)."""
+        if self.kind == "resume":
+            why = {"running": "was killed", "interrupted": "was interrupted"}.get(
+                str(self.previous_status), f"ended {self.previous_status} and Prefect retries it"
+            )
+            return (
+                f"resumes run {self.run_id}, which {why}: {self.ended_before} queries had ended with "
+                f"{self.pages_before} pages and {self.records_before} records, {self.spent_before} "
+                f"of {self.budget} credits were spent; {self.going_on} unfinished queries go on where they stopped"
+            )
+        if self.kind == "continue":
+            return f"continues run {self.previous}: {self.going_on} queries pick up at their saved cursors"
+        return ""
+
+    def began(self) -> str:
+        """The run in one plain sentence: which it is and, resumed or continued, what it starts from."""
+        if self.kind == "resume":
+            return f"job {self.job} {self.carried()}"
+        planned = f"{self.planned} queries" if self.planned is not None else "queries as they are found"
+        said = f"{self.title()} {self.carried()}" if self.kind == "continue" else f"{self.title()}: {planned}"
+        return f"{said}; budget {self.budget} credits"
+
+
+def run_facts(
+    begun: Begun, the_plan: Plan, endpoints: Mapping[str, Endpoint], spent: Callable[[], int]
+) -> RunFacts:
+    """The facts of a run about to pay: what it starts from, and the pages its queries can take at most."""
+    from flows.run.plan import pages_at_most
+
+    start, manifest = begun.start, begun.manifest
+    to_run = [d for q in the_plan.queries if (d := start.decide(q)) is not None]
+    planned = {q.query_id for q in the_plan.queries}
+    to_run += [q for q in start.continue_at.values() if q.query_id not in planned]
+    bounds = {q.query_id: pages_at_most(endpoints[q.endpoint], q.max_pages, q.max_credits) for q in to_run}
+    known = not the_plan.dependents and None not in bounds.values()
+    kept = start.kept.values()
+    return RunFacts(
+        run_id=manifest.run_id, job=manifest.job, budget=manifest.budget, spent=spent, kind=start.kind,
+        previous=start.previous.run_id if start.previous else None,
+        previous_status=start.previous.status if start.previous else None,
+        ended_before=len(start.kept), pages_before=sum(int(s.get("pages", 0)) for s in kept),
+        records_before=sum(int(s.get("records", 0)) for s in kept), spent_before=start.journal.total_spent,
+        going_on=len(start.resume) if start.kind == "resume" else len(start.continue_at),
+        planned=None if the_plan.dependents else len(to_run),
+        page_bounds={q: b for q, b in bounds.items() if b is not None} if known else None,
+        exact=known and all(endpoints[q.endpoint].paging.single for q in to_run),
+    )  # fmt: skip
 
 
 class Reporter(Protocol):
+    def run_began(self, facts: RunFacts) -> None: ...
     def query_started(self, query_id: str, endpoint: str) -> None: ...
     def page_landed(self, query_id: str, records: int, credits: int) -> None: ...
     def query_finished(self, query_id: str, status: str) -> None: ...
@@ -32,17 +114,20 @@ class Reporter(Protocol):
 
 
 def pace_text(report: Callable[[], PaceReport] | None) -> str:
-    """`; 429s: 12 of 180, paced to 9.6/s` once the service asked harvest to slow down (else empty)."""
+    """`429s: 12 of 180, paced to 9.6/s` once the service asked harvest to slow down (else empty)."""
     if report is None:
         return ""
     met = report()
     if not met.refused:
         return ""
     pace = f", paced to {met.per_second:.1f}/s" if met.per_second is not None else ""
-    return f"; 429s: {met.refused} of {met.requests}{pace}"
+    return f"429s: {met.refused} of {met.requests}{pace}"
 
 
 class Silent:
+    def run_began(self, facts: RunFacts) -> None:
+        pass
+
     def query_started(self, query_id: str, endpoint: str) -> None:
         pass
 
@@ -60,7 +145,7 @@ class Silent:
 
 
 @dataclass
-class _Row:
+class Row:
     endpoint: str
     pages: int = 0
     records: int = 0
@@ -73,6 +158,10 @@ LISTED_WELL = 20
 accounts) they are counted in the totals instead: a nightly log of 10,000 `complete` lines hides the one that
 failed. A query that did not end well always gets its line."""
 
+RATE_WINDOW_S = 10.0
+"""Pages a second are counted over this much of the recent past: steady enough to read, quick to follow a
+service that slows down."""
+
 
 def ended_well(status: str) -> bool:
     """Imported here, not at the top: the command line draws progress before the pager's imports are needed."""
@@ -81,66 +170,147 @@ def ended_well(status: str) -> bool:
     return status in OK_STATUSES
 
 
+def clock(seconds: float) -> str:
+    """`0:07`, `12:30`, `2:05:09`."""
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 @dataclass
 class Counting:
-    """Keeps per-query counts and the run's totals as they change (a display of 10,000 queries never sums them)."""
+    """Keeps per-query counts and the run's totals as they change (a display of 10,000 queries never sums them).
+    Counts change on the run's event loop; a display may read them from its own thread, under `lock`."""
 
-    rows: dict[str, _Row] = field(default_factory=dict)
+    rows: dict[str, Row] = field(default_factory=dict)
+    """Every query reported, in the order they started."""
+    running: dict[str, Row] = field(default_factory=dict)
+    """The queries still running, in the order they started."""
     pace: Callable[[], PaceReport] | None = None
     """What the run met of the service's rate limit, read when the display is drawn."""
+    facts: RunFacts | None = None
     pages: int = 0
     records: int = 0
     credits: int = 0
-    running: int = 0
     finished_well: int = 0
     finished_badly: int = 0
+    pages_left: int | None = None
+    """Pages the run's queries can still take at most (`RunFacts.page_bounds`), when the plan knows them."""
+    began: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    samples: deque[tuple[float, int]] = field(default_factory=deque)
+    """(time, pages) now and then, to count pages a second over `RATE_WINDOW_S`."""
+
+    def run_began(self, facts: RunFacts) -> None:
+        with self.lock:
+            self.facts = facts
+            self.samples.append((time.monotonic(), self.pages))  # paging starts: the rate counts from here
+            if facts.page_bounds is not None:
+                self.pages_left = sum(facts.page_bounds.values())
+        self.changed(None)
 
     def watch_pace(self, report: Callable[[], PaceReport]) -> None:
         self.pace = report
 
-    def _row(self, query_id: str, endpoint: str = "") -> _Row:
+    def _row(self, query_id: str, endpoint: str = "") -> Row:
         row = self.rows.get(query_id)
         if row is None:
-            row = self.rows[query_id] = _Row(endpoint)
-            self.running += 1
+            row = self.rows[query_id] = self.running[query_id] = Row(endpoint)
         return row
 
     def query_started(self, query_id: str, endpoint: str) -> None:
-        self._row(query_id, endpoint).endpoint = endpoint
+        with self.lock:
+            self._row(query_id, endpoint).endpoint = endpoint
         self.changed(query_id)
 
     def page_landed(self, query_id: str, records: int, credits: int) -> None:
-        row = self._row(query_id)
-        row.pages += 1
-        row.records += records
-        row.credits += credits
-        self.pages, self.records, self.credits = (
-            self.pages + 1,
-            self.records + records,
-            self.credits + credits,
-        )
+        with self.lock:
+            row = self._row(query_id)
+            row.pages += 1
+            row.records += records
+            row.credits += credits
+            self.pages, self.records, self.credits = (
+                self.pages + 1,
+                self.records + records,
+                self.credits + credits,
+            )
+            bound = self._bound(query_id)
+            if bound is not None and row.pages <= bound and self.pages_left:
+                self.pages_left -= 1
         self.changed(query_id)
 
     def query_finished(self, query_id: str, status: str) -> None:
-        row = self._row(query_id)
-        if row.status == "running":
-            self.running -= 1
-            if ended_well(status):
-                self.finished_well += 1
-            else:
-                self.finished_badly += 1
-        row.status = status
+        with self.lock:
+            row = self._row(query_id)
+            if self.running.pop(query_id, None) is not None:
+                if ended_well(status):
+                    self.finished_well += 1
+                else:
+                    self.finished_badly += 1
+                bound = self._bound(query_id)
+                if bound is not None and self.pages_left is not None:
+                    self.pages_left = max(0, self.pages_left - max(0, bound - row.pages))
+            row.status = status
+            self.ended(query_id, row)
         self.changed(query_id)
 
-    def totals(self) -> str:
-        ended = self.finished_well + self.finished_badly
-        bad = f" ({self.finished_badly} not well)" if self.finished_badly else ""
-        return (
-            f"{ended} queries ended{bad}, {self.running} running; {self.pages} pages, {self.records} records, "
-            f"{self.credits} credits so far{pace_text(self.pace)}"
-        )
+    def _bound(self, query_id: str) -> int | None:
+        bounds = self.facts.page_bounds if self.facts else None
+        return bounds.get(query_id) if bounds is not None else None
 
-    def changed(self, query_id: str) -> None:
+    def ended(self, query_id: str, row: Row) -> None:
+        """A query ended (under `lock`): a display keeps it among the latest."""
+
+    def rate(self, now: float) -> float | None:
+        """Pages a second over the last `RATE_WINDOW_S` (None before a second of paging); call under `lock`."""
+        if not self.pages:
+            return None
+        if not self.samples or now - self.samples[-1][0] >= 0.5:
+            self.samples.append((now, self.pages))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= RATE_WINDOW_S:
+            self.samples.popleft()
+        then, pages = self.samples[0]
+        return (self.pages - pages) / (now - then) if now - then >= 1.0 else None
+
+    def time_left(self, rate: float | None) -> str:
+        """`about 1:20 left` when every query is one page, `1:20 left at most` when the plan bounds the pages
+        (`max_pages`); empty where it cannot know (a query pages until the service has no more)."""
+        if self.pages_left is None or not rate or self.facts is None:
+            return ""
+        left = clock(self.pages_left / rate)
+        return f"about {left} left" if self.facts.exact else f"{left} left at most"
+
+    def spent_of_budget(self) -> tuple[int, int] | None:
+        """(credits spent, budget) once the run began: the ledger's count, earlier sessions included."""
+        return (self.facts.spent(), self.facts.budget) if self.facts else None
+
+    def speed(self, now: float) -> list[str]:
+        """`0:12 elapsed`, `45.2 pages/s`, the time left, what the service's rate limit did."""
+        rate = self.rate(now)
+        said = [f"{clock(now - self.began)} elapsed", f"{rate:.1f} pages/s" if rate is not None else ""]
+        return [text for text in (*said, self.time_left(rate), pace_text(self.pace)) if text]
+
+    def queries(self) -> str:
+        """`180 of 206 queries ended (2 not well), 10 running`."""
+        ended = self.finished_well + self.finished_badly
+        planned = self.facts.planned if self.facts else None
+        of = f" of {planned}" if planned is not None and planned >= len(self.rows) else ""
+        bad = f" ({self.finished_badly} not well)" if self.finished_badly else ""
+        return f"{ended}{of} queries ended{bad}, {len(self.running)} running"
+
+    def totals(self) -> str:
+        """The run's plain progress sentence: credits, queries, pages and records, speed."""
+        with self.lock:
+            now = time.monotonic()
+            spent = self.spent_of_budget()
+            credits = f"{spent[0]} of {spent[1]} credits spent" if spent else f"{self.credits} credits spent"
+            elapsed, *speed = self.speed(now)
+            return (
+                f"{elapsed}: {credits}; {self.queries()}; {self.pages} pages, {self.records} records"
+                + "".join(f"; {text}" for text in speed)
+            )
+
+    def changed(self, query_id: str | None) -> None:
         pass
 
     def close(self) -> None:
@@ -148,8 +318,8 @@ class Counting:
 
 
 class LogLines(Counting):
-    """A line per finished query (past `LISTED_WELL` only those that did not end well) and a heartbeat of the
-    totals every few seconds: for cron logs, not terminals."""
+    """Plain sentences for cron logs, not terminals: what the run is, a line per finished query (past
+    `LISTED_WELL` only those that did not end well) and the run's totals every few seconds."""
 
     def __init__(self, every: float = 5.0) -> None:
         super().__init__()
@@ -157,71 +327,38 @@ class LogLines(Counting):
         self.last = time.monotonic()
         self.listed = 0
 
-    def changed(self, query_id: str) -> None:
+    def changed(self, query_id: str | None) -> None:
+        if query_id is None:
+            if self.facts is not None:
+                _say(self.facts.began())
+            return
         row = self.rows[query_id]
         if row.status != "running":
             self._finished(query_id, row)
         elif self.pages and time.monotonic() - self.last >= self.every:  # not 10,000 rows a page
             self.last = time.monotonic()
-            print(f"harvest: {self.totals()}", file=sys.stderr, flush=True)
+            _say(self.totals())
 
-    def _finished(self, query_id: str, row: _Row) -> None:
+    def _finished(self, query_id: str, row: Row) -> None:
         if ended_well(row.status):
             self.listed += 1
             if self.listed > LISTED_WELL:
                 return
-        print(f"harvest: {visible(query_id)}: {row.status}, {row.pages} pages, {row.records} records, "
-              f"{row.credits} credits", file=sys.stderr, flush=True)  # fmt: skip
+        _say(f"{query_id}: {row.status}, {row.pages} pages, {row.records} records, {row.credits} credits")
         if self.listed == LISTED_WELL and ended_well(row.status):
-            print(f"harvest: {LISTED_WELL} queries ended well; the rest that do are counted in the totals "
-                  "(every query that does not end well still gets its line)", file=sys.stderr, flush=True)  # fmt: skip
+            _say(
+                f"{LISTED_WELL} queries have ended well, each on a line above; from here on a query gets a line "
+                "only when it does not end well, and the others are counted in the progress lines"
+            )
 
     def close(self) -> None:
         if self.listed > LISTED_WELL:
-            print(f"harvest: {self.totals()}", file=sys.stderr, flush=True)
+            _say(self.totals())
 
 
-class LiveTable(Counting):
-    """A live table on a terminal: the last queries to change and the run's totals, redrawn a few times a second
-    (not once a page: 10,000 one-page queries drew 30,000 tables)."""
-
-    SHOWN = 30
-    REDRAW_S = 0.25
-
-    def __init__(self, console: Console | None = None) -> None:
-        super().__init__()
-        self.drawn = 0.0
-        self.live = Live(self.render(), console=console or LiteralConsole(stderr=True), refresh_per_second=4)
-        self.live.start()
-
-    def render(self) -> Table:
-        shown = table(
-            "query",
-            "pages",
-            "records",
-            "credits",
-            "status",
-            title="harvest",
-            right=("pages", "records", "credits"),
-        )
-        latest = list(itertools.islice(reversed(self.rows.items()), self.SHOWN))
-        for query_id, row in reversed(latest):
-            add_row(shown, query_id, row.pages, row.records, row.credits, row.status)
-        if len(self.rows) > self.SHOWN:
-            shown.caption = self.totals()
-        elif text := pace_text(self.pace):
-            shown.caption = "service rate limit" + text
-        return shown
-
-    def changed(self, query_id: str) -> None:
-        now = time.monotonic()
-        if now - self.drawn >= self.REDRAW_S:
-            self.drawn = now
-            self.live.update(self.render())
-
-    def close(self) -> None:
-        self.live.update(self.render())
-        self.live.stop()
+def _say(sentence: str) -> None:
+    """One plain line on stderr; query ids and job names are the user's text: control characters escaped."""
+    print(f"harvest: {visible(sentence)}", file=sys.stderr, flush=True)
 
 
 _current: Reporter = Silent()
@@ -237,4 +374,8 @@ def current() -> Reporter:
 
 
 def for_terminal() -> Reporter:
-    return LiveTable() if sys.stderr.isatty() else LogLines()
+    if not sys.stderr.isatty():
+        return LogLines()
+    from flows.live_view import LiveView
+
+    return LiveView()
