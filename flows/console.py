@@ -12,7 +12,7 @@ and wrap any text that is not a fixed string of harvest's in `literal()`.
 
 from __future__ import annotations
 
-import io
+import itertools
 import os
 import re
 import shutil
@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
@@ -102,52 +103,65 @@ _WORD_BREAKS = re.compile(r"(?<=[_.\-])")
 """Inside a piece too wide for a whole line: after `_`, `.` or `-` (`creative_material_` / `details`)."""
 
 
-def pieces(text: Text, breaks: re.Pattern[str] = _BREAKS) -> list[Text]:
-    """`text` cut at every place a line may break (`_BREAKS`), styles kept."""
-    offsets = [m.start() for m in breaks.finditer(text.plain) if 0 < m.start() < len(text.plain)]
-    return list(text.divide(offsets)) if offsets else [text]
+def widest_piece(plain: str) -> int:
+    """The cells of the widest part of `plain` no line break may split (`_BREAKS`)."""
+    cuts = [0, *(m.start() for m in _BREAKS.finditer(plain)), len(plain)]
+    return max((cell_len(plain[a:b].rstrip(" ")) for a, b in itertools.pairwise(cuts)), default=0)
 
 
 def wrap_at_separators(text: Text, width: int, console: Console | None = None) -> list[Text]:
     """`text` in lines of at most `width` cells, broken only where `_BREAKS` allows. A piece wider than a whole
     line breaks at `_WORD_BREAKS`, and what is still too wide (a 100-character hash at 80 columns) is folded:
-    it cannot fit otherwise."""
+    it cannot fit otherwise. The breaks are found on the plain string and the text divided once (a table of 200
+    rows of JSON wraps thousands of pieces). `console` is not needed: kept for callers that have one."""
     lines: list[Text] = []
     for paragraph in text.split("\n", allow_blank=True):
-        lines.extend(_wrap(paragraph, max(1, width), console or _MEASURING, (_BREAKS, _WORD_BREAKS)))
+        plain = paragraph.plain
+        for start, end in _spans(plain, 0, len(plain), max(1, width), (_BREAKS, _WORD_BREAKS)):
+            line = paragraph[start:end]
+            line.rstrip()
+            line.end = ""
+            lines.append(line)
     return lines
 
 
-def _wrap(text: Text, width: int, console: Console, breaks: tuple[re.Pattern[str], ...]) -> list[Text]:
-    if not breaks:
-        return list(text.wrap(console, width, overflow="fold", no_wrap=False))
-    lines: list[Text] = []
-    current = Text(end="")
-    for piece in pieces(text, breaks[0]):
-        if current.plain and _rstripped(current + piece).cell_len > width:
-            lines.append(_rstripped(current))
-            current, piece = Text(end=""), _lstripped(piece)
-        current.append_text(piece)
-        if _rstripped(current).cell_len > width:  # a piece wider than a whole line
-            *full, current = _wrap(_rstripped(current), width, console, breaks[1:])
-            lines.extend(full)
-    lines.append(_rstripped(current))
-    return lines
+def _spans(
+    plain: str, start: int, end: int, width: int, tiers: tuple[re.Pattern[str], ...]
+) -> list[tuple[int, int]]:
+    """(start, end) of each line of `plain[start:end]`: as many pieces a line as fit (trailing spaces not
+    counted, a new line's leading spaces skipped), a piece too wide alone split by the next tier."""
+    if not tiers:
+        return _folded(plain, start, end, width)
+    spans: list[tuple[int, int]] = []
+    line, fit = start, start
+    cuts = [m.start() for m in tiers[0].finditer(plain, start, end) if start < m.start() < end]
+    for cut in [*cuts, end]:
+        if cell_len(plain[line:cut].rstrip(" ")) <= width:
+            fit = cut
+            continue
+        if fit > line:
+            spans.append((line, fit))
+            line = fit + len(plain[fit:cut]) - len(plain[fit:cut].lstrip(" "))
+            if cell_len(plain[line:cut].rstrip(" ")) <= width:
+                fit = cut
+                continue
+        *full, (line, fit) = _spans(plain, line, cut, width, tiers[1:])  # the piece alone is too wide
+        spans.extend(full)
+    spans.append((line, end))
+    return spans
 
 
-def _rstripped(text: Text) -> Text:
-    copy = text.copy()
-    copy.rstrip()
-    return copy
-
-
-def _lstripped(text: Text) -> Text:
-    plain = text.plain
-    return text[len(plain) - len(plain.lstrip(" ")) :]
-
-
-_MEASURING = Console(width=80, markup=False, emoji=False, highlight=False, file=io.StringIO())
-"""Folds a piece too wide for any line when no console is at hand (tabs and wide characters measured alike)."""
+def _folded(plain: str, start: int, end: int, width: int) -> list[tuple[int, int]]:
+    """Lines of at most `width` cells, cut anywhere: the last resort."""
+    spans, line, cells = [], start, 0
+    for i in range(start, end):
+        size = cell_len(plain[i])
+        if cells + size > width and i > line:
+            spans.append((line, i))
+            line, cells = i, 0
+        cells += size
+    spans.append((line, end))
+    return spans
 
 
 class AtSeparators:
@@ -158,16 +172,28 @@ class AtSeparators:
         self.text = text
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        parts = [_rstripped(p).cell_len for line in self.text.split("\n") for p in pieces(line)]
-        widest = max((line.cell_len for line in self.text.split("\n")), default=0)
-        return Measurement(min(max(parts, default=0), options.max_width), min(widest, options.max_width))
+        lines = self.text.plain.split("\n")
+        narrowest = max(widest_piece(line) for line in lines)
+        widest = max(cell_len(line) for line in lines)
+        return Measurement(min(narrowest, options.max_width), min(widest, options.max_width))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        for line in wrap_at_separators(self.text, options.max_width, console):
+        plain = self.text.plain
+        if "\n" not in plain and cell_len(plain) <= options.max_width:  # most cells: nothing to wrap
+            line = self.text.copy()
             if options.justify in ("right", "center"):
                 line.align(options.justify, options.max_width)
-            line.end = "\n"
             yield line
+            return
+        lines = wrap_at_separators(self.text, options.max_width, console)
+        if options.justify in ("right", "center"):
+            for line in lines:
+                line.align(options.justify, options.max_width)
+        whole = Text("\n").join(
+            lines
+        )  # one text for rich to render, not a text a line: a cell of JSON is 100s
+        whole.no_wrap, whole.overflow = True, "ignore"  # every line fits already
+        yield whole
 
 
 class LiteralTable(Table):
@@ -193,11 +219,20 @@ def table(*columns: str, title: object | None = None, right: Iterable[str] = ())
     return result
 
 
+BLOB = 200
+"""A cell longer than this is a blob (a record's JSON in `harvest sql`), folded as rich folds it: breaking
+hundreds of such cells at separators doubled the time `harvest sql` took to print 200 rows."""
+
+
+def _cell(value: object) -> Text | AtSeparators:
+    text = value if isinstance(value, Text) else literal("" if value is None else value)
+    return text if len(text) > BLOB else AtSeparators(text)
+
+
 def add_row(target: Table, *cells: object) -> None:
-    """Add a row whose cells print literally: a `Text` is kept (its style too), None is empty."""
-    target.add_row(
-        *(AtSeparators(c if isinstance(c, Text) else literal("" if c is None else c)) for c in cells)
-    )
+    """Add a row whose cells print literally: a `Text` is kept (its style too), None is empty. Names, ids and
+    paths break only at separators (`AtSeparators`)."""
+    target.add_row(*map(_cell, cells))
 
 
 def harvest_command() -> str:
