@@ -53,14 +53,15 @@ class LiveView(Counting):
     def lines(self, width: int, height: int, now: float | None = None) -> list[Text]:
         """The frame at this size (at `now`, by the monotonic clock): header, column names, rows, the count of
         the rest."""
+        spent = self.spent_of_budget()  # the ledger's own lock, never taken inside this view's
         with self.lock:
-            head = self._head(width, time.monotonic() if now is None else now)
+            head = self._head(width, time.monotonic() if now is None else now, spent)
             budget = max(0, height - 1 - len(head) - 2)  # a line for the cursor, the column names, the count
             shown = list(itertools.islice(self._candidates(budget), min(budget, MAX_ROWS)))
             table, fitted = _table(shown, width, budget)
-            return [*head, *table, *self._hidden(shown[:fitted])]
+            return [*head, *table, *self._hidden(shown[:fitted], width)]
 
-    def _head(self, width: int, now: float) -> list[Text]:
+    def _head(self, width: int, now: float, spent: tuple[int, int] | None) -> list[Text]:
         facts = self.facts
         title = Text("harvest ", "bold") + literal(
             facts.title() if facts else "starting: checks, Prefect, the plan"
@@ -68,9 +69,8 @@ class LiveView(Counting):
         head = wrap_at_separators(title, width)
         if facts and facts.carried():
             head += wrap_at_separators(literal(facts.carried(), "cyan"), width)
-        spent = self.spent_of_budget()
         if spent is not None:
-            head.append(_gauge(*spent, width))
+            head += _gauge(*spent, width)
         head += wrap_at_separators(Text(" · ".join(self.speed(now))), width)
         if self.rows:
             totals = f"{self.queries()} · {self.pages} pages, {self.records} records"
@@ -85,7 +85,7 @@ class LiveView(Counting):
         ended = ((q, self.rows[q]) for q in latest)
         return itertools.chain(list(itertools.islice(self.running.items(), MAX_ROWS)), ended)
 
-    def _hidden(self, shown: list[tuple[str, Row]]) -> list[Text]:
+    def _hidden(self, shown: list[tuple[str, Row]], width: int) -> list[Text]:
         """`and 190 more: 10 running, 178 ended well, 2 not well` for the queries without a row."""
         if len(shown) >= len(self.rows):
             return []
@@ -98,7 +98,7 @@ class LiveView(Counting):
             (self.finished_badly - badly, "not well"),
         ]
         said = ", ".join(f"{n} {what}" for n, what in counts if n > 0)
-        return [Text(f"and {len(self.rows) - len(shown)} more: {said}", "dim")]
+        return wrap_at_separators(Text(f"and {len(self.rows) - len(shown)} more: {said}", "dim"), width)
 
 
 class _Frame:
@@ -113,16 +113,20 @@ class _Frame:
             yield line
 
 
-def _gauge(spent: int, budget: int, width: int) -> Text:
+def _gauge(spent: int, budget: int, width: int) -> list[Text]:
     """`credits 541 of 1000 ━━━━━━━━━━━──────── 54%`: green, yellow past 80%, red when it is all spent."""
     share = spent / budget if budget > 0 else (1.0 if spent else 0.0)
     label, percent = f"credits {spent} of {budget} ", f" {min(999, int(share * 100))}%"
     style = "red" if share >= 1 else "yellow" if share >= 0.8 else "green"
     bar = width - len(label) - len(percent)
     if bar < GAUGE_MIN:
-        return Text(label.rstrip() + f" ({percent.strip()})")
+        return wrap_at_separators(Text(label.rstrip() + f" ({percent.strip()})"), width)
     filled = min(bar, round(bar * share))
-    return Text(label) + Text("━" * filled, style) + Text("─" * (bar - filled), "dim") + Text(percent)
+    return [Text(label) + Text("━" * filled, style) + Text("─" * (bar - filled), "dim") + Text(percent)]
+
+
+QUERY_MIN = 16
+"""The query column's narrowest: below it (a terminal narrower than ~60 columns) records and credits give way."""
 
 
 def _table(shown: list[tuple[str, Row]], width: int, budget: int) -> tuple[list[Text], int]:
@@ -130,24 +134,29 @@ def _table(shown: list[tuple[str, Row]], width: int, budget: int) -> tuple[list[
     many of the queries got their row."""
     if not shown or budget < 1:
         return [], 0
-    numbers = [("pages", [r.pages for _, r in shown]), ("records", [r.records for _, r in shown]),
-               ("credits", [r.credits for _, r in shown])]  # fmt: skip
-    widths = [max(len(name), *(len(str(v)) for v in values)) for name, values in numbers]
+    numbers = {"pages": [r.pages for _, r in shown], "records": [r.records for _, r in shown],
+               "credits": [r.credits for _, r in shown]}  # fmt: skip
+    widths = {name: max(len(name), *(len(str(v)) for v in values)) for name, values in numbers.items()}
     status_width = max(len("status"), *(len(r.status) for _, r in shown))
-    query_width = max(10, width - sum(widths) - status_width - len(_GAP) * 4)
+    while (
+        len(widths) > 1
+        and width - sum(widths.values()) - status_width - len(_GAP) * (len(widths) + 1) < QUERY_MIN
+    ):
+        widths.popitem()  # credits, then records
+    query_width = max(1, width - sum(widths.values()) - status_width - len(_GAP) * (len(widths) + 1))
     header = Text("query".ljust(query_width), "bold")
-    for (name, _), w in zip(numbers, widths, strict=True):
+    for name, w in widths.items():
         header += Text(_GAP + name.rjust(w), "bold")
     lines, fitted = [header + Text(_GAP + "status", "bold")], 0
-    for query_id, row in shown:
+    for i, (query_id, row) in enumerate(shown):
         ids = wrap_at_separators(literal(query_id), query_width)
         if len(lines) - 1 + len(ids) > budget:
             break
         fitted += 1
         line = ids[0].copy()
         line.pad_right(query_width - line.cell_len)
-        for value, w in zip((row.pages, row.records, row.credits), widths, strict=True):
-            line += Text(_GAP + str(value).rjust(w))
+        for name, w in widths.items():
+            line += Text(_GAP + str(numbers[name][i]).rjust(w))
         style = "" if row.status == "running" or ended_well(row.status) else "red"
         lines += [line + Text(_GAP) + literal(row.status, style), *ids[1:]]
     return (lines, fitted) if fitted else ([], 0)

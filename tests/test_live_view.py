@@ -119,6 +119,14 @@ def test_a_query_id_wider_than_its_column_wraps_at_separators_within_the_termina
     assert frame[3] == "0 queries ended, 41 running · 41 pages, 123 records"  # no planned count: dependents
 
 
+@pytest.mark.parametrize("width", [80, 50, 30, 20])
+def test_no_line_of_the_view_is_wider_than_the_terminal(view: LiveView, width: int) -> None:
+    now = fan_out(view, ended=30, failed={3}, queries=60, job="a-job-with-a-long-name")
+    frame = [line.plain for line in view.lines(width, 16, now)]
+    assert frame and all(len(line) <= width for line in frame), [line for line in frame if len(line) > width]
+    assert whole("credits 30 of 1000", frame) and "more: " in unwrapped(frame)
+
+
 def test_time_left_is_said_only_where_the_plan_knows_the_pages(view: LiveView) -> None:
     view.run_began(facts(page_bounds={"a": 1, "b": 5}, exact=False, planned=2))
     for query in ("a", "b"):

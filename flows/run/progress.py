@@ -43,7 +43,8 @@ class RunFacts:
     records_before: int = 0
     spent_before: int = 0
     going_on: int = 0
-    """Queries a resume pages on from their last landed page, or a continue picks up at their saved cursor."""
+    """Queries a resume runs again (started, not ended: each goes on from its last landed page, if it had one),
+    or a continue picks up at their saved cursor."""
     planned: int | None = None
     """Queries this run starts, when the plan knows them all (None: dependent queries are found as it runs)."""
     page_bounds: Mapping[str, int] | None = None
@@ -281,7 +282,8 @@ class Counting:
         return f"about {left} left" if self.facts.exact else f"{left} left at most"
 
     def spent_of_budget(self) -> tuple[int, int] | None:
-        """(credits spent, budget) once the run began: the ledger's count, earlier sessions included."""
+        """(credits spent, budget) once the run began: the ledger's count, earlier sessions included. Read
+        outside `lock`: the ledger takes its own."""
         return (self.facts.spent(), self.facts.budget) if self.facts else None
 
     def speed(self, now: float) -> list[str]:
@@ -300,9 +302,9 @@ class Counting:
 
     def totals(self) -> str:
         """The run's plain progress sentence: credits, queries, pages and records, speed."""
+        spent = self.spent_of_budget()  # the ledger's own lock, never taken inside this one
         with self.lock:
             now = time.monotonic()
-            spent = self.spent_of_budget()
             credits = f"{spent[0]} of {spent[1]} credits spent" if spent else f"{self.credits} credits spent"
             elapsed, *speed = self.speed(now)
             return (
