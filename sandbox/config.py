@@ -109,11 +109,20 @@ class Drift:
     UTF-8 (characters Latin-1 lacks as `?`)."""
     byte_order_mark: frozenset[str] = frozenset()
     """Paths whose answers start with a UTF-8 byte order mark."""
-    relay_lists: Mapping[str, str] = field(default_factory=dict)
-    """Path -> location of a list sent as a GraphQL Relay connection, `{"edges": [{"node": ..., "cursor": ...}],
-    "pageInfo": ...}` (`[1].data.user.clips`: the clip's other clips, as the platform's own API pages them)."""
     unreadable: frozenset[str] = frozenset()
     """Paths answered 200 (and billed) with an HTML maintenance page: the same bytes every time, no JSON."""
+    sentinel_with_records: bool = False
+    """Pin search's last page of pins itself carries the end-of-pages sentinel (`"cursor": "-end-"`) instead
+    of a cursor to a page that has none."""
+    renamed_fields: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Path -> {a record field: the name it is sent under} for every record of the path's answers
+    (`viewCountInt` sent as `viewCount`): every record still lands, a column comes empty."""
+    wrapped_records: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Path -> (a list of the answer, the key each of its records comes wrapped under): `{"tweet": {...}}`
+    items, records without their primary key at the top: drift."""
+    interface_names: bool = False
+    """Records named as the service's interface (`docs/service-shapes.md`, before the published answers) names
+    them: `views`, a flat tweet author, unwrapped replies with `parent_uri`, `price.amount`, ..."""
 
     @property
     def active(self) -> bool:
@@ -176,6 +185,10 @@ class SandboxConfig:
     observation: int = 0
     """Which night it is: engagement counters (plays, likes, views, ...) grow with it, ids and texts stay."""
     drift: Drift = field(default_factory=Drift)
+    replay: Mapping[str, bytes] = field(default_factory=dict)
+    """Path -> an answer's bytes, served exactly as they are (with their own envelope, or none) to every valid
+    request of that path, and billed as usual: the service's published sample answers, or an answer recorded
+    from it, replayed (`harvest sandbox --replay PATH=FILE`)."""
     cache_pages: bool = False
     """Build each distinct page once and serve it again from memory (benchmarks: the sandbox must not be the
     bottleneck of what it measures). Answers are the same bytes either way."""

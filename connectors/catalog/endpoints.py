@@ -103,12 +103,18 @@ def kind(
     *fields: Field,
     unwrap: Unwrap | None = None,
     one: str | tuple[str, ...] = (),
+    nested: str | None = None,
+    ignore: tuple[str, ...] = (),
 ) -> RecordKind:
-    """`one`: the locations holding one object rather than a list (a detail answer)."""
+    """`one`: the locations holding one object rather than a list (a detail answer); `nested`: the key under
+    which an item holds more items of its kind (a thread's replies to replies); `ignore`: record paths left in
+    `raw` on purpose (not new fields)."""
     locations = (location,) if isinstance(location, str) else location
     primary_key = (key,) if isinstance(key, str) else key
     objects = (one,) if isinstance(one, str) else one
-    return RecordKind(table, locations, primary_key, tuple(fields), unwrap, objects=objects)
+    return RecordKind(
+        table, locations, primary_key, tuple(fields), unwrap, ignore, objects=objects, nested=nested
+    )
 
 
 CLIP_FIELDS = (
@@ -116,8 +122,8 @@ CLIP_FIELDS = (
     text("language"), integer("duration_seconds", "durationSeconds"), timestamp("created_at", "createdAt"),
     text("game_id", "game.id"), text("game_name", "game.name"), text("broadcaster_id", "broadcaster.id"),
     text("broadcaster_login", "broadcaster.login"), text("broadcaster_display_name", "broadcaster.displayName"),
-    integer("broadcaster_followers", "broadcaster.followers"), text("thumbnail_url", "thumbnailURL"),
-    json_text("video_qualities", "videoQualities"),
+    integer("broadcaster_followers", "broadcaster.followers.totalCount|broadcaster.followers"),
+    text("thumbnail_url", "thumbnailURL"), text("video_url", "videoURL"), json_text("video_qualities", "videoQualities"),
 )  # fmt: skip
 
 MICROBLOG_B_POST_FIELDS = (
@@ -129,11 +135,14 @@ MICROBLOG_B_POST_FIELDS = (
 )  # fmt: skip
 
 VIDEO_FIELDS = (
-    text("id"), text("title"), text("url"), text("thumbnail"), integer("views"), text("published_time", "publishedTime"),
-    integer("length_seconds", "lengthSeconds"), text("channel_id", "channel.id"), text("channel_title", "channel.title"),
-    text("channel_url", "channel.url"), text_list("badges"), integer("like_count", "likeCount"),
-    integer("comment_count", "commentCount"), text("description"),
+    text("id"), text("title"), text("url"), text("thumbnail"), integer("views", "viewCountInt|views"),
+    text("view_count_text", "viewCountText"), text("published_time", "publishedTime"),
+    integer("length_seconds", "lengthSeconds"), text("length_text", "lengthText"), text("channel_id", "channel.id"),
+    text("channel_title", "channel.title"), text("channel_handle", "channel.handle"), text("channel_url", "channel.url"),
+    text_list("badges"), integer("like_count", "likeCount"), integer("comment_count", "commentCount"), text("description"),
 )  # fmt: skip
+"""Video search items: the service sends `viewCountInt` (and `viewCountText`, "1.8M views") where the interface
+says `views`, and a channel with a `handle` but no `url`; the interface's names are read when they come."""
 
 FEED_ITEM = Unwrap(
     "post",
@@ -150,6 +159,10 @@ and the thread it replies to (`reply.root`, `reply.parent`: full post views, kep
 MICROBLOG_B_POSTS = kind(
     "microblog_b_posts", ("feed", "post"), "uri", *MICROBLOG_B_POST_FIELDS, unwrap=FEED_ITEM, one="post"
 )
+
+THREAD_REPLY = Unwrap("post", ignore=("$type", "replies", "threadContext"))
+"""A single post's replies come as the upstream thread view, `{"$type": "...#threadViewPost", "post": {...},
+"replies": [...], "threadContext": {}}`: the reply is `post`, and its own `replies` nest further (`nested`)."""
 
 # ---------------------------------------------------------------------------------------------- endpoints
 ENDPOINTS: tuple[Endpoint, ...] = (
@@ -185,9 +198,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/network-a/group/posts", "Posts of a public group (at most 3 a page).", GroupPosts, paging.cursor(),
         (kind("network_a_group_posts", "posts", "id",
-              text("id"), text("text"), text("url"), integer("reaction_count", "reactionCount"),
-              integer("comment_count", "commentCount"), timestamp("publish_time", "publishTime"),
-              json_text("video_details", "videoDetails"), json_text("top_comments", "topComments")),),
+              text("id"), text("text"), text("url"), text("permalink"), text("author_id", "author.id"),
+              text("author_name", "author.name"), integer("reaction_count", "reactionCount"),
+              integer("comment_count", "commentCount"), integer("video_view_count", "videoViewCount"),
+              timestamp("publish_time", "publishTime"), json_text("video_details", "videoDetails"),
+              json_text("top_comments", "topComments")),),
         newest_first=NewestFirst("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
         records_per_page=3,
     ),
@@ -195,12 +210,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/v1/forum/subreddit/search", "Posts, comments and media of one subreddit matching a query.",
         SubredditSearch, paging.cursor(),
         (kind("forum_posts", "posts", "id",
-              text("id"), text("title"), integer("votes"), integer("num_comments"), text("url"), timestamp("created_at")),
+              text("id"), text("title"), integer("votes"), integer("num_comments"), text("url"), text("permalink"),
+              text("subreddit", "subreddit.name"), timestamp("created_at")),
          kind("forum_comments", "comments", "id",
-              text("id"), text("author"), text("body"), integer("votes"), timestamp("created_at"), text("post_id", "post.id"),
-              text("post_title", "post.title"), text("post_url", "post.url")),
+              text("id"), text("author"), text("body"), integer("votes"), timestamp("created_at"), text("post_id", "post_id|post.id"),
+              text("post_title", "post.title"), text("post_url", "post.url"), text("parent_comment_id"), text("permalink")),
          kind("forum_media", "media", "id",
-              text("id"), text("title"), text("media_type"), integer("width"), integer("height"), integer("gallery_count"), text("url"))),
+              text("id"), text("title"), text("media_type"), integer("width", "image.width|width"),
+              integer("height", "image.height|height"), integer("gallery_count"), text("url"), text("permalink"),
+              text("image_url", "image.src"))),
         newest_first=NewestFirst("sort", ("new",)),
     ),
     Endpoint(
@@ -212,7 +230,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/v1/video-platform/community-post", "One community post.", ByUrl, paging.single(),
         (kind("video_platform_community_posts", "", "id",
               text("id"), text("channel_id", "channel.id"), text("channel_title", "channel.title"),
-              text("channel_url", "channel.url"), text("content"), text_list("images"), integer("like_count", "likeCount"),
+              text("channel_url", "channel.url"), text("channel_handle", "channel.handle"), text("content"), text_list("images"), integer("like_count", "likeCount"),
               text("published_time", "publishedTime"), text("video_id", "video.id"),
               text("video_title", "video.title"), text("video_url", "video.url")),),
         records_per_page=1,
@@ -220,7 +238,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/microblog-b/post", "One post and its threaded replies.", ByUrl, paging.single(),
         (MICROBLOG_B_POSTS,
-         kind("microblog_b_replies", "replies", "uri", *MICROBLOG_B_POST_FIELDS, text("parent_uri"))),
+         kind("microblog_b_replies", "replies", "uri", *MICROBLOG_B_POST_FIELDS,
+              text("parent_uri", "record.reply.parent.uri|parent_uri"), text("root_uri", "record.reply.root.uri"),
+              unwrap=THREAD_REPLY, nested="replies", ignore=("record.reply",))),
     ),
     Endpoint(
         "/v1/microblog-b/user/posts", "A user's feed of posts.", UserPosts, paging.cursor(), (MICROBLOG_B_POSTS,),
@@ -229,10 +249,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/microblog-a/community/tweets", "Tweets of a community (one page).", ByUrl, paging.single(),
         (kind("microblog_a_tweets", "tweets", "id",
-              text("id"), text("full_text"), integer("view_count"), integer("favorite_count"), integer("retweet_count"),
-              integer("reply_count"), integer("bookmark_count"), integer("quote_count"), timestamp("created_at"), text("source"),
-              text("user_name", "user.name"), text("user_screen_name", "user.screen_name"),
-              text("user_avatar", "user.avatar"), integer("user_followers_count", "user.followers_count"),
+              text("id"), text("full_text"), text("lang"), integer("view_count"), integer("favorite_count"),
+              integer("retweet_count"), integer("reply_count"), integer("bookmark_count"), integer("quote_count"),
+              timestamp("created_at"), text("source"), text("user_id", "user_id_str|user.rest_id"),
+              text("user_name", "user.core.name|user.name"), text("user_screen_name", "user.core.screen_name|user.screen_name"),
+              text("user_avatar", "user.avatar.image_url|user.avatar"),
+              integer("user_followers_count", "user.legacy.followers_count|user.followers_count"),
               boolean("user_is_blue_verified", "user.is_blue_verified")),),
     ),
     Endpoint(
@@ -250,7 +272,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "/v1/photo-app/user/reels", "A user's public reels.", Reels, paging.max_id(),
         (kind("photo_app_reels", ("items[].media", "items"), "id",
-              text("id"), text("code"), integer("play_count"), integer("like_count"), integer("comment_count"), timestamp("taken_at"),
+              text("id"), text("code"), text("url"), text("caption", "caption.text"), integer("play_count"),
+              integer("like_count"), integer("comment_count"), timestamp("taken_at"),
               text("video_url", "video_versions[0].url|video_url"),
               text("thumbnail_url", "image_versions2.candidates[0].url|thumbnail_url"),
               text("owner_id", "owner.id"), text("owner_username", "owner.username"),
@@ -258,9 +281,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         newest_first=NewestFirst(),
     ),
     Endpoint(
-        "/v1/pinboard/search", "Pins matching a query.", PinSearch, paging.cursor(),
+        "/v1/pinboard/search", "Pins matching a query.", PinSearch, paging.cursor(end=("-end-",)),
         (kind("pinboard_pins", "pins", "id",
-              text("id"), text("url"), text("title"), text("description"), text("image_url", "images.orig.url"),
+              text("id"), text("url"), text("title"), text("description"), timestamp("created_at"),
+              text("image_url", "images.orig.url"),
               integer("image_width", "images.orig.width"), integer("image_height", "images.orig.height"), text("link"),
               text("domain"), text("board_id", "board.id"), text("board_name", "board.name"),
               text("board_url", "board.url"), text("pinner_id", "pinner.id"),
@@ -283,30 +307,40 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         paging.continuation_token(),
         (kind("video_platform_comments", "comments", "id",
               text("id"), text("content"), text("author_name", "author.name"),
-              text("author_channel_id", "author.channelId"), text("author_avatar", "author.avatar"),
+              text("author_channel_id", "author.channelId"), text("author_channel_url", "author.channelUrl"),
+              text("author_avatar", "author.avatarUrl|author.avatar"),
               boolean("author_is_verified", "author.isVerified"), boolean("author_is_creator", "author.isCreator"),
-              integer("like_count", "likeCount"), text("published_time", "publishedTime")),),
+              integer("like_count", "engagement.likes|likeCount"), integer("reply_count", "engagement.replies"),
+              integer("reply_level", "replyLevel"), text("published_time", "publishedTime")),),
     ),
     Endpoint(
         "/v1/short-video/shop/products", "All products of one shop.", ShopProducts,
         paging.cursor(more="has_more"),
         (kind("short_video_products", "products", "id",
-              text("id"), text("title"), text_list("cover"), text("url"), text("price_currency", "price.currency"),
-              number("price_amount", "price.amount"), integer("sold_count"), integer("review_count"), number("rating")),
+              text("id", "product_id|id"), text("title"), text_list("cover", "image.url_list|cover"),
+              text("url", "seo_url.canonical_url|url"),
+              text("price_currency", "product_price_info.currency_name|price.currency"),
+              number("price_amount", "product_price_info.sale_price_decimal|price.amount"),
+              integer("sold_count", "sold_info.sold_count|sold_count"),
+              integer("review_count", "rate_info.review_count|review_count"), number("rating", "rate_info.score|rating"),
+              text("seller_id", "seller_info.seller_id")),
          kind("short_video_shops", "shopInfo", "id",
-              text("id"), text("name"), text("url"), integer("followers"), text("region"), one="shopInfo")),
+              text("id", "seller_id|id"), text("name", "shop_name|name"), text("url", "shop_link|url"),
+              integer("followers", "followers_count|followers"), text("region"), integer("sold_count"),
+              number("rating", "shop_rating"), one="shopInfo")),
         newest_first=NewestFirst(),
     ),
     Endpoint(
         "/v3/short-video/profile/videos", "A user's videos, latest or most popular first.", ProfileVideos,
         paging.max_cursor(),
         (kind("short_video_videos", "aweme_list", "aweme_id",
-              text("aweme_id"), text("caption", "desc"), timestamp("create_time"),
+              text("aweme_id"), text("caption", "desc"), timestamp("create_time"), text("url"),
               integer("play_count", "statistics.play_count"), integer("digg_count", "statistics.digg_count"),
               integer("comment_count", "statistics.comment_count"), integer("share_count", "statistics.share_count"),
               integer("collect_count", "statistics.collect_count"), integer("duration_ms", "video.duration"),
               text("cover_url", "video.cover.url_list[0]"), text("play_url", "video.play_addr.url_list[0]"),
-              text("author_uid", "author.uid"), text("author_unique_id", "author.unique_id")),),
+              text("author_uid", "author.uid"), text("author_unique_id", "author.unique_id"),
+              text("shop_product_url")),),
         newest_first=NewestFirst("sort_by", ("latest",)),
     ),
 )  # fmt: skip

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -191,9 +192,19 @@ def _as_timestamp(v: Any) -> datetime | None:
             try:  # the microblog-a style: "Wed Oct 10 20:19:24 +0000 2018"
                 return datetime.strptime(v, "%a %b %d %H:%M:%S %z %Y")
             except ValueError:
-                return None
+                return _as_mail_date(v)
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     return None
+
+
+def _as_mail_date(v: str) -> datetime | None:
+    """The e-mail style (RFC 2822) pin search sends: "Tue, 07 Jan 2025 18:23:09 +0000"; a zone of -0000 (unknown)
+    is taken as UTC."""
+    try:
+        parsed = parsedate_to_datetime(v)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _as_strings(v: Any) -> list[str] | None:

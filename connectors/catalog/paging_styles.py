@@ -3,7 +3,9 @@
 One mechanism covers every style the service uses: each request parameter that carries the cursor is read from
 one of a few response paths, and an optional "more" flag ends paging when falsy even if a cursor is still
 there (the real service's last pages sometimes carry one). A cursor value that is missing, null, empty or 0
-means "no next page": other clients kept the old cursor in that case and paid for the last page forever.
+means "no next page": other clients kept the old cursor in that case and paid for the last page forever. So does
+a sentinel, a value the service puts where the cursor goes to say "no more" (pin search's `"-end-"`): sent back,
+it would be a paid request for nothing, so paging ends on the page that carries it, records or not.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from connectors.catalog.record_paths import MISSING, first
 Cursor = dict[str, str]
 """Request parameters that ask for the next page, e.g. {"cursor": "abc"}; plain strings, JSON-serialisable."""
 
+END_OF_PAGES: tuple[str, ...] = ("-end-",)
+"""Cursor values that mean "no more pages" for every paging style unless its declaration names others: pin
+search's last page answers `"cursor": "-end-"`, and no real cursor of the service looks like it."""
+
 
 @dataclass(frozen=True)
 class Paging:
     style: str
     cursor: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     more: tuple[str, ...] = ()
+    end_values: tuple[str, ...] = END_OF_PAGES
+    """Cursor values that end paging instead of being sent back (sentinels)."""
 
     @property
     def single(self) -> bool:
@@ -45,6 +53,8 @@ class Paging:
             value = first(body, paths)
             if value is MISSING or value is None or value == "" or value == 0 or value is False:
                 return None
+            if str(value) in self.end_values:
+                return None
             out[param] = str(value)
         return out
 
@@ -53,8 +63,14 @@ def single() -> Paging:
     return Paging("single")
 
 
-def cursor(request: str = "cursor", response: str = "cursor", more: str | None = None) -> Paging:
-    return Paging("cursor", {request: (response,)}, (more,) if more else ())
+def cursor(
+    request: str = "cursor",
+    response: str = "cursor",
+    more: str | None = None,
+    end: tuple[str, ...] = END_OF_PAGES,
+) -> Paging:
+    """`end`: the cursor values that mean "no more" (`-end-` unless given)."""
+    return Paging("cursor", {request: (response,)}, (more,) if more else (), end)
 
 
 def continuation_token() -> Paging:

@@ -109,6 +109,8 @@ class Located:
     """Why nothing was found: "absent", "null", or "an object, not a list" (a list turned into a keyed map)."""
     instead: Any = None
     """What was there instead of a list (an object, a string, ...), for an example."""
+    where: str = ""
+    """The location the items were found at (`...edges[].node` for a GraphQL connection's)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,9 @@ class RecordKind:
     """Locations that hold one object (a detail answer, the shop beside its products); every other location
     holds a list, and an object found there is drift, not a record. The empty location (the answer itself) is
     always one object."""
+    nested: str | None = None
+    """The key under which an item (or its wrapper) holds more items of this kind: a thread's replies hold the
+    replies to them. They are records too, found depth first after the item that holds them."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
     known: KnownFields = field(init=False, compare=False, repr=False)
     """The fields some column reads: any other is a field the catalog does not know yet."""
@@ -187,14 +192,32 @@ class RecordKind:
             if found is None:
                 return Located([], False, False, "null")
             if isinstance(found, list):
-                return Located([r for r in found if r is not None], True, False)
+                return Located(self._flat(found), True, False, where=path)
             nodes = connection_nodes(found)
             if nodes is not None:
-                return Located([r for r in nodes if r is not None], True, False)
+                edges = "edges[].node" if "edges" in found else "nodes"
+                return Located(self._flat(nodes), True, False, where=f"{path}.{edges}" if path else edges)
             if path == "" or path in self.objects:
-                return Located([found], True, True)
+                return Located([found], True, True, where=path)
             return Located([], False, False, f"{_kind_of(found)}, not a list", found)
         return Located([], False, False, "absent")
+
+    def _flat(self, items: list[Any]) -> list[Any]:
+        """The items without nulls, and with the items nested in them (`nested`), depth first."""
+        if self.nested is None:
+            return [r for r in items if r is not None]
+        out: list[Any] = []
+        stack = [iter(items)]
+        while stack:
+            item = next(stack[-1], MISSING)
+            if item is MISSING:
+                stack.pop()
+            elif item is not None:
+                out.append(item)
+                inner = item.get(self.nested) if isinstance(item, dict) else None
+                if isinstance(inner, list) and inner:
+                    stack.append(iter(inner))
+        return out
 
     def extract(self, body: Any) -> list[Any]:
         """The items of this kind in one page body (empty when the page has none)."""

@@ -12,7 +12,7 @@ and the raw page stays for a rebuild once the catalog is fixed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +23,11 @@ import pyarrow.compute as pc
 from connectors.catalog.fields import TIMESTAMP, Field, coercer
 from connectors.catalog.records import Located, RecordKind
 from connectors.reading.column_readers import columns_reader
+from connectors.reading.empty_columns import empty_columns, key_override
+from connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
 from connectors.reading.missing_lists import lost_lists
 
 EXAMPLE_CHARS = 80
-NEW_FIELDS_CAP = 50
 
 
 def _example(value: Any) -> str:
@@ -35,152 +36,6 @@ def _example(value: Any) -> str:
     except TypeError:  # an integer beyond 64 bits (orjson parses none, but a caller may hand one over)
         text = repr(value)
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 1] + "…"
-
-
-@dataclass
-class TableReport:
-    seen: int = 0
-    """Items at the kind's location (wrapped or not)."""
-    kept: int = 0
-    """Records with a primary key: the rows the table gets."""
-    no_key: int = 0
-    no_key_example: str | None = None
-    misfits: dict[str, int] = field(default_factory=dict)
-    """Column -> values that did not fit its type (null in the column, kept in `raw`)."""
-    misfit_examples: dict[str, str] = field(default_factory=dict)
-    """Column -> `<field path> = <first value that did not fit>`."""
-    new_fields: set[str] = field(default_factory=set)
-    """Record fields no column reads (capped): the service added something the catalog does not know."""
-    not_found: int = 0
-    """Single-object answers without a key: the service's "not found" (a mostly empty object)."""
-    failed: int = 0
-    """Items lost because converting them broke (at least 1 when it did): a case no rule foresaw."""
-    failure: str | None = None
-    """The first such error, as `<type>: <message>`."""
-
-    def add(self, other: TableReport) -> None:
-        self.seen += other.seen
-        self.kept += other.kept
-        self.no_key += other.no_key
-        self.no_key_example = self.no_key_example or other.no_key_example
-        for col, n in other.misfits.items():
-            self.misfits[col] = self.misfits.get(col, 0) + n
-        for col, ex in other.misfit_examples.items():
-            self.misfit_examples.setdefault(col, ex)
-        self.new_fields |= set(sorted(other.new_fields)[: max(0, NEW_FIELDS_CAP - len(self.new_fields))])
-        self.not_found += other.not_found
-        self.failed += other.failed
-        self.failure = self.failure or other.failure
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "seen": self.seen, "kept": self.kept, "no_key": self.no_key, "no_key_example": self.no_key_example,
-            "misfits": self.misfits, "misfit_examples": self.misfit_examples,
-            "new_fields": sorted(self.new_fields), "not_found": self.not_found, "failed": self.failed,
-            "failure": self.failure,
-        }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TableReport:
-        return cls(
-            seen=data.get("seen", 0), kept=data.get("kept", 0), no_key=data.get("no_key", 0),
-            no_key_example=data.get("no_key_example"), misfits=dict(data.get("misfits", {})),
-            misfit_examples=dict(data.get("misfit_examples", {})), new_fields=set(data.get("new_fields", [])),
-            not_found=data.get("not_found", 0), failed=data.get("failed", 0), failure=data.get("failure"),
-        )  # fmt: skip
-
-
-@dataclass
-class ExtractionReport:
-    tables: dict[str, TableReport] = field(default_factory=dict)
-    missing_lists: dict[str, int] = field(default_factory=dict)
-    """`table: location` -> pages where the list was missing although the page had content."""
-    missing_why: dict[str, str] = field(default_factory=dict)
-    """`table: location` -> how it was missing on the first such page (absent, null, an object, not a list)
-    and the unread list of objects its records may have moved to, with an example."""
-    top_keys: list[str] = field(default_factory=list)
-    """The top-level keys of the first page that missed its lists (what the service sent instead)."""
-    repairs: dict[str, int] = field(default_factory=dict)
-    """Kind of repair -> values the pages' bodies needed repaired to be read (`connectors.reading.json_body`): a lone
-    surrogate, NaN, bytes that are not UTF-8, ..."""
-    read_at: dict[str, str] = field(default_factory=dict)
-    """Table -> the one record path where the answer holds a list of objects nothing reads, when its own list
-    went missing: the spec's `shapes` override that would read it."""
-
-    def table(self, name: str) -> TableReport:
-        return self.tables.setdefault(name, TableReport())
-
-    def add(self, other: ExtractionReport) -> None:
-        for name, rep in other.tables.items():
-            self.table(name).add(rep)
-        for where, n in other.missing_lists.items():
-            self.missing_lists[where] = self.missing_lists.get(where, 0) + n
-        for where, why in other.missing_why.items():
-            self.missing_why.setdefault(where, why)
-        for kind, n in other.repairs.items():
-            self.repairs[kind] = self.repairs.get(kind, 0) + n
-        for table, path in other.read_at.items():
-            self.read_at.setdefault(table, path)
-        self.top_keys = self.top_keys or other.top_keys
-
-    @property
-    def lost(self) -> int:
-        """Records that could not be kept (no key, or their conversion broke) plus pages whose list was
-        missing: each ends the query as drift."""
-        return sum(t.no_key + t.failed for t in self.tables.values()) + sum(self.missing_lists.values())
-
-    @property
-    def kept(self) -> int:
-        return sum(t.kept for t in self.tables.values())
-
-    @property
-    def seen(self) -> int:
-        return sum(t.seen for t in self.tables.values())
-
-    @property
-    def misfits(self) -> int:
-        return sum(sum(t.misfits.values()) for t in self.tables.values())
-
-    @property
-    def new_fields(self) -> list[str]:
-        return sorted(f"{name}.{f}" for name, t in self.tables.items() for f in t.new_fields)
-
-    @property
-    def not_found(self) -> bool:
-        return any(t.not_found for t in self.tables.values()) and self.kept == 0
-
-    def totals(self) -> dict[str, Any]:
-        """The counts a run's bookkeeping tables keep (`query_state`, `runs`)."""
-        return {
-            "items_seen": self.seen,
-            "records_without_key": sum(t.no_key for t in self.tables.values()),
-            "values_misfit": self.misfits,
-            "values_repaired": sum(self.repairs.values()),
-            "lists_missing": sum(self.missing_lists.values()),
-            "new_fields": self.new_fields,
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tables": {n: t.as_dict() for n, t in sorted(self.tables.items())},
-            "missing_lists": self.missing_lists,
-            "missing_why": self.missing_why,
-            "top_keys": self.top_keys,
-            "repairs": self.repairs,
-            "read_at": self.read_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> ExtractionReport:
-        data = data or {}
-        return cls(
-            {n: TableReport.from_dict(t) for n, t in data.get("tables", {}).items()},
-            dict(data.get("missing_lists", {})),
-            dict(data.get("missing_why", {})),
-            list(data.get("top_keys", [])),
-            dict(data.get("repairs", {})),
-            dict(data.get("read_at", {})),
-        )
 
 
 _EXACT: dict[pa.DataType, frozenset[type]] = {
@@ -230,9 +85,15 @@ def _converted(fld: Field, values: list[Any], report: TableReport) -> pa.Array:
 
 
 def to_arrow(
-    kind: RecordKind, items: list[Any], params: Mapping[str, Any], report: TableReport, single: bool = False
+    kind: RecordKind,
+    items: list[Any],
+    params: Mapping[str, Any],
+    report: TableReport,
+    single: bool = False,
+    where: str = "",
 ) -> pa.Table:
-    """One page's items of one kind as Arrow data columns plus `raw`, counting what did not fit."""
+    """One page's items of one kind (found at the location `where`) as Arrow data columns plus `raw`, counting
+    what did not fit."""
     report.seen += len(items)
     columns: list[pa.Array] = []
     unknown: set[str] | None = set() if len(report.new_fields) < NEW_FIELDS_CAP else None
@@ -250,7 +111,11 @@ def to_arrow(
         if columns[at].null_count:
             nulls = columns[at].is_null().to_pylist()
             key_nulls = [a or b for a, b in zip(key_nulls, nulls, strict=True)]
-    _count_keys(report, items, key_nulls, single)
+    _count_keys(kind, where, report, items, key_nulls, single)
+    if items and not any(key_nulls) and any(column.null_count == len(items) for column in columns):
+        for name, hints in empty_columns(kind, items, columns, unknown or set()).items():
+            report.empty[name] = report.empty.get(name, 0) + len(items)
+            report.empty_hints.setdefault(name, hints)
     if unknown:
         report.new_fields |= set(
             sorted(unknown - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)]
@@ -294,7 +159,9 @@ def _blank_as_null(column: pa.Array) -> pa.Array:
     return pc.if_else(blank, pa.scalar(None, column.type), column)
 
 
-def _count_keys(report: TableReport, items: list[Any], key_nulls: list[bool], single: bool) -> None:
+def _count_keys(
+    kind: RecordKind, where: str, report: TableReport, items: list[Any], key_nulls: list[bool], single: bool
+) -> None:
     missing = sum(key_nulls)
     report.kept += len(items) - missing
     if not missing:
@@ -304,7 +171,9 @@ def _count_keys(report: TableReport, items: list[Any], key_nulls: list[bool], si
         return
     report.no_key += missing
     if report.no_key_example is None:
-        report.no_key_example = _example(items[key_nulls.index(True)])
+        keyless = items[key_nulls.index(True)]
+        report.no_key_example = _example(keyless)
+        report.no_key_override = key_override(kind, where, keyless)
 
 
 @dataclass
@@ -336,8 +205,9 @@ def convert_page(
             if body is not None:
                 located[kind.table] = kind.locate(body)
                 items = located[kind.table].items
-            single = kind.table in located and located[kind.table].single
-            tables[kind.table] = to_arrow(kind, items, params, report.table(kind.table), single)
+            place = located.get(kind.table)
+            single, where = (place.single, place.where) if place is not None else (False, "")
+            tables[kind.table] = to_arrow(kind, items, params, report.table(kind.table), single, where)
             records[kind.table] = items
         except Exception as exc:  # a shape no rule foresaw: lost, said, and the raw page is kept
             report.tables[kind.table] = TableReport(

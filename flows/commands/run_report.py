@@ -57,7 +57,21 @@ def _extraction_lines(summary: RunSummary) -> list[str]:
     if total.new_fields:
         shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")
         lines.append(f"new fields the catalog does not read yet (kept in `raw`): {shown}")
-    return lines
+    return lines + _empty_column_lines(summary)
+
+
+def _empty_column_lines(summary: RunSummary) -> list[str]:
+    """Columns that came empty while the records carried their values under other names: once per endpoint."""
+    from connectors.reading.drift_message import empty_columns_message
+    from connectors.reading.extraction import ExtractionReport
+
+    by_endpoint: dict[str, ExtractionReport] = {}
+    for q in summary.queries:
+        report = ExtractionReport.from_dict(q.get("extraction"))
+        if report.empty_columns:
+            by_endpoint.setdefault(q["endpoint"], ExtractionReport()).add(report)
+    said = (empty_columns_message(path, report) for path, report in sorted(by_endpoint.items()))
+    return [line for line in said if line]
 
 
 def print_summary(summary: RunSummary, output: Path) -> None:

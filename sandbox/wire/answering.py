@@ -208,7 +208,11 @@ class SandboxState:
         cache_key = (endpoint.path, path_value, tuple(items))
         if self.config.cache_pages and (hit := self._pages.get(cache_key)) is not None:
             return hit
-        page = build(make_ctx(endpoint, items, self.config, path_value))
+        ctx = make_ctx(endpoint, items, self.config, path_value)
+        replayed = self.config.replay.get(endpoint.path)
+        if replayed is not None:
+            return BuiltPage(200, True, False, replayed)
+        page = build(ctx)
         drift = self.config.drift
         written_by_python = endpoint.path in drift.cut_emoji or endpoint.path in drift.nan_counts
         body = _ascii_json(page.body) if written_by_python else orjson.dumps(page.body)

@@ -46,6 +46,7 @@ EXTRACTION_COLUMNS = (
     ("values_repaired", "BIGINT"),
     ("lists_missing", "BIGINT"),
     ("new_fields", "VARCHAR"),
+    ("columns_empty", "BIGINT"),
 )
 """What the pages held vs what was kept (`connectors.reading.extraction`), in `query_state` and `runs`."""
 RUNS_ADDED_COLUMNS = (
