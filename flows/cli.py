@@ -20,6 +20,7 @@ from sandbox import drift_shapes
 
 if TYPE_CHECKING:
     from flows.spec import JobSpec
+    from sandbox.config import Drift
 
 
 class _Harvest(typer.Typer):
@@ -40,6 +41,12 @@ app = _Harvest(
     help="Collect data from the retrieval service into Parquet and DuckDB, under a hard credit budget.",
     no_args_is_help=True,
     add_completion=False,
+)
+
+
+REPLAY_HELP = (
+    "Answer every request to PATH with FILE's bytes as they are (an answer recorded from the service, or its "
+    "published sample); billed as usual; repeat for more paths."
 )
 
 
@@ -81,16 +88,11 @@ def sandbox(
         metavar="NAME",
         help="Serve answers changed in shape (listed below); repeat to combine.",
     ),
+    replay: list[str] = typer.Option([], "--replay", metavar="PATH=FILE", help=REPLAY_HELP),
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
     from sandbox.config import Quirks
     from sandbox.wire.serving import serve
-
-    unknown = [name for name in drift if name not in drift_shapes.SHAPES]
-    if unknown:
-        _fail(f"--drift: no shape {unknown[0]!r}; allowed: {', '.join(drift_shapes.SHAPES)}")
-    for name in drift:
-        print(f"drift {name}: {drift_shapes.SHAPES[name].what}", file=sys.stderr)
 
     serve(
         port=port,
@@ -107,8 +109,29 @@ def sandbox(
         rate=rate,
         cache_pages=cache_pages,
         latency=latency,
-        drift=drift_shapes.combine(drift),
+        drift=_drift(drift),
+        replay=_replayed(replay),
     )
+
+
+def _drift(names: list[str]) -> Drift:
+    """The `--drift` shapes combined, each said on stderr, or exit 2 naming an unknown one."""
+    unknown = [name for name in names if name not in drift_shapes.SHAPES]
+    if unknown:
+        _fail(f"--drift: no shape {unknown[0]!r}; allowed: {', '.join(drift_shapes.SHAPES)}")
+    for name in names:
+        print(f"drift {name}: {drift_shapes.SHAPES[name].what}", file=sys.stderr)
+    return drift_shapes.combine(names)
+
+
+def _replayed(entries: list[str]) -> dict[str, bytes]:
+    """`--replay PATH=FILE` entries as the sandbox takes them, or exit 2 naming the entry."""
+    from sandbox.served_paths import replay_answers
+
+    try:
+        return replay_answers(entries)
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 # ------------------------------------------------------------------------------------- spec commands

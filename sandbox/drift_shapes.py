@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.config import Drift
-from sandbox.served_paths import CLIP, FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
+from sandbox.served_paths import FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,26 @@ SHAPES: dict[str, DriftShape] = {
         "community tweets start with a UTF-8 byte order mark: read, counted",
         Drift(byte_order_mark=frozenset({TWEETS})),
     ),
-    "relay-clips": DriftShape(
-        "the clip's other clips come as a GraphQL Relay connection, {edges: [{node}]}: read",
-        Drift(relay_lists={CLIP: "[1].data.user.clips"}),
+    "interface-names": DriftShape(
+        "answers name their fields as the service's interface does, not as its published answers do (`views`, "
+        "a flat tweet author, replies unwrapped with `parent_uri`, `price.amount`, the clip's other clips a "
+        "plain list, no `-end-` ending pin search): read, the catalog reads both",
+        Drift(interface_names=True),
+    ),
+    "renamed-field": DriftShape(
+        "video search results send their view count as `viewCount` instead of `viewCountInt`: every record "
+        "lands, `views` comes empty, and the run names it with the `shapes:` override that reads it",
+        Drift(renamed_fields={VIDEO_SEARCH: {"viewCountInt": "viewCount"}}),
+    ),
+    "wrapped-tweets": DriftShape(
+        'community tweets come wrapped, {"tweet": {...}}, as the platform wraps tweets with visibility '
+        "results: drift, with the `shapes:` override that reads them",
+        Drift(wrapped_records={TWEETS: ("tweets", "tweet")}),
+    ),
+    "sentinel-with-pins": DriftShape(
+        'pin search\'s last page of pins itself carries `"cursor": "-end-"`: paging ends there, the sentinel '
+        "is never sent back",
+        Drift(sentinel_with_records=True),
     ),
     "unreadable-tweets": DriftShape(
         "community tweets are answered 200 (billed) with an HTML maintenance page: paid once, kept in the raw "

@@ -18,6 +18,7 @@ from typing import Any
 
 from sandbox.config import SandboxConfig
 from sandbox.emulation import endpoint_table as ep
+from sandbox.emulation.emulated import key_part
 from sandbox.emulation.generate import build, make_ctx
 from sandbox.emulation.page import Ctx, ServedPage
 from sandbox.emulation.platforms import Record
@@ -70,8 +71,8 @@ def crawl(
 
 def primary_key(key_field: str, record: Record) -> Any:
     if "+" in key_field:
-        return tuple(record.get(f) for f in key_field.split("+"))
-    return record.get(key_field)
+        return tuple(key_part(record, f) for f in key_field.split("+"))
+    return key_part(record, key_field)
 
 
 def full_crawl(

@@ -1,5 +1,8 @@
 """The documented paths the sandbox serves: names for them, importable without the sandbox's builders (the
-`harvest sandbox --drift` shapes name paths and load with the command line)."""
+`harvest sandbox --drift` shapes name paths and load with the command line), and the answers `--replay` serves
+on them."""
+
+from pathlib import Path
 
 CREATIVE_SEARCH = "/v1/creative/materials"
 CREATIVE_DETAIL = "/v1/creative/materials/{material_id}"
@@ -21,3 +24,25 @@ SHOP = "/v1/short-video/shop/products"
 PROFILE_VIDEOS = "/v3/short-video/profile/videos"
 
 CREDIT_BALANCE = "/v1/credit-balance"
+
+ALL_PATHS: tuple[str, ...] = (
+    CREATIVE_SEARCH, CREATIVE_DETAIL, PHOTOS, GROUP_POSTS, FORUM_SEARCH, CLIP, COMMUNITY_POST, MB_POST, MB_FEED,
+    TWEETS, ADVERTISERS, EMBED, REELS, PINS, VIDEO_SEARCH, REPLIES, SHOP, PROFILE_VIDEOS,
+)  # fmt: skip
+"""The 18 data paths, in the interface's order."""
+
+
+def replay_answers(entries: list[str]) -> dict[str, bytes]:
+    """Path -> answer bytes of `harvest sandbox --replay PATH=FILE` entries; ValueError naming a bad entry."""
+    replayed: dict[str, bytes] = {}
+    for entry in entries:
+        path, _, file = entry.partition("=")
+        if path not in ALL_PATHS or not file:
+            raise ValueError(
+                f"--replay {entry!r}: PATH=FILE with one of the documented paths: {', '.join(ALL_PATHS)}"
+            )
+        try:
+            replayed[path] = Path(file).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"--replay {entry!r}: cannot read {file}: {exc.strerror}") from None
+    return replayed

@@ -61,7 +61,10 @@ def sandbox_path(endpoint: Endpoint, params: Mapping[str, Any]) -> str:
 
 def _normalise(kind: RecordKind, record: Any) -> Any:
     """A record without the envelope (kinds located at the body itself carry it) and without fields harvest
-    takes from the request rather than the record (the embed's handle, part of the key instead)."""
+    takes from the request rather than the record (the embed's handle, part of the key instead); a record that
+    came wrapped (a thread's reply in its view) is the record inside."""
+    if kind.unwrap is not None:
+        record = kind.unwrap.inner(record)
     if not isinstance(record, dict):
         return record
     from_params = {f.name for f in kind.fields if f.path.startswith(PARAM_PREFIX)}

@@ -52,8 +52,8 @@ PRIMARY_KEYS: dict[str, str] = {
     "shorts": "id",
     "shelves": "type+title",
     "lives": "id",
-    "products": "id",
-    "shops": "id",
+    "products": "product_id|id",
+    "shops": "seller_id|id",
 }
 URI_KEYED_PATHS = ("/v1/microblog-b/post", "/v1/microblog-b/user/posts")
 AWEME_PATH = "/v3/short-video/profile/videos"
@@ -67,11 +67,16 @@ def primary_key(path: str, kind: str, record: Mapping[str, Any]) -> Any:
     key = PRIMARY_KEYS[kind]
     if "+" in key:
         return tuple(record[k] for k in key.split("+"))
-    return record[key]
+    return next(record[k] for k in key.split("|") if k in record)  # the service's name, or the interface's
 
 
 def _truthy(value: Any) -> bool:
     return str(value).lower() in ("true", "1")
+
+
+def _thread(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The replies of a thread: each view's `post`, then the replies nested in it."""
+    return [r for view in views for r in (view["post"], *_thread(view["replies"]))]
 
 
 def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -89,12 +94,13 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
     if path == "/v1/streaming/clip":
         clip = body[0]["data"]["clip"]
         user = body[1]["data"]["user"]
-        return {"clips": [clip] if clip else [], "broadcaster_clips": user["clips"] if user else []}
+        others = [edge["node"] for edge in user["clips"]["edges"]] if user else []
+        return {"clips": [clip] if clip else [], "broadcaster_clips": others}
     if path == "/v1/video-platform/community-post":
         rec = {k: v for k, v in body.items() if k not in ENVELOPE}
         return {"community_posts": [rec] if rec.get("id") else []}
     if path == "/v1/microblog-b/post":
-        return {"posts": [body["post"]] if body["post"] else [], "replies": body["replies"]}
+        return {"posts": [body["post"]] if body["post"] else [], "replies": _thread(body["replies"])}
     if path == "/v1/microblog-b/user/posts":
         return {"posts": body["feed"]}
     if path == "/v1/microblog-a/community/tweets":
@@ -107,7 +113,7 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
         items = body["items"]
         return {"reels": items if _truthy(params.get("trim")) else [i["media"] for i in items]}
     if path == "/v1/pinboard/search":
-        return {"pins": body["pins"]}
+        return {"pins": body.get("pins", [])}  # the page ending pin search has none
     if path == "/v1/video-platform/search":
         return {k: body[k] for k in ("videos", "channels", "playlists", "shorts", "shelves", "lives")}
     if path == "/v1/video-platform/video/comment/replies":
@@ -138,7 +144,7 @@ def next_params(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, st
         "/v1/pinboard/search",
     ):
         cur = body.get("cursor")
-        return {"cursor": cur} if nonempty(cur) else None
+        return {"cursor": cur} if nonempty(cur) and cur != "-end-" else None
     if path in ("/v1/video-platform/search", "/v1/video-platform/video/comment/replies"):
         tok = body.get("continuationToken")
         return {"continuationToken": tok} if nonempty(tok) else None

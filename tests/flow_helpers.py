@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from connectors.catalog import endpoints as catalog
+from connectors.catalog.records import keys_of
 from sandbox.config import SandboxConfig
 from sandbox.emulation import endpoint_table as sandbox_endpoints
 from sandbox.expected import full_crawl
@@ -116,17 +117,18 @@ def expected_keys(
     concrete (path-parameter filled in) paths of single-page queries such as a material's detail."""
     out: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
 
-    def add(documented: str, crawled: dict[str, list[dict[str, Any]]]) -> None:
+    def add(documented: str, crawled: dict[str, list[dict[str, Any]]], params: Mapping[str, Any]) -> None:
         for kind, table in table_of(documented).items():
-            pk = catalog.all_kinds()[table].primary_key
+            records = crawled[kind]
+            keys = keys_of(catalog.all_kinds()[table], records, params)  # as harvest reads them
             bucket = out.setdefault(table, {})
-            for record in crawled[kind]:
-                bucket.setdefault(tuple(record.get(c) for c in pk), record)
+            for key, record in zip(keys, records, strict=True):
+                bucket.setdefault(key, record)
 
     for path, params in queries:
-        add(path, full_crawl(path, dict(params), config))
+        add(path, full_crawl(path, dict(params), config), params)
     for path in concrete:
-        add("/v1/creative/materials/{material_id}", full_crawl(path, {}, config))
+        add("/v1/creative/materials/{material_id}", full_crawl(path, {}, config), {})
     return out
 
 

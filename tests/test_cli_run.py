@@ -185,7 +185,8 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
         billed = sb.billed_total()
         statuses = [e.status for e in data_entries(sb)]
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert sorted(statuses) == [200, 200, 200, 403], proc.stdout + proc.stderr
+    # three pages of pins and the page ending pin search (`"cursor": "-end-"`), then the blocked query's 403
+    assert sorted(statuses) == [200, 200, 200, 200, 403], proc.stdout + proc.stderr
     assert SECRET_KEY not in proc.stdout and SECRET_KEY not in proc.stderr
     assert "walled" in proc.stderr and "fine" in proc.stdout
     assert "Task run" not in proc.stderr, proc.stderr  # the failed task run is not echoed: harvest says why
@@ -193,7 +194,7 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
     states = dict(rows(db, "SELECT query_id, status FROM query_state"))
     assert states == {"fine": "complete", "walled": "failed"}
     assert rows(db, "SELECT status FROM runs") == [("failed",)]
-    assert scalar(db, "SELECT credits_spent FROM runs") == billed == 4
+    assert scalar(db, "SELECT credits_spent FROM runs") == billed == 5
     assert scalar(db, "SELECT sum(credits) FROM requests") == billed
     assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 403 AND credits = 1") == 1
     assert scalar(db, "SELECT count(DISTINCT _query_id) FROM pinboard_pins") == 1

@@ -99,3 +99,28 @@ def test_harvest_sandbox_latency_delays_every_data_answer() -> None:
             began = time.monotonic()
             assert client.get("/v1/pinboard/search", params={"query": query}).status_code == 200
             assert time.monotonic() - began >= 0.5
+
+
+def test_harvest_sandbox_replays_an_answer_as_it_is(tmp_path: Path) -> None:
+    """`--replay PATH=FILE`: a published (or recorded) answer, served byte for byte and billed; other paths are
+    emulated; a path that is not the service's is refused."""
+    published = Path(__file__).parent / "data" / "published-examples" / "v1_pinboard_search--cli.json"
+    with (
+        harvest_sandbox(
+            "--api-key", "cli-key", "--credits", "5", "--replay", f"/v1/pinboard/search={published}"
+        ) as base,
+        httpx.Client(base_url=base, headers={"x-api-key": "cli-key"}) as client,
+    ):
+        answer = client.get("/v1/pinboard/search", params={"query": "Italian Pot Roast"})
+        assert answer.content == published.read_bytes()
+        assert client.get("/v1/credit-balance").json() == {"creditCount": 4}
+        assert client.get("/v1/pinboard/search", params={}).status_code == 400  # still validated
+        assert "tweets" in client.get("/v1/microblog-a/community/tweets", params={"url": "u"}).json()
+    harvest = Path(sys.executable).with_name("harvest")
+    refused = subprocess.run(
+        [str(harvest), "sandbox", "--replay", f"/v1/nope={published}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 2 and "--replay '/v1/nope=" in refused.stderr

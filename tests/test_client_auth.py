@@ -119,7 +119,7 @@ def test_a_run_pays_with_the_key_of_its_secret_block(
         ledger = sb.ledger
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ledger and {e.key_id for e in ledger} == {key_id(KEY)}, "every request used the block's key"
-    assert sum(e.path == "/v1/pinboard/search" for e in ledger) == 2
+    assert sum(e.path == "/v1/pinboard/search" for e in ledger) == 3  # two pages, the one ending pin search
     assert KEY not in proc.stdout + proc.stderr
     assert_no_secret_in_outputs(output, KEY)
 

@@ -76,10 +76,11 @@ async def test_budget_smaller_than_one_query(sandbox_factory: Factory) -> None:
     rest_ledger = CreditLedger(100)
     async with ServiceClient(sb.base_url, sb.key, rest_ledger, retry=FAST) as client:
         rest = await collect(spec, endpoint, client, rest_ledger)
-    # a continued query is a new run of it: its page indices start again at 0
-    assert rest.outcome.status == "complete" and [p.index for p in rest.pages] == [0, 1]
+    # a continued query is a new run of it: its page indices start again at 0; the last page of pins carries a
+    # cursor to the page that ends pin search (`"cursor": "-end-"`, no pins, billed), as on the service
+    assert rest.outcome.status == "complete" and [p.index for p in rest.pages] == [0, 1, 2]
     assert harvested(endpoint, run.pages + rest.pages, params) == expected(endpoint, params, sb.config)
-    assert len(sb.ledger) == 5
+    assert len(sb.ledger) == 6
 
 
 async def test_zero_budget_sends_nothing(sandbox_factory: Factory) -> None:
@@ -142,8 +143,9 @@ async def test_max_credits_caps_one_query_only(
     assert "cap of" in (capped.outcome.error or "")
     assert len(query_entries(sb, endpoint, {"query": "tables"})) == pages == len(capped.pages)
     assert capped.outcome.credits == pages * cost <= cap
-    assert other.outcome.status == "complete" and len(other.pages) == 5, "the cap is per query"
-    assert ledger.spent == sb.billed_total() == (pages + 5) * cost
+    # five pages of pins and the page ending pin search (`-end-`)
+    assert other.outcome.status == "complete" and len(other.pages) == 6, "the cap is per query"
+    assert ledger.spent == sb.billed_total() == (pages + 6) * cost
 
 
 # ---------------------------------------------------------------------------------------------- (d) balance floor

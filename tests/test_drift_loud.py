@@ -23,7 +23,7 @@ from connectors.paging import pager
 from connectors.reading import extraction
 from flows.cli import app
 from sandbox.config import Drift, SandboxConfig
-from sandbox.drift_shapes import SHAPES
+from sandbox.drift_shapes import SHAPES, combine
 from sandbox.emulation.variation import ODD_COUNT, ODD_TIMESTAMPS
 from sandbox.expected import crawl, full_crawl
 from sandbox.wire.serving import running
@@ -270,8 +270,9 @@ def test_empty_keys_are_records_without_key_and_progress_counts_what_was_kept(
 def test_a_query_that_drifted_on_its_last_page_is_not_paid_again(
     prefect_harness: None, tmp_path: Path
 ) -> None:
-    """Its pages are all paid and kept: `--continue` has nothing to ask for (`harvest rebuild` lands them)."""
-    with running(sandbox(SHAPES["missing-keys"].drift, pages=1, size=10)) as sb:
+    """Its pages are all paid and kept: `--continue` has nothing to ask for (`harvest rebuild` lands them). Its
+    one page of pins is the last: it carries the sentinel that ends pin search."""
+    with running(sandbox(combine(["missing-keys", "sentinel-with-pins"]), pages=1, size=10)) as sb:
         spec = str(one_query(tmp_path, sb.base_url, PINS, {"query": "lamps"}))
         assert runner.invoke(app, ["run", spec]).exit_code == 1
         again = runner.invoke(app, ["run", spec, "--continue"])

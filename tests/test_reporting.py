@@ -57,10 +57,10 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
             },
         )
         summary = run_flow(spec)
-    assert summary.credits_spent == 2
+    assert summary.credits_spent == 3  # two pages of pins and the page ending pin search (`-end-`)
     history = CliRunner().invoke(app, ["runs", str(tmp_path / "out")], env={"COLUMNS": "300"})
     assert history.exit_code == 0
-    assert summary.run_id in history.output and "2/50" in history.output and "complete" in history.output
+    assert summary.run_id in history.output and "3/50" in history.output and "complete" in history.output
 
     with get_client(sync_client=True) as client:
         table = client.read_artifacts(
@@ -72,10 +72,10 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
     assert table and tables
     data = table[0].data if isinstance(table[0].data, list) else json.loads(str(table[0].data))
     assert data == [
-        {"query_id": "pins", "endpoint": "/v1/pinboard/search", "status": "complete", "pages": 2,
-         "records": summary.records, "credits": 2}
+        {"query_id": "pins", "endpoint": "/v1/pinboard/search", "status": "complete", "pages": 3,
+         "records": summary.records, "credits": 3}
     ]  # fmt: skip
-    assert "2/50 credits" in (table[0].description or "")
+    assert "3/50 credits" in (table[0].description or "")
     assert "| pinboard_pins |" in str(tables[0].data)
     for artifact in (*table, *tables):
         assert SECRET_KEY not in json.dumps(artifact.model_dump(mode="json"))

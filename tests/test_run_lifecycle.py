@@ -309,7 +309,7 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
     assert len(all_manifests(OutputLayout(output))) == 1
     assert paid_twice(entries) == 0  # no page was answered twice
     pages = Counter(e.path for e in entries)
-    assert pages == {PINS: 3, PROFILE: 3}
+    assert pages == {PINS: 4, PROFILE: 3}  # pin search's three pages and the one that ends it (`-end-`)
     assert scalar(output / "harvest.duckdb", "SELECT count(DISTINCT run_id) FROM query_state") == 1
     states = dict(rows(output / "harvest.duckdb", "SELECT query_id, status FROM query_state"))
     assert states == {"pins": "complete", "videos": "complete"}

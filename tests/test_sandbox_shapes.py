@@ -1,5 +1,6 @@
 """First-page shapes of every endpoint, over HTTP, against docs/service-shapes.md: the envelope, the record
-locations, every record's field names and their types."""
+locations, every record's field names and their types, as the service's published answers name them
+(`tests/test_sandbox_published_shapes.py` holds them against the answers themselves)."""
 
 from __future__ import annotations
 
@@ -27,41 +28,56 @@ FIELDS: dict[str, set[str]] = {
         "script", "cta", "latest_ad_context",
     },
     "photos": {"photo_id", "accessibility_caption", "viewer_image", "thumbnail", "url"},
-    "group_posts": {"id", "text", "url", "reactionCount", "commentCount", "publishTime", "videoDetails", "topComments"},
-    "forum_posts": {"id", "title", "votes", "num_comments", "url", "created_at"},
-    "forum_comments": {"id", "author", "body", "votes", "created_at", "post"},
-    "media": {"id", "title", "media_type", "width", "height", "gallery_count", "url"},
+    "group_posts": {
+        "id", "text", "url", "permalink", "author", "reactionCount", "commentCount", "videoViewCount", "publishTime",
+        "videoDetails", "topComments",
+    },
+    "forum_posts": {"id", "title", "url", "permalink", "subreddit", "votes", "num_comments", "created_at"},
+    "forum_comments": {
+        "id", "post_id", "parent_comment_id", "author", "body", "votes", "permalink", "created_at", "post",
+    },
+    "media": {"id", "title", "url", "permalink", "media_type", "image", "gallery_count"},
     "clips": {
         "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
-        "broadcaster", "thumbnailURL", "videoQualities",
+        "broadcaster", "thumbnailURL", "videoQualities", "videoURL",
+    },
+    "other_clips": {
+        "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
+        "broadcaster", "thumbnailURL",
     },
     "community_posts": {"id", "channel", "content", "images", "likeCount", "publishedTime", "video"},
     "mb_posts": {
         "uri", "cid", "record", "author", "embed", "replyCount", "repostCount", "likeCount", "quoteCount", "indexedAt",
     },
     "tweets": {
-        "id", "full_text", "view_count", "favorite_count", "retweet_count", "reply_count", "bookmark_count",
-        "quote_count", "created_at", "source", "user",
+        "id", "source", "view_count", "bookmark_count", "created_at", "favorite_count", "full_text", "lang",
+        "quote_count", "reply_count", "retweet_count", "user_id_str", "user",
     },
     "advertisers": {"name", "advertiser_id", "region", "number_of_ads_estimate"},
     "websites": {"domain"},
     "reels_full": {
-        "id", "code", "play_count", "like_count", "comment_count", "taken_at", "video_versions", "image_versions2",
-        "owner",
+        "id", "code", "url", "taken_at", "caption", "play_count", "like_count", "comment_count", "image_versions2",
+        "video_versions", "owner",
     },
     "reels_trim": {
-        "id", "code", "play_count", "like_count", "comment_count", "taken_at", "video_url", "thumbnail_url", "owner",
+        "id", "code", "url", "taken_at", "caption", "play_count", "like_count", "comment_count", "image_versions2",
+        "owner",
     },
-    "pins": {"id", "url", "title", "description", "images", "link", "domain", "board", "pinner"},
-    "videos": {"id", "title", "url", "thumbnail", "views", "publishedTime", "lengthSeconds", "channel", "badges"},
+    "pins": {"id", "url", "title", "description", "created_at", "images", "link", "domain", "board", "pinner"},
+    "videos": {
+        "id", "url", "title", "thumbnail", "channel", "viewCountText", "viewCountInt", "publishedTime", "lengthText",
+        "lengthSeconds", "badges",
+    },
     "channels": {"id", "title", "url", "subscriberCount"},
     "playlists": {"id", "title", "url", "videoCount"},
     "lives": {"id", "title", "url", "watching"},
     "shelves": {"type", "title", "items"},
-    "reply_comments": {"id", "content", "author", "likeCount", "publishedTime"},
-    "products": {"id", "title", "cover", "url", "price", "sold_count", "review_count", "rating"},
-    "shops": {"id", "name", "url", "followers", "region"},
-    "aweme": {"aweme_id", "desc", "create_time", "statistics", "video", "author"},
+    "reply_comments": {"id", "content", "publishedTime", "replyLevel", "author", "engagement"},
+    "products": {
+        "product_id", "title", "image", "product_price_info", "rate_info", "sold_info", "seller_info", "seo_url",
+    },
+    "shops": {"seller_id", "sold_count", "followers_count", "shop_name", "shop_rating", "shop_link", "region"},
+    "aweme": {"aweme_id", "desc", "create_time", "url", "statistics", "video", "author"},
 }  # fmt: skip
 
 
@@ -78,10 +94,15 @@ def check_envelope(body: dict[str, Any]) -> None:
     assert body["credits_charged"] == 1
 
 
-def check_records(records: list[dict[str, Any]], fields: set[str], min_count: int = 1) -> None:
+def check_records(
+    records: list[dict[str, Any]],
+    fields: set[str],
+    min_count: int = 1,
+    optional: frozenset[str] = frozenset(),
+) -> None:
     assert len(records) >= min_count
     for rec in records:
-        assert set(rec) == fields, set(rec) ^ fields
+        assert set(rec) - optional == fields, set(rec) ^ fields
 
 
 def test_creative_search_and_detail(sandbox_client: httpx.Client) -> None:
@@ -128,8 +149,9 @@ def test_group_posts(sandbox_client: httpx.Client) -> None:
     assert len(body["posts"]) <= 3
     post = body["posts"][0]
     assert isinstance(post["publishTime"], int) and isinstance(post["reactionCount"], int)
+    assert set(post["author"]) == {"name", "id"}
     for comment in post["topComments"]:
-        assert set(comment) == {"id", "text", "author"}
+        assert set(comment) == {"id", "text", "publishTime", "author"}
 
 
 def test_forum_search(sandbox_client: httpx.Client) -> None:
@@ -147,6 +169,8 @@ def test_forum_search(sandbox_client: httpx.Client) -> None:
     check_records(body["comments"], FIELDS["forum_comments"])
     check_records(body["media"], FIELDS["media"])
     assert set(body["comments"][0]["post"]) == {"id", "title", "url"}
+    assert set(body["media"][0]["image"]) == {"src", "width", "height"}
+    assert body["posts"][0]["subreddit"] == {"name": "python"}
     assert ISO.match(body["posts"][0]["created_at"])
 
 
@@ -155,12 +179,15 @@ def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
     assert isinstance(body, list) and len(body) == 3
     clip = body[0]["data"]["clip"]
     check_records([clip], FIELDS["clips"])
-    check_records(body[1]["data"]["user"]["clips"], FIELDS["clips"], min_count=0)
+    others = body[1]["data"]["user"]["clips"]  # a GraphQL connection
+    assert set(others) == {"pageInfo", "edges"}
+    check_records([edge["node"] for edge in others["edges"]], FIELDS["other_clips"], min_count=0)
     assert set(body[2]["data"]["user"]) == {"id", "login", "displayName", "followers"}
+    assert set(body[2]["data"]["user"]["followers"]) == {"totalCount", "__typename"}
     assert clip["slug"] == "SillyClip" and clip["url"] == "https://clips.streaming.example/SillyClip"
+    assert "sig=" in clip["videoURL"]
     for quality in clip["videoQualities"]:
-        assert set(quality) == {"quality", "frameRate", "videoURL"}
-        assert "sig=" in quality["videoURL"]
+        assert set(quality) == {"quality", "frameRate", "sourceURL"}
 
 
 def test_community_post_is_flat(sandbox_client: httpx.Client) -> None:
@@ -170,7 +197,7 @@ def test_community_post_is_flat(sandbox_client: httpx.Client) -> None:
     check_envelope(body)
     rec = {k: v for k, v in body.items() if k not in ("success", "credits_remaining", "credits_charged")}
     check_records([rec], FIELDS["community_posts"])
-    assert set(rec["channel"]) == {"id", "title", "url"}
+    assert set(rec["channel"]) == {"id", "title", "url", "handle"}
 
 
 def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
@@ -179,7 +206,10 @@ def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
     )
     check_envelope(body)
     check_records([body["post"]], FIELDS["mb_posts"])
-    check_records(body["replies"], FIELDS["mb_posts"] | {"parent_uri"}, min_count=0)
+    views = body["replies"]  # thread views, the replies to a reply nested in its view
+    check_records(views, {"$type", "post", "replies", "threadContext"}, min_count=1)
+    check_records([v["post"] for v in views], FIELDS["mb_posts"])
+    assert {v["post"]["record"]["reply"]["parent"]["uri"] for v in views} == {body["post"]["uri"]}
     assert body["post"]["author"]["handle"] == "alice.mb.example"
     assert set(body["post"]["record"]) == {"text", "createdAt"}
     feed = get(sandbox_client, "/v1/microblog-b/user/posts", handle="alice.mb.example")
@@ -193,9 +223,10 @@ def test_tweets(sandbox_client: httpx.Client) -> None:
     body = get(sandbox_client, "/v1/microblog-a/community/tweets", url="https://mba.example/i/communities/42")
     check_envelope(body)
     check_records(body["tweets"], FIELDS["tweets"])
-    assert set(body["tweets"][0]["user"]) == {
-        "name", "screen_name", "avatar", "followers_count", "is_blue_verified",
-    }  # fmt: skip
+    user = body["tweets"][0]["user"]
+    assert set(user) == {"rest_id", "avatar", "core", "is_blue_verified", "legacy"}
+    assert set(user["core"]) == {"name", "screen_name"} and set(user["avatar"]) == {"image_url"}
+    assert isinstance(body["tweets"][0]["view_count"], str)  # as the service sends it
 
 
 def test_advertisers(sandbox_client: httpx.Client) -> None:
@@ -230,7 +261,7 @@ def test_pins_full_and_trim(sandbox_client: httpx.Client) -> None:
     check_records(full["pins"], FIELDS["pins"])
     assert set(full["pins"][0]["images"]["orig"]) == {"url", "width", "height"}
     trim = get(sandbox_client, "/v1/pinboard/search", query="kitchen", trim="true")
-    check_records(trim["pins"], FIELDS["pins"] - {"images", "board"})
+    check_records(trim["pins"], FIELDS["pins"] - {"title", "link", "domain", "board"})
 
 
 def test_video_search(sandbox_client: httpx.Client) -> None:
@@ -262,7 +293,10 @@ def test_comment_replies(sandbox_client: httpx.Client) -> None:
     body = get(sandbox_client, "/v1/video-platform/video/comment/replies", continuationToken="Eg0SC2RRdzR3")
     check_envelope(body)
     check_records(body["comments"], FIELDS["reply_comments"])
-    assert set(body["comments"][0]["author"]) == {"name", "channelId", "avatar", "isVerified", "isCreator"}
+    assert set(body["comments"][0]["author"]) == {
+        "name", "channelId", "isVerified", "isCreator", "avatarUrl", "channelUrl",
+    }  # fmt: skip
+    assert set(body["comments"][0]["engagement"]) == {"likes", "replies"}
 
 
 def test_shop_products(sandbox_client: httpx.Client) -> None:
@@ -272,14 +306,18 @@ def test_shop_products(sandbox_client: httpx.Client) -> None:
     check_records([body["shopInfo"]], FIELDS["shops"])
     assert isinstance(body["has_more"], bool)
     product = body["products"][0]
-    assert product["price"]["currency"] == "GBP" and isinstance(product["rating"], float)
-    assert body["shopInfo"]["region"] == "GB"
+    assert product["product_price_info"]["currency_name"] == "GBP"
+    assert isinstance(product["product_price_info"]["sale_price_decimal"], str)  # a decimal, as text
+    assert isinstance(product["rate_info"]["review_count"], str) and isinstance(
+        product["rate_info"]["score"], float
+    )
+    assert body["shopInfo"]["region"] == "GB" and isinstance(body["shopInfo"]["followers_count"], str)
 
 
 def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
     full = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef")
     check_envelope(full)
-    check_records(full["aweme_list"], FIELDS["aweme"])
+    check_records(full["aweme_list"], FIELDS["aweme"], optional=frozenset({"shop_product_url"}))
     assert full["has_more"] in (0, 1) and isinstance(full["max_cursor"], int)
     video = full["aweme_list"][0]
     assert set(video["statistics"]) == {
@@ -293,8 +331,10 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
     assert isinstance(video["create_time"], int)
     trim = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef", trim="true")
     assert "has_more" not in trim
-    check_records(trim["aweme_list"], FIELDS["aweme"] - {"author"})
-    assert set(trim["aweme_list"][0]["video"]) == {"duration", "cover"}
+    check_records(trim["aweme_list"], FIELDS["aweme"], optional=frozenset({"shop_product_url"}))
+    assert (
+        trim["aweme_list"] == full["aweme_list"]
+    )  # trimming leaves out `has_more` only, as the service does
 
 
 def test_credit_balance(sandbox_client: httpx.Client) -> None:

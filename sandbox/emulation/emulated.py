@@ -79,7 +79,8 @@ class EmulatedEndpoint:
     """The documented path; `{name}` marks a path parameter (the creative detail's material id)."""
     params: tuple[QueryParam, ...]
     kinds: dict[str, str]
-    """Record kind -> primary key field (see docs/service-shapes.md; `a+b` for a composite key)."""
+    """Record kind -> primary key field (see docs/service-shapes.md; `a+b` for a composite key; `a|b` for a key
+    the service sends as `a` and the interface names `b`, served under `b` by the `interface-names` drift)."""
     builder: Callable[[Ctx], ServedPage]
     """Builds the page answering a validated request (the endpoint's records, cursors and paging shape)."""
     not_found: NotFoundAnswer | None = None
@@ -138,3 +139,10 @@ class EmulatedEndpoint:
             if p.subject and value is not None:
                 out.append((p.name, value))
         return out
+
+
+def key_part(record: Any, part: str) -> Any:
+    """One part of a record's key (`product_id|id`: the first of these names the record has), None if none."""
+    if not isinstance(record, dict):
+        return None
+    return next((record[name] for name in part.split("|") if name in record), None)

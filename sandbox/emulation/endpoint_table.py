@@ -290,7 +290,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             QueryParam("cursor"),
             QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
         ),
-        kinds={"products": "id", "shops": "id"},
+        kinds={"products": "product_id|id", "shops": "seller_id|id"},
         builder=paged.shop_products,
         not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
         new_items=NewItems(),

@@ -108,6 +108,7 @@ def forum_search(ctx: Ctx) -> ServedPage:
     s = ctx.scope()
     size = ctx.size
     sort = ctx.params.get("sort")
+    subreddit = ctx.params.get("subreddit") or ""
     per_page = {
         "posts": size,
         "comments": 0 if sort in ("hot", "comments") else max(1, size // 2),
@@ -116,7 +117,7 @@ def forum_search(ctx: Ctx) -> ServedPage:
     plan = ctx.page_plan(s, per_page, "posts")
     page_no = _opaque_start(ctx, s, "cursor", "fs")
     lists = {
-        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: forum.post(s, i)),
+        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: forum.post(s, i, subreddit)),
         "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: forum.comment(s, i)),
         "media": _multi_page(ctx, plan, page_no, "media", lambda i: forum.media(s, i)),
     }
@@ -171,18 +172,31 @@ def reels(ctx: Ctx) -> ServedPage:
     return page
 
 
+END_OF_PINS = "-end-"
+"""The cursor value pin search ends its pages with (a sentinel, not a cursor to send back)."""
+
+
 def pins(ctx: Ctx) -> ServedPage:
-    """Pin search; `trim` drops `images` and `board`."""
+    """Pin search; `trim` drops `title`, `link`, `domain` and `board`. Pages end as the service ends them: the
+    last page of pins still carries a cursor, and it answers (billed) `"cursor": "-end-"` and no `pins`, while
+    the dangling quirk is on; the `sentinel-with-pins` drift puts `-end-` on the last page of pins itself."""
     s = ctx.scope()
     size = ctx.size
     trim = ctx.params.flag("trim")
     total = _single_total(ctx, s, "pins", size)
-    lo, hi = window(_opaque_start(ctx, s, "cursor", "pn"), size, total)
+    start = _opaque_start(ctx, s, "cursor", "pn")
+    drift = ctx.config.drift
+    sentinel = ctx.dangling and not drift.interface_names  # the interface names no sentinel
+    if start >= total > 0 and sentinel:
+        return ServedPage({"cursor": END_OF_PINS}, {"pins": []})
+    lo, hi = window(start, size, total)
     items = [pinboard.pin(s, i, trim) for i in with_repeat(ctx, lo, hi, total)]
     page = ServedPage({"pins": items, "cursor": None}, {"pins": items})
-    if hi < total:
+    if hi < total or (sentinel and lo < hi and not drift.sentinel_with_records):
         page.next = {"cursor": cursors.encode("pn", hi, s)}
         page.body["cursor"] = page.next["cursor"]
+    elif lo < hi and drift.sentinel_with_records:
+        page.body["cursor"] = END_OF_PINS
     return page
 
 
@@ -244,8 +258,8 @@ def shop_products(ctx: Ctx) -> ServedPage:
     new = ctx.new_items
     total = _single_total(ctx, s, "products", size) + new
     lo, hi = window(_opaque_start(ctx, s, "cursor", "sp"), size, total)
-    items = [short_video.product(s, i - new, CURRENCIES[region]) for i in range(lo, hi)]
     shop = short_video.shop_info(s, url, region)
+    items = [short_video.product(s, i - new, CURRENCIES[region], shop["seller_id"]) for i in range(lo, hi)]
     more = hi < total
     token = cursors.encode("sp", hi, s) if more or (ctx.dangling and lo < hi) else None
     page = ServedPage(
@@ -274,7 +288,7 @@ def profile_videos(ctx: Ctx) -> ServedPage:
     start = 0 if token is None else cursors.parse_ms_cursor(s, token, floor=-new) + new
     author = {"uid": ctx.params.get("user_id") or s.numid("uid", 0, 19), "unique_id": handle}
     lo, hi = window(start, size, total)
-    items = [short_video.aweme(s, i - new, author, trim) for i in range(lo, hi)]
+    items = [short_video.aweme(s, i - new, author) for i in range(lo, hi)]
     more = hi < total
     cursor = cursors.ms_cursor(s, hi - 1 - new) if more or (ctx.dangling and lo < hi) else 0
     body: dict[str, object] = {"aweme_list": items}

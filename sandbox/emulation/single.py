@@ -39,11 +39,16 @@ def clip(ctx: Ctx) -> ServedPage:
         main["url"] = url
         main["embedURL"] = f"https://clips.streaming.example/embed?clip={slug}"
     more = [
-        streaming.clip(s, i, owner) for i in range(1, 1 + span(0, min(ctx.size, 20), s.key, "more_clips"))
+        streaming.other_clip(s, i, owner)
+        for i in range(1, 1 + span(0, min(ctx.size, 20), s.key, "more_clips"))
     ]
+    clips = {  # a GraphQL connection, as the platform pages them
+        "pageInfo": {"hasNextPage": False},
+        "edges": [{"cursor": None, "node": other} for other in more],
+    }
     body = [
         {"data": {"clip": main}},
-        {"data": {"user": {"id": owner["id"], "clips": more}}},
+        {"data": {"user": {"id": owner["id"], "clips": clips}}},
         {"data": {"user": owner}},
     ]
     return ServedPage(body, {"clips": [main], "broadcaster_clips": more}, envelope=False)
@@ -56,8 +61,9 @@ def community_post(ctx: Ctx) -> ServedPage:
 
 
 def thread(ctx: Ctx) -> ServedPage:
-    """Microblog-b single post with its threaded replies (each reply names its parent: the post or an earlier
-    reply)."""
+    """Microblog-b single post with its threaded replies, as the service sends them: each reply a thread view
+    (`{"$type", "post", "replies", "threadContext"}`) naming its parent in `post.record.reply`, the replies to a
+    reply nested in its view."""
     url = ctx.params.get("url") or ""
     s = ctx.scope()
     parts = urlsplit(url).path.strip("/").split("/")
@@ -65,12 +71,17 @@ def thread(ctx: Ctx) -> ServedPage:
     author = microblog_b.author(s, who)
     post = microblog_b.post(s, "post", 0, author)
     replies: list[Record] = []
+    views: list[Record] = []
+    top: list[Record] = []
     for i in range(1, 1 + span(0, ctx.size, s.key, "replies")):
-        reply = microblog_b.post(s, "reply", i, microblog_b.author(s, f"replier{i % 7}"))
-        parent = post if i == 1 or i % 3 else replies[(i - 1) // 3 - 1]
-        reply["parent_uri"] = parent["uri"]
+        at = None if i == 1 or i % 3 else (i - 1) // 3 - 1
+        parent = post if at is None else replies[at]
+        reply = microblog_b.post(s, "reply", i, microblog_b.author(s, f"replier{i % 7}"), parent, post)
+        view = microblog_b.thread_view(reply, [])
+        (top if at is None else views[at]["replies"]).append(view)
         replies.append(reply)
-    return ServedPage({"post": post, "replies": replies}, {"posts": [post], "replies": replies})
+        views.append(view)
+    return ServedPage({"post": post, "replies": top}, {"posts": [post], "replies": replies})
 
 
 def tweets(ctx: Ctx) -> ServedPage:

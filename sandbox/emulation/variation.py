@@ -1,19 +1,21 @@
 """What changes between nights and what a service change looks like, applied to a built page.
 
 `observation`: engagement counters grow with the night, ids and texts stay, so a job run twice sees two
-observations of the same items. `drift`: the answer drifts from the documented shapes (wrapped feed items, a
-renamed, nulled, keyed or omitted list, counters as text, values no naive conversion survives, unknown fields,
-records without their key or with an empty one), deterministically from the seed.
+observations of the same items. `drift`: the answer drifts from the service's shapes (the interface's names,
+wrapped feed items, a renamed, nulled, keyed or omitted list, a renamed field, wrapped records, counters as text,
+values no naive conversion survives, unknown fields, records without their key or with an empty one),
+deterministically from the seed.
 Both act on the records of `ServedPage.records` in place, so `sandbox.expected` describes what was served.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from sandbox.config import Drift
+from sandbox.emulation.emulated import key_part
+from sandbox.emulation.interface_names import as_interface_names
 from sandbox.emulation.page import Ctx, ServedPage
 from sandbox.emulation.platforms import Record
 from sandbox.emulation.stablehash import unit
@@ -24,6 +26,7 @@ COUNTERS = frozenset(
         "viewCount", "view_count", "views", "votes", "num_comments", "reactionCount", "commentCount",
         "replyCount", "repostCount", "quoteCount", "favorite_count", "retweet_count", "reply_count",
         "bookmark_count", "quote_count", "sold_count", "review_count", "subscriberCount", "watching",
+        "viewCountInt", "likes", "totalCount",
     }
 )  # fmt: skip
 TIMESTAMPS = frozenset({"create_time", "taken_at", "publishTime", "created_at", "indexedAt"})
@@ -35,7 +38,6 @@ TEXTS = ("full_text", "text", "title", "desc", "content", "body", "caption")
 """A record's text field, the first of these it has: where a platform truncates text."""
 HALF_EMOJI = "\ud83d"
 """The high half of a surrogate pair (most emoji start with it), alone: text cut in the middle of an emoji."""
-_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
 
 
 def _dicts(value: Any) -> Iterator[dict[str, Any]]:
@@ -59,7 +61,7 @@ def _grow_counters(record: Record, night: int) -> None:
 
 def _record_id(kind: str, record: Record, pk: str) -> str:
     """A record's identity for the drift draws: its key (a composite one, `type+title`, in full)."""
-    parts = [str(record.get(part)) for part in pk.split("+")]
+    parts = [str(key_part(record, part)) for part in pk.split("+")]
     return f"{kind}|{'|'.join(parts)}"
 
 
@@ -96,10 +98,11 @@ def _drift_records(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
                 record.update(NEW_FIELDS)
             if drift.missing_keys and ctx.endpoint.paged and unit(seed, "nokey", rid) < drift.missing_keys:
                 for part in pk.split("+"):
-                    record.pop(part, None)
+                    for name in part.split("|"):
+                        record.pop(name, None)
             if drift.empty_keys and ctx.endpoint.paged and unit(seed, "emptykey", rid) < drift.empty_keys:
                 for part in pk.split("+"):
-                    record[part] = ""
+                    record[next((n for n in part.split("|") if n in record), part)] = ""
 
 
 def _wrap_feed(page: ServedPage, feed_list: str, share: float, seed: int) -> None:
@@ -122,6 +125,8 @@ def _wrap_feed(page: ServedPage, feed_list: str, share: float, seed: int) -> Non
 
 def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
     config = ctx.config
+    if config.drift.interface_names:
+        as_interface_names(ctx.endpoint.path, page)
     if config.observation:
         for records in page.records.values():
             for record in records:
@@ -134,6 +139,7 @@ def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
     if not isinstance(page.body, dict):
         return page
     _drift_records(ctx, page, drift)
+    _rename_and_wrap(page, ctx.endpoint.path, drift)
     if drift.wrapped_feed and ctx.endpoint.feed_list is not None:
         _wrap_feed(page, ctx.endpoint.feed_list, drift.wrapped_feed, config.seed)
     asked = ctx.params.get("cursor")
@@ -141,6 +147,19 @@ def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
         page.body["cursor"] = asked
     _reshape_lists(page.body, ctx.endpoint.path, drift)
     return page
+
+
+def _rename_and_wrap(page: ServedPage, path: str, drift: Drift) -> None:
+    """Fields sent under a new name (every record of the path's answers), records sent wrapped."""
+    renamed = drift.renamed_fields.get(path, {})
+    for records in page.records.values() if renamed else ():
+        for record in records:
+            for old, new in renamed.items():
+                if isinstance(record, dict) and old in record:
+                    record[new] = record.pop(old)
+    wrapped = drift.wrapped_records.get(path)
+    if wrapped is not None and isinstance(page.body.get(wrapped[0]), list):
+        page.body[wrapped[0]] = [{wrapped[1]: item} for item in page.body[wrapped[0]]]
 
 
 def _reshape_lists(body: dict[str, Any], path: str, drift: Drift) -> None:
@@ -175,27 +194,3 @@ def _platform_quirks(ctx: Ctx, page: ServedPage, drift: Drift) -> None:
         for d in _dicts(first):
             for key in COUNTERS & d.keys():
                 d[key] = float("nan")
-    location = drift.relay_lists.get(path)
-    if location is not None:
-        _as_connection(page.body, location)
-
-
-def _as_connection(body: Any, location: str) -> None:
-    """The list at `location` (`[1].data.user.clips`) as a Relay connection of its items."""
-    steps: list[int | str] = [int(i) if i else name for i, name in _STEP.findall(location)]
-    holder = body
-    for step in steps[:-1]:
-        try:
-            holder = holder[step]
-        except (IndexError, KeyError, TypeError):
-            return
-    last = steps[-1]
-    try:
-        items = holder[last]
-    except (IndexError, KeyError, TypeError):
-        return
-    if not isinstance(items, list):
-        return
-    edges = [{"node": item, "cursor": f"cursor:{n}"} for n, item in enumerate(items)]
-    end = edges[-1]["cursor"] if edges else None
-    holder[last] = {"edges": edges, "pageInfo": {"hasNextPage": False, "endCursor": end}}

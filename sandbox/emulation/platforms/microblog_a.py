@@ -1,32 +1,43 @@
-"""Records of microblog-a's community tweets (`served_paths.TWEETS`)."""
+"""Records of microblog-a's community tweets (`served_paths.TWEETS`), named as the service's published answers name
+them: the author's name and handle under `user.core`, followers under `user.legacy`, the avatar an object, the
+view count as text."""
 
 from __future__ import annotations
 
 from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, phrase
-from sandbox.emulation.scope import Scope, iso
+from sandbox.emulation.platforms.wording import NAMES, phrase, tweet_date
+from sandbox.emulation.scope import Scope
 from sandbox.emulation.stablehash import Draw, hexid
 
 
 def tweet(s: Scope, pos: int) -> Record:
     d = Draw(s.key, "tweet", pos)
     name = d.pick(NAMES)
+    tid = s.numid("tweet", pos, 19)
+    uid = s.numid("tweet_user", pos, 10)
     return {
-        "id": s.numid("tweet", pos, 19),
-        "full_text": phrase(d, 3, 40),
-        "view_count": d.num(0, 2_000_000),
-        "favorite_count": d.num(0, 50000),
-        "retweet_count": d.num(0, 10000),
-        "reply_count": d.num(0, 3000),
-        "bookmark_count": d.num(0, 2000),
-        "quote_count": d.num(0, 500),
-        "created_at": iso(s.time(pos)),
+        "id": tid,
         "source": d.pick(("Web App", "iPhone", "Android")),
+        "view_count": str(d.num(0, 2_000_000)),
+        "bookmark_count": d.num(0, 2000),
+        "created_at": tweet_date(s.time(pos)),
+        "favorite_count": d.num(0, 50000),
+        "full_text": phrase(d, 3, 40),
+        "lang": d.pick(("en", "en", "es", "de", "ja")),
+        "quote_count": d.num(0, 500),
+        "reply_count": d.num(0, 3000),
+        "retweet_count": d.num(0, 10000),
+        "user_id_str": uid,
         "user": {
-            "name": f"{name} {d.pick(NAMES)}",
-            "screen_name": f"{name.lower()}{d.num(1, 99999)}",
-            "avatar": f"https://pbs.microblog-a.example/profile_images/{hexid(16, s.key, 'u', pos)}.jpg",
-            "followers_count": d.num(0, 3_000_000),
+            "rest_id": uid,
+            "avatar": {
+                "image_url": f"https://pbs.microblog-a.example/profile_images/{hexid(16, s.key, 'u', pos)}.jpg"
+            },
+            "core": {
+                "name": f"{name} {d.pick(NAMES)}",
+                "screen_name": f"{name.lower()}{d.num(1, 99999)}",
+            },
             "is_blue_verified": d.chance(0.2),
+            "legacy": {"followers_count": d.num(0, 3_000_000)},
         },
     }

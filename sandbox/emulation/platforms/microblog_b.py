@@ -25,12 +25,15 @@ def author(s: Scope, who: str) -> Record:
     }
 
 
-def post(s: Scope, kind: str, pos: int, author: Record) -> Record:
+def post(
+    s: Scope, kind: str, pos: int, author: Record, parent: Record | None = None, root: Record | None = None
+) -> Record:
+    """A post; a reply names its `parent` and its thread's `root` in `record.reply`, as the platform does."""
     d = Draw(s.key, kind, pos)
     rkey = b36(int(s.numid(kind, pos, 19)))
     t = iso(s.time(pos))
     embed = None
-    if d.chance(0.3):
+    if kind == "post" or d.chance(0.3):  # the post a thread is about embeds something, as the published one
         embed = {
             "$type": "app.bsky.embed.images#view",
             "images": [{"thumb": f"https://cdn.microblog-b.example/img/{rkey}.jpg", "alt": phrase(d, 1, 4)}],
@@ -38,7 +41,11 @@ def post(s: Scope, kind: str, pos: int, author: Record) -> Record:
     return {
         "uri": f"at://{author['did']}/app.bsky.feed.post/{rkey}",
         "cid": "bafyrei" + hexid(52, s.key, kind, pos),
-        "record": {"text": phrase(d, 3, 40), "createdAt": t},
+        "record": {
+            "createdAt": t,
+            "text": phrase(d, 3, 40),
+            **({} if parent is None else {"reply": {"parent": _ref(parent), "root": _ref(root or parent)}}),
+        },
         "author": dict(author),
         "embed": embed,
         "replyCount": d.num(0, 200),
@@ -46,4 +53,18 @@ def post(s: Scope, kind: str, pos: int, author: Record) -> Record:
         "likeCount": d.num(0, 5000),
         "quoteCount": d.num(0, 50),
         "indexedAt": t,
+    }
+
+
+def _ref(post: Record) -> Record:
+    return {"cid": post["cid"], "uri": post["uri"]}
+
+
+def thread_view(post: Record, replies: list[Record]) -> Record:
+    """A reply as a thread answers it: the post wrapped, with the replies to it nested."""
+    return {
+        "$type": "app.bsky.feed.defs#threadViewPost",
+        "post": post,
+        "replies": replies,
+        "threadContext": {},
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import user_handle
+from sandbox.emulation.platforms.wording import phrase, user_handle
 from sandbox.emulation.scope import Scope, b64int
 from sandbox.emulation.stablehash import Draw, hexid, hnum
 
@@ -37,19 +37,18 @@ def reel(s: Scope, pos: int, owner: Record, trim: bool) -> Record:
     base: Record = {
         "id": f"{media}_{owner['id']}",
         "code": code,
+        "url": f"{_PA}/reel/{code}/",
+        "taken_at": s.time(pos),
+        "caption": {"text": phrase(d, 2, 20)} if d.chance(0.8) else None,
         "play_count": d.num(0, 20_000_000),
         "like_count": d.num(0, 2_000_000),
         "comment_count": d.num(0, 50000),
-        "taken_at": s.time(pos),
+        "image_versions2": {"candidates": [{"url": thumb, "width": 640, "height": 1136}]},
     }
-    if trim:
-        base["video_url"] = video_url
-        base["thumbnail_url"] = thumb
-    else:
+    if not trim:  # a trimmed reel has no video URLs, as the service trims
         base["video_versions"] = [
             {"url": video_url, "width": 720, "height": 1280},
             {"url": video_url.replace("_n.mp4", "_l.mp4"), "width": 480, "height": 854},
         ]
-        base["image_versions2"] = {"candidates": [{"url": thumb, "width": 640, "height": 1136}]}
     base["owner"] = dict(owner)
     return base

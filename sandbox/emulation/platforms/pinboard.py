@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, TLDS, WORDS, phrase, title, user_handle
+from sandbox.emulation.platforms.wording import NAMES, TLDS, WORDS, mail_date, phrase, title, user_handle
 from sandbox.emulation.scope import Scope
 from sandbox.emulation.stablehash import Draw, hexid
 
@@ -17,6 +17,7 @@ def pin(s: Scope, pos: int, trim: bool) -> Record:
         "url": f"https://www.pinboard.example/pin/{pid}/",
         "title": title(d),
         "description": phrase(d, 0, 25),
+        "created_at": mail_date(s.time(pos)),
         "images": {
             "orig": {
                 "url": f"https://i.pinboard.example/originals/{hexid(32, s.key, 'pin', pos)}.jpg",
@@ -37,7 +38,7 @@ def pin(s: Scope, pos: int, trim: bool) -> Record:
             "full_name": f"{d.pick(NAMES)}",
         },
     }
-    if trim:
-        del rec["images"]
-        del rec["board"]
+    if trim:  # as the service trims: the images stay
+        for name in ("title", "link", "domain", "board"):
+            del rec[name]
     return rec

@@ -1,5 +1,6 @@
 """Records of the short-video platform (`/v1/short-video/...`, `/v3/short-video/...`): shop products,
-the shop, and profile videos."""
+the shop, and profile videos, named as the service's published answers name them (`product_id`,
+`product_price_info` with the price as text, `shopInfo.seller_id`, counts as text)."""
 
 from __future__ import annotations
 
@@ -9,45 +10,60 @@ from sandbox.emulation.scope import Scope
 from sandbox.emulation.stablehash import Draw, hexid
 
 
-def product(s: Scope, pos: int, currency: str) -> Record:
+def product(s: Scope, pos: int, currency: str, seller_id: str) -> Record:
     d = Draw(s.key, "product", pos)
     pid = s.numid("product", pos, 19)
+    cents = d.num(100, 30000)
+    name = title(d, 2, 8)
+    slug = name.lower().replace(" ", "-")
     return {
-        "id": pid,
-        "title": title(d, 2, 8),
-        "cover": [
-            f"https://p16-shop.short-video.example/{hexid(20, s.key, 'cover', pos, i)}.jpeg" for i in range(2)
-        ],
-        "url": f"https://shop.short-video.example/view/product/{pid}",
-        "price": {"currency": currency, "amount": d.num(100, 30000) / 100},
-        "sold_count": d.num(0, 200000),
-        "review_count": d.num(0, 20000),
-        "rating": round(3.0 + d.unit() * 2.0, 1),
+        "product_id": pid,
+        "title": name,
+        "image": {
+            "url_list": [
+                f"https://p16-shop.short-video.example/{hexid(20, s.key, 'cover', pos, i)}.jpeg"
+                for i in range(2)
+            ],
+        },
+        "product_price_info": {
+            "currency_name": currency,
+            "sale_price_decimal": f"{cents // 100}.{cents % 100:02d}",
+        },
+        "rate_info": {"score": round(3.0 + d.unit() * 2.0, 1), "review_count": str(d.num(0, 20000))},
+        "sold_info": {"sold_count": d.num(0, 200000)},
+        "seller_info": {"seller_id": seller_id},
+        "seo_url": {"canonical_url": f"https://shop.short-video.example/pdp/{slug}/{pid}"},
     }
 
 
 def shop_info(s: Scope, url: str, region: str) -> Record:
     d = Draw(s.key, "shop")
     return {
-        "id": s.numid("shop", 0, 19),
-        "name": title(d, 1, 3) + " Store",
-        "url": url,
-        "followers": d.num(0, 3_000_000),
+        "seller_id": s.numid("shop", 0, 19),
+        "sold_count": d.num(0, 5_000_000),
+        "followers_count": str(d.num(0, 3_000_000)),
+        "shop_name": title(d, 1, 3) + " Store",
+        "shop_rating": f"{3.0 + d.unit() * 2.0:.1f}",
+        "shop_link": url,
         "region": region,
     }
 
 
-def aweme(s: Scope, pos: int, author: Record, trim: bool) -> Record:
+def aweme(s: Scope, pos: int, author: Record) -> Record:
+    """A profile video; a trimmed answer has the same videos (it leaves out `has_more`, `sandbox.emulation.paged`)."""
     d = Draw(s.key, "aweme", pos)
     aid = s.numid("aweme", pos, 19)
     cover = f"https://p16-sign.short-video.example/obj/{hexid(24, s.key, 'cover', pos)}.jpeg"
-    video_obj: Record = {"duration": d.num(3000, 180000), "cover": {"url_list": [cover]}}
-    if not trim:
-        video_obj["play_addr"] = {"url_list": [f"https://v16.short-video.example/video/{aid}.mp4"]}
+    video_obj: Record = {
+        "duration": d.num(3000, 180000),
+        "cover": {"url_list": [cover]},
+        "play_addr": {"url_list": [f"https://v16.short-video.example/video/{aid}.mp4"]},
+    }
     rec: Record = {
         "aweme_id": aid,
         "desc": phrase(d, 0, 20),
         "create_time": s.time(pos),
+        "url": f"https://www.short-video.example/@{author['unique_id']}/video/{aid}",
         "statistics": {
             "play_count": d.num(0, 50_000_000),
             "digg_count": d.num(0, 5_000_000),
@@ -57,6 +73,7 @@ def aweme(s: Scope, pos: int, author: Record, trim: bool) -> Record:
         },
         "video": video_obj,
     }
-    if not trim:
-        rec["author"] = dict(author)
+    if d.chance(0.2):
+        rec["shop_product_url"] = f"https://www.short-video.example/shop/pdp/{s.numid('promoted', pos, 19)}"
+    rec["author"] = dict(author)
     return rec

@@ -19,11 +19,13 @@ def broadcaster(s: Scope) -> Record:
         "id": s.numid("broadcaster", 0, 9),
         "login": login,
         "displayName": login.replace("_", " ").title().replace(" ", ""),
-        "followers": d.num(10, 5_000_000),
+        "followers": {"totalCount": d.num(10, 5_000_000), "__typename": "FollowerConnection"},
     }
 
 
 def clip(s: Scope, pos: int, owner: Record) -> Record:
+    """The clip a request names: its broadcaster in full, its qualities' source URLs and its signed video URL.
+    The broadcaster's other clips (`other_clip`) come without them, as the service sends them."""
     d = Draw(s.key, "clip", pos)
     slug = "".join(w.capitalize() for w in phrase(d, 4, 4).split()) + "-" + d.token(16, _ALNUM)
     url = f"https://clips.streaming.example/{slug}"
@@ -42,11 +44,20 @@ def clip(s: Scope, pos: int, owner: Record) -> Record:
         "thumbnailURL": f"https://clips-media.streaming.example/{slug}-preview-480x272.jpg",
         "videoQualities": [
             {
-                "quality": q,
                 "frameRate": 60 if q == "1080" else 30,
-                "videoURL": f"https://clips-media.streaming.example/{slug}/{q}.mp4"
-                f"?sig={hexid(40, s.key, pos, q)}&token=exp{s.time(pos) + 86400}",
+                "quality": q,
+                "sourceURL": f"https://clips-media.streaming.example/{slug}/{q}.mp4",
             }
             for q in ("1080", "720", "480")
         ],
+        "videoURL": f"https://clips-media.streaming.example/{slug}/1080.mp4"
+        f"?sig={hexid(40, s.key, pos)}&token=exp{s.time(pos) + 86400}",
     }
+
+
+def other_clip(s: Scope, pos: int, owner: Record) -> Record:
+    """One of the broadcaster's other clips: no qualities, no signed URL, the broadcaster without followers."""
+    rec = clip(s, pos, owner)
+    del rec["videoQualities"], rec["videoURL"]
+    rec["broadcaster"] = {k: v for k, v in owner.items() if k != "followers"}
+    return rec

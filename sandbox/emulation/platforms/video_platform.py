@@ -1,10 +1,11 @@
 """Records of the video platform (`/v1/video-platform/...`): the community post, the six kinds of
-search results and comment replies."""
+search results and comment replies, named as the service's published answers name them (`viewCountInt`, a channel
+with a `handle`, `author.avatarUrl`, `engagement.likes`)."""
 
 from __future__ import annotations
 
 from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, phrase, title
+from sandbox.emulation.platforms.wording import NAMES, clock, count_text, phrase, title
 from sandbox.emulation.scope import Scope, b64int, iso
 from sandbox.emulation.stablehash import Draw, hexid, hnum
 
@@ -12,9 +13,18 @@ _VP = "https://www.video-platform.example"
 
 
 def channel_ref(s: Scope, kind: str, pos: int) -> Record:
+    """A channel as a community post or a channel result names it: id, title, url and handle."""
     d = Draw(s.key, kind, "channel", pos)
     cid = "UC" + b64int(hnum(s.key, kind, "channel", pos), 22)
-    return {"id": cid, "title": title(d, 1, 3), "url": f"https://www.video-platform.example/channel/{cid}"}
+    name = title(d, 1, 3)
+    handle = name.lower().replace(" ", "")
+    return {"id": cid, "title": name, "url": f"{_VP}/@{handle}", "handle": handle}
+
+
+def _video_channel(s: Scope, kind: str, pos: int) -> Record:
+    """A search result's channel: a handle, no url."""
+    ref = channel_ref(s, kind, pos)
+    return {"id": ref["id"], "title": ref["title"], "handle": ref["handle"]}
 
 
 def community_post(s: Scope) -> Record:
@@ -42,15 +52,19 @@ def community_post(s: Scope) -> Record:
 def _video_like(s: Scope, kind: str, pos: int, extras: bool) -> Record:
     d = Draw(s.key, kind, pos)
     vid = b64int(int(s.numid(kind, pos, 18)), 11)
+    views = d.num(0, 50_000_000)
+    length = d.num(5, 59) if kind == "short" else d.num(30, 7200)
     rec: Record = {
         "id": vid,
-        "title": title(d, 2, 10),
         "url": f"{_VP}/shorts/{vid}" if kind == "short" else f"{_VP}/watch?v={vid}",
+        "title": title(d, 2, 10),
         "thumbnail": f"https://i.video-platform.example/vi/{vid}/hqdefault.jpg",
-        "views": d.num(0, 50_000_000),
+        "channel": _video_channel(s, kind, pos),
+        "viewCountText": count_text(views, "views"),
+        "viewCountInt": views,
         "publishedTime": iso(s.time(pos)),
-        "lengthSeconds": d.num(5, 59) if kind == "short" else d.num(30, 7200),
-        "channel": channel_ref(s, kind, pos),
+        "lengthText": clock(length),
+        "lengthSeconds": length,
         "badges": d.sample(("New", "4K", "CC", "Live"), d.num(0, 2)),
     }
     if extras:
@@ -71,7 +85,12 @@ def short(s: Scope, pos: int, extras: bool) -> Record:
 def channel(s: Scope, pos: int) -> Record:
     d = Draw(s.key, "channel_result", pos)
     ref = channel_ref(s, "channel_result", pos)
-    return {**ref, "subscriberCount": d.num(0, 20_000_000)}
+    return {
+        "id": ref["id"],
+        "title": ref["title"],
+        "url": ref["url"],
+        "subscriberCount": d.num(0, 20_000_000),
+    }
 
 
 def playlist(s: Scope, pos: int) -> Record:
@@ -107,17 +126,19 @@ def shelf(s: Scope, pos: int, extras: bool) -> Record:
 
 def comment_reply(s: Scope, pos: int) -> Record:
     d = Draw(s.key, "reply", pos)
-    name = d.pick(NAMES)
+    handle = f"@{d.pick(NAMES).lower()}{d.num(1, 9999)}"
     return {
         "id": "Ugz" + b64int(int(s.numid("reply", pos, 18)), 20) + ".reply",
         "content": phrase(d, 2, 30),
+        "publishedTime": iso(s.time(pos)),
+        "replyLevel": 1,
         "author": {
-            "name": f"@{name.lower()}{d.num(1, 9999)}",
+            "name": handle,
             "channelId": "UC" + b64int(hnum(s.key, "reply_author", pos), 22),
-            "avatar": f"https://yt3.video-platform.example/ytc/{hexid(20, s.key, 'av', pos)}=s88",
             "isVerified": d.chance(0.05),
             "isCreator": d.chance(0.05),
+            "avatarUrl": f"https://yt3.video-platform.example/ytc/{hexid(20, s.key, 'av', pos)}=s88",
+            "channelUrl": f"https://video-platform.example/{handle}",
         },
-        "likeCount": d.num(0, 20000),
-        "publishedTime": iso(s.time(pos)),
+        "engagement": {"likes": d.num(0, 20000), "replies": 0},
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from sandbox.emulation.stablehash import Draw
 
 WORDS = (
@@ -67,3 +69,30 @@ def title(d: Draw, lo: int = 2, hi: int = 6) -> str:
 
 def user_handle(d: Draw) -> str:
     return f"{d.pick(NAMES).lower()}_{d.pick(WORDS)}{d.num(1, 999)}"
+
+
+def count_text(n: int, noun: str = "") -> str:
+    """A count as a page shows it: "14,860,541 views" (with a noun), "750K" (without)."""
+    if noun:
+        return f"{n:,} {noun}"
+    for size, suffix in ((10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= size:
+            return f"{n / size:.1f}".rstrip("0").rstrip(".") + suffix
+    return str(n)
+
+
+def clock(seconds: int) -> str:
+    """A duration as a player shows it: "4:14", "1:02:03"."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def mail_date(epoch: int) -> str:
+    """The e-mail style (RFC 2822) some platforms write dates in: "Tue, 07 Jan 2025 18:23:09 +0000"."""
+    return time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(epoch))
+
+
+def tweet_date(epoch: int) -> str:
+    """The microblog-a style: "Thu Jul 03 20:46:54 +0000 2025"."""
+    return time.strftime("%a %b %d %H:%M:%S +0000 %Y", time.gmtime(epoch))

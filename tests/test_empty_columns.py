@@ -1,0 +1,163 @@
+"""No silent NULL: a field the service starts sending under another name is noticed, named with the `shapes:`
+override that reads it, and the pasted override fills the column from the pages already paid.
+
+A renamed field loses no record, so the run completes (exit 0) and says so: `columns_empty` in `query_state` and
+`runs`, one message per endpoint in the summary. Records that arrive wrapped lose their key, so the query stops as
+`drift`; its message then names the `records:` override that reads them. Real `harvest run`s against the sandbox
+over HTTP (`--drift renamed-field`, `--drift wrapped-tweets`), then `harvest rebuild --spec`, no request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.records import RecordKind
+from connectors.reading.empty_columns import key_override
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from sandbox.drift_shapes import SHAPES
+from sandbox.expected import full_crawl
+from sandbox.wire.serving import running
+from tests.crawl_helpers import data_entries
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+
+SEARCH = "/v1/video-platform/search"
+TWEETS = "/v1/microblog-a/community/tweets"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+
+
+def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]) -> Path:
+    return write_spec(
+        tmp_path,
+        {
+            "name": "renamed",
+            "service": {"base_url": base_url},
+            "budget": {"credits": 100},
+            "output": str(tmp_path / "out"),
+            "queries": [{"id": "q", "endpoint": endpoint, "params": params}],
+        },
+    )
+
+
+def pasted(spec: Path, stderr: str) -> dict[str, Any]:
+    """The override the run printed, pasted into the spec as a user would; returns it."""
+    hint = re.search(r"add to the job spec `shapes: (\{.*?\})`", stderr.replace("\n", " "))
+    assert hint is not None, stderr
+    shapes: dict[str, Any] = yaml.safe_load(hint.group(1))
+    spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "shapes": shapes}))
+    assert runner.invoke(app, ["validate", str(spec)]).exit_code == 0
+    return shapes
+
+
+def test_a_renamed_field_is_named_with_its_override_and_the_override_fills_the_column(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    params = {"query": "running"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 2), page_size=5, drift=SHAPES["renamed-field"].drift
+    )
+    output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
+    crawled = full_crawl(SEARCH, params, config)
+    with running(config) as sb:
+        spec = spec_of(tmp_path, sb.base_url, SEARCH, params)
+        result = runner.invoke(app, ["run", str(spec)])
+        assert result.exit_code == 0, result.output  # nothing was lost: the run says so, it does not fail
+        assert rows(db, "SELECT status, columns_empty FROM query_state") == [("complete", 2)]
+        assert scalar(db, "SELECT columns_empty FROM runs") == 2
+        videos = len(crawled["videos"])
+        assert rows(db, "SELECT count(*), count(views) FROM video_platform_videos") == [(videos, 0)]
+        said = [line for line in result.stderr.splitlines() if "columns left empty" in line]
+        assert len(said) == 1, result.stderr  # once per run
+        assert re.search(
+            r"video_platform_videos\.views was NULL in \d+ records that carry `viewCount`", said[0]
+        )
+        shapes = pasted(spec, result.stderr)
+        assert shapes == {
+            SEARCH: {
+                "video_platform_shorts": {"fields": {"views": "viewCount"}},
+                "video_platform_videos": {"fields": {"views": "viewCount"}},
+            }
+        }
+        paid = len(data_entries(sb))
+        rebuilt = runner.invoke(app, ["rebuild", str(output), "--spec", str(spec)])
+        assert rebuilt.exit_code == 0, rebuilt.output
+        assert len(data_entries(sb)) == paid, "rebuild sent a request"
+    assert sorted(rows(db, "SELECT id, views FROM video_platform_videos")) == sorted(
+        (v["id"], v["viewCount"]) for v in crawled["videos"]
+    )
+    assert scalar(db, "SELECT count(*) FROM video_platform_shorts WHERE views IS NULL") == 0
+
+
+def test_records_that_arrive_wrapped_stop_with_the_records_override_that_reads_them(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    params = {"url": "https://microblog-a.example/i/communities/77"}
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, drift=SHAPES["wrapped-tweets"].drift)
+    output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
+    tweets = full_crawl(TWEETS, params, config)["tweets"]
+    with running(config) as sb:
+        spec = spec_of(tmp_path, sb.base_url, TWEETS, params)
+        result = runner.invoke(app, ["run", str(spec)])
+        assert result.exit_code == 1, result.output
+        assert "record(s) without their primary key (id)" in result.stderr
+        assert pasted(spec, result.stderr) == {TWEETS: {"microblog_a_tweets": {"records": "tweets[].tweet"}}}
+        rebuilt = runner.invoke(app, ["rebuild", str(output), "--spec", str(spec)])
+        assert rebuilt.exit_code == 0, rebuilt.output
+        assert len(data_entries(sb)) == 1, "rebuild sent a request"
+    assert sorted(rows(db, "SELECT id, user_name FROM microblog_a_tweets")) == sorted(
+        (t["id"], t["user"]["core"]["name"]) for t in tweets
+    )
+
+
+def kind_of(path: str, table: str) -> RecordKind:
+    return catalog.endpoints()[path].kind(table)
+
+
+def test_a_field_the_service_leaves_out_is_no_rename() -> None:
+    """Nothing resembling the column among the unread fields (a trimmed answer without `title`, a search without
+    `includeExtras`): the service's choice, not named. A null the service sends is its answer, not named."""
+    pins = kind_of("/v1/pinboard/search", "pinboard_pins")
+    trimmed = [
+        {"id": "1", "url": "u", "images": {"orig": {"url": "i"}}, "node_id": "n", "auto_alt_text": "a"}
+    ]
+    assert _empty(pins, trimmed) == {}
+    videos = kind_of(SEARCH, "video_platform_videos")
+    assert _empty(videos, [{"id": "v", "viewCountInt": None, "viewCount": 5}]) == {}
+    assert _empty(videos, [{"id": "v", "viewCount": 5, "plays": 3}]) == {"views": ["viewCount"]}
+
+
+def test_where_a_missing_key_went() -> None:
+    """A key under another name at the record's top is named; one only nested in another object (a tweet's
+    `user.rest_id`) is not guessed."""
+    products = kind_of("/v1/short-video/shop/products", "short_video_products")
+    assert key_override(products, "products", {"productId": "9", "title": "t"}) == {
+        "fields": {"id": "productId"}
+    }
+    tweets = kind_of(TWEETS, "microblog_a_tweets")
+    assert key_override(tweets, "tweets", {"full_text": "x", "user": {"id": "7", "rest_id": "7"}}) is None
+    wrapped = {"tweet": {"id": "1", "full_text": "x", "created_at": "2026-01-01T00:00:00Z"}, "kind": "t"}
+    assert key_override(tweets, "tweets", wrapped) == {"records": "tweets[].tweet"}
+
+
+def _empty(kind: RecordKind, items: list[Any]) -> dict[str, list[str]]:
+    """`empty_columns` of a page of `items` as harvest reads it."""
+    from connectors.reading.extraction import TableReport, to_arrow
+
+    report = TableReport()
+    to_arrow(kind, items, {}, report)
+    json.dumps(report.as_dict())  # what is stored stays JSON
+    return dict(report.empty_hints)

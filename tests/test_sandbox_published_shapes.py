@@ -1,0 +1,101 @@
+"""The sandbox answers as the service does: for every published sample answer of an endpoint both know
+(`tests/data/published-examples/`), the sandbox's answer to the same request puts each value harvest reads under
+the same name, and its records where the service puts them (wrapped or not).
+
+Derived from the catalog: a column's paths list the service's name first and the interface's after it
+(`viewCountInt|views`). Whichever of them the published answer fills, the sandbox's answer must fill the same one,
+so the demo, the tests and a user's offline trials read what the service sends; `harvest sandbox --drift
+interface-names` serves the interface's names, and harvest reads those too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.record_paths import MISSING, compile_path
+from connectors.catalog.records import RecordKind
+from sandbox.config import Drift, SandboxConfig
+from sandbox.wire.serving import running
+
+EXAMPLES_DIR = Path(__file__).parent / "data" / "published-examples"
+INDEX = json.loads((EXAMPLES_DIR / "index.json").read_text())["examples"]
+KNOWN = [e for e in INDEX if e["endpoint"] in catalog.endpoints()]
+SCALE = {"page_size": 30, "pages": (2, 2)}
+"""Pages large enough that the sandbox's optional values (a shop link on one video in five) show up."""
+
+
+def filled_name(kind: RecordKind, column: str, records: list[Any]) -> int | None:
+    """Which of the column's paths (0: the first) fills it in some record, the first one that does; None when
+    none does in any record."""
+    fld = kind.field(column)
+    assert fld is not None
+    paths = fld.path.split("|")
+    for n, path in enumerate(paths):
+        get = compile_path(path)
+        if any(get(record) not in (MISSING, None) for record in records):
+            return n
+    return None
+
+
+def records(kind: RecordKind, body: Any) -> tuple[list[Any], bool]:
+    """The kind's records in an answer (unwrapped) and whether they came wrapped."""
+    items = kind.extract(body)
+    wrapped = kind.unwrap is not None and any(kind.unwrap.is_wrapped(i) for i in items)
+    return ([kind.unwrap.inner(i) for i in items] if kind.unwrap else items), wrapped
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    config = SandboxConfig(**SCALE)  # type: ignore[arg-type]
+    with running(config) as sb, sb.client() as c:
+        yield c
+
+
+def sandbox_answer(client: httpx.Client, path: str, params: dict[str, Any]) -> Any:
+    sent = {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()}
+    response = client.get(path, params=sent)
+    assert response.status_code == 200, response.text[:300]
+    return response.json()
+
+
+@pytest.mark.parametrize("example", KNOWN, ids=[e["file"] for e in KNOWN])
+def test_the_sandbox_names_what_harvest_reads_as_the_service_does(
+    client: httpx.Client, example: dict[str, Any]
+) -> None:
+    endpoint = catalog.endpoints()[example["endpoint"]]
+    published = orjson.loads((EXAMPLES_DIR / example["file"]).read_bytes())
+    served = sandbox_answer(client, endpoint.path, example["example_request"])
+    for kind in endpoint.kinds:
+        theirs, their_wrapping = records(kind, published)
+        ours, our_wrapping = records(kind, served)
+        if not theirs:
+            continue
+        assert ours, f"{kind.table}: the sandbox sent no records"
+        assert our_wrapping == their_wrapping, f"{kind.table}: wrapped {their_wrapping} by the service"
+        for fld in kind.fields:
+            name = filled_name(kind, fld.name, theirs)
+            if name is not None:
+                path = fld.path.split("|")[name]
+                assert filled_name(kind, fld.name, ours) == name, (
+                    f"{kind.table}.{fld.name}: the service sends `{path}`, the sandbox does not"
+                )
+
+
+def test_the_interface_names_are_served_on_request_and_differ() -> None:
+    """The drift that serves the interface's own names fills the catalog's other paths: the tweet's author flat,
+    a video's `views`."""
+    config = SandboxConfig(drift=Drift(interface_names=True))
+    tweets = catalog.endpoints()["/v1/microblog-a/community/tweets"].kinds[0]
+    videos = catalog.endpoints()["/v1/video-platform/search"].kinds[0]
+    with running(config) as sb, sb.client() as c:
+        served = sandbox_answer(c, "/v1/microblog-a/community/tweets", {"url": "https://x.example/i/c/1"})
+        search = sandbox_answer(c, "/v1/video-platform/search", {"query": "running"})
+    assert filled_name(tweets, "user_name", records(tweets, served)[0]) == 1  # `user.name`
+    assert filled_name(videos, "views", records(videos, search)[0]) == 1  # `views`
