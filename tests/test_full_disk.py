@@ -30,7 +30,8 @@ from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, expected_keys, 
 PINS = "/v1/pinboard/search"
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
-DISK_MB = 24
+DISK_MB = 32
+"""Room for two nights of the job and their load (one night writes ~7 MB: raw pages, Parquet, DuckDB)."""
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30)}, page_size=50,
     quirks=Quirks(dangling_last_cursor=False, repeat_items=False),

@@ -104,7 +104,7 @@ def test_a_harvest_run_and_its_temporary_server_run_with_analytics_and_telemetry
             sb.gate.open()
         code, out, err = finish(proc)
         paid = len(data_entries(sb))
-    assert code == 0 and paid == 1, out + err
+    assert code == 0 and paid == 2, out + err  # the one page of pins and the page ending pin search (`-end-`)
     assert {
         "analytics": settings["server"]["analytics_enabled"],
         "orchestration_telemetry": settings["cloud"]["enable_orchestration_telemetry"],

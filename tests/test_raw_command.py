@@ -33,7 +33,9 @@ def test_raw_prints_every_paid_page(
     pins = runner.invoke(app, ["raw", str(output), "--run", run_id, "--query", "pins"])
     assert pins.exit_code == 0, pins.output
     pin_pages = [json.loads(line) for line in pins.stdout.splitlines()]
-    assert [p["page"] for p in pin_pages] == list(range(len(pin_pages))) and len(pin_pages) == 2
+    # two pages of pins and the page that ends pin search (`"cursor": "-end-"`, no pins), paid as well
+    assert [p["page"] for p in pin_pages] == list(range(len(pin_pages))) and len(pin_pages) == 3
+    assert pin_pages[-1]["body"]["cursor"] == "-end-" and pin_pages[-1]["cursor_out"] is None
     assert all(p["query_id"] == "pins" and p["status_code"] == 200 for p in pin_pages)
     assert pin_pages[0]["cursor_in"] is None and pin_pages[1]["cursor_in"] == pin_pages[0]["cursor_out"]
     assert isinstance(pin_pages[0]["body"], dict), "a JSON answer is printed as JSON, not as a string"
