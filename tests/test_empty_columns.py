@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,11 @@ from typer.testing import CliRunner
 
 import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from connectors.catalog import endpoints as catalog
+from connectors.catalog.fields import coercer
+from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind
 from connectors.reading.empty_columns import key_override
+from connectors.reading.extraction import convert_page
 from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.drift_shapes import SHAPES
@@ -121,6 +125,56 @@ def test_records_that_arrive_wrapped_stop_with_the_records_override_that_reads_t
     assert sorted(rows(db, "SELECT id, user_name FROM microblog_a_tweets")) == sorted(
         (t["id"], t["user"]["core"]["name"]) for t in tweets
     )
+
+
+EXAMPLES = Path(__file__).parent / "data" / "published-examples"
+BOTH_THE_INTERFACES = {("photo_app_reels", "video_url"), ("photo_app_reels", "thumbnail_url")}
+"""Columns whose every path is the interface's (a full and a trimmed answer name them differently)."""
+
+
+def interface_only(kind: RecordKind) -> RecordKind:
+    """The kind as harvest read it before the published answers: each column at the interface's name (the last
+    of its paths), a thread's replies not unwrapped."""
+    fields = tuple(replace(f, path=f.path.split("|")[-1]) for f in kind.fields)
+    if kind.nested is not None:
+        return replace(kind, fields=fields, unwrap=None, nested=None)
+    return replace(kind, fields=fields)
+
+
+def test_the_published_answers_read_by_the_interfaces_names_are_noticed_field_by_field() -> None:
+    """Every column the service fills under another name than the interface's comes out NULL when read by the
+    interface's name alone; each is named with the service's name first (or, for records that lost their key,
+    the override that reads the key). Derived from the catalog, over every published answer: the issue's list
+    (views, the tweet author, reply avatars and likes, media dimensions, clip followers, thread replies, shop
+    products) and any other such column."""
+    index = json.loads((EXAMPLES / "index.json").read_text())["examples"]
+    endpoints, seen = catalog.endpoints(), set()
+    for example in (e for e in index if e["endpoint"] in catalog.endpoints()):
+        body = json.loads((EXAMPLES / example["file"]).read_text())
+        kinds = [interface_only(k) for k in endpoints[example["endpoint"]].kinds]
+        report = convert_page(kinds, body, example["example_request"]).report
+        for kind, theirs in zip(kinds, endpoints[example["endpoint"]].kinds, strict=True):
+            records = [theirs.unwrap.inner(i) if theirs.unwrap else i for i in theirs.extract(body)]
+            table = report.tables[kind.table]
+            for fld in theirs.fields:
+                published, interface = fld.path.split("|")[0], fld.path.split("|")[-1]
+                fills = [compile_path(published)(r) not in (MISSING, None) for r in records]
+                if (
+                    (kind.table, fld.name) in BOTH_THE_INTERFACES
+                    or published == interface
+                    or not any(fills)
+                    or any(coercer(fld)(compile_path(interface)(r)) is not None for r in records)
+                ):
+                    continue  # the same name, or the answer does not fill it, or the interface's name does
+                    # (a value that fits: an object where a number belongs does not)
+                seen.add((kind.table, fld.name))
+                if table.no_key:
+                    assert table.no_key_override is not None, (example["file"], kind.table)
+                else:
+                    assert table.empty_hints.get(fld.name, [None])[0] == published, (kind.table, fld.name)
+    assert {("video_platform_videos", "views"), ("microblog_a_tweets", "user_name"),
+            ("video_platform_comments", "like_count"), ("forum_media", "width"),
+            ("streaming_clips", "broadcaster_followers"), ("short_video_products", "url")} <= seen  # fmt: skip
 
 
 def kind_of(path: str, table: str) -> RecordKind:

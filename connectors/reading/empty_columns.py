@@ -21,7 +21,8 @@ arrive wrapped (`{"post": {...}}`) or with their key under another name.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +43,7 @@ _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _PLAIN_KEY = re.compile(r"[^.\[\]|\s]+")
 
 
+@lru_cache(maxsize=4096)
 def words(name: str) -> frozenset[str]:
     """The words of a field or column name, lower case, a plural's `s` dropped: `viewCountInt` -> view, count,
     int; `likes` -> like."""
@@ -56,6 +58,7 @@ def _last_step(path: str) -> str:
     return re.sub(r"\[\d*\]", "", path).rsplit(".", 1)[-1]
 
 
+@lru_cache(maxsize=1024)
 def column_words(fld: Field) -> frozenset[str]:
     """What a column is called: its name's words and those of the last step of each of its paths."""
     out = set(words(fld.name))
@@ -151,36 +154,40 @@ def _sent(fld: Field, record: Any) -> tuple[str, Any]:
 
 
 def empty_columns(
-    kind: RecordKind, items: list[Any], columns: list[pa.Array], unknown: set[str]
+    kind: RecordKind,
+    items: list[Any],
+    columns: list[pa.Array],
+    unknown: set[str],
+    misfits: Collection[str] = (),
 ) -> dict[str, list[str]]:
     """Column -> the unread fields that may hold it, for each column NULL in every one of a page's `items`
-    (`columns` in `kind.columns` order) although no record sent its field as null."""
+    (`columns` in `kind.columns` order) although no record sent its field as null. `misfits`: the columns some
+    value of the page did not fit. Cheap when nothing is found: the records are looked at again only for a
+    column something may hold (a page without unread fields or misfits costs nothing)."""
+    if not unknown and not misfits:
+        return {}
     records = _records(kind, items)
     out: dict[str, list[str]] = {}
     leaves: dict[str, Any] | None = None
-    for fld, column in zip(
-        kind.fields, columns, strict=False
-    ):  # not a wrapper's columns: null when unwrapped
+    for fld, column in zip(kind.fields, columns, strict=False):  # not a wrapper's: null when unwrapped
         if (
             column.null_count != len(items)
             or fld.name in kind.primary_key
             or fld.path.startswith(PARAM_PREFIX)
         ):
             continue
-        sent = [_sent(fld, record) for record in records]
-        if any(value is None for _, value in sent):
-            continue  # the service says null: its answer, not a rename
-        misfit = next(((path, value) for path, value in sent if isinstance(value, dict)), None)
-        if misfit is not None:
+        if fld.name in misfits:
+            sent = next((v for r in records if isinstance((v := _sent(fld, r))[1], dict)), None)
             inside: dict[str, Any] = {}
-            _walk(misfit[0], misfit[1], inside, 0)
+            if sent is not None:
+                _walk(sent[0], sent[1], inside, 0)
             hints = ranked_inside(fld, inside)
         else:
             if leaves is None:
                 leaves = unread_leaves(kind, records, unknown)
             hints = ranked(fld, leaves)
-        if hints:
-            out[fld.name] = hints[:MAX_HINTS]
+        if hints and not any(_sent(fld, record)[1] is None for record in records):
+            out[fld.name] = hints[:MAX_HINTS]  # a null the service sent is its answer, not a rename
     return out
 
 

@@ -113,7 +113,7 @@ def to_arrow(
             key_nulls = [a or b for a, b in zip(key_nulls, nulls, strict=True)]
     _count_keys(kind, where, report, items, key_nulls, single)
     if items and not any(key_nulls) and any(column.null_count == len(items) for column in columns):
-        for name, hints in empty_columns(kind, items, columns, unknown or set()).items():
+        for name, hints in empty_columns(kind, items, columns, unknown or set(), report.misfits).items():
             report.empty[name] = report.empty.get(name, 0) + len(items)
             report.empty_hints.setdefault(name, hints)
     if unknown:
@@ -162,18 +162,21 @@ def _blank_as_null(column: pa.Array) -> pa.Array:
 def _count_keys(
     kind: RecordKind, where: str, report: TableReport, items: list[Any], key_nulls: list[bool], single: bool
 ) -> None:
+    """Records kept, and those without a key: lost (drift), or, for the one object of a detail answer, the
+    service's "not found" unless its key came under another name (then it is lost like any other)."""
     missing = sum(key_nulls)
     report.kept += len(items) - missing
     if not missing:
         return
-    if single:
+    keyless = items[key_nulls.index(True)]
+    override = key_override(kind, where, keyless)
+    if single and override is None:
         report.not_found += missing
         return
     report.no_key += missing
     if report.no_key_example is None:
-        keyless = items[key_nulls.index(True)]
         report.no_key_example = _example(keyless)
-        report.no_key_override = key_override(kind, where, keyless)
+    report.no_key_override = report.no_key_override or override
 
 
 @dataclass
