@@ -8,6 +8,7 @@ after the last page, and the credits harvest counted are what the sandbox billed
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from connectors.catalog import endpoints as catalog
 from connectors.credits.ledger import CreditLedger
-from sandbox.config import Quirks, SandboxConfig
+from sandbox.config import Drift, Quirks, SandboxConfig
 from sandbox.emulation.creative import material_id
 from sandbox.expected import expected_pages
 from sandbox.wire.serving import RunningSandbox, running
@@ -113,3 +114,19 @@ async def test_endpoint_paged_to_its_end(
     assert billed == want_pages * endpoint.cost
     assert ledger.spent == run.outcome.credits == billed == sum(p.credits for p in run.pages)
     assert ledger.reserved == 0
+
+
+async def test_the_interfaces_own_names_are_read_as_well() -> None:
+    """`--drift interface-names`: every endpoint answering with the interface's names (`views`, a flat tweet
+    author, flat replies with `parent_uri`, `price.amount`, a plain list of other clips, no `-end-` page) lands
+    the same records, nothing lost, and no column the catalog reads at either name comes empty."""
+    config = dataclasses.replace(CONFIG, drift=Drift(interface_names=True))
+    with running(config) as sb:
+        for case in CASES:
+            path, params = case.values
+            endpoint = ENDPOINTS[path]
+            run = await run_query(sb, endpoint, params, ledger=CreditLedger(1000))
+            assert run.outcome.status == "complete", (path, run.outcome)
+            assert harvested(endpoint, run.pages, params) == expected(endpoint, params, config), path
+            assert run.outcome.extraction.lost == 0 and run.outcome.extraction.empty_columns == [], path
+            assert len(run.pages) == expected_pages(sandbox_path(endpoint, params), params, config), path
