@@ -10,7 +10,9 @@ that tells the truth (`flows.orchestrator.final_state`).
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -211,7 +213,8 @@ async def collect_job(
     with quiet_gc():
         if prepared is not None:
             ready = prepared_run(prepared)
-            return await _collect_job(ready.spec, ready.layout, ready.lock, base_url, budget, mode, full)
+            run = _Run(base_url, budget, mode, full, _absolute(spec_path))
+            return await _collect_job(ready.spec, ready.layout, ready.lock, run)
         spec = _spec(spec_path, spec_text)
         if export_to is not None and spec.export is not None:
             spec = spec.model_copy(update={"export": spec.export.model_copy(update={"to": export_to})})
@@ -219,7 +222,8 @@ async def collect_job(
         check_output_dir(layout.root, spec.min_free_mb)
         lock = _lock(layout, spec.name)
         try:
-            return await _collect_job(spec, layout, lock, base_url, budget, mode, full)
+            run = _Run(base_url, budget, mode, full, None if spec_text is not None else _absolute(spec_path))
+            return await _collect_job(spec, layout, lock, run)
         finally:
             lock.release()
 
@@ -232,21 +236,30 @@ def _spec(spec_path: str | None, spec_text: str | None) -> JobSpec:
     return load_spec(spec_path)
 
 
-async def _collect_job(
-    spec: JobSpec,
-    layout: OutputLayout,
-    lock: job_lock.JobLock,
-    base_url: str | None,
-    budget: int | None,
-    mode: Mode,
-    full: bool,
-) -> Any:
+@dataclass(frozen=True)
+class _Run:
+    """The flow's arguments that say how to run the job."""
+
+    base_url: str | None
+    budget: int | None
+    mode: Mode
+    full: bool
+    spec_file: str | None
+    """The spec's absolute path, when read from a file (`RunManifest.spec_file`)."""
+
+
+def _absolute(spec_path: str | None) -> str | None:
+    return None if spec_path is None else os.path.abspath(spec_path)
+
+
+async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLock, run: _Run) -> Any:
     """The run under the job's lock, which its caller took and releases."""
     the_plan = plan(spec)
     stop = StopOnSignal()
+    full = run.full
     with stop.installed():
-        async with open_service(spec, base_url) as service:
-            begun = begin(spec, the_plan, layout, service, mode, budget)
+        async with open_service(spec, run.base_url) as service:
+            begun = begin(spec, the_plan, layout, service, run.mode, run.budget, run.spec_file)
             await crash_stale(begun)
             try:
                 loaded_first = load_earlier(layout, spec.name, begun.manifest.run_id, stop)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Iterable
@@ -236,11 +237,32 @@ def add_row(target: Table, *cells: object) -> None:
 
 
 def harvest_command() -> str:
-    """How the user can call harvest again: `harvest` when it is on PATH, else the path they just used."""
-    if shutil.which("harvest"):
-        return "harvest"
+    """How the user calls harvest again, as one shell word: `harvest` when that name on PATH is this very
+    harvest, else the path they just used (relative to the working directory when under it), quoted. A bare
+    `harvest` that finds another installation (or none, in a shell without this one's virtual environment) would
+    run something else than the command promised."""
     exe = Path(sys.argv[0])
+    if exe.name != "harvest":  # `python -m flows.cli`, a test runner: the installed name
+        return "harvest"
+    on_path = shutil.which("harvest")
+    if on_path is not None and Path(on_path).resolve() == exe.resolve():
+        return "harvest"
+    return runnable(exe)
+
+
+def runnable(program: Path) -> str:
+    """A program's path as a shell word that runs it from here: relative to the working directory when under
+    it, else absolute; never resolved (a virtual environment's `python` is a link out of it), never bare (a bare
+    name is looked up on PATH), quoted."""
+    absolute = Path(os.path.abspath(program))
     try:
-        return str(exe.resolve().relative_to(Path.cwd())) if exe.name == "harvest" else "harvest"
+        shown = str(absolute.relative_to(Path(os.getcwd())))
     except ValueError:
-        return str(exe)
+        shown = str(absolute)
+    return shlex.quote(shown if "/" in shown else f"./{shown}")
+
+
+def harvest_line(*words: object) -> str:
+    """A harvest command line to print for the user to paste: each word shell-quoted (`shlex.quote`), so a path
+    with a space, a quote or a `$` in it reaches harvest as it is."""
+    return " ".join([harvest_command(), *(shlex.quote(str(word)) for word in words)])

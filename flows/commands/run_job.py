@@ -9,8 +9,10 @@ second, before anything is started or spent.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from configs import spec_path
 from connectors.errors import MissingApiKey
 from flows import console
 from flows.commands import quick_exit
-from flows.console import harvest_command
+from flows.commands.run_again import RunAgain
+from flows.console import harvest_line, runnable
 from flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
 from flows.stop_signals import INTERRUPTED, interrupts, signal_name
 from tasks.output.layout import OutputLayout
@@ -39,23 +42,18 @@ DEMO_SPEC = spec_path("demo.yaml")
 out, err = console.out, console.err
 
 
-def _relative(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print `error: <message>` literally (messages quote specs and answers) and return the exit to raise."""
     console.error(message)
     return typer.Exit(code)
 
 
-def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> tuple[JobSpec, Any]:
+def preflight(
+    spec_path: Path, base_url: str | None, output: Path | None = None
+) -> tuple[JobSpec, str, Any]:
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
-    once for the whole run (the flow gets it with the lock, `flows.run.prepared`), and what `check_service`
-    needs of the service (None for the embedded sandbox)."""
+    once for the whole run (the flow gets it with the lock, `flows.run.prepared`), its service URL, and what
+    `check_service` needs of the service (None for the embedded sandbox)."""
     from flows.run.preflight import check_output_dir
 
     try:
@@ -63,7 +61,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
         resolved = resolve_base_url(spec, base_url)
         check_output_dir(output or spec.output, spec.min_free_mb)
         if resolved == "sandbox":
-            return spec, None
+            return spec, resolved, None
         from connectors.http.auth import load_api_key
 
         service = spec.service
@@ -71,7 +69,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc), getattr(exc, "exit_code", 2)) from None
     source = f"the Prefect Secret block {service.api_key_secret!r}" if service.api_key_secret else None
-    return spec, (resolved, key, source or f"the environment variable {service.api_key_env}")
+    return spec, resolved, (resolved, key, source or f"the environment variable {service.api_key_env}")
 
 
 def check_service(service: Any, lock: Any) -> None:
@@ -91,7 +89,7 @@ def check_service(service: Any, lock: Any) -> None:
         raise
 
 
-def _hold_lock(layout: OutputLayout, job: str, spec_path: Path, output: Path | None, mode: str) -> Any:
+def _hold_lock(layout: OutputLayout, job: str, again: RunAgain, mode: str) -> Any:
     """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2); so is
     `--continue` while the job has an unfinished run."""
     from tasks.output.job_lock import JobLocked, acquire
@@ -109,8 +107,7 @@ def _hold_lock(layout: OutputLayout, job: str, spec_path: Path, output: Path | N
     unfinished = unfinished_run(layout, job)
     if unfinished is not None:
         lock.release()
-        command = f"{harvest_command()} run {spec_path}" + (f" --output {output}" if output else "")
-        raise fail(str(continue_refused(unfinished, command)))
+        raise fail(str(continue_refused(unfinished, again.of_another_run().command())))
     return lock
 
 
@@ -141,24 +138,29 @@ class _Begun:
     server: Any
     before: RunMarks
     """Each run's marks before this one started: which run a later interrupt touched."""
+    again: RunAgain
+    """How to run it again, as printed for pasting."""
 
 
-def _begin(spec_path: Path, base_url: str | None, output: Path | None, mode: str) -> _Begun:
+def _begin(
+    spec_path: Path, base_url: str | None, output: Path | None, mode: str, budget: int | None, full: bool
+) -> _Begun:
     """The checks, the job's lock and Prefect's start. A signal meanwhile (Ctrl-C, or SIGTERM and SIGHUP as
     Ctrl-C: `flows.stop_signals`) comes before the run exists: one line, exit 130, the lock let go."""
     from flows.run.prepared import PreparedRun, hand_over, withdraw
 
     lock, token = None, ""
     try:
-        spec, service = preflight(spec_path, base_url, output)
+        spec, service_url, service = preflight(spec_path, base_url, output)
+        again = RunAgain.of(spec_path, spec, service_url, output, budget, full)
         job, layout = spec.name, OutputLayout(output or spec.output)
-        lock = _hold_lock(layout, job, spec_path, output, mode)
+        lock = _hold_lock(layout, job, again, mode)
         check_service(service, lock)
         token = hand_over(PreparedRun(spec, layout, lock))
         server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
         from flows.run.interrupt import run_marks  # the connectors: after the start
 
-        return _Begun(job, layout, lock, token, server, run_marks(layout, job))
+        return _Begun(job, layout, lock, token, server, run_marks(layout, job), again)
     except KeyboardInterrupt:
         withdraw(token)
         if lock is not None:
@@ -174,14 +176,14 @@ def run_job(
     output: Path | None,
     mode: str = "auto",
     full: bool = False,
-) -> tuple[RunSummary | NoRun, OutputLayout]:
-    """The run's summary, and where it landed."""
+) -> tuple[RunSummary | NoRun, OutputLayout, RunAgain]:
+    """The run's summary, where it landed, and how to run it again."""
     from flows.orchestrator.prefect_settings import apply_prefect_defaults, quiet_prefect_echoes
     from flows.run.prepared import withdraw
 
     started = time.monotonic()
     apply_prefect_defaults()
-    begun = _begin(spec_path, base_url, output, mode)
+    begun = _begin(spec_path, base_url, output, mode, budget, full)
     layout = begun.layout
     from flows.run.interrupt import interrupted_outside_the_flow
 
@@ -213,9 +215,8 @@ def run_job(
         if not isinstance(summary, NoRun):
             summary.seconds["total"] = round(time.monotonic() - started, 2)
     except interrupts():  # Ctrl-C, SIGTERM or SIGHUP outside the flow body (Prefect's start or report)
-        resume = f"{harvest_command()} run {spec_path}"
-        load = f"{harvest_command()} load {layout.root}"
-        said = interrupted_outside_the_flow(layout, begun.job, begun.before, resume, load)
+        load = harvest_line("load", layout.root)
+        said = interrupted_outside_the_flow(layout, begun.job, begun.before, begun.again.command(), load)
         raise fail(said, INTERRUPTED) from None
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
@@ -226,7 +227,7 @@ def run_job(
         stamina_log.setLevel(stamina_level)
         withdraw(begun.token)
         begun.lock.release()
-    return summary, layout
+    return summary, layout, begun.again
 
 
 def run(
@@ -238,10 +239,10 @@ def run(
     full: bool = False,
 ) -> None:
     with quick_exit.on_exit():  # ends the process without finalizing the interpreter (~0.6 s)
-        summary, layout = run_job(spec, base_url, budget, output, mode, full)
+        summary, layout, again = run_job(spec, base_url, budget, output, mode, full)
         from flows.commands.run_report import report  # after: a refused run imports no HTTP client
 
-        raise typer.Exit(report(summary, spec, output or layout.root))
+        raise typer.Exit(report(summary, again, output or layout.root))
 
 
 def demo(output: Path | None) -> None:
@@ -250,22 +251,21 @@ def demo(output: Path | None) -> None:
 
 
 def _demo(output: Path | None) -> None:
-    summary, layout = run_job(DEMO_SPEC, "sandbox", None, output)
+    summary, layout, again = run_job(DEMO_SPEC, "sandbox", None, output)
     from flows.commands.run_report import report
 
     target = output or layout.root
-    code = report(summary, DEMO_SPEC, target)
+    code = report(summary, again, target)
     db = target / "harvest.duckdb"
     out.print()
     out.print(Text("Query it", style="bold") + Text(" (DuckDB SQL, read-only):"))
-    console.say(
-        f'  {harvest_command()} sql {target} "SELECT caption, play_count, digg_count FROM short_video_videos '
-        f'ORDER BY play_count DESC LIMIT 5"'
+    top = "SELECT caption, play_count, digg_count FROM short_video_videos ORDER BY play_count DESC LIMIT 5"
+    console.say(f"  {harvest_line('sql', target, top)}")
+    python = (  # double quotes inside: the shell's single quotes around it stay readable
+        f"import duckdb; print(duckdb.connect({json.dumps(str(db))}, read_only=True)"
+        '.sql("SELECT query_id, status, pages, credits FROM query_state"))'
     )
-    console.say(
-        f"  {_relative(Path(sys.executable))} -c \"import duckdb; print(duckdb.connect('{db}', read_only=True)"
-        f".sql('SELECT query_id, status, pages, credits FROM query_state'))\""
-    )
+    console.say(f"  {runnable(Path(sys.executable))} -c {shlex.quote(python)}")
     console.say(f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
     raise typer.Exit(code)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from flows import console
 from flows.commands.history_note import say_history
-from flows.console import harvest_command
+from flows.commands.run_again import RunAgain
+from flows.console import harvest_line
 from tasks.output.run_summary import NoRun, RunSummary, query_rows
 
 out, err = console.out, console.err
@@ -108,9 +109,7 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         out.print(rows)
         say_history(summary.tables, output)
     elif not summary.machine_fault:  # then the next step says why and how it gets loaded
-        console.warning(
-            f"not loaded into DuckDB yet: run `{harvest_command()} load {output}` when it is free"
-        )
+        console.warning(f"not loaded into DuckDB yet: run `{harvest_line('load', output)}` when it is free")
     console.say(
         f"credits spent: {summary.credits_spent} of a budget of {summary.budget}; "
         f"records: {summary.records}; status: {summary.status}"
@@ -169,9 +168,10 @@ def loaded_first_line(summary: RunSummary | NoRun) -> None:
         )
 
 
-def _next_step(summary: RunSummary, spec: Path, output: Path) -> str | None:
-    """One line saying how to go on after a run that did not finish its work (or its load)."""
-    cmd = f"{harvest_command()} run {spec}"
+def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None:
+    """One line saying how to go on after a run that did not finish its work (or its load), with the command
+    that does it as it can be pasted (`flows.commands.run_again`)."""
+    cmd = again.command()
     if fault := summary.machine_fault:
         pages = sum(int(q["pages"]) for q in summary.queries)
         kept = f"the {pages} pages paid are kept"
@@ -186,11 +186,14 @@ def _next_step(summary: RunSummary, spec: Path, output: Path) -> str | None:
     if summary.load_interrupted:
         return (
             f"interrupted during the load: run {summary.run_id} ended ({summary.status}) and its data is in "
-            f"Parquet; `{harvest_command()} load {output}` loads it into DuckDB"
+            f"Parquet; `{harvest_line('load', output)}` loads it into DuckDB"
         )
     stopped = [q for q in summary.queries if q["status"] in ("budget_exhausted", "rate_limited", "stopped")]
     if stopped:
-        return f"{len(stopped)} queries stopped with their cursors kept: `{cmd} --continue` picks them up"
+        return (
+            f"{len(stopped)} queries stopped with their cursors kept: `{again.command('--continue')}` picks "
+            "them up"
+        )
     return None
 
 
@@ -208,22 +211,22 @@ def exit_code(summary: RunSummary) -> int:
     return 0 if all(q["status"] in OK_STATUSES for q in summary.queries) else 1
 
 
-def report(summary: RunSummary | NoRun, spec: Path, output: Path) -> int:
+def report(summary: RunSummary | NoRun, again: RunAgain, output: Path) -> int:
     loaded_first_line(summary)
     if isinstance(summary, NoRun):
-        return _no_run(summary, spec)
+        return _no_run(summary, again)
     print_summary(summary, output)
-    step = _next_step(summary, spec, output)
+    step = _next_step(summary, again, output)
     if step:
         console.note(step)
     return exit_code(summary)
 
 
-def _no_run(summary: NoRun, spec: Path) -> int:
+def _no_run(summary: NoRun, again: RunAgain) -> int:
     from tasks.output.machine_fault import EXIT_CODE
 
     if summary.status == "nothing_to_continue":
         console.say(summary.message)
         return 0
-    console.error(f"{summary.message}; once fixed, `{harvest_command()} run {spec}` loads them and runs")
+    console.error(f"{summary.message}; once fixed, `{again.command()}` loads them and runs")
     return EXIT_CODE  # this machine could not load the earlier runs: try again once it is fixed

@@ -10,24 +10,25 @@ from pathlib import Path
 from typing import Any
 
 from flows import console
+from flows.commands.run_again import resume_hint
 from flows.commands.run_job import fail
-from flows.console import harvest_command
+from flows.console import harvest_line
 from tasks.output.layout import OutputLayout
 
 
 def _unfinished_note(row: Any, output: Path) -> str:
     """How an unfinished run stands and how to go on, in words that match its manifest."""
-    m, cmd = row.manifest, harvest_command()
+    m = row.manifest
     so_far = f"{row.pages} pages, {row.credits} credits"
     if row.state == "running":
         return f"run {m.run_id} is still running ({so_far} so far): not loaded yet"
-    ways = f"`{cmd} run SPEC` resumes it, `--fresh` abandons it"
+    ways = resume_hint(m, output)
     if row.state == "killed":
         return f"run {m.run_id} of job {m.job} was killed ({so_far}); not loaded: {ways} (its data is then loaded)"
     if m.loaded:
         return f"run {m.run_id} of job {m.job} was interrupted ({so_far}); what it landed is loaded: {ways}"
     return (
-        f"run {m.run_id} of job {m.job} was interrupted ({so_far}); not loaded yet: `{cmd} load {output}` "
+        f"run {m.run_id} of job {m.job} was interrupted ({so_far}); not loaded yet: `{harvest_line('load', output)}` "
         f"loads what it landed, {ways}"
     )
 
@@ -54,7 +55,7 @@ def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -
     if not layout.db.exists():
         console.warning(
             f"nothing to load in {output}, but {layout.db} does not exist although its runs were loaded into it: "
-            f"`{harvest_command()} rebuild {output}` builds it again from the raw pages"
+            f"`{harvest_line('rebuild', output)}` builds it again from the raw pages"
         )
         return
     try:
@@ -89,7 +90,7 @@ def load(output: Path) -> None:
         if lock is None:
             console.note(
                 f"run {manifest.run_id} of job {manifest.job} is not loaded: a run of that job is running now; "
-                f"run `{harvest_command()} load {output}` again when it has ended"
+                f"run `{harvest_line('load', output)}` again when it has ended"
             )
             continue
         try:
@@ -102,9 +103,7 @@ def load(output: Path) -> None:
             f"loaded run {manifest.run_id} ({manifest.status}): {sum(tables.values())} rows in {len(tables)} tables"
         )
         if manifest.status == "interrupted":
-            console.note(
-                f"run {manifest.run_id} is still unfinished: `{harvest_command()} run SPEC` resumes it"
-            )
+            console.note(f"run {manifest.run_id} is still unfinished: {resume_hint(manifest, output)}")
 
 
 def runs(output: Path) -> None:

@@ -23,7 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flows.console import add_row, literal, note, out, table
+from flows.console import add_row, harvest_line, literal, note, out, table
 from flows.spec import UsageError
 from tasks.database.connection import quote_literal
 from tasks.output.layout import OutputLayout
@@ -135,7 +135,7 @@ def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
     if follow_moved_views(con, layout.parquet_root):
         note(
             f"note: the history views in {layout.db} still point at the directory's old place; answered from "
-            f"the Parquet here. `harvest load {layout.root}` points them here for other readers too"
+            f"the Parquet here. `{harvest_line('load', layout.root)}` points them here for other readers too"
         )
 
 
@@ -169,7 +169,7 @@ def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> QueryResult:
             from tasks.database.history_views import HISTORY_SUFFIX
 
             hint = (
-                f"; a `_history` view reading another place: `harvest load {db.parent}` points it here"
+                f"; a `_history` view reading another place: `{harvest_line('load', db.parent)}` points it here"
                 if HISTORY_SUFFIX in sql
                 else ""
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from flows.console import harvest_line
 from flows.run.interrupt import ExportInterrupted, StopOnSignal
 from flows.spec import JobSpec
 from tasks.output.layout import OutputLayout
@@ -21,10 +22,11 @@ def export_step(
     if spec.export is None:
         return None
     to, fmt = spec.export.to, spec.export.format
-    retry = f"harvest export {layout.root} --to {to}" + (" --snapshot" if spec.export.snapshot else "")
-    retry += f" --format {fmt}" if fmt != "parquet" else ""
+    words = ["export", layout.root, "--to", to, *(["--snapshot"] if spec.export.snapshot else [])]
+    retry = harvest_line(*words, *(["--format", fmt] if fmt != "parquet" else []))
     if not loaded:
-        return {"to": to, "error": f"not exported: the run is not loaded yet; `harvest load`, then `{retry}`"}
+        load = harvest_line("load", layout.root)
+        return {"to": to, "error": f"not exported: the run is not loaded yet; `{load}`, then `{retry}`"}
     try:
         with stop.exporting() if stop is not None else contextlib.nullcontext():
             if fmt != "parquet":

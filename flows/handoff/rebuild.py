@@ -29,6 +29,7 @@ import duckdb
 from connectors.catalog import endpoints as catalog
 from connectors.catalog.shape_overrides import shapes_data, shapes_of
 from connectors.paging.pager import QuerySpec
+from flows.commands.run_again import resume_hint
 from flows.handoff.export_ledger import EXPORTS_DDL
 from flows.run.load_step import load_manifest_into_duckdb
 from flows.spec import JobSpec, UsageError
@@ -79,7 +80,7 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
         done = []
         for m in manifests:
             if m.unfinished and not m.loaded:
-                report.skipped.append(f"{m.run_id}: unfinished ({m.status}); `harvest run SPEC` resumes it")
+                report.skipped.append(f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}")
                 continue
             if run_id is None or m.run_id == run_id:
                 if spec is not None and m.job == spec.name:

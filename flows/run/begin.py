@@ -139,8 +139,10 @@ def begin(
     service: ServiceAccess,
     mode: Mode,
     budget: int | None,
+    spec_file: str | None = None,
 ) -> Begun:
-    """Decide what this run is (new, resumed, continued) and write its `running` manifest."""
+    """Decide what this run is (new, resumed, continued) and write its `running` manifest. `spec_file`: the
+    spec's absolute path, when the run read it from a file."""
     flow_run_id, run_count, _ = flow_run_facts()
     key = plan_key(spec)
     previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
@@ -166,6 +168,7 @@ def begin(
             loaded=False,
             error=None,
             shapes=shapes_data(spec.shape_overrides()),
+            spec_file=spec_file or previous.spec_file,
         )
     else:
         start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
@@ -185,6 +188,7 @@ def begin(
             flow_run_ids=[flow_run_id] if flow_run_id else [],
             continues=start.previous.run_id if start.previous else None,
             shapes=shapes_data(spec.shape_overrides()),
+            spec_file=spec_file,
         )
     start.coverage = job_coverage(layout, spec.name, manifest.run_id)
     return Begun(start, manifest, abandoned)

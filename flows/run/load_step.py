@@ -15,6 +15,7 @@ from typing import Any
 from prefect import get_run_logger
 
 from connectors.catalog.endpoints import all_kinds
+from flows.console import harvest_line
 from flows.run.interrupt import LoadInterrupted, StopOnSignal
 from flows.run.memory import release_memory
 from tasks.database.bookkeeping import insert_requests, upsert_query_states, upsert_run
@@ -38,7 +39,7 @@ def load_manifest_into_duckdb(
     listed = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
     requests = list(dict.fromkeys([*layout.requests_files(manifest.run_id), *listed]))  # a session's: once
     with write_connection(
-        db or layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
+        db or layout.db, data_dir=layout.parquet_root, rerun=harvest_line("load", layout.root)
     ) as con:
         result = merge_batches(con, batches)  # a transaction per step: memory stays bounded, steps idempotent
         with transaction(con):  # the run is loaded when this commits
@@ -55,7 +56,7 @@ def load_manifest_into_duckdb(
 def refresh_views(layout: OutputLayout) -> list[str]:
     """Point the history views at this output directory's Parquet (after a move, or files added by hand)."""
     with write_connection(
-        layout.db, data_dir=layout.parquet_root, rerun=f"harvest load {layout.root}"
+        layout.db, data_dir=layout.parquet_root, rerun=harvest_line("load", layout.root)
     ) as con:
         return refresh_history_views(con, layout.parquet_root)
 
@@ -85,7 +86,10 @@ def load_earlier_runs(
                 rows = sum(tables.values())
                 loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": rows})
     except LoadInterrupted as exc:  # the runs stay pending
-        return loaded, f"a second {exc} left them for later (`harvest load {layout.root}`, or the next run)"
+        return (
+            loaded,
+            f"a second {exc} left them for later (`{harvest_line('load', layout.root)}`, or the next run)",
+        )
     return loaded, None
 
 

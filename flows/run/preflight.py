@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flows.console import harvest_line
 from flows.spec import UsageError
 
 if TYPE_CHECKING:
@@ -231,6 +232,6 @@ def foreign_tables(db: Path, problems: list[str]) -> str:
     if next(OutputLayout(root).raw_root.glob("*/manifest.json"), None) is not None:
         text += (
             f", or, if it is harvest's database from another version, build it anew from the raw pages: "
-            f"`harvest rebuild {root}`"
+            f"`{harvest_line('rebuild', root)}`"
         )
     return text

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from connectors.http.auth import ApiKey, aload_api_key
 from flows.spec import SANDBOX, JobSpec, resolve_base_url
+from flows.spec.service_url import EMBEDDED_SANDBOX
 from tasks.run_context import ClientSettings
 
 SANDBOX_CREDITS = 10_000_000
@@ -38,7 +39,7 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
 
     sandbox_key = secrets.token_hex(16)
     with running(api_keys={sandbox_key: SANDBOX_CREDITS}) as sb:
-        yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), "sandbox (embedded)")
+        yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), EMBEDDED_SANDBOX)
 
 
 def client_settings(spec: JobSpec) -> ClientSettings:

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 BASE_URL_ENV = "HARVEST_BASE_URL"
 SANDBOX = "sandbox"
+EMBEDDED_SANDBOX = "sandbox (embedded)"
+"""How a run against the embedded sandbox records its service (manifest, `runs` table)."""
 URL_ALLOWED = "an http(s) URL without credentials or query string (scheme://host[:port][/path]), or `sandbox`"
 _SECRET_WORDS = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential|session|bearer", re.IGNORECASE)
 """Query parameter names that carry a credential (api_key, access_token, apikey, signature, ...)."""
@@ -102,6 +104,11 @@ def _shape_problem(url: str) -> str:
     if ":" in host_port and not host_port.rpartition(":")[2].isdigit():
         return "has a port that is not a number"
     return "is not of the form scheme://host[:port][/path]"
+
+
+def recorded_url(service: str) -> str:
+    """The `--base-url` that reaches the service a run recorded (`RunManifest.service`) again."""
+    return SANDBOX if service == EMBEDDED_SANDBOX else service
 
 
 def resolve_base_url(spec: JobSpec, cli_value: str | None, env: Mapping[str, str] | None = None) -> str:

@@ -84,6 +84,9 @@ class RunManifest:
     retired_files: list[str] = field(default_factory=list)
     """Parquet files (relative paths) a rebuild removed and did not write again: the parts of Dask rounds become
     one part per query. An export deletes them at a destination that has them, so no row is there twice."""
+    spec_file: str | None = None
+    """The absolute path of the spec file the run was started with (None for a deployment's spec text): the
+    command `harvest runs` and `harvest load` print to resume the run names it."""
 
     @property
     def records(self) -> int:

@@ -1,0 +1,75 @@
+"""The `harvest run` commands a run prints for going on (resume, `--continue`, `--fresh`), complete as typed.
+
+A printed command is pasted into another shell, a runbook or a cron line: it must do what it says there, where
+only the key is in the environment. So it repeats every choice the user made outside the spec: the service URL
+when the spec does not name the one the run used (`--base-url`, or HARVEST_BASE_URL: a fresh shell has neither),
+`--output`, `--budget` and `--full` when given. Every word is shell-quoted (`flows.console.harvest_line`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flows.console import harvest_line
+from flows.spec import JobSpec
+from flows.spec.service_url import recorded_url
+
+if TYPE_CHECKING:
+    from tasks.output.manifest import RunManifest
+
+
+@dataclass(frozen=True)
+class RunAgain:
+    """How `harvest run` was called, as far as a command to go on needs it."""
+
+    spec: Path
+    base_url: str | None = None
+    """The service URL the run used, when the spec does not name it (given by `--base-url` or the environment)."""
+    output: Path | None = None
+    budget: int | None = None
+    full: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        spec_path: Path,
+        spec: JobSpec,
+        service_url: str,
+        output: Path | None = None,
+        budget: int | None = None,
+        full: bool = False,
+    ) -> RunAgain:
+        """`service_url`: the URL the run resolved (`flows.spec.resolve_base_url`), named in the commands unless
+        the spec names that very URL."""
+        in_spec = spec.service.base_url == service_url  # the model keeps it as `check_base_url` wrote it
+        return cls(spec_path, None if in_spec else service_url, output, budget, full)
+
+    def of_another_run(self) -> RunAgain:
+        """The commands for another run of the job (the unfinished one a `--continue` found): its budget is the
+        one it started with, and what it does with incremental queries is its own (no `--budget`, `--full`)."""
+        return RunAgain(self.spec, self.base_url, self.output)
+
+    def command(self, *mode: str) -> str:
+        """`harvest run SPEC ...` with the run's own options, then `mode` (`--continue`, `--fresh`)."""
+        words: list[object] = ["run", self.spec]
+        if self.base_url is not None:
+            words += ["--base-url", self.base_url]
+        if self.output is not None:
+            words += ["--output", self.output]
+        if self.budget is not None:
+            words += ["--budget", self.budget]
+        if self.full:
+            words.append("--full")
+        return harvest_line(*words, *mode)
+
+
+def resume_hint(run: RunManifest, output: Path) -> str:
+    """How an unfinished run goes on, said by commands that know only its manifest (`harvest runs`, `load`,
+    `rebuild`): its spec file, the service it recorded and this output directory; a deployment's run (spec
+    text, no file) is resumed by the deployment's next run."""
+    if run.spec_file is None:
+        return "the next run of its deployment resumes it, `--fresh` abandons it"
+    again = RunAgain(Path(run.spec_file), recorded_url(run.service), output)
+    return f"`{again.command()}` resumes it, `{again.command('--fresh')}` abandons it"

@@ -1,0 +1,191 @@
+"""Every command harvest prints for the user to run next works as printed, pasted into a clean shell.
+
+The user runs `.venv/bin/harvest` without activating anything, from a working directory whose name has a space,
+with a spec that does not name the service (`--base-url` on the command line) and an output directory given by
+`--output` (a space in it too). Each printed command (the resume after Ctrl-C, `--continue` after a budget stop,
+`load` while DuckDB was held, `rebuild` after the database was lost, the demo's `sql` and Python lines) is taken
+from harvest's output exactly as printed and run with `bash -c` in an environment holding only PATH, HOME and
+the key, from the user's directory; each must do what its line says. Prefect: the API of the test session's
+server, written in HOME's Prefect profile as a user with a Prefect server has it (the environment stays
+clean).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from sandbox.config import SandboxConfig
+from sandbox.expected import full_crawl
+from tests.crawl_helpers import data_entries, paid_twice
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    SECRET_KEY,
+    held_duckdb,
+    key_set,
+    rows,
+    write_spec,
+)
+from tests.process_helpers import FINISH_TIMEOUT, Watched
+from tests.sandbox_gate import gated
+
+PINS = "/v1/pinboard/search"
+PARAMS = {"query": "oak desk"}
+CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30)}, page_size=5)
+STOPPING = "stopping; letting the requests in flight land"
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """What a fresh login shell of a user who exported only the key has."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "HARVEST_API_KEY": SECRET_KEY}
+
+
+def user_dir(tmp_path: Path, prefect_api_url: str) -> tuple[Path, Path]:
+    """(the user's working directory, with the repository's `.venv` in it as a link; HOME, whose Prefect
+    profile points at the session's Prefect server)."""
+    cwd, home = tmp_path / "work dir", tmp_path / "home"
+    cwd.mkdir()
+    (cwd / ".venv").symlink_to(HARVEST.parent.parent)
+    (home / ".prefect").mkdir(parents=True)
+    (home / ".prefect" / "profiles.toml").write_text(
+        f'active = "server"\n\n[profiles.server]\nPREFECT_API_URL = "{prefect_api_url}"\n'
+        'PREFECT_SERVER_ANALYTICS_ENABLED = "false"\n'
+    )
+    return cwd, home
+
+
+def harvest(cwd: Path, home: Path, *args: str) -> subprocess.Popen[str]:
+    """`.venv/bin/harvest ARGS` typed by the user in `cwd`, in its own process group (as a terminal's job)."""
+    return subprocess.Popen(
+        [".venv/bin/harvest", *args], cwd=cwd, env=clean_env(home), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+
+
+def pasted(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """The printed command, run as printed by a shell in the user's directory."""
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=clean_env(home), capture_output=True, text=True,
+        timeout=FINISH_TIMEOUT,
+    )  # fmt: skip
+
+
+def printed(text: str, ending: str) -> str:
+    """The one command in backticks that `text` prints just before `ending`."""
+    found = re.findall(r"`([^`]+)`" + re.escape(ending), text)
+    assert len(found) == 1, (ending, text)
+    return found[0]
+
+
+def manifests(output: Path) -> list[Any]:
+    from tasks.output.layout import OutputLayout
+    from tasks.output.manifest import all_manifests
+
+    return all_manifests(OutputLayout(output))
+
+
+def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    output = cwd / "out dir"
+    with gated(CONFIG) as sb:
+        spec = {"name": "night", "budget": {"credits": 1000}, "output": "elsewhere",
+                "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+        (cwd / "my specs").mkdir()
+        write_spec(cwd / "my specs", spec, "night job.yaml")
+        options = ["--base-url", sb.base_url, "--output", "out dir", "--budget", "20"]
+        sb.gate.close_after(5, path=PINS)
+        first = Watched(harvest(cwd, home, "run", "my specs/night job.yaml", *options))
+        sb.gate.wait_frozen(first.proc)
+        os.killpg(first.proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
+        first.wait_for_stderr(STOPPING)
+        sb.gate.open()
+        code1, _, err1 = first.finish()
+        resume = printed(err1, " resumes it")
+        listed = subprocess.run(
+            [".venv/bin/harvest", "runs", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
+            text=True, timeout=FINISH_TIMEOUT,
+        )  # fmt: skip
+
+        resumed = pasted(resume, cwd, home)  # pays on to the budget of 20 credits, then says how to go on
+        go_on = printed(resumed.stderr, " picks them up")
+
+        with held_duckdb(output / "harvest.duckdb", mark=False):  # a notebook holds the database
+            continued = pasted(go_on, cwd, home)
+        load = printed(continued.stderr, " when it is free")
+        loaded = pasted(load, cwd, home)
+
+        (output / "harvest.duckdb").unlink()  # the database is lost; the user asks harvest to load
+        asked = subprocess.run(
+            [".venv/bin/harvest", "load", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
+            text=True, timeout=FINISH_TIMEOUT,
+        )  # fmt: skip
+        rebuild = printed(asked.stderr, " builds it again from the raw pages")
+        rebuilt = pasted(rebuild, cwd, home)
+        paid = [e for e in data_entries(sb) if e.path == PINS]
+    assert code1 == 130, err1
+    assert resume == (
+        f".venv/bin/harvest run 'my specs/night job.yaml' --base-url {sb.base_url} --output 'out dir' "
+        "--budget 20"
+    )
+    spec_file = str(cwd / "my specs" / "night job.yaml")
+    assert printed(listed.stderr, " resumes it") == (  # `harvest runs` knows the run's spec file and service
+        f".venv/bin/harvest run {shlex.quote(spec_file)} --base-url {sb.base_url} --output 'out dir'"
+    ), listed.stderr
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert go_on == f"{resume} --continue"
+    assert continued.returncode == 0, continued.stdout + continued.stderr
+    assert load == ".venv/bin/harvest load 'out dir'"
+    assert loaded.returncode == 0 and "loaded run" in loaded.stdout, loaded.stdout + loaded.stderr
+    assert rebuild == ".venv/bin/harvest rebuild 'out dir'", asked.stderr
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+
+    stopped, chained = sorted(manifests(output), key=lambda m: m.started)
+    assert stopped.status == "budget_exhausted" and stopped.resumes == 1 and stopped.credits_spent == 20
+    assert chained.continues == stopped.run_id and chained.status == "complete", chained
+    assert len(paid) == 30 and paid_twice(paid) == 0  # every page once, across the stop and both runs
+    expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
+    db = output / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == expected  # rebuilt from the raw pages, every pin there
+    assert rows(db, "SELECT count(*) FROM runs") == [(2,)]
+    assert not (cwd / "elsewhere").exists()  # every command kept to the output the user gave
+
+
+def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The embedded sandbox asked for by `--base-url sandbox`: the `--continue` line names it; the demo's
+    query lines (`harvest sql`, Python with duckdb) run as printed."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    (cwd / "specs").mkdir()
+    spec = {"name": "try", "budget": {"credits": 100}, "output": "try out",
+            "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+    write_spec(cwd / "specs", spec, "try it.yaml")
+    first = harvest(cwd, home, "run", "specs/try it.yaml", "--base-url", "sandbox", "--budget", "1")
+    _, err = first.communicate(timeout=FINISH_TIMEOUT)
+    go_on = printed(err, " picks them up")
+    continued = pasted(go_on, cwd, home)
+    demo = harvest(cwd, home, "demo", "--output", "demo's out")
+    demo_out, demo_err = demo.communicate(timeout=FINISH_TIMEOUT)
+    sql, python = (
+        line.strip() for line in demo_out.split("(DuckDB SQL, read-only):\n", 1)[1].splitlines()[:2]
+    )
+    queried, read = pasted(sql, cwd, home), pasted(python, cwd, home)
+    assert first.returncode == 0, err
+    assert go_on == ".venv/bin/harvest run 'specs/try it.yaml' --base-url sandbox --budget 1 --continue"
+    assert continued.returncode == 0, continued.stdout + continued.stderr
+    stopped, chained = sorted(manifests(cwd / "try out"), key=lambda m: m.started)
+    assert chained.continues == stopped.run_id and chained.credits_spent == 1
+    assert demo.returncode == 0, demo_out + demo_err
+    assert sql.startswith(".venv/bin/harvest sql 'demo'\"'\"'s out' 'SELECT "), sql
+    assert queried.returncode == 0 and "play_count" in queried.stdout, queried.stdout + queried.stderr
+    assert read.returncode == 0 and "query_state" not in read.stderr and "complete" in read.stdout, (
+        read.stdout + read.stderr
+    )
