@@ -25,15 +25,25 @@ from prefect import get_run_logger  # noqa: E402
 
 from connectors.credits.ledger import CreditLedger  # noqa: E402
 from connectors.http.client import ServiceClient  # noqa: E402
+from flows import console  # noqa: E402
 from flows.handoff.export_after_run import export_step  # noqa: E402
+from flows.orchestrator import prefect_outage  # noqa: E402
 from flows.orchestrator.final_state import (  # noqa: E402
     RunFailed,
-    final_state,
     not_started,
     nothing_to_continue,
-    publish_artifact,
+    tell_the_end,
 )
 from flows.orchestrator.plain_flow import plain_flow  # noqa: E402
+from flows.orchestrator.prefect_record import (  # noqa: E402
+    ENDED,
+    Ended,
+    NotTold,
+    body_started,
+    owe,
+    tell_owed,
+    told_line,
+)
 from flows.run import progress  # noqa: E402
 from flows.run.begin import Begun, begin, crash_stale, flow_run_facts  # noqa: E402
 from flows.run.bill import carry_over, note_bill, probe_balance, read_after, settle_refusals  # noqa: E402
@@ -58,6 +68,8 @@ from tasks.output.manifest import RunManifest, run_status, write_manifest  # noq
 from tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
 from tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
 from tasks.run_context import service_client  # noqa: E402
+
+prefect_outage.install()
 
 
 async def _pay_and_land(
@@ -210,6 +222,7 @@ async def collect_job(
     `prepared`: `harvest run`'s token for the spec it parsed, the output it checked and the lock it holds
     (`flows.run.prepared`); the spec, output and export arguments are then not read again.
     """
+    body_started()
     with quiet_gc():
         if prepared is not None:
             ready = prepared_run(prepared)
@@ -257,10 +270,13 @@ async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLo
     the_plan = plan(spec)
     stop = StopOnSignal()
     full = run.full
+    mark = prefect_outage.WATCH.mark()  # Prefect's failures from here on are this run's
     with stop.installed():
         async with open_service(spec, run.base_url) as service:
             begun = begin(spec, the_plan, layout, service, run.mode, run.budget, run.spec_file)
             await crash_stale(begun)
+            for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
+                console.note(told_line(told))
             try:
                 loaded_first = load_earlier(layout, spec.name, begun.manifest.run_id, stop)
             except MachineFault as fault:
@@ -286,13 +302,32 @@ async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLo
         summary.loaded_first = loaded_first
         summary.load_interrupted = stop.abandoned_load
         summary.export = exported
-        await publish_artifact(spec.name, summary)
-    return final_state(summary, flow_run_facts()[2], key)
+    return await tell_the_end(spec.name, layout, summary, flow_run_facts()[2], key, mark)
 
 
 async def run_collect(**parameters: Any) -> RunSummary | NoRun:
-    """Run the flow in this process and return the run summary whatever the final state."""
-    state = await collect_job(**parameters, return_state=True)
+    """Run the flow in this process and return the run summary whatever the final state, and whatever Prefect
+    made of it: a run whose body ended is reported by its data when Prefect's API let it down at the end (its
+    record waits beside the manifest, `flows.orchestrator.prefect_record`); a record the run left because
+    Prefect missed events on the way is told as soon as the flow run ended."""
+    ended = Ended()
+    token = ENDED.set(ended)
+    try:
+        state = await collect_job(**parameters, return_state=True)
+    except NotTold:
+        return _untold(ended, None)
+    except Exception as exc:
+        if not prefect_outage.caused_by_api(exc):  # Prefect's client wraps some ("Failed to reach API")
+            raise
+        if not ended.started:
+            raise prefect_outage.NotStarted(prefect_outage.said(exc)) from exc
+        if ended.summary is None:
+            raise
+        return _untold(ended, exc)  # the engine could not report the final state the body returned
+    finally:
+        ENDED.reset(token)
+    if ended.owed is not None and ended.layout is not None and ended.owed.why:
+        await tell_owed(ended.layout, ended.owed.job)
     result = await state.aresult(raise_on_failure=False)
     if isinstance(result, RunFailed):
         return result.summary
@@ -303,3 +338,16 @@ async def run_collect(**parameters: Any) -> RunSummary | NoRun:
             f"the flow ended in state {state.type.value} without a run summary: {state.message}"
         )
     return result
+
+
+def _untold(ended: Ended, exc: Exception | None) -> RunSummary:
+    """The run's summary when Prefect could not be told its end: the record is on disk (written now when the
+    flow engine failed after the body returned its state)."""
+    summary, owed = ended.summary, ended.owed
+    assert isinstance(summary, RunSummary) and owed is not None and ended.layout is not None
+    if exc is not None and ended.final is not None:
+        owed.state, owed.message = ended.final
+        owed.why = prefect_outage.said(exc)
+        owe(ended.layout, owed)
+    summary.prefect_untold = owed.why
+    return summary

@@ -25,7 +25,7 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Failed
+from prefect.states import Failed, State
 
 from connectors.paging.pager import QuerySpec, query_failed
 from tasks.run_context import lookup
@@ -52,6 +52,8 @@ class QueryLine:
         self._ended_event = asyncio.Event()
         self.reported = False
         """Its task run saw it end: Prefect holds its state and counts."""
+        self.task_run_id: str | None = None
+        """The id the flow gave its task run (`flows.run.fanout`), known before Prefect heard of it."""
 
     def put(self, query: QuerySpec) -> None:
         if self.closed:
@@ -117,6 +119,33 @@ def line_end(line: QueryLine) -> Any:
         return outcome
     said = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
     return Failed(message=f"{said} of {outcome['queries']} queries; first {line.failure}", data=outcome)
+
+
+_ENDED: dict[str, list[dict[str, Any]]] = {}
+"""Run id -> its lines' task runs as they ended (`note_end`): what the flow's end hands Prefect again when its
+API dropped a task run's events or could not start it (`flows.orchestrator.prefect_record`)."""
+
+
+def note_end(run_id: str, line: QueryLine) -> None:
+    """The line ended: its task run (id given by the flow), the state it ends in, whether Prefect reported it."""
+    if line.task_run_id is None:
+        return
+    end = line_end(line)
+    state, message = (end.type.value, end.message or "") if isinstance(end, State) else ("COMPLETED", "")
+    _ENDED.setdefault(run_id, []).append(
+        {
+            "id": line.task_run_id,
+            "name": line.name,
+            "state": state,
+            "message": message,
+            "reported": line.reported,
+        }
+    )
+
+
+def ended_task_runs(run_id: str) -> list[dict[str, Any]]:
+    """The task runs of the run's lines that ended in this process (once: they are forgotten here)."""
+    return _ENDED.pop(run_id, [])
 
 
 @task(

@@ -16,13 +16,19 @@ from tests.flow_helpers import HARVEST, PYTHON, ROOT, SECRET_KEY, subprocess_env
 
 
 def start_run(
-    spec: Path, tmp_path: Path, api_url: str | None, *args: str, trace_imports: bool = False
+    spec: Path,
+    tmp_path: Path,
+    api_url: str | None,
+    *args: str,
+    trace_imports: bool = False,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """`harvest run SPEC` in a new session (its own process group). `api_url`: the Prefect API to report to;
     None starts Prefect's temporary server, as a user without a configured Prefect does. `trace_imports`: the
     same entry point (`flows.cli`) under `python -X importtime`, so `imported(stderr)` tells what it imported
-    (`messages(stderr)` is the rest of stderr)."""
+    (`messages(stderr)` is the rest of stderr). `env`: more environment variables."""
     extra = {"PREFECT_API_URL": api_url} if api_url else {}
+    extra.update(env or {})
     env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, **extra)
     command = [str(HARVEST)]
     if trace_imports:

@@ -47,6 +47,8 @@ class Gate:
         self._changed = threading.Condition()
         self._closed = False
         self._close_after: tuple[int, str | None] | None = None
+        self._only: str | None = None
+        """While set, only data requests to this documented path pass (`let_through`)."""
         self.passed = 0
         """Data requests let through so far."""
         self.passed_by_path: dict[str, int] = {}
@@ -68,10 +70,18 @@ class Gate:
             self._close_after = (done + count, path)
             self._check_close_after()
 
+    def let_through(self, count: int, path: str) -> None:
+        """A closed gate lets `count` more data requests to the documented `path` through, and only those, then
+        closes again: one query goes on while the test holds the others."""
+        with self._changed:
+            self._closed, self._only = False, path
+            self.close_after(count, path)
+
     def open(self) -> None:
         with self._changed:
             self._closed = False
             self._close_after = None
+            self._only = None
             self._changed.notify_all()
 
     @property
@@ -113,11 +123,12 @@ class Gate:
         if done >= count:
             self._closed = True
             self._close_after = None
+            self._only = None
             self._changed.notify_all()
 
     def _try_pass(self, path: str) -> bool:
         with self._changed:
-            if self._closed:
+            if self._closed or self._only not in (None, path):
                 return False
             self.passed += 1
             self.passed_by_path[path] = self.passed_by_path.get(path, 0) + 1

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from tasks.output.run_summary import NoRun, RunSummary
 
 DEMO_SPEC = spec_path("demo.yaml")
+EX_TEMPFAIL = 75
+"""Try again later (sysexits.h): Prefect's API did not answer and the run did not start."""
 
 
 out, err = console.out, console.err
@@ -169,6 +171,54 @@ def _begin(
         raise fail(nothing, INTERRUPTED) from None
 
 
+def _prefect_ready(server: Any) -> None:
+    """Prefect answers before the run starts: the temporary server once booted; a configured API within
+    `prefect_outage.START_WAIT_SECONDS` (a restart), else the run is refused before anything is sent (exit 75:
+    try again later). Also folds Prefect's client errors into one line each from here on."""
+    from flows.orchestrator import prefect_outage
+
+    prefect_outage.install(cli=True)
+    if server is not None:
+        server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
+        return
+    why = asyncio.run(prefect_outage.api_away())
+    if why is None:
+        return
+    seconds = prefect_outage.start_wait_seconds()
+    console.warning(
+        f"Prefect's API at {_api_url()} does not answer ({why}); waiting up to {seconds:g} s before the run "
+        f"starts ({prefect_outage.START_WAIT_ENV}), nothing is sent meanwhile"
+    )
+    why = asyncio.run(prefect_outage.wait_for_api(seconds))
+    if why is not None:
+        raise _prefect_away(why)
+
+
+def _api_url() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    return str(PREFECT_API_URL.value())
+
+
+def _prefect_away(why: str) -> typer.Exit:
+    return fail(
+        f"Prefect's API at {_api_url()} did not answer ({why}): the run did not start, nothing was sent to the "
+        "service or paid; run it again once Prefect answers (without PREFECT_API_URL, harvest runs on a "
+        "temporary Prefect server of its own)",
+        EX_TEMPFAIL,
+    )
+
+
+def _broken(exc: Exception) -> typer.Exit:
+    """The run broke outside its data: Prefect's API failing before the flow's body began (creating the flow
+    run) refused it before anything was paid (exit 75), anything else is a failed run (exit 1)."""
+    from flows.orchestrator.prefect_outage import NotStarted
+
+    if isinstance(exc, NotStarted):
+        return _prefect_away(str(exc))
+    return fail(f"the run failed: {type(exc).__name__}: {exc}", 1)
+
+
 def run_job(
     spec_path: Path,
     base_url: str | None,
@@ -201,8 +251,7 @@ def run_job(
         from tasks.output.run_summary import NoRun
 
         quiet_prefect_echoes()  # harvest prints the outcome and each failed query's reason itself
-        if begun.server is not None:
-            begun.server.wait_ready(float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
+        _prefect_ready(begun.server)
         coro = run_collect(
             spec_path=str(spec_path),
             base_url=base_url,
@@ -220,8 +269,10 @@ def run_job(
         raise fail(said, INTERRUPTED) from None
     except (SpecError, UsageError, MissingApiKey) as exc:
         raise fail(str(exc)) from None
+    except typer.Exit:  # refused before it started (Prefect's API did not answer): said already
+        raise
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
-        raise fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None
+        raise _broken(exc) from None
     finally:
         reporter.close()
         stamina_log.setLevel(stamina_level)
@@ -242,7 +293,10 @@ def run(
         summary, layout, again = run_job(spec, base_url, budget, output, mode, full)
         from flows.commands.run_report import report  # after: a refused run imports no HTTP client
 
-        raise typer.Exit(report(summary, again, output or layout.root))
+        code = report(summary, again, output or layout.root)
+        if getattr(summary, "prefect_untold", None):
+            quick_exit.leave_now(code)  # Prefect's queues would wait for an API that does not answer
+        raise typer.Exit(code)
 
 
 def demo(output: Path | None) -> None:

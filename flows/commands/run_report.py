@@ -219,6 +219,12 @@ def report(summary: RunSummary | NoRun, again: RunAgain, output: Path) -> int:
     step = _next_step(summary, again, output)
     if step:
         console.note(step)
+    if summary.prefect_untold:
+        console.warning(
+            f"Prefect could not be told how run {summary.run_id} ended ({summary.prefect_untold}); the exit "
+            f"code follows the run's data. What Prefect is owed waits in {output / 'raw' / summary.run_id / 'prefect-owed.json'}"
+            " and is told when the job's next run or `harvest serve` starts"
+        )
     return exit_code(summary)
 
 

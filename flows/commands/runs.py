@@ -123,6 +123,12 @@ def runs(output: Path) -> None:
             m.records if not row.unfinished else "-", "yes" if m.loaded else "no", m.service,
         )  # fmt: skip
     console.out.print(table)
+    layout = OutputLayout(output)
     for row in rows:
         if row.unfinished and row.state != "running":
             console.note(_unfinished_note(row, output))
+        if layout.prefect_owed_file(row.manifest.run_id).exists():
+            console.note(
+                f"run {row.manifest.run_id}: Prefect has not been told how it ended (its API did not answer); "
+                "the job's next run or `harvest serve` tells it"
+            )

@@ -172,6 +172,27 @@ async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:
     return crashed
 
 
+async def tell_owed_jobs(jobs: list[JobDeployment]) -> list[Any]:
+    """What Prefect missed of each job's runs while its API was away (`flows.orchestrator.prefect_record`), told
+    now; a job whose lock is held is left to that run, which tells it when it ends."""
+    from flows.orchestrator.prefect_record import tell_owed
+    from tasks.output.job_lock import JobLocked, acquire
+    from tasks.output.layout import OutputLayout
+
+    told: list[Any] = []
+    for job in jobs:
+        layout = OutputLayout(job.output)
+        try:
+            lock = acquire(layout.lock_file(job.name))
+        except (JobLocked, OSError):
+            continue
+        try:
+            told += await tell_owed(layout, job.name)
+        finally:
+            lock.release()
+    return told
+
+
 def serve(paths: list[Path], base_url: str | None) -> None:
     """Register the jobs' deployments and run their scheduled (and triggered) runs until stopped."""
     import asyncio
@@ -186,6 +207,10 @@ def serve(paths: list[Path], base_url: str | None) -> None:
         console.note(
             f"flow run {flow_run_id} of killed run {run_id} set Crashed in Prefect; the next run resumes it"
         )
+    from flows.orchestrator.prefect_record import told_line
+
+    for told in asyncio.run(tell_owed_jobs(jobs)):
+        console.note(told_line(told))
     table = console.table("deployment", "schedule", "output", title="harvest serve")
     for job in jobs:
         console.add_row(table, f"collect_job/{job.name}", job.when(), str(job.output))

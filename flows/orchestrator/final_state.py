@@ -8,18 +8,22 @@ this machine could not write the run (a full disk: resumable once space is freed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.context import FlowRunContext
 from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from connectors.http.auth import ApiKey, redact
 from connectors.paging.pager import OK_STATUSES, base_id
+from flows.orchestrator.prefect_outage import WATCH, api_away, bounded_client, caused_by_api, said
+from flows.orchestrator.prefect_record import ENDED, Ended, NotTold, Owed, create_artifacts, owe
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import MachineFault
 from tasks.output.manifest import RunManifest, failure_groups, who
 from tasks.output.run_summary import NoRun, RunSummary, query_rows
+from tasks.query_line import ended_task_runs
 
 REASONS_SHOWN = 3
 """Distinct failure reasons named in a Failed state's message; the rest are counted."""
@@ -102,18 +106,57 @@ def _artifact_rows(queries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-async def publish_artifact(job: str, summary: RunSummary) -> None:
+def artifacts(job: str, summary: RunSummary) -> list[dict[str, Any]]:
+    """The run's two artifacts as Prefect's API takes them: its queries (a table) and its rows per table."""
     key = "".join(c if c.isalnum() else "-" for c in f"harvest-{job}".lower())
-    await acreate_table_artifact(
-        table=_artifact_rows(summary.queries),
-        key=key,
-        description=f"harvest run {summary.run_id}: {summary.status}, "
-        f"{summary.credits_spent}/{summary.budget} credits",
-    )
     rows = "\n".join(f"| {t} | {n} |" for t, n in sorted(summary.tables.items()))
-    await acreate_markdown_artifact(
-        markdown=f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n", key=f"{key}-tables"
-    )
+    return [
+        {"key": key, "type": "table", "data": json.dumps(_artifact_rows(summary.queries)),
+         "description": f"harvest run {summary.run_id}: {summary.status}, "
+         f"{summary.credits_spent}/{summary.budget} credits"},
+        {"key": f"{key}-tables", "type": "markdown",
+         "data": f"# {job}: rows per table\n\n| table | rows |\n|---|---|\n{rows}\n"},
+    ]  # fmt: skip
+
+
+async def tell_the_end(
+    job: str, layout: OutputLayout, summary: RunSummary, retries: int, key: ApiKey | None, mark: int
+) -> State[Any]:
+    """The flow's final state, once its artifacts are in Prefect; when Prefect's API does not answer, the run's
+    record of what Prefect is owed is written and the flow run let go without another call (`NotTold`). A run
+    during which Prefect dropped events (`WATCH` since `mark`) writes the record of its task runs too, told
+    once the flow run ended (`flows.orchestrator.prefect_record`). Waits at most one bounded health check and
+    two bounded calls (`prefect_outage.bounded_client`)."""
+    flow_run = FlowRunContext.get()
+    if flow_run is None or flow_run.flow_run is None:
+        return final_state(summary, retries, key)
+    state = final_state(summary, 0, key)  # what Prefect should say, whatever the flow's retries
+    owed = Owed(summary.run_id, job, str(flow_run.flow_run.id), why="", artifacts=artifacts(job, summary))
+    owed.task_runs = ended_task_runs(summary.run_id)
+    ended = ENDED.get() or Ended()
+    ended.layout, ended.summary, ended.owed = layout, summary, owed
+    ended.final = (state.type.value, state.message or "")
+    why = await api_away()
+    if why is None:
+        try:
+            async with bounded_client() as client:
+                await create_artifacts(client, owed.flow_run_id, owed.artifacts)
+            owed.artifacts = []
+        except Exception as exc:
+            if not caused_by_api(exc):
+                raise
+            why = said(exc)
+    if why is None:
+        troubles = WATCH.since(mark) + [f"Prefect did not run the task run of {t['name']}" for t in owed.task_runs
+                                        if not t["reported"]]  # fmt: skip
+        if troubles and owed.task_runs:
+            owed.why = troubles[0]
+            owe(layout, owed)
+        return final_state(summary, retries, key)
+    owed.state, owed.message, owed.why = state.type.value, state.message or "", why
+    owe(layout, owed)
+    ended.why = why
+    raise NotTold(why)
 
 
 def not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:

@@ -30,13 +30,14 @@ class _PrefectEchoes(logging.Filter):
     """Drops Prefect's console lines that repeat what `harvest run` prints itself, once: the flow's `Finished in
     state ...` (logged as ERROR for any run that is not Completed: a Ctrl-C, a refused key) and a failed query's
     task-run lines ("Task run failed with state ..." with the whole query summary, then "Finished in state
-    Failed(...)"). The lines still reach the Prefect API, with the states."""
+    Failed(...)"), or a task run Prefect could not start ("Finished in state Pending()" and a 20-line hint about
+    `.wait()`: `flows.run.fanout` says it in one line). The lines still reach the Prefect API, with the states."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "prefect.flow_runs":
             return not str(record.msg).startswith("Finished in state")
         if record.name == "prefect.task_runs" and record.levelno >= logging.ERROR:
-            return not str(record.msg).startswith(("Task run failed with state", "Finished in state Failed"))
+            return not str(record.msg).startswith(("Task run failed with state", "Finished in state"))
         return True
 
 

@@ -19,12 +19,15 @@ import logging
 from collections import Counter, deque
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any, cast
+from uuid import uuid4
 
 from prefect import tags
 from prefect.states import State
+from prefect.task_engine import run_task
 
 from connectors.catalog.endpoints import Endpoint
 from connectors.paging.pager import QuerySpec
+from flows.orchestrator.prefect_outage import WATCH, caused_by_api, said
 from flows.run import progress
 from flows.run.discovery import Discovery
 from flows.run.plan import DependentQuery, Plan, base_id
@@ -33,7 +36,7 @@ from tasks.landing import land_raw_pages, page_query
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
 from tasks.output.query_summary import QuerySummary
-from tasks.query_line import QueryLine, collect_queries
+from tasks.query_line import QueryLine, collect_queries, note_end
 from tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
@@ -144,16 +147,29 @@ class Fanout:
         the server gone), the queries ran all the same and the run says once that Prefect has no record of the
         line: Prefect's trouble never delays or fails a query."""
         draining = asyncio.ensure_future(line.drain())
+        task_run_id = (
+            uuid4()
+        )  # known before Prefect hears of it: the run's record names it if Prefect misses it
+        line.task_run_id = str(task_run_id)
         try:
-            call = collect_queries(self.ctx.run_id, line.name, return_state=True)
-            state = await cast(Awaitable[State[Any]], call)  # an async task called with return_state
-            trouble = f"its task run ended {state.type.value}: {state.message}"
+            call = run_task(
+                collect_queries, task_run_id, parameters={"run_id": self.ctx.run_id, "line": line.name},
+                return_type="state",
+            )  # fmt: skip
+            state = await cast(
+                Awaitable[State[Any]], call
+            )  # an async task: `collect_queries(...)` as Prefect calls it
+            trouble: str | None = f"its task run ended {state.type.value}: {state.message}"
         except Exception as exc:
             trouble = f"{type(exc).__name__}: {exc}"
-        if not line.reported:
+            if caused_by_api(exc):  # Prefect's API away: said once for the run, told later (prefect_record)
+                WATCH.notice("task runs", f"the task run of {line.name}: {said(exc)}")
+                trouble = None
+        if not line.reported and trouble is not None:
             log.warning("Prefect could not run the task run of %s (%s): its queries run without one",
                         line.name, self.ctx.client.scrub(str(trouble)))  # fmt: skip
         await draining
+        note_end(self.ctx.run_id, line)
 
     async def _run_query(self, query: QuerySpec) -> dict[str, Any]:
         """One query to its end, in its line; its summary, whatever broke."""

@@ -45,6 +45,7 @@ RAW_SUFFIX = ".pages"
 REQUESTS_SUFFIX = ".requests.jsonl"
 PARQUET_SUFFIX = ".parquet"
 TMP_SUFFIX = ".tmp"
+PREFECT_OWED = "prefect-owed.json"
 
 
 def query_hash(query_id: str) -> str:
@@ -160,6 +161,13 @@ class OutputLayout:
 
     def journal_file(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "journal.jsonl"
+
+    def prefect_owed_file(self, run_id: str) -> Path:
+        """What the run owes Prefect while its API did not answer (`flows.orchestrator.prefect_record`)."""
+        return self.run_dir(run_id) / PREFECT_OWED
+
+    def prefect_owed_files(self) -> list[Path]:
+        return sorted(self.raw_root.glob(f"*/{PREFECT_OWED}")) if self.raw_root.is_dir() else []
 
     def lock_file(self, job: str) -> Path:
         return self.root / f".harvest-{_check_component(job, 'job')}.lock"

@@ -1,0 +1,204 @@
+"""Prefect's API not answering (a restart, minutes away, gone): noticed, said in one line each, waited on for a
+bounded time only, never the reason a run fails or pays again.
+
+What Prefect 3.8.8 does by itself when its API goes away (read in its source, measured against a killed
+`prefect server start`):
+
+- Task runs' states travel as events. The events worker tries each event 11 times over ~8 s
+  (`PrefectEventsClient._emit`, `reconnection_attempts=10`, 1 s apart after the third), then logs a warning
+  ("Unable to connect to 'ws://.../events/in'...") and an ERROR carrying the whole event (`Service
+  'EventsWorker' failed to process item Event(...)`, ~2 KB), and drops the event: a task run then stays
+  Running in Prefect. While the API is away that pair comes every ~8 s.
+- A client call retries a dropped connection (once the client has connected) and 408/429/502/503 answers
+  `PREFECT_CLIENT_MAX_RETRIES` (5) times, 2, 4, 8, 16 and 32 s apart (~62 s, ± 20% jitter), then raises: the
+  run's artifact call took ~62 s to fail, then the flow engine's final state call as long again.
+- The log sender writes `--- Error logging to API ---` and the error straight to stderr, per failed batch.
+- At exit both workers drain their queues without a time limit.
+
+harvest therefore: folds each kind of Prefect client error into one line, said once (`Watch`, the filters of
+`install`; `logging.raiseExceptions` off in `harvest run`, the switch Prefect's log sender honours), and
+counts what Prefect missed so that the run can tell it later (`flows.orchestrator.prefect_record`); asks the
+API itself only through `bounded_client` (a short timeout, one retry); and, once it knows the API is away at
+the end, leaves without waiting for Prefect's queues (`flows.commands.run_job`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+CALL_TIMEOUT_SECONDS = 10.0
+"""How long one of harvest's own calls to Prefect's API (the end's check and artifacts, telling a run's end
+later) may take; with one retry 2 s later, ~22 s at most for an API that accepts connections and never answers,
+at once for one that refuses them."""
+START_WAIT_ENV = "HARVEST_PREFECT_WAIT_SECONDS"
+START_WAIT_SECONDS = 60.0
+"""How long `harvest run` waits for a configured Prefect API that does not answer before it starts (a server
+restart takes 3-10 s), checking every 2 s; nothing is sent to the service meanwhile."""
+
+
+class NotStarted(Exception):
+    """Prefect's API failed before the flow's body began (creating the flow run): nothing was sent or paid."""
+
+
+def api_trouble(exc: BaseException) -> bool:
+    """Whether `exc` says Prefect's API could not be reached or did not answer (as opposed to refusing a call)."""
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    if isinstance(exc, PrefectHTTPStatusError):
+        return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
+    return isinstance(exc, httpx.TransportError | OSError | TimeoutError)
+
+
+def caused_by_api(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, says Prefect's API was away (Prefect wraps its client's
+    errors: a task run's concurrency slots refused as `ConcurrencySlotAcquisitionError` from a ConnectError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if api_trouble(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def said(exc: BaseException) -> str:
+    """An error in one line: its type and its first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class Watch:
+    """What this process saw of Prefect's API failing: each kind of failure said once, what it cost counted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.troubles: list[str] = []
+        """Every failure noticed, one line each, in order (a run reads those since its start: `since`)."""
+        self.events_lost = 0
+        self._said: set[str] = set()
+
+    def notice(self, kind: str, text: str, lost_event: bool = False) -> None:
+        """Count a failure; the first of its kind is said on stderr, as one line."""
+        with self._lock:
+            self.troubles.append(text)
+            self.events_lost += lost_event
+            first = kind not in self._said
+            self._said.add(kind)
+        if first:
+            from flows import console
+
+            console.warning(f"Prefect's API did not answer ({text}); {_CONSEQUENCE[kind]}")
+
+    def mark(self) -> int:
+        return len(self.troubles)
+
+    def since(self, mark: int) -> list[str]:
+        with self._lock:
+            return self.troubles[mark:]
+
+
+_CONSEQUENCE = {
+    "events": "Prefect misses this run's events (task run states) meanwhile; harvest tells it how the run ended "
+    "once it answers",
+    "calls": "harvest goes on without it and tells Prefect how the run ended once it answers",
+    "task runs": "the query lines run without their Prefect task runs; harvest tells Prefect how they ended once "
+    "it answers",
+}
+
+WATCH = Watch()
+
+
+class _Condense(logging.Filter):
+    """Prefect's own lines about its API being away, each turned into a notice of `WATCH` (one line, said once)
+    instead of a warning, a ~2 KB event dump or a traceback every few seconds."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if record.name == "prefect.events.clients" and message.startswith("Unable to connect"):
+            reason = str(record.args[1]) if isinstance(record.args, tuple) and len(record.args) > 1 else ""
+            WATCH.notice("events", f"events: {reason or 'cannot connect'}")
+            return False
+        if record.name == "prefect._internal.concurrency" and message.startswith("Service %r failed"):
+            worker = record.args[0] if isinstance(record.args, tuple) and record.args else "a worker"
+            WATCH.notice(
+                "events", f"{worker} gave up", lost_event=worker == "EventsWorker" and "item" in message
+            )
+            return False
+        if record.name in ("EventsWorker", "APILogWorker") and message.startswith("Still processing"):
+            return False  # the drain at exit: harvest does not wait for it once it knows the API is away
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and record.name.startswith("prefect") and caused_by_api(exc):
+            WATCH.notice("calls", said(exc))
+            return False
+        return True
+
+
+_CONDENSED = ("prefect.events.clients", "prefect._internal.concurrency", "EventsWorker", "APILogWorker")
+
+
+def install(cli: bool = False) -> None:
+    """Fold Prefect's API errors into `WATCH` (idempotent). `cli`: also silence the log sender's raw writes to
+    stderr (`harvest run`'s own process only: it says the outage itself, once)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for name in _CONDENSED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Condense) for f in logger.filters):
+            logger.addFilter(_Condense())
+    for handler in logging.getLogger().handlers:  # the flow engine's "Encountered exception" with a traceback
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, _Condense) for f in handler.filters
+        ):
+            handler.addFilter(_Condense())
+    if cli:
+        logging.raiseExceptions = False
+
+
+@asynccontextmanager
+async def bounded_client() -> AsyncIterator[Any]:
+    """A Prefect client of its own (not the flow engine's) whose calls give up after `CALL_TIMEOUT_SECONDS` and
+    one retry, so that what harvest tells Prefect never holds a run for Prefect's ~62 s of retries."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    with temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: 1}):
+        async with get_client(httpx_settings={"timeout": CALL_TIMEOUT_SECONDS}) as client:
+            yield client
+
+
+async def api_away() -> str | None:
+    """Why Prefect's API does not answer its health check now (one line); None when it answers, or refuses for
+    another reason than being away (a wrong Prefect key: Prefect's own calls then say so)."""
+    try:
+        async with bounded_client() as client:
+            failed = await client.api_healthcheck()
+    except Exception as exc:
+        failed = exc
+    return None if failed is None or not caused_by_api(failed) else said(failed)
+
+
+def start_wait_seconds() -> float:
+    value = os.environ.get(START_WAIT_ENV, "")
+    try:
+        return max(0.0, float(value)) if value.strip() else START_WAIT_SECONDS
+    except ValueError:
+        return START_WAIT_SECONDS
+
+
+async def wait_for_api(seconds: float) -> str | None:
+    """Before a run starts: None once Prefect's API answers, else (after `seconds`) why it did not."""
+    deadline = time.monotonic() + seconds
+    while (why := await api_away()) is not None:
+        if time.monotonic() >= deadline:
+            return why
+        await asyncio.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+    return None
