@@ -260,3 +260,39 @@ def test_harvest_serve_tells_prefect_what_a_run_could_not_when_it_starts(
     assert run.flow_run_id is not None
     assert_told(run.flow_run_id, run.run_id)
     assert not owed_file(OutputLayout(output), run.run_id).exists()
+
+
+def test_a_task_run_stuck_in_prefect_s_retries_holds_the_run_a_bounded_time(
+    prefect_harness: None, api_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line's task run whose call to Prefect hangs (Prefect's client retries an API that went away ~62 s per
+    call; here: for good) is given up `TASK_RUN_GRACE` after its line ended; the run completes, says so once,
+    and tells Prefect the line's end right after its flow run. Before, the run waited for it as long as it hung."""
+    import asyncio
+    import contextlib
+    from collections.abc import AsyncIterator
+
+    import prefect.task_engine
+
+    import flows.run.fanout
+    from flows.collect import run_collect
+    from sandbox.wire.serving import running
+
+    @contextlib.asynccontextmanager
+    async def stuck(names: list[str], **_: Any) -> AsyncIterator[None]:
+        await asyncio.sleep(3600)
+        yield
+
+    monkeypatch.setattr(prefect.task_engine, "_aconcurrency", stuck)
+    monkeypatch.setattr(flows.run.fanout, "TASK_RUN_GRACE", 0.5)
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        summary = asyncio.run(asyncio.wait_for(run_collect(spec_path=str(spec)), timeout=180))
+        paid = data_entries(sb)
+    (ran,) = all_manifests(OutputLayout(output))
+    assert summary.status == "complete" and summary.prefect_untold is None
+    assert len(paid) == PAGES and paid_twice(paid) == 0
+    assert ran.flow_run_id is not None
+    assert_told(ran.flow_run_id, ran.run_id)
+    assert not owed_file(OutputLayout(output), ran.run_id).exists()

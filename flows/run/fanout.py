@@ -41,6 +41,9 @@ from tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
 
+TASK_RUN_GRACE = 30.0
+"""Seconds a line's task run may take to report the line once it ended (it takes milliseconds) before the run
+gives it up: Prefect's client retries an API that went away for ~62 s per call."""
 DEPENDENTS_PER_SLOT = 2
 """Dependent queries running at once per connection slot (`concurrency`): one sending, one ready to send as soon
 as the slot frees, so the slots never wait on a task's Prefect bookkeeping."""
@@ -145,26 +148,36 @@ class Fanout:
     async def _drive(self, line: QueryLine) -> None:
         """The line runs at once; its task run reports it. When Prefect could not run that task run (no slot,
         the server gone), the queries ran all the same and the run says once that Prefect has no record of the
-        line: Prefect's trouble never delays or fails a query."""
+        line: Prefect's trouble never delays or fails a query, and holds the run at most `TASK_RUN_GRACE`
+        seconds after the line ended (a task run stuck in Prefect's retries is given up: the run's record tells
+        Prefect its end later, `flows.orchestrator.prefect_record`)."""
         draining = asyncio.ensure_future(line.drain())
-        task_run_id = (
-            uuid4()
-        )  # known before Prefect hears of it: the run's record names it if Prefect misses it
+        # the task run's id, known before Prefect hears of it: the run's record names it if Prefect misses it
+        task_run_id = uuid4()
         line.task_run_id = str(task_run_id)
-        try:
-            call = run_task(
-                collect_queries, task_run_id, parameters={"run_id": self.ctx.run_id, "line": line.name},
-                return_type="state",
-            )  # fmt: skip
-            state = await cast(
-                Awaitable[State[Any]], call
-            )  # an async task: `collect_queries(...)` as Prefect calls it
-            trouble: str | None = f"its task run ended {state.type.value}: {state.message}"
-        except Exception as exc:
-            trouble = f"{type(exc).__name__}: {exc}"
-            if caused_by_api(exc):  # Prefect's API away: said once for the run, told later (prefect_record)
-                WATCH.notice("task runs", f"the task run of {line.name}: {said(exc)}")
-                trouble = None
+        call = run_task(
+            collect_queries, task_run_id, parameters={"run_id": self.ctx.run_id, "line": line.name},
+            return_type="state",
+        )  # fmt: skip
+        reporting = asyncio.ensure_future(cast(Awaitable[State[Any]], call))  # `collect_queries(...)`
+        await asyncio.wait([reporting, draining], return_when=asyncio.FIRST_COMPLETED)
+        if not reporting.done():  # the line ended: its task run reports it at once, unless Prefect is stuck
+            await asyncio.wait([reporting], timeout=TASK_RUN_GRACE)
+        trouble: str | None = None
+        if not reporting.done():
+            reporting.cancel()  # its cleanup may call Prefect too: not waited for
+            WATCH.notice(
+                "task runs", f"the task run of {line.name} did not end {TASK_RUN_GRACE:g} s after its line"
+            )
+        else:
+            try:
+                state = reporting.result()
+                trouble = f"its task run ended {state.type.value}: {state.message}"
+            except Exception as exc:
+                trouble = f"{type(exc).__name__}: {exc}"
+                if caused_by_api(exc):  # Prefect's API away: said once, told later (prefect_record)
+                    WATCH.notice("task runs", f"the task run of {line.name}: {said(exc)}")
+                    trouble = None
         if not line.reported and trouble is not None:
             log.warning("Prefect could not run the task run of %s (%s): its queries run without one",
                         line.name, self.ctx.client.scrub(str(trouble)))  # fmt: skip
