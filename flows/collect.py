@@ -308,7 +308,7 @@ async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLo
 async def run_collect(**parameters: Any) -> RunSummary | NoRun:
     """Run the flow in this process and return the run summary whatever the final state, and whatever Prefect
     made of it: a run whose body ended is reported by its data when Prefect's API let it down at the end (its
-    record waits beside the manifest, `flows.orchestrator.prefect_record`); a record the run left because
+    record waits in the output directory, `flows.orchestrator.prefect_record`); a record the run left because
     Prefect missed events on the way is told as soon as the flow run ended."""
     ended = Ended()
     token = ENDED.set(ended)

@@ -222,7 +222,7 @@ def report(summary: RunSummary | NoRun, again: RunAgain, output: Path) -> int:
     if summary.prefect_untold:
         console.warning(
             f"Prefect could not be told how run {summary.run_id} ended ({summary.prefect_untold}); the exit "
-            f"code follows the run's data. What Prefect is owed waits in {output / 'raw' / summary.run_id / 'prefect-owed.json'}"
+            f"code follows the run's data. What Prefect is owed waits in {output / '.prefect-owed' / summary.run_id}.json"
             " and is told when the job's next run or `harvest serve` starts"
         )
     return exit_code(summary)

@@ -1,8 +1,8 @@
-"""What a run owes Prefect when Prefect's API did not answer: kept beside the run's manifest, told once it answers.
+"""What a run owes Prefect when Prefect's API did not answer: kept in the output directory, told once it answers.
 
 Prefect is the record of a run, never the reason it fails or is paid again: a run whose data is complete exits by
 its data even when Prefect could not be told how it ended (a scheduler retrying an exit 1 paid all its pages a
-second time). What Prefect missed is written to `raw/<run id>/prefect-owed.json` (`owed_file`): the flow run's
+second time). What Prefect missed is written to `.prefect-owed/<run id>.json` in the output directory (`owed_file`): the flow run's
 final state and message when the run could not report it, the true final state of every task run of its query
 lines (their states travel as events, which Prefect drops when its API is away), and the run's two artifacts.
 It is told by the first of: the run itself, once the flow engine let go of the flow run (`harvest run`); the

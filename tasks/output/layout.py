@@ -45,7 +45,7 @@ RAW_SUFFIX = ".pages"
 REQUESTS_SUFFIX = ".requests.jsonl"
 PARQUET_SUFFIX = ".parquet"
 TMP_SUFFIX = ".tmp"
-PREFECT_OWED = "prefect-owed.json"
+PREFECT_OWED = ".prefect-owed"
 
 
 def query_hash(query_id: str) -> str:
@@ -163,11 +163,13 @@ class OutputLayout:
         return self.run_dir(run_id) / "journal.jsonl"
 
     def prefect_owed_file(self, run_id: str) -> Path:
-        """What the run owes Prefect while its API did not answer (`flows.orchestrator.prefect_record`)."""
-        return self.run_dir(run_id) / PREFECT_OWED
+        """What the run owes Prefect while its API did not answer (`flows.orchestrator.prefect_record`): in a
+        directory of their own, which every run lists (one small listing, not one per run directory)."""
+        return self.root / PREFECT_OWED / f"{_check_component(run_id, 'run id')}.json"
 
     def prefect_owed_files(self) -> list[Path]:
-        return sorted(self.raw_root.glob(f"*/{PREFECT_OWED}")) if self.raw_root.is_dir() else []
+        owed = self.root / PREFECT_OWED
+        return sorted(owed.glob("*.json")) if owed.is_dir() else []
 
     def lock_file(self, job: str) -> Path:
         return self.root / f".harvest-{_check_component(job, 'job')}.lock"

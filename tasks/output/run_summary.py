@@ -80,7 +80,7 @@ class RunSummary:
     """What the spec's export did (`flows.handoff.export_after_run`), when the spec has one."""
     prefect_untold: str | None = None
     """Why Prefect could not be told how the run ended (its API did not answer): the run's data decides its exit
-    code all the same, and what Prefect is owed waits beside the manifest (`flows.orchestrator.prefect_record`)."""
+    code all the same, and what Prefect is owed waits in the output directory (`flows.orchestrator.prefect_record`)."""
 
     @classmethod
     def of(cls, manifest: RunManifest, tables: dict[str, int] | None) -> RunSummary:
