@@ -2,7 +2,8 @@
 
 The user runs `.venv/bin/harvest` without activating anything, from a working directory whose name has a space,
 with a spec that does not name the service (`--base-url` on the command line) and an output directory given by
-`--output` (a space in it too). Each printed command (the resume after Ctrl-C, `--continue` after a budget stop,
+`--output` (a space in it too). Each printed command (the resume after Ctrl-C, twice; the resume `harvest runs`
+prints from the manifest; `--continue` after a budget stop,
 `load` while DuckDB was held, `rebuild` after the database was lost, the demo's `sql` and Python lines) is taken
 from harvest's output exactly as printed and run with `bash -c` in an environment holding only PATH, HOME and
 the key, from the user's directory; each must do what its line says. Prefect: the API of the test session's
@@ -33,7 +34,7 @@ from tests.flow_helpers import (
     write_spec,
 )
 from tests.process_helpers import FINISH_TIMEOUT, Watched
-from tests.sandbox_gate import gated
+from tests.sandbox_gate import GatedSandbox, gated
 
 PINS = "/v1/pinboard/search"
 PARAMS = {"query": "oak desk"}
@@ -66,6 +67,26 @@ def harvest(cwd: Path, home: Path, *args: str) -> subprocess.Popen[str]:
         [".venv/bin/harvest", *args], cwd=cwd, env=clean_env(home), text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
+
+
+def pasting(command: str, cwd: Path, home: Path) -> subprocess.Popen[str]:
+    """The printed command, started as printed by a shell in the user's directory (its own process group)."""
+    return subprocess.Popen(
+        ["bash", "-c", command], cwd=cwd, env=clean_env(home), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+
+
+def ctrl_c(sb: GatedSandbox, proc: subprocess.Popen[str]) -> tuple[int, str]:
+    """Ctrl-C in the terminal once the run paid 5 more pages: exit code and stderr."""
+    sb.gate.close_after(5, path=PINS)
+    run = Watched(proc)
+    sb.gate.wait_frozen(run.proc)
+    os.killpg(run.proc.pid, signal.SIGINT)
+    run.wait_for_stderr(STOPPING)
+    sb.gate.open()
+    code, _, err = run.finish()
+    return code, err
 
 
 def pasted(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
@@ -101,20 +122,16 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         (cwd / "my specs").mkdir()
         write_spec(cwd / "my specs", spec, "night job.yaml")
         options = ["--base-url", sb.base_url, "--output", "out dir", "--budget", "20"]
-        sb.gate.close_after(5, path=PINS)
-        first = Watched(harvest(cwd, home, "run", "my specs/night job.yaml", *options))
-        sb.gate.wait_frozen(first.proc)
-        os.killpg(first.proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
-        first.wait_for_stderr(STOPPING)
-        sb.gate.open()
-        code1, _, err1 = first.finish()
+        code1, err1 = ctrl_c(sb, harvest(cwd, home, "run", "my specs/night job.yaml", *options))
         resume = printed(err1, " resumes it")
+        code2, err2 = ctrl_c(sb, pasting(resume, cwd, home))  # resumed, and stopped again
         listed = subprocess.run(
             [".venv/bin/harvest", "runs", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
             text=True, timeout=FINISH_TIMEOUT,
         )  # fmt: skip
+        from_runs = printed(listed.stderr, " resumes it")
 
-        resumed = pasted(resume, cwd, home)  # pays on to the budget of 20 credits, then says how to go on
+        resumed = pasted(from_runs, cwd, home)  # pays on to the budget of 20 credits, then says how to go on
         go_on = printed(resumed.stderr, " picks them up")
 
         with held_duckdb(output / "harvest.duckdb", mark=False):  # a notebook holds the database
@@ -135,12 +152,13 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         f".venv/bin/harvest run 'my specs/night job.yaml' --base-url {sb.base_url} --output 'out dir' "
         "--budget 20"
     )
+    assert code2 == 130 and printed(err2, " resumes it") == resume, err2
     spec_file = str(cwd / "my specs" / "night job.yaml")
-    assert printed(listed.stderr, " resumes it") == (  # `harvest runs` knows the run's spec file and service
+    assert from_runs == (  # `harvest runs` knows the run's spec file and service
         f".venv/bin/harvest run {shlex.quote(spec_file)} --base-url {sb.base_url} --output 'out dir'"
     ), listed.stderr
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert go_on == f"{resume} --continue"
+    assert go_on == f"{from_runs} --continue"
     assert continued.returncode == 0, continued.stdout + continued.stderr
     assert load == ".venv/bin/harvest load 'out dir'"
     assert loaded.returncode == 0 and "loaded run" in loaded.stdout, loaded.stdout + loaded.stderr
@@ -148,7 +166,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
 
     stopped, chained = sorted(manifests(output), key=lambda m: m.started)
-    assert stopped.status == "budget_exhausted" and stopped.resumes == 1 and stopped.credits_spent == 20
+    assert stopped.status == "budget_exhausted" and stopped.resumes == 2 and stopped.credits_spent == 20
     assert chained.continues == stopped.run_id and chained.status == "complete", chained
     assert len(paid) == 30 and paid_twice(paid) == 0  # every page once, across the stop and both runs
     expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
