@@ -3,12 +3,11 @@
 The user runs `.venv/bin/harvest` without activating anything, from a working directory whose name has a space,
 with a spec that does not name the service (`--base-url` on the command line) and an output directory given by
 `--output` (a space in it too). Each printed command (the resume after Ctrl-C, twice; the resume `harvest runs`
-prints from the manifest; `--continue` after a budget stop,
-`load` while DuckDB was held, `rebuild` after the database was lost, the demo's `sql` and Python lines) is taken
-from harvest's output exactly as printed and run with `bash -c` in an environment holding only PATH, HOME and
-the key, from the user's directory; each must do what its line says. Prefect: the API of the test session's
-server, written in HOME's Prefect profile as a user with a Prefect server has it (the environment stays
-clean).
+prints from the manifest; `--continue` after a budget stop; `load` while DuckDB was held; `rebuild` after the
+database was lost; the demo's `sql` and Python lines) is taken from harvest's output exactly as printed and run
+with `bash -c` in an environment holding only PATH, HOME and the key, from the user's directory; each must do
+what its line says. Prefect: the API of the test session's server, written in HOME's Prefect profile as a user
+with a Prefect server has it (the environment stays clean).
 """
 
 from __future__ import annotations
