@@ -37,7 +37,7 @@ CREATIVE = "/v1/creative/materials"
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6), CREATIVE: (2, 2)}, page_size=5
 )
-PAGES = 8
+PAGES = 9  # 6 pages of pins, the billed `-end-` page that ends them, 2 of creatives
 PREFECT_RETRIES_SECONDS = 62
 """What Prefect's client waits on one call to an API that went away before it gives up (2+4+8+16+32 s)."""
 UNTOLD = "Prefect could not be told"

@@ -167,7 +167,9 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     stopped, chained = sorted(manifests(output), key=lambda m: m.started)
     assert stopped.status == "budget_exhausted" and stopped.resumes == 2 and stopped.credits_spent == 20
     assert chained.continues == stopped.run_id and chained.status == "complete", chained
-    assert len(paid) == 30 and paid_twice(paid) == 0  # every page once, across the stop and both runs
+    assert (
+        len(paid) == 31 and paid_twice(paid) == 0
+    )  # every page once (30 and `-end-`), across the stop and both runs
     expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
     db = output / "harvest.duckdb"
     assert key_set(db, "pinboard_pins") == expected  # rebuilt from the raw pages, every pin there
