@@ -170,7 +170,8 @@ async def _pay(
     # No key here raises `MissingApiKey` before anything is sent: the flow gives the grant back and stops the run.
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
-    attempts = AttemptLogs(fsync=run["fsync"])
+    faults = FaultStop(ledger)  # a full disk stops the round like the run: said once, by the flow
+    attempts = AttemptLogs(fsync=run["fsync"], faults=faults)
     client = service_client(run["base_url"], key, ledger, attempts, ClientSettings(**run["client"]))
     client.key_accepted = True  # the flow proved the key before granting anything
     layout = staged.layout if staged is not None else OutputLayout(Path(run["output"]))
@@ -178,7 +179,7 @@ async def _pay(
         ctx = RunContext(
             run["run_id"], datetime.fromisoformat(run["started"]), layout,
             catalog.endpoints(run["costs"], shapes_of(run.get("shapes"))), client, ledger, attempts,
-            incremental=run["incremental"], faults=FaultStop(ledger),
+            incremental=run["incremental"], faults=faults,
             raw=staged.pages if staged is not None else None,  # type: ignore[arg-type]
             known=known,
         )  # fmt: skip
@@ -192,6 +193,7 @@ async def _pay(
         "balance": ledger.account_remaining,  # the last balance the service reported, for the flow's floor
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
+        "stop": fault_plain(ctx.faults.fault) if ctx.faults.fault is not None else None,
     }
     if staged is not None:
         _shipped(result, staged, ctx)

@@ -167,6 +167,7 @@ def begin(
             budget=previous.budget if budget is None else budget,
             loaded=False,
             error=None,
+            machine_fault=None,  # the fault that stopped it was the last session's, not this one's
             shapes=shapes_data(spec.shape_overrides()),
             spec_file=spec_file or previous.spec_file,
         )

@@ -247,7 +247,8 @@ class Rounds:
             reservation = await self.ledger.reserve(
                 r.spec.query_id, r.pages, amount, query_cap=r.spec.max_credits
             )
-            if reservation is None or self.ledger.sending(reservation) is None:
+            sent = reservation and self.faults.written(self.journal.path, self.ledger.sending, reservation)
+            if sent is None:  # refused, or its journal line could not be written (the run stops)
                 continue
             self.parts += 1
             r.rounds += 1
@@ -256,7 +257,7 @@ class Rounds:
             params = {"run": run, "query": query, "state": r.state, "grant": amount, "part": self.parts,
                       "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage,
                       "known": r.known}  # fmt: skip
-            submitted.append((r, reservation, stage, runner.submit(collect_round, parameters=params)))
+            submitted.append((r, sent, stage, runner.submit(collect_round, parameters=params)))
             r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
         balances: list[int] = []
         for r, reservation, stage, future in submitted:
@@ -292,6 +293,7 @@ class Rounds:
                 return None
             self.ledger.settle(reservation, result["spent"])
             r.credits += result["spent"]
+            self.faults.reported(result.get("stop"))  # its worker could not write what it paid for
         else:
             result = settled
         balance: int | None = result.get("balance")
@@ -325,8 +327,7 @@ class Rounds:
         unstaged = frames_of(result.get("unstaged") or [])
         before = r.pages
         files = self.staged.commit_round(r.spec.query_id, stage, result.get("staged"), unstaged)
-        if result.get("stop"):
-            self.faults.stop(MachineFault(*result["stop"]))
+        self.faults.reported(result.get("stop"))
         if lost or files is None:
             why = result.get("broke") or ("its worker died" if lost else "its files did not arrive whole")
             log.warning(

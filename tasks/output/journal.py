@@ -89,7 +89,9 @@ class RunJournal(JsonLinesWriter):
 
     When this machine cannot write it (a full disk), a reservation's line raises (the ledger then sends
     nothing), and a query's start or end is not written but stops the run (`faults`): a resume finds such a
-    query by its raw pages, or runs it anew if it paid for none."""
+    query by its raw pages, or runs it anew if it paid for none. So does a settle's or a release's line: the
+    answer it closes still reaches the raw store, and a resume counts the reservation as one in flight at a
+    crash (spent whole, until the balance says otherwise)."""
 
     def __init__(
         self,
@@ -141,11 +143,11 @@ class RunJournal(JsonLinesWriter):
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
         answer named the charge ("refusal", "lost"), so a resume can settle it with the balance."""
         if counted is None:
-            self.append_json({"e": "release", "id": rid})
+            self._noted({"e": "release", "id": rid})
         elif unknown is None:
-            self.append_json({"e": "settle", "id": rid, "c": counted})
+            self._noted({"e": "settle", "id": rid, "c": counted})
         else:
-            self.append_json({"e": "settle", "id": rid, "c": counted, "u": unknown})
+            self._noted({"e": "settle", "id": rid, "c": counted, "u": unknown})
 
 
 def _events(path: Path) -> Iterator[dict[str, Any]]:

@@ -16,11 +16,15 @@ from __future__ import annotations
 import errno
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from connectors.credits.ledger import CreditLedger
 
 log = logging.getLogger("harvest.machine")
+
+T = TypeVar("T")
 
 EXIT_CODE = 75
 """sysexits' EX_TEMPFAIL: a temporary failure, the user is invited to retry."""
@@ -117,3 +121,17 @@ class FaultStop:
             return False
         self.stop(fault)
         return True
+
+    def written(self, path: Path | str, write: Callable[..., T], *args: Any) -> T | None:
+        """`write(*args)`, a write of the run to `path`; None when this machine could not (the run stops)."""
+        try:
+            return write(*args)
+        except OSError as exc:
+            if not self.caught(exc, path):
+                raise
+            return None
+
+    def reported(self, plain: list[Any] | None) -> None:
+        """The stop a worker reported in its result (`[path, cause, code]`), if it did."""
+        if plain:
+            self.stop(MachineFault(*plain))
