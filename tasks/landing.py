@@ -29,6 +29,7 @@ from connectors.reading.extraction import PageMeta, with_meta
 from tasks.database.known_keys import query_known_keys
 from tasks.output.append_file import fsync_path
 from tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
+from tasks.output.machine_fault import DiskRoom
 from tasks.output.parquet_sink import MultiTableSink, run_date
 from tasks.output.query_summary import QuerySummary, history_fields
 from tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
@@ -121,8 +122,9 @@ def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> list[st
     return [layout.relative(path) for path in stale if path.suffix == PARQUET_SUFFIX]
 
 
-def _keep(raw: RawPageWriter, page: Page) -> None:
+def _keep(raw: RawPageWriter, room: DiskRoom, page: Page) -> None:
     """The paid answer into the raw store, as received, before anything parses it."""
+    room.kept(len(page.raw))
     raw.append(
         query_id=page.query_id,
         page=page.index,
@@ -180,7 +182,11 @@ async def page_query(
             )
             return Paged(replace(summary, error=str(ctx.faults.fault)), start or PagerStart())
         known = _known(ctx, spec, endpoint)  # keep: into `raw`, opened in the `try` that reports its failure
-        pager = QueryPager(spec, endpoint, ctx.client, ctx.ledger, start, known, keep=lambda p: _keep(raw, p))
+        room = ctx.disk_room()  # looked at before each request: a full disk pays nothing it cannot keep
+        pager = QueryPager(
+            spec, endpoint, ctx.client, ctx.ledger, start, known,
+            keep=lambda p: _keep(raw, room, p), can_keep=room.check,
+        )  # fmt: skip
         try:
             with nullcontext(ctx.raw) if ctx.raw else RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
                 async with aclosing(pager.pages()) as pages:

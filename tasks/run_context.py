@@ -22,7 +22,7 @@ from connectors.paging.page_request import Attempt
 from connectors.paging.pager import QuerySpec
 from tasks.output.attempt_log import AttemptLogWriter
 from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import FaultStop
+from tasks.output.machine_fault import DiskRoom, FaultStop
 from tasks.output.parquet_sink import MultiTableSink
 from tasks.output.raw_store import RawIndex, RawPageWriter
 
@@ -130,6 +130,8 @@ class RunContext:
     known: KnownKeys | None = None
     """A staged round's query's known keys, read by the flow (the worker has no DuckDB: `tasks.staged_known`);
     None: an incremental query reads them from the layout's database."""
+    room: DiskRoom | None = None
+    """Room on the output's disk for the answers in flight, shared by the run's queries (`disk_room`)."""
 
     def raw_path(self, query_id: str) -> Path:
         """Where the query's paid pages go: the session's file, or its own (a Dask round)."""
@@ -138,6 +140,12 @@ class RunContext:
     def requests_path(self, query_id: str) -> Path:
         shared = self.attempts.shared
         return shared.path if shared is not None else self.layout.requests_file(self.run_id, query_id)
+
+    def disk_room(self) -> DiskRoom:
+        """What every query looks at before it pays: room for the answers the client may have in flight."""
+        if self.room is None:
+            self.room = DiskRoom(self.layout.root, self.client.max_in_flight)
+        return self.room
 
     @property
     def fsync(self) -> bool:

@@ -1,10 +1,11 @@
 """The machine's own faults: a disk that fills during a run stops it cleanly, and the next run finishes it.
 
-A real filesystem fills: a tmpfs of a few MB is mounted for the job's output, and a filler file leaves just
+A real filesystem fills: a tmpfs of 64 MB is mounted for the job's output, and a filler file leaves just
 enough room for the run to fill it while writing its raw pages, its Parquet, or DuckDB (sizes measured by a
-reference run of the same job). Then the filler goes, as a user frees space, and the same command runs again.
-Each time: one clear line, no traceback, exit 75 (EX_TEMPFAIL); the rerun lands every record once and pays again
-for at most `concurrency` pages (those paid but not stored when the disk filled).
+reference run of the same job), in the flow's process or on Dask workers. Then the filler goes, as a user frees
+space, and the same command runs again. Each time: one clear line, no traceback, exit 75 (EX_TEMPFAIL); the
+rerun lands every record once and pays again for at most `concurrency` pages (those paid but not stored when
+the disk filled).
 
 Mounting needs privileges the tests have on the machines CI runs on (root); where they do not, the tests are
 skipped, saying why.
@@ -13,6 +14,7 @@ skipped, saying why.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -23,15 +25,26 @@ import pytest
 import yaml
 
 from sandbox.config import Quirks, SandboxConfig
+from sandbox.wire.billing import LedgerEntry
 from sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, expected_keys, key_set, rows, subprocess_env
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    ROOT,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    rows,
+    subprocess_env,
+)
 
 PINS = "/v1/pinboard/search"
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
-DISK_MB = 32
-"""Room for two nights of the job and their load (one night writes ~7 MB: raw pages, Parquet, DuckDB)."""
+DISK_MB = 64
+"""Room for the 10-query Dask resume, and for two nights of the job and their load (one night writes ~7 MB: raw
+pages, Parquet, DuckDB)."""
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30)}, page_size=50,
     quirks=Quirks(dangling_last_cursor=False, repeat_items=False),
@@ -61,7 +74,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def spec(path: Path, base_url: str, output: Path) -> Path:
+def spec(path: Path, base_url: str, output: Path, topics: list[str] = TOPICS, **more: Any) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
@@ -71,7 +84,8 @@ def spec(path: Path, base_url: str, output: Path) -> Path:
                 "concurrency": CONCURRENCY,
                 "min_free_mb": 0,
                 "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}],
+                **more,
             }
         )
     )
@@ -175,13 +189,66 @@ def test_a_run_is_refused_before_paying_when_the_disk_is_below_its_floor(
 ) -> None:
     job = spec(tmp_path / "job.yaml", sandbox.base_url, small_disk / "out")
     text: dict[str, Any] = yaml.safe_load(job.read_text())
-    job.write_text(yaml.safe_dump({**text, "min_free_mb": 64}))
+    job.write_text(yaml.safe_dump({**text, "min_free_mb": 2 * DISK_MB}))
     paid = len(sandbox.ledger)
     refused = subprocess.run(
         [str(HARVEST), "run", str(job)], env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert refused.returncode == 75, refused.stderr
-    assert f"{small_disk} has " in refused.stderr and "MB free, below the floor of 64 MB" in refused.stderr
+    assert f"{small_disk} has " in refused.stderr
+    assert f"MB free, below the floor of {2 * DISK_MB} MB" in refused.stderr
     assert "min_free_mb" in refused.stderr and "Traceback" not in refused.stderr
     assert len(sandbox.ledger) == paid, "a refused run sent a request"
+
+
+def paid_again(entries: list[LedgerEntry], first: int) -> int:
+    """Pages the stopped run (its first `first` entries) was billed for and the resume paid for again."""
+    before = {page(e) for e in entries[:first] if e.credits}
+    return sum(1 for e in entries[first:] if e.credits and page(e) in before)
+
+
+def page(entry: LedgerEntry) -> tuple[Any, ...]:
+    return (entry.path, tuple(sorted((k, str(v)) for k, v in entry.params.items())))
+
+
+def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
+    prefect_harness: None,
+    prefect_api_url: str,
+    reference: dict[str, int],
+    small_disk: Path,
+    tmp_path: Path,
+) -> None:
+    """Two workers, ten queries in a round: the disk fills while the third and fourth page, and the six tasks
+    still queued start on a full disk. Each must see it before it pays, not after: they have ledgers of their
+    own, so the first task's stop does not reach them. Each used to pay one page it could not keep (9 pages
+    paid twice here; before that, the flow failed with a traceback at its journal)."""
+    topics = [f"topic {c}" for c in "abcdefghij"]
+    output = small_disk / "out"
+    with running(CONFIG) as sb:
+        job = spec(tmp_path / "job.yaml", sb.base_url, output, topics, runner={"kind": "dask", "workers": 2})
+        filler = fill(small_disk, reference["raw"] // 3)  # ~60 of the first round's 200 pages fit
+        stopped = harvest_run(job, tmp_path, prefect_api_url)
+        said = stopped.stdout + stopped.stderr
+        assert stopped.returncode == 75, said[-3000:]
+        harvest_frame = rf'File "{re.escape(str(ROOT))}/(connectors|tasks|flows)/'
+        assert not re.search(harvest_frame, said), said[-3000:]  # no traceback of harvest (Dask logs its own)
+        assert not re.search(r"\| ERROR +\| harvest", said), said[-3000:]
+        lines = [line for line in said.splitlines() if "no space left on the device" in line]
+        assert len(lines) == 1 and str(output) in lines[0], said[-3000:]
+        assert "stopped: " in lines[0] and "resumes the run" in lines[0]
+        first = len(data_entries(sb))
+
+        filler.unlink()  # the user frees space
+        finished = harvest_run(job, tmp_path, prefect_api_url)
+        assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
+        entries = data_entries(sb)
+
+    db = output / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == set(
+        expected_keys([(PINS, {"query": t}) for t in topics], CONFIG)["pinboard_pins"]
+    )
+    assert rows(db, "SELECT count(*) = count(DISTINCT id) FROM pinboard_pins") == [(True,)]
+    assert rows(db, "SELECT status FROM runs") == [("complete",)]
+    again = paid_again(entries, first)
+    assert again <= CONCURRENCY, f"{again} pages paid twice"

@@ -66,6 +66,7 @@ class PageFetching:
     client: ServiceClient
     params: Params
     keep: Callable[[Page], None]
+    can_keep: Callable[[], None]
     reading: Page | None
     outcome: QueryOutcome
 
@@ -123,6 +124,7 @@ class PageFetching:
         receipt; the outcome is already set and paging stops after it.
         """
         out = self.outcome
+        self.can_keep()  # raises when an answer could not be kept now (a full disk): nothing is paid then
         try:
             response = await self.client.get(self._request(index, cursor))
         except errors.RunStopped as exc:

@@ -164,6 +164,7 @@ class QueryPager(PageFetching):
         known: KnownKeys | None = None,
         *,
         keep: Callable[[Page], None],
+        can_keep: Callable[[], None] = lambda: None,
     ):
         self.spec = spec
         self.endpoint = endpoint
@@ -176,6 +177,9 @@ class QueryPager(PageFetching):
         self.known = known
         self.keep = keep
         """The caller's raw store: makes each paid answer durable before it is read."""
+        self.can_keep = can_keep
+        """Asked before each request: raises when the caller could not keep an answer now (a full disk,
+        `tasks.output.machine_fault.DiskRoom`), so nothing is paid that would be paid again."""
         self.reading: Page | None = None
         """The kept page being read, landed or followed; None while asking for the next one."""
         self.backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)

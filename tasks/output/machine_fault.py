@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +29,11 @@ T = TypeVar("T")
 
 EXIT_CODE = 75
 """sysexits' EX_TEMPFAIL: a temporary failure, the user is invited to retry."""
+
+PAGE_ROOM = 64 * 2**10
+"""What an answer is taken to need on the disk until a larger one was kept: a page of this service is a few KB
+to a few hundred (its raw frame, compressed, is smaller still). Small enough that only a disk as good as full
+stops a run before a write fails."""
 
 _ERRNOS = {
     errno.ENOSPC: "no space left on the device",
@@ -135,3 +141,35 @@ class FaultStop:
         """The stop a worker reported in its result (`[path, cause, code]`), if it did."""
         if plain:
             self.stop(MachineFault(*plain))
+
+
+class DiskRoom:
+    """Room on the output's filesystem for the answers about to be paid for, looked at before each request: a
+    query pays only while the disk can keep what it pays for (`QueryPager`'s `can_keep`).
+
+    A write that fails stops the run (`FaultStop`), and only the requests in flight then are paid again; but a
+    query that starts after the disk filled would pay for its first page before any write told it so. On Dask
+    each round's task has a ledger of its own, so one task's stop does not reach the others: each task still
+    queued started on the full disk and paid one page it could not keep (7 at `concurrency: 4` on two workers).
+    Needed: the largest answer kept so far (at least `PAGE_ROOM`) for each request that may be in flight, so
+    those land when the check stops the run. One statvfs a page (microseconds)."""
+
+    def __init__(self, where: Path, in_flight: int) -> None:
+        self.where = where
+        self.in_flight = max(1, in_flight)
+        self.page = PAGE_ROOM
+
+    def kept(self, size: int) -> None:
+        """An answer of `size` bytes was kept: the next ones may be as large."""
+        self.page = max(self.page, size)
+
+    def check(self) -> None:
+        """Raise `MachineFault` (no space) when the filesystem has less room than the answers in flight need."""
+        needed = self.page * self.in_flight
+        try:
+            free = shutil.disk_usage(self.where).free
+        except OSError:  # the filesystem does not say: its writes will
+            return
+        if free < needed:
+            room = f"{free // 1024:,} KB free, less than the {needed // 1024:,} KB the next answers may need"
+            raise MachineFault(str(self.where), f"{_ERRNOS[errno.ENOSPC]} ({room})", errno.ENOSPC)
