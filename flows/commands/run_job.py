@@ -50,9 +50,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def preflight(
-    spec_path: Path, base_url: str | None, output: Path | None = None
-) -> tuple[JobSpec, str, Any]:
+def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> tuple[JobSpec, str, Any]:
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
     once for the whole run (the flow gets it with the lock, `flows.run.prepared`), its service URL, and what
     `check_service` needs of the service (None for the embedded sandbox)."""
