@@ -68,6 +68,48 @@ class NewestFirst:
 
 
 @dataclass(frozen=True)
+class PriceRule:
+    """A request whose parameter `param` has `value` costs `credits` (the company ads with details: 25)."""
+
+    param: str
+    value: Any
+    credits: int
+
+    def matches(self, params: Mapping[str, Any]) -> bool:
+        got = params.get(self.param)
+        if isinstance(got, bool) or isinstance(self.value, bool):
+            return got is self.value
+        return got == self.value
+
+
+@dataclass(frozen=True)
+class Price:
+    """Credits per request: `credits`, or the first rule of `when` a query's parameters match."""
+
+    credits: int = 1
+    when: tuple[PriceRule, ...] = ()
+
+    def rule(self, params: Mapping[str, Any]) -> PriceRule | None:
+        return next((r for r in self.when if r.matches(params)), None)
+
+    def of(self, params: Mapping[str, Any]) -> int:
+        rule = self.rule(params)
+        return self.credits if rule is None else rule.credits
+
+    def overridden(self, credits: int) -> Price:
+        """A job's `costs:` price: every request at least `credits` (a priced flag keeps its higher price)."""
+        return Price(credits, tuple(replace(r, credits=max(r.credits, credits)) for r in self.when))
+
+    def describe(self) -> str:
+        rules = "".join(f", {r.credits} with {r.param}={_shown(r.value)}" for r in self.when)
+        return f"{self.credits} credit{'s' if self.credits != 1 else ''}/request{rules}"
+
+
+def _shown(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
 class Endpoint:
     path: str
     """The documented path, with `{name}` for path parameters: also the endpoint's name everywhere in harvest."""
@@ -75,12 +117,27 @@ class Endpoint:
     params: type[Params]
     paging: Paging
     kinds: tuple[RecordKind, ...]
-    cost: int = 1
+    price: Price = Price()
     newest_first: NewestFirst | None = None
     """Set where the service lists newest first (so `incremental: true` is allowed)."""
     records_per_page: int | str | None = None
     """The most records one page holds, where the interface says so: a number, or the parameter that sets it.
     `harvest plan` prices the dependent queries of a parent with it; None: not documented (unbounded)."""
+
+    @property
+    def cost(self) -> int:
+        """Credits per request without a priced parameter (the price list's; a job may override it)."""
+        return self.price.credits
+
+    def price_of(self, params: Mapping[str, Any]) -> int:
+        """What one request of a query with these parameters costs."""
+        return self.price.of(params)
+
+    def price_key(self, params: Mapping[str, Any]) -> str:
+        """The ledger's key for what requests like this one cost: the endpoint, and the priced parameter value
+        its price depends on (`connectors.credits.prices` learns each apart)."""
+        rule = self.price.rule(params)
+        return self.path if rule is None else f"{self.path}?{rule.param}={_shown(rule.value)}"
 
     def url_path(self, params: Params) -> str:
         return self.path.format(**{k: quote(v, safe=":") for k, v in params.path_values().items()})
@@ -356,18 +413,10 @@ class UnknownEndpoint(KeyError):
 
 
 def endpoints(costs: Mapping[str, int] | None = None, shapes: Shapes | None = None) -> dict[str, Endpoint]:
-    """The catalog by documented path, with a job's cost and shape overrides applied."""
-    costs, shapes = costs or {}, shapes or {}
-    unknown = (set(costs) | set(shapes)) - set(DEFAULT_COSTS)
-    if unknown:
-        raise UnknownEndpoint(sorted(unknown)[0])
-    return {e.path: _overridden(e, costs, shapes) for e in ENDPOINTS}
+    """The built-in catalog by documented path, with a job's cost and shape overrides applied."""
+    from connectors.catalog.job_catalog import builtin
 
-
-def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) -> Endpoint:
-    tables = shapes.get(endpoint.path, {})
-    kinds = tuple(tables[k.table].apply(k) if k.table in tables else k for k in endpoint.kinds)
-    return replace(endpoint, cost=costs.get(endpoint.path, endpoint.cost), kinds=kinds)
+    return builtin().overridden(costs, shapes)
 
 
 def get(path: str, costs: Mapping[str, int] | None = None) -> Endpoint:
@@ -378,5 +427,7 @@ def get(path: str, costs: Mapping[str, int] | None = None) -> Endpoint:
 
 
 def all_kinds() -> dict[str, RecordKind]:
-    """Every record kind by table name (kinds shared by endpoints appear once)."""
-    return {k.table: k for e in ENDPOINTS for k in e.kinds}
+    """Every built-in record kind by table name (kinds shared by endpoints appear once)."""
+    from connectors.catalog.job_catalog import builtin
+
+    return builtin().kinds()

@@ -85,6 +85,22 @@ def text_list(name: str, path: str | None = None) -> Field:
     return Field(name, path or name, STRINGS)
 
 
+COLUMN_TYPES: dict[str, Callable[[str, str | None], Field]] = {
+    "text": text, "integer": integer, "number": number, "boolean": boolean, "timestamp": timestamp,
+    "json": json_text, "text_list": text_list,
+}  # fmt: skip
+"""A declaration's column types (`connectors.catalog.declarations`), each a column of its Arrow type."""
+
+
+def type_name(fld: Field) -> str:
+    """The declared type of a column: the name `COLUMN_TYPES` makes it from."""
+    if fld.json:
+        return "json"
+    return next(
+        name for name, make in COLUMN_TYPES.items() if name != "json" and make("x", None).type == fld.type
+    )
+
+
 # ---------------------------------------------------------------------------------------------- coercion
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9}

@@ -24,6 +24,23 @@ END_OF_PAGES: tuple[str, ...] = ("-end-",)
 search's last page answers `"cursor": "-end-"`, and no real cursor of the service looks like it."""
 
 
+STYLE_DEFAULTS: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
+    "single": ({}, ()),
+    "cursor": ({"cursor": ("cursor",)}, ()),
+    "continuation_token": ({"continuationToken": ("continuationToken",)}, ()),
+    "envelope_cursor": ({"cursor": ("metadata.cursor",)}, ()),
+    "page_id_and_cursor": ({"next_page_id": ("next_page_id",), "cursor": ("cursor",)}, ()),
+    "max_id": ({"max_id": ("paging_info.max_id", "max_id")}, ("paging_info.more_available",)),
+    "max_cursor": ({"max_cursor": ("max_cursor",)}, ("has_more",)),
+}
+"""Each style harvest knows: (request parameter -> the response paths of its next value, the "more" flag's
+paths), what a declaration gets when it names the style alone. Creative search's cursor is in the envelope's
+`metadata`; page photos send `next_page_id` and `cursor` back together (either missing ends paging); reels read
+`paging_info.max_id` (full answer) or `max_id` (trimmed), ended by `more_available: false`; the short-video
+profile's integer `max_cursor` is ended by `has_more: 0` (absent when trimmed) or a falsy cursor. The sandbox
+names its traps after these styles."""
+
+
 @dataclass(frozen=True)
 class Paging:
     style: str

@@ -11,6 +11,18 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from connectors.catalog.declarations import (
+    CatalogFile,
+    ColumnDecl,
+    EndpointDecl,
+    KindDecl,
+    NewestFirstDecl,
+    PagingDecl,
+    ParamDecl,
+    PriceDecl,
+    PriceRuleDecl,
+    UnwrapDecl,
+)
 from connectors.catalog.params import Params
 from flows.spec.describe import field_info, keys
 from flows.spec.job_options import CRON_ALLOWED, Export, RateLimit, Runner, Schedule
@@ -39,7 +51,60 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (ShapeOverride, "records"): "a record path, or a list of them (e.g. `[1].data.user.clips.edges[].node`)",
     (ShapeOverride, "fields"): "{<column>: <record path, or a list of them>}",
     (JobSpec, "queries"): "a non-empty list of queries with keys: " + ", ".join(Query.model_fields),
+    (JobSpec, "endpoint_declarations"): "{<endpoint path>: <declaration>} (docs/declaring-endpoints.md)",
+    (JobSpec, "catalogs"): "a list of catalog files, relative to the spec's directory",
+    (CatalogFile, "endpoints"): "{<endpoint path>: <declaration>} (docs/declaring-endpoints.md)",
+    (EndpointDecl, "records"): "{<table>: {at: <record path>, key: <column>, columns: {<column>: <type>}}}",
+    (EndpointDecl, "one_of"): "groups of parameter names, e.g. [[url, id]]",
+    (
+        EndpointDecl,
+        "price",
+    ): "credits per request (a number), or {credits: N, when: [{param, value, credits}]}",
+    (EndpointDecl, "newest_first"): "true, false, or {param: <parameter>, values: [...]}",
+    (EndpointDecl, "records_per_page"): "a number >= 1, or the parameter that sets it",
+    (KindDecl, "columns"): "{<column>: <type>, or {type, path, description}}; types: text, integer, number, "
+    "boolean, timestamp, json, text_list",
+    (KindDecl, "at"): 'a record path, or a list of them; "" for the answer itself',
+    (KindDecl, "key"): "a column name, or a list of them",
 }
+
+
+_DECLARATION_TREE: dict[tuple[type[BaseModel], str], tuple[bool, type[BaseModel]]] = {
+    (EndpointDecl, "params"): (True, ParamDecl), (EndpointDecl, "paging"): (False, PagingDecl),
+    (EndpointDecl, "price"): (False, PriceDecl), (PriceDecl, "when"): (True, PriceRuleDecl),
+    (EndpointDecl, "newest_first"): (False, NewestFirstDecl), (EndpointDecl, "records"): (True, KindDecl),
+    (KindDecl, "columns"): (True, ColumnDecl), (KindDecl, "unwrap"): (False, UnwrapDecl),
+    (UnwrapDecl, "extras"): (True, ColumnDecl),
+}  # fmt: skip
+"""A declaration's models: (model, key) -> (whether a name or an index comes first, the model below it)."""
+
+
+def declaration_owner(loc: Loc) -> tuple[tuple[type[BaseModel], str] | None, Loc]:
+    """The model and key a location inside one endpoint's declaration names, and the location without the
+    union tags pydantic adds (`newest_first.function-before[...]`), which name no key of the YAML."""
+    model: type[BaseModel] = EndpointDecl
+    found: tuple[type[BaseModel], str] | None = None
+    clean: list[str | int] = []
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        named = _field(model, part) if isinstance(part, str) else None
+        if named is None:  # a key the model does not have (an unknown key: the model says what is allowed)
+            if isinstance(part, str):
+                found = (model, part)
+                clean.append(part)
+            break
+        name = named[0]
+        found = (model, name)
+        clean.append(part)
+        below = _DECLARATION_TREE.get((model, name))
+        if below is None:  # a leaf: what follows is a list index, or a union's tag
+            clean += [p for p in parts[:1] if isinstance(p, int)]
+            break
+        keyed, model = below
+        if keyed and parts:
+            clean.append(parts.pop(0))
+    return found, tuple(clean)
 
 
 def dotted(loc: Loc) -> str:
@@ -56,9 +121,12 @@ def dotted(loc: Loc) -> str:
 
 
 def normalise(loc: Loc) -> Loc:
-    """Drop the union tag pydantic puts after `for_each.<param>`: it names no key of the YAML."""
+    """Drop the union tags pydantic puts after `for_each.<param>` and inside a declaration: they name no key
+    of the YAML."""
     if len(loc) > 4 and loc[0] == "queries" and loc[2] == "for_each" and loc[4] in ("values", "ref"):
         return loc[:4] + loc[5:]
+    if len(loc) > 2 and loc[0] == "endpoints":
+        return loc[:2] + declaration_owner(loc[2:])[1]
     return loc
 
 
@@ -79,8 +147,13 @@ def _allowed(model: type[BaseModel], key: str) -> str:
     return field_info(name, info).describe()
 
 
-def owner(loc: Loc) -> tuple[type[BaseModel], str] | None:
-    """The model and key a (normalised) error location names, for the `allowed` part of a message."""
+def owner(loc: Loc, root: type[BaseModel] = JobSpec) -> tuple[type[BaseModel], str] | None:
+    """The model and key a (normalised) error location names, for the `allowed` part of a message; `root`:
+    the model of the whole file (a job spec, or a catalog file)."""
+    if len(loc) > 2 and loc[0] == "endpoints":
+        return declaration_owner(loc[2:])[0]
+    if root is CatalogFile:
+        return (CatalogFile, "endpoints") if loc and loc[0] == "endpoints" else None
     match loc:
         case (str(key),):
             return JobSpec, key
@@ -88,6 +161,10 @@ def owner(loc: Loc) -> tuple[type[BaseModel], str] | None:
             return _GROUPS[group], key
         case ("costs", *_):
             return JobSpec, "costs"
+        case ("endpoints", *_):
+            return JobSpec, "endpoints"
+        case ("catalogs", *_):
+            return JobSpec, "catalogs"
         case ("shapes", str(), str(), str(key), *_):
             return ShapeOverride, key
         case ("shapes", *_):

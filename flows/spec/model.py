@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationInfo,
     WithJsonSchema,
@@ -24,6 +25,7 @@ from pydantic import (
 )
 
 from connectors.catalog import endpoints as catalog
+from connectors.catalog.declarations import EndpointDecl
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.shape_overrides import KindShape
 from flows.spec.identity import derive_id, digest
@@ -58,6 +60,9 @@ PATTERN_WORDS = {
 }
 DEFER_CHECKS = "harvest_defer_semantic_checks"
 """Validation context flag: `parse_spec` runs the semantic checks itself, to place them on lines."""
+DECLARED = "harvest_declared_endpoints"
+"""Validation context: the spec's declared endpoints as `parse_spec` read them (`flows.spec.declared`), with
+their problems placed on their files' lines; without it the spec reads its catalog files itself."""
 
 
 class _Model(BaseModel):
@@ -244,7 +249,19 @@ class JobSpec(_Model):
         description="Per endpoint path and record table: where records and columns are read, before the "
         "catalog's places (a changed answer read without waiting for a release).",
     )
+    catalogs: list[str] = Field(
+        default_factory=list,
+        description="Catalog files declaring endpoints this job uses (the format of `endpoints:`), relative to "
+        "the spec's directory (docs/declaring-endpoints.md).",
+    )
+    endpoint_declarations: dict[str, EndpointDecl] = Field(
+        default_factory=dict,
+        alias="endpoints",
+        description="Endpoints this job declares: path -> parameters, paging, price, record tables "
+        "(docs/declaring-endpoints.md).",
+    )
     queries: list[Query] = Field(min_length=1)
+    _declared: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
 
     @field_validator("output", mode="before")
     @classmethod
@@ -255,7 +272,18 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _semantics(self, info: ValidationInfo) -> JobSpec:
-        if not (info.context or {}).get(DEFER_CHECKS):
+        context = info.context or {}
+        if DECLARED in context:
+            self._declared = context[DECLARED]
+        elif self.catalogs or self.endpoint_declarations:
+            from flows.spec.declared import read_declared
+
+            raw = self.model_dump(mode="json", by_alias=True, include={"catalogs", "endpoint_declarations"})
+            declared, flaws = read_declared(raw, "<spec>", None)
+            if flaws:
+                raise ValueError("; ".join(str(p) for p in flaws))
+            self._declared = declared.endpoints
+        if not context.get(DEFER_CHECKS):
             from flows.spec.checks import semantic_problems
             from flows.spec.explain import dotted
 
@@ -271,6 +299,16 @@ class JobSpec(_Model):
     def shape_overrides(self) -> dict[str, dict[str, KindShape]]:
         return {path: {t: s.overrides() for t, s in tables.items()} for path, tables in self.shapes.items()}
 
+    def declared(self) -> dict[str, dict[str, Any]]:
+        """The endpoints this job declares (`catalogs:` files, then `endpoints:`): path -> plain declaration,
+        validated, every default filled (`connectors.catalog.declarations.plain`)."""
+        return self._declared
+
     def spec_hash(self) -> str:
-        """sha256 of the validated spec as canonical JSON (defaults included): tells edited specs apart."""
-        return digest(self.model_dump(mode="json", by_alias=True))
+        """sha256 of the validated spec as canonical JSON (defaults included): tells edited specs apart. The
+        declared endpoints count as read (a catalog file's edit is an edited spec); a spec declaring none
+        hashes as before they could be declared."""
+        data = self.model_dump(mode="json", by_alias=True, exclude={"catalogs", "endpoint_declarations"})
+        if self._declared:
+            data["declared"] = self._declared
+        return digest(data)

@@ -14,9 +14,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
+from flows.spec.declared import read_declared
 from flows.spec.describe import keys
 from flows.spec.explain import dotted, explain, normalise, owner
-from flows.spec.model import DEFER_CHECKS, JobSpec, Query
+from flows.spec.model import DECLARED, DEFER_CHECKS, JobSpec, Query
 from flows.spec.problems import Found, Problem, SpecError
 from flows.spec.yaml_reader import PRINTABLE, UnreadableSpec, load_yaml, read_spec_text
 
@@ -42,10 +43,12 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         Problem(file, c.line, dotted(c.loc), _escaped(c.char, c.column, c.written), PRINTABLE)
         for c in lines.controls
     ]
+    declared, declared_problems = read_declared(data, file, lines)
+    problems += declared_problems
     found: list[Found] = []
     spec: JobSpec | None = None
     try:
-        spec = JobSpec.model_validate(data, context={DEFER_CHECKS: True})
+        spec = JobSpec.model_validate(data, context={DEFER_CHECKS: True, DECLARED: declared.endpoints})
     except ValidationError as exc:
         for error in exc.errors():
             if error["type"] == "default_factory_not_called":

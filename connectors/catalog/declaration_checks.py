@@ -1,0 +1,212 @@
+"""What one endpoint's declaration gets wrong beyond its shape: a key that is no column, a path parameter not in
+the path, a bound on a text, a record path that reads nothing, a table harvest owns. Each problem is (location
+inside the declaration, what is wrong, what is allowed); `flows.spec.declared` places it on its file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from connectors.catalog.declarations import (
+    BOOKKEEPING_TABLES,
+    COLUMN,
+    COLUMN_WORDS,
+    ENDPOINT_PATH,
+    ENDPOINT_PATH_WORDS,
+    META_COLUMN_NAMES,
+    NAME,
+    NAME_WORDS,
+    PARAM_PREFIX,
+    RESERVED_PARAMS,
+    TABLE,
+    TABLE_WORDS,
+    ColumnDecl,
+    EndpointDecl,
+    KindDecl,
+    PagingDecl,
+    ParamDecl,
+    effective_next,
+    path_params,
+)
+from connectors.catalog.record_paths import PATH_WORDS, path_problem
+
+Problem = tuple[tuple[str | int, ...], str, str]
+"""(location inside the declaration, what is wrong, what is allowed)."""
+
+
+def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
+    """What one declaration gets wrong beyond its shape; locations are inside the declaration."""
+    if not ENDPOINT_PATH.fullmatch(path):
+        yield (), f"{path!r} is not an endpoint path", ENDPOINT_PATH_WORDS
+    in_path = path_params(path)
+    for name, param in decl.params.items():
+        yield from _param_problems(name, param, in_path)
+    names = list(dict.fromkeys([*decl.params, *in_path, *effective_next(decl.paging)]))
+    for n, group in enumerate(decl.one_of):
+        for m, name in enumerate(group):
+            if name not in names:
+                yield ("one_of", n, m), f"{name!r} is not a parameter", ", ".join(names) or "none declared"
+    yield from _paging_problems(decl.paging, names)
+    yield from _price_problems(decl, names)
+    order = decl.newest_first
+    if order is not None and order.param is not None and order.param not in names:
+        yield ("newest_first", "param"), f"{order.param!r} is not a parameter", ", ".join(names)
+    if order is not None and (order.param is None) != (not order.values):
+        yield ("newest_first",), "`param` and `values` go together", "true, or {param: NAME, values: [...]}"
+    if isinstance(decl.records_per_page, str) and decl.records_per_page not in names:
+        yield (
+            ("records_per_page",),
+            f"{decl.records_per_page!r} is not a parameter",
+            "a number >= 1, or " + (", ".join(names) or "a declared parameter"),
+        )
+    if isinstance(decl.records_per_page, int) and decl.records_per_page < 1:
+        yield ("records_per_page",), f"{decl.records_per_page} records a page", "a number >= 1"
+    for table, kind in decl.records.items():
+        yield from _kind_problems(table, kind, names)
+
+
+def _param_problems(name: str, p: ParamDecl, in_path: list[str]) -> Iterator[Problem]:
+    at: tuple[str | int, ...] = ("params", name)
+    if not NAME.fullmatch(name) or name in RESERVED_PARAMS or name.startswith("model_"):
+        yield (
+            at,
+            f"{name!r} cannot be a parameter name",
+            NAME_WORDS + f" (not {', '.join(sorted(RESERVED_PARAMS))})",
+        )
+    if p.in_ == "path" and name not in in_path:
+        yield (
+            (*at, "in"),
+            f"{name!r} is not a `{{{name}}}` of the path",
+            "query, or add {" + name + "} to the path",
+        )
+    numeric = p.type in ("integer", "number")
+    for key in ("min", "max"):
+        if getattr(p, key) is not None and not numeric:
+            yield (
+                (*at, key),
+                f"`{key}` bounds a number, not a {p.type}",
+                "min/max on integer or number parameters",
+            )
+    for key in ("min_length", "max_length", "pattern"):
+        if getattr(p, key) is not None and p.type != "string":
+            yield (*at, key), f"`{key}` constrains text, not a {p.type}", f"{key} on string parameters"
+    if p.pattern is not None:
+        try:
+            re.compile(p.pattern)
+        except re.error as exc:
+            yield (*at, "pattern"), f"not a regular expression: {exc}", "a Python regular expression"
+    for n, value in enumerate(p.enum or ()):
+        if not _fits(p.type, value):
+            yield (*at, "enum", n), f"{value!r} is not a {p.type}", f"values of type {p.type}"
+    if p.default is not None:
+        if p.required:
+            yield (*at, "default"), "a required parameter has no default", "required: false, or no default"
+        elif not _fits(p.type, p.default) or (p.enum is not None and p.default not in p.enum):
+            allowed = ", ".join(map(str, p.enum)) if p.enum else f"a {p.type}"
+            yield (*at, "default"), f"{p.default!r} is not an allowed value", allowed
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "list":
+        return isinstance(value, list | str)
+    return isinstance(value, str)
+
+
+def _paging_problems(paging: PagingDecl, names: list[str]) -> Iterator[Problem]:
+    if paging.style == "single":
+        if paging.next:
+            yield ("paging", "next"), "a single page has no next page", "no `next` with style: single"
+        return
+    if paging.next is not None and not paging.next:
+        yield ("paging", "next"), "no request parameter carries the next page", "{parameter: response path}"
+    for param, paths in (paging.next or {}).items():
+        if not NAME.fullmatch(param):
+            yield ("paging", "next", param), f"{param!r} cannot be a parameter name", NAME_WORDS
+        for n, where in enumerate(paths):
+            yield from _path_problems(("paging", "next", param, n), where)
+    for n, where in enumerate(paging.more or ()):
+        yield from _path_problems(("paging", "more", n), where)
+
+
+def _price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
+    for n, rule in enumerate(decl.price.when):
+        param = decl.params.get(rule.param)
+        if rule.param not in names:
+            yield ("price", "when", n, "param"), f"{rule.param!r} is not a parameter", ", ".join(names)
+        elif param is not None and not _fits(param.type, rule.value):
+            yield ("price", "when", n, "value"), f"{rule.value!r} is not a {param.type}", f"a {param.type}"
+
+
+def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Problem]:
+    at: tuple[str | int, ...] = ("records", table)
+    if not TABLE.fullmatch(table) or table.endswith("_history"):
+        yield at, f"{table!r} cannot be a table name", TABLE_WORDS + "; not ending in `_history` (views)"
+    elif table in BOOKKEEPING_TABLES:
+        yield (
+            at,
+            f"{table!r} is one of harvest's own tables",
+            "a name other than " + ", ".join(BOOKKEEPING_TABLES),
+        )
+    if not kind.at:
+        yield (*at, "at"), "no place to read records from", 'a record path, or "" for the answer itself'
+    for n, where in enumerate(kind.at):
+        if where != "":
+            yield from _path_problems((*at, "at", n), where)
+    for n, where in enumerate(kind.objects):
+        if where not in kind.at:
+            yield (*at, "objects", n), f"{where!r} is not among `at`", ", ".join(map(repr, kind.at))
+    columns = dict(kind.columns) | (dict(kind.unwrap.extras) if kind.unwrap else {})
+    for n, key in enumerate(kind.key):
+        if key not in columns:
+            yield (*at, "key", n), f"{key!r} is not a column of {table}", ", ".join(columns)
+    yield from _column_problems((*at, "columns"), kind.columns, names)
+    if kind.unwrap is not None:
+        yield from _column_problems((*at, "unwrap", "extras"), kind.unwrap.extras, names)
+        for name in set(kind.unwrap.extras) & set(kind.columns):
+            yield (
+                (*at, "unwrap", "extras", name),
+                f"{name!r} is a column already",
+                "a name no other column has",
+            )
+        yield from _ignored((*at, "unwrap", "ignore"), kind.unwrap.ignore)
+    yield from _ignored((*at, "ignore"), kind.ignore)
+    if kind.nested is not None and not NAME.fullmatch(kind.nested):
+        yield (*at, "nested"), f"{kind.nested!r} is not a key", "the key of an item holding more items"
+
+
+def _ignored(at: tuple[str | int, ...], paths: list[str]) -> Iterator[Problem]:
+    for n, where in enumerate(paths):
+        yield from _path_problems((*at, n), where)
+
+
+def _column_problems(
+    at: tuple[str | int, ...], columns: Mapping[str, ColumnDecl], names: list[str]
+) -> Iterator[Problem]:
+    for name, column in columns.items():
+        if not COLUMN.fullmatch(name) or name in META_COLUMN_NAMES:
+            yield (
+                (*at, name),
+                f"{name!r} cannot be a column name",
+                COLUMN_WORDS + "; not " + ", ".join(META_COLUMN_NAMES),
+            )
+        for alternative in (column.path or name).split("|"):
+            if alternative.startswith(PARAM_PREFIX):
+                param = alternative[len(PARAM_PREFIX) :]
+                if param not in names:
+                    yield (*at, name, "path"), f"{param!r} is not a parameter", ", ".join(names)
+            elif column.path is not None:
+                yield from _path_problems((*at, name, "path"), alternative)
+
+
+def _path_problems(at: tuple[str | int, ...], where: str) -> Iterator[Problem]:
+    problem = path_problem(where)
+    if problem:
+        yield at, problem, PATH_WORDS

@@ -1,0 +1,255 @@
+"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints.yaml`), a catalog file a
+job names (`catalogs:`) and a job's inline `endpoints:` (docs/declaring-endpoints.md).
+
+The pydantic models check the shape (keys, types, ranges) and describe every field for `harvest schema`;
+`declaration_problems` checks what needs the whole declaration (a key among the columns, a path parameter in
+the path, a paging parameter among the parameters, ...). Each problem is (location, problem, allowed), placed
+on its file and line by the reader (`flows.spec.declared`). `plain` is the checked declaration as plain data,
+every default filled: what `connectors.catalog.endpoint_build` builds an `Endpoint` from, what a run's manifest
+records, and what the sandbox reads (it imports nothing of harvest).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from connectors.catalog.paging_styles import STYLE_DEFAULTS
+
+PARAM_TYPES = ("string", "integer", "number", "boolean", "list")
+COLUMN_TYPES = ("text", "integer", "number", "boolean", "timestamp", "json", "text_list")
+ParamType = Literal["string", "integer", "number", "boolean", "list"]
+ColumnType = Literal["text", "integer", "number", "boolean", "timestamp", "json", "text_list"]
+PagingStyle = Literal[
+    "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor"
+]
+Scalar = str | int | float | bool
+
+ENDPOINT_PATH = re.compile(r"^/(?:[A-Za-z0-9._~-]|/|\{[A-Za-z_][A-Za-z0-9_]*\})*$")
+PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+TABLE = re.compile(r"^[a-z][a-z0-9_]*$")
+COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
+PARAM_PREFIX = "$params."
+
+ENDPOINT_PATH_WORDS = "a path starting with `/`: letters, digits, `._~-`, and `{name}` for a path parameter"
+NAME_WORDS = "a name of letters, digits and `_`, starting with a letter"
+TABLE_WORDS = "lower-case letters, digits and `_`, starting with a letter (e.g. `video_platform_comments`)"
+COLUMN_WORDS = "lower-case letters, digits and `_` (snake_case: analysts never quote it)"
+RESERVED_PARAMS = frozenset({"one_of", "one_of_groups", "path_params", "query_pairs", "path_values"})
+"""Names the parameter model itself uses."""
+BOOKKEEPING_TABLES = ("runs", "requests", "query_state", "exports")
+"""harvest's own tables in harvest.duckdb (`tasks.database.bookkeeping`, `flows.handoff.export_ledger`)."""
+META_COLUMN_NAMES = ("raw", "_endpoint", "_query_id", "_run_id", "_fetched_at")
+"""Columns harvest adds to every record table (`connectors.catalog.records.META_COLUMNS`)."""
+
+
+class _Decl(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _listed(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _column_shorthand(value: Any) -> Any:
+    return {"type": value} if isinstance(value, str) else value
+
+
+Paths = Annotated[
+    list[str],
+    BeforeValidator(_listed),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+]
+"""One record path, or several tried in order."""
+
+
+class ParamDecl(_Decl):
+    """One request parameter, as the service documents it."""
+
+    type: ParamType = Field("string", description="string, integer, number, boolean, or list (of strings, "
+                            "sent as a repeated parameter).")  # fmt: skip
+    required: bool = Field(False, strict=True, description="A query must set it (or fan out over it).")
+    in_: Literal["query", "path"] = Field(
+        "query", alias="in", description="path: a `{name}` of the endpoint's path (implied by the path)."
+    )
+    enum: list[Scalar] | None = Field(None, min_length=1, description="The values allowed, and no other.")
+    min: int | float | None = Field(None, description="The smallest number allowed (integer, number).")
+    max: int | float | None = Field(None, description="The largest number allowed (integer, number).")
+    min_length: int | None = Field(None, strict=True, ge=0, description="The shortest text allowed.")
+    max_length: int | None = Field(None, strict=True, ge=1, description="The longest text allowed.")
+    pattern: str | None = Field(None, description="A regular expression the whole text must match.")
+    default: Scalar | list[str] | None = Field(None, description="Sent when a query does not set it.")
+    description: str | None = Field(None, description="What it means, for `harvest endpoints`.")
+
+
+class ColumnDecl(_Decl):
+    """A typed column: its type, and where in a record it is read (its name when no path is given)."""
+
+    type: ColumnType = Field(description="text, integer, number, boolean, timestamp, json or text_list.")
+    path: str | None = Field(
+        None, description="Where in a record: a record path, `a|b` to try `b` when `a` is absent, or "
+        "`$params.NAME` for a request parameter. Default: the column's name."
+    )  # fmt: skip
+    description: str | None = None
+
+
+Column = Annotated[
+    ColumnDecl,
+    BeforeValidator(_column_shorthand),
+    WithJsonSchema({"anyOf": [{"enum": list(COLUMN_TYPES)}, {"$ref": "#/$defs/ColumnDecl"}]}),
+]
+
+
+class UnwrapDecl(_Decl):
+    """Items that may come wrapped as `{KEY: <record>, ...}`: columns read the record inside."""
+
+    key: str = Field(description="The wrapper's key holding the record.")
+    extras: dict[str, Column] = Field(default_factory=dict, description="Columns read from the wrapper.")
+    ignore: list[str] = Field(default_factory=list, description="Wrapper paths known and left in `raw`.")
+
+
+class KindDecl(_Decl):
+    """One kind of record, landing in one table."""
+
+    at: Paths = Field(description="Where the records are: a record path (`\"\"` is the answer itself), or "
+                      "several tried in order.")  # fmt: skip
+    one: bool = Field(
+        False, strict=True, description="true: the location holds one object (a detail answer)."
+    )
+    objects: list[str] = Field(
+        default_factory=list,
+        description="Locations among `at` that hold one object while the others hold lists.",
+    )
+    key: Paths = Field(description="The primary key: a column, or several.")
+    columns: dict[str, Column] = Field(
+        min_length=1, description="Column -> type, or {type, path, description}."
+    )
+    unwrap: UnwrapDecl | None = None
+    ignore: list[str] = Field(default_factory=list, description="Record paths known and left in `raw`.")
+    nested: str | None = Field(None, description="The key under which an item holds more items of its kind.")
+
+
+class PagingDecl(_Decl):
+    """How a page names the next one, and when there is none."""
+
+    style: PagingStyle = Field("single", description="single, cursor, continuation_token, envelope_cursor, "
+                               "page_id_and_cursor, max_id or max_cursor.")  # fmt: skip
+    next: dict[str, Paths] | None = Field(
+        None, description="Request parameter -> the response path(s) its next value is read from. Default: "
+        "the style's."
+    )  # fmt: skip
+    more: Paths | None = Field(
+        None, description="A flag whose falsy value ends paging. Default: the style's."
+    )
+    end_values: list[str] | None = Field(
+        None, description='Cursor values that mean no more pages. Default: ["-end-"].'
+    )
+
+
+class PriceRuleDecl(_Decl):
+    param: str
+    value: Scalar
+    credits: int = Field(strict=True, ge=0)
+
+
+class PriceDecl(_Decl):
+    """Credits per request, and per parameter value where the service prices a flag (first match wins)."""
+
+    credits: int = Field(1, strict=True, ge=0)
+    when: list[PriceRuleDecl] = Field(default_factory=list)
+
+
+class NewestFirstDecl(_Decl):
+    """`true` (always newest first), or the parameter values that list newest first."""
+
+    param: str | None = Field(None, description="The parameter that orders the listing.")
+    values: list[Scalar] = Field(default_factory=list, description="Its values that list newest first.")
+
+
+def _newest_first_shorthand(value: Any) -> Any:
+    if value is True:
+        return {}
+    return None if value is False else value
+
+
+def _price_shorthand(value: Any) -> Any:
+    return {"credits": value} if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class EndpointDecl(_Decl):
+    """An endpoint of the service: parameters, paging, price and the records its answers hold."""
+
+    summary: str = ""
+    params: dict[str, ParamDecl] = Field(default_factory=dict)
+    one_of: list[list[str]] = Field(
+        default_factory=list, description="Groups of parameters: at least one of each group is required."
+    )
+    paging: PagingDecl = Field(default_factory=PagingDecl)  # type: ignore[arg-type]
+    price: Annotated[PriceDecl, BeforeValidator(_price_shorthand)] = Field(
+        default_factory=PriceDecl,  # type: ignore[arg-type]
+        description="Credits per request (a number), or {credits, when: [...]}.",
+    )
+    newest_first: Annotated[
+        NewestFirstDecl | None,
+        BeforeValidator(_newest_first_shorthand),
+        WithJsonSchema({"anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/NewestFirstDecl"}]}),
+    ] = Field(
+        None, description="true, or {param, values}: the listing is newest first (incremental queries)."
+    )
+    records_per_page: int | str | None = Field(
+        None, description="The most records a page holds, or the parameter that sets it."
+    )
+    records: dict[str, KindDecl] = Field(min_length=1, description="Record table -> where its records are.")
+
+
+class CatalogFile(_Decl):
+    """A catalog file: the same top level as harvest's own `endpoints.yaml`."""
+
+    endpoints: dict[str, EndpointDecl] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------------------------------------- plain data
+def path_params(path: str) -> list[str]:
+    return PATH_PARAM.findall(path)
+
+
+def effective_next(paging: PagingDecl) -> dict[str, list[str]]:
+    """The request parameters that carry the next page, and where each is read: the style's unless given."""
+    if paging.next is not None:
+        return dict(paging.next)
+    return {k: list(v) for k, v in STYLE_DEFAULTS[paging.style][0].items()}
+
+
+def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
+    """The checked declaration as plain data, every default filled (docs/declaring-endpoints.md, "The plain
+    form"): `next` and `more` are the style's where not given, a `{name}` of the path is a required path
+    parameter, a column is `{type, path, description}` with its path, lists are lists."""
+    data = decl.model_dump(mode="json", by_alias=True)
+    order = data["newest_first"]
+    data["newest_first"] = bool(order) if order is None or order["param"] is None else order
+    params = data["params"]
+    for name in path_params(path):
+        params.setdefault(
+            name, ParamDecl.model_validate({"required": True}).model_dump(mode="json", by_alias=True)
+        )
+        params[name]["in"] = "path"
+    paging = data["paging"]
+    paging["next"] = effective_next(decl.paging)
+    if paging["more"] is None:
+        paging["more"] = list(STYLE_DEFAULTS[decl.paging.style][1])
+    if paging["end_values"] is None:
+        paging["end_values"] = ["-end-"]
+    for name in paging["next"]:  # a parameter of its own: a query may start from a cursor
+        params.setdefault(name, ParamDecl.model_validate({}).model_dump(mode="json", by_alias=True))
+    for kind in data["records"].values():
+        kind["columns"] = _plain_columns(kind["columns"])
+        if kind["unwrap"] is not None:
+            kind["unwrap"]["extras"] = _plain_columns(kind["unwrap"]["extras"])
+    return data
+
+
+def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: {**column, "path": column["path"] or name} for name, column in columns.items()}

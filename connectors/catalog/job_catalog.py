@@ -1,0 +1,102 @@
+"""A job's catalog: harvest's own endpoints (`connectors/catalog/endpoints.yaml`) and those the job declares
+(`catalogs:`, `endpoints:`), as one mapping of path to `Endpoint`.
+
+Nothing reads a global list of endpoints: a spec's checks, its plan and its run read the job's catalog, and
+what works on an output directory (load, rebuild, export, history views, table checks) reads the catalog of
+the declarations its runs' manifests recorded (`of_runs`), so a declared kind's table is known without the spec.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from connectors.catalog.endpoints import Endpoint, UnknownEndpoint
+from connectors.catalog.fields import type_name
+from connectors.catalog.records import RecordKind
+from connectors.catalog.shape_overrides import Shapes
+
+Signature = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
+"""What makes two record kinds one table: (primary key, (column, type) in order)."""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    endpoints: Mapping[str, Endpoint]
+    """Every endpoint by documented path: the built-in ones first, then the declared ones in declared order."""
+    declared: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The declared ones' plain declarations (`connectors.catalog.declarations.plain`), as a manifest records."""
+
+    def get(self, path: str) -> Endpoint:
+        try:
+            return self.endpoints[path]
+        except KeyError:
+            raise UnknownEndpoint(path) from None
+
+    def kinds(self) -> dict[str, RecordKind]:
+        """Every record kind by table name (kinds shared by endpoints appear once)."""
+        return {k.table: k for e in self.endpoints.values() for k in e.kinds}
+
+    def overridden(
+        self, costs: Mapping[str, int] | None = None, shapes: Shapes | None = None
+    ) -> dict[str, Endpoint]:
+        """The endpoints with a job's cost and shape overrides applied."""
+        costs, shapes = costs or {}, shapes or {}
+        unknown = (set(costs) | set(shapes)) - set(self.endpoints)
+        if unknown:
+            raise UnknownEndpoint(sorted(unknown)[0])
+        return {path: _overridden(e, costs, shapes) for path, e in self.endpoints.items()}
+
+    def newest_first_listings(self) -> str:
+        """The endpoints (and parameter values) where `incremental: true` is allowed, for error messages."""
+        return ", ".join(
+            f"{e.path}{e.newest_first.describe()}"
+            for e in self.endpoints.values()
+            if e.newest_first is not None
+        )
+
+
+def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) -> Endpoint:
+    tables = shapes.get(endpoint.path, {})
+    kinds = tuple(tables[k.table].apply(k) if k.table in tables else k for k in endpoint.kinds)
+    if endpoint.path in costs:
+        endpoint = replace(endpoint, price=endpoint.price.overridden(costs[endpoint.path]))
+    return replace(endpoint, kinds=kinds)
+
+
+@functools.cache
+def builtin() -> Catalog:
+    """harvest's own endpoints, read once per process."""
+    from connectors.catalog.endpoints import ENDPOINTS
+
+    return Catalog({e.path: e for e in ENDPOINTS})
+
+
+def kind_signature(kind: RecordKind) -> Signature:
+    return kind.primary_key, tuple((f.name, type_name(f)) for f in kind.columns)
+
+
+def declared_signature(kind: Mapping[str, Any]) -> Signature:
+    """The signature of a plain declaration's record kind."""
+    columns = dict(kind["columns"]) | (dict(kind["unwrap"]["extras"]) if kind.get("unwrap") else {})
+    return tuple(kind["key"]), tuple((name, column["type"]) for name, column in columns.items())
+
+
+def describe_signature(signature: Signature) -> str:
+    key, columns = signature
+    return f"key {', '.join(key)}; columns " + ", ".join(f"{name} ({kind})" for name, kind in columns)
+
+
+def digest_of(declared: Mapping[str, Any]) -> str:
+    return json.dumps(declared, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def union(declarations: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, Mapping[str, Any]]:
+    """Declarations of several runs as one: a path's latest wins."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for declared in declarations:
+        out.update(declared)
+    return out

@@ -1,0 +1,176 @@
+"""A job's own endpoints: the catalog files its spec names (`catalogs:`) and its inline `endpoints:`, read and
+checked with every problem on its file and line, as plain declarations (`connectors.catalog.declarations.plain`).
+
+`declared_endpoints(SPEC)` and `catalog_file_endpoints(FILE)` are what the sandbox is handed (`harvest sandbox
+--spec/--catalog`, the embedded sandbox): the same plain data the run builds its endpoints from, so both sides
+agree on what was declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from connectors.catalog.declaration_checks import declaration_problems
+from connectors.catalog.declarations import CatalogFile, EndpointDecl, plain
+from flows.spec.explain import dotted, explain, normalise, owner
+from flows.spec.problems import Problem, SpecError
+from flows.spec.yaml_reader import LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
+
+CATALOG_ALLOWED = "a catalog file (YAML with `endpoints:`), its path relative to the spec's directory"
+
+
+@dataclass
+class Declared:
+    """A job's declared endpoints: path -> plain declaration, in the order declared, and where each was."""
+
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    where: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    """Path -> (file, line) of its declaration, for the messages of clashes."""
+    lines: dict[str, LineMap | None] = field(default_factory=dict)
+    """File -> its line map."""
+
+
+def spec_dir(spec_file: str) -> Path:
+    """Where a spec's `catalogs:` are relative to: its own directory (the working directory for a text)."""
+    return Path(spec_file).parent if not spec_file.startswith("<") else Path.cwd()
+
+
+def read_declared(
+    data: Mapping[str, Any], spec_file: str, lines: LineMap | None
+) -> tuple[Declared, list[Problem]]:
+    """The declarations of a spec's raw data (its `catalogs:` files, then its `endpoints:`), and every problem
+    found in them, each on its file and line. Shape problems of the spec's own `endpoints:` are the spec
+    model's (`JobSpec`), reported with the spec's other problems: not again here."""
+    declared, problems = Declared(), []
+    catalogs = data.get("catalogs")
+    for n, name in enumerate(catalogs if isinstance(catalogs, list) else []):
+        if not isinstance(name, str):
+            continue
+        at = lines.line(("catalogs", n)) if lines else None
+        path = spec_dir(spec_file) / name
+        try:
+            decls, file_lines = _read_catalog(path)
+        except SpecError as exc:
+            if any(p.file == str(path) and p.problem.startswith("no such file") for p in exc.problems):
+                problem = f"no such file: {path}"
+                problems.append(Problem(spec_file, at, dotted(("catalogs", n)), problem, CATALOG_ALLOWED))
+            else:
+                problems.extend(exc.problems)
+            continue
+        problems += _add(declared, decls, str(path), file_lines)
+    inline = data.get("endpoints")
+    if isinstance(inline, dict):
+        valid = {}
+        for path, raw in inline.items():
+            try:
+                valid[str(path)] = EndpointDecl.model_validate(raw)
+            except ValidationError:
+                continue  # JobSpec reports it
+        problems += _add(declared, valid, spec_file, lines)
+    problems += _clash_problems(declared)
+    return declared, problems
+
+
+def _add(
+    declared: Declared, decls: Mapping[str, EndpointDecl], file: str, lines: LineMap | None
+) -> list[Problem]:
+    problems = []
+    declared.lines[file] = lines
+    for path, decl in decls.items():
+        at: Loc = ("endpoints", path)
+        line = lines.line(at) if lines else None
+        found = [
+            Problem(file, lines.line((*at, *loc)) if lines else None, dotted((*at, *loc)), text, ok)
+            for loc, text, ok in declaration_problems(path, decl)
+        ]
+        if path in declared.where:
+            first_file, first_line = declared.where[path]
+            where = f"{first_file}:{first_line}" if first_line else first_file
+            found.append(
+                Problem(file, line, dotted(at), f"{path} is declared already, in {where}", "each path once")
+            )
+        problems += found
+        if not found:
+            declared.endpoints[path] = plain(path, decl)
+            declared.where[path] = (file, line)
+    return problems
+
+
+def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None]:
+    """A catalog file's declarations, each valid in shape; SpecError names the file's problems (lines)."""
+    file = str(path)
+    try:
+        data, lines = load_yaml(read_spec_text(path))
+    except FileNotFoundError:
+        raise SpecError([Problem(file, None, "", "no such file", CATALOG_ALLOWED)]) from None
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([Problem(file, None, "", f"cannot read it: {exc}", "a UTF-8 YAML file")]) from None
+    try:
+        return dict(CatalogFile.model_validate(data).endpoints), lines
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = normalise(tuple(error["loc"]))
+            problem, allowed = explain(error, owner(loc, CatalogFile))
+            problems.append(Problem(file, lines.line(loc) if lines else 1, dotted(loc), problem, allowed))
+        raise SpecError(problems) from None
+
+
+def catalog_file_endpoints(path: str | Path) -> dict[str, dict[str, Any]]:
+    """A catalog file's endpoints as plain declarations (validated, every default filled); SpecError names
+    the file, line, field and what is allowed (`harvest sandbox --catalog FILE`)."""
+    declared, problems = Declared(), []
+    decls, lines = _read_catalog(Path(path))
+    problems = _add(declared, decls, str(path), lines) + _clash_problems(declared)
+    if problems:
+        raise SpecError(problems)
+    return declared.endpoints
+
+
+def declared_endpoints(spec: str | Path) -> dict[str, dict[str, Any]]:
+    """The endpoints a job spec declares (its `catalogs:` files and its `endpoints:`), as plain declarations:
+    path -> the declaration's mapping as `docs/declaring-endpoints.md` writes it, validated and every default
+    filled (`connectors.catalog.declarations.plain`). The whole spec is checked first; SpecError names the file
+    (the spec or a catalog file), the line, the field and what is allowed (`harvest sandbox --spec SPEC`, the
+    embedded sandbox of `service.base_url: sandbox`)."""
+    from flows.spec.parse import load_spec
+
+    return load_spec(spec).declared()
+
+
+def _clash_problems(declared: Declared) -> list[Problem]:
+    """Declared paths the built-in catalog has, and declared tables another endpoint or harvest owns with
+    another key or other columns (a table holds one kind of record)."""
+    from connectors.catalog.job_catalog import builtin, declared_signature, describe_signature, kind_signature
+
+    catalog = builtin()
+    owners = {k.table: (kind_signature(k), f"the built-in {k.table}") for k in catalog.kinds().values()}
+    problems = []
+    for path, decl in declared.endpoints.items():
+        file, line = declared.where[path]
+        lines = declared.lines.get(file)
+        if path in catalog.endpoints:
+            problem = f"{path} is a built-in endpoint (`harvest endpoints`): a job cannot declare it again"
+            allowed = "a path harvest does not have; `shapes:` reads a built-in endpoint's changed answers"
+            problems.append(Problem(file, line, dotted(("endpoints", path)), problem, allowed))
+            continue
+        for table, kind in decl["records"].items():
+            at: Loc = ("endpoints", path, "records", table)
+            signature = declared_signature(kind)
+            owner_signature, owner_name = owners.setdefault(table, (signature, f"{table} of {path}"))
+            if owner_signature != signature:
+                problems.append(
+                    Problem(
+                        file, lines.line(at) if lines else line, dotted(at),
+                        f"{owner_name} is a table already, with another key or other columns",
+                        f"another table name, or the same key and columns: {describe_signature(owner_signature)}",
+                    )
+                )  # fmt: skip
+    return problems
