@@ -212,14 +212,18 @@ def plan_command(
     say(result.verdict)
 
 
+DECLARING_SPEC = typer.Option(None, "--spec", help="With the endpoints this job spec declares.")
+
+
 @app.command(epilog="Example: harvest endpoints --json | jq '.[].path'")
 def endpoints(
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines instead of text."),
+    spec: Path | None = DECLARING_SPEC,
 ) -> None:
     """List the documented endpoints: cost, paging, parameters (allowed values) and the tables they fill."""
     from flows.commands.endpoint_list import show_endpoints
 
-    show_endpoints(as_json)
+    show_endpoints(as_json, _load(spec).catalog() if spec else None)
 
 
 @app.command(epilog="Example: harvest schema > jobspec.schema.json")
@@ -227,12 +231,13 @@ def schema(
     tables: bool = typer.Option(
         False, "--tables", help="Print the record tables as Markdown instead (docs/tables.md)."
     ),
+    spec: Path | None = DECLARING_SPEC,
 ) -> None:
     """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""
     if tables:
         from flows.commands.tables_doc import render_tables
 
-        typer.echo(render_tables(), nl=False)
+        typer.echo(render_tables(_load(spec).catalog() if spec else None), nl=False)
         return
     from flows.spec import JobSpec
 

@@ -232,7 +232,7 @@ async def collect_job(
         if export_to is not None and spec.export is not None:
             spec = spec.model_copy(update={"export": spec.export.model_copy(update={"to": export_to})})
         layout = OutputLayout(Path(output or spec.output))
-        check_output_dir(layout.root, spec.min_free_mb)
+        check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds())
         lock = _lock(layout, spec.name)
         try:
             run = _Run(base_url, budget, mode, full, None if spec_text is not None else _absolute(spec_path))

@@ -20,7 +20,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from connectors.catalog import endpoints as catalog
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.job_catalog import for_job
 from connectors.catalog.shape_overrides import shapes_of
 from connectors.credits.ledger import CreditLedger
 from connectors.http.auth import aload_api_key
@@ -63,9 +64,8 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
     )
 
 
-def values_hook(wanted: list[list[str]], params: dict[str, Any], endpoint_path: str) -> Any:
+def values_hook(wanted: list[list[str]], params: dict[str, Any], endpoint: Endpoint) -> Any:
     """A page hook collecting the values of the (table, field) pairs dependent queries start from."""
-    endpoint = catalog.get(endpoint_path)
     found: dict[str, list[Any]] = {f"{t}.{f}": [] for t, f in wanted}
     readers = []
     for table, fld in wanted:
@@ -178,12 +178,13 @@ async def _pay(
     async with client:
         ctx = RunContext(
             run["run_id"], datetime.fromisoformat(run["started"]), layout,
-            catalog.endpoints(run["costs"], shapes_of(run.get("shapes"))), client, ledger, attempts,
+            for_job(run.get("declared")).overridden(run["costs"], shapes_of(run.get("shapes"))), client, ledger,
+            attempts,
             incremental=run["incremental"], faults=faults,
             raw=staged.pages if staged is not None else None,  # type: ignore[arg-type]
             known=known,
         )  # fmt: skip
-        found, ctx.on_records = values_hook(wanted, spec.params, spec.endpoint)
+        found, ctx.on_records = values_hook(wanted, spec.params, ctx.endpoints[spec.endpoint])
         paged = await page_query(ctx, spec, part, state_from_plain(state))
     summary = paged.summary
     result = {

@@ -121,7 +121,11 @@ def test_schema_is_json_schema_of_the_spec() -> None:
     assert schema["title"] == "JobSpec"
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == {"name", "budget", "queries"}
-    assert "/v3/short-video/profile/videos" in schema["$defs"]["Query"]["properties"]["endpoint"]["enum"]
+    builtin, declared = schema["$defs"]["Query"]["properties"]["endpoint"]["anyOf"]
+    assert "/v3/short-video/profile/videos" in builtin["enum"]  # offered to an editor
+    assert declared == {"type": "string", "pattern": "^/"}  # a path the job declares is allowed too
+    assert {"catalogs", "endpoints"} <= set(schema["properties"])
+    assert schema["$defs"]["KindDecl"]["required"] == ["at", "key", "columns"]
 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "endpoints", "schema"])

@@ -6,7 +6,7 @@ sandbox's ledger shows no page paid twice.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from pathlib import Path
 
 import orjson
@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog import endpoints as catalog
+from connectors.catalog import job_catalog
 from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.drift_shapes import SHAPES
@@ -28,15 +28,14 @@ PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
 
 
-def read_items_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fix a user makes in `connectors/catalog/endpoints.py`: the posts may also come under `items`."""
-    posts = catalog.MICROBLOG_B_POSTS
-    fixed = dataclasses.replace(posts, locations=(*posts.locations, "items"))
-    endpoints = tuple(
-        dataclasses.replace(e, kinds=tuple(fixed if k is posts else k for k in e.kinds))
-        for e in catalog.ENDPOINTS
-    )
-    monkeypatch.setattr(catalog, "ENDPOINTS", endpoints)
+def read_items_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The fix a user makes in `connectors/catalog/endpoints.yaml`: the posts may also come under `items`."""
+    text = job_catalog.BUILTIN_FILE.read_text(encoding="utf-8")
+    assert text.count("at: [feed, post]") == 1
+    fixed = tmp_path / "endpoints.yaml"
+    fixed.write_text(text.replace("at: [feed, post]", "at: [feed, post, items]"), encoding="utf-8")
+    monkeypatch.setattr(job_catalog, "BUILTIN_FILE", fixed)
+    monkeypatch.setattr(job_catalog, "builtin", functools.cache(job_catalog.builtin.__wrapped__))
 
 
 def test_rebuild_then_continue_recovers_a_drifted_query_paying_no_page_twice(
@@ -54,7 +53,7 @@ def test_rebuild_then_continue_recovers_a_drifted_query_paying_no_page_twice(
         assert "harvest rebuild" in drifted.stderr and "--continue" in drifted.stderr
         assert rows(db, "SELECT status, records FROM query_state") == [("drift", 0)]
 
-        read_items_too(monkeypatch)
+        read_items_too(monkeypatch, tmp_path)
         paid = len(sb.ledger)
         rebuilt = runner.invoke(app, ["rebuild", str(output)])
         assert rebuilt.exit_code == 0, rebuilt.output

@@ -6,6 +6,7 @@ An AST walk, so a lazy import inside a function counts as much as one at the top
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -122,16 +123,34 @@ def test_docs_point_inside_the_repository(top: str) -> None:
 
 
 def test_each_endpoint_path_is_written_in_the_catalog_and_the_sandbox_only() -> None:
-    """A path changes in two places, never a third: the catalog (what harvest asks) and the sandbox (what it serves)."""
+    """A path changes in two places, never a third: the catalog (`endpoints.yaml`, what harvest asks) and the
+    sandbox (what it serves). harvest's code holds no endpoint's path: endpoints are data (#38)."""
     from connectors.catalog.endpoints import ENDPOINTS
 
+    catalog = (ROOT / "connectors" / "catalog" / "endpoints.yaml").read_text(encoding="utf-8")
     texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in _modules()}
     spread = {}
     for endpoint in ENDPOINTS:
         holders = sorted(rel for rel, text in texts.items() if endpoint.path in text)
-        if len(holders) > 2 or "connectors/catalog/endpoints.py" not in holders:
+        if f"\n  {endpoint.path}:\n" not in catalog or any(not h.startswith("sandbox/") for h in holders):
             spread[endpoint.path] = holders
+    assert len(ENDPOINTS) == 18
     assert spread == {}
+
+
+def test_connectors_hold_no_per_endpoint_code() -> None:
+    """No endpoint path, and no table of a built-in endpoint, is written in connectors/, tasks/ or flows/: what
+    harvest knows of an endpoint is its declaration (#38)."""
+    from connectors.catalog.endpoints import ENDPOINTS
+
+    names = {e.path for e in ENDPOINTS} | {k.table for e in ENDPOINTS for k in e.kinds}
+    written = {
+        str(p.relative_to(ROOT)): sorted(n for n in names if re.search(rf"[\"'`]{re.escape(n)}[\"'`]", text))
+        for p in _modules()
+        if not str(p.relative_to(ROOT)).startswith("sandbox/")
+        for text in [p.read_text(encoding="utf-8")]
+    }
+    assert {module: found for module, found in written.items() if found} == {}
 
 
 def test_where_things_live_names_every_module_and_no_other() -> None:

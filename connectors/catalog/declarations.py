@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from connectors.catalog.paging_styles import STYLE_DEFAULTS
 
@@ -36,7 +36,7 @@ PARAM_PREFIX = "$params."
 
 ENDPOINT_PATH_WORDS = "a path starting with `/`: letters, digits, `._~-`, and `{name}` for a path parameter"
 NAME_WORDS = "a name of letters, digits and `_`, starting with a letter"
-TABLE_WORDS = "lower-case letters, digits and `_`, starting with a letter (e.g. `video_platform_comments`)"
+TABLE_WORDS = "lower-case letters, digits and `_`, starting with a letter (e.g. `shop_reviews`)"
 COLUMN_WORDS = "lower-case letters, digits and `_` (snake_case: analysts never quote it)"
 RESERVED_PARAMS = frozenset({"one_of", "one_of_groups", "path_params", "query_pairs", "path_values"})
 """Names the parameter model itself uses."""
@@ -60,8 +60,7 @@ def _column_shorthand(value: Any) -> Any:
 
 Paths = Annotated[
     list[str],
-    BeforeValidator(_listed),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
+    BeforeValidator(_listed, json_schema_input_type=str | list[str]),
 ]
 """One record path, or several tried in order."""
 
@@ -98,8 +97,7 @@ class ColumnDecl(_Decl):
 
 Column = Annotated[
     ColumnDecl,
-    BeforeValidator(_column_shorthand),
-    WithJsonSchema({"anyOf": [{"enum": list(COLUMN_TYPES)}, {"$ref": "#/$defs/ColumnDecl"}]}),
+    BeforeValidator(_column_shorthand, json_schema_input_type=ColumnType | ColumnDecl),
 ]
 
 
@@ -188,14 +186,15 @@ class EndpointDecl(_Decl):
         default_factory=list, description="Groups of parameters: at least one of each group is required."
     )
     paging: PagingDecl = Field(default_factory=PagingDecl)  # type: ignore[arg-type]
-    price: Annotated[PriceDecl, BeforeValidator(_price_shorthand)] = Field(
-        default_factory=PriceDecl,  # type: ignore[arg-type]
-        description="Credits per request (a number), or {credits, when: [...]}.",
+    price: Annotated[PriceDecl, BeforeValidator(_price_shorthand, json_schema_input_type=int | PriceDecl)] = (
+        Field(
+            default_factory=PriceDecl,  # type: ignore[arg-type]
+            description="Credits per request (a number), or {credits, when: [...]}.",
+        )
     )
     newest_first: Annotated[
         NewestFirstDecl | None,
-        BeforeValidator(_newest_first_shorthand),
-        WithJsonSchema({"anyOf": [{"type": "boolean"}, {"$ref": "#/$defs/NewestFirstDecl"}]}),
+        BeforeValidator(_newest_first_shorthand, json_schema_input_type=bool | NewestFirstDecl),
     ] = Field(
         None, description="true, or {param, values}: the listing is newest first (incremental queries)."
     )

@@ -12,12 +12,19 @@ import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from connectors.catalog.declarations import CatalogFile, plain
+from connectors.catalog.endpoint_build import build_endpoint
 from connectors.catalog.endpoints import Endpoint, UnknownEndpoint
 from connectors.catalog.fields import type_name
 from connectors.catalog.records import RecordKind
 from connectors.catalog.shape_overrides import Shapes
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 Signature = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
 """What makes two record kinds one table: (primary key, (column, type) in order)."""
@@ -37,8 +44,13 @@ class Catalog:
             raise UnknownEndpoint(path) from None
 
     def kinds(self) -> dict[str, RecordKind]:
-        """Every record kind by table name (kinds shared by endpoints appear once)."""
-        return {k.table: k for e in self.endpoints.values() for k in e.kinds}
+        """Every record kind by table name (kinds shared by endpoints appear once: the first, a built-in one
+        before a declared one of the same table)."""
+        kinds: dict[str, RecordKind] = {}
+        for endpoint in self.endpoints.values():
+            for kind in endpoint.kinds:
+                kinds.setdefault(kind.table, kind)
+        return kinds
 
     def overridden(
         self, costs: Mapping[str, int] | None = None, shapes: Shapes | None = None
@@ -67,12 +79,45 @@ def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) ->
     return replace(endpoint, kinds=kinds)
 
 
+BUILTIN_FILE = Path(__file__).with_name("endpoints.yaml")
+
+
 @functools.cache
 def builtin() -> Catalog:
-    """harvest's own endpoints, read once per process."""
-    from connectors.catalog.endpoints import ENDPOINTS
+    """harvest's own endpoints (`endpoints.yaml`, package data), read once per process."""
+    data = yaml.load(BUILTIN_FILE.read_text(encoding="utf-8"), Loader=_LOADER)
+    declared = CatalogFile.model_validate(data).endpoints
+    return Catalog({path: build_endpoint(path, plain(path, decl)) for path, decl in declared.items()})
 
-    return Catalog({e.path: e for e in ENDPOINTS})
+
+def for_job(declared: Mapping[str, Mapping[str, Any]] | None) -> Catalog:
+    """The built-in catalog and a job's declared endpoints (plain declarations, already checked against it:
+    `flows.spec.declared`); the built-in one itself when the job declares none."""
+    if not declared:
+        return builtin()
+    return _for_job(_canonical(declared))
+
+
+def of_runs(declarations: Iterable[Mapping[str, Mapping[str, Any]] | None]) -> Catalog:
+    """The catalog of an output directory: the built-in endpoints and what its runs declared (each run's
+    manifest records its declarations; a path's latest declaration wins), so a declared kind's table is
+    loaded, rebuilt, exported and checked without the spec."""
+    merged: dict[str, Mapping[str, Any]] = {}
+    for declared in declarations:
+        merged.update({path: d for path, d in (declared or {}).items() if path not in builtin().endpoints})
+    return for_job(merged)
+
+
+def _canonical(declared: Mapping[str, Mapping[str, Any]]) -> str:
+    return json.dumps(declared, separators=(",", ":"), default=str)
+
+
+@functools.lru_cache(maxsize=16)
+def _for_job(text: str) -> Catalog:
+    """Built once per distinct set of declarations in a process (a spec is checked, planned and run)."""
+    declared = json.loads(text)
+    own = {path: build_endpoint(path, decl) for path, decl in declared.items()}
+    return Catalog({**builtin().endpoints, **own}, declared)
 
 
 def kind_signature(kind: RecordKind) -> Signature:
@@ -88,15 +133,3 @@ def declared_signature(kind: Mapping[str, Any]) -> Signature:
 def describe_signature(signature: Signature) -> str:
     key, columns = signature
     return f"key {', '.join(key)}; columns " + ", ".join(f"{name} ({kind})" for name, kind in columns)
-
-
-def digest_of(declared: Mapping[str, Any]) -> str:
-    return json.dumps(declared, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def union(declarations: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, Mapping[str, Any]]:
-    """Declarations of several runs as one: a path's latest wins."""
-    out: dict[str, Mapping[str, Any]] = {}
-    for declared in declarations:
-        out.update(declared)
-    return out

@@ -17,13 +17,17 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
     path_params: ClassVar[tuple[str, ...]] = ()
+    one_of_groups: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    """Where the interface does not say which of two identifiers is needed, at least one of each group is
+    required."""
     one_of: ClassVar[tuple[str, ...]] = ()
-    """Where the interface does not say which of two identifiers is needed, at least one of these is required."""
+    """The first group (the only one of every built-in endpoint)."""
 
     @model_validator(mode="after")
     def _at_least_one(self) -> Params:
-        if self.one_of and all(getattr(self, name) in (None, "") for name in self.one_of):
-            raise ValueError(f"give at least one of: {', '.join(self.one_of)}")
+        for group in self.one_of_groups or ((self.one_of,) if self.one_of else ()):
+            if all(getattr(self, name) in (None, "") for name in group):
+                raise ValueError(f"give at least one of: {', '.join(group)}")
         return self
 
     def query_pairs(self) -> list[tuple[str, str]]:

@@ -219,7 +219,7 @@ class ServiceClient:
                 request.page,
                 request.cost,
                 query_cap=request.query_cap,
-                price_key=request.endpoint,
+                price_key=request.price_key or request.endpoint,
             )
             if reservation is None:
                 refusal = ledger.refusal(request.query_id)

@@ -80,8 +80,9 @@ class PageFetching:
             path=self.endpoint.url_path(self.params),
             params=tuple(pairs),
             page=index,
-            cost=self.endpoint.cost,
+            cost=self.endpoint.price_of(self.spec.params),
             query_cap=self.spec.max_credits,
+            price_key=self.endpoint.price_key(self.spec.params),
         )
 
     def _page(

@@ -30,6 +30,9 @@ class PageRequest:
     cost: int
     query_cap: int | None = None
     """The query's credit cap (`max_credits`), checked by the ledger."""
+    price_key: str | None = None
+    """What the ledger learns this request's price under (`Endpoint.price_key`: the endpoint, and the priced
+    parameter value where its parameters price it); None: the endpoint."""
 
 
 def _column(arrow: pa.DataType, *, nullable: bool = True) -> dict[str, Any]:

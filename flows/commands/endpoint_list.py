@@ -8,28 +8,35 @@ from typing import Any
 
 import typer
 
-from connectors.catalog import endpoints as catalog
 from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.job_catalog import Catalog, builtin
 from flows.console import literal, out, say
 from flows.spec import describe_params
 
 
-def show_endpoints(as_json: bool) -> None:
-    infos = [_endpoint_info(e) for e in catalog.endpoints().values()]
+def show_endpoints(as_json: bool, catalog: Catalog | None = None) -> None:
+    """The built-in endpoints, then those a job declares (`harvest endpoints --spec SPEC`)."""
+    catalog = catalog or builtin()
+    infos = [_endpoint_info(e, e.path in catalog.declared) for e in catalog.endpoints.values()]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return
-    for info in infos:
+    for endpoint, info in zip(catalog.endpoints.values(), infos, strict=True):
         paging = "single page" if info["paging"] == "single" else f"paging: {info['paging']}"
-        head = literal(info["path"], style="bold") + literal(f"  {info['cost']} credit/request, {paging}")
+        declared = " (declared by the job)" if info.get("declared") else ""
+        head = literal(info["path"], style="bold") + literal(
+            f"  {endpoint.price.describe()}, {paging}{declared}"
+        )
         out.print(head, soft_wrap=True)
         for line in _describe_endpoint(info):
             say(line)
         out.print()
 
 
-def _endpoint_info(endpoint: Endpoint) -> dict[str, Any]:
-    return {
+def _endpoint_info(endpoint: Endpoint, declared: bool) -> dict[str, Any]:
+    """An endpoint for a program: a declared one says so, and a price per parameter value comes as `price_when`
+    (the built-in endpoints have none)."""
+    info: dict[str, Any] = {
         "path": endpoint.path,
         "summary": endpoint.summary,
         "cost": endpoint.cost,
@@ -42,11 +49,18 @@ def _endpoint_info(endpoint: Endpoint) -> dict[str, Any]:
             for k in endpoint.kinds
         ],
     }
+    if len(endpoint.params.one_of_groups) > 1:
+        info["one_of_groups"] = [list(group) for group in endpoint.params.one_of_groups]
+    if endpoint.price.when:
+        info["price_when"] = [asdict(rule) for rule in endpoint.price.when]
+    if declared:
+        info["declared"] = True
+    return info
 
 
 def _describe_endpoint(info: dict[str, Any]) -> list[str]:
     """The lines `harvest endpoints` prints under an endpoint's path."""
-    lines = [f"  {info['summary']}"]
+    lines = [f"  {info['summary']}"] if info["summary"] else []
     for p in info["params"]:
         marks = {
             "path": p["in_path"],
@@ -57,8 +71,8 @@ def _describe_endpoint(info: dict[str, Any]) -> list[str]:
         allowed = f": {', '.join(p['allowed'])}" if p["allowed"] else ""
         extra = f" ({p['constraint']})" if p["constraint"] else ""
         lines.append(f"    {p['name']}: {p['type']}{allowed}{extra}" + (f" [{flags}]" if flags else ""))
-    if info["one_of"]:
-        lines.append(f"    at least one of: {', '.join(info['one_of'])}")
+    for group in info.get("one_of_groups") or ([info["one_of"]] if info["one_of"] else []):
+        lines.append(f"    at least one of: {', '.join(group)}")
     tables = ", ".join(f"{t['table']} (key {', '.join(t['primary_key'])})" for t in info["tables"])
     lines.append(f"  tables: {tables}")
     return lines

@@ -59,7 +59,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     try:
         spec = load_spec(spec_path)
         resolved = resolve_base_url(spec, base_url)
-        check_output_dir(output or spec.output, spec.min_free_mb)
+        check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
         if resolved == "sandbox":
             return spec, resolved, None
         from connectors.http.auth import load_api_key

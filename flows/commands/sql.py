@@ -131,8 +131,9 @@ def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
     """The history views read Parquet by absolute path: after a move they would read the old place (which the
     fence refuses). Read-only, the stored views cannot change, so temporary ones over this place shadow them."""
     from tasks.database.history_views import follow_moved_views
+    from tasks.output.manifest import output_kinds
 
-    if follow_moved_views(con, layout.parquet_root):
+    if follow_moved_views(con, layout.parquet_root, output_kinds(layout)):
         note(
             f"note: the history views in {layout.db} still point at the directory's old place; answered from "
             f"the Parquet here. `{harvest_line('load', layout.root)}` points them here for other readers too"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
-from connectors.catalog import endpoints as catalog
+from connectors.catalog.job_catalog import Catalog, builtin
 from tasks.database.record_tables import duckdb_types
 
 META_SOURCES = {
@@ -31,16 +31,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_tables() -> str:
-    """The Markdown of every record table: columns, types, sources, primary key, endpoints, example queries."""
+def render_tables(catalog: Catalog | None = None) -> str:
+    """The Markdown of every record table: columns, types, sources, primary key, endpoints, example queries;
+    with a job's catalog, the tables of the endpoints it declares too (`harvest schema --tables --spec SPEC`)."""
+    catalog = catalog or builtin()
     sources: dict[str, list[str]] = {}
-    for endpoint in catalog.ENDPOINTS:
+    for endpoint in catalog.endpoints.values():
         for kind in endpoint.kinds:
             sources.setdefault(kind.table, []).append(endpoint.path)
     lines = [HEADER]
     con = duckdb.connect()
     try:
-        for table, kind in sorted(catalog.all_kinds().items()):
+        for table, kind in sorted(catalog.kinds().items()):
             paths = {f.name: f.path for f in kind.columns} | META_SOURCES
             key = ", ".join(kind.primary_key)
             lines += [

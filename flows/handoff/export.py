@@ -25,13 +25,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.catalog.endpoints import all_kinds
+from connectors.catalog.records import RecordKind
 from flows.handoff.export_ledger import EXPORTS_DDL, ExportRow, find_committed, record, recorded
 from flows.spec import UsageError
 from flows.spec.job_options import BadDestination, check_destination
 from tasks.database.connection import has_table, quote_ident
 from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests
+from tasks.output.manifest import RunManifest, all_manifests, output_kinds
 
 __all__ = ["EXPORTS_DDL", "ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536
@@ -51,6 +51,8 @@ class ExportReport:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     recovered: int = 0
     """Runs the destination had (committed exports) that the `exports` table did not know: recorded now."""
+    kinds: dict[str, RecordKind] = field(default_factory=dict, repr=False)
+    """The output directory's record kinds (built-in and declared: `tasks.output.manifest.output_kinds`)."""
 
 
 def _destination(url: str) -> str:
@@ -88,10 +90,9 @@ def _schema(schema: pa.Schema) -> list[dict[str, str]]:
     return [{"name": f.name, "type": str(f.type)} for f in schema]
 
 
-def _table_schema(schemas: list[pa.Schema], table: str) -> pa.Schema:
+def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, RecordKind]) -> pa.Schema:
     """A table's schema is the catalog's (what `harvest rebuild` would write today), not whichever file came
     first; a table the catalog no longer has is described by the union of its files'."""
-    kinds = all_kinds()
     if table in kinds:
         return kinds[table].schema
     try:
@@ -101,7 +102,7 @@ def _table_schema(schemas: list[pa.Schema], table: str) -> pa.Schema:
 
 
 def _table_entry(report: ExportReport, table: str) -> dict[str, Any]:
-    kinds = all_kinds()
+    kinds = report.kinds
     key = list(kinds[table].primary_key) if table in kinds else []
     return report.tables.setdefault(
         table, {"primary_key": key, "newest_by": "_fetched_at", "rows": 0, "schema": [], "files": []}
@@ -113,7 +114,7 @@ def _describe_schemas(report: ExportReport, schemas: dict[str, list[pa.Schema]])
     not rebuilt since) carries its own too."""
     for table, found in schemas.items():
         entry = report.tables[table]
-        unified = _table_schema(found, table)
+        unified = _table_schema(found, table, report.kinds)
         entry["schema"] = _schema(unified)
         for file, own in zip(entry["files"], found, strict=True):
             if not own.equals(unified):
@@ -182,7 +183,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
 
     Nothing new: nothing written (committed exports the table did not know are recorded)."""
     destination = _destination(url)
-    report = ExportReport(destination, _export_id(), "increment")
+    report = ExportReport(destination, _export_id(), "increment", kinds=output_kinds(layout))
     manifests = [m for m in all_manifests(layout) if m.loaded]
     fs, base = open_destination(destination)
     sent = recorded(layout, destination)
@@ -213,7 +214,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
 def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
     """The merged tables as they are now, one Parquet file each, replacing the destination's last snapshot."""
     destination = _destination(url)
-    report = ExportReport(destination, _export_id(), "snapshot")
+    report = ExportReport(destination, _export_id(), "snapshot", kinds=output_kinds(layout))
     if not layout.db.exists():
         raise UsageError(f"{layout.db} does not exist: nothing to export (run a job, or `harvest rebuild`)")
     _refuse_mixed(layout, destination, "snapshot")
@@ -222,7 +223,7 @@ def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
         fs.delete_file(f"{base}/_SUCCESS")  # the old snapshot is being replaced: no longer vouched for
     con = duckdb.connect(str(layout.db), read_only=True)
     try:
-        tables = [t for t in sorted(all_kinds()) if has_table(con, t)]
+        tables = [t for t in sorted(report.kinds) if has_table(con, t)]
         for table in tables:
             _snapshot_table(con, table, fs, base, report)
         report.runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started").fetchall()]

@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from connectors.catalog import endpoints as catalog
+from connectors.catalog.job_catalog import for_job
 from connectors.catalog.shape_overrides import shapes_data, shapes_of
 from connectors.paging.pager import QuerySpec
 from flows.commands.run_again import resume_hint
@@ -84,7 +84,8 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                 continue
             if run_id is None or m.run_id == run_id:
                 if spec is not None and m.job == spec.name:
-                    m = replace(m, shapes=shapes_data(spec.shape_overrides()))
+                    declared = {**m.declared, **spec.declared()}
+                    m = replace(m, shapes=shapes_data(spec.shape_overrides()), declared=declared)
                 m = reland_run(layout, m, report)
                 report.runs.append(m.run_id)
             done.append(m)
@@ -129,7 +130,7 @@ def _raw_of(layout: OutputLayout, run: RunManifest, q: dict[str, Any]) -> Path:
 def _reland_own(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
     """A run that wrote its own files: every query's pages into one writer again, its files replaced."""
     started = datetime.fromisoformat(run.started)
-    endpoints = catalog.endpoints(None, shapes_of(run.shapes))
+    endpoints = for_job(run.declared).overridden(None, shapes_of(run.shapes))
     fresh_parts(layout, run.run_id, started)
     index = RawIndex(layout.raw_files(run.run_id))
     sink = open_run_sink(layout, run.run_id, started)
@@ -156,7 +157,7 @@ def _reland_own(layout: OutputLayout, run: RunManifest, report: RebuildReport) -
 def _reland_queries(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
     """A run whose queries wrote their own files (Dask rounds, older runs): query by query, names kept."""
     started = datetime.fromisoformat(run.started)
-    endpoints = catalog.endpoints(None, shapes_of(run.shapes))
+    endpoints = for_job(run.declared).overridden(None, shapes_of(run.shapes))
     queries = []
     for n, q in enumerate(run.queries):
         endpoint = endpoints.get(q["endpoint"])

@@ -170,6 +170,7 @@ def begin(
             machine_fault=None,  # the fault that stopped it was the last session's, not this one's
             shapes=shapes_data(spec.shape_overrides()),
             spec_file=spec_file or previous.spec_file,
+            declared=spec.declared(),
         )
     else:
         start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
@@ -190,6 +191,7 @@ def begin(
             continues=start.previous.run_id if start.previous else None,
             shapes=shapes_data(spec.shape_overrides()),
             spec_file=spec_file,
+            declared=spec.declared(),
         )
     start.coverage = job_coverage(layout, spec.name, manifest.run_id)
     return Begun(start, manifest, abandoned)

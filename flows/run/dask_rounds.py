@@ -141,7 +141,7 @@ class Rounds:
         if decided is None:
             return
         self.journal.query_started(asdict(decided))
-        r = Running(decided, self.endpoints[decided.endpoint].cost)
+        r = Running(decided, self.endpoints[decided.endpoint].price_of(decided.params))
         self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
         if self.staged is not None:  # workers cannot read the job's DuckDB: its known keys go to the store
@@ -159,7 +159,7 @@ class Rounds:
         query, or a round whose worker died or whose files failed their check), finding its dependents."""
         assert self.staged is not None
         self.parts += 1
-        found, hook = values_hook(self.wanted(r.spec), r.spec.params, r.spec.endpoint)
+        found, hook = values_hook(self.wanted(r.spec), r.spec.params, self.endpoints[r.spec.endpoint])
         point, r.files = self.staged.reland(r.spec, self.endpoints[r.spec.endpoint], self.parts, hook)
         r.state = state_to_plain(point, point.pages, point.records, point.extraction.as_dict())
         r.pages, r.records = point.pages, point.records
@@ -396,5 +396,6 @@ def run_info(
         "api_key_env": key_env, "api_key_secret": secret, "client": asdict(client_settings(spec)),
         "fsync": spec.durability == "fsync",
         "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
+        "declared": spec.declared(),
         "min_balance": spec.budget.min_balance, "staging": spec.runner.staging, "job": spec.name,
     }  # fmt: skip

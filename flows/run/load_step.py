@@ -14,7 +14,6 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from connectors.catalog.endpoints import all_kinds
 from flows.console import harvest_line
 from flows.run.interrupt import LoadInterrupted, StopOnSignal
 from flows.run.memory import release_memory
@@ -24,7 +23,7 @@ from tasks.database.history_views import refresh_history_views
 from tasks.database.record_tables import merge_batches
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import as_machine_fault
-from tasks.output.manifest import RunManifest, pending_manifests, write_manifest
+from tasks.output.manifest import RunManifest, output_kinds, pending_manifests, write_manifest
 
 
 def load_manifest_into_duckdb(
@@ -34,7 +33,7 @@ def load_manifest_into_duckdb(
     file is held (or LoadOutOfMemory, its kind, when DuckDB's memory limit was too small): rerun the load.
 
     `db`: another database file than the output's (`harvest rebuild` builds a new one beside it)."""
-    kinds = all_kinds()
+    kinds = output_kinds(layout, manifest)
     batches = [(kinds[table], files) for table, files in sorted(manifest.files_by_table(layout).items())]
     listed = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
     requests = list(dict.fromkeys([*layout.requests_files(manifest.run_id), *listed]))  # a session's: once
@@ -46,7 +45,7 @@ def load_manifest_into_duckdb(
             insert_requests(con, manifest.run_id, [p for p in requests if p.exists()])
             upsert_query_states(con, manifest.run_id, manifest.queries)  # picks the query_state fields
             upsert_run(con, manifest.bookkeeping_row())  # picks the runs fields
-            refresh_history_views(con, layout.parquet_root)
+            refresh_history_views(con, layout.parquet_root, kinds)
         tables = dict(result)  # rows per table after the merge
     manifest.loaded = True
     write_manifest(layout, manifest)
@@ -58,7 +57,7 @@ def refresh_views(layout: OutputLayout) -> list[str]:
     with write_connection(
         layout.db, data_dir=layout.parquet_root, rerun=harvest_line("load", layout.root)
     ) as con:
-        return refresh_history_views(con, layout.parquet_root)
+        return refresh_history_views(con, layout.parquet_root, output_kinds(layout))
 
 
 def load_earlier_runs(

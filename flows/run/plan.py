@@ -15,12 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from connectors.catalog import endpoints as catalog
 from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.params import Params
 from connectors.paging.pager import QuerySpec, base_id
 from flows.spec import JobSpec, Query, render_value
-
-_PARAMS = {e.path: e.params for e in catalog.ENDPOINTS}
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,8 @@ class DependentQuery:
     max_credits: int | None = None
     """Caps for each instantiated query, not for all of them together."""
     incremental: bool = False
+    params_model: type[Params] = Params
+    """The endpoint's parameter model (the job's catalog's: the endpoint may be one the job declares)."""
 
 
 def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
@@ -50,7 +50,7 @@ def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     try:
-        params = _PARAMS[dep.endpoint].model_validate({**dep.params, dep.param: value})
+        params = dep.params_model.model_validate({**dep.params, dep.param: value})
     except ValidationError as exc:
         reason = exc.errors()[0]["msg"]
         source = f"{dep.parent}.{dep.field}"
@@ -74,6 +74,7 @@ class CostLine:
     query_id: str
     endpoint: str
     cost: int
+    """Credits per request of this query (its parameters may price it: `Endpoint.price_of`)."""
     pages: int | None
     worst_case: int | None
     basis: str
@@ -117,22 +118,33 @@ class Plan:
         return tuple(d for d in self.dependents if d.parent == base_id(parent))
 
 
-def pages_at_most(endpoint: Endpoint, max_pages: int | None, max_credits: int | None) -> int | None:
-    """The most pages one query can take, None when unbounded (the plan's worst case; the time left a run shows)."""
+def pages_at_most(
+    endpoint: Endpoint, max_pages: int | None, max_credits: int | None, price: int | None = None
+) -> int | None:
+    """The most pages one query can take, None when unbounded (the plan's worst case; the time left a run shows).
+    `price`: credits per request of the query (default: the endpoint's price without a priced parameter)."""
+    price = endpoint.cost if price is None else price
     if endpoint.paging.single:
         return 1
     bounds = [max_pages] if max_pages is not None else []
-    if max_credits is not None and endpoint.cost > 0:
-        bounds.append(max_credits // endpoint.cost)
+    if max_credits is not None and price > 0:
+        bounds.append(max_credits // price)
     return min(bounds) if bounds else None
 
 
-def _credits(endpoint: Endpoint, pages: int | None, max_credits: int | None) -> int | None:
-    if endpoint.cost == 0:
+def dependent_price(dep: DependentQuery, endpoint: Endpoint) -> int:
+    """The most a request of any instance of a dependent query can cost: its fixed parameters (and the
+    endpoint's defaults) priced, and any price the parent's value could bring."""
+    defaults = {n: f.default for n, f in endpoint.params.model_fields.items() if f.default is not None}
+    return endpoint.price.at_most({**defaults, **dep.params}, unknown=dep.param)
+
+
+def _credits(price: int, pages: int | None, max_credits: int | None) -> int | None:
+    if price == 0:
         return 0
     if pages is None:
         return max_credits
-    worst = pages * endpoint.cost
+    worst = pages * price
     return worst if max_credits is None else min(worst, max_credits)
 
 
@@ -143,12 +155,14 @@ def _records(endpoint: Endpoint, params: Mapping[str, Any], pages: int | None) -
     return pages * size if isinstance(size, int) and pages is not None else None
 
 
-def _basis(endpoint: Endpoint, pages: int | None, max_pages: int | None) -> str:
+def _basis(endpoint: Endpoint, pages: int | None, max_pages: int | None, price: int = 1) -> str:
+    """Why the worst case is what it is; a price other than 1 credit a request is named (a priced parameter)."""
+    each = "" if price == 1 else f", {price} credits a request"
     if endpoint.paging.single:
-        return "single page"
+        return "single page" + each
     if pages is None:
-        return "all pages: unbounded"
-    return f"{pages} pages" if pages == max_pages else f"{pages} pages (max_credits)"
+        return "all pages: unbounded" + each
+    return (f"{pages} pages" if pages == max_pages else f"{pages} pages (max_credits)") + each
 
 
 def _expand(query: Query) -> list[tuple[str, dict[str, Any]]]:
@@ -163,7 +177,7 @@ def _expand(query: Query) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _template(query: Query, parent: Endpoint) -> DependentQuery:
+def _template(query: Query, endpoint: Endpoint, parent: Endpoint) -> DependentQuery:
     param, ref = next(iter(query.dependent.items()))
     return DependentQuery(
         template_id=query.query_id,
@@ -176,6 +190,7 @@ def _template(query: Query, parent: Endpoint) -> DependentQuery:
         max_pages=query.max_pages,
         max_credits=query.max_credits,
         incremental=query.incremental,
+        params_model=endpoint.params,
     )
 
 
@@ -209,7 +224,6 @@ def _planned(
         if query.dependent:
             continue
         endpoint = endpoints[query.endpoint]
-        pages = pages_at_most(endpoint, query.max_pages, query.max_credits)
         total: int | None = 0
         for query_id, raw in _expand(query):
             params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
@@ -219,9 +233,11 @@ def _planned(
                     incremental=query.incremental,
                 )
             )  # fmt: skip
-            worst = _credits(endpoint, pages, query.max_credits)
-            basis = _basis(endpoint, pages, query.max_pages)
-            lines.append(CostLine(query_id, query.endpoint, endpoint.cost, pages, worst, basis))
+            price = endpoint.price_of(params)
+            pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
+            worst = _credits(price, pages, query.max_credits)
+            basis = _basis(endpoint, pages, query.max_pages, price)
+            lines.append(CostLine(query_id, query.endpoint, price, pages, worst, basis))
             count = _records(endpoint, params, pages)
             total = None if total is None or count is None else total + count
         records[query.query_id] = total
@@ -230,8 +246,9 @@ def _planned(
 
 def _dependent_line(dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None) -> CostLine:
     """The worst case of all instances of a dependent query: one per parent record, each capped alike."""
-    pages = pages_at_most(endpoint, query.max_pages, query.max_credits)
-    each = _credits(endpoint, pages, query.max_credits)
+    price = dependent_price(dep, endpoint)
+    pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
+    each = _credits(price, pages, query.max_credits)
     total_worst: int | None = 0
     if each != 0:
         total_worst = None if children is None or each is None else children * each
@@ -240,10 +257,10 @@ def _dependent_line(dep: DependentQuery, query: Query, endpoint: Endpoint, child
     return CostLine(
         f"{dep.template_id}[{dep.param}=*]",
         dep.endpoint,
-        endpoint.cost,
+        price,
         pages,
         total_worst,
-        f"{per}; {_basis(endpoint, pages, query.max_pages)}, {each_text}",
+        f"{per}; {_basis(endpoint, pages, query.max_pages, price)}, {each_text}",
         dependent=True,
     )
 
@@ -258,10 +275,15 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
     for query in _topological(spec.queries):
         endpoint = endpoints[query.endpoint]
         parent = next(iter(query.dependent.values())).from_
-        dep = _template(query, endpoints[next(q.endpoint for q in spec.queries if q.query_id == parent)])
+        dep = _template(
+            query, endpoint, endpoints[next(q.endpoint for q in spec.queries if q.query_id == parent)]
+        )
         dependents.append(dep)
         children = records.get(dep.parent)
-        count = _records(endpoint, dep.params, pages_at_most(endpoint, query.max_pages, query.max_credits))
+        price = dependent_price(dep, endpoint)
+        count = _records(
+            endpoint, dep.params, pages_at_most(endpoint, query.max_pages, query.max_credits, price)
+        )
         records[dep.template_id] = None if children is None or count is None else children * count
         lines.append(_dependent_line(dep, query, endpoint, children))
     return Plan(

@@ -23,6 +23,9 @@ from flows.console import harvest_line
 from flows.spec import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from connectors.catalog.records import RecordKind
     from connectors.http.auth import ApiKey
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import EXIT_CODE
@@ -38,15 +41,18 @@ class LowDiskSpace(UsageError):
     exit_code = EXIT_CODE
 
 
-def check_output_dir(path: Path, min_free_mb: float = 0) -> None:
+def check_output_dir(
+    path: Path, min_free_mb: float = 0, kinds: Mapping[str, RecordKind] | None = None
+) -> None:
     """Raise UsageError (exit 2) unless a run can create, write and load into `path`; LowDiskSpace (exit 75)
-    when its filesystem has less than `min_free_mb` free."""
+    when its filesystem has less than `min_free_mb` free. `kinds`: the job's record tables (its catalog's:
+    built-in and declared); the tables the output's earlier runs declared are checked too."""
     path = Path(path).expanduser()
     _check_creatable(path)
     _check_writable(path)
     _check_makes_directories(path)
     _check_not_inside_another_job(path)
-    _check_database(OutputLayout(path).db)
+    _check_database(OutputLayout(path), kinds or {})
     _check_load_settings()
     _check_free_space(path, min_free_mb)
 
@@ -175,9 +181,10 @@ def _check_not_inside_another_job(path: Path) -> None:
             )
 
 
-def _check_database(db: Path) -> None:
+def _check_database(layout: OutputLayout, kinds: Mapping[str, RecordKind]) -> None:
     """An existing harvest.duckdb must open read-only as a DuckDB database, and its tables must be ones the load
     step can write into (`tasks.database.table_check`); busy (locked) is fine."""
+    db = layout.db
     if not db.exists() and not db.is_symlink():
         return
     import duckdb
@@ -193,9 +200,10 @@ def _check_database(db: Path) -> None:
     except (duckdb.Error, OSError) as exc:
         raise UsageError(unreadable_database(db, exc)) from None
     from tasks.database.table_check import table_problems
+    from tasks.output.manifest import output_kinds
 
     try:
-        problems = table_problems(con)
+        problems = table_problems(con, {**output_kinds(layout), **kinds})
     except duckdb.Error as exc:
         raise UsageError(unreadable_database(db, exc)) from None
     finally:

@@ -89,7 +89,11 @@ def run_facts(
     to_run = [d for q in the_plan.queries if (d := start.decide(q)) is not None]
     planned = {q.query_id for q in the_plan.queries}
     to_run += [q for q in start.continue_at.values() if q.query_id not in planned]
-    bounds = {q.query_id: pages_at_most(endpoints[q.endpoint], q.max_pages, q.max_credits) for q in to_run}
+    bounds = {
+        q.query_id: pages_at_most(e, q.max_pages, q.max_credits, e.price_of(q.params))
+        for q in to_run
+        for e in [endpoints[q.endpoint]]
+    }
     known = not the_plan.dependents and None not in bounds.values()
     kept = start.kept.values()
     return RunFacts(

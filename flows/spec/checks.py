@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from connectors.catalog import endpoints as catalog
+from connectors.catalog.job_catalog import Catalog, builtin
 from connectors.catalog.params import Params
 from connectors.catalog.shape_overrides import shape_problems
 from flows.spec.explain import params_problem
@@ -31,20 +31,20 @@ def _close(word: str, choices: list[str]) -> list[str]:
     return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
 
 
-def _paths_hint(path: str) -> str:
-    close = _close(path, list(catalog.DEFAULT_COSTS))
+def _paths_hint(path: str, catalog: Catalog) -> str:
+    close = _close(path, list(catalog.endpoints))
     listed = "`harvest endpoints` lists all of them"
+    declared = "; or one the job declares (`endpoints:`, `catalogs:`)"
     if not close:
-        return f"a documented path ({listed})"
-    return f"a documented path; the closest: {', '.join(close)} ({listed})"
+        return f"a documented path ({listed}){declared}"
+    return f"a documented path; the closest: {', '.join(close)} ({listed}){declared}"
 
 
-def query_problems(i: int, query: Query) -> Iterator[Found]:
+def query_problems(i: int, query: Query, catalog: Catalog) -> Iterator[Found]:
     """What one query alone can get wrong: endpoint, parameters, fan-out keys, each fanned-out combination."""
     at: Loc = ("queries", i)
-    paths = list(catalog.DEFAULT_COSTS)
-    if query.endpoint not in paths:
-        yield (*at, "endpoint"), f"unknown endpoint {query.endpoint!r}", _paths_hint(query.endpoint)
+    if query.endpoint not in catalog.endpoints:
+        yield (*at, "endpoint"), f"unknown endpoint {query.endpoint!r}", _paths_hint(query.endpoint, catalog)
         return
     params = catalog.get(query.endpoint).params
     names = list(params.model_fields)
@@ -74,17 +74,15 @@ def query_problems(i: int, query: Query) -> Iterator[Found]:
         return
     yield from _combination_problems(at, query, params)
     if query.incremental:
-        yield from _incremental_problems(at, query)
+        yield from _incremental_problems(at, query, catalog)
 
 
-def newest_first_listings() -> str:
+def newest_first_listings(catalog: Catalog | None = None) -> str:
     """The endpoints (and parameter values) where `incremental: true` is allowed, for error messages."""
-    return ", ".join(
-        f"{e.path}{e.newest_first.describe()}" for e in catalog.ENDPOINTS if e.newest_first is not None
-    )
+    return (catalog or builtin()).newest_first_listings()
 
 
-def _incremental_problems(at: Loc, query: Query) -> Iterator[Found]:
+def _incremental_problems(at: Loc, query: Query, catalog: Catalog) -> Iterator[Found]:
     order = catalog.get(query.endpoint).newest_first
     combos = [query.params]
     if order is not None and order.param in query.static:
@@ -94,7 +92,7 @@ def _incremental_problems(at: Loc, query: Query) -> Iterator[Found]:
             (*at, "incremental"),
             f"{query.endpoint} with these parameters does not list newest first, so stopping at known "
             "items could miss new ones",
-            newest_first_listings(),
+            newest_first_listings(catalog),
         )
 
 
@@ -124,7 +122,7 @@ def _combination_problems(at: Loc, query: Query, params: type[Params]) -> Iterat
                     yield loc, problem, allowed
 
 
-def cross_problems(queries: list[Query]) -> Iterator[Found]:
+def cross_problems(queries: list[Query], catalog: Catalog) -> Iterator[Found]:
     """What needs all queries: unique ids, parents that exist, fields the parent has, no cycles."""
     ids: dict[str, int] = {}
     for i, query in enumerate(queries):
@@ -144,12 +142,12 @@ def cross_problems(queries: list[Query]) -> Iterator[Found]:
                 yield (*at, "from"), f"no query has id {ref.from_!r}", ", ".join(close or ids)
                 continue
             parents[query.query_id] = ref.from_
-            yield from _field_problems(at, ref, queries[ids[ref.from_]])
+            yield from _field_problems(at, ref, queries[ids[ref.from_]], catalog)
     yield from _cycle_problems(queries, parents)
 
 
-def _field_problems(at: Loc, ref: FromQuery, parent: Query) -> Iterator[Found]:
-    if parent.endpoint not in catalog.DEFAULT_COSTS:
+def _field_problems(at: Loc, ref: FromQuery, parent: Query, catalog: Catalog) -> Iterator[Found]:
+    if parent.endpoint not in catalog.endpoints:
         return  # reported on the parent
     kinds = catalog.get(parent.endpoint).kinds
     tables = [k.table for k in kinds]
@@ -206,15 +204,15 @@ def _cycle_problems(queries: list[Query], parents: dict[str, str]) -> Iterator[F
         )
 
 
-def _cost_problems(costs: Mapping[str, int], allow_lower: bool) -> Iterator[Found]:
+def _cost_problems(costs: Mapping[str, int], allow_lower: bool, catalog: Catalog) -> Iterator[Found]:
     """Unknown endpoints, and prices below the catalog's: the ledger reserves the price before each request,
     so a price below what the service charges lets a run spend past its budget (`costs: {path: 0}` spent 6
     credits of a budget of 5)."""
     for path, cost in costs.items():
-        if path not in catalog.DEFAULT_COSTS:
-            yield ("costs", path), f"unknown endpoint {path!r}", _paths_hint(path)
-        elif cost < catalog.DEFAULT_COSTS[path] and not allow_lower:
-            price = catalog.DEFAULT_COSTS[path]
+        if path not in catalog.endpoints:
+            yield ("costs", path), f"unknown endpoint {path!r}", _paths_hint(path, catalog)
+        elif cost < catalog.endpoints[path].cost and not allow_lower:
+            price = catalog.endpoints[path].cost
             yield (
                 ("costs", path),
                 f"{cost} is below the catalog's price of {price} credit{'s' if price > 1 else ''} a request: the "
@@ -247,11 +245,11 @@ def fanout_problem(queries: Sequence[tuple[int, Query]]) -> Found | None:
     return None
 
 
-def _shapes_problems(spec: JobSpec) -> Iterator[Found]:
+def _shapes_problems(spec: JobSpec, catalog: Catalog) -> Iterator[Found]:
     """Overrides for endpoints that exist, of their record tables and columns, with paths that read."""
     for path, tables in spec.shapes.items():
-        if path not in catalog.DEFAULT_COSTS:
-            yield ("shapes", path), f"unknown endpoint {path!r}", _paths_hint(path)
+        if path not in catalog.endpoints:
+            yield ("shapes", path), f"unknown endpoint {path!r}", _paths_hint(path, catalog)
             continue
         overrides = {table: shape.overrides() for table, shape in tables.items()}
         for loc, problem, allowed in shape_problems(path, catalog.get(path).kinds, overrides):
@@ -262,12 +260,13 @@ def _shapes_problems(spec: JobSpec) -> Iterator[Found]:
 
 
 def semantic_problems(spec: JobSpec) -> list[Found]:
-    found = list(_cost_problems(spec.costs, spec.allow_lower_costs))
-    found.extend(_shapes_problems(spec))
+    catalog = spec.catalog()
+    found = list(_cost_problems(spec.costs, spec.allow_lower_costs, catalog))
+    found.extend(_shapes_problems(spec, catalog))
     too_many = fanout_problem(list(enumerate(spec.queries)))
     if too_many:  # the other checks go through every combination
         return [*found, too_many]
     for i, query in enumerate(spec.queries):
-        found.extend(query_problems(i, query))
-    found.extend(cross_problems(spec.queries))
+        found.extend(query_problems(i, query, catalog))
+    found.extend(cross_problems(spec.queries, catalog))
     return found

@@ -24,9 +24,9 @@ from pydantic import (
     model_validator,
 )
 
-from connectors.catalog import endpoints as catalog
 from connectors.catalog.declarations import EndpointDecl
 from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.job_catalog import Catalog, builtin, for_job
 from connectors.catalog.shape_overrides import KindShape
 from flows.spec.identity import derive_id, digest
 from flows.spec.job_options import Export, RateLimit, Runner, Schedule
@@ -146,13 +146,20 @@ ForEach = Annotated[
 ]
 
 
+def _endpoint_schema(schema: dict[str, Any]) -> None:
+    """The built-in paths for an editor to offer, and any other path a job may declare."""
+    paths = {"type": "string", "enum": list(builtin().endpoints)}
+    schema.pop("type", None)
+    schema["anyOf"] = [paths, {"type": "string", "pattern": "^/"}]
+
+
 class Query(_Model):
     id: str | None = Field(
         None, pattern=ID_PATTERN, description="Unique id; derived from endpoint and params when absent."
     )
     endpoint: str = Field(
-        description="A documented path (`harvest endpoints`).",
-        json_schema_extra={"enum": [e.path for e in catalog.ENDPOINTS]},
+        description="A documented path (`harvest endpoints`), or one the job declares (`endpoints:`, `catalogs:`).",
+        json_schema_extra=_endpoint_schema,
     )
     params: dict[str, Any] = Field(default_factory=dict, description="Query parameters of the endpoint.")
     for_each: dict[str, ForEach] = Field(
@@ -292,9 +299,13 @@ class JobSpec(_Model):
                 raise ValueError("; ".join(f"{dotted(loc)}: {text}" for loc, text, _ in problems))
         return self
 
+    def catalog(self) -> Catalog:
+        """This job's catalog: the built-in endpoints and the ones it declares."""
+        return for_job(self._declared)
+
     def endpoints(self) -> dict[str, Endpoint]:
-        """The catalog with this spec's cost and shape overrides."""
-        return catalog.endpoints(self.costs, self.shape_overrides())
+        """This job's catalog with its cost and shape overrides."""
+        return self.catalog().overridden(self.costs, self.shape_overrides())
 
     def shape_overrides(self) -> dict[str, dict[str, KindShape]]:
         return {path: {t: s.overrides() for t, s in tables.items()} for path, tables in self.shapes.items()}

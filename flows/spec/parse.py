@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from connectors.catalog.job_catalog import Catalog, for_job
 from flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
 from flows.spec.declared import read_declared
 from flows.spec.describe import keys
@@ -56,7 +57,7 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
             loc = normalise(tuple(error["loc"]))
             problem, allowed = explain(error, owner(loc))
             found.append((loc, problem, allowed))
-        found.extend(_partial_problems(data))
+        found.extend(_partial_problems(data, for_job(declared.endpoints)))
     if spec is not None:
         found.extend(semantic_problems(spec))
     problems += [Problem(file, lines.line(loc), dotted(loc), text, ok) for loc, text, ok in found]
@@ -72,7 +73,7 @@ def _escaped(char: str, column: int | None, written: str) -> str:
     return f"control character {char} at column {column}, written as {written}"
 
 
-def _partial_problems(data: dict[str, Any]) -> list[Found]:
+def _partial_problems(data: dict[str, Any], catalog: Catalog) -> list[Found]:
     """The checks still possible when the spec as a whole is invalid: per query for each query of a valid
     shape, and across queries when all are valid (an invalid query would look like a missing parent).
     """
@@ -90,9 +91,9 @@ def _partial_problems(data: dict[str, Any]) -> list[Found]:
     if too_many:
         return [too_many]
     for i, query in parsed:
-        found.extend(query_problems(i, query))
+        found.extend(query_problems(i, query, catalog))
     if parsed and len(parsed) == len(raw):
-        found.extend(cross_problems([q for _, q in parsed]))
+        found.extend(cross_problems([q for _, q in parsed], catalog))
     return found
 
 

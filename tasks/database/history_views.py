@@ -11,11 +11,12 @@ where the database is now (`follow_moved_views`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
 
-from connectors.catalog.endpoints import all_kinds
+from connectors.catalog.records import RecordKind
 from tasks.database.connection import quote_ident, quote_literal
 
 HISTORY_SUFFIX = "_history"
@@ -37,10 +38,13 @@ def history_view_sql(
     )
 
 
-def refresh_history_views(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> list[str]:
-    """(Re)create the history view of every table with Parquet files; drop those whose files are gone."""
+def refresh_history_views(
+    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, RecordKind]
+) -> list[str]:
+    """(Re)create the history view of every table with Parquet files; drop those whose files are gone. `kinds`:
+    the output directory's (`tasks.output.manifest.output_kinds`: built-in and declared)."""
     made = []
-    for table, kind in sorted(all_kinds().items()):
+    for table, kind in sorted(kinds.items()):
         table_dir = parquet_root.resolve() / table
         view = quote_ident(table + HISTORY_SUFFIX)
         if any(table_dir.glob("*/*.parquet")):
@@ -51,10 +55,11 @@ def refresh_history_views(con: duckdb.DuckDBPyConnection, parquet_root: Path) ->
     return made
 
 
-def follow_moved_views(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> list[str]:
+def follow_moved_views(
+    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, RecordKind]
+) -> list[str]:
     """On a read-only connection: shadow each stored history view that reads another directory's Parquet (the
     output directory was moved or copied) by a temporary view over the Parquet here; returns their names."""
-    kinds = all_kinds()
     stored = con.execute(
         "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND NOT temporary "
         "AND database_name = current_database() AND schema_name = 'main'"

@@ -18,12 +18,13 @@ Tables and views of other names are the user's and left alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import duckdb
 
-from connectors.catalog.endpoints import all_kinds
+from connectors.catalog.job_catalog import builtin
+from connectors.catalog.records import RecordKind
 from tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL
 from tasks.database.history_views import HISTORY_SUFFIX
 from tasks.database.record_tables import duckdb_types, primary_keys, same_columns
@@ -72,9 +73,9 @@ def _objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, bool]]:
 class Expected:
     """The shapes harvest writes, made in an in-memory database from the load step's own definitions."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: Mapping[str, RecordKind]) -> None:
         self.con = duckdb.connect()
-        self.kinds = all_kinds()
+        self.kinds = dict(kinds)
         for ddl in BOOKKEEPING_DDL.values():
             self.con.execute(ddl)
         keys = primary_keys(self.con)
@@ -132,15 +133,19 @@ def _table_problems(
             yield f"{name}.{column.name}: NOT NULL without a default, and harvest does not write it"
 
 
-def table_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
+def table_problems(
+    con: duckdb.DuckDBPyConnection, kinds: Mapping[str, RecordKind] | None = None
+) -> list[str]:
     """Why the load step could not write into this database's tables, one line per problem; [] when it can.
 
     A record table whose comment states its key was made by harvest's load (only it writes that comment), with
     the catalog's types of its day: only its key is checked, so a database from another version is not refused
     over a column type the load casts anyway, and the check stays a few catalog queries for harvest's
-    own databases. That matters: it runs before Prefect's temporary server is started."""
+    own databases. That matters: it runs before Prefect's temporary server is started. `kinds`: the record
+    tables the load writes (a job's catalog, with the tables its output's runs declared); default: the
+    built-in ones."""
     objects = _objects(con)
-    expected = Expected()
+    expected = Expected(builtin().kinds() if kinds is None else kinds)
     try:
         names = expected.names()
         columns = _columns(con)

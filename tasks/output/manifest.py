@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from connectors.catalog.job_catalog import of_runs
+from connectors.catalog.records import RecordKind
 from connectors.paging.pager import OK_STATUSES, query_failed
 from connectors.reading.extraction import ExtractionReport
 from tasks.output.append_file import fsync_dir
@@ -78,6 +80,10 @@ class RunManifest:
     shapes: dict[str, Any] = field(default_factory=dict)
     """The spec's `shapes` the run read its pages with (`connectors.catalog.shape_overrides`): a rebuild reads them the
     same way unless given a spec's."""
+    declared: dict[str, Any] = field(default_factory=dict)
+    """The endpoints the job declared (path -> plain declaration, `connectors.catalog.declarations.plain`): what
+    `harvest load`, `rebuild`, `export`, the history views and the table checks know a declared kind's table from,
+    without the spec (`connectors.catalog.job_catalog.of_runs`)."""
     files: list[tuple[str, str, int]] = field(default_factory=list)
     """(table, path relative to the output root, rows) of the run's own Parquet files (`tasks.landing.open_run_sink`);
     Dask rounds and runs before them list files per query instead."""
@@ -197,6 +203,12 @@ def read_manifest(path: Path) -> RunManifest:
 def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
     """Every run under an output directory (of one job, if given), oldest first (`run_heads` orders them)."""
     return [h.manifest() for h in run_heads(layout, job)]
+
+
+def output_kinds(layout: OutputLayout, *more: RunManifest) -> dict[str, RecordKind]:
+    """Every record kind an output directory's tables may hold: the built-in ones and those its runs declared
+    (`more`: runs whose manifest on disk may not say so yet), by table."""
+    return of_runs(m.declared for m in [*all_manifests(layout), *more]).kinds()
 
 
 @dataclass(frozen=True)

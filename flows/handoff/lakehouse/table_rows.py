@@ -17,12 +17,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.catalog.endpoints import all_kinds
 from flows.handoff.lakehouse.table_format import TableLoad
 from tasks.database.connection import has_table, quote_ident, quote_literal
 from tasks.database.load_settings import memory_limit
 from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest
+from tasks.output.manifest import RunManifest, output_kinds
 
 BATCH_ROWS = 16_384
 """Rows per Arrow batch handed to a format: memory stays at a few batches whatever the table's size (a record
@@ -98,7 +97,7 @@ def _cast(
 
 def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[TableLoad]:
     """One load per record table the runs landed rows in, in table order."""
-    kinds = all_kinds()
+    kinds = output_kinds(layout, *runs)
     paths: dict[str, list[Path]] = {}
     for run in runs:
         for table, found in run.files_by_table(layout).items():

@@ -1,0 +1,62 @@
+"""An `Endpoint` from its plain declaration (`connectors.catalog.declarations.plain`): the one way an endpoint
+comes to be, built-in (`endpoints.yaml`) or declared by a job, and again from a run's manifest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from connectors.catalog.declared_params import params_model
+from connectors.catalog.endpoints import Endpoint, NewestFirst, Price, PriceRule
+from connectors.catalog.fields import COLUMN_TYPES, Field
+from connectors.catalog.paging_styles import Paging
+from connectors.catalog.records import RecordKind, Unwrap
+
+
+def build_endpoint(path: str, decl: Mapping[str, Any]) -> Endpoint:
+    paging = decl["paging"]
+    return Endpoint(
+        path=path,
+        summary=decl["summary"],
+        params=params_model(path, decl["params"], decl["one_of"]),
+        paging=Paging(
+            paging["style"],
+            {param: tuple(paths) for param, paths in paging["next"].items()},
+            tuple(paging["more"]),
+            tuple(paging["end_values"]),
+        ),
+        kinds=tuple(_kind(table, kind) for table, kind in decl["records"].items()),
+        price=Price(
+            decl["price"]["credits"],
+            tuple(PriceRule(r["param"], r["value"], r["credits"]) for r in decl["price"]["when"]),
+        ),
+        newest_first=_newest_first(decl["newest_first"]),
+        records_per_page=decl["records_per_page"],
+    )
+
+
+def _newest_first(order: bool | Mapping[str, Any]) -> NewestFirst | None:
+    if order is True:
+        return NewestFirst()
+    if not order:
+        return None
+    assert isinstance(order, Mapping)
+    return NewestFirst(order["param"], tuple(str(v) for v in order["values"]))
+
+
+def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:
+    return tuple(COLUMN_TYPES[c["type"]](name, c["path"]) for name, c in columns.items())
+
+
+def _kind(table: str, kind: Mapping[str, Any]) -> RecordKind:
+    unwrap = kind.get("unwrap")
+    return RecordKind(
+        table,
+        tuple(kind["at"]),
+        tuple(kind["key"]),
+        _columns(kind["columns"]),
+        Unwrap(unwrap["key"], _columns(unwrap["extras"]), tuple(unwrap["ignore"])) if unwrap else None,
+        tuple(kind["ignore"]),
+        objects=tuple(kind["at"]) if kind["one"] else tuple(kind["objects"]),
+        nested=kind["nested"],
+    )
