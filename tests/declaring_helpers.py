@@ -1,0 +1,123 @@
+"""Declared endpoints in tests: a built-in endpoint declared again under a path harvest does not know, served
+by the sandbox at the built-in path (a test-only route alias in front of the sandbox's ASGI app: nothing of
+the sandbox changes), so every guarantee test can run over a declared endpoint as it runs over a built-in one.
+
+`/v1/declared/pins` is pin search declared in a job's spec: its table `declared_pins`, read from the same
+answers through the declaration alone (the plain declaration of `endpoints.yaml`'s pin search, renamed). The
+sandbox's kinds map onto it as onto `pinboard_pins` (`tests.crawl_helpers.sandbox_kind`: the path's platform
+segment is `declared`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import yaml
+
+from connectors.catalog import job_catalog
+from connectors.catalog.declarations import CatalogFile, plain
+from connectors.catalog.endpoints import Endpoint
+from connectors.catalog.records import RecordKind
+from sandbox.config import SandboxConfig
+from sandbox.wire.serving import RunningSandbox
+
+PINS = "/v1/pinboard/search"
+PROFILE = "/v3/short-video/profile/videos"
+ALIASES = {"/v1/declared/pins": PINS, "/v1/declared/videos": PROFILE}
+"""Declared path -> the built-in path the sandbox serves it at."""
+
+
+@functools.cache
+def builtin_declaration(path: str) -> dict[str, Any]:
+    """A built-in endpoint's plain declaration, as `endpoints.yaml` writes it."""
+    data = yaml.safe_load(job_catalog.BUILTIN_FILE.read_text(encoding="utf-8"))
+    return plain(path, CatalogFile.model_validate(data).endpoints[path])
+
+
+def declared_copy(path: str) -> dict[str, Any]:
+    """The declaration of `path` (a key of ALIASES): its built-in endpoint's, its tables `declared_<kind>`."""
+    source = builtin_declaration(ALIASES[path])
+    platform = ALIASES[path].split("/")[2].replace("-", "_") + "_"
+    records = {"declared_" + t.removeprefix(platform): k for t, k in source["records"].items()}
+    return {**source, "summary": f"{ALIASES[path]}, declared by a job", "records": records}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One endpoint as a test asks for it: the built-in one, or its declared copy."""
+
+    name: str
+    path: str
+    tables: Mapping[str, str] = field(default_factory=dict)
+    """The built-in table -> the table the variant lands it in."""
+    declared: Mapping[str, Any] = field(default_factory=dict)
+    """The spec's `endpoints:` (empty for a built-in endpoint)."""
+
+    def table(self, builtin_table: str) -> str:
+        return self.tables.get(builtin_table, builtin_table)
+
+    def spec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A job spec asking this variant: `endpoints:` declares it."""
+        return {**spec, "endpoints": dict(self.declared)} if self.declared else spec
+
+    def endpoint(self, costs: Mapping[str, int] | None = None) -> Endpoint:
+        return job_catalog.for_job(self.declared).overridden(costs)[self.path]
+
+
+def builtin(path: str) -> Variant:
+    return Variant("built-in", path)
+
+
+def declared(path: str) -> Variant:
+    """The declared copy of ALIASES[path]."""
+    source = ALIASES[path]
+    copy = declared_copy(path)
+    tables = dict(zip(builtin_declaration(source)["records"], copy["records"], strict=True))
+    return Variant("declared", path, tables, {path: copy})
+
+
+def variants(builtin_path: str) -> list[Any]:
+    """pytest params: the built-in endpoint and its declared copy."""
+    path = next(p for p, source in ALIASES.items() if source == builtin_path)
+    return [pytest.param(builtin(builtin_path), id="built-in"), pytest.param(declared(path), id="declared")]
+
+
+def declared_kinds() -> dict[str, RecordKind]:
+    """The record kinds of every declared copy, by table (for helpers that look a table's key up)."""
+    copies = {path: declared_copy(path) for path in ALIASES}
+    return {t: k for t, k in job_catalog.for_job(copies).kinds().items() if t.startswith("declared_")}
+
+
+class _Aliased:
+    """The sandbox's ASGI app behind a route alias: a request for a declared path is served at its built-in
+    path (the sandbox's ledger records the built-in path)."""
+
+    def __init__(self, app: Any, aliases: Mapping[str, str]) -> None:
+        self.app, self.aliases = app, dict(aliases)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] in self.aliases:
+            served = self.aliases[scope["path"]]
+            scope = {**scope, "path": served, "raw_path": served.encode()}
+        await self.app(scope, receive, send)
+
+
+def aliased_sandbox(config: SandboxConfig | None = None, **overrides: Any) -> RunningSandbox:
+    """A sandbox serving the declared copies too, started (the caller stops it)."""
+    sb = RunningSandbox((config or SandboxConfig()).replace(**overrides))
+    sb._server.config.app = _Aliased(sb.app, ALIASES)  # before start: uvicorn loads the app when it starts
+    return sb.start()
+
+
+@contextmanager
+def aliased(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[RunningSandbox]:
+    sb = aliased_sandbox(config, **overrides)
+    try:
+        yield sb
+    finally:
+        sb.stop()

@@ -1,0 +1,292 @@
+"""A job declares the endpoints it needs (#38): one harvest has never seen validates, plans at its price (a
+priced parameter too: the company ads cost 25 credits with `get_ad_details=true`), is listed beside the built-in
+ones, its price holds the budget, its table lands and is known after the run without the spec (load, rebuild,
+export, the history views); a bad declaration is refused naming its file, line, field and what is allowed,
+before anything is sent.
+
+Runs against the sandbox over HTTP serve a declared copy of pin search at the built-in path
+(`tests.declaring_helpers`); the never-seen endpoints run on the sandbox's own emulation of declarations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
+from tests.crawl_helpers import data_entries
+from tests.declaring_helpers import PINS, aliased, declared, declared_copy
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, rows, scalar, write_spec
+
+CATALOG = Path(__file__).parent / "data" / "declared" / "published-endpoints.yaml"
+ADS = "/v1/search-engine/company/ads"
+DECLARED_PINS = "/v1/declared/pins"
+runner = CliRunner()
+needs_declared_sandbox = pytest.mark.skipif(
+    "declared" not in {f.name for f in dataclasses.fields(SandboxConfig)},
+    reason="the sandbox serves declared endpoints from the sandbox branch of #38 on",
+)
+
+
+def ads_spec(tmp_path: Path, **more: Any) -> Path:
+    """A job naming the shared catalog file by a path relative to its own directory."""
+    (tmp_path / "shared").mkdir(exist_ok=True)
+    shutil.copy(CATALOG, tmp_path / "shared" / "endpoints.yaml")
+    spec = {
+        "name": "ads",
+        "budget": {"credits": 100},
+        "output": str(tmp_path / "out"),
+        "catalogs": ["shared/endpoints.yaml"],
+        "queries": [
+            {"id": "detailed", "endpoint": ADS, "params": {"domain": "lululemon.com", "get_ad_details": True},
+             "max_pages": 2},
+            {"id": "plain", "endpoint": ADS, "params": {"domain": "lululemon.com"}, "max_pages": 2},
+        ],
+        **more,
+    }  # fmt: skip
+    (tmp_path / "jobs").mkdir(exist_ok=True)
+    return write_spec(tmp_path / "jobs", spec | {"catalogs": ["../shared/endpoints.yaml"]})
+
+
+def test_a_never_seen_endpoint_validates_plans_at_its_price_and_is_listed(tmp_path: Path) -> None:
+    spec = ads_spec(tmp_path)
+    checked = runner.invoke(app, ["validate", str(spec)])
+    assert checked.exit_code == 0, checked.output
+    assert "ok: 2 queries" in checked.stdout
+
+    planned = runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "200"})
+    assert planned.exit_code == 0, planned.output
+    lines = {line.split("│")[1].strip(): line for line in planned.stdout.splitlines() if line.count("│") > 3}
+    assert "50" in lines["detailed"] and "2 pages, 25 credits a request" in lines["detailed"]
+    assert " 2 " in lines["plain"] and "credits a request" not in lines["plain"]
+    assert " 52 " in lines["total"]
+
+    builtin = json.loads(runner.invoke(app, ["endpoints", "--json"]).stdout)
+    listed = json.loads(runner.invoke(app, ["endpoints", "--json", "--spec", str(spec)]).stdout)
+    assert listed[: len(builtin)] == builtin  # the built-in ones, as without the spec
+    ads = next(e for e in listed if e["path"] == ADS)
+    assert ads["declared"] is True and ads["cost"] == 1
+    assert ads["price_when"] == [{"param": "get_ad_details", "value": True, "credits": 25}]
+    assert ads["one_of"] == ["domain", "advertiser_id"]
+    assert ads["tables"] == [
+        {"table": "search_engine_ads", "primary_key": ["creative_id"],
+         "columns": ["creative_id", "advertiser_id", "advertiser_name", "format", "ad_url", "image_url",
+                     "first_shown", "last_shown"]},
+    ]  # fmt: skip
+    text = runner.invoke(app, ["endpoints", "--spec", str(spec)], env={"COLUMNS": "200"}).stdout
+    assert (
+        f"{ADS}  1 credit/request, 25 with get_ad_details=true, paging: cursor (declared by the job)" in text
+    )
+
+    tables = runner.invoke(app, ["schema", "--tables", "--spec", str(spec)]).stdout
+    assert (
+        "## search_engine_ads\n\nPrimary key: `creative_id`. From: `/v1/search-engine/company/ads`." in tables
+    )
+    assert "| `first_shown` | TIMESTAMP WITH TIME ZONE | firstShown |" in tables
+
+
+def priced_pins(tmp_path: Path, base_url: str, budget: int) -> Path:
+    """The declared pin search, `trim: true` priced at 3 credits (its price when not trimmed stays 1)."""
+    copy = declared_copy(DECLARED_PINS)
+    copy["price"] = {"credits": 1, "when": [{"param": "trim", "value": True, "credits": 3}]}
+    spec = {
+        "name": "priced",
+        "service": {"base_url": base_url},
+        "budget": {"credits": budget},
+        "output": str(tmp_path / "out"),
+        "endpoints": {DECLARED_PINS: copy},
+        "queries": [
+            {"id": "pins", "endpoint": DECLARED_PINS, "params": {"query": "desk lamps", "trim": True}}
+        ],
+    }
+    tmp_path.mkdir(exist_ok=True)
+    return write_spec(tmp_path, spec)
+
+
+def test_the_budget_holds_at_a_priced_parameters_price(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger reserves the query's price, not the endpoint's: a budget below it sends nothing (reserving
+    the unpriced 1 credit would have been charged 3, past a budget of 2)."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(5, 5), page_size=4, costs={PINS: 3})
+    with aliased(config) as sb:
+        short = runner.invoke(app, ["run", str(priced_pins(tmp_path / "short", sb.base_url, 2))])
+        sent_short = len(data_entries(sb))
+        enough = runner.invoke(app, ["run", str(priced_pins(tmp_path / "enough", sb.base_url, 7))])
+        billed = sb.billed_total()
+    assert sent_short == 0, short.output
+    assert scalar(tmp_path / "short" / "out" / "harvest.duckdb", "SELECT credits_spent FROM runs") == 0
+    assert billed == 6, enough.output  # two pages at 3 credits; a third would pass the budget of 7
+    db = tmp_path / "enough" / "out" / "harvest.duckdb"
+    assert rows(db, "SELECT status, credits_spent FROM runs") == [("budget_exhausted", 6)]
+    assert scalar(db, "SELECT count(*) FROM declared_pins") == 8
+
+
+def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    variant = declared(DECLARED_PINS)
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), page_size=4)
+    output = tmp_path / "out"
+    params = {"query": "oak desk"}
+    with aliased(config) as sb:
+        spec = variant.spec(
+            {"name": "declared", "service": {"base_url": sb.base_url}, "budget": {"credits": 100},
+             "output": str(output), "queries": [{"id": "pins", "endpoint": DECLARED_PINS, "params": params}]}
+        )  # fmt: skip
+        result = runner.invoke(app, ["run", str(write_spec(tmp_path, spec))])
+        assert result.exit_code == 0, result.output
+    want = set(expected_keys([(PINS, params)], config)["pinboard_pins"])
+    db = output / "harvest.duckdb"
+    assert set(rows(db, "SELECT id FROM declared_pins")) == want and want
+    assert rows(db, "SELECT DISTINCT _endpoint FROM declared_pins") == [(DECLARED_PINS,)]
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.declared == {DECLARED_PINS: variant.declared[DECLARED_PINS]}  # recorded, as `shapes` are
+
+    db.unlink()  # everything below knows the table from the manifest alone
+    rebuilt = runner.invoke(app, ["rebuild", str(output)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert set(rows(db, "SELECT id FROM declared_pins")) == want
+    assert scalar(db, "SELECT count(DISTINCT id) FROM declared_pins_history") == len(want)
+    exported = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "snap"), "--snapshot"])
+    assert exported.exit_code == 0, exported.output
+    manifest = json.loads((tmp_path / "snap" / "_manifest.json").read_text())
+    assert manifest["tables"]["declared_pins"]["primary_key"] == ["id"]
+    assert manifest["tables"]["declared_pins"]["rows"] == len(want)
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+GOOD = yaml.safe_load(CATALOG.read_text())["endpoints"][ADS]
+
+
+def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """The ads declaration with one value changed (None removes the key)."""
+    declaration = json.loads(json.dumps(GOOD))
+    node = declaration
+    for key in path[:-1]:
+        node = node[key]
+    if value is None:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return declaration
+
+
+BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
+    # (case, declared path, declaration, field, problem, allowed): each in a catalog file the spec names
+    ("a key not among the columns", ADS, _with(("records", "search_engine_ads", "key"), "creativeId"),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.key[0]',
+     "'creativeId' is not a column of search_engine_ads", "creative_id, advertiser_id, advertiser_name"),
+    ("an unknown paging style", ADS, _with(("paging", "style"), "offset"),
+     'endpoints["/v1/search-engine/company/ads"].paging.style', "'offset' is not allowed",
+     "'single', 'cursor', 'continuation_token', 'envelope_cursor', 'page_id_and_cursor', 'max_id' or 'max_cursor'"),
+    ("a path that is no record path", ADS, _with(("records", "search_engine_ads", "at"), "ads..items"),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.at[0]',
+     "'ads..items' is not a record path", "a record path: keys joined by dots"),
+    ("a built-in path", "/v1/pinboard/search", GOOD,
+     'endpoints["/v1/pinboard/search"]', "/v1/pinboard/search is a built-in endpoint",
+     "a path harvest does not have; `shapes:` reads a built-in endpoint's changed answers"),
+    ("a built-in table of another shape", ADS, _with(("records",), {"pinboard_pins": GOOD["records"]["search_engine_ads"]}),
+     'endpoints["/v1/search-engine/company/ads"].records.pinboard_pins',
+     "the built-in pinboard_pins is a table already, with another key or other columns",
+     "another table name, or the same key and columns: key id; columns id (text), url (text)"),
+    ("harvest's own table", ADS, _with(("records",), {"runs": GOOD["records"]["search_engine_ads"]}),
+     'endpoints["/v1/search-engine/company/ads"].records.runs', "'runs' is one of harvest's own tables",
+     "a name other than runs, requests, query_state, exports"),
+    ("an unknown column type", ADS, _with(("records", "search_engine_ads", "columns", "format"), "string"),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.columns.format.type',
+     "'string' is not allowed", "'text', 'integer', 'number', 'boolean', 'timestamp', 'json' or 'text_list'"),
+    ("a price on an undeclared parameter", ADS, _with(("price", "when", 0, "param"), "details"),
+     'endpoints["/v1/search-engine/company/ads"].price.when[0].param', "'details' is not a parameter",
+     "domain, advertiser_id, topic"),
+    ("a bound on a text", ADS, _with(("params", "domain", "min"), 3),
+     'endpoints["/v1/search-engine/company/ads"].params.domain.min', "`min` bounds a number, not a string",
+     "min/max on integer or number parameters"),
+    ("an unknown key", ADS, _with(("records", "search_engine_ads", "primary_key"), "id"),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.primary_key',
+     "unknown key 'primary_key'", "at, one, objects, key, columns, unwrap, ignore, nested"),
+    ("a path parameter not in the path", ADS, _with(("params", "domain", "in"), "path"),
+     'endpoints["/v1/search-engine/company/ads"].params.domain.in', "'domain' is not a `{domain}` of the path",
+     "query, or add {domain} to the path"),
+    ("a one_of of no parameter", ADS, _with(("one_of",), [["domain", "company"]]),
+     'endpoints["/v1/search-engine/company/ads"].one_of[0][1]', "'company' is not a parameter",
+     "domain, advertiser_id, topic"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "declaration", "field", "problem", "allowed"),
+                         [pytest.param(*case[1:], id=case[0]) for case in BAD])  # fmt: skip
+def test_a_bad_declaration_is_refused_naming_its_file_line_field_and_what_is_allowed(
+    tmp_path: Path, path: str, declaration: dict[str, Any], field: str, problem: str, allowed: str
+) -> None:
+    catalog = tmp_path / "endpoints.yaml"
+    catalog.write_text(yaml.safe_dump({"endpoints": {path: declaration}}, sort_keys=False))
+    spec = write_spec(
+        tmp_path,
+        {"name": "bad", "budget": {"credits": 5}, "catalogs": ["endpoints.yaml"],
+         "queries": [{"endpoint": "/v1/pinboard/search", "params": {"query": "x"}}]},
+    )  # fmt: skip
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 2, result.output
+    found = [line for line in result.stderr.splitlines() if line.startswith(f"{catalog}:")]
+    assert len(found) == 1, result.stderr
+    where, rest = found[0].split(": ", 1)
+    line = int(where.rsplit(":", 1)[1])
+    assert rest.startswith(f"{field}: {problem}"), rest
+    assert f"; allowed: {allowed}" in rest, rest
+    keys = re.findall(r"[A-Za-z_]+", field.split("]", 1)[1]) or [path]
+    text = catalog.read_text().splitlines()[line - 1]
+    named = [*keys[-2:], *re.findall(r"'([^']+)'", problem)]
+    assert any(word in text for word in named), (line, text)  # the line of the field named, or its value's
+
+
+def test_an_inline_declaration_is_checked_in_the_spec_and_a_missing_catalog_named(tmp_path: Path) -> None:
+    bad = _with(("records", "search_engine_ads", "key"), "nope")
+    spec = write_spec(
+        tmp_path,
+        {"name": "bad", "budget": {"credits": 5}, "catalogs": ["missing.yaml"], "endpoints": {ADS: bad},
+         "queries": [{"endpoint": ADS, "params": {"domain": "example.com"}}]},
+    )  # fmt: skip
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert (
+        f"{spec}:5: catalogs[0]: no such file: {tmp_path / 'missing.yaml'}; allowed: a catalog file"
+        in lines[0]
+    )
+    assert any(
+        line.startswith(f"{spec}:")
+        and "records.search_engine_ads.key[0]: 'nope' is not a column of search_engine_ads" in line
+        for line in lines
+    ), result.stderr
+
+
+# ---------------------------------------------------------------------------------------------- on the sandbox
+@needs_declared_sandbox
+def test_a_never_seen_endpoint_runs_end_to_end_on_the_embedded_sandbox_at_its_price(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    spec = ads_spec(tmp_path, service={"base_url": "sandbox"})
+    result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    db = tmp_path / "out" / "harvest.duckdb"
+    spent = dict(rows(db, "SELECT query_id, credits_spent FROM query_state"))
+    pages = dict(rows(db, "SELECT query_id, pages FROM query_state"))
+    assert spent == {"detailed": 25 * pages["detailed"], "plain": pages["plain"]}
+    assert scalar(db, "SELECT credits_spent FROM runs") == sum(spent.values()) <= 52
+    assert scalar(db, "SELECT count(*) FROM search_engine_ads WHERE creative_id IS NULL") == 0
+    assert scalar(db, "SELECT count(*) FROM search_engine_ads") > 0
