@@ -284,7 +284,7 @@ def test_a_never_seen_endpoint_runs_end_to_end_on_the_embedded_sandbox_at_its_pr
     result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output
     db = tmp_path / "out" / "harvest.duckdb"
-    spent = dict(rows(db, "SELECT query_id, credits_spent FROM query_state"))
+    spent = dict(rows(db, "SELECT query_id, credits FROM query_state"))
     pages = dict(rows(db, "SELECT query_id, pages FROM query_state"))
     assert spent == {"detailed": 25 * pages["detailed"], "plain": pages["plain"]}
     assert scalar(db, "SELECT credits_spent FROM runs") == sum(spent.values()) <= 52

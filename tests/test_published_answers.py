@@ -43,6 +43,12 @@ from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
 EXAMPLES_DIR = Path(__file__).parent / "data" / "published-examples"
 DECLARED_CATALOG = Path(__file__).parent / "data" / "declared" / "published-endpoints.yaml"
 DECLARED = catalog_file_endpoints(DECLARED_CATALOG)
+DECLARED_REQUESTS = {
+    "v1_video-platform_video--cli.json": {"url": "https://www.youtube.com/watch?v=Y2Ah_DFr8cw"},
+    "v1_video-platform_video_comments--cli.json": {"url": "https://www.youtube.com/watch?v=dQw4w9WgXcQ"},
+    "v1_search-engine_company_ads--cli.json": {"domain": "lululemon.com"},
+}
+"""The requests of the examples whose index entry names none (the endpoints the interface does not list)."""
 SANDBOX_DECLARES = "declared" in {f.name for f in dataclasses.fields(SandboxConfig)}
 """Whether this sandbox serves declared endpoints (the sandbox branch of #38)."""
 INDEX = json.loads((EXAMPLES_DIR / "index.json").read_text())["examples"]
@@ -151,7 +157,8 @@ def _known() -> tuple[list[Example], list[Any]]:
                 pytest.param(entry["file"], marks=pytest.mark.skip(reason=reason), id=entry["file"])
             )
         else:
-            known.append(Example(entry["file"], endpoint, dict(entry["example_request"])))
+            request = entry.get("example_request") or DECLARED_REQUESTS[entry["file"]]
+            known.append(Example(entry["file"], endpoint, dict(request)))
     return known, skipped
 
 
