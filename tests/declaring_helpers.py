@@ -28,7 +28,8 @@ from sandbox.wire.serving import RunningSandbox
 
 PINS = "/v1/pinboard/search"
 PROFILE = "/v3/short-video/profile/videos"
-ALIASES = {"/v1/declared/pins": PINS, "/v1/declared/videos": PROFILE}
+FEED = "/v1/microblog-b/user/posts"
+ALIASES = {"/v1/declared/pins": PINS, "/v1/declared/videos": PROFILE, "/v1/declared/feed": FEED}
 """Declared path -> the built-in path the sandbox serves it at."""
 
 

@@ -97,7 +97,9 @@ def table_counts(db: Path) -> dict[str, int]:
 
 
 def key_set(db: Path, table: str) -> set[tuple[Any, ...]]:
-    pk = catalog.all_kinds()[table].primary_key
+    from tests.declaring_helpers import declared_kinds
+
+    pk = (catalog.all_kinds() | declared_kinds())[table].primary_key
     cols = ", ".join(f'"{c}"' for c in pk)
     return set(rows(db, f'SELECT {cols} FROM "{table}"'))
 

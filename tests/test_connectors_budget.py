@@ -36,6 +36,7 @@ from tests.crawl_helpers import (
     real_retries,  # noqa: F401  (fixture)
     run_query,
 )
+from tests.declaring_helpers import Variant, aliased, variants
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
@@ -91,17 +92,18 @@ async def test_zero_budget_sends_nothing(sandbox_factory: Factory) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- (b) shared budget
+@pytest.mark.parametrize("pins", variants(PINS))
 @pytest.mark.parametrize(("budget", "cost"), [(7, 1), (8, 1), (11, 2)])
-async def test_breadth_first_shares_a_short_budget_fairly(
-    sandbox_factory: Factory, budget: int, cost: int
-) -> None:
-    sb = sandbox_factory(pages=(5, 5), page_size=4, costs={PINS: cost})
-    endpoint = catalog.get(PINS, {PINS: cost})
-    queries = [(f"q{i}", endpoint, {"query": f"topic {i}"}) for i in range(3)]
-    ledger = CreditLedger(budget, policy="breadth_first")
-    runs = await _concurrently(sb, queries, ledger)
+async def test_breadth_first_shares_a_short_budget_fairly(budget: int, cost: int, pins: Variant) -> None:
+    """The same for pins a job declares (#38), its price a job's `costs:` override."""
+    with aliased(SandboxConfig(), pages=(5, 5), page_size=4, costs={PINS: cost}) as sb:
+        endpoint = pins.endpoint({pins.path: cost})
+        queries = [(f"q{i}", endpoint, {"query": f"topic {i}"}) for i in range(3)]
+        ledger = CreditLedger(budget, policy="breadth_first")
+        runs = await _concurrently(sb, queries, ledger)
+    served = ENDPOINTS[PINS]  # the sandbox's ledger names the path it served
 
-    counts = [len(query_entries(sb, endpoint, p)) for _, _, p in queries]
+    counts = [len(query_entries(sb, served, p)) for _, _, p in queries]
     assert max(counts) - min(counts) <= 1, counts
     assert counts == [len(runs[q].pages) for q, _, _ in queries]
     assert sb.billed_total() == sum(counts) * cost == budget - budget % cost

@@ -18,6 +18,7 @@ from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
+from tests.declaring_helpers import Variant, aliased, builtin, variants
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
 
 PROFILE = "/v3/short-video/profile/videos"
@@ -32,20 +33,27 @@ CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFIL
 runner = CliRunner()
 
 
-def job(base_url: str, output: Path, queries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    videos = {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True}
-    return {
-        "name": "incremental",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "concurrency": 3,
-        "output": str(output),
-        "queries": queries or [videos],
-    }
+def job(
+    base_url: str,
+    output: Path,
+    queries: list[dict[str, Any]] | None = None,
+    variant: Variant = builtin(PROFILE),
+) -> dict[str, Any]:
+    videos = {"id": "videos", "endpoint": variant.path, "params": NASA, "incremental": True}
+    return variant.spec(
+        {
+            "name": "incremental",
+            "service": {"base_url": base_url},
+            "budget": {"credits": 1000},
+            "concurrency": 3,
+            "output": str(output),
+            "queries": queries or [videos],
+        }
+    )
 
 
-def videos_in(output: Path) -> set[tuple[Any, ...]]:
-    return key_set(output / "harvest.duckdb", "short_video_videos")
+def videos_in(output: Path, variant: Variant = builtin(PROFILE)) -> set[tuple[Any, ...]]:
+    return key_set(output / "harvest.duckdb", variant.table("short_video_videos"))
 
 
 def all_videos(config: SandboxConfig, params: dict[str, Any] = NASA) -> set[tuple[Any, ...]]:
@@ -61,15 +69,17 @@ def history(output: Path, run_id: str, query_id: str = "videos") -> tuple[Any, .
     return row
 
 
+@pytest.mark.parametrize("variant", variants(PROFILE))
 def test_a_budget_stopped_first_pass_is_finished_by_the_next_runs(
-    prefect_harness: None, tmp_path: Path, api_key: str
+    prefect_harness: None, tmp_path: Path, api_key: str, variant: Variant
 ) -> None:
     """Night 1 pays 2 of 7 pages; nights 2 and 3 each pay one head page (it shows nothing newer) and go on
-    where the backfill stopped; night 4, with the history complete, pays one page."""
+    where the backfill stopped; night 4, with the history complete, pays one page. The same for the listing
+    declared by a job (#38): incremental holds for a declared newest-first endpoint."""
     output = tmp_path / "out"
     pages = expected_pages(PROFILE, NASA, CONFIG)
-    with running(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output))
+    with aliased(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, variant=variant))
         nights = [run_flow(spec, budget=2), run_flow(spec, budget=3), run_flow(spec)]
         before_last = data_entries(sb)
         unchanged = run_flow(spec)
@@ -80,7 +90,7 @@ def test_a_budget_stopped_first_pass_is_finished_by_the_next_runs(
         ("budget_exhausted", "partial"),
         ("complete", "complete"),
     ]
-    assert videos_in(output) == all_videos(CONFIG)  # all 33, not the 10 of the first night
+    assert videos_in(output, variant) == all_videos(CONFIG)  # all 33, not the 10 of the first night
     assert len(before_last) == pages + 2 and paid_twice(before_last) == 2  # only page 0, once per rerun
     assert len(last) == 1 and unchanged.queries[0]["status"] == "caught_up"
 

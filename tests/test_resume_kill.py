@@ -30,6 +30,7 @@ from tasks.output.manifest import RunManifest, all_manifests, read_manifest
 from tasks.output.raw_store import RawPageReader
 from tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
+from tests.declaring_helpers import Variant, aliased, builtin, variants
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -68,19 +69,19 @@ CONFIG = SandboxConfig(
 runner = CliRunner()
 
 
-def job(base_url: str, output: Path, credits: int = 10_000) -> dict[str, Any]:
-    return {
+def job(base_url: str, output: Path, credits: int = 10_000, pins: Variant = builtin(PINS)) -> dict[str, Any]:
+    return pins.spec({
         "name": "nightly",
         "service": {"base_url": base_url},
         "budget": {"credits": credits},
         "concurrency": CONCURRENCY,
         "output": str(output),
         "queries": [
-            {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+            {"id": "pins", "endpoint": pins.path, "for_each": {"query": TOPICS}},
             {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
             {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
         ],
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
@@ -228,11 +229,14 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
     assert_landed_once(output, stopped.run_id)
 
 
-def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pins", variants(PINS))
+def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: Path, pins: Variant) -> None:
+    """The same when the pins are a declared endpoint (#38): the hard budget holds across a kill and a resume,
+    and the resume lands what the killed run paid for."""
     budget = 60
     output = tmp_path / "out"
-    with running(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output, credits=budget))
+    with aliased(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, credits=budget, pins=pins))
         proc = start_run(spec, tmp_path, prefect_api_url)
         wait_for_requests(sb, 30, proc)
         kill_hard(proc, sb)
@@ -243,6 +247,9 @@ def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: 
     assert run.status == "budget_exhausted"
     assert billed <= run.credits_spent <= budget
     assert budget - CONCURRENCY <= billed  # the resumed run used what the crash left of the budget
+    pages = sum(q["pages"] for q in run.queries if q["query_id"].startswith("pins["))
+    db = output / "harvest.duckdb"
+    assert pages > 0 and scalar(db, f"SELECT count(*) FROM {pins.table('pinboard_pins')}") > 0
 
 
 def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from sandbox.drift_shapes import SHAPES
 from sandbox.expected import full_crawl
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.declaring_helpers import Variant, aliased, variants
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
 FEED = "/v1/microblog-b/user/posts"
@@ -44,23 +45,26 @@ def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]
     )
 
 
+@pytest.mark.parametrize("variant", variants(FEED))
 def test_the_drift_message_names_the_override_and_the_spec_reads_the_new_shape(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: Variant
 ) -> None:
+    """The same for a declared endpoint (#38): its drift is said, its `shapes:` read, its pages rebuilt."""
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     params = {"handle": "nasa.example"}
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), page_size=5, drift=SHAPES["renamed-list"].drift
     )
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
-    with running(config) as sb:
-        spec = spec_of(tmp_path, sb.base_url, FEED, params)
+    posts_table = variant.table("microblog_b_posts")
+    with aliased(config) as sb:
+        spec = spec_of(tmp_path, sb.base_url, variant.path, params, **variant.spec({}))
         drifted = runner.invoke(app, ["run", str(spec)])
         assert drifted.exit_code == 1, drifted.output
         hint = re.search(r"add to the job spec `shapes: (\{.*?\})`", drifted.stderr.replace("\n", " "))
         assert hint is not None, drifted.stderr
         shapes = yaml.safe_load(hint.group(1))
-        assert shapes == {FEED: {"microblog_b_posts": {"records": "items"}}}
+        assert shapes == {variant.path: {posts_table: {"records": "items"}}}
 
         # The user pastes the override into the spec: the paid page lands with it, no request sent.
         text = yaml.safe_load(spec.read_text())
@@ -70,21 +74,19 @@ def test_the_drift_message_names_the_override_and_the_spec_reads_the_new_shape(
         rebuilt = runner.invoke(app, ["rebuild", str(output), "--spec", str(spec)])
         assert rebuilt.exit_code == 0, rebuilt.output
         assert len(sb.ledger) == paid, "rebuild sent a request"
-        assert scalar(db, "SELECT count(*) FROM microblog_b_posts") == 5
+        assert scalar(db, f"SELECT count(*) FROM {posts_table}") == 5
         assert rows(db, "SELECT status, records, lists_missing FROM query_state") == [("drift", 5, 0)]
 
         # A plain rebuild later reads the pages the same way (the manifest keeps the override).
         assert runner.invoke(app, ["rebuild", str(output)]).exit_code == 0
-        assert scalar(db, "SELECT count(*) FROM microblog_b_posts") == 5
+        assert scalar(db, f"SELECT count(*) FROM {posts_table}") == 5
 
         continued = runner.invoke(app, ["run", str(spec), "--continue"])
         assert continued.exit_code == 0, continued.output
         asked = [e.params for e in data_entries(sb)]
 
     posts = full_crawl(FEED, params, config)["posts"]
-    assert sorted(r[0] for r in rows(db, "SELECT uri FROM microblog_b_posts")) == sorted(
-        p["uri"] for p in posts
-    )
+    assert sorted(r[0] for r in rows(db, f"SELECT uri FROM {posts_table}")) == sorted(p["uri"] for p in posts)
     assert len(asked) == 3 and len({str(sorted(a.items())) for a in asked}) == 3, "a page was paid twice"
     assert scalar(db, "SELECT sum(credits_spent) FROM runs") == 3
 
