@@ -33,6 +33,8 @@ class Declared:
     """Path -> (file, line) of its declaration, for the messages of clashes."""
     lines: dict[str, LineMap | None] = field(default_factory=dict)
     """File -> its line map."""
+    refused: set[str] = field(default_factory=set)
+    """Paths whose declaration has a problem (said once, at the declaration: not again at each query)."""
 
 
 def spec_dir(spec_file: str) -> Path:
@@ -54,7 +56,7 @@ def read_declared(
         at = lines.line(("catalogs", n)) if lines else None
         path = spec_dir(spec_file) / name
         try:
-            decls, file_lines = _read_catalog(path)
+            decls, file_lines, flaws = _read_catalog(path)
         except SpecError as exc:
             if any(p.file == str(path) and p.problem.startswith("no such file") for p in exc.problems):
                 problem = f"no such file: {path}"
@@ -62,6 +64,8 @@ def read_declared(
             else:
                 problems.extend(exc.problems)
             continue
+        problems += flaws
+        declared.refused.update(p.field.split('"')[1] for p in flaws if p.field.startswith('endpoints["'))
         problems += _add(declared, decls, str(path), file_lines)
     inline = data.get("endpoints")
     if isinstance(inline, dict):
@@ -70,6 +74,7 @@ def read_declared(
             try:
                 valid[str(path)] = EndpointDecl.model_validate(raw)
             except ValidationError:
+                declared.refused.add(str(path))
                 continue  # JobSpec reports it
         problems += _add(declared, valid, spec_file, lines)
     problems += _clash_problems(declared)
@@ -95,14 +100,18 @@ def _add(
                 Problem(file, line, dotted(at), f"{path} is declared already, in {where}", "each path once")
             )
         problems += found
-        if not found:
+        if found:
+            declared.refused.add(path)
+        else:
             declared.endpoints[path] = plain(path, decl)
             declared.where[path] = (file, line)
     return problems
 
 
-def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None]:
-    """A catalog file's declarations, each valid in shape; SpecError names the file's problems (lines)."""
+def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None, list[Problem]]:
+    """A catalog file's declarations valid in shape, and the problems of the others (each endpoint is checked
+    on its own: one bad declaration does not hide the file's good ones); SpecError when the file cannot be
+    read or is no catalog at all."""
     file = str(path)
     try:
         data, lines = load_yaml(read_spec_text(path))
@@ -112,23 +121,36 @@ def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None]:
         raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem(file, None, "", f"cannot read it: {exc}", "a UTF-8 YAML file")]) from None
-    try:
-        return dict(CatalogFile.model_validate(data).endpoints), lines
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            loc = normalise(tuple(error["loc"]))
-            problem, allowed = explain(error, owner(loc, CatalogFile))
-            problems.append(Problem(file, lines.line(loc) if lines else 1, dotted(loc), problem, allowed))
-        raise SpecError(problems) from None
+    endpoints = data.get("endpoints") if isinstance(data, dict) else None
+    if not isinstance(endpoints, dict):
+        try:
+            CatalogFile.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(_explained(exc, (), file, lines)) from None
+    valid, problems = {}, []
+    for endpoint, raw in (endpoints or {}).items():
+        try:
+            valid[str(endpoint)] = EndpointDecl.model_validate(raw)
+        except ValidationError as exc:
+            problems += _explained(exc, ("endpoints", str(endpoint)), file, lines)
+    return valid, lines, problems
+
+
+def _explained(exc: ValidationError, at: Loc, file: str, lines: LineMap | None) -> list[Problem]:
+    problems = []
+    for error in exc.errors():
+        loc = normalise((*at, *error["loc"]))
+        problem, allowed = explain(error, owner(loc, CatalogFile))
+        problems.append(Problem(file, lines.line(loc) if lines else 1, dotted(loc), problem, allowed))
+    return problems
 
 
 def catalog_file_endpoints(path: str | Path) -> dict[str, dict[str, Any]]:
     """A catalog file's endpoints as plain declarations (validated, every default filled); SpecError names
     the file, line, field and what is allowed (`harvest sandbox --catalog FILE`)."""
-    declared, problems = Declared(), []
-    decls, lines = _read_catalog(Path(path))
-    problems = _add(declared, decls, str(path), lines) + _clash_problems(declared)
+    declared = Declared()
+    decls, lines, problems = _read_catalog(Path(path))
+    problems += _add(declared, decls, str(path), lines) + _clash_problems(declared)
     if problems:
         raise SpecError(problems)
     return declared.endpoints
@@ -160,6 +182,7 @@ def _clash_problems(declared: Declared) -> list[Problem]:
             problem = f"{path} is a built-in endpoint (`harvest endpoints`): a job cannot declare it again"
             allowed = "a path harvest does not have; `shapes:` reads a built-in endpoint's changed answers"
             problems.append(Problem(file, line, dotted(("endpoints", path)), problem, allowed))
+            declared.refused.add(path)
             continue
         for table, kind in decl["records"].items():
             at: Loc = ("endpoints", path, "records", table)
@@ -173,4 +196,7 @@ def _clash_problems(declared: Declared) -> list[Problem]:
                         f"another table name, or the same key and columns: {describe_signature(owner_signature)}",
                     )
                 )  # fmt: skip
+                declared.refused.add(path)
+    for path in declared.refused:
+        declared.endpoints.pop(path, None)  # the job's catalog never holds a refused declaration
     return problems

@@ -60,11 +60,20 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         found.extend(_partial_problems(data, for_job(declared.endpoints)))
     if spec is not None:
         found.extend(semantic_problems(spec))
+    found = [f for f in found if not _of_refused(f, declared.refused)]
     problems += [Problem(file, lines.line(loc), dotted(loc), text, ok) for loc, text, ok in found]
     if problems:
         raise SpecError(problems)
     assert spec is not None
     return spec
+
+
+def _of_refused(found: Found, refused: set[str]) -> bool:
+    """An "unknown endpoint" of a path whose declaration was refused: its problem is said where it is declared."""
+    loc, text, _ = found
+    return any(text == f"unknown endpoint {path!r}" for path in refused) and (
+        loc[-1:] == ("endpoint",) or loc[:1] in (("costs",), ("shapes",))
+    )
 
 
 def _escaped(char: str, column: int | None, written: str) -> str:
