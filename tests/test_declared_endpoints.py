@@ -290,3 +290,29 @@ def test_a_never_seen_endpoint_runs_end_to_end_on_the_embedded_sandbox_at_its_pr
     assert scalar(db, "SELECT credits_spent FROM runs") == sum(spent.values()) <= 52
     assert scalar(db, "SELECT count(*) FROM search_engine_ads WHERE creative_id IS NULL") == 0
     assert scalar(db, "SELECT count(*) FROM search_engine_ads") > 0
+
+
+def test_the_pages_example_validates_and_plans_as_the_page_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/declaring-endpoints.md stays true: its catalog file and spec, saved as it says, validate and plan
+    to its figures, and its refused key reads as it prints it."""
+    page = (Path(__file__).parent.parent / "docs" / "declaring-endpoints.md").read_text()
+    catalog_text, spec_text = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)[:2]
+    (tmp_path / "catalogs").mkdir()
+    (tmp_path / "catalogs" / "ad-library.yaml").write_text(catalog_text)
+    (tmp_path / "ad-watch.yaml").write_text(spec_text)
+    planned = runner.invoke(app, ["plan", str(tmp_path / "ad-watch.yaml")], env={"COLUMNS": "200"})
+    assert planned.exit_code == 0, planned.output
+    shown = re.search(r"```sh\nharvest plan ad-watch.yaml\n```\n\n```text\n(.*?)```", page, re.DOTALL)
+    assert shown is not None
+    for line in shown.group(1).splitlines():
+        assert line in planned.stdout, line
+    (tmp_path / "catalogs" / "ad-library.yaml").write_text(
+        catalog_text.replace("key: creative_id", "key: creativeId")
+    )
+    monkeypatch.chdir(tmp_path)  # as the page runs it: from the spec's directory
+    refused = runner.invoke(app, ["validate", "ad-watch.yaml"], env={"COLUMNS": "400"})
+    assert refused.exit_code == 2
+    error = re.search(r"(catalogs/ad-library.yaml:19: .*)\n", page)
+    assert error is not None and error.group(1) in refused.stderr
