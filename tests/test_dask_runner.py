@@ -21,6 +21,7 @@ from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.declaring_helpers import Variant, aliased, variants
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 
@@ -86,16 +87,18 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
     assert scalar(dask_db, "SELECT count(*) FROM query_state WHERE status = 'complete'") == len(dask.queries)
 
 
+@pytest.mark.parametrize("pins", variants(PINS))
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
-    prefect_harness: None, tmp_path: Path
+    prefect_harness: None, tmp_path: Path, pins: Variant
 ) -> None:
+    """The same when the pins are an endpoint the job declares (#38): Dask workers build it from the run."""
     budget, round_pages = 13, 5
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
-    spec = job(
-        "", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": round_pages}, credits=budget
+    spec = pins.spec(
+        job("", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": round_pages}, credits=budget)
     )
-    spec["queries"] = spec["queries"][:1]
-    with running(config) as sb:
+    spec["queries"] = [{**spec["queries"][0], "endpoint": pins.path}]
+    with aliased(config) as sb:
         spec["service"]["base_url"] = sb.base_url
         summary = run_flow(write_spec(tmp_path, spec))
         billed, entries = sb.billed_total(), data_entries(sb)
