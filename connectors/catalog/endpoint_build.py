@@ -41,7 +41,7 @@ def _newest_first(order: bool | Mapping[str, Any]) -> NewestFirst | None:
     if not order:
         return None
     assert isinstance(order, Mapping)
-    return NewestFirst(order["param"], tuple(str(v) for v in order["values"]))
+    return NewestFirst(order["param"], tuple(order["values"]))
 
 
 def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:

@@ -29,13 +29,13 @@ class NewestFirst:
     """
 
     param: str | None = None
-    values: tuple[str, ...] = ()
+    values: tuple[Any, ...] = ()
 
     def holds(self, params: Mapping[str, Any]) -> bool:
         return self.param is None or params.get(self.param) in self.values
 
     def describe(self) -> str:
-        return "" if self.param is None else f" with {self.param}: {' or '.join(self.values)}"
+        return "" if self.param is None else f" with {self.param}: {' or '.join(map(str, self.values))}"
 
 
 @dataclass(frozen=True)
