@@ -7,7 +7,6 @@ answer in about a second: Prefect and the flow are imported inside the commands 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
@@ -20,7 +19,6 @@ from sandbox import drift_shapes
 
 if TYPE_CHECKING:
     from flows.spec import JobSpec
-    from sandbox.config import Drift
 
 
 class _Harvest(typer.Typer):
@@ -48,11 +46,13 @@ REPLAY_HELP = (
     "Answer every request to PATH with FILE's bytes as they are (an answer recorded from the service, or its "
     "published sample); billed as usual; repeat for more paths."
 )
+CATALOG_HELP = "Also serve the endpoints a catalog file declares (docs/declaring-endpoints.md); repeatable."
 
 
 @app.command(
     epilog="Example: harvest sandbox --port 8765 --api-key demo-key --credits 1000 --fault-rate 0.1 --seed 7\n\n"
     "Benchmark scale: harvest sandbox --pages 200 200 --page-size 100 --credits 1000000\n\n"
+    "Declared endpoints offline: harvest sandbox --spec configs/examples/video-chains.yaml\n\n"
     "A service change: harvest sandbox --drift renamed-list. Shapes (--drift NAME, repeat to combine):\n\n"
     + drift_shapes.described().replace("\n", "\n\n")
 )
@@ -89,48 +89,32 @@ def sandbox(
         help="Serve answers changed in shape (listed below); repeat to combine.",
     ),
     replay: list[str] = typer.Option([], "--replay", metavar="PATH=FILE", help=REPLAY_HELP),
+    catalog: list[Path] = typer.Option([], "--catalog", metavar="FILE", help=CATALOG_HELP),
+    spec: Path | None = typer.Option(None, "--spec", help="Also serve the endpoints a job spec declares."),
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
-    from sandbox.config import Quirks
-    from sandbox.wire.serving import serve
-
-    serve(
-        port=port,
-        api_key=api_key,
-        credits=credits,
-        fault_rate=fault_rate,
-        seed=seed,
-        pages=pages,
-        page_size=page_size,
-        quirks=Quirks() if quirks else Quirks.none(),
-        fault_kinds=[k.strip() for k in fault_kinds.split(",") if k.strip()],
-        slow_seconds=slow_seconds,
-        retry_after=retry_after,
-        rate=rate,
-        cache_pages=cache_pages,
-        latency=latency,
-        drift=_drift(drift),
-        replay=_replayed(replay),
-    )
-
-
-def _drift(names: list[str]) -> Drift:
-    """The `--drift` shapes combined, each said on stderr, or exit 2 naming an unknown one."""
-    unknown = [name for name in names if name not in drift_shapes.SHAPES]
-    if unknown:
-        _fail(f"--drift: no shape {unknown[0]!r}; allowed: {', '.join(drift_shapes.SHAPES)}")
-    for name in names:
-        print(f"drift {name}: {drift_shapes.SHAPES[name].what}", file=sys.stderr)
-    return drift_shapes.combine(names)
-
-
-def _replayed(entries: list[str]) -> dict[str, bytes]:
-    """`--replay PATH=FILE` entries as the sandbox takes them, or exit 2 naming the entry."""
-    from sandbox.served_paths import replay_answers
+    from flows.commands.sandbox_serve import serve_sandbox
+    from flows.spec import UsageError
 
     try:
-        return replay_answers(entries)
-    except ValueError as exc:
+        serve_sandbox(
+            (drift, replay, catalog, spec),
+            port=port,
+            api_key=api_key,
+            credits=credits,
+            fault_rate=fault_rate,
+            seed=seed,
+            pages=pages,
+            page_size=page_size,
+            quirks=quirks,
+            fault_kinds=[k.strip() for k in fault_kinds.split(",") if k.strip()],
+            slow_seconds=slow_seconds,
+            retry_after=retry_after,
+            rate=rate,
+            cache_pages=cache_pages,
+            latency=latency,
+        )
+    except UsageError as exc:
         _fail(str(exc))
 
 

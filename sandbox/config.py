@@ -189,6 +189,10 @@ class SandboxConfig:
     """Path -> an answer's bytes, served exactly as they are (with their own envelope, or none) to every valid
     request of that path, and billed as usual: the service's published sample answers, or an answer recorded
     from it, replayed (`harvest sandbox --replay PATH=FILE`)."""
+    declared: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Path -> an endpoint's declaration, the plain data of harvest's declaration format (`endpoints:` of a spec
+    or a catalog file): served beside the built-in endpoints with no code of its own
+    (`sandbox.emulation.generic`). A declaration the sandbox cannot serve is a ValueError naming it."""
     cache_pages: bool = False
     """Build each distinct page once and serve it again from memory (benchmarks: the sandbox must not be the
     bottleneck of what it measures). Answers are the same bytes either way."""
@@ -224,6 +228,10 @@ class SandboxConfig:
             raise ValueError("rate and rate_burst must be >= 0")
         if self.fault_rate > 0 and not self.fault_kinds:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
+        if self.declared:
+            from sandbox.emulation.generic.declared_endpoints import served
+
+            served(self)  # refused here, naming the declaration, rather than at its first request
 
     def pages_for(self, path: str) -> tuple[int, int]:
         return self.pages_by_path.get(path, self.pages)

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sandbox.config import SandboxConfig
-from sandbox.emulation import endpoint_table as ep
 from sandbox.emulation.emulated import key_part
 from sandbox.emulation.generate import build, make_ctx
+from sandbox.emulation.generic.declared_endpoints import served
 from sandbox.emulation.page import Ctx, ServedPage
 from sandbox.emulation.platforms import Record
 
@@ -43,11 +43,12 @@ def _items(params: Mapping[str, ParamValue]) -> list[tuple[str, str]]:
 def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | None = None) -> Ctx:
     """The validated first request of a crawl. `path` is a documented path, or the detail path with a material
     id in it. Raises `sandbox.wire.validation.InvalidRequest` for parameters the server would refuse."""
-    endpoint = ep.match(path)
+    config = config or SandboxConfig()
+    endpoint = served(config).match(path)
     if endpoint is None:
         raise ValueError(f"unknown path: {path}")
     path_value = endpoint.path_value(path)
-    return make_ctx(endpoint, _items(params), config or SandboxConfig(), path_value)
+    return make_ctx(endpoint, _items(params), config, path_value)
 
 
 def crawl(

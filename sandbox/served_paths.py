@@ -32,14 +32,15 @@ ALL_PATHS: tuple[str, ...] = (
 """The 18 data paths, in the interface's order."""
 
 
-def replay_answers(entries: list[str]) -> dict[str, bytes]:
-    """Path -> answer bytes of `harvest sandbox --replay PATH=FILE` entries; ValueError naming a bad entry."""
+def replay_answers(entries: list[str], also: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """Path -> answer bytes of `harvest sandbox --replay PATH=FILE` entries (`also`: declared paths the sandbox
+    serves too); ValueError naming a bad entry."""
     replayed: dict[str, bytes] = {}
     for entry in entries:
         path, _, file = entry.partition("=")
-        if path not in ALL_PATHS or not file:
+        if path not in (*ALL_PATHS, *also) or not file:
             raise ValueError(
-                f"--replay {entry!r}: PATH=FILE with one of the documented paths: {', '.join(ALL_PATHS)}"
+                f"--replay {entry!r}: PATH=FILE with one of the served paths: {', '.join((*ALL_PATHS, *also))}"
             )
         try:
             replayed[path] = Path(file).read_bytes()

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from sandbox.config import SandboxConfig
     from sandbox.emulation.page import Ctx, ServedPage
     from sandbox.wire.validation import RequestParams
 
-Check = Literal["text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag"]
+Check = Literal[
+    "text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag", "integer", "number"
+]
 
 _PATH_PARAM_RE = re.compile(r"\{(\w+)\}")
 
@@ -38,6 +41,14 @@ class QueryParam:
     identity: bool = False
     subject: bool = False
     default: str | None = None
+    minimum: float | None = None
+    """Bounds of an `integer` or `number` value (a declared endpoint's `min` and `max`)."""
+    maximum: float | None = None
+    min_length: int | None = None
+    """Bounds of a text value's length."""
+    max_length: int | None = None
+    pattern: str | None = None
+    """A regular expression the text value must contain a match of (JSON Schema's `pattern`)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,12 @@ class EmulatedEndpoint:
     values."""
     feed_list: str | None = None
     """The body list whose items the `wrapped_feed` drift wraps the native upstream way."""
+    also_one_of: tuple[tuple[str, ...], ...] = ()
+    """More groups of which at least one parameter must be given (a declared endpoint's `one_of` past its
+    first group, which is `one_of`)."""
+    price: Callable[[Sequence[tuple[str, str]]], int] | None = None
+    """Credits a request costs, from its query parameters (a declared endpoint's price, per parameter value);
+    None: `SandboxConfig.cost_for`."""
     path_param: str | None = field(init=False, default=None)
     """The name of the path's parameter, if it has one."""
     path_pattern: re.Pattern[str] | None = field(init=False, default=None, repr=False, compare=False)
@@ -124,6 +141,13 @@ class EmulatedEndpoint:
     def names(self) -> frozenset[str]:
         return frozenset(p.name for p in self.params)
 
+    def cost(self, items: Sequence[tuple[str, str]], config: SandboxConfig) -> int:
+        """Credits one answer costs: the config's price for the path when it names one (tests), else the
+        endpoint's own price for these parameters, else the config's default."""
+        if self.price is None or self.path in config.costs:
+            return config.cost_for(self.path)
+        return self.price(items)
+
     def path_value(self, request_path: str) -> str | None:
         """The path parameter's value in a request path to this endpoint (None when it has none)."""
         found = self.path_pattern.match(request_path) if self.path_pattern is not None else None
@@ -141,8 +165,32 @@ class EmulatedEndpoint:
         return out
 
 
+class EndpointTable:
+    """The endpoints one sandbox serves, found by request path."""
+
+    def __init__(self, endpoints: Sequence[EmulatedEndpoint]) -> None:
+        self.endpoints = tuple(endpoints)
+        self.by_path = {e.path: e for e in self.endpoints}
+        self._patterns = tuple((e.path_pattern, e) for e in self.endpoints if e.path_pattern is not None)
+
+    def match(self, path: str) -> EmulatedEndpoint | None:
+        """The endpoint a request path addresses (a path parameter filled in, or its documented `{name}`), or
+        None."""
+        found = self.by_path.get(path)
+        if found is not None:
+            return found
+        return next((endpoint for pattern, endpoint in self._patterns if pattern.match(path)), None)
+
+
 def key_part(record: Any, part: str) -> Any:
-    """One part of a record's key (`product_id|id`: the first of these names the record has), None if none."""
-    if not isinstance(record, dict):
-        return None
-    return next((record[name] for name in part.split("|") if name in record), None)
+    """One part of a record's key (`product_id|id`: the first of these names the record has; `a.b`: inside an
+    object), None if none."""
+    for name in part.split("|"):
+        value = record
+        for step in name.split("."):
+            if not isinstance(value, dict) or step not in value:
+                break
+            value = value[step]
+        else:
+            return value
+    return None

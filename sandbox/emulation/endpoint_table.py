@@ -11,12 +11,11 @@ for paged answers, `sandbox.emulation.single` for one-page ones, or reuse one), 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sandbox.emulation import creative, paged, single
 from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.emulated import EmulatedEndpoint, NewItems, NotFoundAnswer, QueryParam
+from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable, NewItems, NotFoundAnswer, QueryParam
 from sandbox.served_paths import (
     ADVERTISERS,
     CLIP,
@@ -315,20 +314,11 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
     ),
 )
 
-BY_PATH: dict[str, EmulatedEndpoint] = {e.path: e for e in ENDPOINTS}
-
-_WITH_PATH_PARAMS: tuple[tuple[re.Pattern[str], EmulatedEndpoint], ...] = tuple(
-    (e.path_pattern, e) for e in ENDPOINTS if e.path_pattern is not None
-)
+BUILT_IN = EndpointTable(ENDPOINTS)
+BY_PATH: dict[str, EmulatedEndpoint] = BUILT_IN.by_path
 
 
 def match(path: str) -> EmulatedEndpoint | None:
-    """The endpoint a request path addresses (a path parameter filled in, or its documented `{name}`), or
-    None."""
-    found = BY_PATH.get(path)
-    if found is not None:
-        return found
-    for pattern, endpoint in _WITH_PATH_PARAMS:
-        if pattern.match(path):
-            return endpoint
-    return None
+    """The built-in endpoint a request path addresses (a path parameter filled in, or its documented `{name}`),
+    or None."""
+    return BUILT_IN.match(path)

@@ -22,7 +22,11 @@ def make_ctx(
     config: SandboxConfig,
     path_value: str | None = None,
 ) -> Ctx:
-    """Validate a request's query parameters (raises `InvalidRequest`)."""
+    """Validate a request's query parameters (raises `InvalidRequest`). A path parameter a declared endpoint
+    lists among its parameters is checked as one, its value taken from the path."""
+    name = endpoint.path_param
+    if name is not None and path_value is not None and name in endpoint.names:
+        items = [*((n, v) for n, v in items if n != name), (name, path_value)]
     params = validate(endpoint, items, config.quirks)
     if endpoint.effective is not None:
         params = endpoint.effective(params)

@@ -106,6 +106,7 @@ class SandboxState:
         fault: FaultKind | None,
         key: str | None,
         path_value: str | None = None,
+        path_param: str = "material_id",
     ) -> None:
         self.ledger.append(
             LedgerEntry(
@@ -117,7 +118,7 @@ class SandboxState:
                 credits=credits,
                 fault=None if fault is None else str(fault),
                 key_id=None if key is None else key_id(key),
-                path_params={} if path_value is None else {"material_id": path_value},
+                path_params={} if path_value is None else {path_param: path_value},
             )
         )
 
@@ -133,13 +134,17 @@ class SandboxState:
         return _json(402, body)
 
     def charge_fault(
-        self, presented: str | None, endpoint: EmulatedEndpoint, fault: FaultKind
+        self,
+        presented: str | None,
+        endpoint: EmulatedEndpoint,
+        fault: FaultKind,
+        items: Sequence[tuple[str, str]] = (),
     ) -> tuple[int, str | None]:
         """Bill an edge fault when the config says that kind is billed: (credits billed, resolved key)."""
         key = None if presented is None else self.book.resolve(presented)
         if key is None or fault not in self.config.billed_faults:
             return 0, key
-        cost = self.config.cost_for(endpoint.path)
+        cost = endpoint.cost(items, self.config)
         return (cost, key) if self.book.charge(key, cost) is not None else (0, key)
 
     def answer(
@@ -162,7 +167,8 @@ class SandboxState:
                 answer.body = damage(fault, answer.body, n or 0)
             else:
                 applied = None
-        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_value)
+        named = endpoint.path_param or ""
+        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_value, named)
         return answer
 
     def _answer(
@@ -191,7 +197,7 @@ class SandboxState:
                 "credits_charged": 0,
             }
             return _json(400, body), 0, key
-        cost = self.config.cost_for(endpoint.path)
+        cost = endpoint.cost(items, self.config)
         if fault is not None and fault not in self.config.billed_faults:
             cost = 0
         remaining = self.book.charge(key, cost)

@@ -22,8 +22,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from sandbox.config import FaultKind, SandboxConfig
-from sandbox.emulation import endpoint_table as ep
-from sandbox.emulation.emulated import EmulatedEndpoint
+from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable
+from sandbox.emulation.generic.declared_endpoints import served
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.served_paths import CREDIT_BALANCE
 from sandbox.wire.answering import SandboxState, WireAnswer
@@ -42,8 +42,8 @@ def _response(answer: WireAnswer) -> Response:
 
 async def _data(request: Request) -> Response:
     state: SandboxState = request.app.state.sandbox
-    endpoint = ep.match(request.url.path)
-    assert endpoint is not None  # routes exist only for catalogue paths
+    endpoint = served(state.config).match(request.url.path)
+    assert endpoint is not None  # routes exist only for served paths
     answer = state.answer(
         endpoint,
         request.query_params.multi_items(),
@@ -86,8 +86,8 @@ async def _expected(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def _routes() -> list[Route]:
-    routes = [Route(e.path, _data, methods=["GET"]) for e in ep.ENDPOINTS]
+def _routes(table: EndpointTable) -> list[Route]:
+    routes = [Route(e.path, _data, methods=["GET"]) for e in table.endpoints]
     routes.append(Route(CREDIT_BALANCE, _balance, methods=["GET"]))
     routes.append(Route("/_sandbox/ledger", _ledger, methods=["GET"]))
     routes.append(Route("/_sandbox/expected", _expected, methods=["GET"]))
@@ -101,11 +101,13 @@ class SandboxApp:
         self.config = config or SandboxConfig()
         self.state = SandboxState(self.config)
         self.rate_gate = RateGate(self.config.rate, self.config.rate_burst)
-        self.inner = Starlette(routes=_routes())
+        self.table = served(self.config)
+        """The endpoints served: the built-in ones and the config's declared ones."""
+        self.inner = Starlette(routes=_routes(self.table))
         self.inner.state.sandbox = self.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = ep.match(scope["path"]) if scope["type"] == "http" else None
+        endpoint = self.table.match(scope["path"]) if scope["type"] == "http" else None
         if endpoint is None:
             await self.inner(scope, receive, send)
             return
@@ -130,15 +132,16 @@ class SandboxApp:
     ) -> None:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)
-        credits, key = self.state.charge_fault(presented, endpoint, fault)
         items = request.query_params.multi_items()
+        credits, key = self.state.charge_fault(presented, endpoint, fault, items)
         path_value = endpoint.path_value(scope["path"])
+        named = endpoint.path_param or ""
         if fault is FaultKind.DROP:
-            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value)
+            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value, named)
             await drop_connection(send)
             return
         status, headers, body = edge_response(fault, self.config.retry_after)
-        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_value)
+        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_value, named)
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

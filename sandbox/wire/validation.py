@@ -6,12 +6,13 @@ parameters are ignored while the `ignore_unknown_params` quirk is on, as on the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandbox.config import Quirks
-from sandbox.emulation.emulated import EmulatedEndpoint
+from sandbox.emulation.emulated import EmulatedEndpoint, QueryParam
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -19,6 +20,8 @@ _FLAG_OFF = frozenset({"", "false", "0", "no", "off"})
 _SUBREDDIT_RE = re.compile(r"^[A-Za-z0-9_]{2,21}$")
 _REGION2_RE = re.compile(r"^[A-Za-z]{2}$")
 _NONNEG_RE = re.compile(r"^[0-9]{1,19}$")
+_NUMBERS = frozenset({"integer", "number", "limit", "nonneg_int"})
+_INTEGER_RE = re.compile(r"^[+-]?[0-9]{1,19}$")
 
 
 class InvalidRequest(Exception):
@@ -91,12 +94,33 @@ def validate(endpoint: EmulatedEndpoint, items: Sequence[tuple[str, str]], quirk
             if param.default is not None:
                 values[param.name] = param.default
             continue
-        values[param.name] = _check_one(param.name, param.check, param.enum, given[-1])
+        values[param.name] = _check_bounds(param, _check_one(param.name, param.check, param.enum, given[-1]))
 
-    if endpoint.one_of and not any(name in values for name in endpoint.one_of):
-        names = " or ".join(endpoint.one_of)
-        raise InvalidRequest(endpoint.one_of[0], f"one of {names} is required")
+    for group in (endpoint.one_of, *endpoint.also_one_of):
+        if group and not any(name in values or name in lists for name in group):
+            names = " or ".join(group)
+            raise InvalidRequest(group[0], f"one of {names} is required")
     return RequestParams(values, lists)
+
+
+def _check_bounds(param: QueryParam, value: str) -> str:
+    """A declared endpoint's bounds: `min`/`max` of a number, the length and `pattern` of a text."""
+    name = param.name
+    if param.check in _NUMBERS and (param.minimum is not None or param.maximum is not None):
+        number = float(value)
+        low = "" if param.minimum is None else f" at least {param.minimum:g}"
+        high = "" if param.maximum is None else f" at most {param.maximum:g}"
+        if (param.minimum is not None and number < param.minimum) or (
+            param.maximum is not None and number > param.maximum
+        ):
+            raise InvalidRequest(name, f"'{name}' must be{low}{' and' if low and high else ''}{high}")
+    if param.min_length is not None and len(value) < param.min_length:
+        raise InvalidRequest(name, f"'{name}' must be at least {param.min_length} characters long")
+    if param.max_length is not None and len(value) > param.max_length:
+        raise InvalidRequest(name, f"'{name}' must be at most {param.max_length} characters long")
+    if param.pattern is not None and re.search(param.pattern, value) is None:
+        raise InvalidRequest(name, f"invalid value for '{name}': {value!r} does not match {param.pattern}")
+    return value
 
 
 def _check_one(name: str, check: str, enum: tuple[str, ...], value: str) -> str:
@@ -132,5 +156,17 @@ def _check_one(name: str, check: str, enum: tuple[str, ...], value: str) -> str:
     if check == "nonneg_int":
         if not _NONNEG_RE.match(value):
             raise InvalidRequest(name, f"'{name}' must be a non-negative integer")
+        return value
+    if check == "integer":
+        if not _INTEGER_RE.match(value):
+            raise InvalidRequest(name, f"'{name}' must be an integer")
+        return str(int(value))
+    if check == "number":
+        try:
+            real = float(value)
+        except ValueError:
+            raise InvalidRequest(name, f"'{name}' must be a number") from None
+        if not math.isfinite(real):
+            raise InvalidRequest(name, f"'{name}' must be a number")
         return value
     return value

@@ -1,0 +1,103 @@
+"""`harvest sandbox`: the declared endpoints it serves beside the built-in ones, from catalog files
+(`--catalog FILE`) and a job spec's `catalogs:` and `endpoints:` (`--spec SPEC`).
+
+The sandbox reads declarations as plain data (`sandbox.config.SandboxConfig.declared`); harvest reads and
+checks them first, so that a declaration the sandbox serves is one `harvest run` accepts, with every problem
+named on its file and line before anything is served.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flows.spec.problems import Problem, SpecError, UsageError
+from flows.spec.yaml_reader import UnreadableSpec, load_yaml, read_spec_text
+from sandbox import drift_shapes
+from sandbox.config import Drift, Quirks
+from sandbox.served_paths import replay_answers
+
+
+def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None], **options: Any) -> None:
+    """Serve until interrupted, with what `named` names (drift shapes, `--replay` entries, catalog files, a
+    spec) and `options` (`sandbox.wire.serving.serve`'s; `quirks` a bool: all on or all off). UsageError
+    (exit 2) names what is refused: a shape, a replay entry, a declaration harvest or the sandbox cannot take."""
+    from sandbox.wire.serving import serve
+
+    drift, replay, catalogs, spec = named
+    try:
+        declared = sandbox_declarations(catalogs, spec)
+    except SpecError as exc:
+        raise UsageError(f"{exc}\nnothing was served.") from None
+    options["quirks"] = Quirks() if options.get("quirks", True) else Quirks.none()
+    try:
+        replayed = replay_answers(replay, also=tuple(declared))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    shapes = _drift(drift)
+    try:
+        serve(drift=shapes, replay=replayed, declared=declared, **options)
+    except ValueError as exc:  # the config refused before serving: a declaration it cannot serve, a bad scale
+        raise UsageError(f"harvest sandbox: {exc}") from None
+
+
+def _drift(names: list[str]) -> Drift:
+    """The `--drift` shapes combined, each said on stderr; UsageError naming an unknown one."""
+    unknown = [name for name in names if name not in drift_shapes.SHAPES]
+    if unknown:
+        raise UsageError(f"--drift: no shape {unknown[0]!r}; allowed: {', '.join(drift_shapes.SHAPES)}")
+    for name in names:
+        print(f"drift {name}: {drift_shapes.SHAPES[name].what}", file=sys.stderr)
+    return drift_shapes.combine(names)
+
+
+def _endpoints_of(file: Path) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(the file's top level, its `endpoints:`), SpecError naming the file when it cannot be read."""
+    try:
+        data, _ = load_yaml(read_spec_text(file))
+    except FileNotFoundError:
+        raise SpecError(
+            [Problem(str(file), None, "", "no such file", "a YAML file with `endpoints:`")]
+        ) from None
+    except UnreadableSpec as exc:
+        raise SpecError([Problem(str(file), f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(
+            [Problem(str(file), None, "", f"cannot read it: {exc}", "a UTF-8 YAML file")]
+        ) from None
+    top = data if isinstance(data, Mapping) else {}
+    endpoints = top.get("endpoints")
+    return top, endpoints if isinstance(endpoints, Mapping) else {}
+
+
+def catalog_file_endpoints(path: str | Path) -> dict[str, dict[str, Any]]:
+    """A catalog file's endpoints as plain declarations (stopgap until `flows.spec` reads them: unchecked)."""
+    return {str(k): dict(v) for k, v in _endpoints_of(Path(path))[1].items()}
+
+
+def declared_endpoints(spec: str | Path) -> dict[str, dict[str, Any]]:
+    """The endpoints a job spec declares, its `catalogs:` files (relative to its directory) then its
+    `endpoints:` (stopgap until `flows.spec` reads them: unchecked)."""
+    top, inline = _endpoints_of(Path(spec))
+    found: dict[str, dict[str, Any]] = {}
+    for name in top.get("catalogs") or ():
+        found.update(catalog_file_endpoints(Path(spec).parent / str(name)))
+    found.update({str(k): dict(v) for k, v in inline.items()})
+    return found
+
+
+def sandbox_declarations(catalogs: Sequence[Path], spec: Path | None) -> dict[str, dict[str, Any]]:
+    """Path -> declaration of every endpoint `harvest sandbox` is asked to serve; each said on stderr.
+    SpecError names the file, the line and the field of a declaration harvest refuses."""
+    declared: dict[str, dict[str, Any]] = {}
+    for file in catalogs:
+        declared.update(catalog_file_endpoints(file))
+    if spec is not None:
+        declared.update(declared_endpoints(spec))
+    for path, declaration in declared.items():
+        style = (declaration.get("paging") or {}).get("style", "single")
+        tables = ", ".join(declaration.get("records") or {})
+        print(f"declared {path}: paging {style}, records {tables}", file=sys.stderr)
+    return declared

@@ -1,0 +1,135 @@
+"""Declared endpoints as the sandbox serves them: each declaration becomes an `EmulatedEndpoint` like the 18
+built-in ones (its parameters checked as declared, its price, its "not found", its pages built by
+`declared_pages`), so serving, billing, faults, trigger words, drift and `sandbox.expected` treat it as they treat
+those.
+
+What a declaration leaves to the sandbox:
+- identity: every parameter but the cursors and the records-per-page one decides which records exist;
+- subjects (trigger words `missing`, `blocked`, `nonexistent`): the text parameters that name what is looked up,
+  those required, in a `one_of` group, or in the path;
+- paging parameters are accepted even when `params` does not list them (or the ignored-parameter quirk would
+  answer the first page again to a client following cursors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable, NewItems, NotFoundAnswer, QueryParam
+from sandbox.emulation.endpoint_table import BUILT_IN
+from sandbox.emulation.generic import declared_pages
+from sandbox.emulation.generic.declared_form import (
+    PARAM_CHECKS,
+    DeclaredEndpoint,
+    DeclaredParam,
+    read_declaration,
+)
+from sandbox.emulation.page import Ctx, ServedPage
+
+if TYPE_CHECKING:
+    from sandbox.config import SandboxConfig
+
+_TRUE = frozenset({"true", "1"})
+
+
+def _query_param(decl: DeclaredEndpoint, param: DeclaredParam, in_path: bool) -> QueryParam:
+    cursors = {p for p, _ in decl.paging.next}
+    grouped = {name for group in decl.one_of for name in group}
+    is_text = param.type == "string"
+    return QueryParam(
+        param.name,
+        required=param.required or in_path,
+        enum=param.enum,
+        check=PARAM_CHECKS.get(param.type, "text"),  # type: ignore[arg-type]
+        identity=param.name not in cursors and param.name != decl.per_page_param,
+        subject=is_text and not param.enum and (param.required or param.name in grouped or in_path),
+        default=param.default,
+        minimum=param.minimum,
+        maximum=param.maximum,
+        min_length=param.min_length,
+        max_length=param.max_length,
+        pattern=param.pattern,
+    )
+
+
+def _params(decl: DeclaredEndpoint, path_param: str | None) -> tuple[QueryParam, ...]:
+    params = [_query_param(decl, p, p.name == path_param) for p in decl.params]
+    named = {p.name for p in params}
+    for name, _ in decl.paging.next:
+        if name not in named:
+            params.append(
+                QueryParam(name, check="nonneg_int" if decl.paging.style == "max_cursor" else "text")
+            )
+    if path_param is not None and path_param not in named:
+        params.insert(0, QueryParam(path_param, required=True, identity=True, subject=True))
+    return tuple(params)
+
+
+def _canonical(decl: DeclaredEndpoint, name: str, value: str) -> str:
+    param = decl.param(name)
+    if param is not None and param.type == "boolean":
+        return "true" if value.lower() in _TRUE else "false"
+    return value
+
+
+def price(decl: DeclaredEndpoint, items: Sequence[tuple[str, str]]) -> int:
+    """Credits of one request: the first `price.when` rule whose parameter has one of its values (a parameter
+    left out counts at its default), else the declared credits."""
+    given = {p.name: p.default for p in decl.params if p.default is not None}
+    given.update(dict(items))
+    for rule in decl.when:
+        value = given.get(rule.param)
+        if value is not None and _canonical(decl, rule.param, value) in rule.values:
+            return rule.credits
+    return decl.credits
+
+
+def _build(decl: DeclaredEndpoint, ctx: Ctx) -> ServedPage:
+    if decl.paging.single:
+        return declared_pages.single(ctx, decl)
+    return declared_pages.paged(ctx, decl)
+
+
+def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
+    """The sandbox's endpoint answering as `decl` declares."""
+    probe = EmulatedEndpoint(decl.path, (), {}, builder=partial(_build, decl))
+    if probe.path_param is not None and decl.path.count("{") > 1:
+        raise ValueError(f"declared endpoint {decl.path}: the sandbox serves one path parameter at most")
+    newest = decl.newest_first
+    return EmulatedEndpoint(
+        decl.path,
+        _params(decl, probe.path_param),
+        {kind.table: kind.key_paths for kind in decl.kinds},
+        builder=partial(_build, decl),
+        not_found=NotFoundAnswer(declared_pages.not_found_body(decl)),
+        one_of=decl.one_of[0] if decl.one_of else (),
+        also_one_of=decl.one_of[1:],
+        search=not decl.paging.single and newest is None,
+        paged=not decl.paging.single,
+        new_items=None if newest is None else NewItems(newest[0], newest[1]),
+        price=partial(price, decl),
+    )
+
+
+def declared_table(declared: Mapping[str, Any], built_in: EndpointTable) -> EndpointTable:
+    """The built-in endpoints and the declared ones; `ValueError` for a declaration the sandbox cannot serve."""
+    added = []
+    for path, declaration in declared.items():
+        if built_in.match(path) is not None or path in built_in.by_path:
+            raise ValueError(
+                f"declared endpoint {path}: the sandbox already serves {path} (a built-in endpoint)"
+            )
+        added.append(emulated(read_declaration(path, declaration)))
+    return EndpointTable((*built_in.endpoints, *added))
+
+
+def served(config: SandboxConfig) -> EndpointTable:
+    """Every endpoint `config`'s sandbox serves (the built-in ones, and its declared ones), built once per
+    config."""
+    table = config.__dict__.get("_served")
+    if table is None:
+        table = declared_table(config.declared, BUILT_IN) if config.declared else BUILT_IN
+        object.__setattr__(config, "_served", table)
+    return table

@@ -1,0 +1,302 @@
+"""A declared endpoint as the sandbox reads it: the plain data of harvest's declaration format (one mapping per
+path, as `docs/declaring-endpoints.md` writes it), checked only as far as serving it needs.
+
+harvest validates declarations before a run (every error with its file and line); the sandbox stands alone, so it
+reads the same mapping again and refuses, with a `ValueError` naming the path and the field, only what it could
+not serve (an unknown paging style, a key that is not a column, a path it already serves). Keys it does not use
+(`summary`, `description`, ...) are ignored, and so are types it does not know (made as text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STYLES = (
+    "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor",
+)  # fmt: skip
+"""The paging styles harvest knows; each names the traps the sandbox's built-in endpoints of that style have."""
+
+DEFAULT_NEXT: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "cursor": (("cursor", "cursor"),),
+    "continuation_token": (("continuationToken", "continuationToken"),),
+    "envelope_cursor": (("cursor", "metadata.cursor"),),
+    "page_id_and_cursor": (("next_page_id", "next_page_id"), ("cursor", "cursor")),
+    "max_id": (("max_id", "paging_info.max_id"),),
+    "max_cursor": (("max_cursor", "max_cursor"),),
+}
+"""Request parameter -> response path of each style, when a declaration names none (the built-in endpoints')."""
+DEFAULT_MORE = {"max_id": "paging_info.more_available", "max_cursor": "has_more"}
+
+PARAM_CHECKS = {
+    "string": "text",
+    "integer": "integer",
+    "number": "number",
+    "boolean": "bool",
+    "list": "multi",
+}
+"""A declared parameter type -> how the sandbox's validation checks its value (`sandbox.wire.validation`)."""
+
+
+@dataclass(frozen=True)
+class DeclaredParam:
+    name: str
+    type: str
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    default: str | None = None
+    """The default as it goes on the wire (`true`, `50`)."""
+
+
+@dataclass(frozen=True)
+class DeclaredColumn:
+    name: str
+    type: str
+    path: str
+    """Where the service puts the value: the first alternative of an `a|b` path; `$params.x` reads a request
+    parameter, so nothing is put in the record."""
+
+    @property
+    def from_request(self) -> bool:
+        return self.path.startswith("$params.")
+
+
+@dataclass(frozen=True)
+class DeclaredKind:
+    table: str
+    at: str
+    """Where the records are (the first alternative): "" for the answer itself."""
+    one: bool
+    key: tuple[str, ...]
+    columns: tuple[DeclaredColumn, ...]
+    wrap_key: str | None = None
+    """`unwrap.key`: each record is sent wrapped as `{wrap_key: record, <extras>}`."""
+    extras: tuple[DeclaredColumn, ...] = ()
+    ignore: tuple[str, ...] = ()
+    """Record paths the declaration knows and leaves in raw: the sandbox sends them, null."""
+    nested: str | None = None
+    """The key under which an item holds more items of its kind: sent as an empty list."""
+
+    @property
+    def key_paths(self) -> str:
+        """The record's key as `EmulatedEndpoint.kinds` writes it: its columns' paths joined by `+`."""
+        by_name = {c.name: c for c in self.columns}
+        return "+".join(by_name[name].path for name in self.key)
+
+
+@dataclass(frozen=True)
+class DeclaredPaging:
+    style: str
+    next: tuple[tuple[str, str], ...] = ()
+    """(request parameter, response path the service writes it at), in the declaration's order."""
+    more: str | None = None
+    end_values: tuple[str, ...] = ()
+    """Sentinels the declaration names: the first one is what the service ends a `cursor` style's pages with,
+    or any style's whose sentinels are not harvest's default (see `declared_pages`)."""
+
+    @property
+    def single(self) -> bool:
+        return self.style == "single" or not self.next
+
+
+@dataclass(frozen=True)
+class DeclaredPriceRule:
+    param: str
+    values: tuple[str, ...]
+    credits: int
+
+
+@dataclass(frozen=True)
+class DeclaredEndpoint:
+    path: str
+    params: tuple[DeclaredParam, ...]
+    one_of: tuple[tuple[str, ...], ...]
+    paging: DeclaredPaging
+    kinds: tuple[DeclaredKind, ...]
+    credits: int = 1
+    when: tuple[DeclaredPriceRule, ...] = ()
+    newest_first: tuple[str | None, tuple[str, ...]] | None = None
+    """(parameter, values) when the listing is newest first (parameter None: always)."""
+    per_page: int | None = None
+    per_page_param: str | None = None
+
+    def param(self, name: str) -> DeclaredParam | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+class _DeclarationReader:
+    """Reads one declaration, each problem a `ValueError` naming the endpoint and the field."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, where: str, problem: str) -> ValueError:
+        return ValueError(f"declared endpoint {self.path}: {where}: {problem}")
+
+    def mapping(self, value: Any, where: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def names(self, value: Any, where: str) -> tuple[str, ...]:
+        """A name or a list of names (`key`, `at`, a `next` path)."""
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, Sequence) and value and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise self.fail(where, "must be a name or a list of names")
+
+
+def wire_text(value: Any) -> str:
+    """A declared value as it travels in a query string: booleans as `true`/`false`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _number(r: _DeclarationReader, value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise r.fail(where, "must be a number")
+    return float(value)
+
+
+def _param(r: _DeclarationReader, name: str, raw: Any) -> DeclaredParam:
+    where = f"params.{name}"
+    spec = r.mapping(raw, where)
+    enum = spec.get("enum") or ()
+    if not isinstance(enum, Sequence) or isinstance(enum, str):
+        raise r.fail(f"{where}.enum", "must be a list of values")
+    lengths = [spec.get("min_length"), spec.get("max_length")]
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in lengths):
+        raise r.fail(where, "min_length and max_length must be integers")
+    default = spec.get("default")
+    return DeclaredParam(
+        name,
+        str(spec.get("type", "string")),
+        required=bool(spec.get("required", False)),
+        enum=tuple(wire_text(v) for v in enum),
+        minimum=_number(r, spec.get("min"), f"{where}.min"),
+        maximum=_number(r, spec.get("max"), f"{where}.max"),
+        min_length=lengths[0],
+        max_length=lengths[1],
+        pattern=spec.get("pattern"),
+        default=None if default is None else wire_text(default),
+    )
+
+
+def _column(r: _DeclarationReader, name: str, raw: Any, where: str) -> DeclaredColumn:
+    if isinstance(raw, str):
+        return DeclaredColumn(name, raw, name)
+    spec = r.mapping(raw, f"{where}.{name}")
+    path = spec.get("path", name)
+    if isinstance(path, Sequence) and not isinstance(path, str):
+        path = path[0] if path else name
+    if not isinstance(path, str):
+        raise r.fail(f"{where}.{name}.path", "must be a record path")
+    return DeclaredColumn(name, str(spec.get("type", "text")), path.split("|")[0])
+
+
+def _kind(r: _DeclarationReader, table: str, raw: Any) -> DeclaredKind:
+    where = f"records.{table}"
+    spec = r.mapping(raw, where)
+    columns = tuple(
+        _column(r, n, c, f"{where}.columns")
+        for n, c in r.mapping(spec.get("columns"), f"{where}.columns").items()
+    )
+    if not columns:
+        raise r.fail(f"{where}.columns", "a record kind needs at least one column")
+    key = r.names(spec.get("key"), f"{where}.key")
+    unknown = [k for k in key if k not in {c.name for c in columns}]
+    if unknown:
+        raise r.fail(f"{where}.key", f"{unknown[0]!r} is not one of its columns")
+    at = spec.get("at", "")
+    first_at = "" if at in ("", [""]) else r.names(at, f"{where}.at")[0].split("|")[0]
+    unwrap = r.mapping(spec.get("unwrap"), f"{where}.unwrap")
+    extras = r.mapping(unwrap.get("extras"), f"{where}.unwrap.extras")
+    return DeclaredKind(
+        table,
+        first_at,
+        bool(spec.get("one", False)) or first_at in (spec.get("objects") or ()),
+        key,
+        columns,
+        wrap_key=unwrap.get("key") if unwrap else None,
+        extras=tuple(_column(r, n, c, f"{where}.unwrap.extras") for n, c in extras.items()),
+        ignore=tuple(spec.get("ignore") or ()),
+        nested=spec.get("nested"),
+    )
+
+
+def _paging(r: _DeclarationReader, raw: Any) -> DeclaredPaging:
+    spec = r.mapping(raw, "paging")
+    style = spec.get("style", "single")
+    if style not in STYLES:
+        raise r.fail("paging.style", f"{style!r} is not a paging style; allowed: {', '.join(STYLES)}")
+    if style == "single":
+        return DeclaredPaging("single")
+    declared_next = r.mapping(spec.get("next"), "paging.next")
+    pairs = tuple((p, r.names(paths, f"paging.next.{p}")[0]) for p, paths in declared_next.items())
+    more = spec.get("more")
+    if more is None:  # as harvest reads it: the style's flag unless one is declared (`[]`: none)
+        more = DEFAULT_MORE.get(style)
+    more = r.names(more, "paging.more")[0] if more else None  # a path, or paths tried in order: the first
+    ends = spec.get("end_values") or ()
+    return DeclaredPaging(style, pairs or DEFAULT_NEXT[style], more, tuple(wire_text(v) for v in ends))
+
+
+def _price(r: _DeclarationReader, raw: Any) -> tuple[int, tuple[DeclaredPriceRule, ...]]:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw, ()
+    spec = r.mapping(raw, "price")
+    rules = []
+    for n, rule in enumerate(spec.get("when") or ()):
+        rule = r.mapping(rule, f"price.when[{n}]")
+        values = rule["values"] if "values" in rule else [rule.get("value")]
+        rules.append(
+            DeclaredPriceRule(
+                str(rule.get("param")), tuple(wire_text(v) for v in values), int(rule["credits"])
+            )
+        )
+    return int(spec.get("credits", 1)), tuple(rules)
+
+
+def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
+    """One declaration (its path and the mapping under it) in the sandbox's form."""
+    r = _DeclarationReader(path)
+    spec = r.mapping(raw, "the declaration")
+    params = tuple(_param(r, name, p) for name, p in r.mapping(spec.get("params"), "params").items())
+    kinds = tuple(_kind(r, table, k) for table, k in r.mapping(spec.get("records"), "records").items())
+    if not kinds:
+        raise r.fail("records", "an endpoint needs at least one record kind")
+    one_of = tuple(r.names(group, f"one_of[{n}]") for n, group in enumerate(spec.get("one_of") or ()))
+    credits, when = _price(r, spec.get("price"))
+    newest = spec.get("newest_first")
+    newest_first: tuple[str | None, tuple[str, ...]] | None = None
+    if isinstance(newest, Mapping):
+        newest_first = (newest.get("param"), tuple(wire_text(v) for v in newest.get("values") or ()))
+    elif newest:
+        newest_first = (None, ())
+    per_page = spec.get("records_per_page")
+    if isinstance(per_page, Mapping):
+        per_page = per_page.get("param")
+    return DeclaredEndpoint(
+        path,
+        params,
+        one_of,
+        _paging(r, spec.get("paging")),
+        kinds,
+        credits,
+        when,
+        newest_first,
+        per_page if isinstance(per_page, int) and not isinstance(per_page, bool) else None,
+        per_page if isinstance(per_page, str) else None,
+    )

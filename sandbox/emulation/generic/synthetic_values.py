@@ -1,0 +1,203 @@
+"""Records made from declared columns: a value of each column's type, set at the column's path.
+
+A record is a pure function of (query scope, table, position), like every record of the sandbox: the key comes
+from the scope's numbered ids (unique within a result set, the same on every night and every run with the same
+seed), the other values from one `Draw` of the same inputs. The first timestamp column is the record's time on
+the scope's clock (newest first, as a newest-first listing and a `max_cursor` page need).
+
+Text is made after the column's name, so that values read as what they are and travel where a chain sends them:
+a column named like a request parameter (`url`, `advertiser_id`) echoes the request's value, `...url`/`...link`
+is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's `repliesContinuationToken`, which the
+comment replies endpoint takes as a thread of its own), `id`/`..._id`/`...Id` an id; anything else a phrase.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from sandbox.emulation.generic.declared_form import DeclaredColumn, DeclaredKind
+from sandbox.emulation.platforms import Record
+from sandbox.emulation.platforms.wording import WORDS, phrase
+from sandbox.emulation.scope import Scope, b64int, iso
+from sandbox.emulation.stablehash import Draw
+
+_TOKEN = re.compile(r"([^.\[\]]+)?((?:\[\d*\])*)")
+_ID_NAME = re.compile(r"(?:^|_)id$|[a-z]Id$")
+
+Step = tuple[str, Any]
+
+
+@lru_cache(maxsize=4096)
+def steps(path: str) -> tuple[Step, ...]:
+    """A record path (`a.b`, `[0]`, `items[].media`) as steps: ("key", name), ("index", n), ("map", None)."""
+    out: list[Step] = []
+    for part in path.split(".") if path else ():
+        m = _TOKEN.fullmatch(part)
+        if m is None:
+            raise ValueError(f"bad record path {path!r} at {part!r}")
+        if m.group(1) is not None:
+            out.append(("key", m.group(1)))
+        for idx in re.findall(r"\[(\d*)\]", m.group(2) or ""):
+            out.append(("map", None) if idx == "" else ("index", int(idx)))
+    return tuple(out)
+
+
+def put(doc: Any, path: str | tuple[Step, ...], value: Any) -> Any:
+    """`doc` with `value` set at `path`, creating the objects and lists along it (the document itself for ""):
+    a `[]` step spreads a list value over the list's items, one item each (a single value makes one item)."""
+    walk = steps(path) if isinstance(path, str) else path
+    if not walk:
+        return value
+    (kind, arg), rest = walk[0], walk[1:]
+    if kind == "key":
+        obj = doc if isinstance(doc, dict) else {}
+        obj[arg] = put(obj.get(arg), rest, value)
+        return obj
+    items = doc if isinstance(doc, list) else []
+    if kind == "index":
+        items.extend([None] * (arg + 1 - len(items)))
+        items[arg] = put(items[arg], rest, value)
+        return items
+    spread = value if isinstance(value, list) else [value]
+    return [put(items[n] if n < len(items) else None, rest, v) for n, v in enumerate(spread)]
+
+
+@lru_cache(maxsize=256)
+def _host(path: str) -> str:
+    """The platform of a documented path (`/v1/video-platform/video` -> video-platform.example)."""
+    parts = [p for p in path.split("/") if p and not re.fullmatch(r"v\d+", p)]
+    return f"www.{parts[0] if parts else 'service'}.example"
+
+
+@lru_cache(maxsize=1024)
+def _flavor(name: str) -> str:
+    """What a text column's name says it holds: url, token, id or words."""
+    lowered = name.lower()
+    if lowered.endswith(("url", "link", "href")):
+        return "url"
+    if "token" in lowered or "cursor" in lowered:
+        return "token"
+    return "id" if _ID_NAME.search(name) else "words"
+
+
+def _token(d: Draw, n: int) -> str:
+    """`n` URL-safe characters, 64 bits of the draw for each 11."""
+    chunks = [b64int(d.u32() << 32 | d.u32(), 11) for _ in range(-(-n // 11))]
+    return "".join(chunks)[:n]
+
+
+def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str) -> str:
+    flavor = _flavor(column.name)
+    if flavor == "url":
+        return f"https://{_host(s.path)}/{table}/{_token(d, 11)}"
+    if flavor == "token":
+        return "Eg" + _token(d, 30)
+    if flavor == "id":
+        return _token(d, 16)
+    return phrase(d, 1, 8)
+
+
+def value(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int, first_time: bool) -> Any:
+    """A value of the column's type (an unknown type is made as text)."""
+    kind = column.type
+    if kind == "integer":
+        return d.num(0, 100_000)
+    if kind == "number":
+        return d.num(0, 10**6) / 100
+    if kind == "decimal":
+        return f"{d.num(0, 10**6) / 100:.2f}"
+    if kind == "boolean":
+        return d.chance(0.5)
+    if kind == "timestamp":
+        return iso(s.time(pos) if first_time else s.time(pos) - d.num(0, 30 * 86400))
+    if kind == "json":
+        return {"name": d.pick(WORDS), "count": d.num(0, 1000)}
+    if kind == "text_list":
+        return d.sample(WORDS, d.num(0, 3))
+    return _text(column, d, s, table)
+
+
+_SPREAD = 0x9E3779B97F4A7C15
+"""Odd: n -> n * _SPREAD mod 2**66 is a bijection on 11 base-64 digits, so distinct numbers make distinct ids
+that do not look consecutive."""
+
+
+def _key_text(number: int) -> str:
+    return b64int(number * _SPREAD % 2**66, 11)
+
+
+def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
+    """A key column's value: unique per (scope, table, column, position), of the column's type."""
+    number = int(s.numid(f"{table}.{column.name}", pos, 15))
+    kind = column.type
+    if kind == "integer":
+        return number
+    if kind == "number":
+        return float(number)
+    if kind == "timestamp":
+        return iso(s.time(pos))
+    if kind == "boolean":
+        return pos % 2 == 0  # two values at most: a boolean key is unique only on the declarer's word
+    if kind == "text_list":
+        return [_key_text(number)]
+    if kind == "json":
+        return {"id": _key_text(number)}
+    return _key_text(number)
+
+
+def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str]) -> Record:
+    """The record of `kind` at `pos`: every column at its path; wrapped as `{wrap_key: record, <extras>}` when
+    the declaration unwraps it."""
+    d = Draw(s.key, kind.table, pos)
+    record = _fill({}, kind.columns, kind, d, s, pos, echo)
+    for path in kind.ignore:
+        record = put(record, path, None)
+    if kind.nested:
+        record = put(record, kind.nested, [])
+    if kind.wrap_key is None:
+        return record
+    return _fill({kind.wrap_key: record}, kind.extras, kind, d, s, pos, echo)
+
+
+def _fill(
+    doc: Record,
+    columns: tuple[DeclaredColumn, ...],
+    kind: DeclaredKind,
+    d: Draw,
+    s: Scope,
+    pos: int,
+    echo: Mapping[str, str],
+) -> Record:
+    timed = False
+    for column in columns:
+        if column.from_request:
+            continue
+        if column.name in kind.key:
+            made = key_value(column, s, kind.table, pos)
+        elif column.type == "text" and column.name in echo:
+            made = echo[column.name]
+        else:
+            made = value(column, d, s, kind.table, pos, column.type == "timestamp" and not timed)
+            timed = timed or column.type == "timestamp"
+        doc = put(doc, column.path, made)
+    return doc
+
+
+def inner(kind: DeclaredKind, item: Record) -> Record:
+    """The record inside an item as the page holds it (the item itself unless wrapped)."""
+    if kind.wrap_key is None:
+        return item
+    got = item.get(kind.wrap_key)
+    return got if isinstance(got, dict) else item
+
+
+def empty_record(kind: DeclaredKind) -> Record:
+    """A "not found" object of a one-object kind: every column at its path, null."""
+    doc: Record = {}
+    for column in kind.columns:
+        if not column.from_request:
+            doc = put(doc, column.path, None)
+    return doc

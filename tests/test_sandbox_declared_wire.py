@@ -1,0 +1,178 @@
+"""A declared endpoint on the wire, as the sandbox's own endpoints are: parameters checked as declared (400 naming
+the parameter, not billed), the declared price billed (per parameter value), faults and trigger words, a
+declaration it cannot serve refused by name; and the values the interface's chains pass on are accepted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sandbox.config import SandboxConfig
+from sandbox.wire.serving import RunningSandbox
+from tests.declared_helpers import REFERRED, ROOT, declaration, http_pages, records, referred
+from tests.test_cli_sandbox import harvest_sandbox
+
+ADS = "/v1/search-engine/company/ads"
+VIDEO = "/v1/video-platform/video"
+COMMENTS = "/v1/video-platform/video/comments"
+REPLIES = "/v1/video-platform/video/comment/replies"
+ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
+VIDEO_SEARCH = "/v1/video-platform/search"
+
+
+@pytest.fixture
+def referred_sandbox(sandbox_factory: Callable[..., RunningSandbox]) -> RunningSandbox:
+    """A sandbox serving the example catalog file's three endpoints beside its own."""
+    return sandbox_factory(SandboxConfig(api_keys={"k": 1000}, declared=referred()))
+
+
+REFUSED = [
+    ({"topic": "all"}, "domain", "one of domain or advertiser_id is required"),
+    ({"domain": "acme.example", "topic": "sports"}, "topic", "allowed: all, political"),
+    ({"domain": "acme.example", "region": "usa"}, "region", "does not match"),
+    ({"domain": "acme.example", "start_date": "2026-1-1"}, "start_date", "does not match"),
+    ({"domain": "acme.example", "get_ad_details": "maybe"}, "get_ad_details", "must be a boolean"),
+]
+
+
+@pytest.mark.parametrize(("params", "named", "says"), REFUSED, ids=[r[1] for r in REFUSED])
+def test_a_request_against_the_declaration_is_answered_400_naming_the_parameter_unbilled(
+    referred_sandbox: RunningSandbox, params: dict[str, str], named: str, says: str
+) -> None:
+    with referred_sandbox.client() as client:
+        answer = client.get(ADS, params=params)
+    assert answer.status_code == 400, answer.text
+    body = answer.json()
+    assert body["parameter"] == named and says in body["message"]
+    assert body["credits_charged"] == 0 and referred_sandbox.balance() == 1000 == body["credits_remaining"]
+
+
+def test_required_bounds_and_lengths_are_checked_as_declared(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    decl = declaration()
+    decl["params"]["n"] = {"type": "integer", "min": 1, "max": 5}
+    decl["params"]["code"] = {"type": "string", "min_length": 2, "max_length": 3}
+    sb = sandbox_factory(SandboxConfig(api_keys={"k": 10}, declared={"/v1/x/things": decl}))
+    cases = [({}, "q"), ({"q": "a", "n": "0"}, "n"), ({"q": "a", "n": "6"}, "n"), ({"q": "a", "n": "two"}, "n"),
+             ({"q": "a", "code": "c"}, "code"), ({"q": "a", "code": "long"}, "code")]  # fmt: skip
+    with sb.client() as client:
+        answers = [client.get("/v1/x/things", params=params) for params, _ in cases]
+        fine = client.get("/v1/x/things", params={"q": "a", "n": "5", "code": "ab"})
+    assert [(a.status_code, a.json()["parameter"]) for a in answers] == [(400, named) for _, named in cases]
+    assert fine.status_code == 200 and sb.balance() == 9
+
+
+def test_the_price_of_a_parameter_value_is_billed(referred_sandbox: RunningSandbox) -> None:
+    """Company ads: 25 credits with `get_ad_details=true` (or 1), 1 without it or with false."""
+    asked = [{"get_ad_details": "true"}, {"get_ad_details": "1"}, {}, {"get_ad_details": "false"}]
+    with referred_sandbox.client() as client:
+        answers = [client.get(ADS, params={"advertiser_id": "AR0161", **extra}).json() for extra in asked]
+    assert [a["credits_charged"] for a in answers] == [25, 25, 1, 1]
+    assert [a["credits_remaining"] for a in answers] == [975, 950, 949, 948]
+    assert [e.credits for e in referred_sandbox.ledger] == [25, 25, 1, 1]
+
+
+def test_faults_and_trigger_words_apply_to_a_declared_endpoint(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    """A forced 500 and 429 are not billed; `missing` answers the service's "not found" (200, empty lists, no
+    cursor) and `blocked` a 403, both billed; `nonexistent` a 400, not billed."""
+    sb = sandbox_factory(
+        SandboxConfig(
+            api_keys={"k": 1000},
+            declared=referred(),
+            fault_plan_by_path={COMMENTS: ["server_error", "rate_limit"]},
+        )
+    )
+    with sb.client() as client:
+        faulted = [
+            client.get(COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code for _ in range(2)
+        ]
+        missing = client.get(COMMENTS, params={"url": "https://v.example/missing"})
+        blocked = client.get(COMMENTS, params={"url": "https://v.example/blocked"})
+        nonexistent = client.get(COMMENTS, params={"url": "https://v.example/nonexistent"})
+    assert faulted == [500, 429]
+    assert missing.status_code == 200 and missing.json()["comments"] == []
+    assert missing.json()["continuationToken"] is None and missing.json()["success"] is True
+    assert blocked.status_code == 403 and nonexistent.status_code == 400
+    assert [e.credits for e in sb.ledger] == [0, 0, 1, 1, 0] and sb.balance() == 998
+
+
+DECLARATIONS_REFUSED = [
+    ({**declaration(), "paging": {"style": "offset"}}, "paging.style: 'offset' is not a paging style"),
+    ({**declaration(), "records": {}}, "records: an endpoint needs at least one record kind"),
+]
+
+
+@pytest.mark.parametrize(("decl", "says"), DECLARATIONS_REFUSED, ids=["style", "records"])
+def test_a_declaration_the_sandbox_cannot_serve_is_refused_naming_it(decl: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValueError, match="declared endpoint /v1/x/things: " + says.replace("(", r"\(")):
+        SandboxConfig(declared={"/v1/x/things": decl})
+    bad_key = declaration()
+    bad_key["records"]["things"]["key"] = "nope"
+    with pytest.raises(ValueError, match=r"records.things.key: 'nope' is not one of its columns"):
+        SandboxConfig(declared={"/v1/x/things": bad_key})
+    with pytest.raises(ValueError, match=f"already serves {VIDEO_SEARCH}"):
+        SandboxConfig(declared={VIDEO_SEARCH: declaration()})
+
+
+def test_the_interface_chains_values_are_taken_by_the_endpoints_they_lead_to(
+    referred_sandbox: RunningSandbox,
+) -> None:
+    """A comment's `repliesContinuationToken` starts a thread on the built-in replies endpoint, an advertiser's
+    `advertiser_id` finds its ads, a video search result's `url` its video record (each echoing what it was
+    asked for)."""
+    endpoints = referred()
+    with referred_sandbox.client() as client:
+        comments = http_pages(client, COMMENTS, endpoints[COMMENTS], {"url": "https://v.example/watch?v=a"})
+        tokens = [c["repliesContinuationToken"] for b in comments for c in b["comments"]]
+        threads = [client.get(REPLIES, params={"continuationToken": t}) for t in tokens]
+        advertisers = client.get(ADVERTISERS, params={"query": "running shoes"}).json()["advertisers"]
+        ads = {
+            a["advertiser_id"]: client.get(ADS, params={"advertiser_id": a["advertiser_id"]})
+            for a in advertisers
+        }
+        urls = [v["url"] for v in client.get(VIDEO_SEARCH, params={"query": "trail"}).json()["videos"]]
+        videos = [client.get(VIDEO, params={"url": url}) for url in urls]
+    assert len(tokens) == len(set(tokens)) >= 1 and all(t and " " not in t for t in tokens)
+    assert all(t.status_code == 200 and t.json()["comments"] for t in threads)
+    reply_ids = [r["id"] for t in threads for r in t.json()["comments"]]
+    assert len(reply_ids) == len(set(reply_ids))  # each token is a thread of its own
+    assert all(a.status_code == 200 and a.json()["ads"] for a in ads.values())
+    assert all(ad["advertiserId"] == asked for asked, a in ads.items() for ad in a.json()["ads"])
+    assert [v.status_code for v in videos] == [200] * len(urls) and urls
+    assert [v.json()["url"] for v in videos] == urls
+    assert len({v.json()["id"] for v in videos}) == len(urls)
+    kind = endpoints[VIDEO]["records"]["video_platform_video_details"]
+    assert all(len(records(v.json(), kind)) == 1 for v in videos)
+
+
+def test_harvest_sandbox_serves_a_catalog_file_and_a_spec(tmp_path: Path) -> None:
+    """`harvest sandbox --catalog FILE` and `--spec SPEC` serve the declared endpoints offline, priced as
+    declared; a catalog the sandbox cannot serve exits 2 naming the endpoint and the field, serving nothing."""
+    for option in (
+        ["--catalog", str(REFERRED)],
+        ["--spec", str(ROOT / "configs/examples/video-chains.yaml")],
+    ):
+        with harvest_sandbox(*option, "--api-key", "k", "--credits", "100") as base:
+            with httpx.Client(base_url=base, headers={"x-api-key": "k"}) as client:
+                ads = client.get(ADS, params={"domain": "acme.example", "get_ad_details": "true"})
+                video = client.get(VIDEO, params={"url": "https://v.example/watch?v=a"})
+            assert ads.status_code == 200 and ads.json()["credits_charged"] == 25 and ads.json()["ads"]
+            assert video.status_code == 200 and video.json()["url"] == "https://v.example/watch?v=a"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("endpoints:\n  /v1/x/things:\n    paging: {style: offset}\n    records: {t: {at: a, key: id, "
+                   "columns: {id: text}}}\n", encoding="utf-8")  # fmt: skip
+    harvest = Path(sys.executable).with_name("harvest")
+    done = subprocess.run(
+        [str(harvest), "sandbox", "--catalog", str(bad)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "/v1/x/things" in done.stderr and "paging.style" in done.stderr and "offset" in done.stderr
