@@ -47,8 +47,7 @@ def start(path: str, params: Mapping[str, ParamValue], config: SandboxConfig | N
     endpoint = served(config).match(path)
     if endpoint is None:
         raise ValueError(f"unknown path: {path}")
-    path_value = endpoint.path_value(path)
-    return make_ctx(endpoint, _items(params), config, path_value)
+    return make_ctx(endpoint, _items(params), config, endpoint.path_values(path))
 
 
 def crawl(

@@ -115,7 +115,7 @@ def test_records_are_placed_deep_wrapped_and_one_object_at_the_answer_itself(
     sandbox_factory: Callable[..., RunningSandbox],
 ) -> None:
     """`at` with a mapped list (`data.edges[].node`), records wrapped as `unwrap` declares, and a detail endpoint
-    whose record is the answer itself (`at: ""`, `one: true`), with a path parameter checked as declared."""
+    whose record is the answer itself (`at: ""`, `one: true`), with two path parameters (one checked as declared)."""
     wrapped = declaration("cursor", records_at="data.edges[].node", next={"cursor": "data.page.next"})
     wrapped["records"]["things"]["unwrap"] = {"key": "post", "extras": {"reason": "text"}}
     detail = {
@@ -126,13 +126,13 @@ def test_records_are_placed_deep_wrapped_and_one_object_at_the_answer_itself(
         SandboxConfig(
             pages=(2, 2),
             page_size=3,
-            declared={PATH: wrapped, "/v1/example-platform/thing/{thing_id}": detail},
+            declared={PATH: wrapped, "/v1/example-platform/{owner}/thing/{thing_id}": detail},
         )
     )
     with sb.client() as client:
         bodies = http_pages(client, PATH, wrapped, PARAMS)
-        one = client.get("/v1/example-platform/thing/t42")
-        refused = client.get("/v1/example-platform/thing/x42")
+        one = client.get("/v1/example-platform/ann/thing/t42")
+        refused = client.get("/v1/example-platform/ann/thing/x42")
     edges = [edge for body in bodies for edge in body["data"]["edges"]]
     assert len(bodies) == 2 and all(set(e["node"]) == {"post", "reason"} for e in edges)
     assert _check_records(wrapped, bodies) and all(fits("text", e["node"]["reason"]) for e in edges)
@@ -140,7 +140,7 @@ def test_records_are_placed_deep_wrapped_and_one_object_at_the_answer_itself(
         {"records": {"things": detail["records"]["thing_details"]}}, [one.json()]
     )
     assert refused.status_code == 400 and refused.json()["parameter"] == "thing_id"
-    assert sb.ledger[-2].path_params == {"thing_id": "t42"} and sb.ledger[-1].credits == 0
+    assert sb.ledger[-2].path_params == {"owner": "ann", "thing_id": "t42"} and sb.ledger[-1].credits == 0
 
 
 def test_a_newest_first_declared_endpoint_shows_items_published_since_at_its_front(

@@ -4,6 +4,7 @@ declaration it cannot serve refused by name; and the values the interface's chai
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,10 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import RunningSandbox
-from tests.declared_helpers import REFERRED, ROOT, declaration, http_pages, records, referred
+from tests.declared_helpers import REFERRED, declaration, http_pages, records, referred
 from tests.test_cli_sandbox import harvest_sandbox
 
 ADS = "/v1/search-engine/company/ads"
@@ -154,25 +156,70 @@ def test_the_interface_chains_values_are_taken_by_the_endpoints_they_lead_to(
     assert all(len(records(v.json(), kind)) == 1 for v in videos)
 
 
+def test_the_embedded_sandbox_serves_the_endpoints_the_job_declares(tmp_path: Path) -> None:
+    """`service.base_url: sandbox`: the sandbox a run starts serves the job's `catalogs:` and `endpoints:`."""
+    from flows.run.service_access import open_service
+    from flows.spec import load_spec
+
+    spec = _declaring_spec(tmp_path, {"base_url": "sandbox"})
+
+    async def ask() -> list[httpx.Response]:
+        async with open_service(load_spec(spec), None) as access:
+            headers = {"x-api-key": access.api_key.reveal()}
+            async with httpx.AsyncClient(base_url=access.url, headers=headers) as client:
+                return [
+                    await client.get(ADS, params={"advertiser_id": "AR1", "get_ad_details": "true"}),
+                    await client.get("/v1/x/things", params={"q": "a"}),
+                ]
+
+    ads, things = asyncio.run(ask())
+    assert ads.status_code == 200 and ads.json()["credits_charged"] == 25
+    assert {ad["advertiserId"] for ad in ads.json()["ads"]} == {"AR1"}
+    assert things.status_code == 200 and things.json()["items"]
+
+
+def _declaring_spec(tmp_path: Path, service: dict[str, Any]) -> Path:
+    """A job naming the example catalog file and declaring an endpoint inline; its one query is a pin search."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "declares",
+                "service": service,
+                "budget": {"credits": 10},
+                "catalogs": [str(REFERRED)],
+                "endpoints": {"/v1/x/things": declaration()},
+                "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "q"}}],
+            }
+        ),
+        encoding="utf-8",
+    )
+    return spec
+
+
 def test_harvest_sandbox_serves_a_catalog_file_and_a_spec(tmp_path: Path) -> None:
-    """`harvest sandbox --catalog FILE` and `--spec SPEC` serve the declared endpoints offline, priced as
-    declared; a catalog the sandbox cannot serve exits 2 naming the endpoint and the field, serving nothing."""
-    for option in (
-        ["--catalog", str(REFERRED)],
-        ["--spec", str(ROOT / "configs/examples/video-chains.yaml")],
-    ):
+    """`harvest sandbox --catalog FILE` and `--spec SPEC` (its `catalogs:` and `endpoints:`) serve the declared
+    endpoints offline, priced as declared; a declaration harvest refuses exits 2 naming the file, the field and
+    the value, serving nothing."""
+    spec = _declaring_spec(tmp_path, {})
+    for option in (["--catalog", str(REFERRED)], ["--spec", str(spec)]):
         with harvest_sandbox(*option, "--api-key", "k", "--credits", "100") as base:
             with httpx.Client(base_url=base, headers={"x-api-key": "k"}) as client:
                 ads = client.get(ADS, params={"domain": "acme.example", "get_ad_details": "true"})
                 video = client.get(VIDEO, params={"url": "https://v.example/watch?v=a"})
+                things = client.get("/v1/x/things", params={"q": "a"})
             assert ads.status_code == 200 and ads.json()["credits_charged"] == 25 and ads.json()["ads"]
             assert video.status_code == 200 and video.json()["url"] == "https://v.example/watch?v=a"
+            assert things.status_code == (200 if option[0] == "--spec" else 404)
     bad = tmp_path / "bad.yaml"
-    bad.write_text("endpoints:\n  /v1/x/things:\n    paging: {style: offset}\n    records: {t: {at: a, key: id, "
-                   "columns: {id: text}}}\n", encoding="utf-8")  # fmt: skip
+    bad.write_text(
+        "endpoints:\n  /v1/x/things:\n    paging: {style: offset}\n"
+        "    records: {things: {at: a, key: id, columns: {id: text}}}\n",
+        encoding="utf-8",
+    )
     harvest = Path(sys.executable).with_name("harvest")
     done = subprocess.run(
         [str(harvest), "sandbox", "--catalog", str(bad)], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 2
-    assert "/v1/x/things" in done.stderr and "paging.style" in done.stderr and "offset" in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert f"{bad}:3" in done.stderr and "paging.style" in done.stderr and "offset" in done.stderr

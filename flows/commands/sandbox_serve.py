@@ -9,12 +9,12 @@ named on its file and line before anything is served.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flows.spec.problems import Problem, SpecError, UsageError
-from flows.spec.yaml_reader import UnreadableSpec, load_yaml, read_spec_text
+from flows.spec.declared import catalog_file_endpoints, declared_endpoints
+from flows.spec.problems import SpecError, UsageError
 from sandbox import drift_shapes
 from sandbox.config import Drift, Quirks
 from sandbox.served_paths import replay_answers
@@ -51,41 +51,6 @@ def _drift(names: list[str]) -> Drift:
     for name in names:
         print(f"drift {name}: {drift_shapes.SHAPES[name].what}", file=sys.stderr)
     return drift_shapes.combine(names)
-
-
-def _endpoints_of(file: Path) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """(the file's top level, its `endpoints:`), SpecError naming the file when it cannot be read."""
-    try:
-        data, _ = load_yaml(read_spec_text(file))
-    except FileNotFoundError:
-        raise SpecError(
-            [Problem(str(file), None, "", "no such file", "a YAML file with `endpoints:`")]
-        ) from None
-    except UnreadableSpec as exc:
-        raise SpecError([Problem(str(file), f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(
-            [Problem(str(file), None, "", f"cannot read it: {exc}", "a UTF-8 YAML file")]
-        ) from None
-    top = data if isinstance(data, Mapping) else {}
-    endpoints = top.get("endpoints")
-    return top, endpoints if isinstance(endpoints, Mapping) else {}
-
-
-def catalog_file_endpoints(path: str | Path) -> dict[str, dict[str, Any]]:
-    """A catalog file's endpoints as plain declarations (stopgap until `flows.spec` reads them: unchecked)."""
-    return {str(k): dict(v) for k, v in _endpoints_of(Path(path))[1].items()}
-
-
-def declared_endpoints(spec: str | Path) -> dict[str, dict[str, Any]]:
-    """The endpoints a job spec declares, its `catalogs:` files (relative to its directory) then its
-    `endpoints:` (stopgap until `flows.spec` reads them: unchecked)."""
-    top, inline = _endpoints_of(Path(spec))
-    found: dict[str, dict[str, Any]] = {}
-    for name in top.get("catalogs") or ():
-        found.update(catalog_file_endpoints(Path(spec).parent / str(name)))
-    found.update({str(k): dict(v) for k, v in inline.items()})
-    return found
 
 
 def sandbox_declarations(catalogs: Sequence[Path], spec: Path | None) -> dict[str, dict[str, Any]]:

@@ -13,7 +13,6 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from connectors.http.auth import ApiKey, aload_api_key
 from flows.spec import SANDBOX, JobSpec, resolve_base_url
@@ -42,14 +41,8 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
     from sandbox.wire.serving import running
 
     sandbox_key = secrets.token_hex(16)
-    with running(api_keys={sandbox_key: SANDBOX_CREDITS}, declared=declared_of(spec)) as sb:
+    with running(api_keys={sandbox_key: SANDBOX_CREDITS}, declared=spec.declared()) as sb:
         yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), EMBEDDED_SANDBOX)
-
-
-def declared_of(spec: JobSpec) -> dict[str, dict[str, Any]]:
-    """The endpoints the job declares, as the plain data the embedded sandbox serves them from."""
-    declared = getattr(spec, "declared", None)  # JobSpec.declared() comes with the engine's declarations
-    return dict(declared()) if callable(declared) else {}
 
 
 def client_settings(spec: JobSpec) -> ClientSettings:

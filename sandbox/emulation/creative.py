@@ -141,7 +141,7 @@ def search(ctx: Ctx) -> ServedPage:
 
 
 def detail(ctx: Ctx) -> ServedPage:
-    mid = ctx.path_value or ""
+    mid = ctx.path_values.get("material_id", "")
     if not is_issued(mid):
         return ServedPage(
             {"error": "not_found", "message": f"material not found: {mid}"}, status=404, success=False

@@ -121,17 +121,17 @@ class EmulatedEndpoint:
     price: Callable[[Sequence[tuple[str, str]]], int] | None = None
     """Credits a request costs, from its query parameters (a declared endpoint's price, per parameter value);
     None: `SandboxConfig.cost_for`."""
-    path_param: str | None = field(init=False, default=None)
-    """The name of the path's parameter, if it has one."""
+    path_names: tuple[str, ...] = field(init=False, default=())
+    """The names of the path's parameters (`{name}`), in order."""
     path_pattern: re.Pattern[str] | None = field(init=False, default=None, repr=False, compare=False)
     """What a request path to this endpoint looks like, when its path has a parameter."""
 
     def __post_init__(self) -> None:
-        found = _PATH_PARAM_RE.search(self.path)
-        if found is not None:
-            head, tail = self.path.split(found.group(0))
-            pattern = re.compile(f"^{re.escape(head)}([^/]+){re.escape(tail)}$")
-            object.__setattr__(self, "path_param", found.group(1))
+        names = tuple(_PATH_PARAM_RE.findall(self.path))
+        if names:
+            literal = [re.escape(part) for part in _PATH_PARAM_RE.split(self.path)[::2]]
+            pattern = re.compile("^" + "([^/]+)".join(literal) + "$")
+            object.__setattr__(self, "path_names", names)
             object.__setattr__(self, "path_pattern", pattern)
         has_subject = self.subjects_of is not None or any(p.subject for p in self.params)
         if has_subject and self.not_found is None:
@@ -148,10 +148,15 @@ class EmulatedEndpoint:
             return config.cost_for(self.path)
         return self.price(items)
 
-    def path_value(self, request_path: str) -> str | None:
-        """The path parameter's value in a request path to this endpoint (None when it has none)."""
+    @property
+    def path_param(self) -> str | None:
+        """The name of the path's first parameter, if it has one."""
+        return self.path_names[0] if self.path_names else None
+
+    def path_values(self, request_path: str) -> dict[str, str]:
+        """The path parameters' values in a request path to this endpoint (none when it has none)."""
         found = self.path_pattern.match(request_path) if self.path_pattern is not None else None
-        return found.group(1) if found is not None else None
+        return dict(zip(self.path_names, found.groups(), strict=True)) if found is not None else {}
 
     def subjects(self, params: RequestParams) -> list[tuple[str, str]]:
         """(parameter, value) pairs the trigger words apply to."""

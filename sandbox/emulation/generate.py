@@ -6,7 +6,7 @@ code that answers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sandbox.config import SandboxConfig
 from sandbox.emulation.emulated import EmulatedEndpoint
@@ -20,17 +20,17 @@ def make_ctx(
     endpoint: EmulatedEndpoint,
     items: Sequence[tuple[str, str]],
     config: SandboxConfig,
-    path_value: str | None = None,
+    path_values: Mapping[str, str] | None = None,
 ) -> Ctx:
     """Validate a request's query parameters (raises `InvalidRequest`). A path parameter a declared endpoint
     lists among its parameters is checked as one, its value taken from the path."""
-    name = endpoint.path_param
-    if name is not None and path_value is not None and name in endpoint.names:
-        items = [*((n, v) for n, v in items if n != name), (name, path_value)]
+    given = {n: v for n, v in (path_values or {}).items() if n in endpoint.names}
+    if given:
+        items = [*((n, v) for n, v in items if n not in given), *given.items()]
     params = validate(endpoint, items, config.quirks)
     if endpoint.effective is not None:
         params = endpoint.effective(params)
-    return Ctx(endpoint, params, config, path_value)
+    return Ctx(endpoint, params, config, dict(path_values or {}))
 
 
 def build(ctx: Ctx) -> ServedPage:

@@ -26,7 +26,8 @@ class Ctx:
     endpoint: EmulatedEndpoint
     params: RequestParams
     config: SandboxConfig
-    path_value: str | None = None
+    path_values: Mapping[str, str] = field(default_factory=dict)
+    """The values of the path's parameters (the material id of the detail endpoint)."""
     """The material id of the detail endpoint's path."""
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,9 @@ class SandboxState:
         self.config = config
         self.book = CreditBook(config.api_keys)
         self.ledger = Ledger()
-        self._pages: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], BuiltPage] = {}
+        self._pages: dict[
+            tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], BuiltPage
+        ] = {}
         self.faults = FaultSchedule(config)
 
     def record(
@@ -105,8 +107,7 @@ class SandboxState:
         credits: int,
         fault: FaultKind | None,
         key: str | None,
-        path_value: str | None = None,
-        path_param: str = "material_id",
+        path_values: Mapping[str, str] | None = None,
     ) -> None:
         self.ledger.append(
             LedgerEntry(
@@ -118,7 +119,7 @@ class SandboxState:
                 credits=credits,
                 fault=None if fault is None else str(fault),
                 key_id=None if key is None else key_id(key),
-                path_params={} if path_value is None else {path_param: path_value},
+                path_params=dict(path_values or {}),
             )
         )
 
@@ -152,13 +153,13 @@ class SandboxState:
         endpoint: EmulatedEndpoint,
         items: Sequence[tuple[str, str]],
         presented: str | None,
-        path_value: str | None = None,
+        path_values: Mapping[str, str] | None = None,
         n: int | None = None,
         fault: FaultKind | None = None,
     ) -> WireAnswer:
         """Answer one data request (its fault, if any, is slow or a body fault: edge faults end earlier)."""
         items = list(items)
-        answer, credits, key = self._answer(endpoint, items, presented, path_value, fault)
+        answer, credits, key = self._answer(endpoint, items, presented, path_values or {}, fault)
         applied = fault
         if answer.status == 200 and self.config.drift.active:
             answer.body = _wire_bytes(answer.body, endpoint.path, self.config)
@@ -167,8 +168,7 @@ class SandboxState:
                 answer.body = damage(fault, answer.body, n or 0)
             else:
                 applied = None
-        named = endpoint.path_param or ""
-        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_value, named)
+        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_values)
         return answer
 
     def _answer(
@@ -176,7 +176,7 @@ class SandboxState:
         endpoint: EmulatedEndpoint,
         items: list[tuple[str, str]],
         presented: str | None,
-        path_value: str | None,
+        path_values: Mapping[str, str],
         fault: FaultKind | None,
     ) -> tuple[WireAnswer, int, str | None]:
         if not presented:
@@ -186,7 +186,7 @@ class SandboxState:
         if key is None:
             return self.out_of_credits(None), 0, None
         try:
-            page = self._built(endpoint, items, path_value)
+            page = self._built(endpoint, items, path_values)
         except InvalidRequest as exc:
             body = {
                 "success": False,
@@ -208,13 +208,13 @@ class SandboxState:
         return WireAnswer(page.status, page.enveloped(remaining, cost)), cost, key
 
     def _built(
-        self, endpoint: EmulatedEndpoint, items: list[tuple[str, str]], path_value: str | None
+        self, endpoint: EmulatedEndpoint, items: list[tuple[str, str]], path_values: Mapping[str, str]
     ) -> BuiltPage:
         """The page for a request, serialised; with `cache_pages`, built once per distinct request."""
-        cache_key = (endpoint.path, path_value, tuple(items))
+        cache_key = (endpoint.path, tuple(path_values.items()), tuple(items))
         if self.config.cache_pages and (hit := self._pages.get(cache_key)) is not None:
             return hit
-        ctx = make_ctx(endpoint, items, self.config, path_value)
+        ctx = make_ctx(endpoint, items, self.config, path_values)
         replayed = self.config.replay.get(endpoint.path)
         if replayed is not None:
             return BuiltPage(200, True, False, replayed)

@@ -48,7 +48,7 @@ async def _data(request: Request) -> Response:
         endpoint,
         request.query_params.multi_items(),
         request.headers.get(KEY_HEADER),
-        endpoint.path_value(request.scope["path"]),
+        endpoint.path_values(request.scope["path"]),
         request.scope.get("sandbox.n"),
         request.scope.get("sandbox.fault"),
     )
@@ -134,14 +134,13 @@ class SandboxApp:
         presented = request.headers.get(KEY_HEADER)
         items = request.query_params.multi_items()
         credits, key = self.state.charge_fault(presented, endpoint, fault, items)
-        path_value = endpoint.path_value(scope["path"])
-        named = endpoint.path_param or ""
+        path_values = endpoint.path_values(scope["path"])
         if fault is FaultKind.DROP:
-            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_value, named)
+            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_values)
             await drop_connection(send)
             return
         status, headers, body = edge_response(fault, self.config.retry_after)
-        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_value, named)
+        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_values)
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -54,17 +54,15 @@ def _query_param(decl: DeclaredEndpoint, param: DeclaredParam, in_path: bool) ->
     )
 
 
-def _params(decl: DeclaredEndpoint, path_param: str | None) -> tuple[QueryParam, ...]:
-    params = [_query_param(decl, p, p.name == path_param) for p in decl.params]
+def _params(decl: DeclaredEndpoint, in_path: tuple[str, ...]) -> tuple[QueryParam, ...]:
+    params = [_query_param(decl, p, p.name in in_path) for p in decl.params]
     named = {p.name for p in params}
     for name, _ in decl.paging.next:
         if name not in named:
-            params.append(
-                QueryParam(name, check="nonneg_int" if decl.paging.style == "max_cursor" else "text")
-            )
-    if path_param is not None and path_param not in named:
-        params.insert(0, QueryParam(path_param, required=True, identity=True, subject=True))
-    return tuple(params)
+            check = "nonneg_int" if decl.paging.style == "max_cursor" else "text"
+            params.append(QueryParam(name, check=check))  # type: ignore[arg-type]
+    implied = [QueryParam(n, required=True, identity=True, subject=True) for n in in_path if n not in named]
+    return (*implied, *params)
 
 
 def _canonical(decl: DeclaredEndpoint, name: str, value: str) -> str:
@@ -95,12 +93,10 @@ def _build(decl: DeclaredEndpoint, ctx: Ctx) -> ServedPage:
 def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
     """The sandbox's endpoint answering as `decl` declares."""
     probe = EmulatedEndpoint(decl.path, (), {}, builder=partial(_build, decl))
-    if probe.path_param is not None and decl.path.count("{") > 1:
-        raise ValueError(f"declared endpoint {decl.path}: the sandbox serves one path parameter at most")
     newest = decl.newest_first
     return EmulatedEndpoint(
         decl.path,
-        _params(decl, probe.path_param),
+        _params(decl, probe.path_names),
         {kind.table: kind.key_paths for kind in decl.kinds},
         builder=partial(_build, decl),
         not_found=NotFoundAnswer(declared_pages.not_found_body(decl)),
