@@ -131,7 +131,11 @@ def next_request(body: Any, paging: dict[str, Any]) -> dict[str, str] | None:
     out = {}
     for param, path in paging.get("next", {}).items():
         value = dig(body, path)
-        if value is MISSING or value in (None, "", 0, False) or str(value) in paging.get("end_values", ()):
+        if (
+            value is MISSING
+            or value in (None, "", 0, False)
+            or str(value) in paging.get("end_values", ["-end-"])
+        ):
             return None
         out[param] = str(value)
     return out or None

@@ -138,7 +138,10 @@ class Gate:
             return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = sandbox_endpoints.match(scope["path"]) if scope["type"] == "http" else None
+        table = getattr(
+            self.app, "table", sandbox_endpoints.BUILT_IN
+        )  # a SandboxApp's: its declared ones too
+        endpoint = table.match(scope["path"]) if scope["type"] == "http" else None
         if endpoint is None:
             await self.app(scope, receive, send)
             return

@@ -20,6 +20,7 @@ PARAMS = {"q": "lanterns"}
 STYLES: list[tuple[str, dict[str, Any], str]] = [
     ("cursor", {"next": {"cursor": "cursor"}, "end_values": ["-end-"]}, "sentinel"),
     ("cursor", {"next": {"cursor": "cursor"}, "more": "has_more"}, "dangling"),
+    ("cursor", {"next": {"cursor": "cursor"}, "end_values": []}, "null"),
     ("continuation_token", {"next": {"continuationToken": "continuationToken"}}, "null"),
     ("envelope_cursor", {"next": {"cursor": "metadata.cursor"}}, "null"),
     ("page_id_and_cursor", {"next": {"next_page_id": "next_page_id", "cursor": "cursor"}}, "half"),
@@ -134,7 +135,11 @@ def test_records_are_placed_deep_wrapped_and_one_object_at_the_answer_itself(
         one = client.get("/v1/example-platform/ann/thing/t42")
         refused = client.get("/v1/example-platform/ann/thing/x42")
     edges = [edge for body in bodies for edge in body["data"]["edges"]]
-    assert len(bodies) == 2 and all(set(e["node"]) == {"post", "reason"} for e in edges)
+    assert len(bodies) == 3 and bodies[-1]["data"] == {
+        "page": {"next": "-end-"},
+        "edges": [],
+    }  # the sentinel page
+    assert edges and all(set(e["node"]) == {"post", "reason"} for e in edges)
     assert _check_records(wrapped, bodies) and all(fits("text", e["node"]["reason"]) for e in edges)
     assert one.status_code == 200 and _check_records(
         {"records": {"things": detail["records"]["thing_details"]}}, [one.json()]

@@ -223,3 +223,34 @@ def test_harvest_sandbox_serves_a_catalog_file_and_a_spec(tmp_path: Path) -> Non
     )
     assert done.returncode == 2, done.stderr
     assert f"{bad}:3" in done.stderr and "paging.style" in done.stderr and "offset" in done.stderr
+
+
+def test_the_test_gate_counts_and_holds_requests_to_a_declared_endpoint() -> None:
+    """`tests/sandbox_gate.py` (the kill and stop tests' door) sees a declared path as it sees a built-in one."""
+    from tests.sandbox_gate import gated
+
+    with gated(SandboxConfig(declared=referred())) as sb, sb.client() as client:
+        sb.gate.close_after(1, path=COMMENTS)
+        assert client.get(COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code == 200
+        assert sb.gate.passed_by_path == {COMMENTS: 1} and sb.gate.closed
+
+
+def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() -> None:
+    """The contract: what harvest hands the sandbox (`flows.spec.declared`: checked, every default filled) is
+    served exactly as the catalog file's own YAML is, page for page."""
+    from flows.spec.declared import catalog_file_endpoints
+    from sandbox.expected import crawl
+
+    plain = SandboxConfig(pages=(2, 3), page_size=4, declared=catalog_file_endpoints(REFERRED))
+    written = SandboxConfig(pages=(2, 3), page_size=4, declared=referred())
+    asked = {
+        VIDEO: {"url": "https://v.example/watch?v=a"},
+        COMMENTS: {"url": "https://v.example/watch?v=a", "order": "newest"},
+        ADS: {"domain": "acme.example", "get_ad_details": True},
+    }
+    for path, params in asked.items():
+        pages = [(p.body, p.next, p.dangling) for p in crawl(path, params, plain, follow_dangling=True)]
+        assert pages == [
+            (p.body, p.next, p.dangling) for p in crawl(path, params, written, follow_dangling=True)
+        ]
+        assert pages[-1][0] != {"cursor": "-end-"} or path == ADS  # the cursor style ends as pin search does

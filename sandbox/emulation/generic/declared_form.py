@@ -28,6 +28,8 @@ DEFAULT_NEXT: Mapping[str, tuple[tuple[str, str], ...]] = {
 }
 """Request parameter -> response path of each style, when a declaration names none (the built-in endpoints')."""
 DEFAULT_MORE = {"max_id": "paging_info.more_available", "max_cursor": "has_more"}
+DEFAULT_END_VALUES = ("-end-",)
+"""harvest's sentinels when a declaration names none (its plain form fills them in)."""
 
 PARAM_CHECKS = {
     "string": "text",
@@ -249,7 +251,9 @@ def _paging(r: _DeclarationReader, raw: Any) -> DeclaredPaging:
     if more is None:  # as harvest reads it: the style's flag unless one is declared (`[]`: none)
         more = DEFAULT_MORE.get(style)
     more = r.names(more, "paging.more")[0] if more else None  # a path, or paths tried in order: the first
-    ends = spec.get("end_values") or ()
+    ends = spec.get("end_values")
+    if ends is None:  # as harvest reads it: `-end-` unless declared (`[]`: none)
+        ends = DEFAULT_END_VALUES
     return DeclaredPaging(style, pairs or DEFAULT_NEXT[style], more, tuple(wire_text(v) for v in ends))
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.generic.declared_form import DeclaredEndpoint, DeclaredKind
+from sandbox.emulation.generic.declared_form import DEFAULT_END_VALUES, DeclaredEndpoint, DeclaredKind
 from sandbox.emulation.generic.synthetic_values import empty_record, inner, make_record, put
 from sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
 from sandbox.emulation.platforms import Record
@@ -111,10 +111,6 @@ def paged(ctx: Ctx, decl: DeclaredEndpoint) -> ServedPage:
 
 _FLAGGED = ("max_id", "max_cursor")
 """Styles whose last page keeps its cursor without a flag saying so (the trimmed answers of reels, profile)."""
-
-
-DEFAULT_END_VALUES = ("-end-",)
-"""harvest's sentinels when a declaration names none (its plain form fills them in)."""
 
 
 def ends_with_sentinel(decl: DeclaredEndpoint) -> bool:
