@@ -17,7 +17,7 @@ import yaml
 
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import RunningSandbox
-from tests.declared_helpers import REFERRED, declaration, http_pages, records, referred
+from tests.declared_helpers import REFERRED, ROOT, declaration, http_pages, records, referred
 from tests.test_cli_sandbox import harvest_sandbox
 
 ADS = "/v1/search-engine/company/ads"
@@ -254,3 +254,20 @@ def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() ->
             (p.body, p.next, p.dangling) for p in crawl(path, params, written, follow_dangling=True)
         ]
         assert pages[-1][0] != {"cursor": "-end-"} or path == ADS  # the cursor style ends as pin search does
+
+
+def test_a_declared_path_replays_a_recorded_answer(sandbox_factory: Callable[..., RunningSandbox]) -> None:
+    """`--replay PATH=FILE` takes a declared path: the service's published video answer served as it is,
+    after the declared checks, billed."""
+    from sandbox.served_paths import replay_answers
+
+    published = ROOT / "tests/data/published-examples/v1_video-platform_video--cli.json"
+    with pytest.raises(ValueError, match="one of the served paths"):
+        replay_answers([f"{VIDEO}={published}"])
+    replayed = replay_answers([f"{VIDEO}={published}"], also=tuple(referred()))
+    sb = sandbox_factory(SandboxConfig(api_keys={"k": 10}, declared=referred(), replay=replayed))
+    with sb.client() as client:
+        answer = client.get(VIDEO, params={"url": "https://www.youtube.com/watch?v=Y2Ah_DFr8cw"})
+        refused = client.get(VIDEO)
+    assert answer.content == published.read_bytes() and refused.status_code == 400
+    assert [e.credits for e in sb.ledger] == [1, 0]
