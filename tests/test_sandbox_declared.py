@@ -177,3 +177,17 @@ def test_the_records_per_page_parameter_sets_the_page_size(
         nine = client.get(PATH, params={**PARAMS, "limit": "9"}).json()
     assert len(six["items"]) == 6 and len(nine["items"]) == 9
     assert dig(six, "cursor") is not MISSING
+
+
+def test_records_that_are_the_answer_itself_come_as_a_bare_list(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    """`at: ""` without `one`: the answer is a JSON array of records, with no envelope (as the clip endpoint's
+    answer has none), billed; its "not found" an empty array."""
+    decl = declaration("single", records_at="")
+    sb = sandbox_factory(SandboxConfig(api_keys={"k": 10}, declared={PATH: decl}))
+    with sb.client() as client:
+        found = client.get(PATH, params=PARAMS).json()
+        missing = client.get(PATH, params={"q": "missing lanterns"}).json()
+    assert isinstance(found, list) and found and _check_records(decl, [found])
+    assert missing == [] and [e.credits for e in sb.ledger] == [1, 1]

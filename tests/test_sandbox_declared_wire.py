@@ -121,6 +121,10 @@ def test_a_declaration_the_sandbox_cannot_serve_is_refused_naming_it(decl: dict[
     bad_key["records"]["things"]["key"] = "nope"
     with pytest.raises(ValueError, match=r"records.things.key: 'nope' is not one of its columns"):
         SandboxConfig(declared={"/v1/x/things": bad_key})
+    with pytest.raises(
+        ValueError, match=r"records.things.at: a list that is the answer itself leaves no room"
+    ):
+        SandboxConfig(declared={"/v1/x/things": declaration("cursor", records_at="")})
     with pytest.raises(ValueError, match=f"already serves {VIDEO_SEARCH}"):
         SandboxConfig(declared={VIDEO_SEARCH: declaration()})
 

@@ -93,13 +93,13 @@ def _build(decl: DeclaredEndpoint, ctx: Ctx) -> ServedPage:
 def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
     """The sandbox's endpoint answering as `decl` declares."""
     probe = EmulatedEndpoint(decl.path, (), {}, builder=partial(_build, decl))
-    newest = decl.newest_first
+    newest, missing = decl.newest_first, declared_pages.not_found_body(decl)
     return EmulatedEndpoint(
         decl.path,
         _params(decl, probe.path_names),
         {kind.table: kind.key_paths for kind in decl.kinds},
         builder=partial(_build, decl),
-        not_found=NotFoundAnswer(declared_pages.not_found_body(decl)),
+        not_found=NotFoundAnswer(missing, envelope=isinstance(missing, dict)),
         one_of=decl.one_of[0] if decl.one_of else (),
         also_one_of=decl.one_of[1:],
         search=not decl.paging.single and newest is None,

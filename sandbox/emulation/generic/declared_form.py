@@ -281,6 +281,11 @@ def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
     kinds = tuple(_kind(r, table, k) for table, k in r.mapping(spec.get("records"), "records").items())
     if not kinds:
         raise r.fail("records", "an endpoint needs at least one record kind")
+    paging = _paging(r, spec.get("paging"))
+    bare = next((k for k in kinds if k.at == "" and not k.one), None)
+    if bare is not None and (len(kinds) > 1 or not paging.single):
+        raise r.fail(f"records.{bare.table}.at", "a list that is the answer itself leaves no room for a cursor or "
+                     "another kind")  # fmt: skip
     one_of = tuple(r.names(group, f"one_of[{n}]") for n, group in enumerate(spec.get("one_of") or ()))
     credits, when = _price(r, spec.get("price"))
     newest = spec.get("newest_first")
@@ -296,7 +301,7 @@ def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
         path,
         params,
         one_of,
-        _paging(r, spec.get("paging")),
+        paging,
         kinds,
         credits,
         when,

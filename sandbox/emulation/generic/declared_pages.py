@@ -10,8 +10,9 @@ of that style do, with the quirks on:
   (shop products, reels, short-video profile); following it costs a request and answers an empty page;
 - `max_id` and `max_cursor` without a flag: the last page still carries its cursor, which answers an empty page
   with none (trimmed reels and profile videos);
-- `end_values` declared (cursor styles): the last page of records carries a cursor, and the page it asks for
-  answers the first sentinel and no records (pin search's `"cursor": "-end-"`), billed;
+- the `cursor` style without a flag (or a token style whose `end_values` are not harvest's `-end-`): the last
+  page of records carries a cursor, and the page it asks for answers the first sentinel and no records (pin
+  search's `"cursor": "-end-"`), billed;
 - `page_id_and_cursor`: the last page keeps the second parameter without the first; sent alone it is refused
   (400, not billed), like page photos;
 - otherwise the cursor is null on the last page (group posts, comment replies, creative search).
