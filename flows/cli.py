@@ -93,27 +93,12 @@ def sandbox(
     spec: Path | None = typer.Option(None, "--spec", help="Also serve the endpoints a job spec declares."),
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
+    options = {k: v for k, v in locals().items() if k not in ("drift", "replay", "catalog", "spec")}
     from flows.commands.sandbox_serve import serve_sandbox
     from flows.spec import UsageError
 
     try:
-        serve_sandbox(
-            (drift, replay, catalog, spec),
-            port=port,
-            api_key=api_key,
-            credits=credits,
-            fault_rate=fault_rate,
-            seed=seed,
-            pages=pages,
-            page_size=page_size,
-            quirks=quirks,
-            fault_kinds=[k.strip() for k in fault_kinds.split(",") if k.strip()],
-            slow_seconds=slow_seconds,
-            retry_after=retry_after,
-            rate=rate,
-            cache_pages=cache_pages,
-            latency=latency,
-        )
+        serve_sandbox((drift, replay, catalog, spec), **options)  # every other option is the sandbox's own
     except UsageError as exc:
         _fail(str(exc))
 

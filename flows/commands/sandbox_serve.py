@@ -22,7 +22,8 @@ from sandbox.served_paths import replay_answers
 
 def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None], **options: Any) -> None:
     """Serve until interrupted, with what `named` names (drift shapes, `--replay` entries, catalog files, a
-    spec) and `options` (`sandbox.wire.serving.serve`'s; `quirks` a bool: all on or all off). UsageError
+    spec) and `options` (`sandbox.wire.serving.serve`'s; `quirks` a bool: all on or all off; `fault_kinds`
+    a list or the command line's comma-separated text). UsageError
     (exit 2) names what is refused: a shape, a replay entry, a declaration harvest or the sandbox cannot take."""
     from sandbox.wire.serving import serve
 
@@ -32,6 +33,8 @@ def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None
     except SpecError as exc:
         raise UsageError(f"{exc}\nnothing was served.") from None
     options["quirks"] = Quirks() if options.get("quirks", True) else Quirks.none()
+    if isinstance(options.get("fault_kinds"), str):  # the command line's comma-separated list
+        options["fault_kinds"] = [k.strip() for k in options["fault_kinds"].split(",") if k.strip()]
     try:
         replayed = replay_answers(replay, also=tuple(declared))
     except ValueError as exc:
