@@ -65,7 +65,7 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
         table: rows(db, f'SELECT count(*) FROM "{table}"')[0][0]
         for table in (
             "video_platform_videos", "video_platform_video_details", "video_platform_video_comments",
-            "video_platform_comments", "search_engine_advertisers", "search_engine_company_ads",
+            "video_platform_comments", "search_engine_advertisers", "search_engine_ads",
         )
     }  # fmt: skip
     assert all(counts.values()), counts
@@ -83,5 +83,5 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
     # advertiser search -> each company's ads, every ad its advertiser's
     advertisers = _column(db, "search_engine_advertisers", "advertiser_id")
     assert _asked(db, "/v1/search-engine/company/ads", "advertiser_id") == advertisers
-    assert _column(db, "search_engine_company_ads", "advertiser_id") == advertisers
+    assert _column(db, "search_engine_ads", "advertiser_id") == advertisers
     assert 0 < summary.credits_spent <= 300
