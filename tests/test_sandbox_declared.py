@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import SandboxConfig
+from sandbox.config import Drift, SandboxConfig
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.wire.serving import RunningSandbox
 from tests.declared_helpers import COLUMNS, MISSING, column_path, declaration, dig, fits, http_pages, records
@@ -191,3 +191,17 @@ def test_records_that_are_the_answer_itself_come_as_a_bare_list(
         missing = client.get(PATH, params={"q": "missing lanterns"}).json()
     assert isinstance(found, list) and found and _check_records(decl, [found])
     assert missing == [] and [e.credits for e in sb.ledger] == [1, 1]
+
+
+def test_a_stuck_cursor_comes_back_wherever_the_declaration_puts_it(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    """The `stuck_cursor` drift on a declared path: pages after the first hand back the cursor they were asked
+    with, here a token inside an object (`paging_info.max_id`), as a repeated cursor a client must notice."""
+    decl = declaration("max_id", next={"max_id": "paging_info.max_id"}, more="paging_info.more_available")
+    sb = sandbox_factory(_config(decl, drift=Drift(stuck_cursor=frozenset({PATH}))))
+    with sb.client() as client:
+        first = client.get(PATH, params=PARAMS).json()
+        asked = first["paging_info"]["max_id"]
+        second = client.get(PATH, params={**PARAMS, "max_id": asked}).json()
+    assert asked and second["paging_info"]["max_id"] == asked and second["items"]

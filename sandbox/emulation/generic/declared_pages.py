@@ -194,6 +194,20 @@ def _end_signals(
     if paging.more:
         flag: Any = (1 if more else 0) if paging.style == "max_cursor" else more
         page.body = put(page.body, paging.more, flag)
+    if decl.path in ctx.config.drift.stuck_cursor:
+        _stuck(ctx, decl, page)
+
+
+def _stuck(ctx: Ctx, decl: DeclaredEndpoint, page: ServedPage) -> None:
+    """The `stuck_cursor` drift, wherever the declaration puts its cursors: a page asked for with cursors hands
+    the same ones back (a client that does not notice pays for that page forever)."""
+    asked = {p: ctx.params.get(p) for p, _ in decl.paging.next}
+    if all(asked.values()):
+        for param, path in decl.paging.next:
+            value = asked[param]
+            page.body = put(
+                page.body, path, int(value) if decl.paging.style == "max_cursor" and value else value
+            )
 
 
 def not_found_body(decl: DeclaredEndpoint) -> Any:
