@@ -8,31 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.declared_helpers import ROOT
 from tests.flow_helpers import rows, run_flow
 
 SPEC = ROOT / "configs" / "examples" / "video-chains.yaml"
-
-
-def _queries_take_declared_endpoints() -> bool:
-    """Whether harvest's spec lets a query name an endpoint the job declares (the engine's part of #38); until
-    then the example is refused for its unknown endpoints. The lead drops this guard once both are merged."""
-    try:
-        from flows.spec import SpecError, load_spec
-    except ImportError:
-        return False
-    try:
-        load_spec(SPEC)
-    except SpecError as exc:
-        return "unknown endpoint" not in str(exc)
-    return True
-
-
-pytestmark = pytest.mark.skipif(
-    not _queries_take_declared_endpoints(), reason="needs the engine's declarations"
-)
 
 
 def _asked(db: Path, endpoint: str, param: str) -> set[str]:
