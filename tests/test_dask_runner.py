@@ -135,11 +135,11 @@ def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
     import urllib.request
     import warnings
 
-    from flows.run.dask_rounds import _runner
+    from flows.orchestrator.dask_runner import dask_task_runner
     from flows.spec import parse_spec
 
     spec = parse_spec(yaml.safe_dump(job("http://127.0.0.1:9", Path("out"), {"kind": "dask", "workers": 1})))
-    with warnings.catch_warnings(record=True) as caught, _runner(spec) as runner:
+    with warnings.catch_warnings(record=True) as caught, dask_task_runner(spec) as runner:
         warnings.simplefilter("always")
         scheduler = runner.client.cluster.scheduler  # the client starts the cluster
         bound = [sock.getsockname() for sock in scheduler.http_server._sockets.values()]

@@ -157,44 +157,64 @@ def begin(
     if previous is not None:
         start = resume_start(layout, previous, key, service.label)
         _say_lost(previous, start)
-        manifest = replace(
-            previous,
-            status="running",
-            finished=None,
-            flow_run_id=flow_run_id,
-            flow_run_ids=previous.flow_runs(flow_run_id),
-            resumes=previous.resumes + 1,
-            budget=previous.budget if budget is None else budget,
-            loaded=False,
-            error=None,
-            machine_fault=None,  # the fault that stopped it was the last session's, not this one's
-            shapes=shapes_data(spec.shape_overrides()),
-            spec_file=spec_file or previous.spec_file,
-            declared=spec.declared(),
-        )
+        manifest = _resumed(previous, spec, flow_run_id, budget, spec_file)
     else:
         start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
-        now = datetime.now(UTC)
-        manifest = RunManifest(
-            run_id=new_run_id(now),
-            job=spec.name,
-            spec_hash=spec.spec_hash(),
-            service=service.label,
-            started=now.isoformat(),
-            finished=None,
-            status="running",
-            budget=spec.budget.credits if budget is None else budget,
-            credits_spent=0,
-            plan_key=key,
-            flow_run_id=flow_run_id,
-            flow_run_ids=[flow_run_id] if flow_run_id else [],
-            continues=start.previous.run_id if start.previous else None,
-            shapes=shapes_data(spec.shape_overrides()),
-            spec_file=spec_file,
-            declared=spec.declared(),
-        )
+        manifest = _new(spec, key, service, start, flow_run_id, budget, spec_file)
     start.coverage = job_coverage(layout, spec.name, manifest.run_id)
     return Begun(start, manifest, abandoned)
+
+
+def _resumed(
+    previous: RunManifest, spec: JobSpec, flow_run_id: str | None, budget: int | None, spec_file: str | None
+) -> RunManifest:
+    """The manifest of a run resumed by this session: running again, under this flow run."""
+    return replace(
+        previous,
+        status="running",
+        finished=None,
+        flow_run_id=flow_run_id,
+        flow_run_ids=previous.flow_runs(flow_run_id),
+        resumes=previous.resumes + 1,
+        budget=previous.budget if budget is None else budget,
+        loaded=False,
+        error=None,
+        machine_fault=None,  # the fault that stopped it was the last session's, not this one's
+        shapes=shapes_data(spec.shape_overrides()),
+        spec_file=spec_file or previous.spec_file,
+        declared=spec.declared(),
+    )
+
+
+def _new(
+    spec: JobSpec,
+    key: str,
+    service: ServiceAccess,
+    start: RunStart,
+    flow_run_id: str | None,
+    budget: int | None,
+    spec_file: str | None,
+) -> RunManifest:
+    """The manifest of a new run (or one continuing `start.previous`)."""
+    now = datetime.now(UTC)
+    return RunManifest(
+        run_id=new_run_id(now),
+        job=spec.name,
+        spec_hash=spec.spec_hash(),
+        service=service.label,
+        started=now.isoformat(),
+        finished=None,
+        status="running",
+        budget=spec.budget.credits if budget is None else budget,
+        credits_spent=0,
+        plan_key=key,
+        flow_run_id=flow_run_id,
+        flow_run_ids=[flow_run_id] if flow_run_id else [],
+        continues=start.previous.run_id if start.previous else None,
+        shapes=shapes_data(spec.shape_overrides()),
+        spec_file=spec_file,
+        declared=spec.declared(),
+    )
 
 
 def _say_lost(run: RunManifest, start: RunStart) -> None:

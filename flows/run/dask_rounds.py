@@ -28,12 +28,14 @@ from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
 from connectors.errors import MissingApiKey
 from connectors.paging.pager import PagerStart, QuerySpec
+from flows.orchestrator.dask_runner import dask_task_runner
 from flows.run import progress
 from flows.run.discovery import Discovery
 from flows.run.plan import Plan
 from flows.run.service_access import ServiceAccess, client_settings
 from flows.run.start import RunStart
 from flows.spec import JobSpec
+from flows.spec.service_url import EMBEDDED_SANDBOX
 from tasks.landing import task_result
 from tasks.output.journal import RunJournal
 from tasks.output.layout import OutputLayout
@@ -81,27 +83,6 @@ def allocate(running: list[Running], free: int, round_pages: int) -> dict[str, i
                 break  # re-sort: breadth-first, page by page
         if not moved:
             return grants
-
-
-def _runner(spec: JobSpec) -> Any:
-    from prefect_dask import DaskTaskRunner
-
-    if spec.runner.address:
-        return DaskTaskRunner(address=spec.runner.address)
-    return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(spec.runner.workers))
-
-
-def local_cluster_kwargs(workers: int) -> dict[str, Any]:
-    """A LocalCluster of worker processes with no dashboard and no fixed port.
-
-    `dashboard_address=None` does not do what distributed documents (dask/distributed#8136): the scheduler's
-    HTTP server (health and metrics routes) still binds :8787, or warns and moves when another cluster has it.
-    Any free port on 127.0.0.1 instead, and `dashboard=False` so no Bokeh dashboard is served there either.
-    """
-    return {
-        "n_workers": workers, "processes": True, "threads_per_worker": 1,
-        "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False},
-    }  # fmt: skip
 
 
 class Rounds:
@@ -191,7 +172,7 @@ class Rounds:
             self.add(query)
         for query in self.start.continue_at.values():
             self.add(query)
-        with _runner(self.spec) as runner:
+        with dask_task_runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
                 grants = allocate(self.running, self.free(), self.spec.runner.round_pages)
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
@@ -388,7 +369,7 @@ def run_info(
 ) -> dict:
     """What a worker needs to know of the run, as plain data (no key: workers read it themselves)."""
     key_env, secret = spec.service.api_key_env, spec.service.api_key_secret
-    if service.label == "sandbox (embedded)":
+    if service.label == EMBEDDED_SANDBOX:
         os.environ[SANDBOX_KEY_ENV] = service.api_key.reveal()  # local workers inherit it
         key_env, secret = SANDBOX_KEY_ENV, None
     return {

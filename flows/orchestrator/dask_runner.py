@@ -1,0 +1,29 @@
+"""The Prefect task runner of a Dask run: the cluster named in the spec, or a local one of worker processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows.spec import JobSpec
+
+
+def dask_task_runner(spec: JobSpec) -> Any:
+    """Imported here: prefect_dask (and distributed) are the `dask` extra's, needed only by Dask runs."""
+    from prefect_dask import DaskTaskRunner
+
+    if spec.runner.address:
+        return DaskTaskRunner(address=spec.runner.address)
+    return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(spec.runner.workers))
+
+
+def local_cluster_kwargs(workers: int) -> dict[str, Any]:
+    """A LocalCluster of worker processes with no dashboard and no fixed port.
+
+    `dashboard_address=None` does not do what distributed documents (dask/distributed#8136): the scheduler's
+    HTTP server (health and metrics routes) still binds :8787, or warns and moves when another cluster has it.
+    Any free port on 127.0.0.1 instead, and `dashboard=False` so no Bokeh dashboard is served there either.
+    """
+    return {
+        "n_workers": workers, "processes": True, "threads_per_worker": 1,
+        "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False},
+    }  # fmt: skip
