@@ -252,3 +252,26 @@ def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
     assert rows(db, "SELECT status FROM runs") == [("complete",)]
     again = paid_again(entries, first)
     assert again <= CONCURRENCY, f"{again} pages paid twice"
+
+
+@pytest.mark.parametrize("leave", [4096, 8192])
+def test_a_database_the_disk_cut_short_as_it_was_made_is_not_left_behind(
+    small_disk: Path, leave: int
+) -> None:
+    """The first load of a job meets a disk with room for DuckDB's header and not its first blocks: the file it
+    leaves no DuckDB opens, and the next run refused it as another program's database ("is not a readable DuckDB
+    database ... move it aside"), a run the disk had stopped never finished by itself. The file is dropped; one
+    that opens stays."""
+    import duckdb
+
+    from tasks.database.connection import write_connection
+
+    db = small_disk / "out" / "harvest.duckdb"
+    filler = fill(small_disk, leave)
+    with pytest.raises(duckdb.IOException, match="No space left"), write_connection(db) as con:
+        con.execute("CREATE TABLE t AS SELECT range AS x, repeat('x', 100) AS y FROM range(100000)")
+    filler.unlink()
+    assert not db.exists() and not db.with_name("harvest.duckdb.wal").exists()
+    with write_connection(db) as con:  # the next load makes it anew
+        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    assert rows(db, "SELECT x FROM t") == [(1,)]

@@ -63,6 +63,7 @@ def write_connection(
     path = Path(db_path)
     rows = row_group_rows()
     path.parent.mkdir(parents=True, exist_ok=True)
+    created = not path.exists()
     con = duckdb.connect(
         config={
             "memory_limit": memory_limit(),
@@ -78,11 +79,15 @@ def write_connection(
         con.execute(f"USE {ALIAS}")
     except duckdb.IOException as exc:
         con.close()
+        if created:
+            _drop_if_unreadable(path)
         if _is_lock_error(exc):
             raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun) from exc
         raise
     except BaseException:
         con.close()
+        if created:
+            _drop_if_unreadable(path)
         raise
     try:
         con.execute("SET enable_progress_bar = false")  # no bar drawn on the user's terminal mid-run
@@ -90,8 +95,25 @@ def write_connection(
     except duckdb.OutOfMemoryException as exc:
         detail = str(exc).splitlines()[0]
         raise LoadOutOfMemory(path, data_dir or path.parent / "parquet", rerun, detail) from exc
+    except BaseException:
+        con.close()
+        if created:
+            _drop_if_unreadable(path)
+        raise
     finally:
         con.close()
+
+
+def _drop_if_unreadable(path: Path) -> None:
+    """A database file this connection created, cut short by a full disk before DuckDB wrote its first blocks
+    (the header fits, the rest does not): no DuckDB opens it, and the next run would refuse it as another
+    program's file. It holds nothing (whatever it was to hold is in Parquet, loaded again by the next run), so
+    it goes, with its log. A file that opens is kept as it is."""
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.Error:
+        for stale in (path, path.with_name(path.name + ".wal")):
+            stale.unlink(missing_ok=True)
 
 
 @contextmanager
