@@ -86,18 +86,22 @@ RETRIED = [f for f in FaultKind if f not in BODY_DAMAGE and f is not FaultKind.M
 
 @pytest.mark.parametrize("fault", RETRIED, ids=[f.value for f in RETRIED])
 def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: FaultKind) -> None:
-    config = BASE.replace(fault_rate=0.1, fault_kinds=[fault], seed=11)
+    # 429s slow the whole run down (the pace, `connectors.http.pace`, cuts its rate at each burst): 5 queries at a
+    # higher rate give as many refusals as 8 at 10% in a third of the time (it was the suite's longest test,
+    # 114-143 s; 42 s so)
+    topics, rate = (TOPICS[:5], 0.15) if fault is FaultKind.RATE_LIMIT else (TOPICS, 0.1)
+    config = BASE.replace(fault_rate=rate, fault_kinds=[fault], seed=11)
     db = tmp_path / "out" / "harvest.duckdb"
     with running(config) as sb:
-        summary = run_flow(spec(tmp_path, sb))
+        summary = run_flow(spec(tmp_path, sb, topics))
         attempts = scalar(db, "SELECT count(*) FROM requests")
         entries = wait_for_entries(sb, attempts)  # slow answers are recorded when they end
         billed = sb.billed_total()
         faults = sum(e.fault is not None for e in entries)
     assert summary.status == "complete", summary
     assert faults >= 20, "the fault was really injected, many times"
-    assert key_set(db, "pinboard_pins") == expected_pins(config)
-    assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config))
+    assert key_set(db, "pinboard_pins") == expected_pins(config, topics)
+    assert scalar(db, "SELECT count(*) FROM pinboard_pins") == len(expected_pins(config, topics))
     assert answered_twice(sb, db) == 0
     assert billed <= summary.credits_spent <= BUDGET
     assert summary.service_billed == billed, "the balance read before and after tells the service's bill"
