@@ -209,6 +209,11 @@ class LiteralTable(Table):
         yield from super().__rich_console__(console, options)
 
 
+def counted(number: int, noun: str) -> str:
+    """`1 page`, `3 pages`: a line a person reads says one page, not one pages (nouns here take an s)."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def table(*columns: str, title: object | None = None, right: Iterable[str] = ()) -> Table:
     """A rich Table whose title and headers are literal; columns named in `right` are right-aligned. Cells wrap
     only at separators (`AtSeparators`)."""

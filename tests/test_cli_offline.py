@@ -78,6 +78,9 @@ def test_plan_prints_queries_worst_case_and_verdict(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "budget: 61 credits" in result.stdout
     assert "budget covers the worst case" in result.stdout  # 5 + 5 + 1 + 50 details
+    assert (
+        "1 page " in result.stdout and "1 pages" not in result.stdout
+    )  # max_pages: 1, said as a person says it
 
 
 def test_plan_refuses_a_negative_budget(tmp_path: Path) -> None:

@@ -263,7 +263,7 @@ def test_empty_keys_are_records_without_key_and_progress_counts_what_was_kept(
     assert scalar(db, "SELECT count(*) FROM pinboard_pins WHERE id = ''") == 0
     (message,) = changed_shape(result.stderr)
     assert "without their primary key (id) or with an empty one" in message and '"id":""' in message
-    assert f"harvest: q: drift, 1 pages, {kept} records" in result.stderr
+    assert f"harvest: q: drift, 1 page, {kept} records" in result.stderr
     assert f"records: {kept};" in result.stdout.replace("\n", " ")
 
 

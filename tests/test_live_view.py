@@ -179,7 +179,7 @@ def test_without_a_terminal_a_wide_fan_out_is_plain_sentences_listing_what_did_n
         "harvest: 20 queries have ended well, each on a line above; from here on a query gets a line only when "
         "it does not end well, and the others are counted in the progress lines"
     )
-    assert "harvest: videos[handle=h01500]: failed, 1 pages, 3 records, 1 credits" in err
+    assert "harvest: videos[handle=h01500]: failed, 1 page, 3 records, 1 credit" in err
     assert re.fullmatch(
         r"harvest: \d+:\d\d elapsed: 2000 of 5000 credits spent; 2000 of 2000 queries ended \(1 not well\), "
         r"0 running; 2000 pages, 6000 records(; [\d.]+ pages/s)?",
@@ -283,8 +283,9 @@ def test_a_resumed_run_on_a_terminal_says_which_run_it_resumes_and_how_much_had_
     )
     assert said, scenario.frame
     ended, pages, records, spent, going_on = map(int, said.groups())
-    listed = [line for line in scenario.killed_err.splitlines() if ": complete, 1 pages" in line]
-    assert ended == pages == records == len(listed) > 0  # one page, one record a handle
+    listed = [line for line in scenario.killed_err.splitlines() if ": complete, 1 page," in line]
+    # one page, one record a handle; a query the journal had ended may not have printed its line by the kill
+    assert ended == pages == records >= len(listed) > 0
     assert ended <= spent <= FIRST_PAGES + 4  # plus the requests in flight at the kill
     assert going_on == len(HANDLES) - ended  # every planned query had started; the kept ones do not run
     assert scenario.resumed_code == 0

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.params import Params
 from connectors.paging.pager import QuerySpec, base_id
+from flows.console import counted
 from flows.spec import JobSpec, Query, render_value
 
 
@@ -162,7 +163,9 @@ def _basis(endpoint: Endpoint, pages: int | None, max_pages: int | None, price: 
         return "single page" + each
     if pages is None:
         return "all pages: unbounded" + each
-    return (f"{pages} pages" if pages == max_pages else f"{pages} pages (max_credits)") + each
+    return (
+        counted(pages, "page") if pages == max_pages else f"{counted(pages, 'page')} (max_credits)"
+    ) + each
 
 
 def _expand(query: Query) -> list[tuple[str, dict[str, Any]]]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from flows.console import visible
+from flows.console import counted, visible
 
 if TYPE_CHECKING:
     from connectors.catalog.endpoints import Endpoint
@@ -350,7 +350,10 @@ class LogLines(Counting):
             self.listed += 1
             if self.listed > LISTED_WELL:
                 return
-        _say(f"{query_id}: {row.status}, {row.pages} pages, {row.records} records, {row.credits} credits")
+        _say(
+            f"{query_id}: {row.status}, {counted(row.pages, 'page')}, {counted(row.records, 'record')}, "
+            f"{counted(row.credits, 'credit')}"
+        )
         if self.listed == LISTED_WELL and ended_well(row.status):
             _say(
                 f"{LISTED_WELL} queries have ended well, each on a line above; from here on a query gets a line "
