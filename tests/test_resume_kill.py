@@ -485,6 +485,7 @@ def test_continue_after_a_kill_is_refused_and_a_charge_before_the_resume_leaves_
     # at once: refused before Prefect was even imported (nothing sent: the sandbox's count above)
     assert "prefect" not in imported_packages(traced)
     assert killed.run_id in str(in_flow.value) and "--continue" in str(in_flow.value)
+    assert f"resume it first with `harvest run {spec} " in str(in_flow.value)  # the file, not `SPEC`
     assert code2 == 0, out2 + err2
     (run,) = all_manifests(OutputLayout(output))
     assert run.run_id == killed.run_id and run.status == "complete" and run.budget == 10_000

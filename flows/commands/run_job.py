@@ -107,7 +107,7 @@ def _hold_lock(layout: OutputLayout, job: str, again: RunAgain, mode: str) -> An
     unfinished = unfinished_run(layout, job)
     if unfinished is not None:
         lock.release()
-        raise fail(str(continue_refused(unfinished, again.of_another_run().command())))
+        raise fail(str(continue_refused(unfinished, again.of_another_run())))
     return lock
 
 

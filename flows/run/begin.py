@@ -32,6 +32,7 @@ from flows.run.start import (
     continue_refused,
     continue_start,
     job_coverage,
+    rerun_of,
     resume_start,
     retried_run,
     unfinished_run,
@@ -149,7 +150,7 @@ def begin(
     if previous is None:
         previous = unfinished_run(layout, spec.name)
         if previous is not None and mode == "continue":
-            raise continue_refused(previous)
+            raise continue_refused(previous, rerun_of(previous, layout))
     abandoned = None
     if previous is not None and mode == "fresh":
         abandoned = abandon_run(layout, previous, spec.endpoints())

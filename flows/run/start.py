@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
+from flows.commands.run_again import RunAgain
 from flows.run.coverage import Coverage, coverage_of
 from flows.run.plan import Plan
 from flows.spec import UsageError
+from flows.spec.service_url import recorded_url
 from tasks.output.journal import JournalState, read_journal
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
@@ -135,19 +138,32 @@ def unfinished_run(layout: OutputLayout, job: str) -> RunManifest | None:
     return heads[-1].manifest() if heads and heads[-1].unfinished else None
 
 
-def continue_refused(run: RunManifest, command: str = "harvest run SPEC") -> UsageError:
+def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
     """`--continue` while the job has an unfinished run: refused, never silently turned into a resume.
 
     The two differ in what the budget caps (a resume's covers the whole run, its killed part included; a
     continued run's is new spending), so doing either in place of the other spends what the user did not ask for.
+    `again`: how the job's runs are started from a shell; None for a deployment's run (spec text, no file).
     """
     how = "interrupted" if run.status == "interrupted" else "killed"
+    if again is None:
+        resume = "a run of the deployment with mode auto"
+        fresh = "one with mode fresh"
+    else:
+        resume, fresh = f"`{again.command()}`", f"`{again.command('--fresh')}`"
     return UsageError(
         f"--continue starts a new run from the queries earlier runs stopped, but run {run.run_id} of job "
-        f"{run.job} is unfinished ({how}): resume it first with `{command}` (without --continue), then "
-        f"--continue goes on from where it stops; or `{command} --fresh` abandons it (its data is kept) and "
-        "starts a new run"
+        f"{run.job} is unfinished ({how}): resume it first with {resume} (without --continue), then "
+        f"--continue goes on from where it stops; or {fresh} abandons it (its data is kept) and starts a new run"
     )
+
+
+def rerun_of(run: RunManifest, layout: OutputLayout) -> RunAgain | None:
+    """How an unfinished run is started again from a shell, from its manifest: its spec file, the service it
+    recorded, this output; None when it came from a deployment (spec text, no file)."""
+    if run.spec_file is None:
+        return None
+    return RunAgain(Path(run.spec_file), recorded_url(run.service), layout.root)
 
 
 def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunManifest | None:
