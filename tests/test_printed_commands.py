@@ -208,3 +208,38 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     assert read.returncode == 0 and "query_state" not in read.stderr and "complete" in read.stdout, (
         read.stdout + read.stderr
     )
+
+
+def test_the_export_retry_and_the_fresh_start_work_as_printed(prefect_api_url: str, tmp_path: Path) -> None:
+    """A run whose export failed prints how to send it later; `harvest runs` prints how to abandon an
+    unfinished run: both pasted into a clean shell, with a space in every path."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    output, blocked = cwd / "out dir", cwd / "lake dir"
+    blocked.write_text("a file where the export wants a directory")
+    spec = {"name": "night", "budget": {"credits": 1000}, "output": "out dir",
+            "export": {"to": "lake dir/night"}, "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+    with gated(CONFIG) as sb:
+        write_spec(cwd, spec, "night job.yaml")
+        first = harvest(cwd, home, "run", "night job.yaml", "--base-url", sb.base_url)
+        _, err1 = first.communicate(timeout=FINISH_TIMEOUT)
+        (retry,) = re.findall(r"retry: `([^`]+)`", err1)
+        blocked.unlink()
+        sent = pasted(retry, cwd, home)
+
+        code2, _ = ctrl_c(
+            sb, harvest(cwd, home, "run", "night job.yaml", "--base-url", sb.base_url, "--full")
+        )
+        listed = subprocess.run(
+            [".venv/bin/harvest", "runs", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
+            text=True, timeout=FINISH_TIMEOUT,
+        )  # fmt: skip
+        fresh = printed(listed.stderr, " abandons it")
+        started = pasted(fresh, cwd, home)
+    assert first.returncode == 1 and "export failed" in err1, err1
+    assert retry == ".venv/bin/harvest export 'out dir' --to 'lake dir/night'", err1
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert (blocked / "night" / "_exports").is_dir()  # the night's data reached the lake
+    assert code2 == 130
+    assert fresh.endswith(" --fresh") and started.returncode == 0, fresh + started.stdout + started.stderr
+    statuses = sorted((m.started, m.status) for m in manifests(output))
+    assert [s for _, s in statuses] == ["complete", "abandoned", "complete"], statuses
