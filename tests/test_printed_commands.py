@@ -193,9 +193,10 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     continued = pasted(go_on, cwd, home)
     demo = harvest(cwd, home, "demo", "--output", "demo's out")
     demo_out, demo_err = demo.communicate(timeout=FINISH_TIMEOUT)
-    sql, python = (
-        line.strip() for line in demo_out.split("(DuckDB SQL, read-only):\n", 1)[1].splitlines()[:2]
-    )
+    shown = demo_out.split("(DuckDB SQL, read-only):\n", 1)[1]
+    sql, rest = shown.split("\nFrom Python (the duckdb package, read-only):\n")
+    python = rest.split("\nParquet for a warehouse:")[0]
+    sql, python = sql.strip(), python.strip()
     queried, read = pasted(sql, cwd, home), pasted(python, cwd, home)
     assert first.returncode == 0, err
     assert go_on == ".venv/bin/harvest run 'specs/try it.yaml' --base-url sandbox --budget 1 --continue"
@@ -203,7 +204,8 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     stopped, chained = sorted(manifests(cwd / "try out"), key=lambda m: m.started)
     assert chained.continues == stopped.run_id and chained.credits_spent == 1
     assert demo.returncode == 0, demo_out + demo_err
-    assert sql.startswith(".venv/bin/harvest sql 'demo'\"'\"'s out' 'SELECT "), sql
+    assert sql.startswith(".venv/bin/harvest sql 'demo'\"'\"'s out' '\n      SELECT "), sql
+    assert max(len(line) for line in [*sql.splitlines(), *python.splitlines()]) < 80  # no terminal cuts them
     assert queried.returncode == 0 and "play_count" in queried.stdout, queried.stdout + queried.stderr
     assert read.returncode == 0 and "query_state" not in read.stderr and "complete" in read.stdout, (
         read.stdout + read.stderr

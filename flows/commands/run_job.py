@@ -311,14 +311,17 @@ def _demo(output: Path | None) -> None:
     db = target / "harvest.duckdb"
     out.print()
     out.print(Text("Query it", style="bold") + Text(" (DuckDB SQL, read-only):"))
-    top = "SELECT caption, play_count, digg_count FROM short_video_videos ORDER BY play_count DESC LIMIT 5"
+    top = """
+      SELECT caption, play_count, digg_count FROM short_video_videos
+      ORDER BY play_count DESC LIMIT 5"""  # on lines of their own: a terminal of 80 columns cuts none of them
     console.say(f"  {harvest_line('sql', target, top)}")
-    python = (  # double quotes inside: the shell's single quotes around it stay readable
-        f"import duckdb; print(duckdb.connect({json.dumps(str(db))}, read_only=True)"
-        '.sql("SELECT query_id, status, pages, credits FROM query_state"))'
+    out.print(Text("From Python", style="bold") + Text(" (the duckdb package, read-only):"))
+    python = (  # Python's lines at the margin, as `-c` wants them; double quotes inside the shell's single ones
+        f"import duckdb\ndb = duckdb.connect({json.dumps(str(db))}, read_only=True)\n"
+        'print(db.sql("SELECT query_id, status, pages, credits FROM query_state"))'
     )
     console.say(f"  {runnable(Path(sys.executable))} -c {shlex.quote(python)}")
-    console.say(f"  Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
+    console.prose(f"Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
     raise typer.Exit(code)
 
 
