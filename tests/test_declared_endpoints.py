@@ -167,6 +167,20 @@ def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
     manifest = json.loads((tmp_path / "snap" / "_manifest.json").read_text())
     assert manifest["tables"]["declared_pins"]["primary_key"] == ["id"]
     assert manifest["tables"]["declared_pins"]["rows"] == len(want)
+    for fmt in ("delta", "iceberg"):  # the lakehouse formats, read back by their own readers, not harvest
+        lake = tmp_path / fmt
+        merged = runner.invoke(app, ["export", str(output), "--to", str(lake), "--format", fmt])
+        assert merged.exit_code == 0, merged.output
+    from deltalake import DeltaTable
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
+
+    delta_ids = DeltaTable(str(tmp_path / "delta" / "declared_pins")).to_pyarrow_table().column("id")
+    iceberg = SqlCatalog("harvest", uri=f"sqlite:///{tmp_path / 'iceberg' / SQLITE_FILE}",
+                         warehouse=(tmp_path / "iceberg").as_uri())  # fmt: skip
+    iceberg_ids = iceberg.load_table(("harvest", "declared_pins")).scan().to_arrow().column("id")
+    assert set(delta_ids.to_pylist()) == set(iceberg_ids.to_pylist()) == {key for (key,) in want}
 
 
 # ---------------------------------------------------------------------------------------------- refusals
