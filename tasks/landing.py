@@ -65,7 +65,7 @@ def land_tables(
     fetched_at: datetime,
 ) -> None:
     meta = PageMeta(endpoint.path, spec.query_id, run_id, fetched_at)
-    sink.write_page((kind, with_meta(kind, tables[kind.table], meta)) for kind in endpoint.kinds)
+    sink.write_page((kind, with_meta(kind, tables[kind.table], meta)) for kind in endpoint.landed_kinds)
 
 
 def land_raw_pages(

@@ -44,7 +44,17 @@ def declared_copy(path: str) -> dict[str, Any]:
     """The declaration of `path` (a key of ALIASES): its built-in endpoint's, its tables `declared_<kind>`."""
     source = builtin_declaration(ALIASES[path])
     platform = ALIASES[path].split("/")[2].replace("-", "_") + "_"
-    records = {"declared_" + t.removeprefix(platform): k for t, k in source["records"].items()}
+
+    def renamed(table: str) -> str:
+        return "declared_" + table.removeprefix(platform)
+
+    records = {
+        renamed(t): {
+            **k,
+            **({"children": {renamed(c): v for c, v in k["children"].items()}} if "children" in k else {}),
+        }
+        for t, k in source["records"].items()
+    }
     return {**source, "summary": f"{ALIASES[path]}, declared by a job", "records": records}
 
 
@@ -79,6 +89,10 @@ def declared(path: str) -> Variant:
     source = ALIASES[path]
     copy = declared_copy(path)
     tables = dict(zip(builtin_declaration(source)["records"], copy["records"], strict=True))
+    for builtin_kind, copied in zip(
+        builtin_declaration(source)["records"].values(), copy["records"].values(), strict=True
+    ):
+        tables |= dict(zip(builtin_kind.get("children", {}), copied.get("children", {}), strict=True))
     return Variant("declared", path, tables, {path: copy})
 
 

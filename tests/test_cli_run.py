@@ -210,7 +210,8 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     counts = table_counts(output / "harvest.duckdb")
     assert set(counts) == set(catalog.all_kinds())
     empty = [t for t, n in counts.items() if n == 0]
-    assert not empty
+    assert empty == ["streaming_broadcaster_clip_qualities"]  # the service sends qualities with the clip only
+    assert_child_tables_read_without_json(output)
     assert "Query it" in result.stdout
     assert f"harvest sql {output}" in result.stdout
     assert "credits spent:" in result.stdout and "status: complete" in result.stdout
@@ -223,6 +224,48 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     # the hint's first command works as printed
     sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
     assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout
+
+
+def assert_child_tables_read_without_json(output: Path) -> None:
+    """#39: the qualities of every clip, the top comments of every group post and the items of every video
+    shelf are rows with typed columns, joined to their parent by its key, no JSON function: the values the raw
+    JSON of the same parents holds, at the items' positions; in Parquet with the same types; in the table docs."""
+    db = output / "harvest.duckdb"
+
+    def raw(table: str) -> list[dict[str, Any]]:
+        return [json.loads(r) for (r,) in rows(db, f"SELECT raw FROM {table}")]
+
+    qualities = rows(db, "SELECT c.id, q.position, q.quality, q.frame_rate, q.source_url FROM streaming_clips c "
+                         "JOIN streaming_clip_qualities q ON q.parent_id = c.id ORDER BY ALL")  # fmt: skip
+    assert qualities and qualities == sorted(
+        (c["id"], n, q["quality"], q["frameRate"], q["sourceURL"])
+        for c in raw("streaming_clips") for n, q in enumerate(c["assets"][0]["videoQualities"])
+    )  # fmt: skip
+    comments = rows(db, "SELECT p.id, c.position, c.id, c.text, epoch(c.publish_time), c.author_name "
+                        "FROM network_a_group_posts p JOIN network_a_group_post_top_comments c ON c.parent_id = p.id "
+                        "ORDER BY ALL")  # fmt: skip
+    assert comments and comments == sorted(
+        (p["id"], n, c["id"], c["text"], c["publishTime"], c["author"]["name"])
+        for p in raw("network_a_group_posts") for n, c in enumerate(p["topComments"])
+    )  # fmt: skip
+    items = rows(db, "SELECT s.type, s.title, i.position, i.id, i.title, i.views, i.length_seconds "
+                     "FROM video_platform_shelves s JOIN video_platform_shelf_items i "
+                     "ON i.parent_type = s.type AND i.parent_title = s.title ORDER BY ALL")  # fmt: skip
+    assert items and items == sorted(
+        (s["type"], s["title"], n, i["id"], i["title"], i["viewCountInt"], i["lengthSeconds"])
+        for s in raw("video_platform_shelves") for n, i in enumerate(s["items"])
+    )  # fmt: skip
+    assert {type(v) for row in qualities for v in row[2:4]} == {str, float}
+    assert {type(row[5]) for row in items} == {int}
+    import pyarrow.parquet as pq
+
+    landed = pq.read_table(output / "parquet" / "network_a_group_post_top_comments")
+    assert str(landed.schema.field("publish_time").type).startswith("timestamp[us")
+    assert landed.schema.field("position").type == "int64" and landed.num_rows == len(comments)
+    tables = runner.invoke(app, ["schema", "--tables"]).stdout
+    assert "## video_platform_shelf_items\n\nChild of `video_platform_shelves`" in tables
+    assert "Primary key: `parent_type, parent_title, position`" in tables
+    assert "| `parent_type` | VARCHAR | video_platform_shelves.type |" in tables
 
 
 # ------------------------------------------------------------------------------- once each per run

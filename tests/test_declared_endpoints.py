@@ -200,6 +200,7 @@ def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     return declaration
 
 
+CHILD = ("records", "search_engine_ads", "children")
 BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     # (case, declared path, declaration, field, problem, allowed): each in a catalog file the spec names
     ("a key not among the columns", ADS, _with(("records", "search_engine_ads", "key"), "creativeId"),
@@ -239,6 +240,19 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a one_of of no parameter", ADS, _with(("one_of",), [["domain", "company"]]),
      'endpoints["/v1/search-engine/company/ads"].one_of[0][1]', "'company' is not a parameter",
      "domain, advertiser_id, topic"),
+    # child tables (#39)
+    ("a child column every child row has", ADS, _with(CHILD, {"search_engine_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ad_regions.columns.position',
+     "'position' is a column of every row of search_engine_ad_regions already", "a name other than position, parent_creative_id"),
+    ("a child of a child", ADS, _with(CHILD, {"search_engine_ad_regions": {"at": "regions", "columns": {"code": "text"}, "children": {}}}),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ad_regions.children',
+     "unknown key 'children'", "at, columns, entries, ignore, replaces"),
+    ("a child replacing no json column", ADS, _with(CHILD, {"search_engine_ad_regions": {"at": "regions", "columns": {"code": "text"}, "replaces": "format"}}),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ad_regions.replaces',
+     "'format' is not a json column of the record", "no json column: leave `replaces` out"),
+    ("a child table named like its parent's", ADS, _with(CHILD, {"search_engine_ads": {"at": "regions", "columns": {"code": "text"}}}),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ads',
+     "'search_engine_ads' is a table of this endpoint already", "a table name of its own"),
 ]  # fmt: skip
 
 

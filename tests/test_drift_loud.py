@@ -142,9 +142,13 @@ def test_values_no_naive_conversion_survives_are_null_counted_and_kept(
 
 
 def _break_second_call(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+    """The second call breaks; `to_arrow`'s calls for a child table's items (#39) are not counted: the second
+    call is the second page's."""
     real, calls = getattr(module, name), []
 
     def breaks(*args: Any, **kwargs: Any) -> Any:
+        if name == "to_arrow" and kwargs.get("raw") is False:
+            return real(*args, **kwargs)
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("a case nobody foresaw")

@@ -116,7 +116,7 @@ def test_a_column_the_catalog_gained_appears_in_the_table(
     patched = {**kinds, VIDEOS: SimpleNamespace(schema=older, primary_key=kinds[VIDEOS].primary_key)}
     night(tmp_path, output, 0, monkeypatch)
     with monkeypatch.context() as m:
-        m.setattr(table_rows, "output_kinds", lambda layout, *runs: patched)
+        m.setattr(table_rows, "output_kinds", lambda *_: patched)
         assert export(output, str(lake)).exit_code == 0
     assert "collect_count" not in delta(f"{lake}/{VIDEOS}").to_pyarrow_table().column_names
 

@@ -29,8 +29,10 @@ import pytest
 from typer.testing import CliRunner
 
 import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.job_catalog import for_job
+from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind, keys_of
 from connectors.paging.pager import OK_STATUSES
 from flows.cli import app
@@ -82,7 +84,10 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
         "video_platform_community_posts",
         "video_url",
     ): "video: null",
-    ("v1_microblog-b_post--cli.json", "microblog_b_replies", "embed"): "the reply embeds nothing",
+    **{
+        ("v1_microblog-b_post--cli.json", "microblog_b_replies", column): "the reply embeds nothing"
+        for column in ("embed", "embed_link_url", "embed_link_title")
+    },
     ("v1_video-platform_video--cli.json", "video_platform_video_details", "description"): "description: null",
     ("v1_photo-app_user_reels--cli.json", "photo_app_reels", "caption"): "caption: null",
     (
@@ -120,6 +125,32 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
     **{
         ("v1_video-platform_search--cli.json", table, ANY): "none in the example"
         for table in ("video_platform_channels", "video_platform_playlists", "video_platform_lives")
+    },
+    # child tables (#39): the lists the examples hold, read as rows
+    ("v1_streaming_clip--cli.json", "streaming_broadcaster_clip_qualities", ANY): "only on the clip",
+    ("v1_streaming_clip--openapi.json", "streaming_broadcaster_clip_qualities", ANY): "only on the clip",
+    ("v1_microblog-b_post--cli.json", "microblog_b_post_images", ANY): "no embedded images: a link",
+    ("v1_microblog-b_post--cli.json", "microblog_b_reply_images", ANY): "the replies embed nothing",
+    ("v1_microblog-b_user_posts--cli.json", "microblog_b_post_images", ANY): "no embedded images: a link",
+    **{
+        (
+            "v1_video-platform_search--cli.json",
+            "video_platform_shelf_items",
+            column,
+        ): "a shelf's short is brief"
+        for column in (
+            "published_time",
+            "length_seconds",
+            "length_text",
+            "channel_id",
+            "channel_title",
+            "channel_handle",
+            "channel_url",
+            "badges",
+            "like_count",
+            "comment_count",
+            "description",
+        )
     },
 }
 runner = CliRunner()
@@ -237,6 +268,60 @@ def _landed_rows(db: Path, kind: RecordKind, query_id: str) -> dict[tuple[Any, .
     return by_key
 
 
+def _listed_items(child: ChildKind, record: Any) -> list[tuple[int, Any]]:
+    """(position, item) of a record's child list, as an independent reading of the declaration."""
+    for where in child.at:
+        found = compile_path(where)(record)
+        if found is MISSING:
+            continue
+        if child.entries:
+            return [(n, {"name": k, "value": v}) for n, (k, v) in enumerate(found.items())]
+        return [(n, item) for n, item in enumerate(found or []) if isinstance(item, dict)]
+    return []
+
+
+def _check_child(
+    example: Example, kind: RecordKind, child: ChildKind, items: list[Any], keys: list[Any], db: Path
+) -> list[tuple[str, str, str]]:
+    """A child table holds one row per item of each record's list, at its position, with every value the item
+    has (#39): the same rule as a record table's, over the list's items."""
+    inner = kind.unwrap.inner if kind.unwrap else (lambda item: item)
+    expected = {
+        (*key, position): item for record, key in zip(items, keys, strict=True)
+        for position, item in _listed_items(child, inner(record))
+    }  # fmt: skip
+    names = [f.name for f in child.columns]
+    there = rows(db, "SELECT 1 FROM information_schema.tables WHERE table_name = ?", [child.table])
+    got = (
+        []
+        if not there
+        else rows(db, f"SELECT {', '.join(names)} FROM {child.table} WHERE _query_id = ?", [example.query_id])
+    )
+    landed = {tuple(r[: len(child.primary_key)]): dict(zip(names, r, strict=True)) for r in got}
+    assert len(landed) == len(got) and sorted(landed) == sorted(expected), (
+        f"{example.file}: {child.table} rows"
+    )
+    if not expected:
+        assert (example.file, child.table, ANY) in NOT_IN_THE_EXAMPLE, (
+            f"{example.file}: no {child.table} rows"
+        )
+        return [(example.file, child.table, ANY)]
+    used = []
+    for fld in child.fields:
+        read = child.item.reader(fld.name, example.params)
+        assert read is not None
+        for at, item in expected.items():
+            if read(item) is not None:
+                assert landed[at][fld.name] is not None, (
+                    f"{example.file}: {child.table}.{fld.name} NULL at {at}"
+                )
+        filled = any(row[fld.name] is not None for row in landed.values())
+        excepted = (example.file, child.table, fld.name) in NOT_IN_THE_EXAMPLE
+        assert filled != excepted, f"{example.file}: {child.table}.{fld.name} filled: {filled}"
+        used += [(example.file, child.table, fld.name)] if excepted else []
+    return used
+
+
 def _check_kind(example: Example, kind: RecordKind, db: Path) -> list[tuple[str, str, str]]:
     """Asserts (1) and (2) of the module docstring for one record kind; returns the exceptions it used."""
     items = kind.extract(example.body)
@@ -244,12 +329,12 @@ def _check_kind(example: Example, kind: RecordKind, db: Path) -> list[tuple[str,
     assert all(None not in key for key in keys), f"{example.file}: {kind.table} records without their key"
     landed = _landed_rows(db, kind, example.query_id)
     assert sorted(landed) == sorted(set(keys)), f"{example.file}: {kind.table} keys"
-    used = []
+    used = [u for child in kind.children for u in _check_child(example, kind, child, items, keys, db)]
     if not items:
         assert (example.file, kind.table, ANY) in NOT_IN_THE_EXAMPLE, (
             f"{example.file}: no {kind.table} records"
         )
-        return [(example.file, kind.table, ANY)]
+        return [*used, (example.file, kind.table, ANY)]
     assert (example.file, kind.table, ANY) not in NOT_IN_THE_EXAMPLE, (
         f"{example.file}: {kind.table} has records"
     )
@@ -295,5 +380,5 @@ def test_every_listed_exception_is_one_an_example_has() -> None:
         if file in skipped:
             continue
         assert file in files, file
-        kind = files[file].endpoint.kind(table)
+        kind = {k.table: k for k in files[file].endpoint.landed_kinds}[table]
         assert column == ANY or kind.field(column) is not None, (file, table, column)

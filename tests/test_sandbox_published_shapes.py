@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from connectors.catalog import endpoints as catalog
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind
 from sandbox.config import Drift, SandboxConfig
@@ -86,6 +87,33 @@ def test_the_sandbox_names_what_harvest_reads_as_the_service_does(
                 assert filled_name(kind, fld.name, ours) == name, (
                     f"{kind.table}.{fld.name}: the service sends `{path}`, the sandbox does not"
                 )
+        for (
+            child
+        ) in kind.children:  # the lists child tables read (#39): where they are, what their items name
+            their_items, at = child_items(child, theirs)
+            if not their_items:
+                continue
+            our_items, our_at = child_items(child, ours)
+            assert our_items and our_at == at, (
+                f"{child.table}: the service sends `{at}`, the sandbox `{our_at}`"
+            )
+            for fld in child.fields:
+                name = filled_name(child.item, fld.name, their_items)
+                if name is not None:
+                    assert filled_name(child.item, fld.name, our_items) == name, (
+                        f"{child.table}.{fld.name}: the service sends `{fld.path.split('|')[name]}`"
+                    )
+
+
+def child_items(child: ChildKind, records: list[Any]) -> tuple[list[Any], str | None]:
+    """The items of the records' child lists, at the first of the child's places some record fills."""
+    for where in child.at:
+        get = compile_path(where)
+        found = [get(r) for r in records]
+        lists = [f for f in found if isinstance(f, list | dict) and f]
+        if lists:
+            return [i for f in lists for i in (f if isinstance(f, list) else [f])], where
+    return [], None
 
 
 def test_the_interface_names_are_served_on_request_and_differ() -> None:

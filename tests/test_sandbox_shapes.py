@@ -39,7 +39,7 @@ FIELDS: dict[str, set[str]] = {
     "media": {"id", "title", "url", "permalink", "media_type", "image", "gallery_count"},
     "clips": {
         "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
-        "broadcaster", "thumbnailURL", "videoQualities", "videoURL",
+        "broadcaster", "thumbnailURL", "assets", "videoQualities", "videoURL",
     },
     "other_clips": {
         "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
@@ -186,8 +186,13 @@ def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
     assert set(body[2]["data"]["user"]["followers"]) == {"totalCount", "__typename"}
     assert clip["slug"] == "SillyClip" and clip["url"] == "https://clips.streaming.example/SillyClip"
     assert "sig=" in clip["videoURL"]
+    # as the published clip: each quality in full in its asset, only its URL at the top
+    qualities = clip["assets"][0]["videoQualities"]
+    assert {q["sourceURL"] for q in qualities} == {q["sourceURL"] for q in clip["videoQualities"]}
+    for quality in qualities:
+        assert set(quality) == {"quality", "frameRate", "sourceURL", "__typename"}
     for quality in clip["videoQualities"]:
-        assert set(quality) == {"quality", "frameRate", "sourceURL"}
+        assert set(quality) == {"sourceURL", "__typename"}
 
 
 def test_community_post_is_flat(sandbox_client: httpx.Client) -> None:
@@ -273,7 +278,7 @@ def test_video_search(sandbox_client: httpx.Client) -> None:
     check_records(body["playlists"], FIELDS["playlists"])
     check_records(body["lives"], FIELDS["lives"])
     check_records(body["shelves"], FIELDS["shelves"])
-    check_records(body["shelves"][0]["items"], FIELDS["videos"])
+    check_records(body["shelves"][0]["items"], FIELDS["videos"] | {"type"})  # "type": as published
     extras = get(sandbox_client, "/v1/video-platform/search", query="guitar", includeExtras="true")
     check_records(extras["videos"], FIELDS["videos"] | {"likeCount", "commentCount", "description"})
     assert [v["id"] for v in extras["videos"]] == [v["id"] for v in body["videos"]]

@@ -15,13 +15,17 @@ from connectors.catalog.declarations import (
     COLUMN_WORDS,
     ENDPOINT_PATH,
     ENDPOINT_PATH_WORDS,
+    ENTRY_FIELDS,
     META_COLUMN_NAMES,
     NAME,
     NAME_WORDS,
     PARAM_PREFIX,
+    PARENT_PREFIX,
+    POSITION,
     RESERVED_PARAMS,
     TABLE,
     TABLE_WORDS,
+    ChildDecl,
     ColumnDecl,
     EndpointDecl,
     KindDecl,
@@ -65,6 +69,7 @@ def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
         yield ("records_per_page",), f"{decl.records_per_page} records a page", "a number >= 1"
     for table, kind in decl.records.items():
         yield from _kind_problems(table, kind, names)
+    yield from _child_table_clashes(decl)
 
 
 def _param_problems(name: str, p: ParamDecl, in_path: list[str]) -> Iterator[Problem]:
@@ -145,8 +150,7 @@ def _price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
             yield ("price", "when", n, "value"), f"{rule.value!r} is not a {param.type}", f"a {param.type}"
 
 
-def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Problem]:
-    at: tuple[str | int, ...] = ("records", table)
+def _table_name_problems(at: tuple[str | int, ...], table: str) -> Iterator[Problem]:
     if not TABLE.fullmatch(table) or table.endswith("_history"):
         yield at, f"{table!r} cannot be a table name", TABLE_WORDS + "; not ending in `_history` (views)"
     elif table in BOOKKEEPING_TABLES:
@@ -155,6 +159,11 @@ def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Pro
             f"{table!r} is one of harvest's own tables",
             "a name other than " + ", ".join(BOOKKEEPING_TABLES),
         )
+
+
+def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Problem]:
+    at: tuple[str | int, ...] = ("records", table)
+    yield from _table_name_problems(at, table)
     if not kind.at:
         yield (*at, "at"), "no place to read records from", 'a record path, or "" for the answer itself'
     for n, where in enumerate(kind.at):
@@ -180,6 +189,69 @@ def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Pro
     yield from _ignored((*at, "ignore"), kind.ignore)
     if kind.nested is not None and not NAME.fullmatch(kind.nested):
         yield (*at, "nested"), f"{kind.nested!r} is not a key", "the key of an item holding more items"
+    for name, child in kind.children.items():
+        yield from _child_problems((*at, "children", name), name, child, kind, names)
+
+
+def _child_problems(
+    at: tuple[str | int, ...], table: str, child: ChildDecl, parent: KindDecl, names: list[str]
+) -> Iterator[Problem]:
+    """A child table: its name, where in a record its list is, its columns (none named like the columns the
+    child table has already: `position`, `parent_<key>`), and the JSON column it `replaces`."""
+    yield from _table_name_problems(at, table)
+    if not child.at:
+        yield (*at, "at"), "no place to read the list from", "a record path inside the record"
+    for n, where in enumerate(child.at):
+        if where == "":
+            yield (
+                (*at, "at", n),
+                "a child's list is inside the record, not the record itself",
+                "a record path",
+            )
+        else:
+            yield from _path_problems((*at, "at", n), where)
+    taken = [POSITION, *(PARENT_PREFIX + k for k in parent.key)]
+    for name in child.columns:
+        if name in taken:
+            yield (
+                (*at, "columns", name),
+                f"{name!r} is a column of every row of {table} already",
+                "a name other than " + ", ".join(taken),
+            )
+    yield from _column_problems((*at, "columns"), child.columns, names)
+    if child.entries:
+        for name, column in child.columns.items():
+            for alternative in (column.path or name).split("|"):
+                if alternative.partition(".")[0].partition("[")[0] not in ENTRY_FIELDS:
+                    yield (
+                        (*at, "columns", name, "path"),
+                        f"{alternative!r}: an item of `entries` is a field's name and value",
+                        "name, value, or a path under value (value.x)",
+                    )
+    yield from _ignored((*at, "ignore"), child.ignore)
+    if child.replaces is not None:
+        replaced = parent.columns.get(child.replaces)
+        if replaced is None or replaced.type != "json":
+            jsons = [n for n, c in parent.columns.items() if c.type == "json"]
+            yield (
+                (*at, "replaces"),
+                f"{child.replaces!r} is not a json column of the record",
+                ", ".join(jsons) or "no json column: leave `replaces` out",
+            )
+
+
+def _child_table_clashes(decl: EndpointDecl) -> Iterator[Problem]:
+    """A child table named like a record table of the endpoint, or like another child table."""
+    seen = set(decl.records)
+    for table, kind in decl.records.items():
+        for name in kind.children:
+            if name in seen:
+                yield (
+                    ("records", table, "children", name),
+                    f"{name!r} is a table of this endpoint already",
+                    "a table name of its own",
+                )
+            seen.add(name)
 
 
 def _ignored(at: tuple[str | int, ...], paths: list[str]) -> Iterator[Problem]:

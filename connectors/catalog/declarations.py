@@ -44,6 +44,12 @@ BOOKKEEPING_TABLES = ("runs", "requests", "query_state", "exports")
 """harvest's own tables in harvest.duckdb (`tasks.database.bookkeeping`, `flows.handoff.export_ledger`)."""
 META_COLUMN_NAMES = ("raw", "_endpoint", "_query_id", "_run_id", "_fetched_at")
 """Columns harvest adds to every record table (`connectors.catalog.records.META_COLUMNS`)."""
+PARENT_PREFIX = "parent_"
+"""A child table's columns holding its parent's key: `parent_<key column>` (`connectors.catalog.child_kinds`)."""
+ENTRY_FIELDS = ("name", "value")
+"""What an item of an `entries` child holds: one field of the object, its name and its value."""
+POSITION = "position"
+"""A child table's column holding an item's place in its list (0 for the first, as in the JSON of `raw`)."""
 
 
 class _Decl(BaseModel):
@@ -109,6 +115,27 @@ class UnwrapDecl(_Decl):
     ignore: list[str] = Field(default_factory=list, description="Wrapper paths known and left in `raw`.")
 
 
+class ChildDecl(_Decl):
+    """A list of objects inside each record, landing in a table of its own: one row per item, keyed by the
+    record's key (`parent_<key>`) and the item's `position` in the list."""
+
+    at: Paths = Field(description="Where in a record the list is: a record path, or several tried in order.")
+    columns: dict[str, Column] = Field(
+        min_length=1, description="The item's columns: column -> type, or {type, path, description}."
+    )
+    entries: bool = Field(
+        False, strict=True, description="true: `at` is an object, and each of its fields is an item "
+        "`{name, value}` (an object whose fields are not known in advance)."
+    )  # fmt: skip
+    ignore: list[str] = Field(
+        default_factory=list, description="Item paths known and left in the record's `raw`."
+    )
+    replaces: str | None = Field(
+        None, description="The record's `json` column holding the same list: kept, and marked deprecated in "
+        "the table docs."
+    )  # fmt: skip
+
+
 class KindDecl(_Decl):
     """One kind of record, landing in one table."""
 
@@ -128,6 +155,10 @@ class KindDecl(_Decl):
     unwrap: UnwrapDecl | None = None
     ignore: list[str] = Field(default_factory=list, description="Record paths known and left in `raw`.")
     nested: str | None = Field(None, description="The key under which an item holds more items of its kind.")
+    children: dict[str, ChildDecl] = Field(
+        default_factory=dict,
+        description="Child table -> a list of objects inside each record (one row per item).",
+    )
 
 
 class PagingDecl(_Decl):
@@ -247,6 +278,10 @@ def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
         kind["columns"] = _plain_columns(kind["columns"])
         if kind["unwrap"] is not None:
             kind["unwrap"]["extras"] = _plain_columns(kind["unwrap"]["extras"])
+        for child in kind["children"].values():
+            child["columns"] = _plain_columns(child["columns"])
+        if not kind["children"]:
+            del kind["children"]  # a declaration without children reads, hashes and records as before them
     return data
 
 

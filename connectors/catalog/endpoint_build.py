@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.declared_params import params_model
 from connectors.catalog.endpoints import Endpoint, NewestFirst, Price, PriceRule
 from connectors.catalog.fields import COLUMN_TYPES, Field
@@ -50,13 +51,28 @@ def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:
 
 def _kind(table: str, kind: Mapping[str, Any]) -> RecordKind:
     unwrap = kind.get("unwrap")
+    fields = _columns(kind["columns"])
+    extras = _columns(unwrap["extras"]) if unwrap else ()
+    by_name = {f.name: f for f in fields + extras}
+    parent_key = tuple(by_name[k] for k in kind["key"] if k in by_name)
     return RecordKind(
         table,
         tuple(kind["at"]),
         tuple(kind["key"]),
-        _columns(kind["columns"]),
-        Unwrap(unwrap["key"], _columns(unwrap["extras"]), tuple(unwrap["ignore"])) if unwrap else None,
+        fields,
+        Unwrap(unwrap["key"], extras, tuple(unwrap["ignore"])) if unwrap else None,
         tuple(kind["ignore"]),
         objects=tuple(kind["at"]) if kind["one"] else tuple(kind["objects"]),
         nested=kind["nested"],
+        children=tuple(
+            _child(name, table, parent_key, child) for name, child in kind.get("children", {}).items()
+        ),
     )
+
+
+def _child(table: str, parent: str, parent_key: tuple[Field, ...], child: Mapping[str, Any]) -> ChildKind:
+    """A child kind: its items read as a record kind without a key, located inside each parent record."""
+    item = RecordKind(
+        table, tuple(child["at"]), (), _columns(child["columns"]), ignore=tuple(child["ignore"])
+    )
+    return ChildKind(table, parent, parent_key, item, child["replaces"], child["entries"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
+from connectors.catalog.child_kinds import TableKind
 from connectors.catalog.paging_styles import Paging
 from connectors.catalog.params import Params
 from connectors.catalog.records import RecordKind
@@ -120,6 +121,14 @@ class Endpoint:
     def kind(self, table: str) -> RecordKind:
         return next(k for k in self.kinds if k.table == table)
 
+    @property
+    def landed_kinds(self) -> tuple[TableKind, ...]:
+        """Every table a page of this endpoint lands rows in: each record kind, then its child kinds."""
+        kinds: list[TableKind] = []
+        for record in self.kinds:
+            kinds += [record, *record.children]
+        return tuple(kinds)
+
     def field_reader(self, table: str, name: str, params: Mapping[str, Any]) -> Callable[[Any], Any] | None:
         """Reads column `name` of the `table` records this endpoint's pages hold (the values dependent queries
         start from); None when the endpoint has no such kind or the kind no such column."""
@@ -158,7 +167,7 @@ def get(path: str, costs: Mapping[str, int] | None = None) -> Endpoint:
         raise UnknownEndpoint(path) from None
 
 
-def all_kinds() -> dict[str, RecordKind]:
+def all_kinds() -> dict[str, TableKind]:
     """Every built-in record kind by table name (kinds shared by endpoints appear once)."""
     from connectors.catalog.job_catalog import builtin
 

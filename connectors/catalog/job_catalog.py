@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from connectors.catalog.declarations import CatalogFile, plain
+from connectors.catalog.child_kinds import ChildKind, TableKind
+from connectors.catalog.declarations import PARENT_PREFIX, POSITION, CatalogFile, plain
 from connectors.catalog.endpoint_build import build_endpoint
 from connectors.catalog.endpoints import Endpoint, UnknownEndpoint
 from connectors.catalog.fields import type_name
@@ -43,13 +44,15 @@ class Catalog:
         except KeyError:
             raise UnknownEndpoint(path) from None
 
-    def kinds(self) -> dict[str, RecordKind]:
-        """Every record kind by table name (kinds shared by endpoints appear once: the first, a built-in one
-        before a declared one of the same table)."""
-        kinds: dict[str, RecordKind] = {}
+    def kinds(self) -> dict[str, TableKind]:
+        """Every record kind and child kind by table name (kinds shared by endpoints appear once: the first, a
+        built-in one before a declared one of the same table)."""
+        kinds: dict[str, TableKind] = {}
         for endpoint in self.endpoints.values():
             for kind in endpoint.kinds:
                 kinds.setdefault(kind.table, kind)
+                for child in kind.children:
+                    kinds.setdefault(child.table, child)
         return kinds
 
     def overridden(
@@ -120,7 +123,8 @@ def _for_job(text: str) -> Catalog:
     return Catalog({**builtin().endpoints, **own}, declared)
 
 
-def kind_signature(kind: RecordKind) -> Signature:
+def kind_signature(kind: RecordKind | ChildKind) -> Signature:
+    """A record kind's key and columns; its children's tables are theirs (`child_signatures`)."""
     return kind.primary_key, tuple((f.name, type_name(f)) for f in kind.columns)
 
 
@@ -128,6 +132,19 @@ def declared_signature(kind: Mapping[str, Any]) -> Signature:
     """The signature of a plain declaration's record kind."""
     columns = dict(kind["columns"]) | (dict(kind["unwrap"]["extras"]) if kind.get("unwrap") else {})
     return tuple(kind["key"]), tuple((name, column["type"]) for name, column in columns.items())
+
+
+def declared_child_signatures(kind: Mapping[str, Any]) -> dict[str, Signature]:
+    """Child table -> its signature, as `kind_signature` gives it for the child kind built from `kind`."""
+    columns = dict(kind["columns"]) | (dict(kind["unwrap"]["extras"]) if kind.get("unwrap") else {})
+    parents = tuple((PARENT_PREFIX + k, columns[k]["type"]) for k in kind["key"] if k in columns)
+    return {
+        table: (
+            (*(name for name, _ in parents), POSITION),
+            (*parents, (POSITION, "integer"), *((n, c["type"]) for n, c in child["columns"].items())),
+        )
+        for table, child in kind.get("children", {}).items()
+    }
 
 
 def describe_signature(signature: Signature) -> str:

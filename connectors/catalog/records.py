@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from connectors.catalog.fields import PARAM_PREFIX, TIMESTAMP, Field
 from connectors.catalog.record_paths import MISSING, compile_path
+
+if TYPE_CHECKING:
+    from connectors.catalog.child_kinds import ChildKind
 
 META_COLUMNS: tuple[pa.Field, ...] = (
     pa.field("raw", pa.string()),
@@ -135,6 +138,8 @@ class RecordKind:
     nested: str | None = None
     """The key under which an item (or its wrapper) holds more items of this kind: a thread's replies hold the
     replies to them. They are records too, found depth first after the item that holds them."""
+    children: tuple[ChildKind, ...] = ()
+    """Lists of objects inside each record, each landing in a table of its own (`connectors.catalog.child_kinds`)."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
     known: KnownFields = field(init=False, compare=False, repr=False)
     """The fields some column reads: any other is a field the catalog does not know yet."""
@@ -152,6 +157,7 @@ class RecordKind:
         schema = pa.schema([pa.field(fld.name, fld.type) for fld in self.columns] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
         own = [fld.path for fld in self.fields if not fld.path.startswith(PARAM_PREFIX)] + list(self.ignore)
+        own += [where for child in self.children for where in child.at]  # read whole, by the child
         body_keys = ENVELOPE_KEYS if "" in self.locations else ()
         object.__setattr__(self, "known", known_tree(own, body_keys))
         wrapped = None

@@ -20,8 +20,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.fields import TIMESTAMP, Field, coercer
 from connectors.catalog.records import Located, RecordKind
+from connectors.reading.child_rows import child_table
 from connectors.reading.column_readers import columns_reader
 from connectors.reading.empty_columns import empty_columns, key_override
 from connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
@@ -91,9 +93,10 @@ def to_arrow(
     report: TableReport,
     single: bool = False,
     where: str = "",
+    raw: bool = True,
 ) -> pa.Table:
-    """One page's items of one kind (found at the location `where`) as Arrow data columns plus `raw`, counting
-    what did not fit."""
+    """One page's items of one kind (found at the location `where`) as Arrow data columns plus `raw` (unless
+    not `raw`: a child table's items, whose parent keeps them), counting what did not fit."""
     report.seen += len(items)
     columns: list[pa.Array] = []
     unknown: set[str] | None = set() if len(report.new_fields) < NEW_FIELDS_CAP else None
@@ -101,7 +104,6 @@ def to_arrow(
     for fld, values in zip(kind.columns, read, strict=True):
         array = _fast_array(fld, values)
         columns.append(array if array is not None else _converted(fld, values, report))
-    columns.append(raw_column(items))
     names = [f.name for f in kind.columns]
     key_nulls = [False] * len(items)
     for name in kind.primary_key:
@@ -120,7 +122,9 @@ def to_arrow(
         report.new_fields |= set(
             sorted(unknown - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)]
         )
-    return pa.Table.from_arrays(columns, names=[*names, "raw"])
+    if not raw:
+        return pa.Table.from_arrays(columns, names=names)
+    return pa.Table.from_arrays([*columns, raw_column(items)], names=[*names, "raw"])
 
 
 RAW_CHUNK = 2_000
@@ -218,14 +222,38 @@ def convert_page(
             )
             tables[kind.table] = _empty(kind)
             records[kind.table] = []
+        _children(kind, records[kind.table], tables, params, report)
     if body is not None:
         _account_lists(kinds, located, body, report)
     return ConvertedPage(records, tables, report)
 
 
-def _empty(kind: RecordKind) -> pa.Table:
+def _empty(kind: RecordKind | ChildKind) -> pa.Table:
     fields = [pa.field(fld.name, fld.type) for fld in kind.columns]
+    if isinstance(kind, ChildKind):
+        return pa.schema(fields).empty_table()
     return pa.schema([*fields, pa.field("raw", pa.string())]).empty_table()
+
+
+def _children(
+    kind: RecordKind,
+    records: list[Any],
+    tables: dict[str, pa.Table],
+    params: Mapping[str, Any],
+    report: ExtractionReport,
+) -> None:
+    """The page's rows of the kind's child tables (`connectors.reading.child_rows`). A child whose conversion
+    breaks gets no rows, and its parents count as lost (drift), as a kind's records would."""
+    for child in kind.children:
+        try:
+            tables[child.table] = child_table(
+                child, kind, records, tables[kind.table], params, report.table(child.table)
+            )
+        except Exception as exc:
+            failed = report.table(child.table)
+            failed.failed += max(1, len(records))
+            failed.failure = failed.failure or _example(f"{type(exc).__name__}: {exc}")
+            tables[child.table] = _empty(child)
 
 
 def _account_lists(
@@ -259,8 +287,9 @@ class PageMeta:
     fetched_at: datetime
 
 
-def with_meta(kind: RecordKind, data: pa.Table, meta: PageMeta) -> pa.Table:
-    """The page's table with the run's columns, in the kind's schema."""
+def with_meta(kind: RecordKind | ChildKind, data: pa.Table, meta: PageMeta) -> pa.Table:
+    """The page's table with the run's columns, in the kind's schema (a child's rows get their parent's page's:
+    the same `_fetched_at`, which ties them to that fetch of the parent)."""
     n = data.num_rows
     constants = (
         pa.scalar(meta.endpoint, pa.string()),

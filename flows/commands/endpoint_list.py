@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.job_catalog import Catalog, builtin
 from flows.console import literal, out, say
@@ -46,7 +47,8 @@ def _endpoint_info(endpoint: Endpoint, declared: bool) -> dict[str, Any]:
         "one_of": list(endpoint.params.one_of),
         "tables": [
             {"table": k.table, "primary_key": list(k.primary_key), "columns": [f.name for f in k.columns]}
-            for k in endpoint.kinds
+            | ({"parent": k.parent} if isinstance(k, ChildKind) else {})
+            for k in endpoint.landed_kinds
         ],
     }
     if len(endpoint.params.one_of_groups) > 1:
@@ -73,6 +75,11 @@ def _describe_endpoint(info: dict[str, Any]) -> list[str]:
         lines.append(f"    {p['name']}: {p['type']}{allowed}{extra}" + (f" [{flags}]" if flags else ""))
     for group in info.get("one_of_groups") or ([info["one_of"]] if info["one_of"] else []):
         lines.append(f"    at least one of: {', '.join(group)}")
-    tables = ", ".join(f"{t['table']} (key {', '.join(t['primary_key'])})" for t in info["tables"])
+    tables = ", ".join(
+        f"{t['table']} ("
+        + (f"child of {t['parent']}, " if "parent" in t else "")
+        + f"key {', '.join(t['primary_key'])})"
+        for t in info["tables"]
+    )
     lines.append(f"  tables: {tables}")
     return lines

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import duckdb
 
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.job_catalog import Catalog, builtin
+from connectors.catalog.records import RecordKind
 from tasks.database.record_tables import duckdb_types
 
 META_SOURCES = {
@@ -37,16 +39,21 @@ def render_tables(catalog: Catalog | None = None) -> str:
     catalog = catalog or builtin()
     sources: dict[str, list[str]] = {}
     for endpoint in catalog.endpoints.values():
-        for kind in endpoint.kinds:
+        for kind in endpoint.landed_kinds:
             sources.setdefault(kind.table, []).append(endpoint.path)
     lines = [HEADER]
     con = duckdb.connect()
     try:
         for table, kind in sorted(catalog.kinds().items()):
             paths = {f.name: f.path for f in kind.columns} | META_SOURCES
+            if isinstance(kind, ChildKind):
+                paths |= child_sources(kind)
+            else:
+                paths |= replaced_sources(kind)
             key = ", ".join(kind.primary_key)
             lines += [
                 f"## {table}\n",
+                *([child_line(kind)] if isinstance(kind, ChildKind) else []),
                 f"Primary key: `{key}`. From: {', '.join(f'`{p}`' for p in sources.get(table, []))}.\n",
                 "| column | type | source |",
                 "|---|---|---|",
@@ -58,11 +65,58 @@ def render_tables(catalog: Catalog | None = None) -> str:
             lines += [
                 "",
                 "```sql",
-                f"SELECT * FROM {table} ORDER BY _fetched_at DESC LIMIT 10;",
-                f"SELECT _run_id, count(*) FROM {table}_history GROUP BY 1 ORDER BY 1;",
+                *(child_queries(kind) if isinstance(kind, ChildKind) else [
+                    f"SELECT * FROM {table} ORDER BY _fetched_at DESC LIMIT 10;",
+                    f"SELECT _run_id, count(*) FROM {table}_history GROUP BY 1 ORDER BY 1;",
+                ]),
                 "```",
                 "",
-            ]
+            ]  # fmt: skip
     finally:
         con.close()
     return "\n".join(lines)
+
+
+def child_line(child: ChildKind) -> str:
+    at = " or ".join(f"`{where}`" for where in child.at)
+    what = f"field of the object {at}" if child.entries else f"item of {at}"
+    return (
+        f"Child of `{child.parent}`: one row per {what} in each of its records, with the record's key "
+        "and the item's `position` (0 for the first). A newer fetch of the record replaces all its rows: a "
+        "list that shrank leaves none behind.\n"
+    )
+
+
+def child_sources(child: ChildKind) -> dict[str, str]:
+    where = "|".join(child.at)
+    own = {
+        name: f"{child.parent}.{f.name}"
+        for name, f in zip(child.parent_columns, child.parent_key, strict=True)
+    }
+    return own | {
+        "position": f"the item's place in {where} (0 for the first)",
+        "_fetched_at": "when its record's page was fetched (the record's `_fetched_at`)",
+    }
+
+
+def replaced_sources(kind: RecordKind) -> dict[str, str]:
+    """A JSON column a child table replaces: deprecated, named with its table."""
+    return {
+        child.replaces: f"{next(f.path for f in kind.fields if f.name == child.replaces)} (deprecated: the same "
+        f"list as rows in `{child.table}`; removed in a later release)"
+        for child in kind.children
+        if child.replaces is not None
+    }
+
+
+def child_queries(child: ChildKind) -> list[str]:
+    on = " AND ".join(
+        f"c.{c} = p.{f.name}" for c, f in zip(child.parent_columns, child.parent_key, strict=True)
+    )
+    item = ", ".join(f"c.{f.name}" for f in child.fields[:3])
+    return [
+        f"SELECT p.{child.parent_key[0].name}, c.position, {item} FROM {child.parent} AS p "
+        f"JOIN {child.table} AS c ON {on} ORDER BY p.{child.parent_key[0].name}, c.position LIMIT 10;",
+        f"SELECT {', '.join(child.parent_columns)}, count(*) AS items FROM {child.table} GROUP BY ALL;",
+        f"SELECT _run_id, count(*) FROM {child.table}_history GROUP BY 1 ORDER BY 1;",
+    ]

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.catalog.records import RecordKind
+from connectors.catalog.child_kinds import ChildKind, TableKind
 from flows.handoff.export_ledger import EXPORTS_DDL, ExportRow, find_committed, record, recorded
 from flows.spec import UsageError
 from flows.spec.job_options import BadDestination, check_destination
@@ -51,7 +51,7 @@ class ExportReport:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     recovered: int = 0
     """Runs the destination had (committed exports) that the `exports` table did not know: recorded now."""
-    kinds: dict[str, RecordKind] = field(default_factory=dict, repr=False)
+    kinds: dict[str, TableKind] = field(default_factory=dict, repr=False)
     """The output directory's record kinds (built-in and declared: `tasks.output.manifest.output_kinds`)."""
 
 
@@ -90,7 +90,7 @@ def _schema(schema: pa.Schema) -> list[dict[str, str]]:
     return [{"name": f.name, "type": str(f.type)} for f in schema]
 
 
-def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, RecordKind]) -> pa.Schema:
+def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, TableKind]) -> pa.Schema:
     """A table's schema is the catalog's (what `harvest rebuild` would write today), not whichever file came
     first; a table the catalog no longer has is described by the union of its files'."""
     if table in kinds:
@@ -102,11 +102,25 @@ def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, RecordK
 
 
 def _table_entry(report: ExportReport, table: str) -> dict[str, Any]:
+    """A table's entry in `_manifest.json`. A child table's names its parent: a loader replaces all the rows of
+    a parent whose newer fetch it loads (`parent.replace_by`), so a list that shrank leaves no rows behind."""
     kinds = report.kinds
-    key = list(kinds[table].primary_key) if table in kinds else []
-    return report.tables.setdefault(
-        table, {"primary_key": key, "newest_by": "_fetched_at", "rows": 0, "schema": [], "files": []}
-    )
+    kind = kinds.get(table)
+    key = list(kind.primary_key) if kind is not None else []
+    entry: dict[str, Any] = {
+        "primary_key": key,
+        "newest_by": "_fetched_at",
+        "rows": 0,
+        "schema": [],
+        "files": [],
+    }
+    if isinstance(kind, ChildKind):
+        entry["parent"] = {
+            "table": kind.parent,
+            "key": dict(zip(kind.parent_columns, (f.name for f in kind.parent_key), strict=True)),
+            "replace_by": list(kind.parent_columns),
+        }
+    return report.tables.setdefault(table, entry)
 
 
 def _describe_schemas(report: ExportReport, schemas: dict[str, list[pa.Schema]]) -> None:

@@ -25,7 +25,7 @@ from flows.spec import UsageError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from connectors.catalog.records import RecordKind
+    from connectors.catalog.child_kinds import TableKind
     from connectors.http.auth import ApiKey
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import EXIT_CODE
@@ -42,7 +42,7 @@ class LowDiskSpace(UsageError):
 
 
 def check_output_dir(
-    path: Path, min_free_mb: float = 0, kinds: Mapping[str, RecordKind] | None = None
+    path: Path, min_free_mb: float = 0, kinds: Mapping[str, TableKind] | None = None
 ) -> None:
     """Raise UsageError (exit 2) unless a run can create, write and load into `path`; LowDiskSpace (exit 75)
     when its filesystem has less than `min_free_mb` free. `kinds`: the job's record tables (its catalog's:
@@ -181,7 +181,7 @@ def _check_not_inside_another_job(path: Path) -> None:
             )
 
 
-def _check_database(layout: OutputLayout, kinds: Mapping[str, RecordKind]) -> None:
+def _check_database(layout: OutputLayout, kinds: Mapping[str, TableKind]) -> None:
     """An existing harvest.duckdb must open read-only as a DuckDB database, and its tables must be ones the load
     step can write into (`tasks.database.table_check`); busy (locked) is fine."""
     db = layout.db

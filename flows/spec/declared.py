@@ -8,7 +8,7 @@ agree on what was declared.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,13 +167,46 @@ def declared_endpoints(spec: str | Path) -> dict[str, dict[str, Any]]:
     return load_spec(spec).declared()
 
 
+def _table_clashes(
+    owners: dict[str, tuple[Any, str]],
+    children: dict[str, tuple[str, ...]],
+    path: str,
+    table: str,
+    kind: dict[str, Any],
+) -> Iterator[tuple[str, str]]:
+    """(problem, allowed) for a declared record table, or one of its child tables, that another endpoint (or
+    harvest) owns with another key, other columns or other child tables; the first declaration owns it."""
+    from connectors.catalog.job_catalog import (
+        declared_child_signatures,
+        declared_signature,
+        describe_signature,
+    )
+
+    own_children = tuple(kind.get("children", {}))
+    if children.setdefault(table, own_children) != own_children:
+        yield (
+            f"{owners[table][1]} is a table already, with other child tables: {', '.join(children[table]) or 'none'}",
+            "another table name, or the same child tables",
+        )
+    for name, signature in {table: declared_signature(kind), **declared_child_signatures(kind)}.items():
+        owner_signature, owner_name = owners.setdefault(name, (signature, f"{name} of {path}"))
+        if owner_signature != signature:
+            yield (
+                f"{owner_name} is a table already, with another key or other columns",
+                f"another table name, or the same key and columns: {describe_signature(owner_signature)}",
+            )
+
+
 def _clash_problems(declared: Declared) -> list[Problem]:
     """Declared paths the built-in catalog has, and declared tables another endpoint or harvest owns with
     another key or other columns (a table holds one kind of record)."""
-    from connectors.catalog.job_catalog import builtin, declared_signature, describe_signature, kind_signature
+    from connectors.catalog.job_catalog import builtin, kind_signature
 
     catalog = builtin()
     owners = {k.table: (kind_signature(k), f"the built-in {k.table}") for k in catalog.kinds().values()}
+    children = {
+        k.table: tuple(c.table for c in k.children) for e in catalog.endpoints.values() for k in e.kinds
+    }
     problems = []
     for path, decl in declared.endpoints.items():
         file, line = declared.where[path]
@@ -186,16 +219,10 @@ def _clash_problems(declared: Declared) -> list[Problem]:
             continue
         for table, kind in decl["records"].items():
             at: Loc = ("endpoints", path, "records", table)
-            signature = declared_signature(kind)
-            owner_signature, owner_name = owners.setdefault(table, (signature, f"{table} of {path}"))
-            if owner_signature != signature:
+            for problem, allowed in _table_clashes(owners, children, path, table, kind):
                 problems.append(
-                    Problem(
-                        file, lines.line(at) if lines else line, dotted(at),
-                        f"{owner_name} is a table already, with another key or other columns",
-                        f"another table name, or the same key and columns: {describe_signature(owner_signature)}",
-                    )
-                )  # fmt: skip
+                    Problem(file, lines.line(at) if lines else line, dotted(at), problem, allowed)
+                )
                 declared.refused.add(path)
     for path in declared.refused:
         declared.endpoints.pop(path, None)  # the job's catalog never holds a refused declaration

@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 
 from connectors.catalog.declarations import (
     CatalogFile,
+    ChildDecl,
     ColumnDecl,
     EndpointDecl,
     KindDecl,
@@ -66,7 +67,9 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     "boolean, timestamp, json, text_list",
     (KindDecl, "at"): 'a record path, or a list of them; "" for the answer itself',
     (KindDecl, "key"): "a column name, or a list of them",
+    (ChildDecl, "at"): "a record path inside the record, or a list of them",
 }
+_ALLOWED_OVERRIDES[(ChildDecl, "columns")] = _ALLOWED_OVERRIDES[(KindDecl, "columns")]
 
 
 _DECLARATION_TREE: dict[tuple[type[BaseModel], str], tuple[bool, type[BaseModel]]] = {
@@ -74,7 +77,8 @@ _DECLARATION_TREE: dict[tuple[type[BaseModel], str], tuple[bool, type[BaseModel]
     (EndpointDecl, "price"): (False, PriceDecl), (PriceDecl, "when"): (True, PriceRuleDecl),
     (EndpointDecl, "newest_first"): (False, NewestFirstDecl), (EndpointDecl, "records"): (True, KindDecl),
     (KindDecl, "columns"): (True, ColumnDecl), (KindDecl, "unwrap"): (False, UnwrapDecl),
-    (UnwrapDecl, "extras"): (True, ColumnDecl),
+    (UnwrapDecl, "extras"): (True, ColumnDecl), (KindDecl, "children"): (True, ChildDecl),
+    (ChildDecl, "columns"): (True, ColumnDecl),
 }  # fmt: skip
 """A declaration's models: (model, key) -> (whether a name or an index comes first, the model below it)."""
 

@@ -1,7 +1,9 @@
 """What changes between nights and what a service change looks like, applied to a built page.
 
 `observation`: engagement counters grow with the night, ids and texts stay, so a job run twice sees two
-observations of the same items. `drift`: the answer drifts from the service's shapes (the interface's names,
+observations of the same items; lists inside a record (`NESTED_LISTS`: top comments, qualities, shelf items,
+embedded images, a creative's structured fields) lose their last item each night, down to none, as comments are
+deleted and qualities dropped. `drift`: the answer drifts from the service's shapes (the interface's names,
 wrapped feed items, a renamed, nulled, keyed or omitted list, a renamed field, wrapped records, counters as text,
 values no naive conversion survives, unknown fields, records without their key or with an empty one),
 deterministically from the seed.
@@ -57,6 +59,20 @@ def _grow_counters(record: Record, night: int) -> None:
             value = d[key]
             if isinstance(value, int) and not isinstance(value, bool):
                 d[key] = value + night * (1 + value % 13)
+
+
+NESTED_LISTS = frozenset({"topComments", "videoQualities", "items", "images", "structured_fields"})
+"""Lists of objects inside a record, as the platforms nest them (not lists of records: a thread's replies), and
+a creative's `structured_fields` (an object: it loses its last field)."""
+
+
+def _shrink_lists(record: Record, night: int) -> None:
+    for d in _dicts(record):
+        for key in NESTED_LISTS & d.keys():
+            if isinstance(d[key], list):
+                d[key] = d[key][: max(0, len(d[key]) - night)]
+            elif isinstance(d[key], dict):
+                d[key] = dict(list(d[key].items())[: max(0, len(d[key]) - night)])
 
 
 def _record_id(kind: str, record: Record, pk: str) -> str:
@@ -132,6 +148,7 @@ def vary(ctx: Ctx, page: ServedPage) -> ServedPage:
             for record in records:
                 if isinstance(record, dict):
                     _grow_counters(record, config.observation)
+                    _shrink_lists(record, config.observation)
     drift = config.drift
     if not drift.active:
         return page

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from connectors.catalog.records import RecordKind
+from connectors.catalog.child_kinds import ChildKind, TableKind
 from tasks.database.connection import quote_ident, quote_literal
 
 HISTORY_SUFFIX = "_history"
@@ -27,19 +27,31 @@ def _files(table_dir: Path) -> str:
 
 
 def history_view_sql(
-    table: str, primary_key: tuple[str, ...], table_dir: Path, *, temporary: bool = False
+    table: str,
+    primary_key: tuple[str, ...],
+    table_dir: Path,
+    *,
+    temporary: bool = False,
+    kind: TableKind | None = None,
 ) -> str:
+    """A record table's view: each key's last fetch per run. A child table's (`kind` a ChildKind): the items of
+    each parent's last fetch per run (that had items), so a list that shrank within a run shows its end."""
     files = _files(table_dir)
-    keys = ", ".join(quote_ident(c) for c in (*primary_key, "_run_id"))
+    newest = (
+        f"row_number() OVER (PARTITION BY {', '.join(quote_ident(c) for c in (*primary_key, '_run_id'))} "
+    )
+    newest += "ORDER BY _fetched_at DESC) = 1"
+    if isinstance(kind, ChildKind):
+        parents = ", ".join(quote_ident(c) for c in (*kind.parent_columns, "_run_id"))
+        newest = f"_fetched_at = max(_fetched_at) OVER (PARTITION BY {parents})"
     return (
         f"CREATE OR REPLACE {'TEMPORARY ' if temporary else ''}VIEW {quote_ident(table + HISTORY_SUFFIX)} AS "
-        f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) "
-        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY _fetched_at DESC) = 1"
+        f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) QUALIFY {newest}"
     )
 
 
 def refresh_history_views(
-    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, RecordKind]
+    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, TableKind]
 ) -> list[str]:
     """(Re)create the history view of every table with Parquet files; drop those whose files are gone. `kinds`:
     the output directory's (`tasks.output.manifest.output_kinds`: built-in and declared)."""
@@ -48,7 +60,7 @@ def refresh_history_views(
         table_dir = parquet_root.resolve() / table
         view = quote_ident(table + HISTORY_SUFFIX)
         if any(table_dir.glob("*/*.parquet")):
-            con.execute(history_view_sql(table, kind.primary_key, table_dir))
+            con.execute(history_view_sql(table, kind.primary_key, table_dir, kind=kind))
             made.append(table + HISTORY_SUFFIX)
         else:
             con.execute(f"DROP VIEW IF EXISTS {view}")
@@ -56,7 +68,7 @@ def refresh_history_views(
 
 
 def follow_moved_views(
-    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, RecordKind]
+    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, TableKind]
 ) -> list[str]:
     """On a read-only connection: shadow each stored history view that reads another directory's Parquet (the
     output directory was moved or copied) by a temporary view over the Parquet here; returns their names."""
@@ -72,6 +84,8 @@ def follow_moved_views(
         table_dir = parquet_root.resolve() / table
         if _files(table_dir) in str(sql) or not any(table_dir.glob("*/*.parquet")):
             continue
-        con.execute(history_view_sql(table, kinds[table].primary_key, table_dir, temporary=True))
+        con.execute(
+            history_view_sql(table, kinds[table].primary_key, table_dir, temporary=True, kind=kinds[table])
+        )
         followed.append(str(name))
     return followed

@@ -20,6 +20,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from connectors.catalog.child_kinds import ChildKind
+from connectors.catalog.declarations import POSITION
 from tasks.database.connection import count_rows, quote_ident, transaction
 from tasks.database.storage_format import zstd_allowed
 from tasks.output.layout import KindLike
@@ -243,15 +245,68 @@ def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]
         yield chunk
 
 
+def merge_children(con: duckdb.DuckDBPyConnection, child: ChildKind, files: Sequence[Path]) -> int:
+    """Make the child table hold exactly the rows of the fetch each parent row holds; returns its rows after.
+
+    Run after the parent's merge: a child row belongs to the parent's fetch with its `_fetched_at`, so rows of
+    any other fetch go (the parent was fetched again: a list that shrank or emptied leaves nothing behind, and a
+    parent with an empty list has no rows in the files at all), and the files' rows of the parent's fetch come
+    in unless the table has them (a run loaded again). Idempotent like the merge: a step cut off is done again
+    by the next load."""
+    ensure_table(con, child)
+    table, parent = quote_ident(child.table), quote_ident(child.parent)
+    fetched = quote_ident(FETCHED_AT)
+    keys = [quote_ident(c) for c in child.parent_columns]
+    of_parent = " AND ".join(
+        f"p.{quote_ident(f.name)} = c.{k}" for f, k in zip(child.parent_key, keys, strict=True)
+    )
+    if not files:
+        con.execute(
+            f"DELETE FROM {table} AS c WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {parent} AS p WHERE {of_parent} AND p.{fetched} IS NOT DISTINCT FROM c.{fetched})"
+        )
+        return count_rows(con, f"SELECT count(*) FROM {table}")
+    paths = sorted(str(p) for p in files)
+    source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
+    item = [*keys, quote_ident(POSITION)]
+    same_item = " AND ".join(f"t.{k} = c.{k}" for k in item)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _harvest_items AS
+        SELECT file_index, file_row_number FROM {source} AS c
+        WHERE EXISTS (SELECT 1 FROM {parent} AS p WHERE {of_parent} AND p.{fetched} = c.{fetched})
+        AND NOT EXISTS (SELECT 1 FROM {table} AS t WHERE {same_item})
+        QUALIFY row_number() OVER (PARTITION BY {", ".join(item)} ORDER BY file_index DESC, file_row_number DESC) = 1
+        """,
+        [paths],
+    )
+    names = ", ".join(quote_ident(n) for n in child.schema.names)
+    con.execute(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} "
+        "SEMI JOIN _harvest_items USING (file_index, file_row_number)",
+        [paths],
+    )
+    con.execute("DROP TABLE _harvest_items")
+    return count_rows(con, f"SELECT count(*) FROM {table}")
+
+
 def merge_batches(
     con: duckdb.DuckDBPyConnection,
     batches: Iterable[tuple[KindLike, Sequence[Path]]],
     rows: int = CHUNK_ROWS,
 ) -> LoadResult:
     """Merge several kinds' files on an open connection, one transaction per step of at most `rows` rows (see
-    module docstring)."""
+    module docstring). Child tables come after every record table, each record table's children whether this
+    load has files of theirs or not (`merge_children`: a parent fetched again with an empty list)."""
     result = LoadResult()
+    batches = list(batches)
+    children: dict[str, tuple[ChildKind, list[Path]]] = {}
     for kind, files in batches:
+        if isinstance(kind, ChildKind):
+            children.setdefault(kind.table, (kind, []))[1].extend(files)
+            continue
+        for child in getattr(kind, "children", ()):
+            children.setdefault(child.table, (child, []))
         with transaction(con):
             result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
         for chunk in chunks(files, rows):
@@ -259,4 +314,10 @@ def merge_batches(
                 result[kind.table], more = merge_files(con, kind, chunk)
             skipped += more
         result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
+    for child, files in children.values():
+        with transaction(con):  # the rows of fetches the parent rows no longer hold go first
+            result[child.table] = merge_children(con, child, [])
+        for chunk in chunks(files, rows):
+            with transaction(con):
+                result[child.table] = merge_children(con, child, chunk)
     return result

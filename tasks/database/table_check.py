@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from connectors.catalog.child_kinds import TableKind
 from connectors.catalog.job_catalog import builtin
-from connectors.catalog.records import RecordKind
 from tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL
 from tasks.database.history_views import HISTORY_SUFFIX
 from tasks.database.record_tables import duckdb_types, primary_keys, same_columns
@@ -73,7 +73,7 @@ def _objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, bool]]:
 class Expected:
     """The shapes harvest writes, made in an in-memory database from the load step's own definitions."""
 
-    def __init__(self, kinds: Mapping[str, RecordKind]) -> None:
+    def __init__(self, kinds: Mapping[str, TableKind]) -> None:
         self.con = duckdb.connect()
         self.kinds = dict(kinds)
         for ddl in BOOKKEEPING_DDL.values():
@@ -133,9 +133,7 @@ def _table_problems(
             yield f"{name}.{column.name}: NOT NULL without a default, and harvest does not write it"
 
 
-def table_problems(
-    con: duckdb.DuckDBPyConnection, kinds: Mapping[str, RecordKind] | None = None
-) -> list[str]:
+def table_problems(con: duckdb.DuckDBPyConnection, kinds: Mapping[str, TableKind] | None = None) -> list[str]:
     """Why the load step could not write into this database's tables, one line per problem; [] when it can.
 
     A record table whose comment states its key was made by harvest's load (only it writes that comment), with

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
+from connectors.catalog.child_kinds import TableKind
 from connectors.catalog.job_catalog import of_runs
-from connectors.catalog.records import RecordKind
 from connectors.paging.pager import OK_STATUSES, query_failed
 from connectors.reading.extraction import ExtractionReport
 from tasks.output.append_file import fsync_dir
@@ -205,7 +205,7 @@ def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManif
     return [h.manifest() for h in run_heads(layout, job)]
 
 
-def output_kinds(layout: OutputLayout, *more: RunManifest) -> dict[str, RecordKind]:
+def output_kinds(layout: OutputLayout, *more: RunManifest) -> dict[str, TableKind]:
     """Every record kind an output directory's tables may hold: the built-in ones and those its runs declared
     (`more`: runs whose manifest on disk may not say so yet), by table."""
     return of_runs(m.declared for m in [*all_manifests(layout), *more]).kinds()

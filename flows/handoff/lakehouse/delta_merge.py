@@ -50,8 +50,9 @@ from flows.handoff.lakehouse.table_format import (
     TableLoad,
     batch_mask,
     key_strings,
+    matched_rows,
     rows_of_keys,
-    without_keys,
+    without_rows_of,
 )
 
 READ_ROWS = 16_384
@@ -130,15 +131,14 @@ def match(files: DataFiles, load: TableLoad, m: KeyMatches, grown: bool) -> None
     schema = pa.schema([load.schema.field(name) for name in wanted])
     for path in files.sizes:
         for batch in files.batches(path, schema):
-            at = rows_of_keys(key_strings(batch, load.primary_key), m.keys)
-            hit = pc.is_valid(at)
-            if not pc.any(hit).as_py():
+            pairs = matched_rows(batch, load, m.keys)
+            if pairs is None:
                 continue
-            rows, in_batch = pc.indices_nonzero(hit), at.filter(hit)
+            rows, in_batch = pairs
             hit_keys = m.keys.take(rows)
             theirs = batch.column(load.newest_by).take(in_batch) if load.newest_by else None
             newer, tie = _verdicts(m, load, theirs, rows)
-            if grown:
+            if grown or load.group_by:  # a child table's parent fetched as new is that fetch: its rows again
                 newer, tie = pc.or_(newer, tie), pa.array([False] * len(rows))
             m.matched += len(rows)
             m.kept.append(m.keys.take(rows.filter(pc.invert(pc.or_(newer, tie)))))
@@ -200,12 +200,14 @@ def merged_rows(files: DataFiles, load: TableLoad, m: KeyMatches, schema: pa.Sch
         for path, arrays in m.replaced.items():
             gone = pa.concat_arrays(arrays)
             for batch in files.batches(path, schema):
-                kept = without_keys(batch, load.primary_key, gone)
+                kept = without_rows_of(batch, load, gone)
                 m.copied += kept.num_rows
                 yield kept
         skip = pa.concat_arrays(m.kept) if m.kept else pa.array([], pa.large_string())
         for batch in load.open():
-            yield conform(without_keys(batch, load.primary_key, skip), schema)
+            written = conform(without_rows_of(batch, load, skip), schema)
+            m.written += written.num_rows
+            yield written
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 

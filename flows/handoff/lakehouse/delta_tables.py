@@ -173,10 +173,18 @@ class DeltaFormat:
         result.updated = found.updated
         result.columns_added = [f.name for f in grown]
         result.version = str(table.version())
-        if result.inserted + result.updated == 0:
+        if load.group_by:  # a child table: counted in rows once written, not in parents
+            result.rows_in = result.inserted = result.updated = 0
+            kept = set(pa.concat_arrays(found.kept).to_pylist()) if found.kept else set()
+            if not found.replaced and len(kept) == len(found.keys):
+                return result
+        elif result.inserted + result.updated == 0:
             return result
         rows = merged_rows(files, load, found, schema)
         added = write_files(rows, files, WRITER, TARGET_FILE_BYTES)
+        if load.group_by:  # in rows: the table's rows replaced, and the rows added beyond them
+            result.rows_in, result.updated = found.written, found.updated
+            result.inserted = max(0, found.written - found.updated)
         meta = self._commit(load, "merge").custom_metadata or {}
         meta |= {"harvest.files_added": str(len(added)), "harvest.files_removed": str(len(found.replaced)),
                  "harvest.rows_copied": str(found.copied)}  # fmt: skip
@@ -187,6 +195,12 @@ class DeltaFormat:
     def _delta_rs_merge(self, table: DeltaTable, load: TableLoad) -> MergeResult:
         """delta-rs's MERGE, for a table another engine gave features the copy-on-write merge cannot read:
         it reads the whole table (its memory grows with it)."""
+        if load.group_by:
+            raise ValueError(
+                f"{load.name} is a child table, and its Delta table has features (deletion vectors, column "
+                "mapping, partitions, ...) harvest's merge cannot rewrite; its parents' rows cannot be replaced "
+                "without them: export it to a table harvest made"
+            )
         source = _peek(load.open())
         result = MergeResult(load.name, version=str(table.version()))
         if source is None:

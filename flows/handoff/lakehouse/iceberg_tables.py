@@ -49,9 +49,8 @@ from flows.handoff.lakehouse.table_format import (
     KeyMatches,
     MergeResult,
     TableLoad,
-    key_strings,
-    rows_of_keys,
-    without_keys,
+    matched_rows,
+    without_rows_of,
 )
 from tasks.output.layout import OutputLayout
 
@@ -100,11 +99,10 @@ def _match(
     projection = metadata.schema().select(*columns)
     for task in tasks:
         for batch in read_batches(metadata, io, task, projection):
-            at = rows_of_keys(key_strings(batch, load.primary_key), inc.keys)
-            hit = pc.is_valid(at)
-            if not pc.any(hit).as_py():
+            pairs = matched_rows(batch, load, inc.keys)
+            if pairs is None:
                 continue
-            rows, in_batch = pc.indices_nonzero(hit), at.filter(hit)
+            rows, in_batch = pairs
             if inc.newest is not None and load.newest_by:
                 table_stamps = pc.cast(batch.column(load.newest_by).take(in_batch), UTC_MICROS)
                 wins = _incoming_wins(inc.newest.take(rows), table_stamps)
@@ -134,12 +132,14 @@ def _write(
             continue
         gone = pa.concat_arrays(inc.replaced[task.file.file_path])
         for batch in read_batches(metadata, io, task, metadata.schema()):
-            writer.write(without_keys(batch, load.primary_key, gone))
+            writer.write(without_rows_of(batch, load, gone))
         deleted.append(task.file)
     skip = pa.concat_arrays(inc.kept) if inc.kept else pa.array([], pa.large_string())
     reader = load.open()
     for batch in reader:
-        writer.write(without_keys(batch.cast(target), load.primary_key, skip))
+        written = without_rows_of(batch.cast(target), load, skip)
+        inc.written += written.num_rows
+        writer.write(written)
     return Written(deleted, writer.close())
 
 
@@ -208,6 +208,9 @@ class IcebergFormat:
         result.rows_in = len(inc.keys)
         result.inserted = len(inc.keys) - inc.matched
         result.updated = inc.updated
+        if load.group_by:  # a child table: in rows, the table's rows replaced and the rows added beyond them
+            result.rows_in, result.updated = inc.written, inc.updated
+            result.inserted = max(0, inc.written - inc.updated)
         snapshot = committed.current_snapshot()
         result.version = str(snapshot.snapshot_id) if snapshot else ""
         return result

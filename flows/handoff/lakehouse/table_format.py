@@ -52,6 +52,28 @@ def without_keys(batch: pa.RecordBatch, key: tuple[str, ...], drop: pa.Array) ->
     return batch.filter(pc.invert(batch_mask(batch.num_rows, gone))) if len(gone) else batch
 
 
+def without_rows_of(batch: pa.RecordBatch, load: TableLoad, drop: pa.Array) -> pa.RecordBatch:
+    """The batch without its rows `drop` names: by key, or for a child table by parent (every row of each)."""
+    if not load.group_by:
+        return without_keys(batch, load.primary_key, drop)
+    if len(drop) == 0:
+        return batch
+    return batch.filter(pc.invert(pc.is_in(key_strings(batch, load.group_by), value_set=drop)))
+
+
+def matched_rows(batch: pa.RecordBatch, load: TableLoad, keys: pa.Array) -> tuple[pa.Array, pa.Array] | None:
+    """(incoming rows, batch rows) of each pair that match, aligned; None when none does. A record table's batch
+    names a key once (`rows_of_keys`); a child table's names a parent once per item, so each batch row is matched
+    to its parent among the incoming ones (which name each parent once)."""
+    if not load.group_by:
+        at = rows_of_keys(key_strings(batch, load.primary_key), keys)
+        hit = pc.is_valid(at)
+        return (pc.indices_nonzero(hit), at.filter(hit)) if pc.any(hit).as_py() else None
+    at = pc.index_in(key_strings(batch, load.group_by), value_set=keys)
+    hit = pc.is_valid(at)
+    return (at.filter(hit), pc.indices_nonzero(hit)) if pc.any(hit).as_py() else None
+
+
 @dataclass
 class KeyMatches:
     """The incoming rows' keys and `newest_by` times (not their other columns), and what matching them with a
@@ -69,6 +91,8 @@ class KeyMatches:
     """Data file -> keys whose incoming row is as new: replaced only when some column differs (Delta)."""
     copied: int = 0
     """Rows of rewritten files written again."""
+    written: int = 0
+    """Incoming rows written."""
 
     @classmethod
     def of(cls, load: TableLoad) -> KeyMatches:
@@ -79,8 +103,8 @@ class KeyMatches:
         them held the rows: a first Iceberg export of 3M records peaked at 1.9 GB reading its keys; copied,
         320 MB."""
         keys, newest = [], []
-        for batch in load.open():
-            keys.append(pa.concat_arrays([key_strings(batch, load.primary_key)]))
+        for batch in load.open_groups() if load.open_groups else load.open():
+            keys.append(pa.concat_arrays([key_strings(batch, load.group_by or load.primary_key)]))
             if load.newest_by:
                 newest.append(pa.concat_arrays([pc.cast(batch.column(load.newest_by), UTC_MICROS)]))
         all_keys = pa.concat_arrays(keys) if keys else pa.array([], pa.large_string())
@@ -109,6 +133,12 @@ class TableLoad:
     """A new reader over the rows each call (a format may read them more than once, e.g. keys first)."""
     newest_by: str | None = "_fetched_at"
     runs: tuple[str, ...] = ()
+    group_by: tuple[str, ...] = ()
+    """A child table's parent key columns: each incoming parent replaces all its rows in the table (a list that
+    shrank or emptied leaves none behind), or none when the table's fetch of it is newer."""
+    open_groups: Callable[[], pa.RecordBatchReader] | None = None
+    """A child table's incoming parents (`group_by` and `newest_by`, one row each, those with no items too):
+    what is matched against the table, instead of the rows."""
 
 
 @dataclass

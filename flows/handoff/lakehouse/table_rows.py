@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from connectors.catalog.child_kinds import ChildKind
 from flows.handoff.lakehouse.table_format import TableLoad
 from tasks.database.connection import has_table, quote_ident, quote_literal
 from tasks.database.load_settings import memory_limit
@@ -95,15 +96,80 @@ def _cast(
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
+    """The newest fetch of each parent in `parent_files`, its key named as the child table names it."""
+    files = "[" + ", ".join(quote_literal(str(p)) for p in parent_files) + "]"
+    keys = [quote_ident(f.name) for f in child.parent_key]
+    named = ", ".join(f"{k} AS {quote_ident(c)}" for k, c in zip(keys, child.parent_columns, strict=True))
+    return (
+        f"SELECT {named}, {quote_ident(NEWEST_BY)} FROM read_parquet({files}, union_by_name = true) "
+        f"WHERE {' AND '.join(f'{k} IS NOT NULL' for k in keys)} "
+        f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
+    )
+
+
+def _child_reader(
+    child: ChildKind, files: Sequence[Path], parent_files: Sequence[Path], groups: bool
+) -> pa.RecordBatchReader:
+    """A child table's rows of its parents' newest fetches in the due runs (`groups`: the parents themselves,
+    those whose list was empty too), in the catalog's schema."""
+    if not groups and not files:
+        return pa.RecordBatchReader.from_batches(child.schema, iter(()))
+    con = _connect()
+    parents = _parents_sql(child, parent_files)
+    if groups:
+        schema = pa.schema([child.schema.field(c) for c in (*child.parent_columns, NEWEST_BY)])
+        return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema)
+    present, _ = _file_facts(files)
+    columns = ", ".join(
+        f"c.{quote_ident(f.name)}" if f.name in present else f"NULL AS {quote_ident(f.name)}"
+        for f in child.schema
+    )
+    listed = "[" + ", ".join(quote_literal(str(p)) for p in files) + "]"
+    same = " AND ".join(
+        f"c.{quote_ident(k)} = p.{quote_ident(k)}" for k in (*child.parent_columns, NEWEST_BY)
+    )
+    item = ", ".join(f"c.{quote_ident(k)}" for k in child.primary_key)
+    sql = (
+        f"SELECT {columns} FROM read_parquet({listed}, union_by_name = true) AS c "
+        f"SEMI JOIN ({parents}) AS p ON {same} QUALIFY row_number() OVER (PARTITION BY {item}) = 1"
+    )
+    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), child.schema)
+
+
+def _child_load(
+    child: ChildKind, files: tuple[Path, ...], parent_files: tuple[Path, ...], runs: tuple[str, ...]
+) -> TableLoad:
+    def rows() -> pa.RecordBatchReader:
+        return _child_reader(child, files, parent_files, groups=False)
+
+    def groups() -> pa.RecordBatchReader:
+        return _child_reader(child, files, parent_files, groups=True)
+
+    return TableLoad(
+        child.table, child.primary_key, child.schema, rows, NEWEST_BY, runs, child.parent_columns, groups
+    )
+
+
 def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[TableLoad]:
-    """One load per record table the runs landed rows in, in table order."""
+    """One load per record table the runs landed rows in, in table order; and one per child table of those,
+    whether its items landed or not (a parent fetched again with an empty list empties its rows)."""
     kinds = output_kinds(layout, *runs)
     paths: dict[str, list[Path]] = {}
     for run in runs:
         for table, found in run.files_by_table(layout).items():
             paths.setdefault(table, []).extend(p for p in found if p.exists())
-    loads = []
-    for table in sorted(t for t, found in paths.items() if found and t in kinds):
+    ids = tuple(r.run_id for r in runs)
+    children = {
+        c.table: c
+        for t, found in paths.items()
+        if found and t in kinds
+        for c in getattr(kinds[t], "children", ())
+    }
+    loads = [
+        _child_load(c, tuple(paths.get(c.table, ())), tuple(paths[c.parent]), ids) for c in children.values()
+    ]
+    for table in sorted(t for t, found in paths.items() if found and t in kinds and t not in children):
         kind = kinds[table]
         files = tuple(paths[table])
 
@@ -111,10 +177,8 @@ def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[Tabl
                   key: tuple[str, ...] = kind.primary_key) -> pa.RecordBatchReader:  # fmt: skip
             return _record_reader(files, kind_schema, key)
 
-        loads.append(
-            TableLoad(table, kind.primary_key, kind.schema, open_, NEWEST_BY, tuple(r.run_id for r in runs))
-        )
-    return loads
+        loads.append(TableLoad(table, kind.primary_key, kind.schema, open_, NEWEST_BY, ids))
+    return sorted(loads, key=lambda load: load.name)
 
 
 def bookkeeping_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[TableLoad]:

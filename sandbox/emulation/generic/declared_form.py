@@ -70,6 +70,16 @@ class DeclaredColumn:
 
 
 @dataclass(frozen=True)
+class DeclaredChild:
+    table: str
+    at: str
+    """Where in a record the list is (the first alternative)."""
+    columns: tuple[DeclaredColumn, ...]
+    entries: bool = False
+    """An object whose fields are the items (`{name, value}`), not a list."""
+
+
+@dataclass(frozen=True)
 class DeclaredKind:
     table: str
     at: str
@@ -84,6 +94,8 @@ class DeclaredKind:
     """Record paths the declaration knows and leaves in raw: the sandbox sends them, null."""
     nested: str | None = None
     """The key under which an item holds more items of its kind: sent as an empty list."""
+    children: tuple[DeclaredChild, ...] = ()
+    """Lists of objects inside each record (child tables)."""
 
     @property
     def key_paths(self) -> str:
@@ -235,6 +247,20 @@ def _kind(r: _DeclarationReader, table: str, raw: Any) -> DeclaredKind:
         extras=tuple(_column(r, n, c, f"{where}.unwrap.extras") for n, c in extras.items()),
         ignore=tuple(spec.get("ignore") or ()),
         nested=spec.get("nested"),
+        children=tuple(
+            _child(r, f"{where}.children", t, c) for t, c in r.mapping(spec.get("children"), where).items()
+        ),
+    )
+
+
+def _child(r: _DeclarationReader, where: str, table: str, raw: Any) -> DeclaredChild:
+    spec = r.mapping(raw, f"{where}.{table}")
+    columns = r.mapping(spec.get("columns"), f"{where}.{table}.columns")
+    return DeclaredChild(
+        table,
+        r.names(spec.get("at"), f"{where}.{table}.at")[0].split("|")[0],
+        tuple(_column(r, n, c, f"{where}.{table}.columns") for n, c in columns.items()),
+        bool(spec.get("entries", False)),
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from sandbox.emulation.generic.declared_form import DeclaredColumn, DeclaredKind
+from sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
 from sandbox.emulation.platforms import Record
 from sandbox.emulation.platforms.wording import WORDS, phrase
 from sandbox.emulation.scope import Scope, b64int, iso
@@ -157,6 +157,8 @@ def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str])
         record = put(record, path, None)
     if kind.nested:
         record = put(record, kind.nested, [])
+    for child in kind.children:
+        record = put(record, child.at, _child_items(child, d, s, pos, echo))
     if kind.wrap_key is None:
         return record
     return _fill({kind.wrap_key: record}, kind.extras, kind, d, s, pos, echo)
@@ -184,6 +186,25 @@ def _fill(
             timed = timed or column.type == "timestamp"
         doc = put(doc, column.path, made)
     return doc
+
+
+CHILD_ITEMS = 3
+"""The most items of a record's child list (0 to this many, drawn per record)."""
+
+
+def _child_items(child: DeclaredChild, d: Draw, s: Scope, pos: int, echo: Mapping[str, str]) -> Any:
+    """A record's child list: 0 to `CHILD_ITEMS` items made from the child's columns; for `entries`, an object
+    whose fields are the items' names and values."""
+    items_kind = DeclaredKind(child.table, child.at, False, (), child.columns)  # no key: nothing echoes one
+    items = [
+        _fill({}, child.columns, items_kind, Draw(s.key, child.table, pos, n), s, pos, echo)
+        for n in range(d.num(0, CHILD_ITEMS))
+    ]
+    if child.entries:
+        return {
+            str(item.get("name", f"field{n}")) + f"_{n}": item.get("value") for n, item in enumerate(items)
+        }
+    return items
 
 
 def inner(kind: DeclaredKind, item: Record) -> Record:

@@ -32,12 +32,28 @@ def post(
     d = Draw(s.key, kind, pos)
     rkey = b36(int(s.numid(kind, pos, 19)))
     t = iso(s.time(pos))
-    embed = None
-    if kind == "post" or d.chance(0.3):  # the post a thread is about embeds something, as the published one
+    embed: Record | None = None
+    linked: Record | None = None
+    if kind == "post":  # the post a thread is about links a page, as the published one
+        embed = {
+            "$type": "app.bsky.embed.external#view",
+            "external": {
+                "uri": f"https://news.example/{rkey}",
+                "title": phrase(d, 3, 10),
+                "description": phrase(d, 8, 30),
+                "thumb": f"https://cdn.microblog-b.example/img/{rkey}.jpg",
+            },
+        }
+    elif d.chance(0.3):  # others embed images: one row each in a child table
         embed = {
             "$type": "app.bsky.embed.images#view",
-            "images": [{"thumb": f"https://cdn.microblog-b.example/img/{rkey}.jpg", "alt": phrase(d, 1, 4)}],
+            "images": [_image(d, rkey, n) for n in range(d.num(1, 4))],
         }
+    elif kind == "feed" and d.chance(
+        0.3
+    ):  # a feed post's link is in its record, as the published feed has it
+        external = {"uri": f"https://news.example/{rkey}", "title": phrase(d, 3, 10)}
+        linked = {"$type": "app.bsky.embed.external", "external": external}
     return {
         "uri": f"at://{author['did']}/app.bsky.feed.post/{rkey}",
         "cid": "bafyrei" + hexid(52, s.key, kind, pos),
@@ -45,14 +61,25 @@ def post(
             "createdAt": t,
             "text": phrase(d, 3, 40),
             **({} if parent is None else {"reply": {"parent": _ref(parent), "root": _ref(root or parent)}}),
+            **({} if linked is None else {"embed": linked}),
         },
         "author": dict(author),
-        "embed": embed,
+        "embed": {} if linked else embed,
         "replyCount": d.num(0, 200),
         "repostCount": d.num(0, 500),
         "likeCount": d.num(0, 5000),
         "quoteCount": d.num(0, 50),
         "indexedAt": t,
+    }
+
+
+def _image(d: Draw, rkey: str, n: int) -> Record:
+    """An embedded image as the platform's images view has it."""
+    return {
+        "thumb": f"https://cdn.microblog-b.example/img/{rkey}-{n}-thumb.jpg",
+        "fullsize": f"https://cdn.microblog-b.example/img/{rkey}-{n}.jpg",
+        "alt": phrase(d, 1, 4),
+        "aspectRatio": {"width": 1200, "height": d.pick((675, 900, 1200, 1600))},
     }
 
 

@@ -55,6 +55,9 @@ def group_post(s: Scope, pos: int) -> Record:
                 "author": {
                     "id": s.numid("comment_author", pos * 3 + i, 14),
                     "name": f"{d.pick(NAMES)} {d.pick(NAMES)}",
+                    "url": f"https://network-a.example/profile/{s.numid('comment_author', pos * 3 + i, 14)}"
+                    if i % 2 == 0
+                    else None,  # the published answers leave some out
                 },
             }
             for i in range(d.num(0, 3))

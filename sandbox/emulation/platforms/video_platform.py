@@ -120,7 +120,9 @@ def shelf(s: Scope, pos: int, extras: bool) -> Record:
     return {
         "type": d.pick(("shelf", "horizontal_shelf", "people_also_watched")),
         "title": f"{title(d, 1, 3)} #{pos + 1}",
-        "items": [_video_like(s, "shelf_item", pos * 3 + i, extras) for i in range(3)],
+        "items": [
+            {"type": "video", **_video_like(s, "shelf_item", pos * 3 + i, extras)} for i in range(d.num(1, 4))
+        ],
     }
 
 

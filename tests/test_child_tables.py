@@ -1,0 +1,131 @@
+"""Child tables across nights (#39): two real runs against the sandbox on two nights, the second serving every
+record's nested lists one item shorter (`sandbox.emulation.variation`: comments deleted, a shelf's video gone),
+so some lists shrink and some empty. Whatever holds the current rows holds exactly the items of each parent's
+newest fetch, at their positions, as its raw JSON has them: DuckDB after the load, DuckDB again after `harvest
+rebuild` from the raw pages, a snapshot export, a Delta table merged after each night; the Parquet export hands
+the child rows over with their parent, so a loader can do the same."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from typer.testing import CliRunner
+
+from flows.cli import app
+from sandbox.config import SandboxConfig
+from sandbox.wire.serving import running
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
+
+GROUP = "/v1/network-a/group/posts"
+SEARCH = "/v1/video-platform/search"
+CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), SEARCH: (1, 1)})
+CHILDREN = {  # child table: (parent table, parent key, the list in the parent's JSON, the item's column, field)
+    "network_a_group_post_top_comments": ("network_a_group_posts", ("id",), "topComments", "id", "id"),
+    "video_platform_shelf_items": (
+        "video_platform_shelves",
+        ("type", "title"),
+        "items",
+        "views",
+        "viewCountInt",
+    ),
+}
+runner = CliRunner()
+
+
+def night(tmp_path: Path, output: Path, observation: int) -> None:
+    spec = write_spec(
+        tmp_path,
+        {
+            "name": "children",
+            "service": {"base_url": "http://127.0.0.1:9"},
+            "budget": {"credits": 100},
+            "output": str(output),
+            "queries": [
+                {"id": "group", "endpoint": GROUP, "params": {"group_id": "42"}},
+                {"id": "search", "endpoint": SEARCH, "params": {"query": "trail shoes"}},
+            ],
+        },
+    )
+    with running(replace(CONFIG, observation=observation)) as sb:
+        assert run_flow(spec, base_url=sb.base_url).status == "complete"
+
+
+def from_raw(db: Path, child: str) -> set[tuple[Any, ...]]:
+    """(parent key, position, the item's value) of every item the current parents' raw JSON holds."""
+    parent, key, listed, _, field = CHILDREN[child]
+    found = set()
+    for (raw,) in rows(db, f"SELECT raw FROM {parent}"):
+        record = json.loads(raw)
+        found |= {(*(record[k] for k in key), n, item[field]) for n, item in enumerate(record[listed])}
+    return found
+
+
+def landed(con: duckdb.DuckDBPyConnection, child: str, source: str) -> list[tuple[Any, ...]]:
+    """(parent key, position, the item's column) of each row of `source`, sorted; a row twice stays twice."""
+    _, key, _, column, _ = CHILDREN[child]
+    keys = ", ".join(f"parent_{k}" for k in key)
+    return sorted(con.execute(f"SELECT {keys}, position, {column} FROM {source}").fetchall())
+
+
+def current(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {child: landed(con, child, child) for child in CHILDREN}
+    finally:
+        con.close()
+
+
+def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output, lake, snapshot = tmp_path / "out", tmp_path / "lake", tmp_path / "snapshot"
+    db = output / "harvest.duckdb"
+    night(tmp_path, output, 0)
+    first = current(db)
+    assert runner.invoke(app, ["export", str(output), "--to", str(lake), "--format", "delta"]).exit_code == 0
+    night(tmp_path, output, 1)
+    second = current(db)
+    for child in CHILDREN:
+        assert set(second[child]) == from_raw(db, child) and len(set(second[child])) == len(second[child]), (
+            child
+        )
+    # the second night shrank lists and emptied some: their old rows are gone, not left as orphans
+    comments = "network_a_group_post_top_comments"
+    before = {p for p, *_ in first[comments]}
+    after = {p for p, *_ in second[comments]}
+    assert after < before and len(second[comments]) == len(first[comments]) - len(before)
+
+    rebuilt = runner.invoke(app, ["rebuild", str(output)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert current(db) == second
+
+    merged = runner.invoke(app, ["export", str(output), "--to", str(lake), "--format", "delta"])
+    assert merged.exit_code == 0, merged.output
+    assert runner.invoke(app, ["export", str(output), "--to", str(snapshot), "--snapshot"]).exit_code == 0
+    con = duckdb.connect()
+    for child in CHILDREN:
+        con.register("delta", DeltaTable(str(lake / child)).to_pyarrow_table())
+        con.register("snap", pq.read_table(snapshot / child / "snapshot.parquet"))
+        assert landed(con, child, "delta") == second[child] == landed(con, child, "snap"), child
+        con.unregister("delta")
+        con.unregister("snap")
+
+    increment = tmp_path / "increment"
+    assert runner.invoke(app, ["export", str(output), "--to", str(increment)]).exit_code == 0
+    (manifest,) = increment.glob("_exports/*/_manifest.json")
+    entry = json.loads(manifest.read_text())["tables"][comments]
+    assert entry["parent"] == {
+        "table": "network_a_group_posts",
+        "key": {"parent_id": "id"},
+        "replace_by": ["parent_id"],
+    }
+    files = [increment / f["key"] for f in entry["files"]]
+    assert sum(pq.read_metadata(f).num_rows for f in files) == len(first[comments]) + len(second[comments])
