@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -257,8 +258,6 @@ def assert_child_tables_read_without_json(output: Path) -> None:
     )  # fmt: skip
     assert {type(v) for row in qualities for v in row[2:4]} == {str, float}
     assert {type(row[5]) for row in items} == {int}
-    import pyarrow.parquet as pq
-
     landed = pq.read_table(output / "parquet" / "network_a_group_post_top_comments")
     assert str(landed.schema.field("publish_time").type).startswith("timestamp[us")
     assert landed.schema.field("position").type == "int64" and landed.num_rows == len(comments)

@@ -6,6 +6,8 @@ advertiser search -> each company's ads (`advertiser_id`)."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from pathlib import Path
 
 from tests.declared_helpers import ROOT
@@ -64,3 +66,18 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
     assert _asked(db, "/v1/search-engine/company/ads", "advertiser_id") == advertisers
     assert _column(db, "search_engine_ads", "advertiser_id") == advertisers
     assert 0 < summary.credits_spent <= 300
+    # a declared child table (#39): each video's "watch next" list as rows, typed, joined on the record's key,
+    # the items of its JSON at their positions
+    watch_next = rows(
+        db,
+        "SELECT d.video_id, w.position, w.video_id, w.title, w.view_count, w.published_at "
+        "FROM video_platform_video_details d JOIN video_platform_video_watch_next w "
+        "ON w.parent_video_id = d.video_id ORDER BY ALL",
+    )
+    listed = sorted(
+        (video, n, item["id"], item["title"], item["viewCountInt"], item["publishDate"])
+        for video, items in rows(db, "SELECT video_id, watch_next_videos FROM video_platform_video_details")
+        for n, item in enumerate(json.loads(items or "[]"))
+    )
+    assert watch_next and [row[:5] for row in watch_next] == [row[:5] for row in listed]
+    assert {(type(row[4]), type(row[5])) for row in watch_next} == {(int, datetime)}

@@ -101,12 +101,14 @@ def example_table(tables: dict[str, int], parquet_root: Path) -> str | None:
 def say_history(tables: dict[str, int], output: Path) -> None:
     """The few lines at the end of a loaded run into these tables: sentences (wrapped at separators on a
     terminal) and two commands, laid out to the terminal's width as a shell reads them pasted."""
+    from connectors.catalog.child_kinds import ChildKind
     from tasks.output.layout import OutputLayout
     from tasks.output.manifest import output_kinds
 
     kinds = output_kinds(OutputLayout(output))
     parquet_root = output / "parquet"
-    table = example_table({t: n for t, n in tables.items() if t in kinds}, parquet_root)
+    records = {t: n for t, n in tables.items() if t in kinds and not isinstance(kinds[t], ChildKind)}
+    table = example_table(records, parquet_root)  # a child table's current rows are its parents' newest fetch
     if table is None:
         return
     width = console.out.size.width - len(INDENT) if console.out.is_terminal else None

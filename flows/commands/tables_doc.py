@@ -25,7 +25,9 @@ HEADER = """# Tables
 Generated from the catalog by `harvest schema --tables > docs/tables.md`; a test fails when it is stale.
 Each record table keeps the newest fetch of each primary key; `<table>_history` keeps one row per key per run
 (the Parquet under `parquet/<table>/date=YYYY-MM-DD/`). Types are DuckDB's; a source starting `param:` is a
-request parameter, not a field of the answer.
+request parameter, not a field of the answer. A child table ("Child of ...") holds a list inside each record
+of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position` (0 for the first)
+and its columns; it holds the items of the parent's newest fetch, so a list that shrank leaves no rows behind.
 """
 
 
