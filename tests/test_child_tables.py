@@ -2,8 +2,8 @@
 record's nested lists one item shorter (`sandbox.emulation.variation`: comments deleted, a shelf's video gone),
 so some lists shrink and some empty. Whatever holds the current rows holds exactly the items of each parent's
 newest fetch, at their positions, as its raw JSON has them: DuckDB after the load, DuckDB again after `harvest
-rebuild` from the raw pages, a snapshot export, a Delta table merged after each night; the Parquet export hands
-the child rows over with their parent, so a loader can do the same."""
+rebuild` from the raw pages, a snapshot export, a Delta table and an Iceberg table merged after each night; the
+Parquet export hands the child rows over with their parent, so a loader can do the same."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from pyiceberg.catalog.sql import SqlCatalog
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
@@ -86,11 +88,15 @@ def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # the default SQLite catalog, not a developer's
     output, lake, snapshot = tmp_path / "out", tmp_path / "lake", tmp_path / "snapshot"
+    ice = tmp_path / "ice"
     db = output / "harvest.duckdb"
     night(tmp_path, output, 0)
     first = current(db)
-    assert runner.invoke(app, ["export", str(output), "--to", str(lake), "--format", "delta"]).exit_code == 0
+    for to, fmt in ((lake, "delta"), (ice, "iceberg")):
+        exported = runner.invoke(app, ["export", str(output), "--to", str(to), "--format", fmt])
+        assert exported.exit_code == 0, exported.output
     night(tmp_path, output, 1)
     second = current(db)
     for child in CHILDREN:
@@ -107,16 +113,20 @@ def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
     assert rebuilt.exit_code == 0, rebuilt.output
     assert current(db) == second
 
-    merged = runner.invoke(app, ["export", str(output), "--to", str(lake), "--format", "delta"])
-    assert merged.exit_code == 0, merged.output
+    for to, fmt in ((lake, "delta"), (ice, "iceberg")):
+        merged = runner.invoke(app, ["export", str(output), "--to", str(to), "--format", fmt])
+        assert merged.exit_code == 0, merged.output
+    iceberg = SqlCatalog("harvest", uri=f"sqlite:///{ice / SQLITE_FILE}", warehouse=f"file://{ice}")
     assert runner.invoke(app, ["export", str(output), "--to", str(snapshot), "--snapshot"]).exit_code == 0
     con = duckdb.connect()
     for child in CHILDREN:
         con.register("delta", DeltaTable(str(lake / child)).to_pyarrow_table())
         con.register("snap", pq.read_table(snapshot / child / "snapshot.parquet"))
+        con.register("ice", iceberg.load_table(("harvest", child)).scan().to_arrow())
         assert landed(con, child, "delta") == second[child] == landed(con, child, "snap"), child
-        con.unregister("delta")
-        con.unregister("snap")
+        assert landed(con, child, "ice") == second[child], child
+        for name in ("delta", "snap", "ice"):
+            con.unregister(name)
 
     increment = tmp_path / "increment"
     assert runner.invoke(app, ["export", str(output), "--to", str(increment)]).exit_code == 0
