@@ -88,6 +88,14 @@ def ctrl_c(sb: GatedSandbox, proc: subprocess.Popen[str]) -> tuple[int, str]:
     return code, err
 
 
+def typed(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`.venv/bin/harvest ARGS` typed by the user in `cwd`, run to its end."""
+    return subprocess.run(
+        [".venv/bin/harvest", *args], cwd=cwd, env=clean_env(home), capture_output=True, text=True,
+        timeout=FINISH_TIMEOUT,
+    )  # fmt: skip
+
+
 def pasted(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
     """The printed command, run as printed by a shell in the user's directory."""
     return subprocess.run(
@@ -124,10 +132,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         code1, err1 = ctrl_c(sb, harvest(cwd, home, "run", "my specs/night job.yaml", *options))
         resume = printed(err1, " resumes it")
         code2, err2 = ctrl_c(sb, pasting(resume, cwd, home))  # resumed, and stopped again
-        listed = subprocess.run(
-            [".venv/bin/harvest", "runs", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
-            text=True, timeout=FINISH_TIMEOUT,
-        )  # fmt: skip
+        listed = typed(cwd, home, "runs", "out dir")
         from_runs = printed(listed.stderr, " resumes it")
 
         resumed = pasted(from_runs, cwd, home)  # pays on to the budget of 20 credits, then says how to go on
@@ -139,10 +144,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         loaded = pasted(load, cwd, home)
 
         (output / "harvest.duckdb").unlink()  # the database is lost; the user asks harvest to load
-        asked = subprocess.run(
-            [".venv/bin/harvest", "load", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
-            text=True, timeout=FINISH_TIMEOUT,
-        )  # fmt: skip
+        asked = typed(cwd, home, "load", "out dir")
         rebuild = printed(asked.stderr, " builds it again from the raw pages")
         rebuilt = pasted(rebuild, cwd, home)
         paid = [e for e in data_entries(sb) if e.path == PINS]
@@ -231,10 +233,7 @@ def test_the_export_retry_and_the_fresh_start_work_as_printed(prefect_api_url: s
         code2, _ = ctrl_c(
             sb, harvest(cwd, home, "run", "night job.yaml", "--base-url", sb.base_url, "--full")
         )
-        listed = subprocess.run(
-            [".venv/bin/harvest", "runs", "out dir"], cwd=cwd, env=clean_env(home), capture_output=True,
-            text=True, timeout=FINISH_TIMEOUT,
-        )  # fmt: skip
+        listed = typed(cwd, home, "runs", "out dir")
         fresh = printed(listed.stderr, " abandons it")
         started = pasted(fresh, cwd, home)
     assert first.returncode == 1 and "export failed" in err1, err1
