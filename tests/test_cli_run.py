@@ -225,6 +225,12 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     # the hint's first command works as printed
     sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
     assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    shown = re.findall(r'^\.venv/bin/harvest sql data/demo "(.+)"$', readme, re.MULTILINE)
+    assert len(shown) == 2, shown  # the README's queries of the demo, a record table and a child table
+    for query in shown:
+        answered = runner.invoke(app, ["sql", str(output), query, "--format", "csv"])
+        assert answered.exit_code == 0 and len(answered.stdout.splitlines()) > 1, (query, answered.output)
 
 
 def assert_child_tables_read_without_json(output: Path) -> None:
