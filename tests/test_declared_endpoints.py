@@ -224,7 +224,7 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
      "a name other than runs, requests, query_state, exports"),
     ("an unknown column type", ADS, _with(("records", "search_engine_ads", "columns", "format"), "string"),
      'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.columns.format.type',
-     "'string' is not allowed", "'text', 'integer', 'number', 'boolean', 'timestamp', 'json' or 'text_list'"),
+     "'string' is not allowed", "'text', 'integer', 'number', 'boolean', 'timestamp', 'json', 'text_list' or 'decimal'"),
     ("a price on an undeclared parameter", ADS, _with(("price", "when", 0, "param"), "details"),
      'endpoints["/v1/search-engine/company/ads"].price.when[0].param', "'details' is not a parameter",
      "domain, advertiser_id, topic"),

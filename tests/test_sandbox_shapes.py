@@ -45,7 +45,9 @@ FIELDS: dict[str, set[str]] = {
         "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
         "broadcaster", "thumbnailURL",
     },
-    "community_posts": {"id", "channel", "content", "images", "likeCount", "publishedTime", "video"},
+    "community_posts": {
+        "id", "channel", "content", "images", "likeCount", "publishedTime", "publishedTimeText", "video",
+    },
     "mb_posts": {
         "uri", "cid", "record", "author", "embed", "replyCount", "repostCount", "likeCount", "quoteCount", "indexedAt",
     },
@@ -65,14 +67,16 @@ FIELDS: dict[str, set[str]] = {
     },
     "pins": {"id", "url", "title", "description", "created_at", "images", "link", "domain", "board", "pinner"},
     "videos": {
-        "id", "url", "title", "thumbnail", "channel", "viewCountText", "viewCountInt", "publishedTime", "lengthText",
-        "lengthSeconds", "badges",
+        "id", "url", "title", "thumbnail", "channel", "viewCountText", "viewCountInt", "publishedTime",
+        "publishedTimeText", "lengthText", "lengthSeconds", "badges",
     },
     "channels": {"id", "title", "url", "subscriberCount"},
     "playlists": {"id", "title", "url", "videoCount"},
     "lives": {"id", "title", "url", "watching"},
     "shelves": {"type", "title", "items"},
-    "reply_comments": {"id", "content", "publishedTime", "replyLevel", "author", "engagement"},
+    "reply_comments": {
+        "id", "content", "publishedTime", "publishedTimeText", "replyLevel", "author", "engagement",
+    },
     "products": {
         "product_id", "title", "image", "product_price_info", "rate_info", "sold_info", "seller_info", "seo_url",
     },

@@ -19,9 +19,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from connectors.catalog.paging_styles import STYLE_DEFAULTS
 
 PARAM_TYPES = ("string", "integer", "number", "boolean", "list")
-COLUMN_TYPES = ("text", "integer", "number", "boolean", "timestamp", "json", "text_list")
+COLUMN_TYPES = ("text", "integer", "number", "boolean", "timestamp", "json", "text_list", "decimal")
 ParamType = Literal["string", "integer", "number", "boolean", "list"]
-ColumnType = Literal["text", "integer", "number", "boolean", "timestamp", "json", "text_list"]
+ColumnType = Literal["text", "integer", "number", "boolean", "timestamp", "json", "text_list", "decimal"]
 PagingStyle = Literal[
     "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor"
 ]
@@ -93,12 +93,16 @@ class ParamDecl(_Decl):
 class ColumnDecl(_Decl):
     """A typed column: its type, and where in a record it is read (its name when no path is given)."""
 
-    type: ColumnType = Field(description="text, integer, number, boolean, timestamp, json or text_list.")
+    type: ColumnType = Field(description="text, integer, number (a double), boolean, timestamp (TIMESTAMPTZ: "
+                             "ISO text or epoch seconds/ms), json, text_list or decimal (money: DECIMAL(18,4)).")  # fmt: skip
     path: str | None = Field(
         None, description="Where in a record: a record path, `a|b` to try `b` when `a` is absent, or "
         "`$params.NAME` for a request parameter. Default: the column's name."
     )  # fmt: skip
-    description: str | None = None
+    description: str | None = Field(
+        None, description="What the column holds: the table's column comment in DuckDB and docs. Default: one "
+        "made from the type and path."
+    )  # fmt: skip
 
 
 Column = Annotated[

@@ -4,6 +4,7 @@ comes to be, built-in (`endpoints.yaml`) or declared by a job, and again from a 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from connectors.catalog.child_kinds import ChildKind
@@ -46,7 +47,10 @@ def _newest_first(order: bool | Mapping[str, Any]) -> NewestFirst | None:
 
 
 def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:
-    return tuple(COLUMN_TYPES[c["type"]](name, c["path"]) for name, c in columns.items())
+    return tuple(
+        replace(COLUMN_TYPES[c["type"]](name, c["path"]), description=c.get("description") or "")
+        for name, c in columns.items()
+    )
 
 
 def _kind(table: str, kind: Mapping[str, Any]) -> RecordKind:

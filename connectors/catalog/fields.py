@@ -8,6 +8,9 @@ European thousands separator?), "1,23", "1e3", "nan", "twelve" and "yesterday" d
 number written in more than 100 characters (Python refuses to convert over 4300 digits; no count needs 100), nor
 a timestamp in more than 64.
 
+Money is `decimal`, DECIMAL(18, 4) (`DECIMAL`): an amount sent as text ("12.99", "1,234.50") or as a number is
+kept exactly, never rounded; one with more than 4 decimal places or 14 whole digits does not fit.
+
 A conversion never raises: whatever a value makes a converter do, the value is a misfit (`coercer`).
 """
 
@@ -16,8 +19,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -30,6 +34,8 @@ PARAM_PREFIX = "$params."
 """A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+DECIMAL = pa.decimal128(18, 4)
+"""Money: 14 whole digits and 4 decimal places (every currency's minor unit has at most 4), stored in 64 bits."""
 STRINGS = pa.list_(pa.string())
 JSON_TEXT = pa.string()
 """Nested values kept as JSON text: DuckDB's json functions read them, and Parquet stays portable."""
@@ -41,6 +47,21 @@ class Field:
     path: str
     type: pa.DataType
     json: bool = False
+    description: str = field(default="", compare=False)
+    """What the column holds, as its declaration says (`described` makes one up when it says nothing)."""
+
+    @property
+    def described(self) -> str:
+        """The declaration's description, or its type in words (the comment adds where it is read)."""
+        return (
+            self.description
+            or f"{TYPE_WORDS.get(type_name(self), 'A value')}; declared without a description."
+        )
+
+    def arrow_field(self) -> pa.Field:
+        """The column in an Arrow schema, its description and source path in the field's metadata: Parquet
+        files carry them, and the load writes them as DuckDB column comments."""
+        return pa.field(self.name, self.type, metadata={DESCRIPTION: self.described, SOURCE: self.path})
 
     def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
         """Reads this field from a record (None when absent), or from the request's parameters."""
@@ -72,6 +93,11 @@ def boolean(name: str, path: str | None = None) -> Field:
     return Field(name, path or name, pa.bool_())
 
 
+def decimal(name: str, path: str | None = None) -> Field:
+    """An exact amount (money), sent as text or as a number."""
+    return Field(name, path or name, DECIMAL)
+
+
 def timestamp(name: str, path: str | None = None) -> Field:
     """A timestamp sent as ISO-8601 text, epoch seconds or epoch milliseconds."""
     return Field(name, path or name, TIMESTAMP)
@@ -87,9 +113,17 @@ def text_list(name: str, path: str | None = None) -> Field:
 
 COLUMN_TYPES: dict[str, Callable[[str, str | None], Field]] = {
     "text": text, "integer": integer, "number": number, "boolean": boolean, "timestamp": timestamp,
-    "json": json_text, "text_list": text_list,
+    "json": json_text, "text_list": text_list, "decimal": decimal,
 }  # fmt: skip
 """A declaration's column types (`connectors.catalog.declarations`), each a column of its Arrow type."""
+TYPE_WORDS = {
+    "text": "Text", "integer": "A whole number", "number": "A number", "boolean": "True or false",
+    "timestamp": "A point in time (UTC)", "json": "JSON text", "text_list": "A list of texts",
+    "decimal": "An exact amount",
+}  # fmt: skip
+"""How a generated description names a column's type."""
+DESCRIPTION, SOURCE = b"description", b"source"
+"""Keys of an Arrow field's metadata: what the column holds, and where in a record it is read."""
 
 
 def type_name(fld: Field) -> str:
@@ -176,6 +210,32 @@ def _as_bool(v: Any) -> bool | None:
     return None
 
 
+_AMOUNT = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?", re.ASCII)
+DECIMAL_PLACES = Decimal(1).scaleb(-DECIMAL.scale)
+DECIMAL_LIMIT = Decimal(10) ** (DECIMAL.precision - DECIMAL.scale)
+
+
+def _as_decimal(v: Any) -> Decimal | None:
+    """An amount, exactly: text ("12.99", "-0.5", "1,234.50") or a number (a float by its shortest text, 14.96 as
+    14.96). More decimal places than DECIMAL keeps, or too many whole digits: None, never rounded."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        text = str(v)
+    elif isinstance(v, float):
+        text = repr(v) if math.isfinite(v) else ""
+    elif isinstance(v, str) and len(v) <= MAX_NUMBER_CHARS and _AMOUNT.fullmatch(v.strip()):
+        text = v.strip().replace(",", "")
+    else:
+        return None
+    try:
+        amount = Decimal(text)
+        exact = amount.quantize(DECIMAL_PLACES)
+    except (InvalidOperation, ValueError):
+        return None
+    return exact if exact == amount and abs(exact) < DECIMAL_LIMIT else None
+
+
 def _as_str(v: Any) -> str | None:
     if isinstance(v, str):
         return v
@@ -240,6 +300,7 @@ COERCE: dict[pa.DataType, Callable[[Any], Any]] = {
     pa.string(): _as_str,
     TIMESTAMP: _as_timestamp,
     STRINGS: _as_strings,
+    DECIMAL: _as_decimal,
 }
 
 

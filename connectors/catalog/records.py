@@ -13,19 +13,29 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors.catalog.fields import PARAM_PREFIX, TIMESTAMP, Field
+from connectors.catalog.fields import DESCRIPTION, PARAM_PREFIX, SOURCE, TIMESTAMP, Field
 from connectors.catalog.record_paths import MISSING, compile_path
 
 if TYPE_CHECKING:
     from connectors.catalog.child_kinds import ChildKind
 
+
+def _meta(name: str, type_: pa.DataType, description: str, source: str) -> pa.Field:
+    return pa.field(name, type_, metadata={DESCRIPTION: description, SOURCE: source})
+
+
 META_COLUMNS: tuple[pa.Field, ...] = (
-    pa.field("raw", pa.string()),
-    pa.field("_endpoint", pa.string()),
-    pa.field("_query_id", pa.string()),
-    pa.field("_run_id", pa.string()),
-    pa.field("_fetched_at", TIMESTAMP),
-)
+    _meta("raw", pa.string(), "The record as the service sent it (JSON text): every field, read into a column "
+          "or not; DuckDB's json functions read it.", "the record, whole"),
+    _meta("_endpoint", pa.string(), "The endpoint whose answer held the record (its documented path).",
+          "the request"),
+    _meta("_query_id", pa.string(), "The job spec's query that fetched it, with its fan-out value "
+          "(`videos[handle=nasa]`): `query_state.query_id`.", "the job spec"),
+    _meta("_run_id", pa.string(), "The run that fetched it: `runs.run_id`.", "harvest"),
+    _meta("_fetched_at", TIMESTAMP, "When the page holding it was fetched (UTC): the newest fetch of a key "
+          "wins the merge, and relative times (`published_time_text`: \"2 days ago\") count back from it.", "the request"),
+)  # fmt: skip
+"""Columns harvest adds to every record table, each described (`tasks.database.column_comments`)."""
 
 
 ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached"})
@@ -154,7 +164,7 @@ class RecordKind:
                 f"{self.table}: primary key {missing} not among fields, duplicate field names, or `objects` "
                 "not among the locations"
             )
-        schema = pa.schema([pa.field(fld.name, fld.type) for fld in self.columns] + list(META_COLUMNS))
+        schema = pa.schema([fld.arrow_field() for fld in self.columns] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
         own = [fld.path for fld in self.fields if not fld.path.startswith(PARAM_PREFIX)] + list(self.ignore)
         own += [where for child in self.children for where in child.at]  # read whole, by the child

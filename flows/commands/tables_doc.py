@@ -7,32 +7,33 @@ A test compares docs/tables.md with this rendering, so a catalog change that is 
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 
 from connectors.catalog.child_kinds import ChildKind
+from connectors.catalog.fields import DESCRIPTION, SOURCE
 from connectors.catalog.job_catalog import Catalog, builtin
 from connectors.catalog.records import RecordKind
 from tasks.database.record_tables import duckdb_types
 
-META_SOURCES = {
-    "raw": "the item as the service sent it (JSON text)",
-    "_endpoint": "the endpoint that returned it",
-    "_query_id": "the spec's query id",
-    "_run_id": "the run that fetched it",
-    "_fetched_at": "when its page was fetched",
-}
 HEADER = """# Tables
 
 Generated from the catalog by `harvest schema --tables > docs/tables.md`; a test fails when it is stale.
 Each record table keeps the newest fetch of each primary key; `<table>_history` keeps one row per key per run
-(the Parquet under `parquet/<table>/date=YYYY-MM-DD/`). Types are DuckDB's; a source starting `param:` is a
-request parameter, not a field of the answer. A child table ("Child of ...") holds a list inside each record
-of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position` (0 for the first)
-and its columns; it holds the items of the parent's newest fetch, so a list that shrank leaves no rows behind.
+(the Parquet under `parquet/<table>/date=YYYY-MM-DD/`). Types are DuckDB's; a source is the record path a
+column is read from (`a|b`: `b` when `a` is absent; `$params.NAME`: the request's parameter). Each column's
+description is its comment in DuckDB (`SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ...`),
+followed there by its source and its part in the primary key. A child table ("Child of ...") holds a list inside
+each record of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position` (0 for the
+first) and its columns; it holds the items of the parent's newest fetch, so a list that shrank leaves no rows behind.
 """
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _meta(fld: pa.Field, key: bytes) -> str:
+    return (fld.metadata or {}).get(key, b"").decode()
 
 
 def render_tables(catalog: Catalog | None = None) -> str:
@@ -47,21 +48,18 @@ def render_tables(catalog: Catalog | None = None) -> str:
     con = duckdb.connect()
     try:
         for table, kind in sorted(catalog.kinds().items()):
-            paths = {f.name: f.path for f in kind.columns} | META_SOURCES
-            if isinstance(kind, ChildKind):
-                paths |= child_sources(kind)
-            else:
-                paths |= replaced_sources(kind)
+            overrides = child_sources(kind) if isinstance(kind, ChildKind) else replaced_sources(kind)
             key = ", ".join(kind.primary_key)
             lines += [
                 f"## {table}\n",
                 *([child_line(kind)] if isinstance(kind, ChildKind) else []),
                 f"Primary key: `{key}`. From: {', '.join(f'`{p}`' for p in sources.get(table, []))}.\n",
-                "| column | type | source |",
-                "|---|---|---|",
+                "| column | type | source | description |",
+                "|---|---|---|---|",
             ]
             lines += [
-                f"| `{n}` | {_cell(t)} | {_cell(paths.get(n, ''))} |"
+                f"| `{n}` | {_cell(t)} | {_cell(overrides.get(n) or _meta(kind.schema.field(n), SOURCE))} "
+                f"| {_cell(_meta(kind.schema.field(n), DESCRIPTION))} |"
                 for n, t in duckdb_types(con, kind.schema)
             ]
             lines += [

@@ -5,11 +5,18 @@ with a `handle`, `author.avatarUrl`, `engagement.likes`)."""
 from __future__ import annotations
 
 from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, clock, count_text, phrase, title
-from sandbox.emulation.scope import Scope, b64int, iso
+from sandbox.emulation.platforms.wording import NAMES, ago, clock, count_text, phrase, title
+from sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
 from sandbox.emulation.stablehash import Draw, hexid, hnum
 
 _VP = "https://www.video-platform.example"
+
+
+def _published(s: Scope, pos: int) -> Record:
+    """When a record was published, as the service sends it: the platform's relative text, and the time the
+    service computes from it (here counted from an hour after the newest synthetic record)."""
+    at = s.time(pos)
+    return {"publishedTime": iso(at), "publishedTimeText": ago(ANCHOR + 3600 - at)}
 
 
 def channel_ref(s: Scope, kind: str, pos: int) -> Record:
@@ -40,7 +47,7 @@ def community_post(s: Scope) -> Record:
             f"https://yt3.video-platform.example/{hexid(24, s.key, i)}=s1024" for i in range(d.num(0, 4))
         ],
         "likeCount": d.num(0, 100000),
-        "publishedTime": iso(s.time(0)),
+        **_published(s, 0),
         "video": (
             {"id": vid, "title": title(d), "url": f"https://www.video-platform.example/watch?v={vid}"}
             if has_video
@@ -62,7 +69,7 @@ def _video_like(s: Scope, kind: str, pos: int, extras: bool) -> Record:
         "channel": _video_channel(s, kind, pos),
         "viewCountText": count_text(views, "views"),
         "viewCountInt": views,
-        "publishedTime": iso(s.time(pos)),
+        **_published(s, pos),
         "lengthText": clock(length),
         "lengthSeconds": length,
         "badges": d.sample(("New", "4K", "CC", "Live"), d.num(0, 2)),
@@ -132,7 +139,7 @@ def comment_reply(s: Scope, pos: int) -> Record:
     return {
         "id": "Ugz" + b64int(int(s.numid("reply", pos, 18)), 20) + ".reply",
         "content": phrase(d, 2, 30),
-        "publishedTime": iso(s.time(pos)),
+        **_published(s, pos),
         "replyLevel": 1,
         "author": {
             "name": handle,

@@ -88,6 +88,19 @@ def clock(seconds: int) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+_AGO = (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400), ("hour", 3600),
+        ("minute", 60), ("second", 1))  # fmt: skip
+
+
+def ago(seconds: int) -> str:
+    """An age as the video platform words it ("2 years ago", "1 hour ago"): its largest whole unit."""
+    for unit, size in _AGO:
+        if seconds >= size or unit == "second":
+            n = max(seconds // size, 1)
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    raise AssertionError("unreachable")
+
+
 def mail_date(epoch: int) -> str:
     """The e-mail style (RFC 2822) some platforms write dates in: "Tue, 07 Jan 2025 18:23:09 +0000"."""
     return time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(epoch))
