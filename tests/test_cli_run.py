@@ -6,10 +6,12 @@ typer's CliRunner in this process, inside the session's Prefect harness.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import subprocess
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +224,7 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
         output / "harvest.duckdb", "SELECT new_fields, values_misfit, records_without_key FROM runs"
     ) == [("[]", 0, 0)]
     assert "new fields" not in result.stderr and "did not fit" not in result.stderr
+    assert_true_types_and_described(output / "harvest.duckdb")
     # the hint's first command works as printed
     sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
     assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout
@@ -271,6 +274,56 @@ def assert_child_tables_read_without_json(output: Path) -> None:
     assert "## video_platform_shelf_items\n\nChild of `video_platform_shelves`" in tables
     assert "Primary key: `parent_type, parent_title, position`" in tables
     assert "| `parent_type` | VARCHAR | video_platform_shelves.type |" in tables
+
+
+def assert_true_types_and_described(db: Path) -> None:
+    """#39 on a landed demo: times an analyst compares with now(), exact prices beside their currency, and a
+    comment on every column of every record table naming where it is read (and the key)."""
+    videos = "video_platform_videos"
+    for table in (
+        videos,
+        "video_platform_shorts",
+        "video_platform_comments",
+        "video_platform_community_posts",
+    ):
+        assert types_of(db, table)["published_time"] == "TIMESTAMP WITH TIME ZONE", table
+        (n, past, worded) = rows(
+            db, f"SELECT count(*), count(*) FILTER (published_time < now()), "
+            f"count(*) FILTER (published_time_text LIKE '% ago') FROM {table}"
+        )[0]  # fmt: skip
+        assert n > 0 and past == n == worded, table
+    sent = rows(db, f"SELECT published_time, raw->>'publishedTime' FROM {videos}")
+    assert all(t == dt.datetime.fromisoformat(s.replace("Z", "+00:00")) for t, s in sent)
+    product = types_of(db, "short_video_products")
+    assert (product["price_amount"], product["price_currency"]) == ("DECIMAL(18,4)", "VARCHAR")
+    prices = rows(db, "SELECT price_amount, price_currency, raw FROM short_video_products")
+    for amount, currency, raw in prices:
+        info = json.loads(raw)["product_price_info"]
+        assert (amount, currency) == (Decimal(info["sale_price_decimal"]), info["currency_name"])
+    comments = rows(
+        db, "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE table_name IN "
+        "(SELECT unnest(?::VARCHAR[]))", [list(catalog.all_kinds())]
+    )  # fmt: skip
+    assert {t for t, _, _ in comments} == set(catalog.all_kinds())
+    for table, column, comment in comments:
+        kind = catalog.all_kinds()[table]
+        fld = kind.field(column)
+        if (
+            fld is not None
+        ):  # the record path it is read from (the request's parameter for the embed's handle)
+            source = f"`{fld.path.split('|')[0].removeprefix('$params.')}`"
+        else:  # the columns harvest adds
+            source = "Source: harvest." if column == "_run_id" else "Source: the "
+        assert comment and source in comment and len(comment) > len(source) + 10, (table, column, comment)
+        assert ("Primary key." in comment or "Part of the primary key" in comment) == (
+            column in kind.primary_key
+        )
+    keys = dict(rows(db, "SELECT table_name, comment FROM duckdb_tables()"))
+    assert keys[videos] == "primary key: id" and keys["video_platform_shelves"] == "primary key: type, title"
+
+
+def types_of(db: Path, table: str) -> dict[str, str]:
+    return dict(rows(db, "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ?", [table]))
 
 
 # ------------------------------------------------------------------------------- once each per run

@@ -33,6 +33,7 @@ REQUIREMENTS = ROOT / "tests" / "duckdb-1x-requirements.txt"
 WHEELS = ROOT / ".venv" / "duckdb-1x"
 UV = ROOT / ".venv" / "bin" / "uv"
 PROFILE = "/v3/short-video/profile/videos"
+SHOP = "/v1/short-video/shop/products"
 SEARCH = "/v1/video-platform/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 3))
 runner = CliRunner()
@@ -51,7 +52,12 @@ print(json.dumps({
     "history": q("SELECT count(*), count(DISTINCT _run_id) FROM short_video_videos_history"),
     "comments": q("SELECT table_name, comment FROM duckdb_tables() WHERE comment IS NOT NULL ORDER BY ALL"),
     "types": q("SELECT table_name, column_name, data_type FROM duckdb_columns() "
-               "WHERE table_name IN ('short_video_videos', 'runs', 'query_state') ORDER BY ALL"),
+               "WHERE table_name IN ('short_video_videos', 'runs', 'query_state', 'short_video_products', "
+               "'video_platform_videos') ORDER BY ALL"),
+    "prices": q("SELECT id, price_amount, price_currency FROM short_video_products ORDER BY ALL"),
+    "published": q("SELECT id, epoch_ms(published_time) FROM video_platform_videos ORDER BY ALL"),
+    "column_comments": q("SELECT table_name, column_name, comment FROM duckdb_columns() "
+                         "WHERE table_name IN ('short_video_products', 'video_platform_videos') ORDER BY ALL"),
 }))
 """
 
@@ -102,6 +108,7 @@ def job(sb: RunningSandbox, output: Path) -> dict[str, Any]:
         "queries": [
             {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": ["nasa", "esa"]}},
             {"id": "search", "endpoint": SEARCH, "params": {"query": "marathon training"}},
+            {"id": "shop", "endpoint": SHOP, "params": {"url": "https://short-video.example/shop/acme"}},
         ],
     }
 
@@ -124,6 +131,12 @@ def test_a_landed_file_opens_in_duckdb_1x_after_a_run_and_after_a_merge(
     assert len(first["runs"]) == 1 and first["videos"] and first["shelves"] and first["query_state"]
     assert ["short_video_videos", "primary key: aweme_id"] in first["comments"]
     assert ["short_video_videos", "create_time", "TIMESTAMP WITH TIME ZONE"] in first["types"]
+    # #39's types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
+    assert ["short_video_products", "price_amount", "DECIMAL(18,4)"] in first["types"]
+    assert ["video_platform_videos", "published_time", "TIMESTAMP WITH TIME ZONE"] in first["types"]
+    assert first["prices"] and all(amount.count(".") == 1 for _, amount, _ in first["prices"])
+    assert first["published"] and all(ms != "None" for _, ms in first["published"])
+    assert first["column_comments"] and all(c.count("Source: ") == 1 for *_, c in first["column_comments"])
     run_flow(spec)  # the second run merges into the same file
     second = read_with(duckdb1, db)
     assert second == read_with(sys.executable, db)

@@ -22,6 +22,8 @@ import pyarrow as pa
 
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.declarations import POSITION
+from tasks.database.column_comments import write_comments
+from tasks.database.column_types import cast_older_files, retype
 from tasks.database.connection import count_rows, quote_ident, transaction
 from tasks.database.storage_format import zstd_allowed
 from tasks.output.layout import KindLike
@@ -51,13 +53,14 @@ def duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[tupl
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
-def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str, str | None]]:
+    """(name, type, comment) of each of the table's columns, in order; [] when there is no such table."""
     rows = con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "SELECT column_name, data_type, comment FROM duckdb_columns() WHERE database_name = current_database() "
         "AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
         [table],
     ).fetchall()
-    return [str(r[0]) for r in rows]
+    return [(str(r[0]), str(r[1]), r[2]) for r in rows]
 
 
 KEY_COMMENT = "primary key: "
@@ -113,10 +116,12 @@ def _compression(column: str, zstd: bool) -> str:
     return " USING COMPRESSION zstd" if column == RAW and zstd else ""
 
 
-def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
-    """Create the kind's table, or add the columns its schema gained; returns the table's columns.
+def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, str]:
+    """Create the kind's table, or bring it to the kind's schema: columns it gained are added, columns the catalog
+    types otherwise now are retyped without losing a value (`tasks.database.column_types`), and every column
+    carries the catalog's comment (`tasks.database.column_comments`). Returns lower-case column -> type.
 
-    Columns are never dropped or retyped here: old rows keep them, and a changed key needs a rebuild.
+    Columns are never dropped here: old rows keep them, and a changed key needs a rebuild.
     """
     if not kind.primary_key:
         raise ValueError(f"table {kind.table}: a record kind needs a primary key")
@@ -135,20 +140,26 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> list[str]:
         con.execute(f"CREATE TABLE {table} ({cols})")
         comment = KEY_COMMENT + ", ".join(kind.primary_key)
         con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")  # column names: [A-Za-z0-9_] only
-        return [n for n, _ in types]
+        write_comments(con, kind.table, kind.schema, kind.primary_key, {n.lower(): None for n, _ in types})
+        return {n.lower(): t for n, t in types}
     current_key = table_primary_key(con, kind.table)
     if not same_columns(current_key, kind.primary_key):
         raise ValueError(
             f"table {kind.table}: primary key changed from {current_key} to {kind.primary_key}; "
             "rebuild the table"
         )
-    known = {c.lower() for c in existing}
+    have = {n.lower(): t for n, t, _ in existing}
+    changed = any(have.get(n.lower(), t).upper() != t.upper() for n, t in types)
+    retype(con, kind.table, types, have)
     for name, typ in types:
-        if name.lower() not in known:
+        if name.lower() not in have:
             log.info("table %s: adding column %s %s", kind.table, name, typ)
             con.execute(f"ALTER TABLE {table} ADD COLUMN {quote_ident(name)} {typ}")
-            existing.append(name)
-    return existing
+            changed = True
+    if changed:
+        existing = _table_columns(con, kind.table)
+    write_comments(con, kind.table, kind.schema, kind.primary_key, {n.lower(): c for n, _, c in existing})
+    return {n.lower(): t for n, t, _ in existing}
 
 
 def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[Path]) -> tuple[int, int]:
@@ -162,7 +173,7 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     Rows are named by (`file_index`, `file_row_number`), two integers: with each row's file name instead, the
     narrow rows were wide enough that the newest-row sort of a 250k-row step ran out of a 64 MB limit.
     """
-    ensure_table(con, kind)
+    table_types = ensure_table(con, kind)
     table = quote_ident(kind.table)
     if not files:
         return count_rows(con, f"SELECT count(*) FROM {table}"), 0
@@ -171,12 +182,9 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     key = [quote_ident(c) for c in kind.primary_key]
     null_key = " OR ".join(f"{k} IS NULL" for k in key)
     counts = f"SELECT count(*), count(*) FILTER (WHERE {null_key}) FROM {source}"
-    ((total, skipped),) = con.execute(counts, [paths]).fetchall()
-    if skipped:
-        log.warning(
-            "table %s: skipped %d rows with a NULL primary key %s", kind.table, skipped, kind.primary_key
-        )
+    ((total, skipped),) = con.execute(counts, [paths]).fetchall()  # said once per table (`merge_batches`)
     names = ", ".join(quote_ident(n) for n in kind.schema.names)
+    read = ", ".join(cast_older_files(con, kind.table, kind.schema.names, table_types, source, paths))
     fetched = quote_ident(FETCHED_AT)
     same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
     # The newest row per key, chosen on narrow rows (key, time, file, row); whole rows (the `raw` JSON
@@ -205,7 +213,7 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     every_row = count_rows(con, "SELECT count(*) FROM _harvest_newest") == total
     # no key twice, none NULL, none newer in the table: the usual night of new items, inserted as read
     con.execute(
-        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source}"
+        f"INSERT INTO {table} ({names}) SELECT {read} FROM {source}"
         + ("" if every_row else " SEMI JOIN _harvest_newest USING (file_index, file_row_number)"),
         [paths],
     )
@@ -313,6 +321,10 @@ def merge_batches(
             with transaction(con):
                 result[kind.table], more = merge_files(con, kind, chunk)
             skipped += more
+        if skipped:
+            log.warning(
+                "table %s: skipped %d rows with a NULL primary key %s", kind.table, skipped, kind.primary_key
+            )
         result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
     for child, files in children.values():
         with transaction(con):  # the rows of fetches the parent rows no longer hold go first

@@ -10,7 +10,9 @@ step's own, read from the definitions it uses:
 - `runs`, `requests` and `query_state` need the columns of their first version (`tasks.database.bookkeeping`'s DDL) and
   the key their upserts rely on; the columns added since are added by the load (`ensure_bookkeeping`);
 - a column both have must take harvest's values: the same type, or one DuckDB casts to implicitly (INTEGER to
-  BIGINT); a column harvest does not write must allow NULL or have a default, or no row could be inserted;
+  BIGINT); in a record table also one whose every value converts to harvest's type exactly, which the load
+  retypes (`tasks.database.column_types`: a published time an older catalog typed VARCHAR); a column harvest does
+  not write must allow NULL or have a default, or no row could be inserted;
 - `<table>_history` is harvest's view of a record table: the load cannot replace a table of that name.
 
 Tables and views of other names are the user's and left alone.
@@ -26,6 +28,7 @@ import duckdb
 from connectors.catalog.child_kinds import TableKind
 from connectors.catalog.job_catalog import builtin
 from tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL
+from tasks.database.column_types import misfits
 from tasks.database.history_views import HISTORY_SUFFIX
 from tasks.database.record_tables import duckdb_types, primary_keys, same_columns
 
@@ -118,8 +121,14 @@ def _key_problem(name: str, key: tuple[str, ...], wanted: tuple[str, ...]) -> li
 
 
 def _table_problems(
-    con: duckdb.DuckDBPyConnection, name: str, key: tuple[str, ...], shape: TableShape, columns: list[Column]
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    key: tuple[str, ...],
+    shape: TableShape,
+    columns: list[Column],
+    retyped: bool = False,
 ) -> Iterator[str]:
+    """`retyped`: a record table, whose columns the load retypes when every value converts."""
     yield from _key_problem(name, key, shape.key)
     have = {c.name.lower(): c for c in columns}
     missing = [c for c in shape.required if c not in have]
@@ -128,7 +137,10 @@ def _table_problems(
     for column in columns:
         wanted = shape.columns.get(column.name.lower())
         if wanted is not None and not _castable(con, wanted, column.type):
-            yield f"{name}.{column.name}: {column.type}, harvest writes {wanted}"
+            bad = misfits(con, name, column.name, column.type, wanted) if retyped else -1
+            if bad:
+                values = f" ({bad} of its values do not convert)" if bad > 0 else ""
+                yield f"{name}.{column.name}: {column.type}, harvest writes {wanted}{values}"
         elif wanted is None and not column.optional:
             yield f"{name}.{column.name}: NOT NULL without a default, and harvest does not write it"
 
@@ -138,7 +150,7 @@ def table_problems(con: duckdb.DuckDBPyConnection, kinds: Mapping[str, TableKind
 
     A record table whose comment states its key was made by harvest's load (only it writes that comment), with
     the catalog's types of its day: only its key is checked, so a database from another version is not refused
-    over a column type the load casts anyway, and the check stays a few catalog queries for harvest's
+    over a column type the load retypes anyway (`tasks.database.column_types`), and the check stays a few catalog queries for harvest's
     own databases. That matters: it runs before Prefect's temporary server is started. `kinds`: the record
     tables the load writes (a job's catalog, with the tables its output's runs declared); default: the
     built-in ones."""
@@ -156,7 +168,8 @@ def table_problems(con: duckdb.DuckDBPyConnection, kinds: Mapping[str, TableKind
                 problems += _key_problem(name, keys[name], expected.kinds[lower].primary_key)
             elif lower in names:
                 key = keys.get(name, ()) if lower in expected.kinds else constraints.get(name, ())
-                problems += _table_problems(con, name, key, expected.shape(lower), columns.get(lower, []))
+                shape, record = expected.shape(lower), lower in expected.kinds
+                problems += _table_problems(con, name, key, shape, columns.get(lower, []), record)
             elif not is_view and lower.removesuffix(HISTORY_SUFFIX) in expected.kinds:
                 problems.append(f"{name}: a table, harvest makes a view of this name")
         return problems

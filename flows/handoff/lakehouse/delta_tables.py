@@ -19,6 +19,7 @@ times, then it fails with a clear error; the table is never left half-written.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -37,9 +38,10 @@ from flows.handoff.lakehouse.delta_merge import (
     settle_ties,
     write_files,
 )
-from flows.handoff.lakehouse.table_format import KeyMatches, MergeResult, TableLoad
+from flows.handoff.lakehouse.table_format import UTC_MICROS, KeyMatches, MergeResult, TableLoad
 from tasks.output.layout import OutputLayout
 
+log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 4
 """A merge that lost its commit to another writer is run again on the new version, at most this often."""
 TARGET_FILE_BYTES = 8 * 1024 * 1024
@@ -78,6 +80,21 @@ def _peek(reader: pa.RecordBatchReader) -> pa.RecordBatchReader | None:
 
             return pa.RecordBatchReader.from_batches(reader.schema, rest())
     return None
+
+
+def _say_older_types(table: DeltaTable, load: TableLoad) -> None:
+    """A column the table has in another type than the catalog's keeps the table's (rows are cast to it: Delta
+    changes no column's type in place), said once per merge: a table an older catalog made (#39)."""
+    have = {f.name: str(f.type) for f in table.schema().fields}
+    arrow = [pa.field(f.name, UTC_MICROS if pa.types.is_timestamp(f.type) else f.type) for f in load.schema]
+    wanted = DeltaSchema.from_arrow(pa.schema(arrow)).fields  # DuckDB's zone ("Etc/UTC") is Delta's UTC
+    older = [f.name for f in wanted if f.name in have and have[f.name] != str(f.type)]
+    if older:
+        log.warning(
+            "delta table %s keeps %s in the type it was made with (a Delta column's type cannot change in "
+            "place); harvest's catalog types them otherwise now: export to a new table to have its types",
+            load.name, ", ".join(older),
+        )  # fmt: skip
 
 
 def _ident(name: str) -> str:
@@ -166,6 +183,7 @@ class DeltaFormat:
             table = DeltaTable(uri, storage_options=self.options)
         files = DataFiles(table, uri)
         schema = pa.schema(table.schema().to_arrow())
+        _say_older_types(table, load)
         match(files, load, found, grown=bool(grown))
         settle_ties(files, load, found, schema)
         result.rows_in = len(found.keys)

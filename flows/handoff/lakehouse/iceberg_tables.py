@@ -22,6 +22,7 @@ keep a rerun's rows together; files are rolled small instead (`iceberg_files.ROL
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -35,6 +36,7 @@ from pyiceberg.exceptions import (
     ValidationException,
 )
 from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import DataScan, FileScanTask, Table, Transaction
@@ -54,6 +56,7 @@ from flows.handoff.lakehouse.table_format import (
 )
 from tasks.output.layout import OutputLayout
 
+log = logging.getLogger(__name__)
 ATTEMPTS = 3
 """Whole merges tried against a table another export keeps changing (pyiceberg retries each commit too)."""
 
@@ -72,6 +75,24 @@ def iceberg_arrow_schema(schema: pa.Schema, key: tuple[str, ...]) -> pa.Schema:
             kind = UTC_MICROS if kind.tz else pa.timestamp("us")
         fields.append(pa.field(f.name, kind, nullable=f.name not in key, metadata=f.metadata))
     return pa.schema(fields)
+
+
+def table_target(table_schema: Schema, load: TableLoad) -> tuple[pa.Schema, list[str]]:
+    """What the load writes into an existing table: the catalog's schema, but a column the table has in another
+    type keeps the table's (Iceberg changes no column's type in place: a table an older catalog made keeps a
+    published time as text, a price as a double, #39), the incoming values cast to it, as the Delta export does.
+    Returns the schema and the columns kept in the table's type."""
+    target = iceberg_arrow_schema(load.schema, load.primary_key)
+    wanted = {f.name: f.field_type for f in Catalog._convert_schema_if_needed(target).fields}
+    have = {f.name: f for f in table_schema.fields}
+    older = [n for n in target.names if n in have and str(have[n].field_type) != str(wanted[n])]  # ids aside
+    if not older:
+        return target, []
+    fields = [
+        f.with_type(schema_to_pyarrow(Schema(have[f.name])).field(0).type) if f.name in older else f
+        for f in target
+    ]
+    return pa.schema(fields), older
 
 
 def _keyed_schema(load: TableLoad) -> Schema:
@@ -126,7 +147,7 @@ def _write(
     """The kept rows of each file with replaced rows, then the incoming rows that won, into new files."""
     writer = DataFileWriter(metadata, io)
     deleted = []
-    target = iceberg_arrow_schema(load.schema, load.primary_key)
+    target, _ = table_target(metadata.schema(), load)
     for task in tasks:
         if task.file.file_path not in inc.replaced:
             continue
@@ -145,7 +166,7 @@ def _write(
 
 def _evolve(tx: Transaction, load: TableLoad) -> list[str]:
     """Columns the catalog gained since the table was made, added (their values null in older rows)."""
-    target = iceberg_arrow_schema(load.schema, load.primary_key)
+    target, _ = table_target(tx.table_metadata.schema(), load)
     have = set(tx.table_metadata.schema().column_names)
     added = [name for name in target.names if name not in have]
     if added:
@@ -197,6 +218,13 @@ class IcebergFormat:
 
     def _merge_once(self, table: Table, load: TableLoad) -> MergeResult:
         tx = table.transaction()
+        kept = table_target(tx.table_metadata.schema(), load)[1]
+        if kept:
+            log.warning(
+                "iceberg table %s keeps %s in the type it was made with (an Iceberg column's type cannot change "
+                "in place); harvest's catalog types them otherwise now: export to a new table to have its types",
+                load.name, ", ".join(kept),
+            )  # fmt: skip
         result = MergeResult(load.name, columns_added=_evolve(tx, load))
         metadata = tx.table_metadata
         tasks = list(DataScan(table_metadata=metadata, io=table.io).plan_files())

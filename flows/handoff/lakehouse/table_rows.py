@@ -4,7 +4,8 @@ DuckDB reads the runs' files (union by name: files landed under an older catalog
 keeps the newest fetch of each key, the same rule the DuckDB load applies; it spills to disk past its memory
 limit, so a table of any size streams through a few Arrow batches. Rows are cast to the catalog's schema (what
 `harvest rebuild` would write today), so the exported table grows with the catalog, not with whichever file
-came first. Rows without a full primary key cannot be merged and are left out (counted, as the load does).
+came first; a column an older catalog typed otherwise (#39: a published time as text) is cast value by value,
+and what does not convert is NULL, as the DuckDB load does. Rows without a full primary key cannot be merged and are left out (counted, as the load does).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from connectors.catalog.child_kinds import ChildKind
 from flows.handoff.lakehouse.table_format import TableLoad
 from tasks.database.connection import has_table, quote_ident, quote_literal
 from tasks.database.load_settings import memory_limit
+from tasks.database.record_tables import duckdb_types
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest, output_kinds
 
@@ -43,15 +45,25 @@ def _connect() -> duckdb.DuckDBPyConnection:
     )
 
 
-def _file_facts(paths: Sequence[Path]) -> tuple[set[str], int]:
-    """The columns any of the files has, and their rows (from the footers: no data is read)."""
-    names: set[str] = set()
+def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int]:
+    """The columns any of the files has with their types, and their rows (from the footers: no data is read)."""
+    types: dict[str, set[pa.DataType]] = {}
     rows = 0
     for path in paths:
         meta = pq.read_metadata(path)
-        names.update(meta.schema.to_arrow_schema().names)
+        for fld in meta.schema.to_arrow_schema():
+            types.setdefault(fld.name, set()).add(fld.type)
         rows += meta.num_rows
-    return names, rows
+    return types, rows
+
+
+def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str) -> str:
+    """How a column is read: as it is, NULL where no file has it, or cast value by value where a file an older
+    catalog wrote types it otherwise (a published time as text): what does not convert is NULL, as at the load."""
+    name = quote_ident(fld.name)
+    if not found:
+        return f"NULL AS {name}"
+    return name if found == {fld.type} else f"TRY_CAST({name} AS {sql_type}) AS {name}"
 
 
 def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
@@ -60,9 +72,8 @@ def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...
     present, rows = _file_facts(paths)
     buckets = max(1, -(-rows // BUCKET_ROWS))
     files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
-    columns = ", ".join(
-        quote_ident(f.name) if f.name in present else f"NULL AS {quote_ident(f.name)}" for f in schema
-    )
+    sql_types = dict(duckdb_types(con, schema))
+    columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name]) for f in schema)
     keys = ", ".join(quote_ident(k) for k in key)
     not_null = " AND ".join(f"{quote_ident(k)} IS NOT NULL" for k in key)
     in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""

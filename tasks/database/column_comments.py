@@ -1,0 +1,60 @@
+"""Column comments: every column of a record table says what it holds, where in a record it is read, and whether
+it is (part of) the primary key, where analysts look (DuckDB's `duckdb_columns().comment`, DBeaver's column list,
+`harvest schema --tables`).
+
+The words come from the catalog: each column's `description` (`connectors.catalog.fields.Field.arrow_field` puts it
+and the column's path in the Arrow field's metadata, so Parquet files carry them too), and harvest's own for the
+columns it adds (`connectors.catalog.records.META_COLUMNS`). The load writes a comment when a table is made, and
+again whenever the catalog's words changed: comments on harvest's columns are harvest's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from connectors.catalog.fields import DESCRIPTION, PARAM_PREFIX, SOURCE
+from tasks.database.connection import quote_ident, quote_literal
+
+
+def source_words(source: str) -> str:
+    """Where a column is read, in words: `a` or `b` (the first present), a request's parameter, or harvest's."""
+    if source.startswith(PARAM_PREFIX):
+        return f"the request's `{source[len(PARAM_PREFIX) :]}` parameter"
+    if not source or " " in source or source == "harvest":
+        return source or "not recorded"
+    return " or ".join(f"`{path}`" for path in source.split("|"))
+
+
+def column_comment(fld: pa.Field, key: Sequence[str]) -> str:
+    """The comment of one column: its description, its source, and its part in the key."""
+    meta = fld.metadata or {}
+    description = meta.get(DESCRIPTION, b"").decode() or f"The {fld.name} column."
+    text = f"{description} Source: {source_words(meta.get(SOURCE, b'').decode())}."
+    if fld.name in key:
+        text += " Primary key." if len(key) == 1 else f" Part of the primary key ({', '.join(key)})."
+    return text
+
+
+def write_comments(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    schema: pa.Schema,
+    key: Sequence[str],
+    current: Mapping[str, str | None],
+) -> int:
+    """Comment every column of `schema` whose comment is not the catalog's yet; returns how many were written.
+    `current`: lower-case column name -> its comment now (the table's columns)."""
+    written = 0
+    for fld in schema:
+        if fld.name.lower() not in current:
+            continue
+        wanted = column_comment(fld, key)
+        if current[fld.name.lower()] != wanted:
+            con.execute(
+                f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(fld.name)} IS {quote_literal(wanted)}"
+            )
+            written += 1
+    return written

@@ -1,0 +1,250 @@
+"""True types (#39): a published time is a TIMESTAMPTZ beside its relative text, a price an exact DECIMAL beside its
+currency; a value that does not fit is a counted misfit, never a crash; and a database or Parquet an older
+harvest wrote with the old types (VARCHAR times, DOUBLE prices) is brought to them without losing a value.
+
+The landed demo's types and comments are checked in tests/test_cli_run.py (`assert_true_types_and_described`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from connectors.catalog import endpoints as catalog
+from connectors.catalog.fields import coercer, decimal
+from connectors.reading import extraction
+from flows.run.preflight import check_output_dir
+from flows.spec import UsageError
+from tasks.database.column_comments import column_comment
+from tasks.output.layout import OutputLayout
+from tasks.output.parquet_sink import MultiTableSink
+from tests.landing_helpers import Kind, load_tables
+
+SHOP, SEARCH = "/v1/short-video/shop/products", "/v1/video-platform/search"
+COMMENTS, PRODUCTS = "video_platform_comments", "short_video_products"
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
+
+
+# ------------------------------------------------------------------------------------------- reading
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [("14.96", "14.96"), ("1,234.50", "1234.5"), (14.96, "14.96"), (3, "3"), ("0.0001", "0.0001"),
+     ("99999999999999.9999", "99999999999999.9999"), ("12.34567", None), (0.1 + 0.2, None), ("1e3", None),
+     ("$4.99", None), ("1.2K", None), ("100000000000000", None), (True, None), (float("nan"), None)],
+)  # fmt: skip
+def test_an_amount_is_kept_exactly_or_not_at_all(sent: Any, kept: str | None) -> None:
+    """Money is never rounded: more decimals than DECIMAL(18,4) holds (0.1 + 0.2 is 0.30000000000000004) or more
+    whole digits is a misfit."""
+    assert coercer(decimal("price"))(sent) == (None if kept is None else Decimal(kept))
+
+
+def test_a_page_of_prices_and_times_lands_true_types_and_counts_what_does_not_fit() -> None:
+    products = [
+        {"product_id": "p1", "product_price_info": {"currency_name": "USD", "sale_price_decimal": "14.96"}},
+        {"product_id": "p2", "price": {"currency": "EUR", "amount": 1099.5}},  # the interface's names
+        {
+            "product_id": "p3",
+            "product_price_info": {"currency_name": "JPY", "sale_price_decimal": "12.34567"},
+        },
+    ]
+    page = extraction.convert_page(catalog.get(SHOP).kinds, {"products": products}, {})
+    table, report = page.tables[PRODUCTS], page.report.tables[PRODUCTS]
+    assert table.schema.field("price_amount").type == pa.decimal128(18, 4)
+    assert table.column("price_amount").to_pylist() == [Decimal("14.96"), Decimal("1099.5"), None]
+    assert table.column("price_currency").to_pylist() == ["USD", "EUR", "JPY"]
+    assert (report.kept, report.misfits) == (3, {"price_amount": 1})
+    videos = [
+        {"id": "a", "publishedTime": "2023-05-28T17:08:46.499Z", "publishedTimeText": "2 years ago"},
+        {
+            "id": "b",
+            "publishedTime": "2023-13-45T99:00:00Z",
+            "publishedTimeText": "3 days ago",
+        },  # ISO-looking
+        {"id": "c", "publishedTime": "3 days ago"},
+    ]
+    page = extraction.convert_page(catalog.get(SEARCH).kinds, {"videos": videos}, {})
+    table, report = page.tables["video_platform_videos"], page.report.tables["video_platform_videos"]
+    assert table.column("published_time").to_pylist() == [
+        dt.datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=dt.UTC),
+        None,
+        None,
+    ]
+    assert table.column("published_time_text").to_pylist() == ["2 years ago", "3 days ago", None]
+    assert (report.kept, report.misfits) == (3, {"published_time": 2}) and not page.report.lost
+
+
+# ---------------------------------------------------------------------------- what an older harvest left
+def older(table: str, **types: pa.DataType) -> Kind:
+    """The kind as the catalog typed it before #39: other types, no `published_time_text`, no descriptions."""
+    schema = catalog.all_kinds()[table].schema
+    fields = [pa.field(f.name, types.get(f.name, f.type)) for f in schema if f.name != "published_time_text"]
+    return Kind(table, catalog.all_kinds()[table].primary_key, pa.schema(fields))
+
+
+OLD_COMMENTS, OLD_PRODUCTS = (
+    older(COMMENTS, published_time=pa.string()),
+    older(PRODUCTS, price_amount=pa.float64()),
+)
+TODAYS_PRODUCTS = older(PRODUCTS, price_amount=pa.decimal128(18, 4)).schema
+"""Today's products without the descriptions' metadata: a load as a lakehouse export makes it."""
+
+
+def land(root: Path, run_id: str, kind: Any, records: list[dict[str, Any]], at: dt.datetime) -> list[Path]:
+    meta = {"raw": "{}", "_endpoint": "/e", "_query_id": "q", "_run_id": run_id, "_fetched_at": at}
+    data = pa.Table.from_pylist([{**meta, **r} for r in records], schema=kind.schema)
+    with MultiTableSink(OutputLayout(root), run_id, at, "0000") as sink:
+        sink.write_page([(kind, data)])
+    return [path for _, path, _ in sink.close()]
+
+
+def db_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def columns(db: Path, table: str) -> dict[str, tuple[str, str | None]]:
+    sql = f"SELECT column_name, data_type, comment FROM duckdb_columns() WHERE table_name = '{table}'"
+    return {name: (typ, comment) for name, typ, comment in db_rows(db, sql)}
+
+
+ISO = "2025-01-23T23:14:02.948Z"
+
+
+def test_an_older_database_is_brought_to_the_true_types_without_losing_a_value(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = OutputLayout(tmp_path).db
+    old = [{"id": "c1", "published_time": ISO}, {"id": "c2", "published_time": "yesterday"}, {"id": "c3"}]
+    load_tables(db, [(OLD_COMMENTS, land(tmp_path, "r1", OLD_COMMENTS, old, T0))])  # as the old load left it
+    prices = [{"id": "p1", "price_amount": 14.96, "price_currency": "USD"}, {"id": "p2", "price_amount": 0.5}]
+    load_tables(db, [(OLD_PRODUCTS, land(tmp_path, "r1", OLD_PRODUCTS, prices, T0))])
+    assert columns(db, COMMENTS)["published_time"][0] == "VARCHAR"
+    check_output_dir(tmp_path)  # a run is not refused over it: the load retypes it
+
+    kinds = catalog.all_kinds()
+    later = T0 + dt.timedelta(hours=1)
+    new = [{"id": "c4", "published_time": T0, "published_time_text": "1 hour ago"}]
+    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+        load_tables(db, [(kinds[COMMENTS], land(tmp_path, "r2", kinds[COMMENTS], new, later))])
+        load_tables(db, [(kinds[PRODUCTS], [])])
+    got = columns(db, COMMENTS)
+    assert got["published_time"][0] == got["_fetched_at"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert got["published_time_was_varchar"][0] == "VARCHAR"  # "yesterday" does not convert: kept beside
+    assert "did not convert" in str(got["published_time_was_varchar"][1])
+    assert db_rows(
+        db, f"SELECT id, published_time, published_time_was_varchar FROM {COMMENTS} ORDER BY id"
+    ) == [
+        ("c1", dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC), ISO),
+        ("c2", None, "yesterday"),
+        ("c3", None, None),
+        ("c4", T0, None),
+    ]
+    assert db_rows(db, f"SELECT count(*) FROM {COMMENTS} WHERE published_time < now()") == [(2,)]
+    assert columns(db, PRODUCTS)["price_amount"][0] == "DECIMAL(18,4)"  # every DOUBLE converts exactly
+    assert db_rows(db, f"SELECT id, price_amount FROM {PRODUCTS} ORDER BY id") == [
+        ("p1", Decimal("14.96")), ("p2", Decimal("0.5"))
+    ]  # fmt: skip
+    told = [r.getMessage() for r in caplog.records]
+    assert told == [
+        f"table {COMMENTS}: column published_time is now TIMESTAMP WITH TIME ZONE; 1 of its VARCHAR values did "
+        "not convert exactly and are kept in published_time_was_varchar (and in each row's raw)",
+        f"table {PRODUCTS}: column price_amount is now DECIMAL(18,4) (was DOUBLE; every value converted)",
+    ]
+    for table in (COMMENTS, PRODUCTS):  # the comments are the catalog's now
+        kind = kinds[table]
+        assert {n: c for n, (_, c) in columns(db, table).items() if n in kind.schema.names} == {
+            f.name: column_comment(f, kind.primary_key) for f in kind.schema
+        }
+
+
+def test_parquet_an_older_harvest_wrote_loads_into_the_true_types(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run landed before the upgrade and loaded after it, or a database built again from old Parquet."""
+    db = OutputLayout(tmp_path).db
+    old = [{"id": "c1", "published_time": ISO}, {"id": "c2", "published_time": "yesterday"}]
+    files = land(tmp_path, "r1", OLD_COMMENTS, old, T0)
+    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+        assert load_tables(db, [(catalog.all_kinds()[COMMENTS], files)]) == {COMMENTS: 2}
+    assert columns(db, COMMENTS)["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert db_rows(db, f"SELECT id, published_time FROM {COMMENTS} ORDER BY id") == [
+        ("c1", dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC)),
+        ("c2", None),
+    ]
+    assert "1 value(s) of published_time in Parquet an older harvest wrote (VARCHAR)" in caplog.text
+
+
+def test_an_older_table_whose_values_do_not_convert_is_refused_only_when_harvest_may_not_have_made_it(
+    tmp_path: Path,
+) -> None:
+    """A table keyed by a constraint (the very first harvests, or someone else's) is not reshaped over values
+    that do not convert; one whose values all convert is accepted."""
+    for case, value, refused in (("fine", ISO, False), ("odd", "yesterday", True)):
+        db = OutputLayout(tmp_path / case).db
+        db.parent.mkdir(parents=True)
+        con = duckdb.connect(str(db))
+        con.execute(f"CREATE TABLE {COMMENTS} (id VARCHAR PRIMARY KEY, published_time VARCHAR)")
+        con.execute(f"INSERT INTO {COMMENTS} VALUES ('c1', ?)", [value])
+        con.close()
+        if not refused:
+            check_output_dir(db.parent)
+            continue
+        with pytest.raises(UsageError) as caught:
+            check_output_dir(db.parent)
+        assert (
+            f"{COMMENTS}.published_time: VARCHAR, harvest writes TIMESTAMP WITH TIME ZONE (1 of its values do not "
+            "convert)" in str(caught.value)
+        )
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_lake_table_an_older_catalog_made_keeps_its_types_and_the_export_says_so(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Iceberg and Delta change no column's type in place: the table keeps its VARCHAR time and DOUBLE price,
+    today's rows are cast to them, and each merge says so (Iceberg refused the merge: "Cannot promote")."""
+    from flows.handoff.lakehouse.delta_tables import DeltaFormat
+    from flows.handoff.lakehouse.iceberg_tables import IcebergFormat
+    from flows.handoff.lakehouse.table_format import TableLoad
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # no catalog of the developer's
+    kind = catalog.all_kinds()[PRODUCTS]
+
+    def load(schema: pa.Schema, amount: Any, at: dt.datetime) -> TableLoad:
+        meta = {"raw": "{}", "_endpoint": "/e", "_query_id": "q", "_run_id": "r", "_fetched_at": at}
+        data = pa.Table.from_pylist([{**meta, "id": "p1", "price_amount": amount}], schema=schema)
+        return TableLoad(PRODUCTS, kind.primary_key, schema, lambda: data.to_reader())
+
+    lake = tmp_path / "lake"
+    target = (
+        IcebergFormat(str(lake), OutputLayout(tmp_path / "out"))
+        if fmt == "iceberg"
+        else DeltaFormat(str(lake))
+    )
+    try:
+        target.merge(load(OLD_PRODUCTS.schema, 14.96, T0))
+        with caplog.at_level(logging.WARNING):
+            result = target.merge(load(TODAYS_PRODUCTS, Decimal("15.5"), T0 + dt.timedelta(days=1)))
+    finally:
+        target.close()
+    assert result.updated == 1
+    assert f"{fmt} table {PRODUCTS} keeps price_amount in the type it was made with" in caplog.text
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        got = DeltaTable(str(lake / PRODUCTS)).to_pyarrow_table()
+    else:
+        got = target.catalog.load_table(("harvest", PRODUCTS)).scan().to_arrow()
+    assert got.schema.field("price_amount").type == pa.float64() and got.column(
+        "price_amount"
+    ).to_pylist() == [15.5]
