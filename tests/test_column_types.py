@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from connectors.catalog import endpoints as catalog
@@ -248,3 +249,104 @@ def test_a_lake_table_an_older_catalog_made_keeps_its_types_and_the_export_says_
     assert got.schema.field("price_amount").type == pa.float64() and got.column(
         "price_amount"
     ).to_pylist() == [15.5]
+
+
+# ------------------------------------------------------------------- the next run on an older landed output
+TIMED = (
+    "video_platform_videos",
+    "video_platform_shorts",
+    "video_platform_comments",
+    "video_platform_community_posts",
+)
+
+
+def as_an_older_harvest_left_it(output: Path) -> None:
+    """The landed demo as harvest before #39 wrote it, in DuckDB and in the run's Parquet: `published_time` the
+    service's ISO text, `price_amount` a DOUBLE, no `published_time_text`, no column comments. Plus rows no later
+    run fetches again (an item gone from the service): one whose time does not parse ("yesterday")."""
+    con = duckdb.connect(str(OutputLayout(output).db))
+    try:
+        for table, column in con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE comment IS NOT NULL AND NOT internal"
+        ).fetchall():
+            con.execute(f'COMMENT ON COLUMN "{table}"."{column}" IS NULL')
+        for table in TIMED:
+            con.execute(
+                f"ALTER TABLE {table} ALTER published_time SET DATA TYPE VARCHAR USING raw->>'publishedTime'"
+            )
+            con.execute(f"ALTER TABLE {table} DROP COLUMN published_time_text")
+        con.execute(f"ALTER TABLE {PRODUCTS} ALTER price_amount SET DATA TYPE DOUBLE")
+        meta = "'{}', '/e', 'q', 'r0', TIMESTAMPTZ '2026-01-01 00:00:00+00'"
+        cols = "raw, _endpoint, _query_id, _run_id, _fetched_at"
+        con.execute(
+            f"INSERT INTO video_platform_videos (id, published_time, {cols}) VALUES ('gone', '{ISO}', {meta})"
+        )
+        con.execute(
+            f"INSERT INTO {COMMENTS} (id, published_time, {cols}) VALUES ('gone', 'yesterday', {meta})"
+        )
+        con.execute(f"INSERT INTO {PRODUCTS} (id, price_amount, {cols}) VALUES ('gone', 14.96, {meta})")
+        for table, change in [(t, "REPLACE (raw->>'publishedTime' AS published_time)") for t in TIMED] + [
+            (PRODUCTS, "REPLACE (price_amount::DOUBLE AS price_amount)")
+        ]:
+            excluded = "EXCLUDE (published_time_text) " if table in TIMED else ""
+            for path in (output / "parquet" / table).rglob("*.parquet"):
+                old = path.with_suffix(".old")
+                con.execute(f"COPY (SELECT * {excluded}{change} FROM '{path}') TO '{old}' (FORMAT parquet)")
+                old.replace(path)
+    finally:
+        con.close()
+
+
+def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_true_types(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """The upgrade as a user meets it: a demo landed by harvest before #39, the next run on the same output, then
+    an export. No row is lost, the types are true and every column is described."""
+    from deltalake import DeltaTable
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tests.flow_helpers import table_counts
+
+    runner, output = CliRunner(), tmp_path / "demo"
+    assert runner.invoke(app, ["demo", "--output", str(output)]).exit_code == 0
+    as_an_older_harvest_left_it(output)
+    db = OutputLayout(output).db
+    before = table_counts(db)
+    assert columns(db, "video_platform_videos")["published_time"][0] == "VARCHAR"
+
+    again = runner.invoke(app, ["demo", "--output", str(output)])
+    assert again.exit_code == 0, again.output
+    after = table_counts(db)
+    assert all(after[t] >= n for t, n in before.items()), (before, after)
+    for table in TIMED:
+        assert columns(db, table)["published_time"][0] == "TIMESTAMP WITH TIME ZONE", table
+        (n, past, timed) = db_rows(
+            db, f"SELECT count(*), count(*) FILTER (published_time < now()), count(published_time) FROM {table}"
+        )[0]  # fmt: skip
+        assert n > 0 and past == timed == n - (table == COMMENTS), table  # all but "yesterday"
+    gone = dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC)
+    assert db_rows(db, "SELECT published_time FROM video_platform_videos WHERE id = 'gone'") == [(gone,)]
+    assert db_rows(db, f"SELECT published_time_was_varchar FROM {COMMENTS} WHERE id = 'gone'") == [
+        ("yesterday",)
+    ]
+    assert columns(db, PRODUCTS)["price_amount"][0] == "DECIMAL(18,4)"
+    assert db_rows(db, f"SELECT price_amount FROM {PRODUCTS} WHERE id = 'gone'") == [(Decimal("14.96"),)]
+    undescribed = db_rows(
+        db, "SELECT table_name, column_name FROM duckdb_columns() WHERE NOT internal AND comment IS NULL "
+        "AND table_name NOT LIKE '%\\_history' ESCAPE '\\' AND table_name NOT IN ('runs', 'requests', 'query_state')"
+    )  # fmt: skip
+    assert undescribed == []
+
+    snapshot = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "snap"), "--snapshot"])
+    assert snapshot.exit_code == 0, snapshot.output
+    snap = pq.read_schema(tmp_path / "snap" / PRODUCTS / "snapshot.parquet")
+    assert snap.field("price_amount").type == pa.decimal128(18, 4)
+    lake = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "lake"), "--format", "delta"])
+    assert lake.exit_code == 0, lake.output
+    videos = DeltaTable(str(tmp_path / "lake" / "video_platform_videos")).to_pyarrow_table()
+    assert pa.types.is_timestamp(videos.schema.field("published_time").type)
+    assert videos.schema.field("published_time").type.tz in ("UTC", "Etc/UTC")
+    assert videos.num_rows > 0 and videos.column("published_time").null_count == 0
+    prices = DeltaTable(str(tmp_path / "lake" / PRODUCTS)).to_pyarrow_table()
+    assert prices.schema.field("price_amount").type == pa.decimal128(18, 4)
