@@ -17,6 +17,7 @@ from datetime import datetime
 import duckdb
 import pyarrow.fs as pafs
 
+from tasks.database.column_comments import describe_table
 from tasks.database.connection import DatabaseBusy, has_table, transaction, write_connection
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunManifest
@@ -32,6 +33,19 @@ CREATE TABLE IF NOT EXISTS exports (
     rows BIGINT NOT NULL,
     PRIMARY KEY (destination, run_id, export_id)
 )"""
+EXPORTS_COMMENTS = (
+    "Which runs went to which destination (`harvest export`), recorded once the destination committed them.",
+    {
+        "destination": "Where the export went (a directory, s3://..., gs://...). Part of the primary key.",
+        "run_id": "The run exported: `runs.run_id`. Part of the primary key.",
+        "export_id": "The export (its `_exports/<export_id>/` folder at the destination). Part of the primary key.",
+        "kind": "What was exported: `increment` (the run's Parquet), `snapshot` (the merged tables), `iceberg` or `delta`.",
+        "exported_at": "When the destination committed the export (UTC).",
+        "files": "Files the export wrote for the run.",
+        "rows": "Rows the export wrote for the run.",
+    },
+)
+"""The `exports` table's comment and its columns' (`tasks.database.column_comments.describe_table`)."""
 
 
 class NotRecorded(RuntimeError):
@@ -147,6 +161,7 @@ def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> Non
     try:
         with write_connection(layout.db, data_dir=layout.parquet_root, rerun=rerun) as con, transaction(con):
             con.execute(EXPORTS_DDL)
+            describe_table(con, "exports", *EXPORTS_COMMENTS)
             for r in rows:  # delete, then insert: right even in a table that lost its key (an older rebuild)
                 con.execute(
                     "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",

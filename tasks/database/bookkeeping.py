@@ -19,6 +19,8 @@ import pyarrow as pa
 
 from connectors.paging.page_request import ATTEMPT_SCHEMA
 from connectors.reading.extraction import ExtractionReport
+from tasks.database.bookkeeping_comments import BOOKKEEPING_COMMENTS
+from tasks.database.column_comments import describe_table
 from tasks.database.connection import json_text, quote_ident
 from tasks.output.attempt_log import iter_attempts
 from tasks.output.raw_store import redact_params
@@ -146,6 +148,8 @@ def ensure_bookkeeping(con: duckdb.DuckDBPyConnection) -> None:
     for table, added in ADDED_COLUMNS.items():
         for name, sql_type in added:
             con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    for table, (about, columns) in BOOKKEEPING_COMMENTS.items():
+        describe_table(con, table, about, columns)
 
 
 def as_fields(obj: Any, names: Sequence[str]) -> dict[str, Any]:

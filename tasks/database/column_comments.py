@@ -58,3 +58,30 @@ def write_comments(
             )
             written += 1
     return written
+
+
+def describe_table(
+    con: duckdb.DuckDBPyConnection, table: str, about: str, columns: Mapping[str, str], *, view: bool = False
+) -> int:
+    """Give a table (or view) of harvest's own its comment and each listed column its words, where they differ;
+    returns how many comments were written. A column the table lacks is skipped (an older database)."""
+    kind = "VIEW" if view else "TABLE"
+    source = "duckdb_views() WHERE view_name" if view else "duckdb_tables() WHERE table_name"
+    where = "database_name = current_database() AND schema_name = 'main'"
+    found = con.execute(f"SELECT comment FROM {source} = ? AND {where}", [table]).fetchall()
+    written = 0
+    if found and found[0][0] != about:
+        con.execute(f"COMMENT ON {kind} {quote_ident(table)} IS {quote_literal(about)}")
+        written += 1
+    current = dict(
+        con.execute(
+            f"SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ? AND {where}", [table]
+        ).fetchall()
+    )
+    for name, words in columns.items():
+        if name in current and current[name] != words:
+            con.execute(
+                f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(name)} IS {quote_literal(words)}"
+            )
+            written += 1
+    return written

@@ -1,0 +1,81 @@
+"""The words on harvest's bookkeeping tables (`runs`, `requests`, `query_state`): a comment on each table and each
+column, as on the record tables (`tasks.database.column_comments`), so an analyst who opens the file in DBeaver or
+reads `duckdb_columns().comment` learns what a run, an attempt and a query's state hold without the docs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+_EXTRACTION = {
+    "items_seen": "Items the pages held (before reading them into records).",
+    "records_without_key": "Items without a primary key: kept in the raw pages, not in the tables.",
+    "values_misfit": "Values that did not fit their column's type: NULL in the table, kept in `raw`.",
+    "values_repaired": "Values harvest read after repairing them (e.g. a number sent as text).",
+    "lists_missing": "Pages whose record list was missing from the answer.",
+    "new_fields": "Fields the service sent that the catalog does not read yet (JSON list; kept in `raw`).",
+    "columns_empty": "Columns no record filled although records were read (a renamed field?).",
+}
+
+RUNS = (
+    "One row per run of a job: when, how it ended, what it spent and read. Primary key: run_id.",
+    {
+        "run_id": "The run's id (`_run_id` in the record tables). Primary key.",
+        "job": "The job spec's name.",
+        "spec_hash": "Hash of the job spec the run used: runs of an edited spec differ.",
+        "service": "The service the run asked (its URL without credentials, or the sandbox).",
+        "started": "When the run started (UTC).",
+        "finished": "When the run ended (UTC); NULL while it runs.",
+        "status": "How the run ended (`complete` when every query did); `running` while it runs.",
+        "credits_spent": "Credits harvest counted the run spending.",
+        "records": "Records the run landed.",
+        "budget": "The credit budget the run was allowed (a hard cap).",
+        "resumes": "How often the run was resumed after an interruption.",
+        "continues": "The run this one continues, if any.",
+        "error": "Why the run failed, if it did.",
+        "balance_before": "The service's credit balance at the run's first reading.",
+        "balance_after": "The service's credit balance at the run's last reading.",
+        "service_billed": "What the service billed the run (the balance's fall), beside harvest's count.",
+        **_EXTRACTION,
+    },
+)
+REQUESTS = (
+    "One row per HTTP attempt at a page, paid or not: what was asked and what it cost.",
+    {
+        "run_id": "The run that made the attempt: `runs.run_id`.",
+        "query_id": "The job spec's query (with its fan-out value): `query_state.query_id`.",
+        "endpoint": "The endpoint asked (its documented path).",
+        "params": "The request's parameters (JSON; the API key is never stored).",
+        "page": "The page of the query (1 is the first).",
+        "attempt": "The attempt at that page (1 is the first; more after a retry).",
+        "status_code": "The HTTP status the service answered; NULL when no answer came.",
+        "credits": "Credits counted for the attempt: what the service charged, 0 for an unbilled refusal.",
+        "duration_ms": "How long the attempt took, in milliseconds.",
+        "error": "What went wrong, if anything.",
+        "started_at": "When the attempt started (UTC).",
+    },
+)
+QUERY_STATE = (
+    "One row per query of a run: its status, pages, credits and where to continue. Primary key: run_id, query_id.",
+    {
+        "run_id": "The run: `runs.run_id`. Part of the primary key (run_id, query_id).",
+        "query_id": "The job spec's query, with its fan-out value (`videos[handle=nasa]`): `_query_id` in the record "
+        "tables. Part of the primary key (run_id, query_id).",
+        "endpoint": "The endpoint the query asks (its documented path).",
+        "status": "How the query ended: `complete`, `caught_up`, `budget_exhausted`, `not_found`, `failed`, ...",
+        "pages": "Pages the query fetched.",
+        "records": "Records the query landed.",
+        "next_cursor": "Where the query continues (JSON), when it stopped before its last page.",
+        "credits": "Credits the query spent.",
+        "error": "Why the query failed, if it did.",
+        **_EXTRACTION,
+        "extraction": "What the query's pages held vs what was kept, per table (JSON).",
+        "history": "An incremental query's history after the run (JSON): what it has collected.",
+        "backfill_cursor": "Where an incremental query's backfill of older items continues (JSON).",
+    },
+)
+BOOKKEEPING_COMMENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
+    "runs": RUNS,
+    "requests": REQUESTS,
+    "query_state": QUERY_STATE,
+}
+"""Table -> (its comment, column -> its comment)."""
