@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 # invocation whose streams are closed afterwards (later Prefect logs would then fail to print).
 import flows.collect  # noqa: F401
 from connectors.catalog import endpoints as catalog
+from connectors.catalog.child_kinds import ChildKind
 from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages
@@ -308,7 +309,11 @@ def assert_true_types_and_described(db: Path) -> None:
     for table, column, comment in comments:
         kind = catalog.all_kinds()[table]
         fld = kind.field(column)
-        if (
+        if isinstance(kind, ChildKind) and column in kind.parent_columns:  # the parent's key column
+            source = f"Source: `{kind.parent}.{fld.path if fld else ''}`."
+        elif isinstance(kind, ChildKind) and column == "position":
+            source = "0 for the first"
+        elif (
             fld is not None
         ):  # the record path it is read from (the request's parameter for the embed's handle)
             source = f"`{fld.path.split('|')[0].removeprefix('$params.')}`"
@@ -320,6 +325,25 @@ def assert_true_types_and_described(db: Path) -> None:
         )
     keys = dict(rows(db, "SELECT table_name, comment FROM duckdb_tables()"))
     assert keys[videos] == "primary key: id" and keys["video_platform_shelves"] == "primary key: type, title"
+    # child tables too (#39 item 1): their key, a video shelf's items typed as the search's videos, their views
+    items = "video_platform_shelf_items"
+    assert keys[items] == "primary key: parent_type, parent_title, position"
+    assert types_of(db, items)["published_time"] == "TIMESTAMP WITH TIME ZONE"
+    assert (
+        "Deprecated: the same list as rows in `video_platform_shelf_items`"
+        in dict(
+            rows(
+                db,
+                "SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'video_platform_shelves'",
+            )
+        )["items"]
+    )
+    views = dict(rows(db, "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"))
+    assert "video_platform_shelves row's list" in views[items + "_history"]
+    described = rows(
+        db, "SELECT count(*), count(comment) FROM duckdb_columns() WHERE table_name = ?", [items + "_history"]
+    )  # fmt: skip
+    assert described[0][0] == described[0][1] > 20
 
 
 def types_of(db: Path, table: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import shutil
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.catalog import endpoints as catalog
+from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.fields import coercer, decimal
 from connectors.reading import extraction
 from flows.run.preflight import check_output_dir
@@ -185,6 +187,31 @@ def test_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     assert "1 value(s) of published_time in Parquet an older harvest wrote (VARCHAR)" in caplog.text
 
 
+def test_child_parquet_an_older_harvest_wrote_loads_into_the_true_types(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child table's Parquet is read into today's types as a record table's: a video shelf's items landed
+    while their `published_time` was text load with it a TIMESTAMPTZ, what does not convert NULL and said."""
+    db, shelves, items = OutputLayout(tmp_path).db, "video_platform_shelves", "video_platform_shelf_items"
+    parents = land(tmp_path, "r1", older(shelves), [{"type": "shelf", "title": "Latest"}], T0)
+    key = {"parent_type": "shelf", "parent_title": "Latest"}
+    old = [
+        {**key, "position": 0, "published_time": ISO},
+        {**key, "position": 1, "published_time": "yesterday"},
+    ]
+    files = land(tmp_path, "r1", older(items, published_time=pa.string()), old, T0)
+    kinds = catalog.all_kinds()
+    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+        loaded = load_tables(db, [(kinds[shelves], parents), (kinds[items], files)])
+    assert loaded == {shelves: 1, items: 2}
+    assert columns(db, items)["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert db_rows(db, f"SELECT position, published_time FROM {items} ORDER BY position") == [
+        (0, dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC)),
+        (1, None),
+    ]
+    assert "1 value(s) of published_time in Parquet an older harvest wrote (VARCHAR)" in caplog.text
+
+
 def test_an_older_table_whose_values_do_not_convert_is_refused_only_when_harvest_may_not_have_made_it(
     tmp_path: Path,
 ) -> None:
@@ -252,6 +279,7 @@ def test_a_lake_table_an_older_catalog_made_keeps_its_types_and_the_export_says_
 
 
 # ------------------------------------------------------------------- the next run on an older landed output
+CHILDREN = sorted(t for t, kind in catalog.all_kinds().items() if isinstance(kind, ChildKind))
 TIMED = (
     "video_platform_videos",
     "video_platform_shorts",
@@ -262,10 +290,15 @@ TIMED = (
 
 def as_an_older_harvest_left_it(output: Path) -> None:
     """The landed demo as harvest before #39 wrote it, in DuckDB and in the run's Parquet: `published_time` the
-    service's ISO text, `price_amount` a DOUBLE, no `published_time_text`, no column comments. Plus rows no later
-    run fetches again (an item gone from the service): one whose time does not parse ("yesterday")."""
+    service's ISO text, `price_amount` a DOUBLE, no `published_time_text`, no column comments, no child tables
+    (nor their Parquet). Plus rows no later run fetches again (an item gone from the service): one whose time does
+    not parse ("yesterday")."""
     con = duckdb.connect(str(OutputLayout(output).db))
     try:
+        for child in CHILDREN:
+            con.execute(f"DROP VIEW IF EXISTS {child}_history")
+            con.execute(f"DROP TABLE {child}")
+            shutil.rmtree(output / "parquet" / child, ignore_errors=True)
         for table, column in con.execute(
             "SELECT table_name, column_name FROM duckdb_columns() WHERE comment IS NOT NULL AND NOT internal"
         ).fetchall():
@@ -357,3 +390,17 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
         == []
     )
     assert "exports" in {t for t, _ in db_rows(db, "SELECT table_name, comment FROM duckdb_tables()")}
+    # the child tables the older harvest did not have were made and filled by the same load, described too
+    made = dict(db_rows(db, "SELECT table_name, comment FROM duckdb_tables()"))
+    views = {v for (v,) in db_rows(db, "SELECT view_name FROM duckdb_views() WHERE NOT internal")}
+    assert (
+        set(CHILDREN) <= set(made) and made["streaming_clip_qualities"] == "primary key: parent_id, position"
+    )
+    filled = {t for t in CHILDREN if after.get(t)}
+    assert filled == set(CHILDREN) - {
+        "streaming_broadcaster_clip_qualities"
+    }  # qualities come with a clip only
+    assert {t + "_history" for t in filled} <= views
+    shelf_items = columns(db, "video_platform_shelf_items")
+    assert shelf_items["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert "`video_platform_shelves.type`" in shelf_items["parent_type"][1]

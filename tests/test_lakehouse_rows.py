@@ -74,3 +74,40 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
         "a": datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=UTC),
         "b": None,
     }
+
+
+def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
+    """#39: a video shelf's items landed while their `published_time` was text export in today's type, as the
+    parent's rows do; a value that does not convert is NULL."""
+    parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
+    fetched = datetime(2026, 11, 1, tzinfo=UTC)
+    shelf = {"type": ["shelf"], "title": ["Latest"], "_fetched_at": [fetched]}
+    pq.write_table(
+        pa.table(
+            {f.name: shelf.get(f.name, pa.nulls(1, f.type)) for f in parent.schema}, schema=parent.schema
+        ),
+        tmp_path / "shelves.parquet",
+    )
+    fields = [pa.field(f.name, pa.string()) if f.name == "published_time" else f for f in child.schema]
+    older = pa.schema([f for f in fields if f.name != "published_time_text"])
+    data = {
+        "parent_type": ["shelf"] * 2,
+        "parent_title": ["Latest"] * 2,
+        "position": [0, 1],
+        "published_time": ["2023-05-28T17:08:46.499Z", "2 years ago"],
+        "_fetched_at": [fetched] * 2,
+    }
+    pq.write_table(
+        pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older),
+        tmp_path / "items.parquet",
+    )
+    reader = table_rows._child_reader(
+        child, [tmp_path / "items.parquet"], [tmp_path / "shelves.parquet"], groups=False
+    )
+    got = pa.Table.from_batches(list(reader), schema=child.schema)
+    assert got.schema == child.schema
+    pairs = zip(got.column("position").to_pylist(), got.column("published_time").to_pylist(), strict=True)
+    assert sorted(pairs) == [
+        (0, datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=UTC)),
+        (1, None),
+    ]

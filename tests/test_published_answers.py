@@ -140,6 +140,7 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
         ): "a shelf's short is brief"
         for column in (
             "published_time",
+            "published_time_text",
             "length_seconds",
             "length_text",
             "channel_id",

@@ -17,10 +17,20 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from connectors.catalog.declarations import PARENT_PREFIX, POSITION
-from connectors.catalog.fields import Field
+from connectors.catalog.fields import DESCRIPTION, SOURCE, Field
 from connectors.catalog.records import META_COLUMNS, RecordKind
 
-CHILD_META: tuple[pa.Field, ...] = tuple(f for f in META_COLUMNS if f.name != "raw")
+CHILD_WORDS = {
+    "_endpoint": "The endpoint whose answer held the parent record (its documented path).",
+    "_fetched_at": "When the parent's page was fetched (UTC): the parent row's `_fetched_at`. The table holds the "
+    "items of the fetch the parent row holds; a newer fetch of the parent replaces them all.",
+}
+"""A child's words for the run's columns it shares with its parent's table (its rows are the parent's page's)."""
+CHILD_META: tuple[pa.Field, ...] = tuple(
+    f.with_metadata({**(f.metadata or {}), DESCRIPTION: CHILD_WORDS[f.name]}) if f.name in CHILD_WORDS else f
+    for f in META_COLUMNS
+    if f.name != "raw"
+)
 """The run's columns of a child table: its parent's page's."""
 POSITION_FIELD = Field(POSITION, POSITION, pa.int64())
 
@@ -38,7 +48,7 @@ class ChildKind:
     """The list's items as a record kind without a key: `locations` are where in a parent record the list is
     (tried in order), `fields` the item's columns, `ignore` item paths left in the parent's `raw`."""
     replaces: str | None = None
-    """The parent's JSON column holding the same list (kept one release, deprecated in the table docs)."""
+    """The parent's JSON column holding the same list (kept one release, deprecated in its description)."""
     entries: bool = False
     """The place holds an object, each of its fields an item `{name, value}` (fields not known in advance)."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
@@ -47,8 +57,28 @@ class ChildKind:
         names = [f.name for f in self.columns]
         if len(set(names)) != len(names):
             raise ValueError(f"{self.table}: duplicate column names {names}")
-        schema = pa.schema([pa.field(f.name, f.type) for f in self.columns] + list(CHILD_META))
+        schema = pa.schema([*self._described_key(), *(f.arrow_field() for f in self.fields), *CHILD_META])
         object.__setattr__(self, "schema", schema)
+
+    def _described_key(self) -> list[pa.Field]:
+        """The parent's key and the position, described (comments in DuckDB, Parquet metadata, the table docs)."""
+        parents = [
+            pa.field(name, f.type, metadata={
+                DESCRIPTION: f"The `{f.name}` of the `{self.parent}` row whose list holds the item: join on it "
+                f"(`{name} = {self.parent}.{f.name}`).",
+                SOURCE: f"{self.parent}.{f.name}",
+            })
+            for name, f in zip(self.parent_columns, self.parent_key, strict=True)
+        ]  # fmt: skip
+        where = " or ".join(f"`{at}`" for at in self.at)
+        what = f"The field's place among the fields of the object {where}" if self.entries else (
+            f"The item's place in the list {where}"
+        )  # fmt: skip
+        position = pa.field(POSITION, pa.int64(), metadata={
+            DESCRIPTION: f"{what} of the parent record: 0 for the first, as in the JSON of the parent's `raw`.",
+            SOURCE: "the item's place in its list",
+        })  # fmt: skip
+        return [*parents, position]
 
     @property
     def parent_columns(self) -> tuple[str, ...]:

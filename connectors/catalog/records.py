@@ -8,7 +8,7 @@ pile up.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -164,7 +164,7 @@ class RecordKind:
                 f"{self.table}: primary key {missing} not among fields, duplicate field names, or `objects` "
                 "not among the locations"
             )
-        schema = pa.schema([fld.arrow_field() for fld in self.columns] + list(META_COLUMNS))
+        schema = pa.schema([self._arrow_field(fld) for fld in self.columns] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
         own = [fld.path for fld in self.fields if not fld.path.startswith(PARAM_PREFIX)] + list(self.ignore)
         own += [where for child in self.children for where in child.at]  # read whole, by the child
@@ -175,6 +175,18 @@ class RecordKind:
             outer = [fld.path for fld in self.unwrap.extras] + list(self.unwrap.ignore)
             wrapped = (known_tree(outer, (self.unwrap.key,)), known_tree(own, prefix=f"{self.unwrap.key}."))
         object.__setattr__(self, "wrapped_known", wrapped)
+
+    def _arrow_field(self, fld: Field) -> pa.Field:
+        """A column's Arrow field; a JSON column a child table replaces says so in its description (kept one
+        release, deprecated: the DuckDB comment, the Parquet metadata and the table docs tell the same)."""
+        child = next((c for c in self.children if c.replaces == fld.name), None)
+        if child is None:
+            return fld.arrow_field()
+        note = (
+            f" Deprecated: the same {'fields' if child.entries else 'list'} as rows in `{child.table}`, with typed "
+            "columns; removed in a later release."
+        )
+        return replace(fld, description=fld.described + note).arrow_field()
 
     @property
     def columns(self) -> tuple[Field, ...]:

@@ -12,7 +12,6 @@ import pyarrow as pa
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.fields import DESCRIPTION, SOURCE
 from connectors.catalog.job_catalog import Catalog, builtin
-from connectors.catalog.records import RecordKind
 from tasks.database.record_tables import duckdb_types
 
 HEADER = """# Tables
@@ -22,9 +21,10 @@ Each record table keeps the newest fetch of each primary key; `<table>_history` 
 (the Parquet under `parquet/<table>/date=YYYY-MM-DD/`). Types are DuckDB's; a source is the record path a
 column is read from (`a|b`: `b` when `a` is absent; `$params.NAME`: the request's parameter). Each column's
 description is its comment in DuckDB (`SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ...`),
-followed there by its source and its part in the primary key. A child table ("Child of ...") holds a list inside
-each record of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position` (0 for the
-first) and its columns; it holds the items of the parent's newest fetch, so a list that shrank leaves no rows behind.
+followed there by its source and its part in the primary key. A child table ("Child of ...") holds a list
+inside each record of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position`
+(0 for the first) and its columns; it holds the items of the parent's newest fetch, so a list that shrank
+leaves no rows behind.
 """
 
 
@@ -48,7 +48,6 @@ def render_tables(catalog: Catalog | None = None) -> str:
     con = duckdb.connect()
     try:
         for table, kind in sorted(catalog.kinds().items()):
-            overrides = child_sources(kind) if isinstance(kind, ChildKind) else replaced_sources(kind)
             key = ", ".join(kind.primary_key)
             lines += [
                 f"## {table}\n",
@@ -58,7 +57,7 @@ def render_tables(catalog: Catalog | None = None) -> str:
                 "|---|---|---|---|",
             ]
             lines += [
-                f"| `{n}` | {_cell(t)} | {_cell(overrides.get(n) or _meta(kind.schema.field(n), SOURCE))} "
+                f"| `{n}` | {_cell(t)} | {_cell(_meta(kind.schema.field(n), SOURCE))} "
                 f"| {_cell(_meta(kind.schema.field(n), DESCRIPTION))} |"
                 for n, t in duckdb_types(con, kind.schema)
             ]
@@ -85,28 +84,6 @@ def child_line(child: ChildKind) -> str:
         "and the item's `position` (0 for the first). A newer fetch of the record replaces all its rows: a "
         "list that shrank leaves none behind.\n"
     )
-
-
-def child_sources(child: ChildKind) -> dict[str, str]:
-    where = "|".join(child.at)
-    own = {
-        name: f"{child.parent}.{f.name}"
-        for name, f in zip(child.parent_columns, child.parent_key, strict=True)
-    }
-    return own | {
-        "position": f"the item's place in {where} (0 for the first)",
-        "_fetched_at": "when its record's page was fetched (the record's `_fetched_at`)",
-    }
-
-
-def replaced_sources(kind: RecordKind) -> dict[str, str]:
-    """A JSON column a child table replaces: deprecated, named with its table."""
-    return {
-        child.replaces: f"{next(f.path for f in kind.fields if f.name == child.replaces)} (deprecated: the same "
-        f"list as rows in `{child.table}`; removed in a later release)"
-        for child in kind.children
-        if child.replaces is not None
-    }
 
 
 def child_queries(child: ChildKind) -> list[str]:

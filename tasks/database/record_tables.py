@@ -260,8 +260,8 @@ def merge_children(con: duckdb.DuckDBPyConnection, child: ChildKind, files: Sequ
     any other fetch go (the parent was fetched again: a list that shrank or emptied leaves nothing behind, and a
     parent with an empty list has no rows in the files at all), and the files' rows of the parent's fetch come
     in unless the table has them (a run loaded again). Idempotent like the merge: a step cut off is done again
-    by the next load."""
-    ensure_table(con, child)
+    by the next load. Files an older harvest wrote are read into the table's types (`cast_older_files`)."""
+    table_types = ensure_table(con, child)
     table, parent = quote_ident(child.table), quote_ident(child.parent)
     fetched = quote_ident(FETCHED_AT)
     keys = [quote_ident(c) for c in child.parent_columns]
@@ -289,8 +289,9 @@ def merge_children(con: duckdb.DuckDBPyConnection, child: ChildKind, files: Sequ
         [paths],
     )
     names = ", ".join(quote_ident(n) for n in child.schema.names)
+    read = ", ".join(cast_older_files(con, child.table, child.schema.names, table_types, source, paths))
     con.execute(
-        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} "
+        f"INSERT INTO {table} ({names}) SELECT {read} FROM {source} "
         "SEMI JOIN _harvest_items USING (file_index, file_row_number)",
         [paths],
     )

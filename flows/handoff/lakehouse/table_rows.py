@@ -5,7 +5,8 @@ keeps the newest fetch of each key, the same rule the DuckDB load applies; it sp
 limit, so a table of any size streams through a few Arrow batches. Rows are cast to the catalog's schema (what
 `harvest rebuild` would write today), so the exported table grows with the catalog, not with whichever file
 came first; a column an older catalog typed otherwise (#39: a published time as text) is cast value by value,
-and what does not convert is NULL, as the DuckDB load does. Rows without a full primary key cannot be merged and are left out (counted, as the load does).
+and what does not convert is NULL, as the DuckDB load does. Rows without a full primary key cannot be merged
+and are left out (counted, as the load does).
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int
     return types, rows
 
 
-def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str) -> str:
-    """How a column is read: as it is, NULL where no file has it, or cast value by value where a file an older
-    catalog wrote types it otherwise (a published time as text): what does not convert is NULL, as at the load."""
+def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str, of: str = "") -> str:
+    """How a column is read (`of`: the relation's alias and a dot): as it is, NULL where no file has it, or cast
+    value by value where a file an older catalog wrote types it otherwise (a published time as text): what does
+    not convert is NULL, as at the load."""
     name = quote_ident(fld.name)
     if not found:
         return f"NULL AS {name}"
-    return name if found == {fld.type} else f"TRY_CAST({name} AS {sql_type}) AS {name}"
+    return of + name if found == {fld.type} else f"TRY_CAST({of}{name} AS {sql_type}) AS {name}"
 
 
 def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
@@ -132,10 +134,8 @@ def _child_reader(
         schema = pa.schema([child.schema.field(c) for c in (*child.parent_columns, NEWEST_BY)])
         return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema)
     present, _ = _file_facts(files)
-    columns = ", ".join(
-        f"c.{quote_ident(f.name)}" if f.name in present else f"NULL AS {quote_ident(f.name)}"
-        for f in child.schema
-    )
+    sql_types = dict(duckdb_types(con, child.schema))
+    columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name], "c.") for f in child.schema)
     listed = "[" + ", ".join(quote_literal(str(p)) for p in files) + "]"
     same = " AND ".join(
         f"c.{quote_ident(k)} = p.{quote_ident(k)}" for k in (*child.parent_columns, NEWEST_BY)
