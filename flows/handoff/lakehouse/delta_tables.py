@@ -38,7 +38,13 @@ from flows.handoff.lakehouse.delta_merge import (
     settle_ties,
     write_files,
 )
-from flows.handoff.lakehouse.table_format import UTC_MICROS, KeyMatches, MergeResult, TableLoad
+from flows.handoff.lakehouse.table_format import (
+    UTC_MICROS,
+    KeyMatches,
+    MergeResult,
+    TableLoad,
+    say_kept_types,
+)
 from tasks.output.layout import OutputLayout
 
 log = logging.getLogger(__name__)
@@ -89,12 +95,7 @@ def _say_older_types(table: DeltaTable, load: TableLoad) -> None:
     arrow = [pa.field(f.name, UTC_MICROS if pa.types.is_timestamp(f.type) else f.type) for f in load.schema]
     wanted = DeltaSchema.from_arrow(pa.schema(arrow)).fields  # DuckDB's zone ("Etc/UTC") is Delta's UTC
     older = [f.name for f in wanted if f.name in have and have[f.name] != str(f.type)]
-    if older:
-        log.warning(
-            "delta table %s keeps %s in the type it was made with (a Delta column's type cannot change in "
-            "place); harvest's catalog types them otherwise now: export to a new table to have its types",
-            load.name, ", ".join(older),
-        )  # fmt: skip
+    say_kept_types(log, "Delta", load.name, older)
 
 
 def _ident(name: str) -> str:

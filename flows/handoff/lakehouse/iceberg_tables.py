@@ -52,6 +52,7 @@ from flows.handoff.lakehouse.table_format import (
     MergeResult,
     TableLoad,
     matched_rows,
+    say_kept_types,
     without_rows_of,
 )
 from tasks.output.layout import OutputLayout
@@ -219,12 +220,7 @@ class IcebergFormat:
     def _merge_once(self, table: Table, load: TableLoad) -> MergeResult:
         tx = table.transaction()
         kept = table_target(tx.table_metadata.schema(), load)[1]
-        if kept:
-            log.warning(
-                "iceberg table %s keeps %s in the type it was made with (an Iceberg column's type cannot change "
-                "in place); harvest's catalog types them otherwise now: export to a new table to have its types",
-                load.name, ", ".join(kept),
-            )  # fmt: skip
+        say_kept_types(log, "Iceberg", load.name, kept)
         result = MergeResult(load.name, columns_added=_evolve(tx, load))
         metadata = tx.table_metadata
         tasks = list(DataScan(table_metadata=metadata, io=table.io).plan_files())

@@ -7,6 +7,7 @@ and Delta differ only in how they merge and commit.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,6 +18,17 @@ import pyarrow.compute as pc
 KEY_SEPARATOR = "\x1f"
 """Joins a composite key's parts into one string to match on (a unit separator: no id holds one)."""
 UTC_MICROS = pa.timestamp("us", tz="UTC")
+
+
+def say_kept_types(log: logging.Logger, fmt: str, table: str, columns: list[str]) -> None:
+    """A table an older catalog made keeps a column's type (neither Delta nor Iceberg changes one in place; rows
+    are cast to it): said once per merge, so the user knows a new table would have today's types (#39)."""
+    if columns:
+        log.warning(
+            "%s table %s keeps %s in the type it was made with (a %s column's type cannot change in place); "
+            "harvest's catalog types them otherwise now: export to a new table to have its types",
+            fmt.lower(), table, ", ".join(columns), fmt,
+        )  # fmt: skip
 
 
 def key_strings(batch: pa.RecordBatch, key: tuple[str, ...]) -> pa.Array:
