@@ -112,6 +112,14 @@ def table_of(path: str) -> dict[str, str]:
     return dict(zip(sandbox_kinds, tables, strict=True))
 
 
+def child_tables() -> set[str]:
+    """The built-in child tables (a list inside each record, #39): the sandbox's full crawl knows its records'
+    tables, not these; `tests/test_child_tables.py` checks them against the parents' lists."""
+    from connectors.catalog.child_kinds import ChildKind
+
+    return {name for name, kind in catalog.all_kinds().items() if isinstance(kind, ChildKind)}
+
+
 def expected_keys(
     queries: Sequence[tuple[str, Mapping[str, Any]]], config: SandboxConfig, concrete: Sequence[str] = ()
 ) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
