@@ -49,10 +49,8 @@ class Catalog:
         built-in one before a declared one of the same table)."""
         kinds: dict[str, TableKind] = {}
         for endpoint in self.endpoints.values():
-            for kind in endpoint.kinds:
+            for kind in endpoint.landed_kinds:
                 kinds.setdefault(kind.table, kind)
-                for child in kind.children:
-                    kinds.setdefault(child.table, child)
         return kinds
 
     def overridden(
