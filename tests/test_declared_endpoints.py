@@ -225,6 +225,11 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("an unknown column type", ADS, _with(("records", "search_engine_ads", "columns", "format"), "string"),
      'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.columns.format.type',
      "'string' is not allowed", "'text', 'integer', 'number', 'boolean', 'timestamp', 'json', 'text_list' or 'decimal'"),
+    ("columns that are no mapping", ADS, _with(("records", "search_engine_ads", "columns"), 5),
+     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.columns',
+     "input should be a valid dictionary, got 5",
+     "{<column>: <type>, or {type, path, description}}; types: text, integer, number, boolean, timestamp, json, "
+     "text_list, decimal"),
     ("a price on an undeclared parameter", ADS, _with(("price", "when", 0, "param"), "details"),
      'endpoints["/v1/search-engine/company/ads"].price.when[0].param', "'details' is not a parameter",
      "domain, advertiser_id, topic"),

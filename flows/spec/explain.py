@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from connectors.catalog.declarations import (
+    COLUMN_TYPES,
     CatalogFile,
     ChildDecl,
     ColumnDecl,
@@ -35,6 +36,7 @@ _GROUPS: dict[str, type[BaseModel]] = {
     "service": Service, "budget": Budget, "schedule": Schedule, "runner": Runner, "export": Export,
     "rate_limit": RateLimit,
 }  # fmt: skip
+_COLUMNS_ALLOWED = "{<column>: <type>, or {type, path, description}}; types: " + ", ".join(COLUMN_TYPES)
 _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (Service, "base_url"): URL_ALLOWED,
     (Schedule, "cron"): CRON_ALLOWED,
@@ -63,13 +65,12 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     ): "credits per request (a number), or {credits: N, when: [{param, value, credits}]}",
     (EndpointDecl, "newest_first"): "true, false, or {param: <parameter>, values: [...]}",
     (EndpointDecl, "records_per_page"): "a number >= 1, or the parameter that sets it",
-    (KindDecl, "columns"): "{<column>: <type>, or {type, path, description}}; types: text, integer, number, "
-    "boolean, timestamp, json, text_list",
+    (KindDecl, "columns"): _COLUMNS_ALLOWED,
     (KindDecl, "at"): 'a record path, or a list of them; "" for the answer itself',
     (KindDecl, "key"): "a column name, or a list of them",
     (ChildDecl, "at"): "a record path inside the record, or a list of them",
+    (ChildDecl, "columns"): _COLUMNS_ALLOWED,
 }
-_ALLOWED_OVERRIDES[(ChildDecl, "columns")] = _ALLOWED_OVERRIDES[(KindDecl, "columns")]
 
 
 _DECLARATION_TREE: dict[tuple[type[BaseModel], str], tuple[bool, type[BaseModel]]] = {
