@@ -26,14 +26,15 @@ DATE_COMMENT = "The day the run's Parquet file landed (its `date=YYYY-MM-DD` fol
 
 def _describe(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind) -> None:
     """The view's comment and its columns' (the table's words, the key aside: a key repeats here, once per run)."""
-    about = (
-        f"Every run's fetch of each {table} row, from the runs' Parquet: one row per key "
-        f"({', '.join(kind.primary_key)}) per run, that run's newest fetch."
-    )
     if isinstance(kind, ChildKind):
         about = (
             f"Every run's items of each {kind.parent} row's list, from the runs' Parquet: the items of each "
             f"parent's ({', '.join(kind.parent_columns)}) newest fetch per run, one row per position."
+        )
+    else:
+        about = (
+            f"Every run's fetch of each {table} row, from the runs' Parquet: one row per key "
+            f"({', '.join(kind.primary_key)}) per run, that run's newest fetch."
         )
     columns = {f.name: column_comment(f, ()) for f in kind.schema} | {"date": DATE_COMMENT}
     describe_table(con, table + HISTORY_SUFFIX, about, columns, view=True)
@@ -44,24 +45,17 @@ def _files(table_dir: Path) -> str:
 
 
 def history_view_sql(
-    table: str,
-    primary_key: tuple[str, ...],
-    table_dir: Path,
-    *,
-    temporary: bool = False,
-    kind: TableKind | None = None,
-    name: str = "",
+    table: str, kind: TableKind, table_dir: Path, *, temporary: bool = False, name: str = ""
 ) -> str:
-    """A record table's view: each key's last fetch per run. A child table's (`kind` a ChildKind): the items of
-    each parent's last fetch per run (that had items), so a list that shrank within a run shows its end."""
+    """A record table's view: each key's last fetch per run. A child table's: the items of each parent's last
+    fetch per run (that had items), so a list that shrank within a run shows its end."""
     files = _files(table_dir)
-    newest = (
-        f"row_number() OVER (PARTITION BY {', '.join(quote_ident(c) for c in (*primary_key, '_run_id'))} "
-    )
-    newest += "ORDER BY _fetched_at DESC) = 1"
     if isinstance(kind, ChildKind):
         parents = ", ".join(quote_ident(c) for c in (*kind.parent_columns, "_run_id"))
         newest = f"_fetched_at = max(_fetched_at) OVER (PARTITION BY {parents})"
+    else:
+        keys = ", ".join(quote_ident(c) for c in (*kind.primary_key, "_run_id"))
+        newest = f"row_number() OVER (PARTITION BY {keys} ORDER BY _fetched_at DESC) = 1"
     return (
         f"CREATE OR REPLACE {'TEMPORARY ' if temporary else ''}VIEW {quote_ident(name or table + HISTORY_SUFFIX)} AS "
         f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) QUALIFY {newest}"
@@ -90,7 +84,7 @@ def _unchanged(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind, tabl
     """Whether the stored view is the one harvest would make now, over the same files with the same columns: it is
     then kept, and its comments with it (replacing a view drops them, and commenting a view's columns binds it
     again each time: 1.6 s for the demo's 30 views on every load)."""
-    con.execute(history_view_sql(table, kind.primary_key, table_dir, temporary=True, kind=kind, name=PROBE))
+    con.execute(history_view_sql(table, kind, table_dir, temporary=True, name=PROBE))
     try:
         return _shape(con, PROBE, True) == _shape(con, table + HISTORY_SUFFIX, False)
     finally:
@@ -108,7 +102,7 @@ def refresh_history_views(
         view = quote_ident(table + HISTORY_SUFFIX)
         if any(table_dir.glob("*/*.parquet")):
             if not _unchanged(con, table, kind, table_dir):
-                con.execute(history_view_sql(table, kind.primary_key, table_dir, kind=kind))
+                con.execute(history_view_sql(table, kind, table_dir))
             _describe(con, table, kind)
             made.append(table + HISTORY_SUFFIX)
         else:
@@ -133,8 +127,6 @@ def follow_moved_views(
         table_dir = parquet_root.resolve() / table
         if _files(table_dir) in str(sql) or not any(table_dir.glob("*/*.parquet")):
             continue
-        con.execute(
-            history_view_sql(table, kinds[table].primary_key, table_dir, temporary=True, kind=kinds[table])
-        )
+        con.execute(history_view_sql(table, kinds[table], table_dir, temporary=True))
         followed.append(str(name))
     return followed
