@@ -143,12 +143,17 @@ class Written:
 
 
 def _write(
-    metadata: TableMetadata, io: FileIO, tasks: list[FileScanTask], load: TableLoad, inc: KeyMatches
+    metadata: TableMetadata,
+    io: FileIO,
+    tasks: list[FileScanTask],
+    load: TableLoad,
+    inc: KeyMatches,
+    target: pa.Schema,
 ) -> Written:
-    """The kept rows of each file with replaced rows, then the incoming rows that won, into new files."""
+    """The kept rows of each file with replaced rows, then the incoming rows that won (cast to `target`, the
+    table's `table_target`), into new files."""
     writer = DataFileWriter(metadata, io)
     deleted = []
-    target, _ = table_target(metadata.schema(), load)
     for task in tasks:
         if task.file.file_path not in inc.replaced:
             continue
@@ -165,9 +170,9 @@ def _write(
     return Written(deleted, writer.close())
 
 
-def _evolve(tx: Transaction, load: TableLoad) -> list[str]:
-    """Columns the catalog gained since the table was made, added (their values null in older rows)."""
-    target, _ = table_target(tx.table_metadata.schema(), load)
+def _evolve(tx: Transaction, target: pa.Schema) -> list[str]:
+    """Columns the catalog gained since the table was made (`target`: the table's `table_target`), added (their
+    values null in older rows)."""
     have = set(tx.table_metadata.schema().column_names)
     added = [name for name in target.names if name not in have]
     if added:
@@ -219,14 +224,14 @@ class IcebergFormat:
 
     def _merge_once(self, table: Table, load: TableLoad) -> MergeResult:
         tx = table.transaction()
-        kept = table_target(tx.table_metadata.schema(), load)[1]
+        target, kept = table_target(tx.table_metadata.schema(), load)  # `_evolve` adds; it changes no type
         say_kept_types(log, "Iceberg", load.name, kept)
-        result = MergeResult(load.name, columns_added=_evolve(tx, load))
+        result = MergeResult(load.name, columns_added=_evolve(tx, target))
         metadata = tx.table_metadata
         tasks = list(DataScan(table_metadata=metadata, io=table.io).plan_files())
         inc = KeyMatches.of(load)
         _match(metadata, table.io, tasks, load, inc)
-        written = _write(metadata, table.io, tasks, load, inc)
+        written = _write(metadata, table.io, tasks, load, inc, target)
         _commit_files(tx, table.io, written, load)
         committed = tx.commit_transaction()
         result.rows_in = len(inc.keys)
