@@ -201,9 +201,8 @@ class DeltaFormat:
             return result
         rows = merged_rows(files, load, found, schema)
         added = write_files(rows, files, WRITER, TARGET_FILE_BYTES)
-        if load.group_by:  # in rows: the table's rows replaced, and the rows added beyond them
-            result.rows_in, result.updated = found.written, found.updated
-            result.inserted = max(0, found.written - found.updated)
+        if load.group_by:
+            result.count_child_rows(found)
         meta = self._commit(load, "merge").custom_metadata or {}
         meta |= {"harvest.files_added": str(len(added)), "harvest.files_removed": str(len(found.replaced)),
                  "harvest.rows_copied": str(found.copied)}  # fmt: skip

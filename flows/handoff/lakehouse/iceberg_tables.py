@@ -237,9 +237,8 @@ class IcebergFormat:
         result.rows_in = len(inc.keys)
         result.inserted = len(inc.keys) - inc.matched
         result.updated = inc.updated
-        if load.group_by:  # a child table: in rows, the table's rows replaced and the rows added beyond them
-            result.rows_in, result.updated = inc.written, inc.updated
-            result.inserted = max(0, inc.written - inc.updated)
+        if load.group_by:
+            result.count_child_rows(inc)
         snapshot = committed.current_snapshot()
         result.version = str(snapshot.snapshot_id) if snapshot else ""
         return result

@@ -165,6 +165,12 @@ class MergeResult:
     version: str = ""
     """The table's snapshot id (Iceberg) or version (Delta) after the commit."""
 
+    def count_child_rows(self, matches: KeyMatches) -> None:
+        """A child table's merge counted in rows, not in its incoming parents: the rows written, the table's rows
+        they replaced, and the rows added beyond them."""
+        self.rows_in, self.updated = matches.written, matches.updated
+        self.inserted = max(0, matches.written - matches.updated)
+
 
 class TableFormat(Protocol):
     """Iceberg or Delta at one destination. `merge` is one atomic commit of one table (created when missing,
