@@ -308,7 +308,6 @@ def merge_batches(
     module docstring). Child tables come after every record table, each record table's children whether this
     load has files of theirs or not (`merge_children`: a parent fetched again with an empty list)."""
     result = LoadResult()
-    batches = list(batches)
     children: dict[str, tuple[ChildKind, list[Path]]] = {}
     for kind, files in batches:
         if isinstance(kind, ChildKind):
