@@ -4,8 +4,8 @@ the flow, in the order that never loses a paid page.
 Per round: its pages first (each frame's checksum, query and page number checked, page numbers the query's raw
 file has already skipped) appended to the query's raw file in the output directory and synced; then its Parquet
 parts, each checked against the size, sha256 and rows the worker reported and published under its name (a
-hidden `.tmp` first, as the sink does); then its attempt log; only then is the round's stage deleted from the
-store. A part that fails a check is not used: the query's Parquet is landed again from its raw pages, the
+hidden `.tmp` first, as the sink does); then its attempt log; only then are the round's pages and files deleted
+from the store (its `started` claim stays until the run's last sweep: `commit_round`). A part that fails a check is not used: the query's Parquet is landed again from its raw pages, the
 receipt, as a resume lands them (`reland`). The run manifest, written after the rounds, names only files in the
 output directory, so nothing it references is ever in the store.
 
@@ -55,7 +55,14 @@ class StagedRun:
         self, query_id: str, stage: str, staged: dict[str, Any] | None, unstaged: list[bytes]
     ) -> list[tuple[str, str, int]] | None:
         """Commit one round; its published files, or None when the query's Parquet must be landed again (the
-        round broke, shipped no files, or a file failed its check)."""
+        round broke, shipped no files, or a file failed its check).
+
+        The stage's pages and files go; its `started` object stays (the claim) until `sweep` at the run's end,
+        when no Dask client wants the round any more. Dask runs a finished task again when the worker holding
+        its result dies while a future still refers to it, committed or not: that attempt must find the claim
+        and pay nothing. Deleting it with the pages let such an attempt pay the round again, outside the
+        flow's ledger (a worker killed mid-run: 9 pages paid twice for 1 in flight, 93 credits billed, 86
+        counted)."""
         key = f"{self.prefix}/{stage}"
         names = self.store.files(f"{key}/{PAGES}")
         self.commit_pages(query_id, [*(self.store.get(n) for n in names), *unstaged])
@@ -71,7 +78,8 @@ class StagedRun:
                 )
             elif staged["files"] is not None:
                 files = self._commit_files(key, query_id, staged["files"])
-        self.store.delete(key)
+        self.store.delete(f"{key}/{PAGES}")  # not `started`: the claim outlives the commit (see above)
+        self.store.delete(f"{key}/{FILES}")
         return files
 
     def commit_pages(self, query_id: str, frames: Iterable[bytes]) -> int:

@@ -340,6 +340,45 @@ def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
     cluster.wait_for(2)
 
 
+def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
+    prefect_harness: None, tmp_path: Path, s3_env: dict[str, str]
+) -> None:
+    """Dask runs a finished task again when the worker holding its result dies while the flow still refers to
+    it, after the flow committed the round too: the round's claim must outlive the commit. Here the task is
+    run again as Dask runs it (the same function, the same parameters) on the flow's side of the store."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from connectors.http.auth import ApiKey
+    from connectors.paging.pager import QuerySpec
+    from flows.run.dask_rounds import run_info
+    from flows.run.service_access import ServiceAccess
+    from flows.spec.parse import load_spec
+    from tasks.output.layout import OutputLayout
+    from tasks.output.staging import open_staging
+    from tasks.round_task import collect_round
+    from tasks.staged_commit import StagedRun
+
+    with running(CONFIG) as sb:
+        runner = {"kind": "dask", "workers": 1, "round_pages": 2, "staging": f"s3://{BUCKET}/runs"}
+        spec = load_spec(write_spec(tmp_path, job(sb.base_url, tmp_path / "out", runner)))
+        layout, started = OutputLayout(spec.output), datetime.now(UTC)
+        access = ServiceAccess(sb.base_url, ApiKey(SECRET_KEY), sb.base_url)
+        run = run_info(spec, access, layout, "run-1", started.isoformat(), full=True)
+        staged = StagedRun(open_staging(runner["staging"]), layout, spec.name, "run-1", started)
+        query = QuerySpec("pins[query=oak]", "/v1/pinboard/search", {"query": "oak"})
+        stage = staged.stage(1, query.query_id)
+        params = {"run": run, "query": query.as_dict(), "state": None, "grant": 2, "part": 1, "round_no": 1,
+                  "wanted": [], "stage": stage}  # fmt: skip
+        first = asyncio.run(collect_round.fn(**params))
+        assert first["spent"] == 2 and staged.commit_round(query.query_id, stage, first["staged"], [])
+        again = asyncio.run(collect_round.fn(**params))
+        assert again == {"rerun": True}
+        assert sb.billed_total() == 2 and len(data_entries(sb)) == 2, "the committed round was paid again"
+        staged.sweep()
+    assert staged_objects() == [], "the run's last sweep takes the claims"
+
+
 def test_a_flow_killed_mid_run_resumes_from_what_was_staged(
     prefect_harness: None, prefect_api_url: str, tmp_path: Path, cluster: NobodyCluster
 ) -> None:

@@ -247,6 +247,7 @@ class Rounds:
                 balance = await self.settle_staged(r, reservation, future.state, stage)
             else:
                 balance = await self.settle(r, reservation, future.state)
+            future.wrapped_future.release()  # settled: Dask has no reason to run it again if its worker dies
             if balance is not None:
                 balances.append(balance)
         if balances:  # the lowest is the latest: the balance only falls while the run pays

@@ -5,7 +5,7 @@ A worker cannot write the job's output directory, so what it pays goes to object
 pyarrow opens: `s3://`, `gs://`, a local path) under names no other round uses, and the flow commits it into the
 output directory (`tasks.staged_commit`)::
 
-    <staging>/<job>/<run_id>/<stage>/started               written before the round pays anything
+    <staging>/<job>/<run_id>/<stage>/started               written before the round pays anything; kept to the run's end
     <staging>/<job>/<run_id>/<stage>/pages/<page>.frame    one paid answer, a raw-store frame, before it is read
     <staging>/<job>/<run_id>/<stage>/files/<path>          its Parquet parts and attempt log, at their output path
     <staging>/<job>/<run_id>/known/<session>-<query hash>.json.z   an incremental query's known keys, by the flow
