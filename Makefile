@@ -53,8 +53,9 @@ upgrade: $(UV)
 demo: install
 	$(BIN)/harvest demo
 
-# Two workers by default (pytest-xdist): most of a test waits on sandboxes and harvest subprocesses.
-TEST_WORKERS ?= 2
+# Three workers by default (pytest-xdist) on two cores: most of a test waits on sandboxes, Prefect servers and
+# harvest subprocesses, so a third worker fills the cores the other two leave idle.
+TEST_WORKERS ?= 3
 
 test: install $(DUCKDB1)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
