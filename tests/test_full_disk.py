@@ -132,6 +132,31 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+def disk_line(said: str, output: Path) -> str:
+    """The one line a run stopped by the full disk says, naming the output's path."""
+    lines = [line for line in said.splitlines() if "no space left on the device" in line]
+    assert len(lines) == 1 and str(output) in lines[0], said[-3000:]
+    return lines[0]
+
+
+def freed_and_run_again(filler: Path, job: Path, tmp_path: Path, prefect_api_url: str) -> str:
+    """The user frees space and runs the same command: it ends well; its stderr."""
+    filler.unlink()
+    finished = harvest_run(job, tmp_path, prefect_api_url)
+    assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
+    return finished.stderr
+
+
+def assert_every_pin_once(output: Path, topics: list[str]) -> Path:
+    """The job's DuckDB holds every pin of the full crawl, each once; its path."""
+    db = output / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == set(
+        expected_keys([(PINS, {"query": t}) for t in topics], CONFIG)["pinboard_pins"]
+    )
+    assert rows(db, "SELECT count(*) = count(DISTINCT id) FROM pinboard_pins") == [(True,)]
+    return db
+
+
 @pytest.mark.parametrize("where", ["raw", "parquet", "duckdb"])
 def test_a_disk_that_fills_stops_the_run_in_one_line_and_the_next_run_finishes_it(
     prefect_harness: None,
@@ -154,26 +179,18 @@ def test_a_disk_that_fills_stops_the_run_in_one_line_and_the_next_run_finishes_i
         said = stopped.stdout + stopped.stderr
         assert stopped.returncode == 75, said[-3000:]
         assert "Traceback" not in said and "ERROR" not in said, said[-3000:]
-        lines = [line for line in said.splitlines() if "no space left on the device" in line]
-        assert len(lines) == 1 and str(output) in lines[0], said[-3000:]  # one line, naming the path
-        assert ("stopped: " if where != "duckdb" else "not loaded: ") in lines[0]
-        assert "resumes the run" in lines[0] or "loads the run" in lines[0]
+        line = disk_line(said, output)
+        assert ("stopped: " if where != "duckdb" else "not loaded: ") in line
+        assert "resumes the run" in line or "loads the run" in line
         paid_before = len(data_entries(sb))
-
-        filler.unlink()  # the user frees space
-        finished = harvest_run(job, tmp_path, prefect_api_url)
-        assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
+        finished_err = freed_and_run_again(filler, job, tmp_path, prefect_api_url)
         entries = data_entries(sb)
 
-    db = output / "harvest.duckdb"
-    assert key_set(db, "pinboard_pins") == set(
-        expected_keys([(PINS, {"query": t}) for t in TOPICS], CONFIG)["pinboard_pins"]
-    )
-    assert rows(db, "SELECT count(*) = count(DISTINCT id) FROM pinboard_pins") == [(True,)]
+    db = assert_every_pin_once(output, TOPICS)
     statuses = rows(db, "SELECT status FROM runs ORDER BY started")
     if where == "duckdb":
         # the run had paid for everything: the next night's run loads it first, then collects its own night
-        assert "loaded 1 earlier run(s) into DuckDB first" in finished.stderr, finished.stderr[-2000:]
+        assert "loaded 1 earlier run(s) into DuckDB first" in finished_err, finished_err[-2000:]
         assert statuses == [("complete",), ("complete",)]
         first_night = Counter((e.params["query"], e.params.get("cursor")) for e in entries[:paid_before])
         assert set(first_night.values()) == {1}
@@ -234,21 +251,13 @@ def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
         harvest_frame = rf'File "{re.escape(str(ROOT))}/(connectors|tasks|flows)/'
         assert not re.search(harvest_frame, said), said[-3000:]  # no traceback of harvest (Dask logs its own)
         assert not re.search(r"\| ERROR +\| harvest", said), said[-3000:]
-        lines = [line for line in said.splitlines() if "no space left on the device" in line]
-        assert len(lines) == 1 and str(output) in lines[0], said[-3000:]
-        assert "stopped: " in lines[0] and "resumes the run" in lines[0]
+        line = disk_line(said, output)
+        assert "stopped: " in line and "resumes the run" in line
         first = len(data_entries(sb))
-
-        filler.unlink()  # the user frees space
-        finished = harvest_run(job, tmp_path, prefect_api_url)
-        assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
+        freed_and_run_again(filler, job, tmp_path, prefect_api_url)
         entries = data_entries(sb)
 
-    db = output / "harvest.duckdb"
-    assert key_set(db, "pinboard_pins") == set(
-        expected_keys([(PINS, {"query": t}) for t in topics], CONFIG)["pinboard_pins"]
-    )
-    assert rows(db, "SELECT count(*) = count(DISTINCT id) FROM pinboard_pins") == [(True,)]
+    db = assert_every_pin_once(output, topics)
     assert rows(db, "SELECT status FROM runs") == [("complete",)]
     again = paid_again(entries, first)
     assert again <= CONCURRENCY, f"{again} pages paid twice"
