@@ -65,11 +65,18 @@ class RunAgain:
         return harvest_line(*words, *mode)
 
 
+def rerun_of(run: RunManifest, output: Path) -> RunAgain | None:
+    """How an unfinished run is started again from a shell, known from its manifest alone: its spec file, the
+    service it recorded and this output directory; None for a deployment's run (spec text, no file)."""
+    if run.spec_file is None:
+        return None
+    return RunAgain(Path(run.spec_file), recorded_url(run.service), output)
+
+
 def resume_hint(run: RunManifest, output: Path) -> str:
     """How an unfinished run goes on, said by commands that know only its manifest (`harvest runs`, `load`,
-    `rebuild`): its spec file, the service it recorded and this output directory; a deployment's run (spec
-    text, no file) is resumed by the deployment's next run."""
-    if run.spec_file is None:
+    `rebuild`); a deployment's run is resumed by the deployment's next run."""
+    again = rerun_of(run, output)
+    if again is None:
         return "the next run of its deployment resumes it, `--fresh` abandons it"
-    again = RunAgain(Path(run.spec_file), recorded_url(run.service), output)
     return f"`{again.command()}` resumes it, `{again.command('--fresh')}` abandons it"

@@ -22,6 +22,7 @@ from prefect.context import FlowRunContext
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.shape_overrides import shapes_data
 from connectors.paging.pager import QuerySpec
+from flows.commands.run_again import rerun_of
 from flows.orchestrator.prefect_runs import crash_stale_flow_runs
 from flows.run.load_step import load_manifest_into_duckdb
 from flows.run.plan import Plan
@@ -32,7 +33,6 @@ from flows.run.start import (
     continue_refused,
     continue_start,
     job_coverage,
-    rerun_of,
     resume_start,
     retried_run,
     unfinished_run,
@@ -150,7 +150,7 @@ def begin(
     if previous is None:
         previous = unfinished_run(layout, spec.name)
         if previous is not None and mode == "continue":
-            raise continue_refused(previous, rerun_of(previous, layout))
+            raise continue_refused(previous, rerun_of(previous, layout.root))
     abandoned = None
     if previous is not None and mode == "fresh":
         abandoned = abandon_run(layout, previous, spec.endpoints())

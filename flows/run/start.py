@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 from connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
@@ -21,7 +20,6 @@ from flows.commands.run_again import RunAgain
 from flows.run.coverage import Coverage, coverage_of
 from flows.run.plan import Plan
 from flows.spec import UsageError
-from flows.spec.service_url import recorded_url
 from tasks.output.journal import JournalState, read_journal
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
@@ -156,14 +154,6 @@ def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
         f"{run.job} is unfinished ({how}): resume it first with {resume} (without --continue), then "
         f"--continue goes on from where it stops; or {fresh} abandons it (its data is kept) and starts a new run"
     )
-
-
-def rerun_of(run: RunManifest, layout: OutputLayout) -> RunAgain | None:
-    """How an unfinished run is started again from a shell, from its manifest: its spec file, the service it
-    recorded, this output; None when it came from a deployment (spec text, no file)."""
-    if run.spec_file is None:
-        return None
-    return RunAgain(Path(run.spec_file), recorded_url(run.service), layout.root)
 
 
 def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunManifest | None:
