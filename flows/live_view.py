@@ -19,7 +19,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from flows.console import LiteralConsole, literal, wrap_at_separators
+from flows.console import LiteralConsole, counted, literal, wrap_at_separators
 from flows.run.progress import Counting, Row, ended_well
 
 REFRESH_PER_SECOND = 4
@@ -73,7 +73,7 @@ class LiveView(Counting):
             head += _gauge(*spent, width)
         head += wrap_at_separators(Text(" · ".join(self.speed(now))), width)
         if self.rows:
-            totals = f"{self.queries()} · {self.pages} pages, {self.records} records"
+            totals = f"{self.queries()} · {counted(self.pages, 'page')}, {counted(self.records, 'record')}"
             head += wrap_at_separators(Text(totals), width)
         return head
 

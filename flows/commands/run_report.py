@@ -12,7 +12,7 @@ from typing import Any
 from flows import console
 from flows.commands.history_note import say_history
 from flows.commands.run_again import RunAgain
-from flows.console import harvest_line
+from flows.console import counted, harvest_line
 from tasks.output.run_summary import NoRun, RunSummary, query_rows
 
 out, err = console.out, console.err
@@ -174,15 +174,13 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
     cmd = again.command()
     if fault := summary.machine_fault:
         pages = sum(int(q["pages"]) for q in summary.queries)
-        kept = f"the {pages} pages paid are kept"
+        kept = f"the {counted(pages, 'page')} paid are kept"
         if summary.status == "interrupted":
             return f"stopped: {fault}. Nothing more was paid; {kept}. Fix it, then `{cmd}` resumes the run"
         return f"not loaded: {fault}. {kept.capitalize()}; fix it, then `{cmd}` loads the run before it pays"
     if summary.status == "interrupted":
         pages = sum(int(q["pages"]) for q in summary.queries)
-        return (
-            f"interrupted: run {summary.run_id} stopped cleanly with {pages} pages landed; `{cmd}` resumes it"
-        )
+        return f"interrupted: run {summary.run_id} stopped cleanly with {counted(pages, 'page')} landed; `{cmd}` resumes it"
     if summary.load_interrupted:
         return (
             f"interrupted during the load: run {summary.run_id} ended ({summary.status}) and its data is in "

@@ -12,14 +12,14 @@ from typing import Any
 from flows import console
 from flows.commands.run_again import resume_hint
 from flows.commands.run_job import fail
-from flows.console import harvest_line
+from flows.console import counted, harvest_line
 from tasks.output.layout import OutputLayout
 
 
 def _unfinished_note(row: Any, output: Path) -> str:
     """How an unfinished run stands and how to go on, in words that match its manifest."""
     m = row.manifest
-    so_far = f"{row.pages} pages, {row.credits} credits"
+    so_far = f"{counted(row.pages, 'page')}, {counted(row.credits, 'credit')}"
     if row.state == "running":
         return f"run {m.run_id} is still running ({so_far} so far): not loaded yet"
     ways = resume_hint(m, output)

@@ -312,7 +312,7 @@ class Counting:
             credits = f"{spent[0]} of {spent[1]} credits spent" if spent else f"{self.credits} credits spent"
             elapsed, *speed = self.speed(now)
             return (
-                f"{elapsed}: {credits}; {self.queries()}; {self.pages} pages, {self.records} records"
+                f"{elapsed}: {credits}; {self.queries()}; {counted(self.pages, 'page')}, {counted(self.records, 'record')}"
                 + "".join(f"; {text}" for text in speed)
             )
 
