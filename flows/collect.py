@@ -10,6 +10,7 @@ that tells the truth (`flows.orchestrator.final_state`).
 
 from __future__ import annotations
 
+import contextvars
 import os
 import time
 from dataclasses import dataclass
@@ -53,10 +54,9 @@ from flows.run.interrupt import StopOnSignal  # noqa: E402
 from flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402
 from flows.run.memory import quiet_gc  # noqa: E402
 from flows.run.plan import Plan, plan  # noqa: E402
-from flows.run.preflight import check_output_dir  # noqa: E402
-from flows.run.prepared import prepared_run  # noqa: E402
+from flows.run.preflight import check_output_dir, lock_job  # noqa: E402
 from flows.run.service_access import ServiceAccess, client_settings, open_service  # noqa: E402
-from flows.run.start import Mode  # noqa: E402
+from flows.run.start import Continue, Mode, Prepared, Resume, RunStart, decide  # noqa: E402
 from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
 from tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E402
@@ -121,7 +121,7 @@ async def _fan_out(
     """Every query in this process, into the run's one Parquet writer; its files go into the manifest (none when
     the machine could not write them: the run stops, and its resume lands the raw pages again)."""
     layout, run_id = ctx.layout, ctx.run_id
-    resuming = begun.start.kind == "resume"  # a new run id has no files yet: no glob, no index
+    resuming = isinstance(begun.start, Resume)  # a new run id has no files yet: no glob, no index
     removed = fresh_parts(layout, run_id, ctx.started) if resuming else []  # its raw pages land again
     ctx.raw_index = (begun.start.raw_index or RawIndex(layout.raw_files(run_id))) if resuming else None
     session = layout.next_session(run_id)
@@ -178,7 +178,7 @@ async def _collect(
         manifest.error = stopped.reason
     for note in skipped:
         get_run_logger().warning("dependent query not started: %s", note)
-    if start.lost:
+    if isinstance(start, Resume) and start.lost:
         get_run_logger().warning(
             "paid again for %d pages of %d queries whose raw pages the disk had lost (they were paid before)",
             start.paid_again(summaries), len(start.lost),
@@ -192,11 +192,11 @@ async def _collect(
     return manifest
 
 
-def _lock(layout: OutputLayout, job: str) -> job_lock.JobLock:
-    try:
-        return job_lock.acquire(layout.lock_file(job))
-    except job_lock.JobLocked as exc:
-        raise UsageError(str(exc)) from None
+PREPARED: contextvars.ContextVar[Prepared | None] = contextvars.ContextVar("harvest_prepared", default=None)
+"""The run `harvest run` prepared (`flows.run.start.Prepared`), for the flow it calls in this process
+(`run_collect`): the flow then parses, checks, locks and decides nothing again. Scoped to that call, so a
+deployment's run or another flow run in the process never sees it; a Prefect retry of the flow (the same call)
+does."""
 
 
 @plain_flow(name="collect_job", log_prints=False, validate_parameters=True)
@@ -209,7 +209,6 @@ async def collect_job(
     full: bool = False,
     spec_text: str | None = None,
     export_to: str | None = None,
-    prepared: str | None = None,
 ) -> Any:
     """Collect one job; the final state carries the run summary (also in DuckDB's `runs` and an artifact).
 
@@ -219,24 +218,24 @@ async def collect_job(
     `fresh` abandons an unfinished run first; `continue` picks up the queries earlier runs stopped. `full`:
     incremental queries page fully. `export_to`: the spec's `export.to` made absolute where the deployment was
     made (`harvest serve`), as `output` is: a relative one would land wherever the worker happens to run.
-    `prepared`: `harvest run`'s token for the spec it parsed, the output it checked and the lock it holds
-    (`flows.run.prepared`); the spec, output and export arguments are then not read again.
+    Called by `harvest run` (`run_collect` with what it prepared: `PREPARED`), the spec, output and export
+    arguments are not read again.
     """
     body_started()
     with quiet_gc():
-        if prepared is not None:
-            ready = prepared_run(prepared)
+        ready = PREPARED.get()
+        if ready is not None:
             run = _Run(base_url, budget, mode, full, _absolute(spec_path))
-            return await _collect_job(ready.spec, ready.layout, ready.lock, run)
+            return await _collect_job(ready.spec, ready.layout, ready.lock, run, ready.start)
         spec = _spec(spec_path, spec_text)
         if export_to is not None and spec.export is not None:
             spec = spec.model_copy(update={"export": spec.export.model_copy(update={"to": export_to})})
         layout = OutputLayout(Path(output or spec.output))
         check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds())
-        lock = _lock(layout, spec.name)
+        lock = lock_job(layout, spec.name)
         try:
             run = _Run(base_url, budget, mode, full, None if spec_text is not None else _absolute(spec_path))
-            return await _collect_job(spec, layout, lock, run)
+            return await _collect_job(spec, layout, lock, run, None)
         finally:
             lock.release()
 
@@ -265,15 +264,22 @@ def _absolute(spec_path: str | None) -> str | None:
     return None if spec_path is None else os.path.abspath(spec_path)
 
 
-async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLock, run: _Run) -> Any:
-    """The run under the job's lock, which its caller took and releases."""
+async def _collect_job(
+    spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLock, run: _Run, start: RunStart | None
+) -> Any:
+    """The run under the job's lock, which its caller took and releases. `start`: as `harvest run` decided it
+    (None: decided here); a Prefect retry of the flow decides again, to resume what the earlier attempt made."""
     the_plan = plan(spec)
     stop = StopOnSignal()
     full = run.full
     mark = prefect_outage.WATCH.mark()  # Prefect's failures from here on are this run's
     with stop.installed():
         async with open_service(spec, run.base_url) as service:
-            begun = begin(spec, the_plan, layout, service, run.mode, run.budget, run.spec_file)
+            flow_run_id, attempt, _ = flow_run_facts()
+            if start is None or attempt > 1:
+                retry_of = flow_run_id if attempt > 1 else None
+                start = decide(spec, layout, service.label, run.mode, retry_of=retry_of)
+            begun = begin(spec, layout, service, start, run.budget, run.spec_file)
             await crash_stale(begun)
             for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
                 console.note(told_line(told))
@@ -281,7 +287,7 @@ async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLo
                 loaded_first = load_earlier(layout, spec.name, begun.manifest.run_id, stop)
             except MachineFault as fault:
                 return not_started(fault, layout)
-            if begun.start.kind == "continue" and not begun.start.has_work(the_plan):
+            if isinstance(begun.start, Continue) and not begun.start.has_work(the_plan):
                 assert begun.start.previous is not None
                 return nothing_to_continue(begun.start.previous, loaded_first)
             write_manifest(layout, begun.manifest)
@@ -305,13 +311,15 @@ async def _collect_job(spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLo
     return await tell_the_end(spec.name, layout, summary, flow_run_facts()[2], key, mark)
 
 
-async def run_collect(**parameters: Any) -> RunSummary | NoRun:
+async def run_collect(prepared: Prepared | None = None, **parameters: Any) -> RunSummary | NoRun:
     """Run the flow in this process and return the run summary whatever the final state, and whatever Prefect
     made of it: a run whose body ended is reported by its data when Prefect's API let it down at the end (its
     record waits in the output directory, `flows.orchestrator.prefect_record`); a record the run left because
-    Prefect missed events on the way is told as soon as the flow run ended."""
+    Prefect missed events on the way is told as soon as the flow run ended. `prepared`: what `harvest run`
+    prepared for the flow (`PREPARED`)."""
     ended = Ended()
     token = ENDED.set(ended)
+    handed = PREPARED.set(prepared)
     try:
         state = await collect_job(**parameters, return_state=True)
     except NotTold:
@@ -325,6 +333,7 @@ async def run_collect(**parameters: Any) -> RunSummary | NoRun:
             raise
         return _untold(ended, exc)  # the engine could not report the final state the body returned
     finally:
+        PREPARED.reset(handed)
         ENDED.reset(token)
     if ended.owed is not None and ended.layout is not None and ended.owed.why:
         await tell_owed(ended.layout, ended.owed.job)

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from rich.text import Text
@@ -26,14 +26,15 @@ from configs import spec_path
 from connectors.errors import MissingApiKey
 from flows import console
 from flows.commands import quick_exit
-from flows.commands.run_again import RunAgain
 from flows.console import harvest_line, runnable
+from flows.run.run_again import RunAgain
 from flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
 from flows.stop_signals import INTERRUPTED, interrupts, signal_name
 from tasks.output.layout import OutputLayout
 
 if TYPE_CHECKING:
     from flows.run.interrupt import RunMarks
+    from flows.run.start import Mode
     from tasks.output.run_summary import NoRun, RunSummary
 
 DEMO_SPEC = spec_path("demo.yaml")
@@ -52,7 +53,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> tuple[JobSpec, str, Any]:
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
-    once for the whole run (the flow gets it with the lock, `flows.run.prepared`), its service URL, and what
+    once for the whole run (the flow gets it with the lock, `flows.run.start.Prepared`), its service URL, and what
     `check_service` needs of the service (None for the embedded sandbox)."""
     from flows.run.preflight import check_output_dir
 
@@ -89,26 +90,24 @@ def check_service(service: Any, lock: Any) -> None:
         raise
 
 
-def _hold_lock(layout: OutputLayout, job: str, again: RunAgain, mode: str) -> Any:
-    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2); so is
-    `--continue` while the job has an unfinished run."""
-    from tasks.output.job_lock import JobLocked, acquire
+def _hold_lock(layout: OutputLayout, job: str) -> Any:
+    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
+    from flows.run.preflight import lock_job
 
     try:
-        lock = acquire(layout.lock_file(job))
-    except JobLocked as exc:
+        return lock_job(layout, job)
+    except UsageError as exc:
         raise fail(str(exc)) from None
-    except OSError as exc:  # preflight found the directory creatable; it changed since
-        raise fail(f"output: cannot create {layout.lock_file(job)}: {exc.strerror or exc}") from None
-    if mode != "continue":  # flows.run.start imports the connectors (~0.3 s): only `--continue` needs it here
-        return lock
-    from flows.run.start import continue_refused, unfinished_run
 
-    unfinished = unfinished_run(layout, job)
-    if unfinished is not None:
-        lock.release()
-        raise fail(str(continue_refused(unfinished, again.of_another_run())))
-    return lock
+
+def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, again: RunAgain) -> Any:
+    """How the run starts (`flows.run.start.decide`, which the flow then takes as it is): decided while
+    Prefect's server boots, under the lock; refused (`--continue` with an unfinished run, a resume after the
+    queries or the service changed: exit 2) before anything is sent."""
+    from flows.run.service_access import service_label
+    from flows.run.start import decide
+
+    return decide(spec, layout, service_label(service_url), cast("Mode", mode), again.of_another_run())
 
 
 def _start_prefect_server(lock: Any) -> Any:
@@ -134,7 +133,8 @@ class _Begun:
     job: str
     layout: OutputLayout
     lock: Any
-    token: str
+    prepared: Any
+    """What the flow is handed (`flows.run.start.Prepared`): the spec, the output, the lock, the start."""
     server: Any
     before: RunMarks
     """Each run's marks before this one started: which run a later interrupt touched."""
@@ -145,28 +145,41 @@ class _Begun:
 def _begin(
     spec_path: Path, base_url: str | None, output: Path | None, mode: str, budget: int | None, full: bool
 ) -> _Begun:
-    """The checks, the job's lock and Prefect's start. A signal meanwhile (Ctrl-C, or SIGTERM and SIGHUP as
-    Ctrl-C: `flows.stop_signals`) comes before the run exists: one line, exit 130, the lock let go."""
-    from flows.run.prepared import PreparedRun, hand_over, withdraw
-
-    lock, token = None, ""
+    """The checks, the job's lock, Prefect's start and the run's start decided. A signal meanwhile (Ctrl-C, or
+    SIGTERM and SIGHUP as Ctrl-C: `flows.stop_signals`) comes before the run exists: one line, exit 130, the lock
+    let go."""
+    lock, server = None, None
     try:
         spec, service_url, service = preflight(spec_path, base_url, output)
         again = RunAgain.of(spec_path, spec, service_url, output, budget, full)
         job, layout = spec.name, OutputLayout(output or spec.output)
-        lock = _hold_lock(layout, job, again, mode)
+        lock = _hold_lock(layout, job)
         check_service(service, lock)
-        token = hand_over(PreparedRun(spec, layout, lock))
         server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
-        from flows.run.interrupt import run_marks  # the connectors: after the start
+        try:
+            start = _decide(spec, layout, service_url, mode, again)
+        except UsageError as exc:
+            raise fail(str(exc)) from None
+        from flows.run.interrupt import run_marks
+        from flows.run.start import Prepared
 
-        return _Begun(job, layout, lock, token, server, run_marks(layout, job), again)
+        prepared = Prepared(spec, layout, lock, start)
+        return _Begun(job, layout, lock, prepared, server, run_marks(layout, job), again)
+    except typer.Exit:
+        _let_go(lock, server)
+        raise
     except KeyboardInterrupt:
-        withdraw(token)
-        if lock is not None:
-            lock.release()
+        _let_go(lock, server)
         nothing = f"interrupted by {signal_name()} before the run started: nothing was sent"
         raise fail(nothing, INTERRUPTED) from None
+
+
+def _let_go(lock: Any, server: Any) -> None:
+    """A run refused or interrupted before it started: its lock released, Prefect's server stopped."""
+    if lock is not None:
+        lock.release()
+    if server is not None:
+        server.stop()
 
 
 def _prefect_ready(server: Any) -> None:
@@ -227,7 +240,6 @@ def run_job(
 ) -> tuple[RunSummary | NoRun, OutputLayout, RunAgain]:
     """The run's summary, where it landed, and how to run it again."""
     from flows.orchestrator.prefect_settings import apply_prefect_defaults, quiet_prefect_echoes
-    from flows.run.prepared import withdraw
 
     started = time.monotonic()
     apply_prefect_defaults()
@@ -256,7 +268,7 @@ def run_job(
             budget=budget,
             mode=mode,
             full=full,
-            prepared=begun.token,
+            prepared=begun.prepared,
         )
         summary = asyncio.run(coro)
         if not isinstance(summary, NoRun):
@@ -274,7 +286,6 @@ def run_job(
     finally:
         reporter.close()
         stamina_log.setLevel(stamina_level)
-        withdraw(begun.token)
         begun.lock.release()
     return summary, layout, begun.again
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from flows import console
 from flows.commands.history_note import say_history
-from flows.commands.run_again import RunAgain
 from flows.console import counted, harvest_line
+from flows.run.run_again import RunAgain
 from tasks.output.run_summary import NoRun, RunSummary, query_rows
 
 out, err = console.out, console.err
@@ -170,7 +170,7 @@ def loaded_first_line(summary: RunSummary | NoRun) -> None:
 
 def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None:
     """One line saying how to go on after a run that did not finish its work (or its load), with the command
-    that does it as it can be pasted (`flows.commands.run_again`)."""
+    that does it as it can be pasted (`flows.run.run_again`)."""
     cmd = again.command()
     if fault := summary.machine_fault:
         pages = sum(int(q["pages"]) for q in summary.queries)

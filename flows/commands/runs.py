@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from flows import console
-from flows.commands.run_again import resume_hint
 from flows.commands.run_job import fail
 from flows.console import counted, harvest_line
+from flows.run.run_again import resume_hint
 from tasks.output.layout import OutputLayout
 
 

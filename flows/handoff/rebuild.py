@@ -29,9 +29,9 @@ import duckdb
 from connectors.catalog.job_catalog import for_job
 from connectors.catalog.shape_overrides import shapes_data, shapes_of
 from connectors.paging.pager import QuerySpec
-from flows.commands.run_again import resume_hint
 from flows.handoff.export_ledger import EXPORTS_DDL
 from flows.run.load_step import load_manifest_into_duckdb
+from flows.run.run_again import resume_hint
 from flows.spec import JobSpec, UsageError
 from tasks.database.connection import quote_ident, quote_literal, write_connection
 from tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink

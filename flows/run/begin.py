@@ -1,5 +1,5 @@
-"""What this run is, decided before anything is paid: new, the resume of an unfinished run (killed, Ctrl-C, a
-Prefect retry), or the continuation of the queries an earlier run stopped; and its `running` manifest.
+"""The run a decided start (`flows.run.start.decide`) makes, before anything is paid: its `running` manifest (a
+new run's, or the resumed run's again), after `--fresh` abandoned the unfinished run.
 
 A resume or a `--fresh` abandon also ends, as Crashed, the Prefect flow runs a killed process left Running.
 
@@ -22,21 +22,10 @@ from prefect.context import FlowRunContext
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.shape_overrides import shapes_data
 from connectors.paging.pager import QuerySpec
-from flows.commands.run_again import rerun_of
 from flows.orchestrator.prefect_runs import crash_stale_flow_runs
 from flows.run.load_step import load_manifest_into_duckdb
-from flows.run.plan import Plan
 from flows.run.service_access import ServiceAccess
-from flows.run.start import (
-    Mode,
-    RunStart,
-    continue_refused,
-    continue_start,
-    job_coverage,
-    resume_start,
-    retried_run,
-    unfinished_run,
-)
+from flows.run.start import New, Resume, RunStart, job_coverage
 from flows.spec import JobSpec
 from flows.spec.identity import plan_key
 from tasks.database.connection import DatabaseBusy
@@ -135,34 +124,24 @@ def flow_run_facts() -> tuple[str | None, int, int]:
 
 def begin(
     spec: JobSpec,
-    the_plan: Plan,
     layout: OutputLayout,
     service: ServiceAccess,
-    mode: Mode,
+    start: RunStart,
     budget: int | None,
     spec_file: str | None = None,
 ) -> Begun:
-    """Decide what this run is (new, resumed, continued) and write its `running` manifest. `spec_file`: the
-    spec's absolute path, when the run read it from a file."""
-    flow_run_id, run_count, _ = flow_run_facts()
-    key = plan_key(spec)
-    previous = retried_run(layout, spec.name, flow_run_id) if run_count > 1 else None
-    if previous is None:
-        previous = unfinished_run(layout, spec.name)
-        if previous is not None and mode == "continue":
-            raise continue_refused(previous, rerun_of(previous, layout.root))
+    """Abandon what `--fresh` abandons, then write the run's `running` manifest. `spec_file`: the spec's absolute
+    path, when the run read it from a file."""
+    flow_run_id = flow_run_facts()[0]
     abandoned = None
-    if previous is not None and mode == "fresh":
-        abandoned = abandon_run(layout, previous, spec.endpoints())
-        previous = None
-    if previous is not None:
-        start = resume_start(layout, previous, key, service.label)
-        _say_lost(previous, start)
-        manifest = _resumed(previous, spec, flow_run_id, budget, spec_file)
+    if isinstance(start, New) and start.abandon is not None:
+        abandoned = abandon_run(layout, start.abandon, spec.endpoints())
+        start = replace(start, coverage=job_coverage(layout, spec.name))  # its histories count now
+    if isinstance(start, Resume):
+        _say_lost(start)
+        manifest = _resumed(start.run, spec, flow_run_id, budget, spec_file)
     else:
-        start = continue_start(layout, spec.name) if mode == "continue" else RunStart("new")
-        manifest = _new(spec, key, service, start, flow_run_id, budget, spec_file)
-    start.coverage = job_coverage(layout, spec.name, manifest.run_id)
+        manifest = _new(spec, plan_key(spec), service, start, flow_run_id, budget, spec_file)
     return Begun(start, manifest, abandoned)
 
 
@@ -218,8 +197,9 @@ def _new(
     )
 
 
-def _say_lost(run: RunManifest, start: RunStart) -> None:
+def _say_lost(start: Resume) -> None:
     """One line when the resume found ended queries whose raw pages the disk lost (`resume_start`)."""
+    run = start.run
     if start.lost:
         log.warning(
             "run %s: %d queries journaled as ended lack %d of their raw pages (the disk lost them: a power cut "
@@ -234,7 +214,7 @@ async def crash_stale(begun: Begun) -> None:
     if begun.abandoned is not None:
         why = f"harvest abandoned run {begun.abandoned.run_id} (--fresh) in flow run {current}"
         await crash_stale_flow_runs(begun.abandoned.flow_runs(), current, why)
-    if begun.start.kind == "resume":
+    if isinstance(begun.start, Resume):
         why = (
             f"harvest resumed run {begun.manifest.run_id} in flow run {current}: the process that ran this flow "
             "run stopped without ending it (killed)"

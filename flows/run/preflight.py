@@ -1,4 +1,5 @@
-"""The output directory and the service, checked before Prefect starts and before any request is paid for.
+"""The output directory and the service, checked before Prefect starts and before any request is paid for; the
+job's lock, taken there too.
 
 A run that cannot land its data should fail in a second, not after Prefect started (10 s and two tracebacks
 for an `output` under a regular file) or after the credits were spent (a corrupt `harvest.duckdb`, or one with
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from connectors.catalog.child_kinds import TableKind
     from connectors.http.auth import ApiKey
+from tasks.output import job_lock
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import EXIT_CODE
 
@@ -55,6 +57,18 @@ def check_output_dir(
     _check_database(OutputLayout(path), kinds or {})
     _check_load_settings()
     _check_free_space(path, min_free_mb)
+
+
+def lock_job(layout: OutputLayout, job: str) -> job_lock.JobLock:
+    """The job's lock (one run per job and output), taken once per run by whoever starts it: `harvest run`
+    before Prefect starts (so a second run is refused in a second), the flow itself for a deployment's run.
+    Raises UsageError (exit 2) naming the run that holds it."""
+    try:
+        return job_lock.acquire(layout.lock_file(job))
+    except job_lock.JobLocked as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:  # the checks found the directory creatable; it changed since
+        raise UsageError(f"output: cannot create {layout.lock_file(job)}: {exc.strerror or exc}") from None
 
 
 def check_service(url: str, key: ApiKey, key_source: str) -> None:

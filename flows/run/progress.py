@@ -88,7 +88,7 @@ def run_facts(
     start, manifest = begun.start, begun.manifest
     to_run = [d for q in the_plan.queries if (d := start.decide(q)) is not None]
     planned = {q.query_id for q in the_plan.queries}
-    to_run += [q for q in start.continue_at.values() if q.query_id not in planned]
+    to_run += [d for q in start.continue_at.values() if q.query_id not in planned and (d := start.decide(q))]
     bounds = {
         q.query_id: pages_at_most(e, q.max_pages, q.max_credits, e.price_of(q.params))
         for q in to_run
@@ -102,7 +102,7 @@ def run_facts(
         previous_status=start.previous.status if start.previous else None,
         ended_before=len(start.kept), pages_before=sum(int(s.get("pages", 0)) for s in kept),
         records_before=sum(int(s.get("records", 0)) for s in kept), spent_before=start.journal.total_spent,
-        going_on=len(start.resume) if start.kind == "resume" else len(start.continue_at),
+        going_on=len(start.going_on),
         planned=None if the_plan.dependents else len(to_run),
         page_bounds={q: b for q, b in bounds.items() if b is not None} if known else None,
         exact=known and all(endpoints[q.endpoint].paging.single for q in to_run),

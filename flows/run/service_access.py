@@ -31,18 +31,24 @@ class ServiceAccess:
     """Recorded in the `runs` table: the base URL (never the key), or `sandbox (embedded)`."""
 
 
+def service_label(base_url: str) -> str:
+    """What a run records as its service (a resume must match it): the base URL (never the key), or
+    `sandbox (embedded)`. `base_url`: as `resolve_base_url` gives it."""
+    return EMBEDDED_SANDBOX if base_url == SANDBOX else base_url.rstrip("/")
+
+
 @asynccontextmanager
 async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator[ServiceAccess]:
     base_url = resolve_base_url(spec, cli_base_url)
     if base_url != SANDBOX:
         key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
-        yield ServiceAccess(base_url.rstrip("/"), key, base_url.rstrip("/"))
+        yield ServiceAccess(base_url.rstrip("/"), key, service_label(base_url))
         return
     from sandbox.wire.serving import running
 
     sandbox_key = secrets.token_hex(16)
     with running(api_keys={sandbox_key: SANDBOX_CREDITS}, declared=spec.declared()) as sb:
-        yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), EMBEDDED_SANDBOX)
+        yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), service_label(SANDBOX))
 
 
 def client_settings(spec: JobSpec) -> ClientSettings:

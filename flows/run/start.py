@@ -1,25 +1,34 @@
-"""How a run starts, given the runs before it: new, resumed after a crash, or continuing a stopped one.
+"""How a run starts, given the runs before it: decided once, by `decide`, for every way a run is started (`harvest
+run`, a deployment's run, the Python API, a Prefect retry of the flow), under the job's lock (`flows.run.preflight.lock_job`).
 
-- **Resume** (the default when the job's last run in this output is unfinished: killed, powered off, Ctrl-C,
-  or a Prefect flow retry of the same flow run): the run keeps its id and budget; queries that ended are kept,
-  the others land their raw pages again and page on from the last one. The ledger opens with what the journal
-  says was spent, in-flight reservations at the crash included.
+A start is one of three (`RunStart`):
+
+- **Resume** (the default when the job's last run in this output is unfinished: killed, powered off, Ctrl-C, or a
+  Prefect flow retry of the same flow run): the run keeps its id and budget; queries that ended are kept, the
+  others land their raw pages again and page on from the last one. The ledger opens with what the journal says
+  was spent, in-flight reservations at the crash included. A resumed run that continues earlier runs also knows
+  what those settled (`Settled`): a query they completed is not asked again, one they stopped goes on from the
+  cursor they kept, whatever part of the chain was killed and resumed.
 - **Continue** (`--continue`): a new run that picks up every query the earlier runs stopped (budget, a refused
   key, failure) at its saved cursor, skips the ones that ended for good and runs queries never run before.
-- **Fresh** (`--fresh`, or no earlier run): a new run from page 1; an unfinished run is abandoned first.
+- **New** (`--fresh`, or no unfinished run): a new run from page 1; `--fresh` abandons an unfinished run first.
+
+`--continue` while the job has an unfinished run is refused, here and only here (`continue_refused`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal
 
 from connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
-from flows.commands.run_again import RunAgain
 from flows.run.coverage import Coverage, coverage_of
 from flows.run.plan import Plan
-from flows.spec import UsageError
+from flows.run.run_again import RunAgain, rerun_of
+from flows.spec import JobSpec, UsageError
+from flows.spec.identity import plan_key
+from tasks.output.job_lock import JobLock
 from tasks.output.journal import JournalState, read_journal
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
@@ -29,48 +38,71 @@ from tasks.output.raw_store import RawIndex
 Mode = Literal["auto", "fresh", "continue"]
 
 
-@dataclass
-class RunStart:
-    """What a run carries over from before: kept results, and how each earlier query starts again."""
+@dataclass(frozen=True)
+class Settled:
+    """What a chain of finished runs settled, each query's newest status deciding: queries that ended for good
+    (`done`: not asked again) and queries stopped with a cursor kept (`at`: asked again from there)."""
 
-    kind: Literal["new", "resume", "continue"]
-    previous: RunManifest | None = None
-    """The run being resumed (same id) or continued (a new id)."""
-    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Summaries of this run's queries that ended before and are not run again (resume only)."""
-    resume: set[str] = field(default_factory=set)
-    """Queries that land their raw pages again and page on (resume only)."""
-    continue_at: dict[str, QuerySpec] = field(default_factory=dict)
-    """Queries of earlier runs to start at their saved cursor (continue only)."""
-    done: set[str] = field(default_factory=set)
-    """Queries that ended for good in the runs being continued: not run again (continue only)."""
-    journal: JournalState = field(default_factory=JournalState)
-    """The resumed run's journal: what it spent per query."""
-    raw_index: RawIndex | None = None
-    """Where the resumed run's raw pages are (resume only): read once, for the check and for the landing."""
-    lost: dict[str, int] = field(default_factory=dict)
-    """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found. They
-    are resumed instead of kept: the pages found land, the missing ones are fetched (and paid) again."""
+    done: frozenset[str] = frozenset()
+    at: Mapping[str, QuerySpec] = field(default_factory=dict)
+    last: RunManifest | None = None
+    """The chain's newest run (the one a continued run names)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Start:
+    """What every start has: what the job's finished runs collected, and what the chain before it settled."""
+
+    kind: ClassVar[Literal["new", "resume", "continue"]]
     coverage: Coverage = field(default_factory=Coverage)
     """What the job's earlier runs collected: incremental histories, collected queries."""
+    settled: Settled = field(default_factory=Settled)
 
-    def has_work(self, the_plan: Plan) -> bool:
-        """Whether anything would run: a planned query not done before, or a query to continue."""
-        return bool(self.continue_at) or any(self.decide(q) is not None for q in the_plan.queries)
+    @property
+    def previous(self) -> RunManifest | None:
+        """The run resumed (the same id) or continued (a new id)."""
+        return self.settled.last
+
+    @property
+    def continue_at(self) -> Mapping[str, QuerySpec]:
+        """Queries of earlier runs to start at their saved cursor (a dependent one too: its parent ended)."""
+        return self.settled.at
+
+    @property
+    def kept(self) -> Mapping[str, dict[str, Any]]:
+        """Summaries of this run's queries that ended before and are not run again (a resume's)."""
+        return {}
+
+    @property
+    def going_on(self) -> set[str]:
+        """Queries that go on from where an earlier run or session stopped them."""
+        return set(self.settled.at)
+
+    @property
+    def journal(self) -> JournalState:
+        """The resumed run's journal: what it spent per query (empty for a new run)."""
+        return JournalState()
+
+    @property
+    def raw_index(self) -> RawIndex | None:
+        return None
+
+    @property
+    def lost(self) -> Mapping[str, int]:
+        return {}
 
     def decide(self, query: QuerySpec) -> QuerySpec | None:
         """The query as this run starts it, or None when it must not run again."""
         qid = query.query_id
-        if qid in self.kept or qid in self.done:
+        if qid in self.settled.done:
             return None
-        if qid in self.resume:
-            # where it started: a continued query's cursor is in its start line, not in the plan
-            started = self.journal.started.get(qid)
-            at = {"start_cursor": started.get("start_cursor")} if started is not None else {}
-            return self._with_history(QuerySpec(**{**_plain(query), "resume": True, **at}))
-        if qid in self.continue_at:
-            return self._with_history(self.continue_at[qid], continuing=True)
+        if qid in self.settled.at:
+            return self._with_history(self.settled.at[qid], continuing=True)
         return self._with_history(query)
+
+    def has_work(self, the_plan: Plan) -> bool:
+        """Whether anything would run: a planned query not done before, or a query to continue."""
+        return bool(self.continue_at) or any(self.decide(q) is not None for q in the_plan.queries)
 
     def _with_history(self, query: QuerySpec, continuing: bool = False) -> QuerySpec:
         """An incremental query with what earlier runs left of its history; a continued one starts where its
@@ -96,18 +128,6 @@ class RunStart:
             and child.query_id in self.coverage.collected
         )
 
-    def lost_pages(self) -> int:
-        """Pages the journal's ended queries had that their raw files no longer hold."""
-        return sum(int(self.journal.ended[q]["pages"]) - found for q, found in self.lost.items())
-
-    def paid_again(self, summaries: Iterable[dict[str, Any]]) -> int:
-        """Pages this session fetched for the queries whose pages were lost: paid a second time."""
-        return sum(
-            max(0, int(s["pages"]) - self.lost[s["query_id"]])
-            for s in summaries
-            if s["query_id"] in self.lost
-        )
-
     def unstarted(
         self, queries: Iterable[QuerySpec], summaries: list[dict[str, Any]], status: str
     ) -> list[dict]:
@@ -117,12 +137,134 @@ class RunStart:
         return [QuerySummary.not_started(d, status).as_dict() for d in decided if d is not None]
 
 
-def _plain(query: QuerySpec) -> dict[str, Any]:
-    return asdict(query)
+@dataclass(frozen=True, kw_only=True)
+class New(_Start):
+    """A run from page 1. `abandon`: the unfinished run `--fresh` abandons first (its data landed and loaded)."""
+
+    kind: ClassVar[Literal["new"]] = "new"
+    abandon: RunManifest | None = None
 
 
-def job_coverage(layout: OutputLayout, job: str, run_id: str) -> Coverage:
-    """What the job's finished runs in this output directory collected before run `run_id` (`flows.run.coverage`).
+@dataclass(frozen=True, kw_only=True)
+class Continue(_Start):
+    """A new run picking up what the chain of finished runs stopped (`settled`)."""
+
+    kind: ClassVar[Literal["continue"]] = "continue"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume(_Start):
+    """The unfinished `run` again, under its id: what its own journal says first, then what the chain it
+    continues had settled (`settled`)."""
+
+    kind: ClassVar[Literal["resume"]] = "resume"
+    run: RunManifest
+    own: JournalState
+    """The run's journal: what it started, ended and spent, over every session so far."""
+    ended: Mapping[str, dict[str, Any]]
+    """Summaries of its queries that ended and are kept (their raw pages are all there)."""
+    index: RawIndex
+    """Where its raw pages are: read once, for the check and for the landing."""
+    missing: Mapping[str, int] = field(default_factory=dict)
+    """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found. They
+    are resumed instead of kept: the pages found land, the missing ones are fetched (and paid) again."""
+
+    @property
+    def previous(self) -> RunManifest | None:
+        return self.run
+
+    @property
+    def kept(self) -> Mapping[str, dict[str, Any]]:
+        return self.ended
+
+    @property
+    def journal(self) -> JournalState:
+        return self.own
+
+    @property
+    def raw_index(self) -> RawIndex | None:
+        return self.index
+
+    @property
+    def lost(self) -> Mapping[str, int]:
+        return self.missing
+
+    @property
+    def going_on(self) -> set[str]:
+        """Queries started and not kept (they land their raw pages again and page on), and those the chain
+        before it stopped that it had not started yet."""
+        return (set(self.own.started) | set(self.settled.at)) - set(self.ended)
+
+    def decide(self, query: QuerySpec) -> QuerySpec | None:
+        qid = query.query_id
+        if qid in self.ended:
+            return None
+        started = self.own.started.get(qid)
+        if started is None:  # not asked by this run yet: as the chain before it left it
+            return super().decide(query)
+        # where it started: a continued query's cursor is in its start line, not in the plan
+        resumed = QuerySpec(
+            **{**query.as_dict(), "resume": True, "start_cursor": started.get("start_cursor")}
+        )
+        return self._with_history(resumed)
+
+    def lost_pages(self) -> int:
+        """Pages the journal's ended queries had that their raw files no longer hold."""
+        return sum(int(self.own.ended[q]["pages"]) - found for q, found in self.missing.items())
+
+    def paid_again(self, summaries: Iterable[dict[str, Any]]) -> int:
+        """Pages this session fetched for the queries whose pages were lost: paid a second time."""
+        return sum(
+            max(0, int(s["pages"]) - self.missing[s["query_id"]])
+            for s in summaries
+            if s["query_id"] in self.missing
+        )
+
+
+RunStart = New | Resume | Continue
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run `harvest run` prepared before Prefect started: its spec parsed, its output checked, its job's lock
+    taken and its start decided; handed to the flow in the same process (`flows.collect.run_collect`)."""
+
+    spec: JobSpec
+    layout: OutputLayout
+    lock: JobLock
+    start: RunStart
+
+
+def decide(
+    spec: JobSpec,
+    layout: OutputLayout,
+    service: str,
+    mode: Mode,
+    again: RunAgain | None = None,
+    retry_of: str | None = None,
+) -> RunStart:
+    """How this run starts, under the job's lock. `service`: the label the run records (`ServiceAccess.label`).
+    `again`: how the job's runs are started from a shell, for the refusals' messages (default: as the unfinished
+    run's manifest knows it). `retry_of`: the Prefect flow run, when Prefect retries the flow: the run an earlier
+    attempt made is resumed, whatever it ended with. Raises UsageError for what must be refused."""
+    retried = retried_run(layout, spec.name, retry_of) if retry_of is not None else None
+    if retried is not None:
+        return resume_start(layout, retried, plan_key(spec), service)
+    previous = unfinished_run(layout, spec.name)
+    if previous is not None and mode == "continue":
+        raise continue_refused(previous, again or rerun_of(previous, layout.root))
+    if previous is not None and mode != "fresh":
+        return resume_start(layout, previous, plan_key(spec), service)
+    covered = job_coverage(layout, spec.name)
+    if mode == "continue":
+        settled = settled_by(layout, newest_chain(layout, spec.name))
+        if settled.last is not None:
+            return Continue(coverage=covered, settled=settled)
+    return New(coverage=covered, abandon=previous)
+
+
+def job_coverage(layout: OutputLayout, job: str, run_id: str | None = None) -> Coverage:
+    """What the job's finished runs in this output directory collected, but run `run_id` (`flows.run.coverage`).
 
     A resumed run (a Prefect flow retry resumes a run that ended) reads the same runs as its first start."""
     return coverage_of(
@@ -156,17 +298,15 @@ def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
     )
 
 
-def retried_run(layout: OutputLayout, job: str, flow_run_id: str | None) -> RunManifest | None:
+def retried_run(layout: OutputLayout, job: str, flow_run_id: str) -> RunManifest | None:
     """The run an earlier attempt of this Prefect flow run made, when Prefect retries the flow."""
-    if flow_run_id is None:
-        return None
     runs = [h for h in run_heads(layout, job) if h.flow_run_id == flow_run_id]
     return runs[-1].manifest() if runs else None
 
 
-def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service: str) -> RunStart:
+def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str) -> Resume:
     """Resume `run`: refuse when the spec's queries or the service changed (its cursors would not fit)."""
-    if run.plan_key and run.plan_key != plan_key:
+    if run.plan_key and run.plan_key != key:
         raise UsageError(
             f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since; "
             "run with --fresh to abandon it (its data stays loaded) and start again, or restore the spec"
@@ -188,20 +328,29 @@ def resume_start(layout: OutputLayout, run: RunManifest, plan_key: str, service:
     lost = {
         q: n for q, n in found.items() if n < int(ended[q]["pages"])
     }  # a power cut took pages, not the line
-    kept = {q: s for q, s in ended.items() if q not in lost}
-    resume = set(journal.started) - set(kept)
-    return RunStart("resume", run, kept=kept, resume=resume, journal=journal, raw_index=index, lost=lost)
+    runs = {h.run_id: h for h in run_heads(layout, run.job) if not h.unfinished and h.run_id != run.run_id}
+    return Resume(
+        coverage=job_coverage(layout, run.job, run.run_id), settled=settled_by(layout, chain_from(runs, run.continues)),
+        run=run, own=journal,
+        ended={q: s for q, s in ended.items() if q not in lost}, index=index, missing=lost,
+    )  # fmt: skip
 
 
-def _chain(layout: OutputLayout, job: str) -> list[RunManifest]:
+def newest_chain(layout: OutputLayout, job: str) -> list[RunManifest]:
     """The job's newest finished run and the runs it continues, oldest first."""
     runs = {h.run_id: h for h in run_heads(layout, job) if not h.unfinished}
     if not runs:
         return []
     newest = max(runs.values(), key=lambda h: (h.started, h.run_id))
-    chain = [newest]
-    while chain[-1].continues in runs and len(chain) <= len(runs):
-        chain.append(runs[chain[-1].continues])
+    return chain_from(runs, newest.run_id)
+
+
+def chain_from(runs: Mapping[str, Any], run_id: str | None) -> list[RunManifest]:
+    """Run `run_id` (a head of `runs`) and the runs it continues, oldest first; empty for None."""
+    chain: list[Any] = []
+    while run_id is not None and run_id in runs and len(chain) <= len(runs):
+        chain.append(runs[run_id])
+        run_id = runs[run_id].continues
     return [h.manifest() for h in chain[::-1]]
 
 
@@ -211,21 +360,20 @@ def _paid_through(summary: dict[str, Any]) -> bool:
     return summary["status"] == "drift" and not summary.get("next_cursor")
 
 
-def continue_start(layout: OutputLayout, job: str) -> RunStart:
-    """Pick up what the job's earlier runs left: each query's newest status across the chain decides."""
-    chain = _chain(layout, job)
+def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
+    """What a chain of finished runs settled: each query's newest status across it decides."""
     if not chain:
-        return RunStart("new")
+        return Settled()
     status: dict[str, dict[str, Any]] = {}
     specs: dict[str, dict[str, Any]] = {}
     for run in chain:
         specs.update(read_journal(layout.journal_file(run.run_id)).started)
         status.update({q["query_id"]: q for q in run.queries})
-    start = RunStart("continue", chain[-1])
+    done: set[str] = set()
+    at: dict[str, QuerySpec] = {}
     for qid, summary in status.items():
         if summary["status"] not in CONTINUABLE or _paid_through(summary):
-            start.done.add(qid)
+            done.add(qid)
         elif qid in specs:
-            spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
-            start.continue_at[qid] = QuerySpec(**spec)
-    return start
+            at[qid] = QuerySpec(**{**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False})
+    return Settled(frozenset(done), at, chain[-1])

@@ -30,8 +30,8 @@ class JobLocked(Exception):
 
 @dataclass
 class JobLock:
-    """Taken once per run: by `harvest run` before Prefect starts (the flow gets it with the prepared run,
-    `flows.run.prepared`), or by the flow itself in a deployment's run. A second `acquire` of the same job,
+    """Taken once per run (`flows.run.preflight.lock_job`): by `harvest run` before Prefect starts (the flow
+    gets it with the prepared run), or by the flow itself in a deployment's run. A second `acquire` of the same job,
     in this process or another, is refused."""
 
     path: Path

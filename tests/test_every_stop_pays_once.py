@@ -1,0 +1,68 @@
+"""Every stop pays once: whatever chain of runs led to a resume, and whatever stopped a run, the command harvest
+prints (or the job run again) pays nothing twice but the requests in flight at a kill.
+
+Real `harvest run` processes against the sandbox over HTTP, as a nightly job meets them; the sandbox's own
+ledger says what was paid twice, DuckDB and the Parquet say that every record landed once.
+The processes talk to the session's Prefect test server (PREFECT_API_URL), so none starts a temporary one.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from sandbox.wire.serving import running
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import all_manifests
+from tests.crawl_helpers import data_entries, paid_twice
+from tests.flow_helpers import HARVEST, SECRET_KEY, subprocess_env, write_spec
+from tests.process_helpers import FINISH_TIMEOUT, finish, start_run, wait_for_requests
+from tests.test_resume_kill import CONCURRENCY, CONFIG, assert_landed_once, job, kill_hard
+
+
+def printed_resume(output: Path, tmp_path: Path) -> str:
+    """The command `harvest runs` prints to resume the job's unfinished run, as printed."""
+    listed = subprocess.run(
+        [str(HARVEST), "runs", str(output)], env=subprocess_env(tmp_path), capture_output=True, text=True,
+        timeout=FINISH_TIMEOUT,
+    )  # fmt: skip
+    found = re.findall(r"`([^`]+)` resumes it", listed.stderr)
+    assert len(found) == 1, listed.stdout + listed.stderr
+    return found[0]
+
+
+def pasted(command: str, tmp_path: Path, api_url: str) -> tuple[int, str, str]:
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=api_url)
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=FINISH_TIMEOUT
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_killed_continue_resumed_as_printed_pays_nothing_settled_before_it(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A night stops at its budget with the creatives and their details complete and the pins stopped at
+    their cursors; `--continue` is killed two pages in; the resume `harvest runs` prints goes on from there: the
+    creatives and details are not asked again, the pins go on from the cursors the night kept."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, credits=80))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 0 and "--continue` picks them up" in err, out + err
+        night = len(data_entries(sb))
+        proc = start_run(spec, tmp_path, prefect_api_url, "--continue", "--budget", "500")
+        wait_for_requests(sb, night + 2, proc)
+        kill_hard(proc, sb)
+        code, out, err = pasted(printed_resume(output, tmp_path), tmp_path, prefect_api_url)
+        entries = data_entries(sb)
+    assert code == 0, out + err
+    stopped, continued = sorted(all_manifests(OutputLayout(output)), key=lambda m: m.started)
+    assert stopped.status == "budget_exhausted" and {q["status"] for q in stopped.queries} >= {"complete"}
+    assert continued.continues == stopped.run_id and continued.resumes == 1
+    assert continued.status == "complete", continued.queries
+    assert paid_twice(entries) <= CONCURRENCY, "only the pages in flight at the kill may be paid twice"
+    for run in (stopped, continued):
+        assert_landed_once(output, run.run_id)
+
