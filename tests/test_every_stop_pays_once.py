@@ -66,3 +66,38 @@ def test_a_killed_continue_resumed_as_printed_pays_nothing_settled_before_it(
     for run in (stopped, continued):
         assert_landed_once(output, run.run_id)
 
+
+def piped(spec: Path, tmp_path: Path, api_url: str, streams: str) -> tuple[int, str, str]:
+    """`harvest run SPEC {streams}| head -n 1` in a shell, as typed: its exit code (the shell's PIPESTATUS),
+    what head printed and what harvest wrote elsewhere."""
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=api_url)
+    line = f"{HARVEST} run {spec} {streams}| head -n 1; exit ${{PIPESTATUS[0]}}"
+    done = subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=FINISH_TIMEOUT
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_closed_output_stops_the_run_resumably_and_fails_no_page(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`harvest run SPEC 2>&1 | head -n 1`: the reader leaves after the run's first line, and every later line
+    meets a closed pipe. The run stops as on SIGTERM (exit 130), nothing it paid is called unreadable, and the
+    job run again (`| head -n 1` too) resumes it: every record once, no page paid twice, a bill that blames
+    nobody."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        code, first_line, _ = piped(spec, tmp_path, prefect_api_url, "2>&1 ")
+        (stopped,) = all_manifests(OutputLayout(output))
+        code2, _, err2 = piped(spec, tmp_path, prefect_api_url, "")
+        entries, billed = data_entries(sb), sb.billed_total()
+    assert code == 130 and first_line.startswith("harvest: run "), first_line
+    assert stopped.status == "interrupted" and "a closed std" in (stopped.error or ""), stopped
+    assert code2 == 0, err2
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == stopped.run_id and run.status == "complete" and run.resumes == 1, run.queries
+    assert "could not be read" not in err2 and "Traceback" not in err2, err2
+    assert paid_twice(entries) == 0, "a closed output lets every page in flight land"
+    assert run.service_billed == billed == run.credits_spent and "something else" not in err2
+    assert_landed_once(output, run.run_id)

@@ -35,6 +35,7 @@ from types import FrameType
 
 from connectors.credits.ledger import CreditLedger
 from connectors.http.client import ServiceClient
+from flows import closed_output
 from tasks.output.layout import OutputLayout
 from tasks.output.manifest import RunHead, run_heads
 
@@ -173,8 +174,32 @@ class StopOnSignal:
         finally:
             self.earlier = self.loading = False
 
+    def output_closed(self, name: str) -> None:
+        """stdout or stderr closed (`flows.closed_output`): output is not the work, so nothing fails for it, and
+        nobody reads the run any more, so it stops as on SIGTERM: before or while paying, paying stops and what
+        landed is loaded (the next run resumes it); once every page landed, the load and the export go on. Any
+        thread may call it."""
+        if self.finishing:
+            return
+        if self.earlier:  # remembered: `collecting` stops the ledger before anything is paid
+            self.signals += 1
+            self.first = self.first or name
+            return
+        self.loop.call_soon_threadsafe(self.stop, name)
+
     @contextmanager
     def installed(self) -> Iterator[None]:
+        deaf = closed_output.listen(self.output_closed)
+        if (already := closed_output.gone()) is not None:  # while Prefect started: remembered, as a signal is
+            self.stop(already)
+        try:
+            with self._handlers():
+                yield
+        finally:
+            deaf()
+
+    @contextmanager
+    def _handlers(self) -> Iterator[None]:
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             # not the main thread (a worker running the flow elsewhere): no handlers
