@@ -47,7 +47,14 @@ from flows.orchestrator.prefect_record import (  # noqa: E402
 )
 from flows.run import progress  # noqa: E402
 from flows.run.begin import Begun, begin, crash_stale, flow_run_facts  # noqa: E402
-from flows.run.bill import carry_over, note_bill, probe_balance, read_after, settle_refusals  # noqa: E402
+from flows.run.bill import (  # noqa: E402
+    carry_over,
+    note_bill,
+    one_account,
+    probe_balance,
+    read_after,
+    settle_refusals,
+)
 from flows.run.dask_rounds import Rounds, run_info  # noqa: E402
 from flows.run.fanout import Fanout  # noqa: E402
 from flows.run.interrupt import StopOnSignal  # noqa: E402
@@ -94,7 +101,7 @@ async def _pay_and_land(
         if before is not None:
             journal.balance("before", before)  # durable: a resume after a kill knows where the run began
         if spec.runner.kind == "local":  # Dask rounds settle grants, not the refusals in them
-            carry_over(ledger, client, begun.start.journal, before)
+            carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
             rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info, scrub=client.scrub)

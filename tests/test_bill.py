@@ -3,6 +3,7 @@ journals written by the real `RunJournal`, read back by the real `read_journal`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from connectors.credits.ledger import CreditLedger
@@ -103,3 +104,24 @@ async def test_a_resume_gives_back_what_the_killed_sessions_counted_and_were_not
         carry_over(ledger, client, earlier, 952)
         assert client.balance.earlier_bill == 48  # later readings add this session's fall to it
     assert ledger.spent == ledger.per_query_spent["q"] == 48 and ledger.remaining == 12
+
+
+def test_a_killed_run_on_the_embedded_sandbox_blames_nobody(tmp_path: Path) -> None:
+    """The embedded sandbox lives in harvest's process: the resume reads a new one's balance (the same start
+    balance again), so a killed part's fall cannot be read from it. That is said; no other user is blamed for a
+    key nobody else has."""
+    from flows.run.bill import note_bill
+    from flows.spec.service_url import EMBEDDED_SANDBOX
+    from tasks.output.manifest import RunManifest
+
+    path = tmp_path / "journal.jsonl"
+    session(path, 10_000_000, [1] * 3, [1] * 2, None)  # kill -9 with 2 requests in flight
+    run = RunManifest("r1", "j", "h", EMBEDDED_SANDBOX, "2026-01-01T00:00:00+00:00", None, "running", 50, 5)
+    note_bill(run, read_journal(path).balances, 10_000_000, 10_000_000 - 8)
+    assert run.service_billed is None and "something else" not in (run.bill_unknown or "")
+    assert "the embedded sandbox's account ended with the killed process" in (run.bill_unknown or "")
+    over_http = replace(
+        run, service="http://127.0.0.1:1"
+    )  # one account across the kill: billed 3 + 1 in flight
+    note_bill(over_http, read_journal(path).balances, 10_000_000 - 4, 10_000_000 - 12)
+    assert over_http.service_billed == 4 + 8

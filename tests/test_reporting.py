@@ -95,10 +95,14 @@ def test_the_summary_shows_the_services_bill_beside_harvests_count(
     print_summary(summary, Path("out"))
     printed = capsys.readouterr()
     assert "balance fell by 9 credits" in printed.out and "harvest counted 12" in printed.out
+    assert "another job" not in printed.out, "a bill below harvest's own count is harvest's own requests"
     assert "[b]q[/b]" in printed.out, "query ids print literally"
     summary.service_billed = 12
     print_summary(summary, Path("out"))
     assert "balance fell" not in capsys.readouterr().out
+    summary.service_billed = 15  # more than every request harvest sent can have been billed: someone else's
+    print_summary(summary, Path("out"))
+    assert "3 more than the 12 harvest's own requests can have been billed" in capsys.readouterr().out
 
 
 def test_a_wide_fan_out_is_one_row_of_the_run_table_plus_its_queries_that_did_not_end_well() -> None:

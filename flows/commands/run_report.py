@@ -118,17 +118,30 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         console.say(timing)
     if rate := rate_line(summary.rate_limit):
         console.say(rate)
-    billed = summary.service_billed
-    if billed is not None and billed != summary.credits_spent:
-        console.say(
+    if bill := bill_line(summary):
+        console.say(bill)
+
+
+def bill_line(summary: RunSummary) -> str | None:
+    """The service's bill beside harvest's count, when they differ. Another user of the key is named only when
+    the balance fell by more than harvest's own requests explain: its count holds every request that may have
+    been billed (answers lost, requests in flight at a stop or a kill), so a bill below it is harvest's own."""
+    billed, spent = summary.service_billed, summary.credits_spent
+    if billed is not None and billed > spent:
+        return (
+            f"the service's bill: the account's balance fell by {billed} credits during the run, "
+            f"{billed - spent} more than the {spent} harvest's own requests can have been billed: something "
+            "else used the account meanwhile (another job on the same key)"
+        )
+    if billed is not None and billed < spent:
+        return (
             f"the service's bill: the account's balance fell by {billed} credits during the run; harvest "
-            f"counted {summary.credits_spent} (harvest counts a request whose answer was lost as spent; "
-            "another job on the same key also makes these differ)"
+            f"counted {spent} (a request whose answer was lost, or that was in flight at a stop, counts as "
+            "spent: the service did not bill all of them)"
         )
-    elif billed is None and summary.bill_unknown and summary.credits_spent:
-        console.say(
-            f"the service's bill: unknown ({summary.bill_unknown}); harvest counted {summary.credits_spent}"
-        )
+    if billed is None and summary.bill_unknown and spent:
+        return f"the service's bill: unknown ({summary.bill_unknown}); harvest counted {spent}"
+    return None
 
 
 def rate_line(met: dict[str, Any] | None) -> str | None:

@@ -11,7 +11,10 @@ while the session ran:
   counted (refusals whose charge is unknown, requests in flight at the kill, billed or not). Anything else means
   another charge on the account between the kill and the resume (another job on the same key, a top-up), and
   the bill is unknown;
-- a session with requests but no reading (the balance endpoint gave no usable answer) makes the bill unknown.
+- a session with requests but no reading (the balance endpoint gave no usable answer) makes the bill unknown;
+- the embedded sandbox is an account of the process that runs it: each session's readings are of its own
+  account, so a killed session's fall cannot be read from the next one's, and its bill is unknown (never blamed
+  on another user of a key nobody else has).
 
 Unknown is said as such ("unknown") rather than as a number that is wrong.
 
@@ -27,6 +30,7 @@ from typing import Any
 from connectors.credits.ledger import CreditLedger
 from connectors.errors import HarvestError, NotTheService
 from connectors.http.client import ServiceClient
+from flows.spec.service_url import EMBEDDED_SANDBOX
 from tasks.output.journal import JournalState, SessionBalance
 from tasks.output.manifest import RunManifest
 
@@ -38,8 +42,11 @@ class Bill:
     unknown_because: str | None = None
 
 
-def _session_fall(session: SessionBalance, next_before: int | None) -> tuple[int | None, str | None]:
-    """(credits the session was billed, or None and why) from its readings and the next session's `before`."""
+def _session_fall(
+    session: SessionBalance, next_before: int | None, one_account: bool
+) -> tuple[int | None, str | None]:
+    """(credits the session was billed, or None and why) from its readings and the next session's `before`;
+    `one_account`: False when each session had an account of its own (the embedded sandbox)."""
     counted = session.settled + session.open
     if session.before is None:
         if counted == 0:
@@ -47,6 +54,8 @@ def _session_fall(session: SessionBalance, next_before: int | None) -> tuple[int
         return None, "the balance could not be read when an earlier part of the run started"
     if session.after is not None:
         return session.before - session.after, None
+    if not one_account:
+        return None, "the run was killed, and the embedded sandbox's account ended with the killed process"
     if next_before is None:
         return None, "the run was killed and the balance could not be read when it resumed"
     fall = session.before - next_before
@@ -66,11 +75,14 @@ def _next_reading(later: list[SessionBalance], before: int | None) -> int | None
     return before
 
 
-def run_bill(earlier: list[SessionBalance], before: int | None, after: int | None) -> Bill:
-    """The run's bill: the earlier sessions' (from the journal) and this session's `before` and `after`."""
+def run_bill(
+    earlier: list[SessionBalance], before: int | None, after: int | None, one_account: bool = True
+) -> Bill:
+    """The run's bill: the earlier sessions' (from the journal) and this session's `before` and `after`.
+    `one_account`: False when each session had an account of its own (the embedded sandbox)."""
     total = 0
     for n, session in enumerate(earlier):
-        fall, why = _session_fall(session, _next_reading(earlier[n + 1 :], before))
+        fall, why = _session_fall(session, _next_reading(earlier[n + 1 :], before), one_account)
         if fall is None:
             return Bill(None, why)
         total += fall
@@ -100,7 +112,11 @@ async def probe_balance(client: ServiceClient, ledger: CreditLedger) -> int | No
 
 
 def carry_over(
-    ledger: CreditLedger, client: ServiceClient, earlier: JournalState, before: int | None
+    ledger: CreditLedger,
+    client: ServiceClient,
+    earlier: JournalState,
+    before: int | None,
+    one_account: bool = True,
 ) -> None:
     """The earlier sessions' unknown charges (refusals, requests in flight at a kill) settled against what they
     were billed, before this session pays: what the balance shows was not billed goes back to the budget, and
@@ -108,12 +124,18 @@ def carry_over(
     (a reading missing, or another charge on the account between a kill and the resume)."""
     if before is None or not earlier.balances:
         return
-    bill = run_bill(earlier.balances, before, before)
+    bill = run_bill(earlier.balances, before, before, one_account)
     if bill.credits is None:
         return
     client.balance.earlier_bill = bill.credits
     ledger.carry_over(earlier.named, earlier.unknown)
     ledger.reconcile(bill.credits)
+
+
+def one_account(service: str) -> bool:
+    """Whether every session of a run against `service` reads one account: not the embedded sandbox, which each
+    process starts afresh."""
+    return service != EMBEDDED_SANDBOX
 
 
 async def read_after(client: ServiceClient) -> int | None:
@@ -128,7 +150,7 @@ def note_bill(
     manifest: RunManifest, earlier: list[SessionBalance], before: int | None, after: int | None
 ) -> None:
     """What the service billed the run over all its sessions, from the balance readings."""
-    bill = run_bill(earlier, before, after)
+    bill = run_bill(earlier, before, after, one_account(manifest.service))
     manifest.service_billed, manifest.bill_unknown = bill.credits, bill.unknown_because
     manifest.balance_before, manifest.balance_after = first_reading(earlier, before), after
 
