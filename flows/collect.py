@@ -314,6 +314,7 @@ async def _collect_job(
             summary.seconds["exporting"] = round(exported_at - loaded_at, 2)
         summary.loaded_first = loaded_first
         summary.load_interrupted = stop.abandoned_load
+        summary.ended_on_disk = written
         summary.export = exported
     return await tell_the_end(spec.name, layout, summary, flow_run_facts()[2], key, mark)
 

@@ -147,6 +147,12 @@ def freed_and_run_again(filler: Path, job: Path, tmp_path: Path, prefect_api_url
     return finished.stderr
 
 
+def stopped_run(output: Path) -> str:
+    """The id of the job's one run in `output`."""
+    (run,) = (output / "raw").glob("*/manifest.json")
+    return run.parent.name
+
+
 def assert_every_pin_once(output: Path, topics: list[str]) -> Path:
     """The job's DuckDB holds every pin of the full crawl, each once; its path."""
     db = output / "harvest.duckdb"
@@ -183,19 +189,22 @@ def test_a_disk_that_fills_stops_the_run_in_one_line_and_the_next_run_finishes_i
         assert ("stopped: " if where != "duckdb" else "not loaded: ") in line
         assert "resumes the run" in line or "loads the run" in line
         paid_before = len(data_entries(sb))
-        finished_err = freed_and_run_again(filler, job, tmp_path, prefect_api_url)
+        if where == "duckdb":  # the run paid for everything: the printed command, pasted, pays nothing again
+            assert "then pays for a new run of the job" in line, line
+            (printed,) = re.findall(r"`([^`]+)` loads the run without paying", line)
+            filler.unlink()
+            env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
+            pasted = subprocess.run(
+                ["bash", "-c", printed], env=env, capture_output=True, text=True, timeout=300
+            )
+            assert pasted.returncode == 0 and f"loaded run {stopped_run(output)}" in pasted.stdout, pasted
+            assert len(data_entries(sb)) == paid_before, "the pasted command paid again"
+        else:
+            freed_and_run_again(filler, job, tmp_path, prefect_api_url)
         entries = data_entries(sb)
 
     db = assert_every_pin_once(output, TOPICS)
-    statuses = rows(db, "SELECT status FROM runs ORDER BY started")
-    if where == "duckdb":
-        # the run had paid for everything: the next night's run loads it first, then collects its own night
-        assert "loaded 1 earlier run(s) into DuckDB first" in finished_err, finished_err[-2000:]
-        assert statuses == [("complete",), ("complete",)]
-        first_night = Counter((e.params["query"], e.params.get("cursor")) for e in entries[:paid_before])
-        assert set(first_night.values()) == {1}
-        return
-    assert statuses == [("complete",)]  # the one run, resumed
+    assert rows(db, "SELECT status FROM runs ORDER BY started") == [("complete",)]  # the one run
     asked = Counter((e.params["query"], e.params.get("cursor")) for e in entries)
     twice = sum(n - 1 for n in asked.values())
     assert twice <= CONCURRENCY, f"{twice} pages paid twice"

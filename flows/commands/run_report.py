@@ -190,7 +190,15 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
         kept = f"the {counted(pages, 'page')} paid are kept"
         if summary.status == "interrupted":
             return f"stopped: {fault}. Nothing more was paid; {kept}. Fix it, then `{cmd}` resumes the run"
-        return f"not loaded: {fault}. {kept.capitalize()}; fix it, then `{cmd}` loads the run before it pays"
+        if not summary.ended_on_disk:  # its manifest says `running`: only its resume lands and loads it
+            return (
+                f"not loaded: {fault}. {kept.capitalize()}; fix it, then `{cmd}` resumes the run: it asks "
+                "nothing it has, lands and loads it"
+            )
+        return (
+            f"not loaded: {fault}. {kept.capitalize()}; fix it, then `{harvest_line('load', output)}` loads "
+            f"the run without paying (`{cmd}` loads it too, then pays for a new run of the job)"
+        )
     if summary.status == "interrupted":
         pages = sum(int(q["pages"]) for q in summary.queries)
         return f"interrupted: run {summary.run_id} stopped cleanly with {counted(pages, 'page')} landed; `{cmd}` resumes it"

@@ -76,6 +76,9 @@ class RunSummary:
     loaded_first: list[dict[str, Any]] = field(default_factory=list)
     """The job's earlier runs loaded into DuckDB before this one paid."""
     load_interrupted: bool = False
+    ended_on_disk: bool = True
+    """False when this machine could not write the run's end (its manifest still says `running`): the job's next
+    run resumes it (and asks nothing it had), `harvest load` cannot load it until then."""
     export: dict[str, Any] | None = None
     """What the spec's export did (`flows.handoff.export_after_run`), when the spec has one."""
     prefect_untold: str | None = None
