@@ -10,7 +10,6 @@ that tells the truth (`flows.orchestrator.final_state`).
 
 from __future__ import annotations
 
-import contextvars
 import os
 import time
 from dataclasses import dataclass
@@ -63,7 +62,16 @@ from flows.run.memory import quiet_gc  # noqa: E402
 from flows.run.plan import Plan, plan  # noqa: E402
 from flows.run.preflight import check_output_dir, lock_job  # noqa: E402
 from flows.run.service_access import ServiceAccess, client_settings, open_service  # noqa: E402
-from flows.run.start import Continue, Mode, Prepared, Resume, RunStart, decide  # noqa: E402
+from flows.run.start import (  # noqa: E402
+    Continue,
+    Mode,
+    Prepared,
+    Resume,
+    RunStart,
+    decide,
+    handed,
+    handed_over,
+)
 from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
 from tasks import run_context  # noqa: E402
 from tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E402
@@ -199,13 +207,6 @@ async def _collect(
     return manifest
 
 
-PREPARED: contextvars.ContextVar[Prepared | None] = contextvars.ContextVar("harvest_prepared", default=None)
-"""The run `harvest run` prepared (`flows.run.start.Prepared`), for the flow it calls in this process
-(`run_collect`): the flow then parses, checks, locks and decides nothing again. Scoped to that call, so a
-deployment's run or another flow run in the process never sees it; a Prefect retry of the flow (the same call)
-does."""
-
-
 @plain_flow(name="collect_job", log_prints=False, validate_parameters=True)
 async def collect_job(
     spec_path: str | None = None,
@@ -225,12 +226,12 @@ async def collect_job(
     `fresh` abandons an unfinished run first; `continue` picks up the queries earlier runs stopped. `full`:
     incremental queries page fully. `export_to`: the spec's `export.to` made absolute where the deployment was
     made (`harvest serve`), as `output` is: a relative one would land wherever the worker happens to run.
-    Called by `harvest run` (`run_collect` with what it prepared: `PREPARED`), the spec, output and export
-    arguments are not read again.
+    Called by `harvest run` (`run_collect` with what it prepared: `flows.run.start.handed`), the spec, output and
+    export arguments are not read again.
     """
     body_started()
     with quiet_gc():
-        ready = PREPARED.get()
+        ready = handed()  # not a ContextVar here: Dask pickles this function by value, with what it names
         if ready is not None:
             run = _Run(base_url, budget, mode, full, _absolute(spec_path))
             return await _collect_job(ready.spec, ready.layout, ready.lock, run, ready.start)
@@ -324,12 +325,12 @@ async def run_collect(prepared: Prepared | None = None, **parameters: Any) -> Ru
     made of it: a run whose body ended is reported by its data when Prefect's API let it down at the end (its
     record waits in the output directory, `flows.orchestrator.prefect_record`); a record the run left because
     Prefect missed events on the way is told as soon as the flow run ended. `prepared`: what `harvest run`
-    prepared for the flow (`PREPARED`)."""
+    prepared for the flow (`flows.run.start.handed_over`)."""
     ended = Ended()
     token = ENDED.set(ended)
-    handed = PREPARED.set(prepared)
     try:
-        state = await collect_job(**parameters, return_state=True)
+        with handed_over(prepared):
+            state = await collect_job(**parameters, return_state=True)
     except NotTold:
         return _untold(ended, None)
     except Exception as exc:
@@ -341,7 +342,6 @@ async def run_collect(prepared: Prepared | None = None, **parameters: Any) -> Ru
             raise
         return _untold(ended, exc)  # the engine could not report the final state the body returned
     finally:
-        PREPARED.reset(handed)
         ENDED.reset(token)
     if ended.owed is not None and ended.layout is not None and ended.owed.why:
         await tell_owed(ended.layout, ended.owed.job)

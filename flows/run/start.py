@@ -18,7 +18,9 @@ A start is one of three (`RunStart`):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextvars
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
@@ -227,12 +229,33 @@ RunStart = New | Resume | Continue
 @dataclass(frozen=True)
 class Prepared:
     """A run `harvest run` prepared before Prefect started: its spec parsed, its output checked, its job's lock
-    taken and its start decided; handed to the flow in the same process (`flows.collect.run_collect`)."""
+    taken and its start decided; handed to the flow in the same process (`handed_over`)."""
 
     spec: JobSpec
     layout: OutputLayout
     lock: JobLock
     start: RunStart
+
+
+_HANDED: contextvars.ContextVar[Prepared | None] = contextvars.ContextVar("harvest_prepared", default=None)
+
+
+@contextmanager
+def handed_over(prepared: Prepared | None) -> Iterator[None]:
+    """`prepared` for the flow called inside (`flows.collect.run_collect`): it then parses, checks, locks and
+    decides nothing again. Scoped to that call, so a deployment's run or another flow run in the process never
+    sees it; a Prefect retry of the flow (the same call) does. Not a table of prepared runs: nothing outlives the
+    call."""
+    token = _HANDED.set(prepared)
+    try:
+        yield
+    finally:
+        _HANDED.reset(token)
+
+
+def handed() -> Prepared | None:
+    """What `harvest run` prepared for the flow running now, if it did (`handed_over`)."""
+    return _HANDED.get()
 
 
 def decide(
