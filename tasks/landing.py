@@ -98,6 +98,27 @@ def land_raw_pages(
     return point.finish()
 
 
+def reland_query(
+    layout: OutputLayout,
+    run_id: str,
+    started: datetime,
+    spec: QuerySpec,
+    endpoint: Endpoint,
+    part: int,
+    on_records: OnRecords,
+) -> tuple[PagerStart, list[tuple[str, str, int]]]:
+    """A Dask round's query landed again from its raw pages in the output directory, into a new part (its
+    earlier parts of the run removed), and where its paging stands: what the flow does when a round's result
+    was lost (its worker died) or its files failed their check."""
+    sink = open_sink(layout, run_id, started, part, spec.query_id)
+    try:
+        point = land_raw_pages(layout, run_id, started, spec, endpoint, sink, on_records)
+    except BaseException:
+        sink.abort()
+        raise
+    return point, layout.listed(sink.close())
+
+
 def query_pages(
     layout: OutputLayout, run_id: str, query_id: str, index: RawIndex | None
 ) -> Iterator[RawPage]:

@@ -6,11 +6,18 @@ the run's output directory (a path every worker reaches) or, with `runner.stagin
 page before it is read; the files when the round ends: `RoundStage`), and returns its summary, where paging
 stands now, and the values its records hold for dependent queries. The API key is read on the worker (its environment or the
 Prefect Secret block the spec names), never passed: task parameters are stored by Prefect.
+
+Each round claims its name before it pays anything, in the staging store or, on a shared disk, in the run's
+directory (`claim_shared`): Dask runs a task again when the worker holding its result dies (finished or not), and
+that attempt must pay nothing, since the first may have paid anything up to the grant. It returns `{"rerun":
+True}`; the flow lands what the first attempt stored (its raw pages are where the flow reads them, or staged)
+and grants the query again from its last page.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from datetime import datetime
@@ -30,7 +37,7 @@ from connectors.paging.pager import PagerStart, QuerySpec
 from connectors.reading.extraction import ExtractionReport
 from tasks.landing import page_query, task_end
 from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import FaultStop, MachineFault
+from tasks.output.machine_fault import FaultStop, MachineFault, as_machine_fault
 from tasks.output.staging import FILES, STARTED, StagedPages, open_staging, plain_frames
 from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
 from tasks.staged_known import read_known
@@ -118,6 +125,24 @@ class RoundStage:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def claim_shared(layout: OutputLayout, run_id: str, stage: str) -> bool:
+    """The round's claim on a shared disk, as `RoundStage.claim` is in the store: an empty file made with O_EXCL
+    (one attempt wins, on every worker that shares the disk), kept until the run's end. Raises `MachineFault` when
+    this machine cannot make it (a full disk): nothing was paid."""
+    claims = layout.round_claims(run_id)
+    try:
+        claims.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(claims / stage, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        fault = as_machine_fault(exc, claims / stage)
+        if fault is None:
+            raise
+        raise fault from None
+    return True
+
+
 @task(
     name="collect_round",
     task_run_name="{query[query_id]} round {round_no}",
@@ -136,13 +161,20 @@ async def collect_round(
     stage: str | None = None,
     known: dict[str, Any] | None = None,
 ) -> Any:
-    """`stage`: the round's name in the staging store (`runner.staging`); None: the output is a shared path.
-    `known`: where the flow staged the query's known keys (`tasks.staged_known`), read before anything is paid."""
+    """`stage`: the round's name, claimed before anything is paid: in the staging store (`runner.staging`), or in
+    the run's directory on the shared disk. `known`: where the flow staged the query's known keys
+    (`tasks.staged_known`), read before anything is paid."""
     spec = QuerySpec(**query)
     staged: RoundStage | None = None
     keys = None
     try:
-        if stage is not None:
+        if stage is not None and not run.get("staging"):
+            try:
+                if not claim_shared(OutputLayout(Path(run["output"])), run["run_id"], stage):
+                    return {"rerun": True}
+            except MachineFault as fault:  # nothing was paid: the flow gives the grant back and stops the run
+                return {"stop": fault_plain(fault), "spent": 0, "unpaid": True}
+        elif stage is not None:
             try:  # a worker that cannot reach the store (no credentials) pays nothing either
                 staged = RoundStage(run, stage, spec.query_id)
                 if not staged.claim():

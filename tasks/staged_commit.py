@@ -6,7 +6,7 @@ file has already skipped) appended to the query's raw file in the output directo
 parts, each checked against the size, sha256 and rows the worker reported and published under its name (a
 hidden `.tmp` first, as the sink does); then its attempt log; only then are the round's pages and files deleted
 from the store (its `started` claim stays until the run's last sweep: `commit_round`). A part that fails a check is not used: the query's Parquet is landed again from its raw pages, the
-receipt, as a resume lands them (`reland`). The run manifest, written after the rounds, names only files in the
+receipt, as a resume lands them (`tasks.landing.reland_query`). The run manifest, written after the rounds, names only files in the
 output directory, so nothing it references is ever in the store.
 
 A flow killed mid-run leaves stages behind: the resumed run commits every page in them (`sweep`) before it
@@ -26,9 +26,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.paging.pager import PagerStart, QuerySpec
-from tasks.landing import OnRecords, land_raw_pages, open_sink
 from tasks.output.layout import OutputLayout, query_hash
 from tasks.output.raw_store import RawPage, RawPageReader, RawPageWriter, decode_frame
 from tasks.output.staging import FILES, FRAME_SUFFIX, PAGES, StagingStore, stage_name
@@ -154,19 +151,6 @@ class StagedRun:
             return False
         os.replace(tmp, target)
         return True
-
-    def reland(
-        self, spec: QuerySpec, endpoint: Endpoint, part: int, on_records: OnRecords
-    ) -> tuple[PagerStart, list[tuple[str, str, int]]]:
-        """The query's Parquet landed again from its raw pages in the output directory (its earlier parts of the
-        run removed), and where its paging stands: what a resume does on the worker when the disk is shared."""
-        sink = open_sink(self.layout, self.run_id, self.started, part, spec.query_id)
-        try:
-            point = land_raw_pages(self.layout, self.run_id, self.started, spec, endpoint, sink, on_records)
-        except BaseException:
-            sink.abort()
-            raise
-        return point, self.layout.listed(sink.close())
 
     def sweep(self) -> set[str]:
         """Commit every page left in the store by earlier sessions of this run, and of the job's other runs in

@@ -28,13 +28,24 @@ import pytest
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, run_flow, scalar, write_spec
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    ROOT,
+    SECRET_KEY,
+    expected_keys,
+    key_set,
+    run_flow,
+    scalar,
+    write_spec,
+)
 from tests.net_helpers import free_port
 from tests.process_helpers import finish, start_run, wait_for_requests
 from tests.sandbox_gate import WAIT, GatedSandbox, gated, settle
 from tests.test_dask_runner import CONFIG, RECORD_TABLES, job, paid, table
 
 BUCKET = "stage"
+PINS, CREATIVE = "/v1/pinboard/search", "/v1/creative/materials"
+CREATIVE_PARAMS = {"query": "desks", "limit": 5}
 NOBODY = 65534
 SLOW = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE},
@@ -86,6 +97,9 @@ def staged_objects(prefix: str = BUCKET) -> list[str]:
 class NobodyCluster:
     """A Dask scheduler and workers run as `nobody` (setpriv), each in a directory of its own under a 0755 root."""
 
+    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    """How its processes are started: as `nobody`."""
+
     def __init__(self, api_url: str, s3: dict[str, str]) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="harvest-nobody-"))
         self.root.chmod(0o755)
@@ -119,7 +133,7 @@ class NobodyCluster:
         home = self.home(name)
         with open(home / "log", "wb") as log:  # the child keeps its own descriptor
             proc = subprocess.Popen(
-                ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command],
+                [*self.user, *command],
                 cwd=home, env=self.env(home), start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.procs[name] = proc
@@ -128,7 +142,7 @@ class NobodyCluster:
     def can(self, *command: str) -> bool:
         """Whether `nobody` succeeds at `command`."""
         done = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command],
+            [*self.user, *command],
             env=self.env(self.home("probe")), cwd=self.root, capture_output=True, timeout=60,
         )  # fmt: skip
         return done.returncode == 0
@@ -232,6 +246,13 @@ class NobodyCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class SharedDiskCluster(NobodyCluster):
+    """The same processes as the flow's user: workers that write the job's output directory where the flow reads
+    it (a shared disk, no staging)."""
+
+    user: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -479,3 +500,61 @@ def test_an_incremental_rerun_on_staging_workers_stops_at_the_known_keys_as_loca
     for name in INCREMENTAL_TABLES:
         assert table(staged / "harvest.duckdb", name) == table(local / "harvest.duckdb", name), name
         assert table(staged / "harvest.duckdb", name), name
+
+
+def test_a_round_dask_runs_again_on_a_shared_disk_pays_nothing(
+    prefect_harness: None, prefect_api_url: str, tmp_path: Path
+) -> None:
+    """On a shared disk (no staging) Dask runs a finished round again when the worker holding its result dies
+    before the flow took it. Here the flow waits on the creatives' round (held at the sandbox's door) while the
+    other worker finishes a pins round and holds its result; that worker is killed. The round's attempt on the
+    other worker finds the round's claim and pays nothing; the flow lands the pins' pages from the disk and goes
+    on from the last: every page billed once."""
+    from distributed import Client
+
+    shared = SharedDiskCluster(prefect_api_url, {})
+    pins = {"query": "oak"}
+    with gated(SLOW) as sb:
+        shared.start(workers=2)
+        spec = {**job(sb.base_url, tmp_path / "out", {"kind": "dask", "address": shared.address, "round_pages": 3}),
+                "queries": [{"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+                            {"id": "pins", "endpoint": PINS, "params": pins}]}  # fmt: skip
+        sb.gate.close()
+        sb.gate.let_through(3, PINS)  # the pins' first round pays its 3 pages, the creatives wait at the door
+
+        def kill_the_holder() -> None:
+            """Once one worker holds a finished round and the other is inside its round: SIGKILL the first."""
+            with Client(shared.address, timeout=60) as client:
+                deadline = time.monotonic() + WAIT
+                while True:
+                    busy, held = client.processing(), client.has_what()
+                    done = [w for w in held if held[w] and not busy.get(w)]
+                    if done and any(busy.values()):
+                        home = client.scheduler_info(n_workers=-1)["workers"][done[0]]["local_directory"]
+                        shared.kill(
+                            next(n for n in ("worker-0", "worker-1") if home.startswith(str(shared.root / n)))
+                        )
+                        break
+                    assert time.monotonic() < deadline, f"no worker held a finished round: {busy} {held}"
+                    time.sleep(0.05)
+            sb.gate.open()
+
+        killer = threading.Thread(target=kill_the_holder, daemon=True)
+        killer.start()
+        try:
+            with said("flows.run.dask_rounds") as warnings:
+                summary = run_flow(write_spec(tmp_path, spec))
+        finally:
+            killer.join(timeout=WAIT)
+            sb.gate.open()
+            shared.stop()
+        billed, pages = sb.billed_total(), paid(data_entries(sb))
+    assert any("lost (its worker died)" in w for w in warnings), warnings
+    assert summary.status == "complete", summary
+    assert set(pages.values()) == {1}, [p for p, n in pages.items() if n > 1]
+    assert billed <= summary.credits_spent
+    want = expected_keys([(PINS, pins), (CREATIVE, CREATIVE_PARAMS)], SLOW)
+    db = tmp_path / "out" / "harvest.duckdb"
+    for name in ("pinboard_pins", "creative_materials"):
+        assert key_set(db, name) == set(want[name]), name
+    assert not list((tmp_path / "out" / "raw").glob("*/rounds")), "the rounds' claims outlive the run"

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -36,12 +38,12 @@ from flows.run.service_access import ServiceAccess, client_settings
 from flows.run.start import RunStart
 from flows.spec import JobSpec
 from flows.spec.service_url import EMBEDDED_SANDBOX
-from tasks.landing import task_result
+from tasks.landing import reland_query, task_result
 from tasks.output.journal import RunJournal
-from tasks.output.layout import OutputLayout
+from tasks.output.layout import OutputLayout, query_hash
 from tasks.output.machine_fault import FaultStop, MachineFault
 from tasks.output.query_summary import history_fields
-from tasks.output.staging import frames_of, open_staging
+from tasks.output.staging import frames_of, open_staging, stage_name
 from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
 from tasks.staged_commit import StagedRun
 from tasks.staged_known import stage_known
@@ -102,6 +104,7 @@ class Rounds:
         self.spec, self.plan, self.start, self.journal, self.ledger = spec, the_plan, start, journal, ledger
         self.layout = layout
         self.run_info = run
+        self.started = datetime.fromisoformat(run["started"])
         self.endpoints = spec.endpoints()
         self.discovery = Discovery(the_plan, start, run["incremental"])
         self.seen: set[str] = set()
@@ -111,6 +114,8 @@ class Rounds:
         self.faults = journal.faults or FaultStop(ledger)
         self.staged: StagedRun | None = None
         """With `runner.staging`: the run's stages in the store (workers share no disk with the flow)."""
+        self.session = secrets.token_hex(4)
+        """Names this process's rounds (a resumed flow counts its parts from 1 again)."""
 
     def add(self, query: QuerySpec) -> None:
         if query.query_id in self.seen:
@@ -122,14 +127,13 @@ class Rounds:
         if decided is None:
             return
         self.journal.query_started(asdict(decided))
-        r = Running(decided, self.endpoints[decided.endpoint].price_of(decided.params))
+        endpoint, incremental = self.endpoints[decided.endpoint], self.run_info["incremental"]
+        r = Running(decided, endpoint.price_of(decided.params))
         self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
         if self.staged is not None:  # workers cannot read the job's DuckDB: its known keys go to the store
             try:
-                r.known = stage_known(
-                    self.staged, decided, self.endpoints[decided.endpoint], self.run_info["incremental"]
-                )
+                r.known = stage_known(self.staged, decided, endpoint, incremental)
             except MachineFault as fault:  # nothing is granted once the run stops
                 self.faults.stop(fault)
         if self.staged is not None and decided.resume:  # nor its raw pages: land them here
@@ -138,10 +142,11 @@ class Rounds:
     def reland(self, r: Running) -> None:
         """Land the query's raw pages in the output directory again and go on from the last one (a resumed
         query, or a round whose worker died or whose files failed their check), finding its dependents."""
-        assert self.staged is not None
         self.parts += 1
-        found, hook = values_hook(self.wanted(r.spec), r.spec.params, self.endpoints[r.spec.endpoint])
-        point, r.files = self.staged.reland(r.spec, self.endpoints[r.spec.endpoint], self.parts, hook)
+        endpoint = self.endpoints[r.spec.endpoint]
+        found, hook = values_hook(self.wanted(r.spec), r.spec.params, endpoint)
+        run_id = self.run_info["run_id"]
+        point, r.files = reland_query(self.layout, run_id, self.started, r.spec, endpoint, self.parts, hook)
         r.state = state_to_plain(point, point.pages, point.records, point.extraction.as_dict())
         r.pages, r.records = point.pages, point.records
         r.spec = QuerySpec(**{**asdict(r.spec), "resume": False})
@@ -179,7 +184,7 @@ class Rounds:
                 if not granted:
                     break
                 await self.one_round(runner, granted, grants)
-        self.close_staging()
+        self.close_rounds()
         stopped = self.ledger.stopped
         status = stopped.kind if stopped else "budget_exhausted"
         reason = stopped.reason if stopped else self.why_no_credits()
@@ -187,8 +192,10 @@ class Rounds:
             self.end(r, self.last_summary(r, status, reason))
         return self.summaries
 
-    def close_staging(self) -> None:
-        """Pages a round left in the store after its commit (a task Dask ran again) into the raw files."""
+    def close_rounds(self) -> None:
+        """Once the Dask client is closed (no attempt of a round can come): the rounds' claims on a shared disk
+        go, and pages a round left in the store after its commit (a task Dask ran again) reach the raw files."""
+        shutil.rmtree(self.layout.round_claims(self.run_info["run_id"]), ignore_errors=True)
         if self.staged is None:
             return
         try:
@@ -196,16 +203,9 @@ class Rounds:
         except MachineFault as fault:  # they stay in the store; the next run of the job commits them
             self.faults.stop(fault)
 
-    @property
-    def started(self) -> datetime:
-        return datetime.fromisoformat(self.run_info["started"])
-
     def free(self) -> int:
-        """What a round may grant: the budget left, and never more than keeps the account at `min_balance`.
-
-        Workers pay concurrently and see the balance only after paying, so the floor is held here, in the
-        grants, from the last balance the service reported (before the run, then after every round).
-        """
+        """What a round may grant: the budget left, and never more than keeps the account at `min_balance` (held
+        here, in the grants, from the last balance reported: workers pay at once and see it only after paying)."""
         floor, balance = self.ledger.min_balance, self.ledger.account_remaining
         if floor is None or balance is None:
             return self.ledger.remaining
@@ -218,7 +218,7 @@ class Rounds:
         return "the run's budget has no credits left"
 
     async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
-        submitted: list[tuple[Running, Reservation, str | None, Any]] = []
+        submitted: list[tuple[Running, Reservation, str, Any]] = []
         client = self.run_info["client"]  # a known rate limit is shared by the round's tasks
         known = client["per_second"]
         shared = known / len(granted) if known and granted else None
@@ -234,7 +234,9 @@ class Rounds:
             self.parts += 1
             r.rounds += 1
             query = asdict(r.spec)
-            stage = self.staged.stage(self.parts, r.spec.query_id) if self.staged is not None else None
+            stage = stage_name(
+                self.session, self.parts, query_hash(r.spec.query_id)
+            )  # claimed before it pays
             params = {"run": run, "query": query, "state": r.state, "grant": amount, "part": self.parts,
                       "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage,
                       "known": r.known}  # fmt: skip
@@ -243,7 +245,7 @@ class Rounds:
         balances: list[int] = []
         for r, reservation, stage, future in submitted:
             await asyncio.to_thread(future.wait)
-            if stage is not None:
+            if self.staged is not None:
                 balance = await self.settle_staged(r, reservation, future.state, stage)
             else:
                 balance = await self.settle(r, reservation, future.state)
@@ -272,6 +274,17 @@ class Rounds:
                 self.ledger.settle(reservation, None)
                 r.credits += reservation.amount
                 self.end(r, self.last_summary(r, "failed", self.scrub(f"{type(exc).__name__}: {exc}")))
+                return None
+            if result.get("unpaid"):  # its claim could not be made (a full disk): nothing was sent
+                self.ledger.release(reservation)
+                self.faults.reported(result["stop"])
+                return None
+            if result.get(
+                "rerun"
+            ):  # Dask ran it again where its worker died: the first may have spent it all
+                self.ledger.settle(reservation, None)
+                r.credits += reservation.amount
+                self.relanded(r, "its worker died")
                 return None
             self.ledger.settle(reservation, result["spent"])
             r.credits += result["spent"]
@@ -307,26 +320,30 @@ class Rounds:
         self.ledger.settle(reservation, None if lost else result["spent"])
         r.credits += reservation.amount if lost else result["spent"]
         unstaged = frames_of(result.get("unstaged") or [])
-        before = r.pages
         files = self.staged.commit_round(r.spec.query_id, stage, result.get("staged"), unstaged)
         self.faults.reported(result.get("stop"))
         if lost or files is None:
             why = result.get("broke") or ("its worker died" if lost else "its files did not arrive whole")
-            log.warning(
-                "query %s: round %s lost (%s); its staged pages are committed", r.spec.query_id, stage, why
-            )
-            self.reland(r)
-            progress.current().page_landed(r.spec.query_id, 0, 0 if lost else result["spent"])
-            if "broke" in result and r.pages == before:
-                self.end(r, self.last_summary(r, "failed", result["broke"]))
-            elif self.ledger.stopped is not None:
-                self.end(r, self.last_summary(r, self.ledger.stopped.kind, self.ledger.stopped.reason))
+            spent = 0 if lost else result["spent"]
+            self.relanded(r, why, spent, result.get("broke"))
             return None if lost else result.get("balance")
         return await self.settle(r, reservation, state, settled=result, files=files)
 
+    def relanded(self, r: Running, why: str, spent: int = 0, broke: str | None = None) -> None:
+        """A round whose result is lost (its worker died: Dask's new attempt paid nothing) or unusable: what it
+        stored lands again, the query goes on from its last page; one that `broke` without a page ends `failed`."""
+        before = r.pages
+        log.warning("query %s: a round lost (%s); what it stored lands again", r.spec.query_id, why)
+        self.reland(r)
+        progress.current().page_landed(r.spec.query_id, 0, spent)
+        if broke is not None and r.pages == before:
+            self.end(r, self.last_summary(r, "failed", broke))
+        elif self.ledger.stopped is not None:
+            self.end(r, self.last_summary(r, self.ledger.stopped.kind, self.ledger.stopped.reason))
+
     def unsent(self, reservation: Reservation, missing: MissingApiKey) -> int | None:
-        """A worker without the API key sent nothing: the grant goes back whole and the run stops here, with
-        one message (each query used to fail on its own, its grant counted: 60 credits for 0 requests)."""
+        """A worker without the API key sent nothing: the grant goes back whole, and the run stops with one
+        message rather than each query failing on its own with its grant counted."""
         self.ledger.release(reservation)
         why = f"a Dask worker could not read the API key, so nothing was sent: {self.scrub(str(missing))}"
         self.ledger.stop("stopped", why + " (on every worker, as the spec's `service` names it)")
@@ -342,7 +359,7 @@ class Rounds:
                 self.add(child)
 
     def last_summary(self, r: Running, status: str, error: str) -> dict[str, Any]:
-        state = r.state or {}
+        state, run_id = r.state or {}, self.run_info["run_id"]
         cursor = state.get("cursor", r.spec.start_cursor)
         paged = state_from_plain(state) or PagerStart(cursor=cursor)
         return {
@@ -351,10 +368,8 @@ class Rounds:
             "records": state.get("records", 0), "credits": r.credits,
             "next_cursor": cursor, "error": error, "files": r.files,
             "extraction": state.get("extraction", {}),
-            "raw_file": self.layout.relative(self.layout.raw_file(self.run_info["run_id"], r.spec.query_id)),
-            "requests_file": self.layout.relative(
-                self.layout.requests_file(self.run_info["run_id"], r.spec.query_id)
-            ),
+            "raw_file": self.layout.relative(self.layout.raw_file(run_id, r.spec.query_id)),
+            "requests_file": self.layout.relative(self.layout.requests_file(run_id, r.spec.query_id)),
         }  # fmt: skip
 
     def end(self, r: Running, summary: dict[str, Any]) -> None:

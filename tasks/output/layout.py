@@ -156,6 +156,10 @@ class OutputLayout:
     def requests_file(self, run_id: str, query_id: str) -> Path:
         return self.run_dir(run_id) / f"{query_stem(query_id)}{REQUESTS_SUFFIX}"
 
+    def round_claims(self, run_id: str) -> Path:
+        """Dask rounds on a shared disk: one empty file per round, made before it pays (`tasks.round_task`)."""
+        return self.run_dir(run_id) / "rounds"
+
     def manifest_file(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "manifest.json"
 
