@@ -1,5 +1,5 @@
-"""How a run starts, given the runs before it: decided once, by `decide`, for every way a run is started (`harvest
-run`, a deployment's run, the Python API, a Prefect retry of the flow), under the job's lock (`flows.run.preflight.lock_job`).
+"""How a run starts, given the runs before it: decided once, by `decide`, for every way a run is started
+(`harvest run`, a deployment's run, the Python API, a Prefect retry), under the job's lock (`preflight.lock_job`).
 
 A start is one of three (`RunStart`):
 
@@ -242,10 +242,8 @@ _HANDED: contextvars.ContextVar[Prepared | None] = contextvars.ContextVar("harve
 
 @contextmanager
 def handed_over(prepared: Prepared | None) -> Iterator[None]:
-    """`prepared` for the flow called inside (`flows.collect.run_collect`): it then parses, checks, locks and
-    decides nothing again. Scoped to that call, so a deployment's run or another flow run in the process never
-    sees it; a Prefect retry of the flow (the same call) does. Not a table of prepared runs: nothing outlives the
-    call."""
+    """`prepared` for the flow called inside (`flows.collect.run_collect`), which then parses, checks, locks and
+    decides nothing again: scoped to that call (a Prefect retry of the flow is in it), nothing outlives it."""
     token = _HANDED.set(prepared)
     try:
         yield
@@ -377,12 +375,6 @@ def chain_from(runs: Mapping[str, Any], run_id: str | None) -> list[RunManifest]
     return [h.manifest() for h in chain[::-1]]
 
 
-def _paid_through(summary: dict[str, Any]) -> bool:
-    """A query that drifted on its last page: every page is paid and kept (`harvest rebuild` lands them), so
-    continuing it would only pay for the same pages again."""
-    return summary["status"] == "drift" and not summary.get("next_cursor")
-
-
 def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     """What a chain of finished runs settled: each query's newest status across it decides."""
     if not chain:
@@ -395,7 +387,9 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     done: set[str] = set()
     at: dict[str, QuerySpec] = {}
     for qid, summary in status.items():
-        if summary["status"] not in CONTINUABLE or _paid_through(summary):
+        # drifted on its last page: every page is paid and kept (`harvest rebuild` lands them), none to continue
+        paid_through = summary["status"] == "drift" and not summary.get("next_cursor")
+        if summary["status"] not in CONTINUABLE or paid_through:
             done.add(qid)
         elif qid in specs:
             at[qid] = QuerySpec(**{**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False})
