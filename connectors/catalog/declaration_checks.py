@@ -16,6 +16,7 @@ from connectors.catalog.declarations import (
     ENDPOINT_PATH,
     ENDPOINT_PATH_WORDS,
     ENTRY_FIELDS,
+    HOLDER_PREFIX,
     META_COLUMN_NAMES,
     NAME,
     NAME_WORDS,
@@ -187,10 +188,38 @@ def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Pro
             )
         yield from _ignored((*at, "unwrap", "ignore"), kind.unwrap.ignore)
     yield from _ignored((*at, "ignore"), kind.ignore)
-    if kind.nested is not None and not NAME.fullmatch(kind.nested):
-        yield (*at, "nested"), f"{kind.nested!r} is not a key", "the key of an item holding more items"
+    yield from _nesting_and_filter_problems(at, table, kind)
     for name, child in kind.children.items():
         yield from _child_problems((*at, "children", name), name, child, kind, names)
+
+
+def _nesting_and_filter_problems(at: tuple[str | int, ...], table: str, kind: KindDecl) -> Iterator[Problem]:
+    """`nested` and `where` are record paths; a `$parent.NAME` column names a column the holding item has, and
+    the kind nests (only a nested item has a holder)."""
+    if kind.nested is not None:
+        yield from _path_problems((*at, "nested"), kind.nested)
+    for path, values in kind.where.items():
+        yield from _path_problems((*at, "where", path), path)
+        if values == []:
+            yield (*at, "where", path), "no value to keep", "a value, or a list of values"
+    own = {n: c for n, c in kind.columns.items() if not (c.path or "").startswith(HOLDER_PREFIX)}
+    for name, column in kind.columns.items():
+        for alternative in (column.path or "").split("|"):
+            if not alternative.startswith(HOLDER_PREFIX):
+                continue
+            read = alternative[len(HOLDER_PREFIX) :]
+            if kind.nested is None:
+                yield (
+                    (*at, "columns", name, "path"),
+                    f"{alternative!r}: only an item nested in another has one holding it",
+                    "`nested: PATH` on the record kind, or a record path",
+                )
+            elif read not in own or column.path != alternative:
+                yield (
+                    (*at, "columns", name, "path"),
+                    f"{alternative!r} is not a column of the item holding it",
+                    ", ".join(f"{HOLDER_PREFIX}{n}" for n in own) + " (alone, not among `|` alternatives)",
+                )
 
 
 def _child_problems(
@@ -219,6 +248,13 @@ def _child_problems(
                 "a name other than " + ", ".join(taken),
             )
     yield from _column_problems((*at, "columns"), child.columns, names)
+    for name, column in child.columns.items():
+        if HOLDER_PREFIX in (column.path or ""):
+            yield (
+                (*at, "columns", name, "path"),
+                f"{column.path!r}: a child row's record is in `parent_<key>` already",
+                "a record path inside the item",
+            )
     if child.entries:
         for name, column in child.columns.items():
             for alternative in (column.path or name).split("|"):
@@ -274,6 +310,8 @@ def _column_problems(
                 param = alternative[len(PARAM_PREFIX) :]
                 if param not in names:
                     yield (*at, name, "path"), f"{param!r} is not a parameter", ", ".join(names)
+            elif alternative.startswith(HOLDER_PREFIX):
+                continue  # a record kind's own check (`_nesting_and_filter_problems`)
             elif column.path is not None:
                 yield from _path_problems((*at, name, "path"), alternative)
 

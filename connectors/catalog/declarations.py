@@ -26,6 +26,8 @@ PagingStyle = Literal[
     "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor"
 ]
 Scalar = str | int | float | bool
+WhereValue = Scalar | None
+"""A value a kind's `where` keeps: null stands for an item without the field."""
 
 ENDPOINT_PATH = re.compile(r"^/(?:[A-Za-z0-9._~-]|/|\{[A-Za-z_][A-Za-z0-9_]*\})*$")
 PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -33,6 +35,8 @@ NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 TABLE = re.compile(r"^[a-z][a-z0-9_]*$")
 COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 PARAM_PREFIX = "$params."
+HOLDER_PREFIX = "$parent."
+"""A column path reading a column of the item that holds a nested record (`connectors.catalog.fields`)."""
 
 ENDPOINT_PATH_WORDS = "a path starting with `/`: letters, digits, `._~-`, and `{name}` for a path parameter"
 NAME_WORDS = "a name of letters, digits and `_`, starting with a letter"
@@ -158,11 +162,24 @@ class KindDecl(_Decl):
     )
     unwrap: UnwrapDecl | None = None
     ignore: list[str] = Field(default_factory=list, description="Record paths known and left in `raw`.")
-    nested: str | None = Field(None, description="The key under which an item holds more items of its kind.")
+    nested: str | None = Field(
+        None, description="Where in an item more items of its kind are, a record path (`replies.items`), to any "
+        "depth: each nested item is a record too, and a `$parent.NAME` column reads the item holding it."
+    )  # fmt: skip
     children: dict[str, ChildDecl] = Field(
         default_factory=dict,
         description="Child table -> a list of objects inside each record (one row per item).",
     )
+    # Record kinds as the service's answers hold them: places on the first page only, items of other kinds
+    # mixed into a list.
+    first_page_only: bool = Field(
+        False, strict=True, description="true: the place is on a query's first page only; absent from a later "
+        "page, it is no drift."
+    )  # fmt: skip
+    where: dict[str, WhereValue | list[WhereValue]] = Field(
+        default_factory=dict, description="Record path -> a value or a list of values: only the items holding "
+        "one of them at each path are records (null: the field is absent); the others are counted, not landed."
+    )  # fmt: skip
 
 
 class PagingDecl(_Decl):
@@ -286,7 +303,19 @@ def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
             child["columns"] = _plain_columns(child["columns"])
         if not kind["children"]:
             del kind["children"]  # a declaration without children reads, hashes and records as before them
+        _plain_kind_keys(kind)
     return data
+
+
+def _plain_kind_keys(kind: dict[str, Any]) -> None:
+    """`first_page_only` and `where` in the plain form (`where` values as lists) only when declared: a kind
+    without them reads, hashes and records as before them."""
+    if not kind["first_page_only"]:
+        del kind["first_page_only"]
+    if kind["where"]:
+        kind["where"] = {path: v if isinstance(v, list) else [v] for path, v in kind["where"].items()}
+    else:
+        del kind["where"]
 
 
 def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

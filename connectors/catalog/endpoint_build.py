@@ -71,6 +71,8 @@ def _kind(table: str, kind: Mapping[str, Any]) -> RecordKind:
         children=tuple(
             _child(name, table, parent_key, child) for name, child in kind.get("children", {}).items()
         ),
+        first_page_only=kind.get("first_page_only", False),
+        where=tuple((path, tuple(values)) for path, values in kind.get("where", {}).items()),
     )
 
 

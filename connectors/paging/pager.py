@@ -143,6 +143,16 @@ def signature(kinds: tuple[RecordKind, ...], tables: Mapping[str, pa.Table]) -> 
     return digest.digest()
 
 
+def later_page(index: int, cursor_in: Mapping[str, Any] | None) -> bool:
+    """Whether a page is not its query's first: places sent on the first page only may be left out of it."""
+    return index > 0 or bool(cursor_in)
+
+
+def held_nothing(records: int, report: ExtractionReport) -> bool:
+    """A page with no items at all (none a kind's `where` left out either): paging ends there."""
+    return records == 0 and not report.dropped
+
+
 def cursor_key(cursor: Cursor) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(cursor.items()))
 
@@ -192,8 +202,13 @@ class QueryPager(PageFetching):
         )
 
     def _read(self, page: Page) -> None:
-        """The page's records, per kind, and the account of what did not make it."""
-        converted = convert_page(self.endpoint.kinds, page.body, self.spec.params, page.repairs)
+        """The page's records, per kind, and the account of what did not make it (the places the query's earlier
+        pages held: one a later page leaves out is no drift)."""
+        converted = convert_page(
+            self.endpoint.kinds, page.body, self.spec.params, page.repairs,
+            earlier=self.outcome.extraction.found, later=later_page(page.index, page.cursor_in),
+            paging=self.endpoint.paging,
+        )  # fmt: skip
         page.records, page.tables, page.report = converted.records, converted.tables, converted.report
 
     async def pages(self) -> AsyncGenerator[Page, None]:
@@ -257,7 +272,7 @@ class QueryPager(PageFetching):
         if page.report.not_found or _deactivated(page):
             out.status = "not_found"
             return False
-        if nxt is None or page.record_count == 0:
+        if nxt is None or held_nothing(page.record_count, page.report):
             out.status = "complete"
             return False
         if self._caught_up(page, state):

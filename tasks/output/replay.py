@@ -16,7 +16,7 @@ from typing import Any
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.paging_styles import Cursor
 from connectors.catalog.records import RecordKind
-from connectors.paging.pager import PagerStart, cursor_key, signature
+from connectors.paging.pager import PagerStart, cursor_key, held_nothing, later_page, signature
 from connectors.reading.extraction import ConvertedPage, convert_page
 from connectors.reading.json_body import Body, read_body
 from tasks.output.raw_store import RawPage, RawPageReader
@@ -61,10 +61,16 @@ def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
 
 
 def replay_pages(pages: Iterable[RawPage], endpoint: Endpoint) -> Iterator[ReplayedPage]:
-    """Stored pages (a query's, from a `RawIndex`) with their records."""
+    """Stored pages (a query's, from a `RawIndex`) with their records, read as the live run read them (the
+    places its earlier pages held)."""
+    found: set[str] = set()
     for page in pages:
         body = _body(page)
-        converted = convert_page(endpoint.kinds, body.value, page.params, body.repairs)
+        converted = convert_page(
+            endpoint.kinds, body.value, page.params, body.repairs,
+            earlier=found, later=later_page(page.page, page.cursor_in), paging=endpoint.paging,
+        )  # fmt: skip
+        found |= converted.report.found
         yield ReplayedPage(page, converted, body.value is not None)
 
 
@@ -109,7 +115,7 @@ class ResumePoint:
             start.cursor = dict(raw.cursor_out) if raw.cursor_out else None
         elif not last.answered:
             start.cursor, start.index = raw.cursor_in, raw.page  # a paid failure: ask for that page again
-        elif not raw.cursor_out or last.record_count == 0:
+        elif not raw.cursor_out or held_nothing(last.record_count, last.converted.report):
             start.ended = "complete"
         else:
             start.cursor = dict(raw.cursor_out)
