@@ -66,7 +66,8 @@ class DeclaredColumn:
 
     @property
     def from_request(self) -> bool:
-        return self.path.startswith("$params.")
+        """Harvest fills it, from the request (`$params.`) or the item holding a nested record (`$parent.`)."""
+        return self.path.startswith(("$params.", "$parent."))
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,14 @@ class DeclaredKind:
     ignore: tuple[str, ...] = ()
     """Record paths the declaration knows and leaves in raw: the sandbox sends them, null."""
     nested: str | None = None
-    """The key under which an item holds more items of its kind: sent as an empty list."""
+    """Where in an item more items of its kind are (a record path): replies to replies, a few levels deep."""
     children: tuple[DeclaredChild, ...] = ()
     """Lists of objects inside each record (child tables)."""
+    first_page_only: bool = False
+    """The place is sent on a query's first page only (a post beside the first page of its comments)."""
+    where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """(record path, values): the records hold the first value at the path; each page's list also holds an item
+    of another kind (another value there), as a board's pins hold a "Related Interests" module."""
 
     @property
     def key_paths(self) -> str:
@@ -250,7 +256,20 @@ def _kind(r: _DeclarationReader, table: str, raw: Any) -> DeclaredKind:
         children=tuple(
             _child(r, f"{where}.children", t, c) for t, c in r.mapping(spec.get("children"), where).items()
         ),
+        first_page_only=bool(spec.get("first_page_only", False)),
+        where=_where(r, spec.get("where"), f"{where}.where"),
     )
+
+
+def _where(r: _DeclarationReader, raw: Any, where: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """A kind's `where`: record path -> a value or a list of values (null: the field left out)."""
+    out = []
+    for path, values in r.mapping(raw, where).items():
+        listed = tuple(values) if isinstance(values, list) else (values,)
+        if not listed:
+            raise r.fail(f"{where}.{path}", "names no value to keep")
+        out.append((str(path), listed))
+    return tuple(out)
 
 
 def _child(r: _DeclarationReader, where: str, table: str, raw: Any) -> DeclaredChild:

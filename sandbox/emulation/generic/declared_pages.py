@@ -27,7 +27,14 @@ from typing import Any
 
 from sandbox.emulation import cursor_values as cursors
 from sandbox.emulation.generic.declared_form import DEFAULT_END_VALUES, DeclaredEndpoint, DeclaredKind
-from sandbox.emulation.generic.synthetic_values import empty_record, inner, make_record, put
+from sandbox.emulation.generic.synthetic_values import (
+    empty_record,
+    foreign_item,
+    inner,
+    make_record,
+    put,
+    with_nested,
+)
 from sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
 from sandbox.emulation.platforms import Record
 from sandbox.emulation.scope import PagePlan, Scope
@@ -59,20 +66,32 @@ def _records(
 
 
 def _lay_out(
-    decl: DeclaredEndpoint, lists: dict[str, list[Record]], one_pos: int, s: Scope, echo: dict[str, str]
+    decl: DeclaredEndpoint,
+    lists: dict[str, list[Record]],
+    one_pos: int,
+    s: Scope,
+    echo: dict[str, str],
+    page: int = 0,
 ) -> ServedPage:
-    """The body holding every kind at its place; `records` holds each kind's records (unwrapped)."""
+    """The body holding every kind at its place (a `first_page_only` one on the first page only; a list of a kind
+    with `where` also holds an item of another kind); `records` holds each kind's records (unwrapped, nested
+    ones after the item holding them)."""
     body: Any = {}
     records: dict[str, list[Record]] = {}
     for kind in sorted(decl.kinds, key=lambda k: k.at != ""):  # the answer itself first, the rest into it
-        if kind.one:
+        if kind.first_page_only and page > 0:
+            records[kind.table] = []
+        elif kind.one:
             item = make_record(kind, s, one_pos, echo)
             body = put(body, kind.at, item) if kind.at else {**item, **body}
-            records[kind.table] = [inner(kind, item)]
+            records[kind.table] = [inner(kind, got) for got in with_nested(kind, [item])]
         else:
             items = lists.get(kind.table, [])
+            records[kind.table] = [inner(kind, got) for got in with_nested(kind, items)]
+            foreign = foreign_item(kind, s, page) if items else None
+            if foreign is not None:
+                items = [items[0], foreign, *items[1:]]
             body = put(body, kind.at, items) if kind.at else items
-            records[kind.table] = [inner(kind, item) for item in items]
     return ServedPage(body, records, envelope=isinstance(body, dict))
 
 
@@ -105,7 +124,8 @@ def paged(ctx: Ctx, decl: DeclaredEndpoint) -> ServedPage:
     lists = {primary.table: _records(primary, s, [i - new for i in with_repeat(ctx, lo, hi, total)], echo)}
     for kind in listed[1:]:
         lists[kind.table] = _records(kind, s, _page_positions(plan, kind.table, lo // size), echo)
-    page = _lay_out(decl, lists, 0, s, echo)
+    asked = any(ctx.params.get(param) is not None for param, _ in decl.paging.next)
+    page = _lay_out(decl, lists, 0, s, echo, page=lo // size + 1 if asked else 0)
     _end_signals(ctx, decl, page, s, (lo, hi, total, new))
     return page
 
