@@ -377,6 +377,7 @@ class ServiceClient:
         raise typed_error(
             answer,
             self._key.scrub,
+            self._key.source,
             credits=call.credits,
             query_id=call.request.query_id,
             endpoint=call.request.endpoint,
@@ -389,7 +390,7 @@ class ServiceClient:
             what = (
                 "the API key was refused (401)"
                 if status == 401
-                else "out of credits, or the API key is not valid (402)"
+                else f"out of credits, or the API key is not valid (402; the key: {self._key.source})"
             )
             self.ledger.stop("stopped", f"the service answered {what}")
         elif status < 500 and status != 429:
