@@ -334,6 +334,8 @@ def test_a_job_lands_the_thread_and_the_board_and_says_what_it_did_not_read(
         "1 item the pages held did not match its record kind's `where`" in said
         and "Related Interests" in said
     )
+    assert "harvest: thread: complete, 1 page, 5 records, 1 credit; `more.cursor` unread" in said  # its line
+    assert "harvest: board: complete, 2 pages, 2 records, 2 credits; 1 item left out" in said
     table = " ".join(result.stdout.split())
     assert "`more.cursor` unread" in table and "1 item left out" in table
     assert [path for path, _ in asked].count(THREAD_PATH) == 1, "paging ended after the one page"
