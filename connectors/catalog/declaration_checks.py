@@ -6,7 +6,7 @@ inside the declaration, what is wrong, what is allowed); `flows.spec.declared` p
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from connectors.catalog.declarations import (
@@ -29,11 +29,10 @@ from connectors.catalog.declarations import (
     ColumnDecl,
     EndpointDecl,
     KindDecl,
-    PagingDecl,
     ParamDecl,
-    effective_next,
     path_params,
 )
+from connectors.catalog.declared_requests import PAGE_DEFAULTS, PAGE_NUMBER, PagingDecl, effective_next
 from connectors.catalog.record_paths import PATH_WORDS, path_problem
 
 Problem = tuple[tuple[str | int, ...], str, str]
@@ -47,13 +46,16 @@ def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
     in_path = path_params(path)
     for name, param in decl.params.items():
         yield from _param_problems(name, param, in_path)
-    names = list(dict.fromkeys([*decl.params, *in_path, *effective_next(decl.paging)]))
+    follow = [decl.paging.follow.param] if decl.paging.follow else []
+    names = list(dict.fromkeys([*decl.params, *in_path, *effective_next(decl.paging), *follow]))
     for n, group in enumerate(decl.one_of):
         for m, name in enumerate(group):
             if name not in names:
                 yield ("one_of", n, m), f"{name!r} is not a parameter", ", ".join(names) or "none declared"
-    yield from _paging_problems(decl.paging, names)
+    yield from _paging_problems(decl.paging, list(decl.records))
+    yield from _page_bounds(decl)
     yield from _price_problems(decl, names)
+    yield from _rule_problems(decl, names)
     order = decl.newest_first
     if order is not None and order.param is not None and order.param not in names:
         yield ("newest_first", "param"), f"{order.param!r} is not a parameter", ", ".join(names)
@@ -125,7 +127,15 @@ def _fits(kind: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
-def _paging_problems(paging: PagingDecl, names: list[str]) -> Iterator[Problem]:
+# ---- paging, price and parameter rules (`connectors.catalog.declared_requests`)
+def _paging_problems(paging: PagingDecl, tables: list[str]) -> Iterator[Problem]:
+    yield from _follow_problems(paging, tables)
+    if paging.style == PAGE_NUMBER:
+        yield from _page_number_problems(paging)
+        return
+    for key in PAGE_DEFAULTS:
+        if getattr(paging, key) is not None:
+            yield ("paging", key), f"`{key}` is a key of page numbers", "style: page_number, or leave it out"
     if paging.style == "single":
         if paging.next:
             yield ("paging", "next"), "a single page has no next page", "no `next` with style: single"
@@ -141,13 +151,117 @@ def _paging_problems(paging: PagingDecl, names: list[str]) -> Iterator[Problem]:
         yield from _path_problems(("paging", "more", n), where)
 
 
+def _page_number_problems(paging: PagingDecl) -> Iterator[Problem]:
+    """A page number harvest counts: a parameter, a first number, a step; `last` not before `first`."""
+    if paging.next is not None:
+        yield (
+            ("paging", "next"),
+            "a page number is counted by harvest, not read from the answer",
+            "param, first, step (and last, more or pages to say where the pages end)",
+        )
+    if paging.param is not None and not NAME.fullmatch(paging.param):
+        yield ("paging", "param"), f"{paging.param!r} cannot be a parameter name", NAME_WORDS
+    first = PAGE_DEFAULTS["first"] if paging.first is None else paging.first
+    if paging.last is not None and paging.last < first:
+        yield (
+            ("paging", "last"),
+            f"page {paging.last} comes before the first, {first}",
+            f"a number >= {first}",
+        )
+    if paging.pages is not None:
+        yield from _path_problems(("paging", "pages"), paging.pages)
+    for n, where in enumerate(paging.more or ()):
+        yield from _path_problems(("paging", "more", n), where)
+
+
+def _page_bounds(decl: EndpointDecl) -> Iterator[Problem]:
+    """The first and last page numbers within what the page parameter's declaration allows."""
+    paging = decl.paging
+    param = decl.params.get(paging.param or PAGE_DEFAULTS["param"]) if paging.style == PAGE_NUMBER else None
+    if param is None:
+        return
+    for key, number in (
+        ("first", PAGE_DEFAULTS["first"] if paging.first is None else paging.first),
+        ("last", paging.last),
+    ):
+        low, high = param.min, param.max
+        if number is not None and (
+            (low is not None and number < low) or (high is not None and number > high)
+        ):
+            bounds = f"{'' if low is None else f'{low:g}'}..{'' if high is None else f'{high:g}'}"
+            yield (
+                ("paging", key),
+                f"page {number} is outside the page parameter's {bounds}",
+                f"a number in {bounds}",
+            )
+
+
+def _follow_problems(paging: PagingDecl, tables: list[str]) -> Iterator[Problem]:
+    follow = paging.follow
+    if follow is None:
+        return
+    if not NAME.fullmatch(follow.param):
+        yield ("paging", "follow", "param"), f"{follow.param!r} cannot be a parameter name", NAME_WORDS
+    yield from _path_problems(("paging", "follow", "from"), follow.from_)
+    if follow.kind not in tables:
+        yield ("paging", "follow", "kind"), f"{follow.kind!r} is not a record kind here", ", ".join(tables)
+
+
 def _price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
-    for n, rule in enumerate(decl.price.when):
+    price = decl.price
+    if price.least is not None and price.least > price.credits:
+        yield (
+            ("price", "least"),
+            f"{price.least} is more than the most, {price.credits}",
+            f"0 to {price.credits}",
+        )
+    for n, rule in enumerate(price.when):
+        at: tuple[str | int, ...] = ("price", "when", n)
         param = decl.params.get(rule.param)
         if rule.param not in names:
-            yield ("price", "when", n, "param"), f"{rule.param!r} is not a parameter", ", ".join(names)
-        elif param is not None and not _fits(param.type, rule.value):
-            yield ("price", "when", n, "value"), f"{rule.value!r} is not a {param.type}", f"a {param.type}"
+            yield (*at, "param"), f"{rule.param!r} is not a parameter", ", ".join(names)
+        elif param is not None and rule.value is not None and not _fits(param.type, rule.value):
+            yield (*at, "value"), f"{rule.value!r} is not a {param.type}", f"a {param.type}"
+        if rule.credits is None and rule.least is None:
+            yield at, "the rule changes no price", "credits (the most), least (the least billed), or both"
+        if rule.credits is not None and rule.least is not None and rule.least > rule.credits:
+            yield (
+                (*at, "least"),
+                f"{rule.least} is more than the most, {rule.credits}",
+                f"0 to {rule.credits}",
+            )
+
+
+def _rule_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
+    """`exactly_one_of`, `requires`, `excludes`: parameters that exist; none that is always sent (a default)
+    where being set rules something out."""
+    listed = ", ".join(names) or "none declared"
+    defaulted = {n for n, p in decl.params.items() if p.default is not None}
+    for n, group in enumerate(decl.exactly_one_of):
+        if len(group) < 2:
+            yield ("exactly_one_of", n), "a group of one parameter", "two or more (one alone: required: true)"
+        for m, name in enumerate(group):
+            yield from _rule_name(("exactly_one_of", n, m), name, names, listed, defaulted)
+    for n, need in enumerate(decl.requires):
+        yield from _rule_name(("requires", n, "param"), need.param, names, listed)
+        param = decl.params.get(need.param)
+        if param is not None and need.value is not None and not _fits(param.type, need.value):
+            yield ("requires", n, "value"), f"{need.value!r} is not a {param.type}", f"a {param.type}"
+        for m, name in enumerate(need.needs):
+            yield from _rule_name(("requires", n, "needs", m), name, names, listed)
+    for n, rule in enumerate(decl.excludes):
+        yield from _rule_name(("excludes", n, "param"), rule.param, names, listed, defaulted)
+        for m, name in enumerate(rule.excludes):
+            yield from _rule_name(("excludes", n, "excludes", m), name, names, listed, defaulted)
+
+
+def _rule_name(
+    at: tuple[str | int, ...], name: str, names: list[str], listed: str, defaulted: Collection[str] = ()
+) -> Iterator[Problem]:
+    if name not in names:
+        yield at, f"{name!r} is not a parameter", listed
+    elif name in defaulted:
+        yield at, f"{name!r} has a default, so it is always sent", "a parameter without a default"
 
 
 def _table_name_problems(at: tuple[str | int, ...], table: str) -> Iterator[Problem]:

@@ -93,8 +93,10 @@ QUERY_STATE_ADDED_COLUMNS = (
     ("extraction", "VARCHAR"),
     ("history", "VARCHAR"),
     ("backfill_cursor", "VARCHAR"),
+    ("follow_ups", "BIGINT"),
 )
-"""`history` and `backfill_cursor`: an incremental query's history after the run (`flows.run.coverage`)."""
+"""`history` and `backfill_cursor`: an incremental query's history after the run (`flows.run.coverage`);
+`follow_ups`: the follow-up requests it paid (`connectors.paging.follow_ups`)."""
 QUERY_STATE_FIELDS = (
     "query_id",
     "endpoint",

@@ -71,6 +71,8 @@ QUERY_STATE = (
         "extraction": "What the query's pages held vs what was kept, per table (JSON).",
         "history": "An incremental query's history after the run (JSON): what it has collected.",
         "backfill_cursor": "Where an incremental query's backfill of older items continues (JSON).",
+        "follow_ups": "Follow-up requests the query paid (a thread's more replies; counted in `pages` too); NULL "
+        "for endpoints whose records carry no follow-up cursor.",
     },
 )
 BOOKKEEPING_COMMENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
