@@ -8,20 +8,26 @@ what was asked and billed.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.records import keys_of
 from connectors.credits.ledger import CreditLedger
 from connectors.http.client import ServiceClient
 from connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
+from flows.cli import app
 from sandbox.config import SandboxConfig
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import FAST, Run, collect, data_entries, run_query
+from tests.flow_helpers import write_spec
 from tests.surface_helpers import COMMENTS, CREATORS, LIBRARY_ADS, SEARCH, declared, endpoint, variant
 
 KEY = "surface-key"
@@ -185,3 +191,23 @@ def test_a_short_budget_takes_turns_and_the_next_run_asks_what_was_left_once() -
     assert landed(ep, first, table, params) | landed(ep, rest, table, params) == crawled(
         ep, table, params, config
     )
+
+
+def test_the_pages_page_number_and_post_examples_validate(tmp_path: Path) -> None:
+    """docs/declaring-endpoints.md stays true: its page-number and POST declarations, saved in a catalog file,
+    validate and plan."""
+    page = (Path(__file__).parent.parent / "docs" / "declaring-endpoints.md").read_text()
+    blocks = [
+        re.search(rf"### {section}\n.*?```yaml\n(.*?)```", page, re.DOTALL)
+        for section in ("Page numbers", "POST")
+    ]
+    assert all(blocks)
+    (tmp_path / "catalog.yaml").write_text("endpoints:\n" + "".join(b.group(1) for b in blocks if b))
+    spec = write_spec(tmp_path, {
+        "name": "docs", "budget": {"credits": 10}, "catalogs": ["catalog.yaml"],
+        "queries": [{"endpoint": CREATORS, "params": {"sortBy": "follower"}, "max_pages": 2},
+                    {"endpoint": LIBRARY_ADS, "params": {"query": "shoes"}, "method": "POST", "max_pages": 3}],
+    })  # fmt: skip
+    planned = CliRunner().invoke(app, ["plan", str(spec)], env={"COLUMNS": "200"})
+    assert planned.exit_code == 0, planned.output
+    assert "2 pages" in planned.stdout and "3 pages" in planned.stdout
