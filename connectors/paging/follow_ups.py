@@ -54,23 +54,31 @@ class FollowUps:
             return top, False
         return None
 
+    def __post_init__(self) -> None:
+        self._keys = {cursor_key(c) for c in self.waiting}
+        """The waiting follow-ups' keys: a page's cursors are checked against them in constant time."""
+
     def is_waiting(self, cursor: Mapping[str, Any] | None) -> bool:
-        return cursor is not None and any(dict(cursor) == w for w in self.waiting)
+        return cursor is not None and cursor_key(dict(cursor)) in self._keys
 
     def found(self, cursors: Iterable[Cursor], used: set[CursorKey]) -> None:
         """Add the follow-ups a page handed out; one asked before, or waiting already, is the same request."""
-        waiting = {cursor_key(c) for c in self.waiting}
         for cursor in cursors:
             key = cursor_key(cursor)
-            if key not in used and key not in waiting:
+            if key not in used and key not in self._keys:
                 self.waiting.append(cursor)
-                waiting.add(key)
+                self._keys.add(key)
 
     def answered(self, cursor: Mapping[str, Any], used: set[CursorKey]) -> None:
         """A follow-up's page was paid and kept: it is asked no more, and the top-level pages go next."""
         asked = dict(cursor)
-        self.waiting = deque(c for c in self.waiting if c != asked)
-        used.add(cursor_key(asked))
+        key = cursor_key(asked)
+        if self.waiting and self.waiting[0] == asked:  # the oldest waiting, as the pager asks them
+            self.waiting.popleft()
+        elif key in self._keys:
+            self.waiting.remove(asked)
+        self._keys.discard(key)
+        used.add(key)
         self.asked += 1
         self.turn = False
 
