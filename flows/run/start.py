@@ -204,10 +204,9 @@ class Resume(_Start):
         started = self.own.started.get(qid)
         if started is None:  # not asked by this run yet: as the chain before it left it
             return super().decide(query)
-        # where it started: a continued query's cursor is in its start line, not in the plan
-        resumed = QuerySpec(
-            **{**query.as_dict(), "resume": True, "start_cursor": started.get("start_cursor")}
-        )
+        # where it started: a continued query's cursor and waiting follow-ups are in its start line, not the plan
+        at = {k: started.get(k) for k in ("start_cursor", "follow_state")}
+        resumed = QuerySpec(**{**query.as_dict(), "resume": True, **at})
         return self._with_history(resumed)
 
     def lost_pages(self) -> int:
@@ -387,10 +386,12 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     done: set[str] = set()
     at: dict[str, QuerySpec] = {}
     for qid, summary in status.items():
-        # drifted on its last page: every page is paid and kept (`harvest rebuild` lands them), none to continue
-        paid_through = summary["status"] == "drift" and not summary.get("next_cursor")
-        if summary["status"] not in CONTINUABLE or paid_through:
+        waiting = summary.get("next_cursor") or summary.get("follow_state")  # a page or follow-ups to ask
+        # drifted on its last page with nothing waiting: all paid and kept (`harvest rebuild` lands them)
+        if summary["status"] not in CONTINUABLE or (summary["status"] == "drift" and not waiting):
             done.add(qid)
         elif qid in specs:
-            at[qid] = QuerySpec(**{**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False})
+            spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
+            spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
+            at[qid] = QuerySpec(**spec)
     return Settled(frozenset(done), at, chain[-1])
