@@ -101,3 +101,23 @@ def test_a_closed_output_stops_the_run_resumably_and_fails_no_page(
     assert paid_twice(entries) == 0, "a closed output lets every page in flight land"
     assert run.service_billed == billed == run.credits_spent and "something else" not in err2
     assert_landed_once(output, run.run_id)
+
+
+def test_a_run_piped_to_head_ends_complete_and_lands_every_record_once(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`harvest run SPEC | head -n 1`, as typed: stdout carries the summary, whose second line meets the closed
+    pipe once every page landed. That is no failure of the run: exit 0, the run complete, every record once,
+    no page called unreadable, a bill that blames nobody."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        code, first_line, err = piped(spec, tmp_path, prefect_api_url, "")
+        entries, billed = data_entries(sb), sb.billed_total()
+    assert code == 0 and first_line.count("\n") == 1, first_line + err
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.status == "complete" and run.resumes == 0, run.queries
+    assert "could not be read" not in err and "Traceback" not in err, err
+    assert paid_twice(entries) == 0
+    assert run.service_billed == billed == run.credits_spent and "something else" not in err
+    assert_landed_once(output, run.run_id)
