@@ -60,29 +60,25 @@ def answer_bytes(base_url: str) -> int:
     return len(got.content)
 
 
-def measure(sizes: list[int], times: int) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="harvest-answer-memory-"))
-    rows = []
-    with prefect_server(work / "prefect-home") as api_url:
-        env = env_for(work / "prefect-home", api_url)
-        for records in [1, *sizes]:
-            with sandbox(pages=2, page_size=records) as base_url:  # a first page is full, the last is not
-                size = answer_bytes(base_url)  # builds (and caches) the page before harvest asks
-                peaks = []
-                for n in range(times):
-                    output = work / f"out-{records}-{n}"
-                    m = run_measured([HARVEST, "run", str(spec(work, base_url, output))], env=env)
-                    if m.returncode != 0:
-                        raise RuntimeError(f"harvest run failed:\n{m.stdout[-2000:]}\n{m.stderr[-2000:]}")
-                    peaks.append(m.peak_rss_mb)
-            rows.append(
-                {
-                    "records": records,
-                    "answer_mb": round(size / 2**20, 1),
-                    "peak_rss_mb": statistics.median(peaks),
-                }
-            )
-            print(json.dumps(rows[-1]), flush=True)
+def one_size(work: Path, env: dict[str, str], records: int, times: int) -> dict[str, Any]:
+    """The median peak RSS of `times` one-page runs whose answer holds `records` records."""
+    with sandbox(pages=2, page_size=records) as base_url:  # a first page is full, the last is not
+        size = answer_bytes(base_url)  # builds (and caches) the page before harvest asks
+        peaks = []
+        for n in range(times):
+            output = work / f"out-{records}-{n}"
+            m = run_measured([HARVEST, "run", str(spec(work, base_url, output))], env=env)
+            if m.returncode != 0:
+                raise RuntimeError(f"harvest run failed:\n{m.stdout[-2000:]}\n{m.stderr[-2000:]}")
+            peaks.append(m.peak_rss_mb)
+    row = {"records": records, "answer_mb": round(size / 2**20, 1), "peak_rss_mb": statistics.median(peaks)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def compare(work: Path, env: dict[str, str], sizes: list[int], times: int) -> dict[str, Any]:
+    """The one-record job, then each size: what an answer costs above the one-record job, per MB of it."""
+    rows = [one_size(work, env, records, times) for records in [1, *sizes]]
     base = rows[0]["peak_rss_mb"]
     for row in rows:
         row["above_one_record_mb"] = round(row["peak_rss_mb"] - base, 1)
@@ -90,6 +86,12 @@ def measure(sizes: list[int], times: int) -> dict[str, Any]:
             round(row["above_one_record_mb"] / row["answer_mb"], 2) if row["answer_mb"] >= 1 else None
         )
     return {"rows": rows}
+
+
+def measure(sizes: list[int], times: int) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="harvest-answer-memory-"))
+    with prefect_server(work / "prefect-home") as api_url:
+        return compare(work, env_for(work / "prefect-home", api_url), sizes, times)
 
 
 def main() -> None:

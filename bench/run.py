@@ -4,11 +4,13 @@ The sandbox serves the job from its own process (no faults, no quirks): 10 short
 100 records (200,000 records, ~106 MB of JSON). Each contender runs three times; the median counts:
 - harvest end to end against a running Prefect server (`prefect server start`, started here), and against
   Prefect's temporary server;
-- `bench/plain_script.py`, the fast script a careful engineer writes in an afternoon;
+- `bench/plain_script.py`, the fast script a careful engineer writes in an afternoon (orjson, Arrow columns);
+- `bench/plain_json_script.py`, the plainest one (the standard library's json, rows as dicts);
 - dlt's `rest_api` source into DuckDB with parquet loader files (`bench/dlt_pipeline.py`).
 Then a scale series (harvest at 1x, 4x and 16x the pages of a smaller job, for memory), the fixed cost of a
-one-page job, the sandbox's own capacity, and a wide fan-out (one query over thousands of one-page handles
-against a plain script's 10 workers, `bench/wide_fanout.py`). Prints tables and writes
+one-page job, the sandbox's own capacity, a wide fan-out (one query over thousands of one-page handles
+against a plain script's 10 workers, `bench/wide_fanout.py`), a blip of 429s against the quiet job
+(`bench/blip.py`) and one ~100 MB answer's peak RSS (`bench/answer_memory.py`). Prints tables and writes
 `bench/results/latest.json`.
 
     python bench/run.py [--quick]      # --quick: a small job, one repetition (checks the harness itself)
@@ -66,7 +68,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float = 120) -> None:
+def wait_http(url: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -294,6 +296,10 @@ class Bench:
             plain = [PYTHON, str(ROOT / "bench" / "plain_script.py"), base, KEY, str(plain_out), *self.names]
             plain_runs = repeat(self.times, lambda n: self._fresh(plain_out, plain))
             assert records_in(plain_out / "plain.duckdb") == records, "the script and harvest landed the same"
+            json_out = self.work / "plain-json"
+            plainer = [PYTHON, str(ROOT / "bench" / "plain_json_script.py"), base, KEY, str(json_out)]
+            json_runs = repeat(self.times, lambda n: self._fresh(json_out, [*plainer, *self.names]))
+            assert records_in(json_out / "plain.duckdb") == records, "the json script landed as many"
             dlt_out = self.work / "dlt"
             dlt = [PYTHON, str(ROOT / "bench" / "dlt_pipeline.py"), base, KEY, str(dlt_out), *self.names]
             dlt_runs = repeat(self.times, lambda n: self._fresh(dlt_out, dlt))
@@ -307,6 +313,7 @@ class Bench:
         self.results["harvest_server"] = summary(server_runs, records)
         self.results["harvest_temporary"] = summary(temp_runs, records)
         self.results["script"] = summary(plain_runs, records)
+        self.results["script_json"] = summary(json_runs, records)
         self.results["dlt"] = summary(dlt_runs, records)
 
     def _fresh(self, out: Path, cmd: list[str]) -> Measured:
@@ -357,8 +364,20 @@ class Bench:
             self.scale(api_url)
             self.fixed_cost(api_url)
             self.results["wide_fanout"] = self.fanout(api_url)
+            self.blip_and_answer(api_url)
         self.results["lakehouse_export"] = self.lakehouse(None)
         return self.report()
+
+    def blip_and_answer(self, api_url: str) -> None:
+        """A blip of 429s against the quiet job (`bench/blip.py`), and one ~100 MB answer's peak RSS against the
+        one-record job's (`bench/answer_memory.py`), on the running server."""
+        from answer_memory import compare
+        from blip import blip_recovery
+
+        env = env_for(self.server_home, api_url)
+        self.results["blip"] = blip_recovery(self.work, env, self.times, 0.05)
+        large = 2_000 if self.quick else 190_000  # ~530 bytes a record: ~100 MB
+        self.results["large_answer"] = compare(self.work, env, [large], 1 if self.quick else 2)["rows"][-1]
 
     def lakehouse(self, rows: int | None) -> dict[str, Any]:
         from lakehouse_export import lakehouse_export
@@ -393,8 +412,13 @@ class Bench:
             "harvest_rps": harvest_rps,
             "harvest_temporary_rps": r["harvest_temporary"]["rps"],
             "script_rps": r["script"]["rps"],
+            "script_json_rps": r["script_json"]["rps"],
             "dlt_rps": r["dlt"]["rps"],
             "ratio_script": round(harvest_rps / r["script"]["rps"], 2),
+            "ratio_script_json": round(harvest_rps / r["script_json"]["rps"], 2),
+            "blip_after_vs_quiet": r["blip"]["after_vs_quiet"],
+            "blip_recovered_s": r["blip"]["recovered_s"],
+            "large_answer_per_mb": r["large_answer"]["per_answer_mb"],
             "ratio_dlt": round(harvest_rps / r["dlt"]["rps"], 2),
             "rss_mb_1x": r["scale_1x"]["rss_mb"],
             "rss_mb_16x": r["scale_16x"]["rss_mb"],
@@ -426,7 +450,8 @@ def machine() -> dict[str, Any]:
 def print_table(res: dict[str, Any]) -> None:
     d = res["details"]
     rows = [("contender", "wall s", "cpu s", "peak RSS MB", "records/s")]
-    for name in ("harvest_server", "harvest_temporary", "script", "dlt", "scale_1x", "scale_4x", "scale_16x"):
+    names = ("harvest_server", "harvest_temporary", "script", "script_json", "dlt")
+    for name in (*names, "scale_1x", "scale_4x", "scale_16x"):
         m = d[name]
         rows.append((name, f"{m['wall_s']}", f"{m['cpu_s']}", f"{m['rss_mb']}", f"{m['rps']}"))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
@@ -437,7 +462,8 @@ def print_table(res: dict[str, Any]) -> None:
             )
         )
     print(
-        f"\nharvest / script: {res['ratio_script']}x   harvest / dlt: {res['ratio_dlt']}x   "
+        f"\nharvest / script: {res['ratio_script']}x   harvest / json script: {res['ratio_script_json']}x   "
+        f"harvest / dlt: {res['ratio_dlt']}x   "
         f"RSS 16x / 1x: {res['rss_mb_16x'] / res['rss_mb_1x']:.2f}\n"
         f"one-page job: {res['fixed_s_server']} s with a running server, {res['fixed_s_temporary']} s with the "
         f"temporary one; `import flows.collect`: {res['import_s']} s\n"
@@ -447,9 +473,18 @@ def print_table(res: dict[str, Any]) -> None:
         f"({res['sandbox_pps'] / max(1, res['harvest_pps']):.1f}x)"
     )
     print("\nwhere the wall time goes (s, median): start and end / paging / loading")
-    for name in ("harvest_server", "harvest_temporary", "script"):
+    for name in ("harvest_server", "harvest_temporary", "script", "script_json"):
         if split := d[name].get("phases_s"):
             print(f"  {name}: {split['start_and_end']} / {split['paging']} / {split['loading']}")
+    if "blip" in d:
+        from blip import print_blip
+
+        print_blip(d["blip"])
+    if big := d.get("large_answer"):
+        print(
+            f"one answer of {big['answer_mb']} MB: peak RSS {big['peak_rss_mb']:.0f} MB, "
+            f"{big['above_one_record_mb']:.0f} MB above the one-record job ({big['per_answer_mb']}x the answer)"
+        )
     if "wide_fanout" in d:
         from wide_fanout import print_fanout
 

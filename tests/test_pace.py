@@ -1,15 +1,24 @@
 """The run's pace (`connectors.http.pace`) on a clock the test moves, and the ledger settling refusals against the
-account's bill: a 429 slows harvest down, it never fails a query early or inflates the count."""
+account's bill: a 429 slows harvest down, it never fails a query early or inflates the count.
+
+How the pace behaves over a whole crawl is checked on virtual time: an asyncio loop whose clock jumps to its
+next timer instead of sleeping (`VirtualLoop`), queries that take their turns through `Pace.turn` as the client
+does, a service that answers after a latency and refuses by the sandbox's own rate gate or a scripted blip, and
+a client that reads one answer at a time. Seconds here are simulated: nothing is timed."""
 
 from __future__ import annotations
 
 import asyncio
+import selectors
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from connectors.credits.ledger import CreditLedger
-from connectors.http.pace import CUT_GAP, DECREASE, MIN_RATE, Pace, RateLimitedTooLong
+from connectors.http.pace import CUT_GAP, DECREASE, MIN_RATE, REMEMBER_S, SETTLE, Pace, RateLimitedTooLong
+from sandbox.wire.faults import RateGate
 from tasks.output.journal import RunJournal, read_journal
 
 
@@ -21,50 +30,210 @@ class Clock:
         return self.now
 
 
-def test_unlimited_until_the_first_refusal_then_just_under_what_the_service_accepted() -> None:
+# ------------------------------------------------------------------------------------------ virtual time
+class _Instant(selectors.BaseSelector):
+    """A selector that never waits: its loop's clock moves on by the time it was asked to wait."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._keys: dict[int, selectors.SelectorKey] = {}
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        self._keys[fd] = key = selectors.SelectorKey(fileobj, fd, events, data)
+        return key
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._keys.pop(fileobj if isinstance(fileobj, int) else fileobj.fileno())
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self.now += timeout or 0.0
+        return []
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._keys
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    """An event loop on simulated time: `asyncio.sleep` returns at once, the clock having moved by its wait."""
+
+    def __init__(self) -> None:
+        self._instant = _Instant()
+        super().__init__(self._instant)
+
+    def time(self) -> float:
+        return self._instant.now
+
+
+Served = list[tuple[float, bool]]
+"""When the client read each answer, and whether the service accepted it."""
+
+
+async def _crawl(
+    pace: Pace, queries: int, pages: int, concurrency: int, latency: float, read: float,
+    admit: Callable[[int], bool],
+) -> Served:  # fmt: skip
+    """`queries` queries of `pages` pages, each page asked for until the service accepts it, as the client
+    does: the pace's turn, a connection slot, the answer after `latency`, then read on one core (`read`
+    seconds); a 429 waits its `Retry-After` of one second."""
+    loop = asyncio.get_running_loop()
+    slots, core = asyncio.Semaphore(concurrency), asyncio.Lock()
+    served: Served = []
+    sent = 0
+
+    async def query() -> None:
+        nonlocal sent
+        for _ in range(pages):
+            refusals = 0
+            while True:
+                turn = await pace.turn()
+                async with slots:
+                    sent += 1
+                    ok = admit(sent)
+                    await asyncio.sleep(latency)
+                async with core:
+                    await asyncio.sleep(read)
+                served.append((loop.time(), ok))
+                if ok:
+                    pace.accepted(turn)
+                    break
+                pace.refused_one(turn)
+                await asyncio.sleep(pace.wait_after_refusal(1.0, refusals))
+                refusals += 1
+
+    await asyncio.gather(*(query() for _ in range(queries)))
+    return served
+
+
+def crawl(
+    *, refused: Collection[int] = (), per_second: float | None = None, limit: float | None = None,
+    queries: int = 8, pages: int = 30, concurrency: int = 8, latency: float = 0.05, read: float = 1 / 65,
+) -> tuple[Served, Pace]:  # fmt: skip
+    """A crawl on virtual time: `refused` numbers the requests (1-based) the service refuses with 429;
+    `limit`: the service's rate limit (the sandbox's token bucket, one second deep); `per_second`: the spec's."""
+    loop = VirtualLoop()
+    try:
+        pace = Pace(per_second, clock=loop.time)
+        gate = RateGate(limit or 0, 0, clock=loop.time)
+        admit = lambda n: n not in refused and gate.admit()  # noqa: E731
+        served = loop.run_until_complete(
+            _crawl(pace, queries, pages, concurrency, latency, read, admit)
+        )  # fmt: skip
+    finally:
+        loop.close()
+    return served, pace
+
+
+def pages_per_second(times: list[float]) -> float:
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def back_at(accepted: list[float], since: float, pace: float) -> float | None:
+    """Seconds from `since` until one second of accepted answers holds 90% of `pace` (None: never)."""
+    for i, t in enumerate(accepted):
+        if t >= since and sum(1 for u in accepted[i:] if u < t + 1.0) >= 0.9 * pace:
+            return t + 1.0 - since
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- blips
+def test_a_blip_of_429s_costs_its_retry_after_and_the_run_climbs_back_to_its_pace_within_seconds() -> None:
+    """240 pages at concurrency 8 from a service answering in 50 ms; requests 40 to 47 are refused (every
+    request in flight) with `Retry-After: 1`, none after. The refused requests wait their second; the run is
+    back at its quiet pace within a few seconds and runs at its concurrency again."""
+    quiet, _ = crawl()
+    blip, pace = crawl(refused=range(40, 48))
+    quiet_pace = pages_per_second([t for t, _ in quiet])
+    accepted = [t for t, ok in blip if ok]
+    first_refusal = next(t for t, ok in blip if not ok)
+    assert sum(not ok for _, ok in blip) == 8
+    recovered = back_at(accepted, first_refusal, quiet_pace)
+    assert recovered is not None and recovered < 3.5, f"back at the quiet pace after {recovered} s"
+    assert blip[-1][0] < quiet[-1][0] + 2.5, "more than the refused requests' second lost"
+    report = pace.report()
+    assert not report.limited  # no limit found: at its concurrency again, or past what it sends
+    assert report.per_second is None or report.per_second > 1.5 * quiet_pace
+    assert 1.0 <= report.slowed_s < 3.5  # the summary's "below its concurrency for ... s"
+
+
+def test_a_blip_long_after_the_pace_lifted_is_a_blip_again_but_one_soon_after_is_a_limit() -> None:
+    clock = Clock()
+    pace = Pace(clock=clock)
+
+    def answers(n: int, per_second: float) -> None:
+        for _ in range(n):
+            clock.now += pace.delay() + 1 / per_second
+            pace.accepted(clock.now)
+
+    answers(60, 50)
+    pace.refused_one(clock.now - 0.01)
+    assert pace.rate == pytest.approx(50 * DECREASE, rel=0.05)
+    answers(300, 60)  # the run goes on at its own pace: the pace climbs past it and lifts
+    assert pace.rate is None and not pace.limited
+    clock.now += REMEMBER_S + 1
+    answers(60, 50)
+    pace.refused_one(clock.now - 0.01)  # another blip, long after: not a limit
+    assert not pace.limited
+    answers(300, 60)
+    assert pace.rate is None
+    answers(5, 50)
+    pace.refused_one(clock.now - 0.01)  # refused again right after it lifted: the service has a limit
+    assert pace.limited and pace.rate is not None
+    answers(300, 60)
+    assert pace.rate is not None, "a limit found is kept: the pace does not lift"
+
+
+# ---------------------------------------------------------------------------------------------- limits
+@pytest.mark.parametrize("limit,latency", [(10, 0.02), (5, 0.3), (30, 0.05)])
+def test_a_real_limit_is_found_and_held_within_a_tenth_of_pages_over_rate_with_few_refusals(
+    limit: float, latency: float
+) -> None:
+    """400 pages of 16 queries at concurrency 16 against a service accepting `limit` requests a second (the
+    sandbox's token bucket): paging takes at most 1.1x `pages / limit` and at most 5% of requests are refused."""
+    served, pace = crawl(limit=limit, queries=16, pages=25, concurrency=16, latency=latency, read=0.005)
+    refused = sum(not ok for _, ok in served)
+    assert served[-1][0] <= 1.1 * 400 / limit
+    assert refused <= 0.05 * len(served), f"{refused} of {len(served)} refused"
+    report = pace.report()
+    assert report.limited and report.per_second is not None
+    assert 0.7 * limit <= report.per_second <= 1.25 * limit
+
+
+def test_a_known_limit_is_a_ceiling_from_the_start_and_meets_no_refusal() -> None:
+    served, pace = crawl(per_second=10, limit=10, queries=16, pages=25, concurrency=16, latency=0.02)
+    assert sum(not ok for _, ok in served) == 0
+    assert served[-1][0] <= 1.05 * 400 / 10
+    assert pace.report().per_second == 10 and pace.report().slowed_s > 30
+
+
+def test_the_first_burst_slows_to_just_under_what_the_service_accepted_once_per_burst() -> None:
     clock = Clock()
     pace = Pace(clock=clock)
     for _ in range(40):  # 40 answers over the last second
         clock.now += 0.025
-        pace.accepted()
+        pace.accepted(clock.now)
     assert pace.rate is None
-    pace.refused_one()
+    sent = clock.now - 0.01
+    pace.refused_one(sent)
     assert pace.rate == pytest.approx(40 * DECREASE)
-    pace.refused_one()  # the same burst: one cut
+    pace.refused_one(sent)  # the same burst: one cut
+    clock.now += 0.2
+    pace.refused_one(clock.now - 0.01)  # sent after the cut, but nothing accepted since: the burst goes on
     assert pace.rate == pytest.approx(40 * DECREASE)
     clock.now += CUT_GAP + 0.1
-    pace.refused_one()  # a later burst, with nothing accepted meanwhile: cut again from the pace itself
-    assert pace.rate == pytest.approx(40 * DECREASE * DECREASE)
+    pace.refused_one()  # without the time it was sent: a later burst, with nothing accepted meanwhile
+    assert pace.rate == pytest.approx(40 * DECREASE * SETTLE)  # refused while slowed: a limit, settled under
+    assert pace.limited
 
 
-def test_the_pace_climbs_again_while_the_service_accepts_and_the_pace_holds_the_run_back() -> None:
-    clock = Clock()
-    pace = Pace(clock=clock)
-    for _ in range(10):
-        clock.now += 0.1
-        pace.accepted()
-    pace.refused_one()
-    start = pace.rate
-    assert start is not None
-    for _ in range(200):  # answers at the pace: it grows
-        clock.now += 1 / pace.rate  # type: ignore[operator]
-        pace.accepted()
-    assert pace.rate > start * 1.5  # type: ignore[operator]
-    grown = pace.rate
-    for _ in range(50):  # answers far slower than the pace (the run sends less): no growth past use
-        clock.now += 5.0
-        pace.accepted()
-    assert pace.rate == grown
-
-
-def test_a_known_limit_is_a_ceiling_from_the_start() -> None:
+def test_a_known_limit_stays_a_ceiling_and_a_refusal_slows_below_it() -> None:
     clock = Clock()
     pace = Pace(per_second=5, clock=clock)
     for _ in range(500):
-        clock.now += 0.2
-        pace.accepted()
+        clock.now += pace.delay() + 0.2
+        pace.accepted(clock.now)
     assert pace.rate == 5
-    pace.refused_one()  # the service allows less than the spec says: slower still
+    pace.refused_one(clock.now)  # the service allows less than the spec says: slower still
     assert pace.rate is not None and MIN_RATE <= pace.rate < 5
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from flows.commands.run_report import rate_line
 from sandbox.config import Quirks, SandboxConfig
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
@@ -78,9 +79,30 @@ def test_a_rate_limit_far_below_the_concurrency_completes_every_query_and_counts
     assert sum(q["credits"] for q in summary.queries) == billed
     assert refused <= 0.2 * len(entries), f"{refused} of {len(entries)} requests refused"
     met = summary.rate_limit
-    assert met["refused"] == refused and met["requests"] == len(entries) and met["per_second"] is not None
+    assert met["refused"] == refused and met["requests"] == len(entries)
+    # the time the run went below its concurrency; paced at the end unless harvest was slower than the limit
+    assert met["slowed_s"] > 0 and (met["per_second"] is not None or not met["limited"])
     # each 429 is in `requests`, counted at the time; the run's count is settled against the bill
     assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 429") == refused
+
+
+def test_a_blip_of_429s_is_waited_out_and_the_summary_says_it_was_a_blip_not_a_limit(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """Eight requests in a row refused, then none: the refused pages wait their `Retry-After` and are fetched;
+    the run ends at its concurrency, not at a found limit, and says how long it went below it."""
+    cfg = config(rate=0, fault_plan={n: "rate_limit" for n in range(12, 20)})
+    with running(cfg) as sb:
+        summary = run_flow(spec(tmp_path, sb.base_url))
+        entries = data_entries(sb)
+    assert summary.status == "complete" and key_set(tmp_path / "out" / "harvest.duckdb", "pinboard_pins") == (
+        expected(cfg)
+    )
+    assert sum(e.status == 429 for e in entries) == 8
+    met = summary.rate_limit
+    assert met["refused"] == 8 and not met["limited"] and met["slowed_s"] >= 1.0  # the refused pages' second
+    said = rate_line(met)
+    assert said is not None and "below its concurrency for" in said and "a blip, not a limit" in said
 
 
 def test_a_tight_budget_is_spent_whole_however_often_the_service_refused(

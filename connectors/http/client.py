@@ -227,7 +227,7 @@ class ServiceClient:
                 raise refusal_errors.refused(refusal, request, call.credits, call.attempts)
             async with contextlib.AsyncExitStack() as turn:
                 try:
-                    await self.pace.turn()
+                    call.turn_at = await self.pace.turn()
                     if not self.key_accepted:
                         # One at a time until an answer proves the key, taken after the reservation: a request
                         # waiting for credits (breadth-first) must not keep the lagging queries from sending.
@@ -355,9 +355,9 @@ class ServiceClient:
             refusal=status in REFUSALS or answers.foreign(status, body),
         )
         if status == 429:
-            self.pace.refused_one()
+            self.pace.refused_one(call.turn_at)
         else:
-            self.pace.accepted()
+            self.pace.accepted(call.turn_at)
         call.credits += counted
         self._note_key(status)
         answer = ServiceAnswer(status, body, raw)

@@ -1,16 +1,28 @@
 """How fast a run sends: as fast as the service allows, which it learns from the service's refusals.
 
-A 429 is backpressure, not failure. The real service's limits are undocumented, so the pace starts unlimited
-(the run's `concurrency` is the only bound) and, at the first refusal, becomes a rate: the answers the service
-accepted over the last second, times a margin. Then AIMD, as TCP paces a connection: every accepted answer adds a
-little (about `INCREASE` of the rate a second), every burst of refusals cuts it (`DECREASE`, at most once per
-`CUT_GAP`: the refusals of one burst are one signal). So the pace settles just under what the service allows,
-refusals stay a small share of requests, and it climbs again when the service allows more. A known limit
-(`rate_limit.per_second` in the spec) is a ceiling from the start.
+A 429 is backpressure, not failure, and one burst of them is not yet a limit. The real service's limits are
+undocumented, so the pace starts unlimited (the run's `concurrency` is the only bound). At a burst of refusals
+it becomes a rate, `DECREASE` times what the service accepted over the last second: a real limit stops refusing
+at once. Then, while answers come and requests wait for their turn, it climbs back fast (`CLIMB`: e-fold a
+second, never more than `AHEAD` times what the service accepted), and once no request has waited for
+`RELEASE_S` it lifts: the run is at its concurrency again. A blip costs the night the refused requests'
+`Retry-After` and a second or two of climbing, not its pace.
 
-A refused request waits what the service asked (`Retry-After`) or a backoff, then takes its turn again; it is not
-one of the client's attempts. The run gives up waiting only when the service accepted nothing for `max_wait`
-seconds (`RateLimited`): the queries then stop resumably, as at a budget stop.
+A service that refuses again once the pace has slowed, or soon after it lifted (`REMEMBER_S`: the rate that held
+is remembered that long), has a real limit. From then on each burst sets the pace just under what the service
+accepted (`SETTLE`), and it grows slowly (`INCREASE` a second) while requests wait for their turn: it settles just
+under the limit with few refusals, and climbs if the service comes to allow more. A known limit
+(`rate_limit.per_second` in the spec) is a limit from the start and a ceiling.
+
+A burst is one signal: refusals until the service accepts a request sent after the cut answer requests spaced
+at the pace before it, or say the service refuses whatever comes for now. Turns given before a cut are taken
+again, so what leaves after a cut leaves at the new pace.
+
+A refused request waits what the service asked (`Retry-After`) or a backoff, then takes its turn again: that
+wait is the refused request's, not the run's pace. The run gives up waiting only when the service accepted
+nothing for `max_wait` seconds (`RateLimited`): the queries then stop resumably, as at a budget stop. The run's
+summary says how long it went below its concurrency (requests waiting for their turn or after a refusal), and
+why: a blip, a limit the service showed, or the spec's.
 """
 
 from __future__ import annotations
@@ -22,10 +34,22 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-INCREASE = 0.04
-"""Growth of the rate per second of accepted answers, as a share of the rate (additive in requests a second)."""
 DECREASE = 0.75
-"""The rate after a burst of refusals, as a share of what the service accepted over the last second."""
+"""The pace after a first burst of refusals at full speed, as a share of what the service accepted over the last
+second: low enough that a real limit stops refusing at once."""
+CLIMB = 1.0
+"""Growth of the pace per accepted answer while no limit is known: e-fold a second (back from 75% in 0.3 s, if
+the service accepts that fast)."""
+AHEAD = 2.0
+"""While it climbs, the pace stays within this many times what the service accepted over the last second."""
+RELEASE_S = 1.0
+"""Seconds the pace must hold no request back (the run sends less than it allows) before it lifts."""
+REMEMBER_S = 30.0
+"""A burst this soon after the pace lifted is the same limit again: a real one, not a blip."""
+SETTLE = 0.8
+"""The pace after a burst at a known limit, as a share of what the service accepted over the last second."""
+INCREASE = 0.02
+"""Growth of the pace per second of accepted answers at a known limit (additive: about this share a second)."""
 CUT_GAP = 1.0
 """Seconds during which further refusals do not cut the rate again: they answer requests sent before the cut."""
 MIN_RATE = 0.2
@@ -51,12 +75,40 @@ class PaceReport:
     requests: int
     refused: int
     per_second: float | None
-    """The pace now (None: not limited, no refusal yet and no known limit)."""
+    """The pace now (None: not limited: no refusal yet, or the pace lifted after a blip, and no known limit)."""
     limit: float | None
+    slowed_s: float = 0.0
+    """Seconds during which requests waited for their turn or after a refusal: the run below its concurrency."""
+    limited: bool = False
+    """Whether the service refused again once the pace had slowed: a real limit, not a blip."""
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, float | int | bool | None]:
         rate = None if self.per_second is None else round(self.per_second, 2)
-        return {"requests": self.requests, "refused": self.refused, "per_second": rate, "limit": self.limit}
+        return {
+            "requests": self.requests, "refused": self.refused, "per_second": rate, "limit": self.limit,
+            "slowed_s": round(self.slowed_s, 1), "limited": self.limited,
+        }  # fmt: skip
+
+
+class _Slowed:
+    """The union of the intervals during which a request waited: they start in time order, end in any."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._start = self._end = -math.inf
+
+    def add(self, start: float, end: float) -> None:
+        if end <= start:
+            return
+        if start <= self._end:
+            self._end = max(self._end, end)
+            return
+        if self._end > self._start:
+            self.total += self._end - self._start
+        self._start, self._end = start, end
+
+    def upto(self, now: float) -> float:
+        return self.total + max(0.0, min(self._end, now) - self._start)
 
 
 class Pace:
@@ -72,57 +124,94 @@ class Pace:
             raise ValueError(f"per_second must be > 0, got {per_second}")
         self.limit = per_second
         self.rate = per_second
+        self.limited = per_second is not None
+        """A real limit is known (the spec's, or the service refused again after a cut): settle under it."""
         self.max_wait = max_wait
         self._clock = clock
         self._next = 0.0
         self._cut_at = -math.inf
+        self._burst_over = True
+        self._lifted_at = -math.inf
+        self._waited_at = -math.inf
         self._accepted_at: deque[float] = deque()
         self._last_accepted = clock()
+        self._slowed = _Slowed()
         self.requests = 0
         self.refused = 0
 
     def report(self) -> PaceReport:
-        return PaceReport(self.requests, self.refused, self.rate, self.limit)
+        slowed = self._slowed.upto(self._clock())
+        return PaceReport(self.requests, self.refused, self.rate, self.limit, slowed, self.limited)
 
-    async def turn(self) -> None:
-        """Wait until this request may leave (at once while the pace is unlimited)."""
+    async def turn(self) -> float:
+        """Wait until this request may leave (at once while the pace is unlimited); returns when its turn was
+        given, on the pace's clock (`refused_one(sent_at)`). A turn given before a cut was spaced at the pace
+        before it: the request takes a new one, so that what leaves after a cut leaves at the new pace."""
         self.requests += 1
+        while True:
+            given = self._clock()
+            wait = self.delay()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if self._cut_at <= given:
+                return given
+
+    def delay(self) -> float:
+        """Seconds until the next turn, which is taken (0 while the pace is unlimited)."""
         if self.rate is None:
-            return
+            return 0.0
         now = self._clock()
         at = max(now, self._next)
         self._next = at + 1 / self.rate
         if at > now:
-            await asyncio.sleep(at - now)
+            self._waited_at = now
+            self._slowed.add(now, at)
+        return at - now
 
-    def accepted(self) -> None:
-        """The service answered a request (any answer but a 429)."""
+    def accepted(self, sent_at: float | None = None) -> None:
+        """The service answered a request (any answer but a 429) given its turn at `sent_at` (`turn()`)."""
         now = self._clock()
+        if sent_at is None or sent_at >= self._cut_at:
+            self._burst_over = True  # it accepted a request sent at the pace after the cut
         self._last_accepted = now
         self._accepted_at.append(now)
         self._forget(now)
-        if self.rate is not None and len(self._accepted_at) >= 0.8 * self.rate:
-            # per answer: ~INCREASE * rate a second at `rate` answers a second; only while the pace is what
-            # holds the run back (else it would grow past anything the run sends)
+        if self.rate is None:
+            return
+        if not self.limited and now - max(self._waited_at, self._cut_at) >= RELEASE_S:
+            self.rate, self._lifted_at = None, now  # back at full speed: the burst was a blip
+            return
+        if now - self._waited_at > 1.0:
+            return  # the pace is not what holds the run back: growing it would go past anything the run sends
+        # per answer, so that the growth a second is a share of the pace (`rate` answers a second)
+        if self.limited:
             grown = self.rate + INCREASE
             self.rate = grown if self.limit is None else min(self.limit, grown)
+        else:  # never far past what the service accepted: at a limit the next burst comes at twice it, at most
+            self.rate = min(self.rate + CLIMB, max(self.rate, AHEAD * len(self._accepted_at)))
 
-    def refused_one(self) -> None:
-        """The service answered 429: slow down, once per burst."""
+    def refused_one(self, sent_at: float | None = None) -> None:
+        """The service answered 429 to a request given its turn at `sent_at` (`turn()`): slow down, once per
+        burst. A burst goes on until the service accepts a request sent after the cut: refusals until then
+        answer requests sent at the pace before it, or say the service is still refusing whatever comes (a
+        blip, or the wait a limit asks), not that the new pace is too fast. Without `sent_at`, refusals within
+        `CUT_GAP` of a cut are taken as one burst."""
         now = self._clock()
         self.refused += 1
-        if now - self._cut_at < CUT_GAP:
+        if (now - self._cut_at < CUT_GAP) if sent_at is None else not self._burst_over:
             return
         self._forget(now)
         seen = len(self._accepted_at)  # what the service accepted over the last second
         if self.rate is None and not seen:
             return  # nothing to measure a rate by yet: the refused requests wait what the service asks
+        if self.rate is not None or now - self._lifted_at < REMEMBER_S:
+            self.limited = True  # refused again while slowed, or soon after: the service has a limit
         base = seen if self.rate is None else min(self.rate, seen) if seen else self.rate
-        self.rate = max(MIN_RATE, base * DECREASE)
+        self.rate = max(MIN_RATE, base * (SETTLE if self.limited else DECREASE))
         if self.limit is not None:
             self.rate = min(self.rate, self.limit)
-        self._cut_at = now
-        self._next = max(self._next, now + 1 / self.rate)
+        self._cut_at, self._burst_over = now, False
+        self._next = now + 1 / self.rate  # turns given before are taken again (`turn`)
 
     def wait_after_refusal(self, retry_after: float | None, refusals: int, cap: float = math.inf) -> float:
         """Seconds a refused request waits before its next turn: `Retry-After`, or a backoff by how often it was
@@ -130,9 +219,11 @@ class Pace:
         `max_wait` without an accepted answer."""
         wait = retry_after if retry_after is not None else BACKOFF[min(refusals, len(BACKOFF) - 1)]
         wait = min(wait, cap)
-        idle = self._clock() - self._last_accepted
+        now = self._clock()
+        idle = now - self._last_accepted
         if idle + wait > self.max_wait:
             raise RateLimitedTooLong(idle)
+        self._slowed.add(now, now + wait)
         return wait
 
     def _forget(self, now: float) -> None:

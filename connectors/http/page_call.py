@@ -44,6 +44,9 @@ class PageCall:
     credits: int = 0
     refusals: int = 0
     """429s this call met: its waits grow with them when the service names none."""
+    turn_at: float = 0.0
+    """When the pace gave this call's latest attempt its turn (`Pace.turn`): a 429 to it is of the burst
+    before the pace's last cut, or a sign that the pace is still too fast."""
     damaged: list[tuple[bytes, bool]] = field(default_factory=list)
     """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
 

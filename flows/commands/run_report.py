@@ -179,15 +179,21 @@ def bill_line(summary: RunSummary) -> str | None:
 
 
 def rate_line(met: dict[str, Any] | None) -> str | None:
-    """What the run met of the service's rate limit, when it met one (or paced to a known one)."""
+    """What the run met of the service's rate limit, when it met one (or paced to a known one): how often the
+    service refused, how long the run went below its concurrency, and why (a blip it climbed back from, a limit
+    it found, the spec's limit)."""
     if not met or (not met.get("refused") and not met.get("limit")):
         return None
     requests, refused, pace = met["requests"], met["refused"], met.get("per_second")
     share = f" ({100 * refused / requests:.1f}%)" if requests else ""
     line = f"rate limit: the service answered {refused} of {requests} requests with 429{share}"
-    if pace is not None:
-        line += f"; harvest paced to {pace:.1f} requests a second"
-    return line + (f" (the spec's limit: {met['limit']:g})" if met.get("limit") else "")
+    slowed = met.get("slowed_s")
+    line += "" if slowed is None else f"; below its concurrency for {slowed:.1f} s"
+    if met.get("limit"):
+        return line + f", paced to {pace:.1f} requests a second (the spec's limit: {met['limit']:g})"
+    if met.get("limited", pace is not None) and pace is not None:
+        return line + f", paced to {pace:.1f} requests a second (a limit the service showed)"
+    return line + (", then back at full speed (a blip, not a limit)" if slowed is not None else "")
 
 
 def took(seconds: dict[str, float]) -> str | None:
