@@ -80,8 +80,9 @@ def test_a_rate_limit_far_below_the_concurrency_completes_every_query_and_counts
     assert refused <= 0.2 * len(entries), f"{refused} of {len(entries)} requests refused"
     met = summary.rate_limit
     assert met["refused"] == refused and met["requests"] == len(entries)
-    # the time the run went below its concurrency; paced at the end unless harvest was slower than the limit
-    assert met["slowed_s"] > 0 and (met["per_second"] is not None or not met["limited"])
+    # the time the run went below its concurrency (none where a loaded machine never reached the limit); paced
+    # at the end unless harvest was slower than the limit
+    assert (met["slowed_s"] > 0 or refused == 0) and (met["per_second"] is not None or not met["limited"])
     # each 429 is in `requests`, counted at the time; the run's count is settled against the bill
     assert scalar(db, "SELECT count(*) FROM requests WHERE status_code = 429") == refused
 
