@@ -42,6 +42,7 @@ from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import FaultStop, MachineFault
 from tasks.output.query_summary import history_fields
 from tasks.output.staging import frames_of, open_staging
+from tasks.query_line import ROUND_TASK, note_task_run
 from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
 from tasks.staged_commit import StagedRun
 from tasks.staged_known import stage_known
@@ -243,15 +244,24 @@ class Rounds:
         balances: list[int] = []
         for r, reservation, stage, future in submitted:
             await asyncio.to_thread(future.wait)
+            state = future.state
+            self.note_round(r, future.task_run_id, state)
             if stage is not None:
-                balance = await self.settle_staged(r, reservation, future.state, stage)
+                balance = await self.settle_staged(r, reservation, state, stage)
             else:
-                balance = await self.settle(r, reservation, future.state)
+                balance = await self.settle(r, reservation, state)
             future.wrapped_future.release()  # settled: Dask has no reason to run it again if its worker dies
             if balance is not None:
                 balances.append(balance)
         if balances:  # the lowest is the latest: the balance only falls while the run pays
             self.ledger.observe_remaining(min(balances))
+
+    def note_round(self, r: Running, task_run_id: Any, state: Any) -> None:
+        """The round's task run and its true end, for the run's record of what Prefect is owed: its worker
+        reports it to Prefect itself, and an outage drops that report where the flow cannot see it."""
+        if state.is_final():
+            name = f"{r.spec.query_id} round {r.rounds}"  # the task's `task_run_name`
+            note_task_run(self.run_info["run_id"], str(task_run_id), name, state, False, ROUND_TASK)
 
     async def settle(
         self,
