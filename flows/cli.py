@@ -6,12 +6,16 @@ answer in about a second: Prefect and the flow are imported inside the commands 
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+import click
 import typer
+from typer.core import TyperCommand
 from typer.models import CommandFunctionType
 
 from flows import stop_signals
@@ -21,13 +25,29 @@ if TYPE_CHECKING:
     from flows.spec import JobSpec
 
 
+def _paragraphs(text: str) -> str:
+    """A docstring's paragraphs each as one line, for the help to wrap at the terminal's width: typer keeps the
+    source's line breaks, which cut sentences mid-line on any other width."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+class _Command(TyperCommand):
+    """A command whose usage line names its arguments as POSIX usage does (`SPEC`, `[OUTPUT]`, `SPEC...`):
+    typer writes a required one in braces (`{SPEC}`), which reads as a placeholder left unfilled."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
 class _Harvest(typer.Typer):
-    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`)."""
+    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`); its help is its
+    docstring, wrapped between words at the terminal's width."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
-        register = super().command(*args, **kwargs)
-
         def registered(function: CommandFunctionType) -> CommandFunctionType:
+            text = kwargs.get("help") or function.__doc__ or ""
+            options = {"cls": _Command, **kwargs, "help": _paragraphs(text)}
+            register = super(_Harvest, self).command(*args, **options)
             register(cast(CommandFunctionType, stop_signals.as_ctrl_c(function)))
             return function  # called directly (tests), a command is the plain function
 
@@ -104,7 +124,7 @@ def sandbox(
 
 
 # ------------------------------------------------------------------------------------- spec commands
-SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False)
+SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False, metavar="SPEC")
 
 
 def _fail(message: str) -> NoReturn:
@@ -213,7 +233,9 @@ def schema(
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
-OUTPUT_ARG = typer.Argument(..., help="The job's output directory (holds harvest.duckdb, parquet/ and raw/).")
+OUTPUT_ARG = typer.Argument(
+    ..., help="The job's output directory (holds harvest.duckdb, parquet/ and raw/).", metavar="OUTPUT"
+)
 
 
 @app.command(
@@ -259,7 +281,9 @@ def run(
     "Needs a running `prefect server start`; stop with Ctrl-C (the schedules pause until served again)."
 )
 def serve(
-    specs: list[Path] = typer.Argument(..., help="Job spec files, or directories of them (*.yaml)."),
+    specs: list[Path] = typer.Argument(
+        ..., help="Job spec files, or directories of them (*.yaml).", metavar="SPEC"
+    ),
     base_url: str | None = typer.Option(
         None, "--base-url", help="Service URL for every job (or `sandbox`); beats the specs."
     ),
@@ -294,7 +318,9 @@ def load(output: Path = OUTPUT_ARG) -> None:
 
 
 @app.command(epilog="Example: harvest runs data/demo")
-def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.")) -> None:
+def runs(
+    output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.", metavar="OUTPUT"),
+) -> None:
     """History of the runs in an output directory: status, credits, records."""
     from flows.commands import runs as run_commands
 
@@ -372,7 +398,9 @@ def export(
 )
 def sql(
     output: Path = OUTPUT_ARG,
-    query: str = typer.Argument(..., help="One read-only DuckDB statement (SELECT, DESCRIBE, SHOW, ...)."),
+    query: str = typer.Argument(
+        ..., help="One read-only DuckDB statement (SELECT, DESCRIBE, SHOW, ...).", metavar="QUERY"
+    ),
     limit: int = typer.Option(200, "--limit", min=0, help="Rows to show; 0 shows all. Cut rows are counted."),
     fmt: str = typer.Option(
         "table", "--format", help="table (for people), csv or json (for scripts: data only on stdout)."
