@@ -108,7 +108,7 @@ async def _prefect_task_runs(client: Any, owed: Owed) -> dict[str, Any]:
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterId
 
     ids = [UUID(t["id"]) for t in owed.task_runs]
-    found = {}
+    found: dict[str, Any] = {}
     for at in range(0, len(ids), READ_LIMIT):
         chunk = ids[at : at + READ_LIMIT]
         read = await client.read_task_runs(
