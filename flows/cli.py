@@ -19,6 +19,7 @@ from typer.core import TyperCommand
 from typer.models import CommandFunctionType
 
 from flows import stop_signals
+from flows.orchestrator.prefect_settings import SERVER_START
 from sandbox import drift_shapes
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ def run(
 
 @app.command(
     epilog="Example: PREFECT_API_URL=http://127.0.0.1:4200/api harvest serve configs/\n\n"
-    "Needs a running `prefect server start`; stop with Ctrl-C (the schedules pause until served again)."
+    f"Needs a running `{SERVER_START}`; stop with Ctrl-C (the schedules pause until served again)."
 )
 def serve(
     specs: list[Path] = typer.Argument(
