@@ -38,7 +38,8 @@ META_COLUMNS: tuple[pa.Field, ...] = (
 """Columns harvest adds to every record table, each described (`tasks.database.column_comments`)."""
 
 
-ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached"})
+ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached", "cached_at"})
+"""What the service adds to every answer it bills (a cached one says `cached: true` and since when)."""
 
 
 @dataclass(frozen=True, slots=True)

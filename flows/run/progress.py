@@ -1,8 +1,6 @@
-"""Progress of a run: what it is, what it has spent of its budget, how fast it goes, per query.
-
-The flow reports to whatever reporter the caller installed (the CLI installs a live view on a terminal,
-`flows.live_view`, and plain sentences elsewhere, `LogLines`); by default nothing is shown, so flows run by
-a Prefect worker stay quiet.
+"""Progress of a run: what it is, what it has spent of its budget, how fast it goes, per query. The flow reports
+to whatever reporter the caller installed (the CLI installs a live view on a terminal, `flows.live_view`, and
+plain sentences elsewhere, `LogLines`); by default nothing is shown, so flows run by a Prefect worker stay quiet.
 """
 
 from __future__ import annotations

@@ -95,9 +95,11 @@ QUERY_STATE_ADDED_COLUMNS = (
     ("history", "VARCHAR"),
     ("backfill_cursor", "VARCHAR"),
     ("cursor_unread", "VARCHAR"),
+    ("follow_ups", "BIGINT"),
 )
 """`history` and `backfill_cursor`: an incremental query's history after the run (`flows.run.coverage`);
-`cursor_unread`: the field that looked like a cursor where paging ended (`connectors.reading.unread_cursors`)."""
+`cursor_unread`: the field that looked like a cursor where paging ended (`connectors.reading.unread_cursors`);
+`follow_ups`: the follow-up requests it paid (`connectors.paging.follow_ups`)."""
 QUERY_STATE_FIELDS = (
     "query_id",
     "endpoint",

@@ -74,6 +74,8 @@ QUERY_STATE = (
         "backfill_cursor": "Where an incremental query's backfill of older items continues (JSON).",
         "cursor_unread": "Paging ended where the answer had no cursor at the declared `paging.next` but held "
         "this field, which looks like one: the `next` to declare, if it is. NULL otherwise.",
+        "follow_ups": "Follow-up requests the query paid (a thread's more replies; counted in `pages` too); NULL "
+        "for endpoints whose records carry no follow-up cursor.",
     },
 )
 BOOKKEEPING_COMMENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
