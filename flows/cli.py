@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-import click
 import typer
 from typer.core import TyperCommand
 from typer.models import CommandFunctionType
@@ -36,7 +35,7 @@ class _Command(TyperCommand):
     """A command whose usage line names its arguments as POSIX usage does (`SPEC`, `[OUTPUT]`, `SPEC...`):
     typer writes a required one in braces (`{SPEC}`), which reads as a placeholder left unfilled."""
 
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
 
 
