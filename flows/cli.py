@@ -6,37 +6,21 @@ answer in about a second: Prefect and the flow are imported inside the commands 
 
 from __future__ import annotations
 
-import inspect
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import typer
-from typer.core import TyperCommand
 from typer.models import CommandFunctionType
 
 from flows import stop_signals
+from flows.help_text import NamedArguments, paragraphs
 from flows.orchestrator.prefect_settings import SERVER_START
 from sandbox import drift_shapes
 
 if TYPE_CHECKING:
     from flows.spec import JobSpec
-
-
-def _paragraphs(text: str) -> str:
-    """A docstring's paragraphs each as one line, for the help to wrap at the terminal's width: typer keeps the
-    source's line breaks, which cut sentences mid-line on any other width."""
-    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
-
-
-class _Command(TyperCommand):
-    """A command whose usage line names its arguments as POSIX usage does (`SPEC`, `[OUTPUT]`, `SPEC...`):
-    typer writes a required one in braces (`{SPEC}`), which reads as a placeholder left unfilled."""
-
-    def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
 
 
 class _Harvest(typer.Typer):
@@ -46,7 +30,7 @@ class _Harvest(typer.Typer):
     def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
         def registered(function: CommandFunctionType) -> CommandFunctionType:
             text = kwargs.get("help") or function.__doc__ or ""
-            options = {"cls": _Command, **kwargs, "help": _paragraphs(text)}
+            options = {"cls": NamedArguments, **kwargs, "help": paragraphs(text)}
             register = super(_Harvest, self).command(*args, **options)
             register(cast(CommandFunctionType, stop_signals.as_ctrl_c(function)))
             return function  # called directly (tests), a command is the plain function
