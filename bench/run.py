@@ -191,7 +191,7 @@ def summary(runs: list[Measured], records: int) -> dict[str, Any]:
     return out
 
 
-TOOK = re.compile(r"took [\d.]+ s: ([\d.]+) s paging, ([\d.]+) s loading into DuckDB")
+TOOK = re.compile(r"took [\d.]+ s: ([\d.]+) s paging, ([\d.]+) s loading")
 
 
 def phases(m: Measured) -> dict[str, float] | None:

@@ -15,6 +15,8 @@ import typer
 from typer.models import CommandFunctionType
 
 from flows import stop_signals
+from flows.help_text import NamedArguments, paragraphs
+from flows.orchestrator.prefect_settings import SERVER_START
 from sandbox import drift_shapes
 
 if TYPE_CHECKING:
@@ -22,12 +24,14 @@ if TYPE_CHECKING:
 
 
 class _Harvest(typer.Typer):
-    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`)."""
+    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`); its help is its
+    docstring, wrapped between words at the terminal's width."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
-        register = super().command(*args, **kwargs)
-
         def registered(function: CommandFunctionType) -> CommandFunctionType:
+            text = kwargs.get("help") or function.__doc__ or ""
+            options = {"cls": NamedArguments, **kwargs, "help": paragraphs(text)}
+            register = super(_Harvest, self).command(*args, **options)
             register(cast(CommandFunctionType, stop_signals.as_ctrl_c(function)))
             return function  # called directly (tests), a command is the plain function
 
@@ -104,7 +108,7 @@ def sandbox(
 
 
 # ------------------------------------------------------------------------------------- spec commands
-SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False)
+SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False, metavar="SPEC")
 
 
 def _fail(message: str) -> NoReturn:
@@ -213,7 +217,9 @@ def schema(
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
 
-OUTPUT_ARG = typer.Argument(..., help="The job's output directory (holds harvest.duckdb, parquet/ and raw/).")
+OUTPUT_ARG = typer.Argument(
+    ..., help="The job's output directory (holds harvest.duckdb, parquet/ and raw/).", metavar="OUTPUT"
+)
 
 
 @app.command(
@@ -256,10 +262,12 @@ def run(
 
 @app.command(
     epilog="Example: PREFECT_API_URL=http://127.0.0.1:4200/api harvest serve configs/\n\n"
-    "Needs a running `prefect server start`; stop with Ctrl-C (the schedules pause until served again)."
+    f"Needs a running `{SERVER_START}`; stop with Ctrl-C (the schedules pause until served again)."
 )
 def serve(
-    specs: list[Path] = typer.Argument(..., help="Job spec files, or directories of them (*.yaml)."),
+    specs: list[Path] = typer.Argument(
+        ..., help="Job spec files, or directories of them (*.yaml).", metavar="SPEC"
+    ),
     base_url: str | None = typer.Option(
         None, "--base-url", help="Service URL for every job (or `sandbox`); beats the specs."
     ),
@@ -294,7 +302,9 @@ def load(output: Path = OUTPUT_ARG) -> None:
 
 
 @app.command(epilog="Example: harvest runs data/demo")
-def runs(output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.")) -> None:
+def runs(
+    output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.", metavar="OUTPUT"),
+) -> None:
     """History of the runs in an output directory: status, credits, records."""
     from flows.commands import runs as run_commands
 
@@ -372,7 +382,9 @@ def export(
 )
 def sql(
     output: Path = OUTPUT_ARG,
-    query: str = typer.Argument(..., help="One read-only DuckDB statement (SELECT, DESCRIBE, SHOW, ...)."),
+    query: str = typer.Argument(
+        ..., help="One read-only DuckDB statement (SELECT, DESCRIBE, SHOW, ...).", metavar="QUERY"
+    ),
     limit: int = typer.Option(200, "--limit", min=0, help="Rows to show; 0 shows all. Cut rows are counted."),
     fmt: str = typer.Option(
         "table", "--format", help="table (for people), csv or json (for scripts: data only on stdout)."

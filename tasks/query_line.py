@@ -122,8 +122,39 @@ def line_end(line: QueryLine) -> Any:
 
 
 _ENDED: dict[str, list[dict[str, Any]]] = {}
-"""Run id -> its lines' task runs as they ended (`note_end`): what the flow's end hands Prefect again when its
-API dropped a task run's events or could not start it (`flows.orchestrator.prefect_record`)."""
+"""Run id -> its task runs as they ended, with their true states: what the flow's end hands Prefect again when
+its API dropped a task run's events or could not start it (`flows.orchestrator.prefect_record`). A line's are
+noted by `note_end`; a Dask round's by the flow that settled it (`flows.run.dask_rounds`), since its worker
+reports it to Prefect on its own and the flow cannot see whether Prefect heard."""
+
+LINE_TASK = "collect_queries"
+ROUND_TASK = "collect_round"
+"""The harvest task a noted task run is a run of (`task`): what Prefect is told it was, if it never heard of it."""
+
+
+def note_task_run(
+    run_id: str, task_run_id: str, name: str, state: State[Any] | None, reported: bool, task: str = LINE_TASK
+) -> None:
+    """A task run of the run ended in `state` (None: Completed). `reported`: Prefect is known to hold its end."""
+    kind, message = (state.type.value, state.message or "") if state is not None else ("COMPLETED", "")
+    _ENDED.setdefault(run_id, []).append(
+        {
+            "id": task_run_id,
+            "name": name,
+            "state": kind,
+            "message": message,
+            "reported": reported,
+            "task": task,
+        }
+    )
+
+
+def note_round(run_id: str, task_run_id: object, query_id: str, round_no: int, state: State[Any]) -> None:
+    """A Dask round's task run and its true end: its worker reports it to Prefect itself, and an outage drops
+    that report where the flow cannot see it, so the run's record of what Prefect is owed holds it too."""
+    if state.is_final():
+        name = f"{query_id} round {round_no}"  # the task's `task_run_name`
+        note_task_run(run_id, str(task_run_id), name, state, False, ROUND_TASK)
 
 
 def note_end(run_id: str, line: QueryLine) -> None:
@@ -131,20 +162,11 @@ def note_end(run_id: str, line: QueryLine) -> None:
     if line.task_run_id is None:
         return
     end = line_end(line)
-    state, message = (end.type.value, end.message or "") if isinstance(end, State) else ("COMPLETED", "")
-    _ENDED.setdefault(run_id, []).append(
-        {
-            "id": line.task_run_id,
-            "name": line.name,
-            "state": state,
-            "message": message,
-            "reported": line.reported,
-        }
-    )
+    note_task_run(run_id, line.task_run_id, line.name, end if isinstance(end, State) else None, line.reported)
 
 
 def ended_task_runs(run_id: str) -> list[dict[str, Any]]:
-    """The task runs of the run's lines that ended in this process (once: they are forgotten here)."""
+    """The task runs of the run that ended in this process (once: they are forgotten here)."""
     return _ENDED.pop(run_id, [])
 
 

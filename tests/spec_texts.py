@@ -41,8 +41,22 @@ CASES = {
         HEAD + "  - endpoint: /v1/pinboard/search\n    params: {query: x}\n    max_page: 5\n",
         7,
         "queries[0].max_page",
-        ["unknown key 'max_page'"],
+        ["unknown key 'max_page' (the closest: max_pages"],
         ["max_pages", "max_credits", "for_each"],
+    ),
+    "parameter typo": (
+        HEAD + "  - endpoint: /v1/pinboard/search\n    params: {query: x, trimm: true}\n",
+        6,
+        "queries[0].params.trimm",
+        ["'trimm' is not a parameter of this endpoint (the closest: trim)"],
+        ["query, cursor, trim"],
+    ),
+    "empty service block": (
+        VALID.replace("budget:", "service:\nbudget:", 1),
+        2,
+        "service",
+        ["empty: nothing is written under it (write its keys there, or leave it out)"],
+        ["base_url", "api_key_env"],
     ),
     "bad name": (
         VALID.replace("name: brand-watch", "name: Brand Watch"),

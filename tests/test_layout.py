@@ -138,6 +138,23 @@ def test_each_endpoint_path_is_written_in_the_catalog_and_the_sandbox_only() -> 
     assert spread == {}
 
 
+def test_the_balance_path_is_written_once_in_harvest_and_once_in_the_sandbox() -> None:
+    """`/v1/credit-balance` is a value in code in one module of harvest (the client asks it) and one of the
+    sandbox (it serves it): a move of the endpoint changes those two lines. Docstrings may name it."""
+    holders = set()
+    for p in _modules():
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        docs = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}  # docstrings
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and id(node) not in docs
+                and "/v1/credit-balance" in str(node.value)
+            ):
+                holders.add(str(p.relative_to(ROOT)))
+    assert holders == {"connectors/http/balance.py", "sandbox/served_paths.py"}
+
+
 def test_connectors_hold_no_per_endpoint_code() -> None:
     """No endpoint path, and no table of a built-in endpoint, is written in connectors/, tasks/ or flows/: what
     harvest knows of an endpoint is its declaration (#38)."""

@@ -9,14 +9,20 @@ server is asked for its settings while the run pays its first page.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 
+from flows.orchestrator.deployments import NO_SERVER
+from flows.orchestrator.prefect_settings import SERVER_START
 from sandbox.config import SandboxConfig
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, HARVEST, PYTHON, ROOT, SECRET_KEY, one_query, subprocess_env
+from tests.net_helpers import free_port, wait_until_serving
 from tests.process_helpers import children, finish, server_port
 from tests.sandbox_gate import gated
 
@@ -27,6 +33,9 @@ SWITCHES = (
     "DO_NOT_TRACK",
 )
 """What harvest sets (flows.orchestrator.prefect_settings) and a clean environment lacks."""
+
+QUIET_SECONDS = 10
+"""How long the started server is watched for an error line after it answers."""
 
 OFF = {"analytics": False, "orchestration_telemetry": False, "resource_metrics": False}
 
@@ -112,3 +121,42 @@ def test_a_harvest_run_and_its_temporary_server_run_with_analytics_and_telemetry
     } == OFF
     # harvest put them there: the environment it gave its server holds every switch
     assert {v.split(b"=", 1)[0].decode() for v in server_env if b"=" in v} >= set(SWITCHES)
+
+
+def test_the_prefect_server_the_docs_start_logs_no_error_offline(tmp_path: Path) -> None:
+    """The docs' `prefect server start` line, typed in a shell that has only PATH and HOME (a user's own server
+    reads none of harvest's defaults), on a machine without internet access: its telemetry is off (it asks
+    Prefect's collector as it starts, and logs an ERROR each time it cannot reach it), and it logs no error.
+    `harvest serve`'s hints name the same command."""
+    docs = (ROOT / "docs" / "deployments-and-dask.md").read_text()
+    (line,) = [line for line in docs.splitlines() if line.startswith(".venv/bin/prefect server start")]
+    command = line.split("&", 1)[0].strip()
+    assert command == f".venv/bin/{SERVER_START}"
+    assert SERVER_START in NO_SERVER and SERVER_START in str(serve_help())
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PREFECT_SERVER_API_PORT": str(port)}
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(
+            ["bash", "-c", f"exec {command} --no-ui"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/api/health", server, timeout=300)
+        settings = httpx.get(f"http://127.0.0.1:{port}/api/admin/settings", timeout=60).json()
+        time.sleep(QUIET_SECONDS)  # the telemetry service's first heartbeat goes out as the server starts
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    text = log.read_text(errors="replace")
+    assert settings["server"]["analytics_enabled"] is False
+    assert "ERROR" not in text and "telemetry" not in text.lower(), text
+
+
+def serve_help() -> str:
+    """`harvest serve --help`, as a user reads it."""
+    proc = subprocess.run([str(HARVEST), "serve", "--help"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return " ".join(proc.stdout.split())

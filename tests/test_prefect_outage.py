@@ -296,3 +296,53 @@ def test_a_task_run_stuck_in_prefect_s_retries_holds_the_run_a_bounded_time(
     assert ran.flow_run_id is not None
     assert_told(ran.flow_run_id, ran.run_id)
     assert not owed_file(OutputLayout(output), ran.run_id).exists()
+
+
+def test_on_dask_prefect_away_mid_run_learns_every_round_s_end_once_it_answers(
+    proxy: CuttableProxy, tmp_path: Path
+) -> None:
+    """On the Dask runner each round of a query is a task run its worker reports to Prefect, and a worker that
+    ends while Prefect's API is away loses those reports where the flow cannot see them. Every round joins the
+    record of what Prefect is owed, with its true end, told once the API answers (here: by the job's next run):
+    none stays Running in Prefect, none is missing from it."""
+    output = tmp_path / "out"
+    with gated(CONFIG) as sb:
+        dask = {"kind": "dask", "workers": 1, "round_pages": 2}
+        spec = write_spec(tmp_path, {**job(sb.base_url, output), "runner": dask})
+        sb.gate.close_after(3)  # pins' first round (2 pages) and creatives' first page
+        run = Watched(start_run(spec, tmp_path, api(proxy)))
+        sb.gate.wait_frozen(run.proc)
+        rounds_seen(output, run, 2)
+        proxy.cut()
+        sb.gate.open()
+        code, _, err = run.finish()
+        (ran,) = all_manifests(OutputLayout(output))
+        record = json.loads(owed_file(OutputLayout(output), ran.run_id).read_bytes())
+        proxy.restore()
+        code2, out2, err2 = finish(start_run(spec, tmp_path, api(proxy), "--continue"))
+        paid = data_entries(sb)
+    expected = {"creatives round 1", "pins round 1", "pins round 2", "pins round 3", "pins round 4"}
+    assert code == 0 and UNTOLD in err, err
+    assert {t["name"]: (t["state"], t["task"]) for t in record["task_runs"]} == dict.fromkeys(
+        expected, ("COMPLETED", "collect_round")
+    ), record["task_runs"]
+    assert code2 == 0 and f"told Prefect how run {ran.run_id}" in err2, out2 + err2
+    assert len(paid) == PAGES and paid_twice(paid) == 0
+    assert ran.flow_run_id is not None
+    (state, message) = flow_run_states([ran.flow_run_id])[ran.flow_run_id]
+    assert state == "COMPLETED" and ran.run_id in message, message
+    rounds = {t.name: t.state.type.value for t in task_runs(ran.flow_run_id)}
+    assert rounds == dict.fromkeys(expected, "COMPLETED"), rounds
+    assert not owed_file(OutputLayout(output), ran.run_id).exists()
+
+
+def rounds_seen(output: Path, run: Watched, count: int) -> None:
+    """Until Prefect shows `count` task runs of the run (its Dask rounds)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        heads = all_manifests(OutputLayout(output))
+        flow_run_id = heads[-1].flow_run_id if heads else None
+        if flow_run_id and len(task_runs(flow_run_id)) >= count:
+            return
+        assert run.proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)

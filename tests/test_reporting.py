@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -169,3 +170,27 @@ def test_prefect_does_not_walk_the_queries_of_the_summary_a_flow_returns() -> No
     assert summary.queries == queries and summary.queries[3] == queries[3] and len(summary.queries) == 500
     assert pickle.loads(pickle.dumps(summary)).queries == queries
     assert summary.as_dict()["queries"] == queries
+
+
+WIDTH = 80
+
+
+@pytest.mark.parametrize("command", sorted(c.name or c.callback.__name__ for c in app.registered_commands))
+def test_every_command_help_wraps_between_words_and_names_its_arguments(command: str) -> None:
+    """`harvest COMMAND --help` in an 80-column terminal: the usage line names each argument (`OUTPUT`, not a
+    placeholder such as `{output}`), and the description's sentences run to the width: a line ends early only
+    where the next word would not fit, or a paragraph ends."""
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": str(WIDTH)})
+    assert result.exit_code == 0
+    lines = [line.rstrip() for line in result.output.splitlines()]
+    (usage,) = [line for line in lines if line.startswith(" Usage: ")]
+    named = usage.split(f" {command} ", 1)[1]
+    assert "{" not in named and named == named.upper(), usage
+    at = lines.index(usage) + 1
+    described = lines[at : next(i for i, line in enumerate(lines) if line.startswith("╭"))]
+    early = [
+        (line, after)
+        for line, after in itertools.pairwise(described)
+        if line.strip() and after.strip() and len(line) + 1 + len(after.split()[0]) < WIDTH
+    ]
+    assert early == [], early

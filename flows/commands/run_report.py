@@ -197,17 +197,18 @@ def rate_line(met: dict[str, Any] | None) -> str | None:
 
 
 def took(seconds: dict[str, float]) -> str | None:
-    """Where a run's time went: a nightly job that got slower shows whether the service, the load, the export
-    or the start-up (imports, Prefect, the run's setup and end) did."""
+    """Where a run's time went, in one line of at most 80 columns: a nightly job that got slower shows whether
+    the service (paging), the load into DuckDB, the export or the start and end (imports, Prefect, the run's
+    setup and bookkeeping) did."""
     if "total" not in seconds or "paging" not in seconds:
         return None
     total, paging, loading = seconds["total"], seconds["paging"], seconds.get("loading", 0.0)
     exporting = seconds.get("exporting")
     rest = max(0.0, total - paging - loading - (exporting or 0.0))
     return (
-        f"took {total:.1f} s: {paging:.1f} s paging, {loading:.1f} s loading into DuckDB, "
+        f"took {total:.1f} s: {paging:.1f} s paging, {loading:.1f} s loading, "
         + (f"{exporting:.1f} s exporting, " if exporting is not None else "")
-        + f"{rest:.1f} s starting and ending (imports, Prefect, the run's bookkeeping)"
+        + f"{rest:.1f} s start and end"
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flows.orchestrator.prefect_settings import SERVER_START
 from flows.spec import UsageError, parse_spec, resolve_base_url
 from flows.spec.job_options import Schedule, check_destination
 
@@ -130,7 +131,7 @@ def runner_deployment(job: JobDeployment) -> Any:
 
 NO_SERVER = (
     "harvest serve needs a Prefect server that outlives it (schedules, run history, the UI): start one with "
-    "`prefect server start` and set PREFECT_API_URL=http://127.0.0.1:4200/api (or `prefect config set "
+    f"`{SERVER_START}` and set PREFECT_API_URL=http://127.0.0.1:4200/api (or `prefect config set "
     "PREFECT_API_URL=...`)"
 )
 

@@ -18,12 +18,20 @@ from prefect.states import Cancelled, Completed, Crashed, Failed, State
 from connectors.http.auth import ApiKey, redact
 from connectors.paging.pager import OK_STATUSES, base_id
 from flows.orchestrator.prefect_outage import WATCH, api_away, bounded_client, caused_by_api, said
-from flows.orchestrator.prefect_record import ENDED, Ended, NotTold, Owed, create_artifacts, owe
+from flows.orchestrator.prefect_record import (
+    ENDED,
+    Ended,
+    NotTold,
+    Owed,
+    create_artifacts,
+    missed_task_runs,
+    owe,
+)
 from tasks.output.layout import OutputLayout
 from tasks.output.machine_fault import MachineFault
 from tasks.output.manifest import RunManifest, failure_groups, who
 from tasks.output.run_summary import NoRun, RunSummary, query_rows
-from tasks.query_line import ended_task_runs
+from tasks.query_line import LINE_TASK, ended_task_runs
 
 REASONS_SHOWN = 3
 """Distinct failure reasons named in a Failed state's message; the rest are counted."""
@@ -124,9 +132,10 @@ async def tell_the_end(
 ) -> State[Any]:
     """The flow's final state, once its artifacts are in Prefect; when Prefect's API does not answer, the run's
     record of what Prefect is owed is written and the flow run let go without another call (`NotTold`). A run
-    during which Prefect dropped events (`WATCH` since `mark`) writes the record of its task runs too, told
-    once the flow run ended (`flows.orchestrator.prefect_record`). Waits at most one bounded health check and
-    two bounded calls (`prefect_outage.bounded_client`)."""
+    during which Prefect dropped events (`WATCH` since `mark`), or whose Dask rounds' ends Prefect does not hold
+    (their workers report them), writes the record of its task runs too, told once the flow run ended
+    (`flows.orchestrator.prefect_record`). Waits at most one bounded health check and three bounded calls
+    (`prefect_outage.bounded_client`)."""
     flow_run = FlowRunContext.get()
     if flow_run is None or flow_run.flow_run is None:
         return final_state(summary, retries, key)
@@ -148,7 +157,8 @@ async def tell_the_end(
             why = said(exc)
     if why is None:
         troubles = WATCH.since(mark) + [f"Prefect did not run the task run of {t['name']}" for t in owed.task_runs
-                                        if not t["reported"]]  # fmt: skip
+                                        if not t["reported"] and t["task"] == LINE_TASK]  # fmt: skip
+        troubles = troubles or await missed_task_runs(owed)  # a Dask round's worker reported it, or not
         if troubles and owed.task_runs:
             owed.why = troubles[0]
             owe(layout, owed)

@@ -2,9 +2,11 @@
 
 Prefect is the record of a run, never the reason it fails or is paid again: a run whose data is complete exits by
 its data even when Prefect could not be told how it ended (a scheduler retrying an exit 1 paid all its pages a
-second time). What Prefect missed is written to `.prefect-owed/<run id>.json` in the output directory (`owed_file`): the flow run's
-final state and message when the run could not report it, the true final state of every task run of its query
-lines (their states travel as events, which Prefect drops when its API is away), and the run's two artifacts.
+second time). What Prefect missed is written to `.prefect-owed/<run id>.json` in the output directory
+(`owed_file`): the flow run's final state and message when the run could not report it, the true final state of
+every task run of its query lines and Dask rounds (their states travel as events, which Prefect drops when its
+API is away; a round's come from its worker, so the run's end reads what Prefect holds of them), and the run's
+two artifacts.
 It is told by the first of: the run itself, once the flow engine let go of the flow run (`harvest run`); the
 job's next run, before it pays; `harvest serve`, when it starts. Telling is idempotent (a state already right is
 left alone, a task run Prefect never heard of is created with its id) and bounded
@@ -26,8 +28,13 @@ from prefect.exceptions import Abort
 
 from flows.orchestrator.prefect_outage import WATCH, bounded_client, caused_by_api, said
 from tasks.output.layout import OutputLayout
+from tasks.query_line import ROUND_TASK
 
 log = logging.getLogger(__name__)
+
+READ_LIMIT = 200
+"""Task runs read per call: the most Prefect's API returns at once (`PREFECT_API_DEFAULT_LIMIT`); a Dask run
+has one task run per query and round."""
 
 
 @dataclass
@@ -42,8 +49,8 @@ class Owed:
     report it; None when the flow engine reported it."""
     message: str = ""
     task_runs: list[dict[str, Any]] = field(default_factory=list)
-    """Each query line's task run (`tasks.query_line.note_end`): id, name (the line), its true final state and
-    message, and whether Prefect reported it."""
+    """Each query line's and Dask round's task run (`tasks.query_line.note_task_run`): id, name, its true final
+    state and message, whether Prefect is known to hold it, and the harvest task it runs (`task`)."""
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     """The run's artifacts not created yet: key, type, description, data."""
 
@@ -96,29 +103,75 @@ async def _tell_flow_run(client: Any, owed: Owed) -> bool:
     return True
 
 
-async def _tell_task_runs(client: Any, owed: Owed) -> None:
+async def _prefect_task_runs(client: Any, owed: Owed) -> dict[str, Any]:
+    """Task run id -> the task run Prefect holds, of those the record names."""
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterId
+
+    ids = [UUID(t["id"]) for t in owed.task_runs]
+    found: dict[str, Any] = {}
+    for at in range(0, len(ids), READ_LIMIT):
+        chunk = ids[at : at + READ_LIMIT]
+        read = await client.read_task_runs(
+            task_run_filter=TaskRunFilter(id=TaskRunFilterId(any_=chunk)), limit=len(chunk)
+        )
+        found.update((str(r.id), r) for r in read)
+    return found
+
+
+def _holds(known: Any, t: dict[str, Any]) -> bool:
+    """Prefect holds the task run's true end."""
+    return known is not None and known.state is not None and known.state.type.value == t["state"]
+
+
+def _task_of(t: dict[str, Any]) -> Any:
+    """The harvest task a task run of the record is a run of (a record without `task` names a query line)."""
+    if t.get("task") == ROUND_TASK:
+        from tasks.round_task import collect_round
+
+        return collect_round
+    from tasks.query_line import collect_queries
+
+    return collect_queries
+
+
+async def _tell_task_runs(client: Any, owed: Owed) -> None:
     from prefect.client.schemas.objects import StateType
     from prefect.states import Pending, State
 
-    from tasks.query_line import collect_queries
-
-    ids = [UUID(t["id"]) for t in owed.task_runs]
-    found = {
-        str(r.id): r
-        for r in await client.read_task_runs(task_run_filter=TaskRunFilter(id=TaskRunFilterId(any_=ids)))
-    }
+    found = await _prefect_task_runs(client, owed)
     for t in owed.task_runs:
         known = found.get(t["id"])
-        if known is not None and known.state is not None and known.state.type.value == t["state"]:
+        if _holds(known, t):
             continue
         if known is None:  # its events never arrived: the task run as the flow meant it
             await client.create_task_run(
-                collect_queries, UUID(owed.flow_run_id), t["id"], id=UUID(t["id"]), name=t["name"],
+                _task_of(t), UUID(owed.flow_run_id), t["id"], id=UUID(t["id"]), name=t["name"],
                 extra_tags=["harvest", f"job:{owed.job}"], state=Pending(),
             )  # fmt: skip
         state: State[Any] = State(type=StateType(t["state"]), message=t["message"])
         await client.set_task_run_state(UUID(t["id"]), state, force=True)
+
+
+async def missed_task_runs(owed: Owed) -> list[str]:
+    """What Prefect lacks of the task runs whose report the run could not see (a Dask round's comes from its
+    worker), one line each; read once the run's work ended. An API that does not answer is one line too: the
+    record then waits for the next chance like any other."""
+    unseen = Owed(owed.run_id, owed.job, owed.flow_run_id, "")
+    unseen.task_runs = [t for t in owed.task_runs if not t["reported"]]
+    if not unseen.task_runs:
+        return []
+    try:
+        async with bounded_client() as client:
+            found = await _prefect_task_runs(client, unseen)
+    except Exception as exc:
+        if not caused_by_api(exc):
+            raise
+        return [said(exc)]
+    return [
+        f"Prefect lacks the end of task run {t['name']}"
+        for t in unseen.task_runs
+        if not _holds(found.get(t["id"]), t)
+    ]
 
 
 async def create_artifacts(client: Any, flow_run_id: str, artifacts: list[dict[str, Any]]) -> None:

@@ -20,6 +20,11 @@ PREFECT_DEFAULTS: dict[str, str] = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 
+SERVER_START = "prefect server start --analytics-off"
+"""The Prefect server harvest tells users to start: a server of their own reads none of harvest's defaults, and
+with analytics on its telemetry service logs an ERROR each time it cannot reach Prefect's collector (every
+machine without internet access, every night)."""
+
 
 def apply_prefect_defaults() -> None:
     for name, value in PREFECT_DEFAULTS.items():

@@ -6,11 +6,8 @@ reserves the grants in its ledger before submitting. A query's task runs on any 
 its grant, so the sum of what tasks can spend never passes what the flow had left; what a task did not spend
 goes back when the round settles. Unfinished queries are submitted again with their cursors; dependent queries
 start from the values their parents' records carried in the round before. When the budget runs short, pages
-are granted one at a time to the queries furthest behind: page counts end within one of each other.
-
-Why rounds and not a ledger served to the workers: a served ledger is one more service to run, secure and keep
-alive next to the cluster, and every attempt would wait on a network round trip to it; grants need nothing but
-the flow, cost one Prefect task per query and round, and keep "never over budget" true by construction.
+are granted one at a time to the queries furthest behind: page counts end within one of each other. Why
+rounds and not a ledger served to the workers: docs/decisions.md ("Dask: rounds of grants, not a served ledger").
 """
 
 from __future__ import annotations
@@ -44,6 +41,7 @@ from tasks.output.layout import OutputLayout, query_hash
 from tasks.output.machine_fault import FaultStop, MachineFault
 from tasks.output.query_summary import history_fields
 from tasks.output.staging import frames_of, open_staging, stage_name
+from tasks.query_line import note_round
 from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
 from tasks.staged_commit import StagedRun
 from tasks.staged_known import stage_known
@@ -245,10 +243,12 @@ class Rounds:
         balances: list[int] = []
         for r, reservation, stage, future in submitted:
             await asyncio.to_thread(future.wait)
+            state = future.state
+            note_round(self.run_info["run_id"], future.task_run_id, r.spec.query_id, r.rounds, state)
             if self.staged is not None:
-                balance = await self.settle_staged(r, reservation, future.state, stage)
+                balance = await self.settle_staged(r, reservation, state, stage)
             else:
-                balance = await self.settle(r, reservation, future.state)
+                balance = await self.settle(r, reservation, state)
             future.wrapped_future.release()  # settled: Dask has no reason to run it again if its worker dies
             if balance is not None:
                 balances.append(balance)

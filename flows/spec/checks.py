@@ -7,7 +7,6 @@ fields they have, cycles, unique ids, cost overrides, the fan-out limit. Each ch
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,7 +16,7 @@ from pydantic import ValidationError
 from connectors.catalog.job_catalog import Catalog, builtin
 from connectors.catalog.params import PARAM_RULE, Params
 from connectors.catalog.shape_overrides import shape_problems
-from flows.spec.explain import params_problem
+from flows.spec.explain import closest, params_problem
 from flows.spec.identity import render_value
 from flows.spec.model import FromQuery, JobSpec, Query
 from flows.spec.problems import Found
@@ -27,12 +26,8 @@ _PLACEHOLDER = "placeholder:value"
 """Stands for a dependent parameter's future value, so that the other parameters can be checked now."""
 
 
-def _close(word: str, choices: list[str]) -> list[str]:
-    return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
-
-
 def _paths_hint(path: str, catalog: Catalog) -> str:
-    close = _close(path, list(catalog.endpoints))
+    close = closest(path, list(catalog.endpoints))
     listed = "`harvest endpoints` lists all of them"
     declared = "; or one the job declares (`endpoints:`, `catalogs:`)"
     if not close:
@@ -154,7 +149,7 @@ def cross_problems(queries: list[Query], catalog: Catalog) -> Iterator[Found]:
         for key, ref in query.dependent.items():
             at: Loc = ("queries", i, "for_each", key)
             if ref.from_ not in ids:
-                close = _close(ref.from_, list(ids))
+                close = closest(ref.from_, list(ids))
                 yield (*at, "from"), f"no query has id {ref.from_!r}", ", ".join(close or ids)
                 continue
             parents[query.query_id] = ref.from_

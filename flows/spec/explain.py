@@ -3,6 +3,7 @@ allowed."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -192,15 +193,35 @@ def owner(loc: Loc, root: type[BaseModel] = JobSpec) -> tuple[type[BaseModel], s
     return None
 
 
+_EMPTY = {"model_type": "keys", "dict_type": "keys", "list_type": "items"}
+"""What a YAML key with nothing under it (null) should have held, by the pydantic error it gets."""
+
+
+def closest(word: str, choices: list[str]) -> list[str]:
+    """The names a typo was probably meant to be, closest first."""
+    return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+
+
+def closest_hint(word: str, choices: list[str]) -> str:
+    """` (the closest: ...)` after a name that is not one of `choices`, or nothing when none is close."""
+    close = closest(word, choices)
+    return f" (the closest: {', '.join(close)})" if close else ""
+
+
 def explain(error: Mapping[str, Any], owner: tuple[type[BaseModel], str] | None) -> tuple[str, str | None]:
     """(problem, allowed) of one pydantic error."""
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     model, key = owner if owner else (None, None)
     allowed = _allowed(model, key) if model and key else None
     if kind == "extra_forbidden":
-        return f"unknown key {key!r}", allowed
+        names = list(model.model_fields) if model else []
+        return f"unknown key {key!r}{closest_hint(str(key), names)}", allowed
     if kind == "missing":
         return "required, but missing", allowed
+    if value is None and kind in _EMPTY:
+        field = model.model_fields.get(key) if model and key else None
+        optional = ", or leave it out" if field is not None and not field.is_required() else ""
+        return f"empty: nothing is written under it (write its {_EMPTY[kind]} there{optional})", allowed
     if kind == "literal_error":
         return f"{value!r} is not allowed", ctx.get("expected", allowed)
     if kind == "value_error":
@@ -222,7 +243,8 @@ def params_problem(error: Mapping[str, Any], params: type[Params]) -> tuple[str,
     name = str(loc[0])
     info = params.model_fields.get(name)
     if error["type"] == "extra_forbidden":
-        return f"{name!r} is not a parameter of this endpoint", ", ".join(params.model_fields)
+        hint = closest_hint(name, list(params.model_fields))
+        return f"{name!r} is not a parameter of this endpoint{hint}", ", ".join(params.model_fields)
     allowed = field_info(name, info, params.path_params).describe() if info else None
     if error["type"] == "missing":
         return f"required parameter {name!r} is missing (set it in params, or fan out over it)", allowed

@@ -27,6 +27,7 @@ from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulation.emulated import EmulatedEndpoint
 from sandbox.emulation.generate import build, make_ctx
 from sandbox.emulation.generic.request_form import cache_age_seconds
+from sandbox.served_paths import CREDIT_BALANCE
 from sandbox.wire.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
 from sandbox.wire.faults import BODY_FAULTS, FaultSchedule, damage
 from sandbox.wire.validation import InvalidRequest
@@ -280,5 +281,5 @@ class SandboxState:
                 if key is None
                 else _json(200, {"creditCount": self.book.balance(key)})
             )
-        self.record(None, "/v1/credit-balance", [], answer.status, 0, None, key)
+        self.record(None, CREDIT_BALANCE, [], answer.status, 0, None, key)
         return answer

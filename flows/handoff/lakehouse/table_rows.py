@@ -11,7 +11,9 @@ and are left out (counted, as the load does).
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -39,11 +41,18 @@ BOOKKEEPING_KEYS: dict[str, tuple[str, ...]] = {"runs": ("run_id",), "query_stat
 """Harvest's own tables that travel with the records: merged on their key, harvest's latest state wins."""
 
 
-def _connect() -> duckdb.DuckDBPyConnection:
-    spill = tempfile.mkdtemp(prefix="harvest-export-")
-    return duckdb.connect(
-        config={"memory_limit": memory_limit(), "temp_directory": spill, "preserve_insertion_order": False}
+def _connect() -> tuple[duckdb.DuckDBPyConnection, Path]:
+    """A connection that spills past its memory limit into a folder of the system's temporary folder, and that
+    folder: named, not made (DuckDB makes it only when it spills), removed with the connection (`_cast`)."""
+    spill = Path(tempfile.gettempdir()) / f"harvest-export-{uuid.uuid4().hex}"
+    con = duckdb.connect(
+        config={
+            "memory_limit": memory_limit(),
+            "temp_directory": str(spill),
+            "preserve_insertion_order": False,
+        }
     )
+    return con, spill
 
 
 def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int]:
@@ -70,7 +79,7 @@ def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str, of: st
 
 def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
     """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time."""
-    con = _connect()
+    con, spill = _connect()
     present, rows = _file_facts(paths)
     buckets = max(1, -(-rows // BUCKET_ROWS))
     files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
@@ -90,14 +99,14 @@ def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...
         for bucket in range(1, buckets):
             yield from con.sql(sql.format(bucket=bucket)).to_arrow_reader(BATCH_ROWS)
 
-    return _cast(con, pa.RecordBatchReader.from_batches(first.schema, batches()), schema)
+    return _cast(con, pa.RecordBatchReader.from_batches(first.schema, batches()), schema, spill)
 
 
 def _cast(
-    con: duckdb.DuckDBPyConnection, reader: pa.RecordBatchReader, schema: pa.Schema
+    con: duckdb.DuckDBPyConnection, reader: pa.RecordBatchReader, schema: pa.Schema, spill: Path | None = None
 ) -> pa.RecordBatchReader:
-    """DuckDB's Arrow types cast to the catalog's (e.g. its timestamps and strings), the connection closed at the
-    end of the stream."""
+    """DuckDB's Arrow types cast to the catalog's (e.g. its timestamps and strings), the connection closed and
+    its spill folder removed at the end of the stream, however it ends."""
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
@@ -105,6 +114,8 @@ def _cast(
                 yield batch.cast(schema)
         finally:
             con.close()
+            if spill is not None:
+                shutil.rmtree(spill, ignore_errors=True)
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 
@@ -128,11 +139,11 @@ def _child_reader(
     those whose list was empty too), in the catalog's schema."""
     if not groups and not files:
         return pa.RecordBatchReader.from_batches(child.schema, iter(()))
-    con = _connect()
+    con, spill = _connect()
     parents = _parents_sql(child, parent_files)
     if groups:
         schema = pa.schema([child.schema.field(c) for c in (*child.parent_columns, NEWEST_BY)])
-        return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema)
+        return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema, spill)
     present, _ = _file_facts(files)
     sql_types = dict(duckdb_types(con, child.schema))
     columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name], "c.") for f in child.schema)
@@ -145,7 +156,7 @@ def _child_reader(
         f"SELECT {columns} FROM read_parquet({listed}, union_by_name = true) AS c "
         f"SEMI JOIN ({parents}) AS p ON {same} QUALIFY row_number() OVER (PARTITION BY {item}) = 1"
     )
-    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), child.schema)
+    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), child.schema, spill)
 
 
 def _child_load(

@@ -1,0 +1,57 @@
+"""Nothing left behind in the system's temporary folder: each command of the demo and the exports, run as a user
+runs them (`.venv/bin/harvest` in a clean shell whose TMPDIR is a folder of the test's own), leaves that folder
+as it found it. A nightly job's export runs every night: one folder left per export is one more a night. The
+same exports write the files the README's line of `harvest export` names, where it names them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.flow_helpers import ROOT
+from tests.process_helpers import FINISH_TIMEOUT
+from tests.test_printed_commands import clean_env, user_dir
+
+
+def entries(tmp: Path) -> set[str]:
+    return set(os.listdir(tmp))
+
+
+def typed(cwd: Path, home: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`.venv/bin/harvest ARGS` typed in `cwd`, with the system's temporary folder at `tmp`."""
+    return subprocess.run(
+        [".venv/bin/harvest", *args], cwd=cwd, env={**clean_env(home), "TMPDIR": str(tmp)}, text=True,
+        capture_output=True, timeout=FINISH_TIMEOUT,
+    )  # fmt: skip
+
+
+def test_the_demo_and_every_export_leave_the_temporary_folder_as_found_and_write_what_the_readme_says(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp / "someone else's").mkdir()  # the folder is shared: what others keep there stays
+    commands = [
+        ("demo", "--output", "demo"),
+        ("sql", "demo", "SELECT count(*) FROM runs"),
+        ("runs", "demo"),
+        ("export", "demo", "--to", "lake/files"),
+        ("export", "demo", "--to", "lake/delta", "--format", "delta"),
+        ("export", "demo", "--to", "lake/iceberg", "--format", "iceberg"),
+        ("export", "demo", "--to", "lake/snapshot", "--snapshot"),
+    ]
+    for command in commands:
+        before = entries(tmp)
+        done = typed(cwd, home, tmp, *command)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+        assert entries(tmp) == before, (command, sorted(entries(tmp) - before))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (export,) = [line for line in readme.splitlines() if line.startswith("| `harvest export ")]
+    plain, snapshot = export.split("(`--snapshot`", 1)
+    named = re.findall(r"`(_[^`]+)`", plain)
+    assert named and all(list((cwd / "lake/files").glob(n.replace("<id>", "*"))) for n in named), export
+    at_root = re.findall(r"`(_[^`]+)`", snapshot.split(")", 1)[0])
+    assert at_root and all((cwd / "lake/snapshot" / n).is_file() for n in at_root), export
