@@ -27,7 +27,7 @@ from connectors.catalog.shape_overrides import shapes_data
 from connectors.credits.ledger import CreditLedger
 from connectors.credits.reservations import Reservation
 from connectors.errors import MissingApiKey
-from connectors.paging.pager import PagerStart, QuerySpec
+from connectors.paging.pager import PagerStart, QuerySpec, base_id
 from flows.orchestrator.dask_runner import dask_task_runner
 from flows.run import progress
 from flows.run.discovery import Discovery
@@ -66,19 +66,32 @@ class Running:
     """Where its known keys are staged (an incremental query on staging workers: `tasks.staged_known`)."""
 
 
-def allocate(running: list[Running], free: int, round_pages: int) -> dict[str, int]:
-    """Pages granted per query this round: one at a time to the query with the fewest pages so far."""
+def allocate(
+    running: list[Running],
+    free: int,
+    round_pages: int,
+    fanout_left: Callable[[str], int | None] = lambda query_id: None,
+) -> dict[str, int]:
+    """Pages granted per query this round: one at a time to the query with the fewest pages so far, within the
+    budget, each query's cap and its fan-out's `max_credits_total` (`fanout_left`: what the ledger can still
+    grant the query's fan-out; None: no cap)."""
     grants = {r.spec.query_id: 0 for r in running}
     left = free
+    fanouts = {r.spec.query_id: (base_id(r.spec.query_id), fanout_left(r.spec.query_id)) for r in running}
+    group_left = {group: credits for group, credits in fanouts.values() if credits is not None}
     while True:
         moved = False
         for r in sorted(running, key=lambda r: (r.pages + grants[r.spec.query_id], r.spec.query_id)):
             qid = r.spec.query_id
             cap = r.spec.max_credits
             within_cap = cap is None or r.credits + (grants[qid] + 1) * r.cost <= cap
+            group = fanouts[qid][0]
+            within_cap = within_cap and (group not in group_left or r.cost <= group_left[group])
             if grants[qid] < round_pages and r.cost <= left and within_cap:
                 grants[qid] += 1
                 left -= r.cost
+                if group in group_left:
+                    group_left[group] -= r.cost
                 moved = True
                 break  # re-sort: breadth-first, page by page
         if not moved:
@@ -174,7 +187,9 @@ class Rounds:
             self.add(query)
         with dask_task_runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
-                grants = allocate(self.running, self.free(), self.spec.runner.round_pages)
+                grants = allocate(
+                    self.running, self.free(), self.spec.runner.round_pages, self.ledger.fanout_left
+                )
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
                 if not granted:
                     break
