@@ -70,14 +70,14 @@ def test_plan_prints_queries_worst_case_and_verdict(tmp_path: Path) -> None:
         "unbounded",
     ):
         assert fragment in out
-    assert "the budget caps this run: pages are spread breadth-first" in out
+    assert "the budget does not cover the worst case" in out
     bounded = VALID.replace("style_tags: [ugc, testimonial]}", "style_tags: [ugc]}\n    max_pages: 1")
     result = runner.invoke(
         app, ["plan", str(write(tmp_path, bounded)), "--budget", "61"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
     assert "budget: 61 credits" in result.stdout
-    assert "budget covers the worst case" in result.stdout  # 5 + 5 + 1 + 50 details
+    assert "the budget covers the worst case" in result.stdout  # 5 + 5 + 1 + 50 details
     assert (
         "1 page " in result.stdout and "1 pages" not in result.stdout
     )  # max_pages: 1, said as a person says it
@@ -199,3 +199,47 @@ def test_docs_tables_md_is_the_catalog_rendered() -> None:
     for table, kind in catalog.all_kinds().items():
         assert f"## {table}\n" in committed and f"Primary key: `{', '.join(kind.primary_key)}`" in committed
     assert "| `feed_reason` |" in committed and "| `_fetched_at` | TIMESTAMP WITH TIME ZONE |" in committed
+
+
+def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_path: Path) -> None:
+    """#46, as a nightly script runs it: `harvest plan SPEC --check` exits 3 when the budget does not cover the
+    worst case, after saying which queries would not start if it happens; 0 when it does, and without --check."""
+    spec = write(
+        tmp_path,
+        """\
+        name: short
+        budget: {credits: 20}
+        output: out
+        queries:
+          - id: creatives
+            endpoint: /v1/creative/materials
+            params: {query: shoes, limit: 50}
+            max_pages: 2
+          - id: detail
+            endpoint: /v1/creative/materials/{material_id}
+            for_each: {material_id: {from: creatives, field: material_id}}
+          - id: pins
+            endpoint: /v1/pinboard/search
+            params: {query: trail}
+            for_each: {trim: [true, false]}
+            max_pages: 5
+        """,
+    )
+
+    def plan(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "harvest"), "plan", str(spec), *options], capture_output=True,
+            text=True, timeout=120, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        )  # fmt: skip
+
+    short = plan("--check")
+    assert short.returncode == 3, short.stderr
+    lines = short.stdout.splitlines()
+    assert "worst case: 112; expected: 112 (no earlier run of the job to learn from: the worst case)" in lines
+    assert "the budget covers neither the expected case nor the worst case" in lines
+    # breadth-first: the three first pages (3), then the 50 details the first search page found, 17 of them
+    assert "  detail[material_id=*]: 83 of 100 would not start" in lines
+    assert "  would stop before their last page: creatives, pins (2 of 2)" in lines
+    assert plan().returncode == 0
+    assert plan("--check", "--budget", "112").returncode == 0
+    assert plan("--check-expected", "--budget", "111").returncode == 3
