@@ -132,7 +132,11 @@ def print_summary(summary: RunSummary, output: Path) -> None:
     for line in _error_lines(summary):
         err.print(console.literal(line, "red"), soft_wrap=True)
     if unstarted := never_started_line(summary):
-        err.print(console.literal(unstarted, "yellow"), soft_wrap=True)
+        said = console.literal(unstarted, "yellow")
+        if err.is_terminal:  # ids are long: a terminal breaks the line between them, not inside one
+            err.print(console.AtSeparators(said))
+        else:
+            err.print(said, soft_wrap=True)
     for line in _extraction_lines(summary):
         err.print(console.literal(line, "yellow"), soft_wrap=True)
     exported = summary.export
