@@ -193,7 +193,7 @@ def test_max_credits_total_caps_a_fan_out_even_an_unbounded_one() -> None:
         )
     )
     assert [x.worst_case for x in fanned.lines] == [5, 5]
-    assert fanned.group_worst("pins") == 7 == fanned.worst_case
+    assert fanned.group_total("pins") == 7 == fanned.worst_case
 
 
 def test_an_unbounded_line_names_what_would_bound_it() -> None:

@@ -31,17 +31,7 @@ def _figure(credits: int | None, unknown: str = "unbounded") -> str:
 
 def expected_total(result: Plan, expected: Mapping[str, ExpectedCost]) -> int | None:
     """The expected credits of the whole plan, each fan-out within its `max_credits_total`."""
-    total = 0
-    for group in result.groups:
-        costs = [expected[line.query_id].credits for line in result.lines if line.group == group]
-        cap = result.caps.get(group)
-        known = None if None in costs else sum(c for c in costs if c is not None)
-        if cap is not None:
-            known = cap if known is None else min(known, cap)
-        if known is None:
-            return None
-        total += known
-    return total
+    return result.total(lambda line: expected[line.query_id].credits)
 
 
 def _rows(result: Plan, expected: Mapping[str, ExpectedCost]) -> None:
@@ -59,7 +49,7 @@ def _rows(result: Plan, expected: Mapping[str, ExpectedCost]) -> None:
         cap = result.caps.get(group)
         if cap is not None and not lines[0].dependent:
             add_row(rows, f"{group} (its {len(lines)} queries together)", "", "",
-                    _figure(result.group_worst(group)), f"max_credits_total {cap} for all")  # fmt: skip
+                    _figure(result.group_total(group)), f"max_credits_total {cap} for all")  # fmt: skip
     rows.add_section()
     total = _figure(expected_total(result, expected), "unknown")
     add_row(rows, "total", "", total, _figure(result.worst_case), "")

@@ -9,7 +9,7 @@ templates (`DependentQuery`) and the flow calls `instantiate` once per distinct 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,10 @@ class CostLine:
         return base_id(self.query_id)
 
 
+def _worst(line: CostLine) -> int | None:
+    return line.worst_case
+
+
 @dataclass(frozen=True)
 class Plan:
     name: str
@@ -109,14 +113,20 @@ class Plan:
     incremental: frozenset[str] = frozenset()
     """Spec query ids with `incremental: true`."""
 
-    def group_worst(self, group: str) -> int | None:
-        """The worst case of all the lines of one spec query together, within its `max_credits_total`."""
-        costs = [line.worst_case for line in self.lines if line.group == group]
+    def group_total(self, group: str, figure: Callable[[CostLine], int | None] = _worst) -> int | None:
+        """A figure of all the lines of one spec query together (the worst case, or another: the expected
+        case), within its `max_credits_total`; None: unbounded or unknown."""
+        costs = [figure(line) for line in self.lines if line.group == group]
         total = None if None in costs else sum(c for c in costs if c is not None)
         cap = self.caps.get(group)
         if cap is None:
             return total
         return cap if total is None else min(total, cap)
+
+    def total(self, figure: Callable[[CostLine], int | None] = _worst) -> int | None:
+        """A figure of the whole plan, each fan-out within its `max_credits_total`."""
+        costs = [self.group_total(group, figure) for group in self.groups]
+        return None if None in costs else sum(c for c in costs if c is not None)
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -125,8 +135,7 @@ class Plan:
 
     @property
     def worst_case(self) -> int | None:
-        costs = [self.group_worst(group) for group in self.groups]
-        return None if None in costs else sum(c for c in costs if c is not None)
+        return self.total()
 
     @property
     def covered(self) -> bool:
