@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from connectors.catalog.params import Params
+from connectors.catalog.params import ParamRules, Params
 
 _TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "list": list[str]}
 _BOUNDS = {
@@ -28,7 +28,10 @@ _BOUNDS = {
 
 
 def params_model(
-    path: str, params: Mapping[str, Mapping[str, Any]], one_of: Sequence[Sequence[str]]
+    path: str,
+    params: Mapping[str, Mapping[str, Any]],
+    one_of: Sequence[Sequence[str]],
+    rules: ParamRules = ParamRules(),
 ) -> type[Params]:
     """The model of a plain declaration's `params` (`connectors.catalog.declarations.plain`), in declared order."""
     fields: dict[str, Any] = {}
@@ -46,6 +49,7 @@ def params_model(
     groups = tuple(tuple(group) for group in one_of)
     model.one_of_groups = groups
     model.one_of = groups[0] if groups else ()
+    model.param_rules = rules
     return model
 
 

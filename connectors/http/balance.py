@@ -32,7 +32,7 @@ from connectors.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from connectors.http.answers import envelope, int_field, parse_body, what_answered
+from connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
 from connectors.http.auth import ApiKey
 from connectors.http.lane import http_client
 from connectors.http.page_call import backoff, first_wait
@@ -99,9 +99,10 @@ async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: boo
     count = int_field(body, "creditCount")
     if status == 200 and count is not None:
         return count
-    if status in (401, 402) and envelope(body):
-        error = Unauthorized if status == 401 else OutOfCredits
-        raise error(response=ServiceAnswer(status, body, raw), endpoint=PATH)
+    if status == 401 and envelope(body):
+        raise Unauthorized(response=ServiceAnswer(status, body, raw), endpoint=PATH)
+    if refuses_key(status, body):  # a wrong key or an empty account: the service says the same to both
+        raise OutOfCredits(key_source=key.source, response=ServiceAnswer(status, body, raw), endpoint=PATH)
     answered = key.scrub(what_answered(status, raw, response.headers.get("content-type")))
     if status == 429 or status >= 500:
         raise Retryable(answered, retry_after=parse_retry_after(response.headers.get("retry-after")))
