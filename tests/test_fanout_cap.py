@@ -5,36 +5,31 @@ code the job asked for."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
-import pytest
-from typer.testing import CliRunner
-
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside a CliRunner)
-from flows.cli import app
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declared_helpers import REFERRED, referred
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
+from tests.process_helpers import finish, start_run
 
 COMMENTS = "/v1/video-platform/video/comments"
 REPLIES = "/v1/video-platform/video/comment/replies"
 PARAMS = {"url": "https://www.video-platform.example/watch?v=Y2Ah_DFr8cw", "order": "top"}
 CAP = 6
-runner = CliRunner()
 
 
 def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_started(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prefect_api_url: str, tmp_path: Path
 ) -> None:
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={COMMENTS: (1, 1), REPLIES: (3, 3)}, page_size_by_path={COMMENTS: 24},
         fault_rate=0.25, fault_kinds=[FaultKind.SERVER_ERROR], seed=3, declared=referred(),
     )  # fmt: skip
     output = tmp_path / "out"
-    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     with running(config) as sb:
         spec = write_spec(
             tmp_path,
@@ -54,7 +49,9 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
                 ],
             },
         )  # fmt: skip
-        result = runner.invoke(app, ["run", str(spec)], env={"COLUMNS": "200"})
+        # `harvest run SPEC` as cron or a terminal of 80 columns runs it (rich takes TTY_COMPATIBLE for a tty)
+        terminal = {"TTY_COMPATIBLE": "1", "NO_COLOR": "1", "COLUMNS": "80"}
+        code, _, err = finish(start_run(spec, tmp_path, prefect_api_url, env=terminal))
         billed: Counter[str] = Counter()
         for entry in data_entries(sb):
             billed[entry.path] += entry.credits
@@ -74,11 +71,20 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
         0: len(threads) - CAP,
     }
     assert {status for _, status, _, _ in states} == {"budget_exhausted"}
-    # the night says how many never started, which (a few named) and why; the job asked for exit code 3
+    # the night says how many never started, which (a few named, each whole on a line of the terminal's 80
+    # columns) and why; the job asked for exit code 3
     unstarted = len(threads) - CAP
-    line = next(x for x in result.stderr.splitlines() if "never started" in x)
-    assert line.startswith(
-        f"{unstarted} queries never started, the credits spent before their turn: the cap of"
+    said = re.sub(r"\x1b\[[0-9;]*m", "", err).splitlines()
+    first = next(n for n, x in enumerate(said) if "never started" in x)
+    end = next(n for n in range(first, len(said)) if said[n].endswith("more)"))
+    lines = said[first : end + 1]
+    never = {qid for qid, _, pages, _ in states if not pages}
+    named = [qid for qid in never if any(qid in line for line in lines)]  # each id whole on one line
+    assert len(named) == 3, lines
+    assert " ".join(lines) == (
+        f"{unstarted} queries never started, their fan-out's cap (max_credits_total) spent before their turn: "
+        f"{unstarted} of {len(threads)} replies ({', '.join(sorted(named, key=' '.join(lines).index))} "
+        f"and {unstarted - 3} more)"
     )
-    assert f"{unstarted} of {len(threads)} replies (replies[continuationToken=" in line and "more)" in line
-    assert result.exit_code == 3, result.output
+    assert all(len(line) <= 80 for line in lines) and len(lines) > 1, lines
+    assert code == 3, err

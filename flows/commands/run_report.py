@@ -168,7 +168,7 @@ def print_summary(summary: RunSummary, output: Path) -> None:
     if unstarted := never_started_line(summary):
         said = console.literal(unstarted, "yellow")
         if err.is_terminal:  # ids are long: a terminal breaks the line between them, not inside one
-            err.print(console.AtSeparators(said))
+            err.print(console.AtSeparators(said, words=True))
         else:
             err.print(said, soft_wrap=True)
     for line in _extraction_lines(summary):
