@@ -201,6 +201,14 @@ def test_docs_tables_md_is_the_catalog_rendered() -> None:
     assert "| `feed_reason` |" in committed and "| `_fetched_at` | TIMESTAMP WITH TIME ZONE |" in committed
 
 
+def harvest_plan(spec: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`harvest plan SPEC OPTIONS` as a script runs it, in the spec's folder."""
+    return subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "harvest"), "plan", str(spec), *options], capture_output=True,
+        text=True, timeout=120, cwd=spec.parent, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )  # fmt: skip
+
+
 def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_path: Path) -> None:
     """#46, as a nightly script runs it: `harvest plan SPEC --check` exits 3 when the budget does not cover the
     worst case, after saying which queries would not start if it happens; 0 when it does, and without --check."""
@@ -227,10 +235,7 @@ def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_pa
     )
 
     def plan(*options: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(ROOT / ".venv" / "bin" / "harvest"), "plan", str(spec), *options], capture_output=True,
-            text=True, timeout=120, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
-        )  # fmt: skip
+        return harvest_plan(spec, *options)
 
     short = plan("--check")
     assert short.returncode == 3, short.stderr
@@ -243,3 +248,37 @@ def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_pa
     assert plan().returncode == 0
     assert plan("--check", "--budget", "112").returncode == 0
     assert plan("--check-expected", "--budget", "111").returncode == 3
+
+
+def test_plan_check_counts_the_most_a_declared_price_rule_may_bill(tmp_path: Path) -> None:
+    """#46 with the declarations' prices: the worst case and the shortfall count what a request may cost at
+    most (`get_ad_details` 25 credits a request, a cached profile 1 although its answer may bill 0), as the
+    ledger reserves it, so `--check` passes only a budget the night cannot outspend."""
+    from tests.surface_helpers import CATALOG, COMPANY_ADS, PROFILE
+
+    if not CATALOG.exists():
+        pytest.skip(f"{CATALOG} is absent")
+    spec = write(
+        tmp_path,
+        f"""\
+        name: priced
+        budget: {{credits: 50}}
+        output: out
+        catalogs: [{CATALOG}]
+        queries:
+          - id: cached
+            endpoint: {PROFILE}
+            params: {{handle: nasa, cache_max_age: 7d}}
+          - id: detailed
+            endpoint: {COMPANY_ADS}
+            params: {{domain: a.com, get_ad_details: true}}
+            max_pages: 2
+        """,
+    )
+    short = harvest_plan(spec, "--check")
+    assert short.returncode == 3, short.stdout + short.stderr
+    lines = short.stdout.splitlines()
+    assert any(line.startswith("worst case: 51;") for line in lines), short.stdout
+    # breadth-first: the profile (1) and the ads' first page (25) fit 50; their second page (25) does not
+    assert "  would stop before their last page: detailed" in lines, short.stdout
+    assert harvest_plan(spec, "--check", "--budget", "51").returncode == 0
