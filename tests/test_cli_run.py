@@ -246,7 +246,8 @@ def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
     replies = rows(
         db, "SELECT post_url, parent_uri IN (SELECT uri FROM microblog_b_replies) FROM microblog_b_replies"
     )
-    assert {url for url, _ in replies} == asked and None not in asked
+    fetched_for = {url for url, _ in replies}  # a thread without replies lands none
+    assert fetched_for and fetched_for <= asked and None not in asked
     assert any(nested for _, nested in replies), "no nested reply: the thread's depth went untested"
     feed = {
         uri for (uri,) in rows(db, "SELECT uri FROM microblog_b_posts WHERE _query_id = 'microblog_b_feed'")
