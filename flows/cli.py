@@ -155,34 +155,30 @@ def validate(spec: Path = SPEC_ARG) -> None:
 
 @app.command(
     "plan",
-    epilog="Example: harvest plan configs/examples/creative-research.yaml --budget 200",
+    epilog="Example: harvest plan configs/examples/creative-research.yaml --budget 200\n\n"
+    "In a script or before a nightly run: harvest plan nightly.yaml --check || exit",
 )
 def plan_command(
     spec: Path = SPEC_ARG,
     budget: int | None = typer.Option(None, min=0, help="Price against this budget instead of the spec's."),
+    output: Path | None = typer.Option(
+        None, "--output", help="The job's output directory, whose last nights the plan learns from."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Exit 3 when the budget does not cover the worst case."
+    ),
+    check_expected: bool = typer.Option(
+        False, "--check-expected", help="Exit 3 when the budget does not cover the expected case."
+    ),
 ) -> None:
-    """Show the queries a run would execute and their worst-case credits; sends no request."""
-    from flows.console import add_row, out, say, table
-    from flows.run.plan import plan
+    """Show the queries a run would execute, their expected and worst-case credits against the budget, and which
+    queries the budget would leave unstarted if the worst case happens; sends no request."""
+    from flows.commands.plan_report import show_plan
 
-    result = plan(_load(spec), budget)
-    rows = table(
-        "query",
-        "endpoint",
-        "worst case",
-        "why",
-        title=f"{result.name}: worst-case credits",
-        right=["worst case"],
-    )
-    for line in result.lines:
-        worst = "unbounded" if line.worst_case is None else str(line.worst_case)
-        add_row(rows, line.query_id, line.endpoint, worst, line.basis)
-    total = result.worst_case
-    rows.add_section()
-    add_row(rows, "total", "", "unbounded" if total is None else str(total), "")
-    out.print(rows)
-    say(f"budget: {result.budget} credits, policy {result.policy}")
-    say(result.verdict)
+    which = "expected" if check_expected else "worst" if check else None
+    code = show_plan(_load(spec), budget, output, which)
+    if code:
+        raise typer.Exit(3)
 
 
 DECLARING_SPEC = typer.Option(None, "--spec", help="With the endpoints this job spec declares.")

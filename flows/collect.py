@@ -23,8 +23,10 @@ apply_prefect_defaults()
 
 from prefect import get_run_logger  # noqa: E402
 
+from connectors.credits.fanout_caps import FanoutCaps  # noqa: E402
 from connectors.credits.ledger import CreditLedger  # noqa: E402
 from connectors.http.client import ServiceClient  # noqa: E402
+from connectors.paging.pager import base_id  # noqa: E402
 from flows import console  # noqa: E402
 from flows.handoff.export_after_run import export_step  # noqa: E402
 from flows.orchestrator import prefect_outage  # noqa: E402
@@ -54,7 +56,7 @@ from flows.run.bill import (  # noqa: E402
     read_after,
     settle_refusals,
 )
-from flows.run.dask_rounds import Rounds, run_info  # noqa: E402
+from flows.run.dask.rounds import Rounds, run_info  # noqa: E402
 from flows.run.fanout import Fanout  # noqa: E402
 from flows.run.interrupt import StopOnSignal  # noqa: E402
 from flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402
@@ -174,8 +176,9 @@ async def _collect(
     )
     policy = spec.budget
     ledger = CreditLedger(
-        manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal
-    )
+        manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal,
+        fanouts=FanoutCaps(the_plan.caps, base_id),
+    )  # fmt: skip
     faults.ledger = ledger
     attempts = run_context.AttemptLogs(fsync=fsync, faults=faults)
     try:
@@ -310,6 +313,7 @@ async def _collect_job(
         exported = export_step(spec, layout, loaded is not None, stop)
         exported_at = time.monotonic()
         summary = RunSummary.of(manifest, loaded)
+        summary.unstarted_exit_code = spec.budget.unstarted_exit_code
         summary.seconds = {"paging": round(loading - paying, 2), "loading": round(loaded_at - loading, 2)}
         if exported is not None:
             summary.seconds["exporting"] = round(exported_at - loaded_at, 2)

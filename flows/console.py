@@ -100,6 +100,8 @@ _BREAKS = re.compile(r"(?<=[ /\]=,:;&?)])(?! )|(?=[\[(])")
 """Where a line may break: after a space (the spaces stay on the line they end), a slash, `]`, `=`, `,`, `:`,
 `;`, `&`, `?` or `)`, and before `[` or `(`: a path breaks between its parts, `videos[handle=nasa]` between
 `videos`, `[handle=` and `nasa]`, never inside a word."""
+_SPACES = re.compile(r"(?<= )(?! )")
+"""After a space only: between the words of a sentence (`wrap_at_separators(words=True)`)."""
 _WORD_BREAKS = re.compile(r"(?<=[_.\-])")
 """Inside a piece too wide for a whole line: after `_`, `.` or `-` (`creative_material_` / `details`)."""
 
@@ -110,15 +112,19 @@ def widest_piece(plain: str) -> int:
     return max((cell_len(plain[a:b].rstrip(" ")) for a, b in itertools.pairwise(cuts)), default=0)
 
 
-def wrap_at_separators(text: Text, width: int, console: Console | None = None) -> list[Text]:
+def wrap_at_separators(
+    text: Text, width: int, console: Console | None = None, words: bool = False
+) -> list[Text]:
     """`text` in lines of at most `width` cells, broken only where `_BREAKS` allows. A piece wider than a whole
     line breaks at `_WORD_BREAKS`, and what is still too wide (a 100-character hash at 80 columns) is folded:
-    it cannot fit otherwise. The breaks are found on the plain string and the text divided once (a table of 200
-    rows of JSON wraps thousands of pieces). `console` is not needed: kept for callers that have one."""
+    it cannot fit otherwise. `words`: a sentence naming ids breaks at its spaces first, so that an id that fits
+    a line stays whole on one. The breaks are found on the plain string and the text divided once (a table of
+    200 rows of JSON wraps thousands of pieces). `console` is not needed: kept for callers that have one."""
     lines: list[Text] = []
+    tiers = (_SPACES, _BREAKS, _WORD_BREAKS) if words else (_BREAKS, _WORD_BREAKS)
     for paragraph in text.split("\n", allow_blank=True):
         plain = paragraph.plain
-        for start, end in _spans(plain, 0, len(plain), max(1, width), (_BREAKS, _WORD_BREAKS)):
+        for start, end in _spans(plain, 0, len(plain), max(1, width), tiers):
             line = paragraph[start:end]
             line.rstrip()
             line.end = ""
@@ -167,10 +173,12 @@ def _folded(plain: str, start: int, end: int, width: int) -> list[tuple[int, int
 
 class AtSeparators:
     """A text that wraps only at separators (`wrap_at_separators`), as a rich renderable: table titles and
-    cells holding query ids, paths and URLs, which rich would otherwise fold inside a word."""
+    cells holding query ids, paths and URLs, which rich would otherwise fold inside a word. `words`: a sentence
+    naming ids, broken between its words first (`wrap_at_separators`)."""
 
-    def __init__(self, text: Text) -> None:
+    def __init__(self, text: Text, words: bool = False) -> None:
         self.text = text
+        self.words = words
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         lines = self.text.plain.split("\n")
@@ -186,7 +194,7 @@ class AtSeparators:
                 line.align(options.justify, options.max_width)
             yield line
             return
-        lines = wrap_at_separators(self.text, options.max_width, console)
+        lines = wrap_at_separators(self.text, options.max_width, console, self.words)
         if options.justify in ("right", "center"):
             for line in lines:
                 line.align(options.justify, options.max_width)

@@ -124,7 +124,7 @@ def line_end(line: QueryLine) -> Any:
 _ENDED: dict[str, list[dict[str, Any]]] = {}
 """Run id -> its task runs as they ended, with their true states: what the flow's end hands Prefect again when
 its API dropped a task run's events or could not start it (`flows.orchestrator.prefect_record`). A line's are
-noted by `note_end`; a Dask round's by the flow that settled it (`flows.run.dask_rounds`), since its worker
+noted by `note_end`; a Dask round's by the flow that settled it (`flows.run.dask.rounds`), since its worker
 reports it to Prefect on its own and the flow cannot see whether Prefect heard."""
 
 LINE_TASK = "collect_queries"

@@ -185,12 +185,8 @@ def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a real `harvest` process: the session's subprocess Prefect home, no analytics, no
     inherited API URL (pass PREFECT_API_URL to use the test harness's server instead of a temporary one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HARVEST_"))}
-    env.update(
-        PREFECT_HOME=_SUBPROCESS_PREFECT_HOME,
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        COLUMNS="200",
-        **extra,
-    )
+    env.update(PREFECT_HOME=_SUBPROCESS_PREFECT_HOME, PREFECT_SERVER_ANALYTICS_ENABLED="false", COLUMNS="200")
+    env.update(extra)  # a test may set its own width
     return env
 
 

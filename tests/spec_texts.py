@@ -351,4 +351,18 @@ CASES = {
         ["required, but missing"],
         ["credits", "min_balance", "policy"],
     ),
+    "a fan-out cap on a query that makes one": (
+        HEAD + "  - endpoint: /v1/pinboard/search\n    params: {query: x}\n    max_credits_total: 5\n",
+        7,
+        "queries[0].max_credits_total",
+        ["caps all the queries a for_each makes together"],
+        ["`max_credits` for one query", "for_each"],
+    ),
+    "an exit code for unstarted queries that is not harvest's": (
+        VALID.replace("  credits: 100\n", "  credits: 100\n  unstarted_exit_code: 4\n"),
+        4,
+        "budget.unstarted_exit_code",
+        ["4"],
+        ["0", "3"],
+    ),
 }

@@ -70,14 +70,14 @@ def test_plan_prints_queries_worst_case_and_verdict(tmp_path: Path) -> None:
         "unbounded",
     ):
         assert fragment in out
-    assert "the budget caps this run: pages are spread breadth-first" in out
+    assert "the budget does not cover the worst case" in out
     bounded = VALID.replace("style_tags: [ugc, testimonial]}", "style_tags: [ugc]}\n    max_pages: 1")
     result = runner.invoke(
         app, ["plan", str(write(tmp_path, bounded)), "--budget", "61"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
     assert "budget: 61 credits" in result.stdout
-    assert "budget covers the worst case" in result.stdout  # 5 + 5 + 1 + 50 details
+    assert "the budget covers the worst case" in result.stdout  # 5 + 5 + 1 + 50 details
     assert (
         "1 page " in result.stdout and "1 pages" not in result.stdout
     )  # max_pages: 1, said as a person says it
@@ -199,3 +199,86 @@ def test_docs_tables_md_is_the_catalog_rendered() -> None:
     for table, kind in catalog.all_kinds().items():
         assert f"## {table}\n" in committed and f"Primary key: `{', '.join(kind.primary_key)}`" in committed
     assert "| `feed_reason` |" in committed and "| `_fetched_at` | TIMESTAMP WITH TIME ZONE |" in committed
+
+
+def harvest_plan(spec: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`harvest plan SPEC OPTIONS` as a script runs it, in the spec's folder."""
+    return subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "harvest"), "plan", str(spec), *options], capture_output=True,
+        text=True, timeout=120, cwd=spec.parent, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_path: Path) -> None:
+    """#46, as a nightly script runs it: `harvest plan SPEC --check` exits 3 when the budget does not cover the
+    worst case, after saying which queries would not start if it happens; 0 when it does, and without --check."""
+    spec = write(
+        tmp_path,
+        """\
+        name: short
+        budget: {credits: 20}
+        output: out
+        queries:
+          - id: creatives
+            endpoint: /v1/creative/materials
+            params: {query: shoes, limit: 50}
+            max_pages: 2
+          - id: detail
+            endpoint: /v1/creative/materials/{material_id}
+            for_each: {material_id: {from: creatives, field: material_id}}
+          - id: pins
+            endpoint: /v1/pinboard/search
+            params: {query: trail}
+            for_each: {trim: [true, false]}
+            max_pages: 5
+        """,
+    )
+
+    def plan(*options: str) -> subprocess.CompletedProcess[str]:
+        return harvest_plan(spec, *options)
+
+    short = plan("--check")
+    assert short.returncode == 3, short.stderr
+    lines = short.stdout.splitlines()
+    assert "worst case: 112; expected: 112 (no earlier run of the job to learn from: the worst case)" in lines
+    assert "the budget covers neither the expected case nor the worst case" in lines
+    # breadth-first: the three first pages (3), then the 50 details the first search page found, 17 of them
+    assert "  detail[material_id=*]: 83 of 100 would not start" in lines
+    assert "  would stop before their last page: creatives, pins (2 of 2)" in lines
+    assert plan().returncode == 0
+    assert plan("--check", "--budget", "112").returncode == 0
+    assert plan("--check-expected", "--budget", "111").returncode == 3
+
+
+def test_plan_check_counts_the_most_a_declared_price_rule_may_bill(tmp_path: Path) -> None:
+    """#46 with the declarations' prices: the worst case and the shortfall count what a request may cost at
+    most (`get_ad_details` 25 credits a request, a cached profile 1 although its answer may bill 0), as the
+    ledger reserves it, so `--check` passes only a budget the night cannot outspend."""
+    from tests.surface_helpers import CATALOG, COMPANY_ADS, PROFILE
+
+    if not CATALOG.exists():
+        pytest.skip(f"{CATALOG} is absent")
+    spec = write(
+        tmp_path,
+        f"""\
+        name: priced
+        budget: {{credits: 50}}
+        output: out
+        catalogs: [{CATALOG}]
+        queries:
+          - id: cached
+            endpoint: {PROFILE}
+            params: {{handle: nasa, cache_max_age: 7d}}
+          - id: detailed
+            endpoint: {COMPANY_ADS}
+            params: {{domain: a.com, get_ad_details: true}}
+            max_pages: 2
+        """,
+    )
+    short = harvest_plan(spec, "--check")
+    assert short.returncode == 3, short.stdout + short.stderr
+    lines = short.stdout.splitlines()
+    assert any(line.startswith("worst case: 51;") for line in lines), short.stdout
+    # breadth-first: the profile (1) and the ads' first page (25) fit 50; their second page (25) does not
+    assert "  would stop before their last page: detailed" in lines, short.stdout
+    assert harvest_plan(spec, "--check", "--budget", "51").returncode == 0

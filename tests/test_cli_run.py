@@ -232,10 +232,30 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     assert sql.exit_code == 0 and str(counts["short_video_videos"]) in sql.stdout
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     shown = re.findall(r'^\.venv/bin/harvest sql data/demo "(.+)"$', readme, re.MULTILINE)
-    assert len(shown) == 2, shown  # the README's queries of the demo, a record table and a child table
+    assert len(shown) == 3, shown  # the README's queries of the demo: a record table, a child table, a join
     for query in shown:
         answered = runner.invoke(app, ["sql", str(output), query, "--format", "csv"])
         assert answered.exit_code == 0 and len(answered.stdout.splitlines()) > 1, (query, answered.output)
+    assert_replies_say_which_post_they_were_fetched_for(output / "harvest.duckdb")
+
+
+def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
+    """#46: the demo's dependent query (each feed post's thread) lands replies whose `post_url` is the post they
+    were fetched for, nested replies too: each joins a feed post, and each thread asked is there."""
+    asked = {u for (u,) in rows(db, "SELECT DISTINCT json_extract_string(params, '$.url') FROM requests "
+                                    "WHERE endpoint = '/v1/microblog-b/post'")}  # fmt: skip
+    replies = rows(
+        db, "SELECT post_url, parent_uri IN (SELECT uri FROM microblog_b_replies) FROM microblog_b_replies"
+    )
+    fetched_for = {url for url, _ in replies}  # a thread without replies lands none
+    assert fetched_for and fetched_for <= asked and None not in asked
+    assert any(nested for _, nested in replies), "no nested reply: the thread's depth went untested"
+    feed = {
+        uri for (uri,) in rows(db, "SELECT uri FROM microblog_b_posts WHERE _query_id = 'microblog_b_feed'")
+    }
+    assert asked <= feed
+    (comment,) = rows(db, "SELECT comment FROM duckdb_tables() WHERE table_name = 'microblog_b_replies'")
+    assert comment == ("primary key: uri; fetched for: post_url (the request's url)",)
 
 
 def assert_child_tables_read_without_json(output: Path) -> None:

@@ -194,3 +194,19 @@ def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothi
     assert {q["status"] for q in summary.queries} == {"stopped"} and len(summary.queries) == len(TOPICS)
     assert {q["credits"] for q in summary.queries} == {0}
     assert scalar(tmp_path / "out" / "harvest.duckdb", "SELECT credits_spent FROM runs") == 0
+
+
+def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
+    """#46: a round's grants (what the flow's ledger reserves for a worker) stay within each fan-out's
+    `max_credits_total` as the ledger reports it, one page at a time to the query with the fewest pages."""
+    from connectors.paging.pager import QuerySpec
+    from flows.run.dask.grants import Running, allocate
+
+    running = [Running(QuerySpec(f"c[n={n}]", DETAIL, {}), cost=2, pages=n % 2) for n in range(4)]
+    running.append(Running(QuerySpec("pins", PINS, {}), cost=1))
+    left = {"c[n=0]": 7, "c[n=1]": 7, "c[n=2]": 7, "c[n=3]": 7}
+    grants = allocate(running, free=100, round_pages=3, fanout_left=left.get)
+    assert sum(grants[q] * 2 for q in left) == 6 and grants["pins"] == 3  # a 4th page would pass the cap of 7
+    assert {q: grants[q] for q in left} == {"c[n=0]": 2, "c[n=1]": 0, "c[n=2]": 1, "c[n=3]": 0}
+    pages = [r.pages + grants[r.spec.query_id] for r in running[:4]]
+    assert max(pages) - min(pages) <= 1  # those behind first: 2, 1, 1, 1 pages

@@ -336,7 +336,7 @@ def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
         spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster, credits=budget)
         killer = cluster.kill_while_busy("worker-0", sb, 12)
         try:
-            with said("flows.run.dask_rounds") as warnings:
+            with said("flows.run.dask.rounds") as warnings:
                 summary = run_flow(write_spec(tmp_path, spec))
         finally:
             killer.join()
@@ -372,7 +372,7 @@ def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
 
     from connectors.http.auth import ApiKey
     from connectors.paging.pager import QuerySpec
-    from flows.run.dask_rounds import run_info
+    from flows.run.dask.rounds import run_info
     from flows.run.service_access import ServiceAccess
     from flows.spec.parse import load_spec
     from tasks.output.layout import OutputLayout
@@ -542,7 +542,7 @@ def test_a_round_dask_runs_again_on_a_shared_disk_pays_nothing(
         killer = threading.Thread(target=kill_the_holder, daemon=True)
         killer.start()
         try:
-            with said("flows.run.dask_rounds") as warnings:
+            with said("flows.run.dask.rounds") as warnings:
                 summary = run_flow(write_spec(tmp_path, spec))
         finally:
             killer.join(timeout=WAIT)

@@ -252,3 +252,65 @@ def test_only_new_parent_items_start_their_dependents(
     assert set(new_threads.values()) == {1}
     assert second.credits_spent == 2 + 4  # the page of new posts, one of known ones, 4 threads
     assert all_posts <= key_set(output / "harvest.duckdb", "microblog_b_posts")
+
+
+def _plan(spec: Path, *options: str) -> tuple[int, str]:
+    """`harvest plan` as a person (or a nightly script) runs it."""
+    import subprocess
+
+    from tests.flow_helpers import HARVEST
+
+    done = subprocess.run(
+        [str(HARVEST), "plan", str(spec), *options], capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    return done.returncode, done.stdout
+
+
+def _figures(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith("worst case: "))
+
+
+def test_the_plan_expects_what_the_last_nights_paid_beside_the_worst_case(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """An incremental feed (3 pages of posts) and each post's thread: the first night pays for all, and from
+    then on the plan expects what a night pays (its head page; a thread per new post), the worst case beside."""
+    feed = {"handle": "nasa"}
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (3, 3)}, page_size=5)
+    queries = [
+        {"id": "feed", "endpoint": FEED, "params": feed, "incremental": True, "max_pages": 3},
+        {"id": "threads", "endpoint": THREAD, "for_each": {"url": {"from": "feed", "field": "uri"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as night1:
+        spec = write_spec(tmp_path, {**job(night1.base_url, output, queries), "budget": {"credits": 10}})
+        code, before = _plan(spec, "--check")
+        assert code == 3 and _figures(
+            before
+        ) == (  # a post's thread each: the feed's page size is not declared
+            "worst case: unbounded; expected: unknown (no earlier run of the job to learn from: the worst case)"
+        )
+        first = run_flow(spec, budget=100)
+        code, after_first = _plan(spec, "--check-expected")
+        unchanged = run_flow(spec)
+        code_after_second, after_second = _plan(spec)
+    later = config.replace(new_items=4)
+    with running(later) as night3:
+        spec = write_spec(tmp_path, {**job(night3.base_url, output, queries), "budget": {"credits": 10}})
+        third = run_flow(spec)
+        _, after_third = _plan(spec, "--check")
+    posts = len(expected_keys([(FEED, feed)], config)["microblog_b_posts"])
+    assert first.credits_spent == 3 + posts and unchanged.credits_spent == 1 and third.credits_spent == 2 + 4
+    # after the first night: the next one pays its head page, no thread (no new post known): the budget covers it
+    assert code == 0 and _figures(after_first) == (
+        "worst case: unbounded; expected: 1 (learned from the job's last nights)"
+    ), after_first
+    assert "1 page: caught up after its full pass" in after_first
+    assert "new feed records only: none known yet" in after_first
+    # after the unchanged night: what it paid
+    assert _figures(after_second).endswith("expected: 1 (learned from the job's last nights)")
+    assert code_after_second == 0 and "the last night" in after_second
+    # after a night of 4 new posts: the average of the nights since the full pass, rounded up
+    assert "expected: 4 (" in _figures(after_third), after_third  # feed (1 + 2) / 2, threads (0 + 4) / 2
+    assert "the average of the last 2 nights" in after_third

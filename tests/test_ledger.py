@@ -414,3 +414,85 @@ async def test_callers_that_forget_page_done_do_not_deadlock() -> None:
     async with asyncio.timeout(2):
         counts = await asyncio.gather(crawl("a"), crawl("b"))
     assert sum(counts) == 5 and abs(counts[0] - counts[1]) <= 1
+
+
+# ------------------------------------------------------------------------------- a fan-out's cap of its own
+def _capped(budget: int, caps: dict[str, int], **options: object) -> CreditLedger:
+    from connectors.credits.fanout_caps import FanoutCaps
+    from connectors.paging.pager import base_id
+
+    return CreditLedger(budget, fanouts=FanoutCaps(caps, base_id), **options)  # type: ignore[arg-type]
+
+
+async def test_a_fan_out_cap_holds_all_its_queries_together_and_says_why() -> None:
+    ledger = _capped(100, {"comments": 5})
+    granted = [await ledger.reserve(f"comments[url={n}]", 0, 2) for n in range(2)]
+    for r in granted:
+        assert r is not None
+        ledger.settle(r, 2)
+    assert await ledger.reserve("comments[url=9]", 0, 2) is None  # 4 spent: 2 more would pass 5
+    assert "cap of 5 credits on all of comments's queries together" in refusal_reason(
+        ledger, "comments[url=9]"
+    )
+    assert await ledger.reserve("comments[url=9]", 0, 1) is not None  # what is left still fits
+    assert await ledger.reserve("videos[handle=a]", 0, 50) is not None  # other queries: only the budget
+    assert ledger.fanout_spent("comments") == 4 and ledger.fanout_left("comments[url=1]") == 0
+
+
+async def test_a_fan_out_waits_for_its_own_open_reservations_then_takes_what_they_leave() -> None:
+    ledger = _capped(100, {"c": 3}, policy="greedy")
+    held = await ledger.reserve("c[x=1]", 0, 3)
+    assert held is not None
+    waiter = asyncio.ensure_future(ledger.reserve("c[x=2]", 0, 2))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # 3 held of 3: it may still fit if the held one settles for less
+    ledger.settle(held, 1)
+    assert await asyncio.wait_for(waiter, 1) is not None
+
+
+async def test_a_resumed_run_counts_what_the_fan_out_spent_before() -> None:
+    ledger = _capped(100, {"c": 10}, opening={"c[x=1]": 6, "c[x=2]": 3, "other": 50})
+    assert ledger.fanout_spent("c") == 9
+    assert await ledger.reserve("c[x=3]", 0, 2) is None
+    assert await ledger.reserve("c[x=3]", 0, 1) is not None
+
+
+async def test_credits_given_back_return_to_the_fan_out() -> None:
+    ledger = _capped(100, {"c": 2})
+    r = await ledger.reserve("c[x=1]", 0, 2)
+    assert r is not None
+    ledger.settle(r, None, refusal=True)  # a 429 whose charge the answer did not say
+    assert await ledger.reserve("c[x=2]", 0, 1) is None
+    assert ledger.reconcile(0) == 2  # the account's bill shows it was not billed
+    assert ledger.fanout_spent("c") == 0
+    assert await ledger.reserve("c[x=2]", 0, 2) is not None
+
+
+async def test_a_top_up_past_the_fan_out_cap_is_not_sent() -> None:
+    ledger = _capped(100, {"c": 4}, policy="greedy")
+    first = await ledger.reserve("c[x=1]", 0, 1, price_key="/e")
+    assert first is not None and ledger.sending(first) is not None
+    ledger.settle(first, 3, priced=True)  # the service charged 3, not 1: later requests hold 3
+    second = await ledger.reserve("c[x=2]", 0, 1, price_key="/e")
+    assert second is None  # 3 spent, 3 more would pass 4
+
+
+async def test_breadth_first_inside_a_fan_out_gives_every_query_its_page_first() -> None:
+    ledger = _capped(1000, {"c": 6})
+    ids = [f"c[x={n}]" for n in range(3)]
+    pages = dict.fromkeys(ids, 0)
+    for qid in ids:
+        ledger.expect(qid)
+
+    async def query(qid: str, slow: int) -> None:
+        async with ledger.query(qid):
+            while (r := await ledger.reserve(qid, pages[qid], 1)) is not None:
+                for _ in range(slow):  # the first query answers fastest: greedy, it would take 4 pages
+                    await asyncio.sleep(0)
+                ledger.settle(r, 1)
+                ledger.page_done(qid, pages[qid])
+                pages[qid] += 1
+
+    await asyncio.wait_for(asyncio.gather(*(query(q, 3 * n) for n, q in enumerate(ids))), 5)
+    assert sorted(pages.values()) == [2, 2, 2]  # 6 credits, 3 queries: two pages each, none three
+    assert ledger.spent == 6

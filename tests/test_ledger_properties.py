@@ -238,3 +238,171 @@ def test_a_price_above_the_table_passes_the_budget_by_one_request_per_endpoint(
     """Unseen prices: one request's excess per endpoint; a mid-run rise: the requests in flight; a service
     charging no more than the table: never past the budget."""
     asyncio.run(_priced_run(budget, table, prices, queries, slots, policy, rise))
+
+
+# ------------------------------------------------------------------------------------------ fan-out caps
+# Queries in fan-outs (groups) with a cap of their own (`max_credits_total`), sharing a budget and a few
+# connection slots; each attempt is one of ATTEMPTS (an unknown charge counts whole, an unbilled refusal 0, a
+# release gives it back and the page is asked again: a retry). The service charges the table, or less.
+GROUPS = ("g0", "g1", "g2")
+fanout_query = st.tuples(
+    st.sampled_from(GROUPS),
+    st.integers(0, 3),
+    st.lists(st.tuples(st.sampled_from(ATTEMPTS), st.integers(0, 3)), min_size=1, max_size=6),
+)
+
+
+async def _fanout_run(
+    budget: int,
+    caps: dict[str, int],
+    queries: list[tuple[str, int, list[tuple[str, int]]]],
+    slots: int,
+    policy: str,
+    less: bool,
+) -> None:
+    from connectors.credits.fanout_caps import FanoutCaps
+    from connectors.paging.pager import base_id
+
+    ledger = CreditLedger(budget, policy=policy, fanouts=FanoutCaps(caps, base_id))  # type: ignore[arg-type]
+    sem = asyncio.Semaphore(slots)
+    held: dict[str, int] = defaultdict(int)
+    spent: dict[str, int] = defaultdict(int)
+    violations: list[tuple[str, int, int]] = []
+
+    def check() -> None:
+        for group, cap in caps.items():
+            if spent[group] + held[group] > cap:
+                violations.append((group, spent[group], held[group]))
+        s = ledger.snapshot()
+        if s.spent + s.reserved > s.budget:
+            violations.append(("budget", s.spent, s.reserved))
+
+    async def attempt(qid: str, cost: int, page: int, outcome: str, yields: int) -> bool | None:
+        """One attempt; None when the ledger refused it, False when it was released (the page is asked
+        again by the next attempt: a retry)."""
+        group = base_id(qid)
+        while True:
+            r = await ledger.reserve(qid, page, cost, price_key=f"/{group}")
+            if r is None:
+                return None
+            held[group] += r.amount
+            check()
+            async with sem:
+                sent = ledger.sending(r)
+                if sent is None:
+                    held[group] -= r.amount
+                    continue  # the price rose while it waited: reserve again
+                held[group] += sent.amount - r.amount
+                check()
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                held[group] -= sent.amount
+                if outcome == "release":
+                    ledger.release(sent)
+                    check()
+                    return False
+                if outcome == "answer":
+                    charge: int | None = max(0, cost - 1) if less else cost
+                    spent[group] += ledger.settle(sent, charge, priced=True)
+                else:
+                    spent[group] += ledger.settle(sent, None if outcome == "unknown" else 0)
+                check()
+                return True
+
+    async def query(qid: str, cost: int, ops: list[tuple[str, int]]) -> None:
+        async with ledger.query(qid):
+            page = 0
+            for outcome, yields in ops:
+                paid = await attempt(qid, cost, page, outcome, yields)
+                if paid is None:
+                    return
+                if paid:
+                    ledger.page_done(qid, page)
+                    page += 1
+
+    for n, (group, _, _) in enumerate(queries):
+        ledger.expect(f"{group}[n={n}]")
+    async with asyncio.timeout(20):  # a deadlock fails the example instead of hanging the suite
+        await asyncio.gather(
+            *(query(f"{group}[n={n}]", cost, ops) for n, (group, cost, ops) in enumerate(queries))
+        )
+
+    assert not violations, violations[0]
+    final = ledger.snapshot()
+    assert final.reserved == 0 and final.spent <= budget
+    for group, cap in caps.items():
+        assert ledger.fanout_spent(group) == spent[group] <= cap
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    budget=st.integers(0, 60),
+    caps=st.dictionaries(st.sampled_from(GROUPS), st.integers(0, 12), min_size=1),
+    queries=st.lists(fanout_query, min_size=1, max_size=40),
+    slots=st.integers(1, 16),
+    policy=st.sampled_from(["breadth_first", "greedy"]),
+    less=st.booleans(),
+)
+@example(  # a short cap on one wide fan-out, every attempt retried once, all on the wire together
+    budget=60, caps={"g0": 7}, queries=[("g0", 2, [("release", 1), ("answer", 2)] * 3)] * 20, slots=16,
+    policy="breadth_first", less=False,
+)  # fmt: skip
+def test_a_fan_out_never_spends_past_its_cap_under_concurrency_and_retries(
+    budget: int,
+    caps: dict[str, int],
+    queries: list[tuple[str, int, list[tuple[str, int]]]],
+    slots: int,
+    policy: str,
+    less: bool,
+) -> None:
+    """At every instant a capped fan-out's spent and held credits stay within its cap (and the run's within
+    its budget), whatever the interleaving, retries, unknown charges and refusals; no deadlock."""
+    asyncio.run(_fanout_run(budget, caps, queries, slots, policy, less))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cap=st.integers(0, 30),
+    wants=st.lists(st.integers(1, 8), min_size=2, max_size=12),
+    cost=st.integers(1, 3),
+)
+def test_a_short_fan_out_cap_is_shared_breadth_first(cap: int, wants: list[int], cost: int) -> None:
+    """No query of a capped fan-out takes page k+1 while another that wanted more stopped at page k: the
+    page counts of the queries the cap stopped differ by at most one, and no query has more than one page
+    past any of them."""
+
+    async def run() -> dict[str, tuple[int, bool]]:
+        from connectors.credits.fanout_caps import FanoutCaps
+        from connectors.paging.pager import base_id
+
+        ledger = CreditLedger(10_000, fanouts=FanoutCaps({"c": cap}, base_id))
+        done: dict[str, tuple[int, bool]] = {}
+        ids = [f"c[n={n}]" for n in range(len(wants))]
+        for qid in ids:
+            ledger.expect(qid)
+
+        async def query(qid: str, want: int, slow: int) -> None:
+            async with ledger.query(qid):
+                pages = 0
+                while pages < want:
+                    r = await ledger.reserve(qid, pages, cost)
+                    if r is None:
+                        done[qid] = (pages, True)
+                        return
+                    for _ in range(slow):  # the first queries answer fastest: they would race ahead
+                        await asyncio.sleep(0)
+                    ledger.settle(r, cost)
+                    ledger.page_done(qid, pages)
+                    pages += 1
+                done[qid] = (pages, False)
+
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(query(q, w, n) for n, (q, w) in enumerate(zip(ids, wants, strict=True))))
+        assert ledger.fanout_spent("c") <= cap
+        return done
+
+    done = asyncio.run(run())
+    stopped = [pages for pages, refused in done.values() if refused]
+    if stopped:
+        assert max(stopped) - min(stopped) <= 1, done
+        assert max(pages for pages, _ in done.values()) <= min(stopped) + 1, done

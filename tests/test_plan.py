@@ -143,7 +143,6 @@ def test_worst_case_per_paging_rule() -> None:
     assert line(result, "pins_capped").worst_case == 7
     assert line(result, "pins_credit_only").worst_case == 4
     assert result.worst_case is None and not result.covered
-    assert result.verdict == "the budget caps this run: pages are spread breadth-first"
 
 
 def test_cost_overrides_scale_the_worst_case_and_zero_cost_is_free() -> None:
@@ -159,7 +158,6 @@ def test_cost_overrides_scale_the_worst_case_and_zero_cost_is_free() -> None:
     assert line(result, "pins").worst_case == 12
     assert line(result, "clip").worst_case == 0
     assert result.worst_case == 12 and result.covered
-    assert result.verdict == "budget covers the worst case"
 
 
 def test_dependent_worst_case_is_bounded_only_when_the_parent_is() -> None:
@@ -178,4 +176,87 @@ def test_budget_override_and_greedy_verdict() -> None:
     assert plan(spec_of(text), budget=5).covered
     assert not plan(spec_of(text), budget=4).covered
     greedy = plan(spec_of(text, "name: job\nbudget: {credits: 1, policy: greedy}\nqueries:\n"))
-    assert greedy.budget == 1 and "greedy" in greedy.verdict
+    assert greedy.budget == 1 and greedy.policy == "greedy"
+
+
+# --------------------------------------------------------------------- a fan-out's cap, what bounds a line
+def test_max_credits_total_caps_a_fan_out_even_an_unbounded_one() -> None:
+    unbounded = CREATIVES.replace("    max_pages: 2\n", "")
+    result = plan(spec_of(unbounded + DETAIL + "    max_credits_total: 30\n"))
+    detail = line(result, "detail[material_id=*]")
+    assert detail.worst_case == 30 and "max_credits_total 30 for all" in detail.basis
+    assert result.caps == {"detail": 30}
+    fanned = plan(
+        spec_of(
+            "  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n"
+            "    for_each: {trim: [true, false]}\n    max_pages: 5\n    max_credits_total: 7\n"
+        )
+    )
+    assert [x.worst_case for x in fanned.lines] == [5, 5]
+    assert fanned.group_total("pins") == 7 == fanned.worst_case
+
+
+def test_an_unbounded_line_names_what_would_bound_it() -> None:
+    pins = plan(spec_of("  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n"))
+    assert "max_pages or max_credits bounds it" in line(pins, "pins").basis
+    search = (
+        "  - id: search\n    endpoint: /v1/video-platform/search\n    params: {query: x}\n"
+        "  - id: replies\n    endpoint: /v1/video-platform/video/comment/replies\n"
+        "    for_each: {continuationToken: {from: search, field: id, kind: video_platform_videos}}\n"
+    )
+    basis = line(plan(spec_of(search)), "replies[continuationToken=*]").basis
+    assert "search has no max_pages" in basis
+    assert "/v1/video-platform/search declares no records_per_page" in basis
+    assert "max_credits_total" in basis
+    no_limit = CREATIVES.replace("    params: {query: shoes, limit: 50}\n", "    params: {query: shoes}\n")
+    assert (
+        "creatives sets no `limit` (its records_per_page)"
+        in line(plan(spec_of(no_limit + DETAIL)), "detail[material_id=*]").basis
+    )
+
+
+# ------------------------------------------------------------------------- the worst case against the budget
+def test_the_worst_case_against_a_short_budget_names_who_would_not_start() -> None:
+    from flows.forecast.shortfall import shortfall
+
+    text = CREATIVES + DETAIL + "  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n"
+    text += "    max_pages: 5\n"
+    result = plan(spec_of(text), budget=20)
+    assert result.worst_case == 2 + 100 + 5
+    by_line = {o.line.query_id: o for o in shortfall(result).outcomes}
+    # breadth-first: both planned queries take their first page (2), the 50 details the first creatives page
+    # found start before anyone's second page: 18 of them; the second creatives page is never paid
+    detail = by_line["detail[material_id=*]"]
+    assert (detail.instances, detail.started, detail.not_started) == (100, 18, 82)
+    assert by_line["creatives"].cut_short == 1 and by_line["pins"].cut_short == 1
+    greedy = plan(spec_of(text, "name: job\nbudget: {credits: 20, policy: greedy}\nqueries:\n"))
+    by_line = {o.line.query_id: o for o in shortfall(greedy).outcomes}
+    # in spec order: creatives takes both pages (2), pins its 5, the details what is left
+    assert by_line["creatives"].finished == by_line["pins"].finished == 1
+    assert by_line["detail[material_id=*]"].started == 13
+
+
+def test_a_fan_out_cap_leaves_its_own_queries_unstarted_not_the_others() -> None:
+    from flows.forecast.shortfall import shortfall
+
+    text = CREATIVES + DETAIL + "    max_credits_total: 10\n"
+    text += "  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n    max_pages: 5\n"
+    result = plan(spec_of(text), budget=20)
+    assert result.worst_case == 2 + 10 + 5 and result.covered
+    result = plan(spec_of(text), budget=16)
+    by_line = {o.line.query_id: o for o in shortfall(result).outcomes}
+    detail = by_line["detail[material_id=*]"]
+    assert (detail.instances, detail.started) == (100, 10)  # the cap, not the budget, stops them
+    assert by_line["creatives"].finished == 1 and by_line["pins"].cut_short == 1  # 4 of its 5 pages
+
+
+def test_a_wide_unbounded_plan_is_played_in_steps_not_page_by_page() -> None:
+    from flows.forecast.shortfall import shortfall
+
+    text = "".join(
+        f"  - id: pins{n}\n    endpoint: /v1/pinboard/search\n    params: {{query: q{n}}}\n"
+        for n in range(50)
+    )
+    outcome = shortfall(plan(spec_of(text), budget=10**9))
+    assert outcome.known and outcome.spent == 10**9
+    assert all(o.started == 1 and o.not_started == 0 for o in outcome.outcomes)

@@ -194,3 +194,42 @@ def test_every_command_help_wraps_between_words_and_names_its_arguments(command:
         if line.strip() and after.strip() and len(line) + 1 + len(after.split()[0]) < WIDTH
     ]
     assert early == [], early
+
+
+def test_a_night_that_left_queries_unstarted_says_which_and_exits_as_the_job_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """#46: `budget_exhausted` without a page is a query that never started: counted per spec query, a few ids
+    named, why; exit 0 unless the spec's `budget.unstarted_exit_code` is 3. A query stopped after its first
+    pages is not one (it started), and a failure still exits 1."""
+    from flows.commands.run_report import exit_code, print_summary
+    from tasks.output.run_summary import RunSummary
+
+    budget = "credit budget exhausted: page 0 needs 1 credit(s) but the run's budget of 9 credits has 0 left"
+
+    def q(qid: str, status: str, pages: int) -> dict[str, object]:
+        return {"query_id": qid, "status": status, "pages": pages, "records": pages, "credits": pages,
+                "error": budget if status == "budget_exhausted" else None}  # fmt: skip
+
+    queries = [q("videos[handle=a]", "budget_exhausted", 2), q("videos[handle=b]", "complete", 3)]
+    queries += [q(f"comments[url=u{n}]", "complete", 1) for n in range(3)]
+    queries += [q(f"comments[url=v{n}]", "budget_exhausted", 0) for n in range(5)]
+    summary = RunSummary(
+        run_id="r1", job="j", service="sandbox", status="budget_exhausted", budget=9, credits_spent=9,
+        records=9, loaded=False, tables={}, queries=queries,
+    )  # fmt: skip
+    print_summary(summary, Path("out"))
+    line = next(x for x in capsys.readouterr().err.splitlines() if "never started" in x)
+    assert line == (
+        "5 queries never started, the run's budget spent before their turn: 5 of 8 comments "
+        "(comments[url=v0], comments[url=v1], comments[url=v2] and 2 more)"
+    )
+    assert exit_code(summary) == 0
+    summary.unstarted_exit_code = 3
+    assert exit_code(summary) == 3
+    summary.queries[1]["status"] = "failed"
+    assert exit_code(summary) == 1  # a failure says more than a shortfall
+    for unstarted in summary.queries[5:]:
+        unstarted["pages"] = 1  # each took a page: none is unstarted, the night exits 0
+    summary.queries[1]["status"] = "complete"
+    assert exit_code(summary) == 0

@@ -54,13 +54,21 @@ class Field:
     """What the column holds, as its declaration says (`described` makes one up when it says nothing)."""
 
     @property
+    def request_param(self) -> str | None:
+        """The request parameter the column holds (`$params.NAME`): the value each row was fetched for."""
+        return self.path[len(PARAM_PREFIX) :] if self.path.startswith(PARAM_PREFIX) else None
+
+    @property
     def from_record(self) -> bool:
         """Whether the value is read from the record (not the request's parameter, nor the item holding it)."""
         return not self.path.startswith((PARAM_PREFIX, HOLDER_PREFIX))
 
     @property
     def described(self) -> str:
-        """The declaration's description, or its type in words (the comment adds where it is read)."""
+        """The declaration's description, or its type in words (the comment adds where it is read); a request
+        value says so, since that is what it is for: joining a row to the record whose value fetched it."""
+        if not self.description and (param := self.request_param) is not None:
+            return f"The request's `{param}`: the value this row was fetched for."
         return (
             self.description
             or f"{TYPE_WORDS.get(type_name(self), 'A value')}; declared without a description."

@@ -15,6 +15,7 @@ Not thread-safe on its own: the credit ledger calls it under its lock.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 
 class FairShare:
@@ -60,13 +61,16 @@ class FairShare:
         self._expected.discard(query_id)
         return self._next_page.pop(query_id, None) is not None
 
-    def lag_demand(self, query_id: str, page_index: int, amount: int) -> int:
-        """Credits the queries behind `query_id` still need to complete page `page_index - 1`."""
+    def lag_demand(
+        self, query_id: str, page_index: int, amount: int, among: Callable[[str], bool] | None = None
+    ) -> int:
+        """Credits the queries behind `query_id` still need to complete page `page_index - 1`; `among`: only
+        those queries (the members of a capped fan-out)."""
         if page_index == 0:  # nothing is behind a first page (a fan-out's 10,000 first pages skip the walk)
             return 0
         demand = 0
         for other, nxt in self._next_page.items():
-            if other == query_id or nxt >= page_index:
+            if other == query_id or nxt >= page_index or (among is not None and not among(other)):
                 continue
             inflight = self._inflight.get(other, Counter())
             in_range = sum(1 for p, n in inflight.items() if n > 0 and nxt <= p < page_index)

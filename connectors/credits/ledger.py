@@ -41,6 +41,7 @@ from types import MappingProxyType
 
 from connectors.credits.balance_floor import BalanceFloor
 from connectors.credits.fair_share import FairShare
+from connectors.credits.fanout_caps import FanoutCaps
 from connectors.credits.holds import Holds
 from connectors.credits.prices import Prices
 from connectors.credits.refused_charges import RefusedCharges
@@ -71,6 +72,7 @@ class CreditLedger(Settlement):
         *,
         opening: Mapping[str, int] | None = None,
         journal: LedgerJournal | None = None,
+        fanouts: FanoutCaps | None = None,
     ) -> None:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
@@ -83,6 +85,8 @@ class CreditLedger(Settlement):
         self._holds = Holds()
         self._q_spent: dict[str, int] = {q: c for q, c in (opening or {}).items() if c}
         self._spent = sum(self._q_spent.values())
+        self._fanouts = fanouts or FanoutCaps({}, str)
+        self._fanouts.opening(self._q_spent)
         self._session_spent = 0
         """Credits this ledger (this process) settled; `opening` is what earlier sessions spent."""
         self._named = 0
@@ -252,18 +256,24 @@ class CreditLedger(Settlement):
             short = self._prices.sending(r.id)
             cap = self._holds.cap(r)
             floor = self._floor.reached
-            fits = self._budget - self._spent - self._holds.total >= short and (
-                cap is None
-                or self._q_spent.get(r.query_id, 0) + self._holds.of_query(r.query_id) + short <= cap
+            group = self._fanouts.group(r.query_id)
+            fits = (
+                self._budget - self._spent - self._holds.total >= short
+                and (
+                    cap is None
+                    or self._q_spent.get(r.query_id, 0) + self._holds.of_query(r.query_id) + short <= cap
+                )
+                and (group is None or self._fanouts.left(group) >= short)
             )
             if short and fits and not floor:
                 r = self._holds.top_up(r, short)
+                self._fanouts.held(r.query_id, short)
                 self._share.repriced(r.query_id, r.amount)
         if floor or (short and not fits):  # short == 0: it holds its price, whatever an overcharge took
             why = (
                 "the account fell below its floor"
                 if floor
-                else "its endpoint's price rose past the credits left"
+                else "its endpoint's price rose past the credits left (budget or cap)"
             )
             log.info("%s page %d: not sent, %s", r.query_id, r.page_index, why)
             self.release(r)
@@ -295,20 +305,36 @@ class CreditLedger(Settlement):
                 return Refusal.query_cap(query_cap, q_spent)
             if q_spent + self._holds.of_query(query_id) + amount > query_cap:
                 return None
+        fits = self._fanouts.fits(query_id, amount)
+        if fits is not True:
+            return fits or None  # a refusal, or wait: the fan-out's open reservations may settle for less
         if self._prices.must_wait(price_key):
             return None  # the endpoint's price is unseen: one request at a time until an answer shows it
         free = self._free()
         if free < amount:
             return None
-        if self._policy == "breadth_first" and free - amount < self._share.lag_demand(
-            query_id, page_index, amount
+        if self._policy == "breadth_first" and (
+            free - amount < self._share.lag_demand(query_id, page_index, amount)
+            or self._fanouts.lagging(self._share, query_id, page_index, amount)
         ):
             return None
         r = self._holds.grant(query_id, page_index, amount, query_cap)
+        self._fanouts.held(query_id, amount)
         self._share.granted(query_id, page_index, amount)
         self._prices.granted(r.id, price_key, amount)
         self._refusals.pop(query_id, None)
         return r
+
+    def fanout_spent(self, group: str) -> int:
+        """Credits all of a capped fan-out's queries spent together (0 for a group without a cap)."""
+        with self._lock:
+            return self._fanouts.spent(group) if group in self._fanouts.caps() else 0
+
+    def fanout_left(self, query_id: str) -> int | None:
+        """Credits the query's capped fan-out could still be granted; None when its fan-out has no cap."""
+        with self._lock:
+            group = self._fanouts.group(query_id)
+            return None if group is None else max(0, self._fanouts.left(group))
 
     def stop(self, kind: RefusalKind, reason: str) -> bool:
         """Refuse every later reservation (the first stop's reason is kept); True if this call stopped it."""

@@ -83,3 +83,11 @@ class Refusal:
     @classmethod
     def query_cap(cls, cap: int, spent: int) -> Refusal:
         return cls("budget", f"the query's cap of {cap} credits is reached ({spent} spent)")
+
+    @classmethod
+    def fanout_cap(cls, group: str, cap: int, spent: int) -> Refusal:
+        return cls(
+            "budget",
+            f"the cap of {cap} credits on all of {group}'s queries together (max_credits_total) is reached "
+            f"({spent} spent)",
+        )

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from connectors.credits.fair_share import FairShare
+from connectors.credits.fanout_caps import FanoutCaps
 from connectors.credits.holds import Holds
 from connectors.credits.prices import Prices
 from connectors.credits.refused_charges import RefusedCharges
@@ -33,6 +34,7 @@ class Settlement:
     _budget: int
     _holds: Holds
     _share: FairShare
+    _fanouts: FanoutCaps
     _prices: Prices
     _spent: int
     _session_spent: int
@@ -50,6 +52,9 @@ class Settlement:
         """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
         been topped up) and whether the journal heard of it."""
         held, journaled = self._holds.close(r)
+        self._fanouts.held(held.query_id, -held.amount)
+        if counted is not None:
+            self._fanouts.counted(held.query_id, counted)
         self._share.closed(held.query_id, held.page_index)
         self._prices.closed(r.id, held.amount, counted, priced)
         return held, journaled
@@ -146,6 +151,7 @@ class Settlement:
             back = self._refused.give_back(self._refused.total - min(room, self._refused.total))
             for query_id, credits in back.items():
                 self._q_spent[query_id] -= credits
+                self._fanouts.counted(query_id, -credits)
             given = sum(back.values())
             self._spent -= given
             self._session_spent -= given

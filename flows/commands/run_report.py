@@ -6,9 +6,12 @@ never markup. Each distinct reason is said once, and a run that did not finish s
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from connectors.paging.pager import base_id
 from flows import console
 from flows.commands.history_note import say_history
 from flows.console import counted, harvest_line
@@ -109,6 +112,46 @@ def _empty_column_lines(summary: RunSummary) -> list[str]:
     return [line for line in said if line]
 
 
+NAMED = 3
+"""Queries of a fan-out named in the never-started line before the rest are counted."""
+
+
+def never_started(queries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Queries that ended without a page because the budget (or their fan-out's `max_credits_total`) was spent
+    before their turn: `--continue` starts them; the spec's `budget.unstarted_exit_code` says whether such a
+    night exits 0."""
+    return [q for q in queries if q["status"] == "budget_exhausted" and not q["pages"]]
+
+
+def never_started_line(summary: RunSummary) -> str | None:
+    """How many queries never started, and which: per spec query, its count among the run's queries of it and
+    the first few ids (a fan-out of thousands is not printed whole)."""
+    unstarted = never_started(summary.queries)
+    if not unstarted:
+        return None
+    total = Counter(base_id(q["query_id"]) for q in summary.queries)
+    by_spec: dict[str, list[str]] = {}
+    for q in unstarted:
+        by_spec.setdefault(base_id(q["query_id"]), []).append(q["query_id"])
+    parts = []
+    for spec_query, ids in by_spec.items():
+        named = ", ".join(ids[:NAMED]) + (f" and {len(ids) - NAMED} more" if len(ids) > NAMED else "")
+        parts.append(f"{len(ids)} of {total[spec_query]} {spec_query} ({named})")
+    capped = ["max_credits_total" in (q.get("error") or "") for q in unstarted]
+    why = (
+        "their fan-out's cap (max_credits_total)"
+        if all(capped)
+        else "the run's budget or their fan-out's cap"
+        if any(capped)
+        else "the run's budget"
+    )
+    many = len(unstarted) != 1
+    return (
+        f"{len(unstarted)} quer{'ies' if many else 'y'} never started, {why} spent before "
+        f"{'their' if many else 'its'} turn: " + "; ".join(parts)
+    )
+
+
 def print_summary(summary: RunSummary, output: Path) -> None:
     from connectors.paging.pager import OK_STATUSES
 
@@ -122,6 +165,12 @@ def print_summary(summary: RunSummary, output: Path) -> None:
     out.print(queries)
     for line in _error_lines(summary):
         err.print(console.literal(line, "red"), soft_wrap=True)
+    if unstarted := never_started_line(summary):
+        said = console.literal(unstarted, "yellow")
+        if err.is_terminal:  # ids are long: a terminal breaks the line between them, not inside one
+            err.print(console.AtSeparators(said, words=True))
+        else:
+            err.print(said, soft_wrap=True)
     for line in _extraction_lines(summary):
         err.print(console.literal(line, "yellow"), soft_wrap=True)
     exported = summary.export
@@ -268,7 +317,11 @@ def exit_code(summary: RunSummary) -> int:
         return 130
     if failed_export(summary):
         return 1
-    return 0 if all(q["status"] in OK_STATUSES for q in summary.queries) else 1
+    if not all(q["status"] in OK_STATUSES for q in summary.queries):
+        return 1
+    if summary.unstarted_exit_code and never_started(summary.queries):
+        return 3  # the spec asked for a night whose budget left queries unstarted to say so
+    return 0
 
 
 def report(summary: RunSummary | NoRun, again: RunAgain, output: Path) -> int:

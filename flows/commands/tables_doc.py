@@ -12,6 +12,7 @@ import pyarrow as pa
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.fields import DESCRIPTION, SOURCE
 from connectors.catalog.job_catalog import Catalog, builtin
+from tasks.database.column_comments import request_columns
 from tasks.database.record_tables import duckdb_types
 
 HEADER = """# Tables
@@ -53,6 +54,7 @@ def render_tables(catalog: Catalog | None = None) -> str:
                 f"## {table}\n",
                 *([child_line(kind)] if isinstance(kind, ChildKind) else []),
                 f"Primary key: `{key}`. From: {', '.join(f'`{p}`' for p in sources.get(table, []))}.\n",
+                *fetched_for_line(kind.schema),
                 "| column | type | source | description |",
                 "|---|---|---|---|",
             ]
@@ -74,6 +76,19 @@ def render_tables(catalog: Catalog | None = None) -> str:
     finally:
         con.close()
     return "\n".join(lines)
+
+
+def fetched_for_line(schema: pa.Schema) -> list[str]:
+    """The columns holding what each row was fetched for: a dependent or fanned-out query's rows join their
+    parent's on them."""
+    fetched = request_columns(schema)
+    if not fetched:
+        return []
+    said = ", ".join(f"`{column}` (the request's `{param}`)" for column, param in fetched)
+    return [
+        f"Fetched for: {said}: the value each row was fetched for, so a query that fans out over its parent's "
+        "records joins them on it.\n"
+    ]
 
 
 def child_line(child: ChildKind) -> str:

@@ -7,7 +7,9 @@ Each spec query is one line (`tasks.query_line`), reported by one Prefect task r
 are handed over to it as they start and run at once, and the line closes once nothing can start another of them
 (no query of it or of its parents is running or waiting). The planned queries start at once (a short budget is
 shared breadth-first among them). Dependent queries wait in line and start in the order they were found, at most
-`DEPENDENTS_PER_SLOT` per connection slot at a time. Once the run is stopping (Ctrl-C, a refused key), nothing
+`DEPENDENTS_PER_SLOT` per connection slot at a time; those of a fan-out with `max_credits_total` start at once
+instead, so that the ledger shares the cap breadth-first among all of them (one waiting in line would find the cap
+spent by the pages of those started before it). Once the run is stopping (Ctrl-C, a refused key), nothing
 more starts: the queries still in line are journaled and listed as stopped at their start cursor, so a resume
 or `--continue` runs them; one found after the stop is listed the same way.
 """
@@ -96,11 +98,14 @@ class Fanout:
         index = self.ctx.raw_index
         has_pages = decided.resume and index is not None and index.has(decided.query_id)
         self.pending[base_id(decided.query_id)] += 1
-        if wait and not has_pages:
+        capped = base_id(decided.query_id) in self.plan.caps  # its fan-out's cap is shared by all: no line
+        if wait and not has_pages and not capped:
             self.waiting.append(decided)
             self._fill()
         elif has_pages or not self.stopping:  # paid pages land even after a stop: replaying sends nothing
             self._launch(decided)
+        elif wait:
+            self._not_started(decided)  # a dependent found after the stop: listed, as those in line are
         else:
             self.pending[base_id(decided.query_id)] -= 1
 

@@ -9,8 +9,8 @@ templates (`DependentQuery`) and the flow calls `instantiate` once per distinct 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,11 +38,11 @@ class DependentQuery:
     """The parent's record table holding `field` (resolved even when the spec did not name it)."""
     max_pages: int | None = None
     max_credits: int | None = None
-    """Caps for each instantiated query, not for all of them together."""
+    """Caps for each instantiated query; `Plan.caps` holds the cap of all of them together."""
     incremental: bool = False
     params_model: type[Params] = Params
-    method: str | None = None
     """The endpoint's parameter model (the job's catalog's: the endpoint may be one the job declares)."""
+    method: str | None = None
 
 
 def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
@@ -79,11 +79,27 @@ class CostLine:
     cost: int
     """Credits per request of this query (its parameters may price it: `Endpoint.price_of`)."""
     pages: int | None
+    """The most pages one query (one instance, for a dependent line) can take; None: unbounded."""
     worst_case: int | None
     basis: str
     dependent: bool = False
+    instances: int | None = 1
+    """Queries the line stands for: 1, or a dependent line's most instances (None: unbounded)."""
+    records: int | None = None
+    """The most records one of its pages holds (`records_per_page`), when known: what starts its dependents."""
+    each: int | None = None
+    """A dependent line's worst case for one of its queries (None: unbounded)."""
     least: int | None = None
     """The least a request may bill where its answer decides (a cached answer at 0); None: `cost`."""
+
+    @property
+    def group(self) -> str:
+        """The spec query the line comes from: a fan-out's lines share it (and its `max_credits_total`)."""
+        return base_id(self.query_id)
+
+
+def _worst(line: CostLine) -> int | None:
+    return line.worst_case
 
 
 @dataclass(frozen=True)
@@ -96,23 +112,38 @@ class Plan:
     dependents: tuple[DependentQuery, ...]
     """Templates in topological order: a template's parent comes before it (in `queries` or here)."""
     lines: tuple[CostLine, ...]
+    caps: Mapping[str, int] = field(default_factory=dict)
+    """Spec query id -> `max_credits_total`: the credits all the queries its fan-out makes may spend together."""
+    incremental: frozenset[str] = frozenset()
+    """Spec query ids with `incremental: true`."""
+
+    def group_total(self, group: str, figure: Callable[[CostLine], int | None] = _worst) -> int | None:
+        """A figure of all the lines of one spec query together (the worst case, or another: the expected
+        case), within its `max_credits_total`; None: unbounded or unknown."""
+        costs = [figure(line) for line in self.lines if line.group == group]
+        total = None if None in costs else sum(c for c in costs if c is not None)
+        cap = self.caps.get(group)
+        if cap is None:
+            return total
+        return cap if total is None else min(total, cap)
+
+    def total(self, figure: Callable[[CostLine], int | None] = _worst) -> int | None:
+        """A figure of the whole plan, each fan-out within its `max_credits_total`."""
+        costs = [self.group_total(group, figure) for group in self.groups]
+        return None if None in costs else sum(c for c in costs if c is not None)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The spec queries of the lines, in the lines' order."""
+        return tuple(dict.fromkeys(line.group for line in self.lines))
 
     @property
     def worst_case(self) -> int | None:
-        costs = [line.worst_case for line in self.lines]
-        return None if None in costs else sum(c for c in costs if c is not None)
+        return self.total()
 
     @property
     def covered(self) -> bool:
         return self.worst_case is not None and self.worst_case <= self.budget
-
-    @property
-    def verdict(self) -> str:
-        if self.covered:
-            return "budget covers the worst case"
-        if self.policy == "greedy":
-            return "the budget caps this run: queries take pages in spec order until it is spent (greedy)"
-        return "the budget caps this run: pages are spread breadth-first"
 
     def template_of(self, query_id: str) -> str:
         """The spec query an expanded or instantiated query comes from."""
@@ -176,7 +207,7 @@ def _basis(
     if endpoint.paging.single and endpoint.paging.follow is None:
         return "single page" + each
     if pages is None:
-        return "all pages: unbounded" + each
+        return "all pages: unbounded (max_pages or max_credits bounds it)" + each
     numbers = endpoint.paging.page
     last = (
         numbers is not None
@@ -261,32 +292,60 @@ def _planned(
             worst = _credits(price, pages, query.max_credits)
             least = endpoint.price.least_of(params)
             basis = _basis(endpoint, pages, query.max_pages, price, least)
-            lines.append(CostLine(query_id, query.endpoint, price, pages, worst, basis, least=least))
+            size = _records(endpoint, params, 1)
+            line = CostLine(query_id, query.endpoint, price, pages, worst, basis, least=least, records=size)
+            lines.append(line)
             count = _records(endpoint, params, pages)
             total = None if total is None or count is None else total + count
         records[query.query_id] = total
     return queries, lines
 
 
-def _dependent_line(dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None) -> CostLine:
-    """The worst case of all instances of a dependent query: one per parent record, each capped alike."""
+def _dependent_line(
+    dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None, unbounded_by: str
+) -> CostLine:
+    """The worst case of all instances of a dependent query: one per parent record, each capped alike, all of
+    them within `max_credits_total`. `unbounded_by`: why the parent's records have no bound (when they have
+    none), naming what would bound them."""
     price = dependent_price(dep, endpoint)
     pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
     each = _credits(price, pages, query.max_credits)
     total_worst: int | None = 0
     if each != 0:
         total_worst = None if children is None or each is None else children * each
-    per = f"one per {dep.parent} record" + (f" (at most {children})" if children is not None else "")
+    cap = query.max_credits_total
+    hint = "" if cap is not None else "; or cap them all with max_credits_total"
+    per = f"one per {dep.parent} record" + (
+        f" (at most {children})" if children is not None else f" (unbounded: {unbounded_by}{hint})"
+    )
     each_text = "unbounded" if each is None else f"{each} each"
+    basis = f"{per}; {_basis(endpoint, pages, query.max_pages, price)}, {each_text}"
+    if cap is not None and (total_worst is None or cap < total_worst):
+        total_worst, basis = cap, f"{basis}; max_credits_total {cap} for all"
     return CostLine(
         f"{dep.template_id}[{dep.param}=*]",
         dep.endpoint,
         price,
         pages,
         total_worst,
-        f"{per}; {_basis(endpoint, pages, query.max_pages, price)}, {each_text}",
+        basis,
         dependent=True,
+        instances=children,
+        records=_records(endpoint, dep.params, 1),
+        each=each,
     )
+
+
+def _unbounded_by(parent: Query, endpoint: Endpoint, pages: int | None) -> str:
+    """What would bound a parent query's records: its pages (`max_pages`), or its endpoint's page size
+    (`records_per_page` in the declaration, or the parameter that sets it)."""
+    size = endpoint.records_per_page
+    missing = [f"{parent.query_id} has no max_pages"] if pages is None else []
+    if size is None:
+        missing.append(f"{parent.endpoint} declares no records_per_page")
+    elif isinstance(size, str) and _records(endpoint, parent.params, 1) is None:
+        missing.append(f"{parent.query_id} sets no `{size}` (its records_per_page)")
+    return " and ".join(missing)
 
 
 def plan(spec: JobSpec, budget: int | None = None) -> Plan:
@@ -296,20 +355,30 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
     """Most records each spec query can produce in all its expansions (None: unknown)."""
     queries, lines = _planned(spec, endpoints, records)
     dependents: list[DependentQuery] = []
+    by_id = {q.query_id: q for q in spec.queries}
+    unbounded_by: dict[str, str] = {}
+    """Why a spec query's records have no bound, for its dependents' lines."""
+    for query in spec.queries:
+        if not query.dependent:
+            endpoint = endpoints[query.endpoint]
+            price = endpoint.price_of(query.params)
+            pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
+            unbounded_by[query.query_id] = _unbounded_by(query, endpoint, pages)
     for query in _topological(spec.queries):
         endpoint = endpoints[query.endpoint]
-        parent = next(iter(query.dependent.values())).from_
-        dep = _template(
-            query, endpoint, endpoints[next(q.endpoint for q in spec.queries if q.query_id == parent)]
-        )
+        parent = by_id[next(iter(query.dependent.values())).from_]
+        dep = _template(query, endpoint, endpoints[parent.endpoint])
         dependents.append(dep)
         children = records.get(dep.parent)
         price = dependent_price(dep, endpoint)
-        count = _records(
-            endpoint, dep.params, pages_at_most(endpoint, query.max_pages, query.max_credits, price)
-        )
+        pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
+        count = _records(endpoint, dep.params, pages)
         records[dep.template_id] = None if children is None or count is None else children * count
-        lines.append(_dependent_line(dep, query, endpoint, children))
+        if records[dep.template_id] is None:
+            unbounded_by[dep.template_id] = (
+                unbounded_by[dep.parent] if children is None else _unbounded_by(query, endpoint, pages)
+            )
+        lines.append(_dependent_line(dep, query, endpoint, children, unbounded_by.get(dep.parent, "")))
     return Plan(
         name=spec.name,
         budget=spec.budget.credits if budget is None else budget,
@@ -317,4 +386,6 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
         queries=tuple(queries),
         dependents=tuple(dependents),
         lines=tuple(lines),
+        caps={q.query_id: q.max_credits_total for q in spec.queries if q.max_credits_total is not None},
+        incremental=frozenset(q.query_id for q in spec.queries if q.incremental),
     )

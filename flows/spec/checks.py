@@ -38,6 +38,12 @@ def _paths_hint(path: str, catalog: Catalog) -> str:
 def query_problems(i: int, query: Query, catalog: Catalog) -> Iterator[Found]:
     """What one query alone can get wrong: endpoint, parameters, fan-out keys, each fanned-out combination."""
     at: Loc = ("queries", i)
+    if query.max_credits_total is not None and not query.for_each:
+        yield (
+            (*at, "max_credits_total"),
+            "max_credits_total caps all the queries a for_each makes together; this query makes one",
+            "`max_credits` for one query, or a `for_each` (values or `from:` a parent query)",
+        )
     if query.endpoint not in catalog.endpoints:
         yield (*at, "endpoint"), f"unknown endpoint {query.endpoint!r}", _paths_hint(query.endpoint, catalog)
         return

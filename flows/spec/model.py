@@ -118,6 +118,12 @@ class Budget(_Model):
         "breadth_first",
         description="breadth_first: a short budget gives every query pages in turn; greedy: in spec order.",
     )
+    unstarted_exit_code: Literal[0, 3] = Field(
+        0,
+        description="The exit code of a run that ended with queries the budget (or a fan-out's "
+        "max_credits_total) never let start: 0, a night that did what its budget allowed; 3, a shortfall "
+        "cron and systemd see.",
+    )
 
 
 class FromQuery(_Model):
@@ -168,7 +174,19 @@ class Query(_Model):
     max_pages: int | None = Field(
         None, strict=True, ge=1, description="Default: all pages, within the budget."
     )
-    max_credits: int | None = Field(None, strict=True, ge=1, description="Cap of credits for this query.")
+    max_credits: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        description="Cap of credits for this query; with for_each, for each query it makes.",
+    )
+    max_credits_total: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        description="With for_each: cap of credits for all the queries it makes together, held by the ledger "
+        "like the budget and shared breadth-first among them.",
+    )
     incremental: bool = Field(
         False,
         strict=True,

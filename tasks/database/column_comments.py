@@ -30,6 +30,29 @@ def source_words(source: str) -> str:
     return " or ".join(f"`{path}`" for path in source.split("|"))
 
 
+def request_columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """(column, request parameter) of each column holding the value its row was fetched for (`$params.NAME`):
+    the column a dependent or fanned-out query's rows join their parent on."""
+    found = []
+    for fld in schema:
+        source = (fld.metadata or {}).get(SOURCE, b"").decode()
+        if source.startswith(PARAM_PREFIX):
+            found.append((fld.name, source[len(PARAM_PREFIX) :]))
+    return found
+
+
+FETCHED_FOR = "; fetched for: "
+
+
+def table_comment(key_statement: str, schema: pa.Schema) -> str:
+    """A record table's comment: the statement of its key, then the columns that say what each row was fetched
+    for (`primary key: id; fetched for: video_url (the request's url)`)."""
+    fetched = request_columns(schema)
+    if not fetched:
+        return key_statement
+    return key_statement + FETCHED_FOR + ", ".join(f"{c} (the request's {p})" for c, p in fetched)
+
+
 def column_comment(fld: pa.Field, key: Sequence[str]) -> str:
     """The comment of one column: its description, its source, and its part in the key."""
     meta = fld.metadata or {}

@@ -22,9 +22,9 @@ import pyarrow as pa
 
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.declarations import POSITION
-from tasks.database.column_comments import write_comments
+from tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
 from tasks.database.column_types import cast_older_files, retype
-from tasks.database.connection import count_rows, quote_ident, transaction
+from tasks.database.connection import count_rows, quote_ident, quote_literal, transaction
 from tasks.database.storage_format import zstd_allowed
 from tasks.output.layout import KindLike
 
@@ -66,7 +66,8 @@ def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str
 KEY_COMMENT = "primary key: "
 """Record tables state their key in their comment (`duckdb_tables().comment`), not as a constraint: DuckDB keeps
 a key constraint's index in memory, which grows with the table until a fixed memory limit fails the load (200k
-rows did at 64 MB), and the merge enforces uniqueness itself. Tables made before this keep their constraint."""
+rows did at 64 MB), and the merge enforces uniqueness itself. Tables made before this keep their constraint. The
+columns a row's request value is in follow the key (`column_comments.table_comment`)."""
 
 
 def primary_keys(
@@ -86,7 +87,8 @@ def primary_keys(
         ).fetchall():
             text = str(comment or "")
             if text.startswith(KEY_COMMENT):
-                keys[str(name)] = tuple(text.removeprefix(KEY_COMMENT).split(", "))
+                stated = text.removeprefix(KEY_COMMENT).split(FETCHED_FOR, 1)[0]
+                keys[str(name)] = tuple(stated.split(", "))
     for name, columns in con.execute(
         f"SELECT table_name, constraint_column_names FROM duckdb_constraints() WHERE {where} "
         "AND constraint_type = 'PRIMARY KEY'",
@@ -138,8 +140,7 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, st
         zstd = zstd_allowed(con)
         cols = ", ".join(f"{quote_ident(n)} {t}{_compression(n, zstd)}" for n, t in types)
         con.execute(f"CREATE TABLE {table} ({cols})")
-        comment = KEY_COMMENT + ", ".join(kind.primary_key)
-        con.execute(f"COMMENT ON TABLE {table} IS '{comment}'")  # column names: [A-Za-z0-9_] only
+        _comment_table(con, kind)
         write_comments(con, kind.table, kind.schema, kind.primary_key, {n.lower(): None for n, _ in types})
         return {n.lower(): t for n, t in types}
     current_key = table_primary_key(con, kind.table)
@@ -151,15 +152,35 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, st
     have = {n.lower(): t for n, t, _ in existing}
     changed = any(have.get(n.lower(), t).upper() != t.upper() for n, t in types)
     retype(con, kind.table, types, have)
+    requested = dict(request_columns(kind.schema))
     for name, typ in types:
         if name.lower() not in have:
             log.info("table %s: adding column %s %s", kind.table, name, typ)
             con.execute(f"ALTER TABLE {table} ADD COLUMN {quote_ident(name)} {typ}")
             changed = True
+            if name in requested:
+                log.warning(
+                    "table %s gained column %s (the request's %s): its rows landed before hold NULL there "
+                    "until `harvest rebuild` lands them again from the raw pages (no request is sent)",
+                    kind.table, name, requested[name],
+                )  # fmt: skip
     if changed:
         existing = _table_columns(con, kind.table)
+    _comment_table(con, kind)
     write_comments(con, kind.table, kind.schema, kind.primary_key, {n.lower(): c for n, _, c in existing})
     return {n.lower(): t for n, t, _ in existing}
+
+
+def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> None:
+    """State the table's key (and the columns its rows' request values are in) in its comment, where it differs."""
+    wanted = table_comment(KEY_COMMENT + ", ".join(kind.primary_key), kind.schema)
+    found = con.execute(
+        "SELECT comment FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = ?",
+        [kind.table],
+    ).fetchall()
+    if not found or found[0][0] != wanted:
+        con.execute(f"COMMENT ON TABLE {quote_ident(kind.table)} IS {quote_literal(wanted)}")
 
 
 def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[Path]) -> tuple[int, int]:

@@ -82,6 +82,8 @@ class RunSummary:
     run resumes it (and asks nothing it had), `harvest load` cannot load it until then."""
     export: dict[str, Any] | None = None
     """What the spec's export did (`flows.handoff.export_after_run`), when the spec has one."""
+    unstarted_exit_code: int = 0
+    """The spec's `budget.unstarted_exit_code`: the exit code when the budget left queries never started."""
     prefect_untold: str | None = None
     """Why Prefect could not be told how the run ended (its API did not answer): the run's data decides its exit
     code all the same, and what Prefect is owed waits in the output directory (`flows.orchestrator.prefect_record`)."""

@@ -18,7 +18,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from connectors.errors import MissingApiKey
 from connectors.paging.pager import PagerStart, QuerySpec
 from flows.orchestrator.dask_runner import dask_task_runner
 from flows.run import progress
+from flows.run.dask.grants import Running, allocate
 from flows.run.discovery import Discovery
 from flows.run.plan import Plan
 from flows.run.service_access import ServiceAccess, client_settings
@@ -50,39 +51,6 @@ log = logging.getLogger(__name__)
 
 SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
 """How local Dask workers get the embedded sandbox's throw-away key (they inherit the flow's environment)."""
-
-
-@dataclass
-class Running:
-    spec: QuerySpec
-    cost: int
-    state: dict[str, Any] | None = None
-    pages: int = 0
-    credits: int = 0
-    records: int = 0
-    files: list[Any] = field(default_factory=list)
-    rounds: int = 0
-    known: dict[str, Any] | None = None
-    """Where its known keys are staged (an incremental query on staging workers: `tasks.staged_known`)."""
-
-
-def allocate(running: list[Running], free: int, round_pages: int) -> dict[str, int]:
-    """Pages granted per query this round: one at a time to the query with the fewest pages so far."""
-    grants = {r.spec.query_id: 0 for r in running}
-    left = free
-    while True:
-        moved = False
-        for r in sorted(running, key=lambda r: (r.pages + grants[r.spec.query_id], r.spec.query_id)):
-            qid = r.spec.query_id
-            cap = r.spec.max_credits
-            within_cap = cap is None or r.credits + (grants[qid] + 1) * r.cost <= cap
-            if grants[qid] < round_pages and r.cost <= left and within_cap:
-                grants[qid] += 1
-                left -= r.cost
-                moved = True
-                break  # re-sort: breadth-first, page by page
-        if not moved:
-            return grants
 
 
 class Rounds:
@@ -177,7 +145,9 @@ class Rounds:
             self.add(query)
         with dask_task_runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
-                grants = allocate(self.running, self.free(), self.spec.runner.round_pages)
+                grants = allocate(
+                    self.running, self.free(), self.spec.runner.round_pages, self.ledger.fanout_left
+                )
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
                 if not granted:
                     break

@@ -1,0 +1,141 @@
+"""`harvest plan`: the queries a run would execute, their worst and expected credits against the budget, and
+what the budget would leave undone.
+
+The figures come from three places, each one idea: the plan's worst case (`flows.run.plan`), the expected case
+the last nights paid (`flows.forecast.last_nights`), and the worst case played against the budget
+(`flows.forecast.shortfall`). `--check` makes the verdict an exit code a script can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from flows.console import add_row, counted, out, prose, table
+from flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
+from flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
+from flows.run.plan import Plan, plan
+from flows.spec import JobSpec
+from tasks.output.layout import OutputLayout
+
+SHORT_EXIT = 3
+"""`harvest plan --check` when the budget cannot cover the plan (and a run whose budget left queries never
+started, when the spec asks: `budget.unstarted_exit_code`)."""
+NAMED = 3
+"""Queries of a fan-out named in a line before the rest are counted."""
+
+
+def _figure(credits: int | None, unknown: str = "unbounded") -> str:
+    return unknown if credits is None else str(credits)
+
+
+def expected_total(result: Plan, expected: Mapping[str, ExpectedCost]) -> int | None:
+    """The expected credits of the whole plan, each fan-out within its `max_credits_total`."""
+    return result.total(lambda line: expected[line.query_id].credits)
+
+
+def _rows(result: Plan, expected: Mapping[str, ExpectedCost]) -> None:
+    rows = table(
+        "query", "endpoint", "expected", "worst case", "why",
+        title=f"{result.name}: credits", right=["expected", "worst case"],
+    )  # fmt: skip
+    for group in result.groups:
+        lines = [line for line in result.lines if line.group == group]
+        for line in lines:
+            mine = expected[line.query_id]
+            why = f"{line.basis}; expected: {mine.basis}" if mine.learned else line.basis
+            add_row(rows, line.query_id, line.endpoint, _figure(mine.credits, "unknown"),
+                    _figure(line.worst_case), why)  # fmt: skip
+        cap = result.caps.get(group)
+        if cap is not None and not lines[0].dependent:
+            add_row(rows, f"{group} (its {len(lines)} queries together)", "", "",
+                    _figure(result.group_total(group)), f"max_credits_total {cap} for all")  # fmt: skip
+    rows.add_section()
+    total = _figure(expected_total(result, expected), "unknown")
+    add_row(rows, "total", "", total, _figure(result.worst_case), "")
+    out.print(rows)
+
+
+def _learned(expected: Mapping[str, ExpectedCost]) -> str:
+    learned = [e.learned for e in expected.values()]
+    if not any(learned):
+        return "no earlier run of the job to learn from: the worst case"
+    if all(learned):
+        return "learned from the job's last nights"
+    return "learned from the job's last nights; the worst case where a query has none"
+
+
+def _named(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:NAMED])
+    return shown if len(ids) <= NAMED else f"{shown} and {len(ids) - NAMED} more"
+
+
+def short_lines(result: Shortfall) -> list[str]:
+    """What the worst case leaves undone: per spec query, its queries that would not start (a fan-out's values
+    named, a dependent's counted); then, in one sentence, the queries that would stop before their last page
+    (an unbounded query always would: it is not named)."""
+    by_group: dict[str, list[LineOutcome]] = {}
+    for outcome in result.outcomes:
+        by_group.setdefault(outcome.line.group, []).append(outcome)
+    said, stopping = [], []
+    for group, outcomes in by_group.items():
+        if outcomes[0].line.dependent:
+            (o,) = outcomes
+            if o.not_started is None:
+                said.append(f"{o.line.query_id}: an unknown number would not start (unbounded)")
+            elif o.not_started:
+                said.append(f"{o.line.query_id}: {o.not_started} of {o.instances} would not start")
+            if o.cut_short and o.line.pages is not None:
+                stopping.append(f"{o.line.query_id} ({o.cut_short} of {o.instances})")
+            continue
+        unstarted = [o.line.query_id for o in outcomes if o.not_started]
+        short = [o for o in outcomes if o.cut_short and o.line.pages is not None]
+        if len(outcomes) == 1:
+            said += [f"{group} would not start"] if unstarted else []
+            stopping += [group] if short else []
+            continue
+        if unstarted:
+            said.append(f"{group}: {len(unstarted)} of {len(outcomes)} would not start: {_named(unstarted)}")
+        if short:
+            stopping.append(f"{group} ({len(short)} of {len(outcomes)})")
+    if stopping:
+        said.append("would stop before their last page: " + ", ".join(stopping))
+    return said
+
+
+def _verdict(result: Plan, expected: int | None) -> str:
+    worst = result.worst_case
+    if worst is not None and worst <= result.budget:
+        return "the budget covers the worst case"
+    if expected is not None and expected <= result.budget:
+        return "the budget covers the expected case, not the worst case"
+    if expected is not None:
+        return "the budget covers neither the expected case nor the worst case"
+    return "the budget does not cover the worst case; the expected case is unknown"
+
+
+def show_plan(spec: JobSpec, budget: int | None, output: Path | None, check: str | None) -> int:
+    """Print the plan; the exit code: 0, or `SHORT_EXIT` when `check` ("worst" or "expected") names a case
+    the budget does not cover."""
+    result = plan(spec, budget)
+    expected = expected_costs(result, recent_runs(OutputLayout(output or spec.output), spec.name))
+    _rows(result, expected)
+    total = expected_total(result, expected)
+    policy = "shared breadth-first" if result.policy == "breadth_first" else "taken in spec order (greedy)"
+    prose(f"budget: {counted(result.budget, 'credit')}; a short one is {policy}")
+    prose(
+        f"worst case: {_figure(result.worst_case)}; expected: {_figure(total, 'unknown')} ({_learned(expected)})"
+    )
+    prose(_verdict(result, total))
+    if not result.covered:
+        play = shortfall(result)
+        if not play.known:
+            prose("what the worst case would leave undone is past counting (the budget is too large for it)")
+        elif said := short_lines(play):
+            prose("if the worst case happens, the budget runs out first:")
+            for line in said:
+                prose(f"  {line}")
+        else:
+            prose("if the worst case happens, every query still starts and ends")
+    covered = {"worst": result.covered, "expected": total is not None and total <= result.budget}
+    return SHORT_EXIT if check is not None and not covered[check] else 0

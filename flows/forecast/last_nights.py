@@ -1,0 +1,190 @@
+"""The plan's expected case: what the last nights of the job paid, per line of the plan.
+
+A plan's worst case is what the spec allows; a nightly job pays far less once its first night is in: an
+incremental query stops at the first page of items it has, and its dependents start only for new parent
+records. So each line of the plan learns from the finished runs of the job in its output directory (their
+manifests: the receipts every run writes, read without DuckDB, so a running job's lock does not matter):
+
+- a **learning night** of a line is a run in which every query of it ended having collected its data
+  (`flows.run.coverage.COLLECTED`: not stopped by the budget, a failure or a kill), and, for an incremental
+  query, whose history was already complete before that night (the first full pass is not a night to expect);
+  a dependent line's nights are its parent's (a night that found no new parent record paid nothing for it);
+- the expected cost is the average of the last `LAST_NIGHTS` learning nights, rounded up;
+- an incremental line whose first complete pass is in, with no learning night since, expects one page a query
+  (an incremental night pays at least its first page), its dependents nothing (no new parent record known);
+- a line with nothing to learn from expects its worst case (unknown when that is unbounded).
+
+Only the newest `WINDOW` finished runs are read: a year of nightly manifests need not be parsed to plan one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.paging.pager import base_id
+from flows.console import counted
+from flows.run.coverage import COLLECTED
+from flows.run.plan import CostLine, Plan
+from tasks.output.layout import OutputLayout
+from tasks.output.manifest import RunManifest, run_heads
+
+LAST_NIGHTS = 3
+"""Learning nights averaged: recent enough to follow a job that grows, enough to smooth one odd night."""
+WINDOW = 12
+"""Finished runs read, newest first: room for `LAST_NIGHTS` learning nights among runs that stopped short."""
+
+
+@dataclass(frozen=True)
+class ExpectedCost:
+    """A line's expected credits (None: unknown) and where the figure comes from."""
+
+    credits: int | None
+    basis: str
+    learned: bool = False
+    """True when the figure comes from earlier runs."""
+
+
+@dataclass(frozen=True)
+class _Night:
+    """One finished run, as the plan reads it: each query's summary, and what the run before said of it."""
+
+    run_id: str
+    queries: Mapping[str, Mapping[str, Any]]
+
+
+def recent_runs(layout: OutputLayout, job: str) -> list[RunManifest]:
+    """The newest `WINDOW` finished runs of the job, newest first (none when the output does not exist yet)."""
+    if not layout.raw_root.is_dir():
+        return []
+    heads = [h for h in run_heads(layout, job) if not h.unfinished]
+    return [h.manifest() for h in reversed(heads[-WINDOW:])]
+
+
+def expected_costs(plan: Plan, runs: Sequence[RunManifest]) -> dict[str, ExpectedCost]:
+    """Each line's expected cost, by line id; `runs`: the job's finished runs, newest first."""
+    nights = [_Night(m.run_id, {q["query_id"]: q for q in m.queries}) for m in runs]
+    parent_of = {dep.template_id: dep.parent for dep in plan.dependents}
+    out: dict[str, ExpectedCost] = {}
+    for line in plan.lines:
+        if line.dependent:
+            out[line.query_id] = _dependent(line, parent_of[line.group], plan, nights)
+        else:
+            out[line.query_id] = _planned(line, line.group in plan.incremental, nights)
+    return out
+
+
+def _worst(line: CostLine) -> ExpectedCost:
+    return ExpectedCost(line.worst_case, "no earlier run to learn from: the worst case")
+
+
+def _average(values: Sequence[int]) -> int:
+    return math.ceil(sum(values) / len(values))
+
+
+def _nights_words(n: int) -> str:
+    return "the last night" if n == 1 else f"the average of the last {n} nights"
+
+
+def _learning(query_id: str, incremental: bool, night: int, nights: Sequence[_Night]) -> bool | None:
+    """Whether `nights[night]` is a learning night of one query: True, False (it ran, but stopped short or
+    was its first full pass), None (it did not run that night)."""
+    summary = nights[night].queries.get(query_id)
+    if summary is None:
+        return None
+    if summary.get("status") not in COLLECTED:
+        return False
+    if not incremental:
+        return True
+    before = next((n.queries[query_id] for n in nights[night + 1 :] if query_id in n.queries), None)
+    return before is not None and _complete_after(before)
+
+
+def _complete_after(summary: Mapping[str, Any]) -> bool:
+    """Whether an incremental query's history was complete after the run this summary is of."""
+    recorded = summary.get("history")
+    if recorded is not None:
+        return bool(recorded == "complete")
+    return summary.get("status") in ("complete", "caught_up")
+
+
+def _planned(line: CostLine, incremental: bool, nights: Sequence[_Night]) -> ExpectedCost:
+    paid = [
+        int(nights[n].queries[line.query_id].get("credits", 0))
+        for n in range(len(nights))
+        if _learning(line.query_id, incremental, n, nights)
+    ][:LAST_NIGHTS]
+    if paid:
+        return ExpectedCost(_average(paid), _nights_words(len(paid)), learned=True)
+    if incremental and any(
+        _complete_after(n.queries[line.query_id]) for n in nights if line.query_id in n.queries
+    ):
+        return ExpectedCost(
+            line.cost, f"{counted(1, 'page')}: caught up after its full pass (no night since)", learned=True
+        )
+    return _worst(line)
+
+
+def _group_learning(group: str, incremental: bool, night: int, nights: Sequence[_Night]) -> bool | None:
+    """Whether a night is a learning night of every query of a spec query (its fan-out, or its instances)."""
+    ids = [q for q in nights[night].queries if base_id(q) == group]
+    if not ids:
+        return None
+    return all(_learning(q, incremental, night, nights) for q in ids)
+
+
+def _dependent(line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night]) -> ExpectedCost:
+    """A dependent line pays for the parent records a night finds new (in an incremental run, those collected
+    before are not paid again), so its nights are the parent's: a learning night of the parent in which the
+    line's own queries, if any, all ended well; one that started none of them paid 0. The queries of it the last
+    night left unfinished (a budget or a cap stopped them) start again the next night: they are added."""
+    parent_incremental = parent in plan.incremental
+    paid: list[int] = []
+    for n, night in enumerate(nights):
+        if not _group_learning(parent, parent_incremental, n, nights):
+            continue
+        mine = [q for q_id, q in night.queries.items() if base_id(q_id) == line.group]
+        if any(q.get("status") not in COLLECTED for q in mine):
+            continue  # the budget stopped them that night: not what a night costs
+        paid.append(sum(int(q.get("credits", 0)) for q in mine))
+        if len(paid) == LAST_NIGHTS:
+            break
+    left = _left_over(line, nights)
+    if paid:
+        basis = f"{_nights_words(len(paid))} (new {parent} records only)"
+        return _with_left(line, plan, ExpectedCost(_average(paid), basis, learned=True), left)
+    if parent_incremental and _has_complete_pass(parent, nights):
+        none_yet = ExpectedCost(
+            0, f"new {parent} records only: none known yet (no night since the full pass)", True
+        )
+        return _with_left(line, plan, none_yet, left)
+    return _worst(line)
+
+
+def _left_over(line: CostLine, nights: Sequence[_Night]) -> int:
+    """Queries of a dependent line the last night left unfinished: the next night starts them again."""
+    if not nights:
+        return 0
+    return sum(
+        1
+        for q_id, q in nights[0].queries.items()
+        if base_id(q_id) == line.group and q.get("status") not in COLLECTED
+    )
+
+
+def _with_left(line: CostLine, plan: Plan, expected: ExpectedCost, left: int) -> ExpectedCost:
+    """The expected cost and the queries left unfinished the last night (each at its worst case, one page when
+    that is unbounded), within the fan-out's `max_credits_total`."""
+    if not left or expected.credits is None:
+        return expected
+    each = line.each if line.each is not None else line.cost
+    credits = expected.credits + left * each
+    cap = plan.caps.get(line.group)
+    credits = credits if cap is None else min(credits, cap)
+    return ExpectedCost(credits, f"{expected.basis}; {left} left unfinished the last night", learned=True)
+
+
+def _has_complete_pass(group: str, nights: Iterable[_Night]) -> bool:
+    return any(_complete_after(q) for n in nights for q_id, q in n.queries.items() if base_id(q_id) == group)

@@ -1,0 +1,58 @@
+"""How much each running query may pay in a Dask round: its grant of pages, breadth-first across queries, within
+the budget, each query's cap and its fan-out's `max_credits_total`. Plain data in, plain data out, so the rule is
+tested on its own (`tests/test_dask_runner.py`) and `flows.run.dask.rounds` only reserves and submits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.paging.pager import QuerySpec, base_id
+
+
+@dataclass
+class Running:
+    spec: QuerySpec
+    cost: int
+    state: dict[str, Any] | None = None
+    pages: int = 0
+    credits: int = 0
+    records: int = 0
+    files: list[Any] = field(default_factory=list)
+    rounds: int = 0
+    known: dict[str, Any] | None = None
+    """Where its known keys are staged (an incremental query on staging workers: `tasks.staged_known`)."""
+
+
+def allocate(
+    running: list[Running],
+    free: int,
+    round_pages: int,
+    fanout_left: Callable[[str], int | None] = lambda query_id: None,
+) -> dict[str, int]:
+    """Pages granted per query this round: one at a time to the query with the fewest pages so far, within the
+    budget, each query's cap and its fan-out's `max_credits_total` (`fanout_left`: what the ledger can still
+    grant the query's fan-out; None: no cap)."""
+    grants = {r.spec.query_id: 0 for r in running}
+    left = free
+    fanouts = {r.spec.query_id: (base_id(r.spec.query_id), fanout_left(r.spec.query_id)) for r in running}
+    group_left = {group: credits for group, credits in fanouts.values() if credits is not None}
+    while True:
+        moved = False
+        for r in sorted(running, key=lambda r: (r.pages + grants[r.spec.query_id], r.spec.query_id)):
+            qid = r.spec.query_id
+            cap = r.spec.max_credits
+            within_cap = cap is None or r.credits + (grants[qid] + 1) * r.cost <= cap
+            group = fanouts[qid][0]
+            within_cap = within_cap and (group not in group_left or r.cost <= group_left[group])
+            if grants[qid] < round_pages and r.cost <= left and within_cap:
+                grants[qid] += 1
+                left -= r.cost
+                if group in group_left:
+                    group_left[group] -= r.cost
+                moved = True
+                break  # re-sort: breadth-first, page by page
+        if not moved:
+            return grants

@@ -1,0 +1,90 @@
+"""A cap for a whole fan-out (`max_credits_total`), a real run against the sandbox over HTTP: the replies of every
+comment of a video (the example catalog's chain), all of them together within their cap, shared breadth-first,
+some 5xx answers retried on the way; and what the night says of the queries the cap left unstarted, with the exit
+code the job asked for."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from sandbox.config import FaultKind, SandboxConfig
+from sandbox.wire.serving import running
+from tests.crawl_helpers import data_entries
+from tests.declared_helpers import REFERRED, referred
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
+from tests.process_helpers import finish, start_run
+
+COMMENTS = "/v1/video-platform/video/comments"
+REPLIES = "/v1/video-platform/video/comment/replies"
+PARAMS = {"url": "https://www.video-platform.example/watch?v=Y2Ah_DFr8cw", "order": "top"}
+CAP = 6
+
+
+def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_started(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={COMMENTS: (1, 1), REPLIES: (3, 3)}, page_size_by_path={COMMENTS: 24},
+        fault_rate=0.25, fault_kinds=[FaultKind.SERVER_ERROR], seed=3, declared=referred(),
+    )  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path,
+            {
+                "name": "capped",
+                "service": {"base_url": sb.base_url},
+                "budget": {"credits": 1000, "unstarted_exit_code": 3},
+                "concurrency": 2,  # dependents in line: 4 at a time, fewer than the cap
+                "output": str(output),
+                "catalogs": [str(REFERRED)],
+                "queries": [
+                    {"id": "comments", "endpoint": COMMENTS, "params": PARAMS},
+                    {
+                        "id": "replies", "endpoint": REPLIES, "max_credits_total": CAP,
+                        "for_each": {"continuationToken": {"from": "comments", "field": "replies_token"}},
+                    },
+                ],
+            },
+        )  # fmt: skip
+        # `harvest run SPEC` as cron or a terminal of 80 columns runs it (rich takes TTY_COMPATIBLE for a tty)
+        terminal = {"TTY_COMPATIBLE": "1", "NO_COLOR": "1", "COLUMNS": "80"}
+        code, _, err = finish(start_run(spec, tmp_path, prefect_api_url, env=terminal))
+        billed: Counter[str] = Counter()
+        for entry in data_entries(sb):
+            billed[entry.path] += entry.credits
+        faults = sum(1 for e in data_entries(sb) if (e.status or 0) >= 500)
+    db = output / "harvest.duckdb"
+    threads = {t for (t,) in rows(db, "SELECT replies_token FROM video_platform_video_comments") if t}
+    assert len(threads) > CAP + 2  # more threads than the cap pays first pages for, and than the line holds
+    states = rows(
+        db, "SELECT query_id, status, pages, credits FROM query_state WHERE query_id LIKE 'replies[%'"
+    )
+    assert faults, "the fault schedule sent no 5xx: the retries went untested"
+    # the service's own bill and harvest's count of the fan-out: exactly its cap, never past it
+    assert billed[REPLIES] == CAP == sum(credits for _, _, _, credits in states)
+    # breadth-first inside the fan-out: one page each for as many as the cap pays, none a second
+    assert len(states) == len(threads) and Counter(pages for _, _, pages, _ in states) == {
+        1: CAP,
+        0: len(threads) - CAP,
+    }
+    assert {status for _, status, _, _ in states} == {"budget_exhausted"}
+    # the night says how many never started, which (a few named, each whole on a line of the terminal's 80
+    # columns) and why; the job asked for exit code 3
+    unstarted = len(threads) - CAP
+    said = re.sub(r"\x1b\[[0-9;]*m", "", err).splitlines()
+    first = next(n for n, x in enumerate(said) if "never started" in x)
+    end = next(n for n in range(first, len(said)) if said[n].endswith("more)"))
+    lines = said[first : end + 1]
+    never = {qid for qid, _, pages, _ in states if not pages}
+    named = [qid for qid in never if any(qid in line for line in lines)]  # each id whole on one line
+    assert len(named) == 3, lines
+    assert " ".join(lines) == (
+        f"{unstarted} queries never started, their fan-out's cap (max_credits_total) spent before their turn: "
+        f"{unstarted} of {len(threads)} replies ({', '.join(sorted(named, key=' '.join(lines).index))} "
+        f"and {unstarted - 3} more)"
+    )
+    assert all(len(line) <= 80 for line in lines) and len(lines) > 1, lines
+    assert code == 3, err
