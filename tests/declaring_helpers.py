@@ -10,17 +10,14 @@ segment is `declared`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import yaml
 
 from connectors.catalog import job_catalog
-from connectors.catalog.declarations import CatalogFile, plain
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.records import RecordKind
 from sandbox.config import SandboxConfig
@@ -33,11 +30,9 @@ ALIASES = {"/v1/declared/pins": PINS, "/v1/declared/videos": PROFILE, "/v1/decla
 """Declared path -> the built-in path the sandbox serves it at."""
 
 
-@functools.cache
 def builtin_declaration(path: str) -> dict[str, Any]:
-    """A built-in endpoint's plain declaration, as `endpoints.yaml` writes it."""
-    data = yaml.safe_load(job_catalog.BUILTIN_FILE.read_text(encoding="utf-8"))
-    return plain(path, CatalogFile.model_validate(data).endpoints[path])
+    """A built-in endpoint's plain declaration, as its catalog file writes it."""
+    return job_catalog.builtin_declarations()[path]
 
 
 def declared_copy(path: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints.yaml`), a catalog file a
-job names (`catalogs:`) and a job's inline `endpoints:` (docs/declaring-endpoints.md).
+"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints/<platform>.yaml`), a catalog
+file a job names (`catalogs:`) and a job's inline `endpoints:` (docs/declaring-endpoints.md).
 
 The pydantic models check the shape (keys, types, ranges) and describe every field for `harvest schema`;
 `declaration_problems` checks what needs the whole declaration (a key among the columns, a path parameter in
@@ -240,7 +240,7 @@ class EndpointDecl(_Decl):
 
 
 class CatalogFile(_Decl):
-    """A catalog file: the same top level as harvest's own `endpoints.yaml`."""
+    """A catalog file: the same top level as each of harvest's own (`connectors/catalog/endpoints/*.yaml`)."""
 
     endpoints: dict[str, EndpointDecl] = Field(min_length=1)
 

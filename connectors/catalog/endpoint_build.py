@@ -1,5 +1,5 @@
 """An `Endpoint` from its plain declaration (`connectors.catalog.declarations.plain`): the one way an endpoint
-comes to be, built-in (`endpoints.yaml`) or declared by a job, and again from a run's manifest."""
+comes to be, built-in (`endpoints/<platform>.yaml`) or declared by a job, and again from a run's manifest."""
 
 from __future__ import annotations
 

@@ -65,6 +65,16 @@ def put(doc: Any, path: str | tuple[Step, ...], value: Any) -> Any:
     return [put(items[n] if n < len(items) else None, rest, v) for n, v in enumerate(spread)]
 
 
+def has(doc: Any, path: str) -> bool:
+    """Whether `doc` holds something at a plain record path (keys and `[n]` only)."""
+    for kind, arg in steps(path):
+        keyed = kind == "key" and isinstance(doc, dict) and arg in doc
+        if not (keyed or (kind == "index" and isinstance(doc, list) and len(doc) > arg)):
+            return False
+        doc = doc[arg]
+    return True
+
+
 @lru_cache(maxsize=256)
 def _host(path: str) -> str:
     """The platform of a documented path (`/v1/video-platform/video` -> video-platform.example)."""
@@ -154,7 +164,8 @@ def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str])
     d = Draw(s.key, kind.table, pos)
     record = _fill({}, kind.columns, kind, d, s, pos, echo)
     for path in kind.ignore:
-        record = put(record, path, None)
+        if not has(record, path):  # an object some column reads into is known whole: it stays
+            record = put(record, path, None)
     if kind.nested:
         record = put(record, kind.nested, [])
     for child in kind.children:
