@@ -21,7 +21,8 @@ import pytest
 
 from connectors.catalog import endpoints as catalog
 from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.fields import coercer, decimal
+from connectors.catalog.fields import Field, coercer, decimal
+from connectors.catalog.records import META_COLUMNS
 from connectors.reading import extraction
 from flows.run.preflight import check_output_dir
 from flows.spec import UsageError
@@ -404,3 +405,42 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
     shelf_items = columns(db, "video_platform_shelf_items")
     assert shelf_items["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
     assert "`video_platform_shelves.type`" in shelf_items["parent_type"][1]
+
+
+# ------------------------------------------------------------------------------------ a renamed column
+def tweets(*columns: pa.Field) -> Kind:
+    """A record kind of tweets: an id, the given columns and the columns harvest adds to every record."""
+    return Kind("renamed_tweets", ("id",), pa.schema([pa.field("id", pa.string()), *columns, *META_COLUMNS]))
+
+
+BEFORE = tweets(pa.field("favorite_count", pa.int64()))
+"""The table as an older catalog declared it."""
+AFTER = tweets(
+    Field("like_count", "favorite_count", pa.int64(), renamed_from=("favorite_count",)).arrow_field()
+)
+"""Today's: one name for one thing across tables."""
+
+
+def test_a_renamed_column_keeps_its_values_in_an_older_database(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = OutputLayout(tmp_path).db
+    load_tables(db, [(BEFORE, land(tmp_path, "r1", BEFORE, [{"id": "t1", "favorite_count": 7}], T0))])
+    later = T0 + dt.timedelta(hours=1)
+    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+        load_tables(db, [(AFTER, land(tmp_path, "r2", AFTER, [{"id": "t2", "like_count": 9}], later))])
+    assert "favorite_count" not in columns(db, "renamed_tweets") and "like_count" in columns(
+        db, "renamed_tweets"
+    )
+    assert db_rows(db, "SELECT id, like_count FROM renamed_tweets ORDER BY id") == [("t1", 7), ("t2", 9)]
+    assert caplog.messages == [
+        "table renamed_tweets: column favorite_count is now named like_count (its values kept)"
+    ]
+
+
+def test_parquet_an_older_harvest_wrote_is_read_under_the_new_name(tmp_path: Path) -> None:
+    """A run landed before the rename and loaded after it (or a database built again from older Parquet)."""
+    db = OutputLayout(tmp_path).db
+    files = land(tmp_path, "r1", BEFORE, [{"id": "t1", "favorite_count": 7}], T0)
+    load_tables(db, [(AFTER, files)])
+    assert db_rows(db, "SELECT id, like_count FROM renamed_tweets") == [("t1", 7)]

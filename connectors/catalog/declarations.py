@@ -1,5 +1,5 @@
-"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints/<platform>.yaml`), a catalog
-file a job names (`catalogs:`) and a job's inline `endpoints:` (docs/declaring-endpoints.md).
+"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints/<platform>.yaml`), a catalog file a
+job names (`catalogs:`) and a job's inline `endpoints:` (docs/declaring-endpoints.md).
 
 The pydantic models check the shape (keys, types, ranges) and describe every field for `harvest schema`;
 `declaration_problems` checks what needs the whole declaration (a key among the columns, a path parameter in
@@ -102,6 +102,10 @@ class ColumnDecl(_Decl):
     description: str | None = Field(
         None, description="What the column holds: the table's column comment in DuckDB and docs. Default: one "
         "made from the type and path."
+    )  # fmt: skip
+    renamed_from: Paths = Field(
+        default_factory=list, description="The column's earlier names: an existing table's column of such a "
+        "name becomes this one, its values kept (`tasks.database.column_types`)."
     )  # fmt: skip
 
 
@@ -290,4 +294,12 @@ def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
 
 
 def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: {**column, "path": column["path"] or name} for name, column in columns.items()}
+    """Each column as `{type, path, description}`, and `renamed_from` only when it has earlier names (a column
+    without reads, hashes and records as before the key)."""
+    plain_columns = {}
+    for name, column in columns.items():
+        column = {**column, "path": column["path"] or name}
+        if not column.get("renamed_from"):
+            column.pop("renamed_from", None)
+        plain_columns[name] = column
+    return plain_columns

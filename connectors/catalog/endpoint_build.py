@@ -48,7 +48,11 @@ def _newest_first(order: bool | Mapping[str, Any]) -> NewestFirst | None:
 
 def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:
     return tuple(
-        replace(COLUMN_TYPES[c["type"]](name, c["path"]), description=c.get("description") or "")
+        replace(
+            COLUMN_TYPES[c["type"]](name, c["path"]),
+            description=c.get("description") or "",
+            renamed_from=tuple(c.get("renamed_from") or ()),
+        )
         for name, c in columns.items()
     )
 
