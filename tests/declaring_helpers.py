@@ -131,3 +131,45 @@ def aliased(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
         yield sb
     finally:
         sb.stop()
+
+
+# ---------------------------------------------------------------------------------------------- requests
+VALUES: dict[str, Any] = {
+    "url": "https://www.example.com/sample/1",
+    "handle": "examplehandle",
+    "query": "coffee",
+    "hashtag": "coffee",
+    "subreddit": "Fitness",
+    "region": "US",
+    "country": "US",
+    "language": "en",
+    "material_id": "video:sample",
+}
+"""A request value by parameter name, for tests that need any value a declaration allows."""
+
+
+def request_of(path: str) -> dict[str, Any]:
+    """The parameters a query of a built-in endpoint needs: each required one, and the first of each "one of"
+    group, with a value its declaration allows."""
+    decl = job_catalog.builtin_declarations()[path]
+    params = decl["params"]
+    wanted = [n for n, p in params.items() if p["required"]]
+    wanted += [group[0] for group in decl["one_of"] if not set(group) & set(wanted)]
+    return {name: _value(name, params[name]) for name in wanted}
+
+
+def _value(name: str, param: Mapping[str, Any]) -> Any:
+    if param["enum"]:
+        return param["enum"][0]
+    if name in VALUES:
+        return VALUES[name]
+    kind = param["type"]
+    if kind == "integer":
+        return max(1, int(param["min"] or 1))
+    if kind == "number":
+        return 1.5
+    if kind == "boolean":
+        return True
+    if kind == "list":
+        return ["example"]
+    return "123456789" if name.lower().endswith("id") else f"example-{name}"

@@ -40,7 +40,7 @@ import pytest
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.fields import PARAM_PREFIX
-from connectors.catalog.job_catalog import builtin, builtin_declarations
+from connectors.catalog.job_catalog import builtin
 from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind, keys_of
 from connectors.credits.ledger import CreditLedger
@@ -52,6 +52,7 @@ from tasks.database.record_tables import merge_batches
 from tasks.landing import page_query
 from tasks.output.layout import OutputLayout
 from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
+from tests.declaring_helpers import request_of
 from tests.flow_helpers import ROOT, SECRET_KEY
 
 SPEC = ROOT.parent / "shared" / "spec"
@@ -110,47 +111,6 @@ def _cases() -> list[Case]:
 
 
 CASES = _cases()
-
-
-# ------------------------------------------------------------------------------------------ the request
-VALUES: dict[str, Any] = {
-    "url": "https://www.example.com/sample/1",
-    "handle": "examplehandle",
-    "query": "coffee",
-    "hashtag": "coffee",
-    "subreddit": "Fitness",
-    "region": "US",
-    "country": "US",
-    "language": "en",
-    "material_id": "video:sample",
-}
-"""A request value by parameter name (any value the declaration allows: the server answers the sample)."""
-
-
-def request_of(path: str) -> dict[str, Any]:
-    """The parameters a query of `path` needs: each required one, and the first of each "one of" group."""
-    decl = builtin_declarations()[path]
-    params = decl["params"]
-    wanted = [n for n, p in params.items() if p["required"]]
-    wanted += [group[0] for group in decl["one_of"] if not set(group) & set(wanted)]
-    return {name: _value(name, params[name]) for name in wanted}
-
-
-def _value(name: str, param: Mapping[str, Any]) -> Any:
-    if param["enum"]:
-        return param["enum"][0]
-    if name in VALUES:
-        return VALUES[name]
-    kind = param["type"]
-    if kind == "integer":
-        return max(1, int(param["min"] or 1))
-    if kind == "number":
-        return 1.5
-    if kind == "boolean":
-        return True
-    if kind == "list":
-        return ["example"]
-    return "123456789" if name.lower().endswith("id") else f"example-{name}"
 
 
 # ------------------------------------------------------------------------------------------ the server

@@ -185,7 +185,8 @@ def _fill(
     echo: Mapping[str, str],
 ) -> Record:
     timed = False
-    for column in columns:
+    # A json column first: a column read from inside the object it holds is then set within it, not lost.
+    for column in sorted(columns, key=lambda c: c.type != "json"):
         if column.from_request:
             continue
         if column.name in kind.key:
