@@ -77,7 +77,9 @@ def rename(con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema, have: 
         old = next((o for o in earlier if o.lower() in have), None)
         if name.lower() in have or old is None:
             continue
-        con.execute(f"ALTER TABLE {quote_ident(table)} RENAME COLUMN {quote_ident(old)} TO {quote_ident(name)}")
+        con.execute(
+            f"ALTER TABLE {quote_ident(table)} RENAME COLUMN {quote_ident(old)} TO {quote_ident(name)}"
+        )
         have[name.lower()] = have.pop(old.lower())
         log.warning("table %s: column %s is now named %s (its values kept)", table, old, name)
         renamed = True
@@ -148,7 +150,9 @@ def cast_older_files(
     earlier = earlier_names(schema)
     exprs = []
     for name in schema.names:
-        was = next((o for o in earlier.get(name, ()) if o.lower() in found and name.lower() not in found), None)
+        was = next(
+            (o for o in earlier.get(name, ()) if o.lower() in found and name.lower() not in found), None
+        )
         old, new = found.get((was or name).lower()), table_types.get(name.lower())
         col = quote_ident(name)
         if old is None:
