@@ -50,10 +50,12 @@ FIELDS: dict[str, set[str]] = {
     },
     "mb_posts": {
         "uri", "cid", "record", "author", "embed", "replyCount", "repostCount", "likeCount", "quoteCount", "indexedAt",
+        "labels",
     },
     "tweets": {
         "id", "source", "view_count", "bookmark_count", "created_at", "favorite_count", "full_text", "lang",
-        "quote_count", "reply_count", "retweet_count", "user_id_str", "user",
+        "quote_count", "reply_count", "retweet_count", "user_id_str", "user", "conversation_id_str", "is_quote_status",
+        "possibly_sensitive",
     },
     "advertisers": {"name", "advertiser_id", "region", "number_of_ads_estimate"},
     "websites": {"domain"},
@@ -220,11 +222,18 @@ def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
     check_records([v["post"] for v in views], FIELDS["mb_posts"])
     assert {v["post"]["record"]["reply"]["parent"]["uri"] for v in views} == {body["post"]["uri"]}
     assert body["post"]["author"]["handle"] == "alice.mb.example"
-    assert set(body["post"]["record"]) == {"text", "createdAt"}
+    assert set(body["post"]["record"]) == {"text", "createdAt", "langs", "facets"}
     feed = get(sandbox_client, "/v1/microblog-b/user/posts", handle="alice.mb.example")
     check_envelope(feed)
     check_records(feed["feed"], FIELDS["mb_posts"])
-    assert set(feed["feed"][0]["author"]) == {"did", "handle", "displayName", "avatar"}
+    assert set(feed["feed"][0]["author"]) == {
+        "did",
+        "handle",
+        "displayName",
+        "avatar",
+        "labels",
+        "verification",
+    }
     assert ISO.match(feed["feed"][0]["indexedAt"])
 
 
@@ -233,7 +242,7 @@ def test_tweets(sandbox_client: httpx.Client) -> None:
     check_envelope(body)
     check_records(body["tweets"], FIELDS["tweets"])
     user = body["tweets"][0]["user"]
-    assert set(user) == {"rest_id", "avatar", "core", "is_blue_verified", "legacy"}
+    assert set(user) == {"rest_id", "avatar", "core", "is_blue_verified", "legacy", "professional"}
     assert set(user["core"]) == {"name", "screen_name"} and set(user["avatar"]) == {"image_url"}
     assert isinstance(body["tweets"][0]["view_count"], str)  # as the service sends it
 
