@@ -174,7 +174,7 @@ def test_the_published_answers_read_by_the_interfaces_names_are_noticed_field_by
                     assert table.empty_hints.get(fld.name, [None])[0] == published, (kind.table, fld.name)
     assert {("video_platform_videos", "views"), ("microblog_a_tweets", "user_name"),
             ("video_platform_comments", "like_count"), ("forum_media", "width"),
-            ("streaming_clips", "broadcaster_followers"), ("short_video_products", "url")} <= seen  # fmt: skip
+            ("streaming_clips", "broadcaster_follower_count"), ("short_video_products", "url")} <= seen  # fmt: skip
 
 
 def kind_of(path: str, table: str) -> RecordKind:

@@ -251,9 +251,12 @@ def _places(at: str) -> list[str]:
     return [at.split(" ")[0]]
 
 
-def _covered(path: str, kind: RecordKind | ChildKind) -> bool:
+def _covered(path: str, kind: RecordKind | ChildKind, siblings: tuple[str, ...] = ()) -> bool:
     """Whether a list of objects at `path` inside a record is read: a child table's list, or inside a `json`
-    column (or a list the kind nests its own records in)."""
+    column, a list the kind nests its own records in, or (in an answer that is itself a record) the place of
+    another record kind of the endpoint (`siblings`)."""
+    if path in siblings:
+        return True
     for fld in kind.columns:
         if fld.json and any(path == p or path.startswith(p + ".") for p in fld.path.split("|")):
             return True
@@ -273,9 +276,11 @@ def _object_lists(doc: Any, at: str = "") -> Iterator[str]:
         yield at
 
 
-def _check_lists(case: Case, kind: RecordKind | ChildKind, items: list[Any]) -> None:
+def _check_lists(
+    case: Case, kind: RecordKind | ChildKind, items: list[Any], siblings: tuple[str, ...] = ()
+) -> None:
     inner = kind.unwrap.inner if isinstance(kind, RecordKind) and kind.unwrap else (lambda item: item)
-    bare = {p for item in items for p in _object_lists(inner(item)) if not _covered(p, kind)}
+    bare = {p for item in items for p in _object_lists(inner(item)) if not _covered(p, kind, siblings)}
     assert not bare, f"{case.id}: {kind.table}: lists of objects in no child table and no json column: {bare}"
 
 
@@ -322,7 +327,10 @@ def _check_kind(case: Case, kind: RecordKind, body: Any, one: Landed) -> tuple[s
     by_key = {_key_text(row[k] for k in kind.primary_key): row for row in rows}
     assert sorted(by_key) == sorted(_key_text(key) for key in keys), f"{case.id}: {kind.table}: keys"
     _check_values(case, kind, kind.reader, items, [by_key[_key_text(key)] for key in keys], one.params)
-    _check_lists(case, kind, items)
+    siblings = tuple(
+        where for other in builtin().get(case.path).kinds if "" in kind.locations for where in other.locations
+    )
+    _check_lists(case, kind, items, siblings)
     inner = kind.unwrap.inner if kind.unwrap else (lambda item: item)
     for child in kind.children:
         listed = {
