@@ -64,7 +64,9 @@ if not SURFACE.exists():
         allow_module_level=True,
     )
 
-NEEDS: dict[str, str] = {}
+NEEDS: dict[str, str] = {
+    "GET /v1/search-engine/search": "paging style page_number",
+}
 """`METHOD path` -> the declaration key its declaration waits for (in `connectors/catalog/pending/`, with no
 declaration in the catalog until harvest takes the key)."""
 PENDING = ROOT / "connectors" / "catalog" / "pending"

@@ -65,6 +65,8 @@ UPLOAD_DATES = ("today", "this_week", "this_month", "this_year")
 VIDEO_SORTS = ("relevance", "popular")
 VIDEO_FILTERS = ("shorts",)
 PROFILE_SORTS = ("latest", "popular")
+CACHE_AGES = ("1d", "3d", "7d", "14d", "30d")
+"""`cache_max_age`: how old a cached answer may be (the sandbox answers afresh whatever it is)."""
 
 
 def _subject(name: str, required: bool = False) -> QueryParam:
@@ -150,7 +152,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
     ),
     EmulatedEndpoint(
         CLIP,
-        (_subject("url", required=True),),
+        (_subject("url", required=True), QueryParam("cache_max_age", enum=CACHE_AGES)),
         kinds={"clips": "id", "broadcaster_clips": "id"},
         builder=single.clip,
         not_found=NotFoundAnswer(
@@ -206,7 +208,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
     ),
     EmulatedEndpoint(
         ADVERTISERS,
-        (_subject("query", required=True),),
+        (_subject("query", required=True), QueryParam("region", check="region2", identity=True)),
         kinds={"advertisers": "advertiser_id", "websites": "domain"},
         builder=single.advertisers,
         not_found=NotFoundAnswer({"advertisers": [], "websites": []}),
