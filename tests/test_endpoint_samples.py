@@ -65,6 +65,8 @@ if not SURFACE.exists():
     )
 
 NEEDS: dict[str, str] = {
+    "GET /v1/forum/post/comments": "paging.follow, a nested record path, first_page_only",
+    "POST /v1/forum/post/comments": "method POST, paging.follow, a nested record path, first_page_only",
     "GET /v1/search-engine/search": "paging style page_number",
 }
 """`METHOD path` -> the declaration key its declaration waits for (in `connectors/catalog/pending/`, with no

@@ -347,7 +347,7 @@ def test_columns_are_typed_and_carry_their_provenance(crawl: Crawl) -> None:
         "OR _run_id IS NULL OR _fetched_at IS NULL) FROM forum_comments",
     )
     assert nulls == [(0,)]
-    assert types_of(crawl.db, "forum_comments")["votes"] == "BIGINT"
+    assert types_of(crawl.db, "forum_comments")["score"] == "BIGINT"
 
 
 def types_of(db: Path, table: str) -> dict[str, str]:

@@ -175,7 +175,7 @@ def test_forum_search(sandbox_client: httpx.Client) -> None:
     check_records(body["comments"], FIELDS["forum_comments"])
     check_records(body["media"], FIELDS["media"])
     assert set(body["comments"][0]["post"]) == {"id", "title", "url"}
-    assert set(body["media"][0]["image"]) == {"src", "width", "height"}
+    assert set(body["media"][0]["image"]) == {"src", "width", "height", "resolutions"}
     assert body["posts"][0]["subreddit"] == {"name": "python"}
     assert ISO.match(body["posts"][0]["created_at"])
 
