@@ -65,6 +65,8 @@ if not SURFACE.exists():
     )
 
 NEEDS: dict[str, str] = {
+    "POST /v1/network-a/adLibrary/search/ads": "method POST",
+    "POST /v1/network-a/adLibrary/company/ads": "method POST",
     "GET /v1/forum/post/comments": "paging.follow, a nested record path, first_page_only",
     "POST /v1/forum/post/comments": "method POST, paging.follow, a nested record path, first_page_only",
     "GET /v1/search-engine/search": "paging style page_number",
@@ -406,6 +408,8 @@ def test_each_published_sample_lands_whole(case: Case, landed: dict[str, Landed]
     assert summary["records"] >= sum(n for _, n in found)
     for at, count in _surface_counts(case, body).items():
         landed_there = [n for where, n in found if where == at]
+        if landed_there and landed_there[0] == 0 and count == 1 and report.not_found:
+            continue  # one object without its key: the service's "not found" (a private page), said and counted
         if landed_there:
             assert landed_there[0] == count, f"{case.id}: {count} records at {at!r}, {landed_there[0]} landed"
             continue
@@ -485,8 +489,8 @@ def test_each_pending_declaration_waits_for_a_key_and_is_otherwise_the_live_one(
         for path, decl in yaml.safe_load(file.read_text(encoding="utf-8"))["endpoints"].items():
             pending.add(path)
             if path in live:
-                assert path not in waiting, path
                 assert _without_waiting_keys(decl) == live[path] != decl, f"{file.name}: {path}"
             else:
-                assert path in waiting, f"{file.name}: {path} is neither live nor listed in NEEDS"
+                cases = {f"{c.method} {c.path}" for c in CASES if c.path == path}
+                assert cases <= set(NEEDS), f"{file.name}: {path} is neither live nor listed in NEEDS"
     assert waiting <= pending, "NEEDS lists a path with no pending declaration"

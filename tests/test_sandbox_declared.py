@@ -234,7 +234,8 @@ def test_the_sandbox_serves_each_catalog_endpoint_as_harvest_reads_it(
     sandbox's answers: records land with every column the declaration reads, nothing lost, nothing misfit, no
     field the declaration does not know."""
     endpoint = job_catalog.builtin().get(path)
-    run = asyncio.run(run_query(catalog_sandbox, endpoint, request_of(path), max_pages=2))
+    params = request_of(path)
+    run = asyncio.run(run_query(catalog_sandbox, endpoint, params, max_pages=2))
     outcome = run.outcome
     assert outcome.status in OK_STATUSES, outcome.error
     report = outcome.extraction
@@ -248,4 +249,10 @@ def test_the_sandbox_serves_each_catalog_endpoint_as_harvest_reads_it(
         for column in table.column_names
         if table[column].null_count < table.num_rows
     }
-    assert empty == set(), "columns no record of the sandbox's fills"
+    unasked = {  # a column of a request value the query did not set
+        (kind.table, f.name)
+        for kind in endpoint.landed_kinds
+        for f in kind.columns
+        if f.path.startswith("$params.") and f.path.removeprefix("$params.") not in params
+    }
+    assert empty - unasked == set(), "columns no record of the sandbox's fills"

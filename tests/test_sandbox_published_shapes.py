@@ -129,4 +129,4 @@ def test_the_interface_names_are_served_on_request_and_differ() -> None:
         served = sandbox_answer(c, "/v1/microblog-a/community/tweets", {"url": "https://x.example/i/c/1"})
         search = sandbox_answer(c, "/v1/video-platform/search", {"query": "running"})
     assert filled_name(tweets, "user_name", records(tweets, served)[0]) == 1  # `user.name`
-    assert filled_name(videos, "views", records(videos, search)[0]) == 1  # `views`
+    assert filled_name(videos, "view_count", records(videos, search)[0]) == 1  # `views`

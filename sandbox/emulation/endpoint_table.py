@@ -64,6 +64,9 @@ CREATIVE_ORDERS = ("relevance", "latest", "oldest")
 UPLOAD_DATES = ("today", "this_week", "this_month", "this_year")
 VIDEO_SORTS = ("relevance", "popular")
 VIDEO_FILTERS = ("shorts",)
+"""`filter`, which `type` replaced: the service ignores it now (harvest warns a spec that sets it)."""
+VIDEO_TYPES = ("videos", "shorts", "channels", "playlists")
+VIDEO_DURATIONS = ("under_3_min", "between_3_and_20_min", "over_20_min")
 PROFILE_SORTS = ("latest", "popular")
 CACHE_AGES = ("1d", "3d", "7d", "14d", "30d")
 """`cache_max_age`: how old a cached answer may be (the sandbox answers afresh whatever it is)."""
@@ -248,6 +251,8 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             _subject("query", required=True),
             _enum("uploadDate", UPLOAD_DATES),
             _enum("sortBy", VIDEO_SORTS),
+            _enum("type", VIDEO_TYPES),
+            _enum("duration", VIDEO_DURATIONS),
             _enum("filter", VIDEO_FILTERS),
             QueryParam("region", check="region2", identity=True),
             QueryParam("continuationToken"),
