@@ -65,6 +65,7 @@ if not SURFACE.exists():
     )
 
 NEEDS: dict[str, str] = {
+    "GET /v2/photo-app/reels/search": "paging style page_number",
     "POST /v1/network-a/adLibrary/search/ads": "method POST",
     "POST /v1/network-a/adLibrary/company/ads": "method POST",
     "GET /v1/forum/post/comments": "paging.follow, a nested record path, first_page_only",
@@ -261,7 +262,7 @@ def _covered(path: str, kind: RecordKind | ChildKind, siblings: tuple[str, ...] 
     """Whether a list of objects at `path` inside a record is read: a child table's list, or inside a `json`
     column, a list the kind nests its own records in, or (in an answer that is itself a record) the place of
     another record kind of the endpoint (`siblings`)."""
-    if path in siblings:
+    if any(path == where or where.startswith(path + "[]") for where in siblings):
         return True
     for fld in kind.columns:
         if fld.json and any(path == p or path.startswith(p + ".") for p in fld.path.split("|")):
@@ -333,8 +334,13 @@ def _check_kind(case: Case, kind: RecordKind, body: Any, one: Landed) -> tuple[s
     by_key = {_key_text(row[k] for k in kind.primary_key): row for row in rows}
     assert sorted(by_key) == sorted(_key_text(key) for key in keys), f"{case.id}: {kind.table}: keys"
     _check_values(case, kind, kind.reader, items, [by_key[_key_text(key)] for key in keys], one.params)
-    siblings = tuple(
-        where for other in builtin().get(case.path).kinds if "" in kind.locations for where in other.locations
+    siblings = tuple(  # the places of the endpoint's other kinds inside this kind's records
+        where.removeprefix(at + ".") if at else where
+        for at in kind.locations
+        for other in builtin().get(case.path).kinds
+        if other is not kind
+        for where in other.locations
+        if not at or where.startswith(at + ".")
     )
     _check_lists(case, kind, items, siblings)
     inner = kind.unwrap.inner if kind.unwrap else (lambda item: item)
@@ -371,10 +377,17 @@ def _child_items(child: ChildKind, record: Any) -> list[Any]:
 
 
 def _surface_counts(case: Case, body: Any) -> dict[str, int]:
-    """Record place -> how many records the surface says the sample holds there (its own reading, not harvest's)."""
+    """Record place -> how many records the surface says the sample holds there (its own reading, not harvest's);
+    of the places of one kind's full and trimmed answers, the one this answer fills."""
     counts = {}
+    alternatives = [p for p in case.surface["records"] if p["holds"].endswith("answer)")]
     for place in case.surface["records"]:
         if "child" in place["holds"]:
+            continue
+        if place in alternatives and place is not next(
+            (p for p in alternatives if compile_path(p["at"].split(" ")[0])(body) not in (MISSING, None)),
+            place,
+        ):
             continue
         for at in _places(place["at"]):
             found = compile_path(at)(body) if at else body
