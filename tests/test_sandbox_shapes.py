@@ -82,8 +82,11 @@ FIELDS: dict[str, set[str]] = {
     "products": {
         "product_id", "title", "image", "product_price_info", "rate_info", "sold_info", "seller_info", "seo_url",
     },
-    "shops": {"seller_id", "sold_count", "followers_count", "shop_name", "shop_rating", "shop_link", "region"},
-    "aweme": {"aweme_id", "desc", "create_time", "url", "statistics", "video", "author"},
+    "shops": {"seller_id", "sold_count", "followers_count", "shop_name", "shop_rating", "shop_link", "region",
+              "store_sub_score"},
+    "aweme": {"aweme_id", "desc", "create_time", "url", "statistics", "video", "author", "share_url", "region",
+              "desc_language", "content_type", "is_ad", "is_top", "music", "text_extra", "banners",
+              "added_sound_music_info", "original_client_text"},
 }  # fmt: skip
 
 
@@ -344,8 +347,11 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
         "comment_count",
         "share_count",
         "collect_count",
+        "download_count",
     }
-    assert set(video["video"]) == {"duration", "cover", "play_addr"}
+    assert set(video["video"]) == {
+        "duration", "cover", "play_addr", "width", "height", "bit_rate", "big_thumbs", "cla_info",
+    }  # fmt: skip
     assert isinstance(video["create_time"], int)
     trim = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef", trim="true")
     assert "has_more" not in trim

@@ -312,7 +312,7 @@ def _demo(output: Path | None) -> None:
     out.print()
     out.print(Text("Query it", style="bold") + Text(" (DuckDB SQL, read-only):"))
     top = """
-      SELECT caption, play_count, digg_count FROM short_video_videos
+      SELECT caption, play_count, like_count FROM short_video_videos
       ORDER BY play_count DESC LIMIT 5"""  # on lines of their own: a terminal of 80 columns cuts none of them
     console.say(f"  {harvest_line('sql', target, top)}")
     out.print(Text("From Python", style="bold") + Text(" (the duckdb package, read-only):"))

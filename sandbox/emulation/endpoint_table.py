@@ -68,6 +68,9 @@ VIDEO_FILTERS = ("shorts",)
 VIDEO_TYPES = ("videos", "shorts", "channels", "playlists")
 VIDEO_DURATIONS = ("under_3_min", "between_3_and_20_min", "over_20_min")
 PROFILE_SORTS = ("latest", "popular")
+SHOP_SORTS = ("top", "new_releases")
+"""Shop products: best-selling first (`top`, when absent) or newest first; new listings show at the front only
+when newest first."""
 CACHE_AGES = ("1d", "3d", "7d", "14d", "30d")
 """`cache_max_age`: how old a cached answer may be (the sandbox answers afresh whatever it is)."""
 
@@ -295,11 +298,12 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             _subject("url", required=True),
             QueryParam("cursor"),
             QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
+            _enum("sort_by", SHOP_SORTS),
         ),
         kinds={"products": "product_id|id", "shops": "seller_id|id"},
         builder=paged.shop_products,
         not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
-        new_items=NewItems(),
+        new_items=NewItems("sort_by", ("new_releases",)),
     ),
     EmulatedEndpoint(
         PROFILE_VIDEOS,
