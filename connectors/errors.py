@@ -225,7 +225,7 @@ class OutOfCredits(_AnsweredError):
 
     explanation = (
         "out of credits, or the API key is not valid: the service answers 402 for both. "
-        "Check the account balance (GET /v1/credit-balance) and that the key is the right one"
+        "Check the account's credit balance and that the key is the right one"
     )
 
 

@@ -33,6 +33,7 @@ from sandbox.expected import full_crawl
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 SEARCH = "/v1/video-platform/search"
 TWEETS = "/v1/microblog-a/community/tweets"
@@ -127,7 +128,7 @@ def test_records_that_arrive_wrapped_stop_with_the_records_override_that_reads_t
     )
 
 
-EXAMPLES = Path(__file__).parent / "data" / "published-examples"
+EXAMPLES = PUBLISHED
 BOTH_THE_INTERFACES = {("photo_app_reels", "video_url"), ("photo_app_reels", "thumbnail_url")}
 """Columns whose every path is the interface's (a full and a trimmed answer name them differently)."""
 
@@ -147,7 +148,8 @@ def test_the_published_answers_read_by_the_interfaces_names_are_noticed_field_by
     the override that reads the key). Derived from the catalog, over every published answer: the issue's list
     (views, the tweet author, reply avatars and likes, media dimensions, clip followers, thread replies, shop
     products) and any other such column."""
-    index = json.loads((EXAMPLES / "index.json").read_text())["examples"]
+    skip_without(EXAMPLES)
+    index = published_index()
     endpoints, seen = catalog.endpoints(), set()
     for example in (e for e in index if e["endpoint"] in catalog.endpoints() and "example_request" in e):
         body = json.loads((EXAMPLES / example["file"]).read_text())

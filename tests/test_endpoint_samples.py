@@ -54,15 +54,9 @@ from tasks.output.layout import OutputLayout
 from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
 from tests.declaring_helpers import request_of
 from tests.flow_helpers import ROOT, SECRET_KEY
+from tests.published_helpers import SAMPLES, SURFACE, skip_without
 
-SPEC = ROOT.parent / "shared" / "spec"
-SAMPLES = SPEC / "service-samples"
-SURFACE = SPEC / "service-surface.json"
-if not SURFACE.exists():
-    pytest.skip(
-        f"{SURFACE} is absent: the service's published surface and samples are read in place, never copied",
-        allow_module_level=True,
-    )
+skip_without(SURFACE)
 
 NEEDS: dict[str, str] = {
     "GET /v1/short-video/creators/popular": "paging style page_number",

@@ -296,7 +296,7 @@ def test_video_search(sandbox_client: httpx.Client) -> None:
     check_records(body["shelves"], FIELDS["shelves"])
     check_records(body["shelves"][0]["items"], FIELDS["videos"] | {"type"})  # "type": as published
     extras = get(sandbox_client, "/v1/video-platform/search", query="guitar", includeExtras="true")
-    check_records(extras["videos"], FIELDS["videos"] | {"likeCount", "commentCount", "description"})
+    check_records(extras["videos"], FIELDS["videos"] | {"likeCountInt", "commentCountInt", "description"})
     assert [v["id"] for v in extras["videos"]] == [v["id"] for v in body["videos"]]
 
 
@@ -362,8 +362,10 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
 
 
 def test_credit_balance(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/credit-balance")
+    """At the service's path and at the one it answered at before it moved the balance, the same answer."""
+    body = get(sandbox_client, "/v1/account/credit-balance")
     assert set(body) == {"creditCount"} and isinstance(body["creditCount"], int)
+    assert get(sandbox_client, "/v1/credit-balance") == body
 
 
 @pytest.mark.parametrize(

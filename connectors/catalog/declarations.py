@@ -88,6 +88,10 @@ class ParamDecl(_Decl):
     pattern: str | None = Field(None, description="A regular expression the whole text must match.")
     default: Scalar | list[str] | None = Field(None, description="Sent when a query does not set it.")
     description: str | None = Field(None, description="What it means, for `harvest endpoints`.")
+    replaced_by: str | None = Field(
+        None, description="The parameter the service has replaced this one with: a query that sets this one runs, "
+        "warned to use that one."
+    )  # fmt: skip
 
 
 class ColumnDecl(_Decl):

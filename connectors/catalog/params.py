@@ -22,6 +22,8 @@ class Params(BaseModel):
     required."""
     one_of: ClassVar[tuple[str, ...]] = ()
     """The first group (the only one of every built-in endpoint)."""
+    replaced: ClassVar[dict[str, str]] = {}
+    """Parameter -> the one the service has replaced it with (still taken, warned: `replaced_warnings`)."""
 
     @model_validator(mode="after")
     def _at_least_one(self) -> Params:

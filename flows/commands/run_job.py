@@ -27,7 +27,7 @@ from connectors.errors import MissingApiKey
 from flows import console
 from flows.commands import quick_exit
 from flows.commands.run_again import RunAgain
-from flows.console import harvest_line, runnable
+from flows.console import harvest_line, note, runnable
 from flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
 from flows.stop_signals import INTERRUPTED, interrupts, signal_name
 from tasks.output.layout import OutputLayout
@@ -58,6 +58,8 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
 
     try:
         spec = load_spec(spec_path)
+        for warning in spec.replaced_params():
+            note(warning)
         resolved = resolve_base_url(spec, base_url)
         check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
         if resolved == "sandbox":

@@ -42,8 +42,9 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
     from sandbox.wire.serving import running
 
     sandbox_key = secrets.token_hex(16)
-    served = {"declared": spec.declared(), "catalog": builtin_declarations()}
-    with running(api_keys={sandbox_key: SANDBOX_CREDITS}, **served) as sb:
+    with running(
+        api_keys={sandbox_key: SANDBOX_CREDITS}, declared=spec.declared(), catalog=builtin_declarations()
+    ) as sb:
         yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), EMBEDDED_SANDBOX)
 
 

@@ -26,6 +26,7 @@ import orjson
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulation.emulated import EmulatedEndpoint
 from sandbox.emulation.generate import build, make_ctx
+from sandbox.served_paths import CREDIT_BALANCE
 from sandbox.wire.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
 from sandbox.wire.faults import BODY_FAULTS, FaultSchedule, damage
 from sandbox.wire.validation import InvalidRequest
@@ -227,8 +228,8 @@ class SandboxState:
             self._pages[cache_key] = built
         return built
 
-    def credit_balance(self, presented: str | None) -> WireAnswer:
-        """`GET /v1/credit-balance`: free, never faulted."""
+    def credit_balance(self, presented: str | None, path: str = CREDIT_BALANCE) -> WireAnswer:
+        """`GET /v1/account/credit-balance` (or the older `/v1/credit-balance`): free, never faulted."""
         if not presented:
             answer = _json(
                 401, {"success": False, "error": "unauthorized", "message": "missing x-api-key header"}
@@ -241,5 +242,5 @@ class SandboxState:
                 if key is None
                 else _json(200, {"creditCount": self.book.balance(key)})
             )
-        self.record(None, "/v1/credit-balance", [], answer.status, 0, None, key)
+        self.record(None, path, [], answer.status, 0, None, key)
         return answer
