@@ -220,13 +220,17 @@ class Unauthorized(_AnsweredError):
     )
 
 
-class OutOfCredits(_AnsweredError):
-    """402: the real service answers this both for an empty balance and for an unknown key."""
+class OutOfCredits(HarvestError):
+    """402: the real service answers this both for an empty balance and for an unknown key, with the same
+    message; the error names where the key came from (`key_source`), never the URL (the URL answered)."""
 
-    explanation = (
-        "out of credits, or the API key is not valid: the service answers 402 for both. "
-        "Check the account's credit balance and that the key is the right one"
-    )
+    def __init__(self, *, key_source: str = "the key given to harvest", **common: Any) -> None:
+        super().__init__(
+            "out of credits, or the API key is not valid: the service answers 402 with the same message for "
+            f"both (it does not say which). Check the API key ({key_source}) and the account's balance",
+            **common,
+        )
+        self.key_source = key_source
 
 
 class Forbidden(_AnsweredError):

@@ -13,6 +13,7 @@ change what a crawl holds).
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,16 +57,24 @@ def crawl(
     config: SandboxConfig | None = None,
     follow_dangling: bool = False,
 ) -> Iterator[ServedPage]:
-    """Every page a client gets by following the documented end-of-pages signals; with `follow_dangling`, also
-    the empty page behind a cursor left on the last page."""
-    ctx = start(path, params, config)
+    """Every page a client gets by following the documented end-of-pages signals, and the follow-up requests
+    the pages' records hand out (a declared `paging.follow`), each once, breadth-first; with `follow_dangling`,
+    also the empty page behind a cursor left on the last page."""
+    waiting = deque([start(path, params, config)])
+    asked: set[tuple[tuple[str, str], ...]] = set()
     for _ in range(MAX_PAGES):
+        if not waiting:
+            return
+        ctx = waiting.popleft()
         page = build(ctx)
         yield page
         nxt = page.next or (page.dangling if follow_dangling else None)
-        if not nxt:
-            return
-        ctx = dataclasses.replace(ctx, params=ctx.params.with_values(**nxt))
+        for more in [nxt] if nxt else []:
+            waiting.append(dataclasses.replace(ctx, params=ctx.params.with_values(**more)))
+        for ask in page.follow:
+            if (key := tuple(sorted(ask.items()))) not in asked:
+                asked.add(key)
+                waiting.append(dataclasses.replace(ctx, params=ctx.params.with_values(**ask)))
     raise RuntimeError("crawl did not end")  # pragma: no cover - plans are finite
 
 

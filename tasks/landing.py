@@ -89,7 +89,7 @@ def land_raw_pages(
         for stale in layout.query_parts(run_id, run_date(started), spec.query_id):
             stale.unlink(missing_ok=True)
     backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
-    point = ResumePoint(endpoint.kinds, backfill, spec.start_cursor)
+    point = ResumePoint(endpoint, backfill, spec.start_cursor, spec.follow_state)
     for page in replay_pages(query_pages(layout, run_id, spec.query_id, index), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:
@@ -232,7 +232,16 @@ def _summary(
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path), requests_file=layout.relative(requests_path),
         **history_fields(spec, pager.start, out.status, out.next_cursor),
+        **follow_fields(pager),
     )  # fmt: skip
+
+
+def follow_fields(pager: QueryPager) -> dict[str, Any]:
+    """A query's follow-up requests in its summary: how many were paid, and those a later run asks."""
+    if pager.endpoint.paging.follow is None:
+        return {}
+    follow = pager.start.follow
+    return {"follow_ups": follow.asked, "follow_state": follow.plain() if follow.left else None}
 
 
 def publish(ctx: RunContext, sink: MultiTableSink, raws: list[Path]) -> list[tuple[str, Path, int]] | None:

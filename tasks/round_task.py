@@ -25,6 +25,7 @@ from connectors.catalog.job_catalog import for_job
 from connectors.catalog.shape_overrides import shapes_of
 from connectors.credits.ledger import CreditLedger
 from connectors.http.auth import aload_api_key
+from connectors.paging.follow_ups import FollowUps
 from connectors.paging.known_items import KnownKeys
 from connectors.paging.pager import PagerStart, QuerySpec
 from connectors.reading.extraction import ExtractionReport
@@ -46,6 +47,8 @@ def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict
         "previous": state.previous.hex() if state.previous else None,
         "extraction": extraction,
         "backfilling": state.backfilling,
+        "follow": state.follow.plain(),
+        "follow_asked": state.follow.asked,
     }
 
 
@@ -61,6 +64,7 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
         previous=bytes.fromhex(plain["previous"]) if plain["previous"] else None,
         extraction=ExtractionReport.from_dict(plain["extraction"]),
         backfilling=bool(plain.get("backfilling")),
+        follow=FollowUps.from_plain(plain.get("follow"), plain.get("follow_asked", 0)),
     )
 
 

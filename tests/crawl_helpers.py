@@ -109,6 +109,8 @@ class Run:
     outcome: QueryOutcome
     kept: list[bytes]
     """Each paid answer's bytes as the pager handed them to its raw store (`keep`), in order."""
+    follow_ups: int = 0
+    """Of its pages, the follow-up requests its records handed out (`connectors.paging.follow_ups`)."""
 
 
 async def collect(
@@ -124,7 +126,7 @@ async def collect(
             pages.append(page)
             if after_page is not None:
                 after_page(page)
-    return Run(pages, pager.outcome, kept)
+    return Run(pages, pager.outcome, kept, pager.start.follow.asked)
 
 
 async def run_query(

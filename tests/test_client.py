@@ -734,7 +734,7 @@ async def test_a_pool_timeout_is_released(make: Make) -> None:
     h = await make(Hang(), ok(), timeouts=timeouts)
     stuck = CoreLane(timeouts)
     origin = h.client._origin
-    holding = asyncio.create_task(stuck.get(origin, origin.target("/held", []), {"x-api-key": "other"}))
+    holding = asyncio.create_task(stuck.send(origin, origin.target("/held", []), {"x-api-key": "other"}))
     await h.server.wait_for(1)  # its one connection is checked out, waiting for an answer that never comes
     h.client._lanes._all.append(stuck)
     h.client._lanes._idle.append(stuck)

@@ -350,3 +350,29 @@ async def test_402_in_the_middle_stops_keeps_earlier_pages_and_the_cursor(sandbo
     )
     assert run.outcome.credits == sb.billed_total() == 1
     assert sandbox_path(endpoint, params) == path
+
+
+async def test_402_in_the_middle_names_where_the_key_comes_from_never_the_url(
+    sandbox_factory: Factory,
+) -> None:
+    """The service cannot tell an empty account from a wrong key (one message for both): the query and the
+    run's stop say both, and name the environment variable that holds the key; the URL answered, so not it."""
+    from connectors.http.auth import ApiKey
+    from connectors.http.client import ServiceClient
+    from connectors.paging.pager import QuerySpec
+    from tests.crawl_helpers import collect
+
+    sb = sandbox_factory(api_keys={"small-key-0123456789": 50}, pages=(4, 4), page_size=5)
+    path = "/v1/pinboard/search"
+    ledger = CreditLedger(100)
+    key = ApiKey(sb.key, source="the environment variable HARVEST_API_KEY")
+    async with ServiceClient(sb.base_url, key, ledger) as client:
+        run = await collect(
+            QuerySpec("q", path, dict(PAGED[path])), ENDPOINTS[path], client, ledger,
+            lambda page: sb.set_balance(0),
+        )  # fmt: skip
+    said = [run.outcome.error or "", ledger.stopped.reason if ledger.stopped else ""]
+    for text in said:
+        assert "out of credits, or the API key is not valid" in text, said
+        assert "the environment variable HARVEST_API_KEY" in text and sb.base_url not in text, said
+    assert "base_url" not in " ".join(said)

@@ -206,7 +206,8 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
      "'creativeId' is not a column of ad_archive_ads", "creative_id, advertiser_id, advertiser_name"),
     ("an unknown paging style", ADS, _with(("paging", "style"), "offset"),
      'endpoints["/v1/ad-archive/company/ads"].paging.style', "'offset' is not allowed",
-     "'single', 'cursor', 'continuation_token', 'envelope_cursor', 'page_id_and_cursor', 'max_id' or 'max_cursor'"),
+     "'single', 'cursor', 'continuation_token', 'envelope_cursor', 'page_id_and_cursor', 'max_id', 'max_cursor' or "
+     "'page_number'"),
     ("a path that is no record path", ADS, _with(("records", "ad_archive_ads", "at"), "ads..items"),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.at[0]',
      "'ads..items' is not a record path", "a record path: keys joined by dots"),

@@ -38,6 +38,25 @@ def test_log_lines_report_finished_queries_with_pages_records_and_credits(
     )
 
 
+def test_a_query_whose_pages_held_what_did_not_land_gets_its_line_past_the_listed_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Past the first 20 queries that ended well, a well-ended query gets its line only when its pages held what
+    did not land as records: items a `where` left out, a cursor the declaration does not read."""
+    from flows.run.progress import LISTED_WELL
+
+    lines = LogLines(every=3600)
+    for n in range(LISTED_WELL + 2):
+        lines.query_started(f"q{n}", "/v1/example/listing")
+        lines.query_finished(f"q{n}", "complete")
+    capsys.readouterr()
+    lines.query_started("thread", "/v1/example/listing")
+    lines.query_finished("thread", "complete", ["3 items left out", "`more.cursor` unread"])
+    assert capsys.readouterr().err == (
+        "harvest: thread: complete, 0 pages, 0 records, 0 credits; 3 items left out; `more.cursor` unread\n"
+    )
+
+
 def test_a_run_publishes_its_summary_as_prefect_artifacts(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

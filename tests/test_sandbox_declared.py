@@ -256,3 +256,54 @@ def test_the_sandbox_serves_each_catalog_endpoint_as_harvest_reads_it(
         if f.path.startswith("$params.") and f.path.removeprefix("$params.") not in params
     }
     assert empty - unasked == set(), "columns no record of the sandbox's fills"
+
+
+THREAD = "/v1/example-forum/post/comments"
+
+
+async def test_a_thread_declared_as_the_service_answers_it_pages_whole_through_harvest(
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    """The post on the first page only, replies nested to any depth, an item of another kind among the comments
+    on every page: served from the declaration alone, paged by harvest to its end without drift, every record
+    once, each reply knowing the comment it answers, the other items counted."""
+    from connectors.catalog.declarations import EndpointDecl, plain
+    from connectors.catalog.endpoint_build import build_endpoint
+    from tests.crawl_helpers import run_query
+
+    comment = {"id": "text", "body": "text", "replied_to": {"type": "text", "path": "$parent.id"}}
+    declaration = plain(THREAD, EndpointDecl.model_validate({
+        "params": {"url": {"type": "string", "required": True}},
+        "paging": {"style": "cursor", "next": {"cursor": "more.cursor"}, "more": "more.has_more"},
+        "records": {
+            "forum_post_details": {"at": "post", "one": True, "first_page_only": True, "key": "id",
+                                   "columns": {"id": "text", "title": "text"}},
+            "forum_post_comments": {"at": "comments", "nested": "replies.items", "key": "id",
+                                    "where": {"kind": "t1"}, "columns": comment},
+        },
+    }))  # fmt: skip
+    config = SandboxConfig(
+        declared={THREAD: declaration}, api_keys={"k" * 20: 10_000}, pages=(3, 3), page_size=2
+    )
+    sb = sandbox_factory(config)
+    run = await run_query(sb, build_endpoint(THREAD, declaration), {"url": "https://forum.example/t/1"})
+    assert (run.outcome.status, run.outcome.error, run.outcome.extraction.lost) == ("complete", None, 0)
+    expected = full_crawl(THREAD, {"url": "https://forum.example/t/1"}, config)
+    posts = [page.records["forum_post_details"] for page in run.pages]
+    assert [len(p) for p in posts] == [1, 0, 0] and posts[0][0]["id"] == expected["forum_post_details"][0][
+        "id"
+    ]
+    rows = [row for page in run.pages for row in page.tables["forum_post_comments"].to_pylist()]
+    assert {r["id"] for r in rows} == {c["id"] for c in expected["forum_post_comments"]}
+    by_id = {r["id"]: r for r in rows}
+    depths = [len(list(_ancestors(by_id, r))) for r in rows]
+    assert max(depths) >= 2 and all(r["replied_to"] is None or r["replied_to"] in by_id for r in rows)
+    assert (
+        run.outcome.extraction.tables["forum_post_comments"].dropped == 3
+    )  # one item of another kind a page
+
+
+def _ancestors(by_id: dict[str, Any], row: dict[str, Any]) -> Any:
+    while row["replied_to"] is not None:
+        row = by_id[row["replied_to"]]
+        yield row

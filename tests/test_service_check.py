@@ -8,6 +8,7 @@ nothing listens on, an https:// URL to the sandbox's plain-HTTP port, and the sa
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import pytest
 
 from connectors.http.balance import unreachable
 from sandbox.config import SandboxConfig
+from sandbox.wire.answering import OUT_OF_CREDITS
 from sandbox.wire.serving import RunningSandbox
 from tests.flow_helpers import SECRET_KEY, write_spec
 from tests.net_helpers import LOOPBACK, free_port
@@ -159,9 +161,24 @@ def test_a_refused_key_says_to_fix_the_key(
 ) -> None:
     sb = sandbox_factory(SandboxConfig(api_keys={"another-accounts-key-0123456789": 100}))
     line = refused(tmp_path, sb.base_url)
-    assert f"{sb.base_url} refused the API key (HTTP 402" in line
+    assert "the service refused the API key, or the account is out of credits (HTTP 402" in line
     assert "fix the key in the environment variable HARVEST_API_KEY" in line and "--continue" not in line
+    assert sb.base_url not in line and "base_url" not in line
     assert [e.path for e in sb.ledger] == ["/v1/account/credit-balance"] and sb.billed_total() == 0
+
+
+def test_a_402_with_the_services_message_and_no_envelope_names_the_key_not_the_url(
+    other_server: Callable[[int, str, bytes], tuple[str, list[str]]], tmp_path: Path
+) -> None:
+    """The service answers a wrong key with 402 and its out-of-credits message, as it answers an empty account;
+    without `success` in the body it is still the service's refusal, not another server at a wrong URL."""
+    body = json.dumps({"error": "payment_required", "message": OUT_OF_CREDITS}).encode()
+    url, seen = other_server(402, "application/json", body)
+    line = refused(tmp_path, url)
+    assert "the service refused the API key, or the account is out of credits (HTTP 402" in line
+    assert "fix the key in the environment variable HARVEST_API_KEY, or top up the account" in line
+    assert url not in line and "base_url" not in line and "does not answer as the service does" not in line
+    assert seen == ["/v1/account/credit-balance"]
 
 
 def test_a_name_that_does_not_resolve_is_final() -> None:

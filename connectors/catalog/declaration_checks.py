@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from connectors.catalog.declarations import (
     BOOKKEEPING_TABLES,
@@ -16,6 +15,7 @@ from connectors.catalog.declarations import (
     ENDPOINT_PATH,
     ENDPOINT_PATH_WORDS,
     ENTRY_FIELDS,
+    HOLDER_PREFIX,
     META_COLUMN_NAMES,
     NAME,
     NAME_WORDS,
@@ -29,15 +29,31 @@ from connectors.catalog.declarations import (
     ColumnDecl,
     EndpointDecl,
     KindDecl,
-    PagingDecl,
     ParamDecl,
-    effective_next,
     path_params,
 )
-from connectors.catalog.record_paths import PATH_WORDS, path_problem
-
-Problem = tuple[tuple[str | int, ...], str, str]
-"""(location inside the declaration, what is wrong, what is allowed)."""
+from connectors.catalog.declared_requests import effective_next
+from connectors.catalog.request_checks import (
+    Problem,
+)
+from connectors.catalog.request_checks import (
+    fits as _fits,
+)
+from connectors.catalog.request_checks import (
+    page_bounds as _page_bounds,
+)
+from connectors.catalog.request_checks import (
+    paging_problems as _paging_problems,
+)
+from connectors.catalog.request_checks import (
+    path_problems as _path_problems,
+)
+from connectors.catalog.request_checks import (
+    price_problems as _price_problems,
+)
+from connectors.catalog.request_checks import (
+    rule_problems as _rule_problems,
+)
 
 
 def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
@@ -47,7 +63,8 @@ def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
     in_path = path_params(path)
     for name, param in decl.params.items():
         yield from _param_problems(name, param, in_path)
-    names = list(dict.fromkeys([*decl.params, *in_path, *effective_next(decl.paging)]))
+    follow = [decl.paging.follow.param] if decl.paging.follow else []
+    names = list(dict.fromkeys([*decl.params, *in_path, *effective_next(decl.paging), *follow]))
     for n, group in enumerate(decl.one_of):
         for m, name in enumerate(group):
             if name not in names:
@@ -59,8 +76,10 @@ def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
                 f"{param.replaced_by!r} is not a parameter",
                 ", ".join(names),
             )
-    yield from _paging_problems(decl.paging, names)
+    yield from _paging_problems(decl.paging, list(decl.records))
+    yield from _page_bounds(decl)
     yield from _price_problems(decl, names)
+    yield from _rule_problems(decl, names)
     order = decl.newest_first
     if order is not None and order.param is not None and order.param not in names:
         yield ("newest_first", "param"), f"{order.param!r} is not a parameter", ", ".join(names)
@@ -120,43 +139,6 @@ def _param_problems(name: str, p: ParamDecl, in_path: list[str]) -> Iterator[Pro
             yield (*at, "default"), f"{p.default!r} is not an allowed value", allowed
 
 
-def _fits(kind: str, value: Any) -> bool:
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "list":
-        return isinstance(value, list | str)
-    return isinstance(value, str)
-
-
-def _paging_problems(paging: PagingDecl, names: list[str]) -> Iterator[Problem]:
-    if paging.style == "single":
-        if paging.next:
-            yield ("paging", "next"), "a single page has no next page", "no `next` with style: single"
-        return
-    if paging.next is not None and not paging.next:
-        yield ("paging", "next"), "no request parameter carries the next page", "{parameter: response path}"
-    for param, paths in (paging.next or {}).items():
-        if not NAME.fullmatch(param):
-            yield ("paging", "next", param), f"{param!r} cannot be a parameter name", NAME_WORDS
-        for n, where in enumerate(paths):
-            yield from _path_problems(("paging", "next", param, n), where)
-    for n, where in enumerate(paging.more or ()):
-        yield from _path_problems(("paging", "more", n), where)
-
-
-def _price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
-    for n, rule in enumerate(decl.price.when):
-        param = decl.params.get(rule.param)
-        if rule.param not in names:
-            yield ("price", "when", n, "param"), f"{rule.param!r} is not a parameter", ", ".join(names)
-        elif param is not None and not _fits(param.type, rule.value):
-            yield ("price", "when", n, "value"), f"{rule.value!r} is not a {param.type}", f"a {param.type}"
-
-
 def _table_name_problems(at: tuple[str | int, ...], table: str) -> Iterator[Problem]:
     if not TABLE.fullmatch(table) or table.endswith("_history"):
         yield at, f"{table!r} cannot be a table name", TABLE_WORDS + "; not ending in `_history` (views)"
@@ -194,10 +176,38 @@ def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Pro
             )
         yield from _ignored((*at, "unwrap", "ignore"), kind.unwrap.ignore)
     yield from _ignored((*at, "ignore"), kind.ignore)
-    if kind.nested is not None and not NAME.fullmatch(kind.nested):
-        yield (*at, "nested"), f"{kind.nested!r} is not a key", "the key of an item holding more items"
+    yield from _nesting_and_filter_problems(at, table, kind)
     for name, child in kind.children.items():
         yield from _child_problems((*at, "children", name), name, child, kind, names)
+
+
+def _nesting_and_filter_problems(at: tuple[str | int, ...], table: str, kind: KindDecl) -> Iterator[Problem]:
+    """`nested` and `where` are record paths; a `$parent.NAME` column names a column the holding item has, and
+    the kind nests (only a nested item has a holder)."""
+    if kind.nested is not None:
+        yield from _path_problems((*at, "nested"), kind.nested)
+    for path, values in kind.where.items():
+        yield from _path_problems((*at, "where", path), path)
+        if values == []:
+            yield (*at, "where", path), "no value to keep", "a value, or a list of values"
+    own = {n: c for n, c in kind.columns.items() if not (c.path or "").startswith(HOLDER_PREFIX)}
+    for name, column in kind.columns.items():
+        for alternative in (column.path or "").split("|"):
+            if not alternative.startswith(HOLDER_PREFIX):
+                continue
+            read = alternative[len(HOLDER_PREFIX) :]
+            if kind.nested is None:
+                yield (
+                    (*at, "columns", name, "path"),
+                    f"{alternative!r}: only an item nested in another has one holding it",
+                    "`nested: PATH` on the record kind, or a record path",
+                )
+            elif read not in own or column.path != alternative:
+                yield (
+                    (*at, "columns", name, "path"),
+                    f"{alternative!r} is not a column of the item holding it",
+                    ", ".join(f"{HOLDER_PREFIX}{n}" for n in own) + " (alone, not among `|` alternatives)",
+                )
 
 
 def _child_problems(
@@ -226,6 +236,13 @@ def _child_problems(
                 "a name other than " + ", ".join(taken),
             )
     yield from _column_problems((*at, "columns"), child.columns, names)
+    for name, column in child.columns.items():
+        if HOLDER_PREFIX in (column.path or ""):
+            yield (
+                (*at, "columns", name, "path"),
+                f"{column.path!r}: a child row's record is in `parent_<key>` already",
+                "a record path inside the item",
+            )
     if child.entries:
         for name, column in child.columns.items():
             for alternative in (column.path or name).split("|"):
@@ -281,11 +298,7 @@ def _column_problems(
                 param = alternative[len(PARAM_PREFIX) :]
                 if param not in names:
                     yield (*at, name, "path"), f"{param!r} is not a parameter", ", ".join(names)
+            elif alternative.startswith(HOLDER_PREFIX):
+                continue  # a record kind's own check (`_nesting_and_filter_problems`)
             elif column.path is not None:
                 yield from _path_problems((*at, name, "path"), alternative)
-
-
-def _path_problems(at: tuple[str | int, ...], where: str) -> Iterator[Problem]:
-    problem = path_problem(where)
-    if problem:
-        yield at, problem, PATH_WORDS

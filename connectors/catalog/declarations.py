@@ -14,18 +14,31 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
+from connectors.catalog.declared_requests import (
+    METHODS,
+    Decl,
+    ExcludesDecl,
+    Method,
+    PagingDecl,
+    Paths,
+    PriceDecl,
+    RequiresDecl,
+    Scalar,
+    effective_next,
+    plain_paging,
+    plain_requests,
+    price_shorthand,
+)
 from connectors.catalog.paging_styles import STYLE_DEFAULTS
 
 PARAM_TYPES = ("string", "integer", "number", "boolean", "list")
 COLUMN_TYPES = ("text", "integer", "number", "boolean", "timestamp", "json", "text_list", "decimal")
 ParamType = Literal["string", "integer", "number", "boolean", "list"]
 ColumnType = Literal["text", "integer", "number", "boolean", "timestamp", "json", "text_list", "decimal"]
-PagingStyle = Literal[
-    "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor"
-]
-Scalar = str | int | float | bool
+WhereValue = Scalar | None
+"""A value a kind's `where` keeps: null stands for an item without the field."""
 
 ENDPOINT_PATH = re.compile(r"^/(?:[A-Za-z0-9._~-]|/|\{[A-Za-z_][A-Za-z0-9_]*\})*$")
 PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -33,6 +46,8 @@ NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 TABLE = re.compile(r"^[a-z][a-z0-9_]*$")
 COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 PARAM_PREFIX = "$params."
+HOLDER_PREFIX = "$parent."
+"""A column path reading a column of the item that holds a nested record (`connectors.catalog.fields`)."""
 
 ENDPOINT_PATH_WORDS = "a path starting with `/`: letters, digits, `._~-`, and `{name}` for a path parameter"
 NAME_WORDS = "a name of letters, digits and `_`, starting with a letter"
@@ -52,23 +67,11 @@ POSITION = "position"
 """A child table's column holding an item's place in its list (0 for the first, as in the JSON of `raw`)."""
 
 
-class _Decl(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _listed(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
+_Decl = Decl
 
 
 def _column_shorthand(value: Any) -> Any:
     return {"type": value} if isinstance(value, str) else value
-
-
-Paths = Annotated[
-    list[str],
-    BeforeValidator(_listed, json_schema_input_type=str | list[str]),
-]
-"""One record path, or several tried in order."""
 
 
 class ParamDecl(_Decl):
@@ -166,41 +169,34 @@ class KindDecl(_Decl):
     )
     unwrap: UnwrapDecl | None = None
     ignore: list[str] = Field(default_factory=list, description="Record paths known and left in `raw`.")
-    nested: str | None = Field(None, description="The key under which an item holds more items of its kind.")
+    nested: str | None = Field(
+        None, description="Where in an item more items of its kind are, a record path (`replies.items`), to any "
+        "depth: each nested item is a record too, and a `$parent.NAME` column reads the item holding it."
+    )  # fmt: skip
     children: dict[str, ChildDecl] = Field(
         default_factory=dict,
         description="Child table -> a list of objects inside each record (one row per item).",
     )
-
-
-class PagingDecl(_Decl):
-    """How a page names the next one, and when there is none."""
-
-    style: PagingStyle = Field("single", description="single, cursor, continuation_token, envelope_cursor, "
-                               "page_id_and_cursor, max_id or max_cursor.")  # fmt: skip
-    next: dict[str, Paths] | None = Field(
-        None, description="Request parameter -> the response path(s) its next value is read from. Default: "
-        "the style's."
+    # Record kinds as the service's answers hold them: places on the first page only, items of other kinds
+    # mixed into a list.
+    first_page_only: bool = Field(
+        False, strict=True, description="true: the place is on a query's first page only; absent from a later "
+        "page, it is no drift."
     )  # fmt: skip
-    more: Paths | None = Field(
-        None, description="A flag whose falsy value ends paging. Default: the style's."
-    )
-    end_values: list[str] | None = Field(
-        None, description='Cursor values that mean no more pages. Default: ["-end-"].'
-    )
+    where: dict[str, WhereValue | list[WhereValue]] = Field(
+        default_factory=dict, description="Record path -> a value or a list of values: only the items holding "
+        "one of them at each path are records (null: the field is absent); the others are counted, not landed."
+    )  # fmt: skip
 
 
-class PriceRuleDecl(_Decl):
-    param: str
-    value: Scalar
-    credits: int = Field(strict=True, ge=0)
-
-
-class PriceDecl(_Decl):
-    """Credits per request, and per parameter value where the service prices a flag (first match wins)."""
-
-    credits: int = Field(1, strict=True, ge=0)
-    when: list[PriceRuleDecl] = Field(default_factory=list)
+def _methods_shorthand(value: Any) -> Any:
+    """`method: POST` is `[POST]`: one type to check, so a wrong value gets one error, not one per union arm,
+    placed on `method` itself where a single word was written."""
+    if not isinstance(value, str):
+        return value
+    if value not in METHODS:
+        raise ValueError(f"{value!r} is not a method harvest sends")
+    return [value]
 
 
 class NewestFirstDecl(_Decl):
@@ -216,10 +212,6 @@ def _newest_first_shorthand(value: Any) -> Any:
     return None if value is False else value
 
 
-def _price_shorthand(value: Any) -> Any:
-    return {"credits": value} if isinstance(value, int) and not isinstance(value, bool) else value
-
-
 class EndpointDecl(_Decl):
     """An endpoint of the service: parameters, paging, price and the records its answers hold."""
 
@@ -229,7 +221,7 @@ class EndpointDecl(_Decl):
         default_factory=list, description="Groups of parameters: at least one of each group is required."
     )
     paging: PagingDecl = Field(default_factory=PagingDecl)  # type: ignore[arg-type]
-    price: Annotated[PriceDecl, BeforeValidator(_price_shorthand, json_schema_input_type=int | PriceDecl)] = (
+    price: Annotated[PriceDecl, BeforeValidator(price_shorthand, json_schema_input_type=int | PriceDecl)] = (
         Field(
             default_factory=PriceDecl,  # type: ignore[arg-type]
             description="Credits per request (a number), or {credits, when: [...]}.",
@@ -245,6 +237,23 @@ class EndpointDecl(_Decl):
         None, description="The most records a page holds, or the parameter that sets it."
     )
     records: dict[str, KindDecl] = Field(min_length=1, description="Record table -> where its records are.")
+    # ---- how requests are sent, and which parameters go together (`connectors.catalog.declared_requests`)
+    method: Annotated[
+        list[Method],
+        BeforeValidator(_methods_shorthand, json_schema_input_type=Method | list[Method]),
+    ] = Field(
+        ["GET"], description="GET, POST (the parameters in a JSON body), or [GET, POST]: the first is the "
+        "default, a query picks with `method:`."
+    )  # fmt: skip
+    exactly_one_of: list[list[str]] = Field(
+        default_factory=list, description="Groups of parameters: exactly one of each group is required."
+    )
+    requires: list[RequiresDecl] = Field(
+        default_factory=list, description="[{param, value, needs: [...]}]: a parameter that needs others."
+    )
+    excludes: list[ExcludesDecl] = Field(
+        default_factory=list, description="[{param, excludes: [...]}]: a parameter that rules others out."
+    )
 
 
 class CatalogFile(_Decl):
@@ -256,13 +265,6 @@ class CatalogFile(_Decl):
 # ---------------------------------------------------------------------------------------------- plain data
 def path_params(path: str) -> list[str]:
     return PATH_PARAM.findall(path)
-
-
-def effective_next(paging: PagingDecl) -> dict[str, list[str]]:
-    """The request parameters that carry the next page, and where each is read: the style's unless given."""
-    if paging.next is not None:
-        return dict(paging.next)
-    return {k: list(v) for k, v in STYLE_DEFAULTS[paging.style][0].items()}
 
 
 def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
@@ -284,8 +286,12 @@ def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
         paging["more"] = list(STYLE_DEFAULTS[decl.paging.style][1])
     if paging["end_values"] is None:
         paging["end_values"] = ["-end-"]
-    for name in paging["next"]:  # a parameter of its own: a query may start from a cursor
-        params.setdefault(name, ParamDecl.model_validate({}).model_dump(mode="json", by_alias=True))
+    plain_paging(paging)
+    follow = [paging["follow"]["param"]] if "follow" in paging else []
+    for name in [*paging["next"], *follow]:  # a parameter of its own: a query may start from a cursor
+        kind = {"type": "integer"} if name == paging.get("param") else {}
+        params.setdefault(name, ParamDecl.model_validate(kind).model_dump(mode="json", by_alias=True))
+    plain_requests(data)
     for kind in data["records"].values():
         kind["columns"] = _plain_columns(kind["columns"])
         if kind["unwrap"] is not None:
@@ -294,7 +300,19 @@ def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
             child["columns"] = _plain_columns(child["columns"])
         if not kind["children"]:
             del kind["children"]  # a declaration without children reads, hashes and records as before them
+        _plain_kind_keys(kind)
     return data
+
+
+def _plain_kind_keys(kind: dict[str, Any]) -> None:
+    """`first_page_only` and `where` in the plain form (`where` values as lists) only when declared: a kind
+    without them reads, hashes and records as before them."""
+    if not kind["first_page_only"]:
+        del kind["first_page_only"]
+    if kind["where"]:
+        kind["where"] = {path: v if isinstance(v, list) else [v] for path, v in kind["where"].items()}
+    else:
+        del kind["where"]
 
 
 def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

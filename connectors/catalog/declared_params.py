@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, create_model
 
-from connectors.catalog.params import Params
+from connectors.catalog.params import ParamRules, Params
 
 _TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "list": list[str]}
 _BOUNDS = {
@@ -28,7 +28,10 @@ _BOUNDS = {
 
 
 def params_model(
-    path: str, params: Mapping[str, Mapping[str, Any]], one_of: Sequence[Sequence[str]]
+    path: str,
+    params: Mapping[str, Mapping[str, Any]],
+    one_of: Sequence[Sequence[str]],
+    rules: ParamRules = ParamRules(),
 ) -> type[Params]:
     """The model of a plain declaration's `params` (`connectors.catalog.declarations.plain`), in declared order."""
     fields: dict[str, Any] = {}
@@ -51,6 +54,7 @@ def params_model(
     model.one_of_groups = groups
     model.one_of = groups[0] if groups else ()
     model.replaced = {n: p["replaced_by"] for n, p in params.items() if p.get("replaced_by")}
+    model.param_rules = rules
     return model
 
 

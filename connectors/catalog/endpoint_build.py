@@ -11,30 +11,45 @@ from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.declared_params import params_model
 from connectors.catalog.endpoints import Endpoint, NewestFirst, Price, PriceRule
 from connectors.catalog.fields import COLUMN_TYPES, Field
-from connectors.catalog.paging_styles import Paging
+from connectors.catalog.paging_styles import Follow, PageNumbers, Paging
+from connectors.catalog.params import ParamRules
 from connectors.catalog.records import RecordKind, Unwrap
 
 
 def build_endpoint(path: str, decl: Mapping[str, Any]) -> Endpoint:
-    paging = decl["paging"]
     return Endpoint(
         path=path,
         summary=decl["summary"],
-        params=params_model(path, decl["params"], decl["one_of"]),
-        paging=Paging(
-            paging["style"],
-            {param: tuple(paths) for param, paths in paging["next"].items()},
-            tuple(paging["more"]),
-            tuple(paging["end_values"]),
-        ),
+        params=params_model(path, decl["params"], decl["one_of"], ParamRules.of(decl)),
+        paging=_paging(decl["paging"]),
         kinds=tuple(_kind(table, kind) for table, kind in decl["records"].items()),
-        price=Price(
-            decl["price"]["credits"],
-            tuple(PriceRule(r["param"], r["value"], r["credits"]) for r in decl["price"]["when"]),
-        ),
+        price=_price(decl["price"]),
         newest_first=_newest_first(decl["newest_first"]),
         records_per_page=decl["records_per_page"],
+        methods=tuple(decl.get("method", ("GET",))),
     )
+
+
+def _paging(paging: Mapping[str, Any]) -> Paging:
+    follow = paging.get("follow")
+    numbers = paging["style"] == "page_number"
+    return Paging(
+        paging["style"],
+        {param: tuple(paths) for param, paths in paging["next"].items()},
+        tuple(paging["more"]),
+        tuple(paging["end_values"]),
+        page=PageNumbers(*(paging[k] for k in ("param", "first", "step", "last", "pages")))
+        if numbers
+        else None,
+        follow=Follow(follow["param"], follow["from"], follow["kind"]) if follow else None,
+    )
+
+
+def _price(price: Mapping[str, Any]) -> Price:
+    rules = tuple(
+        PriceRule(r["param"], r.get("value"), r.get("credits"), r.get("least")) for r in price["when"]
+    )
+    return Price(price["credits"], rules, price.get("least"))
 
 
 def _newest_first(order: bool | Mapping[str, Any]) -> NewestFirst | None:
@@ -75,6 +90,8 @@ def _kind(table: str, kind: Mapping[str, Any]) -> RecordKind:
         children=tuple(
             _child(name, table, parent_key, child) for name, child in kind.get("children", {}).items()
         ),
+        first_page_only=kind.get("first_page_only", False),
+        where=tuple((path, tuple(values)) for path, values in kind.get("where", {}).items()),
     )
 
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from connectors.catalog.child_kinds import TableKind
 from connectors.catalog.paging_styles import Paging
-from connectors.catalog.params import Params
+from connectors.catalog.params import Params, has_value, is_set
 from connectors.catalog.records import RecordKind
 from connectors.catalog.shape_overrides import Shapes
 
@@ -41,44 +41,72 @@ class NewestFirst:
 
 @dataclass(frozen=True)
 class PriceRule:
-    """A request whose parameter `param` has `value` costs `credits` (the company ads with details: 25)."""
+    """A request whose parameter `param` has `value` (any value, when `value` is None: whenever it is set)
+    costs at most `credits` (None: the rule leaves the most alone) and bills at least `least` (None: its
+    `credits`): the company ads with details cost 25; a cached answer (`cache_max_age`) may bill 0."""
 
     param: str
-    value: Any
-    credits: int
+    value: Any = None
+    credits: int | None = None
+    least: int | None = None
 
     def matches(self, params: Mapping[str, Any]) -> bool:
         got = params.get(self.param)
-        if isinstance(got, bool) or isinstance(self.value, bool):
-            return got is self.value
-        return got == self.value
+        return is_set(got) if self.value is None else has_value(got, self.value)
+
+    def describe(self) -> str:
+        when = f"{self.param} set" if self.value is None else f"{self.param}={_shown(self.value)}"
+        if self.credits is None:
+            return f"as little as {self.least} with {when}"
+        least = "" if self.least is None or self.least == self.credits else f" (at least {self.least})"
+        return f"{self.credits}{least} with {when}"
 
 
 @dataclass(frozen=True)
 class Price:
-    """Credits per request: `credits`, or the first rule of `when` a query's parameters match."""
+    """Credits per request: at most `credits` (what the ledger reserves) and at least `least` (what an answer
+    may bill), changed by every rule of `when` a query's parameters match: the request's most is the highest
+    `credits` among them, its least the lowest `least` (docs/credits.md)."""
 
     credits: int = 1
     when: tuple[PriceRule, ...] = ()
+    least: int | None = None
+    """The least a plain request's answer may bill; None: `credits` (it always bills its price)."""
 
     def rule(self, params: Mapping[str, Any]) -> PriceRule | None:
-        return next((r for r in self.when if r.matches(params)), None)
+        """The matching rule that sets the most a request costs (the first of the highest), if any."""
+        priced = [r for r in self.when if r.credits is not None and r.matches(params)]
+        return max(priced, key=lambda r: r.credits or 0) if priced else None
 
     def of(self, params: Mapping[str, Any]) -> int:
+        """The most one request with these parameters costs: what is reserved before it is sent."""
         rule = self.rule(params)
-        return self.credits if rule is None else rule.credits
+        return self.credits if rule is None or rule.credits is None else rule.credits
+
+    def least_of(self, params: Mapping[str, Any]) -> int:
+        """The least one request with these parameters may bill (a cached answer's 0)."""
+        matching = [r for r in self.when if r.matches(params)]
+        floors = [r.credits if r.least is None else r.least for r in matching if r.credits is not None]
+        floors = floors or [self.credits if self.least is None else self.least]
+        floors += [r.least for r in matching if r.credits is None and r.least is not None]
+        return min(*floors, self.of(params))
 
     def at_most(self, params: Mapping[str, Any], unknown: str) -> int:
         """The most a request can cost while parameter `unknown` is not known yet (a dependent query's)."""
-        return max([self.of(params), *(r.credits for r in self.when if r.param == unknown)])
+        return max([self.of(params), *(r.credits for r in self.when if r.param == unknown and r.credits)])
 
     def overridden(self, credits: int) -> Price:
         """A job's `costs:` price: every request at least `credits` (a priced flag keeps its higher price)."""
-        return Price(credits, tuple(replace(r, credits=max(r.credits, credits)) for r in self.when))
+        rules = tuple(
+            r if r.credits is None else replace(r, credits=max(r.credits, credits)) for r in self.when
+        )
+        least = None if self.least is None else min(self.least, credits)
+        return Price(credits, rules, least)
 
     def describe(self) -> str:
-        rules = "".join(f", {r.credits} with {r.param}={_shown(r.value)}" for r in self.when)
-        return f"{self.credits} credit{'s' if self.credits != 1 else ''}/request{rules}"
+        least = "" if self.least is None or self.least == self.credits else f" (at least {self.least})"
+        rules = "".join(f", {r.describe()}" for r in self.when)
+        return f"{self.credits} credit{'s' if self.credits != 1 else ''}/request{least}{rules}"
 
 
 def _shown(value: Any) -> str:
@@ -99,6 +127,13 @@ class Endpoint:
     records_per_page: int | str | None = None
     """The most records one page holds, where the interface says so: a number, or the parameter that sets it.
     `harvest plan` prices the dependent queries of a parent with it; None: not documented (unbounded)."""
+    methods: tuple[str, ...] = ("GET",)
+    """How its requests may be sent, the first the default: POST puts every parameter, the cursor too, in a
+    JSON body (path parameters stay in the path); a query may choose another of them (`method:`)."""
+
+    def method_of(self, chosen: str | None) -> str:
+        """The method a query's requests go by: its choice, else the endpoint's default."""
+        return self.methods[0] if chosen is None else chosen
 
     @property
     def cost(self) -> int:

@@ -32,6 +32,9 @@ from connectors.catalog.record_paths import MISSING, compile_path
 
 PARAM_PREFIX = "$params."
 """A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""
+HOLDER_PREFIX = "$parent."
+"""A field path starting with this reads a column of the item that holds the record (a reply's comment, with
+`nested`): `$parent.id` is the id of the comment a reply answers; null for an item of the place itself."""
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 DECIMAL = pa.decimal128(18, 4)
@@ -51,6 +54,11 @@ class Field:
     """What the column holds, as its declaration says (`described` makes one up when it says nothing)."""
     renamed_from: tuple[str, ...] = field(default=(), compare=False)
     """The column's earlier names: an existing table's column of such a name is renamed to this one."""
+
+    @property
+    def from_record(self) -> bool:
+        """Whether the value is read from the record (not the request's parameter, nor the item holding it)."""
+        return not self.path.startswith((PARAM_PREFIX, HOLDER_PREFIX))
 
     @property
     def described(self) -> str:
@@ -73,6 +81,10 @@ class Field:
         if self.path.startswith(PARAM_PREFIX):
             value = params.get(self.path[len(PARAM_PREFIX) :])
             return lambda record: value
+        if self.path.startswith(HOLDER_PREFIX):
+            return lambda record: (
+                None
+            )  # the holder is not in the record: `connectors.reading.extraction` reads it
         get = compile_path(self.path)
 
         def read(record: Any) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.catalog.record_paths import MISSING, first
+from connectors.catalog.record_paths import MISSING, compile_path, first
 
 Cursor = dict[str, str]
 """Request parameters that ask for the next page, e.g. {"cursor": "abc"}; plain strings, JSON-serialisable."""
@@ -32,6 +32,7 @@ STYLE_DEFAULTS: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = 
     "page_id_and_cursor": ({"next_page_id": ("next_page_id",), "cursor": ("cursor",)}, ()),
     "max_id": ({"max_id": ("paging_info.max_id", "max_id")}, ("paging_info.more_available",)),
     "max_cursor": ({"max_cursor": ("max_cursor",)}, ("has_more",)),
+    "page_number": ({}, ()),
 }
 """Each style harvest knows: (request parameter -> the response paths of its next value, the "more" flag's
 paths), what a declaration gets when it names the style alone. Creative search's cursor is in the envelope's
@@ -42,12 +43,65 @@ names its traps after these styles."""
 
 
 @dataclass(frozen=True)
+class PageNumbers:
+    """Pages the client counts (`page=1, 2, ...`): the answer names no next page, so harvest adds `step` to the
+    number it sent. Paging ends on a page with no records (as for every style), a falsy `more` flag, once the
+    number `last` was asked (the service answers 400 past it), or once the answer's count of pages (at
+    `pages`) is reached."""
+
+    param: str = "page"
+    first: int = 1
+    step: int = 1
+    last: int | None = None
+    pages: str | None = None
+
+    def after(self, body: Any, sent: Mapping[str, Any] | None) -> Cursor | None:
+        asked = (sent or {}).get(self.param, self.first)
+        try:
+            current = int(asked)
+        except (TypeError, ValueError):
+            return None  # a number harvest did not send cannot be counted on
+        nxt = current + self.step
+        if self.last is not None and nxt > self.last:
+            return None
+        count = first(body, (self.pages,)) if self.pages is not None else None
+        if (
+            isinstance(count, int | float)
+            and not isinstance(count, bool)
+            and (nxt - self.first) // self.step >= count
+        ):
+            return None  # the answer's count of pages is reached
+        return {self.param: str(nxt)}
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Follow-up cursors per item: each record of `kind` (at every nesting level) may carry one at `path`,
+    asked for as a request of the same query with the cursor in `param` (a comment thread's more replies)."""
+
+    param: str
+    path: str
+    kind: str
+
+    def cursor_of(self, record: Any) -> str | None:
+        """The record's follow-up cursor, or None (absent, null, empty, 0 or false: no more behind it)."""
+        value = compile_path(self.path)(record)
+        if value is MISSING or value is None or value == "" or value == 0 or value is False:
+            return None
+        return str(value)
+
+
+@dataclass(frozen=True)
 class Paging:
     style: str
     cursor: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     more: tuple[str, ...] = ()
     end_values: tuple[str, ...] = END_OF_PAGES
     """Cursor values that end paging instead of being sent back (sentinels)."""
+    page: PageNumbers | None = None
+    """Set for the page-number style: harvest counts the next page's number (`cursor` names its parameter)."""
+    follow: Follow | None = None
+    """Follow-up cursors its records carry: more requests of the same query (`connectors.paging.follow_ups`)."""
 
     @property
     def single(self) -> bool:
@@ -55,16 +109,24 @@ class Paging:
 
     @property
     def request_params(self) -> tuple[str, ...]:
-        return tuple(self.cursor)
+        follow = (self.follow.param,) if self.follow and self.follow.param not in self.cursor else ()
+        return (*self.cursor, *follow)
 
-    def next_cursor(self, body: Any) -> Cursor | None:
-        """The parameters of the next request, or None at the end of pages."""
+    def first_request(self) -> Cursor | None:
+        """What the first page is asked with beyond the query's parameters: a page number, its first."""
+        return None if self.page is None else {self.page.param: str(self.page.first)}
+
+    def next_cursor(self, body: Any, sent: Mapping[str, Any] | None = None) -> Cursor | None:
+        """The parameters of the next request, or None at the end of pages; `sent`: the parameters the page
+        was asked with (a page number counts on from them)."""
         if self.single:
             return None
         if self.more:
             flag = first(body, self.more)
             if flag is not MISSING and not flag:
                 return None
+        if self.page is not None:
+            return self.page.after(body, sent)
         out: Cursor = {}
         for param, paths in self.cursor.items():
             value = first(body, paths)

@@ -5,7 +5,8 @@ Endpoint descriptions say where records and cursors live as strings (`paging_inf
 path (every field of every record), so compiled getters avoid re-parsing.
 
 Syntax: dot-separated keys; `[n]` indexes a list; `name[]` maps the rest of the path over a list; `a|b` tries
-alternatives in order. The empty path is the document itself.
+alternatives in order. The empty path is the document itself. Where records are read (`items_at`), `[]` means
+every item of every list: the lists inside lists are joined into one.
 """
 
 from __future__ import annotations
@@ -92,6 +93,50 @@ def compile_path(path: str) -> Getter:
 
         return two
     return lambda doc: _walk(doc, steps, 0)
+
+
+@lru_cache(maxsize=1024)
+def items_at(path: str) -> Getter:
+    """A function reading the items at a place where records are (a kind's `at`, its `nested`): as
+    `compile_path`, but each `[]` joins the items of every list into one flat list (`comments[].replies.items[]`
+    is every reply of every comment), MISSING when the place is not there.
+
+    An item without the rest of the path after a `[]` holds no items there and is passed over (a comment
+    without replies), except after the last `[]`: there every item must resolve, or the place is not there
+    (`items[].media` of a trimmed answer whose items are the records themselves: the next place is tried)."""
+    steps = _steps(path)
+    maps = [n for n, (kind, _) in enumerate(steps) if kind == "map"]
+    if not maps:
+        return compile_path(path)
+    last = maps[-1]
+
+    def gather(value: Any, start: int) -> Any:
+        for i in range(start, len(steps)):
+            kind, arg = steps[i]
+            if kind == "key":
+                if not isinstance(value, dict) or arg not in value:
+                    return MISSING
+                value = value[arg]
+                continue
+            if kind == "index":
+                if not isinstance(value, list) or arg >= len(value):
+                    return MISSING
+                value = value[arg]
+                continue
+            if not isinstance(value, list):
+                return MISSING
+            out: list[Any] = []
+            for item in value:
+                got = gather(item, i + 1)
+                if got is MISSING:
+                    if i == last:
+                        return MISSING
+                    continue
+                out.extend(got)
+            return out
+        return [value]
+
+    return lambda doc: gather(doc, 0)
 
 
 PATH_WORDS = (

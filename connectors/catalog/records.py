@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors.catalog.fields import DESCRIPTION, PARAM_PREFIX, SOURCE, TIMESTAMP, Field
-from connectors.catalog.record_paths import MISSING, compile_path
+from connectors.catalog.fields import DESCRIPTION, SOURCE, TIMESTAMP, Field
+from connectors.catalog.record_paths import MISSING, compile_path, items_at
 
 if TYPE_CHECKING:
     from connectors.catalog.child_kinds import ChildKind
@@ -38,7 +38,8 @@ META_COLUMNS: tuple[pa.Field, ...] = (
 """Columns harvest adds to every record table, each described (`tasks.database.column_comments`)."""
 
 
-ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached"})
+ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "cached", "cached_at"})
+"""What the service adds to every answer it bills (a cached one says `cached: true` and since when)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,10 @@ class Located:
     """What was there instead of a list (an object, a string, ...), for an example."""
     where: str = ""
     """The location the items were found at (`...edges[].node` for a GraphQL connection's)."""
+    parents: list[Any] | None = None
+    """With `nested`: the item holding each of `items` (None for an item of the place itself)."""
+    dropped: list[Any] = field(default_factory=list)
+    """Items at the place that the kind's `where` left out: not records of the kind, counted."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +151,16 @@ class RecordKind:
     holds a list, and an object found there is drift, not a record. The empty location (the answer itself) is
     always one object."""
     nested: str | None = None
-    """The key under which an item (or its wrapper) holds more items of this kind: a thread's replies hold the
-    replies to them. They are records too, found depth first after the item that holds them."""
+    """Where in an item (or its wrapper) more items of this kind are, a record path (`replies`, `replies.items`):
+    a thread's replies hold the replies to them, to any depth. They are records too, found depth first after the
+    item that holds them, which a `$parent.` column reads (the id of the comment a reply answers)."""
+    first_page_only: bool = False
+    """The place is on a query's first page only (a post beside the first page of its comments): absent from a
+    later page, it is no drift (`connectors.reading.missing_lists`)."""
+    where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """(record path, values): an item is a record of the kind only if each path holds one of its values (null:
+    the item has no such field). The others are left out and counted (a board's "Related Interests" module
+    among its pins)."""
     children: tuple[ChildKind, ...] = ()
     """Lists of objects inside each record, each landing in a table of its own (`connectors.catalog.child_kinds`)."""
     schema: pa.Schema = field(init=False, compare=False, repr=False)
@@ -166,8 +179,12 @@ class RecordKind:
             )
         schema = pa.schema([self._arrow_field(fld) for fld in self.columns] + list(META_COLUMNS))
         object.__setattr__(self, "schema", schema)
-        own = [fld.path for fld in self.fields if not fld.path.startswith(PARAM_PREFIX)] + list(self.ignore)
+        own = [fld.path for fld in self.fields if fld.from_record] + list(self.ignore)
         own += [where for child in self.children for where in child.at]  # read whole, by the child
+        own += [
+            *([self.nested] if self.nested else []),
+            *(path for path, _ in self.where),
+        ]  # read, by harvest
         body_keys = ENVELOPE_KEYS if "" in self.locations else ()
         object.__setattr__(self, "known", known_tree(own, body_keys))
         wrapped = None
@@ -214,38 +231,71 @@ class RecordKind:
         """The items at the first location that resolves. A null there, or an object where a list belongs,
         is not found: whether that loses records depends on the rest of the page (`connectors.reading.extraction`)."""
         for path in self.locations:
-            found = compile_path(path)(body)
+            found = items_at(path)(body)
             if found is MISSING:
                 continue
             if found is None:
                 return Located([], False, False, "null")
             if isinstance(found, list):
-                return Located(self._flat(found), True, False, where=path)
+                return self._located(found, path)
             nodes = connection_nodes(found)
             if nodes is not None:
                 edges = "edges[].node" if "edges" in found else "nodes"
-                return Located(self._flat(nodes), True, False, where=f"{path}.{edges}" if path else edges)
+                return self._located(nodes, f"{path}.{edges}" if path else edges)
             if path == "" or path in self.objects:
-                return Located([found], True, True, where=path)
+                return self._located([found], path, single=True)
             return Located([], False, False, f"{_kind_of(found)}, not a list", found)
         return Located([], False, False, "absent")
 
-    def _flat(self, items: list[Any]) -> list[Any]:
-        """The items without nulls, and with the items nested in them (`nested`), depth first."""
+    def _located(self, items: list[Any], where: str, single: bool = False) -> Located:
+        """The records among the items of a place: nulls passed over, nested items added (`nested`), the items
+        `where` leaves out apart."""
+        parents: list[Any] | None = None
         if self.nested is None:
-            return [r for r in items if r is not None]
+            items = [r for r in items if r is not None]
+        else:
+            items, parents = self._flat(items)
+        if not self.where:
+            return Located(items, True, single, where=where, parents=parents)
+        keep = [self.matches(item) for item in items]
+        dropped = [item for item, kept in zip(items, keep, strict=True) if not kept]
+        if not dropped:
+            return Located(items, True, single, where=where, parents=parents)
+        kept_items = [item for item, kept in zip(items, keep, strict=True) if kept]
+        if parents is not None:
+            parents = [parent for parent, kept in zip(parents, keep, strict=True) if kept]
+        return Located(kept_items, True, single, where=where, parents=parents, dropped=dropped)
+
+    def matches(self, item: Any) -> bool:
+        """Whether an item is a record of the kind by its `where` (read in the record, inside any wrapper)."""
+        record = self.unwrap.inner(item) if self.unwrap is not None else item
+        for path, values in self.where:
+            got = compile_path(path)(record)
+            got = None if got is MISSING else got
+            if not any(got == v and isinstance(got, bool) == isinstance(v, bool) for v in values):
+                return False
+        return True
+
+    def _flat(self, items: list[Any]) -> tuple[list[Any], list[Any]]:
+        """The items without nulls, with the items nested in them (`nested`) depth first, and the item that holds
+        each (None for those of the place itself)."""
+        assert self.nested is not None
+        inside = items_at(self.nested)
         out: list[Any] = []
-        stack = [iter(items)]
+        parents: list[Any] = []
+        stack: list[tuple[Any, Any]] = [(iter(items), None)]
         while stack:
-            item = next(stack[-1], MISSING)
+            level, holder = stack[-1]
+            item = next(level, MISSING)
             if item is MISSING:
                 stack.pop()
             elif item is not None:
                 out.append(item)
-                inner = item.get(self.nested) if isinstance(item, dict) else None
+                parents.append(holder)
+                inner = inside(item) if isinstance(item, dict) else MISSING
                 if isinstance(inner, list) and inner:
-                    stack.append(iter(inner))
-        return out
+                    stack.append((iter(inner), item))
+        return out, parents
 
     def extract(self, body: Any) -> list[Any]:
         """The items of this kind in one page body (empty when the page has none)."""

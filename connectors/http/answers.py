@@ -120,18 +120,30 @@ def problem(status: int, body: JSON | None, raw: bytes, unreadable: str | None =
     return f"HTTP {status}" + (f": {message}" if message else "")
 
 
-def typed_error(answer: ServiceAnswer, redact: Callable[[str], str], **common: Any) -> HarvestError:
-    """The error a final (not retried) status means; `common` says where and what it cost."""
+def refuses_key(status: int, body: JSON | None) -> bool:
+    """A 402 the service itself sent: its envelope, or a JSON object with its message (`message` or `error`
+    text). The service answers a wrong key so, as an account out of credits; another server's 402 (no JSON,
+    other JSON) is not the service's."""
+    return status == 402 and (envelope(body) or bool(str_field(body, "message") or str_field(body, "error")))
+
+
+def typed_error(
+    answer: ServiceAnswer, redact: Callable[[str], str], key_source: str | None = None, **common: Any
+) -> HarvestError:
+    """The error a final (not retried) status means; `common` says where and what it cost; `key_source`, where
+    the key came from (a 402 names it)."""
     status, body = answer.status_code, answer.body
     common["response"] = answer
+    if status == 402:
+        return OutOfCredits(**common) if key_source is None else OutOfCredits(key_source=key_source, **common)
     if status == 400:
         message = str_field(body, "message") or str_field(body, "error")
         parameter = str_field(body, "parameter")
         return BadRequest(
             redact(message) if message else None, redact(parameter) if parameter else None, **common
         )
-    known: dict[int, type[Unauthorized | OutOfCredits | Forbidden | NotFound]] = {
-        401: Unauthorized, 402: OutOfCredits, 403: Forbidden, 404: NotFound,
+    known: dict[int, type[Unauthorized | Forbidden | NotFound]] = {
+        401: Unauthorized, 403: Forbidden, 404: NotFound,
     }  # fmt: skip
     if status == 404 and not envelope(body):  # a wrong base_url's 404 page: never the service's "not found"
         return NotTheService(

@@ -36,9 +36,11 @@ MIN_REDACTED_KEY = 16
 class ApiKey:
     """The API key, opaque to str/repr/format so it cannot leak through logging or tracebacks."""
 
-    __slots__ = ("_bytes", "_value")
+    __slots__ = ("_bytes", "_value", "source")
 
-    def __init__(self, value: str, *, source: str = "the API key") -> None:
+    def __init__(self, value: str, *, source: str = "the key given to harvest") -> None:
+        self.source = source
+        """Where the key was read (`the environment variable HARVEST_API_KEY`), for a message about it."""
         cleaned = value.strip()
         if not cleaned:
             raise MissingApiKey(f"{source} is empty; set it to the service's API key")
@@ -84,7 +86,11 @@ class ApiKey:
 
     def __reduce__(self) -> tuple[object, ...]:
         # Pickling is needed to ship a client config to workers; the value travels, the repr still hides it.
-        return (ApiKey, (self._value,))
+        return (_unpickled_key, (self._value, self.source))
+
+
+def _unpickled_key(value: str, source: str) -> ApiKey:
+    return ApiKey(value, source=source)
 
 
 HTTP_LOGGERS = ("httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy", "httpx")

@@ -34,7 +34,7 @@ from connectors.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from connectors.http.answers import envelope, int_field, parse_body, what_answered
+from connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
 from connectors.http.auth import ApiKey
 from connectors.http.lane import http_client
 from connectors.http.page_call import backoff, first_wait
@@ -108,9 +108,10 @@ async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: boo
     count = int_field(body, "creditCount")
     if status == 200 and count is not None:
         return count
-    if status in (401, 402) and envelope(body):
-        error = Unauthorized if status == 401 else OutOfCredits
-        raise error(response=ServiceAnswer(status, body, raw), endpoint=path)
+    if status == 401 and envelope(body):
+        raise Unauthorized(response=ServiceAnswer(status, body, raw), endpoint=path)
+    if refuses_key(status, body):  # a wrong key or an empty account: the service says the same to both
+        raise OutOfCredits(key_source=key.source, response=ServiceAnswer(status, body, raw), endpoint=path)
     if status == 404 and path == PATH:  # a service from before the move, or no service at all
         _ANSWERS_AT_OLD_PATH.add(http)
         try:

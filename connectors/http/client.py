@@ -76,6 +76,7 @@ log = logging.getLogger("harvest.client")
 REFUSALS = frozenset({429, 500, 502, 503, 504})
 """Answers that refuse a request rather than answer it: their charge is unknown (counted at the reservation),
 and what the account's balance shows the service did not bill goes back to the budget (`CreditLedger.reconcile`)."""
+JSON_BODY = {"content-type": "application/json"}
 DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
 """The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
 an answer takes about seven times its size in memory (`bench/answer_memory.py`)."""
@@ -173,10 +174,8 @@ class ServiceClient:
     # ---- the one public call -------------------------------------------------------------------------
 
     async def get(self, request: PageRequest) -> Response:
-        """GET one page, paying through the ledger, retrying transient failures; see the module docstring.
-
-        On success the page counts as done for the breadth-first policy (`ledger.page_done`).
-        """
+        """One page (a GET, or a POST where the request says: alike in every other way), paying through the
+        ledger, retrying transient failures (module docstring); done, it counts for breadth-first (`page_done`)."""
         if not request.path.startswith("/") or request.path.startswith("//"):
             # An absolute URL would replace base_url and carry the key header to another host.
             raise ValueError(
@@ -314,11 +313,14 @@ class ServiceClient:
             raise
 
     async def _send(self, request: PageRequest) -> ReceivedAnswer:
-        total = self.timeouts.total
-        target = self._origin.target(request.path, request.params)
+        """A GET with the parameters in the query string, or a POST of its JSON body (the cursor in it too)."""
+        total, posted = self.timeouts.total, request.method == "POST"
+        target = self._origin.target(request.path, () if posted else request.params)
         with self._lanes.lane() as lane:
-            headers = {**DEFAULT_HEADERS, "x-api-key": self._key.reveal()}
-            sending = lane.get(self._origin, target, headers, self.max_answer_bytes)
+            headers = {**DEFAULT_HEADERS, "x-api-key": self._key.reveal(), **(JSON_BODY if posted else {})}
+            sending = lane.send(
+                self._origin, target, headers, self.max_answer_bytes, request.method, request.body
+            )
             try:
                 with self._in_flight.sending():
                     if total is None:
@@ -378,6 +380,7 @@ class ServiceClient:
         raise typed_error(
             answer,
             self._key.scrub,
+            self._key.source,
             credits=call.credits,
             query_id=call.request.query_id,
             endpoint=call.request.endpoint,
@@ -390,7 +393,7 @@ class ServiceClient:
             what = (
                 "the API key was refused (401)"
                 if status == 401
-                else "out of credits, or the API key is not valid (402)"
+                else f"out of credits, or the API key is not valid (402; the key: {self._key.source})"
             )
             self.ledger.stop("stopped", f"the service answered {what}")
         elif status < 500 and status != 429:

@@ -91,10 +91,16 @@ class Origin:
 
 
 class Lane(Protocol):
-    """One connection's worth of HTTP: GET a target at the service's origin."""
+    """One connection's worth of HTTP: a GET of a target at the service's origin, or a POST of a body to it."""
 
-    async def get(
-        self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
+    async def send(
+        self,
+        origin: Origin,
+        target: bytes,
+        headers: Mapping[str, str],
+        max_bytes: int | None = None,
+        method: str = "GET",
+        content: bytes | None = None,
     ) -> ReceivedAnswer: ...
 
     async def aclose(self) -> None: ...
@@ -121,10 +127,17 @@ class HttpxLane:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def get(
-        self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
+    async def send(
+        self,
+        origin: Origin,
+        target: bytes,
+        headers: Mapping[str, str],
+        max_bytes: int | None = None,
+        method: str = "GET",
+        content: bytes | None = None,
     ) -> ReceivedAnswer:
-        async with self.client.stream("GET", origin.url(target), headers=headers) as response:
+        stream = self.client.stream(method, origin.url(target), headers=headers, content=content)
+        async with stream as response:
             raw = response.headers.raw
             body = await read_capped(response.status_code, raw, response.aiter_raw(), max_bytes)
         return ReceivedAnswer(response.status_code, body, raw)
@@ -260,13 +273,25 @@ class CoreLane:
         self._extensions = {"timeout": timeouts.to_httpx().as_dict()}
         self.is_closed = False
 
-    async def get(
-        self, origin: Origin, target: bytes, headers: Mapping[str, str], max_bytes: int | None = None
+    async def send(
+        self,
+        origin: Origin,
+        target: bytes,
+        headers: Mapping[str, str],
+        max_bytes: int | None = None,
+        method: str = "GET",
+        content: bytes | None = None,
     ) -> ReceivedAnswer:
+        """`content`: a POST's body, sent with its Content-Length (as httpx sends a body of bytes)."""
         url = httpcore.URL(scheme=origin.scheme, host=origin.host, port=origin.port, target=target)
         sent: list[tuple[bytes | str, bytes | str]] = [(b"host", origin.netloc), *headers.items()]
+        if content is not None:
+            sent.append((b"content-length", str(len(content)).encode("ascii")))
         try:
-            async with self._pool.stream("GET", url, headers=sent, extensions=self._extensions) as response:
+            stream = self._pool.stream(
+                method, url, headers=sent, content=content, extensions=self._extensions
+            )
+            async with stream as response:
                 chunks = response.aiter_stream()
                 assert isinstance(chunks, AsyncIterator)
                 body = await read_capped(response.status, response.headers, chunks, max_bytes)

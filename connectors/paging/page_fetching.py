@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pyarrow as pa
 
 from connectors import errors
@@ -72,8 +73,12 @@ class PageFetching:
 
     def _request(self, index: int, cursor: Cursor | None) -> PageRequest:
         pairs = self.params.query_pairs()
-        if cursor:
-            pairs = [(k, v) for k, v in pairs if k not in cursor] + list(cursor.items())
+        sent = cursor or self.endpoint.paging.first_request()
+        if sent and cursor is None:  # a first page number, unless the query starts at its own
+            sent = {k: v for k, v in sent.items() if k not in dict(pairs)}
+        if sent:
+            pairs = [(k, v) for k, v in pairs if k not in sent] + list(sent.items())
+        method = self.endpoint.method_of(self.spec.method)
         return PageRequest(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
@@ -83,6 +88,8 @@ class PageFetching:
             cost=self.endpoint.price_of(self.spec.params),
             query_cap=self.spec.max_credits,
             price_key=self.endpoint.price_key(self.spec.params),
+            method=method,
+            body=orjson.dumps(self.params.json_body(sent)) if method == "POST" else None,
         )
 
     def _page(
@@ -126,8 +133,9 @@ class PageFetching:
         """
         out = self.outcome
         self.can_keep()  # raises when an answer could not be kept now (a full disk): nothing is paid then
+        request = self._request(index, cursor)
         try:
-            response = await self.client.get(self._request(index, cursor))
+            response = await self.client.get(request)
         except errors.RunStopped as exc:
             out.status, out.next_cursor, out.error = exc.status, cursor, exc.reason  # type: ignore[assignment]
             return None, True
@@ -163,7 +171,7 @@ class PageFetching:
             if paid is None or not exc.credits:
                 return None, True
             return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
-        nxt = self.endpoint.paging.next_cursor(response.body)
+        nxt = self.endpoint.paging.next_cursor(response.body, dict(request.params))
         page = self._page(
             index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,
             response.repairs,

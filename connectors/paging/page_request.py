@@ -33,6 +33,11 @@ class PageRequest:
     price_key: str | None = None
     """What the ledger learns this request's price under (`Endpoint.price_key`: the endpoint, and the priced
     parameter value where its parameters price it); None: the endpoint."""
+    method: str = "GET"
+    """GET (`params` in the query string) or POST (`body` carries them; `params` still names them for the
+    attempt log, the raw store and messages, as for a GET)."""
+    body: bytes | None = None
+    """A POST's JSON body: every parameter, the cursor too."""
 
 
 def _column(arrow: pa.DataType, *, nullable: bool = True) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from connectors.catalog.paging_styles import Cursor
 from connectors.catalog.records import RecordKind
 from connectors.credits.ledger import CreditLedger
 from connectors.http.client import ServiceClient
+from connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
 from connectors.paging.known_items import History, KnownKeys, backfill_after_head
 from connectors.paging.page_fetching import Page, PageFetching
 from connectors.reading.drift_message import KEPT, drift_message
@@ -84,6 +85,10 @@ class QuerySpec:
     """Incremental: the run in which the history last became complete; keys landed up to it may end paging."""
     resume: bool = False
     """The run was interrupted while this query ran: land its raw pages again, then page on from the last."""
+    method: str | None = None
+    """How its requests are sent (GET, POST), where the spec chose; None: the endpoint's default."""
+    follow_state: dict[str, Any] | None = None
+    """Where a continued query's follow-up requests stand (`FollowUps.plain`); None: none waiting."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow: `dataclasses.asdict` deep-copies, 9% of a 10,000-query run's CPU."""
@@ -128,6 +133,8 @@ class PagerStart:
     backfilling: bool = False
     """Incremental: the head has caught up and paging continues the unfinished backfill."""
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
+    follow: FollowUps = field(default_factory=FollowUps)
+    """The follow-up requests its records handed out (`connectors.paging.follow_ups`)."""
 
 
 def signature(kinds: tuple[RecordKind, ...], tables: Mapping[str, pa.Table]) -> bytes:
@@ -143,8 +150,14 @@ def signature(kinds: tuple[RecordKind, ...], tables: Mapping[str, pa.Table]) -> 
     return digest.digest()
 
 
-def cursor_key(cursor: Cursor) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(cursor.items()))
+def later_page(index: int, cursor_in: Mapping[str, Any] | None) -> bool:
+    """Whether a page is not its query's first: places sent on the first page only may be left out of it."""
+    return index > 0 or bool(cursor_in)
+
+
+def held_nothing(records: int, report: ExtractionReport) -> bool:
+    """A page with no items at all (none a kind's `where` left out either): paging ends there."""
+    return records == 0 and not report.dropped
 
 
 def _deactivated(page: Page) -> bool:
@@ -171,7 +184,9 @@ class QueryPager(PageFetching):
         self.client = client
         self.ledger = ledger
         self.params = endpoint.params.model_validate(spec.params)
-        self.start = start or PagerStart(cursor=spec.start_cursor)
+        self.start = start or PagerStart(
+            cursor=spec.start_cursor, follow=FollowUps.from_plain(spec.follow_state)
+        )
         if self.start.cursor and not self.start.used:
             self.start.used.add(cursor_key(self.start.cursor))
         self.known = known
@@ -182,6 +197,8 @@ class QueryPager(PageFetching):
         `tasks.output.machine_fault.DiskRoom`), so nothing is paid that would be paid again."""
         self.reading: Page | None = None
         """The kept page being read, landed or followed; None while asking for the next one."""
+        self.following = False
+        """The page asked for (or being read) is a follow-up (`connectors.paging.follow_ups`)."""
         self.backfill = backfill_after_head(spec.history, spec.backfill, spec.start_cursor)
         self.outcome = QueryOutcome(
             spec.query_id,
@@ -192,8 +209,14 @@ class QueryPager(PageFetching):
         )
 
     def _read(self, page: Page) -> None:
-        """The page's records, per kind, and the account of what did not make it."""
-        converted = convert_page(self.endpoint.kinds, page.body, self.spec.params, page.repairs)
+        """The page's records, per kind, and the account of what did not make it (the places the query's earlier
+        pages held: one a later page leaves out is no drift). A follow-up's answer is not looked at for an unread
+        cursor: its own next page is read through `paging.follow`, not `paging.next`."""
+        converted = convert_page(
+            self.endpoint.kinds, page.body, self.spec.params, page.repairs,
+            earlier=self.outcome.extraction.found, later=later_page(page.index, page.cursor_in),
+            paging=None if self.following else self.endpoint.paging,
+        )  # fmt: skip
         page.records, page.tables, page.report = converted.records, converted.tables, converted.report
 
     async def pages(self) -> AsyncGenerator[Page, None]:
@@ -203,16 +226,20 @@ class QueryPager(PageFetching):
             self.ledger.finish(spec.query_id)  # it was expected, and will send nothing
             out.status = state.ended
             if state.ended == "drift":
-                out.next_cursor, out.error = state.cursor, drift_message(self.endpoint, state.extraction)
+                out.next_cursor, out.error = (
+                    self._top_cursor(),
+                    drift_message(self.endpoint, state.extraction),
+                )
             return
         async with self.ledger.query(spec.query_id, state.index):
             try:
-                while True:
+                while (choice := state.follow.choose(state.cursor)) is not None:
+                    cursor, self.following = choice
                     if spec.max_pages is not None and out.pages >= spec.max_pages:
-                        out.status, out.next_cursor = "max_pages", state.cursor
+                        out.status, out.next_cursor = "max_pages", self._top_cursor()
                         return
                     self.reading = None
-                    page, ended = await self._fetch(state.index, state.cursor)
+                    page, ended = await self._fetch(state.index, cursor)
                     if page is not None:
                         self._read(page)
                         out.records += page.report.kept
@@ -220,8 +247,15 @@ class QueryPager(PageFetching):
                         yield page
                     if ended or page is None or not self._advance(page, state):
                         return
+                out.status = "complete"  # the top-level pages ended earlier, and no follow-up is left
             finally:
                 out.credits = self.ledger.per_query_spent.get(spec.query_id, 0)
+                if self.following and out.next_cursor is not None:  # stopped at a follow-up: it still waits
+                    out.next_cursor = self._top_cursor()
+
+    def _top_cursor(self) -> Cursor | None:
+        """Where the top-level pages go on (None once they ended: only follow-ups were left)."""
+        return None if self.start.follow.top_ended else self.start.cursor
 
     def broke(self, exc: Exception) -> None:
         """Something no rule foresaw raised while paging. While a kept page was being read or landed, the query
@@ -230,9 +264,9 @@ class QueryPager(PageFetching):
         out, page = self.outcome, self.reading
         what = self.client.scrub(f"{type(exc).__name__}: {exc}")  # an exception may quote anything
         if page is None:
-            out.status, out.next_cursor, out.error = "failed", self.start.cursor, what
+            out.status, out.next_cursor, out.error = "failed", self._top_cursor(), what
             return
-        out.status, out.next_cursor = "drift", page.cursor_out
+        out.status, out.next_cursor = "drift", self._top_cursor() if self.following else page.cursor_out
         out.error = (
             f"page {page.index + 1} of {self.endpoint.path} could not be read or landed ({what}). "
             f"Stopped; {KEPT}"
@@ -245,7 +279,7 @@ class QueryPager(PageFetching):
         if out.status == "interrupted":
             return
         out.status, out.error = "interrupted", reason
-        out.next_cursor = page.cursor_in if page is not None else self.start.cursor
+        out.next_cursor = page.cursor_in if page is not None and not self.following else self._top_cursor()
 
     def _advance(self, page: Page, state: PagerStart) -> bool:
         """Move `state` past a landed page; False (with the outcome set) when paging ends here."""
@@ -253,13 +287,19 @@ class QueryPager(PageFetching):
         if page.report.lost:
             out.status, out.next_cursor = "drift", nxt  # a fixed catalog can go on from here
             out.error = drift_message(self.endpoint, page.report)
+            if self.following and page.cursor_in is not None:  # paid: its own next page waits instead
+                state.follow.answered(page.cursor_in, state.used)
+                state.follow.found([{**page.cursor_in, **nxt}] if nxt else [], state.used)
+                out.next_cursor = self._top_cursor()
             return False
+        state.follow.found(follow_cursors(self.endpoint, page.records), state.used)
+        if self.following:
+            return self._past_follow_up(page, state)
         if page.report.not_found or _deactivated(page):
             out.status = "not_found"
             return False
-        if nxt is None or page.record_count == 0:
-            out.status = "complete"
-            return False
+        if nxt is None or held_nothing(page.record_count, page.report):
+            return self._top_ended(state)
         if self._caught_up(page, state):
             if self.backfill is None or state.backfilling:
                 out.status = "caught_up"  # every record of this page was landed before: the rest is older
@@ -276,6 +316,29 @@ class QueryPager(PageFetching):
             return False
         state.used.add(key)
         state.previous, state.cursor, state.index = sig, nxt, state.index + 1
+        state.follow.turn = True
+        return True
+
+    def _top_ended(self, state: PagerStart) -> bool:
+        """The top-level pages ended: the query is complete, unless follow-ups wait (they go on alone)."""
+        if not state.follow.waiting:
+            self.outcome.status = "complete"
+            return False
+        state.follow.top_ended, state.index = True, state.index + 1
+        return True
+
+    def _past_follow_up(self, page: Page, state: PagerStart) -> bool:
+        """A follow-up's page: asked no more; its own next page (a thread's more replies) waits in turn."""
+        assert page.cursor_in is not None
+        state.follow.answered(page.cursor_in, state.used)
+        nxt = page.cursor_out
+        ends = page.record_count == 0 or page.report.not_found or _deactivated(page)
+        if nxt is not None and not ends and self.endpoint.paging.page is None:
+            state.follow.found([{**page.cursor_in, **nxt}], state.used)
+        state.index += 1
+        if state.follow.choose(state.cursor) is None:
+            self.outcome.status = "complete"
+            return False
         return True
 
     def _caught_up(self, page: Page, state: PagerStart) -> bool:

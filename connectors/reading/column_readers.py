@@ -66,6 +66,8 @@ class _Source:
         """An expression reading `fld` from the dict named `source` (None when absent)."""
         if fld.path.startswith(PARAM_PREFIX):
             return f"params.get({self.constant(fld.path[len(PARAM_PREFIX) :])})"
+        if not fld.from_record:
+            return "None"  # the item holding the record: read by `connectors.reading.extraction`
         steps = _steps(fld.path)
         if steps is None:
             return f"{self.constant(_getter(fld.path))}({source})"

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.catalog.fields import PARAM_PREFIX, Field, coercer
+from connectors.catalog.fields import Field, coercer
 from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind
 
@@ -170,11 +170,7 @@ def empty_columns(
     out: dict[str, list[str]] = {}
     leaves: dict[str, Any] | None = None
     for fld, column in zip(kind.fields, columns, strict=False):  # not a wrapper's: null when unwrapped
-        if (
-            column.null_count != len(items)
-            or fld.name in kind.primary_key
-            or fld.path.startswith(PARAM_PREFIX)
-        ):
+        if column.null_count != len(items) or fld.name in kind.primary_key or not fld.from_record:
             continue
         if fld.name in misfits:
             sent = next((v for r in records if isinstance((v := _sent(fld, r))[1], dict)), None)
@@ -219,7 +215,7 @@ def key_override(kind: RecordKind, where: str, item: Any) -> dict[str, Any] | No
     if not isinstance(item, dict):
         return None
     fields = [kind.field(name) for name in kind.primary_key]
-    keys = [fld for fld in fields if fld is not None and not fld.path.startswith(PARAM_PREFIX)]
+    keys = [fld for fld in fields if fld is not None and fld.from_record]
     if not keys or len(keys) != len(kind.primary_key):
         return None
     own = _hits(kind, item)

@@ -11,7 +11,7 @@ and the raw page stays for a rebuild once the catalog is fixed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,13 +21,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.fields import TIMESTAMP, Field, coercer
+from connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
+from connectors.catalog.paging_styles import Paging
 from connectors.catalog.records import Located, RecordKind
 from connectors.reading.child_rows import child_table
 from connectors.reading.column_readers import columns_reader
 from connectors.reading.empty_columns import empty_columns, key_override
 from connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
 from connectors.reading.missing_lists import lost_lists
+from connectors.reading.unread_cursors import unread_cursor
 
 EXAMPLE_CHARS = 80
 
@@ -94,13 +96,17 @@ def to_arrow(
     single: bool = False,
     where: str = "",
     raw: bool = True,
+    parents: list[Any] | None = None,
 ) -> pa.Table:
     """One page's items of one kind (found at the location `where`) as Arrow data columns plus `raw` (unless
-    not `raw`: a child table's items, whose parent keeps them), counting what did not fit."""
+    not `raw`: a child table's items, whose parent keeps them), counting what did not fit. `parents`: the item
+    holding each (`nested`), which its `$parent.` columns read."""
     report.seen += len(items)
     columns: list[pa.Array] = []
     unknown: set[str] | None = set() if len(report.new_fields) < NEW_FIELDS_CAP else None
     read = columns_reader(kind)(items, params, unknown)
+    if parents is not None:
+        _read_holders(kind, read, parents, params)
     for fld, values in zip(kind.columns, read, strict=True):
         array = _fast_array(fld, values)
         columns.append(array if array is not None else _converted(fld, values, report))
@@ -125,6 +131,17 @@ def to_arrow(
     if not raw:
         return pa.Table.from_arrays(columns, names=names)
     return pa.Table.from_arrays([*columns, raw_column(items)], names=[*names, "raw"])
+
+
+def _read_holders(
+    kind: RecordKind, read: list[list[Any]], parents: list[Any], params: Mapping[str, Any]
+) -> None:
+    """The `$parent.NAME` columns: column NAME of the item that holds each record (null at the place's top)."""
+    for n, fld in enumerate(kind.columns):
+        if fld.path.startswith(HOLDER_PREFIX):
+            holder = kind.reader(fld.path[len(HOLDER_PREFIX) :], params)
+            if holder is not None:
+                read[n] = [None if parent is None else holder(parent) for parent in parents]
 
 
 RAW_CHUNK = 2_000
@@ -197,10 +214,16 @@ def convert_page(
     body: Any,
     params: Mapping[str, Any],
     repairs: Mapping[str, int] | None = None,
+    *,
+    earlier: Collection[str] = (),
+    later: bool = False,
+    paging: Paging | None = None,
 ) -> ConvertedPage:
     """One page's records per kind, and the account of what did not make it (with what reading the body
     `repairs`). Never raises on a body: a kind whose conversion breaks gets no rows and counts its items as
-    lost (drift), the other kinds still land."""
+    lost (drift), the other kinds still land. `earlier`: the tables whose place the query's earlier pages held;
+    `later`: the page is not the query's first (`connectors.reading.missing_lists`); `paging`: the endpoint's,
+    to notice a cursor it does not read (`connectors.reading.unread_cursors`)."""
     kinds = tuple(kinds)
     report = ExtractionReport(repairs=dict(repairs or {}))
     records: dict[str, list[Any]] = {}
@@ -209,12 +232,15 @@ def convert_page(
     for kind in kinds:
         items: list[Any] = []
         try:
+            place = None
             if body is not None:
-                located[kind.table] = kind.locate(body)
-                items = located[kind.table].items
-            place = located.get(kind.table)
+                place = located[kind.table] = kind.locate(body)
+                items = place.items
+                _count_dropped(place, report.table(kind.table))
             single, where = (place.single, place.where) if place is not None else (False, "")
-            tables[kind.table] = to_arrow(kind, items, params, report.table(kind.table), single, where)
+            parents = place.parents if place is not None else None
+            table = report.table(kind.table)
+            tables[kind.table] = to_arrow(kind, items, params, table, single, where, parents=parents)
             records[kind.table] = items
         except Exception as exc:  # a shape no rule foresaw: lost, said, and the raw page is kept
             report.tables[kind.table] = TableReport(
@@ -223,9 +249,19 @@ def convert_page(
             tables[kind.table] = _empty(kind)
             records[kind.table] = []
         _children(kind, records[kind.table], tables, params, report)
+    report.found = {table for table, place in located.items() if place.found}
+    if paging is not None:
+        report.unread_cursor = unread_cursor(paging, body)
     if body is not None:
-        _account_lists(kinds, located, body, report)
+        _account_lists(kinds, located, body, report, set(earlier), later)
     return ConvertedPage(records, tables, report)
+
+
+def _count_dropped(place: Located, report: TableReport) -> None:
+    """The items a kind's `where` left out: counted, the first as an example, never silently."""
+    if place.dropped:
+        report.dropped += len(place.dropped)
+        report.dropped_example = report.dropped_example or _example(place.dropped[0])
 
 
 def _empty(kind: RecordKind | ChildKind) -> pa.Table:
@@ -257,11 +293,16 @@ def _children(
 
 
 def _account_lists(
-    kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any, report: ExtractionReport
+    kinds: tuple[RecordKind, ...],
+    located: Mapping[str, Located],
+    body: Any,
+    report: ExtractionReport,
+    earlier: set[str],
+    later: bool,
 ) -> None:
     """Lists that went missing although the page had content (`connectors.reading.missing_lists`), with an example."""
     try:
-        lost = lost_lists(kinds, located, body)
+        lost = lost_lists(kinds, located, body, earlier, later)
     except Exception as exc:  # e.g. a body nested deeper than Python recurses: say so, keep the page
         report.missing_lists["(the page)"] = 1
         report.missing_why["(the page)"] = _example(f"{type(exc).__name__}: {exc}")

@@ -38,6 +38,9 @@ class TableReport:
     fields that may hold it (`connectors.reading.empty_columns`)."""
     empty_hints: dict[str, list[str]] = field(default_factory=dict)
     """Column -> those unread fields, the likeliest first (from the first such page)."""
+    dropped: int = 0
+    """Items at the kind's place that its `where` left out: not records of the kind (not in `seen`)."""
+    dropped_example: str | None = None
 
     def add(self, other: TableReport) -> None:
         self.seen += other.seen
@@ -57,6 +60,8 @@ class TableReport:
             self.empty[col] = self.empty.get(col, 0) + n
         for col, hints in other.empty_hints.items():
             self.empty_hints.setdefault(col, hints)
+        self.dropped += other.dropped
+        self.dropped_example = self.dropped_example or other.dropped_example
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -64,7 +69,7 @@ class TableReport:
             "misfits": self.misfits, "misfit_examples": self.misfit_examples,
             "new_fields": sorted(self.new_fields), "not_found": self.not_found, "failed": self.failed,
             "failure": self.failure, "no_key_override": self.no_key_override, "empty": self.empty,
-            "empty_hints": self.empty_hints,
+            "empty_hints": self.empty_hints, "dropped": self.dropped, "dropped_example": self.dropped_example,
         }  # fmt: skip
 
     @classmethod
@@ -76,6 +81,7 @@ class TableReport:
             not_found=data.get("not_found", 0), failed=data.get("failed", 0), failure=data.get("failure"),
             no_key_override=data.get("no_key_override"), empty=dict(data.get("empty", {})),
             empty_hints={c: list(h) for c, h in data.get("empty_hints", {}).items()},
+            dropped=data.get("dropped", 0), dropped_example=data.get("dropped_example"),
         )  # fmt: skip
 
 
@@ -95,6 +101,13 @@ class ExtractionReport:
     read_at: dict[str, str] = field(default_factory=dict)
     """Table -> the one record path where the answer holds a list of objects nothing reads, when its own list
     went missing: the spec's `shapes` override that would read it."""
+    found: set[str] = field(default_factory=set)
+    """The tables whose place the pages held: one a later page leaves out is no drift
+    (`connectors.reading.missing_lists`)."""
+    unread_cursor: dict[str, str] | None = None
+    """Paging ended at a page without the declared next cursor while it held a field that looks like one:
+    `{"field": its path, "param": the request parameter}`, the `next` to declare
+    (`connectors.reading.unread_cursors`)."""
 
     def table(self, name: str) -> TableReport:
         return self.tables.setdefault(name, TableReport())
@@ -111,6 +124,8 @@ class ExtractionReport:
         for table, path in other.read_at.items():
             self.read_at.setdefault(table, path)
         self.top_keys = self.top_keys or other.top_keys
+        self.found |= other.found
+        self.unread_cursor = self.unread_cursor or other.unread_cursor
 
     @property
     def lost(self) -> int:
@@ -121,6 +136,11 @@ class ExtractionReport:
     @property
     def kept(self) -> int:
         return sum(t.kept for t in self.tables.values())
+
+    @property
+    def dropped(self) -> int:
+        """Items the kinds' `where` left out (`TableReport.dropped`)."""
+        return sum(t.dropped for t in self.tables.values())
 
     @property
     def seen(self) -> int:
@@ -153,6 +173,7 @@ class ExtractionReport:
             "lists_missing": sum(self.missing_lists.values()),
             "new_fields": self.new_fields,
             "columns_empty": len(self.empty_columns),
+            "items_dropped": self.dropped,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -163,7 +184,21 @@ class ExtractionReport:
             "top_keys": self.top_keys,
             "repairs": self.repairs,
             "read_at": self.read_at,
+            "found": sorted(self.found),
+            "unread_cursor": self.unread_cursor,
         }
+
+    @staticmethod
+    def notes_of(data: Mapping[str, Any] | None) -> list[str]:
+        """What a query's line says beside its status, from its stored account (`as_dict`): items a kind's
+        `where` left out, a cursor paging did not read (the run summary says more)."""
+        data = data or {}
+        dropped = sum(t.get("dropped", 0) for t in data.get("tables", {}).values())
+        notes = [f"{dropped} item{'' if dropped == 1 else 's'} left out"] if dropped else []
+        unread = data.get("unread_cursor")
+        if unread:
+            notes.append(f"`{unread['field']}` unread")
+        return notes
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> ExtractionReport:
@@ -175,4 +210,6 @@ class ExtractionReport:
             list(data.get("top_keys", [])),
             dict(data.get("repairs", {})),
             dict(data.get("read_at", {})),
+            set(data.get("found", [])),
+            data.get("unread_cursor"),
         )

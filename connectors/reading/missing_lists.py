@@ -1,17 +1,23 @@
 """Which lists a page lost: a list (or object) of records that is not where the catalog expects it, while the
 page had content.
 
-The endpoint's main list (its first kind), or every list at once: lost when absent, null or an object. Any other
-list may be left out by the service (a search with no lives, a page with no comments), so it is lost only on a
-signal that its records went elsewhere: it came as an object (a keyed map where a list belongs), or the object
-that should hold it carries a non-empty list of objects under a key no kind of the endpoint reads (a renamed
-list). `connectors.reading.extraction` turns each into a `drift` count and one line of the drift message.
+Every list at once (none of the places the page should hold is there): lost, absent, null or an object. One
+list among others may be left out by the service (a search with no lives, a page with no comments), so it is
+lost only on a signal that its records went elsewhere: it came as an object (a keyed map where a list belongs),
+or the object that should hold it carries a non-empty list of objects under a key no kind of the endpoint reads
+(a renamed list). The order in which the kinds are declared never matters.
+
+A place the service sends on a query's first page only (a post beside the first page of its comments) is not
+expected on a later page: declared `first_page_only`, or found on an earlier page of the query and absent now.
+Such a place counts towards "every list at once" only when the page holds a list of objects nothing reads (the
+records went somewhere). `connectors.reading.extraction` turns each lost list into a `drift` count and one line
+of the drift message.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,19 +45,30 @@ class LostList:
     `shapes` override that would read this list there."""
 
 
-def lost_lists(kinds: tuple[RecordKind, ...], located: Mapping[str, Located], body: Any) -> list[LostList]:
-    """The kinds whose list this page lost (see the module docstring); empty when nothing was lost."""
-    missing = [k for k in kinds if k.table in located and not located[k.table].found]
+def lost_lists(
+    kinds: tuple[RecordKind, ...],
+    located: Mapping[str, Located],
+    body: Any,
+    earlier: Collection[str] = (),
+    later: bool = False,
+) -> list[LostList]:
+    """The kinds whose list this page lost (see the module docstring); empty when nothing was lost. `earlier`:
+    the tables whose place an earlier page of the query held; `later`: the page is not the query's first."""
+    expected = [k for k in kinds if k.table in located and not (later and k.first_page_only)]
+    missing = [k for k in expected if not located[k.table].found]
     if not missing or not has_content(body):
         return []
-    main_gone = missing[0] is kinds[0] or len(missing) == len(kinds)
     out = []
     elsewhere: list[str] | None = None
+    all_gone = len(missing) == len(expected)
+    if all_gone and all(k.table in earlier and located[k.table].missing == "absent" for k in missing):
+        elsewhere = unread_list_paths(kinds, located, body)
+        all_gone = bool(elsewhere)  # left out again, unless their records went somewhere
     for kind in missing:
         place = located[kind.table]
         unread = _unread_lists(kinds, kind, body)
         reshaped = isinstance(place.instead, dict) and bool(place.instead)
-        if main_gone or unread or reshaped:
+        if all_gone or unread or reshaped:
             where = f"{kind.table}: {' or '.join(kind.locations) or '(the answer)'}"
             moved = next(iter(unread.items())) if unread else None
             if elsewhere is None:

@@ -54,7 +54,19 @@ def _endpoint_info(endpoint: Endpoint, declared: bool) -> dict[str, Any]:
     if len(endpoint.params.one_of_groups) > 1:
         info["one_of_groups"] = [list(group) for group in endpoint.params.one_of_groups]
     if endpoint.price.when:
-        info["price_when"] = [asdict(rule) for rule in endpoint.price.when]
+        info["price_when"] = [
+            {k: v for k, v in asdict(r).items() if v is not None} for r in endpoint.price.when
+        ]
+    if endpoint.price.least is not None:
+        info["price_least"] = endpoint.price.least
+    if endpoint.methods != ("GET",):
+        info["methods"] = list(endpoint.methods)
+    if (follow := endpoint.paging.follow) is not None:
+        info["follow"] = {"param": follow.param, "from": follow.path, "kind": follow.kind}
+    rules = endpoint.params.param_rules
+    info |= {"exactly_one_of": [list(g) for g in rules.exactly_one_of]} if rules.exactly_one_of else {}
+    info |= {"requires": [asdict(r) for r in rules.requires]} if rules.requires else {}
+    info |= {"excludes": [asdict(r) for r in rules.excludes]} if rules.excludes else {}
     if declared:
         info["declared"] = True
     return info
@@ -75,6 +87,18 @@ def _describe_endpoint(info: dict[str, Any]) -> list[str]:
         lines.append(f"    {p['name']}: {p['type']}{allowed}{extra}" + (f" [{flags}]" if flags else ""))
     for group in info.get("one_of_groups") or ([info["one_of"]] if info["one_of"] else []):
         lines.append(f"    at least one of: {', '.join(group)}")
+    lines += [f"    exactly one of: {', '.join(group)}" for group in info.get("exactly_one_of", ())]
+    for need in info.get("requires", ()):
+        value = need["value"]
+        shown = json.dumps(value) if isinstance(value, bool) else value
+        what = need["param"] if value is None else f"{need['param']}={shown}"
+        lines.append(f"    {what} needs: {', '.join(need['needs'])}")
+    lines += [f"    {r['param']} excludes: {', '.join(r['excludes'])}" for r in info.get("excludes", ())]
+    if "methods" in info:
+        lines.append(f"  sent as: {' or '.join(info['methods'])} (POST: the parameters in a JSON body)")
+    if "follow" in info:
+        follow = info["follow"]
+        lines.append(f"  follow-ups: {follow['param']} from {follow['kind']}.{follow['from']}, each a page")
     tables = ", ".join(
         f"{t['table']} ("
         + (f"child of {t['parent']}, " if "parent" in t else "")

@@ -58,7 +58,41 @@ def _extraction_lines(summary: RunSummary) -> list[str]:
     if total.new_fields:
         shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")
         lines.append(f"new fields the catalog does not read yet (kept in `raw`): {shown}")
-    return lines + _empty_column_lines(summary)
+    return lines + _left_out_lines(total) + _unread_cursor_lines(summary) + _empty_column_lines(summary)
+
+
+def _left_out_lines(total: Any) -> list[str]:
+    """Items a record kind's `where` left out: counted per table, with the first as an example."""
+    said = [
+        f"{name}: {table.dropped} (e.g. {table.dropped_example})"
+        for name, table in sorted(total.tables.items())
+        if table.dropped
+    ]
+    if not said:
+        return []
+    one = total.dropped == 1
+    return [
+        f"{counted(total.dropped, 'item')} the pages held did not match {'its' if one else 'their'} record "
+        f"kind's `where` and {'was' if one else 'were'} left out (kept in the raw pages): " + "; ".join(said)
+    ]
+
+
+def _unread_cursor_lines(summary: RunSummary) -> list[str]:
+    """Queries whose paging ended where the answer held a cursor the declaration does not read: a night that
+    looks complete and stopped short, said once per endpoint and field."""
+    from connectors.reading.unread_cursors import unread_cursor_words
+    from tasks.output.manifest import who
+
+    by_field: dict[tuple[str, str, str], list[str]] = {}
+    for q in summary.queries:
+        unread = (q.get("extraction") or {}).get("unread_cursor")
+        if unread:
+            key = (q["endpoint"], unread["field"], unread.get("param", ""))
+            by_field.setdefault(key, []).append(q["query_id"])
+    return [
+        f"{who(ids)} ({endpoint}): {unread_cursor_words({'field': field, 'param': param})}"
+        for (endpoint, field, param), ids in sorted(by_field.items())
+    ]
 
 
 def _empty_column_lines(summary: RunSummary) -> list[str]:

@@ -361,7 +361,9 @@ class Rounds:
         if r in self.running:
             self.running.remove(r)
         self.journal.query_ended(summary)
-        progress.current().query_finished(summary["query_id"], summary["status"])
+        progress.current().query_finished(
+            summary["query_id"], summary["status"], progress.query_notes(summary)
+        )
         self.summaries.append(summary)
 
 

@@ -198,7 +198,7 @@ class Fanout:
         self.ctx.ledger.finish(query_id)  # a query that broke before paging was still expected
         self.from_line.discard(query_id)
         self.journal.query_ended(summary)
-        progress.current().query_finished(query_id, summary["status"])
+        progress.current().query_finished(query_id, summary["status"], progress.query_notes(summary))
         self.summaries.append(summary)
         self.pending[base_id(query_id)] -= 1
         self._fill()

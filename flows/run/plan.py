@@ -41,6 +41,7 @@ class DependentQuery:
     """Caps for each instantiated query, not for all of them together."""
     incremental: bool = False
     params_model: type[Params] = Params
+    method: str | None = None
     """The endpoint's parameter model (the job's catalog's: the endpoint may be one the job declares)."""
 
 
@@ -65,6 +66,7 @@ def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
         max_pages=dep.max_pages,
         max_credits=dep.max_credits,
         incremental=dep.incremental,
+        method=dep.method,
     )
 
 
@@ -80,6 +82,8 @@ class CostLine:
     worst_case: int | None
     basis: str
     dependent: bool = False
+    least: int | None = None
+    """The least a request may bill where its answer decides (a cached answer at 0); None: `cost`."""
 
 
 @dataclass(frozen=True)
@@ -125,11 +129,14 @@ def pages_at_most(
     """The most pages one query can take, None when unbounded (the plan's worst case; the time left a run shows).
     `price`: credits per request of the query (default: the endpoint's price without a priced parameter)."""
     price = endpoint.cost if price is None else price
-    if endpoint.paging.single:
+    if endpoint.paging.single and endpoint.paging.follow is None:
         return 1
     bounds = [max_pages] if max_pages is not None else []
     if max_credits is not None and price > 0:
         bounds.append(max_credits // price)
+    numbers = endpoint.paging.page
+    if numbers is not None and numbers.last is not None and endpoint.paging.follow is None:
+        bounds.append((numbers.last - numbers.first) // numbers.step + 1)  # never past the last page number
     return min(bounds) if bounds else None
 
 
@@ -156,16 +163,28 @@ def _records(endpoint: Endpoint, params: Mapping[str, Any], pages: int | None) -
     return pages * size if isinstance(size, int) and pages is not None else None
 
 
-def _basis(endpoint: Endpoint, pages: int | None, max_pages: int | None, price: int = 1) -> str:
-    """Why the worst case is what it is; a price other than 1 credit a request is named (a priced parameter)."""
+def _basis(
+    endpoint: Endpoint, pages: int | None, max_pages: int | None, price: int = 1, least: int | None = None
+) -> str:
+    """Why the worst case is what it is; a price other than 1 credit a request is named (a priced parameter),
+    and a range where the answer decides (`least`); follow-up requests count as pages."""
     each = "" if price == 1 else f", {price} credits a request"
-    if endpoint.paging.single:
+    if least is not None and least != price:
+        each = f", {least}-{price} credits a request"
+    if endpoint.paging.follow is not None:
+        each += " (follow-ups count as pages)"
+    if endpoint.paging.single and endpoint.paging.follow is None:
         return "single page" + each
     if pages is None:
         return "all pages: unbounded" + each
-    return (
-        counted(pages, "page") if pages == max_pages else f"{counted(pages, 'page')} (max_credits)"
-    ) + each
+    numbers = endpoint.paging.page
+    last = (
+        numbers is not None
+        and numbers.last is not None
+        and pages == (numbers.last - numbers.first) // numbers.step + 1
+    )
+    why = "" if pages == max_pages else " (the last page number)" if last else " (max_credits)"
+    return counted(pages, "page") + why + each
 
 
 def _expand(query: Query) -> list[tuple[str, dict[str, Any]]]:
@@ -194,6 +213,7 @@ def _template(query: Query, endpoint: Endpoint, parent: Endpoint) -> DependentQu
         max_credits=query.max_credits,
         incremental=query.incremental,
         params_model=endpoint.params,
+        method=query.method,
     )
 
 
@@ -233,14 +253,15 @@ def _planned(
             queries.append(
                 QuerySpec(
                     query_id, query.endpoint, params, query.max_pages, query.max_credits,
-                    incremental=query.incremental,
+                    incremental=query.incremental, method=query.method,
                 )
             )  # fmt: skip
             price = endpoint.price_of(params)
             pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
             worst = _credits(price, pages, query.max_credits)
-            basis = _basis(endpoint, pages, query.max_pages, price)
-            lines.append(CostLine(query_id, query.endpoint, price, pages, worst, basis))
+            least = endpoint.price.least_of(params)
+            basis = _basis(endpoint, pages, query.max_pages, price, least)
+            lines.append(CostLine(query_id, query.endpoint, price, pages, worst, basis, least=least))
             count = _records(endpoint, params, pages)
             total = None if total is None or count is None else total + count
         records[query.query_id] = total

@@ -9,6 +9,8 @@ So should a run that talks to the wrong address, or with a key the service refus
 free balance once (`connectors.http.balance.check_service`), and a URL where something else answers (the
 service's address with `/v1` appended: 404s that became "not found" and a green night) or nothing can (nothing
 listening, a name that does not resolve, TLS refused) is refused with one line naming the URL and what answered.
+A key the service refuses is refused with one line naming where the key came from, not the URL: the service
+answers a wrong key with 402 and its out-of-credits message, as it answers an empty account.
 """
 
 from __future__ import annotations
@@ -70,12 +72,16 @@ def check_service(url: str, key: ApiKey, key_source: str) -> None:
         asyncio.run(read_balance(url, key))
     except NotTheService as exc:
         raise UsageError(f"service: {exc}; nothing was sent") from None
-    except (Unauthorized, OutOfCredits) as exc:
-        status = 401 if isinstance(exc, Unauthorized) else 402
+    except Unauthorized:
         raise UsageError(
-            f"service: {url} refused the API key (HTTP {status}; the service answers 402 to a key it does not "
-            f"know as to an empty account): fix the key in {key_source}, or top up the account, then run "
+            f"service: the service refused the API key (HTTP 401): fix the key in {key_source}, then run "
             "again. Nothing was paid"
+        ) from None
+    except OutOfCredits:
+        raise UsageError(
+            "service: the service refused the API key, or the account is out of credits (HTTP 402: it "
+            f"answers both with the same message and does not say which): fix the key in {key_source}, or "
+            "top up the account, then run again. Nothing was paid"
         ) from None
 
 

@@ -1,8 +1,6 @@
-"""Progress of a run: what it is, what it has spent of its budget, how fast it goes, per query.
-
-The flow reports to whatever reporter the caller installed (the CLI installs a live view on a terminal,
-`flows.live_view`, and plain sentences elsewhere, `LogLines`); by default nothing is shown, so flows run by
-a Prefect worker stay quiet.
+"""Progress of a run: what it is, what it has spent of its budget, how fast it goes, per query. The flow reports
+to whatever reporter the caller installed (the CLI installs a live view on a terminal, `flows.live_view`, and
+plain sentences elsewhere, `LogLines`); by default nothing is shown, so flows run by a Prefect worker stay quiet.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -113,7 +111,7 @@ class Reporter(Protocol):
     def run_began(self, facts: RunFacts) -> None: ...
     def query_started(self, query_id: str, endpoint: str) -> None: ...
     def page_landed(self, query_id: str, records: int, credits: int) -> None: ...
-    def query_finished(self, query_id: str, status: str) -> None: ...
+    def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None: ...
     def watch_pace(self, report: Callable[[], PaceReport]) -> None: ...
     def close(self) -> None: ...
 
@@ -142,7 +140,7 @@ class Silent:
     def page_landed(self, query_id: str, records: int, credits: int) -> None:
         pass
 
-    def query_finished(self, query_id: str, status: str) -> None:
+    def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None:
         pass
 
     def close(self) -> None:
@@ -156,6 +154,9 @@ class Row:
     records: int = 0
     credits: int = 0
     status: str = "running"
+    notes: tuple[str, ...] = ()
+    """What its pages held that did not land as records (`ExtractionReport.notes_of`): items left out, a cursor
+    not read."""
 
 
 LISTED_WELL = 20
@@ -173,6 +174,14 @@ def ended_well(status: str) -> bool:
     from connectors.paging.pager import OK_STATUSES
 
     return status in OK_STATUSES
+
+
+def query_notes(summary: Mapping[str, object]) -> list[str]:
+    """What a query's line says beside its status, from its summary: items left out, a cursor not read."""
+    from connectors.reading.extraction_report import ExtractionReport
+
+    extraction = summary.get("extraction")
+    return ExtractionReport.notes_of(extraction if isinstance(extraction, Mapping) else None)
 
 
 def clock(seconds: float) -> str:
@@ -244,9 +253,10 @@ class Counting:
                 self.pages_left -= 1
         self.changed(query_id)
 
-    def query_finished(self, query_id: str, status: str) -> None:
+    def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None:
         with self.lock:
             row = self._row(query_id)
+            row.notes = tuple(notes)
             if self.running.pop(query_id, None) is not None:
                 if ended_well(status):
                     self.finished_well += 1
@@ -346,15 +356,15 @@ class LogLines(Counting):
             _say(self.totals())
 
     def _finished(self, query_id: str, row: Row) -> None:
-        if ended_well(row.status):
+        if ended_well(row.status) and not row.notes:
             self.listed += 1
             if self.listed > LISTED_WELL:
                 return
         _say(
             f"{query_id}: {row.status}, {counted(row.pages, 'page')}, {counted(row.records, 'record')}, "
-            f"{counted(row.credits, 'credit')}"
+            f"{counted(row.credits, 'credit')}" + "".join(f"; {note}" for note in row.notes)
         )
-        if self.listed == LISTED_WELL and ended_well(row.status):
+        if self.listed == LISTED_WELL and ended_well(row.status) and not row.notes:
             _say(
                 f"{LISTED_WELL} queries have ended well, each on a line above; from here on a query gets a line "
                 "only when it does not end well, and the others are counted in the progress lines"

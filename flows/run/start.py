@@ -207,8 +207,8 @@ def _chain(layout: OutputLayout, job: str) -> list[RunManifest]:
 
 def _paid_through(summary: dict[str, Any]) -> bool:
     """A query that drifted on its last page: every page is paid and kept (`harvest rebuild` lands them), so
-    continuing it would only pay for the same pages again."""
-    return summary["status"] == "drift" and not summary.get("next_cursor")
+    continuing it would only pay for the same pages again (unless follow-up requests were still waiting)."""
+    return summary["status"] == "drift" and not summary.get("next_cursor") and not summary.get("follow_state")
 
 
 def continue_start(layout: OutputLayout, job: str) -> RunStart:
@@ -227,5 +227,6 @@ def continue_start(layout: OutputLayout, job: str) -> RunStart:
             start.done.add(qid)
         elif qid in specs:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
+            spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
             start.continue_at[qid] = QuerySpec(**spec)
     return start

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pydantic import ValidationError
 
 from connectors.catalog.job_catalog import Catalog, builtin
-from connectors.catalog.params import Params
+from connectors.catalog.params import PARAM_RULE, Params
 from connectors.catalog.shape_overrides import shape_problems
 from flows.spec.explain import params_problem
 from flows.spec.identity import render_value
@@ -46,7 +46,15 @@ def query_problems(i: int, query: Query, catalog: Catalog) -> Iterator[Found]:
     if query.endpoint not in catalog.endpoints:
         yield (*at, "endpoint"), f"unknown endpoint {query.endpoint!r}", _paths_hint(query.endpoint, catalog)
         return
-    params = catalog.get(query.endpoint).params
+    endpoint = catalog.get(query.endpoint)
+    if query.method is not None and query.method not in endpoint.methods:
+        methods = " or ".join(endpoint.methods)
+        yield (
+            (*at, "method"),
+            f"{query.endpoint} is not sent by {query.method}",
+            f"{methods} (its declaration's)",
+        )
+    params = endpoint.params
     names = list(params.model_fields)
     bad = False
     for key, value in query.for_each.items():
@@ -108,15 +116,23 @@ def _combination_problems(at: Loc, query: Query, params: type[Params]) -> Iterat
         except ValidationError as exc:
             for error in exc.errors():
                 key = error["loc"][0] if error["loc"] else None
-                if key in dependent:
+                rule = error["type"] == PARAM_RULE  # a rule between parameters: it names the one to blame
+                key = error["ctx"]["param"] if rule else key
+                if key in dependent and not rule:
                     continue
                 if key in static:
                     loc = (*at, "for_each", key, index[str(key)])
-                elif key is None:
+                elif key in dependent:
+                    loc = (*at, "for_each", key)
+                elif key is None or (rule and key not in query.params):
                     loc = (*at, "params")
                 else:
-                    loc = (*at, "params", *error["loc"])
-                problem, allowed = params_problem(error, params)
+                    loc = (*at, "params", *(error["loc"] or (key,)))
+                problem, allowed = (
+                    (error["ctx"]["problem"], error["ctx"]["allowed"])
+                    if rule
+                    else params_problem(error, params)
+                )
                 if (loc, problem) not in reported:
                     reported.add((loc, problem))
                     yield loc, problem, allowed

@@ -19,11 +19,16 @@ from connectors.catalog.declarations import (
     EndpointDecl,
     KindDecl,
     NewestFirstDecl,
-    PagingDecl,
     ParamDecl,
+    UnwrapDecl,
+)
+from connectors.catalog.declared_requests import (
+    ExcludesDecl,
+    FollowDecl,
+    PagingDecl,
     PriceDecl,
     PriceRuleDecl,
-    UnwrapDecl,
+    RequiresDecl,
 )
 from connectors.catalog.params import Params
 from flows.spec.describe import field_info, keys
@@ -62,7 +67,9 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (
         EndpointDecl,
         "price",
-    ): "credits per request (a number), or {credits: N, when: [{param, value, credits}]}",
+    ): "credits per request (a number), or {credits: N, least: N, when: [{param, value, credits, least}]}",
+    (EndpointDecl, "exactly_one_of"): "groups of parameter names, e.g. [[url, product_id]]",
+    (EndpointDecl, "method"): "GET, POST, or [GET, POST] (the first is the default)",
     (EndpointDecl, "newest_first"): "true, false, or {param: <parameter>, values: [...]}",
     (EndpointDecl, "records_per_page"): "a number >= 1, or the parameter that sets it",
     (KindDecl, "columns"): _COLUMNS_ALLOWED,
@@ -80,6 +87,8 @@ _DECLARATION_TREE: dict[tuple[type[BaseModel], str], tuple[bool, type[BaseModel]
     (KindDecl, "columns"): (True, ColumnDecl), (KindDecl, "unwrap"): (False, UnwrapDecl),
     (UnwrapDecl, "extras"): (True, ColumnDecl), (KindDecl, "children"): (True, ChildDecl),
     (ChildDecl, "columns"): (True, ColumnDecl),
+    (PagingDecl, "follow"): (False, FollowDecl), (EndpointDecl, "requires"): (True, RequiresDecl),
+    (EndpointDecl, "excludes"): (True, ExcludesDecl),
 }  # fmt: skip
 """A declaration's models: (model, key) -> (whether a name or an index comes first, the model below it)."""
 

@@ -175,6 +175,11 @@ class Query(_Model):
         description="Stop paging after the first page whose records were all landed before (newest-first "
         "listings only; `harvest run --full` pages fully once).",
     )
+    method: Literal["GET", "POST"] | None = Field(
+        None,
+        description="How its requests are sent, where the endpoint takes both (`method: [GET, POST]`): POST puts "
+        "the parameters, the cursor too, in a JSON body. Default: the endpoint's first.",
+    )
 
     @property
     def query_id(self) -> str:

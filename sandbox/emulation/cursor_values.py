@@ -42,6 +42,15 @@ def decode(token: str, tag: str, scope: Scope, param: str) -> int:
     return int(parts[1])
 
 
+def read_tagged(token: str, scope: Scope) -> tuple[str, int] | None:
+    """(tag, offset) of one of this query's opaque cursors, whatever its tag; None for any other token."""
+    raw = _unb64(token)
+    parts = raw.split(".") if raw is not None else []
+    if len(parts) != 3 or not parts[1].isdigit() or parts[2] != scope.tag():
+        return None
+    return parts[0], int(parts[1])
+
+
 def encode_replies(root: str, offset: int) -> str:
     """Comment replies carry their thread in the token itself: the root token plus the offset."""
     return _b64(f"rp.{offset}.{root}")

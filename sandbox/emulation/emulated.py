@@ -121,6 +121,12 @@ class EmulatedEndpoint:
     price: Callable[[Sequence[tuple[str, str]]], int] | None = None
     """Credits a request costs, from its query parameters (a declared endpoint's price, per parameter value);
     None: `SandboxConfig.cost_for`."""
+    methods: tuple[str, ...] = ("GET",)
+    """How it may be asked: POST takes the parameters in a JSON body (a declared endpoint's `method`)."""
+    param_check: Callable[[RequestParams], None] | None = None
+    """The service's rules between parameters (exactly one of, needs, excludes): raises `InvalidRequest`."""
+    cache_param: str | None = None
+    """The parameter asking for a cached answer (`cache_max_age`): one young enough costs 0 credits."""
     path_names: tuple[str, ...] = field(init=False, default=())
     """The names of the path's parameters (`{name}`), in order."""
     path_pattern: re.Pattern[str] | None = field(init=False, default=None, repr=False, compare=False)

@@ -74,6 +74,8 @@ class ServedPage:
     success: bool = True
     envelope: bool = True
     """False for the bare JSON array of the streaming clip endpoint."""
+    follow: list[dict[str, str]] = field(default_factory=list)
+    """The follow-up requests its records hand out (a declared `paging.follow`: threads behind a cursor)."""
 
 
 def window(start: int, size: int, total: int) -> tuple[int, int]:

@@ -26,6 +26,7 @@ import orjson
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulation.emulated import EmulatedEndpoint
 from sandbox.emulation.generate import build, make_ctx
+from sandbox.emulation.generic.request_form import cache_age_seconds
 from sandbox.served_paths import CREDIT_BALANCE
 from sandbox.wire.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
 from sandbox.wire.faults import BODY_FAULTS, FaultSchedule, damage
@@ -51,11 +52,13 @@ class BuiltPage:
     envelope: bool
     body: bytes
 
-    def enveloped(self, remaining: int, charged: int) -> bytes:
-        """The same bytes as serialising {"success", **body, "credits_remaining", "credits_charged"}."""
+    def enveloped(self, remaining: int, charged: int, cached_at: str | None = None) -> bytes:
+        """The same bytes as serialising {"success", **body, "credits_remaining", "credits_charged"}; a cached
+        answer says so (`cached: true`, `cached_at`) before its charge."""
         inner = self.body[1:-1]
         head = b'{"success":' + (b"true" if self.success else b"false")
-        tail = b'"credits_remaining":%d,"credits_charged":%d}' % (remaining, charged)
+        cached = b"" if cached_at is None else b'"cached":true,"cached_at":"%s",' % cached_at.encode("ascii")
+        tail = cached + b'"credits_remaining":%d,"credits_charged":%d}' % (remaining, charged)
         return head + b"," + (inner + b"," if inner else b"") + tail
 
 
@@ -98,6 +101,8 @@ class SandboxState:
             tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], BuiltPage
         ] = {}
         self.faults = FaultSchedule(config)
+        self._answered: dict[tuple[Any, ...], float] = {}
+        """A request (its cache parameter left out) -> when it was first answered: what a cached answer is."""
 
     def record(
         self,
@@ -109,6 +114,7 @@ class SandboxState:
         fault: FaultKind | None,
         key: str | None,
         path_values: Mapping[str, str] | None = None,
+        method: str = "GET",
     ) -> None:
         self.ledger.append(
             LedgerEntry(
@@ -121,6 +127,7 @@ class SandboxState:
                 fault=None if fault is None else str(fault),
                 key_id=None if key is None else key_id(key),
                 path_params=dict(path_values or {}),
+                method=method,
             )
         )
 
@@ -157,10 +164,14 @@ class SandboxState:
         path_values: Mapping[str, str] | None = None,
         n: int | None = None,
         fault: FaultKind | None = None,
+        invalid: InvalidRequest | None = None,
+        method: str = "GET",
     ) -> WireAnswer:
-        """Answer one data request (its fault, if any, is slow or a body fault: edge faults end earlier)."""
+        """Answer one data request (its fault, if any, is slow or a body fault: edge faults end earlier);
+        `invalid`: what is wrong with a request whose parameters could not be read (a POST's body), answered
+        400 after the key is checked, as any bad parameter."""
         items = list(items)
-        answer, credits, key = self._answer(endpoint, items, presented, path_values or {}, fault)
+        answer, credits, key = self._answer(endpoint, items, presented, path_values or {}, fault, invalid)
         applied = fault
         if answer.status == 200 and self.config.drift.active:
             answer.body = _wire_bytes(answer.body, endpoint.path, self.config)
@@ -169,7 +180,7 @@ class SandboxState:
                 answer.body = damage(fault, answer.body, n or 0)
             else:
                 applied = None
-        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_values)
+        self.record(n, endpoint.path, items, answer.status, credits, applied, key, path_values, method)
         return answer
 
     def _answer(
@@ -179,6 +190,7 @@ class SandboxState:
         presented: str | None,
         path_values: Mapping[str, str],
         fault: FaultKind | None,
+        invalid: InvalidRequest | None = None,
     ) -> tuple[WireAnswer, int, str | None]:
         if not presented:
             body = {"success": False, "error": "unauthorized", "message": "missing x-api-key header"}
@@ -187,6 +199,8 @@ class SandboxState:
         if key is None:
             return self.out_of_credits(None), 0, None
         try:
+            if invalid is not None:
+                raise invalid
             page = self._built(endpoint, items, path_values)
         except InvalidRequest as exc:
             body = {
@@ -198,7 +212,8 @@ class SandboxState:
                 "credits_charged": 0,
             }
             return _json(400, body), 0, key
-        cost = endpoint.cost(items, self.config)
+        cached_at = self._cached_at(endpoint, items, path_values, page)
+        cost = 0 if cached_at is not None else endpoint.cost(items, self.config)
         if fault is not None and fault not in self.config.billed_faults:
             cost = 0
         remaining = self.book.charge(key, cost)
@@ -206,7 +221,31 @@ class SandboxState:
             return self.out_of_credits(key), 0, key
         if not page.envelope:
             return WireAnswer(page.status, page.body), cost, key
-        return WireAnswer(page.status, page.enveloped(remaining, cost)), cost, key
+        return WireAnswer(page.status, page.enveloped(remaining, cost, cached_at)), cost, key
+
+    def _cached_at(
+        self,
+        endpoint: EmulatedEndpoint,
+        items: list[tuple[str, str]],
+        path_values: Mapping[str, str],
+        page: BuiltPage,
+    ) -> str | None:
+        """When the same request was first answered, if it asks for a cached answer (`cache_max_age`) and that
+        answer is young enough: it then costs 0 credits. Every answer of such an endpoint is remembered."""
+        name = endpoint.cache_param
+        if name is None or page.status != 200 or not page.envelope:
+            return None
+        asked = cache_age_seconds(dict(items).get(name))
+        request = (
+            endpoint.path,
+            tuple(sorted(path_values.items())),
+            tuple(sorted(i for i in items if i[0] != name)),
+        )
+        now = time.time()
+        first = self._answered.setdefault(request, now)
+        if asked is None or first >= now or now - first > asked:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(first))
 
     def _built(
         self, endpoint: EmulatedEndpoint, items: list[tuple[str, str]], path_values: Mapping[str, str]

@@ -19,11 +19,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable
 from sandbox.emulation.generic.declared_endpoints import served
+from sandbox.emulation.generic.request_form import json_items
 from sandbox.expected import expected_pages, full_crawl
 from sandbox.served_paths import CREDIT_BALANCE, OLD_CREDIT_BALANCE
 from sandbox.wire.answering import SandboxState, WireAnswer
@@ -44,15 +45,52 @@ async def _data(request: Request) -> Response:
     state: SandboxState = request.app.state.sandbox
     endpoint = served(state.config).match(request.url.path)
     assert endpoint is not None  # routes exist only for served paths
+    items, invalid = await _items(request, {p.name: p.check for p in endpoint.params})
     answer = state.answer(
         endpoint,
-        request.query_params.multi_items(),
+        items,
         request.headers.get(KEY_HEADER),
         endpoint.path_values(request.scope["path"]),
         request.scope.get("sandbox.n"),
         request.scope.get("sandbox.fault"),
+        invalid,
+        request.method,
     )
     return _response(answer)
+
+
+async def _items(
+    request: Request, checks: dict[str, str]
+) -> tuple[list[tuple[str, str]], InvalidRequest | None]:
+    """A request's parameters: the query string of a GET, the JSON body of a POST (a body that is not a JSON
+    object of values, each of its parameter's type: nothing, and what is wrong with it)."""
+    if request.method != "POST":
+        return request.query_params.multi_items(), None
+    try:
+        return json_items(await request.body(), orjson.loads, checks), None
+    except InvalidRequest as exc:
+        return [], exc
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """A request's whole body, and a `receive` that hands it on again (the fault gate reads a POST's
+    parameters before the app does)."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return body, again
 
 
 async def _balance(request: Request) -> Response:
@@ -87,7 +125,7 @@ async def _expected(request: Request) -> Response:
 
 
 def _routes(table: EndpointTable) -> list[Route]:
-    routes = [Route(e.path, _data, methods=["GET"]) for e in table.endpoints]
+    routes = [Route(e.path, _data, methods=list(e.methods)) for e in table.endpoints]
     routes += [Route(path, _balance, methods=["GET"]) for path in (CREDIT_BALANCE, OLD_CREDIT_BALANCE)]
     routes.append(Route("/_sandbox/ledger", _ledger, methods=["GET"]))
     routes.append(Route("/_sandbox/expected", _expected, methods=["GET"]))
@@ -111,6 +149,8 @@ class SandboxApp:
         if endpoint is None:
             await self.inner(scope, receive, send)
             return
+        if scope.get("method") == "POST":  # its parameters: what an edge fault bills and records too
+            scope["sandbox.body"], receive = await _buffered(receive)
         n, fault = self.state.faults.next(endpoint.path)
         if not self.rate_gate.admit():  # the service's rate limit comes first; a fault it decided is moot
             await self._edge_fault(scope, send, endpoint, n, FaultKind.RATE_LIMIT)
@@ -133,14 +173,21 @@ class SandboxApp:
         request = Request(scope)
         presented = request.headers.get(KEY_HEADER)
         items = request.query_params.multi_items()
+        if scope.get("method") == "POST":
+            try:
+                items = json_items(scope.get("sandbox.body", b""), orjson.loads)
+            except InvalidRequest:
+                items = []
         credits, key = self.state.charge_fault(presented, endpoint, fault, items)
         path_values = endpoint.path_values(scope["path"])
         if fault is FaultKind.DROP:
-            self.state.record(n, endpoint.path, items, None, credits, fault, key, path_values)
+            self.state.record(
+                n, endpoint.path, items, None, credits, fault, key, path_values, scope["method"]
+            )
             await drop_connection(send)
             return
         status, headers, body = edge_response(fault, self.config.retry_after)
-        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_values)
+        self.state.record(n, endpoint.path, items, status, credits, fault, key, path_values, scope["method"])
         headers = [*headers, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

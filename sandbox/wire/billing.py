@@ -72,6 +72,8 @@ class LedgerEntry:
     key_id: str | None
     path_params: dict[str, str] = field(default_factory=dict)
     """Values of the path's parameters (the material id of a detail request): which item was asked for."""
+    method: str = "GET"
+    """How it was asked: GET, or POST with its parameters (`params`) in a JSON body."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

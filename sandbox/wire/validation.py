@@ -100,7 +100,10 @@ def validate(endpoint: EmulatedEndpoint, items: Sequence[tuple[str, str]], quirk
         if group and not any(name in values or name in lists for name in group):
             names = " or ".join(group)
             raise InvalidRequest(group[0], f"one of {names} is required")
-    return RequestParams(values, lists)
+    checked = RequestParams(values, lists)
+    if endpoint.param_check is not None:
+        endpoint.param_check(checked)
+    return checked
 
 
 def _check_bounds(param: QueryParam, value: str) -> str:

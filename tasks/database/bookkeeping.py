@@ -49,6 +49,7 @@ EXTRACTION_COLUMNS = (
     ("lists_missing", "BIGINT"),
     ("new_fields", "VARCHAR"),
     ("columns_empty", "BIGINT"),
+    ("items_dropped", "BIGINT"),
 )
 """What the pages held vs what was kept (`connectors.reading.extraction`), in `query_state` and `runs`."""
 RUNS_ADDED_COLUMNS = (
@@ -93,8 +94,12 @@ QUERY_STATE_ADDED_COLUMNS = (
     ("extraction", "VARCHAR"),
     ("history", "VARCHAR"),
     ("backfill_cursor", "VARCHAR"),
+    ("cursor_unread", "VARCHAR"),
+    ("follow_ups", "BIGINT"),
 )
-"""`history` and `backfill_cursor`: an incremental query's history after the run (`flows.run.coverage`)."""
+"""`history` and `backfill_cursor`: an incremental query's history after the run (`flows.run.coverage`);
+`cursor_unread`: the field that looked like a cursor where paging ended (`connectors.reading.unread_cursors`);
+`follow_ups`: the follow-up requests it paid (`connectors.paging.follow_ups`)."""
 QUERY_STATE_FIELDS = (
     "query_id",
     "endpoint",
@@ -272,6 +277,7 @@ def upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Ite
         fields["backfill_cursor"] = json_text(fields.get("backfill_cursor"))
         extraction = ExtractionReport.from_dict(fields.get("extraction"))
         fields.update(extraction.totals(), extraction=json_text(extraction.as_dict()))
+        fields["cursor_unread"] = (extraction.unread_cursor or {}).get("field")
         fields["new_fields"] = json_text(fields["new_fields"])
         rows[fields["query_id"]] = [run_id, *(fields.get(n) for n in QUERY_STATE_FIELDS)]
     if rows:

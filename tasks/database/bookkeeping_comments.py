@@ -14,6 +14,7 @@ _EXTRACTION = {
     "lists_missing": "Pages whose record list was missing from the answer.",
     "new_fields": "Fields the service sent that the catalog does not read yet (JSON list; kept in `raw`).",
     "columns_empty": "Columns no record filled although records were read (a renamed field?).",
+    "items_dropped": "Items the pages held that a record kind's `where` left out: not records of it, not landed.",
 }
 
 RUNS = (
@@ -71,6 +72,10 @@ QUERY_STATE = (
         "extraction": "What the query's pages held vs what was kept, per table (JSON).",
         "history": "An incremental query's history after the run (JSON): what it has collected.",
         "backfill_cursor": "Where an incremental query's backfill of older items continues (JSON).",
+        "cursor_unread": "Paging ended where the answer had no cursor at the declared `paging.next` but held "
+        "this field, which looks like one: the `next` to declare, if it is. NULL otherwise.",
+        "follow_ups": "Follow-up requests the query paid (a thread's more replies; counted in `pages` too); NULL "
+        "for endpoints whose records carry no follow-up cursor.",
     },
 )
 BOOKKEEPING_COMMENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {

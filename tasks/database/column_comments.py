@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from connectors.catalog.fields import DESCRIPTION, PARAM_PREFIX, SOURCE
+from connectors.catalog.fields import DESCRIPTION, HOLDER_PREFIX, PARAM_PREFIX, SOURCE
 from tasks.database.connection import quote_ident, quote_literal
 
 
@@ -23,6 +23,8 @@ def source_words(source: str) -> str:
     """Where a column is read, in words: `a` or `b` (the first present), a request's parameter, or harvest's."""
     if source.startswith(PARAM_PREFIX):
         return f"the request's `{source[len(PARAM_PREFIX) :]}` parameter"
+    if source.startswith(HOLDER_PREFIX):
+        return f"the `{source[len(HOLDER_PREFIX) :]}` of the item that holds it"
     if not source or " " in source or source == "harvest":
         return source or "not recorded"
     return " or ".join(f"`{path}`" for path in source.split("|"))

@@ -35,6 +35,11 @@ class QuerySummary:
     """Incremental queries: `complete` or `partial` once this run's pass ended (`connectors.paging.known_items`)."""
     backfill_cursor: dict[str, str] | None = None
     """Incremental queries with a partial history: where their older, uncollected items begin."""
+    follow_ups: int | None = None
+    """Follow-up requests paid (counted in `pages` too), for an endpoint whose records carry follow-up cursors;
+    None for every other."""
+    follow_state: dict[str, Any] | None = None
+    """The follow-up requests still waiting when the query stopped (`FollowUps.plain`): `--continue` asks them."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow (`dataclasses.asdict` deep-copies: 9% of a 10,000-query run's CPU)."""

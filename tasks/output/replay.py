@@ -15,8 +15,8 @@ from typing import Any
 
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.paging_styles import Cursor
-from connectors.catalog.records import RecordKind
-from connectors.paging.pager import PagerStart, cursor_key, signature
+from connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
+from connectors.paging.pager import PagerStart, held_nothing, later_page, signature
 from connectors.reading.extraction import ConvertedPage, convert_page
 from connectors.reading.json_body import Body, read_body
 from tasks.output.raw_store import RawPage, RawPageReader
@@ -61,31 +61,45 @@ def replay(path: Path, endpoint: Endpoint) -> Iterator[ReplayedPage]:
 
 
 def replay_pages(pages: Iterable[RawPage], endpoint: Endpoint) -> Iterator[ReplayedPage]:
-    """Stored pages (a query's, from a `RawIndex`) with their records."""
+    """Stored pages (a query's, from a `RawIndex`) with their records, read as the live run read them (the
+    places its earlier pages held)."""
+    found: set[str] = set()
     for page in pages:
         body = _body(page)
-        converted = convert_page(endpoint.kinds, body.value, page.params, body.repairs)
+        converted = convert_page(
+            endpoint.kinds, body.value, page.params, body.repairs,
+            earlier=found, later=later_page(page.page, page.cursor_in), paging=endpoint.paging,
+        )  # fmt: skip
+        found |= converted.report.found
         yield ReplayedPage(page, converted, body.value is not None)
 
 
 class ResumePoint:
-    """Folds replayed pages into the pager's starting state."""
+    """Folds replayed pages into the pager's starting state: the top-level pages' next cursor, and the follow-up
+    requests still waiting, found again from the stored answers as the live run found them
+    (`connectors.paging.follow_ups`)."""
 
     def __init__(
         self,
-        kinds: tuple[RecordKind, ...],
+        endpoint: Endpoint,
         backfill: Cursor | None = None,
         start_cursor: Cursor | None = None,
+        follow_state: dict[str, Any] | None = None,
     ) -> None:
-        self.kinds = kinds
+        self.endpoint = endpoint
         self.backfill = backfill
         """An incremental query's backfill cursor: a page asked for with it shows the head had caught up."""
-        self.start = PagerStart(cursor=start_cursor)
+        self.start = PagerStart(cursor=start_cursor, follow=FollowUps.from_plain(follow_state))
         """With no page stored, the query starts where it was to start (a continued query at its cursor)."""
         self._last: ReplayedPage | None = None
+        self._last_top: ReplayedPage | None = None
+        """The last answered top-level page: where the top-level pages go on."""
+        self._followed = False
+        """The last page stored answered a follow-up."""
 
     def add(self, page: ReplayedPage) -> None:
-        start, raw = self.start, page.raw
+        start, raw, follow = self.start, page.raw, self.start.follow
+        followed = follow.is_waiting(raw.cursor_in)
         if raw.cursor_in:
             start.used.add(cursor_key(raw.cursor_in))
             if self.backfill is not None and dict(raw.cursor_in) == self.backfill:
@@ -94,24 +108,49 @@ class ResumePoint:
         start.records += page.kept
         start.extraction.add(page.converted.report)
         start.index = raw.page + 1
-        self._last = page
+        readable = page.answered and not page.converted.report.lost
+        if readable:
+            follow.found(follow_cursors(self.endpoint, page.records), start.used)
+        if followed and page.answered:  # a paid failure still waits: asked for again
+            assert raw.cursor_in is not None
+            follow.answered(raw.cursor_in, start.used)
+            if readable and raw.cursor_out and page.record_count and self.endpoint.paging.page is None:
+                follow.found([{**raw.cursor_in, **raw.cursor_out}], start.used)
+        elif not followed and readable:
+            self._last_top = page
+            follow.turn = True
+        self._last, self._followed = page, followed
 
     def finish(self) -> PagerStart:
         """Where the query goes on: after its last good page, or again at a failed one."""
         start, last = self.start, self._last
         if last is None:
             return start
+        self._top_state()
         raw = last.raw
-        if raw.status_code == 404:
+        if raw.status_code == 404 and not self._followed:
             start.ended = "not_found"
         elif last.converted.report.lost:
             start.ended = "drift"  # the catalog still cannot read it: stop here again, as the live run did
-            start.cursor = dict(raw.cursor_out) if raw.cursor_out else None
+            if not self._followed:
+                start.cursor = dict(raw.cursor_out) if raw.cursor_out else None
         elif not last.answered:
-            start.cursor, start.index = raw.cursor_in, raw.page  # a paid failure: ask for that page again
-        elif not raw.cursor_out or last.record_count == 0:
+            start.index = raw.page  # a paid failure: ask for that page again
+            if self._followed:
+                start.follow.turn = True
+            else:
+                start.cursor, start.follow.top_ended = raw.cursor_in, False
+        elif start.follow.choose(start.cursor) is None:
             start.ended = "complete"
-        else:
-            start.cursor = dict(raw.cursor_out)
-            start.previous = signature(self.kinds, last.converted.tables)
         return start
+
+    def _top_state(self) -> None:
+        """The top-level pages' state after their last answered page: its next cursor, or ended."""
+        start, top = self.start, self._last_top
+        if top is None:
+            return
+        if not top.raw.cursor_out or held_nothing(top.record_count, top.converted.report):
+            start.follow.top_ended = True
+        else:
+            start.cursor = dict(top.raw.cursor_out)
+            start.previous = signature(self.endpoint.kinds, top.converted.tables)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, overload
 
 from connectors.paging.pager import base_id
+from connectors.reading.extraction_report import ExtractionReport
 from tasks.output.manifest import RunManifest
 
 
@@ -137,7 +138,8 @@ row for each of its queries that did not end well, up to `WIDE`: 10,000 accounts
 def query_rows(
     queries: Iterable[dict[str, Any]], ok_statuses: Collection[str]
 ) -> Iterator[tuple[str, str, bool, int, int, int]]:
-    """(query, status, ended well, pages, records, credits) per row of the run's table."""
+    """(query, status, ended well, pages, records, credits) per row of the run's table; a query's status says
+    what its pages held that did not land as records of its kinds (`ExtractionReport.notes_of`)."""
     by_spec: dict[str, list[dict[str, Any]]] = {}
     for q in sorted(queries, key=lambda q: q["query_id"]):
         by_spec.setdefault(base_id(q["query_id"]), []).append(q)
@@ -150,4 +152,5 @@ def query_rows(
             qs = [q for q in qs if q["status"] not in ok_statuses][:WIDE]
         for q in qs:
             ok = q["status"] in ok_statuses
-            yield q["query_id"], q["status"], ok, q["pages"], q["records"], q["credits"]
+            status = "; ".join([q["status"], *ExtractionReport.notes_of(q.get("extraction"))])
+            yield q["query_id"], status, ok, q["pages"], q["records"], q["credits"]

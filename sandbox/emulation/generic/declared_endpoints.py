@@ -26,6 +26,7 @@ from sandbox.emulation.generic.declared_form import (
     DeclaredParam,
     read_declaration,
 )
+from sandbox.emulation.generic.request_form import CACHE_PARAM
 from sandbox.emulation.page import Ctx, ServedPage
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ _TRUE = frozenset({"true", "1"})
 
 
 def _query_param(decl: DeclaredEndpoint, param: DeclaredParam, in_path: bool) -> QueryParam:
-    cursors = {p for p, _ in decl.paging.next}
+    cursors = set(decl.paging.params)
     grouped = {name for group in decl.one_of for name in group}
     is_text = param.type == "string"
     return QueryParam(
@@ -57,9 +58,10 @@ def _query_param(decl: DeclaredEndpoint, param: DeclaredParam, in_path: bool) ->
 def _params(decl: DeclaredEndpoint, in_path: tuple[str, ...]) -> tuple[QueryParam, ...]:
     params = [_query_param(decl, p, p.name in in_path) for p in decl.params]
     named = {p.name for p in params}
-    for name, _ in decl.paging.next:
+    counted = ("max_cursor", "page_number")
+    for name in decl.paging.params:
         if name not in named:
-            check = "nonneg_int" if decl.paging.style == "max_cursor" else "text"
+            check = "nonneg_int" if decl.paging.style in counted and name != _follow_param(decl) else "text"
             params.append(QueryParam(name, check=check))  # type: ignore[arg-type]
     implied = [QueryParam(n, required=True, identity=True, subject=True) for n in in_path if n not in named]
     return (*implied, *params)
@@ -72,16 +74,24 @@ def _canonical(decl: DeclaredEndpoint, name: str, value: str) -> str:
     return value
 
 
+def _follow_param(decl: DeclaredEndpoint) -> str | None:
+    return decl.paging.follow.param if decl.paging.follow is not None else None
+
+
 def price(decl: DeclaredEndpoint, items: Sequence[tuple[str, str]]) -> int:
-    """Credits of one request: the first `price.when` rule whose parameter has one of its values (a parameter
-    left out counts at its default), else the declared credits."""
+    """Credits of one answer: the highest `credits` of the `price.when` rules whose parameter has one of their
+    values (any value, for a rule without one; a parameter left out counts at its default), else the declared
+    credits. What lowers a price by outcome is the answer's (a cached one: `sandbox.wire.answering`)."""
     given = {p.name: p.default for p in decl.params if p.default is not None}
     given.update(dict(items))
-    for rule in decl.when:
-        value = given.get(rule.param)
-        if value is not None and _canonical(decl, rule.param, value) in rule.values:
-            return rule.credits
-    return decl.credits
+    priced = [
+        rule.credits
+        for rule in decl.when
+        if rule.credits is not None
+        and (value := given.get(rule.param)) not in (None, "")
+        and (not rule.values or _canonical(decl, rule.param, value) in rule.values)
+    ]
+    return max(priced) if priced else decl.credits
 
 
 def _build(decl: DeclaredEndpoint, ctx: Ctx) -> ServedPage:
@@ -106,6 +116,9 @@ def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
         paged=not decl.paging.single,
         new_items=None if newest is None else NewItems(newest[0], newest[1]),
         price=partial(price, decl),
+        methods=decl.methods,
+        param_check=decl.rules.check,
+        cache_param=CACHE_PARAM if decl.param(CACHE_PARAM) is not None else None,
     )
 
 

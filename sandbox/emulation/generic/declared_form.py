@@ -10,11 +10,22 @@ not serve (an unknown paging style, a key that is not a column, a path it alread
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from sandbox.emulation.generic.request_form import (
+    DeclaredPageNumbers,
+    FollowCursor,
+    ParamRuleSet,
+    read_follow,
+    read_methods,
+    read_page_numbers,
+    read_rules,
+)
 
 STYLES = (
     "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor",
+    "page_number",
 )  # fmt: skip
 """The paging styles harvest knows; each names the traps the sandbox's built-in endpoints of that style have."""
 
@@ -66,7 +77,8 @@ class DeclaredColumn:
 
     @property
     def from_request(self) -> bool:
-        return self.path.startswith("$params.")
+        """Harvest fills it, from the request (`$params.`) or the item holding a nested record (`$parent.`)."""
+        return self.path.startswith(("$params.", "$parent."))
 
 
 @dataclass(frozen=True)
@@ -93,9 +105,14 @@ class DeclaredKind:
     ignore: tuple[str, ...] = ()
     """Record paths the declaration knows and leaves in raw: the sandbox sends them, null."""
     nested: str | None = None
-    """The key under which an item holds more items of its kind: sent as an empty list."""
+    """Where in an item more items of its kind are (a record path): replies to replies, a few levels deep."""
     children: tuple[DeclaredChild, ...] = ()
     """Lists of objects inside each record (child tables)."""
+    first_page_only: bool = False
+    """The place is sent on a query's first page only (a post beside the first page of its comments)."""
+    where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """(record path, values): the records hold the first value at the path; each page's list also holds an item
+    of another kind (another value there), as a board's pins hold a "Related Interests" module."""
 
     @property
     def key_paths(self) -> str:
@@ -113,17 +130,30 @@ class DeclaredPaging:
     end_values: tuple[str, ...] = ()
     """Sentinels the declaration names: the first one is what the service ends a `cursor` style's pages with,
     or any style's whose sentinels are not harvest's default (see `declared_pages`)."""
+    page: DeclaredPageNumbers | None = None
+    """The page-number style's parameter and bounds (`next` is empty: the client counts)."""
+    follow: FollowCursor | None = None
+    """Follow-up cursors its records carry (`sandbox.emulation.generic.threads`)."""
 
     @property
     def single(self) -> bool:
-        return self.style == "single" or not self.next
+        return self.style == "single" or (not self.next and self.page is None)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The request parameters that ask for a page past the first (cursors, a page number, a follow-up's)."""
+        own = (self.page.param,) if self.page is not None else tuple(p for p, _ in self.next)
+        follow = (self.follow.param,) if self.follow is not None and self.follow.param not in own else ()
+        return (*own, *follow)
 
 
 @dataclass(frozen=True)
 class DeclaredPriceRule:
     param: str
     values: tuple[str, ...]
-    credits: int
+    """The values it prices; empty: any value (the parameter set at all)."""
+    credits: int | None
+    """The most such a request costs; None: the rule leaves the most alone (it only lowers the least)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +169,8 @@ class DeclaredEndpoint:
     """(parameter, values) when the listing is newest first (parameter None: always)."""
     per_page: int | None = None
     per_page_param: str | None = None
+    methods: tuple[str, ...] = ("GET",)
+    rules: ParamRuleSet = field(default_factory=ParamRuleSet)
 
     def param(self, name: str) -> DeclaredParam | None:
         return next((p for p in self.params if p.name == name), None)
@@ -250,7 +282,20 @@ def _kind(r: _DeclarationReader, table: str, raw: Any) -> DeclaredKind:
         children=tuple(
             _child(r, f"{where}.children", t, c) for t, c in r.mapping(spec.get("children"), where).items()
         ),
+        first_page_only=bool(spec.get("first_page_only", False)),
+        where=_where(r, spec.get("where"), f"{where}.where"),
     )
+
+
+def _where(r: _DeclarationReader, raw: Any, where: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """A kind's `where`: record path -> a value or a list of values (null: the field left out)."""
+    out = []
+    for path, values in r.mapping(raw, where).items():
+        listed = tuple(values) if isinstance(values, list) else (values,)
+        if not listed:
+            raise r.fail(f"{where}.{path}", "names no value to keep")
+        out.append((str(path), listed))
+    return tuple(out)
 
 
 def _child(r: _DeclarationReader, where: str, table: str, raw: Any) -> DeclaredChild:
@@ -264,13 +309,17 @@ def _child(r: _DeclarationReader, where: str, table: str, raw: Any) -> DeclaredC
     )
 
 
-def _paging(r: _DeclarationReader, raw: Any) -> DeclaredPaging:
+def _paging(r: _DeclarationReader, raw: Any, tables: Sequence[str]) -> DeclaredPaging:
     spec = r.mapping(raw, "paging")
     style = spec.get("style", "single")
     if style not in STYLES:
         raise r.fail("paging.style", f"{style!r} is not a paging style; allowed: {', '.join(STYLES)}")
+    follow = read_follow(spec, tables, r.fail)
     if style == "single":
-        return DeclaredPaging("single")
+        return DeclaredPaging("single", follow=follow)
+    if style == "page_number":
+        more = r.names(spec["more"], "paging.more")[0] if spec.get("more") else None
+        return DeclaredPaging(style, (), more, page=read_page_numbers(spec, r.fail), follow=follow)
     declared_next = r.mapping(spec.get("next"), "paging.next")
     pairs = tuple((p, r.names(paths, f"paging.next.{p}")[0]) for p, paths in declared_next.items())
     more = spec.get("more")
@@ -280,7 +329,9 @@ def _paging(r: _DeclarationReader, raw: Any) -> DeclaredPaging:
     ends = spec.get("end_values")
     if ends is None:  # as harvest reads it: `-end-` unless declared (`[]`: none)
         ends = DEFAULT_END_VALUES
-    return DeclaredPaging(style, pairs or DEFAULT_NEXT[style], more, tuple(wire_text(v) for v in ends))
+    return DeclaredPaging(
+        style, pairs or DEFAULT_NEXT[style], more, tuple(wire_text(v) for v in ends), follow=follow
+    )
 
 
 def _price(r: _DeclarationReader, raw: Any) -> tuple[int, tuple[DeclaredPriceRule, ...]]:
@@ -290,10 +341,15 @@ def _price(r: _DeclarationReader, raw: Any) -> tuple[int, tuple[DeclaredPriceRul
     rules = []
     for n, rule in enumerate(spec.get("when") or ()):
         rule = r.mapping(rule, f"price.when[{n}]")
-        values = rule["values"] if "values" in rule else [rule.get("value")]
+        values = (
+            rule["values"] if "values" in rule else [rule["value"]] if rule.get("value") is not None else []
+        )
+        credits = rule.get("credits")
         rules.append(
             DeclaredPriceRule(
-                str(rule.get("param")), tuple(wire_text(v) for v in values), int(rule["credits"])
+                str(rule.get("param")),
+                tuple(wire_text(v) for v in values),
+                None if credits is None else int(credits),
             )
         )
     return int(spec.get("credits", 1)), tuple(rules)
@@ -307,7 +363,7 @@ def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
     kinds = tuple(_kind(r, table, k) for table, k in r.mapping(spec.get("records"), "records").items())
     if not kinds:
         raise r.fail("records", "an endpoint needs at least one record kind")
-    paging = _paging(r, spec.get("paging"))
+    paging = _paging(r, spec.get("paging"), [k.table for k in kinds])
     bare = next((k for k in kinds if k.at == "" and not k.one), None)
     if bare is not None and (len(kinds) > 1 or not paging.single):
         raise r.fail(f"records.{bare.table}.at", "a list that is the answer itself leaves no room for a cursor or "
@@ -334,4 +390,6 @@ def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
         newest_first,
         per_page if isinstance(per_page, int) and not isinstance(per_page, bool) else None,
         per_page if isinstance(per_page, str) else None,
+        read_methods(spec, r.fail),
+        read_rules(spec, r.fail),
     )

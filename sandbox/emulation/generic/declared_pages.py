@@ -23,11 +23,21 @@ repeat-items quirk of the searches): keys stay unique, a client that does not de
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sandbox.emulation import cursor_values as cursors
+from sandbox.emulation.generic import threads
 from sandbox.emulation.generic.declared_form import DEFAULT_END_VALUES, DeclaredEndpoint, DeclaredKind
-from sandbox.emulation.generic.synthetic_values import empty_record, inner, make_record, put
+from sandbox.emulation.generic.request_form import DeclaredPageNumbers
+from sandbox.emulation.generic.synthetic_values import (
+    empty_record,
+    foreign_item,
+    inner,
+    make_record,
+    put,
+    with_nested,
+)
 from sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
 from sandbox.emulation.platforms import Record
 from sandbox.emulation.scope import PagePlan, Scope
@@ -48,7 +58,7 @@ def page_size(ctx: Ctx, decl: DeclaredEndpoint) -> int:
 
 def _echo(ctx: Ctx, decl: DeclaredEndpoint) -> dict[str, str]:
     """Request values a text column of the same name repeats (the url looked up, the advertiser asked for)."""
-    paging = {param for param, _ in decl.paging.next}
+    paging = set(decl.paging.params)
     return {k: v for k, v in ctx.params.values.items() if k not in paging}
 
 
@@ -59,38 +69,56 @@ def _records(
 
 
 def _lay_out(
-    decl: DeclaredEndpoint, lists: dict[str, list[Record]], one_pos: int, s: Scope, echo: dict[str, str]
+    decl: DeclaredEndpoint,
+    lists: dict[str, list[Record]],
+    one_pos: int,
+    s: Scope,
+    echo: dict[str, str],
+    page: int = 0,
 ) -> ServedPage:
-    """The body holding every kind at its place; `records` holds each kind's records (unwrapped)."""
+    """The body holding every kind at its place (a `first_page_only` one on the first page only; a list of a kind
+    with `where` also holds an item of another kind); `records` holds each kind's records (unwrapped, nested
+    ones after the item holding them)."""
     body: Any = {}
     records: dict[str, list[Record]] = {}
     for kind in sorted(decl.kinds, key=lambda k: k.at != ""):  # the answer itself first, the rest into it
-        if kind.one:
+        if kind.first_page_only and page > 0:
+            records[kind.table] = []
+        elif kind.one:
             item = make_record(kind, s, one_pos, echo)
             body = put(body, kind.at, item) if kind.at else {**item, **body}
-            records[kind.table] = [inner(kind, item)]
+            records[kind.table] = [inner(kind, got) for got in with_nested(kind, [item])]
         else:
             items = lists.get(kind.table, [])
+            records[kind.table] = [inner(kind, got) for got in with_nested(kind, items)]
+            foreign = foreign_item(kind, s, page) if items else None
+            if foreign is not None:
+                items = [items[0], foreign, *items[1:]]
             body = put(body, kind.at, items) if kind.at else items
-            records[kind.table] = [inner(kind, item) for item in items]
     return ServedPage(body, records, envelope=isinstance(body, dict))
 
 
 def single(ctx: Ctx, decl: DeclaredEndpoint) -> ServedPage:
     """One answer: each list kind holds up to a page of records (at least one of the first), each object kind
     one record."""
+    if (asked := threads.asked_thread(ctx, decl)) is not None:
+        return _thread_page(ctx, decl, *asked)
     s = ctx.scope()
     size = page_size(ctx, decl)
     listed = [k for k in decl.kinds if not k.one]
     plan = ctx.page_plan(s, {k.table: size for k in listed}, listed[0].table) if listed else None
     lists = {k.table: _records(k, s, range(plan.last[k.table]), _echo(ctx, decl)) for k in listed if plan}
-    return _lay_out(decl, lists, 0, s, _echo(ctx, decl))
+    page = _lay_out(decl, lists, 0, s, _echo(ctx, decl))
+    page.follow = _marked(decl, lists, {t: range(len(r)) for t, r in lists.items()}, s)
+    return page
 
 
 def paged(ctx: Ctx, decl: DeclaredEndpoint) -> ServedPage:
     listed = [k for k in decl.kinds if not k.one]
     if not listed:
         return single(ctx, decl)
+    if (asked := threads.asked_thread(ctx, decl)) is not None:
+        return _thread_page(ctx, decl, *asked)
     s = ctx.scope()
     size = page_size(ctx, decl)
     primary = listed[0]
@@ -102,11 +130,44 @@ def paged(ctx: Ctx, decl: DeclaredEndpoint) -> ServedPage:
         return _sentinel(decl)
     lo, hi = window(start, size, total)
     echo = _echo(ctx, decl)
-    lists = {primary.table: _records(primary, s, [i - new for i in with_repeat(ctx, lo, hi, total)], echo)}
-    for kind in listed[1:]:
-        lists[kind.table] = _records(kind, s, _page_positions(plan, kind.table, lo // size), echo)
-    page = _lay_out(decl, lists, 0, s, echo)
+    where = {primary.table: [i - new for i in with_repeat(ctx, lo, hi, total)]}
+    where |= {kind.table: list(_page_positions(plan, kind.table, lo // size)) for kind in listed[1:]}
+    lists = {kind.table: _records(kind, s, where[kind.table], echo) for kind in listed}
+    page = _lay_out(decl, lists, 0, s, echo, page=lo // size + 1 if _asked_later(ctx, decl) else 0)
+    page.follow = _marked(decl, lists, where, s)
     _end_signals(ctx, decl, page, s, (lo, hi, total, new))
+    return page
+
+
+def _asked_later(ctx: Ctx, decl: DeclaredEndpoint) -> bool:
+    """Whether the request asks for a page after the first (a cursor sent, or a page number past the first)."""
+    numbers = decl.paging.page
+    if numbers is not None:
+        asked = ctx.params.get(numbers.param)
+        return asked is not None and str(asked) != str(numbers.first)
+    return any(ctx.params.get(param) is not None for param, _ in decl.paging.next)
+
+
+def _marked(
+    decl: DeclaredEndpoint, lists: dict[str, list[Record]], where: Mapping[str, Sequence[int]], s: Scope
+) -> list[dict[str, str]]:
+    """The thread cursors of the follow kind's records (`threads`), put on them; the follow-ups they ask."""
+    kind = threads.follow_kind(decl)
+    if kind is None or kind.table not in lists:
+        return []
+    return threads.mark(decl, kind, lists[kind.table], list(where[kind.table]), s)
+
+
+def _thread_page(ctx: Ctx, decl: DeclaredEndpoint, thread: str, offset: int) -> ServedPage:
+    """A page of a thread's records, the other kinds as on the query's pages (a list kind empty)."""
+    kind = threads.follow_kind(decl)
+    assert kind is not None
+    s, echo = ctx.scope(), _echo(ctx, decl)
+    records, token, asks = threads.thread_records(ctx, decl, thread, offset, page_size(ctx, decl), echo)
+    lists = {k.table: records if k is kind else [] for k in decl.kinds if not k.one}
+    page = _lay_out(decl, lists, 0, s, echo, page=1)  # a thread's page is never the query's first
+    page.follow = asks
+    page.body, page.next = threads.thread_next(decl, page.body, token)
     return page
 
 
@@ -131,7 +192,10 @@ def _page_positions(plan: PagePlan, table: str, page_no: int) -> range:
 
 
 def _start(ctx: Ctx, decl: DeclaredEndpoint, s: Scope, new: int) -> int:
-    """Where the asked page starts; `InvalidRequest` (400, not billed) for a cursor that is not this query's."""
+    """Where the asked page starts; `InvalidRequest` (400, not billed) for a cursor that is not this query's, or
+    a page number the service does not answer (past `last`)."""
+    if decl.paging.page is not None:
+        return _page_start(ctx, decl.paging.page, page_size(ctx, decl))
     params = [param for param, _ in decl.paging.next]
     given = {p: v for p in params if (v := ctx.params.get(p)) is not None}
     if not given:
@@ -145,6 +209,38 @@ def _start(ctx: Ctx, decl: DeclaredEndpoint, s: Scope, new: int) -> int:
     if any(at != starts[0] for at in starts[1:]):
         raise InvalidRequest(params[-1], f"'{params[-1]}' does not belong with '{params[0]}'")
     return starts[0]
+
+
+def _page_start(ctx: Ctx, numbers: DeclaredPageNumbers, size: int) -> int:
+    asked = ctx.params.get(numbers.param)
+    number = numbers.first if asked is None else int(asked)
+    past = numbers.last is not None and number > numbers.last
+    if number < numbers.first or past or (number - numbers.first) % numbers.step:
+        upto = "" if numbers.last is None else f" to {numbers.last}"
+        step = "" if numbers.step == 1 else f", every {numbers.step}"
+        raise InvalidRequest(numbers.param, f"'{numbers.param}' must be from {numbers.first}{upto}{step}")
+    return (number - numbers.first) // numbers.step * size
+
+
+def _page_signals(
+    decl: DeclaredEndpoint, page: ServedPage, size: int, span: tuple[int, int, int, int]
+) -> None:
+    """A page-number page's end signals: the `more` flag and the count of pages where declared; `next` as a
+    client reading them goes on (never past `last`), `dangling` the number one past the end (an empty page)."""
+    numbers, paging = decl.paging.page, decl.paging
+    assert numbers is not None
+    lo, hi, total, _ = span
+    after = numbers.first + (lo // size + 1) * numbers.step
+    within = numbers.last is None or after <= numbers.last
+    ask = {numbers.param: str(after)} if within else None
+    if hi < total:
+        page.next = ask
+    elif lo < hi:
+        page.dangling = ask
+    if paging.more:
+        page.body = put(page.body, paging.more, hi < total)
+    if numbers.pages:
+        page.body = put(page.body, numbers.pages, max(1, -(-total // size)))
 
 
 def _sentinel(decl: DeclaredEndpoint) -> ServedPage:
@@ -164,6 +260,9 @@ def _end_signals(
     ctx: Ctx, decl: DeclaredEndpoint, page: ServedPage, s: Scope, span: tuple[int, int, int, int]
 ) -> None:
     """Cursors and the `more` flag of a page, and `next`/`dangling` as a client reading them goes on."""
+    if decl.paging.page is not None:
+        _page_signals(decl, page, page_size(ctx, decl), span)
+        return
     lo, hi, total, new = span
     paging = decl.paging
     more = hi < total

@@ -140,7 +140,8 @@ def _key_text(number: int) -> str:
 
 
 def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
-    """A key column's value: unique per (scope, table, column, position), of the column's type."""
+    """A key column's value: unique per (scope, table, column, position), of the column's type (`table` with a
+    nested item's lineage: unique among the replies of the replies too)."""
     number = int(s.numid(f"{table}.{column.name}", pos, 15))
     kind = column.type
     if kind == "integer":
@@ -158,21 +159,87 @@ def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
     return _key_text(number)
 
 
-def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str]) -> Record:
+def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str], lineage: str = "") -> Record:
     """The record of `kind` at `pos`: every column at its path; wrapped as `{wrap_key: record, <extras>}` when
-    the declaration unwraps it."""
-    d = Draw(s.key, kind.table, pos)
-    record = _fill({}, kind.columns, kind, d, s, pos, echo)
+    the declaration unwraps it; holding 0 to `NESTED_ITEMS` more items of its kind at its `nested` path, down to
+    `NESTED_DEPTH` levels (`lineage`: the positions of the items holding it, which keep its key unique)."""
+    space = kind.table + lineage
+    d = Draw(s.key, space, pos)
+    record = _fill({}, kind.columns, kind, d, s, pos, echo, space)
     for path in kind.ignore:
         if not has(record, path):  # an object some column reads into is known whole: it stays
             record = put(record, path, None)
-    if kind.nested:
-        record = put(record, kind.nested, [])
+    for path, values in kind.where:
+        kept = next((v for v in values if v is not None), None)
+        if kept is not None:
+            record = put(record, path, kept)
     for child in kind.children:
         record = put(record, child.at, _child_items(child, d, s, pos, echo))
-    if kind.wrap_key is None:
-        return record
-    return _fill({kind.wrap_key: record}, kind.extras, kind, d, s, pos, echo)
+    item = (
+        record
+        if kind.wrap_key is None
+        else _fill({kind.wrap_key: record}, kind.extras, kind, d, s, pos, echo)
+    )
+    if kind.nested:
+        inner = f"{lineage}/{pos}"
+        many = d.num(0, NESTED_ITEMS) if lineage.count("/") < NESTED_DEPTH else 0
+        item = put(item, kind.nested, [make_record(kind, s, n, echo, inner) for n in range(many)])
+    return item
+
+
+NESTED_ITEMS = 2
+"""The most items nested in one item (0 to this many, drawn per item)."""
+NESTED_DEPTH = 2
+"""Levels of nested items below the place's own (a reply to a reply to a reply is the deepest)."""
+
+
+def with_nested(kind: DeclaredKind, items: list[Record]) -> list[Record]:
+    """The items and, after each, the items nested in it, depth first (as a client reads `nested`)."""
+    if not kind.nested:
+        return items
+    out: list[Record] = []
+    for item in items:
+        out.append(item)
+        out.extend(with_nested(kind, _nested_list(item, steps(kind.nested))))
+    return out
+
+
+def _nested_list(doc: Any, walk: tuple[Step, ...]) -> list[Record]:
+    """The items at a nested path as `put` writes them (a `[]` step gathers every item's)."""
+    if not walk:
+        return doc if isinstance(doc, list) else []
+    (kind, arg), rest = walk[0], walk[1:]
+    if kind == "key":
+        return _nested_list(doc.get(arg), rest) if isinstance(doc, dict) else []
+    if not isinstance(doc, list):
+        return []
+    if kind == "index":
+        return _nested_list(doc[arg], rest) if arg < len(doc) else []
+    return [got for item in doc for got in _nested_list(item, rest)] if rest else doc
+
+
+def foreign_item(kind: DeclaredKind, s: Scope, page: int) -> Record | None:
+    """An item of another kind in the list of a kind with `where` (a board's "Related Interests" module among
+    its pins): another value at each `where` path, a title object, an id of its own; None without `where`."""
+    if not kind.where:
+        return None
+    item: Record = {
+        "title": {"format": "Related Interests", "args": []},
+        "id": s.numid(f"{kind.table}!", page),
+    }
+    for path, values in kind.where:
+        item = put(item, path, _another(values))
+    return item
+
+
+def _another(values: tuple[Any, ...]) -> Any:
+    """A value none of `values` is."""
+    if any(isinstance(v, bool) for v in values):
+        return "neither"
+    numbers = [v for v in values if isinstance(v, int | float)]
+    if numbers:
+        return max(numbers) + 1
+    return "story" if "story" not in values else "module"
 
 
 def _fill(
@@ -183,14 +250,16 @@ def _fill(
     s: Scope,
     pos: int,
     echo: Mapping[str, str],
+    space: str | None = None,
 ) -> Record:
+    """`doc` with each column's value at its path; keys unique within `space` (the kind's table by default)."""
     timed = False
     # A json column first: a column read from inside the object it holds is then set within it, not lost.
     for column in sorted(columns, key=lambda c: c.type != "json"):
         if column.from_request:
             continue
         if column.name in kind.key:
-            made = key_value(column, s, kind.table, pos)
+            made = key_value(column, s, space or kind.table, pos)
         elif column.type == "text" and column.name in echo:
             made = echo[column.name]
         else:

@@ -1,0 +1,341 @@
+"""Declarations that say what the service's real answers do, read from its published samples: a place sent on a
+query's first page only, lists inside lists to any depth, items of another kind mixed into a list, and a cursor
+the declaration does not read.
+
+The samples are read in place (`tests.published_samples`). The pages of a query are served over HTTP and paged by
+harvest's own pager and client; the reading rules are held against single pages where the flow adds nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from connectors.catalog.declarations import EndpointDecl, plain
+from connectors.catalog.endpoint_build import build_endpoint
+from connectors.catalog.endpoints import Endpoint
+from connectors.credits.ledger import CreditLedger
+from connectors.http.client import ServiceClient
+from connectors.paging.pager import QuerySpec
+from connectors.reading.extraction import convert_page
+from flows.cli import app
+from tests.crawl_helpers import collect
+from tests.flow_helpers import rows, scalar, write_spec
+from tests.published_samples import sample, sample_service, thread_items
+
+COMMENTS = "/v1/forum/post/comments"
+BOARD = "/v1/pinboard/board"
+FULL, TRIMMED = "_v1_forum_post_comments.json", "_v1_forum_post_comments.trimmed.json"
+POST_KIND: dict[str, Any] = {
+    "at": "post",
+    "one": True,
+    "key": "id",
+    "columns": {"id": "text", "title": "text", "num_comments": "integer"},
+}
+COMMENT_KIND: dict[str, Any] = {
+    "at": "comments",
+    "nested": "replies.items",
+    "key": "id",
+    "columns": {
+        "id": "text",
+        "body": "text",
+        "parent_id": "text",
+        "created_at": {"type": "timestamp", "path": "created_utc"},
+        "replied_to": {"type": "text", "path": "$parent.id"},
+    },
+}
+TOP_COMMENT_KIND: dict[str, Any] = {
+    "at": "comments",
+    "key": "id",
+    "columns": {"id": "text", "body": "text", "parent_id": "text"},
+}
+"""The thread's top-level comments only (what a declaration could say before `nested` took a path)."""
+THREAD_PAGING = {"style": "cursor", "next": {"cursor": "more.cursor"}, "more": "more.has_more"}
+runner = CliRunner()
+
+
+def endpoint(path: str, declaration: dict[str, Any]) -> Endpoint:
+    """The endpoint a job's declaration makes: checked, plain, built as a run builds it."""
+    return build_endpoint(path, plain(path, EndpointDecl.model_validate(declaration)))
+
+
+def thread(records: dict[str, Any], paging: dict[str, Any] = THREAD_PAGING) -> Endpoint:
+    return endpoint(COMMENTS, {"params": {"url": {"type": "string"}}, "paging": paging, "records": records})
+
+
+def cursor_page() -> dict[str, Any]:
+    """A cursor page of the thread as the service sends it: comments, no `post`, no more pages (the trimmed
+    sample's comments, another thread of the same shape)."""
+    page = sample(TRIMMED)
+    del page["post"]
+    page["more"] = {"has_more": False, "cursor": None}
+    return page
+
+
+async def page_thread(decl: Endpoint, pages: dict[str | None, Any]) -> Any:
+    """Page one query of `decl` over HTTP, the first page answered `pages[None]`, a cursor page `pages[cursor]`."""
+    with sample_service({COMMENTS: lambda params: pages[params.get("cursor")]}) as (url, asked):
+        ledger = CreditLedger(100)
+        spec = QuerySpec("thread", COMMENTS, {"url": "https://forum.example/r/AskReddit/comments/ablzuq/"})
+        async with ServiceClient(url, "k" * 24, ledger) as client:
+            run = await collect(spec, decl, client, ledger)
+    return run, [params for path, params in asked if path == COMMENTS]
+
+
+# ------------------------------------------------------------------------------------- first page only
+@pytest.mark.parametrize(
+    "records",
+    [
+        {"forum_post_details": POST_KIND, "forum_post_comments": TOP_COMMENT_KIND},
+        {"forum_post_comments": TOP_COMMENT_KIND, "forum_post_details": POST_KIND},
+        {
+            "forum_post_details": {**POST_KIND, "first_page_only": True},
+            "forum_post_comments": TOP_COMMENT_KIND,
+        },
+        {"forum_post_details": POST_KIND, "forum_post_comments": COMMENT_KIND},
+    ],
+    ids=["post-first", "comments-first", "first_page_only", "post-first-with-replies"],
+)
+async def test_a_place_on_the_first_page_only_is_no_drift_in_either_order(records: dict[str, Any]) -> None:
+    """The post comes beside the first page of its comments only: paging goes on to the cursor page and ends
+    complete, every comment (and reply, when declared) of both pages landed, whatever the kinds' order."""
+    first = sample(FULL)
+    run, asked = await page_thread(thread(records), {None: first, first["more"]["cursor"]: cursor_page()})
+    pages = [first["comments"], cursor_page()["comments"]]
+    nested = "nested" in records["forum_post_comments"]
+    comments = [c for page in pages for c in (thread_items(page) if nested else page)]
+    assert (run.outcome.status, run.outcome.error) == ("complete", None)
+    assert [params.get("cursor") for params in asked] == [None, first["more"]["cursor"]]
+    landed = [page.records for page in run.pages]
+    assert [r["id"] for r in landed[0]["forum_post_details"]] == [first["post"]["id"]]
+    assert landed[1]["forum_post_details"] == []
+    got = [r["id"] for page in landed for r in page["forum_post_comments"]]
+    assert got == [c["id"] for c in comments] and len(set(got)) == len(comments) == (13 if nested else 2)
+    assert run.outcome.extraction.lost == 0 and run.outcome.records == 1 + len(comments)
+
+
+def test_first_page_only_says_a_later_page_has_no_such_place_whatever_else_it_holds() -> None:
+    """Without the flag, a place missing from a later page beside a list of objects nothing reads (a renamed
+    list?) is drift; declared `first_page_only`, the post is simply not on that page."""
+    page = cursor_page()
+    page["awards"] = [{"name": "gold", "count": 1}]  # a list of objects no kind of the declaration reads
+    for flag, lost in ((False, ["forum_post_details: post"]), (True, [])):
+        decl = thread(
+            {
+                "forum_post_details": {**POST_KIND, "first_page_only": flag},
+                "forum_post_comments": COMMENT_KIND,
+            }
+        )
+        report = convert_page(decl.kinds, page, {}, earlier={"forum_post_details"}, later=True).report
+        assert list(report.missing_lists) == lost
+
+
+# ------------------------------------------------------------------------------------- lists inside lists
+def test_every_comment_and_reply_of_the_thread_is_a_record_once_knowing_its_parent() -> None:
+    body = sample(FULL)
+    decl = thread({"forum_post_comments": COMMENT_KIND})
+    page = convert_page(decl.kinds, body, {})
+    rows = page.tables["forum_post_comments"].to_pylist()
+    everything = thread_items(body["comments"])
+    assert [r["id"] for r in rows] == [c["id"] for c in everything] and len(everything) == 4
+    holder = {reply["id"]: c["id"] for c in everything for reply in c["replies"]["items"]}
+    assert [r["replied_to"] for r in rows] == [holder.get(c["id"]) for c in everything]
+    assert all(r["parent_id"] == f"t1_{r['replied_to']}" for r in rows[1:])  # the service's own link agrees
+    assert "replies" not in page.report.tables["forum_post_comments"].new_fields
+
+
+@pytest.mark.parametrize(
+    ("name", "at", "expected"),
+    [
+        (
+            FULL,
+            "comments[].replies.items[]",
+            lambda b: [r for c in b["comments"] for r in c["replies"]["items"]],
+        ),
+        (
+            TRIMMED,
+            "comments[].replies.items[]",
+            lambda b: [r for c in b["comments"] for r in c["replies"]["items"]],
+        ),
+        (
+            "_v1_photo-app_profile.json",
+            "data.user.edge_owner_to_timeline_media.edges[].node",
+            lambda b: [e["node"] for e in b["data"]["user"]["edge_owner_to_timeline_media"]["edges"]],
+        ),
+    ],
+    ids=["forum-replies", "forum-replies-trimmed", "photo-app-timeline"],
+)
+def test_brackets_in_at_take_every_item_of_every_list(name: str, at: str, expected: Any) -> None:
+    body = sample(name)
+    decl = endpoint(
+        "/v1/example/listing", {"records": {"items": {"at": at, "key": "id", "columns": {"id": "text"}}}}
+    )
+    page = convert_page(decl.kinds, body, {})
+    want = [item["id"] for item in expected(body)]
+    assert [r["id"] for r in page.tables["items"].to_pylist()] == want and want
+    assert page.report.lost == 0
+
+
+# ------------------------------------------------------------------------------------- items of another kind
+RELATED = {
+    "type": "story",
+    "id": "5312741902214418411",
+    "title": {"format": "Related Interests", "args": []},
+    "objects": [{"type": "interest", "id": "918530398158"}],
+}
+"""The "Related Interests" module a board's `pins` hold beside its pins (its title an object, its objects no pins)."""
+
+
+def board(where: Any) -> Endpoint:
+    kind = {
+        "at": "pins",
+        "key": "id",
+        "where": where,
+        "columns": {"id": "text", "title": "text", "link": "text"},
+    }
+    return endpoint(BOARD, {"params": {"board_url": {"type": "string"}}, "paging": {"style": "cursor"},
+                            "records": {"pinboard_board_pins": kind}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("where", "kept"), [({"type": "pin"}, ["full"]), ({"type": ["pin", None]}, ["full", "trimmed"])]
+)
+def test_where_keeps_the_pins_and_counts_what_it_left_out(where: Any, kept: list[str]) -> None:
+    """A board's first page (full pins, `type: pin`, and the module) and a trimmed one (its pins say no type)."""
+    full, trimmed = sample("_v1_pinboard_board.json"), sample("_v1_pinboard_board.trimmed.json")
+    full["pins"].insert(1, RELATED)
+    decl = board(where)
+    pages = {"full": convert_page(decl.kinds, full, {}), "trimmed": convert_page(decl.kinds, trimmed, {})}
+    for name, page in pages.items():
+        pins = {"full": full, "trimmed": trimmed}[name]["pins"]
+        table = page.report.tables["pinboard_board_pins"]
+        want = [p["id"] for p in pins if p is not RELATED] if name in kept else []
+        assert [r["id"] for r in page.tables["pinboard_board_pins"].to_pylist()] == want
+        assert table.dropped == len(pins) - len(want) and table.kept == len(want)
+        assert page.report.lost == 0 and page.report.totals()["items_dropped"] == table.dropped
+    assert "Related Interests" in (pages["full"].report.tables["pinboard_board_pins"].dropped_example or "")
+
+
+# ------------------------------------------------------------------------------------- a cursor not read
+@pytest.mark.parametrize(
+    ("name", "paging", "unread"),
+    [
+        (FULL, {"style": "cursor"}, {"field": "more.cursor", "param": "cursor"}),
+        (FULL, THREAD_PAGING, None),
+        (
+            "_v1_photo-app_user_reels.json",
+            {"style": "cursor"},
+            {"field": "paging_info.max_id", "param": "cursor"},
+        ),
+        ("_v1_photo-app_user_reels.json", {"style": "max_id"}, None),
+        (
+            "_v1_pinboard_board.json",
+            {"style": "cursor", "next": {"cursor": "bookmark"}},
+            {"field": "cursor", "param": "cursor"},
+        ),
+        ("_v1_pinboard_board.json", {"style": "single"}, None),
+    ],
+    ids=[
+        "thread-default-style",
+        "thread-declared",
+        "reels-as-cursor",
+        "reels-max-id",
+        "board-misnamed",
+        "single",
+    ],
+)
+def test_a_cursor_the_declaration_does_not_read_is_named(name: str, paging: Any, unread: Any) -> None:
+    body = sample(name)
+    decl = endpoint(
+        "/v1/example/listing",
+        {"paging": paging, "records": {"items": {"at": "x", "key": "id", "columns": {"id": "text"}}}},
+    )
+    assert convert_page(decl.kinds, body, {}, paging=decl.paging).report.unread_cursor == unread
+
+
+def test_a_last_page_that_says_no_more_names_no_cursor() -> None:
+    last = copy.deepcopy(sample(FULL))
+    last["more"] = {"has_more": False, "cursor": "opaque"}
+    decl = thread({"forum_post_comments": COMMENT_KIND}, {"style": "cursor", "more": "more.has_more"})
+    assert convert_page(decl.kinds, last, {}, paging=decl.paging).report.unread_cursor is None
+
+
+# ------------------------------------------------------------------------------------- one run of a job
+THREAD_PATH = "/v1/declared/forum/post/comments"
+BOARD_PATH = "/v1/declared/pinboard/board"
+"""The samples' endpoints under paths of the job's own: a path harvest ships is not declared again."""
+
+
+def test_a_job_lands_the_thread_and_the_board_and_says_what_it_did_not_read(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """One `harvest run`: the thread declared as a new user would (`paging: {style: cursor}`, its cursor is at
+    `more.cursor`) lands every comment and reply once and ends complete, naming the cursor it did not read; the
+    board keeps its pins (those that say no type too) and counts the module it left out. Both in
+    `query_state`, `runs` and the run's summary."""
+    full, board_page, trimmed = (
+        sample(FULL),
+        sample("_v1_pinboard_board.json"),
+        sample("_v1_pinboard_board.trimmed.json"),
+    )
+    board_page["pins"].insert(1, RELATED)
+    del trimmed["cursor"]
+    routes = {
+        THREAD_PATH: lambda params: full,
+        BOARD_PATH: lambda params: trimmed if params.get("cursor") == board_page["cursor"] else board_page,
+    }
+    pins = {
+        "at": "pins",
+        "key": "id",
+        "where": {"type": ["pin", None]},
+        "columns": {"id": "text", "title": "text"},
+    }
+    with sample_service(routes) as (url, asked):
+        spec = write_spec(tmp_path, {
+            "name": "shapes", "service": {"base_url": url}, "budget": {"credits": 20},
+            "output": str(tmp_path / "out"),
+            "endpoints": {
+                THREAD_PATH: {"params": {"url": {"type": "string", "required": True}}, "paging": {"style": "cursor"},
+                              "records": {"forum_post_details": POST_KIND, "forum_post_comments": COMMENT_KIND}},
+                BOARD_PATH: {"params": {"board_url": {"type": "string", "required": True}},
+                             "paging": {"style": "cursor"}, "records": {"pinboard_board_pins": pins}},
+            },
+            "queries": [
+                {"id": "thread", "endpoint": THREAD_PATH, "params": {"url": "https://forum.example/comments/ablzuq/"}},
+                {"id": "board", "endpoint": BOARD_PATH, "params": {"board_url": "https://pinboard.example/b/"}},
+            ],
+        })  # fmt: skip
+        result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    db = tmp_path / "out" / "harvest.duckdb"
+    everything = thread_items(full["comments"])
+    landed = rows(db, "SELECT id, replied_to FROM forum_post_comments ORDER BY created_at")
+    holder = {reply["id"]: c["id"] for c in everything for reply in c["replies"]["items"]}
+    assert sorted(landed) == sorted((c["id"], holder.get(c["id"])) for c in everything) and len(landed) == 4
+    assert rows(db, "SELECT id FROM pinboard_board_pins ORDER BY id") == sorted(
+        [(board_page["pins"][0]["id"],), (trimmed["pins"][0]["id"],)]
+    )
+    state = dict(rows(db, "SELECT query_id, (status, pages, items_dropped, cursor_unread) FROM query_state"))
+    assert state == {"thread": ("complete", 1, 0, "more.cursor"), "board": ("complete", 2, 1, None)}
+    assert scalar(db, "SELECT items_dropped FROM runs") == 1
+    comments = dict(
+        rows(db, "SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'query_state'")
+    )
+    assert "`where`" in comments["items_dropped"] and "paging.next" in comments["cursor_unread"]
+    said = " ".join(result.stderr.split())
+    assert "thread (/v1/declared/forum/post/comments): paging ended where the answer had no cursor" in said
+    assert "declare `next: {cursor: more.cursor}`" in said
+    assert (
+        "1 item the pages held did not match its record kind's `where`" in said
+        and "Related Interests" in said
+    )
+    assert "harvest: thread: complete, 1 page, 5 records, 1 credit; `more.cursor` unread" in said  # its line
+    assert "harvest: board: complete, 2 pages, 2 records, 2 credits; 1 item left out" in said
+    table = " ".join(result.stdout.split())
+    assert "`more.cursor` unread" in table and "1 item left out" in table
+    assert [path for path, _ in asked].count(THREAD_PATH) == 1, "paging ended after the one page"
