@@ -150,11 +150,13 @@ VALUES: dict[str, Any] = {
 
 def request_of(path: str) -> dict[str, Any]:
     """The parameters a query of a built-in endpoint needs: each required one, and the first of each "one of"
-    group, with a value its declaration allows."""
+    group (`one_of`, `exactly_one_of`), with a value its declaration allows."""
     decl = job_catalog.builtin_declarations()[path]
     params = decl["params"]
     wanted = [n for n, p in params.items() if p["required"]]
-    wanted += [group[0] for group in decl["one_of"] if not set(group) & set(wanted)]
+    for group in [*decl["one_of"], *decl.get("exactly_one_of", [])]:
+        if not set(group) & set(wanted):
+            wanted.append(group[0])
     return {name: _value(name, params[name]) for name in wanted}
 
 

@@ -81,8 +81,8 @@ def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) ->
 
 
 BUILTIN_DIR = Path(__file__).with_name("endpoints")
-"""harvest's own catalog files, one per platform (package data); `pending/` beside it holds declarations that wait
-for a key harvest does not take yet, and is not read."""
+"""harvest's own catalog files, one per platform (package data); a declaration that waits for a key harvest does
+not take yet goes in `pending/` beside it, which is not read."""
 
 
 def builtin_files() -> list[Path]:
