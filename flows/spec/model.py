@@ -7,6 +7,7 @@ path holds an unchecked spec.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -314,7 +315,7 @@ class JobSpec(_Model):
 
     def replaced_params(self) -> list[str]:
         """A warning for each query that sets a parameter the service has replaced (`replaced_by`): it runs as
-        written; the warning names the parameter to use."""
+        written; the warning names the parameter to use, in lines of 80 columns."""
         endpoints = self.catalog().endpoints
         warnings = []
         for n, query in enumerate(self.queries):
@@ -325,9 +326,12 @@ class JobSpec(_Model):
                     values = [str(v) for a in (annotation, *get_args(annotation)) if get_origin(a) is Literal
                               for v in get_args(a)]  # fmt: skip
                     allowed = f" ({', '.join(values)})" if values else ""
-                    warnings.append(
+                    sentence = (
                         f"warning: queries[{n}] ({query.query_id}): {query.endpoint} takes `{new}`{allowed} "
                         f"where it took `{old}`; `{old}` is still sent as written"
+                    )
+                    warnings.append(
+                        textwrap.fill(sentence, 80, break_long_words=False, break_on_hyphens=False)
                     )
         return warnings
 
