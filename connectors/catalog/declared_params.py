@@ -42,7 +42,7 @@ def params_model(
             bounds["description"] = p["description"]
         if not p.get("required"):
             annotation = annotation | None
-        if p["type"] == "string":  # outermost, so the field's annotation stays the plain type
+        if p["type"] == "string" and "true" in (p.get("enum") or ()):  # outermost: the annotation stays plain
             annotation = Annotated[annotation, BeforeValidator(_bool_as_text)]
         fields[name] = (
             annotation,
@@ -59,9 +59,9 @@ def params_model(
 
 
 def _bool_as_text(value: Any) -> Any:
-    """A YAML `true` for a text parameter is its text: the service's on/off texts (`includeExtras: "true"`)
-    read as a spec writes them."""
-    return str(value).lower() if isinstance(value, bool) else value
+    """A YAML `true` for an on/off text (`enum: ["true"]`, `includeExtras`) is its text, as a spec writes it;
+    any other boolean stays one and is refused (an unquoted `no` for a handle is a mistake, not a text)."""
+    return "true" if value is True else value
 
 
 def _class_name(path: str) -> str:
