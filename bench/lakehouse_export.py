@@ -51,9 +51,9 @@ def _land(out: Path, run_id: str, started: dt.datetime, rows: int, first_key: in
             SELECT CASE WHEN i < {updated} THEN {first_key} - 1 - (i * 7) % {max(first_key // 10, 1)} ELSE {first_key} + i END::VARCHAR
                        AS aweme_id,
                    'caption of video ' || i AS caption,
-                   TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_seconds(i) AS create_time,
-                   (i * 31 + {len(run_id)}) % 1000003 AS play_count, i % 5003 AS digg_count, i % 101 AS comment_count,
-                   i % 53 AS share_count, i % 29 AS collect_count, 15000 + i % 45000 AS duration_ms,
+                   TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_seconds(i) AS created_at,
+                   (i * 31 + {len(run_id)}) % 1000003 AS play_count, i % 5003 AS like_count, i % 101 AS comment_count,
+                   i % 53 AS share_count, i % 29 AS save_count, 15000 + i % 45000 AS duration_ms,
                    'https://cdn.example/cover/' || i || '.jpg' AS cover_url,
                    'https://cdn.example/play/' || i || '.mp4' AS play_url,
                    'uid' || (i % 5000) AS author_uid, 'creator_' || (i % 5000) AS author_unique_id,

@@ -1,4 +1,4 @@
-"""Job specs shipped with harvest: the demo job (every endpoint) and realistic examples.
+"""Job specs shipped with harvest: the demo job (18 endpoints, every platform) and realistic examples.
 
 A package, so that `pip install .` (not only an editable install) carries them: `harvest demo` reads its spec
 from here wherever harvest is installed.

@@ -56,7 +56,7 @@ CATALOG_HELP = "Also serve the endpoints a catalog file declares (docs/declaring
 @app.command(
     epilog="Example: harvest sandbox --port 8765 --api-key demo-key --credits 1000 --fault-rate 0.1 --seed 7\n\n"
     "Benchmark scale: harvest sandbox --pages 200 200 --page-size 100 --credits 1000000\n\n"
-    "Declared endpoints offline: harvest sandbox --spec configs/examples/video-chains.yaml\n\n"
+    "A job's declared endpoints too: harvest sandbox --spec my-job.yaml\n\n"
     "A service change: harvest sandbox --drift renamed-list. Shapes (--drift NAME, repeat to combine):\n\n"
     + drift_shapes.described().replace("\n", "\n\n")
 )
@@ -121,13 +121,17 @@ def _fail(message: str) -> NoReturn:
 
 def _load(path: Path) -> JobSpec:
     """The validated spec, or exit 2 with every problem on stderr (nothing is sent or spent)."""
+    from flows.console import note
     from flows.spec import SpecError, load_spec
 
     try:
-        return load_spec(path)
+        job = load_spec(path)
     except SpecError as exc:
         count = len(exc.problems)
         _fail(f"{exc}\n{count} problem{'s' if count > 1 else ''} in {path}; nothing was sent.")
+    for warning in job.replaced_params():
+        note(warning)
+    return job
 
 
 @app.command(epilog="Example: harvest validate configs/examples/brand-watch.yaml")
@@ -282,7 +286,7 @@ def serve(
 def demo(
     output: Path | None = typer.Option(None, "--output", help="Where to land the demo (default data/demo)."),
 ) -> None:
-    """Run the demo job (every endpoint) against the embedded sandbox, then show what landed."""
+    """Run the demo job (18 endpoints, every platform) against the embedded sandbox, then show what landed."""
     from flows.commands import run_job as commands
 
     commands.demo(output)

@@ -193,6 +193,10 @@ class SandboxConfig:
     """Path -> an endpoint's declaration, the plain data of harvest's declaration format (`endpoints:` of a spec
     or a catalog file): served beside the built-in endpoints with no code of its own
     (`sandbox.emulation.generic`). A declaration the sandbox cannot serve is a ValueError naming it."""
+    catalog: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Path -> declaration of the service's endpoints as harvest's catalog declares them (the same plain data as
+    `declared`): each one the sandbox has no emulation of its own is served from its declaration
+    (`sandbox.emulation.generic`), the others as emulated. harvest hands its catalog to the sandboxes it starts."""
     cache_pages: bool = False
     """Build each distinct page once and serve it again from memory (benchmarks: the sandbox must not be the
     bottleneck of what it measures). Answers are the same bytes either way."""
@@ -228,7 +232,7 @@ class SandboxConfig:
             raise ValueError("rate and rate_burst must be >= 0")
         if self.fault_rate > 0 and not self.fault_kinds:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
-        if self.declared:
+        if self.declared or self.catalog:
             from sandbox.emulation.generic.declared_endpoints import served
 
             served(self)  # refused here, naming the declaration, rather than at its first request

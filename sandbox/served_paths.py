@@ -23,7 +23,10 @@ REPLIES = "/v1/video-platform/video/comment/replies"
 SHOP = "/v1/short-video/shop/products"
 PROFILE_VIDEOS = "/v3/short-video/profile/videos"
 
-CREDIT_BALANCE = "/v1/credit-balance"
+CREDIT_BALANCE = "/v1/account/credit-balance"
+"""The account's balance, free: `{"creditCount": N}`."""
+OLD_CREDIT_BALANCE = "/v1/credit-balance"
+"""Where the service answered the balance before it moved it; answered the same."""
 
 ALL_PATHS: tuple[str, ...] = (
     CREATIVE_SEARCH, CREATIVE_DETAIL, PHOTOS, GROUP_POSTS, FORUM_SEARCH, CLIP, COMMUNITY_POST, MB_POST, MB_FEED,

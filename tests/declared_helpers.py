@@ -10,11 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERRED = ROOT / "configs" / "examples" / "catalogs" / "referred-endpoints.yaml"
-"""The example catalog file: the three endpoints the interface refers to without listing them."""
 
 MISSING = object()
 
@@ -31,11 +28,6 @@ COLUMNS: dict[str, Any] = {
     "asked": {"type": "text", "path": "$params.q"},
 }
 """One column of each type, at plain, nested, alternative, indexed and mapped paths, and one from the request."""
-
-
-def referred() -> dict[str, Any]:
-    """The example catalog file's declarations, as plain data."""
-    return dict(yaml.safe_load(REFERRED.read_text(encoding="utf-8"))["endpoints"])
 
 
 def declaration(style: str = "single", records_at: str = "items", **paging: Any) -> dict[str, Any]:
@@ -58,9 +50,10 @@ def _steps(path: str) -> list[tuple[str, Any]]:
     return out
 
 
-def dig(doc: Any, path: str) -> Any:
-    """The value at a record path (`a|b`: the first alternative that is there), MISSING when none is."""
-    for alternative in path.split("|"):
+def dig(doc: Any, path: str | list[str]) -> Any:
+    """The value at a record path (`a|b`, or the list of a plain declaration's paging: the first alternative that
+    is there), MISSING when none is."""
+    for alternative in path.split("|") if isinstance(path, str) else path:
         got = _walk(doc, _steps(alternative))
         if got is not MISSING:
             return got

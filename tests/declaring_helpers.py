@@ -10,17 +10,14 @@ segment is `declared`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import yaml
 
 from connectors.catalog import job_catalog
-from connectors.catalog.declarations import CatalogFile, plain
 from connectors.catalog.endpoints import Endpoint
 from connectors.catalog.records import RecordKind
 from sandbox.config import SandboxConfig
@@ -33,11 +30,9 @@ ALIASES = {"/v1/declared/pins": PINS, "/v1/declared/videos": PROFILE, "/v1/decla
 """Declared path -> the built-in path the sandbox serves it at."""
 
 
-@functools.cache
 def builtin_declaration(path: str) -> dict[str, Any]:
-    """A built-in endpoint's plain declaration, as `endpoints.yaml` writes it."""
-    data = yaml.safe_load(job_catalog.BUILTIN_FILE.read_text(encoding="utf-8"))
-    return plain(path, CatalogFile.model_validate(data).endpoints[path])
+    """A built-in endpoint's plain declaration, as its catalog file writes it."""
+    return job_catalog.builtin_declarations()[path]
 
 
 def declared_copy(path: str) -> dict[str, Any]:
@@ -136,3 +131,47 @@ def aliased(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
         yield sb
     finally:
         sb.stop()
+
+
+# ---------------------------------------------------------------------------------------------- requests
+VALUES: dict[str, Any] = {
+    "url": "https://www.example.com/sample/1",
+    "handle": "examplehandle",
+    "query": "coffee",
+    "hashtag": "coffee",
+    "subreddit": "Fitness",
+    "region": "US",
+    "country": "US",
+    "language": "en",
+    "material_id": "video:sample",
+}
+"""A request value by parameter name, for tests that need any value a declaration allows."""
+
+
+def request_of(path: str) -> dict[str, Any]:
+    """The parameters a query of a built-in endpoint needs: each required one, and the first of each "one of"
+    group (`one_of`, `exactly_one_of`), with a value its declaration allows."""
+    decl = job_catalog.builtin_declarations()[path]
+    params = decl["params"]
+    wanted = [n for n, p in params.items() if p["required"]]
+    for group in [*decl["one_of"], *decl.get("exactly_one_of", [])]:
+        if not set(group) & set(wanted):
+            wanted.append(group[0])
+    return {name: _value(name, params[name]) for name in wanted}
+
+
+def _value(name: str, param: Mapping[str, Any]) -> Any:
+    if param["enum"]:
+        return param["enum"][0]
+    if name in VALUES:
+        return VALUES[name]
+    kind = param["type"]
+    if kind == "integer":
+        return max(1, int(param["min"] or 1))
+    if kind == "number":
+        return 1.5
+    if kind == "boolean":
+        return True
+    if kind == "list":
+        return ["example"]
+    return "123456789" if name.lower().endswith("id") else f"example-{name}"

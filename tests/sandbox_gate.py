@@ -4,7 +4,7 @@ The tests that stop or kill a run mid-crawl need the crawl to stand still at a k
 were answered when the signal went out, and how many were in flight. A wall clock cannot say that on a busy
 machine; the gate can. It sits in front of the sandbox (outside its fault gate, so a held request is neither
 numbered nor billed until it goes through) and, once closed, holds every data request that arrives until the
-test opens it again. The balance (`/v1/credit-balance`) and the test routes always pass.
+test opens it again. The balance (`/v1/account/credit-balance`) and the test routes always pass.
 
     with gated(CONFIG) as sb:
         sb.gate.close_after(9, path=CREATIVE)   # the 10th request to CREATIVE, and everything after it, wait

@@ -1,7 +1,8 @@
-"""Endpoints of the service's published surface that harvest does not ship, as a job declares them
-(`tests/data/declared/surface-requests.yaml`: page numbers, POST, follow-up cursors, prices by outcome, rules
-between parameters), and the service's published sample answers, read in place from `../shared/spec/` beside
-the repository (never copied into it): a test that needs them skips, saying why, where they are absent.
+"""Endpoints shaped as the service's published ones, under paths and tables harvest does not have, as a job
+declares them (`tests/data/declared/surface-requests.yaml`: page numbers, POST, follow-up cursors, prices by
+outcome, rules between parameters), and the service's published sample answers, read in place from
+`../shared/spec/` beside the repository (never copied into it): a test that needs them skips, saying why, where
+they are absent.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ needs_samples = pytest.mark.skipif(
     reason=f"the service's published sample answers are not here ({SAMPLES}): they are read in place, never copied",
 )
 
-SEARCH = "/v1/search-engine/search"
-CREATORS = "/v1/short-video/creators/popular"
-LIBRARY_ADS = "/v1/network-a/adLibrary/search/ads"
-COMMENTS = "/v1/forum/post/comments"
-PROFILE = "/v1/short-video/profile"
-COMPANY_ADS = "/v1/search-engine/company/ads"
-CHANNEL_VIDEOS = "/v1/video-platform/channel-videos"
+SEARCH = "/v1/example-search-engine/search"
+CREATORS = "/v1/example-short-video/creators/popular"
+LIBRARY_ADS = "/v1/example-network-a/adLibrary/search/ads"
+COMMENTS = "/v1/example-forum/post/comments"
+PROFILE = "/v1/example-short-video/profile"
+COMPANY_ADS = "/v1/example-search-engine/company/ads"
+CHANNEL_VIDEOS = "/v1/example-video-platform/channel-videos"
 
 
 @functools.cache

@@ -34,7 +34,7 @@ CHILDREN = {  # child table: (parent table, parent key, the list in the parent's
         "video_platform_shelves",
         ("type", "title"),
         "items",
-        "views",
+        "view_count",
         "viewCountInt",
     ),
 }

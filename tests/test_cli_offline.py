@@ -40,6 +40,26 @@ def test_validate_notes_a_missing_service_url(tmp_path: Path) -> None:
     assert "no service URL" in result.stderr
 
 
+def test_a_replaced_parameter_validates_with_a_warning_naming_its_successor(tmp_path: Path) -> None:
+    """Video search's `filter` is replaced by `type`: a spec asking `filter: shorts` still validates, and says
+    which parameter the service takes now, with its values, in lines that fit 80 columns."""
+    spec = """
+        name: shorts
+        service: {base_url: sandbox}
+        budget: {credits: 10}
+        queries:
+          - id: shorts
+            endpoint: /v1/video-platform/search
+            params: {query: running, filter: shorts}
+    """
+    result = runner.invoke(app, ["validate", str(write(tmp_path, spec))])
+    assert result.exit_code == 0, result.output
+    warning = " ".join(result.stderr.split())
+    assert "queries[0] (shorts): /v1/video-platform/search takes `type`" in warning
+    assert "(videos, shorts, channels, playlists) where it took `filter`" in warning
+    assert all(len(line) <= 80 for line in result.stderr.splitlines())
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_validate_exits_2_on_each_invalid_spec(tmp_path: Path, case: str) -> None:
     text, line, field, _, _ = CASES[case]

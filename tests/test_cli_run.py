@@ -273,14 +273,14 @@ def assert_child_tables_read_without_json(output: Path) -> None:
         (c["id"], n, q["quality"], q["frameRate"], q["sourceURL"])
         for c in raw("streaming_clips") for n, q in enumerate(c["assets"][0]["videoQualities"])
     )  # fmt: skip
-    comments = rows(db, "SELECT p.id, c.position, c.id, c.text, epoch(c.publish_time), c.author_name "
+    comments = rows(db, "SELECT p.id, c.position, c.id, c.text, epoch(c.created_at), c.author_name "
                         "FROM network_a_group_posts p JOIN network_a_group_post_top_comments c ON c.parent_id = p.id "
                         "ORDER BY ALL")  # fmt: skip
     assert comments and comments == sorted(
         (p["id"], n, c["id"], c["text"], c["publishTime"], c["author"]["name"])
         for p in raw("network_a_group_posts") for n, c in enumerate(p["topComments"])
     )  # fmt: skip
-    items = rows(db, "SELECT s.type, s.title, i.position, i.id, i.title, i.views, i.length_seconds "
+    items = rows(db, "SELECT s.type, s.title, i.position, i.id, i.title, i.view_count, i.length_seconds "
                      "FROM video_platform_shelves s JOIN video_platform_shelf_items i "
                      "ON i.parent_type = s.type AND i.parent_title = s.title ORDER BY ALL")  # fmt: skip
     assert items and items == sorted(
@@ -290,7 +290,7 @@ def assert_child_tables_read_without_json(output: Path) -> None:
     assert {type(v) for row in qualities for v in row[2:4]} == {str, float}
     assert {type(row[5]) for row in items} == {int}
     landed = pq.read_table(output / "parquet" / "network_a_group_post_top_comments")
-    assert str(landed.schema.field("publish_time").type).startswith("timestamp[us")
+    assert str(landed.schema.field("created_at").type).startswith("timestamp[us")
     assert landed.schema.field("position").type == "int64" and landed.num_rows == len(comments)
     tables = runner.invoke(app, ["schema", "--tables"]).stdout
     assert "## video_platform_shelf_items\n\nChild of `video_platform_shelves`" in tables
@@ -308,13 +308,13 @@ def assert_true_types_and_described(db: Path) -> None:
         "video_platform_comments",
         "video_platform_community_posts",
     ):
-        assert types_of(db, table)["published_time"] == "TIMESTAMP WITH TIME ZONE", table
+        assert types_of(db, table)["created_at"] == "TIMESTAMP WITH TIME ZONE", table
         (n, past, worded) = rows(
-            db, f"SELECT count(*), count(*) FILTER (published_time < now()), "
-            f"count(*) FILTER (published_time_text LIKE '% ago') FROM {table}"
+            db, f"SELECT count(*), count(*) FILTER (created_at < now()), "
+            f"count(*) FILTER (created_at_text LIKE '% ago') FROM {table}"
         )[0]  # fmt: skip
         assert n > 0 and past == n == worded, table
-    sent = rows(db, f"SELECT published_time, raw->>'publishedTime' FROM {videos}")
+    sent = rows(db, f"SELECT created_at, raw->>'publishedTime' FROM {videos}")
     assert all(t == dt.datetime.fromisoformat(s.replace("Z", "+00:00")) for t, s in sent)
     product = types_of(db, "short_video_products")
     assert (product["price_amount"], product["price_currency"]) == ("DECIMAL(18,4)", "VARCHAR")
@@ -349,7 +349,7 @@ def assert_true_types_and_described(db: Path) -> None:
     # child tables too (#39 item 1): their key, a video shelf's items typed as the search's videos, their views
     items = "video_platform_shelf_items"
     assert keys[items] == "primary key: parent_type, parent_title, position"
-    assert types_of(db, items)["published_time"] == "TIMESTAMP WITH TIME ZONE"
+    assert types_of(db, items)["created_at"] == "TIMESTAMP WITH TIME ZONE"
     assert (
         "Deprecated: the same list as rows in `video_platform_shelf_items`"
         in dict(

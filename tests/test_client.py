@@ -60,7 +60,8 @@ BASE = "https://service.test"
 """For the tests that never send anything (nothing listens there)."""
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
 SEARCH = "/v1/pinboard/search"
-BALANCE = "/v1/credit-balance"
+BALANCE = "/v1/account/credit-balance"
+OLD_BALANCE = "/v1/credit-balance"
 
 
 @pytest.fixture(autouse=True)
@@ -472,12 +473,24 @@ async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back
 async def test_a_balance_endpoint_that_is_not_the_services_is_said_so(
     make: Make, reply: Reply, shown: str
 ) -> None:
-    """Something else answering the balance is no longer a warning and a run that goes on (#36)."""
-    h = await make(reply)
+    """Something else answering the balance is no longer a warning and a run that goes on (#36). A 404 is asked
+    again where the service answered before it moved the balance, then said of the new place."""
+    h = await make(reply, reply)
     with pytest.raises(NotTheService) as info:
         await h.client.credit_balance()
-    assert f"{h.server.url}/v1/credit-balance does not answer as the service does: {shown}" in str(info.value)
-    assert len(h.server.requests) == 1 and KEY not in str(info.value)
+    assert f"{h.server.url}{BALANCE} does not answer as the service does: {shown}" in str(info.value)
+    asked = [BALANCE, OLD_BALANCE] if reply.status == 404 else [BALANCE]
+    assert [r.path for r in h.server.requests] == asked and KEY not in str(info.value)
+
+
+async def test_a_service_from_before_the_move_is_read_at_the_old_balance_path(make: Make) -> None:
+    """A service (or stand-in) that answers `/v1/account/credit-balance` 404 is asked `/v1/credit-balance`, and
+    there from then on."""
+    balance = lambda n: js(200, {"creditCount": n})  # noqa: E731
+    h = await make(Reply(404, b"Not Found", (("content-type", "text/plain"),)), balance(7), balance(6))
+    assert await h.client.credit_balance() == 7
+    assert await h.client.credit_balance() == 6
+    assert [r.path for r in h.server.requests] == [BALANCE, OLD_BALANCE, OLD_BALANCE]
 
 
 def test_retry_after_is_honoured_but_capped() -> None:

@@ -21,7 +21,8 @@ import pytest
 
 from connectors.catalog import endpoints as catalog
 from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.fields import coercer, decimal
+from connectors.catalog.fields import Field, coercer, decimal
+from connectors.catalog.records import META_COLUMNS
 from connectors.reading import extraction
 from flows.run.preflight import check_output_dir
 from flows.spec import UsageError
@@ -74,25 +75,25 @@ def test_a_page_of_prices_and_times_lands_true_types_and_counts_what_does_not_fi
     ]
     page = extraction.convert_page(catalog.get(SEARCH).kinds, {"videos": videos}, {})
     table, report = page.tables["video_platform_videos"], page.report.tables["video_platform_videos"]
-    assert table.column("published_time").to_pylist() == [
+    assert table.column("created_at").to_pylist() == [
         dt.datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=dt.UTC),
         None,
         None,
     ]
-    assert table.column("published_time_text").to_pylist() == ["2 years ago", "3 days ago", None]
-    assert (report.kept, report.misfits) == (3, {"published_time": 2}) and not page.report.lost
+    assert table.column("created_at_text").to_pylist() == ["2 years ago", "3 days ago", None]
+    assert (report.kept, report.misfits) == (3, {"created_at": 2}) and not page.report.lost
 
 
 # ---------------------------------------------------------------------------- what an older harvest left
 def older(table: str, **types: pa.DataType) -> Kind:
-    """The kind as the catalog typed it before #39: other types, no `published_time_text`, no descriptions."""
+    """The kind as the catalog typed it before #39: other types, no `created_at_text`, no descriptions."""
     schema = catalog.all_kinds()[table].schema
-    fields = [pa.field(f.name, types.get(f.name, f.type)) for f in schema if f.name != "published_time_text"]
+    fields = [pa.field(f.name, types.get(f.name, f.type)) for f in schema if f.name != "created_at_text"]
     return Kind(table, catalog.all_kinds()[table].primary_key, pa.schema(fields))
 
 
 OLD_COMMENTS, OLD_PRODUCTS = (
-    older(COMMENTS, published_time=pa.string()),
+    older(COMMENTS, created_at=pa.string()),
     older(PRODUCTS, price_amount=pa.float64()),
 )
 TODAYS_PRODUCTS = older(PRODUCTS, price_amount=pa.decimal128(18, 4)).schema
@@ -127,40 +128,38 @@ def test_an_older_database_is_brought_to_the_true_types_without_losing_a_value(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = OutputLayout(tmp_path).db
-    old = [{"id": "c1", "published_time": ISO}, {"id": "c2", "published_time": "yesterday"}, {"id": "c3"}]
+    old = [{"id": "c1", "created_at": ISO}, {"id": "c2", "created_at": "yesterday"}, {"id": "c3"}]
     load_tables(db, [(OLD_COMMENTS, land(tmp_path, "r1", OLD_COMMENTS, old, T0))])  # as the old load left it
     prices = [{"id": "p1", "price_amount": 14.96, "price_currency": "USD"}, {"id": "p2", "price_amount": 0.5}]
     load_tables(db, [(OLD_PRODUCTS, land(tmp_path, "r1", OLD_PRODUCTS, prices, T0))])
-    assert columns(db, COMMENTS)["published_time"][0] == "VARCHAR"
+    assert columns(db, COMMENTS)["created_at"][0] == "VARCHAR"
     check_output_dir(tmp_path)  # a run is not refused over it: the load retypes it
 
     kinds = catalog.all_kinds()
     later = T0 + dt.timedelta(hours=1)
-    new = [{"id": "c4", "published_time": T0, "published_time_text": "1 hour ago"}]
+    new = [{"id": "c4", "created_at": T0, "created_at_text": "1 hour ago"}]
     with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
         load_tables(db, [(kinds[COMMENTS], land(tmp_path, "r2", kinds[COMMENTS], new, later))])
         load_tables(db, [(kinds[PRODUCTS], [])])
     got = columns(db, COMMENTS)
-    assert got["published_time"][0] == got["_fetched_at"][0] == "TIMESTAMP WITH TIME ZONE"
-    assert got["published_time_was_varchar"][0] == "VARCHAR"  # "yesterday" does not convert: kept beside
-    assert "did not convert" in str(got["published_time_was_varchar"][1])
-    assert db_rows(
-        db, f"SELECT id, published_time, published_time_was_varchar FROM {COMMENTS} ORDER BY id"
-    ) == [
+    assert got["created_at"][0] == got["_fetched_at"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert got["created_at_was_varchar"][0] == "VARCHAR"  # "yesterday" does not convert: kept beside
+    assert "did not convert" in str(got["created_at_was_varchar"][1])
+    assert db_rows(db, f"SELECT id, created_at, created_at_was_varchar FROM {COMMENTS} ORDER BY id") == [
         ("c1", dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC), ISO),
         ("c2", None, "yesterday"),
         ("c3", None, None),
         ("c4", T0, None),
     ]
-    assert db_rows(db, f"SELECT count(*) FROM {COMMENTS} WHERE published_time < now()") == [(2,)]
+    assert db_rows(db, f"SELECT count(*) FROM {COMMENTS} WHERE created_at < now()") == [(2,)]
     assert columns(db, PRODUCTS)["price_amount"][0] == "DECIMAL(18,4)"  # every DOUBLE converts exactly
     assert db_rows(db, f"SELECT id, price_amount FROM {PRODUCTS} ORDER BY id") == [
         ("p1", Decimal("14.96")), ("p2", Decimal("0.5"))
     ]  # fmt: skip
     told = [r.getMessage() for r in caplog.records]
     assert told == [
-        f"table {COMMENTS}: column published_time is now TIMESTAMP WITH TIME ZONE; 1 of its VARCHAR values did "
-        "not convert exactly and are kept in published_time_was_varchar (and in each row's raw)",
+        f"table {COMMENTS}: column created_at is now TIMESTAMP WITH TIME ZONE; 1 of its VARCHAR values did "
+        "not convert exactly and are kept in created_at_was_varchar (and in each row's raw)",
         f"table {PRODUCTS}: column price_amount is now DECIMAL(18,4) (was DOUBLE; every value converted)",
     ]
     for table in (COMMENTS, PRODUCTS):  # the comments are the catalog's now
@@ -175,41 +174,41 @@ def test_parquet_an_older_harvest_wrote_loads_into_the_true_types(
 ) -> None:
     """A run landed before the upgrade and loaded after it, or a database built again from old Parquet."""
     db = OutputLayout(tmp_path).db
-    old = [{"id": "c1", "published_time": ISO}, {"id": "c2", "published_time": "yesterday"}]
+    old = [{"id": "c1", "created_at": ISO}, {"id": "c2", "created_at": "yesterday"}]
     files = land(tmp_path, "r1", OLD_COMMENTS, old, T0)
     with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
         assert load_tables(db, [(catalog.all_kinds()[COMMENTS], files)]) == {COMMENTS: 2}
-    assert columns(db, COMMENTS)["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
-    assert db_rows(db, f"SELECT id, published_time FROM {COMMENTS} ORDER BY id") == [
+    assert columns(db, COMMENTS)["created_at"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert db_rows(db, f"SELECT id, created_at FROM {COMMENTS} ORDER BY id") == [
         ("c1", dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC)),
         ("c2", None),
     ]
-    assert "1 value(s) of published_time in Parquet an older harvest wrote (VARCHAR)" in caplog.text
+    assert "1 value(s) of created_at in Parquet an older harvest wrote (VARCHAR)" in caplog.text
 
 
 def test_child_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A child table's Parquet is read into today's types as a record table's: a video shelf's items landed
-    while their `published_time` was text load with it a TIMESTAMPTZ, what does not convert NULL and said."""
+    while their `created_at` was text load with it a TIMESTAMPTZ, what does not convert NULL and said."""
     db, shelves, items = OutputLayout(tmp_path).db, "video_platform_shelves", "video_platform_shelf_items"
     parents = land(tmp_path, "r1", older(shelves), [{"type": "shelf", "title": "Latest"}], T0)
     key = {"parent_type": "shelf", "parent_title": "Latest"}
     old = [
-        {**key, "position": 0, "published_time": ISO},
-        {**key, "position": 1, "published_time": "yesterday"},
+        {**key, "position": 0, "created_at": ISO},
+        {**key, "position": 1, "created_at": "yesterday"},
     ]
-    files = land(tmp_path, "r1", older(items, published_time=pa.string()), old, T0)
+    files = land(tmp_path, "r1", older(items, created_at=pa.string()), old, T0)
     kinds = catalog.all_kinds()
     with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
         loaded = load_tables(db, [(kinds[shelves], parents), (kinds[items], files)])
     assert loaded == {shelves: 1, items: 2}
-    assert columns(db, items)["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
-    assert db_rows(db, f"SELECT position, published_time FROM {items} ORDER BY position") == [
+    assert columns(db, items)["created_at"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert db_rows(db, f"SELECT position, created_at FROM {items} ORDER BY position") == [
         (0, dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC)),
         (1, None),
     ]
-    assert "1 value(s) of published_time in Parquet an older harvest wrote (VARCHAR)" in caplog.text
+    assert "1 value(s) of created_at in Parquet an older harvest wrote (VARCHAR)" in caplog.text
 
 
 def test_an_older_table_whose_values_do_not_convert_is_refused_only_when_harvest_may_not_have_made_it(
@@ -221,7 +220,7 @@ def test_an_older_table_whose_values_do_not_convert_is_refused_only_when_harvest
         db = OutputLayout(tmp_path / case).db
         db.parent.mkdir(parents=True)
         con = duckdb.connect(str(db))
-        con.execute(f"CREATE TABLE {COMMENTS} (id VARCHAR PRIMARY KEY, published_time VARCHAR)")
+        con.execute(f"CREATE TABLE {COMMENTS} (id VARCHAR PRIMARY KEY, created_at VARCHAR)")
         con.execute(f"INSERT INTO {COMMENTS} VALUES ('c1', ?)", [value])
         con.close()
         if not refused:
@@ -230,7 +229,7 @@ def test_an_older_table_whose_values_do_not_convert_is_refused_only_when_harvest
         with pytest.raises(UsageError) as caught:
             check_output_dir(db.parent)
         assert (
-            f"{COMMENTS}.published_time: VARCHAR, harvest writes TIMESTAMP WITH TIME ZONE (1 of its values do not "
+            f"{COMMENTS}.created_at: VARCHAR, harvest writes TIMESTAMP WITH TIME ZONE (1 of its values do not "
             "convert)" in str(caught.value)
         )
 
@@ -289,15 +288,15 @@ TIMED = (
 
 
 def as_an_older_harvest_left_it(output: Path) -> None:
-    """The landed demo as harvest before #39 wrote it, in DuckDB and in the run's Parquet: `published_time` the
-    service's ISO text, `price_amount` a DOUBLE, no `published_time_text`, no column comments, no child tables
+    """The landed demo as harvest before #39 wrote it, in DuckDB and in the run's Parquet: `created_at` the
+    service's ISO text, `price_amount` a DOUBLE, no `created_at_text`, no column comments, no child tables
     (nor their Parquet). Plus rows no later run fetches again (an item gone from the service): one whose time does
     not parse ("yesterday")."""
     con = duckdb.connect(str(OutputLayout(output).db))
     try:
         for child in CHILDREN:
             con.execute(f"DROP VIEW IF EXISTS {child}_history")
-            con.execute(f"DROP TABLE {child}")
+            con.execute(f"DROP TABLE IF EXISTS {child}")
             shutil.rmtree(output / "parquet" / child, ignore_errors=True)
         for table, column in con.execute(
             "SELECT table_name, column_name FROM duckdb_columns() WHERE comment IS NOT NULL AND NOT internal"
@@ -305,23 +304,21 @@ def as_an_older_harvest_left_it(output: Path) -> None:
             con.execute(f'COMMENT ON COLUMN "{table}"."{column}" IS NULL')
         for table in TIMED:
             con.execute(
-                f"ALTER TABLE {table} ALTER published_time SET DATA TYPE VARCHAR USING raw->>'publishedTime'"
+                f"ALTER TABLE {table} ALTER created_at SET DATA TYPE VARCHAR USING raw->>'publishedTime'"
             )
-            con.execute(f"ALTER TABLE {table} DROP COLUMN published_time_text")
+            con.execute(f"ALTER TABLE {table} DROP COLUMN created_at_text")
         con.execute(f"ALTER TABLE {PRODUCTS} ALTER price_amount SET DATA TYPE DOUBLE")
         meta = "'{}', '/e', 'q', 'r0', TIMESTAMPTZ '2026-01-01 00:00:00+00'"
         cols = "raw, _endpoint, _query_id, _run_id, _fetched_at"
         con.execute(
-            f"INSERT INTO video_platform_videos (id, published_time, {cols}) VALUES ('gone', '{ISO}', {meta})"
+            f"INSERT INTO video_platform_videos (id, created_at, {cols}) VALUES ('gone', '{ISO}', {meta})"
         )
-        con.execute(
-            f"INSERT INTO {COMMENTS} (id, published_time, {cols}) VALUES ('gone', 'yesterday', {meta})"
-        )
+        con.execute(f"INSERT INTO {COMMENTS} (id, created_at, {cols}) VALUES ('gone', 'yesterday', {meta})")
         con.execute(f"INSERT INTO {PRODUCTS} (id, price_amount, {cols}) VALUES ('gone', 14.96, {meta})")
-        for table, change in [(t, "REPLACE (raw->>'publishedTime' AS published_time)") for t in TIMED] + [
+        for table, change in [(t, "REPLACE (raw->>'publishedTime' AS created_at)") for t in TIMED] + [
             (PRODUCTS, "REPLACE (price_amount::DOUBLE AS price_amount)")
         ]:
-            excluded = "EXCLUDE (published_time_text) " if table in TIMED else ""
+            excluded = "EXCLUDE (created_at_text) " if table in TIMED else ""
             for path in (output / "parquet" / table).rglob("*.parquet"):
                 old = path.with_suffix(".old")
                 con.execute(f"COPY (SELECT * {excluded}{change} FROM '{path}') TO '{old}' (FORMAT parquet)")
@@ -346,23 +343,21 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
     as_an_older_harvest_left_it(output)
     db = OutputLayout(output).db
     before = table_counts(db)
-    assert columns(db, "video_platform_videos")["published_time"][0] == "VARCHAR"
+    assert columns(db, "video_platform_videos")["created_at"][0] == "VARCHAR"
 
     again = runner.invoke(app, ["demo", "--output", str(output)])
     assert again.exit_code == 0, again.output
     after = table_counts(db)
     assert all(after[t] >= n for t, n in before.items()), (before, after)
     for table in TIMED:
-        assert columns(db, table)["published_time"][0] == "TIMESTAMP WITH TIME ZONE", table
+        assert columns(db, table)["created_at"][0] == "TIMESTAMP WITH TIME ZONE", table
         (n, past, timed) = db_rows(
-            db, f"SELECT count(*), count(*) FILTER (published_time < now()), count(published_time) FROM {table}"
+            db, f"SELECT count(*), count(*) FILTER (created_at < now()), count(created_at) FROM {table}"
         )[0]  # fmt: skip
         assert n > 0 and past == timed == n - (table == COMMENTS), table  # all but "yesterday"
     gone = dt.datetime(2025, 1, 23, 23, 14, 2, 948000, tzinfo=dt.UTC)
-    assert db_rows(db, "SELECT published_time FROM video_platform_videos WHERE id = 'gone'") == [(gone,)]
-    assert db_rows(db, f"SELECT published_time_was_varchar FROM {COMMENTS} WHERE id = 'gone'") == [
-        ("yesterday",)
-    ]
+    assert db_rows(db, "SELECT created_at FROM video_platform_videos WHERE id = 'gone'") == [(gone,)]
+    assert db_rows(db, f"SELECT created_at_was_varchar FROM {COMMENTS} WHERE id = 'gone'") == [("yesterday",)]
     assert columns(db, PRODUCTS)["price_amount"][0] == "DECIMAL(18,4)"
     assert db_rows(db, f"SELECT price_amount FROM {PRODUCTS} WHERE id = 'gone'") == [(Decimal("14.96"),)]
 
@@ -373,9 +368,9 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
     lake = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "lake"), "--format", "delta"])
     assert lake.exit_code == 0, lake.output
     videos = DeltaTable(str(tmp_path / "lake" / "video_platform_videos")).to_pyarrow_table()
-    assert pa.types.is_timestamp(videos.schema.field("published_time").type)
-    assert videos.schema.field("published_time").type.tz in ("UTC", "Etc/UTC")
-    assert videos.num_rows > 0 and videos.column("published_time").null_count == 0
+    assert pa.types.is_timestamp(videos.schema.field("created_at").type)
+    assert videos.schema.field("created_at").type.tz in ("UTC", "Etc/UTC")
+    assert videos.num_rows > 0 and videos.column("created_at").null_count == 0
     prices = DeltaTable(str(tmp_path / "lake" / PRODUCTS)).to_pyarrow_table()
     assert prices.schema.field("price_amount").type == pa.decimal128(18, 4)
     # every table and view harvest made, and every column of each, describes itself (exports made one more)
@@ -402,5 +397,44 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
     }  # qualities come with a clip only
     assert {t + "_history" for t in filled} <= views
     shelf_items = columns(db, "video_platform_shelf_items")
-    assert shelf_items["published_time"][0] == "TIMESTAMP WITH TIME ZONE"
+    assert shelf_items["created_at"][0] == "TIMESTAMP WITH TIME ZONE"
     assert "`video_platform_shelves.type`" in shelf_items["parent_type"][1]
+
+
+# ------------------------------------------------------------------------------------ a renamed column
+def tweets(*columns: pa.Field) -> Kind:
+    """A record kind of tweets: an id, the given columns and the columns harvest adds to every record."""
+    return Kind("renamed_tweets", ("id",), pa.schema([pa.field("id", pa.string()), *columns, *META_COLUMNS]))
+
+
+BEFORE = tweets(pa.field("favorite_count", pa.int64()))
+"""The table as an older catalog declared it."""
+AFTER = tweets(
+    Field("like_count", "favorite_count", pa.int64(), renamed_from=("favorite_count",)).arrow_field()
+)
+"""Today's: one name for one thing across tables."""
+
+
+def test_a_renamed_column_keeps_its_values_in_an_older_database(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = OutputLayout(tmp_path).db
+    load_tables(db, [(BEFORE, land(tmp_path, "r1", BEFORE, [{"id": "t1", "favorite_count": 7}], T0))])
+    later = T0 + dt.timedelta(hours=1)
+    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+        load_tables(db, [(AFTER, land(tmp_path, "r2", AFTER, [{"id": "t2", "like_count": 9}], later))])
+    assert "favorite_count" not in columns(db, "renamed_tweets") and "like_count" in columns(
+        db, "renamed_tweets"
+    )
+    assert db_rows(db, "SELECT id, like_count FROM renamed_tweets ORDER BY id") == [("t1", 7), ("t2", 9)]
+    assert caplog.messages == [
+        "table renamed_tweets: column favorite_count is now named like_count (its values kept)"
+    ]
+
+
+def test_parquet_an_older_harvest_wrote_is_read_under_the_new_name(tmp_path: Path) -> None:
+    """A run landed before the rename and loaded after it (or a database built again from older Parquet)."""
+    db = OutputLayout(tmp_path).db
+    files = land(tmp_path, "r1", BEFORE, [{"id": "t1", "favorite_count": 7}], T0)
+    load_tables(db, [(AFTER, files)])
+    assert db_rows(db, "SELECT id, like_count FROM renamed_tweets") == [("t1", 7)]

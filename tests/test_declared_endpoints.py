@@ -1,6 +1,6 @@
 """A job declares the endpoints it needs (#38): one harvest has never seen validates, plans at its price (a
-priced parameter too: the company ads cost 25 credits with `get_ad_details=true`), is listed beside the built-in
-ones, its price holds the budget, its table lands and is known after the run without the spec (load, rebuild,
+priced parameter too: an imagined ad archive's ads cost 25 credits with `get_ad_details=true`), is listed beside
+the built-in ones, its price holds the budget, its table lands and is known after the run without the spec (load, rebuild,
 export, the history views); a bad declaration is refused naming its file, line, field and what is allowed,
 before anything is sent.
 
@@ -30,8 +30,8 @@ from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import PINS, aliased, declared, declared_copy
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, rows, scalar, write_spec
 
-CATALOG = Path(__file__).parent / "data" / "declared" / "published-endpoints.yaml"
-ADS = "/v1/search-engine/company/ads"
+CATALOG = Path(__file__).parent / "data" / "declared" / "never-seen.yaml"
+ADS = "/v1/ad-archive/company/ads"
 DECLARED_PINS = "/v1/declared/pins"
 runner = CliRunner()
 needs_declared_sandbox = pytest.mark.skipif(
@@ -81,7 +81,7 @@ def test_a_never_seen_endpoint_validates_plans_at_its_price_and_is_listed(tmp_pa
     assert ads["price_when"] == [{"param": "get_ad_details", "value": True, "credits": 25}]
     assert ads["one_of"] == ["domain", "advertiser_id"]
     assert ads["tables"] == [
-        {"table": "search_engine_ads", "primary_key": ["creative_id"],
+        {"table": "ad_archive_ads", "primary_key": ["creative_id"],
          "columns": ["creative_id", "advertiser_id", "advertiser_name", "format", "ad_url", "image_url",
                      "first_shown", "last_shown"]},
     ]  # fmt: skip
@@ -91,9 +91,7 @@ def test_a_never_seen_endpoint_validates_plans_at_its_price_and_is_listed(tmp_pa
     )
 
     tables = runner.invoke(app, ["schema", "--tables", "--spec", str(spec)]).stdout
-    assert (
-        "## search_engine_ads\n\nPrimary key: `creative_id`. From: `/v1/search-engine/company/ads`." in tables
-    )
+    assert "## ad_archive_ads\n\nPrimary key: `creative_id`. From: `/v1/ad-archive/company/ads`." in tables
     assert "| `first_shown` | TIMESTAMP WITH TIME ZONE | firstShown |" in tables
 
 
@@ -200,65 +198,65 @@ def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     return declaration
 
 
-CHILD = ("records", "search_engine_ads", "children")
+CHILD = ("records", "ad_archive_ads", "children")
 BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     # (case, declared path, declaration, field, problem, allowed): each in a catalog file the spec names
-    ("a key not among the columns", ADS, _with(("records", "search_engine_ads", "key"), "creativeId"),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.key[0]',
-     "'creativeId' is not a column of search_engine_ads", "creative_id, advertiser_id, advertiser_name"),
+    ("a key not among the columns", ADS, _with(("records", "ad_archive_ads", "key"), "creativeId"),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.key[0]',
+     "'creativeId' is not a column of ad_archive_ads", "creative_id, advertiser_id, advertiser_name"),
     ("an unknown paging style", ADS, _with(("paging", "style"), "offset"),
-     'endpoints["/v1/search-engine/company/ads"].paging.style', "'offset' is not allowed",
+     'endpoints["/v1/ad-archive/company/ads"].paging.style', "'offset' is not allowed",
      "'single', 'cursor', 'continuation_token', 'envelope_cursor', 'page_id_and_cursor', 'max_id', 'max_cursor' or "
      "'page_number'"),
-    ("a path that is no record path", ADS, _with(("records", "search_engine_ads", "at"), "ads..items"),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.at[0]',
+    ("a path that is no record path", ADS, _with(("records", "ad_archive_ads", "at"), "ads..items"),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.at[0]',
      "'ads..items' is not a record path", "a record path: keys joined by dots"),
     ("a built-in path", "/v1/pinboard/search", GOOD,
      'endpoints["/v1/pinboard/search"]', "/v1/pinboard/search is a built-in endpoint",
      "a path harvest does not have; `shapes:` reads a built-in endpoint's changed answers"),
-    ("a built-in table of another shape", ADS, _with(("records",), {"pinboard_pins": GOOD["records"]["search_engine_ads"]}),
-     'endpoints["/v1/search-engine/company/ads"].records.pinboard_pins',
+    ("a built-in table of another shape", ADS, _with(("records",), {"pinboard_pins": GOOD["records"]["ad_archive_ads"]}),
+     'endpoints["/v1/ad-archive/company/ads"].records.pinboard_pins',
      "the built-in pinboard_pins is a table already, with another key or other columns",
      "another table name, or the same key and columns: key id; columns id (text), url (text)"),
-    ("harvest's own table", ADS, _with(("records",), {"runs": GOOD["records"]["search_engine_ads"]}),
-     'endpoints["/v1/search-engine/company/ads"].records.runs', "'runs' is one of harvest's own tables",
+    ("harvest's own table", ADS, _with(("records",), {"runs": GOOD["records"]["ad_archive_ads"]}),
+     'endpoints["/v1/ad-archive/company/ads"].records.runs', "'runs' is one of harvest's own tables",
      "a name other than runs, requests, query_state, exports"),
-    ("an unknown column type", ADS, _with(("records", "search_engine_ads", "columns", "format"), "string"),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.columns.format.type',
+    ("an unknown column type", ADS, _with(("records", "ad_archive_ads", "columns", "format"), "string"),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.format.type',
      "'string' is not allowed", "'text', 'integer', 'number', 'boolean', 'timestamp', 'json', 'text_list' or 'decimal'"),
-    ("columns that are no mapping", ADS, _with(("records", "search_engine_ads", "columns"), 5),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.columns',
+    ("columns that are no mapping", ADS, _with(("records", "ad_archive_ads", "columns"), 5),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns',
      "input should be a valid dictionary, got 5",
      "{<column>: <type>, or {type, path, description}}; types: text, integer, number, boolean, timestamp, json, "
      "text_list, decimal"),
     ("a price on an undeclared parameter", ADS, _with(("price", "when", 0, "param"), "details"),
-     'endpoints["/v1/search-engine/company/ads"].price.when[0].param', "'details' is not a parameter",
+     'endpoints["/v1/ad-archive/company/ads"].price.when[0].param', "'details' is not a parameter",
      "domain, advertiser_id, topic"),
     ("a bound on a text", ADS, _with(("params", "domain", "min"), 3),
-     'endpoints["/v1/search-engine/company/ads"].params.domain.min', "`min` bounds a number, not a string",
+     'endpoints["/v1/ad-archive/company/ads"].params.domain.min', "`min` bounds a number, not a string",
      "min/max on integer or number parameters"),
-    ("an unknown key", ADS, _with(("records", "search_engine_ads", "primary_key"), "id"),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.primary_key',
+    ("an unknown key", ADS, _with(("records", "ad_archive_ads", "primary_key"), "id"),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.primary_key',
      "unknown key 'primary_key'", "at, one, objects, key, columns, unwrap, ignore, nested"),
     ("a path parameter not in the path", ADS, _with(("params", "domain", "in"), "path"),
-     'endpoints["/v1/search-engine/company/ads"].params.domain.in', "'domain' is not a `{domain}` of the path",
+     'endpoints["/v1/ad-archive/company/ads"].params.domain.in', "'domain' is not a `{domain}` of the path",
      "query, or add {domain} to the path"),
     ("a one_of of no parameter", ADS, _with(("one_of",), [["domain", "company"]]),
-     'endpoints["/v1/search-engine/company/ads"].one_of[0][1]', "'company' is not a parameter",
+     'endpoints["/v1/ad-archive/company/ads"].one_of[0][1]', "'company' is not a parameter",
      "domain, advertiser_id, topic"),
     # child tables (#39)
-    ("a child column every child row has", ADS, _with(CHILD, {"search_engine_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ad_regions.columns.position',
-     "'position' is a column of every row of search_engine_ad_regions already", "a name other than position, parent_creative_id"),
-    ("a child of a child", ADS, _with(CHILD, {"search_engine_ad_regions": {"at": "regions", "columns": {"code": "text"}, "children": {}}}),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ad_regions.children',
+    ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',
+     "'position' is a column of every row of ad_archive_ad_regions already", "a name other than position, parent_creative_id"),
+    ("a child of a child", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"code": "text"}, "children": {}}}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.children',
      "unknown key 'children'", "at, columns, entries, ignore, replaces"),
-    ("a child replacing no json column", ADS, _with(CHILD, {"search_engine_ad_regions": {"at": "regions", "columns": {"code": "text"}, "replaces": "format"}}),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ad_regions.replaces',
+    ("a child replacing no json column", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"code": "text"}, "replaces": "format"}}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.replaces',
      "'format' is not a json column of the record", "no json column: leave `replaces` out"),
-    ("a child table named like its parent's", ADS, _with(CHILD, {"search_engine_ads": {"at": "regions", "columns": {"code": "text"}}}),
-     'endpoints["/v1/search-engine/company/ads"].records.search_engine_ads.children.search_engine_ads',
-     "'search_engine_ads' is a table of this endpoint already", "a table name of its own"),
+    ("a child table named like its parent's", ADS, _with(CHILD, {"ad_archive_ads": {"at": "regions", "columns": {"code": "text"}}}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ads',
+     "'ad_archive_ads' is a table of this endpoint already", "a table name of its own"),
 ]  # fmt: skip
 
 
@@ -289,7 +287,7 @@ def test_a_bad_declaration_is_refused_naming_its_file_line_field_and_what_is_all
 
 
 def test_an_inline_declaration_is_checked_in_the_spec_and_a_missing_catalog_named(tmp_path: Path) -> None:
-    bad = _with(("records", "search_engine_ads", "key"), "nope")
+    bad = _with(("records", "ad_archive_ads", "key"), "nope")
     spec = write_spec(
         tmp_path,
         {"name": "bad", "budget": {"credits": 5}, "catalogs": ["missing.yaml"], "endpoints": {ADS: bad},
@@ -304,7 +302,7 @@ def test_an_inline_declaration_is_checked_in_the_spec_and_a_missing_catalog_name
     )
     assert any(
         line.startswith(f"{spec}:")
-        and "records.search_engine_ads.key[0]: 'nope' is not a column of search_engine_ads" in line
+        and "records.ad_archive_ads.key[0]: 'nope' is not a column of ad_archive_ads" in line
         for line in lines
     ), result.stderr
 
@@ -322,8 +320,8 @@ def test_a_never_seen_endpoint_runs_end_to_end_on_the_embedded_sandbox_at_its_pr
     pages = dict(rows(db, "SELECT query_id, pages FROM query_state"))
     assert spent == {"detailed": 25 * pages["detailed"], "plain": pages["plain"]}
     assert scalar(db, "SELECT credits_spent FROM runs") == sum(spent.values()) <= 52
-    assert scalar(db, "SELECT count(*) FROM search_engine_ads WHERE creative_id IS NULL") == 0
-    assert scalar(db, "SELECT count(*) FROM search_engine_ads") > 0
+    assert scalar(db, "SELECT count(*) FROM ad_archive_ads WHERE creative_id IS NULL") == 0
+    assert scalar(db, "SELECT count(*) FROM ad_archive_ads") > 0
 
 
 def test_the_pages_example_validates_and_plans_as_the_page_shows(

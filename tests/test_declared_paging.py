@@ -132,7 +132,7 @@ def test_each_thread_cursor_is_asked_once_and_its_replies_land() -> None:
         entries = data_entries(sb)
         config = sb.config
     asked = Counter(e.params.get("cursor") for e in entries)
-    table = "forum_post_comments"
+    table = "example_forum_post_comments"
     assert run.outcome.status == "complete"
     assert max(asked.values()) == 1, "a cursor was paid twice"
     assert (
@@ -187,7 +187,7 @@ def test_a_short_budget_takes_turns_and_the_next_run_asks_what_was_left_once() -
     assert ended.status == "complete"
     assert max(Counter(e.params.get("cursor") for e in entries).values()) == 1, "a request was paid twice"
     assert len(entries) == expected_pages(COMMENTS, params, config)
-    table = "forum_post_comments"
+    table = "example_forum_post_comments"
     assert landed(ep, first, table, params) | landed(ep, rest, table, params) == crawled(
         ep, table, params, config
     )

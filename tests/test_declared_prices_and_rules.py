@@ -89,7 +89,7 @@ def test_a_cached_answer_counts_0_and_the_count_equals_the_bill(
     assert sorted(billed) == [0, 1]
     assert sorted(c for (c,) in rows(db, "SELECT credits FROM query_state")) == [0, 1]
     assert rows(db, "SELECT credits_spent, service_billed FROM runs") == [(bill, bill)] == [(1, 1)]
-    assert scalar(db, "SELECT count(*) FROM short_video_creator_profiles") == 1
+    assert scalar(db, "SELECT count(*) FROM example_short_video_creator_profiles") == 1
     cached = runner.invoke(app, ["raw", str(tmp_path / "out")]).stdout
     assert cached.count('"cached": true') == 1 and '"credits_charged": 0' in cached
 
@@ -160,11 +160,11 @@ BAD = [
                  "'sort' has a default, so it is always sent", "a parameter without a default",
                  id="excluding a parameter that is always sent"),
     pytest.param(COMMENTS, ("paging", "follow", "kind"), "forum_comments", "paging.follow.kind",
-                 "'forum_comments' is not a record kind here", "forum_post_comments, forum_post_details",
+                 "'forum_comments' is not a record kind here", "example_forum_post_comments, example_forum_post_details",
                  id="a follow-up kind that is no record kind"),
     pytest.param(COMMENTS, ("paging", "last"), 11, "paging.last", "`last` is a key of page numbers",
                  "style: page_number, or leave it out", id="a page-number key on a cursor"),
-    pytest.param("/v1/search-engine/search", ("paging", "last"), 12, "paging.last",
+    pytest.param("/v1/example-search-engine/search", ("paging", "last"), 12, "paging.last",
                  "page 12 is outside the page parameter's 1..11", "a number in 1..11", id="last past the page's max"),
     pytest.param(COMMENTS, ("method",), "PUT", "method", "'PUT' is not a method harvest sends",
                  "GET, POST, or [GET, POST] (the first is the default)", id="a method"),

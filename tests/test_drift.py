@@ -93,14 +93,14 @@ def test_values_that_do_not_fit_are_null_counted_and_kept(prefect_harness: None,
     plays = [r[0] for r in rows(db, "SELECT play_count FROM short_video_videos ORDER BY aweme_id")]
     meaning = {"1.2K": 1200, "1,234": 1234, "42": 42, "twelve": None}
     assert plays == [meaning[v["statistics"]["play_count"]] for v in sent]
-    assert scalar(db, "SELECT count(*) FROM short_video_videos WHERE create_time IS NULL") == len(sent)
+    assert scalar(db, "SELECT count(*) FROM short_video_videos WHERE created_at IS NULL") == len(sent)
     misfits = (
         sum((v == "twelve") for video in sent for k, v in video["statistics"].items() if k != "play_count")
         + sum(video["statistics"]["play_count"] == "twelve" for video in sent)
         + len(sent)
     )  # + every "yesterday"
     assert scalar(db, "SELECT values_misfit FROM query_state") == misfits
-    assert "did not fit their column" in result.stderr and "create_time = yesterday" in result.stderr
+    assert "did not fit their column" in result.stderr and "(create_time = yesterday)" in result.stderr
     assert rows(db, "SELECT status FROM query_state") == [("complete",)]
 
 

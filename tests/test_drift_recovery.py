@@ -7,6 +7,7 @@ sandbox's ledger shows no page paid twice.
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 
 import orjson
@@ -29,12 +30,17 @@ runner = CliRunner()
 
 
 def read_items_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The fix a user makes in `connectors/catalog/endpoints.yaml`: the posts may also come under `items`."""
-    text = job_catalog.BUILTIN_FILE.read_text(encoding="utf-8")
+    """The fix a user makes in `connectors/catalog/endpoints/microblog-b.yaml`: the posts may also come under
+    `items`."""
+    fixed = tmp_path / "catalog"
+    shutil.copytree(job_catalog.BUILTIN_DIR, fixed)
+    text = (fixed / "microblog-b.yaml").read_text(encoding="utf-8")
     assert text.count("at: [feed, post]") == 1
-    fixed = tmp_path / "endpoints.yaml"
-    fixed.write_text(text.replace("at: [feed, post]", "at: [feed, post, items]"), encoding="utf-8")
-    monkeypatch.setattr(job_catalog, "BUILTIN_FILE", fixed)
+    (fixed / "microblog-b.yaml").write_text(text.replace("at: [feed, post]", "at: [feed, post, items]"))
+    monkeypatch.setattr(job_catalog, "BUILTIN_DIR", fixed)
+    monkeypatch.setattr(
+        job_catalog, "builtin_declarations", functools.cache(job_catalog.builtin_declarations.__wrapped__)
+    )
     monkeypatch.setattr(job_catalog, "builtin", functools.cache(job_catalog.builtin.__wrapped__))
 
 

@@ -45,7 +45,7 @@ con = duckdb.connect(sys.argv[1], read_only=True)
 def q(sql):
     return [[str(v) for v in row] for row in con.execute(sql).fetchall()]
 print(json.dumps({
-    "videos": q("SELECT aweme_id, epoch_ms(create_time), play_count, _run_id, length(raw) FROM short_video_videos ORDER BY ALL"),
+    "videos": q("SELECT aweme_id, epoch_ms(created_at), play_count, _run_id, length(raw) FROM short_video_videos ORDER BY ALL"),
     "shelves": q("SELECT type, title FROM video_platform_shelves ORDER BY ALL"),
     "runs": q("SELECT run_id, status, credits_spent, records FROM runs ORDER BY ALL"),
     "query_state": q("SELECT run_id, query_id, status, pages, records FROM query_state ORDER BY ALL"),
@@ -55,7 +55,7 @@ print(json.dumps({
                "WHERE table_name IN ('short_video_videos', 'runs', 'query_state', 'short_video_products', "
                "'video_platform_videos') ORDER BY ALL"),
     "prices": q("SELECT id, price_amount, price_currency FROM short_video_products ORDER BY ALL"),
-    "published": q("SELECT id, epoch_ms(published_time) FROM video_platform_videos ORDER BY ALL"),
+    "published": q("SELECT id, epoch_ms(created_at) FROM video_platform_videos ORDER BY ALL"),
     "column_comments": q("SELECT table_name, column_name, comment FROM duckdb_columns() "
                          "WHERE table_name IN ('short_video_products', 'video_platform_videos') ORDER BY ALL"),
 }))
@@ -130,10 +130,10 @@ def test_a_landed_file_opens_in_duckdb_1x_after_a_run_and_after_a_merge(
     assert first == read_with(sys.executable, db)  # what DuckDB 2 reads, row for row
     assert len(first["runs"]) == 1 and first["videos"] and first["shelves"] and first["query_state"]
     assert ["short_video_videos", "primary key: aweme_id"] in first["comments"]
-    assert ["short_video_videos", "create_time", "TIMESTAMP WITH TIME ZONE"] in first["types"]
+    assert ["short_video_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
     # #39's types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
     assert ["short_video_products", "price_amount", "DECIMAL(18,4)"] in first["types"]
-    assert ["video_platform_videos", "published_time", "TIMESTAMP WITH TIME ZONE"] in first["types"]
+    assert ["video_platform_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
     assert first["prices"] and all(amount.count(".") == 1 for _, amount, _ in first["prices"])
     assert first["published"] and all(ms != "None" for _, ms in first["published"])
     assert first["column_comments"] and all(c.count("Source: ") == 1 for *_, c in first["column_comments"])

@@ -1,6 +1,5 @@
 """The interface's chains, run end to end: `configs/examples/video-chains.yaml` on the embedded sandbox
-(`service.base_url: sandbox`), which serves the three endpoints its catalog file declares beside its own.
-Each chain lands rows in each of its tables, and each child query was asked with its parent's values:
+(`service.base_url: sandbox`). Each chain lands rows in each of its tables, and each child query was asked with its parent's values:
 video search -> each video's record (`url`), a video's comments -> their replies (`repliesContinuationToken`),
 advertiser search -> each company's ads (`advertiser_id`)."""
 
@@ -66,17 +65,17 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
     assert _asked(db, "/v1/search-engine/company/ads", "advertiser_id") == advertisers
     assert _column(db, "search_engine_ads", "advertiser_id") == advertisers
     assert 0 < summary.credits_spent <= 300
-    # a declared child table (#39): each video's "watch next" list as rows, typed, joined on the record's key,
+    # a child table (#39): each video's "watch next" list as rows, typed, joined on the record's key,
     # the items of its JSON at their positions
     watch_next = rows(
         db,
-        "SELECT d.video_id, w.position, w.video_id, w.title, w.view_count, w.published_at "
+        "SELECT d.id, w.position, w.id, w.title, w.view_count, w.created_at "
         "FROM video_platform_video_details d JOIN video_platform_video_watch_next w "
-        "ON w.parent_video_id = d.video_id ORDER BY ALL",
+        "ON w.parent_id = d.id ORDER BY ALL",
     )
     listed = sorted(
         (video, n, item["id"], item["title"], item["viewCountInt"], item["publishDate"])
-        for video, items in rows(db, "SELECT video_id, watch_next_videos FROM video_platform_video_details")
+        for video, items in rows(db, "SELECT id, watch_next FROM video_platform_video_details")
         for n, item in enumerate(json.loads(items or "[]"))
     )
     assert watch_next and [row[:5] for row in watch_next] == [row[:5] for row in listed]

@@ -108,24 +108,24 @@ def test_delta_export_merges_newest_values_and_sends_nothing_twice(
 def test_a_column_the_catalog_gained_appears_in_the_table(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """First exported by a catalog without `collect_count`; the catalog gains it: the table grows the column,
+    """First exported by a catalog without `download_count`; the catalog gains it: the table grows the column,
     the next run's rows carry values, the rows it did not fetch again stay null."""
     output, lake = tmp_path / "out", tmp_path / "lake"
     kinds = all_kinds()
-    older = kinds[VIDEOS].schema.remove(kinds[VIDEOS].schema.get_field_index("collect_count"))
+    older = kinds[VIDEOS].schema.remove(kinds[VIDEOS].schema.get_field_index("download_count"))
     patched = {**kinds, VIDEOS: SimpleNamespace(schema=older, primary_key=kinds[VIDEOS].primary_key)}
     night(tmp_path, output, 0, monkeypatch)
     with monkeypatch.context() as m:
         m.setattr(table_rows, "output_kinds", lambda *_: patched)
         assert export(output, str(lake)).exit_code == 0
-    assert "collect_count" not in delta(f"{lake}/{VIDEOS}").to_pyarrow_table().column_names
+    assert "download_count" not in delta(f"{lake}/{VIDEOS}").to_pyarrow_table().column_names
 
     night(tmp_path, output, 1, monkeypatch)
     result = export(output, str(lake))
     assert result.exit_code == 0, result.output
-    assert "collect_count" in result.output, "the report names the new column"
-    got = key_values(delta(f"{lake}/{VIDEOS}").to_pyarrow_table(), "aweme_id", "collect_count")
-    expected = dict(rows(output / "harvest.duckdb", f"SELECT aweme_id, collect_count FROM {VIDEOS}"))
+    assert "download_count" in result.output, "the report names the new column"
+    got = key_values(delta(f"{lake}/{VIDEOS}").to_pyarrow_table(), "aweme_id", "download_count")
+    expected = dict(rows(output / "harvest.duckdb", f"SELECT aweme_id, download_count FROM {VIDEOS}"))
     assert got == expected and any(v is not None for v in got.values())
 
 

@@ -318,13 +318,13 @@ def test_columns_are_typed_and_carry_their_provenance(crawl: Crawl) -> None:
     types = dict(rows(crawl.db, "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ?",
                       ["short_video_videos"]))  # fmt: skip
     assert types["play_count"] == "BIGINT"
-    assert types["digg_count"] == "BIGINT"
-    assert types["create_time"] == "TIMESTAMP WITH TIME ZONE"
+    assert types["like_count"] == "BIGINT"
+    assert types["created_at"] == "TIMESTAMP WITH TIME ZONE"
     assert types["_fetched_at"] == "TIMESTAMP WITH TIME ZONE"
     assert types["aweme_id"] == types["caption"] == types["raw"] == "VARCHAR"
     got = rows(
         crawl.db,
-        "SELECT aweme_id, play_count, create_time, caption, raw, _endpoint, _query_id, _run_id, _fetched_at "
+        "SELECT aweme_id, play_count, created_at, caption, raw, _endpoint, _query_id, _run_id, _fetched_at "
         "FROM short_video_videos",
     )
     expected = expected_tables()["short_video_videos"]
@@ -347,7 +347,7 @@ def test_columns_are_typed_and_carry_their_provenance(crawl: Crawl) -> None:
         "OR _run_id IS NULL OR _fetched_at IS NULL) FROM forum_comments",
     )
     assert nulls == [(0,)]
-    assert types_of(crawl.db, "forum_comments")["votes"] == "BIGINT"
+    assert types_of(crawl.db, "forum_comments")["score"] == "BIGINT"
 
 
 def types_of(db: Path, table: str) -> dict[str, str]:

@@ -53,15 +53,15 @@ def test_each_key_once_with_its_newest_fetch(
 
 
 def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
-    """#39: a run landed before `published_time` became a TIMESTAMPTZ (text in its file) exports in today's type;
+    """#39: a run landed before `created_at` became a TIMESTAMPTZ (text in its file) exports in today's type;
     a value that does not convert is NULL (the load's rule; the file and `raw` keep it)."""
     kind = all_kinds()["video_platform_videos"]
-    fields = [pa.field(f.name, pa.string()) if f.name == "published_time" else f for f in kind.schema]
-    older = pa.schema([f for f in fields if f.name != "published_time_text"])
+    fields = [pa.field(f.name, pa.string()) if f.name == "created_at" else f for f in kind.schema]
+    older = pa.schema([f for f in fields if f.name != "created_at_text"])
     fetched = datetime(2026, 11, 1, tzinfo=UTC)
     data = {
         "id": ["a", "b"],
-        "published_time": ["2023-05-28T17:08:46.499Z", "2 years ago"],
+        "created_at": ["2023-05-28T17:08:46.499Z", "2 years ago"],
         "_fetched_at": [fetched] * 2,
     }
     table = pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older)
@@ -70,14 +70,14 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
         list(table_rows._record_reader([tmp_path / "old.parquet"], kind.schema, ("id",)))
     )
     assert got.schema == kind.schema
-    assert dict(zip(got.column("id").to_pylist(), got.column("published_time").to_pylist(), strict=True)) == {
+    assert dict(zip(got.column("id").to_pylist(), got.column("created_at").to_pylist(), strict=True)) == {
         "a": datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=UTC),
         "b": None,
     }
 
 
 def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
-    """#39: a video shelf's items landed while their `published_time` was text export in today's type, as the
+    """#39: a video shelf's items landed while their `created_at` was text export in today's type, as the
     parent's rows do; a value that does not convert is NULL."""
     parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
     fetched = datetime(2026, 11, 1, tzinfo=UTC)
@@ -88,13 +88,13 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(t
         ),
         tmp_path / "shelves.parquet",
     )
-    fields = [pa.field(f.name, pa.string()) if f.name == "published_time" else f for f in child.schema]
-    older = pa.schema([f for f in fields if f.name != "published_time_text"])
+    fields = [pa.field(f.name, pa.string()) if f.name == "created_at" else f for f in child.schema]
+    older = pa.schema([f for f in fields if f.name != "created_at_text"])
     data = {
         "parent_type": ["shelf"] * 2,
         "parent_title": ["Latest"] * 2,
         "position": [0, 1],
-        "published_time": ["2023-05-28T17:08:46.499Z", "2 years ago"],
+        "created_at": ["2023-05-28T17:08:46.499Z", "2 years ago"],
         "_fetched_at": [fetched] * 2,
     }
     pq.write_table(
@@ -106,7 +106,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(t
     )
     got = pa.Table.from_batches(list(reader), schema=child.schema)
     assert got.schema == child.schema
-    pairs = zip(got.column("position").to_pylist(), got.column("published_time").to_pylist(), strict=True)
+    pairs = zip(got.column("position").to_pylist(), got.column("created_at").to_pylist(), strict=True)
     assert sorted(pairs) == [
         (0, datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=UTC)),
         (1, None),

@@ -1,12 +1,11 @@
 """The service's own sample answers land whole: every record once, every column filled whose value the answer
 carries.
 
-`tests/data/published-examples/` holds the answers the service publishes for its endpoints (its command-line
-client's samples and its OpenAPI examples), exactly as published; `index.json` says which request each answers.
-Each is served over real HTTP by the sandbox's replay (`SandboxConfig.replay`: the file's bytes, its own envelope)
-and landed by a real `harvest run` of one query. Every file is picked up: the answers of the three endpoints the
-interface refers to without listing them land through their declarations in a catalog file the job names
-(`tests/data/declared/published-endpoints.yaml`, #38), as a user would declare them.
+`../shared/spec/published-examples/` holds the answers the service publishes for its endpoints (its command-line
+client's samples and its OpenAPI examples), exactly as published, read in place; `index.json` says which request
+each answers. Each is served over real HTTP by the sandbox's replay (`SandboxConfig.replay`: the file's bytes, its
+own envelope) and landed by a real `harvest run` of one query. Every file is picked up: each endpoint is built in
+(#45). `tests/test_endpoint_samples.py` holds every sample of every endpoint to the same rules without a flow run.
 
 What "whole" means is derived from the catalog applied to the example, and held against an independent rule so a
 wrong path cannot hide a column: (1) each record the catalog finds has its primary key and lands once, with its
@@ -17,8 +16,6 @@ with the reason the example does not carry them (a listed one that is filled fai
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,40 +28,38 @@ from typer.testing import CliRunner
 import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.job_catalog import for_job
+from connectors.catalog.job_catalog import builtin, builtin_declarations
 from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind, keys_of
 from connectors.paging.pager import OK_STATUSES
 from flows.cli import app
-from flows.spec.declared import catalog_file_endpoints
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
+from tests.published_helpers import PUBLISHED, published_index, skip_without
 
-EXAMPLES_DIR = Path(__file__).parent / "data" / "published-examples"
-DECLARED_CATALOG = Path(__file__).parent / "data" / "declared" / "published-endpoints.yaml"
-DECLARED = catalog_file_endpoints(DECLARED_CATALOG)
-DECLARED_REQUESTS = {
+skip_without(PUBLISHED)
+EXAMPLES_DIR = PUBLISHED
+REQUESTS = {
     "v1_video-platform_video--cli.json": {"url": "https://www.youtube.com/watch?v=Y2Ah_DFr8cw"},
     "v1_video-platform_video_comments--cli.json": {"url": "https://www.youtube.com/watch?v=dQw4w9WgXcQ"},
     "v1_search-engine_company_ads--cli.json": {"domain": "lululemon.com"},
 }
 """The requests of the examples whose index entry names none (the endpoints the interface does not list)."""
-SANDBOX_DECLARES = "declared" in {f.name for f in dataclasses.fields(SandboxConfig)}
-"""Whether this sandbox serves declared endpoints (the sandbox branch of #38)."""
-INDEX = json.loads((EXAMPLES_DIR / "index.json").read_text())["examples"]
+INDEX = published_index()
 ANY = "*"
 """In `NOT_IN_THE_EXAMPLE`: the record kind itself (the example has none of its records)."""
 NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
     ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "text"): "null in all three posts",
     ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "video_view_count"): "null in every post",
+    ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "group_id"): "asked by the group's URL",
     ("v1_forum_subreddit_search--cli.json", "forum_comments", "parent_comment_id"): "a top-level comment",
     ("v1_forum_subreddit_search--cli.json", "forum_media", "gallery_count"): "null: an image, not a gallery",
     (
         "v1_streaming_clip--cli.json",
         "streaming_broadcaster_clips",
-        "broadcaster_followers",
+        "broadcaster_follower_count",
     ): "only on the clip",
     ("v1_streaming_clip--cli.json", "streaming_broadcaster_clips", "video_url"): "only on the clip",
     ("v1_streaming_clip--cli.json", "streaming_broadcaster_clips", "video_qualities"): "only on the clip",
@@ -139,8 +134,8 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
             column,
         ): "a shelf's short is brief"
         for column in (
-            "published_time",
-            "published_time_text",
+            "created_at",
+            "created_at_text",
             "length_seconds",
             "length_text",
             "channel_id",
@@ -153,6 +148,63 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
             "description",
         )
     },
+}
+NEWER_THAN_THE_EXAMPLE: dict[str, dict[str, list[str]]] = {
+    "v1_streaming_clip--cli.json": {
+        "streaming_broadcaster_clips": ["assets"],
+    },
+    "v1_video-platform_community-post--cli.json": {
+        "video_platform_community_posts": ["url", "like_count_text", "video_view_count"],
+    },
+    "v1_microblog-b_post--cli.json": {
+        "microblog_b_posts": ["langs"],
+        "microblog_b_replies": ["author_verified_status", "author_verifications", "facets"],
+    },
+    "v1_microblog-b_user_posts--cli.json": {
+        "microblog_b_posts": ["langs"],
+    },
+    "v1_photo-app_user_reels--cli.json": {
+        "photo_app_reels": ["user_id"],
+    },
+    "v1_photo-app_user_reels--openapi.json": {
+        "photo_app_reels": ["user_id"],
+    },
+    "v3_short-video_profile_videos--cli.json": {
+        "short_video_videos": ["challenges", "anchors", "image_post", "suggest_words"],
+    },
+    "v3_short-video_profile_videos--openapi.json": {
+        "short_video_videos": [
+            "share_url",
+            "content_type",
+            "is_pinned",
+            "music_id",
+            "music_title",
+            "music_author",
+            "text_extra",
+            "challenges",
+            "anchors",
+            "banners",
+            "music_artists",
+            "added_sound",
+            "image_post",
+            "original_client_text",
+            "suggest_words",
+        ],
+    },
+    "v1_pinboard_search--openapi.json": {
+        "pinboard_pins": ["board_images"],
+    },
+    "v1_video-platform_video--cli.json": {
+        "video_platform_video_details": ["most_replayed"],
+    },
+}
+"""Columns the catalog reads from the service's current samples (`../shared/spec/service-samples/`, held by
+`tests/test_endpoint_samples.py`) that these older published answers do not carry."""
+NOT_IN_THE_EXAMPLE |= {
+    (file, table, column): "newer than the example"
+    for file, tables in NEWER_THAN_THE_EXAMPLE.items()
+    for table, columns in tables.items()
+    for column in columns
 }
 runner = CliRunner()
 
@@ -173,23 +225,18 @@ class Example:
 
 
 def _known() -> tuple[list[Example], list[Any]]:
-    """The examples of endpoints the catalog knows or the test catalog declares, and a skipped param for each
-    other one."""
+    """The examples of endpoints the catalog knows, and a skipped param for each other one."""
     known, skipped = [], []
-    endpoints = for_job(DECLARED).endpoints
+    endpoints = builtin().endpoints
     for entry in INDEX:
         endpoint = endpoints.get(entry["endpoint"])
-        reason = None
         if endpoint is None:
-            reason = f"{entry['endpoint']} is neither built in nor declared in {DECLARED_CATALOG.name}"
-        elif entry["endpoint"] in DECLARED and not SANDBOX_DECLARES:
-            reason = f"{entry['endpoint']} is declared: the sandbox serves declared endpoints from #38's sandbox branch on"
-        if endpoint is None or reason is not None:
+            reason = f"{entry['endpoint']} is not built in"
             skipped.append(
                 pytest.param(entry["file"], marks=pytest.mark.skip(reason=reason), id=entry["file"])
             )
         else:
-            request = entry.get("example_request") or DECLARED_REQUESTS[entry["file"]]
+            request = entry.get("example_request") or REQUESTS[entry["file"]]
             known.append(Example(entry["file"], endpoint, dict(request)))
     return known, skipped
 
@@ -222,11 +269,9 @@ def landed(
         mp.setenv("HARVEST_API_KEY", SECRET_KEY)
         for n, group in enumerate(_runs(KNOWN)):
             replay = {e.endpoint.path: (EXAMPLES_DIR / e.file).read_bytes() for e in group}
-            declared = {
-                e.endpoint.path: DECLARED[e.endpoint.path] for e in group if e.endpoint.path in DECLARED
-            }
-            served = {"declared": declared} if declared else {}
-            config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, replay=replay, **served)
+            config = SandboxConfig(
+                api_keys={SECRET_KEY: BIG_BALANCE}, replay=replay, catalog=builtin_declarations()
+            )
             tmp = tmp_path_factory.mktemp(f"published{n}")
             queries = [
                 {"id": e.query_id, "endpoint": e.endpoint.path, "params": e.params}
@@ -238,7 +283,7 @@ def landed(
                 "budget": {"credits": 100},
                 "output": str(tmp / "out"),
                 "queries": queries,
-            } | ({"catalogs": [str(DECLARED_CATALOG)]} if declared else {})
+            }
             with running(config) as sb:
                 spec["service"] = {"base_url": sb.base_url}
                 result = runner.invoke(app, ["run", str(write_spec(tmp, spec))])

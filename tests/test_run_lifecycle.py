@@ -135,7 +135,7 @@ def test_a_wrong_key_sends_one_request_and_says_so_once(
         summary = run_flow(spec)
         requests = sb.ledger
     assert result.exit_code == 2, result.output
-    assert [(e.path, e.status) for e in refused_at_once] == [("/v1/credit-balance", 402)]
+    assert [(e.path, e.status) for e in refused_at_once] == [("/v1/account/credit-balance", 402)]
     assert result.stderr.count("refused the API key") == 1 and "fix the key" in result.stderr
     assert "not-the-key" not in result.output
     assert len(requests) == 2 and requests[1].status == 402  # the flow's free balance read, refused

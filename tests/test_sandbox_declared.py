@@ -4,15 +4,21 @@ of its type, keys are unique within a result set and the same from two sandboxes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from connectors.catalog import job_catalog
+from connectors.paging.pager import OK_STATUSES
 from sandbox.config import Drift, SandboxConfig
+from sandbox.emulation.endpoint_table import BY_PATH
 from sandbox.expected import expected_pages, full_crawl
-from sandbox.wire.serving import RunningSandbox
+from sandbox.wire.serving import RunningSandbox, running
+from tests.crawl_helpers import run_query
 from tests.declared_helpers import COLUMNS, MISSING, column_path, declaration, dig, fits, http_pages, records
+from tests.declaring_helpers import request_of
 
 PATH = "/v1/example-platform/things"
 PARAMS = {"q": "lanterns"}
@@ -205,6 +211,51 @@ def test_a_stuck_cursor_comes_back_wherever_the_declaration_puts_it(
         asked = first["paging_info"]["max_id"]
         second = client.get(PATH, params={**PARAMS, "max_id": asked}).json()
     assert asked and second["paging_info"]["max_id"] == asked and second["items"]
+
+
+# ------------------------------------------------------------------------------------ harvest's catalog
+GENERIC = sorted(set(job_catalog.builtin().endpoints) - set(BY_PATH))
+"""The catalog's endpoints the sandbox has no emulation of: served from their declarations alone."""
+
+
+@pytest.fixture(scope="module")
+def catalog_sandbox() -> Iterator[RunningSandbox]:
+    """One sandbox serving harvest's catalog, as the sandbox harvest starts does."""
+    config = SandboxConfig(catalog=job_catalog.builtin_declarations(), pages=(2, 2), page_size=3, seed=7)
+    with running(config) as sb:
+        yield sb
+
+
+@pytest.mark.parametrize("path", GENERIC)
+def test_the_sandbox_serves_each_catalog_endpoint_as_harvest_reads_it(
+    path: str, catalog_sandbox: RunningSandbox
+) -> None:
+    """Each endpoint of the catalog the sandbox does not emulate is paged by harvest's own pager from the
+    sandbox's answers: records land with every column the declaration reads, nothing lost, nothing misfit, no
+    field the declaration does not know."""
+    endpoint = job_catalog.builtin().get(path)
+    params = request_of(path)
+    run = asyncio.run(run_query(catalog_sandbox, endpoint, params, max_pages=2))
+    outcome = run.outcome
+    assert outcome.status in OK_STATUSES, outcome.error
+    report = outcome.extraction
+    assert outcome.records > 0 and not report.lost and report.misfits == 0
+    assert not report.new_fields and not report.empty_columns, report.as_dict()
+    tables = [table for page in run.pages for table in page.tables.items() if table[1].num_rows]
+    empty = {(name, column) for name, table in tables for column in table.column_names}
+    empty -= {
+        (name, column)
+        for name, table in tables
+        for column in table.column_names
+        if table[column].null_count < table.num_rows
+    }
+    unasked = {  # a column of a request value the query did not set
+        (kind.table, f.name)
+        for kind in endpoint.landed_kinds
+        for f in kind.columns
+        if f.path.startswith("$params.") and f.path.removeprefix("$params.") not in params
+    }
+    assert empty - unasked == set(), "columns no record of the sandbox's fills"
 
 
 THREAD = "/v1/example-forum/post/comments"

@@ -15,9 +15,11 @@ import httpx
 import pytest
 import yaml
 
+from connectors.catalog.job_catalog import BUILTIN_DIR, builtin_declarations
 from sandbox.config import SandboxConfig
 from sandbox.wire.serving import RunningSandbox
-from tests.declared_helpers import REFERRED, ROOT, declaration, http_pages, records, referred
+from tests.declared_helpers import declaration, http_pages, records
+from tests.published_helpers import PUBLISHED
 from tests.test_cli_sandbox import harvest_sandbox
 
 ADS = "/v1/search-engine/company/ads"
@@ -28,10 +30,24 @@ ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
 VIDEO_SEARCH = "/v1/video-platform/search"
 
 
+def catalog() -> dict[str, Any]:
+    """harvest's catalog as plain declarations: what the sandboxes harvest starts are handed (`catalog=`); the
+    endpoints the sandbox emulates no other way are served from them, as a job's declared ones are."""
+    return builtin_declarations()
+
+
+def filed(tmp_path: Path) -> Path:
+    """A catalog file of the user's: one endpoint harvest does not ship."""
+    file = tmp_path / "mine.yaml"
+    file.write_text(yaml.safe_dump({"endpoints": {"/v1/x/filed": declaration()}}), encoding="utf-8")
+    return file
+
+
 @pytest.fixture
-def referred_sandbox(sandbox_factory: Callable[..., RunningSandbox]) -> RunningSandbox:
-    """A sandbox serving the example catalog file's three endpoints beside its own."""
-    return sandbox_factory(SandboxConfig(api_keys={"k": 1000}, declared=referred()))
+def catalog_sandbox(sandbox_factory: Callable[..., RunningSandbox]) -> RunningSandbox:
+    """A sandbox serving harvest's catalog beside its own emulations (among them the three endpoints the
+    interface refers to without listing them: a video's record, its comments, a company's ads)."""
+    return sandbox_factory(SandboxConfig(api_keys={"k": 1000}, catalog=catalog()))
 
 
 REFUSED = [
@@ -45,14 +61,14 @@ REFUSED = [
 
 @pytest.mark.parametrize(("params", "named", "says"), REFUSED, ids=[r[1] for r in REFUSED])
 def test_a_request_against_the_declaration_is_answered_400_naming_the_parameter_unbilled(
-    referred_sandbox: RunningSandbox, params: dict[str, str], named: str, says: str
+    catalog_sandbox: RunningSandbox, params: dict[str, str], named: str, says: str
 ) -> None:
-    with referred_sandbox.client() as client:
+    with catalog_sandbox.client() as client:
         answer = client.get(ADS, params=params)
     assert answer.status_code == 400, answer.text
     body = answer.json()
     assert body["parameter"] == named and says in body["message"]
-    assert body["credits_charged"] == 0 and referred_sandbox.balance() == 1000 == body["credits_remaining"]
+    assert body["credits_charged"] == 0 and catalog_sandbox.balance() == 1000 == body["credits_remaining"]
 
 
 def test_required_bounds_and_lengths_are_checked_as_declared(
@@ -71,14 +87,14 @@ def test_required_bounds_and_lengths_are_checked_as_declared(
     assert fine.status_code == 200 and sb.balance() == 9
 
 
-def test_the_price_of_a_parameter_value_is_billed(referred_sandbox: RunningSandbox) -> None:
+def test_the_price_of_a_parameter_value_is_billed(catalog_sandbox: RunningSandbox) -> None:
     """Company ads: 25 credits with `get_ad_details=true` (or 1), 1 without it or with false."""
     asked = [{"get_ad_details": "true"}, {"get_ad_details": "1"}, {}, {"get_ad_details": "false"}]
-    with referred_sandbox.client() as client:
+    with catalog_sandbox.client() as client:
         answers = [client.get(ADS, params={"advertiser_id": "AR0161", **extra}).json() for extra in asked]
     assert [a["credits_charged"] for a in answers] == [25, 25, 1, 1]
     assert [a["credits_remaining"] for a in answers] == [975, 950, 949, 948]
-    assert [e.credits for e in referred_sandbox.ledger] == [25, 25, 1, 1]
+    assert [e.credits for e in catalog_sandbox.ledger] == [25, 25, 1, 1]
 
 
 def test_faults_and_trigger_words_apply_to_a_declared_endpoint(
@@ -89,7 +105,7 @@ def test_faults_and_trigger_words_apply_to_a_declared_endpoint(
     sb = sandbox_factory(
         SandboxConfig(
             api_keys={"k": 1000},
-            declared=referred(),
+            catalog=catalog(),
             fault_plan_by_path={COMMENTS: ["server_error", "rate_limit"]},
         )
     )
@@ -130,13 +146,13 @@ def test_a_declaration_the_sandbox_cannot_serve_is_refused_naming_it(decl: dict[
 
 
 def test_the_interface_chains_values_are_taken_by_the_endpoints_they_lead_to(
-    referred_sandbox: RunningSandbox,
+    catalog_sandbox: RunningSandbox,
 ) -> None:
     """A comment's `repliesContinuationToken` starts a thread on the built-in replies endpoint, an advertiser's
     `advertiser_id` finds its ads, a video search result's `url` its video record (each echoing what it was
     asked for)."""
-    endpoints = referred()
-    with referred_sandbox.client() as client:
+    endpoints = catalog()
+    with catalog_sandbox.client() as client:
         comments = http_pages(client, COMMENTS, endpoints[COMMENTS], {"url": "https://v.example/watch?v=a"})
         tokens = [c["repliesContinuationToken"] for b in comments for c in b["comments"]]
         threads = [client.get(REPLIES, params={"continuationToken": t}) for t in tokens]
@@ -161,7 +177,8 @@ def test_the_interface_chains_values_are_taken_by_the_endpoints_they_lead_to(
 
 
 def test_the_embedded_sandbox_serves_the_endpoints_the_job_declares(tmp_path: Path) -> None:
-    """`service.base_url: sandbox`: the sandbox a run starts serves the job's `catalogs:` and `endpoints:`."""
+    """`service.base_url: sandbox`: the sandbox a run starts serves harvest's catalog, the job's `catalogs:` and
+    its `endpoints:`."""
     from flows.run.service_access import open_service
     from flows.spec import load_spec
 
@@ -174,16 +191,18 @@ def test_the_embedded_sandbox_serves_the_endpoints_the_job_declares(tmp_path: Pa
                 return [
                     await client.get(ADS, params={"advertiser_id": "AR1", "get_ad_details": "true"}),
                     await client.get("/v1/x/things", params={"q": "a"}),
+                    await client.get("/v1/x/filed", params={"q": "a"}),
                 ]
 
-    ads, things = asyncio.run(ask())
+    ads, things, from_file = asyncio.run(ask())
     assert ads.status_code == 200 and ads.json()["credits_charged"] == 25
     assert {ad["advertiserId"] for ad in ads.json()["ads"]} == {"AR1"}
     assert things.status_code == 200 and things.json()["items"]
+    assert from_file.status_code == 200 and from_file.json()["items"]
 
 
 def _declaring_spec(tmp_path: Path, service: dict[str, Any]) -> Path:
-    """A job naming the example catalog file and declaring an endpoint inline; its one query is a pin search."""
+    """A job naming a catalog file of its own and declaring an endpoint inline; its one query is a pin search."""
     spec = tmp_path / "job.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -191,7 +210,7 @@ def _declaring_spec(tmp_path: Path, service: dict[str, Any]) -> Path:
                 "name": "declares",
                 "service": service,
                 "budget": {"credits": 10},
-                "catalogs": [str(REFERRED)],
+                "catalogs": [str(filed(tmp_path))],
                 "endpoints": {"/v1/x/things": declaration()},
                 "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "q"}}],
             }
@@ -203,15 +222,17 @@ def _declaring_spec(tmp_path: Path, service: dict[str, Any]) -> Path:
 
 def test_harvest_sandbox_serves_a_catalog_file_and_a_spec(tmp_path: Path) -> None:
     """`harvest sandbox --catalog FILE` and `--spec SPEC` (its `catalogs:` and `endpoints:`) serve the declared
-    endpoints offline, priced as declared; a declaration harvest refuses exits 2 naming the file, the field and
-    the value, serving nothing."""
+    endpoints offline beside harvest's catalog, priced as declared; a declaration harvest refuses exits 2 naming
+    the file, the field and the value, serving nothing."""
     spec = _declaring_spec(tmp_path, {})
-    for option in (["--catalog", str(REFERRED)], ["--spec", str(spec)]):
+    for option in (["--catalog", str(filed(tmp_path))], ["--spec", str(spec)]):
         with harvest_sandbox(*option, "--api-key", "k", "--credits", "100") as base:
             with httpx.Client(base_url=base, headers={"x-api-key": "k"}) as client:
                 ads = client.get(ADS, params={"domain": "acme.example", "get_ad_details": "true"})
                 video = client.get(VIDEO, params={"url": "https://v.example/watch?v=a"})
                 things = client.get("/v1/x/things", params={"q": "a"})
+                from_file = client.get("/v1/x/filed", params={"q": "a"})
+            assert from_file.status_code == 200 and from_file.json()["items"]
             assert ads.status_code == 200 and ads.json()["credits_charged"] == 25 and ads.json()["ads"]
             assert video.status_code == 200 and video.json()["url"] == "https://v.example/watch?v=a"
             assert things.status_code == (200 if option[0] == "--spec" else 404)
@@ -233,20 +254,26 @@ def test_the_test_gate_counts_and_holds_requests_to_a_declared_endpoint() -> Non
     """`tests/sandbox_gate.py` (the kill and stop tests' door) sees a declared path as it sees a built-in one."""
     from tests.sandbox_gate import gated
 
-    with gated(SandboxConfig(declared=referred())) as sb, sb.client() as client:
+    with gated(SandboxConfig(catalog=catalog())) as sb, sb.client() as client:
         sb.gate.close_after(1, path=COMMENTS)
         assert client.get(COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code == 200
         assert sb.gate.passed_by_path == {COMMENTS: 1} and sb.gate.closed
 
 
 def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() -> None:
-    """The contract: what harvest hands the sandbox (`flows.spec.declared`: checked, every default filled) is
+    """The contract: what harvest hands the sandbox (`builtin_declarations`: checked, every default filled) is
     served exactly as the catalog file's own YAML is, page for page."""
-    from flows.spec.declared import catalog_file_endpoints
     from sandbox.expected import crawl
 
-    plain = SandboxConfig(pages=(2, 3), page_size=4, declared=catalog_file_endpoints(REFERRED))
-    written = SandboxConfig(pages=(2, 3), page_size=4, declared=referred())
+    asked_paths = (VIDEO, COMMENTS, ADS)
+    yaml_written = {
+        path: decl
+        for file in sorted(BUILTIN_DIR.glob("*.yaml"))
+        for path, decl in yaml.safe_load(file.read_text(encoding="utf-8"))["endpoints"].items()
+        if path in asked_paths
+    }
+    plain = SandboxConfig(pages=(2, 3), page_size=4, declared={p: catalog()[p] for p in asked_paths})
+    written = SandboxConfig(pages=(2, 3), page_size=4, declared=yaml_written)
     asked = {
         VIDEO: {"url": "https://v.example/watch?v=a"},
         COMMENTS: {"url": "https://v.example/watch?v=a", "order": "newest"},
@@ -261,15 +288,17 @@ def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() ->
 
 
 def test_a_declared_path_replays_a_recorded_answer(sandbox_factory: Callable[..., RunningSandbox]) -> None:
-    """`--replay PATH=FILE` takes a declared path: the service's published video answer served as it is,
-    after the declared checks, billed."""
+    """`--replay PATH=FILE` takes a path served from its declaration: the service's published video answer
+    served as it is, after the declared checks, billed."""
     from sandbox.served_paths import replay_answers
 
-    published = ROOT / "tests/data/published-examples/v1_video-platform_video--cli.json"
+    published = PUBLISHED / "v1_video-platform_video--cli.json"
+    if not published.exists():
+        pytest.skip(f"{published} is absent: the published answers are read in place from ../shared/spec/")
     with pytest.raises(ValueError, match="one of the served paths"):
-        replay_answers([f"{VIDEO}={published}"])
-    replayed = replay_answers([f"{VIDEO}={published}"], also=tuple(referred()))
-    sb = sandbox_factory(SandboxConfig(api_keys={"k": 10}, declared=referred(), replay=replayed))
+        replay_answers([f"/v1/x/things={published}"], also=tuple(catalog()))
+    replayed = replay_answers([f"{VIDEO}={published}"], also=tuple(catalog()))
+    sb = sandbox_factory(SandboxConfig(api_keys={"k": 10}, catalog=catalog(), replay=replayed))
     with sb.client() as client:
         answer = client.get(VIDEO, params={"url": "https://www.youtube.com/watch?v=Y2Ah_DFr8cw"})
         refused = client.get(VIDEO)

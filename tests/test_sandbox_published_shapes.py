@@ -1,5 +1,5 @@
 """The sandbox answers as the service does: for every published sample answer of an endpoint both know
-(`tests/data/published-examples/`), the sandbox's answer to the same request puts each value harvest reads under
+(`../shared/spec/published-examples/`, read in place), the sandbox's answer to the same request puts each value harvest reads under
 the same name, and its records where the service puts them (wrapped or not).
 
 Derived from the catalog: a column's paths list the service's name first and the interface's after it
@@ -10,8 +10,6 @@ interface-names` serves the interface's names, and harvest reads those too.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,11 +21,16 @@ from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.record_paths import MISSING, compile_path
 from connectors.catalog.records import RecordKind
 from sandbox.config import Drift, SandboxConfig
+from sandbox.emulation.endpoint_table import BY_PATH
 from sandbox.wire.serving import running
+from tests.published_helpers import PUBLISHED, published_index, skip_without
 
-EXAMPLES_DIR = Path(__file__).parent / "data" / "published-examples"
-INDEX = json.loads((EXAMPLES_DIR / "index.json").read_text())["examples"]
-KNOWN = [e for e in INDEX if e["endpoint"] in catalog.endpoints()]
+skip_without(PUBLISHED)
+EXAMPLES_DIR = PUBLISHED
+INDEX = published_index()
+KNOWN = [e for e in INDEX if e["endpoint"] in BY_PATH]
+"""The examples of endpoints the sandbox emulates with code of its own (it serves the catalog's others from their
+declarations: tests/test_sandbox_declared.py)."""
 SCALE = {"page_size": 30, "pages": (2, 2)}
 """Pages large enough that the sandbox's optional values (a shop link on one video in five) show up."""
 
@@ -126,4 +129,4 @@ def test_the_interface_names_are_served_on_request_and_differ() -> None:
         served = sandbox_answer(c, "/v1/microblog-a/community/tweets", {"url": "https://x.example/i/c/1"})
         search = sandbox_answer(c, "/v1/video-platform/search", {"query": "running"})
     assert filled_name(tweets, "user_name", records(tweets, served)[0]) == 1  # `user.name`
-    assert filled_name(videos, "views", records(videos, search)[0]) == 1  # `views`
+    assert filled_name(videos, "view_count", records(videos, search)[0]) == 1  # `views`

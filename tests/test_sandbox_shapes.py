@@ -50,10 +50,12 @@ FIELDS: dict[str, set[str]] = {
     },
     "mb_posts": {
         "uri", "cid", "record", "author", "embed", "replyCount", "repostCount", "likeCount", "quoteCount", "indexedAt",
+        "labels",
     },
     "tweets": {
         "id", "source", "view_count", "bookmark_count", "created_at", "favorite_count", "full_text", "lang",
-        "quote_count", "reply_count", "retweet_count", "user_id_str", "user",
+        "quote_count", "reply_count", "retweet_count", "user_id_str", "user", "conversation_id_str", "is_quote_status",
+        "possibly_sensitive",
     },
     "advertisers": {"name", "advertiser_id", "region", "number_of_ads_estimate"},
     "websites": {"domain"},
@@ -80,8 +82,11 @@ FIELDS: dict[str, set[str]] = {
     "products": {
         "product_id", "title", "image", "product_price_info", "rate_info", "sold_info", "seller_info", "seo_url",
     },
-    "shops": {"seller_id", "sold_count", "followers_count", "shop_name", "shop_rating", "shop_link", "region"},
-    "aweme": {"aweme_id", "desc", "create_time", "url", "statistics", "video", "author"},
+    "shops": {"seller_id", "sold_count", "followers_count", "shop_name", "shop_rating", "shop_link", "region",
+              "store_sub_score"},
+    "aweme": {"aweme_id", "desc", "create_time", "url", "statistics", "video", "author", "share_url", "region",
+              "desc_language", "content_type", "is_ad", "is_top", "music", "text_extra", "banners",
+              "added_sound_music_info", "original_client_text"},
 }  # fmt: skip
 
 
@@ -173,7 +178,7 @@ def test_forum_search(sandbox_client: httpx.Client) -> None:
     check_records(body["comments"], FIELDS["forum_comments"])
     check_records(body["media"], FIELDS["media"])
     assert set(body["comments"][0]["post"]) == {"id", "title", "url"}
-    assert set(body["media"][0]["image"]) == {"src", "width", "height"}
+    assert set(body["media"][0]["image"]) == {"src", "width", "height", "resolutions"}
     assert body["posts"][0]["subreddit"] == {"name": "python"}
     assert ISO.match(body["posts"][0]["created_at"])
 
@@ -220,11 +225,18 @@ def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
     check_records([v["post"] for v in views], FIELDS["mb_posts"])
     assert {v["post"]["record"]["reply"]["parent"]["uri"] for v in views} == {body["post"]["uri"]}
     assert body["post"]["author"]["handle"] == "alice.mb.example"
-    assert set(body["post"]["record"]) == {"text", "createdAt"}
+    assert set(body["post"]["record"]) == {"text", "createdAt", "langs", "facets"}
     feed = get(sandbox_client, "/v1/microblog-b/user/posts", handle="alice.mb.example")
     check_envelope(feed)
     check_records(feed["feed"], FIELDS["mb_posts"])
-    assert set(feed["feed"][0]["author"]) == {"did", "handle", "displayName", "avatar"}
+    assert set(feed["feed"][0]["author"]) == {
+        "did",
+        "handle",
+        "displayName",
+        "avatar",
+        "labels",
+        "verification",
+    }
     assert ISO.match(feed["feed"][0]["indexedAt"])
 
 
@@ -233,7 +245,7 @@ def test_tweets(sandbox_client: httpx.Client) -> None:
     check_envelope(body)
     check_records(body["tweets"], FIELDS["tweets"])
     user = body["tweets"][0]["user"]
-    assert set(user) == {"rest_id", "avatar", "core", "is_blue_verified", "legacy"}
+    assert set(user) == {"rest_id", "avatar", "core", "is_blue_verified", "legacy", "professional"}
     assert set(user["core"]) == {"name", "screen_name"} and set(user["avatar"]) == {"image_url"}
     assert isinstance(body["tweets"][0]["view_count"], str)  # as the service sends it
 
@@ -284,7 +296,7 @@ def test_video_search(sandbox_client: httpx.Client) -> None:
     check_records(body["shelves"], FIELDS["shelves"])
     check_records(body["shelves"][0]["items"], FIELDS["videos"] | {"type"})  # "type": as published
     extras = get(sandbox_client, "/v1/video-platform/search", query="guitar", includeExtras="true")
-    check_records(extras["videos"], FIELDS["videos"] | {"likeCount", "commentCount", "description"})
+    check_records(extras["videos"], FIELDS["videos"] | {"likeCountInt", "commentCountInt", "description"})
     assert [v["id"] for v in extras["videos"]] == [v["id"] for v in body["videos"]]
 
 
@@ -335,8 +347,11 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
         "comment_count",
         "share_count",
         "collect_count",
+        "download_count",
     }
-    assert set(video["video"]) == {"duration", "cover", "play_addr"}
+    assert set(video["video"]) == {
+        "duration", "cover", "play_addr", "width", "height", "bit_rate", "big_thumbs", "cla_info",
+    }  # fmt: skip
     assert isinstance(video["create_time"], int)
     trim = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef", trim="true")
     assert "has_more" not in trim
@@ -347,8 +362,10 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
 
 
 def test_credit_balance(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/credit-balance")
+    """At the service's path and at the one it answered at before it moved the balance, the same answer."""
+    body = get(sandbox_client, "/v1/account/credit-balance")
     assert set(body) == {"creditCount"} and isinstance(body["creditCount"], int)
+    assert get(sandbox_client, "/v1/credit-balance") == body
 
 
 @pytest.mark.parametrize(

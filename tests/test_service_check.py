@@ -94,7 +94,7 @@ def test_the_sandbox_with_v1_appended_is_refused_naming_the_url_and_its_404(
 ) -> None:
     sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
     line = refused(tmp_path, sb.base_url + "/v1")
-    assert f"{sb.base_url}/v1/v1/credit-balance does not answer as the service does: HTTP 404" in line
+    assert f"{sb.base_url}/v1/v1/account/credit-balance does not answer as the service does: HTTP 404" in line
     assert "service.base_url" in line and "nothing was sent" in line
     assert sb.billed_total() == 0 and not [e for e in sb.ledger if e.path == PINS]
 
@@ -128,22 +128,31 @@ def test_a_server_that_is_not_the_service_is_refused(
 ) -> None:
     url, seen = other_server(status, kind, body)
     line = refused(tmp_path, url)
-    assert f"{url}/v1/credit-balance does not answer as the service does: {shown}" in line
-    assert seen == ["/v1/credit-balance"], "the free balance, and no data request"
+    assert f"{url}/v1/account/credit-balance does not answer as the service does: {shown}" in line
+    older = (
+        ["/v1/credit-balance"] if status == 404 else []
+    )  # where the balance was before the service moved it
+    assert seen == ["/v1/account/credit-balance", *older], "the free balance, and no data request"
 
 
 def test_nothing_listening_is_refused_at_once(tmp_path: Path) -> None:
     """A refused connection is final at the check: no ~10 s of retries before a failed run."""
     url = f"http://{LOOPBACK}:{free_port()}"
     line = refused(tmp_path, url)
-    assert f"{url}/v1/credit-balance does not answer as the service does: nothing is listening there" in line
+    assert (
+        f"{url}/v1/account/credit-balance does not answer as the service does: nothing is listening there"
+        in line
+    )
 
 
 def test_tls_refused_is_refused(sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path) -> None:
     sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
     url = sb.base_url.replace("http://", "https://")
     line = refused(tmp_path, url)
-    assert f"{url}/v1/credit-balance does not answer as the service does: the TLS handshake failed" in line
+    assert (
+        f"{url}/v1/account/credit-balance does not answer as the service does: the TLS handshake failed"
+        in line
+    )
     assert sb.billed_total() == 0 and not [e for e in sb.ledger if e.path == PINS]
 
 
@@ -155,7 +164,7 @@ def test_a_refused_key_says_to_fix_the_key(
     assert "the service refused the API key, or the account is out of credits (HTTP 402" in line
     assert "fix the key in the environment variable HARVEST_API_KEY" in line and "--continue" not in line
     assert sb.base_url not in line and "base_url" not in line
-    assert [e.path for e in sb.ledger] == ["/v1/credit-balance"] and sb.billed_total() == 0
+    assert [e.path for e in sb.ledger] == ["/v1/account/credit-balance"] and sb.billed_total() == 0
 
 
 def test_a_402_with_the_services_message_and_no_envelope_names_the_key_not_the_url(
@@ -169,7 +178,7 @@ def test_a_402_with_the_services_message_and_no_envelope_names_the_key_not_the_u
     assert "the service refused the API key, or the account is out of credits (HTTP 402" in line
     assert "fix the key in the environment variable HARVEST_API_KEY, or top up the account" in line
     assert url not in line and "base_url" not in line and "does not answer as the service does" not in line
-    assert seen == ["/v1/credit-balance"]
+    assert seen == ["/v1/account/credit-balance"]
 
 
 def test_a_name_that_does_not_resolve_is_final() -> None:

@@ -79,12 +79,19 @@ def test_page_numbers_post_and_thread_cursors_run_on_the_embedded_sandbox(
     }
     assert states["search"][2] is None and states["threads"][2] > 0  # follow-ups: counted apart, in pages too
     assert states["threads"][1] > states["threads"][2]
-    comments = scalar(db, "SELECT count(*) FROM forum_post_comments")
-    assert comments > 0 and scalar(db, "SELECT count(DISTINCT post_url) FROM forum_post_comments") == 1
-    for table in ("search_engine_results", "network_a_library_ads"):
+    comments = scalar(db, "SELECT count(*) FROM example_forum_post_comments")
+    assert (
+        comments > 0 and scalar(db, "SELECT count(DISTINCT post_url) FROM example_forum_post_comments") == 1
+    )
+    for table in ("example_search_engine_results", "example_network_a_library_ads"):
         assert scalar(db, f"SELECT count(*) FROM {table}") > 0, table
     before = {
-        t: key_set(db, t) for t in ("search_engine_results", "network_a_library_ads", "forum_post_comments")
+        t: key_set(db, t)
+        for t in (
+            "example_search_engine_results",
+            "example_network_a_library_ads",
+            "example_forum_post_comments",
+        )
     }
     rebuilt = runner.invoke(app, ["rebuild", str(output)])  # the stored answers, POST's too, read again
     assert rebuilt.exit_code == 0, rebuilt.output
@@ -117,13 +124,13 @@ def test_their_published_samples_served_over_http_land_whole(prefect_harness: No
     db = tmp_path / "out" / "harvest.duckdb"
     statuses = dict(rows(db, "SELECT query_id, status FROM query_state"))
     assert statuses == {"creators": "complete", "search": "max_pages", "ads": "max_pages"}
-    assert rows(db, "SELECT nick_name, follower_cnt FROM short_video_popular_creators ORDER BY follower_cnt DESC LIMIT 1") == [
+    assert rows(db, "SELECT nick_name, follower_cnt FROM example_short_video_popular_creators ORDER BY follower_cnt DESC LIMIT 1") == [
         ("SANIEV", 431339)
     ]  # fmt: skip
-    assert scalar(db, "SELECT count(*) FROM search_engine_results") == 5
-    assert rows(db, "SELECT page_name, is_active, start_date::DATE::VARCHAR FROM network_a_library_ads") == [
-        ("JNB Stables Labradoodles", True, "2025-02-28")
-    ]
+    assert scalar(db, "SELECT count(*) FROM example_search_engine_results") == 5
+    assert rows(
+        db, "SELECT page_name, is_active, start_date::DATE::VARCHAR FROM example_network_a_library_ads"
+    ) == [("JNB Stables Labradoodles", True, "2025-02-28")]
 
 
 def test_thread_cursors_are_paid_once_across_a_kill_9_and_the_resume(
@@ -152,9 +159,9 @@ def test_thread_cursors_are_paid_once_across_a_kill_9_and_the_resume(
     assert at_kill < total and twice <= 1, "only the request in flight at the kill may be paid twice"
     assert len(entries) == total + twice and set(asked) == {None} | _thread_cursors(config)
     ep = endpoint(COMMENTS, decls)
-    kind = ep.kind("forum_post_comments")
-    want = set(keys_of(kind, full_crawl(COMMENTS, THREADS, config)["forum_post_comments"], THREADS))
-    assert key_set(output / "harvest.duckdb", "forum_post_comments") == want
+    kind = ep.kind("example_forum_post_comments")
+    want = set(keys_of(kind, full_crawl(COMMENTS, THREADS, config)["example_forum_post_comments"], THREADS))
+    assert key_set(output / "harvest.duckdb", "example_forum_post_comments") == want
     (threads,) = run.queries
     assert threads["pages"] == total and threads["follow_ups"] == total - 4
 
@@ -188,6 +195,6 @@ def test_a_budget_stop_keeps_the_waiting_thread_cursors_and_continue_asks_them_o
     assert states[0][0] == "budget_exhausted" and states[-1][0] == "complete" and first == 5
     assert max(Counter(e.params.get("cursor") for e in entries).values()) == 1, "a request was paid twice"
     assert len(entries) == expected_pages(COMMENTS, THREADS, config)
-    kind = endpoint(COMMENTS, decls).kind("forum_post_comments")
-    want = set(keys_of(kind, full_crawl(COMMENTS, THREADS, config)["forum_post_comments"], THREADS))
-    assert key_set(db, "forum_post_comments") == want
+    kind = endpoint(COMMENTS, decls).kind("example_forum_post_comments")
+    want = set(keys_of(kind, full_crawl(COMMENTS, THREADS, config)["example_forum_post_comments"], THREADS))
+    assert key_set(db, "example_forum_post_comments") == want

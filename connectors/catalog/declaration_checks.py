@@ -69,6 +69,13 @@ def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
         for m, name in enumerate(group):
             if name not in names:
                 yield ("one_of", n, m), f"{name!r} is not a parameter", ", ".join(names) or "none declared"
+    for name, param in decl.params.items():
+        if param.replaced_by is not None and param.replaced_by not in names:
+            yield (
+                ("params", name, "replaced_by"),
+                f"{param.replaced_by!r} is not a parameter",
+                ", ".join(names),
+            )
     yield from _paging_problems(decl.paging, list(decl.records))
     yield from _page_bounds(decl)
     yield from _price_problems(decl, names)

@@ -1,4 +1,4 @@
-"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints.yaml`), a catalog file a
+"""The declaration of an endpoint: one format for harvest's own catalog (`endpoints/<platform>.yaml`), a catalog file a
 job names (`catalogs:`) and a job's inline `endpoints:` (docs/declaring-endpoints.md).
 
 The pydantic models check the shape (keys, types, ranges) and describe every field for `harvest schema`;
@@ -91,6 +91,10 @@ class ParamDecl(_Decl):
     pattern: str | None = Field(None, description="A regular expression the whole text must match.")
     default: Scalar | list[str] | None = Field(None, description="Sent when a query does not set it.")
     description: str | None = Field(None, description="What it means, for `harvest endpoints`.")
+    replaced_by: str | None = Field(
+        None, description="The parameter the service has replaced this one with: a query that sets this one runs, "
+        "warned to use that one."
+    )  # fmt: skip
 
 
 class ColumnDecl(_Decl):
@@ -105,6 +109,10 @@ class ColumnDecl(_Decl):
     description: str | None = Field(
         None, description="What the column holds: the table's column comment in DuckDB and docs. Default: one "
         "made from the type and path."
+    )  # fmt: skip
+    renamed_from: Paths = Field(
+        default_factory=list, description="The column's earlier names: an existing table's column of such a "
+        "name becomes this one, its values kept (`tasks.database.column_types`)."
     )  # fmt: skip
 
 
@@ -249,7 +257,7 @@ class EndpointDecl(_Decl):
 
 
 class CatalogFile(_Decl):
-    """A catalog file: the same top level as harvest's own `endpoints.yaml`."""
+    """A catalog file: the same top level as each of harvest's own (`connectors/catalog/endpoints/*.yaml`)."""
 
     endpoints: dict[str, EndpointDecl] = Field(min_length=1)
 
@@ -308,4 +316,12 @@ def _plain_kind_keys(kind: dict[str, Any]) -> None:
 
 
 def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: {**column, "path": column["path"] or name} for name, column in columns.items()}
+    """Each column as `{type, path, description}`, and `renamed_from` only when it has earlier names (a column
+    without reads, hashes and records as before the key)."""
+    plain_columns = {}
+    for name, column in columns.items():
+        column = {**column, "path": column["path"] or name}
+        if not column.get("renamed_from"):
+            column.pop("renamed_from", None)
+        plain_columns[name] = column
+    return plain_columns

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import BeforeValidator, Field, create_model
 
 from connectors.catalog.params import ParamRules, Params
 
@@ -40,17 +40,28 @@ def params_model(
         bounds = {arg: p[key] for key, arg in _BOUNDS.items() if p.get(key) is not None}
         if p.get("description"):
             bounds["description"] = p["description"]
-        if p.get("required"):
-            fields[name] = (annotation, Field(**bounds))
-        else:
-            fields[name] = (annotation | None, Field(p.get("default"), **bounds))
+        if not p.get("required"):
+            annotation = annotation | None
+        if p["type"] == "string" and "true" in (p.get("enum") or ()):  # outermost: the annotation stays plain
+            annotation = Annotated[annotation, BeforeValidator(_bool_as_text)]
+        fields[name] = (
+            annotation,
+            Field(**bounds) if p.get("required") else Field(p.get("default"), **bounds),
+        )
     model: type[Params] = create_model(_class_name(path), __base__=Params, **fields)
     model.path_params = tuple(n for n, p in params.items() if p.get("in") == "path")
     groups = tuple(tuple(group) for group in one_of)
     model.one_of_groups = groups
     model.one_of = groups[0] if groups else ()
+    model.replaced = {n: p["replaced_by"] for n, p in params.items() if p.get("replaced_by")}
     model.param_rules = rules
     return model
+
+
+def _bool_as_text(value: Any) -> Any:
+    """A YAML `true` for an on/off text (`enum: ["true"]`, `includeExtras`) is its text, as a spec writes it;
+    any other boolean stays one and is refused (an unquoted `no` for a handle is a mistake, not a text)."""
+    return "true" if value is True else value
 
 
 def _class_name(path: str) -> str:

@@ -1,5 +1,5 @@
 """An `Endpoint` from its plain declaration (`connectors.catalog.declarations.plain`): the one way an endpoint
-comes to be, built-in (`endpoints.yaml`) or declared by a job, and again from a run's manifest."""
+comes to be, built-in (`endpoints/<platform>.yaml`) or declared by a job, and again from a run's manifest."""
 
 from __future__ import annotations
 
@@ -63,7 +63,11 @@ def _newest_first(order: bool | Mapping[str, Any]) -> NewestFirst | None:
 
 def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:
     return tuple(
-        replace(COLUMN_TYPES[c["type"]](name, c["path"]), description=c.get("description") or "")
+        replace(
+            COLUMN_TYPES[c["type"]](name, c["path"]),
+            description=c.get("description") or "",
+            renamed_from=tuple(c.get("renamed_from") or ()),
+        )
         for name, c in columns.items()
     )
 

@@ -1,10 +1,10 @@
 """What harvest knows of an endpoint (`Endpoint`: path, parameters, paging, record kinds, price), and the
 built-in catalog as module names older callers use (`ENDPOINTS`, `DEFAULT_COSTS`, `endpoints()`, `all_kinds()`).
 
-Endpoints are data: the 18 built-in ones are declared in `connectors/catalog/endpoints.yaml`, a job's own in its
+Endpoints are data: the built-in ones are declared in `connectors/catalog/endpoints/<platform>.yaml`, a job's own in its
 spec or a catalog file it names, in one format (docs/declaring-endpoints.md), and built by
 `connectors.catalog.endpoint_build`; a job's catalog is `connectors.catalog.job_catalog`'s. Adding a built-in
-endpoint is a YAML edit (its checklist is at the top of `endpoints.yaml`) and a test.
+endpoint is a YAML edit (docs/declaring-endpoints.md, "A built-in endpoint") and a test.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class UnknownEndpoint(KeyError):
 
 def __getattr__(name: str) -> Any:
     """`ENDPOINTS` (the built-in endpoints in catalog order) and `DEFAULT_COSTS` (their price per request), read
-    from `endpoints.yaml` at first use, not at import: `harvest --help` never pays for the catalog."""
+    from the catalog files at first use, not at import: `harvest --help` never pays for the catalog."""
     if name not in ("ENDPOINTS", "DEFAULT_COSTS"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from connectors.catalog.job_catalog import builtin

@@ -52,6 +52,8 @@ class Field:
     json: bool = False
     description: str = field(default="", compare=False)
     """What the column holds, as its declaration says (`described` makes one up when it says nothing)."""
+    renamed_from: tuple[str, ...] = field(default=(), compare=False)
+    """The column's earlier names: an existing table's column of such a name is renamed to this one."""
 
     @property
     def request_param(self) -> str | None:
@@ -77,7 +79,10 @@ class Field:
     def arrow_field(self) -> pa.Field:
         """The column in an Arrow schema, its description and source path in the field's metadata: Parquet
         files carry them, and the load writes them as DuckDB column comments."""
-        return pa.field(self.name, self.type, metadata={DESCRIPTION: self.described, SOURCE: self.path})
+        meta = {DESCRIPTION: self.described, SOURCE: self.path}
+        if self.renamed_from:
+            meta[RENAMED_FROM] = ",".join(self.renamed_from)
+        return pa.field(self.name, self.type, metadata=meta)
 
     def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
         """Reads this field from a record (None when absent), or from the request's parameters."""
@@ -142,8 +147,9 @@ TYPE_WORDS = {
     "decimal": "An exact amount",
 }  # fmt: skip
 """How a generated description names a column's type."""
-DESCRIPTION, SOURCE = b"description", b"source"
-"""Keys of an Arrow field's metadata: what the column holds, and where in a record it is read."""
+DESCRIPTION, SOURCE, RENAMED_FROM = b"description", b"source", b"renamed_from"
+"""Keys of an Arrow field's metadata: what the column holds, where in a record it is read, and its earlier names
+(comma-separated; only for a renamed column)."""
 
 
 def type_name(fld: Field) -> str:

@@ -1,5 +1,5 @@
-"""A job's catalog: harvest's own endpoints (`connectors/catalog/endpoints.yaml`) and those the job declares
-(`catalogs:`, `endpoints:`), as one mapping of path to `Endpoint`.
+"""A job's catalog: harvest's own endpoints (`connectors/catalog/endpoints/<platform>.yaml`, one catalog file per
+platform) and those the job declares (`catalogs:`, `endpoints:`), as one mapping of path to `Endpoint`.
 
 Nothing reads a global list of endpoints: a spec's checks, its plan and its run read the job's catalog, and
 what works on an output directory (load, rebuild, export, history views, table checks) reads the catalog of
@@ -80,15 +80,33 @@ def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) ->
     return replace(endpoint, kinds=kinds)
 
 
-BUILTIN_FILE = Path(__file__).with_name("endpoints.yaml")
+BUILTIN_DIR = Path(__file__).with_name("endpoints")
+"""harvest's own catalog files, one per platform (package data); a declaration that waits for a key harvest does
+not take yet goes in `pending/` beside it, which is not read."""
+
+
+def builtin_files() -> list[Path]:
+    return sorted(BUILTIN_DIR.glob("*.yaml"))
+
+
+@functools.cache
+def builtin_declarations() -> dict[str, dict[str, Any]]:
+    """Path -> plain declaration of each of harvest's own endpoints, file by file: what the catalog is built from,
+    and what the sandbox serves an endpoint it emulates no other way from. A path in two files is an error."""
+    declared: dict[str, dict[str, Any]] = {}
+    for file in builtin_files():
+        data = yaml.load(file.read_text(encoding="utf-8"), Loader=_LOADER)
+        for path, decl in CatalogFile.model_validate(data).endpoints.items():
+            if path in declared:
+                raise ValueError(f"{file.name}: {path} is declared in another catalog file too")
+            declared[path] = plain(path, decl)
+    return declared
 
 
 @functools.cache
 def builtin() -> Catalog:
-    """harvest's own endpoints (`endpoints.yaml`, package data), read once per process."""
-    data = yaml.load(BUILTIN_FILE.read_text(encoding="utf-8"), Loader=_LOADER)
-    declared = CatalogFile.model_validate(data).endpoints
-    return Catalog({path: build_endpoint(path, plain(path, decl)) for path, decl in declared.items()})
+    """harvest's own endpoints, read once per process."""
+    return Catalog({path: build_endpoint(path, decl) for path, decl in builtin_declarations().items()})
 
 
 def for_job(declared: Mapping[str, Mapping[str, Any]] | None) -> Catalog:

@@ -113,6 +113,8 @@ class Params(BaseModel):
     one_of: ClassVar[tuple[str, ...]] = ()
     """The first group (the only one of every built-in endpoint)."""
     param_rules: ClassVar[ParamRules] = ParamRules()
+    replaced: ClassVar[dict[str, str]] = {}
+    """Parameter -> the one the service has replaced it with (still taken, warned: `JobSpec.replaced_params`)."""
 
     @model_validator(mode="after")
     def _at_least_one(self) -> Params:

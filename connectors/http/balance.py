@@ -1,7 +1,8 @@
 """The account's balance, free to read: it proves the URL and the key before anything is paid, and settles what
 refusals cost.
 
-`GET /v1/credit-balance` costs nothing and answers `{"creditCount": N}`. `harvest run` reads it before Prefect
+`GET /v1/account/credit-balance` (`PATH`; `/v1/credit-balance` before the service moved it, `OLD_PATH`, read where
+the new one answers 404) costs nothing and answers `{"creditCount": N}`. `harvest run` reads it before Prefect
 starts (`check_service`): a URL where something else answers (a 404 page, HTML, other JSON, nothing listening, a
 name that does not resolve, TLS refused) or a refused key stops there, in about a second. A run reads it before
 its first request and after its last (the service's own bill, `flows.run.bill`), and when the budget runs low
@@ -18,6 +19,7 @@ import errno
 import logging
 import socket
 import ssl
+import weakref
 from functools import partial
 
 import httpx
@@ -40,7 +42,13 @@ from connectors.http.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy
 
 log = logging.getLogger("harvest.client")
 
-PATH = "/v1/credit-balance"
+PATH = "/v1/account/credit-balance"
+"""Where the service answers the account's balance."""
+OLD_PATH = "/v1/credit-balance"
+"""Where it answered before: asked when `PATH` answers 404 (a service or a stand-in from before the move), and
+from then on for that base URL."""
+_ANSWERS_AT_OLD_PATH: weakref.WeakSet[httpx.AsyncClient] = weakref.WeakSet()
+"""The clients whose service answers the balance at `OLD_PATH` (its 404 at `PATH` said so): a run asks there."""
 CHECK_TIMEOUTS = Timeouts(connect=5.0, read=10.0, write=5.0, pool=5.0, total=15.0)
 """The connection check's: a service that answers at all answers its balance in milliseconds."""
 CHECK_RETRY = RetryPolicy(attempts=3, initial=0.25, max_wait=2.0, jitter=0.1)
@@ -82,9 +90,10 @@ async def read_balance(
 
 
 async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: bool) -> int:
-    where = f"{http.base_url}".rstrip("/") + PATH
+    path = OLD_PATH if http in _ANSWERS_AT_OLD_PATH else PATH
+    where = f"{http.base_url}".rstrip("/") + path
     try:
-        response = await http.get(PATH, headers={"x-api-key": key.reveal()})
+        response = await http.get(path, headers={"x-api-key": key.reveal()})
     except NEVER_SENT as exc:
         reason = unreachable(exc)
         if connect_is_final and reason is not None:
@@ -100,9 +109,15 @@ async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: boo
     if status == 200 and count is not None:
         return count
     if status == 401 and envelope(body):
-        raise Unauthorized(response=ServiceAnswer(status, body, raw), endpoint=PATH)
+        raise Unauthorized(response=ServiceAnswer(status, body, raw), endpoint=path)
     if refuses_key(status, body):  # a wrong key or an empty account: the service says the same to both
-        raise OutOfCredits(key_source=key.source, response=ServiceAnswer(status, body, raw), endpoint=PATH)
+        raise OutOfCredits(key_source=key.source, response=ServiceAnswer(status, body, raw), endpoint=path)
+    if status == 404 and path == PATH:  # a service from before the move, or no service at all
+        _ANSWERS_AT_OLD_PATH.add(http)
+        try:
+            return await _read_once(http, key, connect_is_final)
+        except NotTheService:
+            _ANSWERS_AT_OLD_PATH.discard(http)  # not there either: the new place is the one named
     answered = key.scrub(what_answered(status, raw, response.headers.get("content-type")))
     if status == 429 or status >= 500:
         raise Retryable(answered, retry_after=parse_retry_after(response.headers.get("retry-after")))

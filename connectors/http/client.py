@@ -160,7 +160,8 @@ class ServiceClient:
         return self._key.scrub(text)
 
     async def credit_balance(self) -> int | None:
-        """The account's balance from `GET /v1/credit-balance` (free): proves the key before anything is paid.
+        """The account's balance from the service's free balance endpoint (`connectors.http.balance.PATH`):
+        proves the key before anything is paid.
 
         Raises `Unauthorized`/`OutOfCredits` when the service refuses the key, `NotTheService` when something
         else answers; None when retries ran out (down): the run then proves the key with its first paid request.

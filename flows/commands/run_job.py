@@ -26,7 +26,7 @@ from configs import spec_path
 from connectors.errors import MissingApiKey
 from flows import console
 from flows.commands import quick_exit
-from flows.console import harvest_line, runnable
+from flows.console import harvest_line, note, runnable
 from flows.run.run_again import RunAgain
 from flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
 from flows.stop_signals import INTERRUPTED, interrupts, signal_name
@@ -59,6 +59,8 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
 
     try:
         spec = load_spec(spec_path)
+        for warning in spec.replaced_params():
+            note(warning)
         resolved = resolve_base_url(spec, base_url)
         check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
         if resolved == "sandbox":
@@ -323,7 +325,7 @@ def _demo(output: Path | None) -> None:
     out.print()
     out.print(Text("Query it", style="bold") + Text(" (DuckDB SQL, read-only):"))
     top = """
-      SELECT caption, play_count, digg_count FROM short_video_videos
+      SELECT caption, play_count, like_count FROM short_video_videos
       ORDER BY play_count DESC LIMIT 5"""  # on lines of their own: a terminal of 80 columns cuts none of them
     console.say(f"  {harvest_line('sql', target, top)}")
     out.print(Text("From Python", style="bold") + Text(" (the duckdb package, read-only):"))

@@ -1,5 +1,6 @@
-"""`harvest sandbox`: the declared endpoints it serves beside the built-in ones, from catalog files
-(`--catalog FILE`) and a job spec's `catalogs:` and `endpoints:` (`--spec SPEC`).
+"""`harvest sandbox`: harvest's catalog (each endpoint the sandbox emulates no other way served from its
+declaration), and the declared endpoints it serves beside them, from catalog files (`--catalog FILE`) and a job
+spec's `catalogs:` and `endpoints:` (`--spec SPEC`).
 
 The sandbox reads declarations as plain data (`sandbox.config.SandboxConfig.declared`); harvest reads and
 checks them first, so that a declaration the sandbox serves is one `harvest run` accepts, with every problem
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from connectors.catalog.job_catalog import builtin_declarations
 from flows.spec.declared import catalog_file_endpoints, declared_endpoints
 from flows.spec.problems import SpecError, UsageError
 from sandbox import drift_shapes
@@ -35,13 +37,14 @@ def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None
     options["quirks"] = Quirks() if options.get("quirks", True) else Quirks.none()
     if isinstance(options.get("fault_kinds"), str):  # the command line's comma-separated list
         options["fault_kinds"] = [k.strip() for k in options["fault_kinds"].split(",") if k.strip()]
+    catalog = builtin_declarations()
     try:
-        replayed = replay_answers(replay, also=tuple(declared))
+        replayed = replay_answers(replay, also=(*catalog, *declared))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     shapes = _drift(drift)
     try:
-        serve(drift=shapes, replay=replayed, declared=declared, **options)
+        serve(drift=shapes, replay=replayed, declared=declared, catalog=catalog, **options)
     except ValueError as exc:  # the config refused before serving: a declaration it cannot serve, a bad scale
         raise UsageError(f"harvest sandbox: {exc}") from None
 

@@ -1,8 +1,8 @@
 """What the service billed a run, beside what harvest counted: the account's balance, read around each session.
 
-A run reads the free `/v1/credit-balance` before its first request and after its last; each reading is written
-to the run's journal at once (`RunJournal.balance`), so a process killed mid-run leaves its `before` behind.
-A run's bill is the sum over its sessions (the first process, then each resume) of how far the balance fell
+A run reads the free balance (`connectors.http.balance.PATH`) before its first request and after its last; each
+reading is written to the run's journal at once (`RunJournal.balance`), so a process killed mid-run leaves its
+`before` behind. A run's bill is the sum over its sessions (the first process, then each resume) of how far the balance fell
 while the session ran:
 
 - a session that ended normally (also by Ctrl-C) fell by `before - after`;

@@ -1,7 +1,7 @@
 """Which service a run talks to, and with which key.
 
-The embedded sandbox serves the job's declared endpoints too (`catalogs:` and `endpoints:`), from the same plain
-declarations the run reads.
+The embedded sandbox serves harvest's catalog (the endpoints it emulates no other way from their declarations) and
+the job's declared endpoints (`catalogs:` and `endpoints:`), from the same plain declarations the run reads.
 
 `sandbox` must be asked for explicitly (spec, `--base-url sandbox` or HARVEST_BASE_URL=sandbox): synthetic rows
 must never mix into tables meant to hold real data, so a run without any service URL is refused instead.
@@ -44,10 +44,13 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
         key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
         yield ServiceAccess(base_url.rstrip("/"), key, service_label(base_url))
         return
+    from connectors.catalog.job_catalog import builtin_declarations
     from sandbox.wire.serving import running
 
     sandbox_key = secrets.token_hex(16)
-    with running(api_keys={sandbox_key: SANDBOX_CREDITS}, declared=spec.declared()) as sb:
+    with running(
+        api_keys={sandbox_key: SANDBOX_CREDITS}, declared=spec.declared(), catalog=builtin_declarations()
+    ) as sb:
         yield ServiceAccess(sb.base_url, ApiKey(sandbox_key), service_label(SANDBOX))
 
 

@@ -7,8 +7,9 @@ path holds an unchecked spec.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -329,6 +330,28 @@ class JobSpec(_Model):
     def endpoints(self) -> dict[str, Endpoint]:
         """This job's catalog with its cost and shape overrides."""
         return self.catalog().overridden(self.costs, self.shape_overrides())
+
+    def replaced_params(self) -> list[str]:
+        """A warning for each query that sets a parameter the service has replaced (`replaced_by`): it runs as
+        written; the warning names the parameter to use, in lines of 80 columns."""
+        endpoints = self.catalog().endpoints
+        warnings = []
+        for n, query in enumerate(self.queries):
+            model = endpoints[query.endpoint].params
+            for old, new in model.replaced.items():
+                if old in query.params or old in query.for_each:
+                    annotation = model.model_fields[new].annotation
+                    values = [str(v) for a in (annotation, *get_args(annotation)) if get_origin(a) is Literal
+                              for v in get_args(a)]  # fmt: skip
+                    allowed = f" ({', '.join(values)})" if values else ""
+                    sentence = (
+                        f"warning: queries[{n}] ({query.query_id}): {query.endpoint} takes `{new}`{allowed} "
+                        f"where it took `{old}`; `{old}` is still sent as written"
+                    )
+                    warnings.append(
+                        textwrap.fill(sentence, 80, break_long_words=False, break_on_hyphens=False)
+                    )
+        return warnings
 
     def shape_overrides(self) -> dict[str, dict[str, KindShape]]:
         return {path: {t: s.overrides() for t, s in tables.items()} for path, tables in self.shapes.items()}

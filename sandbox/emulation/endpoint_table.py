@@ -64,7 +64,15 @@ CREATIVE_ORDERS = ("relevance", "latest", "oldest")
 UPLOAD_DATES = ("today", "this_week", "this_month", "this_year")
 VIDEO_SORTS = ("relevance", "popular")
 VIDEO_FILTERS = ("shorts",)
+"""`filter`, which `type` replaced: the service ignores it now (harvest warns a spec that sets it)."""
+VIDEO_TYPES = ("videos", "shorts", "channels", "playlists")
+VIDEO_DURATIONS = ("under_3_min", "between_3_and_20_min", "over_20_min")
 PROFILE_SORTS = ("latest", "popular")
+SHOP_SORTS = ("top", "new_releases")
+"""Shop products: best-selling first (`top`, when absent) or newest first; new listings show at the front only
+when newest first."""
+CACHE_AGES = ("1d", "3d", "7d", "14d", "30d")
+"""`cache_max_age`: how old a cached answer may be (the sandbox answers afresh whatever it is)."""
 
 
 def _subject(name: str, required: bool = False) -> QueryParam:
@@ -150,7 +158,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
     ),
     EmulatedEndpoint(
         CLIP,
-        (_subject("url", required=True),),
+        (_subject("url", required=True), QueryParam("cache_max_age", enum=CACHE_AGES)),
         kinds={"clips": "id", "broadcaster_clips": "id"},
         builder=single.clip,
         not_found=NotFoundAnswer(
@@ -206,7 +214,7 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
     ),
     EmulatedEndpoint(
         ADVERTISERS,
-        (_subject("query", required=True),),
+        (_subject("query", required=True), QueryParam("region", check="region2", identity=True)),
         kinds={"advertisers": "advertiser_id", "websites": "domain"},
         builder=single.advertisers,
         not_found=NotFoundAnswer({"advertisers": [], "websites": []}),
@@ -246,6 +254,8 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             _subject("query", required=True),
             _enum("uploadDate", UPLOAD_DATES),
             _enum("sortBy", VIDEO_SORTS),
+            _enum("type", VIDEO_TYPES),
+            _enum("duration", VIDEO_DURATIONS),
             _enum("filter", VIDEO_FILTERS),
             QueryParam("region", check="region2", identity=True),
             QueryParam("continuationToken"),
@@ -288,11 +298,12 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
             _subject("url", required=True),
             QueryParam("cursor"),
             QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
+            _enum("sort_by", SHOP_SORTS),
         ),
         kinds={"products": "product_id|id", "shops": "seller_id|id"},
         builder=paged.shop_products,
         not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
-        new_items=NewItems(),
+        new_items=NewItems("sort_by", ("new_releases",)),
     ),
     EmulatedEndpoint(
         PROFILE_VIDEOS,

@@ -44,6 +44,9 @@ def _drop(record: Record, *names: str) -> None:
 
 def _video(video: Record) -> None:
     video["views"] = video.pop("viewCountInt", None)
+    for name in ("likeCount", "commentCount"):
+        if name + "Int" in video:
+            video[name] = video.pop(name + "Int")
     _drop(video, "viewCountText", "lengthText")
     channel = video.get("channel")
     if isinstance(channel, dict):

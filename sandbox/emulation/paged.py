@@ -22,6 +22,7 @@ from sandbox.emulation.platforms import (
     video_platform,
 )
 from sandbox.emulation.scope import PagePlan, Scope
+from sandbox.emulation.stablehash import hexid
 from sandbox.wire.validation import InvalidRequest
 
 CURRENCIES = {
@@ -286,7 +287,13 @@ def profile_videos(ctx: Ctx) -> ServedPage:
     total = _single_total(ctx, s, "videos", size) + new
     token = ctx.params.get("max_cursor")
     start = 0 if token is None else cursors.parse_ms_cursor(s, token, floor=-new) + new
-    author = {"uid": ctx.params.get("user_id") or s.numid("uid", 0, 19), "unique_id": handle}
+    author = {
+        "uid": ctx.params.get("user_id") or s.numid("uid", 0, 19),
+        "unique_id": handle,
+        "nickname": handle.replace("_", " ").title(),
+        "sec_uid": "MS4wLjABAAAA" + hexid(40, s.key, "sec_uid"),
+        "avatar_meta_info_list": [],
+    }
     lo, hi = window(start, size, total)
     items = [short_video.aweme(s, i - new, author) for i in range(lo, hi)]
     more = hi < total

@@ -267,8 +267,8 @@ class SandboxState:
             self._pages[cache_key] = built
         return built
 
-    def credit_balance(self, presented: str | None) -> WireAnswer:
-        """`GET /v1/credit-balance`: free, never faulted."""
+    def credit_balance(self, presented: str | None, path: str = CREDIT_BALANCE) -> WireAnswer:
+        """`GET /v1/account/credit-balance` (or the older `/v1/credit-balance`): free, never faulted."""
         if not presented:
             answer = _json(
                 401, {"success": False, "error": "unauthorized", "message": "missing x-api-key header"}
@@ -281,5 +281,5 @@ class SandboxState:
                 if key is None
                 else _json(200, {"creditCount": self.book.balance(key)})
             )
-        self.record(None, CREDIT_BALANCE, [], answer.status, 0, None, key)
+        self.record(None, path, [], answer.status, 0, None, key)
         return answer

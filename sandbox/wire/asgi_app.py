@@ -26,7 +26,7 @@ from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable
 from sandbox.emulation.generic.declared_endpoints import served
 from sandbox.emulation.generic.request_form import json_items
 from sandbox.expected import expected_pages, full_crawl
-from sandbox.served_paths import CREDIT_BALANCE
+from sandbox.served_paths import CREDIT_BALANCE, OLD_CREDIT_BALANCE
 from sandbox.wire.answering import SandboxState, WireAnswer
 from sandbox.wire.faults import EDGE_FAULTS, RateGate, cut_send, drop_connection, edge_response
 from sandbox.wire.validation import InvalidRequest
@@ -95,7 +95,7 @@ async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
 
 async def _balance(request: Request) -> Response:
     state: SandboxState = request.app.state.sandbox
-    return _response(state.credit_balance(request.headers.get(KEY_HEADER)))
+    return _response(state.credit_balance(request.headers.get(KEY_HEADER), request.url.path))
 
 
 async def _ledger(request: Request) -> Response:
@@ -126,7 +126,7 @@ async def _expected(request: Request) -> Response:
 
 def _routes(table: EndpointTable) -> list[Route]:
     routes = [Route(e.path, _data, methods=list(e.methods)) for e in table.endpoints]
-    routes.append(Route(CREDIT_BALANCE, _balance, methods=["GET"]))
+    routes += [Route(path, _balance, methods=["GET"]) for path in (CREDIT_BALANCE, OLD_CREDIT_BALANCE)]
     routes.append(Route("/_sandbox/ledger", _ledger, methods=["GET"]))
     routes.append(Route("/_sandbox/expected", _expected, methods=["GET"]))
     return routes

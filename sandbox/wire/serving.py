@@ -142,7 +142,7 @@ def running(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
     """Serve a sandbox on a free port of 127.0.0.1 for the duration of a `with` block.
 
     with running(SandboxConfig(pages=(3, 3))) as sb:
-        httpx.get(sb.base_url + "/v1/credit-balance", headers={"x-api-key": sb.key})
+        httpx.get(sb.base_url + "/v1/account/credit-balance", headers={"x-api-key": sb.key})
     """
     cfg = (config or SandboxConfig()).replace(**overrides)
     sandbox = RunningSandbox(cfg).start()

@@ -10,6 +10,9 @@ line. Every row's `raw` JSON holds its values too, and `harvest rebuild` types t
 The same rule reads Parquet an older harvest wrote (a run loaded after an upgrade, a database built again from
 the Parquet): a column whose files' type is not the table's is cast value by value, and what does not convert is
 NULL in the table, counted and said (the files and `raw` keep it); a column the catalog gained since is NULL.
+
+A column the catalog renamed (`renamed_from` in its declaration: one name for one thing across tables) keeps its
+values: the table's column of the earlier name is renamed, and older Parquet is read under the new name.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 import duckdb
+import pyarrow as pa
 
+from connectors.catalog.fields import RENAMED_FROM
 from tasks.database.connection import count_rows, quote_ident, quote_literal
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,35 @@ def _kept_name(column: str, old: str, taken: set[str]) -> str:
     while name.lower() in taken:
         name, n = f"{base}_{n}", n + 1
     return name
+
+
+def earlier_names(schema: pa.Schema) -> dict[str, tuple[str, ...]]:
+    """Column -> the names the catalog gave it before (`renamed_from`), for the columns it renamed."""
+    out = {}
+    for fld in schema:
+        named = (fld.metadata or {}).get(RENAMED_FROM)
+        if named:
+            out[fld.name] = tuple(named.decode().split(","))
+    return out
+
+
+def rename(con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema, have: dict[str, str]) -> bool:
+    """Columns the catalog renamed: an existing column under an earlier name becomes today's column, every value
+    kept, when the table has none of today's name yet (said in one warning line); `have` (lower-case name ->
+    type) follows; whether any was. Rows loaded later fill today's name; older Parquet is read under it
+    (`cast_older_files`)."""
+    renamed = False
+    for name, earlier in earlier_names(schema).items():
+        old = next((o for o in earlier if o.lower() in have), None)
+        if name.lower() in have or old is None:
+            continue
+        con.execute(
+            f"ALTER TABLE {quote_ident(table)} RENAME COLUMN {quote_ident(old)} TO {quote_ident(name)}"
+        )
+        have[name.lower()] = have.pop(old.lower())
+        log.warning("table %s: column %s is now named %s (its values kept)", table, old, name)
+        renamed = True
+    return renamed
 
 
 def retype(
@@ -103,21 +137,29 @@ def parquet_types(con: duckdb.DuckDBPyConnection, source: str, paths: list[str])
 def cast_older_files(
     con: duckdb.DuckDBPyConnection,
     table: str,
-    names: Sequence[str],
+    schema: pa.Schema,
     table_types: Mapping[str, str],
     source: str,
     paths: list[str],
 ) -> list[str]:
-    """The select list that reads `names` from `source` into the table's types: a column the files type otherwise
-    (written by an older harvest) is cast value by value, its misfits NULL, counted and said; a column no file
-    has (the catalog gained it since) is NULL."""
+    """The select list that reads the schema's columns from `source` into the table's types: a column the files
+    type otherwise (written by an older harvest) is cast value by value, its misfits NULL, counted and said; a
+    column the files hold under an earlier name (`renamed_from`) is read from it; a column no file has (the
+    catalog gained it since) is NULL."""
     found = parquet_types(con, source, paths)
+    earlier = earlier_names(schema)
     exprs = []
-    for name in names:
-        old, new = found.get(name.lower()), table_types.get(name.lower())
+    for name in schema.names:
+        was = next(
+            (o for o in earlier.get(name, ()) if o.lower() in found and name.lower() not in found), None
+        )
+        old, new = found.get((was or name).lower()), table_types.get(name.lower())
         col = quote_ident(name)
         if old is None:
             exprs.append(f"NULL AS {col}")
+            continue
+        if was is not None:
+            exprs.append(f"TRY_CAST({quote_ident(was)} AS {new or old}) AS {col}")
             continue
         if new is None or old.upper() == new.upper():
             exprs.append(col)

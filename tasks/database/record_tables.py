@@ -23,7 +23,7 @@ import pyarrow as pa
 from connectors.catalog.child_kinds import ChildKind
 from connectors.catalog.declarations import POSITION
 from tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
-from tasks.database.column_types import cast_older_files, retype
+from tasks.database.column_types import cast_older_files, rename, retype
 from tasks.database.connection import count_rows, quote_ident, quote_literal, transaction
 from tasks.database.storage_format import zstd_allowed
 from tasks.output.layout import KindLike
@@ -150,7 +150,8 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, st
             "rebuild the table"
         )
     have = {n.lower(): t for n, t, _ in existing}
-    changed = any(have.get(n.lower(), t).upper() != t.upper() for n, t in types)
+    changed = rename(con, kind.table, kind.schema, have)
+    changed = changed or any(have.get(n.lower(), t).upper() != t.upper() for n, t in types)
     retype(con, kind.table, types, have)
     requested = dict(request_columns(kind.schema))
     for name, typ in types:
@@ -205,7 +206,7 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     counts = f"SELECT count(*), count(*) FILTER (WHERE {null_key}) FROM {source}"
     ((total, skipped),) = con.execute(counts, [paths]).fetchall()  # said once per table (`merge_batches`)
     names = ", ".join(quote_ident(n) for n in kind.schema.names)
-    read = ", ".join(cast_older_files(con, kind.table, kind.schema.names, table_types, source, paths))
+    read = ", ".join(cast_older_files(con, kind.table, kind.schema, table_types, source, paths))
     fetched = quote_ident(FETCHED_AT)
     same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
     # The newest row per key, chosen on narrow rows (key, time, file, row); whole rows (the `raw` JSON
@@ -310,7 +311,7 @@ def merge_children(con: duckdb.DuckDBPyConnection, child: ChildKind, files: Sequ
         [paths],
     )
     names = ", ".join(quote_ident(n) for n in child.schema.names)
-    read = ", ".join(cast_older_files(con, child.table, child.schema.names, table_types, source, paths))
+    read = ", ".join(cast_older_files(con, child.table, child.schema, table_types, source, paths))
     con.execute(
         f"INSERT INTO {table} ({names}) SELECT {read} FROM {source} "
         "SEMI JOIN _harvest_items USING (file_index, file_row_number)",

@@ -65,7 +65,7 @@ class RunManifest:
     """Why the whole run stopped, when it did (Ctrl-C, a refused key, an empty account)."""
     balance_before: int | None = None
     balance_after: int | None = None
-    """The account balance the service reported before and after the run's last session (`/v1/credit-balance`)."""
+    """The account balance the service reported before and after the run's last session (`connectors.http.balance.PATH`)."""
     service_billed: int | None = None
     """What the balance fell by over all the run's sessions: the service's own count, beside `credits_spent`.
     None when it cannot be known (`flows.run.bill`), and then `bill_unknown` says why."""

@@ -122,11 +122,19 @@ def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
     )
 
 
-def declared_table(declared: Mapping[str, Any], built_in: EndpointTable) -> EndpointTable:
-    """The built-in endpoints and the declared ones; `ValueError` for a declaration the sandbox cannot serve."""
-    added = []
+def declared_table(
+    declared: Mapping[str, Any], built_in: EndpointTable, catalog: Mapping[str, Any] | None = None
+) -> EndpointTable:
+    """The built-in endpoints, the catalog's endpoints the built-in ones do not emulate, and the declared ones;
+    `ValueError` for a declaration the sandbox cannot serve, or a declared path it serves already."""
+    added = [
+        emulated(read_declaration(path, declaration))
+        for path, declaration in (catalog or {}).items()
+        if built_in.match(path) is None and path not in built_in.by_path
+    ]
+    serving = {e.path for e in added}
     for path, declaration in declared.items():
-        if built_in.match(path) is not None or path in built_in.by_path:
+        if built_in.match(path) is not None or path in built_in.by_path or path in serving:
             raise ValueError(
                 f"declared endpoint {path}: the sandbox already serves {path} (a built-in endpoint)"
             )
@@ -135,10 +143,14 @@ def declared_table(declared: Mapping[str, Any], built_in: EndpointTable) -> Endp
 
 
 def served(config: SandboxConfig) -> EndpointTable:
-    """Every endpoint `config`'s sandbox serves (the built-in ones, and its declared ones), built once per
-    config."""
+    """Every endpoint `config`'s sandbox serves (the built-in ones, the catalog's, and its declared ones), built
+    once per config."""
     table = config.__dict__.get("_served")
     if table is None:
-        table = declared_table(config.declared, BUILT_IN) if config.declared else BUILT_IN
+        table = (
+            declared_table(config.declared, BUILT_IN, config.catalog)
+            if config.declared or config.catalog
+            else BUILT_IN
+        )
         object.__setattr__(config, "_served", table)
     return table

@@ -65,6 +65,16 @@ def put(doc: Any, path: str | tuple[Step, ...], value: Any) -> Any:
     return [put(items[n] if n < len(items) else None, rest, v) for n, v in enumerate(spread)]
 
 
+def has(doc: Any, path: str) -> bool:
+    """Whether `doc` holds something at a plain record path (keys and `[n]` only)."""
+    for kind, arg in steps(path):
+        keyed = kind == "key" and isinstance(doc, dict) and arg in doc
+        if not (keyed or (kind == "index" and isinstance(doc, list) and len(doc) > arg)):
+            return False
+        doc = doc[arg]
+    return True
+
+
 @lru_cache(maxsize=256)
 def _host(path: str) -> str:
     """The platform of a documented path (`/v1/video-platform/video` -> video-platform.example)."""
@@ -157,7 +167,8 @@ def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str],
     d = Draw(s.key, space, pos)
     record = _fill({}, kind.columns, kind, d, s, pos, echo, space)
     for path in kind.ignore:
-        record = put(record, path, None)
+        if not has(record, path):  # an object some column reads into is known whole: it stays
+            record = put(record, path, None)
     for path, values in kind.where:
         kept = next((v for v in values if v is not None), None)
         if kept is not None:
@@ -243,7 +254,8 @@ def _fill(
 ) -> Record:
     """`doc` with each column's value at its path; keys unique within `space` (the kind's table by default)."""
     timed = False
-    for column in columns:
+    # A json column first: a column read from inside the object it holds is then set within it, not lost.
+    for column in sorted(columns, key=lambda c: c.type != "json"):
         if column.from_request:
             continue
         if column.name in kind.key:

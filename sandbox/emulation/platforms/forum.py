@@ -56,6 +56,11 @@ def media(s: Scope, pos: int) -> Record:
         "url": f"https://www.forum.example/comments/{mid[3:]}/",
         "permalink": f"/comments/{mid[3:]}/",
         "media_type": media_type,
-        "image": {"src": f"https://i.forum.example/{mid[3:]}.jpg", "width": w, "height": h},
+        "image": {
+            "src": f"https://i.forum.example/{mid[3:]}.jpg",
+            "width": w,
+            "height": h,
+            "resolutions": [],
+        },
         "gallery_count": d.num(2, 20) if media_type == "gallery" else None,
     }

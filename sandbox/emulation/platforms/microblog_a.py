@@ -28,6 +28,9 @@ def tweet(s: Scope, pos: int) -> Record:
         "reply_count": d.num(0, 3000),
         "retweet_count": d.num(0, 10000),
         "user_id_str": uid,
+        "conversation_id_str": tid,
+        "is_quote_status": False,
+        "possibly_sensitive": False,
         "user": {
             "rest_id": uid,
             "avatar": {
@@ -39,5 +42,6 @@ def tweet(s: Scope, pos: int) -> Record:
             },
             "is_blue_verified": d.chance(0.2),
             "legacy": {"followers_count": d.num(0, 3_000_000)},
+            "professional": {"category": []},
         },
     }

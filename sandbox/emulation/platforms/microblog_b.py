@@ -22,6 +22,12 @@ def author(s: Scope, who: str) -> Record:
         "handle": handle,
         "displayName": f"{d.pick(NAMES)} {d.pick(NAMES)}",
         "avatar": f"https://cdn.microblog-b.example/avatar/{did}.jpg",
+        "labels": [],
+        "verification": {
+            "verifications": [],
+            "verifiedStatus": d.pick(("valid", "none", "none")),
+            "trustedVerifierStatus": "none",
+        },
     }
 
 
@@ -60,6 +66,8 @@ def post(
         "record": {
             "createdAt": t,
             "text": phrase(d, 3, 40),
+            "langs": ["en"],
+            "facets": [],
             **({} if parent is None else {"reply": {"parent": _ref(parent), "root": _ref(root or parent)}}),
             **({} if linked is None else {"embed": linked}),
         },
@@ -70,6 +78,7 @@ def post(
         "likeCount": d.num(0, 5000),
         "quoteCount": d.num(0, 50),
         "indexedAt": t,
+        "labels": [],
     }
 
 

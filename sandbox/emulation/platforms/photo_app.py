@@ -25,6 +25,7 @@ def reel_owner(s: Scope, who: str) -> Record:
     return {
         "id": who if who.isdigit() else s.numid("owner", 0, 11),
         "username": who if not who.isdigit() else user_handle(d),
+        "hd_profile_pic_versions": [],
     }
 
 

@@ -31,11 +31,13 @@ def pin(s: Scope, pos: int, trim: bool) -> Record:
             "id": s.numid("board", pos % 7, 18),
             "name": title(d, 1, 3),
             "url": f"https://www.pinboard.example/board/{s.numid('board', pos % 7, 18)}/",
+            "images": {"170x": []},
         },
         "pinner": {
             "id": s.numid("pinner", pos, 18),
             "username": user_handle(d),
             "full_name": f"{d.pick(NAMES)}",
+            "follower_count": d.num(0, 50_000),
         },
     }
     if trim:  # as the service trims: the images stay

@@ -46,6 +46,10 @@ def shop_info(s: Scope, url: str, region: str) -> Record:
         "shop_rating": f"{3.0 + d.unit() * 2.0:.1f}",
         "shop_link": url,
         "region": region,
+        "store_sub_score": [
+            {"score": round(d.unit(), 4), "type": kind, "score_percentage": "", "platform_rate_type": 0}
+            for kind in (1, 2, 3)
+        ],
     }
 
 
@@ -58,6 +62,11 @@ def aweme(s: Scope, pos: int, author: Record) -> Record:
         "duration": d.num(3000, 180000),
         "cover": {"url_list": [cover]},
         "play_addr": {"url_list": [f"https://v16.short-video.example/video/{aid}.mp4"]},
+        "width": 576,
+        "height": 1024,
+        "bit_rate": [],
+        "big_thumbs": [],
+        "cla_info": {"caption_infos": []},
     }
     rec: Record = {
         "aweme_id": aid,
@@ -76,4 +85,21 @@ def aweme(s: Scope, pos: int, author: Record) -> Record:
     if d.chance(0.2):
         rec["shop_product_url"] = f"https://www.short-video.example/shop/pdp/{s.numid('promoted', pos, 19)}"
     rec["author"] = dict(author)
+    rec["share_url"] = f"https://www.short-video.example/@{author['unique_id']}/video/{aid}?_r=1&source=h5_m"
+    rec["region"] = "US"
+    rec["desc_language"] = "en"
+    rec["content_type"] = "video"
+    rec["is_ad"] = False
+    rec["is_top"] = 1 if pos == 0 else 0
+    rec["statistics"]["download_count"] = d.num(0, 1000)  # drawn last: the earlier draws keep their values
+    rec["music"] = {
+        "id_str": s.numid("music", pos, 19),
+        "title": f"original sound - {author['unique_id']}",
+        "author": author.get("nickname", ""),
+        "artists": [],
+    }
+    rec["text_extra"] = []
+    rec["banners"] = []
+    rec["added_sound_music_info"] = {k: rec["music"][k] for k in ("id_str", "title", "author")}
+    rec["original_client_text"] = {"markup_text": rec["desc"], "text_extra": None}
     return rec

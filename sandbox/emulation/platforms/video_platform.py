@@ -74,9 +74,9 @@ def _video_like(s: Scope, kind: str, pos: int, extras: bool) -> Record:
         "lengthSeconds": length,
         "badges": d.sample(("New", "4K", "CC", "Live"), d.num(0, 2)),
     }
-    if extras:
-        rec["likeCount"] = d.num(0, 1_000_000)
-        rec["commentCount"] = d.num(0, 50_000)
+    if extras:  # named as the video endpoint's answer names them (the interface: `likeCount`, `commentCount`)
+        rec["likeCountInt"] = d.num(0, 1_000_000)
+        rec["commentCountInt"] = d.num(0, 50_000)
         rec["description"] = phrase(d, 5, 40)
     return rec
 
