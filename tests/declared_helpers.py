@@ -4,6 +4,7 @@ declaration, not the generator against itself)."""
 
 from __future__ import annotations
 
+import copy
 import re
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ def declaration(style: str = "single", records_at: str = "items", **paging: Any)
     decl: dict[str, Any] = {
         "params": {"q": {"type": "string", "required": True}},
         "paging": {"style": style, **paging},
-        "records": {"things": {"at": records_at, "key": "item_id", "columns": COLUMNS}},
+        "records": {"things": {"at": records_at, "key": "item_id", "columns": copy.deepcopy(COLUMNS)}},
     }
     return decl
 

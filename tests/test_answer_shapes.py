@@ -301,9 +301,10 @@ def test_a_job_lands_the_thread_and_the_board_and_says_what_it_did_not_read(
             "output": str(tmp_path / "out"),
             "endpoints": {
                 THREAD_PATH: {"params": {"url": {"type": "string", "required": True}}, "paging": {"style": "cursor"},
-                              "records": {"forum_post_details": POST_KIND, "forum_post_comments": COMMENT_KIND}},
+                              "records": {"declared_forum_post_details": POST_KIND,
+                                          "declared_forum_post_comments": COMMENT_KIND}},
                 BOARD_PATH: {"params": {"board_url": {"type": "string", "required": True}},
-                             "paging": {"style": "cursor"}, "records": {"pinboard_board_pins": pins}},
+                             "paging": {"style": "cursor"}, "records": {"declared_pinboard_board_pins": pins}},
             },
             "queries": [
                 {"id": "thread", "endpoint": THREAD_PATH, "params": {"url": "https://forum.example/comments/ablzuq/"}},
@@ -314,10 +315,10 @@ def test_a_job_lands_the_thread_and_the_board_and_says_what_it_did_not_read(
     assert result.exit_code == 0, result.output
     db = tmp_path / "out" / "harvest.duckdb"
     everything = thread_items(full["comments"])
-    landed = rows(db, "SELECT id, replied_to FROM forum_post_comments ORDER BY created_at")
+    landed = rows(db, "SELECT id, replied_to FROM declared_forum_post_comments ORDER BY created_at")
     holder = {reply["id"]: c["id"] for c in everything for reply in c["replies"]["items"]}
     assert sorted(landed) == sorted((c["id"], holder.get(c["id"])) for c in everything) and len(landed) == 4
-    assert rows(db, "SELECT id FROM pinboard_board_pins ORDER BY id") == sorted(
+    assert rows(db, "SELECT id FROM declared_pinboard_board_pins ORDER BY id") == sorted(
         [(board_page["pins"][0]["id"],), (trimmed["pins"][0]["id"],)]
     )
     state = dict(rows(db, "SELECT query_id, (status, pages, items_dropped, cursor_unread) FROM query_state"))

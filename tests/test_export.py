@@ -245,7 +245,7 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     if signals == 1:
         assert result.exit_code == 0, result.output
         assert len(committed_exports) == 1
-        assert re.search(r"loading into DuckDB, [\d.]+ s exporting, [\d.]+ s starting", result.stdout)
+        assert re.search(r"[\d.]+ s loading, [\d.]+ s exporting, [\d.]+ s start and end", result.stdout)
         return
     assert result.exit_code == 130, result.output
     assert "export interrupted by SIGINT" in result.stderr and f"harvest export {output}" in result.stderr

@@ -1,5 +1,5 @@
 """A cap for a whole fan-out (`max_credits_total`), a real run against the sandbox over HTTP: the replies of every
-comment of a video (the example catalog's chain), all of them together within their cap, shared breadth-first,
+comment of a video (the built-in chain), all of them together within their cap, shared breadth-first,
 some 5xx answers retried on the way; and what the night says of the queries the cap left unstarted, with the exit
 code the job asked for."""
 
@@ -9,10 +9,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from connectors.catalog.job_catalog import builtin_declarations
 from sandbox.config import FaultKind, SandboxConfig
 from sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.declared_helpers import REFERRED, referred
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
 from tests.process_helpers import finish, start_run
 
@@ -27,7 +27,7 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
 ) -> None:
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={COMMENTS: (1, 1), REPLIES: (3, 3)}, page_size_by_path={COMMENTS: 24},
-        fault_rate=0.25, fault_kinds=[FaultKind.SERVER_ERROR], seed=3, declared=referred(),
+        fault_rate=0.25, fault_kinds=[FaultKind.SERVER_ERROR], seed=3, catalog=builtin_declarations(),
     )  # fmt: skip
     output = tmp_path / "out"
     with running(config) as sb:
@@ -39,7 +39,6 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
                 "budget": {"credits": 1000, "unstarted_exit_code": 3},
                 "concurrency": 2,  # dependents in line: 4 at a time, fewer than the cap
                 "output": str(output),
-                "catalogs": [str(REFERRED)],
                 "queries": [
                     {"id": "comments", "endpoint": COMMENTS, "params": PARAMS},
                     {

@@ -25,7 +25,7 @@ NEWEST_FIRST = [
     (PROFILE, {"handle": "nasa", "sort_by": "latest"}, "videos", "aweme_id", "create_time"),
     (REELS, {"handle": "nasa"}, "reels", "id", "taken_at"),
     (REELS, {"handle": "nasa", "trim": "true"}, "reels", "id", "taken_at"),
-    (SHOP, {"url": "https://shop.example/acme"}, "products", "product_id", None),
+    (SHOP, {"url": "https://shop.example/acme", "sort_by": "new_releases"}, "products", "product_id", None),
     (GROUP, {"group_id": "42", "sort_by": "CHRONOLOGICAL"}, "group_posts", "id", "publishTime"),
 ]
 
