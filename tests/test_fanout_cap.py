@@ -9,8 +9,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.wire.serving import running
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declared_helpers import REFERRED, referred
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
