@@ -41,8 +41,8 @@ RECOVERED = 0.9
 
 SERVE = """
 import sys
-from sandbox.config import Quirks
-from sandbox.wire.serving import serve
+from harvest.sandbox.config import Quirks
+from harvest.sandbox.wire.serving import serve
 port, key, latency, blip = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
 plan = {int(n): "rate_limit" for n in blip.split(",") if n}
 serve(port, api_key=key, credits=10**9, pages=({pages}, {pages}), page_size=20, quirks=Quirks.none(),

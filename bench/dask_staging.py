@@ -39,7 +39,7 @@ def spec(base_url: str, output: Path, runner: dict[str, Any], queries: int) -> d
 
 
 def one_run(base_url: str, tmp: Path, name: str, runner: dict[str, Any], queries: int) -> dict[str, Any]:
-    from flows.collect import run_collect
+    from harvest.flows.collect import run_collect
 
     path = tmp / f"{name}.yaml"
     output = tmp / name
@@ -67,8 +67,8 @@ def main() -> None:
     from moto.server import ThreadedMotoServer
     from prefect.testing.utilities import prefect_test_harness
 
-    from sandbox.config import SandboxConfig
-    from sandbox.wire.serving import running
+    from harvest.sandbox.config import SandboxConfig
+    from harvest.sandbox.wire.serving import running
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

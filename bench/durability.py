@@ -50,7 +50,7 @@ def kind_of(path: str) -> str:
 
 
 def measure(base_url: str, spec: dict[str, Any], out: Path) -> tuple[float, Counter[str], Counter[str]]:
-    from flows.collect import run_collect
+    from harvest.flows.collect import run_collect
 
     times: Counter[str] = Counter()
     counts: Counter[str] = Counter()
@@ -98,7 +98,7 @@ def main() -> None:
     os.environ["HARVEST_API_KEY"] = KEY
     from prefect.testing.utilities import prefect_test_harness
 
-    from sandbox.config import Quirks, SandboxConfig
+    from harvest.sandbox.config import Quirks, SandboxConfig
 
     with prefect_test_harness(server_startup_timeout=180):
         for size in (int(s) for s in args.sizes.split(",")):
@@ -118,16 +118,18 @@ def main() -> None:
 
 
 def _one(label: str, spec: dict[str, Any], variant: str, config: Any, quiet: bool = False) -> None:
-    import flows.collect
-    from sandbox.wire.serving import running
-    from tasks.output.journal import RunJournal
+    import harvest.flows.collect
+    from harvest.sandbox.wire.serving import running
+    from harvest.tasks.output.journal import RunJournal
 
     before = variant.endswith("#36")
-    flows.collect.RunJournal = functools.partial(RunJournal, sync_ends=False) if before else RunJournal  # type: ignore[misc]
+    harvest.flows.collect.RunJournal = (
+        functools.partial(RunJournal, sync_ends=False) if before else RunJournal
+    )  # type: ignore[misc]
     durability = variant.split(",")[0]
     with tempfile.TemporaryDirectory() as tmp, running(config) as sb:
         wall, times, counts = measure(sb.base_url, {**spec, "durability": durability}, Path(tmp))
-    flows.collect.RunJournal = RunJournal  # type: ignore[misc]
+    harvest.flows.collect.RunJournal = RunJournal  # type: ignore[misc]
     if quiet:
         return
     waited = sum(t for k, t in times.items() if "thread" not in k)

@@ -38,9 +38,9 @@ def _land(out: Path, run_id: str, started: dt.datetime, rows: int, first_key: in
     import sys
 
     sys.path.insert(0, str(ROOT))
-    from tasks.output.layout import OutputLayout
-    from tasks.output.manifest import RunManifest, write_manifest
-    from tasks.output.parquet_sink import ROW_GROUP_ROWS
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import RunManifest, write_manifest
+    from harvest.tasks.output.parquet_sink import ROW_GROUP_ROWS
 
     layout = OutputLayout(out)
     path = layout.parquet_file(TABLE, started.date(), run_id, "0000")

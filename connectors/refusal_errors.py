@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from connectors.errors import BudgetExhausted, HarvestError, RunStopped
+from harvest.connectors.errors import BudgetExhausted, HarvestError, RunStopped
 
 if TYPE_CHECKING:
-    from connectors.credits.reservations import Refusal
-    from connectors.paging.page_request import PageRequest
+    from harvest.connectors.credits.reservations import Refusal
+    from harvest.connectors.paging.page_request import PageRequest
 
 __all__ = ["refused", "stopped"]
 

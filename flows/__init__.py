@@ -6,11 +6,11 @@ wrapped, so that a closed one stops a run as SIGTERM does instead of failing wha
 (`flows.closed_output`).
 """
 
-from flows import stop_signals
+from harvest.flows import stop_signals
 
 stop_signals.at_start()
 
 if stop_signals.in_the_cli():
-    from flows import closed_output
+    from harvest.flows import closed_output
 
     closed_output.at_start()

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import typer
 from typer.models import CommandFunctionType
 
-from flows import stop_signals
-from flows.help_text import NamedArguments, paragraphs
-from flows.orchestrator.prefect_settings import SERVER_START
-from sandbox import drift_shapes
+from harvest.flows import stop_signals
+from harvest.flows.help_text import NamedArguments, paragraphs
+from harvest.flows.orchestrator.prefect_settings import SERVER_START
+from harvest.sandbox import drift_shapes
 
 if TYPE_CHECKING:
-    from flows.spec import JobSpec
+    from harvest.flows.spec import JobSpec
 
 
 class _Harvest(typer.Typer):
@@ -98,8 +98,8 @@ def sandbox(
 ) -> None:
     """Serve the local emulation of the service on 127.0.0.1 until interrupted."""
     options = {k: v for k, v in locals().items() if k not in ("drift", "replay", "catalog", "spec")}
-    from flows.commands.sandbox_serve import serve_sandbox
-    from flows.spec import UsageError
+    from harvest.flows.commands.sandbox_serve import serve_sandbox
+    from harvest.flows.spec import UsageError
 
     try:
         serve_sandbox((drift, replay, catalog, spec), **options)  # every other option is the sandbox's own
@@ -113,7 +113,7 @@ SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=F
 
 def _fail(message: str) -> NoReturn:
     """The message on stderr exactly as written (it quotes the user's spec), then exit 2."""
-    from flows.console import note
+    from harvest.flows.console import note
 
     note(message)
     raise typer.Exit(2)
@@ -121,8 +121,8 @@ def _fail(message: str) -> NoReturn:
 
 def _load(path: Path) -> JobSpec:
     """The validated spec, or exit 2 with every problem on stderr (nothing is sent or spent)."""
-    from flows.console import note
-    from flows.spec import SpecError, load_spec
+    from harvest.flows.console import note
+    from harvest.flows.spec import SpecError, load_spec
 
     try:
         job = load_spec(path)
@@ -139,9 +139,9 @@ def validate(spec: Path = SPEC_ARG) -> None:
     """Check a job spec completely (keys, endpoints, parameters, fan-out, parents); exit 2 when invalid."""
     import os
 
-    from flows.console import note, say
-    from flows.run.plan import plan
-    from flows.spec import BASE_URL_ENV
+    from harvest.flows.console import note, say
+    from harvest.flows.run.plan import plan
+    from harvest.flows.spec import BASE_URL_ENV
 
     job = _load(spec)
     fanned = sum(1 for q in job.queries if q.static)
@@ -177,7 +177,7 @@ def plan_command(
 ) -> None:
     """Show the queries a run would execute, their expected and worst-case credits against the budget, and which
     queries the budget would leave unstarted if the worst case happens; sends no request."""
-    from flows.commands.plan_report import show_plan
+    from harvest.flows.commands.plan_report import show_plan
 
     which = "expected" if check_expected else "worst" if check else None
     code = show_plan(_load(spec), budget, output, which)
@@ -194,7 +194,7 @@ def endpoints(
     spec: Path | None = DECLARING_SPEC,
 ) -> None:
     """List the documented endpoints: cost, paging, parameters (allowed values) and the tables they fill."""
-    from flows.commands.endpoint_list import show_endpoints
+    from harvest.flows.commands.endpoint_list import show_endpoints
 
     show_endpoints(as_json, _load(spec).catalog() if spec else None)
 
@@ -208,11 +208,11 @@ def schema(
 ) -> None:
     """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""
     if tables:
-        from flows.commands.tables_doc import render_tables
+        from harvest.flows.commands.tables_doc import render_tables
 
         typer.echo(render_tables(_load(spec).catalog() if spec else None), nl=False)
         return
-    from flows.spec import JobSpec
+    from harvest.flows.spec import JobSpec
 
     typer.echo(json.dumps(JobSpec.model_json_schema(), indent=2))
 
@@ -252,7 +252,7 @@ def run(
     stopped at its budget; 1 a query failed; 2 invalid spec or usage (or the job is already running);
     130 interrupted (run it again to resume).
     """
-    from flows.commands import run_job as commands
+    from harvest.flows.commands import run_job as commands
 
     if fresh and continue_:
         raise typer.BadParameter("--fresh and --continue exclude each other")
@@ -277,7 +277,7 @@ def serve(
     One deployment per job (collect_job/<name>), carrying the spec's content and its absolute output
     directory; runs of one job never overlap (concurrency limit 1, queued).
     """
-    from flows.commands import run_job as commands
+    from harvest.flows.commands import run_job as commands
 
     commands.serve(specs, base_url)
 
@@ -287,7 +287,7 @@ def demo(
     output: Path | None = typer.Option(None, "--output", help="Where to land the demo (default data/demo)."),
 ) -> None:
     """Run the demo job (18 endpoints, every platform) against the embedded sandbox, then show what landed."""
-    from flows.commands import run_job as commands
+    from harvest.flows.commands import run_job as commands
 
     commands.demo(output)
 
@@ -296,7 +296,7 @@ def demo(
 def load(output: Path = OUTPUT_ARG) -> None:
     """Load every run whose data landed but is not in DuckDB (DuckDB was busy, the load was cut off, Ctrl-C);
     idempotent: loading twice changes nothing."""
-    from flows.commands import runs as run_commands
+    from harvest.flows.commands import runs as run_commands
 
     run_commands.load(output)
 
@@ -306,7 +306,7 @@ def runs(
     output: Path = typer.Argument(Path("data/demo"), help="The job's output directory.", metavar="OUTPUT"),
 ) -> None:
     """History of the runs in an output directory: status, credits, records."""
-    from flows.commands import runs as run_commands
+    from harvest.flows.commands import runs as run_commands
 
     run_commands.runs(output)
 
@@ -329,7 +329,7 @@ def rebuild(
     reaches old data, and how a lost harvest.duckdb or parquet/ comes back. The database is always rebuilt from
     every finished run.
     """
-    from flows.commands import warehouse
+    from harvest.flows.commands import warehouse
 
     warehouse.rebuild(output, run, None if spec is None else _load(spec))
 
@@ -341,7 +341,7 @@ def raw(
     query: str | None = typer.Option(None, "--query", help="Only this query id's pages."),
 ) -> None:
     """Print the stored raw pages as JSON lines: query, page, cursors, status, credits and body. No request."""
-    from flows.commands import warehouse
+    from harvest.flows.commands import warehouse
 
     warehouse.raw(output, run, query)
 
@@ -371,7 +371,7 @@ def export(
     runs, query_state), newest fetch per key, one commit per table. Credentials come from the standard
     variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...).
     """
-    from flows.commands import warehouse
+    from harvest.flows.commands import warehouse
 
     warehouse.export(output, to, snapshot, format)
 
@@ -391,7 +391,7 @@ def sql(
     ),
 ) -> None:
     """Run one read-only SQL statement on a job's DuckDB file; statements that write are refused (exit 2)."""
-    from flows.commands import run_job as commands
+    from harvest.flows.commands import run_job as commands
 
     commands.sql(output, query, limit, fmt)
 

@@ -17,27 +17,27 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from flows.orchestrator.prefect_settings import apply_prefect_defaults
+from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults
 
 apply_prefect_defaults()
 
 from prefect import get_run_logger  # noqa: E402
 
-from connectors.credits.fanout_caps import FanoutCaps  # noqa: E402
-from connectors.credits.ledger import CreditLedger  # noqa: E402
-from connectors.http.client import ServiceClient  # noqa: E402
-from connectors.paging.pager import base_id  # noqa: E402
-from flows import console  # noqa: E402
-from flows.handoff.export_after_run import export_step  # noqa: E402
-from flows.orchestrator import prefect_outage  # noqa: E402
-from flows.orchestrator.final_state import (  # noqa: E402
+from harvest.connectors.credits.fanout_caps import FanoutCaps  # noqa: E402
+from harvest.connectors.credits.ledger import CreditLedger  # noqa: E402
+from harvest.connectors.http.client import ServiceClient  # noqa: E402
+from harvest.connectors.paging.pager import base_id  # noqa: E402
+from harvest.flows import console  # noqa: E402
+from harvest.flows.handoff.export_after_run import export_step  # noqa: E402
+from harvest.flows.orchestrator import prefect_outage  # noqa: E402
+from harvest.flows.orchestrator.final_state import (  # noqa: E402
     RunFailed,
     not_started,
     nothing_to_continue,
     tell_the_end,
 )
-from flows.orchestrator.plain_flow import plain_flow  # noqa: E402
-from flows.orchestrator.prefect_record import (  # noqa: E402
+from harvest.flows.orchestrator.plain_flow import plain_flow  # noqa: E402
+from harvest.flows.orchestrator.prefect_record import (  # noqa: E402
     ENDED,
     Ended,
     NotTold,
@@ -46,9 +46,9 @@ from flows.orchestrator.prefect_record import (  # noqa: E402
     tell_owed,
     told_line,
 )
-from flows.run import progress  # noqa: E402
-from flows.run.begin import Begun, begin, crash_stale, flow_run_facts  # noqa: E402
-from flows.run.bill import (  # noqa: E402
+from harvest.flows.run import progress  # noqa: E402
+from harvest.flows.run.begin import Begun, begin, crash_stale, flow_run_facts  # noqa: E402
+from harvest.flows.run.bill import (  # noqa: E402
     carry_over,
     note_bill,
     one_account,
@@ -56,15 +56,15 @@ from flows.run.bill import (  # noqa: E402
     read_after,
     settle_refusals,
 )
-from flows.run.dask.rounds import Rounds, run_info  # noqa: E402
-from flows.run.fanout import Fanout  # noqa: E402
-from flows.run.interrupt import StopOnSignal  # noqa: E402
-from flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402
-from flows.run.memory import quiet_gc  # noqa: E402
-from flows.run.plan import Plan, plan  # noqa: E402
-from flows.run.preflight import check_output_dir, lock_job  # noqa: E402
-from flows.run.service_access import ServiceAccess, client_settings, open_service  # noqa: E402
-from flows.run.start import (  # noqa: E402
+from harvest.flows.run.dask.rounds import Rounds, run_info  # noqa: E402
+from harvest.flows.run.fanout import Fanout  # noqa: E402
+from harvest.flows.run.interrupt import StopOnSignal  # noqa: E402
+from harvest.flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402
+from harvest.flows.run.memory import quiet_gc  # noqa: E402
+from harvest.flows.run.plan import Plan, plan  # noqa: E402
+from harvest.flows.run.preflight import check_output_dir, lock_job  # noqa: E402
+from harvest.flows.run.service_access import ServiceAccess, client_settings, open_service  # noqa: E402
+from harvest.flows.run.start import (  # noqa: E402
     Continue,
     Mode,
     Prepared,
@@ -74,17 +74,17 @@ from flows.run.start import (  # noqa: E402
     handed,
     handed_over,
 )
-from flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
-from tasks import run_context  # noqa: E402
-from tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E402
-from tasks.output import job_lock  # noqa: E402
-from tasks.output.journal import RunJournal  # noqa: E402
-from tasks.output.layout import OutputLayout  # noqa: E402
-from tasks.output.machine_fault import FaultStop, MachineFault  # noqa: E402
-from tasks.output.manifest import RunManifest, run_status, write_manifest  # noqa: E402
-from tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
-from tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
-from tasks.run_context import service_client  # noqa: E402
+from harvest.flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
+from harvest.tasks import run_context  # noqa: E402
+from harvest.tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E402
+from harvest.tasks.output import job_lock  # noqa: E402
+from harvest.tasks.output.journal import RunJournal  # noqa: E402
+from harvest.tasks.output.layout import OutputLayout  # noqa: E402
+from harvest.tasks.output.machine_fault import FaultStop, MachineFault  # noqa: E402
+from harvest.tasks.output.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from harvest.tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
+from harvest.tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
+from harvest.tasks.run_context import service_client  # noqa: E402
 
 prefect_outage.install()
 

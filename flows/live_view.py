@@ -19,8 +19,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from flows.console import LiteralConsole, counted, literal, wrap_at_separators
-from flows.run.progress import Counting, Row, ended_well
+from harvest.flows.console import LiteralConsole, counted, literal, wrap_at_separators
+from harvest.flows.run.progress import Counting, Row, ended_well
 
 REFRESH_PER_SECOND = 4
 """Redraws a second: lively enough to read, cheap enough not to slow paging (10,000 one-page queries drew

@@ -4,6 +4,6 @@ Start one with `sandbox.wire.serving.running(...)` (background thread) or `sandb
 ask what a full crawl holds with `sandbox.expected.full_crawl(...)`.
 """
 
-from sandbox.config import FaultKind, Quirks, SandboxConfig
+from harvest.sandbox.config import FaultKind, Quirks, SandboxConfig
 
 __all__ = ["FaultKind", "Quirks", "SandboxConfig"]

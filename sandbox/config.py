@@ -233,7 +233,7 @@ class SandboxConfig:
         if self.fault_rate > 0 and not self.fault_kinds:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
         if self.declared or self.catalog:
-            from sandbox.emulation.generic.declared_endpoints import served
+            from harvest.sandbox.emulation.generic.declared_endpoints import served
 
             served(self)  # refused here, naming the declaration, rather than at its first request
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.config import Drift
-from sandbox.served_paths import FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
+from harvest.sandbox.config import Drift
+from harvest.sandbox.served_paths import FORUM_SEARCH, MB_FEED, PINS, TWEETS, VIDEO_SEARCH
 
 
 @dataclass(frozen=True)

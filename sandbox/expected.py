@@ -17,12 +17,12 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sandbox.config import SandboxConfig
-from sandbox.emulation.emulated import key_part
-from sandbox.emulation.generate import build, make_ctx
-from sandbox.emulation.generic.declared_endpoints import served
-from sandbox.emulation.page import Ctx, ServedPage
-from sandbox.emulation.platforms import Record
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.emulation.emulated import key_part
+from harvest.sandbox.emulation.generate import build, make_ctx
+from harvest.sandbox.emulation.generic.declared_endpoints import served
+from harvest.sandbox.emulation.page import Ctx, ServedPage
+from harvest.sandbox.emulation.platforms import Record
 
 ParamValue = str | int | bool | Sequence[str]
 

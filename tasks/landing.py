@@ -22,19 +22,19 @@ from typing import Any
 import pyarrow as pa
 from prefect.states import Failed, State
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.paging.known_items import backfill_after_head
-from connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
-from connectors.reading.extraction import PageMeta, with_meta
-from tasks.database.known_keys import query_known_keys
-from tasks.output.append_file import fsync_path
-from tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
-from tasks.output.machine_fault import DiskRoom
-from tasks.output.parquet_sink import MultiTableSink, run_date
-from tasks.output.query_summary import QuerySummary, history_fields
-from tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
-from tasks.output.replay import ResumePoint, replay_pages
-from tasks.run_context import RunContext
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.paging.known_items import backfill_after_head
+from harvest.connectors.paging.pager import Page, PagerStart, QueryPager, QuerySpec, query_failed
+from harvest.connectors.reading.extraction import PageMeta, with_meta
+from harvest.tasks.database.known_keys import query_known_keys
+from harvest.tasks.output.append_file import fsync_path
+from harvest.tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
+from harvest.tasks.output.machine_fault import DiskRoom
+from harvest.tasks.output.parquet_sink import MultiTableSink, run_date
+from harvest.tasks.output.query_summary import QuerySummary, history_fields
+from harvest.tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
+from harvest.tasks.output.replay import ResumePoint, replay_pages
+from harvest.tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed, State
 
-from connectors.paging.pager import QuerySpec, query_failed
-from tasks.run_context import lookup
+from harvest.connectors.paging.pager import QuerySpec, query_failed
+from harvest.tasks.run_context import lookup
 
 log = logging.getLogger(__name__)
 

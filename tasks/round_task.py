@@ -27,21 +27,21 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.job_catalog import for_job
-from connectors.catalog.shape_overrides import shapes_of
-from connectors.credits.ledger import CreditLedger
-from connectors.http.auth import aload_api_key
-from connectors.paging.follow_ups import FollowUps
-from connectors.paging.known_items import KnownKeys
-from connectors.paging.pager import PagerStart, QuerySpec
-from connectors.reading.extraction import ExtractionReport
-from tasks.landing import page_query, task_end
-from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import FaultStop, MachineFault, as_machine_fault
-from tasks.output.staging import FILES, STARTED, StagedPages, open_staging, plain_frames
-from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
-from tasks.staged_known import read_known
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.job_catalog import for_job
+from harvest.connectors.catalog.shape_overrides import shapes_of
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.auth import aload_api_key
+from harvest.connectors.paging.follow_ups import FollowUps
+from harvest.connectors.paging.known_items import KnownKeys
+from harvest.connectors.paging.pager import PagerStart, QuerySpec
+from harvest.connectors.reading.extraction import ExtractionReport
+from harvest.tasks.landing import page_query, task_end
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import FaultStop, MachineFault, as_machine_fault
+from harvest.tasks.output.staging import FILES, STARTED, StagedPages, open_staging, plain_frames
+from harvest.tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
+from harvest.tasks.staged_known import read_known
 
 
 def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict[str, Any]) -> dict[str, Any]:

@@ -12,22 +12,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.credits.ledger import CreditLedger
-from connectors.http.auth import ApiKey
-from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
-from connectors.http.pace import DEFAULT_MAX_WAIT, Pace
-from connectors.paging.known_items import KnownKeys
-from connectors.paging.page_request import Attempt
-from connectors.paging.pager import QuerySpec
-from tasks.output.attempt_log import AttemptLogWriter
-from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import DiskRoom, FaultStop
-from tasks.output.parquet_sink import MultiTableSink
-from tasks.output.raw_store import RawIndex, RawPageWriter
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.auth import ApiKey
+from harvest.connectors.http.client import RetryPolicy, ServiceClient, Timeouts
+from harvest.connectors.http.pace import DEFAULT_MAX_WAIT, Pace
+from harvest.connectors.paging.known_items import KnownKeys
+from harvest.connectors.paging.page_request import Attempt
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.tasks.output.attempt_log import AttemptLogWriter
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import DiskRoom, FaultStop
+from harvest.tasks.output.parquet_sink import MultiTableSink
+from harvest.tasks.output.raw_store import RawIndex, RawPageWriter
 
 if TYPE_CHECKING:
-    from tasks.query_line import QueryLine
+    from harvest.tasks.query_line import QueryLine
 
 
 @dataclass(frozen=True)

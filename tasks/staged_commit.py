@@ -26,9 +26,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from tasks.output.layout import OutputLayout, query_hash
-from tasks.output.raw_store import RawPage, RawPageReader, RawPageWriter, decode_frame
-from tasks.output.staging import FILES, FRAME_SUFFIX, PAGES, StagingStore, stage_name
+from harvest.tasks.output.layout import OutputLayout, query_hash
+from harvest.tasks.output.raw_store import RawPage, RawPageReader, RawPageWriter, decode_frame
+from harvest.tasks.output.staging import FILES, FRAME_SUFFIX, PAGES, StagingStore, stage_name
 
 log = logging.getLogger(__name__)
 

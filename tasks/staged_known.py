@@ -26,14 +26,14 @@ import json
 import zlib
 from typing import Any
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.paging.known_items import KnownKeys
-from connectors.paging.pager import QuerySpec
-from tasks.database.known_keys import query_known_keys
-from tasks.output.layout import query_hash
-from tasks.output.machine_fault import MachineFault
-from tasks.output.staging import StagingStore
-from tasks.staged_commit import StagedRun
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.paging.known_items import KnownKeys
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.tasks.database.known_keys import query_known_keys
+from harvest.tasks.output.layout import query_hash
+from harvest.tasks.output.machine_fault import MachineFault
+from harvest.tasks.output.staging import StagingStore
+from harvest.tasks.staged_commit import StagedRun
 
 KNOWN = "known"
 

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 import stamina
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.fields import PARAM_PREFIX
-from connectors.catalog.records import RecordKind, keys_of
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
-from connectors.paging.page_request import Attempt
-from connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.billing import LedgerEntry, params_dict
-from sandbox.wire.serving import RunningSandbox
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.fields import PARAM_PREFIX
+from harvest.connectors.catalog.records import RecordKind, keys_of
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import RetryPolicy, ServiceClient, Timeouts
+from harvest.connectors.paging.page_request import Attempt
+from harvest.connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.billing import LedgerEntry, params_dict
+from harvest.sandbox.wire.serving import RunningSandbox
 
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
 """Instant retries: a 429's Retry-After is capped by max_wait=0."""

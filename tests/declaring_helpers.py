@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from connectors.catalog import job_catalog
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.records import RecordKind
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import RunningSandbox
+from harvest.connectors.catalog import job_catalog
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.records import RecordKind
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox
 
 PINS = "/v1/pinboard/search"
 PROFILE = "/v3/short-video/profile/videos"

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.config import DEFAULT_KEY, SandboxConfig
-from sandbox.wire.serving import RunningSandbox, running, start
+from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox, running, start
 
 SESSION_CREDITS = 10**9
 

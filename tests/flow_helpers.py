@@ -18,11 +18,11 @@ import orjson
 import pyarrow.parquet as pq
 import yaml
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.records import keys_of
-from sandbox.config import SandboxConfig
-from sandbox.emulation import endpoint_table as sandbox_endpoints
-from sandbox.expected import full_crawl
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.records import keys_of
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.emulation import endpoint_table as sandbox_endpoints
+from harvest.sandbox.expected import full_crawl
 
 ROOT = Path(__file__).resolve().parent.parent
 HARVEST = ROOT / ".venv" / "bin" / "harvest"
@@ -62,7 +62,7 @@ def run_flow(
 ) -> Any:
     """One real Prefect flow run in this process (needs the `prefect_harness` fixture); the run summary
     (`RunSummary`, or `NoRun` when the flow made no run)."""
-    from flows.collect import run_collect
+    from harvest.flows.collect import run_collect
 
     coro = run_collect(
         spec_path=str(spec_path), budget=budget, output=str(output) if output else None, **options
@@ -115,7 +115,7 @@ def table_of(path: str) -> dict[str, str]:
 def child_tables() -> set[str]:
     """The built-in child tables (a list inside each record, #39): the sandbox's full crawl knows its records'
     tables, not these; `tests/test_child_tables.py` checks them against the parents' lists."""
-    from connectors.catalog.child_kinds import ChildKind
+    from harvest.connectors.catalog.child_kinds import ChildKind
 
     return {name for name, kind in catalog.all_kinds().items() if isinstance(kind, ChildKind)}
 
@@ -149,7 +149,7 @@ def files_under(root: Path) -> Iterator[Path]:
 def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
     """The key is in no file's bytes, no decompressed raw page (meta or body), no Parquet value, no DuckDB
     value and no `requests.params` value."""
-    from tasks.output.raw_store import iter_raw_pages
+    from harvest.tasks.output.raw_store import iter_raw_pages
 
     needle = secret.encode()
     files = list(files_under(output))
@@ -226,8 +226,8 @@ def held_duckdb(db: Path, mark: bool = True) -> Iterator[subprocess.Popen[str]]:
 def query_pages(output: Path, query: Callable[[str], bool] | str, run_id: str | None = None) -> list[Any]:
     """The raw pages of the queries `query` accepts (or of the one query id it is), from the run's (or every
     run's) raw files in the order they were written (a session's file holds every query's pages)."""
-    from tasks.output.layout import OutputLayout
-    from tasks.output.raw_store import RawPageReader
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.raw_store import RawPageReader
 
     layout = OutputLayout(output)
     accept = (lambda q: q == query) if isinstance(query, str) else query

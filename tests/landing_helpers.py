@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.catalog.fields import TIMESTAMP
-from connectors.catalog.records import META_COLUMNS
+from harvest.connectors.catalog.fields import TIMESTAMP
+from harvest.connectors.catalog.records import META_COLUMNS
 
 TS = TIMESTAMP
 META = list(META_COLUMNS)
@@ -27,16 +27,16 @@ class Kind:
 def load_tables(
     db: Path | str, batches: Any, *, data_dir: Path | None = None, rerun: str = "harvest load ..."
 ) -> Any:
-    from tasks.database.connection import write_connection
-    from tasks.database.record_tables import merge_batches
+    from harvest.tasks.database.connection import write_connection
+    from harvest.tasks.database.record_tables import merge_batches
 
     with write_connection(db, data_dir=data_dir, rerun=rerun) as con:
         return merge_batches(con, batches)
 
 
 def record_run_start(db: Path | str, run: Any = None, **fields: Any) -> None:
-    from tasks.database.bookkeeping import RUN_FIELDS, as_fields, upsert_run
-    from tasks.database.connection import transaction, write_connection
+    from harvest.tasks.database.bookkeeping import RUN_FIELDS, as_fields, upsert_run
+    from harvest.tasks.database.connection import transaction, write_connection
 
     row = {**(as_fields(run, RUN_FIELDS) if run is not None else {}), **fields}
     row.setdefault("status", "running")
@@ -46,8 +46,8 @@ def record_run_start(db: Path | str, run: Any = None, **fields: Any) -> None:
 
 
 def record_run_end(db: Path | str, run: Any = None, **fields: Any) -> None:
-    from tasks.database.bookkeeping import RUN_FIELDS, as_fields, upsert_run
-    from tasks.database.connection import transaction, write_connection
+    from harvest.tasks.database.bookkeeping import RUN_FIELDS, as_fields, upsert_run
+    from harvest.tasks.database.connection import transaction, write_connection
 
     row = {**(as_fields(run, RUN_FIELDS) if run is not None else {}), **fields}
     with write_connection(db) as con, transaction(con):
@@ -55,16 +55,16 @@ def record_run_end(db: Path | str, run: Any = None, **fields: Any) -> None:
 
 
 def load_requests(db: Path | str, run_id: str, paths: Any) -> int:
-    from tasks.database.bookkeeping import insert_requests
-    from tasks.database.connection import transaction, write_connection
+    from harvest.tasks.database.bookkeeping import insert_requests
+    from harvest.tasks.database.connection import transaction, write_connection
 
     with write_connection(db) as con, transaction(con):
         return insert_requests(con, run_id, paths)
 
 
 def save_query_states(db: Path | str, run_id: str, states: Any) -> int:
-    from tasks.database.bookkeeping import upsert_query_states
-    from tasks.database.connection import transaction, write_connection
+    from harvest.tasks.database.bookkeeping import upsert_query_states
+    from harvest.tasks.database.connection import transaction, write_connection
 
     with write_connection(db) as con, transaction(con):
         return upsert_query_states(con, run_id, states)

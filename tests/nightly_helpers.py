@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
 
 VIDEOS = "/v3/short-video/profile/videos"

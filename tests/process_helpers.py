@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import HARVEST, PYTHON, ROOT, SECRET_KEY, subprocess_env
 
@@ -32,7 +32,7 @@ def start_run(
     env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, **extra)
     command = [str(HARVEST)]
     if trace_imports:
-        command = [PYTHON, "-X", "importtime", "-m", "flows.cli"]
+        command = [PYTHON, "-X", "importtime", "-m", "harvest.flows.cli"]
         env["PYTHONPATH"] = str(ROOT)
     return subprocess.Popen(
         [*command, "run", str(spec), *args],

@@ -30,9 +30,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sandbox.config import SandboxConfig
-from sandbox.emulation import endpoint_table as sandbox_endpoints
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.emulation import endpoint_table as sandbox_endpoints
+from harvest.sandbox.wire.serving import RunningSandbox
 
 WAIT = 300.0
 """How long a test waits for the run to reach a point it waits for: only a run that never gets there (a bug, a

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.catalog.declarations import EndpointDecl, plain
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.job_catalog import for_job
-from flows.spec.declared import catalog_file_endpoints
+from harvest.connectors.catalog.declarations import EndpointDecl, plain
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.job_catalog import for_job
+from harvest.flows.spec.declared import catalog_file_endpoints
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "tests" / "data" / "declared" / "surface-requests.yaml"

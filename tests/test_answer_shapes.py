@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog.declarations import EndpointDecl, plain
-from connectors.catalog.endpoint_build import build_endpoint
-from connectors.catalog.endpoints import Endpoint
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import ServiceClient
-from connectors.paging.pager import QuerySpec
-from connectors.reading.extraction import convert_page
-from flows.cli import app
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.declarations import EndpointDecl, plain
+from harvest.connectors.catalog.endpoint_build import build_endpoint
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import ServiceClient
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.connectors.reading.extraction import convert_page
+from harvest.flows.cli import app
 from tests.crawl_helpers import collect
 from tests.flow_helpers import rows, scalar, write_spec
 from tests.published_samples import sample, sample_service, thread_items

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import ServiceClient
-from flows.run.bill import Bill, carry_over, first_reading, run_bill
-from tasks.output.journal import RunJournal, read_journal
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import ServiceClient
+from harvest.flows.run.bill import Bill, carry_over, first_reading, run_bill
+from harvest.tasks.output.journal import RunJournal, read_journal
 
 
 def session(
@@ -110,9 +110,9 @@ def test_a_killed_run_on_the_embedded_sandbox_blames_nobody(tmp_path: Path) -> N
     """The embedded sandbox lives in harvest's process: the resume reads a new one's balance (the same start
     balance again), so a killed part's fall cannot be read from it. That is said; no other user is blamed for a
     key nobody else has."""
-    from flows.run.bill import note_bill
-    from flows.spec.service_url import EMBEDDED_SANDBOX
-    from tasks.output.manifest import RunManifest
+    from harvest.flows.run.bill import note_bill
+    from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
+    from harvest.tasks.output.manifest import RunManifest
 
     path = tmp_path / "journal.jsonl"
     session(path, 10_000_000, [1] * 3, [1] * 2, None)  # kill -9 with 2 requests in flight

@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import running
-from tasks.output.journal import read_journal
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.journal import read_journal
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, scalar, write_spec
 from tests.process_helpers import finish, start_run, wait_for_requests

@@ -19,10 +19,10 @@ from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+from harvest.flows.cli import app
+from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
 
 GROUP = "/v1/network-a/group/posts"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from connectors.catalog import endpoints as catalog
-from flows.cli import app
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.flows.cli import app
 from tests.spec_texts import CASES, VALID
 
 ROOT = Path(__file__).parent.parent
@@ -161,7 +161,7 @@ def test_help_shows_an_example(command: str) -> None:
 def test_validate_in_a_real_process_exits_2_without_importing_prefect(tmp_path: Path) -> None:
     bad = write(tmp_path, VALID.replace("credits: 100", "credits: -1"))
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "flows.cli", "validate", str(bad)],
+        [sys.executable, "-X", "importtime", "-m", "harvest.flows.cli", "validate", str(bad)],
         cwd=ROOT,
         capture_output=True,
         text=True,

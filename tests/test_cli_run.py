@@ -21,15 +21,15 @@ from typer.testing import CliRunner
 
 # Prefect binds its log handlers to sys.stderr on first import: import it now, not inside a CliRunner
 # invocation whose streams are closed afterwards (later Prefect logs would then fail to print).
-import flows.collect  # noqa: F401
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.child_kinds import ChildKind
-from flows.cli import app
-from flows.commands.run_job import DEMO_SPEC
-from flows.spec import load_spec
-from sandbox.config import SandboxConfig
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.flows.cli import app
+from harvest.flows.commands.run_job import DEMO_SPEC
+from harvest.flows.spec import load_spec
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -389,9 +389,9 @@ def test_a_run_parses_its_spec_checks_its_output_and_takes_its_lock_once(
 ) -> None:
     """The command line parses, checks and locks before Prefect starts; the flow gets all three with the prepared
     run instead of doing them again. A second run of the job is still refused while the lock is held."""
-    import flows.run.preflight
-    import flows.spec.parse
-    import tasks.output.job_lock
+    import harvest.flows.run.preflight
+    import harvest.flows.spec.parse
+    import harvest.tasks.output.job_lock
 
     calls: dict[str, int] = {"parse": 0, "check": 0, "lock": 0}
 
@@ -402,11 +402,17 @@ def test_a_run_parses_its_spec_checks_its_output_and_takes_its_lock_once(
 
         return call
 
-    monkeypatch.setattr(flows.spec.parse, "parse_spec", counted("parse", flows.spec.parse.parse_spec))
-    check = counted("check", flows.run.preflight.check_output_dir)
-    monkeypatch.setattr(flows.run.preflight, "check_output_dir", check)  # the command line's
-    monkeypatch.setattr(flows.collect, "check_output_dir", check)  # the flow's, for a deployment's run
-    monkeypatch.setattr(tasks.output.job_lock, "acquire", counted("lock", tasks.output.job_lock.acquire))
+    monkeypatch.setattr(
+        harvest.flows.spec.parse, "parse_spec", counted("parse", harvest.flows.spec.parse.parse_spec)
+    )
+    check = counted("check", harvest.flows.run.preflight.check_output_dir)
+    monkeypatch.setattr(harvest.flows.run.preflight, "check_output_dir", check)  # the command line's
+    monkeypatch.setattr(
+        harvest.flows.collect, "check_output_dir", check
+    )  # the flow's, for a deployment's run
+    monkeypatch.setattr(
+        harvest.tasks.output.job_lock, "acquire", counted("lock", harvest.tasks.output.job_lock.acquire)
+    )
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     output = tmp_path / "out"
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})) as sb:
@@ -424,9 +430,11 @@ def test_a_run_parses_its_spec_checks_its_output_and_takes_its_lock_once(
     assert result.exit_code == 0, result.output
     assert calls == {"parse": 1, "check": 1, "lock": 1}
     assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",)]
-    held = tasks.output.job_lock.acquire(output / ".harvest-once.lock")
+    held = harvest.tasks.output.job_lock.acquire(output / ".harvest-once.lock")
     try:
-        with pytest.raises(tasks.output.job_lock.JobLocked):
-            tasks.output.job_lock.acquire(output / ".harvest-once.lock")  # in this process too: no reentry
+        with pytest.raises(harvest.tasks.output.job_lock.JobLocked):
+            harvest.tasks.output.job_lock.acquire(
+                output / ".harvest-once.lock"
+            )  # in this process too: no reentry
     finally:
         held.release()

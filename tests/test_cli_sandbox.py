@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sandbox.drift_shapes import SHAPES
+from harvest.sandbox.drift_shapes import SHAPES
 from tests.net_helpers import free_port, wait_until_serving
 from tests.published_helpers import PUBLISHED
 

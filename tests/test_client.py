@@ -22,8 +22,8 @@ import orjson
 import pytest
 import stamina
 
-from connectors.credits.ledger import CreditLedger
-from connectors.errors import (
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.errors import (
     AnswerTooLarge,
     BadRequest,
     BudgetExhausted,
@@ -38,11 +38,11 @@ from connectors.errors import (
     UnexpectedResponse,
     UnreadableAnswer,
 )
-from connectors.http.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
-from connectors.http.lane import CoreLane
-from connectors.http.pace import Pace
-from connectors.http.page_call import backoff
-from connectors.http.retry import Retryable, parse_retry_after
+from harvest.connectors.http.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
+from harvest.connectors.http.lane import CoreLane
+from harvest.connectors.http.pace import Pace
+from harvest.connectors.http.page_call import backoff
+from harvest.connectors.http.retry import Retryable, parse_retry_after
 from tests.scripted_server import (
     Drop,
     Hang,
@@ -967,7 +967,7 @@ async def test_the_key_is_not_sent_in_params_records(make: Make) -> None:
 
 
 def test_errors_survive_pickling() -> None:
-    from connectors.errors import ServiceAnswer
+    from harvest.connectors.errors import ServiceAnswer
 
     answer = ServiceAnswer(404, {"success": True}, b'{"success": true}')
     for err in [

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.errors import HarvestError, MissingApiKey
-from connectors.http import auth
-from connectors.http.auth import ApiKey, aload_api_key, key_from_env, load_api_key, redact
+from harvest.connectors.errors import HarvestError, MissingApiKey
+from harvest.connectors.http import auth
+from harvest.connectors.http.auth import ApiKey, aload_api_key, key_from_env, load_api_key, redact
 
 KEY = "sk-live-auth-4242/x+y"
 
@@ -94,9 +94,9 @@ def test_a_run_pays_with_the_key_of_its_secret_block(
     sandbox, reporting to the session's Prefect server where the block is saved: every request carries the
     block's key, not the one in the environment variable (the block wins), and the key is in nothing it
     wrote or printed."""
-    from sandbox.config import SandboxConfig
-    from sandbox.wire.billing import key_id
-    from sandbox.wire.serving import running
+    from harvest.sandbox.config import SandboxConfig
+    from harvest.sandbox.wire.billing import key_id
+    from harvest.sandbox.wire.serving import running
     from tests.flow_helpers import HARVEST, assert_no_secret_in_outputs, subprocess_env, write_spec
 
     env_key = "env-key-that-must-not-be-used"
@@ -127,10 +127,10 @@ def test_a_run_pays_with_the_key_of_its_secret_block(
 async def test_a_query_that_breaks_unexpectedly_never_quotes_the_key() -> None:
     """Whatever raises while paging (a bug, a library's message) may quote anything; the query's error,
     which reaches the summary, the manifest and Prefect, has the key cut out. Nothing is sent here."""
-    from connectors.catalog import endpoints as catalog
-    from connectors.credits.ledger import CreditLedger
-    from connectors.http.client import ServiceClient
-    from connectors.paging.pager import QueryPager, QuerySpec
+    from harvest.connectors.catalog import endpoints as catalog
+    from harvest.connectors.credits.ledger import CreditLedger
+    from harvest.connectors.http.client import ServiceClient
+    from harvest.connectors.paging.pager import QueryPager, QuerySpec
 
     endpoint = catalog.endpoints()["/v1/creative/materials"]
     ledger = CreditLedger(10)

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import PageRequest, ServiceClient
-from connectors.http.lane import BodyOverCap, read_capped
-from connectors.http.lane_pool import Lanes
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import PageRequest, ServiceClient
+from harvest.connectors.http.lane import BodyOverCap, read_capped
+from harvest.connectors.http.lane_pool import Lanes
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY
 
 PINS = "/v1/pinboard/search"

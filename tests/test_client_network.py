@@ -14,12 +14,12 @@ import httpx
 import pytest
 import stamina
 
-from connectors.credits.ledger import CreditLedger
-from connectors.errors import ServiceUnavailable
-from connectors.http.client import RetryPolicy, ServiceClient, Timeouts
-from connectors.http.lane import Origin, decoded
-from connectors.http.lane_pool import behind_proxy
-from connectors.paging.page_request import PageRequest
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.errors import ServiceUnavailable
+from harvest.connectors.http.client import RetryPolicy, ServiceClient, Timeouts
+from harvest.connectors.http.lane import Origin, decoded
+from harvest.connectors.http.lane_pool import behind_proxy
+from harvest.connectors.paging.page_request import PageRequest
 from tests.scripted_server import Drop, Hang, Reply, ScriptedServer
 
 KEY = "sk-live-net-0123456789"

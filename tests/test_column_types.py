@@ -19,17 +19,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from configs import spec_path
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.fields import Field, coercer, decimal
-from connectors.catalog.records import META_COLUMNS
-from connectors.reading import extraction
-from flows.run.preflight import check_output_dir
-from flows.spec import UsageError, load_spec
-from tasks.database.column_comments import column_comment
-from tasks.output.layout import OutputLayout
-from tasks.output.parquet_sink import MultiTableSink
+from harvest.configs import spec_path
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.fields import Field, coercer, decimal
+from harvest.connectors.catalog.records import META_COLUMNS
+from harvest.connectors.reading import extraction
+from harvest.flows.run.preflight import check_output_dir
+from harvest.flows.spec import UsageError, load_spec
+from harvest.tasks.database.column_comments import column_comment
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.parquet_sink import MultiTableSink
 from tests.landing_helpers import Kind, load_tables
 
 SHOP, SEARCH = "/v1/short-video/shop/products", "/v1/video-platform/search"
@@ -139,7 +139,7 @@ def test_an_older_database_is_brought_to_the_true_types_without_losing_a_value(
     kinds = catalog.all_kinds()
     later = T0 + dt.timedelta(hours=1)
     new = [{"id": "c4", "created_at": T0, "created_at_text": "1 hour ago"}]
-    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+    with caplog.at_level(logging.WARNING, logger="harvest.tasks.database.column_types"):
         load_tables(db, [(kinds[COMMENTS], land(tmp_path, "r2", kinds[COMMENTS], new, later))])
         load_tables(db, [(kinds[PRODUCTS], [])])
     got = columns(db, COMMENTS)
@@ -177,7 +177,7 @@ def test_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     db = OutputLayout(tmp_path).db
     old = [{"id": "c1", "created_at": ISO}, {"id": "c2", "created_at": "yesterday"}]
     files = land(tmp_path, "r1", OLD_COMMENTS, old, T0)
-    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+    with caplog.at_level(logging.WARNING, logger="harvest.tasks.database.column_types"):
         assert load_tables(db, [(catalog.all_kinds()[COMMENTS], files)]) == {COMMENTS: 2}
     assert columns(db, COMMENTS)["created_at"][0] == "TIMESTAMP WITH TIME ZONE"
     assert db_rows(db, f"SELECT id, created_at FROM {COMMENTS} ORDER BY id") == [
@@ -201,7 +201,7 @@ def test_child_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     ]
     files = land(tmp_path, "r1", older(items, created_at=pa.string()), old, T0)
     kinds = catalog.all_kinds()
-    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+    with caplog.at_level(logging.WARNING, logger="harvest.tasks.database.column_types"):
         loaded = load_tables(db, [(kinds[shelves], parents), (kinds[items], files)])
     assert loaded == {shelves: 1, items: 2}
     assert columns(db, items)["created_at"][0] == "TIMESTAMP WITH TIME ZONE"
@@ -241,9 +241,9 @@ def test_a_lake_table_an_older_catalog_made_keeps_its_types_and_the_export_says_
 ) -> None:
     """Iceberg and Delta change no column's type in place: the table keeps its VARCHAR time and DOUBLE price,
     today's rows are cast to them, and each merge says so (Iceberg refused the merge: "Cannot promote")."""
-    from flows.handoff.lakehouse.delta_tables import DeltaFormat
-    from flows.handoff.lakehouse.iceberg_tables import IcebergFormat
-    from flows.handoff.lakehouse.table_format import TableLoad
+    from harvest.flows.handoff.lakehouse.delta_tables import DeltaFormat
+    from harvest.flows.handoff.lakehouse.iceberg_tables import IcebergFormat
+    from harvest.flows.handoff.lakehouse.table_format import TableLoad
 
     monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # no catalog of the developer's
     kind = catalog.all_kinds()[PRODUCTS]
@@ -344,7 +344,7 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
     from deltalake import DeltaTable
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from harvest.flows.cli import app
     from tests.flow_helpers import table_counts
 
     runner, output = CliRunner(), tmp_path / "demo"
@@ -430,7 +430,7 @@ def test_a_renamed_column_keeps_its_values_in_an_older_database(
     db = OutputLayout(tmp_path).db
     load_tables(db, [(BEFORE, land(tmp_path, "r1", BEFORE, [{"id": "t1", "favorite_count": 7}], T0))])
     later = T0 + dt.timedelta(hours=1)
-    with caplog.at_level(logging.WARNING, logger="tasks.database.column_types"):
+    with caplog.at_level(logging.WARNING, logger="harvest.tasks.database.column_types"):
         load_tables(db, [(AFTER, land(tmp_path, "r2", AFTER, [{"id": "t2", "like_count": 9}], later))])
     assert "favorite_count" not in columns(db, "renamed_tweets") and "like_count" in columns(
         db, "renamed_tweets"

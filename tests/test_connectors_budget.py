@@ -15,16 +15,16 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.endpoints import Endpoint
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import Policy
-from connectors.http.client import ServiceClient
-from connectors.paging.pager import QuerySpec
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.expected import crawl
-from sandbox.wire.faults import PROXY_PAGE
-from sandbox.wire.serving import RunningSandbox, start
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import Policy
+from harvest.connectors.http.client import ServiceClient
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.expected import crawl
+from harvest.sandbox.wire.faults import PROXY_PAGE
+from harvest.sandbox.wire.serving import RunningSandbox, start
 from tests.crawl_helpers import (
     FAST,
     Run,

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from connectors.credits.ledger import CreditLedger
-from sandbox.config import Drift, Quirks, SandboxConfig
-from sandbox.emulation import endpoint_table as emulated_table
-from sandbox.emulation.creative import material_id
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import RunningSandbox, running
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.sandbox.config import Drift, Quirks, SandboxConfig
+from harvest.sandbox.emulation import endpoint_table as emulated_table
+from harvest.sandbox.emulation.creative import material_id
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import (
     expected,
     harvested,

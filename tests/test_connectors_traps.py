@@ -12,18 +12,18 @@ from typing import Any
 import orjson
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog import job_catalog
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.paging_styles import Paging
-from connectors.catalog.records import keys_of
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import Timeouts
-from connectors.paging.page_request import Attempt
-from connectors.paging.pager import Page
-from sandbox.config import BILLED_FAULTS_DEFAULT, Drift, FaultKind, Quirks
-from sandbox.expected import crawl, expected_pages
-from sandbox.wire.serving import RunningSandbox
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog import job_catalog
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.paging_styles import Paging
+from harvest.connectors.catalog.records import keys_of
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import Timeouts
+from harvest.connectors.paging.page_request import Attempt
+from harvest.connectors.paging.pager import Page
+from harvest.sandbox.config import BILLED_FAULTS_DEFAULT, Drift, FaultKind, Quirks
+from harvest.sandbox.expected import crawl, expected_pages
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import (
     FAST,
     entry_cursor,
@@ -377,9 +377,9 @@ async def test_402_in_the_middle_names_where_the_key_comes_from_never_the_url(
 ) -> None:
     """The service cannot tell an empty account from a wrong key (one message for both): the query and the
     run's stop say both, and name the environment variable that holds the key; the URL answered, so not it."""
-    from connectors.http.auth import ApiKey
-    from connectors.http.client import ServiceClient
-    from connectors.paging.pager import QuerySpec
+    from harvest.connectors.http.auth import ApiKey
+    from harvest.connectors.http.client import ServiceClient
+    from harvest.connectors.paging.pager import QuerySpec
     from tests.crawl_helpers import collect
 
     sb = sandbox_factory(api_keys={"small-key-0123456789": 50}, pages=(4, 4), page_size=5)

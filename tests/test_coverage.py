@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.run.coverage import QueryHistory, coverage_of
-from tasks.output.manifest import RunManifest
+from harvest.flows.run.coverage import QueryHistory, coverage_of
+from harvest.tasks.output.manifest import RunManifest
 
 
 def run(run_id: str, *queries: dict[str, Any], status: str = "complete") -> RunManifest:

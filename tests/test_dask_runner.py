@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.config import SandboxConfig
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import running
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
@@ -135,8 +135,8 @@ def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
     import urllib.request
     import warnings
 
-    from flows.orchestrator.dask_runner import dask_task_runner
-    from flows.spec import parse_spec
+    from harvest.flows.orchestrator.dask_runner import dask_task_runner
+    from harvest.flows.spec import parse_spec
 
     spec = parse_spec(yaml.safe_dump(job("http://127.0.0.1:9", Path("out"), {"kind": "dask", "workers": 1})))
     with warnings.catch_warnings(record=True) as caught, dask_task_runner(spec) as runner:
@@ -199,8 +199,8 @@ def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothi
 def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
     """#46: a round's grants (what the flow's ledger reserves for a worker) stay within each fan-out's
     `max_credits_total` as the ledger reports it, one page at a time to the query with the fewest pages."""
-    from connectors.paging.pager import QuerySpec
-    from flows.run.dask.grants import Running, allocate
+    from harvest.connectors.paging.pager import QuerySpec
+    from harvest.flows.run.dask.grants import Running, allocate
 
     running = [Running(QuerySpec(f"c[n={n}]", DETAIL, {}), cost=2, pages=n % 2) for n in range(4)]
     running.append(Running(QuerySpec("pins", PINS, {}), cost=1))

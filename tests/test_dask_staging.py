@@ -25,8 +25,8 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import RunningSandbox, running
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -336,7 +336,7 @@ def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
         spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster, credits=budget)
         killer = cluster.kill_while_busy("worker-0", sb, 12)
         try:
-            with said("flows.run.dask.rounds") as warnings:
+            with said("harvest.flows.run.dask.rounds") as warnings:
                 summary = run_flow(write_spec(tmp_path, spec))
         finally:
             killer.join()
@@ -370,15 +370,15 @@ def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
     import asyncio
     from datetime import UTC, datetime
 
-    from connectors.http.auth import ApiKey
-    from connectors.paging.pager import QuerySpec
-    from flows.run.dask.rounds import run_info
-    from flows.run.service_access import ServiceAccess
-    from flows.spec.parse import load_spec
-    from tasks.output.layout import OutputLayout
-    from tasks.output.staging import open_staging
-    from tasks.round_task import collect_round
-    from tasks.staged_commit import StagedRun
+    from harvest.connectors.http.auth import ApiKey
+    from harvest.connectors.paging.pager import QuerySpec
+    from harvest.flows.run.dask.rounds import run_info
+    from harvest.flows.run.service_access import ServiceAccess
+    from harvest.flows.spec.parse import load_spec
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.staging import open_staging
+    from harvest.tasks.round_task import collect_round
+    from harvest.tasks.staged_commit import StagedRun
 
     with running(CONFIG) as sb:
         runner = {"kind": "dask", "workers": 1, "round_pages": 2, "staging": f"s3://{BUCKET}/runs"}
@@ -542,7 +542,7 @@ def test_a_round_dask_runs_again_on_a_shared_disk_pays_nothing(
         killer = threading.Thread(target=kill_the_holder, daemon=True)
         killer.start()
         try:
-            with said("flows.run.dask.rounds") as warnings:
+            with said("harvest.flows.run.dask.rounds") as warnings:
                 summary = run_flow(write_spec(tmp_path, spec))
         finally:
             killer.join(timeout=WAIT)

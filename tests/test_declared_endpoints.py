@@ -21,11 +21,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import PINS, aliased, declared, declared_copy
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, rows, scalar, write_spec
@@ -172,7 +172,7 @@ def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
     from deltalake import DeltaTable
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
+    from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
 
     delta_ids = DeltaTable(str(tmp_path / "delta" / "declared_pins")).to_pyarrow_table().column("id")
     iceberg = SqlCatalog("harvest", uri=f"sqlite:///{tmp_path / 'iceberg' / SQLITE_FILE}",

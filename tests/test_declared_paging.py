@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.records import keys_of
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import ServiceClient
-from connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.expected import expected_pages, full_crawl
-from sandbox.wire.serving import RunningSandbox, running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.records import keys_of
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import ServiceClient
+from harvest.connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import expected_pages, full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import FAST, Run, collect, data_entries, run_query
 from tests.flow_helpers import write_spec
 from tests.surface_helpers import COMMENTS, CREATORS, LIBRARY_ADS, SEARCH, declared, endpoint, variant

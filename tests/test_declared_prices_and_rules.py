@@ -17,10 +17,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 from tests.surface_helpers import (

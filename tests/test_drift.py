@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog.fields import parse_number
-from flows.cli import app
-from sandbox.config import Drift, SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
-from tasks.output.raw_store import RawPageReader
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.fields import parse_number
+from harvest.flows.cli import app
+from harvest.sandbox.config import Drift, SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.raw_store import RawPageReader
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, run_flow, scalar
 

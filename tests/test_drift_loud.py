@@ -16,18 +16,18 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.fields import coercer, integer, number, text, timestamp
-from connectors.paging import pager
-from connectors.reading import extraction
-from flows.cli import app
-from sandbox.config import Drift, SandboxConfig
-from sandbox.drift_shapes import SHAPES, combine
-from sandbox.emulation.variation import ODD_COUNT, ODD_TIMESTAMPS
-from sandbox.expected import crawl, full_crawl
-from sandbox.wire.serving import running
-from tasks import landing as collect
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.fields import coercer, integer, number, text, timestamp
+from harvest.connectors.paging import pager
+from harvest.connectors.reading import extraction
+from harvest.flows.cli import app
+from harvest.sandbox.config import Drift, SandboxConfig
+from harvest.sandbox.drift_shapes import SHAPES, combine
+from harvest.sandbox.emulation.variation import ODD_COUNT, ODD_TIMESTAMPS
+from harvest.sandbox.expected import crawl, full_crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks import landing as collect
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

@@ -14,13 +14,13 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog import job_catalog
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.drift_shapes import SHAPES
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog import job_catalog
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.drift_shapes import SHAPES
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
 

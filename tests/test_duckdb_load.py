@@ -11,12 +11,12 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from connectors.paging.page_request import Attempt
-from tasks.database.bookkeeping import public_service_url
-from tasks.database.connection import DatabaseBusy
-from tasks.output.attempt_log import AttemptLogWriter
-from tasks.output.layout import OutputLayout
-from tasks.output.parquet_sink import MultiTableSink
+from harvest.connectors.paging.page_request import Attempt
+from harvest.tasks.database.bookkeeping import public_service_url
+from harvest.tasks.database.connection import DatabaseBusy
+from harvest.tasks.output.attempt_log import AttemptLogWriter
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.parquet_sink import MultiTableSink
 from tests.flow_helpers import HoldDuckDB
 from tests.landing_helpers import (
     META,

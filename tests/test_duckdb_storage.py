@@ -21,10 +21,10 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import RunningSandbox, running
-from tasks.database.load_settings import DEFAULT_STORAGE_VERSION
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.database.load_settings import DEFAULT_STORAGE_VERSION
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
 from tests.spec_texts import VALID
 
@@ -182,9 +182,9 @@ def test_a_file_in_duckdb_2_format_is_converted_at_the_next_load_and_the_user_to
     before = read_with(sys.executable, db)
 
     monkeypatch.delenv("HARVEST_DUCKDB_STORAGE_VERSION")
-    with caplog.at_level(logging.WARNING, logger="tasks.database.storage_format"):
+    with caplog.at_level(logging.WARNING, logger="harvest.tasks.database.storage_format"):
         run_flow(spec)  # its load converts the file, then merges into it
-    told = [r.getMessage() for r in caplog.records if r.name == "tasks.database.storage_format"]
+    told = [r.getMessage() for r in caplog.records if r.name == "harvest.tasks.database.storage_format"]
     assert len(told) == 1 and "v2.0.0+ storage format, which DuckDB 1.x cannot open" in told[0]
     assert f"converted to {DEFAULT_STORAGE_VERSION}'s" in told[0]
     assert _format(db) == f"{DEFAULT_STORAGE_VERSION}+"

@@ -19,18 +19,18 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.fields import coercer
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import RecordKind
-from connectors.reading.empty_columns import key_override
-from connectors.reading.extraction import convert_page
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.drift_shapes import SHAPES
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.fields import coercer
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import RecordKind
+from harvest.connectors.reading.empty_columns import key_override
+from harvest.connectors.reading.extraction import convert_page
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.drift_shapes import SHAPES
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 from tests.published_helpers import PUBLISHED, published_index, skip_without
@@ -211,7 +211,7 @@ def test_where_a_missing_key_went() -> None:
 
 def _empty(kind: RecordKind, items: list[Any]) -> dict[str, list[str]]:
     """`empty_columns` of a page of `items` as harvest reads it."""
-    from connectors.reading.extraction import TableReport, to_arrow
+    from harvest.connectors.reading.extraction import TableReport, to_arrow
 
     report = TableReport()
     to_arrow(kind, items, {}, report)

@@ -37,21 +37,21 @@ import duckdb
 import orjson
 import pytest
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.fields import PARAM_PREFIX, coercer
-from connectors.catalog.job_catalog import builtin
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import RecordKind, keys_of
-from connectors.credits.ledger import CreditLedger
-from connectors.http.auth import ApiKey
-from connectors.paging.pager import OK_STATUSES, QuerySpec
-from connectors.reading.extraction import ExtractionReport
-from tasks.database.connection import write_connection
-from tasks.database.record_tables import merge_batches
-from tasks.landing import page_query
-from tasks.output.layout import OutputLayout
-from tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.fields import PARAM_PREFIX, coercer
+from harvest.connectors.catalog.job_catalog import builtin
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import RecordKind, keys_of
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.auth import ApiKey
+from harvest.connectors.paging.pager import OK_STATUSES, QuerySpec
+from harvest.connectors.reading.extraction import ExtractionReport
+from harvest.tasks.database.connection import write_connection
+from harvest.tasks.database.record_tables import merge_batches
+from harvest.tasks.landing import page_query
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
 from tests.declaring_helpers import request_of
 from tests.flow_helpers import ROOT, SECRET_KEY
 from tests.published_helpers import SAMPLES, SURFACE, skip_without
@@ -437,9 +437,9 @@ def test_the_catalog_files_pass_the_checks_a_job_catalog_passes() -> None:
     one passes them here, and a table two endpoints share has one key and one set of columns."""
     import yaml
 
-    from connectors.catalog.declaration_checks import declaration_problems
-    from connectors.catalog.declarations import CatalogFile
-    from connectors.catalog.job_catalog import builtin_files, kind_signature
+    from harvest.connectors.catalog.declaration_checks import declaration_problems
+    from harvest.connectors.catalog.declarations import CatalogFile
+    from harvest.connectors.catalog.job_catalog import builtin_files, kind_signature
 
     problems = []
     for file in builtin_files():
@@ -487,7 +487,7 @@ def test_each_pending_declaration_waits_for_a_key_and_is_otherwise_the_live_one(
     two cannot drift apart before the lead moves it in."""
     import yaml
 
-    from connectors.catalog.job_catalog import builtin_files
+    from harvest.connectors.catalog.job_catalog import builtin_files
 
     live = {
         path: decl

@@ -12,9 +12,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from sandbox.wire.serving import running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import HARVEST, SECRET_KEY, subprocess_env, write_spec
 from tests.process_helpers import FINISH_TIMEOUT, finish, start_run, wait_for_requests

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from sandbox.wire.serving import running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.flows.cli import app
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.flow_helpers import SECRET_KEY, rows, run_flow, write_spec
 from tests.nightly_helpers import CONFIG, job, night
 
@@ -154,7 +154,7 @@ def test_export_as_a_step_of_the_run_and_its_failure_is_loud(
     import asyncio
     from dataclasses import replace
 
-    from flows.collect import collect_job
+    from harvest.flows.collect import collect_job
 
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     output, lake = tmp_path / "out", tmp_path / "lake"
@@ -177,7 +177,7 @@ def test_export_as_a_step_of_the_run_and_its_failure_is_loud(
 
 
 def test_a_bad_export_destination_in_a_spec_is_refused(tmp_path: Path) -> None:
-    from flows.spec import SpecError, parse_spec
+    from harvest.flows.spec import SpecError, parse_spec
 
     text = "name: j\nbudget: {credits: 5}\nexport: {to: 's3://k:s@lake/x'}\n"
     text += "queries: [{endpoint: /v1/pinboard/search, params: {query: a}}]\n"
@@ -193,8 +193,8 @@ def test_a_relative_export_in_a_served_spec_lands_where_serve_started(
     import asyncio
     from dataclasses import replace
 
-    from flows.collect import collect_job
-    from flows.orchestrator.deployments import job_deployments
+    from harvest.flows.collect import collect_job
+    from harvest.flows.orchestrator.deployments import job_deployments
 
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     served, worker = tmp_path / "served", tmp_path / "worker"
@@ -223,18 +223,18 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     import signal
     from dataclasses import replace
 
-    import flows.handoff.export
+    import harvest.flows.handoff.export
 
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     output, lake = tmp_path / "out", tmp_path / "lake"
-    real_copy = flows.handoff.export._copy_run
+    real_copy = harvest.flows.handoff.export._copy_run
 
     def copy(*args: Any, **kwargs: Any) -> Any:
         for _ in range(signals):
             os.kill(os.getpid(), signal.SIGINT)
         return real_copy(*args, **kwargs)
 
-    monkeypatch.setattr(flows.handoff.export, "_copy_run", copy)
+    monkeypatch.setattr(harvest.flows.handoff.export, "_copy_run", copy)
     with running(replace(CONFIG, observation=0)) as sb:
         spec = write_spec(tmp_path, {**job(output), "export": {"to": str(lake)}})
         result = CliRunner().invoke(app, ["run", str(spec), "--base-url", sb.base_url])
@@ -250,7 +250,7 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     assert result.exit_code == 130, result.output
     assert "export interrupted by SIGINT" in result.stderr and f"harvest export {output}" in result.stderr
     assert committed_exports == []
-    monkeypatch.setattr(flows.handoff.export, "_copy_run", real_copy)
+    monkeypatch.setattr(harvest.flows.handoff.export, "_copy_run", real_copy)
     later = CliRunner().invoke(app, ["export", str(output), "--to", str(lake)])
     assert later.exit_code == 0, later.output
     assert len(list(lake.glob("_exports/*/_SUCCESS"))) == 1

@@ -16,11 +16,11 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from typer.testing import CliRunner
 
-from connectors.catalog.endpoints import all_kinds
-from flows.cli import app
-from flows.handoff.lakehouse import table_rows
-from flows.handoff.lakehouse.delta_tables import DeltaFormat
-from flows.handoff.lakehouse.table_format import TableLoad
+from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.flows.cli import app
+from harvest.flows.handoff.lakehouse import table_rows
+from harvest.flows.handoff.lakehouse.delta_tables import DeltaFormat
+from harvest.flows.handoff.lakehouse.table_format import TableLoad
 from tests.flow_helpers import SECRET_KEY, rows
 from tests.nightly_helpers import night
 from tests.test_export import BUCKET, s3, s3_endpoint  # noqa: F401  (fixtures)
@@ -266,7 +266,7 @@ def test_a_spec_merges_its_runs_into_delta_tables_after_each_load(
 ) -> None:
     from dataclasses import replace
 
-    from sandbox.wire.serving import running
+    from harvest.sandbox.wire.serving import running
     from tests.flow_helpers import run_flow, write_spec
     from tests.nightly_helpers import CONFIG, job
 
@@ -283,7 +283,7 @@ def test_a_spec_merges_its_runs_into_delta_tables_after_each_load(
 
 
 def test_a_spec_names_the_export_format_it_may_use(tmp_path: Path) -> None:
-    from flows.spec import SpecError, parse_spec
+    from harvest.flows.spec import SpecError, parse_spec
 
     base = "name: j\nbudget: {credits: 5}\nqueries: [{endpoint: /v1/pinboard/search, params: {query: a}}]\n"
     for export_, field, why in [
@@ -305,13 +305,13 @@ def test_a_format_whose_library_is_missing_names_the_extra(
 ) -> None:
     import sys
 
-    from flows.handoff.lakehouse.lakehouse_export import open_format
-    from flows.spec import UsageError
-    from flows.spec.job_options import format_problem
-    from tasks.output.layout import OutputLayout
+    from harvest.flows.handoff.lakehouse.lakehouse_export import open_format
+    from harvest.flows.spec import UsageError
+    from harvest.flows.spec.job_options import format_problem
+    from harvest.tasks.output.layout import OutputLayout
 
     monkeypatch.setitem(sys.modules, "deltalake", None)  # as if `harvest[delta]` were not installed
-    monkeypatch.delitem(sys.modules, "flows.handoff.lakehouse.delta_tables")
+    monkeypatch.delitem(sys.modules, "harvest.flows.handoff.lakehouse.delta_tables")
     assert "pip install 'harvest[delta]'" in str(format_problem("delta"))
     with pytest.raises(UsageError, match=r"pip install 'harvest\[delta\]'"):
         open_format("delta", str(tmp_path / "lake"), OutputLayout(tmp_path / "out"))

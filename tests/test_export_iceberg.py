@@ -19,13 +19,13 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from flows.handoff.lakehouse import iceberg_tables
-from flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE, file_io_properties, sqlite_path
-from flows.handoff.lakehouse.iceberg_tables import IcebergCommitConflict, IcebergFormat
-from flows.handoff.lakehouse.table_format import TableLoad
-from flows.handoff.lakehouse.table_rows import bookkeeping_loads, record_loads
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests
+from harvest.flows.handoff.lakehouse import iceberg_tables
+from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE, file_io_properties, sqlite_path
+from harvest.flows.handoff.lakehouse.iceberg_tables import IcebergCommitConflict, IcebergFormat
+from harvest.flows.handoff.lakehouse.table_format import TableLoad
+from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, record_loads
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests
 from tests.flow_helpers import rows
 from tests.nightly_helpers import night
 from tests.test_export import BUCKET, s3_endpoint  # noqa: F401  (moto in server mode, shared)
@@ -302,7 +302,7 @@ def test_harvest_export_format_iceberg_end_to_end(nights: Nights, tmp_path: Path
     """The command a user types: every loaded run merged once, then nothing new to send."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from harvest.flows.cli import app
 
     lake = tmp_path / "lake"
     output = str(nights.layout.root)

@@ -13,10 +13,10 @@ import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
-from connectors.catalog.endpoints import all_kinds
-from flows.cli import app
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.flows.cli import app
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.flow_helpers import rows
 from tests.nightly_helpers import night, parquet_rows
 

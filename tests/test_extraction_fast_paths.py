@@ -10,8 +10,14 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.catalog.fields import TIMESTAMP, Field
-from connectors.reading.extraction import TableReport, _blank_as_null, _converted, _fast_array, _never_blank
+from harvest.connectors.catalog.fields import TIMESTAMP, Field
+from harvest.connectors.reading.extraction import (
+    TableReport,
+    _blank_as_null,
+    _converted,
+    _fast_array,
+    _never_blank,
+)
 
 EPOCH_EDGES = [0, 1, -1, 10**11 - 1, 10**11, 1_700_000_000, 1_700_000_000_000, 2**63 - 1, 2**63, 2**70]
 TEXT = st.text(alphabet=st.sampled_from(["a", "Z", "0", " ", "\t", "\u3000", "\u00a0", "\u2028", "-", "é"]))

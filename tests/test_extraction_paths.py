@@ -9,13 +9,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.records import RecordKind
-from connectors.reading.column_readers import columns_reader
-from connectors.reading.extraction import TableReport, _converted, to_arrow
-from sandbox.config import Drift, SandboxConfig
-from sandbox.emulation.endpoint_table import BY_PATH
-from sandbox.wire.serving import running
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.records import RecordKind
+from harvest.connectors.reading.column_readers import columns_reader
+from harvest.connectors.reading.extraction import TableReport, _converted, to_arrow
+from harvest.sandbox.config import Drift, SandboxConfig
+from harvest.sandbox.emulation.endpoint_table import BY_PATH
+from harvest.sandbox.wire.serving import running
 
 KEY = "paths-key-0123456789abcdef"
 DRIFTS = {

@@ -9,9 +9,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from connectors.catalog.job_catalog import builtin_declarations
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.wire.serving import running
+from harvest.connectors.catalog.job_catalog import builtin_declarations
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
 from tests.process_helpers import finish, start_run

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import Drift, FaultKind, SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import RunningSandbox, running
+from harvest.sandbox.config import Drift, FaultKind, SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries, wait_for_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

@@ -23,12 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from connectors.catalog import endpoints as catalog
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
-from tasks.output.raw_store import iter_raw_pages
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.raw_store import iter_raw_pages
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

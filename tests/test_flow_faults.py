@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.wire.serving import running
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

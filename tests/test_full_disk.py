@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.config import Quirks, SandboxConfig
-from sandbox.wire.billing import LedgerEntry
-from sandbox.wire.serving import RunningSandbox, running
+from harvest.sandbox.config import Quirks, SandboxConfig
+from harvest.sandbox.wire.billing import LedgerEntry
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -282,7 +282,7 @@ def test_a_database_the_disk_cut_short_as_it_was_made_is_not_left_behind(
     that opens stays."""
     import duckdb
 
-    from tasks.database.connection import write_connection
+    from harvest.tasks.database.connection import write_connection
 
     db = small_disk / "out" / "harvest.duckdb"
     filler = fill(small_disk, leave)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import running
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.reading.json_body import (
+from harvest.connectors.reading.json_body import (
     BOM,
     CONTROL,
     LONE_SURROGATE,

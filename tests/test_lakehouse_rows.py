@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.catalog.endpoints import all_kinds
-from flows.handoff.lakehouse import table_rows
+from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.flows.handoff.lakehouse import table_rows
 
 KIND = all_kinds()["short_video_videos"]
 

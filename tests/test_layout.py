@@ -38,10 +38,16 @@ def _imported_tops(tree: ast.AST) -> set[tuple[str, int]]:
     found: set[tuple[str, int]] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {(alias.name.split(".")[0], node.lineno) for alias in node.names}
+            found |= {(_top(alias.name), node.lineno) for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add((node.module.split(".")[0], node.lineno))
+            found.add((_top(node.module), node.lineno))
     return found
+
+
+def _top(module: str) -> str:
+    """The package of harvest's own an import names (`harvest.flows.cli` -> `flows`), or the library's name."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "harvest" and len(parts) > 1 else parts[0]
 
 
 def layer_breaches(modules: list[Path]) -> list[str]:
@@ -63,7 +69,7 @@ def test_imports_run_one_way() -> None:
 def test_the_layer_check_sees_a_breach(tmp_path: Path) -> None:
     """The check itself must be able to fail: a connector that imports a flow, even lazily, is named."""
     bad = ROOT / "connectors" / "_layer_probe_tmp.py"
-    bad.write_text("def f():\n    from flows.cli import app\n    return app\n", encoding="utf-8")
+    bad.write_text("def f():\n    from harvest.flows.cli import app\n    return app\n", encoding="utf-8")
     try:
         assert layer_breaches([bad]) == [
             "connectors/_layer_probe_tmp.py:2 imports flows (connectors may use [])"
@@ -125,8 +131,8 @@ def test_docs_point_inside_the_repository(top: str) -> None:
 def test_each_endpoint_path_is_written_in_the_catalog_and_the_sandbox_only() -> None:
     """A path changes in two places, never a third: the catalog (`connectors/catalog/endpoints/*.yaml`, what harvest
     asks) and the sandbox (what it emulates). harvest's code holds no endpoint's path: endpoints are data (#38)."""
-    from connectors.catalog.endpoints import ENDPOINTS
-    from connectors.catalog.job_catalog import builtin_files
+    from harvest.connectors.catalog.endpoints import ENDPOINTS
+    from harvest.connectors.catalog.job_catalog import builtin_files
 
     catalog = "".join(file.read_text(encoding="utf-8") for file in builtin_files())
     texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in _modules()}
@@ -158,7 +164,7 @@ def test_the_balance_path_is_written_once_in_harvest_and_once_in_the_sandbox() -
 def test_connectors_hold_no_per_endpoint_code() -> None:
     """No endpoint path, and no table of a built-in endpoint, is written in connectors/, tasks/ or flows/: what
     harvest knows of an endpoint is its declaration (#38)."""
-    from connectors.catalog.endpoints import ENDPOINTS
+    from harvest.connectors.catalog.endpoints import ENDPOINTS
 
     names = {e.path for e in ENDPOINTS} | {k.table for e in ENDPOINTS for k in e.kinds}
     written = {

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import Reservation
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import Reservation
 
 
 def refusal_reason(ledger: CreditLedger, query_id: str) -> str:
@@ -418,8 +418,8 @@ async def test_callers_that_forget_page_done_do_not_deadlock() -> None:
 
 # ------------------------------------------------------------------------------- a fan-out's cap of its own
 def _capped(budget: int, caps: dict[str, int], **options: object) -> CreditLedger:
-    from connectors.credits.fanout_caps import FanoutCaps
-    from connectors.paging.pager import base_id
+    from harvest.connectors.credits.fanout_caps import FanoutCaps
+    from harvest.connectors.paging.pager import base_id
 
     return CreditLedger(budget, fanouts=FanoutCaps(caps, base_id), **options)  # type: ignore[arg-type]
 

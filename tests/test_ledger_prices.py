@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import Reservation
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import Reservation
 
 E, F = "/v1/e", "/v1/f"
 

@@ -9,8 +9,8 @@ from collections import defaultdict
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import LedgerSnapshot
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import LedgerSnapshot
 
 # (cost from the table, what the service did, how many times the task yields while "in flight")
 OUTCOMES = ("none", "less", "equal", "release")
@@ -260,8 +260,8 @@ async def _fanout_run(
     policy: str,
     less: bool,
 ) -> None:
-    from connectors.credits.fanout_caps import FanoutCaps
-    from connectors.paging.pager import base_id
+    from harvest.connectors.credits.fanout_caps import FanoutCaps
+    from harvest.connectors.paging.pager import base_id
 
     ledger = CreditLedger(budget, policy=policy, fanouts=FanoutCaps(caps, base_id))  # type: ignore[arg-type]
     sem = asyncio.Semaphore(slots)
@@ -372,8 +372,8 @@ def test_a_short_fan_out_cap_is_shared_breadth_first(cap: int, wants: list[int],
     past any of them."""
 
     async def run() -> dict[str, tuple[int, bool]]:
-        from connectors.credits.fanout_caps import FanoutCaps
-        from connectors.paging.pager import base_id
+        from harvest.connectors.credits.fanout_caps import FanoutCaps
+        from harvest.connectors.paging.pager import base_id
 
         ledger = CreditLedger(10_000, fanouts=FanoutCaps({"c": cap}, base_id))
         done: dict[str, tuple[int, bool]] = {}

@@ -24,10 +24,10 @@ import duckdb
 import pytest
 from rich.console import Console
 
-from flows.console import add_row, table
-from flows.live_view import LiveView
-from flows.run.progress import LISTED_WELL, LogLines, RunFacts
-from sandbox.config import SandboxConfig
+from harvest.flows.console import add_row, table
+from harvest.flows.live_view import LiveView
+from harvest.flows.run.progress import LISTED_WELL, LogLines, RunFacts
+from harvest.sandbox.config import SandboxConfig
 from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, subprocess_env, write_spec
 from tests.process_helpers import finish, start_run
 from tests.sandbox_gate import gated, settle

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.catalog.endpoints import all_kinds
-from tasks.database.connection import write_connection
-from tasks.database.load_settings import DEFAULT_ROW_GROUP_ROWS
-from tasks.database.record_tables import ROW_NAMES, merge_batches, merge_files
+from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.tasks.database.connection import write_connection
+from harvest.tasks.database.load_settings import DEFAULT_ROW_GROUP_ROWS
+from harvest.tasks.database.record_tables import ROW_NAMES, merge_batches, merge_files
 from tests.landing_helpers import META, Kind
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 
 # Prefect binds its log handlers to sys.stderr on first import: import it now, not inside a CliRunner
 # invocation whose streams are closed afterwards (later Prefect logs would then fail to print).
-import flows.collect  # noqa: F401
-from connectors.catalog.endpoints import all_kinds
-from flows.cli import app
-from flows.run.preflight import check_output_dir
-from flows.spec import UsageError
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
-from tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL, ensure_bookkeeping
-from tasks.database.record_tables import duckdb_types, ensure_table
+import harvest.flows.collect  # noqa: F401
+from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.flows.cli import app
+from harvest.flows.run.preflight import check_output_dir
+from harvest.flows.spec import UsageError
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL, ensure_bookkeeping
+from harvest.tasks.database.record_tables import duckdb_types, ensure_table
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
 runner = CliRunner()
@@ -217,17 +217,17 @@ def test_a_run_loads_duckdb_capped_at_64_mb_by_default(
 ) -> None:
     """docs/output.md: DuckDB is opened for writing only during the load step, capped at 64 MB of memory
     (HARVEST_DUCKDB_MEMORY_LIMIT unset). Read from the connection the run's own load step merges on."""
-    import flows.run.load_step
+    import harvest.flows.run.load_step
 
     monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
     seen: list[str] = []
-    merge = flows.run.load_step.merge_batches
+    merge = harvest.flows.run.load_step.merge_batches
 
     def spy(con: duckdb.DuckDBPyConnection, *args: object, **kwargs: object) -> object:
         seen.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
         return merge(con, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(flows.run.load_step, "merge_batches", spy)
+    monkeypatch.setattr(harvest.flows.run.load_step, "merge_batches", spy)
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})) as sb:
         spec = write_spec(
             tmp_path,

@@ -16,10 +16,18 @@ from typing import Any
 
 import pytest
 
-from connectors.credits.ledger import CreditLedger
-from connectors.http.pace import CUT_GAP, DECREASE, MIN_RATE, REMEMBER_S, SETTLE, Pace, RateLimitedTooLong
-from sandbox.wire.faults import RateGate
-from tasks.output.journal import RunJournal, read_journal
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.pace import (
+    CUT_GAP,
+    DECREASE,
+    MIN_RATE,
+    REMEMBER_S,
+    SETTLE,
+    Pace,
+    RateLimitedTooLong,
+)
+from harvest.sandbox.wire.faults import RateGate
+from harvest.tasks.output.journal import RunJournal, read_journal
 
 
 class Clock:

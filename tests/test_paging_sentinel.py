@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog import paging_styles as paging
-from sandbox.config import Drift
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import RunningSandbox
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog import paging_styles as paging
+from harvest.sandbox.config import Drift
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import (
     expected,
     harvested,

@@ -15,9 +15,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import MachineFault
-from tasks.output.parquet_sink import MultiTableSink, TableWriter, run_date
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import MachineFault
+from harvest.tasks.output.parquet_sink import MultiTableSink, TableWriter, run_date
 from tests.landing_helpers import META, TS, Kind
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,8 +161,8 @@ def test_abort_leaves_nothing(tmp_path: Path) -> None:
 CRASH_SCRIPT = """
 import datetime as dt, os, sys
 import pyarrow as pa
-from tasks.output.layout import OutputLayout
-from tasks.output.parquet_sink import TableWriter
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.parquet_sink import TableWriter
 ts = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 schema = pa.schema([("id", pa.string()), ("_fetched_at", pa.timestamp("us", tz="UTC"))])
 w = TableWriter(OutputLayout(sys.argv[1]), "t", schema, "r2", ts, "0000", row_group_rows=100)
@@ -242,7 +242,7 @@ def test_a_row_group_that_fails_to_write_is_never_published(
 def test_the_writer_thread_ends_before_the_load_and_comes_back_for_the_next_writer(tmp_path: Path) -> None:
     import threading
 
-    from tasks.output.parquet_sink import stop_writer_thread
+    from harvest.tasks.output.parquet_sink import stop_writer_thread
 
     def writers() -> list[str]:
         return [t.name for t in threading.enumerate() if t.name.startswith("harvest-parquet")]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-from flows.collect import collect_job
-from flows.orchestrator.plain_flow import PlainParametersFlow
+from harvest.flows.collect import collect_job
+from harvest.flows.orchestrator.plain_flow import PlainParametersFlow
 
 
 def test_plain_parameters_are_sent_as_they_are() -> None:

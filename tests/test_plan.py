@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.paging.pager import QuerySpec
-from flows.run.plan import CostLine, Plan, base_id, instantiate, plan
-from flows.spec import JobSpec, parse_spec
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.run.plan import CostLine, Plan, base_id, instantiate, plan
+from harvest.flows.spec import JobSpec, parse_spec
 
 HEAD = "name: job\nbudget: {credits: 100}\nqueries:\n"
 
@@ -217,7 +217,7 @@ def test_an_unbounded_line_names_what_would_bound_it() -> None:
 
 # ------------------------------------------------------------------------- the worst case against the budget
 def test_the_worst_case_against_a_short_budget_names_who_would_not_start() -> None:
-    from flows.forecast.shortfall import shortfall
+    from harvest.flows.forecast.shortfall import shortfall
 
     text = CREATIVES + DETAIL + "  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n"
     text += "    max_pages: 5\n"
@@ -237,7 +237,7 @@ def test_the_worst_case_against_a_short_budget_names_who_would_not_start() -> No
 
 
 def test_a_fan_out_cap_leaves_its_own_queries_unstarted_not_the_others() -> None:
-    from flows.forecast.shortfall import shortfall
+    from harvest.flows.forecast.shortfall import shortfall
 
     text = CREATIVES + DETAIL + "    max_credits_total: 10\n"
     text += "  - id: pins\n    endpoint: /v1/pinboard/search\n    params: {query: a}\n    max_pages: 5\n"
@@ -251,7 +251,7 @@ def test_a_fan_out_cap_leaves_its_own_queries_unstarted_not_the_others() -> None
 
 
 def test_a_wide_unbounded_plan_is_played_in_steps_not_page_by_page() -> None:
-    from flows.forecast.shortfall import shortfall
+    from harvest.flows.forecast.shortfall import shortfall
 
     text = "".join(
         f"  - id: pins{n}\n    endpoint: /v1/pinboard/search\n    params: {{query: q{n}}}\n"

@@ -22,13 +22,13 @@ import duckdb
 import orjson
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import RunningSandbox, running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests, read_manifest
-from tasks.output.raw_store import RawPageReader
-from tasks.output.replay import replay_pages
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests, read_manifest
+from harvest.tasks.output.raw_store import RawPageReader
+from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, write_spec
 from tests.process_helpers import finish, start_run
@@ -262,7 +262,7 @@ def test_a_continued_query_that_lost_every_page_starts_again_at_its_cursor_not_p
 def test_a_sync_that_fails_in_the_journals_thread_is_raised_not_lost(tmp_path: Path) -> None:
     """A disk that cannot sync (here: a pipe, which has nothing to sync) fails the next line or the close, where
     the journal turns it into the run's clean stop; it never passes for a synced line."""
-    from tasks.output.append_file import SyncBehind
+    from harvest.tasks.output.append_file import SyncBehind
 
     read_end, write_end = os.pipe()
     try:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from flows.orchestrator.deployments import NO_SERVER
-from flows.orchestrator.prefect_settings import SERVER_START
-from sandbox.config import SandboxConfig
+from harvest.flows.orchestrator.deployments import NO_SERVER
+from harvest.flows.orchestrator.prefect_settings import SERVER_START
+from harvest.sandbox.config import SandboxConfig
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, HARVEST, PYTHON, ROOT, SECRET_KEY, one_query, subprocess_env
 from tests.net_helpers import free_port, wait_until_serving
@@ -32,7 +32,7 @@ SWITCHES = (
     "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS",
     "DO_NOT_TRACK",
 )
-"""What harvest sets (flows.orchestrator.prefect_settings) and a clean environment lacks."""
+"""What harvest sets (harvest.flows.orchestrator.prefect_settings) and a clean environment lacks."""
 
 QUIET_SECONDS = 10
 """How long the started server is watched for an error line after it answers."""
@@ -41,7 +41,7 @@ OFF = {"analytics": False, "orchestration_telemetry": False, "resource_metrics":
 
 RESOLVED = """
 import json, sys
-import flows.collect  # the flow module: what `prefect deploy` and a worker import
+import harvest.flows.collect  # the flow module: what `prefect deploy` and a worker import
 from prefect.settings import get_current_settings
 
 s = get_current_settings()
@@ -79,7 +79,7 @@ def test_the_flow_module_switches_prefects_analytics_and_telemetry_off(tmp_path:
 
 
 def test_a_users_own_setting_is_kept(tmp_path: Path) -> None:
-    """Each is a default only (flows.orchestrator.prefect_settings): the control that the check above reads what harvest set."""
+    """Each is a default only (harvest.flows.orchestrator.prefect_settings): the control that the check above reads what harvest set."""
     env = clean_env(tmp_path, PREFECT_SERVER_ANALYTICS_ENABLED="true")
     assert resolved(env) == {**OFF, "analytics": True}
 

@@ -21,10 +21,10 @@ from uuid import UUID
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, subprocess_env, write_spec
 from tests.net_helpers import CuttableProxy
@@ -274,9 +274,9 @@ def test_a_task_run_stuck_in_prefect_s_retries_holds_the_run_a_bounded_time(
 
     import prefect.task_engine
 
-    import flows.run.fanout
-    from flows.collect import run_collect
-    from sandbox.wire.serving import running
+    import harvest.flows.run.fanout
+    from harvest.flows.collect import run_collect
+    from harvest.sandbox.wire.serving import running
 
     @contextlib.asynccontextmanager
     async def stuck(names: list[str], **_: Any) -> AsyncIterator[None]:
@@ -284,7 +284,7 @@ def test_a_task_run_stuck_in_prefect_s_retries_holds_the_run_a_bounded_time(
         yield
 
     monkeypatch.setattr(prefect.task_engine, "_aconcurrency", stuck)
-    monkeypatch.setattr(flows.run.fanout, "TASK_RUN_GRACE", 0.5)
+    monkeypatch.setattr(harvest.flows.run.fanout, "TASK_RUN_GRACE", 0.5)
     output = tmp_path / "out"
     with running(CONFIG) as sb:
         spec = write_spec(tmp_path, job(sb.base_url, output))

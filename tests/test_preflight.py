@@ -15,14 +15,14 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from connectors.catalog.endpoints import all_kinds
-from flows.cli import app
-from flows.orchestrator import temporary_server
-from flows.run.preflight import check_output_dir
-from flows.spec import UsageError
-from tasks.database.record_tables import ensure_table
-from tasks.output.job_lock import is_locked
-from tasks.output.layout import OutputLayout
+from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.flows.cli import app
+from harvest.flows.orchestrator import temporary_server
+from harvest.flows.run.preflight import check_output_dir
+from harvest.flows.spec import UsageError
+from harvest.tasks.database.record_tables import ensure_table
+from harvest.tasks.output.job_lock import is_locked
+from harvest.tasks.output.layout import OutputLayout
 from tests.flow_helpers import HoldDuckDB
 from tests.process_helpers import imported, messages
 from tests.spec_texts import VALID
@@ -173,7 +173,7 @@ def test_a_database_duckdb_cannot_open_is_refused_with_how_to_recover(tmp_path: 
 def harvest_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`harvest run` in its own process, recording imports: a refused run must not even import Prefect."""
     return subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "flows.cli", "run", *args],
+        [sys.executable, "-X", "importtime", "-m", "harvest.flows.cli", "run", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -343,8 +343,8 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_paid(
     """README: before Prefect starts or anything is sent, `harvest run` checks that the output directory can be
     made and written. The spec's own `output:` against a real sandbox: exit 2 naming the path, not one request
     (not even the free balance), no Prefect server, nothing made."""
-    from sandbox.config import SandboxConfig
-    from sandbox.wire.serving import running
+    from harvest.sandbox.config import SandboxConfig
+    from harvest.sandbox.wire.serving import running
 
     output = unwritable_output(tmp_path, how)
     try:

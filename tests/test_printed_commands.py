@@ -20,8 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -112,8 +112,8 @@ def printed(text: str, ending: str) -> str:
 
 
 def manifests(output: Path) -> list[Any]:
-    from tasks.output.layout import OutputLayout
-    from tasks.output.manifest import all_manifests
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import all_manifests
 
     return all_manifests(OutputLayout(output))
 

@@ -25,16 +25,16 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.job_catalog import builtin, builtin_declarations
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import RecordKind, keys_of
-from connectors.paging.pager import OK_STATUSES
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.job_catalog import builtin, builtin_declarations
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import RecordKind, keys_of
+from harvest.connectors.paging.pager import OK_STATUSES
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
 from tests.published_helpers import PUBLISHED, published_index, skip_without

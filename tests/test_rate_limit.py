@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from flows.commands.run_report import rate_line
-from sandbox.config import Quirks, SandboxConfig
-from sandbox.wire.serving import running
+from harvest.flows.commands.run_report import rate_line
+from harvest.sandbox.config import Quirks, SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import (
     BIG_BALANCE,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.flows.cli import app
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.flow_helpers import SECRET_KEY
 from tests.nightly_helpers import night
 

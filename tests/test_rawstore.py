@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks.output.attempt_log import Attempt, AttemptLogWriter, iter_attempts
-from tasks.output.layout import OutputLayout, query_stem
-from tasks.output.raw_store import (
+from harvest.tasks.output.attempt_log import Attempt, AttemptLogWriter, iter_attempts
+from harvest.tasks.output.layout import OutputLayout, query_stem
+from harvest.tasks.output.raw_store import (
     CODEC_NONE,
     CODEC_ZLIB,
     CODEC_ZSTD,
@@ -167,7 +167,7 @@ def test_property_any_prefix_yields_a_prefix_of_pages(
 
 KILL_SCRIPT = """
 import sys, datetime as dt
-from tasks.output.raw_store import RawPageWriter
+from harvest.tasks.output.raw_store import RawPageWriter
 w = RawPageWriter(sys.argv[1])
 i = 0
 while True:
@@ -261,8 +261,8 @@ def test_layout_names_are_safe_and_distinct(tmp_path: Path) -> None:
 
 DISK_FULL_SCRIPT = """
 import resource, signal, sys
-from tasks.output.attempt_log import AttemptLogWriter, iter_attempts
-from tasks.output.raw_store import RawPageWriter, iter_raw_pages
+from harvest.tasks.output.attempt_log import AttemptLogWriter, iter_attempts
+from harvest.tasks.output.raw_store import RawPageWriter, iter_raw_pages
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # exceeding the limit raises EFBIG instead of killing us
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 args = dict(endpoint="/e", params={}, cursor_in=None, cursor_out=None, fetched_at="2026-11-01T00:00:00Z",

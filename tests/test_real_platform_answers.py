@@ -15,13 +15,13 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.reading import json_body
-from flows.cli import app
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.drift_shapes import SHAPES, combine
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.reading import json_body
+from harvest.flows.cli import app
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.drift_shapes import SHAPES, combine
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 

@@ -13,9 +13,9 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.flows.cli import app
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.flow_helpers import rows
 from tests.nightly_helpers import night, parquet_rows
 

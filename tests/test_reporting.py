@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.run.progress import LogLines
-from sandbox.wire.serving import running
+from harvest.flows.cli import app
+from harvest.flows.run.progress import LogLines
+from harvest.sandbox.wire.serving import running
 from tests.flow_helpers import SECRET_KEY, run_flow, write_spec
 
 COMMANDS = ("run", "validate", "plan", "endpoints", "schema", "runs", "load", "sql", "sandbox", "demo")
@@ -44,7 +44,7 @@ def test_a_query_whose_pages_held_what_did_not_land_gets_its_line_past_the_liste
 ) -> None:
     """Past the first 20 queries that ended well, a well-ended query gets its line only when its pages held what
     did not land as records: items a `where` left out, a cursor the declaration does not read."""
-    from flows.run.progress import LISTED_WELL
+    from harvest.flows.run.progress import LISTED_WELL
 
     lines = LogLines(every=3600)
     for n in range(LISTED_WELL + 2):
@@ -104,8 +104,8 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
 def test_the_summary_shows_the_services_bill_beside_harvests_count(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from flows.commands.run_report import print_summary
-    from tasks.output.run_summary import RunSummary
+    from harvest.flows.commands.run_report import print_summary
+    from harvest.tasks.output.run_summary import RunSummary
 
     summary = RunSummary(
         run_id="r1", job="j", service="http://127.0.0.1:1", status="complete", budget=100,
@@ -126,8 +126,8 @@ def test_the_summary_shows_the_services_bill_beside_harvests_count(
 
 
 def test_a_wide_fan_out_is_one_row_of_the_run_table_plus_its_queries_that_did_not_end_well() -> None:
-    from connectors.paging.pager import OK_STATUSES
-    from tasks.output.run_summary import WIDE, query_rows
+    from harvest.connectors.paging.pager import OK_STATUSES
+    from harvest.tasks.output.run_summary import WIDE, query_rows
 
     def q(qid: str, status: str = "complete") -> dict[str, object]:
         return {"query_id": qid, "status": status, "pages": 2, "records": 5, "credits": 2}
@@ -153,7 +153,7 @@ def test_prefect_does_not_walk_the_queries_of_the_summary_a_flow_returns() -> No
     from prefect.states import Completed
     from prefect.utilities.collections import visit_collection
 
-    from tasks.output.run_summary import RunSummary
+    from harvest.tasks.output.run_summary import RunSummary
 
     queries = [
         {"query_id": f"v[h={i}]", "status": "complete", "pages": 1, "records": 2, "credits": 1}
@@ -202,8 +202,8 @@ def test_a_night_that_left_queries_unstarted_says_which_and_exits_as_the_job_ask
     """#46: `budget_exhausted` without a page is a query that never started: counted per spec query, a few ids
     named, why; exit 0 unless the spec's `budget.unstarted_exit_code` is 3. A query stopped after its first
     pages is not one (it started), and a failure still exits 1."""
-    from flows.commands.run_report import exit_code, print_summary
-    from tasks.output.run_summary import RunSummary
+    from harvest.flows.commands.run_report import exit_code, print_summary
+    from harvest.tasks.output.run_summary import RunSummary
 
     budget = "credit budget exhausted: page 0 needs 1 credit(s) but the run's budget of 9 credits has 0 left"
 

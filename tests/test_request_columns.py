@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside a CliRunner)
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import RunningSandbox
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside a CliRunner)
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.declared_helpers import declaration
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
 

@@ -19,16 +19,16 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from connectors.catalog import endpoints as catalog
-from flows.cli import app
-from flows.spec import UsageError
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import RunningSandbox, running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests, read_manifest
-from tasks.output.raw_store import RawPageReader
-from tasks.output.replay import replay_pages
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.flows.cli import app
+from harvest.flows.spec import UsageError
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests, read_manifest
+from harvest.tasks.output.raw_store import RawPageReader
+from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
 from tests.flow_helpers import (

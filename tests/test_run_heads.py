@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests, run_heads, write_manifest
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests, run_heads, write_manifest
 
 
 def _run(run_id: str, started: str, job: str = "nightly", status: str = "complete") -> RunManifest:

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect
-from connectors.catalog import endpoints as catalog
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.expected import expected_pages
-from sandbox.wire.serving import running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+import harvest.flows.collect
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
 from tests.flow_helpers import (
     BIG_BALANCE,
@@ -149,8 +149,8 @@ def test_a_wrong_key_sends_one_request_and_says_so_once(
 
 
 async def _gated_requests(base_url: str) -> None:
-    from connectors.credits.ledger import CreditLedger
-    from connectors.http.client import PageRequest, RetryPolicy, ServiceClient
+    from harvest.connectors.credits.ledger import CreditLedger
+    from harvest.connectors.http.client import PageRequest, RetryPolicy, ServiceClient
 
     ledger = CreditLedger(100)
     async with ServiceClient(base_url, "not-the-key-0000", ledger, retry=RetryPolicy(attempts=1)) as client:
@@ -275,7 +275,7 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
 ) -> None:
     """The first attempt fails one query (503 until retries run out); Prefect retries the flow; the retry
     resumes the same run: the query that completed is not paid again, the failed one goes on where it was."""
-    from flows.collect import collect_job, run_collect
+    from harvest.flows.collect import collect_job, run_collect
 
     unavailable = ["unavailable"] * 5
     config = SandboxConfig(
@@ -297,12 +297,12 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
             ),
         )
         retrying = collect_job.with_options(retries=1, retry_delay_seconds=0)
-        original = flows.collect.collect_job
-        flows.collect.collect_job = retrying  # type: ignore[assignment]
+        original = harvest.flows.collect.collect_job
+        harvest.flows.collect.collect_job = retrying  # type: ignore[assignment]
         try:
             summary = asyncio.run(run_collect(spec_path=str(spec)))
         finally:
-            flows.collect.collect_job = original  # type: ignore[assignment]
+            harvest.flows.collect.collect_job = original  # type: ignore[assignment]
         entries = [e for e in data_entries(sb) if e.fault is None]
     assert summary.status == "complete", summary
     assert summary.resumes == 1

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 # Prefect binds its log handlers to sys.stderr on first import: import it now, not inside a CliRunner
 # invocation whose streams are closed afterwards.
-import flows.collect  # noqa: F401
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.wire.serving import RunningSandbox
 
 PINS = "/v1/pinboard/search"
 OUT_OF_CREDITS = {

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import Quirks
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.config import Quirks
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.fixtures_sandbox import http_crawl
 
 SEARCH = "/v1/creative/materials"
@@ -17,7 +17,7 @@ SEARCH = "/v1/creative/materials"
 @pytest.fixture(scope="module")
 def creative() -> Any:
     """Enough materials per query for filters to keep some: 6 to 8 default pages of 20."""
-    from sandbox.wire.serving import running
+    from harvest.sandbox.wire.serving import running
 
     with running(pages=(6, 8), quirks=Quirks(repeat_items=False), api_keys={"k": 10**6}) as sb:
         yield sb

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from connectors.catalog import job_catalog
-from connectors.paging.pager import OK_STATUSES
-from sandbox.config import Drift, SandboxConfig
-from sandbox.emulation.endpoint_table import BY_PATH
-from sandbox.expected import expected_pages, full_crawl
-from sandbox.wire.serving import RunningSandbox, running
+from harvest.connectors.catalog import job_catalog
+from harvest.connectors.paging.pager import OK_STATUSES
+from harvest.sandbox.config import Drift, SandboxConfig
+from harvest.sandbox.emulation.endpoint_table import BY_PATH
+from harvest.sandbox.expected import expected_pages, full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import run_query
 from tests.declared_helpers import COLUMNS, MISSING, column_path, declaration, dig, fits, http_pages, records
 from tests.declaring_helpers import request_of
@@ -267,8 +267,8 @@ async def test_a_thread_declared_as_the_service_answers_it_pages_whole_through_h
     """The post on the first page only, replies nested to any depth, an item of another kind among the comments
     on every page: served from the declaration alone, paged by harvest to its end without drift, every record
     once, each reply knowing the comment it answers, the other items counted."""
-    from connectors.catalog.declarations import EndpointDecl, plain
-    from connectors.catalog.endpoint_build import build_endpoint
+    from harvest.connectors.catalog.declarations import EndpointDecl, plain
+    from harvest.connectors.catalog.endpoint_build import build_endpoint
     from tests.crawl_helpers import run_query
 
     comment = {"id": "text", "body": "text", "replied_to": {"type": "text", "path": "$parent.id"}}

@@ -15,9 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from connectors.catalog.job_catalog import BUILTIN_DIR, builtin_declarations
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import RunningSandbox
+from harvest.connectors.catalog.job_catalog import BUILTIN_DIR, builtin_declarations
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.declared_helpers import declaration, http_pages, records
 from tests.published_helpers import PUBLISHED
 from tests.test_cli_sandbox import harvest_sandbox
@@ -179,8 +179,8 @@ def test_the_interface_chains_values_are_taken_by_the_endpoints_they_lead_to(
 def test_the_embedded_sandbox_serves_the_endpoints_the_job_declares(tmp_path: Path) -> None:
     """`service.base_url: sandbox`: the sandbox a run starts serves harvest's catalog, the job's `catalogs:` and
     its `endpoints:`."""
-    from flows.run.service_access import open_service
-    from flows.spec import load_spec
+    from harvest.flows.run.service_access import open_service
+    from harvest.flows.spec import load_spec
 
     spec = _declaring_spec(tmp_path, {"base_url": "sandbox"})
 
@@ -263,7 +263,7 @@ def test_the_test_gate_counts_and_holds_requests_to_a_declared_endpoint() -> Non
 def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() -> None:
     """The contract: what harvest hands the sandbox (`builtin_declarations`: checked, every default filled) is
     served exactly as the catalog file's own YAML is, page for page."""
-    from sandbox.expected import crawl
+    from harvest.sandbox.expected import crawl
 
     asked_paths = (VIDEO, COMMENTS, ADS)
     yaml_written = {
@@ -290,7 +290,7 @@ def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() ->
 def test_a_declared_path_replays_a_recorded_answer(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     """`--replay PATH=FILE` takes a path served from its declaration: the service's published video answer
     served as it is, after the declared checks, billed."""
-    from sandbox.served_paths import replay_answers
+    from harvest.sandbox.served_paths import replay_answers
 
     published = PUBLISHED / "v1_video-platform_video--cli.json"
     if not published.exists():

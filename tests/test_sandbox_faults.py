@@ -9,9 +9,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.wire.faults import decide
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.wire.faults import decide
+from harvest.sandbox.wire.serving import RunningSandbox
 
 PINS = "/v1/pinboard/search"
 Q = {"query": "chairs"}

@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.fields import PARAM_PREFIX
-from sandbox.emulation import endpoint_table as sandbox_table
-from sandbox.emulation.emulated import EmulatedEndpoint
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.fields import PARAM_PREFIX
+from harvest.sandbox.emulation import endpoint_table as sandbox_table
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint
 
 CATALOG: dict[str, Endpoint] = {e.path: e for e in catalog.ENDPOINTS}
 SANDBOX: dict[str, EmulatedEndpoint] = {e.path: e for e in sandbox_table.ENDPOINTS}
@@ -46,9 +46,9 @@ def literal_values(annotation: Any) -> set[str]:
 
 def test_every_catalog_path_is_served() -> None:
     """Each emulated endpoint is one of the catalog's; each other catalog endpoint is served from its declaration."""
-    from connectors.catalog.job_catalog import builtin_declarations
-    from sandbox.config import SandboxConfig
-    from sandbox.emulation.generic.declared_endpoints import served
+    from harvest.connectors.catalog.job_catalog import builtin_declarations
+    from harvest.sandbox.config import SandboxConfig
+    from harvest.sandbox.emulation.generic.declared_endpoints import served
 
     assert len(CATALOG) == len(catalog.ENDPOINTS) and len(SANDBOX) == len(sandbox_table.ENDPOINTS)
     assert sorted(set(SANDBOX) - set(CATALOG)) == [], (

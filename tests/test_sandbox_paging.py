@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.config import Quirks, SandboxConfig
-from sandbox.expected import expected_pages, full_crawl
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.config import Quirks, SandboxConfig
+from harvest.sandbox.expected import expected_pages, full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.fixtures_sandbox import http_crawl, records_of
 
 CASES: list[tuple[str, dict[str, Any]]] = [
@@ -43,7 +43,7 @@ SCALE: dict[str, Any] = {"pages": (2, 5), "page_size": 7, "creative_default_limi
 
 @pytest.fixture(scope="module", params=["real", "idealised"])
 def paging_sandbox(request: pytest.FixtureRequest) -> Any:
-    from sandbox.wire.serving import running
+    from harvest.sandbox.wire.serving import running
 
     quirks = Quirks() if request.param == "real" else Quirks.none()
     with running(SandboxConfig(api_keys={"k": 10**6}, quirks=quirks, **SCALE)) as sb:

@@ -16,13 +16,13 @@ import httpx
 import orjson
 import pytest
 
-from connectors.catalog import endpoints as catalog
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import RecordKind
-from sandbox.config import Drift, SandboxConfig
-from sandbox.emulation.endpoint_table import BY_PATH
-from sandbox.wire.serving import running
+from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import RecordKind
+from harvest.sandbox.config import Drift, SandboxConfig
+from harvest.sandbox.emulation.endpoint_table import BY_PATH
+from harvest.sandbox.wire.serving import running
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 skip_without(PUBLISHED)

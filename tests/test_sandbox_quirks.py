@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import Quirks
-from sandbox.expected import expected_pages, full_crawl
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.config import Quirks
+from harvest.sandbox.expected import expected_pages, full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox
 from tests.fixtures_sandbox import http_crawl, next_params, records_of
 
 

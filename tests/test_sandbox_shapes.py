@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.expected import crawl
+from harvest.sandbox.expected import crawl
 from tests.fixtures_sandbox import records_of
 
 FORUM = "/v1/forum/subreddit/search"

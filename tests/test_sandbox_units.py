@@ -14,17 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox.config import Quirks, SandboxConfig
-from sandbox.emulation.triggers import BLOCKED, MISSING, NONEXISTENT
-from sandbox.expected import crawl, expected_pages, full_crawl
+from harvest.sandbox.config import Quirks, SandboxConfig
+from harvest.sandbox.emulation.triggers import BLOCKED, MISSING, NONEXISTENT
+from harvest.sandbox.expected import crawl, expected_pages, full_crawl
 from tests.net_helpers import wait_until_serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROBE = """
 import orjson
-from sandbox.config import SandboxConfig
-from sandbox.expected import crawl
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import crawl
 pages = list(crawl("/v1/forum/subreddit/search", {"subreddit": "python", "query": "gil"}, SandboxConfig(seed=5)))
 print(orjson.dumps([p.body for p in pages]).decode())
 """

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import Quirks
-from sandbox.wire.serving import RunningSandbox
+from harvest.sandbox.config import Quirks
+from harvest.sandbox.wire.serving import RunningSandbox
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
     # missing required parameter

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import Drift, SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+from harvest.sandbox.config import Drift, SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.fixtures_sandbox import http_crawl
 
 FEED = "/v1/microblog-b/user/posts"

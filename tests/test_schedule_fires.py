@@ -25,11 +25,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.conftest import TESTS_NEVER_PHONE_HOME
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, rows, subprocess_env, write_spec

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, key_set, subprocess_env
 
 DOC = ROOT / "docs" / "scheduled-jobs.md"

@@ -18,12 +18,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.orchestrator.deployments import job_deployments, spec_files
-from flows.spec import SpecError, UsageError
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+from harvest.flows.cli import app
+from harvest.flows.orchestrator.deployments import job_deployments, spec_files
+from harvest.flows.spec import SpecError, UsageError
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, rows, scalar, subprocess_env
 
@@ -191,16 +191,16 @@ def test_served_deployments_carry_schedules_and_a_triggered_run_completes(
 
 
 def test_the_prefect_yaml_example_deploys_a_real_spec_with_valid_parameters() -> None:
-    from flows.collect import collect_job
-    from flows.spec import load_spec
+    from harvest.flows.collect import collect_job
+    from harvest.flows.spec import load_spec
     from tests.flow_helpers import ROOT
 
     doc = yaml.safe_load((ROOT / "configs" / "prefect.yaml").read_text())
     (deployment,) = doc["deployments"]
-    assert (
-        deployment["entrypoint"] == "flows/collect.py:collect_job"
-        and (ROOT / "flows" / "collect.py").exists()
-    )
+    from prefect.utilities.importtools import import_object
+
+    assert deployment["entrypoint"] == "harvest.flows.collect:collect_job"
+    assert import_object(deployment["entrypoint"]) is collect_job  # as a worker loads it
     collect_job.validate_parameters(deployment["parameters"])  # raises on a parameter the flow does not take
     spec = load_spec(deployment["parameters"]["spec_path"].replace("/srv/harvest/", f"{ROOT}/"))
     (schedule,) = deployment["schedules"]
@@ -228,8 +228,8 @@ def test_a_run_killed_under_serve_is_crashed_when_serve_restarts_and_the_next_ru
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    from tasks.output.layout import OutputLayout
-    from tasks.output.manifest import all_manifests
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import all_manifests
 
     config = CONFIG.replace(pages_by_path={PINS: (30, 30)}, latency=0.1)
     output = tmp_path / "out" / "nightly-pins"

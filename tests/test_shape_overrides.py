@@ -14,14 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog.record_paths import path_problem
-from flows.cli import app
-from flows.spec.model import RECORD_PATH_PATTERN
-from sandbox.config import SandboxConfig
-from sandbox.drift_shapes import SHAPES
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.record_paths import path_problem
+from harvest.flows.cli import app
+from harvest.flows.spec.model import RECORD_PATH_PATTERN
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.drift_shapes import SHAPES
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import wait_for_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, run_flow, scalar, write_spec
 

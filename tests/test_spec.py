@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.spec import (
+from harvest.flows.spec import (
     JobSpec,
     Problem,
     SpecError,

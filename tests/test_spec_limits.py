@@ -22,8 +22,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.spec import (
+from harvest.flows.cli import app
+from harvest.flows.spec import (
     MAX_FANOUT,
     SpecError,
     UsageError,
@@ -32,7 +32,7 @@ from flows.spec import (
     parse_spec,
     resolve_base_url,
 )
-from flows.spec import yaml_reader as spec_yaml
+from harvest.flows.spec import yaml_reader as spec_yaml
 from tests.spec_texts import HEAD, VALID
 
 ROOT = Path(__file__).parent.parent
@@ -44,7 +44,11 @@ QUERY = "  - endpoint: /v1/pinboard/search\n    params:\n      query: shoes\n"
 def harvest(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
     """harvest in its own process: a hang fails the test at the timeout instead of stalling the suite."""
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "harvest.flows.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -13,8 +13,8 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.commands import sql as sql_command
+from harvest.flows.cli import app
+from harvest.flows.commands import sql as sql_command
 
 ROOT = Path(__file__).parent.parent
 runner = CliRunner()

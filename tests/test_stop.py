@@ -22,19 +22,19 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-import flows.collect
-import flows.run.load_step
-from connectors.credits.ledger import CreditLedger
-from connectors.errors import RunStopped
-from connectors.http.client import ServiceClient
-from connectors.paging.page_request import PageRequest
-from flows.cli import app
-from flows.run.fanout import DEPENDENTS_PER_SLOT
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+import harvest.flows.collect
+import harvest.flows.run.load_step
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.errors import RunStopped
+from harvest.connectors.http.client import ServiceClient
+from harvest.connectors.paging.page_request import PageRequest
+from harvest.flows.cli import app
+from harvest.flows.run.fanout import DEPENDENTS_PER_SLOT
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
 from tests.prefect_helpers import flow_run
@@ -241,14 +241,14 @@ def test_a_request_still_waiting_for_a_connection_is_not_sent_after_a_stop() -> 
 def _signals_during_load(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     """Deliver `count` SIGINTs to this process at the start of the load into DuckDB, then load for real: the
     one moment a test cannot hit from outside (a load takes a fraction of a second)."""
-    real_load = flows.run.load_step.load_manifest_into_duckdb
+    real_load = harvest.flows.run.load_step.load_manifest_into_duckdb
 
     def load(*args: Any, **kwargs: Any) -> dict[str, int]:
         for _ in range(count):
             os.kill(os.getpid(), signal.SIGINT)
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(flows.run.load_step, "load_manifest_into_duckdb", load)
+    monkeypatch.setattr(harvest.flows.run.load_step, "load_manifest_into_duckdb", load)
 
 
 def _pins_job(base_url: str, output: Path) -> dict[str, Any]:
@@ -324,7 +324,7 @@ def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothi
         (first,) = all_manifests(OutputLayout(output))
         assert first.status == "complete" and not first.loaded
         paid_before = len(data_entries(sb))
-        real = getattr(flows.run.load_step, during)
+        real = getattr(harvest.flows.run.load_step, during)
 
         def signalled(*args: Any, **kwargs: Any) -> Any:
             for _ in range(signals):
@@ -332,7 +332,7 @@ def test_ctrl_c_while_earlier_runs_load_first_is_answered_at_once_and_pays_nothi
             return real(*args, **kwargs)
 
         with monkeypatch.context() as night2:
-            night2.setattr(flows.run.load_step, during, signalled)
+            night2.setattr(harvest.flows.run.load_step, during, signalled)
             second = runner.invoke(app, ["run", str(spec)])
         paid_by_night2 = len(data_entries(sb)) - paid_before
         assert second.exit_code == 130, second.output

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, subprocess_env, write_spec
 from tests.process_helpers import (

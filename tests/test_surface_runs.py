@@ -15,14 +15,14 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-import flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
-from connectors.catalog.records import keys_of
-from flows.cli import app
-from sandbox.config import SandboxConfig
-from sandbox.expected import expected_pages, full_crawl
-from sandbox.wire.serving import running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.records import keys_of
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import expected_pages, full_crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 from tests.process_helpers import finish, start_run, wait_for_requests
@@ -168,7 +168,7 @@ def test_thread_cursors_are_paid_once_across_a_kill_9_and_the_resume(
 
 def _thread_cursors(config: SandboxConfig) -> set[str | None]:
     """Every cursor a full crawl sends: the query's own pages' and the threads'."""
-    from sandbox.expected import crawl
+    from harvest.sandbox.expected import crawl
 
     return {page.next.get("cursor") if page.next else None for page in crawl(COMMENTS, THREADS, config)} | {
         ask["cursor"] for page in crawl(COMMENTS, THREADS, config) for ask in page.follow

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from flows.orchestrator import temporary_server
-from flows.orchestrator.temporary_server import LEAN_START, KnownDatabase
-from sandbox.config import SandboxConfig
-from sandbox.wire.serving import running
+from harvest.flows.orchestrator import temporary_server
+from harvest.flows.orchestrator.temporary_server import LEAN_START, KnownDatabase
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, one_query, subprocess_env
 from tests.process_helpers import children, finish
 

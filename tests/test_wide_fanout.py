@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from sandbox.config import SandboxConfig
-from sandbox.expected import full_crawl
-from sandbox.wire.serving import RunningSandbox, running
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import all_manifests
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import full_crawl
+from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -194,7 +194,7 @@ def _fan_out_heard(
     heard: list[logging.LogRecord] = []
     listener = logging.Handler(logging.WARNING)
     listener.emit = heard.append  # type: ignore[method-assign]
-    logging.getLogger("flows.run.fanout").addHandler(listener)
+    logging.getLogger("harvest.flows.run.fanout").addHandler(listener)
     try:
         with running(CONFIG) as sb:
             (sandboxes if sandboxes is not None else []).append(sb)
@@ -202,5 +202,5 @@ def _fan_out_heard(
             summary = run_flow(spec)
             billed = sb.billed_total()
     finally:
-        logging.getLogger("flows.run.fanout").removeHandler(listener)
+        logging.getLogger("harvest.flows.run.fanout").removeHandler(listener)
     return summary, [r.getMessage() for r in heard], billed

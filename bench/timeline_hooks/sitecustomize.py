@@ -19,10 +19,10 @@ _FILE = os.environ.get("HARVEST_TIMELINE_FILE")
 _WATCHED = {
     "prefect",
     "prefect.flows",
-    "flows.collect",
-    "flows.orchestrator.temporary_server",
-    "flows.commands.run_job",
-    "flows.commands.run_report",
+    "harvest.flows.collect",
+    "harvest.flows.orchestrator.temporary_server",
+    "harvest.flows.commands.run_job",
+    "harvest.flows.commands.run_report",
     "prefect.client.base",
     "prefect.flow_engine",
     "prefect.server.api.server",
@@ -69,7 +69,7 @@ def _timed(fn: Any, label: str) -> Any:
 
 def _patch(module: Any) -> None:
     name = module.__name__
-    if name == "flows.orchestrator.temporary_server":
+    if name == "harvest.flows.orchestrator.temporary_server":
         cls = module.TemporaryServer
         for meth in ("__init__", "wait_ready", "stop"):
             cls_fn = getattr(cls, meth)
@@ -82,7 +82,7 @@ def _patch(module: Any) -> None:
                     mark(f"harvest: TemporaryServer.{_m} end")
 
             setattr(cls, meth, wrapped)
-    elif name == "flows.collect":
+    elif name == "harvest.flows.collect":
         for fname in (
             "run_collect",
             "_collect_job",
@@ -144,8 +144,11 @@ def _patch(module: Any) -> None:
         for meth in ("begin_run", "create_flow_run", "call_flow_fn", "handle_success"):
             if hasattr(cls, meth):
                 setattr(cls, meth, _timed(getattr(cls, meth), f"harvest: engine.{meth}"))
-    elif name in ("flows.commands.run_job", "flows.commands.run_report"):
-        for fname in {"flows.commands.run_job": ("run_job",), "flows.commands.run_report": ("report",)}[name]:
+    elif name in ("harvest.flows.commands.run_job", "harvest.flows.commands.run_report"):
+        for fname in {
+            "harvest.flows.commands.run_job": ("run_job",),
+            "harvest.flows.commands.run_report": ("report",),
+        }[name]:
             fn = getattr(module, fname)
 
             def wrapped_fn(*a: Any, _f: Any = fn, _n: str = fname, **k: Any) -> Any:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from connectors.catalog.declarations import PARENT_PREFIX, POSITION
-from connectors.catalog.fields import DESCRIPTION, SOURCE, Field
-from connectors.catalog.records import META_COLUMNS, RecordKind
+from harvest.connectors.catalog.declarations import PARENT_PREFIX, POSITION
+from harvest.connectors.catalog.fields import DESCRIPTION, SOURCE, Field
+from harvest.connectors.catalog.records import META_COLUMNS, RecordKind
 
 CHILD_WORDS = {
     "_endpoint": "The endpoint whose answer held the parent record (its documented path).",

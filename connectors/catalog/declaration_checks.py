@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
-from connectors.catalog.declarations import (
+from harvest.connectors.catalog.declarations import (
     BOOKKEEPING_TABLES,
     COLUMN,
     COLUMN_WORDS,
@@ -32,26 +32,26 @@ from connectors.catalog.declarations import (
     ParamDecl,
     path_params,
 )
-from connectors.catalog.declared_requests import effective_next
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.declared_requests import effective_next
+from harvest.connectors.catalog.request_checks import (
     Problem,
 )
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.request_checks import (
     fits as _fits,
 )
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.request_checks import (
     page_bounds as _page_bounds,
 )
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.request_checks import (
     paging_problems as _paging_problems,
 )
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.request_checks import (
     path_problems as _path_problems,
 )
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.request_checks import (
     price_problems as _price_problems,
 )
-from connectors.catalog.request_checks import (
+from harvest.connectors.catalog.request_checks import (
     rule_problems as _rule_problems,
 )
 

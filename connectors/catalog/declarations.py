@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from connectors.catalog.declared_requests import (
+from harvest.connectors.catalog.declared_requests import (
     METHODS,
     Decl,
     ExcludesDecl,
@@ -31,7 +31,7 @@ from connectors.catalog.declared_requests import (
     plain_requests,
     price_shorthand,
 )
-from connectors.catalog.paging_styles import STYLE_DEFAULTS
+from harvest.connectors.catalog.paging_styles import STYLE_DEFAULTS
 
 PARAM_TYPES = ("string", "integer", "number", "boolean", "list")
 COLUMN_TYPES = ("text", "integer", "number", "boolean", "timestamp", "json", "text_list", "decimal")

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, create_model
 
-from connectors.catalog.params import ParamRules, Params
+from harvest.connectors.catalog.params import ParamRules, Params
 
 _TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "list": list[str]}
 _BOUNDS = {

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from connectors.catalog.paging_styles import STYLE_DEFAULTS
+from harvest.connectors.catalog.paging_styles import STYLE_DEFAULTS
 
 Scalar = str | int | float | bool
 Method = Literal["GET", "POST"]

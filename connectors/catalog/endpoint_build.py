@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.declared_params import params_model
-from connectors.catalog.endpoints import Endpoint, NewestFirst, Price, PriceRule
-from connectors.catalog.fields import COLUMN_TYPES, Field
-from connectors.catalog.paging_styles import Follow, PageNumbers, Paging
-from connectors.catalog.params import ParamRules
-from connectors.catalog.records import RecordKind, Unwrap
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.declared_params import params_model
+from harvest.connectors.catalog.endpoints import Endpoint, NewestFirst, Price, PriceRule
+from harvest.connectors.catalog.fields import COLUMN_TYPES, Field
+from harvest.connectors.catalog.paging_styles import Follow, PageNumbers, Paging
+from harvest.connectors.catalog.params import ParamRules
+from harvest.connectors.catalog.records import RecordKind, Unwrap
 
 
 def build_endpoint(path: str, decl: Mapping[str, Any]) -> Endpoint:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
-from connectors.catalog.child_kinds import TableKind
-from connectors.catalog.paging_styles import Paging
-from connectors.catalog.params import Params, has_value, is_set
-from connectors.catalog.records import RecordKind
-from connectors.catalog.shape_overrides import Shapes
+from harvest.connectors.catalog.child_kinds import TableKind
+from harvest.connectors.catalog.paging_styles import Paging
+from harvest.connectors.catalog.params import Params, has_value, is_set
+from harvest.connectors.catalog.records import RecordKind
+from harvest.connectors.catalog.shape_overrides import Shapes
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def __getattr__(name: str) -> Any:
     from the catalog files at first use, not at import: `harvest --help` never pays for the catalog."""
     if name not in ("ENDPOINTS", "DEFAULT_COSTS"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from connectors.catalog.job_catalog import builtin
+    from harvest.connectors.catalog.job_catalog import builtin
 
     if name == "ENDPOINTS":
         return tuple(builtin().endpoints.values())
@@ -190,7 +190,7 @@ def __getattr__(name: str) -> Any:
 
 def endpoints(costs: Mapping[str, int] | None = None, shapes: Shapes | None = None) -> dict[str, Endpoint]:
     """The built-in catalog by documented path, with a job's cost and shape overrides applied."""
-    from connectors.catalog.job_catalog import builtin
+    from harvest.connectors.catalog.job_catalog import builtin
 
     return builtin().overridden(costs, shapes)
 
@@ -204,6 +204,6 @@ def get(path: str, costs: Mapping[str, int] | None = None) -> Endpoint:
 
 def all_kinds() -> dict[str, TableKind]:
     """Every built-in record kind by table name (kinds shared by endpoints appear once)."""
-    from connectors.catalog.job_catalog import builtin
+    from harvest.connectors.catalog.job_catalog import builtin
 
     return builtin().kinds()

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
 
 PARAM_PREFIX = "$params."
 """A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""

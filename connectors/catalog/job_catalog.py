@@ -17,13 +17,13 @@ from typing import Any
 
 import yaml
 
-from connectors.catalog.child_kinds import ChildKind, TableKind
-from connectors.catalog.declarations import PARENT_PREFIX, POSITION, CatalogFile, plain
-from connectors.catalog.endpoint_build import build_endpoint
-from connectors.catalog.endpoints import Endpoint, UnknownEndpoint
-from connectors.catalog.fields import type_name
-from connectors.catalog.records import RecordKind
-from connectors.catalog.shape_overrides import Shapes
+from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
+from harvest.connectors.catalog.declarations import PARENT_PREFIX, POSITION, CatalogFile, plain
+from harvest.connectors.catalog.endpoint_build import build_endpoint
+from harvest.connectors.catalog.endpoints import Endpoint, UnknownEndpoint
+from harvest.connectors.catalog.fields import type_name
+from harvest.connectors.catalog.records import RecordKind
+from harvest.connectors.catalog.shape_overrides import Shapes
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.catalog.record_paths import MISSING, compile_path, first
+from harvest.connectors.catalog.record_paths import MISSING, compile_path, first
 
 Cursor = dict[str, str]
 """Request parameters that ask for the next page, e.g. {"cursor": "abc"}; plain strings, JSON-serialisable."""

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors.catalog.fields import DESCRIPTION, SOURCE, TIMESTAMP, Field
-from connectors.catalog.record_paths import MISSING, compile_path, items_at
+from harvest.connectors.catalog.fields import DESCRIPTION, SOURCE, TIMESTAMP, Field
+from harvest.connectors.catalog.record_paths import MISSING, compile_path, items_at
 
 if TYPE_CHECKING:
-    from connectors.catalog.child_kinds import ChildKind
+    from harvest.connectors.catalog.child_kinds import ChildKind
 
 
 def _meta(name: str, type_: pa.DataType, description: str, source: str) -> pa.Field:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from connectors.catalog.declarations import NAME, NAME_WORDS, EndpointDecl
-from connectors.catalog.declared_requests import PAGE_DEFAULTS, PAGE_NUMBER, PagingDecl
-from connectors.catalog.record_paths import PATH_WORDS, path_problem
+from harvest.connectors.catalog.declarations import NAME, NAME_WORDS, EndpointDecl
+from harvest.connectors.catalog.declared_requests import PAGE_DEFAULTS, PAGE_NUMBER, PagingDecl
+from harvest.connectors.catalog.record_paths import PATH_WORDS, path_problem
 
 Problem = tuple[tuple[str | int, ...], str, str]
 """(location inside the declaration, what is wrong, what is allowed)."""

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from connectors.catalog.record_paths import PATH_WORDS, path_problem
-from connectors.catalog.records import RecordKind
+from harvest.connectors.catalog.record_paths import PATH_WORDS, path_problem
+from harvest.connectors.catalog.records import RecordKind
 
 
 @dataclass(frozen=True)

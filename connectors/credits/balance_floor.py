@@ -8,7 +8,7 @@ below the floor, the ledger grants nothing more. The ledger calls this under its
 
 from __future__ import annotations
 
-from connectors.credits.reservations import Refusal
+from harvest.connectors.credits.reservations import Refusal
 
 
 class BalanceFloor:

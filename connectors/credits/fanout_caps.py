@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from connectors.credits.fair_share import FairShare
-from connectors.credits.reservations import Refusal
+from harvest.connectors.credits.fair_share import FairShare
+from harvest.connectors.credits.reservations import Refusal
 
 
 class FanoutCaps:

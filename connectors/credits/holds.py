@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from connectors.credits.reservations import Reservation
+from harvest.connectors.credits.reservations import Reservation
 
 
 class Holds:

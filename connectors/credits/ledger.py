@@ -39,13 +39,13 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from types import MappingProxyType
 
-from connectors.credits.balance_floor import BalanceFloor
-from connectors.credits.fair_share import FairShare
-from connectors.credits.fanout_caps import FanoutCaps
-from connectors.credits.holds import Holds
-from connectors.credits.prices import Prices
-from connectors.credits.refused_charges import RefusedCharges
-from connectors.credits.reservations import (
+from harvest.connectors.credits.balance_floor import BalanceFloor
+from harvest.connectors.credits.fair_share import FairShare
+from harvest.connectors.credits.fanout_caps import FanoutCaps
+from harvest.connectors.credits.holds import Holds
+from harvest.connectors.credits.prices import Prices
+from harvest.connectors.credits.refused_charges import RefusedCharges
+from harvest.connectors.credits.reservations import (
     POLICIES,
     LedgerJournal,
     LedgerSnapshot,
@@ -55,8 +55,8 @@ from connectors.credits.reservations import (
     RefusalKind,
     Reservation,
 )
-from connectors.credits.settlement import Settlement
-from connectors.credits.waiters import Waiters
+from harvest.connectors.credits.settlement import Settlement
+from harvest.connectors.credits.waiters import Waiters
 
 log = logging.getLogger("harvest.ledger")
 

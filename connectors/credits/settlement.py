@@ -15,12 +15,12 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from connectors.credits.fair_share import FairShare
-from connectors.credits.fanout_caps import FanoutCaps
-from connectors.credits.holds import Holds
-from connectors.credits.prices import Prices
-from connectors.credits.refused_charges import RefusedCharges
-from connectors.credits.reservations import LedgerJournal, Overcharge, Reservation, Unknown
+from harvest.connectors.credits.fair_share import FairShare
+from harvest.connectors.credits.fanout_caps import FanoutCaps
+from harvest.connectors.credits.holds import Holds
+from harvest.connectors.credits.prices import Prices
+from harvest.connectors.credits.refused_charges import RefusedCharges
+from harvest.connectors.credits.reservations import LedgerJournal, Overcharge, Reservation, Unknown
 
 __all__ = ["Settlement"]
 

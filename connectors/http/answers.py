@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.errors import (
+from harvest.connectors.errors import (
     BadRequest,
     Forbidden,
     HarvestError,
@@ -23,7 +23,7 @@ from connectors.errors import (
     Unauthorized,
     UnexpectedResponse,
 )
-from connectors.reading.json_body import read_body
+from harvest.connectors.reading.json_body import read_body
 
 JSON = dict[str, Any] | list[Any]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from connectors.errors import MissingApiKey
+from harvest.connectors.errors import MissingApiKey
 
 __all__ = [
     "DEFAULT_ENV_VAR",

@@ -25,8 +25,8 @@ from functools import partial
 import httpx
 import stamina
 
-from connectors.credits.ledger import CreditLedger
-from connectors.errors import (
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.errors import (
     HarvestError,
     NotTheService,
     OutOfCredits,
@@ -34,11 +34,18 @@ from connectors.errors import (
     ServiceUnavailable,
     Unauthorized,
 )
-from connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
-from connectors.http.auth import ApiKey
-from connectors.http.lane import http_client
-from connectors.http.page_call import backoff, first_wait
-from connectors.http.retry import MAYBE_SENT, NEVER_SENT, Retryable, RetryPolicy, Timeouts, parse_retry_after
+from harvest.connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
+from harvest.connectors.http.auth import ApiKey
+from harvest.connectors.http.lane import http_client
+from harvest.connectors.http.page_call import backoff, first_wait
+from harvest.connectors.http.retry import (
+    MAYBE_SENT,
+    NEVER_SENT,
+    Retryable,
+    RetryPolicy,
+    Timeouts,
+    parse_retry_after,
+)
 
 log = logging.getLogger("harvest.client")
 

@@ -1,8 +1,6 @@
-"""The HTTP client of the retrieval service: one connection per slot (`connectors.http.lane_pool`), every attempt paid via
-the ledger.
+"""The HTTP client of the retrieval service: one connection per slot (`lane_pool`), every attempt paid via the ledger.
 
 Money rules, in the order they apply to each attempt:
-
 1. Reserve the endpoint's cost in the ledger first. No reservation -> `BudgetExhausted`, nothing is sent.
    The ledger holds at least what the service was seen charging for the endpoint, grants an endpoint whose
    price no answer has shown yet one request at a time, and checks the reservation once more when the
@@ -14,21 +12,16 @@ Money rules, in the order they apply to each attempt:
    to 0 for a gateway's 502/503/504 that is not the service's JSON (it never reached the service), else keep
    it whole (an unknown charge counts as spent: timeouts, dropped connections, truncated pages, cancellation).
 3. Every JSON object answer (errors too) updates the account balance seen by the ledger.
-
 Retries (stamina, exponential backoff with jitter) cover 429 (honouring `Retry-After`, capped by
 `max_wait`), 500/502/503/504, timeouts and dropped connections. Each retry is a new attempt and reserves again,
 so retries can never spend past the budget. 400/401/402/403/404 are answers, not failures: they raise typed
-errors at once, carrying the (paid) answer. Redirects are not followed: the key header would follow them to any
-host.
-
+errors at once, carrying the (paid) answer. Redirects are not followed: the key header would go to any host.
 A 2xx is paid for once. Its body is read tolerantly (`connectors.reading.json_body`: what real services send that strict
 JSON refuses is repaired and counted). One that still cannot be read is asked for again only when it was
 plausibly damaged on the wire (cut short against its Content-Length, or JSON that ends early), once, and not
 when the same bytes come back; otherwise it is the service's answer: `UnreadableAnswer`, kept by the pager in
-the raw store. An answer past `max_answer_bytes` is not read (`AnswerTooLarge`), counted as spent.
-
-The key is sent only in the `x-api-key` header. It is redacted from everything the client copies out of an
-answer or an exception, and never appears in reprs or `Attempt` records.
+the raw store. An answer past `max_answer_bytes` is not read (`AnswerTooLarge`), counted as spent. The key is sent
+only in the `x-api-key` header, redacted from all the client copies out of an answer or an exception, reprs, `Attempt`s.
 """
 
 from __future__ import annotations
@@ -44,20 +37,27 @@ from typing import Self
 
 import httpx
 
-from connectors import errors, refusal_errors
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import Reservation
-from connectors.errors import HarvestError, ServiceAnswer
-from connectors.http import answers
-from connectors.http.answers import JSON, Response, int_field, problem, shows_price, typed_error
-from connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
-from connectors.http.balance import AccountBalance
-from connectors.http.in_flight import InFlight
-from connectors.http.lane import DEFAULT_HEADERS, BodyCut, BodyOverCap, Origin, ReceivedAnswer, http_client
-from connectors.http.lane_pool import Lanes, lane_maker
-from connectors.http.pace import Pace, RateLimitedTooLong
-from connectors.http.page_call import PageCall, with_retries
-from connectors.http.retry import (
+from harvest.connectors import errors, refusal_errors
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import Reservation
+from harvest.connectors.errors import HarvestError, ServiceAnswer
+from harvest.connectors.http import answers
+from harvest.connectors.http.answers import JSON, Response, int_field, problem, shows_price, typed_error
+from harvest.connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
+from harvest.connectors.http.balance import AccountBalance
+from harvest.connectors.http.in_flight import InFlight
+from harvest.connectors.http.lane import (
+    DEFAULT_HEADERS,
+    BodyCut,
+    BodyOverCap,
+    Origin,
+    ReceivedAnswer,
+    http_client,
+)
+from harvest.connectors.http.lane_pool import Lanes, lane_maker
+from harvest.connectors.http.pace import Pace, RateLimitedTooLong
+from harvest.connectors.http.page_call import PageCall, with_retries
+from harvest.connectors.http.retry import (
     MAYBE_SENT,
     NEVER_SENT,
     Retryable,
@@ -66,8 +66,8 @@ from connectors.http.retry import (
     Timeouts,
     parse_retry_after,
 )
-from connectors.paging.page_request import Attempt, PageRequest, pairs_to_dict
-from connectors.reading.json_body import read_body
+from harvest.connectors.paging.page_request import Attempt, PageRequest, pairs_to_dict
+from harvest.connectors.reading.json_body import read_body
 
 __all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "ServiceClient", "Timeouts"]
 

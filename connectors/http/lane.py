@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 import httpcore
 import httpx
 
-from connectors.http.retry import Timeouts
+from harvest.connectors.http.retry import Timeouts
 
 DEFAULT_HEADERS = {
     "user-agent": "harvest/0.1",

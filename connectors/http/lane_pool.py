@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from connectors.http.lane import CoreLane, HttpxLane, Lane, http_client
-from connectors.http.retry import Timeouts
+from harvest.connectors.http.lane import CoreLane, HttpxLane, Lane, http_client
+from harvest.connectors.http.retry import Timeouts
 
 
 def behind_proxy(base_url: str) -> bool:

@@ -21,13 +21,13 @@ from typing import Any
 
 import stamina
 
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import Reservation
-from connectors.errors import ServiceAnswer, ServiceUnavailable, UnreadableAnswer
-from connectors.http.answers import Response
-from connectors.http.retry import Retryable, RetryPolicy
-from connectors.paging.page_request import Attempt, PageRequest
-from connectors.reading.json_body import read_body
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import Reservation
+from harvest.connectors.errors import ServiceAnswer, ServiceUnavailable, UnreadableAnswer
+from harvest.connectors.http.answers import Response
+from harvest.connectors.http.retry import Retryable, RetryPolicy
+from harvest.connectors.paging.page_request import Attempt, PageRequest
+from harvest.connectors.reading.json_body import read_body
 
 __all__ = ["PageCall", "backoff", "first_wait", "with_retries"]
 

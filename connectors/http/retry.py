@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from connectors.errors import ServiceAnswer
+from harvest.connectors.errors import ServiceAnswer
 
 NEVER_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 """Failures where the request bytes never left this machine: the reservation goes back."""

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.paging_styles import Cursor
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.paging_styles import Cursor
 
 CursorKey = tuple[tuple[str, str], ...]
 

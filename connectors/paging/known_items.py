@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from connectors.catalog.paging_styles import Cursor
-from connectors.catalog.records import RecordKind, keys_of
+from harvest.connectors.catalog.paging_styles import Cursor
+from harvest.connectors.catalog.records import RecordKind, keys_of
 
 Key = tuple[str | None, ...]
 History = Literal["complete", "partial"]

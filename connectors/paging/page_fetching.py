@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from connectors import errors
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.paging_styles import Cursor
-from connectors.catalog.params import Params
-from connectors.http.client import ServiceClient
-from connectors.paging.page_request import PageRequest
-from connectors.reading.extraction import ExtractionReport
+from harvest.connectors import errors
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.paging_styles import Cursor
+from harvest.connectors.catalog.params import Params
+from harvest.connectors.http.client import ServiceClient
+from harvest.connectors.paging.page_request import PageRequest
+from harvest.connectors.reading.extraction import ExtractionReport
 
 if TYPE_CHECKING:
-    from connectors.paging.pager import QueryOutcome, QuerySpec
+    from harvest.connectors.paging.pager import QueryOutcome, QuerySpec
 
 __all__ = ["Page", "PageFetching"]
 

@@ -25,16 +25,16 @@ from typing import Any, Literal
 import orjson
 import pyarrow as pa
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.paging_styles import Cursor
-from connectors.catalog.records import RecordKind
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import ServiceClient
-from connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
-from connectors.paging.known_items import History, KnownKeys, backfill_after_head
-from connectors.paging.page_fetching import Page, PageFetching
-from connectors.reading.drift_message import KEPT, drift_message
-from connectors.reading.extraction import ExtractionReport, convert_page
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.paging_styles import Cursor
+from harvest.connectors.catalog.records import RecordKind
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import ServiceClient
+from harvest.connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
+from harvest.connectors.paging.known_items import History, KnownKeys, backfill_after_head
+from harvest.connectors.paging.page_fetching import Page, PageFetching
+from harvest.connectors.reading.drift_message import KEPT, drift_message
+from harvest.connectors.reading.extraction import ExtractionReport, convert_page
 
 Status = Literal[
     "complete",

@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import RecordKind, connection_nodes
-from connectors.reading.extraction_report import TableReport
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import RecordKind, connection_nodes
+from harvest.connectors.reading.extraction_report import TableReport
 
 NOT_A_LIST = "(list)"
 """The misfit name of a child list that is not a list of objects."""
@@ -55,7 +55,7 @@ def child_table(
 ) -> pa.Table:
     """The child rows of one page's `records` of `parent` (typed as `parent_rows`): parent key, position, the
     item's columns."""
-    from connectors.reading.extraction import _example, to_arrow
+    from harvest.connectors.reading.extraction import _example, to_arrow
 
     keys = [parent_rows.column(f.name) for f in child.parent_key]
     read = _lists(child)

@@ -16,9 +16,9 @@ from functools import lru_cache
 from itertools import count
 from typing import Any
 
-from connectors.catalog.fields import PARAM_PREFIX, Field
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import KnownFields, RecordKind
+from harvest.connectors.catalog.fields import PARAM_PREFIX, Field
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import KnownFields, RecordKind
 
 ColumnsReader = Callable[[list[Any], Mapping[str, Any], set[str] | None], list[list[Any]]]
 """(items, request parameters, a set to add unknown field paths to, or None) -> one value list per column."""

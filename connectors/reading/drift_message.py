@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.reading.extraction import ExtractionReport
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.reading.extraction import ExtractionReport
 
 KEPT = (
     "the paid pages are kept in the raw store: once the catalog reads the new shape, `harvest rebuild` lands "

@@ -27,9 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.catalog.fields import Field, coercer
-from connectors.catalog.record_paths import MISSING, compile_path
-from connectors.catalog.records import RecordKind
+from harvest.connectors.catalog.fields import Field, coercer
+from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.records import RecordKind
 
 GENERIC = frozenset(
     {"count", "id", "url", "at", "text", "int", "is", "has", "info", "num", "number", "total"}

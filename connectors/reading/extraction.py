@@ -20,16 +20,16 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
-from connectors.catalog.paging_styles import Paging
-from connectors.catalog.records import Located, RecordKind
-from connectors.reading.child_rows import child_table
-from connectors.reading.column_readers import columns_reader
-from connectors.reading.empty_columns import empty_columns, key_override
-from connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
-from connectors.reading.missing_lists import lost_lists
-from connectors.reading.unread_cursors import unread_cursor
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
+from harvest.connectors.catalog.paging_styles import Paging
+from harvest.connectors.catalog.records import Located, RecordKind
+from harvest.connectors.reading.child_rows import child_table
+from harvest.connectors.reading.column_readers import columns_reader
+from harvest.connectors.reading.empty_columns import empty_columns, key_override
+from harvest.connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
+from harvest.connectors.reading.missing_lists import lost_lists
+from harvest.connectors.reading.unread_cursors import unread_cursor
 
 EXAMPLE_CHARS = 80
 

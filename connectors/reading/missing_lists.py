@@ -21,8 +21,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.catalog.record_paths import dig
-from connectors.catalog.records import ENVELOPE_KEYS, Located, RecordKind, connection_nodes
+from harvest.connectors.catalog.record_paths import dig
+from harvest.connectors.catalog.records import ENVELOPE_KEYS, Located, RecordKind, connection_nodes
 
 MAX_NODES_SEARCHED = 20_000
 """Objects and lists visited when looking for where a lost list went: an answer is searched to this many (a

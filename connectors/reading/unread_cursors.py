@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.catalog.paging_styles import Paging
-from connectors.catalog.record_paths import MISSING, first
+from harvest.connectors.catalog.paging_styles import Paging
+from harvest.connectors.catalog.record_paths import MISSING, first
 
 CURSOR_NAMES = (
     "cursor", "next_cursor", "nextCursor", "continuationToken", "continuation_token", "next_page_id",

@@ -8,11 +8,11 @@ from typing import Any
 
 import typer
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.job_catalog import Catalog, builtin
-from flows.console import literal, out, say
-from flows.spec import describe_params
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.job_catalog import Catalog, builtin
+from harvest.flows.console import literal, out, say
+from harvest.flows.spec import describe_params
 
 
 def show_endpoints(as_json: bool, catalog: Catalog | None = None) -> None:

@@ -13,14 +13,14 @@ import re
 import shlex
 from pathlib import Path
 
-from flows import console
-from flows.console import harvest_command
+from harvest.flows import console
+from harvest.flows.console import harvest_command
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 def _name(column: str) -> str:
-    from tasks.database.connection import quote_ident
+    from harvest.tasks.database.connection import quote_ident
 
     return column if _PLAIN_NAME.fullmatch(column) else quote_ident(column)
 
@@ -30,7 +30,7 @@ def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], widt
     The path is absolute (`harvest sql` reads only the job's own Parquet tree, named by its real place); where
     it is wider than `width` it is written as adjacent string literals, one a line, split after a `/` (SQL
     joins literals that only a line break separates), so no line is wider than the terminal."""
-    from tasks.database.connection import quote_literal
+    from harvest.tasks.database.connection import quote_literal
 
     files = str(parquet_table_dir.resolve() / "*" / "*.parquet")
     keys = ", ".join(_name(c) for c in primary_key)
@@ -101,9 +101,9 @@ def example_table(tables: dict[str, int], parquet_root: Path) -> str | None:
 def say_history(tables: dict[str, int], output: Path) -> None:
     """The few lines at the end of a loaded run into these tables: sentences (wrapped at separators on a
     terminal) and two commands, laid out to the terminal's width as a shell reads them pasted."""
-    from connectors.catalog.child_kinds import ChildKind
-    from tasks.output.layout import OutputLayout
-    from tasks.output.manifest import output_kinds
+    from harvest.connectors.catalog.child_kinds import ChildKind
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import output_kinds
 
     kinds = output_kinds(OutputLayout(output))
     parquet_root = output / "parquet"

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from flows.console import add_row, counted, out, prose, table
-from flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
-from flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
-from flows.run.plan import Plan, plan
-from flows.spec import JobSpec
-from tasks.output.layout import OutputLayout
+from harvest.flows.console import add_row, counted, out, prose, table
+from harvest.flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
+from harvest.flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
+from harvest.flows.run.plan import Plan, plan
+from harvest.flows.spec import JobSpec
+from harvest.tasks.output.layout import OutputLayout
 
 SHORT_EXIT = 3
 """`harvest plan --check` when the budget cannot cover the plan (and a run whose budget left queries never

@@ -32,7 +32,7 @@ _armed = False
 def _in_the_cli() -> bool:
     """The `harvest` console script, or `python -m flows.cli`."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return Path(sys.argv[0]).name == "harvest" or (spec is not None and spec.name == "flows.cli")
+    return Path(sys.argv[0]).name == "harvest" or (spec is not None and spec.name == "harvest.flows.cli")
 
 
 @contextlib.contextmanager

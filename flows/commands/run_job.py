@@ -22,20 +22,20 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 from rich.text import Text
 
-from configs import spec_path
-from connectors.errors import MissingApiKey
-from flows import console
-from flows.commands import quick_exit
-from flows.console import harvest_line, note, runnable
-from flows.run.run_again import RunAgain
-from flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
-from flows.stop_signals import INTERRUPTED, interrupts, signal_name
-from tasks.output.layout import OutputLayout
+from harvest.configs import spec_path
+from harvest.connectors.errors import MissingApiKey
+from harvest.flows import console
+from harvest.flows.commands import quick_exit
+from harvest.flows.console import harvest_line, note, runnable
+from harvest.flows.run.run_again import RunAgain
+from harvest.flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
+from harvest.flows.stop_signals import INTERRUPTED, interrupts, signal_name
+from harvest.tasks.output.layout import OutputLayout
 
 if TYPE_CHECKING:
-    from flows.run.interrupt import RunMarks
-    from flows.run.start import Mode
-    from tasks.output.run_summary import NoRun, RunSummary
+    from harvest.flows.run.interrupt import RunMarks
+    from harvest.flows.run.start import Mode
+    from harvest.tasks.output.run_summary import NoRun, RunSummary
 
 DEMO_SPEC = spec_path("demo.yaml")
 EX_TEMPFAIL = 75
@@ -55,7 +55,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
     once for the whole run (the flow gets it with the lock, `flows.run.start.Prepared`), its service URL, and what
     `check_service` needs of the service (None for the embedded sandbox)."""
-    from flows.run.preflight import check_output_dir
+    from harvest.flows.run.preflight import check_output_dir
 
     try:
         spec = load_spec(spec_path)
@@ -65,7 +65,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
         check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
         if resolved == "sandbox":
             return spec, resolved, None
-        from connectors.http.auth import load_api_key
+        from harvest.connectors.http.auth import load_api_key
 
         service = spec.service
         key = load_api_key(env_var=service.api_key_env, secret_block=service.api_key_secret)
@@ -80,7 +80,7 @@ def check_service(service: Any, lock: Any) -> None:
     after the lock (a second run of the job is refused without a request), before Prefect starts."""
     if service is None:
         return
-    from flows.run.preflight import check_service as check
+    from harvest.flows.run.preflight import check_service as check
 
     try:
         check(*service)
@@ -94,7 +94,7 @@ def check_service(service: Any, lock: Any) -> None:
 
 def _hold_lock(layout: OutputLayout, job: str) -> Any:
     """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
-    from flows.run.preflight import lock_job
+    from harvest.flows.run.preflight import lock_job
 
     try:
         return lock_job(layout, job)
@@ -106,8 +106,8 @@ def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, ag
     """How the run starts (`flows.run.start.decide`, which the flow then takes as it is): decided while
     Prefect's server boots, under the lock; refused (`--continue` with an unfinished run, a resume after the
     queries or the service changed: exit 2) before anything is sent."""
-    from flows.run.service_access import service_label
-    from flows.run.start import decide
+    from harvest.flows.run.service_access import service_label
+    from harvest.flows.run.start import decide
 
     return decide(spec, layout, service_label(service_url), cast("Mode", mode), again.of_another_run())
 
@@ -116,7 +116,7 @@ def _start_prefect_server(lock: Any) -> Any:
     """Prefect's temporary server, when no Prefect API is configured (`flows.orchestrator.temporary_server`): started after
     every check (they take milliseconds), so refused input starts nothing, and before Prefect is imported, so
     it boots while harvest imports (~1.5 s of its ~3.5 s). The lock is released when it cannot start."""
-    from flows.orchestrator.temporary_server import start_if_needed
+    from harvest.flows.orchestrator.temporary_server import start_if_needed
 
     try:
         return start_if_needed()
@@ -162,8 +162,8 @@ def _begin(
             start = _decide(spec, layout, service_url, mode, again)
         except UsageError as exc:
             raise fail(str(exc)) from None
-        from flows.run.interrupt import run_marks
-        from flows.run.start import Prepared
+        from harvest.flows.run.interrupt import run_marks
+        from harvest.flows.run.start import Prepared
 
         prepared = Prepared(spec, layout, lock, start)
         return _Begun(job, layout, lock, prepared, server, run_marks(layout, job), again)
@@ -188,7 +188,7 @@ def _prefect_ready(server: Any) -> None:
     """Prefect answers before the run starts: the temporary server once booted; a configured API within
     `prefect_outage.START_WAIT_SECONDS` (a restart), else the run is refused before anything is sent (exit 75:
     try again later). Also folds Prefect's client errors into one line each from here on."""
-    from flows.orchestrator import prefect_outage
+    from harvest.flows.orchestrator import prefect_outage
 
     prefect_outage.install(cli=True)
     if server is not None:
@@ -225,7 +225,7 @@ def _prefect_away(why: str) -> typer.Exit:
 def _broken(exc: Exception) -> typer.Exit:
     """The run broke outside its data: Prefect's API failing before the flow's body began (creating the flow
     run) refused it before anything was paid (exit 75), anything else is a failed run (exit 1)."""
-    from flows.orchestrator.prefect_outage import NotStarted
+    from harvest.flows.orchestrator.prefect_outage import NotStarted
 
     if isinstance(exc, NotStarted):
         return _prefect_away(str(exc))
@@ -241,26 +241,26 @@ def run_job(
     full: bool = False,
 ) -> tuple[RunSummary | NoRun, OutputLayout, RunAgain]:
     """The run's summary, where it landed, and how to run it again."""
-    from flows.orchestrator.prefect_settings import apply_prefect_defaults, quiet_prefect_echoes
+    from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults, quiet_prefect_echoes
 
     started = time.monotonic()
     apply_prefect_defaults()
     begun = _begin(spec_path, base_url, output, mode, budget, full)
     layout = begun.layout
-    from flows.run.interrupt import interrupted_outside_the_flow
+    from harvest.flows.run.interrupt import interrupted_outside_the_flow
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")
     stamina_level = stamina_log.level
     stamina_log.setLevel(logging.ERROR)
-    from flows.run import progress
+    from harvest.flows.run import progress
 
     reporter = progress.for_terminal()
     progress.install(reporter)
     try:
-        from flows.collect import run_collect  # imports Prefect (a second or two)
-        from tasks.output.run_summary import NoRun
+        from harvest.flows.collect import run_collect  # imports Prefect (a second or two)
+        from harvest.tasks.output.run_summary import NoRun
 
         quiet_prefect_echoes()  # harvest prints the outcome and each failed query's reason itself
         _prefect_ready(begun.server)
@@ -302,7 +302,7 @@ def run(
 ) -> None:
     with quick_exit.on_exit():  # ends the process without finalizing the interpreter (~0.6 s)
         summary, layout, again = run_job(spec, base_url, budget, output, mode, full)
-        from flows.commands.run_report import report  # after: a refused run imports no HTTP client
+        from harvest.flows.commands.run_report import report  # after: a refused run imports no HTTP client
 
         code = report(summary, again, output or layout.root)
         if getattr(summary, "prefect_untold", None):
@@ -317,7 +317,7 @@ def demo(output: Path | None) -> None:
 
 def _demo(output: Path | None) -> None:
     summary, layout, again = run_job(DEMO_SPEC, "sandbox", None, output)
-    from flows.commands.run_report import report
+    from harvest.flows.commands.run_report import report
 
     target = output or layout.root
     code = report(summary, again, target)
@@ -339,8 +339,8 @@ def _demo(output: Path | None) -> None:
 
 
 def serve(paths: list[Path], base_url: str | None) -> None:
-    from flows.orchestrator.deployments import serve as serve_jobs
-    from flows.orchestrator.prefect_settings import apply_prefect_defaults
+    from harvest.flows.orchestrator.deployments import serve as serve_jobs
+    from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults
 
     apply_prefect_defaults()
     try:
@@ -354,7 +354,7 @@ def serve(paths: list[Path], base_url: str | None) -> None:
 
 def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:
     """One read statement; refused statements exit 2, queries DuckDB cannot run exit 1."""
-    from flows.commands.sql import QueryFailed, sql_command
+    from harvest.flows.commands.sql import QueryFailed, sql_command
 
     try:
         sql_command(output, query, limit, fmt)

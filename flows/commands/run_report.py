@@ -11,19 +11,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from connectors.paging.pager import base_id
-from flows import console
-from flows.commands.history_note import say_history
-from flows.console import counted, harvest_line
-from flows.run.run_again import RunAgain
-from tasks.output.run_summary import NoRun, RunSummary, query_rows
+from harvest.connectors.paging.pager import base_id
+from harvest.flows import console
+from harvest.flows.commands.history_note import say_history
+from harvest.flows.console import counted, harvest_line
+from harvest.flows.run.run_again import RunAgain
+from harvest.tasks.output.run_summary import NoRun, RunSummary, query_rows
 
 out, err = console.out, console.err
 
 
 def _error_lines(summary: RunSummary) -> list[str]:
     """Why queries did not end well, each distinct reason once (30 queries stopped by one refused key: one line)."""
-    from tasks.output.manifest import failure_groups, who
+    from harvest.tasks.output.manifest import failure_groups, who
 
     lines = [f"{who(ids)}: {reason}" for ids, reason in failure_groups(summary.queries)]
     if summary.error and summary.status != "interrupted":  # the resume line says it
@@ -33,8 +33,8 @@ def _error_lines(summary: RunSummary) -> list[str]:
 
 def _extraction_lines(summary: RunSummary) -> list[str]:
     """What the pages held that did not land as typed values: said once per run, never silently."""
-    from connectors.reading.extraction import ExtractionReport
-    from connectors.reading.json_body import describe_repairs
+    from harvest.connectors.reading.extraction import ExtractionReport
+    from harvest.connectors.reading.json_body import describe_repairs
 
     total = ExtractionReport()
     for q in summary.queries:
@@ -83,8 +83,8 @@ def _left_out_lines(total: Any) -> list[str]:
 def _unread_cursor_lines(summary: RunSummary) -> list[str]:
     """Queries whose paging ended where the answer held a cursor the declaration does not read: a night that
     looks complete and stopped short, said once per endpoint and field."""
-    from connectors.reading.unread_cursors import unread_cursor_words
-    from tasks.output.manifest import who
+    from harvest.connectors.reading.unread_cursors import unread_cursor_words
+    from harvest.tasks.output.manifest import who
 
     by_field: dict[tuple[str, str, str], list[str]] = {}
     for q in summary.queries:
@@ -100,8 +100,8 @@ def _unread_cursor_lines(summary: RunSummary) -> list[str]:
 
 def _empty_column_lines(summary: RunSummary) -> list[str]:
     """Columns that came empty while the records carried their values under other names: once per endpoint."""
-    from connectors.reading.drift_message import empty_columns_message
-    from connectors.reading.extraction import ExtractionReport
+    from harvest.connectors.reading.drift_message import empty_columns_message
+    from harvest.connectors.reading.extraction import ExtractionReport
 
     by_endpoint: dict[str, ExtractionReport] = {}
     for q in summary.queries:
@@ -153,7 +153,7 @@ def never_started_line(summary: RunSummary) -> str | None:
 
 
 def print_summary(summary: RunSummary, output: Path) -> None:
-    from connectors.paging.pager import OK_STATUSES
+    from harvest.connectors.paging.pager import OK_STATUSES
 
     queries = console.table(
         "query", "status", "pages", "records", "credits",
@@ -307,9 +307,9 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
 
 
 def exit_code(summary: RunSummary) -> int:
-    from connectors.paging.pager import OK_STATUSES
-    from flows.orchestrator.final_state import cut_short, failed_export
-    from tasks.output.machine_fault import EXIT_CODE
+    from harvest.connectors.paging.pager import OK_STATUSES
+    from harvest.flows.orchestrator.final_state import cut_short, failed_export
+    from harvest.tasks.output.machine_fault import EXIT_CODE
 
     if summary.machine_fault:
         return EXIT_CODE  # stopped by this machine (a full disk): try again once it is fixed
@@ -342,7 +342,7 @@ def report(summary: RunSummary | NoRun, again: RunAgain, output: Path) -> int:
 
 
 def _no_run(summary: NoRun, again: RunAgain) -> int:
-    from tasks.output.machine_fault import EXIT_CODE
+    from harvest.tasks.output.machine_fault import EXIT_CODE
 
     if summary.status == "nothing_to_continue":
         console.say(summary.message)

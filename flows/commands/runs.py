@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flows import console
-from flows.commands.run_job import fail
-from flows.console import counted, harvest_line
-from flows.run.run_again import resume_hint
-from tasks.output.layout import OutputLayout
+from harvest.flows import console
+from harvest.flows.commands.run_job import fail
+from harvest.flows.console import counted, harvest_line
+from harvest.flows.run.run_again import resume_hint
+from harvest.tasks.output.layout import OutputLayout
 
 
 def _unfinished_note(row: Any, output: Path) -> str:
@@ -35,7 +35,7 @@ def _unfinished_note(row: Any, output: Path) -> str:
 
 def _job_lock(layout: OutputLayout, job: str) -> Any:
     """The job's lock, or None while a run of the job holds it (its manifests may be rewritten meanwhile)."""
-    from tasks.output.job_lock import JobLocked, acquire
+    from harvest.tasks.output.job_lock import JobLocked, acquire
 
     try:
         return acquire(layout.lock_file(job))
@@ -45,8 +45,8 @@ def _job_lock(layout: OutputLayout, job: str) -> Any:
 
 def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -> None:
     """Say why nothing was loaded, naming the database only if it exists."""
-    from flows.run.load_step import refresh_views
-    from tasks.database.connection import DatabaseBusy
+    from harvest.flows.run.load_step import refresh_views
+    from harvest.tasks.database.connection import DatabaseBusy
 
     landed = [m for m in manifests if m.status != "running"]
     if not landed:
@@ -67,11 +67,11 @@ def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -
 
 def load(output: Path) -> None:
     """Load every run whose data landed and is not in DuckDB; say what each is."""
-    from flows.run.load_step import load_manifest_into_duckdb
-    from tasks.database.connection import DatabaseBusy
-    from tasks.database.load_settings import LoadSettingError, check_load_settings
-    from tasks.output.manifest import all_manifests, pending_manifests
-    from tasks.output.run_list import run_rows
+    from harvest.flows.run.load_step import load_manifest_into_duckdb
+    from harvest.tasks.database.connection import DatabaseBusy
+    from harvest.tasks.database.load_settings import LoadSettingError, check_load_settings
+    from harvest.tasks.output.manifest import all_manifests, pending_manifests
+    from harvest.tasks.output.run_list import run_rows
 
     try:
         check_load_settings()
@@ -107,7 +107,7 @@ def load(output: Path) -> None:
 
 
 def runs(output: Path) -> None:
-    from tasks.output.run_list import run_rows
+    from harvest.tasks.output.run_list import run_rows
 
     rows = run_rows(OutputLayout(output))
     if not rows:

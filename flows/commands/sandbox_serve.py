@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.catalog.job_catalog import builtin_declarations
-from flows.spec.declared import catalog_file_endpoints, declared_endpoints
-from flows.spec.problems import SpecError, UsageError
-from sandbox import drift_shapes
-from sandbox.config import Drift, Quirks
-from sandbox.served_paths import replay_answers
+from harvest.connectors.catalog.job_catalog import builtin_declarations
+from harvest.flows.spec.declared import catalog_file_endpoints, declared_endpoints
+from harvest.flows.spec.problems import SpecError, UsageError
+from harvest.sandbox import drift_shapes
+from harvest.sandbox.config import Drift, Quirks
+from harvest.sandbox.served_paths import replay_answers
 
 
 def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None], **options: Any) -> None:
@@ -27,7 +27,7 @@ def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None
     spec) and `options` (`sandbox.wire.serving.serve`'s; `quirks` a bool: all on or all off; `fault_kinds`
     a list or the command line's comma-separated text). UsageError
     (exit 2) names what is refused: a shape, a replay entry, a declaration harvest or the sandbox cannot take."""
-    from sandbox.wire.serving import serve
+    from harvest.sandbox.wire.serving import serve
 
     drift, replay, catalogs, spec = named
     try:

@@ -23,10 +23,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flows.console import add_row, harvest_line, literal, note, out, table
-from flows.spec import UsageError
-from tasks.database.connection import quote_literal
-from tasks.output.layout import OutputLayout
+from harvest.flows.console import add_row, harvest_line, literal, note, out, table
+from harvest.flows.spec import UsageError
+from harvest.tasks.database.connection import quote_literal
+from harvest.tasks.output.layout import OutputLayout
 
 if TYPE_CHECKING:
     import duckdb
@@ -130,8 +130,8 @@ def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
 def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
     """The history views read Parquet by absolute path: after a move they would read the old place (which the
     fence refuses). Read-only, the stored views cannot change, so temporary ones over this place shadow them."""
-    from tasks.database.history_views import follow_moved_views
-    from tasks.output.manifest import output_kinds
+    from harvest.tasks.database.history_views import follow_moved_views
+    from harvest.tasks.output.manifest import output_kinds
 
     if follow_moved_views(con, layout.parquet_root, output_kinds(layout)):
         note(
@@ -167,7 +167,7 @@ def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> QueryResult:
             rest, capped = _count_rest(result)
             return QueryResult(columns, rows, len(rows) + rest, capped)
         except duckdb.PermissionException:
-            from tasks.database.history_views import HISTORY_SUFFIX
+            from harvest.tasks.database.history_views import HISTORY_SUFFIX
 
             hint = (
                 f"; a `_history` view reading another place: `{harvest_line('load', db.parent)}` points it here"

@@ -9,11 +9,11 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.fields import DESCRIPTION, SOURCE
-from connectors.catalog.job_catalog import Catalog, builtin
-from tasks.database.column_comments import request_columns
-from tasks.database.record_tables import duckdb_types
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.fields import DESCRIPTION, SOURCE
+from harvest.connectors.catalog.job_catalog import Catalog, builtin
+from harvest.tasks.database.column_comments import request_columns
+from harvest.tasks.database.record_tables import duckdb_types
 
 HEADER = """# Tables
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import typer
 
-from flows import console
-from flows.spec import JobSpec, UsageError
-from tasks.database.connection import DatabaseBusy
-from tasks.output.layout import OutputLayout
+from harvest.flows import console
+from harvest.flows.spec import JobSpec, UsageError
+from harvest.tasks.database.connection import DatabaseBusy
+from harvest.tasks.output.layout import OutputLayout
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -21,7 +21,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> None:
-    from flows.handoff.rebuild import rebuild as rebuild_output
+    from harvest.flows.handoff.rebuild import rebuild as rebuild_output
 
     try:
         report = rebuild_output(OutputLayout(output), run_id, spec)
@@ -46,9 +46,9 @@ def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> No
 def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
     import duckdb
 
-    from flows.handoff.export import export_increment, export_snapshot
-    from flows.handoff.export_ledger import NotRecorded
-    from flows.spec.job_options import format_problem
+    from harvest.flows.handoff.export import export_increment, export_snapshot
+    from harvest.flows.handoff.export_ledger import NotRecorded
+    from harvest.flows.spec.job_options import format_problem
 
     layout = OutputLayout(output)
     if not layout.raw_root.is_dir():
@@ -88,9 +88,9 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
     """`--format iceberg|delta`: a failed table is named with those committed before it (exit 1)."""
     import duckdb
 
-    from flows.handoff.export_ledger import NotRecorded
-    from flows.handoff.lakehouse.lakehouse_export import ExportFailed
-    from flows.handoff.lakehouse.lakehouse_export import export_tables as merge_tables
+    from harvest.flows.handoff.export_ledger import NotRecorded
+    from harvest.flows.handoff.lakehouse.lakehouse_export import ExportFailed
+    from harvest.flows.handoff.lakehouse.lakehouse_export import export_tables as merge_tables
 
     try:
         report = merge_tables(layout, to, fmt)
@@ -116,7 +116,7 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
 
 
 def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
-    from flows.handoff.raw_pages import raw_lines
+    from harvest.flows.handoff.raw_pages import raw_lines
 
     try:
         for line in raw_lines(OutputLayout(output), run_id, query_id):

@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.paging.pager import base_id
-from flows.console import counted
-from flows.run.coverage import COLLECTED
-from flows.run.plan import CostLine, Plan
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, run_heads
+from harvest.connectors.paging.pager import base_id
+from harvest.flows.console import counted
+from harvest.flows.run.coverage import COLLECTED
+from harvest.flows.run.plan import CostLine, Plan
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, run_heads
 
 LAST_NIGHTS = 3
 """Learning nights averaged: recent enough to follow a job that grows, enough to smooth one odd night."""

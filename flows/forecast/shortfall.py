@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from flows.run.plan import CostLine, Plan
+from harvest.flows.run.plan import CostLine, Plan
 
 STEPS = 200_000
 """Moves of the play before it gives up (a budget vastly larger than its pages' prices, with dependents

@@ -25,13 +25,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.catalog.child_kinds import ChildKind, TableKind
-from flows.handoff.export_ledger import EXPORTS_DDL, ExportRow, find_committed, record, recorded
-from flows.spec import UsageError
-from flows.spec.job_options import BadDestination, check_destination
-from tasks.database.connection import has_table, quote_ident
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests, output_kinds
+from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
+from harvest.flows.handoff.export_ledger import EXPORTS_DDL, ExportRow, find_committed, record, recorded
+from harvest.flows.spec import UsageError
+from harvest.flows.spec.job_options import BadDestination, check_destination
+from harvest.tasks.database.connection import has_table, quote_ident
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests, output_kinds
 
 __all__ = ["EXPORTS_DDL", "ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536

@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from flows.console import harvest_line
-from flows.run.interrupt import ExportInterrupted, StopOnSignal
-from flows.spec import JobSpec
-from tasks.output.layout import OutputLayout
+from harvest.flows.console import harvest_line
+from harvest.flows.run.interrupt import ExportInterrupted, StopOnSignal
+from harvest.flows.spec import JobSpec
+from harvest.tasks.output.layout import OutputLayout
 
 
 def export_step(
@@ -31,7 +31,7 @@ def export_step(
         with stop.exporting() if stop is not None else contextlib.nullcontext():
             if fmt != "parquet":
                 return _tables(layout, to, fmt)
-            from flows.handoff.export import export_increment, export_snapshot
+            from harvest.flows.handoff.export import export_increment, export_snapshot
 
             report = (export_snapshot if spec.export.snapshot else export_increment)(layout, to)
     except ExportInterrupted as exc:  # nothing is recorded: the retry sends (or merges) it all again
@@ -44,7 +44,7 @@ def export_step(
 
 def _tables(layout: OutputLayout, to: str, fmt: str) -> dict[str, Any]:
     """An Iceberg or Delta export's report: the tables stand for files (one commit each)."""
-    from flows.handoff.lakehouse.lakehouse_export import export_tables
+    from harvest.flows.handoff.lakehouse.lakehouse_export import export_tables
 
     report = export_tables(layout, to, fmt)
     return {"to": report.destination, "kind": fmt, "runs": len(report.runs), "files": len(report.tables),

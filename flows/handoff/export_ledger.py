@@ -17,10 +17,10 @@ from datetime import datetime
 import duckdb
 import pyarrow.fs as pafs
 
-from tasks.database.column_comments import describe_table
-from tasks.database.connection import DatabaseBusy, has_table, transaction, write_connection
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest
+from harvest.tasks.database.column_comments import describe_table
+from harvest.tasks.database.connection import DatabaseBusy, has_table, transaction, write_connection
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest
 
 EXPORTS_DDL = """
 CREATE TABLE IF NOT EXISTS exports (

@@ -13,9 +13,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from flows.spec import UsageError
-from tasks.output.layout import OutputLayout
-from tasks.output.raw_store import RawIndex, RawPage, RawPageReader
+from harvest.flows.spec import UsageError
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.raw_store import RawIndex, RawPage, RawPageReader
 
 
 def _body(page: RawPage) -> dict[str, Any]:

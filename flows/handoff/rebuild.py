@@ -26,18 +26,18 @@ from typing import Any
 
 import duckdb
 
-from connectors.catalog.job_catalog import for_job
-from connectors.catalog.shape_overrides import shapes_data, shapes_of
-from connectors.paging.pager import QuerySpec
-from flows.handoff.export_ledger import EXPORTS_DDL
-from flows.run.load_step import load_manifest_into_duckdb
-from flows.run.run_again import resume_hint
-from flows.spec import JobSpec, UsageError
-from tasks.database.connection import quote_ident, quote_literal, write_connection
-from tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests, write_manifest
-from tasks.output.raw_store import RawIndex
+from harvest.connectors.catalog.job_catalog import for_job
+from harvest.connectors.catalog.shape_overrides import shapes_data, shapes_of
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.handoff.export_ledger import EXPORTS_DDL
+from harvest.flows.run.load_step import load_manifest_into_duckdb
+from harvest.flows.run.run_again import resume_hint
+from harvest.flows.spec import JobSpec, UsageError
+from harvest.tasks.database.connection import quote_ident, quote_literal, write_connection
+from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests, write_manifest
+from harvest.tasks.output.raw_store import RawIndex
 
 KEPT_TABLES = {"exports": EXPORTS_DDL}
 """Tables that record what happened outside the output directory (where runs were exported), with their
@@ -96,7 +96,7 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
 
 @contextmanager
 def _job_lock(layout: OutputLayout, job: str) -> Iterator[None]:
-    from tasks.output.job_lock import JobLocked, acquire
+    from harvest.tasks.output.job_lock import JobLocked, acquire
 
     try:
         lock = acquire(layout.lock_file(job))

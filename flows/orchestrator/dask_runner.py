@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.spec import JobSpec
+from harvest.flows.spec import JobSpec
 
 
 def dask_task_runner(spec: JobSpec) -> Any:

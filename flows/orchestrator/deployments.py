@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.orchestrator.prefect_settings import SERVER_START
-from flows.spec import UsageError, parse_spec, resolve_base_url
-from flows.spec.job_options import Schedule, check_destination
+from harvest.flows.orchestrator.prefect_settings import SERVER_START
+from harvest.flows.spec import UsageError, parse_spec, resolve_base_url
+from harvest.flows.spec.job_options import Schedule, check_destination
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -109,7 +109,7 @@ def runner_deployment(job: JobDeployment) -> Any:
     from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Cron, Interval
 
-    from flows.collect import collect_job
+    from harvest.flows.collect import collect_job
 
     schedules: list[Any] = []
     if job.schedule is not None and job.schedule.cron is not None:
@@ -125,7 +125,7 @@ def runner_deployment(job: JobDeployment) -> Any:
         ),
         tags=["harvest", f"job:{job.name}"],
         description=f"harvest job {job.name} from {job.spec_file.resolve()}; output {job.output}",
-        entrypoint_type=EntrypointType.MODULE_PATH,  # flows.collect.collect_job: works wherever harvest is installed
+        entrypoint_type=EntrypointType.MODULE_PATH,  # harvest.flows.collect.collect_job: wherever harvest is installed
     )
 
 
@@ -138,9 +138,9 @@ NO_SERVER = (
 
 def check_ready(jobs: list[JobDeployment]) -> None:
     """What would fail every scheduled run, refused now: no Prefect server, an unwritable output, no API key."""
-    from connectors.http.auth import load_api_key
-    from flows.orchestrator.temporary_server import configured_api_url
-    from flows.run.preflight import check_output_dir
+    from harvest.connectors.http.auth import load_api_key
+    from harvest.flows.orchestrator.temporary_server import configured_api_url
+    from harvest.flows.run.preflight import check_output_dir
 
     if configured_api_url() is None:
         raise UsageError(NO_SERVER)
@@ -154,10 +154,10 @@ async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:
     """For each job whose newest run was killed (manifest `running`, nobody holding the job's lock), set its
     flow runs still Running in Prefect to Crashed: a killed `harvest serve` left them so, and they hold the
     deployment's concurrency slot until Prefect's lease on it expires. Returns (run id, flow run id) pairs."""
-    from flows.orchestrator.prefect_runs import crash_stale_flow_runs
-    from flows.run.start import unfinished_run
-    from tasks.output.layout import OutputLayout
-    from tasks.output.run_list import killed
+    from harvest.flows.orchestrator.prefect_runs import crash_stale_flow_runs
+    from harvest.flows.run.start import unfinished_run
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.run_list import killed
 
     crashed: list[tuple[str, str]] = []
     for job in jobs:
@@ -176,9 +176,9 @@ async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:
 async def tell_owed_jobs(jobs: list[JobDeployment]) -> list[Any]:
     """What Prefect missed of each job's runs while its API was away (`flows.orchestrator.prefect_record`), told
     now; a job whose lock is held is left to that run, which tells it when it ends."""
-    from flows.orchestrator.prefect_record import tell_owed
-    from tasks.output.job_lock import JobLocked, acquire
-    from tasks.output.layout import OutputLayout
+    from harvest.flows.orchestrator.prefect_record import tell_owed
+    from harvest.tasks.output.job_lock import JobLocked, acquire
+    from harvest.tasks.output.layout import OutputLayout
 
     told: list[Any] = []
     for job in jobs:
@@ -198,7 +198,7 @@ def serve(paths: list[Path], base_url: str | None) -> None:
     """Register the jobs' deployments and run their scheduled (and triggered) runs until stopped."""
     import asyncio
 
-    from flows import console
+    from harvest.flows import console
 
     jobs = job_deployments(paths, base_url)
     check_ready(jobs)
@@ -208,7 +208,7 @@ def serve(paths: list[Path], base_url: str | None) -> None:
         console.note(
             f"flow run {flow_run_id} of killed run {run_id} set Crashed in Prefect; the next run resumes it"
         )
-    from flows.orchestrator.prefect_record import told_line
+    from harvest.flows.orchestrator.prefect_record import told_line
 
     for told in asyncio.run(tell_owed_jobs(jobs)):
         console.note(told_line(told))
@@ -231,7 +231,7 @@ def serve_until_stopped(deployments: list[Any]) -> None:
 
     from prefect.runner import Runner
 
-    from flows.stop_signals import like_ctrl_c
+    from harvest.flows.stop_signals import like_ctrl_c
 
     class StoppedLikeCtrlC(Runner):
         def handle_sigterm(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 from prefect.context import FlowRunContext
 from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
-from connectors.http.auth import ApiKey, redact
-from connectors.paging.pager import OK_STATUSES, base_id
-from flows.orchestrator.prefect_outage import WATCH, api_away, bounded_client, caused_by_api, said
-from flows.orchestrator.prefect_record import (
+from harvest.connectors.http.auth import ApiKey, redact
+from harvest.connectors.paging.pager import OK_STATUSES, base_id
+from harvest.flows.orchestrator.prefect_outage import WATCH, api_away, bounded_client, caused_by_api, said
+from harvest.flows.orchestrator.prefect_record import (
     ENDED,
     Ended,
     NotTold,
@@ -27,11 +27,11 @@ from flows.orchestrator.prefect_record import (
     missed_task_runs,
     owe,
 )
-from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import MachineFault
-from tasks.output.manifest import RunManifest, failure_groups, who
-from tasks.output.run_summary import NoRun, RunSummary, query_rows
-from tasks.query_line import LINE_TASK, ended_task_runs
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import MachineFault
+from harvest.tasks.output.manifest import RunManifest, failure_groups, who
+from harvest.tasks.output.run_summary import NoRun, RunSummary, query_rows
+from harvest.tasks.query_line import LINE_TASK, ended_task_runs
 
 REASONS_SHOWN = 3
 """Distinct failure reasons named in a Failed state's message; the rest are counted."""

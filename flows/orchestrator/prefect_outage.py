@@ -94,7 +94,7 @@ class Watch:
             first = kind not in self._said
             self._said.add(kind)
         if first:
-            from flows import console
+            from harvest.flows import console
 
             console.warning(f"Prefect's API did not answer ({text}); {_CONSEQUENCE[kind]}")
 

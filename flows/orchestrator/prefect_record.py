@@ -26,9 +26,9 @@ from uuid import UUID
 import orjson
 from prefect.exceptions import Abort
 
-from flows.orchestrator.prefect_outage import WATCH, bounded_client, caused_by_api, said
-from tasks.output.layout import OutputLayout
-from tasks.query_line import ROUND_TASK
+from harvest.flows.orchestrator.prefect_outage import WATCH, bounded_client, caused_by_api, said
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.query_line import ROUND_TASK
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +126,10 @@ def _holds(known: Any, t: dict[str, Any]) -> bool:
 def _task_of(t: dict[str, Any]) -> Any:
     """The harvest task a task run of the record is a run of (a record without `task` names a query line)."""
     if t.get("task") == ROUND_TASK:
-        from tasks.round_task import collect_round
+        from harvest.tasks.round_task import collect_round
 
         return collect_round
-    from tasks.query_line import collect_queries
+    from harvest.tasks.query_line import collect_queries
 
     return collect_queries
 

@@ -19,23 +19,23 @@ from typing import Any
 
 from prefect.context import FlowRunContext
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.shape_overrides import shapes_data
-from connectors.paging.pager import QuerySpec
-from flows.orchestrator.prefect_runs import crash_stale_flow_runs
-from flows.run.load_step import load_manifest_into_duckdb
-from flows.run.service_access import ServiceAccess
-from flows.run.start import New, Resume, RunStart, job_coverage
-from flows.spec import JobSpec
-from flows.spec.identity import plan_key
-from tasks.database.connection import DatabaseBusy
-from tasks.landing import fresh_parts, land_raw_pages, open_run_sink
-from tasks.output.journal import JournalState, read_journal
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, write_manifest
-from tasks.output.parquet_sink import MultiTableSink
-from tasks.output.query_summary import QuerySummary, history_fields
-from tasks.output.raw_store import RawIndex
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.shape_overrides import shapes_data
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.orchestrator.prefect_runs import crash_stale_flow_runs
+from harvest.flows.run.load_step import load_manifest_into_duckdb
+from harvest.flows.run.service_access import ServiceAccess
+from harvest.flows.run.start import New, Resume, RunStart, job_coverage
+from harvest.flows.spec import JobSpec
+from harvest.flows.spec.identity import plan_key
+from harvest.tasks.database.connection import DatabaseBusy
+from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink
+from harvest.tasks.output.journal import JournalState, read_journal
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, write_manifest
+from harvest.tasks.output.parquet_sink import MultiTableSink
+from harvest.tasks.output.query_summary import QuerySummary, history_fields
+from harvest.tasks.output.raw_store import RawIndex
 
 log = logging.getLogger(__name__)
 

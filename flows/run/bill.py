@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.credits.ledger import CreditLedger
-from connectors.errors import HarvestError, NotTheService
-from connectors.http.client import ServiceClient
-from flows.spec.service_url import EMBEDDED_SANDBOX
-from tasks.output.journal import JournalState, SessionBalance
-from tasks.output.manifest import RunManifest
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.errors import HarvestError, NotTheService
+from harvest.connectors.http.client import ServiceClient
+from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
+from harvest.tasks.output.journal import JournalState, SessionBalance
+from harvest.tasks.output.manifest import RunManifest
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.catalog.paging_styles import Cursor
-from connectors.paging.known_items import History
-from connectors.paging.pager import QuerySpec
-from flows.run.plan import DependentQuery, instantiate
-from tasks.database.known_keys import parent_values
-from tasks.output.manifest import RunManifest
+from harvest.connectors.catalog.paging_styles import Cursor
+from harvest.connectors.paging.known_items import History
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.run.plan import DependentQuery, instantiate
+from harvest.tasks.database.known_keys import parent_values
+from harvest.tasks.output.manifest import RunManifest
 
 COLLECTED = frozenset({"complete", "caught_up", "not_found", "max_pages"})
 """Statuses of a query whose data was collected (the others stopped early: budget, failure, a killed run)."""

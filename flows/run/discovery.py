@@ -13,10 +13,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from connectors.paging.pager import QuerySpec
-from flows.run.coverage import dependents_left
-from flows.run.plan import DependentQuery, Plan, base_id, instantiate
-from flows.run.start import RunStart
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.run.coverage import dependents_left
+from harvest.flows.run.plan import DependentQuery, Plan, base_id, instantiate
+from harvest.flows.run.start import RunStart
 
 
 class Discovery:

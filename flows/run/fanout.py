@@ -27,19 +27,19 @@ from prefect import tags
 from prefect.states import State
 from prefect.task_engine import run_task
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.paging.pager import QuerySpec
-from flows.orchestrator.prefect_outage import WATCH, caused_by_api, said
-from flows.run import progress
-from flows.run.discovery import Discovery
-from flows.run.plan import DependentQuery, Plan, base_id
-from flows.run.start import RunStart
-from tasks.landing import land_raw_pages, page_query
-from tasks.output.journal import RunJournal
-from tasks.output.layout import OutputLayout
-from tasks.output.query_summary import QuerySummary
-from tasks.query_line import QueryLine, collect_queries, note_end
-from tasks.run_context import RunContext
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.orchestrator.prefect_outage import WATCH, caused_by_api, said
+from harvest.flows.run import progress
+from harvest.flows.run.discovery import Discovery
+from harvest.flows.run.plan import DependentQuery, Plan, base_id
+from harvest.flows.run.start import RunStart
+from harvest.tasks.landing import land_raw_pages, page_query
+from harvest.tasks.output.journal import RunJournal
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.query_summary import QuerySummary
+from harvest.tasks.query_line import QueryLine, collect_queries, note_end
+from harvest.tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from connectors.credits.ledger import CreditLedger
-from connectors.http.client import ServiceClient
-from flows import closed_output
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunHead, run_heads
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.http.client import ServiceClient
+from harvest.flows import closed_output
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunHead, run_heads
 
 GRACE_SECONDS = 10.0
 """How long requests in flight may take to land after the first Ctrl-C."""

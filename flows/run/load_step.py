@@ -14,16 +14,16 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from flows.console import harvest_line
-from flows.run.interrupt import LoadInterrupted, StopOnSignal
-from flows.run.memory import release_memory
-from tasks.database.bookkeeping import insert_requests, upsert_query_states, upsert_run
-from tasks.database.connection import DatabaseBusy, transaction, write_connection
-from tasks.database.history_views import refresh_history_views
-from tasks.database.record_tables import merge_batches
-from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import as_machine_fault
-from tasks.output.manifest import RunManifest, output_kinds, pending_manifests, write_manifest
+from harvest.flows.console import harvest_line
+from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
+from harvest.flows.run.memory import release_memory
+from harvest.tasks.database.bookkeeping import insert_requests, upsert_query_states, upsert_run
+from harvest.tasks.database.connection import DatabaseBusy, transaction, write_connection
+from harvest.tasks.database.history_views import refresh_history_views
+from harvest.tasks.database.record_tables import merge_batches
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import as_machine_fault
+from harvest.tasks.output.manifest import RunManifest, output_kinds, pending_manifests, write_manifest
 
 
 def load_manifest_into_duckdb(

@@ -34,7 +34,7 @@ def quiet_gc() -> Iterator[None]:
 def release_memory() -> None:
     """Hand what collecting used back to the system before DuckDB takes its share: the peak of a run is
     then the larger of the two steps, not their sum."""
-    from tasks.output.parquet_sink import stop_writer_thread
+    from harvest.tasks.output.parquet_sink import stop_writer_thread
 
     stop_writer_thread()  # every Parquet file of the run is closed by now
     gc.collect()

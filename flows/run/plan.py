@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.params import Params
-from connectors.paging.pager import QuerySpec, base_id
-from flows.console import counted
-from flows.spec import JobSpec, Query, render_value
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.params import Params
+from harvest.connectors.paging.pager import QuerySpec, base_id
+from harvest.flows.console import counted
+from harvest.flows.spec import JobSpec, Query, render_value
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,17 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.console import harvest_line
-from flows.spec import UsageError
+from harvest.flows.console import harvest_line
+from harvest.flows.spec import UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from connectors.catalog.child_kinds import TableKind
-    from connectors.http.auth import ApiKey
-from tasks.output import job_lock
-from tasks.output.layout import OutputLayout
-from tasks.output.machine_fault import EXIT_CODE
+    from harvest.connectors.catalog.child_kinds import TableKind
+    from harvest.connectors.http.auth import ApiKey
+from harvest.tasks.output import job_lock
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import EXIT_CODE
 
 DATA_DIRS = ("raw", "parquet")
 """Subdirectories an output directory owns; another job's output inside them would mix into its data."""
@@ -79,8 +79,8 @@ def check_service(url: str, key: ApiKey, key_source: str) -> None:
     refuse: the run's own retries take it from there."""
     import asyncio
 
-    from connectors.errors import NotTheService, OutOfCredits, Unauthorized
-    from connectors.http.balance import check_service as read_balance
+    from harvest.connectors.errors import NotTheService, OutOfCredits, Unauthorized
+    from harvest.connectors.http.balance import check_service as read_balance
 
     try:
         asyncio.run(read_balance(url, key))
@@ -110,7 +110,7 @@ def _check_free_space(path: Path, min_free_mb: float) -> None:
 
 
 def _check_load_settings() -> None:
-    from tasks.database.load_settings import LoadSettingError, check_load_settings
+    from harvest.tasks.database.load_settings import LoadSettingError, check_load_settings
 
     try:
         check_load_settings()
@@ -219,8 +219,8 @@ def _check_database(layout: OutputLayout, kinds: Mapping[str, TableKind]) -> Non
         raise UsageError(unreadable_database(db, exc)) from None
     except (duckdb.Error, OSError) as exc:
         raise UsageError(unreadable_database(db, exc)) from None
-    from tasks.database.table_check import table_problems
-    from tasks.output.manifest import output_kinds
+    from harvest.tasks.database.table_check import table_problems
+    from harvest.tasks.output.manifest import output_kinds
 
     try:
         problems = table_problems(con, {**output_kinds(layout), **kinds})

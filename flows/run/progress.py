@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from flows.console import counted, visible
+from harvest.flows.console import counted, visible
 
 if TYPE_CHECKING:
-    from connectors.catalog.endpoints import Endpoint
-    from connectors.http.pace import PaceReport
-    from flows.run.begin import Begun
-    from flows.run.plan import Plan
+    from harvest.connectors.catalog.endpoints import Endpoint
+    from harvest.connectors.http.pace import PaceReport
+    from harvest.flows.run.begin import Begun
+    from harvest.flows.run.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def run_facts(
     begun: Begun, the_plan: Plan, endpoints: Mapping[str, Endpoint], spent: Callable[[], int]
 ) -> RunFacts:
     """The facts of a run about to pay: what it starts from, and the pages its queries can take at most."""
-    from flows.run.plan import pages_at_most
+    from harvest.flows.run.plan import pages_at_most
 
     start, manifest = begun.start, begun.manifest
     to_run = [d for q in the_plan.queries if (d := start.decide(q)) is not None]
@@ -171,14 +171,14 @@ service that slows down."""
 
 def ended_well(status: str) -> bool:
     """Imported here, not at the top: the command line draws progress before the pager's imports are needed."""
-    from connectors.paging.pager import OK_STATUSES
+    from harvest.connectors.paging.pager import OK_STATUSES
 
     return status in OK_STATUSES
 
 
 def query_notes(summary: Mapping[str, object]) -> list[str]:
     """What a query's line says beside its status, from its summary: items left out, a cursor not read."""
-    from connectors.reading.extraction_report import ExtractionReport
+    from harvest.connectors.reading.extraction_report import ExtractionReport
 
     extraction = summary.get("extraction")
     return ExtractionReport.notes_of(extraction if isinstance(extraction, Mapping) else None)
@@ -395,6 +395,6 @@ def current() -> Reporter:
 def for_terminal() -> Reporter:
     if not sys.stderr.isatty():
         return LogLines()
-    from flows.live_view import LiveView
+    from harvest.flows.live_view import LiveView
 
     return LiveView()

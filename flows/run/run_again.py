@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.console import harvest_line
-from flows.spec import JobSpec
-from flows.spec.service_url import recorded_url
+from harvest.flows.console import harvest_line
+from harvest.flows.spec import JobSpec
+from harvest.flows.spec.service_url import recorded_url
 
 if TYPE_CHECKING:
-    from tasks.output.manifest import RunManifest
+    from harvest.tasks.output.manifest import RunManifest
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from connectors.http.auth import ApiKey, aload_api_key
-from flows.spec import SANDBOX, JobSpec, resolve_base_url
-from flows.spec.service_url import EMBEDDED_SANDBOX
-from tasks.run_context import ClientSettings
+from harvest.connectors.http.auth import ApiKey, aload_api_key
+from harvest.flows.spec import SANDBOX, JobSpec, resolve_base_url
+from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
+from harvest.tasks.run_context import ClientSettings
 
 SANDBOX_CREDITS = 10_000_000
 """The embedded sandbox's own balance: large, so that the job's budget is what stops a demo run."""
@@ -44,8 +44,8 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
         key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
         yield ServiceAccess(base_url.rstrip("/"), key, service_label(base_url))
         return
-    from connectors.catalog.job_catalog import builtin_declarations
-    from sandbox.wire.serving import running
+    from harvest.connectors.catalog.job_catalog import builtin_declarations
+    from harvest.sandbox.wire.serving import running
 
     sandbox_key = secrets.token_hex(16)
     with running(

@@ -24,18 +24,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
-from connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
-from flows.run.coverage import Coverage, coverage_of
-from flows.run.plan import Plan
-from flows.run.run_again import RunAgain, rerun_of
-from flows.spec import JobSpec, UsageError
-from flows.spec.identity import plan_key
-from tasks.output.job_lock import JobLock
-from tasks.output.journal import JournalState, read_journal
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
-from tasks.output.query_summary import QuerySummary
-from tasks.output.raw_store import RawIndex
+from harvest.connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
+from harvest.flows.run.coverage import Coverage, coverage_of
+from harvest.flows.run.plan import Plan
+from harvest.flows.run.run_again import RunAgain, rerun_of
+from harvest.flows.spec import JobSpec, UsageError
+from harvest.flows.spec.identity import plan_key
+from harvest.tasks.output.job_lock import JobLock
+from harvest.tasks.output.journal import JournalState, read_journal
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
+from harvest.tasks.output.query_summary import QuerySummary
+from harvest.tasks.output.raw_store import RawIndex
 
 Mode = Literal["auto", "fresh", "continue"]
 

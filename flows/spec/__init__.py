@@ -13,13 +13,19 @@ that fails one problem at a time costs a round trip per typo. Where each part li
 - `load`: file -> checked `JobSpec`
 """
 
-from flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
-from flows.spec.describe import ParamInfo, describe_params
-from flows.spec.identity import derive_id, render_value
-from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
-from flows.spec.parse import load_spec, parse_spec
-from flows.spec.problems import Problem, SpecError, UsageError
-from flows.spec.service_url import BASE_URL_ENV, SANDBOX, URL_ALLOWED, check_base_url, resolve_base_url
+from harvest.flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
+from harvest.flows.spec.describe import ParamInfo, describe_params
+from harvest.flows.spec.identity import derive_id, render_value
+from harvest.flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
+from harvest.flows.spec.parse import load_spec, parse_spec
+from harvest.flows.spec.problems import Problem, SpecError, UsageError
+from harvest.flows.spec.service_url import (
+    BASE_URL_ENV,
+    SANDBOX,
+    URL_ALLOWED,
+    check_base_url,
+    resolve_base_url,
+)
 
 __all__ = [
     "BASE_URL_ENV",

@@ -13,14 +13,14 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from connectors.catalog.job_catalog import Catalog, builtin
-from connectors.catalog.params import PARAM_RULE, Params
-from connectors.catalog.shape_overrides import shape_problems
-from flows.spec.explain import closest, params_problem
-from flows.spec.identity import render_value
-from flows.spec.model import FromQuery, JobSpec, Query
-from flows.spec.problems import Found
-from flows.spec.yaml_reader import Loc
+from harvest.connectors.catalog.job_catalog import Catalog, builtin
+from harvest.connectors.catalog.params import PARAM_RULE, Params
+from harvest.connectors.catalog.shape_overrides import shape_problems
+from harvest.flows.spec.explain import closest, params_problem
+from harvest.flows.spec.identity import render_value
+from harvest.flows.spec.model import FromQuery, JobSpec, Query
+from harvest.flows.spec.problems import Found
+from harvest.flows.spec.yaml_reader import Loc
 
 _PLACEHOLDER = "placeholder:value"
 """Stands for a dependent parameter's future value, so that the other parameters can be checked now."""

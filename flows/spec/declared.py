@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from connectors.catalog.declaration_checks import declaration_problems
-from connectors.catalog.declarations import CatalogFile, EndpointDecl, plain
-from flows.spec.explain import dotted, explain, normalise, owner
-from flows.spec.problems import Problem, SpecError
-from flows.spec.yaml_reader import LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
+from harvest.connectors.catalog.declaration_checks import declaration_problems
+from harvest.connectors.catalog.declarations import CatalogFile, EndpointDecl, plain
+from harvest.flows.spec.explain import dotted, explain, normalise, owner
+from harvest.flows.spec.problems import Problem, SpecError
+from harvest.flows.spec.yaml_reader import LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
 
 CATALOG_ALLOWED = "a catalog file (YAML with `endpoints:`), its path relative to the spec's directory"
 
@@ -162,7 +162,7 @@ def declared_endpoints(spec: str | Path) -> dict[str, dict[str, Any]]:
     filled (`connectors.catalog.declarations.plain`). The whole spec is checked first; SpecError names the file
     (the spec or a catalog file), the line, the field and what is allowed (`harvest sandbox --spec SPEC`, the
     embedded sandbox of `service.base_url: sandbox`)."""
-    from flows.spec.parse import load_spec
+    from harvest.flows.spec.parse import load_spec
 
     return load_spec(spec).declared()
 
@@ -176,7 +176,7 @@ def _table_clashes(
 ) -> Iterator[tuple[str, str]]:
     """(problem, allowed) for a declared record table, or one of its child tables, that another endpoint (or
     harvest) owns with another key, other columns or other child tables; the first declaration owns it."""
-    from connectors.catalog.job_catalog import (
+    from harvest.connectors.catalog.job_catalog import (
         declared_child_signatures,
         declared_signature,
         describe_signature,
@@ -200,7 +200,7 @@ def _table_clashes(
 def _clash_problems(declared: Declared) -> list[Problem]:
     """Declared paths the built-in catalog has, and declared tables another endpoint or harvest owns with
     another key or other columns (a table holds one kind of record)."""
-    from connectors.catalog.job_catalog import builtin, kind_signature
+    from harvest.connectors.catalog.job_catalog import builtin, kind_signature
 
     catalog = builtin()
     owners = {k.table: (kind_signature(k), f"the built-in {k.table}") for k in catalog.kinds().values()}

@@ -10,8 +10,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from connectors.catalog.params import Params
-from flows.spec.model import PATTERN_WORDS
+from harvest.connectors.catalog.params import Params
+from harvest.flows.spec.model import PATTERN_WORDS
 
 
 @dataclass(frozen=True)

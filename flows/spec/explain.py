@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from connectors.catalog.declarations import (
+from harvest.connectors.catalog.declarations import (
     COLUMN_TYPES,
     CatalogFile,
     ChildDecl,
@@ -23,7 +23,7 @@ from connectors.catalog.declarations import (
     ParamDecl,
     UnwrapDecl,
 )
-from connectors.catalog.declared_requests import (
+from harvest.connectors.catalog.declared_requests import (
     ExcludesDecl,
     FollowDecl,
     PagingDecl,
@@ -31,12 +31,12 @@ from connectors.catalog.declared_requests import (
     PriceRuleDecl,
     RequiresDecl,
 )
-from connectors.catalog.params import Params
-from flows.spec.describe import field_info, keys
-from flows.spec.job_options import CRON_ALLOWED, Export, RateLimit, Runner, Schedule
-from flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, ShapeOverride
-from flows.spec.service_url import URL_ALLOWED
-from flows.spec.yaml_reader import Loc
+from harvest.connectors.catalog.params import Params
+from harvest.flows.spec.describe import field_info, keys
+from harvest.flows.spec.job_options import CRON_ALLOWED, Export, RateLimit, Runner, Schedule
+from harvest.flows.spec.model import Budget, FromQuery, JobSpec, Query, Service, ShapeOverride
+from harvest.flows.spec.service_url import URL_ALLOWED
+from harvest.flows.spec.yaml_reader import Loc
 
 _GROUPS: dict[str, type[BaseModel]] = {
     "service": Service, "budget": Budget, "schedule": Schedule, "runner": Runner, "export": Export,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from flows.spec.model import JobSpec, Query
+    from harvest.flows.spec.model import JobSpec, Query
 
 
 def derive_id(query: Query) -> str:

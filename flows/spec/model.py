@@ -25,13 +25,13 @@ from pydantic import (
     model_validator,
 )
 
-from connectors.catalog.declarations import EndpointDecl
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.job_catalog import Catalog, builtin, for_job
-from connectors.catalog.shape_overrides import KindShape
-from flows.spec.identity import derive_id, digest
-from flows.spec.job_options import Export, RateLimit, Runner, Schedule
-from flows.spec.service_url import check_base_url
+from harvest.connectors.catalog.declarations import EndpointDecl
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.job_catalog import Catalog, builtin, for_job
+from harvest.connectors.catalog.shape_overrides import KindShape
+from harvest.flows.spec.identity import derive_id, digest
+from harvest.flows.spec.job_options import Export, RateLimit, Runner, Schedule
+from harvest.flows.spec.service_url import check_base_url
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -307,7 +307,7 @@ class JobSpec(_Model):
         if DECLARED in context:
             self._declared = context[DECLARED]
         elif self.catalogs or self.endpoint_declarations:
-            from flows.spec.declared import read_declared
+            from harvest.flows.spec.declared import read_declared
 
             raw = self.model_dump(mode="json", by_alias=True, include={"catalogs", "endpoint_declarations"})
             declared, flaws = read_declared(raw, "<spec>", None)
@@ -315,8 +315,8 @@ class JobSpec(_Model):
                 raise ValueError("; ".join(str(p) for p in flaws))
             self._declared = declared.endpoints
         if not context.get(DEFER_CHECKS):
-            from flows.spec.checks import semantic_problems
-            from flows.spec.explain import dotted
+            from harvest.flows.spec.checks import semantic_problems
+            from harvest.flows.spec.explain import dotted
 
             problems = semantic_problems(self)
             if problems:

@@ -13,14 +13,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from connectors.catalog.job_catalog import Catalog, for_job
-from flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
-from flows.spec.declared import read_declared
-from flows.spec.describe import keys
-from flows.spec.explain import dotted, explain, normalise, owner
-from flows.spec.model import DECLARED, DEFER_CHECKS, JobSpec, Query
-from flows.spec.problems import Found, Problem, SpecError
-from flows.spec.yaml_reader import PRINTABLE, UnreadableSpec, load_yaml, read_spec_text
+from harvest.connectors.catalog.job_catalog import Catalog, for_job
+from harvest.flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
+from harvest.flows.spec.declared import read_declared
+from harvest.flows.spec.describe import keys
+from harvest.flows.spec.explain import dotted, explain, normalise, owner
+from harvest.flows.spec.model import DECLARED, DEFER_CHECKS, JobSpec, Query
+from harvest.flows.spec.problems import Found, Problem, SpecError
+from harvest.flows.spec.yaml_reader import PRINTABLE, UnreadableSpec, load_yaml, read_spec_text
 
 
 @functools.lru_cache(maxsize=8)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flows.spec.yaml_reader import Loc
+from harvest.flows.spec.yaml_reader import Loc
 
 Found = tuple[Loc, str, str | None]
 """A problem before it has a file and line: (location, problem, allowed)."""

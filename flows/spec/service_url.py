@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from flows.spec.problems import UsageError
+from harvest.flows.spec.problems import UsageError
 
 if TYPE_CHECKING:
-    from flows.spec.model import JobSpec
+    from harvest.flows.spec.model import JobSpec
 
 BASE_URL_ENV = "HARVEST_BASE_URL"
 SANDBOX = "sandbox"

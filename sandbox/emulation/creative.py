@@ -17,12 +17,12 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, WORDS
-from sandbox.emulation.scope import ANCHOR, iso
-from sandbox.emulation.stablehash import Draw, hexid, hnum, span
+from harvest.sandbox.emulation import cursor_values as cursors
+from harvest.sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import NAMES, WORDS
+from harvest.sandbox.emulation.scope import ANCHOR, iso
+from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum, span
 
 TYPES = ("video", "image", "carousel")
 STYLE_TAGS = ("ugc", "testimonial", "animation", "minimal", "bold", "humor", "tutorial", "unboxing")

@@ -13,8 +13,8 @@ import base64
 import binascii
 from datetime import datetime
 
-from sandbox.emulation.scope import Scope, iso
-from sandbox.wire.validation import InvalidRequest
+from harvest.sandbox.emulation.scope import Scope, iso
+from harvest.sandbox.wire.validation import InvalidRequest
 
 
 def _b64(text: str) -> str:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from sandbox.config import SandboxConfig
-    from sandbox.emulation.page import Ctx, ServedPage
-    from sandbox.wire.validation import RequestParams
+    from harvest.sandbox.config import SandboxConfig
+    from harvest.sandbox.emulation.page import Ctx, ServedPage
+    from harvest.sandbox.wire.validation import RequestParams
 
 Check = Literal[
     "text", "limit", "bool", "subreddit", "region2", "nonneg_int", "multi", "flag", "integer", "number"

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.emulation import creative, paged, single
-from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable, NewItems, NotFoundAnswer, QueryParam
-from sandbox.served_paths import (
+from harvest.sandbox.emulation import creative, paged, single
+from harvest.sandbox.emulation import cursor_values as cursors
+from harvest.sandbox.emulation.emulated import (
+    EmulatedEndpoint,
+    EndpointTable,
+    NewItems,
+    NotFoundAnswer,
+    QueryParam,
+)
+from harvest.sandbox.served_paths import (
     ADVERTISERS,
     CLIP,
     COMMUNITY_POST,
@@ -36,7 +42,7 @@ from sandbox.served_paths import (
     TWEETS,
     VIDEO_SEARCH,
 )
-from sandbox.wire.validation import RequestParams
+from harvest.sandbox.wire.validation import RequestParams
 
 SHOP_REGIONS = (
     "US",

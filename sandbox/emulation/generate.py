@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sandbox.config import SandboxConfig
-from sandbox.emulation.emulated import EmulatedEndpoint
-from sandbox.emulation.page import Ctx, ServedPage
-from sandbox.emulation.triggers import triggered
-from sandbox.emulation.variation import vary
-from sandbox.wire.validation import validate
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint
+from harvest.sandbox.emulation.page import Ctx, ServedPage
+from harvest.sandbox.emulation.triggers import triggered
+from harvest.sandbox.emulation.variation import vary
+from harvest.sandbox.wire.validation import validate
 
 
 def make_ctx(

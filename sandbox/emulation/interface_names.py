@@ -13,9 +13,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sandbox.emulation.page import ServedPage
-from sandbox.emulation.platforms import Record
-from sandbox.served_paths import (
+from harvest.sandbox.emulation.page import ServedPage
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.served_paths import (
     CLIP,
     COMMUNITY_POST,
     FORUM_SEARCH,

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.config import SandboxConfig
-from sandbox.emulation.emulated import EmulatedEndpoint
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.scope import PagePlan, Scope, make_page_plan, make_scope
-from sandbox.wire.validation import RequestParams
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.scope import PagePlan, Scope, make_page_plan, make_scope
+from harvest.sandbox.wire.validation import RequestParams
 
 
 @dataclass(frozen=True)

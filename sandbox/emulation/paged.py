@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
-from sandbox.emulation.platforms import (
+from harvest.sandbox.emulation import cursor_values as cursors
+from harvest.sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
+from harvest.sandbox.emulation.platforms import (
     Record,
     forum,
     microblog_b,
@@ -21,9 +21,9 @@ from sandbox.emulation.platforms import (
     short_video,
     video_platform,
 )
-from sandbox.emulation.scope import PagePlan, Scope
-from sandbox.emulation.stablehash import hexid
-from sandbox.wire.validation import InvalidRequest
+from harvest.sandbox.emulation.scope import PagePlan, Scope
+from harvest.sandbox.emulation.stablehash import hexid
+from harvest.sandbox.wire.validation import InvalidRequest
 
 CURRENCIES = {
     "US": "USD", "GB": "GBP", "DE": "EUR", "FR": "EUR", "IT": "EUR", "ID": "IDR", "MY": "MYR", "MX": "MXN",

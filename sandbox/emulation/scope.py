@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from sandbox.emulation.emulated import EmulatedEndpoint
-from sandbox.emulation.stablehash import hexid, hnum, span
-from sandbox.wire.validation import RequestParams
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint
+from harvest.sandbox.emulation.stablehash import hexid, hnum, span
+from harvest.sandbox.wire.validation import RequestParams
 
 ANCHOR = calendar.timegm((2026, 11, 1, 12, 0, 0))
 """Epoch seconds of the newest synthetic record (2026-11-01T12:00:00Z); older records count back from it."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from sandbox.emulation.page import Ctx, ServedPage
-from sandbox.emulation.platforms import (
+from harvest.sandbox.emulation.page import Ctx, ServedPage
+from harvest.sandbox.emulation.platforms import (
     Record,
     microblog_a,
     microblog_b,
@@ -18,7 +18,7 @@ from sandbox.emulation.platforms import (
     streaming,
     video_platform,
 )
-from sandbox.emulation.stablehash import span
+from harvest.sandbox.emulation.stablehash import span
 
 
 def clip_identity(url: str) -> str:

@@ -15,8 +15,8 @@ insensitively:
 
 from __future__ import annotations
 
-from sandbox.emulation.page import Ctx, ServedPage
-from sandbox.wire.validation import InvalidRequest
+from harvest.sandbox.emulation.page import Ctx, ServedPage
+from harvest.sandbox.wire.validation import InvalidRequest
 
 NONEXISTENT = "nonexistent"
 BLOCKED = "blocked"

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sandbox.config import Drift
-from sandbox.emulation.emulated import key_part
-from sandbox.emulation.interface_names import as_interface_names
-from sandbox.emulation.page import Ctx, ServedPage
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.stablehash import unit
+from harvest.sandbox.config import Drift
+from harvest.sandbox.emulation.emulated import key_part
+from harvest.sandbox.emulation.interface_names import as_interface_names
+from harvest.sandbox.emulation.page import Ctx, ServedPage
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.stablehash import unit
 
 COUNTERS = frozenset(
     {

@@ -23,14 +23,14 @@ from typing import Any
 
 import orjson
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.emulation.emulated import EmulatedEndpoint
-from sandbox.emulation.generate import build, make_ctx
-from sandbox.emulation.generic.request_form import cache_age_seconds
-from sandbox.served_paths import CREDIT_BALANCE
-from sandbox.wire.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
-from sandbox.wire.faults import BODY_FAULTS, FaultSchedule, damage
-from sandbox.wire.validation import InvalidRequest
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint
+from harvest.sandbox.emulation.generate import build, make_ctx
+from harvest.sandbox.emulation.generic.request_form import cache_age_seconds
+from harvest.sandbox.served_paths import CREDIT_BALANCE
+from harvest.sandbox.wire.billing import CreditBook, Ledger, LedgerEntry, key_id, params_dict
+from harvest.sandbox.wire.faults import BODY_FAULTS, FaultSchedule, damage
+from harvest.sandbox.wire.validation import InvalidRequest
 
 OUT_OF_CREDITS = "Out of credits. Please purchase more credits."
 JSON = b"application/json"

@@ -21,15 +21,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable
-from sandbox.emulation.generic.declared_endpoints import served
-from sandbox.emulation.generic.request_form import json_items
-from sandbox.expected import expected_pages, full_crawl
-from sandbox.served_paths import CREDIT_BALANCE, OLD_CREDIT_BALANCE
-from sandbox.wire.answering import SandboxState, WireAnswer
-from sandbox.wire.faults import EDGE_FAULTS, RateGate, cut_send, drop_connection, edge_response
-from sandbox.wire.validation import InvalidRequest
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable
+from harvest.sandbox.emulation.generic.declared_endpoints import served
+from harvest.sandbox.emulation.generic.request_form import json_items
+from harvest.sandbox.expected import expected_pages, full_crawl
+from harvest.sandbox.served_paths import CREDIT_BALANCE, OLD_CREDIT_BALANCE
+from harvest.sandbox.wire.answering import SandboxState, WireAnswer
+from harvest.sandbox.wire.faults import EDGE_FAULTS, RateGate, cut_send, drop_connection, edge_response
+from harvest.sandbox.wire.validation import InvalidRequest
 
 KEY_HEADER = "x-api-key"
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import orjson
 from starlette.types import Message, Send
 
-from sandbox.config import FaultKind, SandboxConfig
-from sandbox.emulation.stablehash import hnum, unit
+from harvest.sandbox.config import FaultKind, SandboxConfig
+from harvest.sandbox.emulation.stablehash import hnum, unit
 
 EDGE_FAULTS = frozenset({FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE, FaultKind.DROP})
 """Faults answered before the request reaches the service proper (no authentication, no validation)."""

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from sandbox.config import DEFAULT_KEY, SandboxConfig
-from sandbox.wire.asgi_app import SandboxApp
-from sandbox.wire.billing import LedgerEntry
+from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig
+from harvest.sandbox.wire.asgi_app import SandboxApp
+from harvest.sandbox.wire.billing import LedgerEntry
 
 LOOPBACK = "127.0.0.1"
 

@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sandbox.config import Quirks
-from sandbox.emulation.emulated import EmulatedEndpoint, QueryParam
+from harvest.sandbox.config import Quirks
+from harvest.sandbox.emulation.emulated import EmulatedEndpoint, QueryParam
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})

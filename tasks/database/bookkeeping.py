@@ -17,13 +17,13 @@ from urllib.parse import urlsplit, urlunsplit
 import duckdb
 import pyarrow as pa
 
-from connectors.paging.page_request import ATTEMPT_SCHEMA
-from connectors.reading.extraction import ExtractionReport
-from tasks.database.bookkeeping_comments import BOOKKEEPING_COMMENTS
-from tasks.database.column_comments import describe_table
-from tasks.database.connection import json_text, quote_ident
-from tasks.output.attempt_log import iter_attempts
-from tasks.output.raw_store import redact_params
+from harvest.connectors.paging.page_request import ATTEMPT_SCHEMA
+from harvest.connectors.reading.extraction import ExtractionReport
+from harvest.tasks.database.bookkeeping_comments import BOOKKEEPING_COMMENTS
+from harvest.tasks.database.column_comments import describe_table
+from harvest.tasks.database.connection import json_text, quote_ident
+from harvest.tasks.output.attempt_log import iter_attempts
+from harvest.tasks.output.raw_store import redact_params
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from connectors.catalog.fields import DESCRIPTION, HOLDER_PREFIX, PARAM_PREFIX, SOURCE
-from tasks.database.connection import quote_ident, quote_literal
+from harvest.connectors.catalog.fields import DESCRIPTION, HOLDER_PREFIX, PARAM_PREFIX, SOURCE
+from harvest.tasks.database.connection import quote_ident, quote_literal
 
 
 def source_words(source: str) -> str:

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from connectors.catalog.fields import RENAMED_FROM
-from tasks.database.connection import count_rows, quote_ident, quote_literal
+from harvest.connectors.catalog.fields import RENAMED_FROM
+from harvest.tasks.database.connection import count_rows, quote_ident, quote_literal
 
 log = logging.getLogger(__name__)
 

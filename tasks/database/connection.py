@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 import orjson
 
-from tasks.database.load_settings import memory_limit, row_group_rows, storage_version
-from tasks.database.storage_format import attach
+from harvest.tasks.database.load_settings import memory_limit, row_group_rows, storage_version
+from harvest.tasks.database.storage_format import attach
 
 
 class DatabaseBusy(RuntimeError):

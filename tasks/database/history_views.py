@@ -16,9 +16,9 @@ from pathlib import Path
 
 import duckdb
 
-from connectors.catalog.child_kinds import ChildKind, TableKind
-from tasks.database.column_comments import column_comment, describe_table
-from tasks.database.connection import quote_ident, quote_literal
+from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
+from harvest.tasks.database.column_comments import column_comment, describe_table
+from harvest.tasks.database.connection import quote_ident, quote_literal
 
 HISTORY_SUFFIX = "_history"
 DATE_COMMENT = "The day the run's Parquet file landed (its `date=YYYY-MM-DD` folder)."

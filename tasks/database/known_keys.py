@@ -18,10 +18,10 @@ from typing import Any
 
 import duckdb
 
-from connectors.paging.known_items import Key, KnownKeys
-from connectors.paging.pager import QuerySpec
-from tasks.database.connection import quote_ident
-from tasks.output.layout import KindLike
+from harvest.connectors.paging.known_items import Key, KnownKeys
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.tasks.database.connection import quote_ident
+from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
 

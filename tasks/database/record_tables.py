@@ -20,13 +20,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from connectors.catalog.child_kinds import ChildKind
-from connectors.catalog.declarations import POSITION
-from tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
-from tasks.database.column_types import cast_older_files, rename, retype
-from tasks.database.connection import count_rows, quote_ident, quote_literal, transaction
-from tasks.database.storage_format import zstd_allowed
-from tasks.output.layout import KindLike
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.connectors.catalog.declarations import POSITION
+from harvest.tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
+from harvest.tasks.database.column_types import cast_older_files, rename, retype
+from harvest.tasks.database.connection import count_rows, quote_ident, quote_literal, transaction
+from harvest.tasks.database.storage_format import zstd_allowed
+from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
 

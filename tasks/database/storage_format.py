@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from tasks.output.append_file import fsync_dir, fsync_path
+from harvest.tasks.output.append_file import fsync_dir, fsync_path
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import duckdb
 
-from connectors.catalog.child_kinds import TableKind
-from connectors.catalog.job_catalog import builtin
-from tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL
-from tasks.database.column_types import misfits
-from tasks.database.history_views import HISTORY_SUFFIX
-from tasks.database.record_tables import duckdb_types, primary_keys, same_columns
+from harvest.connectors.catalog.child_kinds import TableKind
+from harvest.connectors.catalog.job_catalog import builtin
+from harvest.tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL
+from harvest.tasks.database.column_types import misfits
+from harvest.tasks.database.history_views import HISTORY_SUFFIX
+from harvest.tasks.database.record_tables import duckdb_types, primary_keys, same_columns
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from connectors.paging.page_request import ATTEMPT_FIELDS, Attempt
-from tasks.output.append_file import JsonLinesWriter, iter_json_lines
-from tasks.output.raw_store import iso_utc, redact_params
+from harvest.connectors.paging.page_request import ATTEMPT_FIELDS, Attempt
+from harvest.tasks.output.append_file import JsonLinesWriter, iter_json_lines
+from harvest.tasks.output.raw_store import iso_utc, redact_params
 
 
 class AttemptLogWriter(JsonLinesWriter):

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.output.append_file import JsonLinesWriter, iter_json_lines
-from tasks.output.machine_fault import FaultStop
+from harvest.tasks.output.append_file import JsonLinesWriter, iter_json_lines
+from harvest.tasks.output.machine_fault import FaultStop
 
 
 @dataclass

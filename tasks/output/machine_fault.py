@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.ledger import CreditLedger
 
 log = logging.getLogger("harvest.machine")
 

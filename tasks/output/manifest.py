@@ -19,12 +19,12 @@ from typing import Any
 
 import orjson
 
-from connectors.catalog.child_kinds import TableKind
-from connectors.catalog.job_catalog import of_runs
-from connectors.paging.pager import OK_STATUSES, query_failed
-from connectors.reading.extraction import ExtractionReport
-from tasks.output.append_file import fsync_dir
-from tasks.output.layout import OutputLayout
+from harvest.connectors.catalog.child_kinds import TableKind
+from harvest.connectors.catalog.job_catalog import of_runs
+from harvest.connectors.paging.pager import OK_STATUSES, query_failed
+from harvest.connectors.reading.extraction import ExtractionReport
+from harvest.tasks.output.append_file import fsync_dir
+from harvest.tasks.output.layout import OutputLayout
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ def recover_manifest(layout: OutputLayout, run_id: str, why: BaseException) -> b
     lines say it is, as `running`: the next `harvest run` of the job resumes it from the journal and the raw pages,
     so nothing it paid for is lost or paid again. Says so once; False when the journal cannot say (written by a
     harvest before it did): the run is then left out, its files as they are."""
-    from tasks.output.journal import read_journal
+    from harvest.tasks.output.journal import read_journal
 
     path, journal = layout.manifest_file(run_id), layout.journal_file(run_id)
     head = read_journal(journal).run if journal.exists() else None

@@ -27,8 +27,8 @@ from typing import Self
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.output.layout import KindLike, OutputLayout
-from tasks.output.machine_fault import as_machine_fault
+from harvest.tasks.output.layout import KindLike, OutputLayout
+from harvest.tasks.output.machine_fault import as_machine_fault
 
 log = logging.getLogger(__name__)
 

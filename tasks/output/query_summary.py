@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from connectors.paging.known_items import history_after
-from connectors.paging.pager import PagerStart, QuerySpec
+from harvest.connectors.paging.known_items import history_after
+from harvest.connectors.paging.pager import PagerStart, QuerySpec
 
 
 @dataclass

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 import orjson
 import pyarrow as pa
 
-from tasks.output.append_file import AppendOnlyFile, append_record, fsync_dir
+from harvest.tasks.output.append_file import AppendOnlyFile, append_record, fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from connectors.catalog.endpoints import Endpoint
-from connectors.catalog.paging_styles import Cursor
-from connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
-from connectors.paging.pager import PagerStart, held_nothing, later_page, signature
-from connectors.reading.extraction import ConvertedPage, convert_page
-from connectors.reading.json_body import Body, read_body
-from tasks.output.raw_store import RawPage, RawPageReader
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.paging_styles import Cursor
+from harvest.connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
+from harvest.connectors.paging.pager import PagerStart, held_nothing, later_page, signature
+from harvest.connectors.reading.extraction import ConvertedPage, convert_page
+from harvest.connectors.reading.json_body import Body, read_body
+from harvest.tasks.output.raw_store import RawPage, RawPageReader
 
 
 @dataclass(frozen=True)

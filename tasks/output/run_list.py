@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.output.job_lock import is_locked
-from tasks.output.journal import read_journal
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests
-from tasks.output.raw_store import count_pages
+from harvest.tasks.output.job_lock import is_locked
+from harvest.tasks.output.journal import read_journal
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests
+from harvest.tasks.output.raw_store import count_pages
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, overload
 
-from connectors.paging.pager import base_id
-from connectors.reading.extraction_report import ExtractionReport
-from tasks.output.manifest import RunManifest
+from harvest.connectors.paging.pager import base_id
+from harvest.connectors.reading.extraction_report import ExtractionReport
+from harvest.tasks.output.manifest import RunManifest
 
 
 class QueryList(Sequence[dict[str, Any]]):

@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 
-from tasks.output.machine_fault import MachineFault
-from tasks.output.raw_store import encode_frame, paid_page
+from harvest.tasks.output.machine_fault import MachineFault
+from harvest.tasks.output.raw_store import encode_frame, paid_page
 
 STARTED = "started"
 PAGES = "pages"

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
-from flows.handoff.lakehouse.table_format import (
+from harvest.flows.handoff.lakehouse.table_format import (
     UTC_MICROS,
     KeyMatches,
     TableLoad,

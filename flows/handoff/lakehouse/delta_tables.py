@@ -29,7 +29,7 @@ from deltalake import CommitProperties, DeltaTable, WriterProperties, write_delt
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.schema import Schema as DeltaSchema
 
-from flows.handoff.lakehouse.delta_merge import (
+from harvest.flows.handoff.lakehouse.delta_merge import (
     DataFiles,
     commit,
     copy_on_write_fits,
@@ -38,14 +38,14 @@ from flows.handoff.lakehouse.delta_merge import (
     settle_ties,
     write_files,
 )
-from flows.handoff.lakehouse.table_format import (
+from harvest.flows.handoff.lakehouse.table_format import (
     UTC_MICROS,
     KeyMatches,
     MergeResult,
     TableLoad,
     say_kept_types,
 )
-from tasks.output.layout import OutputLayout
+from harvest.tasks.output.layout import OutputLayout
 
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 4

@@ -29,7 +29,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.utils.config import Config
 
-from tasks.output.layout import OutputLayout
+from harvest.tasks.output.layout import OutputLayout
 
 CATALOG_ENV = "HARVEST_ICEBERG_CATALOG"
 NAMESPACE_ENV = "HARVEST_ICEBERG_NAMESPACE"

@@ -44,9 +44,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
-from flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
-from flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
-from flows.handoff.lakehouse.table_format import (
+from harvest.flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
+from harvest.flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
+from harvest.flows.handoff.lakehouse.table_format import (
     UTC_MICROS,
     KeyMatches,
     MergeResult,
@@ -55,7 +55,7 @@ from flows.handoff.lakehouse.table_format import (
     say_kept_types,
     without_rows_of,
 )
-from tasks.output.layout import OutputLayout
+from harvest.tasks.output.layout import OutputLayout
 
 log = logging.getLogger(__name__)
 ATTEMPTS = 3

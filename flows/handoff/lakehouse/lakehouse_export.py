@@ -16,17 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from flows.handoff.export_ledger import ExportRow, record, recorded
-from flows.handoff.lakehouse.table_format import MergeResult, TableFormat, TableLoad
-from flows.handoff.lakehouse.table_rows import bookkeeping_loads, record_loads
-from flows.spec import UsageError
-from flows.spec.job_options import BadDestination, check_destination
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, all_manifests
+from harvest.flows.handoff.export_ledger import ExportRow, record, recorded
+from harvest.flows.handoff.lakehouse.table_format import MergeResult, TableFormat, TableLoad
+from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, record_loads
+from harvest.flows.spec import UsageError
+from harvest.flows.spec.job_options import BadDestination, check_destination
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, all_manifests
 
 FORMATS: dict[str, tuple[str, str, str]] = {
-    "delta": ("flows.handoff.lakehouse.delta_tables", "DeltaFormat", "deltalake"),
-    "iceberg": ("flows.handoff.lakehouse.iceberg_tables", "IcebergFormat", "pyiceberg"),
+    "delta": ("harvest.flows.handoff.lakehouse.delta_tables", "DeltaFormat", "deltalake"),
+    "iceberg": ("harvest.flows.handoff.lakehouse.iceberg_tables", "IcebergFormat", "pyiceberg"),
 }
 """Format name: (module, class, the library its extra installs). Imported only when asked for: neither library
 is needed by a harvest that exports Parquet."""

@@ -21,13 +21,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.catalog.child_kinds import ChildKind
-from flows.handoff.lakehouse.table_format import TableLoad
-from tasks.database.connection import has_table, quote_ident, quote_literal
-from tasks.database.load_settings import memory_limit
-from tasks.database.record_tables import duckdb_types
-from tasks.output.layout import OutputLayout
-from tasks.output.manifest import RunManifest, output_kinds
+from harvest.connectors.catalog.child_kinds import ChildKind
+from harvest.flows.handoff.lakehouse.table_format import TableLoad
+from harvest.tasks.database.connection import has_table, quote_ident, quote_literal
+from harvest.tasks.database.load_settings import memory_limit
+from harvest.tasks.database.record_tables import duckdb_types
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, output_kinds
 
 BATCH_ROWS = 16_384
 """Rows per Arrow batch handed to a format: memory stays at a few batches whatever the table's size (a record

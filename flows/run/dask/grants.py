@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.paging.pager import QuerySpec, base_id
+from harvest.connectors.paging.pager import QuerySpec, base_id
 
 
 @dataclass

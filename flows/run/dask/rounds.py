@@ -22,30 +22,30 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from connectors.catalog.shape_overrides import shapes_data
-from connectors.credits.ledger import CreditLedger
-from connectors.credits.reservations import Reservation
-from connectors.errors import MissingApiKey
-from connectors.paging.pager import PagerStart, QuerySpec
-from flows.orchestrator.dask_runner import dask_task_runner
-from flows.run import progress
-from flows.run.dask.grants import Running, allocate
-from flows.run.discovery import Discovery
-from flows.run.plan import Plan
-from flows.run.service_access import ServiceAccess, client_settings
-from flows.run.start import RunStart
-from flows.spec import JobSpec
-from flows.spec.service_url import EMBEDDED_SANDBOX
-from tasks.landing import reland_query, task_result
-from tasks.output.journal import RunJournal
-from tasks.output.layout import OutputLayout, query_hash
-from tasks.output.machine_fault import FaultStop, MachineFault
-from tasks.output.query_summary import history_fields
-from tasks.output.staging import frames_of, open_staging, stage_name
-from tasks.query_line import note_round
-from tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
-from tasks.staged_commit import StagedRun
-from tasks.staged_known import stage_known
+from harvest.connectors.catalog.shape_overrides import shapes_data
+from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.credits.reservations import Reservation
+from harvest.connectors.errors import MissingApiKey
+from harvest.connectors.paging.pager import PagerStart, QuerySpec
+from harvest.flows.orchestrator.dask_runner import dask_task_runner
+from harvest.flows.run import progress
+from harvest.flows.run.dask.grants import Running, allocate
+from harvest.flows.run.discovery import Discovery
+from harvest.flows.run.plan import Plan
+from harvest.flows.run.service_access import ServiceAccess, client_settings
+from harvest.flows.run.start import RunStart
+from harvest.flows.spec import JobSpec
+from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
+from harvest.tasks.landing import reland_query, task_result
+from harvest.tasks.output.journal import RunJournal
+from harvest.tasks.output.layout import OutputLayout, query_hash
+from harvest.tasks.output.machine_fault import FaultStop, MachineFault
+from harvest.tasks.output.query_summary import history_fields
+from harvest.tasks.output.staging import frames_of, open_staging, stage_name
+from harvest.tasks.query_line import note_round
+from harvest.tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
+from harvest.tasks.staged_commit import StagedRun
+from harvest.tasks.staged_known import stage_known
 
 log = logging.getLogger(__name__)
 

@@ -17,20 +17,26 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sandbox.emulation.emulated import EmulatedEndpoint, EndpointTable, NewItems, NotFoundAnswer, QueryParam
-from sandbox.emulation.endpoint_table import BUILT_IN
-from sandbox.emulation.generic import declared_pages
-from sandbox.emulation.generic.declared_form import (
+from harvest.sandbox.emulation.emulated import (
+    EmulatedEndpoint,
+    EndpointTable,
+    NewItems,
+    NotFoundAnswer,
+    QueryParam,
+)
+from harvest.sandbox.emulation.endpoint_table import BUILT_IN
+from harvest.sandbox.emulation.generic import declared_pages
+from harvest.sandbox.emulation.generic.declared_form import (
     PARAM_CHECKS,
     DeclaredEndpoint,
     DeclaredParam,
     read_declaration,
 )
-from sandbox.emulation.generic.request_form import CACHE_PARAM
-from sandbox.emulation.page import Ctx, ServedPage
+from harvest.sandbox.emulation.generic.request_form import CACHE_PARAM
+from harvest.sandbox.emulation.page import Ctx, ServedPage
 
 if TYPE_CHECKING:
-    from sandbox.config import SandboxConfig
+    from harvest.sandbox.config import SandboxConfig
 
 _TRUE = frozenset({"true", "1"})
 

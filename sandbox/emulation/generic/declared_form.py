@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.emulation.generic.request_form import (
+from harvest.sandbox.emulation.generic.request_form import (
     DeclaredPageNumbers,
     FollowCursor,
     ParamRuleSet,

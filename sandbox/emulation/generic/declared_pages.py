@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.generic import threads
-from sandbox.emulation.generic.declared_form import DEFAULT_END_VALUES, DeclaredEndpoint, DeclaredKind
-from sandbox.emulation.generic.request_form import DeclaredPageNumbers
-from sandbox.emulation.generic.synthetic_values import (
+from harvest.sandbox.emulation import cursor_values as cursors
+from harvest.sandbox.emulation.generic import threads
+from harvest.sandbox.emulation.generic.declared_form import DEFAULT_END_VALUES, DeclaredEndpoint, DeclaredKind
+from harvest.sandbox.emulation.generic.request_form import DeclaredPageNumbers
+from harvest.sandbox.emulation.generic.synthetic_values import (
     empty_record,
     foreign_item,
     inner,
@@ -38,10 +38,10 @@ from sandbox.emulation.generic.synthetic_values import (
     put,
     with_nested,
 )
-from sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.scope import PagePlan, Scope
-from sandbox.wire.validation import InvalidRequest
+from harvest.sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.scope import PagePlan, Scope
+from harvest.sandbox.wire.validation import InvalidRequest
 
 
 def page_size(ctx: Ctx, decl: DeclaredEndpoint) -> int:

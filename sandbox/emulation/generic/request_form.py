@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.wire.validation import InvalidRequest, RequestParams
+from harvest.sandbox.wire.validation import InvalidRequest, RequestParams
 
 Fail = Callable[[str, str], ValueError]
 """(where in the declaration, what is wrong) -> the error to raise."""

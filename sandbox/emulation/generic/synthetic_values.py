@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import WORDS, phrase
-from sandbox.emulation.scope import Scope, b64int, iso
-from sandbox.emulation.stablehash import Draw
+from harvest.sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import WORDS, phrase
+from harvest.sandbox.emulation.scope import Scope, b64int, iso
+from harvest.sandbox.emulation.stablehash import Draw
 
 _TOKEN = re.compile(r"([^.\[\]]+)?((?:\[\d*\])*)")
 _ID_NAME = re.compile(r"(?:^|_)id$|[a-z]Id$")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.emulation import cursor_values as cursors
-from sandbox.emulation.generic.declared_form import DeclaredEndpoint, DeclaredKind
-from sandbox.emulation.generic.synthetic_values import inner, make_record, put
-from sandbox.emulation.page import Ctx, window
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.scope import Scope
-from sandbox.emulation.stablehash import Draw
+from harvest.sandbox.emulation import cursor_values as cursors
+from harvest.sandbox.emulation.generic.declared_form import DeclaredEndpoint, DeclaredKind
+from harvest.sandbox.emulation.generic.synthetic_values import inner, make_record, put
+from harvest.sandbox.emulation.page import Ctx, window
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.stablehash import Draw
 
 THREAD_TAG = "fu"
 THREAD_DEPTH = 2

@@ -3,10 +3,10 @@ published answers name them (a medium's dimensions under `image`)."""
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import phrase, title, user_handle
-from sandbox.emulation.scope import Scope, b36, iso
-from sandbox.emulation.stablehash import Draw
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import phrase, title, user_handle
+from harvest.sandbox.emulation.scope import Scope, b36, iso
+from harvest.sandbox.emulation.stablehash import Draw
 
 
 def post(s: Scope, pos: int, subreddit: str) -> Record:

@@ -4,10 +4,10 @@ view count as text."""
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, phrase, tweet_date
-from sandbox.emulation.scope import Scope
-from sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import NAMES, phrase, tweet_date
+from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.stablehash import Draw, hexid
 
 
 def tweet(s: Scope, pos: int) -> Record:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, phrase, user_handle
-from sandbox.emulation.scope import Scope, b36, iso
-from sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import NAMES, phrase, user_handle
+from harvest.sandbox.emulation.scope import Scope, b36, iso
+from harvest.sandbox.emulation.stablehash import Draw, hexid
 
 
 def author(s: Scope, who: str) -> Record:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, phrase
-from sandbox.emulation.scope import Scope
-from sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import NAMES, phrase
+from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.stablehash import Draw, hexid
 
 
 def photo(s: Scope, pos: int) -> Record:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import phrase, user_handle
-from sandbox.emulation.scope import Scope, b64int
-from sandbox.emulation.stablehash import Draw, hexid, hnum
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import phrase, user_handle
+from harvest.sandbox.emulation.scope import Scope, b64int
+from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum
 
 _PA = "https://www.photo-app.example"
 

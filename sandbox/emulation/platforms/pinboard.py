@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, TLDS, WORDS, mail_date, phrase, title, user_handle
-from sandbox.emulation.scope import Scope
-from sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import (
+    NAMES,
+    TLDS,
+    WORDS,
+    mail_date,
+    phrase,
+    title,
+    user_handle,
+)
+from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.stablehash import Draw, hexid
 
 
 def pin(s: Scope, pos: int, trim: bool) -> Record:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import TLDS, title
-from sandbox.emulation.scope import Scope
-from sandbox.emulation.stablehash import Draw
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import TLDS, title
+from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.stablehash import Draw
 
 
 def advertiser(s: Scope, pos: int, query: str) -> Record:

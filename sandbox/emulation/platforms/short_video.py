@@ -4,10 +4,10 @@ the shop, and profile videos, named as the service's published answers name them
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import phrase, title
-from sandbox.emulation.scope import Scope
-from sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import phrase, title
+from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.stablehash import Draw, hexid
 
 
 def product(s: Scope, pos: int, currency: str, seller_id: str) -> Record:

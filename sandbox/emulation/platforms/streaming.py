@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import phrase, title, user_handle
-from sandbox.emulation.scope import Scope, iso
-from sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import phrase, title, user_handle
+from harvest.sandbox.emulation.scope import Scope, iso
+from harvest.sandbox.emulation.stablehash import Draw, hexid
 
 GAMES = ("Just Chatting", "Minecraft", "Chess", "Valorant", "Fortnite", "Art", "Music", "Retro")
 LANGS = ("en", "en", "en", "de", "fr", "es", "pt", "ja")

@@ -4,10 +4,10 @@ with a `handle`, `author.avatarUrl`, `engagement.likes`)."""
 
 from __future__ import annotations
 
-from sandbox.emulation.platforms import Record
-from sandbox.emulation.platforms.wording import NAMES, ago, clock, count_text, phrase, title
-from sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
-from sandbox.emulation.stablehash import Draw, hexid, hnum
+from harvest.sandbox.emulation.platforms import Record
+from harvest.sandbox.emulation.platforms.wording import NAMES, ago, clock, count_text, phrase, title
+from harvest.sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
+from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum
 
 _VP = "https://www.video-platform.example"
 

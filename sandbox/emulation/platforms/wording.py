@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sandbox.emulation.stablehash import Draw
+from harvest.sandbox.emulation.stablehash import Draw
 
 WORDS = (
     "morning",
