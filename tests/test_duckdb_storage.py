@@ -129,7 +129,10 @@ def test_a_landed_file_opens_in_duckdb_1x_after_a_run_and_after_a_merge(
     first = read_with(duckdb1, db)
     assert first == read_with(sys.executable, db)  # what DuckDB 2 reads, row for row
     assert len(first["runs"]) == 1 and first["videos"] and first["shelves"] and first["query_state"]
-    assert ["short_video_videos", "primary key: aweme_id"] in first["comments"]
+    assert [
+        "short_video_videos",
+        "primary key: aweme_id; fetched for: user_handle (the request's handle)",
+    ] in first["comments"]
     assert ["short_video_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
     # #39's types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
     assert ["short_video_products", "price_amount", "DECIMAL(18,4)"] in first["types"]
