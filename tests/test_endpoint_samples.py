@@ -175,7 +175,8 @@ async def _page(case: Case, base_url: str, layout: OutputLayout, ledger: CreditL
     """One case's query, paged by the engine a run uses (one page: the server answers the sample to any cursor)."""
     endpoint = builtin().get(case.path)
     params = request_of(case.path)
-    settings = ClientSettings(timeout_seconds=10, attempts=1, concurrency=2, max_answer_bytes=2**24)
+    # a minute: a loaded machine (three workers on two cores) stalled the served samples past 10 s in a full run
+    settings = ClientSettings(timeout_seconds=60, attempts=1, concurrency=2, max_answer_bytes=2**24)
     attempts = AttemptLogs()
     key = ApiKey(SECRET_KEY)
     async with service_client(f"{base_url}/{case.query_id}", key, ledger, attempts, settings) as client:
