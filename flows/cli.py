@@ -188,22 +188,22 @@ def plan_command(
 DECLARING_SPEC = typer.Option(None, "--spec", help="With the endpoints this job spec declares.")
 
 
-@app.command(epilog="Example: harvest endpoints --json | jq '.[].path'")
+@app.command(epilog="Example: harvest endpoints video comments")
 def endpoints(
+    words: list[str] = typer.Argument(None, help="Only the ones holding every word.", metavar="WORD"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines instead of text."),
     spec: Path | None = DECLARING_SPEC,
+    markdown: Path | None = typer.Option(None, metavar="DIR", help="Write docs/endpoints/ into DIR."),
 ) -> None:
-    """List the documented endpoints: cost, paging, parameters (allowed values) and the tables they fill."""
+    """List the endpoints by platform, each with its price rule, or those with every WORD in their names."""
     from harvest.flows.commands.endpoint_list import show_endpoints
 
-    show_endpoints(as_json, _load(spec).catalog() if spec else None)
+    raise typer.Exit(show_endpoints(as_json, _load(spec).catalog() if spec else None, words, markdown))
 
 
 @app.command(epilog="Example: harvest schema > jobspec.schema.json")
 def schema(
-    tables: bool = typer.Option(
-        False, "--tables", help="Print the record tables as Markdown instead (docs/tables.md)."
-    ),
+    tables: bool = typer.Option(False, "--tables", help="Print the tables as Markdown (docs/tables.md)."),
     spec: Path | None = DECLARING_SPEC,
 ) -> None:
     """Print the JSON Schema of a job spec (for editors that validate YAML as you type)."""

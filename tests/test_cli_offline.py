@@ -204,7 +204,7 @@ def test_problems_quoting_markup_are_printed_as_written(tmp_path: Path, command:
 def test_endpoints_prints_paths_and_flags_as_they_are() -> None:
     result = runner.invoke(app, ["endpoints"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "/v1/creative/materials/{material_id}  1 credit/request, single page" in result.stdout
+    assert "/v1/creative/materials/{material_id}  1 credit\n  One creative material" in result.stdout
     assert "material_id: string" in result.stdout and "[path, required]" in result.stdout
 
 

@@ -86,9 +86,9 @@ def test_a_never_seen_endpoint_validates_plans_at_its_price_and_is_listed(tmp_pa
                      "first_shown", "last_shown"]},
     ]  # fmt: skip
     text = runner.invoke(app, ["endpoints", "--spec", str(spec)], env={"COLUMNS": "200"}).stdout
-    assert (
-        f"{ADS}  1 credit/request, 25 with get_ad_details=true, paging: cursor (declared by the job)" in text
-    )
+    assert "ad-archive: 1 endpoint\n" in text
+    assert f"{ADS}  1 credit; 25 with get_ad_details=true\n" in text
+    assert "  paging: cursor; declared by the job\n" in text
 
     tables = runner.invoke(app, ["schema", "--tables", "--spec", str(spec)]).stdout
     assert "## ad_archive_ads\n\nPrimary key: `creative_id`. From: `/v1/ad-archive/company/ads`." in tables

@@ -104,9 +104,11 @@ class Price:
         return Price(credits, rules, least)
 
     def describe(self) -> str:
+        """The price rule in words, a request's price first, then each `when` rule: `1 credit; 10 with
+        download_media=true` (`harvest endpoints`, docs/endpoints/)."""
         least = "" if self.least is None or self.least == self.credits else f" (at least {self.least})"
-        rules = "".join(f", {r.describe()}" for r in self.when)
-        return f"{self.credits} credit{'s' if self.credits != 1 else ''}/request{least}{rules}"
+        rules = "".join(f"; {r.describe()}" for r in self.when)
+        return f"{self.credits} credit{'s' if self.credits != 1 else ''}{least}{rules}"
 
 
 def _shown(value: Any) -> str:

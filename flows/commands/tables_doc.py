@@ -33,7 +33,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _meta(fld: pa.Field, key: bytes) -> str:
+def field_meta(fld: pa.Field, key: bytes) -> str:
     return (fld.metadata or {}).get(key, b"").decode()
 
 
@@ -59,8 +59,8 @@ def render_tables(catalog: Catalog | None = None) -> str:
                 "|---|---|---|---|",
             ]
             lines += [
-                f"| `{n}` | {_cell(t)} | {_cell(_meta(kind.schema.field(n), SOURCE))} "
-                f"| {_cell(_meta(kind.schema.field(n), DESCRIPTION))} |"
+                f"| `{n}` | {_cell(t)} | {_cell(field_meta(kind.schema.field(n), SOURCE))} "
+                f"| {_cell(field_meta(kind.schema.field(n), DESCRIPTION))} |"
                 for n, t in duckdb_types(con, kind.schema)
             ]
             lines += [
