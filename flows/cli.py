@@ -195,7 +195,7 @@ def endpoints(
     spec: Path | None = DECLARING_SPEC,
     markdown: Path | None = typer.Option(None, metavar="DIR", help="Write docs/endpoints/ into DIR."),
 ) -> None:
-    """List the endpoints by platform, each with its price rule, or those with every WORD in their names."""
+    """List the endpoints by platform; WORDs keep those whose path, summary, parameter or table names hold all."""
     from harvest.flows.commands.endpoint_list import show_endpoints
 
     raise typer.Exit(show_endpoints(as_json, _load(spec).catalog() if spec else None, words, markdown))

@@ -115,7 +115,7 @@ def _endpoint_section(info: dict[str, Any], endpoint: Endpoint) -> list[str]:
         f"- Paging: {paging_words(endpoint.paging, endpoint.records_per_page)}",
     ]
     if endpoint.newest_first is not None:
-        lines.append(f"- Newest first{endpoint.newest_first.describe()}: `incremental: true` is allowed")
+        lines.append(f"- Newest first{endpoint.newest_first.describe()}, so `incremental: true` is allowed")
     if "methods" in info:
         lines.append(f"- Sent as: {' or '.join(info['methods'])} (POST: the parameters in a JSON body)")
     if info.get("declared"):
@@ -136,7 +136,7 @@ def _endpoint_section(info: dict[str, Any], endpoint: Endpoint) -> list[str]:
             )
         lines.append("")
     rules = rule_lines(info)
-    lines += [*(f"- {rule}" for rule in rules), ""] if rules else []
+    lines += [*(f"- Rule: {rule}" for rule in rules), ""] if rules else []
     return lines
 
 
@@ -147,7 +147,10 @@ def paging_words(paging: Paging, per_page: int | str | None) -> str:
     if paging.page is not None:
         words = f"page numbers (`{paging.page.param}` from {paging.page.first}, step {paging.page.step})"
     else:
-        sent = "; ".join(f"`{p}` from the answer's {_code(paths)}" for p, paths in paging.cursor.items())
+        sent = "; ".join(
+            f"`{p}` from the answer's {' or '.join(f'`{at}`' for at in paths)}"
+            for p, paths in paging.cursor.items()
+        )
         words = f"{paging.style}: {sent}"
     if paging.follow is not None:
         follow = paging.follow
