@@ -129,8 +129,9 @@ def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
 
 
 _CATALOGS: dict[int, tuple[Mapping[str, Any], list[EmulatedEndpoint]]] = {}
-"""id(catalog) -> (the catalog, its endpoints): a catalog's endpoints depend on it alone, and every sandbox of a
-process is handed the same one, so each is read once."""
+"""id(catalog) -> (the catalog, its endpoints): a catalog's endpoints depend on it alone, and the sandboxes of a
+process are mostly handed the same one, so it is read once; the last few are kept, not every one ever seen."""
+_KEPT_CATALOGS = 4
 
 
 def _catalog_endpoints(catalog: Mapping[str, Any], built_in: EndpointTable) -> list[EmulatedEndpoint]:
@@ -143,6 +144,8 @@ def _catalog_endpoints(catalog: Mapping[str, Any], built_in: EndpointTable) -> l
         if built_in.match(path) is None and path not in built_in.by_path
     ]
     if built_in is BUILT_IN:
+        while len(_CATALOGS) >= _KEPT_CATALOGS:
+            del _CATALOGS[next(iter(_CATALOGS))]
         _CATALOGS[id(catalog)] = (catalog, endpoints)
     return endpoints
 
