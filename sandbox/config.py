@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from harvest.sandbox.emulation.generic.service_catalog import service_catalog
+
 
 class FaultKind(StrEnum):
     """Injected failures. See `sandbox.wire.faults` for what each one looks like on the wire."""
@@ -163,7 +165,7 @@ class SandboxConfig:
     fault_kinds: Sequence[FaultKind | str] = ALL_FAULTS
     """Kinds the random schedule picks from (a forced plan may use any kind)."""
     fault_plan: Mapping[int, FaultKind | str] = field(default_factory=dict)
-    """Forced faults by request number (1-based, counting requests to the 18 data endpoints)."""
+    """Forced faults by request number (1-based, counting requests to the data endpoints)."""
     fault_plan_by_path: Mapping[str, Sequence[FaultKind | str | None]] = field(default_factory=dict)
     """Forced faults by path: the i-th request (0-based) to that path gets entry i (None: no fault)."""
     billed_faults: frozenset[FaultKind] = BILLED_FAULTS_DEFAULT
@@ -193,10 +195,11 @@ class SandboxConfig:
     """Path -> an endpoint's declaration, the plain data of harvest's declaration format (`endpoints:` of a spec
     or a catalog file): served beside the built-in endpoints with no code of its own
     (`sandbox.emulation.generic`). A declaration the sandbox cannot serve is a ValueError naming it."""
-    catalog: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    catalog: Mapping[str, Mapping[str, Any]] = field(default_factory=service_catalog)
     """Path -> declaration of the service's endpoints as harvest's catalog declares them (the same plain data as
     `declared`): each one the sandbox has no emulation of its own is served from its declaration
-    (`sandbox.emulation.generic`), the others as emulated. harvest hands its catalog to the sandboxes it starts."""
+    (`sandbox.emulation.generic`), the others as emulated. harvest hands its checked catalog to the sandboxes it
+    starts; by default, harvest's catalog files as the sandbox reads them (`service_catalog`)."""
     cache_pages: bool = False
     """Build each distinct page once and serve it again from memory (benchmarks: the sandbox must not be the
     bottleneck of what it measures). Answers are the same bytes either way."""
@@ -232,10 +235,9 @@ class SandboxConfig:
             raise ValueError("rate and rate_burst must be >= 0")
         if self.fault_rate > 0 and not self.fault_kinds:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
-        if self.declared or self.catalog:
-            from harvest.sandbox.emulation.generic.declared_endpoints import served
+        from harvest.sandbox.emulation.generic.declared_endpoints import served
 
-            served(self)  # refused here, naming the declaration, rather than at its first request
+        served(self)  # refused here, naming the declaration, rather than at its first request
 
     def pages_for(self, path: str) -> tuple[int, int]:
         return self.pages_by_path.get(path, self.pages)

@@ -27,6 +27,7 @@ from harvest.connectors.http.client import RetryPolicy, ServiceClient, Timeouts
 from harvest.connectors.paging.page_request import Attempt
 from harvest.connectors.paging.pager import Page, QueryOutcome, QueryPager, QuerySpec
 from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.emulation.endpoint_table import BY_PATH
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.billing import LedgerEntry, params_dict
 from harvest.sandbox.wire.serving import RunningSandbox
@@ -48,6 +49,10 @@ def real_retries() -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------------------- kinds, keys
 def sandbox_kind(endpoint: Endpoint, kind: RecordKind) -> str:
+    """The sandbox's name of a record kind: its table's, for an endpoint served from its declaration; without
+    the platform's prefix for one emulated with code of its own."""
+    if endpoint.path not in BY_PATH:
+        return kind.table
     platform = endpoint.path.split("/")[2].replace("-", "_")
     prefix = platform + "_"
     assert kind.table.startswith(prefix), (kind.table, endpoint.path)

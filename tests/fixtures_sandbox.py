@@ -41,8 +41,8 @@ PRIMARY_KEYS: dict[str, str] = {
     "community_posts": "id",
     "replies": "uri",
     "tweets": "id",
-    "advertisers": "advertiser_id",
-    "websites": "domain",
+    "search_engine_advertisers": "advertiser_id",
+    "search_engine_websites": "domain",
     "embeds": "handle",
     "reels": "id",
     "pins": "id",
@@ -106,7 +106,7 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
     if path == "/v1/microblog-a/community/tweets":
         return {"tweets": body["tweets"]}
     if path == "/v1/search-engine/adLibrary/advertisers/search":
-        return {"advertisers": body["advertisers"], "websites": body["websites"]}
+        return {"search_engine_advertisers": body["advertisers"], "search_engine_websites": body["websites"]}
     if path == "/v1/photo-app/user/embed":
         return {"embeds": [{"handle": params["handle"], "html": body["html"]}] if body["html"] else []}
     if path == "/v1/photo-app/user/reels":

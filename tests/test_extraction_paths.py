@@ -52,7 +52,7 @@ def _answer(sb: Any, path: str, params: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize("drift", list(DRIFTS), ids=list(DRIFTS))
 def test_fast_paths_read_what_the_simple_ones_read(drift: str) -> None:
-    assert set(SUBJECTS) == {path for path in BY_PATH if "{" not in path}  # the emulated ones
+    assert set(SUBJECTS) >= {path for path in BY_PATH if "{" not in path}  # the emulated ones, and more
     config = SandboxConfig(api_keys={KEY: 10**6}, pages=(1, 1), page_size=20, drift=DRIFTS[drift])
     checked = 0
     with running(config) as sb:

@@ -17,13 +17,18 @@ PRODUCTION = ("connectors", "tasks", "flows", "sandbox")
 
 # What each top-level package may import from the others: data flows spec -> plan -> requests -> pages ->
 # records -> files -> tables, so the service's description knows nothing of Prefect tasks, the tasks nothing of
-# flows, and the sandbox (a stand-in for the real service) nothing of harvest at all.
+# flows, and the sandbox (a stand-in for the real service) nothing of harvest but the two modules of the
+# declaration language it serves declarations in: the one record-path parser and the one list of paging styles.
 ALLOWED: dict[str, set[str]] = {
     "connectors": set(),
     "tasks": {"connectors"},
     "flows": {"connectors", "tasks", "sandbox"},
     "sandbox": set(),
 }
+NARROW: dict[str, set[str]] = {
+    "sandbox": {"harvest.connectors.catalog.record_paths", "harvest.connectors.catalog.paging_styles"},
+}
+"""Single modules a package may import from a package it may not use."""
 
 MAX_MODULES_PER_FOLDER = 15
 MAX_MODULE_LINES = 400
@@ -34,13 +39,13 @@ def _modules() -> list[Path]:
     return sorted(p for top in PRODUCTION for p in (ROOT / top).rglob("*.py"))
 
 
-def _imported_tops(tree: ast.AST) -> set[tuple[str, int]]:
-    found: set[tuple[str, int]] = set()
+def _imported_tops(tree: ast.AST) -> set[tuple[str, int, str]]:
+    found: set[tuple[str, int, str]] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {(_top(alias.name), node.lineno) for alias in node.names}
+            found |= {(_top(alias.name), node.lineno, alias.name) for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add((_top(node.module), node.lineno))
+            found.add((_top(node.module), node.lineno, node.module))
     return found
 
 
@@ -54,7 +59,9 @@ def layer_breaches(modules: list[Path]) -> list[str]:
     out = []
     for path in modules:
         top = path.relative_to(ROOT).parts[0]
-        for imported, line in _imported_tops(ast.parse(path.read_text(encoding="utf-8"))):
+        for imported, line, module in _imported_tops(ast.parse(path.read_text(encoding="utf-8"))):
+            if module in NARROW.get(top, set()):
+                continue
             if imported in ALLOWED and imported != top and imported not in ALLOWED[top]:
                 out.append(
                     f"{path.relative_to(ROOT)}:{line} imports {imported} ({top} may use {sorted(ALLOWED[top])})"
@@ -76,6 +83,23 @@ def test_the_layer_check_sees_a_breach(tmp_path: Path) -> None:
         ]
     finally:
         bad.unlink()
+
+
+def test_the_sandbox_reads_the_path_language_and_paging_styles_only() -> None:
+    """The sandbox writes records at the paths harvest reads them from and pages in harvest's styles with the
+    same two modules; any other module of harvest is a breach, and those two import nothing else of it."""
+    bad = ROOT / "sandbox" / "_layer_probe_tmp.py"
+    bad.write_text("from harvest.connectors.catalog.endpoints import ENDPOINTS\n", encoding="utf-8")
+    try:
+        assert layer_breaches([bad]) == [
+            "sandbox/_layer_probe_tmp.py:1 imports connectors (sandbox may use [])"
+        ]
+    finally:
+        bad.unlink()
+    for module in NARROW["sandbox"]:
+        source = ROOT / (module.removeprefix("harvest.").replace(".", "/") + ".py")
+        used = {name for _, _, name in _imported_tops(ast.parse(source.read_text(encoding="utf-8")))}
+        assert {name for name in used if name.startswith("harvest.")} <= NARROW["sandbox"], module
 
 
 def test_no_two_modules_or_classes_share_a_name() -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from harvest.connectors.catalog import endpoints as catalog
-from harvest.connectors.catalog import paging_styles as paging
+from harvest.connectors.catalog.paging_styles import Paging
 from harvest.sandbox.config import Drift
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import RunningSandbox
@@ -72,7 +72,7 @@ def test_the_sentinels_are_declared_per_endpoint() -> None:
     assert pins.end_values == ("-end-",)
     assert pins.next_cursor({"pins": [], "cursor": "-end-"}) is None
     assert pins.next_cursor({"cursor": "abc-end-"}) == {"cursor": "abc-end-"}
-    own = paging.cursor(end=("DONE", "-1"))
+    own = Paging("cursor", {"cursor": ("cursor",)}, end_values=("DONE", "-1"))
     assert own.next_cursor({"cursor": "DONE"}) is None and own.next_cursor({"cursor": -1}) is None
     assert own.next_cursor({"cursor": "-end-"}) == {"cursor": "-end-"}
     assert all(e.paging.single or "-end-" in e.paging.end_values for e in catalog.ENDPOINTS)

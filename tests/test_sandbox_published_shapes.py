@@ -27,10 +27,12 @@ from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 skip_without(PUBLISHED)
 EXAMPLES_DIR = PUBLISHED
+ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
 INDEX = published_index()
-KNOWN = [e for e in INDEX if e["endpoint"] in BY_PATH]
-"""The examples of endpoints the sandbox emulates with code of its own (it serves the catalog's others from their
-declarations: tests/test_sandbox_declared.py)."""
+KNOWN = [e for e in INDEX if e["endpoint"] in BY_PATH or e["endpoint"] == ADVERTISERS]
+"""The examples of endpoints the sandbox emulates with code of its own, and of those it served so before it
+served them from their declarations (it serves the catalog's others from their declarations too:
+tests/test_sandbox_declared.py)."""
 SCALE = {"page_size": 30, "pages": (2, 2)}
 """Pages large enough that the sandbox's optional values (a shop link on one video in five) show up."""
 

@@ -9,25 +9,15 @@ reads, hashes and records as it did.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from harvest.connectors.catalog.paging_styles import STYLE_DEFAULTS
+from harvest.connectors.catalog.paging_styles import STYLE_DEFAULTS, PagingStyle
 
 Scalar = str | int | float | bool
 Method = Literal["GET", "POST"]
 METHODS: tuple[Method, ...] = ("GET", "POST")
-PagingStyle = Literal[
-    "single",
-    "cursor",
-    "continuation_token",
-    "envelope_cursor",
-    "page_id_and_cursor",
-    "max_id",
-    "max_cursor",
-    "page_number",
-]
 PAGE_NUMBER = "page_number"
 PAGE_DEFAULTS: dict[str, Any] = {"param": "page", "first": 1, "step": 1, "last": None, "pages": None}
 """A page-number style's keys when a declaration leaves them out."""
@@ -66,8 +56,8 @@ class FollowDecl(Decl):
 class PagingDecl(Decl):
     """How a page names the next one, and when there is none."""
 
-    style: PagingStyle = Field("single", description="single, cursor, continuation_token, envelope_cursor, "
-                               "page_id_and_cursor, max_id, max_cursor or page_number.")  # fmt: skip
+    style: PagingStyle = Field("single", description=", ".join(get_args(PagingStyle)[:-1]) + " or "
+                               + get_args(PagingStyle)[-1] + ".")  # fmt: skip
     next: dict[str, Paths] | None = Field(
         None, description="Request parameter -> the response path(s) its next value is read from. Default: "
         "the style's."

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from harvest.connectors.catalog.record_paths import MISSING, compile_path, first
 
@@ -24,7 +24,20 @@ END_OF_PAGES: tuple[str, ...] = ("-end-",)
 search's last page answers `"cursor": "-end-"`, and no real cursor of the service looks like it."""
 
 
-STYLE_DEFAULTS: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
+PagingStyle = Literal[
+    "single",
+    "cursor",
+    "continuation_token",
+    "envelope_cursor",
+    "page_id_and_cursor",
+    "max_id",
+    "max_cursor",
+    "page_number",
+]
+"""The paging styles harvest knows, listed once: a declaration's `paging.style` is one of them, each has its
+defaults below, and the sandbox serves each with its traps."""
+
+STYLE_DEFAULTS: dict[PagingStyle, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     "single": ({}, ()),
     "cursor": ({"cursor": ("cursor",)}, ()),
     "continuation_token": ({"continuationToken": ("continuationToken",)}, ()),
@@ -136,41 +149,3 @@ class Paging:
                 return None
             out[param] = str(value)
         return out
-
-
-def single() -> Paging:
-    return Paging("single")
-
-
-def cursor(
-    request: str = "cursor",
-    response: str = "cursor",
-    more: str | None = None,
-    end: tuple[str, ...] = END_OF_PAGES,
-) -> Paging:
-    """`end`: the cursor values that mean "no more" (`-end-` unless given)."""
-    return Paging("cursor", {request: (response,)}, (more,) if more else (), end)
-
-
-def continuation_token() -> Paging:
-    return Paging("continuation_token", {"continuationToken": ("continuationToken",)})
-
-
-def envelope_cursor() -> Paging:
-    """Creative search: the cursor is in the envelope's `metadata`."""
-    return Paging("envelope_cursor", {"cursor": ("metadata.cursor",)})
-
-
-def page_id_and_cursor() -> Paging:
-    """Page photos: both `next_page_id` and `cursor` go back together; either missing ends paging."""
-    return Paging("page_id_and_cursor", {"next_page_id": ("next_page_id",), "cursor": ("cursor",)})
-
-
-def max_id() -> Paging:
-    """Reels: `paging_info.max_id` (full answer) or `max_id` (trimmed), ended by `more_available: false`."""
-    return Paging("max_id", {"max_id": ("paging_info.max_id", "max_id")}, ("paging_info.more_available",))
-
-
-def max_cursor() -> Paging:
-    """Short-video profile: integer `max_cursor`, ended by `has_more: 0` (absent when trimmed) or a falsy cursor."""
-    return Paging("max_cursor", {"max_cursor": ("max_cursor",)}, ("has_more",))

@@ -22,24 +22,29 @@ MISSING: Final = object()
 _TOKEN = re.compile(r"([^.\[\]]+)?((?:\[\d*\])*)")
 
 Getter = Callable[[Any], Any]
+Step = tuple[str, Any]
+"""One step of a path: ("key", name), ("index", n) or ("map", None) for `[]`."""
 
 
-def _steps(path: str) -> list[tuple[str, Any]]:
-    steps: list[tuple[str, Any]] = []
+@lru_cache(maxsize=4096)
+def steps(path: str) -> tuple[Step, ...]:
+    """A path without alternatives as its steps; `ValueError` naming the part that is not one. The one parser of
+    the path language: the sandbox writes records at the paths harvest reads them from with it."""
+    out: list[Step] = []
     if not path:
-        return steps
+        return ()
     for part in path.split("."):
         m = _TOKEN.fullmatch(part)
         if m is None or (m.group(1) is None and not m.group(2)):
             raise ValueError(f"bad path {path!r} at {part!r}")
         if m.group(1) is not None:
-            steps.append(("key", m.group(1)))
+            out.append(("key", m.group(1)))
         for idx in re.findall(r"\[(\d*)\]", m.group(2) or ""):
-            steps.append(("map", None) if idx == "" else ("index", int(idx)))
-    return steps
+            out.append(("map", None) if idx == "" else ("index", int(idx)))
+    return tuple(out)
 
 
-def _walk(value: Any, steps: list[tuple[str, Any]], start: int) -> Any:
+def _walk(value: Any, steps: tuple[Step, ...], start: int) -> Any:
     for i in range(start, len(steps)):
         kind, arg = steps[i]
         if kind == "key":
@@ -80,19 +85,19 @@ def compile_path(path: str) -> Getter:
             return MISSING
 
         return alternatives
-    steps = _steps(path)
-    if len(steps) == 1 and steps[0][0] == "key":
-        key = steps[0][1]
+    walk = steps(path)
+    if len(walk) == 1 and walk[0][0] == "key":
+        key = walk[0][1]
         return lambda doc: doc.get(key, MISSING) if isinstance(doc, dict) else MISSING
-    if len(steps) == 2 and steps[0][0] == "key" and steps[1][0] == "key":
-        k1, k2 = steps[0][1], steps[1][1]
+    if len(walk) == 2 and walk[0][0] == "key" and walk[1][0] == "key":
+        k1, k2 = walk[0][1], walk[1][1]
 
         def two(doc: Any) -> Any:
             inner = doc.get(k1, MISSING) if isinstance(doc, dict) else MISSING
             return inner.get(k2, MISSING) if isinstance(inner, dict) else MISSING
 
         return two
-    return lambda doc: _walk(doc, steps, 0)
+    return lambda doc: _walk(doc, walk, 0)
 
 
 @lru_cache(maxsize=1024)
@@ -104,15 +109,15 @@ def items_at(path: str) -> Getter:
     An item without the rest of the path after a `[]` holds no items there and is passed over (a comment
     without replies), except after the last `[]`: there every item must resolve, or the place is not there
     (`items[].media` of a trimmed answer whose items are the records themselves: the next place is tried)."""
-    steps = _steps(path)
-    maps = [n for n, (kind, _) in enumerate(steps) if kind == "map"]
+    walk = steps(path)
+    maps = [n for n, (kind, _) in enumerate(walk) if kind == "map"]
     if not maps:
         return compile_path(path)
     last = maps[-1]
 
     def gather(value: Any, start: int) -> Any:
-        for i in range(start, len(steps)):
-            kind, arg = steps[i]
+        for i in range(start, len(walk)):
+            kind, arg = walk[i]
             if kind == "key":
                 if not isinstance(value, dict) or arg not in value:
                     return MISSING
@@ -151,11 +156,11 @@ def path_problem(path: str) -> str | None:
     if not path.strip() or "|" in path or any(part != part.strip() for part in path.split(".")):
         return f"{path!r} is not a record path"
     try:
-        steps = _steps(path)
+        walk = steps(path)
     except ValueError:
         return f"{path!r} is not a record path"
     # `a []`: a key that ends in a space before its brackets
-    if any(kind == "key" and value != value.strip() for kind, value in steps):
+    if any(kind == "key" and value != value.strip() for kind, value in walk):
         return f"{path!r} is not a record path"
     return None
 

@@ -1,4 +1,4 @@
-"""The table of the 18 emulated endpoints: one entry per path holds all that is particular to it.
+"""The table of the endpoints the sandbox emulates with code of their own: one entry per path holds all that is particular to it.
 
 Parameters, enums, record kinds and primary keys are taken from the service's interface as
 `docs/service-shapes.md` records it; each entry also names the builder of its pages and its "not found" answer, so the
@@ -23,7 +23,6 @@ from harvest.sandbox.emulation.emulated import (
     QueryParam,
 )
 from harvest.sandbox.served_paths import (
-    ADVERTISERS,
     CLIP,
     COMMUNITY_POST,
     CREATIVE_DETAIL,
@@ -216,14 +215,6 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         kinds={"tweets": "id"},
         builder=single.tweets,
         not_found=NotFoundAnswer({"tweets": []}),
-        paged=False,
-    ),
-    EmulatedEndpoint(
-        ADVERTISERS,
-        (_subject("query", required=True), QueryParam("region", check="region2", identity=True)),
-        kinds={"advertisers": "advertiser_id", "websites": "domain"},
-        builder=single.advertisers,
-        not_found=NotFoundAnswer({"advertisers": [], "websites": []}),
         paged=False,
     ),
     EmulatedEndpoint(

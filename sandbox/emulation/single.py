@@ -14,7 +14,6 @@ from harvest.sandbox.emulation.platforms import (
     microblog_a,
     microblog_b,
     photo_app,
-    search_engine,
     streaming,
     video_platform,
 )
@@ -88,16 +87,6 @@ def tweets(ctx: Ctx) -> ServedPage:
     s = ctx.scope()
     items = [microblog_a.tweet(s, i) for i in range(span(1, ctx.size, s.key, "tweets"))]
     return ServedPage({"tweets": items}, {"tweets": items})
-
-
-def advertisers(ctx: Ctx) -> ServedPage:
-    s = ctx.scope()
-    query = ctx.params.get("query") or ""
-    ads = [
-        search_engine.advertiser(s, i, query) for i in range(span(1, min(ctx.size, 20), s.key, "advertisers"))
-    ]
-    sites = [search_engine.website(s, i, query) for i in range(span(0, min(ctx.size, 10), s.key, "websites"))]
-    return ServedPage({"advertisers": ads, "websites": sites}, {"advertisers": ads, "websites": sites})
 
 
 def embed(ctx: Ctx) -> ServedPage:

@@ -128,19 +128,37 @@ def emulated(decl: DeclaredEndpoint) -> EmulatedEndpoint:
     )
 
 
+_CATALOGS: dict[int, tuple[Mapping[str, Any], list[EmulatedEndpoint]]] = {}
+"""id(catalog) -> (the catalog, its endpoints): a catalog's endpoints depend on it alone, and the sandboxes of a
+process are mostly handed the same one, so it is read once; the last few are kept, not every one ever seen."""
+_KEPT_CATALOGS = 4
+
+
+def _catalog_endpoints(catalog: Mapping[str, Any], built_in: EndpointTable) -> list[EmulatedEndpoint]:
+    known = _CATALOGS.get(id(catalog))
+    if known is not None and known[0] is catalog and built_in is BUILT_IN:
+        return known[1]
+    endpoints = [
+        emulated(read_declaration(path, declaration))
+        for path, declaration in catalog.items()
+        if built_in.match(path) is None and path not in built_in.by_path
+    ]
+    if built_in is BUILT_IN:
+        while len(_CATALOGS) >= _KEPT_CATALOGS:
+            del _CATALOGS[next(iter(_CATALOGS))]
+        _CATALOGS[id(catalog)] = (catalog, endpoints)
+    return endpoints
+
+
 def declared_table(
     declared: Mapping[str, Any], built_in: EndpointTable, catalog: Mapping[str, Any] | None = None
 ) -> EndpointTable:
-    """The built-in endpoints, the catalog's endpoints the built-in ones do not emulate, and the declared ones;
-    `ValueError` for a declaration the sandbox cannot serve, or a declared path it serves already."""
-    added = [
-        emulated(read_declaration(path, declaration))
-        for path, declaration in (catalog or {}).items()
-        if built_in.match(path) is None and path not in built_in.by_path
-    ]
-    serving = {e.path for e in added}
+    """The built-in endpoints, the catalog's endpoints the built-in ones do not emulate, and the declared ones
+    (a declared path of the catalog's is served as declared: the job's own description of it); `ValueError` for
+    a declaration the sandbox cannot serve, or a path of a built-in endpoint."""
+    added = [e for e in _catalog_endpoints(catalog or {}, built_in) if e.path not in declared]
     for path, declaration in declared.items():
-        if built_in.match(path) is not None or path in built_in.by_path or path in serving:
+        if built_in.match(path) is not None or path in built_in.by_path:
             raise ValueError(
                 f"declared endpoint {path}: the sandbox already serves {path} (a built-in endpoint)"
             )
@@ -153,10 +171,6 @@ def served(config: SandboxConfig) -> EndpointTable:
     once per config."""
     table = config.__dict__.get("_served")
     if table is None:
-        table = (
-            declared_table(config.declared, BUILT_IN, config.catalog)
-            if config.declared or config.catalog
-            else BUILT_IN
-        )
+        table = declared_table(config.declared, BUILT_IN, config.catalog)
         object.__setattr__(config, "_served", table)
     return table

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from harvest.connectors.catalog.paging_styles import END_OF_PAGES, STYLE_DEFAULTS, PagingStyle
 from harvest.sandbox.emulation.generic.request_form import (
     DeclaredPageNumbers,
     FollowCursor,
@@ -23,24 +24,22 @@ from harvest.sandbox.emulation.generic.request_form import (
     read_rules,
 )
 
-STYLES = (
-    "single", "cursor", "continuation_token", "envelope_cursor", "page_id_and_cursor", "max_id", "max_cursor",
-    "page_number",
-)  # fmt: skip
-"""The paging styles harvest knows; each names the traps the sandbox's built-in endpoints of that style have."""
+STYLES: tuple[str, ...] = get_args(PagingStyle)
+"""The paging styles harvest knows; each names the traps the sandbox's endpoints of that style have."""
 
-DEFAULT_NEXT: Mapping[str, tuple[tuple[str, str], ...]] = {
-    "cursor": (("cursor", "cursor"),),
-    "continuation_token": (("continuationToken", "continuationToken"),),
-    "envelope_cursor": (("cursor", "metadata.cursor"),),
-    "page_id_and_cursor": (("next_page_id", "next_page_id"), ("cursor", "cursor")),
-    "max_id": (("max_id", "paging_info.max_id"),),
-    "max_cursor": (("max_cursor", "max_cursor"),),
-}
-"""Request parameter -> response path of each style, when a declaration names none (the built-in endpoints')."""
-DEFAULT_MORE = {"max_id": "paging_info.more_available", "max_cursor": "has_more"}
-DEFAULT_END_VALUES = ("-end-",)
-"""harvest's sentinels when a declaration names none (its plain form fills them in)."""
+
+def _default_next(style: PagingStyle) -> tuple[tuple[str, str], ...]:
+    """(request parameter, the response path the sandbox writes it at) of a style whose declaration names none:
+    the first of the paths harvest reads it from."""
+    return tuple((param, paths[0]) for param, paths in STYLE_DEFAULTS[style][0].items())
+
+
+def _default_more(style: PagingStyle) -> str | None:
+    """Where the sandbox writes a style's "more" flag when a declaration names none: the first path harvest
+    reads it from."""
+    flags = STYLE_DEFAULTS[style][1]
+    return flags[0] if flags else None
+
 
 PARAM_CHECKS = {
     "string": "text",
@@ -324,13 +323,13 @@ def _paging(r: _DeclarationReader, raw: Any, tables: Sequence[str]) -> DeclaredP
     pairs = tuple((p, r.names(paths, f"paging.next.{p}")[0]) for p, paths in declared_next.items())
     more = spec.get("more")
     if more is None:  # as harvest reads it: the style's flag unless one is declared (`[]`: none)
-        more = DEFAULT_MORE.get(style)
+        more = _default_more(style)
     more = r.names(more, "paging.more")[0] if more else None  # a path, or paths tried in order: the first
     ends = spec.get("end_values")
     if ends is None:  # as harvest reads it: `-end-` unless declared (`[]`: none)
-        ends = DEFAULT_END_VALUES
+        ends = END_OF_PAGES
     return DeclaredPaging(
-        style, pairs or DEFAULT_NEXT[style], more, tuple(wire_text(v) for v in ends), follow=follow
+        style, pairs or _default_next(style), more, tuple(wire_text(v) for v in ends), follow=follow
     )
 
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harvest.connectors.catalog.paging_styles import END_OF_PAGES
 from harvest.sandbox.emulation import cursor_values as cursors
 from harvest.sandbox.emulation.generic import threads
-from harvest.sandbox.emulation.generic.declared_form import DEFAULT_END_VALUES, DeclaredEndpoint, DeclaredKind
+from harvest.sandbox.emulation.generic.declared_form import DeclaredEndpoint, DeclaredKind
 from harvest.sandbox.emulation.generic.request_form import DeclaredPageNumbers
 from harvest.sandbox.emulation.generic.synthetic_values import (
     empty_record,
@@ -183,7 +184,7 @@ def ends_with_sentinel(decl: DeclaredEndpoint) -> bool:
     paging = decl.paging
     if not paging.end_values or paging.more or paging.style in (*_FLAGGED, "page_id_and_cursor"):
         return False
-    return paging.style == "cursor" or paging.end_values != DEFAULT_END_VALUES
+    return paging.style == "cursor" or paging.end_values != END_OF_PAGES
 
 
 def _page_positions(plan: PagePlan, table: str, page_no: int) -> range:

@@ -18,31 +18,14 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from harvest.connectors.catalog.record_paths import Step, steps
 from harvest.sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import WORDS, phrase
 from harvest.sandbox.emulation.scope import Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw
 
-_TOKEN = re.compile(r"([^.\[\]]+)?((?:\[\d*\])*)")
 _ID_NAME = re.compile(r"(?:^|_)id$|[a-z]Id$")
-
-Step = tuple[str, Any]
-
-
-@lru_cache(maxsize=4096)
-def steps(path: str) -> tuple[Step, ...]:
-    """A record path (`a.b`, `[0]`, `items[].media`) as steps: ("key", name), ("index", n), ("map", None)."""
-    out: list[Step] = []
-    for part in path.split(".") if path else ():
-        m = _TOKEN.fullmatch(part)
-        if m is None:
-            raise ValueError(f"bad record path {path!r} at {part!r}")
-        if m.group(1) is not None:
-            out.append(("key", m.group(1)))
-        for idx in re.findall(r"\[(\d*)\]", m.group(2) or ""):
-            out.append(("map", None) if idx == "" else ("index", int(idx)))
-    return tuple(out)
 
 
 def put(doc: Any, path: str | tuple[Step, ...], value: Any) -> Any:
