@@ -50,7 +50,7 @@ def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -
 
     landed = [m for m in manifests if m.status != "running"]
     if not landed:
-        console.say(f"nothing to load in {output}: no run there has finished or been interrupted yet")
+        console.prose(f"nothing to load in {output}: no run there has finished or been interrupted yet")
         return
     if not layout.db.exists():
         console.warning(
@@ -62,7 +62,7 @@ def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -
         refresh_views(layout)  # an output directory moved: the history views follow it
     except DatabaseBusy as exc:
         raise fail(str(exc), 1) from None
-    console.say(f"nothing to load in {output}: every finished or interrupted run is in {layout.db}")
+    console.prose(f"nothing to load in {output}: every finished or interrupted run is in {layout.db}")
 
 
 def load(output: Path) -> None:
@@ -99,7 +99,7 @@ def load(output: Path) -> None:
             raise fail(str(exc), 1) from None
         finally:
             lock.release()
-        console.say(
+        console.prose(
             f"loaded run {manifest.run_id} ({manifest.status}): {sum(tables.values())} rows in {len(tables)} tables"
         )
         if manifest.status == "interrupted":

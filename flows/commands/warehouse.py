@@ -31,7 +31,7 @@ def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> No
         raise _fail(str(exc), 1) from None
     for line in report.skipped:
         console.note(line)
-    console.say(
+    console.prose(
         f"landed {report.pages} stored pages of {len(report.runs)} run(s) again: {report.records} records; "
         f"no request sent"
     )
@@ -71,14 +71,14 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
     ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
         raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
     if report.recovered:
-        console.say(
+        console.prose(
             f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
         )
     if report.kind == "increment" and not report.runs:
-        console.say(f"nothing new to export to {report.destination}: every loaded run is there")
+        console.prose(f"nothing new to export to {report.destination}: every loaded run is there")
         return
     marker = "_SUCCESS" if report.kind == "snapshot" else f"_exports/{report.export_id}/_SUCCESS"
-    console.say(
+    console.prose(
         f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
         f"({report.kind}); committed: {marker}"
     )
@@ -101,7 +101,9 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
     except (ExportFailed, OSError, duckdb.Error) as exc:
         raise _fail(f"{fmt} export to {to} failed: {exc}", 1) from None
     if not report.runs:
-        console.say(f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables")
+        console.prose(
+            f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables"
+        )
         return
     rows = console.table("table", "rows in", "inserted", "updated", "new columns", "version",
                          title=f"{fmt} tables at {report.destination}", right=("rows in", "inserted", "updated"))  # fmt: skip
@@ -109,7 +111,7 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
         added = ", ".join(merged.columns_added)
         console.add_row(rows, name, merged.rows_in, merged.inserted, merged.updated, added, merged.version)
     console.out.print(rows)
-    console.say(
+    console.prose(
         f"merged {len(report.runs)} run(s), {report.rows} rows into {len(report.tables)} {fmt} table(s) at "
         f"{report.destination}; one commit per table"
     )
