@@ -194,9 +194,9 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         f"credits spent: {summary.credits_spent} of a budget of {summary.budget}; "
         f"records: {summary.records}; status: {summary.status}"
     )
-    for line in (took(summary.seconds), rate_line(summary.rate_limit), bill_line(summary)):
-        if line:
-            console.prose(line)
+    for closing in (took(summary.seconds), rate_line(summary.rate_limit), bill_line(summary)):
+        if closing:
+            console.prose(closing)
 
 
 def bill_line(summary: RunSummary) -> str | None:
