@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from typer.models import CommandFunctionType
 
 from harvest.flows import stop_signals
+from harvest.flows.cli_errors import Failed, handled
 from harvest.flows.help_text import NamedArguments, paragraphs
 from harvest.flows.orchestrator.prefect_settings import SERVER_START
 from harvest.sandbox import drift_shapes
@@ -24,15 +25,16 @@ if TYPE_CHECKING:
 
 
 class _Harvest(typer.Typer):
-    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`); its help is its
-    docstring, wrapped between words at the terminal's width."""
+    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`) and ends with
+    harvest's errors said and made exit codes in one place (`flows.cli_errors`); its help is its docstring,
+    wrapped between words at the terminal's width."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
         def registered(function: CommandFunctionType) -> CommandFunctionType:
             text = kwargs.get("help") or function.__doc__ or ""
             options = {"cls": NamedArguments, **kwargs, "help": paragraphs(text)}
             register = super(_Harvest, self).command(*args, **options)
-            register(cast(CommandFunctionType, stop_signals.as_ctrl_c(function)))
+            register(cast(CommandFunctionType, stop_signals.as_ctrl_c(handled(function))))
             return function  # called directly (tests), a command is the plain function
 
         return registered
@@ -103,20 +105,12 @@ def sandbox(
 
     try:
         serve_sandbox((drift, replay, catalog, spec), **options)  # every other option is the sandbox's own
-    except UsageError as exc:
-        _fail(str(exc))
+    except UsageError as exc:  # a declaration's problems, each starting with its file and line
+        raise Failed(str(exc), plain=True) from None
 
 
 # ------------------------------------------------------------------------------------- spec commands
 SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False, metavar="SPEC")
-
-
-def _fail(message: str) -> NoReturn:
-    """The message on stderr exactly as written (it quotes the user's spec), then exit 2."""
-    from harvest.flows.console import note
-
-    note(message)
-    raise typer.Exit(2)
 
 
 def _load(path: Path) -> JobSpec:
@@ -126,9 +120,11 @@ def _load(path: Path) -> JobSpec:
 
     try:
         job = load_spec(path)
-    except SpecError as exc:
+    except SpecError as exc:  # said as it is: each problem starts with the file and line it names
         count = len(exc.problems)
-        _fail(f"{exc}\n{count} problem{'s' if count > 1 else ''} in {path}; nothing was sent.")
+        raise Failed(
+            f"{exc}\n{count} problem{'s' if count > 1 else ''} in {path}; nothing was sent.", plain=True
+        ) from None
     for warning in job.replaced_params():
         note(warning)
     return job

@@ -7,28 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
 from harvest.flows import console
-from harvest.flows.spec import JobSpec, UsageError
-from harvest.tasks.database.connection import DatabaseBusy
+from harvest.flows.cli_errors import Failed
+from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.error(message)
-    return typer.Exit(code)
 
 
 def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> None:
     from harvest.flows.handoff.rebuild import rebuild as rebuild_output
 
-    try:
-        report = rebuild_output(OutputLayout(output), run_id, spec)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
-    except DatabaseBusy as exc:
-        raise _fail(str(exc), 1) from None
+    report = rebuild_output(OutputLayout(output), run_id, spec)
     for line in report.skipped:
         console.note(line)
     console.prose(
@@ -52,24 +40,22 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
 
     layout = OutputLayout(output)
     if not layout.raw_root.is_dir():
-        raise _fail(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+        raise Failed(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
     problem = format_problem(fmt, snapshot)
     if problem:
-        raise _fail(f"--format {fmt}: {problem}")
+        raise Failed(f"--format {fmt}: {problem}")
     if fmt != "parquet":
         export_tables(layout, to, fmt)
         return
     try:
         report = (export_snapshot if snapshot else export_increment)(layout, to)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
     except NotRecorded as exc:
-        raise _fail(f"exported to {to} and committed, but {exc}", 1) from None
+        raise Failed(f"exported to {to} and committed, but {exc}", 1) from None
     except (
         OSError,
         duckdb.Error,
     ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
-        raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+        raise Failed(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
     if report.recovered:
         console.prose(
             f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
@@ -94,12 +80,10 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
 
     try:
         report = merge_tables(layout, to, fmt)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
     except NotRecorded as exc:
-        raise _fail(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
+        raise Failed(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
     except (ExportFailed, OSError, duckdb.Error) as exc:
-        raise _fail(f"{fmt} export to {to} failed: {exc}", 1) from None
+        raise Failed(f"{fmt} export to {to} failed: {exc}", 1) from None
     if not report.runs:
         console.prose(
             f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables"
@@ -120,8 +104,5 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
 def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
     from harvest.flows.handoff.raw_pages import raw_lines
 
-    try:
-        for line in raw_lines(OutputLayout(output), run_id, query_id):
-            print(line)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
+    for line in raw_lines(OutputLayout(output), run_id, query_id):
+        print(line)
