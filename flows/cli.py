@@ -115,16 +115,14 @@ SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=F
 
 def _load(path: Path) -> JobSpec:
     """The validated spec, or exit 2 with every problem on stderr (nothing is sent or spent)."""
-    from harvest.flows.console import note
+    from harvest.flows.console import counted, note
     from harvest.flows.spec import SpecError, load_spec
 
     try:
         job = load_spec(path)
     except SpecError as exc:  # said as it is: each problem starts with the file and line it names
-        count = len(exc.problems)
-        raise Failed(
-            f"{exc}\n{count} problem{'s' if count > 1 else ''} in {path}; nothing was sent.", plain=True
-        ) from None
+        problems = counted(len(exc.problems), "problem")
+        raise Failed(f"{exc}\n{problems} in {path}; nothing was sent.", plain=True) from None
     for warning in job.replaced_params():
         note(warning)
     return job
@@ -246,7 +244,9 @@ def run(
     An unfinished run of the job in the output directory (killed, Ctrl-C) is resumed: queries that ended are
     not repeated, the others go on from their last paid page. Exit codes: 0 every query ended normally or
     stopped at its budget; 1 a query failed; 2 invalid spec or usage (or the job is already running);
-    130 interrupted (run it again to resume).
+    3 the budget left queries unstarted and the spec asks to say so (budget.unstarted_exit_code); 75 stopped by
+    this machine (a full disk) or Prefect's API did not answer: try again later; 130 interrupted (run it again
+    to resume).
     """
     from harvest.flows.commands import run_job as commands
 

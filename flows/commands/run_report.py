@@ -175,7 +175,7 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         console.tell(err, said, console.HANG)
     elif exported:
         console.prose(
-            f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), "
+            f"exported to {exported['to']} ({exported['kind']}): {counted(exported['runs'], 'run')}, "
             + (f"{exported['tables']} tables" if "tables" in exported else f"{exported['files']} files")
         )
     if summary.load_interrupted:
@@ -261,7 +261,8 @@ def loaded_first_line(summary: RunSummary | NoRun) -> None:
     if runs:
         named = ", ".join(f"{r['run_id']} ({r['status']}, {r['rows']} rows)" for r in runs)
         console.note(
-            f"loaded {len(runs)} earlier run(s) into DuckDB first, which had landed but were not loaded: {named}"
+            f"loaded {counted(len(runs), 'earlier run')} into DuckDB first, which had landed but were not loaded: "
+            f"{named}"
         )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
+from harvest.flows.console import counted
 from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
 
@@ -20,7 +21,7 @@ def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> No
     for line in report.skipped:
         console.note(line)
     console.prose(
-        f"landed {report.pages} stored pages of {len(report.runs)} run(s) again: {report.records} records; "
+        f"landed {report.pages} stored pages of {counted(len(report.runs), 'run')} again: {report.records} records; "
         f"no request sent"
     )
     rows = console.table(
@@ -58,14 +59,14 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
         raise Failed(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
     if report.recovered:
         console.prose(
-            f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
+            f"{counted(report.recovered, 'run')} found committed at {report.destination}: recorded, not sent again"
         )
     if report.kind == "increment" and not report.runs:
         console.prose(f"nothing new to export to {report.destination}: every loaded run is there")
         return
     marker = "_SUCCESS" if report.kind == "snapshot" else f"_exports/{report.export_id}/_SUCCESS"
     console.prose(
-        f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
+        f"exported {counted(len(report.runs), 'run')}, {report.files} files, {report.rows} rows to {report.destination} "
         f"({report.kind}); committed: {marker}"
     )
 
@@ -96,8 +97,8 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
         console.add_row(rows, name, merged.rows_in, merged.inserted, merged.updated, added, merged.version)
     console.out.print(rows)
     console.prose(
-        f"merged {len(report.runs)} run(s), {report.rows} rows into {len(report.tables)} {fmt} table(s) at "
-        f"{report.destination}; one commit per table"
+        f"merged {counted(len(report.runs), 'run')}, {report.rows} rows into "
+        f"{counted(len(report.tables), f'{fmt} table')} at {report.destination}; one commit per table"
     )
 
 
