@@ -376,8 +376,7 @@ class LogLines(Counting):
 
 
 def _say(sentence: str) -> None:
-    """One plain sentence on stderr, wrapped on a terminal (`flows.console.tell`); query ids and job names are
-    the user's text: printed literally, control characters escaped."""
+    """A sentence on stderr (`flows.console.tell`); query ids and job names are printed literally."""
     note(f"harvest: {sentence}")
 
 
