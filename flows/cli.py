@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from typer.models import CommandFunctionType
 
 from harvest.flows import stop_signals
+from harvest.flows.cli_errors import Failed, handled
 from harvest.flows.help_text import NamedArguments, paragraphs
 from harvest.flows.orchestrator.prefect_settings import SERVER_START
 from harvest.sandbox import drift_shapes
@@ -24,15 +25,16 @@ if TYPE_CHECKING:
 
 
 class _Harvest(typer.Typer):
-    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`); its help is its
-    docstring, wrapped between words at the terminal's width."""
+    """Every command's body runs with SIGTERM and SIGHUP as Ctrl-C (`flows.stop_signals`) and ends with
+    harvest's errors said and made exit codes in one place (`flows.cli_errors`); its help is its docstring,
+    wrapped between words at the terminal's width."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
         def registered(function: CommandFunctionType) -> CommandFunctionType:
             text = kwargs.get("help") or function.__doc__ or ""
             options = {"cls": NamedArguments, **kwargs, "help": paragraphs(text)}
             register = super(_Harvest, self).command(*args, **options)
-            register(cast(CommandFunctionType, stop_signals.as_ctrl_c(function)))
+            register(cast(CommandFunctionType, stop_signals.as_ctrl_c(handled(function))))
             return function  # called directly (tests), a command is the plain function
 
         return registered
@@ -103,32 +105,24 @@ def sandbox(
 
     try:
         serve_sandbox((drift, replay, catalog, spec), **options)  # every other option is the sandbox's own
-    except UsageError as exc:
-        _fail(str(exc))
+    except UsageError as exc:  # a declaration's problems, each starting with its file and line
+        raise Failed(str(exc), plain=True) from None
 
 
 # ------------------------------------------------------------------------------------- spec commands
 SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=False, metavar="SPEC")
 
 
-def _fail(message: str) -> NoReturn:
-    """The message on stderr exactly as written (it quotes the user's spec), then exit 2."""
-    from harvest.flows.console import note
-
-    note(message)
-    raise typer.Exit(2)
-
-
 def _load(path: Path) -> JobSpec:
     """The validated spec, or exit 2 with every problem on stderr (nothing is sent or spent)."""
-    from harvest.flows.console import note
+    from harvest.flows.console import counted, note
     from harvest.flows.spec import SpecError, load_spec
 
     try:
         job = load_spec(path)
-    except SpecError as exc:
-        count = len(exc.problems)
-        _fail(f"{exc}\n{count} problem{'s' if count > 1 else ''} in {path}; nothing was sent.")
+    except SpecError as exc:  # said as it is: each problem starts with the file and line it names
+        problems = counted(len(exc.problems), "problem")
+        raise Failed(f"{exc}\n{problems} in {path}; nothing was sent.", plain=True) from None
     for warning in job.replaced_params():
         note(warning)
     return job
@@ -139,17 +133,17 @@ def validate(spec: Path = SPEC_ARG) -> None:
     """Check a job spec completely (keys, endpoints, parameters, fan-out, parents); exit 2 when invalid."""
     import os
 
-    from harvest.flows.console import note, say
+    from harvest.flows.console import note, prose
     from harvest.flows.run.plan import plan
     from harvest.flows.spec import BASE_URL_ENV
 
     job = _load(spec)
     fanned = sum(1 for q in job.queries if q.static)
     dependent = sum(1 for q in job.queries if q.dependent)
-    say(f"ok: {len(job.queries)} queries ({fanned} fanned out, {dependent} dependent)")
+    prose(f"ok: {len(job.queries)} queries ({fanned} fanned out, {dependent} dependent)")
     expanded = len(plan(job).queries)
     more = ", plus the dependent ones per parent record" if dependent else ""
-    say(f"{expanded} queries to run after fan-out{more}")
+    prose(f"{expanded} queries to run after fan-out{more}")
     if not job.service.base_url and not os.environ.get(BASE_URL_ENV):
         note(
             f"note: no service URL in the spec; `harvest run` needs {BASE_URL_ENV} or --base-url "
@@ -250,7 +244,9 @@ def run(
     An unfinished run of the job in the output directory (killed, Ctrl-C) is resumed: queries that ended are
     not repeated, the others go on from their last paid page. Exit codes: 0 every query ended normally or
     stopped at its budget; 1 a query failed; 2 invalid spec or usage (or the job is already running);
-    130 interrupted (run it again to resume).
+    3 the budget left queries unstarted and the spec asks to say so (budget.unstarted_exit_code); 75 stopped by
+    this machine (a full disk) or Prefect's API did not answer: try again later; 130 interrupted (run it again
+    to resume).
     """
     from harvest.flows.commands import run_job as commands
 

@@ -73,33 +73,50 @@ def say(message: object, style: str = "") -> None:
 
 
 def prose(message: object, style: str = "") -> None:
-    """A sentence on stdout that holds no command: on a terminal, wrapped to its width at separators (never
-    inside a word, as the terminal's own wrapping would); elsewhere one line, so that logs stay greppable."""
-    text = literal(message, style)
-    if out.is_terminal:
-        out.print(AtSeparators(text))
-    else:
-        out.print(text, soft_wrap=True)
+    """A sentence on stdout (`tell`)."""
+    tell(out, literal(message, style))
 
 
 def error(message: object) -> None:
     """`error: <message>` on stderr; the message is printed literally, whatever brackets it holds."""
-    err.print(Text("error: ", style="red") + literal(message), soft_wrap=True)
+    tell(err, Text("error: ", style="red") + literal(message), HANG)
 
 
 def warning(message: object) -> None:
-    err.print(Text("warning: ", style="yellow") + literal(message), soft_wrap=True)
+    tell(err, Text("warning: ", style="yellow") + literal(message), HANG)
 
 
 def note(message: object) -> None:
     """A line on stderr that is not an error (hints, notes about what was cut)."""
-    err.print(literal(message), soft_wrap=True)
+    tell(err, literal(message), HANG)
+
+
+HANG = 2
+"""Columns a sentence's continued lines are indented by on stderr, under its first: an error, a spec's problem
+or a progress line still starts where a reader looks for the next."""
+
+
+def tell(target: Console, text: Text, hang: int = 0) -> None:
+    """Sentences (one a line of `text`) on `target`. On a terminal, wrapped to its width between words (a
+    value wider than a line breaks at its separators, a `quoted command` never: copied from the screen, it runs
+    whole), each continued line indented by `hang`; elsewhere each one line, so that logs stay greppable."""
+    if not target.is_terminal:
+        target.print(text, soft_wrap=True)
+        return
+    width = max(1, target.size.width - hang)
+    lines: list[Text] = []
+    for paragraph in text.split("\n", allow_blank=True):
+        first, *rest = wrap_at_separators(paragraph, width, words=True)
+        lines += [first, *(Text(" " * hang) + line for line in rest)]
+    target.print(Text("\n").join(lines), soft_wrap=True)
 
 
 _BREAKS = re.compile(r"(?<=[ /\]=,:;&?)])(?! )|(?=[\[(])")
 """Where a line may break: after a space (the spaces stay on the line they end), a slash, `]`, `=`, `,`, `:`,
 `;`, `&`, `?` or `)`, and before `[` or `(`: a path breaks between its parts, `videos[handle=nasa]` between
 `videos`, `[handle=` and `nasa]`, never inside a word."""
+_QUOTED = re.compile(r"`[^`\n]*`")
+"""A command quoted in a sentence, to be copied whole."""
 _SPACES = re.compile(r"(?<= )(?! )")
 """After a space only: between the words of a sentence (`wrap_at_separators(words=True)`)."""
 _WORD_BREAKS = re.compile(r"(?<=[_.\-])")
@@ -118,13 +135,18 @@ def wrap_at_separators(
     """`text` in lines of at most `width` cells, broken only where `_BREAKS` allows. A piece wider than a whole
     line breaks at `_WORD_BREAKS`, and what is still too wide (a 100-character hash at 80 columns) is folded:
     it cannot fit otherwise. `words`: a sentence naming ids breaks at its spaces first, so that an id that fits
-    a line stays whole on one. The breaks are found on the plain string and the text divided once (a table of
+    a line stays whole on one, and a `quoted command` never breaks (wider than a line, it runs past). The breaks are found on the plain string and the text divided once (a table of
     200 rows of JSON wraps thousands of pieces). `console` is not needed: kept for callers that have one."""
     lines: list[Text] = []
     tiers = (_SPACES, _BREAKS, _WORD_BREAKS) if words else (_BREAKS, _WORD_BREAKS)
     for paragraph in text.split("\n", allow_blank=True):
         plain = paragraph.plain
-        for start, end in _spans(plain, 0, len(plain), max(1, width), tiers):
+        keep = (
+            frozenset(i for m in _QUOTED.finditer(plain) for i in range(m.start() + 1, m.end()))
+            if words
+            else None
+        )
+        for start, end in _spans(plain, 0, len(plain), max(1, width), tiers, keep or frozenset()):
             line = paragraph[start:end]
             line.rstrip()
             line.end = ""
@@ -133,15 +155,17 @@ def wrap_at_separators(
 
 
 def _spans(
-    plain: str, start: int, end: int, width: int, tiers: tuple[re.Pattern[str], ...]
+    plain: str, start: int, end: int, width: int, tiers: tuple[re.Pattern[str], ...], keep: frozenset[int]
 ) -> list[tuple[int, int]]:
     """(start, end) of each line of `plain[start:end]`: as many pieces a line as fit (trailing spaces not
-    counted, a new line's leading spaces skipped), a piece too wide alone split by the next tier."""
+    counted, a new line's leading spaces skipped), a piece too wide alone split by the next tier; never cut
+    at a place in `keep`."""
     if not tiers:
-        return _folded(plain, start, end, width)
+        return _folded(plain, start, end, width, keep)
     spans: list[tuple[int, int]] = []
     line, fit = start, start
-    cuts = [m.start() for m in tiers[0].finditer(plain, start, end) if start < m.start() < end]
+    found = (m.start() for m in tiers[0].finditer(plain, start, end))
+    cuts = [cut for cut in found if start < cut < end and cut not in keep]
     for cut in [*cuts, end]:
         if cell_len(plain[line:cut].rstrip(" ")) <= width:
             fit = cut
@@ -152,18 +176,18 @@ def _spans(
             if cell_len(plain[line:cut].rstrip(" ")) <= width:
                 fit = cut
                 continue
-        *full, (line, fit) = _spans(plain, line, cut, width, tiers[1:])  # the piece alone is too wide
+        *full, (line, fit) = _spans(plain, line, cut, width, tiers[1:], keep)  # the piece alone is too wide
         spans.extend(full)
     spans.append((line, end))
     return spans
 
 
-def _folded(plain: str, start: int, end: int, width: int) -> list[tuple[int, int]]:
-    """Lines of at most `width` cells, cut anywhere: the last resort."""
+def _folded(plain: str, start: int, end: int, width: int, keep: frozenset[int]) -> list[tuple[int, int]]:
+    """Lines of at most `width` cells, cut anywhere but in `keep`: the last resort."""
     spans, line, cells = [], start, 0
     for i in range(start, end):
         size = cell_len(plain[i])
-        if cells + size > width and i > line:
+        if cells + size > width and i > line and i not in keep:
             spans.append((line, i))
             line, cells = i, 0
         cells += size

@@ -4,7 +4,7 @@ Prefect must never phone home from tests, and every test session gets its own th
 These variables are set before anything imports Prefect, by the tests themselves: harvest switches Prefect's
 analytics and telemetry off on its own (`flows.orchestrator.prefect_settings`), and `test_prefect_defaults` proves it in processes
 started without them. Prefect's test harness takes ~9 s to start, so one harness serves the whole session of
-each pytest worker (`prefect_harness`; `make test` runs two).
+each pytest worker (`prefect_harness`; `make test` runs three, `TEST_WORKERS` in the Makefile).
 
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
 `free_port`, `duckdb_holder` (another process holding a DuckDB file), and the sandbox's

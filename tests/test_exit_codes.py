@@ -1,7 +1,7 @@
 """The README's table of exit codes holds every code harvest's source can exit with.
 
 Read from the source, not from runs: an AST walk collects the integer codes given to `typer.Exit`, to the
-commands' `fail` helpers, to `os._exit`, returned by a function named `exit_code`, and assigned to `exit_code`,
+commands' `Failed` errors (`flows.cli_errors`), to `os._exit`, returned by a function named `exit_code`, and assigned to `exit_code`,
 `EXIT_CODE` or `INTERRUPTED`; click's own usage error (2) and Python's uncaught exception (1) are added. A new
 code without its row fails here.
 """
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXITS = {"Exit": 0, "fail": 1, "_fail": 1, "_exit": 0}
+EXITS = {"Exit": 0, "Failed": 1, "QueryFailed": 1, "_exit": 0}
 """Calls that end the process or a command, and the position of their code among the arguments."""
 NAMED = {"exit_code", "EXIT_CODE", "INTERRUPTED"}
 
@@ -65,3 +65,15 @@ def test_every_exit_code_in_the_source_has_its_row_in_the_readme() -> None:
     assert found <= readme_codes(), (
         f"codes without a row in README.md's exit codes: {sorted(found - readme_codes())}"
     )
+
+
+def test_the_errors_the_command_line_maps_are_harvests_classes() -> None:
+    """`flows.cli_errors.EXIT_CODES` names its classes (importing them would slow `harvest --help`): each name
+    is a class that exists, so a renamed one is not silently left to a traceback."""
+    import importlib
+
+    from harvest.flows.cli_errors import EXIT_CODES
+
+    for name in EXIT_CODES:
+        module, _, cls = name.rpartition(".")
+        assert isinstance(getattr(importlib.import_module(module), cls), type), name

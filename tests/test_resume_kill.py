@@ -444,7 +444,7 @@ def test_a_run_killed_in_its_load_step_is_loaded_first_by_the_next_run(
     assert code == 0, out + err
     notes = [line for line in err.splitlines() if "earlier run" in line]
     assert notes == [
-        f"loaded 1 earlier run(s) into DuckDB first, which had landed but were not loaded: {first.run_id} "
+        f"loaded 1 earlier run into DuckDB first, which had landed but were not loaded: {first.run_id} "
         f"(complete, {notes[0].rsplit('complete, ', 1)[-1]}"
     ], err
     runs = {m.run_id: m for m in all_manifests(OutputLayout(output))}

@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
-from tests.flow_helpers import ROOT
+import pytest
+
+from tests.flow_helpers import HARVEST, ROOT, subprocess_env
+from tests.nightly_helpers import night
 from tests.process_helpers import FINISH_TIMEOUT
 from tests.test_printed_commands import clean_env, user_dir
 
@@ -55,3 +60,28 @@ def test_the_demo_and_every_export_leave_the_temporary_folder_as_found_and_write
     assert named and all(list((cwd / "lake/files").glob(n.replace("<id>", "*"))) for n in named), export
     at_root = re.findall(r"`(_[^`]+)`", snapshot.split(")", 1)[0])
     assert at_root and all((cwd / "lake/snapshot" / n).is_file() for n in at_root), export
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_export_stopped_midway_leaves_the_temporary_folder_as_found(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: signal.Signals
+) -> None:
+    """Ctrl-C, or a service manager's SIGTERM, once a lakehouse export has begun writing its tables: the export
+    stops (exit 130, nothing committed past what it says) and the system's temporary folder is as it was,
+    DuckDB's spill folder of the table being merged included."""
+    output, lake, tmp = tmp_path / "out", tmp_path / "lake", tmp_path / "tmp"
+    night(tmp_path, output, 0, monkeypatch)
+    tmp.mkdir()
+    (tmp / "someone else's").mkdir()
+    before = entries(tmp)
+    env = {**subprocess_env(tmp_path), "TMPDIR": str(tmp)}
+    export = subprocess.Popen(
+        [str(HARVEST), "export", str(output), "--to", str(lake), "--format", "delta"], env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    while not lake.exists() and export.poll() is None:  # the first table is being written
+        time.sleep(0.01)
+    export.send_signal(stop)
+    _, err = export.communicate(timeout=FINISH_TIMEOUT)
+    assert export.returncode == 130 and f"{stop.name}: interrupted" in err, (export.returncode, err)
+    assert entries(tmp) == before, sorted(entries(tmp) - before)

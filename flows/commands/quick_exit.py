@@ -47,6 +47,11 @@ def on_exit() -> Iterator[None]:
     except typer.Exit as exc:
         _code = exc.exit_code
         raise
+    except Exception as exc:  # one of harvest's errors, said and made an exit code by `flows.cli_errors`
+        from harvest.flows.cli_errors import exit_code
+
+        _code = exit_code(exc)
+        raise
 
 
 def leave_now(code: int) -> None:

@@ -25,10 +25,11 @@ from rich.text import Text
 from harvest.configs import spec_path
 from harvest.connectors.errors import MissingApiKey
 from harvest.flows import console
+from harvest.flows.cli_errors import Failed
 from harvest.flows.commands import quick_exit
 from harvest.flows.console import harvest_line, note, runnable
 from harvest.flows.run.run_again import RunAgain
-from harvest.flows.spec import JobSpec, SpecError, UsageError, load_spec, resolve_base_url
+from harvest.flows.spec import JobSpec, UsageError, load_spec, resolve_base_url
 from harvest.flows.stop_signals import INTERRUPTED, interrupts, signal_name
 from harvest.tasks.output.layout import OutputLayout
 
@@ -45,61 +46,35 @@ EX_TEMPFAIL = 75
 out, err = console.out, console.err
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print `error: <message>` literally (messages quote specs and answers) and return the exit to raise."""
-    console.error(message)
-    return typer.Exit(code)
-
-
 def preflight(spec_path: Path, base_url: str | None, output: Path | None = None) -> tuple[JobSpec, str, Any]:
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
     once for the whole run (the flow gets it with the lock, `flows.run.start.Prepared`), its service URL, and what
     `check_service` needs of the service (None for the embedded sandbox)."""
     from harvest.flows.run.preflight import check_output_dir
 
-    try:
-        spec = load_spec(spec_path)
-        for warning in spec.replaced_params():
-            note(warning)
-        resolved = resolve_base_url(spec, base_url)
-        check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
-        if resolved == "sandbox":
-            return spec, resolved, None
-        from harvest.connectors.http.auth import load_api_key
+    spec = load_spec(spec_path)
+    for warning in spec.replaced_params():
+        note(warning)
+    resolved = resolve_base_url(spec, base_url)
+    check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
+    if resolved == "sandbox":
+        return spec, resolved, None
+    from harvest.connectors.http.auth import load_api_key
 
-        service = spec.service
-        key = load_api_key(env_var=service.api_key_env, secret_block=service.api_key_secret)
-    except (SpecError, UsageError, MissingApiKey) as exc:
-        raise fail(str(exc), getattr(exc, "exit_code", 2)) from None
+    service = spec.service
+    key = load_api_key(env_var=service.api_key_env, secret_block=service.api_key_secret)
     source = f"the Prefect Secret block {service.api_key_secret!r}" if service.api_key_secret else None
     return spec, resolved, (resolved, key, source or f"the environment variable {service.api_key_env}")
 
 
-def check_service(service: Any, lock: Any) -> None:
+def check_service(service: Any) -> None:
     """The service answers as the service does and accepts the key (`flows.run.preflight.check_service`):
     after the lock (a second run of the job is refused without a request), before Prefect starts."""
     if service is None:
         return
     from harvest.flows.run.preflight import check_service as check
 
-    try:
-        check(*service)
-    except UsageError as exc:
-        lock.release()
-        raise fail(str(exc)) from None
-    except BaseException:
-        lock.release()
-        raise
-
-
-def _hold_lock(layout: OutputLayout, job: str) -> Any:
-    """Take the job's lock before Prefect starts, so a second run is refused at once (exit 2)."""
-    from harvest.flows.run.preflight import lock_job
-
-    try:
-        return lock_job(layout, job)
-    except UsageError as exc:
-        raise fail(str(exc)) from None
+    check(*service)
 
 
 def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, again: RunAgain) -> Any:
@@ -112,20 +87,16 @@ def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, ag
     return decide(spec, layout, service_label(service_url), cast("Mode", mode), again.of_another_run())
 
 
-def _start_prefect_server(lock: Any) -> Any:
+def _start_prefect_server() -> Any:
     """Prefect's temporary server, when no Prefect API is configured (`flows.orchestrator.temporary_server`): started after
     every check (they take milliseconds), so refused input starts nothing, and before Prefect is imported, so
-    it boots while harvest imports (~1.5 s of its ~3.5 s). The lock is released when it cannot start."""
+    it boots while harvest imports (~1.5 s of its ~3.5 s)."""
     from harvest.flows.orchestrator.temporary_server import start_if_needed
 
     try:
         return start_if_needed()
     except Exception as exc:  # e.g. the interpreter could not be spawned: one line, not a traceback
-        lock.release()
-        raise fail(f"Prefect's temporary server did not start: {type(exc).__name__}: {exc}", 1) from None
-    except BaseException:
-        lock.release()
-        raise
+        raise Failed(f"Prefect's temporary server did not start: {type(exc).__name__}: {exc}", 1) from None
 
 
 @dataclass
@@ -149,31 +120,30 @@ def _begin(
 ) -> _Begun:
     """The checks, the job's lock, Prefect's start and the run's start decided. A signal meanwhile (Ctrl-C, or
     SIGTERM and SIGHUP as Ctrl-C: `flows.stop_signals`) comes before the run exists: one line, exit 130, the lock
-    let go."""
+    let go; refused (exit 2: `flows.cli_errors`), the lock let go too."""
+    from harvest.flows.run.preflight import lock_job
+
     lock, server = None, None
     try:
         spec, service_url, service = preflight(spec_path, base_url, output)
         again = RunAgain.of(spec_path, spec, service_url, output, budget, full)
         job, layout = spec.name, OutputLayout(output or spec.output)
-        lock = _hold_lock(layout, job)
-        check_service(service, lock)
-        server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
-        try:
-            start = _decide(spec, layout, service_url, mode, again)
-        except UsageError as exc:
-            raise fail(str(exc)) from None
+        lock = lock_job(layout, job)  # before Prefect starts: a second run is refused at once
+        check_service(service)
+        server = _start_prefect_server()  # boots while harvest imports; killed on any exit
+        start = _decide(spec, layout, service_url, mode, again)
         from harvest.flows.run.interrupt import run_marks
         from harvest.flows.run.start import Prepared
 
         prepared = Prepared(spec, layout, lock, start)
         return _Begun(job, layout, lock, prepared, server, run_marks(layout, job), again)
-    except typer.Exit:
-        _let_go(lock, server)
-        raise
     except KeyboardInterrupt:
         _let_go(lock, server)
         nothing = f"interrupted by {signal_name()} before the run started: nothing was sent"
-        raise fail(nothing, INTERRUPTED) from None
+        raise Failed(nothing, INTERRUPTED) from None
+    except BaseException:
+        _let_go(lock, server)
+        raise
 
 
 def _let_go(lock: Any, server: Any) -> None:
@@ -213,8 +183,8 @@ def _api_url() -> str:
     return str(PREFECT_API_URL.value())
 
 
-def _prefect_away(why: str) -> typer.Exit:
-    return fail(
+def _prefect_away(why: str) -> Failed:
+    return Failed(
         f"Prefect's API at {_api_url()} did not answer ({why}): the run did not start, nothing was sent to the "
         "service or paid; run it again once Prefect answers (without PREFECT_API_URL, harvest runs on a "
         "temporary Prefect server of its own)",
@@ -222,14 +192,14 @@ def _prefect_away(why: str) -> typer.Exit:
     )
 
 
-def _broken(exc: Exception) -> typer.Exit:
+def _broken(exc: Exception) -> Failed:
     """The run broke outside its data: Prefect's API failing before the flow's body began (creating the flow
     run) refused it before anything was paid (exit 75), anything else is a failed run (exit 1)."""
     from harvest.flows.orchestrator.prefect_outage import NotStarted
 
     if isinstance(exc, NotStarted):
         return _prefect_away(str(exc))
-    return fail(f"the run failed: {type(exc).__name__}: {exc}", 1)
+    return Failed(f"the run failed: {type(exc).__name__}: {exc}", 1)
 
 
 def run_job(
@@ -278,10 +248,8 @@ def run_job(
     except interrupts():  # Ctrl-C, SIGTERM or SIGHUP outside the flow body (Prefect's start or report)
         load = harvest_line("load", layout.root)
         said = interrupted_outside_the_flow(layout, begun.job, begun.before, begun.again.command(), load)
-        raise fail(said, INTERRUPTED) from None
-    except (SpecError, UsageError, MissingApiKey) as exc:
-        raise fail(str(exc)) from None
-    except typer.Exit:  # refused before it started (Prefect's API did not answer): said already
+        raise Failed(said, INTERRUPTED) from None
+    except (Failed, UsageError, MissingApiKey):  # refused: said by `flows.cli_errors`
         raise
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
         raise _broken(exc) from None
@@ -345,8 +313,6 @@ def serve(paths: list[Path], base_url: str | None) -> None:
     apply_prefect_defaults()
     try:
         serve_jobs(paths, base_url)  # until stopped: Ctrl-C, SIGTERM or SIGHUP (`flows.stop_signals`)
-    except (SpecError, UsageError, MissingApiKey) as exc:
-        raise fail(str(exc)) from None
     except interrupts():
         pass
     err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
@@ -354,11 +320,6 @@ def serve(paths: list[Path], base_url: str | None) -> None:
 
 def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:
     """One read statement; refused statements exit 2, queries DuckDB cannot run exit 1."""
-    from harvest.flows.commands.sql import QueryFailed, sql_command
+    from harvest.flows.commands.sql import sql_command
 
-    try:
-        sql_command(output, query, limit, fmt)
-    except UsageError as exc:
-        raise fail(str(exc)) from None
-    except QueryFailed as exc:
-        raise fail(str(exc), exc.exit_code) from None
+    sql_command(output, query, limit, fmt)

@@ -164,23 +164,20 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         console.add_row(queries, name, status, pages, records, credits)
     out.print(queries)
     for line in _error_lines(summary):
-        err.print(console.literal(line, "red"), soft_wrap=True)
-    if unstarted := never_started_line(summary):
-        said = console.literal(unstarted, "yellow")
-        if err.is_terminal:  # ids are long: a terminal breaks the line between them, not inside one
-            err.print(console.AtSeparators(said, words=True))
-        else:
-            err.print(said, soft_wrap=True)
+        console.tell(err, console.literal(line, "red"), console.HANG)
+    if unstarted := never_started_line(summary):  # ids are long: a terminal breaks it between them
+        console.tell(err, console.literal(unstarted, "yellow"))
     for line in _extraction_lines(summary):
-        err.print(console.literal(line, "yellow"), soft_wrap=True)
+        console.tell(err, console.literal(line, "yellow"), console.HANG)
     exported = summary.export
     if exported and exported.get("error"):
-        err.print(console.literal(f"export to {exported['to']}: {exported['error']}", "red"), soft_wrap=True)
+        said = console.literal(f"export to {exported['to']}: {exported['error']}", "red")
+        console.tell(err, said, console.HANG)
     elif exported:
-        out.print(console.literal(
-            f"exported to {exported['to']} ({exported['kind']}): {exported['runs']} run(s), "
+        console.prose(
+            f"exported to {exported['to']} ({exported['kind']}): {counted(exported['runs'], 'run')}, "
             + (f"{exported['tables']} tables" if "tables" in exported else f"{exported['files']} files")
-        ), soft_wrap=True)  # fmt: skip
+        )
     if summary.load_interrupted:
         pass  # the next step says how it gets loaded
     elif summary.loaded:
@@ -193,16 +190,13 @@ def print_summary(summary: RunSummary, output: Path) -> None:
         say_history(summary.tables, output)
     elif not summary.machine_fault:  # then the next step says why and how it gets loaded
         console.warning(f"not loaded into DuckDB yet: run `{harvest_line('load', output)}` when it is free")
-    console.say(
+    console.prose(
         f"credits spent: {summary.credits_spent} of a budget of {summary.budget}; "
         f"records: {summary.records}; status: {summary.status}"
     )
-    if timing := took(summary.seconds):
-        console.say(timing)
-    if rate := rate_line(summary.rate_limit):
-        console.say(rate)
-    if bill := bill_line(summary):
-        console.say(bill)
+    for closing in (took(summary.seconds), rate_line(summary.rate_limit), bill_line(summary)):
+        if closing:
+            console.prose(closing)
 
 
 def bill_line(summary: RunSummary) -> str | None:
@@ -267,7 +261,8 @@ def loaded_first_line(summary: RunSummary | NoRun) -> None:
     if runs:
         named = ", ".join(f"{r['run_id']} ({r['status']}, {r['rows']} rows)" for r in runs)
         console.note(
-            f"loaded {len(runs)} earlier run(s) into DuckDB first, which had landed but were not loaded: {named}"
+            f"loaded {counted(len(runs), 'earlier run')} into DuckDB first, which had landed but were not loaded: "
+            f"{named}"
         )
 
 
@@ -345,7 +340,7 @@ def _no_run(summary: NoRun, again: RunAgain) -> int:
     from harvest.tasks.output.machine_fault import EXIT_CODE
 
     if summary.status == "nothing_to_continue":
-        console.say(summary.message)
+        console.prose(summary.message)
         return 0
     console.error(f"{summary.message}; once fixed, `{again.command()}` loads them and runs")
     return EXIT_CODE  # this machine could not load the earlier runs: try again once it is fixed

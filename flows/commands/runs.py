@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harvest.flows import console
-from harvest.flows.commands.run_job import fail
+from harvest.flows.cli_errors import Failed
 from harvest.flows.console import counted, harvest_line
 from harvest.flows.run.run_again import resume_hint
 from harvest.tasks.output.layout import OutputLayout
@@ -46,11 +46,10 @@ def _job_lock(layout: OutputLayout, job: str) -> Any:
 def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -> None:
     """Say why nothing was loaded, naming the database only if it exists."""
     from harvest.flows.run.load_step import refresh_views
-    from harvest.tasks.database.connection import DatabaseBusy
 
     landed = [m for m in manifests if m.status != "running"]
     if not landed:
-        console.say(f"nothing to load in {output}: no run there has finished or been interrupted yet")
+        console.prose(f"nothing to load in {output}: no run there has finished or been interrupted yet")
         return
     if not layout.db.exists():
         console.warning(
@@ -58,25 +57,18 @@ def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -
             f"`{harvest_line('rebuild', output)}` builds it again from the raw pages"
         )
         return
-    try:
-        refresh_views(layout)  # an output directory moved: the history views follow it
-    except DatabaseBusy as exc:
-        raise fail(str(exc), 1) from None
-    console.say(f"nothing to load in {output}: every finished or interrupted run is in {layout.db}")
+    refresh_views(layout)  # an output directory moved: the history views follow it
+    console.prose(f"nothing to load in {output}: every finished or interrupted run is in {layout.db}")
 
 
 def load(output: Path) -> None:
     """Load every run whose data landed and is not in DuckDB; say what each is."""
     from harvest.flows.run.load_step import load_manifest_into_duckdb
-    from harvest.tasks.database.connection import DatabaseBusy
-    from harvest.tasks.database.load_settings import LoadSettingError, check_load_settings
+    from harvest.tasks.database.load_settings import check_load_settings
     from harvest.tasks.output.manifest import all_manifests, pending_manifests
     from harvest.tasks.output.run_list import run_rows
 
-    try:
-        check_load_settings()
-    except LoadSettingError as exc:
-        raise fail(str(exc)) from None
+    check_load_settings()
     layout = OutputLayout(output)
     for row in run_rows(layout):
         if row.state in ("running", "killed"):
@@ -95,11 +87,9 @@ def load(output: Path) -> None:
             continue
         try:
             tables = load_manifest_into_duckdb(layout, manifest)
-        except DatabaseBusy as exc:
-            raise fail(str(exc), 1) from None
         finally:
             lock.release()
-        console.say(
+        console.prose(
             f"loaded run {manifest.run_id} ({manifest.status}): {sum(tables.values())} rows in {len(tables)} tables"
         )
         if manifest.status == "interrupted":
@@ -111,7 +101,7 @@ def runs(output: Path) -> None:
 
     rows = run_rows(OutputLayout(output))
     if not rows:
-        raise fail(f"no runs found under {output}", 1)
+        raise Failed(f"no runs found under {output}", 1)
     table = console.table(
         "run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service",
         title=f"runs in {output}", right=("pages", "credits", "records"),

@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harvest.flows.cli_errors import Failed
 from harvest.flows.console import add_row, harvest_line, literal, note, out, table
 from harvest.flows.spec import UsageError
 from harvest.tasks.database.connection import quote_literal
@@ -66,10 +67,11 @@ _WHY = {
 _EXPLAIN = re.compile(r"\s*explain\s+(?:analy[sz]e\s+)?(?P<inner>.*)\Z", re.IGNORECASE | re.DOTALL)
 
 
-class QueryFailed(Exception):
+class QueryFailed(Failed):
     """DuckDB could not run the query (syntax, unknown table, busy file): exit 1, the message as DuckDB says it."""
 
-    exit_code = 1
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 1)
 
 
 def refused(what: str) -> UsageError:

@@ -7,32 +7,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
-
 from harvest.flows import console
-from harvest.flows.spec import JobSpec, UsageError
-from harvest.tasks.database.connection import DatabaseBusy
+from harvest.flows.cli_errors import Failed
+from harvest.flows.console import counted
+from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.error(message)
-    return typer.Exit(code)
 
 
 def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> None:
     from harvest.flows.handoff.rebuild import rebuild as rebuild_output
 
-    try:
-        report = rebuild_output(OutputLayout(output), run_id, spec)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
-    except DatabaseBusy as exc:
-        raise _fail(str(exc), 1) from None
+    report = rebuild_output(OutputLayout(output), run_id, spec)
     for line in report.skipped:
         console.note(line)
-    console.say(
-        f"landed {report.pages} stored pages of {len(report.runs)} run(s) again: {report.records} records; "
+    console.prose(
+        f"landed {report.pages} stored pages of {counted(len(report.runs), 'run')} again: {report.records} records; "
         f"no request sent"
     )
     rows = console.table(
@@ -52,34 +41,32 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
 
     layout = OutputLayout(output)
     if not layout.raw_root.is_dir():
-        raise _fail(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+        raise Failed(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
     problem = format_problem(fmt, snapshot)
     if problem:
-        raise _fail(f"--format {fmt}: {problem}")
+        raise Failed(f"--format {fmt}: {problem}")
     if fmt != "parquet":
         export_tables(layout, to, fmt)
         return
     try:
         report = (export_snapshot if snapshot else export_increment)(layout, to)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
     except NotRecorded as exc:
-        raise _fail(f"exported to {to} and committed, but {exc}", 1) from None
+        raise Failed(f"exported to {to} and committed, but {exc}", 1) from None
     except (
         OSError,
         duckdb.Error,
     ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
-        raise _fail(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+        raise Failed(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
     if report.recovered:
-        console.say(
-            f"{report.recovered} run(s) found committed at {report.destination}: recorded, not sent again"
+        console.prose(
+            f"{counted(report.recovered, 'run')} found committed at {report.destination}: recorded, not sent again"
         )
     if report.kind == "increment" and not report.runs:
-        console.say(f"nothing new to export to {report.destination}: every loaded run is there")
+        console.prose(f"nothing new to export to {report.destination}: every loaded run is there")
         return
     marker = "_SUCCESS" if report.kind == "snapshot" else f"_exports/{report.export_id}/_SUCCESS"
-    console.say(
-        f"exported {len(report.runs)} run(s), {report.files} files, {report.rows} rows to {report.destination} "
+    console.prose(
+        f"exported {counted(len(report.runs), 'run')}, {report.files} files, {report.rows} rows to {report.destination} "
         f"({report.kind}); committed: {marker}"
     )
 
@@ -94,14 +81,14 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
 
     try:
         report = merge_tables(layout, to, fmt)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
     except NotRecorded as exc:
-        raise _fail(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
+        raise Failed(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
     except (ExportFailed, OSError, duckdb.Error) as exc:
-        raise _fail(f"{fmt} export to {to} failed: {exc}", 1) from None
+        raise Failed(f"{fmt} export to {to} failed: {exc}", 1) from None
     if not report.runs:
-        console.say(f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables")
+        console.prose(
+            f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables"
+        )
         return
     rows = console.table("table", "rows in", "inserted", "updated", "new columns", "version",
                          title=f"{fmt} tables at {report.destination}", right=("rows in", "inserted", "updated"))  # fmt: skip
@@ -109,17 +96,14 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
         added = ", ".join(merged.columns_added)
         console.add_row(rows, name, merged.rows_in, merged.inserted, merged.updated, added, merged.version)
     console.out.print(rows)
-    console.say(
-        f"merged {len(report.runs)} run(s), {report.rows} rows into {len(report.tables)} {fmt} table(s) at "
-        f"{report.destination}; one commit per table"
+    console.prose(
+        f"merged {counted(len(report.runs), 'run')}, {report.rows} rows into "
+        f"{counted(len(report.tables), f'{fmt} table')} at {report.destination}; one commit per table"
     )
 
 
 def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
     from harvest.flows.handoff.raw_pages import raw_lines
 
-    try:
-        for line in raw_lines(OutputLayout(output), run_id, query_id):
-            print(line)
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
+    for line in raw_lines(OutputLayout(output), run_id, query_id):
+        print(line)

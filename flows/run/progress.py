@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from harvest.flows.console import counted, visible
+from harvest.flows.console import counted, note
 
 if TYPE_CHECKING:
     from harvest.connectors.catalog.endpoints import Endpoint
@@ -376,8 +376,8 @@ class LogLines(Counting):
 
 
 def _say(sentence: str) -> None:
-    """One plain line on stderr; query ids and job names are the user's text: control characters escaped."""
-    print(f"harvest: {visible(sentence)}", file=sys.stderr, flush=True)
+    """A sentence on stderr (`flows.console.tell`); query ids and job names are printed literally."""
+    note(f"harvest: {sentence}")
 
 
 _current: Reporter = Silent()

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
 from harvest.connectors.catalog.params import PARAM_RULE, Params
 from harvest.connectors.catalog.shape_overrides import shape_problems
+from harvest.flows.console import counted
 from harvest.flows.spec.explain import closest, params_problem
 from harvest.flows.spec.identity import render_value
 from harvest.flows.spec.model import FromQuery, JobSpec, Query
@@ -232,7 +233,7 @@ def _cost_problems(costs: Mapping[str, int], allow_lower: bool, catalog: Catalog
             price = catalog.endpoints[path].cost
             yield (
                 ("costs", path),
-                f"{cost} is below the catalog's price of {price} credit{'s' if price > 1 else ''} a request: the "
+                f"{cost} is below the catalog's price of {counted(price, 'credit')} a request: the "
                 "budget would reserve too little and a run could spend past it",
                 f"an integer >= {price}; or `allow_lower_costs: true` if a contract guarantees the lower price",
             )
