@@ -54,7 +54,9 @@ demo: install
 	$(BIN)/harvest demo
 
 # Three workers by default (pytest-xdist) on two cores: most of a test waits on sandboxes, Prefect servers and
-# harvest subprocesses, so a third worker fills the cores the other two leave idle.
+# harvest subprocesses, so a third worker fills the cores the other two leave idle. tests/conftest.py's scheduler
+# runs a module with a module-scoped fixture whole on one worker (set up once), hands out the rest one test at a
+# time and the longest modules first, so no worker ends the run alone with a queue the others could have taken.
 TEST_WORKERS ?= 3
 
 test: install $(DUCKDB1)

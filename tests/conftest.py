@@ -6,6 +6,9 @@ analytics and telemetry off on its own (`flows.orchestrator.prefect_settings`), 
 started without them. Prefect's test harness takes ~9 s to start, so one harness serves the whole session of
 each pytest worker (`prefect_harness`; `make test` runs three, `TEST_WORKERS` in the Makefile).
 
+With `-n`, a module that sets something up once for its tests runs whole on one worker
+(`pytest_xdist_make_scheduler` below), and the longest modules are handed out first (`LONGEST_FIRST`).
+
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
 `free_port`, `duckdb_holder` (another process holding a DuckDB file), and the sandbox's
 (`tests.fixtures_sandbox`).
@@ -13,11 +16,13 @@ Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import tempfile
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -46,6 +51,59 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ["tests.fixtures_sandbox"]
+
+
+LONGEST_FIRST = (
+    "test_dask_staging.py",
+    "test_fault_matrix.py",
+    "test_endpoint_samples.py",
+    "test_dask_runner.py",
+    "test_drift_loud.py",
+    "test_temp_folders.py",
+    "test_packaging.py",
+    "test_cli_run.py",
+    "test_column_types.py",
+    "test_live_view.py",
+    "test_bill_after_kills.py",
+    "test_answer_shapes.py",
+    "test_child_tables.py",
+)
+"""The modules whose tests took longest in `make test` (`--durations`), handed out first: a long test handed out
+last ends the run alone while the other workers wait. An order only: a module not named runs after these, in
+the order collected."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first (`LONGEST_FIRST`), each module's tests still together and in their order."""
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `-n` (xdist's `load`): tests handed out one at a time, except that a module which sets something up
+    once for all its tests (a module-scoped fixture: a landed job, a built wheel, a Dask cluster, a server) goes
+    whole to one worker. Handed out one at a time, its tests reach every worker, and each sets it up again. A
+    worker holds at most three waiting units, so the last long tests do not queue behind one worker."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSetupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if _sets_up_once(config.rootpath / module) else nodeid
+
+    return SharedSetupScheduling(config, log)
+
+
+@functools.cache
+def _sets_up_once(module: Path) -> bool:
+    """Whether a test module defines a module-scoped fixture (read from its text: xdist's controller sees only
+    test ids, never the collected tests)."""
+    try:
+        return 'scope="module"' in module.read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")

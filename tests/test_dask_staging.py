@@ -319,18 +319,22 @@ def said(logger: str) -> Iterator[list[str]]:
         logging.getLogger(logger).removeHandler(handler)
 
 
-def expected_tables(tmp_path: Path) -> dict[str, list[Any]]:
-    """The tables a local run of the same job lands."""
-    with running(SLOW) as sb:
+@pytest.fixture(scope="module")
+def expected_tables(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
+    """The tables a local run of the same job lands (one run for the module's kill tests)."""
+    tmp_path = tmp_path_factory.mktemp("local")
+    with pytest.MonkeyPatch.context() as mp, running(SLOW) as sb:
+        mp.setenv("HARVEST_API_KEY", SECRET_KEY)
+        mp.delenv("HARVEST_BASE_URL", raising=False)
         spec = job(sb.base_url, tmp_path / "local", {"kind": "local"})
         assert run_flow(write_spec(tmp_path, spec, "local.yaml")).status == "complete"
     return {name: table(tmp_path / "local" / "harvest.duckdb", name) for name in RECORD_TABLES}
 
 
 def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
-    prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
+    prefect_harness: None, tmp_path: Path, cluster: NobodyCluster, expected_tables: dict[str, list[Any]]
 ) -> None:
-    want = expected_tables(tmp_path)
+    want = expected_tables
     budget = 200
     with gated(SLOW) as sb:
         spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster, credits=budget)
@@ -401,9 +405,13 @@ def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
 
 
 def test_a_flow_killed_mid_run_resumes_from_what_was_staged(
-    prefect_harness: None, prefect_api_url: str, tmp_path: Path, cluster: NobodyCluster
+    prefect_harness: None,
+    prefect_api_url: str,
+    tmp_path: Path,
+    cluster: NobodyCluster,
+    expected_tables: dict[str, list[Any]],
 ) -> None:
-    want = expected_tables(tmp_path)
+    want = expected_tables
     with running(SLOW) as sb:
         spec = staged_run(sb.base_url, private_output(tmp_path, cluster), cluster)
         path = write_spec(tmp_path, spec)
