@@ -1,12 +1,12 @@
-"""Peak memory against the size of one answer: one query of one page whose answer grows from ~1 MB to past 100 MB.
+"""Peak memory against the size of one answer: one query of one page whose answer grows from ~10 MB to ~100 MB.
 
-The sandbox (its own process, pages cached) serves a short-video profile whose first page holds N records (~530 bytes of JSON
+The sandbox (its own process, pages cached) serves a short-video profile whose first page holds N records (~1,400 bytes of JSON
 each); harvest runs the one-query job (`max_pages: 1`) end to end against a running Prefect server, three times per size. What
 is measured is harvest's process tree (not the sandbox): peak RSS, and above the one-record job's peak (what the
 answer itself costs). `harvest run` refuses answers above `service.max_answer_mb`; the spec here raises it past
 the largest size measured.
 
-    python bench/answer_memory.py [--sizes 2000,20000,100000,280000] [--times 3]
+    python bench/answer_memory.py [--sizes 7500,37500,75000] [--times 3]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import run_measured
 from run import HARVEST, KEY, PATH, RESULTS, env_for, prefect_server, sandbox
 
-BYTES_PER_RECORD = 530
+BYTES_PER_RECORD = 1_400
 
 
 def spec(work: Path, base_url: str, output: Path) -> Path:
@@ -96,7 +96,7 @@ def measure(sizes: list[int], times: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="2000,20000,100000,280000")
+    parser.add_argument("--sizes", default="7500,37500,75000")
     parser.add_argument("--times", type=int, default=3)
     args = parser.parse_args()
     result = measure([int(s) for s in args.sizes.split(",")], args.times)

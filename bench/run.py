@@ -376,7 +376,7 @@ class Bench:
 
         env = env_for(self.server_home, api_url)
         self.results["blip"] = blip_recovery(self.work, env, self.times, 0.05)
-        large = 2_000 if self.quick else 190_000  # ~530 bytes a record: ~100 MB
+        large = 2_000 if self.quick else 75_000  # ~1,400 bytes a record: ~100 MB
         self.results["large_answer"] = compare(self.work, env, [large], 1 if self.quick else 2)["rows"][-1]
 
     def lakehouse(self, rows: int | None) -> dict[str, Any]:

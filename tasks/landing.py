@@ -12,7 +12,7 @@ again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -38,7 +38,7 @@ from harvest.tasks.run_context import RunContext
 
 log = logging.getLogger(__name__)
 
-OnRecords = Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None]
+OnRecords = Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool], None]
 """Called per landed page with its records (as sent), how many were kept, its credits and whether it was
 replayed from the raw store."""
 

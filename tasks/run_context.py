@@ -6,7 +6,7 @@ serialisable and Prefect never hashes or pickles a connection pool.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -113,7 +113,7 @@ class RunContext:
     """False under `--full`: incremental queries page fully this once."""
     faults: FaultStop = field(default_factory=FaultStop)
     """The run's machine fault, if one stopped it (a full disk)."""
-    on_records: Callable[[QuerySpec, Mapping[str, list[Any]], int, int, bool], None] = (
+    on_records: Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool], None] = (
         lambda spec, records, kept, credits, replayed: None
     )
     """Per landed page: its records (as sent), how many were kept, its credits and whether it was replayed

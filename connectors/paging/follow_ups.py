@@ -19,7 +19,7 @@ the same transitions run again; so a resume neither pays a follow-up twice nor s
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ class FollowUps:
         return bool(self.waiting)
 
 
-def follow_cursors(endpoint: Endpoint, records: Mapping[str, list[Any]]) -> list[Cursor]:
+def follow_cursors(endpoint: Endpoint, records: Mapping[str, Sequence[Any]]) -> list[Cursor]:
     """The follow-up cursors a page's records carry (every record of the declared kind, at every nesting
     level: the page's records hold the nested ones too), each as the request parameters it is sent in."""
     follow = endpoint.paging.follow

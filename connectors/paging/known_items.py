@@ -18,7 +18,7 @@ where that pass stopped until a page is all *trusted* (or the listing ends).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from harvest.connectors.catalog.paging_styles import Cursor
@@ -82,7 +82,7 @@ class KnownKeys:
     def all_known(
         self,
         kinds: Iterable[RecordKind],
-        records: Mapping[str, list[Any]],
+        records: Mapping[str, Sequence[Any]],
         params: Mapping[str, Any],
         trusted: bool = False,
     ) -> bool:

@@ -8,7 +8,7 @@ when paging stops, is `connectors.paging.pager`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,7 @@ class Page:
     fetched_at: datetime
     repairs: dict[str, int] = field(default_factory=dict)
     """What reading the body repaired (`connectors.reading.json_body`)."""
-    records: dict[str, list[Any]] = field(default_factory=dict)
+    records: dict[str, Sequence[Any]] = field(default_factory=dict)
     """Table -> the items as the service sent them."""
     tables: dict[str, pa.Table] = field(default_factory=dict)
     """Table -> the items as Arrow columns (without the run's columns)."""

@@ -11,7 +11,8 @@ and the raw page stays for a rebuild once the catalog is fixed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import copy
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +29,7 @@ from harvest.connectors.reading.child_rows import child_table
 from harvest.connectors.reading.column_readers import columns_reader
 from harvest.connectors.reading.empty_columns import empty_columns, key_override
 from harvest.connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
+from harvest.connectors.reading.large_body import convert_slices, spans_in, with_items
 from harvest.connectors.reading.missing_lists import lost_lists
 from harvest.connectors.reading.unread_cursors import unread_cursor
 
@@ -202,8 +204,9 @@ def _count_keys(
 
 @dataclass
 class ConvertedPage:
-    records: dict[str, list[Any]]
-    """Table -> the page's items as the service sent them (for dependent queries and incremental checks)."""
+    records: dict[str, Sequence[Any]]
+    """Table -> the page's items as the service sent them (for dependent queries and incremental checks); a
+    large answer's are decoded again whenever they are read (`connectors.reading.large_body.SpanRecords`)."""
     tables: dict[str, pa.Table]
     """Table -> data columns and `raw`; `with_meta` adds the run's columns when it lands."""
     report: ExtractionReport
@@ -223,14 +226,34 @@ def convert_page(
     `repairs`). Never raises on a body: a kind whose conversion breaks gets no rows and counts its items as
     lost (drift), the other kinds still land. `earlier`: the tables whose place the query's earlier pages held;
     `later`: the page is not the query's first (`connectors.reading.missing_lists`); `paging`: the endpoint's,
-    to notice a cursor it does not read (`connectors.reading.unread_cursors`)."""
+    to notice a cursor it does not read (`connectors.reading.unread_cursors`). A large answer's records are
+    read a slice at a time (`connectors.reading.large_body`)."""
     kinds = tuple(kinds)
     report = ExtractionReport(repairs=dict(repairs or {}))
+    spans = spans_in(body)
+    if spans is not None:
+        sliced = convert_slices(kinds, body, spans, params, report, _convert)
+        if sliced is not None:
+            first_body, located, records, tables = sliced
+            _finish(kinds, located, first_body, report, earlier, later, paging)
+            return ConvertedPage(records, tables, report)
+        report.repairs = dict(repairs or {})
+        body = with_items(body, spans.path, spans.whole(report.repairs))
+    located, whole_records, tables = _convert(kinds, body, params, report)
+    _finish(kinds, located, body, report, earlier, later, paging)
+    return ConvertedPage(dict(whole_records), tables, report)
+
+
+def _convert(
+    kinds: tuple[RecordKind, ...], body: Any, params: Mapping[str, Any], report: ExtractionReport
+) -> tuple[dict[str, Located], dict[str, list[Any]], dict[str, pa.Table]]:
+    """Each kind's items in `body` (a page, or a slice of a large one) as Arrow, counted into `report`."""
     records: dict[str, list[Any]] = {}
     tables: dict[str, pa.Table] = {}
     located: dict[str, Located] = {}
     for kind in kinds:
         items: list[Any] = []
+        before = copy.deepcopy(report.tables.get(kind.table))
         try:
             place = None
             if body is not None:
@@ -243,18 +266,32 @@ def convert_page(
             tables[kind.table] = to_arrow(kind, items, params, table, single, where, parents=parents)
             records[kind.table] = items
         except Exception as exc:  # a shape no rule foresaw: lost, said, and the raw page is kept
-            report.tables[kind.table] = TableReport(
-                seen=len(items), failed=max(1, len(items)), failure=_example(f"{type(exc).__name__}: {exc}")
-            )
+            failed = before or TableReport()
+            failed.seen += len(items)
+            failed.failed += max(1, len(items))
+            failed.failure = failed.failure or _example(f"{type(exc).__name__}: {exc}")
+            report.tables[kind.table] = failed
             tables[kind.table] = _empty(kind)
             records[kind.table] = []
         _children(kind, records[kind.table], tables, params, report)
+    return located, records, tables
+
+
+def _finish(
+    kinds: tuple[RecordKind, ...],
+    located: dict[str, Located],
+    body: Any,
+    report: ExtractionReport,
+    earlier: Collection[str],
+    later: bool,
+    paging: Paging | None,
+) -> None:
+    """What the page says beyond its records: the places found, an unread cursor, lists gone missing."""
     report.found = {table for table, place in located.items() if place.found}
     if paging is not None:
         report.unread_cursor = unread_cursor(paging, body)
     if body is not None:
         _account_lists(kinds, located, body, report, set(earlier), later)
-    return ConvertedPage(records, tables, report)
 
 
 def _count_dropped(place: Located, report: TableReport) -> None:

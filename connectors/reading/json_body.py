@@ -29,6 +29,8 @@ from typing import Any
 
 import orjson
 
+from harvest.connectors.reading.large_body import LARGE_BODY_BYTES, split
+
 JSON = dict[str, Any] | list[Any]
 
 LONE_SURROGATE = "lone_surrogate"
@@ -81,7 +83,10 @@ class Body:
 
 
 def read_body(raw: bytes) -> Body:
-    """The body of an answer as JSON, repaired where services are known to break it (see the module)."""
+    """The body of an answer as JSON, repaired where services are known to break it (see the module). A large
+    answer's records stay JSON text until they are read (`connectors.reading.large_body`)."""
+    if len(raw) >= LARGE_BODY_BYTES and (skeleton := split(raw)) is not None:
+        return Body(skeleton)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from typing import Any, cast
 from uuid import uuid4
 
@@ -226,7 +226,7 @@ class Fanout:
             current = self.parent_of.get(current)
 
     def on_records(
-        self, query: QuerySpec, records: Mapping[str, list[Any]], kept: int, credits: int, replayed: bool
+        self, query: QuerySpec, records: Mapping[str, Sequence[Any]], kept: int, credits: int, replayed: bool
     ) -> None:
         if not replayed:
             progress.current().page_landed(query.query_id, kept, credits)
@@ -285,7 +285,7 @@ class Fanout:
 
 
 def _values(
-    dep: DependentQuery, endpoint: Endpoint, query: QuerySpec, records: Mapping[str, list[Any]]
+    dep: DependentQuery, endpoint: Endpoint, query: QuerySpec, records: Mapping[str, Sequence[Any]]
 ) -> Iterator[Any]:
     """The values of the field a dependent query starts from, in the parent's records of its kind."""
     read = endpoint.field_reader(dep.kind, dep.field, query.params)

@@ -112,13 +112,23 @@ def encode_frame(page: RawPage, codec: int | None = None) -> bytes:
     """Serialise one page to a complete frame (exposed so tests and tools can build files byte by byte)."""
     codec = _default_codec() if codec is None else codec
     meta = orjson.dumps(page.meta())
-    raw = _META_LEN.pack(len(meta)) + meta + page.body
-    stored = _compress(codec, raw)
-    if len(raw) > _MAX_FRAME or len(stored) > _MAX_FRAME:
+    head = _META_LEN.pack(len(meta)) + meta
+    raw_len = len(head) + len(page.body)
+    stored = _zstd(head, page.body) if codec == CODEC_ZSTD else _compress(codec, head + page.body)
+    if raw_len > _MAX_FRAME or len(stored) > _MAX_FRAME:
         raise ValueError("page too large for one frame (4 GiB)")
-    fields = _HEADER.pack(MAGIC, codec, len(raw), len(stored), 0)[4:-4]
+    fields = _HEADER.pack(MAGIC, codec, raw_len, len(stored), 0)[4:-4]
     crc = zlib.crc32(stored, zlib.crc32(fields))
-    return _HEADER.pack(MAGIC, codec, len(raw), len(stored), crc) + stored
+    return _HEADER.pack(MAGIC, codec, raw_len, len(stored), crc) + stored
+
+
+def _zstd(head: bytes, body: bytes) -> pa.Buffer:
+    """One zstd frame of `head` and `body`, compressed as a stream: a large answer is not copied whole first."""
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, "zstd") as out:
+        out.write(head)
+        out.write(body)
+    return sink.getvalue()
 
 
 def _decode_payload(codec: int, stored: bytes, raw_len: int) -> RawPage:

@@ -7,7 +7,7 @@ the `cursor_out` of the last durable page, or the page itself when it was a paid
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +30,7 @@ class ReplayedPage:
     """The stored answer is one the run used (success, or billed "not found"), not a paid failure."""
 
     @property
-    def records(self) -> dict[str, list[Any]]:
+    def records(self) -> dict[str, Sequence[Any]]:
         return self.converted.records
 
     @property
