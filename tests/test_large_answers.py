@@ -23,17 +23,23 @@ ENDPOINT = get("/v3/short-video/profile/videos")
 PARAMS = {"handle": "maker00"}
 
 
-def large_answer() -> tuple[dict[str, Any], bytes]:
-    """The published answer with its one record repeated (each its own id) past `LARGE_BODY_BYTES`."""
-    answer = json.loads(SAMPLE.read_text())
+def large_answer(before: dict[str, Any] | None = None) -> tuple[dict[str, Any], bytes]:
+    """The published answer with its one record repeated (each its own id) past `LARGE_BODY_BYTES`; `before`:
+    members placed ahead of the answer's own (an object the reading must not take for the records' way)."""
+    answer = {**(before or {}), **json.loads(SAMPLE.read_text())}
     record = answer["aweme_list"][0]
     copies = LARGE_BODY_BYTES // len(orjson.dumps(record)) + 20
     answer["aweme_list"] = [{**record, "aweme_id": str(7_000_000 + n)} for n in range(copies)]
     return answer, orjson.dumps(answer)
 
 
-def test_a_large_answer_lands_the_rows_records_and_account_of_a_whole_reading() -> None:
-    answer, raw = large_answer()
+@pytest.mark.parametrize(
+    "before", [None, {"extra": {"now": 1, "fatal_item_ids": []}}], ids=["plain", "object-first"]
+)
+def test_a_large_answer_lands_the_rows_records_and_account_of_a_whole_reading(
+    before: dict[str, Any] | None,
+) -> None:
+    answer, raw = large_answer(before)
     read = read_body(raw)
     spans = spans_in(read.value)
     assert spans is not None and len(spans) == len(answer["aweme_list"])
@@ -96,3 +102,20 @@ def test_a_large_answer_that_needs_a_repair_outside_its_records_is_read_whole(bo
     assert spans_in(read.value) is None
     assert isinstance(read.value, dict) and len(read.value["aweme_list"]) >= 600_000
     assert read.repairs
+
+
+def test_a_paging_that_reads_its_cursor_from_the_records_of_a_large_answer_gets_it() -> None:
+    """A declaration may read the next cursor from a record (`aweme_list[0].aweme_id`): the records a large
+    answer keeps unread are read whole for it, or paging would end where the service has more."""
+    from harvest.connectors.catalog.paging_styles import Paging
+    from harvest.connectors.reading.large_body import whole
+
+    answer, raw = large_answer()
+    skeleton = read_body(raw).value
+    spans = spans_in(skeleton)
+    assert spans is not None
+    into = Paging(style="cursor", cursor={"max_cursor": ("aweme_list[0].aweme_id",)})
+    beside = Paging(style="cursor", cursor={"max_cursor": ("max_cursor",)}, more=("has_more",))
+    assert into.reads_into(spans.path) and not beside.reads_into(spans.path)
+    assert into.next_cursor(skeleton) is None  # what the skeleton alone would say: why it is read whole
+    assert into.next_cursor(whole(skeleton)) == {"max_cursor": answer["aweme_list"][0]["aweme_id"]}

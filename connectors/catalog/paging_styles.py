@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harvest.connectors.catalog.record_paths import MISSING, compile_path, first
+from harvest.connectors.catalog.record_paths import MISSING, compile_path, first, steps
 
 Cursor = dict[str, str]
 """Request parameters that ask for the next page, e.g. {"cursor": "abc"}; plain strings, JSON-serialisable."""
@@ -124,6 +124,21 @@ class Paging:
     def request_params(self) -> tuple[str, ...]:
         follow = (self.follow.param,) if self.follow and self.follow.param not in self.cursor else ()
         return (*self.cursor, *follow)
+
+    def reads_into(self, keys: tuple[str, ...]) -> bool:
+        """Whether a path the next request is read from passes the value at `keys` (object keys from the top):
+        an answer whose records there are kept unread (`connectors.reading.large_body`) must be read whole for
+        it, or paging would end where the service has more."""
+        paths = [*(p for alts in self.cursor.values() for p in alts), *self.more]
+        if self.page is not None and self.page.pages:
+            paths.append(self.page.pages)
+        wanted = tuple(("key", key) for key in keys)
+        for path in paths:
+            for alternative in path.split("|"):
+                walked = steps(alternative.strip())
+                if len(walked) > len(wanted) and walked[: len(wanted)] == wanted:
+                    return True
+        return False
 
     def first_request(self) -> Cursor | None:
         """What the first page is asked with beyond the query's parameters: a page number, its first."""

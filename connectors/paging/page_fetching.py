@@ -23,6 +23,7 @@ from harvest.connectors.catalog.params import Params
 from harvest.connectors.http.client import ServiceClient
 from harvest.connectors.paging.page_request import PageRequest
 from harvest.connectors.reading.extraction import ExtractionReport
+from harvest.connectors.reading.large_body import spans_in, whole
 
 if TYPE_CHECKING:
     from harvest.connectors.paging.pager import QueryOutcome, QuerySpec
@@ -91,6 +92,14 @@ class PageFetching:
             method=method,
             body=orjson.dumps(self.params.json_body(sent)) if method == "POST" else None,
         )
+
+    def _paging_view(self, body: Any) -> Any:
+        """The answer as the next request is read from it: whole where the paging reads into records kept
+        unread (a large answer's), the skeleton otherwise."""
+        spans = spans_in(body)
+        if spans is not None and self.endpoint.paging.reads_into(spans.path):
+            return whole(body)
+        return body
 
     def _page(
         self,
@@ -171,7 +180,7 @@ class PageFetching:
             if paid is None or not exc.credits:
                 return None, True
             return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
-        nxt = self.endpoint.paging.next_cursor(response.body, dict(request.params))
+        nxt = self.endpoint.paging.next_cursor(self._paging_view(response.body), dict(request.params))
         page = self._page(
             index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,
             response.repairs,

@@ -111,12 +111,13 @@ def _skeleton(levels: list[dict[str, msgspec.Raw]], path: list[str], spans: Span
 
 
 def spans_in(body: Any) -> Spans | None:
-    """The `Spans` an answer's skeleton holds, if it is one."""
-    while isinstance(body, dict):
-        found = next((v for v in body.values() if isinstance(v, Spans | dict)), None)
-        if isinstance(found, Spans):
-            return found
-        body = found
+    """The `Spans` an answer's skeleton holds, if it is one (at any depth, beside other objects)."""
+    if isinstance(body, Spans):
+        return body
+    if isinstance(body, dict):
+        for value in body.values():
+            if (found := spans_in(value)) is not None:
+                return found
     return None
 
 
