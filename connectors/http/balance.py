@@ -23,7 +23,6 @@ import weakref
 from functools import partial
 
 import httpx
-import stamina
 
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.errors import (
@@ -37,7 +36,7 @@ from harvest.connectors.errors import (
 from harvest.connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
 from harvest.connectors.http.auth import ApiKey
 from harvest.connectors.http.lane import http_client
-from harvest.connectors.http.page_call import backoff, first_wait
+from harvest.connectors.http.page_call import backoff
 from harvest.connectors.http.retry import (
     MAYBE_SENT,
     NEVER_SENT,
@@ -46,6 +45,7 @@ from harvest.connectors.http.retry import (
     Timeouts,
     parse_retry_after,
 )
+from harvest.connectors.retries import aretried
 
 log = logging.getLogger("harvest.client")
 
@@ -79,21 +79,9 @@ async def read_balance(
         return await _read_once(http, key, connect_is_final)
 
     try:
-        try:
-            return await once()
-        except Retryable as first:
-            if policy.attempts == 1 or not stamina.is_active():
-                raise
-            await asyncio.sleep(first_wait(policy, first))
-        async for retry in stamina.retry_context(
-            on=partial(backoff, policy), attempts=policy.attempts - 1, timeout=policy.deadline,
-            wait_initial=policy.initial * 2, wait_max=policy.max_wait, wait_jitter=policy.jitter_seconds,
-        ):  # fmt: skip
-            with retry:
-                return await once()
+        return await aretried(policy.backoff, partial(backoff, policy), once)
     except Retryable as exc:
         raise ServiceUnavailable(attempts=attempts, last_cause=exc.cause, endpoint=PATH) from None
-    raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
 
 
 async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: bool) -> int:

@@ -1,6 +1,6 @@
 """How long one attempt may take and how a failed one is tried again.
 
-Retries (stamina: exponential backoff with jitter) cover 500/502/503/504, timeouts and dropped connections.
+Retries (`connectors.retries`: exponential backoff with jitter) cover 500/502/503/504, timeouts and dropped connections.
 Each retry is a new attempt and reserves its credits again, so retries can never spend past the budget. A 429
 is not an attempt: the request waits and takes its turn again (`connectors.http.pace`).
 """
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import functools
 import math
 from dataclasses import dataclass
 
 import httpx
 
 from harvest.connectors.errors import ServiceAnswer
+from harvest.connectors.retries import Backoff
 
 NEVER_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 """Failures where the request bytes never left this machine: the reservation goes back."""
@@ -61,6 +63,10 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+
+    @functools.cached_property
+    def backoff(self) -> Backoff:
+        return Backoff(self.attempts, self.initial, self.max_wait, self.jitter_seconds, 2.0, self.deadline)
 
     @property
     def jitter_seconds(self) -> float:
