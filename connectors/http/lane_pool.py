@@ -1,4 +1,4 @@
-"""One single-connection lane per request in flight, instead of one shared pool.
+"""The wire to the service: one single-connection lane per request in flight, instead of one shared pool.
 
 httpx's shared pool rescans every connection and waiting request on each request (httpcore's
 `_assign_requests_to_connections`): with 10 requests in flight that came to ~0.3 ms of CPU per page, about a tenth
@@ -14,11 +14,19 @@ import asyncio
 import contextlib
 import functools
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import httpx
 
-from harvest.connectors.http.lane import CoreLane, HttpxLane, Lane, http_client
+from harvest.connectors.http.lane import (
+    DEFAULT_HEADERS,
+    CoreLane,
+    HttpxLane,
+    Lane,
+    Origin,
+    ReceivedAnswer,
+    http_client,
+)
 from harvest.connectors.http.retry import Timeouts
 
 
@@ -79,3 +87,42 @@ class Lanes:
             await lane.aclose()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+class Wire:
+    """Requests to the service at `base_url`, each on a lane, each attempt bounded by `timeouts.total`: the one
+    way a page and the balance are sent. Raises httpx's errors (`connectors.http.retry.on_the_wire` says what
+    each means) and the lane's `BodyCut`/`BodyOverCap`."""
+
+    def __init__(self, base_url: str, timeouts: Timeouts, lanes: Lanes | None = None) -> None:
+        """`lanes`: the wire's, to close with it (made for `base_url` when not given)."""
+        self.origin = Origin.of(base_url)
+        self.url = base_url.rstrip("/")
+        self._total = timeouts.total
+        self._lanes = Lanes(lane_maker(base_url, timeouts)) if lanes is None else lanes
+
+    async def send(
+        self,
+        path: str,
+        params: Sequence[tuple[str, str]] = (),
+        headers: Mapping[str, str] = {},
+        max_bytes: int | None = None,
+        method: str = "GET",
+        content: bytes | None = None,
+    ) -> ReceivedAnswer:
+        """`params` go in the query string; a POST sends `content` (its parameters) instead."""
+        target = self.origin.target(path, params)
+        with self._lanes.lane() as lane:
+            sending = lane.send(
+                self.origin, target, {**DEFAULT_HEADERS, **headers}, max_bytes, method, content
+            )
+            try:
+                if self._total is None:
+                    return await sending
+                async with asyncio.timeout(self._total):
+                    return await sending
+            except TimeoutError:
+                raise httpx.ReadTimeout(f"no complete answer within {self._total:g} s") from None
+
+    async def aclose(self) -> None:
+        await self._lanes.aclose()

@@ -11,6 +11,7 @@ import datetime as dt
 import email.utils
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -78,15 +79,34 @@ class RetryPolicy:
 
 
 class Retryable(Exception):
-    """This attempt failed in a way worth another try (internal to the client)."""
+    """This attempt failed in a way worth another try (internal to the client). `sent`: whether the request may
+    have reached the service (a failure on the wire before it could, `on_the_wire`, says False)."""
 
     def __init__(
-        self, cause: str, *, retry_after: float | None = None, response: ServiceAnswer | None = None
+        self,
+        cause: str,
+        *,
+        retry_after: float | None = None,
+        response: ServiceAnswer | None = None,
+        sent: bool = True,
     ) -> None:
         super().__init__(cause)
         self.cause = cause
         self.retry_after = retry_after
         self.response = response
+        self.sent = sent
+
+
+def on_the_wire(exc: httpx.HTTPError, describe: Callable[[BaseException], str]) -> Retryable | None:
+    """What a request that failed on the wire means, for a page and the balance alike: never sent (`NEVER_SENT`:
+    `sent` False, a page's reservation goes back), maybe sent (`MAYBE_SENT`: its reservation is kept), both worth
+    another try; None when it could not be sent at all (a bad URL, a local protocol error): no retry can help.
+    `describe` says what happened without the key (`ApiKey.describe`)."""
+    if isinstance(exc, NEVER_SENT):
+        return Retryable(f"could not connect: {describe(exc)}", sent=False)
+    if isinstance(exc, MAYBE_SENT):
+        return Retryable(describe(exc))
+    return None
 
 
 class SlowDown(Exception):

@@ -75,15 +75,15 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     return spec, resolved, (resolved, key, source or f"the environment variable {service.api_key_env}")
 
 
-def check_service(service: Any, lock: Any) -> None:
+def service_or_release(service: Any, lock: Any) -> None:
     """The service answers as the service does and accepts the key (`flows.run.preflight.check_service`):
     after the lock (a second run of the job is refused without a request), before Prefect starts."""
     if service is None:
         return
-    from harvest.flows.run.preflight import check_service as check
+    from harvest.flows.run.preflight import check_service
 
     try:
-        check(*service)
+        check_service(*service)
     except UsageError as exc:
         lock.release()
         raise fail(str(exc)) from None
@@ -156,7 +156,7 @@ def _begin(
         again = RunAgain.of(spec_path, spec, service_url, output, budget, full)
         job, layout = spec.name, OutputLayout(output or spec.output)
         lock = _hold_lock(layout, job)
-        check_service(service, lock)
+        service_or_release(service, lock)
         server = _start_prefect_server(lock)  # boots while harvest imports; killed on any exit
         try:
             start = _decide(spec, layout, service_url, mode, again)
