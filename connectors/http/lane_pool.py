@@ -10,10 +10,10 @@ use than slots, and each lane keeps its connection alive for the next request th
 The lanes (with `connectors.http.lane`, ~390 lines) stay because they measure: `python bench/run.py --lanes-only`
 (`bench/http_lanes.py`, part of `make bench`) pages the same `ServiceClient` on its lanes and on one
 `httpx.AsyncClient` with a pool of as many connections as requests in flight, round after round. On 2026-11-29 (2
-cores, loaded by other work; ratios within a round) a page cost the client 5.9-7.9 ms of CPU on the lanes against
-7.7-9.3 ms on httpx (httpx / lanes 1.30, 1.39, 1.17 in three rounds) in long paging (10 queries x 200 pages) and
-3.3-3.5 ms against 5.5-5.7 ms (1.64, 1.68 in two rounds) in a wide fan-out (2,000 one-page queries). When httpx's
-client comes within noise of them on both shapes, the lanes go and httpx's client and transport are the seam.
+cores, loaded by other work; ratios within a round) a page cost the client 8.9 ms of CPU on the lanes against 11.8
+ms on httpx (median; httpx / lanes 1.06, 1.34, 1.21 in three rounds) in long paging (10 queries x 200 pages) and
+4.4 ms against 7.0 ms (1.62, 1.59, 1.58) in a wide fan-out (2,000 one-page queries). When httpx's client comes
+within noise of them on both shapes, the lanes go and httpx's client and transport are the seam.
 """
 
 from __future__ import annotations
