@@ -19,6 +19,8 @@ against a plain script's 10 workers, `bench/wide_fanout.py`), a blip of 429s aga
     python bench/run.py --fanout-only [--sizes 2000,10000]
                                        # the wide fan-out alone: bench/results/fanout.json
     python bench/run.py --lakehouse-only [--rows 1000000]
+    python bench/run.py --lanes-only [--times 3]
+                                       # the client's lanes against one httpx client (bench/http_lanes.py)
                                        # the Delta/Iceberg export against the Parquet one (bench/lakehouse_export.py)
 """
 
@@ -366,6 +368,9 @@ class Bench:
             self.results["wide_fanout"] = self.fanout(api_url)
             self.blip_and_answer(api_url)
         self.results["lakehouse_export"] = self.lakehouse(None)
+        from http_lanes import http_lanes
+
+        self.results["http_lanes"] = http_lanes(self.times)
         return self.report()
 
     def blip_and_answer(self, api_url: str) -> None:
@@ -493,6 +498,10 @@ def print_table(res: dict[str, Any]) -> None:
         from lakehouse_export import print_lakehouse
 
         print_lakehouse(d["lakehouse_export"])
+    if "http_lanes" in d:
+        from http_lanes import print_lanes
+
+        print_lanes(d["http_lanes"])
 
 
 def print_fixed(res: dict[str, Any]) -> None:
@@ -541,8 +550,21 @@ def main() -> None:
         help="only the table-format export (bench/lakehouse_export.py)",
     )
     parser.add_argument("--rows", type=int, help="with --lakehouse-only: rows of the first export (1000000)")
+    parser.add_argument(
+        "--lanes-only", action="store_true", help="only the lanes against httpx (bench/http_lanes.py)"
+    )
     args = parser.parse_args()
     bench = Bench(args.quick)
+    if args.lanes_only:
+        from http_lanes import http_lanes, print_lanes
+
+        try:
+            lanes = {**http_lanes(args.times or bench.times), **machine()}
+        finally:
+            shutil.rmtree(bench.work, ignore_errors=True)
+        print_lanes({k: v for k, v in lanes.items() if k in ("long_paging", "wide_fanout")})
+        write(lanes, "lanes.json")
+        return
     if args.lakehouse_only:
         from lakehouse_export import print_lakehouse
 

@@ -3,10 +3,10 @@ refusals cost.
 
 `GET /v1/account/credit-balance` (`PATH`; `/v1/credit-balance` before the service moved it, `OLD_PATH`, read where
 the new one answers 404) costs nothing and answers `{"creditCount": N}`. `harvest run` reads it before Prefect
-starts (`check_service`): a URL where something else answers (a 404 page, HTML, other JSON, nothing listening, a
+starts (`read_before_run`): a URL where something else answers (a 404 page, HTML, other JSON, nothing listening, a
 name that does not resolve, TLS refused) or a refused key stops there, in about a second. A run reads it before
-its first request and after its last (the service's own bill, `flows.run.bill`), and when the budget runs low
-while the ledger holds refusals it counted at their reservation (429s, 5xx: their charge unknown): what the
+its first request and after its last (the service's own bill, `flows.run.bill`), on the wire its pages go out on
+(`lane_pool.Wire`), and when the budget runs low while the ledger holds refusals it counted at their reservation (429s, 5xx: their charge unknown): what the
 balance did not fall by was not billed and goes back to the budget (`CreditLedger.reconcile`), so a run can spend
 its whole budget however often the service asked it to slow down. Every reading is retried as a page request is
 (429 with its `Retry-After`, 5xx, dropped connections): it is free, and without it the refusals stay counted.
@@ -23,7 +23,6 @@ import weakref
 from functools import partial
 
 import httpx
-import stamina
 
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.errors import (
@@ -36,16 +35,11 @@ from harvest.connectors.errors import (
 )
 from harvest.connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
 from harvest.connectors.http.auth import ApiKey
-from harvest.connectors.http.lane import http_client
-from harvest.connectors.http.page_call import backoff, first_wait
-from harvest.connectors.http.retry import (
-    MAYBE_SENT,
-    NEVER_SENT,
-    Retryable,
-    RetryPolicy,
-    Timeouts,
-    parse_retry_after,
-)
+from harvest.connectors.http.lane import BodyCut
+from harvest.connectors.http.lane_pool import Wire
+from harvest.connectors.http.page_call import backoff
+from harvest.connectors.http.retry import Retryable, RetryPolicy, Timeouts, on_the_wire, parse_retry_after
+from harvest.connectors.retries import aretried
 
 log = logging.getLogger("harvest.client")
 
@@ -54,8 +48,8 @@ PATH = "/v1/account/credit-balance"
 OLD_PATH = "/v1/credit-balance"
 """Where it answered before: asked when `PATH` answers 404 (a service or a stand-in from before the move), and
 from then on for that base URL."""
-_ANSWERS_AT_OLD_PATH: weakref.WeakSet[httpx.AsyncClient] = weakref.WeakSet()
-"""The clients whose service answers the balance at `OLD_PATH` (its 404 at `PATH` said so): a run asks there."""
+_ANSWERS_AT_OLD_PATH: weakref.WeakSet[Wire] = weakref.WeakSet()
+"""The wires whose service answers the balance at `OLD_PATH` (its 404 at `PATH` said so): a run asks there."""
 CHECK_TIMEOUTS = Timeouts(connect=5.0, read=10.0, write=5.0, pool=5.0, total=15.0)
 """The connection check's: a service that answers at all answers its balance in milliseconds."""
 CHECK_RETRY = RetryPolicy(attempts=3, initial=0.25, max_wait=2.0, jitter=0.1)
@@ -64,9 +58,10 @@ its own requests follow the full retry rules (the edge's transient 503 must not 
 
 
 async def read_balance(
-    http: httpx.AsyncClient, key: ApiKey, policy: RetryPolicy, *, connect_is_final: bool = False
+    wire: Wire, key: ApiKey, policy: RetryPolicy, *, connect_is_final: bool = False
 ) -> int:
-    """The account's balance, retried under `policy` on 429 (its Retry-After), 5xx and dropped connections.
+    """The account's balance, sent on the wire pages go out on and retried as a page is (`policy`: 429 with its
+    Retry-After, 5xx, dropped connections).
 
     Raises `Unauthorized`/`OutOfCredits` when the service refuses the key, `NotTheService` when something else
     answers (or nothing can: with `connect_is_final`, a refused connection, a name that does not resolve or a
@@ -76,40 +71,27 @@ async def read_balance(
     async def once() -> int:
         nonlocal attempts
         attempts += 1
-        return await _read_once(http, key, connect_is_final)
+        return await _read_once(wire, key, connect_is_final)
 
     try:
-        try:
-            return await once()
-        except Retryable as first:
-            if policy.attempts == 1 or not stamina.is_active():
-                raise
-            await asyncio.sleep(first_wait(policy, first))
-        async for retry in stamina.retry_context(
-            on=partial(backoff, policy), attempts=policy.attempts - 1, timeout=policy.deadline,
-            wait_initial=policy.initial * 2, wait_max=policy.max_wait, wait_jitter=policy.jitter_seconds,
-        ):  # fmt: skip
-            with retry:
-                return await once()
+        return await aretried(policy.backoff, partial(backoff, policy), once)
     except Retryable as exc:
         raise ServiceUnavailable(attempts=attempts, last_cause=exc.cause, endpoint=PATH) from None
-    raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
 
 
-async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: bool) -> int:
-    path = OLD_PATH if http in _ANSWERS_AT_OLD_PATH else PATH
-    where = f"{http.base_url}".rstrip("/") + path
+async def _read_once(wire: Wire, key: ApiKey, connect_is_final: bool) -> int:
+    path = OLD_PATH if wire in _ANSWERS_AT_OLD_PATH else PATH
+    where = wire.url + path
     try:
-        response = await http.get(path, headers={"x-api-key": key.reveal()})
-    except NEVER_SENT as exc:
-        reason = unreachable(exc)
-        if connect_is_final and reason is not None:
-            raise NotTheService(where, key.scrub(reason)) from None
-        raise Retryable(f"could not connect: {key.describe(exc)}") from None
-    except MAYBE_SENT as exc:
-        raise Retryable(key.describe(exc)) from None
-    except httpx.HTTPError as exc:  # unsendable (a local protocol error): no retry can help
-        raise NotTheService(where, key.describe(exc)) from None
+        response = await wire.send(path, headers={"x-api-key": key.reveal()})
+    except BodyCut as cut:
+        raise Retryable(key.scrub(f"cut short: {cut}")) from None
+    except httpx.HTTPError as exc:
+        retry = on_the_wire(exc, key.describe)
+        reason = unreachable(exc) if retry is not None and not retry.sent and connect_is_final else None
+        if retry is None or reason is not None:  # unsendable, or nothing there to answer
+            raise NotTheService(where, key.scrub(reason or key.describe(exc))) from None
+        raise retry from None
     raw = key.scrub_answer(response.content)
     body, status = parse_body(raw), response.status_code
     count = int_field(body, "creditCount")
@@ -120,14 +102,14 @@ async def _read_once(http: httpx.AsyncClient, key: ApiKey, connect_is_final: boo
     if refuses_key(status, body):  # a wrong key or an empty account: the service says the same to both
         raise OutOfCredits(key_source=key.source, response=ServiceAnswer(status, body, raw), endpoint=path)
     if status == 404 and path == PATH:  # a service from before the move, or no service at all
-        _ANSWERS_AT_OLD_PATH.add(http)
+        _ANSWERS_AT_OLD_PATH.add(wire)
         try:
-            return await _read_once(http, key, connect_is_final)
+            return await _read_once(wire, key, connect_is_final)
         except NotTheService:
-            _ANSWERS_AT_OLD_PATH.discard(http)  # not there either: the new place is the one named
-    answered = key.scrub(what_answered(status, raw, response.headers.get("content-type")))
+            _ANSWERS_AT_OLD_PATH.discard(wire)  # not there either: the new place is the one named
+    answered = key.scrub(what_answered(status, raw, response.header("content-type")))
     if status == 429 or status >= 500:
-        raise Retryable(answered, retry_after=parse_retry_after(response.headers.get("retry-after")))
+        raise Retryable(answered, retry_after=parse_retry_after(response.header("retry-after")))
     raise NotTheService(where, answered)
 
 
@@ -149,23 +131,25 @@ def unreachable(exc: BaseException) -> str | None:
     return None
 
 
-async def check_service(base_url: str, key: ApiKey, timeouts: Timeouts = CHECK_TIMEOUTS) -> int | None:
+async def read_before_run(base_url: str, key: ApiKey, timeouts: Timeouts = CHECK_TIMEOUTS) -> int | None:
     """The balance read once before anything starts: the URL answers as the service does and the key is
     accepted (else `NotTheService`, `Unauthorized`, `OutOfCredits`). None when the service was there but busy
     (429/5xx, dropped connections, timeouts, past a few brief tries): the run's own rules take it from there."""
-    async with http_client(base_url, timeouts) as http:
-        try:
-            return await read_balance(http, key, CHECK_RETRY, connect_is_final=True)
-        except ServiceUnavailable as exc:
-            log.warning("the service's balance could not be read before the run: %s", exc)
-            return None
+    wire = Wire(base_url, timeouts)
+    try:
+        return await read_balance(wire, key, CHECK_RETRY, connect_is_final=True)
+    except ServiceUnavailable as exc:
+        log.warning("the service's balance could not be read before the run: %s", exc)
+        return None
+    finally:
+        await wire.aclose()
 
 
 class AccountBalance:
     def __init__(
-        self, http: httpx.AsyncClient, key: ApiKey, ledger: CreditLedger, retry: RetryPolicy = RetryPolicy()
+        self, wire: Wire, key: ApiKey, ledger: CreditLedger, retry: RetryPolicy = RetryPolicy()
     ) -> None:
-        self._http = http
+        self._wire = wire
         self._key = key
         self._ledger = ledger
         self._retry = retry
@@ -183,7 +167,7 @@ class AccountBalance:
         """The account's balance, retried like a page; raises `Unauthorized`/`OutOfCredits` when the service
         refuses the key and `NotTheService` when something else answers; None when the retries ran out."""
         try:
-            count = await read_balance(self._http, self._key, self._retry)
+            count = await read_balance(self._wire, self._key, self._retry)
         except ServiceUnavailable as exc:
             log.warning("could not read the credit balance: %s", exc)
             return None

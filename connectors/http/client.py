@@ -46,24 +46,16 @@ from harvest.connectors.http.answers import JSON, Response, int_field, problem, 
 from harvest.connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
 from harvest.connectors.http.balance import AccountBalance
 from harvest.connectors.http.in_flight import InFlight
-from harvest.connectors.http.lane import (
-    DEFAULT_HEADERS,
-    BodyCut,
-    BodyOverCap,
-    Origin,
-    ReceivedAnswer,
-    http_client,
-)
-from harvest.connectors.http.lane_pool import Lanes, lane_maker
+from harvest.connectors.http.lane import BodyCut, BodyOverCap, Origin, ReceivedAnswer
+from harvest.connectors.http.lane_pool import Lanes, Wire, lane_maker
 from harvest.connectors.http.pace import Pace, RateLimitedTooLong
 from harvest.connectors.http.page_call import PageCall, with_retries
 from harvest.connectors.http.retry import (
-    MAYBE_SENT,
-    NEVER_SENT,
     Retryable,
     RetryPolicy,
     SlowDown,
     Timeouts,
+    on_the_wire,
     parse_retry_after,
 )
 from harvest.connectors.paging.page_request import Attempt, PageRequest, pairs_to_dict
@@ -127,10 +119,10 @@ class ServiceClient:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
         if url.userinfo:
             raise ValueError("base_url must not carry a user name or password")
-        self._origin = Origin.of(self.base_url)
-        self._http = http_client(self.base_url, timeouts)  # the balance probe
-        self.balance = AccountBalance(self._http, self._key, ledger, retry)
         self._lanes = Lanes(lane_maker(self.base_url, timeouts))
+        self._wire = Wire(self.base_url, timeouts, self._lanes)
+        """Pages and the balance alike go out on it."""
+        self.balance = AccountBalance(self._wire, self._key, ledger, retry)
 
     def __repr__(self) -> str:
         return f"ServiceClient(base_url={self.base_url!r}, api_key={REDACTED}, ledger={self.ledger!r})"
@@ -143,9 +135,13 @@ class ServiceClient:
     ) -> None:
         await self.aclose()
 
+    @property
+    def _origin(self) -> Origin:
+        """The service's address as the wire sends to it."""
+        return self._wire.origin
+
     async def aclose(self) -> None:
-        await self._lanes.aclose()
-        await self._http.aclose()
+        await self._wire.aclose()
 
     def abort(self) -> int:
         """Cancel the requests in flight now (a second Ctrl-C, or the grace time ran out); returns how many.
@@ -276,26 +272,8 @@ class ServiceClient:
                 str(big), self.max_answer_bytes / 2**20, credits=call.credits,
                 query_id=call.request.query_id, endpoint=call.request.endpoint,
             ) from None  # fmt: skip
-        except NEVER_SENT as exc:
-            ledger.release(reservation)
-            call.record(self.on_attempt, started_at, t0, None, 0, self._key.describe(exc))
-            raise Retryable(f"could not connect: {self._key.describe(exc)}") from None
-        except MAYBE_SENT as exc:
-            counted = call.keep(ledger, reservation)
-            call.record(self.on_attempt, started_at, t0, None, counted, self._key.describe(exc))
-            raise Retryable(
-                f"{self._key.describe(exc)} (reservation kept: it may have been billed)"
-            ) from None
         except httpx.HTTPError as exc:
-            # Unsendable request (bad URL, local protocol error): it never left, and retrying cannot help.
-            ledger.release(reservation)
-            call.record(self.on_attempt, started_at, t0, None, 0, self._key.describe(exc))
-            raise HarvestError(
-                f"the request could not be sent: {self._key.describe(exc)}",
-                credits=call.credits,
-                query_id=call.request.query_id,
-                endpoint=call.request.endpoint,
-            ) from None
+            raise self._not_answered(call, reservation, exc, started_at, t0) from None
         except BaseException as exc:
             # Cancelled (or worse) mid-flight: the service may have billed it.
             counted = call.keep(ledger, reservation)
@@ -312,23 +290,39 @@ class ServiceClient:
                 ) from None
             raise
 
+    def _not_answered(
+        self,
+        call: PageCall,
+        reservation: Reservation,
+        exc: httpx.HTTPError,
+        started_at: dt.datetime,
+        t0: float,
+    ) -> Exception:
+        """What a failure on the wire makes of the attempt (`connectors.http.retry.on_the_wire`): a request that
+        never left gives its reservation back; one that may have reached the service keeps it."""
+        retry, why = on_the_wire(exc, self._key.describe), self._key.describe(exc)
+        if retry is not None and retry.sent:
+            call.record(self.on_attempt, started_at, t0, None, call.keep(self.ledger, reservation), why)
+            return Retryable(f"{why} (reservation kept: it may have been billed)")
+        self.ledger.release(reservation)
+        call.record(self.on_attempt, started_at, t0, None, 0, why)
+        if retry is not None:
+            return retry
+        # Unsendable (bad URL, local protocol error): it never left, and retrying cannot help.
+        return HarvestError(
+            f"the request could not be sent: {why}", credits=call.credits,
+            query_id=call.request.query_id, endpoint=call.request.endpoint,
+        )  # fmt: skip
+
     async def _send(self, request: PageRequest) -> ReceivedAnswer:
         """A GET with the parameters in the query string, or a POST of its JSON body (the cursor in it too)."""
-        total, posted = self.timeouts.total, request.method == "POST"
-        target = self._origin.target(request.path, () if posted else request.params)
-        with self._lanes.lane() as lane:
-            headers = {**DEFAULT_HEADERS, "x-api-key": self._key.reveal(), **(JSON_BODY if posted else {})}
-            sending = lane.send(
-                self._origin, target, headers, self.max_answer_bytes, request.method, request.body
-            )
-            try:
-                with self._in_flight.sending():
-                    if total is None:
-                        return await sending
-                    async with asyncio.timeout(total):
-                        return await sending
-            except TimeoutError:
-                raise httpx.ReadTimeout(f"no complete answer within {total:g} s") from None
+        posted = request.method == "POST"
+        with self._in_flight.sending():
+            return await self._wire.send(
+                request.path, () if posted else request.params,
+                {"x-api-key": self._key.reveal(), **(JSON_BODY if posted else {})},
+                self.max_answer_bytes, request.method, request.body,
+            )  # fmt: skip
 
     def _answer(
         self,

@@ -8,18 +8,14 @@ repeats a call's attempts, live with the call; the client decides what each sing
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import hashlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
-
-import stamina
 
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Reservation
@@ -28,8 +24,9 @@ from harvest.connectors.http.answers import Response
 from harvest.connectors.http.retry import Retryable, RetryPolicy
 from harvest.connectors.paging.page_request import Attempt, PageRequest
 from harvest.connectors.reading.json_body import read_body
+from harvest.connectors.retries import aretried
 
-__all__ = ["PageCall", "backoff", "first_wait", "with_retries"]
+__all__ = ["PageCall", "backoff", "with_retries"]
 
 log = logging.getLogger("harvest.client")
 
@@ -115,46 +112,16 @@ class PageCall:
 async def with_retries(
     call: PageCall, attempt: Callable[[PageCall], Awaitable[Response]], policy: RetryPolicy
 ) -> Response:
-    """The call's answer: `attempt` once, then again under `policy` while it fails in a way a retry may fix;
-    `ServiceUnavailable` when the retries ran out."""
+    """The call's answer: `attempt` tried under `policy` (`connectors.retries`) while it fails in a way a
+    retry may fix; `ServiceUnavailable` when the retries ran out."""
     request = call.request
     try:
-        try:  # the first attempt without the retry machinery: it costs ~5% of a run's CPU per page
-            return await attempt(call)
-        except Retryable as first:
-            if policy.attempts == 1 or not stamina.is_active():
-                raise
-            await asyncio.sleep(first_wait(policy, first))
-            return await _retried(call, attempt, policy)
+        return await aretried(policy.backoff, partial(backoff, policy), partial(attempt, call))
     except Retryable as exc:
         raise ServiceUnavailable(
             attempts=call.attempts, last_cause=exc.cause, credits=call.credits, response=exc.response,
             query_id=request.query_id, endpoint=request.endpoint,
         ) from None  # fmt: skip
-
-
-def first_wait(policy: RetryPolicy, exc: Retryable) -> float:
-    """The wait before the second attempt, as stamina would compute it for the first retry."""
-    if exc.retry_after is not None:
-        return min(exc.retry_after, policy.max_wait)
-    return min(policy.max_wait, policy.initial + random.uniform(0, policy.jitter_seconds))
-
-
-async def _retried(
-    call: PageCall, attempt: Callable[[PageCall], Awaitable[Response]], policy: RetryPolicy
-) -> Response:
-    """Attempts 2..n under stamina: exponential backoff with jitter, Retry-After honoured."""
-    async for retry in stamina.retry_context(
-        on=partial(backoff, policy),
-        attempts=policy.attempts - 1,
-        timeout=policy.deadline,
-        wait_initial=policy.initial * 2,
-        wait_max=policy.max_wait,
-        wait_jitter=policy.jitter_seconds,
-    ):
-        with retry:
-            return await attempt(call)
-    raise AssertionError("unreachable: stamina either returns, raises or re-raises")  # pragma: no cover
 
 
 def backoff(policy: RetryPolicy, exc: Exception) -> bool | float:

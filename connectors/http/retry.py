@@ -1,6 +1,6 @@
 """How long one attempt may take and how a failed one is tried again.
 
-Retries (stamina: exponential backoff with jitter) cover 500/502/503/504, timeouts and dropped connections.
+Retries (`connectors.retries`: exponential backoff with jitter) cover 500/502/503/504, timeouts and dropped connections.
 Each retry is a new attempt and reserves its credits again, so retries can never spend past the budget. A 429
 is not an attempt: the request waits and takes its turn again (`connectors.http.pace`).
 """
@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
 from harvest.connectors.errors import ServiceAnswer
+from harvest.connectors.retries import Backoff
 
 NEVER_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 """Failures where the request bytes never left this machine: the reservation goes back."""
@@ -62,6 +65,10 @@ class RetryPolicy:
         if self.attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {self.attempts}")
 
+    @functools.cached_property
+    def backoff(self) -> Backoff:
+        return Backoff(self.attempts, self.initial, self.max_wait, self.jitter_seconds, 2.0, self.deadline)
+
     @property
     def jitter_seconds(self) -> float:
         if self.jitter is True:
@@ -72,15 +79,34 @@ class RetryPolicy:
 
 
 class Retryable(Exception):
-    """This attempt failed in a way worth another try (internal to the client)."""
+    """This attempt failed in a way worth another try (internal to the client). `sent`: whether the request may
+    have reached the service (a failure on the wire before it could, `on_the_wire`, says False)."""
 
     def __init__(
-        self, cause: str, *, retry_after: float | None = None, response: ServiceAnswer | None = None
+        self,
+        cause: str,
+        *,
+        retry_after: float | None = None,
+        response: ServiceAnswer | None = None,
+        sent: bool = True,
     ) -> None:
         super().__init__(cause)
         self.cause = cause
         self.retry_after = retry_after
         self.response = response
+        self.sent = sent
+
+
+def on_the_wire(exc: httpx.HTTPError, describe: Callable[[BaseException], str]) -> Retryable | None:
+    """What a request that failed on the wire means, for a page and the balance alike: never sent (`NEVER_SENT`:
+    `sent` False, a page's reservation goes back), maybe sent (`MAYBE_SENT`: its reservation is kept), both worth
+    another try; None when it could not be sent at all (a bad URL, a local protocol error): no retry can help.
+    `describe` says what happened without the key (`ApiKey.describe`)."""
+    if isinstance(exc, NEVER_SENT):
+        return Retryable(f"could not connect: {describe(exc)}", sent=False)
+    if isinstance(exc, MAYBE_SENT):
+        return Retryable(describe(exc))
+    return None
 
 
 class SlowDown(Exception):

@@ -67,14 +67,14 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     return spec, resolved, (resolved, key, source or f"the environment variable {service.api_key_env}")
 
 
-def check_service(service: Any) -> None:
+def service_answers(service: Any) -> None:
     """The service answers as the service does and accepts the key (`flows.run.preflight.check_service`):
     after the lock (a second run of the job is refused without a request), before Prefect starts."""
     if service is None:
         return
-    from harvest.flows.run.preflight import check_service as check
+    from harvest.flows.run.preflight import check_service
 
-    check(*service)
+    check_service(*service)
 
 
 def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, again: RunAgain) -> Any:
@@ -129,7 +129,7 @@ def _begin(
         again = RunAgain.of(spec_path, spec, service_url, output, budget, full)
         job, layout = spec.name, OutputLayout(output or spec.output)
         lock = lock_job(layout, job)  # before Prefect starts: a second run is refused at once
-        check_service(service)
+        service_answers(service)
         server = _start_prefect_server()  # boots while harvest imports; killed on any exit
         start = _decide(spec, layout, service_url, mode, again)
         from harvest.flows.run.interrupt import run_marks

@@ -7,7 +7,7 @@ tables harvest did not make, was found only at the load step). Everything here o
 directory made and removed at once to learn whether directories can be made there: a refused run leaves no trace.
 
 So should a run that talks to the wrong address, or with a key the service refuses: `check_service` reads the
-free balance once (`connectors.http.balance.check_service`), and a URL where something else answers (the
+free balance once (`connectors.http.balance.read_before_run`), and a URL where something else answers (the
 service's address with `/v1` appended: 404s that became "not found" and a green night) or nothing can (nothing
 listening, a name that does not resolve, TLS refused) is refused with one line naming the URL and what answered.
 A key the service refuses is refused with one line naming where the key came from, not the URL: the service
@@ -80,10 +80,10 @@ def check_service(url: str, key: ApiKey, key_source: str) -> None:
     import asyncio
 
     from harvest.connectors.errors import NotTheService, OutOfCredits, Unauthorized
-    from harvest.connectors.http.balance import check_service as read_balance
+    from harvest.connectors.http.balance import read_before_run
 
     try:
-        asyncio.run(read_balance(url, key))
+        asyncio.run(read_before_run(url, key))
     except NotTheService as exc:
         raise UsageError(f"service: {exc}; nothing was sent") from None
     except Unauthorized:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 
+from harvest.connectors.retries import Backoff, retried
 from harvest.tasks.output.machine_fault import MachineFault
 from harvest.tasks.output.raw_store import encode_frame, paid_page
 
@@ -37,10 +37,15 @@ STARTED = "started"
 PAGES = "pages"
 FILES = "files"
 FRAME_SUFFIX = ".frame"
-_ATTEMPTS = (0.2, 1.0, 3.0)
-"""Waits between tries of one store call: a store that fails this long is down, and the run stops."""
+STORE_BACKOFF = Backoff(attempts=4, initial=0.2, max_wait=3.0, exp_base=5.0)
+"""Tries of one store call, 0.2, 1 and 3 s apart: a store that fails this long is down, and the run stops."""
 
 T = TypeVar("T")
+
+
+def _store_failed(exc: Exception) -> bool:
+    """A store call that failed may work when tried again; a missing file will not appear."""
+    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
 
 
 def stage_name(session: str, part: int, query_hash: str) -> str:
@@ -71,18 +76,14 @@ class StagingStore:
         return f"{self.url.rstrip('/')}/{key[len(self.base) :].lstrip('/')}"
 
     def _call(self, what: str, key: str, call: Callable[[], T]) -> T:
-        for wait in (*_ATTEMPTS, None):
-            try:
-                return call()
-            except FileNotFoundError:
-                raise
-            except OSError as exc:
-                if wait is None:
-                    raise MachineFault(
-                        self.url_of(key), f"the staging store failed to {what} it ({exc})", errno.EIO
-                    ) from None
-                time.sleep(wait)
-        raise AssertionError("unreachable")
+        try:
+            return retried(STORE_BACKOFF, _store_failed, call)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise MachineFault(
+                self.url_of(key), f"the staging store failed to {what} it ({exc})", errno.EIO
+            ) from None
 
     def put(self, key: str, data: bytes) -> None:
         def write() -> None:

@@ -20,7 +20,6 @@ times, then it fails with a clear error; the table is never left half-written.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -29,6 +28,7 @@ from deltalake import CommitProperties, DeltaTable, WriterProperties, write_delt
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.schema import Schema as DeltaSchema
 
+from harvest.connectors.retries import Backoff, retried
 from harvest.flows.handoff.lakehouse.delta_merge import (
     DataFiles,
     commit,
@@ -49,7 +49,8 @@ from harvest.tasks.output.layout import OutputLayout
 
 log = logging.getLogger(__name__)
 COMMIT_ATTEMPTS = 4
-"""A merge that lost its commit to another writer is run again on the new version, at most this often."""
+"""A merge that lost its commit to another writer is run again on the new version, at most this often (0.2 s,
+then twice as long each time)."""
 TARGET_FILE_BYTES = 8 * 1024 * 1024
 """Data files of about 8 MB (the table's `delta.targetFileSize`): a merge that updates a key rewrites the whole
 file holding it (measured with delta-rs's MERGE; the copy-on-write merge rewrites the same files). 1M bench rows
@@ -129,17 +130,14 @@ class DeltaFormat:
         return f"{self.destination}/{table}"
 
     def merge(self, load: TableLoad) -> MergeResult:
-        for attempt in range(COMMIT_ATTEMPTS):
-            try:
-                return self._merge_once(load)
-            except CommitFailedError as exc:
-                if attempt == COMMIT_ATTEMPTS - 1:
-                    raise ConcurrentWriters(
-                        f"{self.uri(load.name)}: another writer committed first {COMMIT_ATTEMPTS} times ({exc}); "
-                        "this merge is not in the table: run the export again"
-                    ) from exc
-                time.sleep(0.2 * 2**attempt)
-        raise AssertionError("unreachable")
+        lost = Backoff(attempts=COMMIT_ATTEMPTS, initial=0.2, max_wait=0.2 * 2 ** (COMMIT_ATTEMPTS - 2))
+        try:
+            return retried(lost, _lost_commit, lambda: self._merge_once(load))
+        except CommitFailedError as exc:
+            raise ConcurrentWriters(
+                f"{self.uri(load.name)}: another writer committed first {COMMIT_ATTEMPTS} times ({exc}); "
+                "this merge is not in the table: run the export again"
+            ) from exc
 
     def close(self) -> None:
         """Nothing held open: every merge opens its table at the newest version."""
@@ -269,3 +267,7 @@ class DeltaFormat:
         result.rows_in = result.inserted = counted
         result.version = str(DeltaTable(uri, storage_options=self.options).version())
         return result
+
+
+def _lost_commit(exc: Exception) -> bool:
+    return isinstance(exc, CommitFailedError)

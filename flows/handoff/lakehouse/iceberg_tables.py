@@ -44,6 +44,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
+from harvest.connectors.retries import Backoff, retried
 from harvest.flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
 from harvest.flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
 from harvest.flows.handoff.lakehouse.table_format import (
@@ -209,18 +210,14 @@ class IcebergFormat:
         self.catalog.create_namespace_if_not_exists(self.namespace)
 
     def merge(self, load: TableLoad) -> MergeResult:
-        conflict: Exception | None = None
-        for _ in range(ATTEMPTS):
-            table = self._table(load)
-            try:
-                return self._merge_once(table, load)
-            except (CommitFailedException, ValidationException) as exc:
-                conflict = exc
-        raise IcebergCommitConflict(
-            f"{self.namespace}.{load.name} in {describe(self.catalog)}: other writers committed to it "
-            f"{ATTEMPTS} times while this export merged ({type(conflict).__name__}); the table is as they left "
-            "it; run the export again"
-        ) from conflict
+        try:
+            return retried(Backoff(ATTEMPTS), _conflict, lambda: self._merge_once(self._table(load), load))
+        except (CommitFailedException, ValidationException) as conflict:
+            raise IcebergCommitConflict(
+                f"{self.namespace}.{load.name} in {describe(self.catalog)}: other writers committed to it "
+                f"{ATTEMPTS} times while this export merged ({type(conflict).__name__}); the table is as they "
+                "left it; run the export again"
+            ) from conflict
 
     def _merge_once(self, table: Table, load: TableLoad) -> MergeResult:
         tx = table.transaction()
@@ -262,3 +259,8 @@ class IcebergFormat:
     def close(self) -> None:
         if isinstance(self.catalog, SqlCatalog):
             self.catalog.engine.dispose()
+
+
+def _conflict(exc: Exception) -> bool:
+    """Another writer committed first: the merge is run again on the table as it is now."""
+    return isinstance(exc, (CommitFailedException, ValidationException))
