@@ -22,7 +22,7 @@ from harvest.tasks.output.run_summary import RunSummary
 
 
 def platform_of(endpoint: str) -> str:
-    """`/v1/short-video/profile` -> `short-video`: the platform, as the catalog's file and table names say it."""
+    """An endpoint's platform, its path's second segment, as the catalog's file and table names say it."""
     return endpoint.split("/")[2]
 
 
