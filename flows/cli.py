@@ -282,7 +282,7 @@ def serve(
 def demo(
     output: Path | None = typer.Option(None, "--output", help="Where to land the demo (default data/demo)."),
 ) -> None:
-    """Run the demo job (18 endpoints, every platform) against the embedded sandbox, then show what landed."""
+    """Run the demo job (every endpoint of the catalog) against the embedded sandbox, then show what landed."""
     from harvest.flows.commands import run_job as commands
 
     commands.demo(output)

@@ -265,6 +265,18 @@ def test_a_last_page_that_says_no_more_names_no_cursor() -> None:
     assert convert_page(decl.kinds, last, {}, paging=decl.paging).report.unread_cursor is None
 
 
+def test_numbered_pages_name_no_cursor_while_their_flag_says_more() -> None:
+    """Pages counted by the client (`page_number`) read no cursor from the answer: a page that says there is more
+    is any page but the last, not a cursor the declaration missed."""
+    from harvest.connectors.catalog import endpoints as catalog
+
+    creators = catalog.get("/v1/short-video/creators/popular")
+    first = copy.deepcopy(sample("_v1_short-video_creators_popular.json"))
+    first["pagination"]["has_more"] = True
+    page = convert_page(creators.kinds, first, {}, paging=creators.paging)
+    assert page.tables["short_video_popular_creators"].num_rows and page.report.unread_cursor is None
+
+
 # ------------------------------------------------------------------------------------- one run of a job
 THREAD_PATH = "/v1/declared/forum/post/comments"
 BOARD_PATH = "/v1/declared/pinboard/board"

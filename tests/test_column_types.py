@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from harvest.configs import spec_path
 from harvest.connectors.catalog import endpoints as catalog
@@ -30,6 +31,7 @@ from harvest.flows.spec import UsageError, load_spec
 from harvest.tasks.database.column_comments import column_comment
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.parquet_sink import MultiTableSink
+from tests.flow_helpers import write_spec
 from tests.landing_helpers import Kind, load_tables
 
 SHOP, SEARCH = "/v1/short-video/shop/products", "/v1/video-platform/search"
@@ -279,7 +281,10 @@ def test_a_lake_table_an_older_catalog_made_keeps_its_types_and_the_export_says_
 
 
 # ------------------------------------------------------------------- the next run on an older landed output
-DEMO_PATHS = {q.endpoint for q in load_spec(str(spec_path("demo.yaml"))).queries}
+UPGRADED_QUERIES = ("video_search", "comment_replies", "community_post", "shop", "clip")
+"""The demo's queries an older harvest landed with the types this upgrade changes. The whole demo (~160 tables)
+is not used: a second load of it needs more than DuckDB's default memory limit of 64 MB."""
+DEMO_PATHS = {q.endpoint for q in load_spec(str(spec_path("demo.yaml"))).queries if q.id in UPGRADED_QUERIES}
 CHILDREN = sorted(  # the child tables of the endpoints the demo asks
     {
         kind.table
@@ -348,13 +353,17 @@ def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_
     from tests.flow_helpers import table_counts
 
     runner, output = CliRunner(), tmp_path / "demo"
-    assert runner.invoke(app, ["demo", "--output", str(output)]).exit_code == 0
+    demo = yaml.safe_load(spec_path("demo.yaml").read_text(encoding="utf-8"))
+    demo["queries"] = [q for q in demo["queries"] if q["id"] in UPGRADED_QUERIES]
+    spec = str(write_spec(tmp_path, demo, "demo.yaml"))
+    run = ["run", spec, "--base-url", "sandbox", "--output", str(output)]
+    assert runner.invoke(app, run).exit_code == 0
     as_an_older_harvest_left_it(output)
     db = OutputLayout(output).db
     before = table_counts(db)
     assert columns(db, "video_platform_videos")["created_at"][0] == "VARCHAR"
 
-    again = runner.invoke(app, ["demo", "--output", str(output)])
+    again = runner.invoke(app, run)
     assert again.exit_code == 0, again.output
     after = table_counts(db)
     assert all(after[t] >= n for t, n in before.items()), (before, after)

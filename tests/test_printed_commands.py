@@ -196,10 +196,12 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     demo = harvest(cwd, home, "demo", "--output", "demo's out")
     demo_out, demo_err = demo.communicate(timeout=FINISH_TIMEOUT)
     shown = demo_out.split("(DuckDB SQL, read-only):\n", 1)[1]
-    sql, rest = shown.split("\nFrom Python (the duckdb package, read-only):\n")
+    queries, rest = shown.split("\nFrom Python (the duckdb package, read-only):\n")
+    sql, every_table = queries.split("\nEvery table and its rows", 1)
     python = rest.split("\nParquet for a warehouse:")[0]
-    sql, python = sql.strip(), python.strip()
+    sql, python, every_table = sql.strip(), python.strip(), every_table.split(":\n", 1)[1].strip()
     queried, read = pasted(sql, cwd, home), pasted(python, cwd, home)
+    listed = pasted(every_table, cwd, home)
     assert first.returncode == 0, err
     assert go_on == ".venv/bin/harvest run 'specs/try it.yaml' --base-url sandbox --budget 1 --continue"
     assert continued.returncode == 0, continued.stdout + continued.stderr
@@ -207,8 +209,10 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     assert chained.continues == stopped.run_id and chained.credits_spent == 1
     assert demo.returncode == 0, demo_out + demo_err
     assert sql.startswith(".venv/bin/harvest sql 'demo'\"'\"'s out' '\n      SELECT "), sql
-    assert max(len(line) for line in [*sql.splitlines(), *python.splitlines()]) < 80  # no terminal cuts them
+    shown_lines = [*sql.splitlines(), *python.splitlines(), *every_table.splitlines()]
+    assert max(len(line) for line in shown_lines) < 80  # no terminal cuts them
     assert queried.returncode == 0 and "play_count" in queried.stdout, queried.stdout + queried.stderr
+    assert listed.returncode == 0 and "short_video_videos" in listed.stdout, listed.stdout + listed.stderr
     assert read.returncode == 0 and "query_state" not in read.stderr and "complete" in read.stdout, (
         read.stdout + read.stderr
     )

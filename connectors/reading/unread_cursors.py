@@ -32,7 +32,7 @@ def unread_cursor(paging: Paging, body: Any) -> dict[str, str] | None:
     flag) when none of the declared `next` paths is in the answer and its declared `more` flag does not say there
     is no more, and the request parameter that would take it (the declared one; empty when there are several);
     None otherwise, and for a paging that reads no cursor from the answer (a single page)."""
-    if not paging.cursor or not isinstance(body, dict):
+    if not paging.cursor or paging.page is not None or not isinstance(body, dict):
         return None  # no `next` path declared (one page, or pages counted by the client): none to be wrong
     if any(first(body, paths) is not MISSING for paths in paging.cursor.values()):
         return None  # the declared cursor is there (a null or a sentinel ends paging as it should)

@@ -288,7 +288,7 @@ def _demo(output: Path | None) -> None:
     from harvest.flows.commands.run_report import report
 
     target = output or layout.root
-    code = report(summary, again, target)
+    code = report(summary, again, target, by_platform=True)  # every endpoint: a row per platform
     db = target / "harvest.duckdb"
     out.print()
     out.print(Text("Query it", style="bold") + Text(" (DuckDB SQL, read-only):"))
@@ -296,6 +296,13 @@ def _demo(output: Path | None) -> None:
       SELECT caption, play_count, like_count FROM short_video_videos
       ORDER BY play_count DESC LIMIT 5"""  # on lines of their own: a terminal of 80 columns cuts none of them
     console.say(f"  {harvest_line('sql', target, top)}")
+    out.print(
+        Text("Every table", style="bold") + Text(" and its rows (`harvest schema --tables` describes them):")
+    )
+    tables = """
+      SELECT table_name, estimated_size AS row_count
+      FROM duckdb_tables() ORDER BY table_name"""
+    console.say(f"  {harvest_line('sql', target, tables, '--limit', 0)}")
     out.print(Text("From Python", style="bold") + Text(" (the duckdb package, read-only):"))
     python = (  # Python's lines at the margin, as `-c` wants them; double quotes inside the shell's single ones
         f"import duckdb\ndb = duckdb.connect({json.dumps(str(db))}, read_only=True)\n"

@@ -152,7 +152,7 @@ def never_started_line(summary: RunSummary) -> str | None:
     )
 
 
-def print_summary(summary: RunSummary, output: Path) -> None:
+def _query_table(summary: RunSummary) -> Any:
     from harvest.connectors.paging.pager import OK_STATUSES
 
     queries = console.table(
@@ -162,7 +162,20 @@ def print_summary(summary: RunSummary, output: Path) -> None:
     for name, status_text, ok, pages, records, credits in query_rows(summary.queries, OK_STATUSES):
         status = console.literal(status_text, "" if ok else "red")
         console.add_row(queries, name, status, pages, records, credits)
-    out.print(queries)
+    return queries
+
+
+def print_summary(summary: RunSummary, output: Path, by_platform: bool = False) -> None:
+    """The run's queries and tables, each on a row of its own, or (`by_platform`, the demo's every endpoint)
+    summed per platform (`flows.commands.demo_report`)."""
+    from harvest.connectors.paging.pager import OK_STATUSES
+
+    if by_platform:
+        from harvest.flows.commands.demo_report import platform_table
+
+        out.print(platform_table(summary, OK_STATUSES))
+    else:
+        out.print(_query_table(summary))
     for line in _error_lines(summary):
         console.tell(err, console.literal(line, "red"), console.HANG)
     if unstarted := never_started_line(summary):  # ids are long: a terminal breaks it between them
@@ -181,12 +194,13 @@ def print_summary(summary: RunSummary, output: Path) -> None:
     if summary.load_interrupted:
         pass  # the next step says how it gets loaded
     elif summary.loaded:
-        rows = console.table(
-            "table", "rows", title=f"rows per table in {output / 'harvest.duckdb'}", right=("rows",)
-        )
-        for name, n in sorted(summary.tables.items()):
-            console.add_row(rows, name, n)
-        out.print(rows)
+        if not by_platform:
+            rows = console.table(
+                "table", "rows", title=f"rows per table in {output / 'harvest.duckdb'}", right=("rows",)
+            )
+            for name, n in sorted(summary.tables.items()):
+                console.add_row(rows, name, n)
+            out.print(rows)
         say_history(summary.tables, output)
     elif not summary.machine_fault:  # then the next step says why and how it gets loaded
         console.warning(f"not loaded into DuckDB yet: run `{harvest_line('load', output)}` when it is free")
@@ -319,11 +333,11 @@ def exit_code(summary: RunSummary) -> int:
     return 0
 
 
-def report(summary: RunSummary | NoRun, again: RunAgain, output: Path) -> int:
+def report(summary: RunSummary | NoRun, again: RunAgain, output: Path, by_platform: bool = False) -> int:
     loaded_first_line(summary)
     if isinstance(summary, NoRun):
         return _no_run(summary, again)
-    print_summary(summary, output)
+    print_summary(summary, output, by_platform)
     step = _next_step(summary, again, output)
     if step:
         console.note(step)
