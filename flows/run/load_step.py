@@ -38,7 +38,10 @@ def load_manifest_into_duckdb(
     listed = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
     requests = list(dict.fromkeys([*layout.requests_files(manifest.run_id), *listed]))  # a session's: once
     with write_connection(
-        db or layout.db, data_dir=layout.parquet_root, rerun=harvest_line("load", layout.root)
+        db or layout.db,
+        data_dir=layout.parquet_root,
+        rerun=harvest_line("load", layout.root),
+        tables=len(kinds),
     ) as con:
         result = merge_batches(con, batches)  # a transaction per step: memory stays bounded, steps idempotent
         with transaction(con):  # the run is loaded when this commits

@@ -35,10 +35,10 @@ class LoadOutOfMemory(DatabaseBusy):
     """The load needed more than DuckDB's memory limit: like a busy file, the data is safe and the load can be
     rerun (with a higher limit); the run is not lost for it."""
 
-    def __init__(self, db_path: Path, data_dir: Path, rerun: str, detail: str) -> None:
+    def __init__(self, db_path: Path, data_dir: Path, rerun: str, detail: str, limit: str) -> None:
         RuntimeError.__init__(
             self,
-            f"loading {db_path} needed more memory than DuckDB's limit of {memory_limit()} ({detail}); "
+            f"loading {db_path} needed more memory than DuckDB's limit of {limit} ({detail}); "
             f"the data is safe in Parquet at {data_dir}; rerun `HARVEST_DUCKDB_MEMORY_LIMIT=512MB {rerun}`",
         )
         self.db_path, self.data_dir = db_path, data_dir
@@ -54,9 +54,10 @@ def _is_lock_error(exc: BaseException) -> bool:
 
 @contextmanager
 def write_connection(
-    db_path: Path | str, *, data_dir: Path | None = None, rerun: str = "harvest load ..."
+    db_path: Path | str, *, data_dir: Path | None = None, rerun: str = "harvest load ...", tables: int = 0
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Open the database for a short write and always close it, turning a lock conflict into DatabaseBusy.
+    """Open the database for a short write and always close it, turning a lock conflict into DatabaseBusy;
+    `tables`: how many tables the write loads (DuckDB's memory cap grows with them, `load_settings.memory_limit`).
 
     DuckDB 2.0 reports a conflict as ``duckdb.IOException`` ("Could not set lock on file ...").
     """
@@ -64,9 +65,10 @@ def write_connection(
     rows = row_group_rows()
     path.parent.mkdir(parents=True, exist_ok=True)
     created = not path.exists()
+    limit = memory_limit(tables)
     con = duckdb.connect(
         config={
-            "memory_limit": memory_limit(),
+            "memory_limit": limit,
             "preserve_insertion_order": False,
             "temp_directory": f"{path}.tmp",  # where DuckDB spills for a database file (the in-memory default: ./.tmp)
         },
@@ -94,7 +96,7 @@ def write_connection(
         yield con
     except duckdb.OutOfMemoryException as exc:
         detail = str(exc).splitlines()[0]
-        raise LoadOutOfMemory(path, data_dir or path.parent / "parquet", rerun, detail) from exc
+        raise LoadOutOfMemory(path, data_dir or path.parent / "parquet", rerun, detail, limit) from exc
     except BaseException:
         con.close()
         if created:
