@@ -10,20 +10,17 @@ through the compiled getter of `connectors.catalog.record_paths`. What it return
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from itertools import count
 from typing import Any
 
 from harvest.connectors.catalog.fields import PARAM_PREFIX, Field
-from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.record_paths import MISSING, Step, compile_path, steps
 from harvest.connectors.catalog.records import KnownFields, RecordKind
 
 ColumnsReader = Callable[[list[Any], Mapping[str, Any], set[str] | None], list[list[Any]]]
 """(items, request parameters, a set to add unknown field paths to, or None) -> one value list per column."""
-
-_STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
 
 
 def _getter(path: str) -> Callable[[Any], Any]:
@@ -36,18 +33,13 @@ def _getter(path: str) -> Callable[[Any], Any]:
     return read
 
 
-def _steps(path: str) -> list[tuple[str, Any]] | None:
-    """(kind, key or index) steps of a plain path, or None for one with alternatives or maps."""
-    if "|" in path or "[]" in path:
+def _plain_steps(path: str) -> tuple[Step, ...] | None:
+    """The steps of a plain path (keys and indexes, by the catalog's one parser), or None for one with
+    alternatives or maps: those are read by the general getter."""
+    if "|" in path:
         return None
-    steps: list[tuple[str, Any]] = []
-    for part in path.split("."):
-        m = _STEP.fullmatch(part)
-        if m is None:
-            return None
-        steps.append(("key", m.group(1)))
-        steps += [("index", int(n)) for n in re.findall(r"\[(\d+)\]", m.group(2))]
-    return steps
+    walked = steps(path)
+    return None if any(kind == "map" for kind, _ in walked) else walked
 
 
 class _Source:
@@ -68,11 +60,11 @@ class _Source:
             return f"params.get({self.constant(fld.path[len(PARAM_PREFIX) :])})"
         if not fld.from_record:
             return "None"  # the item holding the record: read by `connectors.reading.extraction`
-        steps = _steps(fld.path)
-        if steps is None:
+        plain = _plain_steps(fld.path)
+        if plain is None:
             return f"{self.constant(_getter(fld.path))}({source})"
         expr = source
-        for n, (kind, arg) in enumerate(steps):
+        for n, (kind, arg) in enumerate(plain):
             t = f"_t{next(self.names)}"
             if kind == "key":
                 step = f"{t}.get({arg!r})" if n else f"{source}.get({arg!r})"
