@@ -41,7 +41,7 @@ def load_manifest_into_duckdb(
         db or layout.db,
         data_dir=layout.parquet_root,
         rerun=harvest_line("load", layout.root),
-        tables=len(kinds),
+        tables=len(batches),
     ) as con:
         result = merge_batches(con, batches)  # a transaction per step: memory stays bounded, steps idempotent
         with transaction(con):  # the run is loaded when this commits
