@@ -95,8 +95,8 @@ class StopOnSignal:
         if self.signals == 1:
             self.ledger.stop("interrupted", f"interrupted by {name}")
             print(
-                f"harvest: {name}: stopping; letting the requests in flight land "
-                f"(up to {self.grace:g} s; press Ctrl-C again to abandon them)",
+                f"harvest: {name}: stopping; letting the requests in flight land\n"
+                f"  (up to {self.grace:g} s; press Ctrl-C again to abandon them)",  # 80 columns: two lines
                 file=sys.stderr,
                 flush=True,
             )
