@@ -16,6 +16,7 @@ hand-written scanner would have to get strings, escapes and nesting right itself
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -175,7 +176,7 @@ Convert = Callable[
 """`connectors.reading.extraction`'s conversion of the kinds' items in one page (or slice)."""
 
 
-def _convert_slices(
+def convert_slices(
     kinds: tuple[RecordKind, ...],
     body: dict[str, Any],
     spans: Spans,
@@ -185,34 +186,38 @@ def _convert_slices(
 ) -> Sliced | None:
     """A large answer's kinds converted a slice of its records at a time: (the first slice's page, where each
     kind was found in it, records, tables). Kinds found elsewhere than in the list are read once, with the first
-    slice. None when a kind's records hold the list itself (the answer as one record): it is read whole."""
-    list_at = ".".join(spans.path)
-    sliced: tuple[RecordKind, ...] = ()
-    first: tuple[Any, dict[str, Located]] | None = None
-    parts: dict[str, list[pa.Table]] = {}
-    records: dict[str, Sequence[Any]] = {}
-    counts: dict[str, int] = {}
-    for items in spans.slices(report.repairs):
-        part = with_items(body, spans.path, items)
+    slice. None when a kind's records hold the list itself (the answer as one record): it is read whole. Arrow's
+    memory comes from the system allocator meanwhile (`_system_allocator`)."""
+    with _system_allocator():
+        list_at = ".".join(spans.path)
+        sliced: tuple[RecordKind, ...] = ()
+        first: tuple[Any, dict[str, Located]] | None = None
+        parts: dict[str, list[pa.Table]] = {}
+        records: dict[str, Sequence[Any]] = {}
+        counts: dict[str, int] = {}
+        for items in spans.slices(report.repairs):
+            part = with_items(body, spans.path, items)
+            if first is None:
+                wheres = {kind.table: kind.locate(part) for kind in kinds}
+                if any(
+                    p.found and (p.where == "" or list_at.startswith(p.where + ".")) for p in wheres.values()
+                ):
+                    return None
+                sliced = tuple(k for k in kinds if _in_list(wheres[k.table].where, list_at))
+            located, got, tables = convert(kinds if first is None else sliced, part, params, report)
+            first = first or (part, located)
+            for table, data in tables.items():
+                parts.setdefault(table, []).append(data)
+            for table, items_of in got.items():
+                counts[table] = counts.get(table, 0) + len(items_of)
+                records.setdefault(table, items_of)
+            del located, got, tables, items, part  # this slice's objects go before the next is read
         if first is None:
-            wheres = {kind.table: kind.locate(part) for kind in kinds}
-            if any(p.found and (p.where == "" or list_at.startswith(p.where + ".")) for p in wheres.values()):
-                return None
-            sliced = tuple(k for k in kinds if _in_list(wheres[k.table].where, list_at))
-        located, got, tables = convert(kinds if first is None else sliced, part, params, report)
-        first = first or (part, located)
-        for table, data in tables.items():
-            parts.setdefault(table, []).append(data)
-        for table, items_of in got.items():
-            counts[table] = counts.get(table, 0) + len(items_of)
-            records.setdefault(table, items_of)
-        del located, got, tables, items, part  # this slice's objects go before the next is read
-    if first is None:
-        return None
-    for kind in sliced:
-        records[kind.table] = SpanRecords(kind, body, spans, counts[kind.table])
-    tables = {table: pa.concat_tables(data) for table, data in parts.items()}
-    return first[0], first[1], records, tables
+            return None
+        for kind in sliced:
+            records[kind.table] = SpanRecords(kind, body, spans, counts[kind.table])
+        tables = {table: pa.concat_tables(data) for table, data in parts.items()}
+        return first[0], first[1], records, tables
 
 
 def _in_list(where: str, list_at: str) -> bool:
@@ -220,21 +225,15 @@ def _in_list(where: str, list_at: str) -> bool:
     return where == list_at or where.startswith((list_at + "[]", list_at + "."))
 
 
-def convert_slices(
-    kinds: tuple[RecordKind, ...],
-    body: dict[str, Any],
-    spans: Spans,
-    params: Mapping[str, Any],
-    report: ExtractionReport,
-    convert: Convert,
-) -> Sliced | None:
-    """`_convert_slices` with Arrow's memory from the system allocator: mimalloc (Arrow's default pool here)
-    kept the pages of every slice's small arrays, and a 100 MB answer's conversion peaked at 5.4x its size
-    instead of 3.3x (`bench/answer_steps.py`). The pool is the process's, set back at once: nothing else runs
-    on the event loop meanwhile, and a buffer is freed by the pool that allocated it."""
+@contextmanager
+def _system_allocator() -> Iterator[None]:
+    """mimalloc (Arrow's default pool here) kept the pages of every slice's small arrays, and a 100 MB answer's
+    conversion peaked at 5.4x its size instead of 3.3x (`bench/answer_steps.py`). The pool is the process's, set
+    back at once: nothing else runs on the event loop meanwhile, and a buffer is freed by the pool that
+    allocated it."""
     pool = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _convert_slices(kinds, body, spans, params, report, convert)
+        yield
     finally:
         pa.set_memory_pool(pool)
