@@ -20,6 +20,7 @@ import pyarrow as pa
 from harvest.connectors.paging.page_request import ATTEMPT_SCHEMA
 from harvest.connectors.reading.extraction import ExtractionReport
 from harvest.tasks.database.bookkeeping_comments import BOOKKEEPING_COMMENTS
+from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import describe_table
 from harvest.tasks.database.connection import json_text, quote_ident
 from harvest.tasks.output.attempt_log import iter_attempts
@@ -153,8 +154,9 @@ def ensure_bookkeeping(con: duckdb.DuckDBPyConnection) -> None:
     for table, added in ADDED_COLUMNS.items():
         for name, sql_type in added:
             con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    catalog = CatalogSnapshot(con)
     for table, (about, columns) in BOOKKEEPING_COMMENTS.items():
-        describe_table(con, table, about, columns)
+        describe_table(con, table, about, columns, catalog=catalog)
 
 
 def as_fields(obj: Any, names: Sequence[str]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from harvest.connectors.catalog.fields import DESCRIPTION, HOLDER_PREFIX, PARAM_PREFIX, SOURCE
+from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.connection import quote_ident, quote_literal
 
 
@@ -68,45 +69,55 @@ def write_comments(
     table: str,
     schema: pa.Schema,
     key: Sequence[str],
-    current: Mapping[str, str | None],
+    catalog: CatalogSnapshot,
 ) -> int:
     """Comment every column of `schema` whose comment is not the catalog's yet; returns how many were written.
-    `current`: lower-case column name -> its comment now (the table's columns)."""
+    `catalog`: the load's snapshot of the database's catalog, the table's columns and comments now."""
+    current = {n.lower(): (n, c) for n, _, c in catalog.columns(table)}
     written = 0
     for fld in schema:
         if fld.name.lower() not in current:
             continue
         wanted = column_comment(fld, key)
-        if current[fld.name.lower()] != wanted:
+        name, comment = current[fld.name.lower()]
+        if comment != wanted:
             con.execute(
-                f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(fld.name)} IS {quote_literal(wanted)}"
+                f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(name)} IS {quote_literal(wanted)}"
             )
+            catalog.column_commented(table, name, wanted)
             written += 1
     return written
 
 
 def describe_table(
-    con: duckdb.DuckDBPyConnection, table: str, about: str, columns: Mapping[str, str], *, view: bool = False
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    about: str,
+    columns: Mapping[str, str],
+    *,
+    view: bool = False,
+    catalog: CatalogSnapshot | None = None,
 ) -> int:
     """Give a table (or view) of harvest's own its comment and each listed column its words, where they differ;
-    returns how many comments were written. A column the table lacks is skipped (an older database)."""
-    kind = "VIEW" if view else "TABLE"
-    source = "duckdb_views() WHERE view_name" if view else "duckdb_tables() WHERE table_name"
-    where = "database_name = current_database() AND schema_name = 'main'"
-    found = con.execute(f"SELECT comment FROM {source} = ? AND {where}", [table]).fetchall()
+    returns how many comments were written. A column the table lacks is skipped (an older database). `catalog`:
+    the load's snapshot of the database's catalog (one is read when none is given)."""
+    catalog = catalog or CatalogSnapshot(con)
+    found = catalog.get(table)
+    if found is None:
+        return 0
     written = 0
-    if found and found[0][0] != about:
-        con.execute(f"COMMENT ON {kind} {quote_ident(table)} IS {quote_literal(about)}")
-        written += 1
-    current = dict(
+    if found.comment != about:
         con.execute(
-            f"SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ? AND {where}", [table]
-        ).fetchall()
-    )
+            f"COMMENT ON {'VIEW' if view else 'TABLE'} {quote_ident(table)} IS {quote_literal(about)}"
+        )
+        catalog.commented(table, about)
+        written += 1
+    current = {n: c for n, _, c in catalog.columns(table)}
     for name, words in columns.items():
         if name in current and current[name] != words:
             con.execute(
                 f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(name)} IS {quote_literal(words)}"
             )
+            catalog.column_commented(table, name, words)
             written += 1
     return written

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
+from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import column_comment, describe_table
 from harvest.tasks.database.connection import quote_ident, quote_literal
 
@@ -24,7 +25,7 @@ HISTORY_SUFFIX = "_history"
 DATE_COMMENT = "The day the run's Parquet file landed (its `date=YYYY-MM-DD` folder)."
 
 
-def _describe(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind) -> None:
+def _describe(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind, catalog: CatalogSnapshot) -> None:
     """The view's comment and its columns' (the table's words, the key aside: a key repeats here, once per run)."""
     if isinstance(kind, ChildKind):
         about = (
@@ -37,7 +38,7 @@ def _describe(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind) -> No
             f"({', '.join(kind.primary_key)}) per run, that run's newest fetch."
         )
     columns = {f.name: column_comment(f, ()) for f in kind.schema} | {"date": DATE_COMMENT}
-    describe_table(con, table + HISTORY_SUFFIX, about, columns, view=True)
+    describe_table(con, table + HISTORY_SUFFIX, about, columns, view=True, catalog=catalog)
 
 
 def _files(table_dir: Path) -> str:
@@ -64,31 +65,30 @@ def history_view_sql(
 
 PROBE = "_harvest_view_probe"
 
-
-def _shape(con: duckdb.DuckDBPyConnection, view: str, temporary: bool) -> tuple[str, list[tuple[str, str]]]:
-    """A view's definition (what follows its name) and columns, as DuckDB stored them."""
-    where = "view_name = ? AND schema_name = 'main' AND database_name = " + (
-        "'temp'" if temporary else "current_database()"
-    )
-    found = con.execute(f"SELECT sql FROM duckdb_views() WHERE {where}", [view]).fetchall()
-    columns = con.execute(
-        "SELECT column_name, data_type FROM duckdb_columns() WHERE "
-        + where.replace("view_name", "table_name")
-        + " ORDER BY column_index",
-        [view],
-    ).fetchall()
-    return (str(found[0][0]).partition(" AS ")[2] if found else ""), [(str(n), str(t)) for n, t in columns]
+Shape = tuple[str, list[tuple[str, str]]]
+"""A view's definition (what follows its name, as DuckDB stores it) and its columns (name, type)."""
 
 
-def _unchanged(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind, table_dir: Path) -> bool:
-    """Whether the stored view is the one harvest would make now, over the same files with the same columns: it is
-    then kept, and its comments with it (replacing a view drops them, and commenting a view's columns binds it
-    again each time: 1.6 s for the demo's 30 views on every load)."""
-    con.execute(history_view_sql(table, kind, table_dir, temporary=True, name=PROBE))
+def _probe(probes: duckdb.DuckDBPyConnection, table: str, kind: TableKind, table_dir: Path) -> Shape:
+    """The view harvest would make now, made in `probes` (an empty in-memory database: its catalog lookups cost
+    nothing, where the output's grow with its tables) and read back as DuckDB stored it."""
+    probes.execute(history_view_sql(table, kind, table_dir, name=PROBE))
     try:
-        return _shape(con, PROBE, True) == _shape(con, table + HISTORY_SUFFIX, False)
+        ((sql,),) = probes.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [PROBE]).fetchall()
+        columns = probes.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+            [PROBE],
+        ).fetchall()
     finally:
-        con.execute(f"DROP VIEW {PROBE}")
+        probes.execute(f"DROP VIEW {PROBE}")
+    return str(sql).partition(" AS ")[2], [(str(n), str(t)) for n, t in columns]
+
+
+def _stored(catalog: CatalogSnapshot, view: str) -> Shape:
+    found = catalog.get(view)
+    if found is None:
+        return "", []
+    return str(found.sql or "").partition(" AS ")[2], [(n, t) for n, t, _ in found.columns]
 
 
 def refresh_history_views(
@@ -97,16 +97,27 @@ def refresh_history_views(
     """(Re)create the history view of every table with Parquet files; drop those whose files are gone. `kinds`:
     the output directory's (`tasks.output.manifest.output_kinds`: built-in and declared)."""
     made = []
-    for table, kind in sorted(kinds.items()):
-        table_dir = parquet_root.resolve() / table
-        view = quote_ident(table + HISTORY_SUFFIX)
-        if any(table_dir.glob("*/*.parquet")):
-            if not _unchanged(con, table, kind, table_dir):
-                con.execute(history_view_sql(table, kind, table_dir))
-            _describe(con, table, kind)
-            made.append(table + HISTORY_SUFFIX)
-        else:
-            con.execute(f"DROP VIEW IF EXISTS {view}")
+    catalog = CatalogSnapshot(con)
+    probes = duckdb.connect()
+    try:
+        for table, kind in sorted(kinds.items()):
+            table_dir = parquet_root.resolve() / table
+            view = table + HISTORY_SUFFIX
+            if any(table_dir.glob("*/*.parquet")):
+                # A view the same as harvest would make it now (over the same files, with the same columns) is
+                # kept, and its comments with it: replacing a view drops them, and commenting a view's columns
+                # binds it again each time (1.6 s for the demo's 30 views on every load).
+                wanted = _probe(probes, table, kind, table_dir)
+                if wanted != _stored(catalog, view):
+                    con.execute(history_view_sql(table, kind, table_dir))
+                    catalog.made(view, wanted[1], sql=f"CREATE VIEW {view} AS {wanted[0]}")
+                _describe(con, table, kind, catalog)
+                made.append(view)
+            elif catalog.get(view) is not None:
+                con.execute(f"DROP VIEW IF EXISTS {quote_ident(view)}")
+                catalog.dropped(view)
+    finally:
+        probes.close()
     return made
 
 

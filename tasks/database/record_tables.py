@@ -22,10 +22,10 @@ import pyarrow as pa
 
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.declarations import POSITION
+from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
 from harvest.tasks.database.column_types import cast_older_files, rename, retype
 from harvest.tasks.database.connection import count_rows, quote_ident, quote_literal, transaction
-from harvest.tasks.database.storage_format import zstd_allowed
 from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -51,16 +51,6 @@ def duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[tupl
     finally:
         con.unregister("_harvest_empty")
     return [(str(r[0]), str(r[1])) for r in rows]
-
-
-def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str, str | None]]:
-    """(name, type, comment) of each of the table's columns, in order; [] when there is no such table."""
-    rows = con.execute(
-        "SELECT column_name, data_type, comment FROM duckdb_columns() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
-        [table],
-    ).fetchall()
-    return [(str(r[0]), str(r[1]), r[2]) for r in rows]
 
 
 KEY_COMMENT = "primary key: "
@@ -98,9 +88,17 @@ def primary_keys(
     return keys
 
 
-def table_primary_key(con: duckdb.DuckDBPyConnection, table: str) -> tuple[str, ...]:
+def table_primary_key(catalog: CatalogSnapshot, table: str) -> tuple[str, ...]:
     """A record table's key: its constraint (tables made before KEY_COMMENT), else its comment, else ()."""
-    return primary_keys(con, table).get(table, ())
+    found = catalog.get(table)
+    if found is None:
+        return ()
+    if found.constraint_key:
+        return found.constraint_key
+    text = str(found.comment or "")
+    if text.startswith(KEY_COMMENT):
+        return tuple(text.removeprefix(KEY_COMMENT).split(FETCHED_FOR, 1)[0].split(", "))
+    return ()
 
 
 def same_columns(a: Sequence[str], b: Sequence[str]) -> bool:
@@ -118,10 +116,13 @@ def _compression(column: str, zstd: bool) -> str:
     return " USING COMPRESSION zstd" if column == RAW and zstd else ""
 
 
-def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, str]:
+def ensure_table(
+    con: duckdb.DuckDBPyConnection, kind: KindLike, catalog: CatalogSnapshot | None = None
+) -> dict[str, str]:
     """Create the kind's table, or bring it to the kind's schema: columns it gained are added, columns the catalog
     types otherwise now are retyped without losing a value (`tasks.database.column_types`), and every column
     carries the catalog's comment (`tasks.database.column_comments`). Returns lower-case column -> type.
+    `catalog`: the load's snapshot of the database's catalog (one is read when none is given).
 
     Columns are never dropped here: old rows keep them, and a changed key needs a rebuild.
     """
@@ -133,17 +134,19 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, st
     missing_key = [c for c in kind.primary_key if c not in kind.schema.names]
     if missing_key or FETCHED_AT not in kind.schema.names:
         raise ValueError(f"table {kind.table}: schema lacks {missing_key or [FETCHED_AT]}")
+    catalog = catalog or CatalogSnapshot(con)
     types = duckdb_types(con, kind.schema)
-    existing = _table_columns(con, kind.table)
+    existing = catalog.columns(kind.table)
     table = quote_ident(kind.table)
     if not existing:
-        zstd = zstd_allowed(con)
+        zstd = catalog.zstd_allowed()
         cols = ", ".join(f"{quote_ident(n)} {t}{_compression(n, zstd)}" for n, t in types)
         con.execute(f"CREATE TABLE {table} ({cols})")
-        _comment_table(con, kind)
-        write_comments(con, kind.table, kind.schema, kind.primary_key, {n.lower(): None for n, _ in types})
+        catalog.made(kind.table, types)
+        _comment_table(con, kind, catalog)
+        write_comments(con, kind.table, kind.schema, kind.primary_key, catalog)
         return {n.lower(): t for n, t in types}
-    current_key = table_primary_key(con, kind.table)
+    current_key = table_primary_key(catalog, kind.table)
     if not same_columns(current_key, kind.primary_key):
         raise ValueError(
             f"table {kind.table}: primary key changed from {current_key} to {kind.primary_key}; "
@@ -166,26 +169,30 @@ def ensure_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> dict[str, st
                     kind.table, name, requested[name],
                 )  # fmt: skip
     if changed:
-        existing = _table_columns(con, kind.table)
-    _comment_table(con, kind)
-    write_comments(con, kind.table, kind.schema, kind.primary_key, {n.lower(): c for n, _, c in existing})
+        catalog.forget(kind.table)
+        existing = catalog.columns(kind.table)
+    _comment_table(con, kind, catalog)
+    write_comments(con, kind.table, kind.schema, kind.primary_key, catalog)
     return {n.lower(): t for n, t, _ in existing}
 
 
-def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike) -> None:
+def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike, catalog: CatalogSnapshot) -> None:
     """State the table's key (and the columns its rows' request values are in) in its comment, where it differs."""
     wanted = table_comment(KEY_COMMENT + ", ".join(kind.primary_key), kind.schema)
-    found = con.execute(
-        "SELECT comment FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main' "
-        "AND table_name = ?",
-        [kind.table],
-    ).fetchall()
-    if not found or found[0][0] != wanted:
+    found = catalog.get(kind.table)
+    if found is None or found.comment != wanted:
         con.execute(f"COMMENT ON TABLE {quote_ident(kind.table)} IS {quote_literal(wanted)}")
+        catalog.commented(kind.table, wanted)
 
 
-def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[Path]) -> tuple[int, int]:
-    """Merge Parquet files into the kind's table; returns (rows after, rows skipped: null key).
+def merge_files(
+    con: duckdb.DuckDBPyConnection,
+    kind: KindLike,
+    files: Sequence[Path],
+    catalog: CatalogSnapshot | None = None,
+) -> tuple[int, int]:
+    """Merge Parquet files into the kind's table; returns (rows after, rows skipped: null key). `catalog`: the
+    load's snapshot of the database's catalog (`ensure_table`).
 
     The newest row per key is chosen on narrow rows, then rows it replaces are deleted and the rest inserted
     from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a first load (an
@@ -195,7 +202,7 @@ def merge_files(con: duckdb.DuckDBPyConnection, kind: KindLike, files: Sequence[
     Rows are named by (`file_index`, `file_row_number`), two integers: with each row's file name instead, the
     narrow rows were wide enough that the newest-row sort of a 250k-row step ran out of a 64 MB limit.
     """
-    table_types = ensure_table(con, kind)
+    table_types = ensure_table(con, kind, catalog)
     table = quote_ident(kind.table)
     if not files:
         return count_rows(con, f"SELECT count(*) FROM {table}"), 0
@@ -275,7 +282,12 @@ def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]
         yield chunk
 
 
-def merge_children(con: duckdb.DuckDBPyConnection, child: ChildKind, files: Sequence[Path]) -> int:
+def merge_children(
+    con: duckdb.DuckDBPyConnection,
+    child: ChildKind,
+    files: Sequence[Path],
+    catalog: CatalogSnapshot | None = None,
+) -> int:
     """Make the child table hold exactly the rows of the fetch each parent row holds; returns its rows after.
 
     Run after the parent's merge: a child row belongs to the parent's fetch with its `_fetched_at`, so rows of
@@ -283,7 +295,7 @@ def merge_children(con: duckdb.DuckDBPyConnection, child: ChildKind, files: Sequ
     parent with an empty list has no rows in the files at all), and the files' rows of the parent's fetch come
     in unless the table has them (a run loaded again). Idempotent like the merge: a step cut off is done again
     by the next load. Files an older harvest wrote are read into the table's types (`cast_older_files`)."""
-    table_types = ensure_table(con, child)
+    table_types = ensure_table(con, child, catalog)
     table, parent = quote_ident(child.table), quote_ident(child.parent)
     fetched = quote_ident(FETCHED_AT)
     keys = [quote_ident(c) for c in child.parent_columns]
@@ -330,6 +342,7 @@ def merge_batches(
     module docstring). Child tables come after every record table, each record table's children whether this
     load has files of theirs or not (`merge_children`: a parent fetched again with an empty list)."""
     result = LoadResult()
+    catalog = CatalogSnapshot(con)
     children: dict[str, tuple[ChildKind, list[Path]]] = {}
     for kind, files in batches:
         if isinstance(kind, ChildKind):
@@ -337,11 +350,10 @@ def merge_batches(
             continue
         for child in getattr(kind, "children", ()):
             children.setdefault(child.table, (child, []))
-        with transaction(con):
-            result[kind.table], skipped = merge_files(con, kind, [])  # the table exists even with no files
-        for chunk in chunks(files, rows):
+        skipped = 0
+        for chunk in chunks(files, rows) if files else [[]]:  # the table exists even with no files
             with transaction(con):
-                result[kind.table], more = merge_files(con, kind, chunk)
+                result[kind.table], more = merge_files(con, kind, chunk, catalog)
             skipped += more
         if skipped:
             log.warning(
@@ -350,8 +362,8 @@ def merge_batches(
         result.skipped_null_pk[kind.table] = result.skipped_null_pk.get(kind.table, 0) + skipped
     for child, files in children.values():
         with transaction(con):  # the rows of fetches the parent rows no longer hold go first
-            result[child.table] = merge_children(con, child, [])
+            result[child.table] = merge_children(con, child, [], catalog)
         for chunk in chunks(files, rows):
             with transaction(con):
-                result[child.table] = merge_children(con, child, chunk)
+                result[child.table] = merge_children(con, child, chunk, catalog)
     return result
