@@ -2,8 +2,9 @@
 
 Each reading runs in its own process on the same answer's bytes (the catalog's short-video videos page, its
 published record repeated to ~100 MB): read (`read_body`, or orjson whole), kept (the raw store's frame),
-converted (`convert_page`), landed (Parquet). Printed per step: the process's peak RSS so far above what it held
-before it read the answer's bytes, and that as a multiple of the answer's size. It is what `harvest run`
+converted (`convert_page`; read in slices, each slice goes to the writer as it is converted, as in a run),
+landed (Parquet). Printed per step: the process's peak RSS so far above what it held before it read the
+answer's bytes, and that as a multiple of the answer's size. It is what `harvest run`
 does with the page, without Prefect, HTTP and the load (`bench/answer_memory.py` measures the whole run).
 
     python bench/answer_steps.py [--mb 100]
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared" / "spec" / "service-samples" / "_v3_short-video_profile_videos.json"
@@ -66,12 +68,20 @@ def steps(path: Path, whole: bool) -> dict[str, float]:
     del page
     raw = b""  # the page lets its bytes go once kept (`connectors.paging.page_fetching`)
     out["kept"] = peak_mb()
-    converted = convert_page(endpoint.kinds, body, {"handle": "maker00"}, repairs, paging=endpoint.paging)
-    out["converted"] = peak_mb()
+    meta = PageMeta(PATH, "q", "run", now)
     with tempfile.TemporaryDirectory() as work:
         sink = MultiTableSink(OutputLayout(Path(work)), "run", now, "p0")
-        meta = PageMeta(PATH, "q", "run", now)
-        sink.write_page((k, with_meta(k, converted.tables[k.table], meta)) for k in endpoint.landed_kinds)
+
+        def land(tables: Any) -> None:  # sliced: each slice to the writer as converted, as a run does
+            sink.write_slice((k, with_meta(k, tables[k.table], meta)) for k in endpoint.landed_kinds)
+
+        converted = convert_page(
+            endpoint.kinds, body, {"handle": "maker00"}, repairs, paging=endpoint.paging,
+            land=None if whole else land,
+        )  # fmt: skip
+        out["converted"] = peak_mb()
+        if not converted.landed:
+            sink.write_page((k, with_meta(k, converted.tables[k.table], meta)) for k in endpoint.landed_kinds)
         sink.close()
     out["landed"] = peak_mb()
     return out

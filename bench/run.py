@@ -10,8 +10,8 @@ The sandbox serves the job from its own process (no faults, no quirks): 10 short
 Then a scale series (harvest at 1x, 4x and 16x the pages of a smaller job, for memory), the fixed cost of a
 one-page job, the sandbox's own capacity, a wide fan-out (one query over thousands of one-page handles
 against a plain script's 10 workers, `bench/wide_fanout.py`), a blip of 429s against the quiet job
-(`bench/blip.py`) and one ~100 MB answer's peak RSS (`bench/answer_memory.py`). Prints tables and writes
-`bench/results/latest.json`.
+(`bench/blip.py`) and one ~100 MB answer's peak RSS (`bench/answer_memory.py`). Prints tables, then the figures
+the bench is judged by side by side (`bench/summary.py`), and writes `bench/results/latest.json`.
 
     python bench/run.py [--quick]      # --quick: a small job, one repetition (checks the harness itself)
     python bench/run.py --fixed-only [--times N] [--variant LABEL:NAME=VALUE,...]
@@ -54,6 +54,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import Measured, run_measured
+from summary import print_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -583,6 +584,7 @@ def main() -> None:
         finally:
             shutil.rmtree(bench.work, ignore_errors=True)
         print_fixed(fixed)
+        print_summary(fixed)
         return
     if args.fanout_only:
         try:
@@ -599,6 +601,7 @@ def main() -> None:
     finally:
         shutil.rmtree(bench.work, ignore_errors=True)
     print_table(res)
+    print_summary(res)
     write(res, "quick.json" if args.quick else "latest.json")
 
 

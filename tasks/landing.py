@@ -63,9 +63,16 @@ def land_tables(
     run_id: str,
     tables: Mapping[str, pa.Table],
     fetched_at: datetime,
+    whole: bool = True,
 ) -> None:
+    """A page's tables into the writer, with the run's columns; `whole=False`: a slice of a large answer's,
+    landed while it is read (the page's end, `MultiTableSink.end_page`, comes once it is read)."""
     meta = PageMeta(endpoint.path, spec.query_id, run_id, fetched_at)
-    sink.write_page((kind, with_meta(kind, tables[kind.table], meta)) for kind in endpoint.landed_kinds)
+    landed = ((kind, with_meta(kind, tables[kind.table], meta)) for kind in endpoint.landed_kinds)
+    if whole:
+        sink.write_page(landed)
+    else:
+        sink.write_slice(landed)
 
 
 def land_raw_pages(
@@ -207,12 +214,16 @@ async def page_query(
         pager = QueryPager(
             spec, endpoint, ctx.client, ctx.ledger, start, known,
             keep=lambda p: _keep(raw, room, p), can_keep=room.check,
+            land=lambda p, tables: land_tables(sink, endpoint, spec, run_id, tables, p.fetched_at, False),
         )  # fmt: skip
         try:
             with nullcontext(ctx.raw) if ctx.raw else RawPageWriter(raw_path, fsync=ctx.fsync) as raw:
                 async with aclosing(pager.pages()) as pages:
                     async for page in pages:
-                        land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
+                        if page.landed:
+                            sink.end_page()
+                        else:
+                            land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
                         ctx.on_records(spec, page.records, page.report.kept, page.credits, False)
         except Exception as exc:
             if ctx.faults.caught(exc, raw_path):  # the machine's: stop the run, resumable

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -93,6 +94,25 @@ async def test_a_body_within_the_cap_is_read_whole_and_decoded() -> None:
     headers = [(b"Content-Encoding", b"gzip"), (b"content-length", str(len(gz)).encode())]
     assert await read_capped(200, headers, _chunks(gz[:5], gz[5:]), max_bytes=len(gz)) == body
     assert await read_capped(200, [], _chunks(body), max_bytes=None) == body
+
+
+async def test_an_answer_arriving_in_chunks_is_held_once_not_twice() -> None:
+    """A large answer (here 16 MB in 64 KB chunks) is in memory once as it is read: its chunks held until they
+    were joined made a second copy, 2x the answer at the join."""
+    size, chunk = 16 * 2**20, 64 * 2**10
+
+    async def arriving() -> AsyncIterator[bytes]:
+        for n in range(size // chunk):
+            yield bytes([n % 251]) * chunk
+
+    tracemalloc.start()
+    try:
+        body = await read_capped(200, [], arriving(), max_bytes=None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(body) == size and body[-1] == (size // chunk - 1) % 251
+    assert peak < 1.5 * size, f"the answer was held {peak / size:.1f}x while it was read"
 
 
 async def test_a_compressed_body_is_capped_by_what_it_decodes_to() -> None:

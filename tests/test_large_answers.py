@@ -1,19 +1,26 @@
 """A large answer is read a slice of its records at a time: the same rows, records and account as a whole reading,
-without holding the whole document as Python objects (the published sample answer, its record repeated)."""
+without holding the whole document as Python objects (the published sample answer, its record repeated); in a
+run, each slice's rows go to the Parquet writer as they are converted, every record landed once."""
 
 from __future__ import annotations
 
 import json
 import tracemalloc
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from harvest.connectors.catalog.endpoints import get
 from harvest.connectors.reading.extraction import convert_page
 from harvest.connectors.reading.json_body import NOT_UTF8, read_body
 from harvest.connectors.reading.large_body import LARGE_BODY_BYTES, SLICE_BYTES, spans_in
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, one_query, run_flow, scalar
 from tests.published_helpers import SAMPLES, skip_without
 
 SAMPLE = SAMPLES / "_v3_short-video_profile_videos.json"
@@ -119,3 +126,50 @@ def test_a_paging_that_reads_its_cursor_from_the_records_of_a_large_answer_gets_
     assert into.reads_into(spans.path) and not beside.reads_into(spans.path)
     assert into.next_cursor(skeleton) is None  # what the skeleton alone would say: why it is read whole
     assert into.next_cursor(whole(skeleton)) == {"max_cursor": answer["aweme_list"][0]["aweme_id"]}
+
+
+def test_a_large_answers_slices_go_to_the_writer_as_converted_and_only_their_keys_stay() -> None:
+    """With a writer (`land`), each slice's tables leave as soon as they are converted: Arrow never holds more
+    than a few slices' rows (held until the page's end, they were ~1.3x the answer's JSON), the rows landed
+    are the whole reading's, and the page keeps its primary keys only (what the loop guard reads)."""
+    answer, raw = large_answer()
+    read = read_body(raw)
+    whole = convert_page(ENDPOINT.kinds, answer, PARAMS, paging=ENDPOINT.paging)
+    at: dict[str, int] = dict.fromkeys(whole.tables, 0)
+    held: list[int] = []
+
+    def land(tables: Mapping[str, pa.Table]) -> None:  # as the writer takes them, compared and let go
+        held.append(pa.system_memory_pool().bytes_allocated())
+        for table, data in tables.items():
+            assert data.equals(whole.tables[table].slice(at[table], data.num_rows)), table
+            at[table] += data.num_rows
+
+    before = pa.system_memory_pool().bytes_allocated()
+    sliced = convert_page(ENDPOINT.kinds, read.value, PARAMS, read.repairs, paging=ENDPOINT.paging, land=land)
+
+    assert sliced.landed and not whole.landed
+    assert len(held) > 3, "several slices"
+    assert at == {table: rows.num_rows for table, rows in whole.tables.items()}, "every row landed once"
+    assert sliced.report.as_dict() == whole.report.as_dict()
+    assert sliced.tables["short_video_videos"].column_names == ["aweme_id"]
+    assert max(held) - before < len(raw) / 4, f"Arrow held {(max(held) - before) / len(raw):.2f}x the answer"
+
+
+def test_a_large_answer_lands_every_record_once_in_a_real_run(
+    prefect_harness: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    """A page past `LARGE_BODY_BYTES` (and a smaller last one), landed slice by slice into the run's writer: every record of the
+    full crawl is in the table once, and the run is complete."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    path, params = "/v3/short-video/profile/videos", {"handle": "maker00", "sort_by": "latest"}
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 2), page_size=7_000)  # ~9.8 MB
+    sb = sandbox_factory(config)
+    spec = one_query(tmp_path, sb.base_url, path, params)
+    assert run_flow(spec, base_url=sb.base_url).status == "complete"
+    db = tmp_path / "out" / "harvest.duckdb"
+    want = expected_keys([(path, params)], config)["short_video_videos"]
+    assert len(want) > 7_000 and len(want) == scalar(db, "SELECT count(*) FROM short_video_videos")
+    assert key_set(db, "short_video_videos") == set(want)

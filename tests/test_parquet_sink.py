@@ -277,3 +277,16 @@ def test_a_runs_file_rolls_over_past_its_size_and_every_row_is_in_one_part(tmp_p
     assert sorted(keys) == sorted(f"id{i}" for i in range(72_000)), "every row once, none lost at a roll"
     assert [rows for t, _, rows in out if t == AUTHORS.table] == [3]
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_file_rolls_over_only_at_a_pages_end_never_inside_a_large_answers_slices(tmp_path: Path) -> None:
+    """A large answer's slices are written as they are converted: its table's file, past `roll_bytes`, rolls
+    over at the page's end, so no published file holds part of a page."""
+    sink = MultiTableSink(OutputLayout(tmp_path), "r1", STARTED, "run", roll_bytes=1)
+    for i in range(4):  # each slice is more than a row group: written out at once
+        sink.write_slice([(VIDEOS, page(VIDEOS, i * 12_000, 12_000, STARTED))])
+    assert not sink.rolled and len(sink.writers) == 1, "a file rolled over inside a page"
+    sink.end_page()
+    assert [rows for _, _, rows in sink.rolled] == [48_000]
+    sink.write_page([(VIDEOS, page(VIDEOS, 48_000, 3, STARTED))])
+    assert [rows for table, _, rows in sink.close() if table == VIDEOS.table] == [48_000, 3]

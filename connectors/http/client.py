@@ -71,7 +71,7 @@ and what the account's balance shows the service did not bill goes back to the b
 JSON_BODY = {"content-type": "application/json"}
 DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
 """The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
-an answer takes about seven times its size in memory (`bench/answer_memory.py`)."""
+an answer of 8 MB or more takes about its own size above the run's own (`bench/answer_memory.py`)."""
 
 
 class ServiceClient:

@@ -13,6 +13,7 @@ keeps no cookies and sends no credentials from the URL (the spec refuses those; 
 from __future__ import annotations
 
 import functools
+import io
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -234,22 +235,23 @@ async def read_capped(
     announced = _header(headers, "content-length")
     if max_bytes is not None and announced is not None and announced.isdigit() and int(announced) > max_bytes:
         raise BodyOverCap(status, int(announced), max_bytes, announced=True)
-    parts: list[bytes] = []
+    parts = io.BytesIO()  # grows in place, handed out uncopied: chunks joined would hold the answer twice
     size = 0
     try:
         async for chunk in chunks:
             size += len(chunk)
             if max_bytes is not None and size > max_bytes:
                 raise BodyOverCap(status, size, max_bytes, announced=False)
-            parts.append(chunk)
+            parts.write(chunk)
     except (
         httpcore.ReadError,
         httpcore.RemoteProtocolError,
         httpx.ReadError,
         httpx.RemoteProtocolError,
     ) as exc:
-        raise BodyCut(status, b"".join(parts), f"{type(exc).__name__}: {exc}") from None
-    body = b"".join(parts)
+        raise BodyCut(status, parts.getvalue(), f"{type(exc).__name__}: {exc}") from None
+    body = parts.getvalue()
+    del parts
     encoding = _header(headers, "content-encoding")
     return decoded(body, encoding, status, max_bytes) if encoding else body
 

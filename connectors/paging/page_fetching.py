@@ -51,8 +51,11 @@ class Page:
     records: dict[str, Sequence[Any]] = field(default_factory=dict)
     """Table -> the items as the service sent them."""
     tables: dict[str, pa.Table] = field(default_factory=dict)
-    """Table -> the items as Arrow columns (without the run's columns)."""
+    """Table -> the items as Arrow columns (without the run's columns); a `landed` page's: its primary keys."""
     report: ExtractionReport = field(default_factory=ExtractionReport)
+    landed: bool = False
+    """Its tables went to the writer while it was read (a large answer's, a slice at a time): nothing is left
+    to land but the page's end (`QueryPager.land`)."""
 
     @property
     def record_count(self) -> int:

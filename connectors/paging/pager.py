@@ -178,6 +178,7 @@ class QueryPager(PageFetching):
         *,
         keep: Callable[[Page], None],
         can_keep: Callable[[], None] = lambda: None,
+        land: Callable[[Page, Mapping[str, pa.Table]], None] | None = None,
     ):
         self.spec = spec
         self.endpoint = endpoint
@@ -195,6 +196,9 @@ class QueryPager(PageFetching):
         self.can_keep = can_keep
         """Asked before each request: raises when the caller could not keep an answer now (a full disk,
         `tasks.output.machine_fault.DiskRoom`), so nothing is paid that would be paid again."""
+        self.land = land
+        """The caller's writer, for a large answer's tables a slice at a time as they are read (the page comes
+        `landed`); None: every page's tables are read whole and the caller lands them."""
         self.reading: Page | None = None
         """The kept page being read, landed or followed; None while asking for the next one."""
         self.following = False
@@ -212,12 +216,16 @@ class QueryPager(PageFetching):
         """The page's records, per kind, and the account of what did not make it (the places the query's earlier
         pages held: one a later page leaves out is no drift). A follow-up's answer is not looked at for an unread
         cursor: its own next page is read through `paging.follow`, not `paging.next`."""
+        land, to = self.land, None
+        if land is not None:
+            to = lambda tables: land(page, tables)  # noqa: E731
         converted = convert_page(
             self.endpoint.kinds, page.body, self.spec.params, page.repairs,
             earlier=self.outcome.extraction.found, later=later_page(page.index, page.cursor_in),
-            paging=None if self.following else self.endpoint.paging,
+            paging=None if self.following else self.endpoint.paging, land=to,
         )  # fmt: skip
         page.records, page.tables, page.report = converted.records, converted.tables, converted.report
+        page.landed = converted.landed
 
     async def pages(self) -> AsyncGenerator[Page, None]:
         """Every paid page of the query, in order; `outcome` says how and why paging ended."""

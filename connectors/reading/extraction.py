@@ -29,7 +29,7 @@ from harvest.connectors.reading.child_rows import child_table
 from harvest.connectors.reading.column_readers import columns_reader
 from harvest.connectors.reading.empty_columns import empty_columns, key_override
 from harvest.connectors.reading.extraction_report import NEW_FIELDS_CAP, ExtractionReport, TableReport
-from harvest.connectors.reading.large_body import convert_slices, spans_in, with_items
+from harvest.connectors.reading.large_body import Land, convert_slices, spans_in, with_items
 from harvest.connectors.reading.missing_lists import lost_lists
 from harvest.connectors.reading.unread_cursors import unread_cursor
 
@@ -208,8 +208,11 @@ class ConvertedPage:
     """Table -> the page's items as the service sent them (for dependent queries and incremental checks); a
     large answer's are decoded again whenever they are read (`connectors.reading.large_body.SpanRecords`)."""
     tables: dict[str, pa.Table]
-    """Table -> data columns and `raw`; `with_meta` adds the run's columns when it lands."""
+    """Table -> data columns and `raw`; `with_meta` adds the run's columns when it lands. A `landed` page's:
+    the primary key columns only."""
     report: ExtractionReport
+    landed: bool = False
+    """Its tables went to the writer while they were converted (a large answer's, `convert_page`'s `land`)."""
 
 
 def convert_page(
@@ -221,22 +224,24 @@ def convert_page(
     earlier: Collection[str] = (),
     later: bool = False,
     paging: Paging | None = None,
+    land: Land | None = None,
 ) -> ConvertedPage:
     """One page's records per kind, and the account of what did not make it (with what reading the body
     `repairs`). Never raises on a body: a kind whose conversion breaks gets no rows and counts its items as
     lost (drift), the other kinds still land. `earlier`: the tables whose place the query's earlier pages held;
     `later`: the page is not the query's first (`connectors.reading.missing_lists`); `paging`: the endpoint's,
     to notice a cursor it does not read (`connectors.reading.unread_cursors`). A large answer's records are
-    read a slice at a time (`connectors.reading.large_body`)."""
+    read a slice at a time (`connectors.reading.large_body`); with `land`, each slice's tables go to it as they
+    are converted, and the page comes back `landed` (its tables: their primary key columns only)."""
     kinds = tuple(kinds)
     report = ExtractionReport(repairs=dict(repairs or {}))
     spans = spans_in(body)
     if spans is not None:
-        sliced = convert_slices(kinds, body, spans, params, report, _convert)
+        sliced = convert_slices(kinds, body, spans, params, report, _convert, land)
         if sliced is not None:
             first_body, located, records, tables = sliced
             _finish(kinds, located, first_body, report, earlier, later, paging)
-            return ConvertedPage(records, tables, report)
+            return ConvertedPage(records, tables, report, landed=land is not None)
         report.repairs = dict(repairs or {})
         body = with_items(body, spans.path, spans.whole(report.repairs))
     located, whole_records, tables = _convert(kinds, body, params, report)

@@ -290,15 +290,25 @@ class MultiTableSink:
             self.rolled.append((table, path, w.rows))
 
     def write(self, kind: KindLike, data: pa.Table) -> None:
-        w = self.writer(kind)
-        w.write(data)
-        if w.row_groups and w.on_disk() >= self.roll_bytes:
-            self._roll(kind.table)
+        """Write one table's rows of a whole page."""
+        self.write_page([(kind, data)])
 
     def write_page(self, tables: Iterable[tuple[KindLike, pa.Table]]) -> None:
         """Write all tables converted from one page."""
+        self.write_slice(tables)
+        self.end_page()
+
+    def write_slice(self, tables: Iterable[tuple[KindLike, pa.Table]]) -> None:
+        """Write tables converted from part of a page (a large answer's slice); `end_page` follows its last."""
         for kind, data in tables:
-            self.write(kind, data)
+            self.writer(kind).write(data)
+
+    def end_page(self) -> None:
+        """A page is written whole: a table's file past `roll_bytes` rolls over only here, so no published file
+        holds part of a page (a resume that lands the page again then never finds half of it landed)."""
+        for table, w in list(self.writers.items()):
+            if w.row_groups and w.on_disk() >= self.roll_bytes:
+                self._roll(table)
 
     def close(self) -> list[tuple[str, Path, int]]:
         """Publish every file; returns ``(table, path, rows)`` for each table that received rows.
