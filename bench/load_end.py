@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import Measured, run_measured
 
 PYTHON = sys.executable
+RESULTS = Path(__file__).resolve().parent / "results"
 STEPS = ("load", "read", "stage", "merge_staged")
 
 
@@ -157,6 +158,8 @@ def main() -> None:
         return
     res = load_end(args.output, args.times)
     print_load_end(res)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "load_end.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":
