@@ -10,8 +10,9 @@ The sandbox serves the job from its own process (no faults, no quirks): 10 short
 Then a scale series (harvest at 1x, 4x and 16x the pages of a smaller job, for memory), the fixed cost of a
 one-page job, the sandbox's own capacity, a wide fan-out (one query over thousands of one-page handles
 against a plain script's 10 workers, `bench/wide_fanout.py`), a blip of 429s against the quiet job
-(`bench/blip.py`) and one ~100 MB answer's peak RSS (`bench/answer_memory.py`). Prints tables, then the figures
-the bench is judged by side by side (`bench/summary.py`), and writes `bench/results/latest.json`.
+(`bench/blip.py`), one ~100 MB answer's peak RSS (`bench/answer_memory.py`) and where the main job's seconds
+after its last page go (`bench/load_end.py`). Prints tables, then the figures the bench is judged by side by
+side (`bench/summary.py`), and writes `bench/results/latest.json`.
 
     python bench/run.py [--quick]      # --quick: a small job, one repetition (checks the harness itself)
     python bench/run.py --fixed-only [--times N] [--variant LABEL:NAME=VALUE,...]
@@ -364,6 +365,7 @@ class Bench:
     def run(self) -> dict[str, Any]:
         with prefect_server(self.server_home) as api_url:
             self.main_job(api_url)
+            self.results["load_end"] = self.load_end()
             self.scale(api_url)
             self.fixed_cost(api_url)
             self.results["wide_fanout"] = self.fanout(api_url)
@@ -373,6 +375,12 @@ class Bench:
 
         self.results["http_lanes"] = http_lanes(self.times)
         return self.report()
+
+    def load_end(self) -> dict[str, Any]:
+        """Where the main job's seconds after its last page go, on its landed output (`bench/load_end.py`)."""
+        from load_end import load_end
+
+        return load_end(self.work / "harvest", self.times)
 
     def blip_and_answer(self, api_url: str) -> None:
         """A blip of 429s against the quiet job (`bench/blip.py`), and one ~100 MB answer's peak RSS against the
@@ -482,6 +490,10 @@ def print_table(res: dict[str, Any]) -> None:
     for name in ("harvest_server", "harvest_temporary", "script", "script_json"):
         if split := d[name].get("phases_s"):
             print(f"  {name}: {split['start_and_end']} / {split['paging']} / {split['loading']}")
+    if "load_end" in d:
+        from load_end import print_load_end
+
+        print_load_end(d["load_end"])
     if "blip" in d:
         from blip import print_blip
 
