@@ -191,13 +191,12 @@ def merge_files(
     files: Sequence[Path],
     catalog: CatalogSnapshot | None = None,
 ) -> tuple[int, int]:
-    """Merge Parquet files into the kind's table; returns (rows after, rows skipped: null key). `catalog`: the
-    load's snapshot of the database's catalog (`ensure_table`).
-
-    The newest row per key is chosen on narrow rows, then rows it replaces are deleted and the rest inserted
-    from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a first load (an
-    empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch go to the later file name / later row, so the choice is
-    stable. Columns the table has but this schema lacks stay NULL in replaced rows: they are the newer fetch.
+    """Merge Parquet files into the kind's table (`catalog`: as `ensure_table` takes it); returns (rows after,
+    rows skipped: null key). The newest row per key is chosen on narrow rows, then rows it replaces are deleted
+    and the rest inserted from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a
+    first load (an empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch go to the later file
+    name / later row, so the choice is stable. Columns the table has but this schema lacks stay NULL in
+    replaced rows: they are the newer fetch.
 
     Rows are named by (`file_index`, `file_row_number`), two integers: with each row's file name instead, the
     narrow rows were wide enough that the newest-row sort of a 250k-row step ran out of a 64 MB limit.
