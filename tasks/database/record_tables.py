@@ -215,9 +215,7 @@ def merge_files(
     read = ", ".join(cast_older_files(con, kind.table, kind.schema, table_types, source, paths))
     fetched = quote_ident(FETCHED_AT)
     same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
-    # The newest row per key, chosen on narrow rows (key, time, file, row); whole rows (the `raw` JSON
-    # included) are read only once, straight into the table: a window sort over whole rows ran out of a 64 MB
-    # limit at 50k rows, and staging them in a temporary table cost as much as inserting them.
+    # Whole rows are read once, straight into the table: a window sort over them ran out of 64 MB at 50k rows.
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _harvest_newest AS
