@@ -20,11 +20,11 @@ from harvest.tasks.output.journal import read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, scalar, write_spec
 from tests.process_helpers import finish, start_run, wait_for_requests
 from tests.test_resume_kill import kill_hard
 
-PINS = "/v1/pinboard/search"
 TOPICS = ["oak", "elm", "ash", "fir"]
 FAULTS = [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE]
 CONFIG = SandboxConfig(

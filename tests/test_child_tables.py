@@ -23,11 +23,12 @@ from harvest.flows.cli import app
 from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import GROUP, VIDEO_SEARCH
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
 
-GROUP = "/v1/network-a/group/posts"
-SEARCH = "/v1/video-platform/search"
-CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), SEARCH: (1, 1)})
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), VIDEO_SEARCH: (1, 1)}
+)
 CHILDREN = {  # child table: (parent table, parent key, the list in the parent's JSON, the item's column, field)
     "network_a_group_post_top_comments": ("network_a_group_posts", ("id",), "topComments", "id", "id"),
     "video_platform_shelf_items": (
@@ -51,7 +52,7 @@ def night(tmp_path: Path, output: Path, observation: int) -> None:
             "output": str(output),
             "queries": [
                 {"id": "group", "endpoint": GROUP, "params": {"group_id": "42"}},
-                {"id": "search", "endpoint": SEARCH, "params": {"query": "trail shoes"}},
+                {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "trail shoes"}},
             ],
         },
     )

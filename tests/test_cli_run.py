@@ -31,6 +31,7 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -44,7 +45,6 @@ from tests.flow_helpers import (
     write_spec,
 )
 
-PINS = "/v1/pinboard/search"
 runner = CliRunner()
 
 

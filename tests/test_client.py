@@ -43,6 +43,7 @@ from harvest.connectors.http.lane import CoreLane
 from harvest.connectors.http.pace import Pace
 from harvest.connectors.http.page_call import backoff
 from harvest.connectors.http.retry import Retryable, parse_retry_after
+from tests.endpoints import PINS
 from tests.scripted_server import (
     Drop,
     Hang,
@@ -59,7 +60,6 @@ KEY = "sk-live-7f3a9c1e5b2d"
 BASE = "https://service.test"
 """For the tests that never send anything (nothing listens there)."""
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
-SEARCH = "/v1/pinboard/search"
 BALANCE = "/v1/account/credit-balance"
 OLD_BALANCE = "/v1/credit-balance"
 
@@ -121,12 +121,12 @@ class Harness:
     async def get(self, cost: int = 1, page: int = 0, **kw: Any) -> Any:
         return await self.client.get(
             page_request(
-                SEARCH,
+                PINS,
                 kw.pop("query", [("query", "cats")]),
                 cost=cost,
                 query_id="q1",
                 page=page,
-                endpoint=SEARCH,
+                endpoint=PINS,
                 **kw,
             )
         )
@@ -374,7 +374,7 @@ async def test_redirects_are_not_followed(make: Make, status: int) -> None:
     with pytest.raises(UnexpectedResponse) as info:
         await h.get()
     assert info.value.status_code == status and len(h.server.requests) == 1
-    assert [r.path for r in h.server.requests] == [SEARCH]  # the redirect target was never asked for
+    assert [r.path for r in h.server.requests] == [PINS]  # the redirect target was never asked for
 
 
 # ---- transient failures: retried -----------------------------------------------------------------
@@ -437,7 +437,7 @@ async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_
     await h.get(page=0)
     assert (h.ledger.spent, h.ledger.refused_unknown) == (3, 2)
     await h.get(page=1)
-    assert [r.path for r in h.server.requests] == [BALANCE, SEARCH, SEARCH, SEARCH, BALANCE, SEARCH]
+    assert [r.path for r in h.server.requests] == [BALANCE, PINS, PINS, PINS, BALANCE, PINS]
     assert (h.ledger.spent, h.ledger.refused_unknown) == (2, 0)
     with pytest.raises(BudgetExhausted):  # one credit left but nothing more to settle: no further reading
         await h.get(page=2, cost=2)
@@ -457,7 +457,7 @@ async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back
     await h.get(page=0)
     assert (h.ledger.spent, h.ledger.refused_unknown) == (3, 2)
     await h.get(page=1)
-    assert [r.path for r in h.server.requests] == [BALANCE, *[SEARCH] * 3, *[BALANCE] * 3, SEARCH]
+    assert [r.path for r in h.server.requests] == [BALANCE, *[PINS] * 3, *[BALANCE] * 3, PINS]
     assert (h.ledger.spent, h.ledger.refused_unknown) == (2, 0)
 
 
@@ -742,7 +742,7 @@ async def test_a_pool_timeout_is_released(make: Make) -> None:
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
     assert h.attempts[0].credits == 0
     assert "PoolTimeout" in (h.attempts[0].error or "") and h.attempts[0].status_code is None
-    assert [r.path for r in h.server.requests] == ["/held", SEARCH]  # the timed-out attempt sent nothing
+    assert [r.path for r in h.server.requests] == ["/held", PINS]  # the timed-out attempt sent nothing
     assert stuck.is_closed and stuck not in h.client._lanes._all  # the broken lane was retired
     holding.cancel()
     with pytest.raises((asyncio.CancelledError, httpx.HTTPError)):

@@ -17,9 +17,8 @@ from harvest.connectors.http.lane import BodyOverCap, read_capped
 from harvest.connectors.http.lane_pool import Lanes
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY
-
-PINS = "/v1/pinboard/search"
 
 
 def _ids(body: Any) -> list[str]:

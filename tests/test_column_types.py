@@ -31,10 +31,10 @@ from harvest.flows.spec import UsageError, load_spec
 from harvest.tasks.database.column_comments import column_comment
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.parquet_sink import MultiTableSink
+from tests.endpoints import SHOP, VIDEO_SEARCH
 from tests.flow_helpers import write_spec
 from tests.landing_helpers import Kind, load_tables
 
-SHOP, SEARCH = "/v1/short-video/shop/products", "/v1/video-platform/search"
 COMMENTS, PRODUCTS = "video_platform_comments", "short_video_products"
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -76,7 +76,7 @@ def test_a_page_of_prices_and_times_lands_true_types_and_counts_what_does_not_fi
         },  # ISO-looking
         {"id": "c", "publishedTime": "3 days ago"},
     ]
-    page = extraction.convert_page(catalog.get(SEARCH).kinds, {"videos": videos}, {})
+    page = extraction.convert_page(catalog.get(VIDEO_SEARCH).kinds, {"videos": videos}, {})
     table, report = page.tables["video_platform_videos"], page.report.tables["video_platform_videos"]
     assert table.column("created_at").to_pylist() == [
         dt.datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=dt.UTC),

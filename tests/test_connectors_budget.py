@@ -37,11 +37,11 @@ from tests.crawl_helpers import (
     run_query,
 )
 from tests.declaring_helpers import Variant, aliased, variants
+from tests.endpoints import PINS
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
 Factory = Callable[..., RunningSandbox]
-PINS = "/v1/pinboard/search"
 ENDPOINTS = catalog.endpoints()
 
 

@@ -22,12 +22,10 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 TOPICS = ["oak", "elm", "ash", "fir"]
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 9), CREATIVE: (2, 2)}, page_size=4
@@ -49,7 +47,7 @@ def job(base_url: str, output: Path, runner: dict[str, Any], credits: int = 1000
         "queries": [
             {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
             {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks", "limit": 5}},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
         ],
     }  # fmt: skip
 
@@ -202,7 +200,7 @@ def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
     from harvest.connectors.paging.pager import QuerySpec
     from harvest.flows.run.dask.grants import Running, allocate
 
-    running = [Running(QuerySpec(f"c[n={n}]", DETAIL, {}), cost=2, pages=n % 2) for n in range(4)]
+    running = [Running(QuerySpec(f"c[n={n}]", CREATIVE_DETAIL, {}), cost=2, pages=n % 2) for n in range(4)]
     running.append(Running(QuerySpec("pins", PINS, {}), cost=1))
     left = {"c[n=0]": 7, "c[n=1]": 7, "c[n=2]": 7, "c[n=3]": 7}
     grants = allocate(running, free=100, round_pages=3, fanout_left=left.get)

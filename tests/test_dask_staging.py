@@ -28,6 +28,7 @@ import pytest
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import CREATIVE, PINS, PROFILE, REELS
 from tests.flow_helpers import (
     BIG_BALANCE,
     ROOT,
@@ -44,7 +45,6 @@ from tests.sandbox_gate import WAIT, GatedSandbox, gated, settle
 from tests.test_dask_runner import CONFIG, RECORD_TABLES, job, paid, table
 
 BUCKET = "stage"
-PINS, CREATIVE = "/v1/pinboard/search", "/v1/creative/materials"
 CREATIVE_PARAMS = {"query": "desks", "limit": 5}
 NOBODY = 65534
 SLOW = SandboxConfig(
@@ -457,8 +457,6 @@ def test_a_staging_store_that_fails_stops_the_run_before_a_credit_is_spent(
     assert SECRET_KEY not in str(summary.machine_fault) and "testing" not in str(summary.machine_fault)
 
 
-PROFILE = "/v3/short-video/profile/videos"
-REELS = "/v1/photo-app/user/reels"
 NEWEST_FIRST = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (6, 6), REELS: (6, 6)}, page_size=5
 )
