@@ -25,6 +25,7 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.database.load_settings import DEFAULT_STORAGE_VERSION
+from tests.endpoints import PROFILE, SHOP, VIDEO_SEARCH
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
 from tests.spec_texts import VALID
 
@@ -32,9 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "tests" / "duckdb-1x-requirements.txt"
 WHEELS = ROOT / ".venv" / "duckdb-1x"
 UV = ROOT / ".venv" / "bin" / "uv"
-PROFILE = "/v3/short-video/profile/videos"
-SHOP = "/v1/short-video/shop/products"
-SEARCH = "/v1/video-platform/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 3))
 runner = CliRunner()
 
@@ -107,7 +105,7 @@ def job(sb: RunningSandbox, output: Path) -> dict[str, Any]:
         "output": str(output),
         "queries": [
             {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": ["nasa", "esa"]}},
-            {"id": "search", "endpoint": SEARCH, "params": {"query": "marathon training"}},
+            {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "marathon training"}},
             {"id": "shop", "endpoint": SHOP, "params": {"url": "https://short-video.example/shop/acme"}},
         ],
     }

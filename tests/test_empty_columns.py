@@ -32,11 +32,10 @@ from harvest.sandbox.drift_shapes import SHAPES
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import TWEETS, VIDEO_SEARCH
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
-SEARCH = "/v1/video-platform/search"
-TWEETS = "/v1/microblog-a/community/tweets"
 runner = CliRunner()
 
 
@@ -76,9 +75,9 @@ def test_a_renamed_field_is_named_with_its_override_and_the_override_fills_the_c
         api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 2), page_size=5, drift=SHAPES["renamed-field"].drift
     )
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
-    crawled = full_crawl(SEARCH, params, config)
+    crawled = full_crawl(VIDEO_SEARCH, params, config)
     with running(config) as sb:
-        spec = spec_of(tmp_path, sb.base_url, SEARCH, params)
+        spec = spec_of(tmp_path, sb.base_url, VIDEO_SEARCH, params)
         result = runner.invoke(app, ["run", str(spec)])
         assert result.exit_code == 0, result.output  # nothing was lost: the run says so, it does not fail
         assert rows(db, "SELECT status, columns_empty FROM query_state") == [("complete", 2)]
@@ -92,7 +91,7 @@ def test_a_renamed_field_is_named_with_its_override_and_the_override_fills_the_c
         )
         shapes = pasted(spec, result.stderr)
         assert shapes == {
-            SEARCH: {
+            VIDEO_SEARCH: {
                 "video_platform_shorts": {"fields": {"view_count": "viewCount"}},
                 "video_platform_videos": {"fields": {"view_count": "viewCount"}},
             }
@@ -191,7 +190,7 @@ def test_a_field_the_service_leaves_out_is_no_rename() -> None:
         {"id": "1", "url": "u", "images": {"orig": {"url": "i"}}, "node_id": "n", "auto_alt_text": "a"}
     ]
     assert _empty(pins, trimmed) == {}
-    videos = kind_of(SEARCH, "video_platform_videos")
+    videos = kind_of(VIDEO_SEARCH, "video_platform_videos")
     assert _empty(videos, [{"id": "v", "viewCountInt": None, "viewCount": 5}]) == {}
     assert _empty(videos, [{"id": "v", "viewCount": 5, "plays": 3}]) == {"view_count": ["viewCount"]}
 

@@ -17,6 +17,7 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.billing import LedgerEntry
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FEED, PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -29,8 +30,6 @@ from tests.flow_helpers import (
 )
 from tests.sandbox_gate import settle
 
-PINS = "/v1/pinboard/search"
-FEED = "/v1/microblog-b/user/posts"
 TOPICS = [f"topic {c}" for c in "abcdefgh"]
 BUDGET = 1000
 BASE = SandboxConfig(

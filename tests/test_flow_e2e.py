@@ -30,6 +30,7 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.raw_store import iter_raw_pages
 from tests.crawl_helpers import data_entries
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FORUM, PINS, PROFILE, VIDEO_SEARCH
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -47,13 +48,6 @@ from tests.flow_helpers import (
     table_counts,
     write_spec,
 )
-
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-FORUM = "/v1/forum/subreddit/search"
-VIDEO_SEARCH = "/v1/video-platform/search"
-PROFILE = "/v3/short-video/profile/videos"
-PINS = "/v1/pinboard/search"
 
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 4))
 """Every paged query has 2-4 pages; every quirk of the real service is on."""
@@ -83,7 +77,7 @@ def crawl_spec(base_url: str, output: Path) -> dict[str, Any]:
             {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
             {
                 "id": "creative_detail",
-                "endpoint": DETAIL,
+                "endpoint": CREATIVE_DETAIL,
                 "for_each": {"material_id": {"from": "creatives", "field": "material_id"}},
             },
         ],
@@ -147,7 +141,7 @@ def test_every_table_holds_exactly_what_a_full_crawl_holds(crawl: Crawl) -> None
     assert crawl.first.status == "complete" and crawl.first.loaded is True
     assert all(q["status"] == "complete" for q in crawl.first.queries), crawl.first.queries
     expected = expected_tables()
-    for path in (FORUM, VIDEO_SEARCH, PROFILE, CREATIVE, DETAIL):
+    for path in (FORUM, VIDEO_SEARCH, PROFILE, CREATIVE, CREATIVE_DETAIL):
         for kind in catalog.get(path).kinds:
             assert kind.table in expected
     # multi-kind endpoints land in all their tables
@@ -179,13 +173,13 @@ def test_the_dependent_query_ran_once_per_distinct_parent_material(crawl: Crawl)
     assert sorted(q for q, _, _ in states) == sorted(f"creative_detail[material_id={m}]" for m in ids)
     assert all(status == "complete" and pages == 1 for _, status, pages in states)
     # the sandbox's own ledger: one detail request per distinct material, each material exactly once ...
-    asked = Counter(e.path_params["material_id"] for e in crawl.ledger_first if e.path == DETAIL)
+    asked = Counter(e.path_params["material_id"] for e in crawl.ledger_first if e.path == CREATIVE_DETAIL)
     assert asked == Counter(ids)
     # ... and the attempt log and raw pages show which: each material exactly once
     calls = rows(
         crawl.db,
         "SELECT query_id, count(*) FROM requests WHERE run_id = ? AND endpoint = ? GROUP BY ALL",
-        [run_id, DETAIL],
+        [run_id, CREATIVE_DETAIL],
     )
     assert dict(calls) == {f"creative_detail[material_id={m}]": 1 for m in ids}
     bodies = [

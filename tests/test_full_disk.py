@@ -28,6 +28,7 @@ from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.wire.billing import LedgerEntry
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -39,7 +40,6 @@ from tests.flow_helpers import (
     subprocess_env,
 )
 
-PINS = "/v1/pinboard/search"
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
 DISK_MB = 64

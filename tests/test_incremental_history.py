@@ -19,13 +19,9 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, PROFILE, REELS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
 
-PROFILE = "/v3/short-video/profile/videos"
-REELS = "/v1/photo-app/user/reels"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-FEED = "/v1/microblog-b/user/posts"
 THREAD = "/v1/microblog-b/post"
 NASA = {"handle": "nasa", "sort_by": "latest"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (7, 7)}, page_size=5)
@@ -201,7 +197,7 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     )
     queries = [
         {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
-        {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
     ]  # fmt: skip
     output = tmp_path / "out"
     with running(config) as sb:

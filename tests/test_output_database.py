@@ -22,10 +22,10 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL, ensure_bookkeeping
 from harvest.tasks.database.record_tables import duckdb_types, ensure_table
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
 runner = CliRunner()
-PINS = "/v1/pinboard/search"
 
 
 def make_db(output: Path, *statements: str) -> Path:
