@@ -28,6 +28,7 @@ import yaml
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, rows, subprocess_env
 
 UV = Path(sys.executable).with_name("uv")
@@ -49,7 +50,6 @@ def source_copy(target: Path) -> set[str]:
     return files
 
 
-PINS = "/v1/pinboard/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=4)
 
 

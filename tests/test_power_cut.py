@@ -30,10 +30,10 @@ from harvest.tasks.output.manifest import all_manifests, read_manifest
 from harvest.tasks.output.raw_store import RawPageReader
 from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, write_spec
 from tests.process_helpers import finish, start_run
 
-PINS = "/v1/pinboard/search"
 TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
 SYNC_THREAD = "sync journal.jsonl"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (5, 5)}, page_size=4)

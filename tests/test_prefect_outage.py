@@ -26,14 +26,13 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
+from tests.endpoints import CREATIVE, PINS
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, subprocess_env, write_spec
 from tests.net_helpers import CuttableProxy
 from tests.prefect_helpers import flow_run_states, task_runs
 from tests.process_helpers import Watched, finish, start_run
 from tests.sandbox_gate import WAIT, GatedSandbox, gated
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6), CREATIVE: (2, 2)}, page_size=5
 )

@@ -16,6 +16,7 @@ from harvest.flows.commands.run_report import rate_line
 from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -27,7 +28,6 @@ from tests.flow_helpers import (
     write_spec,
 )
 
-PINS = "/v1/pinboard/search"
 TOPICS = [f"topic {c}" for c in "abcdefgh"]
 PAGES = 10
 

@@ -23,9 +23,9 @@ from harvest.sandbox.drift_shapes import SHAPES, combine
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import TWEETS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
-TWEETS = "/v1/microblog-a/community/tweets"
 PARAMS = {"url": "https://microblog-a.example/i/communities/1234"}
 runner = CliRunner()
 

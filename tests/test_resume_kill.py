@@ -31,6 +31,7 @@ from harvest.tasks.output.raw_store import RawPageReader
 from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -55,9 +56,6 @@ from tests.process_helpers import (
 )
 from tests.sandbox_gate import WAIT, gated, settle
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
 CREATIVE_PARAMS = {"query": "standing desks", "limit": 5}
 CONCURRENCY = 4
@@ -80,7 +78,7 @@ def job(base_url: str, output: Path, credits: int = 10_000, pins: Variant = buil
         "queries": [
             {"id": "pins", "endpoint": pins.path, "for_each": {"query": TOPICS}},
             {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
         ],
     })  # fmt: skip
 

@@ -20,6 +20,7 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
+from tests.endpoints import FEED, PINS, PROFILE
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -32,9 +33,6 @@ from tests.flow_helpers import (
 )
 from tests.prefect_helpers import flow_runs, task_runs
 
-PINS = "/v1/pinboard/search"
-PROFILE = "/v3/short-video/profile/videos"
-FEED = "/v1/microblog-b/user/posts"
 runner = CliRunner()
 
 

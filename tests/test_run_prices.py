@@ -22,10 +22,9 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FEED, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
-PINS = "/v1/pinboard/search"
-FEED = "/v1/microblog-b/user/posts"
 runner = CliRunner()
 
 BUG_5 = {  # a negotiated price the service does not honour: 0 in the spec, 1 at the service
