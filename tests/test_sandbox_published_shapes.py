@@ -23,11 +23,11 @@ from harvest.connectors.catalog.records import RecordKind
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.emulation.endpoint_table import BY_PATH
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import ADVERTISERS
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 skip_without(PUBLISHED)
 EXAMPLES_DIR = PUBLISHED
-ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
 INDEX = published_index()
 KNOWN = [e for e in INDEX if e["endpoint"] in BY_PATH or e["endpoint"] == ADVERTISERS]
 """The examples of endpoints the sandbox emulates with code of its own, and of those it served so before it

@@ -32,10 +32,10 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.conftest import TESTS_NEVER_PHONE_HOME
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, rows, subprocess_env, write_spec
 from tests.net_helpers import free_port, wait_until_serving
 
-PINS = "/v1/pinboard/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=4)
 JOB = "every-minute"
 HANG_GUARD = 420.0

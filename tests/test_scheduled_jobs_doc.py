@@ -24,11 +24,11 @@ import yaml
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, key_set, subprocess_env
 
 DOC = ROOT / "docs" / "scheduled-jobs.md"
 INSTALL = "/srv/harvest"
-PINS = "/v1/pinboard/search"
 PARAMS = {"query": "oak desk"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

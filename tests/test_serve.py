@@ -25,10 +25,9 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import CREATIVE, PINS
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, rows, scalar, subprocess_env
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3), CREATIVE: (2, 2)}, page_size=4
 )
