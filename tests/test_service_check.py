@@ -21,11 +21,10 @@ from harvest.connectors.http.balance import unreachable
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.answering import OUT_OF_CREDITS
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import PINS
 from tests.flow_helpers import SECRET_KEY, write_spec
 from tests.net_helpers import LOOPBACK, free_port
 from tests.process_helpers import finish, imported_packages, messages, start_run
-
-PINS = "/v1/pinboard/search"
 
 
 class _Fixed(BaseHTTPRequestHandler):

@@ -24,9 +24,9 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
+from tests.endpoints import FEED
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
-FEED = "/v1/microblog-b/user/posts"
 CLIP = "/v1/streaming/clip"
 runner = CliRunner()
 

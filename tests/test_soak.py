@@ -14,9 +14,9 @@ import pytest
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import wait_for_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, run_flow, scalar, write_spec
 
-PINS = "/v1/pinboard/search"
 TOPICS = [f"soak topic {i}" for i in range(10)]
 PAGES = 300
 BUDGET = 100_000

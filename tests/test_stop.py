@@ -36,6 +36,7 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
 from tests.prefect_helpers import flow_run
 from tests.process_helpers import (
@@ -52,9 +53,6 @@ from tests.process_helpers import (
 )
 from tests.sandbox_gate import WAIT, GatedSandbox, gated
 
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-PINS = "/v1/pinboard/search"
 CREATIVE_PARAMS = {"query": "standing desks", "limit": 20}
 CONCURRENCY = 4
 CONFIG = SandboxConfig(
@@ -77,7 +75,7 @@ def job(base_url: str, output: Path) -> dict[str, Any]:
         "output": str(output),
         "queries": [
             {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
         ],
     }  # fmt: skip
 
@@ -145,7 +143,7 @@ def test_ctrl_c_to_the_process_group_stops_at_once_with_hundreds_of_dependents_q
     # only the dependents running when the stop came were Prefect tasks; those in line never became one
     assert interrupted_tasks(err, "details[") <= DEPENDENTS_PER_SLOT * CONCURRENCY < len(waiting), err
     assert code2 == 0, out2 + err2
-    details = [e for e in entries if e.path == DETAIL]
+    details = [e for e in entries if e.path == CREATIVE_DETAIL]
     assert {e.path_params["material_id"] for e in details} == material_ids()
     assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
     (run_after,) = all_manifests(OutputLayout(output))

@@ -21,6 +21,7 @@ from harvest.sandbox.expected import full_crawl
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, subprocess_env, write_spec
 from tests.process_helpers import (
     Watched,
@@ -34,7 +35,6 @@ from tests.process_helpers import (
 )
 from tests.sandbox_gate import WAIT, gated
 
-PINS = "/v1/pinboard/search"
 PARAMS = {"query": "oak desk"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (12, 12)}, page_size=5)
 STOPPING = "stopping; letting the requests in flight land"

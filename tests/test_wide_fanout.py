@@ -20,6 +20,7 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PROFILE
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -33,9 +34,6 @@ from tests.flow_helpers import (
 )
 from tests.prefect_helpers import task_runs
 
-PROFILE = "/v3/short-video/profile/videos"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 CREATIVE_PARAMS = {"query": "standing desks", "limit": 10}
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (1, 1), CREATIVE: (3, 3)}, page_size=10
@@ -61,7 +59,7 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
                 {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
                 {
                     "id": "details",
-                    "endpoint": DETAIL,
+                    "endpoint": CREATIVE_DETAIL,
                     "for_each": {"material_id": {"from": "creatives", "field": "material_id"}},
                 },
             ],
