@@ -33,7 +33,7 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.endpoints import TWEETS, VIDEO_SEARCH
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 runner = CliRunner()
@@ -42,19 +42,6 @@ runner = CliRunner()
 @pytest.fixture(autouse=True)
 def _key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-
-
-def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]) -> Path:
-    return write_spec(
-        tmp_path,
-        {
-            "name": "renamed",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "q", "endpoint": endpoint, "params": params}],
-        },
-    )
 
 
 def pasted(spec: Path, stderr: str) -> dict[str, Any]:
@@ -77,7 +64,7 @@ def test_a_renamed_field_is_named_with_its_override_and_the_override_fills_the_c
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
     crawled = full_crawl(VIDEO_SEARCH, params, config)
     with running(config) as sb:
-        spec = spec_of(tmp_path, sb.base_url, VIDEO_SEARCH, params)
+        spec = one_query(tmp_path, sb.base_url, VIDEO_SEARCH, params, name="renamed")
         result = runner.invoke(app, ["run", str(spec)])
         assert result.exit_code == 0, result.output  # nothing was lost: the run says so, it does not fail
         assert rows(db, "SELECT status, columns_empty FROM query_state") == [("complete", 2)]
@@ -114,7 +101,7 @@ def test_records_that_arrive_wrapped_stop_with_the_records_override_that_reads_t
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
     tweets = full_crawl(TWEETS, params, config)["tweets"]
     with running(config) as sb:
-        spec = spec_of(tmp_path, sb.base_url, TWEETS, params)
+        spec = one_query(tmp_path, sb.base_url, TWEETS, params, name="renamed")
         result = runner.invoke(app, ["run", str(spec)])
         assert result.exit_code == 1, result.output
         assert "record(s) without their primary key (id)" in result.stderr

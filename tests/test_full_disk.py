@@ -35,9 +35,11 @@ from tests.flow_helpers import (
     ROOT,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     subprocess_env,
+    write_spec,
 )
 
 TOPICS = [f"topic {c}" for c in "abcdef"]
@@ -75,21 +77,18 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def spec(path: Path, base_url: str, output: Path, topics: list[str] = TOPICS, **more: Any) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "filling",
-                "service": {"base_url": base_url},
-                "budget": {"credits": 10_000},
-                "concurrency": CONCURRENCY,
-                "min_free_mb": 0,
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}],
-                **more,
-            }
-        )
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}]
+    job = job_spec(
+        base_url,
+        output,
+        queries,
+        name="filling",
+        credits=10_000,
+        concurrency=CONCURRENCY,
+        min_free_mb=0,
+        **more,
     )
-    return path
+    return write_spec(path.parent, job, path.name)
 
 
 def harvest_run(spec_path: Path, tmp_path: Path, api_url: str) -> subprocess.CompletedProcess[str]:
