@@ -23,7 +23,7 @@ from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 
 TOPICS = ["oak", "elm", "ash", "fir"]
@@ -37,19 +37,12 @@ pytestmark = pytest.mark.usefixtures("api_key")  # harvest's key in the environm
 
 
 def job(base_url: str, output: Path, runner: dict[str, Any], credits: int = 1000) -> dict[str, Any]:
-    return {
-        "name": "dask-job",
-        "service": {"base_url": base_url},
-        "budget": {"credits": credits},
-        "concurrency": 4,
-        "output": str(output),
-        "runner": runner,
-        "queries": [
-            {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks", "limit": 5}},
-            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+        {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks", "limit": 5}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    return job_spec(base_url, output, queries, name="dask-job", credits=credits, concurrency=4, runner=runner)
 
 
 def table(db: Path, name: str) -> list[tuple[Any, ...]]:

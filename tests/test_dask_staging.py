@@ -34,6 +34,7 @@ from tests.flow_helpers import (
     ROOT,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     run_flow,
     scalar,
@@ -464,14 +465,11 @@ INCREMENTAL_TABLES = ("short_video_videos", "photo_app_reels")
 
 
 def incremental_job(base_url: str, output: Path, runner: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": "nightly", "service": {"base_url": base_url}, "budget": {"credits": 1000}, "concurrency": 4,
-        "output": str(output), "runner": runner,
-        "queries": [
-            {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa", "sort_by": "latest"}, "incremental": True},
-            {"id": "reels", "endpoint": REELS, "params": {"handle": "nasa"}, "incremental": True},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa", "sort_by": "latest"}, "incremental": True},
+        {"id": "reels", "endpoint": REELS, "params": {"handle": "nasa"}, "incremental": True},
+    ]  # fmt: skip
+    return job_spec(base_url, output, queries, name="nightly", credits=1000, concurrency=4, runner=runner)
 
 
 def nights_of(tmp_path: Path, output: Path, runner: dict[str, Any]) -> list[tuple[int, int, list[str]]]:

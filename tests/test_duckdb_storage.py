@@ -26,7 +26,7 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.database.load_settings import DEFAULT_STORAGE_VERSION
 from tests.endpoints import PROFILE, SHOP, VIDEO_SEARCH
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, run_flow, write_spec
 from tests.spec_texts import VALID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,17 +98,17 @@ def version_of(python: Path) -> str:
 
 
 def job(sb: RunningSandbox, output: Path) -> dict[str, Any]:
-    return {
-        "name": "analysts",
-        "service": {"base_url": sb.base_url},
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [
+    return job_spec(
+        sb.base_url,
+        output,
+        [
             {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": ["nasa", "esa"]}},
             {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "marathon training"}},
             {"id": "shop", "endpoint": SHOP, "params": {"url": "https://short-video.example/shop/acme"}},
         ],
-    }
+        name="analysts",
+        credits=1000,
+    )
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from tests.flow_helpers import (
     child_tables,
     expected_keys,
     held_duckdb,
+    job_spec,
     key_set,
     query_pages,
     rows,
@@ -59,13 +60,10 @@ HANDLES = ["nasa", "esa"]
 
 
 def crawl_spec(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "e2e",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "concurrency": 4,
-        "output": str(output),
-        "queries": [
+    return job_spec(
+        base_url,
+        output,
+        [
             {"id": "forum", "endpoint": FORUM, "params": FORUM_PARAMS},
             {"id": "video_search", "endpoint": VIDEO_SEARCH, "params": VIDEO_PARAMS},
             {
@@ -81,7 +79,10 @@ def crawl_spec(base_url: str, output: Path) -> dict[str, Any]:
                 "for_each": {"material_id": {"from": "creatives", "field": "material_id"}},
             },
         ],
-    }
+        name="e2e",
+        credits=1000,
+        concurrency=4,
+    )
 
 
 def material_ids() -> list[str]:
@@ -368,16 +369,15 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "locked",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 100},
-                "output": str(output),
-                "queries": [
+            job_spec(
+                sb.base_url,
+                output,
+                [
                     {"id": "pins", "endpoint": PINS, "params": {"query": "trail shoes"}},
                     {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}},
                 ],
-            },
+                name="locked",
+            ),
         )
         with held_duckdb(db):
             summary = run_flow(spec)
