@@ -24,7 +24,7 @@ from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import GROUP, VIDEO_SEARCH
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, write_spec
 
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), VIDEO_SEARCH: (1, 1)}
@@ -45,16 +45,15 @@ runner = CliRunner()
 def night(tmp_path: Path, output: Path, observation: int) -> None:
     spec = write_spec(
         tmp_path,
-        {
-            "name": "children",
-            "service": {"base_url": "http://127.0.0.1:9"},
-            "budget": {"credits": 100},
-            "output": str(output),
-            "queries": [
+        job_spec(
+            "http://127.0.0.1:9",
+            output,
+            [
                 {"id": "group", "endpoint": GROUP, "params": {"group_id": "42"}},
                 {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "trail shoes"}},
             ],
-        },
+            name="children",
+        ),
     )
     with running(replace(CONFIG, observation=observation)) as sb:
         assert run_flow(spec, base_url=sb.base_url).status == "complete"

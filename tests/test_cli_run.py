@@ -37,6 +37,7 @@ from tests.flow_helpers import (
     HARVEST,
     SECRET_KEY,
     assert_no_secret_in_outputs,
+    job_spec,
     query_pages,
     rows,
     scalar,
@@ -64,14 +65,14 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "short-budget",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 1000},
-                "concurrency": 3,
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
-            },
+            job_spec(
+                sb.base_url,
+                output,
+                [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+                name="short-budget",
+                credits=1000,
+                concurrency=3,
+            ),
         )
         invoked = time.monotonic()
         result = runner.invoke(app, ["run", str(spec), "--budget", str(BUDGET)])
@@ -128,16 +129,16 @@ def test_an_invalid_spec_exits_2_before_any_request(tmp_path: Path, monkeypatch:
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "bad",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 10},
-                "output": str(tmp_path / "out"),
-                "queries": [
+            job_spec(
+                sb.base_url,
+                tmp_path / "out",
+                [
                     {"id": "ok", "endpoint": PINS, "params": {"query": "cats"}},
                     {"id": "typo", "endpoint": PINS, "params": {"qeury": "dogs"}},
                 ],
-            },
+                name="bad",
+                credits=10,
+            ),
         )
         result = runner.invoke(app, ["run", str(spec)])
         assert sb.ledger == [] and sb.billed_total() == 0
@@ -171,16 +172,16 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
     with running(config) as sb:
         spec = write_spec(
             tmp_path,
-            {
-                "name": "partly-blocked",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 50},
-                "output": str(output),
-                "queries": [
+            job_spec(
+                sb.base_url,
+                output,
+                [
                     {"id": "fine", "endpoint": PINS, "params": {"query": "trail shoes"}},
                     {"id": "walled", "endpoint": PINS, "params": {"query": "blocked boards"}},
                 ],
-            },
+                name="partly-blocked",
+                credits=50,
+            ),
         )
         proc = subprocess.run(
             [str(HARVEST), "run", str(spec)],
@@ -444,13 +445,13 @@ def test_a_run_parses_its_spec_checks_its_output_and_takes_its_lock_once(
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})) as sb:
         spec = write_spec(
             tmp_path,
-            {
-                "name": "once",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 20},
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
-            },
+            job_spec(
+                sb.base_url,
+                output,
+                [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+                name="once",
+                credits=20,
+            ),
         )
         result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output

@@ -28,7 +28,7 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import PINS, aliased, declared, declared_copy
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, rows, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, job_spec, rows, scalar, write_spec
 
 CATALOG = Path(__file__).parent / "data" / "declared" / "never-seen.yaml"
 ADS = "/v1/ad-archive/company/ads"
@@ -99,16 +99,14 @@ def priced_pins(tmp_path: Path, base_url: str, budget: int) -> Path:
     """The declared pin search, `trim: true` priced at 3 credits (its price when not trimmed stays 1)."""
     copy = declared_copy(DECLARED_PINS)
     copy["price"] = {"credits": 1, "when": [{"param": "trim", "value": True, "credits": 3}]}
-    spec = {
-        "name": "priced",
-        "service": {"base_url": base_url},
-        "budget": {"credits": budget},
-        "output": str(tmp_path / "out"),
-        "endpoints": {DECLARED_PINS: copy},
-        "queries": [
-            {"id": "pins", "endpoint": DECLARED_PINS, "params": {"query": "desk lamps", "trim": True}}
-        ],
-    }
+    spec = job_spec(
+        base_url,
+        tmp_path / "out",
+        [{"id": "pins", "endpoint": DECLARED_PINS, "params": {"query": "desk lamps", "trim": True}}],
+        name="priced",
+        credits=budget,
+        endpoints={DECLARED_PINS: copy},
+    )
     tmp_path.mkdir(exist_ok=True)
     return write_spec(tmp_path, spec)
 
@@ -143,8 +141,7 @@ def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
     params = {"query": "oak desk"}
     with aliased(config) as sb:
         spec = variant.spec(
-            {"name": "declared", "service": {"base_url": sb.base_url}, "budget": {"credits": 100},
-             "output": str(output), "queries": [{"id": "pins", "endpoint": DECLARED_PINS, "params": params}]}
+            job_spec(sb.base_url, output, [{"id": "pins", "endpoint": DECLARED_PINS, "params": params}], name="declared")
         )  # fmt: skip
         result = runner.invoke(app, ["run", str(write_spec(tmp_path, spec))])
         assert result.exit_code == 0, result.output

@@ -14,7 +14,7 @@ from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.endpoints import COMMENT_REPLIES, VIDEO_COMMENTS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, write_spec
 from tests.process_helpers import finish, start_run
 
 PARAMS = {"url": "https://www.video-platform.example/watch?v=Y2Ah_DFr8cw", "order": "top"}
@@ -30,22 +30,19 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
     )  # fmt: skip
     output = tmp_path / "out"
     with running(config) as sb:
+        queries = [
+            {"id": "comments", "endpoint": VIDEO_COMMENTS, "params": PARAMS},
+            {
+                "id": "replies", "endpoint": COMMENT_REPLIES, "max_credits_total": CAP,
+                "for_each": {"continuationToken": {"from": "comments", "field": "replies_token"}},
+            },
+        ]  # fmt: skip
         spec = write_spec(
             tmp_path,
-            {
-                "name": "capped",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 1000, "unstarted_exit_code": 3},
-                "concurrency": 2,  # dependents in line: 4 at a time, fewer than the cap
-                "output": str(output),
-                "queries": [
-                    {"id": "comments", "endpoint": VIDEO_COMMENTS, "params": PARAMS},
-                    {
-                        "id": "replies", "endpoint": COMMENT_REPLIES, "max_credits_total": CAP,
-                        "for_each": {"continuationToken": {"from": "comments", "field": "replies_token"}},
-                    },
-                ],
-            },
+            job_spec(
+                sb.base_url, output, queries, name="capped", credits=1000, budget={"unstarted_exit_code": 3},
+                concurrency=2,  # dependents in line: 4 at a time, fewer than the cap
+            ),
         )  # fmt: skip
         # `harvest run SPEC` as cron or a terminal of 80 columns runs it (rich takes TTY_COMPATIBLE for a tty)
         terminal = {"TTY_COMPATIBLE": "1", "NO_COLOR": "1", "COLUMNS": "80"}

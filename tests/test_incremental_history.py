@@ -20,7 +20,16 @@ from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, PROFILE, REELS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    job_spec,
+    key_set,
+    rows,
+    run_flow,
+    write_spec,
+)
 
 THREAD = "/v1/microblog-b/post"
 NASA = {"handle": "nasa", "sort_by": "latest"}
@@ -37,14 +46,7 @@ def job(
 ) -> dict[str, Any]:
     videos = {"id": "videos", "endpoint": variant.path, "params": NASA, "incremental": True}
     return variant.spec(
-        {
-            "name": "incremental",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 1000},
-            "concurrency": 3,
-            "output": str(output),
-            "queries": queries or [videos],
-        }
+        job_spec(base_url, output, queries or [videos], name="incremental", credits=1000, concurrency=3)
     )
 
 
