@@ -38,6 +38,7 @@ from tests.flow_helpers import (
     child_tables,
     expected_keys,
     held_duckdb,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -69,18 +70,14 @@ runner = CliRunner()
 
 
 def job(base_url: str, output: Path, credits: int = 10_000, pins: Variant = builtin(PINS)) -> dict[str, Any]:
-    return pins.spec({
-        "name": "nightly",
-        "service": {"base_url": base_url},
-        "budget": {"credits": credits},
-        "concurrency": CONCURRENCY,
-        "output": str(output),
-        "queries": [
-            {"id": "pins", "endpoint": pins.path, "for_each": {"query": TOPICS}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
-            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    })  # fmt: skip
+    queries = [
+        {"id": "pins", "endpoint": pins.path, "for_each": {"query": TOPICS}},
+        {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    return pins.spec(
+        job_spec(base_url, output, queries, name="nightly", credits=credits, concurrency=CONCURRENCY)
+    )
 
 
 def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:

@@ -25,6 +25,7 @@ from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -39,15 +40,7 @@ runner = CliRunner()
 def spec_of(
     base_url: str, output: Path, queries: list[dict[str, Any]], credits: int = 1000, **more: Any
 ) -> dict:
-    return {
-        "name": "lifecycle",
-        "service": {"base_url": base_url},
-        "budget": {"credits": credits},
-        "concurrency": 3,
-        "output": str(output),
-        "queries": queries,
-        **more,
-    }
+    return job_spec(base_url, output, queries, name="lifecycle", credits=credits, concurrency=3, **more)
 
 
 # ----------------------------------------------------------------------------------------- Prefect states
