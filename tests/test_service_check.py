@@ -22,7 +22,7 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.answering import OUT_OF_CREDITS
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.endpoints import PINS
-from tests.flow_helpers import SECRET_KEY, write_spec
+from tests.flow_helpers import SECRET_KEY, job_spec, write_spec
 from tests.net_helpers import LOOPBACK, free_port
 from tests.process_helpers import finish, imported_packages, messages, start_run
 
@@ -64,13 +64,13 @@ def other_server() -> Iterator[Callable[[int, str, bytes], tuple[str, list[str]]
 def spec_for(tmp_path: Path, base_url: str) -> Path:
     return write_spec(
         tmp_path,
-        {
-            "name": "wrong-address",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 50},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
-        },
+        job_spec(
+            base_url,
+            tmp_path / "out",
+            [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+            name="wrong-address",
+            credits=50,
+        ),
     )
 
 

@@ -25,7 +25,7 @@ from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
 from tests.endpoints import FEED
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
 
 CLIP = "/v1/streaming/clip"
 runner = CliRunner()
@@ -34,14 +34,13 @@ runner = CliRunner()
 def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any], **extra: Any) -> Path:
     return write_spec(
         tmp_path,
-        {
-            "name": "shapes",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "q", "endpoint": endpoint, "params": params}],
+        job_spec(
+            base_url,
+            tmp_path / "out",
+            [{"id": "q", "endpoint": endpoint, "params": params}],
+            name="shapes",
             **extra,
-        },
+        ),
     )
 
 

@@ -37,7 +37,7 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, rows, write_spec
 from tests.prefect_helpers import flow_run
 from tests.process_helpers import (
     Watched,
@@ -67,17 +67,11 @@ runner = CliRunner()
 
 
 def job(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 100_000},
-        "concurrency": CONCURRENCY,
-        "output": str(output),
-        "queries": [
-            {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
-            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    return job_spec(base_url, output, queries, name="nightly", credits=100_000, concurrency=CONCURRENCY)
 
 
 def material_ids() -> set[str]:
@@ -250,13 +244,13 @@ def _signals_during_load(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
 
 
 def _pins_job(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "loading",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
-    }
+    return job_spec(
+        base_url,
+        output,
+        [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
+        name="loading",
+        credits=1000,
+    )
 
 
 @pytest.mark.parametrize("signals", [1, 2])

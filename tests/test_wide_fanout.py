@@ -26,6 +26,7 @@ from tests.flow_helpers import (
     SECRET_KEY,
     child_tables,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -48,13 +49,10 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
     output = tmp_path / "out"
     spec = write_spec(
         tmp_path,
-        {
-            "name": "wide",
-            "service": {"base_url": "{base}"},
-            "budget": {"credits": 100_000},
-            "concurrency": 4,
-            "output": str(output),
-            "queries": [
+        job_spec(
+            "{base}",
+            output,
+            [
                 {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": HANDLES}},
                 {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
                 {
@@ -63,7 +61,10 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
                     "for_each": {"material_id": {"from": "creatives", "field": "material_id"}},
                 },
             ],
-        },
+            name="wide",
+            credits=100_000,
+            concurrency=4,
+        ),
     )
     with running(CONFIG) as sb:
         spec.write_text(spec.read_text().replace("{base}", sb.base_url))
@@ -186,8 +187,7 @@ def _fan_out_heard(
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     spec = write_spec(
         tmp_path,
-        {"name": "fan-out", "service": {"base_url": "{base}"}, "budget": {"credits": 1000}, "concurrency": 4,
-         "output": str(output), "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
+        job_spec("{base}", output, [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}], name="fan-out", credits=1000, concurrency=4),
     )  # fmt: skip
     heard: list[logging.LogRecord] = []
     listener = logging.Handler(logging.WARNING)
