@@ -13,7 +13,7 @@ import pytest
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS, PROFILE
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, run_flow, write_spec
 
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE},
@@ -24,18 +24,14 @@ HANDLES = ["nasa", "esa"]
 
 
 def job(output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "service": {"base_url": "http://127.0.0.1:9"},  # each night's sandbox comes with --base-url
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [
-            {"id": "videos", "endpoint": PROFILE, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
-            {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
-            {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
+        {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
+        {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    # each night's sandbox comes with --base-url
+    return job_spec("http://127.0.0.1:9", output, queries, name="nightly", credits=1000)
 
 
 def night(tmp_path: Path, output: Path, observation: int, monkeypatch: pytest.MonkeyPatch) -> str:
