@@ -256,10 +256,14 @@ async def test_a_200_with_flags_is_an_answer_not_a_failure(make: Make) -> None:
 
 
 async def test_success_marks_the_page_done_for_breadth_first(make: Make) -> None:
-    h = await make(ok())
+    """On a short budget a query waits for the queries behind it: once q1's page 0 is answered, q1 is not behind
+    q2's page 1, which gets the last credit at once."""
+    h = await make(ok(), budget=2)
     h.ledger.register("q1")
+    h.ledger.register("q2", next_page=1)
     await h.get(page=0)
-    assert h.ledger._share._next_page["q1"] == 1
+    held = await asyncio.wait_for(h.ledger.reserve("q2", 1, 1), timeout=5)
+    assert held is not None and h.ledger.spent == 1 and h.ledger.remaining == 0
 
 
 # ---- answers that are errors: not retried --------------------------------------------------------
