@@ -838,7 +838,7 @@ async def test_cancelled_mid_flight_keeps_the_reservation(make: Make) -> None:
     assert h.ledger.spent == 1 and h.ledger.reserved == 0
     assert h.attempts[0].error == "cancelled" and h.attempts[0].credits == 1
     await received.closed.wait()  # its connection was closed, not left half-used for the next request
-    assert len(h.client._lanes) == 0
+    assert h.client.connections == 0
 
 
 async def test_max_in_flight_limits_concurrent_requests(serve: Any) -> None:
@@ -861,7 +861,7 @@ async def test_max_in_flight_limits_concurrent_requests(serve: Any) -> None:
                 for i in range(12)
             )
         )
-        assert len(client._lanes) <= 3
+        assert client.connections <= 3
     assert server.peak_in_flight == 3 and ledger.spent == 12
     assert len(server.requests) == 12 and server.connections <= 3
 
