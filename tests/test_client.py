@@ -740,6 +740,7 @@ async def test_a_pool_timeout_is_released(make: Make) -> None:
     origin = h.client._origin
     holding = asyncio.create_task(stuck.send(origin, origin.target("/held", []), {"x-api-key": "other"}))
     await h.server.wait_for(1)  # its one connection is checked out, waiting for an answer that never comes
+    # a lane left checked out is a fault no public call builds: it is put among the pool's idle lanes by hand
     h.client._lanes._all.append(stuck)
     h.client._lanes._idle.append(stuck)
     resp = await h.get()
