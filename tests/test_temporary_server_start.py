@@ -108,7 +108,7 @@ def test_the_server_log_is_rotated_past_its_cap_so_nightly_runs_do_not_fill_the_
     older.write_bytes(b"the oldest runs\n")
     log.write_bytes(b"x" * temporary_server.LOG_KEEP_BYTES)  # at the cap: kept
     for _ in range(2):
-        out = temporary_server._log_file()
+        out = temporary_server.open_log()
         assert not isinstance(out, int)
         out.write(b"one more start\n")
         out.close()
