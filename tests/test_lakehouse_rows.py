@@ -44,7 +44,7 @@ def test_each_key_once_with_its_newest_fetch(
         _night(tmp_path / "b.parquet", 3, range(40, 100)),
         _night(tmp_path / "c.parquet", 2, range(50, 70)),  # older than b for the keys they share
     ]
-    got = pa.Table.from_batches(list(table_rows._record_reader(files, KIND.schema, KIND.primary_key)))
+    got = pa.Table.from_batches(list(table_rows.record_reader(files, KIND.schema, KIND.primary_key)))
     assert got.schema == KIND.schema
     rows = {r["aweme_id"]: r["caption"] for r in got.to_pylist()}
     assert got.num_rows == len(rows) == 100, "each key once"
@@ -67,7 +67,7 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
     table = pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older)
     pq.write_table(table, tmp_path / "old.parquet")
     got = pa.Table.from_batches(
-        list(table_rows._record_reader([tmp_path / "old.parquet"], kind.schema, ("id",)))
+        list(table_rows.record_reader([tmp_path / "old.parquet"], kind.schema, ("id",)))
     )
     assert got.schema == kind.schema
     assert dict(zip(got.column("id").to_pylist(), got.column("created_at").to_pylist(), strict=True)) == {
@@ -101,7 +101,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(t
         pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older),
         tmp_path / "items.parquet",
     )
-    reader = table_rows._child_reader(
+    reader = table_rows.child_reader(
         child, [tmp_path / "items.parquet"], [tmp_path / "shelves.parquet"], groups=False
     )
     got = pa.Table.from_batches(list(reader), schema=child.schema)

@@ -77,7 +77,7 @@ def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str, of: st
     return of + name if found == {fld.type} else f"TRY_CAST({of}{name} AS {sql_type}) AS {name}"
 
 
-def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
+def record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
     """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time."""
     con, spill = _connect()
     present, rows = _file_facts(paths)
@@ -132,7 +132,7 @@ def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
     )
 
 
-def _child_reader(
+def child_reader(
     child: ChildKind, files: Sequence[Path], parent_files: Sequence[Path], groups: bool
 ) -> pa.RecordBatchReader:
     """A child table's rows of its parents' newest fetches in the due runs (`groups`: the parents themselves,
@@ -163,10 +163,10 @@ def _child_load(
     child: ChildKind, files: tuple[Path, ...], parent_files: tuple[Path, ...], runs: tuple[str, ...]
 ) -> TableLoad:
     def rows() -> pa.RecordBatchReader:
-        return _child_reader(child, files, parent_files, groups=False)
+        return child_reader(child, files, parent_files, groups=False)
 
     def groups() -> pa.RecordBatchReader:
-        return _child_reader(child, files, parent_files, groups=True)
+        return child_reader(child, files, parent_files, groups=True)
 
     return TableLoad(
         child.table, child.primary_key, child.schema, rows, NEWEST_BY, runs, child.parent_columns, groups
@@ -197,7 +197,7 @@ def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[Tabl
 
         def open_(files: tuple[Path, ...] = files, kind_schema: pa.Schema = kind.schema,
                   key: tuple[str, ...] = kind.primary_key) -> pa.RecordBatchReader:  # fmt: skip
-            return _record_reader(files, kind_schema, key)
+            return record_reader(files, kind_schema, key)
 
         loads.append(TableLoad(table, kind.primary_key, kind.schema, open_, NEWEST_BY, ids))
     return sorted(loads, key=lambda load: load.name)
