@@ -10,7 +10,6 @@ Runs against the sandbox over HTTP serve a declared copy of pin search at the bu
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -34,10 +33,6 @@ CATALOG = Path(__file__).parent / "data" / "declared" / "never-seen.yaml"
 ADS = "/v1/ad-archive/company/ads"
 DECLARED_PINS = "/v1/declared/pins"
 runner = CliRunner()
-needs_declared_sandbox = pytest.mark.skipif(
-    "declared" not in {f.name for f in dataclasses.fields(SandboxConfig)},
-    reason="the sandbox serves declared endpoints from the sandbox branch of #38 on",
-)
 
 
 def ads_spec(tmp_path: Path, **more: Any) -> Path:
@@ -305,7 +300,6 @@ def test_an_inline_declaration_is_checked_in_the_spec_and_a_missing_catalog_name
 
 
 # ---------------------------------------------------------------------------------------------- on the sandbox
-@needs_declared_sandbox
 def test_a_never_seen_endpoint_runs_end_to_end_on_the_embedded_sandbox_at_its_price(
     prefect_harness: None, tmp_path: Path
 ) -> None:
