@@ -4,7 +4,7 @@ DuckDB reads the runs' files (union by name: files landed under an older catalog
 keeps the newest fetch of each key, the same rule the DuckDB load applies; it spills to disk past its memory
 limit, so a table of any size streams through a few Arrow batches. Rows are cast to the catalog's schema (what
 `harvest rebuild` would write today), so the exported table grows with the catalog, not with whichever file
-came first; a column an older catalog typed otherwise (#39: a published time as text) is cast value by value,
+came first; a column an older catalog typed otherwise (a published time as text) is cast value by value,
 and what does not convert is NULL, as the DuckDB load does. Rows without a full primary key cannot be merged
 and are left out (counted, as the load does).
 """
