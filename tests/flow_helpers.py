@@ -133,7 +133,7 @@ def table_of(path: str) -> dict[str, str]:
 
 
 def child_tables() -> set[str]:
-    """The built-in child tables (a list inside each record, #39): the sandbox's full crawl knows its records'
+    """The built-in child tables (a list inside each record): the sandbox's full crawl knows its records'
     tables, not these; `tests/test_child_tables.py` checks them against the parents' lists."""
     from harvest.connectors.catalog.child_kinds import ChildKind
 

@@ -1,4 +1,4 @@
-"""The count stays the bill across kills (#36): real `harvest run` processes killed with SIGKILL again and again
+"""The count stays the bill across kills: real `harvest run` processes killed with SIGKILL again and again
 against a sandbox that refuses a share of requests (429 and 500 in its JSON, without a charge; the edge's 503),
 then resumed to the end. The refusals a killed process counted, and its requests in flight at the kill, are
 settled against the account's balance when the run resumes: the run does not stop `budget_exhausted` while the

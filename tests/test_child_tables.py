@@ -1,4 +1,4 @@
-"""Child tables across nights (#39): two real runs against the sandbox on two nights, the second serving every
+"""Child tables across nights: two real runs against the sandbox on two nights, the second serving every
 record's nested lists one item shorter (`sandbox.emulation.variation`: comments deleted, a shelf's video gone),
 so some lists shrink and some empty. Whatever holds the current rows holds exactly the items of each parent's
 newest fetch, at their positions, as its raw JSON has them: DuckDB after the load, DuckDB again after `harvest

@@ -216,7 +216,7 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     result = runner.invoke(app, ["demo", "--output", str(output)])
     assert result.exit_code == 0, result.output
     counts = table_counts(output / "harvest.duckdb")
-    # #45: the demo asks every endpoint of the catalog (an endpoint added to the catalog fails here until the
+    # the demo asks every endpoint of the catalog (an endpoint added to the catalog fails here until the
     # demo asks it too), and lands every table they land
     asked = {q.endpoint for q in load_spec(DEMO_SPEC).queries}
     assert sorted(set(catalog.endpoints()) - asked) == []
@@ -261,7 +261,7 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
 
 
 def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
-    """#46: the demo's dependent query (each feed post's thread) lands replies whose `post_url` is the post they
+    """The demo's dependent query (each feed post's thread) lands replies whose `post_url` is the post they
     were fetched for, nested replies too: each joins a feed post, and each thread asked is there."""
     asked = {u for (u,) in rows(db, "SELECT DISTINCT json_extract_string(params, '$.url') FROM requests "
                                     "WHERE endpoint = '/v1/microblog-b/post'")}  # fmt: skip
@@ -280,7 +280,7 @@ def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
 
 
 def assert_child_tables_read_without_json(output: Path) -> None:
-    """#39: the qualities of every clip, the top comments of every group post and the items of every video
+    """The qualities of every clip, the top comments of every group post and the items of every video
     shelf are rows with typed columns, joined to their parent by its key, no JSON function: the values the raw
     JSON of the same parents holds, at the items' positions; in Parquet with the same types; in the table docs."""
     db = output / "harvest.duckdb"
@@ -338,7 +338,7 @@ def demo_kinds() -> dict[str, Any]:
 
 
 def assert_true_types_and_described(db: Path) -> None:
-    """#39 on a landed demo: times an analyst compares with now(), exact prices beside their currency, and a
+    """On a landed demo: times an analyst compares with now(), exact prices beside their currency, and a
     comment on every column of every record table naming where it is read (and the key)."""
     videos = "video_platform_videos"
     for table in (
@@ -385,7 +385,7 @@ def assert_true_types_and_described(db: Path) -> None:
         )
     keys = dict(rows(db, "SELECT table_name, comment FROM duckdb_tables()"))
     assert keys[videos] == "primary key: id" and keys["video_platform_shelves"] == "primary key: type, title"
-    # child tables too (#39 item 1): their key, a video shelf's items typed as the search's videos, their views
+    # child tables too: their key, a video shelf's items typed as the search's videos, their views
     items = "video_platform_shelf_items"
     assert keys[items] == "primary key: parent_type, parent_title, position"
     assert types_of(db, items)["created_at"] == "TIMESTAMP WITH TIME ZONE"

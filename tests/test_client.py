@@ -359,7 +359,7 @@ async def test_404_success_true_is_a_billed_not_found(make: Make) -> None:
 async def test_a_404_without_the_services_envelope_is_not_its_not_found(
     make: Make, reply: Reply, shown: str
 ) -> None:
-    """A wrong base URL (`/v1` appended) answers 404 pages: that is not the service's "not found" (#36). The
+    """A wrong base URL (`/v1` appended) answers 404 pages: that is not the service's "not found". The
     query fails naming what answered, and the balance may give its credit back like a refusal's."""
     h = await make(reply)
     with pytest.raises(NotTheService) as info:
@@ -451,7 +451,7 @@ async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_
 async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back(make: Make) -> None:
     """The balance reading that settles refusals met a 429 and then the edge's 503: it is free, so it is tried
     again as a page would be (the 429's Retry-After honoured); without it the refusals stayed counted and the run
-    stopped `budget_exhausted` with the bill below its budget (#36)."""
+    stopped `budget_exhausted` with the bill below its budget."""
     balance = lambda n: js(200, {"creditCount": n})  # noqa: E731
     h = await make(
         balance(100), refused(), refused(), ok(remaining=99),
@@ -477,8 +477,9 @@ async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back
 async def test_a_balance_endpoint_that_is_not_the_services_is_said_so(
     make: Make, reply: Reply, shown: str
 ) -> None:
-    """Something else answering the balance is no longer a warning and a run that goes on (#36). A 404 is asked
-    again where the service answered before it moved the balance, then said of the new place."""
+    """Something else answering the balance stops the run as NotTheService: a warning and a run that goes on
+    would spend on pages nobody can read. A 404 is asked again at the balance's earlier place, then said of the
+    new place."""
     h = await make(reply, reply)
     with pytest.raises(NotTheService) as info:
         await h.client.credit_balance()
@@ -538,7 +539,7 @@ async def test_unbilled_statuses_settle_to_zero_when_configured(make: Make) -> N
 
 async def test_503_text_plain_then_200(make: Make) -> None:
     """The edge's 503 never reached the service, which does not bill it (docs/credits.md): not counted, so the
-    count equals the bill without waiting for a balance reading (#37)."""
+    count equals the bill without waiting for a balance reading."""
     h = await make(text(503, "upstream connect error or disconnect/reset before headers"), ok())
     resp = await h.get()
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1
@@ -549,7 +550,7 @@ async def test_503_text_plain_then_200(make: Make) -> None:
 
 async def test_a_gateway_page_is_not_spent_but_the_services_own_5xx_is(make: Make) -> None:
     """A 502 HTML page and a 504 in some other server's JSON are not the service's answers: nothing counted. A
-    503 in the service's envelope without a charge came from the service: its charge is unknown, kept (#37)."""
+    503 in the service's envelope without a charge came from the service: its charge is unknown, kept."""
     html = Reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", (("content-type", "text/html"),))
     h = await make(
         html, js(504, {"message": "gateway timeout"}), js(503, {"success": False, "error": "busy"}), ok()

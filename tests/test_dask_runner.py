@@ -82,7 +82,7 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     prefect_harness: None, tmp_path: Path, pins: Variant
 ) -> None:
-    """The same when the pins are an endpoint the job declares (#38): Dask workers build it from the run."""
+    """The same when the pins are an endpoint the job declares: Dask workers build it from the run."""
     budget, round_pages = 13, 5
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
     spec = pins.spec(
@@ -170,7 +170,7 @@ def keyless_cluster(prefect_api_url: str, tmp_path: Path) -> Iterator[str]:
 def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothing(
     keyless_cluster: str, tmp_path: Path
 ) -> None:
-    """The flow has the key, its workers do not (#36): every round of the first grant fails before sending
+    """The flow has the key, its workers do not: every round of the first grant fails before sending
     anything. The run stops there with one message naming what is missing, and nothing is counted as spent."""
     spec = job("", tmp_path / "out", {"kind": "dask", "address": keyless_cluster, "round_pages": 2})
     spec["queries"] = spec["queries"][:1]
@@ -188,7 +188,7 @@ def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothi
 
 
 def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
-    """#46: a round's grants (what the flow's ledger reserves for a worker) stay within each fan-out's
+    """A round's grants (what the flow's ledger reserves for a worker) stay within each fan-out's
     `max_credits_total` as the ledger reports it, one page at a time to the query with the fewest pages."""
     from harvest.connectors.paging.pager import QuerySpec
     from harvest.flows.run.dask.grants import Running, allocate

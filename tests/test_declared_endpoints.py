@@ -1,4 +1,4 @@
-"""A job declares the endpoints it needs (#38): one harvest has never seen validates, plans at its price (a
+"""A job declares the endpoints it needs: one harvest has never seen validates, plans at its price (a
 priced parameter too: an imagined ad archive's ads cost 25 credits with `get_ad_details=true`), is listed beside
 the built-in ones, its price holds the budget, its table lands and is known after the run without the spec (load, rebuild,
 export, the history views); a bad declaration is refused naming its file, line, field and what is allowed,
@@ -236,7 +236,7 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a one_of of no parameter", ADS, _with(("one_of",), [["domain", "company"]]),
      'endpoints["/v1/ad-archive/company/ads"].one_of[0][1]', "'company' is not a parameter",
      "domain, advertiser_id, topic"),
-    # child tables (#39)
+    # child tables
     ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',
      "'position' is a column of every row of ad_archive_ad_regions already", "a name other than position, parent_creative_id"),

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silent, for the shapes that used to slip through: values no naive conversion survives,
+"""Nothing lost, nothing silent, for the shapes a naive reader lets slip through: values no naive conversion survives,
 a renamed secondary list, a list turned object or null, empty keys, and errors nobody foresaw.
 
 Each test runs the real flow over HTTP against a sandbox serving the changed shape, and checks what a user
@@ -139,7 +139,7 @@ def test_values_no_naive_conversion_survives_are_null_counted_and_kept(
 
 
 def _break_second_call(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
-    """The second call breaks; `to_arrow`'s calls for a child table's items (#39) are not counted: the second
+    """The second call breaks; `to_arrow`'s calls for a child table's items are not counted: the second
     call is the second page's."""
     real, calls = getattr(module, name), []
 

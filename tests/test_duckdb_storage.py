@@ -132,7 +132,7 @@ def test_a_landed_file_opens_in_duckdb_1x_after_a_run_and_after_a_merge(
         "primary key: aweme_id; fetched for: user_handle (the request's handle)",
     ] in first["comments"]
     assert ["short_video_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
-    # #39's types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
+    # true types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
     assert ["short_video_products", "price_amount", "DECIMAL(18,4)"] in first["types"]
     assert ["video_platform_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
     assert first["prices"] and all(amount.count(".") == 1 for _, amount, _ in first["prices"])

@@ -246,8 +246,8 @@ def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
 ) -> None:
     """Two workers, ten queries in a round: the disk fills while the third and fourth page, and the six tasks
     still queued start on a full disk. Each must see it before it pays, not after: they have ledgers of their
-    own, so the first task's stop does not reach them. Each used to pay one page it could not keep (9 pages
-    paid twice here; before that, the flow failed with a traceback at its journal)."""
+    own, so the first task's stop does not reach them. A task that checked only after paying would pay one page
+    it could not keep (9 pages paid twice here), and one that did not check would fail at its journal."""
     topics = [f"topic {c}" for c in "abcdefghij"]
     output = small_disk / "out"
     with running(CONFIG) as sb:

@@ -73,7 +73,7 @@ def test_a_budget_stopped_first_pass_is_finished_by_the_next_runs(
 ) -> None:
     """Night 1 pays 2 of 7 pages; nights 2 and 3 each pay one head page (it shows nothing newer) and go on
     where the backfill stopped; night 4, with the history complete, pays one page. The same for the listing
-    declared by a job (#38): incremental holds for a declared newest-first endpoint."""
+    declared by a job: incremental holds for a declared newest-first endpoint."""
     output = tmp_path / "out"
     pages = expected_pages(PROFILE, NASA, CONFIG)
     with aliased(CONFIG) as sb:

@@ -53,7 +53,7 @@ def test_each_key_once_with_its_newest_fetch(
 
 
 def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
-    """#39: a run landed before `created_at` became a TIMESTAMPTZ (text in its file) exports in today's type;
+    """A run landed before `created_at` became a TIMESTAMPTZ (text in its file) exports in today's type;
     a value that does not convert is NULL (the load's rule; the file and `raw` keep it)."""
     kind = all_kinds()["video_platform_videos"]
     fields = [pa.field(f.name, pa.string()) if f.name == "created_at" else f for f in kind.schema]
@@ -77,7 +77,7 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
 
 
 def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
-    """#39: a video shelf's items landed while their `created_at` was text export in today's type, as the
+    """A video shelf's items landed while their `created_at` was text export in today's type, as the
     parent's rows do; a value that does not convert is NULL."""
     parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
     fetched = datetime(2026, 11, 1, tzinfo=UTC)

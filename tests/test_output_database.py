@@ -146,7 +146,8 @@ def test_a_harvest_output_with_a_foreign_table_also_names_rebuild(tmp_path: Path
 def test_the_run_is_refused_before_any_request_and_the_file_is_left_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What used to spend 3 credits and fail at the load with a traceback."""
+    """Refused before any credit is spent: without the check the run spends 3 credits and fails at the load with
+    a traceback."""
     db = make_db(
         tmp_path / "out", "CREATE TABLE pinboard_pins (id INT)", "INSERT INTO pinboard_pins VALUES (7)"
     )

@@ -199,7 +199,7 @@ def test_every_command_help_wraps_between_words_and_names_its_arguments(command:
 def test_a_night_that_left_queries_unstarted_says_which_and_exits_as_the_job_asked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """#46: `budget_exhausted` without a page is a query that never started: counted per spec query, a few ids
+    """`budget_exhausted` without a page is a query that never started: counted per spec query, a few ids
     named, why; exit 0 unless the spec's `budget.unstarted_exit_code` is 3. A query stopped after its first
     pages is not one (it started), and a failure still exits 1."""
     from harvest.flows.commands.run_report import exit_code, print_summary

@@ -230,7 +230,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
 
 @pytest.mark.parametrize("pins", variants(PINS))
 def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: Path, pins: Variant) -> None:
-    """The same when the pins are a declared endpoint (#38): the hard budget holds across a kill and a resume,
+    """The same when the pins are a declared endpoint: the hard budget holds across a kill and a resume,
     and the resume lands what the killed run paid for."""
     budget = 60
     output = tmp_path / "out"

@@ -108,7 +108,7 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
 def test_a_wrong_key_sends_one_request_and_says_so_once(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`harvest run` refuses it before Prefect starts (#36: fix the key, exit 2); a deployment's run (the flow
+    """`harvest run` refuses it before Prefect starts (fix the key, exit 2); a deployment's run (the flow
     itself) stops at the same free reading, its 30 queries `stopped`."""
     handles = [f"maker{i}" for i in range(30)]
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})) as sb:

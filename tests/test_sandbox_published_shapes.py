@@ -92,9 +92,7 @@ def test_the_sandbox_names_what_harvest_reads_as_the_service_does(
                 assert filled_name(kind, fld.name, ours) == name, (
                     f"{kind.table}.{fld.name}: the service sends `{path}`, the sandbox does not"
                 )
-        for (
-            child
-        ) in kind.children:  # the lists child tables read (#39): where they are, what their items name
+        for child in kind.children:  # the lists child tables read: where they are, what their items name
             their_items, at = child_items(child, theirs)
             if not their_items:
                 continue

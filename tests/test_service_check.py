@@ -1,5 +1,5 @@
 """`harvest run` against an address that is not the service, or with a key it refuses: refused before Prefect
-starts or a credit is spent, exit 2, one line naming the URL and what answered (#36).
+starts or a credit is spent, exit 2, one line naming the URL and what answered.
 
 Real `harvest run` processes against real servers on 127.0.0.1: the sandbox with `/v1` appended (its 404s were
 taken for "not found": a green night with nothing collected), a server answering HTML or other JSON, a port

@@ -48,7 +48,7 @@ def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]
 def test_the_drift_message_names_the_override_and_the_spec_reads_the_new_shape(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: Variant
 ) -> None:
-    """The same for a declared endpoint (#38): its drift is said, its `shapes:` read, its pages rebuilt."""
+    """The same for a declared endpoint: its drift is said, its `shapes:` read, its pages rebuilt."""
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     params = {"handle": "nasa.example"}
     config = SandboxConfig(

@@ -197,7 +197,7 @@ def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it
 async def _stop_while_waiting_for_a_slot(sb: GatedSandbox) -> tuple[list[Any], CreditLedger]:
     ledger = CreditLedger(100)
     async with ServiceClient(sb.base_url, SECRET_KEY, ledger, max_in_flight=1) as client:
-        # one page proves the key and shows the endpoint's price: requests no longer go one at a time
+        # one page proves the key and shows the endpoint's price: later requests need not go one at a time
         await client.get(PageRequest("first", PINS, PINS, (("query", "first"),), page=0, cost=1))
         sb.gate.close()  # the next request is held at the sandbox's door: it is sending, and stays so
         calls = [

@@ -1,4 +1,4 @@
-"""Endpoints of the service's published surface whose paging no declaration could say before (#44), run as a
+"""Endpoints of the service's published surface whose paging no declaration could say before, run as a
 user runs them: `harvest run` of a job naming their declarations (`tests/data/declared/surface-requests.yaml`).
 
 A page-number endpoint (web search, pages 1 to 11), a POST one (the ad library search) and the forum post's

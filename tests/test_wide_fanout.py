@@ -1,4 +1,4 @@
-"""Wide fan-outs (#29): what a run costs and leaves grows with its tables, not with its queries.
+"""Wide fan-outs: what a run costs and leaves grows with its tables, not with its queries.
 
 A fan-out over many accounts, and the dependent queries its parent's records start, are reported by one Prefect
 task run per spec query (and do not wait for it), and land in one Parquet file per table (rolled only by size), one raw file and one attempt log
