@@ -276,8 +276,6 @@ def test_plan_check_counts_the_most_a_declared_price_rule_may_bill(tmp_path: Pat
     ledger reserves it, so `--check` passes only a budget the night cannot outspend."""
     from tests.surface_helpers import CATALOG, COMPANY_ADS, PROFILE
 
-    if not CATALOG.exists():
-        pytest.skip(f"{CATALOG} is absent")
     spec = write(
         tmp_path,
         f"""\
