@@ -1023,14 +1023,14 @@ async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A resumed run, key not proven yet (no balance endpoint), a short budget: query A asks for its page 5 and
-    must wait while B lags at page 0. B's first request must still go out: before, A waited for credits while
-    holding the one-request-at-a-time gate, and B waited for the gate: the run hung."""
+    must wait while B lags at page 0. B's first request must still go out: were A to wait for credits while
+    holding the one-request-at-a-time gate, B would wait for the gate and the run would hang."""
     h = await make(ok(), ok())
     h.ledger = ledger = CreditLedger(3)
     h.client.ledger = ledger
     ledger.register("A", 5)
     ledger.register("B", 0)
-    parked = asyncio.Event()
+    parked = asyncio.Event()  # the moment A waits is internal: the ledger's waiter list tells it
     park = ledger._waiters.add
 
     def park_and_tell(loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
