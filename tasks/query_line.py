@@ -4,7 +4,7 @@ A Prefect task run per query cost ~20 ms of the event loop each (its task run, i
 for its tags' concurrency slots), so a fan-out over 2,000 accounts spent more time on Prefect than on the
 service, and at 10,000 the server refused slots (503) and failed queries. A person reading the Prefect UI wants
 one line per spec query (`videos`, `video_details`) with its state, not ten thousand; the per-value status is in
-DuckDB's `query_state`, as before.
+DuckDB's `query_state`.
 
 The flow owns the order and the window (`flows.run.fanout`); a `QueryLine` runs what it is given, each query as
 an asyncio task, from the moment the flow opens it, until the flow closes the line and every query ended. The

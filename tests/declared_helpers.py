@@ -1,20 +1,19 @@
-"""Declared endpoints for sandbox tests, and a reference client that reads their answers from the declaration
-alone (written apart from the sandbox's generic emulation, so a crawl with it checks the wire against the
-declaration, not the generator against itself)."""
+"""Declared endpoints for sandbox tests, and a client that pages their answers by the declaration's paging
+signals alone (apart from harvest's pager, so a crawl with it checks the wire against the declaration); paths
+are read with harvest's one path reader."""
 
 from __future__ import annotations
 
 import copy
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from harvest.connectors.catalog.record_paths import MISSING, alternatives, first
 
-MISSING = object()
+ROOT = Path(__file__).resolve().parent.parent
 
 COLUMNS: dict[str, Any] = {
     "item_id": {"type": "text", "path": "id"},
@@ -41,41 +40,10 @@ def declaration(style: str = "single", records_at: str = "items", **paging: Any)
     return decl
 
 
-def _steps(path: str) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for part in path.split(".") if path else []:
-        name, brackets = re.fullmatch(r"([^\[]*)((?:\[\d*\])*)", part).groups()  # type: ignore[union-attr]
-        if name:
-            out.append(("key", name))
-        out += [("map", None) if i == "" else ("index", int(i)) for i in re.findall(r"\[(\d*)\]", brackets)]
-    return out
-
-
 def dig(doc: Any, path: str | list[str]) -> Any:
     """The value at a record path (`a|b`, or the list of a plain declaration's paging: the first alternative that
-    is there), MISSING when none is."""
-    for alternative in path.split("|") if isinstance(path, str) else path:
-        got = _walk(doc, _steps(alternative))
-        if got is not MISSING:
-            return got
-    return MISSING
-
-
-def _walk(value: Any, steps: list[tuple[str, Any]]) -> Any:
-    for n, (kind, arg) in enumerate(steps):
-        if kind == "key":
-            if not isinstance(value, dict) or arg not in value:
-                return MISSING
-            value = value[arg]
-        elif kind == "index":
-            if not isinstance(value, list) or arg >= len(value):
-                return MISSING
-            value = value[arg]
-        else:
-            if not isinstance(value, list):
-                return MISSING
-            return [_walk(item, steps[n + 1 :]) for item in value]
-    return value
+    is there), MISSING when none is: read by harvest's own reader."""
+    return first(doc, tuple(alternatives(path) if isinstance(path, str) else path))
 
 
 def column_path(spec: Any, name: str) -> tuple[str, str]:

@@ -22,10 +22,8 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.records import RecordKind
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import FEED, PINS, PROFILE
 
-PINS = "/v1/pinboard/search"
-PROFILE = "/v3/short-video/profile/videos"
-FEED = "/v1/microblog-b/user/posts"
 ALIASES = {"/v1/declared/pins": PINS, "/v1/declared/videos": PROFILE, "/v1/declared/feed": FEED}
 """Declared path -> the built-in path the sandbox serves it at."""
 

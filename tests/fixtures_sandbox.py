@@ -22,6 +22,7 @@ import pytest
 
 from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running, start
+from tests.endpoints import PROFILE
 
 SESSION_CREDITS = 10**9
 
@@ -56,13 +57,12 @@ PRIMARY_KEYS: dict[str, str] = {
     "shops": "seller_id|id",
 }
 URI_KEYED_PATHS = ("/v1/microblog-b/post", "/v1/microblog-b/user/posts")
-AWEME_PATH = "/v3/short-video/profile/videos"
 
 
 def primary_key(path: str, kind: str, record: Mapping[str, Any]) -> Any:
     if path in URI_KEYED_PATHS:
         return record["uri"]
-    if path == AWEME_PATH:
+    if path == PROFILE:
         return record["aweme_id"]
     key = PRIMARY_KEYS[kind]
     if "+" in key:
@@ -120,7 +120,7 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
         return {"comments": body["comments"]}
     if path == "/v1/short-video/shop/products":
         return {"products": body["products"], "shops": [body["shopInfo"]] if body["shopInfo"] else []}
-    if path == AWEME_PATH:
+    if path == PROFILE:
         return {"videos": body["aweme_list"]}
     raise AssertionError(f"no record locations for {path}")
 
@@ -156,7 +156,7 @@ def next_params(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, st
         return {"max_id": body["max_id"]} if nonempty(body.get("max_id")) else None
     if path == "/v1/short-video/shop/products":
         return {"cursor": body["cursor"]} if body.get("has_more") and nonempty(body.get("cursor")) else None
-    if path == AWEME_PATH:
+    if path == PROFILE:
         if "has_more" in body and not body["has_more"]:
             return None
         return {"max_cursor": str(body["max_cursor"])} if nonempty(body.get("max_cursor")) else None

@@ -40,21 +40,41 @@ def write_spec(tmp_path: Path, spec: Mapping[str, Any], name: str = "job.yaml") 
     return path
 
 
+def job_spec(
+    base_url: str,
+    output: Path | str,
+    queries: Sequence[Mapping[str, Any]],
+    *,
+    name: str = "job",
+    credits: int = 100,
+    service: Mapping[str, Any] | None = None,
+    budget: Mapping[str, Any] | None = None,
+    **more: Any,
+) -> dict[str, Any]:
+    """A job spec as its YAML holds it: the service at `base_url` (with `service`'s other keys), a budget of
+    `credits` (with `budget`'s other keys), `more` top-level keys (`concurrency`, `endpoints`, `runner`, ...),
+    the output and the queries. The one factory of the tests' specs: a test writes only what it changes."""
+    return {
+        "name": name,
+        "service": {"base_url": base_url, **(service or {})},
+        "budget": {"credits": credits, **(budget or {})},
+        **more,
+        "output": str(output),
+        "queries": [dict(query) for query in queries],
+    }
+
+
 def one_query(
-    tmp_path: Path, base_url: str, endpoint: str, params: Mapping[str, Any], *more: dict[str, Any]
+    tmp_path: Path,
+    base_url: str,
+    endpoint: str,
+    params: Mapping[str, Any],
+    *more: dict[str, Any],
+    name: str = "drift",
 ) -> Path:
     """A spec of query `q` (plus `more` query entries) against `base_url`, output in `tmp_path / "out"`."""
     queries = [{"id": "q", "endpoint": endpoint, "params": dict(params)}, *more]
-    return write_spec(
-        tmp_path,
-        {
-            "name": "drift",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": queries,
-        },
-    )
+    return write_spec(tmp_path, job_spec(base_url, tmp_path / "out", queries, name=name))
 
 
 def run_flow(
@@ -113,7 +133,7 @@ def table_of(path: str) -> dict[str, str]:
 
 
 def child_tables() -> set[str]:
-    """The built-in child tables (a list inside each record, #39): the sandbox's full crawl knows its records'
+    """The built-in child tables (a list inside each record): the sandbox's full crawl knows its records'
     tables, not these; `tests/test_child_tables.py` checks them against the parents' lists."""
     from harvest.connectors.catalog.child_kinds import ChildKind
 

@@ -12,33 +12,26 @@ import pytest
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS, PROFILE
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, run_flow, write_spec
 
-VIDEOS = "/v3/short-video/profile/videos"
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE},
-    pages_by_path={VIDEOS: (2, 2), PINS: (2, 2), CREATIVE: (1, 1)},
+    pages_by_path={PROFILE: (2, 2), PINS: (2, 2), CREATIVE: (1, 1)},
     page_size=4,
 )
 HANDLES = ["nasa", "esa"]
 
 
 def job(output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "service": {"base_url": "http://127.0.0.1:9"},  # each night's sandbox comes with --base-url
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [
-            {"id": "videos", "endpoint": VIDEOS, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
-            {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": {"sort_by": "latest"}, "for_each": {"handle": HANDLES}},
+        {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
+        {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks", "limit": 3}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    # each night's sandbox comes with --base-url
+    return job_spec("http://127.0.0.1:9", output, queries, name="nightly", credits=1000)
 
 
 def night(tmp_path: Path, output: Path, observation: int, monkeypatch: pytest.MonkeyPatch) -> str:

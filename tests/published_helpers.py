@@ -1,5 +1,5 @@
 """Where the service's published answers are: `../shared/spec/` beside the project, read in place and never copied
-into it (#45). A test module that needs them skips whole, saying why, where that directory is absent."""
+into it. A test module that needs them skips whole, saying why, where that directory is absent."""
 
 from __future__ import annotations
 

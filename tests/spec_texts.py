@@ -159,7 +159,7 @@ CASES = {
         ["greater than or equal to 1", "-5"],
         ["an integer", ">= 1"],
     ),
-    "budget of 0": (  # a run that may pay nothing collects nothing, and used to say so with a green night (#36)
+    "budget of 0": (  # a run that may pay nothing collects nothing: a green night would hide it
         VALID.replace("credits: 100", "credits: 0"),
         3,
         "budget.credits",

@@ -25,7 +25,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.reading.extraction import convert_page
 from harvest.flows.cli import app
 from tests.crawl_helpers import collect
-from tests.flow_helpers import rows, scalar, write_spec
+from tests.flow_helpers import job_spec, rows, scalar, write_spec
 from tests.published_samples import sample, sample_service, thread_items
 
 COMMENTS = "/v1/forum/post/comments"
@@ -308,21 +308,20 @@ def test_a_job_lands_the_thread_and_the_board_and_says_what_it_did_not_read(
         "columns": {"id": "text", "title": "text"},
     }
     with sample_service(routes) as (url, asked):
-        spec = write_spec(tmp_path, {
-            "name": "shapes", "service": {"base_url": url}, "budget": {"credits": 20},
-            "output": str(tmp_path / "out"),
-            "endpoints": {
-                THREAD_PATH: {"params": {"url": {"type": "string", "required": True}}, "paging": {"style": "cursor"},
-                              "records": {"declared_forum_post_details": POST_KIND,
-                                          "declared_forum_post_comments": COMMENT_KIND}},
-                BOARD_PATH: {"params": {"board_url": {"type": "string", "required": True}},
-                             "paging": {"style": "cursor"}, "records": {"declared_pinboard_board_pins": pins}},
-            },
-            "queries": [
-                {"id": "thread", "endpoint": THREAD_PATH, "params": {"url": "https://forum.example/comments/ablzuq/"}},
-                {"id": "board", "endpoint": BOARD_PATH, "params": {"board_url": "https://pinboard.example/b/"}},
-            ],
-        })  # fmt: skip
+        endpoints = {
+            THREAD_PATH: {"params": {"url": {"type": "string", "required": True}}, "paging": {"style": "cursor"},
+                          "records": {"declared_forum_post_details": POST_KIND,
+                                      "declared_forum_post_comments": COMMENT_KIND}},
+            BOARD_PATH: {"params": {"board_url": {"type": "string", "required": True}},
+                         "paging": {"style": "cursor"}, "records": {"declared_pinboard_board_pins": pins}},
+        }  # fmt: skip
+        queries = [
+            {"id": "thread", "endpoint": THREAD_PATH, "params": {"url": "https://forum.example/comments/ablzuq/"}},
+            {"id": "board", "endpoint": BOARD_PATH, "params": {"board_url": "https://pinboard.example/b/"}},
+        ]  # fmt: skip
+        spec = write_spec(
+            tmp_path, job_spec(url, tmp_path / "out", queries, name="shapes", credits=20, endpoints=endpoints)
+        )
         result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output
     db = tmp_path / "out" / "harvest.duckdb"

@@ -83,7 +83,7 @@ def test_a_missing_reading_makes_the_bill_unknown(tmp_path: Path) -> None:
 
 def test_refusals_a_killed_session_counted_are_not_blamed_on_another_user(tmp_path: Path) -> None:
     """The killed part counted 40 pages, 12 refusals and 4 requests in flight; the balance fell by 42 (two of the
-    four in flight were answered). That is what the run itself can have been billed (#36)."""
+    four in flight were answered). That is what the run itself can have been billed."""
     path = tmp_path / "journal.jsonl"
     session(path, 1000, [1] * 40, [1] * 4, None, refusals=[1] * 12)
     earlier = read_journal(path)

@@ -1,4 +1,4 @@
-"""The count stays the bill across kills (#36): real `harvest run` processes killed with SIGKILL again and again
+"""The count stays the bill across kills: real `harvest run` processes killed with SIGKILL again and again
 against a sandbox that refuses a share of requests (429 and 500 in its JSON, without a charge; the edge's 503),
 then resumed to the end. The refusals a killed process counted, and its requests in flight at the kill, are
 settled against the account's balance when the run resumes: the run does not stop `budget_exhausted` while the
@@ -20,11 +20,11 @@ from harvest.tasks.output.journal import read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, scalar, write_spec
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, scalar, write_spec
 from tests.process_helpers import finish, start_run, wait_for_requests
 from tests.test_resume_kill import kill_hard
 
-PINS = "/v1/pinboard/search"
 TOPICS = ["oak", "elm", "ash", "fir"]
 FAULTS = [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE]
 CONFIG = SandboxConfig(
@@ -36,14 +36,15 @@ KILLS_AT = (12, 24, 36, 48)
 
 
 def job(base_url: str, output: Path, credits: int) -> dict[str, Any]:
-    return {
-        "name": "refused-and-killed",
-        "service": {"base_url": base_url, "attempts": 10},
-        "budget": {"credits": credits},
-        "concurrency": 4,
-        "output": str(output),
-        "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
-    }
+    return job_spec(
+        base_url,
+        output,
+        [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+        name="refused-and-killed",
+        credits=credits,
+        service={"attempts": 10},
+        concurrency=4,
+    )
 
 
 def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Child tables across nights (#39): two real runs against the sandbox on two nights, the second serving every
+"""Child tables across nights: two real runs against the sandbox on two nights, the second serving every
 record's nested lists one item shorter (`sandbox.emulation.variation`: comments deleted, a shelf's video gone),
 so some lists shrink and some empty. Whatever holds the current rows holds exactly the items of each parent's
 newest fetch, at their positions, as its raw JSON has them: DuckDB after the load, DuckDB again after `harvest
@@ -23,11 +23,12 @@ from harvest.flows.cli import app
 from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
+from tests.endpoints import GROUP, VIDEO_SEARCH
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, write_spec
 
-GROUP = "/v1/network-a/group/posts"
-SEARCH = "/v1/video-platform/search"
-CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), SEARCH: (1, 1)})
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), VIDEO_SEARCH: (1, 1)}
+)
 CHILDREN = {  # child table: (parent table, parent key, the list in the parent's JSON, the item's column, field)
     "network_a_group_post_top_comments": ("network_a_group_posts", ("id",), "topComments", "id", "id"),
     "video_platform_shelf_items": (
@@ -44,16 +45,15 @@ runner = CliRunner()
 def night(tmp_path: Path, output: Path, observation: int) -> None:
     spec = write_spec(
         tmp_path,
-        {
-            "name": "children",
-            "service": {"base_url": "http://127.0.0.1:9"},
-            "budget": {"credits": 100},
-            "output": str(output),
-            "queries": [
+        job_spec(
+            "http://127.0.0.1:9",
+            output,
+            [
                 {"id": "group", "endpoint": GROUP, "params": {"group_id": "42"}},
-                {"id": "search", "endpoint": SEARCH, "params": {"query": "trail shoes"}},
+                {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "trail shoes"}},
             ],
-        },
+            name="children",
+        ),
     )
     with running(replace(CONFIG, observation=observation)) as sb:
         assert run_flow(spec, base_url=sb.base_url).status == "complete"

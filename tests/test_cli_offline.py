@@ -230,7 +230,7 @@ def harvest_plan(spec: Path, *options: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_path: Path) -> None:
-    """#46, as a nightly script runs it: `harvest plan SPEC --check` exits 3 when the budget does not cover the
+    """As a nightly script runs it: `harvest plan SPEC --check` exits 3 when the budget does not cover the
     worst case, after saying which queries would not start if it happens; 0 when it does, and without --check."""
     spec = write(
         tmp_path,
@@ -271,13 +271,11 @@ def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_pa
 
 
 def test_plan_check_counts_the_most_a_declared_price_rule_may_bill(tmp_path: Path) -> None:
-    """#46 with the declarations' prices: the worst case and the shortfall count what a request may cost at
+    """The same with the declarations' prices: the worst case and the shortfall count what a request may cost at
     most (`get_ad_details` 25 credits a request, a cached profile 1 although its answer may bill 0), as the
     ledger reserves it, so `--check` passes only a budget the night cannot outspend."""
     from tests.surface_helpers import CATALOG, COMPANY_ADS, PROFILE
 
-    if not CATALOG.exists():
-        pytest.skip(f"{CATALOG} is absent")
     spec = write(
         tmp_path,
         f"""\

@@ -31,11 +31,13 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
     SECRET_KEY,
     assert_no_secret_in_outputs,
+    job_spec,
     query_pages,
     rows,
     scalar,
@@ -44,7 +46,6 @@ from tests.flow_helpers import (
     write_spec,
 )
 
-PINS = "/v1/pinboard/search"
 runner = CliRunner()
 
 
@@ -64,14 +65,14 @@ def test_a_short_budget_stops_at_exactly_the_cap_breadth_first(
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "short-budget",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 1000},
-                "concurrency": 3,
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
-            },
+            job_spec(
+                sb.base_url,
+                output,
+                [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+                name="short-budget",
+                credits=1000,
+                concurrency=3,
+            ),
         )
         invoked = time.monotonic()
         result = runner.invoke(app, ["run", str(spec), "--budget", str(BUDGET)])
@@ -128,16 +129,16 @@ def test_an_invalid_spec_exits_2_before_any_request(tmp_path: Path, monkeypatch:
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "bad",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 10},
-                "output": str(tmp_path / "out"),
-                "queries": [
+            job_spec(
+                sb.base_url,
+                tmp_path / "out",
+                [
                     {"id": "ok", "endpoint": PINS, "params": {"query": "cats"}},
                     {"id": "typo", "endpoint": PINS, "params": {"qeury": "dogs"}},
                 ],
-            },
+                name="bad",
+                credits=10,
+            ),
         )
         result = runner.invoke(app, ["run", str(spec)])
         assert sb.ledger == [] and sb.billed_total() == 0
@@ -171,16 +172,16 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
     with running(config) as sb:
         spec = write_spec(
             tmp_path,
-            {
-                "name": "partly-blocked",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 50},
-                "output": str(output),
-                "queries": [
+            job_spec(
+                sb.base_url,
+                output,
+                [
                     {"id": "fine", "endpoint": PINS, "params": {"query": "trail shoes"}},
                     {"id": "walled", "endpoint": PINS, "params": {"query": "blocked boards"}},
                 ],
-            },
+                name="partly-blocked",
+                credits=50,
+            ),
         )
         proc = subprocess.run(
             [str(HARVEST), "run", str(spec)],
@@ -215,7 +216,7 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     result = runner.invoke(app, ["demo", "--output", str(output)])
     assert result.exit_code == 0, result.output
     counts = table_counts(output / "harvest.duckdb")
-    # #45: the demo asks every endpoint of the catalog (an endpoint added to the catalog fails here until the
+    # the demo asks every endpoint of the catalog (an endpoint added to the catalog fails here until the
     # demo asks it too), and lands every table they land
     asked = {q.endpoint for q in load_spec(DEMO_SPEC).queries}
     assert sorted(set(catalog.endpoints()) - asked) == []
@@ -260,7 +261,7 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
 
 
 def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
-    """#46: the demo's dependent query (each feed post's thread) lands replies whose `post_url` is the post they
+    """The demo's dependent query (each feed post's thread) lands replies whose `post_url` is the post they
     were fetched for, nested replies too: each joins a feed post, and each thread asked is there."""
     asked = {u for (u,) in rows(db, "SELECT DISTINCT json_extract_string(params, '$.url') FROM requests "
                                     "WHERE endpoint = '/v1/microblog-b/post'")}  # fmt: skip
@@ -279,7 +280,7 @@ def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
 
 
 def assert_child_tables_read_without_json(output: Path) -> None:
-    """#39: the qualities of every clip, the top comments of every group post and the items of every video
+    """The qualities of every clip, the top comments of every group post and the items of every video
     shelf are rows with typed columns, joined to their parent by its key, no JSON function: the values the raw
     JSON of the same parents holds, at the items' positions; in Parquet with the same types; in the table docs."""
     db = output / "harvest.duckdb"
@@ -337,7 +338,7 @@ def demo_kinds() -> dict[str, Any]:
 
 
 def assert_true_types_and_described(db: Path) -> None:
-    """#39 on a landed demo: times an analyst compares with now(), exact prices beside their currency, and a
+    """On a landed demo: times an analyst compares with now(), exact prices beside their currency, and a
     comment on every column of every record table naming where it is read (and the key)."""
     videos = "video_platform_videos"
     for table in (
@@ -384,7 +385,7 @@ def assert_true_types_and_described(db: Path) -> None:
         )
     keys = dict(rows(db, "SELECT table_name, comment FROM duckdb_tables()"))
     assert keys[videos] == "primary key: id" and keys["video_platform_shelves"] == "primary key: type, title"
-    # child tables too (#39 item 1): their key, a video shelf's items typed as the search's videos, their views
+    # child tables too: their key, a video shelf's items typed as the search's videos, their views
     items = "video_platform_shelf_items"
     assert keys[items] == "primary key: parent_type, parent_title, position"
     assert types_of(db, items)["created_at"] == "TIMESTAMP WITH TIME ZONE"
@@ -444,13 +445,13 @@ def test_a_run_parses_its_spec_checks_its_output_and_takes_its_lock_once(
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)})) as sb:
         spec = write_spec(
             tmp_path,
-            {
-                "name": "once",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 20},
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
-            },
+            job_spec(
+                sb.base_url,
+                output,
+                [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+                name="once",
+                credits=20,
+            ),
         )
         result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output

@@ -43,6 +43,7 @@ from harvest.connectors.http.lane import CoreLane
 from harvest.connectors.http.pace import Pace
 from harvest.connectors.http.page_call import backoff
 from harvest.connectors.http.retry import Retryable, parse_retry_after
+from tests.endpoints import PINS
 from tests.scripted_server import (
     Drop,
     Hang,
@@ -59,7 +60,6 @@ KEY = "sk-live-7f3a9c1e5b2d"
 BASE = "https://service.test"
 """For the tests that never send anything (nothing listens there)."""
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
-SEARCH = "/v1/pinboard/search"
 BALANCE = "/v1/account/credit-balance"
 OLD_BALANCE = "/v1/credit-balance"
 
@@ -121,12 +121,12 @@ class Harness:
     async def get(self, cost: int = 1, page: int = 0, **kw: Any) -> Any:
         return await self.client.get(
             page_request(
-                SEARCH,
+                PINS,
                 kw.pop("query", [("query", "cats")]),
                 cost=cost,
                 query_id="q1",
                 page=page,
-                endpoint=SEARCH,
+                endpoint=PINS,
                 **kw,
             )
         )
@@ -256,10 +256,14 @@ async def test_a_200_with_flags_is_an_answer_not_a_failure(make: Make) -> None:
 
 
 async def test_success_marks_the_page_done_for_breadth_first(make: Make) -> None:
-    h = await make(ok())
+    """On a short budget a query waits for the queries behind it: once q1's page 0 is answered, q1 is not behind
+    q2's page 1, which gets the last credit at once."""
+    h = await make(ok(), budget=2)
     h.ledger.register("q1")
+    h.ledger.register("q2", next_page=1)
     await h.get(page=0)
-    assert h.ledger._share._next_page["q1"] == 1
+    held = await asyncio.wait_for(h.ledger.reserve("q2", 1, 1), timeout=5)
+    assert held is not None and h.ledger.spent == 1 and h.ledger.remaining == 0
 
 
 # ---- answers that are errors: not retried --------------------------------------------------------
@@ -355,7 +359,7 @@ async def test_404_success_true_is_a_billed_not_found(make: Make) -> None:
 async def test_a_404_without_the_services_envelope_is_not_its_not_found(
     make: Make, reply: Reply, shown: str
 ) -> None:
-    """A wrong base URL (`/v1` appended) answers 404 pages: that is not the service's "not found" (#36). The
+    """A wrong base URL (`/v1` appended) answers 404 pages: that is not the service's "not found". The
     query fails naming what answered, and the balance may give its credit back like a refusal's."""
     h = await make(reply)
     with pytest.raises(NotTheService) as info:
@@ -374,7 +378,7 @@ async def test_redirects_are_not_followed(make: Make, status: int) -> None:
     with pytest.raises(UnexpectedResponse) as info:
         await h.get()
     assert info.value.status_code == status and len(h.server.requests) == 1
-    assert [r.path for r in h.server.requests] == [SEARCH]  # the redirect target was never asked for
+    assert [r.path for r in h.server.requests] == [PINS]  # the redirect target was never asked for
 
 
 # ---- transient failures: retried -----------------------------------------------------------------
@@ -437,7 +441,7 @@ async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_
     await h.get(page=0)
     assert (h.ledger.spent, h.ledger.refused_unknown) == (3, 2)
     await h.get(page=1)
-    assert [r.path for r in h.server.requests] == [BALANCE, SEARCH, SEARCH, SEARCH, BALANCE, SEARCH]
+    assert [r.path for r in h.server.requests] == [BALANCE, PINS, PINS, PINS, BALANCE, PINS]
     assert (h.ledger.spent, h.ledger.refused_unknown) == (2, 0)
     with pytest.raises(BudgetExhausted):  # one credit left but nothing more to settle: no further reading
         await h.get(page=2, cost=2)
@@ -447,7 +451,7 @@ async def test_refusals_the_balance_shows_unbilled_go_back_when_the_budget_runs_
 async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back(make: Make) -> None:
     """The balance reading that settles refusals met a 429 and then the edge's 503: it is free, so it is tried
     again as a page would be (the 429's Retry-After honoured); without it the refusals stayed counted and the run
-    stopped `budget_exhausted` with the bill below its budget (#36)."""
+    stopped `budget_exhausted` with the bill below its budget."""
     balance = lambda n: js(200, {"creditCount": n})  # noqa: E731
     h = await make(
         balance(100), refused(), refused(), ok(remaining=99),
@@ -457,7 +461,7 @@ async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back
     await h.get(page=0)
     assert (h.ledger.spent, h.ledger.refused_unknown) == (3, 2)
     await h.get(page=1)
-    assert [r.path for r in h.server.requests] == [BALANCE, *[SEARCH] * 3, *[BALANCE] * 3, SEARCH]
+    assert [r.path for r in h.server.requests] == [BALANCE, *[PINS] * 3, *[BALANCE] * 3, PINS]
     assert (h.ledger.spent, h.ledger.refused_unknown) == (2, 0)
 
 
@@ -473,8 +477,9 @@ async def test_the_balance_read_is_retried_like_a_page_so_refusals_still_go_back
 async def test_a_balance_endpoint_that_is_not_the_services_is_said_so(
     make: Make, reply: Reply, shown: str
 ) -> None:
-    """Something else answering the balance is no longer a warning and a run that goes on (#36). A 404 is asked
-    again where the service answered before it moved the balance, then said of the new place."""
+    """Something else answering the balance stops the run as NotTheService: a warning and a run that goes on
+    would spend on pages nobody can read. A 404 is asked again at the balance's earlier place, then said of the
+    new place."""
     h = await make(reply, reply)
     with pytest.raises(NotTheService) as info:
         await h.client.credit_balance()
@@ -534,7 +539,7 @@ async def test_unbilled_statuses_settle_to_zero_when_configured(make: Make) -> N
 
 async def test_503_text_plain_then_200(make: Make) -> None:
     """The edge's 503 never reached the service, which does not bill it (docs/credits.md): not counted, so the
-    count equals the bill without waiting for a balance reading (#37)."""
+    count equals the bill without waiting for a balance reading."""
     h = await make(text(503, "upstream connect error or disconnect/reset before headers"), ok())
     resp = await h.get()
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1
@@ -545,7 +550,7 @@ async def test_503_text_plain_then_200(make: Make) -> None:
 
 async def test_a_gateway_page_is_not_spent_but_the_services_own_5xx_is(make: Make) -> None:
     """A 502 HTML page and a 504 in some other server's JSON are not the service's answers: nothing counted. A
-    503 in the service's envelope without a charge came from the service: its charge is unknown, kept (#37)."""
+    503 in the service's envelope without a charge came from the service: its charge is unknown, kept."""
     html = Reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", (("content-type", "text/html"),))
     h = await make(
         html, js(504, {"message": "gateway timeout"}), js(503, {"success": False, "error": "busy"}), ok()
@@ -736,13 +741,14 @@ async def test_a_pool_timeout_is_released(make: Make) -> None:
     origin = h.client._origin
     holding = asyncio.create_task(stuck.send(origin, origin.target("/held", []), {"x-api-key": "other"}))
     await h.server.wait_for(1)  # its one connection is checked out, waiting for an answer that never comes
+    # a lane left checked out is a fault no public call builds: it is put among the pool's idle lanes by hand
     h.client._lanes._all.append(stuck)
     h.client._lanes._idle.append(stuck)
     resp = await h.get()
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
     assert h.attempts[0].credits == 0
     assert "PoolTimeout" in (h.attempts[0].error or "") and h.attempts[0].status_code is None
-    assert [r.path for r in h.server.requests] == ["/held", SEARCH]  # the timed-out attempt sent nothing
+    assert [r.path for r in h.server.requests] == ["/held", PINS]  # the timed-out attempt sent nothing
     assert stuck.is_closed and stuck not in h.client._lanes._all  # the broken lane was retired
     holding.cancel()
     with pytest.raises((asyncio.CancelledError, httpx.HTTPError)):
@@ -834,7 +840,7 @@ async def test_cancelled_mid_flight_keeps_the_reservation(make: Make) -> None:
     assert h.ledger.spent == 1 and h.ledger.reserved == 0
     assert h.attempts[0].error == "cancelled" and h.attempts[0].credits == 1
     await received.closed.wait()  # its connection was closed, not left half-used for the next request
-    assert len(h.client._lanes) == 0
+    assert h.client.connections == 0
 
 
 async def test_max_in_flight_limits_concurrent_requests(serve: Any) -> None:
@@ -857,7 +863,7 @@ async def test_max_in_flight_limits_concurrent_requests(serve: Any) -> None:
                 for i in range(12)
             )
         )
-        assert len(client._lanes) <= 3
+        assert client.connections <= 3
     assert server.peak_in_flight == 3 and ledger.spent == 12
     assert len(server.requests) == 12 and server.connections <= 3
 
@@ -1017,14 +1023,14 @@ async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A resumed run, key not proven yet (no balance endpoint), a short budget: query A asks for its page 5 and
-    must wait while B lags at page 0. B's first request must still go out: before, A waited for credits while
-    holding the one-request-at-a-time gate, and B waited for the gate: the run hung."""
+    must wait while B lags at page 0. B's first request must still go out: were A to wait for credits while
+    holding the one-request-at-a-time gate, B would wait for the gate and the run would hang."""
     h = await make(ok(), ok())
     h.ledger = ledger = CreditLedger(3)
     h.client.ledger = ledger
     ledger.register("A", 5)
     ledger.register("B", 0)
-    parked = asyncio.Event()
+    parked = asyncio.Event()  # the moment A waits is internal: the ledger's waiter list tells it
     park = ledger._waiters.add
 
     def park_and_tell(loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:

@@ -13,6 +13,7 @@ import pytest
 from harvest.connectors.errors import HarvestError, MissingApiKey
 from harvest.connectors.http import auth
 from harvest.connectors.http.auth import ApiKey, aload_api_key, key_from_env, load_api_key, redact
+from tests.flow_helpers import job_spec
 
 KEY = "sk-live-auth-4242/x+y"
 
@@ -104,13 +105,14 @@ def test_a_run_pays_with_the_key_of_its_secret_block(
     with running(SandboxConfig(api_keys={KEY: 1000, env_key: 1000}, pages=(2, 2))) as sb:
         spec = write_spec(
             tmp_path,
-            {
-                "name": "secret-key",
-                "service": {"base_url": sb.base_url, "api_key_secret": secret_blocks["key"]},
-                "budget": {"credits": 10},
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "oak"}}],
-            },
+            job_spec(
+                sb.base_url,
+                output,
+                [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "oak"}}],
+                name="secret-key",
+                credits=10,
+                service={"api_key_secret": secret_blocks["key"]},
+            ),
         )
         env = subprocess_env(tmp_path, PREFECT_API_URL=prefect_api_url, HARVEST_API_KEY=env_key)
         proc = subprocess.run(

@@ -18,9 +18,8 @@ from harvest.connectors.http.lane import BodyOverCap, read_capped
 from harvest.connectors.http.lane_pool import Lanes
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY
-
-PINS = "/v1/pinboard/search"
 
 
 def _ids(body: Any) -> list[str]:
@@ -40,12 +39,12 @@ async def test_requests_share_at_most_one_lane_per_slot_and_each_gets_its_own_an
         async with ServiceClient(sb.base_url, SECRET_KEY, ledger, max_in_flight=3) as client:
             requests = [PageRequest(t, PINS, PINS, (("query", t),), 0, 1) for t in topics]
             answers = await asyncio.gather(*(client.get(r) for r in requests))
-            lanes = len(client._lanes)
+            lanes = client.connections
             again = await client.get(requests[0])  # a lane is reused, not added
-            assert len(client._lanes) == lanes
+            assert client.connections == lanes
         expected = {t: _pins(sb.base_url, t) for t in topics}
         assert 1 <= lanes <= 3
-        assert all(lane.is_closed for lane in client._lanes._all)
+        assert client.connections == 0  # closed with the client
     assert [a.status_code for a in answers] == [200] * len(topics)
     # each answer is its own query's: the sandbox serves each search term its own pins
     assert [_ids(a.body) for a in answers] == [expected[t] for t in topics]

@@ -1,4 +1,4 @@
-"""True types (#39): a published time is a TIMESTAMPTZ beside its relative text, a price an exact DECIMAL beside its
+"""True types: a published time is a TIMESTAMPTZ beside its relative text, a price an exact DECIMAL beside its
 currency; a value that does not fit is a counted misfit, never a crash; and a database or Parquet an older
 harvest wrote with the old types (VARCHAR times, DOUBLE prices) is brought to them without losing a value.
 
@@ -31,10 +31,10 @@ from harvest.flows.spec import UsageError, load_spec
 from harvest.tasks.database.column_comments import column_comment
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.parquet_sink import MultiTableSink
+from tests.endpoints import SHOP, VIDEO_SEARCH
 from tests.flow_helpers import write_spec
 from tests.landing_helpers import Kind, load_tables
 
-SHOP, SEARCH = "/v1/short-video/shop/products", "/v1/video-platform/search"
 COMMENTS, PRODUCTS = "video_platform_comments", "short_video_products"
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 
@@ -76,7 +76,7 @@ def test_a_page_of_prices_and_times_lands_true_types_and_counts_what_does_not_fi
         },  # ISO-looking
         {"id": "c", "publishedTime": "3 days ago"},
     ]
-    page = extraction.convert_page(catalog.get(SEARCH).kinds, {"videos": videos}, {})
+    page = extraction.convert_page(catalog.get(VIDEO_SEARCH).kinds, {"videos": videos}, {})
     table, report = page.tables["video_platform_videos"], page.report.tables["video_platform_videos"]
     assert table.column("created_at").to_pylist() == [
         dt.datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=dt.UTC),
@@ -89,7 +89,7 @@ def test_a_page_of_prices_and_times_lands_true_types_and_counts_what_does_not_fi
 
 # ---------------------------------------------------------------------------- what an older harvest left
 def older(table: str, **types: pa.DataType) -> Kind:
-    """The kind as the catalog typed it before #39: other types, no `created_at_text`, no descriptions."""
+    """The kind as an older catalog typed it: other types, no `created_at_text`, no descriptions."""
     schema = catalog.all_kinds()[table].schema
     fields = [pa.field(f.name, types.get(f.name, f.type)) for f in schema if f.name != "created_at_text"]
     return Kind(table, catalog.all_kinds()[table].primary_key, pa.schema(fields))
@@ -302,7 +302,7 @@ TIMED = (
 
 
 def as_an_older_harvest_left_it(output: Path) -> None:
-    """The landed demo as harvest before #39 wrote it, in DuckDB and in the run's Parquet: `created_at` the
+    """The landed demo as an older harvest wrote it, in DuckDB and in the run's Parquet: `created_at` the
     service's ISO text, `price_amount` a DOUBLE, no `created_at_text`, no column comments, no child tables
     (nor their Parquet). Plus rows no later run fetches again (an item gone from the service): one whose time does
     not parse ("yesterday")."""
@@ -344,7 +344,7 @@ def as_an_older_harvest_left_it(output: Path) -> None:
 def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_true_types(
     prefect_harness: None, tmp_path: Path
 ) -> None:
-    """The upgrade as a user meets it: a demo landed by harvest before #39, the next run on the same output, then
+    """The upgrade as a user meets it: a demo landed by an older harvest, the next run on the same output, then
     an export. No row is lost, the types are true and every column is described."""
     from deltalake import DeltaTable
     from typer.testing import CliRunner

@@ -37,11 +37,11 @@ from tests.crawl_helpers import (
     run_query,
 )
 from tests.declaring_helpers import Variant, aliased, variants
+from tests.endpoints import PINS
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
 Factory = Callable[..., RunningSandbox]
-PINS = "/v1/pinboard/search"
 ENDPOINTS = catalog.endpoints()
 
 
@@ -95,7 +95,7 @@ async def test_zero_budget_sends_nothing(sandbox_factory: Factory) -> None:
 @pytest.mark.parametrize("pins", variants(PINS))
 @pytest.mark.parametrize(("budget", "cost"), [(7, 1), (8, 1), (11, 2)])
 async def test_breadth_first_shares_a_short_budget_fairly(budget: int, cost: int, pins: Variant) -> None:
-    """The same for pins a job declares (#38), its price a job's `costs:` override."""
+    """The same for pins a job declares, its price a job's `costs:` override."""
     with aliased(SandboxConfig(), pages=(5, 5), page_size=4, costs={PINS: cost}) as sb:
         endpoint = pins.endpoint({pins.path: cost})
         queries = [(f"q{i}", endpoint, {"query": f"topic {i}"}) for i in range(3)]

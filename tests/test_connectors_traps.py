@@ -59,7 +59,7 @@ PAGED: dict[str, dict[str, Any]] = {
 
 
 """The hand-picked queries above spring the traps that need a known answer; every other paged endpoint of the
-catalog (#45: each service endpoint a built-in) is asked with the parameters its declaration requires."""
+catalog (each service endpoint a built-in) is asked with the parameters its declaration requires."""
 CATALOG_PAGED: dict[str, dict[str, Any]] = {
     path: PAGED.get(path) or request_of(path) for path, e in ENDPOINTS.items() if not e.paging.single
 }
@@ -97,7 +97,7 @@ async def test_misspelled_cursor_stops_as_a_loop_after_two_requests(
     run = await run_query(sb, endpoint, params, ledger=ledger)
 
     entries = query_entries(sb, endpoint, params)
-    follow = endpoint.paging.follow  # a thread's follow-up pages (#44) are other pages, asked in between
+    follow = endpoint.paging.follow  # a thread's follow-up pages are other pages, asked in between
     listing = [e for e in entries if not (follow and follow.param in e.params)]
     assert run.outcome.status == "loop_detected"
     assert "already used" in (run.outcome.error or "")

@@ -22,12 +22,10 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, scalar, write_spec
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 TOPICS = ["oak", "elm", "ash", "fir"]
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 9), CREATIVE: (2, 2)}, page_size=4
@@ -39,19 +37,12 @@ pytestmark = pytest.mark.usefixtures("api_key")  # harvest's key in the environm
 
 
 def job(base_url: str, output: Path, runner: dict[str, Any], credits: int = 1000) -> dict[str, Any]:
-    return {
-        "name": "dask-job",
-        "service": {"base_url": base_url},
-        "budget": {"credits": credits},
-        "concurrency": 4,
-        "output": str(output),
-        "runner": runner,
-        "queries": [
-            {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks", "limit": 5}},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+        {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks", "limit": 5}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    return job_spec(base_url, output, queries, name="dask-job", credits=credits, concurrency=4, runner=runner)
 
 
 def table(db: Path, name: str) -> list[tuple[Any, ...]]:
@@ -91,7 +82,7 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     prefect_harness: None, tmp_path: Path, pins: Variant
 ) -> None:
-    """The same when the pins are an endpoint the job declares (#38): Dask workers build it from the run."""
+    """The same when the pins are an endpoint the job declares: Dask workers build it from the run."""
     budget, round_pages = 13, 5
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
     spec = pins.spec(
@@ -179,7 +170,7 @@ def keyless_cluster(prefect_api_url: str, tmp_path: Path) -> Iterator[str]:
 def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothing(
     keyless_cluster: str, tmp_path: Path
 ) -> None:
-    """The flow has the key, its workers do not (#36): every round of the first grant fails before sending
+    """The flow has the key, its workers do not: every round of the first grant fails before sending
     anything. The run stops there with one message naming what is missing, and nothing is counted as spent."""
     spec = job("", tmp_path / "out", {"kind": "dask", "address": keyless_cluster, "round_pages": 2})
     spec["queries"] = spec["queries"][:1]
@@ -197,12 +188,12 @@ def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothi
 
 
 def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
-    """#46: a round's grants (what the flow's ledger reserves for a worker) stay within each fan-out's
+    """A round's grants (what the flow's ledger reserves for a worker) stay within each fan-out's
     `max_credits_total` as the ledger reports it, one page at a time to the query with the fewest pages."""
     from harvest.connectors.paging.pager import QuerySpec
     from harvest.flows.run.dask.grants import Running, allocate
 
-    running = [Running(QuerySpec(f"c[n={n}]", DETAIL, {}), cost=2, pages=n % 2) for n in range(4)]
+    running = [Running(QuerySpec(f"c[n={n}]", CREATIVE_DETAIL, {}), cost=2, pages=n % 2) for n in range(4)]
     running.append(Running(QuerySpec("pins", PINS, {}), cost=1))
     left = {"c[n=0]": 7, "c[n=1]": 7, "c[n=2]": 7, "c[n=3]": 7}
     grants = allocate(running, free=100, round_pages=3, fanout_left=left.get)

@@ -28,11 +28,13 @@ import pytest
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import CREATIVE, PINS, PROFILE, REELS
 from tests.flow_helpers import (
     BIG_BALANCE,
     ROOT,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     run_flow,
     scalar,
@@ -44,7 +46,6 @@ from tests.sandbox_gate import WAIT, GatedSandbox, gated, settle
 from tests.test_dask_runner import CONFIG, RECORD_TABLES, job, paid, table
 
 BUCKET = "stage"
-PINS, CREATIVE = "/v1/pinboard/search", "/v1/creative/materials"
 CREATIVE_PARAMS = {"query": "desks", "limit": 5}
 NOBODY = 65534
 SLOW = SandboxConfig(
@@ -457,8 +458,6 @@ def test_a_staging_store_that_fails_stops_the_run_before_a_credit_is_spent(
     assert SECRET_KEY not in str(summary.machine_fault) and "testing" not in str(summary.machine_fault)
 
 
-PROFILE = "/v3/short-video/profile/videos"
-REELS = "/v1/photo-app/user/reels"
 NEWEST_FIRST = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (6, 6), REELS: (6, 6)}, page_size=5
 )
@@ -466,14 +465,11 @@ INCREMENTAL_TABLES = ("short_video_videos", "photo_app_reels")
 
 
 def incremental_job(base_url: str, output: Path, runner: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": "nightly", "service": {"base_url": base_url}, "budget": {"credits": 1000}, "concurrency": 4,
-        "output": str(output), "runner": runner,
-        "queries": [
-            {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa", "sort_by": "latest"}, "incremental": True},
-            {"id": "reels", "endpoint": REELS, "params": {"handle": "nasa"}, "incremental": True},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa", "sort_by": "latest"}, "incremental": True},
+        {"id": "reels", "endpoint": REELS, "params": {"handle": "nasa"}, "incremental": True},
+    ]  # fmt: skip
+    return job_spec(base_url, output, queries, name="nightly", credits=1000, concurrency=4, runner=runner)
 
 
 def nights_of(tmp_path: Path, output: Path, runner: dict[str, Any]) -> list[tuple[int, int, list[str]]]:

@@ -1,4 +1,4 @@
-"""A job declares the endpoints it needs (#38): one harvest has never seen validates, plans at its price (a
+"""A job declares the endpoints it needs: one harvest has never seen validates, plans at its price (a
 priced parameter too: an imagined ad archive's ads cost 25 credits with `get_ad_details=true`), is listed beside
 the built-in ones, its price holds the budget, its table lands and is known after the run without the spec (load, rebuild,
 export, the history views); a bad declaration is refused naming its file, line, field and what is allowed,
@@ -10,7 +10,6 @@ Runs against the sandbox over HTTP serve a declared copy of pin search at the bu
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -27,17 +26,14 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
-from tests.declaring_helpers import PINS, aliased, declared, declared_copy
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, rows, scalar, write_spec
+from tests.declaring_helpers import aliased, declared, declared_copy
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, job_spec, rows, scalar, write_spec
 
 CATALOG = Path(__file__).parent / "data" / "declared" / "never-seen.yaml"
 ADS = "/v1/ad-archive/company/ads"
 DECLARED_PINS = "/v1/declared/pins"
 runner = CliRunner()
-needs_declared_sandbox = pytest.mark.skipif(
-    "declared" not in {f.name for f in dataclasses.fields(SandboxConfig)},
-    reason="the sandbox serves declared endpoints from the sandbox branch of #38 on",
-)
 
 
 def ads_spec(tmp_path: Path, **more: Any) -> Path:
@@ -99,16 +95,14 @@ def priced_pins(tmp_path: Path, base_url: str, budget: int) -> Path:
     """The declared pin search, `trim: true` priced at 3 credits (its price when not trimmed stays 1)."""
     copy = declared_copy(DECLARED_PINS)
     copy["price"] = {"credits": 1, "when": [{"param": "trim", "value": True, "credits": 3}]}
-    spec = {
-        "name": "priced",
-        "service": {"base_url": base_url},
-        "budget": {"credits": budget},
-        "output": str(tmp_path / "out"),
-        "endpoints": {DECLARED_PINS: copy},
-        "queries": [
-            {"id": "pins", "endpoint": DECLARED_PINS, "params": {"query": "desk lamps", "trim": True}}
-        ],
-    }
+    spec = job_spec(
+        base_url,
+        tmp_path / "out",
+        [{"id": "pins", "endpoint": DECLARED_PINS, "params": {"query": "desk lamps", "trim": True}}],
+        name="priced",
+        credits=budget,
+        endpoints={DECLARED_PINS: copy},
+    )
     tmp_path.mkdir(exist_ok=True)
     return write_spec(tmp_path, spec)
 
@@ -143,8 +137,7 @@ def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
     params = {"query": "oak desk"}
     with aliased(config) as sb:
         spec = variant.spec(
-            {"name": "declared", "service": {"base_url": sb.base_url}, "budget": {"credits": 100},
-             "output": str(output), "queries": [{"id": "pins", "endpoint": DECLARED_PINS, "params": params}]}
+            job_spec(sb.base_url, output, [{"id": "pins", "endpoint": DECLARED_PINS, "params": params}], name="declared")
         )  # fmt: skip
         result = runner.invoke(app, ["run", str(write_spec(tmp_path, spec))])
         assert result.exit_code == 0, result.output
@@ -244,7 +237,7 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a one_of of no parameter", ADS, _with(("one_of",), [["domain", "company"]]),
      'endpoints["/v1/ad-archive/company/ads"].one_of[0][1]', "'company' is not a parameter",
      "domain, advertiser_id, topic"),
-    # child tables (#39)
+    # child tables
     ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',
      "'position' is a column of every row of ad_archive_ad_regions already", "a name other than position, parent_creative_id"),
@@ -308,7 +301,6 @@ def test_an_inline_declaration_is_checked_in_the_spec_and_a_missing_catalog_name
 
 
 # ---------------------------------------------------------------------------------------------- on the sandbox
-@needs_declared_sandbox
 def test_a_never_seen_endpoint_runs_end_to_end_on_the_embedded_sandbox_at_its_price(
     prefect_harness: None, tmp_path: Path
 ) -> None:

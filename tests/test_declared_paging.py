@@ -1,4 +1,4 @@
-"""Paging the service really uses, declared (#44): page numbers the client counts, POST with every parameter
+"""Paging the service really uses, declared: page numbers the client counts, POST with every parameter
 (the cursor too) in a JSON body, and follow-up cursors per comment thread. Each runs harvest's pager, client and
 ledger against the sandbox over HTTP, which serves the endpoints from their declarations alone
 (`tests/data/declared/surface-requests.yaml`); the sandbox's own crawl says what a full crawl holds, its ledger

@@ -1,4 +1,4 @@
-"""Prices by outcome and rules between parameters, declared (#44): a rule without `value` (whenever a parameter
+"""Prices by outcome and rules between parameters, declared: a rule without `value` (whenever a parameter
 is set) and `least` (what an answer may bill: a cached one 0); `exactly_one_of`, `requires` and `excludes`. The
 reservation holds the most a request can cost and settles on the answer's `credits_charged`; `harvest plan` shows
 the range; a broken rule is refused before anything is sent (file, line, field, what is allowed), and the

@@ -22,11 +22,9 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.raw_store import RawPageReader
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FEED, PINS, PROFILE
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, run_flow, scalar
 
-FEED = "/v1/microblog-b/user/posts"
-PROFILE = "/v3/short-video/profile/videos"
-PINS = "/v1/pinboard/search"
 FEED_PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
 

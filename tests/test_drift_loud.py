@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silent, for the shapes that used to slip through: values no naive conversion survives,
+"""Nothing lost, nothing silent, for the shapes a naive reader lets slip through: values no naive conversion survives,
 a renamed secondary list, a list turned object or null, empty keys, and errors nobody foresaw.
 
 Each test runs the real flow over HTTP against a sandbox serving the changed shape, and checks what a user
@@ -29,6 +29,7 @@ from harvest.sandbox.expected import crawl, full_crawl
 from harvest.sandbox.wire.serving import running
 from harvest.tasks import landing as collect
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FEED, FORUM, PINS, VIDEO_SEARCH
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -40,10 +41,6 @@ from tests.flow_helpers import (
     table_counts,
 )
 
-FEED = "/v1/microblog-b/user/posts"
-FORUM = "/v1/forum/subreddit/search"
-VIDEOS = "/v1/video-platform/search"
-PINS = "/v1/pinboard/search"
 FEED_PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
 
@@ -142,7 +139,7 @@ def test_values_no_naive_conversion_survives_are_null_counted_and_kept(
 
 
 def _break_second_call(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
-    """The second call breaks; `to_arrow`'s calls for a child table's items (#39) are not counted: the second
+    """The second call breaks; `to_arrow`'s calls for a child table's items are not counted: the second
     call is the second page's."""
     real, calls = getattr(module, name), []
 
@@ -189,7 +186,7 @@ def test_an_unforeseen_error_keeps_the_paid_page_and_nothing_is_paid_twice(
 
 def test_a_renamed_secondary_list_is_drift_said_once_per_query(prefect_harness: None, tmp_path: Path) -> None:
     config = sandbox(SHAPES["renamed-secondary"].drift)
-    videos = {"id": "videos", "endpoint": VIDEOS, "params": {"query": "marathon"}}
+    videos = {"id": "videos", "endpoint": VIDEO_SEARCH, "params": {"query": "marathon"}}
     with running(config) as sb:
         spec = one_query(tmp_path, sb.base_url, FORUM, {"subreddit": "running", "sort": "top"}, videos)
         result = runner.invoke(app, ["run", str(spec)])
@@ -208,7 +205,7 @@ def test_a_renamed_secondary_list_is_drift_said_once_per_query(prefect_harness: 
     ):
         for part in (table, f"{table}: {where}", f"`{now}` holds", '"id"', "raw store", "harvest rebuild"):
             assert part in line, (part, line)
-    assert FORUM in forum and VIDEOS in video
+    assert FORUM in forum and VIDEO_SEARCH in video
     landed = table_counts(db)
     assert landed.get("forum_comments", 0) == 0 < landed["forum_posts"]
     assert b'"replies"' in raw_pages(tmp_path)[0].body
@@ -218,9 +215,11 @@ def test_lists_the_service_leaves_out_stay_quiet(prefect_harness: None, tmp_path
     config = sandbox(SHAPES["omitted-lists"].drift)
     forum_params = {"subreddit": "running", "sort": "hot"}  # a hot sort has no comments: never sent
     video_params = {"query": "marathon"}
-    served = [set(p.body) for q in ((FORUM, forum_params), (VIDEOS, video_params)) for p in crawl(*q, config)]
+    served = [
+        set(p.body) for q in ((FORUM, forum_params), (VIDEO_SEARCH, video_params)) for p in crawl(*q, config)
+    ]
     assert any("comments" not in keys for keys in served) and any("lives" not in keys for keys in served)
-    videos = {"id": "videos", "endpoint": VIDEOS, "params": video_params}
+    videos = {"id": "videos", "endpoint": VIDEO_SEARCH, "params": video_params}
     with running(config) as sb:
         result = runner.invoke(
             app, ["run", str(one_query(tmp_path, sb.base_url, FORUM, forum_params, videos))]
@@ -230,7 +229,10 @@ def test_lists_the_service_leaves_out_stay_quiet(prefect_harness: None, tmp_path
     db = tmp_path / "out" / "harvest.duckdb"
     assert rows(db, "SELECT status, lists_missing FROM query_state") == [("complete", 0)] * 2
     landed = table_counts(db)
-    for path, params, prefix in ((FORUM, forum_params, "forum_"), (VIDEOS, video_params, "video_platform_")):
+    for path, params, prefix in (
+        (FORUM, forum_params, "forum_"),
+        (VIDEO_SEARCH, video_params, "video_platform_"),
+    ):
         for kind, records in full_crawl(path, params, config).items():
             assert landed.get(prefix + kind, 0) == len(records), kind
 

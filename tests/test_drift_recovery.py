@@ -22,9 +22,9 @@ from harvest.sandbox.drift_shapes import SHAPES
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FEED
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
 
-FEED = "/v1/microblog-b/user/posts"
 PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
 

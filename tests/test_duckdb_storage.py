@@ -25,16 +25,14 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.database.load_settings import DEFAULT_STORAGE_VERSION
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, run_flow, write_spec
+from tests.endpoints import PROFILE, SHOP, VIDEO_SEARCH
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, run_flow, write_spec
 from tests.spec_texts import VALID
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "tests" / "duckdb-1x-requirements.txt"
 WHEELS = ROOT / ".venv" / "duckdb-1x"
 UV = ROOT / ".venv" / "bin" / "uv"
-PROFILE = "/v3/short-video/profile/videos"
-SHOP = "/v1/short-video/shop/products"
-SEARCH = "/v1/video-platform/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 3))
 runner = CliRunner()
 
@@ -100,17 +98,17 @@ def version_of(python: Path) -> str:
 
 
 def job(sb: RunningSandbox, output: Path) -> dict[str, Any]:
-    return {
-        "name": "analysts",
-        "service": {"base_url": sb.base_url},
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [
+    return job_spec(
+        sb.base_url,
+        output,
+        [
             {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": ["nasa", "esa"]}},
-            {"id": "search", "endpoint": SEARCH, "params": {"query": "marathon training"}},
+            {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "marathon training"}},
             {"id": "shop", "endpoint": SHOP, "params": {"url": "https://short-video.example/shop/acme"}},
         ],
-    }
+        name="analysts",
+        credits=1000,
+    )
 
 
 @pytest.fixture
@@ -134,7 +132,7 @@ def test_a_landed_file_opens_in_duckdb_1x_after_a_run_and_after_a_merge(
         "primary key: aweme_id; fetched for: user_handle (the request's handle)",
     ] in first["comments"]
     assert ["short_video_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
-    # #39's types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
+    # true types and column comments, as DuckDB 1.x reads them: an exact price, a true time, every column said
     assert ["short_video_products", "price_amount", "DECIMAL(18,4)"] in first["types"]
     assert ["video_platform_videos", "created_at", "TIMESTAMP WITH TIME ZONE"] in first["types"]
     assert first["prices"] and all(amount.count(".") == 1 for _, amount, _ in first["prices"])

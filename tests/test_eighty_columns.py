@@ -14,7 +14,8 @@ import pytest
 from rich.cells import cell_len
 
 from harvest.flows.cli import app
-from tests.flow_helpers import ROOT, write_spec
+from tests.endpoints import PROFILE
+from tests.flow_helpers import ROOT, job_spec, write_spec
 from tests.process_helpers import FINISH_TIMEOUT
 from tests.test_printed_commands import clean_env, user_dir
 
@@ -65,14 +66,8 @@ def printed(proc: subprocess.Popen[str]) -> tuple[int, str]:
 def test_what_a_user_runs_on_an_80_column_terminal_fits_it(prefect_api_url: str, tmp_path: Path) -> None:
     cwd, home = user_dir(tmp_path, prefect_api_url)
     (cwd / "typos.yaml").write_text(BAD_SPEC)
-    long_ids = {"id": "videos", "endpoint": "/v3/short-video/profile/videos", "for_each": {"handle": HANDLES}}
-    job = {
-        "name": "long-ids",
-        "service": {"base_url": "sandbox"},
-        "budget": {"credits": 100},
-        "queries": [long_ids],
-    }
-    write_spec(cwd, {**job, "output": "out"})
+    long_ids = {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": HANDLES}}
+    write_spec(cwd, job_spec("sandbox", "out", [long_ids], name="long-ids"))
     demo = str(ROOT / "configs" / "demo.yaml")
     helps = [
         (),

@@ -32,30 +32,16 @@ from harvest.sandbox.drift_shapes import SHAPES
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.endpoints import TWEETS, VIDEO_SEARCH
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
-SEARCH = "/v1/video-platform/search"
-TWEETS = "/v1/microblog-a/community/tweets"
 runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-
-
-def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]) -> Path:
-    return write_spec(
-        tmp_path,
-        {
-            "name": "renamed",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "q", "endpoint": endpoint, "params": params}],
-        },
-    )
 
 
 def pasted(spec: Path, stderr: str) -> dict[str, Any]:
@@ -76,9 +62,9 @@ def test_a_renamed_field_is_named_with_its_override_and_the_override_fills_the_c
         api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 2), page_size=5, drift=SHAPES["renamed-field"].drift
     )
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
-    crawled = full_crawl(SEARCH, params, config)
+    crawled = full_crawl(VIDEO_SEARCH, params, config)
     with running(config) as sb:
-        spec = spec_of(tmp_path, sb.base_url, SEARCH, params)
+        spec = one_query(tmp_path, sb.base_url, VIDEO_SEARCH, params, name="renamed")
         result = runner.invoke(app, ["run", str(spec)])
         assert result.exit_code == 0, result.output  # nothing was lost: the run says so, it does not fail
         assert rows(db, "SELECT status, columns_empty FROM query_state") == [("complete", 2)]
@@ -92,7 +78,7 @@ def test_a_renamed_field_is_named_with_its_override_and_the_override_fills_the_c
         )
         shapes = pasted(spec, result.stderr)
         assert shapes == {
-            SEARCH: {
+            VIDEO_SEARCH: {
                 "video_platform_shorts": {"fields": {"view_count": "viewCount"}},
                 "video_platform_videos": {"fields": {"view_count": "viewCount"}},
             }
@@ -115,7 +101,7 @@ def test_records_that_arrive_wrapped_stop_with_the_records_override_that_reads_t
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
     tweets = full_crawl(TWEETS, params, config)["tweets"]
     with running(config) as sb:
-        spec = spec_of(tmp_path, sb.base_url, TWEETS, params)
+        spec = one_query(tmp_path, sb.base_url, TWEETS, params, name="renamed")
         result = runner.invoke(app, ["run", str(spec)])
         assert result.exit_code == 1, result.output
         assert "record(s) without their primary key (id)" in result.stderr
@@ -191,7 +177,7 @@ def test_a_field_the_service_leaves_out_is_no_rename() -> None:
         {"id": "1", "url": "u", "images": {"orig": {"url": "i"}}, "node_id": "n", "auto_alt_text": "a"}
     ]
     assert _empty(pins, trimmed) == {}
-    videos = kind_of(SEARCH, "video_platform_videos")
+    videos = kind_of(VIDEO_SEARCH, "video_platform_videos")
     assert _empty(videos, [{"id": "v", "viewCountInt": None, "viewCount": 5}]) == {}
     assert _empty(videos, [{"id": "v", "viewCount": 5, "plays": 3}]) == {"view_count": ["viewCount"]}
 

@@ -65,7 +65,7 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
     assert _asked(db, "/v1/search-engine/company/ads", "advertiser_id") == advertisers
     assert _column(db, "search_engine_ads", "advertiser_id") == advertisers
     assert 0 < summary.credits_spent <= 300
-    # a child table (#39): each video's "watch next" list as rows, typed, joined on the record's key,
+    # a child table: each video's "watch next" list as rows, typed, joined on the record's key,
     # the items of its JSON at their positions
     watch_next = rows(
         db,

@@ -227,7 +227,7 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
 
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     output, lake = tmp_path / "out", tmp_path / "lake"
-    real_copy = harvest.flows.handoff.export._copy_run
+    real_copy = harvest.flows.handoff.export._copy_run  # Ctrl-C mid-copy: no public call stops there
 
     def copy(*args: Any, **kwargs: Any) -> Any:
         for _ in range(signals):

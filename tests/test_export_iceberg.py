@@ -171,7 +171,7 @@ def test_a_column_the_catalog_gained_appears_in_the_table(nights: Nights, tmp_pa
     fmt = IcebergFormat(str(lake), nights.layout)
     videos = next(lo for lo in record_loads(nights.layout, [nights.first]) if lo.name == "short_video_videos")
     fmt.merge(videos)
-    # a column the catalog does not have yet (#45 gave the videos `region`)
+    # a column the catalog does not have (the videos have `region`, not this)
     assert "audience_region" not in videos.schema.names
     grown = videos.schema.append(pa.field("audience_region", pa.string()))
 

@@ -13,11 +13,10 @@ from harvest.connectors.catalog.job_catalog import builtin_declarations
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, write_spec
+from tests.endpoints import COMMENT_REPLIES, VIDEO_COMMENTS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, write_spec
 from tests.process_helpers import finish, start_run
 
-COMMENTS = "/v1/video-platform/video/comments"
-REPLIES = "/v1/video-platform/video/comment/replies"
 PARAMS = {"url": "https://www.video-platform.example/watch?v=Y2Ah_DFr8cw", "order": "top"}
 CAP = 6
 
@@ -26,27 +25,24 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
     prefect_api_url: str, tmp_path: Path
 ) -> None:
     config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={COMMENTS: (1, 1), REPLIES: (3, 3)}, page_size_by_path={COMMENTS: 24},
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={VIDEO_COMMENTS: (1, 1), COMMENT_REPLIES: (3, 3)}, page_size_by_path={VIDEO_COMMENTS: 24},
         fault_rate=0.25, fault_kinds=[FaultKind.SERVER_ERROR], seed=3, catalog=builtin_declarations(),
     )  # fmt: skip
     output = tmp_path / "out"
     with running(config) as sb:
+        queries = [
+            {"id": "comments", "endpoint": VIDEO_COMMENTS, "params": PARAMS},
+            {
+                "id": "replies", "endpoint": COMMENT_REPLIES, "max_credits_total": CAP,
+                "for_each": {"continuationToken": {"from": "comments", "field": "replies_token"}},
+            },
+        ]  # fmt: skip
         spec = write_spec(
             tmp_path,
-            {
-                "name": "capped",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 1000, "unstarted_exit_code": 3},
-                "concurrency": 2,  # dependents in line: 4 at a time, fewer than the cap
-                "output": str(output),
-                "queries": [
-                    {"id": "comments", "endpoint": COMMENTS, "params": PARAMS},
-                    {
-                        "id": "replies", "endpoint": REPLIES, "max_credits_total": CAP,
-                        "for_each": {"continuationToken": {"from": "comments", "field": "replies_token"}},
-                    },
-                ],
-            },
+            job_spec(
+                sb.base_url, output, queries, name="capped", credits=1000, budget={"unstarted_exit_code": 3},
+                concurrency=2,  # dependents in line: 4 at a time, fewer than the cap
+            ),
         )  # fmt: skip
         # `harvest run SPEC` as cron or a terminal of 80 columns runs it (rich takes TTY_COMPATIBLE for a tty)
         terminal = {"TTY_COMPATIBLE": "1", "NO_COLOR": "1", "COLUMNS": "80"}
@@ -63,7 +59,7 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
     )
     assert faults, "the fault schedule sent no 5xx: the retries went untested"
     # the service's own bill and harvest's count of the fan-out: exactly its cap, never past it
-    assert billed[REPLIES] == CAP == sum(credits for _, _, _, credits in states)
+    assert billed[COMMENT_REPLIES] == CAP == sum(credits for _, _, _, credits in states)
     # breadth-first inside the fan-out: one page each for as many as the cap pays, none a second
     assert len(states) == len(threads) and Counter(pages for _, _, pages, _ in states) == {
         1: CAP,

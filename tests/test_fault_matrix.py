@@ -17,10 +17,12 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.billing import LedgerEntry
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FEED, PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -29,8 +31,6 @@ from tests.flow_helpers import (
 )
 from tests.sandbox_gate import settle
 
-PINS = "/v1/pinboard/search"
-FEED = "/v1/microblog-b/user/posts"
 TOPICS = [f"topic {c}" for c in "abcdefgh"]
 BUDGET = 1000
 BASE = SandboxConfig(
@@ -43,17 +43,14 @@ pytestmark = pytest.mark.usefixtures("api_key")  # harvest's key in the environm
 
 
 def spec(tmp_path: Path, sb: RunningSandbox, topics: list[str] = TOPICS, **service: Any) -> Path:
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}]
     return write_spec(
         tmp_path,
-        {
-            "name": "matrix",
-            "service": {"base_url": sb.base_url, "timeout_seconds": 0.5, "attempts": 10, **service},
-            "budget": {"credits": BUDGET},
-            "concurrency": 8,
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}],
-        },
-    )
+        job_spec(
+            sb.base_url, tmp_path / "out", queries, name="matrix", credits=BUDGET, concurrency=8,
+            service={"timeout_seconds": 0.5, "attempts": 10, **service},
+        ),
+    )  # fmt: skip
 
 
 def expected_pins(config: SandboxConfig, topics: list[str] = TOPICS) -> set[tuple[Any, ...]]:
@@ -264,17 +261,14 @@ def test_drifted_feed_items_at_scale(prefect_harness: None, tmp_path: Path) -> N
     config = BASE.replace(drift=Drift(wrapped_feed=0.5), fault_rate=0.05, seed=3)
     handles = [f"u{i}.example" for i in range(4)]
     with running(config) as sb:
+        queries = [{"id": "feed", "endpoint": FEED, "for_each": {"handle": handles}}]
         path = write_spec(
             tmp_path,
-            {
-                "name": "matrix-feed",
-                "service": {"base_url": sb.base_url, "timeout_seconds": 0.5, "attempts": 10},
-                "budget": {"credits": BUDGET},
-                "concurrency": 8,
-                "output": str(tmp_path / "out"),
-                "queries": [{"id": "feed", "endpoint": FEED, "for_each": {"handle": handles}}],
-            },
-        )
+            job_spec(
+                sb.base_url, tmp_path / "out", queries, name="matrix-feed", credits=BUDGET, concurrency=8,
+                service={"timeout_seconds": 0.5, "attempts": 10},
+            ),
+        )  # fmt: skip
         summary = run_flow(path)
     want = {p["uri"] for h in handles for p in full_crawl(FEED, {"handle": h}, config)["posts"]}
     db = tmp_path / "out" / "harvest.duckdb"

@@ -30,6 +30,7 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.raw_store import iter_raw_pages
 from tests.crawl_helpers import data_entries
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FORUM, PINS, PROFILE, VIDEO_SEARCH
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -38,6 +39,7 @@ from tests.flow_helpers import (
     child_tables,
     expected_keys,
     held_duckdb,
+    job_spec,
     key_set,
     query_pages,
     rows,
@@ -47,13 +49,6 @@ from tests.flow_helpers import (
     table_counts,
     write_spec,
 )
-
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-FORUM = "/v1/forum/subreddit/search"
-VIDEO_SEARCH = "/v1/video-platform/search"
-PROFILE = "/v3/short-video/profile/videos"
-PINS = "/v1/pinboard/search"
 
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 4))
 """Every paged query has 2-4 pages; every quirk of the real service is on."""
@@ -65,13 +60,10 @@ HANDLES = ["nasa", "esa"]
 
 
 def crawl_spec(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "e2e",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "concurrency": 4,
-        "output": str(output),
-        "queries": [
+    return job_spec(
+        base_url,
+        output,
+        [
             {"id": "forum", "endpoint": FORUM, "params": FORUM_PARAMS},
             {"id": "video_search", "endpoint": VIDEO_SEARCH, "params": VIDEO_PARAMS},
             {
@@ -83,11 +75,14 @@ def crawl_spec(base_url: str, output: Path) -> dict[str, Any]:
             {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
             {
                 "id": "creative_detail",
-                "endpoint": DETAIL,
+                "endpoint": CREATIVE_DETAIL,
                 "for_each": {"material_id": {"from": "creatives", "field": "material_id"}},
             },
         ],
-    }
+        name="e2e",
+        credits=1000,
+        concurrency=4,
+    )
 
 
 def material_ids() -> list[str]:
@@ -147,7 +142,7 @@ def test_every_table_holds_exactly_what_a_full_crawl_holds(crawl: Crawl) -> None
     assert crawl.first.status == "complete" and crawl.first.loaded is True
     assert all(q["status"] == "complete" for q in crawl.first.queries), crawl.first.queries
     expected = expected_tables()
-    for path in (FORUM, VIDEO_SEARCH, PROFILE, CREATIVE, DETAIL):
+    for path in (FORUM, VIDEO_SEARCH, PROFILE, CREATIVE, CREATIVE_DETAIL):
         for kind in catalog.get(path).kinds:
             assert kind.table in expected
     # multi-kind endpoints land in all their tables
@@ -179,13 +174,13 @@ def test_the_dependent_query_ran_once_per_distinct_parent_material(crawl: Crawl)
     assert sorted(q for q, _, _ in states) == sorted(f"creative_detail[material_id={m}]" for m in ids)
     assert all(status == "complete" and pages == 1 for _, status, pages in states)
     # the sandbox's own ledger: one detail request per distinct material, each material exactly once ...
-    asked = Counter(e.path_params["material_id"] for e in crawl.ledger_first if e.path == DETAIL)
+    asked = Counter(e.path_params["material_id"] for e in crawl.ledger_first if e.path == CREATIVE_DETAIL)
     assert asked == Counter(ids)
     # ... and the attempt log and raw pages show which: each material exactly once
     calls = rows(
         crawl.db,
         "SELECT query_id, count(*) FROM requests WHERE run_id = ? AND endpoint = ? GROUP BY ALL",
-        [run_id, DETAIL],
+        [run_id, CREATIVE_DETAIL],
     )
     assert dict(calls) == {f"creative_detail[material_id={m}]": 1 for m in ids}
     bodies = [
@@ -374,16 +369,15 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "locked",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 100},
-                "output": str(output),
-                "queries": [
+            job_spec(
+                sb.base_url,
+                output,
+                [
                     {"id": "pins", "endpoint": PINS, "params": {"query": "trail shoes"}},
                     {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}},
                 ],
-            },
+                name="locked",
+            ),
         )
         with held_duckdb(db):
             summary = run_flow(spec)

@@ -19,6 +19,7 @@ from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -47,22 +48,16 @@ def test_faults_do_not_change_what_lands(
     budget = 200
     with running(config) as sb:
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-        spec = write_spec(
-            tmp_path,
-            {
-                "name": "unreliable",
-                # 10 attempts: at a 30% fault rate, 5 (the default) fail a page about once in 400, and the
-                # schedule's order depends on timing, so a run now and then hit it
-                "service": {"base_url": sb.base_url, "attempts": 10},
-                "budget": {"credits": budget},
-                "concurrency": 4,
-                "output": str(tmp_path / "out"),
-                "queries": [
-                    {"id": f"q{i}", "endpoint": path, "params": params}
-                    for i, (path, params) in enumerate(QUERIES)
-                ],
-            },
-        )
+        queries = [
+            {"id": f"q{i}", "endpoint": path, "params": params} for i, (path, params) in enumerate(QUERIES)
+        ]
+        # 10 attempts: at a 30% fault rate, 5 (the default) fail a page about once in 400, and the schedule's
+        # order depends on timing, so a run with 5 hits it now and then
+        job = job_spec(
+            sb.base_url, tmp_path / "out", queries, name="unreliable", credits=budget, service={"attempts": 10},
+            concurrency=4,
+        )  # fmt: skip
+        spec = write_spec(tmp_path, job)
         summary = run_flow(spec)
         billed = sb.billed_total()
         faults = sum(e.fault is not None for e in sb.ledger)

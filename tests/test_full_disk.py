@@ -28,18 +28,20 @@ from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.wire.billing import LedgerEntry
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
     ROOT,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     subprocess_env,
+    write_spec,
 )
 
-PINS = "/v1/pinboard/search"
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
 DISK_MB = 64
@@ -75,21 +77,18 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def spec(path: Path, base_url: str, output: Path, topics: list[str] = TOPICS, **more: Any) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "filling",
-                "service": {"base_url": base_url},
-                "budget": {"credits": 10_000},
-                "concurrency": CONCURRENCY,
-                "min_free_mb": 0,
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}],
-                **more,
-            }
-        )
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}]
+    job = job_spec(
+        base_url,
+        output,
+        queries,
+        name="filling",
+        credits=10_000,
+        concurrency=CONCURRENCY,
+        min_free_mb=0,
+        **more,
     )
-    return path
+    return write_spec(path.parent, job, path.name)
 
 
 def harvest_run(spec_path: Path, tmp_path: Path, api_url: str) -> subprocess.CompletedProcess[str]:
@@ -247,8 +246,8 @@ def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
 ) -> None:
     """Two workers, ten queries in a round: the disk fills while the third and fourth page, and the six tasks
     still queued start on a full disk. Each must see it before it pays, not after: they have ledgers of their
-    own, so the first task's stop does not reach them. Each used to pay one page it could not keep (9 pages
-    paid twice here; before that, the flow failed with a traceback at its journal)."""
+    own, so the first task's stop does not reach them. A task that checked only after paying would pay one page
+    it could not keep (9 pages paid twice here), and one that did not check would fail at its journal."""
     topics = [f"topic {c}" for c in "abcdefghij"]
     output = small_disk / "out"
     with running(CONFIG) as sb:

@@ -19,13 +19,18 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, run_flow, write_spec
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, PROFILE, REELS
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    job_spec,
+    key_set,
+    rows,
+    run_flow,
+    write_spec,
+)
 
-PROFILE = "/v3/short-video/profile/videos"
-REELS = "/v1/photo-app/user/reels"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-FEED = "/v1/microblog-b/user/posts"
 THREAD = "/v1/microblog-b/post"
 NASA = {"handle": "nasa", "sort_by": "latest"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (7, 7)}, page_size=5)
@@ -41,14 +46,7 @@ def job(
 ) -> dict[str, Any]:
     videos = {"id": "videos", "endpoint": variant.path, "params": NASA, "incremental": True}
     return variant.spec(
-        {
-            "name": "incremental",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 1000},
-            "concurrency": 3,
-            "output": str(output),
-            "queries": queries or [videos],
-        }
+        job_spec(base_url, output, queries or [videos], name="incremental", credits=1000, concurrency=3)
     )
 
 
@@ -75,7 +73,7 @@ def test_a_budget_stopped_first_pass_is_finished_by_the_next_runs(
 ) -> None:
     """Night 1 pays 2 of 7 pages; nights 2 and 3 each pay one head page (it shows nothing newer) and go on
     where the backfill stopped; night 4, with the history complete, pays one page. The same for the listing
-    declared by a job (#38): incremental holds for a declared newest-first endpoint."""
+    declared by a job: incremental holds for a declared newest-first endpoint."""
     output = tmp_path / "out"
     pages = expected_pages(PROFILE, NASA, CONFIG)
     with aliased(CONFIG) as sb:
@@ -201,7 +199,7 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     )
     queries = [
         {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
-        {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
     ]  # fmt: skip
     output = tmp_path / "out"
     with running(config) as sb:

@@ -44,7 +44,7 @@ def test_each_key_once_with_its_newest_fetch(
         _night(tmp_path / "b.parquet", 3, range(40, 100)),
         _night(tmp_path / "c.parquet", 2, range(50, 70)),  # older than b for the keys they share
     ]
-    got = pa.Table.from_batches(list(table_rows._record_reader(files, KIND.schema, KIND.primary_key)))
+    got = pa.Table.from_batches(list(table_rows.record_reader(files, KIND.schema, KIND.primary_key)))
     assert got.schema == KIND.schema
     rows = {r["aweme_id"]: r["caption"] for r in got.to_pylist()}
     assert got.num_rows == len(rows) == 100, "each key once"
@@ -53,7 +53,7 @@ def test_each_key_once_with_its_newest_fetch(
 
 
 def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
-    """#39: a run landed before `created_at` became a TIMESTAMPTZ (text in its file) exports in today's type;
+    """A run landed before `created_at` became a TIMESTAMPTZ (text in its file) exports in today's type;
     a value that does not convert is NULL (the load's rule; the file and `raw` keep it)."""
     kind = all_kinds()["video_platform_videos"]
     fields = [pa.field(f.name, pa.string()) if f.name == "created_at" else f for f in kind.schema]
@@ -67,7 +67,7 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
     table = pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older)
     pq.write_table(table, tmp_path / "old.parquet")
     got = pa.Table.from_batches(
-        list(table_rows._record_reader([tmp_path / "old.parquet"], kind.schema, ("id",)))
+        list(table_rows.record_reader([tmp_path / "old.parquet"], kind.schema, ("id",)))
     )
     assert got.schema == kind.schema
     assert dict(zip(got.column("id").to_pylist(), got.column("created_at").to_pylist(), strict=True)) == {
@@ -77,7 +77,7 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
 
 
 def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
-    """#39: a video shelf's items landed while their `created_at` was text export in today's type, as the
+    """A video shelf's items landed while their `created_at` was text export in today's type, as the
     parent's rows do; a value that does not convert is NULL."""
     parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
     fetched = datetime(2026, 11, 1, tzinfo=UTC)
@@ -101,7 +101,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(t
         pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older),
         tmp_path / "items.parquet",
     )
-    reader = table_rows._child_reader(
+    reader = table_rows.child_reader(
         child, [tmp_path / "items.parquet"], [tmp_path / "shelves.parquet"], groups=False
     )
     got = pa.Table.from_batches(list(reader), schema=child.schema)

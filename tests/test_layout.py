@@ -154,7 +154,7 @@ def test_docs_point_inside_the_repository(top: str) -> None:
 
 def test_each_endpoint_path_is_written_in_the_catalog_and_the_sandbox_only() -> None:
     """A path changes in two places, never a third: the catalog (`connectors/catalog/endpoints/*.yaml`, what harvest
-    asks) and the sandbox (what it emulates). harvest's code holds no endpoint's path: endpoints are data (#38)."""
+    asks) and the sandbox (what it emulates). harvest's code holds no endpoint's path: endpoints are data."""
     from harvest.connectors.catalog.endpoints import ENDPOINTS
     from harvest.connectors.catalog.job_catalog import builtin_files
 
@@ -187,7 +187,7 @@ def test_the_balance_path_is_written_once_in_harvest_and_once_in_the_sandbox() -
 
 def test_connectors_hold_no_per_endpoint_code() -> None:
     """No endpoint path, and no table of a built-in endpoint, is written in connectors/, tasks/ or flows/: what
-    harvest knows of an endpoint is its declaration (#38)."""
+    harvest knows of an endpoint is its declaration."""
     from harvest.connectors.catalog.endpoints import ENDPOINTS
 
     names = {e.path for e in ENDPOINTS} | {k.table for e in ENDPOINTS for k in e.kinds}

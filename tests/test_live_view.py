@@ -28,7 +28,7 @@ from harvest.flows.console import add_row, table
 from harvest.flows.live_view import LiveView
 from harvest.flows.run.progress import LISTED_WELL, LogLines, RunFacts
 from harvest.sandbox.config import SandboxConfig
-from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, subprocess_env, write_spec
+from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, job_spec, subprocess_env, write_spec
 from tests.process_helpers import finish, start_run
 from tests.sandbox_gate import gated, settle
 from tests.terminal_helpers import Terminal, unwrapped, whole
@@ -239,11 +239,10 @@ def scenario(prefect_api_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     tmp = tmp_path_factory.mktemp("live")
     output = tmp / "out"
     with gated(CONFIG) as sb:
-        spec = write_spec(tmp, {
-            "name": "accounts", "service": {"base_url": sb.base_url}, "budget": {"credits": BUDGET},
-            "concurrency": 4, "output": str(output),
-            "queries": [{"id": "embed", "endpoint": EMBED, "for_each": {"handle": HANDLES}}],
-        })  # fmt: skip
+        queries = [{"id": "embed", "endpoint": EMBED, "for_each": {"handle": HANDLES}}]
+        spec = write_spec(
+            tmp, job_spec(sb.base_url, output, queries, name="accounts", credits=BUDGET, concurrency=4)
+        )
         sb.gate.close_after(FIRST_PAGES)
         first = start_run(spec, tmp, prefect_api_url)
         sb.gate.wait_frozen(first)

@@ -22,10 +22,10 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.database.bookkeeping import ADDED_COLUMNS, BOOKKEEPING_DDL, ensure_bookkeeping
 from harvest.tasks.database.record_tables import duckdb_types, ensure_table
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
 
 runner = CliRunner()
-PINS = "/v1/pinboard/search"
 
 
 def make_db(output: Path, *statements: str) -> Path:
@@ -146,7 +146,8 @@ def test_a_harvest_output_with_a_foreign_table_also_names_rebuild(tmp_path: Path
 def test_the_run_is_refused_before_any_request_and_the_file_is_left_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What used to spend 3 credits and fail at the load with a traceback."""
+    """Refused before any credit is spent: without the check the run spends 3 credits and fails at the load with
+    a traceback."""
     db = make_db(
         tmp_path / "out", "CREATE TABLE pinboard_pins (id INT)", "INSERT INTO pinboard_pins VALUES (7)"
     )

@@ -28,7 +28,8 @@ import yaml
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
-from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, rows, subprocess_env
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, job_spec, rows, subprocess_env
 
 UV = Path(sys.executable).with_name("uv")
 
@@ -49,7 +50,6 @@ def source_copy(target: Path) -> set[str]:
     return files
 
 
-PINS = "/v1/pinboard/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=4)
 
 
@@ -133,13 +133,13 @@ def user_project(root: Path, base_url: str) -> Path:
         (root / package / "__init__.py").write_text(f"OWN = {package!r}\n")
     (root / "flows" / "nightly.py").write_text(PROJECT_FLOW)
     (root / "jobs").mkdir()
-    spec = {
-        "name": "project-pins",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 50},
-        "output": "out/served",
-        "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
-    }
+    spec = job_spec(
+        base_url,
+        "out/served",
+        [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
+        name="project-pins",
+        credits=50,
+    )
     (root / "jobs" / "pins.yaml").write_text(yaml.safe_dump(spec))
     return root
 

@@ -20,10 +20,10 @@ from tests.crawl_helpers import (
     real_retries,  # noqa: F401  (fixture)
     run_query,
 )
+from tests.endpoints import PINS
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
-PINS = "/v1/pinboard/search"
 PARAMS = {"query": "italian pot roast"}
 Factory = Callable[..., RunningSandbox]
 

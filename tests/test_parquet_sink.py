@@ -61,7 +61,7 @@ def test_ten_thousand_pages_stream_into_bounded_row_groups(tmp_path: Path) -> No
     for i in range(10_000):
         # fetch times cross midnight: still one partition (the run's start date)
         w.write(page(VIDEOS, i * 3, 3, STARTED + dt.timedelta(seconds=i)))
-        peak = max(peak, w._buffered_rows)
+        peak = max(peak, w.buffered_rows)
     assert peak < 4096  # memory: never more than one row group buffered
     path = w.close()
     assert path == tmp_path / "parquet" / VIDEOS.table / "date=2026-11-01" / "r1-0000.parquet"

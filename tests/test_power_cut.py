@@ -30,24 +30,24 @@ from harvest.tasks.output.manifest import all_manifests, read_manifest
 from harvest.tasks.output.raw_store import RawPageReader
 from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, rows, write_spec
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, job_spec, key_set, rows, write_spec
 from tests.process_helpers import finish, start_run
 
-PINS = "/v1/pinboard/search"
 TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
 SYNC_THREAD = "sync journal.jsonl"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (5, 5)}, page_size=4)
 
 
 def job(sb: RunningSandbox, output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "service": {"base_url": sb.base_url},
-        "budget": {"credits": 10_000},
-        "concurrency": 2,
-        "output": str(output),
-        "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
-    }
+    return job_spec(
+        sb.base_url,
+        output,
+        [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+        name="nightly",
+        credits=10_000,
+        concurrency=2,
+    )
 
 
 def frame_ends(path: Path) -> list[int]:

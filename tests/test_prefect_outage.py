@@ -26,14 +26,13 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
-from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, subprocess_env, write_spec
+from tests.endpoints import CREATIVE, PINS
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, job_spec, subprocess_env, write_spec
 from tests.net_helpers import CuttableProxy
 from tests.prefect_helpers import flow_run_states, task_runs
 from tests.process_helpers import Watched, finish, start_run
 from tests.sandbox_gate import WAIT, GatedSandbox, gated
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6), CREATIVE: (2, 2)}, page_size=5
 )
@@ -62,16 +61,16 @@ def api(proxy: CuttableProxy) -> str:
 
 
 def job(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly-outage",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [
+    return job_spec(
+        base_url,
+        output,
+        [
             {"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}},
             {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks"}},
         ],
-    }
+        name="nightly-outage",
+        credits=1000,
+    )
 
 
 def lines_running(output: Path, run: Watched) -> None:

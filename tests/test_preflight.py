@@ -139,7 +139,7 @@ def test_an_output_inside_another_jobs_data_is_refused(tmp_path: Path, inside: s
 
 def corrupt(db: Path, how: str) -> None:
     if how == "text":
-        db.write_text("id,body\n1,hello\n")  # what `COPY ... TO 'harvest.duckdb'` used to leave
+        db.write_text("id,body\n1,hello\n")  # what a `COPY ... TO 'harvest.duckdb'` by mistake leaves
     elif how == "truncated":
         con = duckdb.connect(str(db))
         con.execute("CREATE TABLE t AS SELECT range AS id FROM range(100000)")

@@ -23,6 +23,7 @@ from typing import Any
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from tests.crawl_helpers import data_entries, paid_twice
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -35,7 +36,6 @@ from tests.flow_helpers import (
 from tests.process_helpers import FINISH_TIMEOUT, Watched
 from tests.sandbox_gate import GatedSandbox, gated
 
-PINS = "/v1/pinboard/search"
 PARAMS = {"query": "oak desk"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30)}, page_size=5)
 STOPPING = "stopping; letting the requests in flight land"

@@ -4,8 +4,8 @@ carries.
 `../shared/spec/published-examples/` holds the answers the service publishes for its endpoints (its command-line
 client's samples and its OpenAPI examples), exactly as published, read in place; `index.json` says which request
 each answers. Each is served over real HTTP by the sandbox's replay (`SandboxConfig.replay`: the file's bytes, its
-own envelope) and landed by a real `harvest run` of one query. Every file is picked up: each endpoint is built in
-(#45). `tests/test_endpoint_samples.py` holds every sample of every endpoint to the same rules without a flow run.
+own envelope) and landed by a real `harvest run` of one query. Every file is picked up: each endpoint is built in.
+`tests/test_endpoint_samples.py` holds every sample of every endpoint to the same rules without a flow run.
 
 What "whole" means is derived from the catalog applied to the example, and held against an independent rule so a
 wrong path cannot hide a column: (1) each record the catalog finds has its primary key and lands once, with its
@@ -121,7 +121,7 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
         ("v1_video-platform_search--cli.json", table, ANY): "none in the example"
         for table in ("video_platform_channels", "video_platform_playlists", "video_platform_lives")
     },
-    # child tables (#39): the lists the examples hold, read as rows
+    # child tables: the lists the examples hold, read as rows
     ("v1_streaming_clip--cli.json", "streaming_broadcaster_clip_qualities", ANY): "only on the clip",
     ("v1_streaming_clip--openapi.json", "streaming_broadcaster_clip_qualities", ANY): "only on the clip",
     ("v1_microblog-b_post--cli.json", "microblog_b_post_images", ANY): "no embedded images: a link",
@@ -330,7 +330,7 @@ def _check_child(
     example: Example, kind: RecordKind, child: ChildKind, items: list[Any], keys: list[Any], db: Path
 ) -> list[tuple[str, str, str]]:
     """A child table holds one row per item of each record's list, at its position, with every value the item
-    has (#39): the same rule as a record table's, over the list's items."""
+    has: the same rule as a record table's, over the list's items."""
     inner = kind.unwrap.inner if kind.unwrap else (lambda item: item)
     expected = {
         (*key, position): item for record, key in zip(items, keys, strict=True)

@@ -16,10 +16,12 @@ from harvest.flows.commands.run_report import rate_line
 from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -27,7 +29,6 @@ from tests.flow_helpers import (
     write_spec,
 )
 
-PINS = "/v1/pinboard/search"
 TOPICS = [f"topic {c}" for c in "abcdefgh"]
 PAGES = 10
 
@@ -41,17 +42,18 @@ def config(**overrides: Any) -> SandboxConfig:
 
 
 def spec(tmp_path: Path, base_url: str, budget: int = 1000, **rate_limit: Any) -> Path:
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}]
     return write_spec(
         tmp_path,
-        {
-            "name": "busy",
-            "service": {"base_url": base_url},
-            "budget": {"credits": budget},
-            "concurrency": 16,
-            "rate_limit": rate_limit,
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
-        },
+        job_spec(
+            base_url,
+            tmp_path / "out",
+            queries,
+            name="busy",
+            credits=budget,
+            concurrency=16,
+            rate_limit=rate_limit,
+        ),
     )
 
 

@@ -23,9 +23,9 @@ from harvest.sandbox.drift_shapes import SHAPES, combine
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.endpoints import TWEETS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
 
-TWEETS = "/v1/microblog-a/community/tweets"
 PARAMS = {"url": "https://microblog-a.example/i/communities/1234"}
 runner = CliRunner()
 
@@ -33,13 +33,12 @@ runner = CliRunner()
 def spec_of(tmp_path: Path, base_url: str) -> Path:
     return write_spec(
         tmp_path,
-        {
-            "name": "platforms",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "tweets", "endpoint": TWEETS, "params": PARAMS}],
-        },
+        job_spec(
+            base_url,
+            tmp_path / "out",
+            [{"id": "tweets", "endpoint": TWEETS, "params": PARAMS}],
+            name="platforms",
+        ),
     )
 
 

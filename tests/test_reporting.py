@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from harvest.flows.cli import app
 from harvest.flows.run.progress import LogLines
 from harvest.sandbox.wire.serving import running
-from tests.flow_helpers import SECRET_KEY, run_flow, write_spec
+from tests.flow_helpers import SECRET_KEY, job_spec, run_flow, write_spec
 
 COMMANDS = ("run", "validate", "plan", "endpoints", "schema", "runs", "load", "sql", "sandbox", "demo")
 
@@ -68,13 +68,13 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "artifact_job",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": 50},
-                "output": str(tmp_path / "out"),
-                "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "tea"}}],
-            },
+            job_spec(
+                sb.base_url,
+                tmp_path / "out",
+                [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "tea"}}],
+                name="artifact_job",
+                credits=50,
+            ),
         )
         summary = run_flow(spec)
     assert summary.credits_spent == 3  # two pages of pins and the page ending pin search (`-end-`)
@@ -199,7 +199,7 @@ def test_every_command_help_wraps_between_words_and_names_its_arguments(command:
 def test_a_night_that_left_queries_unstarted_says_which_and_exits_as_the_job_asked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """#46: `budget_exhausted` without a page is a query that never started: counted per spec query, a few ids
+    """`budget_exhausted` without a page is a query that never started: counted per spec query, a few ids
     named, why; exit 0 unless the spec's `budget.unstarted_exit_code` is 3. A query stopped after its first
     pages is not one (it started), and a failure still exits 1."""
     from harvest.flows.commands.run_report import exit_code, print_summary

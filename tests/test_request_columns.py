@@ -19,7 +19,7 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.declared_helpers import declaration
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, run_flow, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, write_spec
 
 THINGS = "/v1/x/things"
 runner = CliRunner()
@@ -44,14 +44,11 @@ def _declarations() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _spec(tmp_path: Path, sb: RunningSandbox, decl: dict[str, Any], values: list[str]) -> Path:
-    return write_spec(
-        tmp_path,
-        {
-            "name": "asked", "service": {"base_url": sb.base_url}, "budget": {"credits": 200},
-            "output": str(tmp_path / "out"), "endpoints": {THINGS: decl},
-            "queries": [{"id": "things", "endpoint": THINGS, "params": {"n": "7"}, "for_each": {"q": values}}],
-        },
-    )  # fmt: skip
+    queries = [{"id": "things", "endpoint": THINGS, "params": {"n": "7"}, "for_each": {"q": values}}]
+    job = job_spec(
+        sb.base_url, tmp_path / "out", queries, name="asked", credits=200, endpoints={THINGS: decl}
+    )
+    return write_spec(tmp_path, job)
 
 
 def test_an_output_landed_before_a_request_column_gets_it_at_the_next_load_and_whole_at_rebuild(

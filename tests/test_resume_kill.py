@@ -31,12 +31,14 @@ from harvest.tasks.output.raw_store import RawPageReader
 from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     child_tables,
     expected_keys,
     held_duckdb,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -55,9 +57,6 @@ from tests.process_helpers import (
 )
 from tests.sandbox_gate import WAIT, gated, settle
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
 CREATIVE_PARAMS = {"query": "standing desks", "limit": 5}
 CONCURRENCY = 4
@@ -71,18 +70,14 @@ runner = CliRunner()
 
 
 def job(base_url: str, output: Path, credits: int = 10_000, pins: Variant = builtin(PINS)) -> dict[str, Any]:
-    return pins.spec({
-        "name": "nightly",
-        "service": {"base_url": base_url},
-        "budget": {"credits": credits},
-        "concurrency": CONCURRENCY,
-        "output": str(output),
-        "queries": [
-            {"id": "pins", "endpoint": pins.path, "for_each": {"query": TOPICS}},
-            {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    })  # fmt: skip
+    queries = [
+        {"id": "pins", "endpoint": pins.path, "for_each": {"query": TOPICS}},
+        {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    return pins.spec(
+        job_spec(base_url, output, queries, name="nightly", credits=credits, concurrency=CONCURRENCY)
+    )
 
 
 def kill_hard(proc: subprocess.Popen[str], sb: RunningSandbox) -> int:
@@ -235,7 +230,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
 
 @pytest.mark.parametrize("pins", variants(PINS))
 def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: Path, pins: Variant) -> None:
-    """The same when the pins are a declared endpoint (#38): the hard budget holds across a kill and a resume,
+    """The same when the pins are a declared endpoint: the hard budget holds across a kill and a resume,
     and the resume lands what the killed run paid for."""
     budget = 60
     output = tmp_path / "out"

@@ -20,10 +20,12 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
+from tests.endpoints import FEED, PINS, PROFILE
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -32,24 +34,13 @@ from tests.flow_helpers import (
 )
 from tests.prefect_helpers import flow_runs, task_runs
 
-PINS = "/v1/pinboard/search"
-PROFILE = "/v3/short-video/profile/videos"
-FEED = "/v1/microblog-b/user/posts"
 runner = CliRunner()
 
 
 def spec_of(
     base_url: str, output: Path, queries: list[dict[str, Any]], credits: int = 1000, **more: Any
 ) -> dict:
-    return {
-        "name": "lifecycle",
-        "service": {"base_url": base_url},
-        "budget": {"credits": credits},
-        "concurrency": 3,
-        "output": str(output),
-        "queries": queries,
-        **more,
-    }
+    return job_spec(base_url, output, queries, name="lifecycle", credits=credits, concurrency=3, **more)
 
 
 # ----------------------------------------------------------------------------------------- Prefect states
@@ -117,7 +108,7 @@ def test_prefect_states_tell_failed_and_budget_stops_apart(
 def test_a_wrong_key_sends_one_request_and_says_so_once(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`harvest run` refuses it before Prefect starts (#36: fix the key, exit 2); a deployment's run (the flow
+    """`harvest run` refuses it before Prefect starts (fix the key, exit 2); a deployment's run (the flow
     itself) stops at the same free reading, its 30 queries `stopped`."""
     handles = [f"maker{i}" for i in range(30)]
     with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})) as sb:

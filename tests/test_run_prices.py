@@ -22,10 +22,9 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.endpoints import FEED, PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
 
-PINS = "/v1/pinboard/search"
-FEED = "/v1/microblog-b/user/posts"
 runner = CliRunner()
 
 BUG_5 = {  # a negotiated price the service does not honour: 0 in the spec, 1 at the service
@@ -63,21 +62,21 @@ def test_sixty_fanned_out_queries_pass_the_budget_by_one_page_at_most(
         monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
         spec = write_spec(
             tmp_path,
-            {
-                "name": "prices",
-                "service": {"base_url": sb.base_url},
-                "budget": {"credits": budget},
-                "concurrency": 8,
-                "output": str(output),
-                **case["spec"],
-                "queries": [
+            job_spec(
+                sb.base_url,
+                output,
+                [
                     {
                         "id": "q",
                         "endpoint": case["endpoint"],
                         "for_each": {case["param"]: [f"v{i}" for i in range(60)]},
                     }
                 ],
-            },
+                name="prices",
+                credits=budget,
+                concurrency=8,
+                **case["spec"],
+            ),
         )
         with caplog.at_level(logging.WARNING, "harvest.ledger"):
             result = runner.invoke(app, ["run", str(spec)])

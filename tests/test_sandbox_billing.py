@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import PINS
 
-PINS = "/v1/pinboard/search"
 OUT_OF_CREDITS = {
     "success": False,
     "error": "payment_required",

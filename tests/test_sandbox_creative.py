@@ -9,9 +9,8 @@ import pytest
 
 from harvest.sandbox.config import Quirks
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import CREATIVE
 from tests.fixtures_sandbox import http_crawl
-
-SEARCH = "/v1/creative/materials"
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +24,15 @@ def creative() -> Any:
 
 def crawl(sb: RunningSandbox, **params: Any) -> list[dict[str, Any]]:
     with sb.client() as client:
-        bodies, collected = http_crawl(client, SEARCH, params)
+        bodies, collected = http_crawl(client, CREATIVE, params)
     assert sum(len(b["data"]) for b in bodies) == bodies[0]["metadata"]["total"]
     return collected.get("materials", [])
 
 
 def test_default_page_size_and_limit(creative: RunningSandbox) -> None:
     with creative.client() as client:
-        default = client.get(SEARCH, params={"query": "soda"}).json()
-        five = client.get(SEARCH, params={"query": "soda", "limit": 5}).json()
+        default = client.get(CREATIVE, params={"query": "soda"}).json()
+        five = client.get(CREATIVE, params={"query": "soda", "limit": 5}).json()
     assert len(default["data"]) == 20
     assert len(five["data"]) == 5
     assert [m["material_id"] for m in five["data"]] == [m["material_id"] for m in default["data"][:5]]
@@ -72,9 +71,9 @@ def test_tag_filters_keep_materials_with_all_tags(creative: RunningSandbox) -> N
 
 def test_every_returned_id_resolves(creative: RunningSandbox) -> None:
     with creative.client() as client:
-        page = client.get(SEARCH, params={"query": "energy drink", "limit": 12}).json()["data"]
+        page = client.get(CREATIVE, params={"query": "energy drink", "limit": 12}).json()["data"]
         for material in page:
-            detail = client.get(f"{SEARCH}/{material['material_id']}")
+            detail = client.get(f"{CREATIVE}/{material['material_id']}")
             assert detail.status_code == 200
             data = detail.json()["data"]
             assert (data["material_id"], data["type"], data["title"]) == (
@@ -83,7 +82,7 @@ def test_every_returned_id_resolves(creative: RunningSandbox) -> None:
                 material["title"],
             )
             assert set(material["style_tags"]) <= set(data["structured_tags"])
-            assert client.get(f"{SEARCH}/{material['material_id']}").json()["data"] == data
+            assert client.get(f"{CREATIVE}/{material['material_id']}").json()["data"] == data
 
 
 @pytest.mark.parametrize(
@@ -95,7 +94,7 @@ def test_unknown_or_ill_formed_material_is_404(
 ) -> None:
     sb = sandbox_factory(api_keys={"k": 10})
     with sb.client() as client:
-        response = client.get(f"{SEARCH}/{material_id}")
+        response = client.get(f"{CREATIVE}/{material_id}")
     assert response.status_code == 404
     assert response.json()["success"] is False
     assert sb.billed_total("k") == 1

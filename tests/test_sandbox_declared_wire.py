@@ -19,15 +19,12 @@ from harvest.connectors.catalog.job_catalog import BUILTIN_DIR, builtin_declarat
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.declared_helpers import declaration, http_pages, records
+from tests.endpoints import ADVERTISERS, COMMENT_REPLIES, VIDEO_COMMENTS, VIDEO_SEARCH
 from tests.published_helpers import PUBLISHED
 from tests.test_cli_sandbox import harvest_sandbox
 
 ADS = "/v1/search-engine/company/ads"
 VIDEO = "/v1/video-platform/video"
-COMMENTS = "/v1/video-platform/video/comments"
-REPLIES = "/v1/video-platform/video/comment/replies"
-ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
-VIDEO_SEARCH = "/v1/video-platform/search"
 
 
 def catalog() -> dict[str, Any]:
@@ -106,16 +103,17 @@ def test_faults_and_trigger_words_apply_to_a_declared_endpoint(
         SandboxConfig(
             api_keys={"k": 1000},
             catalog=catalog(),
-            fault_plan_by_path={COMMENTS: ["server_error", "rate_limit"]},
+            fault_plan_by_path={VIDEO_COMMENTS: ["server_error", "rate_limit"]},
         )
     )
     with sb.client() as client:
         faulted = [
-            client.get(COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code for _ in range(2)
+            client.get(VIDEO_COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code
+            for _ in range(2)
         ]
-        missing = client.get(COMMENTS, params={"url": "https://v.example/missing"})
-        blocked = client.get(COMMENTS, params={"url": "https://v.example/blocked"})
-        nonexistent = client.get(COMMENTS, params={"url": "https://v.example/nonexistent"})
+        missing = client.get(VIDEO_COMMENTS, params={"url": "https://v.example/missing"})
+        blocked = client.get(VIDEO_COMMENTS, params={"url": "https://v.example/blocked"})
+        nonexistent = client.get(VIDEO_COMMENTS, params={"url": "https://v.example/nonexistent"})
     assert faulted == [500, 429]
     assert missing.status_code == 200 and missing.json()["comments"] == []
     assert missing.json()["continuationToken"] is None and missing.json()["success"] is True
@@ -153,9 +151,11 @@ def test_the_interface_chains_values_are_taken_by_the_endpoints_they_lead_to(
     asked for)."""
     endpoints = catalog()
     with catalog_sandbox.client() as client:
-        comments = http_pages(client, COMMENTS, endpoints[COMMENTS], {"url": "https://v.example/watch?v=a"})
+        comments = http_pages(
+            client, VIDEO_COMMENTS, endpoints[VIDEO_COMMENTS], {"url": "https://v.example/watch?v=a"}
+        )
         tokens = [c["repliesContinuationToken"] for b in comments for c in b["comments"]]
-        threads = [client.get(REPLIES, params={"continuationToken": t}) for t in tokens]
+        threads = [client.get(COMMENT_REPLIES, params={"continuationToken": t}) for t in tokens]
         advertisers = client.get(ADVERTISERS, params={"query": "running shoes"}).json()["advertisers"]
         ads = {
             a["advertiser_id"]: client.get(ADS, params={"advertiser_id": a["advertiser_id"]})
@@ -255,9 +255,9 @@ def test_the_test_gate_counts_and_holds_requests_to_a_declared_endpoint() -> Non
     from tests.sandbox_gate import gated
 
     with gated(SandboxConfig(catalog=catalog())) as sb, sb.client() as client:
-        sb.gate.close_after(1, path=COMMENTS)
-        assert client.get(COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code == 200
-        assert sb.gate.passed_by_path == {COMMENTS: 1} and sb.gate.closed
+        sb.gate.close_after(1, path=VIDEO_COMMENTS)
+        assert client.get(VIDEO_COMMENTS, params={"url": "https://v.example/watch?v=a"}).status_code == 200
+        assert sb.gate.passed_by_path == {VIDEO_COMMENTS: 1} and sb.gate.closed
 
 
 def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() -> None:
@@ -265,7 +265,7 @@ def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() ->
     served exactly as the catalog file's own YAML is, page for page."""
     from harvest.sandbox.expected import crawl
 
-    asked_paths = (VIDEO, COMMENTS, ADS)
+    asked_paths = (VIDEO, VIDEO_COMMENTS, ADS)
     yaml_written = {
         path: decl
         for file in sorted(BUILTIN_DIR.glob("*.yaml"))
@@ -276,7 +276,7 @@ def test_the_sandbox_serves_harvests_plain_declarations_as_the_yaml_written() ->
     written = SandboxConfig(pages=(2, 3), page_size=4, declared=yaml_written)
     asked = {
         VIDEO: {"url": "https://v.example/watch?v=a"},
-        COMMENTS: {"url": "https://v.example/watch?v=a", "order": "newest"},
+        VIDEO_COMMENTS: {"url": "https://v.example/watch?v=a", "order": "newest"},
         ADS: {"domain": "acme.example", "get_ad_details": True},
     }
     for path, params in asked.items():

@@ -12,8 +12,8 @@ import pytest
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.wire.faults import decide
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import PINS
 
-PINS = "/v1/pinboard/search"
 Q = {"query": "chairs"}
 
 

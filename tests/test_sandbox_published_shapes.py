@@ -23,11 +23,11 @@ from harvest.connectors.catalog.records import RecordKind
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.emulation.endpoint_table import BY_PATH
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import ADVERTISERS
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 skip_without(PUBLISHED)
 EXAMPLES_DIR = PUBLISHED
-ADVERTISERS = "/v1/search-engine/adLibrary/advertisers/search"
 INDEX = published_index()
 KNOWN = [e for e in INDEX if e["endpoint"] in BY_PATH or e["endpoint"] == ADVERTISERS]
 """The examples of endpoints the sandbox emulates with code of its own, and of those it served so before it
@@ -92,9 +92,7 @@ def test_the_sandbox_names_what_harvest_reads_as_the_service_does(
                 assert filled_name(kind, fld.name, ours) == name, (
                     f"{kind.table}.{fld.name}: the service sends `{path}`, the sandbox does not"
                 )
-        for (
-            child
-        ) in kind.children:  # the lists child tables read (#39): where they are, what their items name
+        for child in kind.children:  # the lists child tables read: where they are, what their items name
             their_items, at = child_items(child, theirs)
             if not their_items:
                 continue

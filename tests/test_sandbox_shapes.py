@@ -11,9 +11,8 @@ import httpx
 import pytest
 
 from harvest.sandbox.expected import crawl
+from tests.endpoints import FORUM
 from tests.fixtures_sandbox import records_of
-
-FORUM = "/v1/forum/subreddit/search"
 
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 

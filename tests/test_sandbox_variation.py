@@ -10,14 +10,9 @@ import pytest
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import FEED, GROUP, PINS, PROFILE, REELS, SHOP
 from tests.fixtures_sandbox import http_crawl
 
-FEED = "/v1/microblog-b/user/posts"
-PROFILE = "/v3/short-video/profile/videos"
-REELS = "/v1/photo-app/user/reels"
-SHOP = "/v1/short-video/shop/products"
-GROUP = "/v1/network-a/group/posts"
-PINS = "/v1/pinboard/search"
 KEY = "variation-key"
 
 NEWEST_FIRST = [

@@ -32,10 +32,19 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.conftest import TESTS_NEVER_PHONE_HOME
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, rows, subprocess_env, write_spec
+from tests.endpoints import PINS
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    ROOT,
+    SECRET_KEY,
+    job_spec,
+    rows,
+    subprocess_env,
+    write_spec,
+)
 from tests.net_helpers import free_port, wait_until_serving
 
-PINS = "/v1/pinboard/search"
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=4)
 JOB = "every-minute"
 HANG_GUARD = 420.0
@@ -142,14 +151,10 @@ def test_a_served_interval_schedule_fires_by_itself_and_lands_its_records(
 ) -> None:
     output = tmp_path / "out"
     with running(CONFIG) as sb, httpx.Client(base_url=prefect_server.url, timeout=60) as api:
-        spec = write_spec(tmp_path, {
-            "name": JOB,
-            "service": {"base_url": sb.base_url},
-            "budget": {"credits": 100},
-            "output": str(output),
-            "schedule": {"interval": 60},
-            "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
-        })  # fmt: skip
+        queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}]
+        spec = write_spec(
+            tmp_path, job_spec(sb.base_url, output, queries, name=JOB, schedule={"interval": 60})
+        )
         env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_server.url)
         serving = subprocess.Popen(
             [str(HARVEST), "serve", str(spec)], cwd=tmp_path, env=env, text=True,

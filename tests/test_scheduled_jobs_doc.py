@@ -24,11 +24,11 @@ import yaml
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
-from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, key_set, subprocess_env
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, job_spec, key_set, subprocess_env
 
 DOC = ROOT / "docs" / "scheduled-jobs.md"
 INSTALL = "/srv/harvest"
-PINS = "/v1/pinboard/search"
 PARAMS = {"query": "oak desk"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -66,13 +66,9 @@ def install(root: Path, base_url: str) -> None:
     so the job lands where the line `cd`s), then the documented setup with the key filled in."""
     (root / "jobs").mkdir(parents=True)
     (root / ".venv").symlink_to(ROOT / ".venv")
-    spec = {
-        "name": "brand-watch",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 100},
-        "output": "data/brand-watch",
-        "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}],
-    }
+    spec = job_spec(
+        base_url, "data/brand-watch", [{"id": "pins", "endpoint": PINS, "params": PARAMS}], name="brand-watch"
+    )
     (root / "jobs" / "brand-watch.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     setup = (
         documented_setup()

@@ -25,10 +25,9 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, rows, scalar, subprocess_env
+from tests.endpoints import CREATIVE, PINS
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, job_spec, rows, scalar, subprocess_env
 
-PINS = "/v1/pinboard/search"
-CREATIVE = "/v1/creative/materials"
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3), CREATIVE: (2, 2)}, page_size=4
 )
@@ -36,22 +35,20 @@ CONFIG = SandboxConfig(
 
 def specs(folder: Path, base_url: str) -> Path:
     folder.mkdir()
-    nightly = {
-        "name": "nightly-pins",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 100},
-        "output": "out/nightly-pins",  # relative: resolved where `harvest serve` starts
-        "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
-        "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
-    }
-    hourly = {
-        "name": "hourly-forum",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 100},
-        "output": "out/hourly-forum",
-        "schedule": {"interval": 3600},
-        "queries": [{"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks"}}],
-    }
+    nightly = job_spec(
+        base_url,
+        "out/nightly-pins",  # relative: resolved where `harvest serve` starts
+        [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
+        name="nightly-pins",
+        schedule={"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
+    )
+    hourly = job_spec(
+        base_url,
+        "out/hourly-forum",
+        [{"id": "creatives", "endpoint": CREATIVE, "params": {"query": "standing desks"}}],
+        name="hourly-forum",
+        schedule={"interval": 3600},
+    )
     (folder / "nightly.yaml").write_text(yaml.safe_dump(nightly))
     (folder / "hourly.yml").write_text(yaml.safe_dump(hourly))
     (folder / "notes.txt").write_text("not a spec")

@@ -1,5 +1,5 @@
 """`harvest run` against an address that is not the service, or with a key it refuses: refused before Prefect
-starts or a credit is spent, exit 2, one line naming the URL and what answered (#36).
+starts or a credit is spent, exit 2, one line naming the URL and what answered.
 
 Real `harvest run` processes against real servers on 127.0.0.1: the sandbox with `/v1` appended (its 404s were
 taken for "not found": a green night with nothing collected), a server answering HTML or other JSON, a port
@@ -21,11 +21,10 @@ from harvest.connectors.http.balance import unreachable
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.answering import OUT_OF_CREDITS
 from harvest.sandbox.wire.serving import RunningSandbox
-from tests.flow_helpers import SECRET_KEY, write_spec
+from tests.endpoints import PINS
+from tests.flow_helpers import SECRET_KEY, job_spec, write_spec
 from tests.net_helpers import LOOPBACK, free_port
 from tests.process_helpers import finish, imported_packages, messages, start_run
-
-PINS = "/v1/pinboard/search"
 
 
 class _Fixed(BaseHTTPRequestHandler):
@@ -65,13 +64,13 @@ def other_server() -> Iterator[Callable[[int, str, bytes], tuple[str, list[str]]
 def spec_for(tmp_path: Path, base_url: str) -> Path:
     return write_spec(
         tmp_path,
-        {
-            "name": "wrong-address",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 50},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
-        },
+        job_spec(
+            base_url,
+            tmp_path / "out",
+            [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+            name="wrong-address",
+            credits=50,
+        ),
     )
 
 

@@ -24,9 +24,9 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.endpoints import FEED
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
 
-FEED = "/v1/microblog-b/user/posts"
 CLIP = "/v1/streaming/clip"
 runner = CliRunner()
 
@@ -34,14 +34,13 @@ runner = CliRunner()
 def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any], **extra: Any) -> Path:
     return write_spec(
         tmp_path,
-        {
-            "name": "shapes",
-            "service": {"base_url": base_url},
-            "budget": {"credits": 100},
-            "output": str(tmp_path / "out"),
-            "queries": [{"id": "q", "endpoint": endpoint, "params": params}],
+        job_spec(
+            base_url,
+            tmp_path / "out",
+            [{"id": "q", "endpoint": endpoint, "params": params}],
+            name="shapes",
             **extra,
-        },
+        ),
     )
 
 
@@ -49,7 +48,7 @@ def spec_of(tmp_path: Path, base_url: str, endpoint: str, params: dict[str, Any]
 def test_the_drift_message_names_the_override_and_the_spec_reads_the_new_shape(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: Variant
 ) -> None:
-    """The same for a declared endpoint (#38): its drift is said, its `shapes:` read, its pages rebuilt."""
+    """The same for a declared endpoint: its drift is said, its `shapes:` read, its pages rebuilt."""
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     params = {"handle": "nasa.example"}
     config = SandboxConfig(

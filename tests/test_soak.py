@@ -14,9 +14,18 @@ import pytest
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import wait_for_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, run_flow, scalar, write_spec
+from tests.endpoints import PINS
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    expected_keys,
+    job_spec,
+    key_set,
+    run_flow,
+    scalar,
+    write_spec,
+)
 
-PINS = "/v1/pinboard/search"
 TOPICS = [f"soak topic {i}" for i in range(10)]
 PAGES = 300
 BUDGET = 100_000
@@ -36,14 +45,15 @@ def test_soak_thousands_of_pages_through_every_fault(
     with running(config) as sb:
         path = write_spec(
             tmp_path,
-            {
-                "name": "soak",
-                "service": {"base_url": sb.base_url, "timeout_seconds": 0.5, "attempts": 12},
-                "budget": {"credits": BUDGET},
-                "concurrency": 8,
-                "output": str(output),
-                "queries": [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
-            },
+            job_spec(
+                sb.base_url,
+                output,
+                [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}],
+                name="soak",
+                credits=BUDGET,
+                service={"timeout_seconds": 0.5, "attempts": 12},
+                concurrency=8,
+            ),
         )
         t0 = time.monotonic()
         summary = run_flow(path)

@@ -1,4 +1,4 @@
-"""Specs that used to crash or hang are refused at once, with file, line and what is allowed (exit 2).
+"""Specs that would crash or hang a naive loader are refused at once, with file, line and what is allowed (exit 2).
 
 Alias bombs, control characters, oversized files, credentials in service URLs, prices below the catalog's and
 fan-outs into millions of queries. Anything that could hang runs in a subprocess with a timeout.

@@ -36,7 +36,8 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, key_set, rows, write_spec
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, rows, write_spec
 from tests.prefect_helpers import flow_run
 from tests.process_helpers import (
     Watched,
@@ -52,9 +53,6 @@ from tests.process_helpers import (
 )
 from tests.sandbox_gate import WAIT, GatedSandbox, gated
 
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
-PINS = "/v1/pinboard/search"
 CREATIVE_PARAMS = {"query": "standing desks", "limit": 20}
 CONCURRENCY = 4
 CONFIG = SandboxConfig(
@@ -69,17 +67,11 @@ runner = CliRunner()
 
 
 def job(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 100_000},
-        "concurrency": CONCURRENCY,
-        "output": str(output),
-        "queries": [
-            {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
-            {"id": "details", "endpoint": DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-        ],
-    }  # fmt: skip
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    return job_spec(base_url, output, queries, name="nightly", credits=100_000, concurrency=CONCURRENCY)
 
 
 def material_ids() -> set[str]:
@@ -145,7 +137,7 @@ def test_ctrl_c_to_the_process_group_stops_at_once_with_hundreds_of_dependents_q
     # only the dependents running when the stop came were Prefect tasks; those in line never became one
     assert interrupted_tasks(err, "details[") <= DEPENDENTS_PER_SLOT * CONCURRENCY < len(waiting), err
     assert code2 == 0, out2 + err2
-    details = [e for e in entries if e.path == DETAIL]
+    details = [e for e in entries if e.path == CREATIVE_DETAIL]
     assert {e.path_params["material_id"] for e in details} == material_ids()
     assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
     (run_after,) = all_manifests(OutputLayout(output))
@@ -205,7 +197,7 @@ def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it
 async def _stop_while_waiting_for_a_slot(sb: GatedSandbox) -> tuple[list[Any], CreditLedger]:
     ledger = CreditLedger(100)
     async with ServiceClient(sb.base_url, SECRET_KEY, ledger, max_in_flight=1) as client:
-        # one page proves the key and shows the endpoint's price: requests no longer go one at a time
+        # one page proves the key and shows the endpoint's price: later requests need not go one at a time
         await client.get(PageRequest("first", PINS, PINS, (("query", "first"),), page=0, cost=1))
         sb.gate.close()  # the next request is held at the sandbox's door: it is sending, and stays so
         calls = [
@@ -252,13 +244,13 @@ def _signals_during_load(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
 
 
 def _pins_job(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "loading",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "output": str(output),
-        "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
-    }
+    return job_spec(
+        base_url,
+        output,
+        [{"id": "pins", "endpoint": PINS, "params": {"query": "oak desk"}}],
+        name="loading",
+        credits=1000,
+    )
 
 
 @pytest.mark.parametrize("signals", [1, 2])

@@ -21,7 +21,8 @@ from harvest.sandbox.expected import full_crawl
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
-from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, subprocess_env, write_spec
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, job_spec, key_set, subprocess_env, write_spec
 from tests.process_helpers import (
     Watched,
     children,
@@ -34,21 +35,20 @@ from tests.process_helpers import (
 )
 from tests.sandbox_gate import WAIT, gated
 
-PINS = "/v1/pinboard/search"
 PARAMS = {"query": "oak desk"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (12, 12)}, page_size=5)
 STOPPING = "stopping; letting the requests in flight land"
 
 
 def job(base_url: str, output: Path) -> dict[str, Any]:
-    return {
-        "name": "signalled",
-        "service": {"base_url": base_url},
-        "budget": {"credits": 1000},
-        "concurrency": 2,
-        "output": str(output),
-        "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}],
-    }
+    return job_spec(
+        base_url,
+        output,
+        [{"id": "pins", "endpoint": PINS, "params": PARAMS}],
+        name="signalled",
+        credits=1000,
+        concurrency=2,
+    )
 
 
 def start_like_nohup(spec: Path, tmp_path: Path) -> subprocess.Popen[str]:

@@ -1,4 +1,4 @@
-"""Endpoints of the service's published surface whose paging no declaration could say before (#44), run as a
+"""Endpoints of the service's published surface whose paging no declaration could say before, run as a
 user runs them: `harvest run` of a job naming their declarations (`tests/data/declared/surface-requests.yaml`).
 
 A page-number endpoint (web search, pages 1 to 11), a POST one (the ad library search) and the forum post's
@@ -24,7 +24,7 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, rows, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
 from tests.process_helpers import finish, start_run, wait_for_requests
 from tests.surface_helpers import (
     CATALOG,
@@ -52,8 +52,9 @@ def key_set(db: Path, table: str) -> set[tuple[Any, ...]]:
 
 
 def job(tmp_path: Path, base_url: str, queries: list[dict[str, Any]], **more: Any) -> Path:
-    spec = {"name": "surface", "service": {"base_url": base_url}, "budget": {"credits": 500},
-            "output": str(tmp_path / "out"), "catalogs": [str(CATALOG)], "queries": queries, **more}  # fmt: skip
+    spec = job_spec(
+        base_url, tmp_path / "out", queries, name="surface", credits=500, catalogs=[str(CATALOG)], **more
+    )
     return write_spec(tmp_path, spec)
 
 

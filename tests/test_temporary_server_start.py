@@ -15,10 +15,9 @@ from harvest.flows.orchestrator import temporary_server
 from harvest.flows.orchestrator.temporary_server import LEAN_START, KnownDatabase
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, one_query, subprocess_env
 from tests.process_helpers import children, finish
-
-ENDPOINT = "/v1/pinboard/search"
 
 
 def _database(home: Path, revision: str) -> None:
@@ -76,7 +75,7 @@ def _server_environment(proc_pid: int) -> dict[str, str]:
 
 def test_a_second_run_on_the_same_prefect_home_starts_the_server_without_the_upkeep(tmp_path: Path) -> None:
     home = tmp_path / "prefect-home"
-    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={ENDPOINT: (1, 1)})
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (1, 1)})
     lean = dict(LEAN_START)
     env = {
         **subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
@@ -84,7 +83,7 @@ def test_a_second_run_on_the_same_prefect_home_starts_the_server_without_the_upk
     }  # no Prefect API
     seen = []
     with running(config) as sb:
-        spec = one_query(tmp_path, sb.base_url, ENDPOINT, {"query": "desks"})
+        spec = one_query(tmp_path, sb.base_url, PINS, {"query": "desks"})
         for _ in range(2):
             proc = subprocess.Popen([str(HARVEST), "run", str(spec)], env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -109,7 +108,7 @@ def test_the_server_log_is_rotated_past_its_cap_so_nightly_runs_do_not_fill_the_
     older.write_bytes(b"the oldest runs\n")
     log.write_bytes(b"x" * temporary_server.LOG_KEEP_BYTES)  # at the cap: kept
     for _ in range(2):
-        out = temporary_server._log_file()
+        out = temporary_server.open_log()
         assert not isinstance(out, int)
         out.write(b"one more start\n")
         out.close()
@@ -122,13 +121,13 @@ def test_two_runs_starting_at_once_on_a_new_prefect_home_both_succeed(tmp_path: 
     """Two nightly jobs on one machine, the first night (or the first after a Prefect upgrade): both servers
     would migrate the one database at once, and the second died on a column the first had added (exit 3)."""
     home = tmp_path / "prefect-home"
-    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={ENDPOINT: (1, 1)})
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (1, 1)})
     env = {**subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY), "PREFECT_HOME": str(home)}
     with running(config) as sb:
         specs = []
         for job in ("a", "b"):
             (tmp_path / job).mkdir()
-            specs.append(one_query(tmp_path / job, sb.base_url, ENDPOINT, {"query": f"desks {job}"}))
+            specs.append(one_query(tmp_path / job, sb.base_url, PINS, {"query": f"desks {job}"}))
         procs = [
             subprocess.Popen(
                 [str(HARVEST), "run", str(spec)],

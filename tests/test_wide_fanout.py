@@ -1,4 +1,4 @@
-"""Wide fan-outs (#29): what a run costs and leaves grows with its tables, not with its queries.
+"""Wide fan-outs: what a run costs and leaves grows with its tables, not with its queries.
 
 A fan-out over many accounts, and the dependent queries its parent's records start, are reported by one Prefect
 task run per spec query (and do not wait for it), and land in one Parquet file per table (rolled only by size), one raw file and one attempt log
@@ -20,11 +20,13 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PROFILE
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     child_tables,
     expected_keys,
+    job_spec,
     key_set,
     rows,
     run_flow,
@@ -33,9 +35,6 @@ from tests.flow_helpers import (
 )
 from tests.prefect_helpers import task_runs
 
-PROFILE = "/v3/short-video/profile/videos"
-CREATIVE = "/v1/creative/materials"
-DETAIL = "/v1/creative/materials/{material_id}"
 CREATIVE_PARAMS = {"query": "standing desks", "limit": 10}
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (1, 1), CREATIVE: (3, 3)}, page_size=10
@@ -50,22 +49,22 @@ def test_a_wide_fan_out_is_one_task_run_per_spec_query_and_one_file_per_table(
     output = tmp_path / "out"
     spec = write_spec(
         tmp_path,
-        {
-            "name": "wide",
-            "service": {"base_url": "{base}"},
-            "budget": {"credits": 100_000},
-            "concurrency": 4,
-            "output": str(output),
-            "queries": [
+        job_spec(
+            "{base}",
+            output,
+            [
                 {"id": "videos", "endpoint": PROFILE, "for_each": {"handle": HANDLES}},
                 {"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
                 {
                     "id": "details",
-                    "endpoint": DETAIL,
+                    "endpoint": CREATIVE_DETAIL,
                     "for_each": {"material_id": {"from": "creatives", "field": "material_id"}},
                 },
             ],
-        },
+            name="wide",
+            credits=100_000,
+            concurrency=4,
+        ),
     )
     with running(CONFIG) as sb:
         spec.write_text(spec.read_text().replace("{base}", sb.base_url))
@@ -188,8 +187,7 @@ def _fan_out_heard(
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     spec = write_spec(
         tmp_path,
-        {"name": "fan-out", "service": {"base_url": "{base}"}, "budget": {"credits": 1000}, "concurrency": 4,
-         "output": str(output), "queries": [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}]},
+        job_spec("{base}", output, [{"id": "videos", "endpoint": PROFILE, "for_each": {"handle": handles}}], name="fan-out", credits=1000, concurrency=4),
     )  # fmt: skip
     heard: list[logging.LogRecord] = []
     listener = logging.Handler(logging.WARNING)

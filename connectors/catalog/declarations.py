@@ -299,14 +299,15 @@ def plain(path: str, decl: EndpointDecl) -> dict[str, Any]:
         for child in kind["children"].values():
             child["columns"] = _plain_columns(child["columns"])
         if not kind["children"]:
-            del kind["children"]  # a declaration without children reads, hashes and records as before them
+            del kind["children"]  # left out when empty: a landed spec's hash stays valid
         _plain_kind_keys(kind)
     return data
 
 
 def _plain_kind_keys(kind: dict[str, Any]) -> None:
     """`first_page_only` and `where` in the plain form (`where` values as lists) only when declared: a kind
-    without them reads, hashes and records as before them."""
+    without them reads, hashes and records as one written where the keys did not exist (a landed spec's hash
+    and its recorded declaration stay valid)."""
     if not kind["first_page_only"]:
         del kind["first_page_only"]
     if kind["where"]:
@@ -317,7 +318,7 @@ def _plain_kind_keys(kind: dict[str, Any]) -> None:
 
 def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each column as `{type, path, description}`, and `renamed_from` only when it has earlier names (a column
-    without reads, hashes and records as before the key)."""
+    without earlier names reads, hashes and records as one written where the key did not exist)."""
     plain_columns = {}
     for name, column in columns.items():
         column = {**column, "path": column["path"] or name}

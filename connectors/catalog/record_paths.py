@@ -26,6 +26,11 @@ Step = tuple[str, Any]
 """One step of a path: ("key", name), ("index", n) or ("map", None) for `[]`."""
 
 
+def alternatives(path: str) -> list[str]:
+    """The paths `a|b` tries in order (one for a path without alternatives)."""
+    return path.split("|")
+
+
 @lru_cache(maxsize=4096)
 def steps(path: str) -> tuple[Step, ...]:
     """A path without alternatives as its steps; `ValueError` naming the part that is not one. The one parser of
@@ -42,6 +47,17 @@ def steps(path: str) -> tuple[Step, ...]:
         for idx in re.findall(r"\[(\d*)\]", m.group(2) or ""):
             out.append(("map", None) if idx == "" else ("index", int(idx)))
     return tuple(out)
+
+
+def last_key(path: str) -> str:
+    """The last key a path without alternatives names (`views` of `stats.views`, `name` of `tags[].name`), or ""
+    for one that names none."""
+    return next((arg for kind, arg in reversed(steps(path)) if kind == "key"), "")
+
+
+def read_steps(doc: Any, path: tuple[Step, ...]) -> Any:
+    """The value at a path's steps (a part of a path: `steps(p)[:n]`), MISSING when it does not resolve."""
+    return _walk(doc, path, 0)
 
 
 def _walk(value: Any, steps: tuple[Step, ...], start: int) -> Any:
@@ -75,16 +91,16 @@ def compile_path(path: str) -> Getter:
     `a|b` reads `a`, or `b` when `a` does not resolve (full and trimmed answers name a field differently).
     """
     if "|" in path:
-        getters = [compile_path(alt) for alt in path.split("|")]
+        getters = [compile_path(alt) for alt in alternatives(path)]
 
-        def alternatives(doc: Any) -> Any:
+        def first_of(doc: Any) -> Any:
             for get in getters:
                 value = get(doc)
                 if value is not MISSING:
                     return value
             return MISSING
 
-        return alternatives
+        return first_of
     walk = steps(path)
     if len(walk) == 1 and walk[0][0] == "key":
         key = walk[0][1]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from harvest.connectors.catalog.fields import DESCRIPTION, SOURCE, TIMESTAMP, Field
-from harvest.connectors.catalog.record_paths import MISSING, compile_path, items_at
+from harvest.connectors.catalog.record_paths import MISSING, alternatives, compile_path, items_at, steps
 
 if TYPE_CHECKING:
     from harvest.connectors.catalog.child_kinds import ChildKind
@@ -57,12 +57,13 @@ def known_tree(paths: Iterable[str], extra: Iterable[str] = (), prefix: str = ""
     nothing under it is unknown. `extra`: more known top-level keys."""
     tree: dict[str, Any] = dict.fromkeys(extra)
     for path in paths:
-        for alternative in path.split("|"):
+        for alternative in alternatives(path):
             node: dict[str, Any] = tree
-            parts = alternative.split(".")
-            for n, part in enumerate(parts):
-                name, bracket, _ = part.partition("[")
-                if bracket or n == len(parts) - 1:
+            walk = steps(alternative)
+            for n, (kind, name) in enumerate(walk):
+                if kind != "key":
+                    break  # a list's items are not objects whose keys are known
+                if n == len(walk) - 1 or walk[n + 1][0] != "key":
                     node[name] = None  # read whole: a leaf wins over anything under it
                     break
                 if name in node and node[name] is None:

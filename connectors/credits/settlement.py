@@ -65,7 +65,7 @@ class Settlement:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
 
         `priced`: the answer was one the service bills as a page (a readable 2xx, 403 or 404), so its endpoint's
-        price is now seen and its requests need no longer go one at a time. `refusal`: the service refused the
+        price is seen and its requests need not go one at a time. `refusal`: the service refused the
         request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
         (`reconcile`). Returns the credits counted.
         """

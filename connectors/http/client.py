@@ -140,6 +140,11 @@ class ServiceClient:
         """The service's address as the wire sends to it."""
         return self._wire.origin
 
+    @property
+    def connections(self) -> int:
+        """Connections open to the service now: one a request in flight or idle, at most `max_in_flight`."""
+        return len(self._lanes)
+
     async def aclose(self) -> None:
         await self._wire.aclose()
 

@@ -91,8 +91,8 @@ class Lanes:
         return len(self._all)
 
     async def aclose(self) -> None:
-        for lane in self._all:
-            await lane.aclose()
+        while self._all:
+            await self._all.pop().aclose()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 

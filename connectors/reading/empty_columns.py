@@ -28,7 +28,14 @@ from typing import Any
 import pyarrow as pa
 
 from harvest.connectors.catalog.fields import Field, coercer
-from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.record_paths import (
+    MISSING,
+    alternatives,
+    compile_path,
+    last_key,
+    read_steps,
+    steps,
+)
 from harvest.connectors.catalog.records import RecordKind
 
 GENERIC = frozenset(
@@ -54,16 +61,12 @@ def words(name: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _last_step(path: str) -> str:
-    return re.sub(r"\[\d*\]", "", path).rsplit(".", 1)[-1]
-
-
 @lru_cache(maxsize=1024)
 def column_words(fld: Field) -> frozenset[str]:
     """What a column is called: its name's words and those of the last step of each of its paths."""
     out = set(words(fld.name))
-    for alternative in fld.path.split("|"):
-        out |= words(_last_step(alternative))
+    for alternative in alternatives(fld.path):
+        out |= words(last_key(alternative))
     return frozenset(out)
 
 
@@ -81,8 +84,8 @@ def _may_hold(fld: Field, path: str) -> bool:
     """Whether the field at `path` is named like column `fld`: its last step shares a word with one of the
     column's names (its own, the last step of each of its paths), and its path has every word of that name but
     the generic ones (`user.core.name` for `user_name`, not `user_id_str`)."""
-    every, last = words(path), words(_last_step(path))
-    for n, name in enumerate((fld.name, *(_last_step(alternative) for alternative in fld.path.split("|")))):
+    every, last = words(path), words(last_key(path))
+    for n, name in enumerate((fld.name, *(last_key(alternative) for alternative in alternatives(fld.path)))):
         named = words(name)
         specific = named - GENERIC
         if specific and specific <= every and specific & last:
@@ -101,7 +104,7 @@ def ranked(fld: Field, leaves: Mapping[str, Any]) -> list[str]:
     for path, value in leaves.items():
         if not _may_hold(fld, path) or not _fits(fld, value):
             continue
-        shared, every = name & words(_last_step(path)), words(path)
+        shared, every = name & words(last_key(path)), words(path)
         scored.append(((-len(shared), -len(name & every), len(every - name), path.count(".")), path))
     return [path for _, path in sorted(scored)]
 
@@ -143,12 +146,12 @@ def _records(kind: RecordKind, items: list[Any]) -> list[Any]:
 def _sent(fld: Field, record: Any) -> tuple[str, Any]:
     """(the path of the column's first alternative the record has, its value), or ("", MISSING). A path
     through a null (`caption.text` where `caption` is null) has the value null: the service sent nothing."""
-    for path in fld.path.split("|"):
+    for path in alternatives(fld.path):
         value = compile_path(path)(record)
         if value is not MISSING:
             return path, value
-        steps = path.split(".")
-        if any(compile_path(".".join(steps[:n]))(record) is None for n in range(1, len(steps))):
+        walk = steps(path)
+        if any(read_steps(record, walk[:n]) is None for n in range(1, len(walk)) if walk[n][0] == "key"):
             return path, None
     return "", MISSING
 

@@ -149,7 +149,7 @@ def _read_holders(
 RAW_CHUNK = 2_000
 """Records whose `raw` JSON is built at a time. orjson returns each record's JSON in a buffer of at least ~4 KB
 that the allocator keeps: 100,000 records held at once cost ~400 MB for 50 MB of JSON. A page of a few hundred
-records is one chunk, as before."""
+records is one chunk."""
 
 
 def raw_column(items: list[Any]) -> pa.Array | pa.ChunkedArray:

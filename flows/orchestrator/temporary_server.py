@@ -120,7 +120,7 @@ def _detach_signals(parent: int, libc: ctypes.CDLL | None) -> None:
         os._exit(1)
 
 
-def _log_file() -> IO[bytes] | int:
+def open_log() -> IO[bytes] | int:
     """Where the server's output goes: a log in Prefect's home, or nowhere when that cannot be written."""
     try:
         home = _prefect_home()
@@ -275,7 +275,7 @@ class TemporaryServer:
             "--lifespan",
             "on",
         ]
-        parent, libc, log = os.getpid(), _libc(), _log_file()
+        parent, libc, log = os.getpid(), _libc(), open_log()
         self.log = Path(log.name) if not isinstance(log, int) else None
         try:
             self.process = subprocess.Popen(

@@ -19,7 +19,7 @@ while the session ran:
 Unknown is said as such ("unknown") rather than as a number that is wrong.
 
 A resumed run settles what its killed sessions counted without knowing the charge against that bill at once
-(`carry_over`): a kill no longer leaves the refusals and the requests in flight counted as spent for good.
+(`carry_over`), so a kill does not leave the refusals and the requests in flight counted as spent for good.
 """
 
 from __future__ import annotations

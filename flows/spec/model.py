@@ -364,7 +364,7 @@ class JobSpec(_Model):
     def spec_hash(self) -> str:
         """sha256 of the validated spec as canonical JSON (defaults included): tells edited specs apart. The
         declared endpoints count as read (a catalog file's edit is an edited spec); a spec declaring none
-        hashes as before they could be declared."""
+        leaves them out of the hash, so its hash is the one a spec without the key has."""
         data = self.model_dump(mode="json", by_alias=True, exclude={"catalogs", "endpoint_declarations"})
         if self._declared:
             data["declared"] = self._declared

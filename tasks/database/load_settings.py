@@ -17,7 +17,7 @@ MEMORY_PER_TABLE_KB = 512
 """Added to the default cap for each table a run loads beyond `TABLES_IN_DEFAULT`. A table's primary-key index
 stays in DuckDB's buffer pool once the load has touched it, and an index cannot spill: the demo's 161 tables,
 loaded a second time into the same file, needed more than 64 MB (the load refused, the night unloaded) and loaded
-at 80 MB. Half a megabyte a table keeps a margin; a run of a few tables loads under 64 MB as before."""
+at 80 MB. Half a megabyte a table keeps a margin; a run of a few tables loads under the 64 MB default."""
 TABLES_IN_DEFAULT = 32
 """Tables the default cap is meant for: a run of up to 32 tables loads under 64 MB, the cap docs/output.md names."""
 

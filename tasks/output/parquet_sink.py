@@ -127,7 +127,8 @@ class TableWriter:
         self._pending: Future[None] | None = None
         """The row group being written in the background: at most one per writer, so memory stays bounded."""
         self._buffer: list[pa.Table] = []
-        self._buffered_rows = 0
+        self.buffered_rows = 0
+        """Rows held in memory for the next row group: below `row_group_rows`, however many pages come."""
         self._buffered_bytes = 0
         self._disk_bytes = 0
         """The unfinished file's size after its last row group, as the writer thread saw it."""
@@ -149,9 +150,9 @@ class TableWriter:
         if data.num_rows == 0:
             return
         self._buffer.append(self._conform(data))
-        self._buffered_rows += data.num_rows
+        self.buffered_rows += data.num_rows
         self._buffered_bytes += data.nbytes
-        while self._buffered_rows >= self.row_group_rows or self._buffered_bytes >= self.row_group_bytes:
+        while self.buffered_rows >= self.row_group_rows or self._buffered_bytes >= self.row_group_bytes:
             self._flush_group()
 
     def _refuse_existing(self) -> None:
@@ -170,7 +171,7 @@ class TableWriter:
     def _flush_group(self) -> None:
         """Hand one row group of at most `row_group_rows` rows to the writer thread; the remainder stays
         buffered. The previous group of this writer must be written first (its error surfaces here)."""
-        if not self._buffered_rows:
+        if not self.buffered_rows:
             return
         data = pa.concat_tables(self._buffer)
         n = min(self.row_group_rows, data.num_rows)
@@ -180,7 +181,7 @@ class TableWriter:
         self.row_groups += 1
         rest = data.slice(n)
         self._buffer = [rest] if rest.num_rows else []
-        self._buffered_rows = rest.num_rows
+        self.buffered_rows = rest.num_rows
         self._buffered_bytes = rest.nbytes if rest.num_rows else 0
 
     def _write_group(self, group: pa.Table) -> None:
@@ -207,7 +208,7 @@ class TableWriter:
         """Finish the file and publish it under its final name; returns it, or None if no row was written."""
         if self._closed:
             return self.path if self._writer is not None else None
-        while self._buffered_rows:
+        while self.buffered_rows:
             self._flush_group()
         self._wait()
         self._closed = True
@@ -223,7 +224,7 @@ class TableWriter:
     def abort(self) -> None:
         """Discard the unfinished file (the raw pages still hold the data)."""
         self._closed = True
-        self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
+        self._buffer, self.buffered_rows, self._buffered_bytes = [], 0, 0
         try:
             self._wait()
         except Exception as exc:  # the file is discarded anyway

@@ -91,7 +91,7 @@ def _peek(reader: pa.RecordBatchReader) -> pa.RecordBatchReader | None:
 
 def _say_older_types(table: DeltaTable, load: TableLoad) -> None:
     """A column the table has in another type than the catalog's keeps the table's (rows are cast to it: Delta
-    changes no column's type in place), said once per merge: a table an older catalog made (#39)."""
+    changes no column's type in place), said once per merge: a table an older catalog made."""
     have = {f.name: str(f.type) for f in table.schema().fields}
     arrow = [pa.field(f.name, UTC_MICROS if pa.types.is_timestamp(f.type) else f.type) for f in load.schema]
     wanted = DeltaSchema.from_arrow(pa.schema(arrow)).fields  # DuckDB's zone ("Etc/UTC") is Delta's UTC

@@ -82,7 +82,7 @@ def iceberg_arrow_schema(schema: pa.Schema, key: tuple[str, ...]) -> pa.Schema:
 def table_target(table_schema: Schema, load: TableLoad) -> tuple[pa.Schema, list[str]]:
     """What the load writes into an existing table: the catalog's schema, but a column the table has in another
     type keeps the table's (Iceberg changes no column's type in place: a table an older catalog made keeps a
-    published time as text, a price as a double, #39), the incoming values cast to it, as the Delta export does.
+    published time as text, a price as a double), the incoming values cast to it, as the Delta export does.
     Returns the schema and the columns kept in the table's type."""
     target = iceberg_arrow_schema(load.schema, load.primary_key)
     wanted = {f.name: f.field_type for f in Catalog._convert_schema_if_needed(target).fields}

@@ -22,7 +22,7 @@ UTC_MICROS = pa.timestamp("us", tz="UTC")
 
 def say_kept_types(log: logging.Logger, fmt: str, table: str, columns: list[str]) -> None:
     """A table an older catalog made keeps a column's type (neither Delta nor Iceberg changes one in place; rows
-    are cast to it): said once per merge, so the user knows a new table would have today's types (#39)."""
+    are cast to it): said once per merge, so the user knows a new table would have today's types."""
     if columns:
         log.warning(
             "%s table %s keeps %s in the type it was made with (a %s column's type cannot change in place); "

@@ -4,7 +4,7 @@ DuckDB reads the runs' files (union by name: files landed under an older catalog
 keeps the newest fetch of each key, the same rule the DuckDB load applies; it spills to disk past its memory
 limit, so a table of any size streams through a few Arrow batches. Rows are cast to the catalog's schema (what
 `harvest rebuild` would write today), so the exported table grows with the catalog, not with whichever file
-came first; a column an older catalog typed otherwise (#39: a published time as text) is cast value by value,
+came first; a column an older catalog typed otherwise (a published time as text) is cast value by value,
 and what does not convert is NULL, as the DuckDB load does. Rows without a full primary key cannot be merged
 and are left out (counted, as the load does).
 """
@@ -77,7 +77,7 @@ def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str, of: st
     return of + name if found == {fld.type} else f"TRY_CAST({of}{name} AS {sql_type}) AS {name}"
 
 
-def _record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
+def record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
     """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time."""
     con, spill = _connect()
     present, rows = _file_facts(paths)
@@ -132,7 +132,7 @@ def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
     )
 
 
-def _child_reader(
+def child_reader(
     child: ChildKind, files: Sequence[Path], parent_files: Sequence[Path], groups: bool
 ) -> pa.RecordBatchReader:
     """A child table's rows of its parents' newest fetches in the due runs (`groups`: the parents themselves,
@@ -163,10 +163,10 @@ def _child_load(
     child: ChildKind, files: tuple[Path, ...], parent_files: tuple[Path, ...], runs: tuple[str, ...]
 ) -> TableLoad:
     def rows() -> pa.RecordBatchReader:
-        return _child_reader(child, files, parent_files, groups=False)
+        return child_reader(child, files, parent_files, groups=False)
 
     def groups() -> pa.RecordBatchReader:
-        return _child_reader(child, files, parent_files, groups=True)
+        return child_reader(child, files, parent_files, groups=True)
 
     return TableLoad(
         child.table, child.primary_key, child.schema, rows, NEWEST_BY, runs, child.parent_columns, groups
@@ -197,7 +197,7 @@ def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[Tabl
 
         def open_(files: tuple[Path, ...] = files, kind_schema: pa.Schema = kind.schema,
                   key: tuple[str, ...] = kind.primary_key) -> pa.RecordBatchReader:  # fmt: skip
-            return _record_reader(files, kind_schema, key)
+            return record_reader(files, kind_schema, key)
 
         loads.append(TableLoad(table, kind.primary_key, kind.schema, open_, NEWEST_BY, ids))
     return sorted(loads, key=lambda load: load.name)
