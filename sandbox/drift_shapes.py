@@ -89,8 +89,8 @@ SHAPES: dict[str, DriftShape] = {
     ),
     "interface-names": DriftShape(
         "answers name their fields as the service's interface does, not as its published answers do (`views`, "
-        "a flat tweet author, replies unwrapped with `parent_uri`, `price.amount`, the clip's other clips a "
-        "plain list, no `-end-` ending pin search): read, the catalog reads both",
+        "replies unwrapped with `parent_uri`, the clip's other clips a plain list, no `-end-` ending pin "
+        "search): read, the catalog reads both",
         Drift(interface_names=True),
     ),
     "renamed-field": DriftShape(

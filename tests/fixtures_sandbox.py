@@ -32,19 +32,21 @@ ENVELOPE = ("success", "credits_remaining", "credits_charged")
 PRIMARY_KEYS: dict[str, str] = {
     "materials": "material_id",
     "material_details": "material_id",
-    "photos": "photo_id",
-    "group_posts": "id",
+    "network_a_photos": "photo_id",
+    "network_a_group_posts": "id",
+    "forum_posts": "id",
+    "forum_comments": "id",
+    "forum_media": "id",
     "posts": "id",
     "comments": "id",
-    "media": "id",
     "clips": "id",
     "broadcaster_clips": "id",
-    "community_posts": "id",
+    "video_platform_community_posts": "id",
     "replies": "uri",
-    "tweets": "id",
+    "microblog_a_tweets": "id",
     "search_engine_advertisers": "advertiser_id",
     "search_engine_websites": "domain",
-    "embeds": "handle",
+    "photo_app_embeds": "html",  # the answer holds only `html` (harvest keys it by the request)
     "reels": "id",
     "pins": "id",
     "videos": "id",
@@ -53,8 +55,8 @@ PRIMARY_KEYS: dict[str, str] = {
     "shorts": "id",
     "shelves": "type+title",
     "lives": "id",
-    "products": "product_id|id",
-    "shops": "seller_id|id",
+    "short_video_products": "product_id",
+    "short_video_shops": "seller_id",
 }
 URI_KEYED_PATHS = ("/v1/microblog-b/post", "/v1/microblog-b/user/posts")
 
@@ -86,11 +88,11 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
     if path.startswith("/v1/creative/materials/"):
         return {"material_details": [body["data"]]}
     if path == "/v1/network-a/profile/photos":
-        return {"photos": body["photos"]}
+        return {"network_a_photos": body["photos"]}
     if path == "/v1/network-a/group/posts":
-        return {"group_posts": body["posts"]}
+        return {"network_a_group_posts": body.get("posts", [])}  # the page ending them has none
     if path == "/v1/forum/subreddit/search":
-        return {k: body[k] for k in ("posts", "comments", "media")}
+        return {f"forum_{k}": body.get(k, []) for k in ("posts", "comments", "media")}  # as group posts
     if path == "/v1/streaming/clip":
         clip = body[0]["data"]["clip"]
         user = body[1]["data"]["user"]
@@ -98,17 +100,17 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
         return {"clips": [clip] if clip else [], "broadcaster_clips": others}
     if path == "/v1/video-platform/community-post":
         rec = {k: v for k, v in body.items() if k not in ENVELOPE}
-        return {"community_posts": [rec] if rec.get("id") else []}
+        return {"video_platform_community_posts": [rec] if rec.get("id") else []}
     if path == "/v1/microblog-b/post":
         return {"posts": [body["post"]] if body["post"] else [], "replies": _thread(body["replies"])}
     if path == "/v1/microblog-b/user/posts":
         return {"posts": body["feed"]}
     if path == "/v1/microblog-a/community/tweets":
-        return {"tweets": body["tweets"]}
+        return {"microblog_a_tweets": body["tweets"]}
     if path == "/v1/search-engine/adLibrary/advertisers/search":
         return {"search_engine_advertisers": body["advertisers"], "search_engine_websites": body["websites"]}
     if path == "/v1/photo-app/user/embed":
-        return {"embeds": [{"handle": params["handle"], "html": body["html"]}] if body["html"] else []}
+        return {"photo_app_embeds": [{"html": body["html"]}] if body["html"] else []}
     if path == "/v1/photo-app/user/reels":
         items = body["items"]
         return {"reels": items if _truthy(params.get("trim")) else [i["media"] for i in items]}
@@ -119,7 +121,8 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
     if path == "/v1/video-platform/video/comment/replies":
         return {"comments": body["comments"]}
     if path == "/v1/short-video/shop/products":
-        return {"products": body["products"], "shops": [body["shopInfo"]] if body["shopInfo"] else []}
+        shop = body["shopInfo"]
+        return {"short_video_products": body["products"], "short_video_shops": [shop] if shop else []}
     if path == PROFILE:
         return {"videos": body["aweme_list"]}
     raise AssertionError(f"no record locations for {path}")

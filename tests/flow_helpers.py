@@ -125,9 +125,11 @@ def key_set(db: Path, table: str) -> set[tuple[Any, ...]]:
 
 
 def table_of(path: str) -> dict[str, str]:
-    """Sandbox record kind -> harvest table, for one documented path (both list the kinds in the same order)."""
-    sandbox_kinds = list(sandbox_endpoints.match(path).kinds)
+    """Sandbox record kind -> harvest table, for one documented path (both list the kinds in the same order; an
+    endpoint served from its declaration names its kinds by their tables)."""
     tables = [k.table for k in catalog.get(path).kinds]
+    coded = sandbox_endpoints.match(path)
+    sandbox_kinds = tables if coded is None else list(coded.kinds)
     assert len(sandbox_kinds) == len(tables), (path, sandbox_kinds, tables)
     return dict(zip(sandbox_kinds, tables, strict=True))
 

@@ -182,7 +182,6 @@ async def test_trimmed_answer_without_a_more_flag_stops_at_the_empty_page(
     "path",
     [
         "/v1/creative/materials",
-        "/v1/forum/subreddit/search",
         "/v1/pinboard/search",
         "/v1/video-platform/search",
     ],

@@ -99,7 +99,7 @@ def test_records_that_arrive_wrapped_stop_with_the_records_override_that_reads_t
     params = {"url": "https://microblog-a.example/i/communities/77"}
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, drift=SHAPES["wrapped-tweets"].drift)
     output, db = tmp_path / "out", tmp_path / "out" / "harvest.duckdb"
-    tweets = full_crawl(TWEETS, params, config)["tweets"]
+    tweets = full_crawl(TWEETS, params, config)["microblog_a_tweets"]
     with running(config) as sb:
         spec = one_query(tmp_path, sb.base_url, TWEETS, params, name="renamed")
         result = runner.invoke(app, ["run", str(spec)])

@@ -72,7 +72,7 @@ def test_answers_strict_json_refuses_land_every_record_paid_once_and_say_what_wa
     result, paid, billed = run(tmp_path, config)
     assert result.exit_code == 0, result.output
     db = tmp_path / "out" / "harvest.duckdb"
-    tweets = full_crawl(TWEETS, PARAMS, config)["tweets"]
+    tweets = full_crawl(TWEETS, PARAMS, config)["microblog_a_tweets"]
     assert sorted(r[0] for r in rows(db, "SELECT id FROM microblog_a_tweets")) == sorted(
         t["id"] for t in tweets
     )
@@ -127,7 +127,7 @@ def test_a_page_harvest_could_not_read_lands_with_a_rebuild_once_it_can(
         assert rebuilt.exit_code == 0, rebuilt.output
         assert len(data_entries(sb)) == 1, "rebuild sent a request"
     db = tmp_path / "out" / "harvest.duckdb"
-    tweets = full_crawl(TWEETS, PARAMS, config)["tweets"]
+    tweets = full_crawl(TWEETS, PARAMS, config)["microblog_a_tweets"]
     assert scalar(db, "SELECT count(*) FROM microblog_a_tweets") == len(tweets) > 0
     assert scalar(db, "SELECT values_repaired FROM query_state") == 1
 
@@ -144,7 +144,7 @@ def test_an_answer_damaged_once_on_the_wire_is_asked_for_once_more(
     assert [e.fault for e in paid] == [fault.value, None] and billed == 2
     db = tmp_path / "out" / "harvest.duckdb"
     assert scalar(db, "SELECT count(*) FROM microblog_a_tweets") == len(
-        full_crawl(TWEETS, PARAMS, config)["tweets"]
+        full_crawl(TWEETS, PARAMS, config)["microblog_a_tweets"]
     )
     assert scalar(db, "SELECT sum(credits_spent) FROM runs") == 2  # the damaged answer was billed too
 

@@ -77,11 +77,12 @@ def test_group_posts_at_most_three_a_page(sandbox_factory: Callable[..., Running
     params = {"url": "https://network-a.example/groups/big"}
     with sb.client() as client:
         bodies, collected = http_crawl(client, "/v1/network-a/group/posts", params)
-    assert len(bodies) == 3
-    assert all(len(b["posts"]) <= 3 for b in bodies)
+    assert len(bodies) == expected_pages("/v1/network-a/group/posts", params, sb.config) >= 3
+    assert all(len(b.get("posts", [])) <= 3 for b in bodies) and len(collected["network_a_group_posts"]) > 3
     assert [len(b["posts"]) for b in bodies[:2]] == [3, 3]
     assert (
-        collected["group_posts"] == full_crawl("/v1/network-a/group/posts", params, sb.config)["group_posts"]
+        collected["network_a_group_posts"]
+        == full_crawl("/v1/network-a/group/posts", params, sb.config)["network_a_group_posts"]
     )
 
 
@@ -163,8 +164,8 @@ def test_single_page_endpoints_answer_one_page(sandbox_client: Any) -> None:
     body = sandbox_client.get("/v1/microblog-a/community/tweets", params=params).json()
     assert set(body) == {"success", "tweets", "credits_remaining", "credits_charged"}
     assert (
-        records_of("/v1/microblog-a/community/tweets", body, params)["tweets"]
-        == full_crawl("/v1/microblog-a/community/tweets", params, SandboxConfig())["tweets"]
+        records_of("/v1/microblog-a/community/tweets", body, params)["microblog_a_tweets"]
+        == full_crawl("/v1/microblog-a/community/tweets", params, SandboxConfig())["microblog_a_tweets"]
     )
 
 
@@ -173,7 +174,6 @@ def test_single_page_endpoints_answer_one_page(sandbox_client: Any) -> None:
     [
         ("/v1/photo-app/user/reels", {"user_id": "787132"}, {"handle": "natgeo"}),
         ("/v1/microblog-b/user/posts", {"user_id": "did:plc:abc"}, {"handle": "a.mb.example"}),
-        ("/v1/network-a/group/posts", {"group_id": "99"}, {"url": "https://network-a.example/groups/g"}),
     ],
 )
 def test_either_identifier_and_ids_win_over_handles(

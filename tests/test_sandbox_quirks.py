@@ -101,7 +101,6 @@ def test_trimmed_answers_cost_one_more_page_with_the_quirk(
 
 SEARCHES: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/pinboard/search", {"query": "mugs"}, "pins"),
-    ("/v1/forum/subreddit/search", {"subreddit": "python", "query": "gil"}, "posts"),
     ("/v1/video-platform/search", {"query": "jazz"}, "videos"),
     ("/v1/creative/materials", {"query": "cola", "limit": "6"}, "materials"),
 ]
@@ -150,7 +149,7 @@ def test_not_found_the_real_ways(sandbox_client: Any) -> None:
     post = sandbox_client.get(
         "/v1/video-platform/community-post", params={"url": "https://vp.example/missing"}
     )
-    assert post.status_code == 200 and post.json()["id"] is None and post.json()["images"] == []
+    assert post.status_code == 200 and post.json()["success"] is True and post.json()["id"] is None
 
     search = sandbox_client.get("/v1/pinboard/search", params={"query": "missing things"})
     assert search.status_code == 200 and search.json()["pins"] == [] and search.json()["cursor"] is None

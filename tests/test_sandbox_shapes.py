@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 
-from harvest.sandbox.expected import crawl
 from tests.endpoints import FORUM
 from tests.fixtures_sandbox import records_of
 
@@ -26,16 +25,6 @@ FIELDS: dict[str, set[str]] = {
         "material_id", "type", "title", "structured_fields", "structured_tags", "labels", "related_context",
         "script", "cta", "latest_ad_context",
     },
-    "photos": {"photo_id", "accessibility_caption", "viewer_image", "thumbnail", "url"},
-    "group_posts": {
-        "id", "text", "url", "permalink", "author", "reactionCount", "commentCount", "videoViewCount", "publishTime",
-        "videoDetails", "topComments",
-    },
-    "forum_posts": {"id", "title", "url", "permalink", "subreddit", "votes", "num_comments", "created_at"},
-    "forum_comments": {
-        "id", "post_id", "parent_comment_id", "author", "body", "votes", "permalink", "created_at", "post",
-    },
-    "media": {"id", "title", "url", "permalink", "media_type", "image", "gallery_count"},
     "clips": {
         "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
         "broadcaster", "thumbnailURL", "assets", "videoQualities", "videoURL",
@@ -44,17 +33,9 @@ FIELDS: dict[str, set[str]] = {
         "id", "slug", "url", "embedURL", "title", "viewCount", "language", "durationSeconds", "createdAt", "game",
         "broadcaster", "thumbnailURL",
     },
-    "community_posts": {
-        "id", "channel", "content", "images", "likeCount", "publishedTime", "publishedTimeText", "video",
-    },
     "mb_posts": {
         "uri", "cid", "record", "author", "embed", "replyCount", "repostCount", "likeCount", "quoteCount", "indexedAt",
         "labels",
-    },
-    "tweets": {
-        "id", "source", "view_count", "bookmark_count", "created_at", "favorite_count", "full_text", "lang",
-        "quote_count", "reply_count", "retweet_count", "user_id_str", "user", "conversation_id_str", "is_quote_status",
-        "possibly_sensitive",
     },
     "advertisers": {"name", "advertiser_id", "region", "number_of_ads_estimate"},
     "websites": {"domain"},
@@ -78,11 +59,6 @@ FIELDS: dict[str, set[str]] = {
     "reply_comments": {
         "id", "content", "publishedTime", "publishedTimeText", "replyLevel", "author", "engagement",
     },
-    "products": {
-        "product_id", "title", "image", "product_price_info", "rate_info", "sold_info", "seller_info", "seo_url",
-    },
-    "shops": {"seller_id", "sold_count", "followers_count", "shop_name", "shop_rating", "shop_link", "region",
-              "store_sub_score"},
     "aweme": {"aweme_id", "desc", "create_time", "url", "statistics", "video", "author", "share_url", "region",
               "desc_language", "content_type", "is_ad", "is_top", "music", "text_extra", "banners",
               "added_sound_music_info", "original_client_text"},
@@ -139,47 +115,42 @@ def test_creative_search_and_detail(sandbox_client: httpx.Client) -> None:
     assert isinstance(data["script"], str) and isinstance(data["labels"], list)
 
 
-def test_photos(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/network-a/profile/photos", url="https://network-a.example/acme")
+DECLARED_FIRST_PAGES = [
+    ("/v1/network-a/profile/photos", {"url": "https://network-a.example/acme"}, {"photos": "photo_id"}),
+    ("/v1/network-a/group/posts", {"url": "https://network-a.example/groups/hikers"}, {"posts": "id"}),
+    (FORUM, {"subreddit": "python", "query": "asyncio"}, {"posts": "id", "comments": "id", "media": "id"}),
+    ("/v1/microblog-a/community/tweets", {"url": "https://mba.example/i/communities/42"}, {"tweets": "id"}),
+    ("/v1/short-video/shop/products", {"url": "https://shop.example/acme"}, {"products": "product_id"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "lists"), DECLARED_FIRST_PAGES, ids=[p for p, _, _ in DECLARED_FIRST_PAGES]
+)
+def test_declared_lists_hold_keyed_records(
+    sandbox_client: httpx.Client, path: str, params: dict[str, str], lists: dict[str, str]
+) -> None:
+    """Endpoints served from their declarations: each list at its declared place, every record keyed, once."""
+    body = get(sandbox_client, path, **params)
     check_envelope(body)
-    check_records(body["photos"], FIELDS["photos"])
-    photo = body["photos"][0]
-    assert isinstance(photo["photo_id"], str)
-    assert set(photo["viewer_image"]) == {"uri", "height", "width"}
-    assert isinstance(photo["viewer_image"]["height"], int)
-    assert "next_page_id" in body and "cursor" in body
+    for place, key in lists.items():
+        keys = [record[key] for record in body[place]]
+        assert all(isinstance(k, str) and k for k in keys) and len(set(keys)) == len(keys)
+    assert body[next(iter(lists))]
 
 
-def test_group_posts(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/network-a/group/posts", url="https://network-a.example/groups/hikers")
-    check_envelope(body)
-    check_records(body["posts"], FIELDS["group_posts"])
-    assert len(body["posts"]) <= 3
-    post = body["posts"][0]
-    assert isinstance(post["publishTime"], int) and isinstance(post["reactionCount"], int)
-    assert set(post["author"]) == {"name", "id"}
-    for comment in post["topComments"]:
-        assert set(comment) == {"id", "text", "publishTime", "author"}
-
-
-def test_forum_search(sandbox_client: httpx.Client) -> None:
-    # A single-page search may hold no comments or media: pick a query whose first page has all three.
-    query = next(
-        q
-        for q in (f"asyncio{i}" for i in range(50))
-        if all(
-            next(crawl(FORUM, {"subreddit": "python", "query": q})).records[k] for k in ("comments", "media")
-        )
+def test_declared_objects_are_the_answer_itself(sandbox_client: httpx.Client) -> None:
+    """A community post is the answer's own fields, the embed its `html`; a shop beside its products, the
+    page saying whether more follow."""
+    post = get(
+        sandbox_client, "/v1/video-platform/community-post", url="https://video-platform.example/post/U"
     )
-    body = get(sandbox_client, FORUM, subreddit="python", query=query)
-    check_envelope(body)
-    check_records(body["posts"], FIELDS["forum_posts"])
-    check_records(body["comments"], FIELDS["forum_comments"])
-    check_records(body["media"], FIELDS["media"])
-    assert set(body["comments"][0]["post"]) == {"id", "title", "url"}
-    assert set(body["media"][0]["image"]) == {"src", "width", "height", "resolutions"}
-    assert body["posts"][0]["subreddit"] == {"name": "python"}
-    assert ISO.match(body["posts"][0]["created_at"])
+    check_envelope(post)
+    assert isinstance(post["id"], str) and set(post["channel"]) >= {"id", "title", "url", "handle"}
+    embed = get(sandbox_client, "/v1/photo-app/user/embed", handle="natgeo")
+    assert set(embed) == {"success", "html", "credits_remaining", "credits_charged"}
+    shop = get(sandbox_client, "/v1/short-video/shop/products", url="https://shop.example/acme", region="GB")
+    assert isinstance(shop["has_more"], bool) and isinstance(shop["shopInfo"]["seller_id"], str)
 
 
 def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
@@ -201,16 +172,6 @@ def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
         assert set(quality) == {"quality", "frameRate", "sourceURL", "__typename"}
     for quality in clip["videoQualities"]:
         assert set(quality) == {"sourceURL", "__typename"}
-
-
-def test_community_post_is_flat(sandbox_client: httpx.Client) -> None:
-    body = get(
-        sandbox_client, "/v1/video-platform/community-post", url="https://video-platform.example/post/Ugkx1"
-    )
-    check_envelope(body)
-    rec = {k: v for k, v in body.items() if k not in ("success", "credits_remaining", "credits_charged")}
-    check_records([rec], FIELDS["community_posts"])
-    assert set(rec["channel"]) == {"id", "title", "url", "handle"}
 
 
 def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
@@ -239,29 +200,12 @@ def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
     assert ISO.match(feed["feed"][0]["indexedAt"])
 
 
-def test_tweets(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/microblog-a/community/tweets", url="https://mba.example/i/communities/42")
-    check_envelope(body)
-    check_records(body["tweets"], FIELDS["tweets"])
-    user = body["tweets"][0]["user"]
-    assert set(user) == {"rest_id", "avatar", "core", "is_blue_verified", "legacy", "professional"}
-    assert set(user["core"]) == {"name", "screen_name"} and set(user["avatar"]) == {"image_url"}
-    assert isinstance(body["tweets"][0]["view_count"], str)  # as the service sends it
-
-
 def test_advertisers(sandbox_client: httpx.Client) -> None:
     body = get(sandbox_client, "/v1/search-engine/adLibrary/advertisers/search", query="acme")
     check_envelope(body)
     check_records(body["advertisers"], FIELDS["advertisers"])
     check_records(body["websites"], FIELDS["websites"], min_count=0)
     assert isinstance(body["advertisers"][0]["number_of_ads_estimate"], int)
-
-
-def test_embed(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/photo-app/user/embed", handle="natgeo")
-    check_envelope(body)
-    assert set(body) == {"success", "html", "credits_remaining", "credits_charged"}
-    assert "natgeo" in body["html"]
 
 
 def test_reels_full_and_trim(sandbox_client: httpx.Client) -> None:
@@ -317,21 +261,6 @@ def test_comment_replies(sandbox_client: httpx.Client) -> None:
         "name", "channelId", "isVerified", "isCreator", "avatarUrl", "channelUrl",
     }  # fmt: skip
     assert set(body["comments"][0]["engagement"]) == {"likes", "replies"}
-
-
-def test_shop_products(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/short-video/shop/products", url="https://shop.example/acme", region="GB")
-    check_envelope(body)
-    check_records(body["products"], FIELDS["products"])
-    check_records([body["shopInfo"]], FIELDS["shops"])
-    assert isinstance(body["has_more"], bool)
-    product = body["products"][0]
-    assert product["product_price_info"]["currency_name"] == "GBP"
-    assert isinstance(product["product_price_info"]["sale_price_decimal"], str)  # a decimal, as text
-    assert isinstance(product["rate_info"]["review_count"], str) and isinstance(
-        product["rate_info"]["score"], float
-    )
-    assert body["shopInfo"]["region"] == "GB" and isinstance(body["shopInfo"]["followers_count"], str)
 
 
 def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:

@@ -19,7 +19,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("/v3/short-video/profile/videos", {"user_id": "123"}, "handle"),
     ("/v1/pinboard/search", {"query": ""}, "query"),
     # neither of the two identifiers
-    ("/v1/network-a/group/posts", {"sort_by": "TOP_POSTS"}, "group_id"),
+    ("/v1/network-a/group/posts", {"sort_by": "TOP_POSTS"}, "url"),
     ("/v1/photo-app/user/reels", {"trim": "true"}, "user_id"),
     ("/v1/microblog-b/user/posts", {}, "user_id"),
     # enums

@@ -20,8 +20,14 @@ NEWEST_FIRST = [
     (PROFILE, {"handle": "nasa", "sort_by": "latest"}, "videos", "aweme_id", "create_time"),
     (REELS, {"handle": "nasa"}, "reels", "id", "taken_at"),
     (REELS, {"handle": "nasa", "trim": "true"}, "reels", "id", "taken_at"),
-    (SHOP, {"url": "https://shop.example/acme", "sort_by": "new_releases"}, "products", "product_id", None),
-    (GROUP, {"group_id": "42", "sort_by": "CHRONOLOGICAL"}, "group_posts", "id", "publishTime"),
+    (
+        SHOP,
+        {"url": "https://shop.example/acme", "sort_by": "new_releases"},
+        "short_video_products",
+        "product_id",
+        None,
+    ),
+    (GROUP, {"group_id": "42", "sort_by": "CHRONOLOGICAL"}, "network_a_group_posts", "id", "publishTime"),
 ]
 
 

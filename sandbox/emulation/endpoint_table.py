@@ -24,47 +24,18 @@ from harvest.sandbox.emulation.emulated import (
 )
 from harvest.sandbox.served_paths import (
     CLIP,
-    COMMUNITY_POST,
     CREATIVE_DETAIL,
     CREATIVE_SEARCH,
-    EMBED,
-    FORUM_SEARCH,
-    GROUP_POSTS,
     MB_FEED,
     MB_POST,
-    PHOTOS,
     PINS,
     PROFILE_VIDEOS,
     REELS,
     REPLIES,
-    SHOP,
-    TWEETS,
     VIDEO_SEARCH,
 )
 from harvest.sandbox.wire.validation import RequestParams
 
-SHOP_REGIONS = (
-    "US",
-    "GB",
-    "DE",
-    "FR",
-    "IT",
-    "ID",
-    "MY",
-    "MX",
-    "PH",
-    "SG",
-    "ES",
-    "TH",
-    "VN",
-    "BR",
-    "JP",
-    "IE",
-)
-GROUP_SORTS = ("TOP_POSTS", "RECENT_ACTIVITY", "CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")
-FORUM_SORTS = ("relevance", "hot", "top", "new", "comments")
-FORUM_COMMENT_SORTS = ("relevance", "top", "new")
-FORUM_TIMEFRAMES = ("all", "year", "month", "week", "day", "hour")
 CREATIVE_ORDERS = ("relevance", "latest", "oldest")
 UPLOAD_DATES = ("today", "this_week", "this_month", "this_year")
 VIDEO_SORTS = ("relevance", "popular")
@@ -73,9 +44,6 @@ VIDEO_FILTERS = ("shorts",)
 VIDEO_TYPES = ("videos", "shorts", "channels", "playlists")
 VIDEO_DURATIONS = ("under_3_min", "between_3_and_20_min", "over_20_min")
 PROFILE_SORTS = ("latest", "popular")
-SHOP_SORTS = ("top", "new_releases")
-"""Shop products: best-selling first (`top`, when absent) or newest first; new listings show at the front only
-when newest first."""
 CACHE_AGES = ("1d", "3d", "7d", "14d", "30d")
 """`cache_max_age`: how old a cached answer may be (the sandbox answers afresh whatever it is)."""
 
@@ -132,60 +100,12 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         paged=False,
     ),
     EmulatedEndpoint(
-        PHOTOS,
-        (_subject("url", required=True), QueryParam("next_page_id"), QueryParam("cursor")),
-        kinds={"photos": "photo_id"},
-        builder=paged.photos,
-        not_found=NotFoundAnswer(_account({"photos": [], "next_page_id": None, "cursor": None})),
-    ),
-    EmulatedEndpoint(
-        GROUP_POSTS,
-        (_subject("url"), _subject("group_id"), _enum("sort_by", GROUP_SORTS), QueryParam("cursor")),
-        kinds={"group_posts": "id"},
-        builder=paged.group_posts,
-        not_found=NotFoundAnswer({"posts": [], "cursor": None}),
-        one_of=("group_id", "url"),
-        new_items=NewItems("sort_by", ("CHRONOLOGICAL", "CHRONOLOGICAL_LISTINGS")),
-    ),
-    EmulatedEndpoint(
-        FORUM_SEARCH,
-        (
-            QueryParam("subreddit", required=True, check="subreddit", identity=True, subject=True),
-            QueryParam("query", identity=True, subject=True),
-            _enum("sort", FORUM_SORTS),
-            _enum("timeframe", FORUM_TIMEFRAMES),
-            QueryParam("cursor"),
-        ),
-        kinds={"posts": "id", "comments": "id", "media": "id"},
-        builder=paged.forum_search,
-        not_found=NotFoundAnswer({"posts": [], "comments": [], "media": [], "cursor": None}),
-        search=True,
-    ),
-    EmulatedEndpoint(
         CLIP,
         (_subject("url", required=True), QueryParam("cache_max_age", enum=CACHE_AGES)),
         kinds={"clips": "id", "broadcaster_clips": "id"},
         builder=single.clip,
         not_found=NotFoundAnswer(
             [{"data": {"clip": None}}, {"data": {"user": None}}, {"data": {"user": None}}], envelope=False
-        ),
-        paged=False,
-    ),
-    EmulatedEndpoint(
-        COMMUNITY_POST,
-        (_subject("url", required=True),),
-        kinds={"community_posts": "id"},
-        builder=single.community_post,
-        not_found=NotFoundAnswer(
-            {
-                "id": None,
-                "channel": None,
-                "content": "",
-                "images": [],
-                "likeCount": 0,
-                "publishedTime": None,
-                "video": None,
-            }
         ),
         paged=False,
     ),
@@ -208,22 +128,6 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         one_of=("user_id", "handle"),
         new_items=NewItems(),
         feed_list="feed",
-    ),
-    EmulatedEndpoint(
-        TWEETS,
-        (_subject("url", required=True),),
-        kinds={"tweets": "id"},
-        builder=single.tweets,
-        not_found=NotFoundAnswer({"tweets": []}),
-        paged=False,
-    ),
-    EmulatedEndpoint(
-        EMBED,
-        (_subject("handle", required=True),),
-        kinds={"embeds": "handle"},
-        builder=single.embed,
-        not_found=NotFoundAnswer(_account({"html": ""})),
-        paged=False,
     ),
     EmulatedEndpoint(
         REELS,
@@ -288,19 +192,6 @@ ENDPOINTS: tuple[EmulatedEndpoint, ...] = (
         builder=paged.comment_replies,
         not_found=NotFoundAnswer({"comments": [], "continuationToken": None}),
         subjects_of=_replies_subjects,
-    ),
-    EmulatedEndpoint(
-        SHOP,
-        (
-            _subject("url", required=True),
-            QueryParam("cursor"),
-            QueryParam("region", enum=SHOP_REGIONS, identity=True, default="US"),
-            _enum("sort_by", SHOP_SORTS),
-        ),
-        kinds={"products": "product_id|id", "shops": "seller_id|id"},
-        builder=paged.shop_products,
-        not_found=NotFoundAnswer({"products": [], "shopInfo": None, "has_more": False, "cursor": None}),
-        new_items=NewItems("sort_by", ("new_releases",)),
     ),
     EmulatedEndpoint(
         PROFILE_VIDEOS,

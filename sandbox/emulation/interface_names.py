@@ -1,32 +1,26 @@
 """Answers named as the service's interface names their fields, before its published answers showed otherwise.
 
-The sandbox answers as the service does (its published sample answers: `viewCountInt`, a tweet's author under
-`user.core`, replies wrapped in thread views, `product_price_info`, ...). `harvest sandbox --drift
-interface-names` serves the interface's own names instead (`views`, a flat `user`, a flat list of replies with
-`parent_uri`, `price.amount`, ...), so that harvest's reading of them, kept as alternatives in its catalog, stays
+The sandbox answers as the service does (its published sample answers: `viewCountInt`, replies wrapped in
+thread views, a clip's other clips a GraphQL connection, ...). `harvest sandbox --drift interface-names` serves
+the interface's own names instead on the endpoints emulated with code (`views`, a flat list of replies with
+`parent_uri`, the other clips a plain list, ...), so that harvest's reading of them, kept as alternatives in its catalog, stays
 exercised end to end. Records are renamed in place: `ServedPage.records` describes what was served.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from harvest.sandbox.emulation.page import ServedPage
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.served_paths import (
     CLIP,
-    COMMUNITY_POST,
-    FORUM_SEARCH,
-    GROUP_POSTS,
     MB_POST,
     PINS,
     PROFILE_VIDEOS,
     REELS,
     REPLIES,
-    SHOP,
-    TWEETS,
     VIDEO_SEARCH,
 )
 
@@ -63,12 +57,6 @@ def _video_search(page: ServedPage) -> None:
             _video(video)
 
 
-def _community_post(page: ServedPage) -> None:
-    for post in page.records.get("community_posts", []):
-        if isinstance(post.get("channel"), dict):
-            _drop(post["channel"], "handle")
-
-
 def _replies(page: ServedPage) -> None:
     for reply in page.records.get("comments", []):
         author, engagement = reply["author"], reply.pop("engagement", {})
@@ -78,45 +66,12 @@ def _replies(page: ServedPage) -> None:
         reply["likeCount"] = engagement.get("likes")
 
 
-def _tweets(page: ServedPage) -> None:
-    for tweet in page.records.get("tweets", []):
-        user = tweet["user"]
-        tweet["user"] = {
-            "name": user["core"]["name"],
-            "screen_name": user["core"]["screen_name"],
-            "avatar": user["avatar"]["image_url"],
-            "followers_count": user["legacy"]["followers_count"],
-            "is_blue_verified": user["is_blue_verified"],
-        }
-        tweet["view_count"] = int(tweet["view_count"])
-        when = datetime.strptime(tweet["created_at"], "%a %b %d %H:%M:%S %z %Y")
-        tweet["created_at"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-        _drop(tweet, "lang", "user_id_str")
-
-
 def _thread(page: ServedPage) -> None:
     """Replies as one flat list of posts, each naming its parent in `parent_uri`."""
     for reply in page.records.get("replies", []):
         reply["parent_uri"] = reply["record"].pop("reply")["parent"]["uri"]
     if isinstance(page.body, dict) and "replies" in page.body:
         page.body["replies"] = page.records.get("replies", [])
-
-
-def _shop(page: ServedPage) -> None:
-    for product in page.records.get("products", []):
-        price = product["product_price_info"]
-        _replace(product, {
-            "id": product["product_id"], "title": product["title"], "cover": product["image"]["url_list"],
-            "url": product["seo_url"]["canonical_url"],
-            "price": {"currency": price["currency_name"], "amount": float(price["sale_price_decimal"])},
-            "sold_count": product["sold_info"]["sold_count"],
-            "review_count": int(product["rate_info"]["review_count"]), "rating": product["rate_info"]["score"],
-        })  # fmt: skip
-    for shop in page.records.get("shops", []):
-        _replace(shop, {
-            "id": shop["seller_id"], "name": shop["shop_name"], "url": shop["shop_link"],
-            "followers": int(shop["followers_count"]), "region": shop["region"],
-        })  # fmt: skip
 
 
 def _flat_broadcaster(owner: Any) -> None:
@@ -137,26 +92,6 @@ def _clip(page: ServedPage) -> None:
         if isinstance(user, dict) and isinstance(user.get("clips"), dict):
             user["clips"] = [edge["node"] for edge in user["clips"]["edges"]]
         _flat_broadcaster(body[2]["data"]["user"])
-
-
-def _forum(page: ServedPage) -> None:
-    for post in page.records.get("posts", []):
-        _drop(post, "permalink", "subreddit")
-    for comment in page.records.get("comments", []):
-        _drop(comment, "post_id", "parent_comment_id", "permalink")
-    for medium in page.records.get("media", []):
-        image = medium.pop("image")
-        medium.update(width=image["width"], height=image["height"], url=image["src"])
-        medium["gallery_count"] = medium["gallery_count"] or 1
-        _drop(medium, "permalink")
-
-
-def _group_posts(page: ServedPage) -> None:
-    for post in page.records.get("group_posts", []):
-        _drop(post, "permalink", "author", "videoViewCount")
-        for comment in post.get("topComments", []):
-            comment["author"] = comment["author"]["name"]
-            _drop(comment, "publishTime")
 
 
 def _reels(page: ServedPage) -> None:
@@ -181,11 +116,11 @@ def _profile_videos(page: ServedPage) -> None:
 
 
 RENAMES: dict[str, Callable[[ServedPage], None]] = {
-    VIDEO_SEARCH: _video_search, COMMUNITY_POST: _community_post, REPLIES: _replies, TWEETS: _tweets,
-    MB_POST: _thread, SHOP: _shop, CLIP: _clip, FORUM_SEARCH: _forum, GROUP_POSTS: _group_posts, REELS: _reels,
-    PINS: _pins, PROFILE_VIDEOS: _profile_videos,
+    VIDEO_SEARCH: _video_search, REPLIES: _replies, MB_POST: _thread, CLIP: _clip, REELS: _reels, PINS: _pins,
+    PROFILE_VIDEOS: _profile_videos,
 }  # fmt: skip
-"""Path -> how its answer is renamed; the other paths' answers name their fields as the interface does."""
+"""Path -> how its answer is renamed: the endpoints emulated with code. The others are served from their
+declarations, which say where each value is and write it at the first name the declaration gives it."""
 
 
 def as_interface_names(path: str, page: ServedPage) -> None:

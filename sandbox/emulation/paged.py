@@ -1,7 +1,7 @@
-"""Builders of the paged social endpoints, one per cursor style.
+"""Builders of the paged endpoints whose answers need code (docs/decisions.md, "One engine").
 
-Single-kind endpoints page by offset (the cursor encodes where the next page starts); the two multi-list
-searches (forum, video search) page by page index, each list advancing by its own per-page count. The last
+Single-kind endpoints page by offset (the cursor encodes where the next page starts); video search pages by
+page index, each of its lists advancing by its own per-page count. The last
 page carries a "dangling" cursor only where the real service does and only while that quirk is on."""
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from harvest.sandbox.emulation import cursor_values as cursors
 from harvest.sandbox.emulation.page import Ctx, ServedPage, window, with_repeat
 from harvest.sandbox.emulation.platforms import (
     Record,
-    forum,
     microblog_b,
-    network_a,
     photo_app,
     pinboard,
     short_video,
@@ -23,12 +21,6 @@ from harvest.sandbox.emulation.platforms import (
 )
 from harvest.sandbox.emulation.scope import PagePlan, Scope
 from harvest.sandbox.emulation.stablehash import hexid
-from harvest.sandbox.wire.validation import InvalidRequest
-
-CURRENCIES = {
-    "US": "USD", "GB": "GBP", "DE": "EUR", "FR": "EUR", "IT": "EUR", "ID": "IDR", "MY": "MYR", "MX": "MXN",
-    "PH": "PHP", "SG": "SGD", "ES": "EUR", "TH": "THB", "VN": "VND", "BR": "BRL", "JP": "JPY", "IE": "EUR",
-}  # fmt: skip
 
 
 def _single_total(ctx: Ctx, scope: Scope, kind: str, size: int) -> int:
@@ -38,48 +30,6 @@ def _single_total(ctx: Ctx, scope: Scope, kind: str, size: int) -> int:
 def _opaque_start(ctx: Ctx, scope: Scope, param: str, tag: str) -> int:
     token = ctx.params.get(param)
     return 0 if token is None else cursors.decode(token, tag, scope, param)
-
-
-def photos(ctx: Ctx) -> ServedPage:
-    """Page photos: `next_page_id` and `cursor` travel together; the end is either one missing."""
-    s = ctx.scope()
-    size = ctx.size
-    total = _single_total(ctx, s, "photos", size)
-    npid, cur = ctx.params.get("next_page_id"), ctx.params.get("cursor")
-    if npid is None and cur is None:
-        start = 0
-    elif npid is None or cur is None:
-        missing = "next_page_id" if npid is None else "cursor"
-        raise InvalidRequest(missing, "'next_page_id' and 'cursor' must be passed together")
-    else:
-        start = cursors.decode(npid, "np", s, "next_page_id")
-        if cursors.decode(cur, "pc", s, "cursor") != start:
-            raise InvalidRequest("cursor", "'cursor' does not belong with 'next_page_id'")
-    lo, hi = window(start, size, total)
-    items = [network_a.photo(s, i) for i in range(lo, hi)]
-    page = ServedPage({"photos": items, "next_page_id": None, "cursor": None}, {"photos": items})
-    if hi < total:
-        page.next = {"next_page_id": cursors.encode("np", hi, s), "cursor": cursors.encode("pc", hi, s)}
-        page.body.update(page.next)
-    elif ctx.dangling and lo < hi:
-        # The last page keeps a `cursor` but no `next_page_id`; sent alone it is refused (400, not billed).
-        page.body["cursor"] = cursors.encode("pc", hi, s)
-    return page
-
-
-def group_posts(ctx: Ctx) -> ServedPage:
-    """Group posts: at most 3 a page, whatever the configured page size."""
-    s = ctx.scope()
-    size = min(ctx.size, 3)
-    new = ctx.new_items
-    total = _single_total(ctx, s, "group_posts", size) + new
-    lo, hi = window(_opaque_start(ctx, s, "cursor", "gp"), size, total)
-    items = [network_a.group_post(s, i - new) for i in range(lo, hi)]
-    page = ServedPage({"posts": items, "cursor": None}, {"group_posts": items})
-    if hi < total:
-        page.next = {"cursor": cursors.encode("gp", hi, s)}
-        page.body["cursor"] = page.next["cursor"]
-    return page
 
 
 def _opaque_page(
@@ -101,28 +51,6 @@ def _multi_page(
     lo = plan.start(kind, page_no)
     first = lo - 1 if ctx.repeat and page_no > 0 and count > 0 and plan.per_page[kind] > 0 else lo
     return [render(i) for i in range(first, lo + count)]
-
-
-def forum_search(ctx: Ctx) -> ServedPage:
-    """Subreddit search: posts, comments and media on each page. Comments only sort by relevance, top or new,
-    so a `hot` or `comments` sort returns no comments."""
-    s = ctx.scope()
-    size = ctx.size
-    sort = ctx.params.get("sort")
-    subreddit = ctx.params.get("subreddit") or ""
-    per_page = {
-        "posts": size,
-        "comments": 0 if sort in ("hot", "comments") else max(1, size // 2),
-        "media": max(1, size // 4),
-    }
-    plan = ctx.page_plan(s, per_page, "posts")
-    page_no = _opaque_start(ctx, s, "cursor", "fs")
-    lists = {
-        "posts": _multi_page(ctx, plan, page_no, "posts", lambda i: forum.post(s, i, subreddit)),
-        "comments": _multi_page(ctx, plan, page_no, "comments", lambda i: forum.comment(s, i)),
-        "media": _multi_page(ctx, plan, page_no, "media", lambda i: forum.media(s, i)),
-    }
-    return _opaque_page(lists, "cursor", "fs", s, plan, page_no)
 
 
 def feed(ctx: Ctx) -> ServedPage:
@@ -247,31 +175,6 @@ def comment_replies(ctx: Ctx) -> ServedPage:
     if hi < total:
         page.next = {"continuationToken": cursors.encode_replies(root, hi)}
         page.body["continuationToken"] = page.next["continuationToken"]
-    return page
-
-
-def shop_products(ctx: Ctx) -> ServedPage:
-    """Shop products: `has_more` ends paging; the last page keeps a `cursor` while the quirk is on."""
-    s = ctx.scope()
-    size = ctx.size
-    region = ctx.params.get("region") or "US"
-    url = ctx.params.get("url") or ""
-    new = ctx.new_items
-    total = _single_total(ctx, s, "products", size) + new
-    lo, hi = window(_opaque_start(ctx, s, "cursor", "sp"), size, total)
-    shop = short_video.shop_info(s, url, region)
-    items = [short_video.product(s, i - new, CURRENCIES[region], shop["seller_id"]) for i in range(lo, hi)]
-    more = hi < total
-    token = cursors.encode("sp", hi, s) if more or (ctx.dangling and lo < hi) else None
-    page = ServedPage(
-        {"products": items, "shopInfo": shop, "has_more": more, "cursor": token},
-        {"products": items, "shops": [shop]},
-    )
-    if token is not None:
-        if more:
-            page.next = {"cursor": token}
-        else:
-            page.dangling = {"cursor": token}
     return page
 
 

@@ -11,11 +11,8 @@ from urllib.parse import urlsplit
 from harvest.sandbox.emulation.page import Ctx, ServedPage
 from harvest.sandbox.emulation.platforms import (
     Record,
-    microblog_a,
     microblog_b,
-    photo_app,
     streaming,
-    video_platform,
 )
 from harvest.sandbox.emulation.stablehash import span
 
@@ -53,12 +50,6 @@ def clip(ctx: Ctx) -> ServedPage:
     return ServedPage(body, {"clips": [main], "broadcaster_clips": more}, envelope=False)
 
 
-def community_post(ctx: Ctx) -> ServedPage:
-    s = ctx.scope()
-    post = video_platform.community_post(s)
-    return ServedPage(post, {"community_posts": [post]})
-
-
 def thread(ctx: Ctx) -> ServedPage:
     """Microblog-b single post with its threaded replies, as the service sends them: each reply a thread view
     (`{"$type", "post", "replies", "threadContext"}`) naming its parent in `post.record.reply`, the replies to a
@@ -81,17 +72,3 @@ def thread(ctx: Ctx) -> ServedPage:
         replies.append(reply)
         views.append(view)
     return ServedPage({"post": post, "replies": top}, {"posts": [post], "replies": replies})
-
-
-def tweets(ctx: Ctx) -> ServedPage:
-    s = ctx.scope()
-    items = [microblog_a.tweet(s, i) for i in range(span(1, ctx.size, s.key, "tweets"))]
-    return ServedPage({"tweets": items}, {"tweets": items})
-
-
-def embed(ctx: Ctx) -> ServedPage:
-    """Profile embed: one `html` string; harvest keys it by the request's handle."""
-    s = ctx.scope()
-    handle = ctx.params.get("handle") or ""
-    html = photo_app.embed_html(s, handle)
-    return ServedPage({"html": html}, {"embeds": [{"handle": handle, "html": html}]})

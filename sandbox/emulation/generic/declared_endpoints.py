@@ -1,4 +1,4 @@
-"""Declared endpoints as the sandbox serves them: each declaration becomes an `EmulatedEndpoint` like the 18
+"""Declared endpoints as the sandbox serves them: each declaration becomes an `EmulatedEndpoint` like the
 built-in ones (its parameters checked as declared, its price, its "not found", its pages built by
 `declared_pages`), so serving, billing, faults, trigger words, drift and `sandbox.expected` treat it as they treat
 those.

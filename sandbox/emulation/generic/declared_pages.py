@@ -15,7 +15,7 @@ of that style do, with the quirks on:
   search's `"cursor": "-end-"`), billed;
 - `page_id_and_cursor`: the last page keeps the second parameter without the first; sent alone it is refused
   (400, not billed), like page photos;
-- otherwise the cursor is null on the last page (group posts, comment replies, creative search).
+- otherwise the cursor is null on the last page (comment replies, creative search).
 
 A paged endpoint that is not newest first repeats the last record of a page at the top of the next (the
 repeat-items quirk of the searches): keys stay unique, a client that does not deduplicate counts twice.

@@ -8,7 +8,9 @@ the scope's clock (newest first, as a newest-first listing and a `max_cursor` pa
 Text is made after the column's name, so that values read as what they are and travel where a chain sends them:
 a column named like a request parameter (`url`, `advertiser_id`) echoes the request's value, `...url`/`...link`
 is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's `repliesContinuationToken`, which the
-comment replies endpoint takes as a thread of its own), `id`/`..._id`/`...Id` an id; anything else a phrase.
+comment replies endpoint takes as a thread of its own), `id`/`..._id`/`...Id` an id, `..._at_text` the record's
+time as the platforms word it ("5 days ago"); anything else a phrase. A `json` column is an object, or a list
+of image objects where its name says images, as the platforms send them.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 from harvest.connectors.catalog.record_paths import Step, steps
 from harvest.sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
 from harvest.sandbox.emulation.platforms import Record
-from harvest.sandbox.emulation.platforms.wording import WORDS, phrase
-from harvest.sandbox.emulation.scope import Scope, b64int, iso
+from harvest.sandbox.emulation.platforms.wording import WORDS, ago, phrase
+from harvest.sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw
 
 _ID_NAME = re.compile(r"(?:^|_)id$|[a-z]Id$")
@@ -67,8 +69,10 @@ def _host(path: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _flavor(name: str) -> str:
-    """What a text column's name says it holds: url, token, id or words."""
+    """What a text column's name says it holds: url, token, id, ago (a time in words) or words."""
     lowered = name.lower()
+    if lowered.endswith("_at_text"):
+        return "ago"
     if lowered.endswith(("url", "link", "href")):
         return "url"
     if "token" in lowered or "cursor" in lowered:
@@ -82,8 +86,10 @@ def _token(d: Draw, n: int) -> str:
     return "".join(chunks)[:n]
 
 
-def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str) -> str:
+def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int) -> str:
     flavor = _flavor(column.name)
+    if flavor == "ago":  # the record's time, an hour before the newest is "1 hour ago"
+        return ago(ANCHOR + 3600 - s.time(pos))
     if flavor == "url":
         return f"https://{_host(s.path)}/{table}/{_token(d, 11)}"
     if flavor == "token":
@@ -107,10 +113,28 @@ def value(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int, first
     if kind == "timestamp":
         return iso(s.time(pos) if first_time else s.time(pos) - d.num(0, 30 * 86400))
     if kind == "json":
-        return {"name": d.pick(WORDS), "count": d.num(0, 1000)}
+        return (
+            _images(d, s, table)
+            if column.name.endswith("images")
+            else {"name": d.pick(WORDS), "count": d.num(0, 1000)}
+        )
     if kind == "text_list":
         return d.sample(WORDS, d.num(0, 3))
-    return _text(column, d, s, table)
+    return _text(column, d, s, table, pos)
+
+
+def _images(d: Draw, s: Scope, table: str) -> list[Record]:
+    """One to three images as the platforms send them: sizes and the URLs of the image and its thumbnail."""
+    images = []
+    for _ in range(d.num(1, 3)):
+        uri = _token(d, 24)
+        side = d.pick((640, 800, 1080))
+        base = f"https://img.{_host(s.path).removeprefix('www.')}/{table}/{uri}"
+        images.append(
+            {"uri": uri, "width": side, "height": side, "url_list": [f"{base}.jpeg"],
+             "thumb_url_list": [f"{base}~200x200.jpeg"]}
+        )  # fmt: skip
+    return images
 
 
 _SPREAD = 0x9E3779B97F4A7C15
@@ -157,7 +181,7 @@ def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str],
         if kept is not None:
             record = put(record, path, kept)
     for child in kind.children:
-        record = put(record, child.at, _child_items(child, d, s, pos, echo))
+        record = put(record, child.at, _child_items(child, d, s, pos, echo, kind.one))
     item = (
         record
         if kind.wrap_key is None
@@ -256,13 +280,16 @@ CHILD_ITEMS = 3
 """The most items of a record's child list (0 to this many, drawn per record)."""
 
 
-def _child_items(child: DeclaredChild, d: Draw, s: Scope, pos: int, echo: Mapping[str, str]) -> Any:
-    """A record's child list: 0 to `CHILD_ITEMS` items made from the child's columns; for `entries`, an object
-    whose fields are the items' names and values."""
+def _child_items(
+    child: DeclaredChild, d: Draw, s: Scope, pos: int, echo: Mapping[str, str], one: bool
+) -> Any:
+    """A record's child list: 0 to `CHILD_ITEMS` items made from the child's columns, at least one in a detail
+    answer's record (`one`: the published details fill their lists); for `entries`, an object whose fields are
+    the items' names and values."""
     items_kind = DeclaredKind(child.table, child.at, False, (), child.columns)  # no key: nothing echoes one
     items = [
         _fill({}, child.columns, items_kind, Draw(s.key, child.table, pos, n), s, pos, echo)
-        for n in range(d.num(0, CHILD_ITEMS))
+        for n in range(d.num(1 if one else 0, CHILD_ITEMS))
     ]
     if child.entries:
         return {

@@ -1,4 +1,4 @@
-"""Records of the photo app (`/v1/photo-app/...`): the profile embed and reels."""
+"""Records of the photo app's reels (`/v1/photo-app/user/reels`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,6 @@ from harvest.sandbox.emulation.scope import Scope, b64int
 from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum
 
 _PA = "https://www.photo-app.example"
-
-
-def embed_html(s: Scope, handle: str) -> str:
-    d = Draw(s.key, "embed")
-    return (
-        f'<blockquote class="photo-app-media" data-instgrm-permalink="{_PA}/{handle}/" '
-        f'data-instgrm-version="14"><a href="{_PA}/{handle}/">{handle}</a> '
-        f"<p>{d.num(10, 900)} posts, {d.num(100, 5_000_000)} followers</p></blockquote>"
-        '<script async src="//www.photo-app.example/embed.js"></script>'
-    )
 
 
 def reel_owner(s: Scope, who: str) -> Record:

@@ -1,56 +1,12 @@
-"""Records of the short-video platform (`/v1/short-video/...`, `/v3/short-video/...`): shop products,
-the shop, and profile videos, named as the service's published answers name them (`product_id`,
-`product_price_info` with the price as text, `shopInfo.seller_id`, counts as text)."""
+"""Records of the short-video platform's profile videos (`/v3/short-video/profile/videos`), named as the
+service's published answers name them."""
 
 from __future__ import annotations
 
 from harvest.sandbox.emulation.platforms import Record
-from harvest.sandbox.emulation.platforms.wording import phrase, title
+from harvest.sandbox.emulation.platforms.wording import phrase
 from harvest.sandbox.emulation.scope import Scope
 from harvest.sandbox.emulation.stablehash import Draw, hexid
-
-
-def product(s: Scope, pos: int, currency: str, seller_id: str) -> Record:
-    d = Draw(s.key, "product", pos)
-    pid = s.numid("product", pos, 19)
-    cents = d.num(100, 30000)
-    name = title(d, 2, 8)
-    slug = name.lower().replace(" ", "-")
-    return {
-        "product_id": pid,
-        "title": name,
-        "image": {
-            "url_list": [
-                f"https://p16-shop.short-video.example/{hexid(20, s.key, 'cover', pos, i)}.jpeg"
-                for i in range(2)
-            ],
-        },
-        "product_price_info": {
-            "currency_name": currency,
-            "sale_price_decimal": f"{cents // 100}.{cents % 100:02d}",
-        },
-        "rate_info": {"score": round(3.0 + d.unit() * 2.0, 1), "review_count": str(d.num(0, 20000))},
-        "sold_info": {"sold_count": d.num(0, 200000)},
-        "seller_info": {"seller_id": seller_id},
-        "seo_url": {"canonical_url": f"https://shop.short-video.example/pdp/{slug}/{pid}"},
-    }
-
-
-def shop_info(s: Scope, url: str, region: str) -> Record:
-    d = Draw(s.key, "shop")
-    return {
-        "seller_id": s.numid("shop", 0, 19),
-        "sold_count": d.num(0, 5_000_000),
-        "followers_count": str(d.num(0, 3_000_000)),
-        "shop_name": title(d, 1, 3) + " Store",
-        "shop_rating": f"{3.0 + d.unit() * 2.0:.1f}",
-        "shop_link": url,
-        "region": region,
-        "store_sub_score": [
-            {"score": round(d.unit(), 4), "type": kind, "score_percentage": "", "platform_rate_type": 0}
-            for kind in (1, 2, 3)
-        ],
-    }
 
 
 def aweme(s: Scope, pos: int, author: Record) -> Record:

@@ -1,5 +1,4 @@
-"""Records of the video platform (`/v1/video-platform/...`): the community post, the six kinds of
-search results and comment replies, named as the service's published answers name them (`viewCountInt`, a channel
+"""Records of the video platform (`/v1/video-platform/...`): the six kinds of search results and comment replies, named as the service's published answers name them (`viewCountInt`, a channel
 with a `handle`, `author.avatarUrl`, `engagement.likes`)."""
 
 from __future__ import annotations
@@ -32,28 +31,6 @@ def _video_channel(s: Scope, kind: str, pos: int) -> Record:
     """A search result's channel: a handle, no url."""
     ref = channel_ref(s, kind, pos)
     return {"id": ref["id"], "title": ref["title"], "handle": ref["handle"]}
-
-
-def community_post(s: Scope) -> Record:
-    d = Draw(s.key, "community_post")
-    pid = "Ugkx" + b64int(hnum(s.key, "community_post"), 32)
-    has_video = d.chance(0.4)
-    vid = b64int(hnum(s.key, "community_video"), 11)
-    return {
-        "id": pid,
-        "channel": channel_ref(s, "community", 0),
-        "content": phrase(d, 5, 40),
-        "images": [
-            f"https://yt3.video-platform.example/{hexid(24, s.key, i)}=s1024" for i in range(d.num(0, 4))
-        ],
-        "likeCount": d.num(0, 100000),
-        **_published(s, 0),
-        "video": (
-            {"id": vid, "title": title(d), "url": f"https://www.video-platform.example/watch?v={vid}"}
-            if has_video
-            else None
-        ),
-    }
 
 
 def _video_like(s: Scope, kind: str, pos: int, extras: bool) -> Record:
