@@ -33,6 +33,7 @@ from harvest.connectors.catalog.declarations import (
     path_params,
 )
 from harvest.connectors.catalog.declared_requests import effective_next
+from harvest.connectors.catalog.record_paths import alternatives
 from harvest.connectors.catalog.request_checks import (
     Problem,
 )
@@ -192,7 +193,7 @@ def _nesting_and_filter_problems(at: tuple[str | int, ...], table: str, kind: Ki
             yield (*at, "where", path), "no value to keep", "a value, or a list of values"
     own = {n: c for n, c in kind.columns.items() if not (c.path or "").startswith(HOLDER_PREFIX)}
     for name, column in kind.columns.items():
-        for alternative in (column.path or "").split("|"):
+        for alternative in alternatives(column.path or ""):
             if not alternative.startswith(HOLDER_PREFIX):
                 continue
             read = alternative[len(HOLDER_PREFIX) :]
@@ -245,7 +246,7 @@ def _child_problems(
             )
     if child.entries:
         for name, column in child.columns.items():
-            for alternative in (column.path or name).split("|"):
+            for alternative in alternatives(column.path or name):
                 if alternative.partition(".")[0].partition("[")[0] not in ENTRY_FIELDS:
                     yield (
                         (*at, "columns", name, "path"),
@@ -293,7 +294,7 @@ def _column_problems(
                 f"{name!r} cannot be a column name",
                 COLUMN_WORDS + "; not " + ", ".join(META_COLUMN_NAMES),
             )
-        for alternative in (column.path or name).split("|"):
+        for alternative in alternatives(column.path or name):
             if alternative.startswith(PARAM_PREFIX):
                 param = alternative[len(PARAM_PREFIX) :]
                 if param not in names:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harvest.connectors.catalog.record_paths import MISSING, compile_path, first, steps
+from harvest.connectors.catalog.record_paths import MISSING, alternatives, compile_path, first, steps
 
 Cursor = dict[str, str]
 """Request parameters that ask for the next page, e.g. {"cursor": "abc"}; plain strings, JSON-serialisable."""
@@ -134,7 +134,7 @@ class Paging:
             paths.append(self.page.pages)
         wanted = tuple(("key", key) for key in keys)
         for path in paths:
-            for alternative in path.split("|"):
+            for alternative in alternatives(path):
                 walked = steps(alternative.strip())
                 if len(walked) > len(wanted) and walked[: len(wanted)] == wanted:
                     return True

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harvest.connectors.catalog.record_paths import PATH_WORDS, path_problem
+from harvest.connectors.catalog.record_paths import PATH_WORDS, alternatives, path_problem
 from harvest.connectors.catalog.records import RecordKind
 
 
@@ -45,7 +45,7 @@ class KindShape:
             # a kind that is one object wherever it is (a detail answer): the new places hold one object too
             objects = tuple(dict.fromkeys((*self.records, *objects)))
         fields = tuple(
-            replace(fld, path="|".join(dict.fromkeys((*self.fields[fld.name], *fld.path.split("|")))))
+            replace(fld, path="|".join(dict.fromkeys((*self.fields[fld.name], *alternatives(fld.path)))))
             if fld.name in self.fields
             else fld
             for fld in kind.fields
