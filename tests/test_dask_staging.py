@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -518,7 +518,8 @@ def test_a_round_dask_runs_again_on_a_shared_disk_pays_nothing(
 
     shared = SharedDiskCluster(prefect_api_url, {})
     pins = {"query": "oak"}
-    with gated(SLOW) as sb:
+    with gated(SLOW) as sb, ExitStack() as cleanup:
+        cleanup.callback(shared.stop)  # a cluster that failed to come up is stopped too
         shared.start(workers=2)
         spec = {**job(sb.base_url, tmp_path / "out", {"kind": "dask", "address": shared.address, "round_pages": 3}),
                 "queries": [{"id": "creatives", "endpoint": CREATIVE, "params": CREATIVE_PARAMS},
@@ -551,7 +552,6 @@ def test_a_round_dask_runs_again_on_a_shared_disk_pays_nothing(
         finally:
             killer.join(timeout=WAIT)
             sb.gate.open()
-            shared.stop()
         billed, pages = sb.billed_total(), paid(data_entries(sb))
     assert any("lost (its worker died)" in w for w in warnings), warnings
     assert summary.status == "complete", summary
