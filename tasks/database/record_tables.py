@@ -60,29 +60,29 @@ rows did at 64 MB), and the merge enforces uniqueness itself. Tables made before
 columns a row's request value is in follow the key (`column_comments.table_comment`)."""
 
 
-def primary_keys(
-    con: duckdb.DuckDBPyConnection, table: str | None = None, *, comments: bool = True
-) -> dict[str, tuple[str, ...]]:
-    """The keys of the main schema's tables (or of one), by table name: a PRIMARY KEY constraint (bookkeeping
-    tables, and record tables made before KEY_COMMENT), else, with `comments`, the key a record table's comment
-    states. Tables without either are left out."""
-    where = "database_name = current_database() AND schema_name = 'main'" + (
-        " AND table_name = ?" if table else ""
-    )
-    args = [table] if table else []
+def stated_key(comment: str | None) -> tuple[str, ...]:
+    """The key a record table's comment states (`KEY_COMMENT`), or () when it states none."""
+    text = str(comment or "")
+    if not text.startswith(KEY_COMMENT):
+        return ()
+    return tuple(text.removeprefix(KEY_COMMENT).split(FETCHED_FOR, 1)[0].split(", "))
+
+
+def primary_keys(con: duckdb.DuckDBPyConnection, *, comments: bool = True) -> dict[str, tuple[str, ...]]:
+    """The keys of the main schema's tables, by table name: a PRIMARY KEY constraint (bookkeeping tables, and
+    record tables made before KEY_COMMENT), else, with `comments`, the key a record table's comment states.
+    Tables without either are left out."""
+    where = "database_name = current_database() AND schema_name = 'main'"
     keys: dict[str, tuple[str, ...]] = {}
     if comments:
         for name, comment in con.execute(
-            f"SELECT table_name, comment FROM duckdb_tables() WHERE {where}", args
+            f"SELECT table_name, comment FROM duckdb_tables() WHERE {where}"
         ).fetchall():
-            text = str(comment or "")
-            if text.startswith(KEY_COMMENT):
-                stated = text.removeprefix(KEY_COMMENT).split(FETCHED_FOR, 1)[0]
-                keys[str(name)] = tuple(stated.split(", "))
+            if stated := stated_key(comment):
+                keys[str(name)] = stated
     for name, columns in con.execute(
         f"SELECT table_name, constraint_column_names FROM duckdb_constraints() WHERE {where} "
-        "AND constraint_type = 'PRIMARY KEY'",
-        args,
+        "AND constraint_type = 'PRIMARY KEY'"
     ).fetchall():
         keys[str(name)] = tuple(columns)
     return keys
@@ -93,12 +93,7 @@ def table_primary_key(catalog: CatalogSnapshot, table: str) -> tuple[str, ...]:
     found = catalog.get(table)
     if found is None:
         return ()
-    if found.constraint_key:
-        return found.constraint_key
-    text = str(found.comment or "")
-    if text.startswith(KEY_COMMENT):
-        return tuple(text.removeprefix(KEY_COMMENT).split(FETCHED_FOR, 1)[0].split(", "))
-    return ()
+    return found.constraint_key or stated_key(found.comment)
 
 
 def same_columns(a: Sequence[str], b: Sequence[str]) -> bool:
