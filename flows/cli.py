@@ -387,9 +387,9 @@ def sql(
     ),
 ) -> None:
     """Run one read-only SQL statement on a job's DuckDB file; statements that write are refused (exit 2)."""
-    from harvest.flows.commands import run_job as commands
+    from harvest.flows.commands.sql import sql_command
 
-    commands.sql(output, query, limit, fmt)
+    sql_command(output, query, limit, fmt)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -257,3 +258,31 @@ def test_a_refused_copy_in_a_real_process(job: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: harvest sql refused COPY") and "Traceback" not in proc.stderr
     assert sha(db) == before and post_count(db) == ROWS
+
+
+def test_a_read_in_a_real_process_imports_neither_prefect_nor_the_catalog(job: Path) -> None:
+    """An analyst's `harvest sql` imports DuckDB, not Prefect, the HTTP client or the endpoint catalog: those
+    cost ~2 s of CPU, more than the query."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "harvest.flows.cli",
+            "sql",
+            str(job),
+            "SELECT count(*) FROM forum_posts",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert str(ROWS) in proc.stdout
+    imported = {
+        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
+    heavy = {"prefect", "httpx", "harvest.connectors.catalog.job_catalog", "harvest.connectors.paging.pager"}
+    assert not {m for m in imported if m in heavy or m.split(".")[0] in heavy}

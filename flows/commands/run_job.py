@@ -323,10 +323,3 @@ def serve(paths: list[Path], base_url: str | None) -> None:
     except interrupts():
         pass
     err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
-
-
-def sql(output: Path, query: str, limit: int = 200, fmt: str = "table") -> None:
-    """One read statement; refused statements exit 2, queries DuckDB cannot run exit 1."""
-    from harvest.flows.commands.sql import sql_command
-
-    sql_command(output, query, limit, fmt)

@@ -30,7 +30,11 @@ from harvest.tasks.database.connection import quote_literal
 from harvest.tasks.output.layout import OutputLayout
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import duckdb
+
+    from harvest.connectors.catalog.child_kinds import TableKind
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_LIMIT = 200
@@ -133,9 +137,13 @@ def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
     """The history views read Parquet by absolute path: after a move they would read the old place (which the
     fence refuses). Read-only, the stored views cannot change, so temporary ones over this place shadow them."""
     from harvest.tasks.database.history_views import follow_moved_views
-    from harvest.tasks.output.manifest import output_kinds
 
-    if follow_moved_views(con, layout.parquet_root, output_kinds(layout)):
+    def kinds() -> Mapping[str, TableKind]:
+        from harvest.tasks.output.manifest import output_kinds
+
+        return output_kinds(layout)
+
+    if follow_moved_views(con, layout.parquet_root, kinds):
         note(
             f"note: the history views in {layout.db} still point at the directory's old place; answered from "
             f"the Parquet here. `{harvest_line('load', layout.root)}` points them here for other readers too"

@@ -13,19 +13,25 @@ that fails one problem at a time costs a round trip per typo. Where each part li
 - `load`: file -> checked `JobSpec`
 """
 
-from harvest.flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
-from harvest.flows.spec.describe import ParamInfo, describe_params
-from harvest.flows.spec.identity import derive_id, render_value
-from harvest.flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
-from harvest.flows.spec.parse import load_spec, parse_spec
-from harvest.flows.spec.problems import Problem, SpecError, UsageError
-from harvest.flows.spec.service_url import (
-    BASE_URL_ENV,
-    SANDBOX,
-    URL_ALLOWED,
-    check_base_url,
-    resolve_base_url,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harvest.flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
+    from harvest.flows.spec.describe import ParamInfo, describe_params
+    from harvest.flows.spec.identity import derive_id, render_value
+    from harvest.flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
+    from harvest.flows.spec.parse import load_spec, parse_spec
+    from harvest.flows.spec.problems import Problem, SpecError, UsageError
+    from harvest.flows.spec.service_url import (
+        BASE_URL_ENV,
+        SANDBOX,
+        URL_ALLOWED,
+        check_base_url,
+        resolve_base_url,
+    )
 
 __all__ = [
     "BASE_URL_ENV",
@@ -51,3 +57,39 @@ __all__ = [
     "render_value",
     "resolve_base_url",
 ]
+
+_HOME = {
+    "BASE_URL_ENV": "service_url",
+    "Budget": "model",
+    "FromQuery": "model",
+    "JobSpec": "model",
+    "MAX_FANOUT": "checks",
+    "ParamInfo": "describe",
+    "Problem": "problems",
+    "Query": "model",
+    "SANDBOX": "service_url",
+    "Service": "model",
+    "SpecError": "problems",
+    "URL_ALLOWED": "service_url",
+    "UsageError": "problems",
+    "check_base_url": "service_url",
+    "derive_id": "identity",
+    "describe_params": "describe",
+    "fanout_size": "checks",
+    "load_spec": "parse",
+    "newest_first_listings": "checks",
+    "parse_spec": "parse",
+    "render_value": "identity",
+    "resolve_base_url": "service_url",
+}
+"""Each name and the module it lives in: a command that needs one part (`harvest sql` needs `UsageError`)
+imports that part, not the endpoint catalog the checks read (~1 s on a busy machine)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -11,7 +11,7 @@ where the database is now (`follow_moved_views`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import duckdb
@@ -122,21 +122,26 @@ def refresh_history_views(
 
 
 def follow_moved_views(
-    con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, TableKind]
+    con: duckdb.DuckDBPyConnection, parquet_root: Path, read_kinds: Callable[[], Mapping[str, TableKind]]
 ) -> list[str]:
     """On a read-only connection: shadow each stored history view that reads another directory's Parquet (the
-    output directory was moved or copied) by a temporary view over the Parquet here; returns their names."""
+    output directory was moved or copied) by a temporary view over the Parquet here; returns their names.
+
+    The table kinds are read only once a view has moved: reading them imports the catalog, which would make
+    every `harvest sql` on a directory that never moved a second slower."""
     stored = con.execute(
         "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND NOT temporary "
         "AND database_name = current_database() AND schema_name = 'main'"
     ).fetchall()
     followed = []
+    kinds: Mapping[str, TableKind] | None = None
     for name, sql in stored:
         table = str(name).removesuffix(HISTORY_SUFFIX)
-        if not str(name).endswith(HISTORY_SUFFIX) or table not in kinds:
-            continue
         table_dir = parquet_root.resolve() / table
-        if _files(table_dir) in str(sql) or not any(table_dir.glob("*/*.parquet")):
+        if not str(name).endswith(HISTORY_SUFFIX) or _files(table_dir) in str(sql):
+            continue
+        kinds = read_kinds() if kinds is None else kinds
+        if table not in kinds or not any(table_dir.glob("*/*.parquet")):
             continue
         con.execute(history_view_sql(table, kinds[table], table_dir, temporary=True))
         followed.append(str(name))
