@@ -73,19 +73,25 @@ def write_comments(
 ) -> int:
     """Comment every column of `schema` whose comment is not the catalog's yet; returns how many were written.
     `catalog`: the load's snapshot of the database's catalog, the table's columns and comments now."""
+    return comment_columns(con, table, {fld.name: column_comment(fld, key) for fld in schema}, catalog)
+
+
+def comment_columns(
+    con: duckdb.DuckDBPyConnection, table: str, wanted: Mapping[str, str], catalog: CatalogSnapshot
+) -> int:
+    """Write each column's wanted comment where the stored one differs; returns how many were written. A
+    column the table lacks is skipped (an older database); names match as DuckDB's do, whatever their case."""
     current = {n.lower(): (n, c) for n, _, c in catalog.columns(table)}
     written = 0
-    for fld in schema:
-        if fld.name.lower() not in current:
+    for name, words in wanted.items():
+        stored = current.get(name.lower())
+        if stored is None or stored[1] == words:
             continue
-        wanted = column_comment(fld, key)
-        name, comment = current[fld.name.lower()]
-        if comment != wanted:
-            con.execute(
-                f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(name)} IS {quote_literal(wanted)}"
-            )
-            catalog.column_commented(table, name, wanted)
-            written += 1
+        con.execute(
+            f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(stored[0])} IS {quote_literal(words)}"
+        )
+        catalog.column_commented(table, stored[0], words)
+        written += 1
     return written
 
 
@@ -112,12 +118,4 @@ def describe_table(
         )
         catalog.commented(table, about)
         written += 1
-    current = {n: c for n, _, c in catalog.columns(table)}
-    for name, words in columns.items():
-        if name in current and current[name] != words:
-            con.execute(
-                f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(name)} IS {quote_literal(words)}"
-            )
-            catalog.column_commented(table, name, words)
-            written += 1
-    return written
+    return written + comment_columns(con, table, columns, catalog)
