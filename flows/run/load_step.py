@@ -17,7 +17,7 @@ from prefect import get_run_logger
 from harvest.flows.console import harvest_line
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
 from harvest.flows.run.memory import release_memory
-from harvest.tasks.database.bookkeeping import insert_requests, upsert_query_states, upsert_run
+from harvest.tasks.database.bookkeeping import record_run
 from harvest.tasks.database.connection import DatabaseBusy, transaction, write_connection
 from harvest.tasks.database.history_views import refresh_history_views
 from harvest.tasks.database.record_tables import merge_batches
@@ -45,9 +45,14 @@ def load_manifest_into_duckdb(
     ) as con:
         result = merge_batches(con, batches)  # a transaction per step: memory stays bounded, steps idempotent
         with transaction(con):  # the run is loaded when this commits
-            insert_requests(con, manifest.run_id, [p for p in requests if p.exists()])
-            upsert_query_states(con, manifest.run_id, manifest.queries)  # picks the query_state fields
-            upsert_run(con, manifest.bookkeeping_row())  # picks the runs fields
+            # the query_state and runs fields are picked from the manifest's queries and row
+            record_run(
+                con,
+                manifest.run_id,
+                [p for p in requests if p.exists()],
+                manifest.queries,
+                manifest.bookkeeping_row(),
+            )
             refresh_history_views(con, layout.parquet_root, kinds)
         tables = dict(result)  # rows per table after the merge
     manifest.loaded = True
