@@ -50,7 +50,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # comes. Python's own handler is reset to the default in the processes it starts; SIG_IGN is not.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-pytest_plugins = ["tests.fixtures_sandbox"]
+pytest_plugins = ["tests.fixtures_sandbox", "tests.landed_demo"]
 
 
 LONGEST_FIRST = (
