@@ -10,8 +10,8 @@ With `-n`, a module that sets something up once for its tests runs whole on one 
 (`pytest_xdist_make_scheduler` below), and the longest modules are handed out first (`LONGEST_FIRST`).
 
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
-`free_port`, `duckdb_holder` (another process holding a DuckDB file), and the sandbox's
-(`tests.fixtures_sandbox`).
+`free_port`, `duckdb_holder` (another process holding a DuckDB file), the sandbox's
+(`tests.fixtures_sandbox`) and the session's one landed demo (`landed_demo`, `tests.landed_demo`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # comes. Python's own handler is reset to the default in the processes it starts; SIG_IGN is not.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-pytest_plugins = ["tests.fixtures_sandbox"]
+pytest_plugins = ["tests.fixtures_sandbox", "tests.landed_demo"]
 
 
 LONGEST_FIRST = (
@@ -61,16 +61,17 @@ LONGEST_FIRST = (
     "test_drift_loud.py",
     "test_temp_folders.py",
     "test_packaging.py",
-    "test_cli_run.py",
     "test_column_types.py",
     "test_live_view.py",
     "test_bill_after_kills.py",
     "test_answer_shapes.py",
     "test_child_tables.py",
+    "test_cli_run.py",
 )
 """The modules whose tests took longest in `make test` (`--durations`), handed out first: a long test handed out
 last ends the run alone while the other workers wait. An order only: a module not named runs after these, in
-the order collected."""
+the order collected. The demo's readers (`tests.landed_demo`) come after test_temp_folders, which lands it:
+they find it landed instead of waiting for it."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

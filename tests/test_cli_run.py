@@ -1,7 +1,7 @@
 """`harvest run` and `harvest demo` as a user runs them: exit codes, what they print, what they land.
 
-One real `harvest run` subprocess (it starts its own temporary Prefect server); the other runs go through
-typer's CliRunner in this process, inside the session's Prefect harness.
+One real `harvest run` subprocess; the demo is the session's (`tests.landed_demo`, typed in a clean shell); the
+other runs go through typer's CliRunner in this process, inside the session's Prefect harness.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shlex
 import subprocess
 import time
 from decimal import Decimal
@@ -45,6 +46,7 @@ from tests.flow_helpers import (
     table_counts,
     write_spec,
 )
+from tests.landed_demo import OUTPUT, LandedDemo
 
 runner = CliRunner()
 
@@ -165,8 +167,9 @@ def test_no_service_url_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert not (tmp_path / "out").exists()
 
 
-def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
-    """A real `harvest run` process; the source platform blocks one query (403, billed)."""
+def test_a_failed_query_exits_1_and_the_key_never_leaks(prefect_api_url: str, tmp_path: Path) -> None:
+    """A real `harvest run` process (reporting to the session's Prefect server: Prefect's temporary server has
+    tests of its own); the source platform blocks one query (403, billed)."""
     output = tmp_path / "out"
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)})
     with running(config) as sb:
@@ -185,7 +188,7 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
         )
         proc = subprocess.run(
             [str(HARVEST), "run", str(spec)],
-            env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
+            env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url),
             capture_output=True,
             text=True,
             timeout=120,
@@ -211,10 +214,10 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- 10. demo
-def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
-    output = tmp_path / "demo"
-    result = runner.invoke(app, ["demo", "--output", str(output)])
-    assert result.exit_code == 0, result.output
+def test_demo_lands_every_table(landed_demo: LandedDemo, prefect_harness: None, tmp_path: Path) -> None:
+    """The session's demo, as a user typed it (`tests.landed_demo`), then a second night into the same file."""
+    output, stdout, stderr = landed_demo.output, landed_demo.stdout, landed_demo.stderr
+    assert landed_demo.returncode == 0, stdout + stderr
     counts = table_counts(output / "harvest.duckdb")
     # the demo asks every endpoint of the catalog (an endpoint added to the catalog fails here until the
     # demo asks it too), and lands every table they land
@@ -225,21 +228,21 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     assert empty <= DEMO_EMPTY, empty
     assert_child_tables_read_without_json(output)
     # what landed, by platform: one row each and a total, not a row per query and per table
-    shown = result.stdout.split("Query it")[0]
+    shown = stdout.split("Query it")[0]
     platforms = {ep.split("/")[2] for ep in catalog.endpoints()}
     assert all(re.search(rf"^. {re.escape(p)} ", shown, re.MULTILINE) for p in platforms), shown
     total = re.search(rf"^. all +. +{len(asked)} .+ {len(counts)} . +{sum(counts.values())} .$", shown, re.M)
     assert total, shown
     assert len(shown.splitlines()) < len(platforms) + 25 and "microblog_b_threads" not in shown
-    assert "Query it" in result.stdout
-    assert f"harvest sql {output}" in result.stdout
-    assert "credits spent:" in result.stdout and "status: complete" in result.stdout
+    assert "Query it" in stdout
+    assert f"harvest sql {shlex.quote(OUTPUT)}" in stdout
+    assert "credits spent:" in stdout and "status: complete" in stdout
     assert scalar(output / "harvest.duckdb", "SELECT service FROM runs") == "sandbox (embedded)"
     # the catalog reads every field the (undrifted) service sends: nothing to report, nothing lost
     assert rows(
         output / "harvest.duckdb", "SELECT new_fields, values_misfit, records_without_key FROM runs"
     ) == [("[]", 0, 0)]
-    assert "new fields" not in result.stderr and "did not fit" not in result.stderr
+    assert "new fields" not in stderr and "did not fit" not in stderr
     assert_true_types_and_described(output / "harvest.duckdb")
     # the hint's first command works as printed
     sql = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM short_video_videos"])
@@ -253,6 +256,7 @@ def test_demo_lands_every_table(prefect_harness: None, tmp_path: Path) -> None:
     assert_replies_say_which_post_they_were_fetched_for(output / "harvest.duckdb")
     # the second night into the same file: its 161 tables' keys are in DuckDB's memory at once, and the load
     # still fits the default cap (at a flat 64 MB it was refused, the night left unloaded with exit 0)
+    output = landed_demo.copy_output(tmp_path / "demo")  # the session's demo is read by other tests
     again = runner.invoke(app, ["demo", "--output", str(output)])
     assert again.exit_code == 0, again.output
     assert "not loaded" not in again.output and "more memory" not in again.output, again.output

@@ -33,6 +33,7 @@ from tests.flow_helpers import (
     rows,
     write_spec,
 )
+from tests.landed_demo import LandedDemo
 from tests.process_helpers import FINISH_TIMEOUT, Watched
 from tests.sandbox_gate import GatedSandbox, gated
 
@@ -180,10 +181,11 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
 
 
 def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
-    prefect_api_url: str, tmp_path: Path
+    landed_demo: LandedDemo, prefect_api_url: str, tmp_path: Path
 ) -> None:
     """The embedded sandbox asked for by `--base-url sandbox`: the `--continue` line names it; the demo's
-    query lines (`harvest sql`, Python with duckdb) run as printed."""
+    query lines (`harvest sql`, Python with duckdb) run as printed. The demo is the session's
+    (`tests.landed_demo`: `harvest demo --output "demo's out"` typed the same way in a user's directory)."""
     cwd, home = user_dir(tmp_path, prefect_api_url)
     (cwd / "specs").mkdir()
     spec = {"name": "try", "budget": {"credits": 100}, "output": "try out",
@@ -193,21 +195,21 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     _, err = first.communicate(timeout=FINISH_TIMEOUT)
     go_on = printed(err, " picks them up")
     continued = pasted(go_on, cwd, home)
-    demo = harvest(cwd, home, "demo", "--output", "demo's out")
-    demo_out, demo_err = demo.communicate(timeout=FINISH_TIMEOUT)
+    demo_out, demo_err = landed_demo.stdout, landed_demo.stderr  # typed in its own user's directory
     shown = demo_out.split("(DuckDB SQL, read-only):\n", 1)[1]
     queries, rest = shown.split("\nFrom Python (the duckdb package, read-only):\n")
     sql, every_table = queries.split("\nEvery table and its rows", 1)
     python = rest.split("\nParquet for a warehouse:")[0]
     sql, python, every_table = sql.strip(), python.strip(), every_table.split(":\n", 1)[1].strip()
-    queried, read = pasted(sql, cwd, home), pasted(python, cwd, home)
-    listed = pasted(every_table, cwd, home)
+    demo_dir = landed_demo.cwd  # read only: the printed lines only read
+    queried, read = pasted(sql, demo_dir, home), pasted(python, demo_dir, home)
+    listed = pasted(every_table, demo_dir, home)
     assert first.returncode == 0, err
     assert go_on == ".venv/bin/harvest run 'specs/try it.yaml' --base-url sandbox --budget 1 --continue"
     assert continued.returncode == 0, continued.stdout + continued.stderr
     stopped, chained = sorted(manifests(cwd / "try out"), key=lambda m: m.started)
     assert chained.continues == stopped.run_id and chained.credits_spent == 1
-    assert demo.returncode == 0, demo_out + demo_err
+    assert landed_demo.returncode == 0, demo_out + demo_err
     assert sql.startswith(".venv/bin/harvest sql 'demo'\"'\"'s out' '\n      SELECT "), sql
     shown_lines = [*sql.splitlines(), *python.splitlines(), *every_table.splitlines()]
     assert max(len(line) for line in shown_lines) < 80  # no terminal cuts them

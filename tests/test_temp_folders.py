@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.flow_helpers import HARVEST, ROOT, subprocess_env
+from tests.landed_demo import SOMEONE_ELSES, LandedDemo
 from tests.nightly_helpers import night
 from tests.process_helpers import FINISH_TIMEOUT
 from tests.test_printed_commands import clean_env, user_dir
@@ -33,14 +34,20 @@ def typed(cwd: Path, home: Path, tmp: Path, *args: str) -> subprocess.CompletedP
 
 
 def test_the_demo_and_every_export_leave_the_temporary_folder_as_found_and_write_what_the_readme_says(
-    prefect_api_url: str, tmp_path: Path
+    landed_demo: LandedDemo, prefect_api_url: str, tmp_path: Path
 ) -> None:
+    """The session's demo (`tests.landed_demo`: typed in a clean shell with a TMPDIR of its own), then the
+    commands a user runs on what it landed, each in the same kind of shell (on a copy of the output)."""
+    assert landed_demo.returncode == 0, landed_demo.stdout + landed_demo.stderr
+    assert SOMEONE_ELSES in landed_demo.tmp_before  # the folder is shared: what others keep there stays
+    left = sorted(landed_demo.tmp_after - landed_demo.tmp_before)
+    assert landed_demo.tmp_after == landed_demo.tmp_before, left
     cwd, home = user_dir(tmp_path, prefect_api_url)
+    landed_demo.copy_output(cwd / "demo")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    (tmp / "someone else's").mkdir()  # the folder is shared: what others keep there stays
+    (tmp / SOMEONE_ELSES).mkdir()
     commands = [
-        ("demo", "--output", "demo"),
         ("sql", "demo", "SELECT count(*) FROM runs"),
         ("runs", "demo"),
         ("export", "demo", "--to", "lake/files"),

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import duckdb
+
 from harvest.flows.handoff.export_ledger import ExportRow, record, recorded
 from harvest.flows.handoff.lakehouse.table_format import MergeResult, TableFormat, TableLoad
-from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, record_loads
+from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, one_database, record_loads
 from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.output.layout import OutputLayout
@@ -86,10 +88,10 @@ def _parquet_there(destination: str) -> bool:
     return fs.get_file_info(f"{base}/_exports").type != pafs.FileType.NotFound
 
 
-def _loads(layout: OutputLayout, runs: list[RunManifest]) -> list[TableLoad]:
+def _loads(layout: OutputLayout, runs: list[RunManifest], db: duckdb.DuckDBPyConnection) -> list[TableLoad]:
     """Record tables first, then the bookkeeping that describes them: a reader of `runs` never sees a run whose
-    rows are not in the record tables yet."""
-    return [*record_loads(layout, runs), *bookkeeping_loads(layout, runs)]
+    rows are not in the record tables yet. The record tables are read in `db` (`table_rows.one_database`)."""
+    return [*record_loads(layout, runs, db), *bookkeeping_loads(layout, runs)]
 
 
 def _merge_all(fmt: TableFormat, loads: list[TableLoad], report: TablesReport) -> None:
@@ -126,7 +128,8 @@ def export_tables(
         return report
     fmt = opener(format_name, destination, layout)
     try:
-        _merge_all(fmt, _loads(layout, runs), report)
+        with one_database() as db:
+            _merge_all(fmt, _loads(layout, runs, db), report)
     finally:
         fmt.close()
     report.runs = [r.run_id for r in runs]

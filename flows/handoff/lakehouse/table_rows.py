@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -55,6 +56,25 @@ def _connect() -> tuple[duckdb.DuckDBPyConnection, Path]:
     return con, spill
 
 
+@contextmanager
+def one_database() -> Iterator[duckdb.DuckDBPyConnection]:
+    """One DuckDB database for every table an export reads, each reader on a cursor of its own: starting a
+    database costs ~0.05 s of CPU, paid per table (twice for a child table) it was most of the time of an export
+    of many small tables (the demo's 161). Closed, and its spill folder removed, when the export ends however."""
+    con, spill = _connect()
+    try:
+        yield con
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _reading(db: duckdb.DuckDBPyConnection | None) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
+    """A reader's connection, closed at the end of its stream (`_cast`): a cursor of the export's database
+    (`one_database`), or a database of its own, with its spill folder to remove."""
+    return (db.cursor(), None) if db is not None else _connect()
+
+
 def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int]:
     """The columns any of the files has with their types, and their rows (from the footers: no data is read)."""
     types: dict[str, set[pa.DataType]] = {}
@@ -77,9 +97,15 @@ def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str, of: st
     return of + name if found == {fld.type} else f"TRY_CAST({of}{name} AS {sql_type}) AS {name}"
 
 
-def record_reader(paths: Sequence[Path], schema: pa.Schema, key: tuple[str, ...]) -> pa.RecordBatchReader:
-    """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time."""
-    con, spill = _connect()
+def record_reader(
+    paths: Sequence[Path],
+    schema: pa.Schema,
+    key: tuple[str, ...],
+    db: duckdb.DuckDBPyConnection | None = None,
+) -> pa.RecordBatchReader:
+    """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time;
+    read in `db` (`one_database`) when given."""
+    con, spill = _reading(db)
     present, rows = _file_facts(paths)
     buckets = max(1, -(-rows // BUCKET_ROWS))
     files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
@@ -133,13 +159,17 @@ def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
 
 
 def child_reader(
-    child: ChildKind, files: Sequence[Path], parent_files: Sequence[Path], groups: bool
+    child: ChildKind,
+    files: Sequence[Path],
+    parent_files: Sequence[Path],
+    groups: bool,
+    db: duckdb.DuckDBPyConnection | None = None,
 ) -> pa.RecordBatchReader:
     """A child table's rows of its parents' newest fetches in the due runs (`groups`: the parents themselves,
-    those whose list was empty too), in the catalog's schema."""
+    those whose list was empty too), in the catalog's schema; read in `db` (`one_database`) when given."""
     if not groups and not files:
         return pa.RecordBatchReader.from_batches(child.schema, iter(()))
-    con, spill = _connect()
+    con, spill = _reading(db)
     parents = _parents_sql(child, parent_files)
     if groups:
         schema = pa.schema([child.schema.field(c) for c in (*child.parent_columns, NEWEST_BY)])
@@ -160,22 +190,29 @@ def child_reader(
 
 
 def _child_load(
-    child: ChildKind, files: tuple[Path, ...], parent_files: tuple[Path, ...], runs: tuple[str, ...]
+    child: ChildKind,
+    files: tuple[Path, ...],
+    parent_files: tuple[Path, ...],
+    runs: tuple[str, ...],
+    db: duckdb.DuckDBPyConnection | None,
 ) -> TableLoad:
     def rows() -> pa.RecordBatchReader:
-        return child_reader(child, files, parent_files, groups=False)
+        return child_reader(child, files, parent_files, groups=False, db=db)
 
     def groups() -> pa.RecordBatchReader:
-        return child_reader(child, files, parent_files, groups=True)
+        return child_reader(child, files, parent_files, groups=True, db=db)
 
     return TableLoad(
         child.table, child.primary_key, child.schema, rows, NEWEST_BY, runs, child.parent_columns, groups
     )
 
 
-def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[TableLoad]:
+def record_loads(
+    layout: OutputLayout, runs: Sequence[RunManifest], db: duckdb.DuckDBPyConnection | None = None
+) -> list[TableLoad]:
     """One load per record table the runs landed rows in, in table order; and one per child table of those,
-    whether its items landed or not (a parent fetched again with an empty list empties its rows)."""
+    whether its items landed or not (a parent fetched again with an empty list empties its rows). Each reads in
+    `db` (`one_database`) when given."""
     kinds = output_kinds(layout, *runs)
     paths: dict[str, list[Path]] = {}
     for run in runs:
@@ -189,7 +226,8 @@ def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[Tabl
         for c in getattr(kinds[t], "children", ())
     }
     loads = [
-        _child_load(c, tuple(paths.get(c.table, ())), tuple(paths[c.parent]), ids) for c in children.values()
+        _child_load(c, tuple(paths.get(c.table, ())), tuple(paths[c.parent]), ids, db)
+        for c in children.values()
     ]
     for table in sorted(t for t, found in paths.items() if found and t in kinds and t not in children):
         kind = kinds[table]
@@ -197,7 +235,7 @@ def record_loads(layout: OutputLayout, runs: Sequence[RunManifest]) -> list[Tabl
 
         def open_(files: tuple[Path, ...] = files, kind_schema: pa.Schema = kind.schema,
                   key: tuple[str, ...] = kind.primary_key) -> pa.RecordBatchReader:  # fmt: skip
-            return record_reader(files, kind_schema, key)
+            return record_reader(files, kind_schema, key, db)
 
         loads.append(TableLoad(table, kind.primary_key, kind.schema, open_, NEWEST_BY, ids))
     return sorted(loads, key=lambda load: load.name)
