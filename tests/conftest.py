@@ -10,8 +10,8 @@ With `-n`, a module that sets something up once for its tests runs whole on one 
 (`pytest_xdist_make_scheduler` below), and the longest modules are handed out first (`LONGEST_FIRST`).
 
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
-`free_port`, `duckdb_holder` (another process holding a DuckDB file), and the sandbox's
-(`tests.fixtures_sandbox`).
+`free_port`, `duckdb_holder` (another process holding a DuckDB file), the sandbox's
+(`tests.fixtures_sandbox`), and a Dask cluster's (`tests.fixtures_dask`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # comes. Python's own handler is reset to the default in the processes it starts; SIG_IGN is not.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-pytest_plugins = ["tests.fixtures_sandbox"]
+pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_dask"]
 
 
 LONGEST_FIRST = (

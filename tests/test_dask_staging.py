@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +98,9 @@ def staged_objects(prefix: str = BUCKET) -> list[str]:
 class NobodyCluster:
     """A Dask scheduler and workers run as `nobody` (setpriv), each in a directory of its own under a 0755 root."""
 
-    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    """How its processes are started: as `nobody`."""
+    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--pdeathsig", "KILL"]
+    """How its processes are started: as `nobody`, and killed by the kernel when the test process ends (they
+    are in sessions of their own: a pytest worker that ended without its finalizers left them running)."""
 
     def __init__(self, api_url: str, s3: dict[str, str]) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="harvest-nobody-"))
@@ -177,6 +178,10 @@ class NobodyCluster:
         self.wait_for(workers)
 
     def add_worker(self, name: str) -> None:
+        if (
+            name in self.procs and self.procs[name].poll() is None
+        ):  # never two: the first would be left running
+            self.kill(name)
         shutil.rmtree(self.root / name / "tmp", ignore_errors=True)  # a killed worker's rounds left theirs
         self.as_nobody(name, self.python, "-m", "dask", "worker", self.address, "--name", name, "--nthreads", "1",
                        "--no-nanny", "--no-dashboard", "--local-directory", str(self.root / name))  # fmt: skip
@@ -242,9 +247,14 @@ class NobodyCluster:
         return thread
 
     def stop(self) -> None:
+        """Every process SIGKILLed first, then reaped: one that cannot be waited for keeps none of the others
+        alive."""
         for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:  # not reaped yet: its group is still its own
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -253,7 +263,7 @@ class SharedDiskCluster(NobodyCluster):
     """The same processes as the flow's user: workers that write the job's output directory where the flow reads
     it (a shared disk, no staging)."""
 
-    user: list[str] = []
+    user = ["setpriv", "--pdeathsig", "KILL"]
 
 
 @pytest.fixture(scope="module")
