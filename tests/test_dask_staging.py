@@ -95,6 +95,14 @@ def staged_objects(prefix: str = BUCKET) -> list[str]:
     return [f.path for f in found if f.type == pafs.FileType.File]
 
 
+READS_THE_CODE = (
+    "import importlib.util as u, pathlib; assert u.find_spec('distributed');"
+    " pathlib.Path(u.find_spec('harvest.tasks.round_task').origin).read_bytes()"
+)
+"""Whether the processes can run the checkout: they find distributed and read harvest's round task, by the import
+name a worker unpickles it with. Found, not imported: importing Prefect and harvest cold costs seconds."""
+
+
 class NobodyCluster:
     """A Dask scheduler and workers run as `nobody` (setpriv), each in a directory of its own under a 0755 root."""
 
@@ -169,7 +177,7 @@ class NobodyCluster:
         return view
 
     def start(self, workers: int) -> None:
-        if not self.can(self.python, "-c", "import distributed, tasks.round_task"):
+        if not self.can(self.python, "-c", READS_THE_CODE):
             self.checkout = self.linked_checkout()
         self.as_nobody("scheduler", self.python, "-m", "dask", "scheduler", "--host", "127.0.0.1",
                        "--port", str(self.port), "--no-dashboard")  # fmt: skip
