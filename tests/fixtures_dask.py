@@ -1,8 +1,8 @@
 """One Dask cluster per pytest worker, for the tests that need a cluster and not harvest's own.
 
-A run with `runner: {kind: dask, workers: N}` starts a local cluster of N worker processes, and each worker
-imports Prefect and harvest before its first round: ~10 s of CPU a run on a quiet machine, several times that on
-a busy one. Tests whose property is about the rounds (the budget, the balance floor, an incremental rerun, a full
+A run with `runner: {kind: dask, workers: N}` starts a local cluster of N worker processes and stops it at its
+end, and each worker imports Prefect and harvest before its first round: ~30 s more than the same run on a
+running cluster, on a busy 2-core machine. Tests whose property is about the rounds (the budget, the balance floor, an incremental rerun, a full
 disk) run on this one instead, `runner: {kind: dask, address: ...}`: the same worker processes harvest starts
 (`local_cluster_kwargs`, two of them), started once. `test_dask_runner` keeps runs that start harvest's own.
 
