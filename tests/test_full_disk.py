@@ -245,7 +245,7 @@ def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
     small_disk: Path,
     tmp_path: Path,
 ) -> None:
-    """Two workers (the session's cluster, `tests.fixtures_dask`), ten queries in a round: the disk fills while
+    """Two workers (the shared cluster, `tests.fixtures_dask`), ten queries in a round: the disk fills while
     the third and fourth page, and the six tasks still queued start on a full disk. Each must see it before it
     pays, not after: they have ledgers of their own, so the first task's stop does not reach them. A task that
     checked only after paying would pay one page it could not keep (9 pages paid twice here), and one that did

@@ -197,7 +197,7 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
 ) -> None:
     """Audit bug 13: details of materials already collected are not fetched again by an incremental run;
     those a budget stop left out are; `--full` fetches them all again. In-process and in Dask rounds (on the
-    session's cluster, `tests.fixtures_dask`)."""
+    shared cluster, `tests.fixtures_dask`)."""
     if runner["kind"] == "dask":
         runner = {**runner, "address": request.getfixturevalue("dask_address")}
     params = {"query": "standing desks", "limit": 4, "order": "latest"}
