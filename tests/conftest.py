@@ -11,7 +11,8 @@ With `-n`, a module that sets something up once for its tests runs whole on one 
 
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
 `free_port`, `duckdb_holder` (another process holding a DuckDB file), the sandbox's
-(`tests.fixtures_sandbox`) and the session's one landed demo (`landed_demo`, `tests.landed_demo`).
+(`tests.fixtures_sandbox`), a Dask cluster's (`tests.fixtures_dask`) and the session's one landed demo
+(`landed_demo`, `tests.landed_demo`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # comes. Python's own handler is reset to the default in the processes it starts; SIG_IGN is not.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-pytest_plugins = ["tests.fixtures_sandbox", "tests.landed_demo"]
+pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_dask", "tests.landed_demo"]
 
 
 LONGEST_FIRST = (

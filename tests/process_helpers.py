@@ -3,7 +3,9 @@ signal or kill it the way a terminal, a service manager or the OOM killer would.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -128,6 +130,16 @@ def wait_for_requests(
         assert proc.poll() is None, f"the run ended before it was signalled: {proc.communicate()}"
         assert time.monotonic() < deadline, "the run never got going"
         time.sleep(0.005)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with_parent() -> None:
+    """A `preexec_fn`: the kernel SIGKILLs the child when the thread that started it ends (Linux's parent-death
+    signal), so a server a test started ends with the test process, however it ends (finalizers that never ran,
+    a killed pytest worker). A change of user clears it: `setpriv --pdeathsig KILL` sets it after the change."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def children(pid: int) -> list[int]:

@@ -25,6 +25,7 @@ from tests.declaring_helpers import Variant, aliased, variants
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
+from tests.process_helpers import dies_with_parent
 
 TOPICS = ["oak", "elm", "ash", "fir"]
 CONFIG = SandboxConfig(
@@ -80,14 +81,13 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
 
 @pytest.mark.parametrize("pins", variants(PINS))
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
-    prefect_harness: None, tmp_path: Path, pins: Variant
+    prefect_harness: None, dask_address: str, tmp_path: Path, pins: Variant
 ) -> None:
     """The same when the pins are an endpoint the job declares: Dask workers build it from the run."""
     budget, round_pages = 13, 5
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (9, 9)}, page_size=3)
-    spec = pins.spec(
-        job("", tmp_path / "out", {"kind": "dask", "workers": 2, "round_pages": round_pages}, credits=budget)
-    )
+    runner = {"kind": "dask", "address": dask_address, "round_pages": round_pages}
+    spec = pins.spec(job("", tmp_path / "out", runner, credits=budget))
     spec["queries"] = [{**spec["queries"][0], "endpoint": pins.path}]
     with aliased(config) as sb:
         spec["service"]["base_url"] = sb.base_url
@@ -104,10 +104,10 @@ def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     assert {q["status"] for q in summary.queries} == {"budget_exhausted"}
 
 
-def test_the_balance_floor_holds_on_dask(prefect_harness: None, tmp_path: Path) -> None:
+def test_the_balance_floor_holds_on_dask(prefect_harness: None, dask_address: str, tmp_path: Path) -> None:
     """`budget.min_balance` on Dask: the grants never take the account below the floor, the run stops there."""
     config = SandboxConfig(api_keys={SECRET_KEY: 60}, pages_by_path={PINS: (30, 30)}, page_size=3)
-    spec = job("", tmp_path / "out", {"kind": "dask", "workers": 1, "round_pages": 5}, credits=100)
+    spec = job("", tmp_path / "out", {"kind": "dask", "address": dask_address, "round_pages": 5}, credits=100)
     spec["budget"]["min_balance"] = 40
     spec["queries"] = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
     with running(config) as sb:
@@ -151,9 +151,11 @@ def keyless_cluster(prefect_api_url: str, tmp_path: Path) -> Iterator[str]:
     dask = [sys.executable, "-m", "dask"]
     procs = [
         subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
-                          "--no-dashboard"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                          "--no-dashboard"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=dies_with_parent),
         subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard"],
-                         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=dies_with_parent),
     ]  # fmt: skip
     from distributed import Client
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +95,20 @@ def staged_objects(prefix: str = BUCKET) -> list[str]:
     return [f.path for f in found if f.type == pafs.FileType.File]
 
 
+READS_THE_CODE = (
+    "import importlib.util as u, pathlib; assert u.find_spec('distributed');"
+    " pathlib.Path(u.find_spec('harvest.tasks.round_task').origin).read_bytes()"
+)
+"""Whether the processes can run the checkout: they find distributed and read harvest's round task, by the import
+name a worker unpickles it with. Found, not imported: importing Prefect and harvest cold costs seconds."""
+
+
 class NobodyCluster:
     """A Dask scheduler and workers run as `nobody` (setpriv), each in a directory of its own under a 0755 root."""
 
-    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    """How its processes are started: as `nobody`."""
+    user = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--pdeathsig", "KILL"]
+    """How its processes are started: as `nobody`, and killed by the kernel when the test process ends (they
+    are in sessions of their own: a pytest worker that ended without its finalizers left them running)."""
 
     def __init__(self, api_url: str, s3: dict[str, str]) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="harvest-nobody-"))
@@ -168,7 +177,7 @@ class NobodyCluster:
         return view
 
     def start(self, workers: int) -> None:
-        if not self.can(self.python, "-c", "import distributed, tasks.round_task"):
+        if not self.can(self.python, "-c", READS_THE_CODE):
             self.checkout = self.linked_checkout()
         self.as_nobody("scheduler", self.python, "-m", "dask", "scheduler", "--host", "127.0.0.1",
                        "--port", str(self.port), "--no-dashboard")  # fmt: skip
@@ -177,6 +186,10 @@ class NobodyCluster:
         self.wait_for(workers)
 
     def add_worker(self, name: str) -> None:
+        if (
+            name in self.procs and self.procs[name].poll() is None
+        ):  # never two: the first would be left running
+            self.kill(name)
         shutil.rmtree(self.root / name / "tmp", ignore_errors=True)  # a killed worker's rounds left theirs
         self.as_nobody(name, self.python, "-m", "dask", "worker", self.address, "--name", name, "--nthreads", "1",
                        "--no-nanny", "--no-dashboard", "--local-directory", str(self.root / name))  # fmt: skip
@@ -242,9 +255,14 @@ class NobodyCluster:
         return thread
 
     def stop(self) -> None:
+        """Every process SIGKILLed first, then reaped: one that cannot be waited for keeps none of the others
+        alive."""
         for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:  # not reaped yet: its group is still its own
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -253,7 +271,7 @@ class SharedDiskCluster(NobodyCluster):
     """The same processes as the flow's user: workers that write the job's output directory where the flow reads
     it (a shared disk, no staging)."""
 
-    user: list[str] = []
+    user = ["setpriv", "--pdeathsig", "KILL"]
 
 
 @pytest.fixture(scope="module")
