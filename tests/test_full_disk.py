@@ -240,21 +240,21 @@ def page(entry: LedgerEntry) -> tuple[Any, ...]:
 def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
     prefect_harness: None,
     prefect_api_url: str,
-    dask_address: str,
     reference: dict[str, int],
     small_disk: Path,
     tmp_path: Path,
 ) -> None:
-    """Two workers (the shared cluster, `tests.fixtures_dask`), ten queries in a round: the disk fills while
-    the third and fourth page, and the six tasks still queued start on a full disk. Each must see it before it
-    pays, not after: they have ledgers of their own, so the first task's stop does not reach them. A task that
-    checked only after paying would pay one page it could not keep (9 pages paid twice here), and one that did
-    not check would fail at its journal."""
+    """Two workers, ten queries in a round: the disk fills while the third and fourth page, and the six tasks
+    still queued start on a full disk. Each must see it before it pays, not after: they have ledgers of their
+    own, so the first task's stop does not reach them. A task that checked only after paying would pay one page
+    it could not keep (9 pages paid twice here), and one that did not check would fail at its journal.
+
+    On the cluster harvest starts itself (`workers: 2`), as a user's run does, which the run stops at its end
+    (a shared cluster outlives the run): on that path the rerun once left pins out, not yet explained."""
     topics = [f"topic {c}" for c in "abcdefghij"]
     output = small_disk / "out"
     with running(CONFIG) as sb:
-        dask = {"kind": "dask", "address": dask_address}
-        job = spec(tmp_path / "job.yaml", sb.base_url, output, topics, runner=dask)
+        job = spec(tmp_path / "job.yaml", sb.base_url, output, topics, runner={"kind": "dask", "workers": 2})
         filler = fill(small_disk, reference["raw"] // 3)  # ~60 of the first round's 200 pages fit
         stopped = harvest_run(job, tmp_path, prefect_api_url)
         said = stopped.stdout + stopped.stderr
