@@ -268,8 +268,8 @@ class Rounds:
         r.state, r.pages, r.records = result["state"], summary["pages"], summary["records"]
         progress.current().page_landed(r.spec.query_id, landed, result["spent"])
         self.discover(r.spec, result["found"])
-        if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r, result):
-            return balance  # its grant ran out: it goes on next round
+        if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r):
+            return balance  # its grant ran out: it goes on next round, or ends with the run's stop
         self.end(r, {**summary, "credits": r.credits, "files": r.files})
         return balance
 
@@ -319,9 +319,13 @@ class Rounds:
         self.ledger.stop("stopped", why + " (on every worker, as the spec's `service` names it)")
         return None
 
-    def grant_was_the_limit(self, r: Running, result: dict[str, Any]) -> bool:
+    def grant_was_the_limit(self, r: Running) -> bool:
+        """Its round ran out of its grant, not of its own `max_credits`: the query is not done. It stays
+        running: the next round goes on from its cursor, or, when the run stopped meanwhile (another task hit a
+        full disk), the rounds' end ends it with that stop (`interrupted`, resumed by the next run). Ended
+        `budget_exhausted` here, a resume would never ask for its remaining pages."""
         cap = r.spec.max_credits
-        return self.ledger.stopped is None and (cap is None or r.credits + r.cost <= cap)
+        return cap is None or r.credits + r.cost <= cap
 
     def discover(self, parent: QuerySpec, found: dict[str, list[Any]]) -> None:
         for dep in self.discovery.dependents_of(parent.query_id):
