@@ -13,9 +13,12 @@ skipped, saying why.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +31,7 @@ from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.wire.billing import LedgerEntry
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from tests.crawl_helpers import data_entries
-from tests.endpoints import PINS
+from tests.endpoints import FEED, PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -41,6 +44,8 @@ from tests.flow_helpers import (
     subprocess_env,
     write_spec,
 )
+from tests.process_helpers import finish, start_run
+from tests.sandbox_gate import WAIT, gated
 
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
@@ -295,3 +300,54 @@ def test_a_database_the_disk_cut_short_as_it_was_made_is_not_left_behind(
     with write_connection(db) as con:  # the next load makes it anew
         con.execute("CREATE TABLE t AS SELECT 1 AS x")
     assert rows(db, "SELECT x FROM t") == [(1,)]
+
+
+def attempts_logged(output: Path, pattern: str, count: int, proc: subprocess.Popen[str]) -> None:
+    """Until the attempt log matching `pattern` in the run's raw folder holds `count` lines."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline and proc.poll() is None:
+        logs = list((output / "raw").glob(f"*/{pattern}"))
+        if logs and len(logs[0].read_text().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} attempts in {pattern} (the run ended: {proc.poll()})")
+
+
+def test_on_dask_a_query_whose_round_used_its_grant_as_the_disk_stopped_the_run_is_resumed(
+    prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
+) -> None:
+    """Two queries in one Dask round of 3 pages each: the pins pay their 3 pages (their grant, not the
+    budget) while the gate holds the feed's one page; then the disk fills, and the feed's 8 MB answer cannot be
+    kept: its task stops the run. The pins' round, settled after that stop, must end `interrupted` with its
+    cursor, as the run's stop: ended `budget_exhausted` (its grant's words), the resume would never ask for
+    its 27 remaining pages."""
+    noise = base64.b64encode(os.urandom(6 << 20)).decode()  # 8 MB the raw store's compression cannot shrink
+    post = {"post": {"uri": "at://big/1", "text": noise}}
+    big = json.dumps({"feed": [post], "cursor": None}).encode()
+    output = small_disk / "out"
+    queries = [
+        {"id": "feed", "endpoint": FEED, "params": {"handle": "big.example"}},
+        {"id": "pins", "endpoint": PINS, "params": {"query": "topic a"}},
+    ]
+    with gated(CONFIG, replay={FEED: big}) as sb:
+        runner = {"kind": "dask", "workers": 2, "round_pages": 3}
+        job = write_spec(
+            tmp_path,
+            job_spec(sb.base_url, output, queries, name="filling", credits=10_000, concurrency=2,
+                     min_free_mb=0, runner=runner),
+        )  # fmt: skip
+        sb.gate.let_through(3, PINS)  # the pins' round goes through; the feed's page waits
+        proc = start_run(job, tmp_path, prefect_api_url)
+        sb.gate.wait_frozen(proc)
+        attempts_logged(output, "pins*.requests.jsonl", 3, proc)
+        time.sleep(1.0)  # the round's task ends after its third attempt's line
+        filler = fill(small_disk, 2 << 20)
+        sb.gate.open()
+        code, out, err = finish(proc)
+        assert code == 75, (out + err)[-3000:]
+        freed_and_run_again(filler, job, tmp_path, prefect_api_url)
+    db = output / "harvest.duckdb"
+    assert key_set(db, "pinboard_pins") == set(
+        expected_keys([(PINS, {"query": "topic a"})], CONFIG)["pinboard_pins"]
+    )
+    assert rows(db, "SELECT status FROM runs") == [("complete",)]
