@@ -202,3 +202,18 @@ def test_checking_a_schedule_does_not_import_prefect(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_every_name_the_spec_package_exports_resolves_to_its_module() -> None:
+    """`harvest.flows.spec` imports a part when one of its names is first used: each exported name must be in
+    its table of homes, or the first use of it fails."""
+    import importlib
+
+    import harvest.flows.spec as spec
+
+    for name in spec.__all__:
+        value = getattr(spec, name)
+        assert any(
+            getattr(importlib.import_module(f"harvest.flows.spec.{part}"), name, None) is value
+            for part in ("checks", "describe", "identity", "model", "parse", "problems", "service_url")
+        ), name
