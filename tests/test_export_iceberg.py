@@ -23,7 +23,7 @@ from harvest.flows.handoff.lakehouse import iceberg_tables
 from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE, file_io_properties, sqlite_path
 from harvest.flows.handoff.lakehouse.iceberg_tables import IcebergCommitConflict, IcebergFormat
 from harvest.flows.handoff.lakehouse.table_format import TableLoad
-from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, record_loads
+from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, one_database, record_loads
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, all_manifests
 from tests.flow_helpers import rows
@@ -38,13 +38,18 @@ class Nights:
     layout: OutputLayout
     first: RunManifest
     second: RunManifest
+    db: duckdb.DuckDBPyConnection
+    """The database the records are read in, as `harvest export` reads them (`table_rows.one_database`)."""
+
+    def records(self, run: RunManifest) -> list[TableLoad]:
+        return record_loads(self.layout, [run], self.db)
 
     def loads(self, run: RunManifest) -> list[TableLoad]:
-        return [*record_loads(self.layout, [run]), *bookkeeping_loads(self.layout, [run])]
+        return [*self.records(run), *bookkeeping_loads(self.layout, [run])]
 
 
 @pytest.fixture(scope="module")
-def nights(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> Nights:
+def nights(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nights]:
     """Two complete runs; the second's engagement counters grew (a rerun with newer values)."""
     tmp = tmp_path_factory.mktemp("iceberg")
     output = tmp / "out"
@@ -54,7 +59,8 @@ def nights(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> N
         night(tmp, output, 1, mp)
     layout = OutputLayout(output)
     first, second = all_manifests(layout)
-    return Nights(layout, first, second)
+    with one_database() as db:
+        yield Nights(layout, first, second, db)
 
 
 @pytest.fixture(autouse=True)
@@ -135,11 +141,11 @@ def test_a_rerun_leaves_each_key_once_with_the_newest_values(nights: Nights, tmp
 def test_an_older_export_never_overwrites_newer_rows(nights: Nights, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     fmt = IcebergFormat(str(lake), nights.layout)
-    newer = {load.name: fmt.merge(load) for load in record_loads(nights.layout, [nights.second])}
-    older = {load.name: fmt.merge(load) for load in record_loads(nights.layout, [nights.first])}
+    newer = {load.name: fmt.merge(load) for load in nights.records(nights.second)}
+    older = {load.name: fmt.merge(load) for load in nights.records(nights.first)}
     fmt.close()
     catalog = reader(lake / SQLITE_FILE, lake.as_uri())
-    for load in record_loads(nights.layout, [nights.second]):
+    for load in nights.records(nights.second):
         exported = keyed(load, scanned(catalog, load.name), "_fetched_at", "_run_id")
         assert exported == harvest_rows(nights, load, "_fetched_at", "_run_id"), load.name
         assert older[load.name].updated == 0 and newer[load.name].inserted == newer[load.name].rows_in
@@ -169,7 +175,7 @@ def test_merging_the_same_load_twice_leaves_the_same_rows(nights: Nights, tmp_pa
 def test_a_column_the_catalog_gained_appears_in_the_table(nights: Nights, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     fmt = IcebergFormat(str(lake), nights.layout)
-    videos = next(lo for lo in record_loads(nights.layout, [nights.first]) if lo.name == "short_video_videos")
+    videos = next(lo for lo in nights.records(nights.first) if lo.name == "short_video_videos")
     fmt.merge(videos)
     # a column the catalog does not have (the videos have `region`, not this)
     assert "audience_region" not in videos.schema.names
@@ -199,7 +205,7 @@ def test_a_commit_that_collides_is_merged_again_and_gives_up_loudly(
     nights: Nights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lake = tmp_path / "lake"
-    pins = next(lo for lo in record_loads(nights.layout, [nights.first]) if lo.name == "pinboard_pins")
+    pins = next(lo for lo in nights.records(nights.first) if lo.name == "pinboard_pins")
     ours, theirs = IcebergFormat(str(lake), nights.layout), IcebergFormat(str(lake), nights.layout)
     ours.merge(pins)
     opened: list[int] = []
@@ -279,7 +285,7 @@ def test_s3_tables_read_back_and_only_data_and_metadata_objects(
         "the catalog of an object-store warehouse stays with the job"
     )
     catalog = reader(sqlite, destination, **file_io_properties())
-    for load in record_loads(nights.layout, [nights.second]):
+    for load in nights.records(nights.second):
         exported = keyed(load, scanned(catalog, load.name), "_fetched_at", "_run_id")
         assert exported == harvest_rows(nights, load, "_fetched_at", "_run_id"), load.name
     assert scanned(catalog, "runs").num_rows == 2
@@ -309,7 +315,7 @@ def test_harvest_export_format_iceberg_end_to_end(nights: Nights, tmp_path: Path
     result = CliRunner().invoke(app, ["export", output, "--to", str(lake), "--format", "iceberg"])
     assert result.exit_code == 0, result.output
     catalog = reader(lake / SQLITE_FILE, lake.as_uri())
-    for load in record_loads(nights.layout, [nights.second]):
+    for load in nights.records(nights.second):
         exported = keyed(load, scanned(catalog, load.name), "_fetched_at", "_run_id")
         assert exported == harvest_rows(nights, load, "_fetched_at", "_run_id"), load.name
         assert snapshots(catalog.load_table(("harvest", load.name))) == 1, "both runs in one commit per table"

@@ -3,9 +3,11 @@ whether the table is read in one window or in buckets of keys (a table too large
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +16,13 @@ from harvest.connectors.catalog.endpoints import all_kinds
 from harvest.flows.handoff.lakehouse import table_rows
 
 KIND = all_kinds()["short_video_videos"]
+
+
+@pytest.fixture
+def db() -> Iterator[duckdb.DuckDBPyConnection]:
+    """The database an export reads its tables in."""
+    with table_rows.one_database() as con:
+        yield con
 
 
 def _night(path: Path, day: int, ids: range, *, drop: str | None = None) -> Path:
@@ -36,7 +45,7 @@ def _night(path: Path, day: int, ids: range, *, drop: str | None = None) -> Path
 
 @pytest.mark.parametrize("bucket_rows", [500_000, 7], ids=["one window", "buckets of keys"])
 def test_each_key_once_with_its_newest_fetch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bucket_rows: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bucket_rows: int, db: duckdb.DuckDBPyConnection
 ) -> None:
     monkeypatch.setattr(table_rows, "BUCKET_ROWS", bucket_rows)
     files = [
@@ -44,7 +53,7 @@ def test_each_key_once_with_its_newest_fetch(
         _night(tmp_path / "b.parquet", 3, range(40, 100)),
         _night(tmp_path / "c.parquet", 2, range(50, 70)),  # older than b for the keys they share
     ]
-    got = pa.Table.from_batches(list(table_rows.record_reader(files, KIND.schema, KIND.primary_key)))
+    got = pa.Table.from_batches(list(table_rows.record_reader(files, KIND.schema, KIND.primary_key, db)))
     assert got.schema == KIND.schema
     rows = {r["aweme_id"]: r["caption"] for r in got.to_pylist()}
     assert got.num_rows == len(rows) == 100, "each key once"
@@ -52,7 +61,9 @@ def test_each_key_once_with_its_newest_fetch(
     assert {rows[f"v{i}"] for i in range(40, 100)} == {"night 3"}, "the newest fetch wins"
 
 
-def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
+def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
+    tmp_path: Path, db: duckdb.DuckDBPyConnection
+) -> None:
     """A run landed before `created_at` became a TIMESTAMPTZ (text in its file) exports in today's type;
     a value that does not convert is NULL (the load's rule; the file and `raw` keep it)."""
     kind = all_kinds()["video_platform_videos"]
@@ -67,7 +78,7 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
     table = pa.table({f.name: data.get(f.name, pa.nulls(2, f.type)) for f in older}, schema=older)
     pq.write_table(table, tmp_path / "old.parquet")
     got = pa.Table.from_batches(
-        list(table_rows.record_reader([tmp_path / "old.parquet"], kind.schema, ("id",)))
+        list(table_rows.record_reader([tmp_path / "old.parquet"], kind.schema, ("id",), db))
     )
     assert got.schema == kind.schema
     assert dict(zip(got.column("id").to_pylist(), got.column("created_at").to_pylist(), strict=True)) == {
@@ -76,7 +87,9 @@ def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_pat
     }
 
 
-def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(tmp_path: Path) -> None:
+def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
+    tmp_path: Path, db: duckdb.DuckDBPyConnection
+) -> None:
     """A video shelf's items landed while their `created_at` was text export in today's type, as the
     parent's rows do; a value that does not convert is NULL."""
     parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
@@ -102,7 +115,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(t
         tmp_path / "items.parquet",
     )
     reader = table_rows.child_reader(
-        child, [tmp_path / "items.parquet"], [tmp_path / "shelves.parquet"], groups=False
+        child, [tmp_path / "items.parquet"], [tmp_path / "shelves.parquet"], groups=False, db=db
     )
     got = pa.Table.from_batches(list(reader), schema=child.schema)
     assert got.schema == child.schema

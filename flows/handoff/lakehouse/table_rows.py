@@ -42,9 +42,13 @@ BOOKKEEPING_KEYS: dict[str, tuple[str, ...]] = {"runs": ("run_id",), "query_stat
 """Harvest's own tables that travel with the records: merged on their key, harvest's latest state wins."""
 
 
-def _connect() -> tuple[duckdb.DuckDBPyConnection, Path]:
-    """A connection that spills past its memory limit into a folder of the system's temporary folder, and that
-    folder: named, not made (DuckDB makes it only when it spills), removed with the connection (`_cast`)."""
+@contextmanager
+def one_database() -> Iterator[duckdb.DuckDBPyConnection]:
+    """One DuckDB database for every table an export reads, each reader on a cursor of its own: starting a
+    database costs ~0.05 s of CPU, paid per table (twice for a child table) it was most of the time of an export
+    of many small tables (the demo's 161). It spills past its memory limit into a folder of the system's
+    temporary folder: named, not made (DuckDB makes it only when it spills), removed with the database when the
+    export ends however."""
     spill = Path(tempfile.gettempdir()) / f"harvest-export-{uuid.uuid4().hex}"
     con = duckdb.connect(
         config={
@@ -53,26 +57,11 @@ def _connect() -> tuple[duckdb.DuckDBPyConnection, Path]:
             "preserve_insertion_order": False,
         }
     )
-    return con, spill
-
-
-@contextmanager
-def one_database() -> Iterator[duckdb.DuckDBPyConnection]:
-    """One DuckDB database for every table an export reads, each reader on a cursor of its own: starting a
-    database costs ~0.05 s of CPU, paid per table (twice for a child table) it was most of the time of an export
-    of many small tables (the demo's 161). Closed, and its spill folder removed, when the export ends however."""
-    con, spill = _connect()
     try:
         yield con
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
-
-
-def _reading(db: duckdb.DuckDBPyConnection | None) -> tuple[duckdb.DuckDBPyConnection, Path | None]:
-    """A reader's connection, closed at the end of its stream (`_cast`): a cursor of the export's database
-    (`one_database`), or a database of its own, with its spill folder to remove."""
-    return (db.cursor(), None) if db is not None else _connect()
 
 
 def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int]:
@@ -101,11 +90,11 @@ def record_reader(
     paths: Sequence[Path],
     schema: pa.Schema,
     key: tuple[str, ...],
-    db: duckdb.DuckDBPyConnection | None = None,
+    db: duckdb.DuckDBPyConnection,
 ) -> pa.RecordBatchReader:
     """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time;
-    read in `db` (`one_database`) when given."""
-    con, spill = _reading(db)
+    read on a cursor of `db` (`one_database`), closed at the end of the stream."""
+    con = db.cursor()
     present, rows = _file_facts(paths)
     buckets = max(1, -(-rows // BUCKET_ROWS))
     files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
@@ -125,14 +114,14 @@ def record_reader(
         for bucket in range(1, buckets):
             yield from con.sql(sql.format(bucket=bucket)).to_arrow_reader(BATCH_ROWS)
 
-    return _cast(con, pa.RecordBatchReader.from_batches(first.schema, batches()), schema, spill)
+    return _cast(con, pa.RecordBatchReader.from_batches(first.schema, batches()), schema)
 
 
 def _cast(
-    con: duckdb.DuckDBPyConnection, reader: pa.RecordBatchReader, schema: pa.Schema, spill: Path | None = None
+    con: duckdb.DuckDBPyConnection, reader: pa.RecordBatchReader, schema: pa.Schema
 ) -> pa.RecordBatchReader:
-    """DuckDB's Arrow types cast to the catalog's (e.g. its timestamps and strings), the connection closed and
-    its spill folder removed at the end of the stream, however it ends."""
+    """DuckDB's Arrow types cast to the catalog's (e.g. its timestamps and strings), the connection (a reader's
+    cursor or a database of its own) closed at the end of the stream, however it ends."""
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
@@ -140,8 +129,6 @@ def _cast(
                 yield batch.cast(schema)
         finally:
             con.close()
-            if spill is not None:
-                shutil.rmtree(spill, ignore_errors=True)
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 
@@ -163,17 +150,17 @@ def child_reader(
     files: Sequence[Path],
     parent_files: Sequence[Path],
     groups: bool,
-    db: duckdb.DuckDBPyConnection | None = None,
+    db: duckdb.DuckDBPyConnection,
 ) -> pa.RecordBatchReader:
     """A child table's rows of its parents' newest fetches in the due runs (`groups`: the parents themselves,
-    those whose list was empty too), in the catalog's schema; read in `db` (`one_database`) when given."""
+    those whose list was empty too), in the catalog's schema; read on a cursor of `db` (`one_database`)."""
     if not groups and not files:
         return pa.RecordBatchReader.from_batches(child.schema, iter(()))
-    con, spill = _reading(db)
+    con = db.cursor()
     parents = _parents_sql(child, parent_files)
     if groups:
         schema = pa.schema([child.schema.field(c) for c in (*child.parent_columns, NEWEST_BY)])
-        return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema, spill)
+        return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema)
     present, _ = _file_facts(files)
     sql_types = dict(duckdb_types(con, child.schema))
     columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name], "c.") for f in child.schema)
@@ -186,7 +173,7 @@ def child_reader(
         f"SELECT {columns} FROM read_parquet({listed}, union_by_name = true) AS c "
         f"SEMI JOIN ({parents}) AS p ON {same} QUALIFY row_number() OVER (PARTITION BY {item}) = 1"
     )
-    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), child.schema, spill)
+    return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), child.schema)
 
 
 def _child_load(
@@ -194,7 +181,7 @@ def _child_load(
     files: tuple[Path, ...],
     parent_files: tuple[Path, ...],
     runs: tuple[str, ...],
-    db: duckdb.DuckDBPyConnection | None,
+    db: duckdb.DuckDBPyConnection,
 ) -> TableLoad:
     def rows() -> pa.RecordBatchReader:
         return child_reader(child, files, parent_files, groups=False, db=db)
@@ -208,11 +195,11 @@ def _child_load(
 
 
 def record_loads(
-    layout: OutputLayout, runs: Sequence[RunManifest], db: duckdb.DuckDBPyConnection | None = None
+    layout: OutputLayout, runs: Sequence[RunManifest], db: duckdb.DuckDBPyConnection
 ) -> list[TableLoad]:
     """One load per record table the runs landed rows in, in table order; and one per child table of those,
-    whether its items landed or not (a parent fetched again with an empty list empties its rows). Each reads in
-    `db` (`one_database`) when given."""
+    whether its items landed or not (a parent fetched again with an empty list empties its rows). Each reads on
+    a cursor of `db` (`one_database`)."""
     kinds = output_kinds(layout, *runs)
     paths: dict[str, list[Path]] = {}
     for run in runs:
