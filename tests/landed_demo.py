@@ -56,7 +56,7 @@ class LandedDemo:
 def _land(root: Path, prefect_api_url: str) -> None:
     """Run the demo in `root` and write what it printed and left beside it (`landed.json`)."""
     from tests.process_helpers import FINISH_TIMEOUT  # imported when used: a plugin loads before the tests
-    from tests.test_printed_commands import clean_env, user_dir
+    from tests.shell_helpers import clean_env, user_dir
 
     cwd, home = user_dir(root, prefect_api_url)
     tmp = root / "tmp"

@@ -17,7 +17,7 @@ from harvest.flows.cli import app
 from tests.endpoints import PROFILE
 from tests.flow_helpers import ROOT, job_spec, write_spec
 from tests.process_helpers import FINISH_TIMEOUT
-from tests.test_printed_commands import clean_env, user_dir
+from tests.shell_helpers import clean_env, user_dir
 
 WIDTH = 80
 TERMINAL = {"COLUMNS": str(WIDTH), "TTY_COMPATIBLE": "1", "NO_COLOR": "1"}

@@ -26,7 +26,6 @@ from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
-    HARVEST,
     SECRET_KEY,
     held_duckdb,
     key_set,
@@ -36,45 +35,11 @@ from tests.flow_helpers import (
 from tests.landed_demo import LandedDemo
 from tests.process_helpers import FINISH_TIMEOUT, Watched
 from tests.sandbox_gate import GatedSandbox, gated
+from tests.shell_helpers import clean_env, harvest, pasting, user_dir
 
 PARAMS = {"query": "oak desk"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30)}, page_size=5)
 STOPPING = "stopping; letting the requests in flight land"
-
-
-def clean_env(home: Path) -> dict[str, str]:
-    """What a fresh login shell of a user who exported only the key has."""
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "HARVEST_API_KEY": SECRET_KEY}
-
-
-def user_dir(tmp_path: Path, prefect_api_url: str) -> tuple[Path, Path]:
-    """(the user's working directory, with the repository's `.venv` in it as a link; HOME, whose Prefect
-    profile points at the session's Prefect server)."""
-    cwd, home = tmp_path / "work dir", tmp_path / "home"
-    cwd.mkdir()
-    (cwd / ".venv").symlink_to(HARVEST.parent.parent)
-    (home / ".prefect").mkdir(parents=True)
-    (home / ".prefect" / "profiles.toml").write_text(
-        f'active = "server"\n\n[profiles.server]\nPREFECT_API_URL = "{prefect_api_url}"\n'
-        'PREFECT_SERVER_ANALYTICS_ENABLED = "false"\n'
-    )
-    return cwd, home
-
-
-def harvest(cwd: Path, home: Path, *args: str) -> subprocess.Popen[str]:
-    """`.venv/bin/harvest ARGS` typed by the user in `cwd`, in its own process group (as a terminal's job)."""
-    return subprocess.Popen(
-        [".venv/bin/harvest", *args], cwd=cwd, env=clean_env(home), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
-
-
-def pasting(command: str, cwd: Path, home: Path) -> subprocess.Popen[str]:
-    """The printed command, started as printed by a shell in the user's directory (its own process group)."""
-    return subprocess.Popen(
-        ["bash", "-c", command], cwd=cwd, env=clean_env(home), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
 
 
 def ctrl_c(sb: GatedSandbox, proc: subprocess.Popen[str]) -> tuple[int, str]:

@@ -18,7 +18,7 @@ from tests.flow_helpers import HARVEST, ROOT, subprocess_env
 from tests.landed_demo import SOMEONE_ELSES, LandedDemo
 from tests.nightly_helpers import night
 from tests.process_helpers import FINISH_TIMEOUT
-from tests.test_printed_commands import clean_env, user_dir
+from tests.shell_helpers import clean_env, user_dir
 
 
 def entries(tmp: Path) -> set[str]:
