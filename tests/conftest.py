@@ -111,11 +111,23 @@ def _sets_up_once(module: Path) -> bool:
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """A temporary Prefect server and database for every flow run of the session."""
+    import subprocess
+    from contextlib import ExitStack
+    from unittest import mock
+
     from prefect.testing.utilities import prefect_test_harness
 
-    # A hang guard, not a bound: Prefect's server migrates a fresh SQLite database at start, which took over 60 s
-    # with two suites and a benchmark side by side on 2 cores (every flow test then errored at setup).
-    with prefect_test_harness(server_startup_timeout=180):
+    from tests.process_helpers import dies_with_parent
+
+    with ExitStack() as harness:
+        # The server ends with this pytest process however it ends (a killed worker runs no finalizer): started
+        # with the kernel's parent-death signal, from this, the main, thread.
+        with mock.patch.object(
+            subprocess, "Popen", functools.partial(subprocess.Popen, preexec_fn=dies_with_parent)
+        ):
+            # A hang guard, not a bound: Prefect's server migrates a fresh SQLite database at start, which took
+            # over 60 s with two suites and a benchmark side by side on 2 cores (every flow test then errored).
+            harness.enter_context(prefect_test_harness(server_startup_timeout=180))
         yield
 
 
