@@ -78,7 +78,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield disk
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        # Lazily: a process the test started may still hold a file there. A mount left behind outlives the
+        # session under pytest's garbage folder, so a failure to unmount fails the test, saying why.
+        done = subprocess.run(["umount", "-l", str(disk)], capture_output=True, text=True)
+        assert not _mounted(disk), f"the small filesystem at {disk} is still mounted: {done.stderr.strip()}"
+
+
+def _mounted(where: Path) -> bool:
+    return any(line.split()[1] == str(where) for line in Path("/proc/mounts").read_text().splitlines())
 
 
 def spec(path: Path, base_url: str, output: Path, topics: list[str] = TOPICS, **more: Any) -> Path:
