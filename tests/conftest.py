@@ -108,6 +108,19 @@ def _sets_up_once(module: Path) -> bool:
         return False
 
 
+HARNESS_SERVER_QUIET = {
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_EVENT_LOGGER_ENABLED": "false",
+    "PREFECT_SERVER_EVENTS_STREAM_OUT_ENABLED": "false",
+    "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "false",
+}
+"""The harness server's services no test reads: the event feed's store (task runs are still recorded from their
+events, by the task run recorder), automations, and streams to subscribers. Measured on the demo's job against
+the harness's kind of server: 10.3 -> 8.2 CPU s of serving, and a quarter less CPU while idle (~2.7% of a core,
+for each of a session's servers)."""
+
+
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """A temporary Prefect server and database for every flow run of the session."""
@@ -122,8 +135,11 @@ def prefect_harness() -> Iterator[None]:
     with ExitStack() as harness:
         # The server ends with this pytest process however it ends (a killed worker runs no finalizer): started
         # with the kernel's parent-death signal, from this, the main, thread.
-        with mock.patch.object(
-            subprocess, "Popen", functools.partial(subprocess.Popen, preexec_fn=dies_with_parent)
+        with (
+            mock.patch.object(
+                subprocess, "Popen", functools.partial(subprocess.Popen, preexec_fn=dies_with_parent)
+            ),
+            mock.patch.dict(os.environ, HARNESS_SERVER_QUIET),
         ):
             # A hang guard, not a bound: Prefect's server migrates a fresh SQLite database at start, which took
             # over 60 s with two suites and a benchmark side by side on 2 cores (every flow test then errored).
