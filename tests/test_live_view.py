@@ -229,13 +229,18 @@ class Scenario:
     """The job's second whole run: exit code, stdout, stderr."""
 
 
+COUNTED = "(running|ended well|not well)"
+
+
 def _frame_ready(shown: list[str]) -> bool:
-    """A whole frame drawn once every unfinished query has started: on a loaded machine the first frames come
-    while the resumed run still starts its queries, and the queries not shown are then all ended ones."""
+    """A whole frame, drawn once every unfinished query has started: on a loaded machine the first frames come
+    while the resumed run still starts its queries (the queries not shown are then all ended ones), and the
+    screen may be read while a frame is half drawn (`and 36 more: 26 ru`)."""
     text = "\n".join(shown)
     counts = re.search(r"^(\d+) of (\d+) queries ended(?: \(\d+ not well\))?, (\d+) running", text, re.M)
     all_started = bool(counts) and int(counts[1]) + int(counts[3]) == int(counts[2])  # type: ignore[index]
-    drawn = bool(re.search(r"^and \d+ more: ", text, re.M)) and "pages/s" in text and "credits " in text
+    counted = rf"^and \d+ more: \d+ {COUNTED}(, \d+ {COUNTED})*$"  # whole: not a line the screen is drawing
+    drawn = bool(re.search(counted, text, re.M)) and "pages/s" in text and "credits " in text
     return all_started and drawn
 
 
