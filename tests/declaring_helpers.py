@@ -117,8 +117,9 @@ class _Aliased:
 
 def aliased_sandbox(config: SandboxConfig | None = None, **overrides: Any) -> RunningSandbox:
     """A sandbox serving the declared copies too, started (the caller stops it)."""
-    sb = RunningSandbox((config or SandboxConfig()).replace(**overrides))
-    sb._server.config.app = _Aliased(sb.app, ALIASES)  # before start: uvicorn loads the app when it starts
+    sb = RunningSandbox(
+        (config or SandboxConfig()).replace(**overrides), served=lambda app: _Aliased(app, ALIASES)
+    )
     return sb.start()
 
 

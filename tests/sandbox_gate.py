@@ -168,10 +168,11 @@ class GatedSandbox(RunningSandbox):
     """A `RunningSandbox` served through a `Gate` (`.gate`); stopping it opens the gate first."""
 
     def __init__(self, config: SandboxConfig) -> None:
-        super().__init__(config)
-        self.gate = Gate(self.app)
-        # uvicorn loads its app when the server starts: the gate is what it serves
-        self._server.config.app = self.gate
+        super().__init__(config, served=self._gated)
+
+    def _gated(self, app: Any) -> Gate:
+        self.gate = Gate(app)
+        return self.gate
 
     def stop(self, wait: bool = True) -> None:
         self.gate.open()
@@ -207,10 +208,9 @@ def settle(sb: RunningSandbox) -> None:
     Call it once the only client is gone (killed and reaped): everything it sent is then in the server's
     socket buffers, and when all of it has been read, answered and the connections closed, the ledger is final.
     Polling that state is the event; no quiet period is guessed."""
-    state = sb._server.server_state  # uvicorn's own count of open connections and running requests
     deadline = time.monotonic() + WAIT
-    while state.connections or state.tasks or _accept_queue(sb.port):
+    while any(busy := sb.busy()) or _accept_queue(sb.port):
         assert time.monotonic() < deadline, (
-            f"the sandbox never settled: {len(state.connections)} connections, {len(state.tasks)} requests"
+            f"the sandbox never settled: {busy[0]} connections, {busy[1]} requests"
         )
         time.sleep(0.01)

@@ -11,7 +11,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
@@ -26,7 +26,10 @@ from harvest.sandbox.wire.billing import LedgerEntry
 LOOPBACK = "127.0.0.1"
 
 
-def _uvicorn_config(app: SandboxApp, port: int) -> uvicorn.Config:
+ASGIApp = Callable[[Any, Any, Any], Any]
+
+
+def _uvicorn_config(app: ASGIApp, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=LOOPBACK,
@@ -64,7 +67,9 @@ def serve(
 class RunningSandbox:
     """A sandbox served from a background thread. Use as a context manager, or call `stop()`."""
 
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, served: Callable[[SandboxApp], ASGIApp] | None = None) -> None:
+        """`served`: the ASGI app served in front of the sandbox's own, made from it (a test's gate that holds
+        requests, a route alias); the sandbox's app when not given."""
         self.config = config
         self.app = SandboxApp(config)
         # TCP_NODELAY on every connection, or uvicorn's two writes (head, body) meet the client's delayed ACK
@@ -76,7 +81,7 @@ class RunningSandbox:
         self._sock.bind((LOOPBACK, 0))
         self.port: int = self._sock.getsockname()[1]
         self.base_url = f"http://{LOOPBACK}:{self.port}"
-        self._server = uvicorn.Server(_uvicorn_config(self.app, self.port))
+        self._server = uvicorn.Server(_uvicorn_config(served(self.app) if served else self.app, self.port))
         # Signal handlers: uvicorn installs none outside the main thread.
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, name="sandbox-server", daemon=True
@@ -101,6 +106,12 @@ class RunningSandbox:
 
     def billed_total(self, key: str | None = None) -> int:
         return self.app.state.ledger.billed_total(key or self.key)
+
+    def busy(self) -> tuple[int, int]:
+        """(connections open, requests in progress): uvicorn's own count. Both 0, and none waiting to be
+        accepted, once every request a client sent has been answered."""
+        state = self._server.server_state
+        return len(state.connections), len(state.tasks)
 
     def client(self, key: str | None = None, **kwargs: Any) -> httpx.Client:
         """An httpx client on this sandbox sending `key` (default: the first configured one; "": none)."""
