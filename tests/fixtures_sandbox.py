@@ -22,7 +22,20 @@ import pytest
 
 from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running, start
-from tests.endpoints import PROFILE
+from tests.endpoints import (
+    ADVERTISERS,
+    COMMENT_REPLIES,
+    CREATIVE,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
 
 SESSION_CREDITS = 10**9
 
@@ -58,7 +71,7 @@ PRIMARY_KEYS: dict[str, str] = {
     "short_video_products": "product_id",
     "short_video_shops": "seller_id",
 }
-URI_KEYED_PATHS = ("/v1/microblog-b/post", "/v1/microblog-b/user/posts")
+URI_KEYED_PATHS = ("/v1/microblog-b/post", FEED)
 
 
 def primary_key(path: str, kind: str, record: Mapping[str, Any]) -> Any:
@@ -83,15 +96,15 @@ def _thread(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The records of one answer, by kind, read from the documented locations."""
-    if path == "/v1/creative/materials":
+    if path == CREATIVE:
         return {"materials": body["data"]}
     if path.startswith("/v1/creative/materials/"):
         return {"material_details": [body["data"]]}
     if path == "/v1/network-a/profile/photos":
         return {"network_a_photos": body["photos"]}
-    if path == "/v1/network-a/group/posts":
+    if path == GROUP:
         return {"network_a_group_posts": body.get("posts", [])}  # the page ending them has none
-    if path == "/v1/forum/subreddit/search":
+    if path == FORUM:
         return {f"forum_{k}": body.get(k, []) for k in ("posts", "comments", "media")}  # as group posts
     if path == "/v1/streaming/clip":
         clip = body[0]["data"]["clip"]
@@ -103,24 +116,24 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
         return {"video_platform_community_posts": [rec] if rec.get("id") else []}
     if path == "/v1/microblog-b/post":
         return {"posts": [body["post"]] if body["post"] else [], "replies": _thread(body["replies"])}
-    if path == "/v1/microblog-b/user/posts":
+    if path == FEED:
         return {"posts": body["feed"]}
-    if path == "/v1/microblog-a/community/tweets":
+    if path == TWEETS:
         return {"microblog_a_tweets": body["tweets"]}
-    if path == "/v1/search-engine/adLibrary/advertisers/search":
+    if path == ADVERTISERS:
         return {"search_engine_advertisers": body["advertisers"], "search_engine_websites": body["websites"]}
     if path == "/v1/photo-app/user/embed":
         return {"photo_app_embeds": [{"html": body["html"]}] if body["html"] else []}
-    if path == "/v1/photo-app/user/reels":
+    if path == REELS:
         items = body["items"]
         return {"reels": items if _truthy(params.get("trim")) else [i["media"] for i in items]}
-    if path == "/v1/pinboard/search":
+    if path == PINS:
         return {"pins": body.get("pins", [])}  # the page ending pin search has none
-    if path == "/v1/video-platform/search":
+    if path == VIDEO_SEARCH:
         return {k: body[k] for k in ("videos", "channels", "playlists", "shorts", "shelves", "lives")}
-    if path == "/v1/video-platform/video/comment/replies":
+    if path == COMMENT_REPLIES:
         return {"comments": body["comments"]}
-    if path == "/v1/short-video/shop/products":
+    if path == SHOP:
         shop = body["shopInfo"]
         return {"short_video_products": body["products"], "short_video_shops": [shop] if shop else []}
     if path == PROFILE:
@@ -134,30 +147,30 @@ def next_params(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, st
     def nonempty(value: Any) -> bool:
         return value not in (None, "", 0, False)
 
-    if path == "/v1/creative/materials":
+    if path == CREATIVE:
         cur = body["metadata"].get("cursor")
         return {"cursor": cur} if nonempty(cur) else None
     if path == "/v1/network-a/profile/photos":
         npid, cur = body.get("next_page_id"), body.get("cursor")
         return {"next_page_id": npid, "cursor": cur} if nonempty(npid) and nonempty(cur) else None
     if path in (
-        "/v1/network-a/group/posts",
-        "/v1/forum/subreddit/search",
-        "/v1/microblog-b/user/posts",
-        "/v1/pinboard/search",
+        GROUP,
+        FORUM,
+        FEED,
+        PINS,
     ):
         cur = body.get("cursor")
         return {"cursor": cur} if nonempty(cur) and cur != "-end-" else None
-    if path in ("/v1/video-platform/search", "/v1/video-platform/video/comment/replies"):
+    if path in (VIDEO_SEARCH, COMMENT_REPLIES):
         tok = body.get("continuationToken")
         return {"continuationToken": tok} if nonempty(tok) else None
-    if path == "/v1/photo-app/user/reels":
+    if path == REELS:
         if "paging_info" in body:
             info = body["paging_info"]
             ok = info.get("more_available") and nonempty(info.get("max_id"))
             return {"max_id": info["max_id"]} if ok else None
         return {"max_id": body["max_id"]} if nonempty(body.get("max_id")) else None
-    if path == "/v1/short-video/shop/products":
+    if path == SHOP:
         return {"cursor": body["cursor"]} if body.get("has_more") and nonempty(body.get("cursor")) else None
     if path == PROFILE:
         if "has_more" in body and not body["has_more"]:

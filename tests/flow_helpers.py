@@ -23,6 +23,7 @@ from harvest.connectors.catalog.records import keys_of
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.emulation import endpoint_table as sandbox_endpoints
 from harvest.sandbox.expected import full_crawl
+from tests.endpoints import CREATIVE_DETAIL
 
 ROOT = Path(__file__).resolve().parent.parent
 HARVEST = ROOT / ".venv" / "bin" / "harvest"
@@ -160,7 +161,7 @@ def expected_keys(
     for path, params in queries:
         add(path, full_crawl(path, dict(params), config), params)
     for path in concrete:
-        add("/v1/creative/materials/{material_id}", full_crawl(path, {}, config), {})
+        add(CREATIVE_DETAIL, full_crawl(path, {}, config), {})
     return out
 
 

@@ -3,6 +3,8 @@ field and words their problem must name (`CASES`)."""
 
 from __future__ import annotations
 
+from tests.endpoints import PINS, PROFILE
+
 HEAD = """\
 name: brand-watch
 budget:
@@ -70,7 +72,7 @@ CASES = {
         5,
         "queries[0].endpoint",
         ["unknown endpoint '/v3/short-video/profile/video'"],
-        ["/v3/short-video/profile/videos", "harvest endpoints"],
+        [PROFILE, "harvest endpoints"],
     ),
     "bad param type": (
         HEAD + "  - endpoint: /v1/creative/materials\n    params:\n      query: x\n      limit: many\n",
@@ -202,7 +204,7 @@ CASES = {
         17,
         'costs["/v1/pinboard/serch"]',
         ["unknown endpoint '/v1/pinboard/serch'"],
-        ["/v1/pinboard/search"],
+        [PINS],
     ),
     "base_url neither URL nor sandbox": (
         VALID.replace("budget:", "service: {base_url: localhost}\nbudget:"),

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from harvest.connectors.catalog import endpoints as catalog
 from harvest.flows.cli import app
+from tests.endpoints import CREATIVE_DETAIL, PROFILE
 from tests.spec_texts import CASES, VALID
 
 ROOT = Path(__file__).parent.parent
@@ -122,14 +123,14 @@ def test_endpoints_json() -> None:
     assert result.exit_code == 0
     infos = json.loads(result.stdout)
     assert [i["path"] for i in infos] == [e.path for e in catalog.ENDPOINTS]
-    videos = next(i for i in infos if i["path"] == "/v3/short-video/profile/videos")
+    videos = next(i for i in infos if i["path"] == PROFILE)
     assert videos["cost"] == 1 and videos["paging"] == "max_cursor"
     handle = next(p for p in videos["params"] if p["name"] == "handle")
     assert handle["required"] is True
     sort_by = next(p for p in videos["params"] if p["name"] == "sort_by")
     assert sort_by["allowed"] == ["latest", "popular"] and sort_by["required"] is False
     assert videos["tables"][0]["table"] == "short_video_videos"
-    detail = next(i for i in infos if i["path"] == "/v1/creative/materials/{material_id}")
+    detail = next(i for i in infos if i["path"] == CREATIVE_DETAIL)
     assert detail["params"][0]["in_path"] is True and detail["paging"] == "single"
     posts = [t for i in infos for t in i["tables"] if t["table"] == "microblog_b_posts"]
     assert posts and all(
@@ -145,7 +146,7 @@ def test_schema_is_json_schema_of_the_spec() -> None:
     assert schema["additionalProperties"] is False
     assert set(schema["required"]) == {"name", "budget", "queries"}
     builtin, declared = schema["$defs"]["Query"]["properties"]["endpoint"]["anyOf"]
-    assert "/v3/short-video/profile/videos" in builtin["enum"]  # offered to an editor
+    assert PROFILE in builtin["enum"]  # offered to an editor
     assert declared == {"type": "string", "pattern": "^/"}  # a path the job declares is allowed too
     assert {"catalogs", "endpoints"} <= set(schema["properties"])
     assert schema["$defs"]["KindDecl"]["required"] == ["at", "key", "columns"]

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from harvest.sandbox.drift_shapes import SHAPES
+from tests.endpoints import FEED, FORUM, PINS, TWEETS
 from tests.net_helpers import free_port, wait_until_serving
 from tests.published_helpers import PUBLISHED
 
@@ -50,15 +51,15 @@ def test_harvest_sandbox_serves_with_the_given_key_credits_and_scale() -> None:
     ]
     with harvest_sandbox(*options) as base:
         with httpx.Client(base_url=base, headers={"x-api-key": "cli-key"}) as client:
-            first = client.get("/v1/pinboard/search", params={"query": "trail"}).json()
+            first = client.get(PINS, params={"query": "trail"}).json()
             assert len(first["pins"]) == 7 and first["cursor"]
-            second = client.get("/v1/pinboard/search", params={"query": "trail", "cursor": first["cursor"]})
+            second = client.get(PINS, params={"query": "trail", "cursor": first["cursor"]})
             assert second.json()["pins"] and not second.json().get("cursor")  # two pages exactly
             assert client.get("/v1/credit-balance").json() == {"creditCount": 1}
             # --no-quirks: a misspelled parameter is refused instead of silently ignored
-            assert client.get("/v1/pinboard/search", params={"query": "x", "cursr": "a"}).status_code == 400
-            assert client.get("/v1/pinboard/search", params={"query": "x"}).status_code == 200
-            assert client.get("/v1/pinboard/search", params={"query": "y"}).status_code == 402  # balance 0
+            assert client.get(PINS, params={"query": "x", "cursr": "a"}).status_code == 400
+            assert client.get(PINS, params={"query": "x"}).status_code == 200
+            assert client.get(PINS, params={"query": "y"}).status_code == 402  # balance 0
         assert httpx.get(f"{base}/v1/pinboard/search", params={"query": "x"}).status_code == 401
 
 
@@ -67,13 +68,11 @@ def test_harvest_sandbox_serves_the_drift_shapes_it_names() -> None:
         harvest_sandbox("--drift", "renamed-secondary", "--drift", "keyed-list") as base,
         httpx.Client(base_url=base, headers={"x-api-key": "sandbox-key"}) as client,
     ):
-        forum = client.get(
-            "/v1/forum/subreddit/search", params={"subreddit": "running", "sort": "top"}
-        ).json()
+        forum = client.get(FORUM, params={"subreddit": "running", "sort": "top"}).json()
         assert forum["replies"] and "comments" not in forum and forum["posts"]
-        feed = client.get("/v1/microblog-b/user/posts", params={"handle": "nasa.example"}).json()
+        feed = client.get(FEED, params={"handle": "nasa.example"}).json()
         assert isinstance(feed["feed"], dict) and all("uri" in post for post in feed["feed"].values())
-        pins = client.get("/v1/pinboard/search", params={"query": "trail"}).json()
+        pins = client.get(PINS, params={"query": "trail"}).json()
         assert isinstance(pins["pins"], list)  # shapes not asked for stay as documented
 
 
@@ -99,7 +98,7 @@ def test_harvest_sandbox_latency_delays_every_data_answer() -> None:
     ):
         for query in ("trail", "lake"):
             began = time.monotonic()
-            assert client.get("/v1/pinboard/search", params={"query": query}).status_code == 200
+            assert client.get(PINS, params={"query": query}).status_code == 200
             assert time.monotonic() - began >= 0.5
 
 
@@ -115,11 +114,11 @@ def test_harvest_sandbox_replays_an_answer_as_it_is(tmp_path: Path) -> None:
         ) as base,
         httpx.Client(base_url=base, headers={"x-api-key": "cli-key"}) as client,
     ):
-        answer = client.get("/v1/pinboard/search", params={"query": "Italian Pot Roast"})
+        answer = client.get(PINS, params={"query": "Italian Pot Roast"})
         assert answer.content == published.read_bytes()
         assert client.get("/v1/credit-balance").json() == {"creditCount": 4}
-        assert client.get("/v1/pinboard/search", params={}).status_code == 400  # still validated
-        assert "tweets" in client.get("/v1/microblog-a/community/tweets", params={"url": "u"}).json()
+        assert client.get(PINS, params={}).status_code == 400  # still validated
+        assert "tweets" in client.get(TWEETS, params={"url": "u"}).json()
     harvest = Path(sys.executable).with_name("harvest")
     refused = subprocess.run(
         [str(harvest), "sandbox", "--replay", f"/v1/nope={published}"],

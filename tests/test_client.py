@@ -43,7 +43,7 @@ from harvest.connectors.http.lane import CoreLane
 from harvest.connectors.http.pace import Pace
 from harvest.connectors.http.page_call import backoff
 from harvest.connectors.http.retry import Retryable, parse_retry_after
-from tests.endpoints import PINS
+from tests.endpoints import CREATIVE_DETAIL, PINS
 from tests.scripted_server import (
     Drop,
     Hang,
@@ -198,7 +198,7 @@ async def test_success_settles_to_credits_charged_and_sends_the_key_header(make:
     assert h.ledger.account_remaining == 41
     [req] = h.server.requests
     assert req.headers["x-api-key"] == KEY
-    assert req.path == "/v1/pinboard/search"
+    assert req.path == PINS
     assert req.query == [("query", "a b&c=d"), ("tag", "x"), ("tag", "y")]
     # what went over the wire besides: a GET with the default headers, the key only in its header
     assert req.method == "GET" and KEY not in req.target
@@ -208,7 +208,7 @@ async def test_success_settles_to_credits_charged_and_sends_the_key_header(make:
     [att] = h.attempts
     assert (att.query_id, att.endpoint, att.page, att.attempt, att.status_code, att.credits, att.error) == (
         "q1",
-        "/v1/pinboard/search",
+        PINS,
         0,
         1,
         200,
@@ -241,7 +241,7 @@ async def test_path_with_colon_and_base_path_prefix(serve: Any) -> None:
                 "/v1/creative/materials/video:abc",
                 [],
                 query_id="m",
-                endpoint="/v1/creative/materials/{material_id}",
+                endpoint=CREATIVE_DETAIL,
             )
         )
     assert server.requests[0].path == "/api/v1/creative/materials/video:abc"
@@ -1011,9 +1011,7 @@ async def test_a_short_key_is_not_cut_out_of_answers(serve: Any) -> None:
     server = await serve(js(200, body))
     ledger = CreditLedger(10)
     async with ServiceClient(server.url, "k1", ledger, retry=FAST) as client:
-        resp = await client.get(
-            page_request("/v1/pinboard/search", [], cost=1, query_id="q", page=0, endpoint="/e")
-        )
+        resp = await client.get(page_request(PINS, [], cost=1, query_id="q", page=0, endpoint="/e"))
     assert isinstance(resp.body, dict)
     assert resp.body["cursor"] == "cG4uMTk1LmRhOTAwYg" and b"cG4uMTk1LmRhOTAwYg" in resp.raw
     assert server.requests[0].headers["x-api-key"] == "k1"
@@ -1038,12 +1036,10 @@ async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(
         return park(loop)
 
     monkeypatch.setattr(ledger._waiters, "add", park_and_tell)
-    lead = asyncio.create_task(
-        h.client.get(page_request("/v1/pinboard/search", [("query", "a")], query_id="A", page=5))
-    )
+    lead = asyncio.create_task(h.client.get(page_request(PINS, [("query", "a")], query_id="A", page=5)))
     await parked.wait()  # A waits for credits: B needs them for pages 0-4 first
     async with asyncio.timeout(5):
-        lag = await h.client.get(page_request("/v1/pinboard/search", [("query", "b")], query_id="B", page=0))
+        lag = await h.client.get(page_request(PINS, [("query", "b")], query_id="B", page=0))
     assert lag.status_code == 200
     assert not lead.done()  # B needs the credits for pages 0-4 first
     assert [r.query for r in h.server.requests] == [[("query", "b")]]  # A has sent nothing

@@ -13,6 +13,7 @@ import pytest
 from harvest.connectors.errors import HarvestError, MissingApiKey
 from harvest.connectors.http import auth
 from harvest.connectors.http.auth import ApiKey, aload_api_key, key_from_env, load_api_key, redact
+from tests.endpoints import CREATIVE, PINS
 from tests.flow_helpers import job_spec
 
 KEY = "sk-live-auth-4242/x+y"
@@ -108,7 +109,7 @@ def test_a_run_pays_with_the_key_of_its_secret_block(
             job_spec(
                 sb.base_url,
                 output,
-                [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "oak"}}],
+                [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
                 name="secret-key",
                 credits=10,
                 service={"api_key_secret": secret_blocks["key"]},
@@ -121,7 +122,7 @@ def test_a_run_pays_with_the_key_of_its_secret_block(
         ledger = sb.ledger
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ledger and {e.key_id for e in ledger} == {key_id(KEY)}, "every request used the block's key"
-    assert sum(e.path == "/v1/pinboard/search" for e in ledger) == 3  # two pages, the one ending pin search
+    assert sum(e.path == PINS for e in ledger) == 3  # two pages, the one ending pin search
     assert KEY not in proc.stdout + proc.stderr
     assert_no_secret_in_outputs(output, KEY)
 
@@ -134,7 +135,7 @@ async def test_a_query_that_breaks_unexpectedly_never_quotes_the_key() -> None:
     from harvest.connectors.http.client import ServiceClient
     from harvest.connectors.paging.pager import QueryPager, QuerySpec
 
-    endpoint = catalog.endpoints()["/v1/creative/materials"]
+    endpoint = catalog.endpoints()[CREATIVE]
     ledger = CreditLedger(10)
     kept: list[object] = []
     async with ServiceClient("http://127.0.0.1:9", KEY, ledger) as client:

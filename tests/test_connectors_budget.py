@@ -37,7 +37,7 @@ from tests.crawl_helpers import (
     run_query,
 )
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.endpoints import PINS
+from tests.endpoints import FEED, FORUM, PINS, PROFILE, REELS, SHOP
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
@@ -174,12 +174,12 @@ QUICK_FAULTS = [
     FaultKind.MALFORMED,
 ]
 SUBJECTS: dict[str, Callable[[int], dict[str, Any]]] = {
-    "/v1/pinboard/search": lambda i: {"query": f"prop {i}"},
-    "/v1/forum/subreddit/search": lambda i: {"subreddit": f"sub{i}", "query": "q"},
-    "/v3/short-video/profile/videos": lambda i: {"handle": f"maker{i}"},
-    "/v1/short-video/shop/products": lambda i: {"url": f"https://shop.example/s{i}"},
-    "/v1/photo-app/user/reels": lambda i: {"handle": f"reeler{i}"},
-    "/v1/microblog-b/user/posts": lambda i: {"handle": f"u{i}.mb.example"},
+    PINS: lambda i: {"query": f"prop {i}"},
+    FORUM: lambda i: {"subreddit": f"sub{i}", "query": "q"},
+    PROFILE: lambda i: {"handle": f"maker{i}"},
+    SHOP: lambda i: {"url": f"https://shop.example/s{i}"},
+    REELS: lambda i: {"handle": f"reeler{i}"},
+    FEED: lambda i: {"handle": f"u{i}.mb.example"},
     "/v1/network-a/profile/photos": lambda i: {"url": f"https://network-a.example/p{i}"},
     "/v1/streaming/clip": lambda i: {"url": f"https://clips.streaming.example/c{i}"},
 }
@@ -284,10 +284,10 @@ def test_property_budget_delivery_and_counting(
 
 # ---------------------------------------------------------------------------------------------- prices above the table
 PRICE_PATHS = [
-    "/v1/pinboard/search",
-    "/v1/forum/subreddit/search",
-    "/v1/microblog-b/user/posts",
-    "/v3/short-video/profile/videos",
+    PINS,
+    FORUM,
+    FEED,
+    PROFILE,
 ]
 """Endpoints whose answers carry `credits_charged` (the clip's bare array carries none: its price can only be
 the table's, see docs/decisions.md)."""

@@ -29,6 +29,21 @@ from tests.crawl_helpers import (
     run_query,
     sandbox_path,
 )
+from tests.endpoints import (
+    ADVERTISERS,
+    COMMENT_REPLIES,
+    CREATIVE,
+    CREATIVE_DETAIL,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
@@ -37,24 +52,24 @@ CONFIG = SandboxConfig(
 )
 
 BASE: dict[str, dict[str, Any]] = {
-    "/v1/creative/materials": {"query": "running shoes", "order": "latest"},
-    "/v1/creative/materials/{material_id}": {"material_id": material_id(CONFIG.seed, "running shoes", 3)},
+    CREATIVE: {"query": "running shoes", "order": "latest"},
+    CREATIVE_DETAIL: {"material_id": material_id(CONFIG.seed, "running shoes", 3)},
     "/v1/network-a/profile/photos": {"url": "https://network-a.example/acme"},
-    "/v1/network-a/group/posts": {"group_id": "1234567", "sort_by": "CHRONOLOGICAL"},
-    "/v1/forum/subreddit/search": {"subreddit": "python", "query": "typing", "sort": "top"},
+    GROUP: {"group_id": "1234567", "sort_by": "CHRONOLOGICAL"},
+    FORUM: {"subreddit": "python", "query": "typing", "sort": "top"},
     "/v1/streaming/clip": {"url": "https://clips.streaming.example/FastClip"},
     "/v1/video-platform/community-post": {"url": "https://video-platform.example/post/Ugkx9"},
     "/v1/microblog-b/post": {"url": "https://mb.example/profile/bob.mb.example/post/3kx"},
-    "/v1/microblog-b/user/posts": {"handle": "alice.mb.example"},
-    "/v1/microblog-a/community/tweets": {"url": "https://mba.example/i/communities/7"},
-    "/v1/search-engine/adLibrary/advertisers/search": {"query": "globex"},
+    FEED: {"handle": "alice.mb.example"},
+    TWEETS: {"url": "https://mba.example/i/communities/7"},
+    ADVERTISERS: {"query": "globex"},
     "/v1/photo-app/user/embed": {"handle": "natgeo"},
-    "/v1/photo-app/user/reels": {"user_id": "173560420"},
-    "/v1/pinboard/search": {"query": "garden ideas"},
-    "/v1/video-platform/search": {"query": "lofi", "uploadDate": "this_week"},
-    "/v1/video-platform/video/comment/replies": {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"},
-    "/v1/short-video/shop/products": {"url": "https://shop.example/acme", "region": "DE"},
-    "/v3/short-video/profile/videos": {"handle": "chef", "sort_by": "popular"},
+    REELS: {"user_id": "173560420"},
+    PINS: {"query": "garden ideas"},
+    VIDEO_SEARCH: {"query": "lofi", "uploadDate": "this_week"},
+    COMMENT_REPLIES: {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"},
+    SHOP: {"url": "https://shop.example/acme", "region": "DE"},
+    PROFILE: {"handle": "chef", "sort_by": "popular"},
 }
 
 ENDPOINTS = catalog.endpoints()
@@ -69,7 +84,7 @@ def _cases() -> list[Any]:
             cases.append(pytest.param(path, {**params, "trim": True}, id=f"{path}-trim"))
     # a repeated (list) parameter and an explicit page size travel through the pager's cursor rewriting
     filtered = {"query": "sneakers", "style_tags": ["ugc"], "limit": 2}
-    cases.append(pytest.param("/v1/creative/materials", filtered, id="/v1/creative/materials-filtered"))
+    cases.append(pytest.param(CREATIVE, filtered, id="/v1/creative/materials-filtered"))
     return cases
 
 
@@ -81,7 +96,7 @@ def test_cases_cover_every_endpoint_and_trim() -> None:
     that were (the catalog's others are paged from their declarations in tests/test_sandbox_declared.py)."""
     assert set(EMULATED) <= set(BASE) <= set(ENDPOINTS)
     trimmed = {c.values[0] for c in CASES if c.values[1].get("trim")}
-    assert trimmed == {"/v1/photo-app/user/reels", "/v1/pinboard/search", "/v3/short-video/profile/videos"}
+    assert trimmed == {REELS, PINS, PROFILE}
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,19 @@ from tests.crawl_helpers import (
     wait_for_entries,
 )
 from tests.declaring_helpers import request_of
+from tests.endpoints import (
+    COMMENT_REPLIES,
+    CREATIVE,
+    CREATIVE_DETAIL,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    VIDEO_SEARCH,
+)
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
@@ -44,17 +57,17 @@ DECLARATIONS = job_catalog.builtin_declarations()
 Factory = Callable[..., RunningSandbox]
 
 PAGED: dict[str, dict[str, Any]] = {
-    "/v1/creative/materials": {"query": "sneakers"},
+    CREATIVE: {"query": "sneakers"},
     "/v1/network-a/profile/photos": {"url": "https://network-a.example/acme"},
-    "/v1/network-a/group/posts": {"url": "https://network-a.example/groups/hikers"},
-    "/v1/forum/subreddit/search": {"subreddit": "python", "query": "asyncio"},
-    "/v1/microblog-b/user/posts": {"handle": "alice.mb.example"},
-    "/v1/photo-app/user/reels": {"handle": "natgeo"},
-    "/v1/pinboard/search": {"query": "garden ideas"},
-    "/v1/video-platform/search": {"query": "lofi"},
-    "/v1/video-platform/video/comment/replies": {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"},
-    "/v1/short-video/shop/products": {"url": "https://shop.example/acme"},
-    "/v3/short-video/profile/videos": {"handle": "chef"},
+    GROUP: {"url": "https://network-a.example/groups/hikers"},
+    FORUM: {"subreddit": "python", "query": "asyncio"},
+    FEED: {"handle": "alice.mb.example"},
+    REELS: {"handle": "natgeo"},
+    PINS: {"query": "garden ideas"},
+    VIDEO_SEARCH: {"query": "lofi"},
+    COMMENT_REPLIES: {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"},
+    SHOP: {"url": "https://shop.example/acme"},
+    PROFILE: {"handle": "chef"},
 }
 
 
@@ -117,7 +130,7 @@ async def test_misspelled_cursor_stops_as_a_loop_after_two_requests(
 async def test_misspelled_cursor_refused_when_the_service_is_strict(sandbox_factory: Factory) -> None:
     """With unknown parameters refused (not the real service), the typo fails loudly after page 1, unbilled."""
     sb = sandbox_factory(pages=(3, 3), quirks=Quirks(ignore_unknown_params=False))
-    path = "/v1/pinboard/search"
+    path = PINS
     endpoint = dataclasses.replace(ENDPOINTS[path], paging=misspelled(ENDPOINTS[path].paging))
     run = await run_query(sb, endpoint, PAGED[path])
     assert run.outcome.status == "failed" and "'cursr'" in (run.outcome.error or "")
@@ -129,12 +142,12 @@ async def test_misspelled_cursor_refused_when_the_service_is_strict(sandbox_fact
 @pytest.mark.parametrize(
     ("path", "flag"),
     [
-        ("/v3/short-video/profile/videos", lambda b: b["has_more"] == 0 and b["max_cursor"]),
+        (PROFILE, lambda b: b["has_more"] == 0 and b["max_cursor"]),
         (
-            "/v1/photo-app/user/reels",
+            REELS,
             lambda b: b["paging_info"]["more_available"] is False and b["paging_info"]["max_id"],
         ),
-        ("/v1/short-video/shop/products", lambda b: b["has_more"] is False and b["cursor"]),
+        (SHOP, lambda b: b["has_more"] is False and b["cursor"]),
         ("/v1/network-a/profile/photos", lambda b: b["next_page_id"] is None and b["cursor"]),
     ],
 )
@@ -159,7 +172,7 @@ async def test_last_page_with_a_cursor_is_the_last_request(
     assert harvested(endpoint, run.pages, params) == expected(endpoint, params, sb.config)
 
 
-@pytest.mark.parametrize("path", ["/v3/short-video/profile/videos", "/v1/photo-app/user/reels"])
+@pytest.mark.parametrize("path", [PROFILE, REELS])
 async def test_trimmed_answer_without_a_more_flag_stops_at_the_empty_page(
     sandbox_factory: Factory, path: str
 ) -> None:
@@ -181,9 +194,9 @@ async def test_trimmed_answer_without_a_more_flag_stops_at_the_empty_page(
 @pytest.mark.parametrize(
     "path",
     [
-        "/v1/creative/materials",
-        "/v1/pinboard/search",
-        "/v1/video-platform/search",
+        CREATIVE,
+        PINS,
+        VIDEO_SEARCH,
     ],
 )
 async def test_repeated_items_across_pages(sandbox_factory: Factory, path: str) -> None:
@@ -192,7 +205,7 @@ async def test_repeated_items_across_pages(sandbox_factory: Factory, path: str) 
     run = await run_query(sb, endpoint, params)
 
     # pin search ends with a page of its own: `"cursor": "-end-"` and no pins, as on the service
-    assert run.outcome.status == "complete" and len(run.pages) == (4 if path == "/v1/pinboard/search" else 3)
+    assert run.outcome.status == "complete" and len(run.pages) == (4 if path == PINS else 3)
     keys = [_keys(endpoint, p, params) for p in run.pages if p.record_count]
     assert len(keys) == 3
     for before, after in itertools.pairwise(keys):
@@ -207,7 +220,7 @@ async def test_repeated_items_across_pages(sandbox_factory: Factory, path: str) 
 # ---------------------------------------------------------------------------------------------- (d) not found, blocked
 async def test_feed_404_success_true_is_not_found_kept_and_billed(sandbox_factory: Factory) -> None:
     sb = sandbox_factory()
-    path = "/v1/microblog-b/user/posts"
+    path = FEED
     run = await run_query(sb, ENDPOINTS[path], {"handle": "missing.mb.example"})
 
     assert run.outcome.status == "not_found"
@@ -221,7 +234,7 @@ async def test_feed_404_success_true_is_not_found_kept_and_billed(sandbox_factor
 @pytest.mark.parametrize("real", [True, False], ids=["real-shapes", "uniform-404"])
 async def test_unknown_material_404_is_not_found_and_billed(sandbox_factory: Factory, real: bool) -> None:
     sb = sandbox_factory(quirks=Quirks(real_not_found=real))
-    path = "/v1/creative/materials/{material_id}"
+    path = CREATIVE_DETAIL
     run = await run_query(sb, ENDPOINTS[path], {"material_id": "video:0123456789abffff"})
 
     assert run.outcome.status == "not_found"
@@ -233,7 +246,7 @@ async def test_unknown_material_404_is_not_found_and_billed(sandbox_factory: Fac
 
 async def test_uniform_404_not_found_on_a_paged_endpoint(sandbox_factory: Factory) -> None:
     sb = sandbox_factory(quirks=Quirks(real_not_found=False))
-    run = await run_query(sb, ENDPOINTS["/v1/photo-app/user/reels"], {"handle": "missing_user"})
+    run = await run_query(sb, ENDPOINTS[REELS], {"handle": "missing_user"})
     assert run.outcome.status == "not_found" and [e.status for e in sb.ledger] == [404]
     assert len(run.pages) == 1 and run.pages[0].body["success"] is False
     assert run.outcome.credits == sb.billed_total() == 1
@@ -242,13 +255,13 @@ async def test_uniform_404_not_found_on_a_paged_endpoint(sandbox_factory: Factor
 @pytest.mark.parametrize(
     ("path", "params", "records"),
     [
-        ("/v1/photo-app/user/reels", {"handle": "missing_user"}, 0),
-        ("/v1/photo-app/user/reels", {"handle": "missing_user", "trim": True}, 0),
-        ("/v3/short-video/profile/videos", {"handle": "missing_user"}, 0),
-        ("/v3/short-video/profile/videos", {"handle": "missing_user", "trim": True}, 0),
+        (REELS, {"handle": "missing_user"}, 0),
+        (REELS, {"handle": "missing_user", "trim": True}, 0),
+        (PROFILE, {"handle": "missing_user"}, 0),
+        (PROFILE, {"handle": "missing_user", "trim": True}, 0),
         ("/v1/network-a/profile/photos", {"url": "https://network-a.example/missing"}, 0),
-        ("/v1/pinboard/search", {"query": "missing"}, 0),
-        ("/v1/short-video/shop/products", {"url": "https://shop.example/missing"}, 0),
+        (PINS, {"query": "missing"}, 0),
+        (SHOP, {"url": "https://shop.example/missing"}, 0),
         ("/v1/streaming/clip", {"url": "https://clips.streaming.example/missing"}, 0),
         ("/v1/microblog-b/post", {"url": "https://mb.example/profile/missing/post/1"}, 0),
         # kinds located at the body itself: the flagged body is the one record
@@ -279,7 +292,7 @@ async def test_200_not_found_is_billed_and_says_not_found_where_it_can(
 
 async def test_403_blocked_fails_clearly_and_is_counted(sandbox_factory: Factory) -> None:
     sb = sandbox_factory()
-    run = await run_query(sb, ENDPOINTS["/v1/pinboard/search"], {"query": "blocked cats"})
+    run = await run_query(sb, ENDPOINTS[PINS], {"query": "blocked cats"})
 
     assert run.outcome.status == "failed"
     assert "the source platform blocks this content (403)" in (run.outcome.error or "")
@@ -311,7 +324,7 @@ async def test_fault_on_second_request_still_completes(sandbox_factory: Factory,
         retry_after=str(RETRY_AFTER),
         drift=Drift(sentinel_with_records=True),  # the third page of pins ends pin search itself
     )
-    path = "/v1/pinboard/search"
+    path = PINS
     endpoint, params = ENDPOINTS[path], PAGED[path]
     budget = 10
     ledger = CreditLedger(budget)
@@ -349,7 +362,7 @@ async def test_fault_on_second_request_still_completes(sandbox_factory: Factory,
 # ---------------------------------------------------------------------------------------------- (f) 402 mid-query
 async def test_402_in_the_middle_stops_keeps_earlier_pages_and_the_cursor(sandbox_factory: Factory) -> None:
     sb = sandbox_factory(api_keys={"small-key": 50}, pages=(4, 4), page_size=5)
-    path = "/v1/pinboard/search"
+    path = PINS
     endpoint, params = ENDPOINTS[path], PAGED[path]
 
     def drain(page: Page) -> None:
@@ -382,7 +395,7 @@ async def test_402_in_the_middle_names_where_the_key_comes_from_never_the_url(
     from tests.crawl_helpers import collect
 
     sb = sandbox_factory(api_keys={"small-key-0123456789": 50}, pages=(4, 4), page_size=5)
-    path = "/v1/pinboard/search"
+    path = PINS
     ledger = CreditLedger(100)
     key = ApiKey(sb.key, source="the environment variable HARVEST_API_KEY")
     async with ServiceClient(sb.base_url, key, ledger) as client:

@@ -50,7 +50,7 @@ CREATIVE_PARAMS = {"query": "desks", "limit": 5}
 NOBODY = 65534
 SLOW = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE},
-    pages_by_path={"/v1/pinboard/search": (8, 8), "/v1/creative/materials": (2, 2)},
+    pages_by_path={PINS: (8, 8), CREATIVE: (2, 2)},
     page_size=4,
     latency=0.08,
 )
@@ -410,7 +410,7 @@ def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
         access = ServiceAccess(sb.base_url, ApiKey(SECRET_KEY), sb.base_url)
         run = run_info(spec, access, layout, "run-1", started.isoformat(), full=True)
         staged = StagedRun(open_staging(runner["staging"]), layout, spec.name, "run-1", started)
-        query = QuerySpec("pins[query=oak]", "/v1/pinboard/search", {"query": "oak"})
+        query = QuerySpec("pins[query=oak]", PINS, {"query": "oak"})
         stage = staged.stage(1, query.query_id)
         params = {"run": run, "query": query.as_dict(), "state": None, "grant": 2, "part": 1, "round_no": 1,
                   "wanted": [], "stage": stage}  # fmt: skip

@@ -204,7 +204,7 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a path that is no record path", ADS, _with(("records", "ad_archive_ads", "at"), "ads..items"),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.at[0]',
      "'ads..items' is not a record path", "a record path: keys joined by dots"),
-    ("a built-in path", "/v1/pinboard/search", GOOD,
+    ("a built-in path", PINS, GOOD,
      'endpoints["/v1/pinboard/search"]', "/v1/pinboard/search is a built-in endpoint",
      "a path harvest does not have; `shapes:` reads a built-in endpoint's changed answers"),
     ("a built-in table of another shape", ADS, _with(("records",), {"pinboard_pins": GOOD["records"]["ad_archive_ads"]}),

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.tasks.database.connection import write_connection
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, held_duckdb, key_set, rows, write_spec
 from tests.process_helpers import finish, start_run
 from tests.sandbox_gate import gated
 
-PINS = "/v1/pinboard/search"
 TOPICS = ["oak desk", "elm chair"]
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=4)
 

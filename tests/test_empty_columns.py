@@ -32,7 +32,7 @@ from harvest.sandbox.drift_shapes import SHAPES
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.endpoints import TWEETS, VIDEO_SEARCH
+from tests.endpoints import PINS, SHOP, TWEETS, VIDEO_SEARCH
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
@@ -172,7 +172,7 @@ def kind_of(path: str, table: str) -> RecordKind:
 def test_a_field_the_service_leaves_out_is_no_rename() -> None:
     """Nothing resembling the column among the unread fields (a trimmed answer without `title`, a search without
     `includeExtras`): the service's choice, not named. A null the service sends is its answer, not named."""
-    pins = kind_of("/v1/pinboard/search", "pinboard_pins")
+    pins = kind_of(PINS, "pinboard_pins")
     trimmed = [
         {"id": "1", "url": "u", "images": {"orig": {"url": "i"}}, "node_id": "n", "auto_alt_text": "a"}
     ]
@@ -185,7 +185,7 @@ def test_a_field_the_service_leaves_out_is_no_rename() -> None:
 def test_where_a_missing_key_went() -> None:
     """A key under another name at the record's top is named; one only nested in another object (a tweet's
     `user.rest_id`) is not guessed."""
-    products = kind_of("/v1/short-video/shop/products", "short_video_products")
+    products = kind_of(SHOP, "short_video_products")
     assert key_override(products, "products", {"productId": "9", "title": "t"}) == {
         "fields": {"id": "productId"}
     }

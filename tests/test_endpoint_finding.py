@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from harvest.connectors.catalog.job_catalog import builtin
 from harvest.flows.cli import app
+from tests.endpoints import COMMENT_REPLIES, VIDEO_COMMENTS
 from tests.flow_helpers import HARVEST, ROOT, subprocess_env
 from tests.process_helpers import imported_packages, messages
 from tests.published_helpers import SURFACE
@@ -54,8 +55,8 @@ def test_harvest_endpoints_video_comments_lists_the_matches_by_platform(tmp_path
     assert groups(proc.stdout) == {
         f"short-video: 1 endpoint of {in_platform['short-video']}": ["/v1/short-video/video/comments"],
         f"video-platform: 2 endpoints of {in_platform['video-platform']}": [
-            "/v1/video-platform/video/comments",
-            "/v1/video-platform/video/comment/replies",  # its table: video_platform_comments
+            VIDEO_COMMENTS,
+            COMMENT_REPLIES,  # its table: video_platform_comments
         ],
     }
     assert "/v1/video-platform/video/comments  1 credit\n" in proc.stdout
@@ -101,8 +102,8 @@ def test_json_is_filtered_by_the_words_too() -> None:
     infos = json.loads(result.stdout)
     assert [(i["platform"], i["path"]) for i in infos] == [
         ("short-video", "/v1/short-video/video/comments"),
-        ("video-platform", "/v1/video-platform/video/comments"),
-        ("video-platform", "/v1/video-platform/video/comment/replies"),
+        ("video-platform", VIDEO_COMMENTS),
+        ("video-platform", COMMENT_REPLIES),
     ]
     comments = infos[1]
     assert comments["price"] == "1 credit"

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.declared_helpers import ROOT
+from tests.endpoints import COMMENT_REPLIES
 from tests.flow_helpers import rows, run_flow
 
 SPEC = ROOT / "configs" / "examples" / "video-chains.yaml"
@@ -59,7 +60,7 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
     assert counts["video_platform_video_details"] == len(urls)
     # a video's comments -> their replies, one thread per comment's token
     tokens = _column(db, "video_platform_video_comments", "replies_token")
-    assert tokens and _asked(db, "/v1/video-platform/video/comment/replies", "continuationToken") == tokens
+    assert tokens and _asked(db, COMMENT_REPLIES, "continuationToken") == tokens
     # advertiser search -> each company's ads, every ad its advertiser's
     advertisers = _column(db, "search_engine_advertisers", "advertiser_id")
     assert _asked(db, "/v1/search-engine/company/ads", "advertiser_id") == advertisers

@@ -16,6 +16,20 @@ from harvest.connectors.reading.extraction import TableReport, _converted, to_ar
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.emulation.endpoint_table import BY_PATH
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import (
+    ADVERTISERS,
+    COMMENT_REPLIES,
+    CREATIVE,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
 
 KEY = "paths-key-0123456789abcdef"
 DRIFTS = {
@@ -23,23 +37,23 @@ DRIFTS = {
     "drifted": Drift(wrapped_feed=0.5, bad_values=0.5, new_fields=True, missing_keys=0.2),
 }
 SUBJECTS: dict[str, dict[str, Any]] = {
-    "/v1/creative/materials": {"query": "shoes", "limit": 5},
+    CREATIVE: {"query": "shoes", "limit": 5},
     "/v1/network-a/profile/photos": {"url": "https://network-a.example/nasa"},
-    "/v1/network-a/group/posts": {"group_id": "1234"},
-    "/v1/forum/subreddit/search": {"subreddit": "running", "query": "shoes"},
+    GROUP: {"group_id": "1234"},
+    FORUM: {"subreddit": "running", "query": "shoes"},
     "/v1/streaming/clip": {"url": "https://streaming.example/clip/abc"},
     "/v1/video-platform/community-post": {"url": "https://video-platform.example/post/x"},
     "/v1/microblog-b/post": {"url": "https://microblog-b.example/profile/nasa/post/1"},
-    "/v1/microblog-b/user/posts": {"handle": "nasa.example"},
-    "/v1/microblog-a/community/tweets": {"url": "https://microblog-a.example/i/communities/1"},
-    "/v1/search-engine/adLibrary/advertisers/search": {"query": "acme"},
+    FEED: {"handle": "nasa.example"},
+    TWEETS: {"url": "https://microblog-a.example/i/communities/1"},
+    ADVERTISERS: {"query": "acme"},
     "/v1/photo-app/user/embed": {"handle": "nasa"},
-    "/v1/photo-app/user/reels": {"handle": "nasa"},
-    "/v1/pinboard/search": {"query": "lamps"},
-    "/v1/video-platform/search": {"query": "marathon", "includeExtras": "true"},
-    "/v1/video-platform/video/comment/replies": {"continuationToken": "Eg0SC2RRdzR3"},
-    "/v1/short-video/shop/products": {"url": "https://shop.example/acme"},
-    "/v3/short-video/profile/videos": {"handle": "nasa", "sort_by": "latest"},
+    REELS: {"handle": "nasa"},
+    PINS: {"query": "lamps"},
+    VIDEO_SEARCH: {"query": "marathon", "includeExtras": "true"},
+    COMMENT_REPLIES: {"continuationToken": "Eg0SC2RRdzR3"},
+    SHOP: {"url": "https://shop.example/acme"},
+    PROFILE: {"handle": "nasa", "sort_by": "latest"},
 }
 
 
@@ -91,7 +105,7 @@ def _same_arrow(kind: RecordKind, items: list[Any], params: dict[str, Any]) -> N
 
 
 def test_nested_new_fields_are_found_by_both_readers() -> None:
-    kind = catalog.get("/v3/short-video/profile/videos").kinds[0]
+    kind = catalog.get(PROFILE).kinds[0]
     # cover_url reads `video.cover.url_list[0]|video.cover`: the whole cover belongs to that column, so a field
     # inside it is not new; play_addr is read one path at a time, so a field inside it is
     item = {

@@ -332,7 +332,7 @@ def test_columns_are_typed_and_carry_their_provenance(crawl: Crawl) -> None:
         assert caption == want["desc"]
         record = json.loads(raw)
         assert record["aweme_id"] == aweme_id and record == want
-        assert endpoint == "/v3/short-video/profile/videos"
+        assert endpoint == PROFILE
         assert query_id in {f"videos[handle={h}]" for h in HANDLES}
         assert run_id in run_ids
         assert isinstance(fetched, dt.datetime) and fetched.tzinfo is not None

@@ -15,6 +15,7 @@ import pytest
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
+from tests.endpoints import FORUM, PINS, PROFILE, REELS, SHOP
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -27,11 +28,11 @@ from tests.flow_helpers import (
 )
 
 QUERIES = [
-    ("/v1/forum/subreddit/search", {"subreddit": "running", "query": "shoes"}),
-    ("/v1/pinboard/search", {"query": "trail"}),
-    ("/v3/short-video/profile/videos", {"handle": "nasa"}),
-    ("/v1/photo-app/user/reels", {"handle": "esa"}),
-    ("/v1/short-video/shop/products", {"url": "https://short-video.example/shop/acme"}),
+    (FORUM, {"subreddit": "running", "query": "shoes"}),
+    (PINS, {"query": "trail"}),
+    (PROFILE, {"handle": "nasa"}),
+    (REELS, {"handle": "esa"}),
+    (SHOP, {"url": "https://short-video.example/shop/acme"}),
 ]
 REFUSALS = (429, 500, 502, 503, 504)
 QUICK_FAULTS = [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE, FaultKind.DROP]

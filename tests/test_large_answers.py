@@ -20,13 +20,14 @@ from harvest.connectors.reading.json_body import NOT_UTF8, read_body
 from harvest.connectors.reading.large_body import LARGE_BODY_BYTES, SLICE_BYTES, spans_in
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import PROFILE
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, key_set, one_query, run_flow, scalar
 from tests.published_helpers import SAMPLES, skip_without
 
 SAMPLE = SAMPLES / "_v3_short-video_profile_videos.json"
 skip_without(SAMPLE)
 
-ENDPOINT = get("/v3/short-video/profile/videos")
+ENDPOINT = get(PROFILE)
 PARAMS = {"handle": "maker00"}
 
 
@@ -164,7 +165,7 @@ def test_a_large_answer_lands_every_record_once_in_a_real_run(
     """A page past `LARGE_BODY_BYTES` (and a smaller last one), landed slice by slice into the run's writer: every record of the
     full crawl is in the table once, and the run is complete."""
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
-    path, params = "/v3/short-video/profile/videos", {"handle": "maker00", "sort_by": "latest"}
+    path, params = PROFILE, {"handle": "maker00", "sort_by": "latest"}
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(2, 2), page_size=7_000)  # ~9.8 MB
     sb = sandbox_factory(config)
     spec = one_query(tmp_path, sb.base_url, path, params)

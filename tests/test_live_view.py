@@ -28,6 +28,7 @@ from harvest.flows.console import add_row, table
 from harvest.flows.live_view import LiveView
 from harvest.flows.run.progress import LISTED_WELL, LogLines, RunFacts
 from harvest.sandbox.config import SandboxConfig
+from tests.endpoints import PROFILE
 from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, job_spec, subprocess_env, write_spec
 from tests.process_helpers import finish, start_run
 from tests.sandbox_gate import gated, settle
@@ -168,7 +169,7 @@ def test_without_a_terminal_a_wide_fan_out_is_plain_sentences_listing_what_did_n
     lines.run_began(facts(planned=2000, budget=5000, spent=lambda: lines.credits))
     for i in range(2_000):
         query = f"videos[handle=h{i:05d}]"
-        lines.query_started(query, "/v3/short-video/profile/videos")
+        lines.query_started(query, PROFILE)
         lines.page_landed(query, records=3, credits=1)
         lines.query_finished(query, "failed" if i == 1_500 else "complete")
     lines.close()

@@ -7,6 +7,7 @@ import pytest
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.flows.run.plan import CostLine, Plan, base_id, instantiate, plan
 from harvest.flows.spec import JobSpec, parse_spec
+from tests.endpoints import PROFILE
 
 HEAD = "name: job\nbudget: {credits: 100}\nqueries:\n"
 
@@ -26,7 +27,7 @@ def test_static_fan_out_gives_one_query_per_value_with_readable_ids() -> None:
     first = result.queries[0]
     assert isinstance(first, QuerySpec)
     assert first.params == {"handle": "nasa", "sort_by": "latest"}
-    assert (first.endpoint, first.max_pages, first.max_credits) == ("/v3/short-video/profile/videos", 5, None)
+    assert (first.endpoint, first.max_pages, first.max_credits) == (PROFILE, 5, None)
     assert result.template_of("videos[handle=esa]") == base_id("videos[handle=esa]") == "videos"
 
 

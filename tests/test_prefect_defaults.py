@@ -21,6 +21,7 @@ from harvest.flows.orchestrator.deployments import NO_SERVER
 from harvest.flows.orchestrator.prefect_settings import SERVER_START
 from harvest.sandbox.config import SandboxConfig
 from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, HARVEST, PYTHON, ROOT, SECRET_KEY, one_query, subprocess_env
 from tests.net_helpers import free_port, wait_until_serving
 from tests.process_helpers import children, finish, server_port
@@ -91,7 +92,7 @@ def test_a_harvest_run_and_its_temporary_server_run_with_analytics_and_telemetry
     metrics off."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(1, 1))
     with gated(config) as sb:
-        spec = one_query(tmp_path, sb.base_url, "/v1/pinboard/search", {"query": "desks"})
+        spec = one_query(tmp_path, sb.base_url, PINS, {"query": "desks"})
         env = clean_env(tmp_path, HARVEST_API_KEY=SECRET_KEY)
         assert "PREFECT_API_URL" not in env and not any("ANALYTICS" in k or "TELEMETRY" in k for k in env)
         sb.gate.close_after(0)

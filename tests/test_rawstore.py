@@ -26,6 +26,7 @@ from harvest.tasks.output.raw_store import (
     iter_raw_pages,
     last_page,
 )
+from tests.endpoints import PROFILE
 
 T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.UTC)
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def page_args(i: int, body: bytes | None = None) -> dict[str, object]:
     return {
         "query_id": "short-video:profile/videos?handle=ünï code",
         "page": i,
-        "endpoint": "/v3/short-video/profile/videos",
+        "endpoint": PROFILE,
         "params": {"handle": "x", "max_cursor": i, "x-api-key": "SECRET"},
         "cursor_in": {"max_cursor": i} if i else None,
         "cursor_out": {"max_cursor": i + 1},

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from harvest.flows.cli import app
 from harvest.flows.run.progress import LogLines
 from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS, PROFILE
 from tests.flow_helpers import SECRET_KEY, job_spec, run_flow, write_spec
 
 COMMANDS = ("run", "validate", "plan", "endpoints", "schema", "runs", "load", "sql", "sandbox", "demo")
@@ -29,7 +30,7 @@ def test_log_lines_report_finished_queries_with_pages_records_and_credits(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     lines = LogLines(every=3600)
-    lines.query_started("videos[handle=nasa]", "/v3/short-video/profile/videos")
+    lines.query_started("videos[handle=nasa]", PROFILE)
     lines.page_landed("videos[handle=nasa]", records=10, credits=1)
     lines.page_landed("videos[handle=nasa]", records=7, credits=1)
     assert capsys.readouterr().err == ""  # no heartbeat within the interval, no line per page
@@ -71,7 +72,7 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
             job_spec(
                 sb.base_url,
                 tmp_path / "out",
-                [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "tea"}}],
+                [{"id": "pins", "endpoint": PINS, "params": {"query": "tea"}}],
                 name="artifact_job",
                 credits=50,
             ),
@@ -92,7 +93,7 @@ def test_a_run_publishes_its_summary_as_prefect_artifacts(
     assert table and tables
     data = table[0].data if isinstance(table[0].data, list) else json.loads(str(table[0].data))
     assert data == [
-        {"query_id": "pins", "endpoint": "/v1/pinboard/search", "status": "complete", "pages": 3,
+        {"query_id": "pins", "endpoint": PINS, "status": "complete", "pages": 3,
          "records": summary.records, "credits": 3}
     ]  # fmt: skip
     assert "3/50 credits" in (table[0].description or "")

@@ -31,7 +31,7 @@ from harvest.tasks.output.raw_store import RawPageReader
 from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
-from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS, PROFILE
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -330,7 +330,7 @@ def test_fresh_after_a_kill_lets_an_incremental_query_finish_its_first_pass(
     """kill -9 after 3 of 7 pages of an incremental query's first pass, then `--fresh`: the abandoned run's
     pages are landed and the new run pays one head page, then goes on where the killed run stopped (before, it
     stopped at the head page as `caught_up`, with 15 of 33 videos)."""
-    profile, params = "/v3/short-video/profile/videos", {"handle": "nasa", "sort_by": "latest"}
+    profile, params = PROFILE, {"handle": "nasa", "sort_by": "latest"}
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={profile: (7, 7)}, page_size=5, latency=0.3
     )

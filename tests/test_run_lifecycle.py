@@ -20,7 +20,7 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
-from tests.endpoints import FEED, PINS, PROFILE
+from tests.endpoints import FEED, PINS, PROFILE, REELS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -255,7 +255,7 @@ def test_incremental_is_refused_where_the_order_is_unknown(tmp_path: Path) -> No
     result = runner.invoke(app, ["validate", str(spec)])
     assert result.exit_code == 2
     assert "queries[0].incremental" in result.stderr and "does not list newest first" in result.stderr
-    for path in (PROFILE, FEED, "/v1/photo-app/user/reels"):
+    for path in (PROFILE, FEED, REELS):
         assert path in result.stderr
     assert [e.path for e in catalog.ENDPOINTS if e.newest_first] != []
 

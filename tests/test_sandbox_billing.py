@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from harvest.sandbox.wire.serving import RunningSandbox
-from tests.endpoints import PINS
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, PINS, REELS, TWEETS
 
 OUT_OF_CREDITS = {
     "success": False,
@@ -74,7 +74,7 @@ def test_cost_table(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     with sb.client() as client:
         pins = client.get(PINS, params={"query": "q"}).json()
         embed = client.get("/v1/photo-app/user/embed", params={"handle": "h"}).json()
-        tweets = client.get("/v1/microblog-a/community/tweets", params={"url": "u"}).json()
+        tweets = client.get(TWEETS, params={"url": "u"}).json()
         assert (pins["credits_charged"], pins["credits_remaining"]) == (5, 7)
         assert (embed["credits_charged"], embed["credits_remaining"]) == (0, 7)
         assert (tweets["credits_charged"], tweets["credits_remaining"]) == (1, 6)
@@ -98,9 +98,9 @@ def test_credit_balance_is_free(sandbox_factory: Callable[..., RunningSandbox]) 
 def test_not_found_and_blocked_are_billed(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory(api_keys={"k": 10})
     with sb.client() as client:
-        deactivated = client.get("/v1/photo-app/user/reels", params={"handle": "missing_user"})
-        gone = client.get("/v1/microblog-b/user/posts", params={"handle": "missing.mb.example"})
-        blocked = client.get("/v1/pinboard/search", params={"query": "blocked content"})
+        deactivated = client.get(REELS, params={"handle": "missing_user"})
+        gone = client.get(FEED, params={"handle": "missing.mb.example"})
+        blocked = client.get(PINS, params={"query": "blocked content"})
         no_material = client.get("/v1/creative/materials/video:0123456789abffff")
     assert deactivated.status_code == 200 and deactivated.json()["credits_charged"] == 1
     assert gone.status_code == 404 and gone.json()["credits_charged"] == 1
@@ -155,14 +155,12 @@ def test_ledger_names_the_material_a_detail_request_asked_for(
 ) -> None:
     sb = sandbox_factory(fault_plan={2: "drop"})
     with sb.client() as client:
-        material = client.get("/v1/creative/materials", params={"query": "shoes"}).json()["data"][0][
-            "material_id"
-        ]
+        material = client.get(CREATIVE, params={"query": "shoes"}).json()["data"][0]["material_id"]
         with pytest.raises(httpx.RemoteProtocolError):
             client.get(f"/v1/creative/materials/{material}")
         client.get(f"/v1/creative/materials/{material}")
         client.get("/v1/creative/materials/video:nonsense")
-    detail = [e for e in sb.ledger if e.path == "/v1/creative/materials/{material_id}"]
+    detail = [e for e in sb.ledger if e.path == CREATIVE_DETAIL]
     assert [(e.path_params, e.status, e.fault) for e in detail] == [
         ({"material_id": material}, None, "drop"),
         ({"material_id": material}, 200, None),

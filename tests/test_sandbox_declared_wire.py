@@ -19,7 +19,7 @@ from harvest.connectors.catalog.job_catalog import BUILTIN_DIR, builtin_declarat
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.declared_helpers import declaration, http_pages, records
-from tests.endpoints import ADVERTISERS, COMMENT_REPLIES, VIDEO_COMMENTS, VIDEO_SEARCH
+from tests.endpoints import ADVERTISERS, COMMENT_REPLIES, PINS, VIDEO_COMMENTS, VIDEO_SEARCH
 from tests.published_helpers import PUBLISHED
 from tests.test_cli_sandbox import harvest_sandbox
 
@@ -212,7 +212,7 @@ def _declaring_spec(tmp_path: Path, service: dict[str, Any]) -> Path:
                 "budget": {"credits": 10},
                 "catalogs": [str(filed(tmp_path))],
                 "endpoints": {"/v1/x/things": declaration()},
-                "queries": [{"id": "pins", "endpoint": "/v1/pinboard/search", "params": {"query": "q"}}],
+                "queries": [{"id": "pins", "endpoint": PINS, "params": {"query": "q"}}],
             }
         ),
         encoding="utf-8",

@@ -12,30 +12,44 @@ import pytest
 from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.expected import expected_pages, full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import (
+    ADVERTISERS,
+    COMMENT_REPLIES,
+    CREATIVE,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
 from tests.fixtures_sandbox import http_crawl, records_of
 
 CASES: list[tuple[str, dict[str, Any]]] = [
-    ("/v1/creative/materials", {"query": "running shoes"}),
-    ("/v1/creative/materials", {"query": "running shoes", "limit": "7", "order": "oldest"}),
+    (CREATIVE, {"query": "running shoes"}),
+    (CREATIVE, {"query": "running shoes", "limit": "7", "order": "oldest"}),
     ("/v1/network-a/profile/photos", {"url": "https://network-a.example/acme"}),
-    ("/v1/network-a/group/posts", {"group_id": "1234567", "sort_by": "CHRONOLOGICAL"}),
-    ("/v1/forum/subreddit/search", {"subreddit": "python", "query": "typing", "sort": "top"}),
+    (GROUP, {"group_id": "1234567", "sort_by": "CHRONOLOGICAL"}),
+    (FORUM, {"subreddit": "python", "query": "typing", "sort": "top"}),
     ("/v1/streaming/clip", {"url": "https://clips.streaming.example/FastClip"}),
     ("/v1/video-platform/community-post", {"url": "https://video-platform.example/post/Ugkx9"}),
     ("/v1/microblog-b/post", {"url": "https://mb.example/profile/bob.mb.example/post/3kx"}),
-    ("/v1/microblog-b/user/posts", {"user_id": "did:plc:abc123"}),
-    ("/v1/microblog-a/community/tweets", {"url": "https://mba.example/i/communities/7"}),
-    ("/v1/search-engine/adLibrary/advertisers/search", {"query": "globex"}),
+    (FEED, {"user_id": "did:plc:abc123"}),
+    (TWEETS, {"url": "https://mba.example/i/communities/7"}),
+    (ADVERTISERS, {"query": "globex"}),
     ("/v1/photo-app/user/embed", {"handle": "natgeo"}),
-    ("/v1/photo-app/user/reels", {"user_id": "173560420"}),
-    ("/v1/photo-app/user/reels", {"handle": "natgeo", "trim": "true"}),
-    ("/v1/pinboard/search", {"query": "garden ideas"}),
-    ("/v1/pinboard/search", {"query": "garden ideas", "trim": "true"}),
-    ("/v1/video-platform/search", {"query": "lofi", "uploadDate": "this_week"}),
-    ("/v1/video-platform/video/comment/replies", {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"}),
-    ("/v1/short-video/shop/products", {"url": "https://shop.example/acme", "region": "DE"}),
-    ("/v3/short-video/profile/videos", {"handle": "chef", "sort_by": "popular"}),
-    ("/v3/short-video/profile/videos", {"handle": "chef", "trim": "true"}),
+    (REELS, {"user_id": "173560420"}),
+    (REELS, {"handle": "natgeo", "trim": "true"}),
+    (PINS, {"query": "garden ideas"}),
+    (PINS, {"query": "garden ideas", "trim": "true"}),
+    (VIDEO_SEARCH, {"query": "lofi", "uploadDate": "this_week"}),
+    (COMMENT_REPLIES, {"continuationToken": "Eg0SC2RRdzR3OVdnWGNR"}),
+    (SHOP, {"url": "https://shop.example/acme", "region": "DE"}),
+    (PROFILE, {"handle": "chef", "sort_by": "popular"}),
+    (PROFILE, {"handle": "chef", "trim": "true"}),
 ]
 
 SCALE: dict[str, Any] = {"pages": (2, 5), "page_size": 7, "creative_default_limit": 9}
@@ -76,21 +90,18 @@ def test_group_posts_at_most_three_a_page(sandbox_factory: Callable[..., Running
     sb = sandbox_factory(page_size=50, pages=(3, 3))
     params = {"url": "https://network-a.example/groups/big"}
     with sb.client() as client:
-        bodies, collected = http_crawl(client, "/v1/network-a/group/posts", params)
-    assert len(bodies) == expected_pages("/v1/network-a/group/posts", params, sb.config) >= 3
+        bodies, collected = http_crawl(client, GROUP, params)
+    assert len(bodies) == expected_pages(GROUP, params, sb.config) >= 3
     assert all(len(b.get("posts", [])) <= 3 for b in bodies) and len(collected["network_a_group_posts"]) > 3
     assert [len(b["posts"]) for b in bodies[:2]] == [3, 3]
-    assert (
-        collected["network_a_group_posts"]
-        == full_crawl("/v1/network-a/group/posts", params, sb.config)["network_a_group_posts"]
-    )
+    assert collected["network_a_group_posts"] == full_crawl(GROUP, params, sb.config)["network_a_group_posts"]
 
 
 def test_records_unique_across_pages_without_repeats(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory(pages=(4, 4), page_size=5, quirks=Quirks(repeat_items=False))
     params = {"query": "lamps"}
     with sb.client() as client:
-        bodies, collected = http_crawl(client, "/v1/pinboard/search", params)
+        bodies, collected = http_crawl(client, PINS, params)
     ids = [p["id"] for b in bodies for p in b.get("pins", [])]
     assert len(ids) == len(set(ids)) == len(collected["pins"])
     assert len(bodies) == 5 and bodies[-1]["cursor"] == "-end-" and "pins" not in bodies[-1]  # the sentinel
@@ -101,7 +112,7 @@ def test_benchmark_scale_pages_through(sandbox_factory: Callable[..., RunningSan
     sb = sandbox_factory(pages=(200, 200), page_size=100, quirks=Quirks.none(), api_keys={"k": 1000})
     params = {"handle": "bigcreator"}
     with sb.client() as client:
-        bodies, collected = http_crawl(client, "/v3/short-video/profile/videos", params)
+        bodies, collected = http_crawl(client, PROFILE, params)
     assert len(bodies) == 200
     assert all(len(b["aweme_list"]) == 100 for b in bodies[:-1])
     assert len(collected["videos"]) == 199 * 100 + len(bodies[-1]["aweme_list"])
@@ -110,15 +121,15 @@ def test_benchmark_scale_pages_through(sandbox_factory: Callable[..., RunningSan
 
 def test_cursor_styles(sandbox_client: Any) -> None:
     """Opaque strings, a timestamp string (microblog-b feed), an int of ms (short-video), a string max_id."""
-    feed = sandbox_client.get("/v1/microblog-b/user/posts", params={"handle": "many.mb.example"}).json()
+    feed = sandbox_client.get(FEED, params={"handle": "many.mb.example"}).json()
     if feed["cursor"] is not None:
         assert datetime.fromisoformat(feed["cursor"].replace("Z", "+00:00"))
         assert feed["cursor"] == feed["feed"][-1]["indexedAt"]
-    videos = sandbox_client.get("/v3/short-video/profile/videos", params={"handle": "chef"}).json()
+    videos = sandbox_client.get(PROFILE, params={"handle": "chef"}).json()
     assert isinstance(videos["max_cursor"], int)
     if videos["max_cursor"]:
         assert videos["max_cursor"] == videos["aweme_list"][-1]["create_time"] * 1000
-    reels = sandbox_client.get("/v1/photo-app/user/reels", params={"handle": "natgeo"}).json()
+    reels = sandbox_client.get(REELS, params={"handle": "natgeo"}).json()
     assert reels["paging_info"]["max_id"] is None or isinstance(reels["paging_info"]["max_id"], str)
 
 
@@ -127,22 +138,22 @@ def test_feed_cursor_any_timestamp_returns_older_posts(
 ) -> None:
     sb = sandbox_factory(pages=(3, 3), page_size=4)
     params = {"handle": "clock.mb.example"}
-    everything = full_crawl("/v1/microblog-b/user/posts", params, sb.config)["posts"]
+    everything = full_crawl(FEED, params, sb.config)["posts"]
     # a moment strictly between posts 4 and 5 (newest first): the next page starts at post 5
     t4 = datetime.fromisoformat(everything[4]["indexedAt"].replace("Z", "+00:00")).timestamp()
     t5 = datetime.fromisoformat(everything[5]["indexedAt"].replace("Z", "+00:00")).timestamp()
     between = datetime.fromtimestamp((t4 + t5) / 2).astimezone().isoformat()
     with sb.client() as client:
-        page = client.get("/v1/microblog-b/user/posts", params={**params, "cursor": between}).json()
+        page = client.get(FEED, params={**params, "cursor": between}).json()
     assert [p["uri"] for p in page["feed"]] == [p["uri"] for p in everything[5:9]]
 
 
 @pytest.mark.parametrize(
     ("path", "params", "cursor_param"),
     [
-        ("/v1/pinboard/search", {"query": "a"}, "cursor"),
-        ("/v1/short-video/shop/products", {"url": "https://shop.example/a"}, "cursor"),
-        ("/v1/video-platform/search", {"query": "a"}, "continuationToken"),
+        (PINS, {"query": "a"}, "cursor"),
+        (SHOP, {"url": "https://shop.example/a"}, "cursor"),
+        (VIDEO_SEARCH, {"query": "a"}, "continuationToken"),
     ],
 )
 def test_cursor_of_another_query_is_refused(
@@ -161,19 +172,19 @@ def test_cursor_of_another_query_is_refused(
 
 def test_single_page_endpoints_answer_one_page(sandbox_client: Any) -> None:
     params = {"url": "https://mba.example/i/communities/1"}
-    body = sandbox_client.get("/v1/microblog-a/community/tweets", params=params).json()
+    body = sandbox_client.get(TWEETS, params=params).json()
     assert set(body) == {"success", "tweets", "credits_remaining", "credits_charged"}
     assert (
-        records_of("/v1/microblog-a/community/tweets", body, params)["microblog_a_tweets"]
-        == full_crawl("/v1/microblog-a/community/tweets", params, SandboxConfig())["microblog_a_tweets"]
+        records_of(TWEETS, body, params)["microblog_a_tweets"]
+        == full_crawl(TWEETS, params, SandboxConfig())["microblog_a_tweets"]
     )
 
 
 @pytest.mark.parametrize(
     ("path", "preferred", "other"),
     [
-        ("/v1/photo-app/user/reels", {"user_id": "787132"}, {"handle": "natgeo"}),
-        ("/v1/microblog-b/user/posts", {"user_id": "did:plc:abc"}, {"handle": "a.mb.example"}),
+        (REELS, {"user_id": "787132"}, {"handle": "natgeo"}),
+        (FEED, {"user_id": "did:plc:abc"}, {"handle": "a.mb.example"}),
     ],
 )
 def test_either_identifier_and_ids_win_over_handles(
@@ -191,11 +202,9 @@ def test_either_identifier_and_ids_win_over_handles(
 
 def test_expected_over_http(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory(pages=(3, 3), page_size=4)
-    params = {"path": "/v1/photo-app/user/reels", "handle": "natgeo", "trim": "true"}
+    params = {"path": REELS, "handle": "natgeo", "trim": "true"}
     answer = httpx.get(sb.base_url + "/_sandbox/expected", params=params).json()
     assert answer["pages"] == 4 and answer["pages_following_dangling"] == 4
-    assert answer["records"] == full_crawl(
-        "/v1/photo-app/user/reels", {"handle": "natgeo", "trim": "true"}, sb.config
-    )
-    bad = httpx.get(sb.base_url + "/_sandbox/expected", params={"path": "/v1/pinboard/search"})
+    assert answer["records"] == full_crawl(REELS, {"handle": "natgeo", "trim": "true"}, sb.config)
+    bad = httpx.get(sb.base_url + "/_sandbox/expected", params={"path": PINS})
     assert bad.status_code == 400

@@ -23,7 +23,7 @@ from harvest.connectors.catalog.records import RecordKind
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.emulation.endpoint_table import BY_PATH
 from harvest.sandbox.wire.serving import running
-from tests.endpoints import ADVERTISERS
+from tests.endpoints import ADVERTISERS, VIDEO_SEARCH
 from tests.published_helpers import PUBLISHED, published_index, skip_without
 
 skip_without(PUBLISHED)
@@ -122,7 +122,7 @@ def child_items(child: ChildKind, records: list[Any]) -> tuple[list[Any], str | 
 def test_the_interface_names_are_served_on_request_and_differ() -> None:
     """The drift that serves the interface's own names fills the catalog's other paths: a video's `views`."""
     config = SandboxConfig(drift=Drift(interface_names=True))
-    videos = catalog.endpoints()["/v1/video-platform/search"].kinds[0]
+    videos = catalog.endpoints()[VIDEO_SEARCH].kinds[0]
     with running(config) as sb, sb.client() as c:
-        search = sandbox_answer(c, "/v1/video-platform/search", {"query": "running"})
+        search = sandbox_answer(c, VIDEO_SEARCH, {"query": "running"})
     assert filled_name(videos, "view_count", records(videos, search)[0]) == 1  # `views`

@@ -10,6 +10,7 @@ import pytest
 from harvest.sandbox.config import Quirks
 from harvest.sandbox.expected import expected_pages, full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import CREATIVE, FEED, GROUP, PINS, PROFILE, REELS, SHOP, VIDEO_SEARCH
 from tests.fixtures_sandbox import http_crawl, next_params, records_of
 
 
@@ -23,10 +24,8 @@ def strip_credits(body: dict[str, Any]) -> dict[str, Any]:
 def test_misspelled_cursor_restarts_at_page_one(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory(pages=(3, 3), api_keys={"k": 100})
     with sb.client() as client:
-        first = client.get("/v1/pinboard/search", params={"query": "vases"}).json()
-        again = client.get(
-            "/v1/pinboard/search", params={"query": "vases", "next_cursor": first["cursor"]}
-        ).json()
+        first = client.get(PINS, params={"query": "vases"}).json()
+        again = client.get(PINS, params={"query": "vases", "next_cursor": first["cursor"]}).json()
     assert strip_credits(again) == strip_credits(first)
     assert sb.billed_total("k") == 2
 
@@ -47,9 +46,9 @@ def test_dangling_cursor_on_last_page(sandbox_factory: Callable[..., RunningSand
     reels = {"handle": "natgeo"}
     photos = {"url": "https://network-a.example/p"}
     with sb.client() as client:
-        shop_last = last_page(client, "/v1/short-video/shop/products", shop)
-        profile_last = last_page(client, "/v3/short-video/profile/videos", profile)
-        reels_last = last_page(client, "/v1/photo-app/user/reels", reels)
+        shop_last = last_page(client, SHOP, shop)
+        profile_last = last_page(client, PROFILE, profile)
+        reels_last = last_page(client, REELS, reels)
         photos_last = last_page(client, "/v1/network-a/profile/photos", photos)
         assert shop_last["has_more"] is False and shop_last["products"]
         assert profile_last["has_more"] == 0 and profile_last["aweme_list"]
@@ -64,15 +63,9 @@ def test_dangling_cursor_on_last_page(sandbox_factory: Callable[..., RunningSand
         assert shop_last["cursor"] and profile_last["max_cursor"] and reels_last["paging_info"]["max_id"]
         assert photos_last["cursor"]
         billed = sb.billed_total("k")
-        empty_shop = client.get(
-            "/v1/short-video/shop/products", params={**shop, "cursor": shop_last["cursor"]}
-        )
-        empty_profile = client.get(
-            "/v3/short-video/profile/videos", params={**profile, "max_cursor": profile_last["max_cursor"]}
-        )
-        empty_reels = client.get(
-            "/v1/photo-app/user/reels", params={**reels, "max_id": reels_last["paging_info"]["max_id"]}
-        )
+        empty_shop = client.get(SHOP, params={**shop, "cursor": shop_last["cursor"]})
+        empty_profile = client.get(PROFILE, params={**profile, "max_cursor": profile_last["max_cursor"]})
+        empty_reels = client.get(REELS, params={**reels, "max_id": reels_last["paging_info"]["max_id"]})
     assert empty_shop.status_code == empty_profile.status_code == empty_reels.status_code == 200
     assert empty_shop.json()["products"] == [] and empty_shop.json()["cursor"] is None
     assert empty_profile.json()["aweme_list"] == [] and empty_profile.json()["max_cursor"] == 0
@@ -86,8 +79,8 @@ def test_trimmed_answers_cost_one_more_page_with_the_quirk(
     """Trimmed reels and profile videos have no "more" flag: the dangling cursor must be followed."""
     sb = sandbox_factory(pages=(2, 2))
     for path, params in [
-        ("/v1/photo-app/user/reels", {"handle": "natgeo", "trim": "true"}),
-        ("/v3/short-video/profile/videos", {"handle": "chef", "trim": "true"}),
+        (REELS, {"handle": "natgeo", "trim": "true"}),
+        (PROFILE, {"handle": "chef", "trim": "true"}),
     ]:
         with sb.client() as client:
             bodies, _ = http_crawl(client, path, params)
@@ -100,9 +93,9 @@ def test_trimmed_answers_cost_one_more_page_with_the_quirk(
 # --- (c) repeated items on search pages ---------------------------------------------------------------------
 
 SEARCHES: list[tuple[str, dict[str, Any], str]] = [
-    ("/v1/pinboard/search", {"query": "mugs"}, "pins"),
-    ("/v1/video-platform/search", {"query": "jazz"}, "videos"),
-    ("/v1/creative/materials", {"query": "cola", "limit": "6"}, "materials"),
+    (PINS, {"query": "mugs"}, "pins"),
+    (VIDEO_SEARCH, {"query": "jazz"}, "videos"),
+    (CREATIVE, {"query": "cola", "limit": "6"}, "materials"),
 ]
 
 
@@ -133,13 +126,13 @@ def test_repeat_items(
 
 
 def test_not_found_the_real_ways(sandbox_client: Any) -> None:
-    reels = sandbox_client.get("/v1/photo-app/user/reels", params={"handle": "missing_person"})
+    reels = sandbox_client.get(REELS, params={"handle": "missing_person"})
     assert reels.status_code == 200
     body = reels.json()
     assert body["success"] is True and body["account_deactivated"] is True and body["items"] == []
     assert body["paging_info"] == {"max_id": None, "more_available": False}
 
-    feed = sandbox_client.get("/v1/microblog-b/user/posts", params={"handle": "missing.mb.example"})
+    feed = sandbox_client.get(FEED, params={"handle": "missing.mb.example"})
     assert feed.status_code == 404
     assert feed.json()["success"] is True and feed.json()["error"] == "not_found"
 
@@ -151,16 +144,14 @@ def test_not_found_the_real_ways(sandbox_client: Any) -> None:
     )
     assert post.status_code == 200 and post.json()["success"] is True and post.json()["id"] is None
 
-    search = sandbox_client.get("/v1/pinboard/search", params={"query": "missing things"})
+    search = sandbox_client.get(PINS, params={"query": "missing things"})
     assert search.status_code == 200 and search.json()["pins"] == [] and search.json()["cursor"] is None
 
-    profile = sandbox_client.get(
-        "/v3/short-video/profile/videos", params={"handle": "missing", "trim": "true"}
-    )
+    profile = sandbox_client.get(PROFILE, params={"handle": "missing", "trim": "true"})
     assert profile.json()["aweme_list"] == [] and profile.json()["max_cursor"] == 0
     assert "has_more" not in profile.json()
 
-    expected = full_crawl("/v1/photo-app/user/reels", {"handle": "missing_person"})
+    expected = full_crawl(REELS, {"handle": "missing_person"})
     assert expected == {"reels": []}
 
 
@@ -168,8 +159,8 @@ def test_not_found_uniform_when_quirk_off(sandbox_factory: Callable[..., Running
     sb = sandbox_factory(api_keys={"k": 10}, quirks=Quirks(real_not_found=False))
     with sb.client() as client:
         answers = [
-            client.get("/v1/photo-app/user/reels", params={"handle": "missing_person"}),
-            client.get("/v1/microblog-b/user/posts", params={"handle": "missing.mb.example"}),
+            client.get(REELS, params={"handle": "missing_person"}),
+            client.get(FEED, params={"handle": "missing.mb.example"}),
             client.get("/v1/streaming/clip", params={"url": "https://clips.streaming.example/missing"}),
         ]
     for answer in answers:
@@ -183,8 +174,6 @@ def test_not_found_uniform_when_quirk_off(sandbox_factory: Callable[..., Running
 def test_blocked_is_403_either_way(sandbox_factory: Callable[..., RunningSandbox], quirk: bool) -> None:
     sb = sandbox_factory(quirks=Quirks(real_not_found=quirk))
     with sb.client() as client:
-        response = client.get(
-            "/v1/network-a/group/posts", params={"url": "https://network-a.example/blocked"}
-        )
+        response = client.get(GROUP, params={"url": "https://network-a.example/blocked"})
     assert response.status_code == 403
     assert response.json()["success"] is False and response.json()["error"] == "forbidden"

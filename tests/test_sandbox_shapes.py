@@ -10,7 +10,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.endpoints import FORUM
+from tests.endpoints import (
+    ADVERTISERS,
+    COMMENT_REPLIES,
+    CREATIVE,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    TWEETS,
+    VIDEO_SEARCH,
+)
 from tests.fixtures_sandbox import records_of
 
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -90,7 +103,7 @@ def check_records(
 
 
 def test_creative_search_and_detail(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/creative/materials", query="sneakers")
+    body = get(sandbox_client, CREATIVE, query="sneakers")
     assert set(body) == {"success", "data", "metadata", "credits_remaining", "credits_charged"}
     check_envelope(body)
     check_records(body["data"], FIELDS["materials"])
@@ -117,10 +130,10 @@ def test_creative_search_and_detail(sandbox_client: httpx.Client) -> None:
 
 DECLARED_FIRST_PAGES = [
     ("/v1/network-a/profile/photos", {"url": "https://network-a.example/acme"}, {"photos": "photo_id"}),
-    ("/v1/network-a/group/posts", {"url": "https://network-a.example/groups/hikers"}, {"posts": "id"}),
+    (GROUP, {"url": "https://network-a.example/groups/hikers"}, {"posts": "id"}),
     (FORUM, {"subreddit": "python", "query": "asyncio"}, {"posts": "id", "comments": "id", "media": "id"}),
-    ("/v1/microblog-a/community/tweets", {"url": "https://mba.example/i/communities/42"}, {"tweets": "id"}),
-    ("/v1/short-video/shop/products", {"url": "https://shop.example/acme"}, {"products": "product_id"}),
+    (TWEETS, {"url": "https://mba.example/i/communities/42"}, {"tweets": "id"}),
+    (SHOP, {"url": "https://shop.example/acme"}, {"products": "product_id"}),
 ]
 
 
@@ -149,7 +162,7 @@ def test_declared_objects_are_the_answer_itself(sandbox_client: httpx.Client) ->
     assert isinstance(post["id"], str) and set(post["channel"]) >= {"id", "title", "url", "handle"}
     embed = get(sandbox_client, "/v1/photo-app/user/embed", handle="natgeo")
     assert set(embed) == {"success", "html", "credits_remaining", "credits_charged"}
-    shop = get(sandbox_client, "/v1/short-video/shop/products", url="https://shop.example/acme", region="GB")
+    shop = get(sandbox_client, SHOP, url="https://shop.example/acme", region="GB")
     assert isinstance(shop["has_more"], bool) and isinstance(shop["shopInfo"]["seller_id"], str)
 
 
@@ -186,7 +199,7 @@ def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
     assert {v["post"]["record"]["reply"]["parent"]["uri"] for v in views} == {body["post"]["uri"]}
     assert body["post"]["author"]["handle"] == "alice.mb.example"
     assert set(body["post"]["record"]) == {"text", "createdAt", "langs", "facets"}
-    feed = get(sandbox_client, "/v1/microblog-b/user/posts", handle="alice.mb.example")
+    feed = get(sandbox_client, FEED, handle="alice.mb.example")
     check_envelope(feed)
     check_records(feed["feed"], FIELDS["mb_posts"])
     assert set(feed["feed"][0]["author"]) == {
@@ -201,7 +214,7 @@ def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
 
 
 def test_advertisers(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/search-engine/adLibrary/advertisers/search", query="acme")
+    body = get(sandbox_client, ADVERTISERS, query="acme")
     check_envelope(body)
     check_records(body["advertisers"], FIELDS["advertisers"])
     check_records(body["websites"], FIELDS["websites"], min_count=0)
@@ -209,27 +222,27 @@ def test_advertisers(sandbox_client: httpx.Client) -> None:
 
 
 def test_reels_full_and_trim(sandbox_client: httpx.Client) -> None:
-    full = get(sandbox_client, "/v1/photo-app/user/reels", handle="natgeo")
+    full = get(sandbox_client, REELS, handle="natgeo")
     check_envelope(full)
     check_records([i["media"] for i in full["items"]], FIELDS["reels_full"])
     assert set(full["paging_info"]) == {"max_id", "more_available"}
-    trim = get(sandbox_client, "/v1/photo-app/user/reels", handle="natgeo", trim="true")
+    trim = get(sandbox_client, REELS, handle="natgeo", trim="true")
     check_records(trim["items"], FIELDS["reels_trim"])
     assert "max_id" in trim and "paging_info" not in trim
     assert [r["id"] for r in trim["items"]] == [i["media"]["id"] for i in full["items"]]
 
 
 def test_pins_full_and_trim(sandbox_client: httpx.Client) -> None:
-    full = get(sandbox_client, "/v1/pinboard/search", query="kitchen")
+    full = get(sandbox_client, PINS, query="kitchen")
     check_envelope(full)
     check_records(full["pins"], FIELDS["pins"])
     assert set(full["pins"][0]["images"]["orig"]) == {"url", "width", "height"}
-    trim = get(sandbox_client, "/v1/pinboard/search", query="kitchen", trim="true")
+    trim = get(sandbox_client, PINS, query="kitchen", trim="true")
     check_records(trim["pins"], FIELDS["pins"] - {"title", "link", "domain", "board"})
 
 
 def test_video_search(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/video-platform/search", query="guitar")
+    body = get(sandbox_client, VIDEO_SEARCH, query="guitar")
     check_envelope(body)
     check_records(body["videos"], FIELDS["videos"])
     check_records(body["shorts"], FIELDS["videos"])
@@ -238,23 +251,21 @@ def test_video_search(sandbox_client: httpx.Client) -> None:
     check_records(body["lives"], FIELDS["lives"])
     check_records(body["shelves"], FIELDS["shelves"])
     check_records(body["shelves"][0]["items"], FIELDS["videos"] | {"type"})  # "type": as published
-    extras = get(sandbox_client, "/v1/video-platform/search", query="guitar", includeExtras="true")
+    extras = get(sandbox_client, VIDEO_SEARCH, query="guitar", includeExtras="true")
     check_records(extras["videos"], FIELDS["videos"] | {"likeCountInt", "commentCountInt", "description"})
     assert [v["id"] for v in extras["videos"]] == [v["id"] for v in body["videos"]]
 
 
 def test_video_search_shorts_filter(sandbox_client: httpx.Client) -> None:
-    shorts = get(sandbox_client, "/v1/video-platform/search", query="guitar", filter="shorts")
+    shorts = get(sandbox_client, VIDEO_SEARCH, query="guitar", filter="shorts")
     assert shorts["shorts"] and not shorts["videos"]
-    ignored = get(
-        sandbox_client, "/v1/video-platform/search", query="guitar", filter="shorts", sortBy="popular"
-    )
-    plain = get(sandbox_client, "/v1/video-platform/search", query="guitar", sortBy="popular")
+    ignored = get(sandbox_client, VIDEO_SEARCH, query="guitar", filter="shorts", sortBy="popular")
+    plain = get(sandbox_client, VIDEO_SEARCH, query="guitar", sortBy="popular")
     assert ignored["videos"] == plain["videos"] and ignored["videos"]
 
 
 def test_comment_replies(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/video-platform/video/comment/replies", continuationToken="Eg0SC2RRdzR3")
+    body = get(sandbox_client, COMMENT_REPLIES, continuationToken="Eg0SC2RRdzR3")
     check_envelope(body)
     check_records(body["comments"], FIELDS["reply_comments"])
     assert set(body["comments"][0]["author"]) == {
@@ -264,7 +275,7 @@ def test_comment_replies(sandbox_client: httpx.Client) -> None:
 
 
 def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
-    full = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef")
+    full = get(sandbox_client, PROFILE, handle="chef")
     check_envelope(full)
     check_records(full["aweme_list"], FIELDS["aweme"], optional=frozenset({"shop_product_url"}))
     assert full["has_more"] in (0, 1) and isinstance(full["max_cursor"], int)
@@ -281,7 +292,7 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
         "duration", "cover", "play_addr", "width", "height", "bit_rate", "big_thumbs", "cla_info",
     }  # fmt: skip
     assert isinstance(video["create_time"], int)
-    trim = get(sandbox_client, "/v3/short-video/profile/videos", handle="chef", trim="true")
+    trim = get(sandbox_client, PROFILE, handle="chef", trim="true")
     assert "has_more" not in trim
     check_records(trim["aweme_list"], FIELDS["aweme"], optional=frozenset({"shop_product_url"}))
     assert (
@@ -299,10 +310,10 @@ def test_credit_balance(sandbox_client: httpx.Client) -> None:
 @pytest.mark.parametrize(
     ("path", "params"),
     [
-        ("/v1/pinboard/search", {"query": "tents"}),
+        (PINS, {"query": "tents"}),
         ("/v1/streaming/clip", {"url": "https://clips.streaming.example/Clip1"}),
-        ("/v3/short-video/profile/videos", {"handle": "chef", "trim": "true"}),
-        ("/v1/creative/materials", {"query": "soda", "order": "latest"}),
+        (PROFILE, {"handle": "chef", "trim": "true"}),
+        (CREATIVE, {"query": "soda", "order": "latest"}),
     ],
 )
 def test_same_request_same_body(sandbox_client: httpx.Client, path: str, params: dict[str, str]) -> None:

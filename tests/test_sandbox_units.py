@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.emulation.triggers import BLOCKED, MISSING, NONEXISTENT
 from harvest.sandbox.expected import crawl, expected_pages, full_crawl
+from tests.endpoints import FORUM, PINS, PROFILE
 from tests.net_helpers import wait_until_serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,15 +42,15 @@ def test_same_answer_in_another_process_with_another_hash_seed() -> None:
         check=True,
         timeout=60,
     ).stdout
-    here = [p.body for p in crawl("/v1/forum/subreddit/search", {"subreddit": "python", "query": "gil"},
+    here = [p.body for p in crawl(FORUM, {"subreddit": "python", "query": "gil"},
                                   SandboxConfig(seed=5))]  # fmt: skip
     assert json.loads(out) == json.loads(orjson.dumps(here))
 
 
 def test_seed_changes_the_data() -> None:
     params = {"query": "lamps"}
-    a = full_crawl("/v1/pinboard/search", params, SandboxConfig(seed=1))["pins"]
-    b = full_crawl("/v1/pinboard/search", params, SandboxConfig(seed=2))["pins"]
+    a = full_crawl(PINS, params, SandboxConfig(seed=1))["pins"]
+    b = full_crawl(PINS, params, SandboxConfig(seed=2))["pins"]
     assert [p["id"] for p in a] != [p["id"] for p in b]
 
 
@@ -72,17 +73,13 @@ def test_paging_invariants(lo: int, extra: int, size: int, handle: str, trim: bo
     """Any scale: the page count is within bounds, every page but the last is full, ids are distinct."""
     config = SandboxConfig(pages=(lo, lo + extra), page_size=size, quirks=Quirks(dangling_last_cursor=False))
     params = {"handle": handle, "trim": trim}
-    pages = list(crawl("/v3/short-video/profile/videos", params, config))
+    pages = list(crawl(PROFILE, params, config))
     assert lo <= len(pages) <= lo + extra
     counts = [len(p.records["videos"]) for p in pages]
     assert all(c == size for c in counts[:-1]) and 1 <= counts[-1] <= size
     ids = [v["aweme_id"] for p in pages for v in p.records["videos"]]
-    assert (
-        len(ids)
-        == len(set(ids))
-        == len(full_crawl("/v3/short-video/profile/videos", params, config)["videos"])
-    )
-    assert expected_pages("/v3/short-video/profile/videos", params, config) == len(pages)
+    assert len(ids) == len(set(ids)) == len(full_crawl(PROFILE, params, config)["videos"])
+    assert expected_pages(PROFILE, params, config) == len(pages)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +90,7 @@ def test_paging_invariants(lo: int, extra: int, size: int, handle: str, trim: bo
         {"page_size": 0},
         {"fault_rate": 1.5},
         {"creative_default_limit": 101},
-        {"costs": {"/v1/pinboard/search": -1}},
+        {"costs": {PINS: -1}},
         {"fault_kinds": ["gremlins"]},
     ],
 )
@@ -120,9 +117,7 @@ def test_serve_in_the_foreground(free_port: int) -> None:
         assert pins.json()["credits_remaining"] == 4
         assert (
             pins.json()["pins"]
-            == full_crawl("/v1/pinboard/search", {"query": "q"}, SandboxConfig(seed=7))["pins"][
-                : len(pins.json()["pins"])
-            ]
+            == full_crawl(PINS, {"query": "q"}, SandboxConfig(seed=7))["pins"][: len(pins.json()["pins"])]
         )
     finally:
         proc.terminate()

@@ -9,48 +9,60 @@ import pytest
 
 from harvest.sandbox.config import Quirks
 from harvest.sandbox.wire.serving import RunningSandbox
+from tests.endpoints import (
+    COMMENT_REPLIES,
+    CREATIVE,
+    FEED,
+    FORUM,
+    GROUP,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    VIDEO_SEARCH,
+)
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
     # missing required parameter
-    ("/v1/pinboard/search", {}, "query"),
-    ("/v1/forum/subreddit/search", {"query": "x"}, "subreddit"),
+    (PINS, {}, "query"),
+    (FORUM, {"query": "x"}, "subreddit"),
     ("/v1/network-a/profile/photos", {"cursor": "x"}, "url"),
-    ("/v1/video-platform/video/comment/replies", {}, "continuationToken"),
-    ("/v3/short-video/profile/videos", {"user_id": "123"}, "handle"),
-    ("/v1/pinboard/search", {"query": ""}, "query"),
+    (COMMENT_REPLIES, {}, "continuationToken"),
+    (PROFILE, {"user_id": "123"}, "handle"),
+    (PINS, {"query": ""}, "query"),
     # neither of the two identifiers
-    ("/v1/network-a/group/posts", {"sort_by": "TOP_POSTS"}, "url"),
-    ("/v1/photo-app/user/reels", {"trim": "true"}, "user_id"),
-    ("/v1/microblog-b/user/posts", {}, "user_id"),
+    (GROUP, {"sort_by": "TOP_POSTS"}, "url"),
+    (REELS, {"trim": "true"}, "user_id"),
+    (FEED, {}, "user_id"),
     # enums
-    ("/v1/network-a/group/posts", {"url": "u", "sort_by": "top_posts"}, "sort_by"),
-    ("/v1/forum/subreddit/search", {"subreddit": "python", "sort": "best"}, "sort"),
-    ("/v1/forum/subreddit/search", {"subreddit": "python", "timeframe": "decade"}, "timeframe"),
-    ("/v1/creative/materials", {"order": "newest"}, "order"),
-    ("/v1/video-platform/search", {"query": "q", "uploadDate": "yesterday"}, "uploadDate"),
-    ("/v1/video-platform/search", {"query": "q", "sortBy": "views"}, "sortBy"),
-    ("/v1/video-platform/search", {"query": "q", "filter": "long"}, "filter"),
-    ("/v3/short-video/profile/videos", {"handle": "h", "sort_by": "oldest"}, "sort_by"),
+    (GROUP, {"url": "u", "sort_by": "top_posts"}, "sort_by"),
+    (FORUM, {"subreddit": "python", "sort": "best"}, "sort"),
+    (FORUM, {"subreddit": "python", "timeframe": "decade"}, "timeframe"),
+    (CREATIVE, {"order": "newest"}, "order"),
+    (VIDEO_SEARCH, {"query": "q", "uploadDate": "yesterday"}, "uploadDate"),
+    (VIDEO_SEARCH, {"query": "q", "sortBy": "views"}, "sortBy"),
+    (VIDEO_SEARCH, {"query": "q", "filter": "long"}, "filter"),
+    (PROFILE, {"handle": "h", "sort_by": "oldest"}, "sort_by"),
     # limit
-    ("/v1/creative/materials", {"limit": "0"}, "limit"),
-    ("/v1/creative/materials", {"limit": "101"}, "limit"),
-    ("/v1/creative/materials", {"limit": "ten"}, "limit"),
-    ("/v1/creative/materials", {"limit": "2.5"}, "limit"),
+    (CREATIVE, {"limit": "0"}, "limit"),
+    (CREATIVE, {"limit": "101"}, "limit"),
+    (CREATIVE, {"limit": "ten"}, "limit"),
+    (CREATIVE, {"limit": "2.5"}, "limit"),
     # subreddit with a prefix or as a URL
-    ("/v1/forum/subreddit/search", {"subreddit": "r/python"}, "subreddit"),
-    ("/v1/forum/subreddit/search", {"subreddit": "/r/python"}, "subreddit"),
-    ("/v1/forum/subreddit/search", {"subreddit": "https://www.reddit.com/r/python/"}, "subreddit"),
+    (FORUM, {"subreddit": "r/python"}, "subreddit"),
+    (FORUM, {"subreddit": "/r/python"}, "subreddit"),
+    (FORUM, {"subreddit": "https://www.reddit.com/r/python/"}, "subreddit"),
     # booleans
-    ("/v1/pinboard/search", {"query": "q", "trim": "yes"}, "trim"),
-    ("/v1/photo-app/user/reels", {"handle": "h", "trim": "TRUEISH"}, "trim"),
-    ("/v3/short-video/profile/videos", {"handle": "h", "trim": "2"}, "trim"),
+    (PINS, {"query": "q", "trim": "yes"}, "trim"),
+    (REELS, {"handle": "h", "trim": "TRUEISH"}, "trim"),
+    (PROFILE, {"handle": "h", "trim": "2"}, "trim"),
     # regions
-    ("/v1/short-video/shop/products", {"url": "u", "region": "CA"}, "region"),
-    ("/v1/short-video/shop/products", {"url": "u", "region": "us"}, "region"),
-    ("/v1/video-platform/search", {"query": "q", "region": "USA"}, "region"),
+    (SHOP, {"url": "u", "region": "CA"}, "region"),
+    (SHOP, {"url": "u", "region": "us"}, "region"),
+    (VIDEO_SEARCH, {"query": "q", "region": "USA"}, "region"),
     # cursors
-    ("/v3/short-video/profile/videos", {"handle": "h", "max_cursor": "abc"}, "max_cursor"),
-    ("/v1/microblog-b/user/posts", {"handle": "h", "cursor": "yesterday"}, "cursor"),
+    (PROFILE, {"handle": "h", "max_cursor": "abc"}, "max_cursor"),
+    (FEED, {"handle": "h", "cursor": "yesterday"}, "cursor"),
     ("/v1/network-a/profile/photos", {"url": "u", "cursor": "x"}, "next_page_id"),
     ("/v1/network-a/profile/photos", {"url": "u", "next_page_id": "x"}, "cursor"),
     # "does not exist" trigger word
@@ -75,18 +87,18 @@ def test_bad_request_names_the_parameter_and_is_free(
 @pytest.mark.parametrize(
     ("path", "params"),
     [
-        ("/v1/network-a/group/posts", {"url": "https://network-a.example/groups/g"}),
-        ("/v1/network-a/group/posts", {"group_id": "42"}),
-        ("/v1/photo-app/user/reels", {"user_id": "42"}),
-        ("/v1/photo-app/user/reels", {"handle": "h"}),
-        ("/v1/microblog-b/user/posts", {"handle": "h.mb.example"}),
-        ("/v1/microblog-b/user/posts", {"user_id": "did:plc:xyz"}),
-        ("/v1/creative/materials", {"limit": "1"}),
-        ("/v1/creative/materials", {"limit": "100"}),
-        ("/v1/pinboard/search", {"query": "q", "trim": "false"}),
-        ("/v1/short-video/shop/products", {"url": "u", "region": "JP"}),
+        (GROUP, {"url": "https://network-a.example/groups/g"}),
+        (GROUP, {"group_id": "42"}),
+        (REELS, {"user_id": "42"}),
+        (REELS, {"handle": "h"}),
+        (FEED, {"handle": "h.mb.example"}),
+        (FEED, {"user_id": "did:plc:xyz"}),
+        (CREATIVE, {"limit": "1"}),
+        (CREATIVE, {"limit": "100"}),
+        (PINS, {"query": "q", "trim": "false"}),
+        (SHOP, {"url": "u", "region": "JP"}),
         (
-            "/v1/forum/subreddit/search",
+            FORUM,
             {"subreddit": "AskHistorians", "sort": "comments", "timeframe": "hour"},
         ),
     ],
@@ -99,7 +111,7 @@ def test_valid_variants_are_accepted(sandbox_client: Any, path: str, params: dic
 def test_unknown_parameter_refused_when_quirk_off(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory(quirks=Quirks(ignore_unknown_params=False))
     with sb.client() as client:
-        response = client.get("/v1/pinboard/search", params={"query": "q", "next_cursor": "abc"})
+        response = client.get(PINS, params={"query": "q", "next_cursor": "abc"})
         detail = client.get("/v1/creative/materials/video:000000000000abcd", params={"x": "1"})
     assert response.status_code == 400 and response.json()["parameter"] == "next_cursor"
     assert detail.status_code == 400 and detail.json()["parameter"] == "x"
@@ -109,6 +121,6 @@ def test_unknown_parameter_refused_when_quirk_off(sandbox_factory: Callable[...,
 def test_validation_ledger_records_unbilled_400(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory()
     with sb.client() as client:
-        client.get("/v1/pinboard/search")
+        client.get(PINS)
     (entry,) = sb.ledger
-    assert (entry.path, entry.status, entry.credits, entry.fault) == ("/v1/pinboard/search", 400, 0, None)
+    assert (entry.path, entry.status, entry.credits, entry.fault) == (PINS, 400, 0, None)

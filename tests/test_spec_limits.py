@@ -33,6 +33,7 @@ from harvest.flows.spec import (
     resolve_base_url,
 )
 from harvest.flows.spec import yaml_reader as spec_yaml
+from tests.endpoints import CREATIVE, PINS
 from tests.spec_texts import HEAD, VALID
 
 ROOT = Path(__file__).parent.parent
@@ -385,13 +386,13 @@ def test_a_malformed_url_with_a_key_is_refused_without_showing_it(tmp_path: Path
 # ------------------------------------------------------------------------------------------------ costs
 def test_costs_at_or_above_the_catalog_are_fine_and_below_needs_an_opt_in() -> None:
     raised = parse_spec(VALID + "costs:\n  /v1/creative/materials: 3\n  /v1/pinboard/search: 1\n")
-    assert raised.endpoints()["/v1/creative/materials"].cost == 3
+    assert raised.endpoints()[CREATIVE].cost == 3
     (problem,) = problems_of(VALID + "costs:\n  /v1/creative/materials: 0\n")
     assert "0 is below the catalog's price of 1 credit" in problem
     negotiated = parse_spec(VALID + "costs:\n  /v1/creative/materials: 0\nallow_lower_costs: true\n")
-    assert negotiated.endpoints()["/v1/creative/materials"].cost == 0
+    assert negotiated.endpoints()[CREATIVE].cost == 0
     with pytest.raises(ValueError, match="below the catalog's price"):
-        type(raised).model_validate({**raised.model_dump(by_alias=True), "costs": {"/v1/pinboard/search": 0}})
+        type(raised).model_validate({**raised.model_dump(by_alias=True), "costs": {PINS: 0}})
 
 
 # ------------------------------------------------------------------------------------------------ fan-out
