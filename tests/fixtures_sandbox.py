@@ -24,12 +24,17 @@ from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running, start
 from tests.endpoints import (
     ADVERTISERS,
+    CLIP,
     COMMENT_REPLIES,
+    COMMUNITY_POST,
     CREATIVE,
+    EMBED,
     FEED,
     FORUM,
     GROUP,
+    PHOTOS,
     PINS,
+    POST,
     PROFILE,
     REELS,
     SHOP,
@@ -71,7 +76,7 @@ PRIMARY_KEYS: dict[str, str] = {
     "short_video_products": "product_id",
     "short_video_shops": "seller_id",
 }
-URI_KEYED_PATHS = ("/v1/microblog-b/post", FEED)
+URI_KEYED_PATHS = (POST, FEED)
 
 
 def primary_key(path: str, kind: str, record: Mapping[str, Any]) -> Any:
@@ -100,21 +105,21 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
         return {"materials": body["data"]}
     if path.startswith("/v1/creative/materials/"):
         return {"material_details": [body["data"]]}
-    if path == "/v1/network-a/profile/photos":
+    if path == PHOTOS:
         return {"network_a_photos": body["photos"]}
     if path == GROUP:
         return {"network_a_group_posts": body.get("posts", [])}  # the page ending them has none
     if path == FORUM:
         return {f"forum_{k}": body.get(k, []) for k in ("posts", "comments", "media")}  # as group posts
-    if path == "/v1/streaming/clip":
+    if path == CLIP:
         clip = body[0]["data"]["clip"]
         user = body[1]["data"]["user"]
         others = [edge["node"] for edge in user["clips"]["edges"]] if user else []
         return {"clips": [clip] if clip else [], "broadcaster_clips": others}
-    if path == "/v1/video-platform/community-post":
+    if path == COMMUNITY_POST:
         rec = {k: v for k, v in body.items() if k not in ENVELOPE}
         return {"video_platform_community_posts": [rec] if rec.get("id") else []}
-    if path == "/v1/microblog-b/post":
+    if path == POST:
         return {"posts": [body["post"]] if body["post"] else [], "replies": _thread(body["replies"])}
     if path == FEED:
         return {"posts": body["feed"]}
@@ -122,7 +127,7 @@ def records_of(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, lis
         return {"microblog_a_tweets": body["tweets"]}
     if path == ADVERTISERS:
         return {"search_engine_advertisers": body["advertisers"], "search_engine_websites": body["websites"]}
-    if path == "/v1/photo-app/user/embed":
+    if path == EMBED:
         return {"photo_app_embeds": [{"html": body["html"]}] if body["html"] else []}
     if path == REELS:
         items = body["items"]
@@ -150,7 +155,7 @@ def next_params(path: str, body: Any, params: Mapping[str, Any]) -> dict[str, st
     if path == CREATIVE:
         cur = body["metadata"].get("cursor")
         return {"cursor": cur} if nonempty(cur) else None
-    if path == "/v1/network-a/profile/photos":
+    if path == PHOTOS:
         npid, cur = body.get("next_page_id"), body.get("cursor")
         return {"next_page_id": npid, "cursor": cur} if nonempty(npid) and nonempty(cur) else None
     if path in (

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from tests.endpoints import OLD_BALANCE
 from tests.net_helpers import LOOPBACK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = dict(parse_qsl(url.query, keep_blank_values=True))
         server.asked.append((url.path, params))
-        if url.path == "/v1/credit-balance":
+        if url.path == OLD_BALANCE:
             status, body = 200, {"creditCount": 1_000_000}
         elif url.path in server.routes:
             status, body = 200, server.routes[url.path](params)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from harvest.sandbox.drift_shapes import SHAPES
-from tests.endpoints import FEED, FORUM, PINS, TWEETS
+from tests.endpoints import FEED, FORUM, OLD_BALANCE, PINS, TWEETS
 from tests.net_helpers import free_port, wait_until_serving
 from tests.published_helpers import PUBLISHED
 
@@ -55,7 +55,7 @@ def test_harvest_sandbox_serves_with_the_given_key_credits_and_scale() -> None:
             assert len(first["pins"]) == 7 and first["cursor"]
             second = client.get(PINS, params={"query": "trail", "cursor": first["cursor"]})
             assert second.json()["pins"] and not second.json().get("cursor")  # two pages exactly
-            assert client.get("/v1/credit-balance").json() == {"creditCount": 1}
+            assert client.get(OLD_BALANCE).json() == {"creditCount": 1}
             # --no-quirks: a misspelled parameter is refused instead of silently ignored
             assert client.get(PINS, params={"query": "x", "cursr": "a"}).status_code == 400
             assert client.get(PINS, params={"query": "x"}).status_code == 200
@@ -116,7 +116,7 @@ def test_harvest_sandbox_replays_an_answer_as_it_is(tmp_path: Path) -> None:
     ):
         answer = client.get(PINS, params={"query": "Italian Pot Roast"})
         assert answer.content == published.read_bytes()
-        assert client.get("/v1/credit-balance").json() == {"creditCount": 4}
+        assert client.get(OLD_BALANCE).json() == {"creditCount": 4}
         assert client.get(PINS, params={}).status_code == 400  # still validated
         assert "tweets" in client.get(TWEETS, params={"url": "u"}).json()
     harvest = Path(sys.executable).with_name("harvest")

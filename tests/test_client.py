@@ -43,7 +43,7 @@ from harvest.connectors.http.lane import CoreLane
 from harvest.connectors.http.pace import Pace
 from harvest.connectors.http.page_call import backoff
 from harvest.connectors.http.retry import Retryable, parse_retry_after
-from tests.endpoints import CREATIVE_DETAIL, PINS
+from tests.endpoints import BALANCE, CREATIVE_DETAIL, OLD_BALANCE, PINS
 from tests.scripted_server import (
     Drop,
     Hang,
@@ -60,8 +60,6 @@ KEY = "sk-live-7f3a9c1e5b2d"
 BASE = "https://service.test"
 """For the tests that never send anything (nothing listens there)."""
 FAST = RetryPolicy(attempts=5, initial=0, max_wait=0, jitter=False)
-BALANCE = "/v1/account/credit-balance"
-OLD_BALANCE = "/v1/credit-balance"
 
 
 @pytest.fixture(autouse=True)

@@ -37,7 +37,7 @@ from tests.crawl_helpers import (
     run_query,
 )
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.endpoints import FEED, FORUM, PINS, PROFILE, REELS, SHOP
+from tests.endpoints import CLIP, FEED, FORUM, PHOTOS, PINS, PROFILE, REELS, SHOP
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
@@ -180,8 +180,8 @@ SUBJECTS: dict[str, Callable[[int], dict[str, Any]]] = {
     SHOP: lambda i: {"url": f"https://shop.example/s{i}"},
     REELS: lambda i: {"handle": f"reeler{i}"},
     FEED: lambda i: {"handle": f"u{i}.mb.example"},
-    "/v1/network-a/profile/photos": lambda i: {"url": f"https://network-a.example/p{i}"},
-    "/v1/streaming/clip": lambda i: {"url": f"https://clips.streaming.example/c{i}"},
+    PHOTOS: lambda i: {"url": f"https://network-a.example/p{i}"},
+    CLIP: lambda i: {"url": f"https://clips.streaming.example/c{i}"},
 }
 PROPERTY_PATHS = list(SUBJECTS)
 

@@ -37,13 +37,18 @@ from tests.crawl_helpers import (
 )
 from tests.declaring_helpers import request_of
 from tests.endpoints import (
+    CLIP,
     COMMENT_REPLIES,
+    COMMUNITY_POST,
     CREATIVE,
     CREATIVE_DETAIL,
+    EMBED,
     FEED,
     FORUM,
     GROUP,
+    PHOTOS,
     PINS,
+    POST,
     PROFILE,
     REELS,
     SHOP,
@@ -58,7 +63,7 @@ Factory = Callable[..., RunningSandbox]
 
 PAGED: dict[str, dict[str, Any]] = {
     CREATIVE: {"query": "sneakers"},
-    "/v1/network-a/profile/photos": {"url": "https://network-a.example/acme"},
+    PHOTOS: {"url": "https://network-a.example/acme"},
     GROUP: {"url": "https://network-a.example/groups/hikers"},
     FORUM: {"subreddit": "python", "query": "asyncio"},
     FEED: {"handle": "alice.mb.example"},
@@ -148,7 +153,7 @@ async def test_misspelled_cursor_refused_when_the_service_is_strict(sandbox_fact
             lambda b: b["paging_info"]["more_available"] is False and b["paging_info"]["max_id"],
         ),
         (SHOP, lambda b: b["has_more"] is False and b["cursor"]),
-        ("/v1/network-a/profile/photos", lambda b: b["next_page_id"] is None and b["cursor"]),
+        (PHOTOS, lambda b: b["next_page_id"] is None and b["cursor"]),
     ],
 )
 async def test_last_page_with_a_cursor_is_the_last_request(
@@ -162,7 +167,7 @@ async def test_last_page_with_a_cursor_is_the_last_request(
     assert flag(last.body), "the trap is set: the last page still carries a cursor"
     assert run.outcome.status == "complete" and last.cursor_out is None
     assert len(sb.ledger) == 2 == expected_pages(path, params, sb.config)
-    if path != "/v1/network-a/profile/photos":  # a lone photos `cursor` is refused (400): nothing to follow
+    if path != PHOTOS:  # a lone photos `cursor` is refused (400): nothing to follow
         assert expected_pages(path, params, sb.config, follow_dangling=True) == 3, "following it costs a page"
     dangling = {str(v) for k, v in last.body.items() if k in ("max_cursor", "cursor")}
     dangling |= {str(last.body.get("paging_info", {}).get("max_id"))}
@@ -259,14 +264,14 @@ async def test_uniform_404_not_found_on_a_paged_endpoint(sandbox_factory: Factor
         (REELS, {"handle": "missing_user", "trim": True}, 0),
         (PROFILE, {"handle": "missing_user"}, 0),
         (PROFILE, {"handle": "missing_user", "trim": True}, 0),
-        ("/v1/network-a/profile/photos", {"url": "https://network-a.example/missing"}, 0),
+        (PHOTOS, {"url": "https://network-a.example/missing"}, 0),
         (PINS, {"query": "missing"}, 0),
         (SHOP, {"url": "https://shop.example/missing"}, 0),
-        ("/v1/streaming/clip", {"url": "https://clips.streaming.example/missing"}, 0),
-        ("/v1/microblog-b/post", {"url": "https://mb.example/profile/missing/post/1"}, 0),
+        (CLIP, {"url": "https://clips.streaming.example/missing"}, 0),
+        (POST, {"url": "https://mb.example/profile/missing/post/1"}, 0),
         # kinds located at the body itself: the flagged body is the one record
-        ("/v1/photo-app/user/embed", {"handle": "missing_user"}, 1),
-        ("/v1/video-platform/community-post", {"url": "https://video-platform.example/post/missing"}, 1),
+        (EMBED, {"handle": "missing_user"}, 1),
+        (COMMUNITY_POST, {"url": "https://video-platform.example/post/missing"}, 1),
     ],
 )
 async def test_200_not_found_is_billed_and_says_not_found_where_it_can(

@@ -27,11 +27,11 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import aliased, declared, declared_copy
-from tests.endpoints import PINS
+from tests.endpoints import AD_ARCHIVE_ADS, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, job_spec, rows, scalar, write_spec
 
 CATALOG = Path(__file__).parent / "data" / "declared" / "never-seen.yaml"
-ADS = "/v1/ad-archive/company/ads"
+ADS = AD_ARCHIVE_ADS
 DECLARED_PINS = "/v1/declared/pins"
 runner = CliRunner()
 

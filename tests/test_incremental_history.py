@@ -19,7 +19,7 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
-from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, PROFILE, REELS
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, POST, PROFILE, REELS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -31,7 +31,7 @@ from tests.flow_helpers import (
     write_spec,
 )
 
-THREAD = "/v1/microblog-b/post"
+THREAD = POST
 NASA = {"handle": "nasa", "sort_by": "latest"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (7, 7)}, page_size=5)
 """33 videos on 7 pages, as in the audit's reproduction."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.endpoints import OLD_BALANCE
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION = ("connectors", "tasks", "flows", "sandbox")
 
@@ -176,11 +178,7 @@ def test_the_balance_path_is_written_once_in_harvest_and_once_in_the_sandbox() -
         tree = ast.parse(p.read_text(encoding="utf-8"))
         docs = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}  # docstrings
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Constant)
-                and id(node) not in docs
-                and "/v1/credit-balance" in str(node.value)
-            ):
+            if isinstance(node, ast.Constant) and id(node) not in docs and OLD_BALANCE in str(node.value):
                 holders.add(str(p.relative_to(ROOT)))
     assert holders == {"connectors/http/balance.py", "sandbox/served_paths.py"}
 

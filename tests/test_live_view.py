@@ -28,7 +28,7 @@ from harvest.flows.console import add_row, table
 from harvest.flows.live_view import LiveView
 from harvest.flows.run.progress import LISTED_WELL, LogLines, RunFacts
 from harvest.sandbox.config import SandboxConfig
-from tests.endpoints import PROFILE
+from tests.endpoints import EMBED, PROFILE
 from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, job_spec, subprocess_env, write_spec
 from tests.process_helpers import finish, start_run
 from tests.sandbox_gate import gated, settle
@@ -60,7 +60,7 @@ def fan_out(view: LiveView, ended: int, failed: set[int], queries: int = 500, **
     view.run_began(facts(spent=lambda: view.credits, page_bounds={account(i): 1 for i in range(queries)},
                          exact=True, **changes))  # fmt: skip
     for i in range(queries):
-        view.query_started(account(i), "/v1/photo-app/user/embed")
+        view.query_started(account(i), EMBED)
     for i in range(ended):
         view.page_landed(account(i), records=1, credits=1)
         view.query_finished(account(i), "failed" if i in failed else "complete")
@@ -209,7 +209,6 @@ def test_table_titles_and_cells_break_only_at_separators() -> None:
 
 
 # ------------------------------------------------------------------------------------- real runs, a scenario
-EMBED = "/v1/photo-app/user/embed"
 HANDLES = [f"acct{i:02d}" for i in range(60)]
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, latency=0.02)
 FIRST_PAGES, THEN_PAGES = 12, 10

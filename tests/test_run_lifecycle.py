@@ -20,7 +20,7 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
-from tests.endpoints import FEED, PINS, PROFILE, REELS
+from tests.endpoints import BALANCE, FEED, PINS, PROFILE, REELS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -126,7 +126,7 @@ def test_a_wrong_key_sends_one_request_and_says_so_once(
         summary = run_flow(spec)
         requests = sb.ledger
     assert result.exit_code == 2, result.output
-    assert [(e.path, e.status) for e in refused_at_once] == [("/v1/account/credit-balance", 402)]
+    assert [(e.path, e.status) for e in refused_at_once] == [(BALANCE, 402)]
     assert result.stderr.count("refused the API key") == 1 and "fix the key" in result.stderr
     assert "not-the-key" not in result.output
     assert len(requests) == 2 and requests[1].status == 402  # the flow's free balance read, refused

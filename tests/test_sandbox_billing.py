@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from harvest.sandbox.wire.serving import RunningSandbox
-from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, PINS, REELS, TWEETS
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, EMBED, FEED, OLD_BALANCE, PINS, REELS, TWEETS
 
 OUT_OF_CREDITS = {
     "success": False,
@@ -24,7 +24,7 @@ def test_missing_key_is_401_and_free(sandbox_factory: Callable[..., RunningSandb
     sb = sandbox_factory(api_keys={"k": 10})
     with sb.client(key="") as client:
         response = client.get(PINS, params={"query": "q"})
-        balance = client.get("/v1/credit-balance")
+        balance = client.get(OLD_BALANCE)
     assert response.status_code == 401
     assert response.json() == {
         "success": False,
@@ -42,7 +42,7 @@ def test_unknown_key_looks_exactly_like_an_empty_balance(
     with sb.client(key="wrong") as wrong, sb.client(key="broke") as broke:
         unknown = wrong.get(PINS, params={"query": "q"})
         empty = broke.get(PINS, params={"query": "q"})
-        unknown_balance = wrong.get("/v1/credit-balance")
+        unknown_balance = wrong.get(OLD_BALANCE)
     assert unknown.status_code == empty.status_code == unknown_balance.status_code == 402
     assert unknown.json() == empty.json() == OUT_OF_CREDITS
     assert sb.balance("rich") == 10
@@ -61,7 +61,7 @@ def test_balance_runs_out_mid_crawl(sandbox_factory: Callable[..., RunningSandbo
             body = response.json()
             remaining.append(body["credits_remaining"])
             params = {"query": "rugs", "cursor": body["cursor"]}
-        balance = client.get("/v1/credit-balance").json()
+        balance = client.get(OLD_BALANCE).json()
     assert statuses == [200, 200, 200, 402]
     assert remaining == [2, 1, 0]
     assert balance == {"creditCount": 0}
@@ -70,17 +70,17 @@ def test_balance_runs_out_mid_crawl(sandbox_factory: Callable[..., RunningSandbo
 
 
 def test_cost_table(sandbox_factory: Callable[..., RunningSandbox]) -> None:
-    sb = sandbox_factory(api_keys={"k": 12}, costs={PINS: 5, "/v1/photo-app/user/embed": 0})
+    sb = sandbox_factory(api_keys={"k": 12}, costs={PINS: 5, EMBED: 0})
     with sb.client() as client:
         pins = client.get(PINS, params={"query": "q"}).json()
-        embed = client.get("/v1/photo-app/user/embed", params={"handle": "h"}).json()
+        embed = client.get(EMBED, params={"handle": "h"}).json()
         tweets = client.get(TWEETS, params={"url": "u"}).json()
         assert (pins["credits_charged"], pins["credits_remaining"]) == (5, 7)
         assert (embed["credits_charged"], embed["credits_remaining"]) == (0, 7)
         assert (tweets["credits_charged"], tweets["credits_remaining"]) == (1, 6)
         client.get(PINS, params={"query": "q"})  # 6 -> 1
         refused = client.get(PINS, params={"query": "q"})
-        still_free = client.get("/v1/photo-app/user/embed", params={"handle": "h"})
+        still_free = client.get(EMBED, params={"handle": "h"})
     assert refused.status_code == 402
     assert refused.json()["credits_remaining"] == 1  # nothing billed
     assert still_free.status_code == 200
@@ -90,7 +90,7 @@ def test_cost_table(sandbox_factory: Callable[..., RunningSandbox]) -> None:
 def test_credit_balance_is_free(sandbox_factory: Callable[..., RunningSandbox]) -> None:
     sb = sandbox_factory(api_keys={"k": 2})
     with sb.client() as client:
-        answers = [client.get("/v1/credit-balance").json() for _ in range(5)]
+        answers = [client.get(OLD_BALANCE).json() for _ in range(5)]
     assert answers == [{"creditCount": 2}] * 5
     assert sb.balance("k") == 2
 
@@ -128,8 +128,8 @@ def test_balances_are_per_key(sandbox_factory: Callable[..., RunningSandbox]) ->
         a.get(PINS, params={"query": "q"})
         a.get(PINS, params={"query": "q"})
         b.get(PINS, params={"query": "q"})
-        assert a.get("/v1/credit-balance").json() == {"creditCount": 3}
-        assert b.get("/v1/credit-balance").json() == {"creditCount": 4}
+        assert a.get(OLD_BALANCE).json() == {"creditCount": 3}
+        assert b.get(OLD_BALANCE).json() == {"creditCount": 4}
     assert (sb.billed_total("a"), sb.billed_total("b")) == (2, 1)
 
 
@@ -137,13 +137,13 @@ def test_ledger_endpoint_lists_requests_without_keys(sandbox_factory: Callable[.
     sb = sandbox_factory(api_keys={"secret-key-123": 5})
     with sb.client() as client:
         client.get(PINS, params={"query": "tables", "trim": "true"})
-        client.get("/v1/credit-balance")
+        client.get(OLD_BALANCE)
         ledger = httpx.get(sb.base_url + "/_sandbox/ledger")
     assert "secret-key-123" not in ledger.text
     entries = ledger.json()
     assert [(e["path"], e["status"], e["credits"]) for e in entries] == [
         (PINS, 200, 1),
-        ("/v1/credit-balance", 200, 0),
+        (OLD_BALANCE, 200, 0),
     ]
     assert entries[0]["params"] == {"query": "tables", "trim": "true"}
     assert entries[0]["n"] == 1 and entries[0]["fault"] is None

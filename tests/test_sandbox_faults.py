@@ -12,7 +12,7 @@ import pytest
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.wire.faults import decide
 from harvest.sandbox.wire.serving import RunningSandbox
-from tests.endpoints import PINS
+from tests.endpoints import EMBED, OLD_BALANCE, PINS
 
 Q = {"query": "chairs"}
 
@@ -117,7 +117,7 @@ def test_fault_plan_by_path(sandbox_factory: Callable[..., RunningSandbox]) -> N
     with sb.client() as client:
         statuses = [
             client.get(PINS, params=Q).status_code,
-            client.get("/v1/photo-app/user/embed", params={"handle": "h"}).status_code,
+            client.get(EMBED, params={"handle": "h"}).status_code,
             client.get(PINS, params=Q).status_code,
             client.get(PINS, params=Q).status_code,
         ]
@@ -132,7 +132,7 @@ def statuses_under(sb: RunningSandbox, n: int) -> list[int | str]:
                 out.append(client.get(PINS, params={"query": f"q{i}"}).status_code)
             except httpx.TransportError as exc:
                 out.append(type(exc).__name__)
-            client.get("/v1/credit-balance")  # not a data request: does not move the schedule
+            client.get(OLD_BALANCE)  # not a data request: does not move the schedule
     return out
 
 
@@ -160,7 +160,7 @@ def test_ledger_numbers_data_requests(sandbox_factory: Callable[..., RunningSand
     sb = sandbox_factory(fault_plan={2: "server_error"})
     with sb.client() as client:
         client.get(PINS, params=Q)
-        client.get("/v1/credit-balance")
+        client.get(OLD_BALANCE)
         client.get(PINS, params=Q)
     assert [(e.n, e.status, e.fault) for e in sb.ledger] == [
         (1, 200, None),

@@ -10,7 +10,19 @@ import pytest
 from harvest.sandbox.config import Quirks
 from harvest.sandbox.expected import expected_pages, full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox
-from tests.endpoints import CREATIVE, FEED, GROUP, PINS, PROFILE, REELS, SHOP, VIDEO_SEARCH
+from tests.endpoints import (
+    CLIP,
+    COMMUNITY_POST,
+    CREATIVE,
+    FEED,
+    GROUP,
+    PHOTOS,
+    PINS,
+    PROFILE,
+    REELS,
+    SHOP,
+    VIDEO_SEARCH,
+)
 from tests.fixtures_sandbox import http_crawl, next_params, records_of
 
 
@@ -49,7 +61,7 @@ def test_dangling_cursor_on_last_page(sandbox_factory: Callable[..., RunningSand
         shop_last = last_page(client, SHOP, shop)
         profile_last = last_page(client, PROFILE, profile)
         reels_last = last_page(client, REELS, reels)
-        photos_last = last_page(client, "/v1/network-a/profile/photos", photos)
+        photos_last = last_page(client, PHOTOS, photos)
         assert shop_last["has_more"] is False and shop_last["products"]
         assert profile_last["has_more"] == 0 and profile_last["aweme_list"]
         assert reels_last["paging_info"]["more_available"] is False
@@ -136,12 +148,10 @@ def test_not_found_the_real_ways(sandbox_client: Any) -> None:
     assert feed.status_code == 404
     assert feed.json()["success"] is True and feed.json()["error"] == "not_found"
 
-    clip = sandbox_client.get("/v1/streaming/clip", params={"url": "https://clips.streaming.example/missing"})
+    clip = sandbox_client.get(CLIP, params={"url": "https://clips.streaming.example/missing"})
     assert clip.status_code == 200 and clip.json()[0]["data"]["clip"] is None
 
-    post = sandbox_client.get(
-        "/v1/video-platform/community-post", params={"url": "https://vp.example/missing"}
-    )
+    post = sandbox_client.get(COMMUNITY_POST, params={"url": "https://vp.example/missing"})
     assert post.status_code == 200 and post.json()["success"] is True and post.json()["id"] is None
 
     search = sandbox_client.get(PINS, params={"query": "missing things"})
@@ -161,7 +171,7 @@ def test_not_found_uniform_when_quirk_off(sandbox_factory: Callable[..., Running
         answers = [
             client.get(REELS, params={"handle": "missing_person"}),
             client.get(FEED, params={"handle": "missing.mb.example"}),
-            client.get("/v1/streaming/clip", params={"url": "https://clips.streaming.example/missing"}),
+            client.get(CLIP, params={"url": "https://clips.streaming.example/missing"}),
         ]
     for answer in answers:
         assert answer.status_code == 404

@@ -12,12 +12,19 @@ import pytest
 
 from tests.endpoints import (
     ADVERTISERS,
+    BALANCE,
+    CLIP,
     COMMENT_REPLIES,
+    COMMUNITY_POST,
     CREATIVE,
+    EMBED,
     FEED,
     FORUM,
     GROUP,
+    OLD_BALANCE,
+    PHOTOS,
     PINS,
+    POST,
     PROFILE,
     REELS,
     SHOP,
@@ -129,7 +136,7 @@ def test_creative_search_and_detail(sandbox_client: httpx.Client) -> None:
 
 
 DECLARED_FIRST_PAGES = [
-    ("/v1/network-a/profile/photos", {"url": "https://network-a.example/acme"}, {"photos": "photo_id"}),
+    (PHOTOS, {"url": "https://network-a.example/acme"}, {"photos": "photo_id"}),
     (GROUP, {"url": "https://network-a.example/groups/hikers"}, {"posts": "id"}),
     (FORUM, {"subreddit": "python", "query": "asyncio"}, {"posts": "id", "comments": "id", "media": "id"}),
     (TWEETS, {"url": "https://mba.example/i/communities/42"}, {"tweets": "id"}),
@@ -155,19 +162,17 @@ def test_declared_lists_hold_keyed_records(
 def test_declared_objects_are_the_answer_itself(sandbox_client: httpx.Client) -> None:
     """A community post is the answer's own fields, the embed its `html`; a shop beside its products, the
     page saying whether more follow."""
-    post = get(
-        sandbox_client, "/v1/video-platform/community-post", url="https://video-platform.example/post/U"
-    )
+    post = get(sandbox_client, COMMUNITY_POST, url="https://video-platform.example/post/U")
     check_envelope(post)
     assert isinstance(post["id"], str) and set(post["channel"]) >= {"id", "title", "url", "handle"}
-    embed = get(sandbox_client, "/v1/photo-app/user/embed", handle="natgeo")
+    embed = get(sandbox_client, EMBED, handle="natgeo")
     assert set(embed) == {"success", "html", "credits_remaining", "credits_charged"}
     shop = get(sandbox_client, SHOP, url="https://shop.example/acme", region="GB")
     assert isinstance(shop["has_more"], bool) and isinstance(shop["shopInfo"]["seller_id"], str)
 
 
 def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
-    body = get(sandbox_client, "/v1/streaming/clip", url="https://clips.streaming.example/SillyClip?tt=1")
+    body = get(sandbox_client, CLIP, url="https://clips.streaming.example/SillyClip?tt=1")
     assert isinstance(body, list) and len(body) == 3
     clip = body[0]["data"]["clip"]
     check_records([clip], FIELDS["clips"])
@@ -188,9 +193,7 @@ def test_clip_is_a_bare_array(sandbox_client: httpx.Client) -> None:
 
 
 def test_microblog_b_post_and_feed(sandbox_client: httpx.Client) -> None:
-    body = get(
-        sandbox_client, "/v1/microblog-b/post", url="https://mb.example/profile/alice.mb.example/post/3k2"
-    )
+    body = get(sandbox_client, POST, url="https://mb.example/profile/alice.mb.example/post/3k2")
     check_envelope(body)
     check_records([body["post"]], FIELDS["mb_posts"])
     views = body["replies"]  # thread views, the replies to a reply nested in its view
@@ -302,16 +305,16 @@ def test_profile_videos_full_and_trim(sandbox_client: httpx.Client) -> None:
 
 def test_credit_balance(sandbox_client: httpx.Client) -> None:
     """At the service's path and at the one it answered at before it moved the balance, the same answer."""
-    body = get(sandbox_client, "/v1/account/credit-balance")
+    body = get(sandbox_client, BALANCE)
     assert set(body) == {"creditCount"} and isinstance(body["creditCount"], int)
-    assert get(sandbox_client, "/v1/credit-balance") == body
+    assert get(sandbox_client, OLD_BALANCE) == body
 
 
 @pytest.mark.parametrize(
     ("path", "params"),
     [
         (PINS, {"query": "tents"}),
-        ("/v1/streaming/clip", {"url": "https://clips.streaming.example/Clip1"}),
+        (CLIP, {"url": "https://clips.streaming.example/Clip1"}),
         (PROFILE, {"handle": "chef", "trim": "true"}),
         (CREATIVE, {"query": "soda", "order": "latest"}),
     ],

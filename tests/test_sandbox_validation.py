@@ -12,9 +12,11 @@ from harvest.sandbox.wire.serving import RunningSandbox
 from tests.endpoints import (
     COMMENT_REPLIES,
     CREATIVE,
+    EMBED,
     FEED,
     FORUM,
     GROUP,
+    PHOTOS,
     PINS,
     PROFILE,
     REELS,
@@ -26,7 +28,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     # missing required parameter
     (PINS, {}, "query"),
     (FORUM, {"query": "x"}, "subreddit"),
-    ("/v1/network-a/profile/photos", {"cursor": "x"}, "url"),
+    (PHOTOS, {"cursor": "x"}, "url"),
     (COMMENT_REPLIES, {}, "continuationToken"),
     (PROFILE, {"user_id": "123"}, "handle"),
     (PINS, {"query": ""}, "query"),
@@ -63,10 +65,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     # cursors
     (PROFILE, {"handle": "h", "max_cursor": "abc"}, "max_cursor"),
     (FEED, {"handle": "h", "cursor": "yesterday"}, "cursor"),
-    ("/v1/network-a/profile/photos", {"url": "u", "cursor": "x"}, "next_page_id"),
-    ("/v1/network-a/profile/photos", {"url": "u", "next_page_id": "x"}, "cursor"),
+    (PHOTOS, {"url": "u", "cursor": "x"}, "next_page_id"),
+    (PHOTOS, {"url": "u", "next_page_id": "x"}, "cursor"),
     # "does not exist" trigger word
-    ("/v1/photo-app/user/embed", {"handle": "nonexistent_user"}, "handle"),
+    (EMBED, {"handle": "nonexistent_user"}, "handle"),
 ]
 
 

@@ -21,7 +21,7 @@ from harvest.connectors.http.balance import unreachable
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.answering import OUT_OF_CREDITS
 from harvest.sandbox.wire.serving import RunningSandbox
-from tests.endpoints import PINS
+from tests.endpoints import BALANCE, OLD_BALANCE, PINS
 from tests.flow_helpers import SECRET_KEY, job_spec, write_spec
 from tests.net_helpers import LOOPBACK, free_port
 from tests.process_helpers import finish, imported_packages, messages, start_run
@@ -128,10 +128,8 @@ def test_a_server_that_is_not_the_service_is_refused(
     url, seen = other_server(status, kind, body)
     line = refused(tmp_path, url)
     assert f"{url}/v1/account/credit-balance does not answer as the service does: {shown}" in line
-    older = (
-        ["/v1/credit-balance"] if status == 404 else []
-    )  # where the balance was before the service moved it
-    assert seen == ["/v1/account/credit-balance", *older], "the free balance, and no data request"
+    older = [OLD_BALANCE] if status == 404 else []  # where the balance was before the service moved it
+    assert seen == [BALANCE, *older], "the free balance, and no data request"
 
 
 def test_nothing_listening_is_refused_at_once(tmp_path: Path) -> None:
@@ -163,7 +161,7 @@ def test_a_refused_key_says_to_fix_the_key(
     assert "the service refused the API key, or the account is out of credits (HTTP 402" in line
     assert "fix the key in the environment variable HARVEST_API_KEY" in line and "--continue" not in line
     assert sb.base_url not in line and "base_url" not in line
-    assert [e.path for e in sb.ledger] == ["/v1/account/credit-balance"] and sb.billed_total() == 0
+    assert [e.path for e in sb.ledger] == [BALANCE] and sb.billed_total() == 0
 
 
 def test_a_402_with_the_services_message_and_no_envelope_names_the_key_not_the_url(
@@ -177,7 +175,7 @@ def test_a_402_with_the_services_message_and_no_envelope_names_the_key_not_the_u
     assert "the service refused the API key, or the account is out of credits (HTTP 402" in line
     assert "fix the key in the environment variable HARVEST_API_KEY, or top up the account" in line
     assert url not in line and "base_url" not in line and "does not answer as the service does" not in line
-    assert seen == ["/v1/account/credit-balance"]
+    assert seen == [BALANCE]
 
 
 def test_a_name_that_does_not_resolve_is_final() -> None:

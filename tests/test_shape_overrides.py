@@ -24,10 +24,9 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.endpoints import FEED
+from tests.endpoints import CLIP, FEED
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
 
-CLIP = "/v1/streaming/clip"
 runner = CliRunner()
 
 
