@@ -286,3 +286,22 @@ def test_a_read_in_a_real_process_imports_neither_prefect_nor_the_catalog(job: P
     }
     heavy = {"prefect", "httpx", "harvest.connectors.catalog.job_catalog", "harvest.connectors.paging.pager"}
     assert not {m for m in imported if m in heavy or m.split(".")[0] in heavy}
+
+
+def test_harvest_load_in_a_real_process_does_not_import_prefect(job: Path) -> None:
+    """`harvest load` (a run DuckDB was busy for, after a Ctrl-C) loads without Prefect: it cost ~2.5 s of CPU
+    on every call, more than a small load."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "harvest.flows.cli", "load", str(job)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to load" in proc.stdout + proc.stderr
+    imported = {
+        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "harvest.flows.run.load_step" in imported, "the load's own module is what a load imports"
+    assert not {m for m in imported if m.split(".")[0] == "prefect"}

@@ -12,8 +12,6 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from prefect import get_run_logger
-
 from harvest.flows.console import harvest_line
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
 from harvest.flows.run.memory import release_memory
@@ -118,6 +116,9 @@ def load_run(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) ->
     """Rows per table after loading the run into DuckDB; None when DuckDB is busy, a second Ctrl-C abandoned the
     load, or this machine could not write it (a full disk): the run is then loaded by `harvest load`, or by the
     job's next run before it pays."""
+    # Prefect here, in the flow's functions: `harvest load` and `harvest rebuild` load without importing it (~2.5 s)
+    from prefect import get_run_logger
+
     release_memory()
     try:
         with stop.load():
@@ -139,6 +140,8 @@ def load_run(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) ->
 def load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:
     """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
     before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
+    from prefect import get_run_logger
+
     loaded, busy = load_earlier_runs(layout, job, current, stop)
     logger = get_run_logger()
     for run in loaded:
