@@ -260,30 +260,25 @@ def test_a_refused_copy_in_a_real_process(job: Path) -> None:
     assert sha(db) == before and post_count(db) == ROWS
 
 
-def test_a_read_in_a_real_process_imports_neither_prefect_nor_the_catalog(job: Path) -> None:
-    """An analyst's `harvest sql` imports DuckDB, not Prefect, the HTTP client or the endpoint catalog: those
-    cost ~2 s of CPU, more than the query."""
+def harvest_importing(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`harvest ARGS` in a process of its own (it succeeded), and the modules it imported."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "harvest.flows.cli",
-            "sql",
-            str(job),
-            "SELECT count(*) FROM forum_posts",
-        ],
+        [sys.executable, "-X", "importtime", "-m", "harvest.flows.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    return proc, {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}
+
+
+def test_a_read_in_a_real_process_imports_neither_prefect_nor_the_catalog(job: Path) -> None:
+    """An analyst's `harvest sql` imports DuckDB, not Prefect, the HTTP client or the endpoint catalog: those
+    cost ~2 s of CPU, more than the query."""
+    proc, imported = harvest_importing("sql", str(job), "SELECT count(*) FROM forum_posts")
     assert str(ROWS) in proc.stdout
-    imported = {
-        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
-    }
     heavy = {"prefect", "httpx", "harvest.connectors.catalog.job_catalog", "harvest.connectors.paging.pager"}
     assert not {m for m in imported if m in heavy or m.split(".")[0] in heavy}
 
@@ -291,17 +286,7 @@ def test_a_read_in_a_real_process_imports_neither_prefect_nor_the_catalog(job: P
 def test_harvest_load_in_a_real_process_does_not_import_prefect(job: Path) -> None:
     """`harvest load` (a run DuckDB was busy for, after a Ctrl-C) loads without Prefect: it cost ~2.5 s of CPU
     on every call, more than a small load."""
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "harvest.flows.cli", "load", str(job)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc, imported = harvest_importing("load", str(job))
     assert "nothing to load" in proc.stdout + proc.stderr
-    imported = {
-        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
-    }
     assert "harvest.flows.run.load_step" in imported, "the load's own module is what a load imports"
     assert not {m for m in imported if m.split(".")[0] == "prefect"}
