@@ -17,10 +17,9 @@ from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from prefect.states import Failed, State
 
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.paging.known_items import backfill_after_head
@@ -35,6 +34,9 @@ from harvest.tasks.output.query_summary import QuerySummary, history_fields
 from harvest.tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
 from harvest.tasks.output.replay import ResumePoint, replay_pages
 from harvest.tasks.run_context import RunContext
+
+if TYPE_CHECKING:  # Prefect is imported where a task needs it: `harvest rebuild` lands pages without it
+    from prefect.states import State
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +301,8 @@ def task_end(summary: dict[str, Any], data: Any) -> Any:
     """What a connector task returns: `data`, as a Failed state when the query failed (drift, a loop, an
     error), so the task run tells the truth in Prefect (retries stay 0: a retry would pay again). The data
     reaches the flow either way (`task_result`)."""
+    from prefect.states import Failed
+
     if not query_failed(summary["status"]):
         return data
     return Failed(message=f"{summary['status']}: {summary.get('error') or 'no error text'}", data=data)

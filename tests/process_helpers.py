@@ -197,3 +197,17 @@ def signal_group(proc: subprocess.Popen[str], sig: int) -> float:
     """Send `sig` to the run's whole process group, as a terminal's Ctrl-C does; the monotonic time sent."""
     os.killpg(proc.pid, sig)
     return time.monotonic()
+
+
+def harvest_importing(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`harvest ARGS` in a process of its own (it succeeded), and the modules it imported."""
+    proc = subprocess.run(
+        [PYTHON, "-X", "importtime", "-m", "harvest.flows.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    return proc, {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}

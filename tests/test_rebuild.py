@@ -18,6 +18,7 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.flow_helpers import rows
 from tests.nightly_helpers import night, parquet_rows
+from tests.process_helpers import harvest_importing
 
 runner = CliRunner()
 
@@ -80,6 +81,10 @@ def test_rebuild_one_run_and_unknown_runs(
 
     unknown = runner.invoke(app, ["rebuild", str(output), "--run", "20990101T000000Z-nope"])
     assert unknown.exit_code == 2 and first.run_id in unknown.output and second.run_id in unknown.output
+
+    _, imported = harvest_importing("rebuild", str(output), "--run", first.run_id)  # as a user runs it
+    assert "harvest.tasks.landing" in imported and not {m for m in imported if m.split(".")[0] == "prefect"}
+    assert database(output / "harvest.duckdb") == before, "a rebuild lands pages without Prefect (~2.5 s)"
 
 
 def test_history_views_keep_every_night_and_follow_a_moved_directory(

@@ -7,7 +7,6 @@ import hashlib
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 
 from harvest.flows.cli import app
 from harvest.flows.commands import sql as sql_command
+from tests.process_helpers import harvest_importing
 
 ROOT = Path(__file__).parent.parent
 runner = CliRunner()
@@ -258,20 +258,6 @@ def test_a_refused_copy_in_a_real_process(job: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: harvest sql refused COPY") and "Traceback" not in proc.stderr
     assert sha(db) == before and post_count(db) == ROWS
-
-
-def harvest_importing(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """`harvest ARGS` in a process of its own (it succeeded), and the modules it imported."""
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "harvest.flows.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.splitlines()
-    return proc, {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}
 
 
 def test_a_read_in_a_real_process_imports_neither_prefect_nor_the_catalog(job: Path) -> None:
