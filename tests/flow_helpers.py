@@ -103,11 +103,15 @@ def scalar(db: Path, sql: str, params: Sequence[Any] | None = None) -> Any:
     return rows(db, sql, params)[0][0]
 
 
+MAIN_TABLES = "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"
+"""The tables an analyst queries by name; harvest's own memory (`harvest_state`) left out."""
+
+
 def table_counts(db: Path) -> dict[str, int]:
     """Rows per record table (the bookkeeping tables left out)."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        names = [r[0] for r in con.execute(MAIN_TABLES).fetchall()]
         return {
             n: con.execute(f'SELECT count(*) FROM "{n}"').fetchall()[0][0]
             for n in names
@@ -191,8 +195,8 @@ def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
     if db.exists():
         con = duckdb.connect(str(db), read_only=True)
         try:
-            for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
-                dump = orjson.dumps(con.execute(f'SELECT * FROM "{name}"').fetchall(), default=str)
+            for schema, name in con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall():
+                dump = orjson.dumps(con.execute(f'SELECT * FROM "{schema}"."{name}"').fetchall(), default=str)
                 assert needle not in dump, f"API key in DuckDB table {name}"
             params = con.execute("SELECT params FROM requests").fetchall()
             assert params and all(secret not in (p or "") for (p,) in params)

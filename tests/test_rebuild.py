@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -32,11 +34,14 @@ def database(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every table and view, all columns, rows sorted: what an analyst could see."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
-        names += [
-            r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
-        ]
-        return {n: sorted(con.execute(f'FROM "{n}"').fetchall(), key=repr) for n in names}
+        names = con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() UNION ALL "
+            "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal ORDER BY ALL"
+        ).fetchall()
+        return {
+            n if s == "main" else f"{s}.{n}": sorted(con.execute(f'FROM "{s}"."{n}"').fetchall(), key=repr)
+            for s, n in names
+        }
     finally:
         con.close()
 
@@ -87,6 +92,19 @@ def test_rebuild_one_run_and_unknown_runs(
     assert database(output / "harvest.duckdb") == before, "a rebuild lands pages without Prefect (~2.5 s)"
 
 
+def checked(db: Path, view: str) -> tuple[int, str]:
+    """How many Parquet files the view was last checked against, and the run of the last one."""
+    ((files, last),) = rows(
+        db, "SELECT files, last_file FROM harvest_state.history_view_files WHERE view_name = ?", [view]
+    )
+    return files, Path(last).name.removesuffix("-run.parquet")
+
+
+def view_columns(db: Path) -> list[str]:
+    query = "SELECT column_name FROM duckdb_columns() WHERE table_name = 'short_video_videos_history'"
+    return [c for (c,) in rows(db, query + " ORDER BY column_index")]
+
+
 def test_history_views_keep_every_night_and_follow_a_moved_directory(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +126,37 @@ def test_history_views_keep_every_night_and_follow_a_moved_directory(
         db, "SELECT _run_id, count(*), count(DISTINCT aweme_id) FROM short_video_videos_history GROUP BY 1"
     )
     assert all(n == distinct for _, n, distinct in per_run), "one row per key per run"
+    assert checked(db, "short_video_videos_history") == (2, second), "the view checked against both nights"
+
+    # a night whose file has a column the view lacks (a newer harvest's, a declared field added): the next load
+    # reads only its footer, and the view gains the column; one more like it keeps the view as it is
+    videos_dir = output / "parquet" / "short_video_videos"
+    (night_two,) = videos_dir.glob(f"*/{second}-*.parquet")
+    added: list[tuple[object, ...]] = []
+    for day, run in (("2099-01-01", "20990101T000000Z-aaaaaa"), ("2099-01-02", "20990102T000000Z-bbbbbb")):
+        wider = pq.read_table(night_two)
+        wider = wider.set_column(
+            wider.schema.get_field_index("_run_id"), "_run_id", pa.array([run] * len(wider))
+        )
+        (videos_dir / f"date={day}").mkdir()
+        wider = wider.append_column("saves", pa.array([7] * len(wider)))
+        pq.write_table(wider, videos_dir / f"date={day}" / f"{run}-run.parquet")
+        loaded = runner.invoke(app, ["load", str(output)])
+        assert loaded.exit_code == 0, loaded.output
+        added.append((run, 7, 7))
+        assert rows(
+            db, "SELECT _run_id, min(saves), max(saves) FROM short_video_videos_history GROUP BY 1 ORDER BY 1"
+        ) == [(first, None, None), (second, None, None), *added]
+        assert checked(db, "short_video_videos_history") == (2 + len(added), run)
+        assert view_columns(db)[-2:] == ["saves", "date"], (
+            "the view's columns, as DBeaver and DuckDB 1.x see them"
+        )
+    shutil.rmtree(videos_dir / "date=2099-01-01")
+    shutil.rmtree(videos_dir / "date=2099-01-02")
+    assert runner.invoke(app, ["load", str(output)]).exit_code == 0
+    columns = view_columns(db)
+    assert "saves" not in columns and "play_count" in columns, "files gone: the view checked over all again"
+    assert checked(db, "short_video_videos_history") == (2, second)
 
     moved = tmp_path / "elsewhere" / "nightly"
     moved.parent.mkdir()

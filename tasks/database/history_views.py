@@ -6,11 +6,15 @@ no second copy. Views name the Parquet files by absolute path (DuckDB resolves a
 reader's working directory, not the database), so `harvest load` and `harvest rebuild` write them again every
 time: after moving an output directory, `harvest load` points them at the new place. Until then `harvest sql`
 (read-only, it cannot rewrite them) shadows a view that points elsewhere with a temporary one over the Parquet
-where the database is now (`follow_moved_views`).
+where the database is now (`follow_moved_views`). Whether a stored view still says what harvest would make now
+is read from the footers of the files added since its last check (`tasks.database.view_checks`), not from every
+night's again.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import column_comment, describe_table
 from harvest.tasks.database.connection import quote_ident, quote_literal
+from harvest.tasks.database.view_checks import Checked, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
 DATE_COMMENT = "The day the run's Parquet file landed (its `date=YYYY-MM-DD` folder)."
@@ -69,7 +74,24 @@ Shape = tuple[str, list[tuple[str, str]]]
 """A view's definition (what follows its name, as DuckDB stores it) and its columns (name, type)."""
 
 
-def _probe(probes: duckdb.DuckDBPyConnection, table: str, kind: TableKind, table_dir: Path) -> Shape:
+class _Probes:
+    """An empty in-memory database, opened when first needed: opening one costs ~30 ms, and a load that finds
+    no new file needs none."""
+
+    def __init__(self) -> None:
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    def execute(self, sql: str, params: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            self._con = duckdb.connect()
+        return self._con.execute(sql, params)
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+
+
+def _probe(probes: _Probes, table: str, kind: TableKind, table_dir: Path) -> Shape:
     """The view harvest would make now, made in `probes` (an empty in-memory database: its catalog lookups cost
     nothing, where the output's grow with its tables) and read back as DuckDB stored it."""
     probes.execute(history_view_sql(table, kind, table_dir, name=PROBE))
@@ -91,6 +113,53 @@ def _stored(catalog: CatalogSnapshot, view: str) -> Shape:
     return str(found.sql or "").partition(" AS ")[2], [(n, t) for n, t, _ in found.columns]
 
 
+def _parquet_files(table_dir: Path) -> list[str]:
+    """The table's Parquet files under its folder (`date=YYYY-MM-DD/<file>.parquet`), in DuckDB's glob order.
+    `os.scandir`: a year of nights is 365 folders, which `Path.glob` lists at ~0.1 ms each."""
+    found = []
+    try:
+        folders = [e for e in os.scandir(table_dir) if e.is_dir()]
+    except FileNotFoundError:
+        return []
+    for folder in folders:
+        with os.scandir(folder.path) as entries:
+            found += [
+                f"{folder.name}/{e.name}" for e in entries if e.name.endswith(".parquet") and e.is_file()
+            ]
+    return sorted(found)
+
+
+def _still_fits(
+    probes: _Probes,
+    table_dir: Path,
+    files: list[str],
+    checked: Checked | None,
+    statement: str,
+    stored: Shape,
+) -> bool:
+    """Whether the stored view is what harvest would make now, read from the new files' footers only.
+
+    It is when harvest made it with this statement, it is still stored as it was, the files it was checked
+    against are all there and first in order (the first file sets the columns' order), and every file since
+    holds only columns the view has, with their types: `union_by_name` over all of them then gives the same
+    columns. Anything else (a moved directory, a file removed or slipped in before, a new column) is checked by
+    binding the view over every file, as before."""
+    if checked is None or checked.statement != statement or checked.definition != stored[0] or not stored[1]:
+        return False
+    seen = bisect.bisect_right(files, checked.last_file)
+    if seen != checked.files or files[seen - 1] != checked.last_file:
+        return False
+    new = files[seen:]
+    if not new:
+        return True
+    listed = ", ".join(quote_literal(str(table_dir / f)) for f in new)
+    described = probes.execute(
+        f"DESCRIBE SELECT * FROM read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
+    ).fetchall()
+    columns = dict(stored[1])
+    return all(columns.get(str(name)) == str(type_) for name, type_, *_ in described)
+
+
 def refresh_history_views(
     con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, TableKind]
 ) -> list[str]:
@@ -98,24 +167,39 @@ def refresh_history_views(
     the output directory's (`tasks.output.manifest.output_kinds`: built-in and declared)."""
     made = []
     catalog = CatalogSnapshot(con)
-    probes = duckdb.connect()
+    known = read_checked(con)
+    changed: list[tuple[str, Checked]] = []
+    gone: list[str] = []
+    probes = _Probes()
     try:
         for table, kind in sorted(kinds.items()):
             table_dir = parquet_root.resolve() / table
             view = table + HISTORY_SUFFIX
-            if any(table_dir.glob("*/*.parquet")):
+            files = _parquet_files(table_dir)
+            if files:
                 # A view the same as harvest would make it now (over the same files, with the same columns) is
                 # kept, and its comments with it: replacing a view drops them, and commenting a view's columns
                 # binds it again each time (1.6 s for the demo's 30 views on every load).
-                wanted = _probe(probes, table, kind, table_dir)
-                if wanted != _stored(catalog, view):
-                    con.execute(history_view_sql(table, kind, table_dir))
-                    catalog.made(view, wanted[1], sql=f"CREATE VIEW {view} AS {wanted[0]}")
+                statement = history_view_sql(table, kind, table_dir)
+                stored = _stored(catalog, view)
+                if not _still_fits(probes, table_dir, files, known.get(view), statement, stored):
+                    wanted = _probe(probes, table, kind, table_dir)
+                    if wanted != stored:
+                        con.execute(statement)
+                        catalog.made(view, wanted[1], sql=f"CREATE VIEW {view} AS {wanted[0]}")
+                    stored = wanted
+                now = Checked(statement, stored[0], len(files), files[-1])
+                if known.get(view) != now:
+                    changed.append((view, now))
                 _describe(con, table, kind, catalog)
                 made.append(view)
-            elif catalog.get(view) is not None:
-                con.execute(f"DROP VIEW IF EXISTS {quote_ident(view)}")
-                catalog.dropped(view)
+            else:
+                if catalog.get(view) is not None:
+                    con.execute(f"DROP VIEW IF EXISTS {quote_ident(view)}")
+                    catalog.dropped(view)
+                if view in known:
+                    gone.append(view)
+        write_checked(con, changed, gone)
     finally:
         probes.close()
     return made

@@ -1,0 +1,84 @@
+"""What each `<table>_history` view was last checked against, so a load reads the footers of new Parquet files only.
+
+A history view reads every run's Parquet of its table (`union_by_name`), and whether the stored view still says
+what harvest would make now was found by binding the view again: DuckDB then reads the footer of every file.
+That cost grows with the nights kept: 2.8, 11 and 110 ms a table over 1, 30 and 365 files, so a year of nightly
+runs of the demo's 161 tables spent ~18 s of every load re-reading footers that cannot have changed (harvest
+never rewrites or deletes a Parquet file). This table remembers, per view, the statement harvest made it with,
+the definition DuckDB stored, and how many files it covered up to which one, in DuckDB's (sorted) order.
+
+It lives in a schema of its own (`harvest_state`), apart from the record and bookkeeping tables in `main`: it is
+harvest's memory, not data, and its name can clash with no table a user or a declaration makes. Losing it costs
+one load the full check, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import duckdb
+
+from harvest.tasks.database.connection import quote_literal
+
+SCHEMA = "harvest_state"
+TABLE = f"{SCHEMA}.history_view_files"
+DDL = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    view_name VARCHAR PRIMARY KEY,
+    statement VARCHAR NOT NULL,
+    definition VARCHAR NOT NULL,
+    files BIGINT NOT NULL,
+    last_file VARCHAR NOT NULL
+)"""
+COMMENTS = (
+    "What each <table>_history view was last checked against: a load reads the footers of newer Parquet files "
+    "only. harvest's own memory; deleting it costs one slower load.",
+    {
+        "view_name": "The history view (in schema main). Primary key.",
+        "statement": "The CREATE VIEW statement harvest made the view with.",
+        "definition": "The view's query as DuckDB stored it (duckdb_views().sql after AS).",
+        "files": "How many Parquet files of the table the view was checked against.",
+        "last_file": "The last of them in DuckDB's order (date=YYYY-MM-DD/<file>.parquet, under the table's folder).",
+    },
+)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One view's row: `files` files up to `last_file` fitted the view whose stored `definition` this is."""
+
+    statement: str
+    definition: str
+    files: int
+    last_file: str
+
+
+def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
+    """Every view's row; the schema and table are made (with their comments) the first time."""
+    made = con.execute(
+        "SELECT count(*) FROM duckdb_schemas() WHERE database_name = current_database() AND schema_name = ?",
+        [SCHEMA],
+    ).fetchall()[0][0]
+    if not made:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    con.execute(DDL)  # a schema made by a load that stopped before its table: made now
+    if not made:
+        about, columns = COMMENTS
+        con.execute(f"COMMENT ON TABLE {TABLE} IS {quote_literal(about)}")
+        for column, words in columns.items():
+            con.execute(f"COMMENT ON COLUMN {TABLE}.{column} IS {quote_literal(words)}")
+    rows = con.execute(f"SELECT view_name, statement, definition, files, last_file FROM {TABLE}").fetchall()
+    return {str(view): Checked(str(s), str(d), int(n), str(last)) for view, s, d, n, last in rows}
+
+
+def write_checked(
+    con: duckdb.DuckDBPyConnection, changed: Iterable[tuple[str, Checked]], gone: Iterable[str]
+) -> None:
+    for view, checked in changed:
+        con.execute(
+            f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?)",
+            [view, checked.statement, checked.definition, checked.files, checked.last_file],
+        )
+    for view in gone:
+        con.execute(f"DELETE FROM {TABLE} WHERE view_name = ?", [view])
