@@ -9,12 +9,15 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import data_entries
 from tests.flow_helpers import HARVEST, PYTHON, ROOT, SECRET_KEY, subprocess_env
+
+T = TypeVar("T")
 
 
 def start_run(
@@ -130,6 +133,19 @@ def wait_for_requests(
         assert proc.poll() is None, f"the run ended before it was signalled: {proc.communicate()}"
         assert time.monotonic() < deadline, "the run never got going"
         time.sleep(0.005)
+
+
+def wait_until(
+    check: Callable[[], T], proc: subprocess.Popen[str], what: str, timeout: float = FINISH_TIMEOUT
+) -> T:
+    """Until `check()` gives something true (returned); fails saying `what` when the run ends first or the time
+    is up. What a test waits for is a fact it can see (a file, a line, a process), never a fixed sleep."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.001)
+    return found
 
 
 PR_SET_PDEATHSIG = 1

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +43,8 @@ from tests.flow_helpers import (
     subprocess_env,
     write_spec,
 )
-from tests.process_helpers import finish, start_run
-from tests.sandbox_gate import WAIT, gated
+from tests.process_helpers import finish, start_run, wait_until
+from tests.sandbox_gate import gated
 
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
@@ -309,17 +308,6 @@ def test_a_database_the_disk_cut_short_as_it_was_made_is_not_left_behind(
     assert rows(db, "SELECT x FROM t") == [(1,)]
 
 
-def attempts_logged(output: Path, pattern: str, count: int, proc: subprocess.Popen[str]) -> None:
-    """Until the attempt log matching `pattern` in the run's raw folder holds `count` lines."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and proc.poll() is None:
-        logs = list((output / "raw").glob(f"*/{pattern}"))
-        if logs and len(logs[0].read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no {count} attempts in {pattern} (the run ended: {proc.poll()})")
-
-
 def test_on_dask_a_query_whose_round_used_its_grant_as_the_disk_stopped_the_run_is_resumed(
     prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
 ) -> None:
@@ -346,8 +334,9 @@ def test_on_dask_a_query_whose_round_used_its_grant_as_the_disk_stopped_the_run_
         sb.gate.let_through(3, PINS)  # the pins' round goes through; the feed's page waits
         proc = start_run(job, tmp_path, prefect_api_url)
         sb.gate.wait_frozen(proc)
-        attempts_logged(output, "pins*.requests.jsonl", 3, proc)
-        time.sleep(1.0)  # the round's task ends after its third attempt's line
+        wait_until(  # the round's end: its pages paid and landed, before the disk fills
+            lambda: list((output / "parquet" / "pinboard_pins").glob("*/*.parquet")), proc, "the pins landed"
+        )
         filler = fill(small_disk, 2 << 20)
         sb.gate.open()
         code, out, err = finish(proc)

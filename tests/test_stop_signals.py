@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from tests.process_helpers import (
     signal_mask,
     start_run,
     wait_gone,
+    wait_until,
 )
 from tests.sandbox_gate import WAIT, gated
 
@@ -59,15 +59,6 @@ def start_like_nohup(spec: Path, tmp_path: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )  # fmt: skip
-
-
-def wait_until(check: Any, proc: subprocess.Popen[str], what: str) -> Any:
-    deadline = time.monotonic() + WAIT
-    while not (found := check()):
-        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()}"
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.001)
-    return found
 
 
 def interrupt_lines(err: str) -> list[str]:
