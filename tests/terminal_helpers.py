@@ -73,12 +73,16 @@ class Terminal:
     def wait_for(
         self, ready: Callable[[list[str]], bool], what: str, timeout: float = FINISH_TIMEOUT
     ) -> list[str]:
-        """Until the screen is `ready`; the screen then. Fails when the run ends first."""
+        """Until the screen is `ready`; the screen then. Fails when the run ends first. A screen is taken only
+        when a second read 20 ms later is the same: one read mid-redraw is half of two frames."""
         deadline = time.monotonic() + timeout
         while True:
             shown = self.display()
             if ready(shown):
-                return shown
+                time.sleep(0.02)
+                if self.display() == shown:
+                    return shown
+                continue
             assert self.proc.poll() is None, f"the run ended before {what}:\n" + "\n".join(self.everything())
             assert time.monotonic() < deadline, f"never {what}:\n" + "\n".join(shown)
             time.sleep(0.05)

@@ -233,9 +233,9 @@ COUNTED = "(running|ended well|not well)"
 
 
 def _frame_ready(shown: list[str]) -> bool:
-    """A whole frame, drawn once every unfinished query has started: on a loaded machine the first frames come
-    while the resumed run still starts its queries (the queries not shown are then all ended ones), and the
-    screen may be read while a frame is half drawn (`and 36 more: 26 ru`)."""
+    """A frame drawn once every unfinished query has started: on a loaded machine the first frames come while
+    the resumed run still starts its queries (the queries not shown are then all ended ones). A frame read half
+    drawn (`and 36 more: 26 ru`) is refused here and by `Terminal.wait_for` (two reads must agree)."""
     text = "\n".join(shown)
     counts = re.search(r"^(\d+) of (\d+) queries ended(?: \(\d+ not well\))?, (\d+) running", text, re.M)
     all_started = bool(counts) and int(counts[1]) + int(counts[3]) == int(counts[2])  # type: ignore[index]
