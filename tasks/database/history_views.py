@@ -13,7 +13,6 @@ night's again.
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,7 +23,7 @@ from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import column_comment, describe_table
 from harvest.tasks.database.connection import quote_ident, quote_literal
-from harvest.tasks.database.view_checks import Checked, read_checked, write_checked
+from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
 DATE_COMMENT = "The day the run's Parquet file landed (its `date=YYYY-MM-DD` folder)."
@@ -146,10 +145,9 @@ def _still_fits(
     binding the view over every file, as before."""
     if checked is None or checked.statement != statement or checked.definition != stored[0] or not stored[1]:
         return False
-    seen = bisect.bisect_right(files, checked.last_file)
-    if seen != checked.files or files[seen - 1] != checked.last_file:
+    if listing(files[: checked.files]) != checked.listing:  # the same files, first: none gone or slipped in
         return False
-    new = files[seen:]
+    new = files[checked.files :]
     if not new:
         return True
     listed = ", ".join(quote_literal(str(table_dir / f)) for f in new)
@@ -188,7 +186,7 @@ def refresh_history_views(
                         con.execute(statement)
                         catalog.made(view, wanted[1], sql=f"CREATE VIEW {view} AS {wanted[0]}")
                     stored = wanted
-                now = Checked(statement, stored[0], len(files), files[-1])
+                now = Checked.of(statement, stored[0], files)
                 if known.get(view) != now:
                     changed.append((view, now))
                 _describe(con, table, kind, catalog)

@@ -5,7 +5,8 @@ what harvest would make now was found by binding the view again: DuckDB then rea
 That cost grows with the nights kept: 2.8, 11 and 110 ms a table over 1, 30 and 365 files, so a year of nightly
 runs of the demo's 161 tables spent ~18 s of every load re-reading footers that cannot have changed (harvest
 never rewrites or deletes a Parquet file). This table remembers, per view, the statement harvest made it with,
-the definition DuckDB stored, and how many files it covered up to which one, in DuckDB's (sorted) order.
+the definition DuckDB stored, and which files it covered (how many, the last, a digest of their names), in
+DuckDB's (sorted) order.
 
 It lives in a schema of its own (`harvest_state`), apart from the record and bookkeeping tables in `main`: it is
 harvest's memory, not data, and its name can clash with no table a user or a declaration makes. Losing it costs
@@ -14,6 +15,7 @@ one load the full check, nothing else.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -29,7 +31,8 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     statement VARCHAR NOT NULL,
     definition VARCHAR NOT NULL,
     files BIGINT NOT NULL,
-    last_file VARCHAR NOT NULL
+    last_file VARCHAR NOT NULL,
+    listing VARCHAR NOT NULL
 )"""
 COMMENTS = (
     "What each <table>_history view was last checked against: a load reads the footers of newer Parquet files "
@@ -40,18 +43,29 @@ COMMENTS = (
         "definition": "The view's query as DuckDB stored it (duckdb_views().sql after AS).",
         "files": "How many Parquet files of the table the view was checked against.",
         "last_file": "The last of them in DuckDB's order (date=YYYY-MM-DD/<file>.parquet, under the table's folder).",
+        "listing": "SHA-256 of their names in that order, one per line: the same files, not only as many.",
     },
 )
 
 
 @dataclass(frozen=True)
 class Checked:
-    """One view's row: `files` files up to `last_file` fitted the view whose stored `definition` this is."""
+    """One view's row: `files` files up to `last_file` (named by `listing`) fitted the view whose stored
+    `definition` this is."""
 
     statement: str
     definition: str
     files: int
     last_file: str
+    listing: str
+
+    @classmethod
+    def of(cls, statement: str, definition: str, files: list[str]) -> Checked:
+        return cls(statement, definition, len(files), files[-1], listing(files))
+
+
+def listing(files: list[str]) -> str:
+    return hashlib.sha256("\n".join(files).encode()).hexdigest()
 
 
 def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
@@ -68,8 +82,10 @@ def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
         con.execute(f"COMMENT ON TABLE {TABLE} IS {quote_literal(about)}")
         for column, words in columns.items():
             con.execute(f"COMMENT ON COLUMN {TABLE}.{column} IS {quote_literal(words)}")
-    rows = con.execute(f"SELECT view_name, statement, definition, files, last_file FROM {TABLE}").fetchall()
-    return {str(view): Checked(str(s), str(d), int(n), str(last)) for view, s, d, n, last in rows}
+    rows = con.execute(
+        f"SELECT view_name, statement, definition, files, last_file, listing FROM {TABLE}"
+    ).fetchall()
+    return {str(view): Checked(str(s), str(d), int(n), str(last), str(h)) for view, s, d, n, last, h in rows}
 
 
 def write_checked(
@@ -77,8 +93,8 @@ def write_checked(
 ) -> None:
     for view, checked in changed:
         con.execute(
-            f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?)",
-            [view, checked.statement, checked.definition, checked.files, checked.last_file],
+            f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)",
+            [view, checked.statement, checked.definition, checked.files, checked.last_file, checked.listing],
         )
     for view in gone:
         con.execute(f"DELETE FROM {TABLE} WHERE view_name = ?", [view])
