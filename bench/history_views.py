@@ -1,11 +1,12 @@
-"""What keeping nights costs a load (#47): the `<table>_history` views' check, over 1, 30 and 365 nights of one
+"""What keeping nights costs a load: the `<table>_history` views' check, over 1, 30 and 365 nights of one
 table, the way a nightly job's loads meet it.
 
 Each night is one Parquet file of the demo's widest record table (`short_video_videos`, its catalog schema, 100
 rows), in its own `date=` folder, as a run leaves it. For each count of nights, a database whose views were made
 over all but the last night loads once more with the last night new (a night's load: the view is checked against
 the new file only), and the same load with harvest's memory of what the view was checked against deleted (every
-file's footer read, as before #47). Three repetitions after a warm-up, the median counts. In this process: no server, no network.
+file's footer read). Three repetitions after a warm-up, the median counts. In this process: no server, no
+network.
 
     python bench/history_views.py [--nights 1,30,365] [--times 3]
 """

@@ -142,7 +142,7 @@ def _still_fits(
     against are all there and first in order (the first file sets the columns' order), and every file since
     holds only columns the view has, with their types: `union_by_name` over all of them then gives the same
     columns. Anything else (a moved directory, a file removed or slipped in before, a new column) is checked by
-    binding the view over every file, as before."""
+    binding the view over every file."""
     if checked is None or checked.statement != statement or checked.definition != stored[0] or not stored[1]:
         return False
     if listing(files[: checked.files]) != checked.listing:  # the same files, first: none gone or slipped in

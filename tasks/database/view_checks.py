@@ -1,10 +1,10 @@
 """What each `<table>_history` view was last checked against, so a load reads the footers of new Parquet files only.
 
-A history view reads every run's Parquet of its table (`union_by_name`), and whether the stored view still says
-what harvest would make now was found by binding the view again: DuckDB then reads the footer of every file.
-That cost grows with the nights kept: 2.8, 11 and 110 ms a table over 1, 30 and 365 files, so a year of nightly
-runs of the demo's 161 tables spent ~18 s of every load re-reading footers that cannot have changed (harvest
-never rewrites or deletes a Parquet file). This table remembers, per view, the statement harvest made it with,
+A history view reads every run's Parquet of its table (`union_by_name`). Binding it again, the one way to learn
+from DuckDB whether the stored view still says what harvest would make now, reads the footer of every file: 2.8,
+11 and 110 ms a table over 1, 30 and 365 files, ~18 s of every load for a year of nightly runs of the demo's 161
+tables, spent on footers that cannot have changed (harvest never rewrites or deletes a Parquet file). This
+table remembers, per view, the statement harvest made it with,
 the definition DuckDB stored, and which files it covered (how many, the last, a digest of their names), in
 DuckDB's (sorted) order.
 
