@@ -4,9 +4,8 @@ A history view reads every run's Parquet of its table (`union_by_name`). Binding
 from DuckDB whether the stored view still says what harvest would make now, reads the footer of every file: 2.8,
 11 and 110 ms a table over 1, 30 and 365 files, ~18 s of every load for a year of nightly runs of the demo's 161
 tables, spent on footers that cannot have changed (harvest never rewrites or deletes a Parquet file). This
-table remembers, per view, the statement harvest made it with,
-the definition DuckDB stored, and which files it covered (how many, the last, a digest of their names), in
-DuckDB's (sorted) order.
+table remembers, per view, the statement harvest made it with, the definition DuckDB stored, and which files it
+covered (how many, the last, a digest of their names), in DuckDB's (sorted) order.
 
 It lives in a schema of its own (`harvest_state`), apart from the record and bookkeeping tables in `main`: it is
 harvest's memory, not data, and its name can clash with no table a user or a declaration makes. Losing it costs
