@@ -96,7 +96,12 @@ def test_sigterm_and_sighup_at_any_moment_stop_a_run_like_ctrl_c_and_the_same_co
         third.wait_for_stderr(STOPPING)
         sb.gate.open()
         code3, _, err3 = third.finish()
-        (stopped,) = all_manifests(OutputLayout(output))
+        manifests = all_manifests(OutputLayout(output))
+        runs = [(m.run_id, m.status, m.started) for m in manifests]
+        assert len(manifests) == 1, (
+            f"one run, the third: {runs}\n2nd ({code2}):\n{err2}\n3rd ({code3}):\n{err3}"
+        )
+        (stopped,) = manifests
 
         # 4. the same command resumes
         code4, out4, err4 = finish(start_run(spec, tmp_path, None))
