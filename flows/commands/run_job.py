@@ -301,8 +301,8 @@ def _demo(output: Path | None) -> None:
     )
     tables = """
       SELECT table_name, estimated_size AS row_count
-      FROM duckdb_tables() WHERE schema_name = 'main'
-      ORDER BY table_name"""
+      FROM duckdb_tables() WHERE schema_name = current_schema()
+      ORDER BY table_name"""  # no quote inside: the shell's single quotes around it stay readable
     console.say(f"  {harvest_line('sql', target, tables, '--limit', 0)}")
     out.print(Text("From Python", style="bold") + Text(" (the duckdb package, read-only):"))
     python = (  # Python's lines at the margin, as `-c` wants them; double quotes inside the shell's single ones
