@@ -157,6 +157,13 @@ def test_history_views_keep_every_night_and_follow_a_moved_directory(
     columns = view_columns(db)
     assert "saves" not in columns and "play_count" in columns, "files gone: the view checked over all again"
     assert checked(db, "short_video_videos_history") == (2, second)
+    with duckdb.connect(str(db)) as con:  # harvest's memory deleted (by hand, or a tool that copies `main`)
+        con.execute("DROP SCHEMA harvest_state CASCADE")
+    assert runner.invoke(app, ["load", str(output)]).exit_code == 0
+    assert checked(db, "short_video_videos_history") == (2, second), (
+        "checked over every file, remembered again"
+    )
+    assert view_columns(db) == columns
 
     moved = tmp_path / "elsewhere" / "nightly"
     moved.parent.mkdir()
