@@ -225,5 +225,4 @@ def harvest_importing(*args: str) -> tuple[subprocess.CompletedProcess[str], set
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.splitlines()
-    return proc, {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}
+    return proc, imported(proc.stderr)

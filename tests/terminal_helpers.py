@@ -82,7 +82,6 @@ class Terminal:
                 time.sleep(0.02)
                 if self.display() == shown:
                     return shown
-                continue
             assert self.proc.poll() is None, f"the run ended before {what}:\n" + "\n".join(self.everything())
             assert time.monotonic() < deadline, f"never {what}:\n" + "\n".join(shown)
             time.sleep(0.05)
