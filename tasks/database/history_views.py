@@ -143,8 +143,8 @@ def _still_fits(
     holds only columns the view has, with their types: `union_by_name` over all of them then gives the same
     columns. Anything else (a moved directory, a file removed or slipped in before, a new column) is checked by
     binding the view over every file."""
-    if checked is None or checked.statement != statement or checked.definition != stored[0] or not stored[1]:
-        return False
+    if checked is None or checked.statement != statement or checked.definition != stored[0]:
+        return False  # a view gone or replaced is stored as "" or another definition
     if listing(files[: checked.files]) != checked.listing:  # the same files, first: none gone or slipped in
         return False
     new = files[checked.files :]
