@@ -59,12 +59,12 @@ def nights(root: Path, count: int) -> Path:
     return last
 
 
-def one_load(root: Path, forget: bool) -> float:
-    """A night's load of the views, the last night new; `forget`: without what the views were checked against."""
+def one_load(root: Path, new: Path, forget: bool) -> float:
+    """A night's load of the views, `new` the last night's file; `forget`: without what the views were checked
+    against."""
     kinds = {TABLE: catalog.all_kinds()[TABLE]}
     db = root / "harvest.duckdb"
     db.unlink(missing_ok=True)
-    new = next(iter(sorted((root / "parquet" / TABLE).glob("*/*.parquet"), reverse=True)))
     aside = root / "aside.parquet"
     shutil.move(new, aside)
     con = duckdb.connect(str(db))
@@ -89,10 +89,12 @@ def main() -> None:
     for count in (int(n) for n in args.nights.split(",")):
         with tempfile.TemporaryDirectory(prefix="harvest-history-bench-") as tmp:
             root = Path(tmp)
-            nights(root, count)
-            one_load(root, forget=True)  # warm: the first DuckDB calls of a process cost more than a load's
-            checked = statistics.median(one_load(root, forget=False) for _ in range(args.times))
-            every = statistics.median(one_load(root, forget=True) for _ in range(args.times))
+            new = nights(root, count)
+            one_load(
+                root, new, forget=True
+            )  # warm: the first DuckDB calls of a process cost more than a load's
+            checked = statistics.median(one_load(root, new, forget=False) for _ in range(args.times))
+            every = statistics.median(one_load(root, new, forget=True) for _ in range(args.times))
         print(f"{count:>7} {checked * 1000:>11.1f} ms {every * 1000:>8.1f} ms {checked / every:>6.2f}")
 
 
