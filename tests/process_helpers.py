@@ -46,6 +46,9 @@ def start_run(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, signalled or killed whole like a cron job's
+        # SIGHUP at its default as a terminal's session starts it: under `nohup make test` (or a CI runner that
+        # ignores SIGHUP) the ignore is inherited, and harvest keeps an ignored SIGHUP ignored, as it should
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
 
 
