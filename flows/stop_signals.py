@@ -11,7 +11,8 @@ mean the same thing in each phase:
 - **The command**: SIGTERM and SIGHUP do whatever Ctrl-C does at that moment, through SIGINT's handler of the
   moment: Python's KeyboardInterrupt, asyncio's cancel of the main task, a run's clean stop
   (`flows.run.interrupt`), uvicorn's shutdown. A KeyboardInterrupt no command answered becomes one line and exit
-  130 (`as_ctrl_c`).
+  130 (`as_ctrl_c`). While a compiled module initialises, the three signals wait until its init returns
+  (`flows.compiled_imports`).
 - **After the command** (its outcome printed, its files closed, its lock released; Prefect's exit handlers still
   sending logs): the process leaves at once with the command's own exit code.
 
@@ -93,6 +94,9 @@ def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
 
 
 def _command_starts() -> None:
+    from harvest.flows import compiled_imports
+
+    compiled_imports.hold_signals(_taken)
     if signal.SIGINT in _taken:
         # Python's own handler, so that asyncio.run still installs its own over it (it checks for this one)
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -122,3 +122,39 @@ def test_sigterm_and_sighup_at_any_moment_stop_a_run_like_ctrl_c_and_the_same_co
     assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
     expected = {(pin["id"],) for pin in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
     assert key_set(output / "harvest.duckdb", "pinboard_pins") == expected
+
+
+SIGNAL_IN_INIT = """
+import _imp, os, signal, sys
+
+def _profile(frame, event, arg):
+    \"\"\"SIGTERM to this process from the first Python code _duckdb's init runs (its own imports).\"\"\"
+    if event == "c_call" and arg is _imp.exec_dynamic and frame.f_locals["args"][0].__name__ == "_duckdb":
+        sys.setprofile(_in_init)
+
+def _in_init(frame, event, arg):
+    if event == "call":
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+sys.setprofile(_profile)
+"""
+
+
+def test_a_signal_while_duckdb_initialises_stops_the_run_with_its_line_not_an_abort(tmp_path: Path) -> None:
+    """duckdb's compiled init imports Python modules, so a signal's KeyboardInterrupt can be raised inside it:
+    placed as here (the init's first Python code), the interrupt was lost and the run went on to pay and land
+    (exit 0); at other moments it aborted the process (exit 134, no line) or failed the import. `harvest run`
+    imports duckdb after its command began (deciding the run's start), before anything is sent."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SIGNAL_IN_INIT)
+    with gated(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, tmp_path / "out"))
+        code, out, err = finish(start_run(spec, tmp_path, None, env={"PYTHONPATH": str(hook)}))
+        sent = len(data_entries(sb))
+    assert code == 130, (code, out, err)
+    assert err.strip().splitlines() == [
+        "error: interrupted by SIGTERM before the run started: nothing was sent"
+    ], err
+    assert sent == 0
