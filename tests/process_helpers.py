@@ -118,12 +118,31 @@ class Watched:
                 self._changed.wait(timeout=0.1)
 
     def finish(self, timeout: float = FINISH_TIMEOUT) -> tuple[int, str, str]:
-        """Exit code, stdout and stderr, once the process ended and both pipes are closed."""
-        self.proc.wait(timeout=timeout)
+        """Exit code, stdout and stderr, once the process ended and both pipes are closed. A process that does
+        not end in `timeout` is killed (with its process group when it leads one) and the test fails with what
+        it wrote, rather than leaving it running and saying nothing of where it stood."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            for reader in self._readers:
+                reader.join(timeout=10)
+            said = "".join(self._lines["err"])[-4000:]
+            raise AssertionError(
+                f"the process did not end within {timeout:g} s (killed); stderr:\n{said}"
+            ) from None
         for reader in self._readers:
             reader.join(timeout=timeout)
             assert not reader.is_alive(), "a process still holds the run's output open"
         return self.proc.returncode, "".join(self._lines["out"]), "".join(self._lines["err"])
+
+    def _kill(self) -> None:
+        try:
+            leads_group = os.getpgid(self.proc.pid) == self.proc.pid
+            (os.killpg if leads_group else os.kill)(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def wait_for_requests(
