@@ -145,6 +145,40 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert not (cwd / "elsewhere").exists()  # every command kept to the output the user gave
 
 
+def test_a_load_duckdb_refused_for_its_memory_limit_says_why_and_loads_as_printed(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A run whose load needed more than DuckDB's memory limit (here a user's 2MB) ends paid and landed, says
+    why it is not loaded (not "when it is free": no one holds the file, and loading again as it was fails
+    again), and the command it prints, with a higher limit, loads it."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=5)
+    with gated(config) as sb:
+        spec = {"name": "night", "budget": {"credits": 100}, "output": "out dir",
+                "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+        write_spec(cwd, spec, "night.yaml")
+        run = pasted(
+            f"HARVEST_DUCKDB_MEMORY_LIMIT=2MB .venv/bin/harvest run night.yaml --base-url {sb.base_url}",
+            cwd,
+            home,
+        )
+        said = " ".join(run.stderr.split())  # lines joined where the terminal's width broke them
+        commands = set(re.findall(r"`(HARVEST_DUCKDB_MEMORY_LIMIT=[^`]+)`", said))
+        loaded = pasted(next(iter(commands)), cwd, home) if len(commands) == 1 else None
+        paid = data_entries(sb)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "warning: not loaded into DuckDB yet: loading" in said and "than DuckDB's limit of 2MB" in said, (
+        said
+    )
+    assert "when it is free" not in said, said
+    assert commands == {"HARVEST_DUCKDB_MEMORY_LIMIT=512MB .venv/bin/harvest load 'out dir'"}, said
+    assert loaded is not None and loaded.returncode == 0, loaded
+    assert "loaded run" in loaded.stdout, loaded.stdout + loaded.stderr
+    assert len(paid) == 4 and paid_twice(paid) == 0  # 3 pages and `-end-`, paid once
+    expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, config)["pins"]}
+    assert key_set(cwd / "out dir" / "harvest.duckdb", "pinboard_pins") == expected
+
+
 def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     landed_demo: LandedDemo, prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -202,6 +202,8 @@ def print_summary(summary: RunSummary, output: Path, by_platform: bool = False) 
                 console.add_row(rows, name, n)
             out.print(rows)
         say_history(summary.tables, output)
+    elif summary.load_refused:
+        console.warning(f"not loaded into DuckDB yet: {summary.load_refused}")
     elif not summary.machine_fault:  # then the next step says why and how it gets loaded
         console.warning(f"not loaded into DuckDB yet: run `{harvest_line('load', output)}` when it is free")
     console.prose(

@@ -16,7 +16,7 @@ from harvest.flows.console import harvest_line
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
 from harvest.flows.run.memory import release_memory
 from harvest.tasks.database.bookkeeping import record_run
-from harvest.tasks.database.connection import DatabaseBusy, transaction, write_connection
+from harvest.tasks.database.connection import DatabaseBusy, LoadOutOfMemory, transaction, write_connection
 from harvest.tasks.database.history_views import refresh_history_views
 from harvest.tasks.database.record_tables import merge_batches
 from harvest.tasks.output.layout import OutputLayout
@@ -112,17 +112,23 @@ def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
     return True
 
 
-def load_run(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) -> dict[str, int] | None:
-    """Rows per table after loading the run into DuckDB; None when DuckDB is busy, a second Ctrl-C abandoned the
-    load, or this machine could not write it (a full disk): the run is then loaded by `harvest load`, or by the
-    job's next run before it pays."""
+def load_run(
+    layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal
+) -> tuple[dict[str, int] | None, str | None]:
+    """Rows per table after loading the run into DuckDB, or None when DuckDB is busy or refused the load (its
+    memory limit), a second Ctrl-C abandoned the load, or this machine could not write it (a full disk): the run
+    is then loaded by `harvest load`, or by the job's next run before it pays. Second: why DuckDB refused the
+    load, with how to load it, when that is not a file another process holds (the run's last lines say it)."""
     # Prefect here, in the flow's functions: `harvest load` and `harvest rebuild` load without importing it (~2.5 s)
     from prefect import get_run_logger
 
     release_memory()
     try:
         with stop.load():
-            return load_manifest_into_duckdb(layout, manifest)
+            return load_manifest_into_duckdb(layout, manifest), None
+    except LoadOutOfMemory as exc:
+        get_run_logger().warning("%s", exc)
+        return None, str(exc)
     except DatabaseBusy as exc:
         get_run_logger().warning("%s", exc)
     except LoadInterrupted:
@@ -134,7 +140,7 @@ def load_run(layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal) ->
         manifest.machine_fault = (
             manifest.machine_fault or f"{fault}; the run is landed, not loaded into DuckDB"
         )
-    return None
+    return None, None
 
 
 def load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:

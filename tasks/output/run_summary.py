@@ -77,6 +77,8 @@ class RunSummary:
     loaded_first: list[dict[str, Any]] = field(default_factory=list)
     """The job's earlier runs loaded into DuckDB before this one paid."""
     load_interrupted: bool = False
+    load_refused: str | None = None
+    """Why DuckDB refused to load the run (its memory limit), with the command that loads it."""
     ended_on_disk: bool = True
     """False when this machine could not write the run's end (its manifest still says `running`): the job's next
     run resumes it (and asks nothing it had), `harvest load` cannot load it until then."""
