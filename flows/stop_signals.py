@@ -93,6 +93,14 @@ def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def lost_on_its_way() -> None:
+    """KeyboardInterrupt when a SIGTERM or SIGHUP came earlier in this command: called where every interrupt
+    that came out would have ended the command already, so that one was lost (raised inside a library's callback
+    from compiled code, pydantic's, it became an error the library swallowed: Prefect's plugin start)."""
+    if received is not None:
+        raise KeyboardInterrupt
+
+
 def _command_starts() -> None:
     from harvest.flows import compiled_imports
 

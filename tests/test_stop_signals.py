@@ -140,21 +140,85 @@ def _in_init(frame, event, arg):
 sys.setprofile(_profile)
 """
 
+SIGNAL_IN_PREFECT_SETTINGS = """
+import os, signal, sys
+
+def _profile(frame, event, arg):
+    \"\"\"SIGTERM to this process from the first call of Prefect's settings serializer (pydantic calls it).\"\"\"
+    if event == "call" and frame.f_code.co_name == "_ser_model":
+        sys.setprofile(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+sys.setprofile(_profile)
+"""
+
+
+def signalled_from(tmp_path: Path, hook: str) -> dict[str, str]:
+    """The environment of a process whose interpreter runs `hook` first (a sitecustomize on PYTHONPATH)."""
+    folder = tmp_path / "hook"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(hook)
+    return {"PYTHONPATH": str(folder)}
+
 
 def test_a_signal_while_duckdb_initialises_stops_the_run_with_its_line_not_an_abort(tmp_path: Path) -> None:
     """duckdb's compiled init imports Python modules, so a signal's KeyboardInterrupt can be raised inside it:
     placed as here (the init's first Python code), the interrupt was lost and the run went on to pay and land
     (exit 0); at other moments it aborted the process (exit 134, no line) or failed the import. `harvest run`
     imports duckdb after its command began (deciding the run's start), before anything is sent."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SIGNAL_IN_INIT)
     with gated(CONFIG) as sb:
         spec = write_spec(tmp_path, job(sb.base_url, tmp_path / "out"))
-        code, out, err = finish(start_run(spec, tmp_path, None, env={"PYTHONPATH": str(hook)}))
+        env = signalled_from(tmp_path, SIGNAL_IN_INIT)
+        code, out, err = finish(start_run(spec, tmp_path, None, env=env))
         sent = len(data_entries(sb))
     assert code == 130, (code, out, err)
     assert err.strip().splitlines() == [
         "error: interrupted by SIGTERM before the run started: nothing was sent"
     ], err
+    assert sent == 0
+
+
+def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`import prefect` builds its settings with pydantic, which calls Prefect's serializer: a KeyboardInterrupt
+    raised there comes out of pydantic as a ValidationError, which Prefect's plugin start catches and logs. The
+    SIGTERM was lost: the run went on to pay and land every page (exit 0). harvest remembers the signal, so the
+    run stops before anything is paid, and says so."""
+    output = tmp_path / "out"
+    with gated(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        env = signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, env=env))
+        sent = len(data_entries(sb))
+    assert code == 130, (code, out, err)
+    assert "harvest: SIGTERM: stopping before anything is paid" in err, err
+    assert sent == 0, err
+    (stopped,) = all_manifests(OutputLayout(output))
+    assert stopped.status == "interrupted" and stopped.credits_spent == 0
+
+
+def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The same lost SIGTERM in `harvest serve` (a service manager stopping it as it starts): it served on until
+    the next signal; now it stops before its runner starts, as it stops on any signal (exit 0: serving ended as
+    asked, the schedules paused)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    with gated(CONFIG) as sb:
+        nightly = {**job(sb.base_url, tmp_path / "out"), "schedule": {"cron": "0 3 * * *"}}
+        write_spec(jobs, nightly, "nightly.yaml")
+        env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
+        env.update(signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS))
+        serving = subprocess.Popen(
+            [str(HARVEST), "serve", str(jobs)], cwd=tmp_path, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        code, out, err = Watched(serving).finish(timeout=120)
+        sent = len(data_entries(sb))
+    assert code == 0, (code, out, err)
+    assert (
+        err.strip().splitlines()[-1].startswith("stopped serving; the deployments' schedules are paused")
+    ), err
     assert sent == 0

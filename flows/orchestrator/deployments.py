@@ -231,7 +231,7 @@ def serve_until_stopped(deployments: list[Any]) -> None:
 
     from prefect.runner import Runner
 
-    from harvest.flows.stop_signals import like_ctrl_c
+    from harvest.flows.stop_signals import like_ctrl_c, lost_on_its_way
 
     class StoppedLikeCtrlC(Runner):
         def handle_sigterm(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:
@@ -240,4 +240,5 @@ def serve_until_stopped(deployments: list[Any]) -> None:
     runner = StoppedLikeCtrlC(pause_on_shutdown=True, limit=None)  # what prefect.serve passes
     for deployment in deployments:
         runner.add_deployment(deployment)
+    lost_on_its_way()
     asyncio.run(runner.start())

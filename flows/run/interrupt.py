@@ -35,7 +35,7 @@ from types import FrameType
 
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.http.client import ServiceClient
-from harvest.flows import closed_output
+from harvest.flows import closed_output, stop_signals
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunHead, run_heads
 
@@ -192,6 +192,8 @@ class StopOnSignal:
         deaf = closed_output.listen(self.output_closed)
         if (already := closed_output.gone()) is not None:  # while Prefect started: remembered, as a signal is
             self.stop(already)
+        if (lost := stop_signals.received) is not None:  # lost on its way (`stop_signals.lost_on_its_way`)
+            self.stop(lost)
         try:
             with self._handlers():
                 yield
