@@ -100,10 +100,10 @@ def test_ctrl_c_to_the_process_group_stops_at_once_with_hundreds_of_dependents_q
     "At once" is counted, not timed (a clock on a busy machine either flakes or is too generous): the run is
     frozen at the sandbox's door when the signal goes out, so what it sends after its stop line is exactly
     what was in flight (at most `concurrency`); and of the dependents in line only those already running as
-    Prefect tasks (at most `DEPENDENTS_PER_SLOT` per connection) end through Prefect. Before the fix the
-    temporary server died with the group's signal and the run exited 1 after ~140 s (the exit code and the
-    server's survival say that here); and each dependent waiting in line was already a Prefect task that had
-    to end through Prefect after the stop, 16-39 s for a few hundred: the count of tasks says that."""
+    Prefect tasks (at most `DEPENDENTS_PER_SLOT` per connection) end through Prefect. A temporary server that
+    died with the group's signal would leave the run to exit 1 after ~140 s (the exit code and the server's
+    survival say it did not); a Prefect task for each dependent waiting in line would have to end through
+    Prefect after the stop, 16-39 s for a few hundred (the count of tasks says there are none)."""
     output = tmp_path / "out"
     with gated(CONFIG) as sb:
         spec = write_spec(tmp_path, job(sb.base_url, output))
@@ -218,8 +218,8 @@ async def _stop_while_waiting_for_a_slot(sb: GatedSandbox) -> tuple[list[Any], C
 
 def test_a_request_still_waiting_for_a_connection_is_not_sent_after_a_stop() -> None:
     """Stopping means sending nothing more: a request that had its credits reserved but was still waiting for
-    a connection slot is dropped, its reservation released (before the fix every such request was sent, one
-    slot at a time, long after the Ctrl-C)."""
+    a connection slot is dropped, its reservation released (not sent one slot at a time, long after the
+    Ctrl-C)."""
     with gated(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})) as sb:
         results, ledger = asyncio.run(_stop_while_waiting_for_a_slot(sb))
         sent = data_entries(sb)

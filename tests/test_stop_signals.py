@@ -4,8 +4,12 @@ systemd and a Prefect worker's cancel send (SIGTERM), and a closed terminal or S
 One job, one output directory, signalled at three moments as a real process on Prefect's temporary server
 (the default setup) against the sandbox over HTTP: the first moment harvest's own code runs (read from the
 kernel: the process catches SIGTERM), while Prefect's temporary server starts, and mid-paging. Each time: one
-line, no traceback, exit 130, nothing paid twice; then the same command resumes and completes the job. Before
-the fix a SIGTERM in the first seconds ended the process silently with 143 (SIGHUP: 129).
+line, no traceback, exit 130, nothing paid twice; then the same command resumes and completes the job.
+Python's own defaults would end the process silently with 143 (SIGHUP: 129) in the first seconds.
+
+Then the signals that do not come out as an interrupt where they land: inside a compiled module's init
+(duckdb's) and inside a library's callback that turns the interrupt into an error it swallows (pydantic's in
+Prefect's start). Each is sent at that exact moment by a `sitecustomize` the process runs first.
 """
 
 from __future__ import annotations
@@ -163,8 +167,8 @@ def signalled_from(tmp_path: Path, hook: str) -> dict[str, str]:
 
 def test_a_signal_while_duckdb_initialises_stops_the_run_with_its_line_not_an_abort(tmp_path: Path) -> None:
     """duckdb's compiled init imports Python modules, so a signal's KeyboardInterrupt can be raised inside it:
-    placed as here (the init's first Python code), the interrupt was lost and the run went on to pay and land
-    (exit 0); at other moments it aborted the process (exit 134, no line) or failed the import. `harvest run`
+    placed as here (the init's first Python code), an unheld interrupt is lost and the run goes on to pay and
+    land (exit 0); at other moments it aborts the process (exit 134, no line) or fails the import. `harvest run`
     imports duckdb after its command began (deciding the run's start), before anything is sent."""
     with gated(CONFIG) as sb:
         spec = write_spec(tmp_path, job(sb.base_url, tmp_path / "out"))
@@ -182,9 +186,9 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
     """`import prefect` builds its settings with pydantic, which calls Prefect's serializer: a KeyboardInterrupt
-    raised there comes out of pydantic as a ValidationError, which Prefect's plugin start catches and logs. The
-    SIGTERM was lost: the run went on to pay and land every page (exit 0). harvest remembers the signal, so the
-    run stops before anything is paid, and says so."""
+    raised there comes out of pydantic as a ValidationError, which Prefect's plugin start catches and logs:
+    unremembered, the SIGTERM is lost and the run pays and lands every page (exit 0). harvest remembers it, so
+    the run stops before anything is paid, and says so."""
     output = tmp_path / "out"
     with gated(CONFIG) as sb:
         spec = write_spec(tmp_path, job(sb.base_url, output))
@@ -201,9 +205,9 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
 def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
-    """The same lost SIGTERM in `harvest serve` (a service manager stopping it as it starts): it served on until
-    the next signal; now it stops before its runner starts, as it stops on any signal (exit 0: serving ended as
-    asked, the schedules paused)."""
+    """The same lost SIGTERM in `harvest serve` (a service manager stopping it as it starts): unremembered,
+    serve serves on until the next signal; it stops before its runner starts, as on any signal (exit 0:
+    serving ended as asked, the schedules paused)."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     with gated(CONFIG) as sb:
