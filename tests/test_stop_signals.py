@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,26 @@ def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(
         err.strip().splitlines()[-1].startswith("stopped serving; the deployments' schedules are paused")
     ), err
     assert sent == 0
+
+
+HELD_IMPORT = """
+import copy, importlib, importlib.util, pickle, signal, sys
+from importlib.machinery import ExtensionFileLoader
+from harvest.flows import compiled_imports
+
+compiled_imports.hold_signals({signal.SIGTERM})
+import mmap  # a compiled module not imported yet
+spec = importlib.util.find_spec("mmap")
+assert type(mmap.__loader__) is not ExtensionFileLoader, "the init was not held"
+assert isinstance(mmap.__loader__, ExtensionFileLoader) and spec == importlib.util.find_spec("mmap")
+assert pickle.loads(pickle.dumps(spec)) == spec and copy.deepcopy(spec) == spec
+importlib.reload(mmap)
+print("ok")
+"""
+
+
+def test_a_held_compiled_import_leaves_its_module_as_python_s_own_would() -> None:
+    """Libraries look at a module's loader and spec (isinstance, equality, pickling to Dask workers): the
+    loader that holds the signals must look like Python's own."""
+    done = subprocess.run([sys.executable, "-c", HELD_IMPORT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr

@@ -237,8 +237,9 @@ def serve_until_stopped(deployments: list[Any]) -> None:
         def handle_sigterm(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:
             like_ctrl_c(signum, frame)
 
+    # before the runner registers the deployments, which un-pauses their schedules (only its exit pauses them)
+    lost_on_its_way()
     runner = StoppedLikeCtrlC(pause_on_shutdown=True, limit=None)  # what prefect.serve passes
     for deployment in deployments:
         runner.add_deployment(deployment)
-    lost_on_its_way()
     asyncio.run(runner.start())
