@@ -147,12 +147,16 @@ sys.setprofile(_profile)
 
 SIGNAL_IN_PREFECT_SETTINGS = """
 import os, signal, sys
+_calls = [0]
 
 def _profile(frame, event, arg):
-    \"\"\"SIGTERM to this process from the first call of Prefect's settings serializer (pydantic calls it).\"\"\"
+    \"\"\"SIGTERM to this process from the HOOK_CALL-th call of Prefect's settings serializer (pydantic calls
+    it): the first is in `import prefect`, later ones as Prefect starts the flow.\"\"\"
     if event == "call" and frame.f_code.co_name == "_ser_model":
-        sys.setprofile(None)
-        os.kill(os.getpid(), signal.SIGTERM)
+        _calls[0] += 1
+        if _calls[0] == int(os.environ.get("HOOK_CALL", "1")):
+            sys.setprofile(None)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 sys.setprofile(_profile)
 """
@@ -201,6 +205,23 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     assert sent == 0, err
     (stopped,) = all_manifests(OutputLayout(output))
     assert stopped.status == "interrupted" and stopped.credits_spent == 0
+
+
+def test_a_signal_a_library_turned_into_its_own_error_is_an_interrupt_not_a_failed_run(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A later call of the same serializer, as Prefect starts the flow: the interrupt comes out of pydantic as
+    PydanticSerializationError, which reaches harvest. A SIGTERM is a stop (exit 130, resumable), not "the run
+    failed" (exit 1) in a service manager's journal."""
+    output = tmp_path / "out"
+    with gated(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        env = {**signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS), "HOOK_CALL": "5"}
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, env=env))
+        sent = len(data_entries(sb))
+    assert code == 130, (code, out, err)
+    assert "(PydanticSerializationError on its way out)" in err and "the run failed" not in err, err
+    assert sent == 0, err
 
 
 def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(

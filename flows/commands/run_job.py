@@ -24,7 +24,7 @@ from rich.text import Text
 
 from harvest.configs import spec_path
 from harvest.connectors.errors import MissingApiKey
-from harvest.flows import console
+from harvest.flows import console, stop_signals
 from harvest.flows.cli_errors import Failed
 from harvest.flows.commands import quick_exit
 from harvest.flows.console import harvest_line, note, runnable
@@ -202,6 +202,15 @@ def _broken(exc: Exception) -> Failed:
     return Failed(f"the run failed: {type(exc).__name__}: {exc}", 1)
 
 
+def _interrupted(begun: _Begun, how: str = "") -> Failed:
+    """A signal outside the flow body: one true line on what the run left and how to go on (exit 130)."""
+    from harvest.flows.run.interrupt import interrupted_outside_the_flow
+
+    load = harvest_line("load", begun.layout.root)
+    said = interrupted_outside_the_flow(begun.layout, begun.job, begun.before, begun.again.command(), load)
+    return Failed(said + how, INTERRUPTED)
+
+
 def run_job(
     spec_path: Path,
     base_url: str | None,
@@ -217,8 +226,6 @@ def run_job(
     apply_prefect_defaults()
     begun = _begin(spec_path, base_url, output, mode, budget, full)
     layout = begun.layout
-    from harvest.flows.run.interrupt import interrupted_outside_the_flow
-
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")
@@ -246,12 +253,14 @@ def run_job(
         if not isinstance(summary, NoRun):
             summary.seconds["total"] = round(time.monotonic() - started, 2)
     except interrupts():  # Ctrl-C, SIGTERM or SIGHUP outside the flow body (Prefect's start or report)
-        load = harvest_line("load", layout.root)
-        said = interrupted_outside_the_flow(layout, begun.job, begun.before, begun.again.command(), load)
-        raise Failed(said, INTERRUPTED) from None
+        raise _interrupted(begun) from None
     except (Failed, UsageError, MissingApiKey):  # refused: said by `flows.cli_errors`
         raise
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
+        if stop_signals.received is not None:
+            # the signal's interrupt, turned into a library's own error on its way out (raised inside a
+            # pydantic callback, it comes out as PydanticSerializationError): the run was stopped, not broken
+            raise _interrupted(begun, f" ({type(exc).__name__} on its way out)") from None
         raise _broken(exc) from None
     finally:
         reporter.close()
