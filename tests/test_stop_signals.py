@@ -170,16 +170,22 @@ def signalled_from(tmp_path: Path, hook: str) -> dict[str, str]:
     return {"PYTHONPATH": str(folder)}
 
 
+def signalled_run(tmp_path: Path, hook: str, api_url: str | None, **env: str) -> tuple[int, str, str, int]:
+    """`harvest run` of the job, signalled by `hook` (`signalled_from`): exit code, stdout, stderr and the data
+    requests the sandbox answered."""
+    with gated(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, tmp_path / "out"))
+        env = {**signalled_from(tmp_path, hook), **env}
+        code, out, err = finish(start_run(spec, tmp_path, api_url, env=env))
+        return code, out, err, len(data_entries(sb))
+
+
 def test_a_signal_while_duckdb_initialises_stops_the_run_with_its_line_not_an_abort(tmp_path: Path) -> None:
     """duckdb's compiled init imports Python modules, so a signal's KeyboardInterrupt can be raised inside it:
     placed as here (the init's first Python code), an unheld interrupt is lost and the run goes on to pay and
     land (exit 0); at other moments it aborts the process (exit 134, no line) or fails the import. `harvest run`
     imports duckdb after its command began (deciding the run's start), before anything is sent."""
-    with gated(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, tmp_path / "out"))
-        env = signalled_from(tmp_path, SIGNAL_IN_INIT)
-        code, out, err = finish(start_run(spec, tmp_path, None, env=env))
-        sent = len(data_entries(sb))
+    code, out, err, sent = signalled_run(tmp_path, SIGNAL_IN_INIT, None)
     assert code == 130, (code, out, err)
     assert err.strip().splitlines() == [
         "error: interrupted by SIGTERM before the run started: nothing was sent"
@@ -194,16 +200,11 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     raised there comes out of pydantic as a ValidationError, which Prefect's plugin start catches and logs:
     unremembered, the SIGTERM is lost and the run pays and lands every page (exit 0). harvest remembers it, so
     the run stops before anything is paid, and says so."""
-    output = tmp_path / "out"
-    with gated(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output))
-        env = signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS)
-        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, env=env))
-        sent = len(data_entries(sb))
+    code, out, err, sent = signalled_run(tmp_path, SIGNAL_IN_PREFECT_SETTINGS, prefect_api_url)
     assert code == 130, (code, out, err)
     assert "harvest: SIGTERM: stopping before anything is paid" in err, err
     assert sent == 0, err
-    (stopped,) = all_manifests(OutputLayout(output))
+    (stopped,) = all_manifests(OutputLayout(tmp_path / "out"))
     assert stopped.status == "interrupted" and stopped.credits_spent == 0
 
 
@@ -213,12 +214,7 @@ def test_a_signal_a_library_turned_into_its_own_error_is_an_interrupt_not_a_fail
     """A later call of the same serializer, as Prefect starts the flow: the interrupt comes out of pydantic as
     PydanticSerializationError, which reaches harvest. A SIGTERM is a stop (exit 130, resumable), not "the run
     failed" (exit 1) in a service manager's journal."""
-    output = tmp_path / "out"
-    with gated(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output))
-        env = {**signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS), "HOOK_CALL": "5"}
-        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, env=env))
-        sent = len(data_entries(sb))
+    code, out, err, sent = signalled_run(tmp_path, SIGNAL_IN_PREFECT_SETTINGS, prefect_api_url, HOOK_CALL="5")
     assert code == 130, (code, out, err)
     assert "(PydanticSerializationError on its way out)" in err and "the run failed" not in err, err
     assert sent == 0, err

@@ -126,11 +126,10 @@ def load_run(
     try:
         with stop.load():
             return load_manifest_into_duckdb(layout, manifest), None
-    except LoadOutOfMemory as exc:
-        get_run_logger().warning("%s", exc)
-        return None, str(exc)
     except DatabaseBusy as exc:
         get_run_logger().warning("%s", exc)
+        if isinstance(exc, LoadOutOfMemory):
+            return None, str(exc)
     except LoadInterrupted:
         pass
     except Exception as exc:
