@@ -25,8 +25,10 @@ the end, leaves without waiting for Prefect's queues (`flows.commands.run_job`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -168,11 +170,48 @@ async def bounded_client() -> AsyncIterator[Any]:
     """A Prefect client of its own (not the flow engine's) whose calls give up after `CALL_TIMEOUT_SECONDS` and
     one retry, so that what harvest tells Prefect never holds a run for Prefect's ~62 s of retries."""
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+    from prefect.context import SettingsContext, get_settings_context
 
-    with temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: 1}):
-        async with get_client(httpx_settings={"timeout": CALL_TIMEOUT_SECONDS}) as client:
+    current = get_settings_context()
+    settings = {"timeout": CALL_TIMEOUT_SECONDS, "verify": _prefect_tls()}
+    with SettingsContext(profile=current.profile, settings=_one_retry(current.settings)):
+        async with get_client(httpx_settings=settings) as client:
             yield client
+
+
+_ONE_RETRY: list[tuple[Any, Any]] = []
+"""The last (Prefect's settings, the same with one retry): Prefect's `temporary_settings` builds the copy anew
+each time (~0.1 s), for each of a run's own calls, from settings that do not change within a run."""
+
+
+def _one_retry(settings: Any) -> Any:
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+    if not _ONE_RETRY or _ONE_RETRY[0][0] is not settings:
+        _ONE_RETRY[:] = [(settings, settings.copy_with_update(updates={PREFECT_CLIENT_MAX_RETRIES: 1}))]
+    return _ONE_RETRY[0][1]
+
+
+def _prefect_tls() -> ssl.SSLContext:
+    """The TLS context Prefect's client would build from its settings, built once per process for those
+    settings: Prefect builds one per client (~40 ms of loading CA certificates), and a run asks the API through
+    a client of its own at its start, its end and for each record it tells later."""
+    from prefect.settings import PREFECT_API_SSL_CERT_FILE, PREFECT_API_TLS_INSECURE_SKIP_VERIFY
+
+    return _tls_context(bool(PREFECT_API_TLS_INSECURE_SKIP_VERIFY.value()), PREFECT_API_SSL_CERT_FILE.value())
+
+
+@functools.cache
+def _tls_context(insecure: bool, cert_file: str | None) -> ssl.SSLContext:
+    """As `prefect.client.orchestration.PrefectClient` builds it (Prefect 3.8.8)."""
+    if insecure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    import certifi
+
+    return ssl.create_default_context(cafile=cert_file or certifi.where())
 
 
 async def api_away() -> str | None:
