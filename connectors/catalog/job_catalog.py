@@ -106,7 +106,9 @@ def builtin_declarations() -> dict[str, dict[str, Any]]:
 @functools.cache
 def builtin() -> Catalog:
     """harvest's own endpoints, read once per process."""
-    return Catalog({path: build_endpoint(path, decl) for path, decl in builtin_declarations().items()})
+    return Catalog(
+        {path: build_endpoint(path, decl, lazy=True) for path, decl in builtin_declarations().items()}
+    )
 
 
 def for_job(declared: Mapping[str, Mapping[str, Any]] | None) -> Catalog:
