@@ -228,9 +228,24 @@ def landed(
 
 
 # ------------------------------------------------------------------------------------------ checks
+_READERS: dict[Path, duckdb.DuckDBPyConnection] = {}
+"""One read-only connection per landed database, for every check of the module: nothing writes to it once
+landed, and opening it reads the catalog of every table its group landed (most of a check's time, opened per
+query)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_readers() -> Iterator[None]:
+    yield
+    for con in _READERS.values():
+        con.close()
+    _READERS.clear()
+
+
 def _rows(db: Path, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql, params).fetchall()
+    if db not in _READERS:
+        _READERS[db] = duckdb.connect(str(db), read_only=True)
+    return _READERS[db].execute(sql, params).fetchall()
 
 
 def _table_rows(db: Path, table: str, names: list[str], query_id: str) -> list[dict[str, Any]]:
