@@ -132,6 +132,23 @@ def interrupts() -> tuple[type[BaseException], ...]:
     return (KeyboardInterrupt,) + ((exceptions.TerminationSignal,) if exceptions is not None else ())
 
 
+def came_as_another_error(exc: BaseException) -> bool:
+    """Whether `exc` is a signal's interrupt that came out of a library as an error of its own: a SIGTERM or
+    SIGHUP came during the command (`received`), or a KeyboardInterrupt is in the error's chain (pydantic
+    chains it as the cause of the PydanticSerializationError it raises when the interrupt lands in one of its
+    callbacks; Ctrl-C included, which `received` does not name)."""
+    if received is not None:
+        return True
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
 def signal_name() -> str:
     """The signal that stopped the command, as the user's line names it."""
     return received or "SIGINT"

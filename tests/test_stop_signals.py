@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.tasks.output.layout import OutputLayout
@@ -150,13 +152,13 @@ import os, signal, sys
 _calls = [0]
 
 def _profile(frame, event, arg):
-    \"\"\"SIGTERM to this process from the HOOK_CALL-th call of Prefect's settings serializer (pydantic calls
-    it): the first is in `import prefect`, later ones as Prefect starts the flow.\"\"\"
+    \"\"\"HOOK_SIGNAL (SIGTERM) to this process from the HOOK_CALL-th call of Prefect's settings serializer
+    (pydantic calls it): the first is in `import prefect`, later ones as Prefect starts the flow.\"\"\"
     if event == "call" and frame.f_code.co_name == "_ser_model":
         _calls[0] += 1
         if _calls[0] == int(os.environ.get("HOOK_CALL", "1")):
             sys.setprofile(None)
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, os.environ.get("HOOK_SIGNAL", "SIGTERM")))
 
 sys.setprofile(_profile)
 """
@@ -208,31 +210,52 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     assert stopped.status == "interrupted" and stopped.credits_spent == 0
 
 
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_a_library_turned_into_its_own_error_is_an_interrupt_not_a_failed_run(
-    prefect_api_url: str, tmp_path: Path
+    prefect_api_url: str, tmp_path: Path, signal_name: str
 ) -> None:
     """A later call of the same serializer, as Prefect starts the flow: the interrupt comes out of pydantic as
     PydanticSerializationError, which reaches harvest. A SIGTERM is a stop (exit 130, resumable), not "the run
-    failed" (exit 1) in a service manager's journal."""
-    code, out, err, sent = signalled_run(tmp_path, SIGNAL_IN_PREFECT_SETTINGS, prefect_api_url, HOOK_CALL="5")
+    failed" (exit 1) in a service manager's journal; so is a Ctrl-C, known by the KeyboardInterrupt pydantic
+    gives as the error's cause."""
+    code, out, err, sent = signalled_run(
+        tmp_path, SIGNAL_IN_PREFECT_SETTINGS, prefect_api_url, HOOK_CALL="5", HOOK_SIGNAL=signal_name
+    )
     assert code == 130, (code, out, err)
     assert "(PydanticSerializationError on its way out)" in err and "the run failed" not in err, err
     assert sent == 0, err
 
 
+SERVE_STOPPED = "stopped serving; the deployments' schedules are paused"
+SERVE_STOPPED_VIA = "stopped serving (PydanticSerializationError on its way out); the deployments' schedules"
+
+
+@pytest.mark.parametrize(
+    ("signal_name", "call", "last_line"),
+    [
+        ("SIGTERM", "1", SERVE_STOPPED),
+        ("SIGTERM", "5", SERVE_STOPPED_VIA),
+        ("SIGINT", "5", SERVE_STOPPED_VIA),
+    ],
+    ids=["sigterm-swallowed", "sigterm-as-an-error", "ctrl-c-as-an-error"],
+)
 def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(
-    prefect_api_url: str, tmp_path: Path
+    prefect_api_url: str, tmp_path: Path, signal_name: str, call: str, last_line: str
 ) -> None:
     """The same lost SIGTERM in `harvest serve` (a service manager stopping it as it starts): unremembered,
     serve serves on until the next signal; it stops before its runner starts, as on any signal (exit 0:
-    serving ended as asked, the schedules paused)."""
+    serving ended as asked, the schedules paused). At the serializer's 5th call the interrupt comes out as
+    pydantic's PydanticSerializationError instead (its cause the KeyboardInterrupt, for Ctrl-C as for SIGTERM):
+    a stop too, not exit 1 with a traceback."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     with gated(CONFIG) as sb:
         nightly = {**job(sb.base_url, tmp_path / "out"), "schedule": {"cron": "0 3 * * *"}}
         write_spec(jobs, nightly, "nightly.yaml")
         env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
-        env.update(signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS))
+        env.update(
+            signalled_from(tmp_path, SIGNAL_IN_PREFECT_SETTINGS), HOOK_SIGNAL=signal_name, HOOK_CALL=call
+        )
         serving = subprocess.Popen(
             [str(HARVEST), "serve", str(jobs)], cwd=tmp_path, env=env, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -240,9 +263,8 @@ def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(
         code, out, err = Watched(serving).finish(timeout=120)
         sent = len(data_entries(sb))
     assert code == 0, (code, out, err)
-    assert (
-        err.strip().splitlines()[-1].startswith("stopped serving; the deployments' schedules are paused")
-    ), err
+    assert err.strip().splitlines()[-1].startswith(last_line), err
+    assert "PydanticSerializationError:" not in err and "╭" not in err, err  # no traceback of serve's own
     assert sent == 0
 
 

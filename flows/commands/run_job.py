@@ -257,7 +257,7 @@ def run_job(
     except (Failed, UsageError, MissingApiKey):  # refused: said by `flows.cli_errors`
         raise
     except Exception as exc:  # the run itself broke: say what, without a traceback; landed data stays
-        if stop_signals.received is not None:
+        if stop_signals.came_as_another_error(exc):
             # the signal's interrupt, turned into a library's own error on its way out (raised inside a
             # pydantic callback, it comes out as PydanticSerializationError): the run was stopped, not broken
             raise _interrupted(begun, f" ({type(exc).__name__} on its way out)") from None
@@ -328,8 +328,13 @@ def serve(paths: list[Path], base_url: str | None) -> None:
     from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults
 
     apply_prefect_defaults()
+    how = ""
     try:
         serve_jobs(paths, base_url)  # until stopped: Ctrl-C, SIGTERM or SIGHUP (`flows.stop_signals`)
     except interrupts():
         pass
-    err.print("stopped serving; the deployments' schedules are paused until `harvest serve` runs again")
+    except Exception as exc:
+        if not stop_signals.came_as_another_error(exc):
+            raise
+        how = f" ({type(exc).__name__} on its way out)"  # stopped as asked, not broken: exit 0, no traceback
+    err.print(f"stopped serving{how}; the deployments' schedules are paused until `harvest serve` runs again")
