@@ -137,16 +137,9 @@ def came_as_another_error(exc: BaseException) -> bool:
     SIGHUP came during the command (`received`), or a KeyboardInterrupt is in the error's chain (pydantic
     chains it as the cause of the PydanticSerializationError it raises when the interrupt lands in one of its
     callbacks; Ctrl-C included, which `received` does not name)."""
-    if received is not None:
-        return True
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen:
-        if isinstance(link, KeyboardInterrupt):
-            return True
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return False
+    from harvest.connectors.errors import error_chain
+
+    return received is not None or any(isinstance(link, KeyboardInterrupt) for link in error_chain(exc))
 
 
 def signal_name() -> str:

@@ -32,6 +32,7 @@ from harvest.connectors.errors import (
     ServiceAnswer,
     ServiceUnavailable,
     Unauthorized,
+    error_chain,
 )
 from harvest.connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
 from harvest.connectors.http.auth import ApiKey
@@ -117,8 +118,7 @@ def unreachable(exc: BaseException) -> str | None:
     """Why nothing at the URL can answer, when no retry within a second would change it: nothing listening, a
     name that does not resolve, a TLS handshake refused. None for what may pass (a timeout, a resolver that
     failed for now)."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in error_chain(exc):
         if isinstance(seen, socket.gaierror):
             if seen.errno in (socket.EAI_AGAIN, getattr(socket, "EAI_SYSTEM", None)):
                 return None
@@ -127,7 +127,6 @@ def unreachable(exc: BaseException) -> str | None:
             return f"the TLS handshake failed ({seen.reason or seen}; an https:// URL to a plain-HTTP port?)"
         if isinstance(seen, ConnectionRefusedError) or getattr(seen, "errno", None) == errno.ECONNREFUSED:
             return "nothing is listening there (connection refused)"
-        seen = seen.__cause__ or seen.__context__
     return None
 
 

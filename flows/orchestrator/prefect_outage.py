@@ -62,14 +62,9 @@ def api_trouble(exc: BaseException) -> bool:
 def caused_by_api(exc: BaseException) -> bool:
     """Whether `exc`, or an error it was raised from, says Prefect's API was away (Prefect wraps its client's
     errors: a task run's concurrency slots refused as `ConcurrencySlotAcquisitionError` from a ConnectError)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if api_trouble(current):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    from harvest.connectors.errors import error_chain
+
+    return any(api_trouble(link) for link in error_chain(exc))
 
 
 def said(exc: BaseException) -> str:
