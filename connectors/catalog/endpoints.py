@@ -123,7 +123,9 @@ class ParamsModel:
 
     def __init__(self, make: Callable[[], type[Params]], *, eager: bool = False) -> None:
         self._make: Callable[[], type[Params]] | None = make
-        self._model: type[Params] | None = make() if eager else None
+        self._model: type[Params] | None = None
+        if eager:
+            self()
 
     def __call__(self) -> type[Params]:
         if self._model is None:
