@@ -12,7 +12,6 @@ them between processes), which plain exceptions with keyword-only constructors d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,6 @@ __all__ = [
     "Unauthorized",
     "UnexpectedResponse",
     "UnreadableAnswer",
-    "error_chain",
 ]
 
 
@@ -51,17 +49,6 @@ class ServiceAnswer:
     def __repr__(self) -> str:
         kind = "none" if self.body is None else type(self.body).__name__
         return f"ServiceAnswer(status_code={self.status_code}, body=<{kind}>, raw=<{len(self.raw)} bytes>)"
-
-
-def error_chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc`, then the error it was raised from or during (`__cause__`, else `__context__`), and so on: what a
-    wrapper (Prefect's, httpx's, pydantic's) hides. Each error once, so a cycle ends the walk."""
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen:
-        yield link
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
 
 
 def _rebuild(cls: type[HarvestError], args: tuple[Any, ...], state: dict[str, Any]) -> HarvestError:

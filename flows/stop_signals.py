@@ -137,7 +137,7 @@ def came_as_another_error(exc: BaseException) -> bool:
     SIGHUP came during the command (`received`), or a KeyboardInterrupt is in the error's chain (pydantic
     chains it as the cause of the PydanticSerializationError it raises when the interrupt lands in one of its
     callbacks; Ctrl-C included, which `received` does not name)."""
-    from harvest.connectors.errors import error_chain
+    from harvest.connectors.error_chain import error_chain
 
     return received is not None or any(isinstance(link, KeyboardInterrupt) for link in error_chain(exc))
 

@@ -25,6 +25,7 @@ from functools import partial
 import httpx
 
 from harvest.connectors.credits.ledger import CreditLedger
+from harvest.connectors.error_chain import error_chain
 from harvest.connectors.errors import (
     HarvestError,
     NotTheService,
@@ -32,7 +33,6 @@ from harvest.connectors.errors import (
     ServiceAnswer,
     ServiceUnavailable,
     Unauthorized,
-    error_chain,
 )
 from harvest.connectors.http.answers import envelope, int_field, parse_body, refuses_key, what_answered
 from harvest.connectors.http.auth import ApiKey

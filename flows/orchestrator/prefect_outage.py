@@ -62,7 +62,7 @@ def api_trouble(exc: BaseException) -> bool:
 def caused_by_api(exc: BaseException) -> bool:
     """Whether `exc`, or an error it was raised from, says Prefect's API was away (Prefect wraps its client's
     errors: a task run's concurrency slots refused as `ConcurrencySlotAcquisitionError` from a ConnectError)."""
-    from harvest.connectors.errors import error_chain
+    from harvest.connectors.error_chain import error_chain
 
     return any(api_trouble(link) for link in error_chain(exc))
 
