@@ -20,12 +20,13 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.session_dirs import remove_session_dirs, session_dir
 
 if TYPE_CHECKING:  # imported by the fixtures, after the environment above is set
     from tests.flow_helpers import HoldDuckDB
@@ -37,7 +38,8 @@ TESTS_NEVER_PHONE_HOME = {
     "DO_NOT_TRACK": "1",
 }
 
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="harvest-prefect-"))
+if "PREFECT_HOME" not in os.environ:  # xdist's workers inherit the controller's
+    os.environ["PREFECT_HOME"] = session_dir("harvest-prefect-")
 if os.environ.get(
     "PYTEST_XDIST_WORKER"
 ):  # xdist gives its workers an 80x24 terminal size; tests read wide tables
@@ -79,6 +81,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first (`LONGEST_FIRST`), each module's tests still together and in their order."""
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    remove_session_dirs()
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

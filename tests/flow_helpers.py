@@ -7,7 +7,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.emulation import endpoint_table as sandbox_endpoints
 from harvest.sandbox.expected import full_crawl
 from tests.endpoints import CREATIVE_DETAIL
+from tests.session_dirs import session_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 HARVEST = ROOT / ".venv" / "bin" / "harvest"
@@ -204,7 +204,7 @@ def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
             con.close()
 
 
-_SUBPROCESS_PREFECT_HOME = tempfile.mkdtemp(prefix="harvest-subprocess-prefect-")
+_SUBPROCESS_PREFECT_HOME = session_dir("harvest-subprocess-prefect-")
 """One Prefect home for the session's `harvest` processes: its database is migrated once (10-30 s here)."""
 
 
