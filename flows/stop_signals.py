@@ -81,6 +81,14 @@ def at_start() -> None:
     _install(_leave_at_start)
 
 
+def _ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """Python's KeyboardInterrupt, remembered (`received`) for when a library swallows it or makes it an
+    error of its own, as a SIGTERM is."""
+    global received
+    received = signal.Signals(signum).name
+    raise KeyboardInterrupt
+
+
 def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
     """SIGTERM or SIGHUP handled as SIGINT is handled right now; Python's KeyboardInterrupt when SIGINT has no
     handler of its own (ignored or default)."""
@@ -94,7 +102,7 @@ def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
 
 
 def lost_on_its_way() -> None:
-    """KeyboardInterrupt when a SIGTERM or SIGHUP came earlier in this command: called where every interrupt
+    """KeyboardInterrupt when a signal came earlier in this command: called where every interrupt
     that came out would have ended the command already, so that one was lost (raised inside a library's callback
     from compiled code, pydantic's, it became an error the library swallowed: Prefect's plugin start)."""
     if received is not None:
@@ -106,8 +114,10 @@ def _command_starts() -> None:
 
     compiled_imports.hold_signals(_taken)
     if signal.SIGINT in _taken:
-        # Python's own handler, so that asyncio.run still installs its own over it (it checks for this one)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Python's handler that remembers, as `signal.default_int_handler` too: asyncio.run installs its own
+        # over the handler it finds there only (an identity check), and restores that one when it ends
+        signal.default_int_handler = _ctrl_c  # type: ignore[assignment]
+        signal.signal(signal.SIGINT, _ctrl_c)
     for sig in _taken - {signal.SIGINT}:
         signal.signal(sig, like_ctrl_c)
 
@@ -133,10 +143,10 @@ def interrupts() -> tuple[type[BaseException], ...]:
 
 
 def came_as_another_error(exc: BaseException) -> bool:
-    """Whether `exc` is a signal's interrupt that came out of a library as an error of its own: a SIGTERM or
-    SIGHUP came during the command (`received`), or a KeyboardInterrupt is in the error's chain (pydantic
-    chains it as the cause of the PydanticSerializationError it raises when the interrupt lands in one of its
-    callbacks; Ctrl-C included, which `received` does not name)."""
+    """Whether `exc` is a signal's interrupt that came out of a library as an error of its own: a signal came
+    during the command (`received`), or a KeyboardInterrupt is in the error's chain (pydantic chains it as the
+    cause of the PydanticSerializationError it raises when the interrupt lands in one of its callbacks; an
+    interrupt raised by a handler other than harvest's, asyncio's second Ctrl-C, is not in `received`)."""
     from harvest.connectors.error_chain import error_chain
 
     return received is not None or any(isinstance(link, KeyboardInterrupt) for link in error_chain(exc))

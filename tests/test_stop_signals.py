@@ -195,16 +195,19 @@ def test_a_signal_while_duckdb_initialises_stops_the_run_with_its_line_not_an_ab
     assert sent == 0
 
 
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
-    prefect_api_url: str, tmp_path: Path
+    prefect_api_url: str, tmp_path: Path, signal_name: str
 ) -> None:
     """`import prefect` builds its settings with pydantic, which calls Prefect's serializer: a KeyboardInterrupt
     raised there comes out of pydantic as a ValidationError, which Prefect's plugin start catches and logs:
-    unremembered, the SIGTERM is lost and the run pays and lands every page (exit 0). harvest remembers it, so
-    the run stops before anything is paid, and says so."""
-    code, out, err, sent = signalled_run(tmp_path, SIGNAL_IN_PREFECT_SETTINGS, prefect_api_url)
+    unremembered, the signal is lost and the run pays and lands every page (exit 0). harvest remembers it (a
+    Ctrl-C as a SIGTERM), so the run stops before anything is paid, and says so."""
+    code, out, err, sent = signalled_run(
+        tmp_path, SIGNAL_IN_PREFECT_SETTINGS, prefect_api_url, HOOK_SIGNAL=signal_name
+    )
     assert code == 130, (code, out, err)
-    assert "harvest: SIGTERM: stopping before anything is paid" in err, err
+    assert f"harvest: {signal_name}: stopping before anything is paid" in err, err
     assert sent == 0, err
     (stopped,) = all_manifests(OutputLayout(tmp_path / "out"))
     assert stopped.status == "interrupted" and stopped.credits_spent == 0
@@ -235,18 +238,26 @@ SERVE_STOPPED_VIA = "stopped serving (PydanticSerializationError on its way out)
     [
         ("SIGTERM", "1", SERVE_STOPPED),
         ("SIGTERM", "5", SERVE_STOPPED_VIA),
+        ("SIGINT", "1", SERVE_STOPPED),
         ("SIGINT", "5", SERVE_STOPPED_VIA),
+        ("SIGINT", "9", SERVE_STOPPED_VIA),
     ],
-    ids=["sigterm-swallowed", "sigterm-as-an-error", "ctrl-c-as-an-error"],
+    ids=[
+        "sigterm-swallowed",
+        "sigterm-as-an-error",
+        "ctrl-c-swallowed",
+        "ctrl-c-as-an-error",
+        "ctrl-c-unchained",
+    ],
 )
 def test_harvest_serve_stops_on_a_signal_an_imported_library_swallowed(
     prefect_api_url: str, tmp_path: Path, signal_name: str, call: str, last_line: str
 ) -> None:
-    """The same lost SIGTERM in `harvest serve` (a service manager stopping it as it starts): unremembered,
-    serve serves on until the next signal; it stops before its runner starts, as on any signal (exit 0:
-    serving ended as asked, the schedules paused). At the serializer's 5th call the interrupt comes out as
-    pydantic's PydanticSerializationError instead (its cause the KeyboardInterrupt, for Ctrl-C as for SIGTERM):
-    a stop too, not exit 1 with a traceback."""
+    """The same lost SIGTERM or Ctrl-C in `harvest serve` (a service manager stopping it as it starts):
+    unremembered, serve serves on until the next signal; it stops before its runner starts, as on any signal
+    (exit 0: serving ended as asked, the schedules paused). At the serializer's 5th call the interrupt comes out
+    as pydantic's PydanticSerializationError instead (its cause the KeyboardInterrupt); at the 9th, the same
+    error without the cause: a stop too, not exit 1 with a traceback."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     with gated(CONFIG) as sb:
