@@ -213,6 +213,23 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     assert stopped.status == "interrupted" and stopped.credits_spent == 0
 
 
+def test_a_signal_an_imported_library_swallowed_is_not_held_by_the_wait_for_prefect(
+    free_port: int, tmp_path: Path
+) -> None:
+    """The same lost SIGTERM with a configured Prefect API that does not answer: the run would wait for it
+    (a Prefect restart, up to HARVEST_PREFECT_WAIT_SECONDS) before its interrupt handler learned of the
+    signal; a service manager stopping harvest waits meanwhile, then kills it. It stops before the wait."""
+    code, out, err, sent = signalled_run(
+        tmp_path,
+        SIGNAL_IN_PREFECT_SETTINGS,
+        f"http://127.0.0.1:{free_port}/api",  # nothing listens there
+        HARVEST_PREFECT_WAIT_SECONDS="600",
+    )
+    assert code == 130, (code, out, err)
+    assert "waiting up to" not in err and "interrupted" in err, err
+    assert sent == 0, err
+
+
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_a_library_turned_into_its_own_error_is_an_interrupt_not_a_failed_run(
     prefect_api_url: str, tmp_path: Path, signal_name: str

@@ -167,6 +167,7 @@ def _prefect_ready(server: Any) -> None:
     why = asyncio.run(prefect_outage.api_away())
     if why is None:
         return
+    stop_signals.lost_on_its_way()  # a signal lost in `import prefect`: stopped now, not after the wait
     seconds = prefect_outage.start_wait_seconds()
     console.warning(
         f"Prefect's API at {_api_url()} does not answer ({why}); waiting up to {seconds:g} s before the run "
