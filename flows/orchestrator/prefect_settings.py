@@ -29,6 +29,21 @@ machine without internet access, every night)."""
 def apply_prefect_defaults() -> None:
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    plugins = logging.getLogger("prefect.plugins")
+    if not any(isinstance(f, _SignalInPluginStart) for f in plugins.filters):
+        plugins.addFilter(_SignalInPluginStart())
+
+
+class _SignalInPluginStart(logging.Filter):
+    """Drops Prefect's "Failed to initialize plugins" and its 40-line traceback when what failed was a signal:
+    a Ctrl-C or SIGTERM while `import prefect` builds its settings lands in a pydantic callback and comes out as
+    a ValidationError, which Prefect logs and goes on from. harvest remembers the signal and stops, saying so
+    itself (`flows.stop_signals`); any other plugin failure is shown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from harvest.flows import stop_signals
+
+        return stop_signals.received is None
 
 
 class _PrefectEchoes(logging.Filter):
