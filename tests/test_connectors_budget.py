@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.expected import crawl
 from harvest.sandbox.wire.faults import PROXY_PAGE
-from harvest.sandbox.wire.serving import RunningSandbox, start
+from harvest.sandbox.wire.serving import RunningSandbox, running, start
 from tests.crawl_helpers import (
     FAST,
     Run,
@@ -38,6 +39,7 @@ from tests.crawl_helpers import (
 )
 from tests.declaring_helpers import Variant, aliased, variants
 from tests.endpoints import CLIP, FEED, FORUM, PHOTOS, PINS, PROFILE, REELS, SHOP
+from tests.flow_helpers import SECRET_KEY, job_spec, run_flow, write_spec
 
 pytestmark = pytest.mark.usefixtures("real_retries")
 
@@ -156,12 +158,29 @@ async def test_min_balance_floor_stops_the_run(sandbox_factory: Factory) -> None
     ledger = CreditLedger(100, min_balance=10)
     run = await run_query(sb, ENDPOINTS[PINS], {"query": "rugs"}, ledger=ledger)
 
-    # balances after each page: 11, 10, 9 -> below the floor of 10 after the third page
-    assert [p.body["credits_remaining"] for p in run.pages] == [11, 10, 9]
+    # balances after each page: 11, 10 -> a third page would take the account below the floor of 10
+    assert [p.body["credits_remaining"] for p in run.pages] == [11, 10]
     assert run.outcome.status == "budget_exhausted" and "floor of 10" in (run.outcome.error or "")
-    assert len(sb.ledger) == 3 and sb.balance() == 9
+    assert len(sb.ledger) == 2 and sb.balance() == 10
     assert run.outcome.next_cursor == run.pages[-1].cursor_out is not None
-    assert ledger.floor_reached
+
+
+def test_a_night_of_many_requests_in_flight_leaves_the_account_at_its_floor(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """The whole run as `harvest run` makes it (balance read first, 16 requests in flight, answers taking
+    0.2 s): the requests on the wire when an answer shows the floor used to be paid past it (the account at
+    14 for a floor of 30). The run holds the floor in its grants: the account ends at the floor exactly."""
+    config = SandboxConfig(api_keys={SECRET_KEY: 40}, pages_by_path={PINS: (5, 5)}, latency=0.2)
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": [f"q{i}" for i in range(16)]}}]
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, tmp_path / "out", queries, budget={"min_balance": 30}, concurrency=16)
+        summary = run_flow(write_spec(tmp_path, spec))
+        balance, billed = sb.balance(), sb.billed_total()
+    assert balance == 30 and billed == summary.credits_spent == 10, (balance, billed, summary.credits_spent)
+    assert summary.status == "budget_exhausted", summary
+    assert sum(q["pages"] for q in summary.queries) == 10
+    assert all("floor of 30" in q["error"] for q in summary.queries if q["pages"] < 5), summary.queries
 
 
 # ---------------------------------------------------------------------------------------------- property

@@ -106,6 +106,60 @@ def test_overspend_is_only_ever_the_services_overcharge(
     asyncio.run(_run(budget, tasks, policy, True, every))
 
 
+# ---------------------------------------------------------------------------------------------- balance floor
+async def _floor_run(start: int, floor: int, tasks: list[list[tuple[int, str, int]]], policy: str) -> int:
+    """An account of `start` credits, read before the run; each request is billed when the service takes it,
+    and its answer shows the balance of that moment, arriving after `yields` turns of the loop (others
+    answered meanwhile: out of order). "none": the answer is lost (billed, no balance, no charge named).
+    Returns the account's balance at the end."""
+    ledger = CreditLedger(10_000, min_balance=floor, policy=policy)  # type: ignore[arg-type]
+    account = start
+    ledger.observe_remaining(account)
+
+    async def task(i: int, ops: list[tuple[int, str, int]]) -> None:
+        nonlocal account
+        qid = f"q{i}"
+        for page, (cost, outcome, yields) in enumerate(ops):
+            r = await ledger.reserve(qid, page, cost)
+            if r is None or (r := ledger.sending(r)) is None:
+                return
+            if outcome == "release":
+                ledger.release(r)  # never reached the service
+                continue
+            charged = max(0, cost - 1) if outcome == "less" else cost
+            account -= charged
+            seen = account
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            if outcome == "none":
+                ledger.settle(r, None)
+            else:
+                ledger.observe_remaining(seen)
+                ledger.settle(r, charged)
+
+    async with asyncio.timeout(10):  # a deadlock fails the example instead of hanging the suite
+        await asyncio.gather(*(task(i, ops) for i, ops in enumerate(tasks)))
+    assert ledger.reserved == 0
+    return account
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    start=st.integers(0, 40),
+    floor=st.integers(0, 30),
+    tasks=st.lists(task_ops, min_size=1, max_size=16),
+    policy=st.sampled_from(["breadth_first", "greedy"]),
+)
+@example(start=40, floor=30, tasks=[[(1, "equal", 3)] * 4] * 16, policy="breadth_first")  # the audit's night
+def test_requests_in_flight_never_take_the_account_below_its_floor(
+    start: int, floor: int, tasks: list[list[tuple[int, str, int]]], policy: str
+) -> None:
+    """`budget.min_balance` with many requests in flight: the account ends at the floor or above (an account
+    already below it is not touched)."""
+    end = asyncio.run(_floor_run(start, floor, tasks, policy))
+    assert end >= floor or end == start, (start, floor, end)
+
+
 # ---------------------------------------------------------------------------------------------- service prices
 # A service whose prices differ from the cost table, one price key (endpoint) per query. Each request is charged
 # the price at the moment it is sent; optionally one key's price rises mid-run. What an attempt becomes:

@@ -297,6 +297,10 @@ class CreditLedger(Settlement):
             return self._stopped
         if floor := self._floor.refusal():
             return floor
+        room = self._floor.room(self._holds.total)
+        if room is not None and room < amount:
+            # wait while requests are held: each answer settles (or gives back) what it held
+            return self._floor.too_close(amount, room) if not self._holds.total else None
         if self._spent + amount > self._budget:
             return Refusal.budget_left(self._budget, self._spent)
         if query_cap is not None:
@@ -335,6 +339,12 @@ class CreditLedger(Settlement):
         with self._lock:
             group = self._fanouts.group(query_id)
             return None if group is None else max(0, self._fanouts.left(group))
+
+    def floor_room(self) -> int | None:
+        """Credits the run may still hold without taking the account below `min_balance` (`BalanceFloor.room`);
+        None without a floor or a reading."""
+        with self._lock:
+            return self._floor.room(self._holds.total)
 
     def stop(self, kind: RefusalKind, reason: str) -> bool:
         """Refuse every later reservation (the first stop's reason is kept); True if this call stopped it."""

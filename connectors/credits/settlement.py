@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
+from harvest.connectors.credits.balance_floor import BalanceFloor
 from harvest.connectors.credits.fair_share import FairShare
 from harvest.connectors.credits.fanout_caps import FanoutCaps
 from harvest.connectors.credits.holds import Holds
@@ -42,6 +43,7 @@ class Settlement:
     _given_back: int
     _q_spent: dict[str, int]
     _refused: RefusedCharges
+    _floor: BalanceFloor
     _overcharges: list[Overcharge]
     _journal: LedgerJournal | None
     _wake_all: Callable[[], None]
@@ -92,6 +94,7 @@ class Settlement:
             unknown: Unknown = None
             if charged is None or charged < 0:
                 unknown = "refusal" if refusal else "lost"
+                self._floor.counted_unnamed(counted)
                 if refusal:
                     self._refused.add(held.query_id, counted)
             else:
@@ -153,6 +156,7 @@ class Settlement:
                 self._q_spent[query_id] -= credits
                 self._fanouts.counted(query_id, -credits)
             given = sum(back.values())
+            self._floor.given_back(given)
             self._spent -= given
             self._session_spent -= given
             self._given_back += given

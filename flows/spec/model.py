@@ -113,7 +113,7 @@ class Budget(_Model):
         description="Hard cap of credits for one run (at least 1: a run of 0 pays nothing).",
     )
     min_balance: int | None = Field(
-        None, strict=True, ge=0, description="Stop when the account's credits_remaining falls below this."
+        None, strict=True, ge=0, description="Credits the run leaves in the account (its credits_remaining)."
     )
     policy: Literal["breadth_first", "greedy"] = Field(
         "breadth_first",

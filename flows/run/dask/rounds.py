@@ -172,12 +172,11 @@ class Rounds:
             self.faults.stop(fault)
 
     def free(self) -> int:
-        """What a round may grant: the budget left, and never more than keeps the account at `min_balance` (held
-        here, in the grants, from the last balance reported: workers pay at once and see it only after paying)."""
-        floor, balance = self.ledger.min_balance, self.ledger.account_remaining
-        if floor is None or balance is None:
-            return self.ledger.remaining
-        return min(self.ledger.remaining, max(0, balance - floor))
+        """What a round may grant: the budget left, and never more than keeps the account at `min_balance` (the
+        ledger's room above the floor: workers pay at once and see the balance only after paying). A round
+        grants everything before any of it settles, so its grants together must fit the room."""
+        room = self.ledger.floor_room()
+        return self.ledger.remaining if room is None else min(self.ledger.remaining, max(0, room))
 
     def why_no_credits(self) -> str:
         floor, balance = self.ledger.min_balance, self.ledger.account_remaining
