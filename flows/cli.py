@@ -133,17 +133,17 @@ def validate(spec: Path = SPEC_ARG) -> None:
     """Check a job spec completely (keys, endpoints, parameters, fan-out, parents); exit 2 when invalid."""
     import os
 
-    from harvest.flows.console import note, prose
+    from harvest.flows.console import counted, note, prose
     from harvest.flows.run.plan import plan
     from harvest.flows.spec import BASE_URL_ENV
 
     job = _load(spec)
     fanned = sum(1 for q in job.queries if q.static)
     dependent = sum(1 for q in job.queries if q.dependent)
-    prose(f"ok: {len(job.queries)} queries ({fanned} fanned out, {dependent} dependent)")
+    prose(f"ok: {counted(len(job.queries), 'query')} ({fanned} fanned out, {dependent} dependent)")
     expanded = len(plan(job).queries)
     more = ", plus the dependent ones per parent record" if dependent else ""
-    prose(f"{expanded} queries to run after fan-out{more}")
+    prose(f"{counted(expanded, 'query')} to run after fan-out{more}")
     if not job.service.base_url and not os.environ.get(BASE_URL_ENV):
         note(
             f"note: no service URL in the spec; `harvest run` needs {BASE_URL_ENV} or --base-url "

@@ -242,8 +242,11 @@ class LiteralTable(Table):
 
 
 def counted(number: int, noun: str) -> str:
-    """`1 page`, `3 pages`: a line a person reads says one page, not one pages (nouns here take an s)."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+    """`1 page`, `3 pages`, `2 queries`: a line a person reads says one page, not one pages."""
+    if number == 1:
+        return f"{number} {noun}"
+    consonant_y = noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u")
+    return f"{number} {noun[:-1]}ies" if consonant_y else f"{number} {noun}s"
 
 
 def table(*columns: str, title: object | None = None, right: Iterable[str] = ()) -> Table:

@@ -213,6 +213,30 @@ def test_a_failed_query_exits_1_and_the_key_never_leaks(prefect_api_url: str, tm
     assert_no_secret_in_outputs(output)
 
 
+def test_harvest_s_own_warnings_come_as_its_lines_not_in_prefect_s_log_format(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A cron log is read (and grepped) as harvest's sentences: the ledger's warning that the service charged
+    more than the cost table says came as `04:55:05.938 | WARNING | harvest.ledger - ...` among them."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, costs={PINS: 3})
+    with running(config) as sb:
+        queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
+        spec = write_spec(tmp_path, job_spec(sb.base_url, tmp_path / "out", queries, credits=50))
+        proc = subprocess.run(
+            [str(HARVEST), "run", str(spec)],
+            env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert any(line.startswith("warning: the service charged 3 credits for pins page 0") for line in lines), (
+        lines
+    )
+    assert not [line for line in lines if "| WARNING |" in line or "harvest.ledger" in line], lines
+
+
 # ---------------------------------------------------------------------------------------------- 10. demo
 def test_demo_lands_every_table(landed_demo: LandedDemo, prefect_harness: None, tmp_path: Path) -> None:
     """The session's demo, as a user typed it (`tests.landed_demo`), then a second night into the same file."""

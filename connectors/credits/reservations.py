@@ -35,8 +35,9 @@ class Overcharge:
 
     def warning(self, spent: int, budget: int) -> str:
         return (
-            f"the service charged {self.charged} credits for {self.query_id} page {self.page_index} but the cost "
-            f"table says {self.reserved}; spent is now {spent} of a budget of {budget}; later requests reserve "
+            f"the service charged {self.charged} credit{'' if self.charged == 1 else 's'} for {self.query_id} "
+            f"page {self.page_index} but the cost table says {self.reserved}; spent is now {spent} of a budget "
+            f"of {budget}; later requests reserve "
             "the charged amount. Update the cost table."
         )
 

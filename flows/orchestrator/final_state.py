@@ -17,6 +17,7 @@ from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from harvest.connectors.http.auth import ApiKey, redact
 from harvest.connectors.paging.pager import OK_STATUSES, base_id
+from harvest.flows.console import counted
 from harvest.flows.orchestrator.prefect_outage import WATCH, api_away, bounded_client, caused_by_api, said
 from harvest.flows.orchestrator.prefect_record import (
     ENDED,
@@ -64,7 +65,7 @@ def _failures(summary: RunSummary, key: ApiKey | None) -> str:
 def headline(summary: RunSummary, key: ApiKey | None = None) -> str:
     """One line for the Prefect state message and logs; a failed run's names its failed queries and why."""
     text = (
-        f"{summary.status}: {len(summary.queries)} queries, {summary.records} records, "
+        f"{summary.status}: {counted(len(summary.queries), 'query')}, {counted(summary.records, 'record')}, "
         f"{summary.credits_spent}/{summary.budget} credits (run {summary.run_id})"
     )
     failures = _failures(summary, key)

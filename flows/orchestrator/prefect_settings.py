@@ -54,6 +54,8 @@ class _PrefectEchoes(logging.Filter):
     `.wait()`: `flows.run.fanout` says it in one line). The lines still reach the Prefect API, with the states."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("harvest."):
+            return False  # said by harvest itself, as its own lines (`_HarvestWarnings`)
         if record.name == "prefect.flow_runs":
             return not str(record.msg).startswith("Finished in state")
         if record.name == "prefect.task_runs" and record.levelno >= logging.ERROR:
@@ -61,8 +63,26 @@ class _PrefectEchoes(logging.Filter):
         return True
 
 
+class _HarvestWarnings(logging.Handler):
+    """harvest's own warnings (the ledger's overcharge and balance floor, a page's repairs) as `warning: ...`
+    lines, like every other line `harvest run` prints: through Prefect's console handler they came as
+    `04:39:51.242 | WARNING | harvest.ledger - ...` in the middle of a cron log's plain sentences."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from harvest.flows import console
+
+        try:
+            console.warning(record.getMessage())
+        except Exception:  # a closed stderr: the record is not worth the run
+            self.handleError(record)
+
+
 def quiet_prefect_echoes() -> None:
-    """Filter Prefect's console handler, once Prefect configured its logging (on import): for the CLI's runs."""
+    """Filter Prefect's console handler, once Prefect configured its logging (on import), and print harvest's
+    own warnings as harvest's lines: for the CLI's runs."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     for handler in logging.getLogger().handlers:
@@ -70,3 +90,6 @@ def quiet_prefect_echoes() -> None:
             isinstance(f, _PrefectEchoes) for f in handler.filters
         ):
             handler.addFilter(_PrefectEchoes())
+    harvest = logging.getLogger("harvest")
+    if not any(isinstance(h, _HarvestWarnings) for h in harvest.handlers):
+        harvest.addHandler(_HarvestWarnings())

@@ -72,7 +72,7 @@ class RunFacts:
         """The run in one plain sentence: which it is and, resumed or continued, what it starts from."""
         if self.kind == "resume":
             return f"job {self.job} {self.carried()}"
-        planned = f"{self.planned} queries" if self.planned is not None else "queries as they are found"
+        planned = counted(self.planned, "query") if self.planned is not None else "queries as they are found"
         said = f"{self.title()} {self.carried()}" if self.kind == "continue" else f"{self.title()}: {planned}"
         return f"{said}; budget {self.budget} credits"
 
