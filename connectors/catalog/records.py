@@ -33,7 +33,7 @@ META_COLUMNS: tuple[pa.Field, ...] = (
           "(`videos[handle=nasa]`): `query_state.query_id`.", "the job spec"),
     _meta("_run_id", pa.string(), "The run that fetched it: `runs.run_id`.", "harvest"),
     _meta("_fetched_at", TIMESTAMP, "When the page holding it was fetched (UTC): the newest fetch of a key "
-          "wins the merge, and relative times (`published_time_text`: \"2 days ago\") count back from it.", "the request"),
+          "wins the merge, and relative times (`created_at_text`: \"2 days ago\") count back from it.", "the request"),
 )  # fmt: skip
 """Columns harvest adds to every record table, each described (`tasks.database.column_comments`)."""
 
