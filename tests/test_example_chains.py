@@ -61,6 +61,16 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
     # a video's comments -> their replies, one thread per comment's token
     tokens = _column(db, "video_platform_video_comments", "replies_token")
     assert tokens and _asked(db, COMMENT_REPLIES, "continuationToken") == tokens
+    # each reply joins the comment it answers, a thread's later pages (asked with the next page's token) too
+    joined = rows(
+        db,
+        "SELECT count(*), count(c.id), count(DISTINCT c.id) "
+        "FROM video_platform_comments r LEFT JOIN video_platform_video_comments c "
+        "ON r.comment_replies_token = c.replies_token",
+    )[0]
+    later = rows(db, "SELECT count(*) FROM requests WHERE endpoint = ? AND page > 0", [COMMENT_REPLIES])[0][0]
+    assert joined == (counts["video_platform_comments"], counts["video_platform_comments"], len(tokens))
+    assert later, "no thread had a second page: the join is not checked on one"
     # advertiser search -> each company's ads, every ad its advertiser's
     advertisers = _column(db, "search_engine_advertisers", "advertiser_id")
     assert _asked(db, "/v1/search-engine/company/ads", "advertiser_id") == advertisers
