@@ -172,6 +172,51 @@ def test_an_older_database_is_brought_to_the_true_types_without_losing_a_value(
         }
 
 
+def test_every_is_and_has_column_is_boolean() -> None:
+    """A flag is BOOLEAN whatever the service sends for it (`is_top` is 0 or 1: `_as_bool` reads ints):
+    `WHERE is_pinned` works on every table as on the others."""
+    flags = {
+        (table, f.name): str(f.type)
+        for table, kind in catalog.all_kinds().items()
+        for f in kind.columns
+        if f.name.startswith(("is_", "has_"))
+    }
+    assert flags and {name: typ for name, typ in flags.items() if typ != "bool"} == {}
+    assert [coercer(Field("f", "f", pa.bool_()))(v) for v in (0, 1, True, "false")] == [
+        False,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_an_older_bigint_flag_becomes_boolean_in_place(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`is_pinned` was a BIGINT of 0 and 1: an older database's column is retyped in place, every value kept,
+    and a run an older harvest landed (its Parquet's BIGINT) loads into it."""
+    videos = "short_video_videos"
+    was = older(videos, is_pinned=pa.int64())
+    db = OutputLayout(tmp_path).db
+    old = [{"aweme_id": "v1", "is_pinned": 1}, {"aweme_id": "v2", "is_pinned": 0}, {"aweme_id": "v3"}]
+    load_tables(db, [(was, land(tmp_path, "r1", was, old, T0))])
+    assert columns(db, videos)["is_pinned"][0] == "BIGINT"
+    check_output_dir(tmp_path)  # a run is not refused over it: the load retypes it
+    kind, later = catalog.all_kinds()[videos], T0 + dt.timedelta(hours=1)
+    landed_before = land(tmp_path, "r2", was, [{"aweme_id": "v4", "is_pinned": 1}], later)
+    with caplog.at_level(logging.WARNING, logger="harvest.tasks.database.column_types"):
+        load_tables(db, [(kind, [*landed_before, *land(tmp_path, "r3", kind, [{"aweme_id": "v5"}], later)])])
+    got = columns(db, videos)
+    assert got["is_pinned"][0] == "BOOLEAN" and "is_pinned_was_bigint" not in got
+    assert db_rows(db, f"SELECT aweme_id, is_pinned FROM {videos} ORDER BY ALL") == [
+        ("v1", True), ("v2", False), ("v3", None), ("v4", True), ("v5", None)
+    ]  # fmt: skip
+    assert (
+        f"table {videos}: column is_pinned is now BOOLEAN (was BIGINT; every value converted)"
+        in caplog.messages
+    )
+
+
 def test_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
