@@ -340,3 +340,28 @@ def test_the_pages_example_validates_and_plans_as_the_page_shows(
     assert refused.exit_code == 2
     error = re.search(r"(catalogs/ad-library.yaml:19: .*)\n", page)
     assert error is not None and error.group(1) in refused.stderr
+
+
+def test_the_pages_example_runs_on_the_sandbox_to_its_figures(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/declaring-endpoints.md's steps 5 and 6, as a user follows them: the run prints the page's lines
+    (statuses, records, credits, rows) and the page's query reads the table it landed."""
+    page = (Path(__file__).parent.parent / "docs" / "declaring-endpoints.md").read_text()
+    catalog_text, spec_text = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)[:2]
+    (tmp_path / "catalogs").mkdir()
+    (tmp_path / "catalogs" / "ad-library.yaml").write_text(catalog_text)
+    (tmp_path / "ad-watch.yaml").write_text(spec_text)
+    monkeypatch.chdir(tmp_path)  # as the page runs it: from the spec's directory
+    shown = re.search(r"```sh\nharvest run ad-watch.yaml\n```\n\n```text\n(.*?)```", page, re.DOTALL)
+    query = re.search(r'```sh\nharvest sql data/ad-watch "(.*?)"\n```', page)
+    assert shown is not None and query is not None
+    ran = runner.invoke(app, ["run", "ad-watch.yaml"], env={"COLUMNS": "200"})
+    assert ran.exit_code == 0, ran.output
+    for line in shown.group(1).splitlines():
+        assert line in ran.stdout, line
+    asked = runner.invoke(app, ["sql", "data/ad-watch", query.group(1)], env={"COLUMNS": "200"})
+    shown_at = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", asked.stdout)  # first_shown, newest first
+    assert asked.exit_code == 0 and len(shown_at) == 5 and shown_at == sorted(shown_at, reverse=True), (
+        asked.output
+    )
