@@ -227,6 +227,24 @@ CASES = {
         ["0 is below the catalog's price of 1 credit", "spend past it"],
         [">= 1", "allow_lower_costs: true"],
     ),
+    "max_credits below the price of one request": (
+        HEAD
+        + "  - id: ads\n    endpoint: /v1/search-engine/company/ads\n"
+        + "    params: {topic: all, get_ad_details: true}\n    for_each: {domain: [a.com, b.com]}\n"
+        + "    max_credits: 10\n",
+        9,
+        "queries[0].max_credits",
+        ["10 is below the price of one request", "costs 25 credits a request", "could never send one"],
+        ["an integer >= 25, or no max_credits"],
+    ),
+    "max_credits below the price the job's costs set": (
+        HEAD + "  - endpoint: /v1/pinboard/search\n    params: {query: x}\n    max_credits: 1\n"
+        "costs:\n  /v1/pinboard/search: 2\n",
+        7,
+        "queries[0].max_credits",
+        ["1 is below the price of one request", "costs 2 credits a request"],
+        [">= 2, or no max_credits"],
+    ),
     "credential before the host in base_url": (
         VALID.replace("budget:", "service: {base_url: 'http://user:s3cr3t-pass@api.example'}\nbudget:"),
         2,

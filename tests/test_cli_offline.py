@@ -202,6 +202,43 @@ def test_problems_quoting_markup_are_printed_as_written(tmp_path: Path, command:
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+ADS_BELOW_ITS_PRICE = """\
+name: ads
+budget: {credits: 100, unstarted_exit_code: 3}
+output: OUT
+queries:
+  - id: ads
+    endpoint: /v1/search-engine/company/ads
+    params: {topic: all}
+    for_each: {domain: [a.com, b.com], get_ad_details: [false, true]}
+    max_credits: 10
+"""
+
+
+@pytest.mark.parametrize("command", [["validate"], ["plan", "--check"], ["run"]])
+def test_a_cap_below_the_price_of_one_request_is_refused_before_anything_is_sent(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A query whose `max_credits` is below what one of its requests costs could never send one: its night
+    would say the budget left it unstarted and `--continue` picks it up, which never happens. `validate`, `plan
+    --check` and `run` refuse it (exit 2) at its line, naming the priciest combination of its fan-out (details
+    cost 25 credits a request, the rest 1) and what is allowed; without the details the same cap is fine."""
+    path = write(tmp_path, ADS_BELOW_ITS_PRICE.replace("OUT", str(tmp_path / "out")))
+    result = runner.invoke(app, [command[0], str(path), *command[1:]], env={"HARVEST_BASE_URL": "sandbox"})
+    assert result.exit_code == 2, result.output
+    assert (
+        f"{path}:9: queries[0].max_credits: 10 is below the price of one request "
+        "(ads[domain=a.com,get_ad_details=true], the priciest of its fan-out): /v1/search-engine/company/ads with "
+        "these parameters costs 25 credits a request, so the query could never send one; allowed: an integer "
+        ">= 25, or no max_credits"
+    ) in " ".join(result.stderr.split())
+    assert "nothing was sent" in result.stderr or command == ["run"]  # run: `error: ...`, and no run begun
+    assert not (tmp_path / "out").exists()
+    cheap = path.read_text().replace("get_ad_details: [false, true]", "get_ad_details: [false]")
+    result = runner.invoke(app, ["validate", str(write(tmp_path, cheap))])
+    assert result.exit_code == 0, result.output
+
+
 def test_endpoints_prints_paths_and_flags_as_they_are() -> None:
     result = runner.invoke(app, ["endpoints"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
