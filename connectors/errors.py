@@ -103,7 +103,8 @@ class MissingApiKey(HarvestError):
 
 
 class BudgetExhausted(HarvestError):
-    """The ledger refused the credits for the next attempt, so no request was sent for it."""
+    """The ledger refused the credits for the next attempt, so no request was sent for it. `cap_below_price`:
+    {max_credits, price} when one request costs more than the query's whole cap (no run can send it)."""
 
     def __init__(
         self,
@@ -115,6 +116,7 @@ class BudgetExhausted(HarvestError):
         reason: str,
         credits: int = 0,
         attempts: int = 0,
+        cap_below_price: dict[str, int] | None = None,
     ) -> None:
         super().__init__(
             f"credit budget exhausted: page {page_index} needs {cost} credit(s) but {reason}; "
@@ -127,6 +129,7 @@ class BudgetExhausted(HarvestError):
         self.cost = cost
         self.reason = reason
         self.attempts = attempts
+        self.cap_below_price = cap_below_price
 
 
 class RunStopped(HarvestError):

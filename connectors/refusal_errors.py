@@ -28,9 +28,11 @@ def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempt
             status=refusal.kind, reason=reason, credits=credits, page_index=request.page,
             query_id=request.query_id, endpoint=request.endpoint,
         )  # fmt: skip
+    below = refusal.cap_below_price if refusal is not None else None
     return BudgetExhausted(
-        page_index=request.page, cost=request.cost, reason=reason, credits=credits,
+        page_index=request.page, cost=request.cost if below is None else below[1], reason=reason, credits=credits,
         attempts=attempts, query_id=request.query_id, endpoint=request.endpoint,
+        cap_below_price=None if below is None else {"max_credits": below[0], "price": below[1]},
     )  # fmt: skip
 
 

@@ -101,3 +101,56 @@ def test_sixty_fanned_out_queries_pass_the_budget_by_one_page_at_most(
     warned = [r.getMessage() for r in caplog.records if "the service charged" in r.getMessage()]
     assert len(warned) == 1, warned
     assert f"charged {price} credits" in warned[0]
+
+
+def test_queries_whose_cap_a_learned_price_passes_are_not_left_unstarted_by_the_budget(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit's night: the service charges 3 where the catalog says 1, and every query of the fan-out has
+    `max_credits: 2`. The first answer teaches the ledger the price; no later query can then hold one request.
+    They are not "never started, the run's budget spent before their turn" (97 of the budget is left), nor
+    counted for `unstarted_exit_code: 3`, nor in the `--continue` line: the run says which could not send a
+    request and why, and exits 1, since no night fetches them until the spec changes (docs/decisions.md)."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), costs={FEED: 3})
+    output = tmp_path / "out"
+    handles = [f"v{i}" for i in range(8)]
+    with running(config) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        query = {"id": "q", "endpoint": FEED, "for_each": {"handle": handles}, "max_credits": 2}
+        spec = write_spec(
+            tmp_path,
+            job_spec(
+                sb.base_url, output, [query], name="learned", credits=100, budget={"unstarted_exit_code": 3},
+                concurrency=4,
+            ),
+        )  # fmt: skip
+        result = runner.invoke(app, ["run", str(spec)], env={"COLUMNS": "2000"})
+        billed = sb.billed_total()
+
+    assert billed == 3, "one request, at the price the service charges"
+    db = output / "harvest.duckdb"
+    states = rows(db, "SELECT query_id, status, pages, error FROM query_state ORDER BY query_id")
+    assert {status for _, status, _, _ in states} == {"budget_exhausted"}
+    (first,) = [qid for qid, _, pages, _ in states if pages]
+    stuck = [qid for qid, _, pages, _ in states if not pages]
+    assert len(stuck) == len(handles) - 1
+    for _, _, pages, error in states:
+        if not pages:
+            assert (
+                "the query's cap of 2 credits (max_credits) is below the 3 credits one request costs" in error
+            )
+    err = " ".join(result.stderr.split())
+    assert "never started" not in err, err
+    said = next(line for line in result.stderr.splitlines() if "could not send a request" in line)
+    assert said.startswith(
+        f"{len(stuck)} queries could not send a request, their max_credits below what one request costs: "
+        f"{len(stuck)} of {len(handles)} q (max_credits 2, a request 3 credits: "
+    ), said
+    assert (
+        f"and {len(stuck) - 3} more). No run fetches them, neither `--continue` nor a larger budget" in said
+    )
+    assert sum(qid in said for qid in stuck) == 3 and first not in said
+    assert "1 queries stopped with their cursors kept" in err, (
+        err
+    )  # the first, which paid a page; not the rest
+    assert result.exit_code == 1, result.output

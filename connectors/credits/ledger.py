@@ -24,10 +24,9 @@ other threads (progress display) are consistent. Only `reserve` awaits; `sending
 `observe_remaining`, `register`, `page_done` and `finish` are plain calls, so they complete even inside a
 cancelled task's cleanup (`connectors.credits.waiters`).
 
-Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refused API key, an empty
-account); requests already sent still land and settle. Durability: an optional journal hears of every
-reservation before it is granted and of how it was closed, so a crashed run's spending can be recovered
-exactly (see `tasks.output.journal`), and `opening` seeds a resumed run with what it had spent before.
+Stopping: `stop(kind, reason)` refuses every later reservation (Ctrl-C, a refused key, an empty account); requests
+sent still land and settle. Durability: an optional journal hears of each reservation before its grant and of how it
+closed, so a crashed run's spending is recovered exactly (`tasks.output.journal`); `opening` seeds a resumed run.
 """
 
 from __future__ import annotations
@@ -295,6 +294,8 @@ class CreditLedger(Settlement):
         """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
         if self._stopped is not None:
             return self._stopped
+        if query_cap is not None and amount > query_cap:
+            return Refusal.query_cap(query_cap, self._q_spent.get(query_id, 0), amount)
         if floor := self._floor.refusal():
             return floor
         room = self._floor.room(self._holds.total)

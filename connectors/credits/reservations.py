@@ -76,13 +76,24 @@ RefusalKind = Literal["budget", "stopped", "interrupted"]
 class Refusal:
     kind: RefusalKind
     reason: str
+    cap_below_price: tuple[int, int] | None = None
+    """(max_credits, price) when one request costs more than the query's whole cap: no run can send it, so its
+    run does not count it among the queries the budget left unstarted (`tasks.output.run_summary`)."""
 
     @classmethod
     def budget_left(cls, budget: int, spent: int) -> Refusal:
         return cls("budget", f"the run's budget of {budget} credits has {max(0, budget - spent)} left")
 
     @classmethod
-    def query_cap(cls, cap: int, spent: int) -> Refusal:
+    def query_cap(cls, cap: int, spent: int, price: int = 0) -> Refusal:
+        """The query's `max_credits` is reached, or (`price` above it) could never hold one request."""
+        if price > cap:
+            return cls(
+                "budget",
+                f"the query's cap of {cap} credits (max_credits) is below the {price} credits one request costs: "
+                f"it can never send one ({spent} spent)",
+                (cap, price),
+            )
         return cls("budget", f"the query's cap of {cap} credits is reached ({spent} spent)")
 
     @classmethod

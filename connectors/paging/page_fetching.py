@@ -153,6 +153,7 @@ class PageFetching:
             return None, True
         except errors.BudgetExhausted as exc:
             out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+            out.cap_below_price = exc.cap_below_price
             return None, True
         except errors.RateLimited as exc:
             out.status, out.next_cursor, out.error = "rate_limited", cursor, str(exc)

@@ -114,6 +114,8 @@ class QueryOutcome:
     next_cursor: Cursor | None = None
     error: str | None = None
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
+    cap_below_price: dict[str, int] | None = None
+    """{max_credits, price} when the ledger refused it because one request costs more than its whole cap."""
 
 
 @dataclass

@@ -6,17 +6,22 @@ never markup. Each distinct reason is said once, and a run that did not finish s
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harvest.connectors.paging.pager import base_id
 from harvest.flows import console
 from harvest.flows.commands.history_note import say_history
 from harvest.flows.console import counted, harvest_line
 from harvest.flows.run.run_again import RunAgain
-from harvest.tasks.output.run_summary import NoRun, RunSummary, query_rows
+from harvest.tasks.output.run_summary import (
+    NoRun,
+    RunSummary,
+    never_started,
+    never_started_line,
+    query_rows,
+    unsendable,
+    unsendable_line,
+)
 
 out, err = console.out, console.err
 
@@ -112,46 +117,6 @@ def _empty_column_lines(summary: RunSummary) -> list[str]:
     return [line for line in said if line]
 
 
-NAMED = 3
-"""Queries of a fan-out named in the never-started line before the rest are counted."""
-
-
-def never_started(queries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Queries that ended without a page because the budget (or their fan-out's `max_credits_total`) was spent
-    before their turn: `--continue` starts them; the spec's `budget.unstarted_exit_code` says whether such a
-    night exits 0."""
-    return [q for q in queries if q["status"] == "budget_exhausted" and not q["pages"]]
-
-
-def never_started_line(summary: RunSummary) -> str | None:
-    """How many queries never started, and which: per spec query, its count among the run's queries of it and
-    the first few ids (a fan-out of thousands is not printed whole)."""
-    unstarted = never_started(summary.queries)
-    if not unstarted:
-        return None
-    total = Counter(base_id(q["query_id"]) for q in summary.queries)
-    by_spec: dict[str, list[str]] = {}
-    for q in unstarted:
-        by_spec.setdefault(base_id(q["query_id"]), []).append(q["query_id"])
-    parts = []
-    for spec_query, ids in by_spec.items():
-        named = ", ".join(ids[:NAMED]) + (f" and {len(ids) - NAMED} more" if len(ids) > NAMED else "")
-        parts.append(f"{len(ids)} of {total[spec_query]} {spec_query} ({named})")
-    capped = ["max_credits_total" in (q.get("error") or "") for q in unstarted]
-    why = (
-        "their fan-out's cap (max_credits_total)"
-        if all(capped)
-        else "the run's budget or their fan-out's cap"
-        if any(capped)
-        else "the run's budget"
-    )
-    many = len(unstarted) != 1
-    return (
-        f"{len(unstarted)} quer{'ies' if many else 'y'} never started, {why} spent before "
-        f"{'their' if many else 'its'} turn: " + "; ".join(parts)
-    )
-
-
 def _query_table(summary: RunSummary) -> Any:
     from harvest.connectors.paging.pager import OK_STATUSES
 
@@ -178,6 +143,8 @@ def print_summary(summary: RunSummary, output: Path, by_platform: bool = False) 
         out.print(_query_table(summary))
     for line in _error_lines(summary):
         console.tell(err, console.literal(line, "red"), console.HANG)
+    if stuck := unsendable_line(summary):
+        console.tell(err, console.literal(stuck, "red"))
     if unstarted := never_started_line(summary):  # ids are long: a terminal breaks it between them
         console.tell(err, console.literal(unstarted, "yellow"))
     for line in _extraction_lines(summary):
@@ -308,7 +275,11 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
             f"interrupted during the load: run {summary.run_id} ended ({summary.status}) and its data is in "
             f"Parquet; `{harvest_line('load', output)}` loads it into DuckDB"
         )
-    stopped = [q for q in summary.queries if q["status"] in ("budget_exhausted", "rate_limited", "stopped")]
+    stopped = [
+        q
+        for q in summary.queries
+        if q["status"] in ("budget_exhausted", "rate_limited", "stopped") and not unsendable(q)
+    ]
     if stopped:
         return (
             f"{len(stopped)} queries stopped with their cursors kept: `{again.command('--continue')}` picks "
@@ -330,6 +301,8 @@ def exit_code(summary: RunSummary) -> int:
         return 1
     if not all(q["status"] in OK_STATUSES for q in summary.queries):
         return 1
+    if any(unsendable(q) for q in summary.queries):
+        return 1  # no night fetches them until the spec changes (docs/decisions.md): a cron job must hear it
     if summary.unstarted_exit_code and never_started(summary.queries):
         return 3  # the spec asked for a night whose budget left queries unstarted to say so
     return 0

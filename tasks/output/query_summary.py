@@ -40,6 +40,9 @@ class QuerySummary:
     None for every other."""
     follow_state: dict[str, Any] | None = None
     """The follow-up requests still waiting when the query stopped (`FollowUps.plain`): `--continue` asks them."""
+    cap_below_price: dict[str, int] | None = None
+    """{max_credits, price} when it ended because one request costs more than its whole `max_credits` (the
+    service charged more than the cost table said): no run sends it, so it is not one the budget left unstarted."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow (`dataclasses.asdict` deep-copies: 9% of a 10,000-query run's CPU)."""

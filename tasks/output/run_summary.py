@@ -1,4 +1,5 @@
-"""What a run did, as the command line prints it and Prefect's final state carries it.
+"""What a run did, as the command line prints it and Prefect's final state carries it; which of its queries ended
+without a page, and why (`never_started`, `unsendable`), as its end says them.
 
 Typed, so that the places that read it (the printed summary, the exit code, the state and its message, the
 artifacts) read fields a type checker knows, not string keys. The queries inside stay the per-query summaries the
@@ -8,7 +9,7 @@ manifest and the journal hold (`tasks.output.query_summary`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, overload
 
@@ -161,3 +162,84 @@ def query_rows(
             ok = q["status"] in ok_statuses
             status = "; ".join([q["status"], *ExtractionReport.notes_of(q.get("extraction"))])
             yield q["query_id"], status, ok, q["pages"], q["records"], q["credits"]
+
+
+NAMED = 3
+"""Queries of a fan-out named in these lines before the rest are counted."""
+
+
+def unsendable(q: dict[str, Any]) -> bool:
+    """A query that ended without a page because one request costs more than its whole `max_credits` (the
+    ledger's refusal says so: `cap_below_price`): no run can send it, neither `--continue` nor a larger budget."""
+    return q["status"] == "budget_exhausted" and not q["pages"] and bool(q.get("cap_below_price"))
+
+
+def never_started(queries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Queries that ended without a page because the budget (or their fan-out's `max_credits_total`) was spent
+    before their turn: `--continue` starts them; the spec's `budget.unstarted_exit_code` says whether such a
+    night exits 0. Not those whose own cap no request fits in (`unsendable`): no later turn starts them."""
+    return [q for q in queries if q["status"] == "budget_exhausted" and not q["pages"] and not unsendable(q)]
+
+
+def _per_spec_query(
+    summary: RunSummary,
+    chosen: list[dict[str, Any]],
+    note: Callable[[list[dict[str, Any]]], str] | None = None,
+) -> str:
+    """The chosen queries per spec query: their count among the run's queries of it and the first few ids (a
+    fan-out of thousands is not printed whole); `note(queries)` adds words of their own before the ids."""
+    total = Counter(base_id(q["query_id"]) for q in summary.queries)
+    by_spec: dict[str, list[dict[str, Any]]] = {}
+    for q in chosen:
+        by_spec.setdefault(base_id(q["query_id"]), []).append(q)
+    parts = []
+    for spec_query, queries in by_spec.items():
+        ids = [q["query_id"] for q in queries]
+        named = ", ".join(ids[:NAMED]) + (f" and {len(ids) - NAMED} more" if len(ids) > NAMED else "")
+        said = f"{note(queries)}: " if note else ""
+        parts.append(f"{len(ids)} of {total[spec_query]} {spec_query} ({said}{named})")
+    return "; ".join(parts)
+
+
+def never_started_line(summary: RunSummary) -> str | None:
+    """How many queries never started, and which: per spec query, its count among the run's queries of it and
+    the first few ids."""
+    unstarted = never_started(summary.queries)
+    if not unstarted:
+        return None
+    capped = ["max_credits_total" in (q.get("error") or "") for q in unstarted]
+    why = (
+        "their fan-out's cap (max_credits_total)"
+        if all(capped)
+        else "the run's budget or their fan-out's cap"
+        if any(capped)
+        else "the run's budget"
+    )
+    many = len(unstarted) != 1
+    return (
+        f"{len(unstarted)} quer{'ies' if many else 'y'} never started, {why} spent before "
+        f"{'their' if many else 'its'} turn: " + _per_spec_query(summary, unstarted)
+    )
+
+
+def _cap_and_price(queries: list[dict[str, Any]]) -> str:
+    """The caps of one spec query's unsendable queries (one, unless a resume changed it) and the highest price."""
+    caps = {q["cap_below_price"]["max_credits"] for q in queries}
+    price = max(q["cap_below_price"]["price"] for q in queries)
+    return f"max_credits {'/'.join(map(str, sorted(caps)))}, a request {price} credits"
+
+
+def unsendable_line(summary: RunSummary) -> str | None:
+    """The queries no run can fetch, their own `max_credits` below what one request costs (`harvest validate`
+    refuses that against the cost table; here the service charged more than it says), and what to change."""
+    stuck = [q for q in summary.queries if unsendable(q)]
+    if not stuck:
+        return None
+    many = len(stuck) != 1
+    return (
+        f"{len(stuck)} quer{'ies' if many else 'y'} could not send a request, {'their' if many else 'its'} "
+        f"max_credits below what one request costs: {_per_spec_query(summary, stuck, _cap_and_price)}. No run "
+        f"fetches {'them' if many else 'it'}, neither `--continue` nor a larger budget: raise max_credits to at "
+        "least a request's price (and set `costs:` to what the service charges, when it charged more than the "
+        "cost table says)"
+    )
