@@ -251,6 +251,42 @@ def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: 
     assert pages > 0 and scalar(db, f"SELECT count(*) FROM {pins.table('pinboard_pins')}") > 0
 
 
+def test_a_resume_given_a_budget_below_what_was_spent_says_the_earlier_budget(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A run killed with kill -9 after spending some 25 of its 40 credits, resumed with `--budget 10`: it pays
+    nothing more, and neither its end nor `harvest runs` reads as a hard cap broken (`25 of a budget of 10`,
+    `25/10`): both name the earlier budget that capped the spending and the resume's lower one, kept in the
+    manifest and in DuckDB's `runs` (`budget` 10, `budget_before` 40)."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, credits=40))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 25, proc)
+        at_kill = kill_hard(proc, sb)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--budget", "10"))
+        after = len(data_entries(sb))
+    listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "300"})
+    (run,) = all_manifests(OutputLayout(output))
+    spent = run.credits_spent
+    assert after == at_kill, "the resume paid nothing: its budget is below what the run had spent"
+    assert 10 < spent <= 40 and run.resumes == 1 and (run.budget, run.budget_before) == (10, 40)
+    assert code == 0, out + err
+    said = " ".join(out.split())
+    assert "of a budget of 10" not in said, said
+    assert (
+        f"credits spent: {spent} under the run's earlier budget of 40; a resume lowered it to 10, below what "
+        "was spent, and paid nothing more;"
+    ) in said, said
+    assert listing.exit_code == 0 and f"{spent}/10" not in listing.stdout, listing.stdout
+    assert f"{spent}/40, then 10" in listing.stdout, listing.stdout
+    assert f"run {run.run_id}: credits spent: {spent} under the run's earlier budget of 40" in " ".join(
+        listing.stderr.split()
+    ), listing.stderr
+    db = output / "harvest.duckdb"
+    assert rows(db, "SELECT credits_spent, budget, budget_before FROM runs") == [(spent, 10, 40)]
+
+
 def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_path: Path) -> None:
     """ "At once" is shown, not timed: the first run is held at the sandbox's door for as long as the second
     one lives, so the second cannot have waited for the lock; and it never imported Prefect or an HTTP client,

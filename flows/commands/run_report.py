@@ -13,6 +13,7 @@ from harvest.flows import console
 from harvest.flows.commands.history_note import say_history
 from harvest.flows.console import counted, harvest_line
 from harvest.flows.run.run_again import RunAgain
+from harvest.tasks.output.manifest import lowered_budget
 from harvest.tasks.output.run_summary import (
     NoRun,
     RunSummary,
@@ -173,8 +174,9 @@ def print_summary(summary: RunSummary, output: Path, by_platform: bool = False) 
         console.warning(f"not loaded into DuckDB yet: {summary.load_refused}")
     elif not summary.machine_fault:  # then the next step says why and how it gets loaded
         console.warning(f"not loaded into DuckDB yet: run `{harvest_line('load', output)}` when it is free")
+    spent = lowered_budget(summary.credits_spent, summary.budget, summary.budget_before)
     console.prose(
-        f"credits spent: {summary.credits_spent} of a budget of {summary.budget}; "
+        f"credits spent: {spent or f'{summary.credits_spent} of a budget of {summary.budget}'}; "
         f"records: {summary.records}; status: {summary.status}"
     )
     for closing in (took(summary.seconds), rate_line(summary.rate_limit), bill_line(summary)):

@@ -97,6 +97,7 @@ def load(output: Path) -> None:
 
 
 def runs(output: Path) -> None:
+    from harvest.tasks.output.manifest import lowered_budget
     from harvest.tasks.output.run_list import run_rows
 
     rows = run_rows(OutputLayout(output))
@@ -108,13 +109,21 @@ def runs(output: Path) -> None:
     )  # fmt: skip
     for row in rows:
         m = row.manifest
+        lowered = lowered_budget(row.credits, m.budget, m.budget_before)
+        credits = (
+            f"{row.credits}/{m.budget}"
+            if lowered is None
+            else f"{row.credits}/{m.budget_before}, then {m.budget}"
+        )
         console.add_row(
-            table, m.run_id, m.job, m.started[:19], row.state, row.pages, f"{row.credits}/{m.budget}",
+            table, m.run_id, m.job, m.started[:19], row.state, row.pages, credits,
             m.records if not row.unfinished else "-", "yes" if m.loaded else "no", m.service,
         )  # fmt: skip
     console.out.print(table)
     layout = OutputLayout(output)
     for row in rows:
+        if lowered := lowered_budget(row.credits, row.manifest.budget, row.manifest.budget_before):
+            console.note(f"run {row.manifest.run_id}: credits spent: {lowered}")
         if row.unfinished and row.state != "running":
             console.note(_unfinished_note(row, output))
         if layout.prefect_owed_file(row.manifest.run_id).exists():

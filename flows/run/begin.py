@@ -139,16 +139,34 @@ def begin(
         start = replace(start, coverage=job_coverage(layout, spec.name))  # its histories count now
     if isinstance(start, Resume):
         _say_lost(start)
-        manifest = _resumed(start.run, spec, flow_run_id, budget, spec_file)
+        manifest = _resumed(start.run, spec, flow_run_id, budget, spec_file, start.own.total_spent)
     else:
         manifest = _new(spec, plan_key(spec), service, start, flow_run_id, budget, spec_file)
     return Begun(start, manifest, abandoned)
 
 
+def _budget_before(previous: RunManifest, budget: int, spent: int) -> int | None:
+    """The earlier budget that capped what the run `spent` before this session, when this session's `budget` is
+    below that spending (a resume with a lower `--budget`, or one after it): the run's end and `harvest runs`
+    then say so instead of `25 of a budget of 10`. None when the budget holds what was spent."""
+    if budget >= spent:
+        return None
+    if budget == previous.budget:
+        return previous.budget_before  # an overcharge past an unchanged budget is said as one (the ledger's)
+    return max(previous.budget, previous.budget_before or 0)
+
+
 def _resumed(
-    previous: RunManifest, spec: JobSpec, flow_run_id: str | None, budget: int | None, spec_file: str | None
+    previous: RunManifest,
+    spec: JobSpec,
+    flow_run_id: str | None,
+    budget: int | None,
+    spec_file: str | None,
+    spent: int,
 ) -> RunManifest:
-    """The manifest of a run resumed by this session: running again, under this flow run."""
+    """The manifest of a run resumed by this session, which `spent` before it: running again, under this flow
+    run."""
+    budget = previous.budget if budget is None else budget
     return replace(
         previous,
         status="running",
@@ -156,7 +174,8 @@ def _resumed(
         flow_run_id=flow_run_id,
         flow_run_ids=previous.flow_runs(flow_run_id),
         resumes=previous.resumes + 1,
-        budget=previous.budget if budget is None else budget,
+        budget=budget,
+        budget_before=_budget_before(previous, budget, spent),
         loaded=False,
         error=None,
         machine_fault=None,  # the fault that stopped it was the last session's, not this one's

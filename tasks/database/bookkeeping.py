@@ -62,6 +62,7 @@ RUNS_ADDED_COLUMNS = (
     ("balance_after", "BIGINT"),
     ("service_billed", "BIGINT"),
     *EXTRACTION_COLUMNS,
+    ("budget_before", "BIGINT"),
 )
 """Columns `runs` gained after its first release: added to existing databases when they are next loaded."""
 QUERY_STATE_DDL = """

@@ -29,13 +29,15 @@ RUNS = (
         "status": "How the run ended (`complete` when every query did); `running` while it runs.",
         "credits_spent": "Credits harvest counted the run spending.",
         "records": "Records the run landed.",
-        "budget": "The credit budget the run was allowed (a hard cap).",
+        "budget": "The credit budget the run was allowed (a hard cap); a resume's `--budget` replaces it.",
         "resumes": "How often the run was resumed after an interruption.",
         "continues": "The run this one continues, if any.",
         "error": "Why the run failed, if it did.",
         "balance_before": "The service's credit balance at the run's first reading.",
         "balance_after": "The service's credit balance at the run's last reading.",
         "service_billed": "What the service billed the run (the balance's fall), beside harvest's count.",
+        "budget_before": "The earlier budget that capped the run's spending, when a resume gave it a `budget` below "
+        "what it had spent (it then paid nothing more); NULL otherwise.",
         **_EXTRACTION,
     },
 )

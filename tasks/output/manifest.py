@@ -48,6 +48,7 @@ class RunManifest:
     finished: str | None
     status: str
     budget: int
+    """The budget of the run's last session (a resume's `--budget` replaces it)."""
     credits_spent: int
     queries: list[dict[str, Any]] = field(default_factory=list)
     loaded: bool = False
@@ -93,6 +94,9 @@ class RunManifest:
     spec_file: str | None = None
     """The absolute path of the spec file the run was started with (None for a deployment's spec text): the
     command `harvest runs` and `harvest load` print to resume the run names it."""
+    budget_before: int | None = None
+    """The earlier budget that capped the run's spending, when a resume gave it a `budget` below what it had
+    already spent (it then pays nothing more): `25/10` would read as a hard cap broken (`lowered_budget`)."""
 
     @property
     def records(self) -> int:
@@ -170,6 +174,17 @@ def failure_groups(queries: Iterable[dict[str, Any]]) -> list[tuple[list[str], s
         if query_failed(q["status"]):
             by_reason.setdefault(q.get("error") or q["status"], []).append(q["query_id"])
     return [(ids, reason) for reason, ids in by_reason.items()]
+
+
+def lowered_budget(spent: int, budget: int, before: int | None) -> str | None:
+    """The credits a run spent, said with the earlier budget that capped them, when a resume lowered its budget
+    below them (`RunManifest.budget_before`); None for every other run, whose `spent of budget` says it."""
+    if before is None or spent <= budget:
+        return None
+    return (
+        f"{spent} under the run's earlier budget of {before}; a resume lowered it to {budget}, below what was "
+        "spent, and paid nothing more"
+    )
 
 
 def who(ids: list[str]) -> str:

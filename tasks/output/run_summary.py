@@ -66,6 +66,8 @@ class RunSummary:
     error: str | None = None
     continues: str | None = None
     resumes: int = 0
+    budget_before: int | None = None
+    """The earlier budget, when a resume lowered the budget below what the run had spent (`RunManifest`'s)."""
     balance_before: int | None = None
     balance_after: int | None = None
     service_billed: int | None = None
@@ -107,6 +109,7 @@ class RunSummary:
             error=manifest.error,
             continues=manifest.continues,
             resumes=manifest.resumes,
+            budget_before=manifest.budget_before,
             balance_before=manifest.balance_before,
             balance_after=manifest.balance_after,
             service_billed=manifest.service_billed,
