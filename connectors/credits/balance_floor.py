@@ -17,6 +17,8 @@ calls this under its own lock.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from harvest.connectors.credits.reservations import Refusal
 
 
@@ -55,8 +57,17 @@ class BalanceFloor:
             return None
         return self.lowest - self.min_balance - self.unseen - held
 
-    def too_close(self, amount: int, room: int) -> Refusal:
-        """Why a request of `amount` credits is refused while nothing else is held: it would pass the floor."""
+    def fits(self, amount: int, held: int) -> Refusal | Literal[True] | None:
+        """Whether a request of `amount` credits keeps the account at the floor: True; None (wait) while requests
+        are held, whose answers settle or give back what they hold; else why not (already below it, or too
+        close to it for this request)."""
+        if (passed := self.refusal()) is not None:
+            return passed
+        room = self.room(held)
+        if room is None or room >= amount:
+            return True
+        if held:
+            return None
         return Refusal(
             "budget",
             f"the account balance ({self.lowest}) has {max(0, room)} credits above the floor of "

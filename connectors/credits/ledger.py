@@ -15,27 +15,27 @@ warning is logged and the excess is visible in `overcharges`; that is the only w
 Prices (`connectors.credits.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
 tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
 first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`).
-Breadth-first policy (`connectors.credits.fair_share`): queries are expected when launched (`expect`), register while they
-run (`async with ledger.query(qid)`), both only inside any concurrency limiter: a registered query that cannot run
-holds the others back, and report finished pages (`page_done`).
+Breadth-first policy (`connectors.credits.fair_share`, its calls in `connectors.credits.turns`): queries are expected
+when launched (`expect`), register while they run (`async with ledger.query(qid)`), both only inside any concurrency
+limiter: a registered query that cannot run holds the others back, and report finished pages (`page_done`).
 
 Concurrency: every decision and counter update happens under one `threading.Lock`, so totals read from
 other threads (progress display) are consistent. Only `reserve` awaits; `sending`, `settle`, `release`,
 `observe_remaining`, `register`, `page_done` and `finish` are plain calls, so they complete even inside a
 cancelled task's cleanup (`connectors.credits.waiters`).
 
-Stopping: `stop(kind, reason)` refuses every later reservation (Ctrl-C, a refused key, an empty account); requests
-sent still land and settle. Durability: an optional journal hears of each reservation before its grant and of how it
-closed, so a crashed run's spending is recovered exactly (`tasks.output.journal`); `opening` seeds a resumed run.
+Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refused API key, an empty
+account); requests already sent still land and settle. Durability: an optional journal hears of every
+reservation before it is granted and of how it was closed, so a crashed run's spending can be recovered
+exactly (see `tasks.output.journal`), and `opening` seeds a resumed run with what it had spent before.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from harvest.connectors.credits.balance_floor import BalanceFloor
@@ -55,12 +55,13 @@ from harvest.connectors.credits.reservations import (
     Reservation,
 )
 from harvest.connectors.credits.settlement import Settlement
+from harvest.connectors.credits.turns import Turns
 from harvest.connectors.credits.waiters import Waiters
 
 log = logging.getLogger("harvest.ledger")
 
 
-class CreditLedger(Settlement):
+class CreditLedger(Settlement, Turns):
     """Hard-capped credit budget for one run; see the module docstring for the rules."""
 
     def __init__(
@@ -296,12 +297,9 @@ class CreditLedger(Settlement):
             return self._stopped
         if query_cap is not None and amount > query_cap:
             return Refusal.query_cap(query_cap, self._q_spent.get(query_id, 0), amount)
-        if floor := self._floor.refusal():
-            return floor
-        room = self._floor.room(self._holds.total)
-        if room is not None and room < amount:
-            # wait while requests are held: each answer settles (or gives back) what it held
-            return self._floor.too_close(amount, room) if not self._holds.total else None
+        floor = self._floor.fits(amount, self._holds.total)
+        if floor is not True:
+            return floor  # a refusal, or wait: the requests held settle (or give back) what they hold
         if self._spent + amount > self._budget:
             return Refusal.budget_left(self._budget, self._spent)
         if query_cap is not None:
@@ -369,42 +367,3 @@ class CreditLedger(Settlement):
                 self._floor.min_balance,
             )
             self._wake_all()
-
-    # ---- breadth-first bookkeeping -------------------------------------------------------------------
-
-    def expect(self, query_id: str, next_page: int = 0) -> None:
-        """A query whose task was launched will register soon: until then it counts as lagging at `next_page`.
-
-        Without it, a query whose Prefect task starts late (a loaded machine) finds the short budget taken by
-        one that started sooner. The caller must `finish` it if the task ends without registering."""
-        with self._lock:
-            self._share.expect(query_id, next_page)
-
-    def register(self, query_id: str, next_page: int = 0) -> None:
-        """A query starts running; `next_page` is its first page index (a resumed query starts further on)."""
-        with self._lock:
-            self._share.register(query_id, next_page)
-        self._wake_all()
-
-    def page_done(self, query_id: str, page_index: int) -> None:
-        """Page `page_index` of the query is complete (settled and kept); no-op for unregistered queries."""
-        with self._lock:
-            moved = self._share.done(query_id, page_index)
-        if moved:
-            self._wake_all()
-
-    def finish(self, query_id: str) -> None:
-        """The query will reserve nothing more (done, failed or cancelled); others stop waiting for it."""
-        with self._lock:
-            removed = self._share.finish(query_id)
-        if removed:
-            self._wake_all()
-
-    @contextlib.asynccontextmanager
-    async def query(self, query_id: str, next_page: int = 0) -> AsyncIterator[None]:
-        """register() on entry, finish() on any exit, including errors and cancellation."""
-        self.register(query_id, next_page)
-        try:
-            yield
-        finally:
-            self.finish(query_id)
