@@ -150,6 +150,10 @@ def prefect_harness() -> Iterator[None]:
             # A hang guard, not a bound: Prefect's server migrates a fresh SQLite database at start, which took
             # over 60 s with two suites and a benchmark side by side on 2 cores (every flow test then errored).
             harness.enter_context(prefect_test_harness(server_startup_timeout=180))
+        # Importing harvest's flow module the first time configures Prefect's logging, which replaces the root
+        # logger's handlers, pytest's `caplog` among them: here, not inside the first test that runs a flow
+        # (which then saw no log record: it passed only after another test had imported it).
+        import harvest.flows.collect  # noqa: F401
         yield
 
 
