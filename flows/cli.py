@@ -386,7 +386,7 @@ def sql(
         "table", "--format", help="table (for people), csv or json (for scripts: data only on stdout)."
     ),
 ) -> None:
-    """Run one read-only SQL statement on a job's DuckDB file; statements that write are refused (exit 2)."""
+    """Run one read-only SQL statement on a job's tables and Parquet; writes and other files are refused (exit 2)."""
     from harvest.flows.commands.sql import sql_command
 
     sql_command(output, query, limit, fmt)

@@ -137,8 +137,52 @@ def test_the_connection_itself_cannot_write_files_or_unlock_its_settings(job: Pa
 
 def test_reading_a_file_from_sql_is_refused_without_showing_it(job: Path) -> None:
     code, stdout, stderr = sql(job, "SELECT * FROM read_csv('/etc/passwd')")
-    assert code == 1
-    assert "reads only the tables in" in stderr and "root:" not in stdout + stderr
+    assert code == 2
+    assert "refused a file, URL or database outside the job" in stderr and "root:" not in stdout + stderr
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "'{other}/harvest.duckdb'",
+        "read_parquet('{other}/parquet/forum_posts/*/*.parquet')",
+        "read_csv('/etc/passwd')",
+        "read_csv('https://example.com/posts.csv')",
+    ],
+)
+def test_every_read_outside_the_job_is_refused_with_exit_2_naming_what_may_be_read(
+    job: Path, tmp_path: Path, source: str
+) -> None:
+    """As ATTACH is (README: refused, exit 2): another job's database or Parquet, a file, a URL. The refusal
+    names the job's own Parquet, which the query printed at the end of every run reads."""
+    other = tmp_path / "other-job"
+    parquet = other / "parquet" / "forum_posts" / "date=2024-01-01"
+    parquet.mkdir(parents=True)
+    con = duckdb.connect(str(other / "harvest.duckdb"))
+    con.execute("CREATE TABLE forum_posts AS SELECT 1 AS id")
+    con.execute(f"COPY forum_posts TO '{parquet}/part-0.parquet' (FORMAT parquet)")
+    con.close()
+    code, stdout, stderr = sql(job, f"SELECT count(*) FROM {source.format(other=other)}")
+    assert (code, stdout) == (2, ""), stderr
+    assert "error: harvest sql refused a file, URL or database outside the job" in stderr
+    assert (
+        f"allowed: the tables in {job / 'harvest.duckdb'} and the job's own Parquet under {job}/parquet/"
+        in stderr
+    )
+
+
+def test_the_jobs_own_parquet_is_readable_by_the_path_the_refusal_names(job: Path) -> None:
+    parquet = job / "parquet" / "forum_posts" / "date=2024-01-01"
+    parquet.mkdir(parents=True)
+    con = duckdb.connect(str(job / "harvest.duckdb"))
+    con.execute(f"COPY forum_posts TO '{parquet}/part-0.parquet' (FORMAT parquet)")
+    con.close()
+    code, stdout, stderr = sql(
+        job,
+        f"SELECT count(*) AS n FROM read_parquet('{job}/parquet/forum_posts/*/*.parquet', hive_partitioning = true)",
+    )
+    assert code == 0, stderr
+    assert f"{ROWS}" in stdout
 
 
 @pytest.mark.parametrize(

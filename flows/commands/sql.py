@@ -176,22 +176,34 @@ def query(db: Path, sql: str, limit: int = DEFAULT_LIMIT) -> QueryResult:
                 return QueryResult(columns, rows, len(rows))
             rest, capped = _count_rest(result)
             return QueryResult(columns, rows, len(rows) + rest, capped)
-        except duckdb.PermissionException:
-            from harvest.tasks.database.history_views import HISTORY_SUFFIX
-
-            hint = (
-                f"; a `_history` view reading another place: `{harvest_line('load', db.parent)}` points it here"
-                if HISTORY_SUFFIX in sql
-                else ""
-            )
-            raise QueryFailed(
-                f"harvest sql reads only the tables in {db}; files, URLs and other databases are off limits "
-                f"(read Parquet files with duckdb itself){hint}"
-            ) from None
+        except duckdb.PermissionException as exc:
+            raise _outside(con, db, str(exc)) from None
         except duckdb.Error as exc:
             raise QueryFailed(str(exc)) from None
     finally:
         con.close()
+
+
+def _outside(con: duckdb.DuckDBPyConnection, db: Path, error: str) -> QueryFailed | UsageError:
+    """The fence refused a file, URL or database. The query's own doing: refused (exit 2), as ATTACH is, naming
+    what may be read. A stored `_history` view's (it reads the Parquet at the directory's old place, and none is
+    here to follow): the query could not run (exit 1), and `harvest load` points the view here."""
+    found = re.search(r'Cannot access file "([^"]+)"', error)
+    if found:
+        views = con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal AND contains(sql, ?) ORDER BY 1",
+            [quote_literal(found.group(1))],
+        ).fetchall()
+        if views:
+            return QueryFailed(
+                f"{views[0][0]} reads the Parquet at another place ({found.group(1)}) and its table has none "
+                f"here: `{harvest_line('load', db.parent)}` points it here"
+            )
+    parquet = str(OutputLayout(db.parent).parquet_root.resolve()) + "/"
+    return UsageError(
+        f"harvest sql refused a file, URL or database outside the job; allowed: the tables in {db} and the "
+        f"job's own Parquet under {parquet} (read_parquet('{parquet}<table>/*/*.parquet'))"
+    )
 
 
 def _count_rest(result: duckdb.DuckDBPyConnection) -> tuple[int, bool]:
@@ -277,7 +289,7 @@ def print_answer(answer: QueryResult, fmt: str) -> None:
 
 
 def sql_command(output: Path, sql: str, limit: int = DEFAULT_LIMIT, fmt: str = "table") -> None:
-    """Raises UsageError (refused, exit 2) or QueryFailed (exit 1)."""
+    """Raises UsageError (refused: not a read, or outside the job; exit 2) or QueryFailed (exit 1)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format: {fmt!r} is not a format; allowed: {', '.join(FORMATS)}")
     if limit < 0:
