@@ -158,7 +158,7 @@ def validate(spec: Path = SPEC_ARG) -> None:
 )
 def plan_command(
     spec: Path = SPEC_ARG,
-    budget: int | None = typer.Option(None, min=0, help="Price against this budget instead of the spec's."),
+    budget: int | None = typer.Option(None, min=1, help="Price against this budget instead of the spec's."),
     output: Path | None = typer.Option(
         None, "--output", help="The job's output directory, whose last nights the plan learns from."
     ),

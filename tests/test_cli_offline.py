@@ -109,6 +109,18 @@ def test_plan_refuses_a_negative_budget(tmp_path: Path) -> None:
     assert result.exit_code == 2
 
 
+@pytest.mark.parametrize("options", [[], ["--check"]])
+def test_plan_refuses_a_budget_of_0_as_run_does(tmp_path: Path, options: list[str]) -> None:
+    """`run --budget 0` and `budget.credits: 0` are refused (exit 2): plan prices no budget they could not run."""
+    spec = str(write(tmp_path, VALID))
+    ran = runner.invoke(app, ["run", spec, "--budget", "0"], env={"COLUMNS": "200"})
+    planned = runner.invoke(app, ["plan", spec, "--budget", "0", *options], env={"COLUMNS": "200"})
+    refusal = "Invalid value for '--budget': Input should be greater than or equal to 1"
+    assert (ran.exit_code, planned.exit_code) == (2, 2), planned.output
+    assert refusal in ran.stderr and refusal in planned.stderr
+    assert "budget: 0 credits" not in planned.output and planned.stdout == ""
+
+
 def test_endpoints_lists_every_endpoint_of_the_catalog() -> None:
     result = runner.invoke(app, ["endpoints"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
