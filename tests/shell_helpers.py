@@ -4,6 +4,7 @@ profile pointing at the test session's Prefect server (as a user with a Prefect 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -11,8 +12,14 @@ from tests.flow_helpers import HARVEST, SECRET_KEY
 
 
 def clean_env(home: Path) -> dict[str, str]:
-    """What a fresh login shell of a user who exported only the key has."""
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "HARVEST_API_KEY": SECRET_KEY}
+    """What a fresh login shell of a user who exported only the key has. And a PYTHONPATH naming this checkout,
+    when the tests run with one: `.venv`'s editable install imports the main checkout's code, so a git
+    worktree's tests run their own (`PYTHONPATH=$PWD pytest ...`) only so."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "HARVEST_API_KEY": SECRET_KEY}
+    here = HARVEST.parent.parent.parent.resolve()
+    if any(p and Path(p).resolve() == here for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+        env["PYTHONPATH"] = str(here)
+    return env
 
 
 def user_dir(tmp_path: Path, prefect_api_url: str) -> tuple[Path, Path]:
