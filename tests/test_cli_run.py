@@ -288,6 +288,33 @@ def test_demo_lands_every_table(landed_demo: LandedDemo, prefect_harness: None, 
     assert table_counts(output / "harvest.duckdb") == counts  # every record once, newest fetch kept
 
 
+def test_every_record_table_of_the_demo_has_its_history_view(landed_demo: LandedDemo) -> None:
+    """docs/handoff.md: every record table has a view `<table>_history`, an empty one too (the demo's clips
+    come without qualities): with its table's columns and `date`, described, and answering `harvest sql`."""
+    assert landed_demo.returncode == 0, landed_demo.stdout + landed_demo.stderr
+    db = landed_demo.output / "harvest.duckdb"
+    counts = table_counts(db)
+    views = dict(rows(db, "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"))
+    assert sorted(t for t in counts if t + "_history" not in views) == []
+    assert all(views[t + "_history"] for t in counts), "every view described"
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for table, column, type_ in rows(
+        db,
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() ORDER BY table_name, column_index",
+    ):
+        columns.setdefault(table, []).append((column, type_))
+    assert {t: columns[t] + [("date", "DATE")] for t in counts} == {
+        t: columns[t + "_history"] for t in counts
+    }
+    empty = sorted(t for t, n in counts.items() if n == 0)
+    assert empty, "the demo lands an empty table (DEMO_EMPTY)"
+    for table in [*empty, "streaming_clip_qualities"]:
+        query = f"SELECT count(*) AS n FROM {table}_history"
+        answered = runner.invoke(app, ["sql", str(landed_demo.output), query, "--format", "csv"])
+        assert answered.exit_code == 0, answered.output
+        assert (answered.stdout.splitlines()[1] == "0") == (table in empty), (table, answered.stdout)
+
+
 def assert_replies_say_which_post_they_were_fetched_for(db: Path) -> None:
     """The demo's dependent query (each feed post's thread) lands replies whose `post_url` is the post they
     were fetched for, nested replies too: each joins a feed post, and each thread asked is there."""

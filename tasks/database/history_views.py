@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
-from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
+from harvest.tasks.database.catalog_snapshot import CatalogSnapshot, Relation
 from harvest.tasks.database.column_comments import column_comment, describe_table
 from harvest.tasks.database.connection import quote_ident, quote_literal
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
@@ -64,6 +64,23 @@ def history_view_sql(
     return (
         f"CREATE OR REPLACE {'TEMPORARY ' if temporary else ''}VIEW {quote_ident(name or table + HISTORY_SUFFIX)} AS "
         f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) QUALIFY {newest}"
+    )
+
+
+def empty_history_view_sql(table: str, columns: list[tuple[str, str]]) -> str:
+    """The view of a record table no run has Parquet of yet (a child table whose parents' lists were all empty):
+    its table's columns and `date`, as the view over Parquet would have them, and no row. No FROM: it reads no
+    file and no table, so a moved directory or a retyped column leaves it answering."""
+    selected = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in [*columns, ("date", "DATE")])
+    return f"CREATE OR REPLACE VIEW {quote_ident(table + HISTORY_SUFFIX)} AS SELECT {selected} WHERE false"
+
+
+def _empty_fits(stored: Relation | None, columns: list[tuple[str, str]]) -> bool:
+    """Whether the stored view is the empty one harvest makes for a table with these columns."""
+    return (
+        stored is not None
+        and "read_parquet(" not in (stored.sql or "read_parquet(")
+        and [(n, t) for n, t, _ in stored.columns] == [*columns, ("date", "DATE")]
     )
 
 
@@ -161,8 +178,9 @@ def _still_fits(
 def refresh_history_views(
     con: duckdb.DuckDBPyConnection, parquet_root: Path, kinds: Mapping[str, TableKind]
 ) -> list[str]:
-    """(Re)create the history view of every table with Parquet files; drop those whose files are gone. `kinds`:
-    the output directory's (`tasks.output.manifest.output_kinds`: built-in and declared)."""
+    """(Re)create the history view of every record table: over its Parquet files, or with no row while it has
+    none (an empty table has its view too); drop those of tables neither here nor in Parquet. `kinds`: the output
+    directory's (`tasks.output.manifest.output_kinds`: built-in and declared)."""
     made = []
     catalog = CatalogSnapshot(con)
     known = read_checked(con)
@@ -192,11 +210,21 @@ def refresh_history_views(
                 _describe(con, table, kind, catalog)
                 made.append(view)
             else:
-                if catalog.get(view) is not None:
-                    con.execute(f"DROP VIEW IF EXISTS {quote_ident(view)}")
-                    catalog.dropped(view)
                 if view in known:
                     gone.append(view)
+                record = catalog.get(table)
+                if record is not None and record.sql is None:  # a table, still empty: a view with no row
+                    columns = [(n, t) for n, t, _ in record.columns]
+                    if not _empty_fits(catalog.get(view), columns):
+                        con.execute(empty_history_view_sql(table, columns))
+                        catalog.made(
+                            view, [*columns, ("date", "DATE")], sql=empty_history_view_sql(table, columns)
+                        )
+                    _describe(con, table, kind, catalog)
+                    made.append(view)
+                elif catalog.get(view) is not None:
+                    con.execute(f"DROP VIEW IF EXISTS {quote_ident(view)}")
+                    catalog.dropped(view)
         write_checked(con, changed, gone)
     finally:
         probes.close()
@@ -221,6 +249,8 @@ def follow_moved_views(
         table = str(name).removesuffix(HISTORY_SUFFIX)
         table_dir = parquet_root.resolve() / table
         if not str(name).endswith(HISTORY_SUFFIX) or _files(table_dir) in str(sql):
+            continue
+        if "read_parquet(" not in str(sql):  # an empty table's view reads no file: nothing to follow
             continue
         kinds = read_kinds() if kinds is None else kinds
         if table not in kinds or not any(table_dir.glob("*/*.parquet")):
