@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from harvest.flows.cli import app
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
-from tests.flow_helpers import SECRET_KEY, rows, run_flow, write_spec
+from tests.flow_helpers import HARVEST, SECRET_KEY, rows, run_flow, subprocess_env, write_spec
 from tests.nightly_helpers import CONFIG, job, night
 
 BUCKET = "lake"
@@ -133,6 +134,37 @@ def test_snapshot_exports_the_merged_tables(
     assert sorted(
         zip(*exported.select(["aweme_id", "play_count"]).to_pydict().values(), strict=True)
     ) == sorted(plays)
+
+
+def test_a_snapshot_and_an_increment_of_one_job_have_one_schema_per_table(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warehouse loader that takes a snapshot, then increments, sees one schema per table: the landed files'
+    (timestamps in UTC, list items named `element`, each column's description), in the files and in both
+    `_manifest.json`s, on a machine in another zone too (DuckDB hands TIMESTAMPTZ over in its session's zone)."""
+    output, snap, inc = tmp_path / "out", tmp_path / "snap", tmp_path / "inc"
+    night(tmp_path, output, 0, monkeypatch)
+    for to in (["--to", str(snap), "--snapshot"], ["--to", str(inc)]):
+        done = subprocess.run(
+            [str(HARVEST), "export", str(output), *to], env=subprocess_env(tmp_path, TZ="America/New_York"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    snapshot = json.loads((snap / "_manifest.json").read_text(encoding="utf-8"))
+    (increment,) = [json.loads(p.read_text(encoding="utf-8")) for p in inc.glob("_exports/*/_manifest.json")]
+    assert increment["tables"] and set(increment["tables"]) <= set(snapshot["tables"])
+    for table, entry in increment["tables"].items():
+        snapshot_file = pq.read_schema(snap / table / "snapshot.parquet")
+        for file in entry["files"]:
+            increment_file = pq.read_schema(inc / file["key"])
+            assert increment_file.equals(snapshot_file, check_metadata=True), (
+                table,
+                increment_file,
+                snapshot_file,
+            )
+        assert snapshot["tables"][table]["schema"] == entry["schema"], table
+    said = {c["type"] for e in snapshot["tables"].values() for c in e["schema"]}
+    assert {"timestamp[us, tz=UTC]", "list<element: string>"} <= said, said
 
 
 def test_export_refuses_bad_destinations(tmp_path: Path) -> None:

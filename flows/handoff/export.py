@@ -87,7 +87,45 @@ def _export_id() -> str:
 
 
 def _schema(schema: pa.Schema) -> list[dict[str, str]]:
-    return [{"name": f.name, "type": str(f.type)} for f in schema]
+    """A schema as `_manifest.json` says it: each column's type as a reader of the files gets it."""
+    return [{"name": f.name, "type": str(_as_read(f.type))} for f in schema]
+
+
+def _as_read(type_: pa.DataType) -> pa.DataType:
+    """A type as harvest's Parquet files hold it and Arrow reads it back: a timestamp with a zone in UTC, a list's
+    item named `element` (Parquet's name; the catalog's schemas say Arrow's `item`, DuckDB's `l`), nested ones too.
+    DuckDB hands a TIMESTAMPTZ over in its session's zone (`Etc/UTC` here, the machine's elsewhere): the instant
+    is the same, the type is not, and a loader taking a snapshot and then increments would see two tables."""
+    if pa.types.is_timestamp(type_) and type_.tz is not None:
+        return pa.timestamp(type_.unit, "UTC")
+    if pa.types.is_list(type_):
+        return pa.list_(_field_as_read(type_.value_field, "element"))
+    if pa.types.is_large_list(type_):
+        return pa.large_list(_field_as_read(type_.value_field, "element"))
+    if pa.types.is_map(type_):
+        return pa.map_(_as_read(type_.key_type), _field_as_read(type_.item_field), type_.keys_sorted)
+    if pa.types.is_struct(type_):
+        return pa.struct([_field_as_read(f) for f in type_])
+    return type_
+
+
+def _field_as_read(f: pa.Field, name: str | None = None) -> pa.Field:
+    return pa.field(name or f.name, _as_read(f.type), f.nullable, f.metadata)
+
+
+def _snapshot_schema(found: pa.Schema, kind: TableKind | None) -> pa.Schema:
+    """The schema a table's snapshot file is written with: the one its increments' files have (the catalog's
+    columns, descriptions included), whatever DuckDB's session says; a column the catalog does not have (an
+    older harvest's, kept by the table) as DuckDB has it, read the same way."""
+    catalog = {f.name: f for f in kind.schema} if kind is not None else {}
+    fields = []
+    for f in found:
+        own = _field_as_read(f)
+        known = catalog.get(f.name)
+        fields.append(
+            _field_as_read(known) if known is not None and _as_read(known.type) == own.type else own
+        )
+    return pa.schema(fields)
 
 
 def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, TableKind]) -> pa.Schema:
@@ -254,17 +292,18 @@ def _snapshot_table(
     """One table streamed batch by batch (a relation's reader: DuckDB does not materialise the result)."""
     key = f"{table}/snapshot.parquet"
     reader = con.sql(f"FROM {quote_ident(table)}").to_arrow_reader(SNAPSHOT_BATCH)
+    schema = _snapshot_schema(reader.schema, report.kinds.get(table))
     make_dir(fs, f"{base}/{table}")
     rows = 0
     with (
         fs.open_output_stream(f"{base}/{key}") as out,
-        pq.ParquetWriter(out, reader.schema, compression="zstd") as w,
+        pq.ParquetWriter(out, schema, compression="zstd") as w,
     ):
         for batch in reader:
-            w.write_batch(batch)
+            w.write_batch(batch.cast(schema))
             rows += batch.num_rows
     entry = _table_entry(report, table)
-    entry["schema"] = _schema(reader.schema)
+    entry["schema"] = _schema(schema)
     entry["files"].append({"key": key, "rows": rows})
     entry["rows"] = rows
     report.files += 1
