@@ -183,6 +183,28 @@ def test_a_night_of_many_requests_in_flight_leaves_the_account_at_its_floor(
     assert all("floor of 30" in q["error"] for q in summary.queries if q["pages"] < 5), summary.queries
 
 
+def test_a_night_that_finds_the_account_below_its_floor_says_so_not_that_the_budget_ran_out(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """The account already under `min_balance` (another job on the key spent it): nothing is sent, and the line
+    a cron mail shows names the floor. It said "the run's budget spent before their turn" with 0 of the budget
+    spent: the operator would raise a budget that was never the problem."""
+    from harvest.tasks.output.run_summary import never_started_line
+
+    config = SandboxConfig(api_keys={SECRET_KEY: 967}, pages_by_path={PINS: (2, 2)})
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["a", "b", "c"]}}]
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, tmp_path / "out", queries, credits=300, budget={"min_balance": 1000})
+        summary = run_flow(write_spec(tmp_path, spec))
+        billed = sb.billed_total()
+    assert billed == summary.credits_spent == 0
+    assert never_started_line(summary) == (
+        "3 queries never started, the account at its balance floor (budget.min_balance) before their turn: "
+        "3 of 3 pins (pins[query=a], pins[query=b], pins[query=c])"
+    )
+    assert all("967" in q["error"] and "floor of 1000" in q["error"] for q in summary.queries), summary.queries
+
+
 # ---------------------------------------------------------------------------------------------- property
 QUICK_FAULTS = [
     FaultKind.RATE_LIMIT,

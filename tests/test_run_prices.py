@@ -100,7 +100,7 @@ def test_sixty_fanned_out_queries_pass_the_budget_by_one_page_at_most(
     assert statuses == [("budget_exhausted", 60)], statuses
     warned = [r.getMessage() for r in caplog.records if "the service charged" in r.getMessage()]
     assert len(warned) == 1, warned
-    assert f"charged {price} credits" in warned[0]
+    assert f"charged {price} credit{'' if price == 1 else 's'} for" in warned[0]
 
 
 def test_queries_whose_cap_a_learned_price_passes_are_not_left_unstarted_by_the_budget(

@@ -80,5 +80,6 @@ class BalanceFloor:
             return None
         return Refusal(
             "budget",
-            f"the account balance ({self.account_remaining}) fell below the floor of {self.min_balance} credits",
+            f"the account balance ({self.account_remaining}) fell below the floor of {self.min_balance} credits "
+            "(budget.min_balance)",
         )

@@ -210,19 +210,22 @@ def never_started_line(summary: RunSummary) -> str | None:
     unstarted = never_started(summary.queries)
     if not unstarted:
         return None
-    capped = ["max_credits_total" in (q.get("error") or "") for q in unstarted]
-    why = (
-        "their fan-out's cap (max_credits_total)"
-        if all(capped)
-        else "the run's budget or their fan-out's cap"
-        if any(capped)
-        else "the run's budget"
-    )
     many = len(unstarted) != 1
+    whys = dict.fromkeys(_why_unstarted(q.get("error") or "") for q in unstarted)
     return (
-        f"{len(unstarted)} quer{'ies' if many else 'y'} never started, {why} spent before "
+        f"{len(unstarted)} quer{'ies' if many else 'y'} never started, {' or '.join(sorted(whys))} before "
         f"{'their' if many else 'its'} turn: " + _per_spec_query(summary, unstarted)
     )
+
+
+def _why_unstarted(error: str) -> str:
+    """What left a query unstarted, as its refusal says: the account's floor is not the budget (a larger budget
+    does not start it; the account must be topped up or the floor lowered)."""
+    if "budget.min_balance" in error:
+        return "the account at its balance floor (budget.min_balance)"
+    if "max_credits_total" in error:
+        return "their fan-out's cap (max_credits_total) spent"
+    return "the run's budget spent"
 
 
 def _cap_and_price(queries: list[dict[str, Any]]) -> str:
