@@ -154,6 +154,7 @@ def prefect_harness() -> Iterator[None]:
         # logger's handlers, pytest's `caplog` among them: here, not inside the first test that runs a flow
         # (which then saw no log record: it passed only after another test had imported it).
         import harvest.flows.collect  # noqa: F401
+
         yield
 
 

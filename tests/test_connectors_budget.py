@@ -202,7 +202,9 @@ def test_a_night_that_finds_the_account_below_its_floor_says_so_not_that_the_bud
         "3 queries never started, the account at its balance floor (budget.min_balance) before their turn: "
         "3 of 3 pins (pins[query=a], pins[query=b], pins[query=c])"
     )
-    assert all("967" in q["error"] and "floor of 1000" in q["error"] for q in summary.queries), summary.queries
+    assert all("967" in q["error"] and "floor of 1000" in q["error"] for q in summary.queries), (
+        summary.queries
+    )
 
 
 # ---------------------------------------------------------------------------------------------- property
