@@ -47,6 +47,7 @@ from tests.flow_helpers import (
     write_spec,
 )
 from tests.landed_demo import OUTPUT, LandedDemo
+from tests.process_helpers import finish, start_run
 
 runner = CliRunner()
 
@@ -222,15 +223,9 @@ def test_harvest_s_own_warnings_come_as_its_lines_not_in_prefect_s_log_format(
     with running(config) as sb:
         queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
         spec = write_spec(tmp_path, job_spec(sb.base_url, tmp_path / "out", queries, credits=50))
-        proc = subprocess.run(
-            [str(HARVEST), "run", str(spec)],
-            env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stderr.splitlines()
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert code == 0, out + err
+    lines = err.splitlines()
     assert any(line.startswith("warning: the service charged 3 credits for pins page 0") for line in lines), (
         lines
     )
