@@ -320,3 +320,32 @@ def test_harvest_load_in_a_real_process_does_not_import_prefect(job: Path) -> No
     assert "nothing to load" in proc.stdout + proc.stderr
     assert "harvest.flows.run.load_step" in imported, "the load's own module is what a load imports"
     assert not {m for m in imported if m.split(".")[0] == "prefect"}
+
+
+def test_a_result_wider_than_the_terminal_is_laid_out_a_row_a_block_every_value_whole(tmp_path: Path) -> None:
+    """`SELECT *` of a table of 31 columns (the run's printed current-rows query is one) on an 80-column
+    terminal: rich squeezed every column to ~3 characters, each row over ~100 lines. Each row is a block of its
+    own, a column a line, its values whole; a result that fits stays a table."""
+    from tests.flow_helpers import HARVEST, subprocess_env
+    from tests.terminal_helpers import Terminal
+
+    output = tmp_path / "wide"
+    output.mkdir()
+    con = duckdb.connect(str(output / "harvest.duckdb"))
+    columns = ", ".join(f"'value {n} of row ' || range AS column_{n:02d}" for n in range(31))
+    con.execute(f"CREATE TABLE forum_posts AS SELECT {columns} FROM range(2)")
+    con.close()
+    env = subprocess_env(tmp_path)
+    wide = Terminal([str(HARVEST), "sql", str(output), "SELECT * FROM forum_posts ORDER BY column_00"], env)
+    assert wide.finish() == 0
+    screen = [line.rstrip() for line in wide.everything() if line.strip()]
+    assert len(screen) < 2 * (31 + 6), screen  # two blocks of 31 lines and their frames, not ~200 lines
+    for row in range(2):
+        assert any(line.strip() == f"row {row + 1}" for line in screen), screen
+        for n in (0, 15, 30):
+            assert any(f"column_{n:02d}" in line and f"value {n} of row {row}" in line for line in screen), (
+                screen
+            )
+    narrow = Terminal([str(HARVEST), "sql", str(output), "SELECT column_00, column_01 FROM forum_posts"], env)
+    assert narrow.finish() == 0
+    assert not any(line.strip() == "row 1" for line in narrow.everything()), narrow.everything()

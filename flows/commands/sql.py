@@ -264,6 +264,24 @@ def unique_names(columns: list[str]) -> list[str]:
     return names
 
 
+def _cell(value: Any) -> Any:
+    return literal("NULL", style="dim") if value is None else _text(value)
+
+
+def _too_wide(answer: QueryResult, width: int) -> bool:
+    """Whether a table of the answer, each column as wide as its widest first line, is wider than the terminal:
+    rich would then squeeze every column to a few characters a line (`SELECT *` of a 31-column table, each row
+    over ~100 lines), so each row is laid out as a block of its own, one column a line (psql's expanded mode)."""
+    if len(answer.columns) < 2:
+        return False
+    widths = [len(str(name)) for name in answer.columns]
+    for row in answer.rows:
+        for i, value in enumerate(row):
+            text = "NULL" if value is None else _text(value)
+            widths[i] = max(widths[i], len(text.split("\n", 1)[0]))
+    return sum(widths) + 3 * len(widths) + 1 > width
+
+
 def print_answer(answer: QueryResult, fmt: str) -> None:
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
@@ -278,10 +296,16 @@ def print_answer(answer: QueryResult, fmt: str) -> None:
             for row in answer.rows
         ]
         sys.stdout.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
+    elif out.is_terminal and _too_wide(answer, out.size.width):
+        for n, row in enumerate(answer.rows, 1):
+            block = table("column", "value", title=f"row {n}")
+            for name, value in zip(answer.columns, row, strict=True):
+                add_row(block, name, _cell(value))
+            out.print(block)
     else:
         result = table(*answer.columns)
         for row in answer.rows:
-            add_row(result, *(literal("NULL", style="dim") if v is None else _text(v) for v in row))
+            add_row(result, *(_cell(v) for v in row))
         out.print(result)
     if answer.cut:
         of = f"more than {answer.total:,}" if answer.capped else f"{answer.total:,}"
