@@ -8,7 +8,6 @@ templates (`DependentQuery`) and the flow calls `instantiate` once per distinct 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,7 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.params import Params
 from harvest.connectors.paging.pager import QuerySpec, base_id
 from harvest.flows.console import counted
-from harvest.flows.spec import JobSpec, Query, render_value
+from harvest.flows.spec import JobSpec, Query, fanned_out, render_value
 
 
 @dataclass(frozen=True)
@@ -218,18 +217,6 @@ def _basis(
     return counted(pages, "page") + why + each
 
 
-def _expand(query: Query) -> list[tuple[str, dict[str, Any]]]:
-    """(id, params) of each combination of the static fan-out values; keys sorted, for stable ids."""
-    keys = sorted(query.static)
-    if not keys:
-        return [(query.query_id, dict(query.params))]
-    out = []
-    for values in itertools.product(*(query.static[k] for k in keys)):
-        suffix = ",".join(f"{k}={render_value(v)}" for k, v in zip(keys, values, strict=True))
-        out.append((f"{query.query_id}[{suffix}]", {**query.params, **dict(zip(keys, values, strict=True))}))
-    return out
-
-
 def _template(query: Query, endpoint: Endpoint, parent: Endpoint) -> DependentQuery:
     param, ref = next(iter(query.dependent.items()))
     return DependentQuery(
@@ -279,7 +266,7 @@ def _planned(
             continue
         endpoint = endpoints[query.endpoint]
         total: int | None = 0
-        for query_id, raw in _expand(query):
+        for query_id, raw in fanned_out(query):
             params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
             queries.append(
                 QuerySpec(

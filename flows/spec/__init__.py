@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from harvest.flows.spec.checks import MAX_FANOUT, fanout_size, newest_first_listings
     from harvest.flows.spec.describe import ParamInfo, describe_params
-    from harvest.flows.spec.identity import derive_id, render_value
+    from harvest.flows.spec.identity import derive_id, fanned_out, render_value
     from harvest.flows.spec.model import Budget, FromQuery, JobSpec, Query, Service
     from harvest.flows.spec.parse import load_spec, parse_spec
     from harvest.flows.spec.problems import Problem, SpecError, UsageError
@@ -50,6 +50,7 @@ __all__ = [
     "check_base_url",
     "derive_id",
     "describe_params",
+    "fanned_out",
     "fanout_size",
     "load_spec",
     "newest_first_listings",
@@ -75,6 +76,7 @@ _HOME = {
     "check_base_url": "service_url",
     "derive_id": "identity",
     "describe_params": "describe",
+    "fanned_out": "identity",
     "fanout_size": "checks",
     "load_spec": "parse",
     "newest_first_listings": "checks",

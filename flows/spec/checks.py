@@ -19,7 +19,7 @@ from harvest.connectors.catalog.params import PARAM_RULE, Params
 from harvest.connectors.catalog.shape_overrides import shape_problems
 from harvest.flows.console import counted
 from harvest.flows.spec.explain import closest, params_problem
-from harvest.flows.spec.identity import render_value
+from harvest.flows.spec.identity import fanned_out, render_value
 from harvest.flows.spec.model import FromQuery, JobSpec, Query
 from harvest.flows.spec.problems import Found
 from harvest.flows.spec.yaml_reader import Loc
@@ -289,13 +289,10 @@ def _highest_price(query: Query, endpoint: Endpoint, price: Price) -> tuple[int,
     """The most one request of any of the query's fanned-out combinations costs, and, when the combinations
     differ in price, the id of the first that costs it (`flows.run.plan` prices each alike: the validated
     parameters, defaults included)."""
-    keys = sorted(query.static)
-    prices: dict[str, int] = {}
-    for values in itertools.product(*(query.static[k] for k in keys)):
-        chosen = dict(zip(keys, values, strict=True))
-        params = endpoint.params.model_validate({**query.params, **chosen})
-        suffix = ",".join(f"{k}={render_value(v)}" for k, v in chosen.items())
-        prices[f"{query.query_id}[{suffix}]"] = price.of(params.model_dump(mode="json", exclude_none=True))
+    prices = {
+        query_id: price.of(endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True))
+        for query_id, raw in fanned_out(query)
+    }
     highest = max(prices.values())
     priciest = next(qid for qid, cost in prices.items() if cost == highest)
     return highest, (priciest if len(set(prices.values())) > 1 else None)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,19 @@ def digest(value: Any) -> str:
     canonical = _jsonable(value)
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fanned_out(query: Query) -> list[tuple[str, dict[str, Any]]]:
+    """(id, params) of each combination of the query's static fan-out values (`q[k=v,...]`); keys sorted, for
+    stable ids. The run plans these queries and the spec's checks price them: one list of what a query becomes."""
+    keys = sorted(query.static)
+    if not keys:
+        return [(query.query_id, dict(query.params))]
+    out = []
+    for values in itertools.product(*(query.static[k] for k in keys)):
+        suffix = ",".join(f"{k}={render_value(v)}" for k, v in zip(keys, values, strict=True))
+        out.append((f"{query.query_id}[{suffix}]", {**query.params, **dict(zip(keys, values, strict=True))}))
+    return out
 
 
 def render_value(value: Any) -> str:
