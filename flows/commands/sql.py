@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import duckdb
+    from rich.text import Text
 
     from harvest.connectors.catalog.child_kinds import TableKind
 
@@ -264,21 +265,20 @@ def unique_names(columns: list[str]) -> list[str]:
     return names
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: Any) -> str | Text:
     return literal("NULL", style="dim") if value is None else _text(value)
 
 
-def _too_wide(answer: QueryResult, width: int) -> bool:
-    """Whether a table of the answer, each column as wide as its widest first line, is wider than the terminal:
+def _too_wide(columns: list[str], cells: list[list[str | Text]], width: int) -> bool:
+    """Whether a table of these cells, each column as wide as its widest first line, is wider than the terminal:
     rich would then squeeze every column to a few characters a line (`SELECT *` of a 31-column table, each row
     over ~100 lines), so each row is laid out as a block of its own, one column a line (psql's expanded mode)."""
-    if len(answer.columns) < 2:
+    if len(columns) < 2:
         return False
-    widths = [len(str(name)) for name in answer.columns]
-    for row in answer.rows:
-        for i, value in enumerate(row):
-            text = "NULL" if value is None else _text(value)
-            widths[i] = max(widths[i], len(text.split("\n", 1)[0]))
+    widths = [len(str(name)) for name in columns]
+    for row in cells:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(str(cell).split("\n", 1)[0]))
     return sum(widths) + 3 * len(widths) + 1 > width
 
 
@@ -296,17 +296,19 @@ def print_answer(answer: QueryResult, fmt: str) -> None:
             for row in answer.rows
         ]
         sys.stdout.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
-    elif out.is_terminal and _too_wide(answer, out.size.width):
-        for n, row in enumerate(answer.rows, 1):
-            block = table("column", "value", title=f"row {n}")
-            for name, value in zip(answer.columns, row, strict=True):
-                add_row(block, name, _cell(value))
-            out.print(block)
     else:
-        result = table(*answer.columns)
-        for row in answer.rows:
-            add_row(result, *(_cell(v) for v in row))
-        out.print(result)
+        cells = [[_cell(v) for v in row] for row in answer.rows]
+        if out.is_terminal and _too_wide(answer.columns, cells, out.size.width):
+            for n, row in enumerate(cells, 1):
+                block = table("column", "value", title=f"row {n}")
+                for name, cell in zip(answer.columns, row, strict=True):
+                    add_row(block, name, cell)
+                out.print(block)
+        else:
+            result = table(*answer.columns)
+            for row in cells:
+                add_row(result, *row)
+            out.print(result)
     if answer.cut:
         of = f"more than {answer.total:,}" if answer.capped else f"{answer.total:,}"
         note(f"showing {len(answer.rows):,} of {of} rows; --limit N shows more, --limit 0 all")

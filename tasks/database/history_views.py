@@ -216,10 +216,9 @@ def refresh_history_views(
                 if record is not None and record.sql is None:  # a table, still empty: a view with no row
                     columns = [(n, t) for n, t, _ in record.columns]
                     if not _empty_fits(catalog.get(view), columns):
-                        con.execute(empty_history_view_sql(table, columns))
-                        catalog.made(
-                            view, [*columns, ("date", "DATE")], sql=empty_history_view_sql(table, columns)
-                        )
+                        empty = empty_history_view_sql(table, columns)
+                        con.execute(empty)
+                        catalog.made(view, [*columns, ("date", "DATE")], sql=empty)
                     _describe(con, table, kind, catalog)
                     made.append(view)
                 elif catalog.get(view) is not None:
