@@ -90,15 +90,15 @@ def _ctrl_c(signum: int, frame: FrameType | None) -> None:
 
 
 def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM or SIGHUP handled as SIGINT is handled right now; Python's KeyboardInterrupt when SIGINT has no
-    handler of its own (ignored or default)."""
+    """SIGTERM or SIGHUP handled as SIGINT is handled right now; Python's KeyboardInterrupt, remembered
+    (`_ctrl_c`), when SIGINT has no handler of its own (ignored or default)."""
     global received
     received = signal.Signals(signum).name
     current = signal.getsignal(signal.SIGINT)
     if callable(current) and current is not like_ctrl_c:
         current(signum, frame)
         return
-    raise KeyboardInterrupt
+    _ctrl_c(signum, frame)
 
 
 def lost_on_its_way() -> None:
