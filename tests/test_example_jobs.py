@@ -101,3 +101,23 @@ def test_a_platform_job_runs_offline_lands_every_query_and_chains_its_parents(
                 parents = _parent_values(db, spec, source)
                 fetched_for = _fetched_for(db, query, param)
                 assert fetched_for and fetched_for <= parents, (query.id, fetched_for - parents)
+
+
+def test_the_forum_jobs_tables_join_on_the_ids_the_columns_name(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """What an analyst joins after the offline forum job: a post's details (fetched with its comments) are the
+    post the listing landed (same id), the listing's URL names the post, and a comment's `url` is the comment's
+    own (not the post's the request asked with)."""
+    output = tmp_path / "out"
+    path = EXAMPLES / JOBS["forum"]
+    result = CliRunner().invoke(app, ["run", str(path), "--base-url", "sandbox", "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    db = output / "harvest.duckdb"
+    posts = scalar(db, "SELECT count(*) FROM forum_subreddit_posts")
+    joined = "SELECT count(*) FROM forum_post_details AS d JOIN forum_subreddit_posts AS p ON d.id = p.id"
+    assert posts and scalar(db, "SELECT count(*) FROM forum_post_details") == scalar(db, joined) == posts
+    assert scalar(db, "SELECT count(*) FROM forum_subreddit_posts WHERE url LIKE '%/' || id") == posts
+    comments = scalar(db, "SELECT count(DISTINCT url) FROM forum_post_comments")
+    assert comments == scalar(db, "SELECT count(*) FROM forum_post_comments") and comments > posts
+    assert not scalar(db, "SELECT count(*) FROM forum_post_comments WHERE url = post_url")

@@ -6,8 +6,9 @@ seed), the other values from one `Draw` of the same inputs. The first timestamp 
 the scope's clock (newest first, as a newest-first listing and a `max_cursor` page need).
 
 Text is made after the column's name, so that values read as what they are and travel where a chain sends them:
-a column named like a request parameter (`url`, `advertiser_id`) echoes the request's value, `...url`/`...link`
-is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's `repliesContinuationToken`, which the
+a column named like a request parameter (`url`, `advertiser_id`) echoes the request's value, except a listed
+record's `url`, which is its own and ends in its key (a detail answer about the record that URL names keeps that
+key: a chain's tables join on their ids), `...url`/`...link` is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's `repliesContinuationToken`, which the
 comment replies endpoint takes as a thread of its own), `id`/`..._id`/`...Id` an id, `..._at_text` the record's
 time as the platforms word it ("5 days ago"); anything else a phrase. A `json` column is an object, or a list
 of image objects where its name says images, as the platforms send them.
@@ -166,6 +167,22 @@ def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
     return _key_text(number)
 
 
+_MADE_URL = re.compile(r"https://www\.[a-z0-9-]+\.example/[a-z0-9_]+/([A-Za-z0-9_-]+)")
+"""A record's own URL as the sandbox makes it (`own_url`): its table, then its key."""
+
+
+def subject_key(echo: Mapping[str, str]) -> str | None:
+    """The key of the record a request's `url` names when the sandbox made that URL (a post's, from a listing):
+    the object a detail answer is about keeps it, so a chain's tables join on their ids as the service's do."""
+    made = _MADE_URL.fullmatch(echo.get("url", ""))
+    return made.group(1) if made else None
+
+
+def own_url(s: Scope, table: str, key: Any) -> str:
+    """A listed record's URL, ending in its key: the URL a dependent query asks with names the record."""
+    return f"https://{_host(s.path)}/{table}/{key}"
+
+
 def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str], lineage: str = "") -> Record:
     """The record of `kind` at `pos`: every column at its path; wrapped as `{wrap_key: record, <extras>}` when
     the declaration unwraps it; holding 0 to `NESTED_ITEMS` more items of its kind at its `nested` path, down to
@@ -259,14 +276,30 @@ def _fill(
     echo: Mapping[str, str],
     space: str | None = None,
 ) -> Record:
-    """`doc` with each column's value at its path; keys unique within `space` (the kind's table by default)."""
+    """`doc` with each column's value at its path; keys unique within `space` (the kind's table by default).
+
+    A record a detail answer is about keeps the key its URL names (`subject_key`); a listed record's `url` is its
+    own (`own_url`), not the request's."""
     timed = False
+    subject = kind.one or kind.first_page_only
+    key_of = {c.name: key_value(c, s, space or kind.table, pos) for c in columns if c.name in kind.key}
+    if subject and len(kind.key) == 1 and (named := subject_key(echo)) is not None:
+        (name,) = kind.key
+        if next(c for c in columns if c.name == name).type == "text":
+            key_of[name] = named
     # A json column first: a column read from inside the object it holds is then set within it, not lost.
     for column in sorted(columns, key=lambda c: c.type != "json"):
         if column.from_request:
             continue
-        if column.name in kind.key:
-            made = key_value(column, s, space or kind.table, pos)
+        if column.name in key_of:
+            made = key_of[column.name]
+        elif (
+            column.name == "url"
+            and column.type == "text"
+            and not subject
+            and isinstance(own := _one(key_of), str | int)
+        ):
+            made = own_url(s, kind.table, own)
         elif column.type == "text" and column.name in echo:
             made = echo[column.name]
         else:
@@ -274,6 +307,11 @@ def _fill(
             timed = timed or column.type == "timestamp"
         doc = put(doc, column.path, made)
     return doc
+
+
+def _one(key_of: Mapping[str, Any]) -> Any:
+    """The value of a key of one column (None for a kind keyed on none or several)."""
+    return next(iter(key_of.values())) if len(key_of) == 1 else None
 
 
 CHILD_ITEMS = 3
