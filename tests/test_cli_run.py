@@ -351,7 +351,7 @@ def assert_child_tables_read_without_json(output: Path) -> None:
         (p["id"], n, c["id"], c["text"], iso_epoch(c["publishTime"]), c["author"]["name"])
         for p in raw("network_a_group_posts") for n, c in enumerate(p["topComments"])
     )  # fmt: skip
-    items = rows(db, "SELECT s.type, s.title, i.position, i.id, i.title, i.view_count, i.length_seconds "
+    items = rows(db, "SELECT s.type, s.title, i.position, i.id, i.title, i.view_count, i.duration_seconds "
                      "FROM video_platform_shelves s JOIN video_platform_shelf_items i "
                      "ON i.parent_type = s.type AND i.parent_title = s.title ORDER BY ALL")  # fmt: skip
     assert items and items == sorted(

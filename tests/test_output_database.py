@@ -54,7 +54,7 @@ def harvest_database(output: Path) -> Path:
     return db
 
 
-DROPPED = ("description", "link")
+DROPPED = ("description", "link_url")
 """Columns of pinboard_pins an older harvest did not have yet."""
 
 

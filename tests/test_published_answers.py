@@ -52,7 +52,7 @@ ANY = "*"
 """In `NOT_IN_THE_EXAMPLE`: the record kind itself (the example has none of its records)."""
 NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
     ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "text"): "null in all three posts",
-    ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "video_view_count"): "null in every post",
+    ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "view_count"): "null in every post",
     ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "group_id"): "asked by the group's URL",
     ("v1_forum_subreddit_search--cli.json", "forum_comments", "parent_comment_id"): "a top-level comment",
     ("v1_forum_subreddit_search--cli.json", "forum_media", "gallery_count"): "null: an image, not a gallery",
@@ -105,7 +105,7 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
     },
     **{
         ("v1_pinboard_search--openapi.json", "pinboard_pins", column): "a trimmed pin drops it"
-        for column in ("title", "link", "domain", "board_id", "board_name", "board_url")
+        for column in ("title", "link_url", "domain", "board_id", "board_name", "board_url")
     },
     **{
         ("v1_video-platform_search--cli.json", table, column): reason
@@ -136,8 +136,8 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
         for column in (
             "created_at",
             "created_at_text",
-            "length_seconds",
-            "length_text",
+            "duration_seconds",
+            "duration_text",
             "channel_id",
             "channel_title",
             "channel_handle",
@@ -157,11 +157,11 @@ NEWER_THAN_THE_EXAMPLE: dict[str, dict[str, list[str]]] = {
         "video_platform_community_posts": ["url", "like_count_text", "video_view_count"],
     },
     "v1_microblog-b_post--cli.json": {
-        "microblog_b_posts": ["langs"],
+        "microblog_b_posts": ["languages"],
         "microblog_b_replies": ["author_verified_status", "author_verifications", "facets"],
     },
     "v1_microblog-b_user_posts--cli.json": {
-        "microblog_b_posts": ["langs"],
+        "microblog_b_posts": ["languages"],
     },
     "v1_photo-app_user_reels--cli.json": {
         "photo_app_reels": ["user_id"],
