@@ -115,7 +115,8 @@ SPEC_ARG = typer.Argument(..., help="Path of the YAML job spec.", show_default=F
 
 def _load(path: Path) -> JobSpec:
     """The validated spec, or exit 2 with every problem on stderr (nothing is sent or spent)."""
-    from harvest.flows.console import counted, note
+    from harvest.connectors.plurals import counted
+    from harvest.flows.console import note
     from harvest.flows.spec import SpecError, load_spec
 
     try:
@@ -133,7 +134,8 @@ def validate(spec: Path = SPEC_ARG) -> None:
     """Check a job spec completely (keys, endpoints, parameters, fan-out, parents); exit 2 when invalid."""
     import os
 
-    from harvest.flows.console import counted, note, prose
+    from harvest.connectors.plurals import counted
+    from harvest.flows.console import note, prose
     from harvest.flows.run.plan import plan
     from harvest.flows.spec import BASE_URL_ENV
 

@@ -241,14 +241,6 @@ class LiteralTable(Table):
         yield from super().__rich_console__(console, options)
 
 
-def counted(number: int, noun: str) -> str:
-    """`1 page`, `3 pages`, `2 queries`: a line a person reads says one page, not one pages."""
-    if number == 1:
-        return f"{number} {noun}"
-    consonant_y = noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u")
-    return f"{number} {noun[:-1]}ies" if consonant_y else f"{number} {noun}s"
-
-
 def table(*columns: str, title: object | None = None, right: Iterable[str] = ()) -> Table:
     """A rich Table whose title and headers are literal; columns named in `right` are right-aligned. Cells wrap
     only at separators (`AtSeparators`)."""

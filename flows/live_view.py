@@ -19,7 +19,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from harvest.flows.console import LiteralConsole, counted, literal, wrap_at_separators
+from harvest.connectors.plurals import counted
+from harvest.flows.console import LiteralConsole, literal, wrap_at_separators
 from harvest.flows.run.progress import Counting, Row, ended_well
 
 REFRESH_PER_SECOND = 4

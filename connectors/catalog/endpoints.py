@@ -19,6 +19,7 @@ from harvest.connectors.catalog.paging_styles import Paging
 from harvest.connectors.catalog.params import Params, has_value, is_set
 from harvest.connectors.catalog.records import RecordKind
 from harvest.connectors.catalog.shape_overrides import Shapes
+from harvest.connectors.plurals import counted
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class Price:
         download_media=true` (`harvest endpoints`, docs/endpoints/)."""
         least = "" if self.least is None or self.least == self.credits else f" (at least {self.least})"
         rules = "".join(f"; {r.describe()}" for r in self.when)
-        return f"{self.credits} credit{'s' if self.credits != 1 else ''}{least}{rules}"
+        return f"{counted(self.credits, 'credit')}{least}{rules}"
 
 
 def _shown(value: Any) -> str:

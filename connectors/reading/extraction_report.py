@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harvest.connectors.plurals import counted
+
 NEW_FIELDS_CAP = 50
 
 
@@ -194,7 +196,7 @@ class ExtractionReport:
         `where` left out, a cursor paging did not read (the run summary says more)."""
         data = data or {}
         dropped = sum(t.get("dropped", 0) for t in data.get("tables", {}).values())
-        notes = [f"{dropped} item{'' if dropped == 1 else 's'} left out"] if dropped else []
+        notes = [f"{counted(dropped, 'item')} left out"] if dropped else []
         unread = data.get("unread_cursor")
         if unread:
             notes.append(f"`{unread['field']}` unread")

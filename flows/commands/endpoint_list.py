@@ -15,6 +15,7 @@ import typer
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
+from harvest.connectors.plurals import counted
 from harvest.flows.console import literal, note, out, say
 from harvest.flows.spec import describe_params
 
@@ -88,7 +89,7 @@ def show_endpoints(
 
 
 def _print_platform(platform: str, group: list[Endpoint], of: int, catalog: Catalog) -> None:
-    count = f"{len(group)} endpoint{'s' if len(group) != 1 else ''}"
+    count = counted(len(group), "endpoint")
     heading = f"{platform}: {count}" + (f" of {of}" if of != len(group) else "")
     out.print(literal(heading, style="bold"), soft_wrap=True)
     say("=" * len(heading))

@@ -20,6 +20,7 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.fields import DESCRIPTION
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
 from harvest.connectors.catalog.paging_styles import Paging
+from harvest.connectors.plurals import counted
 from harvest.flows.commands.endpoint_list import by_platform, endpoint_info, rule_lines
 from harvest.flows.commands.tables_doc import field_meta
 from harvest.flows.console import say
@@ -81,7 +82,7 @@ def _index(groups: dict[str, list[Endpoint]]) -> str:
         "",
     ]
     for platform, endpoints in groups.items():
-        count = f"{len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}"
+        count = counted(len(endpoints), "endpoint")
         lines += [f"## {platform}", "", f"[{platform}]({platform}.md): {count}.", ""]
         lines += [
             f"- [`{e.path}`]({platform}.md#{anchor(e.path)}): {e.summary} Price: {e.price.describe()}."
@@ -94,7 +95,7 @@ def _index(groups: dict[str, list[Endpoint]]) -> str:
 def _platform_page(
     platform: str, endpoints: list[Endpoint], catalog: Catalog, con: duckdb.DuckDBPyConnection
 ) -> str:
-    count = f"{len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}"
+    count = counted(len(endpoints), "endpoint")
     lines = [f"# {platform}", "", GENERATED, f"{count}; [every platform](README.md).", "", READING, ""]
     tables: dict[str, tuple[TableKind, list[str]]] = {}
     for endpoint in endpoints:

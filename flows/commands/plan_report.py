@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harvest.flows.console import add_row, counted, out, prose, table
+from harvest.connectors.plurals import counted
+from harvest.flows.console import add_row, out, prose, table
 from harvest.flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
 from harvest.flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
 from harvest.flows.run.plan import Plan, plan

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.commands.history_note import say_history
-from harvest.flows.console import counted, harvest_line
+from harvest.flows.console import harvest_line
 from harvest.flows.run.run_again import RunAgain
 from harvest.tasks.output.manifest import lowered_budget
 from harvest.tasks.output.run_summary import (

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
-from harvest.flows.console import counted, harvest_line
+from harvest.flows.console import harvest_line
 from harvest.flows.run.run_again import resume_hint
 from harvest.tasks.output.layout import OutputLayout
 

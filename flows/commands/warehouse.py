@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
-from harvest.flows.console import counted
 from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
 

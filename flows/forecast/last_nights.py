@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harvest.connectors.paging.pager import base_id
-from harvest.flows.console import counted
+from harvest.connectors.plurals import counted
 from harvest.flows.run.coverage import COLLECTED
 from harvest.flows.run.plan import CostLine, Plan
 from harvest.tasks.output.layout import OutputLayout

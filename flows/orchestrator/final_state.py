@@ -17,7 +17,7 @@ from prefect.states import Cancelled, Completed, Crashed, Failed, State
 
 from harvest.connectors.http.auth import ApiKey, redact
 from harvest.connectors.paging.pager import OK_STATUSES, base_id
-from harvest.flows.console import counted
+from harvest.connectors.plurals import counted
 from harvest.flows.orchestrator.prefect_outage import WATCH, api_away, bounded_client, caused_by_api, said
 from harvest.flows.orchestrator.prefect_record import (
     ENDED,

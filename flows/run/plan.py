@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.params import Params
 from harvest.connectors.paging.pager import QuerySpec, base_id
-from harvest.flows.console import counted
+from harvest.connectors.plurals import counted
 from harvest.flows.spec import JobSpec, Query, fanned_out, render_value
 
 

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from harvest.flows.console import counted, note
+from harvest.connectors.plurals import counted
+from harvest.flows.console import note
 
 if TYPE_CHECKING:
     from harvest.connectors.catalog.endpoints import Endpoint
@@ -155,8 +156,7 @@ class Row:
     credits: int = 0
     status: str = "running"
     notes: tuple[str, ...] = ()
-    """What its pages held that did not land as records (`ExtractionReport.notes_of`): items left out, a cursor
-    not read."""
+    """What its pages held that did not land as records (`ExtractionReport.notes_of`): items left out, cursors."""
 
 
 LISTED_WELL = 20

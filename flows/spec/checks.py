@@ -17,7 +17,7 @@ from harvest.connectors.catalog.endpoints import Endpoint, Price
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
 from harvest.connectors.catalog.params import PARAM_RULE, Params
 from harvest.connectors.catalog.shape_overrides import shape_problems
-from harvest.flows.console import counted
+from harvest.connectors.plurals import counted
 from harvest.flows.spec.explain import closest, params_problem
 from harvest.flows.spec.identity import fanned_out, render_value
 from harvest.flows.spec.model import FromQuery, JobSpec, Query
