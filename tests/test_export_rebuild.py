@@ -138,3 +138,36 @@ def test_rows_landed_in_another_order_are_not_sent_again(
     (rebuilt,) = all_manifests(layout)
     assert rebuilt.rebuilt is not None
     assert "exported 1 run," in export(output, lake)
+
+
+def test_a_run_whose_raw_pages_were_deleted_keeps_its_rows_through_a_rebuild(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator frees space by deleting an old night's raw pages (its manifest stays): the rebuild that
+    follows must not replace that night's Parquet with nothing, drop its rows from DuckDB, or have the next
+    export delete its files at the destination."""
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    layout, db = OutputLayout(output), output / "harvest.duckdb"
+    first = night(tmp_path, output, 0, monkeypatch)
+    night(tmp_path, output, 1, monkeypatch)
+    export(output, lake)
+    landed, sent = parquet_rows(layout.parquet_root), parquet_rows(lake)
+    first_files = {k: n for k, n in landed.items() if first in k}
+    assert first_files and sum(first_files.values()) > 0
+    before = rows(db, "SELECT _run_id, count(*) FROM short_video_videos_history GROUP BY ALL ORDER BY 1")
+    assert before[0][0] == first and len(before) == 2
+    pages = list(layout.run_dir(first).glob("session-*.pages"))
+    assert pages
+    for path in pages:
+        path.unlink()
+
+    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert parquet_rows(layout.parquet_root) == landed, "the night's files are kept, rows and all"
+    after = rows(db, "SELECT _run_id, count(*) FROM short_video_videos_history GROUP BY ALL ORDER BY 1")
+    assert after == before
+    assert "nothing new" in export(output, lake)
+    assert parquet_rows(lake) == sent, "nothing deleted at the destination"
+    said = " ".join(result.output.split())
+    assert f"{first}: " in said and f"pages are not in {layout.run_dir(first)}" in said, said
+    assert "its Parquet files are kept as landed and loaded, not derived again" in said

@@ -83,6 +83,11 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                 report.skipped.append(f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}")
                 continue
             if run_id is None or m.run_id == run_id:
+                kept = _kept_as_landed(layout, m)
+                if kept:
+                    report.skipped.append(kept)
+                    done.append(m)
+                    continue
                 if spec is not None and m.job == spec.name:
                     declared = {**m.declared, **spec.declared()}
                     m = replace(m, shapes=shapes_data(spec.shape_overrides()), declared=declared)
@@ -92,6 +97,25 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
         report.tables = rebuild_database(layout, done)
         report.loaded = [m.run_id for m in done]
     return report
+
+
+def _kept_as_landed(layout: OutputLayout, run: RunManifest) -> str | None:
+    """Why a run is not landed again (its Parquet files are kept as they are), or None to land it.
+
+    Its raw pages are its only receipt: when some the manifest counts are gone from `raw/<run_id>/` (deleted to
+    save space, lost by a disk) while its Parquet files are all there, landing it again would replace those files
+    with fewer rows, drop the rows from the new database, and have the next export delete them at the
+    destination. A run whose files are gone too is landed from what is left: there is nothing more to lose."""
+    index = RawIndex(layout.raw_files(run.run_id))
+    paid = sum(int(q.get("pages", 0)) for q in run.queries)
+    lacking = sum(max(0, int(q.get("pages", 0)) - len(index.at.get(q["query_id"], ()))) for q in run.queries)
+    if not lacking or not all(layout.resolve(path).exists() for _, path, _ in run.all_files()):
+        return None
+    return (
+        f"{run.run_id}: {lacking} of its {paid} pages are not in {layout.run_dir(run.run_id)} (deleted, or lost "
+        "by the disk): its Parquet files are kept as landed and loaded, not derived again (put the raw pages "
+        "back to rebuild it)"
+    )
 
 
 @contextmanager
