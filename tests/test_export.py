@@ -4,10 +4,11 @@ through `_exports/<id>/_SUCCESS` and the `_manifest.json` beside it.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,25 @@ import pytest
 from typer.testing import CliRunner
 
 from harvest.flows.cli import app
-from harvest.sandbox.wire.serving import running
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
-from tests.flow_helpers import HARVEST, SECRET_KEY, rows, run_flow, subprocess_env, write_spec
+from tests.declared_helpers import declaration
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    SECRET_KEY,
+    job_spec,
+    rows,
+    run_flow,
+    subprocess_env,
+    write_spec,
+)
 from tests.nightly_helpers import CONFIG, job, night
 
 BUCKET = "lake"
+THINGS = "/v1/x/things"
 runner = CliRunner()
 
 
@@ -165,6 +178,39 @@ def test_a_snapshot_and_an_increment_of_one_job_have_one_schema_per_table(
         assert snapshot["tables"][table]["schema"] == entry["schema"], table
     said = {c["type"] for e in snapshot["tables"].values() for c in e["schema"]}
     assert {"timestamp[us, tz=UTC]", "list<element: string>"} <= said, said
+
+
+def test_a_snapshot_keeps_its_columns_where_the_increments_have_them_after_a_column_is_added(
+    prefect_harness: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox_factory: Callable[..., RunningSandbox],
+) -> None:
+    """A declaration gains a column between two others: the next night's files have it in its place, and so
+    must a snapshot (DuckDB's table got it at its end), whether or not a rebuild made the table anew: a loader
+    matching columns by position must not see them move from one night to the next."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    later = declaration()
+    first = copy.deepcopy(later)
+    del first["records"]["things"]["columns"]["score"]  # between `views` and `verified`
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, declared={THINGS: later}))
+    output = tmp_path / "out"
+    for n, decl in enumerate((first, later)):
+        queries = [{"id": "things", "endpoint": THINGS, "params": {"q": f"oak{n}"}}]
+        spec = job_spec(sb.base_url, output, queries, name="grown", endpoints={THINGS: decl})
+        assert run_flow(write_spec(tmp_path, spec)).status == "complete"
+    for rebuilt in (False, True):
+        if rebuilt:
+            assert runner.invoke(app, ["rebuild", str(output)]).exit_code == 0
+        snap, inc = tmp_path / f"snap-{rebuilt}", tmp_path / f"inc-{rebuilt}"
+        for to in (["--to", str(snap), "--snapshot"], ["--to", str(inc)]):
+            assert runner.invoke(app, ["export", str(output), *to]).exit_code == 0
+        newest = sorted(inc.glob("things/*/*.parquet"))[-1]
+        names = pq.read_schema(newest).names
+        assert names.index("views") + 2 == names.index("verified") == names.index("score") + 1, names
+        assert pq.read_schema(snap / "things" / "snapshot.parquet").names == names, rebuilt
+        snapshot = json.loads((snap / "_manifest.json").read_text(encoding="utf-8"))
+        assert [c["name"] for c in snapshot["tables"]["things"]["schema"]] == names, rebuilt
 
 
 def test_export_refuses_bad_destinations(tmp_path: Path) -> None:

@@ -128,6 +128,16 @@ def _snapshot_schema(found: pa.Schema, kind: TableKind | None) -> pa.Schema:
     return pa.schema(fields)
 
 
+def _snapshot_select(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind | None) -> str:
+    """The table's columns in its increments' order (the catalog's), then any the catalog lacks. DuckDB's order
+    is its history's: a load adds a column the catalog gained at the end, a rebuild makes it in its place; a
+    loader matching a snapshot's columns by position would see them move between one night and the next."""
+    have = con.sql(f"FROM {quote_ident(table)}").columns
+    order = [f.name for f in kind.schema if f.name in have] if kind is not None else []
+    order += [c for c in have if c not in order]
+    return f"SELECT {', '.join(quote_ident(c) for c in order)} FROM {quote_ident(table)}"
+
+
 def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, TableKind]) -> pa.Schema:
     """A table's schema is the catalog's (what `harvest rebuild` would write today), not whichever file came
     first; a table the catalog no longer has is described by the union of its files'."""
@@ -291,8 +301,9 @@ def _snapshot_table(
 ) -> None:
     """One table streamed batch by batch (a relation's reader: DuckDB does not materialise the result)."""
     key = f"{table}/snapshot.parquet"
-    reader = con.sql(f"FROM {quote_ident(table)}").to_arrow_reader(SNAPSHOT_BATCH)
-    schema = _snapshot_schema(reader.schema, report.kinds.get(table))
+    kind = report.kinds.get(table)
+    reader = con.sql(_snapshot_select(con, table, kind)).to_arrow_reader(SNAPSHOT_BATCH)
+    schema = _snapshot_schema(reader.schema, kind)
     make_dir(fs, f"{base}/{table}")
     rows = 0
     with (
