@@ -114,7 +114,7 @@ def say_history(tables: dict[str, int], output: Path) -> None:
     width = console.out.size.width - len(INDENT) if console.out.is_terminal else None
     console.prose(
         f"History and current rows: {parquet_root}/ is history, every run adds the rows it fetched (a key is "
-        f"there once per run that fetched it); the tables in {output / 'harvest.duckdb'} are current, one row "
+        f"there once each time a run fetched it); the tables in {output / 'harvest.duckdb'} are current, one row "
         "per key, its newest fetch. The current tables as Parquet files:"
     )
     for line in shell_lines([harvest_command(), "export", str(output), "--to", "DIR", "--snapshot"], width):
