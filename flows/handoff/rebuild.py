@@ -37,7 +37,7 @@ from harvest.tasks.database.connection import quote_ident, quote_literal, write_
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, all_manifests, write_manifest
-from harvest.tasks.output.raw_store import RawIndex
+from harvest.tasks.output.raw_store import RawIndex, count_pages
 
 KEPT_TABLES = {"exports": EXPORTS_DDL}
 """Tables that record what happened outside the output directory (where runs were exported), with their
@@ -83,7 +83,8 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                 report.skipped.append(f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}")
                 continue
             if run_id is None or m.run_id == run_id:
-                kept = _kept_as_landed(layout, m)
+                index = RawIndex(layout.raw_files(m.run_id)) if _own_files(m) else None
+                kept = _kept_as_landed(layout, m, index)
                 if kept:
                     report.skipped.append(kept)
                     done.append(m)
@@ -91,7 +92,7 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                 if spec is not None and m.job == spec.name:
                     declared = {**m.declared, **spec.declared()}
                     m = replace(m, shapes=shapes_data(spec.shape_overrides()), declared=declared)
-                m = reland_run(layout, m, report)
+                m = reland_run(layout, m, report, index)
                 report.runs.append(m.run_id)
             done.append(m)
         report.tables = rebuild_database(layout, done)
@@ -99,16 +100,24 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
     return report
 
 
-def _kept_as_landed(layout: OutputLayout, run: RunManifest) -> str | None:
+def _kept_as_landed(layout: OutputLayout, run: RunManifest, index: RawIndex | None) -> str | None:
     """Why a run is not landed again (its Parquet files are kept as they are), or None to land it.
 
     Its raw pages are its only receipt: when some the manifest counts are gone from `raw/<run_id>/` (deleted to
     save space, lost by a disk) while its Parquet files are all there, landing it again would replace those files
     with fewer rows, drop the rows from the new database, and have the next export delete them at the
-    destination. A run whose files are gone too is landed from what is left: there is nothing more to lose."""
-    index = RawIndex(layout.raw_files(run.run_id))
+    destination. A run whose files are gone too is landed from what is left: there is nothing more to lose.
+    `index`: where the pages of a run with files of its own are; without, each query's own raw file."""
+
+    def found(q: dict[str, Any]) -> int:
+        return (
+            len(index.at.get(q["query_id"], ()))
+            if index is not None
+            else count_pages(_raw_of(layout, run, q))
+        )
+
     paid = sum(int(q.get("pages", 0)) for q in run.queries)
-    lacking = sum(max(0, int(q.get("pages", 0)) - len(index.at.get(q["query_id"], ()))) for q in run.queries)
+    lacking = sum(max(0, int(q.get("pages", 0)) - found(q)) for q in run.queries)
     if not lacking or not all(layout.resolve(path).exists() for _, path, _ in run.all_files()):
         return None
     return (
@@ -133,12 +142,15 @@ def _job_lock(layout: OutputLayout, job: str) -> Iterator[None]:
         lock.release()
 
 
-def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
+def reland_run(
+    layout: OutputLayout, run: RunManifest, report: RebuildReport, index: RawIndex | None = None
+) -> RunManifest:
     """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
-    then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone."""
+    then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone. `index`:
+    the run's pages, when already found."""
     before = _fingerprints(layout, run)
-    own = not any(q.get("files") for q in run.queries)  # a run with no file yet (all drift) is relanded whole
-    relanded = _reland_own(layout, run, report) if own else _reland_queries(layout, run, report)
+    own = _own_files(run)
+    relanded = _reland_own(layout, run, report, index) if own else _reland_queries(layout, run, report)
     after = _fingerprints(layout, relanded)
     if after != before:
         retired = (set(run.retired_files) | set(before)) - set(after)
@@ -147,16 +159,24 @@ def reland_run(layout: OutputLayout, run: RunManifest, report: RebuildReport) ->
     return relanded
 
 
+def _own_files(run: RunManifest) -> bool:
+    """The run wrote files of its own (every query's rows together), not a query's each (Dask rounds, older
+    runs); a run with no file yet (all drift) is relanded whole, as its own."""
+    return not any(q.get("files") for q in run.queries)
+
+
 def _raw_of(layout: OutputLayout, run: RunManifest, q: dict[str, Any]) -> Path:
     return layout.resolve(q["raw_file"]) if q.get("raw_file") else layout.raw_file(run.run_id, q["query_id"])
 
 
-def _reland_own(layout: OutputLayout, run: RunManifest, report: RebuildReport) -> RunManifest:
+def _reland_own(
+    layout: OutputLayout, run: RunManifest, report: RebuildReport, index: RawIndex | None = None
+) -> RunManifest:
     """A run that wrote its own files: every query's pages into one writer again, its files replaced."""
     started = datetime.fromisoformat(run.started)
     endpoints = for_job(run.declared).overridden(None, shapes_of(run.shapes))
     fresh_parts(layout, run.run_id, started)
-    index = RawIndex(layout.raw_files(run.run_id))
+    index = RawIndex(layout.raw_files(run.run_id)) if index is None else index
     sink = open_run_sink(layout, run.run_id, started)
     queries = []
     try:
