@@ -7,7 +7,7 @@ A start is one of three (`RunStart`):
   Prefect flow retry of the same flow run): the run keeps its id and budget; queries that ended are kept, the
   others land their raw pages again and page on from the last one. The ledger opens with what the journal says
   was spent, in-flight reservations at the crash included. A resumed run that continues earlier runs also knows
-  what those settled (`Settled`): a query they completed is not asked again, one they stopped goes on from the
+  what those settled (`flows.run.chain.Settled`): a query they completed is not asked again, one they stopped goes on from the
   cursor they kept, whatever part of the chain was killed and resumed.
 - **Continue** (`--continue`): a new run that picks up every query the earlier runs stopped (budget, a refused
   key, failure) at its saved cursor, skips the ones that ended for good and runs queries never run before.
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from harvest.connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
+from harvest.flows.run.chain import Settled, chain_from, newest_chain, settled_by
 from harvest.flows.run.coverage import Coverage, coverage_of
 from harvest.flows.run.plan import Plan
 from harvest.flows.run.run_again import RunAgain, rerun_of
@@ -33,22 +34,11 @@ from harvest.flows.spec.identity import plan_key
 from harvest.tasks.output.job_lock import JobLock
 from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
+from harvest.tasks.output.manifest import RunManifest, run_heads
 from harvest.tasks.output.query_summary import QuerySummary
 from harvest.tasks.output.raw_store import RawIndex
 
 Mode = Literal["auto", "fresh", "continue"]
-
-
-@dataclass(frozen=True)
-class Settled:
-    """What a chain of finished runs settled, each query's newest status deciding: queries that ended for good
-    (`done`: not asked again) and queries stopped with a cursor kept (`at`: asked again from there)."""
-
-    done: frozenset[str] = frozenset()
-    at: Mapping[str, QuerySpec] = field(default_factory=dict)
-    last: RunManifest | None = None
-    """The chain's newest run (the one a continued run names)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,44 +344,3 @@ def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str)
         run=run, own=journal,
         ended={q: s for q, s in ended.items() if q not in lost}, index=index, missing=lost,
     )  # fmt: skip
-
-
-def newest_chain(layout: OutputLayout, job: str) -> list[RunManifest]:
-    """The job's newest finished run and the runs it continues, oldest first."""
-    runs = {h.run_id: h for h in run_heads(layout, job) if not h.unfinished}
-    if not runs:
-        return []
-    newest = max(runs.values(), key=lambda h: (h.started, h.run_id))
-    return chain_from(runs, newest.run_id)
-
-
-def chain_from(runs: Mapping[str, Any], run_id: str | None) -> list[RunManifest]:
-    """Run `run_id` (a head of `runs`) and the runs it continues, oldest first; empty for None."""
-    chain: list[Any] = []
-    while run_id is not None and run_id in runs and len(chain) <= len(runs):
-        chain.append(runs[run_id])
-        run_id = runs[run_id].continues
-    return [h.manifest() for h in chain[::-1]]
-
-
-def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
-    """What a chain of finished runs settled: each query's newest status across it decides."""
-    if not chain:
-        return Settled()
-    status: dict[str, dict[str, Any]] = {}
-    specs: dict[str, dict[str, Any]] = {}
-    for run in chain:
-        specs.update(read_journal(layout.journal_file(run.run_id)).started)
-        status.update({q["query_id"]: q for q in run.queries})
-    done: set[str] = set()
-    at: dict[str, QuerySpec] = {}
-    for qid, summary in status.items():
-        waiting = summary.get("next_cursor") or summary.get("follow_state")  # a page or follow-ups to ask
-        # drifted on its last page with nothing waiting: all paid and kept (`harvest rebuild` lands them)
-        if summary["status"] not in CONTINUABLE or (summary["status"] == "drift" and not waiting):
-            done.add(qid)
-        elif qid in specs:
-            spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
-            spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
-            at[qid] = QuerySpec(**spec)
-    return Settled(frozenset(done), at, chain[-1])
