@@ -138,13 +138,19 @@ async def test_a_top_up_respects_the_query_cap() -> None:
 
 class _Journal:
     def __init__(self) -> None:
-        self.events: list[tuple[str, int, int | None]] = []
+        self.events: list[tuple[str, int | str, int | None]] = []
 
     def reserved(self, rid: int, query_id: str, amount: int) -> None:
         self.events.append(("reserve", rid, amount))
 
     def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
         self.events.append(("close", rid, counted))
+
+    def adjusted(self, query_id: str, credits: int) -> None:
+        self.events.append(("adjust", query_id, credits))
+
+    def priced(self, key: str, credits: int) -> None:
+        self.events.append(("price", key, credits))
 
 
 async def test_the_journal_hears_the_topped_up_amount() -> None:
@@ -159,6 +165,7 @@ async def test_the_journal_hears_the_topped_up_amount() -> None:
     assert sent is not None
     assert journal.events == [
         ("reserve", in_flight.id, 1),
+        ("price", E, 3),  # before its settle: a resume after a kill between the two still holds the price
         ("close", in_flight.id, 3),
         ("reserve", sent.id, 3),
     ]

@@ -24,6 +24,8 @@ from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.endpoints import FEED, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
+from tests.process_helpers import finish, start_run, wait_for_requests
+from tests.test_resume_kill import kill_hard
 
 runner = CliRunner()
 
@@ -154,3 +156,77 @@ def test_queries_whose_cap_a_learned_price_passes_are_not_left_unstarted_by_the_
         err
     )  # the first, which paid a page; not the rest
     assert result.exit_code == 1, result.output
+
+
+def test_a_continued_run_reserves_the_price_the_night_before_learned(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The service charges 5 where the catalog says 1. The night learns it from its first answer and stops at
+    its budget; `--continue` starts with what the night learned, not the catalog's price: under a budget below
+    one request it sends nothing (it does not pay 5 of a budget of 4), and under a larger one its first request
+    holds 5, so no answer charges past what was reserved (no overcharge warning, the bill within the budget)."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(10, 10), costs={FEED: 5})
+    output = tmp_path / "out"
+    with running(config) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        query = {"id": "q", "endpoint": FEED, "params": {"handle": "nasa"}}
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, [query], name="relearn", credits=12))
+        night = runner.invoke(app, ["run", str(spec)])
+        assert night.exit_code == 0, night.output
+        assert "credits spent: 10 of a budget of 12" in night.stdout  # 5 (reserved 1), then 5 held
+        assert sb.billed_total() == 10
+
+        caplog.clear()  # the night's own warning said
+        with caplog.at_level(logging.WARNING, "harvest.ledger"):
+            short = runner.invoke(app, ["run", str(spec), "--continue", "--budget", "4"])
+            after_short = sb.billed_total()
+            continued = runner.invoke(app, ["run", str(spec), "--continue", "--budget", "10"])
+        billed = sb.billed_total()
+
+    assert short.exit_code == 0, short.output
+    assert "credits spent: 0 of a budget of 4" in short.stdout, short.stdout
+    assert after_short == 10, "a request the continued run's budget could not hold at the learned price"
+    assert continued.exit_code == 0, continued.output
+    assert "credits spent: 10 of a budget of 10" in continued.stdout, continued.stdout
+    assert billed - after_short == 10
+    warned = [r.getMessage() for r in caplog.records if "the service charged" in r.getMessage()]
+    assert warned == [], "a continued run's first request held what the night learned"
+    held = [r.getMessage() for r in caplog.records if "every request holds" in r.getMessage()]
+    line = (
+        f"{FEED}: every request holds 5 credits from the first, the price the service was seen charging in the "
+        "run(s) this one goes on from, above the cost table's; update the cost table"
+    )
+    assert held == [line, line], held  # each continued run says it
+    db = output / "harvest.duckdb"
+    spent = rows(db, "SELECT credits_spent, budget FROM runs ORDER BY started")
+    assert spent == [(10, 12), (0, 4), (10, 10)], spent
+    assert rows(db, "SELECT sum(credits), count(*) FROM requests") == [(20, 4)]  # 4 pages, none asked twice
+
+
+def test_a_resume_after_a_kill_reserves_the_price_its_killed_session_learned(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The service charges 5 where the catalog says 1; the run is killed with kill -9 once its first answer has
+    taught it that (its second request held 5), before its manifest says anything. Resumed with 4 credits left
+    in its budget, it sends nothing: its first request holds the 5 the journal kept, not the catalog's 1,
+    which would have paid 5 past the budget."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(20, 20), costs={FEED: 5}, latency=0.2)
+    output = tmp_path / "out"
+    with running(config) as sb:
+        query = {"id": "q", "endpoint": FEED, "params": {"handle": "nasa"}}
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, [query], name="relearn", credits=100))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 2, proc)  # the second request left after the first answer taught the price
+        kill_hard(proc, sb)
+        billed = sb.billed_total()
+        budget = billed + 4
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--budget", str(budget)))
+        after = sb.billed_total()
+
+    assert code == 0, out + err
+    assert after == billed, f"the resume paid {after - billed} with 4 credits left and requests of 5"
+    said = " ".join(out.split())
+    assert f"credits spent: {billed} of a budget of {budget}" in said, said
+    assert "status: budget_exhausted" in said, said
+    assert "the service charged" not in err, err
+    assert f"{FEED}: every request holds 5 credits from the first" in err, err

@@ -27,7 +27,8 @@ cancelled task's cleanup (`connectors.credits.waiters`).
 Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refused API key, an empty
 account); requests already sent still land and settle. Durability: an optional journal hears of every
 reservation before it is granted and of how it was closed, so a crashed run's spending can be recovered
-exactly (see `tasks.output.journal`), and `opening` seeds a resumed run with what it had spent before.
+exactly (see `tasks.output.journal`), and `opening` seeds a resumed run with what it had spent before, `prices`
+with what the service was seen charging (a resume's, or `--continue`'s, first request holds it).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class CreditLedger(Settlement, Turns):
         opening: Mapping[str, int] | None = None,
         journal: LedgerJournal | None = None,
         fanouts: FanoutCaps | None = None,
+        prices: Mapping[str, int] | None = None,
     ) -> None:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
@@ -95,7 +97,7 @@ class CreditLedger(Settlement, Turns):
         self._refused = RefusedCharges()
         self._journal = journal
         self._stopped: Refusal | None = None
-        self._prices = Prices()
+        self._prices = Prices(prices)
         self._share = FairShare()
         self._overcharges: list[Overcharge] = []
         self._refusals: dict[str, Refusal] = {}

@@ -8,7 +8,9 @@ per price key (an endpoint) and uses them to keep a price rise from passing the 
   *unseen* and at most one reservation of it is open at a time (`must_wait`): every query's first page waiting
   on the same unknown price would otherwise all be sent at a price that may be wrong (60 fanned-out queries of a
   `costs: {path: 0}` job spent 62 credits of a budget of 5). The cost is one round trip per endpoint per run.
-- **learned**: the highest charge seen above what was reserved. Later reservations hold at least it.
+- **learned**: the highest charge seen above what was reserved. Later reservations hold at least it. A run that
+  goes on from earlier ones (a resume, `--continue`) starts with what they learned (`known`): the catalog's price
+  again would let its first request pay the excess a second time, past a budget that could not hold it.
 - **shortfall**: reservations granted before the price was learned and not yet sent hold too little. Their
   missing credits are kept off the budget for new reservations, and `sending` tops each one up (or the ledger
   gives it back to be reserved again) before its request leaves. Only requests already on the wire can pay
@@ -20,11 +22,12 @@ Not thread-safe on its own: the credit ledger calls it under its lock.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 
 class Prices:
-    def __init__(self) -> None:
-        self._learned: dict[str, int] = {}
+    def __init__(self, known: Mapping[str, int] | None = None) -> None:
+        self._learned: dict[str, int] = dict(known or {})
         """Price key -> the highest charge seen above a reservation (what later reservations hold)."""
         self._seen: set[str] = set()
         """Price keys a billed, readable answer has priced."""
@@ -69,20 +72,22 @@ class Prices:
         self._unsent.pop(rid, None)
         return short
 
-    def closed(self, rid: int, reserved: int, counted: int | None, priced: bool) -> None:
+    def closed(self, rid: int, reserved: int, counted: int | None, priced: bool) -> str | None:
         """Reservation `rid` (holding `reserved`) closed; `counted` was spent (None: released). A charge above
-        what it held teaches the key's price, and the unsent reservations of the key now lack the difference."""
+        what it held teaches the key's price, and the unsent reservations of the key now lack the difference.
+        Returns the key whose price it taught (for the run's journal: a resume starts from it), else None."""
         self.shortfall -= self._short(rid)
         self._unsent.pop(rid, None)
         key = self._key_of.pop(rid, None)
         if key is None:
-            return
+            return None
         self._open[key] -= 1
         if self._open[key] <= 0:
             del self._open[key]
         if priced:
             self._seen.add(key)
         if counted is None or counted <= max(reserved, self._learned.get(key, 0)):
-            return
+            return None
         self._learned[key] = counted
         self.shortfall = sum(self._short(r) for r in self._unsent)
+        return key

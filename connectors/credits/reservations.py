@@ -58,11 +58,14 @@ class LedgerSnapshot:
 
 class LedgerJournal(Protocol):
     """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent). `unknown`
-    says why a charge no answer named was counted: "refusal" (429, 5xx) or "lost" (no answer read)."""
+    says why a charge no answer named was counted: "refusal" (429, 5xx) or "lost" (no answer read). `priced`:
+    an answer taught a price key's price (`connectors.credits.prices`), which the run's resume and its
+    `--continue` start from."""
 
     def reserved(self, rid: int, query_id: str, amount: int) -> None: ...
     def closed(self, rid: int, counted: int | None, unknown: Unknown = None) -> None: ...
     def adjusted(self, query_id: str, credits: int) -> None: ...
+    def priced(self, key: str, credits: int) -> None: ...
 
 
 Unknown = Literal["refusal", "lost"] | None

@@ -50,16 +50,18 @@ class Settlement:
 
     # ---- closing reservations (never await: safe in cleanup of cancelled tasks) ------------------------
 
-    def _close(self, r: Reservation, counted: int | None, priced: bool) -> tuple[Reservation, bool]:
+    def _close(
+        self, r: Reservation, counted: int | None, priced: bool
+    ) -> tuple[Reservation, bool, str | None]:
         """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
-        been topped up) and whether the journal heard of it."""
+        been topped up), whether the journal heard of it, and the price key its charge taught a price."""
         held, journaled = self._holds.close(r)
         self._fanouts.held(held.query_id, -held.amount)
         if counted is not None:
             self._fanouts.counted(held.query_id, counted)
         self._share.closed(held.query_id, held.page_index)
-        self._prices.closed(r.id, held.amount, counted, priced)
-        return held, journaled
+        learned = self._prices.closed(r.id, held.amount, counted, priced)
+        return held, journaled, learned
 
     def settle(
         self, r: Reservation, charged: int | None, *, priced: bool = False, refusal: bool = False
@@ -84,7 +86,7 @@ class Settlement:
                 counted = held.amount
             else:
                 counted = charged
-            held, journaled = self._close(r, counted, priced)
+            held, journaled, learned = self._close(r, counted, priced)
             over = Overcharge(held.query_id, held.page_index, held.amount, counted)
             if over.excess > 0:
                 self._overcharges.append(over)
@@ -100,6 +102,8 @@ class Settlement:
             else:
                 self._named += counted
             spent = self._spent
+        if learned is not None and self._journal is not None:  # before the settle: a resume holds it too
+            self._journal.priced(learned, counted)
         if journaled:
             self._journal.closed(r.id, counted, unknown)  # type: ignore[union-attr]
         if over.excess > 0:
@@ -110,7 +114,7 @@ class Settlement:
     def release(self, r: Reservation) -> None:
         """Give `r` back: only for requests that provably never reached the service."""
         with self._lock:
-            _, journaled = self._close(r, None, False)
+            _, journaled, _ = self._close(r, None, False)
         if journaled:
             self._journal.closed(r.id, None)  # type: ignore[union-attr]
         self._wake_all()

@@ -23,6 +23,9 @@ class Settled:
     at: Mapping[str, QuerySpec] = field(default_factory=dict)
     last: RunManifest | None = None
     """The chain's newest run (the one a continued run names)."""
+    prices: Mapping[str, int] = field(default_factory=dict)
+    """Price key -> the highest charge the chain's answers taught its ledgers (`JournalState.prices`): a
+    continued run's first request holds it, not the cost table's price the service was seen passing."""
 
 
 def newest_chain(layout: OutputLayout, job: str) -> list[RunManifest]:
@@ -49,8 +52,11 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
         return Settled()
     status: dict[str, dict[str, Any]] = {}
     specs: dict[str, dict[str, Any]] = {}
+    prices: dict[str, int] = {}
     for run in chain:
-        specs.update(read_journal(layout.journal_file(run.run_id)).started)
+        journal = read_journal(layout.journal_file(run.run_id))
+        specs.update(journal.started)
+        prices = highest(prices, journal.prices)
         status.update({q["query_id"]: q for q in run.queries})
     done: set[str] = set()
     at: dict[str, QuerySpec] = {}
@@ -63,4 +69,13 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
             spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
             at[qid] = QuerySpec(**spec)
-    return Settled(frozenset(done), at, chain[-1])
+    return Settled(frozenset(done), at, chain[-1], prices)
+
+
+def highest(*known: Mapping[str, int]) -> dict[str, int]:
+    """Price key -> the highest of the prices known for it."""
+    out: dict[str, int] = {}
+    for prices in known:
+        for key, credits in prices.items():
+            out[key] = max(credits, out.get(key, 0))
+    return out

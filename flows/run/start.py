@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from harvest.connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
-from harvest.flows.run.chain import Settled, chain_from, newest_chain, settled_by
+from harvest.flows.run.chain import Settled, chain_from, highest, newest_chain, settled_by
 from harvest.flows.run.coverage import Coverage, coverage_of
 from harvest.flows.run.plan import Plan
 from harvest.flows.run.run_again import RunAgain, rerun_of
@@ -74,6 +74,12 @@ class _Start:
     def journal(self) -> JournalState:
         """The resumed run's journal: what it spent per query (empty for a new run)."""
         return JournalState()
+
+    @property
+    def prices(self) -> dict[str, int]:
+        """What the service was seen charging per price key, above the cost table, by the chain before this run
+        and (a resume) its own earlier sessions: its ledger holds it from the first request."""
+        return highest(self.settled.prices, self.journal.prices)
 
     @property
     def raw_index(self) -> RawIndex | None:

@@ -9,6 +9,8 @@ pages hold every paid answer; the journal holds the rest of what a resume needs:
   flight at the crash: the service may have billed it, so a resumed run counts it as spent and the budget stays
   a hard cap across the crash. ``adjust``: credits counted for refusals that the account's balance showed were
   not billed, given back (`CreditLedger.reconcile`).
+- ``price``: an answer charged more than its price key's reservations held (`connectors.credits.prices`): a
+  resume and a `--continue` reserve that from their first request, instead of the cost table's price again.
 - ``balance``: the account's balance read before the session's first request (``before``) and after its last
   (``after``), so the service's bill of a run survives a crash (`flows.run.bill`).
 
@@ -73,6 +75,8 @@ class JournalState:
     """What the run is, as its newest session line says (None in journals written before it did)."""
     balances: list[SessionBalance] = field(default_factory=list)
     """Per session, in order: the balance readings and the credits counted (`flows.run.bill`)."""
+    prices: dict[str, int] = field(default_factory=dict)
+    """Price key -> the highest charge an answer taught the ledger, over every session (`priced`)."""
 
     @property
     def total_spent(self) -> int:
@@ -139,6 +143,10 @@ class RunJournal(JsonLinesWriter):
         """What a query counted as spent changed by `credits` (refusals the account's balance shows unbilled)."""
         self.append_json({"e": "adjust", "q": query_id, "c": credits})
 
+    def priced(self, key: str, credits: int) -> None:
+        """An answer charged `credits` for a request of `key`, more than the ledger held for it."""
+        self._noted({"e": "price", "k": key, "c": credits})
+
     def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
         answer named the charge ("refusal", "lost"), so a resume can settle it with the balance."""
@@ -185,6 +193,9 @@ def read_journal(path: Path | str) -> JournalState:
         elif kind == "end":
             summary = event["summary"]
             state.ended[summary["query_id"]] = summary
+        elif kind == "price":
+            key, credits = event["k"], int(event["c"])
+            state.prices[key] = max(credits, state.prices.get(key, 0))
         elif kind == "reserve":
             open_[event["id"]] = (event["q"], int(event["c"]))
         elif kind == "adjust":  # given back: a refusal's or an in-flight request's credits, of any session
