@@ -21,9 +21,12 @@ import harvest.flows.collect  # noqa: F401
 from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import FEED, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
+from tests.prefect_helpers import flow_run_states
 from tests.process_helpers import finish, start_run, wait_for_requests
 from tests.test_resume_kill import kill_hard
 
@@ -230,3 +233,51 @@ def test_a_resume_after_a_kill_reserves_the_price_its_killed_session_learned(
     assert "status: budget_exhausted" in said, said
     assert "the service charged" not in err, err
     assert f"{FEED}: every request holds 5 credits from the first" in err, err
+
+
+def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_them(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service charges 3 where the catalog says 1 and each of three queries has `max_credits: 2`: the first
+    answer teaches the price, the other two queries can never send a request. The night exits 1 and its Prefect
+    flow run ends Failed, its message naming them and their cap, so a scheduler sees what the exit code says.
+    Their status stays `budget_exhausted` (query_state, the manifest: the run finished, nothing to resume), and
+    `--continue` continues the night as a new run: it holds the learned price from its first request, pays
+    nothing, exits 1 and ends Failed too, naming all three."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), costs={FEED: 3})
+    output = tmp_path / "out"
+    handles = ["v0", "v1", "v2"]
+    with running(config) as sb:
+        monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+        query = {"id": "q", "endpoint": FEED, "for_each": {"handle": handles}, "max_credits": 2}
+        spec = write_spec(
+            tmp_path, job_spec(sb.base_url, output, [query], name="capped", credits=100, concurrency=3)
+        )
+        night = runner.invoke(app, ["run", str(spec)], env={"COLUMNS": "2000"})
+        billed = sb.billed_total()
+        again = runner.invoke(app, ["run", str(spec), "--continue"], env={"COLUMNS": "2000"})
+        billed_again = sb.billed_total()
+
+    assert night.exit_code == 1, night.output
+    assert billed == 3 and billed_again == billed, (billed, billed_again)
+    stopped, continued = sorted(all_manifests(OutputLayout(output)), key=lambda m: m.started)
+    assert stopped.status == "budget_exhausted" and not stopped.unfinished
+    assert {q["status"] for q in stopped.queries} == {"budget_exhausted"}
+    stuck = sorted(q["query_id"] for q in stopped.queries if not q["pages"])
+    assert len(stuck) == 2, stopped.queries
+    assert stopped.flow_run_id is not None and continued.flow_run_id is not None
+    state, message = flow_run_states([stopped.flow_run_id])[stopped.flow_run_id]
+    assert state == "FAILED", (state, message)
+    assert message.startswith("budget_exhausted: 3 queries"), message
+    said = message.split("; could not send a request: ", 1)[-1]
+    assert said.startswith("2 of 3 q (max_credits 2, a request 3 credits: "), message
+    assert all(qid in said for qid in stuck), message
+
+    assert again.exit_code == 1, again.output
+    assert continued.continues == stopped.run_id and continued.status == "budget_exhausted"
+    state, message = flow_run_states([continued.flow_run_id])[continued.flow_run_id]
+    assert state == "FAILED", (state, message)
+    assert "could not send a request: 3 of 3 q (max_credits 2, a request 3 credits: " in message, message
+    db = output / "harvest.duckdb"
+    assert rows(db, "SELECT DISTINCT status FROM query_state") == [("budget_exhausted",)]
+    assert rows(db, "SELECT status FROM runs ORDER BY started") == [("budget_exhausted",)] * 2

@@ -2,7 +2,8 @@
 
 The state tells the truth a scheduler acts on: Completed (a budget stop says so in its message), Failed when a
 query failed (the message names the failed queries and the first error of each kind, so an alert says what
-broke without opening the logs), Cancelled when the run or its load into DuckDB was interrupted, Crashed when
+broke without opening the logs) or when a query's own `max_credits` is below what one request costs (no run
+fetches it until the spec changes; named with its cap and the price, and not retried: a retry cannot), Cancelled when the run or its load into DuckDB was interrupted, Crashed when
 this machine could not write the run (a full disk: resumable once space is freed).
 """
 
@@ -31,7 +32,7 @@ from harvest.flows.orchestrator.prefect_record import (
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import MachineFault
 from harvest.tasks.output.manifest import RunManifest, failure_groups, who
-from harvest.tasks.output.run_summary import NoRun, RunSummary, query_rows
+from harvest.tasks.output.run_summary import NoRun, RunSummary, query_rows, unsendable_named
 from harvest.tasks.query_line import LINE_TASK, ended_task_runs
 
 REASONS_SHOWN = 3
@@ -71,6 +72,8 @@ def headline(summary: RunSummary, key: ApiKey | None = None) -> str:
     failures = _failures(summary, key)
     if failures:
         text += f"; failed: {failures}"
+    if stuck := unsendable_named(summary):
+        text += f"; could not send a request: {stuck}"
     text += f"; {summary.error}" if summary.error else ""
     if summary.machine_fault and summary.machine_fault not in (summary.error or ""):
         text += f"; {summary.machine_fault}"
@@ -101,6 +104,8 @@ def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) ->
     if summary.status == "failed" or failed_export(summary):
         if retries:  # Prefect retries only a raised failure; the retry resumes this run
             raise RunFailed(summary, message)
+        return Failed(message=message, data=summary)
+    if unsendable_named(summary):  # exit 1 too; not raised for Prefect's retries: no run fetches them
         return Failed(message=message, data=summary)
     return Completed(message=message, data=summary)
 

@@ -235,16 +235,24 @@ def _cap_and_price(queries: list[dict[str, Any]]) -> str:
     return f"max_credits {'/'.join(map(str, sorted(caps)))}, a request {price} credits"
 
 
+def unsendable_named(summary: RunSummary) -> str | None:
+    """The queries no request fits in, per spec query with their cap and the price (`2 of 3 q (max_credits 2, a
+    request 3 credits: q[handle=a], q[handle=b])`); None when there are none. The Prefect state's message says it
+    (`flows.orchestrator.final_state`), the run's end in a sentence of its own (`unsendable_line`)."""
+    stuck = [q for q in summary.queries if unsendable(q)]
+    return _per_spec_query(summary, stuck, _cap_and_price) if stuck else None
+
+
 def unsendable_line(summary: RunSummary) -> str | None:
     """The queries no run can fetch, their own `max_credits` below what one request costs (`harvest validate`
     refuses that against the cost table; here the service charged more than it says), and what to change."""
-    stuck = [q for q in summary.queries if unsendable(q)]
-    if not stuck:
+    named, count = unsendable_named(summary), sum(unsendable(q) for q in summary.queries)
+    if named is None:
         return None
-    many = len(stuck) != 1
+    many = count != 1
     return (
-        f"{len(stuck)} quer{'ies' if many else 'y'} could not send a request, {'their' if many else 'its'} "
-        f"max_credits below what one request costs: {_per_spec_query(summary, stuck, _cap_and_price)}. No run "
+        f"{count} quer{'ies' if many else 'y'} could not send a request, {'their' if many else 'its'} "
+        f"max_credits below what one request costs: {named}. No run "
         f"fetches {'them' if many else 'it'}, neither `--continue` nor a larger budget: raise max_credits to at "
         "least a request's price (and set `costs:` to what the service charges, when it charged more than the "
         "cost table says)"
