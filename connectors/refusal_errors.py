@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from harvest.connectors.credits.reservations import Refusal
     from harvest.connectors.paging.page_request import PageRequest
 
-__all__ = ["refused", "stopped"]
+__all__ = ["cap_refused", "refused", "stopped"]
 
 
 def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:
@@ -28,11 +28,25 @@ def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempt
             status=refusal.kind, reason=reason, credits=credits, page_index=request.page,
             query_id=request.query_id, endpoint=request.endpoint,
         )  # fmt: skip
-    below = refusal.cap_below_price if refusal is not None else None
+    if refusal is not None and refusal.cap_below_price is not None:
+        return cap_refused(refusal, request.query_id, request.endpoint, request.page, credits, attempts)
     return BudgetExhausted(
-        page_index=request.page, cost=request.cost if below is None else below[1], reason=reason, credits=credits,
-        attempts=attempts, query_id=request.query_id, endpoint=request.endpoint,
-        cap_below_price=None if below is None else {"max_credits": below[0], "price": below[1]},
+        page_index=request.page, cost=request.cost, reason=reason, credits=credits, attempts=attempts,
+        query_id=request.query_id, endpoint=request.endpoint,
+    )  # fmt: skip
+
+
+def cap_refused(
+    refusal: Refusal, query_id: str, endpoint: str, page: int, credits: int, attempts: int = 0
+) -> BudgetExhausted:
+    """The error for a refusal whose `cap_below_price` says one request costs more than the query's whole
+    `max_credits`: its summary carries them (`{max_credits, price}`), so the run says the query could not send a
+    request, on the local runner (`refused`) and in Dask rounds (`flows.run.dask.rounds`) alike."""
+    assert refusal.cap_below_price is not None
+    cap, price = refusal.cap_below_price
+    return BudgetExhausted(
+        page_index=page, cost=price, reason=refusal.reason, credits=credits, attempts=attempts,
+        query_id=query_id, endpoint=endpoint, cap_below_price={"max_credits": cap, "price": price},
     )  # fmt: skip
 
 

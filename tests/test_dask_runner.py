@@ -16,13 +16,15 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
+from tests.endpoints import AUDIENCE, CREATIVE, CREATIVE_DETAIL, PINS, SHORT_PROFILE
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 from tests.process_helpers import dies_with_parent
@@ -203,3 +205,36 @@ def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
     assert {q: grants[q] for q in left} == {"c[n=0]": 2, "c[n=1]": 0, "c[n=2]": 1, "c[n=3]": 0}
     pages = [r.pages + grants[r.spec.query_id] for r in running[:4]]
     assert max(pages) - min(pages) <= 1  # those behind first: 2, 1, 1, 1 pages
+
+
+def test_a_dependent_query_no_request_fits_in_is_said_on_dask_as_it_is_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """Each profile's audience costs 26 credits a request, and the dependent query's `max_credits` is 10
+    (`harvest validate` cannot check a dependent query: its price may depend on its parent's values). No run
+    can send one. On Dask as locally, the run says which queries could not send a request and why, not that
+    the budget had no credits left (998 of 1000 were), and exits 1; nothing is paid for them."""
+    handles = ["acme", "zeta"]
+    queries = [
+        {"id": "profile", "endpoint": SHORT_PROFILE, "for_each": {"handle": handles}},
+        {"id": "audience", "endpoint": AUDIENCE, "for_each": {"handle": {"from": "profile", "field": "handle"}},
+         "max_credits": 10},
+    ]  # fmt: skip
+    said: dict[str, tuple[int, str, int]] = {}
+    for name, runner in (("local", {"kind": "local"}), ("dask", {"kind": "dask", "address": dask_address})):
+        with running(CONFIG) as sb:
+            spec = job_spec(sb.base_url, tmp_path / name, queries, name="capped", credits=1000, runner=runner)
+            result = CliRunner().invoke(
+                app, ["run", str(write_spec(tmp_path, spec, f"{name}.yaml"))], env={"COLUMNS": "2000"}
+            )
+            said[name] = (result.exit_code, result.stderr, sb.billed_total())
+    for name, (code, err, billed) in said.items():
+        assert code == 1, (name, err)
+        assert billed == len(handles), (name, billed)  # the profiles, nothing for their audiences
+        assert "never started" not in err and "no credits left" not in err, (name, err)
+    line = next(x for x in said["local"][1].splitlines() if "could not send a request" in x)
+    assert line.startswith(
+        "2 queries could not send a request, their max_credits below what one request costs: 2 of 2 audience "
+        "(max_credits 10, a request 26 credits: "
+    ), line
+    assert line in said["dask"][1].splitlines(), said["dask"][1]

@@ -24,9 +24,10 @@ from typing import Any
 
 from harvest.connectors.catalog.shape_overrides import shapes_data
 from harvest.connectors.credits.ledger import CreditLedger
-from harvest.connectors.credits.reservations import Reservation
+from harvest.connectors.credits.reservations import Refusal, Reservation
 from harvest.connectors.errors import MissingApiKey
 from harvest.connectors.paging.pager import PagerStart, QuerySpec
+from harvest.connectors.refusal_errors import cap_refused
 from harvest.flows.orchestrator.dask_runner import dask_task_runner
 from harvest.flows.run import progress
 from harvest.flows.run.dask.grants import Running, allocate
@@ -145,6 +146,8 @@ class Rounds:
             self.add(query)
         with dask_task_runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
+                for r in [r for r in self.running if self.cap_below_price(r)]:
+                    self.end(r, self.unsendable(r))
                 grants = allocate(
                     self.running, self.free(), self.spec.runner.round_pages, self.ledger.fanout_left
                 )
@@ -177,6 +180,19 @@ class Rounds:
         grants everything before any of it settles, so its grants together must fit the room."""
         room = self.ledger.floor_room()
         return self.ledger.remaining if room is None else min(self.ledger.remaining, max(0, room))
+
+    def cap_below_price(self, r: Running) -> bool:
+        """One request of the query costs more than its whole `max_credits`: no grant can ever hold one (a
+        dependent query's price is first known here, from its parent's values)."""
+        return r.spec.max_credits is not None and r.cost > r.spec.max_credits
+
+    def unsendable(self, r: Running) -> dict[str, Any]:
+        """Its end as the local runner says it (`connectors.refusal_errors.cap_refused`): the ledger's refusal, its
+        `cap_below_price`, so the run says it could not send a request, not that the budget had no credits."""
+        assert r.spec.max_credits is not None
+        refusal = Refusal.query_cap(r.spec.max_credits, r.credits, r.cost)
+        exc = cap_refused(refusal, r.spec.query_id, r.spec.endpoint, r.pages, r.credits)
+        return {**self.last_summary(r, "budget_exhausted", str(exc)), "cap_below_price": exc.cap_below_price}
 
     def why_no_credits(self) -> str:
         floor, balance = self.ledger.min_balance, self.ledger.account_remaining
