@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from harvest.connectors.plurals import counted
+
 Policy = Literal["breadth_first", "greedy"]
 POLICIES: tuple[str, ...] = ("breadth_first", "greedy")
 
@@ -35,7 +37,7 @@ class Overcharge:
 
     def warning(self, spent: int, budget: int) -> str:
         return (
-            f"the service charged {self.charged} credit{'' if self.charged == 1 else 's'} for {self.query_id} "
+            f"the service charged {counted(self.charged, 'credit')} for {self.query_id} "
             f"page {self.page_index} but the cost table says {self.reserved}; spent is now {spent} of a budget "
             f"of {budget}; later requests reserve "
             "the charged amount. Update the cost table."

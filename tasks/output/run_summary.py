@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, overload
 
 from harvest.connectors.paging.pager import base_id
+from harvest.connectors.plurals import counted
 from harvest.connectors.reading.extraction_report import ExtractionReport
 from harvest.tasks.output.manifest import RunManifest
 
@@ -213,7 +214,7 @@ def never_started_line(summary: RunSummary) -> str | None:
     many = len(unstarted) != 1
     whys = dict.fromkeys(_why_unstarted(q.get("error") or "") for q in unstarted)
     return (
-        f"{len(unstarted)} quer{'ies' if many else 'y'} never started, {' or '.join(sorted(whys))} before "
+        f"{counted(len(unstarted), 'query')} never started, {' or '.join(sorted(whys))} before "
         f"{'their' if many else 'its'} turn: " + _per_spec_query(summary, unstarted)
     )
 
@@ -251,7 +252,7 @@ def unsendable_line(summary: RunSummary) -> str | None:
         return None
     many = count != 1
     return (
-        f"{count} quer{'ies' if many else 'y'} could not send a request, {'their' if many else 'its'} "
+        f"{counted(count, 'query')} could not send a request, {'their' if many else 'its'} "
         f"max_credits below what one request costs: {named}. No run "
         f"fetches {'them' if many else 'it'}, neither `--continue` nor a larger budget: raise max_credits to at "
         "least a request's price (and set `costs:` to what the service charges, when it charged more than the "
