@@ -180,11 +180,6 @@ async def _collect(
         fanouts=FanoutCaps(the_plan.caps, base_id), prices=start.prices,
     )  # fmt: skip
     faults.ledger = ledger
-    for key, credits in start.prices.items():
-        get_run_logger().warning(
-            "%s: every request holds %d credits from the first, the price the service was seen charging in the "
-            "run(s) this one goes on from, above the cost table's; update the cost table", key, credits,
-        )  # fmt: skip
     attempts = run_context.AttemptLogs(fsync=fsync, faults=faults)
     try:
         async with service_client(

@@ -98,6 +98,13 @@ class CreditLedger(Settlement, Turns):
         self._journal = journal
         self._stopped: Refusal | None = None
         self._prices = Prices(prices)
+        for key, credits in (
+            prices or {}
+        ).items():  # said as the overcharge that taught it was: a `warning:` line
+            log.warning(
+                "%s: every request holds %d credits from the first, the price the service was seen charging in the "
+                "run(s) this one goes on from, above the cost table's; update the cost table", key, credits,
+            )  # fmt: skip
         self._share = FairShare()
         self._overcharges: list[Overcharge] = []
         self._refusals: dict[str, Refusal] = {}

@@ -3,8 +3,9 @@
 The state tells the truth a scheduler acts on: Completed (a budget stop says so in its message), Failed when a
 query failed (the message names the failed queries and the first error of each kind, so an alert says what
 broke without opening the logs) or when a query's own `max_credits` is below what one request costs (no run
-fetches it until the spec changes; named with its cap and the price, and not retried: a retry cannot), Cancelled when the run or its load into DuckDB was interrupted, Crashed when
-this machine could not write the run (a full disk: resumable once space is freed).
+fetches it until the spec changes; named with its cap and the price, and not retried: a retry cannot),
+Cancelled when the run or its load into DuckDB was interrupted, Crashed when this machine could not write the
+run (a full disk: resumable once space is freed).
 """
 
 from __future__ import annotations

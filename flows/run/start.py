@@ -7,8 +7,8 @@ A start is one of three (`RunStart`):
   Prefect flow retry of the same flow run): the run keeps its id and budget; queries that ended are kept, the
   others land their raw pages again and page on from the last one. The ledger opens with what the journal says
   was spent, in-flight reservations at the crash included. A resumed run that continues earlier runs also knows
-  what those settled (`flows.run.chain.Settled`): a query they completed is not asked again, one they stopped goes on from the
-  cursor they kept, whatever part of the chain was killed and resumed.
+  what those settled (`flows.run.chain.Settled`): a query they completed is not asked again, one they stopped
+  goes on from the cursor they kept, whatever part of the chain was killed and resumed.
 - **Continue** (`--continue`): a new run that picks up every query the earlier runs stopped (budget, a refused
   key, failure) at its saved cursor, skips the ones that ended for good and runs queries never run before.
 - **New** (`--fresh`, or no unfinished run): a new run from page 1; `--fresh` abandons an unfinished run first.

@@ -8,9 +8,10 @@ the scope's clock (newest first, as a newest-first listing and a `max_cursor` pa
 Text is made after the column's name, so that values read as what they are and travel where a chain sends them:
 a column named like a request parameter (`url`, `advertiser_id`) echoes the request's value, except a listed
 record's `url`, which is its own and ends in its key (a detail answer about the record that URL names keeps that
-key: a chain's tables join on their ids), `...url`/`...link` is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's `repliesContinuationToken`, which the
-comment replies endpoint takes as a thread of its own), `id`/`..._id`/`...Id` an id, `..._at_text` the record's
-time as the platforms word it ("5 days ago"); anything else a phrase. A `json` column is an object, or a list
+key: a chain's tables join on their ids), `...url`/`...link` is a URL, `...token`/`...cursor` an opaque URL-safe
+token (a comment's `repliesContinuationToken`, which the comment replies endpoint takes as a thread of its own),
+`id`/`..._id`/`...Id` an id, `..._at_text` the record's time as the platforms word it ("5 days ago"); anything
+else a phrase. A `json` column is an object, or a list
 of image objects where its name says images, as the platforms send them.
 """
 
