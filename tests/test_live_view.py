@@ -146,6 +146,25 @@ def test_time_left_is_said_only_where_the_plan_knows_the_pages(view: LiveView) -
         assert unbounded.speed(unbounded.samples[0][0] + 2.0) == ["0:02 elapsed", "0.5 pages/s"]
 
 
+def test_the_closing_line_after_the_load_tells_no_pace_of_a_paging_that_ended(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The demo's last progress line, printed after a 15 s load, said `0.9 pages/s` of a run that paged at 30."""
+    lines = LogLines(every=3600)
+    lines.run_began(facts(planned=LISTED_WELL + 1, page_bounds=None))
+    for i in range(LISTED_WELL + 1):
+        lines.query_started(f"q{i}", PROFILE)
+        lines.page_landed(f"q{i}", records=1, credits=1)
+        lines.query_finished(f"q{i}", "complete")
+    with lines.lock:
+        start = lines.samples[0][0]
+        lines.samples.append((start + 1.0, lines.pages))  # paging ended a second in; the load took 14 more
+        assert lines.speed(start + 15.0) == ["0:15 elapsed"]
+    lines.close()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "0 running" in last and "pages/s" not in last, last
+
+
 def test_a_resumed_run_says_which_run_it_resumes_and_how_much_had_landed(
     view: LiveView, capsys: pytest.CaptureFixture[str]
 ) -> None:
