@@ -152,6 +152,12 @@ class _Journal:
     def priced(self, key: str, credits: int) -> None:
         self.events.append(("price", key, credits))
 
+    def held(self, key: str, credits: int) -> None:
+        self.events.append(("hold", key, credits))
+
+    def seen(self, key: str) -> None:
+        self.events.append(("seen", key, None))
+
 
 async def test_the_journal_hears_the_topped_up_amount() -> None:
     journal = _Journal()
@@ -169,6 +175,31 @@ async def test_the_journal_hears_the_topped_up_amount() -> None:
         ("close", in_flight.id, 3),
         ("reserve", sent.id, 3),
     ]
+
+
+async def test_a_run_journals_what_it_held_and_each_charge_above_the_table_its_hold_covered_too() -> None:
+    """What the next night starts from (`flows.run.chain.carried`): the prices a run held from the first, each
+    key's first named charge (`seen`), and its highest charge above the cost table, said even when the price held
+    already covered it (the service still charges it), once per rise. A held key charged the table's price again
+    is seen with no `price` line: the night after holds the table's price."""
+    journal = _Journal()
+    ledger = CreditLedger(100, journal=journal, prices={E: 5, F: 5})
+    a = ledger.sending(await _granted(ledger, "a", 1))
+    assert a is not None and a.amount == 5
+    ledger.settle(a, 5, priced=True)
+    b = ledger.sending(await _granted(ledger, "b", 1, key=F))
+    assert b is not None
+    ledger.settle(b, 1, priced=True)
+    c = ledger.sending(await _granted(ledger, "c", 1))
+    assert c is not None
+    ledger.settle(c, 5, priced=True)
+    assert journal.events == [
+        ("hold", E, 5), ("hold", F, 5),
+        ("reserve", a.id, 5), ("price", E, 5), ("seen", E, None), ("close", a.id, 5),
+        ("reserve", b.id, 5), ("seen", F, None), ("close", b.id, 1),
+        ("reserve", c.id, 5), ("close", c.id, 5),
+    ]  # fmt: skip
+    assert ledger.spent == 11 and ledger.overcharges == []
 
 
 async def test_a_free_request_is_sent_after_an_overcharge_took_the_room_left() -> None:

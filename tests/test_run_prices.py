@@ -196,8 +196,8 @@ def test_a_continued_run_reserves_the_price_the_night_before_learned(
     assert warned == [], "a continued run's first request held what the night learned"
     held = [r.getMessage() for r in caplog.records if "every request holds" in r.getMessage()]
     line = (
-        f"{FEED}: every request holds 5 credits from the first, the price the service was seen charging in the "
-        "run(s) this one goes on from, above the cost table's; update the cost table"
+        f"{FEED}: every request holds 5 credits from the first, the price the service was last seen charging, "
+        "above the cost table's; update the cost table"
     )
     assert held == [line, line], held  # each continued run says it
     db = output / "harvest.duckdb"

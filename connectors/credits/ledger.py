@@ -28,7 +28,7 @@ Stopping: `stop(kind, reason)` refuses every later reservation (a Ctrl-C, a refu
 account); requests already sent still land and settle. Durability: an optional journal hears of every
 reservation before it is granted and of how it was closed, so a crashed run's spending can be recovered
 exactly (see `tasks.output.journal`), and `opening` seeds a resumed run with what it had spent before, `prices`
-with what the service was seen charging (a resume's, or `--continue`'s, first request holds it).
+with what the service was last seen charging (a run's first request holds it, whatever started the run).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from harvest.connectors.credits.balance_floor import BalanceFloor
 from harvest.connectors.credits.fair_share import FairShare
 from harvest.connectors.credits.fanout_caps import FanoutCaps
 from harvest.connectors.credits.holds import Holds
-from harvest.connectors.credits.prices import Prices
+from harvest.connectors.credits.prices import Prices, held_from_the_first
 from harvest.connectors.credits.refused_charges import RefusedCharges
 from harvest.connectors.credits.reservations import (
     POLICIES,
@@ -75,7 +75,12 @@ class CreditLedger(Settlement, Turns):
         journal: LedgerJournal | None = None,
         fanouts: FanoutCaps | None = None,
         prices: Mapping[str, int] | None = None,
+        charged: Mapping[str, int] | None = None,
+        warn_prices: bool = True,
     ) -> None:
+        """`prices`: what each price key holds from the first request (said, and journaled as held); `charged`:
+        what the run's journal says its answers were charged above the cost table (a resume's earlier sessions).
+        `warn_prices`: False on a Dask worker, whose round holds what the flow's ledger said at the run's start."""
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if policy not in POLICIES:
@@ -97,14 +102,8 @@ class CreditLedger(Settlement, Turns):
         self._refused = RefusedCharges()
         self._journal = journal
         self._stopped: Refusal | None = None
-        self._prices = Prices(prices)
-        for key, credits in (
-            prices or {}
-        ).items():  # said as the overcharge that taught it was: a `warning:` line
-            log.warning(
-                "%s: every request holds %d credits from the first, the price the service was seen charging in the "
-                "run(s) this one goes on from, above the cost table's; update the cost table", key, credits,
-            )  # fmt: skip
+        self._prices = Prices(prices, charged)
+        held_from_the_first(prices or {}, journal, warn_prices)
         self._share = FairShare()
         self._overcharges: list[Overcharge] = []
         self._refusals: dict[str, Refusal] = {}
@@ -159,6 +158,11 @@ class CreditLedger(Settlement, Turns):
         """Price key -> what the service charged above the cost table (what reservations now hold)."""
         with self._lock:
             return self._prices.learned()
+
+    def answered_prices(self) -> tuple[dict[str, int], set[str]]:
+        """What this ledger's answers showed of prices (`Prices.answered`): a Dask round's report to the flow."""
+        with self._lock:
+            return self._prices.answered()
 
     def _free(self) -> int:
         return max(0, self._budget - self._spent - self._holds.total - self._prices.shortfall)
@@ -230,7 +234,7 @@ class CreditLedger(Settlement, Turns):
             with self._lock:
                 held = self._prices.price(price_key, amount)
                 advanced = self._share.started(query_id, page_index)
-                outcome = self._decide(query_id, page_index, held, query_cap, price_key)
+                outcome = self._decide(query_id, page_index, held, query_cap, price_key, amount)
                 if isinstance(outcome, Refusal):
                     self._refusals[query_id] = outcome
                     waiter = None
@@ -299,9 +303,16 @@ class CreditLedger(Settlement, Turns):
         return r
 
     def _decide(
-        self, query_id: str, page_index: int, amount: int, query_cap: int | None, price_key: str | None
+        self,
+        query_id: str,
+        page_index: int,
+        amount: int,
+        query_cap: int | None,
+        price_key: str | None,
+        listed: int,
     ) -> Reservation | Refusal | None:
-        """A grant, a refusal, or None (wait: something outstanding may change the answer)."""
+        """A grant, a refusal, or None (wait: something outstanding may change the answer). `listed`: the cost
+        table's price of the request (`amount` may hold more: a learned price)."""
         if self._stopped is not None:
             return self._stopped
         if query_cap is not None and amount > query_cap:
@@ -333,7 +344,7 @@ class CreditLedger(Settlement, Turns):
         r = self._holds.grant(query_id, page_index, amount, query_cap)
         self._fanouts.held(query_id, amount)
         self._share.granted(query_id, page_index, amount)
-        self._prices.granted(r.id, price_key, amount)
+        self._prices.granted(r.id, price_key, amount, listed)
         self._refusals.pop(query_id, None)
         return r
 

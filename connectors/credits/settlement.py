@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from harvest.connectors.credits.balance_floor import BalanceFloor
 from harvest.connectors.credits.fair_share import FairShare
 from harvest.connectors.credits.fanout_caps import FanoutCaps
 from harvest.connectors.credits.holds import Holds
-from harvest.connectors.credits.prices import Prices
+from harvest.connectors.credits.prices import PriceNews, Prices
 from harvest.connectors.credits.refused_charges import RefusedCharges
 from harvest.connectors.credits.reservations import LedgerJournal, Overcharge, Reservation, Unknown
 
@@ -51,17 +51,36 @@ class Settlement:
     # ---- closing reservations (never await: safe in cleanup of cancelled tasks) ------------------------
 
     def _close(
-        self, r: Reservation, counted: int | None, priced: bool
-    ) -> tuple[Reservation, bool, str | None]:
-        """Take `r` off the books (`counted`: spent, None: released); the reservation as held (it may have
-        been topped up), whether the journal heard of it, and the price key its charge taught a price."""
+        self, r: Reservation, counted: int | None, priced: bool, named: bool = False
+    ) -> tuple[Reservation, bool, PriceNews | None]:
+        """Take `r` off the books (`counted`: spent, None: released; `named`: an answer said the charge); the
+        reservation as held (it may have been topped up), whether the journal heard of it, and what its charge
+        told of its price key's price."""
         held, journaled = self._holds.close(r)
         self._fanouts.held(held.query_id, -held.amount)
         if counted is not None:
             self._fanouts.counted(held.query_id, counted)
         self._share.closed(held.query_id, held.page_index)
-        learned = self._prices.closed(r.id, held.amount, counted, priced)
-        return held, journaled, learned
+        news = self._prices.closed(r.id, held.amount, counted if named else None, priced)
+        return held, journaled, news
+
+    def _tell(self, news: Iterable[PriceNews]) -> None:
+        """The journal hears what answers told of prices, before the settle that told it (a resume holds it too,
+        and the runs after this one start from it: `flows.run.chain.carried`)."""
+        if self._journal is None:
+            return
+        for n in news:
+            if n.charged is not None:
+                self._journal.priced(n.key, n.charged)
+            if n.seen:
+                self._journal.seen(n.key)
+
+    def heard(self, charged: Mapping[str, int], named: Iterable[str]) -> None:
+        """What a Dask round's ledger saw of prices (`CreditLedger.answered_prices`): later rounds are granted,
+        and their workers hold, the prices learned; the journal hears it as if this ledger's answers said it."""
+        with self._lock:
+            news = self._prices.heard(charged, named)
+        self._tell(news)
 
     def settle(
         self, r: Reservation, charged: int | None, *, priced: bool = False, refusal: bool = False
@@ -86,7 +105,8 @@ class Settlement:
                 counted = held.amount
             else:
                 counted = charged
-            held, journaled, learned = self._close(r, counted, priced)
+            named = charged is not None and charged >= 0
+            held, journaled, news = self._close(r, counted, priced, named)
             over = Overcharge(held.query_id, held.page_index, held.amount, counted)
             if over.excess > 0:
                 self._overcharges.append(over)
@@ -102,8 +122,7 @@ class Settlement:
             else:
                 self._named += counted
             spent = self._spent
-        if learned is not None and self._journal is not None:  # before the settle: a resume holds it too
-            self._journal.priced(learned, counted)
+        self._tell([news] if news is not None else [])
         if journaled:
             self._journal.closed(r.id, counted, unknown)  # type: ignore[union-attr]
         if over.excess > 0:

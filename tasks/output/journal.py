@@ -9,8 +9,11 @@ pages hold every paid answer; the journal holds the rest of what a resume needs:
   flight at the crash: the service may have billed it, so a resumed run counts it as spent and the budget stays
   a hard cap across the crash. ``adjust``: credits counted for refusals that the account's balance showed were
   not billed, given back (`CreditLedger.reconcile`).
-- ``price``: an answer charged more than its price key's reservations held (`connectors.credits.prices`): a
-  resume and a `--continue` reserve that from their first request, instead of the cost table's price again.
+- ``price``: an answer charged more than the cost table's price of its price key (`connectors.credits.prices`),
+  the run's highest so far, whatever was held; ``hold``: the run held a price from its first request, what the
+  runs before it saw charged; ``seen``: an answer named the charge of a key held so. A resume, a `--continue` and
+  the job's next night reserve what they say from their first request (`flows.run.chain.carried`), instead of the
+  cost table's price again.
 - ``balance``: the account's balance read before the session's first request (``before``) and after its last
   (``after``), so the service's bill of a run survives a crash (`flows.run.bill`).
 
@@ -36,6 +39,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from harvest.tasks.output.append_file import JsonLinesWriter, iter_json_lines
 from harvest.tasks.output.machine_fault import FaultStop
@@ -76,7 +81,11 @@ class JournalState:
     balances: list[SessionBalance] = field(default_factory=list)
     """Per session, in order: the balance readings and the credits counted (`flows.run.bill`)."""
     prices: dict[str, int] = field(default_factory=dict)
-    """Price key -> the highest charge an answer taught the ledger, over every session (`priced`)."""
+    """Price key -> the highest charge above the cost table an answer named, over every session (`priced`)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Price key -> what the run held from its first request, from the runs before it (`held`)."""
+    seen: set[str] = field(default_factory=set)
+    """Held price keys whose charge an answer named (`seen`)."""
 
     @property
     def total_spent(self) -> int:
@@ -144,8 +153,16 @@ class RunJournal(JsonLinesWriter):
         self.append_json({"e": "adjust", "q": query_id, "c": credits})
 
     def priced(self, key: str, credits: int) -> None:
-        """An answer charged `credits` for a request of `key`, more than the ledger held for it."""
+        """An answer charged `credits` for a request of `key`, more than the cost table says (the run's highest)."""
         self._noted({"e": "price", "k": key, "c": credits})
+
+    def held(self, key: str, credits: int) -> None:
+        """The run holds `credits` for every request of `key` from its first: what earlier runs saw charged."""
+        self._noted({"e": "hold", "k": key, "c": credits})
+
+    def seen(self, key: str) -> None:
+        """An answer named the charge of `key`, a key held from earlier runs."""
+        self._noted({"e": "seen", "k": key})
 
     def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
@@ -193,9 +210,8 @@ def read_journal(path: Path | str) -> JournalState:
         elif kind == "end":
             summary = event["summary"]
             state.ended[summary["query_id"]] = summary
-        elif kind == "price":
-            key, credits = event["k"], int(event["c"])
-            state.prices[key] = max(credits, state.prices.get(key, 0))
+        elif kind in PRICE_EVENTS:
+            _price_event(state, event)
         elif kind == "reserve":
             open_[event["id"]] = (event["q"], int(event["c"]))
         elif kind == "adjust":  # given back: a refusal's or an in-flight request's credits, of any session
@@ -212,4 +228,35 @@ def read_journal(path: Path | str) -> JournalState:
                 elif event.get("u") is None:
                     session.named += credits
     close_session()
+    return state
+
+
+PRICE_EVENTS = ("price", "hold", "seen")
+_PRICE_LINES = tuple(b'{"e":"%s"' % kind.encode() for kind in PRICE_EVENTS)
+
+
+def _price_event(state: JournalState, event: dict[str, Any]) -> None:
+    key = event["k"]
+    if event["e"] == "seen":
+        state.seen.add(key)
+        return
+    known = state.prices if event["e"] == "price" else state.held
+    known[key] = max(int(event["c"]), known.get(key, 0))
+
+
+def read_prices(path: Path | str) -> JournalState:
+    """Only what a run's journal says of prices (`prices`, `held`, `seen`): a night starts from the journals of
+    the runs before it, and `harvest plan` reads them too, so the reservation lines (most of a journal) are not
+    parsed. A line is one of `RunJournal`'s (orjson writes the event first)."""
+    state = JournalState()
+    path = Path(path)
+    if not path.exists():
+        return state
+    with path.open("rb") as lines:
+        for line in lines:
+            if line.startswith(_PRICE_LINES):
+                try:
+                    _price_event(state, orjson.loads(line))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue  # a torn last line: what a resume would not trust either
     return state
