@@ -23,6 +23,7 @@ apply_prefect_defaults()
 
 from prefect import get_run_logger  # noqa: E402
 
+from harvest.connectors.catalog.endpoints import above_the_list  # noqa: E402
 from harvest.connectors.credits.fanout_caps import FanoutCaps  # noqa: E402
 from harvest.connectors.credits.ledger import CreditLedger  # noqa: E402
 from harvest.connectors.http.client import ServiceClient  # noqa: E402
@@ -177,7 +178,8 @@ async def _collect(
     policy = spec.budget
     ledger = CreditLedger(
         manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal,
-        fanouts=FanoutCaps(the_plan.caps, base_id), prices=start.prices,
+        fanouts=FanoutCaps(the_plan.caps, base_id), prices=above_the_list(start.prices, spec.endpoints()),
+        charged=start.journal.prices,
     )  # fmt: skip
     faults.ledger = ledger
     attempts = run_context.AttemptLogs(fsync=fsync, faults=faults)

@@ -177,6 +177,24 @@ class Endpoint:
         rule = self.price.rule(params)
         return self.path if rule is None else f"{self.path}?{rule.param}={_shown(rule.value)}"
 
+    def price_held(
+        self, params: Mapping[str, Any], learned: Mapping[str, int], unknown: str | None = None
+    ) -> int:
+        """What the ledger reserves for a request like this one when it holds `learned` (price key -> what the
+        service was last seen charging, `flows.run.chain.next_prices`): the higher of it and the price list's.
+        `unknown`: a parameter not known yet (a dependent query's), any value of which may be asked."""
+        listed = self.price_of(params) if unknown is None else self.price.at_most(params, unknown)
+        key, each = self.price_key(params), f"{self.path}?{unknown}="
+        seen = [c for k, c in learned.items() if k == key or (unknown is not None and k.startswith(each))]
+        return max([listed, *seen])
+
+    def listed_price(self, key: str) -> int | None:
+        """The price list's price of the requests under price key `key` (`price_key`); None: not one of its keys."""
+        if key == self.path:
+            return self.price.credits
+        rules = [r for r in self.price.when if r.credits is not None]
+        return next((r.credits for r in rules if key == f"{self.path}?{r.param}={_shown(r.value)}"), None)
+
     def url_path(self, params: Params) -> str:
         return self.path.format(**{k: quote(v, safe=":") for k, v in params.path_values().items()})
 
@@ -234,3 +252,16 @@ def all_kinds() -> dict[str, TableKind]:
     from harvest.connectors.catalog.job_catalog import builtin
 
     return builtin().kinds()
+
+
+def above_the_list(learned: Mapping[str, int], endpoints: Mapping[str, Endpoint]) -> dict[str, int]:
+    """The prices the service was seen charging (price key -> credits) that are still above the job's price list:
+    one a job's `costs:` has since caught up with is the list's again, held and said no more. A key of an endpoint
+    the job no longer knows is kept (held only if asked)."""
+    out = {}
+    for key, credits in learned.items():
+        endpoint = endpoints.get(key.split("?", 1)[0])
+        listed = endpoint.listed_price(key) if endpoint is not None else None
+        if listed is None or credits > listed:
+            out[key] = credits
+    return out

@@ -1,15 +1,16 @@
 """What a chain of finished runs settled (a run and the runs it `--continue`s, oldest first): the queries that
 ended for good, those stopped with a cursor kept, and the prices the service was seen charging. A continued run
-starts from it (`flows.run.start.Continue`), and so does the resume of one (`flows.run.start.Resume`)."""
+starts from it (`flows.run.start.Continue`), and so does the resume of one (`flows.run.start.Resume`); a plain
+new run of the job starts from its prices (`carried`), and so does `harvest plan`'s forecast."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from harvest.connectors.paging.pager import QuerySpec
-from harvest.tasks.output.journal import read_journal
+from harvest.tasks.output.journal import JournalState, read_journal, read_prices
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
 
@@ -24,13 +25,19 @@ class Settled:
     last: RunManifest | None = None
     """The chain's newest run (the one a continued run names)."""
     prices: Mapping[str, int] = field(default_factory=dict)
-    """Price key -> the highest charge the chain's answers taught its ledgers (`JournalState.prices`): a
-    continued run's first request holds it, not the cost table's price the service was seen passing."""
+    """Price key -> what the chain passes on of the prices the service was seen charging above the cost table
+    (`carried`): a continued run's first request holds it, not the cost table's price the service was seen
+    passing."""
 
 
-def newest_chain(layout: OutputLayout, job: str) -> list[RunManifest]:
-    """The job's newest finished run and the runs it continues, oldest first."""
-    runs = {h.run_id: h for h in run_heads(layout, job) if not h.unfinished}
+def newest_chain(layout: OutputLayout, job: str, before: RunManifest | None = None) -> list[RunManifest]:
+    """The job's newest finished run and the runs it continues, oldest first; `before`: of the runs started
+    before that one (a resumed run's)."""
+    runs = {
+        h.run_id: h
+        for h in run_heads(layout, job)
+        if not h.unfinished and (before is None or (h.started, h.run_id) < (before.started, before.run_id))
+    }
     if not runs:
         return []
     newest = max(runs.values(), key=lambda h: (h.started, h.run_id))
@@ -56,7 +63,7 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     for run in chain:
         journal = read_journal(layout.journal_file(run.run_id))
         specs.update(journal.started)
-        prices = highest(prices, journal.prices)
+        prices = carried(prices, journal)
         status.update({q["query_id"]: q for q in run.queries})
     done: set[str] = set()
     at: dict[str, QuerySpec] = {}
@@ -79,3 +86,48 @@ def highest(*known: Mapping[str, int]) -> dict[str, int]:
         for key, credits in prices.items():
             out[key] = max(credits, out.get(key, 0))
     return out
+
+
+def carried(before: Mapping[str, int], journal: JournalState) -> dict[str, int]:
+    """The prices a run passes on to the runs after it: per price key, the highest charge above the cost table its
+    answers named; and of what it held from its first request (`before`: what the runs before it passed on), the
+    keys no answer of it priced. So a price lasts while the service keeps charging it, and one the service went
+    back from is dropped: its night holds it (conservative), the night after holds the cost table's price. A
+    night that never asked for the key (a budget below the held price, a failure, a query not run) passes it on:
+    it saw nothing that says the service stopped charging it."""
+    out = dict(journal.prices)
+    for key, credits in highest(before, journal.held).items():
+        if key not in journal.seen and key not in out:
+            out[key] = credits
+    return out
+
+
+def passed_on(layout: OutputLayout, runs: Iterable[RunManifest]) -> dict[str, int]:
+    """What the last of `runs` (oldest first: a chain, then the unfinished run a new one abandons) passes on."""
+    prices: dict[str, int] = {}
+    for run in runs:
+        prices = carried(prices, read_prices(layout.journal_file(run.run_id)))
+    return prices
+
+
+def prices_before(layout: OutputLayout, run: RunManifest) -> dict[str, int]:
+    """What the runs before `run` passed on: the chain it continues, or (a plain run) the job's newest finished
+    chain started before it. Its resume holds it, even when the run was killed before its journal said so."""
+    if run.continues is None:
+        return passed_on(layout, newest_chain(layout, run.job, before=run))
+    runs = {h.run_id: h for h in run_heads(layout, run.job) if not h.unfinished and h.run_id != run.run_id}
+    return passed_on(layout, chain_from(runs, run.continues))
+
+
+def next_prices(layout: OutputLayout, job: str) -> dict[str, int]:
+    """What the job's next run holds from its first request (`harvest plan` forecasts with it): what its newest
+    finished chain passes on; or, when its newest run is unfinished, what that run's resume holds (what it held
+    from the first and what its answers were charged: a run's prices never fall while it runs)."""
+    if not layout.raw_root.is_dir():
+        return {}
+    heads = run_heads(layout, job)
+    if not heads or not heads[-1].unfinished:
+        return passed_on(layout, newest_chain(layout, job))
+    run = heads[-1].manifest()
+    own = read_prices(layout.journal_file(run.run_id))
+    return highest(prices_before(layout, run), own.held, own.prices)

@@ -25,7 +25,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from harvest.connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
-from harvest.flows.run.chain import Settled, chain_from, highest, newest_chain, settled_by
+from harvest.flows.run.chain import (
+    Settled,
+    chain_from,
+    highest,
+    newest_chain,
+    passed_on,
+    prices_before,
+    settled_by,
+)
 from harvest.flows.run.coverage import Coverage, coverage_of
 from harvest.flows.run.plan import Plan
 from harvest.flows.run.run_again import RunAgain, rerun_of
@@ -49,6 +57,9 @@ class _Start:
     coverage: Coverage = field(default_factory=Coverage)
     """What the job's earlier runs collected: incremental histories, collected queries."""
     settled: Settled = field(default_factory=Settled)
+    carried: Mapping[str, int] = field(default_factory=dict)
+    """What the job's runs before this one passed on of the prices the service was seen charging above the cost
+    table (`flows.run.chain.carried`): a new run's, and a resumed plain run's (a continued run's is `settled`'s)."""
 
     @property
     def previous(self) -> RunManifest | None:
@@ -77,9 +88,10 @@ class _Start:
 
     @property
     def prices(self) -> dict[str, int]:
-        """What the service was seen charging per price key, above the cost table, by the chain before this run
-        and (a resume) its own earlier sessions: its ledger holds it from the first request."""
-        return highest(self.settled.prices, self.journal.prices)
+        """What the service was seen charging per price key, above the cost table, by the runs before this one
+        and (a resume) what its own earlier sessions held and were charged: its ledger holds it from the first
+        request."""
+        return highest(self.carried, self.settled.prices, self.journal.held, self.journal.prices)
 
     @property
     def raw_index(self) -> RawIndex | None:
@@ -276,7 +288,9 @@ def decide(
         settled = settled_by(layout, newest_chain(layout, spec.name))
         if settled.last is not None:
             return Continue(coverage=covered, settled=settled)
-    return New(coverage=covered, abandon=previous)
+    before = newest_chain(layout, spec.name)
+    before += [previous] if previous is not None else []  # the run --fresh abandons saw the service last
+    return New(coverage=covered, abandon=previous, carried=passed_on(layout, before))
 
 
 def job_coverage(layout: OutputLayout, job: str, run_id: str | None = None) -> Coverage:
@@ -347,6 +361,6 @@ def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str)
     runs = {h.run_id: h for h in run_heads(layout, run.job) if not h.unfinished and h.run_id != run.run_id}
     return Resume(
         coverage=job_coverage(layout, run.job, run.run_id), settled=settled_by(layout, chain_from(runs, run.continues)),
-        run=run, own=journal,
+        carried={} if run.continues else prices_before(layout, run), run=run, own=journal,
         ended={q: s for q, s in ended.items() if q not in lost}, index=index, missing=lost,
     )  # fmt: skip
