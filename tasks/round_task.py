@@ -205,7 +205,9 @@ async def _pay(
 ) -> dict[str, Any]:
     # No key here raises `MissingApiKey` before anything is sent: the flow gives the grant back and stops the run.
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
-    ledger = CreditLedger(grant, run.get("min_balance"), policy="greedy")  # the floor holds here too
+    ledger = CreditLedger(  # the floor holds here too, and the prices the flow's ledger learned (said there)
+        grant, run.get("min_balance"), policy="greedy", prices=run.get("prices"), warn_prices=False
+    )
     faults = FaultStop(ledger)  # a full disk stops the round like the run: said once, by the flow
     attempts = AttemptLogs(fsync=run["fsync"], faults=faults)
     client = service_client(run["base_url"], key, ledger, attempts, ClientSettings(**run["client"]))
@@ -232,6 +234,8 @@ async def _pay(
         "found": found,
         "stop": fault_plain(ctx.faults.fault) if ctx.faults.fault is not None else None,
     }
+    charged, named = ledger.answered_prices()  # the flow's ledger learns them, journals them, grants by them
+    result |= {"charged": charged, "named": sorted(named)}
     if staged is not None:
         _shipped(result, staged, ctx)
     return result

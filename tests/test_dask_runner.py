@@ -24,7 +24,7 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.declaring_helpers import Variant, aliased, variants
-from tests.endpoints import AUDIENCE, CREATIVE, CREATIVE_DETAIL, PINS, SHORT_PROFILE
+from tests.endpoints import AUDIENCE, CREATIVE, CREATIVE_DETAIL, FEED, PINS, SHORT_PROFILE
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
 from tests.process_helpers import dies_with_parent
@@ -238,3 +238,37 @@ def test_a_dependent_query_no_request_fits_in_is_said_on_dask_as_it_is_locally(
         "(max_credits 10, a request 26 credits: "
     ), line
     assert line in said["dask"][1].splitlines(), said["dask"][1]
+
+
+def test_dask_rounds_grant_and_hold_the_price_the_service_was_seen_charging(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """The service charges 5 where the catalog says 1; rounds of 2 pages, a budget of 12. The first round pays 5
+    for its first page (the price unseen: one request's excess); its worker reports the price, so the next round
+    grants a page at 5 and its worker holds 5 from its first request: 10 of 12, two pages. (Workers that started
+    each round from the catalog's price paid 5 a round for grants of 2: 15 of 12.) The next plain night on Dask,
+    with a budget of 4, holds 5 from the first and grants nothing."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (10, 10)}, costs={FEED: 5}
+    )
+    queries = [{"id": "posts", "endpoint": FEED, "params": {"handle": "nasa"}}]
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 2}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path, job_spec(sb.base_url, output, queries, name="risen", credits=12, runner=runner)
+        )
+        night = CliRunner().invoke(app, ["run", str(spec)])
+        billed, answered = sb.billed_total(), len(data_entries(sb))
+        next_night = CliRunner().invoke(app, ["run", str(spec), "--budget", "4"])
+        billed_next = sb.billed_total()
+    assert night.exit_code == 0 and next_night.exit_code == 0, night.output + next_night.output
+    assert "credits spent: 10 of a budget of 12" in night.stdout, night.stdout
+    assert billed == 10 and answered == 2, (billed, answered)
+    assert "credits spent: 0 of a budget of 4" in next_night.stdout, next_night.stdout
+    assert billed_next == billed, f"the next night paid {billed_next - billed} with a budget of 4"
+    assert f"{FEED}: every request holds 5 credits from the first" in next_night.stderr, next_night.stderr
+    db = output / "harvest.duckdb"
+    assert rows(db, "SELECT credits_spent, budget FROM runs ORDER BY started") == [(10, 12), (0, 4)]
+    assert rows(db, "SELECT sum(credits), count(*) FROM requests") == [(10, 2)]
+    assert scalar(db, "SELECT pages FROM query_state") == 2

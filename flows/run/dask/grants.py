@@ -1,11 +1,12 @@
 """How much each running query may pay in a Dask round: its grant of pages, breadth-first across queries, within
-the budget, each query's cap and its fan-out's `max_credits_total`. Plain data in, plain data out, so the rule is
-tested on its own (`tests/test_dask_runner.py`) and `flows.run.dask.rounds` only reserves and submits.
+the budget, each query's cap and its fan-out's `max_credits_total`, a page at the price the service was last seen
+charging (`reprice`). Plain data in, plain data out, so the rule is tested on its own (`tests/test_dask_runner.py`)
+and `flows.run.dask.rounds` only reserves and submits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,20 @@ class Running:
     rounds: int = 0
     known: dict[str, Any] | None = None
     """Where its known keys are staged (an incremental query on staging workers: `tasks.staged_known`)."""
+    price_key: str | None = None
+    """What the ledger learns its price under (`Endpoint.price_key`)."""
+    listed: int | None = None
+    """The cost table's price of one request (None: `cost` as first given)."""
+
+
+def reprice(running: list[Running], learned: Mapping[str, int]) -> None:
+    """Each query's page at what the service was seen charging for its price key (the flow's ledger's learned
+    prices: those the run started from and those its rounds reported), never below the cost table's: a round
+    granted at the table's price would pay past its grant on its first page."""
+    for r in running:
+        if r.listed is None:
+            r.listed = r.cost
+        r.cost = max(r.listed, learned.get(r.price_key, 0) if r.price_key is not None else 0)
 
 
 def allocate(

@@ -30,7 +30,7 @@ from harvest.connectors.paging.pager import PagerStart, QuerySpec
 from harvest.connectors.refusal_errors import cap_refused
 from harvest.flows.orchestrator.dask_runner import dask_task_runner
 from harvest.flows.run import progress
-from harvest.flows.run.dask.grants import Running, allocate
+from harvest.flows.run.dask.grants import Running, allocate, reprice
 from harvest.flows.run.discovery import Discovery
 from harvest.flows.run.plan import Plan
 from harvest.flows.run.service_access import ServiceAccess, client_settings
@@ -95,7 +95,7 @@ class Rounds:
             return
         self.journal.query_started(asdict(decided))
         endpoint, incremental = self.endpoints[decided.endpoint], self.run_info["incremental"]
-        r = Running(decided, endpoint.price_of(decided.params))
+        r = Running(decided, endpoint.price_of(decided.params), price_key=endpoint.price_key(decided.params))
         self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
         if self.staged is not None:  # workers cannot read the job's DuckDB: its known keys go to the store
@@ -146,6 +146,7 @@ class Rounds:
             self.add(query)
         with dask_task_runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
+                reprice(self.running, self.ledger.learned_prices)
                 for r in [r for r in self.running if self.cap_below_price(r)]:
                     self.end(r, self.unsendable(r))
                 grants = allocate(
@@ -205,7 +206,11 @@ class Rounds:
         client = self.run_info["client"]  # a known rate limit is shared by the round's tasks
         known = client["per_second"]
         shared = known / len(granted) if known and granted else None
-        run = {**self.run_info, "client": {**client, "per_second": shared}}
+        run = {
+            **self.run_info,
+            "client": {**client, "per_second": shared},
+            "prices": self.ledger.learned_prices,
+        }
         for r in granted:
             amount = grants[r.spec.query_id] * r.cost
             reservation = await self.ledger.reserve(
@@ -264,6 +269,7 @@ class Rounds:
                 self.ledger.release(reservation)
                 self.faults.reported(result["stop"])
                 return None
+            self.ledger.heard(result.get("charged") or {}, result.get("named") or [])  # before the settle
             if result.get(
                 "rerun"
             ):  # Dask ran it again where its worker died: the first may have spent it all
@@ -302,6 +308,7 @@ class Rounds:
         except Exception as exc:
             result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
         lost = "rerun" in result or "broke" in result
+        self.ledger.heard(result.get("charged") or {}, result.get("named") or [])  # before the settle
         self.ledger.settle(reservation, None if lost else result["spent"])
         r.credits += reservation.amount if lost else result["spent"]
         unstaged = frames_of(result.get("unstaged") or [])
