@@ -3,7 +3,9 @@ what the budget would leave undone.
 
 The figures come from three places, each one idea: the plan's worst case (`flows.run.plan`), the expected case
 the last nights paid (`flows.forecast.last_nights`), and the worst case played against the budget
-(`flows.forecast.shortfall`). `--check` makes the verdict an exit code a script can act on.
+(`flows.forecast.shortfall`). All of them at the prices the next run holds from its first request: the price list's,
+or what the service was last seen charging above it (`flows.run.chain.next_prices`), said one line per price.
+`--check` makes the verdict an exit code a script can act on.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harvest.connectors.catalog.endpoints import above_the_list
 from harvest.connectors.plurals import counted
 from harvest.flows.console import add_row, out, prose, table
 from harvest.flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
 from harvest.flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
+from harvest.flows.run.chain import next_prices
 from harvest.flows.run.plan import Plan, plan
 from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
@@ -118,9 +122,18 @@ def _verdict(result: Plan, expected: int | None) -> str:
 def show_plan(spec: JobSpec, budget: int | None, output: Path | None, check: str | None) -> int:
     """Print the plan; the exit code: 0, or `SHORT_EXIT` when `check` ("worst" or "expected") names a case
     the budget does not cover."""
-    result = plan(spec, budget)
-    expected = expected_costs(result, recent_runs(OutputLayout(output or spec.output), spec.name))
+    layout = OutputLayout(output or spec.output)
+    learned = above_the_list(next_prices(layout, spec.name), spec.endpoints())
+    result = plan(spec, budget, learned)
+    expected = expected_costs(result, recent_runs(layout, spec.name))
     _rows(result, expected)
+    for key, credits in sorted(learned.items()):
+        if key.split("?", 1)[0] not in {line.endpoint for line in result.lines}:
+            continue
+        prose(
+            f"{key}: {counted(credits, 'credit')} a request, the price the service was last seen charging, above "
+            "the cost table's: the next run holds it from its first request, and so do these figures"
+        )
     total = expected_total(result, expected)
     policy = "shared breadth-first" if result.policy == "breadth_first" else "taken in spec order (greedy)"
     prose(f"budget: {counted(result.budget, 'credit')}; a short one is {policy}")

@@ -12,7 +12,10 @@ manifests: the receipts every run writes, read without DuckDB, so a running job'
 - the expected cost is the average of the last `LAST_NIGHTS` learning nights, rounded up;
 - an incremental line whose first complete pass is in, with no learning night since, expects one page a query
   (an incremental night pays at least its first page), its dependents nothing (no new parent record known);
-- a line with nothing to learn from expects its worst case (unknown when that is unbounded).
+- a line with nothing to learn from expects its worst case (unknown when that is unbounded);
+- a line whose price the next run holds above the price list (the service was last seen charging more:
+  `CostLine.listed`) counts each page a night paid at least at that price: nights paid at the old price would
+  say a budget covers a night it does not.
 
 Only the newest `WINDOW` finished runs are read: a year of nightly manifests need not be parsed to plan one.
 """
@@ -110,9 +113,15 @@ def _complete_after(summary: Mapping[str, Any]) -> bool:
     return summary.get("status") in ("complete", "caught_up")
 
 
+def _paid(line: CostLine, summary: Mapping[str, Any]) -> int:
+    """What a query's night paid, each of its pages at least at the price the next run holds above the list."""
+    credits = int(summary.get("credits", 0))
+    return credits if line.listed is None else max(credits, int(summary.get("pages", 0)) * line.cost)
+
+
 def _planned(line: CostLine, incremental: bool, nights: Sequence[_Night]) -> ExpectedCost:
     paid = [
-        int(nights[n].queries[line.query_id].get("credits", 0))
+        _paid(line, nights[n].queries[line.query_id])
         for n in range(len(nights))
         if _learning(line.query_id, incremental, n, nights)
     ][:LAST_NIGHTS]
@@ -148,7 +157,7 @@ def _dependent(line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night]
         mine = [q for q_id, q in night.queries.items() if base_id(q_id) == line.group]
         if any(q.get("status") not in COLLECTED for q in mine):
             continue  # the budget stopped them that night: not what a night costs
-        paid.append(sum(int(q.get("credits", 0)) for q in mine))
+        paid.append(sum(_paid(line, q) for q in mine))
         if len(paid) == LAST_NIGHTS:
             break
     left = _left_over(line, nights)

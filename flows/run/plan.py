@@ -90,6 +90,8 @@ class CostLine:
     """A dependent line's worst case for one of its queries (None: unbounded)."""
     least: int | None = None
     """The least a request may bill where its answer decides (a cached answer at 0); None: `cost`."""
+    listed: int | None = None
+    """The price list's price, when `cost` is above it: what the service was last seen charging, held."""
 
     @property
     def group(self) -> str:
@@ -170,11 +172,11 @@ def pages_at_most(
     return min(bounds) if bounds else None
 
 
-def dependent_price(dep: DependentQuery, endpoint: Endpoint) -> int:
+def dependent_price(dep: DependentQuery, endpoint: Endpoint, learned: Mapping[str, int] | None = None) -> int:
     """The most a request of any instance of a dependent query can cost: its fixed parameters (and the
-    endpoint's defaults) priced, and any price the parent's value could bring."""
+    endpoint's defaults) priced, and any price the parent's value could bring; `learned`: prices held."""
     defaults = {n: f.default for n, f in endpoint.params.model_fields.items() if f.default is not None}
-    return endpoint.price.at_most({**defaults, **dep.params}, unknown=dep.param)
+    return endpoint.price_held({**defaults, **dep.params}, learned or {}, unknown=dep.param)
 
 
 def _credits(price: int, pages: int | None, max_credits: int | None) -> int | None:
@@ -194,13 +196,17 @@ def _records(endpoint: Endpoint, params: Mapping[str, Any], pages: int | None) -
 
 
 def _basis(
-    endpoint: Endpoint, pages: int | None, max_pages: int | None, price: int = 1, least: int | None = None
-) -> str:
-    """Why the worst case is what it is; a price other than 1 credit a request is named (a priced parameter),
-    and a range where the answer decides (`least`); follow-up requests count as pages."""
+    endpoint: Endpoint, pages: int | None, max_pages: int | None, price: int = 1, least: int | None = None,
+    listed: int | None = None,
+) -> str:  # fmt: skip
+    """Why the worst case is what it is; a price other than 1 credit a request is named (a priced parameter, or
+    what the service was last seen charging above the price list's `listed`), and a range where the answer
+    decides (`least`); follow-up requests count as pages."""
     each = "" if price == 1 else f", {price} credits a request"
-    if least is not None and least != price:
+    if least is not None and least != (price if listed is None else listed):
         each = f", {least}-{price} credits a request"
+    if listed is not None:
+        each += f" as last charged (the cost table: {listed})"
     if endpoint.paging.follow is not None:
         each += " (follow-ups count as pages)"
     if endpoint.paging.single and endpoint.paging.follow is None:
@@ -256,9 +262,10 @@ def _topological(queries: list[Query]) -> list[Query]:
 
 
 def _planned(
-    spec: JobSpec, endpoints: dict[str, Endpoint], records: dict[str, int | None]
+    spec: JobSpec, endpoints: dict[str, Endpoint], records: dict[str, int | None], learned: Mapping[str, int]
 ) -> tuple[list[QuerySpec], list[CostLine]]:
-    """The queries known before the run, priced; `records` learns how many records each can give."""
+    """The queries known before the run, priced (at `learned` where the service was last seen charging more);
+    `records` learns how many records each can give."""
     queries: list[QuerySpec] = []
     lines: list[CostLine] = []
     for query in spec.queries:
@@ -274,13 +281,16 @@ def _planned(
                     incremental=query.incremental, method=query.method,
                 )
             )  # fmt: skip
-            price = endpoint.price_of(params)
+            price, listed = endpoint.price_held(params, learned), endpoint.price_of(params)
             pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
             worst = _credits(price, pages, query.max_credits)
             least = endpoint.price.least_of(params)
-            basis = _basis(endpoint, pages, query.max_pages, price, least)
+            held = listed if price > listed else None
+            basis = _basis(endpoint, pages, query.max_pages, price, least, held)
             size = _records(endpoint, params, 1)
-            line = CostLine(query_id, query.endpoint, price, pages, worst, basis, least=least, records=size)
+            line = CostLine(
+                query_id, query.endpoint, price, pages, worst, basis, least=least, records=size, listed=held
+            )
             lines.append(line)
             count = _records(endpoint, params, pages)
             total = None if total is None or count is None else total + count
@@ -289,12 +299,14 @@ def _planned(
 
 
 def _dependent_line(
-    dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None, unbounded_by: str
-) -> CostLine:
+    dep: DependentQuery, query: Query, endpoint: Endpoint, children: int | None, unbounded_by: str,
+    learned: Mapping[str, int],
+) -> CostLine:  # fmt: skip
     """The worst case of all instances of a dependent query: one per parent record, each capped alike, all of
     them within `max_credits_total`. `unbounded_by`: why the parent's records have no bound (when they have
     none), naming what would bound them."""
-    price = dependent_price(dep, endpoint)
+    price, listed = dependent_price(dep, endpoint, learned), dependent_price(dep, endpoint)
+    held = listed if price > listed else None
     pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
     each = _credits(price, pages, query.max_credits)
     total_worst: int | None = 0
@@ -306,7 +318,7 @@ def _dependent_line(
         f" (at most {children})" if children is not None else f" (unbounded: {unbounded_by}{hint})"
     )
     each_text = "unbounded" if each is None else f"{each} each"
-    basis = f"{per}; {_basis(endpoint, pages, query.max_pages, price)}, {each_text}"
+    basis = f"{per}; {_basis(endpoint, pages, query.max_pages, price, listed=held)}, {each_text}"
     if cap is not None and (total_worst is None or cap < total_worst):
         total_worst, basis = cap, f"{basis}; max_credits_total {cap} for all"
     return CostLine(
@@ -320,6 +332,7 @@ def _dependent_line(
         instances=children,
         records=_records(endpoint, dep.params, 1),
         each=each,
+        listed=held,
     )
 
 
@@ -335,12 +348,15 @@ def _unbounded_by(parent: Query, endpoint: Endpoint, pages: int | None) -> str:
     return " and ".join(missing)
 
 
-def plan(spec: JobSpec, budget: int | None = None) -> Plan:
-    """Expand the spec and price its worst case; `budget` overrides the spec's (`harvest plan --budget`)."""
+def plan(spec: JobSpec, budget: int | None = None, learned: Mapping[str, int] | None = None) -> Plan:
+    """Expand the spec and price its worst case; `budget` overrides the spec's (`harvest plan --budget`);
+    `learned`: price key -> what the service was last seen charging above the price list (the next run holds
+    it from its first request, `flows.run.chain.next_prices`)."""
     endpoints = spec.endpoints()
+    learned = learned or {}
     records: dict[str, int | None] = {}
     """Most records each spec query can produce in all its expansions (None: unknown)."""
-    queries, lines = _planned(spec, endpoints, records)
+    queries, lines = _planned(spec, endpoints, records, learned)
     dependents: list[DependentQuery] = []
     by_id = {q.query_id: q for q in spec.queries}
     unbounded_by: dict[str, str] = {}
@@ -348,7 +364,7 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
     for query in spec.queries:
         if not query.dependent:
             endpoint = endpoints[query.endpoint]
-            price = endpoint.price_of(query.params)
+            price = endpoint.price_held(query.params, learned)
             pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
             unbounded_by[query.query_id] = _unbounded_by(query, endpoint, pages)
     for query in _topological(spec.queries):
@@ -357,7 +373,7 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
         dep = _template(query, endpoint, endpoints[parent.endpoint])
         dependents.append(dep)
         children = records.get(dep.parent)
-        price = dependent_price(dep, endpoint)
+        price = dependent_price(dep, endpoint, learned)
         pages = pages_at_most(endpoint, query.max_pages, query.max_credits, price)
         count = _records(endpoint, dep.params, pages)
         records[dep.template_id] = None if children is None or count is None else children * count
@@ -365,7 +381,8 @@ def plan(spec: JobSpec, budget: int | None = None) -> Plan:
             unbounded_by[dep.template_id] = (
                 unbounded_by[dep.parent] if children is None else _unbounded_by(query, endpoint, pages)
             )
-        lines.append(_dependent_line(dep, query, endpoint, children, unbounded_by.get(dep.parent, "")))
+        unbounded = unbounded_by.get(dep.parent, "")
+        lines.append(_dependent_line(dep, query, endpoint, children, unbounded, learned))
     return Plan(
         name=spec.name,
         budget=spec.budget.credits if budget is None else budget,
