@@ -10,6 +10,7 @@ that tells the truth (`flows.orchestrator.final_state`).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -17,11 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults
+from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults, harvest_warnings_to_run_logs
 
 apply_prefect_defaults()
-
-from prefect import get_run_logger  # noqa: E402
 
 from harvest.connectors.catalog.endpoints import above_the_list  # noqa: E402
 from harvest.connectors.credits.fanout_caps import FanoutCaps  # noqa: E402
@@ -88,6 +87,9 @@ from harvest.tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
 from harvest.tasks.run_context import service_client  # noqa: E402
 
 prefect_outage.install()
+harvest_warnings_to_run_logs()
+
+log = logging.getLogger(__name__)
 
 
 async def _pay_and_land(
@@ -197,9 +199,9 @@ async def _collect(
         summaries += start.unstarted(the_plan.queries, summaries, stopped.kind)
         manifest.error = stopped.reason
     for note in skipped:
-        get_run_logger().warning("dependent query not started: %s", note)
+        log.warning("dependent query not started: %s", note)
     if isinstance(start, Resume) and start.lost:
-        get_run_logger().warning(
+        log.warning(
             "paid again for %d pages of %d queries whose raw pages the disk had lost (they were paid before)",
             start.paid_again(summaries), len(start.lost),
         )  # fmt: skip

@@ -59,3 +59,23 @@ def task_runs(flow_run_id: str) -> list[Any]:
                     return runs
 
     return asyncio.run(read())
+
+
+def run_log(flow_run_id: str) -> list[tuple[str, int, str]]:
+    """The flow run's log in Prefect (its task runs' too), as (logger name, level, message), oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    async def read() -> list[tuple[str, int, str]]:
+        async with get_client() as client:
+            logs: list[Any] = []
+            while True:
+                page = await client.read_logs(
+                    log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)])),
+                    offset=len(logs),
+                )
+                logs += page
+                if not page:
+                    return [(log.name, log.level, log.message) for log in logs]
+
+    return asyncio.run(read())

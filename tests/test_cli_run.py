@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import re
 import shlex
 import subprocess
@@ -31,8 +32,10 @@ from harvest.flows.spec import load_spec
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
-from tests.endpoints import PINS
+from tests.endpoints import CREATIVE_DETAIL, PINS
 from tests.flow_helpers import (
     BIG_BALANCE,
     HARVEST,
@@ -47,6 +50,7 @@ from tests.flow_helpers import (
     write_spec,
 )
 from tests.landed_demo import OUTPUT, LandedDemo
+from tests.prefect_helpers import run_log
 from tests.process_helpers import finish, start_run
 
 runner = CliRunner()
@@ -218,18 +222,41 @@ def test_harvest_s_own_warnings_come_as_its_lines_not_in_prefect_s_log_format(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
     """A cron log is read (and grepped) as harvest's sentences: the ledger's warning that the service charged
-    more than the cost table says came as `04:55:05.938 | WARNING | harvest.ledger - ...` among them."""
+    more than the cost table says came as `04:55:05.938 | WARNING | harvest.ledger - ...` among them, and the
+    flow's that a parent's value could not start a dependent query as `... | WARNING | Flow run 'magic-lionfish'
+    - ...`. Each is one `warning:` line, and each is in the flow run's log in Prefect, which the UI shows."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, costs={PINS: 3})
+    output = tmp_path / "out"
     with running(config) as sb:
-        queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
-        spec = write_spec(tmp_path, job_spec(sb.base_url, tmp_path / "out", queries, credits=50))
+        queries = [
+            {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}},
+            # a pin's id is no creative's `material_id` (`<kind>:<id>`): each one is refused, none is sent
+            {"id": "detail", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "pins", "field": "id"}}},
+        ]  # fmt: skip
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, queries, credits=50))
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        sent = {e.path for e in data_entries(sb)}
     assert code == 0, out + err
+    assert sent == {PINS}, sent
     lines = err.splitlines()
     assert any(line.startswith("warning: the service charged 3 credits for pins page 0") for line in lines), (
         lines
     )
+    refused = [line for line in lines if "dependent query not started" in line]
+    pins = scalar(output / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins")
+    assert pins and len(refused) == pins, lines
+    for line in refused:
+        assert re.fullmatch(
+            r"warning: dependent query not started: detail: material_id='\d+' from pins\.id is not allowed: "
+            r"String should match pattern .*",
+            line,
+        ), line
     assert not [line for line in lines if "| WARNING |" in line or "harvest.ledger" in line], lines
+    (manifest,) = all_manifests(OutputLayout(output))
+    assert manifest.flow_run_id is not None
+    logged = [message for _, level, message in run_log(manifest.flow_run_id) if level == logging.WARNING]
+    told = [line.removeprefix("warning: ") for line in lines if line.startswith("warning: ")]
+    assert sorted(logged) == sorted(told), (logged, told)
 
 
 # ---------------------------------------------------------------------------------------------- 10. demo

@@ -63,10 +63,16 @@ class _PrefectEchoes(logging.Filter):
         return True
 
 
+TOLD_AT_END = {"harvest_told_at_end": True}
+"""`extra` of a warning that `harvest run`'s last lines say again (a load DuckDB refused): it goes to the
+flow run's Prefect log, and the terminal gets it once, at the end."""
+
+
 class _HarvestWarnings(logging.Handler):
-    """harvest's own warnings (the ledger's overcharge and balance floor, a page's repairs) as `warning: ...`
-    lines, like every other line `harvest run` prints: through Prefect's console handler they came as
-    `04:39:51.242 | WARNING | harvest.ledger - ...` in the middle of a cron log's plain sentences."""
+    """harvest's own warnings (the ledger's overcharge and balance floor, a page's repairs, a dependent query a
+    parent value could not start) as `warning: ...` lines, like every other line `harvest run` prints: through
+    Prefect's console handler they came as `04:39:51.242 | WARNING | harvest.ledger - ...` in the middle of a
+    cron log's plain sentences."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -74,6 +80,8 @@ class _HarvestWarnings(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         from harvest.flows import console
 
+        if getattr(record, "harvest_told_at_end", False):
+            return
         try:
             console.warning(record.getMessage())
         except Exception:  # a closed stderr: the record is not worth the run
@@ -93,3 +101,30 @@ def quiet_prefect_echoes() -> None:
     harvest = logging.getLogger("harvest")
     if not any(isinstance(h, _HarvestWarnings) for h in harvest.handlers):
         harvest.addHandler(_HarvestWarnings())
+
+
+class _RunLog(logging.Handler):
+    """harvest's warnings in the Prefect log of the flow run (or task run) they were said in, which the Prefect
+    UI shows beside its state: harvest says a warning once, through its `harvest.*` loggers, and this is how
+    Prefect gets it (its API handler serves only Prefect's own run loggers). A warning said outside a run (a
+    thread of its own, `harvest load`) has no run log to join and is only printed."""
+
+    def __init__(self) -> None:
+        from prefect.logging.handlers import APILogHandler
+
+        super().__init__(logging.WARNING)
+        self._api = APILogHandler()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from prefect.context import FlowRunContext, TaskRunContext
+
+        if FlowRunContext.get() is not None or TaskRunContext.get() is not None:
+            self._api.handle(record)
+
+
+def harvest_warnings_to_run_logs() -> None:
+    """Send harvest's warnings to the Prefect log of the run they are said in (idempotent): wherever the flow
+    runs, `harvest run`, a served deployment or a worker."""
+    harvest = logging.getLogger("harvest")
+    if not any(isinstance(h, _RunLog) for h in harvest.handlers):
+        harvest.addHandler(_RunLog())

@@ -106,7 +106,7 @@ def dependents_left(
             try:
                 child = instantiate(dep, value)
             except ValueError as exc:
-                notes.append(f"{dep.template_id}: {exc}")
+                notes.append(str(exc))  # it names the dependent query
                 continue
             if child.query_id not in collected:
                 children.append(child)

@@ -43,7 +43,7 @@ class Discovery:
             try:
                 child = instantiate(dep, value)
             except ValueError as exc:  # one odd parent value must not stop the run
-                self.skipped.append(f"{dep.template_id}: {exc}")
+                self.skipped.append(str(exc))  # it names the dependent query
                 continue
             if not self.start.skips_child(parent, child, self.incremental):
                 yield child

@@ -9,10 +9,12 @@ data stays safe in Parquet, and `harvest load OUTPUT` finishes the job later.
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import Any
 
 from harvest.flows.console import harvest_line
+from harvest.flows.orchestrator.prefect_settings import TOLD_AT_END
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
 from harvest.flows.run.memory import release_memory
 from harvest.tasks.database.bookkeeping import record_run
@@ -22,6 +24,8 @@ from harvest.tasks.database.record_tables import merge_batches
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import as_machine_fault
 from harvest.tasks.output.manifest import RunManifest, output_kinds, pending_manifests, write_manifest
+
+log = logging.getLogger(__name__)
 
 
 def load_manifest_into_duckdb(
@@ -119,17 +123,15 @@ def load_run(
     memory limit), a second Ctrl-C abandoned the load, or this machine could not write it (a full disk): the run
     is then loaded by `harvest load`, or by the job's next run before it pays. Second: why DuckDB refused the
     load, with how to load it, when that is not a file another process holds (the run's last lines say it)."""
-    # Prefect here, in the flow's functions: `harvest load` and `harvest rebuild` load without importing it (~2.5 s)
-    from prefect import get_run_logger
-
     release_memory()
     try:
         with stop.load():
             return load_manifest_into_duckdb(layout, manifest), None
     except DatabaseBusy as exc:
-        get_run_logger().warning("%s", exc)
         if isinstance(exc, LoadOutOfMemory):
+            log.warning("%s", exc, extra=TOLD_AT_END)
             return None, str(exc)
+        log.warning("%s", exc)
     except LoadInterrupted:
         pass
     except Exception as exc:
@@ -145,14 +147,14 @@ def load_run(
 def load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:
     """The job's runs that landed but never reached DuckDB (killed in the load step, DuckDB busy), loaded
     before this run pays: cheap (their Parquet is written) and incremental queries then see their keys."""
+    # Prefect here, in the flow's functions: `harvest load` and `harvest rebuild` load without importing it (~2.5 s)
     from prefect import get_run_logger
 
     loaded, busy = load_earlier_runs(layout, job, current, stop)
-    logger = get_run_logger()
     for run in loaded:
-        logger.info(
+        get_run_logger().info(
             "loaded earlier run %s (%s) into DuckDB first: %s rows", run["run_id"], run["status"], run["rows"]
         )
     if busy is not None:
-        logger.warning("earlier runs not loaded yet: %s", busy)
+        log.warning("earlier runs not loaded yet: %s", busy)
     return loaded
