@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed, State
 
 from harvest.connectors.paging.pager import QuerySpec, query_failed
+from harvest.tasks.output.run_summary import unsendable
 from harvest.tasks.run_context import lookup
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,10 @@ class QueryLine:
         self._wake = asyncio.Event()
         self.closed = False
         self.statuses: Counter[str] = Counter()
+        self.unsent = 0
+        """Its queries that could not send a request, their `max_credits` below one's price (`unsendable`)."""
         self.failure: str | None = None
-        """The first failed query's id and error, for the task run's message."""
+        """The first failed (or unsent) query's id and error, for the task run's message."""
         self._ended_event = asyncio.Event()
         self.reported = False
         """Its task run saw it end: Prefect holds its state and counts."""
@@ -89,6 +92,7 @@ class QueryLine:
 
     def _ended(self, job: asyncio.Task[dict[str, Any]]) -> None:
         self._running.discard(job)
+        unsent = False
         if job.cancelled():
             status, error = "cancelled", "cancelled"
         elif (exc := job.exception()) is not None:  # the flow's own bookkeeping broke: say so, go on
@@ -97,8 +101,10 @@ class QueryLine:
         else:
             summary = job.result()
             status, error = summary["status"], summary.get("error") or "no error text"
+            unsent = unsendable(summary)
         self.statuses[status] += 1
-        if self.failure is None and _ended_badly(status):
+        self.unsent += unsent
+        if self.failure is None and (_ended_badly(status) or unsent):
             self.failure = f"{job.get_name()}: {status}: {error}"
         self._wake.set()
 
@@ -106,15 +112,22 @@ class QueryLine:
         return {"line": self.name, "queries": sum(self.statuses.values()), "statuses": dict(self.statuses)}
 
 
+UNSENT = "could not send a request (max_credits below its price)"
+
+
 def _ended_badly(status: str) -> bool:
     return query_failed(status) or status == "cancelled"
 
 
 def line_end(line: QueryLine) -> Any:
-    """The task run's result: Failed (with the counts) when any of its queries failed, so Prefect tells the
-    truth; its retries stay 0 (a retry would pay again)."""
+    """The task run's result: Failed (with the counts) when any of its queries failed or could not send a
+    request (what fails the flow run, `flows.orchestrator.final_state`), so Prefect tells the truth on the line
+    too; returned, not raised: its retries stay 0 (a retry would pay again, and sends no query no request fits
+    in)."""
     outcome = line.outcome()
     failed = {s: n for s, n in line.statuses.items() if _ended_badly(s)}
+    if line.unsent:
+        failed[UNSENT] = line.unsent
     if not failed:
         return outcome
     said = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))

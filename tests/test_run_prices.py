@@ -26,7 +26,7 @@ from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import FEED, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, scalar, write_spec
-from tests.prefect_helpers import flow_run_states
+from tests.prefect_helpers import flow_run_states, task_runs
 from tests.process_helpers import finish, start_run, wait_for_requests
 from tests.test_resume_kill import kill_hard
 
@@ -240,8 +240,8 @@ def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_t
 ) -> None:
     """The service charges 3 where the catalog says 1 and each of three queries has `max_credits: 2`: the first
     answer teaches the price, the other two queries can never send a request. The night exits 1 and its Prefect
-    flow run ends Failed, its message naming them and their cap, so a scheduler sees what the exit code says.
-    Their status stays `budget_exhausted` (query_state, the manifest: the run finished, nothing to resume), and
+    flow run ends Failed, its message naming them and their cap, so a scheduler sees what the exit code says;
+    so does their line's task run, which the Prefect UI shows beside it, once (not retried). Their status stays `budget_exhausted` (query_state, the manifest: the run finished, nothing to resume), and
     `--continue` continues the night as a new run: it holds the learned price from its first request, pays
     nothing, exits 1 and ends Failed too, naming all three."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), costs={FEED: 3})
@@ -272,12 +272,28 @@ def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_t
     said = message.split("; could not send a request: ", 1)[-1]
     assert said.startswith("2 of 3 q (max_credits 2, a request 3 credits: "), message
     assert all(qid in said for qid in stuck), message
+    (line,) = task_runs(stopped.flow_run_id)
+    assert (line.name, line.state.type.value, line.run_count) == ("q", "FAILED", 1), line.state
+    told = line.state.message
+    assert told.startswith("2 could not send a request (max_credits below its price) of 3 queries; first "), (
+        told
+    )
+    first = told.split("; first ", 1)[1]
+    assert first.split(":", 1)[0] in stuck, told
+    assert "the query's cap of 2 credits (max_credits) is below the 3 credits one request costs" in first, (
+        told
+    )
 
     assert again.exit_code == 1, again.output
     assert continued.continues == stopped.run_id and continued.status == "budget_exhausted"
     state, message = flow_run_states([continued.flow_run_id])[continued.flow_run_id]
     assert state == "FAILED", (state, message)
     assert "could not send a request: 3 of 3 q (max_credits 2, a request 3 credits: " in message, message
+    (line,) = task_runs(continued.flow_run_id)
+    assert line.state.type.value == "FAILED", line.state
+    assert line.state.message.startswith(
+        "3 could not send a request (max_credits below its price) of 3 queries"
+    )
     db = output / "harvest.duckdb"
     assert rows(db, "SELECT DISTINCT status FROM query_state") == [("budget_exhausted",)]
     assert rows(db, "SELECT status FROM runs ORDER BY started") == [("budget_exhausted",)] * 2
