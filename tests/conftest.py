@@ -12,7 +12,8 @@ With `-n`, a module that sets something up once for its tests runs whole on one 
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
 `free_port`, `duckdb_holder` (another process holding a DuckDB file), the sandbox's
 (`tests.fixtures_sandbox`), a Dask cluster's (`tests.fixtures_dask`) and the session's one landed demo
-(`landed_demo`, `tests.landed_demo`).
+(`landed_demo`, `tests.landed_demo`). Every test ends the Prefect background services it started
+(`prefect_services_end_with_their_test`).
 """
 
 from __future__ import annotations
@@ -156,6 +157,17 @@ def prefect_harness() -> Iterator[None]:
         import harvest.flows.collect  # noqa: F401
 
         yield
+
+
+@pytest.fixture(autouse=True)
+def prefect_services_end_with_their_test() -> Iterator[None]:
+    """Prefect's background services a test started (a flow run in this process) end with it
+    (`tests.prefect_helpers.end_services`): none is left drawing from the global `random` under a later
+    hypothesis test of this worker."""
+    yield
+    from tests.prefect_helpers import end_services
+
+    end_services()
 
 
 @pytest.fixture(scope="session")

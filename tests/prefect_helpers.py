@@ -9,6 +9,8 @@ PREFECT_API_URL).
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 from typing import Any
 from uuid import UUID
 
@@ -79,3 +81,30 @@ def run_log(flow_run_id: str) -> list[tuple[str, int, str]]:
                     return [(log.name, log.level, log.message) for log in logs]
 
     return asyncio.run(read())
+
+
+SERVICES = ("EventsWorker", "APILogWorker", "ConcurrencySlotAcquisitionWithLeaseService")
+"""Prefect's background services a flow run in this process starts (each in a thread named `<service>Thread`,
+its work on Prefect's global event loop), which outlive the run."""
+
+
+def service_threads() -> list[str]:
+    """The threads of Prefect's background services alive in this process."""
+    names = {f"{service}Thread" for service in SERVICES}
+    return sorted(t.name for t in threading.enumerate() if t.name in names and t.is_alive())
+
+
+def end_services(timeout: float = 10.0) -> None:
+    """Stop Prefect's background services in this process, as the end of a `harvest run` process does: each
+    sends what it holds first (`timeout` seconds at most), and the next flow run starts them again. Left
+    running, they draw from the global `random` now and then (the events client's websocket pings, the API
+    client's retry jitter), which a hypothesis test in this process reports when it happens while it draws an
+    example (HypothesisDeprecationWarning: "Do not use the `random` module inside strategies")."""
+    if "prefect" not in sys.modules:
+        return
+    from prefect.concurrency.services import ConcurrencySlotAcquisitionWithLeaseService
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (EventsWorker, APILogWorker, ConcurrencySlotAcquisitionWithLeaseService):
+        service.drain_all(timeout=timeout)
