@@ -78,6 +78,7 @@ def test_export_after_rebuild_increment_and_snapshot(
     export(output, lake)
     one, two = committed(lake)
     assert one["runs"] == [first] and two["runs"] == [second]
+    assert one["resent"] is False and two["resent"] is False, "each run sent once"
     sent = set(one["tables"]) | set(two["tables"])
     assert sent == record_tables(db), "every table DuckDB has reached the lake"
     for manifest in (one, two):
@@ -138,6 +139,9 @@ def test_rows_landed_in_another_order_are_not_sent_again(
     (rebuilt,) = all_manifests(layout)
     assert rebuilt.rebuilt is not None
     assert "exported 1 run," in export(output, lake)
+    before, again = committed(lake)
+    assert before["runs"] == again["runs"] == [run_id]
+    assert before["resent"] is False and again["resent"] is True, "a loader appending history is told"
 
 
 def test_a_run_whose_raw_pages_were_deleted_keeps_its_rows_through_a_rebuild(

@@ -7,6 +7,7 @@ The processes talk to the session's Prefect test server (PREFECT_API_URL), so no
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -215,6 +216,9 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
     assert {tuple(k) for k in keys} == expected_tables()["pinboard_pins"], (
         "the resumed rows reached the export"
     )
+    first, again = [json.loads(p.read_text()) for p in sorted(dest.glob("_exports/*/_manifest.json"))]
+    assert first["runs"] == again["runs"] == [stopped.run_id]
+    assert (first["resent"], again["resent"]) == (False, True), "a loader appending history is told"
     assert code == 130, out + err
     assert "Traceback" not in err and "error" not in err.lower(), err
     assert err.count("resumes it") == 1 and stopped.run_id in err

@@ -51,6 +51,9 @@ class ExportReport:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     recovered: int = 0
     """Runs the destination had (committed exports) that the `exports` table did not know: recorded now."""
+    resent: bool = False
+    """A run of this increment went to the destination before (rebuilt or resumed since): a loader that appends
+    history deletes its rows first."""
     kinds: dict[str, TableKind] = field(default_factory=dict, repr=False)
     """The output directory's record kinds (built-in and declared: `tasks.output.manifest.output_kinds`)."""
 
@@ -222,7 +225,7 @@ def _retire(
 def _commit(fs: pafs.FileSystem, folder: str, report: ExportReport, jobs: list[str]) -> datetime:
     """`_manifest.json`, then `_SUCCESS`: the marker exists only once everything it vouches for does."""
     created = datetime.now(UTC)
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": "harvest-export/1",
         "export_id": report.export_id,
         "kind": report.kind,
@@ -232,6 +235,8 @@ def _commit(fs: pafs.FileSystem, folder: str, report: ExportReport, jobs: list[s
         "partitioning": PARTITIONING if report.kind == "increment" else [],
         "tables": report.tables,
     }
+    if report.kind == "increment":
+        manifest["resent"] = report.resent
     make_dir(fs, folder)
     with fs.open_output_stream(f"{folder}/_manifest.json") as out:
         out.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
@@ -255,6 +260,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     find_committed(fs, base, sent, (m.run_id for m in manifests))
     runs = [m for m in manifests if sent.due(m)]
     report.recovered = len({r.run_id for r in sent.found})
+    report.resent = any(m.run_id in sent.latest for m in runs)
     if not runs:
         record(layout, destination, sent.found)
         return report
