@@ -12,8 +12,8 @@ With `-n`, a module that sets something up once for its tests runs whole on one 
 Shared fixtures: `prefect_harness`, `prefect_api_url`, `api_key` (harvest's key in the environment),
 `free_port`, `duckdb_holder` (another process holding a DuckDB file), the sandbox's
 (`tests.fixtures_sandbox`), a Dask cluster's (`tests.fixtures_dask`) and the session's one landed demo
-(`landed_demo`, `tests.landed_demo`). Every test ends the Prefect background services it started
-(`prefect_services_end_with_their_test`).
+(`landed_demo`, `tests.landed_demo`). Prefect's background services end before each hypothesis test
+(`pytest_runtest_setup`).
 """
 
 from __future__ import annotations
@@ -159,15 +159,14 @@ def prefect_harness() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(autouse=True)
-def prefect_services_end_with_their_test() -> Iterator[None]:
-    """Prefect's background services a test started (a flow run in this process) end with it
-    (`tests.prefect_helpers.end_services`): none is left drawing from the global `random` under a later
-    hypothesis test of this worker."""
-    yield
-    from tests.prefect_helpers import end_services
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a hypothesis test, Prefect's background services an earlier flow run of this worker left running
+    end (`tests.prefect_helpers.end_services`): none draws from the global `random` while it draws examples.
+    Only there: ended after every test, they cost each flow test 30-50 ms and their restart."""
+    if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        from tests.prefect_helpers import end_services
 
-    end_services()
+        end_services()
 
 
 @pytest.fixture(scope="session")

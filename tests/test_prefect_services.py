@@ -1,5 +1,5 @@
-"""The suite's hygiene: a test that ran a flow in this process leaves none of Prefect's background services
-running after it (`tests/conftest.py`, `prefect_services_end_with_their_test`). Left running, they drew from the
+"""The suite's hygiene: a hypothesis test draws with none of Prefect's background services running, though an
+earlier test of its worker ran a flow in this process (`tests/conftest.py`, `pytest_runtest_setup`). Left running, they drew from the
 global `random` (the events client's websocket pings, every ~20 s) while a later hypothesis test of the same
 worker drew its examples, and `make test` printed HypothesisDeprecationWarning ("Do not use the `random` module
 inside strategies") for whichever property test happened to meet one.
@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
@@ -35,5 +37,7 @@ def test_a_flow_run_in_this_process_starts_prefect_s_services(
     assert "EventsWorkerThread" in service_threads(), "the run's task run states travel as events"
 
 
-def test_they_end_with_the_test_that_started_them(sandbox: RunningSandbox) -> None:
+@settings(max_examples=3, deadline=None)
+@given(st.integers())
+def test_they_have_ended_when_a_property_test_draws(sandbox: RunningSandbox, drawn: int) -> None:
     assert service_threads() == []
