@@ -192,6 +192,7 @@ def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
 
 
 CHILD = ("records", "ad_archive_ads", "children")
+ADVERTISER = ("records", "ad_archive_ads", "columns", "advertiser_id")
 BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     # (case, declared path, declaration, field, problem, allowed): each in a catalog file the spec names
     ("a key not among the columns", ADS, _with(("records", "ad_archive_ads", "key"), "creativeId"),
@@ -237,6 +238,22 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a one_of of no parameter", ADS, _with(("one_of",), [["domain", "company"]]),
      'endpoints["/v1/ad-archive/company/ads"].one_of[0][1]', "'company' is not a parameter",
      "domain, advertiser_id, topic"),
+    # what a column joins (`joins`), and how its value is made (`template`)
+    ("a join to no table", ADS, _with(ADVERTISER, {"type": "text", "joins": "search_engine_advertiser.advertiser_id"}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.joins[0]',
+     "'search_engine_advertiser' is not a table", "a table of the job's catalog (search_engine_advertisers, "),
+    ("a join to no column", ADS, _with(ADVERTISER, {"type": "text", "joins": ["search_engine_advertisers.id"]}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.joins[0]',
+     "'id' is not a column of search_engine_advertisers", "advertiser_id, name, region"),
+    ("a join that is no table and column", ADS, _with(ADVERTISER, {"type": "text", "joins": "advertisers"}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.joins[0]',
+     "'advertisers' is not a table and a column", "`table.column`: a column of a record table or a child table"),
+    ("a template of no column", ADS, _with(ADVERTISER, {"type": "text", "template": "AR{advertiserId}"}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.template',
+     "'advertiserId' is not a column of the record", "creative_id, advertiser_name, format"),
+    ("a template of no parameter", ADS, _with(ADVERTISER, {"type": "text", "template": "{$params.handle}"}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.template',
+     "'handle' is not a parameter", "$params.domain, $params.advertiser_id"),
     # child tables
     ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',

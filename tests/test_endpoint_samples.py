@@ -450,12 +450,19 @@ def test_each_published_sample_lands_whole(case: Case, landed: dict[str, Landed]
 
 def test_the_catalog_files_pass_the_checks_a_job_catalog_passes() -> None:
     """harvest's own declarations are read without the checks a job's get (every run would pay for them): each
-    one passes them here, and a table two endpoints share has one key and one set of columns."""
+    one passes them here, every column it `joins` is a column of the catalog, and a table two endpoints share
+    has one key and one set of columns."""
     import yaml
 
     from harvest.connectors.catalog.declaration_checks import declaration_problems
     from harvest.connectors.catalog.declarations import CatalogFile
-    from harvest.connectors.catalog.job_catalog import builtin_files, kind_signature
+    from harvest.connectors.catalog.job_catalog import (
+        builtin_declarations,
+        builtin_files,
+        declared_tables,
+        join_problems,
+        kind_signature,
+    )
 
     problems = []
     for file in builtin_files():
@@ -464,6 +471,8 @@ def test_the_catalog_files_pass_the_checks_a_job_catalog_passes() -> None:
         ).endpoints.items():
             problems += [(file.name, path, *problem) for problem in declaration_problems(path, decl)]
     assert problems == []
+    declared = builtin_declarations()
+    assert list(join_problems(declared, declared_tables(declared))) == []  # every `joins` names a column
     signatures: dict[str, set[Any]] = {}
     for endpoint in builtin().endpoints.values():
         for kind in endpoint.landed_kinds:

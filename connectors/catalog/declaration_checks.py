@@ -1,12 +1,15 @@
 """What one endpoint's declaration gets wrong beyond its shape: a key that is no column, a path parameter not in
-the path, a bound on a text, a record path that reads nothing, a table harvest owns. Each problem is (location
-inside the declaration, what is wrong, what is allowed); `flows.spec.declared` places it on its file and line.
+the path, a bound on a text, a record path that reads nothing, a table harvest owns, a `joins` that is no
+`table.column`, a `template` of no column or parameter. Each problem is (location inside the declaration, what
+is wrong, what is allowed); `flows.spec.declared` places it on its file and line. Whether a `joins` names a
+column of the job's catalog needs the whole catalog (`job_catalog.join_problems`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from harvest.connectors.catalog.declarations import (
     BOOKKEEPING_TABLES,
@@ -54,6 +57,15 @@ from harvest.connectors.catalog.request_checks import (
 )
 from harvest.connectors.catalog.request_checks import (
     rule_problems as _rule_problems,
+)
+
+JOIN_TARGET = re.compile(rf"^({TABLE.pattern[1:-1]})\.({COLUMN.pattern[1:-1]})$")
+JOIN_WORDS = "`table.column`: a column of a record table or a child table of the job's catalog"
+PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+"""A template's `{column}` or `{$params.NAME}`: what a column's value is made of (`template: "t3_{id}"`)."""
+TEMPLATE_WORDS = (
+    "text with `{column}` for a column of the same record or `{$params.NAME}` for a request parameter "
+    "(`t3_{id}`), at least one of them"
 )
 
 
@@ -287,6 +299,7 @@ def _ignored(at: tuple[str | int, ...], paths: list[str]) -> Iterator[Problem]:
 def _column_problems(
     at: tuple[str | int, ...], columns: Mapping[str, ColumnDecl], names: list[str]
 ) -> Iterator[Problem]:
+    yield from link_problems(at, columns, names)
     for name, column in columns.items():
         if not COLUMN.fullmatch(name) or name in META_COLUMN_NAMES:
             yield (
@@ -303,3 +316,34 @@ def _column_problems(
                 continue  # a record kind's own check (`_nesting_and_filter_problems`)
             elif column.path is not None:
                 yield from _path_problems((*at, name, "path"), alternative)
+
+
+def link_problems(
+    at: tuple[str | int, ...], columns: Mapping[str, ColumnDecl], params: Sequence[str]
+) -> Iterator[Problem]:
+    """What a kind's (or a child's) columns get wrong in `joins` and `template`, within the declaration."""
+    for name, column in columns.items():
+        for n, entry in enumerate(column.joins):
+            if not JOIN_TARGET.fullmatch(entry):
+                yield (*at, name, "joins", n), f"{entry!r} is not a table and a column", JOIN_WORDS
+        if column.template is not None:
+            yield from _template_problems((*at, name, "template"), column.template, columns, params)
+
+
+def _template_problems(
+    at: tuple[str | int, ...], template: str, columns: Mapping[str, Any], params: Sequence[str]
+) -> Iterator[Problem]:
+    names = PLACEHOLDER.findall(template)
+    if not names or PLACEHOLDER.sub("", template).count("{") or PLACEHOLDER.sub("", template).count("}"):
+        yield at, f"{template!r} is not a template", TEMPLATE_WORDS
+        return
+    read = ", ".join(name for name, column in columns.items() if column.template is None)
+    asked = ", ".join(PARAM_PREFIX + p for p in params) or "none declared"
+    for name in names:
+        if name.startswith(PARAM_PREFIX):
+            if name[len(PARAM_PREFIX) :] not in params:
+                yield at, f"{name[len(PARAM_PREFIX) :]!r} is not a parameter", asked
+        elif name not in columns:
+            yield at, f"{name!r} is not a column of the record", f"{read}; or {asked}"
+        elif columns[name].template is not None:
+            yield at, f"{name!r} is made by a template itself", "a column read from the record"

@@ -114,6 +114,15 @@ class ColumnDecl(_Decl):
         default_factory=list, description="The column's earlier names: an existing table's column of such a "
         "name becomes this one, its values kept (`tasks.database.column_types`)."
     )  # fmt: skip
+    joins: Paths = Field(
+        default_factory=list, description="The columns of other tables holding the same values, as "
+        "`table.column` (`forum_subreddits.id`): what an analyst joins this column on. Said in its comment and "
+        "docs/tables.md; the sandbox's answers agree with it."
+    )  # fmt: skip
+    template: str | None = Field(
+        None, description="How the service makes the value of the record's other values: `{column}` for a "
+        "column of the same record, `{$params.NAME}` for a request parameter (`t3_{id}`: a fullname)."
+    )  # fmt: skip
 
 
 Column = Annotated[
@@ -317,12 +326,13 @@ def _plain_kind_keys(kind: dict[str, Any]) -> None:
 
 
 def _plain_columns(columns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each column as `{type, path, description}`, and `renamed_from` only when it has earlier names (a column
-    without earlier names reads, hashes and records as one written where the key did not exist)."""
+    """Each column as `{type, path, description}`, and `renamed_from`, `joins` and `template` only when it has
+    them (a column without them reads, hashes and records as one written where the keys did not exist)."""
     plain_columns = {}
     for name, column in columns.items():
         column = {**column, "path": column["path"] or name}
-        if not column.get("renamed_from"):
-            column.pop("renamed_from", None)
+        for optional in ("renamed_from", "joins", "template"):
+            if not column.get(optional):
+                column.pop(optional, None)
         plain_columns[name] = column
     return plain_columns

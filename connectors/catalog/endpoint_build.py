@@ -73,6 +73,8 @@ def _columns(columns: Mapping[str, Mapping[str, Any]]) -> tuple[Field, ...]:
             COLUMN_TYPES[c["type"]](name, c["path"]),
             description=c.get("description") or "",
             renamed_from=tuple(c.get("renamed_from") or ()),
+            joins=tuple(c.get("joins") or ()),
+            template=c.get("template"),
         )
         for name, c in columns.items()
     )

@@ -54,6 +54,10 @@ class Field:
     """What the column holds, as its declaration says (`described` makes one up when it says nothing)."""
     renamed_from: tuple[str, ...] = field(default=(), compare=False)
     """The column's earlier names: an existing table's column of such a name is renamed to this one."""
+    joins: tuple[str, ...] = field(default=(), compare=False)
+    """`table.column` of other tables holding the same values: what an analyst joins it on."""
+    template: str | None = field(default=None, compare=False)
+    """How the service makes the value of the record's other values (`t3_{id}`)."""
 
     @property
     def request_param(self) -> str | None:
@@ -82,6 +86,10 @@ class Field:
         meta = {DESCRIPTION: self.described, SOURCE: self.path}
         if self.renamed_from:
             meta[RENAMED_FROM] = ",".join(self.renamed_from)
+        if self.joins:
+            meta[JOINS] = ",".join(self.joins)
+        if self.template is not None:
+            meta[TEMPLATE] = self.template
         return pa.field(self.name, self.type, metadata=meta)
 
     def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
@@ -148,6 +156,8 @@ TYPE_WORDS = {
 }  # fmt: skip
 """How a generated description names a column's type."""
 DESCRIPTION, SOURCE, RENAMED_FROM = b"description", b"source", b"renamed_from"
+JOINS, TEMPLATE = b"joins", b"template"
+"""The columns of other tables it joins (`table.column`, comma-separated), and how its value is made."""
 """Keys of an Arrow field's metadata: what the column holds, where in a record it is read, and its earlier names
 (comma-separated; only for a renamed column)."""
 

@@ -4,13 +4,16 @@ platform) and those the job declares (`catalogs:`, `endpoints:`), as one mapping
 Nothing reads a global list of endpoints: a spec's checks, its plan and its run read the job's catalog, and
 what works on an output directory (load, rebuild, export, history views, table checks) reads the catalog of
 the declarations its runs' manifests recorded (`of_runs`), so a declared kind's table is known without the spec.
+A column's `joins` names a column of the job's catalog (`join_problems`): the built-in catalog's are checked
+when it is read, a job's with its spec.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import yaml
 
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
+from harvest.connectors.catalog.declaration_checks import JOIN_TARGET
 from harvest.connectors.catalog.declarations import PARENT_PREFIX, POSITION, CatalogFile, plain
 from harvest.connectors.catalog.endpoint_build import build_endpoint
 from harvest.connectors.catalog.endpoints import Endpoint, UnknownEndpoint
@@ -94,12 +98,17 @@ def builtin_declarations() -> dict[str, dict[str, Any]]:
     """Path -> plain declaration of each of harvest's own endpoints, file by file: what the catalog is built from,
     and what the sandbox serves an endpoint it emulates no other way from. A path in two files is an error."""
     declared: dict[str, dict[str, Any]] = {}
+    files: dict[str, str] = {}
     for file in builtin_files():
         data = yaml.load(file.read_text(encoding="utf-8"), Loader=_LOADER)
         for path, decl in CatalogFile.model_validate(data).endpoints.items():
             if path in declared:
                 raise ValueError(f"{file.name}: {path} is declared in another catalog file too")
             declared[path] = plain(path, decl)
+            files[path] = file.name
+    for path, at, problem, allowed in join_problems(declared, declared_tables(declared)):
+        field = ".".join(str(part) for part in ("endpoints", path, *at))
+        raise ValueError(f"{files[path]}: {field}: {problem} (allowed: {allowed})")
     return declared
 
 
@@ -168,3 +177,59 @@ def declared_child_signatures(kind: Mapping[str, Any]) -> dict[str, Signature]:
 def describe_signature(signature: Signature) -> str:
     key, columns = signature
     return f"key {', '.join(key)}; columns " + ", ".join(f"{name} ({kind})" for name, kind in columns)
+
+
+def join_problems(
+    declarations: Mapping[str, Mapping[str, Any]], tables: Mapping[str, Sequence[str]]
+) -> Iterator[tuple[str, tuple[str | int, ...], str, str]]:
+    """(endpoint path, location inside its declaration, problem, allowed) of each `joins` entry of plain
+    declarations naming no table or no column of `tables` (table -> its columns: the job's catalog)."""
+    for path, decl in declarations.items():
+        for table, kind in decl["records"].items():
+            places: list[tuple[tuple[str | int, ...], Mapping[str, Any]]] = [
+                (("records", table, "columns"), kind["columns"])
+            ]
+            if kind.get("unwrap"):
+                places.append((("records", table, "unwrap", "extras"), kind["unwrap"]["extras"]))
+            places += [
+                (("records", table, "children", child, "columns"), c["columns"])
+                for child, c in kind.get("children", {}).items()
+            ]
+            for at, columns in places:
+                for name, column in columns.items():
+                    for n, entry in enumerate(column.get("joins", ())):
+                        found = JOIN_TARGET.fullmatch(entry)
+                        if found is None:
+                            continue  # the declaration's own check says so
+                        where = (*at, name, "joins", n)
+                        target, col = found.groups()
+                        if target not in tables:
+                            near = difflib.get_close_matches(target, list(tables), n=3)
+                            said = f" ({', '.join(near)}, ...)" if near else ""
+                            yield (
+                                path,
+                                where,
+                                f"{target!r} is not a table",
+                                f"a table of the job's catalog{said}",
+                            )
+                        elif col not in tables[target]:
+                            yield (
+                                path,
+                                where,
+                                f"{col!r} is not a column of {target}",
+                                ", ".join(tables[target]),
+                            )
+
+
+def declared_tables(declarations: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Table -> its columns, of plain declarations: each record table's columns (its wrapper's too) and each
+    child table's (the parent's key as `parent_<key>`, the item's `position`, the item's columns)."""
+    tables: dict[str, list[str]] = {}
+    for decl in declarations.values():
+        for table, kind in decl["records"].items():
+            extras = kind["unwrap"]["extras"] if kind.get("unwrap") else {}
+            tables.setdefault(table, [*kind["columns"], *extras])
+            for child, c in kind.get("children", {}).items():
+                parent = [f"{PARENT_PREFIX}{k}" for k in kind["key"]]
+                tables.setdefault(child, [*parent, POSITION, *c["columns"]])
+    return tables

@@ -10,9 +10,9 @@ import duckdb
 import pyarrow as pa
 
 from harvest.connectors.catalog.child_kinds import ChildKind
-from harvest.connectors.catalog.fields import DESCRIPTION, SOURCE
+from harvest.connectors.catalog.fields import DESCRIPTION, JOINS, SOURCE
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
-from harvest.tasks.database.column_comments import request_columns
+from harvest.tasks.database.column_comments import link_words, request_columns
 from harvest.tasks.database.record_tables import duckdb_types
 
 HEADER = """# Tables
@@ -25,7 +25,9 @@ description is its comment in DuckDB (`SELECT column_name, comment FROM duckdb_c
 followed there by its source and its part in the primary key. A child table ("Child of ...") holds a list
 inside each record of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position`
 (0 for the first) and its columns; it holds the items of the parent's newest fetch, so a list that shrank
-leaves no rows behind.
+leaves no rows behind. "Joins" names the columns of other tables holding the same values, what a column is
+joined on (the catalog's `joins`, with a query joining the first); "Made as" says how the service makes a value
+of its record's columns (the catalog's `template`; `$params.NAME`: the request's parameter).
 """
 
 
@@ -55,12 +57,13 @@ def render_tables(catalog: Catalog | None = None) -> str:
                 *([child_line(kind)] if isinstance(kind, ChildKind) else []),
                 f"Primary key: `{key}`. From: {', '.join(f'`{p}`' for p in sources.get(table, []))}.\n",
                 *fetched_for_line(kind.schema),
+                *joins_line(kind.schema),
                 "| column | type | source | description |",
                 "|---|---|---|---|",
             ]
             lines += [
                 f"| `{n}` | {_cell(t)} | {_cell(field_meta(kind.schema.field(n), SOURCE))} "
-                f"| {_cell(field_meta(kind.schema.field(n), DESCRIPTION))} |"
+                f"| {_cell(field_meta(kind.schema.field(n), DESCRIPTION) + link_words(kind.schema.field(n)))} |"
                 for n, t in duckdb_types(con, kind.schema)
             ]
             lines += [
@@ -70,6 +73,7 @@ def render_tables(catalog: Catalog | None = None) -> str:
                     f"SELECT * FROM {table} ORDER BY _fetched_at DESC LIMIT 10;",
                     f"SELECT _run_id, count(*) FROM {table}_history GROUP BY 1 ORDER BY 1;",
                 ]),
+                *join_queries(table, kind.schema),
                 "```",
                 "",
             ]  # fmt: skip
@@ -89,6 +93,32 @@ def fetched_for_line(schema: pa.Schema) -> list[str]:
         f"Fetched for: {said}: the value each row was fetched for, so a query that fans out over its parent's "
         "records joins them on it.\n"
     ]
+
+
+def _joins(schema: pa.Schema) -> list[tuple[str, list[str]]]:
+    return [(f.name, field_meta(f, JOINS).split(",")) for f in schema if field_meta(f, JOINS)]
+
+
+def joins_line(schema: pa.Schema) -> list[str]:
+    """The columns the catalog says join other tables' (`joins`), each with the columns it joins."""
+    joins = _joins(schema)
+    if not joins:
+        return []
+    said = "; ".join(f"`{c}` = " + " or ".join(f"`{t}`" for t in targets) for c, targets in joins)
+    return [f"Joins: {said}.\n"]
+
+
+def join_queries(table: str, schema: pa.Schema) -> list[str]:
+    """A join of the table to the first table each of its `joins` columns names."""
+    queries = []
+    for column, targets in _joins(schema):
+        other, on = targets[0].split(".")
+        alias = "o" if other != table else "p"
+        queries.append(
+            f"SELECT t.{column}, {alias}.* FROM {table} AS t JOIN {other} AS {alias} "
+            f"ON t.{column} = {alias}.{on} LIMIT 10;"
+        )
+    return queries
 
 
 def child_line(child: ChildKind) -> str:

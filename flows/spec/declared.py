@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from harvest.connectors.catalog.declaration_checks import declaration_problems
 from harvest.connectors.catalog.declarations import CatalogFile, EndpointDecl, plain
+from harvest.connectors.catalog.job_catalog import declared_tables, join_problems
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
 from harvest.flows.spec.problems import Problem, SpecError
 from harvest.flows.spec.yaml_reader import LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
@@ -224,6 +225,21 @@ def _clash_problems(declared: Declared) -> list[Problem]:
                     Problem(file, lines.line(at) if lines else line, dotted(at), problem, allowed)
                 )
                 declared.refused.add(path)
+    problems += _join_problems(declared, {t: k.schema.names for t, k in catalog.kinds().items()})
     for path in declared.refused:
         declared.endpoints.pop(path, None)  # the job's catalog never holds a refused declaration
+    return problems
+
+
+def _join_problems(declared: Declared, builtin_tables: Mapping[str, list[str]]) -> list[Problem]:
+    """Declared columns whose `joins` names a table or a column the job's catalog (the built-in tables and the
+    job's own) does not have."""
+    tables = {**builtin_tables, **declared_tables(declared.endpoints)}
+    problems = []
+    for path, at, problem, allowed in join_problems(declared.endpoints, tables):
+        file, line = declared.where[path]
+        lines = declared.lines.get(file)
+        loc: Loc = ("endpoints", path, *at)
+        problems.append(Problem(file, lines.line(loc) if lines else line, dotted(loc), problem, allowed))
+        declared.refused.add(path)
     return problems

@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from harvest.connectors.catalog.fields import DESCRIPTION, HOLDER_PREFIX, PARAM_PREFIX, SOURCE
+from harvest.connectors.catalog.declaration_checks import PLACEHOLDER
+from harvest.connectors.catalog.fields import (
+    DESCRIPTION,
+    HOLDER_PREFIX,
+    JOINS,
+    PARAM_PREFIX,
+    SOURCE,
+    TEMPLATE,
+)
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.connection import quote_ident, quote_literal
 
@@ -54,11 +62,40 @@ def table_comment(key_statement: str, schema: pa.Schema) -> str:
     return key_statement + FETCHED_FOR + ", ".join(f"{c} (the request's {p})" for c, p in fetched)
 
 
+def template_sql(template: str) -> str:
+    """A template as the DuckDB expression that makes it of the record's columns (`'t3_' || id`); a request's
+    parameter stays a name (`$params.id`)."""
+    parts: list[str] = []
+    last = 0
+    for found in PLACEHOLDER.finditer(template):
+        if found.start() > last:
+            parts.append("'" + template[last : found.start()].replace("'", "''") + "'")
+        parts.append(found.group(1))
+        last = found.end()
+    if last < len(template):
+        parts.append("'" + template[last:].replace("'", "''") + "'")
+    return " || ".join(parts)
+
+
+def link_words(fld: pa.Field) -> str:
+    """What the catalog says a column is made of (`template`) and joins (`joins`), as a sentence each ("" when
+    it says neither)."""
+    meta = fld.metadata or {}
+    words = ""
+    if TEMPLATE in meta:
+        words += f" Made as `{template_sql(meta[TEMPLATE].decode())}`."
+    if JOINS in meta:
+        said = " or ".join(f"`{target}`" for target in meta[JOINS].decode().split(","))
+        words += f" Joins {said}."
+    return words
+
+
 def column_comment(fld: pa.Field, key: Sequence[str]) -> str:
-    """The comment of one column: its description, its source, and its part in the key."""
+    """The comment of one column: its description, what it is made of and joins, its source, and its part in
+    the key."""
     meta = fld.metadata or {}
     description = meta.get(DESCRIPTION, b"").decode() or f"The {fld.name} column."
-    text = f"{description} Source: {source_words(meta.get(SOURCE, b'').decode())}."
+    text = f"{description}{link_words(fld)} Source: {source_words(meta.get(SOURCE, b'').decode())}."
     if fld.name in key:
         text += " Primary key." if len(key) == 1 else f" Part of the primary key ({', '.join(key)})."
     return text
