@@ -20,7 +20,7 @@ from harvest.sandbox.emulation.platforms import (
     video_platform,
 )
 from harvest.sandbox.emulation.scope import PagePlan, Scope
-from harvest.sandbox.emulation.stablehash import hexid
+from harvest.sandbox.emulation.subjects import subject_id, subject_secret
 
 
 def _single_total(ctx: Ctx, scope: Scope, kind: str, size: int) -> int:
@@ -191,10 +191,10 @@ def profile_videos(ctx: Ctx) -> ServedPage:
     token = ctx.params.get("max_cursor")
     start = 0 if token is None else cursors.parse_ms_cursor(s, token, floor=-new) + new
     author = {
-        "uid": ctx.params.get("user_id") or s.numid("uid", 0, 19),
+        "uid": ctx.params.get("user_id") or subject_id(s, handle),
         "unique_id": handle,
         "nickname": handle.replace("_", " ").title(),
-        "sec_uid": "MS4wLjABAAAA" + hexid(40, s.key, "sec_uid"),
+        "sec_uid": "MS4wLjABAAAA" + subject_secret(s, ctx.params.get("user_id") or handle, 40),
         "avatar_meta_info_list": [],
     }
     lo, hi = window(start, size, total)

@@ -61,6 +61,8 @@ class Scope:
     key: str
     anchor: int
     step: int
+    seed: int = 0
+    """The sandbox's seed: what a request names has the same id on every endpoint of one seed (`subjects`)."""
 
     def time(self, pos: int) -> int:
         """Epoch seconds of the record at position `pos` (strictly decreasing: newest first)."""
@@ -99,7 +101,7 @@ def make_scope(
     key = f"{seed}|{endpoint.path}|{identity}"
     anchor = ANCHOR - span(0, 30 * 86400, key, "anchor")
     step = span(60, 3600, key, "step")
-    return Scope(endpoint.path, identity, key, anchor, step)
+    return Scope(endpoint.path, identity, key, anchor, step, seed)
 
 
 @dataclass(frozen=True)

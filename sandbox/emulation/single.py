@@ -56,10 +56,17 @@ def thread(ctx: Ctx) -> ServedPage:
     reply nested in its view."""
     url = ctx.params.get("url") or ""
     s = ctx.scope()
-    parts = urlsplit(url).path.strip("/").split("/")
-    who = parts[1] if len(parts) >= 2 and parts[0] == "profile" else "author"
+    split = urlsplit(url)
+    parts = split.path.strip("/").split("/")
+    at_uri = split.scheme == "at" and bool(split.netloc) and len(parts) >= 2
+    who = split.netloc if at_uri else parts[1] if len(parts) >= 2 and parts[0] == "profile" else "author"
     author = microblog_b.author(s, who)
-    post = microblog_b.post(s, "post", 0, author)
+    if (
+        at_uri and microblog_b.tid_time(parts[-1]) is not None
+    ):  # a feed's post, asked for by its uri: that post
+        post = microblog_b.post_at(s, "feed", author, parts[-1])
+    else:
+        post = microblog_b.post(s, "post", 0, author)
     replies: list[Record] = []
     views: list[Record] = []
     top: list[Record] = []

@@ -9,6 +9,7 @@ not serve (an unknown paging style, a key that is not a column, a path it alread
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -16,12 +17,15 @@ from typing import Any, get_args
 from harvest.connectors.catalog.paging_styles import END_OF_PAGES, STYLE_DEFAULTS, PagingStyle
 from harvest.sandbox.emulation.generic.request_form import (
     DeclaredPageNumbers,
+    DeclaredPriceRule,
     FollowCursor,
     ParamRuleSet,
     read_follow,
     read_methods,
     read_page_numbers,
+    read_price,
     read_rules,
+    wire_text,
 )
 
 STYLES: tuple[str, ...] = get_args(PagingStyle)
@@ -73,6 +77,11 @@ class DeclaredColumn:
     path: str
     """Where the service puts the value: the first alternative of an `a|b` path; `$params.x` reads a request
     parameter, so nothing is put in the record."""
+    joins: tuple[tuple[str, str], ...] = ()
+    """(table, column) of the other tables' columns holding the same values (`joins`): the sandbox makes the
+    value agree with the record the request names (`joined_values`)."""
+    template: str | None = None
+    """How the value is made of the record's other values (`t3_{id}`)."""
 
     @property
     def from_request(self) -> bool:
@@ -147,15 +156,6 @@ class DeclaredPaging:
 
 
 @dataclass(frozen=True)
-class DeclaredPriceRule:
-    param: str
-    values: tuple[str, ...]
-    """The values it prices; empty: any value (the parameter set at all)."""
-    credits: int | None
-    """The most such a request costs; None: the rule leaves the most alone (it only lowers the least)."""
-
-
-@dataclass(frozen=True)
 class DeclaredEndpoint:
     path: str
     params: tuple[DeclaredParam, ...]
@@ -173,6 +173,17 @@ class DeclaredEndpoint:
 
     def param(self, name: str) -> DeclaredParam | None:
         return next((p for p in self.params if p.name == name), None)
+
+    @property
+    def subject_params(self) -> tuple[str, ...]:
+        """The parameters that name what is looked up (trigger words go there): text without an `enum`,
+        required, in a `one_of` group or in the path; in the declaration's order."""
+        grouped = {name for group in self.one_of for name in group}
+        return tuple(
+            p.name
+            for p in self.params
+            if p.type == "string" and not p.enum and (p.required or p.name in grouped)
+        )
 
 
 class _DeclarationReader:
@@ -198,13 +209,6 @@ class _DeclarationReader:
         if isinstance(value, Sequence) and value and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise self.fail(where, "must be a name or a list of names")
-
-
-def wire_text(value: Any) -> str:
-    """A declared value as it travels in a query string: booleans as `true`/`false`."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _number(r: _DeclarationReader, value: Any, where: str) -> float | None:
@@ -248,7 +252,27 @@ def _column(r: _DeclarationReader, name: str, raw: Any, where: str) -> DeclaredC
         path = path[0] if path else name
     if not isinstance(path, str):
         raise r.fail(f"{where}.{name}.path", "must be a record path")
-    return DeclaredColumn(name, str(spec.get("type", "text")), path.split("|")[0])
+    template = spec.get("template")
+    return DeclaredColumn(
+        name,
+        str(spec.get("type", "text")),
+        path.split("|")[0],
+        joins=_joins(spec.get("joins")),
+        template=template if isinstance(template, str) else None,
+    )
+
+
+_JOIN = re.compile(r"([a-z][a-z0-9_]*)\.([a-z_][a-z0-9_]*)")
+
+
+def _joins(raw: Any) -> tuple[tuple[str, str], ...]:
+    """The `table.column` entries of a column's `joins` (one or a list); anything else is harvest's to refuse."""
+    entries = [raw] if isinstance(raw, str) else raw if isinstance(raw, Sequence) else []
+    return tuple(
+        (found.group(1), found.group(2))
+        for entry in entries
+        if isinstance(entry, str) and (found := _JOIN.fullmatch(entry))
+    )
 
 
 def _kind(r: _DeclarationReader, table: str, raw: Any) -> DeclaredKind:
@@ -333,27 +357,6 @@ def _paging(r: _DeclarationReader, raw: Any, tables: Sequence[str]) -> DeclaredP
     )
 
 
-def _price(r: _DeclarationReader, raw: Any) -> tuple[int, tuple[DeclaredPriceRule, ...]]:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw, ()
-    spec = r.mapping(raw, "price")
-    rules = []
-    for n, rule in enumerate(spec.get("when") or ()):
-        rule = r.mapping(rule, f"price.when[{n}]")
-        values = (
-            rule["values"] if "values" in rule else [rule["value"]] if rule.get("value") is not None else []
-        )
-        credits = rule.get("credits")
-        rules.append(
-            DeclaredPriceRule(
-                str(rule.get("param")),
-                tuple(wire_text(v) for v in values),
-                None if credits is None else int(credits),
-            )
-        )
-    return int(spec.get("credits", 1)), tuple(rules)
-
-
 def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
     """One declaration (its path and the mapping under it) in the sandbox's form."""
     r = _DeclarationReader(path)
@@ -368,7 +371,7 @@ def read_declaration(path: str, raw: Any) -> DeclaredEndpoint:
         raise r.fail(f"records.{bare.table}.at", "a list that is the answer itself leaves no room for a cursor or "
                      "another kind")  # fmt: skip
     one_of = tuple(r.names(group, f"one_of[{n}]") for n, group in enumerate(spec.get("one_of") or ()))
-    credits, when = _price(r, spec.get("price"))
+    credits, when = read_price(spec.get("price"), r.fail)
     newest = spec.get("newest_first")
     newest_first: tuple[str | None, tuple[str, ...]] | None = None
     if isinstance(newest, Mapping):

@@ -30,6 +30,7 @@ from harvest.connectors.catalog.paging_styles import END_OF_PAGES
 from harvest.sandbox.emulation import cursor_values as cursors
 from harvest.sandbox.emulation.generic import threads
 from harvest.sandbox.emulation.generic.declared_form import DeclaredEndpoint, DeclaredKind
+from harvest.sandbox.emulation.generic.joined_values import Asked, asked, relations_for
 from harvest.sandbox.emulation.generic.request_form import DeclaredPageNumbers
 from harvest.sandbox.emulation.generic.synthetic_values import (
     empty_record,
@@ -57,15 +58,15 @@ def page_size(ctx: Ctx, decl: DeclaredEndpoint) -> int:
     return decl.per_page or config.page_size
 
 
-def _echo(ctx: Ctx, decl: DeclaredEndpoint) -> dict[str, str]:
-    """Request values a text column of the same name repeats (the url looked up, the advertiser asked for)."""
+def _echo(ctx: Ctx, decl: DeclaredEndpoint) -> Asked:
+    """The request as its records see it: values a text column of the same name repeats (the url looked up, the
+    advertiser asked for), and what it names, which a column that `joins` another table's agrees with."""
     paging = set(decl.paging.params)
-    return {k: v for k, v in ctx.params.values.items() if k not in paging}
+    values = {k: v for k, v in ctx.params.values.items() if k not in paging}
+    return asked(decl, values, relations_for(ctx.config))
 
 
-def _records(
-    kind: DeclaredKind, s: Scope, positions: range | list[int], echo: dict[str, str]
-) -> list[Record]:
+def _records(kind: DeclaredKind, s: Scope, positions: range | list[int], echo: Asked) -> list[Record]:
     return [make_record(kind, s, pos, echo) for pos in positions]
 
 
@@ -74,7 +75,7 @@ def _lay_out(
     lists: dict[str, list[Record]],
     one_pos: int,
     s: Scope,
-    echo: dict[str, str],
+    echo: Asked,
     page: int = 0,
 ) -> ServedPage:
     """The body holding every kind at its place (a `first_page_only` one on the first page only; a list of a kind

@@ -187,3 +187,44 @@ def cache_age_seconds(value: str | None) -> float | None:
     if not value or value[-1] not in "dhm" or not value[:-1].isdigit():
         return None
     return int(value[:-1]) * {"d": 86400, "h": 3600, "m": 60}[value[-1]]
+
+
+def wire_text(value: Any) -> str:
+    """A declared value as it travels in a query string: booleans as `true`/`false`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class DeclaredPriceRule:
+    param: str
+    values: tuple[str, ...]
+    """The values it prices; empty: any value (the parameter set at all)."""
+    credits: int | None
+    """The most such a request costs; None: the rule leaves the most alone (it only lowers the least)."""
+
+
+def read_price(raw: Any, fail: Fail) -> tuple[int, tuple[DeclaredPriceRule, ...]]:
+    """`price`: credits, or {credits, when: [{param, value(s), credits}]}."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw, ()
+    if raw is not None and not isinstance(raw, Mapping):
+        raise fail("price", f"must be a mapping, got {type(raw).__name__}")
+    spec = raw or {}
+    rules = []
+    for n, rule in enumerate(spec.get("when") or ()):
+        if not isinstance(rule, Mapping):
+            raise fail(f"price.when[{n}]", f"must be a mapping, got {type(rule).__name__}")
+        values = (
+            rule["values"] if "values" in rule else [rule["value"]] if rule.get("value") is not None else []
+        )
+        credits = rule.get("credits")
+        rules.append(
+            DeclaredPriceRule(
+                str(rule.get("param")),
+                tuple(wire_text(v) for v in values),
+                None if credits is None else int(credits),
+            )
+        )
+    return int(spec.get("credits", 1)), tuple(rules)

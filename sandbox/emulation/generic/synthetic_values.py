@@ -3,33 +3,36 @@
 A record is a pure function of (query scope, table, position), like every record of the sandbox: the key comes
 from the scope's numbered ids (unique within a result set, the same on every night and every run with the same
 seed), the other values from one `Draw` of the same inputs. The first timestamp column is the record's time on
-the scope's clock (newest first, as a newest-first listing and a `max_cursor` page need).
+the scope's clock (newest first, as a newest-first listing and a `max_cursor` page need). The record a detail
+answer is about has the key its request names (the key a listed record's URL ends in, the id of the account a
+handle names: `joined_values.Asked.subject_key`), so a chain's tables join on their ids as the service's do.
 
 Text is made after the column's name, so that values read as what they are and travel where a chain sends them:
-a column named like a request parameter (`url`, `advertiser_id`) echoes the request's value, except a listed
-record's `url`, which is its own and ends in its key (a detail answer about the record that URL names keeps that
-key: a chain's tables join on their ids), `...url`/`...link` is a URL, `...token`/`...cursor` an opaque URL-safe
-token (a comment's `repliesContinuationToken`, which the comment replies endpoint takes as a thread of its own),
-`id`/`..._id`/`...Id` an id, `..._at_text` the record's time as the platforms word it ("5 days ago"); anything
-else a phrase. A `json` column is an object, or a list
-of image objects where its name says images, as the platforms send them.
+a column that `joins` another table's agrees with what the request names (`joined_values`), a `template` is
+filled from the record's values, a column named like a request parameter (`url`, `advertiser_id`) echoes the
+request's value, except a listed record's `url` (or a URL a detail endpoint is asked with: an ad's `ad_url`),
+which is its own and carries its key and what its listing was asked for (`joined_values.own_url`),
+`...url`/`...link` is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's
+`repliesContinuationToken`, which the comment replies endpoint takes as a thread of its own), `id`/`..._id`/
+`...Id`/`...uid` an id, `..._at_text` the record's time as the platforms word it ("5 days ago"); anything else
+a phrase. A `json` column is an object, or a list of image objects where its name says images, as the platforms
+send them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
 from harvest.connectors.catalog.record_paths import Step, steps
 from harvest.sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
+from harvest.sandbox.emulation.generic.joined_values import ID_NAME, Asked, filled, own_url, read
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import WORDS, ago, phrase
 from harvest.sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw
-
-_ID_NAME = re.compile(r"(?:^|_)id$|[a-z]Id$")
+from harvest.sandbox.emulation.subjects import platform_host
 
 
 def put(doc: Any, path: str | tuple[Step, ...], value: Any) -> Any:
@@ -62,13 +65,6 @@ def has(doc: Any, path: str) -> bool:
     return True
 
 
-@lru_cache(maxsize=256)
-def _host(path: str) -> str:
-    """The platform of a documented path (`/v1/video-platform/video` -> video-platform.example)."""
-    parts = [p for p in path.split("/") if p and not re.fullmatch(r"v\d+", p)]
-    return f"www.{parts[0] if parts else 'service'}.example"
-
-
 @lru_cache(maxsize=1024)
 def _flavor(name: str) -> str:
     """What a text column's name says it holds: url, token, id, ago (a time in words) or words."""
@@ -79,7 +75,7 @@ def _flavor(name: str) -> str:
         return "url"
     if "token" in lowered or "cursor" in lowered:
         return "token"
-    return "id" if _ID_NAME.search(name) else "words"
+    return "id" if ID_NAME.search(name) else "words"
 
 
 def _token(d: Draw, n: int) -> str:
@@ -93,7 +89,7 @@ def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int) -> st
     if flavor == "ago":  # the record's time, an hour before the newest is "1 hour ago"
         return ago(ANCHOR + 3600 - s.time(pos))
     if flavor == "url":
-        return f"https://{_host(s.path)}/{table}/{_token(d, 11)}"
+        return f"https://{platform_host(s.path)}/{table}/{_token(d, 11)}"
     if flavor == "token":
         return "Eg" + _token(d, 30)
     if flavor == "id":
@@ -131,7 +127,7 @@ def _images(d: Draw, s: Scope, table: str) -> list[Record]:
     for _ in range(d.num(1, 3)):
         uri = _token(d, 24)
         side = d.pick((640, 800, 1080))
-        base = f"https://img.{_host(s.path).removeprefix('www.')}/{table}/{uri}"
+        base = f"https://img.{platform_host(s.path).removeprefix('www.')}/{table}/{uri}"
         images.append(
             {"uri": uri, "width": side, "height": side, "url_list": [f"{base}.jpeg"],
              "thumb_url_list": [f"{base}~200x200.jpeg"]}
@@ -168,29 +164,16 @@ def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
     return _key_text(number)
 
 
-_MADE_URL = re.compile(r"https://www\.[a-z0-9-]+\.example/[a-z0-9_]+/([A-Za-z0-9_-]+)")
-"""A record's own URL as the sandbox makes it (`own_url`): its table, then its key."""
-
-
-def subject_key(echo: Mapping[str, str]) -> str | None:
-    """The key of the record a request's `url` names when the sandbox made that URL (a post's, from a listing):
-    the object a detail answer is about keeps it, so a chain's tables join on their ids as the service's do."""
-    made = _MADE_URL.fullmatch(echo.get("url", ""))
-    return made.group(1) if made else None
-
-
-def own_url(s: Scope, table: str, key: Any) -> str:
-    """A listed record's URL, ending in its key: the URL a dependent query asks with names the record."""
-    return f"https://{_host(s.path)}/{table}/{key}"
-
-
-def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str], lineage: str = "") -> Record:
+def make_record(
+    kind: DeclaredKind, s: Scope, pos: int, asked: Asked, lineage: str = "", holder: Record | None = None
+) -> Record:
     """The record of `kind` at `pos`: every column at its path; wrapped as `{wrap_key: record, <extras>}` when
     the declaration unwraps it; holding 0 to `NESTED_ITEMS` more items of its kind at its `nested` path, down to
-    `NESTED_DEPTH` levels (`lineage`: the positions of the items holding it, which keep its key unique)."""
+    `NESTED_DEPTH` levels (`lineage`: the positions of the items holding it, which keep its key unique;
+    `holder`: the item holding it, whose values its columns joining its own table take)."""
     space = kind.table + lineage
     d = Draw(s.key, space, pos)
-    record = _fill({}, kind.columns, kind, d, s, pos, echo, space)
+    record = _fill({}, kind.columns, kind, d, s, pos, asked, space, holder)
     for path in kind.ignore:
         if not has(record, path):  # an object some column reads into is known whole: it stays
             record = put(record, path, None)
@@ -199,16 +182,16 @@ def make_record(kind: DeclaredKind, s: Scope, pos: int, echo: Mapping[str, str],
         if kept is not None:
             record = put(record, path, kept)
     for child in kind.children:
-        record = put(record, child.at, _child_items(child, d, s, pos, echo, kind.one))
+        record = put(record, child.at, _child_items(child, d, s, pos, asked, kind.one))
     item = (
         record
         if kind.wrap_key is None
-        else _fill({kind.wrap_key: record}, kind.extras, kind, d, s, pos, echo)
+        else _fill({kind.wrap_key: record}, kind.extras, kind, d, s, pos, asked)
     )
     if kind.nested:
         inner = f"{lineage}/{pos}"
         many = d.num(0, NESTED_ITEMS) if lineage.count("/") < NESTED_DEPTH else 0
-        item = put(item, kind.nested, [make_record(kind, s, n, echo, inner) for n in range(many)])
+        item = put(item, kind.nested, [make_record(kind, s, n, asked, inner, record) for n in range(many)])
     return item
 
 
@@ -274,40 +257,89 @@ def _fill(
     d: Draw,
     s: Scope,
     pos: int,
-    echo: Mapping[str, str],
+    asked: Asked,
     space: str | None = None,
+    holder: Record | None = None,
 ) -> Record:
     """`doc` with each column's value at its path; keys unique within `space` (the kind's table by default).
 
-    A record a detail answer is about keeps the key its URL names (`subject_key`); a listed record's `url` is its
-    own (`own_url`), not the request's."""
+    The record a detail answer is about keeps the key its request names (`Asked.subject_key`); a listed
+    record's `url` is its own (`own_url`), not the request's; a column that `joins` another table's agrees with
+    what the request names (`joined_values`); a `template` is filled last, from the record's values."""
     timed = False
     subject = kind.one or kind.first_page_only
-    key_of = {c.name: key_value(c, s, space or kind.table, pos) for c in columns if c.name in kind.key}
-    if subject and len(kind.key) == 1 and (named := subject_key(echo)) is not None:
-        (name,) = kind.key
-        if next(c for c in columns if c.name == name).type == "text":
-            key_of[name] = named
+    key_of = _keys(columns, kind, s, pos, asked, space, holder)
+    made: dict[str, Any] = {}
     # A json column first: a column read from inside the object it holds is then set within it, not lost.
-    for column in sorted(columns, key=lambda c: c.type != "json"):
+    for column in sorted(columns, key=lambda c: (c.template is not None, c.type != "json")):
         if column.from_request:
             continue
         if column.name in key_of:
-            made = key_of[column.name]
+            value_made = key_of[column.name]
+        elif column.template is not None and (text := filled(column.template, made, asked.echo)):
+            value_made = text
+        elif column.type == "text" and column.joins and (joined := _joined(column, kind, s, asked, holder)):
+            value_made = joined
         elif (
-            column.name == "url"
+            (column.name == "url" or (kind.table, column.name) in asked.relations.own_urls)
             and column.type == "text"
             and not subject
             and isinstance(own := _one(key_of), str | int)
         ):
-            made = own_url(s, kind.table, own)
-        elif column.type == "text" and column.name in echo:
-            made = echo[column.name]
+            value_made = own_url(s, kind.table, own, asked.listing)
+        elif column.type == "text" and column.name in asked.echo:
+            value_made = asked.echo[column.name]
         else:
-            made = value(column, d, s, kind.table, pos, column.type == "timestamp" and not timed)
+            value_made = value(column, d, s, kind.table, pos, column.type == "timestamp" and not timed)
             timed = timed or column.type == "timestamp"
-        doc = put(doc, column.path, made)
+        made[column.name] = value_made
+        doc = put(doc, column.path, value_made)
     return doc
+
+
+def _keys(
+    columns: tuple[DeclaredColumn, ...],
+    kind: DeclaredKind,
+    s: Scope,
+    pos: int,
+    asked: Asked,
+    space: str | None,
+    holder: Record | None,
+) -> dict[str, Any]:
+    """The record's key columns: drawn unique within `space`; the one key of the record a detail answer is
+    about what its request names (a template of the request's values first); a part of a key of several that
+    joins another table what the request names (a comment's video), the last part staying drawn and the key
+    unique."""
+    key_of = {c.name: key_value(c, s, space or kind.table, pos) for c in columns if c.name in kind.key}
+    if (kind.one or kind.first_page_only) and len(kind.key) == 1:
+        (name,) = kind.key
+        column = next(c for c in columns if c.name == name)
+        if column.type == "text" and not column.from_request:
+            made_key = (
+                filled(column.template, {}, asked.echo)
+                if column.template is not None
+                else asked.subject_key(s, column)
+            )
+            key_of[name] = made_key if made_key is not None else key_of[name]
+    parts = [c for c in columns if c.name in kind.key and c.joins and c.type == "text"]
+    for column in parts[: len(kind.key) - 1]:
+        key_of[column.name] = _joined(column, kind, s, asked, holder) or key_of[column.name]
+    return key_of
+
+
+def _joined(
+    column: DeclaredColumn, kind: DeclaredKind, s: Scope, asked: Asked, holder: Record | None
+) -> str | None:
+    """A `joins` column's value: the holder's value of the column it joins in its own table, else what the
+    request names (`Asked.joined`)."""
+    if holder is not None:
+        by_name = {c.name: c for c in kind.columns}
+        for table, other in column.joins:
+            if table == kind.table and other in by_name:
+                got = read(holder, by_name[other].path)
+                if got is not None:
+                    return str(got)
+    return asked.joined(s, column, kind.one or kind.first_page_only)
 
 
 def _one(key_of: Mapping[str, Any]) -> Any:
@@ -319,15 +351,13 @@ CHILD_ITEMS = 3
 """The most items of a record's child list (0 to this many, drawn per record)."""
 
 
-def _child_items(
-    child: DeclaredChild, d: Draw, s: Scope, pos: int, echo: Mapping[str, str], one: bool
-) -> Any:
+def _child_items(child: DeclaredChild, d: Draw, s: Scope, pos: int, asked: Asked, one: bool) -> Any:
     """A record's child list: 0 to `CHILD_ITEMS` items made from the child's columns, at least one in a detail
     answer's record (`one`: the published details fill their lists); for `entries`, an object whose fields are
     the items' names and values."""
     items_kind = DeclaredKind(child.table, child.at, False, (), child.columns)  # no key: nothing echoes one
     items = [
-        _fill({}, child.columns, items_kind, Draw(s.key, child.table, pos, n), s, pos, echo)
+        _fill({}, child.columns, items_kind, Draw(s.key, child.table, pos, n), s, pos, asked)
         for n in range(d.num(1 if one else 0, CHILD_ITEMS))
     ]
     if child.entries:

@@ -16,6 +16,7 @@ from typing import Any
 
 from harvest.sandbox.emulation import cursor_values as cursors
 from harvest.sandbox.emulation.generic.declared_form import DeclaredEndpoint, DeclaredKind
+from harvest.sandbox.emulation.generic.joined_values import Asked
 from harvest.sandbox.emulation.generic.synthetic_values import inner, make_record, put
 from harvest.sandbox.emulation.page import Ctx, window
 from harvest.sandbox.emulation.platforms import Record
@@ -58,7 +59,7 @@ def thread_scope(ctx: Ctx, thread: str) -> Scope:
 
 
 def thread_records(
-    ctx: Ctx, decl: DeclaredEndpoint, thread: str, offset: int, page_size: int, echo: dict[str, str]
+    ctx: Ctx, decl: DeclaredEndpoint, thread: str, offset: int, page_size: int, echo: Asked
 ) -> tuple[list[Record], str | None, list[dict[str, str]]]:
     """The thread's records from `offset` (a page of them), the cursor of its next page (None: this is its
     last), and the follow-ups its records ask (threads of their own, marked on them)."""

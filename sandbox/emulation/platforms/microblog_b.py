@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import NAMES, phrase, user_handle
-from harvest.sandbox.emulation.scope import Scope, b36, iso
-from harvest.sandbox.emulation.stablehash import Draw, hexid
+from harvest.sandbox.emulation.scope import Scope, iso
+from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum
+from harvest.sandbox.emulation.subjects import did_handle, subject_id
 
 
 def author(s: Scope, who: str) -> Record:
-    """The author of a feed or thread, from the handle or did the request named."""
-    d = Draw(s.key, "author", who)
+    """The author of a feed or thread, from the handle or did the request named: one account, the same on every
+    endpoint (its did holds its handle: `subjects.subject_did`)."""
     if who.startswith("did:"):
         did = who
-        handle = f"{user_handle(d).replace('_', '-')}.microblog-b.example"
+        handle = (
+            did_handle(s, who)
+            or f"{user_handle(Draw(s.key, 'author', who)).replace('_', '-')}.microblog-b.example"
+        )
     else:
         handle = who
-        did = "did:plc:" + hexid(24, s.key, "did", who)
+        did = subject_id(s, who, did=True)
+    d = Draw(s.seed, "author", handle)
     return {
         "did": did,
         "handle": handle,
@@ -35,9 +40,38 @@ def post(
     s: Scope, kind: str, pos: int, author: Record, parent: Record | None = None, root: Record | None = None
 ) -> Record:
     """A post; a reply names its `parent` and its thread's `root` in `record.reply`, as the platform does."""
-    d = Draw(s.key, kind, pos)
-    rkey = b36(int(s.numid(kind, pos, 19)))
-    t = iso(s.time(pos))
+    micros = s.time(pos) * 1_000_000 + hnum(s.key, kind, pos) % 1_000_000
+    return post_at(s, kind, author, _tid(micros, hnum(s.key, "clock", kind, pos) % 1024), parent, root)
+
+
+_TID = "234567abcdefghijklmnopqrstuvwxyz"
+"""The alphabet of a record key (a TID: the time it was made, in microseconds, and a clock id), sorting as
+its times do."""
+
+
+def _tid(micros: int, clock: int) -> str:
+    n = micros << 10 | clock
+    return "".join(_TID[n >> (5 * k) & 31] for k in reversed(range(13)))
+
+
+def tid_time(rkey: str) -> int | None:
+    """The epoch second a record key (`_tid`) was made at; None for another key."""
+    if len(rkey) != 13 or any(c not in _TID for c in rkey):
+        return None
+    n = 0
+    for c in rkey:
+        n = n << 5 | _TID.index(c)
+    return (n >> 10) // 1_000_000
+
+
+def post_at(
+    s: Scope, kind: str, author: Record, rkey: str, parent: Record | None = None, root: Record | None = None
+) -> Record:
+    """The post `rkey` of `author`, the same on every endpoint (its values drawn from its URI, its time read
+    from its key): the thread asked for a feed's post answers that very post."""
+    uri = f"at://{author['did']}/app.bsky.feed.post/{rkey}"
+    d = Draw(s.seed, uri)
+    t = iso(tid_time(rkey) or 0)
     embed: Record | None = None
     linked: Record | None = None
     if kind == "post":  # the post a thread is about links a page, as the published one
@@ -61,8 +95,8 @@ def post(
         external = {"uri": f"https://news.example/{rkey}", "title": phrase(d, 3, 10)}
         linked = {"$type": "app.bsky.embed.external", "external": external}
     return {
-        "uri": f"at://{author['did']}/app.bsky.feed.post/{rkey}",
-        "cid": "bafyrei" + hexid(52, s.key, kind, pos),
+        "uri": uri,
+        "cid": "bafyrei" + hexid(52, s.seed, uri),
         "record": {
             "createdAt": t,
             "text": phrase(d, 3, 40),
