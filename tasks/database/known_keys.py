@@ -2,8 +2,10 @@
 are trusted to end paging (landed up to the run where the query's history last became complete).
 
 Only the query's own rows are read (`_query_id`), so memory grows with what one query collected, not with the
-table. A row's `_run_id` is its newest fetch, so a trusted item fetched again by an unfinished pass counts as
-untrusted: that can cost a page, never an item. Trust follows the `runs` table's start times, so a lost or
+table: the table's rows of the query, and its fetches the Parquet history keeps of keys another query fetched
+since (a feed's post that its thread fetched again: the table's row is the thread's now, and without them the
+feed would forget the post and pay for it, and its thread, every night). A key whose newest fetch by the query
+was in an unfinished pass counts as untrusted: that can cost a page, never an item. Trust follows the `runs` table's start times, so a lost or
 rebuilt-without-that-run database trusts nothing and the query pages until the end. When the database cannot
 be read (held for writing by another process, not created yet) the query simply pages fully: an incremental
 run may pay more than needed, never miss an item.
@@ -20,8 +22,8 @@ import duckdb
 
 from harvest.connectors.paging.known_items import Key, KnownKeys
 from harvest.connectors.paging.pager import QuerySpec
-from harvest.tasks.database.connection import quote_ident
-from harvest.tasks.output.layout import KindLike
+from harvest.tasks.database.connection import quote_ident, quote_literal
+from harvest.tasks.output.layout import PARQUET_SUFFIX, KindLike, OutputLayout
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +67,8 @@ def load_known_keys(
             if kind.table not in tables:
                 continue
             cols = ", ".join(f"CAST({quote_ident(c)} AS VARCHAR)" for c in kind.primary_key)
-            sql = f"SELECT _run_id, {cols} FROM {quote_ident(kind.table)} WHERE _query_id = ?"
             keys, late = by_table.setdefault(kind.table, set()), untrusted.setdefault(kind.table, set())
-            for run_id, *key in con.execute(sql, [query_id]).fetchall():
+            for run_id, *key in _fetched(con, db, kind.table, cols, query_id):
                 keys.add(tuple(key))
                 if trusting and run_id not in trusted_runs:
                     late.add(tuple(key))
@@ -76,9 +77,31 @@ def load_known_keys(
         con.close()
 
 
+def _fetched(
+    con: duckdb.DuckDBPyConnection, db: Path, table: str, columns: str, query_id: str
+) -> list[tuple[Any, ...]]:
+    """`_run_id` and `columns` of the rows query `query_id` fetched: the table's, and the Parquet history's
+    (every fetch of every run, its query's id on each) where the output keeps it."""
+    found = con.execute(
+        f"SELECT _run_id, {columns} FROM {quote_ident(table)} WHERE _query_id = ?", [query_id]
+    ).fetchall()
+    history = OutputLayout(db.parent).parquet_table_dir(table)
+    if history.is_dir() and any(history.glob(f"*/*{PARQUET_SUFFIX}")):
+        files = quote_literal(str(history / "*" / f"*{PARQUET_SUFFIX}"))
+        sql = (
+            f"SELECT _run_id, {columns} FROM read_parquet({files}, union_by_name = true) WHERE _query_id = ?"
+        )
+        try:
+            found += con.execute(sql, [query_id]).fetchall()
+        except duckdb.Error as exc:  # a file another process is replacing, a column older files lack
+            log.warning("incremental query %s: its Parquet history not read (%s)", query_id, exc)
+    return found
+
+
 def parent_values(db: Path, table: str, column: str, query_id: str) -> list[Any]:
-    """The distinct values of `column` in the rows query `query_id` landed: what its dependent queries start
-    from. Empty when the database, the table or the column is not there or cannot be read."""
+    """The distinct values of `column` in the rows query `query_id` landed (its fetches a dependent query
+    fetched again too: `_fetched`): what its dependent queries start from. Empty when the database, the table
+    or the column is not there or cannot be read."""
     if not db.exists():
         return []
     try:
@@ -87,8 +110,8 @@ def parent_values(db: Path, table: str, column: str, query_id: str) -> list[Any]
         log.warning("dependents of %s: cannot read %s (%s)", query_id, db, exc)
         return []
     try:
-        sql = f"SELECT DISTINCT {quote_ident(column)} FROM {quote_ident(table)} WHERE _query_id = ?"
-        return [row[0] for row in con.execute(sql, [query_id]).fetchall() if row[0] not in (None, "")]
+        found = _fetched(con, db, table, quote_ident(column), query_id)
+        return list(dict.fromkeys(value for _, value in found if value not in (None, "")))
     except duckdb.Error:
         return []  # no such table or column yet
     finally:
