@@ -17,8 +17,9 @@ from harvest.sandbox.emulation.platforms.wording import (
 from harvest.sandbox.emulation.scope import Scope
 from harvest.sandbox.emulation.stablehash import Draw, hexid
 
-PIN_URL = re.compile(r"https://www\.pinboard\.example/pin/(?P<key>\d+)/")
-"""A pin's URL as `pin` makes it: a pin detail asked for with it is about that pin (`generic.joined_values`)."""
+PIN_URL = re.compile(r"https://(?:www\.)?pinboard\.example/pin/(?P<key>\d+)/?")
+"""A pin's URL, as `pin` makes it (and as the platform writes it): a pin detail asked for with it is about that
+pin (`generic.joined_values`)."""
 
 
 def pin(s: Scope, pos: int, trim: bool) -> Record:

@@ -10,8 +10,11 @@ from harvest.sandbox.emulation.platforms.wording import phrase
 from harvest.sandbox.emulation.scope import Scope
 from harvest.sandbox.emulation.stablehash import Draw, hexid
 
-VIDEO_URL = re.compile(r"https://www\.short-video\.example/@(?P<handle>[^/?]+)/video/(?P<key>\d+)(?:\?.*)?")
-"""A video's URL as `aweme` makes it: its author's handle, then its id (`generic.joined_values` reads both)."""
+VIDEO_URL = re.compile(
+    r"https://(?:www\.)?short-video\.example/@(?P<handle>[^/?]+)/video/(?P<key>\d+)(?:\?.*)?"
+)
+"""A video's URL, as `aweme` makes it (and as the platform writes it): its author's handle, then its id
+(`generic.joined_values` reads both)."""
 
 
 def aweme(s: Scope, pos: int, author: Record) -> Record:
