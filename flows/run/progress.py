@@ -301,8 +301,7 @@ class Counting:
         return (self.facts.spent(), self.facts.budget) if self.facts else None
 
     def speed(self, now: float) -> list[str]:
-        """`0:12 elapsed`, `45.2 pages/s`, the time left, what the service's rate limit did. With no query
-        running there is no pace to tell: the last window's pages spread over the load would read as a crawl."""
+        """`0:12 elapsed`, `45.2 pages/s`, the time left, the rate limit; no pace while no query runs (the load)."""
         rate = self.rate(now) if self.running else None
         said = [f"{clock(now - self.began)} elapsed", f"{rate:.1f} pages/s" if rate is not None else ""]
         return [text for text in (*said, self.time_left(rate), pace_text(self.pace)) if text]
