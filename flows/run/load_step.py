@@ -45,7 +45,9 @@ def load_manifest_into_duckdb(
         rerun=harvest_line("load", layout.root),
         tables=len(batches),
     ) as con:
-        result = merge_batches(con, batches)  # a transaction per step: memory stays bounded, steps idempotent
+        result = merge_batches(
+            con, batches, parquet_root=layout.parquet_root
+        )  # a transaction per step: memory stays bounded, steps idempotent
         with transaction(con):  # the run is loaded when this commits
             # the query_state and runs fields are picked from the manifest's queries and row
             record_run(

@@ -2,9 +2,9 @@
 are trusted to end paging (landed up to the run where the query's history last became complete).
 
 Only the query's own rows are read (`_query_id`), so memory grows with what one query collected, not with the
-table: the table's rows of the query, and its fetches the Parquet history keeps of keys another query fetched
-since (a feed's post that its thread fetched again: the table's row is the thread's now, and without them the
-feed would forget the post and pay for it, and its thread, every night). A key whose newest fetch by the query
+table: the table's rows of the query, and its fetches of keys another query fetched since, as the load recorded
+them (`tasks.database.replaced_fetches`: a feed's post that its thread fetched again; the table's row is the
+thread's now, and without them the feed would forget the post and pay for it, and its thread, every night). A key whose newest fetch by the query
 was in an unfinished pass counts as untrusted: that can cost a page, never an item. Trust follows the `runs` table's start times, so a lost or
 rebuilt-without-that-run database trusts nothing and the query pages until the end. When the database cannot
 be read (held for writing by another process, not created yet) the query simply pages fully: an incremental
@@ -22,7 +22,9 @@ import duckdb
 
 from harvest.connectors.paging.known_items import Key, KnownKeys
 from harvest.connectors.paging.pager import QuerySpec
+from harvest.tasks.database import replaced_fetches
 from harvest.tasks.database.connection import quote_ident, quote_literal
+from harvest.tasks.database.record_tables import primary_keys
 from harvest.tasks.output.layout import PARQUET_SUFFIX, KindLike, OutputLayout
 
 log = logging.getLogger(__name__)
@@ -80,11 +82,21 @@ def load_known_keys(
 def _fetched(
     con: duckdb.DuckDBPyConnection, db: Path, table: str, columns: str, query_id: str
 ) -> list[tuple[Any, ...]]:
-    """`_run_id` and `columns` of the rows query `query_id` fetched: the table's, and the Parquet history's
-    (every fetch of every run, its query's id on each) where the output keeps it."""
+    """`_run_id` and `columns` of the rows query `query_id` fetched: the table's, and those another query's
+    fetch of the key replaced (`tasks.database.replaced_fetches`, read from the table's row of the key). A
+    database whose load has not made that record yet reads the Parquet history instead, this once."""
     found = con.execute(
         f"SELECT _run_id, {columns} FROM {quote_ident(table)} WHERE _query_id = ?", [query_id]
     ).fetchall()
+    key = primary_keys(con).get(table)
+    if key and replaced_fetches.exists(con):
+        mine = f"SELECT key, run_id FROM {replaced_fetches.TABLE} WHERE table_name = ? AND query_id = ?"
+        sql = (
+            f"SELECT r._harvest_run, {columns} FROM {quote_ident(table)} "
+            f"JOIN (SELECT key AS _harvest_key, run_id AS _harvest_run FROM ({mine})) AS r "
+            f"ON r._harvest_key = {replaced_fetches.key_text(quote_ident(table), key)}"
+        )
+        return found + con.execute(sql, [table, query_id]).fetchall()
     history = OutputLayout(db.parent).parquet_table_dir(table)
     if history.is_dir() and any(history.glob(f"*/*{PARQUET_SUFFIX}")):
         files = quote_literal(str(history / "*" / f"*{PARQUET_SUFFIX}"))

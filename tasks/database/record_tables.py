@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.declarations import POSITION
+from harvest.tasks.database import replaced_fetches as replaced
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
 from harvest.tasks.database.column_types import cast_older_files, rename, retype
@@ -223,6 +224,10 @@ def merge_files(
         """,
         [paths],
     )
+    replacing = _names_fetches(kind, paths)
+    if replacing:  # the rows it deletes, for the record of which query fetched what (`replaced_fetches`)
+        twice = count_rows(con, "SELECT count(*) FROM _harvest_newest") < total - skipped
+        replaced.note_replaced(con, kind.table, kind.primary_key, "_harvest_newest")
     con.execute(
         f"DELETE FROM {table} AS t USING _harvest_newest AS s "
         f"WHERE {same_key} AND (t.{fetched} IS NULL OR s.{fetched} >= t.{fetched})"
@@ -238,8 +243,18 @@ def merge_files(
         + ("" if every_row else " SEMI JOIN _harvest_newest USING (file_index, file_row_number)"),
         [paths],
     )
+    if replacing:
+        replaced.keep_replaced(con, kind.table, kind.primary_key, (source, paths), twice)
     con.execute("DROP TABLE _harvest_newest")  # on failure it goes with the rolled-back transaction
     return count_rows(con, f"SELECT count(*) FROM {table}"), skipped
+
+
+def _names_fetches(kind: KindLike, paths: list[str]) -> bool:
+    """Whether the step's rows say which query and run fetched them (files of an older harvest may not)."""
+    import pyarrow.parquet as pq
+
+    named = {replaced.QUERY_ID, replaced.RUN_ID}
+    return named <= set(kind.schema.names) and any(named <= set(pq.read_schema(p).names) for p in paths)
 
 
 CHUNK_ROWS = 250_000
@@ -329,11 +344,15 @@ def merge_batches(
     con: duckdb.DuckDBPyConnection,
     batches: Iterable[tuple[KindLike, Sequence[Path]]],
     rows: int = CHUNK_ROWS,
+    parquet_root: Path | None = None,
 ) -> LoadResult:
     """Merge several kinds' files on an open connection, one transaction per step of at most `rows` rows (see
     module docstring). Child tables come after every record table, each record table's children whether this
-    load has files of theirs or not (`merge_children`: a parent fetched again with an empty list)."""
+    load has files of theirs or not (`merge_children`: a parent fetched again with an empty list).
+    `parquet_root`: the output's Parquet, read once to fill a database's first record of replaced fetches."""
     result = LoadResult()
+    with transaction(con):
+        replaced.ensure_record(con, primary_keys(con), parquet_root)
     catalog = CatalogSnapshot(con)
     children: dict[str, tuple[ChildKind, list[Path]]] = {}
     for kind, files in batches:

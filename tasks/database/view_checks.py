@@ -70,13 +70,13 @@ def listing(files: list[str]) -> str:
 def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
     """Every view's row; the schema and table are made (with their comments) the first time."""
     made = con.execute(
-        "SELECT count(*) FROM duckdb_schemas() WHERE database_name = current_database() AND schema_name = ?",
-        [SCHEMA],
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = ? "
+        "AND table_name = ?",
+        [SCHEMA, TABLE.split(".")[1]],
     ).fetchall()[0][0]
-    if not made:
+    if not made:  # the schema may be there already, made for another of harvest's tables
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    con.execute(DDL)  # a schema made by a load that stopped before its table: made now
-    if not made:
+        con.execute(DDL)
         about, columns = COMMENTS
         con.execute(f"COMMENT ON TABLE {TABLE} IS {quote_literal(about)}")
         for column, words in columns.items():
