@@ -227,6 +227,7 @@ def merge_files(
     replacing = _names_fetches(kind, paths)
     if replacing:  # the rows it deletes, for the record of which query fetched what (`replaced_fetches`)
         twice = count_rows(con, "SELECT count(*) FROM _harvest_newest") < total - skipped
+        replaced.ensure_record(con, {}, None)  # made (and filled) by `merge_batches`, unless called alone
         replaced.note_replaced(con, kind.table, kind.primary_key, "_harvest_newest")
     con.execute(
         f"DELETE FROM {table} AS t USING _harvest_newest AS s "
