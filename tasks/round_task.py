@@ -233,9 +233,8 @@ async def _pay(
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
         "stop": fault_plain(ctx.faults.fault) if ctx.faults.fault is not None else None,
+        "prices": ledger.answered_prices(),  # the flow's ledger learns, journals and grants by them
     }
-    charged, named = ledger.answered_prices()  # the flow's ledger learns them, journals them, grants by them
-    result |= {"charged": charged, "named": sorted(named)}
     if staged is not None:
         _shipped(result, staged, ctx)
     return result

@@ -207,6 +207,24 @@ def test_dask_rounds_grant_within_a_fan_outs_cap_breadth_first() -> None:
     assert max(pages) - min(pages) <= 1  # those behind first: 2, 1, 1, 1 pages
 
 
+def test_a_round_grants_an_endpoint_no_answer_priced_yet_one_page() -> None:
+    """A fan-out of 200 queries on an endpoint whose price no answer has shown: a round grants it one page, to
+    the first query breadth-first, and every query of a priced endpoint its pages beside it; one that cannot be
+    granted (its cap spent) leaves the page to the next. Once the endpoint is priced, all 200 are granted."""
+    from harvest.connectors.paging.pager import QuerySpec
+    from harvest.flows.run.dask.grants import Running, allocate
+
+    fan = [Running(QuerySpec(f"posts[h={n:03}]", FEED, {}), cost=1, price_key=FEED) for n in range(200)]
+    running = [*fan, Running(QuerySpec("pins", PINS, {}), cost=1, price_key=PINS)]
+    first = allocate(running, free=1000, round_pages=3, priced={PINS})
+    assert {q: n for q, n in first.items() if n} == {"posts[h=000]": 1, "pins": 3}
+    fan[0].spec, fan[0].credits = QuerySpec("posts[h=000]", FEED, {}, max_credits=4), 4
+    capped = allocate(running, free=1000, round_pages=3, priced={PINS})
+    assert {q: n for q, n in capped.items() if n} == {"posts[h=001]": 1, "pins": 3}
+    priced = allocate(running, free=1000, round_pages=3, priced={PINS, FEED})
+    assert sum(1 for n in priced.values() if n == 3) == 200  # all but the capped one
+
+
 def test_a_dependent_query_no_request_fits_in_is_said_on_dask_as_it_is_locally(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
@@ -272,3 +290,31 @@ def test_dask_rounds_grant_and_hold_the_price_the_service_was_seen_charging(
     assert rows(db, "SELECT credits_spent, budget FROM runs ORDER BY started") == [(10, 12), (0, 4)]
     assert rows(db, "SELECT sum(credits), count(*) FROM requests") == [(10, 2)]
     assert scalar(db, "SELECT pages FROM query_state") == 2
+
+
+def test_a_fan_out_on_an_endpoint_no_answer_priced_yet_passes_no_budget_on_dask(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """The service charges 5 where the catalog says 1; four queries fan out on the endpoint, rounds of 2 pages, a
+    budget of 12. The first round grants the endpoint one page, to one query, which pays 5 (the price unseen:
+    one request's excess, as locally); the next grants a page at 5 to the next query: 10 of 12, a page each for
+    two queries. (Granted to all four at the catalog's price, each worker paid 5 for its first page: 20 of 12.)"""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (10, 10)}, costs={FEED: 5}
+    )
+    queries = [{"id": "posts", "endpoint": FEED, "for_each": {"handle": ["nasa", "esa", "jaxa", "isro"]}}]
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 2}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="fanned", credits=12, runner=runner)
+        night = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec))])
+        billed, answered = sb.billed_total(), len(data_entries(sb))
+    assert night.exit_code == 0, night.output
+    assert "credits spent: 10 of a budget of 12" in night.stdout, night.stdout
+    assert billed == 10 and answered == 2, f"billed {billed} for {answered} answers, of a budget of 12"
+    db = output / "harvest.duckdb"
+    assert rows(db, "SELECT sum(credits), count(*) FROM requests") == [(10, 2)]
+    assert sorted(rows(db, "SELECT query_id, pages FROM query_state WHERE pages > 0")) == [
+        ("posts[handle=esa]", 1),
+        ("posts[handle=isro]", 1),
+    ], "breadth-first: a page each, the first two by id"

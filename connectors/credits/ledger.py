@@ -38,6 +38,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from harvest.connectors.credits.balance_floor import BalanceFloor
 from harvest.connectors.credits.fair_share import FairShare
@@ -159,10 +160,16 @@ class CreditLedger(Settlement, Turns):
         with self._lock:
             return self._prices.learned()
 
-    def answered_prices(self) -> tuple[dict[str, int], set[str]]:
+    def answered_prices(self) -> dict[str, Any]:
         """What this ledger's answers showed of prices (`Prices.answered`): a Dask round's report to the flow."""
         with self._lock:
             return self._prices.answered()
+
+    @property
+    def priced_keys(self) -> frozenset[str]:
+        """Price keys an answer of this session priced (`Prices.seen`): the others go one request at a time."""
+        with self._lock:
+            return self._prices.seen()
 
     def _free(self) -> int:
         return max(0, self._budget - self._spent - self._holds.total - self._prices.shortfall)

@@ -8,6 +8,8 @@ per price key (an endpoint) and uses them to keep a price rise from passing the 
   *unseen* and at most one reservation of it is open at a time (`must_wait`): every query's first page waiting
   on the same unknown price would otherwise all be sent at a price that may be wrong (60 fanned-out queries of a
   `costs: {path: 0}` job spent 62 credits of a budget of 5). The cost is one round trip per endpoint per run.
+  On Dask, where each worker's ledger lives one round, the flow grants such a key to one query a round
+  (`flows.run.dask.grants.allocate`, by the keys its rounds reported seen): one round per endpoint per run.
 - **learned**: the highest charge seen above what was reserved. Later reservations hold at least it. A run
   starts with what the runs before it saw the service charging (`known`: a resume's, a `--continue`'s, and a
   plain next night's, `flows.run.chain.carried`): the catalog's price again would let its first request pay the
@@ -31,6 +33,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from harvest.connectors.credits.reservations import LedgerJournal
 
@@ -83,10 +86,15 @@ class Prices:
     def learned(self) -> dict[str, int]:
         return dict(self._learned)
 
-    def answered(self) -> tuple[dict[str, int], set[str]]:
-        """This session's answers: the highest charge above the cost table per key, and the keys whose charge an
-        answer named (what a Dask round reports to the flow's ledger, `heard`)."""
-        return dict(self._charged), set(self._named)
+    def answered(self) -> dict[str, Any]:
+        """This session's answers, as plain data (what a Dask round reports to the flow's ledger, `heard`):
+        `charged`, the highest charge above the cost table per key; `named`, the keys whose charge an answer
+        named; `seen`, the keys an answer priced."""
+        return {"charged": dict(self._charged), "named": sorted(self._named), "seen": sorted(self._seen)}
+
+    def seen(self) -> frozenset[str]:
+        """The keys an answer of this session priced (here, or in a Dask round: `heard`)."""
+        return frozenset(self._seen)
 
     def must_wait(self, key: str | None) -> bool:
         """True while the key's price is unseen and a reservation of it is already open: one at a time."""
@@ -136,9 +144,10 @@ class Prices:
             self.shortfall = sum(self._short(r) for r in self._unsent)
         return self._news(key, charged if charged > listed else None, priced)
 
-    def heard(self, charged: Mapping[str, int], named: Iterable[str]) -> list[PriceNews]:
+    def heard(self, charged: Mapping[str, int], named: Iterable[str], seen: Iterable[str]) -> list[PriceNews]:
         """What another ledger's answers showed (a Dask round's, `answered`): learned here as if answered here."""
         named = set(named)
+        self._seen.update(named, seen)
         news = [self._news(key, charged.get(key), key in named) for key in sorted({*named, *charged})]
         for key, credits in charged.items():
             if credits > self._learned.get(key, 0):

@@ -75,11 +75,14 @@ class Settlement:
             if n.seen:
                 self._journal.seen(n.key)
 
-    def heard(self, charged: Mapping[str, int], named: Iterable[str]) -> None:
+    def heard(
+        self, charged: Mapping[str, int] | None = None, named: Iterable[str] = (), seen: Iterable[str] = ()
+    ) -> None:
         """What a Dask round's ledger saw of prices (`CreditLedger.answered_prices`): later rounds are granted,
-        and their workers hold, the prices learned; the journal hears it as if this ledger's answers said it."""
+        and their workers hold, the prices learned, and grant the keys `seen` to more than one query; the
+        journal hears it as if this ledger's answers said it."""
         with self._lock:
-            news = self._prices.heard(charged, named)
+            news = self._prices.heard(charged or {}, named, seen)
         self._tell(news)
 
     def settle(

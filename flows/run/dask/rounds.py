@@ -1,13 +1,14 @@
 """Queries on a Dask cluster, in rounds: the budget stays a hard cap and breadth-first across machines.
 
-The flow keeps the one credit ledger. Each round it grants every running query some pages' worth of credits,
-breadth-first (the queries with the fewest pages first, one page at a time, at most `round_pages` each), and
-reserves the grants in its ledger before submitting. A query's task runs on any worker with a ledger capped at
-its grant, so the sum of what tasks can spend never passes what the flow had left; what a task did not spend
-goes back when the round settles. Unfinished queries are submitted again with their cursors; dependent queries
-start from the values their parents' records carried in the round before. When the budget runs short, pages
-are granted one at a time to the queries furthest behind: page counts end within one of each other. Why
-rounds and not a ledger served to the workers: docs/decisions.md ("Dask: rounds of grants, not a served ledger").
+The flow keeps the one credit ledger. Each round it grants the running queries some pages' worth of credits,
+breadth-first (the queries with the fewest pages first, one page at a time, at most `round_pages` each; one page
+in all for an endpoint no answer has priced yet, `grants.allocate`), and reserves the grants in its ledger before
+submitting. A query's task runs on any worker with a ledger capped at its grant, so the sum of what tasks can
+spend never passes what the flow had left; what a task did not spend goes back when the round settles. Unfinished
+queries are submitted again with their cursors; dependent queries start from the values their parents' records
+carried in the round before. When the budget runs short, pages are granted one at a time to the queries furthest
+behind: page counts end within one of each other. Why rounds and not a ledger served to the workers:
+docs/decisions.md ("Dask: rounds of grants, not a served ledger").
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ class Rounds:
                 for r in [r for r in self.running if self.cap_below_price(r)]:
                     self.end(r, self.unsendable(r))
                 grants = allocate(
-                    self.running, self.free(), self.spec.runner.round_pages, self.ledger.fanout_left
-                )
+                    self.running, self.free(), self.spec.runner.round_pages, self.ledger.fanout_left,
+                    self.ledger.priced_keys,
+                )  # fmt: skip
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
                 if not granted:
                     break
@@ -269,7 +271,7 @@ class Rounds:
                 self.ledger.release(reservation)
                 self.faults.reported(result["stop"])
                 return None
-            self.ledger.heard(result.get("charged") or {}, result.get("named") or [])  # before the settle
+            self.ledger.heard(**result.get("prices", {}))  # before the settle
             if result.get(
                 "rerun"
             ):  # Dask ran it again where its worker died: the first may have spent it all
@@ -308,7 +310,7 @@ class Rounds:
         except Exception as exc:
             result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
         lost = "rerun" in result or "broke" in result
-        self.ledger.heard(result.get("charged") or {}, result.get("named") or [])  # before the settle
+        self.ledger.heard(**result.get("prices", {}))  # before the settle
         self.ledger.settle(reservation, None if lost else result["spent"])
         r.credits += reservation.amount if lost else result["spent"]
         unstaged = frames_of(result.get("unstaged") or [])
