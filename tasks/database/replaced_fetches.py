@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 
 from harvest.tasks.database.connection import quote_ident, quote_literal
-from harvest.tasks.database.view_checks import SCHEMA
+from harvest.tasks.database.view_checks import SCHEMA, make_state_table
 from harvest.tasks.output.layout import PARQUET_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -79,12 +79,7 @@ def ensure_record(
             "AND schema_name = 'main' AND table_name = 'runs'"
         ).fetchall()[0][0]
     )
-    con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    con.execute(DDL)
-    about, columns = COMMENTS
-    con.execute(f"COMMENT ON TABLE {TABLE} IS {quote_literal(about)}")
-    for column, words in columns.items():
-        con.execute(f"COMMENT ON COLUMN {TABLE}.{column} IS {quote_literal(words)}")
+    make_state_table(con, TABLE, DDL, COMMENTS)
     if had_runs and parquet_root is not None:
         for table, key in keys.items():
             _fill(con, table, key, parquet_root / table)

@@ -67,6 +67,19 @@ def listing(files: list[str]) -> str:
     return hashlib.sha256("\n".join(files).encode()).hexdigest()
 
 
+def make_state_table(
+    con: duckdb.DuckDBPyConnection, table: str, ddl: str, comments: tuple[str, dict[str, str]]
+) -> None:
+    """Make one of harvest's own tables in `SCHEMA`, with its comments: analysts reading the schema see what
+    each holds and that deleting it is harvest's business."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    con.execute(ddl)
+    about, columns = comments
+    con.execute(f"COMMENT ON TABLE {table} IS {quote_literal(about)}")
+    for column, words in columns.items():
+        con.execute(f"COMMENT ON COLUMN {table}.{column} IS {quote_literal(words)}")
+
+
 def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
     """Every view's row; the schema and table are made (with their comments) the first time."""
     made = con.execute(
@@ -75,12 +88,7 @@ def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
         [SCHEMA, TABLE.split(".")[1]],
     ).fetchall()[0][0]
     if not made:  # the schema may be there already, made for another of harvest's tables
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        con.execute(DDL)
-        about, columns = COMMENTS
-        con.execute(f"COMMENT ON TABLE {TABLE} IS {quote_literal(about)}")
-        for column, words in columns.items():
-            con.execute(f"COMMENT ON COLUMN {TABLE}.{column} IS {quote_literal(words)}")
+        make_state_table(con, TABLE, DDL, COMMENTS)
     rows = con.execute(
         f"SELECT view_name, statement, definition, files, last_file, listing FROM {TABLE}"
     ).fetchall()
