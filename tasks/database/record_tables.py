@@ -181,6 +181,26 @@ def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike, catalog: Cata
         catalog.commented(kind.table, wanted)
 
 
+def _choose_newest(
+    con: duckdb.DuckDBPyConnection, key: Sequence[str], source: str, null_key: str, paths: list[str]
+) -> None:
+    """`_harvest_newest`: the newest fetch of each key in the files, as narrow rows. Whole rows are read once,
+    straight into the table, after it: a window sort over them ran out of 64 MB at 50k rows."""
+    fetched = quote_ident(FETCHED_AT)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _harvest_newest AS
+        SELECT {", ".join(key)}, {fetched}, file_index, file_row_number FROM {source}
+        WHERE NOT ({null_key})
+        QUALIFY row_number() OVER (
+            PARTITION BY {", ".join(key)}
+            ORDER BY {fetched} DESC NULLS LAST, file_index DESC, file_row_number DESC
+        ) = 1
+        """,
+        [paths],
+    )
+
+
 def merge_files(
     con: duckdb.DuckDBPyConnection,
     kind: KindLike,
@@ -211,19 +231,7 @@ def merge_files(
     read = ", ".join(cast_older_files(con, kind.table, kind.schema, table_types, source, paths))
     fetched = quote_ident(FETCHED_AT)
     same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
-    # Whole rows are read once, straight into the table: a window sort over them ran out of 64 MB at 50k rows.
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _harvest_newest AS
-        SELECT {", ".join(key)}, {fetched}, file_index, file_row_number FROM {source}
-        WHERE NOT ({null_key})
-        QUALIFY row_number() OVER (
-            PARTITION BY {", ".join(key)}
-            ORDER BY {fetched} DESC NULLS LAST, file_index DESC, file_row_number DESC
-        ) = 1
-        """,
-        [paths],
-    )
+    _choose_newest(con, key, source, null_key, paths)
     replacing = _names_fetches(kind, paths)
     if replacing:  # the rows it deletes, for the record of which query fetched what (`replaced_fetches`)
         twice = count_rows(con, "SELECT count(*) FROM _harvest_newest") < total - skipped
