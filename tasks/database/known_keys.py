@@ -4,8 +4,9 @@ are trusted to end paging (landed up to the run where the query's history last b
 Only the query's own rows are read (`_query_id`), so memory grows with what one query collected, not with the
 table: the table's rows of the query, and its fetches of keys another query fetched since, as the load recorded
 them (`tasks.database.replaced_fetches`: a feed's post that its thread fetched again; the table's row is the
-thread's now, and without them the feed would forget the post and pay for it, and its thread, every night). A key whose newest fetch by the query
-was in an unfinished pass counts as untrusted: that can cost a page, never an item. Trust follows the `runs` table's start times, so a lost or
+thread's now, and without them the feed would forget the post and pay for it, and its thread, every night). A
+key whose newest fetch by the query was in an unfinished pass counts as untrusted: that can cost a page, never
+an item. Trust follows the `runs` table's start times, so a lost or
 rebuilt-without-that-run database trusts nothing and the query pages until the end. When the database cannot
 be read (held for writing by another process, not created yet) the query simply pages fully: an incremental
 run may pay more than needed, never miss an item.
@@ -14,7 +15,7 @@ run may pay more than needed, never miss an item.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def load_known_keys(
                 continue
             cols = ", ".join(f"CAST({quote_ident(c)} AS VARCHAR)" for c in kind.primary_key)
             keys, late = by_table.setdefault(kind.table, set()), untrusted.setdefault(kind.table, set())
-            for run_id, *key in _fetched(con, db, kind.table, cols, query_id):
+            for run_id, *key in _fetched(con, db, kind.table, cols, query_id, kind.primary_key):
                 keys.add(tuple(key))
                 if trusting and run_id not in trusted_runs:
                     late.add(tuple(key))
@@ -80,7 +81,12 @@ def load_known_keys(
 
 
 def _fetched(
-    con: duckdb.DuckDBPyConnection, db: Path, table: str, columns: str, query_id: str
+    con: duckdb.DuckDBPyConnection,
+    db: Path,
+    table: str,
+    columns: str,
+    query_id: str,
+    key: Sequence[str] | None = None,
 ) -> list[tuple[Any, ...]]:
     """`_run_id` and `columns` of the rows query `query_id` fetched: the table's, and those another query's
     fetch of the key replaced (`tasks.database.replaced_fetches`, read from the table's row of the key). A
@@ -88,7 +94,7 @@ def _fetched(
     found = con.execute(
         f"SELECT _run_id, {columns} FROM {quote_ident(table)} WHERE _query_id = ?", [query_id]
     ).fetchall()
-    key = primary_keys(con).get(table)
+    key = key or primary_keys(con).get(table)  # the kind's, where the caller has it: no catalog read a query
     if key and replaced_fetches.exists(con):
         mine = f"SELECT key, run_id FROM {replaced_fetches.TABLE} WHERE table_name = ? AND query_id = ?"
         sql = (
