@@ -39,7 +39,8 @@ from harvest.connectors.errors import (
     UnreadableAnswer,
 )
 from harvest.connectors.http.client import Attempt, PageRequest, RetryPolicy, ServiceClient, Timeouts
-from harvest.connectors.http.lane import CoreLane
+from harvest.connectors.http.lane import CoreLane, Origin
+from harvest.connectors.http.lane_pool import Lanes
 from harvest.connectors.http.pace import Pace
 from harvest.connectors.http.page_call import backoff
 from harvest.connectors.http.retry import Retryable, parse_retry_after
@@ -730,24 +731,23 @@ async def test_never_sent_failures_are_released(
 async def test_a_pool_timeout_is_released(make: Make) -> None:
     """`PoolTimeout`: an httpx `MockTransport` raised it out of thin air. On the production path a lane is a
     pool of one connection that serves one request at a time, so a request waits for a pool only on a lane whose
-    connection was left checked out (the case `Lanes` retires lanes for). That lane is built here: a request
-    hangs on it, and it is put back among the idle lanes. The client's next request takes it, times out waiting
-    for its connection without sending anything, and is released; the retry gets a new lane."""
+    connection was left checked out (the case `Lanes` retires lanes for). That lane is built here and handed to
+    the client first, through its `lanes` seam: a request hangs on it. The client's request takes it, times out
+    waiting for its connection without sending anything, and is released; the retry gets a new lane."""
     timeouts = Timeouts(pool=0.2)
-    h = await make(Hang(), ok(), timeouts=timeouts)
     stuck = CoreLane(timeouts)
-    origin = h.client._origin
+    first = iter([stuck])
+    lanes = Lanes(lambda: next(first, None) or CoreLane(timeouts))
+    h = await make(Hang(), ok(), timeouts=timeouts, lanes=lanes)
+    origin = Origin.of(h.server.url)
     holding = asyncio.create_task(stuck.send(origin, origin.target("/held", []), {"x-api-key": "other"}))
     await h.server.wait_for(1)  # its one connection is checked out, waiting for an answer that never comes
-    # a lane left checked out is a fault no public call builds: it is put among the pool's idle lanes by hand
-    h.client._lanes._all.append(stuck)
-    h.client._lanes._idle.append(stuck)
     resp = await h.get()
     assert resp.attempts == 2 and resp.credits == 1 and h.ledger.spent == 1 and h.ledger.reserved == 0
     assert h.attempts[0].credits == 0
     assert "PoolTimeout" in (h.attempts[0].error or "") and h.attempts[0].status_code is None
     assert [r.path for r in h.server.requests] == ["/held", PINS]  # the timed-out attempt sent nothing
-    assert stuck.is_closed and stuck not in h.client._lanes._all  # the broken lane was retired
+    assert stuck.is_closed and h.client.connections == 1  # the broken lane was retired, the new one kept
     holding.cancel()
     with pytest.raises((asyncio.CancelledError, httpx.HTTPError)):
         await holding
@@ -1015,9 +1015,7 @@ async def test_a_short_key_is_not_cut_out_of_answers(serve: Any) -> None:
     assert server.requests[0].headers["x-api-key"] == "k1"
 
 
-async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(
-    make: Make, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(make: Make) -> None:
     """A resumed run, key not proven yet (no balance endpoint), a short budget: query A asks for its page 5 and
     must wait while B lags at page 0. B's first request must still go out: were A to wait for credits while
     holding the one-request-at-a-time gate, B would wait for the gate and the run would hang."""
@@ -1026,16 +1024,10 @@ async def test_a_query_waiting_for_credits_does_not_hold_the_first_request_gate(
     h.client.ledger = ledger
     ledger.register("A", 5)
     ledger.register("B", 0)
-    parked = asyncio.Event()  # the moment A waits is internal: the ledger's waiter list tells it
-    park = ledger._waiters.add
-
-    def park_and_tell(loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        parked.set()
-        return park(loop)
-
-    monkeypatch.setattr(ledger._waiters, "add", park_and_tell)
     lead = asyncio.create_task(h.client.get(page_request(PINS, [("query", "a")], query_id="A", page=5)))
-    await parked.wait()  # A waits for credits: B needs them for pages 0-4 first
+    async with asyncio.timeout(5):
+        while not ledger.waiting:  # A waits for credits: B needs them for pages 0-4 first
+            await asyncio.sleep(0)
     async with asyncio.timeout(5):
         lag = await h.client.get(page_request(PINS, [("query", "b")], query_id="B", page=0))
     assert lag.status_code == 200

@@ -12,7 +12,7 @@ import pytest
 from harvest.connectors.catalog import endpoints as catalog
 from harvest.connectors.catalog.records import RecordKind
 from harvest.connectors.reading.column_readers import columns_reader
-from harvest.connectors.reading.extraction import TableReport, _converted, to_arrow
+from harvest.connectors.reading.extraction import TableReport, converted, to_arrow
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.emulation.endpoint_table import BY_PATH
 from harvest.sandbox.wire.serving import running
@@ -103,7 +103,7 @@ def _same_arrow(kind: RecordKind, items: list[Any], params: dict[str, Any]) -> N
     table = to_arrow(kind, items, params, report)
     slow_report = TableReport()
     for fld, values in zip(kind.columns, columns_reader(kind)(items, params, None), strict=True):
-        slow = _converted(fld, values, slow_report)
+        slow = converted(fld, values, slow_report)
         assert table.column(fld.name).combine_chunks().equals(slow), (kind.table, fld.name)
     assert report.misfits == slow_report.misfits, kind.table
     assert table.schema.field("raw").type == pa.string()

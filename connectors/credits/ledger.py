@@ -201,6 +201,10 @@ class CreditLedger(Settlement, Turns):
         with self._lock:
             return self._stopped
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
     def snapshot(self) -> LedgerSnapshot:
         with self._lock:
             return LedgerSnapshot(

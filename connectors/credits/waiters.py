@@ -34,6 +34,11 @@ class Waiters:
         with self._lock:
             self._waiting.discard(fut)
 
+    def __len__(self) -> int:
+        """Reservations waiting now for credits other queries hold (`CreditLedger.waiting`)."""
+        with self._lock:
+            return len(self._waiting)
+
     def wake_all(self) -> None:
         with self._lock:
             waiting = list(self._waiting)

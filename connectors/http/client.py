@@ -46,7 +46,7 @@ from harvest.connectors.http.answers import JSON, Response, int_field, problem, 
 from harvest.connectors.http.auth import REDACTED, ApiKey, redact_in_http_logs
 from harvest.connectors.http.balance import AccountBalance
 from harvest.connectors.http.in_flight import InFlight
-from harvest.connectors.http.lane import BodyCut, BodyOverCap, Origin, ReceivedAnswer
+from harvest.connectors.http.lane import BodyCut, BodyOverCap, ReceivedAnswer
 from harvest.connectors.http.lane_pool import Lanes, Wire, lane_maker
 from harvest.connectors.http.pace import Pace, RateLimitedTooLong
 from harvest.connectors.http.page_call import PageCall, with_retries
@@ -89,7 +89,10 @@ class ServiceClient:
         unbilled_statuses: frozenset[int] = frozenset(),
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         pace: Pace | None = None,
+        lanes: Lanes | None = None,
     ) -> None:
+        """`lanes`: how requests reach the service (the client's seam, as httpx's `transport`), the client's to
+        close; made for `base_url` when not given (`lane_pool.lane_maker`)."""
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._key = api_key if isinstance(api_key, ApiKey) else ApiKey(api_key)
@@ -119,7 +122,7 @@ class ServiceClient:
             log.warning("base_url %s is plain http: the API key travels unencrypted", self.base_url)
         if url.userinfo:
             raise ValueError("base_url must not carry a user name or password")
-        self._lanes = Lanes(lane_maker(self.base_url, timeouts))
+        self._lanes = Lanes(lane_maker(self.base_url, timeouts)) if lanes is None else lanes
         self._wire = Wire(self.base_url, timeouts, self._lanes)
         """Pages and the balance alike go out on it."""
         self.balance = AccountBalance(self._wire, self._key, ledger, retry)
@@ -134,11 +137,6 @@ class ServiceClient:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-    @property
-    def _origin(self) -> Origin:
-        """The service's address as the wire sends to it."""
-        return self._wire.origin
 
     @property
     def connections(self) -> int:

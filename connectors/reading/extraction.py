@@ -77,8 +77,9 @@ def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
         return None
 
 
-def _converted(fld: Field, values: list[Any], report: TableReport) -> pa.Array:
-    """The column value by value: what does not fit is NULL, counted, with its first example."""
+def converted(fld: Field, values: list[Any], report: TableReport) -> pa.Array:
+    """The column value by value: what does not fit is NULL, counted, with its first example. The one-call
+    Arrow path (`_fast_array`) must give the same column wherever it applies (tests/test_extraction_paths.py)."""
     coerce = coercer(fld)
     out = []
     for got in values:
@@ -111,7 +112,7 @@ def to_arrow(
         _read_holders(kind, read, parents, params)
     for fld, values in zip(kind.columns, read, strict=True):
         array = _fast_array(fld, values)
-        columns.append(array if array is not None else _converted(fld, values, report))
+        columns.append(array if array is not None else converted(fld, values, report))
     names = [f.name for f in kind.columns]
     key_nulls = [False] * len(items)
     for name in kind.primary_key:
