@@ -14,18 +14,22 @@ DUCKDB1 := $(VENV)/duckdb-1x/.downloaded
 # every `harvest run` compiles Prefect's sources again where bytecode cannot be written (PYTHONDONTWRITEBYTECODE,
 # a read-only install): ~1.4 s of a run's ~2.3 s start (docs/performance.md).
 UV := $(BIN)/uv
+UV_INSTALLED := $(VENV)/.uv-installed
 UV_SYNC := UV_PYTHON_DOWNLOADS=never $(UV) sync --locked --quiet --compile-bytecode
 
 install: $(STAMP)
 
-$(UV): uv.lock
+# A stamp, not the uv binary, says uv is in place: an install cut short (Ctrl-C) can leave the binary empty, and
+# make would take it as done and fail on it at every later run; `--force-reinstall` writes it whole again.
+$(UV_INSTALLED): uv.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PYTHON) tools/lockfile.py uv-requirement uv.lock > $(VENV)/uv-requirement.txt
-	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps --force-reinstall \
+		-r $(VENV)/uv-requirement.txt
 	$(BIN)/python -m pip uninstall -q -y setuptools  # the venv's seed; the lock's own comes with what needs it
-	touch $(UV)
+	touch $(UV_INSTALLED)
 
-$(STAMP): pyproject.toml uv.lock $(UV)
+$(STAMP): pyproject.toml uv.lock $(UV_INSTALLED)
 	$(UV_SYNC) --extra dev
 	$(BIN)/python -m compileall -q connectors tasks flows sandbox  # harvest's own modules (installed editable)
 	touch $(STAMP)
@@ -34,17 +38,17 @@ $(STAMP): pyproject.toml uv.lock $(UV)
 # harvest.duckdb with it in a venv of its own: the tests send nothing but to 127.0.0.1, so `make test` fetches it
 # first (`make demo` does not need it). Without the package index it is left out (that test then says so and
 # skips); the next `make test` tries again.
-$(DUCKDB1): tests/duckdb-1x-requirements.txt $(UV)
+$(DUCKDB1): tests/duckdb-1x-requirements.txt $(UV_INSTALLED)
 	$(BIN)/python -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: --require-hashes \
 		-d $(VENV)/duckdb-1x -r tests/duckdb-1x-requirements.txt && touch $(DUCKDB1) \
 		|| echo "make test: the DuckDB 1.x wheel could not be fetched; tests/test_duckdb_storage.py will skip"
 
 # After editing dependencies in pyproject.toml: pin what is new, keep every other pin.
-lock: $(UV)
+lock: $(UV_INSTALLED)
 	$(UV) lock
 
 # Every package to the newest version pyproject.toml allows, what moved into CHANGELOG.md, then the suite.
-upgrade: $(UV)
+upgrade: $(UV_INSTALLED)
 	cp uv.lock $(VENV)/uv.lock.before
 	$(UV) lock --upgrade
 	$(BIN)/python tools/lockfile.py changes $(VENV)/uv.lock.before uv.lock --changelog CHANGELOG.md
