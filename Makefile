@@ -32,6 +32,7 @@ $(UV_INSTALLED): uv.lock
 $(STAMP): pyproject.toml uv.lock $(UV_INSTALLED)
 	$(UV_SYNC) --extra dev
 	$(BIN)/python -m compileall -q connectors tasks flows sandbox  # harvest's own modules (installed editable)
+	$(BIN)/python -c 'from harvest.connectors.catalog.job_catalog import builtin; builtin()'  # its catalog, parsed
 	touch $(STAMP)
 
 # The newest DuckDB 1.x's wheel (tests/duckdb-1x-requirements.txt, hashes checked), for the test that opens a landed
