@@ -318,3 +318,43 @@ def test_a_fan_out_on_an_endpoint_no_answer_priced_yet_passes_no_budget_on_dask(
         ("posts[handle=esa]", 1),
         ("posts[handle=isro]", 1),
     ], "breadth-first: a page each, the first two by id"
+
+
+def test_a_free_page_the_ledger_refuses_after_an_overcharge_ends_the_dask_rounds(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """The service charges 5 for the posts where the catalog says 1, and nothing for pins (`costs: {pins: 0}`);
+    a budget of 3. The first round grants each endpoint one page (their prices unseen): the posts' page pays 5,
+    past the budget, and one pins query all its free pages. The other pins query's free pages are then refused
+    by the ledger (spent is past the budget), as locally: it ends `budget_exhausted` with nothing paid, and the
+    run ends. (Rounds that granted it a free page again and again, each refused, never ended.)"""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE},
+        pages_by_path={FEED: (3, 3), PINS: (2, 2)},
+        costs={FEED: 5, PINS: 0},
+    )
+    queries = [
+        {"id": "posts", "endpoint": FEED, "params": {"handle": "nasa"}},
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": ["elm", "oak"]}},
+    ]
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 2}
+    with running(config) as sb:
+        spec = job_spec(
+            sb.base_url,
+            tmp_path / "out",
+            queries,
+            credits=3,
+            runner=runner,
+            costs={PINS: 0},
+            allow_lower_costs=True,
+        )
+        summary = run_flow(write_spec(tmp_path, spec))
+        billed, entries = sb.billed_total(), data_entries(sb)
+    assert billed == summary.credits_spent == 5, (billed, summary.credits_spent)
+    ended = {q["query_id"]: (q["status"], q["pages"], q["credits"]) for q in summary.queries}
+    assert ended == {
+        "posts": ("budget_exhausted", 1, 5),
+        "pins[query=elm]": ("complete", 3, 0),  # its 2 pages and the empty one that ends them
+        "pins[query=oak]": ("budget_exhausted", 0, 0),
+    }, ended
+    assert Counter(e.path for e in entries) == {FEED: 1, PINS: 3}, "no page of pins[query=oak] was asked"

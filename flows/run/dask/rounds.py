@@ -155,9 +155,8 @@ class Rounds:
                     self.ledger.priced_keys,
                 )  # fmt: skip
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
-                if not granted:
-                    break
-                await self.one_round(runner, granted, grants)
+                if not granted or not await self.one_round(runner, granted, grants):
+                    break  # nothing granted, or the ledger refused every grant: a round more would change nothing
         self.close_rounds()
         stopped = self.ledger.stopped
         status = stopped.kind if stopped else "budget_exhausted"
@@ -203,7 +202,8 @@ class Rounds:
             return f"the account balance ({balance}) is at the floor of {floor} credits (budget.min_balance)"
         return "the run's budget has no credits left"
 
-    async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> None:
+    async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> bool:
+        """Whether it submitted anything: a free page is refused once an overcharge or the floor took the room."""
         submitted: list[tuple[Running, Reservation, str, Any]] = []
         client = self.run_info["client"]  # a known rate limit is shared by the round's tasks
         known = client["per_second"]
@@ -246,6 +246,7 @@ class Rounds:
                 balances.append(balance)
         if balances:  # the lowest is the latest: the balance only falls while the run pays
             self.ledger.observe_remaining(min(balances))
+        return bool(submitted)
 
     async def settle(
         self,
