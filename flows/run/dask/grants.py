@@ -21,6 +21,8 @@ class Running:
     state: dict[str, Any] | None = None
     pages: int = 0
     credits: int = 0
+    """What the query paid in the run, a resumed one's earlier sessions included (the ledger's `per_query_spent`,
+    what the local runner reports): its `max_credits` counts them all, and the ledger refuses a grant past it."""
     records: int = 0
     files: list[Any] = field(default_factory=list)
     rounds: int = 0

@@ -97,6 +97,7 @@ class Rounds:
         self.journal.query_started(asdict(decided))
         endpoint, incremental = self.endpoints[decided.endpoint], self.run_info["incremental"]
         r = Running(decided, endpoint.price_of(decided.params), price_key=endpoint.price_key(decided.params))
+        r.credits = self.ledger.per_query_spent.get(decided.query_id, 0)  # earlier sessions' too
         self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
         if self.staged is not None:  # workers cannot read the job's DuckDB: its known keys go to the store
@@ -273,9 +274,7 @@ class Rounds:
                 self.faults.reported(result["stop"])
                 return None
             self.ledger.heard(**result.get("prices", {}))  # before the settle
-            if result.get(
-                "rerun"
-            ):  # Dask ran it again where its worker died: the first may have spent it all
+            if result.get("rerun"):  # Dask ran it again (its worker died): the first may have spent it all
                 self.ledger.settle(reservation, None)
                 r.credits += reservation.amount
                 self.relanded(r, "its worker died")
