@@ -28,7 +28,7 @@ from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Refusal, Reservation
 from harvest.connectors.errors import MissingApiKey
 from harvest.connectors.paging.pager import PagerStart, QuerySpec
-from harvest.connectors.refusal_errors import cap_refused
+from harvest.connectors.refusal_errors import cap_reached, cap_refused
 from harvest.flows.orchestrator.dask_runner import dask_task_runner
 from harvest.flows.run import progress
 from harvest.flows.run.dask.grants import Running, allocate, reprice
@@ -225,9 +225,7 @@ class Rounds:
             self.parts += 1
             r.rounds += 1
             query = asdict(r.spec)
-            stage = stage_name(
-                self.session, self.parts, query_hash(r.spec.query_id)
-            )  # claimed before it pays
+            stage = stage_name(self.session, self.parts, query_hash(r.spec.query_id))  # claimed, then paid
             params = {"run": run, "query": query, "state": r.state, "grant": amount, "part": self.parts,
                       "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage,
                       "known": r.known}  # fmt: skip
@@ -293,7 +291,11 @@ class Rounds:
         self.discover(r.spec, result["found"])
         if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r):
             return balance  # its grant ran out: it goes on next round, or ends with the run's stop
-        self.end(r, {**summary, "credits": r.credits, "files": r.files})
+        ended, cap = {**summary, "credits": r.credits, "files": r.files}, r.spec.max_credits
+        if summary["status"] == "budget_exhausted" and cap is not None:  # its cap, not its grant, ended it
+            refusal, q = Refusal.query_cap(cap, r.credits), r.spec
+            ended["error"] = str(cap_reached(refusal, q.query_id, q.endpoint, r.pages, r.cost, r.credits))
+        self.end(r, ended)
         return balance
 
     async def settle_staged(self, r: Running, reservation: Reservation, state: Any, stage: str) -> int | None:

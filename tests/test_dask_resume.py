@@ -1,0 +1,81 @@
+"""A run stopped part-way and resumed, on Dask as locally: a query's `max_credits` counts what it paid before.
+
+Real `harvest run` processes against the sandbox over HTTP, stopped with Ctrl-C at a known point (the sandbox's
+gate holds the next request), then run again: the resume goes on under the run's one credit ledger.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+from harvest.sandbox.config import SandboxConfig
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
+from tests.crawl_helpers import data_entries, paid_twice
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, write_spec
+from tests.process_helpers import Watched, finish, signal_group, start_run
+from tests.sandbox_gate import gated
+
+CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (20, 20)}, page_size=4)
+CAP = 7
+"""Pins cost 1 credit a page: the query may pay 7 pages of its 20, 3 of them before the stop."""
+
+
+def stopped_then_resumed(tmp_path: Path, api_url: str, name: str, runner: dict[str, Any]) -> dict[str, Any]:
+    """What a user sees of the stopped run and of its resume: exit codes, the query's summary in the manifest,
+    the resume's line about the query on stderr (what this session paid), what the sandbox billed and answered."""
+    queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}, "max_credits": CAP}]
+    output = tmp_path / name
+    with gated(CONFIG) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="capped", credits=100, runner=runner)
+        path = write_spec(tmp_path, spec, f"{name}.yaml")
+        sb.gate.close_after(2)  # the third page waits at the door while the run is told to stop
+        run = Watched(start_run(path, tmp_path, api_url, env={"COLUMNS": "2000"}))
+        sb.gate.wait_frozen(run.proc)
+        signal_group(run.proc, signal.SIGINT)
+        run.wait_for_stderr("stopping; letting the requests in flight land")
+        sb.gate.open()
+        stopped_code = run.finish()[0]
+        (stopped,) = all_manifests(OutputLayout(output))[0].queries
+        code, _, err = finish(start_run(path, tmp_path, api_url, env={"COLUMNS": "2000"}))
+        entries = data_entries(sb)
+        billed = sb.billed_total()
+    (run_,) = all_manifests(OutputLayout(output))
+    (query,) = run_.queries
+    return {
+        "stopped": (stopped_code, stopped["status"], stopped["pages"]),
+        "resumed": (code, run_.status, run_.credits_spent),
+        "query": (query["status"], query["pages"], query["credits"]),
+        "error": query["error"],
+        "line": next((x for x in err.splitlines() if x.startswith("harvest: pins: ")), err),
+        "billed": (billed, len(entries), paid_twice(entries)),
+    }
+
+
+def test_a_resumed_query_stops_at_its_max_credits_on_dask_as_locally(
+    prefect_api_url: str, dask_address: str, tmp_path: Path
+) -> None:
+    """Stopped after 3 pages, resumed: the query pays 4 more, to its cap of 7, on Dask as locally, and ends
+    saying so, its credits the 7 it paid over both sessions. (Rounds that counted only the resume's spend against
+    the cap granted past it: the ledger refused the grant and the query ended a page short, at 6 pages and 3
+    credits, said to have met a run's budget with no credits left, 94 of its 100 left.)"""
+    local, dask = (
+        stopped_then_resumed(tmp_path, prefect_api_url, name, runner)
+        for name, runner in (
+            ("local", {"kind": "local"}),
+            ("dask", {"kind": "dask", "address": dask_address, "round_pages": 2}),
+        )
+    )
+    assert local["stopped"] == dask["stopped"] == (130, "interrupted", 3), (local, dask)
+    assert dask["billed"] == local["billed"] == (CAP, CAP, 0), (local, dask)
+    assert dask["resumed"] == local["resumed"] == (0, "budget_exhausted", CAP), (local, dask)
+    assert dask["query"] == local["query"] == ("budget_exhausted", CAP, CAP), (local, dask)
+    assert "the query's cap of 7 credits is reached (7 spent)" in local["error"], local
+    assert dask["error"] == local["error"], (local, dask)
+    assert local["line"] == "harvest: pins: budget_exhausted, 4 pages, 20 records, 4 credits", local
+    # Dask's line counts a round as a page (and its records differ): only its status and credits are compared
+    said = dask["line"].split(", ")
+    assert (said[0], said[-1]) == ("harvest: pins: budget_exhausted", "4 credits"), dask["line"]
