@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from harvest.connectors.credits.reservations import Refusal
     from harvest.connectors.paging.page_request import PageRequest
 
-__all__ = ["cap_reached", "cap_refused", "refused", "stopped"]
+__all__ = ["cap_refused", "exhausted", "refused", "stopped"]
 
 
 def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:
@@ -30,9 +30,20 @@ def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempt
         )  # fmt: skip
     if refusal is not None and refusal.cap_below_price is not None:
         return cap_refused(refusal, request.query_id, request.endpoint, request.page, credits, attempts)
+    return exhausted(
+        reason, request.query_id, request.endpoint, request.page, request.cost, credits, attempts
+    )
+
+
+def exhausted(
+    reason: str, query_id: str, endpoint: str, page: int, cost: int, credits: int, attempts: int = 0
+) -> BudgetExhausted:
+    """The error of a query the budget or its own `max_credits` ended, on the local runner (`refused`) and in
+    Dask rounds alike: a round's worker, whose ledger holds only its grant, sees its grant run out, not the cap,
+    so the flow says the ledger's refusal in these words."""
     return BudgetExhausted(
-        page_index=request.page, cost=request.cost, reason=reason, credits=credits, attempts=attempts,
-        query_id=request.query_id, endpoint=request.endpoint,
+        page_index=page, cost=cost, reason=reason, credits=credits, attempts=attempts, query_id=query_id,
+        endpoint=endpoint,
     )  # fmt: skip
 
 
@@ -47,17 +58,6 @@ def cap_refused(
     return BudgetExhausted(
         page_index=page, cost=price, reason=refusal.reason, credits=credits, attempts=attempts,
         query_id=query_id, endpoint=endpoint, cap_below_price={"max_credits": cap, "price": price},
-    )  # fmt: skip
-
-
-def cap_reached(
-    refusal: Refusal, query_id: str, endpoint: str, page: int, cost: int, credits: int
-) -> BudgetExhausted:
-    """The error of a query whose next page would pass its `max_credits` (`Refusal.query_cap`), in Dask rounds
-    as locally: a round's worker, whose ledger holds only its grant, sees its grant run out, not the cap."""
-    return BudgetExhausted(
-        page_index=page, cost=cost, reason=refusal.reason, credits=credits, query_id=query_id,
-        endpoint=endpoint,
     )  # fmt: skip
 
 

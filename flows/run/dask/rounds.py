@@ -28,7 +28,7 @@ from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Refusal, Reservation
 from harvest.connectors.errors import MissingApiKey
 from harvest.connectors.paging.pager import PagerStart, QuerySpec
-from harvest.connectors.refusal_errors import cap_reached, cap_refused
+from harvest.connectors.refusal_errors import cap_refused, exhausted
 from harvest.flows.orchestrator.dask_runner import dask_task_runner
 from harvest.flows.run import progress
 from harvest.flows.run.dask.grants import Running, allocate, reprice
@@ -291,10 +291,10 @@ class Rounds:
         self.discover(r.spec, result["found"])
         if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r):
             return balance  # its grant ran out: it goes on next round, or ends with the run's stop
-        ended, cap = {**summary, "credits": r.credits, "files": r.files}, r.spec.max_credits
+        ended, cap, q = {**summary, "credits": r.credits, "files": r.files}, r.spec.max_credits, r.spec
         if summary["status"] == "budget_exhausted" and cap is not None:  # its cap, not its grant, ended it
-            refusal, q = Refusal.query_cap(cap, r.credits), r.spec
-            ended["error"] = str(cap_reached(refusal, q.query_id, q.endpoint, r.pages, r.cost, r.credits))
+            why = Refusal.query_cap(cap, r.credits).reason
+            ended["error"] = str(exhausted(why, q.query_id, q.endpoint, r.pages, r.cost, r.credits))
         self.end(r, ended)
         return balance
 
