@@ -216,7 +216,10 @@ class NobodyCluster:
         directory (in the worker's TMPDIR) holds a written file. A round Dask handed the worker but that had not
         started yet (still importing, on a slow machine) is run elsewhere as if new: killing it hits no round."""
         scratch = (self.root / name / "tmp").glob("harvest-round-*/**/*")
-        return any(p.is_file() and p.stat().st_size > 0 for p in scratch)
+        try:
+            return any(p.is_file() and p.stat().st_size > 0 for p in scratch)
+        except FileNotFoundError:  # a round ending as it is looked at removes its scratch: not inside one now
+            return False
 
     def kill_while_busy(self, name: str, sb: GatedSandbox, answered: int) -> threading.Thread:
         """SIGKILL worker `name` inside a round, once the sandbox answered `answered` pages.
