@@ -48,16 +48,39 @@ planned = st.builds(
 )
 
 
-async def _night(
-    budget: int,
-    table: dict[str, int],
-    charge: dict[str, int],
-    carried: dict[str, int],
-    caps: dict[str, int],
-    queries: list[Planned],
-    round_pages: int,
-    policy: str,
-) -> None:
+@dataclass(frozen=True)
+class Night:
+    budget: int
+    table: dict[str, int]
+    """The cost table's price of each price key."""
+    charge: dict[str, int]
+    """What the service charges a request of each."""
+    carried: dict[str, int]
+    """Last night's learned prices; only those above the table are carried (`above_the_list`)."""
+    caps: dict[str, int]
+    """Fan-out caps (`max_credits_total`) by spec query."""
+    queries: list[Planned]
+    round_pages: int
+    policy: str
+
+
+nights = st.builds(
+    Night,
+    budget=st.integers(0, 60),
+    table=st.fixed_dictionaries({k: st.integers(0, 3) for k in KEYS}),
+    charge=st.fixed_dictionaries({k: st.integers(0, 7) for k in KEYS}),
+    carried=st.dictionaries(st.sampled_from(KEYS), st.integers(1, 7)),
+    caps=st.dictionaries(st.sampled_from(GROUPS), st.integers(0, 30)),
+    queries=st.lists(planned, min_size=1, max_size=12),
+    round_pages=st.integers(1, 4),
+    policy=st.sampled_from(["breadth_first", "greedy"]),
+)
+
+
+async def _night(night: Night) -> None:
+    budget, table, charge, caps, queries = night.budget, night.table, night.charge, night.caps, night.queries
+    round_pages, policy = night.round_pages, night.policy
+    carried = {k: c for k, c in night.carried.items() if c > table[k]}
     flow = CreditLedger(
         budget, policy=policy, fanouts=FanoutCaps(caps, base_id), prices=carried, warn_prices=False
     )  # type: ignore[arg-type]
@@ -162,33 +185,10 @@ async def _night(
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    budget=st.integers(0, 60),
-    table=st.fixed_dictionaries({k: st.integers(0, 3) for k in KEYS}),
-    charge=st.fixed_dictionaries({k: st.integers(0, 7) for k in KEYS}),
-    carried=st.dictionaries(st.sampled_from(KEYS), st.integers(1, 7)),
-    caps=st.dictionaries(st.sampled_from(GROUPS), st.integers(0, 30)),
-    queries=st.lists(planned, min_size=1, max_size=12),
-    round_pages=st.integers(1, 4),
-    policy=st.sampled_from(["breadth_first", "greedy"]),
-)
-def test_dask_rounds_pass_no_cap_by_more_than_one_requests_excess_per_endpoint(
-    budget: int,
-    table: dict[str, int],
-    charge: dict[str, int],
-    carried: dict[str, int],
-    caps: dict[str, int],
-    queries: list[Planned],
-    round_pages: int,
-    policy: str,
-) -> None:
+@given(night=nights)
+def test_dask_rounds_pass_no_cap_by_more_than_one_requests_excess_per_endpoint(night: Night) -> None:
     """Each round's grants fit the credits free, each query's cap and round_pages, and an endpoint no answer
     priced gets one page in all; over the night, at most one request per endpoint pays past what it held (the
     first to show a price above the table and above last night's), so the budget, a query's `max_credits` and a
     fan-out's cap are passed by that excess at most, and never when the service charges no more than was held."""
-    carried = {
-        k: c for k, c in carried.items() if c > table[k]
-    }  # `above_the_list`: only prices above the table
-    asyncio.run(
-        asyncio.wait_for(_night(budget, table, charge, carried, caps, queries, round_pages, policy), 20)
-    )
+    asyncio.run(asyncio.wait_for(_night(night), 20))
