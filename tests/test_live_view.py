@@ -146,6 +146,21 @@ def test_time_left_is_said_only_where_the_plan_knows_the_pages(view: LiveView) -
         assert unbounded.speed(unbounded.samples[0][0] + 2.0) == ["0:02 elapsed", "0.5 pages/s"]
 
 
+def test_a_dask_round_of_several_pages_counts_each_and_the_pages_left_only_within_its_bound(
+    view: LiveView,
+) -> None:
+    """A Dask round reports its pages at once: 3 of a query bounded at 5, then 4 more of which only 2 were
+    within the bound (a round counted as one page said "1 page" for three)."""
+    view.run_began(facts(page_bounds={"a": 5, "b": 5}, exact=False, planned=2))
+    for query in ("a", "b"):
+        view.query_started(query, "/e")
+    view.page_landed("a", records=12, credits=3, pages=3)
+    assert (view.rows["a"].pages, view.pages, view.records, view.pages_left) == (3, 3, 12, 7)
+    view.page_landed("a", records=16, credits=4, pages=4)
+    assert (view.rows["a"].pages, view.credits, view.pages_left) == (7, 7, 5)
+    assert "7 pages, 28 records" in view.totals()
+
+
 def test_the_closing_line_after_the_load_tells_no_pace_of_a_paging_that_ended(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -111,7 +111,7 @@ def run_facts(
 class Reporter(Protocol):
     def run_began(self, facts: RunFacts) -> None: ...
     def query_started(self, query_id: str, endpoint: str) -> None: ...
-    def page_landed(self, query_id: str, records: int, credits: int) -> None: ...
+    def page_landed(self, query_id: str, records: int, credits: int, pages: int = 1) -> None: ...
     def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None: ...
     def watch_pace(self, report: Callable[[], PaceReport]) -> None: ...
     def close(self) -> None: ...
@@ -138,7 +138,7 @@ class Silent:
     def watch_pace(self, report: Callable[[], PaceReport]) -> None:
         pass
 
-    def page_landed(self, query_id: str, records: int, credits: int) -> None:
+    def page_landed(self, query_id: str, records: int, credits: int, pages: int = 1) -> None:
         pass
 
     def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None:
@@ -237,20 +237,19 @@ class Counting:
             self._row(query_id, endpoint).endpoint = endpoint
         self.changed(query_id)
 
-    def page_landed(self, query_id: str, records: int, credits: int) -> None:
+    def page_landed(self, query_id: str, records: int, credits: int, pages: int = 1) -> None:
         with self.lock:
             row = self._row(query_id)
-            row.pages += 1
+            row.pages += pages
             row.records += records
             row.credits += credits
-            self.pages, self.records, self.credits = (
-                self.pages + 1,
-                self.records + records,
-                self.credits + credits,
-            )
+            self.pages += pages
+            self.records += records
+            self.credits += credits
             bound = self._bound(query_id)
-            if bound is not None and row.pages <= bound and self.pages_left:
-                self.pages_left -= 1
+            if bound is not None and self.pages_left:  # its pages within it (a Dask round lands several)
+                within = min(row.pages, bound) - min(row.pages - pages, bound)
+                self.pages_left = max(0, self.pages_left - within)
         self.changed(query_id)
 
     def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None:

@@ -285,9 +285,9 @@ class Rounds:
         balance: int | None = result.get("balance")
         summary = result["summary"]
         r.files += summary["files"] if files is None else files
-        landed = summary["records"] - r.records
+        pages, records = result["paid"]  # this session's, as the local runner counts them: not pages replayed
         r.state, r.pages, r.records = result["state"], summary["pages"], summary["records"]
-        progress.current().page_landed(r.spec.query_id, landed, result["spent"])
+        progress.current().page_landed(r.spec.query_id, records, result["spent"], pages)
         self.discover(r.spec, result["found"])
         if summary["status"] == "budget_exhausted" and self.grant_was_the_limit(r):
             return balance  # its grant ran out: it goes on next round, or ends with the run's stop
@@ -328,11 +328,11 @@ class Rounds:
     def relanded(self, r: Running, why: str, spent: int = 0, broke: str | None = None) -> None:
         """A round whose result is lost (its worker died: Dask's new attempt paid nothing) or unusable: what it
         stored lands again, the query goes on from its last page; one that `broke` without a page ends `failed`."""
-        before = r.pages
+        pages, records = r.pages, r.records
         log.warning("query %s: a round lost (%s); what it stored lands again", r.spec.query_id, why)
         self.reland(r)
-        progress.current().page_landed(r.spec.query_id, 0, spent)
-        if broke is not None and r.pages == before:
+        progress.current().page_landed(r.spec.query_id, r.records - records, spent, r.pages - pages)
+        if broke is not None and r.pages == pages:
             self.end(r, self.last_summary(r, "failed", broke))
         elif self.ledger.stopped is not None:
             self.end(r, self.last_summary(r, self.ledger.stopped.kind, self.ledger.stopped.reason))
