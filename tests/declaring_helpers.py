@@ -20,7 +20,7 @@ import pytest
 from harvest.connectors.catalog import job_catalog
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.records import RecordKind
-from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.config import SandboxConfig, configured
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.endpoints import FEED, PINS, PROFILE
 
@@ -117,9 +117,7 @@ class _Aliased:
 
 def aliased_sandbox(config: SandboxConfig | None = None, **overrides: Any) -> RunningSandbox:
     """A sandbox serving the declared copies too, started (the caller stops it)."""
-    sb = RunningSandbox(
-        (config or SandboxConfig()).replace(**overrides), served=lambda app: _Aliased(app, ALIASES)
-    )
+    sb = RunningSandbox(configured(config, **overrides), served=lambda app: _Aliased(app, ALIASES))
     return sb.start()
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.config import SandboxConfig, configured
 from harvest.sandbox.emulation import endpoint_table as sandbox_endpoints
 from harvest.sandbox.wire.serving import RunningSandbox
 
@@ -182,7 +182,7 @@ class GatedSandbox(RunningSandbox):
 @contextmanager
 def gated(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[GatedSandbox]:
     """`sandbox.wire.serving.running`, with a gate."""
-    sandbox = GatedSandbox((config or SandboxConfig()).replace(**overrides))
+    sandbox = GatedSandbox(configured(config, **overrides))
     sandbox.start()
     try:
         yield sandbox

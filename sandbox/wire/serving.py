@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig
+from harvest.sandbox.config import DEFAULT_KEY, SandboxConfig, configured
 from harvest.sandbox.wire.asgi_app import SandboxApp
 from harvest.sandbox.wire.billing import LedgerEntry
 
@@ -155,7 +155,7 @@ def running(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
     with running(SandboxConfig(pages=(3, 3))) as sb:
         httpx.get(sb.base_url + "/v1/account/credit-balance", headers={"x-api-key": sb.key})
     """
-    cfg = (config or SandboxConfig()).replace(**overrides)
+    cfg = configured(config, **overrides)
     sandbox = RunningSandbox(cfg).start()
     try:
         yield sandbox
@@ -165,5 +165,5 @@ def running(config: SandboxConfig | None = None, **overrides: Any) -> Iterator[R
 
 def start(config: SandboxConfig | None = None, **overrides: Any) -> RunningSandbox:
     """A started sandbox the caller stops (`stop()` or a `with` block)."""
-    cfg = (config or SandboxConfig()).replace(**overrides)
+    cfg = configured(config, **overrides)
     return RunningSandbox(cfg).start()
