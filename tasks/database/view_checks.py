@@ -98,10 +98,11 @@ def read_checked(con: duckdb.DuckDBPyConnection) -> dict[str, Checked]:
 def write_checked(
     con: duckdb.DuckDBPyConnection, changed: Iterable[tuple[str, Checked]], gone: Iterable[str]
 ) -> None:
-    for view, checked in changed:
+    rows = {view: (view, c.statement, c.definition, c.files, c.last_file, c.listing) for view, c in changed}
+    if rows:  # one statement: one each took ~6 ms, a second of a first load of the demo's 160 views
+        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
         con.execute(
-            f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)",
-            [view, checked.statement, checked.definition, checked.files, checked.last_file, checked.listing],
+            f"INSERT OR REPLACE INTO {TABLE} VALUES {values}", [v for row in rows.values() for v in row]
         )
     for view in gone:
         con.execute(f"DELETE FROM {TABLE} WHERE view_name = ?", [view])
