@@ -105,7 +105,7 @@ class Rounds:
                 r.known = stage_known(self.staged, decided, endpoint, incremental)
             except MachineFault as fault:  # nothing is granted once the run stops
                 self.faults.stop(fault)
-        if self.staged is not None and decided.resume:  # nor its raw pages: land them here
+        if decided.resume:  # its raw pages land here (staging workers cannot read them); rounds go on
             self.reland(r)
 
     def reland(self, r: Running) -> None:
