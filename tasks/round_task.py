@@ -222,15 +222,7 @@ async def _pay(
             raw=staged.pages if staged is not None else None,  # type: ignore[arg-type]
             known=known,
         )  # fmt: skip
-        found, hook = values_hook(wanted, spec.params, ctx.endpoints[spec.endpoint])
-        paid = [0, 0]  # pages and records the round paid for: a resumed query's replayed pages are not
-
-        def on_records(spec: QuerySpec, records: Any, kept: int, credits: int, replayed: bool) -> None:
-            hook(spec, records, kept, credits, replayed)
-            if not replayed:
-                paid[0], paid[1] = paid[0] + 1, paid[1] + kept
-
-        ctx.on_records = on_records
+        found, ctx.on_records = values_hook(wanted, spec.params, ctx.endpoints[spec.endpoint])
         paged = await page_query(ctx, spec, part, state_from_plain(state))
     summary = paged.summary
     result = {
@@ -240,7 +232,6 @@ async def _pay(
         "balance": ledger.account_remaining,  # the last balance the service reported, for the flow's floor
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
-        "paid": paid,  # what the flow's progress counts (its line and totals), as the local runner's does
         "stop": fault_plain(ctx.faults.fault) if ctx.faults.fault is not None else None,
         "prices": ledger.answered_prices(),  # the flow's ledger learns, journals and grants by them
     }

@@ -230,7 +230,6 @@ class Rounds:
                       "round_no": r.rounds, "wanted": self.wanted(r.spec), "stage": stage,
                       "known": r.known}  # fmt: skip
             submitted.append((r, sent, stage, runner.submit(collect_round, parameters=params)))
-            r.spec = QuerySpec(**{**query, "resume": False})  # later rounds go on from the state
         balances: list[int] = []
         for r, reservation, stage, future in submitted:
             await asyncio.to_thread(future.wait)
@@ -285,7 +284,8 @@ class Rounds:
         balance: int | None = result.get("balance")
         summary = result["summary"]
         r.files += summary["files"] if files is None else files
-        pages, records = result["paid"]  # this session's, as the local runner counts them: not pages replayed
+        # this session's, as the local runner counts them: a resumed query starts from its relanded pages (`add`)
+        pages, records = summary["pages"] - r.pages, summary["records"] - r.records
         r.state, r.pages, r.records = result["state"], summary["pages"], summary["records"]
         progress.current().page_landed(r.spec.query_id, records, result["spent"], pages)
         self.discover(r.spec, result["found"])
