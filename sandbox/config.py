@@ -250,10 +250,7 @@ class SandboxConfig:
 
     def replace(self, **overrides: Any) -> SandboxConfig:
         """A copy with some fields changed; `quirks` may be given as a dict of quirk fields to change."""
-        quirks = overrides.get("quirks")
-        if isinstance(quirks, Mapping):
-            overrides["quirks"] = dataclasses.replace(self.quirks, **quirks)
-        return dataclasses.replace(self, **overrides)
+        return dataclasses.replace(self, **_quirks_given(self.quirks, overrides))
 
 
 def configured(config: SandboxConfig | None, **overrides: Any) -> SandboxConfig:
@@ -262,7 +259,12 @@ def configured(config: SandboxConfig | None, **overrides: Any) -> SandboxConfig:
     sandbox's own catalog) replace them."""
     if config is not None:
         return config.replace(**overrides)
+    return SandboxConfig(**_quirks_given(Quirks(), overrides))
+
+
+def _quirks_given(base: Quirks, overrides: dict[str, Any]) -> dict[str, Any]:
+    """`overrides` with `quirks` given as a dict of quirk fields turned into `base` with those changed."""
     quirks = overrides.get("quirks")
     if isinstance(quirks, Mapping):
-        overrides["quirks"] = Quirks(**quirks)
-    return SandboxConfig(**overrides)
+        return {**overrides, "quirks": dataclasses.replace(base, **quirks)}
+    return overrides
