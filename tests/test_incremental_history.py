@@ -19,7 +19,17 @@ from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
-from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, POST, PROFILE, REELS
+from tests.endpoints import (
+    CHANNEL_VIDEOS,
+    COMMENT_REPLIES,
+    CREATIVE,
+    CREATIVE_DETAIL,
+    FEED,
+    POST,
+    PROFILE,
+    REELS,
+    VIDEO_COMMENTS,
+)
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -319,3 +329,48 @@ def test_the_plan_expects_what_the_last_nights_paid_beside_the_worst_case(
     # after a night of 4 new posts: the average of the nights since the full pass, rounded up
     assert "expected: 4 (" in _figures(after_third), after_third  # feed (1 + 2) / 2, threads (0 + 4) / 2
     assert "the average of the last 2 nights" in after_third
+
+
+def replies_paid(sb: Any) -> Counter[str]:
+    """How many times the sandbox was paid for each comment's replies (by its `continuationToken`)."""
+    return Counter(e.params.get("continuationToken") for e in data_entries(sb) if e.path == COMMENT_REPLIES)
+
+
+def test_a_grandchild_a_cap_left_unstarted_starts_the_next_night_from_its_collected_parent(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A channel's videos (incremental), their comments, the comments' replies, each fan-out under its cap: the
+    night the replies' cap stopped some, the next plain night starts those, and only those, from the comments
+    the database holds (the videos and the comments were collected: neither is paid again); a third night pays
+    the head page alone. The plan before the second night expects what it pays."""
+    comments = {"order": "newest"}
+    queries = [
+        {"id": "vids", "endpoint": CHANNEL_VIDEOS, "params": {"handle": "nasa", "sort": "latest"},
+         "incremental": True, "max_pages": 2},
+        {"id": "comments", "endpoint": VIDEO_COMMENTS, "params": comments, "max_pages": 1,
+         "for_each": {"url": {"from": "vids", "field": "url"}}, "max_credits_total": 20},
+        {"id": "replies", "endpoint": COMMENT_REPLIES, "max_pages": 1, "max_credits_total": 15,
+         "for_each": {"continuationToken": {"from": "comments", "field": "replies_token"}}},
+    ]  # fmt: skip
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE})
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, queries))
+        first = run_flow(spec, budget=60)
+        planned = {
+            b: runner.invoke(app, ["plan", str(spec), "--budget", str(b), "--check-expected"]) for b in (5, 6)
+        }
+        night1 = replies_paid(sb)
+        second = run_flow(spec, budget=60)
+        night2 = replies_paid(sb)
+        third = run_flow(spec, budget=60)
+        paid = Counter(e.path for e in data_entries(sb))
+    tokens = {t for (t,) in rows(output / "harvest.duckdb", "SELECT DISTINCT replies_token FROM video_platform_video_comments WHERE replies_token IS NOT NULL")}  # fmt: skip
+    unstarted = [q for q in first.queries if q["query_id"].startswith("replies[") and not q["pages"]]
+    assert len(unstarted) == len(tokens) - len(night1) > 0
+    assert set(night1) < tokens and set(night1.values()) == {1}  # the cap stopped some
+    assert set(night2) == tokens and set(night2.values()) == {1}  # the rest, each once, nothing twice
+    assert second.credits_spent == 1 + len(tokens) - len(night1) == 6  # the head page and the replies left
+    assert (planned[5].exit_code, planned[6].exit_code) == (3, 0), planned[5].output  # the plan expected it
+    assert third.credits_spent == 1 and paid[COMMENT_REPLIES] == len(tokens)
+    assert paid[VIDEO_COMMENTS] == sum(1 for q in first.queries if q["query_id"].startswith("comments["))

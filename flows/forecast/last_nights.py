@@ -152,7 +152,7 @@ def _dependent(line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night]
     parent_incremental = parent in plan.incremental
     paid: list[int] = []
     for n, night in enumerate(nights):
-        if not _group_learning(parent, parent_incremental, n, nights):
+        if not _parents_learning(parent, plan, n, nights):
             continue
         mine = [q for q_id, q in night.queries.items() if base_id(q_id) == line.group]
         if any(q.get("status") not in COLLECTED for q in mine):
@@ -162,14 +162,38 @@ def _dependent(line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night]
             break
     left = _left_over(line, nights)
     if paid:
-        basis = f"{_nights_words(len(paid))} (new {parent} records only)"
+        which = f"new {parent} records only" if parent_incremental else f"each {parent} record"
+        basis = f"{_nights_words(len(paid))} ({which})"
         return _with_left(line, plan, ExpectedCost(_average(paid), basis, learned=True), left)
-    if parent_incremental and _has_complete_pass(parent, nights):
+    root = _root(parent, plan)
+    if root in plan.incremental and _has_complete_pass(root, nights):
         none_yet = ExpectedCost(
-            0, f"new {parent} records only: none known yet (no night since the full pass)", True
+            0, f"new {root} records only: none known yet (no night since the full pass)", True
         )
         return _with_left(line, plan, none_yet, left)
     return _worst(line)
+
+
+def _above(group: str, plan: Plan) -> str | None:
+    """The spec query a dependent spec query's values come from; None for a query that is not dependent."""
+    return next((dep.parent for dep in plan.dependents if dep.template_id == group), None)
+
+
+def _root(group: str, plan: Plan) -> str:
+    """The query at the top of a dependent chain (the channel's videos, above their comments' replies)."""
+    above = _above(group, plan)
+    return group if above is None else _root(above, plan)
+
+
+def _parents_learning(parent: str, plan: Plan, night: int, nights: Sequence[_Night]) -> bool:
+    """Whether a night is a learning night of a dependent line's parent. A dependent parent that started no
+    query that night found no new record of its own parent: the night is its parent's, up the chain (the
+    night a channel's incremental videos found no new video started no comments, so no replies either)."""
+    learning = _group_learning(parent, parent in plan.incremental, night, nights)
+    if learning is None:
+        above = _above(parent, plan)
+        return above is not None and _parents_learning(above, plan, night, nights)
+    return learning
 
 
 def _left_over(line: CostLine, nights: Sequence[_Night]) -> int:

@@ -18,7 +18,7 @@ unfinished pass), any other stop leaves it partial at its next cursor.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,25 +89,52 @@ def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
 
 
 def dependents_left(
-    db: Path, parent: QuerySpec, deps: Sequence[DependentQuery], collected: set[str], incremental_run: bool
+    db: Path,
+    parent: QuerySpec,
+    deps_of: Callable[[str], Sequence[DependentQuery]],
+    collected: set[str],
+    incremental_run: bool,
 ) -> tuple[list[QuerySpec], list[str]]:
     """Dependent queries of an incremental parent's earlier records that were never collected (a budget
-    stop, a failure, a dependent added to the spec since), and notes on values that cannot be parameters.
-    None unless the parent is incremental and the run is too (`--full` pages every record again).
+    stop, a failure, a dependent added to the spec since), at any depth, and notes on values that cannot be
+    parameters. None unless the parent is incremental and the run is too (`--full` pages every record again).
+    `deps_of`: the dependent queries of a query id.
 
     An incremental run does not page those records again, so their dependents start from what the database
-    holds; those collected before are not paid for again. Both runners (in process and Dask) call this."""
+    holds; those collected before are not paid for again, and their own dependents are looked for the same way
+    (a video's comments collected, their replies a budget stopped: the replies start). Both runners (in process
+    and Dask) call this."""
     children: list[QuerySpec] = []
     notes: list[str] = []
-    if not (deps and parent.incremental and incremental_run):
+    if not (parent.incremental and incremental_run):
         return children, notes
-    for dep in deps:
-        for value in parent_values(db, dep.kind, dep.field, parent.query_id):
-            try:
-                child = instantiate(dep, value)
-            except ValueError as exc:
-                notes.append(str(exc))  # it names the dependent query
-                continue
-            if child.query_id not in collected:
-                children.append(child)
+    level = [parent]
+    seen: set[str] = {parent.query_id}
+    while level:
+        below: list[QuerySpec] = []
+        for dep, parents in _by_dependent(level, deps_of):
+            values = parent_values(db, dep.kind, dep.field, [p.query_id for p in parents])
+            for query_id in (p.query_id for p in parents):
+                for value in values.get(query_id, ()):
+                    try:
+                        child = instantiate(dep, value)
+                    except ValueError as exc:
+                        notes.append(str(exc))  # it names the dependent query
+                        continue
+                    if child.query_id in seen:
+                        continue
+                    seen.add(child.query_id)
+                    (below if child.query_id in collected else children).append(child)
+        level = below
     return children, notes
+
+
+def _by_dependent(
+    parents: Sequence[QuerySpec], deps_of: Callable[[str], Sequence[DependentQuery]]
+) -> list[tuple[DependentQuery, list[QuerySpec]]]:
+    """Each dependent query with the parents of this level it depends on: one read of the database each."""
+    grouped: dict[str, tuple[DependentQuery, list[QuerySpec]]] = {}
+    for parent in parents:
+        for dep in deps_of(parent.query_id):
+            grouped.setdefault(dep.template_id, (dep, []))[1].append(parent)
+    return list(grouped.values())

@@ -49,8 +49,10 @@ class Discovery:
                 yield child
 
     def left_over(self, db: Path, query: QuerySpec) -> list[QuerySpec]:
-        """The dependents an incremental parent's earlier records never got (their runs stopped first)."""
-        deps = self.dependents_of(query.query_id)
-        children, notes = dependents_left(db, query, deps, self.start.coverage.collected, self.incremental)
+        """The dependents an incremental parent's earlier records never got (their runs stopped first), at any
+        depth: those of its collected dependents' records too."""
+        children, notes = dependents_left(
+            db, query, self.dependents_of, self.start.coverage.collected, self.incremental
+        )
         self.skipped += notes
         return children

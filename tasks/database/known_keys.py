@@ -71,7 +71,7 @@ def load_known_keys(
                 continue
             cols = ", ".join(f"CAST({quote_ident(c)} AS VARCHAR)" for c in kind.primary_key)
             keys, late = by_table.setdefault(kind.table, set()), untrusted.setdefault(kind.table, set())
-            for run_id, *key in _fetched(con, db, kind.table, cols, query_id, kind.primary_key):
+            for _, run_id, *key in _fetched(con, db, kind.table, cols, [query_id], kind.primary_key):
                 keys.add(tuple(key))
                 if trusting and run_id not in trusted_runs:
                     late.add(tuple(key))
@@ -85,52 +85,65 @@ def _fetched(
     db: Path,
     table: str,
     columns: str,
-    query_id: str,
+    query_ids: Sequence[str],
     key: Sequence[str] | None = None,
 ) -> list[tuple[Any, ...]]:
-    """`_run_id` and `columns` of the rows query `query_id` fetched: the table's, and those another query's
-    fetch of the key replaced (`tasks.database.replaced_fetches`, read from the table's row of the key). A
-    database whose load has not made that record yet reads the Parquet history instead, this once."""
+    """`_query_id`, `_run_id` and `columns` of the rows the queries `query_ids` fetched: the table's, and those
+    another query's fetch of the key replaced (`tasks.database.replaced_fetches`, read from the table's row of
+    the key). A database whose load has not made that record yet reads the Parquet history instead, this once.
+    Several queries in one read: the dependents of a fan-out's thousand queries are one statement, not a
+    thousand."""
+    ids = list(query_ids)
     found = con.execute(
-        f"SELECT _run_id, {columns} FROM {quote_ident(table)} WHERE _query_id = ?", [query_id]
+        f"SELECT _query_id, _run_id, {columns} FROM {quote_ident(table)} "
+        "WHERE _query_id IN (SELECT unnest(?::VARCHAR[]))",
+        [ids],
     ).fetchall()
     key = key or primary_keys(con).get(table)  # the kind's, where the caller has it: no catalog read a query
     if key and replaced_fetches.exists(con):
-        mine = f"SELECT key, run_id FROM {replaced_fetches.TABLE} WHERE table_name = ? AND query_id = ?"
-        sql = (
-            f"SELECT r._harvest_run, {columns} FROM {quote_ident(table)} "
-            f"JOIN (SELECT key AS _harvest_key, run_id AS _harvest_run FROM ({mine})) AS r "
-            f"ON r._harvest_key = {replaced_fetches.key_text(quote_ident(table), key)}"
+        mine = (
+            f"SELECT key, run_id, query_id FROM {replaced_fetches.TABLE} "
+            "WHERE table_name = ? AND query_id IN (SELECT unnest(?::VARCHAR[]))"
         )
-        return found + con.execute(sql, [table, query_id]).fetchall()
+        sql = (
+            f"SELECT r._harvest_query, r._harvest_run, {columns} FROM {quote_ident(table)} "
+            f"JOIN (SELECT key AS _harvest_key, run_id AS _harvest_run, query_id AS _harvest_query "
+            f"FROM ({mine})) AS r ON r._harvest_key = {replaced_fetches.key_text(quote_ident(table), key)}"
+        )
+        return found + con.execute(sql, [table, ids]).fetchall()
     history = OutputLayout(db.parent).parquet_table_dir(table)
     if history.is_dir() and any(history.glob(f"*/*{PARQUET_SUFFIX}")):
         files = quote_literal(str(history / "*" / f"*{PARQUET_SUFFIX}"))
         sql = (
-            f"SELECT _run_id, {columns} FROM read_parquet({files}, union_by_name = true) WHERE _query_id = ?"
+            f"SELECT _query_id, _run_id, {columns} FROM read_parquet({files}, union_by_name = true) "
+            "WHERE _query_id IN (SELECT unnest(?::VARCHAR[]))"
         )
         try:
-            found += con.execute(sql, [query_id]).fetchall()
+            found += con.execute(sql, [ids]).fetchall()
         except duckdb.Error as exc:  # a file another process is replacing, a column older files lack
-            log.warning("incremental query %s: its Parquet history not read (%s)", query_id, exc)
+            log.warning("queries %s: their Parquet history not read (%s)", ", ".join(ids[:3]), exc)
     return found
 
 
-def parent_values(db: Path, table: str, column: str, query_id: str) -> list[Any]:
-    """The distinct values of `column` in the rows query `query_id` landed (its fetches a dependent query
-    fetched again too: `_fetched`): what its dependent queries start from. Empty when the database, the table
-    or the column is not there or cannot be read."""
-    if not db.exists():
-        return []
+def parent_values(db: Path, table: str, column: str, query_ids: Sequence[str]) -> dict[str, list[Any]]:
+    """The distinct values of `column` in the rows each of `query_ids` landed (its fetches a dependent query
+    fetched again too: `_fetched`), by query: what their dependent queries start from. Empty when the database,
+    the table or the column is not there or cannot be read."""
+    if not db.exists() or not query_ids:
+        return {}
     try:
         con = duckdb.connect(str(db), read_only=True)
     except duckdb.Error as exc:
-        log.warning("dependents of %s: cannot read %s (%s)", query_id, db, exc)
-        return []
+        log.warning("dependents of %s: cannot read %s (%s)", ", ".join(list(query_ids)[:3]), db, exc)
+        return {}
     try:
-        found = _fetched(con, db, table, quote_ident(column), query_id)
-        return list(dict.fromkeys(value for _, value in found if value not in (None, "")))
+        found = _fetched(con, db, table, quote_ident(column), query_ids)
     except duckdb.Error:
-        return []  # no such table or column yet
+        return {}  # no such table or column yet
     finally:
         con.close()
+    values: dict[str, dict[Any, None]] = {}
+    for query_id, _, value in found:
+        if value not in (None, ""):
+            values.setdefault(str(query_id), {})[value] = None
+    return {query_id: list(kept) for query_id, kept in values.items()}
