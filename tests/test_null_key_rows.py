@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.connectors.catalog.job_catalog import builtin
 from harvest.flows.cli import app
 from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.wire.serving import running
+from harvest.tasks.database.history_views import refresh_history_views
 from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, one_query, rows, scalar, subprocess_env
 from tests.terminal_helpers import printed_command
@@ -95,3 +100,23 @@ def test_the_history_view_has_one_row_per_key_per_run_and_an_older_view_is_repla
     loaded = runner.invoke(app, ["load", str(output)])
     assert loaded.exit_code == 0, loaded.output
     assert rows(db, history) == [(per_run, 0)]
+
+
+def test_a_child_table_s_history_view_leaves_out_items_without_their_parent_s_key(tmp_path: Path) -> None:
+    """harvest writes no items for a record without its key, and the child table (joined on its parent's rows)
+    could not hold one; items another writer left in the Parquet without a parent key stay out of the view too,
+    rather than fold every keyless parent of a run into one list."""
+    kind = builtin().kinds()["streaming_clip_qualities"]
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+    items = [("clip-1", 0), ("clip-1", 1), (None, 0), (None, 1), (None, 0)]  # two keyless parents' lists
+    columns = {"parent_id": [p for p, _ in items], "position": [i for _, i in items], "_run_id": ["r1"] * 5,
+               "_fetched_at": [at] * 5}  # fmt: skip
+    landed = pa.table(
+        {f.name: columns.get(f.name, [None] * len(items)) for f in kind.schema}, schema=kind.schema
+    )
+    (tmp_path / "parquet" / kind.table / "date=2026-11-30").mkdir(parents=True)
+    pq.write_table(landed, tmp_path / "parquet" / kind.table / "date=2026-11-30" / "r1-0.parquet")
+    with duckdb.connect(str(tmp_path / "harvest.duckdb")) as con:
+        refresh_history_views(con, tmp_path / "parquet", {kind.table: kind})
+        shown = con.execute(f"SELECT parent_id, position FROM {kind.table}_history ORDER BY ALL").fetchall()
+    assert shown == [("clip-1", 0), ("clip-1", 1)]
