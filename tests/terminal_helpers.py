@@ -113,3 +113,16 @@ def whole(text: str, lines: Sequence[str]) -> bool:
         if char in SEPARATORS:
             pattern += "\n?"
     return re.search(pattern, "\n".join(line.strip() for line in lines)) is not None
+
+
+def printed_command(lines: list[str], after: str) -> str:
+    """The command printed under the sentence starting with `after`, as a person copies it: its indented lines
+    up to the one that closes its quoted query."""
+    said = next(i for i, line in enumerate(lines) if line.startswith(after))
+    start = next(i for i in range(said + 1, len(lines)) if lines[i].startswith("  "))  # the sentence may wrap
+    taken: list[str] = []
+    for line in lines[start:]:
+        taken.append(line)
+        if "\n".join(taken).count('"') >= 2:
+            return "\n".join(taken)
+    raise AssertionError(f"no command after {after!r}: {lines[start:]}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -127,3 +128,20 @@ def test_harvest_sandbox_replays_an_answer_as_it_is(tmp_path: Path) -> None:
         timeout=30,
     )
     assert refused.returncode == 2 and "--replay '/v1/nope=" in refused.stderr
+
+
+def test_harvest_sandbox_on_a_port_in_use_says_so_in_one_line_and_serves_nothing() -> None:
+    """Another process listens on the port: one line naming it, exit 2 as any usage error, and never a
+    "serving" line (a user would point a run at the other process)."""
+    harvest = Path(sys.executable).with_name("harvest")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        refused = subprocess.run(
+            [str(harvest), "sandbox", "--port", str(port)], capture_output=True, text=True, timeout=60
+        )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == "" and refused.stderr.splitlines() == [
+        f"harvest sandbox: cannot serve on 127.0.0.1:{port}: Address already in use; pick another --port"
+    ], refused.stderr

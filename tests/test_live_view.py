@@ -32,7 +32,7 @@ from tests.endpoints import EMBED, PROFILE
 from tests.flow_helpers import BIG_BALANCE, HARVEST, ROOT, SECRET_KEY, job_spec, subprocess_env, write_spec
 from tests.process_helpers import finish, start_run
 from tests.sandbox_gate import gated, settle
-from tests.terminal_helpers import Terminal, unwrapped, whole
+from tests.terminal_helpers import Terminal, printed_command, unwrapped, whole
 
 BUDGET = 1000
 
@@ -360,19 +360,6 @@ def test_the_end_on_a_terminal_says_what_is_history_and_what_is_current_without_
     assert f"harvest export {output} --to DIR --snapshot\n" in continued
     copied = printed_command(end, "Current rows of photo_app_embeds")  # as copied from the 80-column screen
     assert sorted(r["handle"] for r in rows_from(copied, ROOT, output.parent)) == HANDLES
-
-
-def printed_command(lines: list[str], after: str) -> str:
-    """The command printed under the sentence starting with `after`, as a person copies it: its indented lines
-    up to the one that closes its quoted query."""
-    said = next(i for i, line in enumerate(lines) if line.startswith(after))
-    start = next(i for i in range(said + 1, len(lines)) if lines[i].startswith("  "))  # the sentence may wrap
-    taken: list[str] = []
-    for line in lines[start:]:
-        taken.append(line)
-        if "\n".join(taken).count('"') >= 2:
-            return "\n".join(taken)
-    raise AssertionError(f"no command after {after!r}: {lines[start:]}")
 
 
 def rows_from(command: str, cwd: Path, home: Path) -> list[dict[str, str]]:

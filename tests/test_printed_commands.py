@@ -198,7 +198,7 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     shown = demo_out.split("(DuckDB SQL, read-only):\n", 1)[1]
     queries, rest = shown.split("\nFrom Python (the duckdb package, read-only):\n")
     sql, every_table = queries.split("\nEvery table and its rows", 1)
-    python = rest.split("\nParquet for a warehouse:")[0]
+    python, warehouse = rest.split("\nFor a warehouse: ")
     sql, python, every_table = sql.strip(), python.strip(), every_table.split(":\n", 1)[1].strip()
     demo_dir = landed_demo.cwd  # read only: the printed lines only read
     queried, read = pasted(sql, demo_dir, home), pasted(python, demo_dir, home)
@@ -212,6 +212,10 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     assert sql.startswith(".venv/bin/harvest sql 'demo'\"'\"'s out' '\n      SELECT "), sql
     shown_lines = [*sql.splitlines(), *python.splitlines(), *every_table.splitlines()]
     assert max(len(line) for line in shown_lines) < 80  # no terminal cuts them
+    assert warehouse == (  # what docs/handoff.md has a loader go by: the exports' manifests, not folders
+        ".venv/bin/harvest export 'demo'\"'\"'s out' --to DIR sends the runs not sent there yet, with a manifest "
+        "of the new files\n"
+    ), warehouse
     assert queried.returncode == 0 and "play_count" in queried.stdout, queried.stdout + queried.stderr
     assert listed.returncode == 0 and "short_video_videos" in listed.stdout, listed.stdout + listed.stderr
     assert read.returncode == 0 and "query_state" not in read.stderr and "complete" in read.stdout, (

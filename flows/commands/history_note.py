@@ -26,14 +26,17 @@ def _name(column: str) -> str:
 
 
 def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], width: int | None) -> list[str]:
-    """The lines of a DuckDB query giving one row per key, the newest fetch, from every run's Parquet of a table.
+    """The lines of a DuckDB query giving one row per key, the newest fetch, from every run's Parquet of a record
+    table: the rows the DuckDB table holds, so rows without a whole key (which the load skips) are left out.
     The path is absolute (`harvest sql` reads only the job's own Parquet tree, named by its real place); where
     it is wider than `width` it is written as adjacent string literals, one a line, split after a `/` (SQL
     joins literals that only a line break separates), so no line is wider than the terminal."""
-    from harvest.tasks.database.connection import quote_literal
+    from harvest.tasks.database.connection import quote_literal, whole_key
 
     files = str(parquet_table_dir.resolve() / "*" / "*.parquet")
-    keys = ", ".join(_name(c) for c in primary_key)
+    names = [_name(c) for c in primary_key]
+    keys = ", ".join(names)
+    where = "WHERE " + whole_key(names, joiner="\n    AND ")  # a line per key column
     room = None if width is None else width - len(SQL_INDENT) - 4 - 3  # indent, quotes and comma
     *parts, last = [quote_literal(part) for part in split_after_slashes(files, room)]
     return [
@@ -41,6 +44,7 @@ def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], widt
         *(f"    {part}" for part in parts),
         f"    {last},",
         "    hive_partitioning = true, union_by_name = true)",
+        *where.splitlines(),
         "QUALIFY row_number() OVER (",
         f"    PARTITION BY {keys} ORDER BY _fetched_at DESC) = 1",
     ]
@@ -120,7 +124,8 @@ def say_history(tables: dict[str, int], output: Path) -> None:
     for line in shell_lines([harvest_command(), "export", str(output), "--to", "DIR", "--snapshot"], width):
         console.say(INDENT + line)
     console.prose(
-        f"Current rows of {table} from the Parquet (DuckDB SQL; the same for any table and its key):"
+        f"Current rows of {table} from the Parquet (DuckDB SQL; the same for any record table and its key, a "
+        "child table's is in docs/output.md):"
     )
     sql = current_rows_sql(parquet_root / table, kinds[table].primary_key, width)
     for line in sql_command(output, sql, width):

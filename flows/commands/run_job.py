@@ -320,7 +320,10 @@ def _demo(output: Path | None) -> None:
         'print(db.sql("SELECT query_id, status, pages, credits FROM query_state"))'
     )
     console.say(f"  {runnable(Path(sys.executable))} -c {shlex.quote(python)}")
-    console.prose(f"Parquet for a warehouse: {target / 'parquet'}/<table>/date=YYYY-MM-DD/*.parquet")
+    export = harvest_line("export", target, "--to", "DIR")  # a loader goes by its manifests (docs/handoff.md)
+    console.prose(
+        f"For a warehouse: {export} sends the runs not sent there yet, with a manifest of the new files"
+    )
     raise typer.Exit(code)
 
 

@@ -45,7 +45,7 @@ def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None
     shapes = _drift(drift)
     try:
         serve(drift=shapes, replay=replayed, declared=declared, catalog=catalog, **options)
-    except ValueError as exc:  # the config refused before serving: a declaration it cannot serve, a bad scale
+    except ValueError as exc:  # refused before serving: a declaration, a bad scale, a port in use
         raise UsageError(f"harvest sandbox: {exc}") from None
 
 

@@ -42,6 +42,23 @@ def _uvicorn_config(app: ASGIApp, port: int) -> uvicorn.Config:
     )
 
 
+def _listening(port: int) -> socket.socket:
+    """A socket of 127.0.0.1 listening on `port` (0: a free one), for uvicorn to serve on. TCP_NODELAY on every
+    connection, or uvicorn's two writes (head, body) meet the client's delayed ACK and every answer waits ~40 ms:
+    asyncio sets it only on sockets whose proto is IPPROTO_TCP, and accepted sockets inherit it from the listener.
+    ValueError naming the port when it cannot be had (another process listens on it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((LOOPBACK, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot serve on {LOOPBACK}:{port}: {exc.strerror}; pick another --port") from None
+    return sock
+
+
 def serve(
     port: int,
     api_key: str = DEFAULT_KEY,
@@ -56,12 +73,15 @@ def serve(
     if host not in (LOOPBACK, "localhost"):
         raise ValueError("the sandbox only binds 127.0.0.1")
     cfg = SandboxConfig(api_keys={api_key: credits}, fault_rate=fault_rate, seed=seed, **config)
+    app = SandboxApp(cfg)
+    sock = _listening(port)  # before "serving" is said: a port another process holds is refused
     print(
         f"sandbox serving on http://{LOOPBACK}:{port} (key {api_key!r}, {credits} credits, "
         f"fault rate {fault_rate}, seed {seed}); Ctrl-C to stop",
         file=sys.stderr,
     )
-    uvicorn.Server(_uvicorn_config(SandboxApp(cfg), port)).run()
+    with sock:
+        uvicorn.Server(_uvicorn_config(app, port)).run(sockets=[sock])
 
 
 class RunningSandbox:
@@ -72,13 +92,7 @@ class RunningSandbox:
         requests, a route alias); the sandbox's app when not given."""
         self.config = config
         self.app = SandboxApp(config)
-        # TCP_NODELAY on every connection, or uvicorn's two writes (head, body) meet the client's delayed ACK
-        # and every answer waits ~40 ms. asyncio sets it only on sockets whose proto is IPPROTO_TCP, and
-        # accepted sockets inherit it from the listener: both are done here.
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.bind((LOOPBACK, 0))
+        self._sock = _listening(0)
         self.port: int = self._sock.getsockname()[1]
         self.base_url = f"http://{LOOPBACK}:{self.port}"
         self._server = uvicorn.Server(_uvicorn_config(served(self.app) if served else self.app, self.port))

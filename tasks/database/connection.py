@@ -7,7 +7,7 @@ raw pages and Parquet, and loading is idempotent, so rerunning the load later gi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,13 @@ def count_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | Non
 
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def whole_key(keys: Sequence[str], joiner: str = " AND ") -> str:
+    """A SQL condition true where every key column (`keys`: as the statement names them, quoted or not) has a
+    value: rows without a whole key cannot be merged, so the DuckDB tables never hold them, and whatever reads
+    the current rows or their history from the Parquet leaves them out the same way."""
+    return joiner.join(f"{k} IS NOT NULL" for k in keys)
 
 
 def quote_literal(text: str) -> str:

@@ -22,7 +22,7 @@ import duckdb
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot, Relation
 from harvest.tasks.database.column_comments import column_comment, describe_table
-from harvest.tasks.database.connection import quote_ident, quote_literal
+from harvest.tasks.database.connection import quote_ident, quote_literal, whole_key
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
@@ -53,17 +53,20 @@ def history_view_sql(
     table: str, kind: TableKind, table_dir: Path, *, temporary: bool = False, name: str = ""
 ) -> str:
     """A record table's view: each key's last fetch per run. A child table's: the items of each parent's last
-    fetch per run (that had items), so a list that shrank within a run shows its end."""
+    fetch per run (that had items), so a list that shrank within a run shows its end. Rows without a whole key
+    (a child's: its parent's) are left out, as the tables leave them out: they cannot be told apart."""
     files = _files(table_dir)
+    key = kind.parent_columns if isinstance(kind, ChildKind) else kind.primary_key
+    keys = [quote_ident(c) for c in key]
+    per_run = ", ".join([*keys, "_run_id"])
     if isinstance(kind, ChildKind):
-        parents = ", ".join(quote_ident(c) for c in (*kind.parent_columns, "_run_id"))
-        newest = f"_fetched_at = max(_fetched_at) OVER (PARTITION BY {parents})"
+        newest = f"_fetched_at = max(_fetched_at) OVER (PARTITION BY {per_run})"
     else:
-        keys = ", ".join(quote_ident(c) for c in (*kind.primary_key, "_run_id"))
-        newest = f"row_number() OVER (PARTITION BY {keys} ORDER BY _fetched_at DESC) = 1"
+        newest = f"row_number() OVER (PARTITION BY {per_run} ORDER BY _fetched_at DESC) = 1"
     return (
         f"CREATE OR REPLACE {'TEMPORARY ' if temporary else ''}VIEW {quote_ident(name or table + HISTORY_SUFFIX)} AS "
-        f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) QUALIFY {newest}"
+        f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) "
+        f"WHERE {whole_key(keys)} QUALIFY {newest}"
     )
 
 

@@ -26,7 +26,7 @@ from harvest.tasks.database import replaced_fetches as replaced
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
 from harvest.tasks.database.column_types import cast_older_files, rename, retype
-from harvest.tasks.database.connection import count_rows, quote_ident, quote_literal, transaction
+from harvest.tasks.database.connection import count_rows, quote_ident, quote_literal, transaction, whole_key
 from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike, catalog: Cata
 
 
 def _choose_newest(
-    con: duckdb.DuckDBPyConnection, key: Sequence[str], source: str, null_key: str, paths: list[str]
+    con: duckdb.DuckDBPyConnection, key: Sequence[str], source: str, has_key: str, paths: list[str]
 ) -> None:
     """`_harvest_newest`: the newest fetch of each key in the files, as narrow rows. Whole rows are read once,
     straight into the table, after it: a window sort over them ran out of 64 MB at 50k rows."""
@@ -191,7 +191,7 @@ def _choose_newest(
         f"""
         CREATE OR REPLACE TEMP TABLE _harvest_newest AS
         SELECT {", ".join(key)}, {fetched}, file_index, file_row_number FROM {source}
-        WHERE NOT ({null_key})
+        WHERE {has_key}
         QUALIFY row_number() OVER (
             PARTITION BY {", ".join(key)}
             ORDER BY {fetched} DESC NULLS LAST, file_index DESC, file_row_number DESC
@@ -224,14 +224,14 @@ def merge_files(
     paths = sorted(str(p) for p in files)  # `file_index` is a file's place here: ties go to the later name
     source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
     key = [quote_ident(c) for c in kind.primary_key]
-    null_key = " OR ".join(f"{k} IS NULL" for k in key)
-    counts = f"SELECT count(*), count(*) FILTER (WHERE {null_key}) FROM {source}"
+    has_key = whole_key(key)
+    counts = f"SELECT count(*), count(*) FILTER (WHERE NOT ({has_key})) FROM {source}"
     ((total, skipped),) = con.execute(counts, [paths]).fetchall()  # said once per table (`merge_batches`)
     names = ", ".join(quote_ident(n) for n in kind.schema.names)
     read = ", ".join(cast_older_files(con, kind.table, kind.schema, table_types, source, paths))
     fetched = quote_ident(FETCHED_AT)
     same_key = " AND ".join(f"t.{k} = s.{k}" for k in key)
-    _choose_newest(con, key, source, null_key, paths)
+    _choose_newest(con, key, source, has_key, paths)
     replacing = _names_fetches(kind, paths)
     if replacing:  # the rows it deletes, for the record of which query fetched what (`replaced_fetches`)
         twice = count_rows(con, "SELECT count(*) FROM _harvest_newest") < total - skipped

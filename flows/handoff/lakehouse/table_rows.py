@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.flows.handoff.lakehouse.table_format import TableLoad
-from harvest.tasks.database.connection import has_table, quote_ident, quote_literal
+from harvest.tasks.database.connection import has_table, quote_ident, quote_literal, whole_key
 from harvest.tasks.database.load_settings import memory_limit
 from harvest.tasks.database.record_tables import duckdb_types
 from harvest.tasks.output.layout import OutputLayout
@@ -101,7 +101,7 @@ def record_reader(
     sql_types = dict(duckdb_types(con, schema))
     columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name]) for f in schema)
     keys = ", ".join(quote_ident(k) for k in key)
-    not_null = " AND ".join(f"{quote_ident(k)} IS NOT NULL" for k in key)
+    not_null = whole_key([quote_ident(k) for k in key])
     in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""
     sql = (
         f"SELECT {columns} FROM read_parquet({files}, union_by_name = true) WHERE {not_null}{in_bucket} "
@@ -140,7 +140,7 @@ def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
     named = ", ".join(f"{k} AS {quote_ident(c)}" for k, c in zip(keys, child.parent_columns, strict=True))
     return (
         f"SELECT {named}, {quote_ident(NEWEST_BY)} FROM read_parquet({files}, union_by_name = true) "
-        f"WHERE {' AND '.join(f'{k} IS NOT NULL' for k in keys)} "
+        f"WHERE {whole_key(keys)} "
         f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
     )
 
