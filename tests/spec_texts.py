@@ -130,6 +130,13 @@ CASES = {
         ["'materialId' is not a column of creative_materials"],
         ["material_id", "title"],
     ),
+    "for_each from a number column": (
+        VALID.replace("field: material_id}", "field: relevance}"),
+        15,
+        "queries[2].for_each.material_id.field",
+        ["'relevance' is a number column; a dependent query fans out over text or integer columns only"],
+        ["material_id", "title"],
+    ),
     "cycle": (
         HEAD
         + """\

@@ -12,8 +12,10 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
+import pyarrow as pa
 from pydantic import ValidationError
 
+from harvest.connectors.catalog.fields import type_name
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
 from harvest.connectors.catalog.params import PARAM_RULE, Params
 from harvest.connectors.catalog.shape_overrides import shape_problems
@@ -166,6 +168,11 @@ def cross_problems(queries: list[Query], catalog: Catalog) -> Iterator[Found]:
     yield from _cycle_problems(queries, parents)
 
 
+_FAN_OUT_TYPES = (pa.string(), pa.int64())
+"""The columns a dependent query can take its values from: text (JSON text too) and integers, each row's value
+sent as the parameter (an integer as its digits)."""
+
+
 def _field_problems(at: Loc, ref: FromQuery, parent: Query, catalog: Catalog) -> Iterator[Found]:
     if parent.endpoint not in catalog.endpoints:
         return  # reported on the parent
@@ -191,12 +198,13 @@ def _field_problems(at: Loc, ref: FromQuery, parent: Query, catalog: Catalog) ->
         )
     else:
         column = next(f for f in having[0].fields if f.name == ref.field)
-        if str(column.type) not in ("string", "int64"):
-            scalar = [f.name for f in having[0].fields if str(f.type) in ("string", "int64")]
+        if column.type not in _FAN_OUT_TYPES:
+            sources = [f.name for f in having[0].fields if f.type in _FAN_OUT_TYPES]
             yield (
                 (*at, "field"),
-                f"{ref.field!r} is a {column.type} column, not one value a row",
-                (", ".join(scalar)),
+                f"{ref.field!r} is a {type_name(column)} column; a dependent query fans out over text or "
+                "integer columns only",
+                ", ".join(sources),
             )
 
 
