@@ -100,7 +100,7 @@ CASES = {
         7,
         "queries[0].params.handle",
         ["required parameter 'handle' is missing"],
-        ["text"],
+        ["handle (required): text"],
     ),
     "neither of two identifiers": (
         HEAD + "  - endpoint: /v1/network-a/group/posts\n    params: {sort_by: TOP_POSTS}\n",

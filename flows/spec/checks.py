@@ -86,9 +86,11 @@ def query_problems(i: int, query: Query, catalog: Catalog) -> Iterator[Found]:
         )
     if bad:
         return
-    yield from _combination_problems(at, query, params)
+    found = list(_combination_problems(at, query, params))
+    yield from found
     if query.incremental:
-        yield from _incremental_problems(at, query, catalog)
+        said = {loc[len(at) + 1] for loc, _, _ in found if len(loc) > len(at) + 1}
+        yield from _incremental_problems(at, query, catalog, said)
 
 
 def newest_first_listings(catalog: Catalog | None = None) -> str:
@@ -96,12 +98,21 @@ def newest_first_listings(catalog: Catalog | None = None) -> str:
     return (catalog or builtin()).newest_first_listings()
 
 
-def _incremental_problems(at: Loc, query: Query, catalog: Catalog) -> Iterator[Found]:
+def _incremental_problems(at: Loc, query: Query, catalog: Catalog, said: set[str | int]) -> Iterator[Found]:
+    """`said`: the parameters already refused. When the one that orders the listing is among them, its value is
+    wrong already: the endpoint's newest-first values are what is left to say, not every listing that has one."""
     order = catalog.get(query.endpoint).newest_first
     combos = [query.params]
     if order is not None and order.param in query.static:
         combos = [{**query.params, order.param: v} for v in query.static[order.param]]
-    if order is None or not all(order.holds(c) for c in combos):
+    if order is not None and order.param in said:
+        values = " or ".join(map(str, order.values))
+        yield (
+            (*at, "incremental"),
+            f"{query.endpoint} lists newest first only with {order.param}: {values}",
+            f"{order.param}: {values}; or no incremental",
+        )
+    elif order is None or not all(order.holds(c) for c in combos):
         yield (
             (*at, "incremental"),
             f"{query.endpoint} with these parameters does not list newest first, so stopping at known "
