@@ -100,7 +100,7 @@ CASES = {
         7,
         "queries[0].params.handle",
         ["required parameter 'handle' is missing"],
-        ["text"],
+        ["handle (required): text"],
     ),
     "neither of two identifiers": (
         HEAD + "  - endpoint: /v1/network-a/group/posts\n    params: {sort_by: TOP_POSTS}\n",
@@ -128,6 +128,13 @@ CASES = {
         15,
         "queries[2].for_each.material_id.field",
         ["'materialId' is not a column of creative_materials"],
+        ["material_id", "title"],
+    ),
+    "for_each from a number column": (
+        VALID.replace("field: material_id}", "field: relevance}"),
+        15,
+        "queries[2].for_each.material_id.field",
+        ["'relevance' is a number column; a dependent query fans out over text or integer columns only"],
         ["material_id", "title"],
     ),
     "cycle": (

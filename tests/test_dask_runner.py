@@ -23,7 +23,7 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
-from tests.declaring_helpers import Variant, aliased, variants
+from tests.declaring_helpers import Variant, aliased, builtin_declaration, variants
 from tests.endpoints import AUDIENCE, CREATIVE, CREATIVE_DETAIL, FEED, PINS, SHORT_PROFILE
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
 from tests.net_helpers import free_port
@@ -228,20 +228,26 @@ def test_a_round_grants_an_endpoint_no_answer_priced_yet_one_page() -> None:
 def test_a_dependent_query_no_request_fits_in_is_said_on_dask_as_it_is_locally(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
-    """Each profile's audience costs 26 credits a request, and the dependent query's `max_credits` is 10
-    (`harvest validate` cannot check a dependent query: its price may depend on its parent's values). No run
-    can send one. On Dask as locally, the run says which queries could not send a request and why, not that
-    the budget had no credits left (998 of 1000 were), and exits 1; nothing is paid for them."""
+    """The job declares an audience endpoint whose price its `handle` decides: 26 credits a request for these
+    two handles, 1 for any other, so `harvest validate` accepts the dependent query's `max_credits` of 10 (a
+    handle its parent gives may fit). The parent gives these two: no run can send one. On Dask as locally, the
+    run says which queries could not send a request and why, not that the budget had no credits left (998 of
+    1000 were), and exits 1; nothing is paid for them."""
     handles = ["acme", "zeta"]
+    priced = {"credits": 1, "when": [{"param": "handle", "value": h, "credits": 26} for h in handles]}
+    endpoints = {"/v1/declared/audience": {**builtin_declaration(AUDIENCE), "price": priced}}
     queries = [
         {"id": "profile", "endpoint": SHORT_PROFILE, "for_each": {"handle": handles}},
-        {"id": "audience", "endpoint": AUDIENCE, "for_each": {"handle": {"from": "profile", "field": "handle"}},
-         "max_credits": 10},
+        {"id": "audience", "endpoint": "/v1/declared/audience",
+         "for_each": {"handle": {"from": "profile", "field": "handle"}}, "max_credits": 10},
     ]  # fmt: skip
     said: dict[str, tuple[int, str, int]] = {}
     for name, runner in (("local", {"kind": "local"}), ("dask", {"kind": "dask", "address": dask_address})):
         with running(CONFIG) as sb:
-            spec = job_spec(sb.base_url, tmp_path / name, queries, name="capped", credits=1000, runner=runner)
+            spec = job_spec(
+                sb.base_url, tmp_path / name, queries, name="capped", credits=1000, runner=runner,
+                endpoints=endpoints,
+            )  # fmt: skip
             result = CliRunner().invoke(
                 app, ["run", str(write_spec(tmp_path, spec, f"{name}.yaml"))], env={"COLUMNS": "2000"}
             )

@@ -222,6 +222,26 @@ def test_without_a_terminal_a_wide_fan_out_is_plain_sentences_listing_what_did_n
     ), err[-1]
 
 
+def test_without_a_terminal_every_query_the_budget_stopped_gets_its_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A query stopped by the budget (or a cap) did not end well: it is not counted among the 20 listed ones,
+    and past them it still gets its line, so a cron log names every query that did not end well."""
+    lines = LogLines(every=3600)
+    lines.run_began(facts(planned=LISTED_WELL + 5, page_bounds=None))
+    ids = [f"q{i:02d}" for i in range(LISTED_WELL + 5)]
+    stopped = {ids[5], *ids[-4:]}
+    for query in ids:
+        lines.query_started(query, PROFILE)
+        lines.page_landed(query, records=2, credits=1)
+        lines.query_finished(query, "budget_exhausted" if query in stopped else "complete")
+    err = [line.removeprefix("harvest: ") for line in capsys.readouterr().err.splitlines()[1:]]
+    note = next(n for n, line in enumerate(err) if line.startswith(f"{LISTED_WELL} queries have ended well"))
+    assert [line.split(":")[0] for line in err[:note]] == ids[: LISTED_WELL + 1]
+    assert err[5] == "q05: budget_exhausted, 1 page, 2 records, 1 credit"
+    assert err[note + 1 :] == [f"{q}: budget_exhausted, 1 page, 2 records, 1 credit" for q in ids[-4:]]
+
+
 def test_table_titles_and_cells_break_only_at_separators() -> None:
     """rich wrapped a title at its table's width, and cells anywhere: `.../out/ha` / `rvest.duckdb`."""
     path = "/tmp/pytest-of-someone/pytest-1234/test_a_long_name0/out/harvest.duckdb"

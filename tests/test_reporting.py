@@ -197,6 +197,40 @@ def test_every_command_help_wraps_between_words_and_names_its_arguments(command:
     assert early == [], early
 
 
+def test_one_query_unstarted_or_stopped_is_said_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    """`1 queries stopped ...` and `1 query never started, their fan-out's cap ...` read as one query does; two
+    as two."""
+    from harvest.flows.commands.run_report import report
+    from harvest.flows.run.run_again import RunAgain
+    from harvest.tasks.output.run_summary import RunSummary
+
+    capped = "credit budget exhausted: the fan-out's cap of 4 credits (max_credits_total) has 0 left"
+
+    def q(qid: str, status: str, pages: int, error: str | None = None) -> dict[str, object]:
+        return {"query_id": qid, "status": status, "pages": pages, "records": pages, "credits": pages,
+                "error": error}  # fmt: skip
+
+    def said(*queries: dict[str, object]) -> list[str]:
+        summary = RunSummary(
+            run_id="r1", job="j", service="sandbox", status="budget_exhausted", budget=9, credits_spent=6,
+            records=6, loaded=False, tables={}, queries=list(queries),
+        )  # fmt: skip
+        report(summary, RunAgain(Path("job.yaml")), Path("out"))
+        return capsys.readouterr().err.splitlines()
+
+    videos, comments = q("videos[handle=a]", "budget_exhausted", 2), q("comments[url=u0]", "complete", 4)
+    err = said(videos, comments)
+    assert "1 query stopped with its cursor kept: `harvest run job.yaml --continue` picks it up" in err, err
+    err = said(videos, comments, q("comments[url=u1]", "budget_exhausted", 0, capped))
+    assert (
+        "1 query never started, its fan-out's cap (max_credits_total) spent before its turn: 1 of 2 comments "
+        "(comments[url=u1])"
+    ) in err, err
+    assert (
+        "2 queries stopped with their cursors kept: `harvest run job.yaml --continue` picks them up" in err
+    ), err
+
+
 def test_a_night_that_left_queries_unstarted_says_which_and_exits_as_the_job_asked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -155,7 +155,7 @@ def test_queries_whose_cap_a_learned_price_passes_are_not_left_unstarted_by_the_
         f"and {len(stuck) - 3} more). No run fetches them, neither `--continue` nor a larger budget" in said
     )
     assert sum(qid in said for qid in stuck) == 3 and first not in said
-    assert "1 queries stopped with their cursors kept" in err, (
+    assert "1 query stopped with its cursor kept: `" in err and "` picks it up" in err, (
         err
     )  # the first, which paid a page; not the rest
     assert result.exit_code == 1, result.output

@@ -120,6 +120,22 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     assert len(str(caught.value).splitlines()) == 4
 
 
+def test_a_misspelled_order_of_an_incremental_query_is_said_once_with_its_newest_first_value(
+    tmp_path: Path,
+) -> None:
+    """The misspelled `sort_by` is refused with its values; the incremental problem then says only which of them
+    lists newest first, not every endpoint that can (a paragraph of some 600 characters)."""
+    query = "  - endpoint: /v3/short-video/profile/videos\n    params: {handle: nasa, sort_by: lates}\n"
+    path, found = problems(tmp_path, HEAD + query + "    incremental: true\n")
+    assert [str(p) for p in found] == [
+        f"{path}:6: queries[0].params.sort_by: 'lates' is not allowed; allowed: one of: latest, popular",
+        f"{path}:7: queries[0].incremental: /v3/short-video/profile/videos lists newest first only with "
+        "sort_by: latest; allowed: sort_by: latest; or no incremental",
+    ]
+    _, wrong = only(tmp_path, HEAD + query.replace("lates", "popular") + "    incremental: true\n")
+    assert "/v1/forum/subreddit with sort: new" in wrong.allowed  # a valid order: every listing that can
+
+
 def test_duplicate_derived_ids_say_they_were_derived(tmp_path: Path) -> None:
     query = "  - endpoint: /v1/pinboard/search\n    params: {query: a}\n"
     _, problem = only(tmp_path, HEAD + query + query)

@@ -284,9 +284,10 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
         if q["status"] in ("budget_exhausted", "rate_limited", "stopped") and not unsendable(q)
     ]
     if stopped:
+        many = len(stopped) != 1
         return (
-            f"{len(stopped)} queries stopped with their cursors kept: `{again.command('--continue')}` picks "
-            "them up"
+            f"{counted(len(stopped), 'query')} stopped with {'their cursors' if many else 'its cursor'} kept: "
+            f"`{again.command('--continue')}` picks {'them' if many else 'it'} up"
         )
     return None
 

@@ -170,10 +170,11 @@ service that slows down."""
 
 
 def ended_well(status: str) -> bool:
-    """Imported here, not at the top: the command line draws progress before the pager's imports are needed."""
+    """Not stopped by the budget, a cap or the rate limit (its cursor waits: a log gives it a line) nor failed.
+    The pager is imported here: the command line draws progress before the pager's imports are needed."""
     from harvest.connectors.paging.pager import OK_STATUSES
 
-    return status in OK_STATUSES
+    return status in OK_STATUSES and status not in ("budget_exhausted", "rate_limited")
 
 
 def query_notes(summary: Mapping[str, object]) -> list[str]:

@@ -1,8 +1,9 @@
 """What a spec can get wrong beyond its shape: what needs the endpoint catalog or the other queries.
 
 Parameters against each endpoint's model (every fanned-out combination), fan-out keys, parents that exist and
-fields they have, cycles, unique ids, cost overrides, the fan-out limit, a query's cap that no request fits in. Each check yields `Found` problems
-(location, problem, allowed); `flows.spec.parse` places them on lines.
+fields they have, cycles, unique ids, cost overrides, the fan-out limit, a query's cap that no request fits in
+(`flows.spec.caps`). Each check yields `Found` problems (location, problem, allowed); `flows.spec.parse` places
+them on lines.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
+import pyarrow as pa
 from pydantic import ValidationError
 
-from harvest.connectors.catalog.endpoints import Endpoint, Price
+from harvest.connectors.catalog.fields import type_name
 from harvest.connectors.catalog.job_catalog import Catalog, builtin
 from harvest.connectors.catalog.params import PARAM_RULE, Params
 from harvest.connectors.catalog.shape_overrides import shape_problems
 from harvest.connectors.plurals import counted
+from harvest.flows.spec.caps import cap_below_price_problem
 from harvest.flows.spec.explain import closest, params_problem
-from harvest.flows.spec.identity import fanned_out, render_value
+from harvest.flows.spec.identity import render_value
 from harvest.flows.spec.model import FromQuery, JobSpec, Query
 from harvest.flows.spec.problems import Found
 from harvest.flows.spec.yaml_reader import Loc
@@ -83,9 +86,11 @@ def query_problems(i: int, query: Query, catalog: Catalog) -> Iterator[Found]:
         )
     if bad:
         return
-    yield from _combination_problems(at, query, params)
+    found = list(_combination_problems(at, query, params))
+    yield from found
     if query.incremental:
-        yield from _incremental_problems(at, query, catalog)
+        said = {loc[len(at) + 1] for loc, _, _ in found if len(loc) > len(at) + 1}
+        yield from _incremental_problems(at, query, catalog, said)
 
 
 def newest_first_listings(catalog: Catalog | None = None) -> str:
@@ -93,12 +98,21 @@ def newest_first_listings(catalog: Catalog | None = None) -> str:
     return (catalog or builtin()).newest_first_listings()
 
 
-def _incremental_problems(at: Loc, query: Query, catalog: Catalog) -> Iterator[Found]:
+def _incremental_problems(at: Loc, query: Query, catalog: Catalog, said: set[str | int]) -> Iterator[Found]:
+    """`said`: the parameters already refused. When the one that orders the listing is among them, its value is
+    wrong already: the endpoint's newest-first values are what is left to say, not every listing that has one."""
     order = catalog.get(query.endpoint).newest_first
     combos = [query.params]
     if order is not None and order.param in query.static:
         combos = [{**query.params, order.param: v} for v in query.static[order.param]]
-    if order is None or not all(order.holds(c) for c in combos):
+    if order is not None and order.param in said:
+        values = " or ".join(map(str, order.values))
+        yield (
+            (*at, "incremental"),
+            f"{query.endpoint} lists newest first only with {order.param}: {values}",
+            f"{order.param}: {values}; or no incremental",
+        )
+    elif order is None or not all(order.holds(c) for c in combos):
         yield (
             (*at, "incremental"),
             f"{query.endpoint} with these parameters does not list newest first, so stopping at known "
@@ -165,6 +179,11 @@ def cross_problems(queries: list[Query], catalog: Catalog) -> Iterator[Found]:
     yield from _cycle_problems(queries, parents)
 
 
+_FAN_OUT_TYPES = (pa.string(), pa.int64())
+"""The columns a dependent query can take its values from: text (JSON text too) and integers, each row's value
+sent as the parameter (an integer as its digits)."""
+
+
 def _field_problems(at: Loc, ref: FromQuery, parent: Query, catalog: Catalog) -> Iterator[Found]:
     if parent.endpoint not in catalog.endpoints:
         return  # reported on the parent
@@ -190,12 +209,13 @@ def _field_problems(at: Loc, ref: FromQuery, parent: Query, catalog: Catalog) ->
         )
     else:
         column = next(f for f in having[0].fields if f.name == ref.field)
-        if str(column.type) not in ("string", "int64"):
-            scalar = [f.name for f in having[0].fields if str(f.type) in ("string", "int64")]
+        if column.type not in _FAN_OUT_TYPES:
+            sources = [f.name for f in having[0].fields if f.type in _FAN_OUT_TYPES]
             yield (
                 (*at, "field"),
-                f"{ref.field!r} is a {column.type} column, not one value a row",
-                (", ".join(scalar)),
+                f"{ref.field!r} is a {type_name(column)} column; a dependent query fans out over text or "
+                "integer columns only",
+                ", ".join(sources),
             )
 
 
@@ -276,46 +296,6 @@ def _shapes_problems(spec: JobSpec, catalog: Catalog) -> Iterator[Found]:
             if len(loc) > 1:
                 at = (*at, loc[1], *(int(p) if p.isdigit() else p for p in loc[2:]))
             yield at, problem, allowed
-
-
-def _price(catalog: Catalog, costs: Mapping[str, int], path: str) -> Price:
-    """What a request of `path` costs in this job: the catalog's price with the job's `costs:` override applied
-    (as `JobSpec.endpoints` applies it, without the shape overrides a price does not depend on)."""
-    price = catalog.get(path).price
-    return price.overridden(costs[path]) if path in costs else price
-
-
-def _highest_price(query: Query, endpoint: Endpoint, price: Price) -> tuple[int, str | None]:
-    """The most one request of any of the query's fanned-out combinations costs, and, when the combinations
-    differ in price, the id of the first that costs it (`flows.run.plan` prices each alike: the validated
-    parameters, defaults included)."""
-    prices = {
-        query_id: price.of(endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True))
-        for query_id, raw in fanned_out(query)
-    }
-    highest = max(prices.values())
-    priciest = next(qid for qid, cost in prices.items() if cost == highest)
-    return highest, (priciest if len(set(prices.values())) > 1 else None)
-
-
-def cap_below_price_problem(i: int, query: Query, catalog: Catalog, costs: Mapping[str, int]) -> Found | None:
-    """A `max_credits` below what one request of the query costs: the ledger reserves a request's price before
-    sending it, so such a query can never send anything, on any night, and its run would report it as one the
-    budget left unstarted (which `--continue` cannot start either). A dependent query is not checked: its
-    price can depend on its parent's value, unknown before the run. Only for a query whose parameters passed."""
-    if query.max_credits is None or query.dependent:
-        return None
-    endpoint = catalog.get(query.endpoint)
-    price, priciest = _highest_price(query, endpoint, _price(catalog, costs, query.endpoint))
-    if query.max_credits >= price:
-        return None
-    which = f" ({priciest}, the priciest of its fan-out)" if priciest else ""
-    return (
-        ("queries", i, "max_credits"),
-        f"{query.max_credits} is below the price of one request{which}: {query.endpoint} with these parameters "
-        f"costs {counted(price, 'credit')} a request, so the query could never send one",
-        f"an integer >= {price}, or no max_credits",
-    )
 
 
 def semantic_problems(spec: JobSpec) -> list[Found]:

@@ -247,5 +247,6 @@ def params_problem(error: Mapping[str, Any], params: type[Params]) -> tuple[str,
         return f"{name!r} is not a parameter of this endpoint{hint}", ", ".join(params.model_fields)
     allowed = field_info(name, info, params.path_params).describe() if info else None
     if error["type"] == "missing":
-        return f"required parameter {name!r} is missing (set it in params, or fan out over it)", allowed
+        problem = f"required parameter {name!r} is missing (set it in params, or fan out over it)"
+        return problem, f"{name} (required): {allowed}" if allowed else f"{name} (required)"
     return explain(error, None)[0], allowed

@@ -212,20 +212,20 @@ def never_started_line(summary: RunSummary) -> str | None:
     if not unstarted:
         return None
     many = len(unstarted) != 1
-    whys = dict.fromkeys(_why_unstarted(q.get("error") or "") for q in unstarted)
+    whys = dict.fromkeys(_why_unstarted(q.get("error") or "", many) for q in unstarted)
     return (
         f"{counted(len(unstarted), 'query')} never started, {' or '.join(sorted(whys))} before "
         f"{'their' if many else 'its'} turn: " + _per_spec_query(summary, unstarted)
     )
 
 
-def _why_unstarted(error: str) -> str:
+def _why_unstarted(error: str, many: bool) -> str:
     """What left a query unstarted, as its refusal says: the account's floor is not the budget (a larger budget
     does not start it; the account must be topped up or the floor lowered)."""
     if "budget.min_balance" in error:
         return "the account at its balance floor (budget.min_balance)"
     if "max_credits_total" in error:
-        return "their fan-out's cap (max_credits_total) spent"
+        return f"{'their' if many else 'its'} fan-out's cap (max_credits_total) spent"
     return "the run's budget spent"
 
 
