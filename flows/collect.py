@@ -47,7 +47,7 @@ from harvest.flows.orchestrator.prefect_record import (  # noqa: E402
     told_line,
 )
 from harvest.flows.run import progress  # noqa: E402
-from harvest.flows.run.begin import Begun, begin, crash_stale, flow_run_facts  # noqa: E402
+from harvest.flows.run.begin import Begun, begin, crash_stale, flow_run_facts, run_facts  # noqa: E402
 from harvest.flows.run.bill import (  # noqa: E402
     carry_over,
     note_bill,
@@ -108,7 +108,7 @@ async def _pay_and_land(
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
     progress.current().watch_pace(client.pace.report)
-    progress.current().run_began(progress.run_facts(begun, the_plan, spec.endpoints(), lambda: ledger.spent))
+    progress.current().run_began(run_facts(begun, the_plan, spec.endpoints(), lambda: ledger.spent))
     with stop.collecting(ledger, client):
         before = await probe_balance(client, ledger)
         if before is not None:

@@ -242,6 +242,40 @@ def test_without_a_terminal_every_query_the_budget_stopped_gets_its_line(
     assert err[note + 1 :] == [f"{q}: budget_exhausted, 1 page, 2 records, 1 credit" for q in ids[-4:]]
 
 
+def test_without_a_terminal_queries_that_never_started_are_left_to_the_end_s_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A capped fan-out of thousands leaves most of its queries without a page (`budget_exhausted`, 0 pages):
+    the end of the run names them in one line (`never_started_line`), so the log gives none of them its own."""
+    lines = LogLines(every=3600)
+    lines.run_began(facts(planned=3, page_bounds=None))
+    for query, status, pages in [
+        ("a", "complete", 1),
+        ("b", "budget_exhausted", 0),
+        ("c", "budget_exhausted", 1),
+    ]:
+        lines.query_started(query, PROFILE)
+        for _ in range(pages):
+            lines.page_landed(query, records=2, credits=1)
+        lines.query_finished(query, status)
+    err = [line.removeprefix("harvest: ") for line in capsys.readouterr().err.splitlines()[1:]]
+    assert err == [
+        "a: complete, 1 page, 2 records, 1 credit",
+        "c: budget_exhausted, 1 page, 2 records, 1 credit",
+    ]
+
+
+def test_a_resume_of_one_query_says_it_in_the_singular() -> None:
+    said = facts(kind="resume", previous_status="running", ended_before=1, pages_before=1, records_before=1,
+                 going_on=1).began()  # fmt: skip
+    assert (
+        "1 query had ended with 1 page and 1 record" in said and "1 unfinished query goes on where it" in said
+    )
+    assert facts(kind="continue", previous="r1", going_on=1).carried() == (
+        "continues run r1: 1 query picks up at its saved cursor"
+    )
+
+
 def test_table_titles_and_cells_break_only_at_separators() -> None:
     """rich wrapped a title at its table's width, and cells anywhere: `.../out/ha` / `rvest.duckdb`."""
     path = "/tmp/pytest-of-someone/pytest-1234/test_a_long_name0/out/harvest.duckdb"
@@ -340,8 +374,8 @@ def test_a_resumed_run_on_a_terminal_says_which_run_it_resumes_and_how_much_had_
     scenario: Scenario,
 ) -> None:
     said = re.search(
-        rf"resumes run {scenario.run_id}, which was killed: (\d+) queries had ended with (\d+) pages and (\d+) "
-        rf"records, (\d+) of {BUDGET} credits were spent; (\d+) unfinished queries go on",
+        rf"resumes run {scenario.run_id}, which was killed: (\d+) quer(?:y|ies) had ended with (\d+) pages? and (\d+) "
+        rf"records?, (\d+) of {BUDGET} credits were spent; (\d+) unfinished quer(?:y goes|ies go) on",
         unwrapped(scenario.frame),
     )
     assert said, scenario.frame
@@ -363,7 +397,7 @@ def test_with_more_queries_than_rows_the_running_ones_come_first_and_the_rest_ar
     more = re.fullmatch(r"and (\d+) more: (\d+) running(, (\d+) ended well)?", counted[-1])
     assert more and rows, "\n".join(frame)
     assert all(row.split()[-1] == "running" for row in rows)
-    ended_before = int(re.search(r"(\d+) queries had ended", unwrapped(frame)).group(1))  # type: ignore[union-attr]
+    ended_before = int(re.search(r"(\d+) quer(?:y|ies) had ended", unwrapped(frame)).group(1))  # type: ignore[union-attr]
     assert len(rows) + int(more.group(1)) == len(HANDLES) - ended_before
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,8 @@ from harvest.connectors.catalog.shape_overrides import shapes_data
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.flows.orchestrator.prefect_runs import crash_stale_flow_runs
 from harvest.flows.run.load_step import load_manifest_into_duckdb
+from harvest.flows.run.plan import Plan, pages_at_most
+from harvest.flows.run.progress import RunFacts
 from harvest.flows.run.service_access import ServiceAccess
 from harvest.flows.run.start import New, Resume, RunStart, job_coverage
 from harvest.flows.spec import JobSpec
@@ -239,3 +242,31 @@ async def crash_stale(begun: Begun) -> None:
             "run stopped without ending it (killed)"
         )
         await crash_stale_flow_runs(begun.manifest.flow_run_ids, current, why)
+
+
+def run_facts(
+    begun: Begun, the_plan: Plan, endpoints: Mapping[str, Endpoint], spent: Callable[[], int]
+) -> RunFacts:
+    """The facts of a run about to pay: what it starts from, and the pages its queries can take at most."""
+    start, manifest = begun.start, begun.manifest
+    to_run = [d for q in the_plan.queries if (d := start.decide(q)) is not None]
+    planned = {q.query_id for q in the_plan.queries}
+    to_run += [d for q in start.continue_at.values() if q.query_id not in planned and (d := start.decide(q))]
+    bounds = {
+        q.query_id: pages_at_most(e, q.max_pages, q.max_credits, e.price_of(q.params))
+        for q in to_run
+        for e in [endpoints[q.endpoint]]
+    }
+    known = not the_plan.dependents and None not in bounds.values()
+    kept = start.kept.values()
+    return RunFacts(
+        run_id=manifest.run_id, job=manifest.job, budget=manifest.budget, spent=spent, kind=start.kind,
+        previous=start.previous.run_id if start.previous else None,
+        previous_status=start.previous.status if start.previous else None,
+        ended_before=len(start.kept), pages_before=sum(int(s.get("pages", 0)) for s in kept),
+        records_before=sum(int(s.get("records", 0)) for s in kept), spent_before=start.journal.total_spent,
+        going_on=len(start.going_on),
+        planned=None if the_plan.dependents else len(to_run),
+        page_bounds={q: b for q, b in bounds.items() if b is not None} if known else None,
+        exact=known and all(endpoints[q.endpoint].paging.single for q in to_run),
+    )  # fmt: skip

@@ -17,10 +17,7 @@ from harvest.connectors.plurals import counted
 from harvest.flows.console import note
 
 if TYPE_CHECKING:
-    from harvest.connectors.catalog.endpoints import Endpoint
     from harvest.connectors.http.pace import PaceReport
-    from harvest.flows.run.begin import Begun
-    from harvest.flows.run.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -60,14 +57,19 @@ class RunFacts:
             why = {"running": "was killed", "interrupted": "was interrupted"}.get(
                 str(self.previous_status), f"ended {self.previous_status} and Prefect retries it"
             )
+            one = self.going_on == 1
             return (
-                f"resumes run {self.run_id}, which {why}: {self.ended_before} queries had ended with "
-                f"{self.pages_before} pages and {self.records_before} records, {self.spent_before} "
-                f"of {self.budget} credits were spent; {self.going_on} unfinished queries go on where they stopped"
+                f"resumes run {self.run_id}, which {why}: {counted(self.ended_before, 'query')} had ended with "
+                f"{counted(self.pages_before, 'page')} and {counted(self.records_before, 'record')}, "
+                f"{self.spent_before} of {self.budget} credits were spent; {self.going_on} unfinished "
+                f"{'query goes on where it' if one else 'queries go on where they'} stopped"
             )
-        if self.kind == "continue":
-            return f"continues run {self.previous}: {self.going_on} queries pick up at their saved cursors"
-        return ""
+        one = self.going_on == 1
+        return (
+            f"continues run {self.previous}: {counted(self.going_on, 'query')} "
+            f"{'picks up at its saved cursor' if one else 'pick up at their saved cursors'}"
+            if self.kind == "continue" else ""
+        )  # fmt: skip
 
     def began(self) -> str:
         """The run in one plain sentence: which it is and, resumed or continued, what it starts from."""
@@ -76,36 +78,6 @@ class RunFacts:
         planned = counted(self.planned, "query") if self.planned is not None else "queries as they are found"
         said = f"{self.title()} {self.carried()}" if self.kind == "continue" else f"{self.title()}: {planned}"
         return f"{said}; budget {self.budget} credits"
-
-
-def run_facts(
-    begun: Begun, the_plan: Plan, endpoints: Mapping[str, Endpoint], spent: Callable[[], int]
-) -> RunFacts:
-    """The facts of a run about to pay: what it starts from, and the pages its queries can take at most."""
-    from harvest.flows.run.plan import pages_at_most
-
-    start, manifest = begun.start, begun.manifest
-    to_run = [d for q in the_plan.queries if (d := start.decide(q)) is not None]
-    planned = {q.query_id for q in the_plan.queries}
-    to_run += [d for q in start.continue_at.values() if q.query_id not in planned and (d := start.decide(q))]
-    bounds = {
-        q.query_id: pages_at_most(e, q.max_pages, q.max_credits, e.price_of(q.params))
-        for q in to_run
-        for e in [endpoints[q.endpoint]]
-    }
-    known = not the_plan.dependents and None not in bounds.values()
-    kept = start.kept.values()
-    return RunFacts(
-        run_id=manifest.run_id, job=manifest.job, budget=manifest.budget, spent=spent, kind=start.kind,
-        previous=start.previous.run_id if start.previous else None,
-        previous_status=start.previous.status if start.previous else None,
-        ended_before=len(start.kept), pages_before=sum(int(s.get("pages", 0)) for s in kept),
-        records_before=sum(int(s.get("records", 0)) for s in kept), spent_before=start.journal.total_spent,
-        going_on=len(start.going_on),
-        planned=None if the_plan.dependents else len(to_run),
-        page_bounds={q: b for q, b in bounds.items() if b is not None} if known else None,
-        exact=known and all(endpoints[q.endpoint].paging.single for q in to_run),
-    )  # fmt: skip
 
 
 class Reporter(Protocol):
@@ -356,6 +328,8 @@ class LogLines(Counting):
             _say(self.totals())
 
     def _finished(self, query_id: str, row: Row) -> None:
+        if row.status == "budget_exhausted" and not row.pages and not row.notes:
+            return  # never started: the end of the run names them all in one line (`never_started_line`)
         if ended_well(row.status) and not row.notes:
             self.listed += 1
             if self.listed > LISTED_WELL:
