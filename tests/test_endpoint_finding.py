@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from harvest.connectors.catalog.job_catalog import builtin
 from harvest.flows.cli import app
 from tests.endpoints import COMMENT_REPLIES, VIDEO_COMMENTS
-from tests.flow_helpers import HARVEST, ROOT, subprocess_env
+from tests.flow_helpers import HARVEST, ROOT, job_spec, subprocess_env
 from tests.process_helpers import imported_packages, messages
 from tests.published_helpers import SURFACE
 from tests.test_docs_links import dead_links, nav_pages
@@ -114,6 +114,28 @@ def test_json_is_filtered_by_the_words_too() -> None:
         path: "1 credit; as little as 0 with cache_max_age set; 10 (at least 1) with download_media=true"
         for path in ("/v1/photo-app/post", "/v2/short-video/video")
     }
+
+
+def test_an_endpoint_says_when_it_lists_newest_first_and_a_spec_may_be_incremental_there(
+    tmp_path: Path,
+) -> None:
+    """A nightly job's author finds where `incremental: true` is allowed without writing a spec to be refused."""
+    listed = runner.invoke(app, ["endpoints", "channel-videos"], env={"COLUMNS": "200"})
+    assert "  newest first with sort: latest, so incremental: true is allowed\n" in listed.stdout
+    (info,) = json.loads(runner.invoke(app, ["endpoints", "--json", "channel-videos"]).stdout)
+    assert info["newest_first"] == {"param": "sort", "values": ["latest"]}
+    verdicts = {}
+    for sort in ("latest", "popular"):
+        query = {
+            "id": "v",
+            "endpoint": info["path"],
+            "params": {"handle": "nasa", "sort": sort},
+            "incremental": True,
+        }
+        spec = tmp_path / f"{sort}.yaml"
+        spec.write_text(json.dumps(job_spec("sandbox", tmp_path / "out", [query])))
+        verdicts[sort] = runner.invoke(app, ["validate", str(spec)]).exit_code
+    assert verdicts == {"latest": 0, "popular": 2}
 
 
 @pytest.mark.skipif(

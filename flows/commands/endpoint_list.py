@@ -161,6 +161,9 @@ def endpoint_info(endpoint: Endpoint, declared: bool) -> dict[str, Any]:
         ]
     if endpoint.price.least is not None:
         info["price_least"] = endpoint.price.least
+    if (newest := endpoint.newest_first) is not None:  # where `incremental: true` is allowed
+        info["newest_first"] = {"param": newest.param, "values": list(newest.values)} if newest.param else True
+        info["incremental"] = f"newest first{newest.describe()}, so incremental: true is allowed"
     if endpoint.methods != ("GET",):
         info["methods"] = list(endpoint.methods)
     if (follow := endpoint.paging.follow) is not None:
@@ -192,6 +195,7 @@ def _describe_endpoint(info: dict[str, Any]) -> list[str]:
     lines = wrapped(info["summary"], indent=2) if info["summary"] else []
     paging = "single page" if info["paging"] == "single" else f"paging: {info['paging']}"
     lines += wrapped(paging + ("; declared by the job" if info.get("declared") else ""), indent=2)
+    lines += wrapped(info["incremental"], indent=2, hang=2) if "incremental" in info else []
     for p in info["params"]:
         marks = {
             "path": p["in_path"],
