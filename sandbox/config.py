@@ -8,6 +8,7 @@ is known (every quirk on, 1 credit a request, no faults).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -144,6 +145,10 @@ class SandboxConfig:
     """Accepted keys and their starting balances."""
     seed: int = 0
     """Seeds the synthetic data and the fault schedule."""
+    clock: int = field(default_factory=lambda: int(time.time()) // 86400 * 86400)
+    """Epoch seconds the records' times count back from: by default the start of the day (UTC) the config is
+    made on, so that a run's rows are recent ("the last 7 days" finds them) and one config's answers never
+    change (`scope.make_scope`)."""
 
     pages: tuple[int, int] = (1, 4)
     """Inclusive bounds of the number of pages of a paged query (derived per query from a stable hash)."""

@@ -52,7 +52,7 @@ class Ctx:
         return self.config.new_items if rule.apply(self.params) else 0
 
     def scope(self, identity: str | None = None) -> Scope:
-        return make_scope(self.endpoint, self.params, self.config.seed, identity)
+        return make_scope(self.endpoint, self.params, self.config.seed, identity, self.config.clock)
 
     def page_plan(self, scope: Scope, per_page: Mapping[str, int], primary: str) -> PagePlan:
         return make_page_plan(scope, self.config.pages_for(self.endpoint.path), per_page, primary)

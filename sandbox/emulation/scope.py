@@ -18,7 +18,13 @@ from harvest.sandbox.emulation.stablehash import hexid, hnum, span
 from harvest.sandbox.wire.validation import RequestParams
 
 ANCHOR = calendar.timegm((2026, 11, 1, 12, 0, 0))
-"""Epoch seconds of the newest synthetic record (2026-11-01T12:00:00Z); older records count back from it."""
+"""Epoch seconds a `Scope` made without a clock counts back from (2026-11-01T12:00:00Z)."""
+NEWEST_WITHIN = 2 * 86400
+"""How long before the sandbox's clock a query's newest record is, at most: listings lead with recent items."""
+_WINDOWS = {"hour": 3600, "day": 86400, "today": 86400, "yesterday": 2 * 86400, "week": 7 * 86400,
+            "month": 30 * 86400, "3_months": 90 * 86400, "6_months": 180 * 86400, "year": 365 * 86400}  # fmt: skip
+"""How recent the items are of a request asking for a time window by one of these words (`uploadDate: today`,
+`date_posted: last-week`, `timeframe: month`), read without their `last_`/`this_`/`past_`."""
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -63,10 +69,17 @@ class Scope:
     step: int
     seed: int = 0
     """The sandbox's seed: what a request names has the same id on every endpoint of one seed (`subjects`)."""
+    now: int = ANCHOR
+    """The sandbox's clock (`SandboxConfig.clock`): what a time in words ("2 days ago") counts back from."""
 
     def time(self, pos: int) -> int:
         """Epoch seconds of the record at position `pos` (strictly decreasing: newest first)."""
         return self.anchor - pos * self.step
+
+    def age(self, at: int) -> int:
+        """How long before a fetch `at` is, as a time in words says it: counted from the middle of the clock's
+        day (a run on the day its config is made fetches within half a day of it)."""
+        return self.now + 43200 - at
 
     def numid(self, kind: str, pos: int, digits: int = 16) -> str:
         """A numeric id, unique per (query, kind, position)."""
@@ -77,11 +90,36 @@ class Scope:
         return hexid(6, self.key)
 
 
+def _window_word(value: str) -> str:
+    word = value.lower().replace("-", "_")
+    for prefix in ("last_", "this_", "past_"):
+        word = word.removeprefix(prefix)
+    return word
+
+
+def asked_window(endpoint: EmulatedEndpoint, params: RequestParams) -> int | None:
+    """Seconds back the request asks its items to be from (None: no window): the value of a parameter whose
+    `enum` offers time windows (two words of `_WINDOWS` at least), when it is one of them."""
+    for p in endpoint.params:
+        if sum(_window_word(v) in _WINDOWS for v in p.enum) < 2:
+            continue
+        value = params.get(p.name)
+        if value is not None and _window_word(value) in _WINDOWS:
+            return _WINDOWS[_window_word(value)]
+    return None
+
+
 def make_scope(
-    endpoint: EmulatedEndpoint, params: RequestParams, seed: int, identity: str | None = None
+    endpoint: EmulatedEndpoint,
+    params: RequestParams,
+    seed: int,
+    identity: str | None = None,
+    now: int = ANCHOR,
 ) -> Scope:
     """The scope of a validated request. `identity` overrides the parameter-derived one (comment replies are
-    about the root continuation token, whatever page the request asks for)."""
+    about the root continuation token, whatever page the request asks for). The newest record is at most
+    `NEWEST_WITHIN` before `now`; a request asking for a window (`asked_window`) has its newest record in the
+    window's first quarter and its records a 1600th of the window apart (a minute at least)."""
     if identity is None:
         parts = []
         given = [name for name in endpoint.one_of if params.get(name) is not None]
@@ -99,9 +137,11 @@ def make_scope(
                     parts.append(f"{p.name}={value}")
         identity = "&".join(parts)
     key = f"{seed}|{endpoint.path}|{identity}"
-    anchor = ANCHOR - span(0, 30 * 86400, key, "anchor")
-    step = span(60, 3600, key, "step")
-    return Scope(endpoint.path, identity, key, anchor, step, seed)
+    window = asked_window(endpoint, params)
+    newest = NEWEST_WITHIN if window is None else window // 4
+    anchor = now - span(0, newest, key, "anchor")
+    step = span(60, 3600 if window is None else max(60, min(3600, window // 1600)), key, "step")
+    return Scope(endpoint.path, identity, key, anchor, step, seed, now)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,8 @@ class DeclaredColumn:
     value agree with the record the request names (`joined_values`)."""
     template: str | None = None
     """How the value is made of the record's other values (`t3_{id}`)."""
+    description: str = ""
+    """What the column holds, in words: the sandbox makes values that read so (`meant_values`)."""
 
     @property
     def from_request(self) -> bool:
@@ -259,6 +261,7 @@ def _column(r: _DeclarationReader, name: str, raw: Any, where: str) -> DeclaredC
         path.split("|")[0],
         joins=_joins(spec.get("joins")),
         template=template if isinstance(template, str) else None,
+        description=str(spec.get("description") or ""),
     )
 
 

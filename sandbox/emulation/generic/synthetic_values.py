@@ -15,7 +15,8 @@ which is its own and carries its key and what its listing was asked for (`joined
 `...url`/`...link` is a URL, `...token`/`...cursor` an opaque URL-safe token (a comment's
 `repliesContinuationToken`, which the comment replies endpoint takes as a thread of its own), `id`/`..._id`/
 `...Id`/`...uid` an id, `..._at_text` the record's time as the platforms word it ("5 days ago"); anything else
-a phrase. A `json` column is an object, or a list of image objects where its name says images, as the platforms
+a phrase. Before all these, a value reading as what the column's name and description say it holds
+(`meant_values`: a currency code, a rating within its scale, a language code, one of the values listed). A `json` column is an object, or a list of image objects where its name says images, as the platforms
 send them.
 """
 
@@ -28,9 +29,10 @@ from typing import Any
 from harvest.connectors.catalog.record_paths import Step, steps
 from harvest.sandbox.emulation.generic.declared_form import DeclaredChild, DeclaredColumn, DeclaredKind
 from harvest.sandbox.emulation.generic.joined_values import ID_NAME, Asked, filled, own_url, read
+from harvest.sandbox.emulation.generic.meant_values import listed_key, meant
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import WORDS, ago, phrase
-from harvest.sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
+from harvest.sandbox.emulation.scope import Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw
 from harvest.sandbox.emulation.subjects import platform_host
 
@@ -87,7 +89,7 @@ def _token(d: Draw, n: int) -> str:
 def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int) -> str:
     flavor = _flavor(column.name)
     if flavor == "ago":  # the record's time, an hour before the newest is "1 hour ago"
-        return ago(ANCHOR + 3600 - s.time(pos))
+        return ago(s.age(s.time(pos)))
     if flavor == "url":
         return f"https://{platform_host(s.path)}/{table}/{_token(d, 11)}"
     if flavor == "token":
@@ -98,7 +100,11 @@ def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int) -> st
 
 
 def value(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int, first_time: bool) -> Any:
-    """A value of the column's type (an unknown type is made as text)."""
+    """A value reading as what the column holds (`meant_values`), else one of its type (an unknown type is made
+    as text)."""
+    known, made = meant(column, d, s, s.time(pos))
+    if known:
+        return made
     kind = column.type
     if kind == "integer":
         return d.num(0, 100_000)
@@ -146,9 +152,12 @@ def _key_text(number: int) -> str:
 
 def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
     """A key column's value: unique per (scope, table, column, position), of the column's type (`table` with a
-    nested item's lineage: unique among the replies of the replies too)."""
+    nested item's lineage: unique among the replies of the replies too); one of the values a column lists
+    while they last (`listed_key`)."""
     number = int(s.numid(f"{table}.{column.name}", pos, 15))
     kind = column.type
+    if (listed := listed_key(column, pos)) is not None:
+        return listed
     if kind == "integer":
         return number
     if kind == "number":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import NAMES, ago, clock, count_text, phrase, title
-from harvest.sandbox.emulation.scope import ANCHOR, Scope, b64int, iso
+from harvest.sandbox.emulation.scope import Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum
 
 _VP = "https://www.video-platform.example"
@@ -13,9 +13,9 @@ _VP = "https://www.video-platform.example"
 
 def _published(s: Scope, pos: int) -> Record:
     """When a record was published, as the service sends it: the platform's relative text, and the time the
-    service computes from it (here counted from an hour after the newest synthetic record)."""
+    service computes from it (`Scope.age`: on the day of the sandbox's clock)."""
     at = s.time(pos)
-    return {"publishedTime": iso(at), "publishedTimeText": ago(ANCHOR + 3600 - at)}
+    return {"publishedTime": iso(at), "publishedTimeText": ago(s.age(at))}
 
 
 def channel_ref(s: Scope, kind: str, pos: int) -> Record:
