@@ -8,6 +8,7 @@ is known (every quirk on, 1 credit a request, no faults).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,20 @@ def _default_keys() -> dict[str, int]:
     return {DEFAULT_KEY: 1000}
 
 
+CLOCK_ENV = "HARVEST_SANDBOX_CLOCK"
+
+
+def today_clock() -> int:
+    """The default `SandboxConfig.clock`: `HARVEST_SANDBOX_CLOCK` when set, else the start of today (UTC)."""
+    fixed = os.environ.get(CLOCK_ENV, "").strip()
+    if fixed:
+        try:
+            return int(fixed)
+        except ValueError:
+            raise ValueError(f"{CLOCK_ENV}={fixed!r}: allowed: epoch seconds (an integer)") from None
+    return int(time.time()) // 86400 * 86400
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """One sandbox instance. Paths in the per-path maps are the documented ones, as `sandbox/served_paths.py`
@@ -145,10 +160,11 @@ class SandboxConfig:
     """Accepted keys and their starting balances."""
     seed: int = 0
     """Seeds the synthetic data and the fault schedule."""
-    clock: int = field(default_factory=lambda: int(time.time()) // 86400 * 86400)
+    clock: int = field(default_factory=lambda: today_clock())
     """Epoch seconds the records' times count back from: by default the start of the day (UTC) the config is
     made on, so that a run's rows are recent ("the last 7 days" finds them) and one config's answers never
-    change (`scope.make_scope`)."""
+    change (`scope.make_scope`); `HARVEST_SANDBOX_CLOCK` (epoch seconds) fixes it for every process that
+    inherits it (a test session that runs past midnight, a killed run resumed against a new sandbox)."""
 
     pages: tuple[int, int] = (1, 4)
     """Inclusive bounds of the number of pages of a paged query (derived per query from a stable hash)."""

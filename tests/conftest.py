@@ -48,6 +48,11 @@ if os.environ.get(
     os.environ.pop("LINES", None)
 for _name, _value in TESTS_NEVER_PHONE_HOME.items():
     os.environ.setdefault(_name, _value)
+# One sandbox clock for the whole session and every process it starts: a suite that runs past midnight (UTC)
+# must not see a sandbox started after it answer other times than one started before (`today_clock`).
+from harvest.sandbox.config import CLOCK_ENV, today_clock  # noqa: E402  (after the environment above)
+
+os.environ.setdefault(CLOCK_ENV, str(today_clock()))
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and every process the tests
     # start would inherit it: the tests that press Ctrl-C on `harvest serve` would wait for an exit that never

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import orjson
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harvest.sandbox.config import Quirks, SandboxConfig
+from harvest.sandbox.config import CLOCK_ENV, Quirks, SandboxConfig
 from harvest.sandbox.emulation.triggers import BLOCKED, MISSING, NONEXISTENT
 from harvest.sandbox.expected import crawl, expected_pages, full_crawl
 from tests.endpoints import FORUM, PINS, PROFILE
@@ -140,3 +141,16 @@ def test_a_sandbox_handed_its_catalog_reads_no_catalog_file() -> None:
         [sys.executable, "-c", FRESH_CONFIG], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout.split()
     assert out == ["0", "3", "False", "True"]
+
+
+def test_the_sandbox_clock_is_the_day_it_starts_unless_the_environment_fixes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A test session (or a killed run resumed against a new sandbox) that crosses midnight keeps one clock."""
+    monkeypatch.setenv(CLOCK_ENV, "1700000000")
+    assert SandboxConfig().clock == 1700000000
+    monkeypatch.delenv(CLOCK_ENV)
+    assert SandboxConfig().clock % 86400 == 0 and abs(SandboxConfig().clock - time.time()) <= 86400
+    monkeypatch.setenv(CLOCK_ENV, "yesterday")
+    with pytest.raises(ValueError, match="HARVEST_SANDBOX_CLOCK='yesterday': allowed: epoch seconds"):
+        SandboxConfig()
