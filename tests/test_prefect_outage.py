@@ -345,3 +345,31 @@ def rounds_seen(output: Path, run: Watched, count: int) -> None:
             return
         assert run.proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_a_run_the_job_lock_refuses_is_not_taken_for_prefect_away(
+    prefect_harness: None, tmp_path: Path, api_key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A served run that finds another run of its job holding the lock (`harvest run` by hand, cron overlap) is
+    refused as that, not as "Prefect's API did not answer": the lock's refusal is raised `from None` while
+    handling the BlockingIOError it was found by, an OSError that reads as an outage when the chain is walked
+    past it."""
+    from harvest.flows.spec import UsageError
+    from harvest.tasks.output.job_lock import acquire
+    from tests.flow_helpers import run_flow
+
+    output = tmp_path / "out"
+    spec = write_spec(
+        tmp_path,
+        job_spec(
+            "sandbox", output, [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}], name="locked"
+        ),
+    )
+    output.mkdir()
+    held = acquire(output / ".harvest-locked.lock")
+    try:
+        with pytest.raises(UsageError, match="another harvest run of this job is running"):
+            run_flow(spec)
+    finally:
+        held.release()
+    assert "Prefect's API did not answer" not in capsys.readouterr().err

@@ -162,7 +162,9 @@ def endpoint_info(endpoint: Endpoint, declared: bool) -> dict[str, Any]:
     if endpoint.price.least is not None:
         info["price_least"] = endpoint.price.least
     if (newest := endpoint.newest_first) is not None:  # where `incremental: true` is allowed
-        info["newest_first"] = {"param": newest.param, "values": list(newest.values)} if newest.param else True
+        info["newest_first"] = (
+            {"param": newest.param, "values": list(newest.values)} if newest.param else True
+        )
         info["incremental"] = f"newest first{newest.describe()}, so incremental: true is allowed"
     if endpoint.methods != ("GET",):
         info["methods"] = list(endpoint.methods)
