@@ -268,3 +268,31 @@ def test_a_night_that_left_queries_unstarted_says_which_and_exits_as_the_job_ask
         unstarted["pages"] = 1  # each took a page: none is unstarted, the night exits 0
     summary.queries[1]["status"] = "complete"
     assert exit_code(summary) == 0
+
+
+def test_the_new_fields_line_counts_them_puts_a_table_that_kept_nothing_first_and_says_where_the_rest_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """20 new fields of a table that landed well, 2 of one whose records were all lost (its key renamed): the
+    lost table's come first, the line says how many, where every query's list is, and how to silence one."""
+    from harvest.flows.commands.run_report import print_summary
+    from harvest.tasks.output.run_summary import RunSummary
+
+    landed = {"seen": 5, "kept": 5, "new_fields": [f"extra_{n:02d}" for n in range(20)]}
+    lost = {"seen": 3, "kept": 0, "no_key": 3, "new_fields": ["itemId", "zz_note"]}
+    extraction = {"tables": {"aa_posts": landed, "zz_clips": lost}}
+    summary = RunSummary(
+        run_id="r1", job="j", service="http://127.0.0.1:1", status="complete", budget=100, credits_spent=2,
+        records=5, loaded=False, tables={},
+        queries=[{"query_id": "q", "status": "complete", "pages": 2, "records": 5, "credits": 2,
+                  "extraction": extraction}],
+    )  # fmt: skip
+    print_summary(summary, Path("out"))
+    said = " ".join(capsys.readouterr().err.split())
+    shown = ", ".join(
+        ["zz_clips.itemId", "zz_clips.zz_note", *(f"aa_posts.extra_{n:02d}" for n in range(13))]
+    )
+    assert (
+        "22 new fields no column reads (kept in `raw`; a record kind's `ignore:` leaves one there on purpose): "
+        f"{shown}, and 7 more (every query's: `harvest sql out 'SELECT query_id, new_fields FROM query_state'`)"
+    ) in said, said

@@ -58,6 +58,7 @@ from harvest.connectors.catalog.request_checks import (
 from harvest.connectors.catalog.request_checks import (
     rule_problems as _rule_problems,
 )
+from harvest.connectors.plurals import a
 
 JOIN_TARGET = re.compile(rf"^({TABLE.pattern[1:-1]})\.({COLUMN.pattern[1:-1]})$")
 JOIN_WORDS = "`table.column`: a column of a record table or a child table of the job's catalog"
@@ -143,12 +144,12 @@ def _param_problems(name: str, p: ParamDecl, in_path: list[str]) -> Iterator[Pro
             yield (*at, "pattern"), f"not a regular expression: {exc}", "a Python regular expression"
     for n, value in enumerate(p.enum or ()):
         if not _fits(p.type, value):
-            yield (*at, "enum", n), f"{value!r} is not a {p.type}", f"values of type {p.type}"
+            yield (*at, "enum", n), f"{value!r} is not {a(p.type)}", f"values of type {p.type}"
     if p.default is not None:
         if p.required:
             yield (*at, "default"), "a required parameter has no default", "required: false, or no default"
         elif not _fits(p.type, p.default) or (p.enum is not None and p.default not in p.enum):
-            allowed = ", ".join(map(str, p.enum)) if p.enum else f"a {p.type}"
+            allowed = ", ".join(map(str, p.enum)) if p.enum else a(p.type)
             yield (*at, "default"), f"{p.default!r} is not an allowed value", allowed
 
 

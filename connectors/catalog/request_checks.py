@@ -11,6 +11,7 @@ from typing import Any
 from harvest.connectors.catalog.declarations import NAME, NAME_WORDS, EndpointDecl
 from harvest.connectors.catalog.declared_requests import PAGE_DEFAULTS, PAGE_NUMBER, PagingDecl
 from harvest.connectors.catalog.record_paths import PATH_WORDS, path_problem
+from harvest.connectors.plurals import a
 
 Problem = tuple[tuple[str | int, ...], str, str]
 """(location inside the declaration, what is wrong, what is allowed)."""
@@ -109,7 +110,7 @@ def price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
         if rule.param not in names:
             yield (*at, "param"), f"{rule.param!r} is not a parameter", ", ".join(names)
         elif param is not None and rule.value is not None and not fits(param.type, rule.value):
-            yield (*at, "value"), f"{rule.value!r} is not a {param.type}", f"a {param.type}"
+            yield (*at, "value"), f"{rule.value!r} is not {a(param.type)}", a(param.type)
         if rule.credits is None and rule.least is None:
             yield at, "the rule changes no price", "credits (the most), least (the least billed), or both"
         if rule.credits is not None and rule.least is not None and rule.least > rule.credits:
@@ -134,7 +135,7 @@ def rule_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
         yield from _rule_name(("requires", n, "param"), need.param, names, listed)
         param = decl.params.get(need.param)
         if param is not None and need.value is not None and not fits(param.type, need.value):
-            yield ("requires", n, "value"), f"{need.value!r} is not a {param.type}", f"a {param.type}"
+            yield ("requires", n, "value"), f"{need.value!r} is not {a(param.type)}", a(param.type)
         for m, name in enumerate(need.needs):
             yield from _rule_name(("requires", n, "needs", m), name, names, listed)
     for n, rule in enumerate(decl.excludes):

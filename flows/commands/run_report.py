@@ -38,7 +38,7 @@ def _error_lines(summary: RunSummary) -> list[str]:
     return lines
 
 
-def _extraction_lines(summary: RunSummary) -> list[str]:
+def _extraction_lines(summary: RunSummary, output: Path) -> list[str]:
     """What the pages held that did not land as typed values: said once per run, never silently."""
     from harvest.connectors.reading.extraction import ExtractionReport
     from harvest.connectors.reading.json_body import describe_repairs
@@ -65,10 +65,39 @@ def _extraction_lines(summary: RunSummary) -> list[str]:
             f"{sum(total.repairs.values())} values were repaired to read answers strict JSON refuses "
             f"({describe_repairs(total.repairs)}); the answers are kept as sent in the raw store"
         )
-    if total.new_fields:
-        shown = ", ".join(total.new_fields[:15]) + (", ..." if len(total.new_fields) > 15 else "")
-        lines.append(f"new fields the catalog does not read yet (kept in `raw`): {shown}")
-    return lines + _left_out_lines(total) + _unread_cursor_lines(summary) + _empty_column_lines(summary)
+    return (
+        lines
+        + _new_field_lines(total, output)
+        + _left_out_lines(total)
+        + _unread_cursor_lines(summary)
+        + _empty_column_lines(summary)
+    )
+
+
+NEW_FIELDS_SHOWN = 15
+
+
+def _new_field_lines(total: Any, output: Path) -> list[str]:
+    """Fields the answers held that no column reads: how many, the first few, where the rest are, and how to leave
+    one in `raw` on purpose. A table that kept none of its records (or lost some) comes first: its new fields
+    may say why (a key renamed), so the cut never hides them behind a table that landed well."""
+    tables = total.tables
+
+    def urgency(name: str) -> tuple[int, str]:
+        table = tables[name.split(".", 1)[0]]
+        return (0 if not table.kept else 1 if table.kept < table.seen else 2), name
+
+    fields = sorted(total.new_fields, key=urgency)
+    if not fields:
+        return []
+    shown = ", ".join(fields[:NEW_FIELDS_SHOWN])
+    if len(fields) > NEW_FIELDS_SHOWN:
+        where = harvest_line("sql", output, "SELECT query_id, new_fields FROM query_state")
+        shown += f", and {len(fields) - NEW_FIELDS_SHOWN} more (every query's: `{where}`)"
+    return [
+        f"{counted(len(fields), 'new field')} no column reads (kept in `raw`; a record kind's `ignore:` leaves "
+        f"one there on purpose): {shown}"
+    ]
 
 
 def _left_out_lines(total: Any) -> list[str]:
@@ -149,7 +178,7 @@ def print_summary(summary: RunSummary, output: Path, by_platform: bool = False) 
         console.tell(err, console.literal(stuck, "red"))
     if unstarted := never_started_line(summary):  # ids are long: a terminal breaks it between them
         console.tell(err, console.literal(unstarted, "yellow"))
-    for line in _extraction_lines(summary):
+    for line in _extraction_lines(summary, output):
         console.tell(err, console.literal(line, "yellow"), console.HANG)
     exported = summary.export
     if exported and exported.get("error"):

@@ -20,7 +20,7 @@ from harvest.connectors.catalog.declarations import CatalogFile, EndpointDecl, p
 from harvest.connectors.catalog.job_catalog import declared_tables, join_problems
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
 from harvest.flows.spec.problems import Problem, SpecError
-from harvest.flows.spec.yaml_reader import LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
+from harvest.flows.spec.yaml_reader import PRINTABLE, LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
 
 CATALOG_ALLOWED = "a catalog file (YAML with `endpoints:`), its path relative to the spec's directory"
 
@@ -123,18 +123,45 @@ def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None, 
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem(file, None, "", f"cannot read it: {exc}", "a UTF-8 YAML file")]) from None
     endpoints = data.get("endpoints") if isinstance(data, dict) else None
+    found = yaml_problems(file, lines)
     if not isinstance(endpoints, dict):
         try:
             CatalogFile.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(_explained(exc, (), file, lines)) from None
-    valid, problems = {}, []
+            raise SpecError(found + _explained(exc, (), file, lines)) from None
+    valid, problems = {}, found
     for endpoint, raw in (endpoints or {}).items():
         try:
             valid[str(endpoint)] = EndpointDecl.model_validate(raw)
         except ValidationError as exc:
             problems += _explained(exc, ("endpoints", str(endpoint)), file, lines)
     return valid, lines, problems
+
+
+def yaml_problems(file: str, lines: LineMap | None) -> list[Problem]:
+    """What a mapping read from YAML hides, in a spec and in its catalog files alike: a key written twice (YAML
+    keeps the last, so the first would be dropped without a word) and a control character written as an escape."""
+    if lines is None:
+        return []
+    problems = []
+    for loc, line in lines.duplicates:
+        if len(loc) == 2 and loc[0] == "endpoints":
+            first = f", first at line {lines.lines[loc]}" if loc in lines.lines else ""
+            problem, allowed = f"{loc[1]} is declared twice{first} (YAML keeps the last)", "each path once"
+        else:
+            problem, allowed = f"duplicate key {loc[-1]!r} (YAML keeps the last)", "each key once"
+        problems.append(Problem(file, line, dotted(loc), problem, allowed))
+    problems += [
+        Problem(file, c.line, dotted(c.loc), _escaped(c.char, c.column, c.written), PRINTABLE)
+        for c in lines.controls
+    ]
+    return problems
+
+
+def _escaped(char: str, column: int | None, written: str) -> str:
+    if column is None:  # the value's line and the field: the escape was not found in the value's text
+        return f"control character {char} in the value (the line where the value starts)"
+    return f"control character {char} at column {column}, written as {written}"
 
 
 def _explained(exc: ValidationError, at: Loc, file: str, lines: LineMap | None) -> list[Problem]:

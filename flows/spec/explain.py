@@ -198,8 +198,9 @@ _EMPTY = {"model_type": "keys", "dict_type": "keys", "list_type": "items"}
 
 
 def closest(word: str, choices: list[str]) -> list[str]:
-    """The names a typo was probably meant to be, closest first."""
-    return difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+    """The names a typo was probably meant to be, closest first: none when none is close (difflib's own cutoff,
+    0.6: at 0.5 `min` would be offered `joins`, two letters in common)."""
+    return difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
 
 
 def closest_hint(word: str, choices: list[str]) -> str:

@@ -15,12 +15,12 @@ from pydantic import ValidationError
 
 from harvest.connectors.catalog.job_catalog import Catalog, for_job
 from harvest.flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
-from harvest.flows.spec.declared import read_declared
+from harvest.flows.spec.declared import read_declared, yaml_problems
 from harvest.flows.spec.describe import keys
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
 from harvest.flows.spec.model import DECLARED, DEFER_CHECKS, JobSpec, Query
 from harvest.flows.spec.problems import Found, Problem, SpecError
-from harvest.flows.spec.yaml_reader import PRINTABLE, UnreadableSpec, load_yaml, read_spec_text
+from harvest.flows.spec.yaml_reader import UnreadableSpec, load_yaml, read_spec_text
 
 
 @functools.lru_cache(maxsize=8)
@@ -36,14 +36,7 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
     if not isinstance(data, dict) or lines is None:
         shape = "a mapping with keys: " + ", ".join(keys(JobSpec))
         raise SpecError([Problem(file, 1, "", "the spec must be a YAML mapping", shape)])
-    problems = [
-        Problem(file, line, dotted(loc), f"duplicate key {loc[-1]!r} (YAML keeps the last)", "each key once")
-        for loc, line in lines.duplicates
-    ]
-    problems += [
-        Problem(file, c.line, dotted(c.loc), _escaped(c.char, c.column, c.written), PRINTABLE)
-        for c in lines.controls
-    ]
+    problems = yaml_problems(file, lines)
     declared, declared_problems = read_declared(data, file, lines)
     problems += declared_problems
     found: list[Found] = []
@@ -74,12 +67,6 @@ def _of_refused(found: Found, refused: set[str]) -> bool:
     return any(text == f"unknown endpoint {path!r}" for path in refused) and (
         loc[-1:] == ("endpoint",) or loc[:1] in (("costs",), ("shapes",))
     )
-
-
-def _escaped(char: str, column: int | None, written: str) -> str:
-    if column is None:  # the value's line and the field: the escape was not found in the value's text
-        return f"control character {char} in the value (the line where the value starts)"
-    return f"control character {char} at column {column}, written as {written}"
 
 
 def _partial_problems(data: dict[str, Any], catalog: Catalog) -> list[Found]:
