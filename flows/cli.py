@@ -245,7 +245,7 @@ def run(
 
     An unfinished run of the job in the output directory (killed, Ctrl-C) is resumed: queries that ended are
     not repeated, the others go on from their last paid page. Exit codes: 0 every query ended normally or
-    stopped at its budget; 1 a query failed; 2 invalid spec or usage (or the job is already running);
+    stopped at its budget; 1 a query failed (or the account could not pay); 2 invalid spec or usage (or the job is already running);
     3 the budget left queries unstarted and the spec asks to say so (budget.unstarted_exit_code); 75 stopped by
     this machine (a full disk) or Prefect's API did not answer: try again later; 130 interrupted (run it again
     to resume).

@@ -207,6 +207,38 @@ def test_a_night_that_finds_the_account_below_its_floor_says_so_not_that_the_bud
     )
 
 
+@pytest.mark.parametrize("floor", [1000, 0], ids=["at_its_floor", "empty"])
+def test_a_night_the_account_could_not_pay_for_fails_loudly(
+    prefect_harness: None, api_key: str, tmp_path: Path, floor: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A night the account left without a single page (at its floor, or out of credits) exited 0 and was
+    Completed in Prefect, `budget_exhausted` with 0 of its budget spent: a cron job and a served deployment
+    both reported success for a night that missed everything. No budget or `--continue` helps until a person
+    tops the account up or lowers the floor: exit 1 and Failed, the line saying so."""
+    from typer.testing import CliRunner
+
+    from harvest.flows.cli import app
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import all_manifests
+    from tests.prefect_helpers import flow_run_states
+
+    config = SandboxConfig(api_keys={SECRET_KEY: 967 if floor else 0}, pages_by_path={PINS: (2, 2)})
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["a", "b"]}}]
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, output, queries, credits=300, budget={"min_balance": floor})
+        result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec))])
+        billed = sb.billed_total()
+    (manifest,) = all_manifests(OutputLayout(output))
+    state, message = flow_run_states([manifest.flow_run_id])[manifest.flow_run_id]
+    assert billed == 0 and result.exit_code == 1, result.output
+    assert state == "FAILED" and "2 queries never started (the account at its balance floor)" in message, (
+        message
+    )
+    said = " ".join(result.output.split())
+    assert "once the account is topped up or budget.min_balance lowered, `" in said, said
+
+
 # ---------------------------------------------------------------------------------------------- property
 QUICK_FAULTS = [
     FaultKind.RATE_LIMIT,

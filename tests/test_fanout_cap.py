@@ -12,9 +12,12 @@ from pathlib import Path
 from harvest.connectors.catalog.job_catalog import builtin_declarations
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import COMMENT_REPLIES, VIDEO_COMMENTS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, write_spec
+from tests.prefect_helpers import flow_run_states
 from tests.process_helpers import finish, start_run
 
 PARAMS = {"url": "https://www.video-platform.example/watch?v=Y2Ah_DFr8cw", "order": "top"}
@@ -83,3 +86,7 @@ def test_a_fan_out_spends_within_its_cap_breadth_first_and_says_who_never_starte
     )
     assert all(len(line) <= 80 for line in lines) and len(lines) > 1, lines
     assert code == 3, err
+    # a served deployment hears it too: the flow run Failed, its message counting what never started
+    (manifest,) = all_manifests(OutputLayout(output))
+    state, message = flow_run_states([manifest.flow_run_id])[manifest.flow_run_id]
+    assert state == "FAILED" and f"{unstarted} queries never started (the budget or a cap spent)" in message

@@ -18,6 +18,7 @@ from harvest.tasks.output.manifest import lowered_budget
 from harvest.tasks.output.run_summary import (
     NoRun,
     RunSummary,
+    account_short,
     never_started,
     never_started_line,
     query_rows,
@@ -314,9 +315,12 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
     ]
     if stopped:
         many = len(stopped) != 1
+        first = (
+            "once the account is topped up or budget.min_balance lowered, " if account_short(stopped) else ""
+        )
         return (
             f"{counted(len(stopped), 'query')} stopped with {'their cursors' if many else 'its cursor'} kept: "
-            f"`{again.command('--continue')}` picks {'them' if many else 'it'} up"
+            f"{first}`{again.command('--continue')}` picks {'them' if many else 'it'} up"
         )
     return None
 
@@ -336,6 +340,8 @@ def exit_code(summary: RunSummary) -> int:
         return 1
     if any(unsendable(q) for q in summary.queries):
         return 1  # no night fetches them until the spec changes (docs/decisions.md): a cron job must hear it
+    if account_short(summary.queries):
+        return 1  # nor until the account is topped up or its floor lowered
     if summary.unstarted_exit_code and never_started(summary.queries):
         return 3  # the spec asked for a night whose budget left queries unstarted to say so
     return 0

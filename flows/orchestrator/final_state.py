@@ -33,7 +33,15 @@ from harvest.flows.orchestrator.prefect_record import (
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import MachineFault
 from harvest.tasks.output.manifest import RunManifest, failure_groups, who
-from harvest.tasks.output.run_summary import NoRun, RunSummary, query_rows, unsendable_named
+from harvest.tasks.output.run_summary import (
+    NoRun,
+    RunSummary,
+    account_short,
+    never_started,
+    query_rows,
+    unsendable_named,
+    unstarted_words,
+)
 from harvest.tasks.query_line import LINE_TASK, ended_task_runs
 
 REASONS_SHOWN = 3
@@ -75,6 +83,8 @@ def headline(summary: RunSummary, key: ApiKey | None = None) -> str:
         text += f"; failed: {failures}"
     if stuck := unsendable_named(summary):
         text += f"; could not send a request: {stuck}"
+    if unstarted := unstarted_words(summary):
+        text += f"; {unstarted}"
     text += f"; {summary.error}" if summary.error else ""
     if summary.machine_fault and summary.machine_fault not in (summary.error or ""):
         text += f"; {summary.machine_fault}"
@@ -106,7 +116,9 @@ def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) ->
         if retries:  # Prefect retries only a raised failure; the retry resumes this run
             raise RunFailed(summary, message)
         return Failed(message=message, data=summary)
-    if unsendable_named(summary):  # exit 1 too; not raised for Prefect's retries: no run fetches them
+    if unsendable_named(summary) or account_short(summary.queries):  # exit 1 too; not raised for retries:
+        return Failed(message=message, data=summary)  # no run fetches them until a person acts
+    if summary.unstarted_exit_code and never_started(summary.queries):  # exit 3: the spec asks to hear it
         return Failed(message=message, data=summary)
     return Completed(message=message, data=summary)
 

@@ -205,6 +205,29 @@ def _per_spec_query(
     return "; ".join(parts)
 
 
+def account_short(queries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Queries the account could not pay for (its balance at `budget.min_balance`, or empty), before their first
+    page or after some: no budget or `--continue` goes on with them until a person tops the account up or lowers
+    the floor, so the night fails (exit 1, Prefect's Failed) where a budget's shortfall does not."""
+    return [
+        q
+        for q in queries
+        if q["status"] == "budget_exhausted" and "budget.min_balance" in (q.get("error") or "")
+    ]
+
+
+def unstarted_words(summary: RunSummary) -> str | None:
+    """The never-started queries in a few words for a one-line headline (Prefect's state message)."""
+    unstarted = never_started(summary.queries)
+    if not unstarted:
+        return None
+    short = len(account_short(unstarted))
+    why = "the account at its balance floor" if short == len(unstarted) else "the budget or a cap spent"
+    if short and short != len(unstarted):
+        why = f"{short} of them for the account at its balance floor"
+    return f"{counted(len(unstarted), 'query')} never started ({why})"
+
+
 def never_started_line(summary: RunSummary) -> str | None:
     """How many queries never started, and which: per spec query, its count among the run's queries of it and
     the first few ids."""
