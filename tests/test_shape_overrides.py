@@ -4,6 +4,7 @@ Relay connection is read wherever a list belongs. Over real HTTP against the san
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -59,14 +60,25 @@ def test_the_drift_message_names_the_override_and_the_spec_reads_the_new_shape(
         spec = spec_of(tmp_path, sb.base_url, variant.path, params, **variant.spec({}))
         drifted = runner.invoke(app, ["run", str(spec)])
         assert drifted.exit_code == 1, drifted.output
-        hint = re.search(r"add to the job spec `shapes: (\{.*?\})`", drifted.stderr.replace("\n", " "))
-        assert hint is not None, drifted.stderr
-        shapes = yaml.safe_load(hint.group(1))
-        assert shapes == {variant.path: {posts_table: {"records": "items"}}}
-
-        # The user pastes the override into the spec: the paid page lands with it, no request sent.
+        said = " ".join(drifted.stderr.split())
         text = yaml.safe_load(spec.read_text())
-        spec.write_text(yaml.safe_dump({**text, "shapes": shapes}))
+        if variant.declared:
+            # The job's own declaration is what to fix: the message names it, in the spec, at the `at`'s line.
+            fix = re.search(r"set `at: (\S+)` for (\w+) in (\S+):(\d+),", said)
+            assert fix is not None, said
+            assert (json.loads(fix.group(1)), fix.group(2), fix.group(3)) == ("items", posts_table, str(spec))
+            assert "at:" in spec.read_text().splitlines()[int(fix.group(4)) - 1]
+            assert "add to the job spec `shapes:" not in said and "changed shape" not in said
+            kind = text["endpoints"][variant.path]["records"][posts_table]
+            kind["at"] = ["items", *kind["at"]]  # the new place first, as an override would read it
+            spec.write_text(yaml.safe_dump(text))
+        else:
+            hint = re.search(r"add to the job spec `shapes: (\{.*?\})`", said)
+            assert hint is not None, drifted.stderr
+            shapes = yaml.safe_load(hint.group(1))
+            assert shapes == {variant.path: {posts_table: {"records": "items"}}}
+            # The user pastes the override into the spec: the paid page lands with it, no request sent.
+            spec.write_text(yaml.safe_dump({**text, "shapes": shapes}))
         assert runner.invoke(app, ["validate", str(spec)]).exit_code == 0
         paid = len(sb.ledger)
         rebuilt = runner.invoke(app, ["rebuild", str(output), "--spec", str(spec)])
@@ -136,7 +148,7 @@ def test_a_relay_connection_is_read_where_a_list_belongs(
     ("shapes", "problem"),
     [
         ({"/v1/nope": {"t": {"records": "x"}}}, 'shapes["/v1/nope"]: unknown endpoint'),
-        ({FEED: {"nope": {"records": "x"}}}, f'shapes["{FEED}"].nope: {FEED} has no record table'),
+        ({FEED: {"nope": {"records": "x"}}}, f'shapes["{FEED}"].nope: {FEED} has no record or child table'),
         ({FEED: {"microblog_b_posts": {"records": "a..b"}}}, "records[0]: 'a..b' is not a record path"),
         ({FEED: {"microblog_b_posts": {"fields": {"likes": "x"}}}}, "fields.likes: 'likes' is not a column"),
         ({FEED: {"microblog_b_posts": {"records": "a|b"}}}, "'a|b' is not a record path"),

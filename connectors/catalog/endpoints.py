@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from harvest.connectors.catalog.child_kinds import TableKind
+from harvest.connectors.catalog.declared_at import DeclaredAt
 from harvest.connectors.catalog.paging_styles import Paging
 from harvest.connectors.catalog.params import Params, has_value, is_set
 from harvest.connectors.catalog.records import RecordKind
@@ -152,6 +153,8 @@ class Endpoint:
     methods: tuple[str, ...] = ("GET",)
     """How its requests may be sent, the first the default: POST puts every parameter, the cursor too, in a
     JSON body (path parameters stay in the path); a query may choose another of them (`method:`)."""
+    declared_at: DeclaredAt | None = field(default=None, compare=False, repr=False)
+    """Where the job declares it (its own endpoint), for the messages that name the fix in the user's file."""
 
     @property
     def params(self) -> type[Params]:

@@ -31,7 +31,7 @@ from harvest.connectors.catalog.endpoint_build import build_endpoint
 from harvest.connectors.catalog.endpoints import Endpoint, UnknownEndpoint
 from harvest.connectors.catalog.fields import type_name
 from harvest.connectors.catalog.records import RecordKind
-from harvest.connectors.catalog.shape_overrides import Shapes
+from harvest.connectors.catalog.shape_overrides import Shapes, overridden_kind
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -82,7 +82,7 @@ class Catalog:
 
 def _overridden(endpoint: Endpoint, costs: Mapping[str, int], shapes: Shapes) -> Endpoint:
     tables = shapes.get(endpoint.path, {})
-    kinds = tuple(tables[k.table].apply(k) if k.table in tables else k for k in endpoint.kinds)
+    kinds = tuple(overridden_kind(k, tables) for k in endpoint.kinds)
     if endpoint.path in costs:
         endpoint = replace(endpoint, price=endpoint.price.overridden(costs[endpoint.path]))
     return replace(endpoint, kinds=kinds)

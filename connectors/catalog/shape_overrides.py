@@ -54,7 +54,19 @@ class KindShape:
 
 
 Shapes = Mapping[str, Mapping[str, KindShape]]
-"""Endpoint path -> record table -> its overrides."""
+"""Endpoint path -> record table (or child table) -> its overrides."""
+
+
+def overridden_kind(kind: RecordKind, tables: Mapping[str, KindShape]) -> RecordKind:
+    """The kind with its own overrides and its child tables' (a child's `fields`, read inside each item)."""
+    if kind.table in tables:
+        kind = tables[kind.table].apply(kind)
+    if not any(c.table in tables for c in kind.children):
+        return kind
+    children = tuple(
+        replace(c, item=tables[c.table].apply(c.item)) if c.table in tables else c for c in kind.children
+    )
+    return replace(kind, children=children)
 
 
 def _paths(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -80,13 +92,25 @@ Problem = tuple[tuple[str, ...], str, str]
 def shape_problems(
     path: str, kinds: Sequence[RecordKind], tables: Mapping[str, KindShape]
 ) -> Iterator[Problem]:
-    """What an endpoint's overrides get wrong: unknown tables or columns, paths that are no record paths."""
+    """What an endpoint's overrides get wrong: unknown tables or columns, paths that are no record paths. A
+    child table (`children:`) takes `fields` only: the columns of its items, read inside each item."""
     by_table = {k.table: k for k in kinds}
+    children = {c.table: c.item for k in kinds for c in k.children}
     for table, shape in tables.items():
-        kind = by_table.get(table)
+        kind = by_table.get(table) or children.get(table)
         if kind is None:
-            yield (table,), f"{path} has no record table {table!r}", ", ".join(by_table)
+            yield (
+                (table,),
+                f"{path} has no record or child table {table!r}",
+                ", ".join([*by_table, *children]),
+            )
             continue
+        if table in children and shape.records:
+            yield (
+                (table, "records"),
+                "a child table's items are read where its `at` says",
+                "`fields: {column: PATH}`",
+            )
         if not shape.records and not shape.fields:
             yield (
                 (table,),

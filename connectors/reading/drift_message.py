@@ -17,8 +17,16 @@ KEPT = (
 )
 
 
+KEPT_DECLARED = (
+    "the paid pages are kept in the raw store: once the declaration reads them, `harvest rebuild` lands them "
+    "and `harvest run --continue` goes on from the next page"
+)
+
+
 def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
-    """One message for records a page could not keep: where, what, an example, and that nothing is lost."""
+    """One message for records a page could not keep: where, what, an example, and that nothing is lost. For
+    an endpoint the job declares, the fix is in its own file: the message names the file, line and place."""
+    declared = endpoint.declared_at
     parts = []
     for name, table in sorted(report.tables.items()):
         if table.no_key:
@@ -30,24 +38,77 @@ def drift_message(endpoint: Endpoint, report: ExtractionReport) -> str:
         if table.failed:
             parts.append(f"{name}: {table.failed} record(s) could not be read ({table.failure})")
     for where in report.missing_lists:
-        sent = ", ".join(report.top_keys) or "no keys"
         why = report.missing_why.get(where, "absent")
-        parts.append(
-            f"{where}: the list is missing although the page had content ({why}; the answer's keys: {sent})"
-        )
-    message = f"the answers of {endpoint.path} changed shape: " + "; ".join(parts) + f". Stopped; {KEPT}"
+        said = report.top_keys and "`(the answer)` holds" not in why  # the top's keys said already
+        sent = f"; the answer's keys: {', '.join(report.top_keys)}" if said else ""
+        name = where.split(":", 1)[0]
+        what = "object" if _one_object(endpoint, name) else "list"
+        part = f"{where}: the {what} is missing although the page had content ({why}{sent})"
+        if declared is not None and name in {k.table for k in endpoint.landed_kinds}:
+            place = _at(endpoint, name)
+            part += f"; the declaration's `{'.'.join(place)}` is in {declared.where(*place)}"
+            if what == "list" and why.startswith("an object, not a list"):
+                part += ": if that object is the one record the answer holds, declare the kind `one: true`"
+        parts.append(part)
+    if declared is None:
+        head = f"the answers of {endpoint.path} changed shape: "
+    else:
+        head = f"the answers of {endpoint.path} do not match its declaration in {declared.file}: "
+    message = head + "; ".join(parts) + f". Stopped; {KEPT if declared is None else KEPT_DECLARED}"
     if report.read_at:
-        message += ". " + override_hint(endpoint.path, report.read_at)
+        hint = override_hint if declared is None else _declared_hint
+        message += ". " + hint(endpoint, report.read_at)
     keyed = {
         name: t.no_key_override for name, t in sorted(report.tables.items()) if t.no_key and t.no_key_override
     }
-    if keyed:
+    if keyed and declared is None:
         message += (
             ". The records without their key have it elsewhere: to read them there without waiting for a "
             f"release, add to the job spec `shapes: {_shapes(endpoint.path, keyed)}`, then {REBUILD} lands the "
             "pages already paid"
         )
+    elif keyed:
+        message += ". The records without their key have it elsewhere: " + "; ".join(
+            _declared_fix(endpoint, name, override) for name, override in keyed.items()
+        )
     return message
+
+
+def _one_object(endpoint: Endpoint, table: str) -> bool:
+    kind = next((k for k in endpoint.kinds if k.table == table), None)
+    return kind is not None and bool(kind.locations) and all(loc in kind.objects for loc in kind.locations)
+
+
+def _at(endpoint: Endpoint, table: str) -> tuple[str, ...]:
+    """Where in an endpoint's declaration a table's `at` is (a child table's under its parent's `children`)."""
+    for kind in endpoint.kinds:
+        if any(child.table == table for child in kind.children):
+            return ("records", kind.table, "children", table, "at")
+    return ("records", table, "at")
+
+
+def _declared_hint(endpoint: Endpoint, read_at: dict[str, str]) -> str:
+    return "The answer holds one unread list of objects: " + "; ".join(
+        _declared_fix(endpoint, table, {"records": where}) for table, where in sorted(read_at.items())
+    )
+
+
+def _declared_fix(endpoint: Endpoint, table: str, override: dict[str, Any]) -> str:
+    """The change to a job's own declaration that reads what a `shapes` override would: its place and line."""
+    assert endpoint.declared_at is not None
+    if "records" in override:
+        place = _at(endpoint, table)
+        return (
+            f"to read it, set `at: {json.dumps(override['records'])}` for {table} in "
+            f"{endpoint.declared_at.where(*place)}, then {REBUILD} lands the pages already paid"
+        )
+    fixes = []
+    for column, path in override.get("fields", {}).items():
+        place = ("records", table, "columns", column)
+        fixes.append(
+            f"to read {table}.{column} there, set its `path: {path}` in {endpoint.declared_at.where(*place)}"
+        )
+    return "; ".join(fixes) + f", then {REBUILD} lands the pages already paid"
 
 
 REBUILD = "`harvest rebuild OUTPUT --spec SPEC`"
@@ -85,8 +146,9 @@ def empty_columns_message(path: str, report: ExtractionReport) -> str | None:
     )
 
 
-def override_hint(path: str, read_at: dict[str, str]) -> str:
+def override_hint(endpoint: Endpoint, read_at: dict[str, str]) -> str:
     """The spec lines that would read the records where the answer holds them (JSON is valid YAML)."""
+    path = endpoint.path
     shapes = {path: {table: {"records": where} for table, where in sorted(read_at.items())}}
     places = ", ".join(f"`{where}`" for where in read_at.values())
     return (

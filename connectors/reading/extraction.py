@@ -322,12 +322,17 @@ def _children(
     report: ExtractionReport,
 ) -> None:
     """The page's rows of the kind's child tables (`connectors.reading.child_rows`). A child whose conversion
-    breaks gets no rows, and its parents count as lost (drift), as a kind's records would."""
+        breaks gets no rows, and its parents count as lost (drift), as a kind's records would; a child list lost to a
+    rename counts as a lost list."""
     for child in kind.children:
+        lost: dict[str, str] = {}
         try:
             tables[child.table] = child_table(
-                child, kind, records, tables[kind.table], params, report.table(child.table)
+                child, kind, records, tables[kind.table], params, report.table(child.table), lost
             )
+            for where, why in lost.items():
+                report.missing_lists[where] = 1  # once per page, as a record kind's lost list
+                report.missing_why.setdefault(where, why)
         except Exception as exc:
             failed = report.table(child.table)
             failed.failed += max(1, len(records))
@@ -354,7 +359,12 @@ def _account_lists(
         why = gone.how if gone.instead is None else f"{gone.how}: {_example(gone.instead)}"
         if gone.moved is not None:
             key, items = gone.moved
-            why += f"; `{key}` holds {len(items)} unread items, e.g. {_example(items[0])}"
+            if isinstance(items, dict):
+                why += f"; `{key}` holds an unread object: {_example(items)}"
+            else:
+                why += f"; `{key}` holds {len(items)} unread items, e.g. {_example(items[0])}"
+        if gone.near is not None:
+            why += f"; {gone.near}"
         report.missing_lists[gone.where] = 1
         report.missing_why[gone.where] = why
         if gone.read_at is not None:

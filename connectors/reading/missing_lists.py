@@ -5,7 +5,7 @@ Every list at once (none of the places the page should hold is there): lost, abs
 list among others may be left out by the service (a search with no lives, a page with no comments), so it is
 lost only on a signal that its records went elsewhere: it came as an object (a keyed map where a list belongs),
 or the object that should hold it carries a non-empty list of objects under a key no kind of the endpoint reads
-(a renamed list). The order in which the kinds are declared never matters.
+(a renamed list), or, for a kind that is one object (`one: true`), an unread object holding the kind's key. The order in which the kinds are declared never matters.
 
 A place the service sends on a query's first page only (a post beside the first page of its comments) is not
 expected on a later page: declared `first_page_only`, or found on an earlier page of the query and absent now.
@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.connectors.catalog.record_paths import dig
+from harvest.connectors.catalog.record_paths import MISSING, alternatives, dig, first
 from harvest.connectors.catalog.records import ENVELOPE_KEYS, Located, RecordKind, connection_nodes
 
 MAX_NODES_SEARCHED = 20_000
@@ -38,8 +38,10 @@ class LostList:
     """absent, null, "an object, not a list", ..."""
     instead: Any
     """What was there instead of the list, if anything."""
-    moved: tuple[str, list[Any]] | None
-    """The unread key the records may have moved to, and its items."""
+    moved: tuple[str, Any] | None
+    """The unread key the records may have moved to, and its items (a list, or the one object)."""
+    near: str | None = None
+    """What the answer holds at the nearest place above the location that is there: `[0].data` holds ..."""
     read_at: str | None = None
     """The one record path in the whole answer holding a list of objects no kind reads, when there is one: the
     `shapes` override that would read this list there."""
@@ -74,7 +76,8 @@ def lost_lists(
             if elsewhere is None:
                 elsewhere = unread_list_paths(kinds, located, body)
             only = elsewhere[0] if len(elsewhere) == 1 else None
-            out.append(LostList(kind.table, where, place.missing, place.instead, moved, only))
+            near = next(filter(None, (nearest(body, loc) for loc in kind.locations)), None)
+            out.append(LostList(kind.table, where, place.missing, place.instead, moved, near, only))
     return out
 
 
@@ -128,14 +131,58 @@ def _holds_value(value: Any) -> bool:
     return value is not None
 
 
+def nearest(body: Any, location: str) -> str | None:
+    """What the nearest place above a missing location holds (its keys and their kinds, or a list's first
+    items): where a user reading the message looks for what the declaration should name."""
+    if not location or "[]" in location:
+        return None
+    place = location
+    while place:
+        place = _parent(place)
+        held = dig(body, place) if place else body
+        if isinstance(held, dict | list):
+            return f"`{place or '(the answer)'}` holds: {_described(held)}"
+    return None
+
+
+def _described(value: Any) -> str:
+    """A dict's keys with the kind of each value; a list's length and its first items' keys."""
+    if isinstance(value, dict):
+        return _keys(value, _kind) or "no keys"
+    first = "; ".join(
+        f"[{n}] an object ({_keys(item, None) or 'no keys'})"
+        if isinstance(item, dict)
+        else f"[{n}] {_kind(item)}"
+        for n, item in enumerate(value[:3])
+    )
+    return f"a list of {len(value)}" + (f": {first}" if first else "")
+
+
+def _keys(value: dict[str, Any], kind: Any) -> str:
+    keys = list(value)
+    more = f", and {len(keys) - 12} more" if len(keys) > 12 else ""
+    return ", ".join(f"{key} ({kind(value[key])})" if kind else key for key in keys[:12]) + more
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if value is None:
+        return "null"
+    return {bool: "true/false", str: "text"}.get(type(value), "a number")
+
+
 def _parent(location: str) -> str:
     return location.rsplit(".", 1)[0] if "." in location else ""
 
 
-def _unread_lists(kinds: tuple[RecordKind, ...], kind: RecordKind, body: Any) -> dict[str, list[Any]]:
+def _unread_lists(kinds: tuple[RecordKind, ...], kind: RecordKind, body: Any) -> dict[str, Any]:
     """Non-empty lists of objects beside where `kind` should be (in the object holding its location) under
-    keys that no kind of the endpoint, nor the envelope, names. Lists of plain values are not records."""
-    out: dict[str, list[Any]] = {}
+    keys that no kind of the endpoint, nor the envelope, names. Lists of plain values are not records. Where the
+    kind is one object (`one: true`), an unread object holding the kind's key is its record moved too."""
+    out: dict[str, Any] = {}
     for location in kind.locations:
         if not location or "[]" in location:
             continue
@@ -146,9 +193,18 @@ def _unread_lists(kinds: tuple[RecordKind, ...], kind: RecordKind, body: Any) ->
         named = {
             loc.rsplit(".", 1)[-1] for k in kinds for loc in k.locations if loc and _parent(loc) == parent
         }
+        one = location in kind.objects
         for key, value in holder.items():
-            if key in named or key in ENVELOPE_KEYS or key in out or not isinstance(value, list):
+            if key in named or key in ENVELOPE_KEYS or key in out:
                 continue
-            if any(isinstance(item, dict) for item in value):
+            listed = isinstance(value, list) and any(isinstance(item, dict) for item in value)
+            if listed or (one and isinstance(value, dict) and _carries_key(kind, value)):
                 out[key] = value
     return out
+
+
+def _carries_key(kind: RecordKind, value: dict[str, Any]) -> bool:
+    """Whether an object holds every field of the kind's primary key: one record of a `one: true` kind."""
+    paths = [f.path for f in kind.fields if f.name in kind.primary_key]
+    found = [first(value, tuple(alternatives(path))) for path in paths]
+    return bool(paths) and all(v is not MISSING and v is not None for v in found)

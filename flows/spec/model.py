@@ -8,6 +8,7 @@ path holds an unchecked spec.
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -26,6 +27,7 @@ from pydantic import (
 )
 
 from harvest.connectors.catalog.declarations import EndpointDecl
+from harvest.connectors.catalog.declared_at import DeclaredAt, declared_places
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.job_catalog import Catalog, builtin, for_job
 from harvest.connectors.catalog.shape_overrides import KindShape
@@ -62,6 +64,8 @@ PATTERN_WORDS = {
 DEFER_CHECKS = "harvest_defer_semantic_checks"
 """Validation context flag: `parse_spec` runs the semantic checks itself, to place them on lines."""
 DECLARED = "harvest_declared_endpoints"
+DECLARED_AT = "harvest_declared_places"
+"""Validation context: path -> where the spec's files declare it (`connectors.catalog.declared_at`)."""
 """Validation context: the spec's declared endpoints as `parse_spec` read them (`flows.spec.declared`), with
 their problems placed on their files' lines; without it the spec reads its catalog files itself."""
 
@@ -293,6 +297,7 @@ class JobSpec(_Model):
     )
     queries: list[Query] = Field(min_length=1)
     _declared: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
+    _declared_at: dict[str, DeclaredAt] = PrivateAttr(default_factory=dict)
 
     @field_validator("output", mode="before")
     @classmethod
@@ -306,6 +311,7 @@ class JobSpec(_Model):
         context = info.context or {}
         if DECLARED in context:
             self._declared = context[DECLARED]
+            self._declared_at = dict(context.get(DECLARED_AT, {}))
         elif self.catalogs or self.endpoint_declarations:
             from harvest.flows.spec.declared import read_declared
 
@@ -314,6 +320,7 @@ class JobSpec(_Model):
             if flaws:
                 raise ValueError("; ".join(str(p) for p in flaws))
             self._declared = declared.endpoints
+            self._declared_at = declared_places(declared.where, {})
         if not context.get(DEFER_CHECKS):
             from harvest.flows.spec.checks import semantic_problems
             from harvest.flows.spec.explain import dotted
@@ -329,7 +336,11 @@ class JobSpec(_Model):
 
     def endpoints(self) -> dict[str, Endpoint]:
         """This job's catalog with its cost and shape overrides."""
-        return self.catalog().overridden(self.costs, self.shape_overrides())
+        endpoints = self.catalog().overridden(self.costs, self.shape_overrides())
+        for path, place in self._declared_at.items():
+            if path in endpoints:
+                endpoints[path] = replace(endpoints[path], declared_at=place)
+        return endpoints
 
     def replaced_params(self) -> list[str]:
         """A warning for each query that sets a parameter the service has replaced (`replaced_by`): it runs as

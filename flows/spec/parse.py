@@ -13,12 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from harvest.connectors.catalog.declared_at import declared_places
 from harvest.connectors.catalog.job_catalog import Catalog, for_job
 from harvest.flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
 from harvest.flows.spec.declared import read_declared, yaml_problems
 from harvest.flows.spec.describe import keys
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
-from harvest.flows.spec.model import DECLARED, DEFER_CHECKS, JobSpec, Query
+from harvest.flows.spec.model import DECLARED, DECLARED_AT, DEFER_CHECKS, JobSpec, Query
 from harvest.flows.spec.problems import Found, Problem, SpecError
 from harvest.flows.spec.yaml_reader import UnreadableSpec, load_yaml, read_spec_text
 
@@ -42,7 +43,11 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
     found: list[Found] = []
     spec: JobSpec | None = None
     try:
-        spec = JobSpec.model_validate(data, context={DEFER_CHECKS: True, DECLARED: declared.endpoints})
+        places = declared_places(
+            declared.where, {f: m.lines if m else None for f, m in declared.lines.items()}
+        )
+        context = {DEFER_CHECKS: True, DECLARED: declared.endpoints, DECLARED_AT: places}
+        spec = JobSpec.model_validate(data, context=context)
     except ValidationError as exc:
         for error in exc.errors():
             if error["type"] == "default_factory_not_called":
