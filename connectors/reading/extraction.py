@@ -25,6 +25,7 @@ from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
 from harvest.connectors.catalog.paging_styles import Paging
 from harvest.connectors.catalog.records import Located, RecordKind
+from harvest.connectors.plurals import counted
 from harvest.connectors.reading.child_rows import child_table
 from harvest.connectors.reading.column_readers import columns_reader
 from harvest.connectors.reading.empty_columns import empty_columns, key_override
@@ -362,7 +363,7 @@ def _account_lists(
             if isinstance(items, dict):
                 why += f"; `{key}` holds an unread object: {_example(items)}"
             else:
-                why += f"; `{key}` holds {len(items)} unread items, e.g. {_example(items[0])}"
+                why += f"; `{key}` holds {counted(len(items), 'unread item')}, e.g. {_example(items[0])}"
         if gone.near is not None:
             why += f"; {gone.near}"
         report.missing_lists[gone.where] = 1
