@@ -105,11 +105,19 @@ def test_the_documented_crontab_line_runs_the_job_in_crons_environment(tmp_path:
             ["/usr/bin/env", "-i", *cron_env, "/bin/sh", "-c", command],
             cwd=home, capture_output=True, text=True, timeout=RUN_TIMEOUT,
         )  # fmt: skip
-    log = (root / "logs" / "brand-watch.log").read_text()
+        log = (root / "logs" / "brand-watch.log").read_text()
+        (root / "harvest.env").write_text("HARVEST_API_KEY=a-key-the-service-refuses\n")
+        refused = subprocess.run(
+            ["/usr/bin/env", "-i", *cron_env, "/bin/sh", "-c", command],
+            cwd=home, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+        )  # fmt: skip
     assert cron.returncode == 0 and cron.stdout == cron.stderr == "", "cron would mail this: " + cron.stderr
     assert log.splitlines()[-1] == "harvest exited 0", log
     assert "status: complete" in log and "Traceback" not in log and SECRET_KEY not in log, log
     assert landed(root) == expected()
+    # a night that did not exit 0: cron mails what the line printed, the log's tail with the reason in it
+    mailed = refused.stdout.splitlines()
+    assert mailed[-1] == "harvest exited 2" and any("key" in line for line in mailed), refused.stdout
 
 
 def _unit_settings(unit: str) -> dict[str, str]:
