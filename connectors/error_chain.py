@@ -7,12 +7,10 @@ from collections.abc import Iterator
 
 def error_chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc`, then the error it was raised from or during (`__cause__`, else `__context__`), and so on: what a
-    wrapper (Prefect's, httpx's, pydantic's) hides. Each error once, so a cycle ends the walk. An error raised
-    `from None` ends it, as Python's own traceback does: its raiser said what came before is not its cause (the
-    job lock's refusal is not the BlockingIOError it was found by, and no Prefect outage either)."""
+    wrapper (Prefect's, httpx's, pydantic's) hides. Each error once, so a cycle ends the walk."""
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen:
         yield link
         seen.add(id(link))
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+        link = link.__cause__ or link.__context__

@@ -63,8 +63,14 @@ def caused_by_api(exc: BaseException) -> bool:
     """Whether `exc`, or an error it was raised from, says Prefect's API was away (Prefect wraps its client's
     errors: a task run's concurrency slots refused as `ConcurrencySlotAcquisitionError` from a ConnectError)."""
     from harvest.connectors.error_chain import error_chain
+    from harvest.flows.spec import UsageError
 
-    return any(api_trouble(link) for link in error_chain(exc))
+    for link in error_chain(exc):
+        if isinstance(link, UsageError):  # a refusal harvest decided and says (the job's lock held by another
+            return False  # run, found by a BlockingIOError: an OSError, but no outage)
+        if api_trouble(link):
+            return True
+    return False
 
 
 def said(exc: BaseException) -> str:
