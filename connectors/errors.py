@@ -273,13 +273,15 @@ class NotTheService(HarvestError):
     """Something answered that is not the service: no envelope (`success`) where every answer of the service has
     one. A wrong `base_url` (`/v1` appended, another host) answers 404 pages: never the service's "not found"."""
 
-    def __init__(self, where: str, answered: str, **common: Any) -> None:
+    def __init__(self, where: str, answered: str, unreachable: bool = False, **common: Any) -> None:
         super().__init__(
             f"{where} does not answer as the service does: {answered}. Check `service.base_url` (the "
             "service's address without /v1, as in the spec's example) or --base-url",
             **common,
         )
         self.where, self.answered = where, answered
+        self.unreachable = unreachable
+        """Nothing there answered at all (connection refused, no such host, a TLS handshake refused)."""
 
 
 class UnexpectedResponse(HarvestError):

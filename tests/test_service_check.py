@@ -187,3 +187,24 @@ def test_a_name_that_does_not_resolve_is_final() -> None:
     wrapped.__cause__ = no_name.value
     assert (unreachable(wrapped) or "").startswith("the host name does not resolve")
     assert unreachable(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")) is None
+
+
+def test_nothing_listening_where_the_service_answered_this_job_before_is_try_again_later(
+    sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path, prefect_api_url: str
+) -> None:
+    """The service down at 03:15 is not a wrong URL: where it answered an earlier run of the job, nothing
+    listening there is exit 75 (try again later, as cron's next night would), naming that run; nothing sent."""
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
+    spec = spec_for(tmp_path, sb.base_url)
+    first, _, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert first == 0, err
+    (run_id,) = [p.name for p in (tmp_path / "out" / "raw").iterdir() if p.is_dir()]
+    sb.stop()
+    code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    said = messages(err)
+    assert code == 75, out + "\n".join(said)
+    assert (
+        len(said) == 1
+        and f"nothing is listening there (connection refused), where it answered run {run_id}" in said[0]
+    )
+    assert "the same command runs the job once it answers" in said[0] and SECRET_KEY not in out + err

@@ -91,7 +91,7 @@ async def _read_once(wire: Wire, key: ApiKey, connect_is_final: bool) -> int:
         retry = on_the_wire(exc, key.describe)
         reason = unreachable(exc) if retry is not None and not retry.sent and connect_is_final else None
         if retry is None or reason is not None:  # unsendable, or nothing there to answer
-            raise NotTheService(where, key.scrub(reason or key.describe(exc))) from None
+            raise NotTheService(where, key.scrub(reason or key.describe(exc)), reason is not None) from None
         raise retry from None
     raw = key.scrub_answer(response.content)
     body, status = parse_body(raw), response.status_code

@@ -67,14 +67,26 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     return spec, resolved, (resolved, key, source or f"the environment variable {service.api_key_env}")
 
 
-def service_answers(service: Any) -> None:
+def service_answers(service: Any, layout: OutputLayout, job: str) -> None:
     """The service answers as the service does and accepts the key (`flows.run.preflight.check_service`):
     after the lock (a second run of the job is refused without a request), before Prefect starts."""
     if service is None:
         return
     from harvest.flows.run.preflight import check_service
+    from harvest.flows.run.service_access import service_label
+    from harvest.tasks.output.manifest import run_heads
 
-    check_service(*service)
+    def answered_before() -> str | None:
+        """The newest run of the job whose balance the service answered at this URL (read only on a failure)."""
+        label = service_label(service[0])
+        for head in reversed(run_heads(layout, job)):
+            run = head.manifest()
+            if run.service == label and run.balance_before is not None:
+                return run.run_id
+        return None
+
+    url, key, source = service
+    check_service(url, key, source, answered_before)
 
 
 def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, again: RunAgain) -> Any:
@@ -129,7 +141,7 @@ def _begin(
         again = RunAgain.of(spec_path, spec, service_url, output, budget, full)
         job, layout = spec.name, OutputLayout(output or spec.output)
         lock = lock_job(layout, job)  # before Prefect starts: a second run is refused at once
-        service_answers(service)
+        service_answers(service, layout, job)
         server = _start_prefect_server()  # boots while harvest imports; killed on any exit
         start = _decide(spec, layout, service_url, mode, again)
         from harvest.flows.run.interrupt import run_marks

@@ -26,7 +26,7 @@ from harvest.flows.console import harvest_line
 from harvest.flows.spec import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from harvest.connectors.catalog.child_kinds import TableKind
     from harvest.connectors.http.auth import ApiKey
@@ -73,10 +73,20 @@ def lock_job(layout: OutputLayout, job: str) -> job_lock.JobLock:
         raise UsageError(f"output: cannot create {layout.lock_file(job)}: {exc.strerror or exc}") from None
 
 
-def check_service(url: str, key: ApiKey, key_source: str) -> None:
+class ServiceAway(UsageError):
+    """Nothing answers at a service URL that answered this job before: a service down for now, not a wrong URL
+    (exit 75, EX_TEMPFAIL: the same command runs once it answers, as a cron job's next night would)."""
+
+    exit_code = EXIT_CODE
+
+
+def check_service(
+    url: str, key: ApiKey, key_source: str, answered_before: Callable[[], str | None] = lambda: None
+) -> None:
     """Raise UsageError (exit 2) unless `url` answers its balance as the service does and accepts the key
     (`key_source` says where the key came from). A busy service (429, 5xx past a few brief tries) is no reason to
-    refuse: the run's own retries take it from there."""
+    refuse: the run's own retries take it from there. `answered_before`: the newest earlier run of the job the
+    service answered at this URL, if any; nothing answering there then is ServiceAway (exit 75), not a wrong URL."""
     import asyncio
 
     from harvest.connectors.errors import NotTheService, OutOfCredits, Unauthorized
@@ -85,6 +95,11 @@ def check_service(url: str, key: ApiKey, key_source: str) -> None:
     try:
         asyncio.run(read_before_run(url, key))
     except NotTheService as exc:
+        if exc.unreachable and (run := answered_before()) is not None:
+            raise ServiceAway(
+                f"service: {exc.where}: {exc.answered}, where it answered run {run} of this job: away for now; "
+                "nothing was sent, and the same command runs the job once it answers"
+            ) from None
         raise UsageError(f"service: {exc}; nothing was sent") from None
     except Unauthorized:
         raise UsageError(
