@@ -279,9 +279,7 @@ class NotTheService(HarvestError):
             "service's address without /v1, as in the spec's example) or --base-url",
             **common,
         )
-        self.where, self.answered = where, answered
-        self.unreachable = unreachable
-        """Nothing there answered at all (connection refused, no such host, a TLS handshake refused)."""
+        self.where, self.answered, self.unreachable = where, answered, unreachable
 
 
 class UnexpectedResponse(HarvestError):

@@ -102,7 +102,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         from_runs = printed(listed.stderr, " resumes it")
 
         resumed = pasted(from_runs, cwd, home)  # pays on to the budget of 20 credits, then says how to go on
-        go_on = printed(resumed.stderr, " picks them up")
+        go_on = printed(resumed.stderr, " picks it up")
 
         with held_duckdb(output / "harvest.duckdb", mark=False):  # a notebook holds the database
             continued = pasted(go_on, cwd, home)
@@ -192,7 +192,7 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     write_spec(cwd / "specs", spec, "try it.yaml")
     first = harvest(cwd, home, "run", "specs/try it.yaml", "--base-url", "sandbox", "--budget", "1")
     _, err = first.communicate(timeout=FINISH_TIMEOUT)
-    go_on = printed(err, " picks them up")
+    go_on = printed(err, " picks it up")
     continued = pasted(go_on, cwd, home)
     demo_out, demo_err = landed_demo.stdout, landed_demo.stderr  # typed in its own user's directory
     shown = demo_out.split("(DuckDB SQL, read-only):\n", 1)[1]

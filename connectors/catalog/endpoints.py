@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from harvest.connectors.catalog.child_kinds import TableKind
-from harvest.connectors.catalog.declared_at import DeclaredAt
+from harvest.connectors.catalog.declarations import DeclaredAt
 from harvest.connectors.catalog.paging_styles import Paging
 from harvest.connectors.catalog.params import Params, has_value, is_set
 from harvest.connectors.catalog.records import RecordKind

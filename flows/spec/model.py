@@ -26,8 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from harvest.connectors.catalog.declarations import EndpointDecl
-from harvest.connectors.catalog.declared_at import DeclaredAt, declared_places
+from harvest.connectors.catalog.declarations import DeclaredAt, EndpointDecl, declared_places
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.job_catalog import Catalog, builtin, for_job
 from harvest.connectors.catalog.shape_overrides import KindShape

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harvest.connectors.catalog.declared_at import declared_places
+from harvest.connectors.catalog.declarations import declared_places
 from harvest.connectors.catalog.job_catalog import Catalog, for_job
 from harvest.flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
 from harvest.flows.spec.declared import read_declared, yaml_problems
