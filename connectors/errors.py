@@ -313,13 +313,24 @@ class ServiceUnavailable(HarvestError):
         attempts: int,
         last_cause: str,
         credits: int = 0,
+        provisional: int = 0,
         response: ServiceAnswer | None = None,
         query_id: str | None = None,
         endpoint: str | None = None,
     ) -> None:
+        """`provisional`: of `credits`, those counted for refusals whose charge no answer said, which the
+        account's balance settles at the run's end (the run's summary then says what was billed)."""
+        stop = (
+            "" if last_cause.endswith((".", "!", "?")) else "."
+        )  # the service's message may end its sentence
+        held = (
+            f" ({provisional} of them for refusals no answer said were billed: the account's balance settles them)"
+            if provisional
+            else ""
+        )
         super().__init__(
-            f"the service is unavailable: gave up after {attempts} attempt(s); last cause: {last_cause}. "
-            f"{credits} credit(s) were counted for these attempts; try again later",
+            f"the service is unavailable: gave up after {attempts} attempt(s); last cause: {last_cause}{stop} "
+            f"{credits} credit(s) were counted for these attempts{held}; try again later",
             credits=credits,
             response=response,
             query_id=query_id,
