@@ -308,22 +308,16 @@ class ServiceUnavailable(HarvestError):
     """Retries ran out on transient failures (429, 5xx, timeouts, dropped connections, unparseable pages)."""
 
     def __init__(
-        self,
-        *,
-        attempts: int,
-        last_cause: str,
-        credits: int = 0,
-        response: ServiceAnswer | None = None,
-        query_id: str | None = None,
-        endpoint: str | None = None,
+        self, *, attempts: int, last_cause: str, credits: int = 0, provisional: int = 0, **common: Any
     ) -> None:
+        """`provisional`: of `credits`, those counted for refusals no answer priced (the balance settles them)."""
+        stop = "" if last_cause.endswith((".", "!", "?")) else "."  # the service's message may end a sentence
+        held = f" ({provisional} of them for refusals no answer said were billed: the account's balance settles them)"
         super().__init__(
-            f"the service is unavailable: gave up after {attempts} attempt(s); last cause: {last_cause}. "
-            f"{credits} credit(s) were counted for these attempts; try again later",
+            f"the service is unavailable: gave up after {attempts} attempt(s); last cause: {last_cause}{stop} "
+            f"{credits} credit(s) were counted for these attempts{held if provisional else ''}; try again later",
             credits=credits,
-            response=response,
-            query_id=query_id,
-            endpoint=endpoint,
+            **common,
         )
         self.attempts = attempts
         self.last_cause = last_cause

@@ -108,7 +108,9 @@ async def _pay_and_land(
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
     progress.current().watch_pace(client.pace.report)
-    progress.current().run_began(run_facts(begun, the_plan, spec.endpoints(), lambda: ledger.spent))
+    progress.current().run_began(
+        run_facts(begun, the_plan, spec.endpoints(), lambda: ledger.spent, lambda: ledger.refused_unknown)
+    )
     with stop.collecting(ledger, client):
         before = await probe_balance(client, ledger)
         if before is not None:

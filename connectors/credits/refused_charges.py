@@ -20,6 +20,9 @@ class RefusedCharges:
             self._by_query[query_id] = self._by_query.get(query_id, 0) + credits
             self.total += credits
 
+    def of(self, query_id: str) -> int:
+        return self._by_query.get(query_id, 0)
+
     def give_back(self, credits: int) -> dict[str, int]:
         """Take up to `credits` off, the queries with the most first; what each gave back."""
         back: dict[str, int] = {}

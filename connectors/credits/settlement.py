@@ -147,6 +147,11 @@ class Settlement:
         with self._lock:
             return self._refused.total
 
+    def refused_of(self, query_id: str) -> int:
+        """Of what the query counted, the credits for refusals whose charge is not known yet (`refused_unknown`)."""
+        with self._lock:
+            return self._refused.of(query_id)
+
     @property
     def given_back(self) -> int:
         """Credits this ledger gave back after the account's balance showed they were not billed."""

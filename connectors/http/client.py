@@ -346,12 +346,12 @@ class ServiceClient:
         unbilled = charged is None and (
             status in self.unbilled_statuses or answers.from_the_edge(status, body)
         )
+        refusal = status in REFUSALS or answers.foreign(status, body)
         counted = ledger.settle(
-            reservation,
-            0 if unbilled else charged,
-            priced=shows_price(status, body),
-            refusal=status in REFUSALS or answers.foreign(status, body),
+            reservation, 0 if unbilled else charged, priced=shows_price(status, body), refusal=refusal
         )
+        if refusal and charged is None and not unbilled:
+            call.refused_credits += counted
         if status == 429:
             self.pace.refused_one(call.turn_at)
         else:

@@ -39,6 +39,8 @@ class PageCall:
     safe_params: dict[str, Any]
     attempts: int = 0
     credits: int = 0
+    refused_credits: int = 0
+    """Of `credits`, those counted for refusals (429, 5xx) whose charge no answer said: the balance settles them."""
     refusals: int = 0
     """429s this call met: its waits grow with them when the service names none."""
     turn_at: float = 0.0
@@ -119,7 +121,8 @@ async def with_retries(
         return await aretried(policy.backoff, partial(backoff, policy), partial(attempt, call))
     except Retryable as exc:
         raise ServiceUnavailable(
-            attempts=call.attempts, last_cause=exc.cause, credits=call.credits, response=exc.response,
+            attempts=call.attempts, last_cause=exc.cause, credits=call.credits, provisional=call.refused_credits,
+            response=exc.response,
             query_id=request.query_id, endpoint=request.endpoint,
         ) from None  # fmt: skip
 

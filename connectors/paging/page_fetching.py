@@ -137,6 +137,16 @@ class PageFetching:
         self.outcome.pages += 1  # paid and kept, whatever reading it does
         return page
 
+    def _receipt(self, index: int, cursor: Cursor | None, paid: errors.ServiceAnswer, credits: int) -> None:
+        """A failure answer that may have been billed (a 5xx, a 400) is kept, as a receipt: it carried no page,
+        so it is not counted as one nor read (a resume's replay passes it by too)."""
+        receipt = Page(
+            query_id=self.spec.query_id, endpoint=self.endpoint.path, index=index, params=self.spec.params,
+            cursor_in=cursor, cursor_out=None, status_code=paid.status_code, credits=credits, raw=paid.raw,
+            body=None, fetched_at=datetime.now(UTC),
+        )  # fmt: skip
+        self.keep(receipt)
+
     async def _fetch(self, index: int, cursor: Cursor | None) -> tuple[Page | None, bool]:
         """One paid page (or None), and whether the query ends with it (its outcome then says why).
 
@@ -181,9 +191,9 @@ class PageFetching:
         except errors.HarvestError as exc:
             out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
             paid = exc.response
-            if paid is None or not exc.credits:
-                return None, True
-            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+            if paid is not None and exc.credits:
+                self._receipt(index, cursor, paid, exc.credits)
+            return None, True
         nxt = self.endpoint.paging.next_cursor(self._paging_view(response.body), dict(request.params))
         page = self._page(
             index, cursor, response.status_code, response.credits, response.raw, response.body, nxt,

@@ -245,7 +245,11 @@ async def crash_stale(begun: Begun) -> None:
 
 
 def run_facts(
-    begun: Begun, the_plan: Plan, endpoints: Mapping[str, Endpoint], spent: Callable[[], int]
+    begun: Begun,
+    the_plan: Plan,
+    endpoints: Mapping[str, Endpoint],
+    spent: Callable[[], int],
+    provisional: Callable[[], int] = lambda: 0,
 ) -> RunFacts:
     """The facts of a run about to pay: what it starts from, and the pages its queries can take at most."""
     start, manifest = begun.start, begun.manifest
@@ -260,7 +264,8 @@ def run_facts(
     known = not the_plan.dependents and None not in bounds.values()
     kept = start.kept.values()
     return RunFacts(
-        run_id=manifest.run_id, job=manifest.job, budget=manifest.budget, spent=spent, kind=start.kind,
+        run_id=manifest.run_id, job=manifest.job, budget=manifest.budget, spent=spent, provisional=provisional,
+        kind=start.kind,
         previous=start.previous.run_id if start.previous else None,
         previous_status=start.previous.status if start.previous else None,
         ended_before=len(start.kept), pages_before=sum(int(s.get("pages", 0)) for s in kept),

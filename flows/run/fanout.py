@@ -203,7 +203,10 @@ class Fanout:
         self.ctx.ledger.finish(query_id)  # a query that broke before paging was still expected
         self.from_line.discard(query_id)
         self.journal.query_ended(summary)
-        progress.current().query_finished(query_id, summary["status"], progress.query_notes(summary))
+        notes, held = progress.query_notes(summary), self.ctx.ledger.refused_of(query_id)
+        if held:
+            notes.append(f"{held} of them {progress.PROVISIONAL}")
+        progress.current().query_finished(query_id, summary["status"], notes, summary["credits"])
         self.summaries.append(summary)
         self.pending[base_id(query_id)] -= 1
         self._fill()

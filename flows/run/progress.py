@@ -29,6 +29,8 @@ class RunFacts:
     budget: int
     spent: Callable[[], int]
     """The ledger's count, read when drawn: a resumed run's earlier sessions included."""
+    provisional: Callable[[], int] = lambda: 0
+    """Of that count, the refusals (429, 5xx) whose charge no answer said: counted until the balance settles them."""
     kind: str = "new"
     """`new`, `resume` or `continue` (`flows.run.start`)."""
     previous: str | None = None
@@ -84,7 +86,9 @@ class Reporter(Protocol):
     def run_began(self, facts: RunFacts) -> None: ...
     def query_started(self, query_id: str, endpoint: str) -> None: ...
     def page_landed(self, query_id: str, records: int, credits: int, pages: int = 1) -> None: ...
-    def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None: ...
+    def query_finished(
+        self, query_id: str, status: str, notes: Sequence[str] = (), credits: int | None = None
+    ) -> None: ...
     def watch_pace(self, report: Callable[[], PaceReport]) -> None: ...
     def close(self) -> None: ...
 
@@ -113,7 +117,9 @@ class Silent:
     def page_landed(self, query_id: str, records: int, credits: int, pages: int = 1) -> None:
         pass
 
-    def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None:
+    def query_finished(
+        self, query_id: str, status: str, notes: Sequence[str] = (), credits: int | None = None
+    ) -> None:
         pass
 
     def close(self) -> None:
@@ -135,6 +141,9 @@ LISTED_WELL = 20
 """Queries that ended well each get a line of their own up to this many; past it (a fan-out over thousands of
 accounts) they are counted in the totals instead: a nightly log of 10,000 `complete` lines hides the one that
 failed. A query that did not end well always gets its line."""
+
+PROVISIONAL = "for refused requests, until the account's balance shows whether they were billed"
+"""How a count of refusals (429, 5xx) whose charge no answer said is told apart: the run's end settles them."""
 
 RATE_WINDOW_S = 10.0
 """Pages a second are counted over this much of the recent past: steady enough to read, quick to follow a
@@ -225,10 +234,17 @@ class Counting:
                 self.pages_left = max(0, self.pages_left - within)
         self.changed(query_id)
 
-    def query_finished(self, query_id: str, status: str, notes: Sequence[str] = ()) -> None:
+    def query_finished(
+        self, query_id: str, status: str, notes: Sequence[str] = (), credits: int | None = None
+    ) -> None:
+        """`credits`: what the ledger counts for the query at its end, which its pages' counts may not sum to
+        (a refusal that ended it came with no page)."""
         with self.lock:
             row = self._row(query_id)
             row.notes = tuple(notes)
+            if credits is not None:
+                self.credits += credits - row.credits
+                row.credits = credits
             if self.running.pop(query_id, None) is not None:
                 if ended_well(status):
                     self.finished_well += 1
@@ -272,6 +288,11 @@ class Counting:
         outside `lock`: the ledger takes its own."""
         return (self.facts.spent(), self.facts.budget) if self.facts else None
 
+    def provisional(self) -> str:
+        """` (5 of them for refused requests, until the account's balance shows whether they were billed)`."""
+        held = self.facts.provisional() if self.facts else 0
+        return f" ({held} of them {PROVISIONAL})" if held else ""
+
     def speed(self, now: float) -> list[str]:
         """`0:12 elapsed`, `45.2 pages/s`, the time left, the rate limit; no pace while no query runs (the load)."""
         rate = self.rate(now) if self.running else None
@@ -289,9 +310,11 @@ class Counting:
     def totals(self) -> str:
         """The run's plain progress sentence: credits, queries, pages and records, speed."""
         spent = self.spent_of_budget()  # the ledger's own lock, never taken inside this one
+        provisional = self.provisional()
         with self.lock:
             now = time.monotonic()
             credits = f"{spent[0]} of {spent[1]} credits spent" if spent else f"{self.credits} credits spent"
+            credits += provisional
             elapsed, *speed = self.speed(now)
             return (
                 f"{elapsed}: {credits}; {self.queries()}; {counted(self.pages, 'page')}, {counted(self.records, 'record')}"

@@ -46,11 +46,16 @@ class ReplayedPage:
         return self.converted.report.kept
 
 
+def carried_a_page(status: int) -> bool:
+    """Whether a stored answer is a page (a 2xx, readable or not, or a billed "not found"), not a receipt."""
+    return 200 <= status < 300 or status == 404
+
+
 def _body(page: RawPage) -> Body:
     """The stored answer read as the client reads a live one (`connectors.reading.json_body`): a JSON object or array
     of a success or a billed "not found"; no value for a paid failure (an error status, or a 2xx body that
     was cut or that no reading takes, which a rebuild lands once harvest can read it)."""
-    if not (200 <= page.status_code < 300 or page.status_code == 404):
+    if not carried_a_page(page.status_code):
         return Body(None)
     return read_body(page.body)
 
@@ -104,7 +109,8 @@ class ResumePoint:
             start.used.add(cursor_key(raw.cursor_in))
             if self.backfill is not None and dict(raw.cursor_in) == self.backfill:
                 start.backfilling = True
-        start.pages += 1
+        if carried_a_page(raw.status_code):  # a failure's receipt (a 5xx, a 400) is kept, not a page
+            start.pages += 1
         start.records += page.kept
         start.extraction.add(page.converted.report)
         start.index = raw.page + 1
