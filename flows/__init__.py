@@ -9,6 +9,7 @@ wrapped, so that a closed one stops a run as SIGTERM does instead of failing wha
 from harvest.flows import stop_signals
 
 stop_signals.at_start()
+stop_signals.served_listens()
 
 if stop_signals.in_the_cli():
     from harvest.flows import closed_output

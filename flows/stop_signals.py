@@ -101,6 +101,39 @@ def like_ctrl_c(signum: int, frame: FrameType | None) -> None:
     _ctrl_c(signum, frame)
 
 
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """Python's KeyboardInterrupt for `signum`, remembered: for a handler that stands in for SIGINT's own."""
+    _ctrl_c(signum, frame)
+
+
+SERVE_STOP = signal.SIGUSR1
+"""What `harvest serve` sends each flow-run process it started when it is stopped
+(`flows.orchestrator.serve_stop`): stop as on a first signal, and only once; a SIGTERM or SIGINT that reached
+the process too is that same stop, not a second signal."""
+SERVED_BY = "HARVEST_SERVED_BY"
+"""The environment variable holding the pid of the `harvest serve` that started a flow-run process."""
+asked_to_stop = False
+"""`SERVE_STOP` came before the flow body listened for it (`flows.run.interrupt` acts on it then)."""
+
+
+def served() -> bool:
+    """This process is a flow run `harvest serve` started (its direct child): one that listens for SERVE_STOP."""
+    return os.environ.get(SERVED_BY) == str(os.getppid())
+
+
+def _asked(signum: int, frame: FrameType | None) -> None:
+    global asked_to_stop
+    asked_to_stop = True
+
+
+def served_listens() -> None:
+    """From harvest's first line in a flow run `harvest serve` started: SERVE_STOP is remembered (its default
+    would end the process) until the flow body answers it."""
+    if served():
+        with contextlib.suppress(ValueError):  # not the main thread: no handler, and serve waits then kills
+            signal.signal(SERVE_STOP, _asked)
+
+
 def lost_on_its_way() -> None:
     """KeyboardInterrupt when a signal came earlier in this command: called where every interrupt
     that came out would have ended the command already, so that one was lost (raised inside a library's callback

@@ -220,26 +220,16 @@ def serve(paths: list[Path], base_url: str | None) -> None:
 
 
 def serve_until_stopped(deployments: list[Any]) -> None:
-    """`prefect.serve`, but stopped by SIGTERM as by Ctrl-C. Prefect's runner answers SIGTERM with `sys.exit(0)`
-    from its signal handler: harvest's closing line never came and the runner's own stop was left unawaited
-    (`RuntimeWarning: coroutine 'Runner.astop' was never awaited`). Here SIGTERM takes Ctrl-C's way
-    (`flows.stop_signals.like_ctrl_c`): the runner's loop is cancelled, it pauses the schedules and
-    KeyboardInterrupt ends the call."""
+    """`prefect.serve`, but stopped by SIGTERM, SIGINT or SIGHUP as `flows.orchestrator.serve_stop` says: the
+    runs in progress stop cleanly and are waited for, then the schedules are paused and the call returns."""
     import asyncio
-    import signal
-    from types import FrameType
 
-    from prefect.runner import Runner
-
-    from harvest.flows.stop_signals import like_ctrl_c, lost_on_its_way
-
-    class StoppedLikeCtrlC(Runner):
-        def handle_sigterm(self, signum: int = signal.SIGTERM, frame: FrameType | None = None) -> None:
-            like_ctrl_c(signum, frame)
+    from harvest.flows.orchestrator.serve_stop import StopsItsRuns
+    from harvest.flows.stop_signals import lost_on_its_way
 
     # before the runner registers the deployments, which un-pauses their schedules (only its exit pauses them)
     lost_on_its_way()
-    runner = StoppedLikeCtrlC(pause_on_shutdown=True, limit=None)  # what prefect.serve passes
+    runner = StopsItsRuns()
     for deployment in deployments:
         runner.add_deployment(deployment)
     asyncio.run(runner.start())

@@ -11,6 +11,10 @@ The handlers cover the whole flow body, in three phases:
   that they are abandoned (their credits still count). A second signal abandons them at once. Either way the
   flow goes on normally: queries end `interrupted` with their cursors, the manifest says `interrupted`,
   DuckDB is loaded, and the next `harvest run` resumes the run.
+- **Served** (a flow run `harvest serve` started): serve's stop request (`stop_signals.SERVE_STOP`) is a first
+  signal when it comes first and nothing otherwise; it never counts as a second one. The run may get serve's
+  request and the signal that stopped serve (a terminal's Ctrl-C, systemd's SIGTERM to the whole service), in
+  either order: one stop, the requests in flight land.
 - **Finishing** (manifest, load, export, report): every page is landed, so there is nothing left to stop. The
   first signal says the load is being finished; a later one during the load abandons it (`LoadInterrupted`),
   and the run says how it gets loaded (`harvest load`, or the resume of an interrupted run). The same goes for
@@ -41,6 +45,8 @@ from harvest.tasks.output.manifest import RunHead, run_heads
 
 GRACE_SECONDS = 10.0
 """How long requests in flight may take to land after the first Ctrl-C."""
+SERVE_ASKED = "harvest serve stopped"
+"""What stopped a served run when `harvest serve`'s stop request came before any signal."""
 
 
 def _note(line: str) -> None:
@@ -66,8 +72,9 @@ class StopOnSignal:
     def __init__(self, grace: float = GRACE_SECONDS) -> None:
         self.grace = grace
         self.signals = 0
+        """Signals received (serve's stop request is not one: `stop_asked`)."""
         self.first: str | None = None
-        """The name of the first signal (SIGINT, SIGTERM, SIGHUP)."""
+        """The name of what stopped the run first (SIGINT, SIGTERM, SIGHUP, `SERVE_ASKED`)."""
         self.loop = asyncio.get_running_loop()
         self.ledger: CreditLedger | None = None
         self.client: ServiceClient | None = None
@@ -86,43 +93,55 @@ class StopOnSignal:
         else:
             self.loop.call_soon_threadsafe(self.stop, name)
 
+    def _handle_asked(self, signum: int, frame: FrameType | None) -> None:
+        if self.finishing or self.earlier:
+            self._finishing_asked()
+        else:
+            self.loop.call_soon_threadsafe(self.stop_asked)
+
+    def stop_asked(self) -> None:
+        """`harvest serve` asks the run to stop: the first stop, unless a signal stopped it already."""
+        if self.first is not None:
+            return
+        self.first = SERVE_ASKED
+        if self.ledger is not None and self.client is not None:
+            self._stop_paying(SERVE_ASKED)
+
     def stop(self, name: str) -> None:
         self.signals += 1
-        if self.signals == 1:
+        first = self.first is None
+        if first:
             self.first = name
         if self.ledger is None or self.client is None:
             return  # before paying: `collecting` stops the ledger as soon as it exists
-        if self.signals == 1:
-            self.ledger.stop("interrupted", f"interrupted by {name}")
-            print(
-                f"harvest: {name}: stopping; letting the requests in flight land\n"
-                f"  (up to {self.grace:g} s; press Ctrl-C again to abandon them)",  # 80 columns: two lines
-                file=sys.stderr,
-                flush=True,
-            )
-            self.loop.call_later(self.grace, self.client.abort)
-        else:
+        if first:
+            self._stop_paying(name)
+        elif self.signals > 1:
             self.client.abort()
+
+    def _stop_paying(self, name: str) -> None:
+        assert self.ledger is not None and self.client is not None
+        self.ledger.stop("interrupted", f"interrupted by {name}")
+        print(
+            f"harvest: {name}: stopping; letting the requests in flight land\n"
+            f"  (up to {self.grace:g} s; press Ctrl-C again to abandon them)",  # 80 columns: two lines
+            file=sys.stderr,
+            flush=True,
+        )
+        self.loop.call_later(self.grace, self.client.abort)
+
+    def _finishing_asked(self) -> None:
+        if self.first is None:
+            self.first = SERVE_ASKED
+            self._finishing_note(SERVE_ASKED)
 
     def _finishing(self, name: str) -> None:
         self.signals += 1
-        if self.signals == 1:
+        if self.first is None:
             self.first = name
-            if self.earlier:
-                _note(
-                    f"harvest: {name}: nothing will be paid; finishing the load of earlier runs into DuckDB "
-                    "(press Ctrl-C again to leave it for later)"
-                )
-            elif self.in_export:
-                _note(
-                    f"harvest: {name}: the run is landed and loaded; finishing the export "
-                    "(press Ctrl-C again to leave the export for later)"
-                )
-            else:
-                _note(
-                    f"harvest: {name}: every page is landed; finishing the load into DuckDB "
-                    "(press Ctrl-C again to leave the load for later)"
-                )
+            self._finishing_note(name)
+        elif self.signals < 2:
+            return  # the signal that stopped `harvest serve` as well as its request: the same stop
         elif self.loading:
             self.loading = False
             self.abandoned_load = not self.earlier  # this run's own load, not an earlier run's
@@ -131,11 +150,28 @@ class StopOnSignal:
             self.in_export = False
             raise ExportInterrupted(name)
 
+    def _finishing_note(self, name: str) -> None:
+        if self.earlier:
+            _note(
+                f"harvest: {name}: nothing will be paid; finishing the load of earlier runs into DuckDB "
+                "(press Ctrl-C again to leave it for later)"
+            )
+        elif self.in_export:
+            _note(
+                f"harvest: {name}: the run is landed and loaded; finishing the export "
+                "(press Ctrl-C again to leave the export for later)"
+            )
+        else:
+            _note(
+                f"harvest: {name}: every page is landed; finishing the load into DuckDB "
+                "(press Ctrl-C again to leave the load for later)"
+            )
+
     @contextmanager
     def collecting(self, ledger: CreditLedger, client: ServiceClient) -> Iterator[None]:
         """The paid part of the run; a signal that came before it stops the ledger at once."""
         self.ledger, self.client = ledger, client
-        if self.signals:
+        if self.first is not None:
             ledger.stop("interrupted", f"interrupted by {self.first}")
             print(f"harvest: {self.first}: stopping before anything is paid", file=sys.stderr, flush=True)
         try:
@@ -194,6 +230,8 @@ class StopOnSignal:
             self.stop(already)
         if (lost := stop_signals.received) is not None:  # lost on its way (`stop_signals.lost_on_its_way`)
             self.stop(lost)
+        if stop_signals.asked_to_stop:  # `harvest serve` asked while Prefect started the flow run
+            self.stop_asked()
         try:
             with self._handlers():
                 yield
@@ -209,6 +247,9 @@ class StopOnSignal:
                 if sig != signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
                     continue  # ignored by whoever started harvest (`nohup`): stays ignored
                 previous[sig] = signal.signal(sig, self._handle)
+        if stop_signals.served():
+            with contextlib.suppress(ValueError):
+                previous[stop_signals.SERVE_STOP] = signal.signal(stop_signals.SERVE_STOP, self._handle_asked)
         try:
             yield
         finally:
