@@ -206,7 +206,8 @@ class Fanout:
         notes, held = progress.query_notes(summary), self.ctx.ledger.refused_of(query_id)
         if held:
             notes.append(f"{held} of them {progress.PROVISIONAL}")
-        progress.current().query_finished(query_id, summary["status"], notes, summary["credits"])
+        before = self.start_info.journal.spent.get(query_id, 0)  # earlier sessions: the line says this one
+        progress.current().query_finished(query_id, summary["status"], notes, summary["credits"] - before)
         self.summaries.append(summary)
         self.pending[base_id(query_id)] -= 1
         self._fill()
