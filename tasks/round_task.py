@@ -56,6 +56,7 @@ def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict
         "backfilling": state.backfilling,
         "follow": state.follow.plain(),
         "follow_asked": state.follow.asked,
+        "tried": state.tried,
     }
 
 
@@ -72,6 +73,7 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
         extraction=ExtractionReport.from_dict(plain["extraction"]),
         backfilling=bool(plain.get("backfilling")),
         follow=FollowUps.from_plain(plain.get("follow"), plain.get("follow_asked", 0)),
+        tried=int(plain.get("tried", 0)),
     )
 
 

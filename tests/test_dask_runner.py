@@ -364,3 +364,29 @@ def test_a_free_page_the_ledger_refuses_after_an_overcharge_ends_the_dask_rounds
         "pins[query=oak]": ("budget_exhausted", 0, 0),
     }, ended
     assert Counter(e.path for e in entries) == {FEED: 1, PINS: 3}, "no page of pins[query=oak] was asked"
+
+
+def test_a_page_the_service_keeps_failing_is_given_up_on_dask_after_the_policys_attempts(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """Every request answered 500, each billed a credit. A round's grant holds one page, so it ends among the
+    page's retries; the next round's retries count on from the attempts already made: the query fails after 5
+    attempts and 5 credits, as on the local runner (each round trying the page anew spent the whole budget of
+    100 on 500s)."""
+    from harvest.sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind
+
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, fault_rate=1.0, fault_kinds=[FaultKind.SERVER_ERROR],
+        billed_faults=BILLED_FAULTS_DEFAULT | {FaultKind.SERVER_ERROR},
+    )  # fmt: skip
+    queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "trail"}, "max_pages": 3}]
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, tmp_path / "out", queries, name="refusals", credits=100, runner=runner)
+        result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec))], env={"COLUMNS": "2000"})
+        billed, sent = sb.billed_total(), len(data_entries(sb))
+    assert result.exit_code == 1, result.output
+    assert (billed, sent) == (5, 5)
+    assert "harvest: pins: failed, 0 pages, 0 records, 5 credits" in result.stderr, result.stderr
+    assert "gave up after 5 attempt(s)" in result.output, result.output
+    assert "credits spent: 5 of a budget of 100; records: 0; status: failed" in result.stdout, result.stdout

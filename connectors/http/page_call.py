@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -117,11 +117,13 @@ async def with_retries(
     """The call's answer: `attempt` tried under `policy` (`connectors.retries`) while it fails in a way a
     retry may fix; `ServiceUnavailable` when the retries ran out."""
     request = call.request
+    if request.tried:  # an earlier round's attempts at this page count (`PageRequest.tried`)
+        policy = replace(policy, attempts=max(1, policy.attempts - request.tried))
     try:
         return await aretried(policy.backoff, partial(backoff, policy), partial(attempt, call))
     except Retryable as exc:
         raise ServiceUnavailable(
-            attempts=call.attempts, last_cause=exc.cause, credits=call.credits, provisional=call.refused_credits,
+            attempts=request.tried + call.attempts, last_cause=exc.cause, credits=call.credits, provisional=call.refused_credits,
             response=exc.response,
             query_id=request.query_id, endpoint=request.endpoint,
         ) from None  # fmt: skip

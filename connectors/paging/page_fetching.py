@@ -26,7 +26,7 @@ from harvest.connectors.reading.extraction import ExtractionReport
 from harvest.connectors.reading.large_body import spans_in, whole
 
 if TYPE_CHECKING:
-    from harvest.connectors.paging.pager import QueryOutcome, QuerySpec
+    from harvest.connectors.paging.pager import PagerStart, QueryOutcome, QuerySpec
 
 __all__ = ["Page", "PageFetching"]
 
@@ -74,6 +74,7 @@ class PageFetching:
     can_keep: Callable[[], None]
     reading: Page | None
     outcome: QueryOutcome
+    start: PagerStart
 
     def _request(self, index: int, cursor: Cursor | None) -> PageRequest:
         pairs = self.params.query_pairs()
@@ -94,6 +95,7 @@ class PageFetching:
             price_key=self.endpoint.price_key(self.spec.params),
             method=method,
             body=orjson.dumps(self.params.json_body(sent)) if method == "POST" else None,
+            tried=self.start.tried if index == self.start.index else 0,
         )
 
     def _paging_view(self, body: Any) -> Any:
@@ -163,6 +165,7 @@ class PageFetching:
             return None, True
         except errors.BudgetExhausted as exc:
             out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
+            self.start.tried = request.tried + exc.attempts  # a later round's retries count on from them
             out.cap_below_price = exc.cap_below_price
             return None, True
         except errors.RateLimited as exc:

@@ -38,6 +38,9 @@ class PageRequest:
     attempt log, the raw store and messages, as for a GET)."""
     body: bytes | None = None
     """A POST's JSON body: every parameter, the cursor too."""
+    tried: int = 0
+    """Attempts an earlier Dask round made for this page before its grant ran out (`PagerStart.tried`): the
+    retry policy's attempts count them."""
 
 
 def _column(arrow: pa.DataType, *, nullable: bool = True) -> dict[str, Any]:

@@ -135,6 +135,11 @@ class PagerStart:
     backfilling: bool = False
     """Incremental: the head has caught up and paging continues the unfinished backfill."""
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
+    tried: int = 0
+    """Attempts already made for the page at `cursor` (retries of a failing page) when the credits ran out
+    among them: a Dask round's grant can end there, and the next round's retries count on from them, so a page
+    the service keeps failing is given up after the policy's attempts, not tried anew round after round until
+    the run's budget is spent on it."""
     follow: FollowUps = field(default_factory=FollowUps)
     """The follow-up requests its records handed out (`connectors.paging.follow_ups`)."""
 
@@ -325,7 +330,7 @@ class QueryPager(PageFetching):
             )
             return False
         state.used.add(key)
-        state.previous, state.cursor, state.index = sig, nxt, state.index + 1
+        state.previous, state.cursor, state.index, state.tried = sig, nxt, state.index + 1, 0
         state.follow.turn = True
         return True
 

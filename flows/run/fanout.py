@@ -203,9 +203,7 @@ class Fanout:
         self.ctx.ledger.finish(query_id)  # a query that broke before paging was still expected
         self.from_line.discard(query_id)
         self.journal.query_ended(summary)
-        notes, held = progress.query_notes(summary), self.ctx.ledger.refused_of(query_id)
-        if held:
-            notes.append(f"{held} of them {progress.PROVISIONAL}")
+        notes = progress.query_notes(summary, self.ctx.ledger.refused_of(query_id))
         before = self.start_info.journal.spent.get(query_id, 0)  # earlier sessions: the line says this one
         progress.current().query_finished(query_id, summary["status"], notes, summary["credits"] - before)
         self.summaries.append(summary)

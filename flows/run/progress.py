@@ -158,12 +158,14 @@ def ended_well(status: str) -> bool:
     return status in OK_STATUSES and status not in ("budget_exhausted", "rate_limited")
 
 
-def query_notes(summary: Mapping[str, object]) -> list[str]:
-    """What a query's line says beside its status, from its summary: items left out, a cursor not read."""
+def query_notes(summary: Mapping[str, object], held: int = 0) -> list[str]:
+    """What a query's line says beside its status, from its summary: items left out, a cursor not read; `held`:
+    the credits of its refusals whose charge is not known yet (the ledger's `refused_of`)."""
     from harvest.connectors.reading.extraction_report import ExtractionReport
 
     extraction = summary.get("extraction")
-    return ExtractionReport.notes_of(extraction if isinstance(extraction, Mapping) else None)
+    notes = ExtractionReport.notes_of(extraction if isinstance(extraction, Mapping) else None)
+    return [*notes, f"{held} of them {PROVISIONAL}"] if held else notes
 
 
 def clock(seconds: float) -> str:

@@ -23,6 +23,8 @@ class Running:
     credits: int = 0
     """What the query paid in the run, a resumed one's earlier sessions included (the ledger's `per_query_spent`,
     what the local runner reports): its `max_credits` counts them all, and the ledger refuses a grant past it."""
+    before: int = 0
+    """What earlier sessions of the run paid for it: its line says this session's credits, as the local runner's."""
     records: int = 0
     files: list[Any] = field(default_factory=list)
     rounds: int = 0

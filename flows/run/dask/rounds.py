@@ -97,7 +97,7 @@ class Rounds:
         self.journal.query_started(asdict(decided))
         endpoint, incremental = self.endpoints[decided.endpoint], self.run_info["incremental"]
         r = Running(decided, endpoint.price_of(decided.params), price_key=endpoint.price_key(decided.params))
-        r.credits = self.ledger.per_query_spent.get(decided.query_id, 0)  # earlier sessions' too
+        r.credits = r.before = self.ledger.per_query_spent.get(decided.query_id, 0)  # earlier sessions' too
         self.running.append(r)
         progress.current().query_started(decided.query_id, decided.endpoint)
         if self.staged is not None:  # workers cannot read the job's DuckDB: its known keys go to the store
@@ -376,9 +376,8 @@ class Rounds:
         if r in self.running:
             self.running.remove(r)
         self.journal.query_ended(summary)
-        progress.current().query_finished(
-            summary["query_id"], summary["status"], progress.query_notes(summary)
-        )
+        notes = progress.query_notes(summary, self.ledger.refused_of(r.spec.query_id))
+        progress.current().query_finished(r.spec.query_id, summary["status"], notes, r.credits - r.before)
         self.summaries.append(summary)
 
 
