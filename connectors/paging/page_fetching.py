@@ -95,7 +95,7 @@ class PageFetching:
             price_key=self.endpoint.price_key(self.spec.params),
             method=method,
             body=orjson.dumps(self.params.json_body(sent)) if method == "POST" else None,
-            tried=self.start.tried if index == self.start.index else 0,
+            tried=self.start.tried,
         )
 
     def _paging_view(self, body: Any) -> Any:

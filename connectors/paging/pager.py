@@ -256,6 +256,7 @@ class QueryPager(PageFetching):
                     self.reading = None
                     page, ended = await self._fetch(state.index, cursor)
                     if page is not None:
+                        state.tried = 0  # answered: the next request's attempts start afresh
                         self._read(page)
                         out.records += page.report.kept
                         out.extraction.add(page.report)
@@ -330,7 +331,7 @@ class QueryPager(PageFetching):
             )
             return False
         state.used.add(key)
-        state.previous, state.cursor, state.index, state.tried = sig, nxt, state.index + 1, 0
+        state.previous, state.cursor, state.index = sig, nxt, state.index + 1
         state.follow.turn = True
         return True
 
