@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harvest.connectors.paging.page_request import Tried
+
 __all__ = [
     "AnswerTooLarge",
     "BadRequest",
@@ -117,6 +119,7 @@ class BudgetExhausted(HarvestError):
         credits: int = 0,
         attempts: int = 0,
         cap_below_price: dict[str, int] | None = None,
+        tried: Tried | None = None,
     ) -> None:
         super().__init__(
             f"credit budget exhausted: page {page_index} needs {cost} credit(s) but {reason}; "
@@ -130,6 +133,8 @@ class BudgetExhausted(HarvestError):
         self.reason = reason
         self.attempts = attempts
         self.cap_below_price = cap_below_price
+        self.tried = tried or Tried()
+        """What the call's attempts at the page established (a Dask round's next call goes on from it)."""
 
 
 class RunStopped(HarvestError):

@@ -14,12 +14,14 @@ from harvest.connectors.errors import BudgetExhausted, HarvestError, RunStopped
 
 if TYPE_CHECKING:
     from harvest.connectors.credits.reservations import Refusal
-    from harvest.connectors.paging.page_request import PageRequest
+    from harvest.connectors.paging.page_request import PageRequest, Tried
 
 __all__ = ["cap_refused", "exhausted", "refused", "stopped"]
 
 
-def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempts: int) -> HarvestError:
+def refused(
+    refusal: Refusal | None, request: PageRequest, credits: int, attempts: int, tried: Tried | None = None
+) -> HarvestError:
     """The error for a reservation the ledger refused: the budget (the query may go on in a later run), or a
     stop of the whole run (a refused key, an emptied account, Ctrl-C), which no later page can undo."""
     reason = refusal.reason if refusal else "the ledger refused it"
@@ -31,19 +33,26 @@ def refused(refusal: Refusal | None, request: PageRequest, credits: int, attempt
     if refusal is not None and refusal.cap_below_price is not None:
         return cap_refused(refusal, request.query_id, request.endpoint, request.page, credits, attempts)
     return exhausted(
-        reason, request.query_id, request.endpoint, request.page, request.cost, credits, attempts
+        reason, request.query_id, request.endpoint, request.page, request.cost, credits, attempts, tried
     )
 
 
 def exhausted(
-    reason: str, query_id: str, endpoint: str, page: int, cost: int, credits: int, attempts: int = 0
+    reason: str,
+    query_id: str,
+    endpoint: str,
+    page: int,
+    cost: int,
+    credits: int,
+    attempts: int = 0,
+    tried: Tried | None = None,
 ) -> BudgetExhausted:
     """The error of a query the budget or its own `max_credits` ended, on the local runner (`refused`) and in
     Dask rounds alike: a round's worker, whose ledger holds only its grant, sees its grant run out, not the cap,
     so the flow says the ledger's refusal in these words."""
     return BudgetExhausted(
         page_index=page, cost=cost, reason=reason, credits=credits, attempts=attempts, query_id=query_id,
-        endpoint=endpoint,
+        endpoint=endpoint, tried=tried,
     )  # fmt: skip
 
 

@@ -56,7 +56,8 @@ from harvest.flows.run.bill import (  # noqa: E402
     read_after,
     settle_refusals,
 )
-from harvest.flows.run.dask.rounds import Rounds, run_info  # noqa: E402
+from harvest.flows.run.dask.rounds import Rounds  # noqa: E402
+from harvest.flows.run.dask.worker_run import run_info  # noqa: E402
 from harvest.flows.run.fanout import Fanout  # noqa: E402
 from harvest.flows.run.interrupt import StopOnSignal  # noqa: E402
 from harvest.flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402

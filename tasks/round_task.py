@@ -34,6 +34,7 @@ from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.http.auth import aload_api_key
 from harvest.connectors.paging.follow_ups import FollowUps
 from harvest.connectors.paging.known_items import KnownKeys
+from harvest.connectors.paging.page_request import Tried
 from harvest.connectors.paging.pager import PagerStart, QuerySpec
 from harvest.connectors.reading.extraction import ExtractionReport
 from harvest.tasks.landing import page_query, task_end
@@ -56,7 +57,7 @@ def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict
         "backfilling": state.backfilling,
         "follow": state.follow.plain(),
         "follow_asked": state.follow.asked,
-        "tried": state.tried,
+        "tried": state.tried.plain(),
     }
 
 
@@ -73,7 +74,7 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
         extraction=ExtractionReport.from_dict(plain["extraction"]),
         backfilling=bool(plain.get("backfilling")),
         follow=FollowUps.from_plain(plain.get("follow"), plain.get("follow_asked", 0)),
-        tried=int(plain.get("tried", 0)),
+        tried=Tried.from_plain(plain.get("tried")),
     )
 
 
@@ -236,6 +237,7 @@ async def _pay(
         "found": found,
         "stop": fault_plain(ctx.faults.fault) if ctx.faults.fault is not None else None,
         "prices": ledger.answered_prices(),  # the flow's ledger learns, journals and grants by them
+        "stopped": stop.reason if (stop := ledger.stopped) is not None and stop.kind == "stopped" else None,
     }
     if staged is not None:
         _shipped(result, staged, ctx)

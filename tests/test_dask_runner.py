@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from harvest.flows.cli import app
-from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind, SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
@@ -366,6 +366,20 @@ def test_a_free_page_the_ledger_refuses_after_an_overcharge_ends_the_dask_rounds
     assert Counter(e.path for e in entries) == {FEED: 1, PINS: 3}, "no page of pins[query=oak] was asked"
 
 
+def dask_night(
+    tmp_path: Path, dask_address: str, config: SandboxConfig, queries: list[dict[str, Any]], credits: int
+) -> tuple[Any, int, int]:
+    """The job run on Dask with rounds of one page through the CLI: (result, credits billed, requests sent)."""
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, tmp_path / "out", queries, name="parity", credits=credits, runner=runner)
+        result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec))], env={"COLUMNS": "2000"})
+        return result, sb.billed_total(), len(data_entries(sb))
+
+
+ONE_QUERY = [{"id": "pins", "endpoint": PINS, "params": {"query": "trail"}, "max_pages": 3}]
+
+
 def test_a_page_the_service_keeps_failing_is_given_up_on_dask_after_the_policys_attempts(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
@@ -373,20 +387,63 @@ def test_a_page_the_service_keeps_failing_is_given_up_on_dask_after_the_policys_
     page's retries; the next round's retries count on from the attempts already made: the query fails after 5
     attempts and 5 credits, as on the local runner (each round trying the page anew spent the whole budget of
     100 on 500s)."""
-    from harvest.sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind
-
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, fault_rate=1.0, fault_kinds=[FaultKind.SERVER_ERROR],
         billed_faults=BILLED_FAULTS_DEFAULT | {FaultKind.SERVER_ERROR},
     )  # fmt: skip
-    queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "trail"}, "max_pages": 3}]
-    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
-    with running(config) as sb:
-        spec = job_spec(sb.base_url, tmp_path / "out", queries, name="refusals", credits=100, runner=runner)
-        result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec))], env={"COLUMNS": "2000"})
-        billed, sent = sb.billed_total(), len(data_entries(sb))
+    result, billed, sent = dask_night(tmp_path, dask_address, config, ONE_QUERY, 100)
     assert result.exit_code == 1, result.output
     assert (billed, sent) == (5, 5)
     assert "harvest: pins: failed, 0 pages, 0 records, 5 credits" in result.stderr, result.stderr
     assert "gave up after 5 attempt(s)" in result.output, result.output
     assert "credits spent: 5 of a budget of 100; records: 0; status: failed" in result.stdout, result.stdout
+
+
+def test_429s_on_dask_are_waits_not_attempts_as_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """The first page is answered 429 four times (Retry-After 1), then 500 twice, then as usual. Locally the 429s
+    are waits, the 500s 2 of the 5 attempts, and the query completes; on Dask, rounds of one page, the attempts
+    carried from round to round count the 500s alone, so it completes too (counting the 429s gave up on it)."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, retry_after="1",
+        fault_plan_by_path={PINS: [FaultKind.RATE_LIMIT] * 4 + [FaultKind.SERVER_ERROR] * 2},
+    )  # fmt: skip
+    result, billed, sent = dask_night(tmp_path, dask_address, config, ONE_QUERY, 100)
+    assert result.exit_code == 0, result.output
+    assert (billed, sent) == (3, 9), result.output  # 3 pages; 4 refusals and 2 failures before the first
+    assert "harvest: pins: max_pages, 3 pages, 30 records" in result.stderr, result.stderr
+
+
+def test_an_answer_cut_short_twice_on_dask_is_asked_for_once_more_only_as_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """Every answer a billed 200 whose JSON is cut in the middle, the same bytes each time. Locally it is asked
+    for once more, comes back the same, and is the service's answer: 2 requests, 2 credits. On Dask, rounds of
+    one page, the damaged answer travels with the page to the next round: 2 as well (each round asking anew
+    paid the retry policy's 5)."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, fault_rate=1.0,
+        fault_kinds=[FaultKind.TRUNCATED],
+    )  # fmt: skip
+    result, billed, sent = dask_night(tmp_path, dask_address, config, ONE_QUERY, 20)
+    assert result.exit_code == 1, result.output
+    assert (billed, sent) == (2, 2), result.output
+    assert "damaged on both tries" in result.output, result.output
+
+
+def test_a_402_on_dask_stops_the_run_as_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """The account holds 1 credit: after the first billed page every request is answered 402. The first round
+    sends one page of each endpoint no answer has priced yet (pins, feed); one of them is answered 402, and the
+    run stops there as the local runner does, not granting the other queries a round to be refused in."""
+    config = SandboxConfig(api_keys={SECRET_KEY: 1}, pages_by_path={PINS: (3, 3), FEED: (3, 3)})
+    queries = [
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": ["oak", "elm", "ash"]}, "max_pages": 3},
+        {"id": "feed", "endpoint": FEED, "params": {"handle": "acme.example"}, "max_pages": 3},
+    ]
+    result, billed, sent = dask_night(tmp_path, dask_address, config, queries, 40)
+    assert result.exit_code == 1, result.output
+    assert (billed, sent) == (1, 2), result.output
+    assert "402" in result.output, result.output

@@ -398,7 +398,7 @@ def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
 
     from harvest.connectors.http.auth import ApiKey
     from harvest.connectors.paging.pager import QuerySpec
-    from harvest.flows.run.dask.rounds import run_info
+    from harvest.flows.run.dask.worker_run import run_info
     from harvest.flows.run.service_access import ServiceAccess
     from harvest.flows.spec.parse import load_spec
     from harvest.tasks.output.layout import OutputLayout

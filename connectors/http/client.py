@@ -224,7 +224,7 @@ class ServiceClient:
                 refusal = ledger.refusal(request.query_id)
                 if refusal is not None and refusal.kind == "budget" and await self.balance.settle_refusals():
                     continue  # refusals the service did not bill went back to the budget: ask again
-                raise refusal_errors.refused(refusal, request, call.credits, call.attempts)
+                raise refusal_errors.refused(refusal, request, call.credits, call.attempts, call.tried)
             async with contextlib.AsyncExitStack() as turn:
                 try:
                     call.turn_at = await self.pace.turn()

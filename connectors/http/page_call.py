@@ -22,7 +22,7 @@ from harvest.connectors.credits.reservations import Reservation
 from harvest.connectors.errors import ServiceAnswer, ServiceUnavailable, UnreadableAnswer
 from harvest.connectors.http.answers import Response
 from harvest.connectors.http.retry import Retryable, RetryPolicy
-from harvest.connectors.paging.page_request import Attempt, PageRequest
+from harvest.connectors.paging.page_request import Attempt, PageRequest, Tried
 from harvest.connectors.reading.json_body import read_body
 from harvest.connectors.retries import aretried
 
@@ -48,6 +48,15 @@ class PageCall:
     before the pace's last cut, or a sign that the pace is still too fast."""
     damaged: list[tuple[bytes, bool]] = field(default_factory=list)
     """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
+
+    def __post_init__(self) -> None:
+        self.damaged = [*self.request.tried.damaged, *self.damaged]  # an earlier round's (`Tried`)
+
+    @property
+    def tried(self) -> Tried:
+        """What this call's attempts and an earlier round's established at the page: the attempts the retry
+        policy counts (a 429 is a wait, not one), the damaged answers."""
+        return Tried(self.request.tried.attempts + self.attempts - self.refusals, tuple(self.damaged))
 
     def one_more_try(self, raw: bytes, on_the_wire: bool) -> bool:
         """Whether a 2xx that came damaged may be asked for again: only the first time."""
@@ -117,13 +126,13 @@ async def with_retries(
     """The call's answer: `attempt` tried under `policy` (`connectors.retries`) while it fails in a way a
     retry may fix; `ServiceUnavailable` when the retries ran out."""
     request = call.request
-    if request.tried:  # an earlier round's attempts at this page count (`PageRequest.tried`)
-        policy = replace(policy, attempts=max(1, policy.attempts - request.tried))
+    if request.tried.attempts:  # an earlier round's attempts at this page count (`PageRequest.tried`)
+        policy = replace(policy, attempts=max(1, policy.attempts - request.tried.attempts))
     try:
         return await aretried(policy.backoff, partial(backoff, policy), partial(attempt, call))
     except Retryable as exc:
         raise ServiceUnavailable(
-            attempts=request.tried + call.attempts, last_cause=exc.cause, credits=call.credits, provisional=call.refused_credits,
+            attempts=request.tried.attempts + call.attempts, last_cause=exc.cause, credits=call.credits, provisional=call.refused_credits,
             response=exc.response,
             query_id=request.query_id, endpoint=request.endpoint,
         ) from None  # fmt: skip

@@ -165,7 +165,7 @@ class PageFetching:
             return None, True
         except errors.BudgetExhausted as exc:
             out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
-            self.start.tried = request.tried + exc.attempts  # a later round's retries count on from them
+            self.start.tried = exc.tried  # a later round's call goes on from them
             out.cap_below_price = exc.cap_below_price
             return None, True
         except errors.RateLimited as exc:

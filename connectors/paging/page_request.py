@@ -17,6 +17,27 @@ import pyarrow as pa
 
 
 @dataclass(frozen=True)
+class Tried:
+    """What earlier attempts at a page established when the credits ran out among them: a Dask round's grant can
+    end there, and the next round's call goes on from it, so a page the service keeps failing is given up after
+    the retry policy's attempts (429s are waits, not attempts), and a damaged answer is asked for once more, once,
+    as on the local runner; not anew each round until the run's budget is spent on the page."""
+
+    attempts: int = 0
+    damaged: tuple[tuple[bytes, bool], ...] = ()
+    """The damaged 2xx answers: (digest, cut on the wire), as `PageCall.damaged`."""
+
+    def plain(self) -> dict[str, Any]:
+        return {"attempts": self.attempts, "damaged": [[d.hex(), wire] for d, wire in self.damaged]}
+
+    @classmethod
+    def from_plain(cls, plain: dict[str, Any] | None) -> Tried:
+        if not plain:
+            return cls()
+        return cls(plain["attempts"], tuple((bytes.fromhex(d), bool(w)) for d, w in plain["damaged"]))
+
+
+@dataclass(frozen=True)
 class PageRequest:
     """A page a query asks for: what to send, what it may cost, and where it belongs (for messages)."""
 
@@ -38,9 +59,8 @@ class PageRequest:
     attempt log, the raw store and messages, as for a GET)."""
     body: bytes | None = None
     """A POST's JSON body: every parameter, the cursor too."""
-    tried: int = 0
-    """Attempts an earlier Dask round made for this page before its grant ran out (`PagerStart.tried`): the
-    retry policy's attempts count them."""
+    tried: Tried = Tried()
+    """What an earlier Dask round's attempts at this page established before its grant ran out."""
 
 
 def _column(arrow: pa.DataType, *, nullable: bool = True) -> dict[str, Any]:

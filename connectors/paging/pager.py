@@ -33,6 +33,7 @@ from harvest.connectors.http.client import ServiceClient
 from harvest.connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
 from harvest.connectors.paging.known_items import History, KnownKeys, backfill_after_head
 from harvest.connectors.paging.page_fetching import Page, PageFetching
+from harvest.connectors.paging.page_request import Tried
 from harvest.connectors.reading.drift_message import KEPT, drift_message
 from harvest.connectors.reading.extraction import ExtractionReport, convert_page
 
@@ -135,11 +136,8 @@ class PagerStart:
     backfilling: bool = False
     """Incremental: the head has caught up and paging continues the unfinished backfill."""
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
-    tried: int = 0
-    """Attempts already made for the page at `cursor` (retries of a failing page) when the credits ran out
-    among them: a Dask round's grant can end there, and the next round's retries count on from them, so a page
-    the service keeps failing is given up after the policy's attempts, not tried anew round after round until
-    the run's budget is spent on it."""
+    tried: Tried = field(default_factory=Tried)
+    """What attempts at the page at `cursor` established when the credits ran out among them (`Tried`)."""
     follow: FollowUps = field(default_factory=FollowUps)
     """The follow-up requests its records handed out (`connectors.paging.follow_ups`)."""
 
@@ -256,7 +254,7 @@ class QueryPager(PageFetching):
                     self.reading = None
                     page, ended = await self._fetch(state.index, cursor)
                     if page is not None:
-                        state.tried = 0  # answered: the next request's attempts start afresh
+                        state.tried = Tried()  # answered: the next request's attempts start afresh
                         self._read(page)
                         out.records += page.report.kept
                         out.extraction.add(page.report)

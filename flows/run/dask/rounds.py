@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import shutil
 from collections.abc import Callable
@@ -23,7 +22,6 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from harvest.connectors.catalog.shape_overrides import shapes_data
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Refusal, Reservation
 from harvest.connectors.errors import MissingApiKey
@@ -34,10 +32,8 @@ from harvest.flows.run import progress
 from harvest.flows.run.dask.grants import Running, allocate, reprice
 from harvest.flows.run.discovery import Discovery
 from harvest.flows.run.plan import Plan
-from harvest.flows.run.service_access import ServiceAccess, client_settings
 from harvest.flows.run.start import RunStart
 from harvest.flows.spec import JobSpec
-from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
 from harvest.tasks.landing import reland_query, task_result
 from harvest.tasks.output.journal import RunJournal
 from harvest.tasks.output.layout import OutputLayout, query_hash
@@ -50,9 +46,6 @@ from harvest.tasks.staged_commit import StagedRun
 from harvest.tasks.staged_known import stage_known
 
 log = logging.getLogger(__name__)
-
-SANDBOX_KEY_ENV = "HARVEST_EMBEDDED_SANDBOX_KEY"
-"""How local Dask workers get the embedded sandbox's throw-away key (they inherit the flow's environment)."""
 
 
 class Rounds:
@@ -270,7 +263,7 @@ class Rounds:
                 self.ledger.release(reservation)
                 self.faults.reported(result["stop"])
                 return None
-            self.ledger.heard(**result.get("prices", {}))  # before the settle
+            self.heard(result)  # before the settle
             if result.get("rerun"):  # Dask ran it again (its worker died): the first may have spent it all
                 self.ledger.settle(reservation, None)
                 r.credits += reservation.amount
@@ -312,7 +305,7 @@ class Rounds:
         except Exception as exc:
             result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
         lost = "rerun" in result or "broke" in result
-        self.ledger.heard(**result.get("prices", {}))  # before the settle
+        self.heard(result)  # before the settle
         self.ledger.settle(reservation, None if lost else result["spent"])
         r.credits += reservation.amount if lost else result["spent"]
         unstaged = frames_of(result.get("unstaged") or [])
@@ -344,6 +337,13 @@ class Rounds:
         why = f"a Dask worker could not read the API key, so nothing was sent: {self.scrub(str(missing))}"
         self.ledger.stop("stopped", why + " (on every worker, as the spec's `service` names it)")
         return None
+
+    def heard(self, result: dict[str, Any]) -> None:
+        """What a round learned for the whole run: the prices the service charged, and a stop the service's
+        answer meant for every request (a refused key, 401/402), which ends the rounds as it ends a local run."""
+        self.ledger.heard(**result.get("prices", {}))
+        if result.get("stopped"):
+            self.ledger.stop("stopped", result["stopped"])
 
     def grant_was_the_limit(self, r: Running) -> bool:
         """Its round ran out of its grant, not of its own `max_credits`: the query is not done. It stays
@@ -379,21 +379,3 @@ class Rounds:
         notes = progress.query_notes(summary, self.ledger.refused_of(r.spec.query_id))
         progress.current().query_finished(r.spec.query_id, summary["status"], notes, r.credits - r.before)
         self.summaries.append(summary)
-
-
-def run_info(
-    spec: JobSpec, service: ServiceAccess, layout: OutputLayout, run_id: str, started: str, full: bool
-) -> dict:
-    """What a worker needs to know of the run, as plain data (no key: workers read it themselves)."""
-    key_env, secret = spec.service.api_key_env, spec.service.api_key_secret
-    if service.label == EMBEDDED_SANDBOX:
-        os.environ[SANDBOX_KEY_ENV] = service.api_key.reveal()  # local workers inherit it
-        key_env, secret = SANDBOX_KEY_ENV, None
-    return {
-        "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
-        "api_key_env": key_env, "api_key_secret": secret, "client": asdict(client_settings(spec)),
-        "fsync": spec.durability == "fsync",
-        "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
-        "declared": spec.declared(),
-        "min_balance": spec.budget.min_balance, "staging": spec.runner.staging, "job": spec.name,
-    }  # fmt: skip
