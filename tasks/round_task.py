@@ -237,6 +237,7 @@ async def _pay(
         "found": found,
         "stop": fault_plain(ctx.faults.fault) if ctx.faults.fault is not None else None,
         "prices": ledger.answered_prices(),  # the flow's ledger learns, journals and grants by them
+        "idle": client.pace.idle(),  # the flow's clock of the run's last accepted answer (`ClientSettings`)
         "stopped": stop.reason if (stop := ledger.stopped) is not None and stop.kind == "stopped" else None,
     }
     if staged is not None:

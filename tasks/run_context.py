@@ -42,6 +42,9 @@ class ClientSettings:
     per_second: float | None = None
     """The service's known rate limit; a Dask round divides it among its tasks."""
     max_wait_seconds: float = DEFAULT_MAX_WAIT
+    idle_seconds: float = 0.0
+    """Seconds the run has gone without an accepted answer (a Dask round: as the flow knows it from the rounds
+    before), counted against `max_wait_seconds` (`Pace`)."""
 
 
 def service_client(
@@ -57,7 +60,7 @@ def service_client(
         on_attempt=attempts.log,
         max_answer_bytes=settings.max_answer_bytes,
         max_in_flight=settings.concurrency,
-        pace=Pace(settings.per_second, settings.max_wait_seconds),
+        pace=Pace(settings.per_second, settings.max_wait_seconds, idle_for=settings.idle_seconds),
     )
 
 

@@ -367,12 +367,19 @@ def test_a_free_page_the_ledger_refuses_after_an_overcharge_ends_the_dask_rounds
 
 
 def dask_night(
-    tmp_path: Path, dask_address: str, config: SandboxConfig, queries: list[dict[str, Any]], credits: int
+    tmp_path: Path,
+    dask_address: str,
+    config: SandboxConfig,
+    queries: list[dict[str, Any]],
+    credits: int,
+    **more: Any,
 ) -> tuple[Any, int, int]:
     """The job run on Dask with rounds of one page through the CLI: (result, credits billed, requests sent)."""
     runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
     with running(config) as sb:
-        spec = job_spec(sb.base_url, tmp_path / "out", queries, name="parity", credits=credits, runner=runner)
+        spec = job_spec(
+            sb.base_url, tmp_path / "out", queries, name="parity", credits=credits, runner=runner, **more
+        )
         result = CliRunner().invoke(app, ["run", str(write_spec(tmp_path, spec))], env={"COLUMNS": "2000"})
         return result, sb.billed_total(), len(data_entries(sb))
 
@@ -447,3 +454,23 @@ def test_a_402_on_dask_stops_the_run_as_locally(
     assert result.exit_code == 1, result.output
     assert (billed, sent) == (1, 2), result.output
     assert "402" in result.output, result.output
+
+
+def test_a_storm_of_429s_on_dask_ends_rate_limited_after_max_wait_as_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """Every request answered 429 (Retry-After 1), `max_wait_seconds: 3`, a budget of 10. Locally the query stops
+    `rate_limited` after 3 s without an accepted answer (3 requests). On Dask each round's pace counts from the
+    run's last accepted answer, so it stops too, after as few; each round's pace counting anew went on round
+    after round until the budget's 10 credits were counted, and the run said the budget was spent."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, fault_rate=1.0,
+        fault_kinds=[FaultKind.RATE_LIMIT], retry_after="1",
+    )  # fmt: skip
+    result, billed, sent = dask_night(
+        tmp_path, dask_address, config, ONE_QUERY, 10, rate_limit={"max_wait_seconds": 3}
+    )
+    assert result.exit_code == 0, result.output
+    assert billed == 0 and sent <= 5, (billed, sent, result.output)
+    assert "harvest: pins: rate_limited, 0 pages, 0 records" in result.stderr, result.stderr
+    assert "never started" not in result.output, result.output

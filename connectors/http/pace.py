@@ -119,7 +119,11 @@ class Pace:
         per_second: float | None = None,
         max_wait: float = DEFAULT_MAX_WAIT,
         clock: Callable[[], float] = time.monotonic,
+        idle_for: float = 0.0,
     ) -> None:
+        """`idle_for`: seconds the run has gone without an accepted answer when this pace starts (a Dask round's:
+        the rounds before it), so `max_wait` counts them and a storm of 429s ends the run `rate_limited` on Dask
+        as it does locally, not each round anew."""
         if per_second is not None and per_second <= 0:
             raise ValueError(f"per_second must be > 0, got {per_second}")
         self.limit = per_second
@@ -134,7 +138,7 @@ class Pace:
         self._lifted_at = -math.inf
         self._waited_at = -math.inf
         self._accepted_at: deque[float] = deque()
-        self._last_accepted = clock()
+        self._last_accepted = clock() - idle_for
         self._slowed = _Slowed()
         self.requests = 0
         self.refused = 0
@@ -212,6 +216,10 @@ class Pace:
             self.rate = min(self.rate, self.limit)
         self._cut_at, self._burst_over = now, False
         self._next = now + 1 / self.rate  # turns given before are taken again (`turn`)
+
+    def idle(self) -> float:
+        """Seconds since the last accepted answer (or since the pace started, less its `idle_for`)."""
+        return self._clock() - self._last_accepted
 
     def wait_after_refusal(self, retry_after: float | None, refusals: int, cap: float = math.inf) -> float:
         """Seconds a refused request waits before its next turn: `Retry-After`, or a backoff by how often it was

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import secrets
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
@@ -76,6 +77,8 @@ class Rounds:
         self.staged: StagedRun | None = None
         """With `runner.staging`: the run's stages in the store (workers share no disk with the flow)."""
         self.session = secrets.token_hex(4)
+        self.accepted_at = time.time()
+        """When the run last saw an accepted answer, as its rounds reported (each round's pace counts from it)."""
         """Names this process's rounds (a resumed flow counts its parts from 1 again)."""
 
     def add(self, query: QuerySpec) -> None:
@@ -204,7 +207,11 @@ class Rounds:
         shared = known / len(granted) if known and granted else None
         run = {
             **self.run_info,
-            "client": {**client, "per_second": shared},
+            "client": {
+                **client,
+                "per_second": shared,
+                "idle_seconds": max(0.0, time.time() - self.accepted_at),
+            },
             "prices": self.ledger.learned_prices,
         }
         for r in granted:
@@ -339,9 +346,12 @@ class Rounds:
         return None
 
     def heard(self, result: dict[str, Any]) -> None:
-        """What a round learned for the whole run: the prices the service charged, and a stop the service's
-        answer meant for every request (a refused key, 401/402), which ends the rounds as it ends a local run."""
+        """What a round learned for the whole run: the prices the service charged, when it last accepted a
+        request (the next rounds' paces count their `max_wait` from it), and a stop the service's answer meant for
+        every request (a refused key, 401/402), which ends the rounds as it ends a local run."""
         self.ledger.heard(**result.get("prices", {}))
+        if "idle" in result:
+            self.accepted_at = max(self.accepted_at, time.time() - result["idle"])
         if result.get("stopped"):
             self.ledger.stop("stopped", result["stopped"])
 
