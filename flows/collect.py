@@ -120,7 +120,17 @@ async def _pay_and_land(
             carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
-            rounds = Rounds(spec, the_plan, start, journal, ledger, layout, info, scrub=client.scrub)
+            rounds = Rounds(
+                spec,
+                the_plan,
+                start,
+                journal,
+                ledger,
+                layout,
+                info,
+                client.scrub,
+                client.balance.settle_refusals,
+            )
             summaries, skipped = await rounds.run(), rounds.discovery.skipped
         else:
             ctx = run_context.RunContext(
@@ -131,8 +141,7 @@ async def _pay_and_land(
     after = await read_after(client) if before is not None else None
     if after is not None:
         journal.balance("after", after)
-        if spec.runner.kind == "local":
-            settle_refusals(ledger, summaries, client.balance.billed(after))
+        settle_refusals(ledger, summaries, client.balance.billed(after))
     note_bill(begun.manifest, begun.start.journal.balances, before, after)
     manifest.rate_limit = client.pace.report().as_dict()
     return summaries, skipped

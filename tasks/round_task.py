@@ -232,6 +232,7 @@ async def _pay(
         "summary": summary.as_dict(),
         "state": state_to_plain(paged.state, summary.pages, summary.records, summary.extraction),
         "spent": ledger.spent,
+        "refused": ledger.refused_of(spec.query_id),  # of `spent`: refusals whose charge no answer named
         "balance": ledger.account_remaining,  # the last balance the service reported, for the flow's floor
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,

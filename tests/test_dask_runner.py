@@ -420,6 +420,7 @@ def test_429s_on_dask_are_waits_not_attempts_as_locally(
     assert result.exit_code == 0, result.output
     assert (billed, sent) == (3, 9), result.output  # 3 pages; 4 refusals and 2 failures before the first
     assert "harvest: pins: max_pages, 3 pages, 30 records" in result.stderr, result.stderr
+    assert "credits spent: 3 of a budget of 100" in result.stdout, result.stdout  # the 6 refusals settled
 
 
 def test_an_answer_cut_short_twice_on_dask_is_asked_for_once_more_only_as_locally(
@@ -474,3 +475,21 @@ def test_a_storm_of_429s_on_dask_ends_rate_limited_after_max_wait_as_locally(
     assert billed == 0 and sent <= 5, (billed, sent, result.output)
     assert "harvest: pins: rate_limited, 0 pages, 0 records" in result.stderr, result.stderr
     assert "never started" not in result.output, result.output
+
+
+def test_refusals_the_service_did_not_bill_go_back_to_a_short_budget_on_dask_as_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """The first page is answered 500 twice (not billed), then as usual; a budget of 3 for 3 pages. Locally the
+    refusals count until the budget runs short, then the balance shows they were not billed and they go back:
+    3 pages. On Dask the rounds do the same before they end for want of credits (they ended after 1 page, the
+    two refusals counted as spent)."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)},
+        fault_plan_by_path={PINS: [FaultKind.SERVER_ERROR] * 2},
+    )  # fmt: skip
+    result, billed, sent = dask_night(tmp_path, dask_address, config, ONE_QUERY, 3)
+    assert result.exit_code == 0, result.output
+    assert (billed, sent) == (3, 5), result.output
+    assert "harvest: pins: max_pages, 3 pages, 30 records" in result.stderr, result.stderr
+    assert "credits spent: 3 of a budget of 3" in result.stdout, result.stdout

@@ -143,7 +143,7 @@ class _Journal:
     def reserved(self, rid: int, query_id: str, amount: int) -> None:
         self.events.append(("reserve", rid, amount))
 
-    def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
+    def closed(self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0) -> None:
         self.events.append(("close", rid, counted))
 
     def adjusted(self, query_id: str, credits: int) -> None:

@@ -86,14 +86,22 @@ class Settlement:
         self._tell(news)
 
     def settle(
-        self, r: Reservation, charged: int | None, *, priced: bool = False, refusal: bool = False
+        self,
+        r: Reservation,
+        charged: int | None,
+        *,
+        priced: bool = False,
+        refusal: bool = False,
+        refused: int = 0,
     ) -> int:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
 
         `priced`: the answer was one the service bills as a page (a readable 2xx, 403 or 404), so its endpoint's
         price is seen and its requests need not go one at a time. `refusal`: the service refused the
         request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
-        (`reconcile`). Returns the credits counted.
+        (`reconcile`). `refused`: of a known `charged` (a Dask round's spending), the credits its worker counted
+        for refusals whose charge no answer named: unsettled here too, until the balance says. Returns the
+        credits counted.
         """
         with self._lock:
             held = self._holds.current(r)
@@ -123,11 +131,15 @@ class Settlement:
                 if refusal:
                     self._refused.add(held.query_id, counted)
             else:
-                self._named += counted
+                refused = min(max(0, refused), counted)
+                self._named += counted - refused
+                if refused:
+                    self._floor.counted_unnamed(refused)
+                    self._refused.add(held.query_id, refused)
             spent = self._spent
         self._tell([news] if news is not None else [])
         if journaled:
-            self._journal.closed(r.id, counted, unknown)  # type: ignore[union-attr]
+            self._journal.closed(r.id, counted, unknown, refused if unknown is None else 0)  # type: ignore[union-attr]
         if over.excess > 0:
             log.warning("%s", over.warning(spent, self._budget))
         self._wake_all()

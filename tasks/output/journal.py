@@ -164,11 +164,14 @@ class RunJournal(JsonLinesWriter):
         """An answer named the charge of `key`, a key held from earlier runs."""
         self._noted({"e": "seen", "k": key})
 
-    def closed(self, rid: int, counted: int | None, unknown: str | None = None) -> None:
+    def closed(self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
-        answer named the charge ("refusal", "lost"), so a resume can settle it with the balance."""
+        answer named the charge ("refusal", "lost"), so a resume can settle it with the balance; `refused`: of a
+        named count (a Dask round's), the refusals' credits whose charge no answer named."""
         if counted is None:
             self._noted({"e": "release", "id": rid})
+        elif unknown is None and refused:
+            self._noted({"e": "settle", "id": rid, "c": counted, "r": refused})
         elif unknown is None:
             self._noted({"e": "settle", "id": rid, "c": counted})
         else:
@@ -226,7 +229,9 @@ def read_journal(path: Path | str) -> JournalState:
                 if event.get("u") == "refusal":
                     state.unknown[held[0]] += credits
                 elif event.get("u") is None:
-                    session.named += credits
+                    refused = int(event.get("r", 0))  # a Dask round's refusals, within its named count
+                    session.named += credits - refused
+                    state.unknown[held[0]] += refused
     close_session()
     return state
 

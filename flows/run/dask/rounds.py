@@ -18,7 +18,7 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -60,9 +60,13 @@ class Rounds:
         layout: OutputLayout,
         run: dict[str, Any],
         scrub: Callable[[str], str] = str,
+        settle_refusals: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
-        """`scrub` cuts the key out of a broken task's error text (workers read the key themselves)."""
-        self.scrub = scrub
+        """`scrub` cuts the key out of a broken task's error text (workers read the key themselves);
+        `settle_refusals` reads the balance and gives back the refusals it shows were not billed (the flow
+        client's `AccountBalance.settle_refusals`): before the rounds end for want of credits, as a local run
+        does before a query stops for them."""
+        self.scrub, self.settle_refusals = scrub, settle_refusals
         self.spec, self.plan, self.start, self.journal, self.ledger = spec, the_plan, start, journal, ledger
         self.layout = layout
         self.run_info = run
@@ -152,6 +156,8 @@ class Rounds:
                     self.ledger.priced_keys,
                 )  # fmt: skip
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
+                if not granted and self.ledger.refused_unknown and await self.refusals_given_back():
+                    continue  # refusals the service did not bill went back to the budget: grant again
                 if not granted or not await self.one_round(runner, granted, grants):
                     break  # nothing granted, or the ledger refused every grant: a round more would change nothing
         self.close_rounds()
@@ -161,6 +167,9 @@ class Rounds:
         for r in list(self.running):
             self.end(r, self.last_summary(r, status, reason))
         return self.summaries
+
+    async def refusals_given_back(self) -> bool:
+        return self.settle_refusals is not None and await self.settle_refusals()
 
     def close_rounds(self) -> None:
         """Once the Dask client is closed (no attempt of a round can come): the rounds' claims on a shared disk
@@ -276,7 +285,7 @@ class Rounds:
                 r.credits += reservation.amount
                 self.relanded(r, "its worker died")
                 return None
-            self.ledger.settle(reservation, result["spent"])
+            self.ledger.settle(reservation, result["spent"], refused=result.get("refused", 0))
             r.credits += result["spent"]
             self.faults.reported(result.get("stop"))  # its worker could not write what it paid for
         else:
@@ -313,7 +322,7 @@ class Rounds:
             result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
         lost = "rerun" in result or "broke" in result
         self.heard(result)  # before the settle
-        self.ledger.settle(reservation, None if lost else result["spent"])
+        self.ledger.settle(reservation, None if lost else result["spent"], refused=result.get("refused", 0))
         r.credits += reservation.amount if lost else result["spent"]
         unstaged = frames_of(result.get("unstaged") or [])
         files = self.staged.commit_round(r.spec.query_id, stage, result.get("staged"), unstaged)
