@@ -147,7 +147,7 @@ def typed_error(
     }  # fmt: skip
     if status == 404 and not envelope(body):  # a wrong base_url's 404 page: never the service's "not found"
         return NotTheService(
-            common.get("endpoint") or "the service", what_answered(404, answer.raw), **common
+            common.get("endpoint") or "the service", redact(what_answered(404, answer.raw)), **common
         )
     if status in known:
         return known[status](**common)

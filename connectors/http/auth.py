@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -60,13 +61,17 @@ class ApiKey:
         """`text` with the key cut out (`redact`): for anything copied out of an answer or an exception."""
         return redact(text, self)
 
-    def scrub_answer(self, raw: bytes) -> bytes:
-        """An answer body with the key cut out, should the service echo it. A key shorter than
-        `MIN_REDACTED_KEY` is left alone in answers: it would match ordinary data (a cursor, an id) and
-        corrupt it; real keys are long random strings."""
-        if len(self._bytes) < MIN_REDACTED_KEY or self._bytes not in raw:
+    def scrub_answer(self, raw: bytes, status: int = 200) -> bytes:
+        """An answer body with the key cut out, should the service echo it: every form `redact` cuts (plain,
+        URL-quoted). A key shorter than `MIN_REDACTED_KEY` is left alone in a success's body: it would match
+        ordinary data (a cursor, an id) and corrupt it; real keys are long random strings. An error's body (a
+        status of 300 or more) holds no records, so it is cut at any length."""
+        if len(self._bytes) < MIN_REDACTED_KEY and status < 300:
             return raw
-        return raw.replace(self._bytes, REDACTED.encode())
+        for form in _forms(self._value):
+            if form.encode() in raw:
+                raw = raw.replace(form.encode(), REDACTED.encode())
+        return raw
 
     def describe(self, exc: BaseException) -> str:
         """An exception as one short line for logs and the attempt log, the key cut out."""
@@ -138,9 +143,17 @@ def redact(text: str, key: str | ApiKey | None) -> str:
     value = key.reveal() if isinstance(key, ApiKey) else key
     if not value:
         return text
-    for form in {value, quote(value, safe=""), quote(value)}:
+    for form in _forms(value):
         text = text.replace(form, REDACTED)
     return text
+
+
+def _forms(value: str) -> list[str]:
+    """The key as text may carry it: plain, URL-quoted (upper- and lower-case escapes), JSON-escaped."""
+    quoted = {quote(value, safe=""), quote(value)}
+    lowered = {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), q) for q in quoted}
+    forms = {value, *quoted, *lowered, value.replace("/", "\\/")}
+    return sorted(forms, key=len, reverse=True)
 
 
 def key_from_env(var: str = DEFAULT_ENV_VAR, environ: Mapping[str, str] | None = None) -> ApiKey:

@@ -93,7 +93,7 @@ async def _read_once(wire: Wire, key: ApiKey, connect_is_final: bool) -> int:
         if retry is None or reason is not None:  # unsendable, or nothing there to answer
             raise NotTheService(where, key.scrub(reason or key.describe(exc)), reason is not None) from None
         raise retry from None
-    raw = key.scrub_answer(response.content)
+    raw = key.scrub_answer(response.content, response.status_code)
     body, status = parse_body(raw), response.status_code
     count = int_field(body, "creditCount")
     if status == 200 and count is not None:

@@ -337,7 +337,7 @@ class ServiceClient:
     ) -> Response:
         """Settle what the answer says it cost, record the attempt, and say what the answer means."""
         ledger, status = self.ledger, http_response.status_code
-        raw = self._key.scrub_answer(http_response.content)
+        raw = self._key.scrub_answer(http_response.content, status)
         read = read_body(raw)
         body = read.value
         charged, remaining = int_field(body, "credits_charged"), int_field(body, "credits_remaining")

@@ -141,13 +141,17 @@ def check_ready(jobs: list[JobDeployment]) -> None:
     from harvest.connectors.http.auth import load_api_key
     from harvest.flows.orchestrator.temporary_server import configured_api_url
     from harvest.flows.run.preflight import check_output_dir
+    from harvest.flows.run.service_access import refuse_key_in
 
     if configured_api_url() is None:
         raise UsageError(NO_SERVER)
     for job in jobs:
         check_output_dir(job.output)
         if job.needs_key is not None:
-            load_api_key(env_var=job.needs_key[0], secret_block=job.needs_key[1])
+            key = load_api_key(env_var=job.needs_key[0], secret_block=job.needs_key[1])
+            env, block = job.needs_key
+            source = f"the Prefect Secret block {block!r}" if block else f"the environment variable {env}"
+            refuse_key_in(job.spec_file, str(job.parameters.get("base_url") or ""), key, source)
 
 
 async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:

@@ -1,0 +1,69 @@
+"""The API key stays out of what harvest keeps and prints, where a user or the service put it by mistake: a
+spec's parameter or URL that holds it is refused before a request is sent (naming the line, never quoting the
+key), and an error answer that echoes it (a short key, a URL-quoted one) is cut out of its message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import harvest.flows.collect  # noqa: F401  (Prefect's log handlers bind to the real stderr first)
+from harvest.connectors.errors import ServiceAnswer
+from harvest.connectors.http.answers import typed_error
+from harvest.connectors.http.auth import ApiKey
+from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, job_spec, write_spec
+
+KEY = "sk-kept-out/41+a="
+
+
+@pytest.mark.parametrize("where", ["query-parameter", "base-url-path"])
+def test_a_spec_that_holds_the_key_is_refused_before_a_request_naming_the_line_not_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    monkeypatch.setenv("HARVEST_API_KEY", KEY)
+    with running(SandboxConfig(api_keys={KEY: BIG_BALANCE})) as sb:
+        params = {"query": KEY if where == "query-parameter" else "trail"}
+        base = sb.base_url + ("/" + KEY if where == "base-url-path" else "")
+        spec = write_spec(
+            tmp_path, job_spec(base, tmp_path / "out", [{"id": "q", "endpoint": PINS, "params": params}])
+        )
+        result = CliRunner().invoke(app, ["run", str(spec)])
+        asked = list(sb.ledger)
+    assert result.exit_code == 2, result.output
+    assert asked == []  # not even the balance
+    said = result.output
+    assert KEY not in said and "sk-kept-out" not in said, said
+    if where == "query-parameter":
+        line = next(n for n, text in enumerate(spec.read_text().splitlines(), 1) if "query:" in text)
+        assert f"{spec}:{line}: the spec holds the API key" in said, said
+    else:
+        assert "service.base_url (or --base-url) holds the API key" in said, said
+    assert "the environment variable HARVEST_API_KEY" in said
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "echoed"),
+    [
+        ("sk-SHORT9x1", "sk-SHORT9x1"),  # shorter than a key cut out of a success's body
+        ("sk-kept-out/41+a=", "sk-kept-out%2F41%2Ba%3D"),
+        ("sk-kept-out/41+a=", "sk-kept-out%2f41%2ba%3d"),
+    ],
+)
+def test_an_error_page_that_echoes_the_key_is_kept_and_said_without_it(key: str, echoed: str) -> None:
+    """A wrong base URL's HTML 404 page that quotes the request (the key in it, as sent or URL-quoted): the
+    kept answer and the error's message both lose the key."""
+    api_key = ApiKey(key)
+    page = f"<html><body>No route for /v1/x?token={echoed}</body></html>".encode()
+    raw = api_key.scrub_answer(page, 404)
+    assert echoed.encode() not in raw and b"***" in raw
+    error = typed_error(ServiceAnswer(404, None, page), api_key.scrub, endpoint="/v1/x")
+    assert echoed not in str(error) and "***" in str(error), str(error)
+    if len(key) < 16:  # a success's body keeps what looks like a short key: it may be data (a cursor, an id)
+        assert api_key.scrub_answer(b'{"cursor": "sk-SHORT9x1"}', 200) == b'{"cursor": "sk-SHORT9x1"}'
