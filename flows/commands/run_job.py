@@ -62,7 +62,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     from harvest.connectors.http.auth import load_api_key
 
     service = spec.service
-    from harvest.flows.run.service_access import refuse_key_in
+    from harvest.flows.spec.key_in_spec import refuse_key_in
 
     key = load_api_key(env_var=service.api_key_env, secret_block=service.api_key_secret)
     source = f"the Prefect Secret block {service.api_key_secret!r}" if service.api_key_secret else None

@@ -141,7 +141,7 @@ def check_ready(jobs: list[JobDeployment]) -> None:
     from harvest.connectors.http.auth import load_api_key
     from harvest.flows.orchestrator.temporary_server import configured_api_url
     from harvest.flows.run.preflight import check_output_dir
-    from harvest.flows.run.service_access import refuse_key_in
+    from harvest.flows.spec.key_in_spec import refuse_key_in
 
     if configured_api_url() is None:
         raise UsageError(NO_SERVER)

@@ -13,11 +13,9 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from harvest.connectors.http.auth import ApiKey, aload_api_key, redact
+from harvest.connectors.http.auth import ApiKey, aload_api_key
 from harvest.flows.spec import SANDBOX, JobSpec, resolve_base_url
-from harvest.flows.spec.problems import UsageError
 from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
 from harvest.tasks.run_context import ClientSettings
 
@@ -66,25 +64,3 @@ def client_settings(spec: JobSpec) -> ClientSettings:
         per_second=spec.rate_limit.per_second,
         max_wait_seconds=spec.rate_limit.max_wait_seconds,
     )
-
-
-KEY_SPOTTED = 8
-"""A key at least this long found in a spec is the key, not a word that happens to match it."""
-
-
-def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey, source: str) -> None:
-    """The API key written where harvest keeps or prints what it was given: the service URL (the `runs` table,
-    the run's manifest, Prefect's flow-run parameters) or the spec (a deployment's parameters, the journal, raw
-    pages' parameters). Refused before anything is sent, naming the line, never repeating the key."""
-    where = f"the key belongs in {source} only, never in a URL or a spec"
-    if redact(base_url, key) != base_url:
-        raise UsageError(f"{spec_file}: service.base_url (or --base-url) holds the API key; {where}")
-    if len(key.reveal()) < KEY_SPOTTED:
-        return
-    try:
-        lines = spec_file.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return  # read once already (`load_spec`); a file gone since is not the key's business
-    for number, line in enumerate(lines, 1):
-        if redact(line, key) != line:
-            raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {where}")

@@ -1,0 +1,30 @@
+"""The API key written where harvest keeps or prints what it was given, refused before anything is sent: a
+light module (no HTTP stack), since `harvest run` checks it before Prefect starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harvest.connectors.http.auth import ApiKey, redact
+from harvest.flows.spec.problems import UsageError
+
+KEY_SPOTTED = 8
+"""A key at least this long found in a spec is the key, not a word that happens to match it."""
+
+
+def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey, source: str) -> None:
+    """The API key written where harvest keeps or prints what it was given: the service URL (the `runs` table,
+    the run's manifest, Prefect's flow-run parameters) or the spec (a deployment's parameters, the journal, raw
+    pages' parameters). Refused before anything is sent, naming the line, never repeating the key."""
+    where = f"the key belongs in {source} only, never in a URL or a spec"
+    if redact(base_url, key) != base_url:
+        raise UsageError(f"{spec_file}: service.base_url (or --base-url) holds the API key; {where}")
+    if len(key.reveal()) < KEY_SPOTTED:
+        return
+    try:
+        lines = spec_file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return  # read once already (`load_spec`); a file gone since is not the key's business
+    for number, line in enumerate(lines, 1):
+        if redact(line, key) != line:
+            raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {where}")
