@@ -37,7 +37,7 @@ MIN_REDACTED_KEY = 16
 class ApiKey:
     """The API key, opaque to str/repr/format so it cannot leak through logging or tracebacks."""
 
-    __slots__ = ("_bytes", "_value", "source")
+    __slots__ = ("_bytes", "_forms", "_value", "source")
 
     def __init__(self, value: str, *, source: str = "the key given to harvest") -> None:
         self.source = source
@@ -52,6 +52,8 @@ class ApiKey:
             )
         self._value = cleaned
         self._bytes = cleaned.encode()
+        self._forms = _forms(cleaned)
+        """Every form of the key `redact` cuts, worked out once: answers and messages are scrubbed often."""
 
     def reveal(self) -> str:
         """The key itself, for the request header only."""
@@ -68,7 +70,7 @@ class ApiKey:
         status of 300 or more) holds no records, so it is cut at any length."""
         if len(self._bytes) < MIN_REDACTED_KEY and status < 300:
             return raw
-        for form in _forms(self._value):
+        for form in self._forms:
             if form.encode() in raw:
                 raw = raw.replace(form.encode(), REDACTED.encode())
         return raw
@@ -143,7 +145,7 @@ def redact(text: str, key: str | ApiKey | None) -> str:
     value = key.reveal() if isinstance(key, ApiKey) else key
     if not value:
         return text
-    for form in _forms(value):
+    for form in key._forms if isinstance(key, ApiKey) else _forms(value):
         text = text.replace(form, REDACTED)
     return text
 

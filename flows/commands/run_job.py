@@ -60,15 +60,11 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     if resolved == "sandbox":
         return spec, resolved, None
     from harvest.connectors.http.auth import load_api_key
-
-    service = spec.service
     from harvest.flows.spec.key_in_spec import refuse_key_in
 
-    key = load_api_key(env_var=service.api_key_env, secret_block=service.api_key_secret)
-    source = f"the Prefect Secret block {service.api_key_secret!r}" if service.api_key_secret else None
-    source = source or f"the environment variable {service.api_key_env}"
-    refuse_key_in(spec_path, resolved, key, source)
-    return spec, resolved, (resolved, key, source)
+    key = load_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
+    refuse_key_in(spec_path, resolved, key)
+    return spec, resolved, (resolved, key, key.source)
 
 
 def service_answers(service: Any, layout: OutputLayout, job: str) -> None:

@@ -149,9 +149,7 @@ def check_ready(jobs: list[JobDeployment]) -> None:
         check_output_dir(job.output)
         if job.needs_key is not None:
             key = load_api_key(env_var=job.needs_key[0], secret_block=job.needs_key[1])
-            env, block = job.needs_key
-            source = f"the Prefect Secret block {block!r}" if block else f"the environment variable {env}"
-            refuse_key_in(job.spec_file, str(job.parameters.get("base_url") or ""), key, source)
+            refuse_key_in(job.spec_file, str(job.parameters.get("base_url") or ""), key)
 
 
 async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:

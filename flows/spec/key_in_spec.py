@@ -12,11 +12,11 @@ KEY_SPOTTED = 8
 """A key at least this long found in a spec is the key, not a word that happens to match it."""
 
 
-def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey, source: str) -> None:
+def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
     """The API key written where harvest keeps or prints what it was given: the service URL (the `runs` table,
     the run's manifest, Prefect's flow-run parameters) or the spec (a deployment's parameters, the journal, raw
     pages' parameters). Refused before anything is sent, naming the line, never repeating the key."""
-    where = f"the key belongs in {source} only, never in a URL or a spec"
+    where = f"the key belongs in {key.source} only, never in a URL or a spec"
     if redact(base_url, key) != base_url:
         raise UsageError(f"{spec_file}: service.base_url (or --base-url) holds the API key; {where}")
     if len(key.reveal()) < KEY_SPOTTED:

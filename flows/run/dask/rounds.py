@@ -81,9 +81,9 @@ class Rounds:
         self.staged: StagedRun | None = None
         """With `runner.staging`: the run's stages in the store (workers share no disk with the flow)."""
         self.session = secrets.token_hex(4)
+        """Names this process's rounds (a resumed flow counts its parts from 1 again)."""
         self.accepted_at = time.time()
         """When the run last saw an accepted answer, as its rounds reported (each round's pace counts from it)."""
-        """Names this process's rounds (a resumed flow counts its parts from 1 again)."""
 
     def add(self, query: QuerySpec) -> None:
         if query.query_id in self.seen:
@@ -156,7 +156,8 @@ class Rounds:
                     self.ledger.priced_keys,
                 )  # fmt: skip
                 granted = [r for r in self.running if grants[r.spec.query_id] > 0]
-                if not granted and self.ledger.refused_unknown and await self.refusals_given_back():
+                settle = self.settle_refusals if not granted and self.ledger.refused_unknown else None
+                if settle is not None and await settle():
                     continue  # refusals the service did not bill went back to the budget: grant again
                 if not granted or not await self.one_round(runner, granted, grants):
                     break  # nothing granted, or the ledger refused every grant: a round more would change nothing
@@ -167,9 +168,6 @@ class Rounds:
         for r in list(self.running):
             self.end(r, self.last_summary(r, status, reason))
         return self.summaries
-
-    async def refusals_given_back(self) -> bool:
-        return self.settle_refusals is not None and await self.settle_refusals()
 
     def close_rounds(self) -> None:
         """Once the Dask client is closed (no attempt of a round can come): the rounds' claims on a shared disk
