@@ -116,8 +116,7 @@ async def _pay_and_land(
         before = await probe_balance(client, ledger)
         if before is not None:
             journal.balance("before", before)  # durable: a resume after a kill knows where the run began
-        if spec.runner.kind == "local":  # Dask rounds settle grants, not the refusals in them
-            carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
+        carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
             rounds = Rounds(

@@ -17,7 +17,7 @@ from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, write_spec
 from tests.process_helpers import Watched, finish, signal_group, start_run
-from tests.sandbox_gate import gated
+from tests.sandbox_gate import gated, settle
 
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (20, 20)}, page_size=4)
 CAP = 7
@@ -80,3 +80,54 @@ def test_a_resumed_query_stops_at_its_max_credits_on_dask_as_locally(
     # "3 pages, 34 records": its rounds, and the query's records over both sessions)
     assert local["line"] == "harvest: pins: budget_exhausted, 4 pages, 20 records, 4 credits", local
     assert dask["line"] == local["line"], (local, dask)
+
+
+TIGHT = 22
+"""The run's budget: 20 pages at 1 credit, the empty page the last one's cursor still leads to (the service's
+quirk), and the page the kill had billed without its answer read."""
+
+
+def killed_then_resumed(tmp_path: Path, api_url: str, name: str, runner: dict[str, Any]) -> dict[str, Any]:
+    """A run killed with -9 (its whole process group: harvest, and the Dask cluster it started) while its third
+    page waits at the sandbox's door, then the same command: what the resume ends as and what was billed."""
+    queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
+    output = tmp_path / name
+    with gated(CONFIG) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="tight", credits=TIGHT, runner=runner)
+        path = write_spec(tmp_path, spec, f"{name}.yaml")
+        sb.gate.close_after(2)
+        run = start_run(path, tmp_path, api_url)
+        sb.gate.wait_frozen(run)
+        signal_group(run, signal.SIGKILL)
+        finish(run)
+        sb.gate.open()
+        settle(sb)
+        code, _, err = finish(start_run(path, tmp_path, api_url))
+        billed = sb.billed_total()
+    (run_,) = all_manifests(OutputLayout(output))
+    (query,) = run_.queries
+    return {
+        "resumed": (code, run_.status, query["status"], query["pages"]),
+        "billed": billed,
+        "counted": run_.credits_spent,
+        "stderr": err[-3000:],
+    }
+
+
+def test_a_kill_mid_round_leaves_no_credit_of_its_grant_counted_that_the_service_did_not_bill(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A Dask round holds its whole grant (4 credits) while it pays page by page; killed after 2 pages, the
+    resume counted the grant as spent (the account's balance said otherwise) and ended the night a page or two
+    short of a budget that covers it, where the local runner, settling a killed session against its bill,
+    completes. Both complete now, counting what the service billed."""
+    local, dask = (
+        killed_then_resumed(tmp_path, prefect_api_url, name, runner)
+        for name, runner in (
+            ("local", {"kind": "local"}),
+            ("dask", {"kind": "dask", "workers": 1, "round_pages": 4}),
+        )
+    )
+    for outcome in (local, dask):
+        assert outcome["resumed"] == (0, "complete", "complete", 21), outcome["stderr"]
+        assert outcome["billed"] <= TIGHT and outcome["counted"] == outcome["billed"], outcome
