@@ -116,7 +116,8 @@ async def _pay_and_land(
         before = await probe_balance(client, ledger)
         if before is not None:
             journal.balance("before", before)  # durable: a resume after a kill knows where the run began
-        carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
+        if spec.runner.address is None:  # rounds on a given cluster outlive a kill (`carry_over`)
+            carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)
             rounds = Rounds(
