@@ -1,7 +1,9 @@
 """A run stopped part-way and resumed, on Dask as locally: a query's `max_credits` counts what it paid before.
 
-Real `harvest run` processes against the sandbox over HTTP, stopped with Ctrl-C at a known point (the sandbox's
-gate holds the next request), then run again: the resume goes on under the run's one credit ledger.
+Real `harvest run` processes against the sandbox over HTTP, stopped with Ctrl-C or killed with -9 at a known point
+(the sandbox's gate holds the next request), then run again: the resume goes on under the run's one credit
+ledger, and a killed session's charges are settled against the account's balance where nothing of it can
+still pay.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def test_a_resume_while_a_killed_flow_s_round_still_pays_on_its_cluster_stays_wi
 ) -> None:
     """On a cluster harvest did not start, a round outlives the flow killed under it and pays the rest of its
     grant. A resume that read the balance before that round paid, and gave back the grant's unpaid part, would
-    pay those credits a second time: 23 billed on a budget of 22. Its grant stays counted instead, until the
+    pay those credits a second time: 24 billed on a budget of 22. Its grant stays counted instead, until the
     run's end settles it. Only the money is asserted: the round landing its pages while the resume loads is a
     race of its own (docs/decisions.md, "Left on Dask"), which failed the resume's load once in seven runs."""
     runner = {"kind": "dask", "address": dask_address, "round_pages": 4}
