@@ -123,6 +123,7 @@ def killed_then_resumed(
         "resumed": (code, run_.status, query["status"], query["pages"]),
         "billed": billed,
         "counted": run_.credits_spent,
+        "line": next((x for x in err.splitlines() if x.startswith("harvest: pins: ")), err[-3000:]),
         "stderr": err[-3000:],
     }
 
@@ -133,7 +134,10 @@ def test_a_kill_mid_round_leaves_no_credit_of_its_grant_counted_that_the_service
     """A Dask round holds its whole grant (4 credits) while it pays page by page; killed after 2 pages, the
     resume counted the grant as spent (the account's balance said otherwise) and ended the night a page or two
     short of a budget that covers it, where the local runner, settling a killed session against its bill,
-    completes. Both complete now, counting what the service billed."""
+    completes. Both complete now, counting what the service billed, and the query's line says what this session
+    paid: the killed session's request in flight (billed, its answer lost) was not one of this session's
+    refusals, as the line used to say ("19 credits; 1 of them for refused requests, until the account's
+    balance shows whether they were billed"; Dask said 2)."""
     local, dask = (
         killed_then_resumed(tmp_path, prefect_api_url, name, runner)
         for name, runner in (
@@ -144,6 +148,7 @@ def test_a_kill_mid_round_leaves_no_credit_of_its_grant_counted_that_the_service
     for outcome in (local, dask):
         assert outcome["resumed"] == (0, "complete", "complete", 21), outcome["stderr"]
         assert outcome["billed"] <= TIGHT and outcome["counted"] == outcome["billed"], outcome
+        assert outcome["line"] == "harvest: pins: complete, 19 pages, 89 records, 19 credits", outcome
 
 
 def test_a_resume_while_a_killed_flow_s_round_still_pays_on_its_cluster_stays_within_the_budget(

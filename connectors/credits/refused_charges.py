@@ -13,18 +13,26 @@ class RefusedCharges:
 
     def __init__(self) -> None:
         self._by_query: dict[str, int] = {}
+        self._earlier: dict[str, int] = {}
+        """Of each query's, the credits earlier sessions of the run counted (a killed one's refusals and requests
+        in flight, `CreditLedger.carry_over`): not this session's refusals, and given back last, as the bill
+        that carried them over already had room for them."""
         self.total = 0
 
-    def add(self, query_id: str, credits: int) -> None:
+    def add(self, query_id: str, credits: int, earlier: bool = False) -> None:
         if credits > 0:
             self._by_query[query_id] = self._by_query.get(query_id, 0) + credits
             self.total += credits
+            if earlier:
+                self._earlier[query_id] = self._earlier.get(query_id, 0) + credits
 
     def of(self, query_id: str) -> int:
-        return self._by_query.get(query_id, 0)
+        """This session's: a query's line says how many of the credits it paid now are still unsettled."""
+        return self._by_query.get(query_id, 0) - self._earlier.get(query_id, 0)
 
     def give_back(self, credits: int) -> dict[str, int]:
-        """Take up to `credits` off, the queries with the most first; what each gave back."""
+        """Take up to `credits` off, the queries with the most first, each this session's part first; what each
+        gave back."""
         back: dict[str, int] = {}
         for query_id in sorted(self._by_query, key=self._by_query.__getitem__, reverse=True):
             if credits <= 0:
@@ -33,7 +41,11 @@ class RefusedCharges:
             back[query_id] = take
             credits -= take
             self._by_query[query_id] -= take
+            earlier = min(self._earlier.get(query_id, 0), self._by_query[query_id])
+            self._earlier[query_id] = earlier
             if not self._by_query[query_id]:
                 del self._by_query[query_id]
+            if not earlier:
+                self._earlier.pop(query_id, None)
         self.total -= sum(back.values())
         return back

@@ -160,7 +160,8 @@ class Settlement:
             return self._refused.total
 
     def refused_of(self, query_id: str) -> int:
-        """Of what the query counted, the credits for refusals whose charge is not known yet (`refused_unknown`)."""
+        """Of what the query counted in this session, the credits for refusals whose charge is not known yet
+        (`refused_unknown` holds earlier sessions' too)."""
         with self._lock:
             return self._refused.of(query_id)
 
@@ -177,7 +178,7 @@ class Settlement:
         with self._lock:
             self._named += named
             for query_id, credits in unknown.items():
-                self._refused.add(query_id, min(credits, self._q_spent.get(query_id, 0)))
+                self._refused.add(query_id, min(credits, self._q_spent.get(query_id, 0)), earlier=True)
 
     def reconcile(self, billed: int) -> int:
         """Settle the refusals' unknown charges against the service's own bill (`billed`: how far the account's
