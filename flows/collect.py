@@ -56,6 +56,7 @@ from harvest.flows.run.bill import (  # noqa: E402
     read_after,
     settle_refusals,
 )
+from harvest.flows.run.dask.killed_rounds import killed_rounds_ended  # noqa: E402
 from harvest.flows.run.dask.rounds import Rounds  # noqa: E402
 from harvest.flows.run.dask.worker_run import run_info  # noqa: E402
 from harvest.flows.run.fanout import Fanout  # noqa: E402
@@ -110,13 +111,21 @@ async def _pay_and_land(
     manifest, start = begun.manifest, begun.start
     progress.current().watch_pace(client.pace.report)
     progress.current().run_began(
-        run_facts(begun, the_plan, spec.endpoints(), lambda: ledger.spent, lambda: ledger.refused_unknown)
+        run_facts(
+            begun, the_plan, spec.endpoints(), lambda: ledger.spent, lambda: ledger.refused_this_session
+        )
     )
     with stop.collecting(ledger, client):
+        settles = spec.runner.address is None or (  # a given cluster's rounds outlive a kill: they end first
+            isinstance(start, Resume)
+            and await killed_rounds_ended(
+                spec.runner.address, manifest.run_id, lambda: ledger.stopped is not None
+            )
+        )
         before = await probe_balance(client, ledger)
         if before is not None:
             journal.balance("before", before)  # durable: a resume after a kill knows where the run began
-        if spec.runner.address is None:  # rounds on a given cluster outlive a kill (`carry_over`)
+        if settles:
             carry_over(ledger, client, begun.start.journal, before, one_account(service.label))
         if spec.runner.kind == "dask":
             info = run_info(spec, service, layout, manifest.run_id, manifest.started, full)

@@ -20,6 +20,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,25 @@ def claim_shared(layout: OutputLayout, run_id: str, stage: str) -> bool:
     return True
 
 
+PAYING: Counter[str] = Counter()
+"""Rounds paying now in this worker process, per run id: a resume on a cluster the killed flow shared waits
+until none of its run's are left (`flows.run.dask.killed_rounds`) before it reads the account's balance."""
+_PAYING_LOCK = threading.Lock()
+
+
+def rounds_paying(run_id: str) -> int:
+    """Run on every worker by a resume (`Client.run`): how many rounds of `run_id` this worker is in."""
+    with _PAYING_LOCK:
+        return PAYING[run_id]
+
+
+def _paying(run_id: str, change: int) -> None:
+    with _PAYING_LOCK:
+        PAYING[run_id] += change
+        if PAYING[run_id] <= 0:
+            del PAYING[run_id]
+
+
 @task(
     name="collect_round",
     task_run_name="{query[query_id]} round {round_no}",
@@ -174,6 +195,8 @@ async def collect_round(
     spec = QuerySpec(**query)
     staged: RoundStage | None = None
     keys = None
+    run_id = str(run["run_id"])
+    _paying(run_id, 1)
     try:
         if stage is not None and not run.get("staging"):
             try:
@@ -191,6 +214,7 @@ async def collect_round(
                 return {"stop": fault_plain(fault), "spent": 0, "unstaged": []}
         result = await _pay(run, spec, state, grant, part, wanted, staged, keys)
     finally:
+        _paying(run_id, -1)
         if staged is not None:
             staged.close()
     return task_end(result["summary"], result)

@@ -26,6 +26,10 @@ class RefusedCharges:
             if earlier:
                 self._earlier[query_id] = self._earlier.get(query_id, 0) + credits
 
+    def this_session(self) -> int:
+        """Of `total`, this session's: what a run's progress line says its refusals hold back."""
+        return self.total - sum(self._earlier.values())
+
     def of(self, query_id: str) -> int:
         """This session's: a query's line says how many of the credits it paid now are still unsettled."""
         return self._by_query.get(query_id, 0) - self._earlier.get(query_id, 0)

@@ -159,6 +159,12 @@ class Settlement:
         with self._lock:
             return self._refused.total
 
+    @property
+    def refused_this_session(self) -> int:
+        """Of `refused_unknown`, this session's refusals: not the earlier sessions' carried over (`carry_over`)."""
+        with self._lock:
+            return self._refused.this_session()
+
     def refused_of(self, query_id: str) -> int:
         """Of what the query counted in this session, the credits for refusals whose charge is not known yet
         (`refused_unknown` holds earlier sessions' too)."""

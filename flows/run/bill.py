@@ -123,11 +123,10 @@ def carry_over(
     later readings settle the run as a whole (`AccountBalance.earlier_bill`). Nothing when that bill is unknown
     (a reading missing, or another charge on the account between a kill and the resume).
 
-    Only where nothing the killed session started can still pay: its own requests were answered before the
+    Only once nothing the killed session started can still pay: its own requests were answered before the
     service is asked for the balance, and the Dask cluster harvest started died with it. Rounds on a cluster
-    given by `address` go on paying within their grants after the flow that handed them out was killed; read
-    now, the balance would give back credits those rounds are about to spend, so the caller does not carry
-    over there (their grants stay counted until the run's end settles them)."""
+    given by `address` go on paying within their grants after the flow that handed them out was killed, so the
+    caller waits for them first (`flows.run.dask.killed_rounds`), and does not carry over when it could not."""
     if before is None or not earlier.balances:
         return
     bill = run_bill(earlier.balances, before, before, one_account)
