@@ -152,7 +152,7 @@ def claim_shared(layout: OutputLayout, run_id: str, stage: str) -> bool:
     return True
 
 
-PAYING: Counter[str] = Counter()
+_PAYING: Counter[str] = Counter()
 """Rounds paying now in this worker process, per run id: a resume on a cluster the killed flow shared waits
 until none of its run's are left (`flows.run.dask.killed_rounds`) before it reads the account's balance."""
 _PAYING_LOCK = threading.Lock()
@@ -161,14 +161,14 @@ _PAYING_LOCK = threading.Lock()
 def rounds_paying(run_id: str) -> int:
     """Run on every worker by a resume (`Client.run`): how many rounds of `run_id` this worker is in."""
     with _PAYING_LOCK:
-        return PAYING[run_id]
+        return _PAYING[run_id]
 
 
 def _paying(run_id: str, change: int) -> None:
     with _PAYING_LOCK:
-        PAYING[run_id] += change
-        if PAYING[run_id] <= 0:
-            del PAYING[run_id]
+        _PAYING[run_id] += change
+        if _PAYING[run_id] <= 0:
+            del _PAYING[run_id]
 
 
 @task(

@@ -45,11 +45,11 @@ class RefusedCharges:
             back[query_id] = take
             credits -= take
             self._by_query[query_id] -= take
-            earlier = min(self._earlier.get(query_id, 0), self._by_query[query_id])
-            self._earlier[query_id] = earlier
+            # this session's part went first: what is left of the earlier sessions' is what is left, at most
+            earlier = min(self._earlier.pop(query_id, 0), self._by_query[query_id])
+            if earlier:
+                self._earlier[query_id] = earlier
             if not self._by_query[query_id]:
                 del self._by_query[query_id]
-            if not earlier:
-                self._earlier.pop(query_id, None)
         self.total -= sum(back.values())
         return back
