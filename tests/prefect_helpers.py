@@ -108,3 +108,9 @@ def end_services(timeout: float = 10.0) -> None:
 
     for service in (EventsWorker, APILogWorker, ConcurrencySlotAcquisitionWithLeaseService):
         service.drain_all(timeout=timeout)
+    # A drained service tells its thread to stop and does not wait for it (`WorkerThread.shutdown`): the thread
+    # was seen alive by the next test's first line (`tests/test_prefect_services.py`, once in a whole run).
+    names = {f"{service}Thread" for service in SERVICES}
+    for thread in threading.enumerate():
+        if thread.name in names:
+            thread.join(timeout)
