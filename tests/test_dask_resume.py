@@ -8,9 +8,13 @@ still pay.
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.tasks.output.layout import OutputLayout
@@ -166,3 +170,41 @@ def test_a_resume_waits_for_the_killed_flow_s_round_on_its_cluster_then_settles_
     assert outcome["resumed"] == (0, "complete", "complete", 21), outcome["stderr"]
     assert outcome["billed"] <= TIGHT and outcome["counted"] == outcome["billed"], outcome
     assert outcome["said refusals"] == [], "the sandbox refused nothing"
+
+
+def test_a_killed_flow_s_round_that_never_ends_is_waited_for_until_the_cap_or_a_stop_and_nothing_is_settled(
+    dask_address: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A round of the killed run still counted on a worker of the cluster (stuck on an answer that never comes):
+    the resume's wait says so once, gives up at its cap and at once on Ctrl-C, and says False either way (the
+    killed session is not settled: its grants stay counted, nothing passes the budget); once the round is gone,
+    True at once. Asked of the cluster's real workers, as a resume asks them."""
+    from distributed import Client
+
+    from harvest.flows.run.dask.killed_rounds import killed_rounds_ended
+    from harvest.tasks.round_task import _paying, rounds_paying
+
+    run_id = "run-killed-mid-round"
+
+    def ended(stopped: bool, cap: float) -> bool:
+        return asyncio.run(killed_rounds_ended(dask_address, run_id, lambda: stopped, wait_seconds=cap))
+
+    with Client(dask_address) as client:
+        worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+        client.run(_paying, run_id, 1, workers=[worker])
+        try:
+            assert sum(client.run(rounds_paying, run_id).values()) == 1
+            began = time.monotonic()
+            assert ended(stopped=False, cap=2) is False
+            assert time.monotonic() - began >= 2, "the wait lasts its cap"
+            said = " ".join(capsys.readouterr().err.split())
+            waiting = "harvest: waiting for 1 round of the killed run still paying on the cluster at"
+            assert said.count(f"{waiting} {dask_address} (at most 0 min) before reading the balance") == 1
+            began = time.monotonic()
+            assert ended(stopped=True, cap=120) is False
+            assert time.monotonic() - began < 60, "a Ctrl-C ends the wait at once, not at its cap"
+        finally:
+            client.run(_paying, run_id, -1, workers=[worker])
+        capsys.readouterr()
+        assert ended(stopped=False, cap=30) is True
+        assert "harvest: waiting" not in capsys.readouterr().err, "nothing to wait for, nothing said"
