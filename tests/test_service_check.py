@@ -9,6 +9,7 @@ nothing listens on, an https:// URL to the sandbox's plain-HTTP port, and the sa
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -24,7 +25,8 @@ from harvest.sandbox.wire.serving import RunningSandbox
 from tests.endpoints import BALANCE, OLD_BALANCE, PINS
 from tests.flow_helpers import SECRET_KEY, job_spec, write_spec
 from tests.net_helpers import LOOPBACK, free_port
-from tests.process_helpers import finish, imported_packages, messages, start_run
+from tests.process_helpers import finish, imported_packages, messages, signal_group, start_run
+from tests.sandbox_gate import gated
 
 
 class _Fixed(BaseHTTPRequestHandler):
@@ -208,3 +210,27 @@ def test_nothing_listening_where_the_service_answered_this_job_before_is_try_aga
         and f"nothing is listening there (connection refused), where it answered run {run_id}" in said[0]
     )
     assert "the same command runs the job once it answers" in said[0] and SECRET_KEY not in out + err
+
+
+def test_nothing_listening_the_night_after_a_run_killed_mid_run_is_try_again_later_too(
+    tmp_path: Path, prefect_api_url: str
+) -> None:
+    """A run killed with -9 mid-run (a reboot, the OOM killer) wrote the balance the service answered in its
+    journal only, not in its manifest. The next night, with the service down, is still exit 75 naming that run,
+    not exit 2 ("check service.base_url") for a URL that answered and billed: it was so before."""
+    with gated(SandboxConfig(api_keys={SECRET_KEY: 100}, pages_by_path={PINS: (4, 4)}, page_size=4)) as sb:
+        spec = spec_for(tmp_path, sb.base_url)
+        sb.gate.close_after(1)  # the second page waits at the door when the machine goes down
+        run = start_run(spec, tmp_path, prefect_api_url)
+        sb.gate.wait_frozen(run)
+        signal_group(run, signal.SIGKILL)
+        finish(run)
+        sb.gate.open()
+    (run_id,) = [p.name for p in (tmp_path / "out" / "raw").iterdir() if p.is_dir()]
+    code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    said = messages(err)
+    assert code == 75, out + "\n".join(said)
+    assert (
+        len(said) == 1
+        and f"nothing is listening there (connection refused), where it answered run {run_id}" in said[0]
+    )

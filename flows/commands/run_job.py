@@ -74,14 +74,18 @@ def service_answers(service: Any, layout: OutputLayout, job: str) -> None:
         return
     from harvest.flows.run.preflight import check_service
     from harvest.flows.run.service_access import service_label
+    from harvest.tasks.output.journal import read_a_balance
     from harvest.tasks.output.manifest import run_heads
 
     def answered_before() -> str | None:
-        """The newest run of the job whose balance the service answered at this URL (read only on a failure)."""
+        """The newest run of the job whose balance the service answered at this URL (read only on a failure);
+        a run killed mid-run (a reboot, the OOM killer) has it in its journal only."""
         label = service_label(service[0])
         for head in reversed(run_heads(layout, job)):
             run = head.manifest()
-            if run.service == label and run.balance_before is not None:
+            if run.service == label and (
+                run.balance_before is not None or read_a_balance(layout.journal_file(run.run_id))
+            ):
                 return run.run_id
         return None
 

@@ -236,6 +236,16 @@ def read_journal(path: Path | str) -> JournalState:
     return state
 
 
+def read_a_balance(path: Path | str) -> bool:
+    """Whether a session of the run read the account's balance (the service answered it there): a session
+    killed before its end wrote it only here, not in the run's manifest (`flows.run.preflight.check_service`)."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    with path.open("rb") as lines:
+        return any(line.startswith(b'{"e":"balance"') for line in lines)
+
+
 PRICE_EVENTS = ("price", "hold", "seen")
 _PRICE_LINES = tuple(b'{"e":"%s"' % kind.encode() for kind in PRICE_EVENTS)
 
