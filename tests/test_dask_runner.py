@@ -326,6 +326,32 @@ def test_a_fan_out_on_an_endpoint_no_answer_priced_yet_passes_no_budget_on_dask(
     ], "breadth-first: a page each, the first two by id"
 
 
+def test_queries_a_fan_out_s_cap_left_unstarted_are_said_on_dask_as_locally(
+    prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """Four queries fan out under `max_credits_total: 2` with 1,000 credits of budget: a page each for two, the
+    other two never start. On Dask as locally the night names the fan-out's cap as why, not the run's budget
+    (Dask said "the run's budget spent" with 2 of 1,000 credits spent: a user would raise `--budget` for
+    nothing), and exits 0 as the job's `unstarted_exit_code` says."""
+    queries = [
+        {"id": "posts", "endpoint": FEED, "for_each": {"handle": ["nasa", "esa", "jaxa", "isro"]},
+         "max_credits_total": 2},
+    ]  # fmt: skip
+    said: dict[str, tuple[int, str, int]] = {}
+    for name, runner in (("local", {"kind": "local"}), ("dask", {"kind": "dask", "address": dask_address})):
+        with running(CONFIG) as sb:
+            spec = job_spec(sb.base_url, tmp_path / name, queries, name="capped", credits=1000, runner=runner)
+            result = CliRunner().invoke(
+                app, ["run", str(write_spec(tmp_path, spec, f"{name}.yaml"))], env={"COLUMNS": "2000"}
+            )
+            said[name] = (result.exit_code, result.stderr, sb.billed_total())
+    why = "2 queries never started, their fan-out's cap (max_credits_total) spent before their turn: 2 of 4 posts ("
+    for name, (_, err, _) in said.items():  # which two depends on the order each runner grants in
+        (line,) = [x for x in err.splitlines() if "never started" in x]
+        assert line.startswith(why) and line.count("posts[handle=") == 2, (name, err)
+    assert [(code, billed) for code, _, billed in said.values()] == [(0, 2), (0, 2)], said
+
+
 def test_a_free_page_the_ledger_refuses_after_an_overcharge_ends_the_dask_rounds(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Refusal, Reservation
 from harvest.connectors.errors import MissingApiKey
-from harvest.connectors.paging.pager import PagerStart, QuerySpec
+from harvest.connectors.paging.pager import PagerStart, QuerySpec, base_id
 from harvest.connectors.refusal_errors import cap_refused, exhausted
 from harvest.flows.orchestrator.dask_runner import dask_task_runner
 from harvest.flows.run import progress
@@ -124,8 +124,7 @@ class Rounds:
     def open_staging(self) -> None:
         """The staging store, proved writable before a credit is spent; what earlier sessions left in it is
         committed first. A store that fails stops the run like a full disk (exit 75, resumable)."""
-        url = self.spec.runner.staging
-        if url is None:
+        if (url := self.spec.runner.staging) is None:
             return
         try:
             store = open_staging(url)
@@ -163,10 +162,9 @@ class Rounds:
                     break  # nothing granted, or the ledger refused every grant: a round more would change nothing
         self.close_rounds()
         stopped = self.ledger.stopped
-        status = stopped.kind if stopped else "budget_exhausted"
-        reason = stopped.reason if stopped else self.why_no_credits()
         for r in list(self.running):
-            self.end(r, self.last_summary(r, status, reason))
+            why = (stopped.kind, stopped.reason) if stopped else ("budget_exhausted", self.why_no_credits(r))
+            self.end(r, self.last_summary(r, *why))
         return self.summaries
 
     def close_rounds(self) -> None:
@@ -200,7 +198,11 @@ class Rounds:
         exc = cap_refused(refusal, r.spec.query_id, r.spec.endpoint, r.pages, r.credits)
         return {**self.last_summary(r, "budget_exhausted", str(exc)), "cap_below_price": exc.cap_below_price}
 
-    def why_no_credits(self) -> str:
+    def why_no_credits(self, r: Running) -> str:
+        """Why a query got no grant as the rounds ended, as the local ledger says (a fan-out cap is no budget)."""
+        group, left = base_id(r.spec.query_id), self.ledger.fanout_left(r.spec.query_id)
+        if left is not None and left < r.cost:
+            return Refusal.fanout_cap(group, self.plan.caps[group], self.ledger.fanout_spent(group)).reason
         floor, balance = self.ledger.min_balance, self.ledger.account_remaining
         if floor is not None and balance is not None and self.free() < self.ledger.remaining:
             return f"the account balance ({balance}) is at the floor of {floor} credits (budget.min_balance)"
