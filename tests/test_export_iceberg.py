@@ -324,3 +324,34 @@ def test_harvest_export_format_iceberg_end_to_end(nights: Nights, tmp_path: Path
     )
     again = CliRunner().invoke(app, ["export", output, "--to", str(lake), "--format", "iceberg"])
     assert again.exit_code == 0 and "nothing new" in again.output, again.output
+
+
+def test_the_maintenance_snippet_of_the_docs_runs_as_pasted_on_the_catalog_harvest_made(
+    nights: Nights, tmp_path: Path
+) -> None:
+    """docs/warehouse-tables.md's Iceberg maintenance, pasted with the user's destination and a table of theirs,
+    run by Python as a user runs it: it opens the SQLite catalog the export made (`load_catalog("harvest")`
+    alone found no catalog: "URI missing"), and the table reads the same after it."""
+    import re
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from harvest.flows.cli import app
+    from tests.flow_helpers import ROOT
+
+    lake = tmp_path / "lake"
+    result = CliRunner().invoke(
+        app, ["export", str(nights.layout.root), "--to", str(lake), "--format", "iceberg"]
+    )
+    assert result.exit_code == 0, result.output
+    load = nights.records(nights.second)[0]
+    table = load.name
+    docs = (ROOT / "docs" / "warehouse-tables.md").read_text()
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", docs, re.S) if "SqlCatalog" in b]
+    pasted = snippet.replace("/srv/lake", str(lake)).replace("harvest.short_video_videos", f"harvest.{table}")
+    ran = subprocess.run([sys.executable, "-c", pasted], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    catalog = reader(lake / SQLITE_FILE, lake.as_uri())
+    assert keyed(load, scanned(catalog, table), "_fetched_at") == harvest_rows(nights, load, "_fetched_at")
