@@ -7,11 +7,15 @@ sandbox's ledger shows no page paid twice.
 from __future__ import annotations
 
 import functools
+import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
@@ -23,7 +27,8 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.endpoints import FEED
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar, subprocess_env
+from tests.process_helpers import FINISH_TIMEOUT, finish, start_run
 
 PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
@@ -80,3 +85,40 @@ def test_rebuild_then_continue_recovers_a_drifted_query_paying_no_page_twice(
     assert len(asked) == 3 == len(set(asked)), "a page was asked for twice"
     assert credits == 3 == scalar(db, "SELECT sum(credits_spent) FROM runs")
     assert rows(db, "SELECT status FROM runs ORDER BY started") == [("failed",), ("complete",)]
+
+
+def test_the_commands_a_drifted_night_prints_land_its_pages_and_go_on_pasted_into_a_shell(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A night on a service that moved a list, as a user meets it: `harvest run` stops the query as drift (exit
+    1), prints the `shapes:` that read the list where it is now and, last, the two commands that go on. The
+    shapes added to the spec, both commands pasted into a shell as printed (before, they read `harvest rebuild
+    OUTPUT --spec SPEC` and `harvest run --continue`: neither runs): the paid pages land without a request, the
+    query goes on from the next page, and the rows are the full crawl with no page paid twice."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), page_size=5, drift=SHAPES["renamed-list"].drift
+    )
+    with running(config) as sb:
+        spec = one_query(tmp_path, sb.base_url, FEED, PARAMS)
+        code, _, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 1, err
+        (shapes,) = re.findall(r"`shapes: (\{.*?\})`", err)
+        spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "shapes": json.loads(shapes)}))
+        (line,) = [x for x in err.splitlines() if "stopped on answers of a new shape" in x]
+        rebuild, go_on = re.findall(r"`([^`]+)`", line)
+        env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
+        paid = len(sb.ledger)
+        for command in (rebuild, go_on):
+            done = subprocess.run(
+                ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=FINISH_TIMEOUT
+            )
+            assert done.returncode == 0, (command, done.stderr)
+            assert command != rebuild or len(sb.ledger) == paid, "rebuild sent a request"
+        pages = data_entries(sb)
+    db = tmp_path / "out" / "harvest.duckdb"
+    posts = full_crawl(FEED, PARAMS, config)["posts"]
+    assert sorted(r[0] for r in rows(db, "SELECT uri FROM microblog_b_posts")) == sorted(
+        p["uri"] for p in posts
+    )
+    asked = [orjson.dumps(e.params) for e in pages]
+    assert len(asked) == 3 == len(set(asked)), "a page was asked for twice"

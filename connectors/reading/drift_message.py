@@ -12,14 +12,14 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.reading.extraction import ExtractionReport
 
 KEPT = (
-    "the paid pages are kept in the raw store: once the catalog reads the new shape, `harvest rebuild` lands "
-    "them and `harvest run --continue` goes on from the next page"
+    "the paid pages are kept in the raw store: once the catalog reads the new shape, a rebuild lands them and "
+    "the job run with `--continue` goes on from the next page (the run's last line gives both commands)"
 )
 
 
 KEPT_DECLARED = (
-    "the paid pages are kept in the raw store: once the declaration reads them, `harvest rebuild` lands them "
-    "and `harvest run --continue` goes on from the next page"
+    "the paid pages are kept in the raw store: once the declaration reads them, a rebuild lands them and the "
+    "job run with `--continue` goes on from the next page (the run's last line gives both commands)"
 )
 
 

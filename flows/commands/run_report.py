@@ -308,6 +308,13 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
             f"interrupted during the load: run {summary.run_id} ended ({summary.status}) and its data is in "
             f"Parquet; `{harvest_line('load', output)}` loads it into DuckDB"
         )
+    if drifted := [q for q in summary.queries if q["status"] == "drift"]:
+        many, rebuild = len(drifted) != 1, harvest_line("rebuild", output, "--spec", again.spec)
+        return (
+            f"{counted(len(drifted), 'query')} stopped on answers of a new shape, {'their' if many else 'its'} "
+            f"paid pages kept: once harvest reads the new shape (above), `{rebuild}` lands them and "
+            f"`{again.command('--continue')}` goes on from the next page"
+        )
     stopped = [
         q
         for q in summary.queries
