@@ -128,6 +128,7 @@ def killed_then_resumed(
         "counted": run_.credits_spent,
         "line": next((x for x in err.splitlines() if x.startswith("harvest: pins: ")), err[-3000:]),
         "said refusals": [x for x in err.splitlines() if "refused requests" in x],
+        "dask's lines": [x for x in err.splitlines() if "distributed." in x],
         "stderr": err[-3000:],
     }
 
@@ -154,6 +155,7 @@ def test_a_kill_mid_round_leaves_no_credit_of_its_grant_counted_that_the_service
         assert outcome["billed"] <= TIGHT and outcome["counted"] == outcome["billed"], outcome
         assert outcome["line"] == "harvest: pins: complete, 19 pages, 89 records, 19 credits", outcome
         assert outcome["said refusals"] == [], "the sandbox refused nothing"
+        assert outcome["dask's lines"] == [], "Dask's INFO lines (35 a run) are not the user's"
 
 
 def test_a_resume_waits_for_the_killed_flow_s_round_on_its_cluster_then_settles_it(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from harvest.flows.spec import JobSpec
@@ -11,6 +13,7 @@ def dask_task_runner(spec: JobSpec) -> Any:
     """Imported here: prefect_dask (and distributed) are the `dask` extra's, needed only by Dask runs."""
     from prefect_dask import DaskTaskRunner
 
+    quiet_dask_logs()
     if spec.runner.address:
         return DaskTaskRunner(address=spec.runner.address)
     return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(spec.runner.workers))
@@ -27,3 +30,12 @@ def local_cluster_kwargs(workers: int) -> dict[str, Any]:
         "n_workers": workers, "processes": True, "threads_per_worker": 1,
         "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False},
     }  # fmt: skip
+
+
+def quiet_dask_logs() -> None:
+    """Dask's INFO lines stay off harvest's stderr, which a cron job mails and a person reads a line an event:
+    ~35 a run (its scheduler and nannies starting and closing, each connection, a dashboard address where no
+    dashboard is served). Its warnings and errors still show. Called once distributed is imported, which sets
+    the level from Dask's configuration: a level a user set there (`DASK_LOGGING__DISTRIBUTED`) is kept."""
+    if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
+        logging.getLogger("distributed").setLevel(logging.WARNING)

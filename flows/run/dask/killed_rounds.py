@@ -35,7 +35,10 @@ async def killed_rounds_ended(
     cluster cannot say, they did not end in `wait_seconds`, or the run was told to stop (Ctrl-C) meanwhile."""
     from distributed import Client
 
+    from harvest.flows.orchestrator.dask_runner import quiet_dask_logs
     from harvest.tasks.round_task import rounds_paying
+
+    quiet_dask_logs()
 
     deadline = time.monotonic() + wait_seconds
     said = False
