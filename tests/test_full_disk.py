@@ -347,3 +347,18 @@ def test_on_dask_a_query_whose_round_used_its_grant_as_the_disk_stopped_the_run_
         expected_keys([(PINS, {"query": "topic a"})], CONFIG)["pinboard_pins"]
     )
     assert rows(db, "SELECT status FROM runs") == [("complete",)]
+
+
+def test_a_floor_is_said_in_the_megabytes_the_spec_wrote(tmp_path: Path) -> None:
+    """`min_free_mb: 99999999` was said back as "the floor of 1e+08 MB"."""
+    from harvest.flows.run.preflight import LowDiskSpace, check_output_dir
+
+    for floor, said in (
+        (99_999_999, "99,999,999"),
+        (2.5e12, "2,500,000,000,000"),
+        (0.5 * 2**40, "549,755,813,888"),
+        (10_000_000.5, "10,000,000.5"),
+    ):
+        with pytest.raises(LowDiskSpace) as refused:
+            check_output_dir(tmp_path / "out", min_free_mb=floor)
+        assert f"below the floor of {said} MB a run needs" in str(refused.value)

@@ -118,8 +118,9 @@ def _check_free_space(path: Path, min_free_mb: float) -> None:
     where = _nearest_existing(path)
     free = shutil.disk_usage(where).free
     if free < min_free_mb * 2**20:
+        floor = f"{min_free_mb:,.0f}" if float(min_free_mb).is_integer() else f"{min_free_mb:,}"
         raise LowDiskSpace(
-            f"output: {where} has {free / 2**20:,.0f} MB free, below the floor of {min_free_mb:,g} MB a run needs "
+            f"output: {where} has {free / 2**20:,.0f} MB free, below the floor of {floor} MB a run needs "
             "(`min_free_mb` in the spec): nothing was sent; free space there, then run again"
         )
 
