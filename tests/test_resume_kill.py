@@ -442,6 +442,9 @@ def test_ctrl_c_while_duckdb_is_held_then_harvest_load_loads_what_landed(
     assert loaded.loaded and in_db == [(stopped.run_id, "interrupted")]
     assert pins == landed_pins and pins  # every record the interrupted run landed is in DuckDB
     assert "what it landed is loaded" in after.stderr and "not loaded" not in after.stderr
+    (listed,) = [line for line in after.stdout.splitlines() if stopped.run_id in line]
+    cells = [cell.strip() for cell in listed.split("│")]
+    assert loaded.records > 0 and str(loaded.records) in cells, listed  # the records it landed, not "-"
     assert code2 == 0, out2 + err2  # the loaded interrupted run still resumes, and lands everything once
     assert_landed_once(output, stopped.run_id)
     assert scalar(db, "SELECT count(*) FROM held_by_a_notebook") == 0
