@@ -24,7 +24,7 @@ from harvest.flows.handoff.lakehouse.iceberg_catalog import SQLITE_FILE
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import GROUP, VIDEO_SEARCH
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, write_spec
+from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, job_spec, rows, run_flow, write_spec
 
 CONFIG = SandboxConfig(
     api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={GROUP: (3, 3), VIDEO_SEARCH: (1, 1)}
@@ -94,7 +94,8 @@ def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
     db = output / "harvest.duckdb"
     night(tmp_path, output, 0)
     first = current(db)
-    for to, fmt in ((lake, "delta"), (ice, "iceberg")):
+    increment = tmp_path / "increment"
+    for to, fmt in ((lake, "delta"), (ice, "iceberg"), (increment, "parquet")):
         exported = runner.invoke(app, ["export", str(output), "--to", str(to), "--format", fmt])
         assert exported.exit_code == 0, exported.output
     night(tmp_path, output, 1)
@@ -118,6 +119,7 @@ def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
         assert merged.exit_code == 0, merged.output
     iceberg = SqlCatalog("harvest", uri=f"sqlite:///{ice / SQLITE_FILE}", warehouse=f"file://{ice}")
     assert runner.invoke(app, ["export", str(output), "--to", str(snapshot), "--snapshot"]).exit_code == 0
+    assert runner.invoke(app, ["export", str(output), "--to", str(increment)]).exit_code == 0
     con = duckdb.connect()
     for child in CHILDREN:
         con.register("delta", DeltaTable(str(lake / child)).to_pyarrow_table())
@@ -128,14 +130,76 @@ def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
         for name in ("delta", "snap", "ice"):
             con.unregister(name)
 
-    increment = tmp_path / "increment"
-    assert runner.invoke(app, ["export", str(output), "--to", str(increment)]).exit_code == 0
-    (manifest,) = increment.glob("_exports/*/_manifest.json")
-    entry = json.loads(manifest.read_text())["tables"][comments]
+    loaded = load_increments(increment)  # exported after each night (above), loaded as docs/handoff.md says
+    parquet = duckdb.connect()
+    for child in CHILDREN:
+        assert landed(loaded, child, child) == second[child], child
+    # docs/output.md's query of a child table's current rows, on the job's own Parquet
+    parquet.execute(f"CREATE VIEW current AS {current_children_sql(output, comments)}")
+    assert landed(parquet, comments, "current") == second[comments]
+    (entry,) = [
+        json.loads(m.read_text())["tables"].get(comments)
+        for m in sorted(increment.glob("_exports/*/_manifest.json"))
+    ][1:]
     assert entry["parent"] == {
         "table": "network_a_group_posts",
         "key": {"parent_id": "id"},
         "replace_by": ["parent_id"],
     }
-    files = [increment / f["key"] for f in entry["files"]]
-    assert sum(pq.read_metadata(f).num_rows for f in files) == len(first[comments]) + len(second[comments])
+
+
+def load_increments(increment: Path) -> duckdb.DuckDBPyConnection:
+    """A warehouse loading `harvest export`'s increments as docs/handoff.md says, export by export: a record
+    table merged on its primary key, the newest `_fetched_at` winning; a child table's rows of each parent row
+    the export brought newer replaced by the export's rows of that parent's fetch (none when its list emptied)."""
+    con = duckdb.connect()
+    for folder in sorted(increment.glob("_exports/*")):
+        tables = json.loads((folder / "_manifest.json").read_text())["tables"]
+        for name, t in sorted(tables.items(), key=lambda kv: "parent" in kv[1]):  # parents first
+            files = [str(increment / f["key"]) for f in t["files"]]
+            source = f"read_parquet({files!r}, union_by_name = true)" if files else None
+            if "parent" not in t:
+                key = ", ".join(t["primary_key"])
+                con.execute(
+                    f"CREATE OR REPLACE TEMP TABLE newer_{name} AS SELECT * FROM {source} AS i "
+                    f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _fetched_at DESC) = 1"
+                )
+                con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM newer_{name} LIMIT 0")
+                same = " AND ".join(f"t.{k} = i.{k}" for k in t["primary_key"])
+                con.execute(
+                    f"DELETE FROM newer_{name} AS i WHERE EXISTS (SELECT 1 FROM {name} AS t WHERE {same} AND t._fetched_at > i._fetched_at)"
+                )
+                con.execute(
+                    f"DELETE FROM {name} AS t WHERE EXISTS (SELECT 1 FROM newer_{name} AS i WHERE {same})"
+                )
+                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM newer_{name}")
+                continue
+            parent, mapping = t["parent"]["table"], t["parent"]["key"]
+            of_parent = " AND ".join(f"c.{mine} = p.{theirs}" for mine, theirs in mapping.items())
+            if source is not None:
+                con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM {source} LIMIT 0")
+            if con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall():
+                con.execute(
+                    f"DELETE FROM {name} AS c WHERE EXISTS (SELECT 1 FROM newer_{parent} AS p WHERE {of_parent})"
+                )
+            if source is not None:
+                con.execute(
+                    f"INSERT INTO {name} BY NAME SELECT c.* FROM {source} AS c "
+                    f"SEMI JOIN newer_{parent} AS p ON {of_parent} AND c._fetched_at = p._fetched_at"
+                )
+    return con
+
+
+def current_children_sql(output: Path, child: str) -> str:
+    """docs/output.md's query of a child table's current rows, with this output's paths and a child table of
+    this job keyed by one column."""
+    import re
+
+    docs = (ROOT / "docs" / "output.md").read_text()
+    (query,) = [q for q in re.findall(r"```sql\n(.*?)```", docs, re.S) if "streaming_clip_qualities" in q]
+    parent, (key,), *_ = CHILDREN[child]
+    query = query.replace("data/demo/parquet", str(output / "parquet")).replace(
+        "streaming_clip_qualities", child
+    )
+    query = query.replace("streaming_clips", parent).replace("parent_id", f"parent_{key}")
+    return re.sub(r"\bid\b", key, query)

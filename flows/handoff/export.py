@@ -153,8 +153,10 @@ def _table_schema(schemas: list[pa.Schema], table: str, kinds: dict[str, TableKi
 
 
 def _table_entry(report: ExportReport, table: str) -> dict[str, Any]:
-    """A table's entry in `_manifest.json`. A child table's names its parent: a loader replaces all the rows of
-    a parent whose newer fetch it loads (`parent.replace_by`), so a list that shrank leaves no rows behind."""
+    """A table's entry in `_manifest.json`. A child table's names its parent: for each parent row the export
+    brings whose fetch is newer than the loader's, the loader replaces that parent's rows (`replace_by` holds
+    its key) with the export's rows of that fetch, none when its list emptied: a list that shrank or emptied
+    leaves no rows behind (the incoming child rows alone cannot say so: an emptied list has none)."""
     kinds = report.kinds
     kind = kinds.get(table)
     key = list(kind.primary_key) if kind is not None else []
@@ -176,7 +178,11 @@ def _table_entry(report: ExportReport, table: str) -> dict[str, Any]:
 
 def _describe_schemas(report: ExportReport, schemas: dict[str, list[pa.Schema]]) -> None:
     """Each table's schema from the catalog; a file whose own schema differs (landed under an older catalog and
-    not rebuilt since) carries its own too."""
+    not rebuilt since) carries its own too. A child table whose parent's rows the export brings is described
+    even without a row of its own: those parents' lists emptied, and a loader replaces their rows with none."""
+    for table, kind in report.kinds.items():
+        if isinstance(kind, ChildKind) and kind.parent in report.tables and table not in report.tables:
+            _table_entry(report, table)["schema"] = _schema(kind.schema)
     for table, found in schemas.items():
         entry = report.tables[table]
         unified = _table_schema(found, table, report.kinds)
