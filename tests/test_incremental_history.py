@@ -34,6 +34,7 @@ from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
     expected_keys,
+    held_duckdb,
     job_spec,
     key_set,
     rows,
@@ -234,6 +235,32 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     assert unchanged.credits_spent == 1 and unchanged.queries[0]["status"] == "caught_up"
     assert full.credits_spent == expected_pages(CREATIVE, params, config) + len(materials)
     assert key_set(output / "harvest.duckdb", "creative_material_details") == materials
+
+
+def test_a_night_while_a_notebook_holds_the_database_pays_what_a_night_with_it_free_would(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """An analyst's DuckDB session left open read-write overnight: the night cannot read harvest.duckdb, so it
+    reads what its incremental query and their dependents collected from the job's Parquet instead, and pays
+    what the night with the file free pays: the head page, no detail again. (It paid every page and every
+    detail again: 52 credits where 11 would do on a nightly job.) Its load waits for `harvest load`."""
+    params = {"query": "standing desks", "limit": 4, "order": "latest"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
+    )
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, queries))
+        assert run_flow(spec).status == "complete"
+        with held_duckdb(output / "harvest.duckdb"):
+            held = run_flow(spec)
+        free = run_flow(spec)
+    assert held.credits_spent == free.credits_spent == 1, (held.credits_spent, free.credits_spent)
+    assert held.queries[0]["status"] == free.queries[0]["status"] == "caught_up"
 
 
 def test_only_new_parent_items_start_their_dependents(
