@@ -307,7 +307,6 @@ async def _collect_job(
     (None: decided here); a Prefect retry of the flow decides again, to resume what the earlier attempt made."""
     the_plan = plan(spec)
     stop = StopOnSignal()
-    full = run.full
     mark = prefect_outage.WATCH.mark()  # Prefect's failures from here on are this run's
     with stop.installed():
         async with open_service(spec, run.base_url) as service:
@@ -316,6 +315,7 @@ async def _collect_job(
                 retry_of = flow_run_id if attempt > 1 else None
                 start = decide(spec, layout, service.label, run.mode, retry_of=retry_of)
             begun = begin(spec, layout, service, start, run.budget, run.spec_file)
+            full = begun.manifest.full = run.full or begun.manifest.full  # a resume goes on as its run began
             await crash_stale(begun)
             for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
                 console.note(told_line(told))

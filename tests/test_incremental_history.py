@@ -6,6 +6,7 @@ against what the sandbox says a full crawl holds."""
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
 from tests.endpoints import (
@@ -41,6 +44,8 @@ from tests.flow_helpers import (
     run_flow,
     write_spec,
 )
+from tests.process_helpers import Watched, finish, signal_group, start_run
+from tests.sandbox_gate import gated
 
 THREAD = POST
 NASA = {"handle": "nasa", "sort_by": "latest"}
@@ -261,6 +266,48 @@ def test_a_night_while_a_notebook_holds_the_database_pays_what_a_night_with_it_f
         free = run_flow(spec)
     assert held.credits_spent == free.credits_spent == 1, (held.credits_spent, free.credits_spent)
     assert held.queries[0]["status"] == free.queries[0]["status"] == "caught_up"
+
+
+def test_an_interrupted_full_run_resumed_by_the_nightly_command_goes_on_fully(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`harvest run SPEC --full` stopped with Ctrl-C part-way, then the nightly command without `--full`, as
+    cron runs it: the resume goes on as its run began and fetches every detail the full pass still had to. It
+    went on as a plain night: the details the full pass had listed stayed `interrupted` for ever, unsaid, and
+    the night ended well."""
+    params = {"query": "standing desks", "limit": 4, "order": "latest"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
+    )
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
+        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    output = tmp_path / "out"
+    with gated(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, queries))
+        assert finish(start_run(spec, tmp_path, prefect_api_url))[0] == 0  # a first night: everything once
+        sb.gate.close_after(5)  # the full pass: its 3 pages and 2 details, then the door holds the next
+        full = Watched(start_run(spec, tmp_path, prefect_api_url, "--full"))
+        sb.gate.wait_frozen(full.proc)
+        signal_group(full.proc, signal.SIGINT)
+        full.wait_for_stderr("stopping; letting the requests in flight land")
+        sb.gate.open()
+        assert full.finish()[0] == 130
+        code, _, err = finish(start_run(spec, tmp_path, prefect_api_url))  # the nightly command
+        entries = data_entries(sb)
+    assert code == 0, err
+    materials = {m for (m,) in expected_keys([(CREATIVE, params)], config)["creative_materials"]}
+    details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
+    assert set(details) == materials and set(details.values()) == {2}, (
+        details
+    )  # the first night, the full pass
+    (run,) = [m for m in all_manifests(OutputLayout(output)) if m.resumes]
+    assert run.full and run.status == "complete", run.queries
+    states = rows(
+        output / "harvest.duckdb", "SELECT DISTINCT status FROM query_state WHERE run_id = ?", [run.run_id]
+    )
+    assert states == [("complete",)], states
 
 
 def test_only_new_parent_items_start_their_dependents(

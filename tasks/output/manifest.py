@@ -62,6 +62,9 @@ class RunManifest:
     continues: str | None = None
     """The run whose stopped queries this run continues (`--continue`)."""
     resumes: int = 0
+    full: bool = False
+    """`--full`: its incremental queries page fully and every dependent runs again; its resumes go on so, with
+    or without `--full` (a nightly command resumes it)."""
     error: str | None = None
     """Why the whole run stopped, when it did (Ctrl-C, a refused key, an empty account)."""
     balance_before: int | None = None
