@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import PINS
@@ -143,6 +143,34 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert key_set(db, "pinboard_pins") == expected  # rebuilt from the raw pages, every pin there
     assert rows(db, "SELECT count(*) FROM runs") == [(2,)]
     assert not (cwd / "elsewhere").exists()  # every command kept to the output the user gave
+
+
+def test_a_night_whose_pages_kept_failing_goes_on_with_the_continue_it_prints_paying_only_what_is_missing(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The service fails every try of the third page (5xx past the client's 5 attempts): the query fails, the
+    night exits 1 and its last line gives the `--continue` command, which pasted pays from the third page on.
+    No command was printed, and a plain rerun (a new night) paid every page again."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    failing = [None, None, *[FaultKind.SERVER_ERROR] * 5]
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=5,
+        fault_plan_by_path={PINS: failing},
+    )  # fmt: skip
+    with gated(config) as sb:
+        spec = {"name": "night", "budget": {"credits": 100}, "output": "out dir",
+                "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+        write_spec(cwd, spec, "night.yaml")
+        night = pasted(f".venv/bin/harvest run night.yaml --base-url {sb.base_url}", cwd, home)
+        go_on = printed(night.stderr, " picks it up")
+        continued = pasted(go_on, cwd, home)
+        answered = [e for e in data_entries(sb) if e.path == PINS and e.fault is None]
+    assert night.returncode == 1, night.stderr
+    assert go_on == f".venv/bin/harvest run night.yaml --base-url {sb.base_url} --continue", night.stderr
+    assert continued.returncode == 0, continued.stdout + continued.stderr
+    assert len(answered) == 7 and paid_twice(answered) == 0  # 6 pages and `-end-`, each answered once
+    expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, config)["pins"]}
+    assert key_set(cwd / "out dir" / "harvest.duckdb", "pinboard_pins") == expected
 
 
 def test_a_load_duckdb_refused_for_its_memory_limit_says_why_and_loads_as_printed(
