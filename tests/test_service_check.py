@@ -233,3 +233,17 @@ def test_nothing_listening_the_night_after_a_run_killed_mid_run_is_try_again_lat
         sb.gate.open()
     (run_id,) = [p.name for p in (tmp_path / "out" / "raw").iterdir() if p.is_dir()]
     assert_away_for_now(spec, tmp_path, prefect_api_url, run_id)
+
+
+def test_a_service_answering_503_before_the_run_says_so_in_harvest_s_lines_only(
+    other_server: Callable[[int, str, bytes], tuple[str, list[str]]], tmp_path: Path, prefect_api_url: str
+) -> None:
+    """A gateway answering 503 to everything (the service down behind it): busy is no reason to refuse, so the
+    run starts and its queries fail after their attempts (exit 1, the `--continue` to go on printed). What it
+    says is harvest's lines: the balance check's retries printed a bare `stamina.retry_scheduled` line first."""
+    url, _ = other_server(503, "text/plain", b"Service Unavailable")
+    code, out, err = finish(start_run(spec_for(tmp_path, url), tmp_path, prefect_api_url))
+    assert code == 1, out + err
+    assert "retry_scheduled" not in err and "stamina" not in err, err
+    assert "the service's balance could not be read before the run" in err, err
+    assert "--continue` picks it up" in " ".join(err.split()), err

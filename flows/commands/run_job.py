@@ -241,13 +241,18 @@ def run_job(
 
     started = time.monotonic()
     apply_prefect_defaults()
-    begun = _begin(spec_path, base_url, output, mode, budget, full)
-    layout = begun.layout
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
-    # stamina logs a bare "retry_scheduled" per retry; every attempt is in the `requests` table instead
+    # stamina logs a bare "retry_scheduled" per retry, the balance check's own too (a 503 before the run); every
+    # attempt is in the `requests` table instead
     stamina_log = logging.getLogger("stamina")
     stamina_level = stamina_log.level
     stamina_log.setLevel(logging.ERROR)
+    try:
+        begun = _begin(spec_path, base_url, output, mode, budget, full)
+    except BaseException:
+        stamina_log.setLevel(stamina_level)
+        raise
+    layout = begun.layout
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
     from harvest.flows.run import progress
 
     reporter = progress.for_terminal()
