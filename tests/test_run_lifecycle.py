@@ -190,6 +190,25 @@ def test_continue_spends_nothing_on_pages_already_paid(
     assert key_set(output / "harvest.duckdb", "pinboard_pins") == set(want["pinboard_pins"])
 
 
+def test_a_query_s_max_pages_holds_across_the_nights_that_continue_it(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """`max_pages: 3` on a query spread over a budget-stopped night and two `--continue` nights pays 3 pages, as
+    one night does: each continued run counted its pages from 0, and the three nights paid 1 + 2 + 1."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3)
+    output = tmp_path / "out"
+    query = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}, "max_pages": 3}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [query]))
+        nights = [run_flow(spec, budget=1), run_flow(spec, budget=2, mode="continue")]
+        nights.append(run_flow(spec, budget=100, mode="continue"))
+        entries = data_entries(sb)
+    assert [n.status for n in nights[:2]] == ["budget_exhausted", "complete"], nights
+    assert nights[2].status == "nothing_to_continue", nights[2]
+    assert len(entries) == 3 and paid_twice(entries) == 0
+    assert [q["status"] for q in nights[1].queries] == ["max_pages"]
+
+
 # ---------------------------------------------------------------------------------------------- incremental
 def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
     prefect_harness: None, tmp_path: Path, api_key: str

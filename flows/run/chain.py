@@ -5,6 +5,7 @@ new run of the job starts from its prices (`carried`), and so does `harvest plan
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,11 +61,13 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     status: dict[str, dict[str, Any]] = {}
     specs: dict[str, dict[str, Any]] = {}
     prices: dict[str, int] = {}
+    paged: Counter[str] = Counter()  # pages each query paid over the chain: its `max_pages` is the chain's
     for run in chain:
         journal = read_journal(layout.journal_file(run.run_id))
         specs.update(journal.started)
         prices = carried(prices, journal)
         status.update({q["query_id"]: q for q in run.queries})
+        paged.update({q["query_id"]: int(q.get("pages") or 0) for q in run.queries})
     done: set[str] = set()
     at: dict[str, QuerySpec] = {}
     for qid, summary in status.items():
@@ -75,6 +78,8 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
         elif qid in specs:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
             spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
+            if spec.get("max_pages") is not None:  # a continued query pages what the chain has not yet
+                spec["max_pages"] = max(0, int(spec["max_pages"]) - paged[qid])
             at[qid] = QuerySpec(**spec)
     return Settled(frozenset(done), at, chain[-1], prices)
 
