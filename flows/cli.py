@@ -232,7 +232,9 @@ def run(
     ),
     output: Path | None = typer.Option(None, "--output", help="Output directory; beats the spec."),
     fresh: bool = typer.Option(
-        False, "--fresh", help="Abandon an unfinished run of the job (its data stays loaded) and start anew."
+        False,
+        "--fresh",
+        help="Abandon an unfinished run of the job (what it paid for landed and loaded first); start anew.",
     ),
     continue_: bool = typer.Option(
         False,

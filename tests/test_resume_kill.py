@@ -332,6 +332,8 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
         write_spec(tmp_path, edited)
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         assert code == 2 and "--fresh" in err and killed.run_id in err, (code, out, err)
+        # said as `--fresh` does it: the killed run is not loaded now, its pages are landed and loaded first
+        assert "abandon it (what it paid for is landed and loaded first)" in " ".join(err.split()), err
         assert len(data_entries(sb)) == paid_before  # refused before anything was sent
 
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--fresh"))
