@@ -275,7 +275,7 @@ def loaded_first_line(summary: RunSummary | NoRun) -> None:
     """One line for the earlier runs the run loaded into DuckDB before it started paying."""
     runs = summary.loaded_first or []
     if runs:
-        named = ", ".join(f"{r['run_id']} ({r['status']}, {r['rows']} rows)" for r in runs)
+        named = ", ".join(f"{r['run_id']} ({r['status']}, {counted(r['records'], 'record')})" for r in runs)
         console.note(
             f"loaded {counted(len(runs), 'earlier run')} into DuckDB first, which had landed but were not loaded: "
             f"{named}"

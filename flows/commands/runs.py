@@ -91,7 +91,8 @@ def load(output: Path) -> None:
         finally:
             lock.release()
         console.prose(
-            f"loaded run {manifest.run_id} ({manifest.status}): {sum(tables.values())} rows in {len(tables)} tables"
+            f"loaded run {manifest.run_id} ({manifest.status}): {counted(manifest.records, 'record')} into "
+            f"{len(tables)} tables"
         )
         if manifest.status == "interrupted":
             console.note(f"run {manifest.run_id} is still unfinished: {resume_hint(manifest, output)}")

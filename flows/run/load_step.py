@@ -86,7 +86,7 @@ def load_earlier_runs(
                 if manifest.run_id == skip:
                     continue
                 try:
-                    tables = load_manifest_into_duckdb(layout, manifest)
+                    load_manifest_into_duckdb(layout, manifest)
                 except DatabaseBusy as exc:
                     return loaded, str(exc)
                 except Exception as exc:  # this machine could not write DuckDB: nothing may be paid now
@@ -94,8 +94,9 @@ def load_earlier_runs(
                     if fault is None:
                         raise
                     raise fault from None
-                rows = sum(tables.values())
-                loaded.append({"run_id": manifest.run_id, "status": manifest.status, "rows": rows})
+                loaded.append(
+                    {"run_id": manifest.run_id, "status": manifest.status, "records": manifest.records}
+                )
     except LoadInterrupted as exc:  # the runs stay pending
         return (
             loaded,
@@ -155,7 +156,10 @@ def load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSigna
     loaded, busy = load_earlier_runs(layout, job, current, stop)
     for run in loaded:
         get_run_logger().info(
-            "loaded earlier run %s (%s) into DuckDB first: %s rows", run["run_id"], run["status"], run["rows"]
+            "loaded earlier run %s (%s) into DuckDB first: %s records",
+            run["run_id"],
+            run["status"],
+            run["records"],
         )
     if busy is not None:
         log.warning("earlier runs not loaded yet: %s", busy)
