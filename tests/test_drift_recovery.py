@@ -104,7 +104,7 @@ def test_the_commands_a_drifted_night_prints_land_its_pages_and_go_on_pasted_int
         assert code == 1, err
         (shapes,) = re.findall(r"`shapes: (\{.*?\})`", err)
         spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "shapes": json.loads(shapes)}))
-        (line,) = [x for x in err.splitlines() if "stopped on answers of a new shape" in x]
+        (line,) = [x for x in err.splitlines() if "stopped on answers harvest could not read" in x]
         rebuild, go_on = re.findall(r"`([^`]+)`", line)
         env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
         paid = len(sb.ledger)

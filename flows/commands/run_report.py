@@ -311,8 +311,8 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
     if drifted := [q for q in summary.queries if q["status"] == "drift"]:
         many, rebuild = len(drifted) != 1, harvest_line("rebuild", output, "--spec", again.spec)
         return (
-            f"{counted(len(drifted), 'query')} stopped on answers of a new shape, {'their' if many else 'its'} "
-            f"paid pages kept: once harvest reads the new shape (above), `{rebuild}` lands them and "
+            f"{counted(len(drifted), 'query')} stopped on answers harvest could not read, {'their' if many else 'its'} "
+            f"paid pages kept: once it reads them (the line above says how), `{rebuild}` lands them and "
             f"`{again.command('--continue')}` goes on from the next page"
         )
     stopped = [
