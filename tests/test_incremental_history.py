@@ -48,6 +48,15 @@ from tests.process_helpers import Watched, finish, signal_group, start_run
 from tests.sandbox_gate import gated
 
 THREAD = POST
+DESKS = {"query": "standing desks", "limit": 4, "order": "latest"}
+DESKS_CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
+)
+DESKS_AND_DETAILS = [
+    {"id": "creatives", "endpoint": CREATIVE, "params": DESKS, "incremental": True},
+    {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+]  # fmt: skip
+"""An incremental search of 3 pages of 4 materials, and each material's details: a dependent of it."""
 NASA = {"handle": "nasa", "sort_by": "latest"}
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (7, 7)}, page_size=5)
 """33 videos on 7 pages, as in the audit's reproduction."""
@@ -216,14 +225,7 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     shared cluster, `tests.fixtures_dask`)."""
     if runner["kind"] == "dask":
         runner = {**runner, "address": request.getfixturevalue("dask_address")}
-    params = {"query": "standing desks", "limit": 4, "order": "latest"}
-    config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
-    )
-    queries = [
-        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
-        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-    ]  # fmt: skip
+    params, config, queries = DESKS, DESKS_CONFIG, DESKS_AND_DETAILS
     output = tmp_path / "out"
     with running(config) as sb:
         spec = write_spec(tmp_path, {**job(sb.base_url, output, queries), "runner": runner})
@@ -249,17 +251,9 @@ def test_a_night_while_a_notebook_holds_the_database_pays_what_a_night_with_it_f
     reads what its incremental query and their dependents collected from the job's Parquet instead, and pays
     what the night with the file free pays: the head page, no detail again. (It paid every page and every
     detail again: 52 credits where 11 would do on a nightly job.) Its load waits for `harvest load`."""
-    params = {"query": "standing desks", "limit": 4, "order": "latest"}
-    config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
-    )
-    queries = [
-        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
-        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-    ]  # fmt: skip
     output = tmp_path / "out"
-    with running(config) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output, queries))
+    with running(DESKS_CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, DESKS_AND_DETAILS))
         assert run_flow(spec).status == "complete"
         with held_duckdb(output / "harvest.duckdb"):
             held = run_flow(spec)
@@ -275,14 +269,7 @@ def test_an_interrupted_full_run_resumed_by_the_nightly_command_goes_on_fully(
     cron runs it: the resume goes on as its run began and fetches every detail the full pass still had to. It
     went on as a plain night: the details the full pass had listed stayed `interrupted` for ever, unsaid, and
     the night ended well."""
-    params = {"query": "standing desks", "limit": 4, "order": "latest"}
-    config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (3, 3)}, creative_default_limit=4
-    )
-    queries = [
-        {"id": "creatives", "endpoint": CREATIVE, "params": params, "incremental": True},
-        {"id": "details", "endpoint": CREATIVE_DETAIL, "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
-    ]  # fmt: skip
+    params, config, queries = DESKS, DESKS_CONFIG, DESKS_AND_DETAILS
     output = tmp_path / "out"
     with gated(config) as sb:
         spec = write_spec(tmp_path, job(sb.base_url, output, queries))
