@@ -278,3 +278,31 @@ def test_a_sync_that_fails_in_the_journals_thread_is_raised_not_lost(tmp_path: P
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_query_whose_pages_all_landed_before_the_kill_keeps_its_credits_when_resumed(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """Killed after a query's last page was kept but before its end was journaled: the resume lands its pages,
+    pays nothing, and its line and `query_state` say what they cost. They said 0 credits (the run's total and
+    its queries' then disagreed: 22 against 26 on a nightly job)."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb, output))
+        assert finish(start_run(spec, tmp_path, prefect_api_url))[0] == 0
+        paid = len(data_entries(sb))
+        layout = OutputLayout(output)
+        (raw,) = layout.raw_files(all_manifests(layout)[0].run_id)
+        run_id, _ = cut_power_before_publishing(output, keep_pages=len(frame_ends(raw)))
+        journal = layout.journal_file(run_id)
+        lines = journal.read_bytes().splitlines(keepends=True)
+        journal.write_bytes(b"".join(line for line in lines if not line.startswith(b'{"e":"end"')))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert len(data_entries(sb)) == paid, "the resume asked for nothing"
+    assert code == 0, out + err
+    (run,) = all_manifests(layout)
+    assert run.resumes == 1 and {q["status"] for q in run.queries} == {"complete"}, run.queries
+    assert [q["credits"] for q in run.queries] == [q["pages"] for q in run.queries], run.queries  # 1 a page
+    assert sum(q["credits"] for q in run.queries) == run.credits_spent == paid
+    said = rows(output / "harvest.duckdb", "SELECT sum(credits) FROM query_state WHERE run_id = ?", [run_id])
+    assert said == [(paid,)]
