@@ -41,8 +41,7 @@ class RunFacts:
     records_before: int = 0
     spent_before: int = 0
     going_on: int = 0
-    """Queries a resume runs again (started, not ended: each goes on from its last landed page, if it had one),
-    or a continue picks up at their saved cursor."""
+    """Queries a resume runs again (each from its last landed page, if any) or a continue picks up at its cursor."""
     planned: int | None = None
     """Queries this run starts, when the plan knows them all (None: dependent queries are found as it runs)."""
     page_bounds: Mapping[str, int] | None = None
@@ -59,12 +58,14 @@ class RunFacts:
             why = {"running": "was killed", "interrupted": "was interrupted"}.get(
                 str(self.previous_status), f"ended {self.previous_status} and Prefect retries it"
             )
-            one = self.going_on == 1
+            spent = f"{self.spent_before} of {self.budget} credits were spent"
+            if self.spent_before > self.budget:  # a resume given less: "20 of 10" reads as a broken cap
+                spent = f"{self.spent_before} credits were spent, over this session's budget of {self.budget}"
             return (
                 f"resumes run {self.run_id}, which {why}: {counted(self.ended_before, 'query')} had ended with "
                 f"{counted(self.pages_before, 'page')} and {counted(self.records_before, 'record')}, "
-                f"{self.spent_before} of {self.budget} credits were spent; {self.going_on} unfinished "
-                f"{'query goes on where it' if one else 'queries go on where they'} stopped"
+                f"{spent}; {self.going_on} unfinished "
+                f"{'query goes on where it' if self.going_on == 1 else 'queries go on where they'} stopped"
             )
         one = self.going_on == 1
         return (
@@ -146,8 +147,7 @@ PROVISIONAL = "for refused requests, until the account's balance shows whether t
 """How a count of refusals (429, 5xx) whose charge no answer said is told apart: the run's end settles them."""
 
 RATE_WINDOW_S = 10.0
-"""Pages a second are counted over this much of the recent past: steady enough to read, quick to follow a
-service that slows down."""
+"""Pages a second are counted over this much of the recent past: steady to read, quick to follow a slowdown."""
 
 
 def ended_well(status: str) -> bool:
