@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -241,15 +242,11 @@ def run_job(
 
     started = time.monotonic()
     apply_prefect_defaults()
-    # stamina logs a bare "retry_scheduled" per retry, the balance check's own too (a 503 before the run); every
-    # attempt is in the `requests` table instead
-    stamina_log = logging.getLogger("stamina")
-    stamina_level = stamina_log.level
-    stamina_log.setLevel(logging.ERROR)
+    stamina_back = _quiet_stamina()
     try:
         begun = _begin(spec_path, base_url, output, mode, budget, full)
     except BaseException:
-        stamina_log.setLevel(stamina_level)
+        stamina_back()
         raise
     layout = begun.layout
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # harvest shows its own progress
@@ -286,9 +283,18 @@ def run_job(
         raise _broken(exc) from None
     finally:
         reporter.close()
-        stamina_log.setLevel(stamina_level)
+        stamina_back()
         begun.lock.release()
     return summary, layout, begun.again
+
+
+def _quiet_stamina() -> Callable[[], None]:
+    """stamina logs a bare "retry_scheduled" per retry, the balance check's own too (a 503 before the run); every
+    attempt is in the `requests` table instead. Returns what sets its level back."""
+    stamina_log = logging.getLogger("stamina")
+    level = stamina_log.level
+    stamina_log.setLevel(logging.ERROR)
+    return lambda: stamina_log.setLevel(level)
 
 
 def run(
