@@ -167,7 +167,8 @@ def load_increments(increment: Path) -> duckdb.DuckDBPyConnection:
                 con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM newer_{name} LIMIT 0")
                 same = " AND ".join(f"t.{k} = i.{k}" for k in t["primary_key"])
                 con.execute(
-                    f"DELETE FROM newer_{name} AS i WHERE EXISTS (SELECT 1 FROM {name} AS t WHERE {same} AND t._fetched_at > i._fetched_at)"
+                    f"DELETE FROM newer_{name} AS i WHERE EXISTS "
+                    f"(SELECT 1 FROM {name} AS t WHERE {same} AND t._fetched_at > i._fetched_at)"
                 )
                 con.execute(
                     f"DELETE FROM {name} AS t WHERE EXISTS (SELECT 1 FROM newer_{name} AS i WHERE {same})"
@@ -180,7 +181,8 @@ def load_increments(increment: Path) -> duckdb.DuckDBPyConnection:
                 con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM {source} LIMIT 0")
             if con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall():
                 con.execute(
-                    f"DELETE FROM {name} AS c WHERE EXISTS (SELECT 1 FROM newer_{parent} AS p WHERE {of_parent})"
+                    f"DELETE FROM {name} AS c WHERE EXISTS "
+                    f"(SELECT 1 FROM newer_{parent} AS p WHERE {of_parent})"
                 )
             if source is not None:
                 con.execute(

@@ -278,9 +278,8 @@ def test_a_resume_given_a_budget_below_what_was_spent_says_the_earlier_budget(
     assert code == 0, out + err
     said = " ".join(out.split())
     assert "of a budget of 10" not in said, said
-    assert f"{spent} of 10 credits" not in err and "over this session's budget of 10" in " ".join(
-        err.split()
-    )
+    resumed_line = " ".join(err.split())
+    assert f"{spent} of 10 credits" not in err and "over this session's budget of 10" in resumed_line, err
     assert (
         f"credits spent: {spent} under the run's earlier budget of 40; a resume lowered it to 10, below what "
         "was spent, and paid nothing more;"

@@ -238,9 +238,7 @@ class QueryPager(PageFetching):
         if state.ended is not None:
             self.ledger.finish(spec.query_id)  # it was expected, and will send nothing
             out.status = state.ended
-            out.credits = self.ledger.per_query_spent.get(
-                spec.query_id, 0
-            )  # what its pages cost, before a kill
+            out.credits = self.ledger.per_query_spent.get(spec.query_id, 0)  # paid before a kill, all landed
             if state.ended == "drift":
                 out.next_cursor, out.error = (
                     self._top_cursor(),

@@ -309,10 +309,11 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
             f"Parquet; `{harvest_line('load', output)}` loads it into DuckDB"
         )
     if drifted := [q for q in summary.queries if q["status"] == "drift"]:
-        many, rebuild = len(drifted) != 1, harvest_line("rebuild", output, "--spec", again.spec)
+        their = "their" if len(drifted) != 1 else "its"
+        rebuild = harvest_line("rebuild", output, "--spec", again.spec)
         return (
-            f"{counted(len(drifted), 'query')} stopped on answers harvest could not read, {'their' if many else 'its'} "
-            f"paid pages kept: once it reads them (the line above says how), `{rebuild}` lands them and "
+            f"{counted(len(drifted), 'query')} stopped on answers harvest could not read, {their} paid pages "
+            f"kept: once it reads them (the line above says how), `{rebuild}` lands them and "
             f"`{again.command('--continue')}` goes on from the next page"
         )
     stopped = [

@@ -339,7 +339,8 @@ def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str)
     if run.plan_key and run.plan_key != key:
         raise UsageError(
             f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since; "
-            "run with --fresh to abandon it (what it paid for is landed and loaded first) and start again, or restore the spec"
+            "run with --fresh to abandon it (what it paid for is landed and loaded first) and start again, or "
+            "restore the spec"
         )
     if run.service != service:
         raise UsageError(
