@@ -52,6 +52,16 @@ def start_run(
     )
 
 
+def pasted(command: str, tmp_path: Path, api_url: str) -> tuple[int, str, str]:
+    """A command harvest printed, pasted into a shell as printed (`bash -c`), with the key and the Prefect API
+    in the environment as a `harvest run` of the test has them: exit code, stdout and stderr."""
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=api_url)
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=FINISH_TIMEOUT
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
 def imported(stderr: str) -> set[str]:
     """The modules a process run with `-X importtime` imported."""
     return {line.split("|")[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}

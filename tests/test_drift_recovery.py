@@ -10,7 +10,6 @@ import functools
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import orjson
@@ -27,8 +26,8 @@ from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import data_entries
 from tests.endpoints import FEED
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar, subprocess_env
-from tests.process_helpers import FINISH_TIMEOUT, finish, start_run
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
+from tests.process_helpers import finish, pasted, start_run
 
 PARAMS = {"handle": "nasa.example"}
 runner = CliRunner()
@@ -106,13 +105,10 @@ def test_the_commands_a_drifted_night_prints_land_its_pages_and_go_on_pasted_int
         spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "shapes": json.loads(shapes)}))
         (line,) = [x for x in err.splitlines() if "stopped on answers harvest could not read" in x]
         rebuild, go_on = re.findall(r"`([^`]+)`", line)
-        env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=prefect_api_url)
         paid = len(sb.ledger)
         for command in (rebuild, go_on):
-            done = subprocess.run(
-                ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=FINISH_TIMEOUT
-            )
-            assert done.returncode == 0, (command, done.stderr)
+            code, _, err = pasted(command, tmp_path, prefect_api_url)
+            assert code == 0, (command, err)
             assert command != rebuild or len(sb.ledger) == paid, "rebuild sent a request"
         pages = data_entries(sb)
     db = tmp_path / "out" / "harvest.duckdb"

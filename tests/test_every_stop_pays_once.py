@@ -17,7 +17,7 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.flow_helpers import HARVEST, SECRET_KEY, subprocess_env, write_spec
-from tests.process_helpers import FINISH_TIMEOUT, finish, start_run, wait_for_requests
+from tests.process_helpers import FINISH_TIMEOUT, finish, pasted, start_run, wait_for_requests
 from tests.test_resume_kill import CONCURRENCY, CONFIG, assert_landed_once, job, kill_hard
 
 
@@ -30,14 +30,6 @@ def printed_resume(output: Path, tmp_path: Path) -> str:
     found = re.findall(r"`([^`]+)` resumes it", listed.stderr)
     assert len(found) == 1, listed.stdout + listed.stderr
     return found[0]
-
-
-def pasted(command: str, tmp_path: Path, api_url: str) -> tuple[int, str, str]:
-    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY, PREFECT_API_URL=api_url)
-    done = subprocess.run(
-        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=FINISH_TIMEOUT
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 def test_a_killed_continue_resumed_as_printed_pays_nothing_settled_before_it(
