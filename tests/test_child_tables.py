@@ -148,6 +148,30 @@ def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
     }
 
 
+def test_a_night_that_empties_every_list_still_hands_the_child_table_over(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second night serves every list empty: the child tables hold no row, and the increment exported
+    after it still names them (no files, their parent): a loader following docs/handoff.md deletes the rows the
+    first night's increment gave it. Left out of the manifest, a warehouse kept every comment for ever."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    output, increment = tmp_path / "out", tmp_path / "increment"
+    for observation in (0, 99):  # 99 nights on, every nested list has lost all its items
+        night(tmp_path, output, observation)
+        exported = runner.invoke(app, ["export", str(output), "--to", str(increment)])
+        assert exported.exit_code == 0, exported.output
+    assert current(output / "harvest.duckdb") == {child: [] for child in CHILDREN}
+    first, second = [
+        json.loads(m.read_text())["tables"] for m in sorted(increment.glob("_exports/*/_manifest.json"))
+    ]
+    for child, (parent, *_) in CHILDREN.items():
+        assert first[child]["files"], child  # the first night had items
+        assert second[child]["files"] == [] and second[child]["parent"]["table"] == parent, second.get(child)
+    loaded = load_increments(increment)
+    for child in CHILDREN:
+        assert landed(loaded, child, child) == [], child
+
+
 def load_increments(increment: Path) -> duckdb.DuckDBPyConnection:
     """A warehouse loading `harvest export`'s increments as docs/handoff.md says, export by export: a record
     table merged on its primary key, the newest `_fetched_at` winning; a child table's rows of each parent row
