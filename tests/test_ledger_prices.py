@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from harvest.connectors.credits.fanout_caps import FanoutCaps
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Reservation
 
@@ -106,6 +107,69 @@ async def test_a_reservation_granted_below_a_price_learned_since_is_topped_up_wh
     assert (ledger.reserved, ledger.remaining) == (4, 11)
     assert ledger.settle(sent, 4) == 4 and len(ledger.overcharges) == 1
     assert (await _granted(ledger, "d", 1)).amount == 4
+
+
+async def _on_the_wire(ledger: CreditLedger, n: int, **caps: int) -> list[Reservation]:
+    """The endpoint seen at 1 credit, then `n` requests sent at 1 each (`caps`: reserve's `query_cap`)."""
+    seen = await _granted(ledger, "seen", 1)
+    ledger.settle(seen, 1, priced=True)
+    sent = [ledger.sending(await _reserved(ledger, f"q{i}", **caps)) for i in range(n)]
+    assert all(r is not None for r in sent)
+    return sent  # type: ignore[return-value]
+
+
+async def _reserved(ledger: CreditLedger, qid: str, **caps: int) -> Reservation:
+    r = await ledger.reserve(qid, 0, 1, price_key=E, **caps)
+    assert r is not None
+    return r
+
+
+async def test_requests_on_the_wire_when_the_price_rises_hold_it_and_nothing_more_is_sent() -> None:
+    """8 requests left at 1 credit each, the first answer says 5: the other 7 will be charged 5 too. Their
+    holds rise to it at once, so the budget of 40 (1 + 5 + 7 x 5 = 41 is already past it) sends nothing
+    more; before, 28 credits looked free and three more requests left at 5 each (the money helper's 64 of 40)."""
+    ledger = CreditLedger(40)
+    first, *others = await _on_the_wire(ledger, 8)
+    ledger.settle(first, 5, priced=True)
+    assert ledger.reserved == 7 * 5 and ledger.remaining == 0
+    late = await _pending(ledger.reserve("late", 0, 1, price_key=E))
+    for r in others:
+        ledger.settle(r, 5, priced=True)
+    async with asyncio.timeout(1):
+        assert await late is None
+    assert ledger.spent == 1 + 8 * 5  # past the budget by the excess of requests already sent, no more
+    assert len(ledger.overcharges) == 8 and all(o.reserved == 1 for o in ledger.overcharges)
+
+
+async def test_a_fan_out_cap_counts_its_requests_on_the_wire_at_the_new_price() -> None:
+    fanouts = FanoutCaps({"comments": 20}, lambda qid: "comments" if qid.startswith("q") else qid)
+    ledger = CreditLedger(1000, fanouts=fanouts)
+    first, *others = await _on_the_wire(ledger, 4)
+    ledger.settle(first, 5, priced=True)  # 5 spent, 3 x 5 expected: the cap's 20 is taken
+    late = await _pending(ledger.reserve("q9", 0, 1, price_key=E))
+    for r in others:
+        ledger.settle(r, 5, priced=True)
+    async with asyncio.timeout(1):
+        assert await late is None
+    assert ledger.fanout_spent("comments") == 20
+
+
+async def test_a_query_cap_counts_its_requests_on_the_wire_at_the_new_price() -> None:
+    ledger = CreditLedger(1000)
+    seen = await _granted(ledger, "seen", 1)
+    ledger.settle(seen, 1, priced=True)
+    sent = [
+        ledger.sending(await ledger.reserve("q", page, 1, query_cap=12, price_key=E)) for page in range(2)
+    ]
+    first, second = sent
+    assert first is not None and second is not None
+    ledger.settle(first, 5, priced=True)  # 5 spent and 5 expected of the cap of 12
+    late = await _pending(ledger.reserve("q", 2, 1, query_cap=12, price_key=E))
+    assert not late.done()  # before: 5 spent + 1 held left room for a third page at 5 (15 of 12)
+    ledger.settle(second, 5, priced=True)
+    async with asyncio.timeout(1):
+        assert await late is None
+    assert ledger.per_query_spent["q"] == 10
 
 
 async def test_a_reservation_that_cannot_be_topped_up_is_given_back_and_reserved_again() -> None:

@@ -22,6 +22,9 @@ class Holds:
         self._caps: dict[int, int] = {}
         """Open reservation id -> its query's cap, for top-ups before sending."""
         self._journaled: set[int] = set()
+        self._expected: dict[int, int] = {}
+        """Sent reservation id -> credits added to its hold once its price was learned on the wire: what it
+        is expected to be charged beyond what it was sent holding."""
         self.total = 0
 
     def of_query(self, query_id: str) -> int:
@@ -50,6 +53,20 @@ class Holds:
         self._by_query[r.query_id] += extra
         return r
 
+    def expect(self, rid: int, price: int) -> tuple[Reservation, int] | None:
+        """The sent reservation `rid` will be charged `price`: its hold raised to it, and by how much (None: it
+        holds enough)."""
+        r = self._open.get(rid)
+        if r is None or r.amount >= price:
+            return None
+        extra = price - r.amount
+        self._expected[rid] = self._expected.get(rid, 0) + extra
+        return self.top_up(r, extra), extra
+
+    def sent_holding(self, r: Reservation) -> int:
+        """What the open reservation `r` held when its request left (before any expected charge was added)."""
+        return self.current(r).amount - self._expected.get(r.id, 0)
+
     def journaled(self, r: Reservation) -> None:
         self._journaled.add(r.id)
 
@@ -61,6 +78,7 @@ class Holds:
         self.total -= held.amount
         self._by_query[held.query_id] -= held.amount
         self._caps.pop(r.id, None)
+        self._expected.pop(r.id, None)
         journaled = r.id in self._journaled
         self._journaled.discard(r.id)
         return held, journaled

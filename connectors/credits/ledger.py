@@ -14,7 +14,9 @@ warning is logged and the excess is visible in `overcharges`; that is the only w
 
 Prices (`connectors.credits.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
 tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
-first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`).
+first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`),
+whose holds rise to the learned price at once (`Settlement._expect_on_the_wire`): nothing more is sent while they
+may take what it would use.
 Breadth-first policy (`connectors.credits.fair_share`, its calls in `connectors.credits.turns`): queries are expected
 when launched (`expect`), register while they run (`async with ledger.query(qid)`), both only inside any concurrency
 limiter: a registered query that cannot run holds the others back, and report finished pages (`page_done`).

@@ -21,8 +21,10 @@ per price key (an endpoint) and uses them to keep a price rise from passing the 
   price, and the next night holds the table's price again (one night of conservative holds).
 - **shortfall**: reservations granted before the price was learned and not yet sent hold too little. Their
   missing credits are kept off the budget for new reservations, and `sending` tops each one up (or the ledger
-  gives it back to be reserved again) before its request leaves. Only requests already on the wire can pay
-  the old price.
+  gives it back to be reserved again) before its request leaves. Requests already on the wire will be charged
+  the new price too (`on_the_wire`): the ledger tops their holds up the moment the price is learned, so no
+  request leaves while those already sent may take the credits it would use. Only they can pay past the
+  budget, by their own excess.
 
 Not thread-safe on its own: the credit ledger calls it under its lock.
 """
@@ -121,6 +123,15 @@ class Prices:
         self.shortfall -= short
         self._unsent.pop(rid, None)
         return short
+
+    def key_of(self, rid: int) -> str | None:
+        return self._key_of.get(rid)
+
+    def on_the_wire(self, key: str) -> tuple[int, list[int]]:
+        """The key's learned price, and its open reservations whose requests have left (they will be charged
+        it, whatever they hold)."""
+        sent = [rid for rid, k in self._key_of.items() if k == key and rid not in self._unsent]
+        return self._learned.get(key, 0), sent
 
     def closed(self, rid: int, reserved: int, charged: int | None, priced: bool) -> PriceNews | None:
         """Reservation `rid` (holding `reserved`) closed; `charged`: what its answer named (None: released, or

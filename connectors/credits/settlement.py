@@ -56,13 +56,27 @@ class Settlement:
         """Take `r` off the books (`counted`: spent, None: released; `named`: an answer said the charge); the
         reservation as held (it may have been topped up), whether the journal heard of it, and what its charge
         told of its price key's price."""
+        key = self._prices.key_of(r.id)
         held, journaled = self._holds.close(r)
         self._fanouts.held(held.query_id, -held.amount)
         if counted is not None:
             self._fanouts.counted(held.query_id, counted)
         self._share.closed(held.query_id, held.page_index)
         news = self._prices.closed(r.id, held.amount, counted if named else None, priced)
+        if key is not None:
+            self._expect_on_the_wire(key)
         return held, journaled, news
+
+    def _expect_on_the_wire(self, key: str) -> None:
+        """The requests of `key` already sent will be charged its learned price: their holds are raised to it
+        (budget, query and fan-out caps alike), so nothing more is sent while they may take what it would use."""
+        price, sent = self._prices.on_the_wire(key)
+        for rid in sent:
+            raised = self._holds.expect(rid, price)
+            if raised is not None:
+                r, extra = raised
+                self._fanouts.held(r.query_id, extra)
+                self._share.repriced(r.query_id, r.amount)
 
     def _tell(self, news: Iterable[PriceNews]) -> None:
         """The journal hears what answers told of prices, before the settle that told it (a resume holds it too,
@@ -117,8 +131,9 @@ class Settlement:
             else:
                 counted = charged
             named = charged is not None and charged >= 0
+            sent_with = self._holds.sent_holding(r)  # an expected charge added on the wire is not the table's
             held, journaled, news = self._close(r, counted, priced, named)
-            over = Overcharge(held.query_id, held.page_index, held.amount, counted)
+            over = Overcharge(held.query_id, held.page_index, sent_with, counted)
             if over.excess > 0:
                 self._overcharges.append(over)
             self._spent += counted
