@@ -13,11 +13,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from harvest.sandbox.emulation.scope import Scope
+from harvest.sandbox.emulation.scope import Scope, b64int
 from harvest.sandbox.emulation.stablehash import hexid, hnum
 
 _DIGITS = 19
 """Ids of accounts, channels and rooms are numbers of 19 digits, as most platforms' are."""
+_CHANNEL_IDS = {"www.video-platform.example": "UC"}
+"""Platforms whose accounts' ids are a prefix and 22 URL-safe characters (a channel's `UCxcTeAKWJca6XyJ37_ZoKIQ`,
+as the published samples' `channelId` is), not digits."""
 
 
 @lru_cache(maxsize=256)
@@ -28,11 +31,15 @@ def platform_host(path: str) -> str:
 
 
 def subject_id(s: Scope, value: str, *, did: bool = False) -> str:
-    """The id of what `value` names on the platform of `s`'s path: 19 digits, or a DID where the id is one."""
+    """The id of what `value` names on the platform of `s`'s path: 19 digits (a video-platform channel's `UC` and
+    22 characters), or a DID where the id is one."""
     if did:
         return subject_did(s, value)
+    host = platform_host(s.path)
+    if (prefix := _CHANNEL_IDS.get(host)) is not None:
+        return prefix + b64int(int(hexid(33, s.seed, host, "subject", value), 16), 22)
     low = 10 ** (_DIGITS - 1)
-    return str(low + hnum(s.seed, platform_host(s.path), "subject", value) % (9 * low))
+    return str(low + hnum(s.seed, host, "subject", value) % (9 * low))
 
 
 _B32 = "abcdefghijklmnopqrstuvwxyz234567"

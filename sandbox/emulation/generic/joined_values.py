@@ -29,7 +29,7 @@ from harvest.sandbox.emulation.generic.declared_form import DeclaredColumn, Decl
 from harvest.sandbox.emulation.platforms.pinboard import PIN_URL
 from harvest.sandbox.emulation.platforms.short_video import VIDEO_URL
 from harvest.sandbox.emulation.scope import Scope
-from harvest.sandbox.emulation.subjects import platform_host, subject_id
+from harvest.sandbox.emulation.subjects import platform_host, subject_id, subject_secret
 
 if TYPE_CHECKING:
     from harvest.sandbox.config import SandboxConfig
@@ -42,6 +42,8 @@ _MADE_URL = re.compile(
 _CODED_URLS = ((PIN_URL, "pinboard_pins"), (VIDEO_URL, "short_video_videos"))
 """The URLs coded endpoints give their records, and the tables harvest lands those records in."""
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+SECURE_PREFIX = "MS4wLjABAAAA"
+"""How a short-video account's secure id begins."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,16 @@ class Asked:
             return self.named.key
         for param, value in self.listing.items():
             return detail_key(s, param, value, column.name)
-        return None
+        # else an id it was asked by that the declaration leaves optional (a basic profile's `userId`)
+        return next((v for p, v in self.echo.items() if v and ID_NAME.search(p)), None)
+
+    def secure_id(self, s: Scope, column: DeclaredColumn) -> str | None:
+        """A `sec_uid` of the account the request names by its handle, as the coded endpoints make it
+        (`MS4wLjABAAAA` and 40 hex digits: the videos' `author.sec_uid`); None for another column."""
+        handle = self.subjects.get("user_id") or self.subjects.get("handle")
+        if column.name != "sec_uid" or not handle:
+            return None
+        return SECURE_PREFIX + subject_secret(s, handle, 40)
 
     def joined(self, s: Scope, column: DeclaredColumn, about_named: bool) -> str | None:
         """A `joins` column's value the request decides (None: none; the holder's is the caller's).

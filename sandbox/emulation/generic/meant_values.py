@@ -148,10 +148,13 @@ def meant(column: DeclaredColumn, d: Draw, s: Scope, at: int) -> tuple[bool, Any
     return True, made
 
 
-def listed_key(column: DeclaredColumn, pos: int) -> str | None:
+def listed_key(column: DeclaredColumn, pos: int, number: int = 0) -> str | None:
     """A key column's value when the column holds one of a list of values (a country code beside the account
-    it counts): the list's `pos`-th, unique within the first records (None past them, or for any other)."""
+    it counts): the list's `pos`-th, unique within the first records (None past them, or for any other); a
+    domain's (a website an advertiser search found) reads as one, unique by `number`, the key's draw."""
     rule = _rule(column.name, column.type, column.description)
+    if rule is not None and rule.kind == "domain" and column.type == "text":
+        return f"{WORDS[number % len(WORDS)]}-{number // len(WORDS) % 10**6}.example"
     if rule is None or rule.kind != "pick" or column.type != "text" or pos >= len(rule.arg):
         return None
     return str(rule.arg[pos])

@@ -156,7 +156,7 @@ def key_value(column: DeclaredColumn, s: Scope, table: str, pos: int) -> Any:
     while they last (`listed_key`)."""
     number = int(s.numid(f"{table}.{column.name}", pos, 15))
     kind = column.type
-    if (listed := listed_key(column, pos)) is not None:
+    if (listed := listed_key(column, pos, number)) is not None:
         return listed
     if kind == "integer":
         return number
@@ -298,6 +298,8 @@ def _fill(
             value_made = own_url(s, kind.table, own, asked.listing)
         elif column.type == "text" and column.name in asked.echo:
             value_made = asked.echo[column.name]
+        elif subject and column.type == "text" and (secure := asked.secure_id(s, column)):
+            value_made = secure
         else:
             value_made = value(column, d, s, kind.table, pos, column.type == "timestamp" and not timed)
             timed = timed or column.type == "timestamp"
