@@ -31,9 +31,9 @@ def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], widt
     The path is absolute (`harvest sql` reads only the job's own Parquet tree, named by its real place); where
     it is wider than `width` it is written as adjacent string literals, one a line, split after a `/` (SQL
     joins literals that only a line break separates), so no line is wider than the terminal."""
-    from harvest.tasks.database.connection import quote_literal, whole_key
+    from harvest.tasks.database.connection import parquet_glob, quote_literal, whole_key
 
-    files = str(parquet_table_dir.resolve() / "*" / "*.parquet")
+    files = parquet_glob(parquet_table_dir.resolve())
     names = [_name(c) for c in primary_key]
     keys = ", ".join(names)
     where = "WHERE " + whole_key(names, joiner="\n    AND ")  # a line per key column

@@ -12,6 +12,7 @@ tree (the one allowed directory); other files are not.
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import math
 import re
@@ -154,7 +155,9 @@ def _follow_move(con: duckdb.DuckDBPyConnection, layout: OutputLayout) -> None:
 def _fence(con: duckdb.DuckDBPyConnection, parquet_root: Path) -> None:
     """No file system but the job's own Parquet tree (which the `<table>_history` views read), and a locked
     configuration, so no statement can widen it again."""
-    con.execute(f"SET allowed_directories = [{quote_literal(str(parquet_root.resolve()) + '/')}]")
+    root = str(parquet_root.resolve())
+    allowed = {root, glob.escape(root)}  # the tree, and the tree as a glob names it (an `out[x]` directory)
+    con.execute(f"SET allowed_directories = [{', '.join(quote_literal(d + '/') for d in sorted(allowed))}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 
@@ -203,7 +206,7 @@ def _outside(con: duckdb.DuckDBPyConnection, db: Path, error: str) -> QueryFaile
     parquet = str(OutputLayout(db.parent).parquet_root.resolve()) + "/"
     return UsageError(
         f"harvest sql refused a file, URL or database outside the job; allowed: the tables in {db} and the "
-        f"job's own Parquet under {parquet} (read_parquet('{parquet}<table>/*/*.parquet'))"
+        f"job's own Parquet under {parquet} (read_parquet('{glob.escape(parquet)}<table>/*/*.parquet'))"
     )
 
 

@@ -7,6 +7,7 @@ raw pages and Parquet, and loading is idempotent, so rerunning the load later gi
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,6 +152,13 @@ def whole_key(keys: Sequence[str], joiner: str = " AND ") -> str:
 def quote_literal(text: str) -> str:
     """A SQL string literal (for statements that take no parameters: ATTACH, SET, CREATE VIEW)."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def parquet_glob(table_dir: Path) -> str:
+    """Every Parquet file of a table's date folders, as a DuckDB glob: the directory's own `[`, `*` and `?` are
+    escaped (`glob.escape`, which DuckDB's glob reads alike), or an output directory named `out[x]` matched
+    nothing and its runs could never be loaded."""
+    return f"{glob.escape(str(table_dir))}/*/*.parquet"
 
 
 def json_text(value: Any) -> str | None:

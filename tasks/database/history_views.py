@@ -22,7 +22,7 @@ import duckdb
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot, Relation
 from harvest.tasks.database.column_comments import column_comment, describe_table
-from harvest.tasks.database.connection import quote_ident, quote_literal, whole_key
+from harvest.tasks.database.connection import parquet_glob, quote_ident, quote_literal, whole_key
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
@@ -46,7 +46,7 @@ def _describe(con: duckdb.DuckDBPyConnection, table: str, kind: TableKind, catal
 
 
 def _files(table_dir: Path) -> str:
-    return quote_literal(str(table_dir / "*" / "*.parquet"))
+    return quote_literal(parquet_glob(table_dir))
 
 
 def history_view_sql(
