@@ -121,6 +121,10 @@ def test_the_summary_shows_the_services_bill_beside_harvests_count(
     summary.service_billed = 12
     print_summary(summary, Path("out"))
     assert "balance fell" not in capsys.readouterr().out
+    summary.service_billed = -10  # topped up during the run: it rose, and said so, never "fell by -10"
+    print_summary(summary, Path("out"))
+    printed = capsys.readouterr()
+    assert "balance rose by 10 credits" in printed.out and "fell by -" not in printed.out, printed.out
     summary.service_billed = 15  # more than every request harvest sent can have been billed: someone else's
     print_summary(summary, Path("out"))
     assert "3 more than the 12 harvest's own requests can have been billed" in capsys.readouterr().out

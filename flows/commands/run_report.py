@@ -226,6 +226,11 @@ def bill_line(summary: RunSummary) -> str | None:
             f"{billed - spent} more than the {spent} harvest's own requests can have been billed: something "
             "else used the account meanwhile (another job on the same key)"
         )
+    if billed is not None and billed < 0:
+        return (
+            f"the service's bill: the account's balance rose by {-billed} credits during the run (topped up "
+            f"meanwhile), so it does not show what the run cost; harvest counted {spent}"
+        )
     if billed is not None and billed < spent:
         return (
             f"the service's bill: the account's balance fell by {billed} credits during the run; harvest "
