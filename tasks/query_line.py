@@ -112,7 +112,7 @@ class QueryLine:
         return {"line": self.name, "queries": sum(self.statuses.values()), "statuses": dict(self.statuses)}
 
 
-UNSENT = "could not send a request (max_credits below its price)"
+UNSENT = "could not send a request (one costs more than its max_credits or the run's budget)"
 
 
 def _ended_badly(status: str) -> bool:

@@ -233,7 +233,12 @@ async def _pay(
     # No key here raises `MissingApiKey` before anything is sent: the flow gives the grant back and stops the run.
     key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
     ledger = CreditLedger(  # the floor holds here too, and the prices the flow's ledger learned (said there)
-        grant, run.get("min_balance"), policy="greedy", prices=run.get("prices"), warn_prices=False
+        grant,
+        run.get("min_balance"),
+        policy="greedy",
+        prices=run.get("prices"),
+        warn_prices=False,
+        whole_run=False,
     )
     faults = FaultStop(ledger)  # a full disk stops the round like the run: said once, by the flow
     attempts = AttemptLogs(fsync=run["fsync"], faults=faults)

@@ -209,6 +209,59 @@ def test_a_query_s_max_pages_holds_across_the_nights_that_continue_it(
     assert [q["status"] for q in nights[1].queries] == ["max_pages"]
 
 
+def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A night stopped by its budget; the user changes the query (`query: oak` -> `query: elm`) and runs
+    `--continue`. It picked the old query up at its cursor and paid for `oak` again, saying "queries pick up at
+    their saved cursors", and never asked for `elm`. Refused now, as a resume is: exit 2, nothing paid, and the
+    plain command starts the changed spec from page 1."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=3)
+    output = tmp_path / "out"
+    query = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [query]))
+        first = runner.invoke(app, ["run", str(spec), "--budget", "1"])
+        assert first.exit_code == 0 and "--continue" in first.stderr, first.output
+        write_spec(tmp_path, spec_of(sb.base_url, output, [{**query, "params": {"query": "elm"}}]))
+        paid = len(data_entries(sb))
+        refused = runner.invoke(app, ["run", str(spec), "--continue"])
+        assert refused.exit_code == 2, refused.output
+        assert len(data_entries(sb)) == paid
+        assert "the spec's queries changed since" in refused.stderr
+        assert f"`harvest run {spec}` starts a new run from page 1" in refused.stderr
+        fresh = runner.invoke(app, ["run", str(spec)])
+        assert fresh.exit_code == 0, fresh.output
+        asked = {e.params.get("query") for e in data_entries(sb)[paid:]}
+    assert asked == {"elm"}
+
+
+def test_a_query_whose_one_request_costs_more_than_the_whole_budget_is_said_so_and_not_continued(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A budget of 25 and an endpoint at 26 credits a request: the night said "1 query stopped with its cursor
+    kept: `--continue` picks it up", and the continued night "1 query never started, the run's budget spent
+    before its turn" with 0 of 25 spent, and the same advice, for ever. Now it says what no budget of 25 can
+    do and what to change, exit 1 as for a `max_credits` below the price, and offers no `--continue`."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=3)
+    output = tmp_path / "out"
+    queries = [
+        {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}},
+        {"id": "audience", "endpoint": "/v1/short-video/user/audience", "params": {"handle": "nasa"}},
+    ]
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, queries, credits=25))
+        night = runner.invoke(app, ["run", str(spec)])
+        audience_asked = [e for e in data_entries(sb) if e.path.endswith("/audience")]
+    assert night.exit_code == 1, night.output
+    said = " ".join(night.output.split())
+    assert "could not send a request, one costing more than the run's whole budget" in said, said
+    assert "a budget of 25, a request 26 credits" in said and "--continue` picks" not in said, said
+    assert audience_asked == []
+    (run,) = all_manifests(OutputLayout(output))
+    assert {q["query_id"]: q["status"] for q in run.queries}["pins"] == "complete"
+
+
 # ---------------------------------------------------------------------------------------------- incremental
 def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
     prefect_harness: None, tmp_path: Path, api_key: str

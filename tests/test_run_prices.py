@@ -166,7 +166,8 @@ def test_a_continued_run_reserves_the_price_the_night_before_learned(
 ) -> None:
     """The service charges 5 where the catalog says 1. The night learns it from its first answer and stops at
     its budget; `--continue` starts with what the night learned, not the catalog's price: under a budget below
-    one request it sends nothing (it does not pay 5 of a budget of 4), and under a larger one its first request
+    one request it sends nothing (it does not pay 5 of a budget of 4) and says so (exit 1, the budget to raise, no
+    `--continue` offered), and under a larger one its first request
     holds 5, so no answer charges past what was reserved (no overcharge warning, the bill within the budget)."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(10, 10), costs={FEED: 5})
     output = tmp_path / "out"
@@ -186,8 +187,9 @@ def test_a_continued_run_reserves_the_price_the_night_before_learned(
             continued = runner.invoke(app, ["run", str(spec), "--continue", "--budget", "10"])
         billed = sb.billed_total()
 
-    assert short.exit_code == 0, short.output
+    assert short.exit_code == 1, short.output  # no run with a budget of 4 can send it: said, not continued
     assert "credits spent: 0 of a budget of 4" in short.stdout, short.stdout
+    assert "a budget of 4, a request 5 credits" in " ".join(short.output.split()), short.output
     assert after_short == 10, "a request the continued run's budget could not hold at the learned price"
     assert continued.exit_code == 0, continued.output
     assert "credits spent: 10 of a budget of 10" in continued.stdout, continued.stdout
@@ -275,9 +277,9 @@ def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_t
     (line,) = task_runs(stopped.flow_run_id)
     assert (line.name, line.state.type.value, line.run_count) == ("q", "FAILED", 1), line.state
     told = line.state.message
-    assert told.startswith("2 could not send a request (max_credits below its price) of 3 queries; first "), (
-        told
-    )
+    assert told.startswith(
+        "2 could not send a request (one costs more than its max_credits or the run's budget) of 3 queries; first "
+    ), told
     first = told.split("; first ", 1)[1]
     assert first.split(":", 1)[0] in stuck, told
     assert "the query's cap of 2 credits (max_credits) is below the 3 credits one request costs" in first, (
@@ -292,7 +294,7 @@ def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_t
     (line,) = task_runs(continued.flow_run_id)
     assert line.state.type.value == "FAILED", line.state
     assert line.state.message.startswith(
-        "3 could not send a request (max_credits below its price) of 3 queries"
+        "3 could not send a request (one costs more than its max_credits or the run's budget) of 3 queries"
     )
     db = output / "harvest.duckdb"
     assert rows(db, "SELECT DISTINCT status FROM query_state") == [("budget_exhausted",)]

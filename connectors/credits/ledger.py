@@ -80,15 +80,19 @@ class CreditLedger(Settlement, Turns):
         prices: Mapping[str, int] | None = None,
         charged: Mapping[str, int] | None = None,
         warn_prices: bool = True,
+        whole_run: bool = True,
     ) -> None:
         """`prices`: what each price key holds from the first request (said, and journaled as held); `charged`:
         what the run's journal says its answers were charged above the cost table (a resume's earlier sessions).
-        `warn_prices`: False on a Dask worker, whose round holds what the flow's ledger said at the run's start."""
+        `warn_prices`: False on a Dask worker, whose round holds what the flow's ledger said at the run's start;
+        `whole_run`: False there too (its budget is the round's grant)."""
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self._budget = budget
+        self._whole_run = whole_run
+        """The run's own budget, not a Dask round's grant: a price above it can never be paid (`budget_left`)."""
         self._floor = BalanceFloor(min_balance)
         self._policy: Policy = policy
         self._lock = threading.Lock()
@@ -334,7 +338,7 @@ class CreditLedger(Settlement, Turns):
         if floor is not True:
             return floor  # a refusal, or wait: the requests held settle (or give back) what they hold
         if self._spent + amount > self._budget:
-            return Refusal.budget_left(self._budget, self._spent)
+            return Refusal.budget_left(self._budget, self._spent, amount if self._whole_run else 0)
         if query_cap is not None:
             q_spent = self._q_spent.get(query_id, 0)
             if q_spent + amount > query_cap:

@@ -88,9 +88,21 @@ class Refusal:
     cap_below_price: tuple[int, int] | None = None
     """(max_credits, price) when one request costs more than the query's whole cap: no run can send it, so its
     run does not count it among the queries the budget left unstarted (`tasks.output.run_summary`)."""
+    limit: str = "max_credits"
+    """What `cap_below_price`'s cap is: the query's `max_credits`, or the run's whole `budget`."""
 
     @classmethod
-    def budget_left(cls, budget: int, spent: int) -> Refusal:
+    def budget_left(cls, budget: int, spent: int, price: int = 0) -> Refusal:
+        """The run's budget has too little left; or (`price` above the whole budget) could never hold one request:
+        no run with this budget sends it, so `--continue` is no remedy and none is offered."""
+        if price > budget:
+            return cls(
+                "budget",
+                f"one request costs {price} credits, more than the run's whole budget of {budget}: no run with "
+                f"this budget can send it ({spent} spent)",
+                (budget, price),
+                "budget",
+            )
         return cls("budget", f"the run's budget of {budget} credits has {max(0, budget - spent)} left")
 
     @classmethod

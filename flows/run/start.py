@@ -287,6 +287,7 @@ def decide(
     if mode == "continue":
         settled = settled_by(layout, newest_chain(layout, spec.name))
         if settled.last is not None:
+            refuse_changed_continue(settled.last, plan_key(spec), again)
             return Continue(coverage=covered, settled=settled)
     before = newest_chain(layout, spec.name)
     before += [previous] if previous is not None else []  # the run --fresh abandons saw the service last
@@ -326,6 +327,18 @@ def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
         f"{run.job} is unfinished ({how}): resume it first with {resume} (without --continue), then "
         f"--continue goes on from where it stops; or {fresh} abandons it (its data is kept) and starts a new run"
     )
+
+
+def refuse_changed_continue(last: RunManifest, key: str, again: RunAgain | None) -> None:
+    """`--continue` after the spec's queries changed: refused, as a resume is. The queries it picks up are the
+    chain's, with their old parameters and cursors: going on would pay for what the spec no longer asks."""
+    if last.plan_key and last.plan_key != key:
+        new = "a run of the deployment with mode auto" if again is None else f"`{again.command()}`"
+        raise UsageError(
+            f"--continue picks up the queries run {last.run_id} of job {last.job} stopped, but the spec's "
+            f"queries changed since (ids, endpoints, parameters or fan-out): their cursors belong to the old "
+            f"ones. Restore the spec to go on, or {new} starts a new run from page 1"
+        )
 
 
 def retried_run(layout: OutputLayout, job: str, flow_run_id: str) -> RunManifest | None:

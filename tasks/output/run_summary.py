@@ -254,9 +254,11 @@ def _why_unstarted(error: str, many: bool) -> str:
 
 def _cap_and_price(queries: list[dict[str, Any]]) -> str:
     """The caps of one spec query's unsendable queries (one, unless a resume changed it) and the highest price."""
-    caps = {q["cap_below_price"]["max_credits"] for q in queries}
+    limit = "budget" if "budget" in queries[0]["cap_below_price"] else "max_credits"
+    caps = {q["cap_below_price"][limit] for q in queries}
     price = max(q["cap_below_price"]["price"] for q in queries)
-    return f"max_credits {'/'.join(map(str, sorted(caps)))}, a request {price} credits"
+    said = "a budget of" if limit == "budget" else "max_credits"
+    return f"{said} {'/'.join(map(str, sorted(caps)))}, a request {price} credits"
 
 
 def unsendable_named(summary: RunSummary) -> str | None:
@@ -274,6 +276,12 @@ def unsendable_line(summary: RunSummary) -> str | None:
     if named is None:
         return None
     many = count != 1
+    if all("budget" in q["cap_below_price"] for q in summary.queries if unsendable(q)):
+        return (
+            f"{counted(count, 'query')} could not send a request, one costing more than the run's whole "
+            f"budget: {named}. No run with this budget fetches {'them' if many else 'it'}, `--continue` "
+            "neither: raise the budget (`--budget`, `budget.credits`) to at least a request's price"
+        )
     return (
         f"{counted(count, 'query')} could not send a request, {'their' if many else 'its'} "
         f"max_credits below what one request costs: {named}. No run "
