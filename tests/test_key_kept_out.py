@@ -48,6 +48,45 @@ def test_a_spec_that_holds_the_key_is_refused_before_a_request_naming_the_line_n
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("where", ["query-parameter", "base-url-path"])
+def test_a_team_s_own_flow_awaiting_collect_job_is_refused_the_same_before_a_request(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The README's way to run harvest inside one's own Prefect flow (`await collect_job(...)`) skipped the
+    check `harvest run` makes: the key went to the service in a query string and landed in Parquet, DuckDB and
+    the journal. The flow's run is Failed now, before any request, its message naming the place, not the key."""
+    import asyncio
+
+    from prefect import flow
+
+    from harvest import collect_job
+
+    monkeypatch.setenv("HARVEST_API_KEY", KEY)
+    with running(SandboxConfig(api_keys={KEY: BIG_BALANCE})) as sb:
+        params = {"query": KEY if where == "query-parameter" else "trail"}
+        spec = write_spec(
+            tmp_path,
+            job_spec(sb.base_url, tmp_path / "out", [{"id": "q", "endpoint": PINS, "params": params}]),
+        )
+        base = sb.base_url + "/" + KEY if where == "base-url-path" else None
+
+        @flow
+        async def nightly() -> str:
+            state = await collect_job(spec_path=str(spec), base_url=base, return_state=True)
+            return f"{state.type.value}: {state.message}"
+
+        said = asyncio.run(nightly())
+        asked = list(sb.ledger)
+    assert (
+        said.startswith("FAILED: ")
+        and "holds the API key" in said
+        and KEY not in said
+        and "sk-kept-out" not in said
+    ), said
+    assert asked == []  # not even the balance
+    assert not list((tmp_path / "out").rglob("*.parquet")) and not list((tmp_path / "out").rglob("*.jsonl"))
+
+
 @pytest.mark.parametrize(
     ("key", "echoed"),
     [

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from harvest.connectors.http.auth import ApiKey, aload_api_key
 from harvest.flows.spec import SANDBOX, JobSpec, resolve_base_url
+from harvest.flows.spec.key_in_spec import refuse_key_in_spec
 from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
 from harvest.tasks.run_context import ClientSettings
 
@@ -42,6 +43,7 @@ async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator
     base_url = resolve_base_url(spec, cli_base_url)
     if base_url != SANDBOX:
         key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
+        refuse_key_in_spec(spec, base_url, key)  # `harvest run` said it already; a team's own flow had not
         yield ServiceAccess(base_url.rstrip("/"), key, service_label(base_url))
         return
     from harvest.connectors.catalog.job_catalog import builtin_declarations

@@ -3,10 +3,15 @@ light module (no HTTP stack), since `harvest run` checks it before Prefect start
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harvest.connectors.http.auth import ApiKey, redact
 from harvest.flows.spec.problems import UsageError
+
+if TYPE_CHECKING:
+    from harvest.flows.spec.model import JobSpec
 
 KEY_SPOTTED = 8
 """A key at least this long found in a spec is the key, not a word that happens to match it."""
@@ -28,3 +33,19 @@ def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
     for number, line in enumerate(lines, 1):
         if redact(line, key) != line:
             raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {where}")
+
+
+def refuse_key_in_spec(spec: JobSpec, base_url: str, key: ApiKey) -> None:
+    """The same refusal for a run `harvest run` did not start (a team's own flow awaiting `collect_job`, a
+    deployment's worker): from the spec as read, when the flow loads the key, before anything is sent or kept.
+    Without it the key went out in a query string and landed in Parquet, DuckDB and the run's journal."""
+    where = f"the key belongs in {key.source} only, never in a URL or a spec"
+    if redact(base_url, key) != base_url:
+        raise UsageError(
+            f"job {spec.name}: service.base_url (or the flow's base_url) holds the API key; {where}"
+        )
+    if len(key.reveal()) < KEY_SPOTTED:
+        return
+    text = json.dumps(spec.model_dump(mode="json", by_alias=True), ensure_ascii=False, default=str)
+    if redact(text, key) != text:
+        raise UsageError(f"job {spec.name}: the spec holds the API key; {where}")
