@@ -4,6 +4,7 @@ key), and an error answer that echoes it (a short key, a URL-quoted one) is cut 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,21 @@ def test_an_error_page_that_echoes_the_key_is_kept_and_said_without_it(key: str,
     assert echoed not in str(error) and "***" in str(error), str(error)
     if len(key) < 16:  # a success's body keeps what looks like a short key: it may be data (a cursor, an id)
         assert api_key.scrub_answer(b'{"cursor": "sk-SHORT9x1"}', 200) == b'{"cursor": "sk-SHORT9x1"}'
+
+
+@pytest.mark.parametrize(
+    ("key", "echoed"),
+    [
+        ("TEAM&SECRET<k3y>9f8e7d", "TEAM\\u0026SECRET\\u003ck3y\\u003e9f8e7d"),  # Go's encoder
+        ("TEAM&SECRET<k3y>9f8e7d", "TEAM\\u0026SECRET\\u003Ck3y\\u003E9f8e7d"),
+        ("sk-kept-out/41+a=0123", "sk-kept-out\\/41+a=0123"),
+    ],
+)
+def test_a_success_that_echoes_the_key_json_escaped_keeps_it_out_of_what_lands(key: str, echoed: str) -> None:
+    """A 200 whose record echoes the key as a JSON encoder escapes it (`\\u0026`, `\\u003c`, as Go's
+    does): the body was scrubbed as bytes before it is decoded, so only the plain and URL-quoted forms were
+    cut, and the decoded key landed in Parquet, DuckDB and `harvest raw`."""
+    body = ('{"pins": [{"id": "1", "title": "echo ' + echoed + '"}]}').encode()
+    kept = ApiKey(key).scrub_answer(body, 200)
+    title = json.loads(kept)["pins"][0]["title"]
+    assert key not in title and title == "echo ***", title

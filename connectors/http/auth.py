@@ -7,6 +7,7 @@ may echo it back (service error messages, exception texts) goes through `redact`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -154,8 +155,18 @@ def _forms(value: str) -> list[str]:
     """The key as text may carry it: plain, URL-quoted (upper- and lower-case escapes), JSON-escaped."""
     quoted = {quote(value, safe=""), quote(value)}
     lowered = {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), q) for q in quoted}
-    forms = {value, *quoted, *lowered, value.replace("/", "\\/")}
+    escaped = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], *_html_escaped(value)}
+    forms = {value, *quoted, *lowered, *escaped, *(e.replace("/", "\\/") for e in {value, *escaped})}
     return sorted(forms, key=len, reverse=True)
+
+
+def _html_escaped(value: str) -> set[str]:
+    """The key as a JSON encoder that escapes HTML's characters writes it (Go's: `&` as `\\u0026`), either case."""
+    forms = set()
+    for hexes in (str.lower, str.upper):
+        table = {ord(c): "\\u" + hexes(f"{ord(c):04x}") for c in "<>&"}
+        forms.add(value.translate(table))
+    return forms
 
 
 def key_from_env(var: str = DEFAULT_ENV_VAR, environ: Mapping[str, str] | None = None) -> ApiKey:
