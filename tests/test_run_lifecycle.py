@@ -262,6 +262,29 @@ def test_a_query_whose_one_request_costs_more_than_the_whole_budget_is_said_so_a
     assert {q["query_id"]: q["status"] for q in run.queries}["pins"] == "complete"
 
 
+def test_a_query_the_service_refused_for_good_is_not_offered_to_continue_nor_paid_again(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """The platform blocks a query (403, billed): the night said "1 query stopped with its cursor kept:
+    `--continue` picks it up", and the continued night asked (and paid) the same 403 again, and said so again.
+    Now the night offers no `--continue` for it and a `--continue` leaves it alone."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=3)
+    output = tmp_path / "out"
+    queries = [{"id": "walled", "endpoint": PINS, "params": {"query": "blocked boards"}}]
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, queries))
+        night = runner.invoke(app, ["run", str(spec)])
+        continued = runner.invoke(app, ["run", str(spec), "--continue"])
+        statuses = [e.status for e in data_entries(sb)]
+    assert night.exit_code == 1, night.output
+    said = " ".join(night.output.split())
+    assert "(403)" in said and "--continue` picks" not in said, said
+    assert continued.exit_code == 0 and "nothing to continue" in " ".join(continued.output.split()).lower(), (
+        continued.output
+    )
+    assert statuses == [403]  # asked once
+
+
 # ---------------------------------------------------------------------------------------------- incremental
 def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
     prefect_harness: None, tmp_path: Path, api_key: str

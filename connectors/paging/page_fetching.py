@@ -193,6 +193,7 @@ class PageFetching:
             return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
         except errors.HarvestError as exc:
             out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
+            out.refused_for_good = isinstance(exc, errors.Forbidden | errors.BadRequest)
             paid = exc.response
             if paid is not None and exc.credits:
                 self._receipt(index, cursor, paid, exc.credits)

@@ -117,6 +117,9 @@ class QueryOutcome:
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
     cap_below_price: dict[str, int] | None = None
     """{max_credits, price} when the ledger refused it because one request costs more than its whole cap."""
+    refused_for_good: bool = False
+    """The service refused it for good (403: the platform blocks it; 400: a parameter it rejects): asked again,
+    it answers (and bills) the same, so `--continue` does not pick it up."""
 
 
 @dataclass

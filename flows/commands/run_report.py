@@ -324,7 +324,9 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
     stopped = [
         q
         for q in summary.queries
-        if q["status"] in ("budget_exhausted", "rate_limited", "stopped", "failed") and not unsendable(q)
+        if q["status"] in ("budget_exhausted", "rate_limited", "stopped", "failed")
+        and not unsendable(q)
+        and not q.get("refused_for_good")
     ]  # a failed query too (the service away, a page that kept failing): a plain rerun is a new night
     if stopped:
         many = len(stopped) != 1

@@ -73,7 +73,11 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     for qid, summary in status.items():
         waiting = summary.get("next_cursor") or summary.get("follow_state")  # a page or follow-ups to ask
         # drifted on its last page with nothing waiting: all paid and kept (`harvest rebuild` lands them)
-        if summary["status"] not in CONTINUABLE or (summary["status"] == "drift" and not waiting):
+        if (
+            summary["status"] not in CONTINUABLE
+            or (summary["status"] == "drift" and not waiting)
+            or summary.get("refused_for_good")  # a 403 or 400: asked again, it answers (and bills) the same
+        ):
             done.add(qid)
         elif qid in specs:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}

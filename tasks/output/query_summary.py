@@ -43,6 +43,8 @@ class QuerySummary:
     cap_below_price: dict[str, int] | None = None
     """{max_credits, price} when it ended because one request costs more than its whole `max_credits` (the
     service charged more than the cost table said): no run sends it, so it is not one the budget left unstarted."""
+    refused_for_good: bool = False
+    """The service refused it for good (403, 400): `--continue` would pay for the same answer, so it ends here."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow (`dataclasses.asdict` deep-copies: 9% of a 10,000-query run's CPU)."""
