@@ -349,3 +349,50 @@ def test_a_result_wider_than_the_terminal_is_laid_out_a_row_a_block_every_value_
     narrow = Terminal([str(HARVEST), "sql", str(output), "SELECT column_00, column_01 FROM forum_posts"], env)
     assert narrow.finish() == 0
     assert not any(line.strip() == "row 1" for line in narrow.everything()), narrow.everything()
+
+
+def test_csv_to_a_terminal_shows_the_service_s_control_characters_as_escapes_and_to_a_pipe_as_they_are(
+    tmp_path: Path,
+) -> None:
+    """A signature holding `ESC[2J` (clear the screen) and an OSC 8 link: `--format csv` wrote the raw bytes to a
+    terminal, which ran them (the table and json formats escape them). To a terminal now as `\\x1b`, as the
+    table does; to a pipe or a file the value as stored, for whatever reads the CSV."""
+    import os
+    import pty
+    import subprocess
+
+    from tests.flow_helpers import HARVEST, subprocess_env
+
+    output = tmp_path / "out"
+    output.mkdir()
+    value = "hi\x1b[2J\x1b]8;;https://x.example\x07link\x1b]8;;\x07"
+    con = duckdb.connect(str(output / "harvest.duckdb"))
+    con.execute("CREATE TABLE short_video_profiles AS SELECT ? AS signature", [value])
+    con.close()
+    command = [
+        str(HARVEST),
+        "sql",
+        str(output),
+        "SELECT signature FROM short_video_profiles",
+        "--format",
+        "csv",
+    ]
+    env = subprocess_env(tmp_path)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(command, env=env, stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65_536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"hi\\x1b[2J\\x1b]8;;https://x.example\\x07link" in shown, shown
+    piped = subprocess.run(command, env=env, capture_output=True, timeout=60)
+    assert piped.returncode == 0 and value in piped.stdout.decode(), piped

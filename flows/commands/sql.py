@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harvest.flows.cli_errors import Failed
-from harvest.flows.console import add_row, harvest_line, literal, note, out, table
+from harvest.flows.console import add_row, harvest_line, literal, note, out, table, visible
 from harvest.flows.spec import UsageError
 from harvest.tasks.database.connection import quote_literal
 from harvest.tasks.output.layout import OutputLayout
@@ -287,9 +287,12 @@ def _too_wide(columns: list[str], cells: list[list[str | Text]], width: int) -> 
 
 def print_answer(answer: QueryResult, fmt: str) -> None:
     if fmt == "csv":
+        # To a terminal, a value's control characters are shown as escapes, as the table shows them: the
+        # service's text must not clear the screen or write a link. To a file or a pipe, the data as it is.
+        shown = visible if sys.stdout.isatty() else str
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(answer.columns)
-        writer.writerows(["" if v is None else _text(v) for v in row] for row in answer.rows)
+        writer.writerow([shown(c) for c in answer.columns])
+        writer.writerows(["" if v is None else shown(_text(v)) for v in row] for row in answer.rows)
     elif fmt == "json":
         names = unique_names(answer.columns)
         lines = [
