@@ -186,7 +186,7 @@ async def _priced_run(
 
     def check() -> None:
         s = ledger.snapshot()
-        if s.spent + s.reserved > s.budget + s.overcharged:
+        if s.spent + s.reserved > s.budget + s.overcharged + s.expected:  # expected: the rise on the wire
             violations.append(s)
 
     async def attempt(qid: str, key: str, page: int, outcome: str, yields: int) -> bool:

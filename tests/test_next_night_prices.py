@@ -53,7 +53,8 @@ def test_a_plain_night_after_a_price_rise_holds_the_price_from_its_first_request
     """Night 1 learns the three prices from its first answers. Night 2, a plain `harvest run` with a budget of 4,
     below one request: each key's first request would reserve the catalog's 1, three go out together (one per key,
     concurrency 4) and the service bills 15 of a budget of 4. It holds 5 from the first and sends nothing. Night 3,
-    the same: night 2 asked the service nothing, so nothing says the service stopped charging 5."""
+    the same: night 2 asked the service nothing, so nothing says the service stopped charging 5. Both say no
+    budget of 4 can send a request of 5 (exit 1)."""
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), costs=dict.fromkeys(RISEN, 5), latency=0.2
     )
@@ -83,7 +84,10 @@ def test_a_plain_night_after_a_price_rise_holds_the_price_from_its_first_request
     assert night1.exit_code == 0, night1.output
     assert "credits spent: 30 of a budget of 30" in night1.stdout, night1.stdout
     assert billed1 == 30 and answered1 == 6  # the three first answers (15), then 3 requests holding 5
-    assert night2.exit_code == night3.exit_code == 0, night2.output + night3.output
+    assert night2.exit_code == night3.exit_code == 1, (
+        night2.output + night3.output
+    )  # no budget of 4 sends one
+    assert "a budget of 4, a request 5 credits" in " ".join(night2.output.split()), night2.output
     assert billed2 == billed1, f"night 2 paid {billed2 - billed1} with a budget of 4 and requests of 5"
     assert "credits spent: 0 of a budget of 4" in night2.stdout, night2.stdout
     assert overcharged2 == [], overcharged2

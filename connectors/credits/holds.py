@@ -63,6 +63,11 @@ class Holds:
         self._expected[rid] = self._expected.get(rid, 0) + extra
         return self.top_up(r, extra), extra
 
+    @property
+    def expected(self) -> int:
+        """Credits added on the wire, all reservations together (`expect`)."""
+        return sum(self._expected.values())
+
     def sent_holding(self, r: Reservation) -> int:
         """What the open reservation `r` held when its request left (before any expected charge was added)."""
         return self.current(r).amount - self._expected.get(r.id, 0)

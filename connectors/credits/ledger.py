@@ -15,8 +15,7 @@ warning is logged and the excess is visible in `overcharges`; that is the only w
 Prices (`connectors.credits.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
 tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
 first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`),
-whose holds rise to the learned price at once (`Settlement._expect_on_the_wire`): nothing more is sent while they
-may take what it would use.
+whose holds rise to it at once (`Settlement._expect_on_the_wire`): nothing is sent that they may take credits from.
 Breadth-first policy (`connectors.credits.fair_share`, its calls in `connectors.credits.turns`): queries are expected
 when launched (`expect`), register while they run (`async with ledger.query(qid)`), both only inside any concurrency
 limiter: a registered query that cannot run holds the others back, and report finished pages (`page_done`).
@@ -84,15 +83,14 @@ class CreditLedger(Settlement, Turns):
     ) -> None:
         """`prices`: what each price key holds from the first request (said, and journaled as held); `charged`:
         what the run's journal says its answers were charged above the cost table (a resume's earlier sessions).
-        `warn_prices`: False on a Dask worker, whose round holds what the flow's ledger said at the run's start;
-        `whole_run`: False there too (its budget is the round's grant)."""
+        `warn_prices`, `whole_run`: False on a Dask worker, whose round holds the prices the flow's ledger said and
+        whose budget is the round's grant (a price above the run's own can never be paid: `Refusal.budget_left`)."""
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self._budget = budget
         self._whole_run = whole_run
-        """The run's own budget, not a Dask round's grant: a price above it can never be paid (`budget_left`)."""
         self._floor = BalanceFloor(min_balance)
         self._policy: Policy = policy
         self._lock = threading.Lock()
@@ -214,15 +212,11 @@ class CreditLedger(Settlement, Turns):
     def snapshot(self) -> LedgerSnapshot:
         with self._lock:
             return LedgerSnapshot(
-                budget=self._budget,
-                spent=self._spent,
-                reserved=self._holds.total,
-                remaining=self._free(),
+                budget=self._budget, spent=self._spent, reserved=self._holds.total, remaining=self._free(),
                 per_query_spent=MappingProxyType(dict(self._q_spent)),
-                overcharged=sum(o.excess for o in self._overcharges),
-                account_remaining=self._floor.account_remaining,
-                floor_reached=self._floor.reached,
-            )
+                overcharged=sum(o.excess for o in self._overcharges), expected=self._holds.expected,
+                account_remaining=self._floor.account_remaining, floor_reached=self._floor.reached,
+            )  # fmt: skip
 
     # ---- reserving -----------------------------------------------------------------------------------
 

@@ -56,6 +56,9 @@ class LedgerSnapshot:
     overcharged: int
     account_remaining: int | None
     floor_reached: bool
+    expected: int = 0
+    """Held for requests on the wire beyond what they were sent holding: the excess a learned price rise will take
+    (part of `reserved`; it becomes `overcharged` as they settle)."""
 
 
 class LedgerJournal(Protocol):
