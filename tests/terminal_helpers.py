@@ -17,6 +17,7 @@ import termios
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pyte
 
@@ -126,3 +127,18 @@ def printed_command(lines: list[str], after: str) -> str:
         if "\n".join(taken).count('"') >= 2:
             return "\n".join(taken)
     raise AssertionError(f"no command after {after!r}: {lines[start:]}")
+
+
+def pasted_as_csv(command: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """A printed `harvest sql` command pasted into bash as printed, with harvest's venv on PATH, its answer as CSV
+    and every row (`--format csv --limit 0`), run in `tmp_path`."""
+    from tests.flow_helpers import ROOT, subprocess_env
+
+    env = subprocess_env(tmp_path, PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(
+        ["bash", "-c", command + " --format csv --limit 0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )

@@ -7,8 +7,6 @@ view must leave them out too, or a user pasting the query gets more rows than th
 
 from __future__ import annotations
 
-import os
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,8 +23,8 @@ from harvest.sandbox.config import Drift, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.database.history_views import refresh_history_views
 from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, one_query, rows, scalar, subprocess_env
-from tests.terminal_helpers import printed_command
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, rows, scalar
+from tests.terminal_helpers import pasted_as_csv, printed_command
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("api_key")
@@ -59,14 +57,7 @@ def test_the_printed_current_rows_query_gives_exactly_the_table_s_rows(
     in_table = scalar(output / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins")
     command = printed_command(said.splitlines(), "Current rows of pinboard_pins")
     assert "child table's is in docs/output.md" in said, said
-    env = subprocess_env(tmp_path, PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    pasted = subprocess.run(
-        ["bash", "-c", command + " --format csv --limit 0"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    pasted = pasted_as_csv(command, tmp_path)
     assert pasted.returncode == 0, pasted.stderr
     got = pasted.stdout.splitlines()[1:]  # CSV: a header, then a row a line (no value holds a line break)
     assert keyless > 0 and parquet == in_table + keyless and keys == in_table  # what the filter is for

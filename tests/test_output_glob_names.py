@@ -5,8 +5,6 @@ load` failed the same way every time."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,8 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, ROOT, SECRET_KEY, one_query, scalar, subprocess_env
-from tests.terminal_helpers import printed_command
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, one_query, scalar
+from tests.terminal_helpers import pasted_as_csv, printed_command
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("api_key")
@@ -43,14 +41,7 @@ def test_an_output_directory_named_with_brackets_loads_and_its_printed_query_rea
         history.output
     )
     command = printed_command(result.stdout.splitlines(), "Current rows of pinboard_pins")
-    env = subprocess_env(tmp_path, PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    pasted = subprocess.run(
-        ["bash", "-c", command + " --format csv --limit 0"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    pasted = pasted_as_csv(command, tmp_path)
     assert pasted.returncode == 0, pasted.stderr
     assert len(pasted.stdout.splitlines()) == 1 + in_table  # a header, then a row a line
     outside = runner.invoke(app, ["sql", str(output), f"SELECT * FROM read_parquet('{tmp_path}/*.parquet')"])
