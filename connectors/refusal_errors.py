@@ -60,8 +60,9 @@ def cap_refused(
     refusal: Refusal, query_id: str, endpoint: str, page: int, credits: int, attempts: int = 0
 ) -> BudgetExhausted:
     """The error for a refusal whose `cap_below_price` says one request costs more than the query's whole
-    `max_credits` or the run's whole budget: its summary carries them (`{max_credits, price}`, `{budget, price}`), so the run says the query could not send a
-    request, on the local runner (`refused`) and in Dask rounds (`flows.run.dask.rounds`) alike."""
+    `max_credits` or the run's whole budget: its summary carries them (`{max_credits, price}`, `{budget,
+    price}`), so the run says the query could not send a request, on the local runner (`refused`) and in Dask
+    rounds (`flows.run.dask.rounds`) alike."""
     assert refusal.cap_below_price is not None
     cap, price = refusal.cap_below_price
     return BudgetExhausted(

@@ -57,13 +57,14 @@ class Settlement:
         reservation as held (it may have been topped up), whether the journal heard of it, and what its charge
         told of its price key's price."""
         key = self._prices.key_of(r.id)
+        before = None if key is None else self._prices.price(key, 0)
         held, journaled = self._holds.close(r)
         self._fanouts.held(held.query_id, -held.amount)
         if counted is not None:
             self._fanouts.counted(held.query_id, counted)
         self._share.closed(held.query_id, held.page_index)
         news = self._prices.closed(r.id, held.amount, counted if named else None, priced)
-        if key is not None:
+        if key is not None and self._prices.price(key, 0) != before:  # this answer taught a higher price
             self._expect_on_the_wire(key)
         return held, journaled, news
 
@@ -97,6 +98,8 @@ class Settlement:
         journal hears it as if this ledger's answers said it."""
         with self._lock:
             news = self._prices.heard(charged or {}, named, seen)
+            for key in charged or {}:
+                self._expect_on_the_wire(key)
         self._tell(news)
 
     def settle(
