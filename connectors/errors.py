@@ -106,7 +106,7 @@ class MissingApiKey(HarvestError):
 
 class BudgetExhausted(HarvestError):
     """The ledger refused the credits for the next attempt, so no request was sent for it. `cap_below_price`:
-    {max_credits, price} when one request costs more than the query's whole cap (no run can send it)."""
+    {max_credits, price} when one request costs more than the query's whole cap; `capped`: `Refusal.capped`."""
 
     def __init__(
         self,
@@ -119,6 +119,7 @@ class BudgetExhausted(HarvestError):
         credits: int = 0,
         attempts: int = 0,
         cap_below_price: dict[str, int] | None = None,
+        capped: str | None = None,
         tried: Tried | None = None,
     ) -> None:
         super().__init__(
@@ -132,7 +133,7 @@ class BudgetExhausted(HarvestError):
         self.cost = cost
         self.reason = reason
         self.attempts = attempts
-        self.cap_below_price = cap_below_price
+        self.cap_below_price, self.capped = cap_below_price, capped
         self.tried = tried or Tried()
         """What the call's attempts at the page established (a Dask round's next call goes on from it)."""
 

@@ -33,8 +33,9 @@ def refused(
     if refusal is not None and refusal.cap_below_price is not None:
         return cap_refused(refusal, request.query_id, request.endpoint, request.page, credits, attempts)
     return exhausted(
-        reason, request.query_id, request.endpoint, request.page, request.cost, credits, attempts, tried
-    )
+        reason, request.query_id, request.endpoint, request.page, request.cost, credits, attempts, tried,
+        capped=refusal.capped if refusal else None,
+    )  # fmt: skip
 
 
 def exhausted(
@@ -46,13 +47,14 @@ def exhausted(
     credits: int,
     attempts: int = 0,
     tried: Tried | None = None,
+    capped: str | None = None,
 ) -> BudgetExhausted:
     """The error of a query the budget or its own `max_credits` ended, on the local runner (`refused`) and in
     Dask rounds alike: a round's worker, whose ledger holds only its grant, sees its grant run out, not the cap,
     so the flow says the ledger's refusal in these words."""
     return BudgetExhausted(
         page_index=page, cost=cost, reason=reason, credits=credits, attempts=attempts, query_id=query_id,
-        endpoint=endpoint, tried=tried,
+        endpoint=endpoint, tried=tried, capped=capped,
     )  # fmt: skip
 
 

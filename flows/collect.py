@@ -23,10 +23,8 @@ from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults, 
 apply_prefect_defaults()
 
 from harvest.connectors.catalog.endpoints import above_the_list  # noqa: E402
-from harvest.connectors.credits.fanout_caps import FanoutCaps  # noqa: E402
 from harvest.connectors.credits.ledger import CreditLedger  # noqa: E402
 from harvest.connectors.http.client import ServiceClient  # noqa: E402
-from harvest.connectors.paging.pager import base_id  # noqa: E402
 from harvest.flows import console  # noqa: E402
 from harvest.flows.handoff.export_after_run import export_step  # noqa: E402
 from harvest.flows.orchestrator import prefect_outage  # noqa: E402
@@ -201,7 +199,7 @@ async def _collect(
     policy = spec.budget
     ledger = CreditLedger(
         manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal,
-        fanouts=FanoutCaps(the_plan.caps, base_id), prices=above_the_list(start.prices, spec.endpoints()),
+        fanouts=start.fanout_caps(the_plan.caps), prices=above_the_list(start.prices, spec.endpoints()),
         charged=start.journal.prices,
     )  # fmt: skip
     faults.ledger = ledger

@@ -262,7 +262,7 @@ def _summary(
     return QuerySummary(
         query_id=out.query_id, endpoint=out.endpoint, status=out.status, pages=out.pages, records=out.records,
         credits=out.credits, next_cursor=out.next_cursor, error=out.error, cap_below_price=out.cap_below_price,
-        refused_for_good=out.refused_for_good,
+        refused_for_good=out.refused_for_good, capped=out.capped,
         files=layout.listed(files),
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path), requests_file=layout.relative(requests_path),

@@ -332,7 +332,8 @@ def test_queries_a_fan_out_s_cap_left_unstarted_are_said_on_dask_as_locally(
     """Four queries fan out under `max_credits_total: 2` with 1,000 credits of budget: a page each for two, the
     other two never start. On Dask as locally the night names the fan-out's cap as why, not the run's budget
     (Dask said "the run's budget spent" with 2 of 1,000 credits spent: a user would raise `--budget` for
-    nothing), and exits 0 as the job's `unstarted_exit_code` says."""
+    nothing), and exits 0 as the job's `unstarted_exit_code` says. The cap holds across `--continue` (it paid 2
+    more), which on Dask as locally has nothing to continue."""
     queries = [
         {"id": "posts", "endpoint": FEED, "for_each": {"handle": ["nasa", "esa", "jaxa", "isro"]},
          "max_credits_total": 2},
@@ -341,9 +342,10 @@ def test_queries_a_fan_out_s_cap_left_unstarted_are_said_on_dask_as_locally(
     for name, runner in (("local", {"kind": "local"}), ("dask", {"kind": "dask", "address": dask_address})):
         with running(CONFIG) as sb:
             spec = job_spec(sb.base_url, tmp_path / name, queries, name="capped", credits=1000, runner=runner)
-            result = CliRunner().invoke(
-                app, ["run", str(write_spec(tmp_path, spec, f"{name}.yaml"))], env={"COLUMNS": "2000"}
-            )
+            path = str(write_spec(tmp_path, spec, f"{name}.yaml"))
+            result = CliRunner().invoke(app, ["run", path], env={"COLUMNS": "2000"})
+            again = CliRunner().invoke(app, ["run", path, "--continue"])
+            assert "nothing to continue" in again.output, (name, again.output)
             said[name] = (result.exit_code, result.stderr, sb.billed_total())
     why = "2 queries never started, their fan-out's cap (max_credits_total) spent before their turn: 2 of 4 posts ("
     for name, (_, err, _) in said.items():  # which two depends on the order each runner grants in

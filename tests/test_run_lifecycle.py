@@ -193,20 +193,57 @@ def test_continue_spends_nothing_on_pages_already_paid(
 def test_a_query_s_max_pages_holds_across_the_nights_that_continue_it(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
-    """`max_pages: 3` on a query spread over a budget-stopped night and two `--continue` nights pays 3 pages, as
-    one night does: each continued run counted its pages from 0, and the three nights paid 1 + 2 + 1."""
+    """`max_pages: 4` on a query spread over two budget-stopped nights and two `--continue` nights pays 4 pages, as
+    one night does: each continued run counted its pages from 0 (the nights paid 1 + 1 + 4), and then a night
+    counted the chain's pages from what the night before it had left (1 + 1 + 1)."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3)
     output = tmp_path / "out"
-    query = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}, "max_pages": 3}
+    query = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}, "max_pages": 4}
     with running(config) as sb:
         spec = write_spec(tmp_path, spec_of(sb.base_url, output, [query]))
-        nights = [run_flow(spec, budget=1), run_flow(spec, budget=2, mode="continue")]
-        nights.append(run_flow(spec, budget=100, mode="continue"))
+        nights = [run_flow(spec, budget=1), run_flow(spec, budget=1, mode="continue")]
+        nights += [run_flow(spec, budget=100, mode="continue"), run_flow(spec, budget=100, mode="continue")]
         entries = data_entries(sb)
-    assert [n.status for n in nights[:2]] == ["budget_exhausted", "complete"], nights
-    assert nights[2].status == "nothing_to_continue", nights[2]
-    assert len(entries) == 3 and paid_twice(entries) == 0
-    assert [q["status"] for q in nights[1].queries] == ["max_pages"]
+    assert [n.status for n in nights[:3]] == ["budget_exhausted", "budget_exhausted", "complete"], nights
+    assert nights[3].status == "nothing_to_continue", nights[3]
+    assert len(entries) == 4 and paid_twice(entries) == 0
+    assert [q["status"] for q in nights[2].queries] == ["max_pages"]
+
+
+def test_a_query_s_max_credits_and_a_fan_out_s_cap_hold_across_the_nights_that_continue_them(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """`max_credits: 3` on a query and `max_credits_total: 4` on a fan-out of three, 8 pages each at a credit:
+    each `--continue` opened both caps afresh and paid them again (3 + 3 + 3, 4 + 4 + 4), while the night they
+    stopped said "stopped with their cursors kept: `--continue` picks them up". Now a cap is the chain's, as
+    `max_pages` is: a budget-stopped night and its continuation pay 3 and 4 in all, the run says the caps were
+    reached, and one more `--continue` has nothing to do until the spec raises a cap: then it pays what was raised."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3)
+    output = tmp_path / "out"
+    queries = [
+        {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}, "max_credits": 3},
+        {"id": "fan", "endpoint": PINS, "for_each": {"query": ["a", "b", "c"]}, "max_credits_total": 4},
+    ]
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, queries))
+        first = runner.invoke(app, ["run", str(spec), "--budget", "2"])
+        assert first.exit_code == 0 and "--continue` picks" in first.stderr, first.output
+        second = runner.invoke(app, ["run", str(spec), "--continue"])
+        paid = Counter(e.params.get("query") for e in data_entries(sb))
+        third = runner.invoke(app, ["run", str(spec), "--continue"])
+        assert len(data_entries(sb)) == paid.total(), third.output
+        write_spec(tmp_path, spec_of(sb.base_url, output, [{**queries[0], "max_credits": 5}, queries[1]]))
+        raised = runner.invoke(app, ["run", str(spec), "--continue"])
+        more = Counter(e.params.get("query") for e in data_entries(sb)) - paid
+    assert paid["oak"] == 3 and paid["a"] + paid["b"] + paid["c"] == 4, paid
+    said = " ".join(second.stderr.split())
+    assert "cursors kept" not in said, said
+    assert "reached the spec's cap (max_credits, max_credits_total), which holds across the runs" in said, (
+        said
+    )
+    assert "raised in the spec, `harvest run" in said, said
+    assert third.exit_code == 0 and "nothing to continue" in third.output, third.output
+    assert raised.exit_code == 0 and more == {"oak": 2}, (more, raised.output)
 
 
 def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(

@@ -245,7 +245,8 @@ def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_t
     flow run ends Failed, its message naming them and their cap, so a scheduler sees what the exit code says;
     so does their line's task run, which the Prefect UI shows beside it, once (not retried). Their status stays `budget_exhausted` (query_state, the manifest: the run finished, nothing to resume), and
     `--continue` continues the night as a new run: it holds the learned price from its first request, pays
-    nothing, exits 1 and ends Failed too, naming all three."""
+    nothing, exits 1 and ends Failed too, naming the two (the third spent its cap the night before, and a cap
+    holds across the runs `--continue` makes)."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages=(3, 3), costs={FEED: 3})
     output = tmp_path / "out"
     handles = ["v0", "v1", "v2"]
@@ -290,11 +291,12 @@ def test_a_night_with_queries_no_request_fits_in_ends_failed_in_prefect_naming_t
     assert continued.continues == stopped.run_id and continued.status == "budget_exhausted"
     state, message = flow_run_states([continued.flow_run_id])[continued.flow_run_id]
     assert state == "FAILED", (state, message)
-    assert "could not send a request: 3 of 3 q (max_credits 2, a request 3 credits: " in message, message
+    assert "could not send a request: 2 of 2 q (max_credits 2, a request 3 credits: " in message, message
+    assert all(qid in message for qid in stuck), message
     (line,) = task_runs(continued.flow_run_id)
     assert line.state.type.value == "FAILED", line.state
     assert line.state.message.startswith(
-        "3 could not send a request (one costs more than its max_credits or the run's budget) of 3 queries"
+        "2 could not send a request (one costs more than its max_credits or the run's budget) of 2 queries"
     )
     db = output / "harvest.duckdb"
     assert rows(db, "SELECT DISTINCT status FROM query_state") == [("budget_exhausted",)]

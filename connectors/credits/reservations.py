@@ -93,6 +93,9 @@ class Refusal:
     run does not count it among the queries the budget left unstarted (`tasks.output.run_summary`)."""
     limit: str = "max_credits"
     """What `cap_below_price`'s cap is: the query's `max_credits`, or the run's whole `budget`."""
+    capped: str | None = None
+    """`max_credits` or `max_credits_total` when the query's own cap or its fan-out's is reached: a cap of the
+    chain of runs `--continue` makes, as `max_pages` is, so no continued run picks the query up."""
 
     @classmethod
     def budget_left(cls, budget: int, spent: int, price: int = 0) -> Refusal:
@@ -118,7 +121,9 @@ class Refusal:
                 f"it can never send one ({spent} spent)",
                 (cap, price),
             )
-        return cls("budget", f"the query's cap of {cap} credits is reached ({spent} spent)")
+        return cls(
+            "budget", f"the query's cap of {cap} credits is reached ({spent} spent)", capped="max_credits"
+        )
 
     @classmethod
     def fanout_cap(cls, group: str, cap: int, spent: int) -> Refusal:
@@ -126,4 +131,5 @@ class Refusal:
             "budget",
             f"the cap of {cap} credits on all of {group}'s queries together (max_credits_total) is reached "
             f"({spent} spent)",
+            capped="max_credits_total",
         )

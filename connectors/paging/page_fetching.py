@@ -166,7 +166,7 @@ class PageFetching:
         except errors.BudgetExhausted as exc:
             out.status, out.next_cursor, out.error = "budget_exhausted", cursor, str(exc)
             self.start.tried = exc.tried  # a later round's call goes on from them
-            out.cap_below_price = exc.cap_below_price
+            out.cap_below_price, out.capped = exc.cap_below_price, exc.capped
             return None, True
         except errors.RateLimited as exc:
             out.status, out.next_cursor, out.error = "rate_limited", cursor, str(exc)

@@ -120,6 +120,9 @@ class QueryOutcome:
     refused_for_good: bool = False
     """The service refused it for good (403: the platform blocks it; 400: a parameter it rejects): asked again,
     it answers (and bills) the same, so `--continue` does not pick it up."""
+    capped: str | None = None
+    """`max_credits` or `max_credits_total`: its own cap or its fan-out's ended it, a cap of the whole chain of
+    runs `--continue` makes (`flows.run.chain`), so no continued run picks it up."""
 
 
 @dataclass

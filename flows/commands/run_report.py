@@ -327,6 +327,7 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
         if q["status"] in ("budget_exhausted", "rate_limited", "stopped", "failed")
         and not unsendable(q)
         and not q.get("refused_for_good")
+        and not q.get("capped")
     ]  # a failed query too (the service away, a page that kept failing): a plain rerun is a new night
     if stopped:
         many = len(stopped) != 1
@@ -336,6 +337,12 @@ def _next_step(summary: RunSummary, again: RunAgain, output: Path) -> str | None
         return (
             f"{counted(len(stopped), 'query')} stopped with {'their cursors' if many else 'its cursor'} kept: "
             f"{first}`{again.command('--continue')}` picks {'them' if many else 'it'} up"
+        )
+    if capped := sorted({q["capped"] for q in summary.queries if q.get("capped")}):
+        return (
+            f"{counted(sum(bool(q.get('capped')) for q in summary.queries), 'query')} reached the spec's cap "
+            f"({', '.join(capped)}), which holds across the runs `--continue` makes: raised in the spec, "
+            f"`{again.command('--continue')}` picks them up (`{cmd}` starts a new night from page 1)"
         )
     return None
 

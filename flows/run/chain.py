@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harvest.connectors.paging.pager import QuerySpec
+from harvest.connectors.paging.pager import QuerySpec, base_id
 from harvest.tasks.output.journal import JournalState, read_journal, read_prices
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
@@ -29,6 +29,9 @@ class Settled:
     """Price key -> what the chain passes on of the prices the service was seen charging above the cost table
     (`carried`): a continued run's first request holds it, not the cost table's price the service was seen
     passing."""
+    spent: Mapping[str, int] = field(default_factory=dict)
+    """Query id -> the credits the chain spent on it: a fan-out's `max_credits_total`, as each query's
+    `max_credits` and `max_pages`, caps the whole chain, so a continued run's ledger opens its caps with them."""
 
 
 def newest_chain(layout: OutputLayout, job: str, before: RunManifest | None = None) -> list[RunManifest]:
@@ -54,7 +57,26 @@ def chain_from(runs: Mapping[str, Any], run_id: str | None) -> list[RunManifest]
     return [h.manifest() for h in chain[::-1]]
 
 
-def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
+@dataclass(frozen=True)
+class SpecCaps:
+    """The spec's credit caps as a continued run reads them, per spec query id: each query's `max_credits` and a
+    fan-out's `max_credits_total`. A cap is the chain's, so a query that reached it is continued only once the
+    spec raised it; without them (a resume, whose spec is the one its chain ran) the journal's caps hold."""
+
+    each: Mapping[str, int | None] = field(default_factory=dict)
+    total: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, queries: Iterable[Any]) -> SpecCaps:
+        """From the spec's queries (`flows.spec.model.Query`)."""
+        queries = list(queries)
+        return cls(
+            {q.query_id: q.max_credits for q in queries},
+            {q.query_id: q.max_credits_total for q in queries if q.max_credits_total is not None},
+        )
+
+
+def settled_by(layout: OutputLayout, chain: list[RunManifest], caps: SpecCaps | None = None) -> Settled:
     """What a chain of finished runs settled: each query's newest status across it decides."""
     if not chain:
         return Settled()
@@ -62,12 +84,21 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
     specs: dict[str, dict[str, Any]] = {}
     prices: dict[str, int] = {}
     paged: Counter[str] = Counter()  # pages each query paid over the chain: its `max_pages` is the chain's
+    spent: Counter[str] = (
+        Counter()
+    )  # and credits: its `max_credits` and its fan-out's `max_credits_total` too
+    first: dict[
+        str, dict[str, Any]
+    ] = {}  # as the chain first started each: its limits, not what a run had left
     for run in chain:
         journal = read_journal(layout.journal_file(run.run_id))
         specs.update(journal.started)
+        first.update({q: started for q, started in journal.started.items() if q not in first})
         prices = carried(prices, journal)
         status.update({q["query_id"]: q for q in run.queries})
         paged.update({q["query_id"]: int(q.get("pages") or 0) for q in run.queries})
+        spent.update({q["query_id"]: int(q.get("credits") or 0) for q in run.queries})
+    left = _CapsLeft(caps, paged, spent)
     done: set[str] = set()
     at: dict[str, QuerySpec] = {}
     for qid, summary in status.items():
@@ -82,10 +113,50 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest]) -> Settled:
         elif qid in specs:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
             spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
-            if spec.get("max_pages") is not None:  # a continued query pages what the chain has not yet
-                spec["max_pages"] = max(0, int(spec["max_pages"]) - paged[qid])
+            if (pages := first[qid].get("max_pages")) is not None:  # it pages what the chain has not yet
+                spec["max_pages"] = max(0, int(pages) - paged[qid])
+            credits = left.query(qid, first[qid].get("max_credits"), summary.get("capped"))
+            if credits == 0 or (summary.get("capped") == "max_credits_total" and not left.fanout(qid)):
+                done.add(qid)  # its cap, or its fan-out's, is the chain's: reached, and not raised since
+                continue
+            spec["max_credits"] = credits  # what the chain has not spent of it
             at[qid] = QuerySpec(**spec)
-    return Settled(frozenset(done), at, chain[-1], prices)
+    return Settled(frozenset(done), at, chain[-1], prices, spent)
+
+
+class _CapsLeft:
+    """What a chain left of each query's `max_credits` and each fan-out's `max_credits_total`: a cap holds across
+    the runs `--continue` makes, as `max_pages` does. Left is what can still hold a request at what the chain's
+    pages of it cost on average: a query the budget stopped right at its cap is as done as one its cap stopped."""
+
+    def __init__(self, caps: SpecCaps | None, paged: Counter[str], spent: Counter[str]) -> None:
+        self.caps, self.paged, self.spent = caps, paged, spent
+        self.group_paged: Counter[str] = Counter()
+        self.group_spent: Counter[str] = Counter()
+        for qid in spent:
+            self.group_paged[base_id(qid)] += paged[qid]
+            self.group_spent[base_id(qid)] += spent[qid]
+
+    def query(self, qid: str, journaled: int | None, capped: str | None) -> int | None:
+        """Its `max_credits` less what the chain spent on it (None: no cap); 0 when no request fits in it."""
+        cap = journaled if self.caps is None else self.caps.each.get(base_id(qid), journaled)
+        if cap is None:
+            return None
+        fits = _fits(cap, self.spent[qid], self.paged[qid])
+        return cap - self.spent[qid] if fits and not (capped == "max_credits" and self.caps is None) else 0
+
+    def fanout(self, qid: str) -> bool:
+        """Whether its fan-out's `max_credits_total`, as the spec says it now, can still hold a request."""
+        if self.caps is None:
+            return False
+        group = base_id(qid)
+        cap = self.caps.total.get(group)
+        return cap is None or _fits(cap, self.group_spent[group], self.group_paged[group])
+
+
+def _fits(cap: int, spent: int, pages: int) -> bool:
+    """Whether what is left of `cap` holds a request at what `pages` cost on average (any, before a page)."""
+    return cap > spent and (pages == 0 or (cap - spent) * pages >= spent)
 
 
 def highest(*known: Mapping[str, int]) -> dict[str, int]:

@@ -24,9 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
-from harvest.connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec
+from harvest.connectors.credits.fanout_caps import FanoutCaps
+from harvest.connectors.paging.pager import OK_STATUSES, RUN_STOPPED, QuerySpec, base_id
 from harvest.flows.run.chain import (
     Settled,
+    SpecCaps,
     chain_from,
     highest,
     newest_chain,
@@ -100,6 +102,13 @@ class _Start:
     @property
     def lost(self) -> Mapping[str, int]:
         return {}
+
+    def fanout_caps(self, caps: Mapping[str, int]) -> FanoutCaps:
+        """The fan-outs' `max_credits_total` as the run's ledger holds them: opened with what the chain it
+        continues spent on their queries, as a cap is the chain's (a resume's ledger adds its own sessions')."""
+        fanouts = FanoutCaps(caps, base_id)
+        fanouts.opening(self.settled.spent)
+        return fanouts
 
     def decide(self, query: QuerySpec) -> QuerySpec | None:
         """The query as this run starts it, or None when it must not run again."""
@@ -205,6 +214,13 @@ class Resume(_Start):
         before it stopped that it had not started yet."""
         return (set(self.own.started) | set(self.settled.at)) - set(self.ended)
 
+    def fanout_caps(self, caps: Mapping[str, int]) -> FanoutCaps:
+        """The fan-outs' `max_credits_total` as the run's ledger holds them: opened with what the chain it
+        continues spent on their queries, as a cap is the chain's (a resume's ledger adds its own sessions')."""
+        fanouts = FanoutCaps(caps, base_id)
+        fanouts.opening(self.settled.spent)
+        return fanouts
+
     def decide(self, query: QuerySpec) -> QuerySpec | None:
         qid = query.query_id
         if qid in self.ended:
@@ -285,7 +301,7 @@ def decide(
         return resume_start(layout, previous, plan_key(spec), service)
     covered = job_coverage(layout, spec.name)
     if mode == "continue":
-        settled = settled_by(layout, newest_chain(layout, spec.name))
+        settled = settled_by(layout, newest_chain(layout, spec.name), SpecCaps.of(spec.queries))
         if settled.last is not None:
             refuse_changed_continue(settled.last, plan_key(spec), again)
             return Continue(coverage=covered, settled=settled)

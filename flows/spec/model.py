@@ -182,14 +182,15 @@ class Query(_Model):
         None,
         strict=True,
         ge=1,
-        description="Cap of credits for this query; with for_each, for each query it makes.",
+        description="Cap of credits for this query; with for_each, for each query it makes. Held across the "
+        "runs `--continue` makes, as max_pages is.",
     )
     max_credits_total: int | None = Field(
         None,
         strict=True,
         ge=1,
         description="With for_each: cap of credits for all the queries it makes together, held by the ledger "
-        "like the budget and shared breadth-first among them.",
+        "like the budget and shared breadth-first among them, across the runs `--continue` makes.",
     )
     incremental: bool = Field(
         False,

@@ -45,6 +45,9 @@ class QuerySummary:
     service charged more than the cost table said): no run sends it, so it is not one the budget left unstarted."""
     refused_for_good: bool = False
     """The service refused it for good (403, 400): `--continue` would pay for the same answer, so it ends here."""
+    capped: str | None = None
+    """`max_credits` or `max_credits_total` when its own cap or its fan-out's ended it: the chain's cap, so it
+    ends here too (`flows.run.chain.settled_by`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow (`dataclasses.asdict` deep-copies: 9% of a 10,000-query run's CPU)."""

@@ -64,12 +64,10 @@ class Rounds:
     ) -> None:
         """`scrub` cuts the key out of a broken task's error text (workers read the key themselves);
         `settle_refusals` reads the balance and gives back the refusals it shows were not billed (the flow
-        client's `AccountBalance.settle_refusals`): before the rounds end for want of credits, as a local run
-        does before a query stops for them."""
+        client's `AccountBalance.settle_refusals`) before the rounds end for want of credits, as a local run does."""
         self.scrub, self.settle_refusals = scrub, settle_refusals
         self.spec, self.plan, self.start, self.journal, self.ledger = spec, the_plan, start, journal, ledger
-        self.layout = layout
-        self.run_info = run
+        self.layout, self.run_info = layout, run
         self.started = datetime.fromisoformat(run["started"])
         self.endpoints = spec.endpoints()
         self.discovery = Discovery(the_plan, start, run["incremental"])
@@ -163,8 +161,9 @@ class Rounds:
         self.close_rounds()
         stopped = self.ledger.stopped
         for r in list(self.running):
-            why = (stopped.kind, stopped.reason) if stopped else ("budget_exhausted", self.why_no_credits(r))
-            self.end(r, self.last_summary(r, *why))
+            why = stopped or self.why_no_credits(r)
+            status = "budget_exhausted" if why.kind == "budget" else why.kind
+            self.end(r, {**self.last_summary(r, status, why.reason), "capped": why.capped})
         return self.summaries
 
     def close_rounds(self) -> None:
@@ -198,15 +197,16 @@ class Rounds:
         exc = cap_refused(refusal, r.spec.query_id, r.spec.endpoint, r.pages, r.credits)
         return {**self.last_summary(r, "budget_exhausted", str(exc)), "cap_below_price": exc.cap_below_price}
 
-    def why_no_credits(self, r: Running) -> str:
+    def why_no_credits(self, r: Running) -> Refusal:
         """Why a query got no grant as the rounds ended, as the local ledger says (a fan-out cap is no budget)."""
         group, left = base_id(r.spec.query_id), self.ledger.fanout_left(r.spec.query_id)
         if left is not None and left < r.cost:
-            return Refusal.fanout_cap(group, self.plan.caps[group], self.ledger.fanout_spent(group)).reason
+            return Refusal.fanout_cap(group, self.plan.caps[group], self.ledger.fanout_spent(group))
         floor, balance = self.ledger.min_balance, self.ledger.account_remaining
+        why = "the run's budget has no credits left"
         if floor is not None and balance is not None and self.free() < self.ledger.remaining:
-            return f"the account balance ({balance}) is at the floor of {floor} credits (budget.min_balance)"
-        return "the run's budget has no credits left"
+            why = f"the account balance ({balance}) is at the floor of {floor} credits (budget.min_balance)"
+        return Refusal("budget", why)
 
     async def one_round(self, runner: Any, granted: list[Running], grants: dict[str, int]) -> bool:
         """Whether it submitted anything: a free page is refused once an overcharge or the floor took the room."""
@@ -302,8 +302,9 @@ class Rounds:
             return balance  # its grant ran out: it goes on next round, or ends with the run's stop
         ended, cap, q = {**summary, "credits": r.credits, "files": r.files}, r.spec.max_credits, r.spec
         if summary["status"] == "budget_exhausted" and cap is not None:  # its cap, not its grant, ended it
-            why = Refusal.query_cap(cap, r.credits).reason
-            ended["error"] = str(exhausted(why, q.query_id, q.endpoint, r.pages, r.cost, r.credits))
+            why = Refusal.query_cap(cap, r.credits)
+            ended["error"] = str(exhausted(why.reason, q.query_id, q.endpoint, r.pages, r.cost, r.credits))
+            ended["capped"] = why.capped
         self.end(r, ended)
         return balance
 
@@ -365,10 +366,9 @@ class Rounds:
             self.ledger.stop("stopped", result["stopped"])
 
     def grant_was_the_limit(self, r: Running) -> bool:
-        """Its round ran out of its grant, not of its own `max_credits`: the query is not done. It stays
-        running: the next round goes on from its cursor, or, when the run stopped meanwhile (another task hit a
-        full disk), the rounds' end ends it with that stop (`interrupted`, resumed by the next run). Ended
-        `budget_exhausted` here, a resume would never ask for its remaining pages."""
+        """Its round ran out of its grant, not of its own `max_credits`: the query is not done. It stays running:
+        the next round goes on from its cursor, or, when the run stopped meanwhile (a full disk), the rounds' end
+        ends it with that stop (`interrupted`: resumed). Ended here, no resume would ask for its other pages."""
         cap = r.spec.max_credits
         return cap is None or r.credits + r.cost <= cap
 
