@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harvest.connectors.paging.page_request import Tried
+from harvest.connectors.reading.not_found import SAID, not_found_words
 
 __all__ = [
     "AnswerTooLarge",
@@ -261,11 +262,10 @@ class NotFound(HarvestError):
     ) -> None:
         body = response.body if response is not None else None
         self.service_success = isinstance(body, dict) and body.get("success") is True
-        detail = (
-            " (the service answered success: true, and such answers are billed)"
-            if (self.service_success)
-            else ""
-        )
+        words = not_found_words(body)  # a private page, an age-restricted one, no such page: told apart
+        billed = " (the service answered success: true, and such answers are billed)"
+        said = f"; {SAID}{words}" if words else ""
+        detail = (billed if self.service_success else "") + said
         super().__init__(
             f"not found (404): the requested item does not exist at the source{detail}",
             credits=credits,

@@ -25,6 +25,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.reading.extraction import convert_page
 from harvest.flows.cli import app
 from tests.crawl_helpers import collect
+from tests.endpoints import PAGE_PROFILE
 from tests.flow_helpers import job_spec, rows, scalar, write_spec
 from tests.published_samples import sample, sample_service, thread_items
 
@@ -351,3 +352,34 @@ def test_a_job_lands_the_thread_and_the_board_and_says_what_it_did_not_read(
     table = " ".join(result.stdout.split())
     assert "`more.cursor` unread" in table and "1 item left out" in table
     assert [path for path, _ in asked].count(THREAD_PATH) == 1, "paging ended after the one page"
+
+
+def test_a_private_page_and_an_age_restricted_one_are_told_apart_in_the_service_s_words(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """The network-a profile of a private page and of an age-restricted one (the service's published answers,
+    served over HTTP): both end `not_found`, billed and kept. The run said the same bare `not_found` for both, the
+    service's `message` lost, and warned of a row "skipped with a NULL primary key" that was neither. Now each
+    query's line and `query_state.error` carry what the service said, and no row or warning stands for them."""
+    answers = {name: sample(f"_v1_network-a_profile.{name}.json") for name in ("private", "age_restricted")}
+    route = {PAGE_PROFILE: lambda params: answers[params["url"].rsplit("/", 1)[-1]]}
+    with sample_service(route) as (url, asked):
+        queries = [
+            {"id": name, "endpoint": PAGE_PROFILE, "params": {"url": f"https://network-a.example/{name}"}}
+            for name in answers
+        ]
+        spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", queries, name="profiles", credits=20))
+        result = runner.invoke(app, ["run", str(spec)], env={"COLUMNS": "2000"})
+    assert result.exit_code == 0, result.output
+    assert len([path for path, _ in asked if path == PAGE_PROFILE]) == 2
+    for name, answer in answers.items():
+        line = next(x for x in result.stderr.splitlines() if x.startswith(f"harvest: {name}: not_found"))
+        assert f"message: {answer['message']}; account_status: {answer['account_status']}" in line, line
+    assert "NULL primary key" not in result.output, result.output
+    db = tmp_path / "out" / "harvest.duckdb"
+    errors = dict(rows(db, "SELECT query_id, error FROM query_state WHERE status = 'not_found'"))
+    assert errors == {
+        name: f"the service answered: message: {a['message']}; account_status: {a['account_status']}"
+        for name, a in answers.items()
+    }
+    assert not list((tmp_path / "out" / "parquet").glob("network_a_profiles/**/*.parquet"))

@@ -420,6 +420,14 @@ def test_each_published_sample_lands_whole(case: Case, landed: dict[str, Landed]
     summary = one.summary
     report = ExtractionReport.from_dict(summary["extraction"])
     body = case.body
+    words = (
+        [h.get("message") for h in (body, body.get("data")) if isinstance(h, dict)]
+        if isinstance(body, dict)
+        else []
+    )
+    if summary["status"] == "not_found" and any(words):  # private, age-restricted, none such: told apart
+        assert f"message: {next(w for w in words if w)}" in summary["error"], summary
+        assert not any(rows for _, _, rows in summary["files"]), summary  # and no row without its key
     if case.status != 200:
         assert summary["status"] not in OK_STATUSES or summary["records"] == 0, summary
         return

@@ -36,6 +36,7 @@ from harvest.connectors.paging.page_fetching import Page, PageFetching
 from harvest.connectors.paging.page_request import Tried
 from harvest.connectors.reading.drift_message import KEPT, drift_message
 from harvest.connectors.reading.extraction import ExtractionReport, convert_page
+from harvest.connectors.reading.not_found import SAID, deactivated, not_found_words
 
 Status = Literal[
     "complete",
@@ -169,12 +170,6 @@ def later_page(index: int, cursor_in: Mapping[str, Any] | None) -> bool:
 def held_nothing(records: int, report: ExtractionReport) -> bool:
     """A page with no items at all (none a kind's `where` left out either): paging ends there."""
     return records == 0 and not report.dropped
-
-
-def _deactivated(page: Page) -> bool:
-    """The real service's "no such account": 200 with `account_deactivated: true` (billed)."""
-    body = page.body
-    return isinstance(body, dict) and body.get("account_deactivated") is True
 
 
 class QueryPager(PageFetching):
@@ -316,8 +311,9 @@ class QueryPager(PageFetching):
         state.follow.found(follow_cursors(self.endpoint, page.records), state.used)
         if self.following:
             return self._past_follow_up(page, state)
-        if page.report.not_found or _deactivated(page):
-            out.status = "not_found"
+        if page.report.not_found or deactivated(page.body):
+            out.status, words = "not_found", not_found_words(page.body)
+            out.error = SAID + words if words else out.error
             return False
         if nxt is None or held_nothing(page.record_count, page.report):
             return self._top_ended(state)
@@ -353,7 +349,7 @@ class QueryPager(PageFetching):
         assert page.cursor_in is not None
         state.follow.answered(page.cursor_in, state.used)
         nxt = page.cursor_out
-        ends = page.record_count == 0 or page.report.not_found or _deactivated(page)
+        ends = page.record_count == 0 or page.report.not_found or deactivated(page.body)
         if nxt is not None and not ends and self.endpoint.paging.page is None:
             state.follow.found([{**page.cursor_in, **nxt}], state.used)
         state.index += 1

@@ -123,7 +123,9 @@ def to_arrow(
         if columns[at].null_count:
             nulls = columns[at].is_null().to_pylist()
             key_nulls = [a or b for a, b in zip(key_nulls, nulls, strict=True)]
-    _count_keys(kind, where, report, items, key_nulls, single)
+    if _count_keys(kind, where, report, items, key_nulls, single):  # the service's "not found": no row
+        columns, unknown = [c.filter(pa.array([False] * len(items))) for c in columns], None  # nor its fields
+        items = []
     if items and not any(key_nulls) and any(column.null_count == len(items) for column in columns):
         for name, hints in empty_columns(kind, items, columns, unknown or set(), report.misfits).items():
             report.empty[name] = report.empty.get(name, 0) + len(items)
@@ -186,22 +188,25 @@ def _blank_as_null(column: pa.Array) -> pa.Array:
 
 def _count_keys(
     kind: RecordKind, where: str, report: TableReport, items: list[Any], key_nulls: list[bool], single: bool
-) -> None:
+) -> bool:
     """Records kept, and those without a key: lost (drift), or, for the one object of a detail answer, the
-    service's "not found" unless its key came under another name (then it is lost like any other)."""
+    service's "not found" unless its key came under another name (then it is lost like any other). True for
+    the not found: the raw page keeps the answer, and no row holds it (a row without its key would only be
+    skipped by the load, with a warning that says nothing of why)."""
     missing = sum(key_nulls)
     report.kept += len(items) - missing
     if not missing:
-        return
+        return False
     keyless = items[key_nulls.index(True)]
     override = key_override(kind, where, keyless)
     if single and override is None:
         report.not_found += missing
-        return
+        return True
     report.no_key += missing
     if report.no_key_example is None:
         report.no_key_example = _example(keyless)
     report.no_key_override = report.no_key_override or override
+    return False
 
 
 @dataclass

@@ -140,8 +140,7 @@ class Row:
 
 LISTED_WELL = 20
 """Queries that ended well each get a line of their own up to this many; past it (a fan-out over thousands of
-accounts) they are counted in the totals instead: a nightly log of 10,000 `complete` lines hides the one that
-failed. A query that did not end well always gets its line."""
+accounts) they are counted in the totals: 10,000 `complete` lines hide the one that failed, which gets its line."""
 
 PROVISIONAL = "for refused requests, until the account's balance shows whether they were billed"
 """How a count of refusals (429, 5xx) whose charge no answer said is told apart: the run's end settles them."""
@@ -162,9 +161,11 @@ def query_notes(summary: Mapping[str, object], held: int = 0) -> list[str]:
     """What a query's line says beside its status, from its summary: items left out, a cursor not read; `held`:
     the credits of its refusals whose charge is not known yet (the ledger's `refused_of`)."""
     from harvest.connectors.reading.extraction_report import ExtractionReport
+    from harvest.connectors.reading.not_found import said_of
 
-    extraction = summary.get("extraction")
-    notes = ExtractionReport.notes_of(extraction if isinstance(extraction, Mapping) else None)
+    extracted = summary.get("extraction")
+    notes = ExtractionReport.notes_of(extracted if isinstance(extracted, Mapping) else None)
+    notes += said_of(summary.get("status"), summary.get("error"))  # private, age-restricted, or none such
     return [*notes, f"{held} of them {PROVISIONAL}"] if held else notes
 
 

@@ -69,7 +69,7 @@ QUERY_STATE = (
         "records": "Records the query landed.",
         "next_cursor": "Where the query continues (JSON), when it stopped before its last page.",
         "credits": "Credits the query spent.",
-        "error": "Why the query failed, if it did.",
+        "error": "Why the query failed or stopped; for `not_found`, what the service said (a private page, say).",
         **_EXTRACTION,
         "extraction": "What the query's pages held vs what was kept, per table (JSON).",
         "history": "An incremental query's history after the run (JSON): what it has collected.",
