@@ -5,8 +5,9 @@ repository keeps its folders at the top (`flows/`, `tasks/`, `connectors/`, `con
 package reaches them as `harvest.flows`, `harvest.tasks`, ... (symbolic links here, real folders in a wheel).
 
 The Python API: `collect_job`, the Prefect flow `harvest run` runs (call it from a flow of your own, or deploy it
-as `harvest.flows.collect:collect_job`), and `spec_path` for the job specs harvest ships. Imported lazily, so
-`import harvest` costs nothing until one is used.
+as `harvest.flows.collect:collect_job`); `RunFailed`, what awaiting it raises for a run that did not complete (its
+`summary` says why); and `spec_path` for the job specs harvest ships. Imported lazily, so `import harvest` costs
+nothing until one is used.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from harvest.configs import spec_path
     from harvest.flows.collect import collect_job
+    from harvest.flows.orchestrator.final_state import RunFailed
 
-__all__ = ["collect_job", "spec_path"]
+__all__ = ["RunFailed", "collect_job", "spec_path"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,6 +27,10 @@ def __getattr__(name: str) -> Any:
         from harvest.flows.collect import collect_job
 
         return collect_job
+    if name == "RunFailed":
+        from harvest.flows.orchestrator.final_state import RunFailed
+
+        return RunFailed
     if name == "spec_path":
         from harvest.configs import spec_path
 

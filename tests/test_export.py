@@ -248,7 +248,7 @@ def test_export_as_a_step_of_the_run_and_its_failure_is_loud(
         write_spec(tmp_path, {**job(output), "export": {"to": str(blocked / "lake")}})
         state = asyncio.run(collect_job(spec_path=str(spec), base_url=sb.base_url, return_state=True))
     assert state.is_failed(), state
-    failed = asyncio.run(state.aresult(raise_on_failure=False))
+    failed = asyncio.run(state.aresult(raise_on_failure=False)).summary  # harvest.RunFailed
     assert "export failed" in failed.export["error"] and "harvest export" in failed.export["error"]
     runs = rows(output / "harvest.duckdb", "SELECT status FROM runs ORDER BY started")
     assert runs == [("complete",), ("complete",)], "the run's data landed and loaded all the same"

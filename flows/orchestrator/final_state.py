@@ -51,10 +51,12 @@ REASON_CHARS = 300
 
 
 class RunFailed(Exception):
-    """Raised instead of returning a Failed state when the flow has retries, so that Prefect retries it (and
-    the retry resumes the run). Carries the run summary."""
+    """A run that did not complete, carrying its summary (`summary`) and the state's message: the data of its
+    Failed, Cancelled or Crashed state, so a flow of a user's own awaiting `collect_job` gets this (`harvest.
+    RunFailed`) raised, not Prefect's TypeError about a result that is no exception; raised instead of returning
+    a Failed state when the flow has retries, so that Prefect retries it (and the retry resumes the run)."""
 
-    def __init__(self, summary: RunSummary, message: str) -> None:
+    def __init__(self, summary: RunSummary | NoRun, message: str) -> None:
         super().__init__(message)
         self.summary = summary
 
@@ -108,18 +110,19 @@ def cut_short(summary: RunSummary) -> bool:
 
 def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) -> State[Any]:
     message = headline(summary, key)
+    failed = RunFailed(summary, message)
     if summary.machine_fault:  # the machine could not write (a full disk): resumable, not the code's fault
-        return Crashed(message=message, data=summary)
+        return Crashed(message=message, data=failed)
     if cut_short(summary):
-        return Cancelled(message=message, data=summary)
+        return Cancelled(message=message, data=failed)
     if summary.status == "failed" or failed_export(summary):
         if retries:  # Prefect retries only a raised failure; the retry resumes this run
-            raise RunFailed(summary, message)
-        return Failed(message=message, data=summary)
+            raise failed
+        return Failed(message=message, data=failed)
     if unsendable_named(summary) or account_short(summary.queries):  # exit 1 too; not raised for retries:
-        return Failed(message=message, data=summary)  # no run fetches them until a person acts
+        return Failed(message=message, data=failed)  # no run fetches them until a person acts
     if summary.unstarted_exit_code and never_started(summary.queries):  # exit 3: the spec asks to hear it
-        return Failed(message=message, data=summary)
+        return Failed(message=message, data=failed)
     return Completed(message=message, data=summary)
 
 
@@ -192,7 +195,9 @@ def not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:
     """This machine could not finish loading the job's earlier runs (a full disk): no run starts, nothing is
     paid; the next `harvest run` loads them first."""
     message = f"not started: {fault}; the job's earlier runs wait to be loaded into {layout.db}"
-    return Crashed(message=message, data=NoRun("not_started", message, machine_fault=str(fault)))
+    return Crashed(
+        message=message, data=RunFailed(NoRun("not_started", message, machine_fault=str(fault)), message)
+    )
 
 
 def nothing_to_continue(previous: RunManifest, loaded_first: list[dict[str, Any]]) -> State[Any]:

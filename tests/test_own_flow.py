@@ -1,0 +1,53 @@
+"""harvest inside a team's own Prefect flow, as docs/installing.md says to call it: `await collect_job(...)`
+returns the run's summary when the run completed and raises `harvest.RunFailed` (the summary inside) when it did
+not, a real flow run against the sandbox over HTTP each time."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, write_spec
+
+
+def test_a_team_s_flow_gets_the_summary_or_harvest_s_run_failed_not_prefect_s_type_error(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Awaited without `return_state`, a run that did not complete raised Prefect's `TypeError` ("Unexpected
+    result for failed state ... cannot be resolved into an exception"), the summary out of reach. A night whose
+    budget left queries never started, in a spec that asks to hear it (`unstarted_exit_code: 3`), raises
+    `harvest.RunFailed` now, the summary in it; a night that completed returns its summary as before."""
+    from prefect import flow
+
+    from harvest import RunFailed, collect_job
+
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=3)
+    with running(config) as sb:
+        whole = job_spec(
+            sb.base_url, tmp_path / "whole", [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
+        )
+        short = job_spec(
+            sb.base_url, tmp_path / "short", [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["a", "b", "c"]}}],
+            name="short", credits=1, budget={"unstarted_exit_code": 3},
+        )  # fmt: skip
+        specs = [write_spec(tmp_path, spec, f"{spec['name']}.yaml") for spec in (whole, short)]
+
+        @flow
+        async def nightly() -> list[Any]:
+            said: list[Any] = []
+            for spec in specs:
+                try:
+                    said.append(await collect_job(spec_path=str(spec)))
+                except RunFailed as failed:
+                    said.append(failed)
+            return said
+
+        done, failed = asyncio.run(nightly())
+    assert done.status == "complete" and done.records > 0, done
+    assert isinstance(failed, RunFailed), failed
+    assert (failed.summary.status, failed.summary.credits_spent) == ("budget_exhausted", 1), failed.summary
+    assert "never started" in str(failed), str(failed)
