@@ -21,10 +21,7 @@ def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
     """The API key written where harvest keeps or prints what it was given: the service URL (the `runs` table,
     the run's manifest, Prefect's flow-run parameters) or the spec (a deployment's parameters, the journal, raw
     pages' parameters). Refused before anything is sent, naming the line, never repeating the key."""
-    where = f"the key belongs in {key.source} only, never in a URL or a spec"
-    if redact(base_url, key) != base_url:
-        raise UsageError(f"{spec_file}: service.base_url (or --base-url) holds the API key; {where}")
-    if len(key.reveal()) < KEY_SPOTTED:
+    if not _refuse_in_url(f"{spec_file}: service.base_url (or --base-url)", base_url, key):
         return
     try:
         lines = spec_file.read_text(encoding="utf-8").splitlines()
@@ -32,20 +29,27 @@ def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
         return  # read once already (`load_spec`); a file gone since is not the key's business
     for number, line in enumerate(lines, 1):
         if redact(line, key) != line:
-            raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {where}")
+            raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {_where(key)}")
 
 
 def refuse_key_in_spec(spec: JobSpec, base_url: str, key: ApiKey) -> None:
     """The same refusal for a run `harvest run` did not start (a team's own flow awaiting `collect_job`, a
     deployment's worker): from the spec as read, when the flow loads the key, before anything is sent or kept.
     Without it the key went out in a query string and landed in Parquet, DuckDB and the run's journal."""
-    where = f"the key belongs in {key.source} only, never in a URL or a spec"
-    if redact(base_url, key) != base_url:
-        raise UsageError(
-            f"job {spec.name}: service.base_url (or the flow's base_url) holds the API key; {where}"
-        )
-    if len(key.reveal()) < KEY_SPOTTED:
+    if not _refuse_in_url(f"job {spec.name}: service.base_url (or the flow's base_url)", base_url, key):
         return
     text = json.dumps(spec.model_dump(mode="json", by_alias=True), ensure_ascii=False, default=str)
     if redact(text, key) != text:
-        raise UsageError(f"job {spec.name}: the spec holds the API key; {where}")
+        raise UsageError(f"job {spec.name}: the spec holds the API key; {_where(key)}")
+
+
+def _refuse_in_url(named: str, base_url: str, key: ApiKey) -> bool:
+    """Refuses a service URL holding the key (`named`: where it was given); whether the spec is worth searching
+    too (a key shorter than `KEY_SPOTTED` would match words that are not it)."""
+    if redact(base_url, key) != base_url:
+        raise UsageError(f"{named} holds the API key; {_where(key)}")
+    return len(key.reveal()) >= KEY_SPOTTED
+
+
+def _where(key: ApiKey) -> str:
+    return f"the key belongs in {key.source} only, never in a URL or a spec"
