@@ -246,6 +246,46 @@ def test_a_query_s_max_credits_and_a_fan_out_s_cap_hold_across_the_nights_that_c
     assert raised.exit_code == 0 and more == {"oak": 2}, (more, raised.output)
 
 
+def test_a_run_against_the_embedded_sandbox_never_lands_beside_real_runs(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Trying a nightly job offline (`harvest run nightly.yaml --base-url sandbox`) wrote the sandbox's made-up
+    records into the nightly's own DuckDB and Parquet, and the incremental queries' histories with them, though
+    the README says synthetic rows never mix into real tables. Refused now before anything is paid (exit 2),
+    both ways round, naming the run already there; with an output of its own it runs."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (2, 2)}, page_size=3)
+    output, offline = tmp_path / "out", tmp_path / "offline"
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path,
+            spec_of(sb.base_url, output, [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]),
+        )
+        night = runner.invoke(app, ["run", str(spec)])
+        assert night.exit_code == 0, night.output
+        landed = scalar(output / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins")
+        nightly = len(data_entries(sb))
+        tried = runner.invoke(app, ["run", str(spec), "--base-url", "sandbox"])
+        apart = runner.invoke(app, ["run", str(spec), "--base-url", "sandbox", "--output", str(offline)])
+        back = runner.invoke(app, ["run", str(spec), "--output", str(offline)])
+        paid = len(data_entries(sb))
+    assert tried.exit_code == 2, tried.output
+    said = " ".join(tried.stderr.split())
+    assert f"{output} holds run {night_run(output)} of job lifecycle against {sb.base_url}" in said, said
+    assert "this run asks sandbox (embedded): made-up records would land in the same tables" in said, said
+    assert scalar(output / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins") == landed
+    assert len(all_manifests(OutputLayout(output))) == 1
+    assert apart.exit_code == 0, apart.output
+    assert back.exit_code == 2 and "real records would land in the same tables" in " ".join(
+        back.stderr.split()
+    )
+    assert paid == nightly, "the service was asked for nothing after the nightly's run"
+
+
+def night_run(output: Path) -> str:
+    (run,) = all_manifests(OutputLayout(output))
+    return run.run_id
+
+
 def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:

@@ -37,6 +37,7 @@ from harvest.flows.run.chain import (
     settled_by,
 )
 from harvest.flows.run.coverage import Coverage, coverage_of
+from harvest.flows.run.one_service import refuse_mixed_services
 from harvest.flows.run.plan import Plan
 from harvest.flows.run.run_again import RunAgain, rerun_of
 from harvest.flows.spec import JobSpec, UsageError
@@ -294,6 +295,7 @@ def decide(
     retried = retried_run(layout, spec.name, retry_of) if retry_of is not None else None
     if retried is not None:
         return resume_start(layout, retried, plan_key(spec), service)
+    refuse_mixed_services(layout, service)
     previous = unfinished_run(layout, spec.name)
     if previous is not None and mode == "continue":
         raise continue_refused(previous, again or rerun_of(previous, layout.root))

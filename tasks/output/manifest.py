@@ -242,6 +242,8 @@ class RunHead:
     resumes: int
     flow_run_id: str | None
     continues: str | None
+    service: str = ""
+    """What the run asked (`ServiceAccess.label`): the base URL, or `sandbox (embedded)`."""
 
     @property
     def unfinished(self) -> bool:
@@ -285,8 +287,9 @@ def _head(layout: OutputLayout, path: Path) -> RunHead | None:
         if known is None or known[0] != version:
             m = read_manifest(path)
             head = RunHead(
-                path, m.run_id, m.job, m.started, m.status, m.loaded, m.resumes, m.flow_run_id, m.continues
-            )
+                path, m.run_id, m.job, m.started, m.status, m.loaded, m.resumes, m.flow_run_id, m.continues,
+                m.service,
+            )  # fmt: skip
             known = _HEADS[path] = (version, head)
         return known[1]
     except (OSError, ValueError, TypeError) as exc:  # gone, cut, not a manifest
