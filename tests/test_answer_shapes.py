@@ -25,7 +25,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.reading.extraction import convert_page
 from harvest.flows.cli import app
 from tests.crawl_helpers import collect
-from tests.endpoints import PAGE_PROFILE
+from tests.endpoints import KEYWORD_SEARCH, PAGE_PROFILE
 from tests.flow_helpers import job_spec, rows, scalar, write_spec
 from tests.published_samples import sample, sample_service, thread_items
 
@@ -383,3 +383,27 @@ def test_a_private_page_and_an_age_restricted_one_are_told_apart_in_the_service_
         for name, a in answers.items()
     }
     assert not list((tmp_path / "out" / "parquet").glob("network_a_profiles/**/*.parquet"))
+
+
+def test_a_video_two_searches_return_is_a_result_of_each(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """The service's published keyword-search answer, served over HTTP to a fan-out over `cat` and `kitten`:
+    the same video is a result of both searches. Keyed on the video alone, it landed once, with the newest
+    search's value, and "which videos rank for cat" lost it; keyed by what was asked, each search keeps it."""
+    answer = sample("_v1_short-video_search_keyword.json")
+    ids = {item["aweme_info"]["aweme_id"] for item in answer["search_item_list"]}
+    with sample_service({KEYWORD_SEARCH: lambda params: answer}) as (url, _asked):
+        query = {
+            "id": "ranked",
+            "endpoint": KEYWORD_SEARCH,
+            "for_each": {"query": ["cat", "kitten"]},
+            "max_pages": 1,
+        }
+        spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", [query], name="ranked", credits=20))
+        result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    landed = rows(
+        tmp_path / "out" / "harvest.duckdb", "SELECT search_query, aweme_id FROM short_video_keyword_videos"
+    )
+    assert sorted(landed) == sorted((q, i) for q in ("cat", "kitten") for i in ids) and ids, landed
