@@ -37,8 +37,8 @@ from harvest.flows.run.chain import (
     settled_by,
 )
 from harvest.flows.run.coverage import Coverage, coverage_of
-from harvest.flows.run.one_service import refuse_mixed_services
 from harvest.flows.run.plan import Plan
+from harvest.flows.run.preflight import refuse_mixed_services
 from harvest.flows.run.run_again import RunAgain, rerun_of
 from harvest.flows.spec import JobSpec, UsageError
 from harvest.flows.spec.identity import plan_key
