@@ -16,7 +16,7 @@ from harvest.flows.orchestrator.temporary_server import LEAN_START, KnownDatabas
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, key_set, one_query, subprocess_env
+from tests.flow_helpers import BIG_BALANCE, HARVEST, PYTHON, SECRET_KEY, key_set, one_query, subprocess_env
 from tests.process_helpers import children, finish
 
 
@@ -143,3 +143,30 @@ def test_two_runs_starting_at_once_on_a_new_prefect_home_both_succeed(tmp_path: 
         assert code == 0, (out, err)
     for job in ("a", "b"):
         assert key_set(tmp_path / job / "out" / "harvest.duckdb", "pinboard_pins")
+
+
+SIGNAL_IN_THE_FORK = """
+import os, signal
+from harvest.flows import stop_signals
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, stop_signals.like_ctrl_c)  # what the `harvest` process answers them with
+# the group's SIGHUP reaching the server's process right after the fork, before its `setsid`
+os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGHUP))
+from harvest.flows.orchestrator.temporary_server import TemporaryServer
+server = TemporaryServer()
+server.wait_ready(120)
+print("answered", flush=True)
+server.stop()
+"""
+
+
+def test_a_signal_to_harvests_group_while_the_server_forks_prints_nothing_and_the_server_starts(
+    tmp_path: Path,
+) -> None:
+    """`kill -HUP -<pgid>` (a closed terminal) landing between the server's fork and its own session reached
+    the child while it ran Python's after-fork hooks with harvest's handlers: "Exception ignored in:
+    <function _after_fork> ... Traceback ... KeyboardInterrupt" on harvest's stderr (a CI run caught it)."""
+    env = {**subprocess_env(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    done = subprocess.run([str(PYTHON), "-c", SIGNAL_IN_THE_FORK], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "answered\n", "")

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -109,11 +110,29 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+_HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait while harvest forks the server: the child starts with them blocked.
+
+    Between fork and `setsid` the child is still in harvest's process group, so a signal sent to the group
+    (`kill -TERM -<pgid>`, a closed terminal) reaches it too, while it runs Python's after-fork hooks with
+    harvest's handlers: a KeyboardInterrupt there printed "Exception ignored ... Traceback" on harvest's stderr.
+    A mask set in the parent before the fork is the child's from its first instruction (and survives exec);
+    harvest gets what came meanwhile once the server is started and its stop registered."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _detach_signals(parent: int, libc: ctypes.CDLL | None) -> None:
     """Runs in the server's process between fork and exec (harvest has no other thread yet): die with the
-    parent, and keep SIGINT/SIGTERM/SIGHUP pending for good (a blocked mask survives exec and uvicorn's
-    handlers)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    parent. SIGINT/SIGTERM/SIGHUP stay blocked for good (`_signals_held`: a blocked mask survives exec and
+    uvicorn's handlers), so one sent to the server's pid stays pending."""
     if libc is not None and hasattr(libc, "prctl"):
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the death signal was armed
@@ -278,19 +297,20 @@ class TemporaryServer:
         parent, libc, log = os.getpid(), _libc(), open_log()
         self.log = Path(log.name) if not isinstance(log, int) else None
         try:
-            self.process = subprocess.Popen(
-                command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=lambda: _detach_signals(parent, libc),  # harvest has no other thread yet
-            )
+            with _signals_held():
+                self.process = subprocess.Popen(
+                    command,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    preexec_fn=lambda: _detach_signals(parent, libc),  # harvest has no other thread yet
+                )
+                atexit.register(self.stop)  # registered before Prefect's handlers, so it runs after them
         finally:
             if not isinstance(log, int):
                 log.close()
-        atexit.register(self.stop)  # registered before Prefect's handlers, so it runs after them
 
     def wait_ready(self, timeout: float) -> None:
         """Return once the server answers; first import what the flow will need (the server still boots)."""
