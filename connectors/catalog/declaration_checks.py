@@ -308,7 +308,15 @@ def _column_problems(
                 f"{name!r} cannot be a column name",
                 COLUMN_WORDS + "; not " + ", ".join(META_COLUMN_NAMES),
             )
-        for alternative in alternatives(column.path or name):
+        given = alternatives(column.path or name)
+        if len({a.startswith(PARAM_PREFIX) for a in given}) > 1:
+            yield (
+                (*at, name, "path"),
+                f"{column.path!r} reads both the request's parameters and the record",
+                "`$params.a|$params.b` (the parameter the request gave) or record paths `a|b`, not both",
+            )
+            continue
+        for alternative in given:
             if alternative.startswith(PARAM_PREFIX):
                 param = alternative[len(PARAM_PREFIX) :]
                 if param not in names:

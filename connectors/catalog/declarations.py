@@ -106,7 +106,8 @@ class ColumnDecl(_Decl):
                              "ISO text or epoch seconds/ms), json, text_list or decimal (money: DECIMAL(18,4)).")  # fmt: skip
     path: str | None = Field(
         None, description="Where in a record: a record path, `a|b` to try `b` when `a` is absent, or "
-        "`$params.NAME` for a request parameter. Default: the column's name."
+        "`$params.NAME` for a request parameter (`$params.a|$params.b`: the one the request gave). Default: the "
+        "column's name."
     )  # fmt: skip
     description: str | None = Field(
         None, description="What the column holds: the table's column comment in DuckDB and docs. Default: one "

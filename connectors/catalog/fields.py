@@ -28,10 +28,29 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from harvest.connectors.catalog.record_paths import MISSING, compile_path
+from harvest.connectors.catalog.record_paths import MISSING, alternatives, compile_path
 
 PARAM_PREFIX = "$params."
 """A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""
+
+
+def request_params(path: str) -> tuple[str, ...]:
+    """The request parameters a `$params.NAME` path reads, in order: `$params.handle|$params.user_id` holds the
+    one the request gave (an endpoint asked by either). Empty for a path that reads the record."""
+    names = alternatives(path)
+    if not all(name.startswith(PARAM_PREFIX) for name in names):
+        return ()
+    return tuple(name[len(PARAM_PREFIX) :] for name in names)
+
+
+def first_given(params: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    """The value of the first of `names` the request gave (None when it gave none)."""
+    for name in names:
+        if (value := params.get(name)) is not None:
+            return value
+    return None
+
+
 HOLDER_PREFIX = "$parent."
 """A field path starting with this reads a column of the item that holds the record (a reply's comment, with
 `nested`): `$parent.id` is the id of the comment a reply answers; null for an item of the place itself."""
@@ -60,9 +79,9 @@ class Field:
     """How the service makes the value of the record's other values (`t3_{id}`)."""
 
     @property
-    def request_param(self) -> str | None:
-        """The request parameter the column holds (`$params.NAME`): the value each row was fetched for."""
-        return self.path[len(PARAM_PREFIX) :] if self.path.startswith(PARAM_PREFIX) else None
+    def request_params(self) -> tuple[str, ...]:
+        """The request parameters the column holds (`$params.NAME`): the value each row was fetched for."""
+        return request_params(self.path)
 
     @property
     def from_record(self) -> bool:
@@ -73,8 +92,9 @@ class Field:
     def described(self) -> str:
         """The declaration's description, or its type in words (the comment adds where it is read); a request
         value says so, since that is what it is for: joining a row to the record whose value fetched it."""
-        if not self.description and (param := self.request_param) is not None:
-            return f"The request's `{param}`: the value this row was fetched for."
+        if not self.description and (names := self.request_params):
+            said = " or ".join(f"`{name}`" for name in names)
+            return f"The request's {said}: the value this row was fetched for."
         return (
             self.description
             or f"{TYPE_WORDS.get(type_name(self), 'A value')}; declared without a description."
@@ -94,8 +114,8 @@ class Field:
 
     def reader(self, params: Mapping[str, Any]) -> Callable[[Any], Any]:
         """Reads this field from a record (None when absent), or from the request's parameters."""
-        if self.path.startswith(PARAM_PREFIX):
-            value = params.get(self.path[len(PARAM_PREFIX) :])
+        if names := self.request_params:
+            value = first_given(params, names)
             return lambda record: value
         if self.path.startswith(HOLDER_PREFIX):
             return lambda record: (

@@ -15,7 +15,7 @@ from functools import lru_cache
 from itertools import count
 from typing import Any
 
-from harvest.connectors.catalog.fields import PARAM_PREFIX, Field
+from harvest.connectors.catalog.fields import Field, first_given
 from harvest.connectors.catalog.record_paths import MISSING, Step, compile_path, steps
 from harvest.connectors.catalog.records import KnownFields, RecordKind
 
@@ -56,8 +56,10 @@ class _Source:
 
     def read(self, fld: Field, source: str) -> str:
         """An expression reading `fld` from the dict named `source` (None when absent)."""
-        if fld.path.startswith(PARAM_PREFIX):
-            return f"params.get({self.constant(fld.path[len(PARAM_PREFIX) :])})"
+        if names := fld.request_params:
+            if len(names) == 1:
+                return f"params.get({self.constant(names[0])})"
+            return f"{self.constant(first_given)}(params, {self.constant(names)})"
         if not fld.from_record:
             return "None"  # the item holding the record: read by `connectors.reading.extraction`
         plain = _plain_steps(fld.path)

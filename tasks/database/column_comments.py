@@ -20,9 +20,9 @@ from harvest.connectors.catalog.fields import (
     DESCRIPTION,
     HOLDER_PREFIX,
     JOINS,
-    PARAM_PREFIX,
     SOURCE,
     TEMPLATE,
+    request_params,
 )
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.connection import quote_ident, quote_literal
@@ -30,8 +30,12 @@ from harvest.tasks.database.connection import quote_ident, quote_literal
 
 def source_words(source: str) -> str:
     """Where a column is read, in words: `a` or `b` (the first present), a request's parameter, or harvest's."""
-    if source.startswith(PARAM_PREFIX):
-        return f"the request's `{source[len(PARAM_PREFIX) :]}` parameter"
+    if names := request_params(source):
+        if len(names) > 1:
+            return (
+                "the request's " + " or ".join(f"`{name}`" for name in names) + " parameter (the one it gave)"
+            )
+        return f"the request's `{names[0]}` parameter"
     if source.startswith(HOLDER_PREFIX):
         return f"the `{source[len(HOLDER_PREFIX) :]}` of the item that holds it"
     if not source or " " in source or source == "harvest":
@@ -45,8 +49,8 @@ def request_columns(schema: pa.Schema) -> list[tuple[str, str]]:
     found = []
     for fld in schema:
         source = (fld.metadata or {}).get(SOURCE, b"").decode()
-        if source.startswith(PARAM_PREFIX):
-            found.append((fld.name, source[len(PARAM_PREFIX) :]))
+        if names := request_params(source):
+            found.append((fld.name, " or ".join(names)))
     return found
 
 
