@@ -25,7 +25,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.reading.extraction import convert_page
 from harvest.flows.cli import app
 from tests.crawl_helpers import collect
-from tests.endpoints import KEYWORD_SEARCH, PAGE_PROFILE
+from tests.endpoints import FOLLOWERS, KEYWORD_SEARCH, PAGE_PROFILE, PINS, VIDEO_SEARCH
 from tests.flow_helpers import job_spec, rows, scalar, write_spec
 from tests.published_samples import sample, sample_service, thread_items
 
@@ -385,25 +385,40 @@ def test_a_private_page_and_an_age_restricted_one_are_told_apart_in_the_service_
     assert not list((tmp_path / "out" / "parquet").glob("network_a_profiles/**/*.parquet"))
 
 
-def test_a_video_two_searches_return_is_a_result_of_each(
-    prefect_harness: None, api_key: str, tmp_path: Path
+ASKED_TWICE = {
+    # endpoint: (its published answer, where its items are, their id, the table, the column of what was asked)
+    KEYWORD_SEARCH: ("_v1_short-video_search_keyword.json", "search_item_list", "aweme_info.aweme_id",
+                     "short_video_keyword_videos", "search_query", "aweme_id"),
+    PINS: ("_v1_pinboard_search.json", "pins", "id", "pinboard_pins", "search_query", "id"),
+    VIDEO_SEARCH: ("_v1_video-platform_search.json", "videos", "id", "video_platform_videos", "search_query", "id"),
+    FOLLOWERS: ("_v1_short-video_user_followers.json", "followers", "uid", "short_video_followers",
+                "followed_user", "uid"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "param"),
+    [(KEYWORD_SEARCH, "query"), (PINS, "query"), (VIDEO_SEARCH, "query"), (FOLLOWERS, "handle"),
+     (FOLLOWERS, "user_id")],
+)  # fmt: skip
+def test_an_item_two_fanned_out_requests_return_belongs_to_each(
+    prefect_harness: None, api_key: str, tmp_path: Path, endpoint: str, param: str
 ) -> None:
-    """The service's published keyword-search answer, served over HTTP to a fan-out over `cat` and `kitten`:
-    the same video is a result of both searches. Keyed on the video alone, it landed once, with the newest
-    search's value, and "which videos rank for cat" lost it; keyed by what was asked, each search keeps it."""
-    answer = sample("_v1_short-video_search_keyword.json")
-    ids = {item["aweme_info"]["aweme_id"] for item in answer["search_item_list"]}
-    with sample_service({KEYWORD_SEARCH: lambda params: answer}) as (url, _asked):
-        query = {
-            "id": "ranked",
-            "endpoint": KEYWORD_SEARCH,
-            "for_each": {"query": ["cat", "kitten"]},
-            "max_pages": 1,
-        }
-        spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", [query], name="ranked", credits=20))
+    """The service's published answer, served over HTTP to a fan-out over two values (two searches, two
+    accounts' followers): the same item is a result of both. Keyed on the item alone, it landed once, with the
+    newest request's value, and "which videos rank for cat" or "who follows brand a" lost it; keyed by what was
+    asked, each keeps it (a follower list asked by handle or by id alike)."""
+    name, at, item_id, table, asked, column = ASKED_TWICE[endpoint]
+    answer = sample(name)
+    ids = set()
+    for item in answer[at]:
+        for part in item_id.split("."):
+            item = item[part]
+        ids.add(str(item))
+    with sample_service({endpoint: lambda params: answer}) as (url, _asked):
+        query = {"id": "asked", "endpoint": endpoint, "for_each": {param: ["a1", "b2"]}, "max_pages": 1}
+        spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", [query], name="asked", credits=20))
         result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output
-    landed = rows(
-        tmp_path / "out" / "harvest.duckdb", "SELECT search_query, aweme_id FROM short_video_keyword_videos"
-    )
-    assert sorted(landed) == sorted((q, i) for q in ("cat", "kitten") for i in ids) and ids, landed
+    landed = rows(tmp_path / "out" / "harvest.duckdb", f"SELECT {asked}, {column} FROM {table}")
+    assert sorted(landed) == sorted((v, i) for v in ("a1", "b2") for i in ids) and ids, landed

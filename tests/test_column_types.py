@@ -76,7 +76,7 @@ def test_a_page_of_prices_and_times_lands_true_types_and_counts_what_does_not_fi
         },  # ISO-looking
         {"id": "c", "publishedTime": "3 days ago"},
     ]
-    page = extraction.convert_page(catalog.get(VIDEO_SEARCH).kinds, {"videos": videos}, {})
+    page = extraction.convert_page(catalog.get(VIDEO_SEARCH).kinds, {"videos": videos}, {"query": "cats"})
     table, report = page.tables["video_platform_videos"], page.report.tables["video_platform_videos"]
     assert table.column("created_at").to_pylist() == [
         dt.datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=dt.UTC),
@@ -240,8 +240,10 @@ def test_child_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     """A child table's Parquet is read into today's types as a record table's: a video shelf's items landed
     while their `created_at` was text load with it a TIMESTAMPTZ, what does not convert NULL and said."""
     db, shelves, items = OutputLayout(tmp_path).db, "video_platform_shelves", "video_platform_shelf_items"
-    parents = land(tmp_path, "r1", older(shelves), [{"type": "shelf", "title": "Latest"}], T0)
-    key = {"parent_type": "shelf", "parent_title": "Latest"}
+    parents = land(
+        tmp_path, "r1", older(shelves), [{"search_query": "q", "type": "shelf", "title": "Latest"}], T0
+    )
+    key = {"parent_search_query": "q", "parent_type": "shelf", "parent_title": "Latest"}
     old = [
         {**key, "position": 0, "created_at": ISO},
         {**key, "position": 1, "created_at": "yesterday"},

@@ -141,7 +141,7 @@ def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
         )  # fmt: skip
         result = runner.invoke(app, ["run", str(write_spec(tmp_path, spec))])
         assert result.exit_code == 0, result.output
-    want = set(expected_keys([(PINS, params)], config)["pinboard_pins"])
+    want = {(key[-1],) for key in expected_keys([(PINS, params)], config)["pinboard_pins"]}  # (query, id)
     db = output / "harvest.duckdb"
     assert set(rows(db, "SELECT id FROM declared_pins")) == want and want
     assert rows(db, "SELECT DISTINCT _endpoint FROM declared_pins") == [(DECLARED_PINS,)]
@@ -156,7 +156,7 @@ def test_a_declared_table_lands_and_is_known_after_the_run_without_the_spec(
     exported = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "snap"), "--snapshot"])
     assert exported.exit_code == 0, exported.output
     manifest = json.loads((tmp_path / "snap" / "_manifest.json").read_text())
-    assert manifest["tables"]["declared_pins"]["primary_key"] == ["id"]
+    assert manifest["tables"]["declared_pins"]["primary_key"] == ["search_query", "id"]
     assert manifest["tables"]["declared_pins"]["rows"] == len(want)
     for fmt in ("delta", "iceberg"):  # the lakehouse formats, read back by their own readers, not harvest
         lake = tmp_path / fmt
@@ -211,7 +211,7 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a built-in table of another shape", ADS, _with(("records",), {"pinboard_pins": GOOD["records"]["ad_archive_ads"]}),
      'endpoints["/v1/ad-archive/company/ads"].records.pinboard_pins',
      "the built-in pinboard_pins is a table already, with another key or other columns",
-     "another table name, or the same key and columns: key id; columns id (text), url (text)"),
+     "another table name, or the same key and columns: key search_query, id; columns id (text), url (text)"),
     ("harvest's own table", ADS, _with(("records",), {"runs": GOOD["records"]["ad_archive_ads"]}),
      'endpoints["/v1/ad-archive/company/ads"].records.runs', "'runs' is one of harvest's own tables",
      "a name other than runs, requests, query_state, exports"),
@@ -254,6 +254,10 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a template of no parameter", ADS, _with(ADVERTISER, {"type": "text", "template": "{$params.handle}"}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.template',
      "'handle' is not a parameter", "$params.domain, $params.advertiser_id"),
+    ("a path of a parameter or a field", ADS, _with(ADVERTISER, {"type": "text", "path": "$params.advertiser_id|advertiserId"}),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.path',
+     "'$params.advertiser_id|advertiserId' reads both the request's parameters and the record",
+     "`$params.a|$params.b` (the parameter the request gave) or record paths `a|b`, not both"),
     # child tables
     ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',

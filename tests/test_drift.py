@@ -115,7 +115,7 @@ def test_records_without_their_key_end_the_query_as_drift(prefect_harness: None,
     )[0]
     assert status == "drift" and without > 0 and kept == seen - without
     assert scalar(db, "SELECT count(*) FROM pinboard_pins") == kept
-    assert "without their primary key (id)" in result.stderr and '"title"' in result.stderr
+    assert "without their primary key (search_query, id)" in result.stderr and '"title"' in result.stderr
 
 
 def test_new_fields_are_reported_once_per_run(prefect_harness: None, tmp_path: Path) -> None:

@@ -269,7 +269,10 @@ def test_empty_keys_are_records_without_key_and_progress_counts_what_was_kept(
     assert scalar(db, "SELECT count(*) FROM pinboard_pins") == kept
     assert scalar(db, "SELECT count(*) FROM pinboard_pins WHERE id = ''") == 0
     (message,) = changed_shape(result.stderr)
-    assert "without their primary key (id) or with an empty one" in message and '"id":""' in message
+    assert (
+        "without their primary key (search_query, id) or with an empty one" in message
+        and '"id":""' in message
+    )
     assert f"harvest: q: drift, 1 page, {kept} records" in result.stderr
     assert f"records: {kept};" in result.stdout.replace("\n", " ")
 

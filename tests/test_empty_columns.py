@@ -200,6 +200,6 @@ def _empty(kind: RecordKind, items: list[Any]) -> dict[str, list[str]]:
     from harvest.connectors.reading.extraction import TableReport, to_arrow
 
     report = TableReport()
-    to_arrow(kind, items, {}, report)
+    to_arrow(kind, items, {"query": "oak desk"}, report)  # a search's key holds what it asked
     json.dumps(report.as_dict())  # what is stored stays JSON
     return dict(report.empty_hints)

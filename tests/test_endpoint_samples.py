@@ -39,7 +39,7 @@ import pytest
 
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.endpoints import Endpoint
-from harvest.connectors.catalog.fields import PARAM_PREFIX, coercer
+from harvest.connectors.catalog.fields import coercer, first_given
 from harvest.connectors.catalog.job_catalog import builtin
 from harvest.connectors.catalog.record_paths import MISSING, compile_path
 from harvest.connectors.catalog.records import RecordKind, keys_of
@@ -307,8 +307,8 @@ def _check_values(
     for fld in columns or kind.columns:
         read = reader(fld.name, params)
         assert read is not None, fld.name
-        if fld.path.startswith(PARAM_PREFIX) and items:
-            asked = params.get(fld.path.removeprefix(PARAM_PREFIX))
+        if fld.request_params and items:
+            asked = first_given(params, fld.request_params)
             assert {row[fld.name] for row in landed} == {None if asked is None else str(asked)}, fld.name
         for n, (item, row) in enumerate(zip(items, landed, strict=True)):
             if read(item) is not None:

@@ -169,7 +169,7 @@ def assert_every_pin_once(output: Path, topics: list[str]) -> Path:
     assert key_set(db, "pinboard_pins") == set(
         expected_keys([(PINS, {"query": t}) for t in topics], CONFIG)["pinboard_pins"]
     )
-    assert rows(db, "SELECT count(*) = count(DISTINCT id) FROM pinboard_pins") == [(True,)]
+    assert rows(db, "SELECT count(*) = count(DISTINCT (search_query, id)) FROM pinboard_pins") == [(True,)]
     return db
 
 

@@ -94,7 +94,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
     parent's rows do; a value that does not convert is NULL."""
     parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
     fetched = datetime(2026, 11, 1, tzinfo=UTC)
-    shelf = {"type": ["shelf"], "title": ["Latest"], "_fetched_at": [fetched]}
+    shelf = {"search_query": ["cats"], "type": ["shelf"], "title": ["Latest"], "_fetched_at": [fetched]}
     pq.write_table(
         pa.table(
             {f.name: shelf.get(f.name, pa.nulls(1, f.type)) for f in parent.schema}, schema=parent.schema
@@ -104,6 +104,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
     fields = [pa.field(f.name, pa.string()) if f.name == "created_at" else f for f in child.schema]
     older = pa.schema([f for f in fields if f.name != "created_at_text"])
     data = {
+        "parent_search_query": ["cats"] * 2,
         "parent_type": ["shelf"] * 2,
         "parent_title": ["Latest"] * 2,
         "position": [0, 1],

@@ -70,8 +70,8 @@ def older_harvest_database(output: Path) -> Path:
     columns = [
         f"{n} {t}" for n, t in duckdb_types(con, all_kinds()["pinboard_pins"].schema) if n not in DROPPED
     ]
-    con.execute(f"CREATE TABLE pinboard_pins ({', '.join(columns)}, PRIMARY KEY (id))")
-    con.execute("INSERT INTO pinboard_pins (id, title) VALUES ('old-pin', 'kept')")
+    con.execute(f"CREATE TABLE pinboard_pins ({', '.join(columns)}, PRIMARY KEY (search_query, id))")
+    con.execute("INSERT INTO pinboard_pins (search_query, id, title) VALUES ('x', 'old-pin', 'kept')")
     con.execute("INSERT INTO runs (run_id, job, status) VALUES ('20250101T000000Z-old', 'pins', 'complete')")
     con.close()
     return db
@@ -81,19 +81,20 @@ def older_harvest_database(output: Path) -> Path:
 FOREIGN = {
     "a record table of another key": (
         ["CREATE TABLE pinboard_pins (id INT)"],  # its INTEGER ids would convert to text: no problem of type
-        ["pinboard_pins: primary key none, harvest's is (id)"],
+        ["pinboard_pins: primary key none, harvest's is (search_query, id)"],
     ),
     "harvest's record table of another key (another version)": (
         [
             "CREATE TABLE pinboard_pins (pin_id VARCHAR)",
             "COMMENT ON TABLE pinboard_pins IS 'primary key: pin_id'",
         ],
-        ["pinboard_pins: primary key (pin_id), harvest's is (id)"],
+        ["pinboard_pins: primary key (pin_id), harvest's is (search_query, id)"],
     ),
     "a record table with harvest's key and a column of another type": (
         [
-            "CREATE TABLE pinboard_pins (id VARCHAR PRIMARY KEY, _fetched_at BOOLEAN, image_width HUGEINT)",
-            "INSERT INTO pinboard_pins VALUES ('p1', true, 7)",
+            "CREATE TABLE pinboard_pins (search_query VARCHAR, id VARCHAR, _fetched_at BOOLEAN, image_width HUGEINT,"
+            " PRIMARY KEY (search_query, id))",
+            "INSERT INTO pinboard_pins VALUES ('q', 'p1', true, 7)",
         ],
         [
             "pinboard_pins._fetched_at: BOOLEAN, harvest writes TIMESTAMP WITH TIME ZONE (1 of its values do not"

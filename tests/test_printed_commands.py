@@ -138,7 +138,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert (
         len(paid) == 31 and paid_twice(paid) == 0
     )  # every page once (30 and `-end-`), across the stop and both runs
-    expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
+    expected = {(PARAMS["query"], p["id"]) for p in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
     db = output / "harvest.duckdb"
     assert key_set(db, "pinboard_pins") == expected  # rebuilt from the raw pages, every pin there
     assert rows(db, "SELECT count(*) FROM runs") == [(2,)]
@@ -169,7 +169,7 @@ def test_a_night_whose_pages_kept_failing_goes_on_with_the_continue_it_prints_pa
     assert go_on == f".venv/bin/harvest run night.yaml --base-url {sb.base_url} --continue", night.stderr
     assert continued.returncode == 0, continued.stdout + continued.stderr
     assert len(answered) == 7 and paid_twice(answered) == 0  # 6 pages and `-end-`, each answered once
-    expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, config)["pins"]}
+    expected = {(PARAMS["query"], p["id"]) for p in full_crawl(PINS, PARAMS, config)["pins"]}
     assert key_set(cwd / "out dir" / "harvest.duckdb", "pinboard_pins") == expected
 
 
@@ -203,7 +203,7 @@ def test_a_load_duckdb_refused_for_its_memory_limit_says_why_and_loads_as_printe
     assert loaded is not None and loaded.returncode == 0, loaded
     assert "loaded run" in loaded.stdout, loaded.stdout + loaded.stderr
     assert len(paid) == 4 and paid_twice(paid) == 0  # 3 pages and `-end-`, paid once
-    expected = {(p["id"],) for p in full_crawl(PINS, PARAMS, config)["pins"]}
+    expected = {(PARAMS["query"], p["id"]) for p in full_crawl(PINS, PARAMS, config)["pins"]}
     assert key_set(cwd / "out dir" / "harvest.duckdb", "pinboard_pins") == expected
 
 

@@ -210,7 +210,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
     exported = [p for p in dest.rglob("*.parquet") if "pinboard_pins" in p.parts]
     keys = (
         duckdb.connect()
-        .execute(f"SELECT DISTINCT id FROM read_parquet({[str(p) for p in exported]!r})")
+        .execute(f"SELECT DISTINCT search_query, id FROM read_parquet({[str(p) for p in exported]!r})")
         .fetchall()
     )
     assert {tuple(k) for k in keys} == expected_tables()["pinboard_pins"], (

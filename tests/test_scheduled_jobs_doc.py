@@ -92,7 +92,7 @@ def landed(root: Path) -> set[tuple[Any, ...]]:
 
 
 def expected() -> set[tuple[Any, ...]]:
-    return {(pin["id"],) for pin in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
+    return {(PARAMS["query"], pin["id"]) for pin in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
 
 
 def test_the_documented_crontab_line_runs_the_job_in_crons_environment(tmp_path: Path) -> None:

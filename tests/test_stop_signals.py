@@ -127,7 +127,7 @@ def test_sigterm_and_sighup_at_any_moment_stop_a_run_like_ctrl_c_and_the_same_co
     (done,) = all_manifests(OutputLayout(output))
     assert done.run_id == stopped.run_id and done.status == "complete" and done.resumes == 1
     assert paid_twice(entries) == 0, "a clean stop lets every page in flight land: nothing is paid twice"
-    expected = {(pin["id"],) for pin in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
+    expected = {(PARAMS["query"], pin["id"]) for pin in full_crawl(PINS, PARAMS, CONFIG)["pins"]}
     assert key_set(output / "harvest.duckdb", "pinboard_pins") == expected
 
 
