@@ -245,5 +245,5 @@ def test_a_service_answering_503_before_the_run_says_so_in_harvest_s_lines_only(
     code, out, err = finish(start_run(spec_for(tmp_path, url), tmp_path, prefect_api_url))
     assert code == 1, out + err
     assert "retry_scheduled" not in err and "stamina" not in err, err
-    assert "the service's balance could not be read before the run" in err, err
+    assert "warning: the service's balance could not be read before the run" in err, err
     assert "--continue` picks it up" in " ".join(err.split()), err

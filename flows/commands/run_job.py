@@ -238,10 +238,15 @@ def run_job(
     full: bool = False,
 ) -> tuple[RunSummary | NoRun, OutputLayout, RunAgain]:
     """The run's summary, where it landed, and how to run it again."""
-    from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults, quiet_prefect_echoes
+    from harvest.flows.orchestrator.prefect_settings import (
+        apply_prefect_defaults,
+        harvest_warnings_as_lines,
+        quiet_prefect_echoes,
+    )
 
     started = time.monotonic()
     apply_prefect_defaults()
+    harvest_warnings_as_lines()
     stamina_back = _quiet_stamina()
     try:
         begun = _begin(spec_path, base_url, output, mode, budget, full)

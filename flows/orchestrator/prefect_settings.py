@@ -88,6 +88,14 @@ class _HarvestWarnings(logging.Handler):
             self.handleError(record)
 
 
+def harvest_warnings_as_lines() -> None:
+    """Print harvest's own warnings as `warning: ...` lines from the CLI run's first check on (idempotent):
+    before any handler, the service check's "balance could not be read" came bare, by Python's last resort."""
+    harvest = logging.getLogger("harvest")
+    if not any(isinstance(h, _HarvestWarnings) for h in harvest.handlers):
+        harvest.addHandler(_HarvestWarnings())
+
+
 def quiet_prefect_echoes() -> None:
     """Filter Prefect's console handler, once Prefect configured its logging (on import), and print harvest's
     own warnings as harvest's lines: for the CLI's runs."""
@@ -98,9 +106,7 @@ def quiet_prefect_echoes() -> None:
             isinstance(f, _PrefectEchoes) for f in handler.filters
         ):
             handler.addFilter(_PrefectEchoes())
-    harvest = logging.getLogger("harvest")
-    if not any(isinstance(h, _HarvestWarnings) for h in harvest.handlers):
-        harvest.addHandler(_HarvestWarnings())
+    harvest_warnings_as_lines()
 
 
 class _RunLog(logging.Handler):
