@@ -124,7 +124,7 @@ def to_arrow(
             nulls = columns[at].is_null().to_pylist()
             key_nulls = [a or b for a, b in zip(key_nulls, nulls, strict=True)]
     if _count_keys(kind, where, report, items, key_nulls, single):  # the service's "not found": no row
-        columns, unknown = [c.filter(pa.array([False] * len(items))) for c in columns], None  # nor its fields
+        columns, unknown = [c.slice(0, 0) for c in columns], None  # nor its fields
         items = []
     if items and not any(key_nulls) and any(column.null_count == len(items) for column in columns):
         for name, hints in empty_columns(kind, items, columns, unknown or set(), report.misfits).items():

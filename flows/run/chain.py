@@ -84,12 +84,10 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest], caps: SpecCaps | 
     specs: dict[str, dict[str, Any]] = {}
     prices: dict[str, int] = {}
     paged: Counter[str] = Counter()  # pages each query paid over the chain: its `max_pages` is the chain's
-    spent: Counter[str] = (
-        Counter()
-    )  # and credits: its `max_credits` and its fan-out's `max_credits_total` too
-    first: dict[
-        str, dict[str, Any]
-    ] = {}  # as the chain first started each: its limits, not what a run had left
+    # and credits: its `max_credits` and its fan-out's `max_credits_total` too
+    spent: Counter[str] = Counter()
+    # each query as the chain first started it: its limits, not what a run had left
+    first: dict[str, dict[str, Any]] = {}
     for run in chain:
         journal = read_journal(layout.journal_file(run.run_id))
         specs.update(journal.started)
