@@ -238,15 +238,11 @@ def run_job(
     full: bool = False,
 ) -> tuple[RunSummary | NoRun, OutputLayout, RunAgain]:
     """The run's summary, where it landed, and how to run it again."""
-    from harvest.flows.orchestrator.prefect_settings import (
-        apply_prefect_defaults,
-        harvest_warnings_as_lines,
-        quiet_prefect_echoes,
-    )
+    from harvest.flows.orchestrator import prefect_settings
 
     started = time.monotonic()
-    apply_prefect_defaults()
-    harvest_warnings_as_lines()
+    prefect_settings.apply_prefect_defaults()
+    prefect_settings.harvest_warnings_as_lines()
     stamina_back = _quiet_stamina()
     try:
         begun = _begin(spec_path, base_url, output, mode, budget, full)
@@ -263,7 +259,7 @@ def run_job(
         from harvest.flows.collect import run_collect  # imports Prefect (a second or two)
         from harvest.tasks.output.run_summary import NoRun
 
-        quiet_prefect_echoes()  # harvest prints the outcome and each failed query's reason itself
+        prefect_settings.quiet_prefect_echoes()  # harvest prints the outcome and each failed query's reason itself
         _prefect_ready(begun.server)
         coro = run_collect(
             spec_path=str(spec_path),
