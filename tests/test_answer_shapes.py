@@ -19,6 +19,7 @@ import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on f
 from harvest.connectors.catalog.declarations import EndpointDecl, plain
 from harvest.connectors.catalog.endpoint_build import build_endpoint
 from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.catalog.record_paths import compile_path
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.http.client import ServiceClient
 from harvest.connectors.paging.pager import QuerySpec
@@ -410,11 +411,7 @@ def test_an_item_two_fanned_out_requests_return_belongs_to_each(
     asked, each keeps it (a follower list asked by handle or by id alike)."""
     name, at, item_id, table, asked, column = ASKED_TWICE[endpoint]
     answer = sample(name)
-    ids = set()
-    for item in answer[at]:
-        for part in item_id.split("."):
-            item = item[part]
-        ids.add(str(item))
+    ids = {str(compile_path(item_id)(item)) for item in answer[at]}
     with sample_service({endpoint: lambda params: answer}) as (url, _asked):
         query = {"id": "asked", "endpoint": endpoint, "for_each": {param: ["a1", "b2"]}, "max_pages": 1}
         spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", [query], name="asked", credits=20))
