@@ -8,6 +8,8 @@ nothing listens on, an https:// URL to the sandbox's plain-HTTP port, and the sa
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -18,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from harvest.connectors.http.balance import unreachable
+from harvest.connectors.errors import NotTheService
+from harvest.connectors.http.auth import ApiKey
+from harvest.connectors.http.balance import read_before_run, unreachable
+from harvest.connectors.http.retry import Timeouts
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.answering import OUT_OF_CREDITS
 from harvest.sandbox.wire.serving import RunningSandbox
@@ -247,3 +252,129 @@ def test_a_service_answering_503_before_the_run_says_so_in_harvest_s_lines_only(
     assert "retry_scheduled" not in err and "stamina" not in err, err
     assert "warning: the service's balance could not be read before the run" in err, err
     assert "--continue` picks it up" in " ".join(err.split()), err
+
+
+class _Silent:
+    """A server that takes every connection and answers nothing (a hung service behind a live socket); the first
+    `busy_first` connections get a 503 instead (a busy service that answers). Keeps what each connection sent."""
+
+    def __init__(self, port: int = 0, busy_first: int = 0) -> None:
+        self._socket = socket.create_server((LOOPBACK, port), reuse_port=False)
+        self._busy_first, self.received, self._held = busy_first, [], []
+        self.url = f"http://{LOOPBACK}:{self._socket.getsockname()[1]}"
+        threading.Thread(target=self._take, daemon=True).start()
+
+    received: list[bytes]
+    _held: list[socket.socket]
+
+    def _take(self) -> None:
+        while True:
+            try:
+                conn, _ = self._socket.accept()
+            except OSError:
+                return
+            self._held.append(conn)
+            self.received.append(conn.recv(65536))
+            if len(self._held) <= self._busy_first:
+                conn.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+                )
+                conn.close()
+
+    def asked(self) -> list[str]:
+        """The path of each request, and nothing else of it (its headers hold the key)."""
+        return [request.split(b" ")[1].decode() for request in self.received]
+
+    def close(self) -> None:
+        self._socket.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[Callable[..., _Silent]]:
+    made: list[_Silent] = []
+
+    def make(port: int = 0, busy_first: int = 0) -> _Silent:
+        made.append(_Silent(port, busy_first))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+QUICK_CHECK = Timeouts(connect=1.0, read=0.5, write=1.0, pool=1.0, total=2.0)
+"""The check's timeouts shortened for the in-process cases: what they decide is the same."""
+
+
+def test_a_service_that_takes_the_connection_and_answers_nothing_is_not_busy(
+    silent: Callable[..., _Silent],
+) -> None:
+    """Every try of the free balance timed out: nothing there answers, so the check ends it as it does nothing
+    listening (a run would have waited 60 s x 5 attempts on its balance and on each page: tens of minutes)."""
+    server = silent()
+    with pytest.raises(NotTheService) as refused_check:
+        asyncio.run(read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK))
+    assert refused_check.value.unreachable
+    assert "it took the connection and answered nothing in time, 3 tries in a row" in str(refused_check.value)
+    assert server.asked() == [BALANCE] * 3, "the free balance three times, nothing else"
+
+
+def test_an_address_where_no_connection_can_be_made_in_time_is_ended_as_nothing_listening() -> None:
+    """A black hole (a firewall dropping the packets, a host that is gone): connecting times out each try. Made
+    on 127.0.0.1 by a listening socket whose queue is full and nobody accepts: Linux drops the next SYNs."""
+    with socket.socket() as full:
+        full.bind((LOOPBACK, 0))
+        full.listen(0)
+        url, waiting = f"http://{LOOPBACK}:{full.getsockname()[1]}", []
+        for _ in range(3):
+            waiting.append(socket.socket())
+            waiting[-1].setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                waiting[-1].connect(full.getsockname())
+        try:
+            with pytest.raises(NotTheService) as refused_check:
+                asyncio.run(read_before_run(url, ApiKey(SECRET_KEY), QUICK_CHECK))
+        finally:
+            for conn in waiting:
+                conn.close()
+    assert refused_check.value.unreachable
+    assert "no connection could be made in time, 3 tries in a row" in str(refused_check.value)
+
+
+def test_a_service_that_answers_503_once_then_nothing_is_busy_and_the_run_goes_on(
+    silent: Callable[..., _Silent],
+) -> None:
+    """One answer among the timeouts (a 503: the service is there, and busy) keeps the decision that a busy
+    service is no reason to refuse: the check gives up quietly and the run's own retries take over."""
+    server = silent(busy_first=1)
+    assert asyncio.run(read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK)) is None
+    assert server.asked() == [BALANCE] * 3
+
+
+def test_a_service_silent_where_it_answered_this_job_before_is_try_again_later(
+    sandbox_factory: Callable[..., RunningSandbox],
+    silent: Callable[..., _Silent],
+    tmp_path: Path,
+    prefect_api_url: str,
+) -> None:
+    """The night the service hangs (its socket takes connections, nothing answers): `harvest run` ends in about
+    half a minute with exit 75 naming the run it answered, as a service that is down does; no data request sent."""
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
+    spec = spec_for(tmp_path, sb.base_url)
+    first, _, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert first == 0, err
+    (run_id,) = [p.name for p in (tmp_path / "out" / "raw").iterdir() if p.is_dir()]
+    port = int(sb.base_url.rsplit(":", 1)[1])
+    sb.stop()
+    server = silent(port)
+    code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    said = messages(err)
+    assert code == 75, out + "\n".join(said)
+    assert (
+        len(said) == 1
+        and f"answered nothing in time, 3 tries in a row, where it answered run {run_id}" in said[0]
+    )
+    assert "the same command runs the job once it answers" in said[0] and SECRET_KEY not in out + err
+    assert server.asked() == [BALANCE] * 3

@@ -55,7 +55,9 @@ CHECK_TIMEOUTS = Timeouts(connect=5.0, read=10.0, write=5.0, pool=5.0, total=15.
 """The connection check's: a service that answers at all answers its balance in milliseconds."""
 CHECK_RETRY = RetryPolicy(attempts=3, initial=0.25, max_wait=2.0, jitter=0.1)
 """A 429/5xx or a dropped connection at the check is tried again briefly; still failing, the run goes on and
-its own requests follow the full retry rules (the edge's transient 503 must not fail a nightly run)."""
+its own requests follow the full retry rules (the edge's transient 503 must not fail a nightly run). Every try
+timed out (nothing answered at all) ends the check as nothing listening does: a run would wait minutes a request
+on a service that says nothing (`docs/decisions.md`, "A service that answers nothing")."""
 
 
 async def read_balance(
@@ -67,17 +69,28 @@ async def read_balance(
     Raises `Unauthorized`/`OutOfCredits` when the service refuses the key, `NotTheService` when something else
     answers (or nothing can: with `connect_is_final`, a refused connection, a name that does not resolve or a
     failed TLS handshake end it at once), `ServiceUnavailable` when the retries ran out."""
-    attempts = 0
+    attempts = unanswered = 0
 
     async def once() -> int:
-        nonlocal attempts
+        nonlocal attempts, unanswered
         attempts += 1
-        return await _read_once(wire, key, connect_is_final)
+        try:
+            return await _read_once(wire, key, connect_is_final)
+        except _NoAnswer:
+            unanswered += 1
+            raise
 
     try:
         return await aretried(policy.backoff, partial(backoff, policy), once)
     except Retryable as exc:
+        if connect_is_final and unanswered == attempts:  # not busy: silent, or nothing there
+            raise NotTheService(wire.url + PATH, f"{exc.cause}, {attempts} tries in a row", True) from None
         raise ServiceUnavailable(attempts=attempts, last_cause=exc.cause, endpoint=PATH) from None
+
+
+class _NoAnswer(Retryable):
+    """The attempt timed out: the connection was not made, or made and nothing came back in time. A busy service
+    answers (429, 503); one that answers nothing to a free request that takes milliseconds is not answering."""
 
 
 async def _read_once(wire: Wire, key: ApiKey, connect_is_final: bool) -> int:
@@ -92,6 +105,10 @@ async def _read_once(wire: Wire, key: ApiKey, connect_is_final: bool) -> int:
         reason = unreachable(exc) if retry is not None and not retry.sent and connect_is_final else None
         if retry is None or reason is not None:  # unsendable, or nothing there to answer
             raise NotTheService(where, key.scrub(reason or key.describe(exc)), reason is not None) from None
+        if isinstance(exc, httpx.ConnectTimeout):
+            raise _NoAnswer("no connection could be made in time", sent=False) from None
+        if isinstance(exc, httpx.TimeoutException):
+            raise _NoAnswer("it took the connection and answered nothing in time", sent=retry.sent) from None
         raise retry from None
     raw = key.scrub_answer(response.content, response.status_code)
     body, status = parse_body(raw), response.status_code
