@@ -272,6 +272,7 @@ REFUSED = {
     "invalid spec": "budget.credits: ",
     "output under a file": "which is a file, not a directory",
     "output through a broken link": "is a symbolic link that leads nowhere",
+    "output with a question mark": "has a '?' in it, where DuckDB cannot keep its database",
     "database of another program": "has tables harvest cannot load into (runs: primary key none",
     "key in the service URL": "--base-url: the URL carries a credential before the host",
     "no API key": "HARVEST_API_KEY",
@@ -291,6 +292,8 @@ def refused_input(tmp_path: Path, spec: Path, what: str) -> tuple[list[str], dic
         args[-1] = str(tmp_path / "afile" / "out")
     elif what == "output through a broken link":
         (tmp_path / "out").symlink_to(tmp_path / "gone")
+    elif what == "output with a question mark":  # DuckDB logged to `a.wal?b/...`: its first commit failed, paid
+        args[-1] = str(tmp_path / "a?b" / "out")
     elif what == "database of another program":
         (tmp_path / "out").mkdir()
         duckdb.connect(str(tmp_path / "out" / "harvest.duckdb")).execute("CREATE TABLE runs (id INT)").close()

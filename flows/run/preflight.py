@@ -53,6 +53,7 @@ def check_output_dir(
     when its filesystem has less than `min_free_mb` free. `kinds`: the job's record tables (its catalog's:
     built-in and declared); the tables the output's earlier runs declared are checked too."""
     path = Path(path).expanduser()
+    _check_no_question_mark(path)
     _check_creatable(path)
     _check_writable(path)
     _check_makes_directories(path)
@@ -140,6 +141,17 @@ def _nearest_existing(path: Path) -> Path:
         if candidate.exists():
             return candidate
     return Path("/")
+
+
+def _check_no_question_mark(path: Path) -> None:
+    """DuckDB reads what follows a `?` in a database's path as options and names its write-ahead log before it
+    (`/data/a?b/harvest.duckdb` logs to `/data/a.wal?b/...`): the first commit failed after every page was paid."""
+    where = path.absolute()
+    if "?" in str(where):
+        raise UsageError(
+            f"output: {where} has a '?' in it, where DuckDB cannot keep its database (it reads what follows '?' "
+            "as options); allowed: a directory whose path has no '?' (--output or `output:` in the spec)"
+        )
 
 
 def _check_creatable(path: Path) -> None:
