@@ -86,7 +86,6 @@ from harvest.tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
 from harvest.tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
 from harvest.tasks.run_context import service_client  # noqa: E402
 
-prefect_outage.install()
 harvest_warnings_to_run_logs()
 
 log = logging.getLogger(__name__)
@@ -306,7 +305,7 @@ async def _collect_job(
     the_plan = plan(spec)
     stop = StopOnSignal()
     mark = prefect_outage.WATCH.mark()  # Prefect's failures from here on are this run's
-    with stop.installed():
+    with stop.installed(), prefect_outage.condensing():
         async with open_service(spec, run.base_url) as service:
             flow_run_id, attempt, _ = flow_run_facts()
             if start is None or attempt > 1:

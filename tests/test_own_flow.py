@@ -5,6 +5,7 @@ not, a real flow run against the sandbox over HTTP each time."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,59 @@ def test_a_team_s_flow_gets_the_summary_or_harvest_s_run_failed_not_prefect_s_ty
     assert isinstance(failed, RunFailed), failed
     assert (failed.summary.status, failed.summary.credits_spent) == ("budget_exhausted", 1), failed.summary
     assert "never started" in str(failed), str(failed)
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_a_team_s_own_prefect_lines_are_prefect_s_outside_harvest_s_run(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """`harvest run` folds Prefect's lines about its API being away into one line of its own; a team's process
+    that imports harvest keeps them as Prefect says them once harvest's run has ended: the events client's
+    "Unable to connect" of the team's own flow was dropped, and harvest's WATCH took it for a run of its own."""
+    from prefect import flow
+
+    from harvest import collect_job
+    from harvest.flows.orchestrator.prefect_outage import WATCH
+
+    events = logging.getLogger("prefect.events.clients")  # Prefect's own, as its EventsClient logs the line
+    kept = _Kept()
+    events.addHandler(kept)
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (1, 1)}, page_size=3)
+    try:
+        with running(config) as sb:
+            spec = write_spec(
+                tmp_path,
+                job_spec(
+                    sb.base_url,
+                    tmp_path / "out",
+                    [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
+                ),
+            )
+
+            @flow
+            async def nightly() -> Any:
+                summary = await collect_job(spec_path=str(spec))
+                noticed = WATCH.mark()
+                events.warning(
+                    "Unable to connect to %r. Please check your network settings to ensure websocket connections "
+                    "to the API are allowed. Otherwise event data (including task run data) may be lost. Reason: "
+                    "%s. Set PREFECT_DEBUG_MODE=1 to see the full error.",
+                    "ws://127.0.0.1:9/api/events/in",
+                    "[Errno 111] Connection refused",
+                )
+                return summary, WATCH.since(noticed)
+
+            summary, noticed = asyncio.run(nightly())
+    finally:
+        events.removeHandler(kept)
+    assert summary.status == "complete", summary
+    assert [m for m in kept.messages if m.startswith("Unable to connect to 'ws://127.0.0.1:9")], kept.messages
+    assert noticed == [], "harvest's run had ended: the line is the team's flow's, not harvest's"

@@ -356,10 +356,12 @@ def _demo(output: Path | None) -> None:
 
 
 def serve(paths: list[Path], base_url: str | None) -> None:
+    from harvest.flows.orchestrator import prefect_outage
     from harvest.flows.orchestrator.deployments import serve as serve_jobs
     from harvest.flows.orchestrator.prefect_settings import apply_prefect_defaults
 
     apply_prefect_defaults()
+    prefect_outage.install(whole_process=True)  # every Prefect line of this process is a served job's
     how = ""
     try:
         serve_jobs(paths, base_url)  # until stopped: Ctrl-C, SIGTERM or SIGHUP (`flows.stop_signals`)

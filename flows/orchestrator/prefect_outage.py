@@ -16,7 +16,7 @@ What Prefect 3.8.8 does by itself when its API goes away (read in its source, me
 - At exit both workers drain their queues without a time limit.
 
 harvest therefore: folds each kind of Prefect client error into one line, said once (`Watch`, the filters of
-`install`; `logging.raiseExceptions` off in `harvest run`, the switch Prefect's log sender honours), and
+`install`, in `harvest run`'s and `harvest serve`'s processes and while a run is under way in any other; `logging.raiseExceptions` off in `harvest run`, the switch Prefect's log sender honours), and
 counts what Prefect missed so that the run can tell it later (`flows.orchestrator.prefect_record`); asks the
 API itself only through `bounded_client` (a short timeout, one retry); and, once it knows the API is away at
 the end, leaves without waiting for Prefect's queues (`flows.commands.run_job`).
@@ -31,8 +31,8 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Any
 
 CALL_TIMEOUT_SECONDS = 10.0
@@ -120,11 +120,46 @@ _CONSEQUENCE = {
 WATCH = Watch()
 
 
+class _Scope:
+    """Where Prefect's lines are harvest's to condense: a whole `harvest run` process (`install(cli=True)`), else
+    only while a harvest run is under way (`condensing`): a project's own flows in the same process (harvest
+    imported as a library, `collect_job` in a flow of theirs) keep Prefect's lines as Prefect prints them."""
+
+    def __init__(self) -> None:
+        self.everywhere = False
+        self.runs = 0
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return self.everywhere or self.runs > 0
+
+    @contextmanager
+    def run(self) -> Iterator[None]:
+        with self._lock:
+            self.runs += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.runs -= 1
+
+
+SCOPE = _Scope()
+
+
+def condensing() -> AbstractContextManager[None]:
+    """While a harvest run is under way in this process: Prefect's lines about its API are folded into `WATCH`."""
+    install()
+    return SCOPE.run()
+
+
 class _Condense(logging.Filter):
     """Prefect's own lines about its API being away, each turned into a notice of `WATCH` (one line, said once)
-    instead of a warning, a ~2 KB event dump or a traceback every few seconds."""
+    instead of a warning, a ~2 KB event dump or a traceback every few seconds; within `SCOPE` only."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not SCOPE:
+            return True
         message = str(record.msg)
         if record.name == "prefect.events.clients" and message.startswith("Unable to connect"):
             reason = str(record.args[1]) if isinstance(record.args, tuple) and len(record.args) > 1 else ""
@@ -148,9 +183,10 @@ class _Condense(logging.Filter):
 _CONDENSED = ("prefect.events.clients", "prefect._internal.concurrency", "EventsWorker", "APILogWorker")
 
 
-def install(cli: bool = False) -> None:
-    """Fold Prefect's API errors into `WATCH` (idempotent). `cli`: also silence the log sender's raw writes to
-    stderr (`harvest run`'s own process only: it says the outage itself, once)."""
+def install(cli: bool = False, whole_process: bool = False) -> None:
+    """Fold Prefect's API errors into `WATCH` (idempotent): while a run is under way (`condensing`), or from now on
+    with `whole_process` (a process of harvest's own: `harvest serve`). `cli`: the whole process, and also silence
+    the log sender's raw writes to stderr (`harvest run`'s own process only: it says the outage itself, once)."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     for name in _CONDENSED:
@@ -162,6 +198,7 @@ def install(cli: bool = False) -> None:
             isinstance(f, _Condense) for f in handler.filters
         ):
             handler.addFilter(_Condense())
+    SCOPE.everywhere = SCOPE.everywhere or whole_process or cli
     if cli:
         logging.raiseExceptions = False
 
