@@ -292,7 +292,7 @@ def refused_input(tmp_path: Path, spec: Path, what: str) -> tuple[list[str], dic
         args[-1] = str(tmp_path / "afile" / "out")
     elif what == "output through a broken link":
         (tmp_path / "out").symlink_to(tmp_path / "gone")
-    elif what == "output with a question mark":  # DuckDB logged to `a.wal?b/...`: its first commit failed, paid
+    elif what == "output with a question mark":  # DuckDB logged to `a.wal?b/...`: the load failed, paid
         args[-1] = str(tmp_path / "a?b" / "out")
     elif what == "database of another program":
         (tmp_path / "out").mkdir()
