@@ -14,7 +14,8 @@ case then holds when, for every record kind the declaration reads:
   while the records carry its value under another name (harvest's own check, `columns_empty`), and the
   declaration knows every field the sample sends (read, or left in `raw` on purpose: no "new fields");
 - every list of objects in a record is a child table or inside a `json` column (whose description says so);
-- a column read from the request (`$params.NAME`) holds the value asked with.
+- a column read from the request (`$params.NAME`) holds the value asked with;
+- `raw` holds the record, without the envelope the service wraps every answer in (`credits_remaining`, ...).
 
 Declarations that need a key harvest does not take yet wait in `connectors/catalog/pending/`: their cases are
 listed in `NEEDS` with the key, and skipped.
@@ -42,7 +43,7 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.fields import coercer, first_given
 from harvest.connectors.catalog.job_catalog import builtin
 from harvest.connectors.catalog.record_paths import MISSING, compile_path
-from harvest.connectors.catalog.records import RecordKind, keys_of
+from harvest.connectors.catalog.records import ENVELOPE_KEYS, RecordKind, keys_of
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.http.auth import ApiKey
 from harvest.connectors.paging.pager import OK_STATUSES, QuerySpec
@@ -345,6 +346,12 @@ def _check_kind(case: Case, kind: RecordKind, body: Any, one: Landed) -> tuple[s
     typed = _typed(kind, keys)
     assert sorted(by_key) == sorted(_key_text(key) for key in typed), f"{case.id}: {kind.table}: keys"
     _check_values(case, kind, kind.reader, items, [by_key[_key_text(key)] for key in typed], one.params)
+    enveloped = [  # the answer's own billing fields in a record that is the answer itself
+        sorted(ENVELOPE_KEYS & record.keys())
+        for row in _table_rows(one.db, kind.table, ["raw"], case.query_id)
+        if isinstance(record := orjson.loads(row["raw"]), dict)
+    ]
+    assert not any(enveloped), f"{case.id}: {kind.table}: `raw` holds the envelope: {enveloped}"
     siblings = tuple(  # the places of the endpoint's other kinds inside this kind's records
         where.removeprefix(at + ".") if at else where
         for at in kind.locations

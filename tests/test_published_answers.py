@@ -30,7 +30,7 @@ from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.job_catalog import builtin, builtin_declarations
 from harvest.connectors.catalog.record_paths import MISSING, compile_path
-from harvest.connectors.catalog.records import RecordKind, keys_of
+from harvest.connectors.catalog.records import ENVELOPE_KEYS, RecordKind, keys_of
 from harvest.connectors.paging.pager import OK_STATUSES
 from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
@@ -384,8 +384,10 @@ def _check_kind(example: Example, kind: RecordKind, db: Path) -> list[tuple[str,
     assert (example.file, kind.table, ANY) not in NOT_IN_THE_EXAMPLE, (
         f"{example.file}: {kind.table} has records"
     )
+    whole_answer = kind.locate(example.body).where == ""  # its `raw` leaves out the answer's billing fields
     for item, key in zip(items, keys, strict=True):
-        assert orjson.loads(landed[key]["raw"]) == item, f"{example.file}: {kind.table} {key} raw"
+        record = {k: v for k, v in item.items() if k not in ENVELOPE_KEYS} if whole_answer else item
+        assert orjson.loads(landed[key]["raw"]) == record, f"{example.file}: {kind.table} {key} raw"
     for fld in kind.columns:
         read = kind.reader(fld.name, example.params)
         assert read is not None

@@ -26,7 +26,8 @@ def _meta(name: str, type_: pa.DataType, description: str, source: str) -> pa.Fi
 
 META_COLUMNS: tuple[pa.Field, ...] = (
     _meta("raw", pa.string(), "The record as the service sent it (JSON text): every field, read into a column "
-          "or not; DuckDB's json functions read it.", "the record, whole"),
+          "or not (a record that is the whole answer without the billing fields every answer carries, "
+          "`credits_remaining` and the like); DuckDB's json functions read it.", "the record, whole"),
     _meta("_endpoint", pa.string(), "The endpoint whose answer held the record (its documented path).",
           "the request"),
     _meta("_query_id", pa.string(), "The job spec's query that fetched it, with its fan-out value "

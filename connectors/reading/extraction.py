@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
 from harvest.connectors.catalog.paging_styles import Paging
-from harvest.connectors.catalog.records import Located, RecordKind
+from harvest.connectors.catalog.records import ENVELOPE_KEYS, Located, RecordKind
 from harvest.connectors.plurals import counted
 from harvest.connectors.reading.child_rows import child_table
 from harvest.connectors.reading.column_readers import columns_reader
@@ -136,7 +136,16 @@ def to_arrow(
         )
     if not raw:
         return pa.Table.from_arrays(columns, names=names)
-    return pa.Table.from_arrays([*columns, raw_column(items)], names=[*names, "raw"])
+    records = items if where else [_without_envelope(item) for item in items]
+    return pa.Table.from_arrays([*columns, raw_column(records)], names=[*names, "raw"])
+
+
+def _without_envelope(item: Any) -> Any:
+    """A record that is the answer itself, without what the service adds to every answer it bills: the balance
+    after it (`credits_remaining`) would make each fetch's `raw` differ and put the account's figures in the data."""
+    if not isinstance(item, dict) or ENVELOPE_KEYS.isdisjoint(item):
+        return item
+    return {key: value for key, value in item.items() if key not in ENVELOPE_KEYS}
 
 
 def _read_holders(
