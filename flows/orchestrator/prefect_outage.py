@@ -16,8 +16,9 @@ What Prefect 3.8.8 does by itself when its API goes away (read in its source, me
 - At exit both workers drain their queues without a time limit.
 
 harvest therefore: folds each kind of Prefect client error into one line, said once (`Watch`, the filters of
-`install`, in `harvest run`'s and `harvest serve`'s processes and while a run is under way in any other; `logging.raiseExceptions` off in `harvest run`, the switch Prefect's log sender honours), and
-counts what Prefect missed so that the run can tell it later (`flows.orchestrator.prefect_record`); asks the
+`install`, in `harvest run`'s and `harvest serve`'s processes and while a run is under way in any other;
+`logging.raiseExceptions` off in `harvest run`, the switch Prefect's log sender honours), and counts what Prefect
+missed so that the run can tell it later (`flows.orchestrator.prefect_record`); asks the
 API itself only through `bounded_client` (a short timeout, one retry); and, once it knows the API is away at
 the end, leaves without waiting for Prefect's queues (`flows.commands.run_job`).
 """
