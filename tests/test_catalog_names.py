@@ -33,7 +33,7 @@ RULES = [
     (r"^Length of .*, in seconds", "duration_seconds"),
     (r"^Length of .* (as hh:mm:ss|as the platform shows it)|^How long the .* lasts", "duration_text"),
     (r"language code", "language"),
-    (r"shortcode", "shortcode"),
+    (r"^The \w+'s shortcode", "shortcode"),  # holds one: a join hint in an id's description does not
     (r"for screen readers|alt text", "alt_text"),
     (r"^URL of .*thumbnail", r".*thumbnail_url"),
     (r"^URL of .*(avatar|profile picture|profile image|'s picture)", r".*avatar_url"),

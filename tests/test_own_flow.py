@@ -9,6 +9,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import PINS
@@ -64,7 +66,7 @@ class _Kept(logging.Handler):
 
 
 def test_a_team_s_own_prefect_lines_are_prefect_s_outside_harvest_s_run(
-    prefect_harness: None, tmp_path: Path, api_key: str
+    prefect_harness: None, tmp_path: Path, api_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`harvest run` folds Prefect's lines about its API being away into one line of its own; a team's process
     that imports harvest keeps them as Prefect says them once harvest's run has ended: the events client's
@@ -72,7 +74,11 @@ def test_a_team_s_own_prefect_lines_are_prefect_s_outside_harvest_s_run(
     from prefect import flow
 
     from harvest import collect_job
+    from harvest.flows.orchestrator import prefect_outage
     from harvest.flows.orchestrator.prefect_outage import WATCH
+
+    # A team's process never ran harvest's command line; this worker's earlier tests may have, in-process.
+    monkeypatch.setattr(prefect_outage.SCOPE, "everywhere", False)
 
     events = logging.getLogger("prefect.events.clients")  # Prefect's own, as its EventsClient logs the line
     kept = _Kept()

@@ -43,6 +43,15 @@ ENVELOPE_KEYS = frozenset({"success", "credits_remaining", "credits_charged", "c
 """What the service adds to every answer it bills (a cached one says `cached: true` and since when)."""
 
 
+def without_envelope(record: Any) -> Any:
+    """A record that is the whole answer, without what the service adds to every answer it bills: kept in `raw`,
+    the balance after the fetch (`credits_remaining`) made each fetch's `raw` differ and put the account's
+    figures into the data."""
+    if not isinstance(record, dict) or ENVELOPE_KEYS.isdisjoint(record):
+        return record
+    return {key: value for key, value in record.items() if key not in ENVELOPE_KEYS}
+
+
 @dataclass(frozen=True, slots=True)
 class KnownFields:
     """The fields a kind reads, as a tree: `keys` at this level and the objects only partly read below it;

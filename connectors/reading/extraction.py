@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
 from harvest.connectors.catalog.paging_styles import Paging
-from harvest.connectors.catalog.records import ENVELOPE_KEYS, Located, RecordKind
+from harvest.connectors.catalog.records import Located, RecordKind, without_envelope
 from harvest.connectors.plurals import counted
 from harvest.connectors.reading.child_rows import child_table
 from harvest.connectors.reading.column_readers import columns_reader
@@ -131,21 +131,12 @@ def to_arrow(
             report.empty[name] = report.empty.get(name, 0) + len(items)
             report.empty_hints.setdefault(name, hints)
     if unknown:
-        report.new_fields |= set(
-            sorted(unknown - report.new_fields)[: NEW_FIELDS_CAP - len(report.new_fields)]
-        )
+        room = NEW_FIELDS_CAP - len(report.new_fields)
+        report.new_fields |= set(sorted(unknown - report.new_fields)[:room])
     if not raw:
         return pa.Table.from_arrays(columns, names=names)
-    records = items if where else [_without_envelope(item) for item in items]
+    records = items if where else [without_envelope(item) for item in items]  # the answer itself
     return pa.Table.from_arrays([*columns, raw_column(records)], names=[*names, "raw"])
-
-
-def _without_envelope(item: Any) -> Any:
-    """A record that is the answer itself, without what the service adds to every answer it bills: the balance
-    after it (`credits_remaining`) would make each fetch's `raw` differ and put the account's figures in the data."""
-    if not isinstance(item, dict) or ENVELOPE_KEYS.isdisjoint(item):
-        return item
-    return {key: value for key, value in item.items() if key not in ENVELOPE_KEYS}
 
 
 def _read_holders(
