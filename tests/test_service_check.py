@@ -210,15 +210,18 @@ def test_nothing_listening_where_the_service_answered_this_job_before_is_try_aga
     assert_away_for_now(spec, tmp_path, prefect_api_url, run_id)
 
 
-def assert_away_for_now(spec: Path, tmp_path: Path, prefect_api_url: str, run_id: str) -> None:
-    """The same command again, nothing listening: exit 75 in one line naming the run it answered; nothing sent."""
+def assert_away_for_now(
+    spec: Path,
+    tmp_path: Path,
+    prefect_api_url: str,
+    run_id: str,
+    why: str = "nothing is listening there (connection refused)",
+) -> None:
+    """The same command again, nothing answering (`why`): exit 75 in one line naming the run it answered."""
     code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
     said = messages(err)
     assert code == 75, out + "\n".join(said)
-    assert (
-        len(said) == 1
-        and f"nothing is listening there (connection refused), where it answered run {run_id}" in said[0]
-    )
+    assert len(said) == 1 and f"{why}, where it answered run {run_id}" in said[0], said
     assert "the same command runs the job once it answers" in said[0] and SECRET_KEY not in out + err
 
 
@@ -369,12 +372,6 @@ def test_a_service_silent_where_it_answered_this_job_before_is_try_again_later(
     port = int(sb.base_url.rsplit(":", 1)[1])
     sb.stop()
     server = silent(port)
-    code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
-    said = messages(err)
-    assert code == 75, out + "\n".join(said)
-    assert (
-        len(said) == 1
-        and f"answered nothing in time, 3 tries in a row, where it answered run {run_id}" in said[0]
-    )
-    assert "the same command runs the job once it answers" in said[0] and SECRET_KEY not in out + err
-    assert server.asked() == [BALANCE] * 3
+    why = "it took the connection and answered nothing in time, 3 tries in a row"
+    assert_away_for_now(spec, tmp_path, prefect_api_url, run_id, why)
+    assert server.asked() == [BALANCE] * 3, "the free balance three times, nothing else"
