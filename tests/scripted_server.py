@@ -147,7 +147,10 @@ def text_reply(status: int, text: str, **headers: str) -> Reply:
 
 
 class ScriptedServer:
-    def __init__(self, *steps: Step, accepting: Literal["yes", "refuse", "unresponsive"] = "yes") -> None:
+    def __init__(
+        self, *steps: Step, accepting: Literal["yes", "refuse", "unresponsive"] = "yes", port: int = 0
+    ) -> None:
+        """`port`: where to listen (0: a free port); a given one takes over an address a test server left."""
         self.steps: list[Step] = list(steps)
         self.requests: list[Received] = []
         self.unexpected: list[Received] = []
@@ -168,7 +171,7 @@ class ScriptedServer:
         self._filler: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._sock: socket.socket | None = None
-        self.port = 0
+        self.port = port
 
     @property
     def url(self) -> str:
@@ -182,7 +185,9 @@ class ScriptedServer:
     async def start(self) -> Self:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)  # accepted sockets inherit it
-        sock.bind((HOST, 0))
+        if self.port:  # the closed server's connections may linger in TIME_WAIT on it
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, self.port))
         sock.setblocking(False)
         self._sock, self.port = sock, sock.getsockname()[1]
         self._server = await asyncio.start_server(

@@ -9,7 +9,6 @@ nothing listens on, an https:// URL to the sandbox's plain-HTTP port, and the sa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
 import socket
@@ -32,6 +31,7 @@ from tests.flow_helpers import SECRET_KEY, job_spec, write_spec
 from tests.net_helpers import LOOPBACK, free_port
 from tests.process_helpers import finish, imported_packages, messages, signal_group, start_run
 from tests.sandbox_gate import gated
+from tests.scripted_server import Hang, ScriptedServer, text_reply
 
 
 class _Fixed(BaseHTTPRequestHandler):
@@ -257,121 +257,56 @@ def test_a_service_answering_503_before_the_run_says_so_in_harvest_s_lines_only(
     assert "--continue` picks it up" in " ".join(err.split()), err
 
 
-class _Silent:
-    """A server that takes every connection and answers nothing (a hung service behind a live socket); the first
-    `busy_first` connections get a 503 instead (a busy service that answers). Keeps what each connection sent."""
-
-    def __init__(self, port: int = 0, busy_first: int = 0) -> None:
-        self._socket = socket.create_server((LOOPBACK, port), reuse_port=False)
-        self._busy_first, self.received, self._held = busy_first, [], []
-        self.url = f"http://{LOOPBACK}:{self._socket.getsockname()[1]}"
-        threading.Thread(target=self._take, daemon=True).start()
-
-    received: list[bytes]
-    _held: list[socket.socket]
-
-    def _take(self) -> None:
-        while True:
-            try:
-                conn, _ = self._socket.accept()
-            except OSError:
-                return
-            self._held.append(conn)
-            self.received.append(conn.recv(65536))
-            if len(self._held) <= self._busy_first:
-                conn.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-                )
-                conn.close()
-
-    def asked(self) -> list[str]:
-        """The path of each request, and nothing else of it (its headers hold the key)."""
-        return [request.split(b" ")[1].decode() for request in self.received]
-
-    def close(self) -> None:
-        self._socket.close()
-        for conn in self._held:
-            conn.close()
-
-
-@pytest.fixture
-def silent() -> Iterator[Callable[..., _Silent]]:
-    made: list[_Silent] = []
-
-    def make(port: int = 0, busy_first: int = 0) -> _Silent:
-        made.append(_Silent(port, busy_first))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 QUICK_CHECK = Timeouts(connect=1.0, read=0.5, write=1.0, pool=1.0, total=2.0)
 """The check's timeouts shortened for the in-process cases: what they decide is the same."""
 
 
-def test_a_service_that_takes_the_connection_and_answers_nothing_is_not_busy(
-    silent: Callable[..., _Silent],
-) -> None:
+def asked(server: ScriptedServer) -> list[str]:
+    """The path of each request the server read, and nothing else of it (its headers hold the key)."""
+    return [request.target for request in server.requests]
+
+
+async def test_a_service_that_takes_the_connection_and_answers_nothing_is_not_busy() -> None:
     """Every try of the free balance timed out: nothing there answers, so the check ends it as it does nothing
     listening (a run would have waited 60 s x 5 attempts on its balance and on each page: tens of minutes)."""
-    server = silent()
-    with pytest.raises(NotTheService) as refused_check:
-        asyncio.run(read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK))
+    async with ScriptedServer(Hang(), Hang(), Hang()) as server:
+        with pytest.raises(NotTheService) as refused_check:
+            await read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK)
     assert refused_check.value.unreachable
     assert "it took the connection and answered nothing in time, 3 tries in a row" in str(refused_check.value)
-    assert server.asked() == [BALANCE] * 3, "the free balance three times, nothing else"
+    assert asked(server) == [BALANCE] * 3, "the free balance three times, nothing else"
 
 
-def test_an_address_where_no_connection_can_be_made_in_time_is_ended_as_nothing_listening() -> None:
+async def test_an_address_where_no_connection_can_be_made_in_time_is_ended_as_nothing_listening() -> None:
     """A black hole (a firewall dropping the packets, a host that is gone): connecting times out each try. Made
     on 127.0.0.1 by a listening socket whose queue is full and nobody accepts: Linux drops the next SYNs."""
-    with socket.socket() as full:
-        full.bind((LOOPBACK, 0))
-        full.listen(0)
-        url, waiting = f"http://{LOOPBACK}:{full.getsockname()[1]}", []
-        for _ in range(3):
-            waiting.append(socket.socket())
-            waiting[-1].setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                waiting[-1].connect(full.getsockname())
-        try:
-            with pytest.raises(NotTheService) as refused_check:
-                asyncio.run(read_before_run(url, ApiKey(SECRET_KEY), QUICK_CHECK))
-        finally:
-            for conn in waiting:
-                conn.close()
+    async with ScriptedServer(accepting="unresponsive") as server:
+        with pytest.raises(NotTheService) as refused_check:
+            await read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK)
     assert refused_check.value.unreachable
     assert "no connection could be made in time, 3 tries in a row" in str(refused_check.value)
 
 
-def test_a_service_that_answers_503_once_then_nothing_is_busy_and_the_run_goes_on(
-    silent: Callable[..., _Silent],
-) -> None:
+async def test_a_service_that_answers_503_once_then_nothing_is_busy_and_the_run_goes_on() -> None:
     """One answer among the timeouts (a 503: the service is there, and busy) keeps the decision that a busy
     service is no reason to refuse: the check gives up quietly and the run's own retries take over."""
-    server = silent(busy_first=1)
-    assert asyncio.run(read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK)) is None
-    assert server.asked() == [BALANCE] * 3
+    async with ScriptedServer(text_reply(503, "Service Unavailable"), Hang(), Hang()) as server:
+        assert await read_before_run(server.url, ApiKey(SECRET_KEY), QUICK_CHECK) is None
+    assert asked(server) == [BALANCE] * 3
 
 
-def test_a_service_silent_where_it_answered_this_job_before_is_try_again_later(
-    sandbox_factory: Callable[..., RunningSandbox],
-    silent: Callable[..., _Silent],
-    tmp_path: Path,
-    prefect_api_url: str,
+async def test_a_service_silent_where_it_answered_this_job_before_is_try_again_later(
+    sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path, prefect_api_url: str
 ) -> None:
     """The night the service hangs (its socket takes connections, nothing answers): `harvest run` ends in about
     half a minute with exit 75 naming the run it answered, as a service that is down does; no data request sent."""
     sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
     spec = spec_for(tmp_path, sb.base_url)
-    first, _, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    first, _, err = await asyncio.to_thread(finish, start_run(spec, tmp_path, prefect_api_url))
     assert first == 0, err
     (run_id,) = [p.name for p in (tmp_path / "out" / "raw").iterdir() if p.is_dir()]
-    port = int(sb.base_url.rsplit(":", 1)[1])
     sb.stop()
-    server = silent(port)
-    why = "it took the connection and answered nothing in time, 3 tries in a row"
-    assert_away_for_now(spec, tmp_path, prefect_api_url, run_id, why)
-    assert server.asked() == [BALANCE] * 3, "the free balance three times, nothing else"
+    async with ScriptedServer(Hang(), Hang(), Hang(), port=int(sb.base_url.rsplit(":", 1)[1])) as server:
+        why = "it took the connection and answered nothing in time, 3 tries in a row"
+        await asyncio.to_thread(assert_away_for_now, spec, tmp_path, prefect_api_url, run_id, why)
+    assert asked(server) == [BALANCE] * 3, "the free balance three times, nothing else"
