@@ -14,7 +14,7 @@ import pytest
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, one_query, write_spec
 
 
 def test_a_team_s_flow_gets_the_summary_or_harvest_s_run_failed_not_prefect_s_type_error(
@@ -86,14 +86,7 @@ def test_a_team_s_own_prefect_lines_are_prefect_s_outside_harvest_s_run(
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (1, 1)}, page_size=3)
     try:
         with running(config) as sb:
-            spec = write_spec(
-                tmp_path,
-                job_spec(
-                    sb.base_url,
-                    tmp_path / "out",
-                    [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}],
-                ),
-            )
+            spec = one_query(tmp_path, sb.base_url, PINS, {"query": "oak"}, name="team")
 
             @flow
             async def nightly() -> Any:
