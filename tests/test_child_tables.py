@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -216,16 +217,64 @@ def load_increments(increment: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def current_children_sql(output: Path, child: str) -> str:
+def current_children_sql(output: Path, child: str, parent_key: tuple[str, str] | None = None) -> str:
     """docs/output.md's query of a child table's current rows, with this output's paths and a child table of
-    this job keyed by one column."""
+    this job keyed by one column (`parent_key`: its parent table and key, where `CHILDREN` does not list it)."""
     import re
 
     docs = (ROOT / "docs" / "output.md").read_text()
     (query,) = [q for q in re.findall(r"```sql\n(.*?)```", docs, re.S) if "streaming_clip_qualities" in q]
-    parent, (key,), *_ = CHILDREN[child]
+    parent, key = parent_key or (CHILDREN[child][0], CHILDREN[child][1][0])
     query = query.replace("data/demo/parquet", str(output / "parquet")).replace(
         "streaming_clip_qualities", child
     )
     query = query.replace("streaming_clips", parent).replace("parent_id", f"parent_{key}")
     return re.sub(r"\bid\b", key, query)
+
+
+def _post(images: int) -> dict[str, Any]:
+    """A microblog-b post (its upstream view) with `images` embedded images."""
+    shown = [{"thumb": f"t{n}", "fullsize": f"f{n}", "alt": ""} for n in range(images)]
+    return {
+        "uri": "at://did:plc:someone/app.bsky.feed.post/1", "cid": f"cid{images}",
+        "author": {"did": "did:plc:someone", "handle": "someone.test"},
+        "record": {"text": "three pictures", "createdAt": "2026-11-30T10:00:00.000Z"},
+        "indexedAt": "2026-11-30T10:00:01.000Z",
+        **({"embed": {"$type": "app.bsky.embed.images#view", "images": shown}} if images else {}),
+    }  # fmt: skip
+
+
+def test_a_parent_fetched_again_in_the_same_run_with_its_list_emptied_has_no_items_in_its_history(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A feed's post (three images) whose thread, fetched after it in the same run, shows it without them: the
+    child table keeps no image of it (its parent row is the thread's fetch), and neither does the history view
+    for that run, nor docs/output.md's query on the Parquet. The view read the child's files alone and showed
+    the feed's three images as that run's."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    envelope = {"success": True, "credits_remaining": BIG_BALANCE, "credits_charged": 1}
+    replay = {
+        "/v1/microblog-b/user/posts": orjson.dumps({**envelope, "feed": [_post(3)], "cursor": None}),
+        "/v1/microblog-b/post": orjson.dumps({**envelope, "post": _post(0), "replies": []}),
+    }
+    output = tmp_path / "out"
+    queries = [
+        {"id": "feed", "endpoint": "/v1/microblog-b/user/posts", "params": {"handle": "someone.test"}},
+        {"id": "thread", "endpoint": "/v1/microblog-b/post", "for_each": {"url": {"from": "feed", "field": "uri"}}},
+    ]  # fmt: skip
+    spec = write_spec(tmp_path, job_spec("http://127.0.0.1:9", output, queries, name="refetched"))
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, replay=replay)) as sb:
+        assert run_flow(spec, base_url=sb.base_url).status == "complete"
+    db = output / "harvest.duckdb"
+    (newest,) = rows(db, "SELECT _query_id FROM microblog_b_posts")
+    assert newest[0].startswith("thread["), newest  # the post's row is the thread's fetch, the later one
+    in_files = rows(
+        db, f"SELECT count(*) FROM read_parquet('{output}/parquet/microblog_b_post_images/*/*.parquet')"
+    )
+    assert in_files == [(3,)]  # the feed's fetch landed its three images
+    assert rows(db, "SELECT count(*) FROM microblog_b_post_images") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM microblog_b_post_images_history") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM microblog_b_posts_history") == [(1,)]
+    parquet = duckdb.connect()
+    docs = current_children_sql(output, "microblog_b_post_images", ("microblog_b_posts", "uri"))
+    assert parquet.execute(f"SELECT count(*) FROM ({docs})").fetchall() == [(0,)]

@@ -49,13 +49,49 @@ def _files(table_dir: Path) -> str:
     return quote_literal(parquet_glob(table_dir))
 
 
+def _has_parquet(table_dir: Path) -> bool:
+    """Whether the table has a Parquet file yet (the first one found ends the look)."""
+    try:
+        folders = [e.path for e in os.scandir(table_dir) if e.is_dir()]
+    except FileNotFoundError:
+        return False
+    return any(f.endswith(".parquet") for folder in folders for f in os.listdir(folder))
+
+
+def _reading(table_dir: Path, alias: str = "") -> str:
+    return f"read_parquet({_files(table_dir)}, hive_partitioning = true, union_by_name = true)" + (
+        f" AS {alias}" if alias else ""
+    )
+
+
+def _children_of_newest_fetch(kind: ChildKind, table_dir: Path) -> str:
+    """The items of each parent's newest fetch per run, that fetch read from the parent's Parquet, as the child
+    table keeps the items of the fetch its parent row holds (`record_tables.merge_children`): a run that fetched
+    a parent twice, its list emptied the second time (a feed's post its thread fetched again), has no item of
+    it, where the child's files alone would show the first fetch's."""
+    parent = [quote_ident(f.name) for f in kind.parent_key]
+    on = " AND ".join(f"c.{quote_ident(c)} = p.{k}" for c, k in zip(kind.parent_columns, parent, strict=True))
+    fetches = (
+        f"SELECT {', '.join(parent)}, _run_id, max(_fetched_at) AS _newest "
+        f"FROM {_reading(table_dir.parent / kind.parent)} WHERE {whole_key(parent)} GROUP BY ALL"
+    )
+    keys = [f"c.{quote_ident(c)}" for c in kind.parent_columns]
+    return (
+        f"SELECT c.* FROM {_reading(table_dir, 'c')} SEMI JOIN ({fetches}) AS p "
+        f"ON {on} AND c._run_id = p._run_id AND c._fetched_at = p._newest WHERE {whole_key(keys)}"
+    )
+
+
 def history_view_sql(
     table: str, kind: TableKind, table_dir: Path, *, temporary: bool = False, name: str = ""
 ) -> str:
     """A record table's view: each key's last fetch per run. A child table's: the items of each parent's last
-    fetch per run (that had items), so a list that shrank within a run shows its end. Rows without a whole key
-    (a child's: its parent's) are left out, as the tables leave them out: they cannot be told apart."""
-    files = _files(table_dir)
+    fetch per run (`_children_of_newest_fetch`; while the parent has no Parquet, which a harvest run never
+    leaves, the items of the last fetch that had some). Rows without a whole key (a child's: its parent's) are
+    left out, as the tables leave them out: they cannot be told apart."""
+    create = f"CREATE OR REPLACE {'TEMPORARY ' if temporary else ''}VIEW {quote_ident(name or table + HISTORY_SUFFIX)} AS "
+    if isinstance(kind, ChildKind) and _has_parquet(table_dir.parent / kind.parent):
+        return create + _children_of_newest_fetch(kind, table_dir)
     key = kind.parent_columns if isinstance(kind, ChildKind) else kind.primary_key
     keys = [quote_ident(c) for c in key]
     per_run = ", ".join([*keys, "_run_id"])
@@ -63,11 +99,7 @@ def history_view_sql(
         newest = f"_fetched_at = max(_fetched_at) OVER (PARTITION BY {per_run})"
     else:
         newest = f"row_number() OVER (PARTITION BY {per_run} ORDER BY _fetched_at DESC) = 1"
-    return (
-        f"CREATE OR REPLACE {'TEMPORARY ' if temporary else ''}VIEW {quote_ident(name or table + HISTORY_SUFFIX)} AS "
-        f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true) "
-        f"WHERE {whole_key(keys)} QUALIFY {newest}"
-    )
+    return create + f"SELECT * FROM {_reading(table_dir)} WHERE {whole_key(keys)} QUALIFY {newest}"
 
 
 def empty_history_view_sql(table: str, columns: list[tuple[str, str]]) -> str:
