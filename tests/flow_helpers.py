@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from harvest.connectors.catalog import endpoints as catalog
+from harvest.connectors.catalog.declarations import BOOKKEEPING_TABLES
 from harvest.connectors.catalog.records import keys_of
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.emulation import endpoint_table as sandbox_endpoints
@@ -115,7 +116,7 @@ def table_counts(db: Path) -> dict[str, int]:
         return {
             n: con.execute(f'SELECT count(*) FROM "{n}"').fetchall()[0][0]
             for n in names
-            if n not in ("runs", "requests", "query_state")
+            if n not in BOOKKEEPING_TABLES
         }
     finally:
         con.close()

@@ -64,6 +64,7 @@ def test_export_after_rebuild_increment_and_snapshot(
     output, lake, snap = tmp_path / "out", tmp_path / "lake", tmp_path / "snap"
     db, layout = output / "harvest.duckdb", OutputLayout(output)
     first = night(tmp_path, output, 0, monkeypatch)
+    assert rows(db, "SELECT count(*) FROM exports") == [(0,)], "a monitoring query works before any export"
     export(output, lake)
     names = parquet_rows(layout.parquet_root)
 
@@ -96,6 +97,14 @@ def test_export_after_rebuild_increment_and_snapshot(
     assert snapshot["runs"] == [m.run_id for m in all_manifests(layout)]
     for table, entry in snapshot["tables"].items():
         assert entry["rows"] == rows(db, f'SELECT count(*) FROM "{table}"')[0][0], table
+    of_runs: dict[str, tuple[int, int]] = {}  # each run's tables and rows in the merged tables
+    for table in snapshot["tables"]:
+        for run_id, n in rows(db, f'SELECT _run_id, count(*) FROM "{table}" GROUP BY 1'):
+            files, before = of_runs.get(run_id, (0, 0))
+            of_runs[run_id] = (files + 1, before + n)
+    recorded = rows(db, "SELECT run_id, files, rows FROM exports WHERE kind = 'snapshot' ORDER BY 1")
+    assert recorded == sorted((r, *of_runs.get(r, (0, 0))) for r in snapshot["runs"])
+    assert sum(n for *_, n in recorded) == sum(e["rows"] for e in snapshot["tables"].values()) > 0
 
     # the exports table lost (an unreadable database rebuilt): the destination says what it has
     with __import__("duckdb").connect(str(db)) as con:

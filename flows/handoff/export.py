@@ -22,18 +22,19 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
-from harvest.flows.handoff.export_ledger import EXPORTS_DDL, ExportRow, find_committed, record, recorded
+from harvest.flows.handoff.export_ledger import ExportRow, find_committed, record, recorded
 from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.database.connection import has_table, quote_ident
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, all_manifests, output_kinds
 
-__all__ = ["EXPORTS_DDL", "ExportReport", "export_increment", "export_snapshot"]
+__all__ = ["ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536
 """Rows per Arrow batch a snapshot streams from DuckDB to the destination: memory stays at a few batches."""
 PARTITIONING = [{"name": "date", "type": "date32", "source": "hive"}]
@@ -56,6 +57,8 @@ class ExportReport:
     history deletes its rows first."""
     kinds: dict[str, TableKind] = field(default_factory=dict, repr=False)
     """The output directory's record kinds (built-in and declared: `tasks.output.manifest.output_kinds`)."""
+    of_runs: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    """A snapshot's files and rows of each run (`_run_id`: the run that fetched the row), for `exports`."""
 
 
 def _destination(url: str) -> str:
@@ -304,7 +307,11 @@ def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
     finally:
         con.close()
     at = _commit(fs, base, report, sorted({m.job for m in all_manifests(layout)}))
-    record(layout, destination, [ExportRow(r, report.export_id, "snapshot", at) for r in report.runs])
+    record(
+        layout,
+        destination,
+        [ExportRow(r, report.export_id, "snapshot", at, *report.of_runs.get(r, (0, 0))) for r in report.runs],
+    )
     return report
 
 
@@ -318,6 +325,7 @@ def _snapshot_table(
     schema = _snapshot_schema(reader.schema, kind)
     make_dir(fs, f"{base}/{table}")
     rows = 0
+    of_runs: dict[str, int] = {}
     with (
         fs.open_output_stream(f"{base}/{key}") as out,
         pq.ParquetWriter(out, schema, compression="zstd") as w,
@@ -325,6 +333,12 @@ def _snapshot_table(
         for batch in reader:
             w.write_batch(batch.cast(schema))
             rows += batch.num_rows
+            if "_run_id" in batch.schema.names:
+                for counted in pc.value_counts(batch.column("_run_id")).to_pylist():
+                    of_runs[counted["values"]] = of_runs.get(counted["values"], 0) + counted["counts"]
+    for run_id, n in of_runs.items():
+        files, before = report.of_runs.get(run_id, (0, 0))
+        report.of_runs[run_id] = (files + 1, before + n)
     entry = _table_entry(report, table)
     entry["schema"] = _schema(schema)
     entry["files"].append({"key": key, "rows": rows})

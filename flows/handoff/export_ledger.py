@@ -17,35 +17,12 @@ from datetime import datetime
 import duckdb
 import pyarrow.fs as pafs
 
+from harvest.tasks.database.bookkeeping import EXPORTS_DDL
+from harvest.tasks.database.bookkeeping_comments import EXPORTS
 from harvest.tasks.database.column_comments import describe_table
 from harvest.tasks.database.connection import DatabaseBusy, has_table, transaction, write_connection
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest
-
-EXPORTS_DDL = """
-CREATE TABLE IF NOT EXISTS exports (
-    destination VARCHAR NOT NULL,
-    run_id VARCHAR NOT NULL,
-    export_id VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,
-    exported_at TIMESTAMP WITH TIME ZONE NOT NULL,
-    files BIGINT NOT NULL,
-    rows BIGINT NOT NULL,
-    PRIMARY KEY (destination, run_id, export_id)
-)"""
-EXPORTS_COMMENTS = (
-    "Which runs went to which destination (`harvest export`), recorded once the destination committed them.",
-    {
-        "destination": "Where the export went (a directory, s3://..., gs://...). Part of the primary key.",
-        "run_id": "The run exported: `runs.run_id`. Part of the primary key.",
-        "export_id": "The export (its `_exports/<export_id>/` folder at the destination). Part of the primary key.",
-        "kind": "What was exported: `increment` (the run's Parquet), `snapshot` (the merged tables), `iceberg` or `delta`.",
-        "exported_at": "When the destination committed the export (UTC).",
-        "files": "Files the export wrote for the run.",
-        "rows": "Rows the export wrote for the run.",
-    },
-)
-"""The `exports` table's comment and its columns' (`tasks.database.column_comments.describe_table`)."""
 
 
 class NotRecorded(RuntimeError):
@@ -161,7 +138,7 @@ def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> Non
     try:
         with write_connection(layout.db, data_dir=layout.parquet_root, rerun=rerun) as con, transaction(con):
             con.execute(EXPORTS_DDL)
-            describe_table(con, "exports", *EXPORTS_COMMENTS)
+            describe_table(con, "exports", *EXPORTS)
             for r in rows:  # delete, then insert: right even in a table that lost its key (an older rebuild)
                 con.execute(
                     "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",

@@ -29,10 +29,10 @@ import duckdb
 from harvest.connectors.catalog.job_catalog import for_job
 from harvest.connectors.catalog.shape_overrides import shapes_data, shapes_of
 from harvest.connectors.paging.pager import QuerySpec
-from harvest.flows.handoff.export_ledger import EXPORTS_DDL
 from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.run_again import resume_hint
 from harvest.flows.spec import JobSpec, UsageError
+from harvest.tasks.database.bookkeeping import EXPORTS_DDL
 from harvest.tasks.database.connection import quote_ident, quote_literal, write_connection
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from harvest.tasks.output.layout import OutputLayout

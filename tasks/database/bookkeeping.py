@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from harvest.connectors.paging.page_request import ATTEMPT_SCHEMA
 from harvest.connectors.reading.extraction import ExtractionReport
-from harvest.tasks.database.bookkeeping_comments import BOOKKEEPING_COMMENTS
+from harvest.tasks.database.bookkeeping_comments import BOOKKEEPING_COMMENTS, EXPORTS
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import describe_table
 from harvest.tasks.database.connection import json_text, quote_ident
@@ -139,6 +139,20 @@ _SELECT_LOG = ", ".join(
 )
 
 
+EXPORTS_DDL = """
+CREATE TABLE IF NOT EXISTS exports (
+    destination VARCHAR NOT NULL,
+    run_id VARCHAR NOT NULL,
+    export_id VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL,
+    exported_at TIMESTAMP WITH TIME ZONE NOT NULL,
+    files BIGINT NOT NULL,
+    rows BIGINT NOT NULL,
+    PRIMARY KEY (destination, run_id, export_id)
+)"""
+"""Written by `harvest export` (`flows.handoff.export_ledger`). Not among `BOOKKEEPING_DDL`: a database whose
+`exports` an older `harvest rebuild` copied without its key is not refused (the ledger deletes, then inserts)."""
+
 BOOKKEEPING_DDL = {"runs": RUNS_DDL, "requests": REQUESTS_DDL, "query_state": QUERY_STATE_DDL}
 ADDED_COLUMNS = {
     "runs": RUNS_ADDED_COLUMNS,
@@ -158,6 +172,9 @@ def ensure_bookkeeping(con: duckdb.DuckDBPyConnection) -> None:
     catalog = CatalogSnapshot(con)
     for table, (about, columns) in BOOKKEEPING_COMMENTS.items():
         describe_table(con, table, about, columns, catalog=catalog)
+    if catalog.get("exports") is None:  # empty until the first export; a user's own `exports` is left alone
+        con.execute(EXPORTS_DDL)
+        describe_table(con, "exports", *EXPORTS)
 
 
 def as_fields(obj: Any, names: Sequence[str]) -> dict[str, Any]:

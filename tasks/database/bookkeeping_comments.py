@@ -80,6 +80,26 @@ QUERY_STATE = (
         "for endpoints whose records carry no follow-up cursor.",
     },
 )
+EXPORTS = (
+    "Which runs went to which destination (`harvest export`), recorded once the destination committed them; "
+    "empty until the output's first export.",
+    {
+        "destination": "Where the export went (a directory, s3://..., gs://...). Part of the primary key.",
+        "run_id": "The run exported: `runs.run_id`. Part of the primary key.",
+        "export_id": "The export, part of the primary key: a Parquet increment's `_exports/<export_id>/` folder "
+        "at the destination; a snapshot's `_manifest.json` at the destination's root names it; a Delta or "
+        "Iceberg export's is the time it started (UTC).",
+        "kind": "What was exported: `increment` (the run's Parquet), `snapshot` (the merged tables), `iceberg` or `delta`.",
+        "exported_at": "When the destination committed the export (UTC).",
+        "files": "Files of the run the export sent: an increment's copies of the run's Parquet, the run's Parquet "
+        "files a Delta or Iceberg export merged, or a snapshot's table files holding rows the run fetched.",
+        "rows": "Rows of the run the export sent: for a snapshot, the rows of the merged tables this run fetched "
+        "(a row fetched again by a later run counts for the later one).",
+    },
+)
+"""The `exports` table's words (`flows.handoff.export_ledger` writes it; the load makes it, empty, so a query of
+it works before the first export)."""
+
 BOOKKEEPING_COMMENTS: Mapping[str, tuple[str, Mapping[str, str]]] = {
     "runs": RUNS,
     "requests": REQUESTS,
