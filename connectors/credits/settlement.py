@@ -40,6 +40,9 @@ class Settlement:
     _spent: int
     _session_spent: int
     _named: int
+    _unread: int = 0
+    """Credits counted for answers that came unreadable (a status came, the body said no charge): the service
+    charged before it sent them, so any later balance reading holds them (`reconcile`)."""
     _given_back: int
     _q_spent: dict[str, int]
     _refused: RefusedCharges
@@ -110,6 +113,7 @@ class Settlement:
         priced: bool = False,
         refusal: bool = False,
         refused: int = 0,
+        answered: bool = False,
     ) -> int:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
 
@@ -117,8 +121,9 @@ class Settlement:
         price is seen and its requests need not go one at a time. `refusal`: the service refused the
         request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
         (`reconcile`). `refused`: of a known `charged` (a Dask round's spending), the credits its worker counted
-        for refusals whose charge no answer named: unsettled here too, until the balance says. Returns the
-        credits counted.
+        for refusals whose charge no answer named: unsettled here too, until the balance says. `answered`: a
+        status came (the service sent an answer, so it charged what it charges for it before sending), where
+        none came for a timeout or a dropped connection. Returns the credits counted.
         """
         with self._lock:
             held = self._holds.current(r)
@@ -148,6 +153,8 @@ class Settlement:
                 self._floor.counted_unnamed(counted)
                 if refusal:
                     self._refused.add(held.query_id, counted)
+                elif answered:
+                    self._unread += counted
             else:
                 refused = min(max(0, refused), counted)
                 self._named += counted - refused
@@ -211,12 +218,13 @@ class Settlement:
         credits given back.
 
         Never counts less than the service billed: the refusals kept are as many as the bill leaves room for
-        beside the charges the answers named, as if lost answers (a timeout) had been free, and those stay
-        counted; the bill may also hold charges of requests still in flight (then less goes back now, the rest at
-        the next reading). A bill below the charges the answers named (a top-up during the run) settles
-        nothing."""
+        beside the charges the answers named and those counted for answers that came unreadable (a 200 cut short:
+        charged before it was sent, so the reading holds it). Lost answers (a timeout, a dropped connection) are
+        sized as if they had been free, and stay counted: the service may charge one after the reading. The bill
+        may also hold charges of requests still in flight (then less goes back now, the rest at the next
+        reading). A bill below those charges (a top-up during the run) settles nothing."""
         with self._lock:
-            room = billed - self._named
+            room = billed - self._named - self._unread
             if room < 0:
                 return 0
             back = self._refused.give_back(self._refused.total - min(room, self._refused.total))

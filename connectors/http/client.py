@@ -348,8 +348,9 @@ class ServiceClient:
         )
         refusal = status in REFUSALS or answers.foreign(status, body)
         counted = ledger.settle(
-            reservation, 0 if unbilled else charged, priced=shows_price(status, body), refusal=refusal
-        )
+            reservation, 0 if unbilled else charged, priced=shows_price(status, body), refusal=refusal,
+            answered=True,
+        )  # fmt: skip
         if refusal and charged is None and not unbilled:
             call.refused_credits += counted
         if status == 429:
