@@ -330,6 +330,47 @@ def test_only_new_parent_items_start_their_dependents(
     assert all_posts <= key_set(output / "harvest.duckdb", "microblog_b_posts")
 
 
+def test_a_dependent_that_asks_something_else_under_the_same_id_is_asked_for_every_earlier_record(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A nightly job's dependent (`det`, one per video) edited in the spec under the same id: another parameter,
+    then another endpoint. Each edit asks for every video the job has, once, and `harvest plan` expects it;
+    the night after, only new videos would (none here), and the plan expects that, not an average with the
+    catch-up in it. Before, an incremental night saw `det` collected and asked nothing (the new endpoint was
+    never fetched for the videos the job had, and nothing said so), and the plan expected 0."""
+    transcript, video = "/v1/short-video/video/transcript", "/v2/short-video/video"
+    output = tmp_path / "out"
+    asked: list[Counter[str]] = []
+    expected: list[str] = []
+    with running(CONFIG) as sb:
+        for endpoint, params in (
+            (transcript, {}),
+            (transcript, {"language": "de"}),
+            (video, {}),
+            (video, {}),
+        ):
+            det = {
+                "id": "det",
+                "endpoint": endpoint,
+                "params": params,
+                "for_each": {"url": {"from": "videos", "field": "url"}},
+            }
+            videos = {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True}
+            spec = write_spec(tmp_path, job(sb.base_url, output, [videos, det]))
+            _, planned = _plan(spec)
+            (line,) = [row for row in planned.splitlines() if row.startswith("│ det[url=*]")]
+            expected.append(line.split("│")[3].strip())
+            before = len(data_entries(sb))
+            assert run_flow(spec).status == "complete"
+            asked.append(Counter(e.path for e in data_entries(sb)[before:] if e.path != PROFILE))
+    n = len(all_videos(CONFIG))
+    assert asked[0] == {transcript: n}  # the first night: every video's transcript
+    assert asked[1] == {transcript: n}  # in German now: every video's again
+    assert asked[2] == {video: n}  # another endpoint: every video's
+    assert asked[3] == {}  # nothing changed: no video is new
+    assert expected == ["unknown", str(n), str(n), "0"], expected  # the first: nothing to learn from yet
+
+
 def _plan(spec: Path, *options: str) -> tuple[int, str]:
     """`harvest plan` as a person (or a nightly script) runs it."""
     import subprocess

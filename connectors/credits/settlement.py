@@ -122,19 +122,14 @@ class Settlement:
         request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
         (`reconcile`). `refused`: of a known `charged` (a Dask round's spending), the credits its worker counted
         for refusals whose charge no answer named: unsettled here too, until the balance says. `answered`: a
-        status came (the service sent an answer, so it charged what it charges for it before sending), where
-        none came for a timeout or a dropped connection. Returns the credits counted.
-        """
+        status came (the service charged before it sent it), not so for a timeout or a dropped connection.
+        Returns the credits counted."""
         with self._lock:
             held = self._holds.current(r)
             if charged is None or charged < 0:
                 if charged is not None:
-                    log.warning(
-                        "ignoring negative credits_charged=%d for %s; counting %d",
-                        charged,
-                        r.query_id,
-                        held.amount,
-                    )
+                    why = "ignoring negative credits_charged=%d for %s; counting %d"
+                    log.warning(why, charged, r.query_id, held.amount)
                 counted = held.amount
             else:
                 counted = charged

@@ -91,6 +91,9 @@ class QuerySpec:
     """How its requests are sent (GET, POST), where the spec chose; None: the endpoint's default."""
     follow_state: dict[str, Any] | None = None
     """Where a continued query's follow-up requests stand (`FollowUps.plain`); None: none waiting."""
+    earlier: bool = False
+    """A dependent started for a parent record an earlier run found (`flows.run.coverage.dependents_left`), not
+    one this run's pages found: the plan leaves it out of what a night costs."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow: `dataclasses.asdict` deep-copies, 9% of a 10,000-query run's CPU."""

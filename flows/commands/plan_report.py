@@ -16,6 +16,7 @@ from pathlib import Path
 from harvest.connectors.catalog.endpoints import above_the_list
 from harvest.connectors.plurals import counted
 from harvest.flows.console import add_row, out, prose, table
+from harvest.flows.forecast.backlog import earlier_dependents
 from harvest.flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
 from harvest.flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
 from harvest.flows.run.chain import next_prices
@@ -125,7 +126,9 @@ def show_plan(spec: JobSpec, budget: int | None, output: Path | None, check: str
     layout = OutputLayout(output or spec.output)
     learned = above_the_list(next_prices(layout, spec.name), spec.endpoints())
     result = plan(spec, budget, learned)
-    expected = expected_costs(result, recent_runs(layout, spec.name))
+    expected = expected_costs(
+        result, recent_runs(layout, spec.name), earlier_dependents(result, layout, spec.name)
+    )
     _rows(result, expected)
     for key, credits in sorted(learned.items()):
         if key.split("?", 1)[0] not in {line.endpoint for line in result.lines}:

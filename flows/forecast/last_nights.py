@@ -66,14 +66,19 @@ def recent_runs(layout: OutputLayout, job: str) -> list[RunManifest]:
     return [h.manifest() for h in reversed(heads[-WINDOW:])]
 
 
-def expected_costs(plan: Plan, runs: Sequence[RunManifest]) -> dict[str, ExpectedCost]:
-    """Each line's expected cost, by line id; `runs`: the job's finished runs, newest first."""
+def expected_costs(
+    plan: Plan, runs: Sequence[RunManifest], earlier: Mapping[str, int] | None = None
+) -> dict[str, ExpectedCost]:
+    """Each line's expected cost, by line id; `runs`: the job's finished runs, newest first; `earlier`: per
+    dependent spec query below an incremental one, the queries the next night starts for earlier parent records
+    (`flows.forecast.backlog`)."""
     nights = [_Night(m.run_id, {q["query_id"]: q for q in m.queries}) for m in runs]
     parent_of = {dep.template_id: dep.parent for dep in plan.dependents}
     out: dict[str, ExpectedCost] = {}
     for line in plan.lines:
         if line.dependent:
-            out[line.query_id] = _dependent(line, parent_of[line.group], plan, nights)
+            backlog = None if earlier is None else earlier.get(line.group)
+            out[line.query_id] = _dependent(line, parent_of[line.group], plan, nights, backlog)
         else:
             out[line.query_id] = _planned(line, line.group in plan.incremental, nights)
     return out
@@ -144,11 +149,15 @@ def _group_learning(group: str, incremental: bool, night: int, nights: Sequence[
     return all(_learning(q, incremental, night, nights) for q in ids)
 
 
-def _dependent(line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night]) -> ExpectedCost:
+def _dependent(
+    line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night], backlog: int | None
+) -> ExpectedCost:
     """A dependent line pays for the parent records a night finds new (in an incremental run, those collected
     before are not paid again), so its nights are the parent's: a learning night of the parent in which the
-    line's own queries, if any, all ended well; one that started none of them paid 0. The queries of it the last
-    night left unfinished (a budget or a cap stopped them) start again the next night: they are added."""
+    line's own queries, if any, all ended well; one that started none of them paid 0; the queries a night started
+    for earlier parent records (`QuerySpec.earlier`) are left out. `backlog`: the queries the next night starts
+    for earlier records (a dependent added or changed since, or stopped short), added; None where it is not
+    counted (not below an incremental query): the queries the last night left unfinished are added instead."""
     parent_incremental = parent in plan.incremental
     paid: list[int] = []
     for n, night in enumerate(nights):
@@ -157,20 +166,25 @@ def _dependent(line: CostLine, parent: str, plan: Plan, nights: Sequence[_Night]
         mine = [q for q_id, q in night.queries.items() if base_id(q_id) == line.group]
         if any(q.get("status") not in COLLECTED for q in mine):
             continue  # the budget stopped them that night: not what a night costs
-        paid.append(sum(_paid(line, q) for q in mine))
+        paid.append(sum(_paid(line, q) for q in mine if not q.get("earlier")))
         if len(paid) == LAST_NIGHTS:
             break
-    left = _left_over(line, nights)
+    left = _left_over(line, nights) if backlog is None else backlog
+    said = (
+        f"{left} left unfinished the last night"
+        if backlog is None
+        else f"{counted(left, 'query')} for earlier {parent} records, not collected as asked now"
+    )
     if paid:
         which = f"new {parent} records only" if parent_incremental else f"each {parent} record"
         basis = f"{_nights_words(len(paid))} ({which})"
-        return _with_left(line, plan, ExpectedCost(_average(paid), basis, learned=True), left)
-    root = _root(parent, plan)
+        return _with_left(line, plan, ExpectedCost(_average(paid), basis, learned=True), left, said)
+    root = root_of(parent, plan)
     if root in plan.incremental and _has_complete_pass(root, nights):
         none_yet = ExpectedCost(
             0, f"new {root} records only: none known yet (no night since the full pass)", True
         )
-        return _with_left(line, plan, none_yet, left)
+        return _with_left(line, plan, none_yet, left, said)
     return _worst(line)
 
 
@@ -179,10 +193,10 @@ def _above(group: str, plan: Plan) -> str | None:
     return next((dep.parent for dep in plan.dependents if dep.template_id == group), None)
 
 
-def _root(group: str, plan: Plan) -> str:
-    """The query at the top of a dependent chain (the channel's videos, above their comments' replies)."""
+def root_of(group: str, plan: Plan) -> str:
+    """The spec query at the top of a dependent chain (the channel's videos, above their comments' replies)."""
     above = _above(group, plan)
-    return group if above is None else _root(above, plan)
+    return group if above is None else root_of(above, plan)
 
 
 def _parents_learning(parent: str, plan: Plan, night: int, nights: Sequence[_Night]) -> bool:
@@ -207,16 +221,17 @@ def _left_over(line: CostLine, nights: Sequence[_Night]) -> int:
     )
 
 
-def _with_left(line: CostLine, plan: Plan, expected: ExpectedCost, left: int) -> ExpectedCost:
-    """The expected cost and the queries left unfinished the last night (each at its worst case, one page when
-    that is unbounded), within the fan-out's `max_credits_total`."""
+def _with_left(line: CostLine, plan: Plan, expected: ExpectedCost, left: int, said: str) -> ExpectedCost:
+    """The expected cost and `left` queries more (left unfinished the last night, or started for earlier parent
+    records: `said`), each at its worst case, one page when that is unbounded, within the fan-out's
+    `max_credits_total`."""
     if not left or expected.credits is None:
         return expected
     each = line.each if line.each is not None else line.cost
     credits = expected.credits + left * each
     cap = plan.caps.get(line.group)
     credits = credits if cap is None else min(credits, cap)
-    return ExpectedCost(credits, f"{expected.basis}; {left} left unfinished the last night", learned=True)
+    return ExpectedCost(credits, f"{expected.basis}; {said}", learned=True)
 
 
 def _has_complete_pass(group: str, nights: Iterable[_Night]) -> bool:

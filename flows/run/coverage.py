@@ -8,8 +8,10 @@ rebuilt database. Two things are derived:
   uncollected items begin (`backfill`), and the run in which it last became complete (`trusted_until`: keys
   landed up to that run may end paging). An incremental query's next run pages from these.
 - **collected**: query ids whose newest status says their data was collected (complete, caught up, not found,
-  capped by `max_pages`): dependent queries of an incremental parent that an incremental run need not pay
-  for again; the parent's other earlier records start theirs from the database (`dependents_left`).
+  capped by `max_pages`), with what they asked (endpoint, parameters): dependent queries of an incremental
+  parent that an incremental run need not pay for again while they ask the same (`Coverage.has_collected`; a
+  dependent whose spec changed its endpoint or a parameter under the same id asks anew); the parent's other
+  earlier records start theirs from the database (`dependents_left`).
 
 Runs written before histories were recorded (no `history` in a query's summary) are read from statuses:
 `complete` closes a history, `caught_up` keeps it as it was (that rerun may have stopped on items of an
@@ -19,7 +21,7 @@ unfinished pass), any other stop leaves it partial at its next cursor.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.flows.run.plan import DependentQuery, instantiate
 from harvest.tasks.database.known_keys import parent_values
 from harvest.tasks.output.manifest import RunManifest
+from harvest.tasks.output.query_summary import asks_of
 
 COLLECTED = frozenset({"complete", "caught_up", "not_found", "max_pages"})
 """Statuses of a query whose data was collected (the others stopped early: budget, failure, a killed run)."""
@@ -46,7 +49,17 @@ class QueryHistory:
 @dataclass
 class Coverage:
     histories: dict[str, QueryHistory] = field(default_factory=dict)
-    collected: set[str] = field(default_factory=set)
+    collected: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Query id -> (endpoint, `QuerySummary.asks`) of its newest collecting run."""
+
+    def has_collected(self, query: QuerySpec) -> bool:
+        """Whether an earlier run collected `query` asking what it asks now (its endpoint alone where that run's
+        manifest did not say)."""
+        found = self.collected.get(query.query_id)
+        if found is None:
+            return False
+        endpoint, asks = found
+        return endpoint == query.endpoint and (asks is None or asks == asks_of(query))
 
 
 def _step(before: QueryHistory | None, run_id: str, query: Mapping[str, Any]) -> QueryHistory | None:
@@ -82,9 +95,9 @@ def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
             else:
                 out.histories[qid] = history
             if query.get("status") in COLLECTED:
-                out.collected.add(qid)
+                out.collected[qid] = (str(query.get("endpoint", "")), query.get("asks"))
             else:
-                out.collected.discard(qid)
+                out.collected.pop(qid, None)
     return out
 
 
@@ -92,7 +105,7 @@ def dependents_left(
     db: Path,
     parent: QuerySpec,
     deps_of: Callable[[str], Sequence[DependentQuery]],
-    collected: set[str],
+    coverage: Coverage,
     incremental_run: bool,
 ) -> tuple[list[QuerySpec], list[str]]:
     """Dependent queries of an incremental parent's earlier records that were never collected (a budget
@@ -124,7 +137,10 @@ def dependents_left(
                     if child.query_id in seen:
                         continue
                     seen.add(child.query_id)
-                    (below if child.query_id in collected else children).append(child)
+                    if coverage.has_collected(child):
+                        below.append(child)
+                    else:
+                        children.append(replace(child, earlier=True))
         level = below
     return children, notes
 

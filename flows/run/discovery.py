@@ -52,7 +52,7 @@ class Discovery:
         """The dependents an incremental parent's earlier records never got (their runs stopped first), at any
         depth: those of its collected dependents' records too."""
         children, notes = dependents_left(
-            db, query, self.dependents_of, self.start.coverage.collected, self.incremental
+            db, query, self.dependents_of, self.start.coverage, self.incremental
         )
         self.skipped += notes
         return children

@@ -145,7 +145,7 @@ class _Start:
             incremental_run
             and parent.incremental
             and not child.incremental
-            and child.query_id in self.coverage.collected
+            and self.coverage.has_collected(child)
         )
 
     def unstarted(

@@ -6,6 +6,8 @@ importing the task module.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -48,6 +50,11 @@ class QuerySummary:
     capped: str | None = None
     """`max_credits` or `max_credits_total` when its own cap or its fan-out's ended it: the chain's cap, so it
     ends here too (`flows.run.chain.settled_by`)."""
+    earlier: bool = False
+    """Started for a parent record an earlier run found (`QuerySpec.earlier`): not what a night costs."""
+    asks: str | None = None
+    """What it asked the service (`asks_of`): an incremental run skips a dependent an earlier run collected only
+    when it asks the same now. None in manifests older than it (then its endpoint alone is compared)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow (`dataclasses.asdict` deep-copies: 9% of a 10,000-query run's CPU)."""
@@ -62,6 +69,14 @@ class QuerySummary:
             query_id=spec.query_id, endpoint=spec.endpoint, status=status, pages=0, records=0, credits=credits,
             next_cursor=start, error=None, **history_fields(spec, PagerStart(cursor=start), status, start),
         )  # fmt: skip
+
+
+def asks_of(spec: QuerySpec) -> str:
+    """A digest of what the query asks (endpoint, parameters, method), not of how far it goes (pages, caps,
+    cursors): a dependent whose spec changed its endpoint or a parameter since it was collected asks anew."""
+    asked = {"endpoint": spec.endpoint, "params": spec.params, "method": spec.method}
+    text = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def history_fields(
