@@ -79,6 +79,11 @@ def test_a_missing_reading_makes_the_bill_unknown(tmp_path: Path) -> None:
     session(path, None, [1] * 3, [], None)  # the balance endpoint gave no usable answer, requests were sent
     assert run_bill(read_journal(path).balances, 500, 490).credits is None
     assert run_bill([], 500, None).credits is None and run_bill([], 500, 497).credits == 3
+    # the words name the reading that failed: the one before was read
+    assert run_bill([], 500, None).unknown_because == "the balance could not be read after the run"
+    assert (
+        run_bill([], None, None).unknown_because == "the balance could not be read before and after the run"
+    )
 
 
 def test_refusals_a_killed_session_counted_are_not_blamed_on_another_user(tmp_path: Path) -> None:

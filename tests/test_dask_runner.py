@@ -7,6 +7,7 @@ spending never passes it, page counts end within one of each other, and no page 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -345,7 +346,13 @@ def test_queries_a_fan_out_s_cap_left_unstarted_are_said_on_dask_as_locally(
             path = str(write_spec(tmp_path, spec, f"{name}.yaml"))
             result = CliRunner().invoke(app, ["run", path], env={"COLUMNS": "2000"})
             again = CliRunner().invoke(app, ["run", path, "--continue"])
-            assert "nothing to continue" in again.output, (name, again.output)
+            continued = " ".join(again.output.split())  # what stopped them, and what would go on
+            assert "nothing to continue" in continued, (name, again.output)
+            assert re.search(r"stopped [2-4] queries at their max_credits_total", continued), (
+                name,
+                again.output,
+            )
+            assert "raise it in the spec, then `--continue` picks them up" in continued, (name, again.output)
             said[name] = (result.exit_code, result.stderr, sb.billed_total())
     why = "2 queries never started, their fan-out's cap (max_credits_total) spent before their turn: 2 of 4 posts ("
     for name, (_, err, _) in said.items():  # which two depends on the order each runner grants in

@@ -203,4 +203,17 @@ def not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:
 def nothing_to_continue(previous: RunManifest, loaded_first: list[dict[str, Any]]) -> State[Any]:
     """`--continue` after a run that finished everything: no new run, nothing spent."""
     message = f"nothing to continue: run {previous.run_id} left no stopped query"
+    caps: dict[str, int] = {}
+    for query in previous.queries:
+        if query.get("capped"):
+            caps[query["capped"]] = caps.get(query["capped"], 0) + 1
+    if caps:  # they stopped at a cap that holds across the chain: said, as the run's end said it
+        at = " and ".join(
+            f"{counted(n, 'query')} at {'its' if n == 1 else 'their'} {cap}"
+            for cap, n in sorted(caps.items())
+        )
+        message = (
+            f"nothing to continue: run {previous.run_id} stopped {at}, a cap that holds across the runs "
+            "`--continue` makes; raise it in the spec, then `--continue` picks them up"
+        )
     return Completed(message=message, data=NoRun("nothing_to_continue", message, loaded_first))

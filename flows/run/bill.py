@@ -87,7 +87,8 @@ def run_bill(
             return Bill(None, why)
         total += fall
     if before is None or after is None:
-        return Bill(None, "the balance could not be read before and after the run")
+        unread = " and ".join(w for w, reading in (("before", before), ("after", after)) if reading is None)
+        return Bill(None, f"the balance could not be read {unread} the run")
     return Bill(total + before - after)
 
 
