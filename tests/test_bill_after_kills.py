@@ -76,3 +76,9 @@ def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, 
     db_credits = scalar(output / "harvest.duckdb", "SELECT credits_spent FROM runs")
     query_credits = scalar(output / "harvest.duckdb", "SELECT sum(credits) FROM query_state")
     assert db_credits == query_credits == billed
+    # every request the service answered is a row of `requests`, and every one in flight at a kill too (no
+    # session lived to log it: the resume writes it, status NULL, as counted)
+    db = output / "harvest.duckdb"
+    in_flight = scalar(db, "SELECT count(*) FROM requests WHERE error LIKE 'in flight when its session%'")
+    assert in_flight == journal.in_flight_at_crash
+    assert scalar(db, "SELECT count(*) FROM requests") >= len(entries)

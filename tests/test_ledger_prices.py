@@ -204,7 +204,7 @@ class _Journal:
     def __init__(self) -> None:
         self.events: list[tuple[str, int | str, int | None]] = []
 
-    def reserved(self, rid: int, query_id: str, amount: int) -> None:
+    def reserved(self, rid: int, query_id: str, amount: int, page: int = 0) -> None:
         self.events.append(("reserve", rid, amount))
 
     def closed(self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0) -> None:

@@ -305,7 +305,7 @@ class CreditLedger(Settlement, Turns):
         if self._journal is None:
             return r
         try:
-            self._journal.reserved(r.id, r.query_id, r.amount)
+            self._journal.reserved(r.id, r.query_id, r.amount, r.page_index)
         except BaseException:
             self.release(r)
             raise

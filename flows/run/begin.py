@@ -33,6 +33,7 @@ from harvest.flows.spec import JobSpec
 from harvest.flows.spec.identity import plan_key
 from harvest.tasks.database.connection import DatabaseBusy
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink
+from harvest.tasks.output.attempt_log import record_in_flight
 from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, write_manifest
@@ -43,10 +44,15 @@ from harvest.tasks.output.raw_store import RawIndex
 log = logging.getLogger(__name__)
 
 
-def abandon_run(layout: OutputLayout, run: RunManifest, endpoints: dict[str, Endpoint]) -> RunManifest:
+def abandon_run(
+    layout: OutputLayout, run: RunManifest, endpoints: dict[str, Endpoint], in_flight: bool = True
+) -> RunManifest:
     """Every raw page the run paid lands again into one writer (its earlier files go first: a crash left the
-    run's own file unfinished), the queries still running as `abandoned`."""
+    run's own file unfinished), the queries still running as `abandoned`. `in_flight`: its stopped sessions'
+    requests in flight are its attempts (`record_in_flight`; a Dask round's grant is not a request)."""
     journal = read_journal(layout.journal_file(run.run_id))
+    if in_flight:
+        record_in_flight(layout, run.run_id, journal)
     started = datetime.fromisoformat(run.started)
     summaries = [{**s, "files": []} for s in journal.ended.values()]
     removed = fresh_parts(layout, run.run_id, started)
@@ -138,10 +144,12 @@ def begin(
     flow_run_id = flow_run_facts()[0]
     abandoned = None
     if isinstance(start, New) and start.abandon is not None:
-        abandoned = abandon_run(layout, start.abandon, spec.endpoints())
+        abandoned = abandon_run(layout, start.abandon, spec.endpoints(), spec.runner.kind == "local")
         start = replace(start, coverage=job_coverage(layout, spec.name))  # its histories count now
     if isinstance(start, Resume):
         _say_lost(start)
+        if spec.runner.kind == "local":  # a Dask round's grant is not a request: its worker logged its own
+            record_in_flight(layout, start.run.run_id, start.own)
         manifest = _resumed(start.run, spec, flow_run_id, budget, spec_file, start.own.total_spent)
     else:
         manifest = _new(spec, plan_key(spec), service, start, flow_run_id, budget, spec_file)

@@ -14,7 +14,16 @@ from typing import Any
 
 from harvest.connectors.paging.page_request import ATTEMPT_FIELDS, Attempt
 from harvest.tasks.output.append_file import JsonLinesWriter, iter_json_lines
+from harvest.tasks.output.journal import JournalState
+from harvest.tasks.output.layout import REQUESTS_SUFFIX, OutputLayout
 from harvest.tasks.output.raw_store import iso_utc, redact_params
+
+IN_FLIGHT_STEM = "in-flight-at-stops"
+"""The attempt log of the requests stopped sessions had in flight (`record_in_flight`), in the run's folder."""
+IN_FLIGHT_ERROR = (
+    "in flight when its session was stopped with no chance to record it (kill -9, a power cut): counted as "
+    "spent, as the service may have billed it; the page was asked again"
+)
 
 
 class AttemptLogWriter(JsonLinesWriter):
@@ -37,3 +46,30 @@ class AttemptLogWriter(JsonLinesWriter):
 def iter_attempts(path: Path | str) -> Iterator[dict[str, Any]]:
     """Attempt records in order, skipping lines that a crash left incomplete."""
     return iter_json_lines(path)
+
+
+def record_in_flight(layout: OutputLayout, run_id: str, journal: JournalState) -> None:
+    """The requests the run's stopped sessions had in flight, as attempts (no session lived to log them), so
+    `requests` holds every request that may have been billed. Written whole at each resume, every stopped
+    session's, replacing the file: a second resume lists none twice. The page's params are its query's (the
+    journal keeps no cursor); status NULL, no answer."""
+    if not journal.in_flight:
+        return
+    started = journal.started
+    path = layout.run_dir(run_id) / f"{IN_FLIGHT_STEM}{REQUESTS_SUFFIX}"
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.unlink(missing_ok=True)
+    log = AttemptLogWriter(temporary)
+    try:
+        for query_id, page, credits in journal.in_flight:
+            query = started.get(query_id, {})
+            log.append(
+                Attempt(
+                    query_id=query_id, endpoint=query.get("endpoint", ""), params=dict(query.get("params", {})),
+                    page=page, attempt=0, status_code=None, credits=credits, duration_ms=0.0,
+                    error=IN_FLIGHT_ERROR, started_at=None,  # type: ignore[arg-type]
+                )
+            )  # fmt: skip
+    finally:
+        log.close()
+    temporary.replace(path)

@@ -75,6 +75,9 @@ class JournalState:
     flight at a crash, which the account's balance may show were not billed (`CreditLedger.carry_over`)."""
     in_flight_at_crash: int = 0
     """Reservations no session closed: requests that may or may not have been billed."""
+    in_flight: list[tuple[str, int, int]] = field(default_factory=list)
+    """Those requests: (query id, page, credits counted), in the order they were sent; page 0 in journals
+    written before the page was."""
     sessions: int = 0
     run: dict[str, Any] | None = None
     """What the run is, as its newest session line says (None in journals written before it did)."""
@@ -141,8 +144,8 @@ class RunJournal(JsonLinesWriter):
     def query_ended(self, summary: dict[str, Any]) -> None:
         self._noted({"e": "end", "summary": summary}, sync="behind" if self.sync_ends else False)
 
-    def reserved(self, rid: int, query_id: str, amount: int) -> None:
-        self.append_json({"e": "reserve", "id": rid, "q": query_id, "c": amount})
+    def reserved(self, rid: int, query_id: str, amount: int, page: int = 0) -> None:
+        self.append_json({"e": "reserve", "id": rid, "q": query_id, "c": amount, "p": page})
 
     def balance(self, when: str, credits: int) -> None:
         """The account's balance `before` the session's first request or `after` its last."""
@@ -184,15 +187,16 @@ def _events(path: Path) -> Iterator[dict[str, Any]]:
 
 def read_journal(path: Path | str) -> JournalState:
     state = JournalState()
-    open_: dict[int, tuple[str, int]] = {}
+    open_: dict[int, tuple[str, int, int]] = {}
 
     session = SessionBalance()
 
     def close_session() -> None:
-        for query_id, amount in open_.values():
+        for query_id, amount, page in open_.values():
             state.spent[query_id] += amount
             state.unknown[query_id] += amount
             state.in_flight_at_crash += 1
+            state.in_flight.append((query_id, page, amount))
             session.open += amount
         open_.clear()
 
@@ -216,7 +220,7 @@ def read_journal(path: Path | str) -> JournalState:
         elif kind in PRICE_EVENTS:
             _price_event(state, event)
         elif kind == "reserve":
-            open_[event["id"]] = (event["q"], int(event["c"]))
+            open_[event["id"]] = (event["q"], int(event["c"]), int(event.get("p", 0)))
         elif kind == "adjust":  # given back: a refusal's or an in-flight request's credits, of any session
             state.spent[event["q"]] += int(event["c"])
             state.unknown[event["q"]] = max(0, state.unknown[event["q"]] + int(event["c"]))
