@@ -279,6 +279,35 @@ def harvest_plan(spec: Path, *options: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def test_plan_names_a_query_no_max_pages_bounds_among_what_a_short_budget_leaves_undone(
+    tmp_path: Path,
+) -> None:
+    """An unbounded query pages until a budget runs out: the plan said "the budget does not cover the worst
+    case", then "every query still starts and ends", naming only a bounded query beside it."""
+    spec = write(
+        tmp_path,
+        """\
+        name: unbounded
+        budget: {credits: 10}
+        output: out
+        queries:
+          - id: v
+            endpoint: /v3/short-video/profile/videos
+            params: {handle: nasa}
+          - id: w
+            endpoint: /v3/short-video/profile/videos
+            params: {handle: esa}
+            max_pages: 20
+        """,
+    )
+    short = harvest_plan(spec, "--check")
+    assert short.returncode == 3, short.stdout + short.stderr
+    lines = short.stdout.splitlines()
+    assert "every query still starts and ends" not in short.stdout
+    assert "  would stop before their last page: w" in lines, short.stdout
+    assert "  would page until the budget ran out (unbounded): v" in lines, short.stdout
+
+
 def test_plan_check_names_who_a_short_budget_leaves_unstarted_and_exits_3(tmp_path: Path) -> None:
     """As a nightly script runs it: `harvest plan SPEC --check` exits 3 when the budget does not cover the
     worst case, after saying which queries would not start if it happens; 0 when it does, and without --check."""

@@ -58,3 +58,24 @@ def test_an_unknown_column_key_is_offered_a_closest_name_only_when_one_is_close(
         f'endpoints["/v9/mine/group/posts"].records.mine_group_posts.columns.reaction_count.{key}: '
         f"unknown key '{key}'{hint}; allowed: type, path, description, renamed_from, joins, template"
     )
+
+
+@pytest.mark.parametrize(
+    ("declared", "said"),
+    [
+        ("{type: integer, min: 1, max: 10, default: 50}", "default: 50 is outside its own bounds; allowed: 1 to 10"),
+        ("{type: integer, max: 0, default: 5}", "default: 5 is outside its own bounds; allowed: at most 0"),
+        ("{type: string, pattern: '^[A-Z]{2}$', default: abc}",
+         "default: 'abc' does not match its own pattern; allowed: a text matching ^[A-Z]{2}$"),
+        ("{type: string, max_length: 2, default: abc}",
+         "default: 'abc' is not of its own length; allowed: at most 2 characters"),
+        ("{type: integer, min: 1, max: 0}", "min: min 1 is above max 0: no value fits; allowed: min at most max"),
+    ],
+)  # fmt: skip
+def test_a_default_its_own_bounds_refuse_and_a_range_no_value_fits_are_refused_before_the_run(
+    tmp_path: Path, declared: str, said: str
+) -> None:
+    """They validated, and every night's query then failed at run time in pydantic's words (a model's class
+    name, no file, no line), with a `--continue` that failed the same way."""
+    line = refused(tmp_path, CATALOG.replace("{type: integer, default: 10}", declared))
+    assert line == f'endpoints["/v9/mine/group/posts"].params.limit.{said}'

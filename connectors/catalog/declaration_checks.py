@@ -151,6 +151,48 @@ def _param_problems(name: str, p: ParamDecl, in_path: list[str]) -> Iterator[Pro
         elif not _fits(p.type, p.default) or (p.enum is not None and p.default not in p.enum):
             allowed = ", ".join(map(str, p.enum)) if p.enum else a(p.type)
             yield (*at, "default"), f"{p.default!r} is not an allowed value", allowed
+    yield from _bounds_problems(at, p)
+
+
+def _range(low: Any, high: Any) -> str:
+    return f"{low} to {high}" if low is not None and high is not None else (
+        f"at least {low}" if low is not None else f"at most {high}"
+    )  # fmt: skip
+
+
+def _bounds_problems(at: tuple[str | int, ...], p: ParamDecl) -> Iterator[Problem]:
+    """A range no value fits, and a default its own bounds, length or pattern refuse: the spec would validate
+    and every query using the default be refused at run time, in pydantic's words and not the spec's."""
+    for low, high in (("min", "max"), ("min_length", "max_length")):
+        lo, hi = getattr(p, low), getattr(p, high)
+        if lo is not None and hi is not None and lo > hi:
+            yield (*at, low), f"{low} {lo} is above {high} {hi}: no value fits", f"{low} at most {high}"
+    value = p.default
+    if value is None or p.required or not _fits(p.type, value) or isinstance(value, bool):
+        return
+    if isinstance(value, int | float) and not _within(value, p.min, p.max):
+        yield (*at, "default"), f"{value!r} is outside its own bounds", _range(p.min, p.max)
+    if isinstance(value, str) and not _within(len(value), p.min_length, p.max_length):
+        yield (
+            (*at, "default"),
+            f"{value!r} is not of its own length",
+            _range(p.min_length, p.max_length) + " characters",
+        )
+    if isinstance(value, str) and p.pattern is not None and not _matches(p.pattern, value):
+        yield (*at, "default"), f"{value!r} does not match its own pattern", f"a text matching {p.pattern}"
+
+
+def _within(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _matches(pattern: str, value: str) -> bool:
+    """As the parameter model reads `pattern` (a match anywhere, as pydantic's); a pattern that does not compile
+    is said on its own."""
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return True
 
 
 def _table_name_problems(at: tuple[str | int, ...], table: str) -> Iterator[Problem]:

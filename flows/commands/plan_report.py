@@ -79,11 +79,12 @@ def _named(ids: Sequence[str]) -> str:
 def short_lines(result: Shortfall) -> list[str]:
     """What the worst case leaves undone: per spec query, its queries that would not start (a fan-out's values
     named, a dependent's counted); then, in one sentence, the queries that would stop before their last page
-    (an unbounded query always would: it is not named)."""
+    (bounded ones), and those that would page until the budget ran out (no `max_pages` bounds them)."""
     by_group: dict[str, list[LineOutcome]] = {}
     for outcome in result.outcomes:
         by_group.setdefault(outcome.line.group, []).append(outcome)
     said, stopping = [], []
+    endless = [o.line.query_id for o in result.outcomes if o.cut_short and o.line.pages is None]
     for group, outcomes in by_group.items():
         if outcomes[0].line.dependent:
             (o,) = outcomes
@@ -106,6 +107,8 @@ def short_lines(result: Shortfall) -> list[str]:
             stopping.append(f"{group} ({len(short)} of {len(outcomes)})")
     if stopping:
         said.append("would stop before their last page: " + ", ".join(stopping))
+    if endless:
+        said.append("would page until the budget ran out (unbounded): " + _named(endless))
     return said
 
 

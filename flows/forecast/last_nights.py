@@ -155,9 +155,10 @@ def _dependent(
     """A dependent line pays for the parent records a night finds new (in an incremental run, those collected
     before are not paid again), so its nights are the parent's: a learning night of the parent in which the
     line's own queries, if any, all ended well; one that started none of them paid 0; the queries a night started
-    for earlier parent records (`QuerySpec.earlier`) are left out. `backlog`: the queries the next night starts
-    for earlier records (a dependent added or changed since, or stopped short), added; None where it is not
-    counted (not below an incremental query): the queries the last night left unfinished are added instead."""
+    for earlier parent records (`QuerySpec.earlier`) are left out. The queries the last night left unfinished (a
+    budget or a cap stopped them) start again the next night: added; and where `backlog` (the queries the next
+    night starts for earlier records; None: not below an incremental query) is more, the rest: a dependent added
+    or changed since."""
     parent_incremental = parent in plan.incremental
     paid: list[int] = []
     for n, night in enumerate(nights):
@@ -169,12 +170,12 @@ def _dependent(
         paid.append(sum(_paid(line, q) for q in mine if not q.get("earlier")))
         if len(paid) == LAST_NIGHTS:
             break
-    left = _left_over(line, nights) if backlog is None else backlog
-    said = (
-        f"{left} left unfinished the last night"
-        if backlog is None
-        else f"{counted(left, 'query')} for earlier {parent} records, not collected as asked now"
-    )
+    unfinished = _left_over(line, nights)
+    left, said = unfinished, f"{unfinished} left unfinished the last night"
+    if backlog is not None and backlog > unfinished:  # more than those: added or changed since
+        more = counted(backlog - unfinished, "query")
+        never = f"for earlier {parent} records, never asked as the spec asks now"
+        left, said = backlog, f"{said}, {more} {never}" if unfinished else f"{more} {never}"
     if paid:
         which = f"new {parent} records only" if parent_incremental else f"each {parent} record"
         basis = f"{_nights_words(len(paid))} ({which})"
