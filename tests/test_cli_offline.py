@@ -72,6 +72,18 @@ def test_validate_exits_2_on_each_invalid_spec(tmp_path: Path, case: str) -> Non
     assert result.stdout == ""
 
 
+def test_a_duplicate_id_is_said_beside_another_query_s_problem(tmp_path: Path) -> None:
+    """README: a spec is checked completely. A bad `max_pages` on one query hid that its id was taken twice:
+    the user fixed one problem and met the next."""
+    text, *_ = CASES["duplicate ids"]
+    path = write(tmp_path, text.replace("params: {query: a}\n", "params: {query: a}\n    max_pages: 0\n", 1))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:8: queries[0].max_pages: " in result.stderr, result.stderr
+    assert "queries[1].id: duplicate id 'pins', also used by queries[0]" in result.stderr, result.stderr
+    assert "2 problems in" in result.stderr
+
+
 def test_validate_and_plan_exit_2_on_a_missing_file(tmp_path: Path) -> None:
     for command in ("validate", "plan"):
         result = runner.invoke(app, [command, str(tmp_path / "nope.yaml")])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pydantic import ValidationError
@@ -155,17 +155,25 @@ def _combination_problems(at: Loc, query: Query, params: type[Params]) -> Iterat
                     yield loc, problem, allowed
 
 
-def cross_problems(queries: list[Query], catalog: Catalog) -> Iterator[Found]:
-    """What needs all queries: unique ids, parents that exist, fields the parent has, no cycles."""
+def duplicate_ids(queries: Iterable[tuple[int, str, bool]]) -> Iterator[Found]:
+    """Each query id used before: (index, id, whether the spec wrote it) per query. Also run on the ids a spec
+    wrote when another query is invalid, so a duplicate is said beside that query's problem, not after it."""
     ids: dict[str, int] = {}
-    for i, query in enumerate(queries):
-        qid = query.query_id
+    for i, qid, written in queries:
         if qid in ids:
-            where = ("queries", i, "id") if query.id else ("queries", i)
-            derived = "" if query.id else " (derived from endpoint and params)"
+            where = ("queries", i, "id") if written else ("queries", i)
+            derived = "" if written else " (derived from endpoint and params)"
             yield where, f"duplicate id {qid!r}{derived}, also used by queries[{ids[qid]}]", "a unique `id`"
         else:
             ids[qid] = i
+
+
+def cross_problems(queries: list[Query], catalog: Catalog) -> Iterator[Found]:
+    """What needs all queries: unique ids, parents that exist, fields the parent has, no cycles."""
+    yield from duplicate_ids((i, q.query_id, bool(q.id)) for i, q in enumerate(queries))
+    ids: dict[str, int] = {}
+    for i, query in enumerate(queries):
+        ids.setdefault(query.query_id, i)
     parents: dict[str, str] = {}
     for i, query in enumerate(queries):
         for key, ref in query.dependent.items():

@@ -15,7 +15,13 @@ from pydantic import ValidationError
 
 from harvest.connectors.catalog.declarations import declared_places
 from harvest.connectors.catalog.job_catalog import Catalog, for_job
-from harvest.flows.spec.checks import cross_problems, fanout_problem, query_problems, semantic_problems
+from harvest.flows.spec.checks import (
+    cross_problems,
+    duplicate_ids,
+    fanout_problem,
+    query_problems,
+    semantic_problems,
+)
 from harvest.flows.spec.declared import read_declared, yaml_problems
 from harvest.flows.spec.describe import keys
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
@@ -95,6 +101,11 @@ def _partial_problems(data: dict[str, Any], catalog: Catalog) -> list[Found]:
         found.extend(query_problems(i, query, catalog))
     if parsed and len(parsed) == len(raw):
         found.extend(cross_problems([q for _, q in parsed], catalog))
+    else:  # the ids the spec wrote are known even where a query is invalid
+        written = [
+            (i, q["id"]) for i, q in enumerate(raw) if isinstance(q, dict) and isinstance(q.get("id"), str)
+        ]
+        found.extend(duplicate_ids((i, qid, True) for i, qid in written))
     return found
 
 
