@@ -79,6 +79,22 @@ def test_the_flow_module_switches_prefects_analytics_and_telemetry_off(tmp_path:
     assert resolved(clean_env(tmp_path)) == OFF
 
 
+def test_a_team_module_that_imports_prefect_first_still_gets_harvests_defaults(tmp_path: Path) -> None:
+    """`from prefect import flow` above `from harvest import collect_job`: Prefect had read its settings
+    before harvest set its defaults, so the team's flow kept telemetry on and a 20 s start for its temporary
+    server (a first run on a busy machine failed: "Timed out while attempting to connect")."""
+    env = clean_env(tmp_path)
+    env.pop("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", None)
+    timeout = "\nprint(json.dumps(get_current_settings().server.ephemeral.startup_timeout_seconds))"
+    proc = subprocess.run(
+        [PYTHON, "-c", "import prefect\nfrom prefect import flow\n" + RESOLVED + timeout],
+        env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    *_, settings, seconds = proc.stdout.splitlines()
+    assert json.loads(settings) == OFF and json.loads(seconds) == 120
+
+
 def test_a_users_own_setting_is_kept(tmp_path: Path) -> None:
     """Each is a default only (harvest.flows.orchestrator.prefect_settings): the control that the check above reads what harvest set."""
     env = clean_env(tmp_path, PREFECT_SERVER_ANALYTICS_ENABLED="true")

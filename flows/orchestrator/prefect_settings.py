@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 PREFECT_DEFAULTS: dict[str, str] = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -27,8 +28,16 @@ machine without internet access, every night)."""
 
 
 def apply_prefect_defaults() -> None:
-    for name, value in PREFECT_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    """Set each default the environment does not set. Where Prefect was imported first (a team's module that
+    imports `prefect` before `harvest`), it has read its settings already: they are read again
+    (`refresh_global_settings_context`, what Prefect does after its plugins set variables), or the team's flow
+    kept a 20 s start for its temporary server and its telemetry on."""
+    added = [name for name in PREFECT_DEFAULTS if name not in os.environ]
+    for name in added:
+        os.environ[name] = PREFECT_DEFAULTS[name]
+    context = sys.modules.get("prefect.context")
+    if added and context is not None and hasattr(context, "refresh_global_settings_context"):
+        context.refresh_global_settings_context()
     plugins = logging.getLogger("prefect.plugins")
     if not any(isinstance(f, _SignalInPluginStart) for f in plugins.filters):
         plugins.addFilter(_SignalInPluginStart())
