@@ -107,3 +107,65 @@ def test_a_team_s_own_prefect_lines_are_prefect_s_outside_harvest_s_run(
     assert summary.status == "complete", summary
     assert [m for m in kept.messages if m.startswith("Unable to connect to 'ws://127.0.0.1:9")], kept.messages
     assert noticed == [], "harvest's run had ended: the line is the team's flow's, not harvest's"
+
+
+TWO_AT_ONCE = """
+import asyncio, gc, json, signal, sys
+from prefect import flow
+from harvest import RunFailed, collect_job
+
+before = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), gc.get_threshold()]
+
+async def one(spec: str) -> str:
+    try:
+        return (await collect_job(spec_path=spec)).status
+    except RunFailed as failed:
+        return failed.summary.status
+
+@flow
+async def team() -> list[str]:
+    return list(await asyncio.gather(one(sys.argv[1]), one(sys.argv[2])))
+
+statuses = asyncio.run(team())
+after = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), gc.get_threshold()]
+print(json.dumps({"statuses": statuses, "restored": before == after}))
+"""
+"""A team's flow awaiting two jobs at once, as a script the team runs (`python nightly.py a.yaml b.yaml`)."""
+
+
+def test_one_ctrl_c_stops_both_jobs_a_team_s_flow_awaits_at_once_and_leaves_the_process_as_it_was(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """Each run put back the handlers it found: the first to end removed the second's, so one Ctrl-C stopped
+    one job and the other paid on to its end, and the handler left behind was an ended run's (a later SIGTERM
+    went to it and the flow went on), the collector's threshold raised."""
+    import json
+    import signal
+    import subprocess
+
+    from tests.crawl_helpers import data_entries
+    from tests.flow_helpers import PYTHON, subprocess_env
+    from tests.process_helpers import finish, wait_until
+
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3, latency=0.3
+    )
+    (tmp_path / "nightly.py").write_text(TWO_AT_ONCE)
+    with running(config) as sb:
+        specs = []
+        for name in ("a", "b"):
+            queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": [f"{name}1", f"{name}2"]}}]
+            spec = job_spec(sb.base_url, tmp_path / name, queries, name=f"team-{name}", concurrency=1)
+            specs.append(str(write_spec(tmp_path, spec, f"{name}.yaml")))
+        env = subprocess_env(tmp_path, PREFECT_API_URL=prefect_api_url, HARVEST_API_KEY=SECRET_KEY)
+        proc = subprocess.Popen(
+            [PYTHON, str(tmp_path / "nightly.py"), *specs], cwd=tmp_path, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        both = lambda: {e.params["query"][0] for e in data_entries(sb)} >= {"a", "b"}  # noqa: E731
+        wait_until(both, proc, "both jobs paged")
+        proc.send_signal(signal.SIGINT)
+        code, out, err = finish(proc)
+    assert code == 0, out + err
+    said = json.loads(out.splitlines()[-1])
+    assert said == {"statuses": ["interrupted", "interrupted"], "restored": True}, (said, err)

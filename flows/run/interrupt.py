@@ -23,7 +23,8 @@ The handlers cover the whole flow body, in three phases:
 The load runs synchronously in the event loop's thread, so in that phase the handler acts at once (it cannot
 wait for the loop) and writes its note so that a nested write to stderr cannot fail. Handlers are
 installed inside the flow (after Prefect installed its own SIGTERM bridge) and the previous handlers are put
-back when the flow body ends.
+back when the flow body ends; runs under way at once in one process (a team's flow awaiting two jobs) share
+one handler that tells each of them (`_Runs`), and the last to end puts back what the first found.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.http.client import ServiceClient
@@ -240,21 +243,71 @@ class StopOnSignal:
 
     @contextmanager
     def _handlers(self) -> Iterator[None]:
-        previous = {}
+        _RUNS.add(self)
+        try:
+            yield
+        finally:
+            _RUNS.remove(self)
+
+
+class _Runs:
+    """The process's handlers while runs are under way, shared: a team's flow may await two jobs at once, and
+    each run putting back the handlers it found put them back out of order (the first to end removed the
+    second's, the second then restored the first's, so Ctrl-C stopped one job and a later SIGTERM went to a run
+    that had ended). The first run installs one handler that tells every run under way; the last puts back what
+    was there before."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: list[StopOnSignal] = []
+        self.previous: dict[int, Any] = {}
+
+    def add(self, run: StopOnSignal) -> None:
+        with self.lock:
+            if not self.runs:
+                self._install()
+            self.runs.append(run)
+
+    def remove(self, run: StopOnSignal) -> None:
+        with self.lock:
+            self.runs.remove(run)
+            if not self.runs:
+                for sig, handler in self.previous.items():
+                    with contextlib.suppress(ValueError):
+                        signal.signal(sig, handler)
+                self.previous.clear()
+
+    def _install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             # not the main thread (a worker running the flow elsewhere): no handlers
             with contextlib.suppress(ValueError):
                 if sig != signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
                     continue  # ignored by whoever started harvest (`nohup`): stays ignored
-                previous[sig] = signal.signal(sig, self._handle)
+                self.previous[sig] = signal.signal(sig, self._handle)
         if stop_signals.served():
             with contextlib.suppress(ValueError):
-                previous[stop_signals.SERVE_STOP] = signal.signal(stop_signals.SERVE_STOP, self._handle_asked)
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                self.previous[stop_signals.SERVE_STOP] = signal.signal(stop_signals.SERVE_STOP, self._asked)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._tell(signum, frame, "_handle")
+
+    def _asked(self, signum: int, frame: FrameType | None) -> None:
+        self._tell(signum, frame, "_handle_asked")
+
+    def _tell(self, signum: int, frame: FrameType | None, how: str) -> None:
+        """Every run hears it; one abandoning its load or export raises here, into what the main thread runs
+        (that load: it holds the thread), after the others heard it."""
+        raised: BaseException | None = None
+        for run in list(self.runs):
+            try:
+                getattr(run, how)(signum, frame)
+            except BaseException as exc:  # LoadInterrupted, ExportInterrupted
+                raised = raised or exc
+        if raised is not None:
+            raise raised
+
+
+_RUNS = _Runs()
 
 
 RunMarks = dict[str, tuple[str, int, bool]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,14 +23,33 @@ def quiet_gc() -> Iterator[None]:
     reach, and it runs a tenth as often. No collection first: it walks every object the process holds (in a
     long-lived process, ~0.1-0.5 s a run), and what garbage is frozen with the rest is collectable again once
     the run ends."""
-    gc.freeze()
-    threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], 10_000), *threshold[1:])
+    with _QUIET.lock:
+        _QUIET.runs += 1
+        if _QUIET.runs == 1:  # the first of runs under way at once (a team's flow awaiting two jobs)
+            gc.freeze()
+            _QUIET.threshold = gc.get_threshold()
+            gc.set_threshold(max(_QUIET.threshold[0], 10_000), *_QUIET.threshold[1:])
     try:
         yield
-    finally:  # what the run leaves is collectable again (native objects must be freed before exit)
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
+    finally:  # the last: what the runs leave is collectable again (native objects must be freed before exit)
+        with _QUIET.lock:
+            _QUIET.runs -= 1
+            if _QUIET.runs == 0:
+                gc.set_threshold(*_QUIET.threshold)
+                gc.unfreeze()
+
+
+class _Quiet:
+    """The collector's settings before the first of the runs under way; the last puts them back (each run
+    putting back what it found left a raised threshold behind two overlapping runs)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs = 0
+        self.threshold: tuple[int, ...] = gc.get_threshold()
+
+
+_QUIET = _Quiet()
 
 
 def release_memory() -> None:
