@@ -75,6 +75,7 @@ from harvest.flows.run.start import (  # noqa: E402
     handed_over,
 )
 from harvest.flows.spec import JobSpec, UsageError, load_spec, parse_spec  # noqa: E402
+from harvest.flows.spec.key_in_spec import keyless_parameters  # noqa: E402
 from harvest.tasks import run_context  # noqa: E402
 from harvest.tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E402
 from harvest.tasks.output import job_lock  # noqa: E402
@@ -232,7 +233,7 @@ async def _collect(
     return manifest
 
 
-@plain_flow(name="collect_job", log_prints=False, validate_parameters=True)
+@plain_flow(keyless_parameters, name="collect_job", log_prints=False, validate_parameters=True)
 async def collect_job(
     spec_path: str | None = None,
     base_url: str | None = None,

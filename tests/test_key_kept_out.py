@@ -49,38 +49,52 @@ def test_a_spec_that_holds_the_key_is_refused_before_a_request_naming_the_line_n
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("where", ["query-parameter", "base-url-path"])
+@pytest.mark.parametrize("where", ["query-parameter", "base-url-path", "spec-text", "base-url-credentials"])
 def test_a_team_s_own_flow_awaiting_collect_job_is_refused_the_same_before_a_request(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """The README's way to run harvest inside one's own Prefect flow (`await collect_job(...)`) skipped the
     check `harvest run` makes: the key went to the service in a query string and landed in Parquet, DuckDB and
-    the journal. The flow's run is Failed now, before any request, its message naming the place, not the key."""
+    the journal. The flow's run is Failed now, before any request, its message naming the place, not the key;
+    and the flow run Prefect recorded (its parameters, which Prefect's UI shows) holds no key either: it kept a
+    `base_url` or `spec_text` holding one, as given, before the flow body refused it."""
     import asyncio
 
     from prefect import flow
+    from prefect.client.orchestration import get_client
 
     from harvest import collect_job
 
     monkeypatch.setenv("HARVEST_API_KEY", KEY)
     with running(SandboxConfig(api_keys={KEY: BIG_BALANCE})) as sb:
-        params = {"query": KEY if where == "query-parameter" else "trail"}
+        params = {"query": KEY if where in ("query-parameter", "spec-text") else "trail"}
         spec = write_spec(
             tmp_path,
             job_spec(sb.base_url, tmp_path / "out", [{"id": "q", "endpoint": PINS, "params": params}]),
         )
-        base = sb.base_url + "/" + KEY if where == "base-url-path" else None
+        base = {
+            "base-url-path": sb.base_url + "/" + KEY,
+            "base-url-credentials": sb.base_url.replace("://", f"://harvest:{KEY}@"),
+        }.get(where)
+        text = spec.read_text() if where == "spec-text" else None
 
         @flow
         async def nightly() -> str:
-            state = await collect_job(spec_path=str(spec), base_url=base, return_state=True)
+            state = await collect_job(spec_path=str(spec), base_url=base, spec_text=text, return_state=True)
             return f"{state.type.value}: {state.message}"
+
+        async def recorded() -> str:
+            async with get_client() as client:
+                runs = await client.read_flow_runs()
+            return json.dumps([r.parameters for r in runs])
 
         said = asyncio.run(nightly())
         asked = list(sb.ledger)
+        kept = asyncio.run(recorded())
+    assert KEY not in kept and "sk-kept-out" not in kept, "the key is in a flow run Prefect recorded"
     assert (
         said.startswith("FAILED: ")
-        and "holds the API key" in said
+        and ("holds the API key" in said or "credential" in said)
         and KEY not in said
         and "sk-kept-out" not in said
     ), said

@@ -20,16 +20,26 @@ _PLAIN = (str, int, float, bool, type(None))
 
 
 class PlainParametersFlow(Flow[P, R]):
+    shown: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """What Prefect's API is given of the parameters (the flow body gets them as passed): a flow that refuses
+    a secret among them keeps it out of the flow run Prefect records before the body runs."""
+
     def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        if self.shown is not None:
+            parameters = self.shown(parameters)
         if all(type(value) in _PLAIN for value in parameters.values()):
             return dict(parameters)
         return super().serialize_parameters(parameters)
 
 
-def plain_flow(**options: Any) -> Callable[[Callable[P, R]], PlainParametersFlow[P, R]]:
-    """`prefect.flow(**options)` for a flow of plain parameters."""
+def plain_flow(
+    shown: Callable[[dict[str, Any]], dict[str, Any]] | None = None, **options: Any
+) -> Callable[[Callable[P, R]], PlainParametersFlow[P, R]]:
+    """`prefect.flow(**options)` for a flow of plain parameters (`shown`: `PlainParametersFlow.shown`)."""
 
     def decorate(fn: Callable[P, R]) -> PlainParametersFlow[P, R]:
-        return PlainParametersFlow(fn=fn, **options)
+        made = PlainParametersFlow(fn=fn, **options)
+        made.shown = shown
+        return made
 
     return decorate

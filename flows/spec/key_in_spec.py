@@ -4,8 +4,10 @@ light module (no HTTP stack), since `harvest run` checks it before Prefect start
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harvest.connectors.http.auth import ApiKey, redact
 from harvest.flows.spec.problems import UsageError
@@ -53,3 +55,32 @@ def _refuse_in_url(named: str, base_url: str, key: ApiKey) -> bool:
 
 def _where(key: ApiKey) -> str:
     return f"the key belongs in {key.source} only, never in a URL or a spec"
+
+
+_KEY_ENV = re.compile(r"^\s*api_key_env:\s*[\'\"]?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@]*@")
+
+
+def keyless_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """`collect_job`'s parameters as Prefect records the flow run: without the API key (of HARVEST_API_KEY, or
+    the variable a `spec_text` names) and without a URL's credentials. The flow refuses either at once
+    (`refuse_key_in_spec`), but Prefect records the parameters before the flow body runs, so a team's flow
+    passing a key by mistake kept it in Prefect's database and UI."""
+    names = {"HARVEST_API_KEY"}
+    text = parameters.get("spec_text")
+    if isinstance(text, str):
+        names.update(_KEY_ENV.findall(text))
+    keys = [
+        os.environ[name].strip()
+        for name in sorted(names)
+        if len(os.environ.get(name, "").strip()) >= KEY_SPOTTED
+    ]
+    shown = {}
+    for name, value in parameters.items():
+        if isinstance(value, str):
+            for key in keys:
+                value = redact(value, key)
+            if name == "base_url":
+                value = _USERINFO.sub(r"\1***@", value)
+        shown[name] = value
+    return shown
