@@ -30,7 +30,7 @@ from harvest.tasks.output.append_file import fsync_path
 from harvest.tasks.output.layout import PARQUET_SUFFIX, RUN_PART, OutputLayout
 from harvest.tasks.output.machine_fault import DiskRoom
 from harvest.tasks.output.parquet_sink import MultiTableSink, run_date
-from harvest.tasks.output.query_summary import QuerySummary, asks_of, history_fields
+from harvest.tasks.output.query_summary import QuerySummary, history_fields
 from harvest.tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
 from harvest.tasks.output.replay import ResumePoint, replay_pages
 from harvest.tasks.run_context import RunContext
@@ -262,7 +262,7 @@ def _summary(
     return QuerySummary(
         query_id=out.query_id, endpoint=out.endpoint, status=out.status, pages=out.pages, records=out.records,
         credits=out.credits, next_cursor=out.next_cursor, error=out.error, cap_below_price=out.cap_below_price,
-        refused_for_good=out.refused_for_good, capped=out.capped, asks=asks_of(spec), earlier=spec.earlier,
+        refused_for_good=out.refused_for_good, capped=out.capped, asks=spec.asks, earlier=spec.earlier,
         files=layout.listed(files),
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path), requests_file=layout.relative(requests_path),

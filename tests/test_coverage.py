@@ -44,3 +44,26 @@ def test_recorded_histories_keep_the_run_they_were_last_complete_in() -> None:
         ]
     )
     assert got.histories["v"] == QueryHistory("partial", {"c": "4"}, "1")  # the unfinished run is not read
+
+
+def test_a_default_a_later_catalog_adds_leaves_what_a_dependent_asks_alone() -> None:
+    """`QuerySpec.asks` digests the parameters as set: a harvest upgrade whose catalog gives a parameter a
+    default (the service's own, as `region: US`) sends it, but an incremental night does not take every
+    collected dependent for a changed one and pay for all of them again. A parameter set is a change."""
+    from harvest.connectors.catalog.declared_params import params_model
+    from harvest.flows.run.plan import DependentQuery, instantiate
+
+    url = {"url": {"type": "string", "required": True}}
+    region = {"region": {"type": "string", "default": "US"}}
+
+    def dep(params: dict[str, dict[str, object]], fixed: dict[str, object]) -> DependentQuery:
+        return DependentQuery(
+            template_id="det", endpoint="/v1/x/video", params=fixed, param="url", parent="videos",
+            field="url", kind="x_videos", params_model=params_model("/v1/x/video", params, ()),
+        )  # fmt: skip
+
+    before = instantiate(dep(url, {}), "https://x.example/1")
+    after = instantiate(dep({**url, **region}, {}), "https://x.example/1")
+    set_ = instantiate(dep({**url, **region}, {"region": "DE"}), "https://x.example/1")
+    assert after.params == {"url": "https://x.example/1", "region": "US"}  # sent
+    assert before.asks == after.asks != set_.asks

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from harvest.connectors.paging.pager import QuerySpec
+from harvest.connectors.paging.pager import QuerySpec, asks_digest
 from harvest.flows.run.plan import CostLine, Plan, base_id, instantiate, plan
 from harvest.flows.spec import JobSpec, parse_spec
 from tests.endpoints import PROFILE
@@ -104,7 +106,8 @@ def test_dependent_chains_are_in_topological_order() -> None:
 def test_instantiate_names_the_parent_value_and_validates_it() -> None:
     (dep,) = plan(spec_of(CREATIVES + DETAIL)).dependents
     query = instantiate(dep, "video:abc")
-    assert query == QuerySpec("detail[material_id=video:abc]", dep.endpoint, {"material_id": "video:abc"})
+    expected = QuerySpec("detail[material_id=video:abc]", dep.endpoint, {"material_id": "video:abc"})
+    assert query == replace(expected, asks=asks_digest(dep.endpoint, {"material_id": "video:abc"}, None))
     with pytest.raises(ValueError, match=r"material_id='abc' from creatives\.material_id is not allowed"):
         instantiate(dep, "abc")
     with pytest.raises(ValueError, match="empty"):

@@ -18,6 +18,7 @@ loses nothing that was paid for, and a resume starts from the page's `cursor_out
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -91,6 +92,9 @@ class QuerySpec:
     """How its requests are sent (GET, POST), where the spec chose; None: the endpoint's default."""
     follow_state: dict[str, Any] | None = None
     """Where a continued query's follow-up requests stand (`FollowUps.plain`); None: none waiting."""
+    asks: str | None = None
+    """A dependent's digest of what it asks (endpoint, method, the parameters set, defaults left out:
+    `flows.run.plan.instantiate`): an incremental night skips one collected before only when it asks the same."""
     earlier: bool = False
     """A dependent started for a parent record an earlier run found (`flows.run.coverage.dependents_left`), not
     one this run's pages found: the plan leaves it out of what a night costs."""
@@ -101,6 +105,13 @@ class QuerySpec:
 
 
 _QUERY_FIELDS = tuple(f.name for f in fields(QuerySpec))
+
+
+def asks_digest(endpoint: str, params: Mapping[str, Any], method: str | None) -> str:
+    """`QuerySpec.asks`: the parameters as set (a default a later catalog adds changes no digest, so an upgrade
+    asks nothing again), with the endpoint and the method."""
+    text = json.dumps({"endpoint": endpoint, "params": params, "method": method}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def base_id(query_id: str) -> str:

@@ -31,7 +31,6 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.flows.run.plan import DependentQuery, instantiate
 from harvest.tasks.database.known_keys import parent_values
 from harvest.tasks.output.manifest import RunManifest
-from harvest.tasks.output.query_summary import asks_of
 
 COLLECTED = frozenset({"complete", "caught_up", "not_found", "max_pages"})
 """Statuses of a query whose data was collected (the others stopped early: budget, failure, a killed run)."""
@@ -59,7 +58,7 @@ class Coverage:
         if found is None:
             return False
         endpoint, asks = found
-        return endpoint == query.endpoint and (asks is None or asks == asks_of(query))
+        return endpoint == query.endpoint and (asks is None or query.asks is None or asks == query.asks)
 
 
 def _step(before: QueryHistory | None, run_id: str, query: Mapping[str, Any]) -> QueryHistory | None:

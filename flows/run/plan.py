@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.params import Params
-from harvest.connectors.paging.pager import QuerySpec, base_id
+from harvest.connectors.paging.pager import QuerySpec, asks_digest, base_id
 from harvest.connectors.plurals import counted
 from harvest.flows.spec import JobSpec, Query, fanned_out, render_value
 
@@ -61,6 +61,9 @@ def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
     return QuerySpec(
         query_id=f"{dep.template_id}[{dep.param}={render_value(value)}]",
         endpoint=dep.endpoint,
+        asks=asks_digest(
+            dep.endpoint, params.model_dump(mode="json", exclude_none=True, exclude_defaults=True), dep.method
+        ),
         params=params.model_dump(mode="json", exclude_none=True),
         max_pages=dep.max_pages,
         max_credits=dep.max_credits,

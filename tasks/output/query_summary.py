@@ -6,8 +6,6 @@ importing the task module.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -53,8 +51,8 @@ class QuerySummary:
     earlier: bool = False
     """Started for a parent record an earlier run found (`QuerySpec.earlier`): not what a night costs."""
     asks: str | None = None
-    """What it asked the service (`asks_of`): an incremental run skips a dependent an earlier run collected only
-    when it asks the same now. None in manifests older than it (then its endpoint alone is compared)."""
+    """A dependent's `QuerySpec.asks`: an incremental run skips one an earlier run collected only when it asks the
+    same now. None for other queries, and in manifests older than it (then its endpoint alone is compared)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow (`dataclasses.asdict` deep-copies: 9% of a 10,000-query run's CPU)."""
@@ -69,14 +67,6 @@ class QuerySummary:
             query_id=spec.query_id, endpoint=spec.endpoint, status=status, pages=0, records=0, credits=credits,
             next_cursor=start, error=None, **history_fields(spec, PagerStart(cursor=start), status, start),
         )  # fmt: skip
-
-
-def asks_of(spec: QuerySpec) -> str:
-    """A digest of what the query asks (endpoint, parameters, method), not of how far it goes (pages, caps,
-    cursors): a dependent whose spec changed its endpoint or a parameter since it was collected asks anew."""
-    asked = {"endpoint": spec.endpoint, "params": spec.params, "method": spec.method}
-    text = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def history_fields(

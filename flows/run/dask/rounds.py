@@ -39,7 +39,7 @@ from harvest.tasks.landing import reland_query, task_result
 from harvest.tasks.output.journal import RunJournal
 from harvest.tasks.output.layout import OutputLayout, query_hash
 from harvest.tasks.output.machine_fault import FaultStop, MachineFault
-from harvest.tasks.output.query_summary import asks_of, history_fields
+from harvest.tasks.output.query_summary import history_fields
 from harvest.tasks.output.staging import frames_of, open_staging, stage_name
 from harvest.tasks.query_line import note_round
 from harvest.tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
@@ -383,7 +383,7 @@ class Rounds:
         paged = state_from_plain(state) or PagerStart(cursor=cursor)
         return {
             **history_fields(r.spec, paged, status, cursor),
-            "query_id": r.spec.query_id, "endpoint": r.spec.endpoint, "asks": asks_of(r.spec), "status": status,
+            "query_id": r.spec.query_id, "endpoint": r.spec.endpoint, "asks": r.spec.asks, "status": status,
             "pages": r.pages, "records": state.get("records", 0), "credits": r.credits, "earlier": r.spec.earlier,
             "next_cursor": cursor, "error": error, "files": r.files,
             "extraction": state.get("extraction", {}),
