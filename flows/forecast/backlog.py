@@ -13,29 +13,22 @@ from collections import Counter
 
 from harvest.connectors.paging.pager import base_id
 from harvest.flows.forecast.last_nights import root_of
-from harvest.flows.run.coverage import dependents_left
-from harvest.flows.run.plan import DependentQuery, Plan
-from harvest.flows.run.start import job_coverage
+from harvest.flows.run.discovery import Discovery
+from harvest.flows.run.plan import Plan
+from harvest.flows.run.start import New, job_coverage
 from harvest.tasks.output.layout import OutputLayout
 
 
 def earlier_dependents(plan: Plan, layout: OutputLayout, job: str) -> dict[str, int]:
     """Per dependent spec query below an incremental one, the queries the next incremental night starts for
-    earlier parent records (0 included: none); the others are not in it."""
-    by_parent: dict[str, list[DependentQuery]] = {}
-    for dep in plan.dependents:
-        by_parent.setdefault(dep.parent, []).append(dep)
-
-    def deps_of(query_id: str) -> list[DependentQuery]:
-        return by_parent.get(base_id(query_id), [])
-
+    earlier parent records (0 included: none); the others are not in it. The run's own rule: a new incremental
+    run's `Discovery.left_over`."""
     below = {dep.template_id for dep in plan.dependents if root_of(dep.parent, plan) in plan.incremental}
     counts: Counter[str] = Counter({group: 0 for group in below})
     if not below or not layout.db.exists():
         return dict(counts)
-    coverage = job_coverage(layout, job)
+    night = Discovery(plan, New(coverage=job_coverage(layout, job)), incremental=True)
     for query in plan.queries:
         if query.incremental:
-            children, _ = dependents_left(layout.db, query, deps_of, coverage, True)
-            counts.update(base_id(child.query_id) for child in children)
+            counts.update(base_id(child.query_id) for child in night.left_over(layout.db, query))
     return dict(counts)

@@ -287,7 +287,7 @@ def follow_moved_views(
         if "read_parquet(" not in str(sql):  # an empty table's view reads no file: nothing to follow
             continue
         kinds = read_kinds() if kinds is None else kinds
-        if table not in kinds or not any(table_dir.glob("*/*.parquet")):
+        if table not in kinds or not _has_parquet(table_dir):
             continue
         con.execute(history_view_sql(table, kinds[table], table_dir, temporary=True))
         followed.append(str(name))

@@ -73,11 +73,9 @@ class JournalState:
     unknown: Counter[str] = field(default_factory=Counter)
     """Credits per query counted without a named charge and still counted: refusals (429, 5xx) and requests in
     flight at a crash, which the account's balance may show were not billed (`CreditLedger.carry_over`)."""
-    in_flight_at_crash: int = 0
-    """Reservations no session closed: requests that may or may not have been billed."""
     in_flight: list[tuple[str, int, int]] = field(default_factory=list)
-    """Those requests: (query id, page, credits counted), in the order they were sent; page 0 in journals
-    written before the page was."""
+    """Reservations no session closed, requests that may or may not have been billed: (query id, page, credits
+    counted), in the order they were sent; page 0 in journals written before the page was."""
     sessions: int = 0
     run: dict[str, Any] | None = None
     """What the run is, as its newest session line says (None in journals written before it did)."""
@@ -89,6 +87,10 @@ class JournalState:
     """Price key -> what the run held from its first request, from the runs before it (`held`)."""
     seen: set[str] = field(default_factory=set)
     """Held price keys whose charge an answer named (`seen`)."""
+
+    @property
+    def in_flight_at_crash(self) -> int:
+        return len(self.in_flight)
 
     @property
     def total_spent(self) -> int:
@@ -195,7 +197,6 @@ def read_journal(path: Path | str) -> JournalState:
         for query_id, amount, page in open_.values():
             state.spent[query_id] += amount
             state.unknown[query_id] += amount
-            state.in_flight_at_crash += 1
             state.in_flight.append((query_id, page, amount))
             session.open += amount
         open_.clear()
