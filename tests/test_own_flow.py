@@ -147,8 +147,10 @@ def test_one_ctrl_c_stops_both_jobs_a_team_s_flow_awaits_at_once_and_leaves_the_
     from tests.flow_helpers import PYTHON, subprocess_env
     from tests.process_helpers import finish, wait_until
 
+    # 120 pages a job at 0.3 s each: neither job can end before the Ctrl-C, however slowly a loaded machine
+    # starts the second flow run (with 16, the first had ended under CI's load: `complete`, not stopped)
     config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3, latency=0.3
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (60, 60)}, page_size=3, latency=0.3
     )
     (tmp_path / "nightly.py").write_text(TWO_AT_ONCE)
     with running(config) as sb:
