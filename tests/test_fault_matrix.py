@@ -277,22 +277,29 @@ def test_drifted_feed_items_at_scale(prefect_harness: None, tmp_path: Path) -> N
     assert scalar(db, "SELECT sum(records_without_key) + sum(lists_missing) FROM query_state") == 0
 
 
+@pytest.mark.parametrize(
+    "refusal, cut",
+    [(FaultKind.SERVER_ERROR, FaultKind.TRUNCATED), (FaultKind.SERVER_ERROR, FaultKind.CUT)],
+    ids=["bodies-cut-in-the-json", "connections-closed-mid-body"],
+)
 def test_refusals_beside_answers_cut_short_are_counted_as_the_account_was_billed(
-    prefect_harness: None, tmp_path: Path
+    prefect_harness: None, tmp_path: Path, refusal: FaultKind, cut: FaultKind
 ) -> None:
     """500s (not billed) beside 200s whose body came cut short (billed; the charge they name unread): the
     balance after the run leaves room for the cut answers' charges and no refusal, so every refusal goes back
     and the count is the bill. The room went to the refusals before, as if the cut answers had been free, and
     both stayed counted: a quarter of a night's budget, and of a fan-out's cap, held for charges that never
-    happened. Only a lost answer (no status: a timeout on a busy machine) may still keep a refusal counted."""
-    config = BASE.replace(fault_rate=0.3, fault_kinds=[FaultKind.SERVER_ERROR, FaultKind.TRUNCATED], seed=3)
+    happened. Only a lost answer (no status: a timeout on a busy machine) may still keep a refusal counted.
+    A body the connection cut half-way (its status came, its whole Content-Length did not) is such an answer
+    too: it was settled as lost, and refusals beside it stayed counted (60 for a bill of 55)."""
+    config = BASE.replace(fault_rate=0.3, fault_kinds=[refusal, cut], seed=3)
     db = tmp_path / "out" / "harvest.duckdb"
     with running(config) as sb:
         summary = run_flow(spec(tmp_path, sb))
         settle(sb)
         billed = sb.billed_total()
         faults = Counter(e.fault for e in data_entries(sb))
-    assert faults[FaultKind.TRUNCATED] >= 5 and faults[FaultKind.SERVER_ERROR] >= 5, faults
+    assert faults[cut] >= 5 and faults[refusal] >= 5, faults
     lost = scalar(db, "SELECT coalesce(sum(credits), 0) FROM requests WHERE status_code IS NULL")
     assert summary.service_billed == billed
     assert billed <= summary.credits_spent <= billed + lost, (summary.credits_spent, billed, lost)

@@ -44,6 +44,11 @@ class Response:
     """What reading the body repaired (`connectors.reading.json_body`), by kind."""
 
 
+REFUSALS = frozenset({429, 500, 502, 503, 504})
+"""Answers that refuse a request rather than answer it: their charge is unknown (counted at the reservation),
+and what the account's balance shows the service did not bill goes back to the budget (`CreditLedger.reconcile`)."""
+
+
 def parse_body(raw: bytes) -> JSON | None:
     """The JSON object or array of an answer (read as `connectors.reading.json_body` reads any), or None."""
     return read_body(raw).value

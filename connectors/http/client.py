@@ -65,9 +65,6 @@ __all__ = ["JSON", "Attempt", "PageRequest", "Response", "RetryPolicy", "Service
 
 log = logging.getLogger("harvest.client")
 
-REFUSALS = frozenset({429, 500, 502, 503, 504})
-"""Answers that refuse a request rather than answer it: their charge is unknown (counted at the reservation),
-and what the account's balance shows the service did not bill goes back to the budget (`CreditLedger.reconcile`)."""
 JSON_BODY = {"content-type": "application/json"}
 DEFAULT_MAX_ANSWER_BYTES = 32 * 2**20
 """The largest answer read (`service.max_answer_mb`): a page of this service is a few KB to a few MB, and reading
@@ -261,7 +258,7 @@ class ServiceClient:
         try:
             return await self._send(call.request)
         except BodyCut as cut:
-            counted = call.keep(ledger, reservation)
+            counted = call.keep(ledger, reservation, cut.status)
             why = self._key.scrub(f"cut short: {cut}")[:300]
             call.record(self.on_attempt, started_at, t0, cut.status, counted, why)
             received = self._key.scrub_answer(cut.received)
@@ -269,7 +266,7 @@ class ServiceClient:
                 cut.status, received, f"was cut short ({cut})", self._key.scrub, on_the_wire=True
             ) from None
         except BodyOverCap as big:
-            counted = call.keep(ledger, reservation)
+            counted = call.keep(ledger, reservation, big.status)
             call.record(self.on_attempt, started_at, t0, big.status, counted, f"answer too large: {big}")
             raise errors.AnswerTooLarge(
                 str(big), self.max_answer_bytes / 2**20, credits=call.credits,
@@ -346,7 +343,7 @@ class ServiceClient:
         unbilled = charged is None and (
             status in self.unbilled_statuses or answers.from_the_edge(status, body)
         )
-        refusal = status in REFUSALS or answers.foreign(status, body)
+        refusal = status in answers.REFUSALS or answers.foreign(status, body)
         counted = ledger.settle(
             reservation, 0 if unbilled else charged, priced=shows_price(status, body), refusal=refusal,
             answered=True,

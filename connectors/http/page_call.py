@@ -20,7 +20,7 @@ from typing import Any
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.credits.reservations import Reservation
 from harvest.connectors.errors import ServiceAnswer, ServiceUnavailable, UnreadableAnswer
-from harvest.connectors.http.answers import Response
+from harvest.connectors.http.answers import REFUSALS, Response
 from harvest.connectors.http.retry import Retryable, RetryPolicy
 from harvest.connectors.paging.page_request import Attempt, PageRequest, Tried
 from harvest.connectors.reading.json_body import read_body
@@ -91,8 +91,12 @@ class PageCall:
             query_id=self.request.query_id, endpoint=self.request.endpoint,
         )  # fmt: skip
 
-    def keep(self, ledger: CreditLedger, reservation: Reservation) -> int:
-        counted = ledger.settle(reservation, None)
+    def keep(self, ledger: CreditLedger, reservation: Reservation, status: int | None = None) -> int:
+        """Settle a reservation whose charge no answer named. `status`: the one that came before the body broke
+        off; the service billed before it sent it, so the charge is not a lost answer's (the balance may show
+        it free): a refusal's when it refused, an unread page's otherwise (`Settlement.settle`)."""
+        refusal = status is not None and status in REFUSALS
+        counted = ledger.settle(reservation, None, refusal=refusal, answered=status is not None)
         self.credits += counted
         return counted
 
