@@ -246,6 +246,29 @@ def test_a_query_s_max_credits_and_a_fan_out_s_cap_hold_across_the_nights_that_c
     assert raised.exit_code == 0 and more == {"oak": 2}, (more, raised.output)
 
 
+def test_a_fan_out_whose_cap_and_budget_run_out_together_is_not_offered_to_continue(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A budget of 4 and a fan-out capped at 4: the budget's refusal was said first, so the queries ended
+    `budget_exhausted` without their cap and the run's last line said "3 queries stopped with their cursors
+    kept: `--continue` picks them up", which then found nothing it could send. A cap its spent credits reached
+    is said first now: the line says to raise it, and `--continue` says there is nothing to continue."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3)
+    queries = [
+        {"id": "fan", "endpoint": PINS, "for_each": {"query": ["a", "b", "c"]}, "max_credits_total": 4}
+    ]
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, tmp_path / "out", queries))
+        first = runner.invoke(app, ["run", str(spec), "--budget", "4"])
+        paid = len(data_entries(sb))
+        again = runner.invoke(app, ["run", str(spec), "--continue", "--budget", "10"])
+        assert len(data_entries(sb)) == paid == 4, again.output
+    said = " ".join(first.stderr.split())
+    assert first.exit_code == 0 and "cursors kept" not in said, said
+    assert "3 queries reached the spec's cap (max_credits_total)" in said, said
+    assert again.exit_code == 0 and "nothing to continue" in again.output, again.output
+
+
 def test_a_run_against_the_embedded_sandbox_never_lands_beside_real_runs(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:

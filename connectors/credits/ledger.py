@@ -331,17 +331,19 @@ class CreditLedger(Settlement, Turns):
         floor = self._floor.fits(amount, self._holds.total)
         if floor is not True:
             return floor  # a refusal, or wait: the requests held settle (or give back) what they hold
+        # a cap reached is said before the budget: it holds across `--continue`s, the budget does not
+        q_spent = self._q_spent.get(query_id, 0)
+        if query_cap is not None and q_spent + amount > query_cap:
+            return Refusal.query_cap(query_cap, q_spent)
+        fits = self._fanouts.fits(query_id, amount)
+        if isinstance(fits, Refusal):
+            return fits
         if self._spent + amount > self._budget:
             return Refusal.budget_left(self._budget, self._spent, amount if self._whole_run else 0)
-        if query_cap is not None:
-            q_spent = self._q_spent.get(query_id, 0)
-            if q_spent + amount > query_cap:
-                return Refusal.query_cap(query_cap, q_spent)
-            if q_spent + self._holds.of_query(query_id) + amount > query_cap:
-                return None
-        fits = self._fanouts.fits(query_id, amount)
-        if fits is not True:
-            return fits or None  # a refusal, or wait: the fan-out's open reservations may settle for less
+        if query_cap is not None and q_spent + self._holds.of_query(query_id) + amount > query_cap:
+            return None
+        if not fits:
+            return None  # wait: the fan-out's open reservations may settle for less
         if self._prices.must_wait(price_key):
             return None  # the endpoint's price is unseen: one request at a time until an answer shows it
         free = self._free()
