@@ -32,6 +32,7 @@ from tests.published_samples import sample, sample_service, thread_items
 
 COMMENTS = "/v1/forum/post/comments"
 BOARD = "/v1/pinboard/board"
+STREAM_PROFILE = "/v1/streaming/profile"
 FULL, TRIMMED = "_v1_forum_post_comments.json", "_v1_forum_post_comments.trimmed.json"
 POST_KIND: dict[str, Any] = {
     "at": "post",
@@ -384,6 +385,36 @@ def test_a_private_page_and_an_age_restricted_one_are_told_apart_in_the_service_
         for name, a in answers.items()
     }
     assert not list((tmp_path / "out" / "parquet").glob("network_a_profiles/**/*.parquet"))
+
+
+def test_a_profile_that_lost_its_key_beside_its_videos_is_drift_not_a_silent_complete(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """The streaming profile's published answer without its top-level `id`, served over HTTP to two handles.
+    Its videos and broadcasts still came, so the service found the streamer: the profile lost its key. It was
+    counted as the service's "not found", but only a page that kept nothing is that: each query ended
+    `complete`, exit 0, `records_without_key` 0, and `streaming_profiles` was never made. Now each ends
+    `drift` (exit 1), the profile counted without its key and named in the message, the videos landed."""
+    answer = sample("_v1_streaming_profile.json")
+    del answer["id"]
+    videos = {video["id"] for video in answer["allVideos"]}
+    with sample_service({STREAM_PROFILE: lambda params: answer}) as (url, asked):
+        query = {"id": "prof", "endpoint": STREAM_PROFILE, "for_each": {"handle": ["a", "b"]}}
+        spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", [query], name="prof", credits=20))
+        result = runner.invoke(app, ["run", str(spec)], env={"COLUMNS": "2000"})
+    assert result.exit_code == 1, result.output
+    assert [path for path, _ in asked].count(STREAM_PROFILE) == 2
+    for handle in ("a", "b"):
+        line = next(
+            x for x in result.stderr.splitlines() if x.startswith(f"harvest: prof[handle={handle}]: ")
+        )
+        assert line.startswith(f"harvest: prof[handle={handle}]: drift"), line
+    assert "streaming_profiles: 1 record(s) without their primary key (id)" in result.output, result.output
+    db = tmp_path / "out" / "harvest.duckdb"
+    states = rows(db, "SELECT status, records_without_key, items_seen, records FROM query_state ORDER BY 1")
+    seen = 1 + len(answer["allVideos"]) + len(answer["recentBroadcasts"])
+    assert states == [("drift", 1, seen, seen - 1)] * 2, states
+    assert {v for (v,) in rows(db, "SELECT id FROM streaming_videos")} == videos
 
 
 ASKED_TWICE = {

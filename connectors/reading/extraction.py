@@ -5,8 +5,7 @@ seen at the kind's location vs records kept (with a primary key that is not empt
 column (null in the column, still in `raw`), fields no column reads. Per page: a list that was expected but not
 there while the page had content (`connectors.reading.missing_lists` says which). Records that could not be kept, lists
 that went missing and kinds whose conversion broke are *lost*: the pager ends such a query with status `drift`,
-and the raw page stays for a rebuild once the catalog is fixed.
-`convert_page` never raises on what the service sent.
+and the raw page stays for a rebuild once the catalog is fixed. `convert_page` never raises on what the service sent.
 """
 
 from __future__ import annotations
@@ -190,21 +189,21 @@ def _count_keys(
     kind: RecordKind, where: str, report: TableReport, items: list[Any], key_nulls: list[bool], single: bool
 ) -> bool:
     """Records kept, and those without a key: lost (drift), or, for the one object of a detail answer, the
-    service's "not found" unless its key came under another name (then it is lost like any other). True for
-    the not found: the raw page keeps the answer, and no row holds it (a row without its key would only be
-    skipped by the load, with a warning that says nothing of why)."""
+    service's "not found" unless its key came under another name (then it is lost like any other) or the page
+    kept other records (`ExtractionReport.found_after_all`). True for the not found: the raw page keeps the
+    answer, and no row holds it (a row without its key would only be skipped by the load, with a warning that
+    says nothing of why)."""
     missing = sum(key_nulls)
     report.kept += len(items) - missing
     if not missing:
         return False
     keyless = items[key_nulls.index(True)]
     override = key_override(kind, where, keyless)
+    report.no_key_example = report.no_key_example or _example(keyless)  # a "not found" may yet be lost
     if single and override is None:
         report.not_found += missing
         return True
     report.no_key += missing
-    if report.no_key_example is None:
-        report.no_key_example = _example(keyless)
     report.no_key_override = report.no_key_override or override
     return False
 
@@ -300,6 +299,7 @@ def _finish(
 ) -> None:
     """What the page says beyond its records: the places found, an unread cursor, lists gone missing."""
     report.found = {table for table, place in located.items() if place.found}
+    report.found_after_all()  # a keyless single object beside other records: lost, not "not found"
     if paging is not None:
         report.unread_cursor = unread_cursor(paging, body)
     if body is not None:

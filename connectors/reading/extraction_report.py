@@ -27,7 +27,8 @@ class TableReport:
     new_fields: set[str] = field(default_factory=set)
     """Record fields no column reads (capped): the service added something the catalog does not know."""
     not_found: int = 0
-    """Single-object answers without a key: the service's "not found" (a mostly empty object)."""
+    """Single-object answers without a key, on a page that kept no other record: the service's "not found" (a
+    mostly empty object). Beside other records they are `no_key` (`ExtractionReport.found_after_all`)."""
     failed: int = 0
     """Items lost because converting them broke (at least 1 when it did): a case no rule foresaw."""
     failure: str | None = None
@@ -164,6 +165,16 @@ class ExtractionReport:
     @property
     def not_found(self) -> bool:
         return any(t.not_found for t in self.tables.values()) and self.kept == 0
+
+    def found_after_all(self) -> None:
+        """One page's single objects without their key, when the same answer kept records of other kinds, are
+        records without their key (lost: drift), not the service's "not found": a profile whose videos and
+        broadcasts came was found, and it is its own key that went missing (renamed, or left out). Counted as
+        "not found" they ended the query `complete`, exit 0, with nothing said. Call once per page."""
+        if self.kept == 0:
+            return
+        for table in self.tables.values():
+            table.no_key, table.not_found = table.no_key + table.not_found, 0
 
     def totals(self) -> dict[str, Any]:
         """The counts a run's bookkeeping tables keep (`query_state`, `runs`)."""
