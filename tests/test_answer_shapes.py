@@ -32,6 +32,7 @@ from tests.published_samples import sample, sample_service, thread_items
 
 COMMENTS = "/v1/forum/post/comments"
 BOARD = "/v1/pinboard/board"
+PIN = "/v1/pinboard/pin"
 STREAM_PROFILE = "/v1/streaming/profile"
 FULL, TRIMMED = "_v1_forum_post_comments.json", "_v1_forum_post_comments.trimmed.json"
 POST_KIND: dict[str, Any] = {
@@ -415,6 +416,35 @@ def test_a_profile_that_lost_its_key_beside_its_videos_is_drift_not_a_silent_com
     seen = 1 + len(answer["allVideos"]) + len(answer["recentBroadcasts"])
     assert states == [("drift", 1, seen, seen - 1)] * 2, states
     assert {v for (v,) in rows(db, "SELECT id FROM streaming_videos")} == videos
+
+
+def test_alt_text_moves_past_a_null_the_published_pin_and_board_send(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    """The pinboard pin's and board's published answers, served over HTTP. Their first alt text field is null
+    (`altText`, `alt_text`) and a later one holds the text (`autoAltText`, `seo_alt_text`): `a|b` moved on only
+    when `a` was absent, so `alt_text` ("the pinner's, else the platform's") landed NULL with the text in
+    `raw`. A null moves on too now, to the first alternative with a value."""
+    pin, board = sample("_v1_pinboard_pin.json"), sample("_v1_pinboard_board.json")
+    assert pin["altText"] is None and board["pins"][0]["alt_text"] is None  # what the samples send
+    with sample_service({PIN: lambda params: pin, BOARD: lambda params: board}) as (url, _asked):
+        queries = [
+            {"id": "pin", "endpoint": PIN, "params": {"url": "https://pinboard.example/pin/1/"}},
+            {
+                "id": "board",
+                "endpoint": BOARD,
+                "params": {"url": "https://pinboard.example/b/"},
+                "max_pages": 1,
+            },
+        ]
+        spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", queries, name="alt", credits=20))
+        result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    db = tmp_path / "out" / "harvest.duckdb"
+    assert rows(db, "SELECT alt_text FROM pinboard_pin_details") == [(pin["autoAltText"],)]
+    texts = {p["id"]: p["seo_alt_text"] for p in board["pins"] if p.get("type") == "pin"}
+    assert texts and all(texts.values()), texts
+    assert dict(rows(db, "SELECT id, alt_text FROM pinboard_board_pins")) == texts
 
 
 ASKED_TWICE = {

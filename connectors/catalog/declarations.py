@@ -105,7 +105,7 @@ class ColumnDecl(_Decl):
     type: ColumnType = Field(description="text, integer, number (a double), boolean, timestamp (TIMESTAMPTZ: "
                              "ISO text or epoch seconds/ms), json, text_list or decimal (money: DECIMAL(18,4)).")  # fmt: skip
     path: str | None = Field(
-        None, description="Where in a record: a record path, `a|b` to try `b` when `a` is absent, or "
+        None, description="Where in a record: a record path, `a|b` to try `b` when `a` is absent or null, or "
         "`$params.NAME` for a request parameter (`$params.a|$params.b`: the one the request gave). Default: the "
         "column's name."
     )  # fmt: skip

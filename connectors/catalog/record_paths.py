@@ -5,8 +5,8 @@ Endpoint descriptions say where records and cursors live as strings (`paging_inf
 path (every field of every record), so compiled getters avoid re-parsing.
 
 Syntax: dot-separated keys; `[n]` indexes a list; `name[]` maps the rest of the path over a list; `a|b` tries
-alternatives in order. The empty path is the document itself. Where records are read (`items_at`), `[]` means
-every item of every list: the lists inside lists are joined into one.
+alternatives in order, past an absent or null one. The empty path is the document itself. Where records are read
+(`items_at`), `[]` means every item of every list: the lists inside lists are joined into one.
 """
 
 from __future__ import annotations
@@ -88,17 +88,22 @@ def _walk(value: Any, steps: tuple[Step, ...], start: int) -> Any:
 def compile_path(path: str) -> Getter:
     """A function reading `path` from a document, returning MISSING when it does not resolve.
 
-    `a|b` reads `a`, or `b` when `a` does not resolve (full and trimmed answers name a field differently).
+    `a|b` reads `a`, or `b` when `a` does not resolve or is null (full and trimmed answers name a field
+    differently; the pinboard pin sends `altText: null` beside the `autoAltText` a column falls back to). Null
+    when no alternative has a value but one is null: the service sent it empty, which is not absent.
     """
     if "|" in path:
         getters = [compile_path(alt) for alt in alternatives(path)]
 
         def first_of(doc: Any) -> Any:
+            found = MISSING
             for get in getters:
                 value = get(doc)
-                if value is not MISSING:
+                if value is None:
+                    found = None
+                elif value is not MISSING:
                     return value
-            return MISSING
+            return found
 
         return first_of
     walk = steps(path)

@@ -20,7 +20,7 @@ HEADER = """# Tables
 Generated from the catalog by `harvest schema --tables > docs/tables.md`; a test fails when it is stale.
 Each record table keeps the newest fetch of each primary key; `<table>_history` keeps one row per key per run
 (the Parquet under `parquet/<table>/date=YYYY-MM-DD/`). Types are DuckDB's; a source is the record path a
-column is read from (`a|b`: `b` when `a` is absent; `$params.NAME`: the request's parameter). Each column's
+column is read from (`a|b`: `b` when `a` is absent or null; `$params.NAME`: the request's parameter). Each column's
 description is its comment in DuckDB (`SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ...`),
 followed there by its source and its part in the primary key. A child table ("Child of ...") holds a list
 inside each record of its parent, one row per item: the parent's key (`parent_<key>`), the item's `position`
