@@ -30,6 +30,7 @@ from harvest.flows.handoff.export_after_run import export_step  # noqa: E402
 from harvest.flows.orchestrator import prefect_outage  # noqa: E402
 from harvest.flows.orchestrator.final_state import (  # noqa: E402
     RunFailed,
+    not_begun,
     not_started,
     nothing_to_continue,
     tell_the_end,
@@ -120,7 +121,7 @@ async def _pay_and_land(
                 spec.runner.address, manifest.run_id, lambda: ledger.stopped is not None
             )
         )
-        before = await probe_balance(client, ledger)
+        before = await stop.unless_stopped(probe_balance(client, ledger))  # a stop cuts a silent service
         if before is not None:
             journal.balance("before", before)  # durable: a resume after a kill knows where the run began
         if settles:
@@ -308,6 +309,8 @@ async def _collect_job(
     mark = prefect_outage.WATCH.mark()  # Prefect's failures from here on are this run's
     with stop.installed(), prefect_outage.condensing():
         async with open_service(spec, run.base_url) as service:
+            if start is None and (away := await not_begun(service, layout, spec.name, stop)) is not None:
+                return away  # the service away, or a stop while it was asked: no run made, nothing sent
             flow_run_id, attempt, _ = flow_run_facts()
             if start is None or attempt > 1:
                 retry_of = flow_run_id if attempt > 1 else None
@@ -354,8 +357,7 @@ async def run_collect(prepared: Prepared | None = None, **parameters: Any) -> Ru
     record waits in the output directory, `flows.orchestrator.prefect_record`); a record the run left because
     Prefect missed events on the way is told as soon as the flow run ended. `prepared`: what `harvest run`
     prepared for the flow (`flows.run.start.handed_over`)."""
-    ended = Ended()
-    token = ENDED.set(ended)
+    token = ENDED.set(ended := Ended())
     try:
         with handed_over(prepared):
             state = await collect_job(**parameters, return_state=True)

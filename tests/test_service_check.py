@@ -310,3 +310,70 @@ async def test_a_service_silent_where_it_answered_this_job_before_is_try_again_l
         why = "it took the connection and answered nothing in time, 3 tries in a row"
         await asyncio.to_thread(assert_away_for_now, spec, tmp_path, prefect_api_url, run_id, why)
     assert asked(server) == [BALANCE] * 3, "the free balance three times, nothing else"
+
+
+def _manifests(tmp_path: Path) -> list[str]:
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import all_manifests
+
+    return [m.run_id for m in all_manifests(OutputLayout(tmp_path / "out"))]
+
+
+async def test_a_deployment_s_run_where_nothing_listens_now_ends_crashed_and_makes_no_run(
+    sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path, prefect_harness: None, api_key: str
+) -> None:
+    """`harvest serve`'s night with the service down (the flow itself, no `harvest run` before it): what the
+    cron line's exit 75 says, as the flow run's Crashed state, in a second; before, the run began, each query
+    tried 5 times, and it ended Failed, a `failed` run of 0 pages left in `harvest runs`."""
+    import time
+
+    from harvest.flows.collect import collect_job, run_collect
+
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
+    spec = spec_for(tmp_path, sb.base_url)
+    first = await run_collect(spec_path=str(spec))
+    assert first.status != "failed", first
+    sb.stop()
+    began = time.monotonic()
+    state = await collect_job(spec_path=str(spec), return_state=True)
+    took = time.monotonic() - began
+    message = state.message or ""
+    assert state.type.value == "CRASHED", (state.type, message)
+    assert f"nothing is listening there (connection refused), where it answered run {first.run_id}" in message
+    assert "away for now; nothing was sent, and the job's next run collects it" in message, message
+    assert _manifests(tmp_path) == [first.run_id], "no run of 0 pages made"
+    assert took < 20 and SECRET_KEY not in message
+
+
+async def test_a_deployment_s_run_on_a_silent_service_stops_at_once_when_asked(
+    sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path, prefect_harness: None, api_key: str
+) -> None:
+    """The service's socket takes the connection and answers nothing: a stop (`harvest serve`'s, a signal)
+    while the run reads the free balance ends it at once, Cancelled, no run made, nothing sent. Before, the read
+    went on through its retries past serve's 120 s wait, and serve killed the run (its manifest left running)."""
+    import os
+    import time
+
+    from harvest.flows.collect import collect_job, run_collect
+
+    sb = sandbox_factory(SandboxConfig(api_keys={SECRET_KEY: 100}))
+    spec = spec_for(tmp_path, sb.base_url)
+    first = await run_collect(spec_path=str(spec))
+    assert first.status != "failed", first
+    sb.stop()
+    async with ScriptedServer(Hang(), Hang(), Hang(), port=int(sb.base_url.rsplit(":", 1)[1])) as server:
+
+        def stop_once_asked() -> None:  # the flow's handlers are in place once it sends its first request
+            deadline = time.monotonic() + 120
+            while not server.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=stop_once_asked, daemon=True).start()
+        began = time.monotonic()
+        state = await collect_job(spec_path=str(spec), return_state=True)
+        took = time.monotonic() - began
+    assert state.type.value == "CANCELLED", (state.type, state.message)
+    assert "stopped while the service was checked; nothing was sent" in (state.message or "")
+    assert asked(server) == [BALANCE], "the free balance, once, nothing else"
+    assert _manifests(tmp_path) == [first.run_id] and took < 8, took

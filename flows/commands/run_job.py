@@ -73,25 +73,11 @@ def service_answers(service: Any, layout: OutputLayout, job: str) -> None:
     after the lock (a second run of the job is refused without a request), before Prefect starts."""
     if service is None:
         return
-    from harvest.flows.run.preflight import check_service
+    from harvest.flows.run.preflight import answered_before, check_service
     from harvest.flows.run.service_access import service_label
-    from harvest.tasks.output.journal import read_a_balance
-    from harvest.tasks.output.manifest import run_heads
-
-    def answered_before() -> str | None:
-        """The newest run of the job whose balance the service answered at this URL (read only on a failure);
-        a run killed mid-run (a reboot, the OOM killer) has it in its journal only."""
-        label = service_label(service[0])
-        for head in reversed(run_heads(layout, job)):
-            run = head.manifest()
-            if run.service == label and (
-                run.balance_before is not None or read_a_balance(layout.journal_file(run.run_id))
-            ):
-                return run.run_id
-        return None
 
     url, key, source = service
-    check_service(url, key, source, answered_before)
+    check_service(url, key, source, lambda: answered_before(layout, job, service_label(url)))
 
 
 def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, again: RunAgain) -> Any:

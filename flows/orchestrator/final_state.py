@@ -30,6 +30,9 @@ from harvest.flows.orchestrator.prefect_record import (
     missed_task_runs,
     owe,
 )
+from harvest.flows.run.interrupt import StopOnSignal
+from harvest.flows.run.service_access import ServiceAccess
+from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import MachineFault
 from harvest.tasks.output.manifest import RunManifest, failure_groups, who
@@ -198,6 +201,27 @@ def not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:
     return Crashed(
         message=message, data=RunFailed(NoRun("not_started", message, machine_fault=str(fault)), message)
     )
+
+
+async def not_begun(
+    service: ServiceAccess, layout: OutputLayout, job: str, stop: StopOnSignal
+) -> State[Any] | None:
+    """A run the flow starts itself (a deployment's, a team's own flow; `harvest run` checked before Prefect
+    started) ends before it begins, making no run, when nothing answers where the service answered the job
+    before (`flows.run.preflight.away_for_now`): Crashed, as `harvest run`'s exit 75 (try again later), never a
+    failed run of 0 pages whose every query tried 5 times. A stop while that check waits ends it Cancelled."""
+    from harvest.flows.run.preflight import away_for_now
+
+    if service.label == EMBEDDED_SANDBOX or stop.first is not None:
+        return None
+    away = await stop.unless_stopped(away_for_now(service.url, service.api_key, layout, job, service.label))
+    if away is not None:
+        message = f"not started: {away}"
+        return Crashed(message=message, data=RunFailed(NoRun("not_started", message), message))
+    if stop.first is not None:  # it cut the check short
+        message = f"not started: {stop.first}: stopped while the service was checked; nothing was sent"
+        return Cancelled(message=message, data=RunFailed(NoRun("not_started", message), message))
+    return None
 
 
 def nothing_to_continue(previous: RunManifest, loaded_first: list[dict[str, Any]]) -> State[Any]:

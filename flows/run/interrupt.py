@@ -15,6 +15,9 @@ The handlers cover the whole flow body, in three phases:
   signal when it comes first and nothing otherwise; it never counts as a second one. The run may get serve's
   request and the signal that stopped serve (a terminal's Ctrl-C, systemd's SIGTERM to the whole service), in
   either order: one stop, the requests in flight land.
+- **Free reads before paying** (the service check, the balance the bill starts from): a stop cancels a read
+  still waiting (`unless_stopped`): a service that takes the connection and answers nothing would hold the run
+  through the read's retries.
 - **Finishing** (manifest, load, export, report): every page is landed, so there is nothing left to stop. The
   first signal says the load is being finished; a later one during the load abandons it (`LoadInterrupted`),
   and the run says how it gets loaded (`harvest load`, or the resume of an interrupted run). The same goes for
@@ -35,16 +38,18 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from harvest.connectors.credits.ledger import CreditLedger
 from harvest.connectors.http.client import ServiceClient
 from harvest.flows import closed_output, stop_signals
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunHead, run_heads
+
+T = TypeVar("T")
 
 GRACE_SECONDS = 10.0
 """How long requests in flight may take to land after the first Ctrl-C."""
@@ -88,6 +93,10 @@ class StopOnSignal:
         """Loading the job's earlier runs before this one pays (`loading_earlier`)."""
         self.in_export = False
         """Sending the run to the spec's `export.to` (`exporting`)."""
+        self._read: asyncio.Task[Any] | None = None
+        """A free read before paying that a stop cancels (`unless_stopped`)."""
+        self._cut: asyncio.Task[Any] | None = None
+        """The read a stop cancelled."""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -102,8 +111,28 @@ class StopOnSignal:
         else:
             self.loop.call_soon_threadsafe(self.stop_asked)
 
+    async def unless_stopped(self, read: Awaitable[T]) -> T | None:
+        """`read` (a free balance read before anything is paid: the service check, the balance the bill starts
+        from), cancelled by a stop that comes while it waits: a service that takes the connection and answers
+        nothing held a served run past `harvest serve`'s wait until it was killed. None when a stop cut it."""
+        self._read = task = asyncio.ensure_future(read)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if self._cut is not task:
+                raise
+            return None
+        finally:
+            self._read = None
+
+    def _cut_read(self) -> None:
+        if self._read is not None and not self._read.done():
+            self._cut = self._read
+            self._read.cancel()
+
     def stop_asked(self) -> None:
         """`harvest serve` asks the run to stop: the first stop, unless a signal stopped it already."""
+        self._cut_read()
         if self.first is not None:
             return
         self.first = SERVE_ASKED
@@ -111,6 +140,7 @@ class StopOnSignal:
             self._stop_paying(SERVE_ASKED)
 
     def stop(self, name: str) -> None:
+        self._cut_read()
         self.signals += 1
         first = self.first is None
         if first:

@@ -12,6 +12,8 @@ service's address with `/v1` appended: 404s that became "not found" and a green 
 listening, a name that does not resolve, TLS refused) is refused with one line naming the URL and what answered.
 A key the service refuses is refused with one line naming where the key came from, not the URL: the service
 answers a wrong key with 402 and its out-of-credits message, as it answers an empty account.
+A run the flow starts itself (a deployment's, a team's own flow) asks only whether the service is away
+(`away_for_now`), where it answered the job before: that run has no command line to refuse it before Prefect.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class ServiceAway(UsageError):
     exit_code = EXIT_CODE
 
 
+AWAY_THEN = "the same command runs the job once it answers"
+"""What a `ServiceAway` line says comes next, for `harvest run`."""
+
+
 def check_service(
     url: str, key: ApiKey, key_source: str, answered_before: Callable[[], str | None] = lambda: None
 ) -> None:
@@ -91,16 +97,27 @@ def check_service(
     service answered at this URL, if any; nothing answering there then is ServiceAway (exit 75), not a wrong URL."""
     import asyncio
 
+    asyncio.run(acheck_service(url, key, key_source, answered_before))
+
+
+async def acheck_service(
+    url: str,
+    key: ApiKey,
+    key_source: str,
+    answered_before: Callable[[], str | None] = lambda: None,
+    then: str = AWAY_THEN,
+) -> None:
+    """`check_service` in a running event loop (a flow's); `then`: what a `ServiceAway` line says comes next."""
     from harvest.connectors.errors import NotTheService, OutOfCredits, Unauthorized
     from harvest.connectors.http.balance import read_before_run
 
     try:
-        asyncio.run(read_before_run(url, key))
+        await read_before_run(url, key)
     except NotTheService as exc:
         if exc.unreachable and (run := answered_before()) is not None:
             raise ServiceAway(
                 f"service: {exc.where}: {exc.answered}, where it answered run {run} of this job: away for now; "
-                "nothing was sent, and the same command runs the job once it answers"
+                f"nothing was sent, and {then}"
             ) from None
         raise UsageError(f"service: {exc}; nothing was sent") from None
     except Unauthorized:
@@ -114,6 +131,45 @@ def check_service(
             f"answers both with the same message and does not say which): fix the key in {key_source}, or "
             "top up the account, then run again. Nothing was paid"
         ) from None
+
+
+def answered_before(layout: OutputLayout, job: str, label: str) -> str | None:
+    """The newest run of the job whose balance the service answered at `label` (its URL, `service_label`); a
+    run killed mid-run (a reboot, the OOM killer) has it in its journal only."""
+    from harvest.tasks.output.journal import read_a_balance
+    from harvest.tasks.output.manifest import run_heads
+
+    for head in reversed(run_heads(layout, job)):
+        run = head.manifest()
+        if run.service == label and (
+            run.balance_before is not None or read_a_balance(layout.journal_file(run.run_id))
+        ):
+            return run.run_id
+    return None
+
+
+SERVED_AWAY_THEN = "the job's next run collects it once the service answers"
+"""What comes next after a deployment's (or a team's flow's) run found the service away."""
+
+
+async def away_for_now(
+    url: str, key: ApiKey, layout: OutputLayout, job: str, label: str
+) -> ServiceAway | None:
+    """For a run the flow starts itself (a deployment's, `harvest serve`'s, a team's own flow): whether nothing
+    answers where the service answered this job before, asked as `harvest run` asks before Prefect starts (one
+    free balance read, 3 tries). Asked only when such an earlier run exists: the first run of a job, and every
+    other answer (a refused key, another server, a busy service), are left to the run's own first balance read
+    (`flows.run.bill.probe_balance`), so they cost no second request."""
+    run = answered_before(layout, job, label)
+    if run is None:
+        return None
+    try:
+        await acheck_service(url, key, "", lambda: run, SERVED_AWAY_THEN)
+    except ServiceAway as exc:
+        return exc
+    except UsageError:
+        return None
+    return None
 
 
 def _check_free_space(path: Path, min_free_mb: float) -> None:
