@@ -112,6 +112,9 @@ SERVE_STOP = signal.SIGUSR1
 the process too is that same stop, not a second signal."""
 SERVED_BY = "HARVEST_SERVED_BY"
 """The environment variable holding the pid of the `harvest serve` that started a flow-run process."""
+SERVE_STOPPING = "HARVEST_SERVE_STOPPING"
+"""Set (to its pid) by a `harvest serve` that is stopping: a flow-run process it starts after that (a run its
+poller had picked up already) inherits it and stops before paying, as if asked with SERVE_STOP."""
 asked_to_stop = False
 """`SERVE_STOP` came before the flow body listened for it (`flows.run.interrupt` acts on it then)."""
 
@@ -119,6 +122,11 @@ asked_to_stop = False
 def served() -> bool:
     """This process is a flow run `harvest serve` started (its direct child): one that listens for SERVE_STOP."""
     return os.environ.get(SERVED_BY) == str(os.getppid())
+
+
+def serve_stopping() -> bool:
+    """The `harvest serve` that started this flow run was stopping when it started it (`SERVE_STOPPING`)."""
+    return served() and os.environ.get(SERVE_STOPPING) == os.environ.get(SERVED_BY)
 
 
 def _asked(signum: int, frame: FrameType | None) -> None:

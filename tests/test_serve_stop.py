@@ -102,3 +102,29 @@ def test_stopping_serve_mid_run_lets_the_requests_in_flight_land_and_the_run_res
     (done,) = all_manifests(OutputLayout(output))
     assert done.run_id == stopped.run_id and done.status == "complete" and done.resumes == 1
     assert paid_twice(entries) == 0, "the resume paid no request twice"
+
+
+def test_a_run_that_starts_after_serve_was_stopped_pays_nothing(
+    prefect_harness: None, api_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Serve stopped while its poller was handing it a run (picked up, its process not started yet): the run's
+    process starts after the stop, past serve's stop request to the runs it saw. It inherits serve's
+    `HARVEST_SERVE_STOPPING` and stops before paying, as if asked; before, it paid its budget after "All
+    deployments have been paused!". The flow run here is the one the spawned process runs, in this process,
+    with serve's environment (this process's parent standing in for serve)."""
+    from harvest.flows import stop_signals
+    from harvest.sandbox.wire.serving import running
+    from tests.flow_helpers import run_flow
+
+    monkeypatch.setenv(stop_signals.SERVED_BY, str(os.getppid()))
+    monkeypatch.setenv(stop_signals.SERVE_STOPPING, str(os.getppid()))
+    with running(CONFIG) as sb:
+        spec = job_spec(
+            sb.base_url, tmp_path / "out", [{"id": "pins", "endpoint": PINS, "params": PARAMS}],
+            name="served-late", credits=1000,
+        )  # fmt: skip
+        summary = run_flow(write_spec(tmp_path, spec, "served.yaml"))
+        paid = data_entries(sb)
+    assert paid == [], "a run that started after serve's stop sent no paid request"
+    assert summary.status == "interrupted" and summary.credits_spent == 0, summary
+    assert "harvest serve stopped" in (summary.error or ""), summary.error

@@ -11,6 +11,9 @@ got itself as well (a terminal's Ctrl-C reaches the foreground process group, sy
 the service's cgroup) is the same stop, never a second signal that abandons the requests in flight. Only once
 every flow-run process has ended is the runner's task group cancelled, with nothing left for it to kill.
 
+A run the poller picked up before the stop whose process starts only after it is waited for too (`_starting`), and
+stops itself before paying: its process inherits `stop_signals.SERVE_STOPPING` from serve's environment.
+
 The wait is bounded (`STOP_WAIT_SECONDS`): a run that has not ended by then gets SIGTERM, then SIGKILL
 (Prefect's own kill), and is resumed by the next run. Later signals to serve change nothing: they reach the runs
 themselves when they come to the process group, and serve's wait is bounded anyway.
@@ -84,6 +87,14 @@ class StopsItsRuns(Runner):
         self._stop_began = time.monotonic()
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._stop_after_runs(name)))
 
+    def _starting(self) -> set[Any]:
+        """Flow run ids the poller picked up whose process is not running yet (Prefect's `_submit_run` between
+        the Pending state and the process manager's `add`): each starts after serve's stop, and stops itself
+        before paying (`stop_signals.SERVE_STOPPING`), but serve waits for it as for the others."""
+        poller = getattr(self, "_scheduled_run_poller", None)
+        submitting = set(getattr(poller, "_submitting_flow_run_ids", ()))
+        return submitting - set(self._running()) - set(self._process_manager.flow_run_ids())
+
     def _running(self) -> dict[Any, int]:
         """Flow run id -> pid of each flow-run process still running."""
         manager = self._process_manager
@@ -95,14 +106,17 @@ class StopsItsRuns(Runner):
         return found
 
     async def _stop_after_runs(self, name: str) -> None:
-        self._scheduled_run_poller.stopping = True  # no new run starts
+        self._scheduled_run_poller.stopping = True  # no new poll
+        # a run the poller picked up already starts its process after this, and stops before paying
+        os.environ[stop_signals.SERVE_STOPPING] = str(os.getpid())
         asked: set[int] = set()
         deadline = time.monotonic() + STOP_WAIT_SECONDS
         said = False
-        while (running := self._running()) and time.monotonic() < deadline:
+        while ((running := self._running()) or self._starting()) and time.monotonic() < deadline:
             if not said:
                 _note(
-                    f"harvest serve: {name}: stopping {len(running)} run(s) in progress: their requests in "
+                    f"harvest serve: {name}: stopping {len(running) + len(self._starting())} run(s) in "
+                    "progress: their requests in "
                     f"flight land (up to {GRACE_SECONDS:g} s), then each is loaded (serve waits up to "
                     f"{STOP_WAIT_SECONDS:g} s)"
                 )

@@ -14,7 +14,8 @@ The handlers cover the whole flow body, in three phases:
 - **Served** (a flow run `harvest serve` started): serve's stop request (`stop_signals.SERVE_STOP`) is a first
   signal when it comes first and nothing otherwise; it never counts as a second one. The run may get serve's
   request and the signal that stopped serve (a terminal's Ctrl-C, systemd's SIGTERM to the whole service), in
-  either order: one stop, the requests in flight land.
+  either order: one stop, the requests in flight land. A run whose process started after serve was stopped
+  (`stop_signals.serve_stopping`) is asked from its start.
 - **Free reads before paying** (the service check, the balance the bill starts from): a stop cancels a read
   still waiting (`unless_stopped`): a service that takes the connection and answers nothing would hold the run
   through the read's retries.
@@ -263,7 +264,8 @@ class StopOnSignal:
             self.stop(already)
         if (lost := stop_signals.received) is not None:  # lost on its way (`stop_signals.lost_on_its_way`)
             self.stop(lost)
-        if stop_signals.asked_to_stop:  # `harvest serve` asked while Prefect started the flow run
+        # `harvest serve` asked while Prefect started the flow run, or was stopping when it started it
+        if stop_signals.asked_to_stop or stop_signals.serve_stopping():
             self.stop_asked()
         try:
             with self._handlers():
