@@ -156,9 +156,10 @@ class StopOnSignal:
     def _stop_paying(self, name: str) -> None:
         assert self.ledger is not None and self.client is not None
         self.ledger.stop("interrupted", f"interrupted by {name}")
+        again = "" if stop_signals.served() else "; press Ctrl-C again to abandon them"  # serve waits
         print(
             f"harvest: {name}: stopping; letting the requests in flight land\n"
-            f"  (up to {self.grace:g} s; press Ctrl-C again to abandon them)",  # 80 columns: two lines
+            f"  (up to {self.grace:g} s{again})",  # 80 columns: two lines
             file=sys.stderr,
             flush=True,
         )

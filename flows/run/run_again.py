@@ -78,5 +78,8 @@ def resume_hint(run: RunManifest, output: Path) -> str:
     `rebuild`); a deployment's run is resumed by the deployment's next run."""
     again = rerun_of(run, output)
     if again is None:
-        return "the next run of its deployment resumes it, `--fresh` abandons it"
+        return (
+            "the next run of its deployment resumes it, "
+            f"`prefect deployment run collect_job/{run.job} -p mode=fresh` abandons it"
+        )
     return f"`{again.command()}` resumes it, `{again.command('--fresh')}` abandons it"
