@@ -12,10 +12,10 @@ Hence `spent + reserved <= budget` at every instant, under any interleaving, as 
 what the cost table says. When it charges more, the real amount is recorded (the account did pay it), a
 warning is logged and the excess is visible in `overcharges`; that is the only way `spent` can pass `budget`.
 
-Prices (`connectors.credits.prices`): reservations hold what the service was seen charging per endpoint, and `sending(r)`
-tops up a reservation granted below a price learned since; so the budget can be passed only by the excess of the
-first request that shows a higher price, plus that of the requests already on the wire (at most `concurrency`),
-whose holds rise to it at once (`Settlement._expect_on_the_wire`): nothing is sent that they may take credits from.
+Prices (`connectors.credits.prices`): reservations hold the price the service was seen charging per endpoint, and
+`sending(r)` tops up a reservation granted below a price learned since; so the budget can be passed only by the
+excess of the first request that shows a higher price, plus that of the requests on the wire (at most
+`concurrency`), whose holds rise to it at once (`Settlement._expect_on_the_wire`): nothing sent may take theirs.
 Breadth-first policy (`connectors.credits.fair_share`, its calls in `connectors.credits.turns`): queries are expected
 when launched (`expect`), register while they run (`async with ledger.query(qid)`), both only inside any concurrency
 limiter: a registered query that cannot run holds the others back, and report finished pages (`page_done`).
@@ -273,8 +273,7 @@ class CreditLedger(Settlement, Turns):
         granted. None: the account fell below `min_balance` while `r` waited for a connection slot, or there is
         no room for the higher price (budget or query cap); `r` was released: send nothing, reserve again (which
         says why). Journaled from here, a crash counts it as spent (still waiting for a slot at a crash: not
-        counted). If the journal cannot be written, the reservation is released and the error raised.
-        """
+        counted). If the journal cannot be written, the reservation is released and the error raised."""
         with self._lock:
             r = self._holds.current(r)
             short = self._prices.sending(r.id)
@@ -331,8 +330,7 @@ class CreditLedger(Settlement, Turns):
         floor = self._floor.fits(amount, self._holds.total)
         if floor is not True:
             return floor  # a refusal, or wait: the requests held settle (or give back) what they hold
-        # a cap reached is said before the budget: it holds across `--continue`s, the budget does not
-        q_spent = self._q_spent.get(query_id, 0)
+        q_spent = self._q_spent.get(query_id, 0)  # a cap reached is said first: it holds across `--continue`s
         if query_cap is not None and q_spent + amount > query_cap:
             return Refusal.query_cap(query_cap, q_spent)
         fits = self._fanouts.fits(query_id, amount)
