@@ -8,12 +8,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
+from typer.testing import CliRunner
 
 from harvest.connectors.catalog.endpoints import all_kinds
+from harvest.flows.cli import app
+from harvest.flows.commands.history_note import current_rows_sql
 from harvest.flows.handoff.lakehouse import table_rows
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.wire.serving import running
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, write_spec
+from tests.published_samples import sample
 
 KIND = all_kinds()["short_video_videos"]
 
@@ -125,3 +134,37 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
         (0, datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=UTC)),
         (1, None),
     ]
+
+
+def test_a_key_a_page_holds_three_times_is_its_last_occurrence_in_the_table_view_query_and_delta(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One page (the published sample, served over HTTP) holds video X three times, all with the page's
+    `_fetched_at`: the DuckDB table, the `_history` view, the current-rows query the end of a run prints and a
+    Delta export all keep the last occurrence (`dup 2`, 333 views). The table kept the last while the view,
+    the query and the lakehouse reader ordered by `_fetched_at` alone and kept the first."""
+    monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
+    page = sample("_v1_streaming_user_videos.json")
+    first = page["allVideos"][0]
+    page["allVideos"] = [
+        {**first, "title": f"dup {n}", "viewCount": views} for n, views in enumerate((111, 222, 333))
+    ] + page["allVideos"][1:]
+    page["credits_remaining"] = BIG_BALANCE
+    replay = {"/v1/streaming/user/videos": orjson.dumps(page)}
+    output = tmp_path / "out"
+    queries = [{"id": "videos", "endpoint": "/v1/streaming/user/videos", "params": {"handle": "acmeesports"}}]
+    spec = write_spec(tmp_path, job_spec("http://127.0.0.1:9", output, queries, name="dups"))
+    with running(SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, replay=replay)) as sb:
+        assert run_flow(spec, base_url=sb.base_url).status == "complete"
+    db, x, last = output / "harvest.duckdb", first["id"], [("dup 2", 333)]
+    assert len(rows(db, "SELECT DISTINCT _fetched_at FROM streaming_videos")) == 1  # one page: one fetch time
+    assert rows(db, "SELECT title, view_count FROM streaming_videos WHERE id = ?", [x]) == last
+    assert rows(db, "SELECT title, view_count FROM streaming_videos_history WHERE id = ?", [x]) == last
+    printed = "\n".join(current_rows_sql(output / "parquet" / "streaming_videos", ("id",), None))
+    assert rows(db, f"SELECT title, view_count FROM ({printed}) WHERE id = ?", [x]) == last
+    lake = tmp_path / "lake"
+    exported = CliRunner().invoke(app, ["export", str(output), "--to", str(lake), "--format", "delta"])
+    assert exported.exit_code == 0, exported.output
+    delta = duckdb.connect()
+    delta.register("exported", DeltaTable(str(lake / "streaming_videos")).to_pyarrow_table())
+    assert delta.execute("SELECT title, view_count FROM exported WHERE id = ?", [x]).fetchall() == last

@@ -26,12 +26,19 @@ def _name(column: str) -> str:
 
 
 def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], width: int | None) -> list[str]:
-    """The lines of a DuckDB query giving one row per key, the newest fetch, from every run's Parquet of a record
-    table: the rows the DuckDB table holds, so rows without a whole key (which the load skips) are left out.
+    """The lines of a DuckDB query giving one row per key, the newest fetch (of a page that holds a key twice,
+    the later row: `NEWEST_ORDER`), from every run's Parquet of a record table: the rows the DuckDB table holds,
+    so rows without a whole key (which the load skips) are left out.
     The path is absolute (`harvest sql` reads only the job's own Parquet tree, named by its real place); where
     it is wider than `width` it is written as adjacent string literals, one a line, split after a `/` (SQL
     joins literals that only a line break separates), so no line is wider than the terminal."""
-    from harvest.tasks.database.connection import parquet_glob, quote_literal, whole_key
+    from harvest.tasks.database.connection import (
+        NEWEST_ORDER,
+        ROW_NUMBER,
+        parquet_glob,
+        quote_literal,
+        whole_key,
+    )
 
     files = parquet_glob(parquet_table_dir.resolve())
     names = [_name(c) for c in primary_key]
@@ -40,13 +47,13 @@ def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], widt
     room = None if width is None else width - len(SQL_INDENT) - 4 - 3  # indent, quotes and comma
     *parts, last = [quote_literal(part) for part in split_after_slashes(files, room)]
     return [
-        "SELECT * FROM read_parquet(",
+        f"SELECT * EXCLUDE ({ROW_NUMBER}) FROM read_parquet(",
         *(f"    {part}" for part in parts),
         f"    {last},",
-        "    hive_partitioning = true, union_by_name = true)",
+        f"    hive_partitioning = true, union_by_name = true, {ROW_NUMBER} = true)",
         *where.splitlines(),
         "QUALIFY row_number() OVER (",
-        f"    PARTITION BY {keys} ORDER BY _fetched_at DESC) = 1",
+        f"    PARTITION BY {keys} ORDER BY {NEWEST_ORDER}) = 1",
     ]
 
 

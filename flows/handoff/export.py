@@ -166,6 +166,7 @@ def _table_entry(report: ExportReport, table: str) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "primary_key": key,
         "newest_by": "_fetched_at",
+        "then_by": "file_row_number",  # a page holding a key twice: its later row (`connection.NEWEST_ORDER`)
         "rows": 0,
         "schema": [],
         "files": [],

@@ -142,6 +142,17 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+ROW_NUMBER = "file_row_number"
+"""A row's place in its Parquet file, as DuckDB's reader gives it (`read_parquet(..., file_row_number = true)`)."""
+NEWEST_ORDER = f"_fetched_at DESC, {ROW_NUMBER} DESC"
+"""Which row of a key is its newest, everywhere a row is chosen from the Parquet (the DuckDB load, the
+`_history` views, the current-rows query the end of a run prints, a lakehouse export, the exports' manifests):
+the newest fetch, and of one fetch (a page that holds the key more than once) the later row. A page is written
+whole to one file in the order it came (`tasks.output.parquet_sink`), so the later row of a fetch is the later
+row of its file. Harvest's own reads add the file's place in name order last: rows of two files never share a
+fetch time in practice, but the choice stays the same on every read."""
+
+
 def whole_key(keys: Sequence[str], joiner: str = " AND ") -> str:
     """A SQL condition true where every key column (`keys`: as the statement names them, quoted or not) has a
     value: rows without a whole key cannot be merged, so the DuckDB tables never hold them, and whatever reads

@@ -22,7 +22,14 @@ import duckdb
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot, Relation
 from harvest.tasks.database.column_comments import column_comment, describe_table
-from harvest.tasks.database.connection import parquet_glob, quote_ident, quote_literal, whole_key
+from harvest.tasks.database.connection import (
+    NEWEST_ORDER,
+    ROW_NUMBER,
+    parquet_glob,
+    quote_ident,
+    quote_literal,
+    whole_key,
+)
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
@@ -85,7 +92,9 @@ def _children_of_newest_fetch(kind: ChildKind, table_dir: Path) -> str:
 def history_view_sql(
     table: str, kind: TableKind, table_dir: Path, *, temporary: bool = False, name: str = ""
 ) -> str:
-    """A record table's view: each key's last fetch per run. A child table's: the items of each parent's last
+    """A record table's view: each key's last fetch per run, the last of a page that holds it more than once
+    (`connection.NEWEST_ORDER`, as the table keeps it; the row number is read with the `file_row_number`
+    option, which DuckDB 1.2 has too, not as 1.3's virtual column). A child table's: the items of each parent's last
     fetch per run (`_children_of_newest_fetch`; while the parent has no Parquet, which a harvest run never
     leaves, the items of the last fetch that had some). Rows without a whole key (a child's: its parent's) are
     left out, as the tables leave them out: they cannot be told apart."""
@@ -97,9 +106,12 @@ def history_view_sql(
     per_run = ", ".join([*keys, "_run_id"])
     if isinstance(kind, ChildKind):
         newest = f"_fetched_at = max(_fetched_at) OVER (PARTITION BY {per_run})"
-    else:
-        newest = f"row_number() OVER (PARTITION BY {per_run} ORDER BY _fetched_at DESC) = 1"
-    return create + f"SELECT * FROM {_reading(table_dir)} WHERE {whole_key(keys)} QUALIFY {newest}"
+        return create + f"SELECT * FROM {_reading(table_dir)} WHERE {whole_key(keys)} QUALIFY {newest}"
+    newest = f"row_number() OVER (PARTITION BY {per_run} ORDER BY {NEWEST_ORDER}) = 1"
+    reading = _reading(table_dir).removesuffix(")") + f", {ROW_NUMBER} = true)"
+    return create + (
+        f"SELECT * EXCLUDE ({ROW_NUMBER}) FROM {reading} WHERE {whole_key(keys)} QUALIFY {newest}"
+    )
 
 
 def empty_history_view_sql(table: str, columns: list[tuple[str, str]]) -> str:

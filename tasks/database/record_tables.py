@@ -1,8 +1,9 @@
 """Record tables: a run's Parquet files merged into DuckDB on each kind's primary key.
 
 Merge rule: the newest fetch of a key wins. Within a batch only the row with the latest ``_fetched_at`` per
-primary key is kept; against the table, a row is replaced only by a fetch at least as new, so a rerun never
-duplicates rows and reloading an old run never overwrites newer data. Rows whose primary key is NULL cannot be
+primary key is kept (of a page holding a key twice, the later row: `connection.NEWEST_ORDER`); against the
+table, a row is replaced only by a fetch at least as new, so a rerun never duplicates rows and reloading an old
+run never overwrites newer data. Rows whose primary key is NULL cannot be
 merged and are skipped; their count is reported in `LoadResult.skipped_null_pk` and logged.
 
 Each step (up to 250k rows of one table, see `CHUNK_ROWS`) is its own transaction: the newest-row sort and the
@@ -26,7 +27,14 @@ from harvest.tasks.database import replaced_fetches as replaced
 from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
 from harvest.tasks.database.column_types import cast_older_files, rename, retype
-from harvest.tasks.database.connection import count_rows, quote_ident, quote_literal, transaction, whole_key
+from harvest.tasks.database.connection import (
+    NEWEST_ORDER,
+    count_rows,
+    quote_ident,
+    quote_literal,
+    transaction,
+    whole_key,
+)
 from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -184,7 +192,8 @@ def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike, catalog: Cata
 def _choose_newest(
     con: duckdb.DuckDBPyConnection, key: Sequence[str], source: str, has_key: str, paths: list[str]
 ) -> None:
-    """`_harvest_newest`: the newest fetch of each key in the files, as narrow rows. Whole rows are read once,
+    """`_harvest_newest`: the newest row of each key in the files (`NEWEST_ORDER`: of one page, its last), as
+    narrow rows. Whole rows are read once,
     straight into the table, after it: a window sort over them ran out of 64 MB at 50k rows."""
     fetched = quote_ident(FETCHED_AT)
     con.execute(
@@ -194,7 +203,7 @@ def _choose_newest(
         WHERE {has_key}
         QUALIFY row_number() OVER (
             PARTITION BY {", ".join(key)}
-            ORDER BY {fetched} DESC NULLS LAST, file_index DESC, file_row_number DESC
+            ORDER BY {NEWEST_ORDER} NULLS LAST, file_index DESC
         ) = 1
         """,
         [paths],
@@ -210,8 +219,9 @@ def merge_files(
     """Merge Parquet files into the kind's table (`catalog`: as `ensure_table` takes it); returns (rows after,
     rows skipped: null key). The newest row per key is chosen on narrow rows, then rows it replaces are deleted
     and the rest inserted from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a
-    first load (an empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch go to the later file
-    name / later row, so the choice is stable. Columns the table has but this schema lacks stay NULL in
+    first load (an empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch (a page holding a key
+    twice) go to the later row, then the later file name (`NEWEST_ORDER`), so the choice is stable and the one
+    the history views, the printed query and the exports make. Columns the table has but this schema lacks stay NULL in
     replaced rows: they are the newer fetch.
 
     Rows are named by (`file_index`, `file_row_number`), two integers: with each row's file name instead, the

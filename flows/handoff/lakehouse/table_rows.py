@@ -1,7 +1,7 @@
 """What a lakehouse export hands a table format: the due runs' Parquet, one row per key, streamed.
 
 DuckDB reads the runs' files (union by name: files landed under an older catalog lack its newer columns) and
-keeps the newest fetch of each key, the same rule the DuckDB load applies; it spills to disk past its memory
+keeps the newest row of each key, the same rule the DuckDB load applies (`NEWEST_ORDER`); it spills to disk past its memory
 limit, so a table of any size streams through a few Arrow batches. Rows are cast to the catalog's schema (what
 `harvest rebuild` would write today), so the exported table grows with the catalog, not with whichever file
 came first; a column an older catalog typed otherwise (a published time as text) is cast value by value,
@@ -24,7 +24,14 @@ import pyarrow.parquet as pq
 
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.flows.handoff.lakehouse.table_format import TableLoad
-from harvest.tasks.database.connection import has_table, quote_ident, quote_literal, whole_key
+from harvest.tasks.database.connection import (
+    NEWEST_ORDER,
+    ROW_NUMBER,
+    has_table,
+    quote_ident,
+    quote_literal,
+    whole_key,
+)
 from harvest.tasks.database.load_settings import memory_limit
 from harvest.tasks.database.record_tables import duckdb_types
 from harvest.tasks.output.layout import OutputLayout
@@ -92,20 +99,23 @@ def record_reader(
     key: tuple[str, ...],
     db: duckdb.DuckDBPyConnection,
 ) -> pa.RecordBatchReader:
-    """The newest row per key of `paths`, in `schema` (a column no file has is null), a bucket of keys at a time;
+    """The newest row per key of `paths` (`NEWEST_ORDER`, the load's choice: of a page holding a key twice, the
+    later row), in `schema` (a column no file has is null), a bucket of keys at a time;
     read on a cursor of `db` (`one_database`), closed at the end of the stream."""
     con = db.cursor()
     present, rows = _file_facts(paths)
     buckets = max(1, -(-rows // BUCKET_ROWS))
-    files = "[" + ", ".join(quote_literal(str(p)) for p in paths) + "]"
+    ordered = sorted(paths, key=str)  # as the load has them: `file_index` is a file's place in name order
+    files = "[" + ", ".join(quote_literal(str(p)) for p in ordered) + "]"
     sql_types = dict(duckdb_types(con, schema))
     columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name]) for f in schema)
     keys = ", ".join(quote_ident(k) for k in key)
     not_null = whole_key([quote_ident(k) for k in key])
     in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""
     sql = (
-        f"SELECT {columns} FROM read_parquet({files}, union_by_name = true) WHERE {not_null}{in_bucket} "
-        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
+        f"SELECT {columns} FROM read_parquet({files}, union_by_name = true, {ROW_NUMBER} = true) "
+        f"WHERE {not_null}{in_bucket} "
+        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {NEWEST_ORDER}, file_index DESC) = 1"
     )
     first = con.sql(sql.format(bucket=0)).to_arrow_reader(BATCH_ROWS)
 
