@@ -418,6 +418,14 @@ def test_a_run_while_duckdb_is_held_lands_parquet_and_loads_later(
         timeout=60,
     )  # fmt: skip
     assert again.returncode == 0 and "nothing to load" in again.stdout
+    with held_duckdb(db, mark=False):  # nothing to load while a notebook holds the file: no error, no "rerun"
+        held = subprocess.run(
+            [str(HARVEST), "load", str(output)], env=subprocess_env(tmp_path), capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert "nothing to load" in held.stdout and "every finished or interrupted run is in" in held.stdout
+    assert "open in another process" not in held.stdout + held.stderr
     assert {t: n for t, n in table_counts(db).items() if t != "held_by_a_notebook"} == {
         t: len(r) for t, r in expected.items()
     }

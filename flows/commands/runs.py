@@ -6,6 +6,7 @@ is never called loaded, and `harvest load` names the database only when it exist
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,11 @@ def _job_lock(layout: OutputLayout, job: str) -> Any:
 
 
 def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -> None:
-    """Say why nothing was loaded, naming the database only if it exists."""
+    """Say why nothing was loaded, naming the database only if it exists. Whether anything waits is the
+    manifests' to say, so a database another process holds (a notebook) is no error here: only pointing the
+    history views at a moved directory needs its lock, and that waits for the next load."""
     from harvest.flows.run.load_step import refresh_views
+    from harvest.tasks.database.connection import DatabaseBusy
 
     landed = [m for m in manifests if m.status != "running"]
     if not landed:
@@ -58,7 +62,10 @@ def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -
             f"`{harvest_line('rebuild', output)}` builds it again from the raw pages"
         )
         return
-    refresh_views(layout)  # an output directory moved: the history views follow it
+    # An output directory moved: the history views follow it. Busy, they follow at the next load (`harvest
+    # sql` follows them meanwhile): nothing waits to be loaded.
+    with contextlib.suppress(DatabaseBusy):
+        refresh_views(layout)
     console.prose(f"nothing to load in {output}: every finished or interrupted run is in {layout.db}")
 
 
