@@ -139,18 +139,43 @@ def test_rows_landed_in_another_order_are_not_sent_again(
     assert "nothing new" in export(output, lake)
     assert rows(db := output / "harvest.duckdb", "SELECT run_id FROM exports") == [(run_id,)], db
 
-    # a value the rebuild changes is a change: the run goes again
+    # a value the rebuild changes is a change: the run goes again where it went with other rows, and only there
     (_, path, _), *_ = manifest.all_files()
     file = layout.resolve(path)
     data = pq.read_table(file, partitioning=None)
     pq.write_table(data.slice(1), file)
+    other = tmp_path / "other-lake"
+    export(output, other)  # the run with a row fewer
     assert runner.invoke(app, ["rebuild", str(output)]).exit_code == 0
     (rebuilt,) = all_manifests(layout)
     assert rebuilt.rebuilt is not None
-    assert "exported 1 run," in export(output, lake)
-    before, again = committed(lake)
+    assert "exported 1 run," in export(output, other)
+    before, again = committed(other)
     assert before["runs"] == again["runs"] == [run_id]
     assert before["resent"] is False and again["resent"] is True, "a loader appending history is told"
+    assert "nothing new" in export(output, lake), "it holds the rows the rebuild wrote back"
+
+
+def test_a_table_s_files_deleted_and_rebuilt_as_they_were_are_not_sent_again(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exported run's Parquet of one table deleted, then `harvest rebuild`: the file comes back with the rows
+    it had, so the next export sends nothing. The rebuild could not compare with a file that was gone and
+    marked the run rebuilt, and the export sent the whole run again (`"resent": true`)."""
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    layout = OutputLayout(output)
+    night(tmp_path, output, 0, monkeypatch)
+    export(output, lake)
+    (manifest,) = all_manifests(layout)
+    table, path, _ = manifest.all_files()[0]
+    file = layout.resolve(path)
+    held = pq.read_table(file, partitioning=None)
+    file.unlink()
+
+    assert runner.invoke(app, ["rebuild", str(output)]).exit_code == 0
+    assert pq.read_table(file, partitioning=None).equals(held), "the rebuild wrote the same rows back"
+    assert "nothing new" in export(output, lake)
+    assert len(committed(lake)) == 1, f"{table} was not changed: no second export"
 
 
 def test_a_run_whose_raw_pages_were_deleted_keeps_its_rows_through_a_rebuild(

@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
-from harvest.flows.handoff.export_ledger import ExportRow, find_committed, record, recorded
+from harvest.flows.handoff.export_ledger import ExportRow, find_committed, record, recorded, run_content
 from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.database.connection import has_table, quote_ident
@@ -268,7 +268,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     if problem:
         raise UsageError(problem)
     find_committed(fs, base, sent, (m.run_id for m in manifests))
-    runs = [m for m in manifests if sent.due(m)]
+    runs = [m for m in manifests if sent.due(m, lambda run: run_content(layout, run))]
     report.recovered = len({r.run_id for r in sent.found})
     report.resent = any(m.run_id in sent.latest for m in runs)
     if not runs:
@@ -284,7 +284,11 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
         per_run[run.run_id] = (report.files - files, report.rows - rows)
     _describe_schemas(report, schemas)
     at = _commit(fs, f"{base}/_exports/{report.export_id}", report, sorted({m.job for m in runs}))
-    rows_ = [ExportRow(r, report.export_id, "increment", at, *counts) for r, counts in per_run.items()]
+    held = {m.run_id: run_content(layout, m) for m in runs}  # what a rebuild since must change to resend it
+    rows_ = [
+        ExportRow(r, report.export_id, "increment", at, *counts, content=held[r])
+        for r, counts in per_run.items()
+    ]
     record(layout, destination, sent.found + rows_)
     return report
 

@@ -9,15 +9,17 @@ lost `exports` table costs a listing of `_exports/`, not a second copy of every 
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import duckdb
 import pyarrow.fs as pafs
 
-from harvest.tasks.database.bookkeeping import EXPORTS_DDL
+from harvest.tasks.database.bookkeeping import EXPORTS_ADDED, EXPORTS_DDL
 from harvest.tasks.database.bookkeeping_comments import EXPORTS
 from harvest.tasks.database.column_comments import describe_table
 from harvest.tasks.database.connection import DatabaseBusy, has_table, transaction, write_connection
@@ -37,6 +39,42 @@ class ExportRow:
     exported_at: datetime
     files: int = 0
     rows: int = 0
+    content: str | None = None
+    """What the run's Parquet held when it was sent (`run_content`); None where that is not known (an export of
+    an older harvest, one found only at the destination, a snapshot)."""
+
+
+def fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
+    """What each of the run's Parquet files holds, by relative path (a missing file: empty), to tell whether a
+    rebuild changed what an export sent: its schema, row count and the sum of its rows' hashes. Not its bytes:
+    a live run lands concurrent queries' pages as they arrive and a rebuild lands them query by query, so the
+    same rows come back in another order; sending such a run again changes nothing a loader reads."""
+    out = {}
+    con = duckdb.connect()
+    try:
+        for _, path, _ in run.all_files():
+            file = layout.resolve(path)
+            out[layout.relative(file)] = _content(con, file) if file.exists() else ""
+    finally:
+        con.close()
+    return out
+
+
+def _content(con: duckdb.DuckDBPyConnection, file: Path) -> str:
+    import pyarrow.parquet as pq
+
+    ((rows, hashes),) = con.execute(
+        "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
+    ).fetchall()  # not fetchone: DuckDB leaves such a result unfinished (`count_rows`)
+    return f"{pq.read_schema(file)}|{rows}|{hashes}"
+
+
+def run_content(layout: OutputLayout, run: RunManifest) -> str:
+    """One digest of what the run's Parquet files hold (`fingerprints`), recorded with each export of it: a
+    rebuild since then resends the run only where this differs. A rebuild cannot tell by itself: a file deleted
+    before it (by hand, a lost disk) has nothing to compare the new one with."""
+    found = sorted(fingerprints(layout, run).items())
+    return hashlib.sha256(json.dumps(found).encode()).hexdigest()
 
 
 PARQUET_KINDS = ("increment", "snapshot")
@@ -55,6 +93,8 @@ class Sent:
 
     kind: str = "increment"
     latest: dict[str, datetime] = field(default_factory=dict)
+    content: dict[str, str | None] = field(default_factory=dict)
+    """What each run's Parquet held when its latest export in `kind` sent it (`ExportRow.content`)."""
     recorded: set[str] = field(default_factory=set)
     found: list[ExportRow] = field(default_factory=list)
     """Committed exports of this output's runs found at the destination but not in the table: to record."""
@@ -67,6 +107,7 @@ class Sent:
             row.run_id not in self.latest or self.latest[row.run_id] < row.exported_at
         ):
             self.latest[row.run_id] = row.exported_at
+            self.content[row.run_id] = row.content
 
     def mixed(self, destination: str) -> str | None:
         """Why an export of `kind` must not go to this destination (another format's files are there), or None:
@@ -80,10 +121,16 @@ class Sent:
             "needs a destination of its own (another --to)"
         )
 
-    def due(self, run: RunManifest) -> bool:
-        """Not at the destination yet, or rebuilt (its Parquet changed) after it was sent."""
+    def due(self, run: RunManifest, content: Callable[[RunManifest], str] | None = None) -> bool:
+        """Not at the destination yet, or rebuilt (its Parquet changed) after it was sent and, where what it held
+        then is known, holding something else now (`content`: `run_content` of the output's layout)."""
         sent = self.latest.get(run.run_id)
-        return sent is None or (run.rebuilt is not None and sent < datetime.fromisoformat(run.rebuilt))
+        if sent is None:
+            return True
+        if run.rebuilt is None or sent >= datetime.fromisoformat(run.rebuilt):
+            return False
+        then = self.content.get(run.run_id)
+        return then is None or content is None or content(run) != then
 
 
 def recorded(layout: OutputLayout, destination: str, kind: str = "increment") -> Sent:
@@ -95,14 +142,17 @@ def recorded(layout: OutputLayout, destination: str, kind: str = "increment") ->
     try:
         if not has_table(con, "exports"):
             return sent
+        columns = {c.lower() for c in con.sql("FROM exports LIMIT 0").columns}
+        content = "content" if "content" in columns else "NULL"  # an older harvest's table lacks it
         found = con.execute(
-            "SELECT run_id, export_id, kind, exported_at FROM exports WHERE destination = ?", [destination]
+            f"SELECT run_id, export_id, kind, exported_at, {content} FROM exports WHERE destination = ?",
+            [destination],
         ).fetchall()
     finally:
         con.close()
-    for run_id, export_id, kind, exported_at in found:
+    for run_id, export_id, kind, exported_at, held in found:
         sent.recorded.add(export_id)
-        sent.add(ExportRow(run_id, export_id, kind, exported_at))
+        sent.add(ExportRow(run_id, export_id, kind, exported_at, content=held))
     return sent
 
 
@@ -138,6 +188,8 @@ def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> Non
     try:
         with write_connection(layout.db, data_dir=layout.parquet_root, rerun=rerun) as con, transaction(con):
             con.execute(EXPORTS_DDL)
+            for name, sql_type in EXPORTS_ADDED:  # a table an older harvest made
+                con.execute(f"ALTER TABLE exports ADD COLUMN IF NOT EXISTS {name} {sql_type}")
             describe_table(con, "exports", *EXPORTS)
             for r in rows:  # delete, then insert: right even in a table that lost its key (an older rebuild)
                 con.execute(
@@ -145,8 +197,9 @@ def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> Non
                     [destination, r.run_id, r.export_id],
                 )
                 con.execute(
-                    "INSERT INTO exports VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [destination, r.run_id, r.export_id, r.kind, r.exported_at, r.files, r.rows],
+                    "INSERT INTO exports (destination, run_id, export_id, kind, exported_at, files, rows, content) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [destination, r.run_id, r.export_id, r.kind, r.exported_at, r.files, r.rows, r.content],
                 )
     except (DatabaseBusy, duckdb.Error) as exc:
         raise NotRecorded(

@@ -11,7 +11,8 @@ over it only when complete. An interrupted rebuild is finished by running it aga
 
 Rebuilt files keep their names (a run's own files roll over at the same size; a query's part id is taken from the
 files its manifest lists), so what an export sent before is replaced key for key. A run whose Parquet rows changed (a catalog fix) is marked
-`rebuilt` in its manifest: the next increment export sends it again to every destination.
+`rebuilt` in its manifest: the next export sends it again to every destination that got other rows than its
+files hold now (`export_ledger.run_content`, recorded with each export).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import duckdb
 from harvest.connectors.catalog.job_catalog import for_job
 from harvest.connectors.catalog.shape_overrides import shapes_data, shapes_of
 from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows.handoff.export_ledger import fingerprints
 from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.run_again import resume_hint
 from harvest.flows.spec import JobSpec, UsageError
@@ -148,10 +150,10 @@ def reland_run(
     """Land every query's raw pages again with today's catalog, under the part ids its files had; the manifest
     then lists the new files, and says whether they changed (`rebuilt`) and which old parts are gone. `index`:
     the run's pages, when already found."""
-    before = _fingerprints(layout, run)
+    before = fingerprints(layout, run)
     own = _own_files(run)
     relanded = _reland_own(layout, run, report, index) if own else _reland_queries(layout, run, report)
-    after = _fingerprints(layout, relanded)
+    after = fingerprints(layout, relanded)
     if after != before:
         retired = (set(run.retired_files) | set(before)) - set(after)
         relanded = replace(relanded, rebuilt=datetime.now(UTC).isoformat(), retired_files=sorted(retired))
@@ -238,31 +240,6 @@ def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
     return parts[0] if parts else n
 
 
-def _fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
-    """What each of the run's Parquet files holds, by relative path (a missing file: empty), to tell whether a
-    rebuild changed what an export sent: its schema, row count and the sum of its rows' hashes. Not its bytes:
-    a live run lands concurrent queries' pages as they arrive and a rebuild lands them query by query, so the
-    same rows come back in another order; sending such a run again changes nothing a loader reads."""
-    out = {}
-    con = duckdb.connect()
-    try:
-        for _, path, _ in run.all_files():
-            file = layout.resolve(path)
-            out[layout.relative(file)] = _content(con, file) if file.exists() else ""
-    finally:
-        con.close()
-    return out
-
-
-def _content(con: duckdb.DuckDBPyConnection, file: Path) -> str:
-    import pyarrow.parquet as pq
-
-    ((rows, hashes),) = con.execute(
-        "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
-    ).fetchall()  # not fetchone: DuckDB leaves such a result unfinished (`count_rows`)
-    return f"{pq.read_schema(file)}|{rows}|{hashes}"
-
-
 def rebuild_database(layout: OutputLayout, runs: list[RunManifest]) -> dict[str, int]:
     """A new `harvest.duckdb` from the runs' Parquet and bookkeeping, moved over the old one when complete."""
     fresh = layout.root / ".harvest.duckdb.rebuild"
@@ -298,8 +275,9 @@ def _carry_over(old: Path, fresh: Path) -> None:
         for table, ddl in KEPT_TABLES.items():
             if table in have:  # its definition (the key `INSERT OR REPLACE` needs), then its rows
                 con.execute(ddl)
-                con.execute(
-                    f"INSERT OR REPLACE INTO {quote_ident(table)} SELECT DISTINCT * FROM old.{quote_ident(table)}"
+                con.execute(  # by name: an older harvest's table may lack a column added since (`content`)
+                    f"INSERT OR REPLACE INTO {quote_ident(table)} BY NAME "
+                    f"SELECT DISTINCT * FROM old.{quote_ident(table)}"
                 )
     except duckdb.Error:
         pass  # the old database is unreadable (that may be why we rebuild): nothing to carry over

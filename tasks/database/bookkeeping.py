@@ -148,10 +148,13 @@ CREATE TABLE IF NOT EXISTS exports (
     exported_at TIMESTAMP WITH TIME ZONE NOT NULL,
     files BIGINT NOT NULL,
     rows BIGINT NOT NULL,
+    content VARCHAR,
     PRIMARY KEY (destination, run_id, export_id)
 )"""
 """Written by `harvest export` (`flows.handoff.export_ledger`). Not among `BOOKKEEPING_DDL`: a database whose
 `exports` an older `harvest rebuild` copied without its key is not refused (the ledger deletes, then inserts)."""
+EXPORTS_ADDED = (("content", "VARCHAR"),)
+"""Columns `exports` may lack in an older database: the next export adds them (`export_ledger.record`)."""
 
 BOOKKEEPING_DDL = {"runs": RUNS_DDL, "requests": REQUESTS_DDL, "query_state": QUERY_STATE_DDL}
 ADDED_COLUMNS = {

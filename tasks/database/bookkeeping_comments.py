@@ -95,6 +95,9 @@ EXPORTS = (
         "files a Delta or Iceberg export merged, or a snapshot's table files holding rows the run fetched.",
         "rows": "Rows of the run the export sent: for a snapshot, the rows of the merged tables this run fetched "
         "(a row fetched again by a later run counts for the later one).",
+        "content": "A digest of what the run's Parquet files held when sent (their schemas, rows and row "
+        "hashes): a rebuild since then sends the run again only where it differs. NULL for a snapshot, or an "
+        "export recorded before harvest kept it.",
     },
 )
 """The `exports` table's words (`flows.handoff.export_ledger` writes it; the load makes it, empty, so a query of

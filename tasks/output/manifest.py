@@ -75,8 +75,8 @@ class RunManifest:
     None when it cannot be known (`flows.run.bill`), and then `bill_unknown` says why."""
     bill_unknown: str | None = None
     rebuilt: str | None = None
-    """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an increment export sends the run
-    again, to the same keys, to every destination that had it before then."""
+    """When `harvest rebuild` last changed the run's Parquet (a catalog fix): an export sends the run again, to
+    the same keys, to every destination that had it before then and got other rows (`export_ledger.due`)."""
     machine_fault: str | None = None
     """What this machine could not write when it stopped the run (a full disk): the run is resumable."""
     rate_limit: dict[str, Any] | None = None

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from harvest.flows.handoff.export_ledger import ExportRow, record, recorded
+from harvest.flows.handoff.export_ledger import ExportRow, record, recorded, run_content
 from harvest.flows.handoff.lakehouse.table_format import MergeResult, TableFormat, TableLoad
 from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, one_database, record_loads
 from harvest.flows.spec import UsageError
@@ -123,7 +123,9 @@ def export_tables(
         )
     if problem:
         raise UsageError(problem)
-    runs = [m for m in all_manifests(layout) if m.loaded and sent.due(m)]
+    runs = [
+        m for m in all_manifests(layout) if m.loaded and sent.due(m, lambda run: run_content(layout, run))
+    ]
     if not runs:
         return report
     fmt = opener(format_name, destination, layout)
@@ -137,8 +139,8 @@ def export_tables(
     rows = []
     for run in runs:
         files = run.all_files()
-        rows.append(
-            ExportRow(run.run_id, report.export_id, format_name, at, len(files), sum(n for *_, n in files))
-        )
+        sent_rows = sum(n for *_, n in files)
+        held = run_content(layout, run)  # what a rebuild since must change to send it again
+        rows.append(ExportRow(run.run_id, report.export_id, format_name, at, len(files), sent_rows, held))
     record(layout, destination, rows)
     return report
