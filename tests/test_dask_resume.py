@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from harvest.sandbox.config import SandboxConfig
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
-from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, write_spec
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, scalar, write_spec
 from tests.process_helpers import Watched, finish, signal_group, start_run
 from tests.sandbox_gate import gated, settle
 
@@ -86,6 +87,70 @@ def test_a_resumed_query_stops_at_its_max_credits_on_dask_as_locally(
     # "3 pages, 34 records": its rounds, and the query's records over both sessions)
     assert local["line"] == "harvest: pins: budget_exhausted, 4 pages, 20 records, 4 credits", local
     assert dask["line"] == local["line"], (local, dask)
+
+
+FANNED = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={CREATIVE: (1, 1)})
+"""One page of creatives (1 credit), whose material ids each start a one-page detail query."""
+
+
+def fanned_out_stopped_then_resumed(tmp_path: Path, api_url: str, runner: dict[str, Any]) -> dict[str, Any]:
+    """Ctrl-C once the parent query has ended and its first dependent's page waits at the door (the others are
+    started, none has a page), then the same command: what the stopped run and its resume end as, what the
+    sandbox billed and answered, and the details DuckDB holds."""
+    queries = [
+        {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks"}},
+        {"id": "details", "endpoint": CREATIVE_DETAIL,
+         "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}},
+    ]  # fmt: skip
+    output = tmp_path / runner["kind"]
+    with gated(FANNED) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="fanned", credits=100, runner=runner)
+        path = write_spec(tmp_path, spec, f"fanned-{runner['kind']}.yaml")
+        sb.gate.close_after(1, path=CREATIVE)  # the parent's one page, then every detail waits
+        run = Watched(start_run(path, tmp_path, api_url))
+        sb.gate.wait_frozen(run.proc)
+        signal_group(run.proc, signal.SIGINT)
+        run.wait_for_stderr("stopping; letting the requests in flight land")
+        sb.gate.open()
+        stopped_code = run.finish()[0]
+        (first,) = all_manifests(OutputLayout(output))
+        stopped = Counter((q["query_id"].split("[")[0], q["status"]) for q in first.queries)
+        code, _, err = finish(start_run(path, tmp_path, api_url))
+        entries = data_entries(sb)
+        billed = sb.billed_total()
+    (run_,) = all_manifests(OutputLayout(output))
+    db = OutputLayout(output).db
+    return {
+        "stopped": (stopped_code, first.status, stopped),
+        "resumed": (code, run_.status, Counter(q["status"] for q in run_.queries)),
+        "billed": (billed, len(entries), paid_twice(entries), run_.credits_spent),
+        "details": scalar(db, "SELECT count(DISTINCT material_id) FROM creative_material_details"),
+        "stderr": err[-3000:],
+    }
+
+
+def test_a_resume_after_ctrl_c_goes_on_with_the_dependents_of_parents_that_ended_on_dask_as_locally(
+    prefect_api_url: str, dask_address: str, tmp_path: Path
+) -> None:
+    """Stopped once the creative search had ended and its details had started (one page landed, the others
+    none), the resume goes on with the unfinished details, on Dask as locally: every detail is paid once and
+    lands, and the run completes. Dask's resume started only the queries its plan named and whose parents still
+    ran: a dependent whose parent had ended was never started again, so it sent nothing and said `complete`
+    (exit 0) while the manifest's queries were the parent and one detail, the journal's others `interrupted`."""
+    local, dask = (
+        fanned_out_stopped_then_resumed(tmp_path, prefect_api_url, runner)
+        for runner in ({"kind": "local"}, {"kind": "dask", "address": dask_address, "round_pages": 2})
+    )
+    for outcome in (local, dask):
+        code, status, stopped = outcome["stopped"]
+        assert (code, status) == (130, "interrupted"), outcome
+        assert stopped[("creatives", "complete")] == 1 and stopped[("details", "interrupted")] >= 1, outcome
+        details = sum(n for (query, _), n in stopped.items() if query == "details")  # started before the stop
+        assert details > 2, "the test needs details the stop left unfinished"
+        assert outcome["resumed"] == (0, "complete", Counter({"complete": 1 + details})), outcome["stderr"]
+        assert outcome["billed"] == (1 + details, 1 + details, 0, 1 + details), outcome
+        assert outcome["details"] == details, outcome
+    assert dask["details"] == local["details"], (local, dask)
 
 
 TIGHT = 22

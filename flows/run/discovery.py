@@ -56,3 +56,11 @@ class Discovery:
         )
         self.skipped += notes
         return children
+
+    def started_before(self) -> list[QuerySpec]:
+        """The queries a resumed run's earlier sessions started and did not end, in start order. A dependent
+        whose parent ended before the stop is found by no parent's pages this session (Dask rounds reland only
+        the queries that go on; the local runner lands its kept parents' pages again, `Fanout.rediscover`):
+        left out, it was never asked again and the run said `complete` without it."""
+        ended = self.start.kept
+        return [QuerySpec(**q) for qid, q in self.start.journal.started.items() if qid not in ended]

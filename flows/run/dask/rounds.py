@@ -6,8 +6,9 @@ in all for an endpoint no answer has priced yet, `grants.allocate`), and reserve
 submitting. A query's task runs on any worker with a ledger capped at its grant, so the sum of what tasks can
 spend never passes what the flow had left; what a task did not spend goes back when the round settles. Unfinished
 queries are submitted again with their cursors; dependent queries start from the values their parents' records
-carried in the round before. When the budget runs short, pages are granted one at a time to the queries furthest
-behind: page counts end within one of each other. Why rounds and not a ledger served to the workers:
+carried in the round before; a resume starts again every query its earlier sessions started and did not end
+(`Discovery.started_before`). When the budget runs short, pages are granted one at a time to the queries
+furthest behind: page counts end within one of each other. Why rounds and not a ledger served to the workers:
 docs/decisions.md ("Dask: rounds of grants, not a served ledger").
 """
 
@@ -139,10 +140,8 @@ class Rounds:
 
     async def run(self) -> list[dict[str, Any]]:
         self.open_staging()
-        for query in self.plan.queries:
-            self.add(query)
-        for query in self.start.continue_at.values():
-            self.add(query)
+        for query in [*self.plan.queries, *self.start.continue_at.values(), *self.discovery.started_before()]:
+            self.add(query)  # a resume's dependents of parents that ended too: no parent's pages find them
         with dask_task_runner(self.spec) as runner:
             while self.running and self.ledger.stopped is None:
                 reprice(self.running, self.ledger.learned_prices)
