@@ -24,7 +24,7 @@ import threading
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -262,6 +262,7 @@ async def _pay(
         "state": state_to_plain(paged.state, summary.pages, summary.records, summary.extraction),
         "spent": ledger.spent,
         "refused": ledger.refused_of(spec.query_id),  # of `spent`: refusals whose charge no answer named
+        "lost": ledger.lost,  # of `spent` too: requests no status came back for (a dropped connection)
         "balance": ledger.account_remaining,  # the last balance the service reported, for the flow's floor
         "refusal": (r.reason if (r := ledger.refusal(spec.query_id)) else None),
         "found": found,
@@ -292,3 +293,16 @@ def _shipped(result: dict[str, Any], staged: RoundStage, ctx: RunContext) -> Non
 def fault_plain(fault: MachineFault) -> list[Any]:
     """A stop as plain data: the flow raises the same fault (`MachineFault(*plain)`), exit 75, resumable."""
     return [fault.path, fault.cause, fault.code]
+
+
+class Unnamed(TypedDict):
+    refused: int
+    lost: int
+
+
+def unnamed(result: dict[str, Any]) -> Unnamed:
+    """Of a round's `spent`, what no answer named as a charge, as `CreditLedger.settle` takes it: its refusals
+    (given back once the balance shows them unbilled) and its requests no status came back for (counted, as a
+    local lost answer is). Neither is a charge the session was surely billed, so a killed session's fall is
+    checked against the charges its answers named (`flows.run.bill`)."""
+    return {"refused": result.get("refused", 0), "lost": result.get("lost", 0)}

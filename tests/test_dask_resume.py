@@ -12,6 +12,7 @@ import asyncio
 import signal
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -159,18 +160,25 @@ quirk), and the page the kill had billed without its answer read."""
 
 
 def killed_then_resumed(
-    tmp_path: Path, api_url: str, name: str, runner: dict[str, Any], held_by_orphan: bool = False
+    tmp_path: Path,
+    api_url: str,
+    name: str,
+    runner: dict[str, Any],
+    held_by_orphan: bool = False,
+    config: SandboxConfig = CONFIG,
+    answered: int = 2,
+    credits: int = TIGHT,
 ) -> dict[str, Any]:
-    """A run killed with -9 (its whole process group: harvest, and the Dask cluster it started) while its third
-    page waits at the sandbox's door, then the same command: what the resume ends as and what was billed.
-    `held_by_orphan`: the held page is a round's on a cluster of its own, which outlives the kill; the door
-    opens once the resume says it waits for that round."""
+    """A run killed with -9 (its whole process group: harvest, and the Dask cluster it started) while the
+    request after the first `answered` waits at the sandbox's door, then the same command: what the resume ends
+    as and what was billed. `held_by_orphan`: the held page is a round's on a cluster of its own, which outlives
+    the kill; the door opens once the resume says it waits for that round."""
     queries = [{"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}]
     output = tmp_path / name
-    with gated(CONFIG) as sb:
-        spec = job_spec(sb.base_url, output, queries, name="tight", credits=TIGHT, runner=runner)
+    with gated(config) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="tight", credits=credits, runner=runner)
         path = write_spec(tmp_path, spec, f"{name}.yaml")
-        sb.gate.close_after(2)
+        sb.gate.close_after(answered)
         run = start_run(path, tmp_path, api_url)
         sb.gate.wait_frozen(run)
         signal_group(run, signal.SIGKILL)
@@ -191,6 +199,7 @@ def killed_then_resumed(
         "resumed": (code, run_.status, query["status"], query["pages"]),
         "billed": billed,
         "counted": run_.credits_spent,
+        "bill": (run_.service_billed, run_.bill_unknown),
         "line": next((x for x in err.splitlines() if x.startswith("harvest: pins: ")), err[-3000:]),
         "said refusals": [x for x in err.splitlines() if "refused requests" in x],
         "dask's lines": [x for x in err.splitlines() if "distributed." in x],
@@ -221,6 +230,38 @@ def test_a_kill_mid_round_leaves_no_credit_of_its_grant_counted_that_the_service
         assert outcome["line"] == "harvest: pins: complete, 19 pages, 89 records, 19 credits", outcome
         assert outcome["said refusals"] == [], "the sandbox refused nothing"
         assert outcome["dask's lines"] == [], "Dask's INFO lines (35 a run) are not the user's"
+
+
+DROPPED = replace(CONFIG, fault_plan={3: "drop", 6: "drop"})
+"""The third request's connection is dropped before any answer, the service billing nothing for it; so is the
+sixth's, the one held at the door when the run is killed (numbered once it goes through)."""
+
+
+def test_a_killed_dask_session_s_dropped_connection_is_no_charge_the_bill_is_said_to_hold(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """Killed while the first page of its third round waits at the door (its connection dropped once the door
+    opens), after a round whose connection was dropped once (its page asked again): the killed session was
+    billed 4 pages, and counted 5 settled (the dropped request's credit, billed or not, stays counted, as
+    locally) and the open round's grant of 4. The resume settles that grant against the bill and completes,
+    counting as the local runner counts: the bill and the one lost answer. The round used to report its lost
+    credit as a charge an answer named: 5 named for a fall of 4, so the bill was "unknown (... something else
+    used or topped up the account)", the grant stayed counted and the run ended `budget_exhausted`, pages
+    short."""
+    local, dask = (
+        killed_then_resumed(
+            tmp_path, prefect_api_url, name, runner, config=DROPPED, answered=5, credits=TIGHT + 1
+        )
+        for name, runner in (
+            ("local", {"kind": "local"}),
+            ("dask", {"kind": "dask", "workers": 1, "round_pages": 4}),
+        )
+    )
+    for outcome in (dask, local):
+        assert outcome["resumed"] == (0, "complete", "complete", 21), outcome["stderr"]
+        assert outcome["billed"] == 21 and outcome["bill"] == (21, None), outcome
+        assert outcome["counted"] == outcome["billed"] + 1, outcome
+        assert "something else used" not in outcome["stderr"], outcome["stderr"]
 
 
 def test_a_resume_waits_for_the_killed_flow_s_round_on_its_cluster_then_settles_it(

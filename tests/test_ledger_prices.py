@@ -207,7 +207,9 @@ class _Journal:
     def reserved(self, rid: int, query_id: str, amount: int, page: int = 0) -> None:
         self.events.append(("reserve", rid, amount))
 
-    def closed(self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0) -> None:
+    def closed(
+        self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0, lost: int = 0
+    ) -> None:
         self.events.append(("close", rid, counted))
 
     def adjusted(self, query_id: str, credits: int) -> None:

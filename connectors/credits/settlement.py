@@ -43,6 +43,9 @@ class Settlement:
     _unread: int = 0
     """Credits counted for answers that came unreadable (a status came, the body said no charge): the service
     charged before it sent them, so any later balance reading holds them (`reconcile`)."""
+    _lost: int = 0
+    """Credits counted for requests no status came back for (a timeout, a dropped connection): billed or not, and
+    never given back. A Dask round reports its worker's (`lost`): the flow's ledger keeps them out of `_named`."""
     _given_back: int
     _q_spent: dict[str, int]
     _refused: RefusedCharges
@@ -113,6 +116,7 @@ class Settlement:
         priced: bool = False,
         refusal: bool = False,
         refused: int = 0,
+        lost: int = 0,
         answered: bool = False,
     ) -> int:
         """Close `r` as spent: `charged` credits, or the whole reservation when the charge is unknown.
@@ -121,7 +125,9 @@ class Settlement:
         price is seen and its requests need not go one at a time. `refusal`: the service refused the
         request (429, 5xx): an unknown charge then counts as spent until the account's balance says otherwise
         (`reconcile`). `refused`: of a known `charged` (a Dask round's spending), the credits its worker counted
-        for refusals whose charge no answer named: unsettled here too, until the balance says. `answered`: a
+        for refusals whose charge no answer named: unsettled here too, until the balance says. `lost`: of it too,
+        the credits its worker counted for requests no status came back for: no charge an answer named (a dropped
+        connection the service never billed), counted as a local lost answer is. `answered`: a
         status came (the service charged before it sent it), not so for a timeout or a dropped connection.
         Returns the credits counted."""
         with self._lock:
@@ -145,25 +151,42 @@ class Settlement:
             unknown: Unknown = None
             if charged is None or charged < 0:
                 unknown = "refusal" if refusal else "lost"
-                self._floor.counted_unnamed(counted)
-                if refusal:
-                    self._refused.add(held.query_id, counted)
-                elif answered:
-                    self._unread += counted
+                self._count_unnamed(held.query_id, counted, unknown, answered)
+                refused = lost = 0
             else:
-                refused = min(max(0, refused), counted)
-                self._named += counted - refused
-                if refused:
-                    self._floor.counted_unnamed(refused)
-                    self._refused.add(held.query_id, refused)
+                refused, lost = self._count_named(held.query_id, counted, refused, lost)
             spent = self._spent
         self._tell([news] if news is not None else [])
         if journaled:
-            self._journal.closed(r.id, counted, unknown, refused if unknown is None else 0)  # type: ignore[union-attr]
+            self._journal.closed(r.id, counted, unknown, refused, lost)  # type: ignore[union-attr]
         if over.excess > 0:
             log.warning("%s", over.warning(spent, self._budget))
         self._wake_all()
         return counted
+
+    def _count_unnamed(self, query_id: str, counted: int, unknown: Unknown, answered: bool) -> None:
+        """A charge no answer named, counted whole (under the lock): a refusal's until the balance says, an
+        unreadable answer's (billed before it was sent), or a lost request's (billed or not, kept)."""
+        self._floor.counted_unnamed(counted)
+        if unknown == "refusal":
+            self._refused.add(query_id, counted)
+        elif answered:
+            self._unread += counted
+        else:
+            self._lost += counted
+
+    def _count_named(self, query_id: str, counted: int, refused: int, lost: int) -> tuple[int, int]:
+        """A known count (under the lock): of it, a Dask round's refusals and lost requests are no charges an
+        answer named, so they stay out of `_named` (a killed session's bill is checked against it), as the
+        local runner's are. Returns them, bounded by the count."""
+        refused = min(max(0, refused), counted)
+        lost = min(max(0, lost), counted - refused)
+        self._named += counted - refused - lost
+        self._lost += lost
+        self._floor.counted_unnamed(refused + lost)
+        if refused:
+            self._refused.add(query_id, refused)
+        return refused, lost
 
     def release(self, r: Reservation) -> None:
         """Give `r` back: only for requests that provably never reached the service."""
@@ -172,6 +195,12 @@ class Settlement:
         if journaled:
             self._journal.closed(r.id, None)  # type: ignore[union-attr]
         self._wake_all()
+
+    @property
+    def lost(self) -> int:
+        """Credits counted for requests no status came back for (`_lost`): what a Dask round reports of them."""
+        with self._lock:
+            return self._lost
 
     @property
     def refused_unknown(self) -> int:

@@ -169,16 +169,18 @@ class RunJournal(JsonLinesWriter):
         """An answer named the charge of `key`, a key held from earlier runs."""
         self._noted({"e": "seen", "k": key})
 
-    def closed(self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0) -> None:
+    def closed(
+        self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0, lost: int = 0
+    ) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
-        answer named the charge ("refusal", "lost"), so a resume can settle it with the balance; `refused`: of a
-        named count (a Dask round's), the refusals' credits whose charge no answer named."""
+        answer named the charge ("refusal", "lost"), so a resume can settle it with the balance; `refused` and
+        `lost`: of a named count (a Dask round's), the refusals' credits whose charge no answer named and the
+        credits of requests no status came back for: neither is a charge the session was surely billed."""
         if counted is None:
             self._noted({"e": "release", "id": rid})
-        elif unknown is None and refused:
-            self._noted({"e": "settle", "id": rid, "c": counted, "r": refused})
         elif unknown is None:
-            self._noted({"e": "settle", "id": rid, "c": counted})
+            unnamed = {key: credits for key, credits in (("r", refused), ("l", lost)) if credits}
+            self._noted({"e": "settle", "id": rid, "c": counted, **unnamed})
         else:
             self._noted({"e": "settle", "id": rid, "c": counted, "u": unknown})
 
@@ -235,7 +237,7 @@ def read_journal(path: Path | str) -> JournalState:
                     state.unknown[held[0]] += credits
                 elif event.get("u") is None:
                     refused = int(event.get("r", 0))  # a Dask round's refusals, within its named count
-                    session.named += credits - refused
+                    session.named += credits - refused - int(event.get("l", 0))  # and its lost requests
                     state.unknown[held[0]] += refused
     close_session()
     return state

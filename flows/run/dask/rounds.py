@@ -43,7 +43,7 @@ from harvest.tasks.output.machine_fault import FaultStop, MachineFault
 from harvest.tasks.output.query_summary import history_fields
 from harvest.tasks.output.staging import frames_of, open_staging, stage_name
 from harvest.tasks.query_line import note_round
-from harvest.tasks.round_task import collect_round, state_from_plain, state_to_plain, values_hook
+from harvest.tasks.round_task import collect_round, state_from_plain, state_to_plain, unnamed, values_hook
 from harvest.tasks.staged_commit import StagedRun
 from harvest.tasks.staged_known import stage_known
 
@@ -284,7 +284,7 @@ class Rounds:
                 r.credits += reservation.amount
                 self.relanded(r, "its worker died")
                 return None
-            self.ledger.settle(reservation, result["spent"], refused=result.get("refused", 0))
+            self.ledger.settle(reservation, result["spent"], **unnamed(result))
             r.credits += result["spent"]
             self.faults.reported(result.get("stop"))  # its worker could not write what it paid for
         else:
@@ -322,7 +322,7 @@ class Rounds:
             result = {"broke": self.scrub(f"{type(exc).__name__}: {exc}")}
         lost = "rerun" in result or "broke" in result
         self.heard(result)  # before the settle
-        self.ledger.settle(reservation, None if lost else result["spent"], refused=result.get("refused", 0))
+        self.ledger.settle(reservation, None if lost else result["spent"], **unnamed(result))
         r.credits += reservation.amount if lost else result["spent"]
         unstaged = frames_of(result.get("unstaged") or [])
         files = self.staged.commit_round(r.spec.query_id, stage, result.get("staged"), unstaged)
