@@ -258,6 +258,9 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.columns.advertiser_id.path',
      "'$params.advertiser_id|advertiserId' reads both the request's parameters and the record",
      "`$params.a|$params.b` (the parameter the request gave) or record paths `a|b`, not both"),
+    ("an empty key", ADS, _with(("records", "ad_archive_ads", "key"), []),
+     'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.key', "no primary key",
+     "a column, or several: creative_id, advertiser_id, advertiser_name"),
     # child tables
     ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',

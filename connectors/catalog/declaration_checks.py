@@ -37,9 +37,7 @@ from harvest.connectors.catalog.declarations import (
 )
 from harvest.connectors.catalog.declared_requests import effective_next
 from harvest.connectors.catalog.record_paths import alternatives
-from harvest.connectors.catalog.request_checks import (
-    Problem,
-)
+from harvest.connectors.catalog.request_checks import Problem
 from harvest.connectors.catalog.request_checks import (
     fits as _fits,
 )
@@ -218,6 +216,8 @@ def _kind_problems(table: str, kind: KindDecl, names: list[str]) -> Iterator[Pro
         if where not in kind.at:
             yield (*at, "objects", n), f"{where!r} is not among `at`", ", ".join(map(repr, kind.at))
     columns = dict(kind.columns) | (dict(kind.unwrap.extras) if kind.unwrap else {})
+    if not kind.key:  # a table holds records by their key: `key: []` failed the run after its pages were paid
+        yield (*at, "key"), "no primary key", "a column, or several: " + ", ".join(columns)
     for n, key in enumerate(kind.key):
         if key not in columns:
             yield (*at, "key", n), f"{key!r} is not a column of {table}", ", ".join(columns)
