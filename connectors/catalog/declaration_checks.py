@@ -42,6 +42,9 @@ from harvest.connectors.catalog.request_checks import (
     fits as _fits,
 )
 from harvest.connectors.catalog.request_checks import (
+    order_problems as _order_problems,
+)
+from harvest.connectors.catalog.request_checks import (
     page_bounds as _page_bounds,
 )
 from harvest.connectors.catalog.request_checks import (
@@ -55,6 +58,9 @@ from harvest.connectors.catalog.request_checks import (
 )
 from harvest.connectors.catalog.request_checks import (
     rule_problems as _rule_problems,
+)
+from harvest.connectors.catalog.request_checks import (
+    value_problem as _value_problem,
 )
 from harvest.connectors.plurals import a
 
@@ -92,11 +98,7 @@ def declaration_problems(path: str, decl: EndpointDecl) -> Iterator[Problem]:
     yield from _page_bounds(decl)
     yield from _price_problems(decl, names)
     yield from _rule_problems(decl, names)
-    order = decl.newest_first
-    if order is not None and order.param is not None and order.param not in names:
-        yield ("newest_first", "param"), f"{order.param!r} is not a parameter", ", ".join(names)
-    if order is not None and (order.param is None) != (not order.values):
-        yield ("newest_first",), "`param` and `values` go together", "true, or {param: NAME, values: [...]}"
+    yield from _order_problems(decl, names)
     if isinstance(decl.records_per_page, str) and decl.records_per_page not in names:
         yield (
             ("records_per_page",),
@@ -143,54 +145,14 @@ def _param_problems(name: str, p: ParamDecl, in_path: list[str]) -> Iterator[Pro
     for n, value in enumerate(p.enum or ()):
         if not _fits(p.type, value):
             yield (*at, "enum", n), f"{value!r} is not {a(p.type)}", f"values of type {p.type}"
-    if p.default is not None:
-        if p.required:
-            yield (*at, "default"), "a required parameter has no default", "required: false, or no default"
-        elif not _fits(p.type, p.default) or (p.enum is not None and p.default not in p.enum):
-            allowed = ", ".join(map(str, p.enum)) if p.enum else a(p.type)
-            yield (*at, "default"), f"{p.default!r} is not an allowed value", allowed
-    yield from _bounds_problems(at, p)
-
-
-def _range(low: Any, high: Any) -> str:
-    return f"{low} to {high}" if low is not None and high is not None else (
-        f"at least {low}" if low is not None else f"at most {high}"
-    )  # fmt: skip
-
-
-def _bounds_problems(at: tuple[str | int, ...], p: ParamDecl) -> Iterator[Problem]:
-    """A range no value fits, and a default its own bounds, length or pattern refuse: the spec would validate
-    and every query using the default be refused at run time, in pydantic's words and not the spec's."""
+    if p.default is not None and p.required:
+        yield (*at, "default"), "a required parameter has no default", "required: false, or no default"
+    elif p.default is not None and (wrong := _value_problem(p, p.default, "its own")) is not None:
+        yield (*at, "default"), *wrong
     for low, high in (("min", "max"), ("min_length", "max_length")):
         lo, hi = getattr(p, low), getattr(p, high)
         if lo is not None and hi is not None and lo > hi:
             yield (*at, low), f"{low} {lo} is above {high} {hi}: no value fits", f"{low} at most {high}"
-    value = p.default
-    if value is None or p.required or not _fits(p.type, value) or isinstance(value, bool):
-        return
-    if isinstance(value, int | float) and not _within(value, p.min, p.max):
-        yield (*at, "default"), f"{value!r} is outside its own bounds", _range(p.min, p.max)
-    if isinstance(value, str) and not _within(len(value), p.min_length, p.max_length):
-        yield (
-            (*at, "default"),
-            f"{value!r} is not of its own length",
-            _range(p.min_length, p.max_length) + " characters",
-        )
-    if isinstance(value, str) and p.pattern is not None and not _matches(p.pattern, value):
-        yield (*at, "default"), f"{value!r} does not match its own pattern", f"a text matching {p.pattern}"
-
-
-def _within(value: float, low: float | None, high: float | None) -> bool:
-    return (low is None or value >= low) and (high is None or value <= high)
-
-
-def _matches(pattern: str, value: str) -> bool:
-    """As the parameter model reads `pattern` (a match anywhere, as pydantic's); a pattern that does not compile
-    is said on its own."""
-    try:
-        return re.search(pattern, value) is not None
-    except re.error:
-        return True
 
 
 def _table_name_problems(at: tuple[str | int, ...], table: str) -> Iterator[Problem]:

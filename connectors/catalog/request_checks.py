@@ -5,10 +5,11 @@ Split from `connectors.catalog.declaration_checks`, which checks the rest and pl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from harvest.connectors.catalog.declarations import NAME, NAME_WORDS, EndpointDecl
+from harvest.connectors.catalog.declarations import NAME, NAME_WORDS, EndpointDecl, ParamDecl
 from harvest.connectors.catalog.declared_requests import PAGE_DEFAULTS, PAGE_NUMBER, PagingDecl
 from harvest.connectors.catalog.record_paths import PATH_WORDS, path_problem
 from harvest.connectors.plurals import a
@@ -109,8 +110,8 @@ def price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
         param = decl.params.get(rule.param)
         if rule.param not in names:
             yield (*at, "param"), f"{rule.param!r} is not a parameter", ", ".join(names)
-        elif param is not None and rule.value is not None and not fits(param.type, rule.value):
-            yield (*at, "value"), f"{rule.value!r} is not {a(param.type)}", a(param.type)
+        elif param is not None and rule.value is not None and (wrong := value_problem(param, rule.value)):
+            yield (*at, "value"), *wrong
         if rule.credits is None and rule.least is None:
             yield at, "the rule changes no price", "credits (the most), least (the least billed), or both"
         if rule.credits is not None and rule.least is not None and rule.least > rule.credits:
@@ -119,6 +120,21 @@ def price_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
                 f"{rule.least} is more than the most, {rule.credits}",
                 f"0 to {rule.credits}",
             )
+
+
+def order_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
+    """`newest_first: {param, values}`: a parameter, and values it allows (a typo would order nothing)."""
+    order = decl.newest_first
+    if order is None:
+        return
+    if order.param is not None and order.param not in names:
+        yield ("newest_first", "param"), f"{order.param!r} is not a parameter", ", ".join(names)
+    if (order.param is None) != (not order.values):
+        yield ("newest_first",), "`param` and `values` go together", "true, or {param: NAME, values: [...]}"
+    param = decl.params.get(order.param or "")
+    for n, value in enumerate(order.values):
+        if param is not None and (wrong := value_problem(param, value)) is not None:
+            yield ("newest_first", "values", n), *wrong
 
 
 def rule_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
@@ -134,8 +150,8 @@ def rule_problems(decl: EndpointDecl, names: list[str]) -> Iterator[Problem]:
     for n, need in enumerate(decl.requires):
         yield from _rule_name(("requires", n, "param"), need.param, names, listed)
         param = decl.params.get(need.param)
-        if param is not None and need.value is not None and not fits(param.type, need.value):
-            yield ("requires", n, "value"), f"{need.value!r} is not {a(param.type)}", a(param.type)
+        if param is not None and need.value is not None and (wrong := value_problem(param, need.value)):
+            yield ("requires", n, "value"), *wrong
         for m, name in enumerate(need.needs):
             yield from _rule_name(("requires", n, "needs", m), name, names, listed)
     for n, rule in enumerate(decl.excludes):
@@ -151,6 +167,43 @@ def _rule_name(
         yield at, f"{name!r} is not a parameter", listed
     elif name in defaulted:
         yield at, f"{name!r} has a default, so it is always sent", "a parameter without a default"
+
+
+def value_problem(p: ParamDecl, value: Any, whose: str = "the parameter's") -> tuple[str, str] | None:
+    """(problem, allowed) of a value a declaration writes for a parameter (its default; a price rule's, a
+    `requires` rule's or a newest-first value) that the parameter refuses: its type, enum, bounds, length or
+    pattern. Such a value validated, and a typo then priced, required or ordered nothing a query can send (a
+    request priced at 1 that the service bills 25), or every query using a default was refused at run time."""
+    if not fits(p.type, value) or (p.enum is not None and value not in p.enum):
+        return f"{value!r} is not an allowed value", ", ".join(map(str, p.enum)) if p.enum else a(p.type)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and not _within(value, p.min, p.max):
+        return f"{value!r} is outside {whose} bounds", _range(p.min, p.max)
+    if isinstance(value, str) and not _within(len(value), p.min_length, p.max_length):
+        return f"{value!r} is not of {whose} length", _range(p.min_length, p.max_length) + " characters"
+    if isinstance(value, str) and p.pattern is not None and not _matches(p.pattern, value):
+        return f"{value!r} does not match {whose} pattern", f"a text matching {p.pattern}"
+    return None
+
+
+def _range(low: Any, high: Any) -> str:
+    return f"{low} to {high}" if low is not None and high is not None else (
+        f"at least {low}" if low is not None else f"at most {high}"
+    )  # fmt: skip
+
+
+def _within(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _matches(pattern: str, value: str) -> bool:
+    """As the parameter model reads `pattern` (a match anywhere, as pydantic's); a pattern that does not compile
+    is said on its own."""
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return True
 
 
 def fits(kind: str, value: Any) -> bool:
