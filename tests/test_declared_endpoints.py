@@ -277,6 +277,14 @@ BAD: list[tuple[str, str, dict[str, Any], str, str, str]] = [
     ("a newest-first value no enum allows", ADS, _with(("newest_first",), {"param": "topic", "values": ["newest"]}),
      'endpoints["/v1/ad-archive/company/ads"].newest_first.values[0]', "'newest' is not an allowed value",
      "all, political"),
+    # a price the run's counts cannot hold
+    ("a price too high", ADS, _with(("price",), 99999999999999999999999),
+     'endpoints["/v1/ad-archive/company/ads"].price.credits',
+     "input should be less than or equal to 1000000, got 99999999999999999999999", "an integer: from 0 to 1000000"),
+    ("a rule's price too high", ADS,
+     _with(("price", "when", 0), {"param": "get_ad_details", "value": True, "credits": 10**7}),
+     'endpoints["/v1/ad-archive/company/ads"].price.when[0].credits',
+     "input should be less than or equal to 1000000, got 10000000", "an integer: from 0 to 1000000"),
     # child tables
     ("a child column every child row has", ADS, _with(CHILD, {"ad_archive_ad_regions": {"at": "regions", "columns": {"position": "integer"}}}),
      'endpoints["/v1/ad-archive/company/ads"].records.ad_archive_ads.children.ad_archive_ad_regions.columns.position',
@@ -317,6 +325,20 @@ def test_a_bad_declaration_is_refused_naming_its_file_line_field_and_what_is_all
     text = catalog.read_text().splitlines()[line - 1]
     named = [*keys[-2:], *re.findall(r"'([^']+)'", problem)]
     assert any(word in text for word in named), (line, text)  # the line of the field named, or its value's
+
+
+def test_a_cost_past_what_a_run_counts_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """`costs:` prices a request as a declaration does: 10**23 validated, and the run crashed writing its manifest
+    (`TypeError: Integer exceeds 64-bit range`)."""
+    spec = write_spec(tmp_path, {"name": "dear", "budget": {"credits": 5}, "costs": {PINS: 10**23},
+                                 "queries": [{"endpoint": PINS, "params": {"query": "x"}}]})  # fmt: skip
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 2, result.output
+    [said] = [line for line in result.stderr.splitlines() if line.startswith(f"{spec}:")]
+    where, rest = said.split(": ", 1)
+    assert rest.startswith(f'costs["{PINS}"]: input should be less than or equal to 1000000'), rest
+    assert "at most 1000000" in rest.split("; allowed: ")[1], rest
+    assert "100000000000000000000000" in spec.read_text().splitlines()[int(where.rsplit(":", 1)[1]) - 1]
 
 
 def test_an_inline_declaration_is_checked_in_the_spec_and_a_missing_catalog_named(tmp_path: Path) -> None:

@@ -21,6 +21,10 @@ METHODS: tuple[Method, ...] = ("GET", "POST")
 PAGE_NUMBER = "page_number"
 PAGE_DEFAULTS: dict[str, Any] = {"param": "page", "first": 1, "step": 1, "last": None, "pages": None}
 """A page-number style's keys when a declaration leaves them out."""
+MAX_PRICE = 1_000_000
+"""The most credits a declared request may cost: the service's dearest costs 25. A price past 64 bits validated,
+and the run crashed counting it (DuckDB's BIGINT, Prefect's state); a million a request keeps every count of
+credits (price x pages) far inside them."""
 
 
 class Decl(BaseModel):
@@ -90,9 +94,15 @@ class PriceRuleDecl(Decl):
 
     param: str
     value: Scalar | None = Field(None, description="The parameter's value; absent: whenever it is set.")
-    credits: int | None = Field(None, strict=True, ge=0, description="The most such a request costs.")
+    credits: int | None = Field(
+        None, strict=True, ge=0, le=MAX_PRICE, description="The most such a request costs."
+    )
     least: int | None = Field(
-        None, strict=True, ge=0, description="The least its answer may bill (a cached answer: 0)."
+        None,
+        strict=True,
+        ge=0,
+        le=MAX_PRICE,
+        description="The least its answer may bill (a cached answer: 0).",
     )
 
 
@@ -100,8 +110,8 @@ class PriceDecl(Decl):
     """Credits per request: the most a plain request costs (reserved before it is sent), the least its answer
     may bill, and rules by parameter; every matching rule applies (the highest most, the lowest least)."""
 
-    credits: int = Field(1, strict=True, ge=0)
-    least: int | None = Field(None, strict=True, ge=0, description="Default: credits.")
+    credits: int = Field(1, strict=True, ge=0, le=MAX_PRICE)
+    least: int | None = Field(None, strict=True, ge=0, le=MAX_PRICE, description="Default: credits.")
     when: list[PriceRuleDecl] = Field(default_factory=list)
 
 

@@ -24,6 +24,7 @@ from harvest.connectors.catalog.declarations import (
     UnwrapDecl,
 )
 from harvest.connectors.catalog.declared_requests import (
+    MAX_PRICE,
     ExcludesDecl,
     FollowDecl,
     PagingDecl,
@@ -51,7 +52,11 @@ _ALLOWED_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (Query, "endpoint"): "a documented path; `harvest endpoints` lists them",
     (FromQuery, "from"): "the id of another query of this spec",
     (FromQuery, "field"): "a column of the parent's record tables (`harvest endpoints` lists them)",
-    (JobSpec, "costs"): "{<endpoint path>: <credits per request, an integer, at least the catalog's price>}",
+    (
+        JobSpec,
+        "costs",
+    ): "{<endpoint path>: <credits per request, an integer, at least the catalog's price, at most "
+    f"{MAX_PRICE}>}}",
     (
         JobSpec,
         "shapes",

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from harvest.connectors.catalog.declarations import DeclaredAt, EndpointDecl, declared_places
+from harvest.connectors.catalog.declared_requests import MAX_PRICE
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.job_catalog import Catalog, builtin, for_job
 from harvest.connectors.catalog.shape_overrides import KindShape
@@ -259,7 +260,7 @@ class JobSpec(_Model):
         description="Free space (MB) the output's filesystem must have before a run pays; below it the run is "
         "refused (exit 75), naming the directory and the space left. 0: no floor.",
     )
-    costs: dict[str, Annotated[int, Field(strict=True, ge=0)]] = Field(
+    costs: dict[str, Annotated[int, Field(strict=True, ge=0, le=MAX_PRICE)]] = Field(
         default_factory=dict,
         description="Credits per request by endpoint path, overriding the catalog; at least the catalog's price "
         "unless allow_lower_costs.",
