@@ -134,3 +134,30 @@ def test_run_refuses_a_catalog_file_with_a_key_written_twice_before_anything_is_
     fixed = job(tmp_path / "fixed", CATALOG.replace("          title: text\n", ""), base_url=url)
     result = runner.invoke(app, ["validate", str(fixed)])
     assert result.exit_code == 0, result.output
+
+
+GOOD = CATALOG.replace("          title: {type: integer, path: sold_info.sold_count}\n", "")
+TYPO = "endpoint:\n" + SECOND_PATH.replace("/v9/mine/shop/products", "/v9/mine/shop/others")
+
+
+@pytest.mark.parametrize(
+    ("catalog", "line", "key", "hint"),
+    [
+        pytest.param(
+            GOOD + TYPO, 15, "endpoint", " (the closest: endpoints)", id="a second block misspelled"
+        ),
+        pytest.param("summary: a shop's endpoints\n" + GOOD, 1, "summary", "", id="a summary line"),
+        pytest.param(TYPO, 1, "endpoint", " (the closest: endpoints)", id="the only block misspelled"),
+    ],
+)
+def test_an_unknown_top_level_key_of_a_catalog_file_is_refused_at_its_line(
+    tmp_path: Path, catalog: str, line: int, key: str, hint: str
+) -> None:
+    """A misspelled `endpoint:` block beside `endpoints:` validated and its declarations were dropped without a
+    word; alone, it was refused as `unknown key None`."""
+    spec = job(tmp_path, catalog)
+    said = refused(spec, "validate")
+    assert (
+        f"{tmp_path / 'catalogs' / 'mine.yaml'}:{line}: {key}: unknown key {key!r}{hint}; allowed: endpoints"
+        in said
+    )

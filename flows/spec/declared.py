@@ -124,7 +124,9 @@ def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None, 
         raise SpecError([Problem(file, None, "", f"cannot read it: {exc}", "a UTF-8 YAML file")]) from None
     endpoints = data.get("endpoints") if isinstance(data, dict) else None
     found = yaml_problems(file, lines)
-    if not isinstance(endpoints, dict):
+    if isinstance(endpoints, dict):
+        found += _unknown_keys(data, file, lines)
+    else:
         try:
             CatalogFile.model_validate(data)
         except ValidationError as exc:
@@ -136,6 +138,21 @@ def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None, 
         except ValidationError as exc:
             problems += _explained(exc, ("endpoints", str(endpoint)), file, lines)
     return valid, lines, problems
+
+
+def _unknown_keys(data: Mapping[str, Any], file: str, lines: LineMap | None) -> list[Problem]:
+    """A catalog file's top-level keys other than `endpoints`, as the file's model words them: a misspelled second
+    block (`endpoint:`) or a `summary:` line validated, and the block's declarations were dropped without a word
+    (each endpoint is validated on its own, so the file's model is not run when `endpoints` is a mapping)."""
+    problems = []
+    for key in data:
+        if key not in CatalogFile.model_fields:
+            at: Loc = (str(key),)
+            problem, allowed = explain(
+                {"type": "extra_forbidden", "input": data[key]}, (CatalogFile, str(key))
+            )
+            problems.append(Problem(file, lines.line(at) if lines else None, dotted(at), problem, allowed))
+    return problems
 
 
 def yaml_problems(file: str, lines: LineMap | None) -> list[Problem]:

@@ -172,8 +172,8 @@ def owner(loc: Loc, root: type[BaseModel] = JobSpec) -> tuple[type[BaseModel], s
     the model of the whole file (a job spec, or a catalog file)."""
     if len(loc) > 2 and loc[0] == "endpoints":
         return declaration_owner(loc[2:])[0]
-    if root is CatalogFile:
-        return (CatalogFile, "endpoints") if loc and loc[0] == "endpoints" else None
+    if root is CatalogFile:  # a key beside `endpoints` is the file's own (an unknown one: `endpoint:`)
+        return (CatalogFile, loc[0]) if loc and isinstance(loc[0], str) else None
     match loc:
         case (str(key),):
             return JobSpec, key
