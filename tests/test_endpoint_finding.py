@@ -198,3 +198,20 @@ def test_markdown_writes_every_page_so_words_are_refused() -> None:
     result = runner.invoke(app, ["endpoints", "--markdown", "docs/endpoints", "video"])
     assert result.exit_code == 2
     assert "--markdown writes every endpoint's page" in result.stderr
+
+
+@pytest.mark.skipif(
+    not SURFACE.exists(), reason=f"{SURFACE} is absent: the service's surface is read in place"
+)
+def test_every_endpoint_a_cached_answer_makes_free_says_so_as_the_surface_does() -> None:
+    """The published surface says a young cached answer costs 0 on each endpoint taking `cache_max_age`; four
+    of them (a pin, microblog-a's profile, tweet and tweet transcript) were declared at a flat 1 credit, so
+    `harvest endpoints` and the plan said "1 credit" where the others say "as little as 0"."""
+    surface = json.loads(SURFACE.read_text())["endpoints"]
+    free = {e["path"] for e in surface if any("cache_max_age" in o for o in e["price"]["outcome_dependent"])}
+    result = runner.invoke(app, ["endpoints", "--json", "cache_max_age"])
+    assert result.exit_code == 0, result.output
+    said = {
+        i["path"] for i in json.loads(result.stdout) if "as little as 0 with cache_max_age set" in i["price"]
+    }
+    assert said == free, (sorted(free - said), sorted(said - free))
