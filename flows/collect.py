@@ -63,7 +63,7 @@ from harvest.flows.run.interrupt import StopOnSignal  # noqa: E402
 from harvest.flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402
 from harvest.flows.run.memory import quiet_gc  # noqa: E402
 from harvest.flows.run.plan import Plan, plan  # noqa: E402
-from harvest.flows.run.preflight import check_output_dir, lock_job  # noqa: E402
+from harvest.flows.run.preflight import check_output_dir, declared_by, lock_job  # noqa: E402
 from harvest.flows.run.service_access import ServiceAccess, client_settings, open_service  # noqa: E402
 from harvest.flows.run.start import (  # noqa: E402
     Continue,
@@ -266,7 +266,8 @@ async def collect_job(
         if export_to is not None and spec.export is not None:
             spec = spec.model_copy(update={"export": spec.export.model_copy(update={"to": export_to})})
         layout = OutputLayout(Path(output or spec.output))
-        check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds())
+        declared = declared_by(spec, None if spec_text is not None else _absolute(spec_path))
+        check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds(), declared)
         lock = lock_job(layout, spec.name)
         try:
             run = _Run(base_url, budget, mode, full, None if spec_text is not None else _absolute(spec_path))

@@ -427,3 +427,25 @@ def test_the_pages_example_runs_on_the_sandbox_to_its_figures(
     assert asked.exit_code == 0 and len(shown_at) == 5 and shown_at == sorted(shown_at, reverse=True), (
         asked.output
     )
+
+
+def test_a_changed_declared_key_is_refused_with_a_rebuild_that_reads_the_spec(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """The refusal of a table whose declared key changed advised `harvest rebuild OUTPUT`, which knows only the
+    tables the output's runs declared (the old key) and was refused the same way; the advice names `--spec`."""
+    spec = ads_spec(tmp_path, service={"base_url": "sandbox"})
+    assert runner.invoke(app, ["run", str(spec)]).exit_code == 0
+    catalog = tmp_path / "shared" / "endpoints.yaml"
+    catalog.write_text(catalog.read_text().replace("key: creative_id", "key: [advertiser_id, creative_id]"))
+    from harvest.flows.spec.parse import parse_spec
+
+    parse_spec.cache_clear()  # as a new `harvest run` process reads it (the memo is keyed on the spec's text)
+    refused = runner.invoke(app, ["run", str(spec)])
+    assert refused.exit_code == 2, refused.output
+    advised = re.search(r"`harvest (rebuild [^`]*)`", refused.stderr.replace("\n", " "))
+    assert advised is not None, refused.stderr
+    assert advised.group(1).split() == ["rebuild", str(tmp_path / "out"), "--spec", str(spec)]
+    rebuilt = runner.invoke(app, advised.group(1).split())
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert runner.invoke(app, ["run", str(spec)]).exit_code == 0

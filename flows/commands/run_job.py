@@ -51,13 +51,15 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
     once for the whole run (the flow gets it with the lock, `flows.run.start.Prepared`), its service URL, and what
     `check_service` needs of the service (None for the embedded sandbox)."""
-    from harvest.flows.run.preflight import check_output_dir
+    from harvest.flows.run.preflight import check_output_dir, declared_by
 
     spec = load_spec(spec_path)
     for warning in spec.replaced_params():
         note(warning)
     resolved = resolve_base_url(spec, base_url)
-    check_output_dir(output or spec.output, spec.min_free_mb, spec.catalog().kinds())
+    check_output_dir(
+        output or spec.output, spec.min_free_mb, spec.catalog().kinds(), declared_by(spec, spec_path)
+    )
     if resolved == "sandbox":
         return spec, resolved, None
     from harvest.connectors.http.auth import load_api_key

@@ -29,10 +29,11 @@ from harvest.flows.spec import UsageError
 from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Collection, Mapping
 
     from harvest.connectors.catalog.child_kinds import TableKind
     from harvest.connectors.http.auth import ApiKey
+    from harvest.flows.spec.model import JobSpec
 from harvest.tasks.output import job_lock
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import EXIT_CODE
@@ -49,18 +50,22 @@ class LowDiskSpace(UsageError):
 
 
 def check_output_dir(
-    path: Path, min_free_mb: float = 0, kinds: Mapping[str, TableKind] | None = None
+    path: Path,
+    min_free_mb: float = 0,
+    kinds: Mapping[str, TableKind] | None = None,
+    declared: tuple[Path | str, Collection[str]] | None = None,
 ) -> None:
     """Raise UsageError (exit 2) unless a run can create, write and load into `path`; LowDiskSpace (exit 75)
     when its filesystem has less than `min_free_mb` free. `kinds`: the job's record tables (its catalog's:
-    built-in and declared); the tables the output's earlier runs declared are checked too."""
+    built-in and declared); the tables the output's earlier runs declared are checked too. `declared`: the
+    spec file and the tables it (or its catalogs) declares, for the rebuild a refusal advises."""
     path = Path(path).expanduser()
     _check_no_question_mark(path)
     _check_creatable(path)
     _check_writable(path)
     _check_makes_directories(path)
     _check_not_inside_another_job(path)
-    _check_database(OutputLayout(path), kinds or {})
+    _check_database(OutputLayout(path), kinds or {}, declared)
     _check_load_settings()
     _check_free_space(path, min_free_mb)
 
@@ -286,7 +291,9 @@ def _check_not_inside_another_job(path: Path) -> None:
             )
 
 
-def _check_database(layout: OutputLayout, kinds: Mapping[str, TableKind]) -> None:
+def _check_database(
+    layout: OutputLayout, kinds: Mapping[str, TableKind], declared: tuple[Path | str, Collection[str]] | None
+) -> None:
     """An existing harvest.duckdb must open read-only as a DuckDB database, and its tables must be ones the load
     step can write into (`tasks.database.table_check`); busy (locked) is fine."""
     db = layout.db
@@ -314,7 +321,7 @@ def _check_database(layout: OutputLayout, kinds: Mapping[str, TableKind]) -> Non
     finally:
         con.close()
     if problems:
-        raise UsageError(foreign_tables(db, problems))
+        raise UsageError(foreign_tables(db, problems, declared))
 
 
 def unreadable_database(db: Path, exc: BaseException) -> str:
@@ -332,8 +339,12 @@ def unreadable_database(db: Path, exc: BaseException) -> str:
 SHOWN_PROBLEMS = 5
 
 
-def foreign_tables(db: Path, problems: list[str]) -> str:
-    """A database whose tables the load cannot write into: most likely not harvest's, so it goes elsewhere."""
+def foreign_tables(
+    db: Path, problems: list[str], declared: tuple[Path | str, Collection[str]] | None = None
+) -> str:
+    """A database whose tables the load cannot write into: most likely not harvest's, so it goes elsewhere. A
+    table the spec declares (a changed key) is rebuilt with `--spec SPEC`: without it, `rebuild` knows only the
+    declarations the output's runs recorded, and is refused the same way."""
     shown = "; ".join(problems[:SHOWN_PROBLEMS])
     if len(problems) > SHOWN_PROBLEMS:
         shown += f"; and {len(problems) - SHOWN_PROBLEMS} more"
@@ -345,9 +356,26 @@ def foreign_tables(db: Path, problems: list[str]) -> str:
     if next(OutputLayout(root).raw_root.glob("*/manifest.json"), None) is not None:
         text += (
             f", or, if it is harvest's database from another version, build it anew from the raw pages: "
-            f"`{harvest_line('rebuild', root)}`"
+            f"`{harvest_line('rebuild', root, *_spec_words(problems, declared))}`"
         )
     return text
+
+
+def declared_by(spec: JobSpec, spec_path: Path | str | None) -> tuple[Path | str, Collection[str]] | None:
+    """The spec file and the tables it (or its catalogs) declares: a refusal over one of them (a changed key)
+    advises `harvest rebuild OUTPUT --spec SPEC`. None for a spec given as text (no file to name)."""
+    from harvest.connectors.catalog.job_catalog import declared_tables
+
+    return None if spec_path is None else (spec_path, list(declared_tables(spec.declared())))
+
+
+def _spec_words(problems: list[str], declared: tuple[Path | str, Collection[str]] | None) -> list[object]:
+    """`--spec SPEC` when a problem is of a table the spec declares (each problem starts `TABLE:`)."""
+    if declared is None:
+        return []
+    spec, tables = declared
+    named = {problem.split(":", 1)[0].lower() for problem in problems}
+    return ["--spec", spec] if named & {t.lower() for t in tables} else []
 
 
 def refuse_mixed_services(layout: OutputLayout, service: str) -> None:
