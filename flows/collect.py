@@ -265,12 +265,11 @@ async def collect_job(
         spec = _spec(spec_path, spec_text)
         if export_to is not None and spec.export is not None:
             spec = spec.model_copy(update={"export": spec.export.model_copy(update={"to": export_to})})
-        layout = OutputLayout(Path(output or spec.output))
-        declared = declared_by(spec, None if spec_text is not None else _absolute(spec_path))
-        check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds(), declared)
+        layout, path = OutputLayout(Path(output or spec.output)), None if spec_text else _absolute(spec_path)
+        check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds(), declared_by(spec, path))
         lock = lock_job(layout, spec.name)
         try:
-            run = _Run(base_url, budget, mode, full, None if spec_text is not None else _absolute(spec_path))
+            run = _Run(base_url, budget, mode, full, path)
             return await _collect_job(spec, layout, lock, run, None)
         finally:
             lock.release()
