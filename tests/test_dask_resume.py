@@ -154,6 +154,20 @@ def test_a_resume_after_ctrl_c_goes_on_with_the_dependents_of_parents_that_ended
     assert dask["details"] == local["details"], (local, dask)
 
 
+def test_ctrl_c_on_harvest_s_own_cluster_pays_no_page_twice(prefect_api_url: str, tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to the whole process group, and on the cluster harvest starts itself
+    (`workers: 1`) it killed the worker mid-request: the page was billed, its query ended `interrupted` with 0
+    pages, and the resume paid for it again. The workers ignore it now; harvest's own handler stops the run, and
+    the round in flight lands as on a cluster of its own."""
+    outcome = fanned_out_stopped_then_resumed(tmp_path, prefect_api_url, {"kind": "dask", "workers": 1})
+    code, status, stopped = outcome["stopped"]
+    assert (code, status) == (130, "interrupted"), outcome
+    details = sum(n for (query, _), n in stopped.items() if query == "details")
+    assert outcome["resumed"] == (0, "complete", Counter({"complete": 1 + details})), outcome["stderr"]
+    assert outcome["billed"] == (1 + details, 1 + details, 0, 1 + details), outcome
+    assert outcome["details"] == details, outcome
+
+
 TIGHT = 22
 """The run's budget: 20 pages at 1 credit, the empty page the last one's cursor still leads to (the service's
 quirk), and the page the kill had billed without its answer read."""

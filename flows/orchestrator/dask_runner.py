@@ -29,6 +29,7 @@ def local_cluster_kwargs(workers: int) -> dict[str, Any]:
     return {
         "n_workers": workers, "processes": True, "threads_per_worker": 1,
         "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False},
+        "preload": [__name__],  # `dask_setup` below, in each worker process
     }  # fmt: skip
 
 
@@ -39,3 +40,14 @@ def quiet_dask_logs() -> None:
     the level from Dask's configuration: a level a user set there (`DASK_LOGGING__DISTRIBUTED`) is kept."""
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
+def dask_setup(worker: Any) -> None:
+    """Each worker process of harvest's own cluster (its `preload`) ignores the terminal's Ctrl-C and hangup: a
+    terminal sends them to the whole process group, and a worker they killed mid-request had its page billed
+    and never landed, so the resume paid for it again. harvest's own handler stops the run as on a cluster of
+    its own: no round is granted after it, the rounds in flight land. The cluster still closes its workers."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
