@@ -1,8 +1,6 @@
-"""The `harvest` command line.
-
-Commands that run no flow (validate, plan, endpoints, schema, runs) must not import Prefect, so that they
-answer in about a second: Prefect and the flow are imported inside the commands that need them.
-"""
+"""The `harvest` command line. Commands that run no flow (validate, plan, endpoints, schema, runs) must not
+import Prefect, so that they answer in about a second: Prefect and the flow are imported inside the commands
+that need them."""
 
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 from typer.models import CommandFunctionType
 
+from harvest.connectors.credits import MAX_CREDITS
 from harvest.flows import stop_signals
 from harvest.flows.cli_errors import Failed, handled
 from harvest.flows.help_text import NamedArguments, paragraphs
@@ -160,7 +159,9 @@ def validate(spec: Path = SPEC_ARG) -> None:
 )
 def plan_command(
     spec: Path = SPEC_ARG,
-    budget: int | None = typer.Option(None, min=1, help="Price against this budget instead of the spec's."),
+    budget: int | None = typer.Option(
+        None, min=1, max=MAX_CREDITS, help="Price against this budget instead of the spec's."
+    ),
     output: Path | None = typer.Option(
         None, "--output", help="The job's output directory, whose last nights the plan learns from."
     ),
@@ -228,7 +229,7 @@ def run(
         None, "--base-url", help="Service URL (or `sandbox`); beats the spec."
     ),
     budget: int | None = typer.Option(
-        None, "--budget", min=1, help="Credit cap for this run; beats the spec."
+        None, "--budget", min=1, max=MAX_CREDITS, help="Credit cap for this run; beats the spec."
     ),
     output: Path | None = typer.Option(None, "--output", help="Output directory; beats the spec."),
     fresh: bool = typer.Option(
@@ -250,8 +251,7 @@ def run(
     stopped at its budget; 1 a query failed (or the account could not pay); 2 invalid spec or usage (or the job is already running);
     3 the budget left queries unstarted and the spec asks to say so (budget.unstarted_exit_code); 75 stopped by
     this machine (a full disk) or Prefect's API did not answer: try again later; 130 interrupted (run it again
-    to resume).
-    """
+    to resume)."""
     from harvest.flows.commands import run_job as commands
 
     if fresh and continue_:

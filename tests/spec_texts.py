@@ -166,14 +166,21 @@ CASES = {
         3,
         "budget.credits",
         ["greater than or equal to 1", "-5"],
-        ["an integer", ">= 1"],
+        ["an integer", "from 1 to 1000000000000000"],
     ),
     "budget of 0": (  # a run that may pay nothing collects nothing: a green night would hide it
         VALID.replace("credits: 100", "credits: 0"),
         3,
         "budget.credits",
         ["greater than or equal to 1", "0"],
-        ["an integer", ">= 1"],
+        ["an integer", "from 1 to 1000000000000000"],
+    ),
+    "budget past what a run counts": (  # validated, then crashed the run writing its manifest
+        VALID.replace("credits: 100", "credits: 99999999999999999999999"),
+        3,
+        "budget.credits",
+        ["less than or equal to 1000000000000000", "99999999999999999999999"],
+        ["an integer", "from 1 to 1000000000000000"],
     ),
     "concurrency out of range": (
         VALID + "concurrency: 65\n",

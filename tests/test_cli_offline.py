@@ -391,3 +391,12 @@ def test_plan_check_counts_the_most_a_declared_price_rule_may_bill(tmp_path: Pat
     # breadth-first: the profile (1) and the ads' first page (25) fit 50; their second page (25) does not
     assert "  would stop before their last page: detailed" in lines, short.stdout
     assert harvest_plan(spec, "--check", "--budget", "51").returncode == 0
+
+
+def test_a_budget_past_what_a_run_counts_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """`--budget 99999999999999999999999` was taken, then crashed the run writing its manifest (64-bit)."""
+    path = write(tmp_path, VALID)
+    for command in ("plan", "run"):
+        result = runner.invoke(app, [command, str(path), "--budget", "99999999999999999999999"])
+        assert result.exit_code == 2, result.output
+        assert "--budget" in result.output and "1000000000000000" in result.output, result.output

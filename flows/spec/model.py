@@ -31,6 +31,7 @@ from harvest.connectors.catalog.declared_requests import MAX_PRICE
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.job_catalog import Catalog, builtin, for_job
 from harvest.connectors.catalog.shape_overrides import KindShape
+from harvest.connectors.credits import MAX_CREDITS
 from harvest.flows.spec.identity import derive_id, digest
 from harvest.flows.spec.job_options import Export, RateLimit, Runner, Schedule
 from harvest.flows.spec.service_url import check_base_url
@@ -114,10 +115,15 @@ class Budget(_Model):
     credits: int = Field(
         strict=True,
         ge=1,
+        le=MAX_CREDITS,
         description="Hard cap of credits for one run (at least 1: a run of 0 pays nothing).",
     )
     min_balance: int | None = Field(
-        None, strict=True, ge=0, description="Credits the run leaves in the account (its credits_remaining)."
+        None,
+        strict=True,
+        ge=0,
+        le=MAX_CREDITS,
+        description="Credits the run leaves in the account (its credits_remaining).",
     )
     policy: Literal["breadth_first", "greedy"] = Field(
         "breadth_first",
@@ -177,12 +183,13 @@ class Query(_Model):
         default_factory=dict, description="Fan out: one query per value (lists) or per parent record (from)."
     )
     max_pages: int | None = Field(
-        None, strict=True, ge=1, description="Default: all pages, within the budget."
+        None, strict=True, ge=1, le=MAX_CREDITS, description="Default: all pages, within the budget."
     )
     max_credits: int | None = Field(
         None,
         strict=True,
         ge=1,
+        le=MAX_CREDITS,
         description="Cap of credits for this query; with for_each, for each query it makes. Held across the "
         "runs `--continue` makes, as max_pages is.",
     )
@@ -190,6 +197,7 @@ class Query(_Model):
         None,
         strict=True,
         ge=1,
+        le=MAX_CREDITS,
         description="With for_each: cap of credits for all the queries it makes together, held by the ledger "
         "like the budget and shared breadth-first among them, across the runs `--continue` makes.",
     )
