@@ -50,10 +50,12 @@ def current_rows_sql(parquet_table_dir: Path, primary_key: tuple[str, ...], widt
         f"SELECT * EXCLUDE ({ROW_NUMBER}) FROM read_parquet(",
         *(f"    {part}" for part in parts),
         f"    {last},",
-        f"    hive_partitioning = true, union_by_name = true, {ROW_NUMBER} = true)",
+        "    hive_partitioning = true, union_by_name = true,",
+        f"    {ROW_NUMBER} = true)",
         *where.splitlines(),
         "QUALIFY row_number() OVER (",
-        f"    PARTITION BY {keys} ORDER BY {NEWEST_ORDER}) = 1",
+        f"    PARTITION BY {keys}",
+        f"    ORDER BY {NEWEST_ORDER}) = 1",
     ]
 
 

@@ -149,8 +149,11 @@ NEWEST_ORDER = f"_fetched_at DESC, {ROW_NUMBER} DESC"
 `_history` views, the current-rows query the end of a run prints, a lakehouse export, the exports' manifests):
 the newest fetch, and of one fetch (a page that holds the key more than once) the later row. A page is written
 whole to one file in the order it came (`tasks.output.parquet_sink`), so the later row of a fetch is the later
-row of its file. Harvest's own reads add the file's place in name order last: rows of two files never share a
-fetch time in practice, but the choice stays the same on every read."""
+row of its file. Harvest's own reads (the load, a lakehouse export) know each file's place and use
+`NEWEST_IN_FILES`, which agrees with it wherever rows of one fetch share a file."""
+NEWEST_IN_FILES = f"_fetched_at DESC NULLS LAST, file_index DESC, {ROW_NUMBER} DESC"
+"""`NEWEST_ORDER` where each row's file is known (`file_index`: its place in name order): of one fetch time, the
+later file, then the later row, as a load in several steps keeps it (a later step replaces a fetch as new)."""
 
 
 def whole_key(keys: Sequence[str], joiner: str = " AND ") -> str:

@@ -28,7 +28,7 @@ from harvest.tasks.database.catalog_snapshot import CatalogSnapshot
 from harvest.tasks.database.column_comments import FETCHED_FOR, request_columns, table_comment, write_comments
 from harvest.tasks.database.column_types import cast_older_files, rename, retype
 from harvest.tasks.database.connection import (
-    NEWEST_ORDER,
+    NEWEST_IN_FILES,
     count_rows,
     quote_ident,
     quote_literal,
@@ -192,7 +192,7 @@ def _comment_table(con: duckdb.DuckDBPyConnection, kind: KindLike, catalog: Cata
 def _choose_newest(
     con: duckdb.DuckDBPyConnection, key: Sequence[str], source: str, has_key: str, paths: list[str]
 ) -> None:
-    """`_harvest_newest`: the newest row of each key in the files (`NEWEST_ORDER`: of one page, its last), as
+    """`_harvest_newest`: the newest row of each key in the files (`NEWEST_IN_FILES`: of one page, its last), as
     narrow rows. Whole rows are read once,
     straight into the table, after it: a window sort over them ran out of 64 MB at 50k rows."""
     fetched = quote_ident(FETCHED_AT)
@@ -203,7 +203,7 @@ def _choose_newest(
         WHERE {has_key}
         QUALIFY row_number() OVER (
             PARTITION BY {", ".join(key)}
-            ORDER BY {NEWEST_ORDER} NULLS LAST, file_index DESC
+            ORDER BY {NEWEST_IN_FILES}
         ) = 1
         """,
         [paths],
@@ -220,7 +220,7 @@ def merge_files(
     rows skipped: null key). The newest row per key is chosen on narrow rows, then rows it replaces are deleted
     and the rest inserted from the files: on 300k existing rows this took ~4 s where one MERGE took ~11 s, and a
     first load (an empty table) is a plain insert. Ties on ``_fetched_at`` inside a batch (a page holding a key
-    twice) go to the later row, then the later file name (`NEWEST_ORDER`), so the choice is stable and the one
+    twice) go to the later file name, then the later row (`NEWEST_IN_FILES`), so the choice is stable and the one
     the history views, the printed query and the exports make. Columns the table has but this schema lacks stay NULL in
     replaced rows: they are the newer fetch.
 

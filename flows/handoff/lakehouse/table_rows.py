@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from harvest.connectors.catalog.child_kinds import ChildKind
 from harvest.flows.handoff.lakehouse.table_format import TableLoad
 from harvest.tasks.database.connection import (
-    NEWEST_ORDER,
+    NEWEST_IN_FILES,
     ROW_NUMBER,
     has_table,
     quote_ident,
@@ -99,7 +99,7 @@ def record_reader(
     key: tuple[str, ...],
     db: duckdb.DuckDBPyConnection,
 ) -> pa.RecordBatchReader:
-    """The newest row per key of `paths` (`NEWEST_ORDER`, the load's choice: of a page holding a key twice, the
+    """The newest row per key of `paths` (`NEWEST_IN_FILES`, the load's choice: of a page holding a key twice, the
     later row), in `schema` (a column no file has is null), a bucket of keys at a time;
     read on a cursor of `db` (`one_database`), closed at the end of the stream."""
     con = db.cursor()
@@ -115,7 +115,7 @@ def record_reader(
     sql = (
         f"SELECT {columns} FROM read_parquet({files}, union_by_name = true, {ROW_NUMBER} = true) "
         f"WHERE {not_null}{in_bucket} "
-        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {NEWEST_ORDER}, file_index DESC) = 1"
+        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {NEWEST_IN_FILES}) = 1"
     )
     first = con.sql(sql.format(bucket=0)).to_arrow_reader(BATCH_ROWS)
 
