@@ -432,7 +432,9 @@ def test_the_query_printed_at_the_end_gives_one_row_per_key_from_the_parquet_of_
     assert code == 0, out + err
     assert "parquet/ is history" in out and "harvest.duckdb are current" in out
     command = printed_command(out.splitlines(), "Current rows of ")
-    assert "photo_app_embeds" in command and "PARTITION BY handle ORDER BY _fetched_at DESC" in command
+    ordered = " ".join(command.split())  # as printed: a line for the partition, one for the order
+    assert "photo_app_embeds" in command
+    assert "PARTITION BY handle ORDER BY _fetched_at DESC, file_row_number DESC" in ordered, command
     clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     as_printed = subprocess.run(["bash", "-c", command], cwd=ROOT, env=clean, capture_output=True, text=True)
     assert as_printed.returncode == 0 and "showing" not in as_printed.stderr, as_printed.stderr
