@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DUCKDB1 := $(VENV)/duckdb-1x/.downloaded
 
-.PHONY: install lock upgrade demo test soak bench docs lint format clean
+.PHONY: install lock upgrade demo test scenarios soak bench docs lint format clean
 
 # `make install` installs exactly what uv.lock pins (every package, transitive ones included, with hashes),
 # nothing newer: pip installs the locked uv (its hashes read from uv.lock), then uv installs the rest.
@@ -64,8 +64,14 @@ demo: install
 # time and the longest modules first, so no worker ends the run alone with a queue the others could have taken.
 TEST_WORKERS ?= 3
 
+# `make test` is every test but the long ones: ~10 minutes on two cores. `make scenarios` runs those (tests marked
+# `scenario`: harvest's processes killed, signalled, cut off and served at every moment, on every runner; each tens
+# of seconds of both cores), one proof of each kind staying in `make test` (docs/decisions.md, The test suite).
 test: install $(DUCKDB1)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m 'not soak and not bench and not scenario'
+
+scenarios: install $(DUCKDB1)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m 'scenario and not soak and not bench'
 
 soak: install
 	$(BIN)/python -m pytest -q -s -m soak tests/test_soak.py

@@ -63,30 +63,61 @@ pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_dask", "tests.landed
 
 
 LONGEST_FIRST = (
-    "test_dask_staging.py",
-    "test_fault_matrix.py",
-    "test_endpoint_samples.py",
-    "test_dask_runner.py",
-    "test_drift_loud.py",
-    "test_temp_folders.py",
-    "test_packaging.py",
-    "test_column_types.py",
-    "test_live_view.py",
-    "test_bill_after_kills.py",
-    "test_answer_shapes.py",
-    "test_child_tables.py",
+    "test_serve.py",
+    "test_resume_kill.py",
     "test_cli_run.py",
+    "test_printed_commands.py",
+    "test_scheduled_jobs_doc.py",
+    "test_prefect_defaults.py",
+    "test_packaging.py",
+    "test_bill_after_kills.py",
+    "test_power_cut.py",
+    "test_run_lifecycle.py",
+    "test_dask_runner.py",
+    "test_service_check.py",
+    "test_sql_command.py",
+    "test_export.py",
 )
 """The modules whose tests took longest in `make test` (`--durations`), handed out first: a long test handed out
 last ends the run alone while the other workers wait. An order only: a module not named runs after these, in
-the order collected. The demo's readers (`tests.landed_demo`) come after test_temp_folders, which lands it:
-they find it landed instead of waiting for it."""
+the order collected. The demo's readers (`tests.landed_demo`) come after test_cli_run, whose first test lands
+it: they find it landed instead of waiting for it."""
+
+LONGEST_SCENARIOS_FIRST = (
+    "test_full_disk.py",
+    "test_schedule_fires.py",
+    "test_temp_folders.py",
+    "test_stop_signals.py",
+    "test_temporary_server_start.py",
+    "test_dask_staging.py",
+    "test_packaging.py",
+    "test_incremental_history.py",
+    "test_serve.py",
+    "test_prefect_defaults.py",
+    "test_stop.py",
+    "test_printed_commands.py",
+    "test_serve_stop.py",
+    "test_dask_runner.py",
+    "test_prefect_outage.py",
+    "test_power_cut.py",
+    "test_dask_resume.py",
+    "test_resume_kill.py",
+)
+"""The same for `make scenarios` (tests marked `scenario`); in a run of both tiers the scenarios go first."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest modules first (`LONGEST_FIRST`), each module's tests still together and in their order."""
+    """The longest modules first (`LONGEST_SCENARIOS_FIRST`, then `LONGEST_FIRST`), each module's tests still
+    together and in their order."""
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    scenario_rank = {name: n for n, name in enumerate(LONGEST_SCENARIOS_FIRST)}
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        if item.get_closest_marker("scenario"):
+            return (0, scenario_rank.get(item.path.name, len(scenario_rank)))
+        return (1, rank.get(item.path.name, len(rank)))
+
+    items.sort(key=order)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

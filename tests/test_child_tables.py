@@ -85,6 +85,7 @@ def current(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         con.close()
 
 
+@pytest.mark.scenario
 def test_a_list_that_shrank_or_emptied_leaves_no_rows_behind(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -398,6 +398,7 @@ def as_an_older_harvest_left_it(output: Path) -> None:
         con.close()
 
 
+@pytest.mark.scenario
 def test_the_next_run_loads_into_a_database_an_older_harvest_landed_and_exports_true_types(
     prefect_harness: None, tmp_path: Path
 ) -> None:

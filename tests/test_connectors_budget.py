@@ -370,6 +370,7 @@ UNREADABLE = {FaultKind.TRUNCATED.value, FaultKind.MALFORMED.value}
 """Billed faults whose charge harvest cannot read: counted at the reservation."""
 
 
+@pytest.mark.scenario
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     table=st.fixed_dictionaries({p: st.integers(0, 3) for p in PRICE_PATHS}),

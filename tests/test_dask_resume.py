@@ -63,6 +63,7 @@ def stopped_then_resumed(tmp_path: Path, api_url: str, name: str, runner: dict[s
     }
 
 
+@pytest.mark.scenario
 def test_a_resumed_query_stops_at_its_max_credits_on_dask_as_locally(
     prefect_api_url: str, dask_address: str, tmp_path: Path
 ) -> None:
@@ -130,6 +131,7 @@ def fanned_out_stopped_then_resumed(tmp_path: Path, api_url: str, runner: dict[s
     }
 
 
+@pytest.mark.scenario
 def test_a_resume_after_ctrl_c_goes_on_with_the_dependents_of_parents_that_ended_on_dask_as_locally(
     prefect_api_url: str, dask_address: str, tmp_path: Path
 ) -> None:
@@ -154,6 +156,7 @@ def test_a_resume_after_ctrl_c_goes_on_with_the_dependents_of_parents_that_ended
     assert dask["details"] == local["details"], (local, dask)
 
 
+@pytest.mark.scenario
 def test_ctrl_c_on_harvest_s_own_cluster_pays_no_page_twice(prefect_api_url: str, tmp_path: Path) -> None:
     """A terminal's Ctrl-C goes to the whole process group, and on the cluster harvest starts itself
     (`workers: 1`) it killed the worker mid-request: the page was billed, its query ended `interrupted` with 0
@@ -221,6 +224,7 @@ def killed_then_resumed(
     }
 
 
+@pytest.mark.scenario
 def test_a_kill_mid_round_leaves_no_credit_of_its_grant_counted_that_the_service_did_not_bill(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -251,6 +255,7 @@ DROPPED = replace(CONFIG, fault_plan={3: "drop", 6: "drop"})
 sixth's, the one held at the door when the run is killed (numbered once it goes through)."""
 
 
+@pytest.mark.scenario
 def test_a_killed_dask_session_s_dropped_connection_is_no_charge_the_bill_is_said_to_hold(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -278,6 +283,7 @@ def test_a_killed_dask_session_s_dropped_connection_is_no_charge_the_bill_is_sai
         assert "something else used" not in outcome["stderr"], outcome["stderr"]
 
 
+@pytest.mark.scenario
 def test_a_resume_waits_for_the_killed_flow_s_round_on_its_cluster_then_settles_it(
     prefect_api_url: str, dask_address: str, tmp_path: Path
 ) -> None:
@@ -294,6 +300,7 @@ def test_a_resume_waits_for_the_killed_flow_s_round_on_its_cluster_then_settles_
     assert outcome["said refusals"] == [], "the sandbox refused nothing"
 
 
+@pytest.mark.scenario
 def test_a_killed_flow_s_round_that_never_ends_is_waited_for_until_the_cap_or_a_stop_and_nothing_is_settled(
     dask_address: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -61,6 +61,7 @@ def paid(entries: list[Any]) -> Counter[tuple[Any, ...]]:
     )
 
 
+@pytest.mark.scenario
 def test_local_and_dask_land_the_same_tables_for_the_same_credits(
     prefect_harness: None, tmp_path: Path
 ) -> None:
@@ -82,6 +83,7 @@ def test_local_and_dask_land_the_same_tables_for_the_same_credits(
     assert scalar(dask_db, "SELECT count(*) FROM query_state WHERE status = 'complete'") == len(dask.queries)
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("pins", variants(PINS))
 def test_a_short_budget_on_dask_is_never_passed_and_shared_breadth_first(
     prefect_harness: None, dask_address: str, tmp_path: Path, pins: Variant
@@ -172,6 +174,7 @@ def keyless_cluster(prefect_api_url: str, tmp_path: Path) -> Iterator[str]:
             proc.wait(timeout=60)
 
 
+@pytest.mark.scenario
 def test_workers_without_the_key_stop_the_run_at_its_first_round_and_count_nothing(
     keyless_cluster: str, tmp_path: Path
 ) -> None:
@@ -226,6 +229,7 @@ def test_a_round_grants_an_endpoint_no_answer_priced_yet_one_page() -> None:
     assert sum(1 for n in priced.values() if n == 3) == 200  # all but the capped one
 
 
+@pytest.mark.scenario
 def test_a_dependent_query_no_request_fits_in_is_said_on_dask_as_it_is_locally(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
@@ -299,6 +303,7 @@ def test_dask_rounds_grant_and_hold_the_price_the_service_was_seen_charging(
     assert scalar(db, "SELECT pages FROM query_state") == 2
 
 
+@pytest.mark.scenario
 def test_a_fan_out_on_an_endpoint_no_answer_priced_yet_passes_no_budget_on_dask(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
@@ -441,6 +446,7 @@ def test_a_page_the_service_keeps_failing_is_given_up_on_dask_after_the_policys_
     assert "credits spent: 5 of a budget of 100; records: 0; status: failed" in result.stdout, result.stdout
 
 
+@pytest.mark.scenario
 def test_429s_on_dask_are_waits_not_attempts_as_locally(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:

@@ -302,6 +302,7 @@ def staged_run(base_url: str, output: Path, cluster: NobodyCluster, credits: int
     return job(base_url, output, runner, credits)
 
 
+@pytest.mark.scenario
 def test_workers_without_the_output_directory_land_what_the_local_runner_lands(
     prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
 ) -> None:
@@ -353,6 +354,7 @@ def expected_tables(prefect_harness: None, tmp_path_factory: pytest.TempPathFact
     return {name: table(tmp_path / "local" / "harvest.duckdb", name) for name in RECORD_TABLES}
 
 
+@pytest.mark.scenario
 def test_a_worker_killed_mid_run_loses_only_the_pages_it_had_in_flight(
     prefect_harness: None, tmp_path: Path, cluster: NobodyCluster, expected_tables: dict[str, list[Any]]
 ) -> None:
@@ -426,6 +428,7 @@ def test_a_round_dask_runs_again_after_its_commit_pays_nothing(
     assert staged_objects() == [], "the run's last sweep takes the claims"
 
 
+@pytest.mark.scenario
 def test_a_flow_killed_mid_run_resumes_from_what_was_staged(
     prefect_harness: None,
     prefect_api_url: str,
@@ -507,6 +510,7 @@ def nights_of(tmp_path: Path, output: Path, runner: dict[str, Any]) -> list[tupl
     return nights
 
 
+@pytest.mark.scenario
 def test_an_incremental_rerun_on_staging_workers_stops_at_the_known_keys_as_locally(
     prefect_harness: None, tmp_path: Path, cluster: NobodyCluster
 ) -> None:
@@ -527,6 +531,7 @@ def test_an_incremental_rerun_on_staging_workers_stops_at_the_known_keys_as_loca
         assert table(staged / "harvest.duckdb", name), name
 
 
+@pytest.mark.scenario
 def test_a_round_dask_runs_again_on_a_shared_disk_pays_nothing(
     prefect_harness: None, prefect_api_url: str, tmp_path: Path
 ) -> None:

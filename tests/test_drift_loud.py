@@ -154,6 +154,7 @@ def _break_second_call(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) 
     monkeypatch.setattr(module, name, breaks)
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     ("module", "name"), [(extraction, "to_arrow"), (pager, "convert_page"), (collect, "land_tables")]
 )
@@ -211,6 +212,7 @@ def test_a_renamed_secondary_list_is_drift_said_once_per_query(prefect_harness: 
     assert b'"replies"' in raw_pages(tmp_path)[0].body
 
 
+@pytest.mark.scenario
 def test_lists_the_service_leaves_out_stay_quiet(prefect_harness: None, tmp_path: Path) -> None:
     config = sandbox(SHAPES["omitted-lists"].drift)
     forum_params = {"subreddit": "running", "sort": "hot"}  # the page ending the search sends no lists

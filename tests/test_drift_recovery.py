@@ -86,6 +86,7 @@ def test_rebuild_then_continue_recovers_a_drifted_query_paying_no_page_twice(
     assert rows(db, "SELECT status FROM runs ORDER BY started") == [("failed",), ("complete",)]
 
 
+@pytest.mark.scenario
 def test_the_commands_a_drifted_night_prints_land_its_pages_and_go_on_pasted_into_a_shell(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

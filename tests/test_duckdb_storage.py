@@ -166,6 +166,7 @@ def _raw_codecs(db: Path) -> set[str]:
         con.close()
 
 
+@pytest.mark.scenario
 def test_a_file_in_duckdb_2_format_is_converted_at_the_next_load_and_the_user_told(
     prefect_harness: None,
     duckdb1: Path,

@@ -63,6 +63,7 @@ def printed(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, out + err
 
 
+@pytest.mark.scenario
 def test_what_a_user_runs_on_an_80_column_terminal_fits_it(prefect_api_url: str, tmp_path: Path) -> None:
     cwd, home = user_dir(tmp_path, prefect_api_url)
     (cwd / "typos.yaml").write_text(BAD_SPEC)

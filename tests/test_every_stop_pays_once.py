@@ -12,6 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
@@ -32,6 +34,7 @@ def printed_resume(output: Path, tmp_path: Path) -> str:
     return found[0]
 
 
+@pytest.mark.scenario
 def test_a_killed_continue_resumed_as_printed_pays_nothing_settled_before_it(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

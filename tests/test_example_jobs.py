@@ -112,6 +112,7 @@ def landed(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> C
     return land
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("platform", sorted(JOBS))
 def test_a_platform_job_runs_offline_lands_every_query_and_chains_its_parents(
     landed: Callable[[str], Landed], platform: str

@@ -210,6 +210,7 @@ def objects(endpoint: str, prefix: str) -> list[tuple[str, int]]:
     return [(o["Key"], o["Size"]) for page in pages for o in page.get("Contents", [])]
 
 
+@pytest.mark.scenario
 @pytest.mark.usefixtures("s3")
 def test_delta_and_parquet_exports_to_s3_write_only_data_and_metadata(
     prefect_harness: None,

@@ -109,6 +109,7 @@ pace, and proved nothing the bursts do not (each refused request waits its `Retr
 unbilled and uncounted). How the pace meets a limit is `tests/test_pace.py`'s and `tests/test_rate_limit.py`'s."""
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("fault", RETRIED, ids=[f.value for f in RETRIED])
 def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: FaultKind) -> None:
     if fault is FaultKind.RATE_LIMIT:
@@ -145,6 +146,7 @@ def test_one_fault_kind_at_scale(prefect_harness: None, tmp_path: Path, fault: F
         assert scalar(db, "SELECT sum(credits) FROM requests") == billed == summary.credits_spent
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("fault", BODY_DAMAGE, ids=[f.value for f in BODY_DAMAGE])
 def test_answers_damaged_on_the_wire_at_scale_are_asked_for_once_more(
     prefect_harness: None, tmp_path: Path, fault: FaultKind
@@ -277,6 +279,7 @@ def test_drifted_feed_items_at_scale(prefect_harness: None, tmp_path: Path) -> N
     assert scalar(db, "SELECT sum(records_without_key) + sum(lists_missing) FROM query_state") == 0
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     "refusal, cut",
     [(FaultKind.SERVER_ERROR, FaultKind.TRUNCATED), (FaultKind.SERVER_ERROR, FaultKind.CUT)],

@@ -38,6 +38,7 @@ REFUSALS = (429, 500, 502, 503, 504)
 QUICK_FAULTS = [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.UNAVAILABLE, FaultKind.DROP]
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("seed", [3, 11])
 def test_faults_do_not_change_what_lands(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int

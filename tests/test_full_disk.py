@@ -173,6 +173,7 @@ def assert_every_pin_once(output: Path, topics: list[str]) -> Path:
     return db
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("where", ["raw", "parquet", "duckdb"])
 def test_a_disk_that_fills_stops_the_run_in_one_line_and_the_next_run_finishes_it(
     prefect_harness: None,
@@ -248,6 +249,7 @@ def page(entry: LedgerEntry) -> tuple[Any, ...]:
     return (entry.path, tuple(sorted((k, str(v)) for k, v in entry.params.items())))
 
 
+@pytest.mark.scenario
 def test_on_dask_a_disk_that_fills_pays_at_most_concurrency_pages_twice(
     prefect_harness: None,
     prefect_api_url: str,
@@ -308,6 +310,7 @@ def test_a_database_the_disk_cut_short_as_it_was_made_is_not_left_behind(
     assert rows(db, "SELECT x FROM t") == [(1,)]
 
 
+@pytest.mark.scenario
 def test_on_dask_a_query_whose_round_used_its_grant_as_the_disk_stopped_the_run_is_resumed(
     prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
 ) -> None:

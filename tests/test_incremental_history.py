@@ -210,6 +210,7 @@ def test_the_state_survives_a_rebuild_and_a_lost_database_means_a_full_pass(
     assert videos_in(output) == all_videos(CONFIG)
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     "runner", [{"kind": "local"}, {"kind": "dask", "round_pages": 2}], ids=["local", "dask"]
 )
@@ -244,6 +245,7 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     assert key_set(output / "harvest.duckdb", "creative_material_details") == materials
 
 
+@pytest.mark.scenario
 def test_a_night_while_a_notebook_holds_the_database_pays_what_a_night_with_it_free_would(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
@@ -262,6 +264,7 @@ def test_a_night_while_a_notebook_holds_the_database_pays_what_a_night_with_it_f
     assert held.queries[0]["status"] == free.queries[0]["status"] == "caught_up"
 
 
+@pytest.mark.scenario
 def test_an_interrupted_full_run_resumed_by_the_nightly_command_goes_on_fully(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -297,6 +300,7 @@ def test_an_interrupted_full_run_resumed_by_the_nightly_command_goes_on_fully(
     assert states == [("complete",)], states
 
 
+@pytest.mark.scenario
 def test_only_new_parent_items_start_their_dependents(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
@@ -330,6 +334,7 @@ def test_only_new_parent_items_start_their_dependents(
     assert all_posts <= key_set(output / "harvest.duckdb", "microblog_b_posts")
 
 
+@pytest.mark.scenario
 def test_a_dependent_that_asks_something_else_under_the_same_id_is_asked_for_every_earlier_record(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
@@ -388,6 +393,7 @@ def _figures(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("worst case: "))
 
 
+@pytest.mark.scenario
 def test_the_plan_expects_what_the_last_nights_paid_beside_the_worst_case(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
@@ -438,6 +444,7 @@ def replies_paid(sb: Any) -> Counter[str]:
     return Counter(e.params.get("continuationToken") for e in data_entries(sb) if e.path == COMMENT_REPLIES)
 
 
+@pytest.mark.scenario
 def test_a_grandchild_a_cap_left_unstarted_starts_the_next_night_from_its_collected_parent(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:

@@ -186,6 +186,7 @@ DOCUMENTS = st.one_of(
 )
 
 
+@pytest.mark.scenario
 @settings(max_examples=300, deadline=None)
 @given(DOCUMENTS, st.booleans())
 def test_any_valid_document_reads_as_it_was_written(doc: Any, ascii_only: bool) -> None:
@@ -194,6 +195,7 @@ def test_any_valid_document_reads_as_it_was_written(doc: Any, ascii_only: bool) 
     assert body.repairs == {} and body.value == orjson.loads(orjson.dumps(doc))
 
 
+@pytest.mark.scenario
 @settings(max_examples=300, deadline=None)
 @given(DOCUMENTS, st.data())
 def test_any_document_cut_short_ends_early_and_is_never_misread(doc: Any, data: st.DataObject) -> None:

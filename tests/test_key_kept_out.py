@@ -49,6 +49,7 @@ def test_a_spec_that_holds_the_key_is_refused_before_a_request_naming_the_line_n
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("where", ["query-parameter", "base-url-path", "spec-text", "base-url-credentials"])
 def test_a_team_s_own_flow_awaiting_collect_job_is_refused_the_same_before_a_request(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str

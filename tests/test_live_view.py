@@ -360,6 +360,7 @@ def scenario(prefect_api_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     return Scenario(output, run_id, killed_err, frame, terminal.everything(), resumed_code, second)
 
 
+@pytest.mark.scenario
 def test_the_live_view_at_80_columns_shows_credits_of_the_budget_elapsed_and_pages_a_second(
     scenario: Scenario,
 ) -> None:

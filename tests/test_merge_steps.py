@@ -63,6 +63,7 @@ def _expected(files: list[list[tuple[int, int]]]) -> dict[str, str]:
     return {key: f"{name}#{n}" for key, (_, name, n) in best.items()}
 
 
+@pytest.mark.scenario
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(files=files_strategy, step=st.integers(1, 12), batches=st.integers(1, 3), seed=st.integers(0, 99))
 def test_any_steps_and_batches_give_the_table_one_merge_would(

@@ -133,6 +133,7 @@ print(json.dumps({"statuses": statuses, "restored": before == after}))
 """A team's flow awaiting two jobs at once, as a script the team runs (`python nightly.py a.yaml b.yaml`)."""
 
 
+@pytest.mark.scenario
 def test_one_ctrl_c_stops_both_jobs_a_team_s_flow_awaits_at_once_and_leaves_the_process_as_it_was(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

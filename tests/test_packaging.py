@@ -90,6 +90,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(site, python, env_dir / "bin" / "harvest")
 
 
+@pytest.mark.scenario
 def test_a_wheel_install_runs_the_demo(installed: Installed, tmp_path: Path) -> None:
     where = subprocess.run(
         [str(installed.python), "-c", "import harvest.flows; print(harvest.flows.__file__, harvest.spec_path('demo.yaml'))"],

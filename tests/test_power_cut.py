@@ -106,6 +106,7 @@ def landed_once(output: Path, run_id: str) -> None:
     assert landed == {q: n for q, n in stored.items() if n}
 
 
+@pytest.mark.scenario
 def test_ended_queries_whose_raw_pages_a_power_cut_lost_fetch_them_again_and_say_so(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -135,6 +136,7 @@ def test_ended_queries_whose_raw_pages_a_power_cut_lost_fetch_them_again_and_say
     landed_once(output, run_id)
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("keep_pages", [1])
 def test_a_raw_file_cut_to_almost_nothing_still_resumes_every_query(
     prefect_api_url: str, tmp_path: Path, keep_pages: int
@@ -193,6 +195,7 @@ def test_what_a_resume_trusts_is_synced_by_default(
     assert raw in synced and published and synced.index(raw) < published[0]
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("damage", ["missing", "empty"])
 def test_a_manifest_the_disk_lost_is_made_again_from_the_journal_and_the_run_resumed(
     prefect_api_url: str, tmp_path: Path, damage: str
@@ -226,6 +229,7 @@ def test_a_manifest_the_disk_lost_is_made_again_from_the_journal_and_the_run_res
     landed_once(output, run_id)
 
 
+@pytest.mark.scenario
 def test_a_continued_query_that_lost_every_page_starts_again_at_its_cursor_not_page_1(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

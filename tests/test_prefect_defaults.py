@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from harvest.flows.orchestrator.deployments import NO_SERVER
 from harvest.flows.orchestrator.prefect_settings import SERVER_START
@@ -79,6 +80,7 @@ def test_the_flow_module_switches_prefects_analytics_and_telemetry_off(tmp_path:
     assert resolved(clean_env(tmp_path)) == OFF
 
 
+@pytest.mark.scenario
 def test_a_team_module_that_imports_prefect_first_still_gets_harvests_defaults(tmp_path: Path) -> None:
     """`from prefect import flow` above `from harvest import collect_job`: Prefect had read its settings
     before harvest set its defaults, so the team's flow kept telemetry on and a 20 s start for its temporary
@@ -95,6 +97,7 @@ def test_a_team_module_that_imports_prefect_first_still_gets_harvests_defaults(t
     assert json.loads(settings) == OFF and json.loads(seconds) == 120
 
 
+@pytest.mark.scenario
 def test_a_users_own_setting_is_kept(tmp_path: Path) -> None:
     """Each is a default only (harvest.flows.orchestrator.prefect_settings): the control that the check above reads what harvest set."""
     env = clean_env(tmp_path, PREFECT_SERVER_ANALYTICS_ENABLED="true")
@@ -140,6 +143,7 @@ def test_a_harvest_run_and_its_temporary_server_run_with_analytics_and_telemetry
     assert {v.split(b"=", 1)[0].decode() for v in server_env if b"=" in v} >= set(SWITCHES)
 
 
+@pytest.mark.scenario
 def test_the_prefect_server_the_docs_start_logs_no_error_offline(tmp_path: Path) -> None:
     """The docs' `prefect server start` line, typed in a shell that has only PATH and HOME (a user's own server
     reads none of harvest's defaults), on a machine without internet access: its telemetry is off (it asks

@@ -134,6 +134,7 @@ def assert_told(flow_run_id: str, run_id: str) -> None:
     assert artifact_keys(flow_run_id) == ["harvest-nightly-outage", "harvest-nightly-outage-tables"]
 
 
+@pytest.mark.scenario
 def test_prefect_away_at_the_end_the_run_exits_by_its_data_and_the_next_run_tells_it(
     proxy: CuttableProxy, tmp_path: Path
 ) -> None:
@@ -168,6 +169,7 @@ def test_prefect_away_at_the_end_the_run_exits_by_its_data_and_the_next_run_tell
     assert not owed_file(OutputLayout(output), run.run_id).exists()
 
 
+@pytest.mark.scenario
 def test_prefect_away_at_the_start_waits_for_it_then_refuses_before_paying(
     proxy: CuttableProxy, tmp_path: Path
 ) -> None:
@@ -199,6 +201,7 @@ def test_prefect_away_at_the_start_waits_for_it_then_refuses_before_paying(
     assert_told(ran.flow_run_id, ran.run_id)
 
 
+@pytest.mark.scenario
 def test_prefect_away_mid_run_loses_a_line_s_end_which_the_run_tells_once_it_is_back(
     proxy: CuttableProxy, tmp_path: Path
 ) -> None:
@@ -230,6 +233,7 @@ def test_prefect_away_mid_run_loses_a_line_s_end_which_the_run_tells_once_it_is_
     assert not owed_file(OutputLayout(output), ran.run_id).exists()
 
 
+@pytest.mark.scenario
 def test_harvest_serve_tells_prefect_what_a_run_could_not_when_it_starts(
     proxy: CuttableProxy, tmp_path: Path
 ) -> None:
@@ -297,6 +301,7 @@ def test_a_task_run_stuck_in_prefect_s_retries_holds_the_run_a_bounded_time(
     assert not owed_file(OutputLayout(output), ran.run_id).exists()
 
 
+@pytest.mark.scenario
 def test_on_dask_prefect_away_mid_run_learns_every_round_s_end_once_it_answers(
     proxy: CuttableProxy, tmp_path: Path
 ) -> None:

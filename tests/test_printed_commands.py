@@ -20,6 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from tests.crawl_helpers import data_entries, paid_twice
@@ -84,6 +86,7 @@ def manifests(output: Path) -> list[Any]:
     return all_manifests(OutputLayout(output))
 
 
+@pytest.mark.scenario
 def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -145,6 +148,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert not (cwd / "elsewhere").exists()  # every command kept to the output the user gave
 
 
+@pytest.mark.scenario
 def test_a_night_whose_pages_kept_failing_goes_on_with_the_continue_it_prints_paying_only_what_is_missing(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -251,6 +255,7 @@ def test_the_embedded_sandbox_and_the_demo_print_commands_that_work(
     )
 
 
+@pytest.mark.scenario
 def test_the_export_retry_and_the_fresh_start_work_as_printed(prefect_api_url: str, tmp_path: Path) -> None:
     """A run whose export failed prints how to send it later; `harvest runs` prints how to abandon an
     unfinished run: both pasted into a clean shell, with a space in every path."""

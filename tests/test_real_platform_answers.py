@@ -54,6 +54,7 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     ("shapes", "repairs"),
     [

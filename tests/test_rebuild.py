@@ -46,6 +46,7 @@ def database(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         con.close()
 
 
+@pytest.mark.scenario
 def test_rebuild_derives_identical_tables_from_raw_pages_alone(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -70,6 +71,7 @@ def test_rebuild_derives_identical_tables_from_raw_pages_alone(
     assert {str(Path("parquet") / p) for p in parquet_rows(output / "parquet")} == listed
 
 
+@pytest.mark.scenario
 def test_rebuild_one_run_and_unknown_runs(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -105,6 +107,7 @@ def view_columns(db: Path) -> list[str]:
     return [c for (c,) in rows(db, query + " ORDER BY column_index")]
 
 
+@pytest.mark.scenario
 def test_history_views_keep_every_night_and_follow_a_moved_directory(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

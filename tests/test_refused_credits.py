@@ -25,6 +25,7 @@ QUERY_LINE = re.compile(
 )
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("billed", [False, True], ids=["refusals-not-billed", "refusals-billed"])
 def test_a_night_of_500s_says_what_was_billed(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, billed: bool

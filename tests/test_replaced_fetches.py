@@ -49,6 +49,7 @@ def _drop_record(output: Path) -> None:
         con.close()
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("between", [_rebuild, _drop_record], ids=["rebuild", "no-record-yet"])
 def test_the_next_nights_pay_for_new_posts_only(
     prefect_harness: None, tmp_path: Path, api_key: str, between: Callable[[Path], None]

@@ -178,6 +178,7 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
     assert_landed_once(output, run.run_id)
 
 
+@pytest.mark.scenario
 def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
     prefect_api_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,6 +233,7 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(
     assert_landed_once(output, stopped.run_id)
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("pins", variants(PINS))
 def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: Path, pins: Variant) -> None:
     """The same when the pins are a declared endpoint: the hard budget holds across a kill and a resume,
@@ -255,6 +257,7 @@ def test_a_killed_run_resumes_within_its_budget(prefect_api_url: str, tmp_path: 
     assert pages > 0 and scalar(db, f"SELECT count(*) FROM {pins.table('pinboard_pins')}") > 0
 
 
+@pytest.mark.scenario
 def test_a_resume_given_a_budget_below_what_was_spent_says_the_earlier_budget(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -293,6 +296,7 @@ def test_a_resume_given_a_budget_below_what_was_spent_says_the_earlier_budget(
     assert rows(db, "SELECT credits_spent, budget, budget_before FROM runs") == [(spent, 10, 40)]
 
 
+@pytest.mark.scenario
 def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_path: Path) -> None:
     """ "At once" is shown, not timed: the first run is held at the sandbox's door for as long as the second
     one lives, so the second cannot have waited for the lock; and it never imported Prefect or an HTTP client,
@@ -318,6 +322,7 @@ def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_pa
     assert paid_twice(data_entries(sb)) == 0
 
 
+@pytest.mark.scenario
 def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -368,6 +373,7 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     )
 
 
+@pytest.mark.scenario
 def test_fresh_after_a_kill_lets_an_incremental_query_finish_its_first_pass(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -409,6 +415,7 @@ def parquet_keys(output: Path, table: str, run_id: str) -> set[tuple[Any, ...]]:
     )
 
 
+@pytest.mark.scenario
 def test_ctrl_c_while_duckdb_is_held_then_harvest_load_loads_what_landed(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -472,6 +479,7 @@ def kill_in_load_step(proc: subprocess.Popen[str], output: Path) -> RunManifest:
     raise AssertionError("the run never reached its load step")
 
 
+@pytest.mark.scenario
 def test_a_run_killed_in_its_load_step_is_loaded_first_by_the_next_run(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -498,6 +506,7 @@ def test_a_run_killed_in_its_load_step_is_loaded_first_by_the_next_run(
         assert key_set(db, table) == keys, table
 
 
+@pytest.mark.scenario
 def test_continue_after_a_kill_is_refused_and_a_charge_before_the_resume_leaves_the_bill_unknown(
     prefect_api_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

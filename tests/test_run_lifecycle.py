@@ -386,6 +386,7 @@ def test_a_query_the_service_refused_for_good_is_not_offered_to_continue_nor_pai
 
 
 # ---------------------------------------------------------------------------------------------- incremental
+@pytest.mark.scenario
 def test_an_unchanged_incremental_rerun_pays_one_page_per_query(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
@@ -456,6 +457,7 @@ def test_incremental_is_refused_where_the_order_is_unknown(tmp_path: Path) -> No
 
 
 # --------------------------------------------------------------------------------------------- flow retries
+@pytest.mark.scenario
 def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:

@@ -161,6 +161,7 @@ def test_queries_whose_cap_a_learned_price_passes_are_not_left_unstarted_by_the_
     assert result.exit_code == 1, result.output
 
 
+@pytest.mark.scenario
 def test_a_continued_run_reserves_the_price_the_night_before_learned(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -208,6 +209,7 @@ def test_a_continued_run_reserves_the_price_the_night_before_learned(
     assert rows(db, "SELECT sum(credits), count(*) FROM requests") == [(20, 4)]  # 4 pages, none asked twice
 
 
+@pytest.mark.scenario
 def test_a_resume_after_a_kill_reserves_the_price_its_killed_session_learned(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -86,6 +86,7 @@ def _check_records(decl: dict[str, Any], bodies: list[Any]) -> dict[str, dict[st
     return by_key
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(("style", "paging", "end"), STYLES, ids=[f"{s}-{e}" for s, _, e in STYLES])
 def test_a_declared_endpoint_pages_to_its_end_in_its_style_with_its_traps(
     sandbox_factory: Callable[..., RunningSandbox], style: str, paging: dict[str, Any], end: str

@@ -220,6 +220,7 @@ def _declaring_spec(tmp_path: Path, service: dict[str, Any]) -> Path:
     return spec
 
 
+@pytest.mark.scenario
 def test_harvest_sandbox_serves_a_catalog_file_and_a_spec(tmp_path: Path) -> None:
     """`harvest sandbox --catalog FILE` and `--spec SPEC` (its `catalogs:` and `endpoints:`) serve the declared
     endpoints offline beside harvest's catalog, priced as declared; a declaration harvest refuses exits 2 naming

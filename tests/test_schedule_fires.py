@@ -146,6 +146,7 @@ def _first_scheduled_run_completes(
         time.sleep(1)
 
 
+@pytest.mark.scenario
 def test_a_served_interval_schedule_fires_by_itself_and_lands_its_records(
     prefect_server: PrefectServer, tmp_path: Path
 ) -> None:

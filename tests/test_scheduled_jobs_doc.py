@@ -126,6 +126,7 @@ def _unit_settings(unit: str) -> dict[str, str]:
     )
 
 
+@pytest.mark.scenario
 def test_the_documented_systemd_units_verify_and_the_service_runs_as_systemd_starts_it(
     tmp_path: Path,
 ) -> None:

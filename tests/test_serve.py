@@ -106,6 +106,7 @@ def test_an_invalid_schedule_is_refused_before_prefect(tmp_path: Path) -> None:
         assert "allowed: minute 0-59" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.scenario
 def test_serve_refuses_without_a_prefect_server(tmp_path: Path) -> None:
     folder = specs(tmp_path / "jobs", "http://127.0.0.1:9")
     env = subprocess_env(
@@ -215,6 +216,7 @@ def _wait_for(check: Any, what: str, timeout: float = 90) -> Any:
     return found
 
 
+@pytest.mark.scenario
 def test_a_run_killed_under_serve_is_crashed_when_serve_restarts_and_the_next_run_does_not_wait(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ def _flow_run_state(flow_run_id: str) -> tuple[str, str]:
     return state.type.value, state.message or ""
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     ("sig", "to_group"),
     [(signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, False)],

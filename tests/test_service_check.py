@@ -196,6 +196,7 @@ def test_a_name_that_does_not_resolve_is_final() -> None:
     assert unreachable(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")) is None
 
 
+@pytest.mark.scenario
 def test_nothing_listening_where_the_service_answered_this_job_before_is_try_again_later(
     sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path, prefect_api_url: str
 ) -> None:
@@ -243,6 +244,7 @@ def test_nothing_listening_the_night_after_a_run_killed_mid_run_is_try_again_lat
     assert_away_for_now(spec, tmp_path, prefect_api_url, run_id)
 
 
+@pytest.mark.scenario
 def test_a_service_answering_503_before_the_run_says_so_in_harvest_s_lines_only(
     other_server: Callable[[int, str, bytes], tuple[str, list[str]]], tmp_path: Path, prefect_api_url: str
 ) -> None:
@@ -295,6 +297,7 @@ async def test_a_service_that_answers_503_once_then_nothing_is_busy_and_the_run_
     assert asked(server) == [BALANCE] * 3
 
 
+@pytest.mark.scenario
 async def test_a_service_silent_where_it_answered_this_job_before_is_try_again_later(
     sandbox_factory: Callable[..., RunningSandbox], tmp_path: Path, prefect_api_url: str
 ) -> None:

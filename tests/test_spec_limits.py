@@ -210,6 +210,7 @@ def test_nesting_up_to_the_limit_is_read(monkeypatch: pytest.MonkeyPatch, libyam
     assert problem == "job.yaml:8: nested deeper than 64 levels; allowed: up to 64 levels"
 
 
+@pytest.mark.scenario
 def test_deep_nesting_is_refused_by_validate_and_run_before_prefect(tmp_path: Path) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text(DEEP_FLOW)

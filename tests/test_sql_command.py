@@ -73,6 +73,7 @@ def test_copy_onto_the_jobs_own_database_is_refused_and_the_database_is_untouche
     assert post_count(db) == ROWS
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     ("statement", "refused"),
     [

@@ -90,6 +90,7 @@ def interrupted_tasks(err: str, prefix: str) -> int:
     )
 
 
+@pytest.mark.scenario
 def test_ctrl_c_to_the_process_group_stops_at_once_with_hundreds_of_dependents_queued(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -160,6 +161,7 @@ def _blocked_in_every_thread(pid: int) -> int:
     return blocked
 
 
+@pytest.mark.scenario
 def test_the_temporary_server_ignores_signals_meant_for_harvest_and_dies_with_it(tmp_path: Path) -> None:
     """systemd sends SIGTERM to every process of the unit: the temporary Prefect server keeps serving, since
     harvest still has to report the run's state. kill -9 of harvest alone (the OOM killer): the server dies with
@@ -289,6 +291,7 @@ def test_ctrl_c_during_the_load_says_what_became_of_the_run(
     assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",)]
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     ("signals", "during"),
     [(1, "load_manifest_into_duckdb"), (2, "load_manifest_into_duckdb"), (2, "pending_manifests")],

@@ -72,6 +72,7 @@ def interrupt_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if "interrupted" in line]
 
 
+@pytest.mark.scenario
 def test_sigterm_and_sighup_at_any_moment_stop_a_run_like_ctrl_c_and_the_same_command_resumes(
     tmp_path: Path,
 ) -> None:
@@ -195,6 +196,7 @@ def test_a_signal_while_duckdb_initialises_stops_the_run_with_its_line_not_an_ab
     assert sent == 0
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     prefect_api_url: str, tmp_path: Path, signal_name: str
@@ -214,6 +216,7 @@ def test_a_signal_an_imported_library_swallowed_stops_the_run_before_it_pays(
     assert stopped.status == "interrupted" and stopped.credits_spent == 0
 
 
+@pytest.mark.scenario
 def test_a_signal_an_imported_library_swallowed_is_not_held_by_the_wait_for_prefect(
     free_port: int, tmp_path: Path
 ) -> None:
@@ -231,6 +234,7 @@ def test_a_signal_an_imported_library_swallowed_is_not_held_by_the_wait_for_pref
     assert sent == 0, err
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
 def test_a_signal_a_library_turned_into_its_own_error_is_an_interrupt_not_a_failed_run(
     prefect_api_url: str, tmp_path: Path, signal_name: str
@@ -251,6 +255,7 @@ SERVE_STOPPED = "stopped serving; the deployments' schedules are paused"
 SERVE_STOPPED_VIA = "stopped serving (PydanticSerializationError on its way out); the deployments' schedules"
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize(
     ("signal_name", "call", "last_line"),
     [

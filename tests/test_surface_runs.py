@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
@@ -134,6 +135,7 @@ def test_their_published_samples_served_over_http_land_whole(prefect_harness: No
     ) == [("JNB Stables Labradoodles", True, "2025-02-28")]
 
 
+@pytest.mark.scenario
 def test_thread_cursors_are_paid_once_across_a_kill_9_and_the_resume(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -33,6 +33,7 @@ def typed(cwd: Path, home: Path, tmp: Path, *args: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
+@pytest.mark.scenario
 def test_the_demo_and_every_export_leave_the_temporary_folder_as_found_and_write_what_the_readme_says(
     landed_demo: LandedDemo, prefect_api_url: str, tmp_path: Path
 ) -> None:

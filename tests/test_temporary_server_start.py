@@ -73,6 +73,7 @@ def _server_environment(proc_pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
 
 
+@pytest.mark.scenario
 def test_a_second_run_on_the_same_prefect_home_starts_the_server_without_the_upkeep(tmp_path: Path) -> None:
     home = tmp_path / "prefect-home"
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (1, 1)})
@@ -117,6 +118,7 @@ def test_the_server_log_is_rotated_past_its_cap_so_nightly_runs_do_not_fill_the_
     assert sorted(p.name for p in home.iterdir()) == [log.name, older.name]  # nothing else piles up
 
 
+@pytest.mark.scenario
 def test_two_runs_starting_at_once_on_a_new_prefect_home_both_succeed(tmp_path: Path) -> None:
     """Two nightly jobs on one machine, the first night (or the first after a Prefect upgrade): both servers
     would migrate the one database at once, and the second died on a column the first had added (exit 3)."""
@@ -160,6 +162,7 @@ server.stop()
 """
 
 
+@pytest.mark.scenario
 def test_a_signal_to_harvests_group_while_the_server_forks_prints_nothing_and_the_server_starts(
     tmp_path: Path,
 ) -> None:
