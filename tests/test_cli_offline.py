@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -181,6 +182,33 @@ def test_help_shows_an_example(command: str) -> None:
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert f"Example: harvest {command}" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "run"])
+def test_a_help_example_pasted_outside_the_repository_names_where_the_example_was_installed(
+    tmp_path: Path, command: str
+) -> None:
+    """The help's examples name `configs/examples/...` as the repository holds it; pasted in a user's own
+    project (the wheel installed, no configs/ folder) the refusal says where harvest installed that spec, and
+    that path is a spec the command takes."""
+    example = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
+    spec = next(word for word in example.split() if word.startswith("configs/examples/"))
+    env = {"HARVEST_BASE_URL": "sandbox", "HARVEST_API_KEY": ""}
+    refused = subprocess.run(
+        [sys.executable, "-m", "harvest.flows.cli", command, spec],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert refused.returncode == 2
+    said = " ".join(refused.stderr.split())
+    assert f"{spec}: no such file; allowed: the path of a YAML job spec; harvest ships this one at " in said
+    shipped = said.split("harvest ships this one at ")[1].split()[0]
+    assert Path(shipped).is_file() and Path(shipped).name == Path(spec).name
+    result = runner.invoke(app, ["validate", shipped], env=env)
+    assert result.exit_code == 0, result.output
 
 
 def test_validate_in_a_real_process_exits_2_without_importing_prefect(tmp_path: Path) -> None:

@@ -115,10 +115,23 @@ def load_spec(path: str | Path) -> JobSpec:
     try:
         text = read_spec_text(Path(path))
     except FileNotFoundError:
-        raise SpecError([Problem(file, None, "", "no such file", "the path of a YAML job spec")]) from None
+        raise SpecError([Problem(file, None, "", "no such file", _spec_allowed(Path(path)))]) from None
     except UnreadableSpec as exc:
         raise SpecError([Problem(file, f.line, "", f.problem, f.allowed) for f in exc.flaws]) from None
     except (OSError, UnicodeDecodeError) as exc:
         problem = Problem(file, None, "", f"cannot read the spec: {exc}", "a UTF-8 YAML file")
         raise SpecError([problem]) from None
     return parse_spec(text, file)
+
+
+def _spec_allowed(path: Path) -> str:
+    """The help's and the README's examples name `configs/...` as the repository holds it; a user of the
+    installed wheel has no such folder, so a shipped spec of that name is pointed at where it was installed."""
+    from harvest.configs import spec_path
+
+    parts = path.parts
+    if "configs" in parts:
+        shipped = spec_path(Path(*parts[len(parts) - parts[::-1].index("configs") :]).as_posix())
+        if shipped.is_file():
+            return f"the path of a YAML job spec; harvest ships this one at {shipped}"
+    return "the path of a YAML job spec"
