@@ -58,8 +58,22 @@ def test_the_example_chains_land_every_table_with_the_parents_values(
         == _column(db, "video_platform_video_details", "url")
     )
     assert counts["video_platform_video_details"] == len(urls)
+    # ... about the video its URL names: the documented join on the video's id finds each, and the record names
+    # the channel the search result named
+    joined_on_id = rows(
+        db,
+        "SELECT count(*), count(*) FILTER (WHERE d.channel_id = v.channel_id AND d.id <> d.channel_id) "
+        "FROM video_platform_videos v JOIN video_platform_video_details d ON d.id = v.id AND d.url = v.url",
+    )[0]
+    assert joined_on_id == (len(urls), len(urls)), joined_on_id
     # a video's comments -> their replies, one thread per comment's token
     tokens = _column(db, "video_platform_video_comments", "replies_token")
+    # each comment is on the video itself (`reply_level` "0: a comment on the video"), by authors of their own
+    assert _column(db, "video_platform_video_comments", "reply_level") == {0}
+    authors = rows(
+        db, "SELECT count(*), count(DISTINCT author_channel_id) FROM video_platform_video_comments"
+    )
+    assert authors[0][0] == authors[0][1] > 1, authors
     assert tokens and _asked(db, COMMENT_REPLIES, "continuationToken") == tokens
     # each reply joins the comment it answers, a thread's later pages (asked with the next page's token) too
     joined = rows(

@@ -294,3 +294,22 @@ def test_the_forum_jobs_comments_are_their_own_records_and_name_their_posts(
         < on_post
         < scalar(db, "SELECT count(*) FROM forum_post_comments WHERE parent_id LIKE 't1_%'") + on_post
     )
+
+
+def test_the_forum_jobs_comments_hold_their_documented_depth_and_flags(
+    landed: Callable[[str], Landed],
+) -> None:
+    """`depth` is "0: a comment on the post itself", a reply one deeper than the comment it answers;
+    `controversiality` is "1 when the votes on the comment are split, else 0" (the sandbox had drawn any count
+    for both)."""
+    db = landed("forum").db
+    on_post = rows(db, "SELECT DISTINCT depth FROM forum_post_comments WHERE parent_id LIKE 't3_%'")
+    assert on_post == [(0,)], on_post
+    replies = rows(
+        db,
+        "SELECT count(*), count(*) FILTER (WHERE r.depth = c.depth + 1) "
+        "FROM forum_post_comments r JOIN forum_post_comments c ON r.parent_id = c.name",
+    )[0]
+    assert replies[0] and replies[0] == replies[1], replies
+    flags = {v for (v,) in rows(db, "SELECT DISTINCT controversiality FROM forum_post_comments")}
+    assert flags == {0, 1}, flags

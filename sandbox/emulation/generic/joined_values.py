@@ -28,6 +28,7 @@ from harvest.connectors.catalog.record_paths import steps
 from harvest.sandbox.emulation.generic.declared_form import DeclaredColumn, DeclaredEndpoint, read_declaration
 from harvest.sandbox.emulation.platforms.pinboard import PIN_URL
 from harvest.sandbox.emulation.platforms.short_video import VIDEO_URL
+from harvest.sandbox.emulation.platforms.video_platform import VIDEO_URL as WATCH_URL
 from harvest.sandbox.emulation.scope import Scope
 from harvest.sandbox.emulation.subjects import platform_host, subject_id, subject_secret
 
@@ -39,7 +40,11 @@ ID_NAME = re.compile(r"(?:^|_)u?id$|[a-z]Id$")
 _MADE_URL = re.compile(
     r"https://www\.[a-z0-9-]+\.example/(?P<table>[a-z0-9_]+)/(?P<key>[A-Za-z0-9_-]+)(?:\?(?P<query>.*))?"
 )
-_CODED_URLS = ((PIN_URL, "pinboard_pins"), (VIDEO_URL, "short_video_videos"))
+_CODED_URLS = (
+    (PIN_URL, "pinboard_pins"),
+    (VIDEO_URL, "short_video_videos"),
+    (WATCH_URL, "video_platform_videos"),
+)
 """The URLs coded endpoints give their records, and the tables harvest lands those records in."""
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 SECURE_PREFIX = "MS4wLjABAAAA"
@@ -217,6 +222,20 @@ class Asked:
                     if made is not None:
                         return made
         return None
+
+    def unnamed(self, column: DeclaredColumn) -> str | None:
+        """The key column a column joins when it names a thing the request may not (a comment's author) in a
+        table whose details are about what a handle or URL names: its drawn value is then one of their ids
+        (`subject_id`, a channel's `UC...`); None for another column."""
+        return next((other for t, other in column.joins if _subject_keyed(self.relations, t, other)), None)
+
+
+def _subject_keyed(relations: Relations, table: str, column: str) -> bool:
+    """Whether `column` is the key of `table` and that table's details are asked for by what names a thing (a
+    handle, a URL): its ids are `subject_id`'s."""
+    key_column = relations.keys.get(table)
+    params = relations.asked_by.get(table, ())
+    return column == key_column and any(p != key_column and not ID_NAME.search(p) for p in params)
 
 
 def asked(decl: DeclaredEndpoint, values: Mapping[str, str], relations: Relations) -> Asked:

@@ -3,8 +3,9 @@ none per endpoint, so a declaration of any platform gets them.
 
 A first look at the demo takes the catalog at its word: a `price_currency` described as an ISO 4217 code holds
 "USD", a rating "out of 5" lies in [0, 5], a share of votes "(0.93)" in [0, 1], a language or a country code reads
-as one, a value the description lists in backticks (`` (`video`, `image`) ``) is one of those, a count as the
-platform shows it reads "1.2M views", a time in words counts back from the sandbox's clock as the record's own
+as one, a value the description lists in backticks (`` (`video`, `image`) ``) is one of those, as is a number it
+explains ("(2: live)", "1 when ..., else 0"), a depth in a thread "(0: a comment on the post itself)" counts the
+items holding the record (a reply is one deeper than its comment), a count as the platform shows it reads "1.2M views", a time in words counts back from the sandbox's clock as the record's own
 time does. A column no rule matches keeps its value of its type (`synthetic_values`).
 """
 
@@ -34,6 +35,15 @@ _EXAMPLE = re.compile(r"\(\"([^\"]+)\"\)")
 """The example value a description gives, in parentheses and quotes: ("15.96%")."""
 _NUMBER_EXAMPLE = re.compile(r"\((-?\d+(?:\.\d+)?)\)")
 _OUT_OF = re.compile(r"out of (\d+)")
+_FROM_TO = re.compile(r"\((\d+) to (\d+)\)")
+"""A range the description gives: (1 to 5)."""
+_CODED = re.compile(r"(?:^|\()(\d+):")
+"""A number the description explains, so one the column holds: (0: a comment on the post itself), (2: live)."""
+_EITHER = re.compile(r"^(\d+) when [^,]*, else (\d+)\b")
+"""A flag the description words: "1 when the votes on the comment are split, else 0"."""
+_NUMBERED = re.compile(r"(?:^|\(|, )(\d+) (?:an? )?[a-z]+(?=[,.)])")
+"""One of the numbers a description lists with their meanings: "1 a photo, 2 a video, 8 a carousel"."""
+_DEPTH = re.compile(r"\b(?:deep|depth)\b")
 _MONTH = re.compile(r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2}, \d{4}")
 
 
@@ -108,6 +118,20 @@ def _text_rule(lowered: str, said: str, example: str) -> _Rule | None:
 
 
 def _number_rule(lowered: str, kind: str, said: str, description: str) -> _Rule | None:
+    coded = [int(n) for n in _CODED.findall(description)]
+    if coded and _DEPTH.search(said):  # the first level's number, one more each level down
+        return _Rule("depth", coded[0])
+    numbered = [int(n) for n in _NUMBERED.findall(description)]
+    either = _EITHER.match(description)
+    listed = (
+        coded
+        or (numbered if len(numbered) > 1 else [])
+        or ([int(n) for n in either.groups()] if either else [])
+    )
+    if listed:
+        return _Rule("pick", tuple(dict.fromkeys(listed)))
+    if (between := _FROM_TO.search(said)) is not None:
+        return _Rule("range", (int(between[1]), int(between[2])))
     scale = _OUT_OF.search(said)
     if scale is not None:
         return _Rule("scale", int(scale[1]))
@@ -134,12 +158,15 @@ def _number_rule(lowered: str, kind: str, said: str, description: str) -> _Rule 
     return None
 
 
-def meant(column: DeclaredColumn, d: Draw, s: Scope, at: int) -> tuple[bool, Any]:
+def meant(column: DeclaredColumn, d: Draw, s: Scope, at: int, level: int = 0) -> tuple[bool, Any]:
     """(True, a value reading as what the column holds), or (False, None) when no rule knows the column.
-    `at`: the record's own time (a time in words says it)."""
+    `at`: the record's own time (a time in words says it); `level`: how many items of its kind hold the record
+    (a reply's depth in its thread says it)."""
     rule = _rule(column.name, column.type, column.description)
     if rule is None:
         return False, None
+    if rule.kind == "depth":
+        return True, rule.arg + level
     made = _make(rule, d, s, at)
     if column.type == "integer" and isinstance(made, float):
         made = round(made)

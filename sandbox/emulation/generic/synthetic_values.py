@@ -8,7 +8,8 @@ answer is about has the key its request names (the key a listed record's URL end
 handle names: `joined_values.Asked.subject_key`), so a chain's tables join on their ids as the service's do.
 
 Text is made after the column's name, so that values read as what they are and travel where a chain sends them:
-a column that `joins` another table's agrees with what the request names (`joined_values`), a `template` is
+a column that `joins` another table's agrees with what the request names (`joined_values`), or where it names
+nothing is an id of the joined table's shape (`Asked.unnamed`: a comment author's `UC...`), a `template` is
 filled from the record's values, a column named like a request parameter (`url`, `advertiser_id`) echoes the
 request's value, except a listed record's `url` (or a URL a detail endpoint is asked with: an ad's `ad_url`),
 which is its own and carries its key and what its listing was asked for (`joined_values.own_url`),
@@ -16,8 +17,8 @@ which is its own and carries its key and what its listing was asked for (`joined
 `repliesContinuationToken`, which the comment replies endpoint takes as a thread of its own), `id`/`..._id`/
 `...Id`/`...uid` an id, `..._at_text` the record's time as the platforms word it ("5 days ago"); anything else
 a phrase. Before all these, a value reading as what the column's name and description say it holds
-(`meant_values`: a currency code, a rating within its scale, a language code, one of the values listed). A `json` column is an object, or a list of image objects where its name says images, as the platforms
-send them.
+(`meant_values`: a currency code, a rating within its scale, one of the values listed, a reply's depth). A `json`
+column is an object, or a list of image objects where its name says images, as the platforms send them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import WORDS, ago, phrase
 from harvest.sandbox.emulation.scope import Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw
-from harvest.sandbox.emulation.subjects import platform_host
+from harvest.sandbox.emulation.subjects import platform_host, subject_id
 
 
 def put(doc: Any, path: str | tuple[Step, ...], value: Any) -> Any:
@@ -99,10 +100,12 @@ def _text(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int) -> st
     return phrase(d, 1, 8)
 
 
-def value(column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int, first_time: bool) -> Any:
-    """A value reading as what the column holds (`meant_values`), else one of its type (an unknown type is made
-    as text)."""
-    known, made = meant(column, d, s, s.time(pos))
+def value(
+    column: DeclaredColumn, d: Draw, s: Scope, table: str, pos: int, first_time: bool, level: int = 0
+) -> Any:
+    """A value reading as what the column holds (`meant_values`; `level`: the items of its kind holding the
+    record), else one of its type (an unknown type is made as text)."""
+    known, made = meant(column, d, s, s.time(pos), level)
     if known:
         return made
     kind = column.type
@@ -289,6 +292,8 @@ def _fill(
             value_made = text
         elif column.type == "text" and column.joins and (joined := _joined(column, kind, s, asked, holder)):
             value_made = joined
+        elif column.type == "text" and (other := asked.unnamed(column)) is not None:
+            value_made = subject_id(s, _token(d, 16), did=other == "did")
         elif (
             (column.name == "url" or (kind.table, column.name) in asked.relations.own_urls)
             and column.type == "text"
@@ -301,7 +306,7 @@ def _fill(
         elif subject and column.type == "text" and (secure := asked.secure_id(s, column)):
             value_made = secure
         else:
-            value_made = value(column, d, s, kind.table, pos, column.type == "timestamp" and not timed)
+            value_made = value(column, d, s, kind.table, pos, not timed, (space or "").count("/"))
             timed = timed or column.type == "timestamp"
         made[column.name] = value_made
         doc = put(doc, column.path, value_made)

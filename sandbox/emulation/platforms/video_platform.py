@@ -3,12 +3,21 @@ with a `handle`, `author.avatarUrl`, `engagement.likes`)."""
 
 from __future__ import annotations
 
+import re
+
 from harvest.sandbox.emulation.platforms import Record
 from harvest.sandbox.emulation.platforms.wording import NAMES, ago, clock, count_text, phrase, title
 from harvest.sandbox.emulation.scope import Scope, b64int, iso
 from harvest.sandbox.emulation.stablehash import Draw, hexid, hnum
+from harvest.sandbox.emulation.subjects import subject_id
 
 _VP = "https://www.video-platform.example"
+VIDEO_URL = re.compile(
+    r"(?P<url>https://(?:www\.)?video-platform\.example/(?:watch\?v=|shorts/)(?P<key>[A-Za-z0-9_-]+)(?:[?&/].*)?)"
+)
+"""A video's or a short's URL, as `_video_like` makes it (and as the platform writes it): a video detail asked
+for with it is about that video, its key the URL's id (`generic.joined_values`); the URL itself names the
+video's channel (`url`: `subjects.subject_id` of it), as the search result's `channel.id` does."""
 
 
 def _published(s: Scope, pos: int) -> Record:
@@ -38,12 +47,14 @@ def _video_like(s: Scope, kind: str, pos: int, extras: bool) -> Record:
     vid = b64int(int(s.numid(kind, pos, 18)), 11)
     views = d.num(0, 50_000_000)
     length = d.num(5, 59) if kind == "short" else d.num(30, 7200)
+    url = f"{_VP}/shorts/{vid}" if kind == "short" else f"{_VP}/watch?v={vid}"
     rec: Record = {
         "id": vid,
-        "url": f"{_VP}/shorts/{vid}" if kind == "short" else f"{_VP}/watch?v={vid}",
+        "url": url,
         "title": title(d, 2, 10),
         "thumbnail": f"https://i.video-platform.example/vi/{vid}/hqdefault.jpg",
-        "channel": _video_channel(s, kind, pos),
+        # the channel the video's details name too: what its URL names (`VIDEO_URL`)
+        "channel": {**_video_channel(s, kind, pos), "id": subject_id(s, url)},
         "viewCountText": count_text(views, "views"),
         "viewCountInt": views,
         **_published(s, pos),
