@@ -383,6 +383,7 @@ def assert_child_tables_read_without_json(output: Path) -> None:
     items = rows(db, "SELECT s.type, s.title, i.position, i.id, i.title, i.view_count, i.duration_seconds "
                      "FROM video_platform_shelves s JOIN video_platform_shelf_items i "
                      "ON i.parent_search_query = s.search_query AND i.parent_type = s.type AND i.parent_title = s.title "
+                     "AND i.parent_first_item_id = s.first_item_id "
                      "ORDER BY ALL")  # fmt: skip
     assert items and items == sorted(
         (s["type"], s["title"], n, i["id"], i["title"], i["viewCountInt"], i["lengthSeconds"])
@@ -395,7 +396,10 @@ def assert_child_tables_read_without_json(output: Path) -> None:
     assert landed.schema.field("position").type == "int64" and landed.num_rows == len(comments)
     tables = runner.invoke(app, ["schema", "--tables"]).stdout
     assert "## video_platform_shelf_items\n\nChild of `video_platform_shelves`" in tables
-    assert "Primary key: `parent_search_query, parent_type, parent_title, position`" in tables
+    assert (
+        "Primary key: `parent_search_query, parent_type, parent_title, parent_first_item_id, position`"
+        in tables
+    )
     assert "| `parent_type` | VARCHAR | video_platform_shelves.type |" in tables
 
 
@@ -471,10 +475,15 @@ def assert_true_types_and_described(db: Path) -> None:
     keys = dict(rows(db, "SELECT table_name, comment FROM duckdb_tables()"))
     fetched_for = "; fetched for: search_query (the request's query)"
     assert keys[videos] == "primary key: search_query, id" + fetched_for
-    assert keys["video_platform_shelves"] == "primary key: search_query, type, title" + fetched_for
+    assert (
+        keys["video_platform_shelves"]
+        == "primary key: search_query, type, title, first_item_id" + fetched_for
+    )
     # child tables too: their key, a video shelf's items typed as the search's videos, their views
     items = "video_platform_shelf_items"
-    assert keys[items] == "primary key: parent_search_query, parent_type, parent_title, position"
+    assert keys[items] == (
+        "primary key: parent_search_query, parent_type, parent_title, parent_first_item_id, position"
+    )
     assert types_of(db, items)["created_at"] == "TIMESTAMP WITH TIME ZONE"
     assert (
         "Deprecated: the same list as rows in `video_platform_shelf_items`"

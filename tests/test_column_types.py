@@ -241,9 +241,18 @@ def test_child_parquet_an_older_harvest_wrote_loads_into_the_true_types(
     while their `created_at` was text load with it a TIMESTAMPTZ, what does not convert NULL and said."""
     db, shelves, items = OutputLayout(tmp_path).db, "video_platform_shelves", "video_platform_shelf_items"
     parents = land(
-        tmp_path, "r1", older(shelves), [{"search_query": "q", "type": "shelf", "title": "Latest"}], T0
+        tmp_path,
+        "r1",
+        older(shelves),
+        [{"search_query": "q", "type": "shelf", "title": "Latest", "first_item_id": "v1"}],
+        T0,
     )
-    key = {"parent_search_query": "q", "parent_type": "shelf", "parent_title": "Latest"}
+    key = {
+        "parent_search_query": "q",
+        "parent_type": "shelf",
+        "parent_title": "Latest",
+        "parent_first_item_id": "v1",
+    }
     old = [
         {**key, "position": 0, "created_at": ISO},
         {**key, "position": 1, "created_at": "yesterday"},

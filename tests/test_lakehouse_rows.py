@@ -103,7 +103,10 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
     parent's rows do; a value that does not convert is NULL."""
     parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
     fetched = datetime(2026, 11, 1, tzinfo=UTC)
-    shelf = {"search_query": ["cats"], "type": ["shelf"], "title": ["Latest"], "_fetched_at": [fetched]}
+    shelf = {
+        "search_query": ["cats"], "type": ["shelf"], "title": ["Latest"], "first_item_id": ["v1"],
+        "_fetched_at": [fetched],
+    }  # fmt: skip
     pq.write_table(
         pa.table(
             {f.name: shelf.get(f.name, pa.nulls(1, f.type)) for f in parent.schema}, schema=parent.schema
@@ -116,6 +119,7 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
         "parent_search_query": ["cats"] * 2,
         "parent_type": ["shelf"] * 2,
         "parent_title": ["Latest"] * 2,
+        "parent_first_item_id": ["v1"] * 2,
         "position": [0, 1],
         "created_at": ["2023-05-28T17:08:46.499Z", "2 years ago"],
         "_fetched_at": [fetched] * 2,

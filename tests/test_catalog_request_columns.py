@@ -1,0 +1,59 @@
+"""The catalog's columns on the service's published answers, served over HTTP to a real `harvest run`: what
+tells two records apart and what a request asked for land, so a user's joins and counts hold.
+
+A video search repeats a shelf's generic title ("Shorts", as the published answer's) from page to page: keyed
+by its title, the later page's shelf replaced the earlier one and its items were lost, silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
+from harvest.flows.cli import app
+from tests.endpoints import VIDEO_SEARCH
+from tests.flow_helpers import job_spec, rows, write_spec
+from tests.published_samples import sample, sample_service
+
+runner = CliRunner()
+
+
+def _run(tmp_path: Path, url: str, queries: list[dict[str, Any]]) -> Path:
+    spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", queries, name="asked", credits=20))
+    result = runner.invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "out" / "harvest.duckdb"
+
+
+def _search_pages() -> dict[str | None, Any]:
+    """The published search answer as two pages, each with a "Shorts" shelf holding a short of its own."""
+    first, second = sample("_v1_video-platform_search.json"), sample("_v1_video-platform_search.json")
+    first["continuationToken"] = "PAGE2"
+    second.pop("continuationToken", None)
+    short = second["shelves"][0]["items"][0]
+    short.update(id="SECONDshort1", url="https://www.youtube.com/watch?v=SECONDshort1", title="second short")
+    for listed in ("videos", "shorts"):
+        for item in second[listed]:
+            item["id"] += "_p2"
+    return {None: first, "PAGE2": second}
+
+
+def test_shelves_of_one_title_on_two_pages_keep_each_its_items(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    pages = _search_pages()
+    assert [s["title"] for p in pages.values() for s in p["shelves"]] == ["Shorts", "Shorts"]
+    sent = sorted(i["id"] for p in pages.values() for s in p["shelves"] for i in s["items"])
+    with sample_service({VIDEO_SEARCH: lambda params: pages[params.get("continuationToken")]}) as (url, _):
+        query = {"id": "search", "endpoint": VIDEO_SEARCH, "params": {"query": "running"}}
+        db = _run(tmp_path, url, [query])
+        assert sorted(i for (i,) in rows(db, "SELECT id FROM video_platform_shelf_items")) == sent
+        landed = "SELECT parent_title, parent_first_item_id, id FROM video_platform_shelf_items ORDER BY id"
+        assert rows(db, landed) == [("Shorts", i, i) for i in sent]
+        assert rows(db, "SELECT items_dropped FROM runs") == [(0,)]
+        # the next night's same answers are the same shelves: no row twice
+        _run(tmp_path, url, [query])
+    assert sorted(i for (i,) in rows(db, "SELECT id FROM video_platform_shelf_items")) == sent
+    assert rows(db, "SELECT count(*) FROM video_platform_shelves") == [(2,)]
