@@ -2,7 +2,8 @@
 tells two records apart and what a request asked for land, so a user's joins and counts hold.
 
 A video search repeats a shelf's generic title ("Shorts", as the published answer's) from page to page: keyed
-by its title, the later page's shelf replaced the earlier one and its items were lost, silently."""
+by its title, the later page's shelf replaced the earlier one and its items were lost, silently. A channel's
+details asked by handle did not say the handle, so they did not join the channel's videos asked by it."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from harvest.flows.cli import app
-from tests.endpoints import VIDEO_SEARCH
+from tests.endpoints import CHANNEL_VIDEOS, VIDEO_SEARCH
 from tests.flow_helpers import job_spec, rows, write_spec
 from tests.published_samples import sample, sample_service
 
 runner = CliRunner()
+CHANNEL = "/v1/video-platform/channel"
 
 
 def _run(tmp_path: Path, url: str, queries: list[dict[str, Any]]) -> Path:
@@ -57,3 +59,25 @@ def test_shelves_of_one_title_on_two_pages_keep_each_its_items(
         _run(tmp_path, url, [query])
     assert sorted(i for (i,) in rows(db, "SELECT id FROM video_platform_shelf_items")) == sent
     assert rows(db, "SELECT count(*) FROM video_platform_shelves") == [(2,)]
+
+
+def test_a_channel_s_details_and_videos_asked_by_one_handle_join(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    details, videos = (
+        sample("_v1_video-platform_channel.json"),
+        sample("_v1_video-platform_channel-videos.json"),
+    )
+    videos.pop("continuationToken", None)
+    routes = {CHANNEL: lambda params: details, CHANNEL_VIDEOS: lambda params: videos}
+    with sample_service(routes) as (url, _):
+        db = _run(tmp_path, url, [
+            {"id": "channel", "endpoint": CHANNEL, "params": {"handle": "ThePatMcAfeeShow"}},
+            {"id": "videos", "endpoint": CHANNEL_VIDEOS, "params": {"handle": "ThePatMcAfeeShow"}, "max_pages": 1},
+        ])  # fmt: skip
+    assert rows(db, "SELECT id, channel_handle FROM video_platform_channel_details") == [
+        (details["channelId"], "ThePatMcAfeeShow")
+    ]
+    joined = rows(db, "SELECT count(*) FROM video_platform_channel_videos v "
+                      "JOIN video_platform_channel_details c USING (channel_handle)")  # fmt: skip
+    assert joined == [(len(videos["videos"]),)] and videos["videos"]
