@@ -3,10 +3,13 @@ tells two records apart and what a request asked for land, so a user's joins and
 
 A video search repeats a shelf's generic title ("Shorts", as the published answer's) from page to page: keyed
 by its title, the later page's shelf replaced the earlier one and its items were lost, silently. A channel's
-details asked by handle did not say the handle, so they did not join the channel's videos asked by it."""
+details asked by handle did not say the handle, so they did not join the channel's videos asked by it. A reply
+in the published (unwrapped) feed names what it replies to in its record only, and `reply_parent_uri` read the
+wrapper's reply context alone."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from harvest.flows.cli import app
-from tests.endpoints import CHANNEL_VIDEOS, VIDEO_SEARCH
+from tests.endpoints import CHANNEL_VIDEOS, FEED, VIDEO_SEARCH
 from tests.flow_helpers import job_spec, rows, write_spec
 from tests.published_samples import sample, sample_service
 
@@ -81,3 +84,22 @@ def test_a_channel_s_details_and_videos_asked_by_one_handle_join(
     joined = rows(db, "SELECT count(*) FROM video_platform_channel_videos v "
                       "JOIN video_platform_channel_details c USING (channel_handle)")  # fmt: skip
     assert joined == [(len(videos["videos"]),)] and videos["videos"]
+
+
+def test_a_reply_in_the_published_feed_says_what_it_replies_to(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    feed = sample("_v1_microblog-b_user_posts.json")
+    first = feed["feed"][0]
+    reply = copy.deepcopy(first)
+    reply["uri"] = first["uri"] + "reply"
+    root = {"uri": "at://did:plc:root/app.bsky.feed.post/root", "cid": "bafyroot"}
+    reply["record"]["reply"] = {"parent": {"uri": first["uri"], "cid": first["cid"]}, "root": root}
+    feed["feed"].append(reply)
+    feed.pop("cursor", None)
+    with sample_service({FEED: lambda params: feed}) as (url, _):
+        db = _run(tmp_path, url, [{"id": "posts", "endpoint": FEED, "params": {"handle": "espn.com"}}])
+    landed = dict(rows(db, "SELECT uri, (reply_parent_uri, reply_root_uri) FROM microblog_b_posts"))
+    assert landed[reply["uri"]] == (first["uri"], root["uri"])
+    assert {landed[p["uri"]] for p in feed["feed"][:-1]} == {(None, None)}
+    assert rows(db, "SELECT new_fields FROM runs") == [("[]",)]

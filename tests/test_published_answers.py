@@ -50,6 +50,11 @@ REQUESTS = {
 INDEX = published_index()
 ANY = "*"
 """In `NOT_IN_THE_EXAMPLE`: the record kind itself (the example has none of its records)."""
+MICROBLOG_B_FEED_ONLY = {
+    "feed_reason": "only a wrapped feed item says it",
+    "reply_root_uri": "none of its posts is a reply",
+    "reply_parent_uri": "none of its posts is a reply",
+}
 NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
     ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "text"): "null in all three posts",
     ("v1_network-a_group_posts--cli.json", "network_a_group_posts", "view_count"): "null in every post",
@@ -92,16 +97,12 @@ NOT_IN_THE_EXAMPLE: dict[tuple[str, str, str], str] = {
     ): "a trimmed reel has no video URL",
     ("v1_photo-app_user_reels--openapi.json", "photo_app_reels", "video_versions"): "trimmed",
     **{
-        ("v1_microblog-b_post--cli.json", "microblog_b_posts", column): "only a wrapped feed item says it"
-        for column in ("feed_reason", "reply_root_uri", "reply_parent_uri")
+        ("v1_microblog-b_post--cli.json", "microblog_b_posts", column): why
+        for column, why in MICROBLOG_B_FEED_ONLY.items()
     },
     **{
-        (
-            "v1_microblog-b_user_posts--cli.json",
-            "microblog_b_posts",
-            column,
-        ): "only a wrapped feed item says it"
-        for column in ("feed_reason", "reply_root_uri", "reply_parent_uri")
+        ("v1_microblog-b_user_posts--cli.json", "microblog_b_posts", column): why
+        for column, why in MICROBLOG_B_FEED_ONLY.items()
     },
     **{
         ("v1_pinboard_search--openapi.json", "pinboard_pins", column): "a trimmed pin drops it"

@@ -101,9 +101,11 @@ def unknown_paths(known: KnownFields, doc: dict[str, Any], out: set[str]) -> Non
 class Unwrap:
     """An alternative shape: an item may come wrapped as `{key: <record>, ...}`.
 
-    Columns read the record inside; `extras` are columns read from the wrapper (null for unwrapped items);
-    `ignore` names wrapper paths known to come and left in `raw`. The microblog-b feed's native upstream shape
-    is `{"post": {...}, "reason": ..., "reply": {"root": ..., "parent": ...}}`.
+    Columns read the record inside; `extras` are columns read from the wrapper, or from the item itself when it
+    comes unwrapped (a path alternative then finds in the record what the wrapper says: a reply's
+    `record.reply.parent.uri` for the wrapper's `reply.parent.uri`; null when neither holds it); `ignore` names
+    wrapper paths known to come and left in `raw`. The microblog-b feed's native upstream shape is
+    `{"post": {...}, "reason": ..., "reply": {"root": ..., "parent": ...}}`.
     """
 
     key: str
@@ -197,6 +199,8 @@ class RecordKind:
             *(path for path, _ in self.where),
         ]  # read, by harvest
         body_keys = ENVELOPE_KEYS if "" in self.locations else ()
+        if self.unwrap is not None:  # extras are read from an item that comes unwrapped too
+            own += [fld.path for fld in self.unwrap.extras]
         object.__setattr__(self, "known", known_tree(own, body_keys))
         wrapped = None
         if self.unwrap is not None:
@@ -231,10 +235,7 @@ class RecordKind:
             return None
         read = fld.reader(params)
         if self.unwrap is None or fld in self.unwrap.extras:
-            if self.unwrap is not None:
-                unwrap = self.unwrap
-                return lambda item: read(item) if unwrap.is_wrapped(item) else None
-            return read
+            return read  # the wrapper, or the item itself when it came unwrapped
         inner = self.unwrap.inner
         return lambda item: read(inner(item))
 

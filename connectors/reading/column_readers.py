@@ -115,10 +115,7 @@ def columns_reader(kind: RecordKind) -> ColumnsReader:
     else:
         lines.append("        i = r")
     lines += [f"        {name}.append({expr})" for name, expr in zip(names, own, strict=False)]
-    lines += [
-        f"        {name}.append({e} if wrapped else None)"
-        for name, e in zip(names[len(own) :], extras, strict=True)
-    ]
+    lines += [f"        {name}.append({e})" for name, e in zip(names[len(own) :], extras, strict=True)]
     lines.append("        if unknown is not None and r is not _EMPTY:")
     lines += _unknown_lines(kind, src)
     lines.append(f"    return [{', '.join(names)}]")
