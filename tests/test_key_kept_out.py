@@ -5,7 +5,11 @@ key), and an error answer that echoes it (a short key, a URL-quoted one) is cut 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -30,11 +34,12 @@ def test_a_spec_that_holds_the_key_is_refused_before_a_request_naming_the_line_n
     monkeypatch.setenv("HARVEST_API_KEY", KEY)
     with running(SandboxConfig(api_keys={KEY: BIG_BALANCE})) as sb:
         params = {"query": KEY if where == "query-parameter" else "trail"}
-        base = sb.base_url + ("/" + KEY if where == "base-url-path" else "")
         spec = write_spec(
-            tmp_path, job_spec(base, tmp_path / "out", [{"id": "q", "endpoint": PINS, "params": params}])
-        )
-        result = CliRunner().invoke(app, ["run", str(spec)])
+            tmp_path,
+            job_spec(sb.base_url, tmp_path / "out", [{"id": "q", "endpoint": PINS, "params": params}]),
+        )  # a spec's own base URL holding the key is the spec holding it (the next tests)
+        base = ["--base-url", sb.base_url + "/" + KEY] if where == "base-url-path" else []
+        result = CliRunner().invoke(app, ["run", str(spec), *base])
         asked = list(sb.ledger)
     assert result.exit_code == 2, result.output
     assert asked == []  # not even the balance
@@ -140,3 +145,119 @@ def test_a_success_that_echoes_the_key_json_escaped_keeps_it_out_of_what_lands(k
     kept = ApiKey(key).scrub_answer(body, 200)
     title = json.loads(kept)["pins"][0]["title"]
     assert key not in title and title == "echo ***", title
+
+
+WRITTEN = "sk-kept-out-0123456789abcdef"
+"""A key as a user writes it where the key's place belongs: no variable's name, a valid block name."""
+
+
+@pytest.mark.parametrize(
+    ("field", "command", "known"),
+    [
+        ("api_key_env", "validate", True),
+        ("api_key_env", "run", True),
+        ("api_key_secret", "validate", True),
+        ("api_key_secret", "run", True),
+        ("api_key_env", "validate", False),
+        ("api_key_env", "run", False),
+    ],
+)
+def test_the_key_written_as_the_place_of_the_key_is_never_printed(
+    tmp_path: Path, field: str, command: str, known: bool
+) -> None:
+    """`service.api_key_env: <the key>` was refused as `string should match pattern ..., got '<the key>'`, and
+    `api_key_secret: <the key>` as `the Prefect Secret block '<the key>' could not be loaded (...named <the
+    key>)`, even with HARVEST_API_KEY holding that key: a spec holding the key harvest knows is refused before
+    anything reads it, and a value refused for naming where the key lives is not shown."""
+    spec = write_spec(
+        tmp_path,
+        job_spec("http://127.0.0.1:9", tmp_path / "out", [{"id": "q", "endpoint": PINS, "params": {}}],
+                 service={field: WRITTEN}),
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "HARVEST_API_KEY"}
+    if known:
+        env["HARVEST_API_KEY"] = WRITTEN
+    proc = subprocess.run(
+        [sys.executable, "-m", "harvest.flows.cli", command, str(spec)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said
+    assert WRITTEN not in said and "0123456789abcdef" not in said, said
+    line = next(n for n, text in enumerate(spec.read_text().splitlines(), 1) if f"{field}:" in text)
+    if known:
+        assert f"{spec}:{line}: the spec holds the API key" in said, said
+        assert "the environment variable HARVEST_API_KEY" in said, said
+    else:
+        assert f"{spec}:{line}: service.api_key_env: names an environment variable" in said, said
+        assert "the value is not shown" in said, said
+    assert not (tmp_path / "out").exists()
+
+
+def catalog_declaring(tmp_path: Path, default: str) -> tuple[Path, dict[str, Any]]:
+    """A catalog file beside the spec declaring a parameter whose default is `default`, and its declarations
+    as the sandbox serves them (read before the key is in the environment)."""
+    from harvest.flows.spec.declared import catalog_file_endpoints
+
+    catalog = tmp_path / "catalogs" / "c.yaml"
+    catalog.parent.mkdir()
+    catalog.write_text(
+        "endpoints:\n"
+        "  /v1/short-video/profile-x:\n"
+        "    params:\n"
+        "      handle: {type: string, required: true}\n"
+        f"      token: {{type: string, default: {default}}}\n"
+        "    records:\n"
+        "      kc_profiles: {at: user, one: true, key: id, columns: {id: text}}\n"
+    )
+    return catalog, catalog_file_endpoints(catalog)
+
+
+CATALOG_QUERY = {"id": "p", "endpoint": "/v1/short-video/profile-x", "params": {"handle": "acmerunning"}}
+
+
+@pytest.mark.parametrize("where", ["api-key-env"])
+def test_a_team_s_flow_keeps_the_key_out_of_prefect_s_records_wherever_the_spec_holds_it(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A team's flow awaiting `collect_job` with a spec whose `service.api_key_env` holds the key (or a catalog
+    file's parameter default): the refusal quoting it became the flow run's state message in Prefect's database
+    (the catalog's key was sent and landed). Both flow runs' states and logs hold no key now."""
+    import asyncio
+
+    from prefect import flow
+
+    from harvest import collect_job
+    from tests.prefect_helpers import end_services, flow_runs, run_log
+
+    _, declared = catalog_declaring(tmp_path, WRITTEN if where == "catalog-default" else "plain")
+    monkeypatch.setenv("HARVEST_API_KEY", WRITTEN)
+    with running(SandboxConfig(api_keys={WRITTEN: BIG_BALANCE}, declared=declared)) as sb:
+        service = {"api_key_env": WRITTEN} if where == "api-key-env" else None
+        spec = write_spec(
+            tmp_path,
+            job_spec(
+                sb.base_url, tmp_path / "out", [CATALOG_QUERY], service=service, catalogs=["catalogs/c.yaml"]
+            ),
+        )
+
+        @flow
+        async def nightly() -> tuple[str, str, str]:
+            from prefect.runtime import flow_run
+
+            state = await collect_job(spec_path=str(spec), spec_text=spec.read_text(), return_state=True)
+            child = str(state.state_details.flow_run_id)
+            return f"{state.type.value}: {state.message}", child, str(flow_run.id)
+
+        said, child, parent = asyncio.run(nightly())
+        asked = list(sb.ledger)
+    end_services()  # what the flows logged is sent before it is read
+    assert said.startswith("FAILED: ") and "holds the API key" in said and WRITTEN not in said, said
+    assert asked == []  # not even the balance
+    recorded = json.dumps(
+        [[r.state.message if r.state else None, r.parameters] for r in flow_runs([child, parent]).values()]
+        + [run_log(child), run_log(parent)],
+        default=str,
+    )
+    assert "holds the API key" in recorded and WRITTEN not in recorded, "the key is in Prefect's database"
+    assert not list((tmp_path / "out").rglob("*.jsonl"))

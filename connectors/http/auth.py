@@ -19,6 +19,7 @@ from harvest.connectors.errors import MissingApiKey
 
 __all__ = [
     "DEFAULT_ENV_VAR",
+    "KEY_SPOTTED",
     "MIN_REDACTED_KEY",
     "REDACTED",
     "ApiKey",
@@ -33,6 +34,8 @@ DEFAULT_ENV_VAR = "HARVEST_API_KEY"
 REDACTED = "***"
 MIN_REDACTED_KEY = 16
 """Keys at least this long are cut out of answers (messages are always redacted)."""
+KEY_SPOTTED = 8
+"""A key at least this long found in a spec or a message is the key, not a word that happens to match it."""
 
 
 class ApiKey:
@@ -216,12 +219,30 @@ async def _aload_secret(block_name: str) -> ApiKey:
 def load_api_key(*, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None) -> ApiKey:
     """The key from the Secret block when one is named, else from the environment variable."""
     if secret_block:
-        return key_from_prefect_secret(secret_block)
+        try:
+            return key_from_prefect_secret(secret_block)
+        except MissingApiKey as exc:
+            raise _without_env_keys(exc, env_var) from None
     return key_from_env(env_var)
 
 
 async def aload_api_key(*, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None) -> ApiKey:
     """Async twin of `load_api_key`, for flows that already run in an event loop."""
     if secret_block:
-        return await _aload_secret(secret_block)
+        try:
+            return await _aload_secret(secret_block)
+        except MissingApiKey as exc:
+            raise _without_env_keys(exc, env_var) from None
     return key_from_env(env_var)
+
+
+def _without_env_keys(exc: MissingApiKey, env_var: str) -> MissingApiKey:
+    """A Secret block's refusal without the keys of the environment: it names the block, and Prefect's own text
+    names it again, so the key written by mistake as the block's name (`service.api_key_secret: <key>`) was
+    printed and, from a team's flow, kept in Prefect's database."""
+    text = str(exc)
+    for name in sorted({DEFAULT_ENV_VAR, env_var}):
+        value = os.environ.get(name, "").strip()
+        if len(value) >= KEY_SPOTTED:
+            text = redact(text, value)
+    return MissingApiKey(text)

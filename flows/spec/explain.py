@@ -198,6 +198,14 @@ def owner(loc: Loc, root: type[BaseModel] = JobSpec) -> tuple[type[BaseModel], s
     return None
 
 
+_KEY_PLACES = {
+    "api_key_env": "names an environment variable (letters, digits, _), not the key itself; the value is not shown",
+    "api_key_secret": "names a Prefect Secret block (lower-case letters, digits, -), not the key itself; the value "
+    "is not shown",
+}
+"""What a refused value of a field naming where the key lives says: never the value, which is most often the
+key written there by mistake (printed, and kept in Prefect's database by a team's flow)."""
+
 _EMPTY = {"model_type": "keys", "dict_type": "keys", "list_type": "items"}
 """What a YAML key with nothing under it (null) should have held, by the pydantic error it gets."""
 
@@ -228,6 +236,8 @@ def explain(error: Mapping[str, Any], owner: tuple[type[BaseModel], str] | None)
         field = model.model_fields.get(key) if model and key else None
         optional = ", or leave it out" if field is not None and not field.is_required() else ""
         return f"empty: nothing is written under it (write its {_EMPTY[kind]} there{optional})", allowed
+    if model is Service and key in _KEY_PLACES:
+        return _KEY_PLACES[key], allowed
     if kind == "literal_error":
         return f"{value!r} is not allowed", ctx.get("expected", allowed)
     if kind == "value_error":

@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harvest.connectors.http.auth import ApiKey, redact
-from harvest.flows.spec.problems import UsageError
+from harvest.connectors.errors import MissingApiKey
+from harvest.connectors.http.auth import DEFAULT_ENV_VAR, KEY_SPOTTED, ApiKey, redact
+from harvest.flows.spec.problems import Problem, SpecError, UsageError
 
 if TYPE_CHECKING:
     from harvest.flows.spec.model import JobSpec
-
-KEY_SPOTTED = 8
-"""A key at least this long found in a spec is the key, not a word that happens to match it."""
 
 
 def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
@@ -26,12 +25,58 @@ def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
     if not _refuse_in_url(f"{spec_file}: service.base_url (or --base-url)", base_url, key):
         return
     try:
-        lines = spec_file.read_text(encoding="utf-8").splitlines()
-    except OSError:
+        text = spec_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return  # read once already (`load_spec`); a file gone since is not the key's business
-    for number, line in enumerate(lines, 1):
+    number = _line_holding(text, key)
+    if number is not None:
+        raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {_where(key)}")
+
+
+class KeyInSpec(SpecError):
+    """A spec or catalog file holding the API key: said alone (nothing else of the file is worth reading)."""
+
+
+def refuse_known_key(text: str, file: str, names: Iterable[str] = (), what: str = "the spec") -> None:
+    """A spec's or catalog file's text holding a key harvest can see before it loads one (the value of
+    HARVEST_API_KEY, or of a variable the spec's `service.api_key_env` names), refused before the text is read
+    as YAML: validation echoes a value it refuses (`service.api_key_env: ... got '<the key>'`), and `harvest
+    validate` or a team's flow (Prefect's database keeps the message) printed the key. `names`: the variables
+    the spec names. Raises SpecError naming the file and line, never the key."""
+    for key in known_keys(names):
+        number = _line_holding(text, key)
+        if number is not None:
+            raise KeyInSpec([Problem(file, number, "", f"{what} holds the API key; {_where(key)}")])
+
+
+def known_keys(names: Iterable[str] = ()) -> list[ApiKey]:
+    """The keys of HARVEST_API_KEY and each of `names` set to one at least `KEY_SPOTTED` long (a shorter value
+    would match words that are not it)."""
+    found = []
+    for name in sorted({DEFAULT_ENV_VAR, *names}):
+        value = os.environ.get(name, "").strip()
+        if len(value) < KEY_SPOTTED:
+            continue
+        try:
+            found.append(ApiKey(value, source=f"the environment variable {name}"))
+        except MissingApiKey:
+            continue  # no usable key (spaces, control characters): harvest refuses it where it is loaded
+    return found
+
+
+def spec_key_names(text: str) -> list[str]:
+    """The environment variables a spec's text names as `service.api_key_env`, as written (before validation)."""
+    return _KEY_ENV.findall(text)
+
+
+def _line_holding(text: str, key: ApiKey) -> int | None:
+    """The first line of `text` holding `key` (any form `redact` cuts), or None."""
+    if redact(text, key) == text:
+        return None
+    for number, line in enumerate(text.splitlines(), 1):
         if redact(line, key) != line:
-            raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {_where(key)}")
+            return number
+    return 1  # split across lines (a folded scalar): the file holds it all the same
 
 
 def refuse_key_in_spec(spec: JobSpec, base_url: str, key: ApiKey) -> None:
@@ -54,10 +99,10 @@ def _refuse_in_url(named: str, base_url: str, key: ApiKey) -> bool:
 
 
 def _where(key: ApiKey) -> str:
-    return f"the key belongs in {key.source} only, never in a URL or a spec"
+    return f"the key belongs in {key.source} only, never in a URL, a spec or a catalog file"
 
 
-_KEY_ENV = re.compile(r"^\s*api_key_env:\s*[\'\"]?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_KEY_ENV = re.compile(r"^\s*api_key_env:\s*[\'\"]?([A-Za-z_][A-Za-z0-9_]*)[\'\"]?\s*(?:#.*)?$", re.MULTILINE)
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@]*@")
 
 

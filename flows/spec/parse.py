@@ -25,6 +25,7 @@ from harvest.flows.spec.checks import (
 from harvest.flows.spec.declared import read_declared, yaml_problems
 from harvest.flows.spec.describe import keys
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
+from harvest.flows.spec.key_in_spec import refuse_known_key, spec_key_names
 from harvest.flows.spec.model import DECLARED, DECLARED_AT, DEFER_CHECKS, JobSpec, Query
 from harvest.flows.spec.problems import Found, Problem, SpecError
 from harvest.flows.spec.yaml_reader import UnreadableSpec, load_yaml, read_spec_text
@@ -35,7 +36,11 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
     """Validate the YAML text of a spec; raises SpecError naming file, line, field and what is allowed.
 
     Memoised on (text, file): `harvest run` checks the spec before anything starts and the flow reads it again
-    (~0.2 s each); a `JobSpec` is frozen, so the two may share it. A changed file is new text: parsed again."""
+    (~0.2 s each); a `JobSpec` is frozen, so the two may share it. A changed file is new text: parsed again.
+
+    A text holding the key harvest can see (HARVEST_API_KEY's, or that of the variable it names) is refused
+    first, before a problem's message could quote it (a refusal is never memoised: it is checked at every call)."""
+    refuse_known_key(text, file, spec_key_names(text))
     try:
         data, lines = load_yaml(text)
     except UnreadableSpec as exc:
