@@ -216,7 +216,31 @@ def catalog_declaring(tmp_path: Path, default: str) -> tuple[Path, dict[str, Any
 CATALOG_QUERY = {"id": "p", "endpoint": "/v1/short-video/profile-x", "params": {"handle": "acmerunning"}}
 
 
-@pytest.mark.parametrize("where", ["api-key-env"])
+def test_a_catalog_file_holding_the_key_is_refused_as_the_spec_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parameter's default holding the key was refused under the spec's `endpoints:`, not in a catalog file
+    the spec names: the key was sent, kept in the raw pages, the journal and the manifest, and printed by
+    `harvest raw`. Refused now before a request, naming the catalog file and line, not the key."""
+    catalog, declared = catalog_declaring(tmp_path, WRITTEN)
+    monkeypatch.setenv("HARVEST_API_KEY", WRITTEN)
+    with running(SandboxConfig(api_keys={WRITTEN: BIG_BALANCE}, declared=declared)) as sb:
+        spec = write_spec(
+            tmp_path, job_spec(sb.base_url, tmp_path / "out", [CATALOG_QUERY], catalogs=["catalogs/c.yaml"])
+        )
+        result = CliRunner().invoke(app, ["run", str(spec)])
+        validated = CliRunner().invoke(app, ["validate", str(spec)])
+        asked = list(sb.ledger)
+    assert asked == []  # not even the balance
+    for said in (result, validated):
+        assert said.exit_code == 2, said.output
+        assert f"{catalog}:5: the catalog file holds the API key" in said.output, said.output
+        assert WRITTEN not in said.output and "0123456789abcdef" not in said.output, said.output
+    kept = [p for p in tmp_path.rglob("*") if p.is_file() and WRITTEN in p.read_text(errors="replace")]
+    assert kept == [catalog], kept  # nothing harvest wrote holds it
+
+
+@pytest.mark.parametrize("where", ["api-key-env", "catalog-default"])
 def test_a_team_s_flow_keeps_the_key_out_of_prefect_s_records_wherever_the_spec_holds_it(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:

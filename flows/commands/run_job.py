@@ -66,7 +66,7 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     from harvest.flows.spec.key_in_spec import refuse_key_in
 
     key = load_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
-    refuse_key_in(spec_path, resolved, key)
+    refuse_key_in(spec_path, resolved, key, spec.catalogs)
     return spec, resolved, (resolved, key, key.source)
 
 

@@ -30,6 +30,8 @@ class JobDeployment:
     parameters: dict[str, Any]
     output: Path
     needs_key: tuple[str, str | None] | None  # (env var, secret block) unless the service is the sandbox
+    catalogs: tuple[str, ...] = ()
+    """The spec's catalog files (relative to its directory), searched for the key as the spec is."""
 
     def when(self) -> str:
         if self.schedule is None:
@@ -94,7 +96,9 @@ def job_deployments(paths: list[Path], base_url: str | None = None) -> list[JobD
         if base_url is not None:
             parameters["base_url"] = base_url
         key = None if resolved == "sandbox" else (spec.service.api_key_env, spec.service.api_key_secret)
-        jobs.append(JobDeployment(spec.name, file, spec.schedule, parameters, output, key))
+        jobs.append(
+            JobDeployment(spec.name, file, spec.schedule, parameters, output, key, tuple(spec.catalogs))
+        )
     names = [job.name for job in jobs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -149,7 +153,7 @@ def check_ready(jobs: list[JobDeployment]) -> None:
         check_output_dir(job.output)
         if job.needs_key is not None:
             key = load_api_key(env_var=job.needs_key[0], secret_block=job.needs_key[1])
-            refuse_key_in(job.spec_file, str(job.parameters.get("base_url") or ""), key)
+            refuse_key_in(job.spec_file, str(job.parameters.get("base_url") or ""), key, job.catalogs)
 
 
 async def crash_killed_runs(jobs: list[JobDeployment]) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ from harvest.connectors.catalog.declaration_checks import declaration_problems
 from harvest.connectors.catalog.declarations import CatalogFile, EndpointDecl, plain
 from harvest.connectors.catalog.job_catalog import declared_tables, join_problems
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
+from harvest.flows.spec.key_in_spec import KeyInSpec, refuse_known_key
 from harvest.flows.spec.problems import Problem, SpecError
 from harvest.flows.spec.yaml_reader import PRINTABLE, LineMap, Loc, UnreadableSpec, load_yaml, read_spec_text
 
@@ -50,6 +51,9 @@ def read_declared(
     found in them, each on its file and line. Shape problems of the spec's own `endpoints:` are the spec
     model's (`JobSpec`), reported with the spec's other problems: not again here."""
     declared, problems = Declared(), []
+    service = data.get("service")
+    key_env = service.get("api_key_env") if isinstance(service, dict) else None
+    key_names = [key_env] if isinstance(key_env, str) else []
     catalogs = data.get("catalogs")
     for n, name in enumerate(catalogs if isinstance(catalogs, list) else []):
         if not isinstance(name, str):
@@ -57,7 +61,9 @@ def read_declared(
         at = lines.line(("catalogs", n)) if lines else None
         path = spec_dir(spec_file) / name
         try:
-            decls, file_lines, flaws = _read_catalog(path)
+            decls, file_lines, flaws = _read_catalog(path, key_names)
+        except KeyInSpec:
+            raise  # the one thing said: the spec's other problems would follow from the unread catalog
         except SpecError as exc:
             if any(p.file == str(path) and p.problem.startswith("no such file") for p in exc.problems):
                 problem = f"no such file: {path}"
@@ -109,13 +115,19 @@ def _add(
     return problems
 
 
-def _read_catalog(path: Path) -> tuple[dict[str, EndpointDecl], LineMap | None, list[Problem]]:
+def _read_catalog(
+    path: Path, key_names: list[str] | None = None
+) -> tuple[dict[str, EndpointDecl], LineMap | None, list[Problem]]:
     """A catalog file's declarations valid in shape, and the problems of the others (each endpoint is checked
     on its own: one bad declaration does not hide the file's good ones); SpecError when the file cannot be
-    read or is no catalog at all."""
+    read, is no catalog at all, or holds the key harvest can see (`key_names`: the variables the spec names for
+    it), as a spec would be refused: a parameter's default holding it was sent, kept in the raw pages and the
+    journal, and printed by `harvest raw`."""
     file = str(path)
     try:
-        data, lines = load_yaml(read_spec_text(path))
+        text = read_spec_text(path)
+        refuse_known_key(text, file, key_names or (), "the catalog file")
+        data, lines = load_yaml(text)
     except FileNotFoundError:
         raise SpecError([Problem(file, None, "", "no such file", CATALOG_ALLOWED)]) from None
     except UnreadableSpec as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,19 +18,24 @@ if TYPE_CHECKING:
     from harvest.flows.spec.model import JobSpec
 
 
-def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey) -> None:
+def refuse_key_in(spec_file: Path, base_url: str, key: ApiKey, catalogs: Sequence[str] = ()) -> None:
     """The API key written where harvest keeps or prints what it was given: the service URL (the `runs` table,
-    the run's manifest, Prefect's flow-run parameters) or the spec (a deployment's parameters, the journal, raw
-    pages' parameters). Refused before anything is sent, naming the line, never repeating the key."""
+    the run's manifest, Prefect's flow-run parameters), the spec or its catalog files (`catalogs`, relative to
+    the spec's directory: a deployment's parameters, the journal, raw pages' parameters, a parameter's default
+    sent in the query string). Refused before anything is sent, naming the line, never repeating the key."""
     if not _refuse_in_url(f"{spec_file}: service.base_url (or --base-url)", base_url, key):
         return
-    try:
-        text = spec_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return  # read once already (`load_spec`); a file gone since is not the key's business
-    number = _line_holding(text, key)
-    if number is not None:
-        raise UsageError(f"{spec_file}:{number}: the spec holds the API key; {_where(key)}")
+    for file, what in [
+        (spec_file, "the spec"),
+        *((spec_file.parent / c, "the catalog file") for c in catalogs),
+    ]:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # read once already (`load_spec`); a file gone since is not the key's business
+        number = _line_holding(text, key)
+        if number is not None:
+            raise UsageError(f"{file}:{number}: {what} holds the API key; {_where(key)}")
 
 
 class KeyInSpec(SpecError):
@@ -88,6 +93,10 @@ def refuse_key_in_spec(spec: JobSpec, base_url: str, key: ApiKey) -> None:
     text = json.dumps(spec.model_dump(mode="json", by_alias=True), ensure_ascii=False, default=str)
     if redact(text, key) != text:
         raise UsageError(f"job {spec.name}: the spec holds the API key; {_where(key)}")
+    for path, declaration in spec.declared().items():  # a catalog file's declarations are not in the dump
+        text = json.dumps(declaration, ensure_ascii=False, default=str)
+        if redact(text, key) != text:
+            raise UsageError(f"job {spec.name}: the declaration of {path} holds the API key; {_where(key)}")
 
 
 def _refuse_in_url(named: str, base_url: str, key: ApiKey) -> bool:
