@@ -1,10 +1,12 @@
-"""`harvest raw`: a night's stored pages printed as JSON lines, readable without harvest's internals."""
+"""`harvest raw`: a night's stored pages printed as JSON lines, readable without harvest's internals; and a path
+that is no output directory, refused by `raw`, `rebuild` and `load` alike."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import duckdb
 import pytest
 from typer.testing import CliRunner
 
@@ -44,3 +46,21 @@ def test_raw_prints_every_paid_page(
     assert unknown.exit_code == 2 and run_id in unknown.output
     no_query = runner.invoke(app, ["raw", str(output), "--query", "nope"])
     assert no_query.exit_code == 2 and "nope" in no_query.output
+
+
+def test_a_path_that_is_no_output_directory_is_refused_by_load_as_by_raw_and_rebuild(tmp_path: Path) -> None:
+    """`harvest load data/creatr` (a typo) said "nothing to load" and exited 0, so a cron line with a typo
+    succeeded every night; `raw` and `rebuild` refused it. An output directory with nothing to load is still
+    no error."""
+    for path in (tmp_path / "creatr", tmp_path):  # a path that does not exist, a directory without raw/
+        said = {command: runner.invoke(app, [command, str(path)]) for command in ("load", "raw", "rebuild")}
+        assert {c: r.exit_code for c, r in said.items()} == {"load": 2, "raw": 2, "rebuild": 2}
+        assert said["load"].stderr.startswith(f"error: {path}: not a harvest output directory (no raw/)")
+        assert not (tmp_path / "creatr").exists()
+    (tmp_path / "raw").mkdir()  # an output directory no run has finished in yet
+    nothing = runner.invoke(app, ["load", str(tmp_path)])
+    assert nothing.exit_code == 0 and "nothing to load" in nothing.stdout, nothing.output
+    (tmp_path / "raw").rmdir()
+    duckdb.connect(str(tmp_path / "harvest.duckdb")).close()  # only the database (its raw pages moved away)
+    kept = runner.invoke(app, ["load", str(tmp_path)])
+    assert kept.exit_code == 0 and "nothing to load" in kept.stdout, kept.output

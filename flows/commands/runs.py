@@ -78,6 +78,8 @@ def load(output: Path) -> None:
 
     check_load_settings()
     layout = OutputLayout(output)
+    if not layout.raw_root.is_dir() and not layout.db.is_file():  # a typo: not "nothing to load" every night
+        raise Failed(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
     for row in run_rows(layout):
         if row.state in ("running", "killed"):
             console.note(_unfinished_note(row, output))
