@@ -276,6 +276,7 @@ REFUSED = {
     "database of another program": "has tables harvest cannot load into (runs: primary key none",
     "key in the service URL": "--base-url: the URL carries a credential before the host",
     "no API key": "HARVEST_API_KEY",
+    "Prefect wait not a number": "HARVEST_PREFECT_WAIT_SECONDS='abc': not a number; allowed: a number of seconds",
 }
 
 
@@ -301,6 +302,8 @@ def refused_input(tmp_path: Path, spec: Path, what: str) -> tuple[list[str], dic
         args[2] = "http://SECRET@127.0.0.1:9"
     elif what == "no API key":
         args[2], env = "http://127.0.0.1:9", {"HARVEST_API_KEY": ""}
+    elif what == "Prefect wait not a number":  # was read as the default (60 s) without a word
+        env["HARVEST_PREFECT_WAIT_SECONDS"] = "abc"
     return args, env
 
 

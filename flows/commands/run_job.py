@@ -51,8 +51,10 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     """Everything that can be refused without starting Prefect or sending a request (exit 2); the spec, parsed
     once for the whole run (the flow gets it with the lock, `flows.run.start.Prepared`), its service URL, and what
     `check_service` needs of the service (None for the embedded sandbox)."""
+    from harvest.flows.orchestrator.prefect_outage import start_wait_seconds
     from harvest.flows.run.preflight import check_output_dir, declared_by
 
+    start_wait_seconds()  # refused here, not only once Prefect's API failed to answer
     spec = load_spec(spec_path)
     for warning in spec.replaced_params():
         note(warning)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import ssl
 import threading
@@ -265,11 +266,25 @@ async def api_away() -> str | None:
 
 
 def start_wait_seconds() -> float:
-    value = os.environ.get(START_WAIT_ENV, "")
-    try:
-        return max(0.0, float(value)) if value.strip() else START_WAIT_SECONDS
-    except ValueError:
+    """HARVEST_PREFECT_WAIT_SECONDS, or the default when unset. A value that is no number of seconds is refused
+    (UsageError, exit 2), as the other HARVEST_* settings are, by `harvest run`'s checks before anything is
+    started or paid (`flows.commands.run_job.preflight`): the default stood in for it without a word."""
+    from harvest.flows.spec.problems import UsageError
+
+    text = os.environ.get(START_WAIT_ENV, "")
+    if not text.strip():
         return START_WAIT_SECONDS
+    try:
+        seconds = float(text)
+        problem = "" if math.isfinite(seconds) and seconds >= 0 else "negative, or not finite"
+    except ValueError:
+        seconds, problem = START_WAIT_SECONDS, "not a number"
+    if problem:
+        raise UsageError(
+            f"{START_WAIT_ENV}={text!r}: {problem}; allowed: a number of seconds, 0 or more (how long `harvest "
+            f"run` waits for a Prefect API that does not answer before it starts; default {START_WAIT_SECONDS:g})"
+        )
+    return seconds
 
 
 async def wait_for_api(seconds: float) -> str | None:
