@@ -33,6 +33,18 @@ def test_old_manifests_a_complete_pass_then_caught_up_reruns_stay_complete() -> 
     assert "v" not in got.collected  # the newest status (a stop before any page) decides
 
 
+def test_a_max_pages_stop_that_paged_nothing_after_a_page_that_never_landed_is_not_collected() -> None:
+    """Outputs of earlier versions: a page damaged on both tries counted as the query's one page (`failed`, 1
+    page, 0 records), so its `--continue` stopped at `max_pages` with no request. That stop is not collected: the
+    next night asks for the query again. A stop that paged nothing after a page that landed records (drift on the
+    query's last allowed page) was collected, and still is."""
+    damaged = coverage_of([run("1", q("failed", 1, records=0)), run("2", q("max_pages", 0, records=0))])
+    assert "v" not in damaged.collected
+    drifted = [run("1", q("drift", 1, {"c": "2"}, records=5)), run("2", q("max_pages", 0, records=0))]
+    assert "v" in coverage_of(drifted).collected
+    assert "v" in coverage_of([run("1", q("max_pages", 2, records=9))]).collected
+
+
 def test_recorded_histories_keep_the_run_they_were_last_complete_in() -> None:
     got = coverage_of(
         [

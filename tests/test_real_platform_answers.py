@@ -158,7 +158,8 @@ def test_an_answer_damaged_on_every_try_is_paid_twice_at_most(prefect_harness: N
     assert result.exit_code == 1, result.output
     assert len(paid) == 2 and billed == 2
     db = tmp_path / "out" / "harvest.duckdb"
-    assert rows(db, "SELECT status, pages, next_cursor FROM query_state") == [("failed", 1, None)]
+    # no page came: the damaged answers are kept, billed, and are no page of the query (`max_pages` counts pages)
+    assert rows(db, "SELECT status, pages, credits, next_cursor FROM query_state") == [("failed", 0, 2, None)]
     assert "cut short twice" in result.stderr and "--continue` asks for this page again" in result.stderr
 
 

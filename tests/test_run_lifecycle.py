@@ -20,7 +20,7 @@ from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
-from tests.endpoints import BALANCE, FEED, PINS, PROFILE, REELS
+from tests.endpoints import BALANCE, FEED, PINS, PROFILE, REELS, SHORT_COMMENTS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -208,6 +208,45 @@ def test_a_query_s_max_pages_holds_across_the_nights_that_continue_it(
     assert nights[3].status == "nothing_to_continue", nights[3]
     assert len(entries) == 4 and paid_twice(entries) == 0
     assert [q["status"] for q in nights[2].queries] == ["max_pages"]
+
+
+def test_a_page_damaged_on_both_tries_is_asked_for_by_continue_though_max_pages_is_1(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A video's comments with `max_pages: 1`, their first answer cut short twice (both billed): the night fails
+    and says `--continue` asks for the page again. The damaged answer counted as the query's page, so the
+    continued query had `max_pages` 0 left and stopped without a request (`max_pages`, 0 pages), and that read
+    as collected: no later night asked either, and the video's comments were missing for good. Now the
+    continue asks for the page and lands its comments; its credits count, the 2 damaged ones too."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, page_size_by_path={PROFILE: 1},
+        fault_plan_by_path={SHORT_COMMENTS: ["truncated", "truncated"]},
+    )  # fmt: skip
+    output = tmp_path / "out"
+    queries = [
+        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "acmerunning", "sort_by": "latest"},
+         "incremental": True, "max_pages": 1},
+        {"id": "comments", "endpoint": SHORT_COMMENTS, "for_each": {"url": {"from": "videos", "field": "url"}},
+         "max_pages": 1},
+    ]  # fmt: skip
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, queries))
+        night = run_flow(spec)
+        continued = run_flow(spec, mode="continue")
+        comments = [e for e in data_entries(sb) if e.path == SHORT_COMMENTS]
+        later = run_flow(spec)
+        asked_later = [e for e in data_entries(sb) if e.path == SHORT_COMMENTS][len(comments) :]
+    (failed,) = [q for q in night.queries if q["query_id"].startswith("comments[")]
+    assert failed["status"] == "failed" and "damaged on both tries" in failed["error"], failed
+    assert [e.fault for e in comments] == ["truncated", "truncated", None], comments  # the continue asked
+    url = failed["query_id"].split("url=", 1)[1].rstrip("]")
+    db = output / "harvest.duckdb"
+    landed = scalar(db, "SELECT count(*) FROM short_video_comments WHERE video_url = ?", [url])
+    (again,) = continued.queries
+    assert again["status"] == "max_pages" and again["pages"] == 1 and landed == again["records"] > 0, again
+    assert (failed["pages"], failed["records"], failed["credits"]) == (0, 0, 2), failed  # no page came
+    assert later.status == "complete" and asked_later == [], asked_later  # collected: not asked again
+    assert continued.credits_spent == 1 and night.credits_spent == 1 + 2  # the video's page, the damaged two
 
 
 def test_a_query_s_max_credits_and_a_fan_out_s_cap_hold_across_the_nights_that_continue_them(

@@ -116,9 +116,12 @@ class PageFetching:
         body: Any,
         cursor_out: Cursor | None = None,
         repairs: dict[str, int] | None = None,
+        collected: bool = True,
     ) -> Page:
         """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
-        memory beside the records read from it (`_read` reads them, after the call that fetched it returned)."""
+        memory beside the records read from it (`_read` reads them, after the call that fetched it returned).
+        Not `collected`: an answer damaged on the wire, which a later run asks for again, is no page of the
+        query's (`max_pages` counts the pages collected; its credits still count, as every billed one does)."""
         page = Page(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
@@ -136,7 +139,8 @@ class PageFetching:
         self.keep(page)
         page.raw = b""
         self.reading = page
-        self.outcome.pages += 1  # paid and kept, whatever reading it does
+        if collected:
+            self.outcome.pages += 1  # paid and kept, whatever reading it does
         return page
 
     def _receipt(self, index: int, cursor: Cursor | None, paid: errors.ServiceAnswer, credits: int) -> None:
@@ -190,7 +194,10 @@ class PageFetching:
             paid = exc.response
             if paid is None:
                 return None, True
-            return self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None), True
+            page = self._page(
+                index, cursor, paid.status_code, exc.credits, paid.raw, None, collected=not exc.damaged
+            )
+            return page, True
         except errors.HarvestError as exc:
             out.status, out.next_cursor, out.error = "failed", cursor, str(exc)
             out.refused_for_good = isinstance(exc, errors.Forbidden | errors.BadRequest)

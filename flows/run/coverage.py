@@ -83,6 +83,7 @@ def _step(before: QueryHistory | None, run_id: str, query: Mapping[str, Any]) ->
 def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
     """Fold the finished runs, oldest first (`tasks.output.manifest.all_manifests` order)."""
     out = Coverage()
+    landed: dict[str, bool] = {}  # query id -> its newest summary landed records
     for run in manifests:
         if run.unfinished:
             continue  # a run being resumed: its start saw the runs before it
@@ -93,11 +94,23 @@ def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
                 out.histories.pop(qid, None)
             else:
                 out.histories[qid] = history
-            if query.get("status") in COLLECTED:
+            if _collected(query, landed.get(qid, False)):
                 out.collected[qid] = (str(query.get("endpoint", "")), query.get("asks"))
             else:
                 out.collected.pop(qid, None)
+            landed[qid] = bool(query.get("records"))
     return out
+
+
+def _collected(query: Mapping[str, Any], landed_before: bool) -> bool:
+    """Whether a query's summary says its data was collected. A `max_pages` stop that paged nothing itself (a
+    continued query whose chain had used the cap up) collected only what the run before it landed: earlier
+    versions counted a page damaged on both tries as paged, so its `--continue` stopped at `max_pages` without
+    asking for it again; recorded as collected, no later night asked for it either."""
+    status = query.get("status")
+    if status == "max_pages" and not query.get("pages"):
+        return landed_before
+    return status in COLLECTED
 
 
 def dependents_left(
