@@ -124,8 +124,9 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     )
     assert code2 == 130 and printed(err2, " resumes it") == resume, err2
     spec_file = str(cwd / "my specs" / "night job.yaml")
-    assert from_runs == (  # `harvest runs` knows the run's spec file and service
-        f".venv/bin/harvest run {shlex.quote(spec_file)} --base-url {sb.base_url} --output 'out dir'"
+    assert from_runs == (  # `harvest runs` knows the run's spec file, service and budget
+        f".venv/bin/harvest run {shlex.quote(spec_file)} --base-url {sb.base_url} --output 'out dir' "
+        "--budget 20"
     ), listed.stderr
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert go_on == f"{from_runs} --continue"
@@ -146,6 +147,31 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert key_set(db, "pinboard_pins") == expected  # rebuilt from the raw pages, every pin there
     assert rows(db, "SELECT count(*) FROM runs") == [(2,)]
     assert not (cwd / "elsewhere").exists()  # every command kept to the output the user gave
+
+
+@pytest.mark.scenario
+def test_a_night_resumed_by_the_nightly_command_prints_a_continue_that_keeps_the_night_s_budget(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`harvest run SPEC --budget 8` stopped with Ctrl-C after 5 pages, then the nightly command without
+    `--budget`, as cron runs it: the resume keeps the run's budget of 8, and the `--continue` it prints on its
+    budget stop names it. It printed none: pasted, the continue spent up to the spec's 1000."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    with gated(CONFIG) as sb:
+        spec = {"name": "night", "budget": {"credits": 1000}, "output": "out dir",
+                "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+        write_spec(cwd, spec, "night.yaml")
+        code1, err1 = ctrl_c(
+            sb, harvest(cwd, home, "run", "night.yaml", "--base-url", sb.base_url, "--budget", "8")
+        )
+        resumed = typed(cwd, home, "run", "night.yaml", "--base-url", sb.base_url)
+        go_on = printed(resumed.stderr, " picks it up")
+        continued = pasted(go_on, cwd, home)
+    assert code1 == 130, err1
+    assert resumed.returncode == 0 and "credits spent: 8 of a budget of 8" in resumed.stdout, resumed.stdout
+    assert go_on == f".venv/bin/harvest run night.yaml --base-url {sb.base_url} --budget 8 --continue"
+    assert continued.returncode == 0, continued.stdout + continued.stderr
+    assert "credits spent: 8 of a budget of 8" in continued.stdout, continued.stdout
 
 
 @pytest.mark.scenario

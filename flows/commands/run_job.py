@@ -139,6 +139,8 @@ def _begin(
         service_answers(service, layout, job)
         server = _start_prefect_server()  # boots while harvest imports; killed on any exit
         start = _decide(spec, layout, service_url, mode, again)
+        if start.kind == "resume":  # its commands keep the night's budget, given to an earlier session
+            again = again.resuming(start.run.budget, spec.budget.credits)
         from harvest.flows.run.interrupt import run_marks
         from harvest.flows.run.start import Prepared
 

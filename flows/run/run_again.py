@@ -4,11 +4,15 @@ A printed command is pasted into another shell, a runbook or a cron line: it mus
 only the key is in the environment. So it repeats every choice the user made outside the spec: the service URL
 when the spec does not name the one the run used (`--base-url`, or HARVEST_BASE_URL: a fresh shell has neither),
 `--output`, `--budget` and `--full` when given. Every word is shell-quoted (`flows.console.harvest_line`).
+
+The budget is the night's, not the session's: a resumed run keeps the budget it was started with, so the
+`--continue` its session prints names it too (pasted without it, the continue spent the spec's budget); a
+command printed from a manifest alone (`harvest runs`) names the run's recorded budget.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +50,13 @@ class RunAgain:
         in_spec = spec.service.base_url == service_url  # the model keeps it as `check_base_url` wrote it
         return cls(spec_path, None if in_spec else service_url, output, budget, full)
 
+    def resuming(self, budget: int, spec_budget: int) -> RunAgain:
+        """The commands of a session resuming a run whose budget is `budget`: named when it is not the spec's
+        and the session was given none (a `--budget` given replaced the run's, and is named already)."""
+        if self.budget is not None or budget == spec_budget:
+            return self
+        return replace(self, budget=budget)
+
     def of_another_run(self) -> RunAgain:
         """The commands for another run of the job (the unfinished one a `--continue` found): its budget is the
         one it started with, and what it does with incremental queries is its own (no `--budget`, `--full`)."""
@@ -67,10 +78,11 @@ class RunAgain:
 
 def rerun_of(run: RunManifest, output: Path) -> RunAgain | None:
     """How an unfinished run is started again from a shell, known from its manifest alone: its spec file, the
-    service it recorded and this output directory; None for a deployment's run (spec text, no file)."""
+    service it recorded, this output directory and its budget (the manifest cannot tell a `--budget` from the
+    spec's, and naming it is right either way); None for a deployment's run (spec text, no file)."""
     if run.spec_file is None:
         return None
-    return RunAgain(Path(run.spec_file), recorded_url(run.service), output)
+    return RunAgain(Path(run.spec_file), recorded_url(run.service), output, run.budget)
 
 
 def resume_hint(run: RunManifest, output: Path) -> str:
