@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -24,6 +24,7 @@ __all__ = [
     "REDACTED",
     "ApiKey",
     "aload_api_key",
+    "environment_keys",
     "key_from_env",
     "key_from_prefect_secret",
     "load_api_key",
@@ -241,8 +242,17 @@ def _without_env_keys(exc: MissingApiKey, env_var: str) -> MissingApiKey:
     names it again, so the key written by mistake as the block's name (`service.api_key_secret: <key>`) was
     printed and, from a team's flow, kept in Prefect's database."""
     text = str(exc)
-    for name in sorted({DEFAULT_ENV_VAR, env_var}):
+    for _, value in environment_keys([env_var]):
+        text = redact(text, value)
+    return MissingApiKey(text)
+
+
+def environment_keys(names: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(variable, value) of HARVEST_API_KEY and each of `names` set to a value at least `KEY_SPOTTED` long: the
+    keys harvest can see before it loads one (a shorter value would match words that are not it)."""
+    found = []
+    for name in sorted({DEFAULT_ENV_VAR, *names}):
         value = os.environ.get(name, "").strip()
         if len(value) >= KEY_SPOTTED:
-            text = redact(text, value)
-    return MissingApiKey(text)
+            found.append((name, value))
+    return found

@@ -4,14 +4,13 @@ light module (no HTTP stack), since `harvest run` checks it before Prefect start
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harvest.connectors.errors import MissingApiKey
-from harvest.connectors.http.auth import DEFAULT_ENV_VAR, KEY_SPOTTED, ApiKey, redact
+from harvest.connectors.http.auth import KEY_SPOTTED, ApiKey, environment_keys, redact
 from harvest.flows.spec.problems import Problem, SpecError, UsageError
 
 if TYPE_CHECKING:
@@ -55,13 +54,9 @@ def refuse_known_key(text: str, file: str, names: Iterable[str] = (), what: str 
 
 
 def known_keys(names: Iterable[str] = ()) -> list[ApiKey]:
-    """The keys of HARVEST_API_KEY and each of `names` set to one at least `KEY_SPOTTED` long (a shorter value
-    would match words that are not it)."""
+    """The keys harvest can see in the environment (`environment_keys`), each usable as one."""
     found = []
-    for name in sorted({DEFAULT_ENV_VAR, *names}):
-        value = os.environ.get(name, "").strip()
-        if len(value) < KEY_SPOTTED:
-            continue
+    for name, value in environment_keys(names):
         try:
             found.append(ApiKey(value, source=f"the environment variable {name}"))
         except MissingApiKey:
@@ -120,15 +115,8 @@ def keyless_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
     the variable a `spec_text` names) and without a URL's credentials. The flow refuses either at once
     (`refuse_key_in_spec`), but Prefect records the parameters before the flow body runs, so a team's flow
     passing a key by mistake kept it in Prefect's database and UI."""
-    names = {"HARVEST_API_KEY"}
     text = parameters.get("spec_text")
-    if isinstance(text, str):
-        names.update(_KEY_ENV.findall(text))
-    keys = [
-        os.environ[name].strip()
-        for name in sorted(names)
-        if len(os.environ.get(name, "").strip()) >= KEY_SPOTTED
-    ]
+    keys = [value for _, value in environment_keys(spec_key_names(text) if isinstance(text, str) else ())]
     shown = {}
     for name, value in parameters.items():
         if isinstance(value, str):
