@@ -2,7 +2,7 @@
 
 What most scripts against a paged JSON API look like: one task per query over one httpx client, each answer
 decoded with `json` (httpx's `response.json()`), its records flattened into dicts, a query's rows turned into
-Arrow with `pa.Table.from_pylist` and written to one Parquet file per query, then one DuckDB table deduplicated
+Arrow with `pa.Table.from_pylist` (the columns harvest's endpoint declares, `bench/video_table.py`) and written to one Parquet file per query, then one DuckDB table deduplicated
 on the key (`plain_script.load_duckdb`). Same columns and the same table as `plain_script.py`, which does the
 same work with orjson, columns built straight from the parsed lists, Parquet streamed in row groups and the
 garbage collector frozen. No raw store, no retries, no budget, no bookkeeping.
@@ -23,28 +23,8 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
-from plain_script import PATH, SCHEMA, load_duckdb
-
-
-def row(item: dict[str, Any]) -> dict[str, Any]:
-    stats = item.get("statistics") or {}
-    video = item.get("video") or {}
-    author = item.get("author") or {}
-    return {
-        "aweme_id": item.get("aweme_id"),
-        "caption": item.get("desc"),
-        "create_time": item.get("create_time"),
-        "play_count": stats.get("play_count"),
-        "digg_count": stats.get("digg_count"),
-        "comment_count": stats.get("comment_count"),
-        "share_count": stats.get("share_count"),
-        "collect_count": stats.get("collect_count"),
-        "duration_ms": video.get("duration"),
-        "cover_url": ((video.get("cover") or {}).get("url_list") or [None])[0],
-        "play_url": ((video.get("play_addr") or {}).get("url_list") or [None])[0],
-        "author_uid": author.get("uid"),
-        "author_unique_id": author.get("unique_id"),
-    }
+from plain_script import PATH, load_duckdb
+from video_table import SCHEMA, row
 
 
 async def crawl(client: httpx.AsyncClient, handle: str, out: Path) -> int:
@@ -55,7 +35,7 @@ async def crawl(client: httpx.AsyncClient, handle: str, out: Path) -> int:
         response = await client.get(PATH, params=params)
         response.raise_for_status()
         body = json.loads(response.text)
-        rows.extend(row(item) for item in body["aweme_list"])
+        rows.extend(row(item, handle, json.dumps) for item in body["aweme_list"])
         if not body.get("has_more") or not body.get("max_cursor"):
             break
         params = {**params, "max_cursor": str(body["max_cursor"])}
