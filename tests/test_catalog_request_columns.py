@@ -5,7 +5,9 @@ A video search repeats a shelf's generic title ("Shorts", as the published answe
 by its title, the later page's shelf replaced the earlier one and its items were lost, silently. A channel's
 details asked by handle did not say the handle, so they did not join the channel's videos asked by it. A reply
 in the published (unwrapped) feed names what it replies to in its record only, and `reply_parent_uri` read the
-wrapper's reply context alone."""
+wrapper's reply context alone. A subreddit's or a group's details did not say the name, URL or id asked: the
+answer spells the name its own way (`AbsoluteUnits` asked as `absoluteunits`) and gives the group's numeric URL
+for its vanity one, so the details joined nothing of the list the job asked for."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from tests.published_samples import sample, sample_service
 
 runner = CliRunner()
 CHANNEL = "/v1/video-platform/channel"
+SUBREDDIT_DETAILS, GROUP_DETAILS = "/v1/forum/subreddit/details", "/v1/network-a/group"
 
 
 def _run(tmp_path: Path, url: str, queries: list[dict[str, Any]]) -> Path:
@@ -103,3 +106,41 @@ def test_a_reply_in_the_published_feed_says_what_it_replies_to(
     assert landed[reply["uri"]] == (first["uri"], root["uri"])
     assert {landed[p["uri"]] for p in feed["feed"][:-1]} == {(None, None)}
     assert rows(db, "SELECT new_fields FROM runs") == [("[]",)]
+
+
+def _answer_per_request(published: dict[str, Any], key: str, values: dict[str, str]) -> Any:
+    """The published answer, its `key` made `values[asked]` for the request asking `asked` (as a value of any
+    parameter): two requests are two records, each the answer to what it asked."""
+
+    def answer(params: Any) -> Any:
+        (asked,) = (v for v in params.values() if v in values)
+        return {**published, key: values[asked]}
+
+    return answer
+
+
+def test_a_subreddit_s_and_a_group_s_details_say_what_the_job_asked(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    subreddit, group = sample("_v1_forum_subreddit_details.json"), sample("_v1_network-a_group.json")
+    name, subreddit_url = subreddit["display_name"].lower(), "https://www.reddit.com/r/AbsoluteUnits/"
+    group_url, group_id = "https://www.facebook.com/groups/pythonprogramming/", "1234567890"
+    routes = {
+        SUBREDDIT_DETAILS: _answer_per_request(subreddit, "subreddit_id", {name: "t5_byname", subreddit_url: "t5_byurl"}),
+        GROUP_DETAILS: _answer_per_request(group, "id", {group_url: group["id"], group_id: group_id}),
+    }  # fmt: skip
+    with sample_service(routes) as (url, _):
+        db = _run(tmp_path, url, [
+            {"id": "by_name", "endpoint": SUBREDDIT_DETAILS, "params": {"subreddit": name}},
+            {"id": "by_url", "endpoint": SUBREDDIT_DETAILS, "params": {"url": subreddit_url}},
+            {"id": "group_by_url", "endpoint": GROUP_DETAILS, "params": {"url": group_url}},
+            {"id": "group_by_id", "endpoint": GROUP_DETAILS, "params": {"group_id": group_id}},
+        ])  # fmt: skip
+    assert rows(db, "SELECT id, name, subreddit_name, subreddit_url FROM forum_subreddits ORDER BY id") == [
+        ("t5_byname", subreddit["display_name"], name, None),
+        ("t5_byurl", subreddit["display_name"], None, subreddit_url),
+    ]
+    assert rows(db, "SELECT id, url, group_url, group_id FROM network_a_groups ORDER BY id") == [
+        (group_id, group["url"], None, group_id),
+        (group["id"], group["url"], group_url, None),
+    ]
