@@ -334,7 +334,7 @@ async def _collect_job(
             key = service.api_key
         written = write_end_manifest(layout, manifest)
         loading = time.monotonic()
-        loaded, load_refused = load_run(layout, manifest, stop) if written else (None, None)
+        loaded, load_refused, held = load_run(layout, manifest, stop) if written else (None, None, None)
         loaded_at = time.monotonic()
         exported = export_step(spec, layout, loaded is not None, stop)
         exported_at = time.monotonic()
@@ -345,7 +345,7 @@ async def _collect_job(
             summary.seconds["exporting"] = round(exported_at - loaded_at, 2)
         summary.loaded_first = loaded_first
         summary.load_interrupted = stop.abandoned_load
-        summary.load_refused = load_refused
+        summary.load_refused, summary.load_held = load_refused, held
         summary.ended_on_disk = written
         summary.export = exported
     return await tell_the_end(spec.name, layout, summary, flow_run_facts()[2], key, mark)

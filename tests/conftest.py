@@ -53,6 +53,9 @@ for _name, _value in TESTS_NEVER_PHONE_HOME.items():
 from harvest.sandbox.config import CLOCK_ENV, today_clock  # noqa: E402  (after the environment above)
 
 os.environ.setdefault(CLOCK_ENV, str(today_clock()))
+# A load tries once when another process holds the DuckDB file (0: harvest's behaviour before the wait): a
+# test holding the file for a whole run would wait the default minute. The tests of the wait set their own.
+os.environ.setdefault("HARVEST_DUCKDB_LOCK_WAIT_SECONDS", "0")
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     # A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and every process the tests
     # start would inherit it: the tests that press Ctrl-C on `harvest serve` would wait for an exit that never

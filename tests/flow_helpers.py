@@ -211,9 +211,11 @@ _SUBPROCESS_PREFECT_HOME = session_dir("harvest-subprocess-prefect-")
 
 def subprocess_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a real `harvest` process: the session's subprocess Prefect home, no analytics, no
-    inherited API URL (pass PREFECT_API_URL to use the test harness's server instead of a temporary one)."""
+    inherited API URL (pass PREFECT_API_URL to use the test harness's server instead of a temporary one), a load
+    that does not wait for a held DuckDB file (`tests/conftest.py`; pass HARVEST_DUCKDB_LOCK_WAIT_SECONDS)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HARVEST_"))}
     env.update(PREFECT_HOME=_SUBPROCESS_PREFECT_HOME, PREFECT_SERVER_ANALYTICS_ENABLED="false", COLUMNS="200")
+    env.update(HARVEST_DUCKDB_LOCK_WAIT_SECONDS=os.environ.get("HARVEST_DUCKDB_LOCK_WAIT_SECONDS", "0"))
     env.update(extra)  # a test may set its own width
     return env
 

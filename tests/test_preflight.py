@@ -420,6 +420,8 @@ def test_a_server_that_cannot_start_is_one_line_and_frees_the_lock(
         ("HARVEST_DUCKDB_ROW_GROUP_ROWS", "1000", "a positive multiple of 2048"),
         ("HARVEST_DUCKDB_ROW_GROUP_ROWS", "lots", "a positive multiple of 2048"),
         ("HARVEST_DUCKDB_MEMORY_LIMIT", "plenty", "a size such as 64MB"),
+        ("HARVEST_DUCKDB_LOCK_WAIT_SECONDS", "a minute", "a number of seconds >= 0"),
+        ("HARVEST_DUCKDB_LOCK_WAIT_SECONDS", "-5", "a number of seconds >= 0"),
     ],
 )
 def test_an_unusable_load_setting_is_refused_before_anything_is_paid(

@@ -64,10 +64,10 @@ def typed(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]
     )  # fmt: skip
 
 
-def pasted(command: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    """The printed command, run as printed by a shell in the user's directory."""
+def pasted(command: str, cwd: Path, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The printed command, run as printed by a shell in the user's directory (`env`: what the user set too)."""
     return subprocess.run(
-        ["bash", "-c", command], cwd=cwd, env=clean_env(home), capture_output=True, text=True,
+        ["bash", "-c", command], cwd=cwd, env={**clean_env(home), **env}, capture_output=True, text=True,
         timeout=FINISH_TIMEOUT,
     )  # fmt: skip
 
@@ -108,7 +108,7 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         go_on = printed(resumed.stderr, " picks it up")
 
         with held_duckdb(output / "harvest.duckdb", mark=False):  # a notebook holds the database
-            continued = pasted(go_on, cwd, home)
+            continued = pasted(go_on, cwd, home, HARVEST_DUCKDB_LOCK_WAIT_SECONDS="1")
         load = printed(continued.stderr, " when it is free")
         loaded = pasted(load, cwd, home)
 
@@ -130,7 +130,8 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     ), listed.stderr
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert go_on == f"{from_runs} --continue"
-    assert continued.returncode == 0, continued.stdout + continued.stderr
+    assert continued.returncode == 1, continued.stdout + continued.stderr  # held past the wait: cron hears it
+    assert "is still, after waiting 1 s, open in another process" in continued.stderr, continued.stderr
     assert load == ".venv/bin/harvest load 'out dir'"
     assert loaded.returncode == 0 and "loaded run" in loaded.stdout, loaded.stdout + loaded.stderr
     assert rebuild == ".venv/bin/harvest rebuild 'out dir'", asked.stderr

@@ -364,6 +364,8 @@ def exit_code(summary: RunSummary) -> int:
         return 1  # no night fetches them until the spec changes (docs/decisions.md): a cron job must hear it
     if account_short(summary.queries):
         return 1  # nor until the account is topped up or its floor lowered
+    if summary.load_held:
+        return 1  # the file was held past the wait: a session someone left open, which cron must hear of
     if summary.unstarted_exit_code and never_started(summary.queries):
         return 3  # the spec asked for a night whose budget left queries unstarted to say so
     return 0

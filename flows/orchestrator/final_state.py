@@ -3,7 +3,8 @@
 The state tells the truth a scheduler acts on: Completed (a budget stop says so in its message), Failed when a
 query failed (the message names the failed queries and the first error of each kind, so an alert says what
 broke without opening the logs) or when a query's own `max_credits` is below what one request costs (no run
-fetches it until the spec changes; named with its cap and the price, and not retried: a retry cannot),
+fetches it until the spec changes; named with its cap and the price, and not retried: a retry cannot) or when
+another process still held the DuckDB file after the load waited for it (a session left open: a person closes it),
 Cancelled when the run or its load into DuckDB was interrupted, Crashed when this machine could not write the
 run (a full disk: resumable once space is freed).
 """
@@ -91,6 +92,7 @@ def headline(summary: RunSummary, key: ApiKey | None = None) -> str:
     if unstarted := unstarted_words(summary):
         text += f"; {unstarted}"
     text += f"; {summary.error}" if summary.error else ""
+    text += f"; not loaded into DuckDB: {summary.load_held}" if summary.load_held else ""
     if summary.machine_fault and summary.machine_fault not in (summary.error or ""):
         text += f"; {summary.machine_fault}"
     text += "; the load into DuckDB was interrupted" if summary.load_interrupted else ""
@@ -124,6 +126,8 @@ def final_state(summary: RunSummary, retries: int, key: ApiKey | None = None) ->
         return Failed(message=message, data=failed)
     if unsendable_named(summary) or account_short(summary.queries):  # exit 1 too; not raised for retries:
         return Failed(message=message, data=failed)  # no run fetches them until a person acts
+    if summary.load_held:  # exit 1 too; not raised: a retry cannot close the session holding it
+        return Failed(message=message, data=failed)
     if summary.unstarted_exit_code and never_started(summary.queries):  # exit 3: the spec asks to hear it
         return Failed(message=message, data=failed)
     return Completed(message=message, data=summary)

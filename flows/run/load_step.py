@@ -20,6 +20,7 @@ from harvest.flows.run.memory import release_memory
 from harvest.tasks.database.bookkeeping import record_run
 from harvest.tasks.database.connection import DatabaseBusy, LoadOutOfMemory, transaction, write_connection
 from harvest.tasks.database.history_views import refresh_history_views
+from harvest.tasks.database.load_settings import lock_wait_seconds
 from harvest.tasks.database.record_tables import merge_batches
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import as_machine_fault
@@ -31,8 +32,9 @@ log = logging.getLogger(__name__)
 def load_manifest_into_duckdb(
     layout: OutputLayout, manifest: RunManifest, db: Path | None = None
 ) -> dict[str, int]:
-    """Merge the run's tables step by step, then its bookkeeping in one transaction; raises DatabaseBusy when the
-    file is held (or LoadOutOfMemory, its kind, when DuckDB's memory limit was too small): rerun the load.
+    """Merge the run's tables step by step, then its bookkeeping in one transaction; raises DatabaseBusy when
+    another process still holds the file after `lock_wait_seconds` of trying (or LoadOutOfMemory, its kind, when
+    DuckDB's memory limit was too small): rerun the load.
 
     `db`: another database file than the output's (`harvest rebuild` builds a new one beside it)."""
     kinds = output_kinds(layout, manifest)
@@ -44,6 +46,7 @@ def load_manifest_into_duckdb(
         data_dir=layout.parquet_root,
         rerun=harvest_line("load", layout.root),
         tables=len(batches),
+        wait=lock_wait_seconds(),
     ) as con:
         result = merge_batches(
             con, batches, parquet_root=layout.parquet_root
@@ -121,20 +124,23 @@ def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
 
 def load_run(
     layout: OutputLayout, manifest: RunManifest, stop: StopOnSignal
-) -> tuple[dict[str, int] | None, str | None]:
+) -> tuple[dict[str, int] | None, str | None, str | None]:
     """Rows per table after loading the run into DuckDB, or None when DuckDB is busy or refused the load (its
     memory limit), a second Ctrl-C abandoned the load, or this machine could not write it (a full disk): the run
     is then loaded by `harvest load`, or by the job's next run before it pays. Second: why DuckDB refused the
-    load, with how to load it, when that is not a file another process holds (the run's last lines say it)."""
+    load, with how to load it, when that is not a file another process holds (the run's last lines say it).
+    Third: that another process still held the file after the load waited for it (the night exits 1)."""
     release_memory()
     try:
         with stop.load():
-            return load_manifest_into_duckdb(layout, manifest), None
+            return load_manifest_into_duckdb(layout, manifest), None, None
     except DatabaseBusy as exc:
         if isinstance(exc, LoadOutOfMemory):
             log.warning("%s", exc, extra=TOLD_AT_END)
-            return None, str(exc)
+            return None, str(exc), None
         log.warning("%s", exc)
+        if exc.waited:
+            return None, None, str(exc)
     except LoadInterrupted:
         pass
     except Exception as exc:
@@ -144,7 +150,7 @@ def load_run(
         manifest.machine_fault = (
             manifest.machine_fault or f"{fault}; the run is landed, not loaded into DuckDB"
         )
-    return None, None
+    return None, None, None
 
 
 def load_earlier(layout: OutputLayout, job: str, current: str, stop: StopOnSignal) -> list[dict[str, Any]]:

@@ -8,6 +8,10 @@ raw pages and Parquet, and loading is idempotent, so rerunning the load later gi
 from __future__ import annotations
 
 import glob
+import logging
+import random
+import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,11 +27,22 @@ from harvest.tasks.database.storage_format import attach
 class DatabaseBusy(RuntimeError):
     """The database file is locked by another process; the landed data is safe and the load can be rerun."""
 
-    def __init__(self, db_path: Path, data_dir: Path, rerun: str = "harvest load ...") -> None:
+    def __init__(
+        self,
+        db_path: Path,
+        data_dir: Path,
+        rerun: str = "harvest load ...",
+        waited: float = 0,
+        holder: str = "",
+    ) -> None:
         self.db_path = db_path
         self.data_dir = data_dir
+        self.waited = waited
+        """Seconds the load waited for the file before giving up (0: it tried once)."""
+        still = f" still, after waiting {waited:g} s," if waited else ""
+        held = f"{holder}; " if holder else ""
         super().__init__(
-            f"{db_path} is open in another process (close your DuckDB session); "
+            f"{db_path} is{still} open in another process ({held}close your DuckDB session); "
             f"the data is safe in Parquet at {data_dir}; rerun `{rerun}`"
         )
 
@@ -49,16 +64,64 @@ ALIAS = "harvest"
 """The name the database file is attached under in a write connection (`current_database()` there)."""
 
 
+log = logging.getLogger(__name__)
+
+FIRST_PAUSE = 0.02
+"""Seconds before the second try at a held file; each pause doubles up to `LONGEST_PAUSE`."""
+LONGEST_PAUSE = 0.1
+"""The longest pause between tries: a poller that queries back to back frees the file for a few milliseconds
+between its queries, and a try costs ~1 ms (~600 in a minute's wait). Each pause is drawn between half and all
+of it, so the tries do not fall into step with a poller's period."""
+
+
 def _is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
 
+def lock_holder(exc: BaseException) -> str:
+    """Who holds the file, as DuckDB names it ("Conflicting lock is held in /usr/bin/python3 (PID 123)"), or ""."""
+    found = re.search(r"lock is held in (.+?) \(PID (\d+)\)", str(exc))
+    return f"{found[1]}, PID {found[2]}" if found else ""
+
+
+def _attach_waiting(con: duckdb.DuckDBPyConnection, path: Path, rows: int, wait: float) -> None:
+    """ATTACH the file, trying again while another process holds its lock, for up to `wait` seconds; said once.
+    A signal's interrupt (a second Ctrl-C: `LoadInterrupted`) ends a pause at once."""
+    deadline = time.monotonic() + wait
+    pause = FIRST_PAUSE
+    said = False
+    while True:
+        try:
+            attach(con, path, ALIAS, rows, storage_version())
+            return
+        except duckdb.IOException as exc:
+            left = deadline - time.monotonic()
+            if not _is_lock_error(exc) or left <= 0:
+                raise
+            if not said:
+                holder = lock_holder(exc)
+                log.warning(
+                    "%s is open in another process%s; waiting up to %g s for it to close it "
+                    "(HARVEST_DUCKDB_LOCK_WAIT_SECONDS)",
+                    path, f" ({holder})" if holder else "", wait,
+                )  # fmt: skip
+                said = True
+            time.sleep(min(left, pause * random.uniform(0.5, 1)))
+            pause = min(pause * 2, LONGEST_PAUSE)
+
+
 @contextmanager
 def write_connection(
-    db_path: Path | str, *, data_dir: Path | None = None, rerun: str = "harvest load ...", tables: int = 0
+    db_path: Path | str,
+    *,
+    data_dir: Path | None = None,
+    rerun: str = "harvest load ...",
+    tables: int = 0,
+    wait: float = 0,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open the database for a short write and always close it, turning a lock conflict into DatabaseBusy;
-    `tables`: how many tables the write loads (DuckDB's memory cap grows with them, `load_settings.memory_limit`).
+    `tables`: how many tables the write loads (DuckDB's memory cap grows with them, `load_settings.memory_limit`);
+    `wait`: seconds to keep trying while another process holds the file (a load's: `load_settings.lock_wait_seconds`).
 
     DuckDB 2.0 reports a conflict as ``duckdb.IOException`` ("Could not set lock on file ...").
     """
@@ -78,14 +141,15 @@ def write_connection(
         # Attached, not opened: the row-group size and the storage format are ATTACH options (see
         # tasks.database.load_settings). The file stays an ordinary DuckDB file that DuckDB 1.2 and later open
         # (`tasks.database.storage_format`); writes made elsewhere use their own row-group size.
-        attach(con, path, ALIAS, rows, storage_version())
+        _attach_waiting(con, path, rows, wait)
         con.execute(f"USE {ALIAS}")
     except duckdb.IOException as exc:
         con.close()
         if created:
             _drop_if_unreadable(path)
         if _is_lock_error(exc):
-            raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun) from exc
+            holder = lock_holder(exc) if wait else ""
+            raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun, wait, holder) from exc
         raise
     except BaseException:
         con.close()

@@ -42,6 +42,14 @@ took 1.7x the space and needed more than the 64 MB memory cap. `v1.0.0` reaches 
 `latest` writes the newest format of the DuckDB harvest runs."""
 
 
+DEFAULT_LOCK_WAIT_SECONDS = 60.0
+"""How long a load waits for another process to let go of `harvest.duckdb` (HARVEST_DUCKDB_LOCK_WAIT_SECONDS)
+before leaving the run in Parquet. A dashboard or a BI tool that polls the file (opens it, queries, closes it,
+every few seconds) holds it for a moment at a time, and a load that tried once met it often enough that a nightly
+job stayed unloaded night after night; a minute outlasts any such query and costs a night nothing (its pages are
+paid and landed). 0 tries once, as harvest did before."""
+
+
 class LoadSettingError(ValueError):
     """An environment variable for the load has a value DuckDB cannot use: said before a run pays."""
 
@@ -73,10 +81,29 @@ def storage_version() -> str:
     return os.environ.get("HARVEST_DUCKDB_STORAGE_VERSION", DEFAULT_STORAGE_VERSION).strip()
 
 
+def lock_wait_seconds() -> float:
+    """Seconds a load waits for the file's lock; a value that is not a finite number of seconds >= 0 is refused
+    (a typo made 0 would be today's give-up-at-once behaviour without a word)."""
+    text = os.environ.get("HARVEST_DUCKDB_LOCK_WAIT_SECONDS", "").strip()
+    if not text:
+        return DEFAULT_LOCK_WAIT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise LoadSettingError(
+            f"HARVEST_DUCKDB_LOCK_WAIT_SECONDS={text!r}: allowed: a number of seconds >= 0, e.g. "
+            f"{DEFAULT_LOCK_WAIT_SECONDS:g} (the default) or 0 (try once, do not wait)"
+        )
+    return seconds
+
+
 def check_load_settings() -> None:
     """Raise LoadSettingError if the load's DuckDB settings from the environment are unusable: found at the
     load step, that would be after the run paid for its pages."""
     row_group_rows()
+    lock_wait_seconds()
     if "HARVEST_DUCKDB_STORAGE_VERSION" in os.environ:
         check_storage_version(storage_version())
     if "HARVEST_DUCKDB_MEMORY_LIMIT" not in os.environ:

@@ -83,6 +83,9 @@ class RunSummary:
     load_interrupted: bool = False
     load_refused: str | None = None
     """Why DuckDB refused to load the run (its memory limit), with the command that loads it."""
+    load_held: str | None = None
+    """Another process still held the DuckDB file after the load waited `HARVEST_DUCKDB_LOCK_WAIT_SECONDS` for
+    it (the message, with the command that loads it): the night exits 1 and its flow run is Failed."""
     ended_on_disk: bool = True
     """False when this machine could not write the run's end (its manifest still says `running`): the job's next
     run resumes it (and asks nothing it had), `harvest load` cannot load it until then."""
