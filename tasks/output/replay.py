@@ -51,6 +51,15 @@ def carried_a_page(status: int) -> bool:
     return 200 <= status < 300 or status == 404
 
 
+def collected_page(page: ReplayedPage) -> bool:
+    """Whether a stored answer counts as a page the query collected, as the live run counted it
+    (`QueryOutcome.pages`, which `max_pages` counts): a readable 2xx, or a billed "not found". A 2xx no reading
+    takes is a paid failure that a resume asks for again (`ResumePoint.finish`): counted, a resume under
+    `max_pages` stopped a page early, or at `max_pages` without asking for it (the page read as collected, its
+    records missing for good) when a kill came after the answer was kept and before its query's end was."""
+    return page.raw.status_code == 404 or (carried_a_page(page.raw.status_code) and page.answered)
+
+
 def _body(page: RawPage) -> Body:
     """The stored answer read as the client reads a live one (`connectors.reading.json_body`): a JSON object or array
     of a success or a billed "not found"; no value for a paid failure (an error status, or a 2xx body that
@@ -109,7 +118,7 @@ class ResumePoint:
             start.used.add(cursor_key(raw.cursor_in))
             if self.backfill is not None and dict(raw.cursor_in) == self.backfill:
                 start.backfilling = True
-        if carried_a_page(raw.status_code):  # a failure's receipt (a 5xx, a 400) is kept, not a page
+        if collected_page(page):  # a failure's receipt (a 5xx, a 400), or a 2xx no reading takes, is none
             start.pages += 1
         start.records += page.kept
         start.extraction.add(page.converted.report)

@@ -1,0 +1,88 @@
+"""A run killed in the moment after a damaged answer was kept and before its query's end was recorded, then the
+same command: a real `harvest run` process against the sandbox over HTTP, killed (SIGKILL) at that exact point by
+a `sitecustomize` the process runs first, then resumed. The damaged answer is billed and kept, and is no page of
+the query: the resume asks for its page again and collects the pages `max_pages` allows.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import crawl
+from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
+from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, write_spec
+from tests.process_helpers import finish, start_run
+
+PARAMS = {"query": "oak desk"}
+CONFIG = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=4,
+    fault_plan_by_path={PINS: ["truncated", "truncated"]},
+)  # fmt: skip
+
+KILLED_AFTER_A_DAMAGED_ANSWER_IS_KEPT = """
+import os, signal
+import orjson
+from harvest.tasks.output.raw_store import RawPageWriter
+
+_append = RawPageWriter.append
+
+
+def append(self, **page):
+    \"\"\"SIGKILL to this process once a 2xx that cannot be read is in the raw store: its query's end is not
+    recorded yet (the journal's `end` line, the manifest).\"\"\"
+    _append(self, **page)
+    if 200 <= page["status_code"] < 300:
+        try:
+            orjson.loads(page["body"])
+        except orjson.JSONDecodeError:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+RawPageWriter.append = append
+"""
+
+
+def killed_after_a_damaged_answer(tmp_path: Path) -> dict[str, str]:
+    """The environment of a process that kills itself right after keeping a damaged answer."""
+    folder = tmp_path / "hook"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(KILLED_AFTER_A_DAMAGED_ANSWER_IS_KEPT)
+    return {"PYTHONPATH": str(folder)}
+
+
+def test_a_damaged_answer_kept_just_before_a_kill_is_no_page_of_the_resumed_query(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The pins of one topic, `max_pages: 2`, their first answer cut short twice (both billed). Killed once the
+    second damaged answer was kept, the resume counted it as a collected page: it asked for the first page again,
+    then stopped at `max_pages` with one page of pins landed (four records missing until a later night, and
+    none at all under `max_pages: 1`). Now the resume collects two pages, as a run not killed would."""
+    output = tmp_path / "out"
+    query = {"id": "pins", "endpoint": PINS, "params": PARAMS, "max_pages": 2}
+    two_pages = [pin["id"] for page in list(crawl(PINS, PARAMS, CONFIG))[:2] for pin in page.records["pins"]]
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, [query], name="damaged", credits=1000))
+        hook = killed_after_a_damaged_answer(tmp_path)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, env=hook))
+        assert code == -signal.SIGKILL, (code, out, err)
+        assert [e.fault for e in data_entries(sb)] == ["truncated", "truncated"]
+        (killed,) = all_manifests(OutputLayout(output))
+        assert killed.status == "running"  # killed before the query's end was recorded
+
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        paid = data_entries(sb)
+    assert code == 0, out + err
+    assert [e.fault for e in paid] == ["truncated", "truncated", None, None]  # page 1 again, page 2
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.status == "complete" and run.resumes == 1
+    (pins,) = run.queries
+    assert (pins["status"], pins["pages"], pins["records"]) == ("max_pages", 2, len(two_pages)), pins
+    assert pins["credits"] == 4 and run.credits_spent == 4  # the two damaged answers were billed
+    db = output / "harvest.duckdb"
+    assert {pin for (pin,) in rows(db, "SELECT id FROM pinboard_pins")} == set(two_pages)
