@@ -32,7 +32,7 @@ from harvest.tasks.output.machine_fault import DiskRoom
 from harvest.tasks.output.parquet_sink import MultiTableSink, run_date
 from harvest.tasks.output.query_summary import QuerySummary, history_fields
 from harvest.tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
-from harvest.tasks.output.replay import ResumePoint, replay_pages
+from harvest.tasks.output.replay import ResumePoint, collected_page, replay_pages
 from harvest.tasks.run_context import RunContext
 
 if TYPE_CHECKING:  # Prefect is imported where a task needs it: `harvest rebuild` lands pages without it
@@ -40,9 +40,10 @@ if TYPE_CHECKING:  # Prefect is imported where a task needs it: `harvest rebuild
 
 log = logging.getLogger(__name__)
 
-OnRecords = Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool], None]
-"""Called per landed page with its records (as sent), how many were kept, its credits and whether it was
-replayed from the raw store."""
+OnRecords = Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool, int], None]
+"""Called per landed page with its records (as sent), how many were kept, its credits, whether it was
+replayed from the raw store and the pages it counts as collected (0: an answer damaged on the wire, billed and
+kept, whose page a later run asks for again: the progress the user watches counts pages as the summary does)."""
 
 
 def open_sink(
@@ -102,7 +103,7 @@ def land_raw_pages(
     for page in replay_pages(query_pages(layout, run_id, spec.query_id, index), endpoint):
         land_tables(sink, endpoint, spec, run_id, page.converted.tables, page.fetched_at)
         if on_records is not None:
-            on_records(spec, page.records, page.kept, page.raw.credits, True)
+            on_records(spec, page.records, page.kept, page.raw.credits, True, int(collected_page(page)))
         point.add(page)
     return point.finish()
 
@@ -226,7 +227,9 @@ async def page_query(
                             sink.end_page()
                         else:
                             land_tables(sink, endpoint, spec, run_id, page.tables, page.fetched_at)
-                        ctx.on_records(spec, page.records, page.report.kept, page.credits, False)
+                        ctx.on_records(
+                            spec, page.records, page.report.kept, page.credits, False, int(page.collected)
+                        )
         except Exception as exc:
             if ctx.faults.caught(exc, raw_path):  # the machine's: stop the run, resumable
                 pager.stopped(str(ctx.faults.fault))

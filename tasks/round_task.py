@@ -89,7 +89,7 @@ def values_hook(wanted: list[list[str]], params: dict[str, Any], endpoint: Endpo
         if read is not None:
             readers.append((table, f"{table}.{fld}", read))
 
-    def hook(spec: QuerySpec, records: Any, kept: int, credits: int, replayed: bool) -> None:
+    def hook(spec: QuerySpec, records: Any, kept: int, credits: int, replayed: bool, pages: int) -> None:
         for table, key, read in readers:
             found[key].extend(v for v in map(read, records.get(table, [])) if v not in (None, ""))
 

@@ -116,11 +116,11 @@ class RunContext:
     """False under `--full`: incremental queries page fully this once."""
     faults: FaultStop = field(default_factory=FaultStop)
     """The run's machine fault, if one stopped it (a full disk)."""
-    on_records: Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool], None] = (
-        lambda spec, records, kept, credits, replayed: None
+    on_records: Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool, int], None] = (
+        lambda spec, records, kept, credits, replayed, pages: None
     )
-    """Per landed page: its records (as sent), how many were kept, its credits and whether it was replayed
-    (dependents and progress)."""
+    """Per landed page: its records (as sent), how many were kept, its credits, whether it was replayed and the
+    pages it counts as collected (dependents and progress; `tasks.landing.OnRecords`)."""
 
     raw: RawPageWriter | None = None
     """The session's one raw file (the flow's process); None: each query writes its own (Dask rounds)."""

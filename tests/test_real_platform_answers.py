@@ -161,6 +161,8 @@ def test_an_answer_damaged_on_every_try_is_paid_twice_at_most(prefect_harness: N
     # no page came: the damaged answers are kept, billed, and are no page of the query (`max_pages` counts pages)
     assert rows(db, "SELECT status, pages, credits, next_cursor FROM query_state") == [("failed", 0, 2, None)]
     assert "cut short twice" in result.stderr and "--continue` asks for this page again" in result.stderr
+    # the progress the user watches counts pages as the summary does: the query's line said "1 page"
+    assert "harvest: tweets: failed, 0 pages, 0 records, 2 credits" in result.stderr.splitlines()
 
 
 def test_an_answer_past_the_cap_is_refused_naming_the_query(prefect_harness: None, tmp_path: Path) -> None:

@@ -53,6 +53,9 @@ class Page:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     """Table -> the items as Arrow columns (without the run's columns); a `landed` page's: its primary keys."""
     report: ExtractionReport = field(default_factory=ExtractionReport)
+    collected: bool = True
+    """A page of the query's (`QueryOutcome.pages` counts it); False: an answer damaged on the wire on both
+    tries, kept and billed, whose page a later run asks for again."""
     landed: bool = False
     """Its tables went to the writer while it was read (a large answer's, a slice at a time): nothing is left
     to land but the page's end (`QueryPager.land`)."""
@@ -135,6 +138,7 @@ class PageFetching:
             body=body,
             fetched_at=datetime.now(UTC),
             repairs=repairs or {},
+            collected=collected,
         )
         self.keep(page)
         page.raw = b""

@@ -228,10 +228,17 @@ class Fanout:
             current = self.parent_of.get(current)
 
     def on_records(
-        self, query: QuerySpec, records: Mapping[str, Sequence[Any]], kept: int, credits: int, replayed: bool
+        self,
+        query: QuerySpec,
+        records: Mapping[str, Sequence[Any]],
+        kept: int,
+        credits: int,
+        replayed: bool,
+        pages: int,
     ) -> None:
+        # a damaged answer (`pages` 0) is billed and no page, as the run's summary counts it
         if not replayed:
-            progress.current().page_landed(query.query_id, kept, credits)
+            progress.current().page_landed(query.query_id, kept, credits, pages)
         endpoint = self.ctx.endpoints[query.endpoint]
         for dep in self.discovery.dependents_of(query.query_id):
             for child in self.discovery.children(query, dep, _values(dep, endpoint, query, records)):
