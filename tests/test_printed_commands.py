@@ -176,6 +176,32 @@ def test_a_night_resumed_by_the_nightly_command_prints_a_continue_that_keeps_the
 
 
 @pytest.mark.scenario
+def test_a_refused_continue_prints_a_fresh_start_that_keeps_the_night_s_budget(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A night stopped with Ctrl-C; the next `--continue --budget 8` is refused (an unfinished run is resumed,
+    not continued) and prints the `--fresh` that abandons it: pasted, the new night spends 8, its budget. It
+    printed the `--fresh` without `--budget`: pasted, it paid all 31 pages, up to the spec's 1000."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    with gated(CONFIG) as sb:
+        spec = {"name": "night", "budget": {"credits": 1000}, "output": "out dir",
+                "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+        write_spec(cwd, spec, "night.yaml")
+        url = ["--base-url", sb.base_url]
+        code1, err1 = ctrl_c(sb, harvest(cwd, home, "run", "night.yaml", *url, "--budget", "20"))
+        refused = typed(cwd, home, "run", "night.yaml", *url, "--budget", "8", "--continue")
+        fresh = printed(refused.stderr, " abandons it (its data is kept)")
+        started = pasted(fresh, cwd, home)
+    assert code1 == 130, err1
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert fresh == f".venv/bin/harvest run night.yaml --base-url {sb.base_url} --budget 8 --fresh"
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "credits spent: 8 of a budget of 8" in started.stdout, started.stdout
+    abandoned, new = sorted(manifests(cwd / "out dir"), key=lambda m: m.started)
+    assert abandoned.status == "abandoned" and (new.budget, new.credits_spent) == (8, 8), new
+
+
+@pytest.mark.scenario
 def test_a_night_whose_pages_kept_failing_goes_on_with_the_continue_it_prints_paying_only_what_is_missing(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ retries, each a real flow run against the sandbox over HTTP, checked against the
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -354,7 +355,8 @@ def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(
     """A night stopped by its budget; the user changes the query (`query: oak` -> `query: elm`) and runs
     `--continue`. It picked the old query up at its cursor and paid for `oak` again, saying "queries pick up at
     their saved cursors", and never asked for `elm`. Refused now, as a resume is: exit 2, nothing paid, and the
-    plain command starts the changed spec from page 1."""
+    command it prints starts the changed spec from page 1 under the `--budget 2` the refused night was given
+    (it printed the plain command: run as printed, it spent up to the spec's budget)."""
     config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=3)
     output = tmp_path / "out"
     query = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}
@@ -364,15 +366,17 @@ def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(
         assert first.exit_code == 0 and "--continue" in first.stderr, first.output
         write_spec(tmp_path, spec_of(sb.base_url, output, [{**query, "params": {"query": "elm"}}]))
         paid = len(data_entries(sb))
-        refused = runner.invoke(app, ["run", str(spec), "--continue"])
+        refused = runner.invoke(app, ["run", str(spec), "--budget", "2", "--continue"])
         assert refused.exit_code == 2, refused.output
         assert len(data_entries(sb)) == paid
         assert "the spec's queries changed since" in refused.stderr
-        assert f"`harvest run {spec}` starts a new run from page 1" in refused.stderr
-        fresh = runner.invoke(app, ["run", str(spec)])
+        new = f"harvest run {spec} --budget 2"
+        assert f"`{new}` starts a new run from page 1" in " ".join(refused.stderr.split()), refused.stderr
+        fresh = runner.invoke(app, shlex.split(new)[1:])  # the printed command, run as printed
         assert fresh.exit_code == 0, fresh.output
         asked = {e.params.get("query") for e in data_entries(sb)[paid:]}
     assert asked == {"elm"}
+    assert "credits spent: 2 of a budget of 2" in fresh.stdout, fresh.stdout
 
 
 def test_a_query_whose_one_request_costs_more_than_the_whole_budget_is_said_so_and_not_continued(

@@ -91,7 +91,7 @@ def _decide(spec: JobSpec, layout: OutputLayout, service_url: str, mode: str, ag
     from harvest.flows.run.service_access import service_label
     from harvest.flows.run.start import decide
 
-    return decide(spec, layout, service_label(service_url), cast("Mode", mode), again.of_another_run())
+    return decide(spec, layout, service_label(service_url), cast("Mode", mode), again)
 
 
 def _start_prefect_server() -> Any:

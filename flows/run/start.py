@@ -289,7 +289,7 @@ def decide(
     retry_of: str | None = None,
 ) -> RunStart:
     """How this run starts, under the job's lock. `service`: the label the run records (`ServiceAccess.label`).
-    `again`: how the job's runs are started from a shell, for the refusals' messages (default: as the unfinished
+    `again`: how this session was started from a shell, for the refusals' commands (default: as the unfinished
     run's manifest knows it). `retry_of`: the Prefect flow run, when Prefect retries the flow: the run an earlier
     attempt made is resumed, whatever it ended with. Raises UsageError for what must be refused."""
     retried = retried_run(layout, spec.name, retry_of) if retry_of is not None else None
@@ -332,14 +332,15 @@ def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
 
     The two differ in what the budget caps (a resume's covers the whole run, its killed part included; a
     continued run's is new spending), so doing either in place of the other spends what the user did not ask for.
-    `again`: how the job's runs are started from a shell; None for a deployment's run (spec text, no file).
+    `again`: how this session was started; None for a deployment's run (spec text, no file). The resume keeps
+    the unfinished run's budget; the `--fresh`, a new night, keeps this session's `--budget` and `--full`.
     """
     how = "interrupted" if run.status == "interrupted" else "killed"
     if again is None:
         resume = "a run of the deployment with mode auto"
         fresh = "one with mode fresh"
     else:
-        resume, fresh = f"`{again.command()}`", f"`{again.command('--fresh')}`"
+        resume, fresh = f"`{again.of_another_run().command()}`", f"`{again.command('--fresh')}`"
     return UsageError(
         f"--continue starts a new run from the queries earlier runs stopped, but run {run.run_id} of job "
         f"{run.job} is unfinished ({how}): resume it first with {resume} (without --continue), then "
@@ -349,7 +350,8 @@ def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
 
 def refuse_changed_continue(last: RunManifest, key: str, again: RunAgain | None) -> None:
     """`--continue` after the spec's queries changed: refused, as a resume is. The queries it picks up are the
-    chain's, with their old parameters and cursors: going on would pay for what the spec no longer asks."""
+    chain's, with their old parameters and cursors: going on would pay for what the spec no longer asks. The new
+    run it names keeps the session's `--budget` and `--full`."""
     if last.plan_key and last.plan_key != key:
         new = "a run of the deployment with mode auto" if again is None else f"`{again.command()}`"
         raise UsageError(
