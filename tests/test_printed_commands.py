@@ -202,6 +202,33 @@ def test_a_refused_continue_prints_a_fresh_start_that_keeps_the_night_s_budget(
 
 
 @pytest.mark.scenario
+def test_harvest_runs_names_no_base_url_the_spec_names_and_its_resume_works_as_printed(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The spec names the service; a `--budget 8` night stopped with Ctrl-C. `harvest runs` printed its resume
+    with `--base-url` and the spec's own URL (noise, and pinned: the spec's URL changed later, the pasted line
+    kept the old one); now without it, and pasted it resumes the run to its budget of 8."""
+    cwd, home = user_dir(tmp_path, prefect_api_url)
+    with gated(CONFIG) as sb:
+        spec = {"name": "night", "budget": {"credits": 1000}, "output": "out dir",
+                "service": {"base_url": sb.base_url},
+                "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+        spec_file = write_spec(cwd, spec, "night.yaml")
+        code1, err1 = ctrl_c(sb, harvest(cwd, home, "run", "night.yaml", "--budget", "8"))
+        listed = typed(cwd, home, "runs", "out dir")
+        from_runs = printed(listed.stderr, " resumes it")
+        resumed = pasted(from_runs, cwd, home)
+    assert code1 == 130, err1
+    assert from_runs == (
+        f".venv/bin/harvest run {shlex.quote(str(spec_file))} --output 'out dir' --budget 8"
+    ), listed.stderr
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "credits spent: 8 of a budget of 8" in resumed.stdout, resumed.stdout
+    (run,) = manifests(cwd / "out dir")
+    assert run.resumes == 1 and run.credits_spent == 8, run
+
+
+@pytest.mark.scenario
 def test_a_night_whose_pages_kept_failing_goes_on_with_the_continue_it_prints_paying_only_what_is_missing(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -7,7 +7,8 @@ when the spec does not name the one the run used (`--base-url`, or HARVEST_BASE_
 
 The budget is the night's, not the session's: a resumed run keeps the budget it was started with, so the
 `--continue` its session prints names it too (pasted without it, the continue spent the spec's budget); a
-command printed from a manifest alone (`harvest runs`) names the run's recorded budget.
+command printed from a manifest alone (`harvest runs`) names the run's recorded budget, and the service it
+recorded unless the spec file names that very URL.
 """
 
 from __future__ import annotations
@@ -78,11 +79,25 @@ class RunAgain:
 
 def rerun_of(run: RunManifest, output: Path) -> RunAgain | None:
     """How an unfinished run is started again from a shell, known from its manifest alone: its spec file, the
-    service it recorded, this output directory and its budget (the manifest cannot tell a `--budget` from the
-    spec's, and naming it is right either way); None for a deployment's run (spec text, no file)."""
+    service it recorded unless the spec names it, this output directory and its budget (the manifest cannot
+    tell a `--budget` from the spec's, and naming it is right either way); None for a deployment's run (spec
+    text, no file)."""
     if run.spec_file is None:
         return None
-    return RunAgain(Path(run.spec_file), recorded_url(run.service), output, run.budget)
+    url = recorded_url(run.service)
+    named = _spec_names(run.spec_file, url)
+    return RunAgain(Path(run.spec_file), None if named else url, output, run.budget)
+
+
+def _spec_names(spec_file: str, url: str) -> bool:
+    """Whether the spec file names `url` as its service: then the command needs no `--base-url` (pasted, it
+    would pin a URL the spec may later change). A spec that no longer reads names none, and the URL is named."""
+    from harvest.flows.spec import UsageError, load_spec
+
+    try:
+        return load_spec(spec_file).service.base_url == url
+    except UsageError:
+        return False
 
 
 def resume_hint(run: RunManifest, output: Path) -> str:
