@@ -315,7 +315,7 @@ async def _collect_job(
             if start is None or attempt > 1:
                 retry_of = flow_run_id if attempt > 1 else None
                 start = decide(spec, layout, service.label, run.mode, retry_of=retry_of)
-            begun = begin(spec, layout, service, start, run.budget, run.spec_file)
+            begun = begin(spec, layout, service, start, run.budget, run.spec_file, lock)
             full = begun.manifest.full = run.full or begun.manifest.full  # a resume goes on as its run began
             await crash_stale(begun)
             for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
@@ -328,7 +328,7 @@ async def _collect_job(
                 assert begun.start.previous is not None
                 return nothing_to_continue(begun.start.previous, loaded_first)
             write_manifest(layout, begun.manifest)
-            lock.describe(run_id=begun.manifest.run_id, job=spec.name)
+            lock.holds(begun.manifest, resumed=isinstance(begun.start, Resume))
             paying = time.monotonic()
             manifest = await _collect(spec, layout, begun, the_plan, service, full, stop)
             key = service.api_key

@@ -21,7 +21,7 @@ from harvest.flows.orchestrator import temporary_server
 from harvest.flows.run.preflight import check_output_dir
 from harvest.flows.spec import UsageError
 from harvest.tasks.database.record_tables import ensure_table
-from harvest.tasks.output.job_lock import is_locked
+from harvest.tasks.output.job_lock import acquire, is_locked
 from harvest.tasks.output.layout import OutputLayout
 from tests.flow_helpers import HoldDuckDB
 from tests.process_helpers import imported, messages
@@ -374,16 +374,18 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_paid(
 def test_a_job_already_running_is_refused_before_prefects_server_starts(
     tmp_path: Path, spec: Path, server_starts: list[bool]
 ) -> None:
-    import fcntl
-
-    lock_file = OutputLayout(tmp_path / "out").lock_file("brand-watch")
-    lock_file.parent.mkdir(parents=True)
-    with lock_file.open("w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another harvest process holds it
+    """The lock is held as `harvest run` holds it while its Prefect flow starts, before its run has an id: the
+    refusal says so (it said only `pid ..., host ..., since ...`, as if no run were named for want of care)."""
+    held = acquire(OutputLayout(tmp_path / "out").lock_file("brand-watch"))  # as another harvest process does
+    try:
         result = runner.invoke(
             app, ["run", str(spec), "--base-url", "sandbox", "--output", str(tmp_path / "out")]
         )
-    assert result.exit_code == 2 and "another harvest run of this job is running" in result.stderr
+    finally:
+        held.release()
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "another harvest run of this job is running on this output: " in said
+    assert f"a run starting since {held.since[:19]} UTC, not yet given a run id (pid {os.getpid()}, " in said
     assert server_starts == []
 
 

@@ -46,6 +46,7 @@ from tests.flow_helpers import (
     scalar,
     write_spec,
 )
+from tests.net_helpers import CuttableProxy
 from tests.prefect_helpers import flow_run_states
 from tests.process_helpers import (
     Watched,
@@ -320,6 +321,46 @@ def test_a_second_run_of_the_job_is_refused_at_once(prefect_api_url: str, tmp_pa
     assert not imported_packages(err) & {"prefect", "httpx", "httpcore"}, "refused before any of it"
     assert first_code == 0, first_out + first_err
     assert paid_twice(data_entries(sb)) == 0
+
+
+@pytest.mark.scenario
+def test_a_second_run_refused_while_the_first_starts_names_the_run_it_resumes(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A night killed mid-run; the nightly command resumes it but waits for Prefect's API (away), holding the
+    job's lock. A second run refused meanwhile named only a pid, a host and when the lock was taken: now the
+    run being resumed, by the id `harvest runs` lists, and when it started. Once Prefect answers the resume
+    goes on to the end."""
+    output = tmp_path / "out"
+    port = int(prefect_api_url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    proxy = CuttableProxy(port)  # the session's Prefect server, as a restart takes it away and back
+    api = f"http://127.0.0.1:{proxy.port}/api"
+    try:
+        with running(CONFIG) as sb:
+            spec = write_spec(tmp_path, job(sb.base_url, output))
+            first = start_run(spec, tmp_path, api)
+            wait_for_requests(sb, 10, first)
+            kill_hard(first, sb)
+            (killed,) = all_manifests(OutputLayout(output))
+            proxy.cut()
+            resume = Watched(start_run(spec, tmp_path, api))
+            resume.wait_for_stderr("waiting up to 60 s before the run starts")
+            code, out, err = finish(start_run(spec, tmp_path, api))
+            proxy.restore()
+            resumed_code, resumed_out, resumed_err = resume.finish()
+            listed = runner.invoke(app, ["runs", str(output)])
+    finally:
+        proxy.cut()
+    said = " ".join(err.split())
+    assert code == 2, out + said
+    assert (
+        f"another harvest run of this job is running on this output: run {killed.run_id}, started "
+        f"{killed.started[:19]} UTC, resumed "
+    ) in said, said
+    assert f"{killed.run_id} " in listed.stdout and killed.started[:19] in listed.stdout, listed.stdout
+    assert resumed_code == 0, resumed_out + resumed_err
+    (ran,) = all_manifests(OutputLayout(output))
+    assert ran.run_id == killed.run_id and ran.resumes == 1 and ran.status == "complete", ran
 
 
 @pytest.mark.scenario

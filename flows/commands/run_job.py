@@ -141,6 +141,7 @@ def _begin(
         start = _decide(spec, layout, service_url, mode, again)
         if start.kind == "resume":  # its commands keep the night's budget, given to an earlier session
             again = again.resuming(start.run.budget, spec.budget.credits)
+            lock.holds(start.run, resumed=True)  # a second run refused while Prefect starts names it
         from harvest.flows.run.interrupt import run_marks
         from harvest.flows.run.start import Prepared
 

@@ -138,7 +138,7 @@ def _job_lock(layout: OutputLayout, job: str) -> Iterator[None]:
     except JobLocked as exc:
         raise UsageError(f"cannot rebuild while a run is going: {exc}") from None
     try:
-        lock.describe(job=job, run_id="harvest rebuild")
+        lock.describe(job=job, command="harvest rebuild")
         yield
     finally:
         lock.release()

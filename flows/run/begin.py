@@ -34,6 +34,7 @@ from harvest.flows.spec.identity import plan_key
 from harvest.tasks.database.connection import DatabaseBusy
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink
 from harvest.tasks.output.attempt_log import record_in_flight
+from harvest.tasks.output.job_lock import JobLock
 from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, write_manifest
@@ -138,15 +139,19 @@ def begin(
     start: RunStart,
     budget: int | None,
     spec_file: str | None = None,
+    lock: JobLock | None = None,
 ) -> Begun:
     """Abandon what `--fresh` abandons, then write the run's `running` manifest. `spec_file`: the spec's absolute
-    path, when the run read it from a file."""
+    path, when the run read it from a file. `lock`: the job's, which names a resumed run at once (its manifest is
+    on disk), so a second run refused meanwhile names it; a new run is named once its manifest is written."""
     flow_run_id = flow_run_facts()[0]
     abandoned = None
     if isinstance(start, New) and start.abandon is not None:
         abandoned = abandon_run(layout, start.abandon, spec.endpoints(), spec.runner.kind == "local")
         start = replace(start, coverage=job_coverage(layout, spec.name))  # its histories count now
     if isinstance(start, Resume):
+        if lock is not None:
+            lock.holds(start.run, resumed=True)
         _say_lost(start)
         if spec.runner.kind == "local":  # a Dask round's grant is not a request: its worker logged its own
             record_in_flight(layout, start.run.run_id, start.own)

@@ -11,11 +11,15 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from harvest.tasks.output.manifest import RunManifest
 
 
 class JobLocked(Exception):
@@ -24,8 +28,24 @@ class JobLocked(Exception):
     def __init__(self, path: Path, holder: dict[str, str]) -> None:
         self.path = path
         self.holder = holder
-        who = ", ".join(f"{k} {v}" for k, v in holder.items() if v) or "no details"
-        super().__init__(f"another harvest run of this job is running on this output ({who}; lock {path})")
+        process = ", ".join(f"{k} {holder[k]}" for k in ("pid", "host") if holder.get(k))
+        super().__init__(
+            f"another harvest run of this job is running on this output: {_holding(holder)} "
+            f"({process or 'no details'}; lock {path})"
+        )
+
+
+def _holding(holder: dict[str, str]) -> str:
+    """What holds the lock, in the words `harvest runs` and raw/ use: the run's id and when it started (a
+    resume: and when this process resumed it). A run is given its id when it starts paying; before that (its
+    Prefect flow starting, earlier runs loading) there is none to name, and saying so beats a bare pid."""
+    since = f"{holder['since'][:19]} UTC" if holder.get("since") else "a moment ago"
+    if command := holder.get("command"):
+        return f"`{command}`, since {since}"
+    if run_id := holder.get("run_id"):
+        started = f", started {holder['started'][:19]} UTC" if holder.get("started") else ""
+        return f"run {run_id}{started}" + (f", resumed {since}" if holder.get("resumed") else "")
+    return f"a run starting since {since}, not yet given a run id"
 
 
 @dataclass
@@ -37,15 +57,21 @@ class JobLock:
     path: Path
     fd: int
     released: bool = False
+    since: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    """When this process took the lock: kept by every `describe`, as the run's resume began then."""
 
     def describe(self, **facts: str) -> None:
         """Write who holds the lock (pid, host, run id) for the message a second run prints."""
         text = orjson.dumps(
-            {"pid": str(os.getpid()), "host": socket.gethostname(), "since": datetime.now(UTC).isoformat()}
-            | facts
+            {"pid": str(os.getpid()), "host": socket.gethostname(), "since": self.since} | facts
         )
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, text, 0)
+
+    def holds(self, run: RunManifest, resumed: bool = False) -> None:
+        """Name `run` in the lock, once its manifest is on disk (`harvest runs` lists it): its id and start."""
+        facts = {"run_id": run.run_id, "job": run.job, "started": run.started}
+        self.describe(**facts, **({"resumed": "yes"} if resumed else {}))
 
     def release(self) -> None:
         if not self.released:
