@@ -23,6 +23,9 @@ side (`bench/summary.py`), and writes `bench/results/latest.json`.
     python bench/run.py --lanes-only [--times 3]
                                        # the client's lanes against one httpx client (bench/http_lanes.py)
                                        # the Delta/Iceberg export against the Parquet one (bench/lakehouse_export.py)
+    python bench/run.py --end-to-end-only [--times 3]
+                                       # the main job alone, harvest and both scripts interleaved round by round:
+                                       # the end-to-end ratios and the RSS at 200k records (bench/results/end_to_end.json)
 """
 
 from __future__ import annotations
@@ -412,6 +415,45 @@ class Bench:
             wide = self.fanout(api_url, sizes)
         return {**headline(wide), "details": {"wide_fanout": wide}, **machine()}
 
+    def run_end_to_end_only(self) -> dict[str, Any]:
+        """The main job's end-to-end figures alone: harvest (running server), the json script and the orjson + Arrow
+        script, interleaved round by round (a load that comes and goes weighs on each alike), after one unrecorded
+        harvest run that fills the sandbox's page cache and the server's first registration."""
+        with prefect_server(self.server_home) as api_url, sandbox(self.pages) as base:
+            out = self.work / "harvest"
+            spec = harvest_spec(self.work, base, self.names, out)
+            json_out, plain_out = self.work / "plain-json", self.work / "plain"
+            script = str(ROOT / "bench" / "plain_script.py")
+            json_script = str(ROOT / "bench" / "plain_json_script.py")
+            contenders: dict[str, Callable[[int], Measured]] = {
+                "harvest_server": self.harvest(spec, out, env_for(self.server_home, api_url)),
+                "script_json": lambda n: self._fresh(
+                    json_out, [PYTHON, json_script, base, KEY, str(json_out), *self.names]
+                ),
+                "script": lambda n: self._fresh(
+                    plain_out, [PYTHON, script, base, KEY, str(plain_out), *self.names]
+                ),
+            }
+            repeat(1, contenders["harvest_server"])
+            runs: dict[str, list[Measured]] = {label: [] for label in contenders}
+            for _ in range(self.times):
+                for label, once in contenders.items():
+                    runs[label] += repeat(1, once)
+            records = records_in(out / "harvest.duckdb")
+            assert records_in(json_out / "plain.duckdb") == records_in(plain_out / "plain.duckdb") == records
+        r = {label: summary(ms, records) for label, ms in runs.items()}
+        return {
+            "ratio_script_json": round(r["harvest_server"]["rps"] / r["script_json"]["rps"], 2),
+            "ratio_script": round(r["harvest_server"]["rps"] / r["script"]["rps"], 2),
+            "rss_mb_200k": r["harvest_server"]["rss_mb"],
+            "details": {
+                **r,
+                "records": records,
+                "walls": {k: [round(m.wall_s, 2) for m in ms] for k, ms in runs.items()},
+            },
+            **machine(),
+        }
+
     def run_fixed_only(self) -> dict[str, Any]:
         with prefect_server(self.server_home) as api_url:
             self.fixed_cost(api_url)
@@ -566,6 +608,11 @@ def main() -> None:
     parser.add_argument(
         "--lanes-only", action="store_true", help="only the lanes against httpx (bench/http_lanes.py)"
     )
+    parser.add_argument(
+        "--end-to-end-only",
+        action="store_true",
+        help="only the main job: harvest against both plain scripts, interleaved (--times rounds, default 3)",
+    )
     args = parser.parse_args()
     bench = Bench(args.quick)
     if args.lanes_only:
@@ -598,6 +645,16 @@ def main() -> None:
         print_fixed(fixed)
         print_summary(fixed)
         return
+    if args.end_to_end_only:
+        bench.times = args.times or bench.times
+        try:
+            e2e = bench.run_end_to_end_only()
+        finally:
+            shutil.rmtree(bench.work, ignore_errors=True)
+        print_end_to_end(e2e)
+        print_summary(e2e)
+        write(e2e, "end_to_end.json")
+        return
     if args.fanout_only:
         try:
             res = bench.run_fanout_only(args.sizes)
@@ -615,6 +672,21 @@ def main() -> None:
     print_table(res)
     print_summary(res)
     write(res, "quick.json" if args.quick else "latest.json")
+
+
+def print_end_to_end(res: dict[str, Any]) -> None:
+    d = res["details"]
+    print(
+        f"{'contender':16s} {'wall s':>8s} {'cpu s':>8s} {'RSS MB':>8s}  walls; start and end / paging / loading"
+    )
+    for label in ("harvest_server", "script_json", "script"):
+        m = d[label]
+        split = (
+            " / ".join(f"{m['phases_s'][k]}" for k in ("start_and_end", "paging", "loading"))
+            if "phases_s" in m
+            else ""
+        )
+        print(f"{label:16s} {m['wall_s']:8} {m['cpu_s']:8} {m['rss_mb']:8}  {d['walls'][label]}; {split}")
 
 
 def write(res: dict[str, Any], name: str) -> None:
