@@ -7,7 +7,9 @@ details asked by handle did not say the handle, so they did not join the channel
 in the published (unwrapped) feed names what it replies to in its record only, and `reply_parent_uri` read the
 wrapper's reply context alone. A subreddit's or a group's details did not say the name, URL or id asked: the
 answer spells the name its own way (`AbsoluteUnits` asked as `absoluteunits`) and gives the group's numeric URL
-for its vanity one, so the details joined nothing of the list the job asked for."""
+for its vanity one, so the details joined nothing of the list the job asked for. So did a video's, a clip's, a
+post's transcript, a community's, a shop's, a listing's, an event's and an ad's details asked by a URL or an id:
+the answer gives the service's spelling of the URL (a share link made canonical) or no URL at all."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from harvest.flows.cli import app
-from tests.endpoints import CHANNEL_VIDEOS, FEED, VIDEO_SEARCH
+from tests.endpoints import CHANNEL_VIDEOS, CLIP, FEED, SHOP, VIDEO_SEARCH
 from tests.flow_helpers import job_spec, rows, write_spec
 from tests.published_samples import sample, sample_service
 
@@ -28,8 +30,8 @@ CHANNEL = "/v1/video-platform/channel"
 SUBREDDIT_DETAILS, GROUP_DETAILS = "/v1/forum/subreddit/details", "/v1/network-a/group"
 
 
-def _run(tmp_path: Path, url: str, queries: list[dict[str, Any]]) -> Path:
-    spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", queries, name="asked", credits=20))
+def _run(tmp_path: Path, url: str, queries: list[dict[str, Any]], credits: int = 20) -> Path:
+    spec = write_spec(tmp_path, job_spec(url, tmp_path / "out", queries, name="asked", credits=credits))
     result = runner.invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output
     return tmp_path / "out" / "harvest.duckdb"
@@ -108,12 +110,14 @@ def test_a_reply_in_the_published_feed_says_what_it_replies_to(
     assert rows(db, "SELECT new_fields FROM runs") == [("[]",)]
 
 
-def _answer_per_request(published: dict[str, Any], key: str, values: dict[str, str]) -> Any:
-    """The published answer, its `key` made `values[asked]` for the request asking `asked` (as a value of any
-    parameter): two requests are two records, each the answer to what it asked."""
+def _answer_per_request(published: dict[str, Any], key: str, values: dict[str, str], at: str = "") -> Any:
+    """The published answer, its `key` (in its `at` object) made `values[asked]` for the request asking `asked`
+    (as a value of any parameter): two requests are two records, each the answer to what it asked."""
 
     def answer(params: Any) -> Any:
         (asked,) = (v for v in params.values() if v in values)
+        if at:
+            return {**published, at: {**published[at], key: values[asked]}}
         return {**published, key: values[asked]}
 
     return answer
@@ -144,3 +148,69 @@ def test_a_subreddit_s_and_a_group_s_details_say_what_the_job_asked(
         (group_id, group["url"], None, group_id),
         (group["id"], group["url"], group_url, None),
     ]
+
+
+SHARED = "?utm_source=share&si=AbCd"
+"""What a share link adds to a URL: the job's list holds it so, the answer's `url` does not."""
+ASKED_BY_URL = [  # endpoint, published answer, table, the column keeping the asked URL, the answer's URL
+    ("/v1/forum/post/transcript", "_v1_forum_post_transcript.json", "forum_post_transcripts", "post_url", "url"),
+    ("/v1/microblog-a/community", "_v1_microblog-a_community.json", "microblog_a_communities", "community_url", None),
+    ("/v1/short-video/video/transcript", "_v1_short-video_video_transcript.json", "short_video_transcripts", "video_url", "url"),
+    (CLIP, "_v1_streaming_clip.json", "streaming_clips", "clip_url", "url"),
+    ("/v1/video-platform/video", "_v1_video-platform_video.json", "video_platform_video_details", "video_url", "url"),
+    ("/v1/video-platform/video/transcript", "_v1_video-platform_video_transcript.json", "video_platform_video_transcripts", "video_url", "url"),
+    ("/v1/video-platform/video/sponsors", "_v1_video-platform_video_sponsors.json", "video_platform_sponsor_checks", "asked_video_url", "video_url"),
+]  # fmt: skip
+
+
+def test_details_asked_by_a_url_say_the_url_the_job_asked(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    answers = {path: sample(name) for path, name, *_ in ASKED_BY_URL}
+    shop, product = sample("_v1_short-video_shop_products.json"), sample("_v1_short-video_product.json")
+    shop.pop("has_more"), shop.pop("cursor")
+    answers |= {SHOP: shop, "/v1/short-video/product": product}
+    asked = {path: f"https://example.com/asked{n}{SHARED}" for n, path in enumerate(answers)}
+    routes = {path: (lambda params, body=body: body) for path, body in answers.items()}
+    with sample_service(routes) as (url, _):
+        db = _run(tmp_path, url, [
+            {"id": f"q{n}", "endpoint": path, "params": {"url": asked[path]}} for n, path in enumerate(answers)
+        ], credits=50)  # fmt: skip
+    for path, _, table, column, theirs in ASKED_BY_URL:
+        landed = rows(db, f"SELECT {column}, {theirs or 'NULL'} FROM {table}")
+        assert landed == [(asked[path], landed[0][1])] and landed[0][1] != asked[path], table
+    sponsors = rows(db, "SELECT count(*) FROM video_platform_video_sponsors s JOIN video_platform_sponsor_checks c "
+                        "ON s.video_url = c.asked_video_url")  # fmt: skip
+    assert sponsors == [(len(answers["/v1/video-platform/video/sponsors"]["suspectedSponsors"]),)] != [(0,)]
+    assert sorted(rows(db, "SELECT id, asked_url FROM short_video_shops")) == sorted([
+        (shop["shopInfo"]["seller_id"], asked[SHOP]),
+        (product["shop_info"]["seller_id"], asked["/v1/short-video/product"]),
+    ])  # fmt: skip
+
+
+ASKED_BY_ID_OR_URL = [  # endpoint, published answer, table, (the answer's key, its object, the table's key), id and URL columns
+    ("/v1/network-a/marketplace/item", "_v1_network-a_marketplace_item.json", "network_a_marketplace_items", ("id", "", "id"), "item_id", "item_url"),
+    ("/v1/network-a/event/details", "_v1_network-a_event_details.json", "network_a_event_details", ("id", "", "id"), "event_id", "event_url"),
+    ("/v1/network-a/adLibrary/ad", "_v1_network-a_adLibrary_ad.json", "network_a_ad_library_ads", ("adArchiveID", "", "id"), "ad_id", "ad_url"),
+    ("/v1/network-a/adLibrary/ad/transcript", "_v1_network-a_adLibrary_ad_transcript.json", "network_a_ad_library_transcripts", ("ad_id", "data", "ad_id"), "asked_ad_id", "ad_url"),
+]  # fmt: skip
+
+
+def test_details_asked_by_an_id_or_a_url_say_which_the_job_asked(
+    prefect_harness: None, api_key: str, tmp_path: Path
+) -> None:
+    routes, queries = {}, []
+    for n, (path, name, _, (key, at, _), _, _) in enumerate(ASKED_BY_ID_OR_URL):
+        by_id, by_url = f"10{n}", f"https://www.facebook.com/asked/{n}/{SHARED}"
+        routes[path] = _answer_per_request(
+            sample(name), key, {by_id: "answered_by_id", by_url: "answered_by_url"}, at
+        )
+        queries += [{"id": f"id{n}", "endpoint": path, "params": {"id": by_id}},
+                    {"id": f"url{n}", "endpoint": path, "params": {"url": by_url}}]  # fmt: skip
+    with sample_service(routes) as (url, _):
+        db = _run(tmp_path, url, queries, credits=50)
+    for n, (_, _, table, (_, _, own_key), id_column, url_column) in enumerate(ASKED_BY_ID_OR_URL):
+        assert rows(db, f"SELECT {own_key}, {id_column}, {url_column} FROM {table} ORDER BY 1") == [
+            ("answered_by_id", f"10{n}", None),
+            ("answered_by_url", None, f"https://www.facebook.com/asked/{n}/{SHARED}"),
+        ], table
