@@ -167,6 +167,7 @@ def _keep(raw: RawPageWriter, room: DiskRoom, page: Page) -> None:
         status_code=page.status_code,
         credits=page.credits,
         body=page.raw,
+        unread=page.unread,
     )
 
 

@@ -1,7 +1,9 @@
 """A run killed in the moment after a damaged answer was kept and before its query's end was recorded, then the
 same command: a real `harvest run` process against the sandbox over HTTP, killed (SIGKILL) at that exact point by
 a `sitecustomize` the process runs first, then resumed. The damaged answer is billed and kept, and is no page of
-the query: the resume asks for its page again and collects the pages `max_pages` allows.
+the query: the resume asks for its page again and collects the pages `max_pages` allows. An answer the service
+itself sent unreadable, kept at the same point, is not asked for again: the resume ends its query as `drift`, as
+the live run did.
 """
 
 from __future__ import annotations
@@ -86,3 +88,42 @@ def test_a_damaged_answer_kept_just_before_a_kill_is_no_page_of_the_resumed_quer
     assert pins["credits"] == 4 and run.credits_spent == 4  # the two damaged answers were billed
     db = output / "harvest.duckdb"
     assert {pin for (pin,) in rows(db, "SELECT id FROM pinboard_pins")} == set(two_pages)
+
+
+UNREADABLE = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=4,
+    fault_plan_by_path={PINS: [None, "malformed"]},
+)  # fmt: skip
+"""The second page answered whole and unreadable (JSON followed by a proxy's HTML page): the service's own."""
+
+
+def test_an_answer_the_service_sent_unreadable_kept_just_before_a_kill_is_not_paid_again(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The pins of one topic, `max_pages: 4`, their second answer unreadable as the service sent it: the live run
+    pays it once, keeps it and ends the query as `drift`. Killed once it was kept, the resume could not tell it
+    from an answer damaged on the wire: it asked for page 2 again (paid twice) and paged on to page 4. Now the
+    resume reads the verdict kept with the answer and ends the query as the live run did, asking for nothing."""
+    output = tmp_path / "out"
+    query = {"id": "pins", "endpoint": PINS, "params": PARAMS, "max_pages": 4}
+    first_page = [pin["id"] for pin in next(iter(crawl(PINS, PARAMS, UNREADABLE))).records["pins"]]
+    with running(UNREADABLE) as sb:
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, [query], name="unreadable", credits=1000))
+        hook = killed_after_a_damaged_answer(tmp_path)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, env=hook))
+        assert code == -signal.SIGKILL, (code, out, err)
+        assert [e.fault for e in data_entries(sb)] == [None, "malformed"]
+        (killed,) = all_manifests(OutputLayout(output))
+        assert killed.status == "running"  # killed before the query's end was recorded
+
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        paid = data_entries(sb)
+    assert [e.fault for e in paid] == [None, "malformed"], out + err  # nothing asked for again
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.resumes == 1
+    (pins,) = run.queries
+    assert (pins["status"], pins["pages"], pins["records"]) == ("drift", 2, len(first_page)), pins
+    assert "could not be read" in pins["error"] and "not asked for again" in pins["error"], pins
+    assert pins["credits"] == run.credits_spent == sum(e.credits for e in paid) == 2  # each answer paid once
+    db = output / "harvest.duckdb"
+    assert {pin for (pin,) in rows(db, "SELECT id FROM pinboard_pins")} == set(first_page)

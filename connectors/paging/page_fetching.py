@@ -21,7 +21,7 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.paging_styles import Cursor
 from harvest.connectors.catalog.params import Params
 from harvest.connectors.http.client import ServiceClient
-from harvest.connectors.paging.page_request import PageRequest
+from harvest.connectors.paging.page_request import DAMAGED, SERVICES_OWN, PageRequest
 from harvest.connectors.reading.extraction import ExtractionReport
 from harvest.connectors.reading.large_body import spans_in, whole
 
@@ -53,12 +53,18 @@ class Page:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     """Table -> the items as Arrow columns (without the run's columns); a `landed` page's: its primary keys."""
     report: ExtractionReport = field(default_factory=ExtractionReport)
-    collected: bool = True
-    """A page of the query's (`QueryOutcome.pages` counts it); False: an answer damaged on the wire on both
-    tries, kept and billed, whose page a later run asks for again."""
+    unread: str | None = None
+    """A 2xx no reading takes: `DAMAGED` (on the wire, both tries) or `SERVICES_OWN`, kept with the answer so a
+    resume after a kill ends or asks for it again as the live run did; None: read (or not a 2xx)."""
     landed: bool = False
     """Its tables went to the writer while it was read (a large answer's, a slice at a time): nothing is left
     to land but the page's end (`QueryPager.land`)."""
+
+    @property
+    def collected(self) -> bool:
+        """A page of the query's (`QueryOutcome.pages` counts it); False: an answer damaged on the wire on both
+        tries, kept and billed, whose page a later run asks for again."""
+        return self.unread != DAMAGED
 
     @property
     def record_count(self) -> int:
@@ -119,12 +125,13 @@ class PageFetching:
         body: Any,
         cursor_out: Cursor | None = None,
         repairs: dict[str, int] | None = None,
-        collected: bool = True,
+        unread: str | None = None,
     ) -> Page:
         """The paid answer, kept (`keep`). Its bytes are let go once kept: a large answer then does not sit in
         memory beside the records read from it (`_read` reads them, after the call that fetched it returned).
-        Not `collected`: an answer damaged on the wire, which a later run asks for again, is no page of the
-        query's (`max_pages` counts the pages collected; its credits still count, as every billed one does)."""
+        `unread` `DAMAGED` (not `collected`): an answer damaged on the wire, which a later run asks for again, is
+        no page of the query's (`max_pages` counts the pages collected; its credits still count, as every billed
+        one does)."""
         page = Page(
             query_id=self.spec.query_id,
             endpoint=self.endpoint.path,
@@ -138,12 +145,12 @@ class PageFetching:
             body=body,
             fetched_at=datetime.now(UTC),
             repairs=repairs or {},
-            collected=collected,
+            unread=unread,
         )
         self.keep(page)
         page.raw = b""
         self.reading = page
-        if collected:
+        if page.collected:
             self.outcome.pages += 1  # paid and kept, whatever reading it does
         return page
 
@@ -198,9 +205,8 @@ class PageFetching:
             paid = exc.response
             if paid is None:
                 return None, True
-            page = self._page(
-                index, cursor, paid.status_code, exc.credits, paid.raw, None, collected=not exc.damaged
-            )
+            unread = DAMAGED if exc.damaged else SERVICES_OWN  # kept with it: a resume tells them apart
+            page = self._page(index, cursor, paid.status_code, exc.credits, paid.raw, None, unread=unread)
             return page, True
         except errors.HarvestError as exc:
             out.status, out.next_cursor, out.error = "failed", cursor, str(exc)

@@ -37,6 +37,14 @@ class Tried:
         return cls(plain["attempts"], tuple((bytes.fromhex(d), bool(w)) for d, w in plain["damaged"]))
 
 
+DAMAGED = "damaged"
+"""What a kept 2xx no reading takes was (`Page.unread`, and its frame in the raw store): cut on the wire on both
+tries. No page of its query's; a later run asks for it again."""
+SERVICES_OWN = "service"
+"""... or the service's own answer (`errors.UnreadableAnswer` not `damaged`): a page paid once, its query ended
+as `drift`, never asked for again; a resume after a kill reads the verdict here, as the bytes cannot say it."""
+
+
 @dataclass(frozen=True)
 class PageRequest:
     """A page a query asks for: what to send, what it may cost, and where it belongs (for messages)."""

@@ -154,6 +154,8 @@ class PagerStart:
     """Signature of the last page's records, for the loop guard."""
     ended: Status | None = None
     """Set when the replayed pages show the query had already ended (its last page had no next cursor)."""
+    error: str | None = None
+    """Why, when the replayed pages ended it on an answer the service sent unreadable (no lost records say it)."""
     backfilling: bool = False
     """Incremental: the head has caught up and paging continues the unfinished backfill."""
     extraction: ExtractionReport = field(default_factory=ExtractionReport)
@@ -255,10 +257,8 @@ class QueryPager(PageFetching):
             out.status = state.ended
             out.credits = self.ledger.per_query_spent.get(spec.query_id, 0)  # paid before a kill, all landed
             if state.ended == "drift":
-                out.next_cursor, out.error = (
-                    self._top_cursor(),
-                    drift_message(self.endpoint, state.extraction),
-                )
+                out.next_cursor = self._top_cursor()
+                out.error = state.error or drift_message(self.endpoint, state.extraction)
             return
         async with self.ledger.query(spec.query_id, state.index):
             try:

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 import orjson
 import pyarrow as pa
 
+from harvest.connectors.paging.page_request import DAMAGED
 from harvest.tasks.output.append_file import AppendOnlyFile, append_record, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -80,9 +81,23 @@ class RawPage:
     status_code: int
     credits: int
     body: bytes
+    unread: str | None = None
+    """A 2xx no reading took, as the live run judged it (`Page.unread`): written in the same frame as the answer,
+    so a resume after a kill ends its query or asks for it again as that run did. None: read, or kept before
+    harvest wrote it (a frame of an older run; left out of the frame when None)."""
 
     def meta(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "body"}
+        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "body"}
+        if self.unread is None:
+            del meta["unread"]  # a read answer's frame is as it always was
+        return meta
+
+    @property
+    def counted(self) -> bool:
+        """Whether its query's `pages` (its summary's, `max_pages`') counts it: a 2xx or a billed "not found",
+        not a failure's receipt (a 5xx, a 400) nor an answer damaged on the wire on both tries. A frame from
+        before `unread` was written counts a damaged answer: only reading it could tell."""
+        return self.status_code == 404 or (200 <= self.status_code < 300 and self.unread != DAMAGED)
 
 
 _PAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(RawPage)) - {"body"}
@@ -301,6 +316,7 @@ def paid_page(
     status_code: int,
     credits: int,
     body: bytes,
+    unread: str | None = None,
 ) -> RawPage:
     """A paid answer as the raw store keeps it (credential-like params removed), whichever store keeps it."""
     return RawPage(
@@ -314,6 +330,7 @@ def paid_page(
         status_code=status_code,
         credits=credits,
         body=bytes(body),
+        unread=unread,
     )
 
 
@@ -360,11 +377,13 @@ class RawPageWriter(AppendOnlyFile):
         status_code: int,
         credits: int,
         body: bytes,
+        unread: str | None = None,
     ) -> RawPage:
         """Write one paid answer; returns the envelope as stored (credential-like params removed)."""
         record = paid_page(
             query_id=query_id, page=page, endpoint=endpoint, params=params, cursor_in=cursor_in,
             cursor_out=cursor_out, fetched_at=fetched_at, status_code=status_code, credits=credits, body=body,
+            unread=unread,
         )  # fmt: skip
         self.append_page(record)
         return record

@@ -15,7 +15,9 @@ from typing import Any
 
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.paging_styles import Cursor
+from harvest.connectors.errors import UnreadableAnswer
 from harvest.connectors.paging.follow_ups import FollowUps, cursor_key, follow_cursors
+from harvest.connectors.paging.page_request import SERVICES_OWN
 from harvest.connectors.paging.pager import PagerStart, held_nothing, later_page, signature
 from harvest.connectors.reading.extraction import ConvertedPage, convert_page
 from harvest.connectors.reading.json_body import Body, read_body
@@ -53,11 +55,14 @@ def carried_a_page(status: int) -> bool:
 
 def collected_page(page: ReplayedPage) -> bool:
     """Whether a stored answer counts as a page the query collected, as the live run counted it
-    (`QueryOutcome.pages`, which `max_pages` counts): a readable 2xx, or a billed "not found". A 2xx no reading
-    takes is a paid failure that a resume asks for again (`ResumePoint.finish`): counted, a resume under
-    `max_pages` stopped a page early, or at `max_pages` without asking for it (the page read as collected, its
-    records missing for good) when a kill came after the answer was kept and before its query's end was."""
-    return page.raw.status_code == 404 or (carried_a_page(page.raw.status_code) and page.answered)
+    (`QueryOutcome.pages`, which `max_pages` counts): a readable 2xx, a billed "not found", or an answer the
+    service sent unreadable (kept `SERVICES_OWN`: its query ended there as drift). A 2xx damaged on the wire (or
+    unreadable in a frame kept before the verdict was) is a paid failure that a resume asks for again
+    (`ResumePoint.finish`): counted, a resume under `max_pages` stopped a page early, or at `max_pages` without
+    asking for it (the page read as collected, its records missing for good) when a kill came after the answer
+    was kept and before its query's end was."""
+    raw = page.raw
+    return raw.counted and (raw.status_code == 404 or page.answered or raw.unread is not None)
 
 
 def _body(page: RawPage) -> Body:
@@ -149,6 +154,12 @@ class ResumePoint:
             start.ended = "drift"  # the catalog still cannot read it: stop here again, as the live run did
             if not self._followed:
                 start.cursor = dict(raw.cursor_out) if raw.cursor_out else None
+        elif not last.answered and raw.unread == SERVICES_OWN:
+            # the service sent it unreadable: paid once, never asked for again; the live run ended here as drift
+            start.ended, start.cursor = "drift", None
+            start.error = (
+                f"page {raw.page + 1}: {UnreadableAnswer(read_body(raw.body).problem or 'not JSON')}"
+            )
         elif not last.answered:
             start.index = raw.page  # a paid failure: ask for that page again
             if self._followed:
