@@ -24,6 +24,7 @@ import pytest
 
 from harvest.connectors.catalog import endpoints as catalog
 from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import crawl
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests, read_manifest
@@ -33,6 +34,7 @@ from tests.crawl_helpers import data_entries
 from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, expected_keys, job_spec, key_set, rows, write_spec
 from tests.process_helpers import finish, start_run
+from tests.test_kill_after_damaged import killed_after_a_damaged_answer
 
 TOPICS = ["oak desk", "elm chair", "ash shelf", "fir bench"]
 SYNC_THREAD = "sync journal.jsonl"
@@ -61,7 +63,8 @@ def frame_ends(path: Path) -> list[int]:
 def cut_power_before_publishing(output: Path, keep_pages: int, run: str | None = None) -> tuple[str, int]:
     """Leave the output as a power cut would have just before the run (the only one, or `run`) published its
     Parquet: the manifest as written at the start, none of its Parquet, nothing of it in DuckDB (an earlier run's
-    DuckDB is kept), the raw pages file cut after `keep_pages` pages. Returns the run id and the pages lost."""
+    DuckDB is kept), its last raw pages file (the session the cut came in) cut after `keep_pages` pages. Returns
+    the run id and the pages lost."""
     layout = OutputLayout(output)
     (manifest,) = [m for m in all_manifests(layout) if run in (None, m.run_id)]
     started = orjson.loads(layout.manifest_file(manifest.run_id).read_bytes())
@@ -77,7 +80,7 @@ def cut_power_before_publishing(output: Path, keep_pages: int, run: str | None =
         for table in ("runs", "query_state", "requests"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run])
         con.close()
-    (raw,) = layout.raw_files(manifest.run_id)
+    raw = layout.raw_files(manifest.run_id)[-1]
     ends = frame_ends(raw)
     os.truncate(raw, ends[keep_pages - 1])
     return manifest.run_id, len(ends) - keep_pages
@@ -310,3 +313,44 @@ def test_a_query_whose_pages_all_landed_before_the_kill_keeps_its_credits_when_r
     assert sum(q["credits"] for q in run.queries) == run.credits_spent == paid
     said = rows(output / "harvest.duckdb", "SELECT sum(credits) FROM query_state WHERE run_id = ?", [run_id])
     assert said == [(paid,)]
+
+
+def test_a_page_a_power_cut_lost_beside_a_kept_damaged_answer_is_fetched_again(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """One topic's pins, `max_pages: 3`, the second answer cut short twice (billed, kept, no page), the run killed
+    once it was kept, then resumed: the query's raw pages are 4 answers for its 3 pages (page 1 and the damaged
+    answer in the first session's file, pages 2 and 3 in the second's). A power cut then took page 3: the 3
+    answers left matched the summary's 3 pages, the query was kept as ended and page 3's pins never landed. The
+    answers are counted as the summary counts pages: the resume says a page is lacking and asks for page 3 again."""
+    params = {"query": TOPICS[0]}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=4,
+        fault_plan_by_path={PINS: [None, "truncated", "truncated"]},
+    )  # fmt: skip
+    three_pages = {
+        pin["id"] for page in list(crawl(PINS, params, config))[:3] for pin in page.records["pins"]
+    }
+    output = tmp_path / "out"
+    query = {"id": "pins", "endpoint": PINS, "params": params, "max_pages": 3}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, [query], name="nightly", credits=1000))
+        hook = killed_after_a_damaged_answer(tmp_path)
+        assert finish(start_run(spec, tmp_path, prefect_api_url, env=hook))[0] < 0  # SIGKILLed
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 0, out + err
+        paid = data_entries(sb)
+        run_id, lost = cut_power_before_publishing(
+            output, keep_pages=1
+        )  # the second session's page 3 is gone
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        again = data_entries(sb)[len(paid) :]
+    assert code == 0, out + err
+    assert [e.fault for e in paid] == [None, "truncated", "truncated", None, None] and lost == 1
+    assert "1 queries journaled as ended lack 1 of their raw pages" in err, err
+    assert [e.params for e in again] == [paid[-1].params]  # page 3, once
+    run = read_manifest(OutputLayout(output).manifest_file(run_id))
+    assert run.status == "complete" and run.resumes == 2 and run.loaded
+    (pins,) = run.queries
+    assert (pins["status"], pins["pages"]) == ("max_pages", 3), pins
+    assert {pin for (pin,) in rows(output / "harvest.duckdb", "SELECT id FROM pinboard_pins")} == three_pages

@@ -186,8 +186,9 @@ class Resume(_Start):
     index: RawIndex
     """Where its raw pages are: read once, for the check and for the landing."""
     missing: Mapping[str, int] = field(default_factory=dict)
-    """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found. They
-    are resumed instead of kept: the pages found land, the missing ones are fetched (and paid) again."""
+    """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found (as
+    its `pages` counts them: a kept receipt or damaged answer is none, `RawIndex.counted`). They are resumed
+    instead of kept: the pages found land, the missing ones are fetched (and paid) again."""
 
     @property
     def previous(self) -> RunManifest | None:
@@ -388,7 +389,7 @@ def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str)
         if s["status"] not in RUN_STOPPED and (not retry or s["status"] in OK_STATUSES)
     }
     index = RawIndex(layout.raw_files(run.run_id))
-    found = {q: len(index.at.get(q, ())) for q in ended}
+    found = {q: index.counted.get(q, 0) for q in ended}  # like its `pages`: no receipt, no damaged answer
     lost = {
         q: n for q, n in found.items() if n < int(ended[q]["pages"])
     }  # a power cut took pages, not the line

@@ -261,10 +261,13 @@ class RawIndex:
 
     def __init__(self, files: Iterable[Path]) -> None:
         self.at: dict[str, list[tuple[Path, int]]] = {}
+        self.counted: dict[str, int] = {}
+        """Query id -> its frames its `pages` counts (`RawPage.counted`): what a power cut check compares."""
         for path in files:
             reader, start = RawPageReader(path), 0
             for page in reader:
                 self.at.setdefault(page.query_id, []).append((path, start))
+                self.counted[page.query_id] = self.counted.get(page.query_id, 0) + page.counted
                 start = reader.valid_bytes
 
     def has(self, query_id: str) -> bool:
