@@ -390,9 +390,8 @@ def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str)
     }
     index = RawIndex(layout.raw_files(run.run_id))
     found = {q: index.counted.get(q, 0) for q in ended}  # like its `pages`: no receipt, no damaged answer
-    lost = {
-        q: n for q, n in found.items() if n < int(ended[q]["pages"])
-    }  # a power cut took pages, not the line
+    # a power cut took pages, not the line
+    lost = {q: n for q, n in found.items() if n < int(ended[q]["pages"])}
     runs = {h.run_id: h for h in run_heads(layout, run.job) if not h.unfinished and h.run_id != run.run_id}
     return Resume(
         coverage=job_coverage(layout, run.job, run.run_id), settled=settled_by(layout, chain_from(runs, run.continues)),
