@@ -5,7 +5,9 @@ the Parquet tree deleted and derived again from the raw pages alone.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,18 @@ import pytest
 from typer.testing import CliRunner
 
 from harvest.flows.cli import app
+from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.expected import crawl
+from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
-from tests.flow_helpers import rows
+from harvest.tasks.output.raw_store import RawPageReader
+from tests.crawl_helpers import data_entries
+from tests.endpoints import PINS
+from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, job_spec, rows, subprocess_env, write_spec
 from tests.nightly_helpers import night, parquet_rows
-from tests.process_helpers import harvest_importing
+from tests.process_helpers import finish, harvest_importing, start_run
+from tests.test_kill_after_damaged import killed_after_a_damaged_answer
 
 runner = CliRunner()
 
@@ -193,3 +202,58 @@ def test_history_views_keep_every_night_and_follow_a_moved_directory(
     rebuilt = runner.invoke(app, ["rebuild", str(moved)])
     assert rebuilt.exit_code == 0, rebuilt.output
     assert rows(moved / "harvest.duckdb", "SELECT count(*) FROM runs") == [(2,)]
+
+
+@pytest.mark.parametrize("parquet_gone", [False, True], ids=["parquet-kept", "parquet-gone"])
+def test_a_page_lost_from_the_raw_store_beside_a_kept_damaged_answer_is_said(
+    prefect_api_url: str, tmp_path: Path, parquet_gone: bool
+) -> None:
+    """One topic's pins, `max_pages: 3`, the second answer cut short twice (billed, kept, no page), the run killed
+    once it was kept, then resumed: its raw pages are 4 answers for the query's 3 pages. The disk then loses page
+    3. The rebuild counted 3 answers for 3 pages and landed the run again from page 1, the damaged answer and page
+    2: four pins fewer in its Parquet and DuckDB, and not a word. Answers are now counted as `pages` counts them:
+    with its Parquet there, the run is kept as landed, all 12 pins; with its Parquet gone too, it is landed from
+    what is left and harvest warns that a page's records are in no table."""
+    params = {"query": "oak desk"}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=4,
+        fault_plan_by_path={PINS: [None, "truncated", "truncated"]},
+    )  # fmt: skip
+    pages = [{pin["id"] for pin in page.records["pins"]} for page in list(crawl(PINS, params, config))[:3]]
+    output, layout = tmp_path / "out", OutputLayout(tmp_path / "out")
+    query = {"id": "pins", "endpoint": PINS, "params": params, "max_pages": 3}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job_spec(sb.base_url, output, [query], name="nightly", credits=1000))
+        hook = killed_after_a_damaged_answer(tmp_path)
+        assert finish(start_run(spec, tmp_path, prefect_api_url, env=hook))[0] < 0  # SIGKILLed
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        assert code == 0, out + err
+        assert [e.fault for e in data_entries(sb)] == [None, "truncated", "truncated", None, None]
+    (run,) = all_manifests(layout)
+    assert run.status == "complete" and [q["pages"] for q in run.queries] == [3]
+    db = output / "harvest.duckdb"
+    assert {pin for (pin,) in rows(db, "SELECT id FROM pinboard_pins")} == set().union(*pages)
+    files = layout.raw_files(run.run_id)  # page 1 and the damaged answer; pages 2 and 3
+    assert [[page.counted for page in RawPageReader(f)] for f in files] == [[True, False], [True, True]]
+    reader = RawPageReader(files[-1])
+    next(iter(reader))
+    os.truncate(files[-1], reader.valid_bytes)  # the disk lost page 3
+    if parquet_gone:
+        shutil.rmtree(output / "parquet")
+
+    done = subprocess.run(
+        [str(HARVEST), "rebuild", str(output)], env=subprocess_env(tmp_path, COLUMNS="400"),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    where = layout.run_dir(run.run_id)
+    pins = {pin for (pin,) in rows(db, "SELECT id FROM pinboard_pins")}
+    if parquet_gone:
+        assert pins == pages[0] | pages[1]
+        assert f"warning: {run.run_id}: rebuilt without 1 page of its 3, not in {where}" in said, said
+        assert "the records of the pages lost are in no table now" in said
+    else:
+        assert pins == set().union(*pages), "page 3's pins are kept as landed"
+        assert f"warning: {run.run_id}: not rebuilt: 1 of its 3 pages are not in {where}" in said, said
+        assert "its Parquet files are kept as landed and loaded, not derived again" in said

@@ -30,6 +30,8 @@ def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> No
     for name, n in sorted(report.tables.items()):
         console.add_row(rows, name, n)
     console.out.print(rows)
+    for line in report.lacking:  # last, where a reader looks: the rebuild is not whole
+        console.warning(line)
 
 
 def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:

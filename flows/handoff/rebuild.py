@@ -30,6 +30,7 @@ import duckdb
 from harvest.connectors.catalog.job_catalog import for_job
 from harvest.connectors.catalog.shape_overrides import shapes_data, shapes_of
 from harvest.connectors.paging.pager import QuerySpec
+from harvest.connectors.plurals import counted
 from harvest.flows.handoff.export_ledger import fingerprints
 from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.run_again import resume_hint
@@ -39,7 +40,7 @@ from harvest.tasks.database.connection import quote_ident, quote_literal, write_
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, all_manifests, write_manifest
-from harvest.tasks.output.raw_store import RawIndex, count_pages
+from harvest.tasks.output.raw_store import RawIndex
 
 KEPT_TABLES = {"exports": EXPORTS_DDL}
 """Tables that record what happened outside the output directory (where runs were exported), with their
@@ -54,6 +55,10 @@ class RebuildReport:
     """Runs loaded into the new database (every finished run)."""
     skipped: list[str] = field(default_factory=list)
     """Runs left alone, with why (a killed run still to resume)."""
+    lacking: list[str] = field(default_factory=list)
+    """Runs not rebuilt whole, with what is missing: pages their manifest counts are gone from `raw/` (their
+    Parquet kept as landed, or, that gone too, landed from the pages left). Said as warnings: the user would
+    otherwise take the rebuild for whole."""
     pages: int = 0
     records: int = 0
     tables: dict[str, int] = field(default_factory=dict)
@@ -85,48 +90,60 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                 report.skipped.append(f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}")
                 continue
             if run_id is None or m.run_id == run_id:
-                index = RawIndex(layout.raw_files(m.run_id)) if _own_files(m) else None
-                kept = _kept_as_landed(layout, m, index)
-                if kept:
-                    report.skipped.append(kept)
-                    done.append(m)
-                    continue
-                if spec is not None and m.job == spec.name:
-                    declared = {**m.declared, **spec.declared()}
-                    m = replace(m, shapes=shapes_data(spec.shape_overrides()), declared=declared)
-                m = reland_run(layout, m, report, index)
-                report.runs.append(m.run_id)
+                m = _rebuild_run(layout, m, report, spec)
             done.append(m)
         report.tables = rebuild_database(layout, done)
         report.loaded = [m.run_id for m in done]
     return report
 
 
-def _kept_as_landed(layout: OutputLayout, run: RunManifest, index: RawIndex | None) -> str | None:
-    """Why a run is not landed again (its Parquet files are kept as they are), or None to land it.
+def _rebuild_run(
+    layout: OutputLayout, run: RunManifest, report: RebuildReport, spec: JobSpec | None
+) -> RunManifest:
+    """One run landed again, or kept as landed when pages its manifest counts are gone from `raw/`.
 
-    Its raw pages are its only receipt: when some the manifest counts are gone from `raw/<run_id>/` (deleted to
-    save space, lost by a disk) while its Parquet files are all there, landing it again would replace those files
-    with fewer rows, drop the rows from the new database, and have the next export delete them at the
-    destination. A run whose files are gone too is landed from what is left: there is nothing more to lose.
-    `index`: where the pages of a run with files of its own are; without, each query's own raw file."""
+    Its raw pages are its only receipt: when some are gone (deleted to save space, lost by a disk) while its
+    Parquet files are all there, landing it again would replace those files with fewer rows, drop the rows from
+    the new database, and have the next export delete them at the destination. A run whose files are gone too is
+    landed from what is left: there is nothing more to lose, but the user is told which records no table holds."""
+    index = RawIndex(layout.raw_files(run.run_id)) if _own_files(run) else None
+    lacking, paid = _lacking(layout, run, index)
+    where = layout.run_dir(run.run_id)
+    if lacking and all(layout.resolve(path).exists() for _, path, _ in run.all_files()):
+        report.lacking.append(
+            f"{run.run_id}: not rebuilt: {lacking} of its {paid} pages are not in {where} (deleted, or lost by "
+            "the disk): its Parquet files are kept as landed and loaded, not derived again (put the raw pages "
+            "back to rebuild it)"
+        )
+        return run
+    if spec is not None and run.job == spec.name:
+        declared = {**run.declared, **spec.declared()}
+        run = replace(run, shapes=shapes_data(spec.shape_overrides()), declared=declared)
+    run = reland_run(layout, run, report, index)
+    report.runs.append(run.run_id)
+    if lacking:
+        report.lacking.append(
+            f"{run.run_id}: rebuilt without {counted(lacking, 'page')} of its {paid}, not in {where} (deleted, "
+            "or lost by the disk): its Parquet files were gone too, and the records of the pages lost are in no "
+            "table now (put the raw pages back and rebuild to have them)"
+        )
+    return run
+
+
+def _lacking(layout: OutputLayout, run: RunManifest, index: RawIndex | None) -> tuple[int, int]:
+    """Pages the manifest counts that its raw pages no longer hold, and the pages it counts. Kept answers are
+    counted as a query's `pages` counts them (`RawIndex.counted`: no 5xx receipt, no answer damaged on the
+    wire), as the resume's power cut check does: counting every frame, a kept receipt made up for a lost good
+    page, and the run was landed again with fewer rows without a word. `index`: where the pages of a run with
+    files of its own are; without, each query's own raw file."""
 
     def found(q: dict[str, Any]) -> int:
-        return (
-            len(index.at.get(q["query_id"], ()))
-            if index is not None
-            else count_pages(_raw_of(layout, run, q))
-        )
+        if index is not None:
+            return index.counted.get(q["query_id"], 0)
+        return sum(RawIndex([_raw_of(layout, run, q)]).counted.values())  # the query's own file
 
     paid = sum(int(q.get("pages", 0)) for q in run.queries)
-    lacking = sum(max(0, int(q.get("pages", 0)) - found(q)) for q in run.queries)
-    if not lacking or not all(layout.resolve(path).exists() for _, path, _ in run.all_files()):
-        return None
-    return (
-        f"{run.run_id}: {lacking} of its {paid} pages are not in {layout.run_dir(run.run_id)} (deleted, or lost "
-        "by the disk): its Parquet files are kept as landed and loaded, not derived again (put the raw pages "
-        "back to rebuild it)"
-    )
+    return sum(max(0, int(q.get("pages", 0)) - found(q)) for q in run.queries), paid
 
 
 @contextmanager
