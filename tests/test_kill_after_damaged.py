@@ -58,6 +58,15 @@ def killed_after_a_damaged_answer(tmp_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(folder)}
 
 
+def killed_then_resumed(spec: Path, tmp_path: Path, prefect_api_url: str) -> tuple[str, str]:
+    """`harvest run` killed right after it kept a damaged answer, then run again to its end: (stdout, stderr)."""
+    hook = killed_after_a_damaged_answer(tmp_path)
+    assert finish(start_run(spec, tmp_path, prefect_api_url, env=hook))[0] < 0  # SIGKILLed
+    code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+    assert code == 0, out + err
+    return out, err
+
+
 def test_a_damaged_answer_kept_just_before_a_kill_is_no_page_of_the_resumed_query(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
