@@ -1,5 +1,6 @@
-"""Where the service's published answers are: `../shared/spec/` beside the project, read in place and never copied
-into it. A test module that needs them skips whole, saying why, where that directory is absent."""
+"""Where the service's published answers are: `shared/spec/` in a directory above the project (or beside the
+samples `HARVEST_SERVICE_SAMPLES` names, `tests.published_samples`), read in place and never copied into it. A
+test module that needs them skips whole, saying why, where that directory is absent."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import pytest
 
 from tests.flow_helpers import ROOT
+from tests.published_samples import SAMPLES as FOUND_SAMPLES
 
-SPEC = ROOT.parent / "shared" / "spec"
+SPEC = FOUND_SAMPLES.parent if FOUND_SAMPLES is not None else ROOT.parent / "shared" / "spec"
 SURFACE = SPEC / "service-surface.json"
 """Every endpoint of the service: its parameters, paging, price, records and samples."""
 SAMPLES = SPEC / "service-samples"
