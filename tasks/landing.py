@@ -12,7 +12,7 @@ again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,17 +33,12 @@ from harvest.tasks.output.parquet_sink import MultiTableSink, run_date
 from harvest.tasks.output.query_summary import QuerySummary, history_fields
 from harvest.tasks.output.raw_store import RawIndex, RawPage, RawPageReader, RawPageWriter
 from harvest.tasks.output.replay import ResumePoint, collected_page, replay_pages
-from harvest.tasks.run_context import RunContext
+from harvest.tasks.run_context import OnRecords, RunContext
 
 if TYPE_CHECKING:  # Prefect is imported where a task needs it: `harvest rebuild` lands pages without it
     from prefect.states import State
 
 log = logging.getLogger(__name__)
-
-OnRecords = Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool, int], None]
-"""Called per landed page with its records (as sent), how many were kept, its credits, whether it was
-replayed from the raw store and the pages it counts as collected (0: an answer damaged on the wire, billed and
-kept, whose page a later run asks for again: the progress the user watches counts pages as the summary does)."""
 
 
 def open_sink(

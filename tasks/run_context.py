@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from harvest.tasks.query_line import QueryLine
 
 
+OnRecords = Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool, int], None]
+"""Called per landed page with its records (as sent), how many were kept, its credits, whether it was
+replayed from the raw store and the pages it counts as collected (0: an answer damaged on the wire, billed and
+kept, whose page a later run asks for again: the progress the user watches counts pages as the summary does)."""
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     """How a run talks to the service, as plain data: the flow reads it from the spec once, and a Dask worker
@@ -116,11 +122,8 @@ class RunContext:
     """False under `--full`: incremental queries page fully this once."""
     faults: FaultStop = field(default_factory=FaultStop)
     """The run's machine fault, if one stopped it (a full disk)."""
-    on_records: Callable[[QuerySpec, Mapping[str, Sequence[Any]], int, int, bool, int], None] = (
-        lambda spec, records, kept, credits, replayed, pages: None
-    )
-    """Per landed page: its records (as sent), how many were kept, its credits, whether it was replayed and the
-    pages it counts as collected (dependents and progress; `tasks.landing.OnRecords`)."""
+    on_records: OnRecords = lambda spec, records, kept, credits, replayed, pages: None
+    """Per landed page (dependents and progress; `OnRecords`)."""
 
     raw: RawPageWriter | None = None
     """The session's one raw file (the flow's process); None: each query writes its own (Dask rounds)."""
