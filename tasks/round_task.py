@@ -231,7 +231,9 @@ async def _pay(
     known: KnownKeys | None = None,
 ) -> dict[str, Any]:
     # No key here raises `MissingApiKey` before anything is sent: the flow gives the grant back and stops the run.
-    key = await aload_api_key(env_var=run["api_key_env"], secret_block=run["api_key_secret"])
+    key = await aload_api_key(
+        env_var=run["api_key_env"], secret_block=run["api_key_secret"], places=run.get("key_places")
+    )
     ledger = CreditLedger(  # the floor holds here too, and the prices the flow's ledger learned (said there)
         grant,
         run.get("min_balance"),

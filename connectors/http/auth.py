@@ -22,7 +22,9 @@ __all__ = [
     "KEY_SPOTTED",
     "MIN_REDACTED_KEY",
     "REDACTED",
+    "UNNAMED",
     "ApiKey",
+    "KeyPlaces",
     "aload_api_key",
     "environment_keys",
     "key_from_env",
@@ -173,11 +175,26 @@ def _html_escaped(value: str) -> set[str]:
     return forms
 
 
-def key_from_env(var: str = DEFAULT_ENV_VAR, environ: Mapping[str, str] | None = None) -> ApiKey:
-    """Read the key from an environment variable; a missing one names the variable to set."""
+UNNAMED = "the name is not repeated here: a value there is often the key itself"
+"""Why a key's place a spec wrote is said by its file, line and field, not by the name written there."""
+
+
+def key_from_env(
+    var: str = DEFAULT_ENV_VAR, environ: Mapping[str, str] | None = None, written_at: str | None = None
+) -> ApiKey:
+    """Read the key from an environment variable; a missing one names the variable to set, or, when a spec
+    wrote its name (`written_at`: `file:line: service.api_key_env`) and it is not HARVEST_API_KEY, that place:
+    a name no variable has is most often the key pasted where the name belongs."""
     env = os.environ if environ is None else environ
     value = env.get(var)
     if value is None or not value.strip():
+        if written_at is not None and var != DEFAULT_ENV_VAR:
+            raise MissingApiKey(
+                f"no API key: {written_at}: no environment variable of the name written there is set (or it is "
+                f"empty); {UNNAMED}. The field holds the name of the variable holding the key (such as "
+                f"{DEFAULT_ENV_VAR}), never the key itself; or name a Prefect Secret block in "
+                "service.api_key_secret"
+            )
         raise MissingApiKey(
             f"no API key: the environment variable {var} is not set (or empty). "
             f"Export {var}=<your key>, or configure a Prefect Secret block for the key"
@@ -191,7 +208,21 @@ def _secret_to_key(value: object, block_name: str) -> ApiKey:
     return ApiKey(value, source=f"the Prefect Secret block {block_name!r}")
 
 
-def key_from_prefect_secret(block_name: str) -> ApiKey:
+def _unloaded(block_name: str, exc: ValueError, written_at: str | None) -> MissingApiKey:
+    """A Secret block Prefect could not load, named, or said by where a spec wrote its name (`written_at`),
+    Prefect's own words then without the name (they repeat it)."""
+    if written_at is None:
+        return MissingApiKey(
+            f"no API key: the Prefect Secret block {block_name!r} could not be loaded ({exc})"
+        )
+    return MissingApiKey(
+        f"no API key: {written_at}: the Prefect Secret block named there could not be loaded "
+        f"({redact(str(exc), block_name)}); {UNNAMED}. The field holds the name of the Secret block holding "
+        "the key (lower-case letters, digits, -), never the key itself"
+    )
+
+
+def key_from_prefect_secret(block_name: str, written_at: str | None = None) -> ApiKey:
     """Read the key from a Prefect Secret block (sync; blocks while Prefect's API answers)."""
     from prefect.blocks.system import Secret  # lazy: prefect is heavy and only needed for this source
 
@@ -199,42 +230,49 @@ def key_from_prefect_secret(block_name: str) -> ApiKey:
         # _sync=True: without it Prefect returns a coroutine when an event loop is running in this thread.
         block: Any = Secret.load(block_name, _sync=True)  # type: ignore[call-arg]
     except ValueError as exc:
-        raise MissingApiKey(
-            f"no API key: the Prefect Secret block {block_name!r} could not be loaded ({exc})"
-        ) from None
+        raise _unloaded(block_name, exc, written_at) from None
     return _secret_to_key(block.get(), block_name)
 
 
-async def _aload_secret(block_name: str) -> ApiKey:
+async def _aload_secret(block_name: str, written_at: str | None = None) -> ApiKey:
     from prefect.blocks.system import Secret
 
     try:
         block: Any = await Secret.aload(block_name)
     except ValueError as exc:
-        raise MissingApiKey(
-            f"no API key: the Prefect Secret block {block_name!r} could not be loaded ({exc})"
-        ) from None
+        raise _unloaded(block_name, exc, written_at) from None
     return _secret_to_key(block.get(), block_name)
 
 
-def load_api_key(*, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None) -> ApiKey:
+KeyPlaces = Mapping[str, str]
+"""`api_key_env` / `api_key_secret` -> where a spec wrote it (`file:line: service.api_key_env`,
+`JobSpec.key_places`): a name no variable or block has is said by that place, never repeated."""
+
+
+def load_api_key(
+    *, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None, places: KeyPlaces | None = None
+) -> ApiKey:
     """The key from the Secret block when one is named, else from the environment variable."""
+    places = places or {}
     if secret_block:
         try:
-            return key_from_prefect_secret(secret_block)
+            return key_from_prefect_secret(secret_block, places.get("api_key_secret"))
         except MissingApiKey as exc:
             raise _without_env_keys(exc, env_var) from None
-    return key_from_env(env_var)
+    return key_from_env(env_var, written_at=places.get("api_key_env"))
 
 
-async def aload_api_key(*, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None) -> ApiKey:
+async def aload_api_key(
+    *, env_var: str = DEFAULT_ENV_VAR, secret_block: str | None = None, places: KeyPlaces | None = None
+) -> ApiKey:
     """Async twin of `load_api_key`, for flows that already run in an event loop."""
+    places = places or {}
     if secret_block:
         try:
-            return await _aload_secret(secret_block)
+            return await _aload_secret(secret_block, places.get("api_key_secret"))
         except MissingApiKey as exc:
             raise _without_env_keys(exc, env_var) from None
-    return key_from_env(env_var)
+    return key_from_env(env_var, written_at=places.get("api_key_env"))
 
 
 def _without_env_keys(exc: MissingApiKey, env_var: str) -> MissingApiKey:

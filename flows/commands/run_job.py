@@ -67,7 +67,10 @@ def preflight(spec_path: Path, base_url: str | None, output: Path | None = None)
     from harvest.connectors.http.auth import load_api_key
     from harvest.flows.spec.key_in_spec import refuse_key_in
 
-    key = load_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
+    service = spec.service
+    key = load_api_key(
+        env_var=service.api_key_env, secret_block=service.api_key_secret, places=spec.key_places()
+    )
     refuse_key_in(spec_path, resolved, key, spec.catalogs)
     return spec, resolved, (resolved, key, key.source)
 

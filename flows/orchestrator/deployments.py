@@ -29,7 +29,8 @@ class JobDeployment:
     schedule: Schedule | None
     parameters: dict[str, Any]
     output: Path
-    needs_key: tuple[str, str | None] | None  # (env var, secret block) unless the service is the sandbox
+    needs_key: tuple[str, str | None, dict[str, str]] | None
+    """(env var, secret block, `JobSpec.key_places`) unless the service is the sandbox."""
     catalogs: tuple[str, ...] = ()
     """The spec's catalog files (relative to its directory), searched for the key as the spec is."""
 
@@ -95,7 +96,12 @@ def job_deployments(paths: list[Path], base_url: str | None = None) -> list[JobD
             parameters["export_to"] = check_destination(spec.export.to)
         if base_url is not None:
             parameters["base_url"] = base_url
-        key = None if resolved == "sandbox" else (spec.service.api_key_env, spec.service.api_key_secret)
+        service = spec.service
+        key = (
+            None
+            if resolved == "sandbox"
+            else (service.api_key_env, service.api_key_secret, spec.key_places())
+        )
         jobs.append(
             JobDeployment(spec.name, file, spec.schedule, parameters, output, key, tuple(spec.catalogs))
         )
@@ -152,7 +158,8 @@ def check_ready(jobs: list[JobDeployment]) -> None:
     for job in jobs:
         check_output_dir(job.output)
         if job.needs_key is not None:
-            key = load_api_key(env_var=job.needs_key[0], secret_block=job.needs_key[1])
+            env_var, block, places = job.needs_key
+            key = load_api_key(env_var=env_var, secret_block=block, places=places)
             refuse_key_in(job.spec_file, str(job.parameters.get("base_url") or ""), key, job.catalogs)
 
 

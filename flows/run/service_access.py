@@ -42,7 +42,10 @@ def service_label(base_url: str) -> str:
 async def open_service(spec: JobSpec, cli_base_url: str | None) -> AsyncIterator[ServiceAccess]:
     base_url = resolve_base_url(spec, cli_base_url)
     if base_url != SANDBOX:
-        key = await aload_api_key(env_var=spec.service.api_key_env, secret_block=spec.service.api_key_secret)
+        service = spec.service
+        key = await aload_api_key(
+            env_var=service.api_key_env, secret_block=service.api_key_secret, places=spec.key_places()
+        )
         refuse_key_in_spec(spec, base_url, key)  # `harvest run` said it already; a team's own flow had not
         yield ServiceAccess(base_url.rstrip("/"), key, service_label(base_url))
         return

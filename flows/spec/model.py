@@ -69,6 +69,8 @@ DECLARED_AT = "harvest_declared_places"
 """Validation context: path -> where the spec's files declare it (`connectors.catalog.declared_at`)."""
 """Validation context: the spec's declared endpoints as `parse_spec` read them (`flows.spec.declared`), with
 their problems placed on their files' lines; without it the spec reads its catalog files itself."""
+KEY_AT = "harvest_key_places"
+"""Validation context: where the spec writes the key's place (`JobSpec.key_places`), from `parse_spec`."""
 
 
 class _Model(BaseModel):
@@ -307,6 +309,7 @@ class JobSpec(_Model):
     queries: list[Query] = Field(min_length=1)
     _declared: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
     _declared_at: dict[str, DeclaredAt] = PrivateAttr(default_factory=dict)
+    _key_at: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("output", mode="before")
     @classmethod
@@ -318,6 +321,7 @@ class JobSpec(_Model):
     @model_validator(mode="after")
     def _semantics(self, info: ValidationInfo) -> JobSpec:
         context = info.context or {}
+        self._key_at = dict(context.get(KEY_AT, {}))
         if DECLARED in context:
             self._declared = context[DECLARED]
             self._declared_at = dict(context.get(DECLARED_AT, {}))
@@ -338,6 +342,10 @@ class JobSpec(_Model):
             if problems:
                 raise ValueError("; ".join(f"{dotted(loc)}: {text}" for loc, text, _ in problems))
         return self
+
+    def key_places(self) -> dict[str, str]:
+        """Where the spec writes `api_key_env` / `api_key_secret`, said instead of a name (`auth.KeyPlaces`)."""
+        return self._key_at
 
     def catalog(self) -> Catalog:
         """This job's catalog: the built-in endpoints and the ones it declares."""

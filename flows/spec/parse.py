@@ -26,9 +26,9 @@ from harvest.flows.spec.declared import read_declared, yaml_problems
 from harvest.flows.spec.describe import keys
 from harvest.flows.spec.explain import dotted, explain, normalise, owner
 from harvest.flows.spec.key_in_spec import refuse_known_key, spec_key_names
-from harvest.flows.spec.model import DECLARED, DECLARED_AT, DEFER_CHECKS, JobSpec, Query
+from harvest.flows.spec.model import DECLARED, DECLARED_AT, DEFER_CHECKS, KEY_AT, JobSpec, Query
 from harvest.flows.spec.problems import Found, Problem, SpecError
-from harvest.flows.spec.yaml_reader import UnreadableSpec, load_yaml, read_spec_text
+from harvest.flows.spec.yaml_reader import LineMap, UnreadableSpec, load_yaml, read_spec_text
 
 
 @functools.lru_cache(maxsize=8)
@@ -57,7 +57,12 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         places = declared_places(
             declared.where, {f: m.lines if m else None for f, m in declared.lines.items()}
         )
-        context = {DEFER_CHECKS: True, DECLARED: declared.endpoints, DECLARED_AT: places}
+        context = {
+            DEFER_CHECKS: True,
+            DECLARED: declared.endpoints,
+            DECLARED_AT: places,
+            KEY_AT: _key_places(data, file, lines),
+        }
         spec = JobSpec.model_validate(data, context=context)
     except ValidationError as exc:
         for error in exc.errors():
@@ -75,6 +80,13 @@ def parse_spec(text: str, file: str = "<spec>") -> JobSpec:
         raise SpecError(problems)
     assert spec is not None
     return spec
+
+
+def _key_places(data: dict[str, Any], file: str, lines: LineMap) -> dict[str, str]:
+    """Where the spec writes each of `service.api_key_env` and `api_key_secret` (`JobSpec.key_places`)."""
+    service = data.get("service")
+    written = [f for f in ("api_key_env", "api_key_secret") if isinstance(service, dict) and f in service]
+    return {f: f"{file}:{lines.line(('service', f))}: service.{f}" for f in written}
 
 
 def _of_refused(found: Found, refused: set[str]) -> bool:

@@ -20,13 +20,14 @@ def run_info(
     spec: JobSpec, service: ServiceAccess, layout: OutputLayout, run_id: str, started: str, full: bool
 ) -> dict:
     """What a worker needs to know of the run, as plain data (no key: workers read it themselves)."""
-    key_env, secret = spec.service.api_key_env, spec.service.api_key_secret
+    key_env, secret, places = spec.service.api_key_env, spec.service.api_key_secret, spec.key_places()
     if service.label == EMBEDDED_SANDBOX:
         os.environ[SANDBOX_KEY_ENV] = service.api_key.reveal()  # local workers inherit it
-        key_env, secret = SANDBOX_KEY_ENV, None
+        key_env, secret, places = SANDBOX_KEY_ENV, None, {}
     return {
         "run_id": run_id, "started": started, "output": str(layout.root.resolve()), "base_url": service.url,
-        "api_key_env": key_env, "api_key_secret": secret, "client": asdict(client_settings(spec)),
+        "api_key_env": key_env, "api_key_secret": secret, "key_places": places,
+        "client": asdict(client_settings(spec)),
         "fsync": spec.durability == "fsync",
         "costs": dict(spec.costs), "shapes": shapes_data(spec.shape_overrides()), "incremental": not full,
         "declared": spec.declared(),
