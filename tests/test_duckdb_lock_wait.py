@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
@@ -129,6 +130,7 @@ def test_a_night_whose_database_stays_held_past_the_wait_exits_1_and_loads_later
         assert key_set(db, table) == set(keys), table
 
 
+@pytest.mark.scenario
 def test_a_second_signal_ends_the_wait_at_once(prefect_api_url: str, tmp_path: Path) -> None:
     output = tmp_path / "out"
     db = output / "harvest.duckdb"

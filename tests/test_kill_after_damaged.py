@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import crawl
 from harvest.sandbox.wire.serving import running
@@ -106,6 +108,7 @@ UNREADABLE = SandboxConfig(
 """The second page answered whole and unreadable (JSON followed by a proxy's HTML page): the service's own."""
 
 
+@pytest.mark.scenario
 def test_an_answer_the_service_sent_unreadable_kept_just_before_a_kill_is_not_paid_again(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

@@ -315,6 +315,7 @@ def test_a_query_whose_pages_all_landed_before_the_kill_keeps_its_credits_when_r
     assert said == [(paid,)]
 
 
+@pytest.mark.scenario
 def test_a_page_a_power_cut_lost_beside_a_kept_damaged_answer_is_fetched_again(
     prefect_api_url: str, tmp_path: Path
 ) -> None:

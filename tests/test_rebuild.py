@@ -204,6 +204,7 @@ def test_history_views_keep_every_night_and_follow_a_moved_directory(
     assert rows(moved / "harvest.duckdb", "SELECT count(*) FROM runs") == [(2,)]
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("parquet_gone", [False, True], ids=["parquet-kept", "parquet-gone"])
 def test_a_page_lost_from_the_raw_store_beside_a_kept_damaged_answer_is_said(
     prefect_api_url: str, tmp_path: Path, parquet_gone: bool
