@@ -80,6 +80,7 @@ def test_a_key_pasted_as_the_variable_s_name_is_not_printed_by_validate_or_run(
         ("api_key_secret", PASTED_BLOCK, "serve"),
         ("api_key_env", PASTED, "serve"),
     ],
+    ids=["secret-run", "secret-serve", "env-serve"],  # the test's ids name the place, never the pasted key
 )
 def test_a_key_pasted_as_the_name_of_its_place_is_not_printed_by_run_or_serve(
     prefect_api_url: str, tmp_path: Path, field: str, value: str, command: str
@@ -97,7 +98,9 @@ def test_a_key_pasted_as_the_name_of_its_place_is_not_printed_by_run_or_serve(
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize(("field", "value"), [("api_key_secret", PASTED_BLOCK), ("api_key_env", PASTED)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("api_key_secret", PASTED_BLOCK), ("api_key_env", PASTED)], ids=["secret", "env"]
+)
 def test_a_team_s_flow_keeps_a_key_pasted_as_the_name_of_its_place_out_of_prefect(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: str
 ) -> None:
