@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harvest.connectors.paging.page_request import DAMAGED, SERVICES_OWN
 from harvest.tasks.output.attempt_log import Attempt, AttemptLogWriter, iter_attempts
 from harvest.tasks.output.layout import OutputLayout, query_stem
 from harvest.tasks.output.raw_store import (
@@ -22,6 +23,7 @@ from harvest.tasks.output.raw_store import (
     RawPage,
     RawPageReader,
     RawPageWriter,
+    counts_as_page,
     encode_frame,
     iter_raw_pages,
     last_page,
@@ -82,6 +84,31 @@ def test_every_codec_reads_back(tmp_path: Path, codec: int) -> None:
     path = tmp_path / "q.pages"
     written = write_pages(path, 3, codec=codec)
     assert list(iter_raw_pages(path)) == written
+
+
+@pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_ZSTD, CODEC_ZLIB])
+def test_metas_are_the_pages_metas_without_their_bodies(tmp_path: Path, codec: int) -> None:
+    """What `harvest runs` counts of an unfinished run (`RawPageReader.metas`) is what reading its pages says:
+    a receipt (a 500) and an answer damaged on both tries are no page, a large answer's meta is read without
+    its body (a zstd one as a stream), and a torn tail ends the count where it ends the pages."""
+    path = tmp_path / "q.pages"
+    answers = [
+        {"status_code": 200},
+        {"status_code": 500, "body": b'{"error": "Internal server error"}'},
+        {"status_code": 200, "body": b'{"aweme_list": [', "unread": DAMAGED},
+        {"status_code": 200, "body": b"{} <html>", "unread": SERVICES_OWN},
+        {"status_code": 404, "body": b'{"error": "not found"}'},
+        {"status_code": 200, "body": os.urandom(3 << 20)},  # incompressible: over 1 MiB stored too
+    ]
+    with RawPageWriter(path, codec=codec) as w:
+        written = [w.append(**{**page_args(i), **answer}) for i, answer in enumerate(answers)]  # type: ignore[arg-type]
+    assert list(RawPageReader(path).metas()) == [page.meta() for page in written]
+    counted = [counts_as_page(m["status_code"], m.get("unread")) for m in RawPageReader(path).metas()]
+    assert counted == [page.counted for page in written] == [True, False, False, True, True, True]
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 1])
+    reader = RawPageReader(path)
+    assert len(list(reader.metas())) == 5 and reader.damaged
 
 
 def test_missing_and_empty_files_have_no_pages(tmp_path: Path) -> None:
@@ -262,6 +289,7 @@ def test_layout_names_are_safe_and_distinct(tmp_path: Path) -> None:
 
 DISK_FULL_SCRIPT = """
 import resource, signal, sys
+from harvest.connectors.paging.page_request import DAMAGED, SERVICES_OWN
 from harvest.tasks.output.attempt_log import AttemptLogWriter, iter_attempts
 from harvest.tasks.output.raw_store import RawPageWriter, iter_raw_pages
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # exceeding the limit raises EFBIG instead of killing us

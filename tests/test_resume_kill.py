@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from harvest.connectors.catalog import endpoints as catalog
 from harvest.flows.cli import app
 from harvest.flows.spec import UsageError
-from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind, SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox, running
 from harvest.tasks.output.layout import OutputLayout
@@ -32,7 +32,7 @@ from harvest.tasks.output.raw_store import RawPageReader
 from harvest.tasks.output.replay import replay_pages
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.declaring_helpers import Variant, aliased, builtin, variants
-from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS, PROFILE
+from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FEED, GROUP, PINS, PROFILE
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -56,6 +56,7 @@ from tests.process_helpers import (
     signal_group,
     start_run,
     wait_for_requests,
+    wait_until,
 )
 from tests.sandbox_gate import WAIT, gated, settle
 
@@ -177,6 +178,72 @@ def test_kill_9_mid_crawl_then_the_same_command_resumes(
     details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
     assert set(details) == set(material_ids()) and sum(details.values()) - len(details) <= CONCURRENCY
     assert_landed_once(output, run.run_id)
+
+
+FAILURES = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (60, 60), FEED: (4, 4), GROUP: (4, 4)}, page_size=4,
+    latency=0.05, billed_faults=BILLED_FAULTS_DEFAULT | {FaultKind.SERVER_ERROR},
+    fault_plan_by_path={FEED: [None, "server_error", "server_error"], GROUP: [None, "truncated", "truncated"]},
+)  # fmt: skip
+"""Pins that page long enough to be killed; the feed's second page answered 500 twice (billed: kept as a receipt),
+the group's cut short twice (billed: kept, damaged): both queries end failed after one page."""
+
+
+def listed_pages(listing: str, run_id: str) -> int:
+    """The pages `harvest runs` shows for the run, in its table."""
+    (row,) = [line for line in listing.splitlines() if run_id in line]
+    return int(row.split("│")[5])
+
+
+def test_harvest_runs_counts_a_killed_runs_pages_as_its_resume_does(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A night that met a billed 500 and an answer damaged twice, killed with kill -9 mid-run: `harvest runs`
+    counted every answer kept, the failures' two among them, so it showed two pages more than the resumed run's
+    own summary says were landed before the kill (its pages less those the resume paid for). It now shows the
+    pages its queries count, in its table and in its line."""
+    output = tmp_path / "out"
+    queries = [
+        {"id": "feed", "endpoint": FEED, "params": {"handle": "acme.example"}},
+        {"id": "group", "endpoint": GROUP, "params": {"group_id": "42"}},
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+    ]
+    retried_once = {"attempts": 2}  # the feed's 500 is asked once more, then kept as its receipt
+    with running(FAILURES) as sb:
+        night = job_spec(sb.base_url, output, queries, name="nightly", credits=10_000, service=retried_once)
+        spec = write_spec(tmp_path, {**night, "concurrency": CONCURRENCY})
+        proc = start_run(spec, tmp_path, prefect_api_url)
+
+        def failures_ended() -> bool:
+            """Both failed queries' end lines are in the run's journal: their answers were kept before."""
+            said = b"".join(j.read_bytes() for j in (output / "raw").glob("*/journal.jsonl"))
+            return all(b'"e":"end","summary":{"query_id":"%s"' % q in said for q in (b"feed", b"group"))
+
+        wait_until(failures_ended, proc, "the feed and the group ended")
+        at_kill = kill_hard(proc, sb)
+        listing = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "200"})
+        (killed,) = all_manifests(OutputLayout(output))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        entries = data_entries(sb)
+    assert killed.status == "running"  # killed mid-run: the pins were paging
+    faults = sorted(e.fault for e in entries if e.fault)
+    assert faults == ["server_error", "server_error", "truncated", "truncated"], (
+        "each failure met before the kill"
+    )
+    assert code == 1, out + err  # the feed and the group failed; the pins ended
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.resumes == 1
+    ended = {q["query_id"]: (q["status"], q["pages"]) for q in run.queries}
+    assert (ended["feed"], ended["group"]) == (("failed", 1), ("failed", 1)), (
+        ended
+    )  # the failures are no pages
+    resumed = entries[at_kill:]
+    assert resumed and all(e.status == 200 and e.fault is None for e in resumed), "the resume paid only pages"
+    landed_before_kill = sum(int(q["pages"]) for q in run.queries) - len(resumed)
+    assert listing.exit_code == 0, listing.output
+    assert listed_pages(listing.stdout, killed.run_id) == landed_before_kill, listing.stdout
+    said = " ".join(listing.stderr.split())
+    assert f"run {killed.run_id} of job nightly was killed ({landed_before_kill} pages," in said, said
 
 
 @pytest.mark.scenario

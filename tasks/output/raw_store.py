@@ -27,10 +27,10 @@ import os
 import struct
 import zlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -39,6 +39,7 @@ from harvest.connectors.paging.page_request import DAMAGED
 from harvest.tasks.output.append_file import AppendOnlyFile, append_record, fsync_dir
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAGIC = b"HVR1"
 _HEADER = struct.Struct(">4sBIII")
@@ -46,6 +47,7 @@ _META_LEN = struct.Struct(">I")
 CODEC_NONE, CODEC_ZSTD, CODEC_ZLIB = 0, 1, 2
 _MAX_FRAME = 0xFFFF_FFFF
 _COPY_CHUNK = 1 << 20
+_WHOLE = 1 << 20  # payloads up to this size are decompressed whole to read their meta
 
 # Parameter names that would carry a credential; they are never written, even if a caller passes them.
 SECRET_PARAMS = frozenset(
@@ -97,7 +99,12 @@ class RawPage:
         """Whether its query's `pages` (its summary's, `max_pages`') counts it: a 2xx or a billed "not found",
         not a failure's receipt (a 5xx, a 400) nor an answer damaged on the wire on both tries. A frame from
         before `unread` was written counts a damaged answer: only reading it could tell."""
-        return self.status_code == 404 or (200 <= self.status_code < 300 and self.unread != DAMAGED)
+        return counts_as_page(self.status_code, self.unread)
+
+
+def counts_as_page(status_code: int, unread: str | None) -> bool:
+    """`RawPage.counted`, told by a frame's meta alone (`RawPageReader.metas`)."""
+    return status_code == 404 or (200 <= status_code < 300 and unread != DAMAGED)
 
 
 _PAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(RawPage)) - {"body"}
@@ -156,6 +163,19 @@ def _decode_payload(codec: int, stored: bytes, raw_len: int) -> RawPage:
     return RawPage(**known, body=raw[_META_LEN.size + meta_len :])
 
 
+def _decode_meta(codec: int, stored: bytes, raw_len: int) -> dict[str, Any]:
+    """The meta at the head of a payload. A large answer's body is not decompressed (zstd read as a stream up to
+    the meta); a small one's is, whole: quicker than a stream's setup."""
+    if codec == CODEC_ZSTD and raw_len > _WHOLE:
+        head = pa.CompressedInputStream(pa.BufferReader(stored), "zstd").read(_WHOLE >> 4)
+    else:
+        head = _decompress(codec, stored, raw_len)
+    end = _META_LEN.size + _META_LEN.unpack_from(head)[0]
+    if end > len(head):  # a meta longer than the head read
+        head = _decompress(codec, stored, raw_len)
+    return dict(orjson.loads(head[_META_LEN.size : end]))
+
+
 class RawPageReader:
     """Iterates the complete pages of a raw file and records where (and why) reading stopped early.
 
@@ -175,6 +195,13 @@ class RawPageReader:
         return self.damage is not None
 
     def __iter__(self) -> Iterator[RawPage]:
+        return self._frames(_decode_payload)
+
+    def metas(self) -> Iterator[dict[str, Any]]:
+        """Each complete page's meta, as iterating reads its page: all a listing counts (`harvest runs`)."""
+        return self._frames(_decode_meta)
+
+    def _frames(self, decode: Callable[[int, bytes, int], T]) -> Iterator[T]:
         self.valid_bytes, self.pages, self.damage = 0, 0, None
         if not self.path.exists():
             return
@@ -183,21 +210,16 @@ class RawPageReader:
                 header = f.read(_HEADER.size)
                 if not header:
                     return
-                page = self._read_frame(f, header)
+                page = self._read_frame(f, header, decode)
                 if page is None:
-                    log.warning(
-                        "raw file %s: %s at byte %d; kept %d complete pages",
-                        self.path,
-                        self.damage,
-                        self.valid_bytes,
-                        self.pages,
-                    )
+                    said = (self.path, self.damage, self.valid_bytes, self.pages)
+                    log.warning("raw file %s: %s at byte %d; kept %d complete pages", *said)
                     return
                 self.valid_bytes = f.tell()
                 self.pages += 1
                 yield page
 
-    def _read_frame(self, f: BinaryIO, header: bytes) -> RawPage | None:
+    def _read_frame(self, f: BinaryIO, header: bytes, decode: Callable[[int, bytes, int], T]) -> T | None:
         if len(header) < _HEADER.size:
             self.damage = "torn frame header"
             return None
@@ -213,7 +235,7 @@ class RawPageReader:
             self.damage = "frame checksum mismatch"
             return None
         try:
-            return _decode_payload(codec, stored, raw_len)
+            return decode(codec, stored, raw_len)
         except Exception as exc:  # a frame whose CRC matches but cannot be decoded was written by a bug
             self.damage = f"undecodable frame ({exc})"
             return None
@@ -223,7 +245,7 @@ def decode_frame(data: bytes) -> RawPage | None:
     """The page in one whole frame held in memory (a staged page), or None when it is torn or corrupt."""
     reader = RawPageReader("<frame>")
     stream = io.BytesIO(data)
-    page = reader._read_frame(stream, stream.read(_HEADER.size))
+    page = reader._read_frame(stream, stream.read(_HEADER.size), _decode_payload)
     return page if page is not None and stream.tell() == len(data) else None
 
 
@@ -233,25 +255,6 @@ def iter_raw_pages(path: Path | str) -> Iterator[RawPage]:
     Use `RawPageReader` directly when the caller needs to know whether the tail was damaged.
     """
     yield from RawPageReader(path)
-
-
-def count_pages(path: Path | str) -> int:
-    """Complete frames in a raw file, reading only their headers (for listings of large runs)."""
-    count = 0
-    path = Path(path)
-    if not path.exists():
-        return 0
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        while True:
-            header = f.read(_HEADER.size)
-            if len(header) < _HEADER.size or header[:4] != MAGIC:
-                return count
-            length = _HEADER.unpack(header)[3]
-            if f.tell() + length > size:
-                return count
-            f.seek(length, os.SEEK_CUR)
-            count += 1
 
 
 class RawIndex:
@@ -283,7 +286,7 @@ class RawIndex:
             with open(path, "rb") as f:
                 for offset in offsets:
                     f.seek(offset)
-                    page = reader._read_frame(f, f.read(_HEADER.size))
+                    page = reader._read_frame(f, f.read(_HEADER.size), _decode_payload)
                     if page is not None:  # it was read whole when indexed
                         yield page
 
