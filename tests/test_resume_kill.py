@@ -195,6 +195,7 @@ def listed_pages(listing: str, run_id: str) -> int:
     return int(row.split("│")[5])
 
 
+@pytest.mark.scenario  # a second kill -9 proof (~45 s): make scenarios
 def test_harvest_runs_counts_a_killed_runs_pages_as_its_resume_does(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
