@@ -46,6 +46,7 @@ from tests.flow_helpers import (
     scalar,
     write_spec,
 )
+from tests.history_helpers import assert_history_once
 from tests.net_helpers import CuttableProxy
 from tests.prefect_helpers import flow_run_states
 from tests.process_helpers import (
@@ -107,7 +108,8 @@ def expected_tables() -> dict[str, set[tuple[Any, ...]]]:
 
 
 def assert_landed_once(output: Path, run_id: str) -> None:
-    """DuckDB holds the full crawl; the run's Parquet holds each stored page's records exactly once."""
+    """DuckDB holds the full crawl; the run's Parquet holds each stored page's records exactly once, and the
+    history views each of the run's fetches once (`tests.history_helpers`)."""
     db = output / "harvest.duckdb"
     for table, keys in expected_tables().items():
         assert key_set(db, table) == keys, table
@@ -128,6 +130,7 @@ def assert_landed_once(output: Path, run_id: str) -> None:
         ).fetchall()
     )
     assert landed == {q: n for q, n in stored.items() if n}
+    assert_history_once(output, [run_id])
 
 
 def test_kill_9_mid_crawl_then_the_same_command_resumes(
