@@ -106,7 +106,7 @@ class MissingApiKey(HarvestError):
 
 
 class BudgetExhausted(HarvestError):
-    """The ledger refused the credits for the next attempt, so no request was sent for it. `cap_below_price`:
+    """The ledger refused the credits for the next attempt, not sent (`attempts`: those sent). `cap_below_price`:
     {max_credits, price} when one request costs more than the query's whole cap; `capped`: `Refusal.capped`."""
 
     def __init__(
@@ -123,9 +123,9 @@ class BudgetExhausted(HarvestError):
         capped: str | None = None,
         tried: Tried | None = None,
     ) -> None:
+        sent = f"sent none after {attempts} attempt(s) with no page" if attempts else "no request was sent"
         super().__init__(
-            f"credit budget exhausted: page {page_index} needs {cost} credit(s) but {reason}; "
-            f"no request was sent for it",
+            f"credit budget exhausted: page {page_index} needs {cost} credit(s) but {reason}; {sent}",
             credits=credits,
             query_id=query_id,
             endpoint=endpoint,

@@ -194,6 +194,7 @@ async def page_query(
     raw_path, requests_path = ctx.raw_path(spec.query_id), ctx.requests_path(spec.query_id)
     shared = ctx.sink is not None
     sink = ctx.sink or open_sink(layout, run_id, ctx.started, part, spec.query_id)
+    sent = ctx.attempts.sent[spec.query_id]  # before: a Dask worker's context may have paged it in a round
     try:
         try:
             ctx.attempts.open(spec.query_id, requests_path)
@@ -237,6 +238,7 @@ async def page_query(
         ctx.attempts.close(spec.query_id)
     if published is None:  # its pages are kept but not landed: the resume lands them again
         pager.stopped(str(ctx.faults.fault))
+    pager.start.sent += ctx.attempts.sent[spec.query_id] - sent  # carried to its next round (Dask)
     summary = _summary(layout, spec, pager, published or [], raw_path, requests_path)
     return Paged(summary, pager.start)
 
@@ -262,6 +264,7 @@ def _summary(
         query_id=out.query_id, endpoint=out.endpoint, status=out.status, pages=out.pages, records=out.records,
         credits=out.credits, next_cursor=out.next_cursor, error=out.error, cap_below_price=out.cap_below_price,
         refused_for_good=out.refused_for_good, capped=out.capped, asks=spec.asks, earlier=spec.earlier,
+        sent=pager.start.sent,
         files=layout.listed(files),
         extraction=out.extraction.as_dict(),
         raw_file=layout.relative(raw_path), requests_file=layout.relative(requests_path),

@@ -60,6 +60,7 @@ def state_to_plain(state: PagerStart, pages: int, records: int, extraction: dict
         "follow": state.follow.plain(),
         "follow_asked": state.follow.asked,
         "tried": state.tried.plain(),
+        "sent": state.sent,
     }
 
 
@@ -77,6 +78,7 @@ def state_from_plain(plain: dict[str, Any] | None) -> PagerStart | None:
         backfilling=bool(plain.get("backfilling")),
         follow=FollowUps.from_plain(plain.get("follow"), plain.get("follow_asked", 0)),
         tried=Tried.from_plain(plain.get("tried")),
+        sent=plain.get("sent", 0),
     )
 
 

@@ -6,6 +6,7 @@ serialisable and Prefect never hashes or pickles a connection pool.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,6 +83,8 @@ class AttemptLogs:
         self.faults = faults
         self.shared: AttemptLogWriter | None = None
         """The session's one log (the flow's process): every query's attempts, each line naming its query."""
+        self.sent: Counter[str] = Counter()
+        """Attempts per query, rows of `requests`: a query with one is never "never started" (`QuerySummary.sent`)."""
 
     def share(self, path: Path) -> None:
         self.shared = AttemptLogWriter(path, fsync=self.fsync)
@@ -99,6 +102,7 @@ class AttemptLogs:
             writer.close()
 
     def log(self, attempt: Attempt) -> None:
+        self.sent[attempt.query_id] += 1
         writer = self.writers.get(attempt.query_id)
         if writer is None:
             return

@@ -163,6 +163,8 @@ class PagerStart:
     """What attempts at the page at `cursor` established when the credits ran out among them (`Tried`)."""
     follow: FollowUps = field(default_factory=FollowUps)
     """The follow-up requests its records handed out (`connectors.paging.follow_ups`)."""
+    sent: int = 0
+    """Requests the query sent before (earlier Dask rounds; a resume: its stored answers): `QuerySummary.sent`."""
 
 
 def signature(kinds: tuple[RecordKind, ...], tables: Mapping[str, pa.Table]) -> bytes:

@@ -158,14 +158,15 @@ def ended_well(status: str) -> bool:
 
 
 def query_notes(summary: Mapping[str, object], held: int = 0) -> list[str]:
-    """What a query's line says beside its status, from its summary: items left out, a cursor not read; `held`:
-    the credits of its refusals whose charge is not known yet (the ledger's `refused_of`)."""
+    """What a query's line says beside its status, from its summary: items left out, a cursor not read, requests
+    sent for no page; `held`: the credits of its refusals whose charge is not known yet (`refused_of`)."""
     from harvest.connectors.reading.extraction_report import ExtractionReport
     from harvest.connectors.reading.not_found import said_of
+    from harvest.tasks.output.run_summary import sent_for_no_page
 
     extracted = summary.get("extraction")
     notes = ExtractionReport.notes_of(extracted if isinstance(extracted, Mapping) else None)
-    notes += said_of(summary.get("status"), summary.get("error"))  # private, age-restricted, or none such
+    notes += said_of(summary.get("status"), summary.get("error")) + sent_for_no_page(summary)
     return [*notes, f"{held} of them {PROVISIONAL}"] if held else notes
 
 
@@ -240,8 +241,7 @@ class Counting:
     def query_finished(
         self, query_id: str, status: str, notes: Sequence[str] = (), credits: int | None = None
     ) -> None:
-        """`credits`: what the ledger counts for the query at its end, which its pages' counts may not sum to
-        (a refusal that ended it came with no page)."""
+        """`credits`: what the ledger counts for the query at its end, its pages' sum or not (a refusal)."""
         with self.lock:
             row = self._row(query_id)
             row.notes = tuple(notes)

@@ -50,6 +50,10 @@ class QuerySummary:
     ends here too (`flows.run.chain.settled_by`)."""
     earlier: bool = False
     """Started for a parent record an earlier run found (`QuerySpec.earlier`): not what a night costs."""
+    sent: int = 0
+    """HTTP attempts it sent in this run, rows of `requests` (a 5xx or a 429 too; a resume counts the earlier
+    sessions' stored answers). One with none "never started" (`run_summary.never_started`); one whose requests
+    got no page before the budget stopped it did start: a stopped query, its attempts in `requests`."""
     asks: str | None = None
     """A dependent's `QuerySpec.asks`: an incremental run skips one an earlier run collected only when it asks the
     same now. None for other queries, and in manifests older than it (then its endpoint alone is compared)."""

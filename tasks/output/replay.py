@@ -126,6 +126,7 @@ class ResumePoint:
         if collected_page(page):  # a failure's receipt (a 5xx, a 400), or a 2xx no reading takes, is none
             start.pages += 1
         start.records += page.kept
+        start.sent += 1  # a stored answer, page or receipt, is a request sent
         start.extraction.add(page.converted.report)
         start.index = raw.page + 1
         readable = page.answered and not page.converted.report.lost

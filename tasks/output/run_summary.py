@@ -9,7 +9,7 @@ manifest and the journal hold (`tasks.output.query_summary`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, overload
 
@@ -184,8 +184,22 @@ def unsendable(q: dict[str, Any]) -> bool:
 def never_started(queries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Queries that ended without a page because the budget (or their fan-out's `max_credits_total`) was spent
     before their turn: `--continue` starts them; the spec's `budget.unstarted_exit_code` says whether such a
-    night exits 0. Not those whose own cap no request fits in (`unsendable`): no later turn starts them."""
-    return [q for q in queries if q["status"] == "budget_exhausted" and not q["pages"] and not unsendable(q)]
+    night exits 0. Not those whose own cap no request fits in (`unsendable`): no later turn starts them. Nor
+    those that sent a request and got no page (an unbilled 500, the budget gone before the retry): rows of
+    `requests`, they are stopped queries (`QuerySummary.sent`; a manifest older than it says none)."""
+    return [
+        q
+        for q in queries
+        if q["status"] == "budget_exhausted" and not q["pages"] and not q.get("sent") and not unsendable(q)
+    ]
+
+
+def sent_for_no_page(q: Mapping[str, Any]) -> list[str]:
+    """A budget-stopped query's note when it sent requests and got no page (`QuerySummary.sent`): its line is
+    printed, not left to the never-started line it is not in."""
+    if q.get("status") != "budget_exhausted" or q.get("pages") or not q.get("sent"):
+        return []
+    return [f"{counted(int(q['sent']), 'request')} sent, no page"]
 
 
 def _per_spec_query(
