@@ -332,6 +332,7 @@ def test_a_fan_out_on_an_endpoint_no_answer_priced_yet_passes_no_budget_on_dask(
     ], "breadth-first: a page each, the first two by id"
 
 
+@pytest.mark.scenario
 def test_queries_a_fan_out_s_cap_left_unstarted_are_said_on_dask_as_locally(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
@@ -427,6 +428,7 @@ def dask_night(
 ONE_QUERY = [{"id": "pins", "endpoint": PINS, "params": {"query": "trail"}, "max_pages": 3}]
 
 
+@pytest.mark.scenario
 def test_a_page_the_service_keeps_failing_is_given_up_on_dask_after_the_policys_attempts(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:
@@ -518,6 +520,7 @@ def test_a_storm_of_429s_on_dask_ends_rate_limited_after_max_wait_as_locally(
     assert "never started" not in result.output, result.output
 
 
+@pytest.mark.scenario
 def test_refusals_the_service_did_not_bill_go_back_to_a_short_budget_on_dask_as_locally(
     prefect_harness: None, dask_address: str, tmp_path: Path
 ) -> None:

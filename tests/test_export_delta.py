@@ -129,6 +129,7 @@ def test_a_column_the_catalog_gained_appears_in_the_table(
     assert got == expected and any(v is not None for v in got.values())
 
 
+@pytest.mark.scenario
 def test_an_export_cut_off_between_tables_gives_the_same_tables_when_run_again(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
