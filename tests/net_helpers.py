@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from http.server import ThreadingHTTPServer
 
 import httpx
 
@@ -17,6 +18,16 @@ LOOPBACK = "127.0.0.1"
 START_TIMEOUT = 120.0
 """How long a server process may take to answer its first request: it imports its web stack first, which
 takes seconds on a machine busy with another test run. Only a process that never comes up waits this long."""
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """A threaded HTTP server for a test's answers, with a listen backlog a fan-out fits in. socketserver's
+    default backlog is 5: a test gathering ~70 queries at once overflowed it, the kernel dropped the
+    handshakes' last ACKs and retried them with a doubling wait, and requests sat unread for up to a minute
+    (read timeouts in a whole run of the published samples). uvicorn's sandbox listens with 2,048."""
+
+    request_queue_size = 2048
+    daemon_threads = True
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from tests.endpoints import OLD_BALANCE
-from tests.net_helpers import LOOPBACK
+from tests.net_helpers import LOOPBACK, LoopbackServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES: Path | None = (
@@ -80,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
 def sample_service(routes: Mapping[str, Answer]) -> Iterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
     """A server answering `routes` (and the free balance) on 127.0.0.1: its URL, and the requests it was asked
     (path, query parameters), in order."""
-    server = ThreadingHTTPServer((LOOPBACK, 0), _Handler)
+    server = LoopbackServer((LOOPBACK, 0), _Handler)
     server.routes, server.asked = dict(routes), []  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

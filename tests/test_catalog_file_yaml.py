@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect binds its log handlers on first import: not inside CliRunner)
 from harvest.flows.cli import app
+from tests.net_helpers import LoopbackServer
 
 runner = CliRunner()
 
@@ -114,7 +115,7 @@ def service() -> Iterator[tuple[str, list[str]]]:
     """A service on 127.0.0.1 that records every request it gets."""
     seen: list[str] = []
     handler = type("Handler", (_Counting,), {"seen": seen})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = LoopbackServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", seen

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.run_context import AttemptLogs, ClientSettings, RunContext, service_client
 from tests.declaring_helpers import request_of
 from tests.flow_helpers import ROOT, SECRET_KEY
+from tests.net_helpers import LoopbackServer
 from tests.published_helpers import SAMPLES, SURFACE, skip_without
 
 skip_without(SURFACE)
@@ -139,7 +140,7 @@ class _Samples(BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     """One HTTP server on 127.0.0.1 for every case; its base URL."""
     _Samples.answers = {case.query_id: (case.status, (SAMPLES / case.file).read_bytes()) for case in CASES}
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Samples)
+    httpd = LoopbackServer(("127.0.0.1", 0), _Samples)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

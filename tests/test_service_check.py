@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from harvest.sandbox.wire.answering import OUT_OF_CREDITS
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.endpoints import BALANCE, OLD_BALANCE, PINS
 from tests.flow_helpers import SECRET_KEY, job_spec, write_spec
-from tests.net_helpers import LOOPBACK, free_port
+from tests.net_helpers import LOOPBACK, LoopbackServer, free_port
 from tests.process_helpers import finish, imported_packages, messages, signal_group, start_run
 from tests.sandbox_gate import gated
 from tests.scripted_server import Hang, ScriptedServer, text_reply
@@ -53,10 +53,10 @@ class _Fixed(BaseHTTPRequestHandler):
 @pytest.fixture
 def other_server() -> Iterator[Callable[[int, str, bytes], tuple[str, list[str]]]]:
     """`other_server(status, content_type, body)`: its URL and the paths it was asked for."""
-    servers: list[ThreadingHTTPServer] = []
+    servers: list[LoopbackServer] = []
 
     def make(status: int, kind: str, body: bytes) -> tuple[str, list[str]]:
-        server = ThreadingHTTPServer((LOOPBACK, 0), _Fixed)
+        server = LoopbackServer((LOOPBACK, 0), _Fixed)
         server.answer, server.seen = (status, kind, body), []  # type: ignore[attr-defined]
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
