@@ -22,7 +22,7 @@ from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, scalar, write_spec
-from tests.process_helpers import finish, start_run, wait_for_requests
+from tests.process_helpers import finish, start_run, wait_for_requests, wait_until
 from tests.test_resume_kill import kill_hard
 
 TOPICS = ["oak", "elm", "ash", "fir"]
@@ -56,6 +56,9 @@ def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, 
         for answered in KILLS_AT:
             proc = start_run(spec, tmp_path, prefect_api_url)
             wait_for_requests(sb, answered, proc)
+            # killed while the sandbox holds a request (its latency): else a kill can fall between requests,
+            # in a retry's wait, and no kill of the four leaves one in flight (1 run in 5 on a quiet machine)
+            wait_until(lambda: sb.busy()[1] > 0, proc, "a request was in progress")
             kill_hard(proc, sb)
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         billed = sb.billed_total()
