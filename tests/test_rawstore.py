@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,13 +23,12 @@ from harvest.tasks.output.raw_store import (
     CODEC_NONE,
     CODEC_ZLIB,
     CODEC_ZSTD,
+    RawIndex,
     RawPage,
     RawPageReader,
     RawPageWriter,
     counts_as_page,
     encode_frame,
-    iter_raw_pages,
-    last_page,
 )
 from tests.endpoints import PROFILE
 
@@ -60,7 +62,7 @@ def test_round_trip_keeps_bytes_and_envelope(tmp_path: Path) -> None:
     with RawPageWriter(path) as w:
         for i, body in enumerate(bodies):
             w.append(**page_args(i, body))  # type: ignore[arg-type]
-    pages = list(iter_raw_pages(path))
+    pages = list(RawPageReader(path))
     assert [p.body for p in pages] == bodies
     first = pages[0]
     assert first.query_id == "short-video:profile/videos?handle=ünï code"
@@ -69,7 +71,6 @@ def test_round_trip_keeps_bytes_and_envelope(tmp_path: Path) -> None:
     assert first.fetched_at == "2026-11-01T12:00:00+00:00"
     assert (first.status_code, first.credits, first.page) == (200, 1, 0)
     assert b"SECRET" not in path.read_bytes()
-    assert last_page(path) == pages[-1]
 
 
 def test_compression_shrinks_repetitive_bodies(tmp_path: Path) -> None:
@@ -83,7 +84,7 @@ def test_compression_shrinks_repetitive_bodies(tmp_path: Path) -> None:
 def test_every_codec_reads_back(tmp_path: Path, codec: int) -> None:
     path = tmp_path / "q.pages"
     written = write_pages(path, 3, codec=codec)
-    assert list(iter_raw_pages(path)) == written
+    assert list(RawPageReader(path)) == written
 
 
 @pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_ZSTD, CODEC_ZLIB])
@@ -111,9 +112,36 @@ def test_metas_are_the_pages_metas_without_their_bodies(tmp_path: Path, codec: i
     assert len(list(reader.metas())) == 5 and reader.damaged
 
 
+def _sealed(codec: int, raw_len: int, stored: bytes) -> bytes:
+    """A frame whose checksum matches: what a bug in a writer would leave, not the wire or a kill."""
+    fields = struct.pack(">BII", codec, raw_len, len(stored))
+    return b"HVR1" + fields + struct.pack(">I", zlib.crc32(stored, zlib.crc32(fields))) + stored
+
+
+@pytest.mark.parametrize("fault", ["length", "field"])
+def test_the_index_stops_where_reading_the_pages_stops(tmp_path: Path, fault: str) -> None:
+    """A resume, a rebuild and `harvest runs` find pages by the index, built from the frames' metas alone; a
+    frame whose page cannot be read must end the index where it ends the pages, or a resume would count a
+    page it cannot replay and index the frames after it."""
+    path = tmp_path / "q.pages"
+    write_pages(path, 2, codec=CODEC_ZLIB)
+    meta = {k: v for k, v in RawPage(**page_args(2)).meta().items()}  # type: ignore[arg-type]
+    if fault == "field":
+        del meta["status_code"]
+    payload = struct.pack(">I", len(orjson.dumps(meta))) + orjson.dumps(meta) + b"{}"
+    said = len(payload) + (1 if fault == "length" else 0)
+    with open(path, "ab") as f:
+        f.write(_sealed(CODEC_ZLIB, said, zlib.compress(payload)))
+        f.write(encode_frame(RawPage(**page_args(3)), CODEC_ZLIB))  # type: ignore[arg-type]
+    reader = RawPageReader(path)
+    assert [p.page for p in reader] == [0, 1] and reader.damaged
+    index = RawIndex([path])
+    assert index.counted == {page_args(0)["query_id"]: 2}
+    assert [p.page for p in index.pages(str(page_args(0)["query_id"]))] == [0, 1]
+
+
 def test_missing_and_empty_files_have_no_pages(tmp_path: Path) -> None:
-    assert list(iter_raw_pages(tmp_path / "none.pages")) == []
-    assert last_page(tmp_path / "none.pages") is None
+    assert list(RawPageReader(tmp_path / "none.pages")) == []
     (tmp_path / "empty.pages").write_bytes(b"")
     reader = RawPageReader(tmp_path / "empty.pages")
     assert list(reader) == [] and not reader.damaged
@@ -169,9 +197,9 @@ def test_writer_moves_torn_tail_aside_and_appends_after_it(tmp_path: Path) -> No
 
 def test_fsync_mode_writes_the_same_format(tmp_path: Path) -> None:
     path = tmp_path / "q.pages"
-    assert list(iter_raw_pages(path)) == []
+    assert list(RawPageReader(path)) == []
     written = write_pages(path, 2, fsync=True)
-    assert list(iter_raw_pages(path)) == written
+    assert list(RawPageReader(path)) == written
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -189,7 +217,7 @@ def test_property_any_prefix_yields_a_prefix_of_pages(
         written = [w.append(**{**page_args(i, b), "cursor_out": cursor}) for i, b in enumerate(bodies)]  # type: ignore[arg-type]
     data = path.read_bytes()
     path.write_bytes(data[: cut % (len(data) + 1)])
-    got = list(iter_raw_pages(path))
+    got = list(RawPageReader(path))
     assert got == written[: len(got)]
 
 
@@ -226,8 +254,8 @@ def test_sigkill_mid_append_loop_leaves_a_readable_file(tmp_path: Path) -> None:
     assert len(pages) >= acknowledged + 1 > 300
     assert [p.page for p in pages] == list(range(len(pages)))
     assert pages[-1].body.endswith(b"%d" % pages[-1].page)
-    tail = last_page(path)
-    assert tail is not None and tail.cursor_out == {"c": str(tail.page + 1)}
+    tail = pages[-1]
+    assert tail.cursor_out == {"c": str(tail.page + 1)}
 
 
 def test_attempt_log_round_trip_and_torn_line(tmp_path: Path) -> None:
@@ -291,7 +319,7 @@ DISK_FULL_SCRIPT = """
 import resource, signal, sys
 from harvest.connectors.paging.page_request import DAMAGED, SERVICES_OWN
 from harvest.tasks.output.attempt_log import AttemptLogWriter, iter_attempts
-from harvest.tasks.output.raw_store import RawPageWriter, iter_raw_pages
+from harvest.tasks.output.raw_store import RawPageReader, RawPageWriter
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # exceeding the limit raises EFBIG instead of killing us
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 args = dict(endpoint="/e", params={}, cursor_in=None, cursor_out=None, fetched_at="2026-11-01T00:00:00Z",
@@ -311,7 +339,7 @@ for call in (lambda: w.append(query_id="q", page=1, body=b"b" * 1000, **args),
 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 w.append(query_id="q", page=1, body=b"c" * 1000, **args)
 log.append({"query_id": "q", "attempt": 3})
-bodies = [p.body[:1].decode() for p in iter_raw_pages(sys.argv[1])]
+bodies = [p.body[:1].decode() for p in RawPageReader(sys.argv[1])]
 print(bodies, [a["attempt"] for a in iter_attempts(sys.argv[2])])
 """
 

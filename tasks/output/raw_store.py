@@ -26,7 +26,6 @@ import logging
 import os
 import struct
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +107,9 @@ def counts_as_page(status_code: int, unread: str | None) -> bool:
 
 
 _PAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(RawPage)) - {"body"}
+_REQUIRED = frozenset(f.name for f in dataclasses.fields(RawPage) if f.default is dataclasses.MISSING) - {
+    "body"
+}
 
 
 def _default_codec() -> int:
@@ -164,16 +166,24 @@ def _decode_payload(codec: int, stored: bytes, raw_len: int) -> RawPage:
 
 
 def _decode_meta(codec: int, stored: bytes, raw_len: int) -> dict[str, Any]:
-    """The meta at the head of a payload. A large answer's body is not decompressed (zstd read as a stream up to
-    the meta); a small one's is, whole: quicker than a stream's setup."""
-    if codec == CODEC_ZSTD and raw_len > _WHOLE:
-        head = pa.CompressedInputStream(pa.BufferReader(stored), "zstd").read(_WHOLE >> 4)
-    else:
-        head = _decompress(codec, stored, raw_len)
+    """The meta at the head of a payload, refused where `_decode_payload` would refuse the page (a missing
+    field; a wrong length, checked where the payload is decompressed whole). A large answer's body is not
+    decompressed (zstd read as a stream up to the meta); a small one's is, whole: quicker than a stream's setup."""
+    streamed = codec == CODEC_ZSTD and raw_len > _WHOLE
+    head = (
+        pa.CompressedInputStream(pa.BufferReader(stored), "zstd").read(_WHOLE >> 4)
+        if streamed
+        else _decompress(codec, stored, raw_len)
+    )
+    if not streamed and len(head) != raw_len:
+        raise ValueError("payload length mismatch")
     end = _META_LEN.size + _META_LEN.unpack_from(head)[0]
     if end > len(head):  # a meta longer than the head read
         head = _decompress(codec, stored, raw_len)
-    return dict(orjson.loads(head[_META_LEN.size : end]))
+    meta = dict(orjson.loads(head[_META_LEN.size : end]))
+    if missing := _REQUIRED - meta.keys():
+        raise ValueError(f"meta without {sorted(missing)}")
+    return meta
 
 
 class RawPageReader:
@@ -249,28 +259,24 @@ def decode_frame(data: bytes) -> RawPage | None:
     return page if page is not None and stream.tell() == len(data) else None
 
 
-def iter_raw_pages(path: Path | str) -> Iterator[RawPage]:
-    """Yield complete pages in append order; a torn or corrupt tail ends iteration with a logged warning.
-
-    Use `RawPageReader` directly when the caller needs to know whether the tail was damaged.
-    """
-    yield from RawPageReader(path)
-
-
 class RawIndex:
     """Where each query's pages are among a run's raw files (its sessions' and older per-query files), found
-    in one pass: a resume, an abandon or a rebuild then reads a query's pages without reading the run again
-    for each of its thousands of queries."""
+    in one pass that decodes each frame's meta, not its body (a rebuild then decompresses each answer once):
+    a resume, an abandon or a rebuild then reads a query's pages without reading the run again for each of its
+    thousands of queries."""
 
     def __init__(self, files: Iterable[Path]) -> None:
         self.at: dict[str, list[tuple[Path, int]]] = {}
         self.counted: dict[str, int] = {}
-        """Query id -> its frames its `pages` counts (`RawPage.counted`): what a power cut check compares."""
+        """Query id -> its frames its `pages` counts (`RawPage.counted`): what a power cut check and `harvest
+        runs` compare."""
         for path in files:
             reader, start = RawPageReader(path), 0
-            for page in reader:
-                self.at.setdefault(page.query_id, []).append((path, start))
-                self.counted[page.query_id] = self.counted.get(page.query_id, 0) + page.counted
+            for meta in reader.metas():
+                query = meta["query_id"]
+                self.at.setdefault(query, []).append((path, start))
+                counted = counts_as_page(meta["status_code"], meta.get("unread"))
+                self.counted[query] = self.counted.get(query, 0) + counted
                 start = reader.valid_bytes
 
     def has(self, query_id: str) -> bool:
@@ -289,12 +295,6 @@ class RawIndex:
                     page = reader._read_frame(f, f.read(_HEADER.size), _decode_payload)
                     if page is not None:  # it was read whole when indexed
                         yield page
-
-
-def last_page(path: Path | str) -> RawPage | None:
-    """The last complete page (its cursor_out is where a resumed query continues), or None if none."""
-    tail = deque(RawPageReader(path), maxlen=1)
-    return tail[0] if tail else None
 
 
 def _set_aside_tail(path: Path, valid: int, size: int) -> Path:

@@ -9,13 +9,12 @@ frame (a failure's receipt, an answer damaged on the wire on both tries are none
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from harvest.tasks.output.job_lock import is_locked
 from harvest.tasks.output.journal import read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, all_manifests
-from harvest.tasks.output.raw_store import RawPageReader, counts_as_page
+from harvest.tasks.output.raw_store import RawIndex
 
 
 @dataclass(frozen=True)
@@ -36,19 +35,11 @@ def killed(layout: OutputLayout, m: RunManifest) -> bool:
     return m.status == "running" and not is_locked(layout.lock_file(m.job))
 
 
-def counted_pages(path: Path) -> int:
-    """The pages of a raw file its queries count: each frame's meta is decoded, not its body, ~10x reading the
-    headers alone and paid by unfinished runs only (measured in docs/decisions.md, Landing)."""
-    return sum(
-        counts_as_page(int(meta["status_code"]), meta.get("unread")) for meta in RawPageReader(path).metas()
-    )
-
-
 def _row(layout: OutputLayout, m: RunManifest) -> RunRow:
     if not m.unfinished:
         return RunRow(m, m.status, sum(int(q["pages"]) for q in m.queries), m.credits_spent)
     state = "killed" if killed(layout, m) else m.status
-    pages = sum(counted_pages(p) for p in layout.raw_files(m.run_id))
+    pages = sum(RawIndex(layout.raw_files(m.run_id)).counted.values())  # frames' metas, as a resume counts
     credits = read_journal(layout.journal_file(m.run_id)).total_spent
     return RunRow(m, state, pages, max(credits, m.credits_spent))
 
