@@ -21,6 +21,7 @@ from harvest.flows.commands.history_note import current_rows_sql
 from harvest.flows.handoff.lakehouse import table_rows
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
+from harvest.tasks.output.parquet_sink import ROW_GROUP_ROWS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, write_spec
 from tests.published_samples import sample
 
@@ -68,6 +69,36 @@ def test_each_key_once_with_its_newest_fetch(
     assert got.num_rows == len(rows) == 100, "each key once"
     assert {rows[f"v{i}"] for i in range(40)} == {"night 1"}
     assert {rows[f"v{i}"] for i in range(40, 100)} == {"night 3"}, "the newest fetch wins"
+
+
+def test_a_table_wider_than_the_memory_cap_streams_in_one_window(
+    tmp_path: Path, db: duckdb.DuckDBPyConnection
+) -> None:
+    """200,000 videos with their `raw` answers (~70 MB of rows, in row groups as the sink writes them), under the export's default 64 MB cap and in one
+    window (under `BUCKET_ROWS`): the newest row is chosen on narrow rows, as the load does; sorting whole rows
+    ran out of memory at 150,000 (a Delta export of that table failed)."""
+    n = 200_000
+    pad = "{:08d}" * 40
+    fetched = [datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)]
+    columns = {
+        "aweme_id": pa.array([f"v{i % (n - 1000)}" for i in range(n)]),  # the last 1,000 fetched again
+        "caption": pa.array([f"night {1 + (i >= n - 1000)}" for i in range(n)]),
+        "raw": pa.array([f'{{"i": {i}, "pad": "{pad.format(*[i] * 40)}"}}' for i in range(n)]),
+        "_fetched_at": pa.array(
+            [fetched[i >= n - 1000] for i in range(n)], KIND.schema.field("_fetched_at").type
+        ),
+    }
+    table = pa.table(
+        {f.name: columns.get(f.name, pa.nulls(n, f.type)) for f in KIND.schema}, schema=KIND.schema
+    )
+    pq.write_table(table, tmp_path / "wide.parquet", compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    got = pa.Table.from_batches(
+        list(table_rows.record_reader([tmp_path / "wide.parquet"], KIND.schema, KIND.primary_key, db))
+    )
+    assert got.num_rows == n - 1000 == len(set(got.column("aweme_id").to_pylist())), "each key once"
+    captions = dict(zip(got.column("aweme_id").to_pylist(), got.column("caption").to_pylist(), strict=True))
+    assert {captions[f"v{i}"] for i in range(1000)} == {"night 2"}, "the newest fetch wins"
+    assert {captions[f"v{i}"] for i in range(1000, n - 1000)} == {"night 1"}
 
 
 def test_a_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(

@@ -112,10 +112,15 @@ def record_reader(
     keys = ", ".join(quote_ident(k) for k in key)
     not_null = whole_key([quote_ident(k) for k in key])
     in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""
+    source = f"read_parquet({files}, union_by_name = true, {ROW_NUMBER} = true)"
+    rows_of = f"WHERE {not_null}{in_bucket}"
+    # The newest row of each key is chosen on narrow rows and the whole rows read after it, as the load does
+    # (`record_tables._choose_newest`): DuckDB 2.0 reads late only a window ordered by one column; ordered by
+    # three (`NEWEST_IN_FILES`) it sorted whole rows and ran out of the 64 MB cap at 150k rows.
     sql = (
-        f"SELECT {columns} FROM read_parquet({files}, union_by_name = true, {ROW_NUMBER} = true) "
-        f"WHERE {not_null}{in_bucket} "
-        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {NEWEST_IN_FILES}) = 1"
+        f"WITH newest AS (SELECT file_index, {ROW_NUMBER} FROM {source} {rows_of} "
+        f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {NEWEST_IN_FILES}) = 1) "
+        f"SELECT {columns} FROM {source} SEMI JOIN newest USING (file_index, {ROW_NUMBER}) {rows_of}"
     )
     first = con.sql(sql.format(bucket=0)).to_arrow_reader(BATCH_ROWS)
 
