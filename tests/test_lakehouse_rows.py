@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import orjson
@@ -169,6 +170,38 @@ def test_a_child_file_an_older_catalog_typed_otherwise_is_read_in_todays_types(
         (0, datetime(2023, 5, 28, 17, 8, 46, 499000, tzinfo=UTC)),
         (1, None),
     ]
+
+
+def test_a_child_table_wider_than_the_memory_cap_streams(
+    tmp_path: Path, db: duckdb.DuckDBPyConnection
+) -> None:
+    """100,000 shelf items of 1,000 shelves with ~1 KB of text each (~100 MB of rows, in the sink's row groups),
+    under the default cap: each item is chosen on narrow rows and read whole after, as the record tables' are; a
+    window over whole items ran out of memory (the Delta or Iceberg export of the table failed)."""
+    parent, child = all_kinds()["video_platform_shelves"], all_kinds()["video_platform_shelf_items"]
+    fetched, n, shelves = datetime(2026, 11, 1, tzinfo=UTC), 100_000, 1_000
+    shelf = {
+        "search_query": [f"q{i}" for i in range(shelves)], "type": ["shelf"] * shelves,
+        "title": ["Latest"] * shelves, "first_item_id": [f"v{i}" for i in range(shelves)],
+        "_fetched_at": [fetched] * shelves,
+    }  # fmt: skip
+    shelf_table = pa.table({f.name: shelf.get(f.name, pa.nulls(shelves, f.type)) for f in parent.schema})
+    pq.write_table(shelf_table.cast(parent.schema), tmp_path / "shelves.parquet")
+    items: dict[str, list[Any]] = {
+        "parent_search_query": [f"q{i // 100}" for i in range(n)], "parent_type": ["shelf"] * n,
+        "parent_title": ["Latest"] * n, "parent_first_item_id": [f"v{i // 100}" for i in range(n)],
+        "position": [i % 100 for i in range(n)], "_fetched_at": [fetched] * n,
+    }  # fmt: skip
+    for column in ("id", "title", "url", "thumbnail_url"):
+        items[column] = [f"{column} {i:08d} " * 12 for i in range(n)]
+    item_table = pa.table({f.name: items.get(f.name, pa.nulls(n, f.type)) for f in child.schema})
+    pq.write_table(item_table.cast(child.schema), tmp_path / "items.parquet", row_group_size=ROW_GROUP_ROWS)
+    reader = table_rows.child_reader(
+        child, [tmp_path / "items.parquet"], [tmp_path / "shelves.parquet"], groups=False, db=db
+    )
+    got = pa.Table.from_batches(list(reader), schema=child.schema)
+    assert got.num_rows == n
+    assert set(got.column("id").to_pylist()) == set(items["id"]), "every item once, whole"
 
 
 def test_a_key_a_page_holds_three_times_is_its_last_occurrence_in_the_table_view_query_and_delta(

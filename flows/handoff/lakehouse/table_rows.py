@@ -184,9 +184,12 @@ def child_reader(
         f"c.{quote_ident(k)} = p.{quote_ident(k)}" for k in (*child.parent_columns, NEWEST_BY)
     )
     item = ", ".join(f"c.{quote_ident(k)}" for k in child.primary_key)
+    source = f"read_parquet({listed}, union_by_name = true, {ROW_NUMBER} = true) AS c"
+    # chosen on narrow rows, read whole after (as `record_reader`): a window over whole rows ran out of the cap
     sql = (
-        f"SELECT {columns} FROM read_parquet({listed}, union_by_name = true) AS c "
-        f"SEMI JOIN ({parents}) AS p ON {same} QUALIFY row_number() OVER (PARTITION BY {item}) = 1"
+        f"WITH chosen AS (SELECT c.file_index, c.{ROW_NUMBER} FROM {source} "
+        f"SEMI JOIN ({parents}) AS p ON {same} QUALIFY row_number() OVER (PARTITION BY {item}) = 1) "
+        f"SELECT {columns} FROM {source} SEMI JOIN chosen USING (file_index, {ROW_NUMBER})"
     )
     return _cast(con, con.sql(sql).to_arrow_reader(BATCH_ROWS), child.schema)
 
