@@ -177,7 +177,7 @@ def files_under(root: Path) -> Iterator[Path]:
 def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
     """The key is in no file's bytes, no decompressed raw page (meta or body), no Parquet value, no DuckDB
     value and no `requests.params` value."""
-    from harvest.tasks.output.raw_store import iter_raw_pages
+    from harvest.tasks.output.raw_store import RawPageReader
 
     needle = secret.encode()
     files = list(files_under(output))
@@ -186,7 +186,7 @@ def assert_no_secret_in_outputs(output: Path, secret: str = SECRET_KEY) -> None:
         assert needle not in path.read_bytes(), f"API key found in the bytes of {path}"
         assert secret not in str(path)
     for path in output.rglob("*.pages"):
-        for page in iter_raw_pages(path):
+        for page in RawPageReader(path):
             assert needle not in page.body, f"API key in a raw page body of {path}"
             assert needle not in orjson.dumps(page.meta()), f"API key in a raw page envelope of {path}"
     for path in output.rglob("*.parquet"):

@@ -28,7 +28,7 @@ from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import running
-from harvest.tasks.output.raw_store import iter_raw_pages
+from harvest.tasks.output.raw_store import RawPageReader
 from tests.crawl_helpers import data_entries
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, FORUM, PINS, PROFILE, VIDEO_SEARCH
 from tests.flow_helpers import (
@@ -291,7 +291,7 @@ def test_parquet_layout_and_raw_pages(crawl: Crawl) -> None:
     run_id = crawl.first.run_id
     run_dir = crawl.output / "raw" / run_id
     assert (run_dir / "manifest.json").is_file()
-    pages = [p for f in sorted(run_dir.glob("*.pages")) for p in iter_raw_pages(f)]
+    pages = [p for f in sorted(run_dir.glob("*.pages")) for p in RawPageReader(f)]
     assert len(pages) == len(crawl.ledger_first)
     assert sum(p.credits for p in pages) == crawl.billed_first
     by_query: dict[str, list[Any]] = {}
