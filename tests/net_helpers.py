@@ -27,7 +27,6 @@ class LoopbackServer(ThreadingHTTPServer):
     (read timeouts in a whole run of the published samples). uvicorn's sandbox listens with 2,048."""
 
     request_queue_size = 2048
-    daemon_threads = True
 
 
 def free_port() -> int:

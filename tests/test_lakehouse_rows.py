@@ -75,9 +75,9 @@ def test_each_key_once_with_its_newest_fetch(
 def test_a_table_wider_than_the_memory_cap_streams_in_one_window(
     tmp_path: Path, db: duckdb.DuckDBPyConnection
 ) -> None:
-    """200,000 videos with their `raw` answers (~70 MB of rows, in row groups as the sink writes them), under the export's default 64 MB cap and in one
-    window (under `BUCKET_ROWS`): the newest row is chosen on narrow rows, as the load does; sorting whole rows
-    ran out of memory at 150,000 (a Delta export of that table failed)."""
+    """200,000 videos with their `raw` answers (~70 MB of rows, in row groups as the sink writes them), under
+    the export's default 64 MB cap and in one window (under `BUCKET_ROWS`): the newest row is chosen on narrow
+    rows, as the load does; sorting whole rows ran out of memory at 150,000 (a Delta export of it failed)."""
     n = 200_000
     pad = "{:08d}" * 40
     fetched = [datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)]

@@ -23,6 +23,7 @@ from harvest.tasks.output.raw_store import (
     CODEC_NONE,
     CODEC_ZLIB,
     CODEC_ZSTD,
+    MAGIC,
     RawIndex,
     RawPage,
     RawPageReader,
@@ -115,7 +116,7 @@ def test_metas_are_the_pages_metas_without_their_bodies(tmp_path: Path, codec: i
 def _sealed(codec: int, raw_len: int, stored: bytes) -> bytes:
     """A frame whose checksum matches: what a bug in a writer would leave, not the wire or a kill."""
     fields = struct.pack(">BII", codec, raw_len, len(stored))
-    return b"HVR1" + fields + struct.pack(">I", zlib.crc32(stored, zlib.crc32(fields))) + stored
+    return MAGIC + fields + struct.pack(">I", zlib.crc32(stored, zlib.crc32(fields))) + stored
 
 
 @pytest.mark.parametrize("fault", ["length", "field"])
@@ -125,7 +126,7 @@ def test_the_index_stops_where_reading_the_pages_stops(tmp_path: Path, fault: st
     page it cannot replay and index the frames after it."""
     path = tmp_path / "q.pages"
     write_pages(path, 2, codec=CODEC_ZLIB)
-    meta = {k: v for k, v in RawPage(**page_args(2)).meta().items()}  # type: ignore[arg-type]
+    meta = RawPage(**page_args(2)).meta()  # type: ignore[arg-type]
     if fault == "field":
         del meta["status_code"]
     payload = struct.pack(">I", len(orjson.dumps(meta))) + orjson.dumps(meta) + b"{}"
