@@ -3,6 +3,7 @@ directory and on a real S3 API (moto on 127.0.0.1), read back by delta-rs and Du
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ import boto3
 import duckdb
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from typer.testing import CliRunner
@@ -402,3 +404,38 @@ def test_maintenance_compacts_and_vacuums_a_merged_table_without_losing_a_row(tm
     assert not merged & on_disk, "the merges' replaced files are gone"
     assert key_values(table.to_pyarrow_table(), "id", "v") == before and len(before) == 201
     assert (before["150"], before["151"], before["400"]) == (2, 3, 3)
+
+
+@pytest.mark.scenario
+def test_harvest_export_delta_of_200k_rows_with_their_raw_answers_completes(tmp_path: Path) -> None:
+    """The command a user runs, on a loaded run of 200,000 videos with ~330-byte raw answers in the sink's row
+    groups, under the default memory cap: every key reaches the Delta table once. It ran out of memory from
+    150,000 rows while the newest row was chosen by sorting whole rows (`table_rows.record_reader`)."""
+    from harvest.tasks.output.layout import OutputLayout
+    from harvest.tasks.output.manifest import RunManifest, write_manifest
+    from harvest.tasks.output.parquet_sink import ROW_GROUP_ROWS
+
+    kind, n, run_id = all_kinds()[VIDEOS], 200_000, "20261124T030000Z-aaaaaa"
+    layout = OutputLayout(tmp_path / "out")
+    path = layout.parquet_file(VIDEOS, dt.date(2026, 11, 24), run_id, "0000")
+    path.parent.mkdir(parents=True)
+    at = dt.datetime(2026, 11, 24, 3, tzinfo=dt.UTC)
+    given = {
+        "aweme_id": pa.array([str(i) for i in range(n)]),
+        "raw": pa.array([f'{{"aweme_id": "{i}", "desc": "{f"{i:08d}" * 40}"}}' for i in range(n)]),
+        "_run_id": pa.array([run_id] * n),
+        "_fetched_at": pa.array([at] * n, kind.schema.field("_fetched_at").type),
+    }
+    table = pa.table(
+        {f.name: given.get(f.name, pa.nulls(n, f.type)) for f in kind.schema}, schema=kind.schema
+    )
+    pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    run = RunManifest(
+        run_id=run_id, job="big", spec_hash="h", service="s", started=at.isoformat(), finished=at.isoformat(),
+        status="complete", budget=0, credits_spent=0, loaded=True, files=[(VIDEOS, layout.relative(path), n)],
+    )  # fmt: skip
+    write_manifest(layout, run)
+    result = export(layout.root, str(tmp_path / "dest"))
+    assert result.exit_code == 0, result.output
+    got = delta(str(tmp_path / "dest" / VIDEOS)).to_pyarrow_table(columns=["aweme_id"])
+    assert got.num_rows == n == len(set(got.column("aweme_id").to_pylist()))
