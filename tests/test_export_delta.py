@@ -406,7 +406,6 @@ def test_maintenance_compacts_and_vacuums_a_merged_table_without_losing_a_row(tm
     assert (before["150"], before["151"], before["400"]) == (2, 3, 3)
 
 
-@pytest.mark.scenario
 def test_harvest_export_delta_of_200k_rows_with_their_raw_answers_completes(tmp_path: Path) -> None:
     """The command a user runs, on a loaded run of 200,000 videos with ~330-byte raw answers in the sink's row
     groups, under the default memory cap: every key reaches the Delta table once. It ran out of memory from
