@@ -311,6 +311,21 @@ def test_docs_tables_md_is_the_catalog_rendered() -> None:
     assert "| `feed_reason` |" in committed and "| `_fetched_at` | TIMESTAMP WITH TIME ZONE |" in committed
 
 
+def test_a_column_the_service_spells_from_the_request_does_not_say_it_is_the_request() -> None:
+    """A subreddit asked as `absoluteunits` is named `AbsoluteUnits` (the service's published answer): its `name`
+    column said "Made as `$params.subreddit`", so an analyst joined the job's list on it and lost the row. The
+    comment (and docs/tables.md) now says it is the service's spelling; `subreddit_name` holds the request's."""
+    result = runner.invoke(app, ["schema", "--tables"])
+    assert result.exit_code == 0, result.output
+    section = result.stdout.split("## forum_subreddits\n", 1)[1].split("\n## ", 1)[0]
+    (name,) = [line for line in section.splitlines() if line.startswith("| `name` |")]
+    assert "Made as" not in name
+    assert "The request's `subreddit` as the service spells it (its case may differ" in name
+    assert (
+        "Made as `'t3_' \\|\\| id`" in result.stdout
+    )  # a template of the record's own values still says how
+
+
 def harvest_plan(spec: Path, *options: str) -> subprocess.CompletedProcess[str]:
     """`harvest plan SPEC OPTIONS` as a script runs it, in the spec's folder."""
     return subprocess.run(

@@ -18,11 +18,9 @@ from harvest.connectors.catalog.declarations import (
     ENDPOINT_PATH,
     ENDPOINT_PATH_WORDS,
     ENTRY_FIELDS,
-    HOLDER_PREFIX,
     META_COLUMN_NAMES,
     NAME,
     NAME_WORDS,
-    PARAM_PREFIX,
     PARENT_PREFIX,
     POSITION,
     RESERVED_PARAMS,
@@ -36,7 +34,7 @@ from harvest.connectors.catalog.declarations import (
     path_params,
 )
 from harvest.connectors.catalog.declared_requests import effective_next
-from harvest.connectors.catalog.record_paths import alternatives
+from harvest.connectors.catalog.record_paths import HOLDER_PREFIX, PARAM_PREFIX, alternatives
 from harvest.connectors.catalog.request_checks import Problem
 from harvest.connectors.catalog.request_checks import (
     fits as _fits,

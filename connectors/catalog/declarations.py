@@ -47,9 +47,6 @@ PATH_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 TABLE = re.compile(r"^[a-z][a-z0-9_]*$")
 COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
-PARAM_PREFIX = "$params."
-HOLDER_PREFIX = "$parent."
-"""A column path reading a column of the item that holds a nested record (`connectors.catalog.fields`)."""
 
 ENDPOINT_PATH_WORDS = "a path starting with `/`: letters, digits, `._~-`, and `{name}` for a path parameter"
 NAME_WORDS = "a name of letters, digits and `_`, starting with a letter"

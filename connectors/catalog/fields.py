@@ -28,10 +28,13 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from harvest.connectors.catalog.record_paths import MISSING, alternatives, compile_path
-
-PARAM_PREFIX = "$params."
-"""A field path starting with this reads the request's parameter instead of the record (e.g. the embed's handle)."""
+from harvest.connectors.catalog.record_paths import (
+    HOLDER_PREFIX,
+    MISSING,
+    PARAM_PREFIX,
+    alternatives,
+    compile_path,
+)
 
 
 def request_params(path: str) -> tuple[str, ...]:
@@ -50,10 +53,6 @@ def first_given(params: Mapping[str, Any], names: tuple[str, ...]) -> Any:
             return value
     return None
 
-
-HOLDER_PREFIX = "$parent."
-"""A field path starting with this reads a column of the item that holds the record (a reply's comment, with
-`nested`): `$parent.id` is the id of the comment a reply answers; null for an item of the place itself."""
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 DECIMAL = pa.decimal128(18, 4)

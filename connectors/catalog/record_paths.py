@@ -19,6 +19,12 @@ from typing import Any, Final
 MISSING: Final = object()
 """Returned when a path does not resolve; distinct from a JSON null."""
 
+PARAM_PREFIX: Final = "$params."
+"""A column path starting with this reads the request's parameter instead of the record (the embed's handle)."""
+HOLDER_PREFIX: Final = "$parent."
+"""A column path starting with this reads a column of the item that holds the record (a reply's comment, with
+`nested`): `$parent.id` is the id of the comment a reply answers; null for an item of the place itself."""
+
 _TOKEN = re.compile(r"([^.\[\]]+)?((?:\[\d*\])*)")
 
 Getter = Callable[[Any], Any]

@@ -20,6 +20,7 @@ from harvest.connectors.catalog.fields import (
     DESCRIPTION,
     HOLDER_PREFIX,
     JOINS,
+    PARAM_PREFIX,
     SOURCE,
     TEMPLATE,
     request_params,
@@ -81,13 +82,24 @@ def template_sql(template: str) -> str:
     return " || ".join(parts)
 
 
+def _made_as(template: str) -> str:
+    """A template's sentence. One that is a request's parameter alone (a profile's handle) is the service's own
+    spelling of what was asked, not the request's text: `AbsoluteUnits` asked as `absoluteunits`, so "Made as"
+    would send an analyst to join the job's list on it (the column of the request's text is the join)."""
+    whole = PLACEHOLDER.fullmatch(template)
+    if whole and whole.group(1).startswith(PARAM_PREFIX):
+        name = whole.group(1).removeprefix(PARAM_PREFIX)
+        return f" The request's `{name}` as the service spells it (its case may differ from the request's)."
+    return f" Made as `{template_sql(template)}`."
+
+
 def link_words(fld: pa.Field) -> str:
     """What the catalog says a column is made of (`template`) and joins (`joins`), as a sentence each ("" when
     it says neither)."""
     meta = fld.metadata or {}
     words = ""
     if TEMPLATE in meta:
-        words += f" Made as `{template_sql(meta[TEMPLATE].decode())}`."
+        words += _made_as(meta[TEMPLATE].decode())
     if JOINS in meta:
         said = " or ".join(f"`{target}`" for target in meta[JOINS].decode().split(","))
         words += f" Joins {said}."
