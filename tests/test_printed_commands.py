@@ -366,3 +366,39 @@ def test_the_export_retry_and_the_fresh_start_work_as_printed(prefect_api_url: s
     assert fresh.endswith(" --fresh") and started.returncode == 0, fresh + started.stdout + started.stderr
     statuses = sorted((m.started, m.status) for m in manifests(output))
     assert [s for _, s in statuses] == ["complete", "abandoned", "complete"], statuses
+
+
+def test_a_job_spec_given_where_the_output_directory_belongs_is_said_with_the_command_that_works(
+    landed_demo: LandedDemo, prefect_api_url: str, tmp_path: Path
+) -> None:
+    """`harvest runs night.yaml` said "no runs found under night.yaml" (exit 1) and `harvest sql night.yaml ...`
+    said "night.yaml/harvest.duckdb does not exist: run a job first": untrue of a job that had run. Every command
+    that takes the output directory refuses the spec (exit 2), names where the job lands and the command as it
+    should have been typed, which works pasted. The demo's output is the session's (read only)."""
+    _, home = user_dir(tmp_path, prefect_api_url)
+    spec = {"name": "night", "budget": {"credits": 10}, "output": "demo's out",
+            "queries": [{"id": "pins", "endpoint": PINS, "params": PARAMS}]}  # fmt: skip
+    spec_file = str(write_spec(tmp_path, spec, "night job.yaml"))
+    cwd = landed_demo.cwd  # where the spec's relative output is the demo's
+    said = {
+        command: typed(cwd, home, command, spec_file, *rest)
+        for command, *rest in [
+            ("runs",), ("load",), ("rebuild",), ("raw",), ("export", "--to", str(tmp_path / "lake")),
+            ("sql", "SELECT count(*) AS n FROM runs", "--format", "csv"),
+        ]
+    }  # fmt: skip
+    runs_line = printed(said["runs"].stderr, "\n")
+    sql_line = printed(said["sql"].stderr, "\n")
+    listed, queried = pasted(runs_line, cwd, home), pasted(sql_line, cwd, home)
+    for command, result in said.items():
+        assert result.returncode == 2, (command, result.stdout + result.stderr)
+        assert result.stderr.startswith(
+            f"error: {spec_file} is a job spec, not its output directory; the job lands in demo's out: "
+            f"`.venv/bin/harvest {command} 'demo'\"'\"'s out'"
+        ), (command, result.stderr)
+    assert not (tmp_path / "lake").exists()
+    assert (
+        sql_line == ".venv/bin/harvest sql 'demo'\"'\"'s out' 'SELECT count(*) AS n FROM runs' --format csv"
+    )
+    assert listed.returncode == 0 and "demo" in listed.stdout and "complete" in listed.stdout, listed.stdout
+    assert queried.returncode == 0 and queried.stdout.split() == ["n", "1"], queried.stdout + queried.stderr

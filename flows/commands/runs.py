@@ -13,6 +13,7 @@ from typing import Any
 from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
+from harvest.flows.commands.output_arg import output_directory
 from harvest.flows.console import harvest_line
 from harvest.flows.run.run_again import resume_hint
 from harvest.tasks.output.layout import OutputLayout
@@ -77,7 +78,7 @@ def load(output: Path) -> None:
     from harvest.tasks.output.run_list import run_rows
 
     check_load_settings()
-    layout = OutputLayout(output)
+    layout = OutputLayout(output_directory(output, "load"))
     if not layout.raw_root.is_dir() and not layout.db.is_file():  # a typo: not "nothing to load" every night
         raise Failed(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
     for row in run_rows(layout):
@@ -111,7 +112,7 @@ def runs(output: Path) -> None:
     from harvest.tasks.output.manifest import lowered_budget
     from harvest.tasks.output.run_list import run_rows
 
-    rows = run_rows(OutputLayout(output))
+    rows = run_rows(OutputLayout(output_directory(output, "runs")))
     if not rows:
         raise Failed(f"no runs found under {output}", 1)
     table = console.table(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harvest.flows.cli_errors import Failed
+from harvest.flows.commands.output_arg import output_directory
 from harvest.flows.console import add_row, harvest_line, literal, note, out, table, visible
 from harvest.flows.spec import UsageError
 from harvest.tasks.database.connection import quote_literal
@@ -326,4 +327,4 @@ def sql_command(output: Path, sql: str, limit: int = DEFAULT_LIMIT, fmt: str = "
         raise UsageError(f"--format: {fmt!r} is not a format; allowed: {', '.join(FORMATS)}")
     if limit < 0:
         raise UsageError(f"--limit: {limit} is negative; allowed: 0 (all rows) or a number of rows")
-    print_answer(query(OutputLayout(output).db, sql, limit), fmt)
+    print_answer(query(OutputLayout(output_directory(output, "sql")).db, sql, limit), fmt)

@@ -1,0 +1,56 @@
+"""The OUTPUT argument of the commands that read a job's output directory (`runs`, `load`, `sql`, `rebuild`,
+`export`, `raw`), given the job spec instead: the commands beside them (`run`, `plan`, `validate`) take the spec,
+so the mix-up is the common one, and each command then said something untrue of it ("no runs found under
+job.yaml", "job.yaml/harvest.duckdb does not exist: run a job first"). Said here once, with the command as it
+should have been typed: the spec's `output` in the file's place.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from harvest.flows.cli_errors import Failed
+from harvest.flows.console import harvest_command, harvest_line
+
+ALLOWED = (
+    "allowed: a job's output directory (holds harvest.duckdb, parquet/ and raw/; a spec's `output` names it)"
+)
+
+
+def output_directory(output: Path, command: str) -> Path:
+    """`output` when it is not a file; a file (a job spec, most often) is refused before anything is read,
+    naming the spec's output directory and the corrected command when the file is a spec (exit 2)."""
+    if not output.is_file():
+        return output
+    landed_in = _spec_output(output)
+    if landed_in is None:
+        raise Failed(f"{output} is a file, not an output directory; {ALLOWED}")
+    raise Failed(
+        f"{output} is a job spec, not its output directory; the job lands in {landed_in}: "
+        f"`{_corrected(output, landed_in, command)}`"
+    )
+
+
+def _spec_output(path: Path) -> Path | None:
+    """The output directory of the spec at `path`, or None when it is no valid spec (then nothing it says of an
+    output can be trusted)."""
+    from harvest.flows.spec import SpecError, load_spec
+
+    try:
+        return load_spec(path).output
+    except SpecError:
+        return None
+
+
+def _corrected(given: Path, output: Path, command: str) -> str:
+    """The command line the user typed with the spec's output in the spec's place, shell-quoted to be pasted;
+    `harvest COMMAND OUTPUT` when the line is not this process's own (a command called from code)."""
+    words = sys.argv[1:]
+    if command in words and str(given) in words:
+        at = words.index(str(given))
+        return " ".join(
+            [harvest_command(), *(shlex.quote(str(output) if i == at else w) for i, w in enumerate(words))]
+        )
+    return harvest_line(command, output)
