@@ -99,14 +99,22 @@ def test_a_key_pasted_as_the_name_of_its_place_is_not_printed_by_run_or_serve(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("api_key_secret", PASTED_BLOCK), ("api_key_env", PASTED)], ids=["secret", "env"]
+    ("field", "value", "given"),
+    [
+        ("api_key_secret", PASTED_BLOCK, "spec_path"),
+        ("api_key_env", PASTED, "spec_path"),
+        ("api_key_secret", PASTED_BLOCK, "spec_text"),
+        ("api_key_env", PASTED, "spec_text"),
+    ],
+    ids=["secret", "env", "secret-text", "env-text"],
 )
 def test_a_team_s_flow_keeps_a_key_pasted_as_the_name_of_its_place_out_of_prefect(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: str
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: str, given: str
 ) -> None:
     """A team's flow awaiting `collect_job` with such a spec: the refusal naming the block (or variable) was the
     flow run's state message, kept in Prefect's database and shown in its UI. Its state, and both flow runs'
-    states and logs, say the place now."""
+    states and logs, say the place now. Passed as `spec_text` (as a deployment passes a spec), the text was
+    the flow run's parameter, the key in it: its value there is `***` now."""
     import asyncio
 
     from prefect import flow
@@ -121,7 +129,8 @@ def test_a_team_s_flow_keeps_a_key_pasted_as_the_name_of_its_place_out_of_prefec
     async def nightly() -> tuple[str, str, str]:
         from prefect.runtime import flow_run
 
-        state = await collect_job(spec_path=str(spec), return_state=True)
+        text = {"spec_text": spec.read_text()} if given == "spec_text" else {}
+        state = await collect_job(spec_path=str(spec), **text, return_state=True)
         child = str(state.state_details.flow_run_id)
         return f"{state.type.value}: {state.message}", child, str(flow_run.id)
 
@@ -135,4 +144,6 @@ def test_a_team_s_flow_keeps_a_key_pasted_as_the_name_of_its_place_out_of_prefec
         default=str,
     )
     assert f"service.{field}" in recorded and value not in recorded, "the key is in Prefect's database"
+    if given == "spec_text":
+        assert f"{field}: '***'" in recorded or f"{field}: ***" in recorded, recorded
     assert not list((tmp_path / "out").rglob("*.jsonl"))
