@@ -1,7 +1,16 @@
-"""`make soak`: thousands of pages through every fault kind at a 20% fault rate, at concurrency 8.
+"""`make soak`: thousands of pages through every fault of the wire at a 20% fault rate, at concurrency 8, as a
+nightly job meets them: the night, then the `--continue` its end prints while a query failed (an answer cut on
+both tries fails its query at that page, by design), until the job is complete.
 
-Prints what a user would fear (lost records, duplicate rows, credits over budget: all must be zero) and what it
-cost (attempts, faults, retries). Marked `soak`: `make test` leaves it out.
+Prints what a user would fear (lost records, duplicate rows, credits over budget or below the service's bill:
+all must be zero) and what it cost (attempts, faults, nights). Marked `soak`: `make test` leaves it out.
+
+Every fault kind but `malformed`: that one is a whole JSON answer followed by other text, which harvest takes as
+the service's own answer (docs/decisions.md, "A 2xx is paid for once"): kept, its query ends `drift`, and it is
+never asked for again, so no number of nights completes such a query; its own tests hold that
+(tests/test_fault_matrix.py, tests/test_kill_after_damaged.py). With it, every query of this job drifted at its
+first such page and the soak "lost" 26,853 of 30,000 records (found 2026-12-03: the soak had not been run since
+the decision of 2026-11-24).
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harvest.sandbox.config import SandboxConfig
+from harvest.sandbox.config import ALL_FAULTS, FaultKind, SandboxConfig
 from harvest.sandbox.wire.serving import running
 from tests.crawl_helpers import wait_for_entries
 from tests.endpoints import PINS
@@ -29,6 +38,10 @@ from tests.flow_helpers import (
 TOPICS = [f"soak topic {i}" for i in range(10)]
 PAGES = 300
 BUDGET = 100_000
+WIRE_FAULTS = tuple(k for k in ALL_FAULTS if k is not FaultKind.MALFORMED)
+NIGHTS = 8
+"""The first night and at most seven `--continue`s: each fails a query only where an answer was cut twice (in
+2026-12-03's soak, 8 of 10 queries in the first night; complete after the third `--continue`)."""
 
 
 @pytest.mark.soak
@@ -38,7 +51,7 @@ def test_soak_thousands_of_pages_through_every_fault(
     monkeypatch.setenv("HARVEST_API_KEY", SECRET_KEY)
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (PAGES, PAGES)}, page_size=10,
-        fault_rate=0.2, seed=2026, retry_after="0.05", slow_seconds=1.0,
+        fault_rate=0.2, fault_kinds=WIRE_FAULTS, seed=2026, retry_after="0.05", slow_seconds=1.0,
     )  # fmt: skip
     output = tmp_path / "out"
     db = output / "harvest.duckdb"
@@ -56,7 +69,9 @@ def test_soak_thousands_of_pages_through_every_fault(
             ),
         )
         t0 = time.monotonic()
-        summary = run_flow(path)
+        nights = [run_flow(path)]
+        while nights[-1].status == "failed" and len(nights) < NIGHTS:
+            nights.append(run_flow(path, mode="continue"))
         took = time.monotonic() - t0
         attempts = scalar(db, "SELECT count(*) FROM requests")
         entries = wait_for_entries(sb, attempts, timeout=30)
@@ -66,14 +81,15 @@ def test_soak_thousands_of_pages_through_every_fault(
     rows_ = scalar(db, "SELECT count(*) FROM pinboard_pins")
     lost = len(want - got)
     duplicates = rows_ - len(got)
-    over_budget = max(0, summary.credits_spent - BUDGET) + max(0, billed - summary.credits_spent)
+    counted = sum(n.credits_spent for n in nights)
+    over_budget = sum(max(0, n.credits_spent - BUDGET) for n in nights) + max(0, billed - counted)
     faults = sum(e.fault is not None for e in entries)
     print(
-        f"\nsoak: {len(TOPICS) * PAGES} pages, {attempts} attempts ({faults} faults injected) in {took:.0f} s; "
-        f"status {summary.status}; lost records: {lost}; duplicate rows: {duplicates}; "
-        f"credits over budget (or below the service's bill): {over_budget}; "
-        f"credits counted {summary.credits_spent}, billed {billed}"
+        f"\nsoak: {len(TOPICS) * PAGES} pages, {attempts} attempts ({faults} faults injected) in {took:.0f} s, "
+        f"{len(nights)} nights ({', '.join(n.status for n in nights)}); lost records: {lost}; duplicate rows: "
+        f"{duplicates}; credits over budget (or below the service's bill): {over_budget}; credits counted "
+        f"{counted}, billed {billed}"
     )
     assert (lost, duplicates, over_budget) == (0, 0, 0)
-    assert summary.status == "complete"
+    assert nights[-1].status == "complete"
     assert attempts == len(entries)
