@@ -108,6 +108,27 @@ def test_a_blip_of_429s_is_waited_out_and_the_summary_says_it_was_a_blip_not_a_l
     assert said is not None and "below its concurrency for" in said and "a blip, not a limit" in said
 
 
+def test_429s_here_and_there_are_waited_out_one_by_one_and_leave_the_pace_at_the_concurrency(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """Four requests of the night refused, twenty apart (a gateway's stray 429s, no limit): each refused page waits
+    its `Retry-After` and is fetched; the pace is never cut, so the night ends at its concurrency, not at a found
+    limit. Each such refusal cut the pace, the second within 30 s made it a limit, and at 2.5% of requests a night
+    crawled at one request every few seconds (`make soak`, `tests/test_pace.py`)."""
+    cfg = config(rate=0, fault_plan={n: "rate_limit" for n in (10, 30, 50, 70)})
+    with running(cfg) as sb:
+        summary = run_flow(spec(tmp_path, sb.base_url))
+        entries = data_entries(sb)
+    assert summary.status == "complete" and key_set(tmp_path / "out" / "harvest.duckdb", "pinboard_pins") == (
+        expected(cfg)
+    )
+    assert sum(e.status == 429 for e in entries) == 4
+    met = summary.rate_limit
+    assert met["refused"] == 4 and not met["limited"] and met["per_second"] is None, met
+    said = rate_line(met)
+    assert said is not None and "a limit the service showed" not in said and "paced to" not in said, said
+
+
 def test_a_tight_budget_is_spent_whole_however_often_the_service_refused(
     prefect_harness: None, tmp_path: Path
 ) -> None:
