@@ -61,17 +61,19 @@ INCREASE = 0.02
 CUT_GAP = 1.0
 """Seconds during which further refusals do not cut the rate again: they answer requests sent before the cut."""
 DENSE_WINDOW_S = 5.0
-"""Seconds of answers (since the last cut, if sooner) over which refusals are weighed."""
+"""Seconds of answers over which refusals are weighed (since the last cut, if sooner); the last `DENSE_ANSWERS`
+answers when those span longer (a slow service's window would otherwise never hold enough to tell)."""
 DENSE_COUNT = 3
 DENSE_SHARE = 0.1
 DENSE_ANSWERS = 40
 """Refusals are dense when at least `DENSE_COUNT` of them make at least `DENSE_SHARE` of the window's answers,
-and of `DENSE_ANSWERS` while the window holds fewer (a few answers after a cut are too few to tell). Why: each
-refusal cut the pace, those cuts came faster than it grew back, and a crawl of 1,200 pages whose service refused
-2.5% of requests at random, at no limit, took 100 times as long as a quiet one (1,933 s against 18.5 s on
-virtual time; 1% took 4.4 times as long), and `make soak` (20% faults of every kind) paged at one request every
-2.7 seconds. Now 2-5% of requests refused at random leave a crawl at 0.8-0.96 of the quiet pace, the refused
-requests' own waits (`tests/test_pace.py`)."""
+and of what the pace sends in `DENSE_WINDOW_S` (at most `DENSE_ANSWERS`) while the window holds fewer: a few
+answers after a cut are too few to tell. Why: each refusal cut the pace, those cuts came faster than it grew
+back, and a crawl of 1,200 pages whose service refused 2.5% of requests at random, at no limit, took 100 times as
+long as a quiet one (1,933 s against 18.5 s on virtual time; 1% 4.4 times), and `make soak` (20% faults of every
+kind) paged at one request every 2.7 seconds. Now 1-2.5% of requests refused at random leave a crawl at 0.7-0.96
+of the quiet pace, the refused requests' own waits in it, and 5% at 0.5-0.84 (`tests/test_pace.py`); a service
+that answers a few requests a second still slows to 0.1-0.4 at 5% (0.05 before)."""
 MIN_RATE = 0.2
 """Requests a second the pace never goes below (one every five seconds)."""
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -268,13 +270,15 @@ class Pace:
     def _forget(self, now: float) -> None:
         while self._accepted_at and self._accepted_at[0] < now - 1.0:
             self._accepted_at.popleft()
-        while self._answers and self._answers[0][0] < now - DENSE_WINDOW_S:
+        while len(self._answers) > DENSE_ANSWERS and self._answers[0][0] < now - DENSE_WINDOW_S:
             self._answers.popleft()
 
     def _dense(self) -> bool:
         """Whether the window's refusals are dense enough to be a burst (`DENSE_COUNT`, `DENSE_SHARE`)."""
         refused = sum(1 for _, was_refused in self._answers if was_refused)
-        return refused >= DENSE_COUNT and refused >= DENSE_SHARE * max(len(self._answers), DENSE_ANSWERS)
+        pace = self.rate if self.rate is not None else len(self._accepted_at)
+        least = min(DENSE_ANSWERS, DENSE_WINDOW_S * pace)
+        return refused >= DENSE_COUNT and refused >= DENSE_SHARE * max(len(self._answers), least)
 
     def _back_at_limit(self) -> bool:
         """At a limit, whether the pace is back at what the service accepted before the last cut: a refusal there
@@ -285,5 +289,5 @@ class Pace:
         """Answers the service accepted a second over the window (at least its last second): at a limit, about
         the limit, where the last second alone may hold a burst the service let through."""
         accepted = sum(1 for _, was_refused in self._answers if not was_refused)
-        span = min(DENSE_WINDOW_S, max(1.0, now - self._answers[0][0])) if self._answers else 1.0
+        span = max(1.0, now - self._answers[0][0]) if self._answers else 1.0
         return accepted / span
