@@ -165,8 +165,9 @@ class Pace:
         self._answers: deque[tuple[float, bool]] = deque()
         """When each answer of the window came (`DENSE_WINDOW_S`, since the last cut), and whether it was a 429."""
         self._cut_from = 0.0
-        """What the service accepted a second before the last cut (`_accepted_rate`): at a limit, a sparse refusal
-        slows the pace again only once it is back there."""
+        """The pace the last cut judged the service to hold: the lower of the cut's base and what it accepted a
+        second over the window (`_accepted_rate`). At a limit, a sparse refusal slows the pace again only once it
+        is back there."""
         self.requests = 0
         self.refused = 0
 
