@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import harvest.flows.collect  # noqa: F401  (Prefect's log handlers bind to the real stderr first)
@@ -191,6 +192,39 @@ def test_the_key_written_as_the_place_of_the_key_is_never_printed(
     else:
         assert f"{spec}:{line}: service.api_key_env: names an environment variable" in said, said
         assert "the value is not shown" in said, said
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("style", ["block", "flow", "json"])
+def test_a_key_in_a_field_validation_refuses_is_never_printed_whatever_the_spec_s_style(
+    tmp_path: Path, style: str
+) -> None:
+    """A spec naming its key's variable on one line (`service: {api_key_env: TEAM_KEY}`) or in JSON, with that
+    key in a field validation refuses (`max_pages: <the key>`): `harvest validate` printed `queries[0].max_pages:
+    input should be a valid integer, got '<the key>'`, since only a block-style `api_key_env:` line told harvest
+    which variable's key to look for before it reads the spec."""
+    query = {"id": "q", "endpoint": PINS, "params": {"query": "oak"}, "max_pages": WRITTEN}
+    spec = job_spec("http://127.0.0.1:9", tmp_path / "out", [query], service={"api_key_env": "TEAM_KEY"})
+    path = tmp_path / "job.yaml"
+    if style == "json":
+        path.write_text(json.dumps(spec, indent=2))
+    else:
+        path.write_text(
+            yaml.safe_dump(spec, sort_keys=False, default_flow_style=None if style == "flow" else False)
+        )
+    assert ("{base_url" in path.read_text()) == (style == "flow")
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if WRITTEN in text)
+    env = {k: v for k, v in os.environ.items() if k != "HARVEST_API_KEY"} | {"TEAM_KEY": WRITTEN}
+    for command in ("validate", "run"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "harvest.flows.cli", command, str(path)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 2, said
+        assert WRITTEN not in said and "0123456789abcdef" not in said, said
+        assert f"{path}:{line}: the spec holds the API key" in said, said
+        assert "the environment variable TEAM_KEY" in said, said
     assert not (tmp_path / "out").exists()
 
 

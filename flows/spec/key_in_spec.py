@@ -66,8 +66,10 @@ def known_keys(names: Iterable[str] = ()) -> list[ApiKey]:
 
 
 def spec_key_names(text: str) -> list[str]:
-    """The environment variables a spec's text names as `service.api_key_env`, as written (before validation)."""
-    return _KEY_ENV.findall(text)
+    """The environment variables a spec's text names as `service.api_key_env`, as written (before validation),
+    in block, flow or JSON style: a name missed here left that variable's key unseen by `refuse_known_key`, and
+    `harvest validate` printed it where a field refused it (`service: {api_key_env: MY_KEY}` on one line)."""
+    return [found.group(4) for found in _KEY_PLACE.finditer(text) if found.group(2) == "env"]
 
 
 def _line_holding(text: str, key: ApiKey) -> int | None:
@@ -107,7 +109,6 @@ def _where(key: ApiKey) -> str:
     return f"the key belongs in {key.source} only, never in a URL, a spec or a catalog file"
 
 
-_KEY_ENV = re.compile(r"^\s*api_key_env:\s*[\'\"]?([A-Za-z_][A-Za-z0-9_]*)[\'\"]?\s*(?:#.*)?$", re.MULTILINE)
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@]*@")
 
 
@@ -131,7 +132,9 @@ def keyless_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-_KEY_PLACE = re.compile(r"""(\bapi_key_(env|secret)\s*:[ \t]*)(['"]?)([^\s,'"{}\[\]#]+)\3""")
+_KEY_PLACE = re.compile(r"""(\bapi_key_(env|secret)['"]?\s*:[ \t]*)(['"]?)([^\s,'"{}\[\]#]+)\3""")
+"""Where a spec's text says the key's place (`api_key_env: NAME`, `{api_key_env: NAME}`, `"api_key_env": "NAME"`):
+group 2 says which field, group 4 the value."""
 
 
 def _unless_said(found: re.Match[str]) -> str:
