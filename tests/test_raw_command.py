@@ -48,14 +48,20 @@ def test_raw_prints_every_paid_page(
     assert no_query.exit_code == 2 and "nope" in no_query.output
 
 
-def test_a_path_that_is_no_output_directory_is_refused_by_load_as_by_raw_and_rebuild(tmp_path: Path) -> None:
+def test_a_path_that_is_no_output_directory_is_refused_by_load_as_by_raw_rebuild_and_export(
+    tmp_path: Path,
+) -> None:
     """`harvest load data/creatr` (a typo) said "nothing to load" and exited 0, so a cron line with a typo
     succeeded every night; `raw` and `rebuild` refused it. An output directory with nothing to load is still
     no error."""
     for path in (tmp_path / "creatr", tmp_path):  # a path that does not exist, a directory without raw/
         said = {command: runner.invoke(app, [command, str(path)]) for command in ("load", "raw", "rebuild")}
-        assert {c: r.exit_code for c, r in said.items()} == {"load": 2, "raw": 2, "rebuild": 2}
-        assert said["load"].stderr.startswith(f"error: {path}: not a harvest output directory (no raw/)")
+        said["export"] = runner.invoke(app, ["export", str(path), "--to", str(tmp_path / "to")])
+        assert {c: r.exit_code for c, r in said.items()} == {"load": 2, "raw": 2, "rebuild": 2, "export": 2}
+        for result in said.values():  # one wording, said in one place (`flows.commands.output_arg`)
+            assert result.stderr.startswith(f"error: {path}: not a harvest output directory (no raw/)"), (
+                result
+            )
         assert not (tmp_path / "creatr").exists()
     (tmp_path / "raw").mkdir()  # an output directory no run has finished in yet
     nothing = runner.invoke(app, ["load", str(tmp_path)])

@@ -2,7 +2,8 @@
 `export`, `raw`), given the job spec instead: the commands beside them (`run`, `plan`, `validate`) take the spec,
 so the mix-up is the common one, and each command then said something untrue of it ("no runs found under
 job.yaml", "job.yaml/harvest.duckdb does not exist: run a job first"). Said here once, with the command as it
-should have been typed: the spec's `output` in the file's place.
+should have been typed: the spec's `output` in the file's place. A directory harvest never wrote to (a typo) is
+refused here too, rather than read as a job with no runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from harvest.flows.cli_errors import Failed
 from harvest.flows.console import harvest_command, harvest_line
+from harvest.tasks.output.layout import OutputLayout
 
 ALLOWED = (
     "allowed: a job's output directory (holds harvest.duckdb, parquet/ and raw/; a spec's `output` names it)"
@@ -31,6 +33,15 @@ def output_directory(output: Path, command: str) -> Path:
         f"{output} is a job spec, not its output directory; the job lands in {landed_in}: "
         f"`{_corrected(output, landed_in, command)}`"
     )
+
+
+def landed_output(output: Path, command: str, *, database_will_do: bool = False) -> OutputLayout:
+    """The output directory of a job that landed (it holds `raw/`; with `database_will_do`, `harvest.duckdb` is
+    enough), refused otherwise (exit 2): a typo said "no runs" or "nothing to load" every night."""
+    layout = OutputLayout(output_directory(output, command))
+    if not layout.raw_root.is_dir() and not (database_will_do and layout.db.is_file()):
+        raise Failed(f"{output}: not a harvest output directory (no raw/); {ALLOWED}")
+    return layout
 
 
 def _spec_output(path: Path) -> Path | None:

@@ -13,7 +13,7 @@ from typing import Any
 from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
-from harvest.flows.commands.output_arg import output_directory
+from harvest.flows.commands.output_arg import landed_output, output_directory
 from harvest.flows.console import harvest_line
 from harvest.flows.run.run_again import resume_hint
 from harvest.tasks.output.layout import OutputLayout
@@ -78,9 +78,7 @@ def load(output: Path) -> None:
     from harvest.tasks.output.run_list import run_rows
 
     check_load_settings()
-    layout = OutputLayout(output_directory(output, "load"))
-    if not layout.raw_root.is_dir() and not layout.db.is_file():  # a typo: not "nothing to load" every night
-        raise Failed(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+    layout = landed_output(output, "load", database_will_do=True)
     for row in run_rows(layout):
         if row.state in ("running", "killed"):
             console.note(_unfinished_note(row, output))

@@ -10,7 +10,7 @@ from pathlib import Path
 from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
-from harvest.flows.commands.output_arg import output_directory
+from harvest.flows.commands.output_arg import landed_output
 from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
 
@@ -18,7 +18,7 @@ from harvest.tasks.output.layout import OutputLayout
 def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> None:
     from harvest.flows.handoff.rebuild import rebuild as rebuild_output
 
-    report = rebuild_output(OutputLayout(output_directory(output, "rebuild")), run_id, spec)
+    report = rebuild_output(landed_output(output, "rebuild"), run_id, spec)
     for line in report.skipped:
         console.note(line)
     console.prose(
@@ -42,9 +42,7 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
     from harvest.flows.handoff.export_ledger import NotRecorded
     from harvest.flows.spec.job_options import format_problem
 
-    layout = OutputLayout(output_directory(output, "export"))
-    if not layout.raw_root.is_dir():
-        raise Failed(f"{output}: not a harvest output directory (no raw/); allowed: a job's output directory")
+    layout = landed_output(output, "export")
     problem = format_problem(fmt, snapshot)
     if problem:
         raise Failed(f"--format {fmt}: {problem}")
@@ -108,5 +106,5 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
 def raw(output: Path, run_id: str | None, query_id: str | None) -> None:
     from harvest.flows.handoff.raw_pages import raw_lines
 
-    for line in raw_lines(OutputLayout(output_directory(output, "raw")), run_id, query_id):
+    for line in raw_lines(landed_output(output, "raw"), run_id, query_id):
         print(line)

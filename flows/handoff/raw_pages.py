@@ -44,8 +44,10 @@ def _runs(layout: OutputLayout, run_id: str | None) -> list[str]:
 
 def raw_lines(layout: OutputLayout, run_id: str | None = None, query_id: str | None = None) -> Iterator[str]:
     """Every complete page of the chosen runs and query, oldest run first, pages in the order they were paid."""
-    if not layout.raw_root.is_dir():
-        raise UsageError(f"{layout.root}: not a harvest output directory (no raw/); allowed: a job's output")
+    if (
+        not layout.raw_root.is_dir()
+    ):  # `harvest raw` refuses it first (`flows.commands.output_arg.landed_output`)
+        raise UsageError(f"{layout.root}: no raw pages (no raw/)")
     runs = _runs(layout, run_id)
     if query_id is None:
         for run in runs:
