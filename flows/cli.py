@@ -44,6 +44,7 @@ app = _Harvest(
     help="Collect data from the retrieval service into Parquet and DuckDB, under a hard credit budget.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,  # an unforeseen error's traceback: a local may hold the key (Typer's old default showed them)
 )
 
 
