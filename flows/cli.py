@@ -1,6 +1,5 @@
-"""The `harvest` command line. Commands that run no flow (validate, plan, endpoints, schema, runs) must not
-import Prefect, so that they answer in about a second: Prefect and the flow are imported inside the commands
-that need them."""
+"""The `harvest` command line. Commands that run no flow (validate, plan, endpoints, schema, runs) import no
+Prefect, so they answer in about a second: Prefect and the flow are imported by the commands that need them."""
 
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ app = _Harvest(
     help="Collect data from the retrieval service into Parquet and DuckDB, under a hard credit budget.",
     no_args_is_help=True,
     add_completion=False,
-    pretty_exceptions_show_locals=False,  # an unforeseen error's traceback: a local may hold the key (Typer's old default showed them)
+    pretty_exceptions_show_locals=False,  # an unforeseen error's traceback: a local may hold the key
 )
 
 
