@@ -152,6 +152,18 @@ WRITTEN = "sk-kept-out-0123456789abcdef"
 """A key as a user writes it where the key's place belongs: no variable's name, a valid block name."""
 
 
+def refused_without_the_key(tmp_path: Path, command: str, spec: Path, env: dict[str, str]) -> str:
+    """What a real `harvest COMMAND SPEC` printed, refused (exit 2) without printing the key."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "harvest.flows.cli", command, str(spec)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said
+    assert WRITTEN not in said and "0123456789abcdef" not in said, said
+    return said
+
+
 @pytest.mark.parametrize(
     ("field", "command", "known"),
     [
@@ -178,13 +190,7 @@ def test_the_key_written_as_the_place_of_the_key_is_never_printed(
     env = {k: v for k, v in os.environ.items() if k != "HARVEST_API_KEY"}
     if known:
         env["HARVEST_API_KEY"] = WRITTEN
-    proc = subprocess.run(
-        [sys.executable, "-m", "harvest.flows.cli", command, str(spec)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
-    said = proc.stdout + proc.stderr
-    assert proc.returncode == 2, said
-    assert WRITTEN not in said and "0123456789abcdef" not in said, said
+    said = refused_without_the_key(tmp_path, command, spec, env)
     line = next(n for n, text in enumerate(spec.read_text().splitlines(), 1) if f"{field}:" in text)
     if known:
         assert f"{spec}:{line}: the spec holds the API key" in said, said
@@ -216,13 +222,7 @@ def test_a_key_in_a_field_validation_refuses_is_never_printed_whatever_the_spec_
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if WRITTEN in text)
     env = {k: v for k, v in os.environ.items() if k != "HARVEST_API_KEY"} | {"TEAM_KEY": WRITTEN}
     for command in ("validate", "run"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "harvest.flows.cli", command, str(path)],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
-        )  # fmt: skip
-        said = proc.stdout + proc.stderr
-        assert proc.returncode == 2, said
-        assert WRITTEN not in said and "0123456789abcdef" not in said, said
+        said = refused_without_the_key(tmp_path, command, path, env)
         assert f"{path}:{line}: the spec holds the API key" in said, said
         assert "the environment variable TEAM_KEY" in said, said
     assert not (tmp_path / "out").exists()
