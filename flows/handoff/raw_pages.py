@@ -44,9 +44,8 @@ def _runs(layout: OutputLayout, run_id: str | None) -> list[str]:
 
 def raw_lines(layout: OutputLayout, run_id: str | None = None, query_id: str | None = None) -> Iterator[str]:
     """Every complete page of the chosen runs and query, oldest run first, pages in the order they were paid."""
-    if (
-        not layout.raw_root.is_dir()
-    ):  # `harvest raw` refuses it first (`flows.commands.output_arg.landed_output`)
+    # `harvest raw` refuses such a directory first (`flows.commands.output_arg.landed_output`)
+    if not layout.raw_root.is_dir():
         raise UsageError(f"{layout.root}: no raw pages (no raw/)")
     runs = _runs(layout, run_id)
     if query_id is None:

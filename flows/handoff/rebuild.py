@@ -69,9 +69,8 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
 
     With `spec`, its `shapes` read the pages of the job's runs (and are recorded in their manifests, so a later
     rebuild reads them the same way); without, each run's own."""
-    if (
-        not layout.raw_root.is_dir()
-    ):  # `harvest rebuild` refuses it first (`flows.commands.output_arg.landed_output`)
+    # `harvest rebuild` refuses such a directory first (`flows.commands.output_arg.landed_output`)
+    if not layout.raw_root.is_dir():
         raise UsageError(f"{layout.root}: no raw pages (no raw/)")
     manifests = all_manifests(layout)
     if run_id is not None and run_id not in {m.run_id for m in manifests}:
