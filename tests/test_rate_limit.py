@@ -7,11 +7,13 @@ billed. How close the paging time comes to `pages / rate` is measured by `bench/
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harvest.flows.commands.run_report import rate_line
 from harvest.sandbox.config import Quirks, SandboxConfig
@@ -141,6 +143,31 @@ def test_a_known_limit_in_the_spec_meets_almost_no_refusal(prefect_harness: None
     assert summary.status == "complete"
     assert sum(e.status == 429 for e in entries) <= 2
     assert summary.rate_limit["limit"] == 18
+
+
+@pytest.mark.scenario  # two nights of 24 s
+def test_a_found_limit_is_said_as_the_spec_s_line_which_pasted_spares_the_next_night_its_refusals(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """A night that found the service's limit says the `rate_limit:` line that starts a night there; written into
+    the spec as printed, the next night meets almost no refusal: the burst at full concurrency and the climb
+    that told the limit from a blip are not met again every night."""
+    with running(config(rate=10, pages_by_path={PINS: (30, 30)})) as sb:  # 24 s a night: long enough to judge
+        path = spec(tmp_path, sb.base_url)
+        first = run_flow(path)
+        refused_first = sum(e.status == 429 for e in data_entries(sb))
+        said = rate_line(first.rate_limit)
+        assert said is not None and first.rate_limit["limited"], first.rate_limit
+        (written,) = re.findall(
+            r"`(rate_limit: \{per_second: [0-9.]+\})` in the spec starts a night there", said
+        )
+        body = yaml.safe_load(path.read_text()) | yaml.safe_load(written)
+        path.write_text(yaml.safe_dump(body, sort_keys=False))
+        second = run_flow(path)
+        refused_second = sum(e.status == 429 for e in data_entries(sb)) - refused_first
+    known = body["rate_limit"]["per_second"]
+    assert 9 <= known <= 11 and second.status == "complete" and second.rate_limit["limit"] == known, said
+    assert refused_first >= 8 and refused_second <= 2, (refused_first, refused_second)
 
 
 def test_a_service_that_refuses_everything_stops_the_night_resumably_and_the_next_run_finishes(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -74,6 +75,13 @@ long as a quiet one (1,933 s against 18.5 s on virtual time; 1% 4.4 times), and 
 kind) paged at one request every 2.7 seconds. Now 1-2.5% of requests refused at random leave a crawl at 0.7-0.96
 of the quiet pace, the refused requests' own waits in it, and 5% at 0.5-0.84 (`tests/test_pace.py`); a service
 that answers a few requests a second still slows to 0.1-0.4 at 5% (0.05 before)."""
+HELD_CUTS = 15
+"""Cuts at a limit whose `_cut_from` the run's summary weighs for the limit a spec can give (the median: one cut
+soon after another, over few answers, judges the service to hold far less or more than it does)."""
+HELD_LEAST = 2
+HELD_WINDOW_S = 2.0
+"""Cuts at a limit, each over a window of at least `HELD_WINDOW_S` of answers, before the summary gives a limit for
+the spec: a cut soon after another judges from a few answers (2 a second where the service held 10)."""
 MIN_RATE = 0.2
 """Requests a second the pace never goes below (one every five seconds)."""
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -103,13 +111,23 @@ class PaceReport:
     """Seconds during which requests waited for their turn or after a refusal: the run below its concurrency."""
     limited: bool = False
     """Whether the service refused again once the pace had slowed: a real limit, not a blip."""
+    held: float | None = None
+    """At a limit the service showed, what it accepted a second before its cuts (the median of `Pace._held`), two
+    digits: the `rate_limit.per_second` that starts a night there. None otherwise."""
 
     def as_dict(self) -> dict[str, float | int | bool | None]:
         rate = None if self.per_second is None else round(self.per_second, 2)
         return {
             "requests": self.requests, "refused": self.refused, "per_second": rate, "limit": self.limit,
-            "slowed_s": round(self.slowed_s, 1), "limited": self.limited,
+            "slowed_s": round(self.slowed_s, 1), "limited": self.limited, "held": self.held,
         }  # fmt: skip
+
+
+def two_digits_down(rate: float) -> float:
+    """`rate` cut to two significant digits, never up: a limit to write in a spec is better just under what the
+    service accepted than just over it (9.96 -> 9.9, 47.3 -> 47, 0.537 -> 0.53)."""
+    step = 10 ** (math.floor(math.log10(rate)) - 1)
+    return round(math.floor(rate / step + 1e-9) * step, 10)
 
 
 class _Slowed:
@@ -168,12 +186,16 @@ class Pace:
         """The pace the last cut judged the service to hold: the lower of the cut's base and what it accepted a
         second over the window (`_accepted_rate`). At a limit, a sparse refusal slows the pace again only once it
         is back there."""
+        self._held: deque[float] = deque(maxlen=HELD_CUTS)
+        """`_cut_from` at each cut at a limit the service showed: their median is the limit a spec can give."""
         self.requests = 0
         self.refused = 0
 
     def report(self) -> PaceReport:
         slowed = self._slowed.upto(self._clock())
-        return PaceReport(self.requests, self.refused, self.rate, self.limit, slowed, self.limited)
+        found = self.limited and self.limit is None and len(self._held) >= HELD_LEAST
+        held = two_digits_down(statistics.median(self._held)) if found else None
+        return PaceReport(self.requests, self.refused, self.rate, self.limit, slowed, self.limited, held)
 
     async def turn(self) -> float:
         """Wait until this request may leave (at once while the pace is unlimited); returns when its turn was
@@ -244,6 +266,8 @@ class Pace:
             self.limited = True  # refused again while slowed, or soon after: the service has a limit
         base = seen if self.rate is None else min(self.rate, seen) if seen else self.rate
         self._cut_from = min(base, self._accepted_rate(now))
+        if self.limited and self._answers and now - self._answers[0][0] >= HELD_WINDOW_S:
+            self._held.append(self._cut_from)
         self.rate = max(MIN_RATE, base * (SETTLE if self.limited else DECREASE))
         if self.limit is not None:
             self.rate = min(self.rate, self.limit)

@@ -1,8 +1,6 @@
-"""What `harvest run` and `demo` print when a run ends, and the exit code that tells its outcome.
-
-Every line quotes the service or the spec literally (`flows.console`): a reason with brackets in it is text,
-never markup. Each distinct reason is said once, and a run that did not finish says how to go on.
-"""
+"""What `harvest run` and `demo` print when a run ends, and the exit code that tells its outcome. Every line quotes
+the service or the spec literally (`flows.console`): a reason with brackets in it is text, never markup. Each
+distinct reason is said once, and a run that did not finish says how to go on."""
 
 from __future__ import annotations
 
@@ -243,9 +241,8 @@ def bill_line(summary: RunSummary) -> str | None:
 
 
 def rate_line(met: dict[str, Any] | None) -> str | None:
-    """What the run met of the service's rate limit, when it met one (or paced to a known one): how often the
-    service refused, how long the run went below its concurrency, and why (a blip it climbed back from, a limit
-    it found, the spec's limit)."""
+    """What the run met of the service's rate limit (or a known one): how often it refused, how long the run went
+    below its concurrency, and why (a blip, a limit it found, with the spec's line for it, the spec's limit)."""
     if not met or (not met.get("refused") and not met.get("limit")):
         return None
     requests, refused, pace = met["requests"], met["refused"], met.get("per_second")
@@ -256,7 +253,11 @@ def rate_line(met: dict[str, Any] | None) -> str | None:
     if met.get("limit"):
         return line + f", paced to {pace:.1f} requests a second (the spec's limit: {met['limit']:g})"
     if met.get("limited", pace is not None) and pace is not None:
-        return line + f", paced to {pace:.1f} requests a second (a limit the service showed)"
+        held = met.get("held")  # None in a manifest older than it
+        return line + f", paced to {pace:.1f} requests a second (a limit the service showed)" + (
+            f"; `rate_limit: {{per_second: {held:g}}}` in the spec starts a night there, without the refusals "
+            "that find it (and never goes faster)" if held else ""
+        )  # fmt: skip
     return line + (", then back at full speed (a blip, not a limit)" if slowed is not None else "")
 
 
