@@ -266,7 +266,8 @@ class Pace:
             self.limited = True  # refused again while slowed, or soon after: the service has a limit
         base = seen if self.rate is None else min(self.rate, seen) if seen else self.rate
         self._cut_from = min(base, self._accepted_rate(now))
-        if self.limited and self._answers and now - self._answers[0][0] >= HELD_WINDOW_S:
+        judged = self._answers and now - self._answers[0][0] >= HELD_WINDOW_S
+        if self.limited and judged and self._cut_from > 0:  # 0: it accepted nothing over the window (no rate)
             self._held.append(self._cut_from)
         self.rate = max(MIN_RATE, base * (SETTLE if self.limited else DECREASE))
         if self.limit is not None:
