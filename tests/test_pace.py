@@ -9,6 +9,7 @@ a client that reads one answer at a time. Seconds here are simulated: nothing is
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import selectors
 from collections.abc import Callable, Collection, Mapping
@@ -22,6 +23,7 @@ from harvest.connectors.http.pace import (
     CUT_GAP,
     DECREASE,
     MIN_RATE,
+    OPENING_S,
     REMEMBER_S,
     SETTLE,
     Pace,
@@ -284,6 +286,80 @@ def test_the_first_burst_slows_to_just_under_what_the_service_accepted_once_per_
         pace.refused_one()  # without the time they were sent: a later burst, with nothing accepted meanwhile
     assert pace.rate == pytest.approx(40 * DECREASE * SETTLE)  # refused while slowed: a limit, settled under
     assert pace.limited
+
+
+def _first_wave(
+    answers: Callable[[Pace, list[float], Callable[[], None]], Any],
+) -> tuple[Pace, list[float], float]:
+    """16 queries' first pages given their turns together on virtual time; `answers(pace, sent, next_page)` answers
+    them, calling `next_page()` where a query asks for its next page. Returns the pace, when each next page left,
+    and when `answers` was done."""
+    loop = VirtualLoop()
+
+    async def night() -> tuple[Pace, list[float], float]:
+        pace = Pace(clock=loop.time)
+        sent = [await pace.turn() for _ in range(16)]
+        given: list[float] = []
+        asked: list[asyncio.Task[None]] = []
+
+        async def next_page() -> None:
+            await pace.turn()
+            given.append(loop.time())  # when it leaves
+
+        def ask() -> None:
+            asked.append(asyncio.ensure_future(next_page()))
+
+        await answers(pace, sent, ask)
+        done = loop.time()
+        await asyncio.gather(*asked)
+        return pace, given, done
+
+    try:
+        return loop.run_until_complete(night())
+    finally:
+        loop.close()
+
+
+def test_a_night_s_first_wave_is_answered_before_its_queries_next_pages_leave() -> None:
+    """A fast service accepts 10 of the 16 first pages at once (its bucket) and answers them before its 6
+    refusals; the client reads each accepted answer, and its query asks for the next page, before it reads the
+    first refusal. Those 10 next pages wait for the wave's last answer, then leave at the pace its refusals set:
+    before, they left at once, every one refused (16 of a night's 25 refusals at 10 a second)."""
+
+    async def answers(pace: Pace, sent: list[float], next_page: Callable[[], None]) -> None:
+        for turn in sent[:10]:
+            await asyncio.sleep(0.005)
+            pace.accepted(turn)
+            next_page()
+            await asyncio.sleep(0)  # the query asks for its turn
+        for turn in sent[10:]:
+            await asyncio.sleep(0.001)
+            pace.refused_one(turn)
+
+    pace, given, wave_answered = _first_wave(answers)
+    assert pace.rate == pytest.approx(10 * DECREASE)  # the 10 the service accepted over the last second
+    assert len(given) == 10 and min(given) >= wave_answered, (given, wave_answered)
+    gaps = [b - a for a, b in itertools.pairwise(sorted(given))]
+    assert min(gaps) >= 1 / (10 * DECREASE) - 1e-9
+
+
+def test_a_wave_s_late_answers_hold_the_next_pages_at_most_the_opening() -> None:
+    """A service whose pages take seconds answers a wave over seconds: a next page waits for the rest of the wave
+    at most `OPENING_S` after the night's first answer, and after that nothing waits for a wave."""
+
+    async def answers(pace: Pace, sent: list[float], next_page: Callable[[], None]) -> None:
+        await asyncio.sleep(2.0)
+        pace.accepted(sent[0])
+        next_page()
+        await asyncio.sleep(5.0)  # the other 15 are answered long after
+        for turn in sent[1:]:
+            pace.accepted(turn)
+            next_page()
+
+    pace, given, _ = _first_wave(answers)
+    assert given[0] == pytest.approx(2.0 + OPENING_S, abs=1e-6)
+    assert given[1:] == pytest.approx([7.0] * 15, abs=1e-6)  # each at once, at its answer
+    assert pace.rate is None and pace.refused == 0
 
 
 def test_a_known_limit_stays_a_ceiling_and_a_refusal_slows_below_it() -> None:

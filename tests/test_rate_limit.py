@@ -44,8 +44,10 @@ def config(**overrides: Any) -> SandboxConfig:
     return base.replace(**overrides)
 
 
-def spec(tmp_path: Path, base_url: str, budget: int = 1000, **rate_limit: Any) -> Path:
-    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}]
+def spec(
+    tmp_path: Path, base_url: str, budget: int = 1000, topics: list[str] = TOPICS, **rate_limit: Any
+) -> Path:
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": topics}}]
     return write_spec(
         tmp_path,
         job_spec(
@@ -119,6 +121,25 @@ def test_429s_with_no_limit_are_waited_out_and_the_summary_says_it_was_a_blip_no
     assert met["per_second"] is None or not never_cut, met
     said = rate_line(met)
     assert said is not None and "below its concurrency for" in said and "a blip, not a limit" in said, said
+
+
+def test_a_night_s_first_pages_past_the_limit_are_refused_once_not_again_with_the_next_pages(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    """16 queries at concurrency 16 against a service that accepts 10 requests at once (a second's bucket): the
+    6 first pages past it are refused, and no more at the night's start. The accepted answers came before the
+    refusals, and each query sent its next page as it read its answer: those 10 were refused too (16 at the
+    start of a night of 400 pages, `bench/rate_limit.py`); now they wait for the first wave's last answer and
+    leave at the pace its refusals set."""
+    topics = [f"topic {i:02d}" for i in range(16)]
+    cfg = config(rate=10, pages_by_path={PINS: (3, 3)})
+    with running(cfg) as sb:
+        summary = run_flow(spec(tmp_path, sb.base_url, topics=topics))
+        entries = data_entries(sb)
+    start = entries[0].time
+    at_start = [round(e.time - start, 3) for e in entries if e.status == 429 and e.time - start < 0.9]
+    assert summary.status == "complete" and summary.credits_spent == 16 * 3
+    assert len(at_start) <= 16 - 10 + 1, at_start  # the bucket's excess, and a token it refilled meanwhile
 
 
 def test_a_tight_budget_is_spent_whole_however_often_the_service_refused(

@@ -26,6 +26,13 @@ A burst is one signal: refusals until the service accepts a request sent after t
 at the pace before it, or say the service refuses whatever comes for now. Turns given before a cut are taken
 again, so what leaves after a cut leaves at the new pace.
 
+A night opens in waves: the requests given their turn together, before any of them is answered. Until a wave
+of two or more has been answered (at most `OPENING_S` after the night's first answer), a request asking for its
+turn while a wave is being answered waits for the wave's last answer, and the wave's refusals are weighed then:
+a fast service answers the accepted part of a wave before its refusals, and the client read each accepted answer,
+and sent its query's next page, before the first refusal (16 of a night's 25 refusals at 10 a second and
+concurrency 16 were those next pages and the wave's excess: `docs/performance.md`, Rate limits).
+
 A refused request waits what the service asked (`Retry-After`) or a backoff, then takes its turn again: that
 wait is the refused request's, not the run's pace. The run gives up waiting only when the service accepted
 nothing for `max_wait` seconds (`RateLimited`): the queries then stop resumably, as at a budget stop. The run's
@@ -36,6 +43,7 @@ why: a blip, a limit the service showed, or the spec's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import statistics
 import time
@@ -82,6 +90,9 @@ HELD_LEAST = 2
 HELD_WINDOW_S = 2.0
 """Cuts at a limit, each over a window of at least `HELD_WINDOW_S` of answers, before the summary gives a limit for
 the spec: a cut soon after another judges from a few answers (2 a second where the service held 10)."""
+OPENING_S = 1.0
+"""Seconds after the night's first answer at which its opening ends, whatever its waves: a service whose pages
+take seconds answers a wave over seconds, and the night must not wait for its slowest pages."""
 MIN_RATE = 0.2
 """Requests a second the pace never goes below (one every five seconds)."""
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
@@ -190,6 +201,14 @@ class Pace:
         """`_cut_from` at each cut at a limit the service showed: their median is the limit a spec can give."""
         self.requests = 0
         self.refused = 0
+        self._out = 0
+        """Turns given during the opening not answered yet: the wave being answered."""
+        self._wave = 0
+        self._answering = False
+        """Whether an answer of the wave has come while others are still out: a turn asked now waits."""
+        self._opening_until = math.inf
+        self._opening_over = False
+        self._wave_answered = asyncio.Event()
 
     def report(self) -> PaceReport:
         slowed = self._slowed.upto(self._clock())
@@ -202,6 +221,7 @@ class Pace:
         given, on the pace's clock (`refused_one(sent_at)`). A turn given before a cut was spaced at the pace
         before it: the request takes a new one, so that what leaves after a cut leaves at the new pace."""
         self.requests += 1
+        await self._in_the_opening()
         while True:
             given = self._clock()
             wait = self.delay()
@@ -209,6 +229,44 @@ class Pace:
                 await asyncio.sleep(wait)
             if self._cut_at <= given:
                 return given
+
+    async def _in_the_opening(self) -> None:
+        """A turn asked while a wave of the opening is being answered waits for its last answer (and the cut its
+        refusals make); then it joins the next wave (module docstring)."""
+        if self._opening_over:
+            return
+        if self._answering:
+            left = self._opening_until - self._clock()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wave_answered.wait(), max(0.0, left))
+            if self._answering:  # the wave's last answers are late: the opening is over, weigh what came
+                self._end_opening()
+                self._weigh(self._clock())
+            if self._opening_over:
+                return
+        self._out += 1
+        self._wave += 1
+
+    def _answered_in_opening(self, now: float) -> bool | None:
+        """None once the opening is over; False while the answer's wave is still out (its refusals wait for its
+        last answer); True at that last answer (weigh them now)."""
+        if self._opening_over or not self._wave:
+            return None  # (an answer to no turn: a test's, or a request that went out without one)
+        self._opening_until = min(self._opening_until, now + OPENING_S)
+        self._out = max(0, self._out - 1)
+        if self._out > 0:
+            self._answering = True
+            return False
+        if self._wave >= 2 or now >= self._opening_until:
+            self._end_opening()
+        self._wave, self._answering = 0, False
+        wave_answered, self._wave_answered = self._wave_answered, asyncio.Event()
+        wave_answered.set()
+        return True
+
+    def _end_opening(self) -> None:
+        self._opening_over, self._answering = True, False
+        self._wave_answered.set()
 
     def delay(self) -> float:
         """Seconds until the next turn, which is taken (0 while the pace is unlimited)."""
@@ -225,12 +283,16 @@ class Pace:
     def accepted(self, sent_at: float | None = None) -> None:
         """The service answered a request (any answer but a 429) given its turn at `sent_at` (`turn()`)."""
         now = self._clock()
+        wave_answered = self._answered_in_opening(now)
         if sent_at is None or sent_at >= self._cut_at:
             self._burst_over = True  # it accepted a request sent at the pace after the cut
         self._last_accepted = now
         self._accepted_at.append(now)
         self._answers.append((now, False))
         self._forget(now)
+        if wave_answered and any(was_refused for _, was_refused in self._answers):
+            self._weigh(now)  # a wave's last answer in the opening: its refusals are weighed now
+            return
         if self.rate is None:
             return
         if not self.limited and now - max(self._waited_at, self._cut_at) >= RELEASE_S:
@@ -252,10 +314,17 @@ class Pace:
         blip, or the wait a limit asks), not that the new pace is too fast. Without `sent_at`, refusals within
         `CUT_GAP` of a cut are taken as one burst."""
         now = self._clock()
+        wave_answered = self._answered_in_opening(now)
         self.refused += 1
         self._answers.append((now, True))
+        if wave_answered is False:
+            return  # in the opening, a wave's refusals are weighed at its last answer
         if (now - self._cut_at < CUT_GAP) if sent_at is None else not self._burst_over:
             return
+        self._weigh(now)
+
+    def _weigh(self, now: float) -> None:
+        """Cut the pace if the window's refusals are a burst (or the pace is back at a limit)."""
         self._forget(now)
         if not self._dense() and not self._back_at_limit():
             return  # a refusal here and there: the refused request waits what the service asked, the pace holds
