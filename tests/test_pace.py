@@ -289,7 +289,7 @@ def test_the_first_burst_slows_to_just_under_what_the_service_accepted_once_per_
 
 
 def _first_wave(
-    answers: Callable[[Pace, list[float], Callable[[], None]], Any],
+    answers: Callable[[Pace, list[float], Callable[[], None]], Any], per_second: float | None = None
 ) -> tuple[Pace, list[float], float]:
     """16 queries' first pages given their turns together on virtual time; `answers(pace, sent, next_page)` answers
     them, calling `next_page()` where a query asks for its next page. Returns the pace, when each next page left,
@@ -297,7 +297,7 @@ def _first_wave(
     loop = VirtualLoop()
 
     async def night() -> tuple[Pace, list[float], float]:
-        pace = Pace(clock=loop.time)
+        pace = Pace(per_second, clock=loop.time)
         sent = [await pace.turn() for _ in range(16)]
         given: list[float] = []
         asked: list[asyncio.Task[None]] = []
@@ -360,6 +360,24 @@ def test_a_wave_s_late_answers_hold_the_next_pages_at_most_the_opening() -> None
     assert given[0] == pytest.approx(2.0 + OPENING_S, abs=1e-6)
     assert given[1:] == pytest.approx([7.0] * 15, abs=1e-6)  # each at once, at its answer
     assert pace.rate is None and pace.refused == 0
+
+
+def test_with_a_known_limit_a_slow_first_page_holds_no_next_page() -> None:
+    """The spec's `rate_limit.per_second` spaces the first pages as the rest: the opening, there to find a limit,
+    would hold the answered queries' next pages for the wave's slow page (up to `OPENING_S`) while the pace
+    had turns to give."""
+
+    async def answers(pace: Pace, sent: list[float], next_page: Callable[[], None]) -> None:
+        for turn in sent[:15]:  # 100 a second: the first pages left 10 ms apart, each answered 10 ms later
+            await asyncio.sleep(max(0.0, turn + 0.01 - pace._clock()))
+            pace.accepted(turn)
+            next_page()
+        await asyncio.sleep(max(0.0, 2.0 - pace._clock()))  # the 16th page takes two seconds
+        pace.accepted(sent[15])
+
+    _, given, _ = _first_wave(answers, per_second=100)
+    # At the pace's turns after the first 16 (0.16-0.30 s), not held for the wave's slow page.
+    assert len(given) == 15 and max(given) < 0.35, given
 
 
 def test_a_known_limit_stays_a_ceiling_and_a_refusal_slows_below_it() -> None:

@@ -207,7 +207,8 @@ class Pace:
         self._answering = False
         """Whether an answer of the wave has come while others are still out: a turn asked now waits."""
         self._opening_until = math.inf
-        self._opening_over = False
+        self._opening_over = per_second is not None
+        """A known limit spaces the first pages as it spaces the rest: no wave to answer before the next ones."""
         self._wave_answered = asyncio.Event()
 
     def report(self) -> PaceReport:
@@ -241,7 +242,7 @@ class Pace:
                 await asyncio.wait_for(self._wave_answered.wait(), max(0.0, left))
             if self._answering:  # the wave's last answers are late: the opening is over, weigh what came
                 self._end_opening()
-                self._weigh(self._clock())
+                self._weigh_wave(self._clock())
             if self._opening_over:
                 return
         self._out += 1
@@ -290,9 +291,8 @@ class Pace:
         self._accepted_at.append(now)
         self._answers.append((now, False))
         self._forget(now)
-        if wave_answered and any(was_refused for _, was_refused in self._answers):
-            self._weigh(now)  # a wave's last answer in the opening: its refusals are weighed now
-            return
+        if wave_answered and self._weigh_wave(now):
+            return  # a wave's last answer in the opening: its refusals were weighed now
         if self.rate is None:
             return
         if not self.limited and now - max(self._waited_at, self._cut_at) >= RELEASE_S:
@@ -322,6 +322,13 @@ class Pace:
         if (now - self._cut_at < CUT_GAP) if sent_at is None else not self._burst_over:
             return
         self._weigh(now)
+
+    def _weigh_wave(self, now: float) -> bool:
+        """Weigh a wave's refusals, if it had any (a wave all accepted is no reason to look at the pace)."""
+        refused = any(was_refused for _, was_refused in self._answers)
+        if refused:
+            self._weigh(now)
+        return refused
 
     def _weigh(self, now: float) -> None:
         """Cut the pace if the window's refusals are a burst (or the pace is back at a limit)."""
