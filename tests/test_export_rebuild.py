@@ -173,7 +173,11 @@ def test_a_table_s_files_deleted_and_rebuilt_as_they_were_are_not_sent_again(
     file.unlink()
 
     assert runner.invoke(app, ["rebuild", str(output)]).exit_code == 0
-    assert pq.read_table(file, partitioning=None).equals(held), "the rebuild wrote the same rows back"
+    back = pq.read_table(file, partitioning=None)
+    # The same rows and schema; their order is the landing's (a run interleaves its queries' pages, a rebuild
+    # lands them query by query), and the export's digest of a file does not depend on it.
+    assert back.schema.equals(held.schema, check_metadata=True)
+    assert sorted(map(repr, back.to_pylist())) == sorted(map(repr, held.to_pylist())), "the same rows back"
     assert "nothing new" in export(output, lake)
     assert len(committed(lake)) == 1, f"{table} was not changed: no second export"
 
