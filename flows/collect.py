@@ -194,9 +194,8 @@ async def _collect(
     manifest, start = begun.manifest, begun.start
     fsync = spec.durability == "fsync"
     faults = FaultStop()
-    journal = RunJournal(
-        layout.journal_file(manifest.run_id), fsync=fsync, faults=faults, run=manifest.identity()
-    )
+    journal_file, session = layout.journal_file(manifest.run_id), layout.next_session(manifest.run_id)
+    journal = RunJournal(journal_file, fsync=fsync, faults=faults, run=manifest.identity(), session=session)
     policy = spec.budget
     ledger = CreditLedger(
         manifest.budget, policy.min_balance, policy.policy, opening=start.journal.spent, journal=journal,

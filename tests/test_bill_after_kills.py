@@ -10,6 +10,7 @@ The processes talk to the session's Prefect test server (PREFECT_API_URL), so no
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, scalar, write_spec
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, rows, scalar, write_spec
 from tests.process_helpers import finish, start_run, wait_for_requests, wait_until
 from tests.test_resume_kill import kill_hard
 
@@ -89,3 +90,40 @@ def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, 
     in_flight = scalar(db, "SELECT count(*) FROM requests WHERE error LIKE 'in flight when its session%'")
     assert in_flight == journal.in_flight_at_crash
     assert scalar(db, "SELECT count(*) FROM requests") >= len(entries)
+
+
+def test_a_kill_between_a_settle_and_its_attempt_line_leaves_the_request_a_row(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A kill can fall between the journal's line that settles a request and the attempt log's line of it (two
+    writes with no await between, microseconds apart): the resume makes the request a row of `requests` from
+    the journal, so every request the service answered is still one row, none twice. The kill's moment is made
+    exact: the attempt line is taken off the killed session's log, as a kill a moment earlier leaves it."""
+    output = tmp_path / "out"
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3, latency=0.02
+    )
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, 1_000))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 6, proc)
+        kill_hard(proc, sb)
+        (run,) = all_manifests(OutputLayout(output))
+        layout = OutputLayout(output)
+        journal = layout.journal_file(run.run_id).read_text().splitlines()
+        last = [json.loads(line) for line in journal if '"e":"settle"' in line][-1]
+        session_log = layout.session_requests_file(run.run_id, json.loads(journal[0])["n"])
+        lines = session_log.read_text().splitlines(keepends=True)
+        (unlogged,) = [line for line in lines if json.loads(line).get("rid") == last["id"]]
+        session_log.write_text("".join(line for line in lines if line is not unlogged))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        answered = len(data_entries(sb))
+    assert code == 0, out + err
+    db = output / "harvest.duckdb"
+    made = rows(
+        db, "SELECT query_id, page, credits FROM requests WHERE error LIKE '%before it logged the attempt%'"
+    )
+    gone = json.loads(unlogged)
+    assert made == [(gone["query_id"], gone["page"], gone["credits"])], "the request whose line the kill took"
+    # each request answered is a row: logged, made so, or one in flight at the kill (its answer never read)
+    assert scalar(db, "SELECT count(*) FROM requests") >= answered

@@ -243,7 +243,7 @@ class ServiceClient:
                     sent = ledger.sending(reservation)
                     if sent is None:
                         continue  # the price rose past what is left while it waited: reserve again at it
-                    call.attempts += 1
+                    call.attempts, call.reservation = call.attempts + 1, sent.id
                     started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
                     http_response = await self._sent(call, sent, started_at, t0)
                 finally:

@@ -48,6 +48,8 @@ class PageCall:
     before the pace's last cut, or a sign that the pace is still too fast."""
     damaged: list[tuple[bytes, bool]] = field(default_factory=list)
     """The 2xx answers of this call that came damaged: (digest, cut on the wire). One more try, once."""
+    reservation: int | None = None
+    """The id of the reservation the latest attempt was sent under (`Attempt.reservation`)."""
 
     def __post_init__(self) -> None:
         self.damaged = [*self.request.tried.damaged, *self.damaged]  # an earlier round's (`Tried`)
@@ -114,7 +116,7 @@ class PageCall:
         if on_attempt is not None:
             attempt = Attempt(
                 request.query_id, request.endpoint, self.safe_params, request.page, self.attempts, status,
-                credits, duration_ms, error, started_at,
+                credits, duration_ms, error, started_at, self.reservation,
             )  # fmt: skip
             try:
                 on_attempt(attempt)

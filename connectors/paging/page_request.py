@@ -91,14 +91,15 @@ class Attempt:
     duration_ms: float = field(metadata=_column(pa.float64()))
     error: str | None = field(metadata=_column(pa.string()))
     started_at: dt.datetime = field(metadata=_column(pa.timestamp("us", tz="UTC")))
+    reservation: int | None = None
+    """The credit reservation the attempt was sent under, in the attempt log only (not a column): a resume finds
+    by it a settled request whose session was killed before it logged the attempt (`record_in_flight`)."""
 
 
-ATTEMPT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Attempt))
+_COLUMNS = [f for f in dataclasses.fields(Attempt) if "arrow" in f.metadata]
+ATTEMPT_FIELDS: tuple[str, ...] = tuple(f.name for f in _COLUMNS)
 ATTEMPT_SCHEMA = pa.schema(
-    [
-        pa.field(f.name, f.metadata["arrow"], nullable=f.metadata["nullable"])
-        for f in dataclasses.fields(Attempt)
-    ]
+    [pa.field(f.name, f.metadata["arrow"], nullable=f.metadata["nullable"]) for f in _COLUMNS]
 )
 
 

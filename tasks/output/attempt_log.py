@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from harvest.connectors.paging.page_request import ATTEMPT_FIELDS, Attempt
 from harvest.tasks.output.append_file import JsonLinesWriter, iter_json_lines
 from harvest.tasks.output.journal import JournalState
@@ -20,6 +22,12 @@ from harvest.tasks.output.raw_store import iso_utc, redact_params
 
 IN_FLIGHT_STEM = "in-flight-at-stops"
 """The attempt log of the requests stopped sessions had in flight (`record_in_flight`), in the run's folder."""
+RESERVATION_KEY = "rid"
+"""The attempt line's key of `Attempt.reservation` (not a column of `requests`)."""
+UNLOGGED_ERROR = (
+    "answered, and its credits counted, but its session was stopped (kill -9, a power cut) before it logged the "
+    "attempt: its status is not known"
+)
 IN_FLIGHT_ERROR = (
     "in flight when its session was stopped with no chance to record it (kill -9, a power cut): counted as "
     "spent, as the service may have billed it; the page was asked again"
@@ -32,6 +40,8 @@ class AttemptLogWriter(JsonLinesWriter):
     def append(self, attempt: Attempt | Mapping[str, Any]) -> None:
         if isinstance(attempt, Attempt):
             row = {name: getattr(attempt, name) for name in ATTEMPT_FIELDS}
+            if attempt.reservation is not None:
+                row[RESERVATION_KEY] = attempt.reservation
         else:
             unknown = set(attempt) - set(ATTEMPT_FIELDS)
             if unknown:
@@ -50,10 +60,16 @@ def iter_attempts(path: Path | str) -> Iterator[dict[str, Any]]:
 
 def record_in_flight(layout: OutputLayout, run_id: str, journal: JournalState) -> None:
     """The requests the run's stopped sessions had in flight, as attempts (no session lived to log them), so
-    `requests` holds every request that may have been billed. Written whole at each resume, every stopped
-    session's, replacing the file: a second resume lists none twice. The page's params are its query's (the
-    journal keeps no cursor); status NULL, no answer."""
-    if not journal.in_flight:
+    `requests` holds every request that may have been billed; and a stopped session's last settled request
+    when its attempt line is missing (the kill fell between the two). Written whole at each resume, every
+    stopped session's, replacing the file: a second resume lists none twice. The page's params are its
+    query's (the journal keeps no cursor); status NULL, no answer."""
+    unlogged = [
+        (query_id, page, credits)
+        for number, rid, query_id, page, credits in journal.last_settled
+        if not _logged(layout.session_requests_file(run_id, number), rid)
+    ]
+    if not journal.in_flight and not unlogged:
         return
     started = journal.started
     path = layout.run_dir(run_id) / f"{IN_FLIGHT_STEM}{REQUESTS_SUFFIX}"
@@ -61,15 +77,33 @@ def record_in_flight(layout: OutputLayout, run_id: str, journal: JournalState) -
     temporary.unlink(missing_ok=True)
     log = AttemptLogWriter(temporary)
     try:
-        for query_id, page, credits in journal.in_flight:
-            query = started.get(query_id, {})
-            log.append(
-                Attempt(
-                    query_id=query_id, endpoint=query.get("endpoint", ""), params=dict(query.get("params", {})),
-                    page=page, attempt=0, status_code=None, credits=credits, duration_ms=0.0,
-                    error=IN_FLIGHT_ERROR, started_at=None,  # type: ignore[arg-type]
-                )
-            )  # fmt: skip
+        for error, stopped in ((IN_FLIGHT_ERROR, journal.in_flight), (UNLOGGED_ERROR, unlogged)):
+            for query_id, page, credits in stopped:
+                query = started.get(query_id, {})
+                log.append(
+                    Attempt(
+                        query_id=query_id, endpoint=query.get("endpoint", ""), params=dict(query.get("params", {})),
+                        page=page, attempt=0, status_code=None, credits=credits, duration_ms=0.0,
+                        error=error, started_at=None,  # type: ignore[arg-type]
+                    )
+                )  # fmt: skip
     finally:
         log.close()
     temporary.replace(path)
+
+
+def _logged(path: Path, rid: int) -> bool:
+    """Whether the session's attempt log has a line of reservation `rid` (only lines naming it are parsed)."""
+    if not path.exists():
+        return False
+    mark = b'"%s":%d' % (RESERVATION_KEY.encode(), rid)
+    with path.open("rb") as lines:
+        for line in lines:
+            if mark in line:
+                try:
+                    attempt = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # a torn last line: not logged
+                if isinstance(attempt, dict) and attempt.get(RESERVATION_KEY) == rid:
+                    return True
+    return False

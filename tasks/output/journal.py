@@ -76,6 +76,10 @@ class JournalState:
     in_flight: list[tuple[str, int, int]] = field(default_factory=list)
     """Reservations no session closed, requests that may or may not have been billed: (query id, page, credits
     counted), in the order they were sent; page 0 in journals written before the page was."""
+    last_settled: list[tuple[int, int, str, int, int]] = field(default_factory=list)
+    """Per session that named its attempt log, its last settled reservation: (the log's session number, the
+    reservation's id, query id, page, credits counted). A kill can fall between a settle and its attempt line,
+    only ever the session's last settle's (the two are written with no await between them)."""
     sessions: int = 0
     run: dict[str, Any] | None = None
     """What the run is, as its newest session line says (None in journals written before it did)."""
@@ -118,12 +122,15 @@ class RunJournal(JsonLinesWriter):
         faults: FaultStop | None = None,
         sync_ends: bool = True,
         run: dict[str, Any] | None = None,
+        session: int | None = None,
     ) -> None:
+        """`session`: the number of the session's attempt log (`OutputLayout.session_requests_file`)."""
         super().__init__(path, fsync)
         self.faults = faults
         self.sync_ends = sync_ends
         """Sync the `session` and `end` lines (and so every line before them) even when `fsync` is off."""
-        self.append_json({"e": "session", **({"run": run} if run else {})}, sync=sync_ends)
+        named = {"run": run} if run else {}
+        self.append_json({"e": "session", **({"n": session} if session else {}), **named}, sync=sync_ends)
 
     def close(self) -> None:
         """Close, with a last sync; the machine's failure to sync stops the run like a failed write."""
@@ -192,6 +199,8 @@ def _events(path: Path) -> Iterator[dict[str, Any]]:
 def read_journal(path: Path | str) -> JournalState:
     state = JournalState()
     open_: dict[int, tuple[str, int, int]] = {}
+    log_number: int | None = None
+    last: tuple[int, int, str, int, int] | None = None
 
     session = SessionBalance()
 
@@ -202,11 +211,14 @@ def read_journal(path: Path | str) -> JournalState:
             state.in_flight.append((query_id, page, amount))
             session.open += amount
         open_.clear()
+        if last is not None:
+            state.last_settled.append(last)
 
     for event in _events(Path(path)):
         kind = event.get("e")
         if kind == "session":
             close_session()
+            log_number, last = event.get("n"), None
             state.sessions += 1
             state.run = event.get("run", state.run)
             session = SessionBalance()
@@ -231,6 +243,8 @@ def read_journal(path: Path | str) -> JournalState:
             held = open_.pop(event["id"], None)
             if held is not None and kind == "settle":
                 credits = int(event["c"])
+                if log_number is not None:
+                    last = (log_number, event["id"], held[0], held[2], credits)
                 state.spent[held[0]] += credits
                 session.settled += credits
                 if event.get("u") == "refusal":
