@@ -164,7 +164,7 @@ async def _fan_out(
     resuming = isinstance(begun.start, Resume)  # a new run id has no files yet: no glob, no index
     removed = fresh_parts(layout, run_id, ctx.started) if resuming else []  # its raw pages land again
     ctx.raw_index = (begun.start.raw_index or RawIndex(layout.raw_files(run_id))) if resuming else None
-    session = layout.next_session(run_id)
+    session = journal.session or layout.next_session(run_id)  # the number the journal's session line names
     ctx.sink = open_run_sink(layout, run_id, ctx.started)
     fan = Fanout(ctx, the_plan, begun.start, journal, job)
     ctx.on_records = fan.on_records

@@ -129,6 +129,7 @@ class RunJournal(JsonLinesWriter):
         self.faults = faults
         self.sync_ends = sync_ends
         """Sync the `session` and `end` lines (and so every line before them) even when `fsync` is off."""
+        self.session = session
         named = {"run": run} if run else {}
         self.append_json({"e": "session", **({"n": session} if session else {}), **named}, sync=sync_ends)
 
