@@ -197,7 +197,9 @@ def test_a_run_whose_raw_pages_were_deleted_keeps_its_rows_through_a_rebuild(
     first_files = {k: n for k, n in landed.items() if first in k}
     assert first_files and sum(first_files.values()) > 0
     before = rows(db, "SELECT _run_id, count(*) FROM short_video_videos_history GROUP BY ALL ORDER BY 1")
-    assert before[0][0] == first and len(before) == 2
+    assert (
+        first in {run for run, _ in before} and len(before) == 2
+    )  # ids of one second do not sort in run order
     pages = list(layout.run_dir(first).glob("session-*.pages"))
     assert pages
     for path in pages:
