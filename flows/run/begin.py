@@ -12,7 +12,7 @@ other.
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -112,7 +112,11 @@ def _abandoned(
 
 
 def new_run_id(now: datetime) -> str:
-    return f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    """`<UTC second>-<6 hex digits>`: the microsecond in 16 us steps (4 digits), then 2 random ones, so ids sort
+    in the order their runs started even within one second (an analyst's `ORDER BY run_id`; a random suffix
+    reversed two runs of one second half the time), and two processes that start in the same 16 us still
+    differ, but for 1 in 256."""
+    return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 16:04x}{secrets.randbelow(256):02x}"
 
 
 @dataclass
