@@ -12,8 +12,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from harvest.connectors.paging.page_request import ATTEMPT_FIELDS, Attempt
 from harvest.tasks.output.append_file import JsonLinesWriter, iter_json_lines
 from harvest.tasks.output.journal import JournalState
@@ -93,17 +91,5 @@ def record_in_flight(layout: OutputLayout, run_id: str, journal: JournalState) -
 
 
 def _logged(path: Path, rid: int) -> bool:
-    """Whether the session's attempt log has a line of reservation `rid` (only lines naming it are parsed)."""
-    if not path.exists():
-        return False
-    mark = b'"%s":%d' % (RESERVATION_KEY.encode(), rid)
-    with path.open("rb") as lines:
-        for line in lines:
-            if mark in line:
-                try:
-                    attempt = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue  # a torn last line: not logged
-                if isinstance(attempt, dict) and attempt.get(RESERVATION_KEY) == rid:
-                    return True
-    return False
+    """Whether the session's attempt log has a line of reservation `rid` (a torn line is not one)."""
+    return path.exists() and any(attempt.get(RESERVATION_KEY) == rid for attempt in iter_attempts(path))

@@ -130,8 +130,8 @@ class RunJournal(JsonLinesWriter):
         self.sync_ends = sync_ends
         """Sync the `session` and `end` lines (and so every line before them) even when `fsync` is off."""
         self.session = session
-        named = {"run": run} if run else {}
-        self.append_json({"e": "session", **({"n": session} if session else {}), **named}, sync=sync_ends)
+        head = {"e": "session", **({"n": session} if session else {}), **({"run": run} if run else {})}
+        self.append_json(head, sync=sync_ends)
 
     def close(self) -> None:
         """Close, with a last sync; the machine's failure to sync stops the run like a failed write."""
