@@ -16,7 +16,7 @@ from itertools import count
 from typing import Any
 
 from harvest.connectors.catalog.fields import Field, first_given
-from harvest.connectors.catalog.record_paths import MISSING, Step, compile_path, steps
+from harvest.connectors.catalog.record_paths import MISSING, Step, alternatives, compile_path, steps
 from harvest.connectors.catalog.records import KnownFields, RecordKind
 
 ColumnsReader = Callable[[list[Any], Mapping[str, Any], set[str] | None], list[list[Any]]]
@@ -63,8 +63,22 @@ class _Source:
         if not fld.from_record:
             return "None"  # the item holding the record: read by `connectors.reading.extraction`
         plain = _plain_steps(fld.path)
-        if plain is None:
+        if plain is not None:
+            return self.plain(plain, source)
+        alts = alternatives(fld.path)
+        tried = [walk for walk in map(_plain_steps, alts) if walk is not None]
+        if len(alts) == 1 or len(tried) < len(alts):  # a map (`a[]`) in it: the compiled getter reads it
             return f"{self.constant(_getter(fld.path))}({source})"
+        # `a|b` inline: the first alternative that is neither absent nor null, else None, as the compiled getter
+        # reads it (its MISSING is None here); a call per alternative per record cost as much as the reading.
+        expr = self.plain(tried[-1], source)
+        for walk in reversed(tried[:-1]):
+            a = f"_a{next(self.names)}"
+            expr = f"({a} if ({a} := {self.plain(walk, source)}) is not None else {expr})"
+        return expr
+
+    def plain(self, plain: tuple[Step, ...], source: str) -> str:
+        """An expression reading a path of keys and indexes from the dict named `source` (None when absent)."""
         expr = source
         for n, (kind, arg) in enumerate(plain):
             t = f"_t{next(self.names)}"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harvest.connectors.catalog.child_kinds import ChildKind
-from harvest.connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer
+from harvest.connectors.catalog.fields import HOLDER_PREFIX, TIMESTAMP, Field, coercer, json_texts
 from harvest.connectors.catalog.paging_styles import Paging
 from harvest.connectors.catalog.records import Located, RecordKind, without_envelope
 from harvest.connectors.plurals import counted
@@ -59,7 +59,7 @@ _SECONDS = pa.timestamp("s", tz="UTC")
 def _fast_array(fld: Field, values: list[Any]) -> pa.Array | None:
     """The column in one Arrow call when every value is of a type that needs no conversion, else None."""
     if fld.json:
-        return None
+        return json_texts(values, fld.type)
     kinds = set(map(type, values))
     if fld.type == TIMESTAMP:
         if not kinds <= _EXACT[pa.int64()]:
