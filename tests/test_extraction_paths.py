@@ -131,13 +131,19 @@ def test_alternatives_and_json_columns_read_as_the_value_by_value_rules_say() ->
     dumped in one pass falls back to the per-value rules for a value that does not dump (beyond 64 bits)."""
     kind = catalog.get(PROFILE).kinds[0]
     items = [
-        {"aweme_id": "1", "statistics": {"play_count": None}, "stats": {"playCount": 7}, "text_extra": [{"a": 1}]},
+        {
+            "aweme_id": "1",
+            "statistics": {"play_count": None},
+            "stats": {"playCount": 7},
+            "text_extra": [{"a": 1}],
+        },
         {"aweme_id": "2", "stats": {"playCount": 8}, "text_extra": [2**70]},
         {"aweme_id": "3", "statistics": {"play_count": 0}, "stats": {"playCount": 9}},
         {"aweme_id": "4", "statistics": "not an object"},
     ]
     _same_columns(kind, items, {})
-    _same_arrow(kind, [items[0], *items[2:]], {})  # `raw` cannot hold the 2**70 either (a child's items: no raw)
+    # `raw` cannot hold the 2**70 either: its table is read as a child's items are (no raw)
+    _same_arrow(kind, [items[0], *items[2:]], {})
     report = TableReport()
     table = to_arrow(kind, items, {}, report, raw=False)
     assert table.column("play_count").to_pylist() == [7, 8, 0, None]

@@ -3,7 +3,7 @@
 Reading columns is the hot path of a collection (every field of every record). One closure call per field and
 record, plus a recursive walk for fields no column reads, cost more than parsing the page; a function generated
 once per kind reads the field paths (`a`, `a.b`, `a.b[0].c`) with inline dict and list lookups and checks each
-record's keys against the catalog's, all in a single loop. Paths with alternatives (`a|b`) or maps (`a[]`) go
+record's keys against the catalog's, all in a single loop, alternatives (`a|b`) too. Paths with maps (`a[]`) go
 through the compiled getter of `connectors.catalog.record_paths`. What it returns is exactly what `RecordKind.reader` and
 `RecordKind.unknown_fields` give (a test holds them equal).
 """
@@ -35,7 +35,7 @@ def _getter(path: str) -> Callable[[Any], Any]:
 
 def _plain_steps(path: str) -> tuple[Step, ...] | None:
     """The steps of a plain path (keys and indexes, by the catalog's one parser), or None for one with
-    alternatives or maps: those are read by the general getter."""
+    alternatives (each is tried on its own) or maps (read by the general getter)."""
     if "|" in path:
         return None
     walked = steps(path)
