@@ -32,7 +32,7 @@ from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.database.connection import has_table, quote_ident
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, all_manifests, output_kinds
+from harvest.tasks.output.manifest import RunManifest, all_manifests, output_kinds, run_heads
 
 __all__ = ["ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536
@@ -311,7 +311,7 @@ def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
         report.runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started").fetchall()]
     finally:
         con.close()
-    at = _commit(fs, base, report, sorted({m.job for m in all_manifests(layout)}))
+    at = _commit(fs, base, report, sorted({h.job for h in run_heads(layout)}))
     record(
         layout,
         destination,

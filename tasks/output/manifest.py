@@ -226,7 +226,7 @@ def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManif
 def output_kinds(layout: OutputLayout, *more: RunManifest) -> dict[str, TableKind]:
     """Every record kind an output directory's tables may hold: the built-in ones and those its runs declared
     (`more`: runs whose manifest on disk may not say so yet), by table."""
-    return of_runs(m.declared for m in [*all_manifests(layout), *more]).kinds()
+    return of_runs([*(h.declared for h in run_heads(layout)), *(m.declared for m in more)]).kinds()
 
 
 @dataclass(frozen=True)
@@ -244,6 +244,9 @@ class RunHead:
     continues: str | None
     service: str = ""
     """What the run asked (`ServiceAccess.label`): the base URL, or `sandbox (embedded)`."""
+    declared: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The endpoints the run declared (`RunManifest.declared`): every load reads them of every run
+    (`output_kinds`), and holding the whole manifests for that grew a load by all of them together."""
 
     @property
     def unfinished(self) -> bool:
@@ -288,7 +291,7 @@ def _head(layout: OutputLayout, path: Path) -> RunHead | None:
             m = read_manifest(path)
             head = RunHead(
                 path, m.run_id, m.job, m.started, m.status, m.loaded, m.resumes, m.flow_run_id, m.continues,
-                m.service,
+                m.service, m.declared,
             )  # fmt: skip
             known = _HEADS[path] = (version, head)
         return known[1]

@@ -1,0 +1,60 @@
+"""A nightly job's load reads what every earlier run declared without holding every earlier run's manifest: a
+manifest lists each query of its run, so a night of 5,000 queries writes ~7 MB of it, and a load that held every
+night's manifest at once grew by all of them together (a year of such nights: gigabytes, at each load)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+from harvest.connectors.catalog.declarations import EndpointDecl, plain
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import RunManifest, output_kinds, read_manifest, write_manifest
+from tests.declared_helpers import declaration
+
+THINGS = "/v1/x/things"
+DECLARED = {THINGS: plain(THINGS, EndpointDecl.model_validate(declaration()))}
+"""What a run of a job that declares an endpoint keeps in its manifest (the plain form)."""
+
+
+def _night(layout: OutputLayout, n: int, queries: int) -> None:
+    summaries = [
+        {"query_id": f"videos[handle=account{q:05d}]", "endpoint": "/v3/short-video/profile/videos",
+         "status": "complete", "pages": 1, "records": 1, "credits": 1, "next_cursor": None, "error": None,
+         "extraction": {"tables": {"short_video_videos": {"seen": 1, "kept": 1, "misfits": {}}}}}
+        for q in range(queries)
+    ]  # fmt: skip
+    write_manifest(
+        layout,
+        RunManifest(
+            run_id=f"20261201T0000{n:02d}Z-{n:06x}", job="nightly", spec_hash="h", service="https://api.example",
+            started=f"2026-12-01T00:00:{n:02d}+00:00", finished=None, status="complete", budget=10**6,
+            credits_spent=queries, queries=summaries, declared=DECLARED if n == 0 else {},
+        ),
+    )  # fmt: skip
+
+
+def _peak(read: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        read()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_load_reads_earlier_nights_declarations_one_manifest_at_a_time(tmp_path: Path) -> None:
+    layout = OutputLayout(tmp_path / "out")
+    nights = 12
+    for n in range(nights):
+        _night(layout, n, queries=3000)
+    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    every_night = _peak(lambda: output_kinds(layout))  # a fresh process: no run's head read yet
+    again = _peak(lambda: output_kinds(layout))  # later in the same process: the heads are known
+    kinds = output_kinds(layout)
+    assert "things" in kinds  # the first night's declaration still names its table
+    assert "short_video_videos" in kinds
+    # holding every night's manifest at once took twelve nights' worth; one at a time, about one night's
+    assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)
+    assert again < one_night / 10, (again / 2**20, one_night / 2**20)
