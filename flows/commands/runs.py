@@ -46,14 +46,14 @@ def _job_lock(layout: OutputLayout, job: str) -> Any:
         return None
 
 
-def _nothing_to_load(layout: OutputLayout, output: Path, manifests: list[Any]) -> None:
+def _nothing_to_load(layout: OutputLayout, output: Path, runs: list[Any]) -> None:
     """Say why nothing was loaded, naming the database only if it exists. Whether anything waits is the
     manifests' to say, so a database another process holds (a notebook) is no error here: only pointing the
     history views at a moved directory needs its lock, and that waits for the next load."""
     from harvest.flows.run.load_step import refresh_views
     from harvest.tasks.database.connection import DatabaseBusy
 
-    landed = [m for m in manifests if m.status != "running"]
+    landed = [r for r in runs if r.status != "running"]  # heads: no run's queries read for it
     if not landed:
         console.prose(f"nothing to load in {output}: no run there has finished or been interrupted yet")
         return
@@ -74,7 +74,7 @@ def load(output: Path) -> None:
     """Load every run whose data landed and is not in DuckDB; say what each is."""
     from harvest.flows.run.load_step import load_manifest_into_duckdb
     from harvest.tasks.database.load_settings import check_load_settings
-    from harvest.tasks.output.manifest import all_manifests, pending_manifests
+    from harvest.tasks.output.manifest import pending_manifests, run_heads
     from harvest.tasks.output.run_list import run_rows
 
     check_load_settings()
@@ -84,7 +84,7 @@ def load(output: Path) -> None:
             console.note(_unfinished_note(row, output))
     pending = pending_manifests(layout)
     if not pending:
-        _nothing_to_load(layout, output, all_manifests(layout))
+        _nothing_to_load(layout, output, run_heads(layout))
         return
     for manifest in pending:
         lock = _job_lock(layout, manifest.job)
