@@ -59,6 +59,9 @@ class FairShare:
     def finish(self, query_id: str) -> bool:
         """The query reserves nothing more; True if it was registered (others may stop waiting)."""
         self._expected.discard(query_id)
+        self._cost.pop(query_id, None)  # a fan-out's 10,000 ended queries keep nothing here
+        if not self._inflight.get(query_id):
+            self._inflight.pop(query_id, None)
         return self._next_page.pop(query_id, None) is not None
 
     def lag_demand(
@@ -90,3 +93,5 @@ class FairShare:
         inflight[page_index] -= 1
         if inflight[page_index] <= 0:
             del inflight[page_index]
+            if not inflight and query_id not in self._next_page:  # its last hold, after it finished
+                del self._inflight[query_id]

@@ -6,7 +6,8 @@ written to the run journal first, so a resumed run knows which queries existed a
 Each spec query is one line (`tasks.query_line`), reported by one Prefect task run: the queries it expands to
 are handed over to it as they start and run at once, and the line closes once nothing can start another of them
 (no query of it or of its parents is running or waiting). The planned queries start at once (a short budget is
-shared breadth-first among them). Dependent queries wait in line and start in the order they were found, at most
+shared breadth-first among them), but at most `FIRST_PAGES_PER_SLOT` per connection slot are before their first
+page at a time (below). Dependent queries wait in line and start in the order they were found, at most
 `DEPENDENTS_PER_SLOT` per connection slot at a time; those of a fan-out with `max_credits_total` start at once
 instead, so that the ledger shares the cap breadth-first among all of them (one waiting in line would find the cap
 spent by the pages of those started before it). Once the run is stopping (Ctrl-C, a refused key), nothing
@@ -49,6 +50,14 @@ gives it up: Prefect's client retries an API that went away for ~62 s per call."
 DEPENDENTS_PER_SLOT = 2
 """Dependent queries running at once per connection slot (`concurrency`): one sending, one ready to send as soon
 as the slot frees, so the slots never wait on a task's Prefect bookkeeping."""
+FIRST_PAGES_PER_SLOT = 2
+"""Started queries that have not landed their first page, at most, per connection slot (`concurrency`). The ledger
+expects every started query from its start, so a short budget is still shared among all of them breadth-first;
+what waits is the query's paging machinery (its pager, its reservation, its request: ~10 KB), built when the gate
+lets it in instead of for 10,000 queries at once, which left the allocator's arenas holding ~12 KB a query after
+they ended (`docs/performance.md`, memory and the number of queries). Held only until the first page: a first
+page never waits for other queries (breadth-first waits start at the second page), so a query behind the gate
+can never be what a query holding it waits for."""
 
 
 class Fanout:
@@ -77,6 +86,9 @@ class Fanout:
         self.from_line: set[str] = set()
         """Queries started from `waiting` that are still running."""
         self.window = DEPENDENTS_PER_SLOT * ctx.client.max_in_flight
+        self.first_pages = asyncio.Semaphore(FIRST_PAGES_PER_SLOT * ctx.client.max_in_flight)
+        self.before_first_page: set[str] = set()
+        """Queries holding a place of `first_pages`: let in, no page landed yet."""
 
     @property
     def stopping(self) -> bool:
@@ -191,12 +203,21 @@ class Fanout:
 
     async def _run_query(self, query: QuerySpec) -> dict[str, Any]:
         """One query to its end, in its line; its summary, whatever broke."""
+        await self.first_pages.acquire()
+        self.before_first_page.add(query.query_id)
         try:
             summary = (await page_query(self.ctx, query)).summary.as_dict()
         except Exception as exc:  # a broken query must not take the other queries' landed data with it
             summary = self._broken(query, exc)
+        finally:
+            self._past_first_page(query.query_id)
         self._ended(summary)
         return summary
+
+    def _past_first_page(self, query_id: str) -> None:
+        if query_id in self.before_first_page:
+            self.before_first_page.discard(query_id)
+            self.first_pages.release()
 
     def _ended(self, summary: dict[str, Any]) -> None:
         query_id = summary["query_id"]
@@ -237,6 +258,7 @@ class Fanout:
         pages: int,
     ) -> None:
         # a damaged answer (`pages` 0) is billed and no page, as the run's summary counts it
+        self._past_first_page(query.query_id)
         if not replayed:
             progress.current().page_landed(query.query_id, kept, credits, pages)
         endpoint = self.ctx.endpoints[query.endpoint]
