@@ -11,6 +11,7 @@ from pathlib import Path
 from harvest.connectors.catalog.declarations import EndpointDecl, plain
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, output_kinds, read_manifest, write_manifest
+from harvest.tasks.output.run_list import RunRow, run_rows
 from tests.declared_helpers import declaration
 
 THINGS = "/v1/x/things"
@@ -58,3 +59,18 @@ def test_a_load_reads_earlier_nights_declarations_one_manifest_at_a_time(tmp_pat
     # holding every night's manifest at once took twelve nights' worth; one at a time, about one night's
     assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)
     assert again < one_night / 10, (again / 2**20, one_night / 2**20)
+
+
+def test_the_list_of_runs_reads_each_nights_manifest_once_and_keeps_its_totals(tmp_path: Path) -> None:
+    """`harvest runs` and `harvest load` list every run: a year of nightly fan-outs held at once was gigabytes."""
+    layout = OutputLayout(tmp_path / "out")
+    nights = 12
+    for n in range(nights):
+        _night(layout, n, queries=3000)
+    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    listed: list[RunRow] = []
+    every_night = _peak(lambda: listed.extend(run_rows(layout)))
+    assert [r.manifest.run_id for r in listed] == [f"20261201T0000{n:02d}Z-{n:06x}" for n in range(nights)]
+    assert {(r.state, r.pages, r.records, r.credits) for r in listed} == {("complete", 3000, 3000, 3000)}
+    assert all(r.manifest.queries == [] for r in listed)  # the rows keep the totals, not every query
+    assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)

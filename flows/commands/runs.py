@@ -127,7 +127,7 @@ def runs(output: Path) -> None:
         )
         console.add_row(
             table, m.run_id, m.job, m.started[:19], row.state, row.pages, credits,
-            m.records if row.state not in ("running", "killed") else "-", "yes" if m.loaded else "no", m.service,
+            row.records if row.state not in ("running", "killed") else "-", "yes" if m.loaded else "no", m.service,
         )  # fmt: skip
     console.out.print(table)
     layout = OutputLayout(output)
