@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from harvest.connectors.catalog.declarations import EndpointDecl, plain
+from harvest.flows.handoff.export import ExportReport, export_increment
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, output_kinds, read_manifest, write_manifest
+from harvest.tasks.output.manifest import (
+    RunManifest,
+    all_manifests,
+    output_kinds,
+    read_manifest,
+    write_manifest,
+)
 from harvest.tasks.output.run_list import RunRow, run_rows
 from tests.declared_helpers import declaration
 
@@ -73,4 +81,23 @@ def test_the_list_of_runs_reads_each_nights_manifest_once_and_keeps_its_totals(t
     assert [r.manifest.run_id for r in listed] == [f"20261201T0000{n:02d}Z-{n:06x}" for n in range(nights)]
     assert {(r.state, r.pages, r.records, r.credits) for r in listed} == {("complete", 3000, 3000, 3000)}
     assert all(r.manifest.queries == [] for r in listed)  # the rows keep the totals, not every query
+    assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)
+
+
+def test_an_export_of_last_night_reads_the_earlier_nights_one_at_a_time(tmp_path: Path) -> None:
+    """A nightly export sends the night's run: the year of nights before it, sent already, is read and let go."""
+    layout = OutputLayout(tmp_path / "out")
+    nights = 12
+    for n in range(nights):
+        _night(layout, n, queries=3000)
+    for m in all_manifests(layout):
+        write_manifest(layout, replace(m, loaded=True))
+    destination = tmp_path / "warehouse"
+    destination.mkdir()
+    first = export_increment(layout, str(destination))
+    assert len(first.runs) == nights  # every night sent once
+    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    again: list[ExportReport] = []
+    every_night = _peak(lambda: again.append(export_increment(layout, str(destination))))
+    assert again[0].runs == []  # nothing new
     assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)

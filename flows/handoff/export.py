@@ -32,7 +32,7 @@ from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.database.connection import has_table, quote_ident
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, all_manifests, output_kinds, run_heads
+from harvest.tasks.output.manifest import RunManifest, each_manifest, output_kinds, run_heads
 
 __all__ = ["ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536
@@ -261,14 +261,14 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     Nothing new: nothing written (committed exports the table did not know are recorded)."""
     destination = _destination(url)
     report = ExportReport(destination, _export_id(), "increment", kinds=output_kinds(layout))
-    manifests = [m for m in all_manifests(layout) if m.loaded]
     fs, base = open_destination(destination)
     sent = recorded(layout, destination)
     problem = sent.mixed(destination)
     if problem:
         raise UsageError(problem)
-    find_committed(fs, base, sent, (m.run_id for m in manifests))
-    runs = [m for m in manifests if sent.due(m, lambda run: run_content(layout, run))]
+    find_committed(fs, base, sent, (h.run_id for h in run_heads(layout) if h.loaded))
+    due = (m for m in each_manifest(layout) if m.loaded and sent.due(m, lambda run: run_content(layout, run)))
+    runs = list(due)  # read one at a time: only the runs it sends are kept
     report.recovered = len({r.run_id for r in sent.found})
     report.resent = any(m.run_id in sent.latest for m in runs)
     if not runs:

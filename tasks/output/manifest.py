@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -219,8 +219,16 @@ def read_manifest(path: Path) -> RunManifest:
 
 
 def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
-    """Every run under an output directory (of one job, if given), oldest first (`run_heads` orders them)."""
-    return [h.manifest() for h in run_heads(layout, job)]
+    """Every run under an output directory (of one job, if given), oldest first (`run_heads` orders them), held
+    together: for what needs them all (a rebuild); what keeps a few of them reads `each_manifest`."""
+    return list(each_manifest(layout, job))
+
+
+def each_manifest(layout: OutputLayout, job: str | None = None) -> Iterator[RunManifest]:
+    """Every run's whole manifest, oldest first, read one at a time: an export that sends last night's run
+    looks at a year of nights, ~14 MB each for a 10,000-query fan-out, and keeps only what it sends."""
+    for head in run_heads(layout, job):
+        yield head.manifest()
 
 
 def output_kinds(layout: OutputLayout, *more: RunManifest) -> dict[str, TableKind]:

@@ -24,7 +24,7 @@ from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, one_da
 from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, all_manifests
+from harvest.tasks.output.manifest import RunManifest, each_manifest
 
 FORMATS: dict[str, tuple[str, str, str]] = {
     "delta": ("harvest.flows.handoff.lakehouse.delta_tables", "DeltaFormat", "deltalake"),
@@ -124,7 +124,7 @@ def export_tables(
     if problem:
         raise UsageError(problem)
     runs = [
-        m for m in all_manifests(layout) if m.loaded and sent.due(m, lambda run: run_content(layout, run))
+        m for m in each_manifest(layout) if m.loaded and sent.due(m, lambda run: run_content(layout, run))
     ]
     if not runs:
         return report
