@@ -4,19 +4,24 @@ night's manifest at once grew by all of them together (a year of such nights: gi
 
 from __future__ import annotations
 
+import shutil
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
+
 from harvest.connectors.catalog.declarations import EndpointDecl, plain
 from harvest.flows.handoff.export import ExportReport, export_increment
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import (
+    RunHead,
     RunManifest,
     all_manifests,
     output_kinds,
     read_manifest,
+    run_heads,
     write_manifest,
 )
 from harvest.tasks.output.run_list import RunRow, run_rows
@@ -59,7 +64,10 @@ def test_a_load_reads_earlier_nights_declarations_one_manifest_at_a_time(tmp_pat
     for n in range(nights):
         _night(layout, n, queries=3000)
     one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
-    every_night = _peak(lambda: output_kinds(layout))  # a fresh process: no run's head read yet
+    # the nights as another process finds them: no head read yet (the writer knows the heads of what it wrote)
+    shutil.copytree(layout.root, tmp_path / "elsewhere")
+    layout = OutputLayout(tmp_path / "elsewhere")
+    every_night = _peak(lambda: output_kinds(layout))
     again = _peak(lambda: output_kinds(layout))  # later in the same process: the heads are known
     kinds = output_kinds(layout)
     assert "things" in kinds  # the first night's declaration still names its table
@@ -101,3 +109,18 @@ def test_an_export_of_last_night_reads_the_earlier_nights_one_at_a_time(tmp_path
     every_night = _peak(lambda: again.append(export_increment(layout, str(destination))))
     assert again[0].runs == []  # nothing new
     assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)
+
+
+def test_the_run_just_written_is_listed_without_reading_its_manifest_again(tmp_path: Path) -> None:
+    """A run's end lists the runs (its load, its summary) right after writing its manifest."""
+    layout = OutputLayout(tmp_path / "out")
+    _night(layout, 0, queries=3000)
+    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    heads: list[RunHead] = []
+    listed = _peak(lambda: heads.extend(run_heads(layout)))
+    assert [(h.run_id, h.status, h.loaded) for h in heads] == [
+        (f"20261201T000000Z-{0:06x}", "complete", False)
+    ]
+    assert heads[0].declared == orjson.loads(orjson.dumps(DECLARED))  # as a reader of the file finds it
+    assert output_kinds(layout)["things"] == output_kinds(OutputLayout(tmp_path / "out"))["things"]
+    assert listed < one_night / 10, (listed / 2**20, one_night / 2**20)
