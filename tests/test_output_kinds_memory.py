@@ -58,12 +58,20 @@ def _peak(read: Callable[[], object]) -> int:
         tracemalloc.stop()
 
 
-def test_a_load_reads_earlier_nights_declarations_one_manifest_at_a_time(tmp_path: Path) -> None:
+NIGHTS = 12
+
+
+def _nights(tmp_path: Path, nights: int = NIGHTS) -> tuple[OutputLayout, int]:
+    """An output of `nights` nightly runs of 3,000 queries, and the traced peak of reading one manifest whole."""
     layout = OutputLayout(tmp_path / "out")
-    nights = 12
     for n in range(nights):
         _night(layout, n, queries=3000)
-    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    first = layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"
+    return layout, _peak(lambda: read_manifest(first))
+
+
+def test_a_load_reads_earlier_nights_declarations_one_manifest_at_a_time(tmp_path: Path) -> None:
+    layout, one_night = _nights(tmp_path)
     # the nights as another process finds them: no head read yet (the writer knows the heads of what it wrote)
     shutil.copytree(layout.root, tmp_path / "elsewhere")
     layout = OutputLayout(tmp_path / "elsewhere")
@@ -79,14 +87,10 @@ def test_a_load_reads_earlier_nights_declarations_one_manifest_at_a_time(tmp_pat
 
 def test_the_list_of_runs_reads_each_nights_manifest_once_and_keeps_its_totals(tmp_path: Path) -> None:
     """`harvest runs` and `harvest load` list every run: a year of nightly fan-outs held at once was gigabytes."""
-    layout = OutputLayout(tmp_path / "out")
-    nights = 12
-    for n in range(nights):
-        _night(layout, n, queries=3000)
-    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    layout, one_night = _nights(tmp_path)
     listed: list[RunRow] = []
     every_night = _peak(lambda: listed.extend(run_rows(layout)))
-    assert [r.manifest.run_id for r in listed] == [f"20261201T0000{n:02d}Z-{n:06x}" for n in range(nights)]
+    assert [r.manifest.run_id for r in listed] == [f"20261201T0000{n:02d}Z-{n:06x}" for n in range(NIGHTS)]
     assert {(r.state, r.pages, r.records, r.credits) for r in listed} == {("complete", 3000, 3000, 3000)}
     assert all(r.manifest.queries == [] for r in listed)  # the rows keep the totals, not every query
     assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)
@@ -94,17 +98,13 @@ def test_the_list_of_runs_reads_each_nights_manifest_once_and_keeps_its_totals(t
 
 def test_an_export_of_last_night_reads_the_earlier_nights_one_at_a_time(tmp_path: Path) -> None:
     """A nightly export sends the night's run: the year of nights before it, sent already, is read and let go."""
-    layout = OutputLayout(tmp_path / "out")
-    nights = 12
-    for n in range(nights):
-        _night(layout, n, queries=3000)
+    layout, one_night = _nights(tmp_path)
     for m in all_manifests(layout):
         write_manifest(layout, replace(m, loaded=True))
     destination = tmp_path / "warehouse"
     destination.mkdir()
     first = export_increment(layout, str(destination))
-    assert len(first.runs) == nights  # every night sent once
-    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    assert len(first.runs) == NIGHTS  # every night sent once
     again: list[ExportReport] = []
     every_night = _peak(lambda: again.append(export_increment(layout, str(destination))))
     assert again[0].runs == []  # nothing new
@@ -113,9 +113,7 @@ def test_an_export_of_last_night_reads_the_earlier_nights_one_at_a_time(tmp_path
 
 def test_the_run_just_written_is_listed_without_reading_its_manifest_again(tmp_path: Path) -> None:
     """A run's end lists the runs (its load, its summary) right after writing its manifest."""
-    layout = OutputLayout(tmp_path / "out")
-    _night(layout, 0, queries=3000)
-    one_night = _peak(lambda: read_manifest(layout.raw_root / f"20261201T000000Z-{0:06x}" / "manifest.json"))
+    layout, one_night = _nights(tmp_path, 1)
     heads: list[RunHead] = []
     listed = _peak(lambda: heads.extend(run_heads(layout)))
     assert [(h.run_id, h.status, h.loaded) for h in heads] == [
