@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from harvest.tasks.output.job_lock import is_locked
 from harvest.tasks.output.journal import read_journal
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, run_heads
+from harvest.tasks.output.manifest import RunManifest, each_manifest
 from harvest.tasks.output.raw_store import RawIndex
 
 
@@ -53,4 +53,4 @@ def _row(layout: OutputLayout, m: RunManifest) -> RunRow:
 
 def run_rows(layout: OutputLayout) -> list[RunRow]:
     """Every run, oldest first."""
-    return [_row(layout, h.manifest()) for h in run_heads(layout)]
+    return [_row(layout, m) for m in each_manifest(layout)]
