@@ -27,12 +27,19 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from harvest.connectors.catalog.child_kinds import ChildKind, TableKind
-from harvest.flows.handoff.export_ledger import ExportRow, find_committed, record, recorded, run_content
+from harvest.flows.handoff.export_ledger import (
+    ExportRow,
+    find_committed,
+    record,
+    recorded,
+    run_content,
+    runs_due,
+)
 from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.database.connection import has_table, quote_ident
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, each_manifest, output_kinds, run_heads
+from harvest.tasks.output.manifest import RunManifest, output_kinds, run_heads
 
 __all__ = ["ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536
@@ -267,8 +274,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     if problem:
         raise UsageError(problem)
     find_committed(fs, base, sent, (h.run_id for h in run_heads(layout) if h.loaded))
-    due = (m for m in each_manifest(layout) if m.loaded and sent.due(m, lambda run: run_content(layout, run)))
-    runs = list(due)  # read one at a time: only the runs it sends are kept
+    runs = runs_due(layout, sent)
     report.recovered = len({r.run_id for r in sent.found})
     report.resent = any(m.run_id in sent.latest for m in runs)
     if not runs:

@@ -226,8 +226,8 @@ def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManif
 
 
 def each_manifest(layout: OutputLayout, job: str | None = None) -> Iterator[RunManifest]:
-    """Every run's whole manifest, oldest first, read one at a time: an export that sends last night's run
-    looks at a year of nights, ~14 MB each for a 10,000-query fan-out, and keeps only what it sends."""
+    """Every run's whole manifest, oldest first, read one at a time: `harvest runs` over a year of nights,
+    ~14 MB each for a 10,000-query fan-out, keeps each run's totals, not the nights together."""
     for head in run_heads(layout, job):
         yield head.manifest()
 
@@ -256,6 +256,9 @@ class RunHead:
     declared: dict[str, Any] = field(default_factory=dict, compare=False)
     """The endpoints the run declared (`RunManifest.declared`): every load reads them of every run
     (`output_kinds`), and holding the whole manifests for that grew a load by all of them together."""
+    rebuilt: str | None = None
+    """When its files were last written again (`RunManifest.rebuilt`): an export tells from the head whether it
+    sends the run, and reads the manifests of those it sends only."""
 
     @property
     def unfinished(self) -> bool:
@@ -293,6 +296,7 @@ def _head_of(path: Path, m: RunManifest) -> RunHead:
     return RunHead(
         path, m.run_id, m.job, m.started, m.status, m.loaded, m.resumes, m.flow_run_id, m.continues, m.service,
         orjson.loads(orjson.dumps(m.declared)),  # as a reader of the file finds it (lists, not tuples)
+        m.rebuilt,
     )  # fmt: skip
 
 

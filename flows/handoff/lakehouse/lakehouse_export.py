@@ -18,13 +18,13 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from harvest.flows.handoff.export_ledger import ExportRow, record, recorded, run_content
+from harvest.flows.handoff.export_ledger import ExportRow, record, recorded, run_content, runs_due
 from harvest.flows.handoff.lakehouse.table_format import MergeResult, TableFormat, TableLoad
 from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, one_database, record_loads
 from harvest.flows.spec import UsageError
 from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, each_manifest
+from harvest.tasks.output.manifest import RunManifest
 
 FORMATS: dict[str, tuple[str, str, str]] = {
     "delta": ("harvest.flows.handoff.lakehouse.delta_tables", "DeltaFormat", "deltalake"),
@@ -123,9 +123,7 @@ def export_tables(
         )
     if problem:
         raise UsageError(problem)
-    runs = [
-        m for m in each_manifest(layout) if m.loaded and sent.due(m, lambda run: run_content(layout, run))
-    ]
+    runs = runs_due(layout, sent)
     if not runs:
         return report
     fmt = opener(format_name, destination, layout)
