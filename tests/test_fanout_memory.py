@@ -46,7 +46,7 @@ class Sampled:
         return sampled
 
 
-def _paging_memory(tmp_path: Path, accounts: int) -> tuple[int, Sampled]:
+def _paging_memory(tmp_path: Path, accounts: int) -> int:
     """Bytes traced at the busiest request of a fan-out over `accounts` one-page accounts, above the traced
     bytes before the run."""
     output = tmp_path / f"out-{accounts}"
@@ -62,7 +62,7 @@ def _paging_memory(tmp_path: Path, accounts: int) -> tuple[int, Sampled]:
     assert summary.status == "complete", summary
     assert sampled.requests == accounts
     assert rows(output / "harvest.duckdb", "SELECT count(*) FROM query_state") == [(accounts,)]
-    return sampled.most - before, sampled
+    return sampled.most - before
 
 
 def test_queries_waiting_for_a_connection_hold_no_paging_machinery(
@@ -72,8 +72,8 @@ def test_queries_waiting_for_a_connection_hold_no_paging_machinery(
     tracemalloc.start()
     try:
         _paging_memory(tmp_path, 40)  # the process's one-time costs (caches, the first flow run) paid here
-        small, _ = _paging_memory(tmp_path, 100)
-        large, _ = _paging_memory(tmp_path, 700)
+        small = _paging_memory(tmp_path, 100)
+        large = _paging_memory(tmp_path, 700)
     finally:
         tracemalloc.stop()
     per_query = (large - small) / 600
