@@ -84,6 +84,7 @@ from harvest.tasks.output.journal import RunJournal  # noqa: E402
 from harvest.tasks.output.layout import OutputLayout  # noqa: E402
 from harvest.tasks.output.machine_fault import FaultStop, MachineFault  # noqa: E402
 from harvest.tasks.output.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from harvest.tasks.output.packed_summaries import PackedSummaries  # noqa: E402
 from harvest.tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
 from harvest.tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
 from harvest.tasks.run_context import service_client  # noqa: E402
@@ -105,7 +106,7 @@ async def _pay_and_land(
     full: bool,
     service: ServiceAccess,
     stop: StopOnSignal,
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[PackedSummaries, list[str]]:
     """The paid part of a run: the key check, every query (in this process or on Dask), the bill read after."""
     manifest, start = begun.manifest, begun.start
     progress.current().watch_pace(client.pace.report)
@@ -157,7 +158,7 @@ async def _pay_and_land(
 
 async def _fan_out(
     ctx: run_context.RunContext, the_plan: Plan, begun: Begun, journal: RunJournal, job: str
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[PackedSummaries, list[str]]:
     """Every query in this process, into the run's one Parquet writer; its files go into the manifest (none when
     the machine could not write them: the run stops, and its resume lands the raw pages again)."""
     layout, run_id = ctx.layout, ctx.run_id

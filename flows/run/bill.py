@@ -24,6 +24,7 @@ A resumed run settles what its killed sessions counted without knowing the charg
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +162,9 @@ def note_bill(
     manifest.balance_before, manifest.balance_after = first_reading(earlier, before), after
 
 
-def settle_refusals(ledger: CreditLedger, summaries: list[dict[str, Any]], billed: int | None) -> None:
+def settle_refusals(
+    ledger: CreditLedger, summaries: MutableSequence[dict[str, Any]], billed: int | None
+) -> None:
     """The refusals counted at their reservation, settled against the session's bill (the balance read before
     and after): what it was not billed goes back, and each query's credits say what the service charged it."""
     if billed is not None:
@@ -169,5 +172,5 @@ def settle_refusals(ledger: CreditLedger, summaries: list[dict[str, Any]], bille
     if not ledger.given_back:  # here, or before the session paid (`carry_over`), or while it paid
         return
     spent = ledger.per_query_spent
-    for summary in summaries:
-        summary["credits"] = spent.get(summary["query_id"], 0)
+    for n, summary in enumerate(summaries):  # written back: packed summaries hand out copies
+        summaries[n] = {**summary, "credits": spent.get(summary["query_id"], 0)}

@@ -38,6 +38,7 @@ from harvest.flows.run.start import RunStart
 from harvest.tasks.landing import land_raw_pages, page_query
 from harvest.tasks.output.journal import RunJournal
 from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.packed_summaries import PackedSummaries
 from harvest.tasks.output.query_summary import QuerySummary
 from harvest.tasks.query_line import QueryLine, collect_queries, note_end
 from harvest.tasks.run_context import RunContext
@@ -80,7 +81,9 @@ class Fanout:
         """The run's first starts (planned, continued, rediscovered) are still being handed over."""
         self.discovery = Discovery(the_plan, start, ctx.incremental)
         self.started: set[str] = set()
-        self.summaries: list[dict[str, Any]] = list(start.kept.values())
+        self.summaries = PackedSummaries(
+            {**s, "files": []} for s in start.kept.values()
+        )  # rewritten: rediscover
         self.waiting: deque[QuerySpec] = deque()
         """Dependent queries found and not started yet, in the order they were found."""
         self.from_line: set[str] = set()
@@ -273,7 +276,6 @@ class Fanout:
         assert ctx.sink is not None  # the run's writer (`flows.collect`)
         for query_id, summary in self.start_info.kept.items():
             spec = QuerySpec(**self.start_info.journal.started[query_id])
-            summary["files"] = []
             endpoint = ctx.endpoints[summary["endpoint"]]
             land_raw_pages(
                 layout,
@@ -287,7 +289,7 @@ class Fanout:
                 ctx.raw_index,
             )
 
-    async def run(self, layout: OutputLayout) -> list[dict[str, Any]]:
+    async def run(self, layout: OutputLayout) -> PackedSummaries:
         for query in self.plan.queries:
             self.start(query)
         for query in self.start_info.continue_at.values():

@@ -149,7 +149,7 @@ class _Start:
         )
 
     def unstarted(
-        self, queries: Iterable[QuerySpec], summaries: list[dict[str, Any]], status: str
+        self, queries: Iterable[QuerySpec], summaries: Iterable[dict[str, Any]], status: str
     ) -> list[dict]:
         """Planned queries a stopped run never started (`QuerySummary.not_started`)."""
         have = {s["query_id"] for s in summaries}

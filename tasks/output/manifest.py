@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableSequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +25,7 @@ from harvest.connectors.paging.pager import OK_STATUSES, query_failed
 from harvest.connectors.reading.extraction import ExtractionReport
 from harvest.tasks.output.append_file import fsync_dir
 from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.packed_summaries import packed_as_json
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class RunManifest:
     budget: int
     """The budget of the run's last session (a resume's `--budget` replaces it)."""
     credits_spent: int
-    queries: list[dict[str, Any]] = field(default_factory=list)
+    queries: MutableSequence[dict[str, Any]] = field(default_factory=list)
+    """Each query's summary: a list as read from disk, `PackedSummaries` as the run that pages holds them."""
     loaded: bool = False
     plan_key: str = ""
     """Hash of what identifies the spec's queries: a resume needs the same plan."""
@@ -204,7 +206,8 @@ def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     with open(tmp, "wb") as f:
-        f.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))  # orjson reads the dataclass itself
+        # orjson reads the dataclass itself; a run's packed query summaries go in as the JSON they are
+        f.write(orjson.dumps(manifest, default=packed_as_json, option=orjson.OPT_INDENT_2))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -40,6 +40,7 @@ from harvest.tasks.landing import reland_query, task_result
 from harvest.tasks.output.journal import RunJournal
 from harvest.tasks.output.layout import OutputLayout, query_hash
 from harvest.tasks.output.machine_fault import FaultStop, MachineFault
+from harvest.tasks.output.packed_summaries import PackedSummaries
 from harvest.tasks.output.query_summary import history_fields
 from harvest.tasks.output.staging import frames_of, open_staging, stage_name
 from harvest.tasks.query_line import note_round
@@ -74,7 +75,7 @@ class Rounds:
         self.discovery = Discovery(the_plan, start, run["incremental"])
         self.seen: set[str] = set()
         self.running: list[Running] = []
-        self.summaries: list[dict[str, Any]] = list(start.kept.values())
+        self.summaries = PackedSummaries(start.kept.values())
         self.parts = 0
         self.faults = journal.faults or FaultStop(ledger)
         self.staged: StagedRun | None = None
@@ -138,7 +139,7 @@ class Rounds:
     def wanted(self, query: QuerySpec) -> list[list[str]]:
         return [[dep.kind, dep.field] for dep in self.discovery.dependents_of(query.query_id)]
 
-    async def run(self) -> list[dict[str, Any]]:
+    async def run(self) -> PackedSummaries:
         self.open_staging()
         for query in [*self.plan.queries, *self.start.continue_at.values(), *self.discovery.started_before()]:
             self.add(query)  # a resume's dependents of parents that ended too: no parent's pages find them
