@@ -14,6 +14,7 @@ import orjson
 
 from harvest.connectors.catalog.declarations import EndpointDecl, plain
 from harvest.flows.handoff.export import ExportReport, export_increment
+from harvest.flows.handoff.rebuild import RebuildReport, rebuild
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import (
     RunHead,
@@ -26,6 +27,7 @@ from harvest.tasks.output.manifest import (
 )
 from harvest.tasks.output.run_list import RunRow, run_rows
 from tests.declared_helpers import declaration
+from tests.flow_helpers import rows
 
 THINGS = "/v1/x/things"
 DECLARED = {THINGS: plain(THINGS, EndpointDecl.model_validate(declaration()))}
@@ -110,6 +112,19 @@ def test_an_export_of_last_night_does_not_read_the_nights_it_sent_before(tmp_pat
     every_night = _peak(lambda: again.append(export_increment(layout, str(destination))))
     assert again[0].runs == []  # nothing new
     assert every_night < one_night / 10, (every_night / 2**20, one_night / 2**20)
+
+
+def test_a_rebuild_reads_one_nights_manifest_at_a_time(tmp_path: Path) -> None:
+    """`harvest rebuild` builds DuckDB anew from every run (a lost or damaged file): it held every night's
+    manifest at once, a year of nightly fan-outs gigabytes, before it loaded the first."""
+    layout, one_night = _nights(tmp_path)
+    report: list[RebuildReport] = []
+    every_night = _peak(lambda: report.append(rebuild(layout)))
+    assert report[0].loaded == [f"20261201T0000{n:02d}Z-{n:06x}" for n in range(NIGHTS)]
+    assert rows(layout.db, "SELECT count(*), count(DISTINCT run_id) FROM query_state") == [
+        (3000 * NIGHTS, NIGHTS)
+    ]
+    assert every_night < 2 * one_night, (every_night / 2**20, one_night / 2**20)
 
 
 def test_the_run_just_written_is_listed_without_reading_its_manifest_again(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from harvest.tasks.database.bookkeeping import EXPORTS_DDL
 from harvest.tasks.database.connection import quote_ident, quote_literal, write_connection
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, all_manifests, write_manifest
+from harvest.tasks.output.manifest import RunManifest, run_heads, write_manifest
 from harvest.tasks.output.raw_store import RawIndex
 
 KEPT_TABLES = {"exports": EXPORTS_DDL}
@@ -72,27 +72,31 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
     # `harvest rebuild` refuses such a directory first (`flows.commands.output_arg.landed_output`)
     if not layout.raw_root.is_dir():
         raise UsageError(f"{layout.root}: no raw pages (no raw/)")
-    manifests = all_manifests(layout)
-    if run_id is not None and run_id not in {m.run_id for m in manifests}:
-        known = ", ".join(m.run_id for m in manifests) or "none"
+    heads = run_heads(
+        layout
+    )  # a run's whole manifest is read at its turn: a year of wide nights held at once
+    if run_id is not None and run_id not in {h.run_id for h in heads}:  # was gigabytes
+        known = ", ".join(h.run_id for h in heads) or "none"
         raise UsageError(f"--run: no run {run_id!r} in {layout.root}; runs there: {known}")
-    if spec is not None and spec.name not in {m.job for m in manifests}:
-        jobs = ", ".join(sorted({m.job for m in manifests})) or "none"
+    if spec is not None and spec.name not in {h.job for h in heads}:
+        jobs = ", ".join(sorted({h.job for h in heads})) or "none"
         raise UsageError(f"--spec: the spec is job {spec.name!r}; jobs in {layout.root}: {jobs}")
     report = RebuildReport()
     with ExitStack() as locks:
-        for job in sorted({m.job for m in manifests}):
+        for job in sorted({h.job for h in heads}):
             locks.enter_context(_job_lock(layout, job))
-        done = []
-        for m in manifests:
-            if m.unfinished and not m.loaded:
-                report.skipped.append(f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}")
-                continue
-            if run_id is None or m.run_id == run_id:
-                m = _rebuild_run(layout, m, report, spec)
-            done.append(m)
-        report.tables = rebuild_database(layout, done)
-        report.loaded = [m.run_id for m in done]
+        with _fresh_database(layout) as fresh:
+            for head in heads:
+                m = head.manifest()
+                if m.unfinished and not m.loaded:
+                    report.skipped.append(
+                        f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}"
+                    )
+                    continue
+                if run_id is None or m.run_id == run_id:
+                    m = _rebuild_run(layout, m, report, spec)
+                report.tables.update(load_manifest_into_duckdb(layout, m, db=fresh))
+                report.loaded.append(m.run_id)
     return report
 
 
@@ -256,21 +260,26 @@ def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
     return parts[0] if parts else n
 
 
-def rebuild_database(layout: OutputLayout, runs: list[RunManifest]) -> dict[str, int]:
-    """A new `harvest.duckdb` from the runs' Parquet and bookkeeping, moved over the old one when complete."""
+@contextmanager
+def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
+    """A new `harvest.duckdb` beside the old one, each run loaded into it at its turn, moved over the old one
+    when all are in; on a failure the old one stays and the new one goes."""
     fresh = layout.root / ".harvest.duckdb.rebuild"
-    for leftover in (fresh, Path(f"{fresh}.wal")):
+    leftovers = (fresh, Path(f"{fresh}.wal"))
+    for leftover in leftovers:
         leftover.unlink(missing_ok=True)
-    tables: dict[str, int] = {}
-    for run in runs:
-        tables.update(load_manifest_into_duckdb(layout, run, db=fresh))
-    if not runs:  # an empty file, in the configured storage format (`tasks.database.storage_format`)
-        with write_connection(fresh):
-            pass
+    try:
+        yield fresh
+        if not fresh.exists():  # no run: an empty file, in the configured storage format
+            with write_connection(fresh):
+                pass
+    except BaseException:
+        for leftover in leftovers:
+            leftover.unlink(missing_ok=True)
+        raise
     _carry_over(layout.db, fresh)
     Path(f"{layout.db}.wal").unlink(missing_ok=True)  # the old file's log would be replayed onto the new file
     os.replace(fresh, layout.db)
-    return tables
 
 
 def _carry_over(old: Path, fresh: Path) -> None:

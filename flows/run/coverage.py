@@ -81,7 +81,7 @@ def _step(before: QueryHistory | None, run_id: str, query: Mapping[str, Any]) ->
 
 
 def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
-    """Fold the finished runs, oldest first (`tasks.output.manifest.all_manifests` order)."""
+    """Fold the finished runs, oldest first (`tasks.output.manifest.run_heads` order)."""
     out = Coverage()
     landed: dict[str, bool] = {}  # query id -> its newest summary landed records
     for run in manifests:

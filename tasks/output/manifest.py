@@ -224,7 +224,7 @@ def read_manifest(path: Path) -> RunManifest:
 
 def all_manifests(layout: OutputLayout, job: str | None = None) -> list[RunManifest]:
     """Every run under an output directory (of one job, if given), oldest first (`run_heads` orders them), held
-    together: for what needs them all (a rebuild); what keeps a few of them reads `each_manifest`."""
+    together: for a look at a few runs (a test's); what walks every run of an output reads `each_manifest`."""
     return list(each_manifest(layout, job))
 
 
