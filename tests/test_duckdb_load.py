@@ -318,3 +318,21 @@ def test_query_states_round_trip(tmp_path: Path) -> None:
     assert got == [("q1", "complete", 4, 35, None, 4, None), ("q2", "complete", 1, None, None, None, None)]
     save_query_states(db, "r2", [State("q1", "/e", "partial", 1, 10, {"cursor": "c1"}, 1, None)])
     assert table_rows(db, "SELECT next_cursor FROM query_state WHERE run_id = 'r2'") == [('{"cursor":"c1"}',)]
+
+
+def test_a_query_listed_twice_far_apart_keeps_its_later_state_and_every_other_query_its_own(
+    tmp_path: Path,
+) -> None:
+    """A run's query states are written a few hundred queries a statement, in one transaction; a query whose
+    state comes twice, a statement apart, keeps the later one, and no other query's row is lost (replacing a row
+    an earlier statement of the same transaction wrote dropped the statement's other rows on DuckDB 1.2)."""
+    db = tmp_path / "harvest.duckdb"
+    states = [
+        {"query_id": f"q{n:04d}", "endpoint": "/e", "status": "complete", "pages": 1} for n in range(1200)
+    ]
+    states.append({"query_id": "q0003", "endpoint": "/e", "status": "budget_exhausted", "pages": 2})
+    assert save_query_states(db, "r1", states) == 1200
+    assert table_rows(db, "SELECT count(*), count(DISTINCT query_id) FROM query_state") == [(1200, 1200)]
+    assert table_rows(db, "SELECT status, pages FROM query_state WHERE query_id = 'q0003'") == [
+        ("budget_exhausted", 2)
+    ]

@@ -234,7 +234,7 @@ def record_run(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
     attempt_log_paths: Iterable[Path],
-    states: Iterable[Any],
+    states: Sequence[Any],
     run: Any,
 ) -> None:
     """A run's bookkeeping as its load's last step writes it: its requests, its query states, its row. The
@@ -306,7 +306,7 @@ def _insert_requests(con: duckdb.DuckDBPyConnection, run_id: str, attempt_log_pa
     return total
 
 
-def upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Iterable[Any]) -> int:
+def upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Sequence[Any]) -> int:
     """Insert or replace query_state rows; next_cursor may be a dict (stored as JSON text) or None.
 
     One statement over a registered Arrow table: `executemany` ran one statement per row (40 ms each on a busy
@@ -315,27 +315,32 @@ def upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Ite
     return _upsert_query_states(con, run_id, states)
 
 
-def _upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Iterable[Any]) -> int:
+def _upsert_query_states(con: duckdb.DuckDBPyConnection, run_id: str, states: Sequence[Any]) -> int:
     """In statements of `_STATES_CHUNK` queries: a row here is ~3 KB of Python objects before Arrow has it, and
     a night of 20,000 dependent queries built them all at once (~60 MB at the run's end, over the load's peak).
-    A query listed twice keeps its later state, within a statement or across them (INSERT OR REPLACE)."""
-    rows: dict[Any, list[Any]] = {}
+    A query listed twice keeps its later state: read last first, its earlier states are skipped, so no statement
+    replaces a row an earlier one of the same transaction wrote (DuckDB 1.2 then drops the statement's others)."""
+    rows: list[list[Any]] = []
+    seen: set[str] = set()
     total = 0
-    for state in states:
+    for state in reversed(states):
         fields = as_fields(state, QUERY_STATE_FIELDS)
         if not fields.get("query_id"):
             raise ValueError("every query state needs a query_id")
+        if fields["query_id"] in seen:
+            continue
+        seen.add(fields["query_id"])
         fields["next_cursor"] = json_text(fields.get("next_cursor"))
         fields["backfill_cursor"] = json_text(fields.get("backfill_cursor"))
         extraction = ExtractionReport.from_dict(fields.get("extraction"))
         fields.update(extraction.totals(), extraction=json_text(extraction.as_dict()))
         fields["cursor_unread"] = (extraction.unread_cursor or {}).get("field")
         fields["new_fields"] = json_text(fields["new_fields"])
-        rows[fields["query_id"]] = [run_id, *(fields.get(n) for n in QUERY_STATE_FIELDS)]
+        rows.append([run_id, *(fields.get(n) for n in QUERY_STATE_FIELDS)])
         if len(rows) >= _STATES_CHUNK:
-            total += _insert_query_states(con, rows.values())
-            rows = {}
-    return total + _insert_query_states(con, rows.values())
+            total += _insert_query_states(con, rows)
+            rows = []
+    return total + _insert_query_states(con, rows)
 
 
 def _insert_query_states(con: duckdb.DuckDBPyConnection, rows: Collection[list[Any]]) -> int:
