@@ -255,3 +255,44 @@ def test_a_page_lost_from_the_raw_store_beside_a_kept_damaged_answer_is_said(
         assert pins == set().union(*pages), "page 3's pins are kept as landed"
         assert f"warning: {run.run_id}: not rebuilt: 1 of its 3 pages are not in {where}" in said, said
         assert "its Parquet files are kept as landed and loaded, not derived again" in said
+
+
+def test_a_rebuild_cut_short_leaves_the_old_database_and_the_runs_waiting_for_a_load_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while `harvest rebuild` loads the last of four runs: the database is the one it found, no half-built
+    file is left, and a run that was waiting for `harvest load` still waits (it was marked loaded as the new
+    file took it, and the next run's load skipped it for good)."""
+    import harvest.flows.handoff.rebuild as rebuild_module
+    from harvest.flows.handoff.rebuild import rebuild
+    from harvest.flows.run.load_step import load_manifest_into_duckdb
+    from harvest.tasks.output.manifest import pending_manifests
+    from tests.test_output_kinds_memory import _nights
+
+    layout, _ = _nights(tmp_path, 4)
+    for m in all_manifests(layout)[:2]:  # two nights loaded, two waiting (DuckDB was busy)
+        load_manifest_into_duckdb(layout, m)
+    waiting = [m.run_id for m in pending_manifests(layout, "nightly")]
+    assert len(waiting) == 2
+    before = rows(layout.db, "SELECT run_id, count(*) FROM query_state GROUP BY ALL ORDER BY ALL")
+
+    loaded: list[str] = []
+
+    def load_then_ctrl_c(layout: OutputLayout, manifest: Any, db: Path | None = None) -> dict[str, int]:
+        if len(loaded) == 3:
+            raise KeyboardInterrupt
+        loaded.append(manifest.run_id)
+        return load_manifest_into_duckdb(layout, manifest, db=db)
+
+    monkeypatch.setattr(rebuild_module, "load_manifest_into_duckdb", load_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild(layout)
+    assert waiting[0] in loaded  # the new file had taken it
+    assert [m.run_id for m in pending_manifests(layout, "nightly")] == waiting
+    assert rows(layout.db, "SELECT run_id, count(*) FROM query_state GROUP BY ALL ORDER BY ALL") == before
+    assert sorted(p.name for p in layout.root.iterdir() if "duckdb" in p.name) == ["harvest.duckdb"]
+
+    monkeypatch.undo()
+    report = rebuild(layout)  # again, whole: every run loaded, none waiting
+    assert len(report.loaded) == 4 and pending_manifests(layout, "nightly") == []
+    assert rows(layout.db, "SELECT count(DISTINCT run_id), count(*) FROM query_state") == [(4, 4 * 3000)]

@@ -74,8 +74,8 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
         raise UsageError(f"{layout.root}: no raw pages (no raw/)")
     heads = run_heads(
         layout
-    )  # a run's whole manifest is read at its turn: a year of wide nights held at once
-    if run_id is not None and run_id not in {h.run_id for h in heads}:  # was gigabytes
+    )  # each run's whole manifest is read at its turn (held at once: gigabytes a year)
+    if run_id is not None and run_id not in {h.run_id for h in heads}:
         known = ", ".join(h.run_id for h in heads) or "none"
         raise UsageError(f"--run: no run {run_id!r} in {layout.root}; runs there: {known}")
     if spec is not None and spec.name not in {h.job for h in heads}:
@@ -97,7 +97,16 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                     m = _rebuild_run(layout, m, report, spec)
                 report.tables.update(load_manifest_into_duckdb(layout, m, db=fresh))
                 report.loaded.append(m.run_id)
+        _mark_loaded(layout, set(report.loaded))
     return report
+
+
+def _mark_loaded(layout: OutputLayout, loaded: set[str]) -> None:
+    """The runs the new file holds are loaded, now that it is the output's: marked before, a rebuild that failed
+    later left runs that were waiting for `harvest load` marked loaded in a file that never held them."""
+    for head in run_heads(layout):
+        if head.run_id in loaded and not head.loaded:
+            write_manifest(layout, replace(head.manifest(), loaded=True))
 
 
 def _rebuild_run(

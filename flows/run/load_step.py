@@ -36,7 +36,8 @@ def load_manifest_into_duckdb(
     another process still holds the file after `lock_wait_seconds` of trying (or LoadOutOfMemory, its kind, when
     DuckDB's memory limit was too small): rerun the load.
 
-    `db`: another database file than the output's (`harvest rebuild` builds a new one beside it)."""
+    `db`: another database file than the output's (`harvest rebuild` builds a new one beside it); the manifest
+    then says nothing of it: the run is loaded once that file replaces the output's, and the rebuild says so."""
     kinds = output_kinds(layout, manifest)
     batches = [(kinds[table], files) for table, files in sorted(manifest.files_by_table(layout).items())]
     listed = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
@@ -62,8 +63,9 @@ def load_manifest_into_duckdb(
             )
             refresh_history_views(con, layout.parquet_root, kinds)
         tables = dict(result)  # rows per table after the merge
-    manifest.loaded = True
-    write_manifest(layout, manifest)
+    if db is None:
+        manifest.loaded = True
+        write_manifest(layout, manifest)
     return tables
 
 
