@@ -70,7 +70,7 @@ class PackedSummaries(MutableSequence[dict[str, Any]]):
         return f"PackedSummaries({len(self)} summaries)"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickle, (self._packed,))
+        return (_unpickle, (list(self._packed),))  # a copy's own list: `copy.copy` shared it
 
     def as_json(self) -> list[orjson.Fragment]:
         """For `orjson.dumps(..., default=packed_as_json)`: the manifest writes the bytes as they are."""
