@@ -72,9 +72,8 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
     # `harvest rebuild` refuses such a directory first (`flows.commands.output_arg.landed_output`)
     if not layout.raw_root.is_dir():
         raise UsageError(f"{layout.root}: no raw pages (no raw/)")
-    heads = run_heads(
-        layout
-    )  # each run's whole manifest is read at its turn (held at once: gigabytes a year)
+    # each run's whole manifest is read at its turn below (held all at once, a year of nights was gigabytes)
+    heads = run_heads(layout)
     if run_id is not None and run_id not in {h.run_id for h in heads}:
         known = ", ".join(h.run_id for h in heads) or "none"
         raise UsageError(f"--run: no run {run_id!r} in {layout.root}; runs there: {known}")

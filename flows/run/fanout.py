@@ -81,9 +81,8 @@ class Fanout:
         """The run's first starts (planned, continued, rediscovered) are still being handed over."""
         self.discovery = Discovery(the_plan, start, ctx.incremental)
         self.started: set[str] = set()
-        self.summaries = PackedSummaries(
-            {**s, "files": []} for s in start.kept.values()
-        )  # rewritten: rediscover
+        # a kept query's Parquet files are written again by `rediscover`: none yet
+        self.summaries = PackedSummaries({**s, "files": []} for s in start.kept.values())
         self.waiting: deque[QuerySpec] = deque()
         """Dependent queries found and not started yet, in the order they were found."""
         self.from_line: set[str] = set()

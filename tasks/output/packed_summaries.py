@@ -23,7 +23,7 @@ class PackedSummaries(MutableSequence[dict[str, Any]]):
     __slots__ = ("_packed",)
 
     def __init__(self, summaries: Iterable[dict[str, Any]] = ()) -> None:
-        self._packed = [_packed(s) for s in summaries]
+        self._packed = [_pack(s) for s in summaries]
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...
@@ -41,9 +41,9 @@ class PackedSummaries(MutableSequence[dict[str, Any]]):
     def __setitem__(self, index: slice, value: Iterable[dict[str, Any]]) -> None: ...
     def __setitem__(self, index: int | slice, value: Any) -> None:
         if isinstance(index, slice):
-            self._packed[index] = [_packed(s) for s in value]
+            self._packed[index] = [_pack(s) for s in value]
         else:
-            self._packed[index] = _packed(value)
+            self._packed[index] = _pack(value)
 
     def __delitem__(self, index: int | slice) -> None:
         del self._packed[index]
@@ -56,10 +56,10 @@ class PackedSummaries(MutableSequence[dict[str, Any]]):
             yield orjson.loads(b)
 
     def insert(self, index: int, value: dict[str, Any]) -> None:
-        self._packed.insert(index, _packed(value))
+        self._packed.insert(index, _pack(value))
 
     def append(self, value: dict[str, Any]) -> None:
-        self._packed.append(_packed(value))
+        self._packed.append(_pack(value))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedSummaries):
@@ -77,7 +77,7 @@ class PackedSummaries(MutableSequence[dict[str, Any]]):
         return [orjson.Fragment(b) for b in self._packed]
 
 
-def _packed(summary: dict[str, Any]) -> bytes:
+def _pack(summary: dict[str, Any]) -> bytes:
     """Its JSON, in a bytes object of its own size: the one `orjson.dumps` returns keeps the 4 KB buffer it was
     written into (`tracemalloc`: 4,097 bytes for a 147-byte answer), more than the dict it replaces."""
     return memoryview(orjson.dumps(summary)).tobytes()
