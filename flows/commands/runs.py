@@ -7,6 +7,7 @@ is never called loaded, and `harvest load` names the database only when it exist
 from __future__ import annotations
 
 import contextlib
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +84,11 @@ def load(output: Path) -> None:
         if row.state in ("running", "killed"):
             console.note(_unfinished_note(row, output))
     pending = pending_manifests(layout)
-    if not pending:
+    first = next(pending, None)
+    if first is None:
         _nothing_to_load(layout, output, run_heads(layout))
         return
-    for manifest in pending:
+    for manifest in itertools.chain([first], pending):
         lock = _job_lock(layout, manifest.job)
         if lock is None:
             console.note(

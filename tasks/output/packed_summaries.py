@@ -72,9 +72,9 @@ class PackedSummaries(MutableSequence[dict[str, Any]]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (_unpickle, (list(self._packed),))  # a copy's own list: `copy.copy` shared it
 
-    def as_json(self) -> list[orjson.Fragment]:
-        """For `orjson.dumps(..., default=packed_as_json)`: the manifest writes the bytes as they are."""
-        return [orjson.Fragment(b) for b in self._packed]
+    def each_json(self) -> Iterator[bytes]:
+        """Each summary's JSON as it is held: the manifest writes the bytes as they are."""
+        return iter(self._packed)
 
 
 def _pack(summary: dict[str, Any]) -> bytes:
@@ -89,8 +89,8 @@ def _unpickle(packed: list[bytes]) -> PackedSummaries:
     return out
 
 
-def packed_as_json(value: object) -> object:
-    """orjson's `default`: what it cannot write itself, as JSON it can."""
-    if isinstance(value, PackedSummaries):
-        return value.as_json()
-    raise TypeError(f"not JSON: {type(value).__name__}")
+def each_summary_json(summaries: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    """Each summary as one line of JSON: held packed, as it is; read from disk (dicts), written now."""
+    if isinstance(summaries, PackedSummaries):
+        return summaries.each_json()
+    return (orjson.dumps(s) for s in summaries)
