@@ -16,13 +16,14 @@ hand-written scanner would have to get strings, escapes and nesting right itself
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 import msgspec
 import orjson
 import pyarrow as pa
+
+from harvest.connectors.reading.arrow_memory import system_allocator
 
 if TYPE_CHECKING:
     from harvest.connectors.catalog.records import Located, RecordKind
@@ -192,13 +193,13 @@ def convert_slices(
     """A large answer's kinds converted a slice of its records at a time: (the first slice's page, where each
     kind was found in it, records, tables). Kinds found elsewhere than in the list are read once, with the first
     slice. None when a kind's records hold the list itself (the answer as one record): it is read whole, and
-    nothing was landed. Arrow's memory comes from the system allocator meanwhile (`_system_allocator`).
+    nothing was landed. Arrow's memory comes from the system allocator meanwhile (`arrow_memory`).
 
     With `land`, each slice's tables go to it as soon as they are converted, and only their primary key columns
     stay (the tables returned: what the loop guard reads): the converted records, ~1.3x the answer's JSON
     with their `raw` column, are never all held at once."""
     keys = {kind.table: list(kind.primary_key) for kind in kinds}
-    with _system_allocator():
+    with system_allocator():
         list_at = ".".join(spans.path)
         sliced: tuple[RecordKind, ...] = ()
         first: tuple[Any, dict[str, Located]] | None = None
@@ -236,17 +237,3 @@ def convert_slices(
 def _in_list(where: str, list_at: str) -> bool:
     """Whether a kind's items were found in the large list (or in its items), so each slice holds some."""
     return where == list_at or where.startswith((list_at + "[]", list_at + "."))
-
-
-@contextmanager
-def _system_allocator() -> Iterator[None]:
-    """mimalloc (Arrow's default pool here) kept the pages of every slice's small arrays, and a 100 MB answer's
-    conversion peaked at 5.4x its size instead of 3.3x (`bench/answer_steps.py`). The pool is the process's, set
-    back at once: nothing else runs on the event loop meanwhile, and a buffer is freed by the pool that
-    allocated it."""
-    pool = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
-    try:
-        yield
-    finally:
-        pa.set_memory_pool(pool)

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from harvest.connectors.reading.arrow_memory import system_allocator
 from harvest.flows.console import harvest_line
 from harvest.flows.orchestrator.prefect_settings import TOLD_AT_END
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
@@ -38,6 +39,11 @@ def load_manifest_into_duckdb(
 
     `db`: another database file than the output's (`harvest rebuild` builds a new one beside it); the manifest
     then says nothing of it: the run is loaded once that file replaces the output's, and the rebuild says so."""
+    with system_allocator():  # the bookkeeping's Arrow tables, 500 queries each: mimalloc kept their pages
+        return _load(layout, manifest, db)
+
+
+def _load(layout: OutputLayout, manifest: RunManifest, db: Path | None) -> dict[str, int]:
     kinds = output_kinds(layout, manifest)
     batches = [(kinds[table], files) for table, files in sorted(manifest.files_by_table(layout).items())]
     listed = [layout.resolve(q["requests_file"]) for q in manifest.queries if q.get("requests_file")]
