@@ -126,7 +126,8 @@ def test_the_balance_floor_holds_on_dask(prefect_harness: None, dask_address: st
 
 
 def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
-    """Nothing of a run's local cluster listens on :8787 (the dashboard's port), and no dashboard is served."""
+    """Nothing of a run's local cluster listens on :8787 (the dashboard's port), and no dashboard is served; its
+    connections keep a short log of their messages."""
     import urllib.error
     import urllib.request
     import warnings
@@ -143,6 +144,13 @@ def test_a_local_cluster_serves_no_dashboard_and_takes_no_fixed_port() -> None:
         with pytest.raises(urllib.error.HTTPError) as status:
             urllib.request.urlopen(f"http://127.0.0.1:{bound[0][1]}/status", timeout=60)
         assert status.value.code == 404
+        # each connection keeps 10 batches of messages, not 1,000 (a round's task each: 4,000 one-page queries
+        # held ~70 MB more in each worker and ~340 MB in harvest's process), in its workers too
+        import dask
+
+        assert dask.config.get("distributed.admin.low-level-log-length") == 10
+        kept = runner.client.run(lambda: dask.config.get("distributed.admin.low-level-log-length"))
+        assert list(kept.values()) == [10], kept
     assert not [w for w in caught if "8787" in str(w.message)], [str(w.message) for w in caught]
 
 

@@ -14,6 +14,7 @@ def dask_task_runner(spec: JobSpec) -> Any:
     from prefect_dask import DaskTaskRunner
 
     quiet_dask_logs()
+    short_message_logs()
     if spec.runner.address:
         return DaskTaskRunner(address=spec.runner.address)
     return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(spec.runner.workers))
@@ -40,6 +41,27 @@ def quiet_dask_logs() -> None:
     the level from Dask's configuration: a level a user set there (`DASK_LOGGING__DISTRIBUTED`) is kept."""
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
+MESSAGE_LOG = "distributed.admin.low-level-log-length"
+MESSAGE_LOG_LENGTH = 10
+"""The recent batches of messages each Dask connection keeps (distributed's default: 1,000)."""
+
+
+def short_message_logs() -> None:
+    """Each Dask connection keeps its last 1,000 batches of messages for debugging, and a round's message
+    carries its task (~22 KB pickled): 4,000 one-page dependent queries held ~340 MB in harvest's process (its
+    client, and the local cluster's scheduler) and ~70 MB more in each worker, 73 KB a query, growing until the
+    logs were full. Ten batches each; a length a user set (`DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH`, or
+    Dask's configuration) is kept. Set for the process before the client and cluster start (they read it then),
+    and handed to the local cluster's workers with the rest of Dask's configuration."""
+    import dask
+
+    if (
+        "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH" not in os.environ
+        and dask.config.get(MESSAGE_LOG) == 1000
+    ):
+        dask.config.set({MESSAGE_LOG: MESSAGE_LOG_LENGTH})
 
 
 def dask_setup(worker: Any) -> None:
