@@ -108,3 +108,17 @@ def test_a_wide_night_holds_its_summaries_in_a_fraction_of_their_json() -> None:
         tracemalloc.stop()
     assert list(packed) == summaries
     assert held < json_size / 8, (held / len(summaries), json_size / len(summaries))
+
+
+def test_an_arrow_without_zstd_packs_with_zlib_as_the_raw_store_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each block says its codec: blocks made either way read back together."""
+    import harvest.tasks.output.packed_summaries as packed_module
+    from harvest.tasks.output.raw_store import CODEC_ZLIB
+
+    given = [_summary(q) for q in range(4 * BLOCK)]
+    packed = PackedSummaries(given[: 2 * BLOCK])
+    monkeypatch.setattr(packed_module, "default_codec", lambda: CODEC_ZLIB)
+    packed.extend(given[2 * BLOCK :])
+    packed[0] = {**given[0], "credits": 7}
+    given[0] = {**given[0], "credits": 7}
+    assert list(packed) == given and list(reversed(packed)) == given[::-1]

@@ -3,7 +3,7 @@
 A fan-out keeps every ended query's summary for the night's account (the manifest, `query_state`, the printed
 summary), and a dependent query is one per parent record: 20,000 of them are one night's comments on 20,000
 videos. As dicts a summary is ~3.7 KB of Python objects (its extraction report nests a dict per table, each with
-its own empty dicts); as JSON ~1 KB; sixteen of them compressed together (zstd) ~60 bytes each, as summaries of
+its own empty dicts); as JSON ~1 KB; sixteen of them compressed together (zstd, as the raw store's pages) ~60 bytes each, as summaries of
 one night repeat each other's keys and most of their values. The last few are held as JSON until they make a
 block. Each read parses again (~7 us a summary, and a block's decompression shared by its sixteen): the end of a
 run walks the summaries a dozen times, ~0.1 s each at 40,000 queries.
@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator, MutableSequence
 from typing import Any, overload
 
 import orjson
-import pyarrow as pa
+
+from harvest.tasks.output.raw_store import compress, decompress, default_codec
 
 BLOCK = 16
 """Summaries compressed together: 58 bytes a summary at 16, 32 at 64 (40,000 summaries of a night of comments),
@@ -142,21 +143,20 @@ def _pack(summary: dict[str, Any]) -> bytes:
 
 
 def _compress(lines: list[bytes]) -> bytes:
-    """A block: its JSON's length (4 bytes), then the lines compressed together (Arrow's zstd)."""
+    """A block: its codec (1 byte), its JSON's length (4 bytes), then the lines compressed together, as the raw
+    store compresses its pages (zstd, or zlib where this Arrow has no zstd)."""
     raw = b"\n".join(lines)
-    return len(raw).to_bytes(4, "little") + pa.compress(raw, codec="zstd", asbytes=True)
+    codec = default_codec()
+    return bytes([codec]) + len(raw).to_bytes(4, "little") + compress(codec, raw)
 
 
 def _unpack(block: bytes) -> list[bytes]:
-    size = int.from_bytes(block[:4], "little")
-    raw: bytes = pa.decompress(block[4:], decompressed_size=size, codec="zstd", asbytes=True)
-    return raw.split(b"\n")
+    return decompress(block[0], block[5:], int.from_bytes(block[1:5], "little")).split(b"\n")
 
 
 def _unpickle(lines: list[bytes]) -> PackedSummaries:
     out = PackedSummaries()
-    for line in lines:
-        out._append_json(line)
+    out._replace_all(lines)
     return out
 
 

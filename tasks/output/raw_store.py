@@ -112,11 +112,11 @@ _REQUIRED = frozenset(f.name for f in dataclasses.fields(RawPage) if f.default i
 }
 
 
-def _default_codec() -> int:
+def default_codec() -> int:
     return CODEC_ZSTD if pa.Codec.is_available("zstd") else CODEC_ZLIB
 
 
-def _compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes) -> bytes:
     if codec == CODEC_ZSTD:
         return bytes(pa.compress(data, codec="zstd", asbytes=True))
     if codec == CODEC_ZLIB:
@@ -124,7 +124,7 @@ def _compress(codec: int, data: bytes) -> bytes:
     return data
 
 
-def _decompress(codec: int, data: bytes, raw_len: int) -> bytes:
+def decompress(codec: int, data: bytes, raw_len: int) -> bytes:
     if codec == CODEC_ZSTD:
         return bytes(pa.decompress(data, decompressed_size=raw_len, codec="zstd", asbytes=True))
     if codec == CODEC_ZLIB:
@@ -134,11 +134,11 @@ def _decompress(codec: int, data: bytes, raw_len: int) -> bytes:
 
 def encode_frame(page: RawPage, codec: int | None = None) -> bytes:
     """Serialise one page to a complete frame (exposed so tests and tools can build files byte by byte)."""
-    codec = _default_codec() if codec is None else codec
+    codec = default_codec() if codec is None else codec
     meta = orjson.dumps(page.meta())
     head = _META_LEN.pack(len(meta)) + meta
     raw_len = len(head) + len(page.body)
-    stored = _zstd(head, page.body) if codec == CODEC_ZSTD else _compress(codec, head + page.body)
+    stored = _zstd(head, page.body) if codec == CODEC_ZSTD else compress(codec, head + page.body)
     if raw_len > _MAX_FRAME or len(stored) > _MAX_FRAME:
         raise ValueError("page too large for one frame (4 GiB)")
     fields = _HEADER.pack(MAGIC, codec, raw_len, len(stored), 0)[4:-4]
@@ -156,7 +156,7 @@ def _zstd(head: bytes, body: bytes) -> pa.Buffer:
 
 
 def _decode_payload(codec: int, stored: bytes, raw_len: int) -> RawPage:
-    raw = _decompress(codec, stored, raw_len)
+    raw = decompress(codec, stored, raw_len)
     if len(raw) != raw_len:
         raise ValueError("payload length mismatch")
     (meta_len,) = _META_LEN.unpack_from(raw)
@@ -173,13 +173,13 @@ def _decode_meta(codec: int, stored: bytes, raw_len: int) -> dict[str, Any]:
     head = (
         pa.CompressedInputStream(pa.BufferReader(stored), "zstd").read(_WHOLE >> 4)
         if streamed
-        else _decompress(codec, stored, raw_len)
+        else decompress(codec, stored, raw_len)
     )
     if not streamed and len(head) != raw_len:
         raise ValueError("payload length mismatch")
     end = _META_LEN.size + _META_LEN.unpack_from(head)[0]
     if end > len(head):  # a meta longer than the head read
-        head = _decompress(codec, stored, raw_len)
+        head = decompress(codec, stored, raw_len)
     meta = dict(orjson.loads(head[_META_LEN.size : end]))
     if missing := _REQUIRED - meta.keys():
         raise ValueError(f"meta without {sorted(missing)}")
@@ -353,7 +353,7 @@ class RawPageWriter(AppendOnlyFile):
 
     def __init__(self, path: Path | str, fsync: bool = False, codec: int | None = None) -> None:
         super().__init__(path, fsync)
-        self.codec = _default_codec() if codec is None else codec
+        self.codec = default_codec() if codec is None else codec
         self._repair()
         self._open()
         if fsync:
