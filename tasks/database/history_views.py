@@ -30,6 +30,7 @@ from harvest.tasks.database.connection import (
     quote_literal,
     whole_key,
 )
+from harvest.tasks.database.step_files import one_schema
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
@@ -214,7 +215,10 @@ def _still_fits(
     new = files[checked.files :]
     if not new:
         return True
-    listed = ", ".join(quote_literal(str(table_dir / f)) for f in new)
+    paths = [table_dir / f for f in new]
+    if one_schema(paths):  # a Dask night's file per round: one footer says them all (`step_files`)
+        paths = paths[:1]
+    listed = ", ".join(quote_literal(str(p)) for p in paths)
     described = probes.execute(
         f"DESCRIBE SELECT * FROM read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
     ).fetchall()

@@ -35,6 +35,7 @@ from harvest.tasks.database.connection import (
     transaction,
     whole_key,
 )
+from harvest.tasks.database.step_files import step_source
 from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ def merge_files(
     if not files:
         return count_rows(con, f"SELECT count(*) FROM {table}"), 0
     paths = sorted(str(p) for p in files)  # `file_index` is a file's place here: ties go to the later name
-    source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
+    source = step_source(paths)
     key = [quote_ident(c) for c in kind.primary_key]
     has_key = whole_key(key)
     counts = f"SELECT count(*), count(*) FILTER (WHERE NOT ({has_key})) FROM {source}"
@@ -335,7 +336,7 @@ def merge_children(
         )
         return count_rows(con, f"SELECT count(*) FROM {table}")
     paths = sorted(str(p) for p in files)
-    source = "read_parquet(?, hive_partitioning = false, union_by_name = true, file_row_number = true)"
+    source = step_source(paths)
     item = [*keys, quote_ident(POSITION)]
     same_item = " AND ".join(f"t.{k} = c.{k}" for k in item)
     con.execute(

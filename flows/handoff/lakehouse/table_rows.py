@@ -34,6 +34,7 @@ from harvest.tasks.database.connection import (
 )
 from harvest.tasks.database.load_settings import memory_limit
 from harvest.tasks.database.record_tables import duckdb_types
+from harvest.tasks.database.step_files import union_by_name
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, output_kinds
 
@@ -112,7 +113,7 @@ def record_reader(
     keys = ", ".join(quote_ident(k) for k in key)
     not_null = whole_key([quote_ident(k) for k in key])
     in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""
-    source = f"read_parquet({files}, union_by_name = true, {ROW_NUMBER} = true)"
+    source = f"read_parquet({files}, union_by_name = {union_by_name(ordered)}, {ROW_NUMBER} = true)"
     rows_of = f"WHERE {not_null}{in_bucket}"
     # The newest row of each key is chosen on narrow rows and the whole rows read after it, as the load does
     # (`record_tables._choose_newest`): DuckDB 2.0 reads late only a window ordered by one column; ordered by
@@ -154,7 +155,8 @@ def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
     keys = [quote_ident(f.name) for f in child.parent_key]
     named = ", ".join(f"{k} AS {quote_ident(c)}" for k, c in zip(keys, child.parent_columns, strict=True))
     return (
-        f"SELECT {named}, {quote_ident(NEWEST_BY)} FROM read_parquet({files}, union_by_name = true) "
+        f"SELECT {named}, {quote_ident(NEWEST_BY)} "
+        f"FROM read_parquet({files}, union_by_name = {union_by_name(parent_files)}) "
         f"WHERE {whole_key(keys)} "
         f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
     )
@@ -184,7 +186,7 @@ def child_reader(
         f"c.{quote_ident(k)} = p.{quote_ident(k)}" for k in (*child.parent_columns, NEWEST_BY)
     )
     item = ", ".join(f"c.{quote_ident(k)}" for k in child.primary_key)
-    source = f"read_parquet({listed}, union_by_name = true, {ROW_NUMBER} = true) AS c"
+    source = f"read_parquet({listed}, union_by_name = {union_by_name(files)}, {ROW_NUMBER} = true) AS c"
     # chosen on narrow rows, read whole after (as `record_reader`): a window over whole rows ran out of the cap
     sql = (
         f"WITH chosen AS (SELECT c.file_index, c.{ROW_NUMBER} FROM {source} "
