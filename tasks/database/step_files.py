@@ -16,16 +16,18 @@ from pathlib import Path
 
 
 def one_schema(paths: Sequence[str | Path]) -> bool:
-    """Whether every file has the first one's columns, in its order, with its types. Footers are read one at a
-    time and let go (kept, each file's parsed footer costs as much as DuckDB's reader of it)."""
+    """Whether every file has the first one's columns, in its order, with its Parquet types: the schema DuckDB
+    reads, not the Arrow one pyarrow restores from a file's metadata (a timestamp a format-1.0 writer stored in
+    other units reads back as the same Arrow type). Footers are read one at a time and let go (kept, each file's
+    parsed footer costs as much as DuckDB's reader of it)."""
     import pyarrow.parquet as pq  # here: `harvest run` checks its tables (`table_check`) before Prefect starts
 
     first = None
     for path in paths:
-        schema = pq.read_schema(path)
+        schema = pq.read_metadata(path).schema
         if first is None:
             first = schema
-        elif not schema.equals(first, check_metadata=False):
+        elif not schema.equals(first):
             return False
     return True
 
