@@ -17,6 +17,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harvest.tasks.database.connection import write_connection
+from harvest.tasks.database.history_views import refresh_history_views
 from tests.landing_helpers import META, Kind, load_tables
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -133,3 +135,28 @@ def test_files_whose_columns_differ_land_by_name_in_one_step(tmp_path: Path) -> 
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT k, c04, c05, c06, _run_id FROM wide ORDER BY k").fetchall()
     assert rows == [("a", "new c04", "new c05", "new c06", "r2"), ("b", "old c04", None, "old c06", "r1")]
+
+
+def test_a_later_file_with_a_column_more_makes_the_history_view_again(tmp_path: Path) -> None:
+    """The check reads one footer only where the night's new files share a schema: a file with a column the
+    view lacks, anywhere among them (here the last of two date folders), still makes the view again, so the
+    database lists the column (DuckDB's `*` would read it anyway; its catalog and comments would not say it)."""
+    _one_page_files(_folder(tmp_path / "wide" / "date=2026-11-01"), 3)
+    db = tmp_path / "h.duckdb"
+    with write_connection(db) as con:
+        refresh_history_views(con, tmp_path, {"wide": WIDE})
+    _one_page_files(_folder(tmp_path / "wide" / "date=2026-11-02"), 3, first=3)
+    later = _folder(tmp_path / "wide" / "date=2026-11-03")
+    _one_page_files(later, 2, first=6)
+    wider = pq.read_table(later / "part-00007.parquet")
+    wider = wider.append_column("shares", pa.array([f"s{j}" for j in range(wider.num_rows)]))
+    pq.write_table(wider, later / "part-00007.parquet")
+    with write_connection(db) as con:
+        refresh_history_views(con, tmp_path, {"wide": WIDE})
+    with duckdb.connect(str(db), read_only=True) as con:
+        listed = con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'wide_history' ORDER BY column_index"
+        ).fetchall()  # what an analyst's client lists, and what the column comments cover
+        shares = con.execute("SELECT count(shares), count(*) FROM wide_history").fetchone()
+    assert ("shares",) in listed
+    assert shares == (10, 80)

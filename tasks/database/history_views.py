@@ -14,6 +14,7 @@ night's again.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -34,6 +35,9 @@ from harvest.tasks.database.step_files import one_schema
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
 
 HISTORY_SUFFIX = "_history"
+_DATE_FOLDER = re.compile(r"date=\d{4}-\d{2}-\d{2}")
+"""The folder each run's Parquet lands in (`OutputLayout`): where every new file's folder is one, the footers
+alone tell whether the files read alike (a folder named otherwise makes the `date` column another type)."""
 DATE_COMMENT = "The day the run's Parquet file landed (its `date=YYYY-MM-DD` folder)."
 
 
@@ -216,8 +220,8 @@ def _still_fits(
     if not new:
         return True
     paths = [table_dir / f for f in new]
-    if one_schema(paths):  # a Dask night's file per round: one footer says them all (`step_files`)
-        paths = paths[:1]
+    if all(_DATE_FOLDER.fullmatch(f.partition("/")[0]) for f in new) and one_schema(paths):
+        paths = paths[:1]  # a Dask night's file per round: one footer says them all (`step_files`)
     listed = ", ".join(quote_literal(str(p)) for p in paths)
     described = probes.execute(
         f"DESCRIBE SELECT * FROM read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
