@@ -2,7 +2,7 @@
 `_fetched_at` wins, ties going to the later file name, then the later row in the file.
 
 Rows are named inside a step by (`file_index`, `file_row_number`), so the order the files are given in must not
-matter; steps of a few rows stand for the 250k-row steps of a real load (`tasks.database.record_tables.CHUNK_ROWS`).
+matter; steps of a few rows stand for the 250k-row steps of a real load (`tasks.database.step_files.CHUNK_ROWS`).
 """
 
 from __future__ import annotations

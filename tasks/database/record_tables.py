@@ -6,7 +6,7 @@ table, a row is replaced only by a fetch at least as new, so a rerun never dupli
 run never overwrites newer data. Rows whose primary key is NULL cannot be
 merged and are skipped; their count is reported in `LoadResult.skipped_null_pk` and logged.
 
-Each step (up to 250k rows of one table, see `CHUNK_ROWS`) is its own transaction: the newest-row sort and the
+Each step (up to 250k rows of one table, see `step_files.CHUNK_ROWS`) is its own transaction: the newest-row sort and the
 insert's join grow with the rows of a step, so one step for a whole run would grow with the run (1M-row steps
 ran out of a 64 MB limit). A load that fails half-way is still safe: the merge rule makes every step idempotent,
 and the run counts as loaded only when its bookkeeping rows are written, in the final transaction.
@@ -15,7 +15,7 @@ and the run counts as loaded only when its bookkeeping rows are written, in the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import duckdb
@@ -35,7 +35,7 @@ from harvest.tasks.database.connection import (
     transaction,
     whole_key,
 )
-from harvest.tasks.database.step_files import step_source
+from harvest.tasks.database.step_files import CHUNK_ROWS, Step, chunks, step_source
 from harvest.tasks.output.layout import KindLike
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ def _choose_newest(
 def merge_files(
     con: duckdb.DuckDBPyConnection,
     kind: KindLike,
-    files: Sequence[Path],
+    files: Sequence[Path] | Step,
     catalog: CatalogSnapshot | None = None,
 ) -> tuple[int, int]:
     """Merge Parquet files into the kind's table (`catalog`: as `ensure_table` takes it); returns (rows after,
@@ -233,7 +233,7 @@ def merge_files(
     if not files:
         return count_rows(con, f"SELECT count(*) FROM {table}"), 0
     paths = sorted(str(p) for p in files)  # `file_index` is a file's place here: ties go to the later name
-    source = step_source(paths)
+    source = step_source(files, paths)
     key = [quote_ident(c) for c in kind.primary_key]
     has_key = whole_key(key)
     counts = f"SELECT count(*), count(*) FILTER (WHERE NOT ({has_key})) FROM {source}"
@@ -277,42 +277,10 @@ def _names_fetches(kind: KindLike, paths: list[str]) -> bool:
     return named <= set(kind.schema.names) and any(named <= set(pq.read_schema(p).names) for p in paths)
 
 
-CHUNK_ROWS = 250_000
-"""Rows merged in one step: the sort, the join and DuckDB's memory stay the size of a step, not of the run.
-
-Why this many, measured on the bench job's 200k rows (0.93 KB each) under the 64 MB limit: with DuckDB's default
-122,880-row groups, steps of 50k took 2.45 s (3.35 s over the same keys again) and one 200k step 1.66 s; with the
-load's 16,384-row groups (`tasks.database.load_settings`), 50k steps still take 1.65 s and one step 0.95 s. 3.2M distinct
-rows took 65 s in 50k steps and 29 s in 250k steps with default groups, 21-31 s and 15-16 s with 16,384-row
-groups, and ran out of 64 MB in 1M steps (the insert's join, which grows with rows, not with width). Records five
-times as wide (5 KB of `raw`) loaded in one 200k step in 3.8 s; in steps capped at 256 MB of data (40k rows)
-they took 8.7 s, so steps are not capped by bytes."""
-
-
-def chunks(files: Sequence[Path], rows: int = CHUNK_ROWS) -> Iterator[list[Path]]:
-    """Files in name order, grouped into steps of at most `rows` rows (a file is never split).
-
-    Merging step by step gives the same table as one merge: each step replaces only rows at least as old,
-    and files are taken in the order one merge breaks ties by (the later file name wins)."""
-    import pyarrow.parquet as pq  # here: `harvest run` checks tables (tasks.database.table_check) before Prefect starts
-
-    chunk: list[Path] = []
-    counted = 0
-    for path in sorted(files, key=str):
-        n = pq.read_metadata(path).num_rows
-        if chunk and counted + n > rows:
-            yield chunk
-            chunk, counted = [], 0
-        chunk.append(path)
-        counted += n
-    if chunk:
-        yield chunk
-
-
 def merge_children(
     con: duckdb.DuckDBPyConnection,
     child: ChildKind,
-    files: Sequence[Path],
+    files: Sequence[Path] | Step,
     catalog: CatalogSnapshot | None = None,
 ) -> int:
     """Make the child table hold exactly the rows of the fetch each parent row holds; returns its rows after.
@@ -336,7 +304,7 @@ def merge_children(
         )
         return count_rows(con, f"SELECT count(*) FROM {table}")
     paths = sorted(str(p) for p in files)
-    source = step_source(paths)
+    source = step_source(files, paths)
     item = [*keys, quote_ident(POSITION)]
     same_item = " AND ".join(f"t.{k} = c.{k}" for k in item)
     con.execute(
@@ -382,7 +350,9 @@ def merge_batches(
         for child in getattr(kind, "children", ()):
             children.setdefault(child.table, (child, []))
         skipped = 0
-        for chunk in chunks(files, rows) if files else [[]]:  # the table exists even with no files
+        for chunk in (
+            chunks(files, rows) if files else [Step([], True)]
+        ):  # the table exists even with no files
             with transaction(con):
                 result[kind.table], more = merge_files(con, kind, chunk, catalog)
             skipped += more

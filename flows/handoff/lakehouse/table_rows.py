@@ -34,7 +34,7 @@ from harvest.tasks.database.connection import (
 )
 from harvest.tasks.database.load_settings import memory_limit
 from harvest.tasks.database.record_tables import duckdb_types
-from harvest.tasks.database.step_files import union_by_name
+from harvest.tasks.database.step_files import SameSchema, one_schema, union_by_name
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, output_kinds
 
@@ -72,16 +72,19 @@ def one_database() -> Iterator[duckdb.DuckDBPyConnection]:
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int]:
-    """The columns any of the files has with their types, and their rows (from the footers: no data is read)."""
+def _file_facts(paths: Sequence[Path]) -> tuple[dict[str, set[pa.DataType]], int, bool]:
+    """The columns any of the files has with their types, their rows, and whether they share one schema (from
+    the footers: no data is read)."""
     types: dict[str, set[pa.DataType]] = {}
     rows = 0
+    same = SameSchema()
     for path in paths:
         meta = pq.read_metadata(path)
         for fld in meta.schema.to_arrow_schema():
             types.setdefault(fld.name, set()).add(fld.type)
         rows += meta.num_rows
-    return types, rows
+        same.see(meta)
+    return types, rows, same.holds
 
 
 def _column(fld: pa.Field, found: set[pa.DataType] | None, sql_type: str, of: str = "") -> str:
@@ -104,7 +107,7 @@ def record_reader(
     later row), in `schema` (a column no file has is null), a bucket of keys at a time;
     read on a cursor of `db` (`one_database`), closed at the end of the stream."""
     con = db.cursor()
-    present, rows = _file_facts(paths)
+    present, rows, one = _file_facts(paths)
     buckets = max(1, -(-rows // BUCKET_ROWS))
     ordered = sorted(paths, key=str)  # as the load has them: `file_index` is a file's place in name order
     files = "[" + ", ".join(quote_literal(str(p)) for p in ordered) + "]"
@@ -113,7 +116,7 @@ def record_reader(
     keys = ", ".join(quote_ident(k) for k in key)
     not_null = whole_key([quote_ident(k) for k in key])
     in_bucket = f" AND hash({keys}) % {buckets} = {{bucket}}" if buckets > 1 else ""
-    source = f"read_parquet({files}, union_by_name = {union_by_name(ordered)}, {ROW_NUMBER} = true)"
+    source = f"read_parquet({files}, union_by_name = {union_by_name(one)}, {ROW_NUMBER} = true)"
     rows_of = f"WHERE {not_null}{in_bucket}"
     # The newest row of each key is chosen on narrow rows and the whole rows read after it, as the load does
     # (`record_tables._choose_newest`): DuckDB 2.0 reads late only a window ordered by one column; ordered by
@@ -156,7 +159,7 @@ def _parents_sql(child: ChildKind, parent_files: Sequence[Path]) -> str:
     named = ", ".join(f"{k} AS {quote_ident(c)}" for k, c in zip(keys, child.parent_columns, strict=True))
     return (
         f"SELECT {named}, {quote_ident(NEWEST_BY)} "
-        f"FROM read_parquet({files}, union_by_name = {union_by_name(parent_files)}) "
+        f"FROM read_parquet({files}, union_by_name = {union_by_name(one_schema(parent_files))}) "
         f"WHERE {whole_key(keys)} "
         f"QUALIFY row_number() OVER (PARTITION BY {', '.join(keys)} ORDER BY {quote_ident(NEWEST_BY)} DESC) = 1"
     )
@@ -178,7 +181,7 @@ def child_reader(
     if groups:
         schema = pa.schema([child.schema.field(c) for c in (*child.parent_columns, NEWEST_BY)])
         return _cast(con, con.sql(parents).to_arrow_reader(BATCH_ROWS), schema)
-    present, _ = _file_facts(files)
+    present, _, one = _file_facts(files)
     sql_types = dict(duckdb_types(con, child.schema))
     columns = ", ".join(_column(f, present.get(f.name), sql_types[f.name], "c.") for f in child.schema)
     listed = "[" + ", ".join(quote_literal(str(p)) for p in files) + "]"
@@ -186,7 +189,7 @@ def child_reader(
         f"c.{quote_ident(k)} = p.{quote_ident(k)}" for k in (*child.parent_columns, NEWEST_BY)
     )
     item = ", ".join(f"c.{quote_ident(k)}" for k in child.primary_key)
-    source = f"read_parquet({listed}, union_by_name = {union_by_name(files)}, {ROW_NUMBER} = true) AS c"
+    source = f"read_parquet({listed}, union_by_name = {union_by_name(one)}, {ROW_NUMBER} = true) AS c"
     # chosen on narrow rows, read whole after (as `record_reader`): a window over whole rows ran out of the cap
     sql = (
         f"WITH chosen AS (SELECT c.file_index, c.{ROW_NUMBER} FROM {source} "
