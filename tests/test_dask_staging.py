@@ -27,6 +27,7 @@ import pytest
 
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.output.manifest import read_manifest
 from tests.crawl_helpers import data_entries
 from tests.endpoints import CREATIVE, PINS, PROFILE, REELS
 from tests.flow_helpers import (
@@ -322,10 +323,12 @@ def test_workers_without_the_output_directory_land_what_the_local_runner_lands(
     for name in RECORD_TABLES:
         assert table(local_out / "harvest.duckdb", name) == table(out / "harvest.duckdb", name), name
     assert staged_objects() == [], "the store keeps nothing after the commit"
-    files = {f for q in staged.queries for _, f, _ in q["files"]}
+    manifest = read_manifest(out / "raw" / staged.run_id / "manifest.json")
+    files = {f for _, f, _ in manifest.all_files()}
     assert files and all((out / f).is_file() for f in files), (
         "the manifest names files in the output directory"
     )
+    assert all(f.endswith("-rounds.parquet") for f in files), "the rounds' files merged, one a table"
     assert (out / "raw").is_dir() and not list(out.rglob("*.tmp"))
 
 

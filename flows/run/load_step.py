@@ -16,6 +16,7 @@ from typing import Any
 from harvest.connectors.reading.arrow_memory import system_allocator
 from harvest.flows.console import harvest_line
 from harvest.flows.orchestrator.prefect_settings import TOLD_AT_END
+from harvest.flows.run.dask.round_files import drop_merged, merge_rounds
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
 from harvest.flows.run.memory import release_memory
 from harvest.tasks.database.bookkeeping import record_run
@@ -39,6 +40,7 @@ def load_manifest_into_duckdb(
 
     `db`: another database file than the output's (`harvest rebuild` builds a new one beside it); the manifest
     then says nothing of it: the run is loaded once that file replaces the output's, and the rebuild says so."""
+    drop_merged(layout, manifest)  # round files a kill left beside their merged files: read once, not twice
     with system_allocator():  # the bookkeeping's Arrow tables, 500 queries each: mimalloc kept their pages
         return _load(layout, manifest, db)
 
@@ -118,7 +120,9 @@ def load_earlier_runs(
 
 def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
     """The run's end, on disk; False when this machine could not write it (the manifest on disk still says the
-    run is going, so the next `harvest run` resumes it, and nothing is loaded now)."""
+    run is going, so the next `harvest run` resumes it, and nothing is loaded now). A Dask run's round files
+    are merged first, and go once the manifest names the merged ones (`flows.run.dask.round_files`)."""
+    merged = merge_rounds(layout, manifest)
     try:
         write_manifest(layout, manifest)
     except OSError as exc:
@@ -127,6 +131,8 @@ def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
             raise
         manifest.machine_fault = manifest.machine_fault or str(fault)
         return False
+    if merged:
+        drop_merged(layout, manifest)
     return True
 
 
