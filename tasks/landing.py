@@ -133,9 +133,12 @@ def query_pages(
     )
 
 
-def open_run_sink(layout: OutputLayout, run_id: str, started: datetime) -> MultiTableSink:
-    """The run's one Parquet writer in the flow's process: its queries' rows go to a few files per table."""
-    return MultiTableSink(layout, run_id, started, RUN_PART)
+def open_run_sink(
+    layout: OutputLayout, run_id: str, started: datetime, part: str = RUN_PART
+) -> MultiTableSink:
+    """The run's one Parquet writer in the flow's process: its queries' rows go to a few files per table.
+    `part`: a merged Dask run's own (`flows.run.dask.round_files.own_part`), which a rebuild keeps."""
+    return MultiTableSink(layout, run_id, started, part)
 
 
 def fresh_parts(layout: OutputLayout, run_id: str, started: datetime) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,16 @@ import pytest
 from typer.testing import CliRunner
 
 from harvest.flows.cli import app
-from harvest.flows.run.dask.round_files import merge_rounds
+from harvest.flows.run.dask.round_files import drop_merged, merge_rounds
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, read_manifest
 from harvest.tasks.output.parquet_sink import MultiTableSink
-from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, run_flow, scalar, write_spec
+from tests.crawl_helpers import data_entries, paid_twice
+from tests.endpoints import PINS, PROFILE
+from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
+from tests.test_full_disk import small_disk  # noqa: F401 (a fixture: a real filesystem of 64 MB)
 
 pytestmark = pytest.mark.usefixtures("api_key")
 
@@ -39,6 +42,10 @@ PINS_KEPT = 55
 
 def parquet_files(output: Path, table: str) -> list[Path]:
     return sorted((output / "parquet" / table).glob("date=*/*.parquet"))
+
+
+def landed_rows(output: Path, table: str) -> int:
+    return sum(pq.read_metadata(p).num_rows for p in parquet_files(output, table))
 
 
 def history_rows(output: Path) -> int:
@@ -102,7 +109,24 @@ def test_round_files_a_kill_left_beside_the_merged_ones_go_before_the_load(
     result = CliRunner().invoke(app, ["load", str(output)])
     assert result.exit_code == 0, result.output
     assert not left.exists() and merged.exists()
-    assert history_rows(output) == PINS_KEPT and manifest.records == 65
+    assert landed_rows(output, "pinboard_pins") == manifest.records == 65, "each row once in the Parquet"
+    assert history_rows(output) == PINS_KEPT
+
+
+def test_a_rebuild_of_a_merged_night_keeps_its_file_names_and_rows(
+    merged_night: tuple[Path, Any], tmp_path: Path
+) -> None:
+    """`harvest rebuild` lands a merged run as a local one, into one writer, under the merged file's name: a
+    rebuild that changes no row marks nothing rebuilt, so an export sends nothing again."""
+    output = tmp_path / "out"
+    shutil.copytree(merged_night[0], output)
+    (merged,) = parquet_files(output, "pinboard_pins")
+    result = CliRunner().invoke(app, ["rebuild", str(output)])
+    assert result.exit_code == 0, result.output
+    assert parquet_files(output, "pinboard_pins") == [merged]
+    _, manifest = only_manifest(output)
+    assert manifest.rebuilt is None and manifest.retired_files == []
+    assert landed_rows(output, "pinboard_pins") == 65 and history_rows(output) == PINS_KEPT
 
 
 def round_files(layout: OutputLayout, run_id: str, started: dt.datetime, n: int) -> list[dict[str, Any]]:
@@ -146,6 +170,21 @@ def test_a_merge_a_kill_cut_short_is_made_again_from_the_round_files(tmp_path: P
     assert all(q["files"] == [] for q in manifest.queries)
 
 
+def test_the_load_s_sweep_keeps_the_round_files_a_query_still_names(tmp_path: Path) -> None:
+    """A retry's own rounds left a file a table, not merged: named by their query, they are the run's rows."""
+    layout, started = OutputLayout(tmp_path), dt.datetime(2026, 12, 4, 3, 0, tzinfo=dt.UTC)
+    queries = round_files(layout, "r1", started, 4)
+    manifest = manifest_of(started, "complete", queries[:3])
+    assert merge_rounds(layout, manifest)
+    kept = layout.resolve(queries[3]["files"][0][1])
+    manifest.queries = [*manifest.queries, queries[3]]  # the retry's query, its one round file unmerged
+    gone = drop_merged(layout, manifest)
+    assert sorted(p.name for p in gone) == sorted(layout.resolve(q["files"][0][1]).name for q in queries[:3])
+    assert kept.exists()
+    on_disk = sorted(p.name for p in (tmp_path / "parquet" / "pins").glob("*/*.parquet"))
+    assert on_disk == sorted(["r1-rounds.parquet", kept.name])
+
+
 def test_round_files_of_two_schemas_stay_as_they_are(tmp_path: Path) -> None:
     layout, started = OutputLayout(tmp_path), dt.datetime(2026, 12, 4, 3, 0, tzinfo=dt.UTC)
     queries = round_files(layout, "r1", started, 2)
@@ -168,3 +207,79 @@ def test_an_unfinished_run_keeps_its_round_files_for_its_resume(tmp_path: Path) 
     manifest = manifest_of(started, "interrupted", queries)
     assert not merge_rounds(layout, manifest)
     assert len(list((tmp_path / "parquet" / "pins").glob("*/*.parquet"))) == 3
+
+
+def test_a_disk_too_full_for_the_merge_leaves_the_round_files_as_they_are(small_disk: Path) -> None:  # noqa: F811
+    """The merge needs the night's Parquet again in room: where the disk has none, the run ends as before the
+    merge existed, its round files named by their queries, and nothing half-written left beside them."""
+    layout, started = OutputLayout(small_disk), dt.datetime(2026, 12, 4, 3, 0, tzinfo=dt.UTC)
+    noise = pa.schema([("pin_id", pa.string()), ("n", pa.string())])
+    queries = []
+    for i in range(3):  # ~6 MB a file of random text: zstd cannot make it smaller
+        sink = MultiTableSink(layout, "r1", started, layout.part_id(i + 1, f"q{i}"))
+        text = [os.urandom(3000).hex() for _ in range(1000)]
+        data = pa.table({"pin_id": [f"p{i}-{k}" for k in range(1000)], "n": text}, schema=noise)
+        sink.write_page([(_Kind(noise), data)])
+        queries.append(
+            {"query_id": f"q{i}", "status": "complete", "records": 1000, "files": layout.listed(sink.close())}
+        )
+    before = sorted(p.name for p in small_disk.rglob("*") if p.is_file())
+    free = shutil.disk_usage(small_disk).free
+    (small_disk / "filler").write_bytes(b"\0" * (free - 4 * 2**20))  # 4 MB left: less than one file
+    manifest = manifest_of(started, "complete", queries)
+    assert not merge_rounds(layout, manifest)
+    assert manifest.files == [] and [len(q["files"]) for q in manifest.queries] == [1, 1, 1]
+    assert sorted(p.name for p in small_disk.rglob("*") if p.is_file() and p.name != "filler") == before
+    assert sum(pq.read_metadata(layout.resolve(q["files"][0][1])).num_rows for q in queries) == 3000
+
+
+def test_a_prefect_flow_retry_of_a_merged_dask_run_lands_each_row_once(
+    prefect_harness: None, dask_address: str, tmp_path: Path, api_key: str
+) -> None:
+    """The first attempt ends `failed` (one query's page answered 503 until its retries ran out) and is merged;
+    Prefect retries the flow, which resumes that run: the kept queries' rows are landed again from their raw
+    pages (their round files are gone into the merged file), the failed query goes on where it stopped, nothing
+    is paid twice, and every landed row is in the Parquet once."""
+    import asyncio
+
+    import harvest.flows.collect
+    from harvest.flows.collect import collect_job, run_collect
+
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE},
+        pages_by_path={PINS: (3, 3), PROFILE: (3, 3)},
+        page_size=4,
+        fault_plan_by_path={PROFILE: [None, *["unavailable"] * 5]},
+    )
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    queries = [
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}},
+    ]
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(
+            tmp_path, job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
+        )
+        retrying = collect_job.with_options(retries=1, retry_delay_seconds=0)
+        original = harvest.flows.collect.collect_job
+        harvest.flows.collect.collect_job = retrying  # type: ignore[assignment]
+        try:
+            summary = asyncio.run(run_collect(spec_path=str(spec)))
+        finally:
+            harvest.flows.collect.collect_job = original  # type: ignore[assignment]
+        entries = [e for e in data_entries(sb) if e.fault is None]
+    assert summary.status == "complete" and summary.resumes == 1, summary
+    assert paid_twice(entries) == 0
+    _, manifest = only_manifest(output)
+    files = [output / path for _, path, _ in manifest.all_files()]
+    assert all(f.exists() for f in files), files
+    on_disk = {p for t in ("pinboard_pins", "short_video_videos") for p in parquet_files(output, t)}
+    assert on_disk == set(files), "no file of the run but those its manifest names"
+    assert landed_rows(output, "pinboard_pins") == sum(
+        q["records"] for q in manifest.queries if q["endpoint"] == PINS
+    )
+    db = output / "harvest.duckdb"
+    states = dict(rows(db, "SELECT query_id, status FROM query_state"))
+    assert set(states.values()) == {"complete"} and len(states) == len(TOPICS) + 1, states
+    assert history_rows(output) == PINS_KEPT == scalar(db, "SELECT count(*) FROM pinboard_pins")

@@ -32,6 +32,7 @@ from harvest.connectors.catalog.shape_overrides import shapes_data, shapes_of
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.plurals import counted
 from harvest.flows.handoff.export_ledger import fingerprints
+from harvest.flows.run.dask.round_files import own_part
 from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.run_again import resume_hint
 from harvest.flows.spec import JobSpec, UsageError
@@ -207,7 +208,7 @@ def _reland_own(
     endpoints = for_job(run.declared).overridden(None, shapes_of(run.shapes))
     fresh_parts(layout, run.run_id, started)
     index = RawIndex(layout.raw_files(run.run_id)) if index is None else index
-    sink = open_run_sink(layout, run.run_id, started)
+    sink = open_run_sink(layout, run.run_id, started, own_part(run))
     queries = []
     try:
         for q in run.queries:

@@ -24,6 +24,7 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.shape_overrides import shapes_data
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.flows.orchestrator.prefect_runs import crash_stale_flow_runs
+from harvest.flows.run.dask.round_files import land_kept_again
 from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.plan import Plan, pages_at_most
 from harvest.flows.run.progress import RunFacts
@@ -160,6 +161,8 @@ def begin(
         if spec.runner.kind == "local":  # a Dask round's grant is not a request: its worker logged its own
             record_in_flight(layout, start.run.run_id, start.own)
         manifest = _resumed(start.run, spec, flow_run_id, budget, spec_file, start.own.total_spent)
+        if spec.runner.kind == "dask":  # a flow retry of a merged run: its kept queries' files are no more
+            land_kept_again(layout, manifest, start.ended, start.own.started, spec.endpoints())
     else:
         manifest = _new(spec, plan_key(spec), service, start, flow_run_id, budget, spec_file)
     return Begun(start, manifest, abandoned)

@@ -12,23 +12,30 @@ round files go only once it does. Killed before the manifest: the run is still `
 merges again from the round files (the merged files of the first try go first). Killed after: `drop_merged`
 removes the round files a finished manifest no longer names before the run is loaded, so no history view reads
 a row twice. Anything the merge cannot do (a full disk, files of two schemas) leaves the round files as they
-are, named by their queries, as before the merge existed.
+are, named by their queries, as before the merge existed. A Prefect flow retry resumes a run that ended: its
+kept queries land again from their raw pages first (`land_kept_again`), as a local resume's do.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest
+from harvest.connectors.catalog.endpoints import Endpoint
+from harvest.connectors.paging.pager import QuerySpec
+from harvest.tasks.landing import fresh_parts, land_raw_pages
+from harvest.tasks.output.layout import RUN_PART, TMP_SUFFIX, OutputLayout
+from harvest.tasks.output.manifest import RunManifest, write_manifest
 from harvest.tasks.output.packed_summaries import PackedSummaries
 from harvest.tasks.output.parquet_sink import MultiTableSink, run_date
+from harvest.tasks.output.raw_store import RawIndex
 
 log = logging.getLogger(__name__)
 
@@ -47,32 +54,78 @@ class _FileKind:
 
 def merge_rounds(layout: OutputLayout, manifest: RunManifest) -> bool:
     """Merge an ended run's round files and name the merged ones in `manifest` (not yet written); whether it
-    did. Runs that wrote their own files, and those that left a file a table or less, are left as they are."""
+    did. Merged files no manifest names (a first try a kill cut short) go first, ended or not. A run with files
+    of its own that are not merged ones (a local session's), or a file a table or less, is left as it is. A flow
+    retry of a merged run (`land_kept_again`) merges its new round files into a part of their own."""
     rounds = [f for q in manifest.queries for f in q.get("files", [])]
-    tables = {table for table, _, _ in rounds}
-    if manifest.unfinished or manifest.files or len(rounds) <= len(tables):
+    if not rounds:
         return False
     started = dt.datetime.fromisoformat(manifest.started)
-    _remove_merged(layout, manifest.run_id, run_date(started))  # a first try a kill cut short
-    sink = MultiTableSink(layout, manifest.run_id, started, MERGED_PART)
+    _remove_unnamed(layout, manifest, run_date(started))
+    own_merged = all(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
+    if manifest.unfinished or not own_merged or len(rounds) <= len({table for table, _, _ in rounds}):
+        return False
+    part = f"{MERGED_PART}-s{manifest.resumes}" if manifest.files else MERGED_PART
+    sink = MultiTableSink(layout, manifest.run_id, started, part)
     try:
         for table, path, _ in rounds:
             _copy(sink, table, layout.resolve(path))
         merged = sink.close()
-    except (OSError, ValueError) as exc:  # a full disk, or files of two schemas: the round files stay
+    except Exception as exc:  # a full disk (a MachineFault), files of two schemas: the round files stay
         sink.abort()
-        _remove_merged(layout, manifest.run_id, run_date(started))
+        _remove_unnamed(layout, manifest, run_date(started))
         log.warning(
             "the run's %d round files stay as they are (they could not be merged: %s)", len(rounds), exc
         )
         return False
     if sum(n for _, _, n in merged) != sum(int(n) for _, _, n in rounds):
-        _remove_merged(layout, manifest.run_id, run_date(started))
+        _remove_unnamed(layout, manifest, run_date(started))
         log.warning("the run's %d round files stay as they are (the merge lost rows)", len(rounds))
         return False
-    manifest.files = layout.listed(merged)
+    manifest.files = [*manifest.files, *layout.listed(merged)]
     manifest.queries = PackedSummaries({**q, "files": []} for q in manifest.queries)
+    if manifest.resumes:  # an interrupted session was loaded, and maybe exported, with its round files
+        manifest.files_rewritten([path for _, path, _ in rounds])
     return True
+
+
+def land_kept_again(
+    layout: OutputLayout,
+    manifest: RunManifest,
+    kept: Mapping[str, dict[str, Any]],
+    started_queries: Mapping[str, dict[str, Any]],
+    endpoints: Mapping[str, Endpoint],
+) -> None:
+    """A resume of a merged run (a Prefect flow retry resumes a run that ended): its kept queries' round files
+    are gone into the merged ones, which also hold the rows of the queries it goes on with (landed again from
+    their raw pages by the rounds). So the run's files go, as a local resume's do, and the kept queries' raw
+    pages land again into one merged part; their summaries name none. The resumed manifest (`running`) is
+    written first: a kill meanwhile leaves a run the next `harvest run` resumes, which lands them again."""
+    if not any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files):
+        return
+    write_manifest(layout, manifest)
+    started = dt.datetime.fromisoformat(manifest.started)
+    removed = fresh_parts(layout, manifest.run_id, started)
+    index = RawIndex(layout.raw_files(manifest.run_id))
+    sink = MultiTableSink(layout, manifest.run_id, started, MERGED_PART)
+    try:
+        for query_id, summary in kept.items():
+            spec = QuerySpec(**started_queries[query_id])
+            endpoint = endpoints[spec.endpoint]
+            land_raw_pages(layout, manifest.run_id, started, spec, endpoint, sink, None, False, index)
+            summary["files"] = []
+    except BaseException:
+        sink.abort()
+        raise
+    manifest.files = layout.listed(sink.close())
+    manifest.files_rewritten(removed)
+
+
+def own_part(manifest: RunManifest) -> str:
+    """The part id a run's files are landed again under (`harvest rebuild`): a merged run's keep their name,
+    so a rebuild that changes no row sends nothing again."""
+    merged = any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
+    return MERGED_PART if merged else RUN_PART
 
 
 def _copy(sink: MultiTableSink, table: str, path: Path) -> None:
@@ -85,10 +138,11 @@ def _copy(sink: MultiTableSink, table: str, path: Path) -> None:
 
 def drop_merged(layout: OutputLayout, manifest: RunManifest) -> list[Path]:
     """Remove the Parquet files of a merged run that its manifest does not name (its round files, left by a kill
-    between the manifest and their removal); returns them. Any other run: nothing is read or removed."""
+    between the manifest and their removal); returns them. Any other run: nothing is read or removed. A query's
+    own files a retry left unmerged (a file a table) are named by its summary, and stay."""
     if manifest.unfinished or not any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files):
         return []
-    named = {layout.resolve(path) for _, path, _ in manifest.files}
+    named = {layout.resolve(path) for _, path, _ in manifest.all_files()}
     started = dt.datetime.fromisoformat(manifest.started)
     gone = [p for p in layout.run_parts(manifest.run_id, run_date(started)) if p not in named]
     for path in gone:
@@ -101,7 +155,11 @@ def _is_merged(path: str, run_id: str) -> bool:
     return part is not None and (part == MERGED_PART or part.startswith(f"{MERGED_PART}-"))
 
 
-def _remove_merged(layout: OutputLayout, run_id: str, date: dt.date) -> None:
-    for path in layout.run_parts(run_id, date):
-        if _is_merged(path.name.removeprefix(".").removesuffix(".tmp"), run_id):
+def _remove_unnamed(layout: OutputLayout, manifest: RunManifest, date: dt.date) -> None:
+    """Merged files of the run, published or not, that its manifest does not name."""
+    named = {layout.resolve(path) for _, path, _ in manifest.files}
+    for path in layout.run_parts(manifest.run_id, date):
+        if path not in named and _is_merged(
+            path.name.removeprefix(".").removesuffix(TMP_SUFFIX), manifest.run_id
+        ):
             path.unlink(missing_ok=True)
