@@ -195,7 +195,7 @@ def test_round_files_of_two_schemas_stay_as_they_are(tmp_path: Path) -> None:
         {"query_id": "q9", "status": "complete", "records": 1, "files": layout.listed(sink.close())}
     )
     manifest = manifest_of(started, "complete", queries)
-    assert not merge_rounds(layout, manifest)
+    assert merge_rounds(layout, manifest) == []
     assert manifest.files == [] and [len(q["files"]) for q in manifest.queries] == [1, 1, 1]
     names = sorted(p.name for p in (tmp_path / "parquet" / "pins").glob("*/*"))
     assert len(names) == 3 and not any("rounds" in n for n in names), names
@@ -205,7 +205,7 @@ def test_an_unfinished_run_keeps_its_round_files_for_its_resume(tmp_path: Path) 
     layout, started = OutputLayout(tmp_path), dt.datetime(2026, 12, 4, 3, 0, tzinfo=dt.UTC)
     queries = round_files(layout, "r1", started, 3)
     manifest = manifest_of(started, "interrupted", queries)
-    assert not merge_rounds(layout, manifest)
+    assert merge_rounds(layout, manifest) == []
     assert len(list((tmp_path / "parquet" / "pins").glob("*/*.parquet"))) == 3
 
 
@@ -227,7 +227,7 @@ def test_a_disk_too_full_for_the_merge_leaves_the_round_files_as_they_are(small_
     free = shutil.disk_usage(small_disk).free
     (small_disk / "filler").write_bytes(b"\0" * (free - 4 * 2**20))  # 4 MB left: less than one file
     manifest = manifest_of(started, "complete", queries)
-    assert not merge_rounds(layout, manifest)
+    assert merge_rounds(layout, manifest) == []
     assert manifest.files == [] and [len(q["files"]) for q in manifest.queries] == [1, 1, 1]
     assert sorted(p.name for p in small_disk.rglob("*") if p.is_file() and p.name != "filler") == before
     assert sum(pq.read_metadata(layout.resolve(q["files"][0][1])).num_rows for q in queries) == 3000

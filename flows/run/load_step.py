@@ -130,6 +130,8 @@ def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
         if fault is None:
             raise
         manifest.machine_fault = manifest.machine_fault or str(fault)
+        for path in merged:  # the manifest on disk names the round files: the merged ones would be read twice
+            path.unlink(missing_ok=True)
         return False
     if merged:
         drop_merged(layout, manifest)

@@ -52,19 +52,19 @@ class _FileKind:
     primary_key: tuple[str, ...] = ()
 
 
-def merge_rounds(layout: OutputLayout, manifest: RunManifest) -> bool:
-    """Merge an ended run's round files and name the merged ones in `manifest` (not yet written); whether it
-    did. Merged files no manifest names (a first try a kill cut short) go first, ended or not. A run with files
+def merge_rounds(layout: OutputLayout, manifest: RunManifest) -> list[Path]:
+    """Merge an ended run's round files and name the merged ones in `manifest` (not yet written); returns the
+    merged files (none when it did not merge). Merged files no manifest names (a first try a kill cut short) go first, ended or not. A run with files
     of its own that are not merged ones (a local session's), or a file a table or less, is left as it is. A flow
     retry of a merged run (`land_kept_again`) merges its new round files into a part of their own."""
     rounds = [f for q in manifest.queries for f in q.get("files", [])]
     if not rounds:
-        return False
+        return []
     started = dt.datetime.fromisoformat(manifest.started)
     _remove_unnamed(layout, manifest, run_date(started))
     own_merged = all(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
     if manifest.unfinished or not own_merged or len(rounds) <= len({table for table, _, _ in rounds}):
-        return False
+        return []
     part = f"{MERGED_PART}-s{manifest.resumes}" if manifest.files else MERGED_PART
     sink = MultiTableSink(layout, manifest.run_id, started, part)
     try:
@@ -77,16 +77,16 @@ def merge_rounds(layout: OutputLayout, manifest: RunManifest) -> bool:
         log.warning(
             "the run's %d round files stay as they are (they could not be merged: %s)", len(rounds), exc
         )
-        return False
+        return []
     if sum(n for _, _, n in merged) != sum(int(n) for _, _, n in rounds):
         _remove_unnamed(layout, manifest, run_date(started))
         log.warning("the run's %d round files stay as they are (the merge lost rows)", len(rounds))
-        return False
+        return []
     manifest.files = [*manifest.files, *layout.listed(merged)]
     manifest.queries = PackedSummaries({**q, "files": []} for q in manifest.queries)
     if manifest.resumes:  # an interrupted session was loaded, and maybe exported, with its round files
         manifest.files_rewritten([path for _, path, _ in rounds])
-    return True
+    return [path for _, path, _ in merged]
 
 
 def land_kept_again(
