@@ -92,6 +92,19 @@ def run_flow(
     return asyncio.run(coro)
 
 
+def run_flow_retried(spec_path: Path) -> Any:
+    """As `run_flow`, with the flow as a deployment that Prefect retries once when it fails (`retries=1`)."""
+    import harvest.flows.collect
+    from harvest.flows.collect import collect_job, run_collect
+
+    original = harvest.flows.collect.collect_job
+    harvest.flows.collect.collect_job = collect_job.with_options(retries=1, retry_delay_seconds=0)  # type: ignore[assignment]
+    try:
+        return asyncio.run(run_collect(spec_path=str(spec_path)))
+    finally:
+        harvest.flows.collect.collect_job = original  # type: ignore[assignment]
+
+
 def rows(db: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
     con = duckdb.connect(str(db), read_only=True)
     try:

@@ -29,7 +29,16 @@ from harvest.tasks.output.manifest import RunManifest, read_manifest
 from harvest.tasks.output.parquet_sink import MultiTableSink
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import PINS, PROFILE
-from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, rows, run_flow, scalar, write_spec
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    SECRET_KEY,
+    job_spec,
+    rows,
+    run_flow,
+    run_flow_retried,
+    scalar,
+    write_spec,
+)
 from tests.test_full_disk import small_disk  # noqa: F401 (a fixture: a real filesystem of 64 MB)
 
 pytestmark = pytest.mark.usefixtures("api_key")
@@ -240,11 +249,6 @@ def test_a_prefect_flow_retry_of_a_merged_dask_run_lands_each_row_once(
     Prefect retries the flow, which resumes that run: the kept queries' rows are landed again from their raw
     pages (their round files are gone into the merged file), the failed query goes on where it stopped, nothing
     is paid twice, and every landed row is in the Parquet once."""
-    import asyncio
-
-    import harvest.flows.collect
-    from harvest.flows.collect import collect_job, run_collect
-
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE},
         pages_by_path={PINS: (3, 3), PROFILE: (3, 3)},
@@ -261,13 +265,7 @@ def test_a_prefect_flow_retry_of_a_merged_dask_run_lands_each_row_once(
         spec = write_spec(
             tmp_path, job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
         )
-        retrying = collect_job.with_options(retries=1, retry_delay_seconds=0)
-        original = harvest.flows.collect.collect_job
-        harvest.flows.collect.collect_job = retrying  # type: ignore[assignment]
-        try:
-            summary = asyncio.run(run_collect(spec_path=str(spec)))
-        finally:
-            harvest.flows.collect.collect_job = original  # type: ignore[assignment]
+        summary = run_flow_retried(spec)
         entries = [e for e in data_entries(sb) if e.fault is None]
     assert summary.status == "complete" and summary.resumes == 1, summary
     assert paid_twice(entries) == 0

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import harvest.flows.collect
 from harvest.connectors.catalog import endpoints as catalog
 from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
@@ -30,6 +29,7 @@ from tests.flow_helpers import (
     key_set,
     rows,
     run_flow,
+    run_flow_retried,
     scalar,
     write_spec,
 )
@@ -506,8 +506,6 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
 ) -> None:
     """The first attempt fails one query (503 until retries run out); Prefect retries the flow; the retry
     resumes the same run: the query that completed is not paid again, the failed one goes on where it was."""
-    from harvest.flows.collect import collect_job, run_collect
-
     unavailable = ["unavailable"] * 5
     config = SandboxConfig(
         api_keys={SECRET_KEY: BIG_BALANCE},
@@ -527,13 +525,7 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
                 ],
             ),
         )
-        retrying = collect_job.with_options(retries=1, retry_delay_seconds=0)
-        original = harvest.flows.collect.collect_job
-        harvest.flows.collect.collect_job = retrying  # type: ignore[assignment]
-        try:
-            summary = asyncio.run(run_collect(spec_path=str(spec)))
-        finally:
-            harvest.flows.collect.collect_job = original  # type: ignore[assignment]
+        summary = run_flow_retried(spec)
         entries = [e for e in data_entries(sb) if e.fault is None]
     assert summary.status == "complete", summary
     assert summary.resumes == 1

@@ -54,9 +54,10 @@ class _FileKind:
 
 def merge_rounds(layout: OutputLayout, manifest: RunManifest) -> list[Path]:
     """Merge an ended run's round files and name the merged ones in `manifest` (not yet written); returns the
-    merged files (none when it did not merge). Merged files no manifest names (a first try a kill cut short) go first, ended or not. A run with files
-    of its own that are not merged ones (a local session's), or a file a table or less, is left as it is. A flow
-    retry of a merged run (`land_kept_again`) merges its new round files into a part of their own."""
+    merged files (none when it did not merge). Merged files no manifest names (a first try a kill cut short) go
+    first, ended or not. A run with files of its own that are not merged ones (a local session's), or a file a
+    table or less, is left as it is. A flow retry of a merged run (`land_kept_again`) merges its new round files
+    into a part of their own."""
     rounds = [f for q in manifest.queries for f in q.get("files", [])]
     if not rounds:
         return []
@@ -101,7 +102,7 @@ def land_kept_again(
     their raw pages by the rounds). So the run's files go, as a local resume's do, and the kept queries' raw
     pages land again into one merged part; their summaries name none. The resumed manifest (`running`) is
     written first: a kill meanwhile leaves a run the next `harvest run` resumes, which lands them again."""
-    if not any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files):
+    if not _merged(manifest):
         return
     write_manifest(layout, manifest)
     started = dt.datetime.fromisoformat(manifest.started)
@@ -124,8 +125,7 @@ def land_kept_again(
 def own_part(manifest: RunManifest) -> str:
     """The part id a run's files are landed again under (`harvest rebuild`): a merged run's keep their name,
     so a rebuild that changes no row sends nothing again."""
-    merged = any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
-    return MERGED_PART if merged else RUN_PART
+    return MERGED_PART if _merged(manifest) else RUN_PART
 
 
 def _copy(sink: MultiTableSink, table: str, path: Path) -> None:
@@ -140,7 +140,7 @@ def drop_merged(layout: OutputLayout, manifest: RunManifest) -> list[Path]:
     """Remove the Parquet files of a merged run that its manifest does not name (its round files, left by a kill
     between the manifest and their removal); returns them. Any other run: nothing is read or removed. A query's
     own files a retry left unmerged (a file a table) are named by its summary, and stay."""
-    if manifest.unfinished or not any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files):
+    if manifest.unfinished or not _merged(manifest):
         return []
     named = {layout.resolve(path) for _, path, _ in manifest.all_files()}
     started = dt.datetime.fromisoformat(manifest.started)
@@ -148,6 +148,11 @@ def drop_merged(layout: OutputLayout, manifest: RunManifest) -> list[Path]:
     for path in gone:
         path.unlink(missing_ok=True)
     return gone
+
+
+def _merged(manifest: RunManifest) -> bool:
+    """The run's own files include merged ones: its round files went into them."""
+    return any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
 
 
 def _is_merged(path: str, run_id: str) -> bool:
