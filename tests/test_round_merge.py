@@ -281,3 +281,68 @@ def test_a_prefect_flow_retry_of_a_merged_dask_run_lands_each_row_once(
     states = dict(rows(db, "SELECT query_id, status FROM query_state"))
     assert set(states.values()) == {"complete"} and len(states) == len(TOPICS) + 1, states
     assert history_rows(output) == PINS_KEPT == scalar(db, "SELECT count(*) FROM pinboard_pins")
+
+
+def test_a_resume_of_a_merged_run_whose_retry_left_no_merged_file_lands_its_kept_queries_again(
+    merged_night: tuple[Path, Any], prefect_harness: None, dask_address: str, tmp_path: Path
+) -> None:
+    """A flow retry of a merged run removes its files, then lands its kept queries again: where they land no
+    row, no merged file is left to say the run was merged, and a kill then leaves a `running` manifest naming
+    no file while the journal's summaries name round files gone into the merged one. That state, made here on
+    a real merged night: the next `harvest run` resumes it, lands the kept queries from their raw pages, pays
+    nothing, and every landed row is in the Parquet once."""
+    output = tmp_path / "out"
+    shutil.copytree(merged_night[0], output)
+    (merged,) = parquet_files(output, "pinboard_pins")
+    merged.unlink()
+    path, _ = only_manifest(output)
+    plain = json.loads(path.read_text())
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}]
+    with running(CONFIG) as sb:  # the night's sandbox again (a run resumes against the service it ran on)
+        killed = {"status": "running", "finished": None, "files": [], "loaded": False, "service": sb.base_url}
+        path.write_text(json.dumps({**plain, **killed}))
+        spec = job_spec(sb.base_url, output, queries, name="merge-job", credits=1000, runner=runner)
+        summary = run_flow(write_spec(tmp_path, spec))
+        assert not data_entries(sb), "nothing asked of the service again"
+    assert summary.status == "complete" and summary.resumes == 1, summary
+    _, manifest = only_manifest(output)
+    files = [output / p for _, p, _ in manifest.all_files()]
+    assert files and all(f.exists() for f in files), files
+    assert landed_rows(output, "pinboard_pins") == manifest.records == 65
+    assert history_rows(output) == PINS_KEPT
+
+
+def test_a_rebuild_of_a_retried_run_with_merged_and_round_files_lands_each_row_once(
+    prefect_harness: None, dask_address: str, tmp_path: Path, api_key: str
+) -> None:
+    """A flow retry of a merged run whose failed query has one page: the kept queries land into a merged file,
+    the retried query's one round file is too few to merge, so the run has both. `harvest rebuild` lands
+    every query into one writer again: no row twice, no file left behind."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE},
+        pages_by_path={PINS: (3, 3), PROFILE: (1, 1)},
+        page_size=4,
+        fault_plan_by_path={PROFILE: ["unavailable"] * 5},
+    )
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    queries = [
+        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
+        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}},
+    ]
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
+        summary = run_flow_retried(write_spec(tmp_path, spec))
+    assert summary.status == "complete" and summary.resumes == 1, summary
+    _, before = only_manifest(output)
+    assert before.files and any(q["files"] for q in before.queries), "the run has merged and round files"
+    result = CliRunner().invoke(app, ["rebuild", str(output)])
+    assert result.exit_code == 0, result.output
+    _, manifest = only_manifest(output)
+    for table, endpoint in (("pinboard_pins", PINS), ("short_video_videos", PROFILE)):
+        records = sum(q["records"] for q in manifest.queries if q["endpoint"] == endpoint)
+        assert records and landed_rows(output, table) == records, table
+    on_disk = {p for t in ("pinboard_pins", "short_video_videos") for p in parquet_files(output, t)}
+    assert on_disk == {output / p for _, p, _ in manifest.all_files()}
+    assert history_rows(output) == PINS_KEPT

@@ -192,8 +192,9 @@ def reland_run(
 
 def _own_files(run: RunManifest) -> bool:
     """The run wrote files of its own (every query's rows together), not a query's each (Dask rounds, older
-    runs); a run with no file yet (all drift) is relanded whole, as its own."""
-    return not any(q.get("files") for q in run.queries)
+    runs); a run with no file yet (all drift) is relanded whole, as its own, and so is a run with both (a flow
+    retry of a merged Dask run whose own rounds were too few to merge): every query lands into one writer."""
+    return bool(run.files) or not any(q.get("files") for q in run.queries)
 
 
 def _raw_of(layout: OutputLayout, run: RunManifest, q: dict[str, Any]) -> Path:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,10 @@ def land_kept_again(
     are gone into the merged ones, which also hold the rows of the queries it goes on with (landed again from
     their raw pages by the rounds). So the run's files go, as a local resume's do, and the kept queries' raw
     pages land again into one merged part; their summaries name none. The resumed manifest (`running`) is
-    written first: a kill meanwhile leaves a run the next `harvest run` resumes, which lands them again."""
-    if not _merged(manifest):
+    written first: a kill meanwhile leaves a run the next `harvest run` resumes, which lands them again. A run
+    whose kept queries name round files no longer on disk is one too: a retry whose kept queries landed no row
+    left no merged file to say so, and a kill then left the failed query's summary naming merged-away files."""
+    if not _merged(manifest) and not _names_missing(layout, kept.values()):
         return
     write_manifest(layout, manifest)
     started = dt.datetime.fromisoformat(manifest.started)
@@ -153,6 +155,10 @@ def drop_merged(layout: OutputLayout, manifest: RunManifest) -> list[Path]:
 def _merged(manifest: RunManifest) -> bool:
     """The run's own files include merged ones: its round files went into them."""
     return any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
+
+
+def _names_missing(layout: OutputLayout, summaries: Iterable[dict[str, Any]]) -> bool:
+    return any(not layout.resolve(path).exists() for q in summaries for _, path, _ in q.get("files", []))
 
 
 def _is_merged(path: str, run_id: str) -> bool:
