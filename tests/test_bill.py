@@ -130,3 +130,23 @@ def test_a_killed_run_on_the_embedded_sandbox_blames_nobody(tmp_path: Path) -> N
     )  # one account across the kill: billed 3 + 1 in flight
     note_bill(over_http, read_journal(path).balances, 10_000_000 - 4, 10_000_000 - 12)
     assert over_http.service_billed == 4 + 8
+
+
+def test_a_query_a_later_session_started_again_is_not_ended(tmp_path: Path) -> None:
+    """A query failed; Prefect retried the flow, which ran it again and paid for more pages before a kill. The
+    next resume must go on from those pages, not keep the first session's failed summary (its cursor would
+    have a `--continue` pay for them again)."""
+    path = tmp_path / "journal.jsonl"
+    query = {"query_id": "q", "endpoint": "/e", "params": {}}
+    first = RunJournal(path, session=1)
+    first.query_started(query)
+    first.query_ended({"query_id": "q", "status": "failed", "pages": 2, "next_cursor": "c2"})
+    first.close()
+    retry = RunJournal(path, session=2)
+    retry.query_started(query)
+    retry.close()
+    assert "q" not in read_journal(path).ended
+    last = RunJournal(path, session=3)
+    last.query_ended({"query_id": "q", "status": "complete", "pages": 5, "next_cursor": None})
+    last.close()
+    assert read_journal(path).ended["q"]["status"] == "complete"

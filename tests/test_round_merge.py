@@ -21,11 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from harvest.flows.cli import app
-from harvest.flows.run.dask.round_files import drop_merged, merge_rounds
+from harvest.flows.run.dask.round_files import drop_merged, merge_rounds, unpublish
 from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import RunManifest, read_manifest
+from harvest.tasks.output.manifest import RunManifest, read_manifest, write_manifest
 from harvest.tasks.output.parquet_sink import MultiTableSink
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import PINS, PROFILE
@@ -346,3 +346,50 @@ def test_a_rebuild_of_a_retried_run_with_merged_and_round_files_lands_each_row_o
     on_disk = {p for t in ("pinboard_pins", "short_video_videos") for p in parquet_files(output, t)}
     assert on_disk == {output / p for _, p, _ in manifest.all_files()}
     assert history_rows(output) == PINS_KEPT
+
+
+def test_an_export_of_a_retried_merged_run_holds_every_row_of_it(
+    prefect_harness: None, dask_address: str, tmp_path: Path, api_key: str
+) -> None:
+    """Its one query fails after two pages: the run's end merges them into `<run>-rounds`. Prefect retries the
+    flow: the merged file goes (a retired name), the query lands its pages again, goes on, and the end merges
+    them under the same name. An export then sends that file and must not delete it as retired."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE},
+        pages_by_path={PROFILE: (3, 3)},
+        page_size=4,
+        fault_plan_by_path={PROFILE: [None, None, *["unavailable"] * 5]},
+    )
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    queries = [{"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}}]
+    output, to = tmp_path / "out", tmp_path / "lake"
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
+        summary = run_flow_retried(write_spec(tmp_path, spec))
+    assert summary.status == "complete" and summary.resumes == 1, summary
+    _, manifest = only_manifest(output)
+    assert [Path(p).name for _, p, _ in manifest.files] == [f"{manifest.run_id}-rounds.parquet"]
+    result = CliRunner().invoke(app, ["export", str(output), "--to", str(to)])
+    assert result.exit_code == 0, result.output
+    sent = sorted((to / "short_video_videos").rglob("*.parquet"))
+    assert [p.name for p in sent] == [f"{manifest.run_id}-rounds.parquet"], sent
+    assert sum(pq.read_metadata(p).num_rows for p in sent) == manifest.records > 0
+
+
+def test_merged_files_stay_when_the_manifest_on_disk_names_them(tmp_path: Path) -> None:
+    """The run's end could not be written after its merge. Before the rename: the manifest on disk names the
+    round files, so the merged ones go. After it (the directory's sync failed): it names the merged files, so
+    they stay, and the round files go at the next load. Either way each row is in the Parquet once."""
+    layout, started = OutputLayout(tmp_path), dt.datetime(2026, 12, 4, 3, 0, tzinfo=dt.UTC)
+    queries = round_files(layout, "r1", started, 3)
+    write_manifest(layout, manifest_of(started, "running", queries))
+    merged = merge_rounds(layout, manifest_of(started, "complete", queries))
+    assert merged
+    unpublish(layout, "r1", merged)
+    assert not any(p.exists() for p in merged) and landed_rows(tmp_path, "pins") == 6
+    ended = manifest_of(started, "complete", queries)
+    merged = merge_rounds(layout, ended)
+    write_manifest(layout, ended)
+    unpublish(layout, "r1", merged)
+    assert merged and all(p.exists() for p in merged)
+    assert len(drop_merged(layout, ended)) == 3 and landed_rows(tmp_path, "pins") == 6

@@ -230,8 +230,12 @@ def _retire(
     layout: OutputLayout, run: RunManifest, fs: pafs.FileSystem, base: str, report: ExportReport
 ) -> None:
     """Parts a rebuild merged away (Dask rounds): deleted at the destination and named in the manifest, so
-    neither a lake read as files nor a loader keeping files holds their rows twice."""
+    neither a lake read as files nor a loader keeping files holds their rows twice. A name the run uses again
+    (a merge after a flow retry takes the part id its first merge had) is not one: it was just sent."""
+    current = {path for _, path, _ in run.all_files()}
     for stored in run.retired_files:
+        if stored in current:
+            continue
         key = layout.resolve(stored).relative_to(layout.parquet_root).as_posix()
         if fs.get_file_info(f"{base}/{key}").is_file:
             fs.delete_file(f"{base}/{key}")

@@ -16,7 +16,7 @@ from typing import Any
 from harvest.connectors.reading.arrow_memory import system_allocator
 from harvest.flows.console import harvest_line
 from harvest.flows.orchestrator.prefect_settings import TOLD_AT_END
-from harvest.flows.run.dask.round_files import drop_merged, merge_rounds
+from harvest.flows.run.dask.round_files import drop_merged, merge_rounds, unpublish
 from harvest.flows.run.interrupt import LoadInterrupted, StopOnSignal
 from harvest.flows.run.memory import release_memory
 from harvest.tasks.database.bookkeeping import record_run
@@ -130,8 +130,7 @@ def write_end_manifest(layout: OutputLayout, manifest: RunManifest) -> bool:
         if fault is None:
             raise
         manifest.machine_fault = manifest.machine_fault or str(fault)
-        for path in merged:  # the manifest on disk names the round files: the merged ones would be read twice
-            path.unlink(missing_ok=True)
+        unpublish(layout, manifest.run_id, merged)
         return False
     if merged:
         drop_merged(layout, manifest)

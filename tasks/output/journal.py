@@ -230,6 +230,7 @@ def read_journal(path: Path | str) -> JournalState:
         elif kind == "start":
             query = event["query"]
             state.started.setdefault(query["query_id"], query)
+            state.ended.pop(query["query_id"], None)  # a later session ran it again (a flow retry): not ended
         elif kind == "end":
             summary = event["summary"]
             state.ended[summary["query_id"]] = summary

@@ -145,7 +145,7 @@ class RunManifest:
             return
         self.rebuilt = datetime.now(UTC).isoformat()
         kept = {path for _, path, _ in self.all_files()}
-        self.retired_files = sorted(set(self.retired_files) | (set(removed) - kept))
+        self.retired_files = sorted((set(self.retired_files) | set(removed)) - kept)
 
     def files_by_table(self, layout: OutputLayout) -> dict[str, list[Path]]:
         out: dict[str, list[Path]] = defaultdict(list)

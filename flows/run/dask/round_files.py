@@ -32,7 +32,7 @@ from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.tasks.landing import fresh_parts, land_raw_pages
 from harvest.tasks.output.layout import RUN_PART, TMP_SUFFIX, OutputLayout
-from harvest.tasks.output.manifest import RunManifest, write_manifest
+from harvest.tasks.output.manifest import RunManifest, read_manifest, write_manifest
 from harvest.tasks.output.packed_summaries import PackedSummaries
 from harvest.tasks.output.parquet_sink import MultiTableSink, run_date
 from harvest.tasks.output.raw_store import RawIndex
@@ -122,6 +122,20 @@ def land_kept_again(
         raise
     manifest.files = layout.listed(sink.close())
     manifest.files_rewritten(removed)
+
+
+def unpublish(layout: OutputLayout, run_id: str, merged: list[Path]) -> None:
+    """The run's end could not be written after its merge: where the manifest on disk names the round files, the
+    merged ones go (their rows would be read twice); where it names the merged ones (the rename was done, the
+    directory's sync then failed), they stay, and the round files go at the next load (`drop_merged`)."""
+    try:
+        on_disk = read_manifest(layout.manifest_file(run_id))
+        named = {layout.resolve(path) for _, path, _ in on_disk.files}
+    except (OSError, ValueError, TypeError):  # unreadable: it cannot name them
+        named = set()
+    for path in merged:
+        if path not in named:
+            path.unlink(missing_ok=True)
 
 
 def own_part(manifest: RunManifest) -> str:
