@@ -16,9 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from harvest.sandbox.config import SandboxConfig
+from harvest.tasks.output.journal import read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
@@ -337,3 +339,43 @@ def test_a_killed_flow_s_round_that_never_ends_is_waited_for_until_the_cap_or_a_
         capsys.readouterr()
         assert ended(stopped=False, cap=30) is True
         assert "harvest: waiting" not in capsys.readouterr().err, "nothing to wait for, nothing said"
+
+
+@pytest.mark.scenario
+def test_a_local_run_killed_then_resumed_on_a_dask_cluster_lands_each_row_once(
+    prefect_api_url: str, dask_address: str, tmp_path: Path
+) -> None:
+    """A night killed -9 on the local runner (its own Parquet file left torn), then resumed after the spec's
+    `runner:` was changed to a Dask cluster: the queries that ended before the kill land again from their raw
+    pages, the one cut short goes on, and each landed row is in the Parquet once."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["oak", "elm", "ash"]}}]
+    output = tmp_path / "out"
+    with gated(config) as sb:
+        local = job_spec(sb.base_url, output, queries, name="switched", credits=1000, concurrency=1)
+        path = write_spec(tmp_path, local)
+        sb.gate.close_after(10)  # of twelve pages, one request at a time
+        run = start_run(path, tmp_path, prefect_api_url)
+        sb.gate.wait_frozen(run)
+        signal_group(run, signal.SIGKILL)
+        finish(run)
+        ended = [q for q in read_journal(OutputLayout(output).journal_file(run_id_of(output))).ended.values()]
+        write_spec(tmp_path, {**local, "runner": {"kind": "dask", "address": dask_address, "round_pages": 1}})
+        sb.gate.open()
+        settle(sb)
+        code, _, err = finish(start_run(path, tmp_path, prefect_api_url))
+    assert 0 < len(ended) < 3, "the test needs a query that ended before the kill and one that did not"
+    assert code == 0, err[-3000:]
+    (run_,) = all_manifests(OutputLayout(output))
+    assert run_.status == "complete" and run_.resumes == 1, run_.status
+    files = [output / p for _, p, _ in run_.all_files()]
+    assert all(f.exists() for f in files), files
+    on_disk = sorted((output / "parquet" / "pinboard_pins").glob("date=*/*.parquet"))
+    assert on_disk == sorted(files), "no file of the run but those its manifest names"
+    landed = sum(pq.read_metadata(p).num_rows for p in on_disk)
+    assert landed == run_.records == 39, (landed, run_.records)
+
+
+def run_id_of(output: Path) -> str:
+    (manifest,) = (output / "raw").glob("*/manifest.json")
+    return manifest.parent.name

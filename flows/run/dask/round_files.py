@@ -101,10 +101,12 @@ def land_kept_again(
     are gone into the merged ones, which also hold the rows of the queries it goes on with (landed again from
     their raw pages by the rounds). So the run's files go, as a local resume's do, and the kept queries' raw
     pages land again into one merged part; their summaries name none. The resumed manifest (`running`) is
-    written first: a kill meanwhile leaves a run the next `harvest run` resumes, which lands them again. A run
-    whose kept queries name round files no longer on disk is one too: a retry whose kept queries landed no row
-    left no merged file to say so, and a kill then left the failed query's summary naming merged-away files."""
-    if not _merged(manifest) and not _names_missing(layout, kept.values()):
+    written first: a kill meanwhile leaves a run the next `harvest run` resumes, which lands them again. So is a
+    run whose kept queries' rows are in no round file of theirs: named files no longer on disk (a retry whose
+    kept queries landed no row left no merged file to say the run was merged, and a kill then left the failed
+    query's summary naming merged-away files), or none named for rows they landed (a session of the local
+    runner, whose own files a kill may have left torn, resumed with `runner: dask`)."""
+    if not _merged(manifest) and not _rows_elsewhere(layout, kept.values()):
         return
     write_manifest(layout, manifest)
     started = dt.datetime.fromisoformat(manifest.started)
@@ -171,8 +173,12 @@ def _merged(manifest: RunManifest) -> bool:
     return any(_is_merged(path, manifest.run_id) for _, path, _ in manifest.files)
 
 
-def _names_missing(layout: OutputLayout, summaries: Iterable[dict[str, Any]]) -> bool:
-    return any(not layout.resolve(path).exists() for q in summaries for _, path, _ in q.get("files", []))
+def _rows_elsewhere(layout: OutputLayout, summaries: Iterable[dict[str, Any]]) -> bool:
+    return any(
+        (int(q.get("records") or 0) > 0 and not q.get("files"))
+        or any(not layout.resolve(path).exists() for _, path, _ in q.get("files", []))
+        for q in summaries
+    )
 
 
 def _is_merged(path: str, run_id: str) -> bool:
