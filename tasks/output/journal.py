@@ -4,7 +4,8 @@ A crash (kill -9, power loss, Ctrl-C at the wrong moment) must not make harvest 
 pages hold every paid answer; the journal holds the rest of what a resume needs:
 
 - ``start``: a query began (its plain `QuerySpec`), so a resumed run knows it existed even if it never paid;
-- ``end``: a query ended, with its summary, so a resumed run does not repeat it;
+- ``end``: a query ended, with its summary, so a resumed run does not repeat it (a later ``start`` of it, a
+  flow retry running it again, undoes that until it ends again);
 - ``reserve`` / ``settle`` / ``release``: the credit ledger's reservations. A reservation never closed was in
   flight at the crash: the service may have billed it, so a resumed run counts it as spent and the budget stays
   a hard cap across the crash. ``adjust``: credits counted for refusals that the account's balance showed were
@@ -67,7 +68,8 @@ class JournalState:
     started: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Query id -> the query as started (plain data), in start order."""
     ended: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Query id -> its summary, for the queries that ended."""
+    """Query id -> its summary, for the queries that ended and were not started again after (a flow retry runs a
+    failed query again: until it ends again, its first end is no longer its outcome)."""
     spent: Counter[str] = field(default_factory=Counter)
     """Credits per query: settled amounts plus reservations left open by a crash."""
     unknown: Counter[str] = field(default_factory=Counter)
