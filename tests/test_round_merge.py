@@ -242,6 +242,36 @@ def test_a_disk_too_full_for_the_merge_leaves_the_round_files_as_they_are(small_
     assert sum(pq.read_metadata(layout.resolve(q["files"][0][1])).num_rows for q in queries) == 3000
 
 
+VIDEOS = {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}}
+PINS_AND_VIDEOS = [{"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}}, VIDEOS]
+DOWN = ["unavailable"] * 5
+"""A page of the videos query answered 503 until its retries run out: the first attempt of the flow fails."""
+
+
+def retried_night(
+    tmp_path: Path,
+    dask_address: str,
+    queries: list[dict[str, Any]],
+    pages: dict[str, tuple[int, int]],
+    videos_faults: list[str | None],
+) -> tuple[Path, Any, list[Any]]:
+    """A real Dask night, one page a round, whose videos query meets `videos_faults` and fails, then Prefect's
+    retry of the flow: the output, the flow's summary, and the requests the sandbox answered without a fault."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE},
+        pages_by_path=pages,
+        page_size=4,
+        fault_plan_by_path={PROFILE: videos_faults},
+    )
+    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
+        summary = run_flow_retried(write_spec(tmp_path, spec))
+        entries = [e for e in data_entries(sb) if e.fault is None]
+    return output, summary, entries
+
+
 def test_a_prefect_flow_retry_of_a_merged_dask_run_lands_each_row_once(
     prefect_harness: None, dask_address: str, tmp_path: Path, api_key: str
 ) -> None:
@@ -249,24 +279,8 @@ def test_a_prefect_flow_retry_of_a_merged_dask_run_lands_each_row_once(
     Prefect retries the flow, which resumes that run: the kept queries' rows are landed again from their raw
     pages (their round files are gone into the merged file), the failed query goes on where it stopped, nothing
     is paid twice, and every landed row is in the Parquet once."""
-    config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE},
-        pages_by_path={PINS: (3, 3), PROFILE: (3, 3)},
-        page_size=4,
-        fault_plan_by_path={PROFILE: [None, *["unavailable"] * 5]},
-    )
-    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
-    queries = [
-        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
-        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}},
-    ]
-    output = tmp_path / "out"
-    with running(config) as sb:
-        spec = write_spec(
-            tmp_path, job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
-        )
-        summary = run_flow_retried(spec)
-        entries = [e for e in data_entries(sb) if e.fault is None]
+    pages = {PINS: (3, 3), PROFILE: (3, 3)}
+    output, summary, entries = retried_night(tmp_path, dask_address, PINS_AND_VIDEOS, pages, [None, *DOWN])
     assert summary.status == "complete" and summary.resumes == 1, summary
     assert paid_twice(entries) == 0
     _, manifest = only_manifest(output)
@@ -319,21 +333,8 @@ def test_a_rebuild_of_a_retried_run_with_merged_and_round_files_lands_each_row_o
     """A flow retry of a merged run whose failed query has one page: the kept queries land into a merged file,
     the retried query's one round file is too few to merge, so the run has both. `harvest rebuild` lands
     every query into one writer again: no row twice, no file left behind."""
-    config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE},
-        pages_by_path={PINS: (3, 3), PROFILE: (1, 1)},
-        page_size=4,
-        fault_plan_by_path={PROFILE: ["unavailable"] * 5},
-    )
-    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
-    queries = [
-        {"id": "pins", "endpoint": PINS, "for_each": {"query": TOPICS}},
-        {"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}},
-    ]
-    output = tmp_path / "out"
-    with running(config) as sb:
-        spec = job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
-        summary = run_flow_retried(write_spec(tmp_path, spec))
+    pages = {PINS: (3, 3), PROFILE: (1, 1)}
+    output, summary, _ = retried_night(tmp_path, dask_address, PINS_AND_VIDEOS, pages, DOWN)
     assert summary.status == "complete" and summary.resumes == 1, summary
     _, before = only_manifest(output)
     assert before.files and any(q["files"] for q in before.queries), "the run has merged and round files"
@@ -354,18 +355,9 @@ def test_an_export_of_a_retried_merged_run_holds_every_row_of_it(
     """Its one query fails after two pages: the run's end merges them into `<run>-rounds`. Prefect retries the
     flow: the merged file goes (a retired name), the query lands its pages again, goes on, and the end merges
     them under the same name. An export then sends that file and must not delete it as retired."""
-    config = SandboxConfig(
-        api_keys={SECRET_KEY: BIG_BALANCE},
-        pages_by_path={PROFILE: (3, 3)},
-        page_size=4,
-        fault_plan_by_path={PROFILE: [None, None, *["unavailable"] * 5]},
-    )
-    runner = {"kind": "dask", "address": dask_address, "round_pages": 1}
-    queries = [{"id": "videos", "endpoint": PROFILE, "params": {"handle": "nasa"}}]
-    output, to = tmp_path / "out", tmp_path / "lake"
-    with running(config) as sb:
-        spec = job_spec(sb.base_url, output, queries, name="retry-job", credits=1000, runner=runner)
-        summary = run_flow_retried(write_spec(tmp_path, spec))
+    pages = {PROFILE: (3, 3)}
+    output, summary, _ = retried_night(tmp_path, dask_address, [VIDEOS], pages, [None, None, *DOWN])
+    to = tmp_path / "lake"
     assert summary.status == "complete" and summary.resumes == 1, summary
     _, manifest = only_manifest(output)
     assert [Path(p).name for _, p, _ in manifest.files] == [f"{manifest.run_id}-rounds.parquet"]
