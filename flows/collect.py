@@ -291,8 +291,7 @@ class _Run:
     budget: int | None
     mode: Mode
     full: bool
-    spec_file: str | None
-    """The spec's absolute path, when read from a file (`RunManifest.spec_file`)."""
+    spec_file: str | None  # the spec's absolute path, when read from a file (`RunManifest.spec_file`)
 
 
 def _absolute(spec_path: str | None) -> str | None:
@@ -315,7 +314,10 @@ async def _collect_job(
             if start is None or attempt > 1:
                 retry_of = flow_run_id if attempt > 1 else None
                 start = decide(spec, layout, service.label, run.mode, retry_of=retry_of)
-            begun = begin(spec, layout, service, start, run.budget, run.spec_file, lock)
+            try:
+                begun = begin(spec, layout, service, start, run.budget, run.spec_file, lock)
+            except MachineFault as fault:  # nothing paid yet: the next run begins again from the disk
+                return not_started(fault, layout, start)
             full = begun.manifest.full = run.full or begun.manifest.full  # a resume goes on as its run began
             await crash_stale(begun)
             for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
@@ -323,7 +325,7 @@ async def _collect_job(
             try:
                 loaded_first = load_earlier(layout, spec.name, begun.manifest.run_id, stop)
             except MachineFault as fault:
-                return not_started(fault, layout)
+                return not_started(fault, layout, None)
             if isinstance(begun.start, Continue) and not begun.start.has_work(the_plan):
                 assert begun.start.previous is not None
                 return nothing_to_continue(begun.start.previous, loaded_first)
@@ -343,10 +345,8 @@ async def _collect_job(
         summary.seconds = {"paging": round(loading - paying, 2), "loading": round(loaded_at - loading, 2)}
         if exported is not None:
             summary.seconds["exporting"] = round(exported_at - loaded_at, 2)
-        summary.loaded_first = loaded_first
-        summary.load_interrupted = stop.abandoned_load
-        summary.load_refused, summary.load_held = load_refused, held
-        summary.ended_on_disk = written
+        summary.loaded_first, summary.load_interrupted = loaded_first, stop.abandoned_load
+        summary.load_refused, summary.load_held, summary.ended_on_disk = load_refused, held, written
         summary.export = exported
     return await tell_the_end(spec.name, layout, summary, flow_run_facts()[2], key, mark)
 

@@ -17,18 +17,22 @@ import base64
 import json
 import os
 import re
+import signal
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from harvest.sandbox.config import Quirks, SandboxConfig
 from harvest.sandbox.wire.billing import LedgerEntry
 from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import FEED, PINS
 from tests.flow_helpers import (
@@ -43,8 +47,8 @@ from tests.flow_helpers import (
     subprocess_env,
     write_spec,
 )
-from tests.process_helpers import finish, start_run, wait_until
-from tests.sandbox_gate import gated
+from tests.process_helpers import finish, signal_group, start_run, wait_until
+from tests.sandbox_gate import gated, settle
 
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
@@ -239,6 +243,25 @@ def test_a_run_is_refused_before_paying_when_the_disk_is_below_its_floor(
     assert len(sandbox.ledger) == paid, "a refused run sent a request"
 
 
+def test_a_run_on_a_disk_with_no_room_left_is_refused_before_paying_as_a_full_disk(
+    small_disk: Path, tmp_path: Path, sandbox: RunningSandbox
+) -> None:
+    """With the floor switched off (`min_free_mb: 0`), the job's lock is the first write a run makes: on a full
+    disk it was refused with exit 2, a spec's mistake, where a cron wrapper waits for 75 to try again."""
+    output = small_disk / "out"
+    job = spec(tmp_path / "job.yaml", sandbox.base_url, output)
+    paid = len(sandbox.ledger)
+    fill(small_disk, 0)
+    refused = subprocess.run(
+        [str(HARVEST), "run", str(job)], env=subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 75, said
+    assert "nothing was sent" in disk_line(said, output) and "Traceback" not in said, said
+    assert len(sandbox.ledger) == paid, "a refused run sent a request"
+
+
 def paid_again(entries: list[LedgerEntry], first: int) -> int:
     """Pages the stopped run (its first `first` entries) was billed for and the resume paid for again."""
     before = {page(e) for e in entries[:first] if e.credits}
@@ -365,3 +388,48 @@ def test_a_floor_is_said_in_the_megabytes_the_spec_wrote(tmp_path: Path) -> None
         with pytest.raises(LowDiskSpace) as refused:
             check_output_dir(tmp_path / "out", min_free_mb=floor)
         assert f"below the floor of {said} MB a run needs" in str(refused.value)
+
+
+@pytest.mark.scenario
+@pytest.mark.parametrize("leave", [0, 12 << 10], ids=["no room", "room for the manifest"])
+def test_a_dask_resume_that_cannot_land_its_ended_queries_again_stops_before_paying(
+    prefect_harness: None,
+    prefect_api_url: str,
+    dask_address: str,
+    small_disk: Path,
+    tmp_path: Path,
+    leave: int,
+) -> None:
+    """A night killed -9 on the local runner, resumed after `runner:` changed to Dask: the resume first lands the
+    queries that ended before the kill again from their raw pages. On a disk without room for them it said
+    "Prefect's API did not answer" and "the run failed: OSError" (exit 1); it stops as any run the disk stops:
+    one line naming the output, exit 75, nothing paid, and the next run finishes it."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["oak", "elm", "ash"]}}]
+    output = small_disk / "out"
+    with gated(config) as sb:
+        local = job_spec(
+            sb.base_url, output, queries, name="switched", credits=1000, concurrency=1, min_free_mb=0
+        )
+        job = write_spec(tmp_path, local)
+        sb.gate.close_after(10)  # of twelve pages, one request at a time
+        killed = start_run(job, tmp_path, prefect_api_url)
+        sb.gate.wait_frozen(killed)
+        signal_group(killed, signal.SIGKILL)
+        finish(killed)
+        write_spec(tmp_path, {**local, "runner": {"kind": "dask", "address": dask_address, "round_pages": 1}})
+        sb.gate.open()
+        settle(sb)
+        paid = len(data_entries(sb))
+        filler = fill(small_disk, leave)
+        code, out, err = finish(start_run(job, tmp_path, prefect_api_url))
+        said = out + err
+        assert code == 75, said[-3000:]
+        assert "Traceback" not in said and "Prefect's API" not in said, said[-3000:]
+        assert "nothing was paid" in disk_line(said, output)
+        assert len(data_entries(sb)) == paid, "the stopped resume paid"
+        freed_and_run_again(filler, job, tmp_path, prefect_api_url)
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.status == "complete", run.status
+    on_disk = sorted((output / "parquet" / "pinboard_pins").glob("date=*/*.parquet"))
+    assert sum(pq.read_metadata(p).num_rows for p in on_disk) == run.records == 39

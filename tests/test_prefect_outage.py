@@ -382,3 +382,20 @@ def test_a_run_the_job_lock_refuses_is_not_taken_for_prefect_away(
     finally:
         held.release()
     assert "Prefect's API did not answer" not in capsys.readouterr().err
+
+
+def test_a_full_disk_is_not_taken_for_prefect_away() -> None:
+    """An OSError of this machine's own write (a full disk, as Python and pyarrow raise it) escaping a flow was
+    said as "Prefect's API did not answer"; a connection refused still is."""
+    import errno
+
+    import httpx
+
+    from harvest.flows.orchestrator.prefect_outage import caused_by_api
+
+    assert not caused_by_api(OSError(errno.ENOSPC, "No space left on device"))
+    assert not caused_by_api(
+        OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+    )
+    assert caused_by_api(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+    assert caused_by_api(httpx.ConnectError("All connection attempts failed"))

@@ -208,11 +208,17 @@ def _prefect_away(why: str) -> Failed:
 
 def _broken(exc: Exception) -> Failed:
     """The run broke outside its data: Prefect's API failing before the flow's body began (creating the flow
-    run) refused it before anything was paid (exit 75), anything else is a failed run (exit 1)."""
+    run) refused it before anything was paid (exit 75), as does a write this machine could not make (a full
+    disk) that escaped the run's own handling; anything else is a failed run (exit 1)."""
     from harvest.flows.orchestrator.prefect_outage import NotStarted
+    from harvest.tasks.output.machine_fault import as_machine_fault
 
     if isinstance(exc, NotStarted):
         return _prefect_away(str(exc))
+    if (fault := as_machine_fault(exc)) is not None:  # a write no step made the run's stop: said as one
+        return Failed(
+            f"the run stopped: {fault}; {fault.advice()}, then run the same command again", EX_TEMPFAIL
+        )
     return Failed(f"the run failed: {type(exc).__name__}: {exc}", 1)
 
 

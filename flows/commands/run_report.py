@@ -395,5 +395,5 @@ def _no_run(summary: NoRun, again: RunAgain) -> int:
     if summary.status == "nothing_to_continue":
         console.prose(summary.message)
         return 0
-    console.error(f"{summary.message}; once fixed, `{again.command()}` loads them and runs")
+    console.error(f"{summary.message}; once fixed, `{again.command()}` {summary.then}")
     return EXIT_CODE  # this machine could not load the earlier runs: try again once it is fixed

@@ -33,6 +33,7 @@ from harvest.flows.orchestrator.prefect_record import (
 )
 from harvest.flows.run.interrupt import StopOnSignal
 from harvest.flows.run.service_access import ServiceAccess
+from harvest.flows.run.start import Resume, RunStart
 from harvest.flows.spec.service_url import EMBEDDED_SANDBOX
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import MachineFault
@@ -198,13 +199,22 @@ async def tell_the_end(
     raise NotTold(why)
 
 
-def not_started(fault: MachineFault, layout: OutputLayout) -> State[Any]:
-    """This machine could not finish loading the job's earlier runs (a full disk): no run starts, nothing is
-    paid; the next `harvest run` loads them first."""
-    message = f"not started: {fault}; the job's earlier runs wait to be loaded into {layout.db}"
-    return Crashed(
-        message=message, data=RunFailed(NoRun("not_started", message, machine_fault=str(fault)), message)
-    )
+def not_started(fault: MachineFault, layout: OutputLayout, start: RunStart | None) -> State[Any]:
+    """This machine could not write what comes before paying (a full disk): nothing is paid, and the next
+    `harvest run` goes on from what is on disk. `start`: the run that was beginning (a resume's kept queries
+    landed again, `--fresh`'s abandoned run), or None when the job's earlier runs could not be loaded first."""
+    if start is None:
+        message, then = (
+            f"not started: {fault}; the job's earlier runs wait to be loaded into {layout.db}",
+            None,
+        )
+    elif isinstance(start, Resume):
+        message = f"not resumed: {fault}; run {start.run.run_id} stays as it stopped, nothing was paid"
+        then = "resumes it"
+    else:
+        message, then = f"not started: {fault}; nothing was paid", "runs the job"
+    no_run = NoRun("not_started", message, machine_fault=str(fault), then=then or NoRun.then)
+    return Crashed(message=message, data=RunFailed(no_run, message))
 
 
 async def not_begun(
@@ -221,10 +231,10 @@ async def not_begun(
     away = await stop.unless_stopped(away_for_now(service.url, service.api_key, layout, job, service.label))
     if away is not None:
         message = f"not started: {away}"
-        return Crashed(message=message, data=RunFailed(NoRun("not_started", message), message))
+        return Crashed(message=message, data=RunFailed(NoRun("not_started", message, then="runs"), message))
     if stop.first is not None:  # it cut the check short
         message = f"not started: {stop.first}: stopped while the service was checked; nothing was sent"
-        return Cancelled(message=message, data=RunFailed(NoRun("not_started", message), message))
+        return Cancelled(message=message, data=RunFailed(NoRun("not_started", message, then="runs"), message))
     return None
 
 

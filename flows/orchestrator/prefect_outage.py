@@ -56,8 +56,12 @@ def api_trouble(exc: BaseException) -> bool:
     import httpx
     from prefect.exceptions import PrefectHTTPStatusError
 
+    from harvest.tasks.output.machine_fault import as_machine_fault
+
     if isinstance(exc, PrefectHTTPStatusError):
         return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
+    if isinstance(exc, OSError) and as_machine_fault(exc) is not None:
+        return False  # this machine's own write failed (a full disk), not a call to Prefect
     return isinstance(exc, httpx.TransportError | OSError | TimeoutError)
 
 

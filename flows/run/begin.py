@@ -38,6 +38,7 @@ from harvest.tasks.output.attempt_log import record_in_flight
 from harvest.tasks.output.job_lock import JobLock
 from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import as_machine_fault
 from harvest.tasks.output.manifest import RunManifest, write_manifest
 from harvest.tasks.output.parquet_sink import MultiTableSink
 from harvest.tasks.output.query_summary import QuerySummary, history_fields
@@ -148,7 +149,29 @@ def begin(
 ) -> Begun:
     """Abandon what `--fresh` abandons, then write the run's `running` manifest. `spec_file`: the spec's absolute
     path, when the run read it from a file. `lock`: the job's, which names a resumed run at once (its manifest is
-    on disk), so a second run refused meanwhile names it; a new run is named once its manifest is written."""
+    on disk), so a second run refused meanwhile names it; a new run is named once its manifest is written.
+
+    Raises `MachineFault` when this machine cannot write what a start writes before it pays (a Dask resume lands
+    its kept queries again, `--fresh` lands and loads the abandoned run): the run stops before it pays, as a
+    full disk stops any run, and the next `harvest run` begins again from what is on disk."""
+    try:
+        return _begin(spec, layout, service, start, budget, spec_file, lock)
+    except Exception as exc:
+        fault = as_machine_fault(exc, layout.root)
+        if fault is None:
+            raise
+        raise fault from exc
+
+
+def _begin(
+    spec: JobSpec,
+    layout: OutputLayout,
+    service: ServiceAccess,
+    start: RunStart,
+    budget: int | None,
+    spec_file: str | None,
+    lock: JobLock | None,
+) -> Begun:
     flow_run_id = flow_run_facts()[0]
     abandoned = None
     if isinstance(start, New) and start.abandon is not None:

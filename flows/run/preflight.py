@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from harvest.flows.spec.model import JobSpec
 from harvest.tasks.output import job_lock
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.machine_fault import EXIT_CODE
+from harvest.tasks.output.machine_fault import EXIT_CODE, as_machine_fault
 
 DATA_DIRS = ("raw", "parquet")
 """Subdirectories an output directory owns; another job's output inside them would mix into its data."""
@@ -73,12 +73,15 @@ def check_output_dir(
 def lock_job(layout: OutputLayout, job: str) -> job_lock.JobLock:
     """The job's lock (one run per job and output), taken once per run by whoever starts it: `harvest run`
     before Prefect starts (so a second run is refused in a second), the flow itself for a deployment's run.
-    Raises UsageError (exit 2) naming the run that holds it."""
+    Raises UsageError (exit 2) naming the run that holds it, LowDiskSpace (exit 75) on a full disk."""
     try:
         return job_lock.acquire(layout.lock_file(job))
     except job_lock.JobLocked as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the checks found the directory creatable; it changed since
+        fault = as_machine_fault(exc, layout.lock_file(job))
+        if fault is not None and fault.full:  # exit 75: the same command runs once space is freed
+            raise LowDiskSpace(f"output: {fault}; nothing was sent, free space there and run again") from None
         raise UsageError(f"output: cannot create {layout.lock_file(job)}: {exc.strerror or exc}") from None
 
 

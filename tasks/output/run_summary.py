@@ -142,6 +142,8 @@ class NoRun:
     message: str
     loaded_first: list[dict[str, Any]] = field(default_factory=list)
     machine_fault: str | None = None
+    then: str = "loads them and runs"
+    """What `harvest run` does once the fault is fixed: the line's end (`not_started`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
