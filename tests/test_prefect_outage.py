@@ -385,8 +385,9 @@ def test_a_run_the_job_lock_refuses_is_not_taken_for_prefect_away(
 
 
 def test_a_full_disk_is_not_taken_for_prefect_away() -> None:
-    """An OSError of this machine's own write (a full disk, as Python and pyarrow raise it) escaping a flow was
-    said as "Prefect's API did not answer"; a connection refused still is."""
+    """An OSError of this machine's own files (a full disk, as Python and pyarrow raise it; a directory removed)
+    escaping a flow was said as "Prefect's API did not answer"; a connection refused still is, as asyncio says
+    it too."""
     import errno
 
     import httpx
@@ -397,5 +398,7 @@ def test_a_full_disk_is_not_taken_for_prefect_away() -> None:
     assert not caused_by_api(
         OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
     )
+    assert not caused_by_api(FileNotFoundError(errno.ENOENT, "No such file or directory", "/out/raw"))
     assert caused_by_api(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+    assert caused_by_api(OSError("Multiple exceptions: [Errno 111] Connect call failed ('127.0.0.1', 4200)"))
     assert caused_by_api(httpx.ConnectError("All connection attempts failed"))

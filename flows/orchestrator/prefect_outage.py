@@ -51,6 +51,10 @@ class NotStarted(Exception):
     """Prefect's API failed before the flow's body began (creating the flow run): nothing was sent or paid."""
 
 
+_LOCAL_FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError)
+"""OSErrors only a path raises, never a connection: an output directory removed during a run is not Prefect away."""
+
+
 def api_trouble(exc: BaseException) -> bool:
     """Whether `exc` says Prefect's API could not be reached or did not answer (as opposed to refusing a call)."""
     import httpx
@@ -60,8 +64,10 @@ def api_trouble(exc: BaseException) -> bool:
 
     if isinstance(exc, PrefectHTTPStatusError):
         return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
-    if isinstance(exc, OSError) and as_machine_fault(exc) is not None:
-        return False  # this machine's own write failed (a full disk), not a call to Prefect
+    if isinstance(exc, _LOCAL_FILE_ERRORS) or (
+        isinstance(exc, OSError) and as_machine_fault(exc) is not None
+    ):
+        return False  # a file of this machine's (missing, a full disk), not a call to Prefect
     return isinstance(exc, httpx.TransportError | OSError | TimeoutError)
 
 
