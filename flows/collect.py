@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,11 @@ apply_prefect_defaults()
 from harvest.connectors.catalog.endpoints import above_the_list  # noqa: E402
 from harvest.connectors.credits.ledger import CreditLedger  # noqa: E402
 from harvest.connectors.http.client import ServiceClient  # noqa: E402
-from harvest.flows import console  # noqa: E402
 from harvest.flows.handoff.export_after_run import export_step  # noqa: E402
 from harvest.flows.orchestrator import prefect_outage  # noqa: E402
 from harvest.flows.orchestrator.final_state import (  # noqa: E402
     RunFailed,
     not_begun,
-    not_started,
-    nothing_to_continue,
     tell_the_end,
 )
 from harvest.flows.orchestrator.plain_flow import plain_flow  # noqa: E402
@@ -43,10 +39,9 @@ from harvest.flows.orchestrator.prefect_record import (  # noqa: E402
     body_started,
     owe,
     tell_owed,
-    told_line,
 )
 from harvest.flows.run import progress  # noqa: E402
-from harvest.flows.run.begin import Begun, begin, crash_stale, flow_run_facts, run_facts  # noqa: E402
+from harvest.flows.run.begin import Begun, RunArguments, flow_run_facts, ready_to_pay, run_facts  # noqa: E402
 from harvest.flows.run.bill import (  # noqa: E402
     carry_over,
     note_bill,
@@ -60,13 +55,12 @@ from harvest.flows.run.dask.rounds import Rounds  # noqa: E402
 from harvest.flows.run.dask.worker_run import run_info  # noqa: E402
 from harvest.flows.run.fanout import Fanout  # noqa: E402
 from harvest.flows.run.interrupt import StopOnSignal  # noqa: E402
-from harvest.flows.run.load_step import load_earlier, load_run, write_end_manifest  # noqa: E402
+from harvest.flows.run.load_step import load_run, write_end_manifest  # noqa: E402
 from harvest.flows.run.memory import quiet_gc  # noqa: E402
 from harvest.flows.run.plan import Plan, plan  # noqa: E402
 from harvest.flows.run.preflight import check_output_dir, declared_by, lock_job  # noqa: E402
 from harvest.flows.run.service_access import ServiceAccess, client_settings, open_service  # noqa: E402
 from harvest.flows.run.start import (  # noqa: E402
-    Continue,
     Mode,
     Prepared,
     Resume,
@@ -82,8 +76,8 @@ from harvest.tasks.landing import fresh_parts, open_run_sink, publish  # noqa: E
 from harvest.tasks.output import job_lock  # noqa: E402
 from harvest.tasks.output.journal import RunJournal  # noqa: E402
 from harvest.tasks.output.layout import OutputLayout  # noqa: E402
-from harvest.tasks.output.machine_fault import FaultStop, MachineFault  # noqa: E402
-from harvest.tasks.output.manifest import RunManifest, run_status, write_manifest  # noqa: E402
+from harvest.tasks.output.machine_fault import FaultStop  # noqa: E402
+from harvest.tasks.output.manifest import RunManifest, run_status  # noqa: E402
 from harvest.tasks.output.packed_summaries import PackedSummaries  # noqa: E402
 from harvest.tasks.output.raw_store import RawIndex, RawPageWriter  # noqa: E402
 from harvest.tasks.output.run_summary import NoRun, RunSummary  # noqa: E402
@@ -260,7 +254,7 @@ async def collect_job(
     with quiet_gc():
         ready = handed()  # not a ContextVar here: Dask pickles this function by value, with what it names
         if ready is not None:
-            run = _Run(base_url, budget, mode, full, _absolute(spec_path))
+            run = RunArguments(base_url, budget, mode, full, _absolute(spec_path))
             return await _collect_job(ready.spec, ready.layout, ready.lock, run, ready.start)
         spec = _spec(spec_path, spec_text)
         if export_to is not None and spec.export is not None:
@@ -269,7 +263,7 @@ async def collect_job(
         check_output_dir(layout.root, spec.min_free_mb, spec.catalog().kinds(), declared_by(spec, path))
         lock = lock_job(layout, spec.name)
         try:
-            run = _Run(base_url, budget, mode, full, path)
+            run = RunArguments(base_url, budget, mode, full, path)
             return await _collect_job(spec, layout, lock, run, None)
         finally:
             lock.release()
@@ -283,23 +277,12 @@ def _spec(spec_path: str | None, spec_text: str | None) -> JobSpec:
     return load_spec(spec_path)
 
 
-@dataclass(frozen=True)
-class _Run:
-    """The flow's arguments that say how to run the job."""
-
-    base_url: str | None
-    budget: int | None
-    mode: Mode
-    full: bool
-    spec_file: str | None  # the spec's absolute path, when read from a file (`RunManifest.spec_file`)
-
-
 def _absolute(spec_path: str | None) -> str | None:
     return None if spec_path is None else os.path.abspath(spec_path)
 
 
 async def _collect_job(
-    spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLock, run: _Run, start: RunStart | None
+    spec: JobSpec, layout: OutputLayout, lock: job_lock.JobLock, run: RunArguments, start: RunStart | None
 ) -> Any:
     """The run under the job's lock, which its caller took and releases. `start`: as `harvest run` decided it
     (None: decided here); a Prefect retry of the flow decides again, to resume what the earlier attempt made."""
@@ -314,25 +297,12 @@ async def _collect_job(
             if start is None or attempt > 1:
                 retry_of = flow_run_id if attempt > 1 else None
                 start = decide(spec, layout, service.label, run.mode, retry_of=retry_of)
-            try:
-                begun = begin(spec, layout, service, start, run.budget, run.spec_file, lock)
-            except MachineFault as fault:  # nothing paid yet: the next run begins again from the disk
-                return not_started(fault, layout, start)
-            full = begun.manifest.full = run.full or begun.manifest.full  # a resume goes on as its run began
-            await crash_stale(begun)
-            for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
-                console.note(told_line(told))
-            try:
-                loaded_first = load_earlier(layout, spec.name, begun.manifest.run_id, stop)
-            except MachineFault as fault:
-                return not_started(fault, layout, None)
-            if isinstance(begun.start, Continue) and not begun.start.has_work(the_plan):
-                assert begun.start.previous is not None
-                return nothing_to_continue(begun.start.previous, loaded_first)
-            write_manifest(layout, begun.manifest)
-            lock.holds(begun.manifest, resumed=isinstance(begun.start, Resume))
+            ready = await ready_to_pay(spec, layout, service, start, the_plan, run, lock, stop)
+            if not isinstance(ready, tuple):
+                return ready  # nothing to continue, or the disk would not take the run's first writes
+            begun, loaded_first = ready
             paying = time.monotonic()
-            manifest = await _collect(spec, layout, begun, the_plan, service, full, stop)
+            manifest = await _collect(spec, layout, begun, the_plan, service, begun.manifest.full, stop)
             key = service.api_key
         written = write_end_manifest(layout, manifest)
         loading = time.monotonic()

@@ -262,6 +262,28 @@ def test_a_run_on_a_disk_with_no_room_left_is_refused_before_paying_as_a_full_di
     assert len(sandbox.ledger) == paid, "a refused run sent a request"
 
 
+@pytest.mark.parametrize("room", [4 << 10, 8 << 10], ids=["no room for the manifest", "none for the journal"])
+def test_a_new_run_whose_first_writes_the_disk_refuses_stops_in_one_line_before_paying(
+    prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path, room: int
+) -> None:
+    """Room for the job's lock but not for the run's first manifest, or not for its journal's first line: the
+    flow ended on an OSError that Prefect printed with its traceback. Now one line, exit 75, nothing paid, and
+    the same command, once space is freed, lands every pin once."""
+    output = small_disk / "out"
+    with running(CONFIG) as sb:
+        job = spec(tmp_path / "job.yaml", sb.base_url, output)
+        output.mkdir()
+        filler = fill(small_disk, room)
+        stopped = harvest_run(job, tmp_path, prefect_api_url)
+        said = stopped.stdout + stopped.stderr
+        assert stopped.returncode == 75, said[-3000:]
+        assert "Traceback" not in said and "Prefect's API" not in said, said[-3000:]
+        disk_line(said, output)
+        assert data_entries(sb) == [], "a run the disk stopped before it began paid"
+        freed_and_run_again(filler, job, tmp_path, prefect_api_url)
+    assert_every_pin_once(output, TOPICS)
+
+
 def paid_again(entries: list[LedgerEntry], first: int) -> int:
     """Pages the stopped run (its first `first` entries) was billed for and the resume paid for again."""
     before = {page(e) for e in entries[:first] if e.credits}

@@ -19,17 +19,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prefect.context import FlowRunContext
+from prefect.states import State
 
 from harvest.connectors.catalog.endpoints import Endpoint
 from harvest.connectors.catalog.shape_overrides import shapes_data
 from harvest.connectors.paging.pager import QuerySpec
+from harvest.flows import console
+from harvest.flows.orchestrator.final_state import not_started, nothing_to_continue
+from harvest.flows.orchestrator.prefect_record import tell_owed, told_line
 from harvest.flows.orchestrator.prefect_runs import crash_stale_flow_runs
 from harvest.flows.run.dask.round_files import land_kept_again
-from harvest.flows.run.load_step import load_manifest_into_duckdb
+from harvest.flows.run.interrupt import StopOnSignal
+from harvest.flows.run.load_step import load_earlier, load_manifest_into_duckdb
 from harvest.flows.run.plan import Plan, pages_at_most
 from harvest.flows.run.progress import RunFacts
 from harvest.flows.run.service_access import ServiceAccess
-from harvest.flows.run.start import New, Resume, RunStart, job_coverage
+from harvest.flows.run.start import Continue, Mode, New, Resume, RunStart, job_coverage
 from harvest.flows.spec import JobSpec
 from harvest.flows.spec.identity import plan_key
 from harvest.tasks.database.connection import DatabaseBusy
@@ -38,7 +43,7 @@ from harvest.tasks.output.attempt_log import record_in_flight
 from harvest.tasks.output.job_lock import JobLock
 from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.machine_fault import as_machine_fault
+from harvest.tasks.output.machine_fault import MachineFault, as_machine_fault
 from harvest.tasks.output.manifest import RunManifest, write_manifest
 from harvest.tasks.output.parquet_sink import MultiTableSink
 from harvest.tasks.output.query_summary import QuerySummary, history_fields
@@ -121,6 +126,17 @@ def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 16:04x}{secrets.randbelow(256):02x}"
 
 
+@dataclass(frozen=True)
+class RunArguments:
+    """The flow's arguments that say how to run the job."""
+
+    base_url: str | None
+    budget: int | None
+    mode: Mode
+    full: bool
+    spec_file: str | None  # the spec's absolute path, when read from a file (`RunManifest.spec_file`)
+
+
 @dataclass
 class Begun:
     start: RunStart
@@ -189,6 +205,46 @@ def _begin(
     else:
         manifest = _new(spec, plan_key(spec), service, start, flow_run_id, budget, spec_file)
     return Begun(start, manifest, abandoned)
+
+
+async def ready_to_pay(
+    spec: JobSpec,
+    layout: OutputLayout,
+    service: ServiceAccess,
+    start: RunStart,
+    the_plan: Plan,
+    run: RunArguments,
+    lock: JobLock,
+    stop: StopOnSignal,
+) -> tuple[Begun, list[dict[str, Any]]] | State[Any]:
+    """The run begun (`begin`), the job's earlier runs loaded first, and its `running` manifest on disk: the
+    run and what `load_earlier` loaded, or the state a run ends in that does not go on to pay (nothing left to
+    `--continue`; this machine could not write what comes before paying, a full disk: nothing paid, and the
+    next `harvest run` goes on from the disk)."""
+    try:
+        begun = begin(spec, layout, service, start, run.budget, run.spec_file, lock)
+    except MachineFault as fault:
+        return not_started(fault, layout, start)
+    begun.manifest.full = run.full or begun.manifest.full  # a resume goes on as its run began
+    await crash_stale(begun)
+    for told in await tell_owed(layout, spec.name):  # what Prefect missed of earlier runs
+        console.note(told_line(told))
+    try:
+        loaded_first = load_earlier(layout, spec.name, begun.manifest.run_id, stop)
+    except MachineFault as fault:
+        return not_started(fault, layout, None)
+    if isinstance(begun.start, Continue) and not begun.start.has_work(the_plan):
+        assert begun.start.previous is not None
+        return nothing_to_continue(begun.start.previous, loaded_first)
+    path = layout.manifest_file(begun.manifest.run_id)
+    try:
+        write_manifest(layout, begun.manifest)
+    except OSError as exc:  # a new run's first write: nothing of it is on disk yet
+        if (failed := as_machine_fault(exc, path)) is None:
+            raise
+        return not_started(failed, layout, begun.start)
+    lock.holds(begun.manifest, resumed=isinstance(begun.start, Resume))
+    return begun, loaded_first
 
 
 def _budget_before(previous: RunManifest, budget: int, spent: int) -> int | None:

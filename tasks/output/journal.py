@@ -133,7 +133,7 @@ class RunJournal(JsonLinesWriter):
         """Sync the `session` and `end` lines (and so every line before them) even when `fsync` is off."""
         self.session = session
         head = {"e": "session", **({"n": session} if session else {}), **({"run": run} if run else {})}
-        self.append_json(head, sync=sync_ends)
+        self._noted(head, sync=sync_ends)  # not written (a full disk): the run stops before it pays
 
     def close(self) -> None:
         """Close, with a last sync; the machine's failure to sync stops the run like a failed write."""

@@ -110,8 +110,20 @@ class FaultStop:
     resumes."""
 
     def __init__(self, ledger: CreditLedger | None = None) -> None:
-        self.ledger = ledger
         self.fault: MachineFault | None = None
+        self.ledger = ledger
+
+    @property
+    def ledger(self) -> CreditLedger | None:
+        return self._ledger
+
+    @ledger.setter
+    def ledger(self, ledger: CreditLedger | None) -> None:
+        """A ledger given after the fault (the journal's first line failed before the ledger was made) is
+        stopped at once: nothing is paid."""
+        self._ledger = ledger
+        if self.fault is not None:
+            self.stop(self.fault)
 
     def stop(self, fault: MachineFault) -> None:
         if self.fault is None:
