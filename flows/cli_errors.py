@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from harvest.tasks.output.machine_fault import MachineFault
 
 
 class Failed(Exception):
@@ -46,6 +50,23 @@ def exit_code(exc: BaseException) -> int | None:
     return None
 
 
+TRY_LATER = 75
+"""sysexits' EX_TEMPFAIL: a write this machine refused (a full disk); the same command works once it is fixed."""
+
+
+def machine_fault(exc: BaseException) -> MachineFault | None:
+    """The write this machine refused that `exc` is or came from (no space, a quota, a read-only filesystem), as
+    one line naming the path; None for any other error."""
+    from harvest.tasks.output.machine_fault import as_machine_fault
+
+    return as_machine_fault(exc)
+
+
+def or_try_later(exc: BaseException, code: int) -> int:
+    """`code`, or `TRY_LATER` when `exc` is a write this machine refused."""
+    return code if machine_fault(exc) is None else TRY_LATER
+
+
 def handled(command: Callable[..., object]) -> Callable[..., object]:
     """`command`, whose failure with one of harvest's errors is said on stderr and becomes its exit code."""
 
@@ -55,6 +76,8 @@ def handled(command: Callable[..., object]) -> Callable[..., object]:
             return command(*args, **kwargs)
         except Exception as exc:
             code = exit_code(exc)
+            if code is None and (fault := machine_fault(exc)) is not None:  # a write no step of it said
+                exc, code = Failed(f"{fault}; {fault.advice()}, then run the same command again"), TRY_LATER
             if code is None:
                 raise
             from harvest.flows import console

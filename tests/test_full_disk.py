@@ -284,6 +284,42 @@ def test_a_new_run_whose_first_writes_the_disk_refuses_stops_in_one_line_before_
     assert_every_pin_once(output, TOPICS)
 
 
+@pytest.mark.scenario
+def test_a_rebuild_and_an_export_the_disk_stops_say_so_in_one_line_and_leave_what_was_there(
+    prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
+) -> None:
+    """`harvest rebuild` on a full disk ended with DuckDB's traceback and exit 1, `harvest export` to a full
+    destination with exit 1 (a failed export, not a machine to fix): both now say the path in one line and exit
+    75, the database and the destination as they were; once space is freed the same commands work."""
+    output, lake = small_disk / "out", small_disk / "lake"
+    with running(CONFIG) as sb:
+        assert (
+            harvest_run(
+                spec(tmp_path / "job.yaml", sb.base_url, output), tmp_path, prefect_api_url
+            ).returncode
+            == 0
+        )
+    db = assert_every_pin_once(output, TOPICS)
+    before = rows(db, "SELECT count(*) FROM pinboard_pins")
+    filler = fill(small_disk, 64 << 10)
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY)
+    commands = [["rebuild", str(output)], ["export", str(output), "--to", str(lake)]]
+    for command in commands:
+        done = subprocess.run([str(HARVEST), *command], env=env, capture_output=True, text=True, timeout=300)
+        said = done.stdout + done.stderr
+        assert done.returncode == 75, said[-3000:]
+        assert "Traceback" not in said and "no space left on" in said.lower() and str(small_disk) in said, (
+            said
+        )
+    assert rows(db, "SELECT count(*) FROM pinboard_pins") == before
+    assert not list(output.glob(".harvest.duckdb.rebuild*")) and not list(lake.rglob("_SUCCESS"))
+    filler.unlink()
+    for command in commands:
+        done = subprocess.run([str(HARVEST), *command], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert rows(db, "SELECT count(*) FROM pinboard_pins") == before and list(lake.rglob("_SUCCESS"))
+
+
 def paid_again(entries: list[LedgerEntry], first: int) -> int:
     """Pages the stopped run (its first `first` entries) was billed for and the resume paid for again."""
     before = {page(e) for e in entries[:first] if e.credits}

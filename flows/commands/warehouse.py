@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harvest.connectors.plurals import counted
 from harvest.flows import console
-from harvest.flows.cli_errors import Failed
+from harvest.flows.cli_errors import Failed, or_try_later
 from harvest.flows.commands.output_arg import landed_output
 from harvest.flows.spec import JobSpec
 from harvest.tasks.output.layout import OutputLayout
@@ -57,7 +57,9 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
         OSError,
         duckdb.Error,
     ) as exc:  # pyarrow's errors for an unreachable or refusing store are OSErrors
-        raise Failed(f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", 1) from None
+        raise Failed(
+            f"export to {to} failed, nothing was committed (no _SUCCESS): {exc}", or_try_later(exc, 1)
+        ) from None
     if report.recovered:
         console.prose(
             f"{counted(report.recovered, 'run')} found committed at {report.destination}: recorded, not sent again"
@@ -85,7 +87,7 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
     except NotRecorded as exc:
         raise Failed(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
     except (ExportFailed, OSError, duckdb.Error) as exc:
-        raise Failed(f"{fmt} export to {to} failed: {exc}", 1) from None
+        raise Failed(f"{fmt} export to {to} failed: {exc}", or_try_later(exc, 1)) from None
     if not report.runs:
         console.prose(
             f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables"
