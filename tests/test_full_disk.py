@@ -320,6 +320,48 @@ def test_a_rebuild_and_an_export_the_disk_stops_say_so_in_one_line_and_leave_wha
     assert rows(db, "SELECT count(*) FROM pinboard_pins") == before and list(lake.rglob("_SUCCESS"))
 
 
+@pytest.mark.scenario
+def test_a_rebuild_on_a_disk_nearly_full_loses_no_run_whatever_the_room_left(
+    prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
+) -> None:
+    """A rebuild's new database takes its rows in its log first; with room for the log but not for folding it
+    into the file, DuckDB's checkpoint at close failed quietly, the file without the log replaced the old one:
+    exit 0 and a run (and the exports' record) gone. At every room from half the database to three times it,
+    a rebuild either ends whole or stops with exit 75 and the old database as it was."""
+    output = small_disk / "out"
+    with running(CONFIG) as sb:
+        job = spec(tmp_path / "job.yaml", sb.base_url, output)
+        for _ in range(2):  # two nights
+            assert harvest_run(job, tmp_path, prefect_api_url).returncode == 0
+    env = subprocess_env(tmp_path, HARVEST_API_KEY=SECRET_KEY)
+    lake = tmp_path / "lake"
+    subprocess.run([str(HARVEST), "export", str(output), "--to", str(lake)], env=env, check=True, timeout=300)
+    db = output / "harvest.duckdb"
+    whole = rows(
+        db, "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM exports), count(*) FROM requests"
+    )
+    assert whole[0][:2] == (2, 2), whole
+    outcomes = []
+    for eighths in range(4, 25, 2):
+        filler = fill(small_disk, size_of(db) * eighths // 8)
+        done = subprocess.run(
+            [str(HARVEST), "rebuild", str(output)], env=env, capture_output=True, text=True, timeout=300
+        )
+        filler.unlink()
+        said = done.stdout + done.stderr
+        assert done.returncode in (0, 75) and "Traceback" not in said, said[-3000:]
+        assert (
+            rows(
+                db,
+                "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM exports), count(*) FROM requests",
+            )
+            == whole
+        ), said[-2000:]
+        assert not list(output.glob(".harvest.duckdb.rebuild*"))
+        outcomes.append(done.returncode)
+    assert 75 in outcomes and 0 in outcomes, outcomes  # the sweep reached both sides
+
+
 def paid_again(entries: list[LedgerEntry], first: int) -> int:
     """Pages the stopped run (its first `first` entries) was billed for and the resume paid for again."""
     before = {page(e) for e in entries[:first] if e.credits}
@@ -491,3 +533,26 @@ def test_a_dask_resume_that_cannot_land_its_ended_queries_again_stops_before_pay
     assert run.status == "complete", run.status
     on_disk = sorted((output / "parquet" / "pinboard_pins").glob("date=*/*.parquet"))
     assert sum(pq.read_metadata(p).num_rows for p in on_disk) == run.records == 39
+
+
+def test_a_full_or_locked_disk_is_told_apart_as_each_library_says_it() -> None:
+    """The lakehouse exports' libraries say a full disk only in their messages (SQLite, an Iceberg catalog's;
+    deltalake, from its Rust module), and DuckDB an immutable file as "Operation not permitted": each was a
+    traceback or exit 1 where a full disk is exit 75. Text alone is not a fault in any other error."""
+    import sqlite3
+
+    import duckdb
+    from deltalake.exceptions import DeltaError
+
+    from harvest.tasks.output.machine_fault import as_machine_fault
+
+    full = [
+        sqlite3.OperationalError("database or disk is full"),
+        DeltaError("Generic error: Generic LocalFileSystem error: No space left on device (os error 28)"),
+    ]
+    assert all((f := as_machine_fault(e)) is not None and f.full for e in full)
+    locked = as_machine_fault(
+        duckdb.IOException('Cannot open file "/out/harvest.duckdb": Operation not permitted')
+    )
+    assert locked is not None and not locked.full and locked.path == "/out/harvest.duckdb"
+    assert as_machine_fault(ValueError("No space left on device")) is None

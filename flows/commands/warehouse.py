@@ -52,7 +52,7 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
     try:
         report = (export_snapshot if snapshot else export_increment)(layout, to)
     except NotRecorded as exc:
-        raise Failed(f"exported to {to} and committed, but {exc}", 1) from None
+        raise Failed(f"exported to {to} and committed, but {exc}", or_try_later(exc, 1)) from None
     except (
         OSError,
         duckdb.Error,
@@ -85,7 +85,7 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
     try:
         report = merge_tables(layout, to, fmt)
     except NotRecorded as exc:
-        raise Failed(f"merged into the {fmt} tables at {to}, but {exc}", 1) from None
+        raise Failed(f"merged into the {fmt} tables at {to}, but {exc}", or_try_later(exc, 1)) from None
     except (ExportFailed, OSError, duckdb.Error) as exc:
         raise Failed(f"{fmt} export to {to} failed: {exc}", or_try_later(exc, 1)) from None
     if not report.runs:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from errno import ENOSPC
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from harvest.tasks.database.bookkeeping import EXPORTS_DDL
 from harvest.tasks.database.connection import quote_ident, quote_literal, write_connection
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from harvest.tasks.output.layout import OutputLayout
+from harvest.tasks.output.machine_fault import MachineFault, as_machine_fault
 from harvest.tasks.output.manifest import RunManifest, run_heads, write_manifest
 from harvest.tasks.output.raw_store import RawIndex
 
@@ -283,13 +285,19 @@ def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
         if not fresh.exists():  # no run: an empty file, in the configured storage format
             with write_connection(fresh):
                 pass
+        _carry_over(layout.db, fresh)
+        with write_connection(fresh) as con:
+            con.execute("CHECKPOINT")  # raises where the close's own would fail quietly (a full disk)
+        if Path(f"{fresh}.wal").exists():  # what was committed is only in the log, which the move leaves
+            raise MachineFault(f"{fresh}.wal", "its log could not be written into the database file", ENOSPC)
+        Path(f"{layout.db}.wal").unlink(
+            missing_ok=True
+        )  # the old file's log would be replayed onto the new file
+        os.replace(fresh, layout.db)
     except BaseException:
         for leftover in leftovers:
             leftover.unlink(missing_ok=True)
         raise
-    _carry_over(layout.db, fresh)
-    Path(f"{layout.db}.wal").unlink(missing_ok=True)  # the old file's log would be replayed onto the new file
-    os.replace(fresh, layout.db)
 
 
 def _carry_over(old: Path, fresh: Path) -> None:
@@ -297,7 +305,9 @@ def _carry_over(old: Path, fresh: Path) -> None:
         return
     try:
         con = duckdb.connect(str(fresh))
-    except duckdb.Error:
+    except duckdb.Error as exc:
+        if as_machine_fault(exc, fresh) is not None:
+            raise
         return
     try:
         con.execute(f"ATTACH {quote_literal(str(old))} AS old (READ_ONLY)")
@@ -314,7 +324,10 @@ def _carry_over(old: Path, fresh: Path) -> None:
                     f"INSERT OR REPLACE INTO {quote_ident(table)} BY NAME "
                     f"SELECT DISTINCT * FROM old.{quote_ident(table)}"
                 )
-    except duckdb.Error:
-        pass  # the old database is unreadable (that may be why we rebuild): nothing to carry over
+    except (
+        duckdb.Error
+    ) as exc:  # the old database is unreadable (that may be why we rebuild): nothing carried
+        if as_machine_fault(exc, fresh) is not None:  # but a full disk would drop the exports' record
+            raise
     finally:
         con.close()

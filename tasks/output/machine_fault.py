@@ -48,7 +48,11 @@ _TEXTS = (
     (re.compile(r"disk quota exceeded", re.IGNORECASE), errno.EDQUOT),
     (re.compile(r"read-only file ?system", re.IGNORECASE), errno.EROFS),
     (re.compile(r"permission denied", re.IGNORECASE), errno.EACCES),
+    (re.compile(r"operation not permitted", re.IGNORECASE), errno.EPERM),
+    (re.compile(r"database or disk is full", re.IGNORECASE), errno.ENOSPC),  # SQLite's (an Iceberg catalog)
 )
+_TEXT_ONLY = ("duckdb", "_duckdb", "pyarrow", "deltalake", "sqlite3", "sqlalchemy")
+"""Libraries whose errors say a machine's fault only in their message (a lakehouse export's: Delta, SQLite)."""
 _PATH_IN_TEXT = re.compile(r"""(?:file|path)\s+["']([^"']+)["']""", re.IGNORECASE)
 """Where DuckDB's and pyarrow's messages name the file they could not write."""
 
@@ -88,10 +92,16 @@ def as_machine_fault(exc: BaseException, path: Path | str | None = None) -> Mach
     return None
 
 
+def _is_delta(kind: type) -> bool:
+    """deltalake's errors come from its Rust module (`_internal`): told by their class, `DeltaError`."""
+    return any(k.__name__ == "DeltaError" for k in kind.__mro__)
+
+
 def _code(exc: BaseException) -> int | None:
     if isinstance(exc, OSError) and exc.errno in _ERRNOS:
         return exc.errno
-    if isinstance(exc, OSError) or type(exc).__module__.startswith(("duckdb", "_duckdb", "pyarrow")):
+    kind = type(exc)
+    if isinstance(exc, OSError) or kind.__module__.startswith(_TEXT_ONLY) or _is_delta(kind):
         text = str(exc)
         for pattern, code in _TEXTS:
             if pattern.search(text):

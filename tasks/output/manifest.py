@@ -205,10 +205,15 @@ def write_manifest(layout: OutputLayout, manifest: RunManifest) -> Path:
     made = [d for d in (path.parent, path.parent.parent, path.parent.parent.parent) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "wb") as f:
-        f.writelines(_manifest_json(manifest))
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.writelines(_manifest_json(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:  # a write's error names no file: the line that says it names the manifest
+        tmp.unlink(missing_ok=True)
+        exc.filename = exc.filename or str(path)
+        raise
     os.replace(tmp, path)
     for directory in [path.parent, *(d.parent for d in made)]:  # and the new run's directory, raw/, ...
         fsync_dir(directory)
