@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import typer
-
-if TYPE_CHECKING:
-    from harvest.tasks.output.machine_fault import MachineFault
 
 
 class Failed(Exception):
@@ -50,21 +46,21 @@ def exit_code(exc: BaseException) -> int | None:
     return None
 
 
-TRY_LATER = 75
-"""sysexits' EX_TEMPFAIL: a write this machine refused (a full disk); the same command works once it is fixed."""
+def refused_write(exc: BaseException, before: str = "") -> Failed | None:
+    """The line and exit 75 (try again later) for a write this machine refused (no space, a quota, a read-only
+    filesystem) that `exc` is or came from, naming the path; None for any other error."""
+    from harvest.tasks.output.machine_fault import EXIT_CODE, as_machine_fault
 
-
-def machine_fault(exc: BaseException) -> MachineFault | None:
-    """The write this machine refused that `exc` is or came from (no space, a quota, a read-only filesystem), as
-    one line naming the path; None for any other error."""
-    from harvest.tasks.output.machine_fault import as_machine_fault
-
-    return as_machine_fault(exc)
+    fault = as_machine_fault(exc)
+    if fault is None:
+        return None
+    return Failed(f"{before}{fault}; {fault.advice()}, then run the same command again", EXIT_CODE)
 
 
 def or_try_later(exc: BaseException, code: int) -> int:
-    """`code`, or `TRY_LATER` when `exc` is a write this machine refused."""
-    return code if machine_fault(exc) is None else TRY_LATER
+    """`code`, or 75 (try again later) when `exc` is a write this machine refused."""
+    said = refused_write(exc)
+    return code if said is None else said.exit_code
 
 
 def handled(command: Callable[..., object]) -> Callable[..., object]:
@@ -76,8 +72,8 @@ def handled(command: Callable[..., object]) -> Callable[..., object]:
             return command(*args, **kwargs)
         except Exception as exc:
             code = exit_code(exc)
-            if code is None and (fault := machine_fault(exc)) is not None:  # a write no step of it said
-                exc, code = Failed(f"{fault}; {fault.advice()}, then run the same command again"), TRY_LATER
+            if code is None and (said := refused_write(exc)) is not None:  # a write no step of it said
+                exc, code = said, said.exit_code
             if code is None:
                 raise
             from harvest.flows import console

@@ -11,11 +11,22 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
+from harvest.sandbox.config import SandboxConfig
 from harvest.sandbox.wire.serving import RunningSandbox
 from tests.crawl_helpers import data_entries
-from tests.flow_helpers import HARVEST, PYTHON, ROOT, SECRET_KEY, subprocess_env
+from tests.endpoints import PINS
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    PYTHON,
+    ROOT,
+    SECRET_KEY,
+    job_spec,
+    subprocess_env,
+    write_spec,
+)
 
 T = TypeVar("T")
 
@@ -258,3 +269,29 @@ def harvest_importing(*args: str) -> tuple[subprocess.CompletedProcess[str], set
     )
     assert proc.returncode == 0, proc.stderr
     return proc, imported(proc.stderr)
+
+
+SWITCHED_NIGHT = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
+"""Three pins queries of three pages, four items each: the night `killed_then_switched_to_dask` kills."""
+
+
+def killed_then_switched_to_dask(
+    sb: Any, output: Path, tmp_path: Path, api_url: str, dask_address: str, **spec: Any
+) -> Path:
+    """A night of `SWITCHED_NIGHT` (`sb`: a gated sandbox serving it) killed -9 on the local runner after ten of
+    its twelve pages, one request at a time (its own Parquet file left torn), then its spec's `runner:` changed
+    to the Dask cluster at `dask_address` and the gate opened: the spec's path, for the resume."""
+    from tests.sandbox_gate import settle
+
+    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["oak", "elm", "ash"]}}]
+    local = job_spec(sb.base_url, output, queries, name="switched", credits=1000, concurrency=1, **spec)
+    path = write_spec(tmp_path, local)
+    sb.gate.close_after(10)
+    run = start_run(path, tmp_path, api_url)
+    sb.gate.wait_frozen(run)
+    signal_group(run, signal.SIGKILL)
+    finish(run)
+    write_spec(tmp_path, {**local, "runner": {"kind": "dask", "address": dask_address, "round_pages": 1}})
+    sb.gate.open()
+    settle(sb)
+    return path

@@ -26,7 +26,14 @@ from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, paid_twice
 from tests.endpoints import CREATIVE, CREATIVE_DETAIL, PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, scalar, write_spec
-from tests.process_helpers import Watched, finish, signal_group, start_run
+from tests.process_helpers import (
+    SWITCHED_NIGHT,
+    Watched,
+    finish,
+    killed_then_switched_to_dask,
+    signal_group,
+    start_run,
+)
 from tests.sandbox_gate import gated, settle
 
 CONFIG = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (20, 20)}, page_size=4)
@@ -348,21 +355,10 @@ def test_a_local_run_killed_then_resumed_on_a_dask_cluster_lands_each_row_once(
     """A night killed -9 on the local runner (its own Parquet file left torn), then resumed after the spec's
     `runner:` was changed to a Dask cluster: the queries that ended before the kill land again from their raw
     pages, the one cut short goes on, and each landed row is in the Parquet once."""
-    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
-    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["oak", "elm", "ash"]}}]
     output = tmp_path / "out"
-    with gated(config) as sb:
-        local = job_spec(sb.base_url, output, queries, name="switched", credits=1000, concurrency=1)
-        path = write_spec(tmp_path, local)
-        sb.gate.close_after(10)  # of twelve pages, one request at a time
-        run = start_run(path, tmp_path, prefect_api_url)
-        sb.gate.wait_frozen(run)
-        signal_group(run, signal.SIGKILL)
-        finish(run)
+    with gated(SWITCHED_NIGHT) as sb:
+        path = killed_then_switched_to_dask(sb, output, tmp_path, prefect_api_url, dask_address)
         ended = [q for q in read_journal(OutputLayout(output).journal_file(run_id_of(output))).ended.values()]
-        write_spec(tmp_path, {**local, "runner": {"kind": "dask", "address": dask_address, "round_pages": 1}})
-        sb.gate.open()
-        settle(sb)
         code, _, err = finish(start_run(path, tmp_path, prefect_api_url))
     assert 0 < len(ended) < 3, "the test needs a query that ended before the kill and one that did not"
     assert code == 0, err[-3000:]

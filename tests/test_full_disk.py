@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import re
-import signal
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -47,8 +46,8 @@ from tests.flow_helpers import (
     subprocess_env,
     write_spec,
 )
-from tests.process_helpers import finish, signal_group, start_run, wait_until
-from tests.sandbox_gate import gated, settle
+from tests.process_helpers import SWITCHED_NIGHT, finish, killed_then_switched_to_dask, start_run, wait_until
+from tests.sandbox_gate import gated
 
 TOPICS = [f"topic {c}" for c in "abcdef"]
 CONCURRENCY = 4
@@ -504,22 +503,9 @@ def test_a_dask_resume_that_cannot_land_its_ended_queries_again_stops_before_pay
     queries that ended before the kill again from their raw pages. On a disk without room for them it said
     "Prefect's API did not answer" and "the run failed: OSError" (exit 1); it stops as any run the disk stops:
     one line naming the output, exit 75, nothing paid, and the next run finishes it."""
-    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (3, 3)}, page_size=4)
-    queries = [{"id": "pins", "endpoint": PINS, "for_each": {"query": ["oak", "elm", "ash"]}}]
     output = small_disk / "out"
-    with gated(config) as sb:
-        local = job_spec(
-            sb.base_url, output, queries, name="switched", credits=1000, concurrency=1, min_free_mb=0
-        )
-        job = write_spec(tmp_path, local)
-        sb.gate.close_after(10)  # of twelve pages, one request at a time
-        killed = start_run(job, tmp_path, prefect_api_url)
-        sb.gate.wait_frozen(killed)
-        signal_group(killed, signal.SIGKILL)
-        finish(killed)
-        write_spec(tmp_path, {**local, "runner": {"kind": "dask", "address": dask_address, "round_pages": 1}})
-        sb.gate.open()
-        settle(sb)
+    with gated(SWITCHED_NIGHT) as sb:
+        job = killed_then_switched_to_dask(sb, output, tmp_path, prefect_api_url, dask_address, min_free_mb=0)
         paid = len(data_entries(sb))
         filler = fill(small_disk, leave)
         code, out, err = finish(start_run(job, tmp_path, prefect_api_url))

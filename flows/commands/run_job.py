@@ -26,7 +26,7 @@ from rich.text import Text
 from harvest.configs import spec_path
 from harvest.connectors.errors import MissingApiKey
 from harvest.flows import console, stop_signals
-from harvest.flows.cli_errors import Failed
+from harvest.flows.cli_errors import Failed, refused_write
 from harvest.flows.commands import quick_exit
 from harvest.flows.console import harvest_line, note, runnable
 from harvest.flows.run.run_again import RunAgain
@@ -211,14 +211,11 @@ def _broken(exc: Exception) -> Failed:
     run) refused it before anything was paid (exit 75), as does a write this machine could not make (a full
     disk) that escaped the run's own handling; anything else is a failed run (exit 1)."""
     from harvest.flows.orchestrator.prefect_outage import NotStarted
-    from harvest.tasks.output.machine_fault import as_machine_fault
 
     if isinstance(exc, NotStarted):
         return _prefect_away(str(exc))
-    if (fault := as_machine_fault(exc)) is not None:  # a write no step made the run's stop: said as one
-        return Failed(
-            f"the run stopped: {fault}; {fault.advice()}, then run the same command again", EX_TEMPFAIL
-        )
+    if (said := refused_write(exc, "the run stopped: ")) is not None:  # a write no step made the run's stop
+        return said
     return Failed(f"the run failed: {type(exc).__name__}: {exc}", 1)
 
 
