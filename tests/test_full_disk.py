@@ -319,6 +319,56 @@ def test_a_rebuild_and_an_export_the_disk_stops_say_so_in_one_line_and_leave_wha
     assert rows(db, "SELECT count(*) FROM pinboard_pins") == before and list(lake.rglob("_SUCCESS"))
 
 
+def _export(output: Path, to: Path, fmt: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = subprocess_env(tmp_path, HOME=str(tmp_path), PYICEBERG_HOME=str(tmp_path))  # no user catalog
+    env = {k: v for k, v in env.items() if not k.startswith("PYICEBERG_CATALOG__")}
+    command = [str(HARVEST), "export", str(output), "--to", str(to), "--format", fmt]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.scenario
+def test_a_table_export_to_a_read_only_or_full_destination_says_so_in_one_line(
+    prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
+) -> None:
+    """`--format iceberg` to a read-only destination ended with SQLAlchemy's traceback ("unable to open database
+    file", exit 1): its catalog was opened outside the export's handling. To a full one, or `--format delta` to
+    either, the error line carried the library's lines (the SQL statement and its parameters, Rust's
+    `Error: Os {...}`). Each now says the path and why in one line, exit 75, nothing recorded; once the
+    destination takes writes, the same command exports every pin."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        night = harvest_run(spec(tmp_path / "job.yaml", sb.base_url, output), tmp_path, prefect_api_url)
+    assert night.returncode == 0, night.stderr[-3000:]
+    pins = rows(output / "harvest.duckdb", "SELECT count(*) FROM pinboard_pins")[0][0]
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        for fmt in ("delta", "iceberg"):
+            done = _export(output, small_disk / fmt, fmt, tmp_path)
+            said = done.stdout + done.stderr
+            assert done.returncode == 75, said[-3000:]
+            assert said.count("\n") == 1 and said.startswith("error: "), said[-3000:]
+            assert "read-only file system" in said.lower() and str(small_disk / fmt) in said, said
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    filler = fill(small_disk, 96 << 10)
+    for fmt in ("delta", "iceberg"):
+        done = _export(output, small_disk / fmt, fmt, tmp_path)
+        said = done.stdout + done.stderr
+        (line,) = [line for line in said.splitlines() if line.startswith("error: ")]
+        assert done.returncode == 75 and "Traceback" not in said, said[-3000:]
+        # deltalake's Rust threads may print a panic of their own on stderr before it: not harvest's to stop
+        assert ("no space left on device" in line.lower() or "disk is full" in line) and "[SQL:" not in line
+    assert rows(output / "harvest.duckdb", "SELECT count(*) FROM exports") == [(0,)]
+    filler.unlink()
+    for fmt in ("delta", "iceberg"):
+        done = _export(output, small_disk / fmt, fmt, tmp_path)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    exported = rows(
+        output / "harvest.duckdb", "SELECT kind, sum(rows) FROM exports GROUP BY kind ORDER BY kind"
+    )
+    assert exported == [("delta", pins), ("iceberg", pins)], exported
+
+
 @pytest.mark.scenario
 def test_a_rebuild_on_a_disk_nearly_full_loses_no_run_whatever_the_room_left(
     prefect_harness: None, prefect_api_url: str, small_disk: Path, tmp_path: Path
@@ -542,3 +592,21 @@ def test_a_full_or_locked_disk_is_told_apart_as_each_library_says_it() -> None:
     )
     assert locked is not None and not locked.full and locked.path == "/out/harvest.duckdb"
     assert as_machine_fault(ValueError("No space left on device")) is None
+
+
+def test_a_librarys_error_is_said_in_one_line_without_its_statement_or_colours() -> None:
+    """What a table export puts into its one error line: SQLAlchemy's driver error without the SQL and
+    parameters it appends (a catalog's paths), a Rust error's lines joined, a terminal's colour codes gone."""
+    import sqlite3
+
+    from deltalake.exceptions import DeltaError
+    from sqlalchemy.exc import OperationalError
+
+    from harvest.flows.handoff.lakehouse.lakehouse_export import said_by
+
+    catalog = OperationalError(
+        "UPDATE iceberg_tables SET x=?", ("/lake/t",), sqlite3.OperationalError("database or disk is full")
+    )
+    assert said_by(catalog) == "OperationalError: database or disk is full"
+    rust = DeltaError("Could not create local directory: /lake/t\n\x1b[31mError\x1b[0m: Os { code: 30 }\n")
+    assert said_by(rust) == "DeltaError: Could not create local directory: /lake/t; Error: Os { code: 30 }"

@@ -103,6 +103,8 @@ def open_catalog(destination: str, layout: OutputLayout) -> Catalog:
         return load_catalog(name, **merged)
     path = sqlite_path(destination, layout)
     path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab"):  # SQLite says only "unable to open database file"; this names the path and why
+        pass
     return SqlCatalog(name, uri=f"sqlite:///{path}", warehouse=warehouse_uri(destination), **props)
 
 

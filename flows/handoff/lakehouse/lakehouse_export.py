@@ -12,6 +12,7 @@ format's tables in one place would read each other's files.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -94,6 +95,33 @@ def _loads(layout: OutputLayout, runs: list[RunManifest], db: duckdb.DuckDBPyCon
     return [*record_loads(layout, runs, db), *bookkeeping_loads(layout, runs)]
 
 
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""A terminal's colour and cursor sequences, which Rust libraries (deltalake's) put into their messages."""
+
+
+def said_by(exc: BaseException) -> str:
+    """A library's error in one line: SQLAlchemy's driver error without the statement and parameters it
+    appends, a Rust error's lines joined, colour codes dropped (the message is one line of harvest's)."""
+    orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError: the driver's own error
+    shown = orig if isinstance(orig, BaseException) else exc
+    lines = (line.strip() for line in _ESCAPES.sub("", str(shown)).splitlines())
+    return f"{type(shown).__name__}: {'; '.join(line for line in lines if line)}"
+
+
+def _opened(opener: Callable[[str, str, OutputLayout], TableFormat], name: str, destination: str,
+            layout: OutputLayout) -> TableFormat:  # fmt: skip
+    """The format's writer; a catalog or store that cannot be opened is a failed export, said in one line (a
+    write this machine refused stays an OSError, which the command tells as one)."""
+    try:
+        return opener(name, destination, layout)
+    except (UsageError, OSError):
+        raise
+    except Exception as exc:
+        raise ExportFailed(
+            f"the {name} tables could not be opened ({said_by(exc)}); nothing was merged or recorded"
+        ) from exc
+
+
 def _merge_all(fmt: TableFormat, loads: list[TableLoad], report: TablesReport) -> None:
     for load in loads:
         try:
@@ -101,7 +129,7 @@ def _merge_all(fmt: TableFormat, loads: list[TableLoad], report: TablesReport) -
         except Exception as exc:  # the format's own errors (deltalake, pyiceberg, the store's) become one
             done = ", ".join(report.tables) or "none"
             raise ExportFailed(
-                f"table {load.name} was not merged ({type(exc).__name__}: {exc}); committed before it: {done}; "
+                f"table {load.name} was not merged ({said_by(exc)}); committed before it: {done}; "
                 "nothing is recorded, and running the export again merges the same runs (no row twice)"
             ) from exc
 
@@ -126,7 +154,7 @@ def export_tables(
     runs = runs_due(layout, sent)
     if not runs:
         return report
-    fmt = opener(format_name, destination, layout)
+    fmt = _opened(opener, format_name, destination, layout)
     try:
         with one_database() as db:
             _merge_all(fmt, _loads(layout, runs, db), report)
