@@ -334,3 +334,25 @@ def test_ctrl_c_during_the_export_step_finishes_it_or_leaves_it_for_later(
     later = CliRunner().invoke(app, ["export", str(output), "--to", str(lake)])
     assert later.exit_code == 0, later.output
     assert len(list(lake.glob("_exports/*/_SUCCESS"))) == 1
+
+
+def test_an_export_into_the_jobs_own_output_is_refused_and_empties_nothing(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--to OUT/parquet` copied each landed file onto itself, which truncates it first: every Parquet file of
+    the output was left empty, the export said "nothing was committed". A destination that is the output or
+    inside it is refused before anything is written, as an empty one (which meant the current directory)."""
+    output = tmp_path / "out"
+    night(tmp_path, output, 0, monkeypatch)
+    landed = {p: p.read_bytes() for p in output.rglob("*.parquet")}
+    assert landed
+    for to, fmt in [
+        (output / "parquet", "parquet"),
+        (output, "parquet"),
+        (output / "raw", "delta"),
+        ("", "parquet"),
+    ]:
+        result = runner.invoke(app, ["export", str(output), "--to", str(to), "--format", fmt])
+        assert result.exit_code == 2, (to, result.output)
+        assert ("inside the job's output directory" in result.output) == (to != ""), result.output
+    assert {p: p.read_bytes() for p in output.rglob("*.parquet")} == landed

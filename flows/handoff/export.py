@@ -68,9 +68,10 @@ class ExportReport:
     """A snapshot's files and rows of each run (`_run_id`: the run that fetched the row), for `exports`."""
 
 
-def _destination(url: str) -> str:
+def checked_destination(url: str, layout: OutputLayout) -> str:
+    """`--to` as stored, or a usage error naming why not (also outside the job's output: `check_destination`)."""
     try:
-        return check_destination(url)
+        return check_destination(url, layout.root)
     except BadDestination as exc:
         raise UsageError(f"--to: {exc}") from None
 
@@ -270,7 +271,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     """Copy the loaded runs not yet at `url` (or rebuilt since), then commit the export and record it.
 
     Nothing new: nothing written (committed exports the table did not know are recorded)."""
-    destination = _destination(url)
+    destination = checked_destination(url, layout)
     report = ExportReport(destination, _export_id(), "increment", kinds=output_kinds(layout))
     fs, base = open_destination(destination)
     sent = recorded(layout, destination)
@@ -305,7 +306,7 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
 
 def export_snapshot(layout: OutputLayout, url: str) -> ExportReport:
     """The merged tables as they are now, one Parquet file each, replacing the destination's last snapshot."""
-    destination = _destination(url)
+    destination = checked_destination(url, layout)
     report = ExportReport(destination, _export_id(), "snapshot", kinds=output_kinds(layout))
     if not layout.db.exists():
         raise UsageError(f"{layout.db} does not exist: nothing to export (run a job, or `harvest rebuild`)")

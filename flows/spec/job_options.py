@@ -146,15 +146,24 @@ class BadDestination(ValueError):
     pass
 
 
-def check_destination(url: str) -> str:
-    """The destination as stored and compared; refused when pyarrow could not write there or it holds a secret."""
+def check_destination(url: str, output: Path | None = None) -> str:
+    """The destination as stored and compared; refused when pyarrow could not write there or it holds a secret,
+    and, given the job's `output`, when it is that directory or inside it: the copy of a landed file onto
+    itself truncates it before it reads it (every landed Parquet file emptied)."""
+    if not url.strip():
+        raise BadDestination(f"an empty destination; allowed: {EXPORT_ALLOWED}")
     parts = urlsplit(url)
     if parts.scheme not in EXPORT_SCHEMES:
         raise BadDestination(f"{url!r} is not a destination; allowed: {EXPORT_ALLOWED}")
     if parts.username or parts.password or parts.query:
         raise BadDestination(f"credentials or a query string in the URL; allowed: {EXPORT_ALLOWED}")
     if parts.scheme in ("", "file"):
-        return str(Path(parts.path if parts.scheme else url).expanduser().resolve())
+        local = Path(parts.path if parts.scheme else url).expanduser().resolve()
+        if output is not None and local.is_relative_to(root := output.expanduser().resolve()):
+            raise BadDestination(
+                f"{url!r} is inside the job's output directory {root}; export to a place outside it"
+            )
+        return str(local)
     if not parts.netloc:
         raise BadDestination(f"{url!r} names no bucket; allowed: {EXPORT_ALLOWED}")
     return url.rstrip("/")

@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 
 import duckdb
 
+from harvest.flows.handoff.export import checked_destination
 from harvest.flows.handoff.export_ledger import ExportRow, record, recorded, run_content, runs_due
 from harvest.flows.handoff.lakehouse.table_format import MergeResult, TableFormat, TableLoad
 from harvest.flows.handoff.lakehouse.table_rows import bookkeeping_loads, one_database, record_loads
 from harvest.flows.spec import UsageError
-from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest
 
@@ -68,13 +68,6 @@ def open_format(name: str, destination: str, layout: OutputLayout) -> TableForma
         ) from None
     fmt: TableFormat = getattr(module, class_name)(destination, layout)
     return fmt
-
-
-def _destination(url: str) -> str:
-    try:
-        return check_destination(url)
-    except BadDestination as exc:
-        raise UsageError(f"--to: {exc}") from None
 
 
 def _parquet_there(destination: str) -> bool:
@@ -141,7 +134,7 @@ def export_tables(
     opener: Callable[[str, str, OutputLayout], TableFormat] = open_format,
 ) -> TablesReport:
     """Merge the loaded runs `url` lacks into one table per record kind, `runs` and `query_state`; record them."""
-    destination = _destination(url)
+    destination = checked_destination(url, layout)
     report = TablesReport(destination, datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"), format_name)
     sent = recorded(layout, destination, format_name)
     problem = sent.mixed(destination)
