@@ -26,7 +26,16 @@ from harvest.tasks.output.manifest import all_manifests
 from harvest.tasks.output.raw_store import RawPageReader
 from tests.crawl_helpers import data_entries
 from tests.endpoints import PINS
-from tests.flow_helpers import BIG_BALANCE, HARVEST, SECRET_KEY, job_spec, rows, subprocess_env, write_spec
+from tests.flow_helpers import (
+    BIG_BALANCE,
+    HARVEST,
+    SECRET_KEY,
+    HoldDuckDB,
+    job_spec,
+    rows,
+    subprocess_env,
+    write_spec,
+)
 from tests.nightly_helpers import night, parquet_rows
 from tests.process_helpers import harvest_importing
 from tests.test_kill_after_damaged import killed_then_resumed
@@ -296,3 +305,37 @@ def test_a_rebuild_cut_short_leaves_the_old_database_and_the_runs_waiting_for_a_
     report = rebuild(layout)  # again, whole: every run loaded, none waiting
     assert len(report.loaded) == 4 and not list(pending_manifests(layout, "nightly"))
     assert rows(layout.db, "SELECT count(DISTINCT run_id), count(*) FROM query_state") == [(4, 4 * 3000)]
+
+
+def test_a_rebuild_over_a_damaged_manifest_keeps_the_database_that_holds_the_run(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's `manifest.json` damaged (garbage, cut short) is made again from its journal as unfinished and not
+    loaded: a rebuild skipped it and swapped in a database without it, exit 0, its rows gone. Now the rebuild
+    refuses while the database holds such a run, says how to resume it, and changes nothing."""
+    output = tmp_path / "out"
+    two_nights(tmp_path, output, monkeypatch)
+    before = database(output / "harvest.duckdb")
+    damaged = sorted((output / "raw").glob("*/manifest.json"))[-1]
+    damaged.write_text('{"oops": ')
+    result = runner.invoke(app, ["rebuild", str(output)])
+    assert result.exit_code == 2, result.output
+    assert damaged.parent.name in result.output and "would drop its rows" in result.output, result.output
+    assert database(output / "harvest.duckdb") == before
+
+
+def test_a_rebuild_while_another_process_holds_the_database_changes_nothing(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, duckdb_holder: HoldDuckDB
+) -> None:
+    """A notebook holding `harvest.duckdb`: the rebuild took the old file for unreadable, carried nothing over
+    (the `exports` record of what was sent), moved its new file in under the holder and exited 0. It now
+    exits 1 naming the file and the holder, and the file is the one the holder has open, as it was."""
+    output = tmp_path / "out"
+    two_nights(tmp_path, output, monkeypatch)
+    db = output / "harvest.duckdb"
+    before, inode = database(db), db.stat().st_ino
+    with duckdb_holder(db, mark=False):
+        result = runner.invoke(app, ["rebuild", str(output)])
+    assert result.exit_code == 1, result.output
+    assert "open in another process" in result.output and "harvest rebuild" in result.output, result.output
+    assert db.stat().st_ino == inode and database(db) == before

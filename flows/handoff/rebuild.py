@@ -38,7 +38,14 @@ from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.run_again import resume_hint
 from harvest.flows.spec import JobSpec, UsageError
 from harvest.tasks.database.bookkeeping import EXPORTS_DDL
-from harvest.tasks.database.connection import quote_ident, quote_literal, write_connection
+from harvest.tasks.database.connection import (
+    DatabaseBusy,
+    is_lock_error,
+    lock_holder,
+    quote_ident,
+    quote_literal,
+    write_connection,
+)
 from harvest.tasks.landing import fresh_parts, land_raw_pages, open_run_sink, open_sink
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import MachineFault, as_machine_fault
@@ -87,10 +94,13 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
     with ExitStack() as locks:
         for job in sorted({h.job for h in heads}):
             locks.enter_context(_job_lock(layout, job))
+        held = _runs_held(layout.db)
         with _fresh_database(layout) as fresh:
             for head in heads:
                 m = head.manifest()
                 if m.unfinished and not m.loaded:
+                    if m.run_id in held:
+                        raise UsageError(_would_drop(m, layout))
                     report.skipped.append(
                         f"{m.run_id}: unfinished ({m.status}); {resume_hint(m, layout.root)}"
                     )
@@ -101,6 +111,34 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
                 report.loaded.append(m.run_id)
         _mark_loaded(layout, set(report.loaded))
     return report
+
+
+def _runs_held(db: Path) -> set[str]:
+    """The runs the current database holds; none where it cannot be read (a damaged file is why one rebuilds)."""
+    if not db.is_file():
+        return set()
+    try:
+        with duckdb.connect(str(db), read_only=True) as con:
+            return {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
+    except duckdb.Error as exc:
+        _refuse_held(db, exc)
+        return set()
+
+
+def _refuse_held(db: Path, exc: duckdb.Error) -> None:
+    """Another process holds the file: replaced under it, the `exports` record could not be carried over
+    (it went with exit 0) and the holder would write into a file no longer the output's."""
+    if is_lock_error(exc):
+        raise DatabaseBusy(db, db.parent / "parquet", f"harvest rebuild {db.parent}", holder=lock_holder(exc))
+
+
+def _would_drop(m: RunManifest, layout: OutputLayout) -> str:
+    """A run the database holds whose manifest now says unfinished (a manifest damaged and made again from the
+    run's journal): the new database would lack its rows, and the swap would exit 0 with them gone."""
+    return (
+        f"{m.run_id}: its manifest says unfinished ({m.status}), but {layout.db} holds the run; a rebuild now "
+        f"would drop its rows, so nothing was changed. {resume_hint(m, layout.root)}; then rebuild"
+    )
 
 
 def _mark_loaded(layout: OutputLayout, loaded: set[str]) -> None:
@@ -329,5 +367,6 @@ def _carry_over(old: Path, fresh: Path) -> None:
     ) as exc:  # the old database is unreadable (that may be why we rebuild): nothing carried
         if as_machine_fault(exc, fresh) is not None:  # but a full disk would drop the exports' record
             raise
+        _refuse_held(old, exc)  # and so would a file another process took meanwhile
     finally:
         con.close()

@@ -74,7 +74,7 @@ between its queries, and a try costs ~1 ms (~600 in a minute's wait). Each pause
 of it, so the tries do not fall into step with a poller's period."""
 
 
-def _is_lock_error(exc: BaseException) -> bool:
+def is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
 
@@ -96,7 +96,7 @@ def _attach_waiting(con: duckdb.DuckDBPyConnection, path: Path, rows: int, wait:
             return
         except duckdb.IOException as exc:
             left = deadline - time.monotonic()
-            if not _is_lock_error(exc) or left <= 0:
+            if not is_lock_error(exc) or left <= 0:
                 raise
             if not said:
                 holder = lock_holder(exc)
@@ -147,7 +147,7 @@ def write_connection(
         con.close()
         if created:
             _drop_if_unreadable(path)
-        if _is_lock_error(exc):
+        if is_lock_error(exc):
             holder = lock_holder(exc) if wait else ""
             raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun, wait, holder) from exc
         raise
