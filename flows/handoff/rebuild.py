@@ -32,6 +32,7 @@ from harvest.connectors.catalog.job_catalog import for_job
 from harvest.connectors.catalog.shape_overrides import shapes_data, shapes_of
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.plurals import counted
+from harvest.flows.console import harvest_line
 from harvest.flows.handoff.export_ledger import fingerprints
 from harvest.flows.run.dask.round_files import own_part
 from harvest.flows.run.load_step import load_manifest_into_duckdb
@@ -94,7 +95,7 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
     with ExitStack() as locks:
         for job in sorted({h.job for h in heads}):
             locks.enter_context(_job_lock(layout, job))
-        held = _runs_held(layout.db)
+        held = _runs_held(layout)
         with _fresh_database(layout) as fresh:
             for head in heads:
                 m = head.manifest()
@@ -113,23 +114,24 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
     return report
 
 
-def _runs_held(db: Path) -> set[str]:
+def _runs_held(layout: OutputLayout) -> set[str]:
     """The runs the current database holds; none where it cannot be read (a damaged file is why one rebuilds)."""
-    if not db.is_file():
+    if not layout.db.is_file():
         return set()
     try:
-        with duckdb.connect(str(db), read_only=True) as con:
+        with duckdb.connect(str(layout.db), read_only=True) as con:
             return {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
     except duckdb.Error as exc:
-        _refuse_held(db, exc)
+        _refuse_held(layout, exc)
         return set()
 
 
-def _refuse_held(db: Path, exc: duckdb.Error) -> None:
+def _refuse_held(layout: OutputLayout, exc: duckdb.Error) -> None:
     """Another process holds the file: replaced under it, the `exports` record could not be carried over
     (it went with exit 0) and the holder would write into a file no longer the output's."""
     if is_lock_error(exc):
-        raise DatabaseBusy(db, db.parent / "parquet", f"harvest rebuild {db.parent}", holder=lock_holder(exc))
+        rerun = harvest_line("rebuild", layout.root)
+        raise DatabaseBusy(layout.db, layout.parquet_root, rerun, holder=lock_holder(exc))
 
 
 def _would_drop(m: RunManifest, layout: OutputLayout) -> str:
@@ -323,7 +325,7 @@ def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
         if not fresh.exists():  # no run: an empty file, in the configured storage format
             with write_connection(fresh):
                 pass
-        _carry_over(layout.db, fresh)
+        _carry_over(layout, fresh)
         with write_connection(fresh) as con:
             con.execute("CHECKPOINT")  # raises where the close's own would fail quietly (a full disk)
         if Path(f"{fresh}.wal").exists():  # what was committed is only in the log, which the move leaves
@@ -338,7 +340,8 @@ def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
         raise
 
 
-def _carry_over(old: Path, fresh: Path) -> None:
+def _carry_over(layout: OutputLayout, fresh: Path) -> None:
+    old = layout.db
     if not old.exists():
         return
     try:
@@ -367,6 +370,6 @@ def _carry_over(old: Path, fresh: Path) -> None:
     ) as exc:  # the old database is unreadable (that may be why we rebuild): nothing carried
         if as_machine_fault(exc, fresh) is not None:  # but a full disk would drop the exports' record
             raise
-        _refuse_held(old, exc)  # and so would a file another process took meanwhile
+        _refuse_held(layout, exc)  # and so would a file another process took meanwhile
     finally:
         con.close()
