@@ -266,6 +266,29 @@ def test_a_bad_export_destination_in_a_spec_is_refused(tmp_path: Path) -> None:
     assert "job.yaml" in str(bad.value) and "export.to" in str(bad.value) and "credentials" in str(bad.value)
 
 
+@pytest.mark.parametrize("to", ["out/parquet", "out", "./out/../out/lake"])
+def test_harvest_validate_refuses_an_export_into_the_jobs_own_output(tmp_path: Path, to: str) -> None:
+    """Refused as the spec is checked, before a night is paid: at the run's export step the night had landed
+    already, and its export could only fail."""
+    text = f"name: j\nbudget: {{credits: 5}}\noutput: out\nexport: {{to: '{to}'}}\n"
+    text += "queries: [{endpoint: /v1/pinboard/search, params: {query: a}}]\n"
+    (tmp_path / "job.yaml").write_text(text, encoding="utf-8")
+    done = subprocess.run(
+        [str(HARVEST), "validate", "job.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.startswith(f"job.yaml:4: export.to: {to!r} is inside the job's output directory "), (
+        done
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"], "nothing made"
+    outside = text.replace(f"to: '{to}'", "to: lake")
+    (tmp_path / "job.yaml").write_text(outside, encoding="utf-8")
+    done = subprocess.run(
+        [str(HARVEST), "validate", "job.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done
+
+
 def test_a_relative_export_in_a_served_spec_lands_where_serve_started(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

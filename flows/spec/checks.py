@@ -23,6 +23,7 @@ from harvest.connectors.plurals import counted
 from harvest.flows.spec.caps import cap_below_price_problem
 from harvest.flows.spec.explain import closest, params_problem
 from harvest.flows.spec.identity import render_value
+from harvest.flows.spec.job_options import EXPORT_ALLOWED, BadDestination, check_destination
 from harvest.flows.spec.model import FromQuery, JobSpec, Query
 from harvest.flows.spec.problems import Found
 from harvest.flows.spec.yaml_reader import Loc
@@ -306,9 +307,23 @@ def _shapes_problems(spec: JobSpec, catalog: Catalog) -> Iterator[Found]:
             yield at, problem, allowed
 
 
+def _export_problem(spec: JobSpec) -> Found | None:
+    """An export into the job's own output, refused here (`harvest validate`, before a night is paid) and not
+    only at the run's export step, once the night has landed."""
+    if spec.export is None:
+        return None
+    try:
+        check_destination(spec.export.to, spec.output)
+    except BadDestination as exc:
+        return ("export", "to"), str(exc), f"a place outside {spec.output}: {EXPORT_ALLOWED}"
+    return None
+
+
 def semantic_problems(spec: JobSpec) -> list[Found]:
     catalog = spec.catalog()
     found = list(_cost_problems(spec.costs, spec.allow_lower_costs, catalog))
+    if export := _export_problem(spec):
+        found.append(export)
     found.extend(_shapes_problems(spec, catalog))
     too_many = fanout_problem(list(enumerate(spec.queries)))
     if too_many:  # the other checks go through every combination
