@@ -339,3 +339,34 @@ def test_a_rebuild_while_another_process_holds_the_database_changes_nothing(
     assert result.exit_code == 1, result.output
     assert "open in another process" in result.output and "harvest rebuild" in result.output, result.output
     assert db.stat().st_ino == inode and database(db) == before
+
+
+def test_a_rebuild_keeps_the_tables_and_views_an_analyst_made_and_names_what_it_does_not_keep(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An analyst's own table of notes, a schema of theirs, a saved view over harvest's table and one over
+    that: a rebuild swapped in a database without them, exit 0, not a word. They are carried over as they
+    were (definition, key, default, rows); a table the new database lacks that carries a comment (harvest's
+    mark on what it makes) is not, and is named."""
+    output = tmp_path / "out"
+    night(tmp_path, output, 0, monkeypatch)
+    db = output / "harvest.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute(
+        "CREATE TABLE notes (id INTEGER PRIMARY KEY, note VARCHAR DEFAULT 'to check');"
+        "INSERT INTO notes (id) SELECT range FROM range(3);"
+        "CREATE SCHEMA mine; CREATE TABLE mine.picks AS SELECT aweme_id FROM short_video_videos LIMIT 5;"
+        "CREATE VIEW top_videos AS SELECT aweme_id FROM short_video_videos ORDER BY aweme_id LIMIT 3;"
+        "CREATE VIEW top_two AS SELECT * FROM top_videos LIMIT 2;"
+        "CREATE TABLE old_kind (id INTEGER); COMMENT ON TABLE old_kind IS 'primary key: id';"
+    )
+    con.close()
+    before = database(db)
+    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "kept your own tables and views: mine.picks, notes, top_two, top_videos" in result.output
+    assert "not in the rebuilt database: table old_kind" in result.output, result.output
+    del before["old_kind"]
+    assert database(db) == before
+    with pytest.raises(duckdb.ConstraintException):  # the key came with the table
+        duckdb.connect(str(db)).execute("INSERT INTO notes (id) VALUES (1)")

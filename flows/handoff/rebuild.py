@@ -34,6 +34,7 @@ from harvest.connectors.paging.pager import QuerySpec
 from harvest.connectors.plurals import counted
 from harvest.flows.console import harvest_line
 from harvest.flows.handoff.export_ledger import fingerprints
+from harvest.flows.handoff.users_objects import carry_users_objects
 from harvest.flows.run.dask.round_files import own_part
 from harvest.flows.run.load_step import load_manifest_into_duckdb
 from harvest.flows.run.run_again import resume_hint
@@ -66,6 +67,10 @@ class RebuildReport:
     """Runs loaded into the new database (every finished run)."""
     skipped: list[str] = field(default_factory=list)
     """Runs left alone, with why (a killed run still to resume)."""
+    kept: list[str] = field(default_factory=list)
+    """The user's own tables and views, carried into the new database (`users_objects`)."""
+    lost: list[str] = field(default_factory=list)
+    """Tables and views of the old database the new one lacks, with why: said as warnings."""
     lacking: list[str] = field(default_factory=list)
     """Runs not rebuilt whole, with what is missing: pages their manifest counts are gone from `raw/` (their
     Parquet kept as landed, or, that gone too, landed from the pages left). Said as warnings: the user would
@@ -96,7 +101,7 @@ def rebuild(layout: OutputLayout, run_id: str | None = None, spec: JobSpec | Non
         for job in sorted({h.job for h in heads}):
             locks.enter_context(_job_lock(layout, job))
         held = _runs_held(layout)
-        with _fresh_database(layout) as fresh:
+        with _fresh_database(layout, report) as fresh:
             for head in heads:
                 m = head.manifest()
                 if m.unfinished and not m.loaded:
@@ -313,7 +318,7 @@ def _part(run: RunManifest, query: dict[str, Any], n: int) -> int | str:
 
 
 @contextmanager
-def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
+def _fresh_database(layout: OutputLayout, report: RebuildReport) -> Iterator[Path]:
     """A new `harvest.duckdb` beside the old one, each run loaded into it at its turn, moved over the old one
     when all are in; on a failure the old one stays and the new one goes."""
     fresh = layout.root / ".harvest.duckdb.rebuild"
@@ -325,7 +330,7 @@ def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
         if not fresh.exists():  # no run: an empty file, in the configured storage format
             with write_connection(fresh):
                 pass
-        _carry_over(layout, fresh)
+        _carry_over(layout, fresh, report)
         with write_connection(fresh) as con:
             con.execute("CHECKPOINT")  # raises where the close's own would fail quietly (a full disk)
         if Path(f"{fresh}.wal").exists():  # what was committed is only in the log, which the move leaves
@@ -340,7 +345,7 @@ def _fresh_database(layout: OutputLayout) -> Iterator[Path]:
         raise
 
 
-def _carry_over(layout: OutputLayout, fresh: Path) -> None:
+def _carry_over(layout: OutputLayout, fresh: Path, report: RebuildReport) -> None:
     old = layout.db
     if not old.exists():
         return
@@ -365,6 +370,8 @@ def _carry_over(layout: OutputLayout, fresh: Path) -> None:
                     f"INSERT OR REPLACE INTO {quote_ident(table)} BY NAME "
                     f"SELECT DISTINCT * FROM old.{quote_ident(table)}"
                 )
+        carried = carry_users_objects(con)
+        report.kept, report.lost = carried.kept, carried.lost
     except (
         duckdb.Error
     ) as exc:  # the old database is unreadable (that may be why we rebuild): nothing carried
