@@ -31,6 +31,7 @@ EXIT_CODES = {
     "harvest.connectors.errors.MissingApiKey": 2,
     "harvest.tasks.database.load_settings.LoadSettingError": 2,
     "harvest.tasks.database.connection.DatabaseBusy": 1,
+    "harvest.tasks.output.parquet_sink.UnreadableParquet": 1,
 }
 """harvest's errors a command may end with (their classes and subclasses), and the exit code of those that
 carry none of their own (`exit_code`: a refused spec or call 2, a full disk 75): the README's table of exit
@@ -80,6 +81,8 @@ def handled(command: Callable[..., object]) -> Callable[..., object]:
 
             if isinstance(exc, Failed) and exc.plain:
                 console.note(str(exc))
+            elif (then := getattr(exc, "then", None)) is not None:  # the command that mends it, to paste
+                console.error(f"{exc}; `{console.harvest_line(*then[0])}` {then[1]}")
             else:
                 console.error(str(exc))
             raise typer.Exit(code) from None

@@ -370,3 +370,37 @@ def test_a_rebuild_keeps_the_tables_and_views_an_analyst_made_and_names_what_it_
     assert database(db) == before
     with pytest.raises(duckdb.ConstraintException):  # the key came with the table
         duckdb.connect(str(db)).execute("INSERT INTO notes (id) VALUES (1)")
+
+
+def test_a_landed_parquet_file_cut_short_is_said_by_load_and_export_and_landed_again_by_rebuild(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A landed file cut to half (a copy stopped, a disk's fault): `load` and `export` ended with DuckDB's or
+    pyarrow's traceback, and `rebuild`, the command that can mend it, too. Now the first two say which file in
+    one line with the command that mends it, and that command lands it again from the raw pages."""
+    landed = tmp_path / "out"
+    night(tmp_path, landed, 0, monkeypatch)
+    videos = "SELECT * FROM short_video_videos ORDER BY ALL"
+    before = rows(landed / "harvest.duckdb", videos)
+    output = tmp_path / "moved"  # the history views then read every file again
+    shutil.move(landed, output)
+    cut = sorted((output / "parquet" / "short_video_videos").rglob("*.parquet"))[0]
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    mend = f"harvest rebuild {output}` lands it again from its raw pages"
+
+    load = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "400"})
+    assert load.exit_code == 1, load.output
+    assert load.output.startswith(f"error: {cut}: a landed Parquet file that cannot be read"), load.output
+    assert mend in load.output and len(load.output.splitlines()) == 1, load.output
+    export = runner.invoke(
+        app, ["export", str(output), "--to", str(tmp_path / "lake")], env={"COLUMNS": "400"}
+    )
+    assert export.exit_code == 1 and f"{cut}: a landed Parquet file" in export.output, export.output
+    assert mend in export.output and not list((tmp_path / "lake").rglob("_SUCCESS"))
+
+    rebuilt = runner.invoke(app, ["rebuild", str(output)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert pq.read_metadata(cut).num_rows > 0 and rows(output / "harvest.duckdb", videos) == before
+    assert runner.invoke(app, ["load", str(output)]).exit_code == 0
+    again = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "lake")])
+    assert again.exit_code == 0, again.output

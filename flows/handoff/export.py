@@ -40,6 +40,7 @@ from harvest.flows.spec.job_options import BadDestination, check_destination
 from harvest.tasks.database.connection import has_table, quote_ident
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, output_kinds, run_heads
+from harvest.tasks.output.parquet_sink import UnreadableParquet
 
 __all__ = ["ExportReport", "export_increment", "export_snapshot"]
 SNAPSHOT_BATCH = 65_536
@@ -216,7 +217,10 @@ def _copy_run(
     for table, paths in sorted(run.files_by_table(layout).items()):
         for path in paths:
             key = path.relative_to(layout.parquet_root).as_posix()
-            meta = pq.read_metadata(path)
+            try:
+                meta = pq.read_metadata(path)
+            except pa.ArrowException as exc:  # before anything of it is sent
+                raise UnreadableParquet(path, layout.root, str(exc)) from None
             make_dir(fs, f"{base}/{Path(key).parent.as_posix()}")
             pafs.copy_files(str(path), f"{base}/{key}", source_filesystem=local, destination_filesystem=fs)
             entry = _table_entry(report, table)

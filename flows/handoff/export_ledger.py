@@ -69,18 +69,23 @@ def fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
         for _, path, _ in run.all_files():
             file = layout.resolve(path)
             out[layout.relative(file)] = _content(con, file) if file.exists() else ""
+        # a file that cannot be read (cut short, damaged) differs from whatever a rebuild lands in its place
     finally:
         con.close()
     return out
 
 
 def _content(con: duckdb.DuckDBPyConnection, file: Path) -> str:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    ((rows, hashes),) = con.execute(
-        "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
-    ).fetchall()  # not fetchone: DuckDB leaves such a result unfinished (`count_rows`)
-    return f"{pq.read_schema(file)}|{rows}|{hashes}"
+    try:
+        ((rows, hashes),) = con.execute(
+            "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
+        ).fetchall()  # not fetchone: DuckDB leaves such a result unfinished (`count_rows`)
+        return f"{pq.read_schema(file)}|{rows}|{hashes}"
+    except (duckdb.Error, pa.ArrowException) as exc:
+        return f"unreadable: {exc}"
 
 
 def run_content(layout: OutputLayout, run: RunManifest) -> str:

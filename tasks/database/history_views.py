@@ -33,6 +33,7 @@ from harvest.tasks.database.connection import (
 )
 from harvest.tasks.database.step_files import one_schema
 from harvest.tasks.database.view_checks import Checked, listing, read_checked, write_checked
+from harvest.tasks.output.parquet_sink import UnreadableParquet
 
 HISTORY_SUFFIX = "_history"
 _DATE_FOLDER = re.compile(r"date=\d{4}-\d{2}-\d{2}")
@@ -162,7 +163,15 @@ class _Probes:
 def _probe(probes: _Probes, table: str, kind: TableKind, table_dir: Path) -> Shape:
     """The view harvest would make now, made in `probes` (an empty in-memory database: its catalog lookups cost
     nothing, where the output's grow with its tables) and read back as DuckDB stored it."""
-    probes.execute(history_view_sql(table, kind, table_dir, name=PROBE))
+    try:
+        probes.execute(history_view_sql(table, kind, table_dir, name=PROBE))
+    except duckdb.InvalidInputException as exc:  # a file of the table cut short: DuckDB names it
+        found = re.search(r"at end of file '([^']+)'", str(exc))
+        if found is None:
+            raise
+        raise UnreadableParquet(
+            Path(found.group(1)), table_dir.parent.parent, "no footer at its end"
+        ) from None
     try:
         ((sql,),) = probes.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [PROBE]).fetchall()
         columns = probes.execute(

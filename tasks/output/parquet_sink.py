@@ -50,6 +50,16 @@ _background: tuple[int, ThreadPoolExecutor] | None = None
 _background_lock = threading.Lock()
 
 
+class UnreadableParquet(Exception):
+    """A landed Parquet file cut short or damaged (a disk's fault, a copy stopped, a hand's edit): `load` and
+    `export` cannot use it, and `harvest rebuild` lands it again from the run's raw pages (`then`: the command
+    the error line goes on with, `flows.cli_errors.handled`)."""
+
+    def __init__(self, path: Path, root: Path, detail: str) -> None:
+        super().__init__(f"{path}: a landed Parquet file that cannot be read ({detail.splitlines()[0]})")
+        self.then = (("rebuild", root), "lands it again from its raw pages")
+
+
 def _writer_thread() -> ThreadPoolExecutor:
     """The one thread that encodes, compresses and writes row groups for every writer of the process.
 
