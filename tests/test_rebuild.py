@@ -404,3 +404,21 @@ def test_a_landed_parquet_file_cut_short_is_said_by_load_and_export_and_landed_a
     assert runner.invoke(app, ["load", str(output)]).exit_code == 0
     again = runner.invoke(app, ["export", str(output), "--to", str(tmp_path / "lake")])
     assert again.exit_code == 0, again.output
+
+
+@pytest.mark.parametrize("command", [["rebuild"], ["load"], ["export", "--to", "lake"]])
+def test_a_directory_where_the_database_belongs_is_said_in_one_line_and_left_alone(
+    tmp_path: Path, command: list[str]
+) -> None:
+    output = tmp_path / "out"
+    (output / "raw").mkdir(parents=True)
+    (output / "harvest.duckdb").mkdir()
+    (output / "harvest.duckdb" / "mine.txt").write_text("a user's")
+    result = runner.invoke(app, [command[0], str(output), *command[1:]], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {output / 'harvest.duckdb'} is not a file"), result.output
+    assert f"harvest rebuild {output}` makes the database again" in result.output
+    assert (
+        len(result.output.splitlines()) == 1
+        and (output / "harvest.duckdb" / "mine.txt").read_text() == "a user's"
+    )

@@ -41,6 +41,11 @@ def landed_output(output: Path, command: str, *, database_will_do: bool = False)
     layout = OutputLayout(output_directory(output, command))
     if not layout.raw_root.is_dir() and not (database_will_do and layout.db.is_file()):
         raise Failed(f"{output}: not a harvest output directory (no raw/); {ALLOWED}")
+    if layout.db.exists() and not layout.db.is_file():  # `rebuild`'s move onto it was a traceback
+        raise Failed(
+            f"{layout.db} is not a file: harvest keeps its DuckDB database there; move it away, then "
+            f"`{harvest_line('rebuild', output)}` makes the database again from the landed pages"
+        )
     return layout
 
 
