@@ -291,6 +291,18 @@ def test_an_unknown_format_or_a_negative_limit_is_refused(job: Path) -> None:
     assert code == 2
 
 
+def test_a_limit_past_duckdbs_range_or_a_directory_for_the_database_is_one_line(
+    job: Path, tmp_path: Path
+) -> None:
+    code, _, err = sql(job, "SELECT 1", "--limit", str(2**64))
+    assert code == 2 and err.startswith("error: --limit: 18446744073709551616 is out of range"), err
+    assert sql(job, "SELECT 1", "--limit", str(2**63 - 1))[0] == 0
+    (tmp_path / "other" / "harvest.duckdb").mkdir(parents=True)
+    code, _, err = sql(tmp_path / "other", "SELECT 1")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: {tmp_path / 'other' / 'harvest.duckdb'} is not a file"), err
+
+
 def test_a_refused_copy_in_a_real_process(job: Path) -> None:
     db = job / "harvest.duckdb"
     before = sha(db)

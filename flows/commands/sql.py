@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_LIMIT = 200
+MAX_LIMIT = 2**63 - 1
+"""The largest `--limit`: DuckDB's fetchmany takes a signed 64-bit count."""
 COUNT_CAP = 1_000_000
 """Rows counted past `--limit` to say how many were cut; beyond this the note says "more than"."""
 
@@ -124,6 +126,11 @@ class QueryResult:
 def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
     import duckdb
 
+    if db.exists() and not db.is_file():
+        raise QueryFailed(
+            f"{db} is not a file: harvest keeps its DuckDB database there; move it away, then "
+            f"`{harvest_line('rebuild', db.parent)}` makes the database again from the landed pages"
+        )
     if not db.is_file():
         raise QueryFailed(f"{db} does not exist: run a job first")
     try:
@@ -325,6 +332,8 @@ def sql_command(output: Path, sql: str, limit: int = DEFAULT_LIMIT, fmt: str = "
     """Raises UsageError (refused: not a read, or outside the job; exit 2) or QueryFailed (exit 1)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format: {fmt!r} is not a format; allowed: {', '.join(FORMATS)}")
-    if limit < 0:
-        raise UsageError(f"--limit: {limit} is negative; allowed: 0 (all rows) or a number of rows")
+    if not 0 <= limit <= MAX_LIMIT:  # past it DuckDB's fetchmany takes no Python int: a traceback
+        raise UsageError(
+            f"--limit: {limit} is out of range; allowed: 0 (all rows) or 1 to {MAX_LIMIT:,} rows"
+        )
     print_answer(query(OutputLayout(output_directory(output, "sql")).db, sql, limit), fmt)
