@@ -176,8 +176,7 @@ def plan_command(
     queries the budget would leave unstarted if the worst case happens; sends no request."""
     from harvest.flows.commands.plan_report import show_plan
 
-    which = "expected" if check_expected else "worst" if check else None
-    code = show_plan(_load(spec), budget, output, which)
+    code = show_plan(_load(spec), budget, output, check, check_expected)
     if code:
         raise typer.Exit(3)
 

@@ -122,6 +122,20 @@ def test_plan_refuses_a_negative_budget(tmp_path: Path) -> None:
     assert result.exit_code == 2
 
 
+def test_plan_refuses_both_checks_at_once_and_a_file_for_its_output(tmp_path: Path) -> None:
+    """`--check --check-expected` checked the expected case only (the second flag won) and `--output FILE`
+    planned from no nights at all: both refused, as `run --fresh --continue` and `runs FILE` are."""
+    spec = str(write(tmp_path, VALID))
+    both = runner.invoke(app, ["plan", spec, "--check", "--check-expected"], env={"COLUMNS": "200"})
+    assert both.exit_code == 2 and both.stdout == "", both.output
+    assert both.stderr == "error: --check and --check-expected exclude each other; give the case to check\n"
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    planned = runner.invoke(app, ["plan", spec, "--output", str(a_file)], env={"COLUMNS": "200"})
+    assert planned.exit_code == 2 and planned.stdout == "", planned.output
+    assert planned.stderr.startswith(f"error: {a_file} is a file, not an output directory"), planned.stderr
+
+
 @pytest.mark.parametrize("options", [[], ["--check"]])
 def test_plan_refuses_a_budget_of_0_as_run_does(tmp_path: Path, options: list[str]) -> None:
     """`run --budget 0` and `budget.credits: 0` are refused (exit 2): plan prices no budget they could not run."""

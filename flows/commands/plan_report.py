@@ -15,13 +15,14 @@ from pathlib import Path
 
 from harvest.connectors.catalog.endpoints import above_the_list
 from harvest.connectors.plurals import counted
+from harvest.flows.commands.output_arg import output_directory
 from harvest.flows.console import add_row, out, prose, table
 from harvest.flows.forecast.backlog import earlier_dependents
 from harvest.flows.forecast.last_nights import ExpectedCost, expected_costs, recent_runs
 from harvest.flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
 from harvest.flows.run.chain import next_prices
 from harvest.flows.run.plan import Plan, plan
-from harvest.flows.spec import JobSpec
+from harvest.flows.spec import JobSpec, UsageError
 from harvest.tasks.output.layout import OutputLayout
 
 SHORT_EXIT = 3
@@ -123,10 +124,16 @@ def _verdict(result: Plan, expected: int | None) -> str:
     return "the budget does not cover the worst case; the expected case is unknown"
 
 
-def show_plan(spec: JobSpec, budget: int | None, output: Path | None, check: str | None) -> int:
-    """Print the plan; the exit code: 0, or `SHORT_EXIT` when `check` ("worst" or "expected") names a case
-    the budget does not cover."""
-    layout = OutputLayout(output or spec.output)
+def show_plan(
+    spec: JobSpec, budget: int | None, output: Path | None, check: bool = False, check_expected: bool = False
+) -> int:
+    """Print the plan; the exit code: 0, or `SHORT_EXIT` when the case `--check` (the worst) or
+    `--check-expected` names is one the budget does not cover. Both at once are refused, as `run --fresh
+    --continue` is: which the user meant is not known (the second given won)."""
+    if check and check_expected:
+        raise UsageError("--check and --check-expected exclude each other; give the case to check")
+    layout = OutputLayout(output_directory(output, "plan") if output is not None else spec.output)
+    which = "expected" if check_expected else "worst" if check else None
     learned = above_the_list(next_prices(layout, spec.name), spec.endpoints())
     result = plan(spec, budget, learned)
     expected = expected_costs(
@@ -158,4 +165,4 @@ def show_plan(spec: JobSpec, budget: int | None, output: Path | None, check: str
         else:
             prose("if the worst case happens, every query still starts and ends")
     covered = {"worst": result.covered, "expected": total is not None and total <= result.budget}
-    return SHORT_EXIT if check is not None and not covered[check] else 0
+    return SHORT_EXIT if which is not None and not covered[which] else 0
