@@ -422,3 +422,31 @@ def test_a_directory_where_the_database_belongs_is_said_in_one_line_and_left_alo
         len(result.output.splitlines()) == 1
         and (output / "harvest.duckdb" / "mine.txt").read_text() == "a user's"
     )
+
+
+def test_a_night_after_a_landed_file_was_cut_short_lands_and_names_the_rebuild_that_loads_it(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A night in a moved output reads the tables' earlier files again (their history views follow the move):
+    it failed on the cut one with the error's class name and no way on. The night's pages are landed and
+    paid; the line names the file and the rebuild that lands it again and loads both nights."""
+    from dataclasses import replace
+
+    from tests.nightly_helpers import CONFIG, job
+
+    night(tmp_path, tmp_path / "out", 0, monkeypatch)
+    output = tmp_path / "moved"
+    shutil.move(tmp_path / "out", output)
+    cut = sorted((output / "parquet" / "short_video_videos").rglob("*.parquet"))[0]
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    spec = write_spec(tmp_path, job(output))
+    with running(replace(CONFIG, observation=1)) as sb:
+        result = runner.invoke(app, ["run", str(spec), "--base-url", sb.base_url], env={"COLUMNS": "400"})
+    assert result.exit_code == 1, result.output
+    said = result.output.splitlines()[-1]
+    assert said.startswith(f"error: the run failed: {cut}: a landed Parquet file that cannot be read"), said
+    assert said.endswith(f"harvest rebuild {output}` lands it again from its raw pages"), said
+
+    rebuilt = runner.invoke(app, ["rebuild", str(output)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",), ("complete",)]

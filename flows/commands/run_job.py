@@ -216,6 +216,8 @@ def _broken(exc: Exception) -> Failed:
         return _prefect_away(str(exc))
     if (said := refused_write(exc, "the run stopped: ")) is not None:  # a write no step made the run's stop
         return said
+    if (then := getattr(exc, "then", None)) is not None:  # what landed stays; this command mends the rest
+        return Failed(f"the run failed: {exc}; `{harvest_line(*then[0])}` {then[1]}", 1)
     return Failed(f"the run failed: {type(exc).__name__}: {exc}", 1)
 
 
