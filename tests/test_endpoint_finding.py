@@ -175,6 +175,32 @@ def test_docs_endpoints_are_the_catalog_written_out(tmp_path: Path) -> None:
     ] == []
 
 
+def test_markdown_never_overwrites_a_file_harvest_did_not_write_and_refuses_a_file_for_its_directory(
+    tmp_path: Path,
+) -> None:
+    """A team's wiki folder with its own README.md: `--markdown` wrote harvest's index over it, not a word.
+    Refused before any page is written; harvest's own pages there are written again (`make docs`)."""
+    theirs = tmp_path / "wiki" / "README.md"
+    theirs.parent.mkdir()
+    theirs.write_text("# Our team's notes\n\nkept for years\n")
+    result = runner.invoke(app, ["endpoints", "--markdown", str(theirs.parent)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: --markdown: {theirs} is not a page harvest wrote"), result.output
+    assert theirs.read_text() == "# Our team's notes\n\nkept for years\n"
+    assert [p.name for p in theirs.parent.iterdir()] == ["README.md"], "nothing written"
+
+    ours = tmp_path / "pages"
+    assert runner.invoke(app, ["endpoints", "--markdown", str(ours)]).exit_code == 0
+    again = runner.invoke(app, ["endpoints", "--markdown", str(ours)])
+    assert again.exit_code == 0 and "wrote 13 pages" in again.output, again.output
+
+    a_file = tmp_path / "notes.md"
+    a_file.write_text("mine")
+    refused = runner.invoke(app, ["endpoints", "--markdown", str(a_file)])
+    assert refused.exit_code == 2 and refused.output.startswith(f"error: --markdown: {a_file} is a file")
+    assert a_file.read_text() == "mine"
+
+
 def test_a_platform_page_holds_parameters_prices_paging_and_tables() -> None:
     page = (DOCS / "video-platform.md").read_text(encoding="utf-8")
     section = page.split("## `/v1/video-platform/video/comments`\n", 1)[1].split("\n## ", 1)[0]

@@ -24,6 +24,7 @@ from harvest.connectors.plurals import counted
 from harvest.flows.commands.endpoint_list import by_platform, endpoint_info, rule_lines
 from harvest.flows.commands.tables_doc import field_meta
 from harvest.flows.console import say
+from harvest.flows.spec import UsageError
 from harvest.tasks.database.record_tables import duckdb_types
 
 INDEX = "README.md"
@@ -58,9 +59,31 @@ def render_pages(catalog: Catalog | None = None) -> dict[str, str]:
     return pages
 
 
+def _refuse_others(directory: Path, names: list[str]) -> None:
+    """Refused before anything is written: `directory` is a file, or holds a file of a page's name (a team's
+    own README.md) that harvest did not write, its GENERATED line not where every page has it. Overwriting it
+    lost someone's file without a word; harvest's own pages are written again, as `make docs` does."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--markdown: {directory} is a file; allowed: a directory (made when missing)")
+    for name in names:
+        page = directory / name
+        if not page.exists():
+            continue
+        try:
+            ours = page.read_text(encoding="utf-8").splitlines()[2:3] == [GENERATED]
+        except (OSError, UnicodeDecodeError):
+            ours = False
+        if not ours:
+            raise UsageError(
+                f"--markdown: {page} is not a page harvest wrote, and would be overwritten; nothing was "
+                "written. Allowed: an empty directory, a new one, or one holding only harvest's pages"
+            )
+
+
 def write_pages(directory: Path, catalog: Catalog | None = None) -> None:
     """The pages written into `directory` (made when missing), a line saying so."""
     pages = render_pages(catalog)
+    _refuse_others(directory, list(pages))
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():
         (directory / name).write_text(text, encoding="utf-8")
