@@ -145,3 +145,33 @@ def test_harvest_sandbox_on_a_port_in_use_says_so_in_one_line_and_serves_nothing
     assert refused.stdout == "" and refused.stderr.splitlines() == [
         f"harvest sandbox: cannot serve on 127.0.0.1:{port}: Address already in use; pick another --port"
     ], refused.stderr
+
+
+@pytest.mark.parametrize("port", ["-1", "70000"])
+def test_harvest_sandbox_refuses_a_port_out_of_range_in_one_line(port: str) -> None:
+    harvest = Path(sys.executable).with_name("harvest")
+    refused = subprocess.run(
+        [str(harvest), "sandbox", "--port", port], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"harvest sandbox: --port {port} is not a port; allowed: 1 to 65535, or 0 for any free one"
+    ], refused.stderr
+
+
+def test_harvest_sandbox_on_port_0_says_the_port_it_serves_on() -> None:
+    """`--port 0` (any free port) said "serving on http://127.0.0.1:0": a URL nothing answers on."""
+    harvest = Path(sys.executable).with_name("harvest")
+    proc = subprocess.Popen(
+        [str(harvest), "sandbox", "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("sandbox serving on http://127.0.0.1:") and ":0 " not in line, line
+        base = line.split()[3]
+        wait_until_serving(f"{base}/v1/credit-balance", proc)
+        assert httpx.get(f"{base}/v1/credit-balance", headers={"x-api-key": "sandbox-key"}).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -21,6 +21,8 @@ from harvest.sandbox import drift_shapes
 from harvest.sandbox.config import Drift, Quirks
 from harvest.sandbox.served_paths import replay_answers
 
+MAX_PORT = 65535
+
 
 def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None], **options: Any) -> None:
     """Serve until interrupted, with what `named` names (drift shapes, `--replay` entries, catalog files, a
@@ -30,6 +32,11 @@ def serve_sandbox(named: tuple[list[str], list[str], Sequence[Path], Path | None
     from harvest.sandbox.wire.serving import serve
 
     drift, replay, catalogs, spec = named
+    if not 0 <= options.get("port", 0) <= MAX_PORT:  # the socket's own refusal was a traceback
+        raise UsageError(
+            f"harvest sandbox: --port {options['port']} is not a port; "
+            f"allowed: 1 to {MAX_PORT}, or 0 for any free one"
+        )
     try:
         declared = sandbox_declarations(catalogs, spec)
     except SpecError as exc:

@@ -75,6 +75,7 @@ def serve(
     cfg = SandboxConfig(api_keys={api_key: credits}, fault_rate=fault_rate, seed=seed, **config)
     app = SandboxApp(cfg)
     sock = _listening(port)  # before "serving" is said: a port another process holds is refused
+    port = sock.getsockname()[1]  # the one bound: `--port 0` asks for any free one
     print(
         f"sandbox serving on http://{LOOPBACK}:{port} (key {api_key!r}, {credits} credits, "
         f"fault rate {fault_rate}, seed {seed}); Ctrl-C to stop",
