@@ -307,8 +307,9 @@ def test_a_rebuild_cut_short_leaves_the_old_database_and_the_runs_waiting_for_a_
     assert rows(layout.db, "SELECT count(DISTINCT run_id), count(*) FROM query_state") == [(4, 4 * 3000)]
 
 
+@pytest.mark.parametrize("damage", ['{"oops": ', "[1, 2]"])
 def test_a_rebuild_over_a_damaged_manifest_keeps_the_database_that_holds_the_run(
-    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
     """A run's `manifest.json` damaged (garbage, cut short) is made again from its journal as unfinished and not
     loaded: a rebuild skipped it and swapped in a database without it, exit 0, its rows gone. Now the rebuild
@@ -317,7 +318,9 @@ def test_a_rebuild_over_a_damaged_manifest_keeps_the_database_that_holds_the_run
     two_nights(tmp_path, output, monkeypatch)
     before = database(output / "harvest.duckdb")
     damaged = sorted((output / "raw").glob("*/manifest.json"))[-1]
-    damaged.write_text('{"oops": ')
+    damaged.write_text(damage)  # cut short, or JSON but no object (a traceback in every command)
+    listed = runner.invoke(app, ["runs", str(output)], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0 and damaged.parent.name in listed.output, listed.output
     result = runner.invoke(app, ["rebuild", str(output)])
     assert result.exit_code == 2, result.output
     assert damaged.parent.name in result.output and "would drop its rows" in result.output, result.output

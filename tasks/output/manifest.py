@@ -238,6 +238,8 @@ def _manifest_json(manifest: RunManifest) -> Iterator[bytes]:
 
 def read_manifest(path: Path) -> RunManifest:
     data = orjson.loads(path.read_bytes())
+    if not isinstance(data, dict):  # JSON, but no manifest (`[1, 2]`): damaged as a cut one is
+        raise ValueError(f"{path}: a JSON {type(data).__name__}, not a manifest's object")
     return RunManifest(**{k: v for k, v in data.items() if k in _FIELDS})
 
 
