@@ -31,6 +31,7 @@ EXIT_CODES = {
     "harvest.connectors.errors.MissingApiKey": 2,
     "harvest.tasks.database.load_settings.LoadSettingError": 2,
     "harvest.tasks.database.connection.DatabaseBusy": 1,
+    "harvest.tasks.database.connection.DamagedDatabase": 1,
     "harvest.tasks.output.parquet_sink.UnreadableParquet": 1,
 }
 """harvest's errors a command may end with (their classes and subclasses), and the exit code of those that

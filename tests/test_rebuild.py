@@ -453,3 +453,26 @@ def test_a_night_after_a_landed_file_was_cut_short_lands_and_names_the_rebuild_t
     rebuilt = runner.invoke(app, ["rebuild", str(output)])
     assert rebuilt.exit_code == 0, rebuilt.output
     assert rows(output / "harvest.duckdb", "SELECT status FROM runs") == [("complete",), ("complete",)]
+
+
+def test_a_database_file_that_is_empty_or_garbage_is_said_by_load_and_made_again_by_rebuild(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`harvest load` over a zero-byte or overwritten `harvest.duckdb` ended with DuckDB's traceback."""
+    output = tmp_path / "out"
+    night(tmp_path, output, 0, monkeypatch)
+    db = output / "harvest.duckdb"
+    videos = "SELECT * FROM short_video_videos ORDER BY ALL"
+    before = rows(db, videos)
+    for damage in (b"", os.urandom(5000)):
+        db.write_bytes(damage)
+        load = runner.invoke(app, ["load", str(output)], env={"COLUMNS": "400"})
+        assert load.exit_code == 1, load.output
+        assert load.output == (
+            f"error: {db} is not a DuckDB database file (empty, cut short or overwritten); "
+            f"`harvest rebuild {output}` makes it again from the landed pages\n"
+        )
+        assert db.read_bytes() == damage, "left as it was"
+    rebuilt = runner.invoke(app, ["rebuild", str(output)])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert rows(db, videos) == before

@@ -24,6 +24,15 @@ from harvest.tasks.database.load_settings import memory_limit, row_group_rows, s
 from harvest.tasks.database.storage_format import attach
 
 
+class DamagedDatabase(RuntimeError):
+    """The database file is not one DuckDB can open (empty, cut short, another file in its place): everything
+    in it comes from the landed Parquet, so `harvest rebuild` makes it again (`then`, `flows.cli_errors`)."""
+
+    def __init__(self, db_path: Path) -> None:
+        super().__init__(f"{db_path} is not a DuckDB database file (empty, cut short or overwritten)")
+        self.then = (("rebuild", db_path.parent), "makes it again from the landed pages")
+
+
 class DatabaseBusy(RuntimeError):
     """The database file is locked by another process; the landed data is safe and the load can be rerun."""
 
@@ -150,6 +159,8 @@ def write_connection(
         if is_lock_error(exc):
             holder = lock_holder(exc) if wait else ""
             raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun, wait, holder) from exc
+        if "not a valid DuckDB database file" in str(exc):
+            raise DamagedDatabase(path) from exc
         raise
     except BaseException:
         con.close()
