@@ -60,11 +60,14 @@ def render_pages(catalog: Catalog | None = None) -> dict[str, str]:
 
 
 def _refuse_others(directory: Path, names: list[str]) -> None:
-    """Refused before anything is written: `directory` is a file, or holds a file of a page's name (a team's
-    own README.md) that harvest did not write, its GENERATED line not where every page has it. Overwriting it
-    lost someone's file without a word; harvest's own pages are written again, as `make docs` does."""
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"--markdown: {directory} is a file; allowed: a directory (made when missing)")
+    """Refused before anything is written: `directory` is a file or under one, or holds a file of a page's name
+    (a team's own README.md) that harvest did not write, its GENERATED line not where every page has it.
+    Overwriting it lost someone's file without a word; harvest's own pages are written again, as `make docs`
+    does."""
+    above = next((p for p in (directory, *directory.parents) if p.exists()), directory)
+    if above.exists() and not above.is_dir():  # below a file, making the directory was a traceback
+        what = f"{directory} is a file" if above == directory else f"{directory} is under {above}, a file"
+        raise UsageError(f"--markdown: {what}; allowed: a directory (made when missing)")
     for name in names:
         page = directory / name
         if not page.exists():

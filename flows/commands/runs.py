@@ -108,13 +108,39 @@ def load(output: Path) -> None:
             console.note(f"run {manifest.run_id} is still unfinished: {resume_hint(manifest, output)}")
 
 
+def _unread_database(layout: OutputLayout, output: Path, rows: list[Any]) -> str | None:
+    """Why no run is in the database although manifests say loaded (it is gone, a directory, damaged), with
+    the rebuild that makes it again; None when it can be read. A manifest says what its load did, not what
+    the file still holds: `loaded yes` over a file no query can read sent users to `harvest sql` for nothing."""
+    from harvest.tasks.database.connection import database_damage
+
+    rebuild = f"`{harvest_line('rebuild', output)}`"
+    if not layout.db.exists():
+        if not any(row.manifest.loaded for row in rows):
+            return None
+        return (
+            f"{layout.db} does not exist although runs were loaded into it: {rebuild} builds it again from "
+            "the raw pages"
+        )
+    if not layout.db.is_file():
+        return (
+            f"{layout.db} is not a file: harvest keeps its DuckDB database there; no run is loaded; move it "
+            f"away, then {rebuild} makes the database again from the landed pages"
+        )
+    if (damage := database_damage(layout.db)) is None:
+        return None
+    return f"{damage}: no run is loaded; {rebuild} makes it again from the landed pages"
+
+
 def runs(output: Path) -> None:
     from harvest.tasks.output.manifest import lowered_budget
     from harvest.tasks.output.run_list import run_rows
 
-    rows = run_rows(OutputLayout(output_directory(output, "runs")))
+    layout = OutputLayout(output_directory(output, "runs"))
+    rows = run_rows(layout)
     if not rows:
         raise Failed(f"no runs found under {output}", 1)
+    unread = _unread_database(layout, output, rows)
     table = console.table(
         "run id", "job", "started", "status", "pages", "credits", "records", "loaded", "service",
         title=f"runs in {output}", right=("pages", "credits", "records"),
@@ -129,10 +155,12 @@ def runs(output: Path) -> None:
         )
         console.add_row(
             table, m.run_id, m.job, m.started[:19], row.state, row.pages, credits,
-            row.records if row.state not in ("running", "killed") else "-", "yes" if m.loaded else "no", m.service,
+            row.records if row.state not in ("running", "killed") else "-", "no" if unread or not m.loaded else "yes",
+            m.service,
         )  # fmt: skip
     console.out.print(table)
-    layout = OutputLayout(output)
+    if unread is not None:
+        console.warning(unread)
     for row in rows:
         if lowered := lowered_budget(row.credits, row.manifest.budget, row.manifest.budget_before):
             console.note(f"run {row.manifest.run_id}: credits spent: {lowered}")

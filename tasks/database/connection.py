@@ -87,6 +87,26 @@ def is_lock_error(exc: BaseException) -> bool:
     return "lock" in str(exc).lower()
 
 
+DAMAGE = ("not a valid DuckDB database file", "Could not read enough bytes from file")
+"""What DuckDB says opening a file that is no database (empty, another file's bytes) or one cut short (a copy
+or a disk that stopped): the header's magic is checked first, the blocks it names are read next."""
+
+
+def is_damage(exc: BaseException) -> bool:
+    return any(said in str(exc) for said in DAMAGE)
+
+
+def database_damage(path: Path) -> DamagedDatabase | None:
+    """Why the database file cannot be read, or None when it opens (or another process holds it, which a
+    read-only open cannot tell from a sound file): what says a run is loaded must not trust a manifest then.
+    Opened read-only, so nothing is written, not even a log."""
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.Error as exc:
+        return DamagedDatabase(path) if is_damage(exc) else None
+    return None
+
+
 def lock_holder(exc: BaseException) -> str:
     """Who holds the file, as DuckDB names it ("Conflicting lock is held in /usr/bin/python3 (PID 123)"), or ""."""
     found = re.search(r"lock is held in (.+?) \(PID (\d+)\)", str(exc))
@@ -159,7 +179,7 @@ def write_connection(
         if is_lock_error(exc):
             holder = lock_holder(exc) if wait else ""
             raise DatabaseBusy(path, data_dir or path.parent / "parquet", rerun, wait, holder) from exc
-        if "not a valid DuckDB database file" in str(exc):
+        if is_damage(exc):
             raise DamagedDatabase(path) from exc
         raise
     except BaseException:
