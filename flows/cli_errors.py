@@ -65,6 +65,17 @@ def or_try_later(exc: BaseException, code: int) -> int:
     return code if said is None else said.exit_code
 
 
+def with_mend(exc: BaseException) -> str | None:
+    """`exc`'s words and, to paste, the command that mends it (its `then`: the command's words, then what it
+    does); None for an error that names none."""
+    then = getattr(exc, "then", None)
+    if then is None:
+        return None
+    from harvest.flows import console
+
+    return f"{exc}; `{console.harvest_line(*then[0])}` {then[1]}"
+
+
 def handled(command: Callable[..., object]) -> Callable[..., object]:
     """`command`, whose failure with one of harvest's errors is said on stderr and becomes its exit code."""
 
@@ -82,8 +93,8 @@ def handled(command: Callable[..., object]) -> Callable[..., object]:
 
             if isinstance(exc, Failed) and exc.plain:
                 console.note(str(exc))
-            elif (then := getattr(exc, "then", None)) is not None:  # the command that mends it, to paste
-                console.error(f"{exc}; `{console.harvest_line(*then[0])}` {then[1]}")
+            elif (mended := with_mend(exc)) is not None:
+                console.error(mended)
             else:
                 console.error(str(exc))
             raise typer.Exit(code) from None

@@ -42,11 +42,17 @@ def landed_output(output: Path, command: str, *, database_will_do: bool = False)
     if not layout.raw_root.is_dir() and not (database_will_do and layout.db.is_file()):
         raise Failed(f"{output}: not a harvest output directory (no raw/); {ALLOWED}")
     if layout.db.exists() and not layout.db.is_file():  # `rebuild`'s move onto it was a traceback
-        raise Failed(
-            f"{layout.db} is not a file: harvest keeps its DuckDB database there; move it away, then "
-            f"`{harvest_line('rebuild', output)}` makes the database again from the landed pages"
-        )
+        raise Failed(not_a_database_file(layout.db))
     return layout
+
+
+def not_a_database_file(db: Path, also: str = "") -> str:
+    """What is said of something other than a file where `harvest.duckdb` belongs (a directory), by every
+    command that reads it, with `also` said before the way out."""
+    return (
+        f"{db} is not a file: harvest keeps its DuckDB database there; {also}move it away, then "
+        f"`{harvest_line('rebuild', db.parent)}` makes the database again from the landed pages"
+    )
 
 
 def _spec_output(path: Path) -> Path | None:

@@ -26,7 +26,7 @@ from rich.text import Text
 from harvest.configs import spec_path
 from harvest.connectors.errors import MissingApiKey
 from harvest.flows import console, stop_signals
-from harvest.flows.cli_errors import Failed, refused_write
+from harvest.flows.cli_errors import Failed, refused_write, with_mend
 from harvest.flows.commands import quick_exit
 from harvest.flows.console import harvest_line, note, runnable
 from harvest.flows.run.run_again import RunAgain
@@ -216,8 +216,8 @@ def _broken(exc: Exception) -> Failed:
         return _prefect_away(str(exc))
     if (said := refused_write(exc, "the run stopped: ")) is not None:  # a write no step made the run's stop
         return said
-    if (then := getattr(exc, "then", None)) is not None:  # what landed stays; this command mends the rest
-        return Failed(f"the run failed: {exc}; `{harvest_line(*then[0])}` {then[1]}", 1)
+    if (mended := with_mend(exc)) is not None:  # what landed stays; the command it names mends the rest
+        return Failed(f"the run failed: {mended}", 1)
     return Failed(f"the run failed: {type(exc).__name__}: {exc}", 1)
 
 

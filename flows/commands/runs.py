@@ -14,7 +14,7 @@ from typing import Any
 from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
-from harvest.flows.commands.output_arg import landed_output, output_directory
+from harvest.flows.commands.output_arg import landed_output, not_a_database_file, output_directory
 from harvest.flows.console import harvest_line
 from harvest.flows.run.run_again import resume_hint
 from harvest.tasks.output.layout import OutputLayout
@@ -123,10 +123,7 @@ def _unread_database(layout: OutputLayout, output: Path, rows: list[Any]) -> str
             "the raw pages"
         )
     if not layout.db.is_file():
-        return (
-            f"{layout.db} is not a file: harvest keeps its DuckDB database there; no run is loaded; move it "
-            f"away, then {rebuild} makes the database again from the landed pages"
-        )
+        return not_a_database_file(layout.db, also="no run is loaded; ")
     if (damage := database_damage(layout.db)) is None:
         return None
     return f"{damage}: no run is loaded; {rebuild} makes it again from the landed pages"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harvest.flows.cli_errors import Failed
-from harvest.flows.commands.output_arg import output_directory
+from harvest.flows.commands.output_arg import not_a_database_file, output_directory
 from harvest.flows.console import add_row, harvest_line, literal, note, out, table, visible
 from harvest.flows.spec import UsageError
 from harvest.tasks.database.connection import quote_literal
@@ -127,10 +127,7 @@ def open_read_only(db: Path) -> duckdb.DuckDBPyConnection:
     import duckdb
 
     if db.exists() and not db.is_file():
-        raise QueryFailed(
-            f"{db} is not a file: harvest keeps its DuckDB database there; move it away, then "
-            f"`{harvest_line('rebuild', db.parent)}` makes the database again from the landed pages"
-        )
+        raise QueryFailed(not_a_database_file(db))
     if not db.is_file():
         raise QueryFailed(f"{db} does not exist: run a job first")
     try:

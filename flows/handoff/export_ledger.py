@@ -69,7 +69,6 @@ def fingerprints(layout: OutputLayout, run: RunManifest) -> dict[str, str]:
         for _, path, _ in run.all_files():
             file = layout.resolve(path)
             out[layout.relative(file)] = _content(con, file) if file.exists() else ""
-        # a file that cannot be read (cut short, damaged) differs from whatever a rebuild lands in its place
     finally:
         con.close()
     return out
@@ -84,7 +83,7 @@ def _content(con: duckdb.DuckDBPyConnection, file: Path) -> str:
             "SELECT count(*), sum(hash(t)) FROM read_parquet(?, hive_partitioning = false) t", [str(file)]
         ).fetchall()  # not fetchone: DuckDB leaves such a result unfinished (`count_rows`)
         return f"{pq.read_schema(file)}|{rows}|{hashes}"
-    except (duckdb.Error, pa.ArrowException) as exc:
+    except (duckdb.Error, pa.ArrowException) as exc:  # cut short, damaged: differs from what a rebuild lands
         return f"unreadable: {exc}"
 
 
