@@ -4,7 +4,7 @@ The user runs `.venv/bin/harvest` without activating anything, from a working di
 with a spec that does not name the service (`--base-url` on the command line) and an output directory given by
 `--output` (a space in it too). Each printed command (the resume after Ctrl-C, twice; the resume `harvest runs`
 prints from the manifest; `--continue` after a budget stop; `load` while DuckDB was held; `rebuild` after the
-database was lost; the demo's `sql` and Python lines) is taken from harvest's output exactly as printed and run
+database was lost, overwritten, or a landed file cut short; the demo's `sql` and Python lines) is taken from harvest's output exactly as printed and run
 with `bash -c` in an environment holding only PATH, HOME and the key, from the user's directory; each must do
 what its line says. Prefect: the API of the test session's server, written in HOME's Prefect profile as a user
 with a Prefect server has it (the environment stays clean).
@@ -20,6 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from harvest.sandbox.config import FaultKind, SandboxConfig
@@ -79,6 +80,10 @@ def printed(text: str, ending: str) -> str:
     return found[0]
 
 
+def pq_rows(path: Path) -> list[dict[str, Any]]:
+    return pq.read_table(path).to_pylist()
+
+
 def manifests(output: Path) -> list[Any]:
     from harvest.tasks.output.layout import OutputLayout
     from harvest.tasks.output.manifest import all_manifests
@@ -116,6 +121,16 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
         asked = typed(cwd, home, "load", "out dir")
         rebuild = printed(asked.stderr, " builds it again from the raw pages")
         rebuilt = pasted(rebuild, cwd, home)
+
+        (output / "harvest.duckdb").write_bytes(b"not a database")  # overwritten by a stray copy
+        garbled = typed(cwd, home, "load", "out dir")
+        remake = printed(garbled.stderr, " makes it again from the landed pages")
+        remade = pasted(remake, cwd, home)
+        cut = sorted((output / "parquet").rglob("*.parquet"))[0]  # a copy stopped halfway
+        cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+        exported = typed(cwd, home, "export", "out dir", "--to", "lake")
+        reland = printed(exported.stderr, " lands it again from its raw pages")
+        relanded = pasted(reland, cwd, home)
         paid = [e for e in data_entries(sb) if e.path == PINS]
     assert code1 == 130, err1
     assert resume == (
@@ -136,6 +151,11 @@ def test_resume_continue_load_and_rebuild_work_as_printed_in_a_clean_shell(
     assert loaded.returncode == 0 and "loaded run" in loaded.stdout, loaded.stdout + loaded.stderr
     assert rebuild == ".venv/bin/harvest rebuild 'out dir'", asked.stderr
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert garbled.returncode == 1 and remake == rebuild, garbled.stderr
+    assert remade.returncode == 0, remade.stdout + remade.stderr
+    assert exported.returncode == 1 and reland == rebuild, exported.stderr
+    assert relanded.returncode == 0, relanded.stdout + relanded.stderr
+    assert len(pq_rows(cut)) > 0  # landed again, whole
 
     stopped, chained = sorted(manifests(output), key=lambda m: m.started)
     assert stopped.status == "budget_exhausted" and stopped.resumes == 2 and stopped.credits_spent == 20

@@ -367,12 +367,80 @@ def test_a_rebuild_keeps_the_tables_and_views_an_analyst_made_and_names_what_it_
     before = database(db)
     result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
-    assert "kept your own tables and views: mine.picks, notes, top_two, top_videos" in result.output
+    assert (
+        "kept what you made in the database: tables mine.picks, notes; views top_two, top_videos"
+        in result.output
+    )
     assert "not in the rebuilt database: table old_kind" in result.output, result.output
     del before["old_kind"]
     assert database(db) == before
     with pytest.raises(duckdb.ConstraintException):  # the key came with the table
         duckdb.connect(str(db)).execute("INSERT INTO notes (id) VALUES (1)")
+
+
+def test_a_rebuild_keeps_an_analyst_s_sequences_types_macros_and_indexes_with_the_tables_that_use_them(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table numbered by the analyst's sequence (or typed by their enum) could not be made again without
+    it: DuckDB's error was taken for an unreadable old database, and the rebuild exited 0 having dropped it and
+    every table after it without a word. Their macros (a default argument too) and indexes were dropped
+    always. Now each comes back as it was, the sequence counting on from where it stood."""
+    output = tmp_path / "out"
+    night(tmp_path, output, 0, monkeypatch)
+    db = output / "harvest.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute(
+        "CREATE TYPE verdict AS ENUM ('keep', 'drop'); CREATE SEQUENCE note_ids START 100;"
+        "CREATE TABLE notes (id INTEGER DEFAULT nextval('note_ids'), aweme_id VARCHAR, verdict verdict);"
+        "INSERT INTO notes (aweme_id, verdict) SELECT aweme_id, 'keep' FROM short_video_videos LIMIT 2;"
+        "CREATE INDEX notes_by_video ON notes (aweme_id);"
+        "CREATE INDEX videos_by_author ON short_video_videos (author_uid);"
+        "CREATE MACRO scaled(x, factor := 10) AS x * factor;"
+        "CREATE MACRO kept_notes() AS TABLE SELECT * FROM notes WHERE verdict = 'keep';"
+        "CREATE TABLE zz_last (n INTEGER); INSERT INTO zz_last VALUES (1);"
+    )
+    con.close()
+    before = database(db)
+    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    kept = "kept what you made in the database: tables notes, zz_last; types verdict; sequences note_ids; "
+    assert kept + "macros kept_notes, scaled; indexes notes_by_video, videos_by_author" in result.output
+    assert "not in the rebuilt database" not in result.output, result.output
+    assert database(db) == before
+    con = duckdb.connect(str(db))
+    con.execute("INSERT INTO notes (aweme_id, verdict) VALUES ('x', 'drop')")
+    assert con.execute("SELECT max(id), scaled(2), count(*) FROM notes").fetchone() == (102, 20, 3)
+    assert con.execute("SELECT count(*) FROM kept_notes()").fetchone() == (2,)
+    indexes = "SELECT index_name FROM duckdb_indexes() ORDER BY 1"
+    assert con.execute(indexes).fetchall() == [("notes_by_video",), ("videos_by_author",)]
+    with pytest.raises(duckdb.ConversionException):  # the enum came with the table
+        con.execute("INSERT INTO notes (verdict) VALUES ('maybe')")
+
+
+def test_a_rebuild_keeps_an_analyst_s_tables_when_one_refers_to_harvest_s_and_names_what_it_cannot_carry(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table of the analyst's with a foreign key to harvest's `runs` keeps DuckDB from copying the user's
+    definitions apart from harvest's: the tables still come, one by one with their rows (a generated column
+    made again, not copied), and the macro that could not is named in a warning, not dropped without a word."""
+    output = tmp_path / "out"
+    night(tmp_path, output, 0, monkeypatch)
+    db = output / "harvest.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute(
+        "CREATE TABLE run_notes (run_id VARCHAR REFERENCES runs (run_id), note VARCHAR);"
+        "INSERT INTO run_notes SELECT run_id, 'checked' FROM runs;"
+        "CREATE MACRO scaled(x) AS x * 10;"
+        "CREATE TABLE doubled (n INTEGER, twice INTEGER GENERATED ALWAYS AS (n * 2));"
+        "INSERT INTO doubled (n) VALUES (1), (2);"
+    )
+    con.close()
+    before = database(db)
+    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert "kept what you made in the database: tables doubled, run_notes" in result.output, result.output
+    assert "not in the rebuilt database: macros scaled: could not be made again" in result.output
+    assert database(db) == before
 
 
 def test_a_landed_parquet_file_cut_short_is_said_by_load_and_export_and_landed_again_by_rebuild(
@@ -473,6 +541,8 @@ def test_a_database_file_that_is_empty_or_garbage_is_said_by_load_and_made_again
             f"`harvest rebuild {output}` makes it again from the landed pages\n"
         )
         assert db.read_bytes() == damage, "left as it was"
-    rebuilt = runner.invoke(app, ["rebuild", str(output)])
+    rebuilt = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "400"})
     assert rebuilt.exit_code == 0, rebuilt.output
     assert rows(db, videos) == before
+    said = "not in the rebuilt database: nothing carried from the old harvest.duckdb (IO Error: "
+    assert said in rebuilt.output and "any table, view or macro you made in it" in rebuilt.output

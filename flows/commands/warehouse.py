@@ -32,7 +32,7 @@ def rebuild(output: Path, run_id: str | None, spec: JobSpec | None = None) -> No
         console.add_row(rows, name, n)
     console.out.print(rows)
     if report.kept:
-        console.note(f"kept your own tables and views: {', '.join(sorted(report.kept))}")
+        console.note(f"kept what you made in the database: {report.kept}")
     for line in report.lost:
         console.warning(f"not in the rebuilt database: {line}")
     for line in report.lacking:  # last, where a reader looks: the rebuild is not whole

@@ -67,8 +67,8 @@ class RebuildReport:
     """Runs loaded into the new database (every finished run)."""
     skipped: list[str] = field(default_factory=list)
     """Runs left alone, with why (a killed run still to resume)."""
-    kept: list[str] = field(default_factory=list)
-    """The user's own tables and views, carried into the new database (`users_objects`)."""
+    kept: str = ""
+    """What the user made in the old database, carried into the new one, by kind (`users_objects`)."""
     lost: list[str] = field(default_factory=list)
     """Tables and views of the old database the new one lacks, with why: said as warnings."""
     lacking: list[str] = field(default_factory=list)
@@ -371,12 +371,16 @@ def _carry_over(layout: OutputLayout, fresh: Path, report: RebuildReport) -> Non
                     f"SELECT DISTINCT * FROM old.{quote_ident(table)}"
                 )
         carried = carry_users_objects(con)
-        report.kept, report.lost = carried.kept, carried.lost
+        report.kept, report.lost = carried.said(), carried.lost
     except (
         duckdb.Error
     ) as exc:  # the old database is unreadable (that may be why we rebuild): nothing carried
         if as_machine_fault(exc, fresh) is not None:  # but a full disk would drop the exports' record
             raise
         _refuse_held(layout, exc)  # and so would a file another process took meanwhile
+        report.lost.append(  # said: a user's work in a file that reads in part goes with it
+            f"nothing carried from the old {layout.db.name} ({str(exc).splitlines()[0]}): the record of what "
+            "was exported, and any table, view or macro you made in it"
+        )
     finally:
         con.close()
