@@ -267,6 +267,7 @@ def _summary(
         query_id=out.query_id, endpoint=out.endpoint, status=out.status, pages=out.pages, records=out.records,
         credits=out.credits, next_cursor=out.next_cursor, error=out.error, cap_below_price=out.cap_below_price,
         refused_for_good=out.refused_for_good, capped=out.capped, asks=spec.asks, earlier=spec.earlier,
+        pages_before=spec.pages_before,
         sent=pager.start.sent,
         files=layout.listed(files),
         extraction=out.extraction.as_dict(),

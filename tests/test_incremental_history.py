@@ -28,9 +28,12 @@ from tests.endpoints import (
     CREATIVE,
     CREATIVE_DETAIL,
     FEED,
+    FORUM,
+    PINS,
     POST,
     PROFILE,
     REELS,
+    SHORT_COMMENTS,
     VIDEO_COMMENTS,
 )
 from tests.flow_helpers import (
@@ -245,6 +248,74 @@ def test_an_incremental_rerun_pays_dependents_only_for_what_it_did_not_collect(
     assert key_set(output / "harvest.duckdb", "creative_material_details") == materials
 
 
+@pytest.mark.parametrize(
+    "runner",
+    [{"kind": "local"}, pytest.param({"kind": "dask", "round_pages": 2}, marks=pytest.mark.scenario)],
+    ids=["local", "dask"],
+)
+def test_a_dependent_a_budget_stopped_goes_on_the_next_night_at_its_cursor_paying_no_page_twice(
+    prefect_harness: None,
+    tmp_path: Path,
+    api_key: str,
+    runner: dict[str, Any],
+    request: pytest.FixtureRequest,
+) -> None:
+    """A profile's videos (incremental), each video's comments over 4 pages: the night's budget stopped some
+    videos' comments pages in. The next plain night asked their comments from the first page again
+    (paid twice, and a listing longer than a night's budget never ended); it goes on at the cursor kept, so
+    three nights pay each page once and hold every comment. A `max_pages` counts the pages of every night."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PROFILE: (1, 1), SHORT_COMMENTS: (4, 4)}, page_size=5
+    )  # fmt: skip
+    if runner["kind"] == "dask":  # in Dask rounds too, on the shared cluster (`tests.fixtures_dask`)
+        runner = {**runner, "address": request.getfixturevalue("dask_address")}
+    comments = {
+        "id": "comments",
+        "endpoint": SHORT_COMMENTS,
+        "for_each": {"url": {"from": "videos", "field": "url"}},
+    }
+    videos = {"id": "videos", "endpoint": PROFILE, "params": NASA, "incremental": True}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = {**job(sb.base_url, output, [videos, comments]), "runner": runner}
+        path = write_spec(tmp_path, {**spec, "concurrency": 1})
+        nights = [run_flow(path, budget=7), run_flow(path, budget=3), run_flow(path, budget=20)]
+        paid = [e for e in data_entries(sb) if e.path == SHORT_COMMENTS]
+        capped = write_spec(tmp_path, {**spec, "concurrency": 1, "output": str(tmp_path / "capped"),
+                                       "queries": [videos, {**comments, "max_pages": 3}]}, "capped.yaml")  # fmt: skip
+        before = len(data_entries(sb))
+        capped_nights = [run_flow(capped, budget=6), run_flow(capped, budget=20)]
+        capped_paid = [e for e in data_entries(sb)[before:] if e.path == SHORT_COMMENTS]
+    urls = {u for (u,) in rows(output / "harvest.duckdb", "SELECT url FROM short_video_videos")}
+    assert [n.status for n in nights] == ["budget_exhausted", "budget_exhausted", "complete"]
+    assert len(urls) == 3 and paid_twice(paid) == 0 and len(paid) == 3 * 4  # every page of every video once
+    partway = [q for q in nights[0].queries if q["query_id"].startswith("comments[") and 0 < q["pages"] < 4]
+    assert partway and all(q["status"] == "budget_exhausted" for q in partway), nights[0].queries
+    assert (
+        pages_by_query(nights) == dict.fromkeys(pages_by_query(nights), 4)
+        and len(pages_by_query(nights)) == 3
+    )
+    expected = set(
+        expected_keys([(SHORT_COMMENTS, {"url": u}) for u in urls], config)["short_video_comments"]
+    )
+    assert (
+        len(key_set(output / "harvest.duckdb", "short_video_comments")) == len(expected) > 0
+    )  # every comment
+    assert (
+        paid_twice(capped_paid) == 0 and len(capped_paid) == 3 * 3
+    )  # at most 3 pages of each, over both nights
+    assert capped_nights[1].status == "complete", capped_nights[1].queries
+    assert set(pages_by_query(capped_nights).values()) == {3}
+
+
+def pages_by_query(nights: list[Any]) -> Counter[str]:
+    """The pages each dependent query paid over the nights."""
+    out: Counter[str] = Counter()
+    for n in nights:
+        out.update({q["query_id"]: q["pages"] for q in n.queries if q["query_id"].startswith("comments[")})
+    return out
+
+
 @pytest.mark.scenario
 def test_a_night_while_a_notebook_holds_the_database_pays_what_a_night_with_it_free_would(
     prefect_harness: None, tmp_path: Path, api_key: str
@@ -391,6 +462,131 @@ def _plan(spec: Path, *options: str) -> tuple[int, str]:
 
 def _figures(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("worst case: "))
+
+
+def test_the_plan_expects_the_worst_case_of_dependents_when_a_fan_out_value_was_added_to_their_parent(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Two accounts' feeds (incremental), each post's thread; a third account added to the fan-out: its first
+    pass finds every post new and starts a thread each, but the plan expected the threads of the nights before
+    (new posts only: none), and a budget sized by `--check-expected` came up short without a word."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (2, 2)}, page_size=5)
+    threads = {"id": "threads", "endpoint": THREAD, "for_each": {"url": {"from": "feed", "field": "uri"}}}
+    output = tmp_path / "out"
+
+    def feed(*handles: str) -> dict[str, Any]:
+        return {
+            "id": "feed",
+            "endpoint": FEED,
+            "incremental": True,
+            "max_pages": 2,
+            "for_each": {"handle": list(handles)},
+        }
+
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, [feed("nasa", "esa"), threads]))
+        nights = [run_flow(spec), run_flow(spec)]
+        code, before = _plan(spec, "--budget", "10", "--check-expected")
+        grown = write_spec(
+            tmp_path, job(sb.base_url, output, [feed("nasa", "esa", "jaxa"), threads]), "grown.yaml"
+        )
+        grown_code, grown_plan = _plan(grown, "--budget", "10", "--check-expected")
+        third = run_flow(grown, budget=100)
+    assert nights[1].credits_spent == 2 and code == 0, before  # a head page each, no new post: no thread
+    assert grown_code == 3, grown_plan  # the budget of 10 does not cover the new account's night
+    row = next(line for line in grown_plan.splitlines() if line.startswith("│ threads[url=*]"))
+    assert row.split("│")[3:5] == ["  unknown ", "  unbounded "], grown_plan  # its worst case: not 0
+    assert third.credits_spent > 10
+
+
+def test_a_job_renamed_in_its_spec_is_told_its_first_run_goes_on_from_nothing_the_old_name_collected(
+    prefect_api_url: str, tmp_path: Path, api_key: str
+) -> None:
+    """A team renamed its nightly job (`name:`) and kept the output: the next night paid every page again (an
+    incremental query pages fully for a job with no runs), without a word. Its first run says so and how to go
+    on from the old runs; its second says nothing."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = job(sb.base_url, output)
+        old = write_spec(tmp_path, spec)
+        renamed = write_spec(tmp_path, {**spec, "name": "incremental-v2"}, "renamed.yaml")
+        said = [finish(start_run(path, tmp_path, prefect_api_url)) for path in (old, old, renamed, renamed)]
+    assert [code for code, _, _ in said] == [0, 0, 0, 0], said
+    warning = (
+        f"{output} holds runs of job 'incremental' but none of job 'incremental-v2': this run goes on from"
+    )
+    assert [warning in err for _, _, err in said] == [False, False, True, False], said[2][2]
+    assert "setting it back goes on from those runs" in said[2][2]
+
+
+def test_a_full_night_a_fan_out_cap_stopped_leaves_the_dependents_it_never_started_collected(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Every post's thread collected; then a `--full` night (as the docs suggest now and then) whose fan-out cap
+    stopped the threads after 4: the threads it never started counted as never collected, and the next plain
+    nights paid for them again, each collected before. They stay collected: the next night pays its head page."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (2, 2)}, page_size=5)
+    feed = {"id": "feed", "endpoint": FEED, "params": {"handle": "nasa"}, "incremental": True}
+    threads = {"id": "threads", "endpoint": THREAD, "for_each": {"url": {"from": "feed", "field": "uri"}}}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, [feed, threads]))
+        capped = {**threads, "max_credits_total": 4}
+        capped_spec = write_spec(tmp_path, job(sb.base_url, output, [feed, capped]), "capped.yaml")
+        first = run_flow(spec)
+        full = run_flow(capped_spec, full=True)
+        after = [run_flow(capped_spec), run_flow(capped_spec)]
+    posts = len(expected_keys([(FEED, {"handle": "nasa"})], config)["microblog_b_posts"])
+    assert first.status == "complete" and first.credits_spent == 2 + posts
+    started = [q for q in full.queries if q["query_id"].startswith("threads[") and q["pages"]]
+    assert len(started) == 4 and full.credits_spent == 2 + 4, full.queries
+    assert [n.credits_spent for n in after] == [1, 1], [n.queries for n in after]  # the head page alone
+
+
+def test_the_plan_does_not_learn_a_plain_night_from_a_full_one(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """An incremental feed and each post's thread: after a `--full` night (every page, every thread again) the
+    plan expected the next plain night to cost the average of it and the plain night before; a plain night
+    pays the head page. It learns from plain nights only."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={FEED: (2, 2)}, page_size=5)
+    feed = {"id": "feed", "endpoint": FEED, "params": {"handle": "nasa"}, "incremental": True, "max_pages": 2}
+    threads = {"id": "threads", "endpoint": THREAD, "for_each": {"url": {"from": "feed", "field": "uri"}}}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, [feed, threads]))
+        nights = [run_flow(spec), run_flow(spec), run_flow(spec, full=True)]
+        _, planned = _plan(spec)
+        plain = run_flow(spec)
+    assert [n.credits_spent for n in nights[1:]] == [1, nights[0].credits_spent] and plain.credits_spent == 1
+    assert "expected: 1 (learned from the job's last nights)" in _figures(planned), planned
+
+
+def test_the_plan_learns_a_query_s_nights_only_from_what_it_asks_now_and_never_past_its_worst_case(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """Nights of a pin search capped at 3 pages: with the cap lowered to 2 the plan expected 3 against a worst
+    case of 2; with a forum search under the same id it expected what the pin search paid (3), where that
+    search's nights say nothing (its worst case is unbounded: unknown); nor do a search's for other words."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)})
+    pins = {"id": "search", "endpoint": PINS, "params": {"query": "oak desk"}, "max_pages": 3}
+    forum = {"subreddit": "running", "query": "shoes", "sort": "new", "timeframe": "all"}
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, [pins]))
+        nights = [run_flow(spec), run_flow(spec)]
+        lowered = write_spec(tmp_path, job(sb.base_url, output, [{**pins, "max_pages": 2}]), "lowered.yaml")
+        searched = {"id": "search", "endpoint": FORUM, "params": forum}
+        other = write_spec(tmp_path, job(sb.base_url, output, [searched]), "forum.yaml")
+        raised = write_spec(tmp_path, job(sb.base_url, output, [{**pins, "max_pages": 5}]), "raised.yaml")
+        words = {**pins, "max_pages": 5, "params": {"query": "pine shelf"}}
+        reworded = write_spec(tmp_path, job(sb.base_url, output, [words]), "reworded.yaml")
+    assert [n.credits_spent for n in nights] == [3, 3]
+    assert _figures(_plan(spec)[1]).startswith("worst case: 3; expected: 3 (learned")
+    assert _figures(_plan(lowered)[1]).startswith("worst case: 2; expected: 2 (learned"), _plan(lowered)[1]
+    assert _figures(_plan(other)[1]).startswith("worst case: unbounded; expected: unknown"), _plan(other)[1]
+    assert _figures(_plan(raised)[1]).startswith("worst case: 5; expected: 3 (learned")  # the same search
+    assert _figures(_plan(reworded)[1]).startswith("worst case: 5; expected: 5 ("), _plan(reworded)[1]
 
 
 @pytest.mark.scenario

@@ -211,6 +211,28 @@ def test_a_query_s_max_pages_holds_across_the_nights_that_continue_it(
     assert [q["status"] for q in nights[2].queries] == ["max_pages"]
 
 
+def test_a_max_pages_added_to_the_spec_before_a_continue_holds_across_the_chain(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A night the budget stopped after 2 pages; the team then caps the query at 3 pages and continues: the
+    continued run read the cap as its journal had it (none) and paged the rest of the listing, 8 pages in all.
+    The spec's cap now holds over the chain, as a `max_credits` changed since does: 1 page more."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (8, 8)}, page_size=3)
+    output = tmp_path / "out"
+    query = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [query]))
+        first = run_flow(spec, budget=2)
+        capped = write_spec(
+            tmp_path, spec_of(sb.base_url, output, [{**query, "max_pages": 3}]), "capped.yaml"
+        )
+        continued = run_flow(capped, budget=100, mode="continue")
+        entries = data_entries(sb)
+    assert first.status == "budget_exhausted" and first.queries[0]["pages"] == 2, first
+    assert [(q["status"], q["pages"]) for q in continued.queries] == [("max_pages", 1)], continued.queries
+    assert len(entries) == 3 and paid_twice(entries) == 0
+
+
 def test_a_page_damaged_on_both_tries_is_asked_for_by_continue_though_max_pages_is_1(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:

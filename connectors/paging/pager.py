@@ -98,6 +98,8 @@ class QuerySpec:
     earlier: bool = False
     """A dependent started for a parent record an earlier run found (`flows.run.coverage.dependents_left`), not
     one this run's pages found: the plan leaves it out of what a night costs."""
+    pages_before: int = 0
+    """Pages earlier nights paid of it before its `start_cursor` (`Coverage.picked_up`), out of `max_pages`."""
 
     def as_dict(self) -> dict[str, Any]:
         """Its fields, shallow: `dataclasses.asdict` deep-copies, 9% of a 10,000-query run's CPU."""

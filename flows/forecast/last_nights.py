@@ -56,6 +56,8 @@ class _Night:
 
     run_id: str
     queries: Mapping[str, Mapping[str, Any]]
+    full: bool = False
+    """`--full`: its incremental queries paged fully and every dependent ran again, as a plain night does not."""
 
 
 def recent_runs(layout: OutputLayout, job: str) -> Iterator[RunManifest]:
@@ -68,13 +70,15 @@ def recent_runs(layout: OutputLayout, job: str) -> Iterator[RunManifest]:
         yield head.manifest()
 
 
-READ = ("status", "credits", "pages", "history", "earlier")
+READ = ("status", "credits", "pages", "history", "earlier", "endpoint", "asks")
 """What the forecast reads of a query's summary: a night keeps these, not the summaries (twelve nights of a
 nightly job of 20,000 dependent queries held whole were ~0.9 GB for `harvest plan`)."""
 
 
 def _night(run: RunManifest) -> _Night:
-    return _Night(run.run_id, {q["query_id"]: {k: q[k] for k in READ if k in q} for q in run.queries})
+    return _Night(
+        run.run_id, {q["query_id"]: {k: q[k] for k in READ if k in q} for q in run.queries}, run.full
+    )
 
 
 def expected_costs(
@@ -87,12 +91,48 @@ def expected_costs(
     parent_of = {dep.template_id: dep.parent for dep in plan.dependents}
     out: dict[str, ExpectedCost] = {}
     for line in plan.lines:
-        if line.dependent:
+        if line.dependent and nights and (new := _unlearned(parent_of[line.group], plan, out)):
+            found = ExpectedCost(line.worst_case, f"{new} with no night to learn from: the worst case")
+        elif line.dependent:
             backlog = None if earlier is None else earlier.get(line.group)
-            out[line.query_id] = _dependent(line, parent_of[line.group], plan, nights, backlog)
+            found = _dependent(line, parent_of[line.group], plan, nights, backlog)
         else:
-            out[line.query_id] = _planned(line, line.group in plan.incremental, nights)
+            asked = [_Night(n.run_id, _asking(line, n.queries), n.full) for n in nights]
+            found = _planned(line, line.group in plan.incremental, asked)
+        out[line.query_id] = _at_most_worst(line, found)
     return out
+
+
+def _unlearned(parent: str, plan: Plan, out: Mapping[str, ExpectedCost]) -> str:
+    """The parent's lines with no night to learn from (a `for_each` value added since: its first pass finds
+    every record new, and each starts a dependent): its dependents' nights say nothing of that. Empty: none."""
+    new = [
+        p.query_id
+        for p in plan.lines
+        if p.group == parent and p.query_id in out and not out[p.query_id].learned
+    ]
+    return ", ".join(new[:3]) + (f" and {len(new) - 3} more" if len(new) > 3 else "")
+
+
+def _asking(line: CostLine, queries: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
+    """A night's summaries, less the line's query where that night asked something else under its id (another
+    endpoint, or parameters: `asks`, absent from older manifests): what a pin search paid says nothing of the
+    forum search the spec asks now, nor what a search for other words paid."""
+    summary = queries.get(line.query_id)
+    if summary is None:
+        return queries
+    asked = summary.get("asks")
+    same = asked is None or line.asks is None or asked == line.asks
+    if same and summary.get("endpoint", line.endpoint) == line.endpoint:
+        return queries
+    return {q: s for q, s in queries.items() if q != line.query_id}
+
+
+def _at_most_worst(line: CostLine, expected: ExpectedCost) -> ExpectedCost:
+    """Never above what the spec allows now (a `max_pages` lowered since those nights)."""
+    if expected.credits is None or line.worst_case is None or expected.credits <= line.worst_case:
+        return expected
+    return ExpectedCost(line.worst_case, f"{expected.basis}, at most the worst case", expected.learned)
 
 
 def _worst(line: CostLine) -> ExpectedCost:
@@ -117,6 +157,8 @@ def _learning(query_id: str, incremental: bool, night: int, nights: Sequence[_Ni
         return False
     if not incremental:
         return True
+    if nights[night].full:
+        return False  # it paged fully: no plain night does
     before = next((n.queries[query_id] for n in nights[night + 1 :] if query_id in n.queries), None)
     return before is not None and _complete_after(before)
 
@@ -173,6 +215,8 @@ def _dependent(
     parent_incremental = parent in plan.incremental
     paid: list[int] = []
     for n, night in enumerate(nights):
+        if night.full and root_of(parent, plan) in plan.incremental:
+            continue  # every dependent ran again: no plain night does
         if not _parents_learning(parent, plan, n, nights):
             continue
         mine = [q for q_id, q in night.queries.items() if base_id(q_id) == line.group]

@@ -44,7 +44,7 @@ from harvest.tasks.output.job_lock import JobLock
 from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.machine_fault import MachineFault, as_machine_fault
-from harvest.tasks.output.manifest import RunManifest, write_manifest
+from harvest.tasks.output.manifest import RunManifest, run_heads, write_manifest
 from harvest.tasks.output.parquet_sink import MultiTableSink
 from harvest.tasks.output.query_summary import QuerySummary, history_fields
 from harvest.tasks.output.raw_store import RawIndex
@@ -112,7 +112,7 @@ def _abandoned(
         records=start.records, credits=journal.spent.get(spec.query_id, 0),
         next_cursor=None if start.ended else start.cursor,
         error="the run was abandoned (--fresh) while this query was running",
-        extraction=start.extraction.as_dict(),
+        extraction=start.extraction.as_dict(), pages_before=spec.pages_before,
         raw_file=layout.relative(where[-1][0] if where else layout.raw_file(run_id, spec.query_id)),
         **history_fields(spec, start, start.ended or "abandoned", None if start.ended else start.cursor),
     ).as_dict()  # fmt: skip
@@ -203,8 +203,23 @@ def _begin(
         if spec.runner.kind == "dask":  # a flow retry of a merged run: its kept queries' files are no more
             land_kept_again(layout, manifest, start.ended, start.own.started, spec.endpoints())
     else:
+        _say_first_of_job(layout, spec.name)
         manifest = _new(spec, plan_key(spec), service, start, flow_run_id, budget, spec_file)
     return Begun(start, manifest, abandoned)
+
+
+def _say_first_of_job(layout: OutputLayout, job: str) -> None:
+    """A job's first run in an output that holds other jobs' runs: a job renamed in its spec (`name:`) starts
+    over there without a word, paying again for all its earlier runs collected."""
+    heads = run_heads(layout)
+    others = sorted({h.job for h in heads} - {job})
+    if others and not any(h.job == job for h in heads):
+        log.warning(
+            "%s holds runs of job %s but none of job %r: this run goes on from nothing they collected "
+            "(incremental queries page fully, dependents start for every record). If the spec's `name:` was "
+            "changed, setting it back goes on from those runs",
+            layout.root, ", ".join(repr(o) for o in others[:5]), job,
+        )  # fmt: skip
 
 
 async def ready_to_pay(

@@ -65,6 +65,8 @@ class SpecCaps:
 
     each: Mapping[str, int | None] = field(default_factory=dict)
     total: Mapping[str, int] = field(default_factory=dict)
+    pages: Mapping[str, int | None] = field(default_factory=dict)
+    """Each query's `max_pages` as the spec says it now: one added or lowered since the chain began holds it."""
 
     @classmethod
     def of(cls, queries: Iterable[Any]) -> SpecCaps:
@@ -73,6 +75,7 @@ class SpecCaps:
         return cls(
             {q.query_id: q.max_credits for q in queries},
             {q.query_id: q.max_credits_total for q in queries if q.max_credits_total is not None},
+            {q.query_id: q.max_pages for q in queries},
         )
 
 
@@ -111,7 +114,9 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest], caps: SpecCaps | 
         elif qid in specs:
             spec = {**specs[qid], "start_cursor": summary.get("next_cursor"), "resume": False}
             spec["follow_state"] = summary.get("follow_state")  # follow-up requests it had waiting
-            if (pages := first[qid].get("max_pages")) is not None:  # it pages what the chain has not yet
+            pages = first[qid].get("max_pages")
+            pages = pages if caps is None else caps.pages.get(base_id(qid), pages)
+            if pages is not None:  # it pages what the chain has not yet
                 spec["max_pages"] = max(0, int(pages) - paged[qid])
             credits = left.query(qid, first[qid].get("max_credits"), summary.get("capped"))
             if credits == 0 or (summary.get("capped") == "max_credits_total" and not left.fanout(qid)):

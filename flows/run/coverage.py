@@ -12,6 +12,10 @@ rebuilt database. Two things are derived:
   parent that an incremental run need not pay for again while they ask the same (`Coverage.has_collected`; a
   dependent whose spec changed its endpoint or a parameter under the same id asks anew); the parent's other
   earlier records start theirs from the database (`dependents_left`).
+- **left off**: query ids whose newest run stopped them with a cursor kept (a budget stop, a failure, a kill),
+  with what they asked and how many pages of their listing the nights paid: such a dependent of an
+  incremental parent is picked up at that cursor by the next incremental night (`Coverage.picked_up`), not
+  paid again from its first page.
 
 Runs written before histories were recorded (no `history` in a query's summary) are read from statuses:
 `complete` closes a history, `caught_up` keeps it as it was (that rerun may have stopped on items of an
@@ -30,7 +34,7 @@ from harvest.connectors.paging.known_items import History
 from harvest.connectors.paging.pager import QuerySpec
 from harvest.flows.run.plan import DependentQuery, instantiate
 from harvest.tasks.database.known_keys import parent_values
-from harvest.tasks.output.manifest import RunManifest
+from harvest.tasks.output.manifest import CONTINUABLE, RunManifest
 
 COLLECTED = frozenset({"complete", "caught_up", "not_found", "max_pages"})
 """Statuses of a query whose data was collected (the others stopped early: budget, failure, a killed run)."""
@@ -45,11 +49,44 @@ class QueryHistory:
     """The run in which the history last became complete; None: never."""
 
 
+@dataclass(frozen=True)
+class LeftOff:
+    """Where a query's newest run stopped it, to be asked again from there."""
+
+    endpoint: str
+    asks: str | None
+    cursor: Cursor | None
+    follow_state: dict[str, Any] | None
+    pages: int
+    """Pages of its listing paid up to the cursor, over the nights that went on from one another."""
+
+
 @dataclass
 class Coverage:
     histories: dict[str, QueryHistory] = field(default_factory=dict)
     collected: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Query id -> (endpoint, `QuerySummary.asks`) of its newest collecting run."""
+    left_off: dict[str, LeftOff] = field(default_factory=dict)
+
+    def picked_up(self, child: QuerySpec) -> QuerySpec | None:
+        """A dependent query an earlier night stopped with its cursor kept, from that cursor (its `max_pages`
+        less what the nights paid of it; None: that used it up), as asked now: from its first page when it asks
+        something else now. Asked again from the top, a thread a budget stopped 24 pages in paid those 24
+        pages again every night, and one longer than a night's budget never ended."""
+        left = self.left_off.get(child.query_id)
+        if left is None or left.endpoint != child.endpoint:
+            return child
+        if left.asks is not None and child.asks is not None and left.asks != child.asks:
+            return child
+        pages = child.max_pages
+        if pages is not None:
+            if pages <= left.pages:
+                return None
+            pages -= left.pages
+        return replace(
+            child, start_cursor=left.cursor, follow_state=left.follow_state, pages_before=left.pages,
+            max_pages=pages,
+        )  # fmt: skip
 
     def has_collected(self, query: QuerySpec) -> bool:
         """Whether an earlier run collected `query` asking what it asks now (its endpoint alone where that run's
@@ -94,12 +131,42 @@ def coverage_of(manifests: Iterable[RunManifest]) -> Coverage:
                 out.histories.pop(qid, None)
             else:
                 out.histories[qid] = history
+            if _never_started(query):
+                continue  # what an earlier night collected of it is still collected
             if _collected(query, landed.get(qid, False)):
                 out.collected[qid] = (str(query.get("endpoint", "")), query.get("asks"))
             else:
                 out.collected.pop(qid, None)
             landed[qid] = bool(query.get("records"))
+            _left_off(out.left_off, run, query)
     return out
+
+
+def _never_started(query: Mapping[str, Any]) -> bool:
+    """A query the run listed but never sent a request for (a budget or a fan-out's cap left it unstarted):
+    taken for uncollected, a `--full` night that a cap stopped made the next nights pay again for every
+    dependent it had not started, each collected before. (`sent` is absent from older manifests: not known.)"""
+    return query.get("sent") == 0 and not query.get("pages") and query.get("status") not in COLLECTED
+
+
+def _left_off(left_off: dict[str, LeftOff], run: RunManifest, query: Mapping[str, Any]) -> None:
+    """Where the query stands after this run: a run that `--continue`s the one before it counts on from its
+    pages; any other counts from where it started (`QuerySpec.pages_before`)."""
+    qid = query["query_id"]
+    waiting = query.get("next_cursor") or query.get("follow_state")
+    if query.get("status") not in CONTINUABLE or not waiting or query.get("refused_for_good"):
+        left_off.pop(qid, None)
+        return
+    before = left_off.get(qid)
+    pages = int(query.get("pages") or 0)
+    pages += before.pages if run.continues is not None and before else int(query.get("pages_before") or 0)
+    left_off[qid] = LeftOff(
+        str(query.get("endpoint", "")),
+        query.get("asks"),
+        query.get("next_cursor"),
+        query.get("follow_state"),
+        pages,
+    )
 
 
 def _collected(query: Mapping[str, Any], landed_before: bool) -> bool:
@@ -151,8 +218,8 @@ def dependents_left(
                     seen.add(child.query_id)
                     if coverage.has_collected(child):
                         below.append(child)
-                    else:
-                        children.append(replace(child, earlier=True))
+                    elif (picked := coverage.picked_up(child)) is not None:
+                        children.append(replace(picked, earlier=True))
         level = below
     return children, notes
 

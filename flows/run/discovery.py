@@ -45,7 +45,14 @@ class Discovery:
             except ValueError as exc:  # one odd parent value must not stop the run
                 self.skipped.append(str(exc))  # it names the dependent query
                 continue
-            if not self.start.skips_child(parent, child, self.incremental):
+            if self.start.skips_child(parent, child, self.incremental):
+                continue
+            if self.incremental and parent.incremental and not child.incremental:
+                # where `skips_child` looks: one an earlier night stopped goes on at its cursor
+                picked = self.start.coverage.picked_up(child)
+                if picked is not None:
+                    yield picked
+            else:
                 yield child
 
     def left_over(self, db: Path, query: QuerySpec) -> list[QuerySpec]:

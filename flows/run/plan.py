@@ -44,6 +44,13 @@ class DependentQuery:
     method: str | None = None
 
 
+def _asks(endpoint: str, params: Params, method: str | None) -> str:
+    """`QuerySpec.asks` of a query: the parameters as set, a default left out."""
+    return asks_digest(
+        endpoint, params.model_dump(mode="json", exclude_none=True, exclude_defaults=True), method
+    )
+
+
 def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
     """The query for one parent value; ValueError when the value cannot be that parameter (e.g. empty)."""
     if value is None or value == "":
@@ -61,9 +68,7 @@ def instantiate(dep: DependentQuery, value: Any) -> QuerySpec:
     return QuerySpec(
         query_id=f"{dep.template_id}[{dep.param}={render_value(value)}]",
         endpoint=dep.endpoint,
-        asks=asks_digest(
-            dep.endpoint, params.model_dump(mode="json", exclude_none=True, exclude_defaults=True), dep.method
-        ),
+        asks=_asks(dep.endpoint, params, dep.method),
         params=params.model_dump(mode="json", exclude_none=True),
         max_pages=dep.max_pages,
         max_credits=dep.max_credits,
@@ -95,6 +100,8 @@ class CostLine:
     """The least a request may bill where its answer decides (a cached answer at 0); None: `cost`."""
     listed: int | None = None
     """The price list's price, when `cost` is above it: what the service was last seen charging, held."""
+    asks: str | None = None
+    """A query's `QuerySpec.asks` (None for a dependent line): the nights it learns from asked the same."""
 
     @property
     def group(self) -> str:
@@ -277,11 +284,13 @@ def _planned(
         endpoint = endpoints[query.endpoint]
         total: int | None = 0
         for query_id, raw in fanned_out(query):
-            params = endpoint.params.model_validate(raw).model_dump(mode="json", exclude_none=True)
+            model = endpoint.params.model_validate(raw)
+            params = model.model_dump(mode="json", exclude_none=True)
+            asks = _asks(query.endpoint, model, query.method)
             queries.append(
                 QuerySpec(
                     query_id, query.endpoint, params, query.max_pages, query.max_credits,
-                    incremental=query.incremental, method=query.method,
+                    incremental=query.incremental, method=query.method, asks=asks,
                 )
             )  # fmt: skip
             price, listed = endpoint.price_held(params, learned), endpoint.price_of(params)
@@ -292,8 +301,9 @@ def _planned(
             basis = _basis(endpoint, pages, query.max_pages, price, least, held)
             size = _records(endpoint, params, 1)
             line = CostLine(
-                query_id, query.endpoint, price, pages, worst, basis, least=least, records=size, listed=held
-            )
+                query_id, query.endpoint, price, pages, worst, basis, least=least, records=size, listed=held,
+                asks=asks,
+            )  # fmt: skip
             lines.append(line)
             count = _records(endpoint, params, pages)
             total = None if total is None or count is None else total + count
@@ -325,18 +335,9 @@ def _dependent_line(
     if cap is not None and (total_worst is None or cap < total_worst):
         total_worst, basis = cap, f"{basis}; max_credits_total {cap} for all"
     return CostLine(
-        f"{dep.template_id}[{dep.param}=*]",
-        dep.endpoint,
-        price,
-        pages,
-        total_worst,
-        basis,
-        dependent=True,
-        instances=children,
-        records=_records(endpoint, dep.params, 1),
-        each=each,
-        listed=held,
-    )
+        f"{dep.template_id}[{dep.param}=*]", dep.endpoint, price, pages, total_worst, basis, dependent=True,
+        instances=children, records=_records(endpoint, dep.params, 1), each=each, listed=held,
+    )  # fmt: skip
 
 
 def _unbounded_by(parent: Query, endpoint: Endpoint, pages: int | None) -> str:

@@ -50,6 +50,8 @@ class QuerySummary:
     ends here too (`flows.run.chain.settled_by`)."""
     earlier: bool = False
     """Started for a parent record an earlier run found (`QuerySpec.earlier`): not what a night costs."""
+    pages_before: int = 0
+    """`QuerySpec.pages_before`: with `pages`, how far into its listing the query stands."""
     sent: int = 0
     """HTTP attempts it sent in this run, rows of `requests` (a 5xx or a 429 too; a resume counts the earlier
     sessions' stored answers). One with none "never started" (`run_summary.never_started`); one whose requests
@@ -69,7 +71,8 @@ class QuerySummary:
         start = spec.start_cursor
         return cls(
             query_id=spec.query_id, endpoint=spec.endpoint, status=status, pages=0, records=0, credits=credits,
-            next_cursor=start, error=None, **history_fields(spec, PagerStart(cursor=start), status, start),
+            next_cursor=start, error=None, pages_before=spec.pages_before,
+            **history_fields(spec, PagerStart(cursor=start), status, start),
         )  # fmt: skip
 
 

@@ -385,7 +385,7 @@ class Rounds:
             **history_fields(r.spec, paged, status, cursor),
             "query_id": r.spec.query_id, "endpoint": r.spec.endpoint, "asks": r.spec.asks, "status": status,
             "pages": r.pages, "records": state.get("records", 0), "credits": r.credits, "earlier": r.spec.earlier,
-            "next_cursor": cursor, "error": error, "files": r.files,
+            "pages_before": r.spec.pages_before, "next_cursor": cursor, "error": error, "files": r.files,
             "extraction": state.get("extraction", {}),
             "raw_file": self.layout.relative(self.layout.raw_file(run_id, r.spec.query_id)),
             "requests_file": self.layout.relative(self.layout.requests_file(run_id, r.spec.query_id)),
