@@ -173,7 +173,9 @@ def test_a_found_limit_is_said_as_the_spec_s_line_which_pasted_spares_the_next_n
     """A night that found the service's limit says the `rate_limit:` line that starts a night there; written into
     the spec as printed, the next night meets almost no refusal: the burst at full concurrency and the climb
     that told the limit from a blip are not met again every night."""
-    with running(config(rate=10, pages_by_path={PINS: (30, 30)})) as sb:  # 24 s a night: long enough to judge
+    # 24 s a night, long enough to judge; 5 a second, not 10: beside `make test` on two cores a night at 10
+    # could not keep its pace long enough to judge the limit twice, and said no line (its CPU, not the pace)
+    with running(config(rate=5, pages_by_path={PINS: (15, 15)})) as sb:
         path = spec(tmp_path, sb.base_url)
         first = run_flow(path)
         refused_first = sum(e.status == 429 for e in data_entries(sb))
@@ -187,7 +189,7 @@ def test_a_found_limit_is_said_as_the_spec_s_line_which_pasted_spares_the_next_n
         second = run_flow(path)
         refused_second = sum(e.status == 429 for e in data_entries(sb)) - refused_first
     known = body["rate_limit"]["per_second"]
-    assert 9 <= known <= 11 and second.status == "complete" and second.rate_limit["limit"] == known, said
+    assert 4.5 <= known <= 5.5 and second.status == "complete" and second.rate_limit["limit"] == known, said
     assert refused_first >= 8 and refused_second <= 2, (refused_first, refused_second)
 
 
