@@ -4,6 +4,7 @@ is landed for the module and each test damages a copy of it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -115,3 +116,44 @@ def test_runs_over_a_sound_database_calls_its_runs_loaded(landed: Path, tmp_path
     assert result.stderr == ""
     loaded = [line.split("│")[8].strip() for line in result.stdout.splitlines() if "│ nightly" in line]
     assert loaded == ["yes"], result.stdout
+
+
+def _never_loaded(output: Path) -> None:
+    """The database gone and every manifest saying its load never happened: a first night whose load another
+    process's lock kept out, landed in Parquet and raw pages only."""
+    (output / "harvest.duckdb").unlink()
+    for manifest in (output / "raw").glob("*/manifest.json"):
+        body = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(body | {"loaded": False}))
+
+
+def test_sql_where_the_database_is_gone_names_the_command_that_makes_it(landed: Path, tmp_path: Path) -> None:
+    """`harvest sql` said "harvest.duckdb does not exist: run a job first" of a job whose runs were all there:
+    loaded before (the rebuild makes the file again) or landed and never loaded (the load)."""
+    output = _copy(landed, tmp_path)
+    (output / "harvest.duckdb").unlink()
+    gone = runner.invoke(app, ["sql", str(output), "SELECT 1"], env=WIDE)
+    assert gone.exit_code == 1, gone.output
+    assert f"`{harvest_line('rebuild', output)}` builds it again" in gone.stderr, gone.stderr
+    output = _copy(landed, tmp_path / "again")
+    _never_loaded(output)
+    unloaded = runner.invoke(app, ["sql", str(output), "SELECT 1"], env=WIDE)
+    assert unloaded.exit_code == 1, unloaded.output
+    assert f"landed but none is loaded; `{harvest_line('load', output)}` loads them" in unloaded.stderr
+    loaded = runner.invoke(app, ["load", str(output)], env=WIDE)
+    assert loaded.exit_code == 0, loaded.output
+    after = runner.invoke(app, ["sql", str(output), "SELECT count(*) AS n FROM runs"], env=WIDE)
+    assert after.exit_code == 0 and "│ 1 │" in after.stdout, after.output
+
+
+@pytest.mark.parametrize("command", [["runs"], ["sql", "SELECT 1"]])
+def test_a_directory_harvest_never_wrote_to_exits_2_as_load_and_export_do(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A typo in OUTPUT was "no runs found" or "harvest.duckdb does not exist: run a job first", exit 1: a
+    scheduled check read a failed night where `load`, `export` and `rebuild` refuse the argument (exit 2)."""
+    typo = tmp_path / "ouptut"
+    result = runner.invoke(app, [command[0], str(typo), *command[1:]], env=WIDE)
+    assert result.exit_code == 2, result.output
+    assert f"{typo}: not a harvest output directory (no raw/)" in result.stderr
+    assert not typo.exists()

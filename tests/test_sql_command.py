@@ -214,9 +214,15 @@ def test_a_query_duckdb_cannot_run_exits_1_with_its_message(job: Path) -> None:
     assert code == 1 and "nope does not exist" in stderr
 
 
-def test_a_missing_database_exits_1(tmp_path: Path) -> None:
+def test_a_directory_without_a_landed_run_exits_2(tmp_path: Path) -> None:
     code, _, stderr = sql(tmp_path, "SELECT 1")
-    assert code == 1 and "does not exist: run a job first" in stderr
+    assert code == 2 and "not a harvest output directory (no raw/)" in stderr
+
+
+def test_an_output_where_nothing_landed_yet_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "raw").mkdir()
+    code, _, stderr = sql(tmp_path, "SELECT 1")
+    assert code == 1 and "no run of the job has landed here yet; run the job first" in stderr
 
 
 # -------------------------------------------------------------------------------------- what is shown

@@ -35,15 +35,42 @@ def output_directory(output: Path, command: str) -> Path:
     )
 
 
-def landed_output(output: Path, command: str, *, database_will_do: bool = False) -> OutputLayout:
+def landed_output(
+    output: Path, command: str, *, database_will_do: bool = False, reads_database_itself: bool = False
+) -> OutputLayout:
     """The output directory of a job that landed (it holds `raw/`; with `database_will_do`, `harvest.duckdb` is
-    enough), refused otherwise (exit 2): a typo said "no runs" or "nothing to load" every night."""
+    enough), refused otherwise (exit 2): a typo said "no runs" or "nothing to load" every night.
+    `reads_database_itself`: the command says what is wrong with `harvest.duckdb` (`runs` lists the runs over it
+    with a warning, `sql` exits 1), and something other than a file there is enough to be harvest's."""
     layout = OutputLayout(output_directory(output, command))
-    if not layout.raw_root.is_dir() and not (database_will_do and layout.db.is_file()):
+    database = layout.db.exists() if reads_database_itself else layout.db.is_file()
+    if not layout.raw_root.is_dir() and not (database_will_do and database):
         raise Failed(f"{output}: not a harvest output directory (no raw/); {ALLOWED}")
+    if reads_database_itself:
+        return layout
     if layout.db.exists() and not layout.db.is_file():  # `rebuild`'s move onto it was a traceback
         raise Failed(not_a_database_file(layout.db))
     return layout
+
+
+def missing_database(layout: OutputLayout, output: Path) -> str:
+    """What is said where `harvest.duckdb` is missing from a job's output directory, by what its runs' manifests
+    say: loaded into it before (gone: the rebuild), landed and never loaded (the load), or none landed yet.
+    "run a job first" was said of all three, untrue of a job whose runs are there."""
+    from harvest.tasks.output.run_list import run_rows
+
+    rows = run_rows(layout)
+    if any(row.manifest.loaded for row in rows):
+        return (
+            f"{layout.db} does not exist although runs were loaded into it: "
+            f"`{harvest_line('rebuild', output)}` builds it again from the raw pages"
+        )
+    if rows:
+        return (
+            f"{layout.db} does not exist: the job's runs landed but none is loaded; "
+            f"`{harvest_line('load', output)}` loads them"
+        )
+    return f"{layout.db} does not exist: no run of the job has landed here yet; run the job first"
 
 
 def not_a_database_file(db: Path, also: str = "") -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from harvest.connectors.plurals import counted
 from harvest.flows import console
 from harvest.flows.cli_errors import Failed
-from harvest.flows.commands.output_arg import landed_output, not_a_database_file, output_directory
+from harvest.flows.commands.output_arg import landed_output, missing_database, not_a_database_file
 from harvest.flows.console import harvest_line
 from harvest.flows.run.run_again import resume_hint
 from harvest.tasks.output.layout import OutputLayout
@@ -116,12 +116,7 @@ def _unread_database(layout: OutputLayout, output: Path, rows: list[Any]) -> str
 
     rebuild = f"`{harvest_line('rebuild', output)}`"
     if not layout.db.exists():
-        if not any(row.manifest.loaded for row in rows):
-            return None
-        return (
-            f"{layout.db} does not exist although runs were loaded into it: {rebuild} builds it again from "
-            "the raw pages"
-        )
+        return missing_database(layout, output) if any(row.manifest.loaded for row in rows) else None
     if not layout.db.is_file():
         return not_a_database_file(layout.db, also="no run is loaded; ")
     if (damage := database_damage(layout.db)) is None:
@@ -133,7 +128,8 @@ def runs(output: Path) -> None:
     from harvest.tasks.output.manifest import lowered_budget
     from harvest.tasks.output.run_list import run_rows
 
-    layout = OutputLayout(output_directory(output, "runs"))
+    # a typo: exit 2, as `load` and `export`
+    layout = landed_output(output, "runs", database_will_do=True, reads_database_itself=True)
     rows = run_rows(layout)
     if not rows:
         raise Failed(f"no runs found under {output}", 1)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harvest.flows.cli_errors import Failed
-from harvest.flows.commands.output_arg import not_a_database_file, output_directory
+from harvest.flows.commands.output_arg import landed_output, missing_database, not_a_database_file
 from harvest.flows.console import add_row, harvest_line, literal, note, out, table, visible
 from harvest.flows.spec import UsageError
 from harvest.tasks.database.connection import quote_literal
@@ -333,4 +333,8 @@ def sql_command(output: Path, sql: str, limit: int = DEFAULT_LIMIT, fmt: str = "
         raise UsageError(
             f"--limit: {limit} is out of range; allowed: 0 (all rows) or 1 to {MAX_LIMIT:,} rows"
         )
-    print_answer(query(OutputLayout(output_directory(output, "sql")).db, sql, limit), fmt)
+    # a typo: exit 2, as `load` and `export`
+    layout = landed_output(output, "sql", database_will_do=True, reads_database_itself=True)
+    if not layout.db.exists():
+        raise QueryFailed(missing_database(layout, output))
+    print_answer(query(layout.db, sql, limit), fmt)
