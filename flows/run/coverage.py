@@ -68,6 +68,15 @@ class Coverage:
     """Query id -> (endpoint, `QuerySummary.asks`) of its newest collecting run."""
     left_off: dict[str, LeftOff] = field(default_factory=dict)
 
+    def dependent(self, parent: QuerySpec, child: QuerySpec, incremental_run: bool) -> QuerySpec | None:
+        """The query a parent's value starts this night, or None. In an incremental run a dependent query of an
+        incremental parent that earlier runs collected is not paid for again: only new parent records start
+        dependents (`--full` fetches them all again), and one an earlier night stopped goes on at its cursor
+        (`picked_up`). A child that is incremental itself still runs, for its own new items."""
+        if not (incremental_run and parent.incremental and not child.incremental):
+            return child
+        return None if self.has_collected(child) else self.picked_up(child)
+
     def picked_up(self, child: QuerySpec) -> QuerySpec | None:
         """A dependent query an earlier night stopped with its cursor kept, from that cursor (its `max_pages`
         less what the nights paid of it; None: that used it up), as asked now: from its first page when it asks

@@ -3,7 +3,7 @@
 The two differ only in where a parent's values are read (the page hook in this process, or a Dask worker that
 sends them back with its round); what a value starts is decided here: an empty or already seen value starts
 nothing, one the child's parameter refuses is noted (a run does not stop for one odd parent value), and in an
-incremental run a child that earlier runs collected is not paid for again (`RunStart.skips_child`). A parent's
+incremental run a child that earlier runs collected is not paid for again (`Coverage.dependent`). A parent's
 earlier records whose dependents were never collected start them too (`flows.run.coverage.dependents_left`).
 """
 
@@ -45,15 +45,9 @@ class Discovery:
             except ValueError as exc:  # one odd parent value must not stop the run
                 self.skipped.append(str(exc))  # it names the dependent query
                 continue
-            if self.start.skips_child(parent, child, self.incremental):
-                continue
-            if self.incremental and parent.incremental and not child.incremental:
-                # where `skips_child` looks: one an earlier night stopped goes on at its cursor
-                picked = self.start.coverage.picked_up(child)
-                if picked is not None:
-                    yield picked
-            else:
-                yield child
+            started = self.start.coverage.dependent(parent, child, self.incremental)
+            if started is not None:
+                yield started
 
     def left_over(self, db: Path, query: QuerySpec) -> list[QuerySpec]:
         """The dependents an incremental parent's earlier records never got (their runs stopped first), at any

@@ -137,17 +137,6 @@ class _Start:
             found = replace(found, start_cursor=had.backfill if had.history == "partial" else None)
         return found
 
-    def skips_child(self, parent: QuerySpec, child: QuerySpec, incremental_run: bool) -> bool:
-        """In an incremental run, a dependent query of an incremental parent that earlier runs collected is not
-        paid for again: only new parent records start dependents (`--full` fetches them all again). A child
-        that is incremental itself still runs, for its own new items."""
-        return (
-            incremental_run
-            and parent.incremental
-            and not child.incremental
-            and self.coverage.has_collected(child)
-        )
-
     def unstarted(
         self, queries: Iterable[QuerySpec], summaries: Iterable[dict[str, Any]], status: str
     ) -> list[dict]:
