@@ -83,9 +83,7 @@ class Coverage:
         something else now. Asked again from the top, a thread a budget stopped 24 pages in paid those 24
         pages again every night, and one longer than a night's budget never ended."""
         left = self.left_off.get(child.query_id)
-        if left is None or left.endpoint != child.endpoint:
-            return child
-        if left.asks is not None and child.asks is not None and left.asks != child.asks:
+        if left is None or not _asks_as(child, left.endpoint, left.asks):
             return child
         pages = child.max_pages
         if pages is not None:
@@ -103,8 +101,13 @@ class Coverage:
         found = self.collected.get(query.query_id)
         if found is None:
             return False
-        endpoint, asks = found
-        return endpoint == query.endpoint and (asks is None or query.asks is None or asks == query.asks)
+        return _asks_as(query, *found)
+
+
+def _asks_as(query: QuerySpec, endpoint: str, asks: str | None) -> bool:
+    """Whether `query` asks now what an earlier run's summary of it asked: the same endpoint, and the same
+    parameters where both say (`asks` is absent from older manifests)."""
+    return endpoint == query.endpoint and (asks is None or query.asks is None or asks == query.asks)
 
 
 def _step(before: QueryHistory | None, run_id: str, query: Mapping[str, Any]) -> QueryHistory | None:
