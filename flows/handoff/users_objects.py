@@ -38,7 +38,12 @@ class Carried:
 
     def said(self) -> str:
         """One line: `tables notes, zz; macros scaled` (empty when nothing was the user's)."""
-        return "; ".join(f"{kind} {', '.join(sorted(names))}" for kind, names in self.kept.items() if names)
+        return _by_kind(self.kept)
+
+
+def _by_kind(names: dict[str, list[str]]) -> str:
+    """`tables notes, zz; macros scaled`: the kinds that name something, each's names sorted."""
+    return "; ".join(f"{kind} {', '.join(sorted(named))}" for kind, named in names.items() if named)
 
 
 def _absent(con: duckdb.DuckDBPyConnection, catalog: str, kind: str) -> list[tuple[str, str, str, bool]]:
@@ -146,8 +151,8 @@ def _one_by_one(con: duckdb.DuckDBPyConnection, tables: dict[Named, str], carrie
     for (schema, name), ddl in tables.items():
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
         _made_again(con, ddl, carried, "tables", _shown(schema, name))
-    rest = {kind: sorted({_shown(*n) for n in _listed(con, kind, "old")}) for kind in KINDS[2:]}
-    if said := "; ".join(f"{kind} {', '.join(names)}" for kind, names in rest.items() if names):
+    rest = {kind: list({_shown(*n) for n in _listed(con, kind, "old")}) for kind in KINDS[2:]}
+    if said := _by_kind(rest):
         carried.lost.append(f"{said}: could not be made again ({why})")
 
 
