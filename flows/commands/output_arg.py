@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harvest.flows.cli_errors import Failed
 from harvest.flows.console import harvest_command, harvest_line
 from harvest.tasks.output.layout import OutputLayout
+
+if TYPE_CHECKING:
+    from harvest.tasks.output.run_list import RunRow
 
 ALLOWED = (
     "allowed: a job's output directory (holds harvest.duckdb, parquet/ and raw/; a spec's `output` names it)"
@@ -53,13 +58,11 @@ def landed_output(
     return layout
 
 
-def missing_database(layout: OutputLayout, output: Path) -> str:
+def missing_database(layout: OutputLayout, output: Path, rows: Sequence[RunRow]) -> str:
     """What is said where `harvest.duckdb` is missing from a job's output directory, by what its runs' manifests
-    say: loaded into it before (gone: the rebuild), landed and never loaded (the load), or none landed yet.
-    "run a job first" was said of all three, untrue of a job whose runs are there."""
-    from harvest.tasks.output.run_list import run_rows
-
-    rows = run_rows(layout)
+    (`rows`: `run_rows`, as the caller read them) say: loaded into it before (gone: the rebuild), landed and
+    never loaded (the load), or none landed yet. "run a job first" was said of all three, untrue of a job whose
+    runs are there."""
     if any(row.manifest.loaded for row in rows):
         return (
             f"{layout.db} does not exist although runs were loaded into it: "

@@ -116,7 +116,7 @@ def _unread_database(layout: OutputLayout, output: Path, rows: list[Any]) -> str
 
     rebuild = f"`{harvest_line('rebuild', output)}`"
     if not layout.db.exists():
-        return missing_database(layout, output) if any(row.manifest.loaded for row in rows) else None
+        return missing_database(layout, output, rows) if any(row.manifest.loaded for row in rows) else None
     if not layout.db.is_file():
         return not_a_database_file(layout.db, also="no run is loaded; ")
     if (damage := database_damage(layout.db)) is None:

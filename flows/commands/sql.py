@@ -336,5 +336,7 @@ def sql_command(output: Path, sql: str, limit: int = DEFAULT_LIMIT, fmt: str = "
     # a typo: exit 2, as `load` and `export`
     layout = landed_output(output, "sql", database_will_do=True, reads_database_itself=True)
     if not layout.db.exists():
-        raise QueryFailed(missing_database(layout, output))
+        from harvest.tasks.output.run_list import run_rows
+
+        raise QueryFailed(missing_database(layout, output, run_rows(layout)))
     print_answer(query(layout.db, sql, limit), fmt)
