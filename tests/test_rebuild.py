@@ -344,6 +344,23 @@ def test_a_rebuild_while_another_process_holds_the_database_changes_nothing(
     assert db.stat().st_ino == inode and database(db) == before
 
 
+def rebuilt_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: str
+) -> tuple[Path, dict[str, list[tuple[Any, ...]]], str]:
+    """One night landed, `made` run in its database as an analyst would, then `harvest rebuild` as typed: the
+    database, what it held before the rebuild, and what the rebuild printed (it exited 0)."""
+    output = tmp_path / "out"
+    night(tmp_path, output, 0, monkeypatch)
+    db = output / "harvest.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute(made)
+    con.close()
+    before = database(db)
+    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    return db, before, result.output
+
+
 def test_a_rebuild_keeps_the_tables_and_views_an_analyst_made_and_names_what_it_does_not_keep(
     prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,27 +368,18 @@ def test_a_rebuild_keeps_the_tables_and_views_an_analyst_made_and_names_what_it_
     that: a rebuild swapped in a database without them, exit 0, not a word. They are carried over as they
     were (definition, key, default, rows); a table the new database lacks that carries a comment (harvest's
     mark on what it makes) is not, and is named."""
-    output = tmp_path / "out"
-    night(tmp_path, output, 0, monkeypatch)
-    db = output / "harvest.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute(
+    db, before, said = rebuilt_over(
+        tmp_path,
+        monkeypatch,
         "CREATE TABLE notes (id INTEGER PRIMARY KEY, note VARCHAR DEFAULT 'to check');"
         "INSERT INTO notes (id) SELECT range FROM range(3);"
         "CREATE SCHEMA mine; CREATE TABLE mine.picks AS SELECT aweme_id FROM short_video_videos LIMIT 5;"
         "CREATE VIEW top_videos AS SELECT aweme_id FROM short_video_videos ORDER BY aweme_id LIMIT 3;"
         "CREATE VIEW top_two AS SELECT * FROM top_videos LIMIT 2;"
-        "CREATE TABLE old_kind (id INTEGER); COMMENT ON TABLE old_kind IS 'primary key: id';"
+        "CREATE TABLE old_kind (id INTEGER); COMMENT ON TABLE old_kind IS 'primary key: id';",
     )
-    con.close()
-    before = database(db)
-    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "300"})
-    assert result.exit_code == 0, result.output
-    assert (
-        "kept what you made in the database: tables mine.picks, notes; views top_two, top_videos"
-        in result.output
-    )
-    assert "not in the rebuilt database: table old_kind" in result.output, result.output
+    assert "kept what you made in the database: tables mine.picks, notes; views top_two, top_videos" in said
+    assert "not in the rebuilt database: table old_kind" in said, said
     del before["old_kind"]
     assert database(db) == before
     with pytest.raises(duckdb.ConstraintException):  # the key came with the table
@@ -385,11 +393,9 @@ def test_a_rebuild_keeps_an_analyst_s_sequences_types_macros_and_indexes_with_th
     it: DuckDB's error was taken for an unreadable old database, and the rebuild exited 0 having dropped it and
     every table after it without a word. Their macros (a default argument too) and indexes were dropped
     always. Now each comes back as it was, the sequence counting on from where it stood."""
-    output = tmp_path / "out"
-    night(tmp_path, output, 0, monkeypatch)
-    db = output / "harvest.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute(
+    db, before, said = rebuilt_over(
+        tmp_path,
+        monkeypatch,
         "CREATE TYPE verdict AS ENUM ('keep', 'drop'); CREATE SEQUENCE note_ids START 100;"
         "CREATE TABLE notes (id INTEGER DEFAULT nextval('note_ids'), aweme_id VARCHAR, verdict verdict);"
         "INSERT INTO notes (aweme_id, verdict) SELECT aweme_id, 'keep' FROM short_video_videos LIMIT 2;"
@@ -397,15 +403,11 @@ def test_a_rebuild_keeps_an_analyst_s_sequences_types_macros_and_indexes_with_th
         "CREATE INDEX videos_by_author ON short_video_videos (author_uid);"
         "CREATE MACRO scaled(x, factor := 10) AS x * factor;"
         "CREATE MACRO kept_notes() AS TABLE SELECT * FROM notes WHERE verdict = 'keep';"
-        "CREATE TABLE zz_last (n INTEGER); INSERT INTO zz_last VALUES (1);"
+        "CREATE TABLE zz_last (n INTEGER); INSERT INTO zz_last VALUES (1);",
     )
-    con.close()
-    before = database(db)
-    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "300"})
-    assert result.exit_code == 0, result.output
     kept = "kept what you made in the database: tables notes, zz_last; types verdict; sequences note_ids; "
-    assert kept + "macros kept_notes, scaled; indexes notes_by_video, videos_by_author" in result.output
-    assert "not in the rebuilt database" not in result.output, result.output
+    assert kept + "macros kept_notes, scaled; indexes notes_by_video, videos_by_author" in said
+    assert "not in the rebuilt database" not in said, said
     assert database(db) == before
     con = duckdb.connect(str(db))
     con.execute("INSERT INTO notes (aweme_id, verdict) VALUES ('x', 'drop')")
@@ -423,23 +425,17 @@ def test_a_rebuild_keeps_an_analyst_s_tables_when_one_refers_to_harvest_s_and_na
     """A table of the analyst's with a foreign key to harvest's `runs` keeps DuckDB from copying the user's
     definitions apart from harvest's: the tables still come, one by one with their rows (a generated column
     made again, not copied), and the macro that could not is named in a warning, not dropped without a word."""
-    output = tmp_path / "out"
-    night(tmp_path, output, 0, monkeypatch)
-    db = output / "harvest.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute(
+    db, before, said = rebuilt_over(
+        tmp_path,
+        monkeypatch,
         "CREATE TABLE run_notes (run_id VARCHAR REFERENCES runs (run_id), note VARCHAR);"
         "INSERT INTO run_notes SELECT run_id, 'checked' FROM runs;"
         "CREATE MACRO scaled(x) AS x * 10;"
         "CREATE TABLE doubled (n INTEGER, twice INTEGER GENERATED ALWAYS AS (n * 2));"
-        "INSERT INTO doubled (n) VALUES (1), (2);"
+        "INSERT INTO doubled (n) VALUES (1), (2);",
     )
-    con.close()
-    before = database(db)
-    result = runner.invoke(app, ["rebuild", str(output)], env={"COLUMNS": "400"})
-    assert result.exit_code == 0, result.output
-    assert "kept what you made in the database: tables doubled, run_notes" in result.output, result.output
-    assert "not in the rebuilt database: macros scaled: could not be made again" in result.output
+    assert "kept what you made in the database: tables doubled, run_notes" in said, said
+    assert "not in the rebuilt database: macros scaled: could not be made again" in said
     assert database(db) == before
 
 
