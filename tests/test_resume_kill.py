@@ -446,13 +446,15 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
         paid_before = kill_hard(proc, sb)
         (killed,) = all_manifests(OutputLayout(output))
 
-        edited = job(sb.base_url, output)
-        edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
+        edited = job(sb.base_url, output)  # the first topic, paging when killed, gives way to another
+        edited["queries"][0]["for_each"]["query"] = [*TOPICS[1:], "teak table"]
         write_spec(tmp_path, edited)
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         assert code == 2 and "--fresh" in err and killed.run_id in err, (code, out, err)
+        said = " ".join(err.split())
+        assert f"(no more in the spec: pins[query={TOPICS[0]}])" in said, err
         # said as `--fresh` does it: the killed run is not loaded now, its pages are landed and loaded first
-        assert "abandon it (what it paid for is landed and loaded first)" in " ".join(err.split()), err
+        assert "abandon it (what it paid for is landed and loaded first)" in said, err
         assert len(data_entries(sb)) == paid_before  # refused before anything was sent
 
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url, "--fresh"))
@@ -483,6 +485,41 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     assert (
         duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{parquet}')").fetchall()[0][0] == stored
     )
+
+
+@pytest.mark.scenario
+def test_a_killed_night_resumes_under_a_spec_that_only_added_queries(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """kill -9 mid-night, then the team adds a topic to the fan-out and a query before the next night. The plain
+    command was refused (exit 2) every night until someone ran `--fresh`, which paid again for every page the
+    killed night had. Now it resumes: the topics it asked go on from where they stopped, the added ones start at
+    page 1, one run, only the pages in flight at the kill paid twice, and a later resume compares with the
+    edited spec."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output))
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_for_requests(sb, 30, proc)
+        at_kill = kill_hard(proc, sb)
+        (killed,) = all_manifests(OutputLayout(output))
+        edited = job(sb.base_url, output)
+        edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
+        edited["queries"].append({"id": "walnut", "endpoint": PINS, "params": {"query": "walnut"}})
+        write_spec(tmp_path, edited)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        entries = data_entries(sb)
+    assert code == 0, out + err
+    said = " ".join(err.split())
+    assert f"run {killed.run_id} of job nightly is resumed under a spec that added queries" in said, err
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.run_id == killed.run_id and run.status == "complete" and run.resumes == 1, run
+    assert run.plan_key != killed.plan_key
+    assert len(entries) > at_kill and paid_twice(entries) <= CONCURRENCY
+    topics = [*TOPICS, "teak table", "walnut"]
+    want = expected_keys([(PINS, {"query": t}) for t in topics], CONFIG)["pinboard_pins"]
+    assert key_set(output / "harvest.duckdb", "pinboard_pins") == set(want)
+    assert_history_once(output, [run.run_id])
 
 
 @pytest.mark.scenario

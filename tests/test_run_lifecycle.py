@@ -391,7 +391,9 @@ def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(
         refused = runner.invoke(app, ["run", str(spec), "--budget", "2", "--continue"])
         assert refused.exit_code == 2, refused.output
         assert len(data_entries(sb)) == paid
-        assert "the spec's queries changed since" in refused.stderr
+        assert "the spec's queries changed since (asked differently: pins)" in " ".join(
+            refused.stderr.split()
+        )
         new = f"harvest run {spec} --budget 2"
         assert f"`{new}` starts a new run from page 1" in " ".join(refused.stderr.split()), refused.stderr
         fresh = runner.invoke(app, shlex.split(new)[1:])  # the printed command, run as printed
@@ -399,6 +401,37 @@ def test_continue_after_the_spec_changed_a_query_is_refused_before_paying(
         asked = {e.params.get("query") for e in data_entries(sb)[paid:]}
     assert asked == {"elm"}
     assert "credits spent: 2 of a budget of 2" in fresh.stdout, fresh.stdout
+
+
+def test_continue_after_queries_were_added_and_removed_picks_up_what_the_spec_still_asks(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A night stopped by its budget with two queries at their cursors; the user removes one and adds another,
+    then runs `--continue`. It was refused ("the spec's queries changed since") as if a query had changed, and
+    the only way on was a new night paying again for the pages the stopped one had. Now the kept query goes on
+    from its cursor, the added one starts at page 1, the removed one is not asked: no page paid twice."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (6, 6)}, page_size=3)
+    output = tmp_path / "out"
+    oak, ash, elm = ({"id": t, "endpoint": PINS, "params": {"query": t}} for t in ("oak", "ash", "elm"))
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [oak, ash]))
+        first = runner.invoke(app, ["run", str(spec), "--budget", "4"])
+        assert first.exit_code == 0 and "--continue" in first.stderr, first.output
+        before = Counter(e.params.get("query") for e in data_entries(sb))
+        write_spec(tmp_path, spec_of(sb.base_url, output, [oak, elm]))
+        went_on = runner.invoke(app, ["run", str(spec), "--continue"])
+        entries = data_entries(sb)
+    assert before == {"oak": 2, "ash": 2}, before  # breadth-first: both stopped at their third page
+    assert went_on.exit_code == 0, went_on.output
+    asked = Counter(e.params.get("query") for e in entries)
+    assert asked["oak"] == asked["elm"] > 2 and asked["ash"] == 2, asked  # oak and elm: the whole crawl each
+    assert paid_twice(entries) == 0
+    db = output / "harvest.duckdb"
+    whole = expected_keys([(PINS, {"query": "oak"}), (PINS, {"query": "elm"})], config)["pinboard_pins"]
+    assert set(whole) <= key_set(db, "pinboard_pins")  # oak's first night and its continuation: every pin
+    runs = all_manifests(OutputLayout(output))
+    assert [r.status for r in runs] == ["budget_exhausted", "complete"], [r.status for r in runs]
+    assert runs[1].continues == runs[0].run_id
 
 
 def test_a_query_whose_one_request_costs_more_than_the_whole_budget_is_said_so_and_not_continued(

@@ -28,6 +28,7 @@ from harvest.flows import console
 from harvest.flows.orchestrator.final_state import not_started, nothing_to_continue
 from harvest.flows.orchestrator.prefect_record import tell_owed, told_line
 from harvest.flows.orchestrator.prefect_runs import crash_stale_flow_runs
+from harvest.flows.run.chain import say_added
 from harvest.flows.run.dask.round_files import land_kept_again
 from harvest.flows.run.interrupt import StopOnSignal
 from harvest.flows.run.load_step import load_earlier, load_manifest_into_duckdb
@@ -200,6 +201,8 @@ def _begin(
         if spec.runner.kind == "local":  # a Dask round's grant is not a request: its worker logged its own
             record_in_flight(layout, start.run.run_id, start.own)
         manifest = _resumed(start.run, spec, flow_run_id, budget, spec_file, start.own.total_spent)
+        if start.added:
+            say_added(manifest)
         if spec.runner.kind == "dask":  # a flow retry of a merged run: its kept queries' files are no more
             land_kept_again(layout, manifest, start.ended, start.own.started, spec.endpoints())
     else:
@@ -299,6 +302,9 @@ def _resumed(
         shapes=shapes_data(spec.shape_overrides()),
         spec_file=spec_file or previous.spec_file,
         declared=spec.declared(),
+        plan_key=plan_key(
+            spec
+        ),  # queries the spec added since (`Resume.added`): a later resume compares with them
     )
 
 

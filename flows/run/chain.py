@@ -1,19 +1,31 @@
 """What a chain of finished runs settled (a run and the runs it `--continue`s, oldest first): the queries that
 ended for good, those stopped with a cursor kept, and the prices the service was seen charging. A continued run
 starts from it (`flows.run.start.Continue`), and so does the resume of one (`flows.run.start.Resume`); a plain
-new run of the job starts from its prices (`carried`), and so does `harvest plan`'s forecast."""
+new run of the job starts from its prices (`carried`), and so does `harvest plan`'s forecast.
+
+What the spec asks now against what an unfinished run, or the chain `--continue` picks up, asked
+(`query_changes`): a resume and a `--continue` go on after queries were added (they start at page 1), but not
+after a query they paid for is asked differently (its cursor belongs to another question) or, for a resume, is
+gone (its pages would land nowhere: `--fresh` lands them). A cron job whose spec gained a query after a killed
+night resumes it the next night instead of being refused until someone runs `--fresh`, and pays nothing twice."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harvest.connectors.paging.pager import QuerySpec, base_id
+from harvest.flows.run.plan import Plan, instantiate
+from harvest.flows.run.run_again import RunAgain
+from harvest.flows.spec import UsageError
 from harvest.tasks.output.journal import JournalState, read_journal, read_prices
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import CONTINUABLE, RunManifest, run_heads
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,9 @@ class Settled:
     spent: Mapping[str, int] = field(default_factory=dict)
     """Query id -> the credits the chain spent on it: a fan-out's `max_credits_total`, as each query's
     `max_credits` and `max_pages`, caps the whole chain, so a continued run's ledger opens its caps with them."""
+    started: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Query id -> the query as the chain last started it (`QuerySpec.as_dict`): what it asked, which a spec
+    edited since is compared with (`query_changes`)."""
 
 
 def newest_chain(layout: OutputLayout, job: str, before: RunManifest | None = None) -> list[RunManifest]:
@@ -124,7 +139,7 @@ def settled_by(layout: OutputLayout, chain: list[RunManifest], caps: SpecCaps | 
                 continue
             spec["max_credits"] = credits  # what the chain has not spent of it
             at[qid] = QuerySpec(**spec)
-    return Settled(frozenset(done), at, chain[-1], prices, spent)
+    return Settled(frozenset(done), at, chain[-1], prices, spent, specs)
 
 
 class _CapsLeft:
@@ -214,3 +229,96 @@ def next_prices(layout: OutputLayout, job: str) -> dict[str, int]:
     run = heads[-1].manifest()
     own = read_prices(layout.journal_file(run.run_id))
     return highest(prices_before(layout, run), own.held, own.prices)
+
+
+@dataclass(frozen=True)
+class QueryChanges:
+    """Queries asked before that the spec now asks differently (`changed`: the same id, another endpoint,
+    method or parameters; or asked before harvest kept what a query asks) or not at all (`removed`)."""
+
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    def named(self) -> str:
+        """'asked differently: a, b; no more: c' (at most five ids each)."""
+        parts = [
+            f"{how}: {_few(ids)}"
+            for how, ids in (("asked differently", self.changed), ("no more in the spec", self.removed))
+            if ids
+        ]
+        return "; ".join(parts)
+
+
+def query_changes(asked: Mapping[str, Mapping[str, Any]], the_plan: Plan) -> QueryChanges:
+    """Each query of `asked` (query id -> the query as it was started, `QuerySpec.as_dict`) against the plan: a
+    planned query by its id, a dependent's instance by its template asking for the same parent value."""
+    planned = {q.query_id: q.asks for q in the_plan.queries}
+    templates = {d.template_id: d for d in the_plan.dependents}
+    changed: list[str] = []
+    removed: list[str] = []
+    for qid, started in asked.items():
+        template = templates.get(base_id(qid)) if qid != base_id(qid) else None
+        if qid in planned:
+            now = planned[qid]
+        elif template is not None and template.param in (started.get("params") or {}):
+            try:
+                now = instantiate(template, started["params"][template.param]).asks
+            except ValueError:  # the template's parameters refuse that parent value now
+                now = None
+        else:
+            removed.append(qid)
+            continue
+        if not started.get("asks") or started.get("asks") != now:
+            changed.append(qid)
+    return QueryChanges(tuple(changed), tuple(removed))
+
+
+def resumable(
+    run: RunManifest, own: Mapping[str, Mapping[str, Any]], settled: Settled, the_plan: Plan
+) -> None:
+    """Refuse to resume `run` when the spec asks differently a query it (`own`: its journal's) or the chain it
+    continues asked, or no more one it started or was to pick up; queries only added resume it (they start at
+    page 1, under its budget: `say_added`)."""
+    changes = query_changes({**settled.started, **own}, the_plan)
+    removed = tuple(q for q in changes.removed if q in own or q in settled.at)  # a settled query is landed
+    if changes.changed or removed:
+        raise UsageError(
+            f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since "
+            f"({replace(changes, removed=removed).named()}); run with --fresh to abandon it (what it paid for "
+            "is landed and loaded first) and start again, or restore the spec"
+        )
+
+
+def say_added(run: RunManifest) -> None:
+    """One line when a resume goes on under a spec that added queries since the run started (`resumable`);
+    `run`: its manifest as resumed (the budget this session holds)."""
+    log.warning(
+        "run %s of job %s is resumed under a spec that added queries since it started: every query it asked goes "
+        "on as it was, the added ones start at page 1 under its budget of %s credits",
+        run.run_id, run.job, run.budget,
+    )  # fmt: skip
+
+
+def continuable(settled: Settled, the_plan: Plan, again: RunAgain | None) -> Settled:
+    """What a `--continue` picks up of `settled` under the spec as it is now: refused when the spec asks a query
+    of the chain differently (its cursor belongs to the old one); a query the spec no longer asks is not picked
+    up; one added runs from page 1. The new run the refusal names keeps the session's `--budget` and `--full`."""
+    changes = query_changes(settled.started, the_plan)
+    last = settled.last
+    if changes.changed and last is not None:
+        new = "a run of the deployment with mode auto" if again is None else f"`{again.command()}`"
+        raise UsageError(
+            f"--continue picks up the queries run {last.run_id} of job {last.job} stopped, but the spec's "
+            f"queries changed since ({changes.named()}): their cursors belong to the old ones. Restore the "
+            f"spec to go on, or {new} starts a new run from page 1"
+        )
+    gone = set(changes.removed)
+    return replace(
+        settled, at={q: s for q, s in settled.at.items() if q not in gone}, done=settled.done - gone
+    )
+
+
+def _few(ids: Iterable[str]) -> str:
+    ids = list(ids)
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    return ", ".join(ids[:5]) + more

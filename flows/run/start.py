@@ -13,7 +13,9 @@ A start is one of three (`RunStart`):
   key, failure) at its saved cursor, skips the ones that ended for good and runs queries never run before.
 - **New** (`--fresh`, or no unfinished run): a new run from page 1; `--fresh` abandons an unfinished run first.
 
-`--continue` while the job has an unfinished run is refused, here and only here (`continue_refused`).
+`--continue` while the job has an unfinished run is refused, here and only here (`continue_refused`). A resume
+or a continue under a spec edited since goes on when queries were only added (they start at page 1) and is
+refused when one it would go on with is asked differently (`flows.run.chain.query_changes`).
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ from harvest.flows.run.chain import (
     Settled,
     SpecCaps,
     chain_from,
+    continuable,
     highest,
     newest_chain,
     passed_on,
     prices_before,
+    resumable,
     settled_by,
 )
 from harvest.flows.run.coverage import Coverage, coverage_of
-from harvest.flows.run.plan import Plan
+from harvest.flows.run.plan import Plan, plan
 from harvest.flows.run.preflight import refuse_mixed_services
 from harvest.flows.run.run_again import RunAgain, rerun_of
 from harvest.flows.spec import JobSpec, UsageError
@@ -174,6 +178,8 @@ class Resume(_Start):
     """Summaries of its queries that ended and are kept (their raw pages are all there)."""
     index: RawIndex
     """Where its raw pages are: read once, for the check and for the landing."""
+    added: bool = False
+    """The spec's queries changed since the run started, by queries added only (`chain.resumable`)."""
     missing: Mapping[str, int] = field(default_factory=dict)
     """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found (as
     its `pages` counts them: a kept receipt or damaged answer is none, `RawIndex.counted`). They are resumed
@@ -284,18 +290,21 @@ def decide(
     attempt made is resumed, whatever it ended with. Raises UsageError for what must be refused."""
     retried = retried_run(layout, spec.name, retry_of) if retry_of is not None else None
     if retried is not None:
-        return resume_start(layout, retried, plan_key(spec), service)
+        return resume_start(layout, retried, spec, service)
     refuse_mixed_services(layout, service)
     previous = unfinished_run(layout, spec.name)
     if previous is not None and mode == "continue":
         raise continue_refused(previous, again or rerun_of(previous, layout.root))
     if previous is not None and mode != "fresh":
-        return resume_start(layout, previous, plan_key(spec), service)
+        return resume_start(layout, previous, spec, service)
     covered = job_coverage(layout, spec.name)
     if mode == "continue":
         settled = settled_by(layout, newest_chain(layout, spec.name), SpecCaps.of(spec.queries))
         if settled.last is not None:
-            refuse_changed_continue(settled.last, plan_key(spec), again)
+            if settled.last.plan_key and settled.last.plan_key != plan_key(
+                spec
+            ):  # added run; changed: refused
+                settled = continuable(settled, plan(spec), again)
             return Continue(coverage=covered, settled=settled)
     before = newest_chain(layout, spec.name)
     before += [previous] if previous is not None else []  # the run --fresh abandons saw the service last
@@ -338,33 +347,15 @@ def continue_refused(run: RunManifest, again: RunAgain | None) -> UsageError:
     )
 
 
-def refuse_changed_continue(last: RunManifest, key: str, again: RunAgain | None) -> None:
-    """`--continue` after the spec's queries changed: refused, as a resume is. The queries it picks up are the
-    chain's, with their old parameters and cursors: going on would pay for what the spec no longer asks. The new
-    run it names keeps the session's `--budget` and `--full`."""
-    if last.plan_key and last.plan_key != key:
-        new = "a run of the deployment with mode auto" if again is None else f"`{again.command()}`"
-        raise UsageError(
-            f"--continue picks up the queries run {last.run_id} of job {last.job} stopped, but the spec's "
-            f"queries changed since (ids, endpoints, parameters or fan-out): their cursors belong to the old "
-            f"ones. Restore the spec to go on, or {new} starts a new run from page 1"
-        )
-
-
 def retried_run(layout: OutputLayout, job: str, flow_run_id: str) -> RunManifest | None:
     """The run an earlier attempt of this Prefect flow run made, when Prefect retries the flow."""
     runs = [h for h in run_heads(layout, job) if h.flow_run_id == flow_run_id]
     return runs[-1].manifest() if runs else None
 
 
-def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str) -> Resume:
-    """Resume `run`: refuse when the spec's queries or the service changed (its cursors would not fit)."""
-    if run.plan_key and run.plan_key != key:
-        raise UsageError(
-            f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since; "
-            "run with --fresh to abandon it (what it paid for is landed and loaded first) and start again, or "
-            "restore the spec"
-        )
+def resume_start(layout: OutputLayout, run: RunManifest, spec: JobSpec, service: str) -> Resume:
+    """Resume `run`: refuse when the service changed, or a query it asked is asked differently or no more
+    (`chain.query_changes`: its cursor would not fit; queries the spec added since start at page 1)."""
     if run.service != service:
         raise UsageError(
             f"run {run.run_id} of job {run.job} is unfinished and ran against {run.service}, not {service}; "
@@ -382,8 +373,12 @@ def resume_start(layout: OutputLayout, run: RunManifest, key: str, service: str)
     # a power cut took pages, not the line
     lost = {q: n for q, n in found.items() if n < int(ended[q]["pages"])}
     runs = {h.run_id: h for h in run_heads(layout, run.job) if not h.unfinished and h.run_id != run.run_id}
+    settled = settled_by(layout, chain_from(runs, run.continues))
+    added = bool(run.plan_key) and run.plan_key != plan_key(spec)
+    if added:
+        resumable(run, journal.started, settled, plan(spec))
     return Resume(
-        coverage=job_coverage(layout, run.job, run.run_id), settled=settled_by(layout, chain_from(runs, run.continues)),
+        coverage=job_coverage(layout, run.job, run.run_id), settled=settled, added=added,
         carried={} if run.continues else prices_before(layout, run), run=run, own=journal,
         ended={q: s for q, s in ended.items() if q not in lost}, index=index, missing=lost,
     )  # fmt: skip
