@@ -240,7 +240,7 @@ class QueryChanges:
     removed: tuple[str, ...] = ()
 
     def named(self) -> str:
-        """'asked differently: a, b; no more: c' (at most five ids each)."""
+        """'asked differently: a, b; no more in the spec: c' (at most five ids each)."""
         parts = [
             f"{how}: {_few(ids)}"
             for how, ids in (("asked differently", self.changed), ("no more in the spec", self.removed))
