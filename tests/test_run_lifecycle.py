@@ -272,6 +272,40 @@ def test_a_page_damaged_on_both_tries_is_asked_for_by_continue_though_max_pages_
     assert continued.credits_spent == 1 and night.credits_spent == 1 + 2  # the video's page, the damaged two
 
 
+def test_continue_compares_a_dependent_with_its_template_as_the_spec_asks_now(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A video's comments failed (its answer cut short twice), so `--continue` would ask them again. A query added
+    since leaves the comments to go on as asked; the comments asked with `trim: true` since are another
+    question for the same video: refused, naming the comments of that video, nothing paid."""
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, page_size_by_path={PROFILE: 1},
+        fault_plan_by_path={SHORT_COMMENTS: ["truncated", "truncated"]},
+    )  # fmt: skip
+    output = tmp_path / "out"
+    videos = {"id": "videos", "endpoint": PROFILE, "params": {"handle": "acmerunning"}, "max_pages": 1}
+    comments = {"id": "comments", "endpoint": SHORT_COMMENTS, "max_pages": 1,
+                "for_each": {"url": {"from": "videos", "field": "url"}}}  # fmt: skip
+    oak = {"id": "oak", "endpoint": PINS, "params": {"query": "oak"}}
+    trimmed = {**comments, "params": {"trim": True}}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [videos, comments]))
+        night = run_flow(spec)
+        write_spec(tmp_path, spec_of(sb.base_url, output, [videos, trimmed, oak]))
+        paid = len(data_entries(sb))
+        refused = runner.invoke(app, ["run", str(spec), "--continue"])
+        refused_paid = len(data_entries(sb)) - paid
+        write_spec(tmp_path, spec_of(sb.base_url, output, [videos, comments, oak]))
+        went_on = runner.invoke(app, ["run", str(spec), "--continue"])
+        asked = [e.path for e in data_entries(sb)[paid:]]
+    (failed,) = [q["query_id"] for q in night.queries if q["status"] == "failed"]
+    assert failed.startswith("comments[url="), night.queries
+    assert refused.exit_code == 2 and refused_paid == 0, refused.output
+    assert f"(asked differently: {failed})" in " ".join(refused.stderr.split()), refused.stderr
+    assert went_on.exit_code == 0, went_on.output
+    assert SHORT_COMMENTS in asked and PINS in asked and PROFILE not in asked, asked
+
+
 def test_a_query_s_max_credits_and_a_fan_out_s_cap_hold_across_the_nights_that_continue_them(
     prefect_harness: None, tmp_path: Path, api_key: str
 ) -> None:
