@@ -449,10 +449,15 @@ def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
         edited = job(sb.base_url, output)  # the first topic, paging when killed, gives way to another
         edited["queries"][0]["for_each"]["query"] = [*TOPICS[1:], "teak table"]
         write_spec(tmp_path, edited)
+        planned = runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "300"})
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         assert code == 2 and "--fresh" in err and killed.run_id in err, (code, out, err)
         said = " ".join(err.split())
         assert f"(no more in the spec: pins[query={TOPICS[0]}])" in said, err
+        told = " ".join(planned.stdout.split())
+        assert f"the next `harvest run` is refused: run {killed.run_id} of job nightly" in told, (
+            planned.output
+        )
         # said as `--fresh` does it: the killed run is not loaded now, its pages are landed and loaded first
         assert "abandon it (what it paid for is landed and loaded first)" in said, err
         assert len(data_entries(sb)) == paid_before  # refused before anything was sent
@@ -507,11 +512,15 @@ def test_a_killed_night_resumes_under_a_spec_that_only_added_queries(
         edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
         edited["queries"].append({"id": "walnut", "endpoint": PINS, "params": {"query": "walnut"}})
         write_spec(tmp_path, edited)
+        planned = runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "300"})
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         entries = data_entries(sb)
     assert code == 0, out + err
     said = " ".join(err.split())
     assert f"run {killed.run_id} of job nightly is resumed under a spec that added queries" in said, err
+    told = " ".join(planned.stdout.split())  # `harvest plan` before the night said what it would do
+    assert f"the next `harvest run` resumes run {killed.run_id} (killed)" in told, planned.output
+    assert "the queries the spec added since start at page 1" in told, planned.output
     (run,) = all_manifests(OutputLayout(output))
     assert run.run_id == killed.run_id and run.status == "complete" and run.resumes == 1, run
     assert run.plan_key != killed.plan_key

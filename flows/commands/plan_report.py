@@ -5,7 +5,9 @@ The figures come from three places, each one idea: the plan's worst case (`flows
 the last nights paid (`flows.forecast.last_nights`), and the worst case played against the budget
 (`flows.forecast.shortfall`). All of them at the prices the next run holds from its first request: the price list's,
 or what the service was last seen charging above it (`flows.run.chain.next_prices`), said one line per price.
-`--check` makes the verdict an exit code a script can act on.
+`--check` makes the verdict an exit code a script can act on. Where the job's last run is unfinished (killed,
+interrupted), one line says that the next `harvest run` resumes it, or why it will be refused: a night's check
+that passes should not be followed by a run that resumes or refuses without a word.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from harvest.flows.forecast.last_nights import ExpectedCost, expected_costs, rec
 from harvest.flows.forecast.shortfall import LineOutcome, Shortfall, shortfall
 from harvest.flows.run.chain import next_prices
 from harvest.flows.run.plan import Plan, plan
+from harvest.flows.run.start import resume_start, unfinished_run
 from harvest.flows.spec import JobSpec, UsageError
+from harvest.tasks.output.job_lock import is_locked
 from harvest.tasks.output.layout import OutputLayout
 
 SHORT_EXIT = 3
@@ -164,5 +168,31 @@ def show_plan(
                 prose(f"  {line}")
         else:
             prose("if the worst case happens, every query still starts and ends")
+    _next_run(spec, layout)
     covered = {"worst": result.covered, "expected": total is not None and total <= result.budget}
     return SHORT_EXIT if which is not None and not covered[which] else 0
+
+
+def _next_run(spec: JobSpec, layout: OutputLayout) -> None:
+    """What the next plain `harvest run` does with the job's unfinished run, if there is one: these figures are
+    a new run's, while the resume pages on under that run's budget, what it spent included."""
+    previous = unfinished_run(layout, spec.name)
+    if previous is None:
+        return
+    if is_locked(layout.lock_file(spec.name)):  # running now: the next run is refused until it ends
+        prose(
+            f"run {previous.run_id} of job {spec.name} is running now: a `harvest run` meanwhile is refused"
+        )
+        return
+    how = "interrupted" if previous.status == "interrupted" else "killed"
+    try:
+        resumed = resume_start(layout, previous, spec, previous.service)
+    except UsageError as exc:
+        prose(f"the next `harvest run` is refused: {exc}")
+        return
+    added = "; the queries the spec added since start at page 1" if resumed.added else ""
+    prose(
+        f"the next `harvest run` resumes run {previous.run_id} ({how}) rather than starting a new one: "
+        f"{counted(resumed.own.total_spent, 'credit')} of its budget of {previous.budget} spent, "
+        f"{counted(len(resumed.ended), 'query')} it ended not asked again{added}"
+    )
