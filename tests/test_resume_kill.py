@@ -26,6 +26,7 @@ from harvest.flows.spec import UsageError
 from harvest.sandbox.config import BILLED_FAULTS_DEFAULT, FaultKind, SandboxConfig
 from harvest.sandbox.expected import full_crawl
 from harvest.sandbox.wire.serving import RunningSandbox, running
+from harvest.tasks.output.journal import read_journal
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import RunManifest, all_manifests, read_manifest
 from harvest.tasks.output.raw_store import RawPageReader
@@ -707,3 +708,37 @@ def test_continue_after_a_kill_is_refused_and_a_charge_before_the_resume_leaves_
     )
     assert "the service's bill: unknown (the run was killed" in out2
     assert scalar(output / "harvest.duckdb", "SELECT service_billed FROM runs") is None
+
+
+@pytest.mark.scenario
+def test_a_dependent_added_after_a_kill_starts_for_the_records_its_parent_found_before(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """kill -9 once the creatives query has ended (its two pages landed); the team then adds the materials'
+    details, a query per material the creatives found. The resume does not ask the creatives again, so the
+    details must start from the records the killed session landed: every material's detail is fetched, once."""
+    output = tmp_path / "out"
+    with running(CONFIG) as sb:
+        base = job(sb.base_url, output)
+        base["queries"] = base["queries"][:2]  # pins and creatives: no details yet
+        spec = write_spec(tmp_path, base)
+        proc = start_run(spec, tmp_path, prefect_api_url)
+        wait_until(lambda: creatives_ended(output), proc, "the creatives query ended")
+        kill_hard(proc, sb)
+        write_spec(tmp_path, job(sb.base_url, output))
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        entries = data_entries(sb)
+    assert code == 0, out + err
+    (run,) = all_manifests(OutputLayout(output))
+    assert run.status == "complete" and run.resumes == 1, run
+    details = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
+    assert set(details) == set(material_ids()) and max(details.values()) == 1, details
+    creatives = [e for e in entries if e.path == CREATIVE and not e.path_params]
+    assert paid_twice(creatives) == 0  # the creatives were not asked again
+    assert_landed_once(output, run.run_id)
+
+
+def creatives_ended(output: Path) -> bool:
+    """Whether the run's journal says the creatives query ended (its pages landed)."""
+    journals = list((output / "raw").glob("*/journal.jsonl"))
+    return bool(journals) and "creatives" in read_journal(journals[0]).ended
