@@ -165,6 +165,55 @@ def test_a_resume_after_ctrl_c_goes_on_with_the_dependents_of_parents_that_ended
     assert dask["details"] == local["details"], (local, dask)
 
 
+def details_added_then_resumed(tmp_path: Path, api_url: str, runner: dict[str, Any]) -> dict[str, Any]:
+    """Ctrl-C once the creatives query has ended (pins still paging), then the materials' details added to the
+    spec and the same command: its exit code, what it said, and the details DuckDB holds."""
+    creatives = {"id": "creatives", "endpoint": CREATIVE, "params": {"query": "desks"}}
+    pins = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}
+    details = {"id": "details", "endpoint": CREATIVE_DETAIL,
+               "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}}  # fmt: skip
+    output = tmp_path / f"added-{runner['kind']}"
+    config = replace(FANNED, pages_by_path={CREATIVE: (1, 1), PINS: (20, 20)})
+    with gated(config) as sb:
+        name = f"added-{runner['kind']}.yaml"
+        path = write_spec(
+            tmp_path, job_spec(sb.base_url, output, [creatives, pins], credits=100, runner=runner), name
+        )
+        sb.gate.close_after(2)  # the creatives' one page and the pins' first, then every request waits
+        run = Watched(start_run(path, tmp_path, api_url))
+        sb.gate.wait_frozen(run.proc)
+        signal_group(run.proc, signal.SIGINT)
+        run.wait_for_stderr("stopping; letting the requests in flight land")
+        sb.gate.open()
+        run.finish()
+        write_spec(
+            tmp_path,
+            job_spec(sb.base_url, output, [creatives, pins, details], credits=100, runner=runner),
+            name,
+        )
+        code, out, err = finish(start_run(path, tmp_path, api_url))
+        entries = data_entries(sb)
+    db = OutputLayout(output).db
+    fetched = sum(1 for e in entries if e.path_params)
+    held = scalar(db, "SELECT count(DISTINCT material_id) FROM creative_material_details") if code == 0 else 0
+    return {"code": code, "said": " ".join((out + err).split()), "fetched": fetched, "held": held}
+
+
+@pytest.mark.scenario
+def test_a_dependent_added_after_ctrl_c_starts_from_its_ended_parent_locally_and_is_refused_on_dask(
+    prefect_api_url: str, dask_address: str, tmp_path: Path
+) -> None:
+    """The creatives ended before a Ctrl-C; the team adds their materials' details. Locally the resume lands the
+    creatives' pages again, and they start every detail. Dask's resume reads only the pages of the queries that
+    go on, so nothing would start the details: it is refused by name (exit 2, nothing paid), not `complete`
+    without them."""
+    local = details_added_then_resumed(tmp_path, prefect_api_url, {"kind": "local"})
+    dask = details_added_then_resumed(tmp_path, prefect_api_url, {"kind": "dask", "address": dask_address})
+    assert local["code"] == 0 and local["fetched"] == local["held"] > 0, local
+    assert dask["code"] == 2 and dask["fetched"] == 0, dask
+    assert "(added: details, for records this resume does not read again)" in dask["said"], dask
+
+
 @pytest.mark.scenario
 def test_ctrl_c_on_harvest_s_own_cluster_pays_no_page_twice(prefect_api_url: str, tmp_path: Path) -> None:
     """A terminal's Ctrl-C goes to the whole process group, and on the cluster harvest starts itself

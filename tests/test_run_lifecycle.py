@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 from harvest.connectors.catalog import endpoints as catalog
 from harvest.flows.cli import app
 from harvest.sandbox.config import SandboxConfig
-from harvest.sandbox.expected import expected_pages
+from harvest.sandbox.expected import expected_pages, full_crawl
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.layout import OutputLayout
 from harvest.tasks.output.manifest import all_manifests
 from tests.crawl_helpers import data_entries, entry_cursor, paid_twice
-from tests.endpoints import BALANCE, FEED, PINS, PROFILE, REELS, SHORT_COMMENTS
+from tests.endpoints import BALANCE, CREATIVE, CREATIVE_DETAIL, FEED, PINS, PROFILE, REELS, SHORT_COMMENTS
 from tests.flow_helpers import (
     BIG_BALANCE,
     SECRET_KEY,
@@ -629,3 +629,42 @@ def test_a_prefect_flow_retry_resumes_the_run_instead_of_paying_again(
         True,
         False,
     }
+
+
+def test_continue_after_a_dependent_was_added_is_refused_and_the_printed_night_fetches_it(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A night stopped by its budget after the creatives query had ended; the team adds the materials' details
+    (a query per material the creatives found) and runs `--continue`. A continued run does not read the
+    creatives' pages again, so nothing would start the details: it said `complete` without one of them. Refused
+    now, naming the details, nothing paid; the command it prints starts a night that fetches every detail."""
+    params = {"query": "standing desks", "limit": 5}
+    config = SandboxConfig(
+        api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (30, 30), CREATIVE: (2, 2)}, page_size=5
+    )
+    output = tmp_path / "out"
+    creatives = {"id": "creatives", "endpoint": CREATIVE, "params": params}
+    pins = {"id": "pins", "endpoint": PINS, "params": {"query": "oak"}}
+    details = {"id": "details", "endpoint": CREATIVE_DETAIL,
+               "for_each": {"material_id": {"from": "creatives", "field": "material_id"}}}  # fmt: skip
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [creatives, pins]))
+        night = run_flow(spec, budget=20)
+        write_spec(tmp_path, spec_of(sb.base_url, output, [creatives, pins, details]))
+        paid = len(data_entries(sb))
+        refused = runner.invoke(app, ["run", str(spec), "--continue"])
+        refused_paid = len(data_entries(sb)) - paid
+        printed = f"harvest run {spec}"
+        said = " ".join(refused.stderr.split())
+        new_night = runner.invoke(app, shlex.split(printed)[1:])
+        entries = data_entries(sb)[paid:]
+    statuses = {q["query_id"]: q["status"] for q in night.queries}
+    assert statuses == {"creatives": "complete", "pins": "budget_exhausted"}, statuses
+    assert refused.exit_code == 2 and refused_paid == 0, refused.output
+    assert "the spec added details since" in said and f"`{printed}` starts a new run from page 1" in said, (
+        said
+    )
+    assert new_night.exit_code == 0, new_night.output
+    materials = [m["material_id"] for m in full_crawl(CREATIVE, params, config)["materials"]]
+    asked = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
+    assert set(asked) == set(materials) and max(asked.values()) == 1, asked

@@ -273,20 +273,40 @@ def query_changes(asked: Mapping[str, Mapping[str, Any]], the_plan: Plan) -> Que
     return QueryChanges(tuple(changed), tuple(removed))
 
 
+def unfed(the_plan: Plan, asked: Iterable[str], not_read_again: Iterable[str]) -> tuple[str, ...]:
+    """Dependent queries the spec added (none of their instances `asked`) whose parent's records are on pages
+    this run does not read again (`not_read_again`: query ids): nothing would start them for those records, and
+    the run would end `complete` without them."""
+    bases = {base_id(q) for q in asked}
+    parents = {base_id(q) for q in not_read_again}
+    return tuple(
+        d.template_id for d in the_plan.dependents if d.template_id not in bases and d.parent in parents
+    )
+
+
 def resumable(
-    run: RunManifest, own: Mapping[str, Mapping[str, Any]], settled: Settled, the_plan: Plan
+    run: RunManifest, own: Mapping[str, Mapping[str, Any]], settled: Settled, the_plan: Plan, dask: bool
 ) -> None:
     """Refuse to resume `run` when the spec asks differently a query it (`own`: its journal's) or the chain it
-    continues asked, or no more one it started or was to pick up; queries only added resume it (they start at
-    page 1, under its budget: `say_added`)."""
-    changes = query_changes({**settled.started, **own}, the_plan)
+    continues asked, or no more one it started or was to pick up, or added a dependent query whose parent's
+    records the resume does not read again (the chain's pages; under Dask, the run's own ended queries' too: the
+    local runner lands its own pages again and starts it from them); queries only added resume it (they start
+    at page 1, under its budget: `say_added`)."""
+    asked = {**settled.started, **own}
+    changes = query_changes(asked, the_plan)
     removed = tuple(q for q in changes.removed if q in own or q in settled.at)  # a settled query is landed
+    orphans = unfed(the_plan, asked, [*settled.started, *(own if dask else ())])
     if changes.changed or removed:
-        raise UsageError(
-            f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since "
-            f"({replace(changes, removed=removed).named()}); run with --fresh to abandon it (what it paid for "
-            "is landed and loaded first) and start again, or restore the spec"
-        )
+        said = replace(changes, removed=removed).named()
+    elif orphans:
+        said = f"added: {_few(orphans)}, for records this resume does not read again"
+    else:
+        return
+    raise UsageError(
+        f"run {run.run_id} of job {run.job} is unfinished, but the spec's queries changed since ({said}); run "
+        "with --fresh to abandon it (what it paid for is landed and loaded first) and start again, or restore "
+        "the spec"
+    )
 
 
 def say_added(run: RunManifest) -> None:
@@ -304,13 +324,20 @@ def continuable(settled: Settled, the_plan: Plan, again: RunAgain | None) -> Set
     of the chain differently (its cursor belongs to the old one); a query the spec no longer asks is not picked
     up; one added runs from page 1. The new run the refusal names keeps the session's `--budget` and `--full`."""
     changes = query_changes(settled.started, the_plan)
+    orphans = unfed(the_plan, settled.started, settled.started)
     last = settled.last
+    new = "a run of the deployment with mode auto" if again is None else f"`{again.command()}`"
     if changes.changed and last is not None:
-        new = "a run of the deployment with mode auto" if again is None else f"`{again.command()}`"
         raise UsageError(
             f"--continue picks up the queries run {last.run_id} of job {last.job} stopped, but the spec's "
             f"queries changed since ({changes.named()}): their cursors belong to the old ones. Restore the "
             f"spec to go on, or {new} starts a new run from page 1"
+        )
+    if orphans and last is not None:
+        raise UsageError(
+            f"--continue picks up the queries run {last.run_id} of job {last.job} stopped, but the spec added "
+            f"{_few(orphans)} since, for records of queries those runs asked, whose pages a continued run does "
+            f"not read again: {new} starts a new run from page 1"
         )
     gone = set(changes.removed)
     return replace(

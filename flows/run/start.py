@@ -376,7 +376,7 @@ def resume_start(layout: OutputLayout, run: RunManifest, spec: JobSpec, service:
     settled = settled_by(layout, chain_from(runs, run.continues))
     added = bool(run.plan_key) and run.plan_key != plan_key(spec)
     if added:
-        resumable(run, journal.started, settled, plan(spec))
+        resumable(run, journal.started, settled, plan(spec), spec.runner.kind == "dask")
     return Resume(
         coverage=job_coverage(layout, run.job, run.run_id), settled=settled, added=added,
         carried={} if run.continues else prices_before(layout, run), run=run, own=journal,
