@@ -518,7 +518,7 @@ def test_a_killed_night_resumes_under_a_spec_that_only_added_queries(
         entries = data_entries(sb)
     assert code == 0, out + err
     said = " ".join(err.split())
-    assert f"run {killed.run_id} of job nightly is resumed under a spec that added queries" in said, err
+    assert f"run {killed.run_id} of job nightly is resumed under a spec edited since it started" in said, err
     told = " ".join(planned.stdout.split())  # `harvest plan` before the night said what it would do
     assert f"the next `harvest run` resumes run {killed.run_id} (killed)" in told, planned.output
     assert "the queries the spec added since start at page 1" in told, planned.output

@@ -302,9 +302,8 @@ def _resumed(
         shapes=shapes_data(spec.shape_overrides()),
         spec_file=spec_file or previous.spec_file,
         declared=spec.declared(),
-        plan_key=plan_key(
-            spec
-        ),  # queries the spec added since (`Resume.added`): a later resume compares with them
+        # queries the spec added since (`Resume.added`): a later resume compares with them
+        plan_key=plan_key(spec),
     )
 
 

@@ -310,11 +310,11 @@ def resumable(
 
 
 def say_added(run: RunManifest) -> None:
-    """One line when a resume goes on under a spec that added queries since the run started (`resumable`);
-    `run`: its manifest as resumed (the budget this session holds)."""
+    """One line when a resume goes on under a spec edited since the run started (`resumable`): queries added, or
+    written otherwise and asked the same; `run`: its manifest as resumed (the budget this session holds)."""
     log.warning(
-        "run %s of job %s is resumed under a spec that added queries since it started: every query it asked goes "
-        "on as it was, the added ones start at page 1 under its budget of %s credits",
+        "run %s of job %s is resumed under a spec edited since it started: every query it asked is asked as "
+        "before and goes on, queries the spec added start at page 1 under its budget of %s credits",
         run.run_id, run.job, run.budget,
     )  # fmt: skip
 

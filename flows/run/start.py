@@ -179,7 +179,8 @@ class Resume(_Start):
     index: RawIndex
     """Where its raw pages are: read once, for the check and for the landing."""
     added: bool = False
-    """The spec's queries changed since the run started, by queries added only (`chain.resumable`)."""
+    """The spec's queries were edited since the run started, every query it asked asked the same (queries added,
+    or the same ones written otherwise: `chain.resumable`)."""
     missing: Mapping[str, int] = field(default_factory=dict)
     """Queries journaled as ended whose raw pages are not all there (a power cut): query id -> pages found (as
     its `pages` counts them: a kept receipt or damaged answer is none, `RawIndex.counted`). They are resumed
@@ -301,9 +302,7 @@ def decide(
     if mode == "continue":
         settled = settled_by(layout, newest_chain(layout, spec.name), SpecCaps.of(spec.queries))
         if settled.last is not None:
-            if settled.last.plan_key and settled.last.plan_key != plan_key(
-                spec
-            ):  # added run; changed: refused
+            if settled.last.plan_key not in ("", plan_key(spec)):  # the spec edited since: what still holds
                 settled = continuable(settled, plan(spec), again)
             return Continue(coverage=covered, settled=settled)
     before = newest_chain(layout, spec.name)
