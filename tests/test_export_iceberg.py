@@ -326,6 +326,34 @@ def test_harvest_export_format_iceberg_end_to_end(nights: Nights, tmp_path: Path
     assert again.exit_code == 0 and "nothing new" in again.output, again.output
 
 
+def test_a_configured_catalog_s_tables_elsewhere_than_to_are_refused_not_merged_into(
+    nights: Nights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SQL catalog configured for pyiceberg without a warehouse: `--to` is its warehouse. An export to lake-a,
+    then one to lake-b merged into lake-a's tables (the catalog knows a table by its name, not its place),
+    said "at lake-b" and recorded lake-b, which was never made. Refused now (exit 2) naming where the table
+    lives, nothing written; another namespace makes lake-b its own tables."""
+    from typer.testing import CliRunner
+
+    from harvest.flows.cli import app
+
+    monkeypatch.setenv("PYICEBERG_CATALOG__HARVEST__URI", f"sqlite:///{tmp_path / 'shared.db'}")
+    monkeypatch.setenv("PYICEBERG_CATALOG__HARVEST__TYPE", "sql")
+    output = str(nights.layout.root)
+    lake_a, lake_b = tmp_path / "lake-a", tmp_path / "lake-b"
+    first = CliRunner().invoke(app, ["export", output, "--to", str(lake_a), "--format", "iceberg"])
+    assert first.exit_code == 0, first.output
+    refused = CliRunner().invoke(app, ["export", output, "--to", str(lake_b), "--format", "iceberg"])
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2, refused.output
+    assert f"lives at {lake_a.as_uri()}/harvest/" in said and f"not under --to {lake_b}" in said, said
+    assert not lake_b.exists()
+    monkeypatch.setenv("HARVEST_ICEBERG_NAMESPACE", "second")
+    own = CliRunner().invoke(app, ["export", output, "--to", str(lake_b), "--format", "iceberg"])
+    assert own.exit_code == 0, own.output
+    assert (lake_b / "second" / "runs" / "metadata").is_dir()
+
+
 def test_the_maintenance_snippet_of_the_docs_runs_as_pasted_on_the_catalog_harvest_made(
     nights: Nights, tmp_path: Path
 ) -> None:

@@ -108,6 +108,26 @@ def open_catalog(destination: str, layout: OutputLayout) -> Catalog:
     return SqlCatalog(name, uri=f"sqlite:///{path}", warehouse=warehouse_uri(destination), **props)
 
 
+def warehouse_named(name: str) -> bool:
+    """Whether pyiceberg's configuration of catalog `name` names its own warehouse (`--to` is then not where
+    its tables are: the configuration, or a REST catalog's server, decides)."""
+    return "warehouse" in configured(name)
+
+
+def elsewhere(catalog: Catalog, space: str, destination: str) -> str | None:
+    """A table of the catalog's namespace that lives outside `destination`, said with its location (for a
+    catalog whose warehouse is `--to`: the SQLite one harvest keeps, or a configured one that names none):
+    merged into, the rows would land there while the export said `--to`. None when every table is under it."""
+    if warehouse_named(catalog.name):
+        return None
+    root = warehouse_uri(destination).rstrip("/") + "/"
+    for identifier in catalog.list_tables(space):
+        location = catalog.load_table(identifier).location().split("?", 1)[0]
+        if not (location.rstrip("/") + "/").startswith(root):
+            return f"{'.'.join(identifier)} in {describe(catalog)} lives at {location}"
+    return None
+
+
 def describe(catalog: Catalog) -> str:
     """The catalog for a message: its kind and, for SQLite, the file; never a URI (it may hold a credential)."""
     if isinstance(catalog, SqlCatalog):

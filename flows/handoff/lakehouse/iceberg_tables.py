@@ -45,7 +45,14 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from harvest.connectors.retries import Backoff, retried
-from harvest.flows.handoff.lakehouse.iceberg_catalog import describe, namespace, open_catalog
+from harvest.flows.handoff.lakehouse.iceberg_catalog import (
+    CATALOG_ENV,
+    NAMESPACE_ENV,
+    describe,
+    elsewhere,
+    namespace,
+    open_catalog,
+)
 from harvest.flows.handoff.lakehouse.iceberg_files import DataFileWriter, read_batches
 from harvest.flows.handoff.lakehouse.table_format import (
     UTC_MICROS,
@@ -56,6 +63,7 @@ from harvest.flows.handoff.lakehouse.table_format import (
     say_kept_types,
     without_rows_of,
 )
+from harvest.flows.spec import UsageError
 from harvest.tasks.output.layout import OutputLayout
 
 log = logging.getLogger(__name__)
@@ -208,6 +216,12 @@ class IcebergFormat:
         self.catalog: Catalog = open_catalog(destination, layout)
         self.namespace = namespace()
         self.catalog.create_namespace_if_not_exists(self.namespace)
+        if (found := elsewhere(self.catalog, self.namespace, destination)) is not None:
+            self.close()
+            raise UsageError(
+                f"{found}, not under --to {destination}: merged, this export's rows would land there. Give --to "
+                f"that warehouse, or another namespace ({NAMESPACE_ENV}) or catalog ({CATALOG_ENV}) for {destination}"
+            )
 
     def merge(self, load: TableLoad) -> MergeResult:
         try:
