@@ -6,6 +6,7 @@ lake holds every table DuckDB has, and no row twice.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,48 @@ def test_a_table_s_files_deleted_and_rebuilt_as_they_were_are_not_sent_again(
     assert sorted(map(repr, back.to_pylist())) == sorted(map(repr, held.to_pylist())), "the same rows back"
     assert "nothing new" in export(output, lake)
     assert len(committed(lake)) == 1, f"{table} was not changed: no second export"
+
+
+def test_an_output_that_lost_its_database_and_parquet_and_was_rebuilt_sends_nothing_again(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """harvest.duckdb and parquet/ lost, `harvest rebuild` makes them again from the raw pages: the export said
+    "1 run found committed: not sent again" and then sent it again (`"resent": true`), as the `exports` table
+    that knew what the run held was gone. The export's `_manifest.json` now says what each run held: the same
+    rows back, nothing sent."""
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    night(tmp_path, output, 0, monkeypatch)
+    export(output, lake)
+    (output / "harvest.duckdb").unlink()
+    shutil.rmtree(output / "parquet")
+    assert runner.invoke(app, ["rebuild", str(output)]).exit_code == 0
+    said = export(output, lake)
+    assert "found committed" in said and "nothing new" in said, said
+    assert len(committed(lake)) == 1
+    assert_no_row_twice(lake, output)
+
+
+def test_a_destination_deleted_since_its_exports_is_sent_every_run_again(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lake deleted (a bucket made anew, a directory cleaned) after two nights were exported: the export
+    said "nothing new: every loaded run is there" for ever, from the `exports` table alone. The destination is
+    the truth: every run is sent again, said once, and the next export has nothing new."""
+    output, lake = tmp_path / "out", tmp_path / "lake"
+    night(tmp_path, output, 0, monkeypatch)
+    export(output, lake)
+    night(tmp_path, output, 1, monkeypatch)
+    export(output, lake)
+    shutil.rmtree(lake)
+    said = " ".join(export(output, lake).split())
+    assert "2 runs recorded as sent to" in said and "no longer there" in said and "exported 2 runs" in said, (
+        said
+    )
+    assert_no_row_twice(lake, output)
+    again = export(output, lake)
+    assert "nothing new" in again and "no longer there" not in again, again
+    sent = rows(output / "harvest.duckdb", "SELECT count(DISTINCT export_id) FROM exports")
+    assert sent == [(1,)], sent  # the two gone exports are no longer recorded
 
 
 def test_a_run_whose_raw_pages_were_deleted_keeps_its_rows_through_a_rebuild(

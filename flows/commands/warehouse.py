@@ -68,6 +68,11 @@ def export(output: Path, to: str, snapshot: bool, fmt: str = "parquet") -> None:
         console.prose(
             f"{counted(report.recovered, 'run')} found committed at {report.destination}: recorded, not sent again"
         )
+    if report.gone:
+        console.prose(
+            f"{counted(report.gone, 'run')} recorded as sent to {report.destination} no longer there (its "
+            "_exports/<id>/_SUCCESS is gone): sent again"
+        )
     if report.kind == "increment" and not report.runs:
         console.prose(f"nothing new to export to {report.destination}: every loaded run is there")
         return

@@ -60,6 +60,8 @@ class ExportReport:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     recovered: int = 0
     """Runs the destination had (committed exports) that the `exports` table did not know: recorded now."""
+    gone: int = 0
+    """Runs the `exports` table says were sent whose export the destination no longer holds: sent again."""
     resent: bool = False
     """A run of this increment went to the destination before (rebuilt or resumed since): a loader that appends
     history deletes its rows first."""
@@ -248,8 +250,16 @@ def _retire(
         entry.setdefault("retired", []).append({"key": key, "run_id": run.run_id})
 
 
-def _commit(fs: pafs.FileSystem, folder: str, report: ExportReport, jobs: list[str]) -> datetime:
-    """`_manifest.json`, then `_SUCCESS`: the marker exists only once everything it vouches for does."""
+def _commit(
+    fs: pafs.FileSystem,
+    folder: str,
+    report: ExportReport,
+    jobs: list[str],
+    held: dict[str, str] | None = None,
+) -> datetime:
+    """`_manifest.json`, then `_SUCCESS`: the marker exists only once everything it vouches for does. `held`: what
+    each run's Parquet held (`run_content`), so an output that lost its `exports` table and was rebuilt finds
+    the run sent with the same rows, not due again."""
     created = datetime.now(UTC)
     manifest: dict[str, Any] = {
         "format": "harvest-export/1",
@@ -263,6 +273,7 @@ def _commit(fs: pafs.FileSystem, folder: str, report: ExportReport, jobs: list[s
     }
     if report.kind == "increment":
         manifest["resent"] = report.resent
+        manifest["content"] = held or {}
     make_dir(fs, folder)
     with fs.open_output_stream(f"{folder}/_manifest.json") as out:
         out.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
@@ -285,9 +296,10 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
     find_committed(fs, base, sent, (h.run_id for h in run_heads(layout) if h.loaded))
     runs = runs_due(layout, sent)
     report.recovered = len({r.run_id for r in sent.found})
+    report.gone = len({r.run_id for r in sent.gone})
     report.resent = any(m.run_id in sent.latest for m in runs)
     if not runs:
-        record(layout, destination, sent.found)
+        record(layout, destination, sent.found, sent.gone)
         return report
     per_run: dict[str, tuple[int, int]] = {}
     schemas: dict[str, list[pa.Schema]] = {}
@@ -298,13 +310,13 @@ def export_increment(layout: OutputLayout, url: str) -> ExportReport:
         report.runs.append(run.run_id)
         per_run[run.run_id] = (report.files - files, report.rows - rows)
     _describe_schemas(report, schemas)
-    at = _commit(fs, f"{base}/_exports/{report.export_id}", report, sorted({m.job for m in runs}))
     held = {m.run_id: run_content(layout, m) for m in runs}  # what a rebuild since must change to resend it
+    at = _commit(fs, f"{base}/_exports/{report.export_id}", report, sorted({m.job for m in runs}), held)
     rows_ = [
         ExportRow(r, report.export_id, "increment", at, *counts, content=held[r])
         for r, counts in per_run.items()
     ]
-    record(layout, destination, sent.found + rows_)
+    record(layout, destination, sent.found + rows_, sent.gone)
     return report
 
 

@@ -116,16 +116,32 @@ class Sent:
     recorded: set[str] = field(default_factory=set)
     found: list[ExportRow] = field(default_factory=list)
     """Committed exports of this output's runs found at the destination but not in the table: to record."""
+    rows: list[ExportRow] = field(default_factory=list)
+    """Every row that went into it (`add`)."""
+    gone: list[ExportRow] = field(default_factory=list)
+    """Rows of the table whose export is no longer committed at the destination (`keep_committed`)."""
     families: set[str] = field(default_factory=set)
     """`parquet`, `delta`, `iceberg`: what the destination was given; one destination holds one of them."""
 
     def add(self, row: ExportRow) -> None:
+        self.rows.append(row)
         self.families.add(family(row.kind))
         if row.kind == self.kind and (
             row.run_id not in self.latest or self.latest[row.run_id] < row.exported_at
         ):
             self.latest[row.run_id] = row.exported_at
             self.content[row.run_id] = row.content
+
+    def keep_committed(self, committed: set[str]) -> None:
+        """Forget the recorded exports of `kind` whose `_SUCCESS` the destination no longer holds (deleted,
+        a bucket made anew): the destination is the truth, so their runs are due again, not "there" for ever."""
+        self.gone = [r for r in self.rows if r.kind == self.kind and r.export_id not in committed]
+        if not self.gone:
+            return
+        kept, self.rows, self.latest, self.content = self.rows, [], {}, {}
+        for row in kept:
+            if row not in self.gone:
+                self.add(row)
 
     def mixed(self, destination: str) -> str | None:
         """Why an export of `kind` must not go to this destination (another format's files are there), or None:
@@ -185,13 +201,14 @@ def recorded(layout: OutputLayout, destination: str, kind: str = "increment") ->
 
 
 def find_committed(fs: pafs.FileSystem, base: str, sent: Sent, runs: Iterable[str]) -> None:
-    """Add the committed exports at the destination that the table does not know (for runs of this output)."""
+    """Add the committed exports at the destination that the table does not know (for runs of this output), and
+    forget those it records that the destination no longer holds (`Sent.keep_committed`). One listing."""
     ours = set(runs)
-    listing = fs.get_file_info(pafs.FileSelector(f"{base}/_exports", allow_not_found=True))
-    for folder in sorted(f.path for f in listing if f.type == pafs.FileType.Directory):
-        export_id = folder.rstrip("/").rsplit("/", 1)[-1]
-        if export_id in sent.recorded or not fs.get_file_info(f"{folder}/_SUCCESS").is_file:
-            continue
+    listing = fs.get_file_info(pafs.FileSelector(f"{base}/_exports", allow_not_found=True, recursive=True))
+    marked = {f.path.rstrip("/").rsplit("/", 2)[-2] for f in listing if f.path.endswith("/_SUCCESS")}
+    sent.keep_committed(marked)
+    for export_id in sorted(marked - sent.recorded):
+        folder = f"{base}/_exports/{export_id}"
         with fs.open_input_stream(f"{folder}/_manifest.json") as f:
             manifest = json.loads(f.read())
         at = datetime.fromisoformat(manifest["created_at"])
@@ -203,14 +220,19 @@ def find_committed(fs: pafs.FileSystem, base: str, sent: Sent, runs: Iterable[st
         for run_id in manifest.get("runs", []):
             if run_id in ours:
                 n, rows = files.get(run_id, [0, 0])
-                row = ExportRow(run_id, export_id, manifest.get("kind", "increment"), at, n, rows)
+                held = (manifest.get("content") or {}).get(run_id)  # an older harvest's manifest lacks it
+                row = ExportRow(run_id, export_id, manifest.get("kind", "increment"), at, n, rows, held)
                 sent.found.append(row)
                 sent.add(row)
 
 
-def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> None:
-    """Write export rows (idempotent: a row already there is replaced); NotRecorded when that fails."""
-    if not rows:
+def record(
+    layout: OutputLayout, destination: str, rows: list[ExportRow], gone: Iterable[ExportRow] = ()
+) -> None:
+    """Write export rows (idempotent: a row already there is replaced) and delete the `gone` ones (exports the
+    destination no longer holds, `Sent.keep_committed`); NotRecorded when that fails."""
+    gone = list(gone)
+    if not rows and not gone:
         return
     rerun = "harvest export ... (it records what the destination has, and sends nothing twice)"
     try:
@@ -219,6 +241,11 @@ def record(layout: OutputLayout, destination: str, rows: list[ExportRow]) -> Non
             for name, sql_type in EXPORTS_ADDED:  # a table an older harvest made
                 con.execute(f"ALTER TABLE exports ADD COLUMN IF NOT EXISTS {name} {sql_type}")
             describe_table(con, "exports", *EXPORTS)
+            for r in gone:
+                con.execute(
+                    "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",
+                    [destination, r.run_id, r.export_id],
+                )
             for r in rows:  # delete, then insert: right even in a table that lost its key (an older rebuild)
                 con.execute(
                     "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",
