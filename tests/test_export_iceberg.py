@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
@@ -352,6 +354,34 @@ def test_a_configured_catalog_s_tables_elsewhere_than_to_are_refused_not_merged_
     own = CliRunner().invoke(app, ["export", output, "--to", str(lake_b), "--format", "iceberg"])
     assert own.exit_code == 0, own.output
     assert (lake_b / "second" / "runs" / "metadata").is_dir()
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_table_destination_deleted_since_is_merged_again_not_nothing_new_for_ever(
+    nights: Nights, tmp_path: Path, fmt: str
+) -> None:
+    """The lake deleted after an export: "nothing new: every loaded run is in its tables" for ever, from the
+    `exports` table alone. The destination is the truth (its `runs` table is gone): merged again, said once."""
+    from typer.testing import CliRunner
+
+    from harvest.flows.cli import app
+
+    lake, output = tmp_path / "lake", str(nights.layout.root)
+    command = ["export", output, "--to", str(lake), "--format", fmt]
+    assert CliRunner().invoke(app, command).exit_code == 0
+    shutil.rmtree(lake)
+    again = CliRunner().invoke(app, command)
+    said = " ".join(again.output.split())
+    assert again.exit_code == 0 and "2 runs recorded as merged into" in said and "merged 2 runs" in said, said
+    if fmt == "iceberg":
+        catalog = reader(lake / SQLITE_FILE, lake.as_uri())
+        assert sorted(r["run_id"] for r in scanned(catalog, "runs").to_pylist()) == sorted(
+            [nights.first.run_id, nights.second.run_id]
+        )
+    else:
+        assert DeltaTable(str(lake / "runs")).to_pyarrow_table().num_rows == 2
+    last = CliRunner().invoke(app, command)
+    assert "nothing new" in last.output and "no longer there" not in last.output, last.output
 
 
 def test_the_maintenance_snippet_of_the_docs_runs_as_pasted_on_the_catalog_harvest_made(

@@ -97,6 +97,11 @@ def export_tables(layout: OutputLayout, to: str, fmt: str) -> None:
         raise Failed(f"merged into the {fmt} tables at {to}, but {exc}", or_try_later(exc, 1)) from None
     except (ExportFailed, OSError, duckdb.Error) as exc:
         raise Failed(f"{fmt} export to {to} failed: {exc}", or_try_later(exc, 1)) from None
+    if report.gone:
+        console.prose(
+            f"{counted(report.gone, 'run')} recorded as merged into {report.destination} no longer there (its "
+            "runs table is gone): merged again"
+        )
     if not report.runs:
         console.prose(
             f"nothing new to export to {report.destination}: every loaded run is in its {fmt} tables"

@@ -139,6 +139,9 @@ class DeltaFormat:
                 "this merge is not in the table: run the export again"
             ) from exc
 
+    def holds_runs(self) -> bool:
+        return self._open(self.uri("runs")) is not None
+
     def close(self) -> None:
         """Nothing held open: every merge opens its table at the newest version."""
 

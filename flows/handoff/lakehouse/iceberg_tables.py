@@ -270,6 +270,9 @@ class IcebergFormat:
         except TableAlreadyExistsError:
             return self.catalog.load_table(identifier)
 
+    def holds_runs(self) -> bool:
+        return bool(self.catalog.table_exists((self.namespace, "runs")))
+
     def close(self) -> None:
         if isinstance(self.catalog, SqlCatalog):
             self.catalog.engine.dispose()

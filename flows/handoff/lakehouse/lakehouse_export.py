@@ -47,6 +47,8 @@ class TablesReport:
     """The format's name (`delta`, `iceberg`), as the `exports` table records it."""
     runs: list[str] = field(default_factory=list)
     tables: dict[str, MergeResult] = field(default_factory=dict)
+    gone: int = 0
+    """Runs the `exports` table says were merged here, at a destination whose `runs` table is gone: merged again."""
 
     @property
     def rows(self) -> int:
@@ -144,10 +146,16 @@ def export_tables(
         )
     if problem:
         raise UsageError(problem)
+    fmt = _opened(opener, format_name, destination, layout) if sent.latest else None
+    if fmt is not None and not fmt.holds_runs():  # the destination is the truth: its tables are gone
+        sent.keep_committed(set())
+        report.gone = len({r.run_id for r in sent.gone})
     runs = runs_due(layout, sent)
     if not runs:
+        if fmt is not None:
+            fmt.close()
         return report
-    fmt = _opened(opener, format_name, destination, layout)
+    fmt = fmt or _opened(opener, format_name, destination, layout)
     try:
         with one_database() as db:
             _merge_all(fmt, _loads(layout, runs, db), report)
@@ -161,5 +169,5 @@ def export_tables(
         sent_rows = sum(n for *_, n in files)
         held = run_content(layout, run)  # what a rebuild since must change to send it again
         rows.append(ExportRow(run.run_id, report.export_id, format_name, at, len(files), sent_rows, held))
-    record(layout, destination, rows)
+    record(layout, destination, rows, sent.gone)
     return report

@@ -180,4 +180,9 @@ class TableFormat(Protocol):
 
     def merge(self, load: TableLoad) -> MergeResult: ...
 
+    def holds_runs(self) -> bool:
+        """Whether the destination has its `runs` table: without it, what the `exports` table says was merged
+        there is gone (the destination deleted, a bucket made anew) and is merged again."""
+        ...
+
     def close(self) -> None: ...
