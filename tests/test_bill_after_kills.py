@@ -129,3 +129,36 @@ def test_a_kill_between_a_settle_and_its_attempt_line_leaves_the_request_a_row(
     assert made == [(reserved["q"], reserved["p"], last["c"])], "the request whose line the kill took"
     # each request answered is a row: logged, made so, or one in flight at the kill (its answer never read)
     assert scalar(db, "SELECT count(*) FROM requests") >= answered
+
+
+UNREADABLE = SandboxConfig(
+    api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (15, 15)}, page_size=3, latency=0.02,
+    fault_rate=0.2, fault_kinds=[FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.MALFORMED],
+    retry_after="0.05", seed=7,
+)  # fmt: skip
+"""Refusals the service does not bill, and answers it billed that come unreadable (a proxy's page after them)."""
+
+
+def test_answers_billed_unreadable_before_a_kill_leave_the_resumed_count_at_the_bill(
+    prefect_api_url: str, tmp_path: Path
+) -> None:
+    """A killed session's answers that came unreadable were journaled as "lost" (billed or not), so the resumed
+    run took them as free when it settled its refusals against the balance: the bill's room kept as many of
+    the refusals counted, and the run ended counting more than it was billed (211 against 207, found by a
+    helper's probe). They are journaled as "unread" now and carried over as billed: the count is the bill."""
+    output = tmp_path / "out"
+    with running(UNREADABLE) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, 10_000))
+        for answered in (20, 40):
+            proc = start_run(spec, tmp_path, prefect_api_url)
+            wait_for_requests(sb, answered, proc)
+            kill_hard(proc, sb)
+        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
+        billed = sb.billed_total()
+        entries = data_entries(sb)
+    (run,) = all_manifests(OutputLayout(output))
+    journal = read_journal(OutputLayout(output).journal_file(run.run_id))
+    assert sum(s.unread for s in journal.balances[:-1]) > 0, "a killed session had billed unreadable answers"
+    assert sum(e.status in (429, 500) for e in entries) > 0, "and refusals the service did not bill"
+    assert code in (0, 1), out + err  # 1: a topic's answers unreadable twice ends it drifted (documented)
+    assert run.credits_spent == billed == run.service_billed, (run.credits_spent, billed, run.service_billed)

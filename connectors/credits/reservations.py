@@ -63,7 +63,8 @@ class LedgerSnapshot:
 
 class LedgerJournal(Protocol):
     """Where reservations are recorded durably; `closed(rid, None)` means released (nothing spent). `unknown`
-    says why a charge no answer named was counted: "refusal" (429, 5xx) or "lost" (no answer read); `refused`: of
+    says why a charge no answer named was counted: "refusal" (429, 5xx), "unread" (an answer came, unreadable:
+    billed before it was sent) or "lost" (no answer: billed or not); `refused`: of
     a named count (a Dask round's), the credits of refusals whose charge no answer named; `lost`: of it too, the
     credits of requests no status came back for (not a charge an answer named either). `priced`:
     an answer charged more than the cost table's price of a price key (`connectors.credits.prices`); `held`: the
@@ -80,7 +81,7 @@ class LedgerJournal(Protocol):
     def seen(self, key: str) -> None: ...
 
 
-Unknown = Literal["refusal", "lost"] | None
+Unknown = Literal["refusal", "unread", "lost"] | None
 """Why a settled charge is not one an answer named (None: it is)."""
 
 RefusalKind = Literal["budget", "stopped", "interrupted"]

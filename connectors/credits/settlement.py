@@ -150,7 +150,7 @@ class Settlement:
             self._q_spent[held.query_id] = self._q_spent.get(held.query_id, 0) + counted
             unknown: Unknown = None
             if charged is None or charged < 0:
-                unknown = "refusal" if refusal else "lost"
+                unknown = "refusal" if refusal else "unread" if answered else "lost"
                 self._count_unnamed(held.query_id, counted, unknown, answered)
                 refused = lost = 0
             else:
@@ -226,12 +226,15 @@ class Settlement:
         with self._lock:
             return self._given_back
 
-    def carry_over(self, named: int, unknown: Mapping[str, int]) -> None:
+    def carry_over(self, named: int, unknown: Mapping[str, int], unread: int = 0) -> None:
         """Earlier sessions of the run (a killed process) are settled with this one's readings: the charges their
-        answers named, and per query the credits they counted without knowing the charge (refusals, requests in
-        flight at the kill). `reconcile` then takes a bill that starts at the run's first reading."""
+        answers named, their answers that came unreadable (billed: without them, the bill's room kept as many of
+        the refusals counted, and a resumed run counted more than it was billed), and per query the credits they
+        counted without knowing the charge (refusals, requests in flight at the kill). `reconcile` then takes a
+        bill that starts at the run's first reading."""
         with self._lock:
             self._named += named
+            self._unread += unread
             for query_id, credits in unknown.items():
                 self._refused.add(query_id, min(credits, self._q_spent.get(query_id, 0)), earlier=True)
 

@@ -135,7 +135,7 @@ def carry_over(
     if bill.credits is None:
         return
     client.balance.earlier_bill = bill.credits
-    ledger.carry_over(earlier.named, earlier.unknown)
+    ledger.carry_over(earlier.named, earlier.unknown, earlier.unread)
     ledger.reconcile(bill.credits)
 
 

@@ -59,6 +59,8 @@ class SessionBalance:
     """Credits of the reservations still open when the session ended (a crash): billed or not, unknown."""
     named: int = 0
     """Of `settled`, the charges an answer named: what the session was billed at least."""
+    unread: int = 0
+    """Of `settled`, the answers that came unreadable (billed before they were sent): billed too."""
 
 
 @dataclass
@@ -106,6 +108,12 @@ class JournalState:
     def named(self) -> int:
         """The charges answers named, over every session."""
         return sum(session.named for session in self.balances)
+
+    @property
+    def unread(self) -> int:
+        """The answers that came unreadable, over every session (journals before they were told apart from lost
+        requests say "lost" for both)."""
+        return sum(session.unread for session in self.balances)
 
 
 class RunJournal(JsonLinesWriter):
@@ -183,7 +191,7 @@ class RunJournal(JsonLinesWriter):
         self, rid: int, counted: int | None, unknown: str | None = None, refused: int = 0, lost: int = 0
     ) -> None:
         """`counted` credits were spent on reservation `rid`; None: released, nothing spent. `unknown`: why no
-        answer named the charge ("refusal", "lost"), so a resume can settle it with the balance; `refused` and
+        answer named the charge ("refusal", "unread", "lost"), so a resume can settle it with the balance; `refused` and
         `lost`: of a named count (a Dask round's), the refusals' credits whose charge no answer named and the
         credits of requests no status came back for: neither is a charge the session was surely billed."""
         if counted is None:
@@ -253,6 +261,8 @@ def read_journal(path: Path | str) -> JournalState:
                 session.settled += credits
                 if event.get("u") == "refusal":
                     state.unknown[held[0]] += credits
+                elif event.get("u") == "unread":
+                    session.unread += credits
                 elif event.get("u") is None:
                     refused = int(event.get("r", 0))  # a Dask round's refusals, within its named count
                     session.named += credits - refused - int(event.get("l", 0))  # and its lost requests
