@@ -668,3 +668,29 @@ def test_continue_after_a_dependent_was_added_is_refused_and_the_printed_night_f
     materials = [m["material_id"] for m in full_crawl(CREATIVE, params, config)["materials"]]
     asked = Counter(e.path_params.get("material_id") for e in entries if e.path_params)
     assert set(asked) == set(materials) and max(asked.values()) == 1, asked
+
+
+def test_plan_expects_a_night_stopped_by_its_budget_and_its_continue_as_one_night(
+    prefect_harness: None, tmp_path: Path, api_key: str
+) -> None:
+    """A night stopped by its budget (4 of oak's pages), then `--continue` pays the rest: the plan learned the
+    continue's tail as what oak costs a night, and `--check-expected` passed a budget of 10 the next plain night
+    ran out of. The two are one night's cost now: all they paid expected, and the check exits 3."""
+    config = SandboxConfig(api_keys={SECRET_KEY: BIG_BALANCE}, pages_by_path={PINS: (12, 12)}, page_size=3)
+    output = tmp_path / "out"
+    oak = {"id": "oak", "endpoint": PINS, "params": {"query": "oak"}}
+    with running(config) as sb:
+        spec = write_spec(tmp_path, spec_of(sb.base_url, output, [oak], credits=10))
+        stopped = runner.invoke(app, ["run", str(spec), "--budget", "4"])
+        went_on = runner.invoke(app, ["run", str(spec), "--continue"])
+        paid = len(data_entries(sb))
+        billed = sb.billed_total()
+    assert stopped.exit_code == 0 and went_on.exit_code == 0, stopped.output + went_on.output
+    planned = runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "300"})
+    (row,) = [line for line in planned.stdout.splitlines() if line.startswith("│ oak")]
+    runs = [(r.credits_spent, r.queries[0]["credits"]) for r in all_manifests(OutputLayout(output))]
+    # expected: what the night and its continue paid
+    assert row.split("│")[3].strip() == str(sum(c for c, _ in runs)), (row, paid, runs)
+    assert sum(c for c, _ in runs) == billed, (runs, billed, paid)
+    check = runner.invoke(app, ["plan", str(spec), "--check-expected"])
+    assert check.exit_code == 3, check.output
