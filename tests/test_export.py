@@ -224,6 +224,13 @@ def test_export_refuses_bad_destinations(tmp_path: Path) -> None:
     ]:
         result = runner.invoke(app, ["export", str(tmp_path / "out"), "--to", bad])
         assert result.exit_code == 2 and why in result.output, (bad, result.output)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept")
+    for extra in ([], ["--snapshot"], ["--format", "delta"], ["--format", "iceberg"]):
+        # was exit 1 with "[Errno 17] File exists" or delta-rs's NotADirectory
+        result = runner.invoke(app, ["export", str(tmp_path / "out"), "--to", str(a_file), *extra])
+        assert result.exit_code == 2 and "is a file" in result.output, (extra, result.output)
+    assert a_file.read_text() == "kept"
     result = runner.invoke(app, ["export", str(tmp_path / "nowhere"), "--to", str(tmp_path / "x")])
     assert result.exit_code == 2 and "not a harvest output directory" in result.output
 

@@ -74,9 +74,14 @@ class ExportReport:
 def checked_destination(url: str, layout: OutputLayout) -> str:
     """`--to` as stored, or a usage error naming why not (also outside the job's output: `check_destination`)."""
     try:
-        return check_destination(url, layout.root)
+        destination = check_destination(url, layout.root)
     except BadDestination as exc:
         raise UsageError(f"--to: {exc}") from None
+    local = Path(destination.removeprefix("file://")) if destination.startswith("file://") else None
+    local = Path(destination) if "://" not in destination else local
+    if local is not None and local.exists() and not local.is_dir():  # errno 17 or delta-rs's NotADirectory
+        raise UsageError(f"--to: {destination} is a file; an export writes a directory there (another --to)")
+    return destination
 
 
 def open_destination(destination: str) -> tuple[pafs.FileSystem, str]:
