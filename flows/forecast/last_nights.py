@@ -88,14 +88,14 @@ def _nights(runs: Iterable[RunManifest]) -> list[_Night]:
     a night: `plan --check-expected` passed a budget the next plain night ran out of (336 expected, 486 paid)."""
     nights: list[_Night] = []
     root: dict[str, int] = {}
-    for run in reversed(list(runs)):  # oldest first, so a continue finds the night it goes on from
-        night = _night(run)
-        at = root.get(run.continues) if run.continues else None
+    read = [(_night(run), run.continues) for run in runs]  # each manifest let go once read (a night is small)
+    for night, continues in reversed(read):  # oldest first, so a continue finds the night it goes on from
+        at = root.get(continues) if continues else None
         if at is None:
-            root[run.run_id] = len(nights)
+            root[night.run_id] = len(nights)
             nights.append(night)
             continue
-        root[run.run_id] = at
+        root[night.run_id] = at
         merged = {q: dict(s) for q, s in nights[at].queries.items()}
         for query_id, summary in night.queries.items():
             before = merged.get(query_id, {})

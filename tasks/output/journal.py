@@ -257,18 +257,26 @@ def read_journal(path: Path | str) -> JournalState:
                 credits = int(event["c"])
                 if log_number is not None:
                     last = (log_number, event["id"], held[0], held[2], credits)
-                state.spent[held[0]] += credits
-                session.settled += credits
-                if event.get("u") == "refusal":
-                    state.unknown[held[0]] += credits
-                elif event.get("u") == "unread":
-                    session.unread += credits
-                elif event.get("u") is None:
-                    refused = int(event.get("r", 0))  # a Dask round's refusals, within its named count
-                    session.named += credits - refused - int(event.get("l", 0))  # and its lost requests
-                    state.unknown[held[0]] += refused
+                _settled(state, session, held[0], credits, event)
     close_session()
     return state
+
+
+def _settled(
+    state: JournalState, session: SessionBalance, query_id: str, credits: int, event: dict[str, Any]
+) -> None:
+    """A settled reservation: spent, and as what (`u`): a refusal (unknown until the balance says), an answer
+    that came unreadable (billed), a lost request (billed or not), or a charge an answer named."""
+    state.spent[query_id] += credits
+    session.settled += credits
+    if event.get("u") == "refusal":
+        state.unknown[query_id] += credits
+    elif event.get("u") == "unread":
+        session.unread += credits
+    elif event.get("u") is None:
+        refused = int(event.get("r", 0))  # a Dask round's refusals, within its named count
+        session.named += credits - refused - int(event.get("l", 0))  # and its lost requests
+        state.unknown[query_id] += refused
 
 
 def read_a_balance(path: Path | str) -> bool:
