@@ -77,9 +77,9 @@ def checked_destination(url: str, layout: OutputLayout) -> str:
         destination = check_destination(url, layout.root)
     except BadDestination as exc:
         raise UsageError(f"--to: {exc}") from None
-    local = Path(destination.removeprefix("file://")) if destination.startswith("file://") else None
-    local = Path(destination) if "://" not in destination else local
-    if local is not None and local.exists() and not local.is_dir():  # errno 17 or delta-rs's NotADirectory
+    path = Path(destination.removeprefix("file://"))
+    local = "://" not in destination or destination.startswith("file://")
+    if local and path.exists() and not path.is_dir():  # errno 17, or delta-rs's NotADirectory
         raise UsageError(f"--to: {destination} is a file; an export writes a directory there (another --to)")
     return destination
 

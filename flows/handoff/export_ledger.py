@@ -241,16 +241,13 @@ def record(
             for name, sql_type in EXPORTS_ADDED:  # a table an older harvest made
                 con.execute(f"ALTER TABLE exports ADD COLUMN IF NOT EXISTS {name} {sql_type}")
             describe_table(con, "exports", *EXPORTS)
-            for r in gone:
+            # a row to write is deleted first too: right even in a table that lost its key (an older rebuild)
+            for r in [*gone, *rows]:
                 con.execute(
                     "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",
                     [destination, r.run_id, r.export_id],
                 )
-            for r in rows:  # delete, then insert: right even in a table that lost its key (an older rebuild)
-                con.execute(
-                    "DELETE FROM exports WHERE destination = ? AND run_id = ? AND export_id = ?",
-                    [destination, r.run_id, r.export_id],
-                )
+            for r in rows:
                 con.execute(
                     "INSERT INTO exports (destination, run_id, export_id, kind, exported_at, files, rows, content) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
