@@ -18,9 +18,9 @@ from harvest.sandbox.config import FaultKind, SandboxConfig
 from harvest.sandbox.expected import expected_pages
 from harvest.sandbox.wire.serving import running
 from harvest.tasks.output.append_file import iter_json_lines
-from harvest.tasks.output.journal import read_journal
+from harvest.tasks.output.journal import JournalState, read_journal
 from harvest.tasks.output.layout import OutputLayout
-from harvest.tasks.output.manifest import all_manifests
+from harvest.tasks.output.manifest import RunManifest, all_manifests
 from tests.crawl_helpers import data_entries
 from tests.endpoints import PINS
 from tests.flow_helpers import BIG_BALANCE, SECRET_KEY, job_spec, key_set, rows, scalar, write_spec
@@ -50,6 +50,33 @@ def job(base_url: str, output: Path, credits: int) -> dict[str, Any]:
     )
 
 
+def killed_then_resumed(
+    config: SandboxConfig,
+    tmp_path: Path,
+    api_url: str,
+    credits: int,
+    kills_at: tuple[int, ...],
+    mid_request: bool = False,
+) -> tuple[int, str, str, int, list[Any], RunManifest, JournalState]:
+    """The job killed once the sandbox has answered each of `kills_at` data requests (in all), then run to its
+    end: its exit code, stdout, stderr, what the sandbox billed and answered, the run and its journal.
+    `mid_request`: each kill waits for a request in progress at the sandbox (its latency): else a kill can fall
+    between requests, in a retry's wait, and no kill leaves one in flight (1 run in 5 on a quiet machine)."""
+    output = tmp_path / "out"
+    with running(config) as sb:
+        spec = write_spec(tmp_path, job(sb.base_url, output, credits))
+        for answered in kills_at:
+            proc = start_run(spec, tmp_path, api_url)
+            wait_for_requests(sb, answered, proc)
+            if mid_request:
+                wait_until(lambda: sb.busy()[1] > 0, proc, "a request was in progress")
+            kill_hard(proc, sb)
+        code, out, err = finish(start_run(spec, tmp_path, api_url))
+        billed, entries = sb.billed_total(), data_entries(sb)
+    (run,) = all_manifests(OutputLayout(output))
+    return code, out, err, billed, entries, run, read_journal(OutputLayout(output).journal_file(run.run_id))
+
+
 def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, tmp_path: Path) -> None:
     pages = sum(expected_pages(PINS, {"query": t}, CONFIG) for t in TOPICS)
     # room for the answers in flight at each kill, which the resume asks for again (billed, never received), not
@@ -57,20 +84,9 @@ def test_after_kills_under_refusals_the_count_is_the_bill(prefect_api_url: str, 
     # flight (8-10 in all over four kills where it was a few; `pages + 8` then ended a run at its real bill)
     budget = pages + CONCURRENCY * len(KILLS_AT)
     output = tmp_path / "out"
-    with running(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output, budget))
-        for answered in KILLS_AT:
-            proc = start_run(spec, tmp_path, prefect_api_url)
-            wait_for_requests(sb, answered, proc)
-            # killed while the sandbox holds a request (its latency): else a kill can fall between requests,
-            # in a retry's wait, and no kill of the four leaves one in flight (1 run in 5 on a quiet machine)
-            wait_until(lambda: sb.busy()[1] > 0, proc, "a request was in progress")
-            kill_hard(proc, sb)
-        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
-        billed = sb.billed_total()
-        entries = data_entries(sb)
-    (run,) = all_manifests(OutputLayout(output))
-    journal = read_journal(OutputLayout(output).journal_file(run.run_id))
+    code, out, err, billed, entries, run, journal = killed_then_resumed(
+        CONFIG, tmp_path, prefect_api_url, budget, KILLS_AT, mid_request=True
+    )
     refused = sum(e.status in (429, 500) for e in entries)
     assert code == 0, out + err
     assert journal.sessions == len(KILLS_AT) + 1 and journal.in_flight_at_crash > 0, "killed mid-request"
@@ -146,18 +162,9 @@ def test_answers_billed_unreadable_before_a_kill_leave_the_resumed_count_at_the_
     run took them as free when it settled its refusals against the balance: the bill's room kept as many of
     the refusals counted, and the run ended counting more than it was billed (211 against 207, found by a
     helper's probe). They are journaled as "unread" now and carried over as billed: the count is the bill."""
-    output = tmp_path / "out"
-    with running(UNREADABLE) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output, 10_000))
-        for answered in (20, 40):
-            proc = start_run(spec, tmp_path, prefect_api_url)
-            wait_for_requests(sb, answered, proc)
-            kill_hard(proc, sb)
-        code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
-        billed = sb.billed_total()
-        entries = data_entries(sb)
-    (run,) = all_manifests(OutputLayout(output))
-    journal = read_journal(OutputLayout(output).journal_file(run.run_id))
+    code, out, err, billed, entries, run, journal = killed_then_resumed(
+        UNREADABLE, tmp_path, prefect_api_url, 10_000, (20, 40)
+    )
     assert sum(s.unread for s in journal.balances[:-1]) > 0, "a killed session had billed unreadable answers"
     assert sum(e.status in (429, 500) for e in entries) > 0, "and refusals the service did not bill"
     assert code in (0, 1), out + err  # 1: a topic's answers unreadable twice ends it drifted (documented)

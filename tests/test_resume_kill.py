@@ -435,22 +435,35 @@ def test_a_second_run_refused_while_the_first_starts_names_the_run_it_resumes(
     assert ran.run_id == killed.run_id and ran.resumes == 1 and ran.status == "complete", ran
 
 
+def killed_then_edited(
+    sb: RunningSandbox, tmp_path: Path, api_url: str, topics: list[str], *added: dict[str, Any]
+) -> tuple[Path, RunManifest, int, Any]:
+    """A night of `job` killed after 30 data requests, then its spec edited: the pins fan-out asks `topics`, and
+    the `added` queries follow. Returns the spec, the killed run, the requests the sandbox had answered at the
+    kill, and what `harvest plan` said before the next run."""
+    output = tmp_path / "out"
+    spec = write_spec(tmp_path, job(sb.base_url, output))
+    proc = start_run(spec, tmp_path, api_url)
+    wait_for_requests(sb, 30, proc)
+    at_kill = kill_hard(proc, sb)
+    (killed,) = all_manifests(OutputLayout(output))
+    edited = job(sb.base_url, output)
+    edited["queries"][0]["for_each"]["query"] = topics
+    edited["queries"].extend(added)
+    write_spec(tmp_path, edited)
+    return spec, killed, at_kill, runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "300"})
+
+
 @pytest.mark.scenario
 def test_a_changed_spec_is_refused_and_fresh_abandons_the_killed_run(
     prefect_api_url: str, tmp_path: Path
 ) -> None:
     output = tmp_path / "out"
     with running(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output))
-        proc = start_run(spec, tmp_path, prefect_api_url)
-        wait_for_requests(sb, 30, proc)
-        paid_before = kill_hard(proc, sb)
-        (killed,) = all_manifests(OutputLayout(output))
-
-        edited = job(sb.base_url, output)  # the first topic, paging when killed, gives way to another
-        edited["queries"][0]["for_each"]["query"] = [*TOPICS[1:], "teak table"]
-        write_spec(tmp_path, edited)
-        planned = runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "300"})
+        # the first topic, paging when killed, gives way to another
+        spec, killed, paid_before, planned = killed_then_edited(
+            sb, tmp_path, prefect_api_url, [*TOPICS[1:], "teak table"]
+        )
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         assert code == 2 and "--fresh" in err and killed.run_id in err, (code, out, err)
         said = " ".join(err.split())
@@ -504,16 +517,10 @@ def test_a_killed_night_resumes_under_a_spec_that_only_added_queries(
     edited spec."""
     output = tmp_path / "out"
     with running(CONFIG) as sb:
-        spec = write_spec(tmp_path, job(sb.base_url, output))
-        proc = start_run(spec, tmp_path, prefect_api_url)
-        wait_for_requests(sb, 30, proc)
-        at_kill = kill_hard(proc, sb)
-        (killed,) = all_manifests(OutputLayout(output))
-        edited = job(sb.base_url, output)
-        edited["queries"][0]["for_each"]["query"] = [*TOPICS, "teak table"]
-        edited["queries"].append({"id": "walnut", "endpoint": PINS, "params": {"query": "walnut"}})
-        write_spec(tmp_path, edited)
-        planned = runner.invoke(app, ["plan", str(spec)], env={"COLUMNS": "300"})
+        walnut = {"id": "walnut", "endpoint": PINS, "params": {"query": "walnut"}}
+        spec, killed, at_kill, planned = killed_then_edited(
+            sb, tmp_path, prefect_api_url, [*TOPICS, "teak table"], walnut
+        )
         code, out, err = finish(start_run(spec, tmp_path, prefect_api_url))
         entries = data_entries(sb)
     assert code == 0, out + err
